@@ -1,0 +1,93 @@
+"""One autotune run, top to bottom: check the pipeline, open the study, measure, tune, report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from autotune.config.settings import Settings
+from autotune.errors import BaselineFailedError, ConfigError
+from autotune.knobs import SearchContext
+from autotune.measure.environment import default_device, describe_machine, usable_cpu_count
+from autotune.pipeline.inspect import inspect_pipeline
+from autotune.report import write_reports
+from autotune.report.console import format_result, print_summary
+from autotune.results.model import load_results
+from autotune.results.summary import summarise
+from autotune.study.space import SearchSpace, build_space, check_baseline
+from autotune.study.tuner import TrialEvent, ensure_baseline, open_study, redact_url, tune
+from autotune.trial.result import TrialRequest, TrialResult
+from autotune.trial.runner import run_trial
+
+
+def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
+    """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written."""
+    device = resolve_device(settings.measure.device)
+    facts = inspect_pipeline(settings.pipeline)
+    ctx = SearchContext(
+        device=device,
+        cpu_count=usable_cpu_count(),
+        bf16_supported=torch.cuda.is_bf16_supported() if device == "cuda" else True,
+        dataset_len=facts.dataset_len,
+        input_ndim=facts.input_ndim,
+        baseline=settings.baseline,
+    )
+    check_baseline(settings.baseline, ctx)
+    space = build_space(settings.search, ctx)
+    study = open_study(settings.study, _study_meta(settings, device, space))
+    print(
+        f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "
+        f"{redact_url(settings.study.storage)}; {space.size} configurations, up to {settings.study.n_trials} trials",
+        file=out,
+    )
+
+    def measure(knobs: dict, name: str) -> TrialResult:
+        request = TrialRequest(
+            settings.pipeline, knobs, device, settings.measure.plan, settings.measure.memory_interval_s
+        )
+        return run_trial(request, settings.measure.trial_timeout_s, output_dir / "trials", name)
+
+    baseline, reused = ensure_baseline(study, settings.baseline, measure)
+    print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
+    if not baseline.ok:
+        raise BaselineFailedError(
+            f"the baseline (pipeline.baseline) failed, so there is nothing to tune: {baseline.failure}. "
+            f"Log: {output_dir / 'trials' / 'baseline.log'}"
+        )
+
+    def show(event: TrialEvent) -> None:
+        line = format_result(event.result, baseline.timing.throughput)
+        print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
+
+    stop_reason = "interrupted"
+    try:
+        stop_reason = tune(study, space, settings.study.n_trials, settings.study.timeout_s, measure, show)
+    finally:
+        results = load_results(study)
+        summary = summarise(results)
+        files = write_reports(results, summary, output_dir)
+        print_summary(summary, files, stop_reason, out)
+    return files
+
+
+def resolve_device(requested: str) -> str:
+    if requested == "auto":
+        return default_device()
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("measure.device", "cuda was requested but torch.cuda.is_available() is False")
+    return requested
+
+
+def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
+    plan = settings.measure.plan
+    return {
+        "pipeline": settings.pipeline.to_dict(),
+        "baseline": settings.baseline,
+        "device": device,
+        "space": space.candidates,
+        "measure": {**plan.__dict__, "trial_timeout_s": settings.measure.trial_timeout_s},
+        "machine": describe_machine(),
+    }

@@ -1,0 +1,114 @@
+"""The command line: Hydra composes the config, errors become one line and an exit code.
+
+Set AUTOTUNE_DEBUG=1 to get full tracebacks instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import hydra
+import optuna
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from autotune import app
+from autotune.config.load import load_settings
+from autotune.errors import AutotuneError, ConfigError
+
+EXIT_INTERRUPTED = 130
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
+USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
+
+Measures the pipeline as configured (the baseline), tunes its knobs in isolated trials, and writes
+recommended.yaml, report.md, report.json and trials.csv into Hydra's run directory.
+
+  pipeline=NAME        conf/pipeline/NAME.yaml, or DIR/pipeline/NAME.yaml with -cd DIR
+                       (shipped: {pipelines})
+  study.n_trials=N     tuning trials after the baseline (default 8; 0 = baseline only)
+  search.KNOB=[a,b]    candidates for a knob: batch_size, num_workers, pin_memory, amp, channels_last, compile
+  hydra.run.dir=DIR    where the reports go
+
+Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md."""
+
+
+def main() -> None:
+    """Entry point of ``autotune`` and ``python -m autotune``."""
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        pipelines = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "pipeline").glob("*.yaml")))
+        print(USAGE.format(pipelines=pipelines))
+        return
+    # Hydra would print composition errors itself and exit 1; this hands them to us instead.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # _target_ modules in the current directory, as with python -m
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    report_errors(_hydra_main)
+
+
+def report_errors(func: Callable[[], None]) -> None:
+    """Run ``func``; any exception becomes one line on stderr and its exit code (unless AUTOTUNE_DEBUG)."""
+    try:
+        func()
+    except KeyboardInterrupt:
+        _fail("interrupted", EXIT_INTERRUPTED)
+    except Exception as exc:
+        if os.environ.get("AUTOTUNE_DEBUG", "") not in ("", "0"):
+            raise
+        error = as_autotune_error(exc)
+        _fail(str(error), error.exit_code)
+
+
+def as_autotune_error(exc: Exception) -> AutotuneError:
+    """Any exception as an AutotuneError with a one-line message; config problems exit 2."""
+    if isinstance(exc, AutotuneError):
+        return exc
+    if isinstance(exc, MissingConfigException) and exc.options is not None:
+        group, _, name = (exc.missing_cfg_file or "pipeline/").partition("/")
+        return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
+    if isinstance(exc, (HydraException, OmegaConfBaseException)):
+        return _composition_error(exc)
+    return AutotuneError(
+        f"internal error: {type(exc).__name__}: {_one_line(str(exc))} (set AUTOTUNE_DEBUG=1 for the traceback)"
+    )
+
+
+def _composition_error(exc: Exception) -> ConfigError:
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    key = getattr(cause, "full_key", None)
+    message = _one_line(str(exc))
+    if "You must specify 'pipeline'" in message:
+        return ConfigError("pipeline", "no pipeline chosen; run e.g. python -m autotune pipeline=mymodel")
+    if key and "not in struct" in str(cause):
+        return ConfigError(key, f"unknown key; check the spelling, or add a key the file lacks with +{key}=VALUE")
+    return ConfigError(key or "", message)
+
+
+@hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    # Errors are reported here: past this function Hydra would print its own line about them.
+    report_errors(lambda: _run(cfg))
+
+
+def _run(cfg: DictConfig) -> None:
+    runtime = HydraConfig.get().runtime
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
+    settings = load_settings(data, runtime.choices.get("pipeline"))
+    app.run(settings, Path(runtime.output_dir))
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"autotune: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

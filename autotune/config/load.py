@@ -1,0 +1,183 @@
+"""Validate the composed config (as plain data) into Settings, naming the key of any error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hydra.utils import get_object
+
+from autotune.config.settings import MeasureSettings, Settings, StudySettings
+from autotune.errors import ConfigError
+from autotune.knobs import KNOBS
+from autotune.measure.harness import WindowPlan
+from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS, PipelineSpec
+
+Parser = Callable[[Any], Any]
+
+# Values a baseline knob takes when the pipeline does not say: PyTorch's own defaults.
+BASELINE_DEFAULTS = {"num_workers": 0, "pin_memory": False, "amp": "off", "channels_last": False, "compile": "off"}
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settings:
+    """Turn the composed config into Settings; ``pipeline_choice`` is the pipeline file's name."""
+    _check_keys(config, "", required=("pipeline", "search", "study", "measure"), optional=())
+    pipeline = _mapping(config["pipeline"], "pipeline")
+    spec = _pipeline_spec(pipeline, pipeline_choice)
+    study = _section(config["study"], "study", _STUDY_FIELDS)
+    measure = _section(config["measure"], "measure", _MEASURE_FIELDS)
+    plan_fields = {key: measure.pop(key) for key in ("warmup_steps", "min_steps", "min_time_s", "max_time_s")}
+    if plan_fields["max_time_s"] < plan_fields["min_time_s"]:
+        raise ConfigError(
+            "measure.max_time_s",
+            f"must be >= measure.min_time_s, but got max_time_s={plan_fields['max_time_s']}"
+            f" < min_time_s={plan_fields['min_time_s']}",
+        )
+    return Settings(
+        pipeline=spec,
+        baseline=_baseline(pipeline.get("baseline"), "pipeline.baseline"),
+        search=_search(config["search"], "search"),
+        study=StudySettings(**{**study, "name": study["name"] or spec.name}),
+        measure=MeasureSettings(plan=WindowPlan(**plan_fields), **measure),
+    )
+
+
+def _pipeline_spec(pipeline: dict[str, Any], choice: str | None) -> PipelineSpec:
+    _check_keys(
+        pipeline, "pipeline", required=(*REQUIRED_COMPONENTS, "baseline"), optional=("name", *OPTIONAL_COMPONENTS)
+    )
+    name = pipeline.get("name") or choice
+    if not isinstance(name, str) or not name:
+        raise ConfigError("pipeline.name", f"expected a non-empty string, got {name!r}")
+    components = {key: pipeline.get(key) for key in (*REQUIRED_COMPONENTS, *OPTIONAL_COMPONENTS)}
+    for key, node in components.items():
+        if node is not None or key in REQUIRED_COMPONENTS:
+            _check_target(node, f"pipeline.{key}")
+    return PipelineSpec(name=name, components=components)
+
+
+def _check_target(node: Any, path: str) -> None:
+    if not isinstance(node, dict) or "_target_" not in node:
+        raise ConfigError(
+            path, f"expected a mapping with a _target_ (e.g. {{_target_: torch.nn.Linear, ...}}), got {node!r}"
+        )
+    target = node["_target_"]
+    if not isinstance(target, str) or not target:
+        raise ConfigError(f"{path}._target_", f"expected a dotted import path, got {target!r}")
+    try:
+        get_object(target)
+    except Exception as exc:
+        module = target.rsplit(".", 1)[0]
+        raise ConfigError(
+            f"{path}._target_",
+            f"cannot import '{target}' ({type(exc.__cause__ or exc).__name__}); is module '{module}' "
+            "in the current directory or on PYTHONPATH?",
+        ) from exc
+
+
+def _baseline(node: Any, path: str) -> dict[str, Any]:
+    baseline = _mapping(node, path)
+    _check_keys(baseline, path, required=("batch_size",), optional=tuple(BASELINE_DEFAULTS))
+    merged = {**BASELINE_DEFAULTS, **baseline}
+    return {name: _parse_knob(knob, merged[name], f"{path}.{name}") for name, knob in KNOBS.items()}
+
+
+def _search(node: Any, path: str) -> dict[str, list[Any] | None]:
+    search = _mapping(node, path)
+    _check_keys(search, path, required=(), optional=tuple(KNOBS), what="knob")
+    result: dict[str, list[Any] | None] = {}
+    for name, knob in KNOBS.items():
+        candidates = search.get(name)
+        key = f"{path}.{name}"
+        if candidates is None:
+            result[name] = None
+            continue
+        if not isinstance(candidates, list):
+            candidates = [candidates]
+        if not candidates:
+            raise ConfigError(key, "the candidate list is empty; give at least one value, or null to derive them")
+        parsed = [_parse_knob(knob, value, key) for value in candidates]
+        result[name] = list(dict.fromkeys(parsed))
+    return result
+
+
+def _parse_knob(knob, value: Any, key: str) -> Any:
+    try:
+        return knob.parse(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
+def _section(node: Any, path: str, fields: dict[str, Parser]) -> dict[str, Any]:
+    section = _mapping(node, path)
+    _check_keys(section, path, required=tuple(fields), optional=())
+    parsed = {}
+    for key, parse in fields.items():
+        try:
+            parsed[key] = parse(section[key])
+        except ValueError as exc:
+            raise ConfigError(f"{path}.{key}", str(exc)) from None
+    return parsed
+
+
+def _mapping(node: Any, path: str) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        raise ConfigError(path, f"expected a mapping, got {node!r}")
+    return node
+
+
+def _check_keys(node: dict, path: str, required: tuple, optional: tuple, what: str = "key") -> None:
+    allowed = (*required, *optional)
+    for key in node:
+        if key not in allowed:
+            full = f"{path}.{key}" if path else str(key)
+            raise ConfigError(full, f"unknown {what}; expected one of: {', '.join(allowed)}")
+    for key in required:
+        if key not in node:
+            raise ConfigError(f"{path}.{key}" if path else key, "is missing")
+
+
+def _number(minimum: float, integer: bool = False, strict: bool = False, optional: bool = False) -> Parser:
+    kind = "an integer" if integer else "a number"
+    bound = f"> {minimum}" if strict else f">= {minimum}"
+
+    def parse(value: Any) -> Any:
+        if value is None and optional:
+            return None
+        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok_type or (value <= minimum if strict else value < minimum):
+            raise ValueError(f"expected {kind} {bound}{' or null' if optional else ''}, got {value!r}")
+        return value
+
+    return parse
+
+
+def _string(optional: bool = False, choices: tuple[str, ...] = ()) -> Parser:
+    def parse(value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value or (choices and value not in choices):
+            expected = f"one of {', '.join(choices)}" if choices else "a non-empty string"
+            raise ValueError(f"expected {expected}, got {value!r}")
+        return value
+
+    return parse
+
+
+_STUDY_FIELDS: dict[str, Parser] = {
+    "name": _string(optional=True),
+    "storage": _string(),
+    "n_trials": _number(0, integer=True),
+    "timeout_s": _number(0, strict=True, optional=True),
+    "seed": _number(0, integer=True),
+}
+_MEASURE_FIELDS: dict[str, Parser] = {
+    "device": _string(choices=DEVICES),
+    "warmup_steps": _number(1, integer=True),
+    "min_steps": _number(1, integer=True),
+    "min_time_s": _number(0),
+    "max_time_s": _number(0, strict=True),
+    "trial_timeout_s": _number(0, strict=True),
+    "memory_interval_s": _number(0, strict=True),
+}

@@ -1,0 +1,41 @@
+"""Validated settings as frozen dataclasses; library code takes these, never a DictConfig."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.measure.harness import WindowPlan
+from autotune.pipeline.spec import PipelineSpec
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """Where the Optuna study lives and how much tuning it may do."""
+
+    name: str
+    storage: str
+    n_trials: int
+    timeout_s: float | None
+    seed: int
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How each trial is measured. ``device`` is "auto", "cpu" or "cuda"."""
+
+    device: str
+    plan: WindowPlan
+    trial_timeout_s: float
+    memory_interval_s: float
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything one autotune run needs. ``search`` maps knob name to candidates, None = derived."""
+
+    pipeline: PipelineSpec
+    baseline: dict[str, Any]
+    search: dict[str, list[Any] | None]
+    study: StudySettings
+    measure: MeasureSettings

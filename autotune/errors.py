@@ -1,0 +1,33 @@
+"""The library's exceptions: everything autotune raises on purpose derives from AutotuneError."""
+
+
+class AutotuneError(Exception):
+    """Root of every error autotune raises on purpose.
+
+    ``exit_code`` is what the command line exits with when this error reaches it.
+    """
+
+    exit_code = 1
+
+
+class ConfigError(AutotuneError):
+    """The configuration is wrong; the message names the offending key or file."""
+
+    exit_code = 2
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{key}: {problem}" if key else problem)
+
+
+class BaselineFailedError(AutotuneError):
+    """The user's pipeline failed as configured, so there is nothing to tune."""
+
+    exit_code = 1
+
+
+class StudyMismatchError(AutotuneError):
+    """A stored study of the same name was created with different settings."""
+
+    exit_code = 2

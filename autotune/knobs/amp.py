@@ -1,0 +1,32 @@
+"""Automatic mixed precision: run eligible ops in a 16-bit float type."""
+
+from __future__ import annotations
+
+import torch
+
+from autotune.knobs._base import ChoiceKnob, SearchContext
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class AmpKnob(ChoiceKnob):
+    name = "amp"
+    description = "Autocast to bfloat16 or float16. Fast on hardware with 16-bit units, slower where they are emulated."
+    choices = ("off", "bf16", "fp16")
+
+    def default_candidates(self, ctx: SearchContext) -> list[str]:
+        return [amp for amp in self.choices if self.unavailable_reason(amp, ctx) is None]
+
+    def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
+        if value == "fp16" and ctx.device != "cuda":
+            return f"fp16 autocast with loss scaling needs a GPU; this run is on {ctx.device}"
+        if value == "bf16" and ctx.device == "cuda" and not ctx.bf16_supported:
+            return "this GPU does not support bfloat16"
+        return None
+
+    def apply(self, value: str, setup) -> None:
+        if value == "off":
+            return
+        setup.autocast_dtype = _DTYPES[value]
+        if value == "fp16":
+            setup.grad_scaler = torch.amp.GradScaler(setup.device.type)

@@ -1,0 +1,25 @@
+"""NHWC memory layout for 4-D image tensors and convolution weights."""
+
+from __future__ import annotations
+
+import torch
+
+from autotune.knobs._base import BoolKnob, SearchContext
+
+
+class ChannelsLastKnob(BoolKnob):
+    name = "channels_last"
+    description = "Store 4-D image batches and conv weights channels-last (NHWC); often faster convolutions."
+
+    def default_candidates(self, ctx: SearchContext) -> list[bool]:
+        return [False, True] if ctx.input_ndim == 4 else [False]
+
+    def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
+        if value and ctx.input_ndim != 4:
+            return f"needs 4-D input batches (N, C, H, W); this pipeline's input has {ctx.input_ndim} dimensions"
+        return None
+
+    def apply(self, value: bool, setup) -> None:
+        if value:
+            setup.model = setup.model.to(memory_format=torch.channels_last)
+            setup.input_memory_format = torch.channels_last

@@ -1,0 +1,24 @@
+"""Page-locked host memory for faster, asynchronous copies to the GPU."""
+
+from __future__ import annotations
+
+from autotune.knobs._base import BoolKnob, SearchContext
+
+
+class PinMemoryKnob(BoolKnob):
+    name = "pin_memory"
+    description = (
+        "DataLoader puts batches in pinned memory so host-to-GPU copies are faster and asynchronous (CUDA only)."
+    )
+
+    def default_candidates(self, ctx: SearchContext) -> list[bool]:
+        return [False, True] if ctx.device == "cuda" else [False]
+
+    def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
+        if value and ctx.device != "cuda":
+            return f"pinned memory only speeds up copies to a GPU; this run is on {ctx.device}"
+        return None
+
+    def apply(self, value: bool, setup) -> None:
+        setup.loader_kwargs["pin_memory"] = value
+        setup.non_blocking_copy = value

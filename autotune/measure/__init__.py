@@ -1,0 +1,1 @@
+"""Measuring a training loop: timing, memory, and the machine it ran on."""

@@ -1,0 +1,51 @@
+"""A description of the machine and software a measurement ran on."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+import psutil
+import torch
+
+
+def usable_cpu_count() -> int:
+    """CPU cores this process may run on (affinity and cgroup-pinned sets respected where the OS tells)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def describe_machine() -> dict[str, Any]:
+    """CPU, memory, GPU and library versions, as plain data for reports and result tagging."""
+    return {
+        "hostname": platform.node(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": usable_cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

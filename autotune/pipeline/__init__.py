@@ -1,0 +1,1 @@
+"""Turning a pipeline description into runnable training objects."""

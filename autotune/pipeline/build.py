@@ -1,0 +1,52 @@
+"""Instantiate a pipeline's components: the one place a pipeline's ``_target_`` runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+
+from autotune.errors import ConfigError
+from autotune.pipeline.spec import PipelineSpec
+
+
+@dataclass
+class Pipeline:
+    """The live objects of a pipeline; ``optimizer_factory`` is called with the model's parameters."""
+
+    model: torch.nn.Module
+    dataset: Any
+    loss_fn: Callable[..., torch.Tensor]
+    optimizer_factory: Callable[..., torch.optim.Optimizer]
+    collate_fn: Callable | None
+    step_fn: Callable | None
+
+
+def build_component(spec: PipelineSpec, key: str) -> Any:
+    """Instantiate one component; callables (optimizer, collate_fn, step) come back partially applied."""
+    node = spec.components.get(key)
+    if node is None:
+        return None
+    partial = key in ("optimizer", "collate_fn", "step")
+    try:
+        return instantiate(node, _partial_=partial) if partial else instantiate(node)
+    except Exception as exc:
+        cause = exc.__cause__ or exc
+        raise ConfigError(
+            f"pipeline.{key}", f"building {node.get('_target_')} failed: {type(cause).__name__}: {cause}"
+        ) from exc
+
+
+def build_pipeline(spec: PipelineSpec) -> Pipeline:
+    """Instantiate every component of ``spec``."""
+    return Pipeline(
+        model=build_component(spec, "model"),
+        dataset=build_component(spec, "dataset"),
+        loss_fn=build_component(spec, "loss"),
+        optimizer_factory=build_component(spec, "optimizer"),
+        collate_fn=build_component(spec, "collate_fn"),
+        step_fn=build_component(spec, "step"),
+    )

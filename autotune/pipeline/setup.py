@@ -1,0 +1,105 @@
+"""A pipeline with knobs applied: the DataLoader, the optimizer and one training step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from autotune.knobs import apply_knobs
+from autotune.pipeline.build import Pipeline
+
+
+@dataclass
+class TrainingSetup:
+    """Everything a knob may change before training starts."""
+
+    model: torch.nn.Module
+    device: torch.device
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)
+    non_blocking_copy: bool = False
+    input_memory_format: torch.memory_format = torch.contiguous_format
+    autocast_dtype: torch.dtype | None = None
+    grad_scaler: Any = None
+
+
+class Trainer:
+    """Runs training steps of ``pipeline`` with ``knobs`` applied on ``device``."""
+
+    def __init__(self, pipeline: Pipeline, knobs: dict[str, Any], device: torch.device) -> None:
+        self.pipeline = pipeline
+        setup = TrainingSetup(model=pipeline.model.to(device), device=device)
+        apply_knobs(knobs, setup)
+        self.setup = setup
+        self.model = setup.model
+        self.optimizer = pipeline.optimizer_factory(pipeline.model.parameters())
+        self.model.train()
+
+    def loader(self) -> DataLoader:
+        """A shuffling DataLoader with the knobs' settings; full batches only, so shapes stay fixed."""
+        return DataLoader(
+            self.pipeline.dataset,
+            shuffle=True,
+            drop_last=True,
+            collate_fn=self.pipeline.collate_fn,
+            **self.setup.loader_kwargs,
+        )
+
+    def batches(self) -> Iterator[Any]:
+        """Batches without end: a new epoch starts when one runs out."""
+        while True:
+            yielded = False
+            for batch in self.loader():
+                yielded = True
+                yield batch
+            if not yielded:
+                raise ValueError("the DataLoader produced no batch: batch_size is larger than the dataset")
+
+    def step(self, batch: Any) -> torch.Tensor:
+        """One forward, backward and optimizer step; returns the loss."""
+        setup = self.setup
+        batch = _move(batch, setup.device, setup.non_blocking_copy, setup.input_memory_format)
+        with torch.autocast(setup.device.type, dtype=setup.autocast_dtype, enabled=setup.autocast_dtype is not None):
+            loss = self._loss(batch)
+        if setup.grad_scaler is not None:
+            setup.grad_scaler.scale(loss).backward()
+            setup.grad_scaler.step(self.optimizer)
+            setup.grad_scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _loss(self, batch: Any) -> torch.Tensor:
+        if self.pipeline.step_fn is not None:
+            return self.pipeline.step_fn(self.model, batch, self.pipeline.loss_fn)
+        inputs, targets = batch
+        return self.pipeline.loss_fn(self.model(inputs), targets)
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0]
+    if isinstance(batch, dict):
+        return batch_len(next(iter(batch.values())))
+    if isinstance(batch, (tuple, list)):
+        return batch_len(batch[0])
+    raise TypeError(f"cannot count the samples of a batch of type {type(batch).__name__}")
+
+
+def _move(obj: Any, device: torch.device, non_blocking: bool, memory_format: torch.memory_format) -> Any:
+    if isinstance(obj, torch.Tensor):
+        obj = obj.to(device, non_blocking=non_blocking)
+        if obj.dim() == 4 and obj.is_floating_point() and memory_format is not torch.contiguous_format:
+            obj = obj.contiguous(memory_format=memory_format)
+        return obj
+    if isinstance(obj, dict):
+        return {k: _move(v, device, non_blocking, memory_format) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_move(v, device, non_blocking, memory_format) for v in obj)
+    return obj

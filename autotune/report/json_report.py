@@ -1,0 +1,46 @@
+"""report.json: the whole report as data."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from autotune.report.rows import ranked_rows
+from autotune.results.model import StudyResults
+from autotune.results.summary import Summary
+
+
+def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
+    rec, base = summary.recommended, summary.baseline
+    return {
+        "pipeline": results.pipeline,
+        "study": results.study_name,
+        "device": results.device,
+        "machine": results.machine,
+        "search_space": results.space,
+        "recommended": {
+            "trial": rec.label,
+            "is_baseline": summary.is_baseline,
+            "knobs": rec.result.knobs,
+            "changed": {name: {"before": b, "after": a} for name, (b, a) in summary.changed_knobs().items()},
+            "throughput_sps": rec.throughput,
+            "peak_memory_mb": rec.result.peak_memory_mb,
+        },
+        "baseline": {
+            "knobs": base.result.knobs,
+            "throughput_sps": base.throughput,
+            "peak_memory_mb": base.result.peak_memory_mb,
+        },
+        "speedup": summary.speedup,
+        "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
+        "trials": [_clean(row) for row in ranked_rows(summary)],
+    }
+
+
+def render_json(results: StudyResults, summary: Summary) -> str:
+    return json.dumps(report_data(results, summary), indent=2)
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}

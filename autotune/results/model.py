@@ -1,0 +1,72 @@
+"""A study's results as plain data, read back from Optuna storage (never re-measured)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.study.tuner import (
+    BASELINE_ATTR,
+    BASELINE_LABEL,
+    DUPLICATE_ATTR,
+    INTERRUPTED_ATTR,
+    META_ATTR,
+    RESULT_ATTR,
+)
+from autotune.trial.result import TrialResult
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One measured configuration: ``label`` is "baseline" or the Optuna trial number."""
+
+    label: str
+    result: TrialResult
+
+    @property
+    def throughput(self) -> float | None:
+        return self.result.timing.throughput if self.result.ok else None
+
+
+@dataclass(frozen=True)
+class StudyResults:
+    """Everything the reports need: what was tuned, on what machine, and every result."""
+
+    study_name: str
+    pipeline: str
+    device: str
+    machine: dict[str, Any]
+    space: dict[str, list[Any]]
+    measure: dict[str, Any]
+    baseline: TrialRecord | None
+    trials: list[TrialRecord] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[TrialRecord]:
+        """The baseline (if measured) and every trial."""
+        return ([self.baseline] if self.baseline else []) + self.trials
+
+
+def load_results(study: optuna.Study) -> StudyResults:
+    """Read every stored result of ``study``; repeats and interrupted trials are left out."""
+    meta = study.user_attrs[META_ATTR]
+    baseline = study.user_attrs.get(BASELINE_ATTR)
+    interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
+    trials = [
+        TrialRecord(str(t.number), TrialResult.from_dict(t.user_attrs[RESULT_ATTR]))
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        if RESULT_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs and t.number not in interrupted
+    ]
+    return StudyResults(
+        study_name=study.study_name,
+        pipeline=meta["pipeline"]["name"],
+        device=meta["device"],
+        machine=meta["machine"],
+        space=meta["space"],
+        measure=meta["measure"],
+        baseline=TrialRecord(BASELINE_LABEL, TrialResult.from_dict(baseline)) if baseline else None,
+        trials=trials,
+    )

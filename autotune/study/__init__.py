@@ -1,0 +1,1 @@
+"""The search: which knob values to try, and the Optuna study that tries them."""

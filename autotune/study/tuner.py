@@ -1,0 +1,203 @@
+"""The Optuna study: the baseline first, then proposed trials; every result is stored in the study.
+
+The study is the record of truth: reports are rendered from what is stored here, and running
+the same command again resumes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.config.settings import StudySettings
+from autotune.errors import ConfigError, StudyMismatchError
+from autotune.study.space import SearchSpace
+from autotune.trial.result import TrialResult
+
+META_ATTR = "autotune.meta"
+BASELINE_ATTR = "autotune.baseline"
+INTERRUPTED_ATTR = "autotune.interrupted"
+RESULT_ATTR = "autotune.result"
+DUPLICATE_ATTR = "autotune.duplicate_of"
+BASELINE_LABEL = "baseline"
+
+MeasureFn = Callable[[dict[str, Any], str], TrialResult]
+# Proposals of already measured configurations in a row after which the sampler is taken to have converged.
+_MAX_REPEATED_PROPOSALS = 100
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    """A finished tuning trial, for progress display. ``index`` counts from 1 to ``total``."""
+
+    number: int
+    index: int
+    total: int
+    result: TrialResult
+
+
+def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
+    """Create the study, or load it if it exists with the same settings (a resume).
+
+    ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
+    with a different description is refused rather than mixed with this one.
+    """
+    sampler = optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials))
+    try:
+        study = optuna.create_study(
+            study_name=settings.name,
+            storage=settings.storage,
+            sampler=sampler,
+            direction="maximize",
+            load_if_exists=True,
+        )
+    except Exception as exc:  # any failure to open the storage (bad URL, driver, corrupt or locked file)
+        detail = redact_url(" ".join(str(exc).split()))[:300]
+        raise ConfigError(
+            "study.storage",
+            f"cannot open Optuna storage {redact_url(settings.storage)!r}: {type(exc).__name__}: {detail}",
+        ) from exc
+    fingerprint = _fingerprint(meta)
+    stored = study.user_attrs.get(META_ATTR)
+    if stored is None:
+        study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
+    elif stored.get("fingerprint") != fingerprint:
+        raise StudyMismatchError(
+            f"study.name: study '{settings.name}' in the storage was created with a different pipeline, "
+            "baseline, search space or measurement; pass study.name=NEW_NAME to start another study"
+        )
+    _fail_interrupted_trials(study)
+    return study
+
+
+def redact_url(url: str) -> str:
+    """A storage URL with any password replaced by ***, fit to print."""
+    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
+
+
+def ensure_baseline(study: optuna.Study, knobs: dict[str, Any], measure: MeasureFn) -> tuple[TrialResult, bool]:
+    """The stored baseline result, or a new measurement of it. Returns (result, reused)."""
+    stored = study.user_attrs.get(BASELINE_ATTR)
+    if stored is not None:
+        return TrialResult.from_dict(stored), True
+    result = measure(knobs, BASELINE_LABEL)
+    if result.ok:
+        study.set_user_attr(BASELINE_ATTR, result.to_dict())
+    return result, False
+
+
+def tune(
+    study: optuna.Study,
+    space: SearchSpace,
+    n_trials: int,
+    timeout_s: float | None,
+    measure: MeasureFn,
+    on_trial: Callable[[TrialEvent], None],
+) -> str:
+    """Run trials until the study holds ``n_trials`` measured configurations; returns why it stopped.
+
+    A configuration measured before (the baseline included) is not measured again: the
+    proposal is answered from the stored result and does not count as a trial.
+    """
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
+    known = _known_values(study)
+    repeats = 0
+    while (done := counted_trials(study)) < n_trials:
+        if sum(1 for key in known if space.contains(json.loads(key))) >= space.size:
+            return f"all {space.size} configurations of the search space are measured"
+        if time.monotonic() >= deadline:
+            return f"study.timeout_s={timeout_s:g} reached"
+        if repeats >= _MAX_REPEATED_PROPOSALS:
+            return "the sampler keeps proposing measured configurations"
+        trial = study.ask(space.distributions())
+        knobs = space.complete(trial.params)
+        key = _config_key(knobs)
+        if key in known:
+            trial.set_user_attr(DUPLICATE_ATTR, known[key][0])
+            _tell(study, trial, known[key][1])
+            repeats += 1
+            continue
+        repeats = 0
+        result = _measure_trial(study, trial, knobs, measure)
+        known[key] = (trial.number, result.timing.throughput if result.ok else None)
+        on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
+    return f"study.n_trials={n_trials} trials measured"
+
+
+def counted_trials(study: optuna.Study) -> int:
+    """Trials that measured a new configuration (complete or failed, not repeats, not interrupted)."""
+    interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        if DUPLICATE_ATTR not in t.user_attrs and t.number not in interrupted
+    )
+
+
+def _measure_trial(study: optuna.Study, trial: optuna.Trial, knobs: dict[str, Any], measure: MeasureFn) -> TrialResult:
+    try:
+        result = measure(knobs, f"trial-{trial.number}")
+    except BaseException:
+        _mark_interrupted(study, [trial.number])
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    trial.set_user_attr(RESULT_ATTR, result.to_dict())
+    _tell(study, trial, result.timing.throughput if result.ok else None)
+    return result
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, throughput: float | None) -> None:
+    if throughput is None:
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        study.tell(trial, throughput)
+
+
+def _fail_interrupted_trials(study: optuna.Study) -> None:
+    """Trials left running by a killed tuner: mark them failed and interrupted, and propose them again."""
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for trial in stale:
+        study.tell(trial.number, state=TrialState.FAIL)
+        if DUPLICATE_ATTR not in trial.user_attrs:
+            study.enqueue_trial(trial.params, skip_if_exists=False)
+    _mark_interrupted(study, [t.number for t in stale])
+
+
+def _mark_interrupted(study: optuna.Study, numbers: list[int]) -> None:
+    if numbers:
+        study.set_user_attr(INTERRUPTED_ATTR, [*study.user_attrs.get(INTERRUPTED_ATTR, []), *numbers])
+
+
+def _known_values(study: optuna.Study) -> dict[str, tuple[int | str, float | None]]:
+    """Measured configurations → (trial number or "baseline", throughput or None if it failed)."""
+    known: dict[str, tuple[int | str, float | None]] = {}
+    baseline = study.user_attrs.get(BASELINE_ATTR)
+    if baseline is not None:
+        result = TrialResult.from_dict(baseline)
+        known[_config_key(result.knobs)] = (BASELINE_LABEL, result.timing.throughput)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        if RESULT_ATTR in trial.user_attrs:
+            result = TrialResult.from_dict(trial.user_attrs[RESULT_ATTR])
+            known.setdefault(_config_key(result.knobs), (trial.number, trial.value))
+    return known
+
+
+def _config_key(knobs: dict[str, Any]) -> str:
+    return json.dumps(knobs, sort_keys=True)
+
+
+def _fingerprint(meta: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _startup_trials(n_trials: int) -> int:
+    """Random proposals before TPE models the results: Optuna's 10, fewer on small budgets."""
+    return max(3, min(10, n_trials // 2))

@@ -1,0 +1,1 @@
+"""Running one trial: a fresh subprocess that builds the pipeline, applies knobs and measures."""

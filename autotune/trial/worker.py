@@ -1,0 +1,98 @@
+"""The trial subprocess: ``python -m autotune.trial.worker REQUEST.json RESULT.json``.
+
+It builds the pipeline, applies the knobs, measures training and writes a TrialResult.
+An exception becomes a failed result; a crash or hang is diagnosed by the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from autotune.files import write_atomic
+from autotune.measure.harness import time_training
+from autotune.measure.memory import MIB, TreeMemorySampler
+from autotune.pipeline.build import build_pipeline
+from autotune.pipeline.setup import Trainer, batch_len
+from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
+
+_MESSAGE_LIMIT = 500
+
+
+def measure(request: TrialRequest) -> TrialResult:
+    """Build, apply knobs, train and time; raises whatever the pipeline raises."""
+    device = torch.device(request.device)
+    on_cuda = device.type == "cuda"
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device)
+    batches = trainer.batches()
+    try:
+        with TreeMemorySampler(os.getpid(), request.memory_interval_s) as sampler:
+            timing = time_training(
+                batches,
+                trainer.step,
+                batch_len,
+                request.plan,
+                sync=(lambda: torch.cuda.synchronize(device)) if on_cuda else (lambda: None),
+                compiling=request.knobs["compile"] != "off",
+            )
+    finally:
+        batches.close()
+    cuda_peak_mb = torch.cuda.max_memory_allocated(device) / MIB if on_cuda else None
+    return TrialResult(knobs=request.knobs, timing=timing, memory=sampler.result(), cuda_peak_mb=cuda_peak_mb)
+
+
+def run_request(request: TrialRequest) -> TrialResult:
+    """``measure``, with any exception turned into a failed result (traceback to stderr)."""
+    start = time.monotonic()
+    try:
+        result = measure(request)
+    except Exception as exc:
+        traceback.print_exc()
+        result = TrialResult(knobs=request.knobs, failure=describe_exception(exc))
+    return result.with_wall_time(time.monotonic() - start)
+
+
+def describe_exception(exc: BaseException) -> Failure:
+    """A typed, one-line reason for an exception; out-of-memory errors are recognised."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and "Traceback" in str(exc):
+        # Errors re-raised from DataLoader workers carry a traceback: keep the first and last lines.
+        lines = [lines[0].rstrip("."), lines[-1]]
+    text = f"{type(exc).__name__}: {': '.join(lines)}"[:_MESSAGE_LIMIT]
+    out_of_memory = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(exc).lower()
+    return Failure(FailureKind.OUT_OF_MEMORY if out_of_memory else FailureKind.EXCEPTION, text)
+
+
+def _exit_with_parent() -> None:
+    """Kill this trial's process group if the tuner that started it dies (e.g. ``kill -9``)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    request_path, result_path = argv
+    _exit_with_parent()
+    request = TrialRequest.from_dict(json.loads(Path(request_path).read_text(encoding="utf-8")))
+    result = run_request(request)
+    write_atomic(result_path, json.dumps(result.to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,103 @@
+"""Train SmallCNN on SyntheticImages with the settings autotune recommended.
+
+autotune writes its result to ``recommended.yaml``; this script shows how to
+use that file in your own training code. Every entry under ``knobs:`` is
+applied to an ordinary PyTorch loop: DataLoader arguments (batch_size,
+num_workers, pin_memory), memory format (channels_last), mixed precision (amp)
+and torch.compile (compile). At the end it prints the measured samples/s.
+
+    python -m autotune pipeline=mymodel
+    python examples/train_with_recommended.py --recommended recommended.yaml
+"""
+
+import argparse
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+import torch
+import yaml
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from examples.mymodel import SmallCNN, SyntheticImages  # noqa: E402
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def forever(loader):
+    while True:
+        yield from loader
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recommended", default="recommended.yaml", help="file written by autotune")
+    parser.add_argument("--steps", type=int, default=50, help="training steps to run")
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2")
+
+    with open(args.recommended) as f:
+        knobs = yaml.safe_load(f)["knobs"]
+    print(f"knobs: {knobs}")
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    amp = knobs.get("amp", "off")
+    compile_mode = knobs.get("compile", "off")
+    channels_last = knobs.get("channels_last", False)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    loader = DataLoader(
+        SyntheticImages(length=4096),
+        batch_size=knobs["batch_size"],
+        shuffle=True,
+        drop_last=True,
+        num_workers=knobs.get("num_workers", 0),
+        pin_memory=knobs.get("pin_memory", False) and device.type == "cuda",
+        persistent_workers=knobs.get("num_workers", 0) > 0,
+    )
+
+    model = SmallCNN(num_classes=10).to(device, memory_format=memory_format)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    if compile_mode != "off":
+        model = torch.compile(model, mode=compile_mode)
+
+    if amp == "off":
+        autocast = contextlib.nullcontext
+    else:
+        autocast = lambda: torch.autocast(device.type, dtype=AMP_DTYPES[amp])  # noqa: E731
+    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16" and device.type == "cuda")
+
+    warmup = min(5, args.steps // 2)
+    batches = forever(loader)
+    model.train()
+    for step in range(args.steps):
+        if step == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start, seen = time.perf_counter(), 0
+        images, labels = next(batches)
+        images = images.to(device, non_blocking=True).contiguous(memory_format=memory_format)
+        labels = labels.to(device, non_blocking=True)
+
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = loss_fn(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        if step >= warmup:
+            seen += images.shape[0]
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    print(f"device={device.type} steps={args.steps} loss={loss.item():.3f}")
+    print(f"{seen / elapsed:.1f} samples/s over {args.steps - warmup} timed steps")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The knob contract, checked for every registered knob, and each knob's apply step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.knobs import KNOBS, apply_knobs
+from autotune.pipeline.setup import TrainingSetup
+from tests.conftest import cpu_context
+
+EXAMPLE_VALUES = {
+    "batch_size": 64,
+    "num_workers": 2,
+    "pin_memory": True,
+    "channels_last": True,
+    "amp": "bf16",
+    "compile": "default",
+}
+NEUTRAL = {
+    "batch_size": 32,
+    "num_workers": 0,
+    "pin_memory": False,
+    "channels_last": False,
+    "amp": "off",
+    "compile": "off",
+}
+
+
+def _setup() -> TrainingSetup:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten())
+    return TrainingSetup(model=model, device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("name", list(KNOBS))
+def test_knob_contract(name):
+    knob = KNOBS[name]
+    ctx = cpu_context()
+    assert knob.name == name and knob.description
+    candidates = knob.default_candidates(ctx)
+    assert candidates, "every knob proposes at least one value"
+    assert [knob.parse(v) for v in candidates] == candidates, "candidates are canonical"
+    assert knob.unavailable_reason(NEUTRAL[name], ctx) is None, "the neutral value always runs"
+    assert knob.parse(EXAMPLE_VALUES[name]) == EXAMPLE_VALUES[name]
+    with pytest.raises(ValueError):
+        knob.parse("nonsense-value")
+
+
+def test_every_knob_has_an_example_and_neutral_value():
+    assert set(EXAMPLE_VALUES) == set(KNOBS) == set(NEUTRAL)
+
+
+def test_neutral_values_change_nothing():
+    setup = _setup()
+    model = setup.model
+    apply_knobs(NEUTRAL, setup)
+    assert setup.model is model
+    assert setup.autocast_dtype is None and setup.grad_scaler is None
+    assert setup.input_memory_format is torch.contiguous_format
+    assert setup.loader_kwargs == {"batch_size": 32, "num_workers": 0, "pin_memory": False}
+
+
+def test_loader_knobs_set_dataloader_arguments():
+    setup = _setup()
+    for name in ("batch_size", "num_workers", "pin_memory"):
+        KNOBS[name].apply(EXAMPLE_VALUES[name], setup)
+    assert setup.loader_kwargs == {"batch_size": 64, "num_workers": 2, "pin_memory": True}
+    assert setup.non_blocking_copy
+
+
+def test_channels_last_converts_conv_weights_and_inputs():
+    setup = _setup()
+    KNOBS["channels_last"].apply(True, setup)
+    weight = setup.model[0].weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    assert setup.input_memory_format is torch.channels_last
+
+
+def test_amp_sets_autocast_dtype_and_scaler_for_fp16():
+    setup = _setup()
+    KNOBS["amp"].apply("bf16", setup)
+    assert setup.autocast_dtype is torch.bfloat16 and setup.grad_scaler is None
+    setup = _setup()
+    KNOBS["amp"].apply("fp16", setup)
+    assert setup.autocast_dtype is torch.float16 and setup.grad_scaler is not None
+
+
+def test_compile_wraps_the_model():
+    setup = _setup()
+    original = setup.model
+    KNOBS["compile"].apply("default", setup)
+    assert setup.model is not original
+    assert getattr(setup.model, "_orig_mod", None) is original
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("batch_size", 0),
+        ("batch_size", True),
+        ("num_workers", -1),
+        ("pin_memory", "yes"),
+        ("amp", "fp8"),
+        ("compile", "fast"),
+    ],
+)
+def test_invalid_values_are_rejected(name, value):
+    with pytest.raises(ValueError, match="expected"):
+        KNOBS[name].parse(value)
+
+
+def test_yaml_off_read_as_false_means_off():
+    assert KNOBS["amp"].parse(False) == "off"
+    assert KNOBS["compile"].parse(False) == "off"
+
+
+def test_applicability_on_a_cpu_machine():
+    ctx = cpu_context(input_ndim=2)
+    assert "GPU" in KNOBS["pin_memory"].unavailable_reason(True, ctx)
+    assert "4-D" in KNOBS["channels_last"].unavailable_reason(True, ctx)
+    assert KNOBS["amp"].unavailable_reason("fp16", ctx)
+    assert KNOBS["amp"].unavailable_reason("bf16", ctx) is None
+    assert "larger than the dataset" in KNOBS["batch_size"].unavailable_reason(2000, ctx)

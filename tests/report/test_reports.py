@@ -1,0 +1,78 @@
+"""Every report renders from saved results and agrees with the others."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import yaml
+
+from autotune.knobs import KNOBS
+from autotune.report import write_reports
+from autotune.report.markdown import headline
+from autotune.results.model import StudyResults
+from autotune.results.summary import summarise
+from tests.results.test_summary import failed, results_with, trial
+
+MACHINE = {
+    "cpu_model": "Test CPU",
+    "cpu_count": 2,
+    "physical_cores": 1,
+    "memory_gb": 24.0,
+    "gpu": None,
+    "python": "3.11",
+    "platform": "Linux",
+    "torch": "2.13.0",
+    "cuda": None,
+    "cudnn": None,
+    "torch_threads": 2,
+}
+MEASURE = {"warmup_steps": 5, "min_steps": 30, "min_time_s": 4.0, "max_time_s": 30.0, "trial_timeout_s": 300}
+
+
+def sample_results() -> StudyResults:
+    base = results_with(trial("0", 120.0, num_workers=1), failed("1", num_workers=2), trial("2", 90.0, batch_size=32))
+    return StudyResults(**{**base.__dict__, "machine": MACHINE, "measure": MEASURE})
+
+
+def test_reports_are_written_and_consistent(tmp_path):
+    results = sample_results()
+    files = write_reports(results, summarise(results), tmp_path)
+    assert set(files) == {"recommended.yaml", "trials.csv", "report.md", "report.json"}
+
+    recommended = yaml.safe_load(files["recommended.yaml"].read_text())
+    assert recommended["knobs"] == {**recommended["baseline"], "num_workers": 1}
+    assert set(recommended["knobs"]) == set(KNOBS)
+    assert recommended["throughput"] == {"recommended": 120.0, "baseline": 100.0, "speedup": 1.2, "unit": "samples/s"}
+    assert recommended["peak_memory_mb"] == {"recommended": 100.0, "baseline": 100.0}
+
+    report = json.loads(files["report.json"].read_text())
+    assert report["speedup"] == recommended["throughput"]["speedup"]
+    assert report["recommended"]["knobs"] == recommended["knobs"]
+    assert report["recommended"]["changed"] == {"num_workers": {"before": 0, "after": 1}}
+    assert [t["trial"] for t in report["trials"]] == ["0", "baseline", "2", "1"]
+    assert report["trials"][-1]["failure_reason"] == "timeout after 5 s"
+    assert report["machine"]["cpu_model"] == "Test CPU"
+
+    rows = list(csv.DictReader(io.StringIO(files["trials.csv"].read_text())))
+    assert [r["trial"] for r in rows] == ["0", "baseline", "2", "1"]
+    assert [r["state"] for r in rows] == ["complete"] * 3 + ["failed"]
+    assert float(rows[0]["throughput_sps"]) == 120.0 and rows[3]["failure_kind"] == "timeout"
+
+    markdown = files["report.md"].read_text()
+    assert "1.20x the baseline's throughput" in markdown
+    assert "num_workers 0 → 1" in markdown
+    assert "## Failed configurations" in markdown and "timeout after 5 s" in markdown
+    assert "Test CPU" in markdown
+
+
+def test_the_headline_says_when_to_keep_the_baseline():
+    results = results_with(trial("0", 50.0, num_workers=1))
+    assert headline(summarise(results)).startswith("**Keep your current settings.**")
+
+
+def test_writing_leaves_no_temporary_files(tmp_path):
+    results = sample_results()
+    write_reports(results, summarise(results), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recommended.yaml", "report.json", "report.md", "trials.csv"]

@@ -1,0 +1,78 @@
+"""Search-space defaults derived from the machine and pipeline, and user overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.study.space import build_space, check_baseline
+from tests.conftest import cpu_context
+
+ALL_DEFAULT = {name: None for name in ("batch_size", "num_workers", "pin_memory", "channels_last", "amp", "compile")}
+
+
+def test_defaults_on_a_two_core_cpu_with_image_input():
+    space = build_space(ALL_DEFAULT, cpu_context())
+    assert space.candidates == {
+        "batch_size": [16, 32, 64, 128],
+        "num_workers": [0, 1, 2],
+        "pin_memory": [False],
+        "channels_last": [False, True],
+        "amp": ["off", "bf16"],
+        "compile": ["off", "default"],
+    }
+    assert space.size == 4 * 3 * 2 * 2 * 2
+
+
+def test_defaults_on_a_gpu_offer_pinned_memory_and_fp16():
+    space = build_space(ALL_DEFAULT, cpu_context(device="cuda", bf16_supported=False))
+    assert space.candidates["pin_memory"] == [False, True]
+    assert space.candidates["amp"] == ["off", "fp16"]
+    assert "reduce-overhead" in space.candidates["compile"]
+
+
+def test_channels_last_only_for_4d_input():
+    assert build_space(ALL_DEFAULT, cpu_context(input_ndim=2)).candidates["channels_last"] == [False]
+
+
+def test_batch_sizes_fit_the_dataset_and_keep_an_odd_baseline():
+    ctx = cpu_context(dataset_len=100, baseline={**cpu_context().baseline, "batch_size": 48})
+    assert build_space(ALL_DEFAULT, ctx).candidates["batch_size"] == [32, 48, 64]
+
+
+def test_num_workers_follow_the_core_count():
+    assert build_space(ALL_DEFAULT, cpu_context(cpu_count=4)).candidates["num_workers"] == [0, 1, 2, 3, 4]
+
+
+def test_overrides_replace_defaults_and_a_single_value_fixes_a_knob():
+    space = build_space({**ALL_DEFAULT, "batch_size": [8, 256], "compile": ["off"]}, cpu_context())
+    assert space.candidates["batch_size"] == [8, 256]
+    assert "compile" not in space.distributions()
+    assert space.complete({"batch_size": 8, "num_workers": 1, "channels_last": True, "amp": "off"})["compile"] == "off"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"pin_memory": [True]}, "search.pin_memory: True cannot run here"),
+        ({"amp": ["fp16"]}, "search.amp: 'fp16' cannot run here"),
+        ({"batch_size": [5000]}, "search.batch_size: 5000 cannot run here"),
+    ],
+)
+def test_overrides_that_cannot_run_here_are_config_errors(override, message):
+    with pytest.raises(ConfigError, match=message):
+        build_space({**ALL_DEFAULT, **override}, cpu_context())
+
+
+def test_a_baseline_batch_larger_than_the_dataset_is_rejected():
+    ctx = cpu_context(dataset_len=10)
+    with pytest.raises(ConfigError, match="pipeline.baseline.batch_size"):
+        check_baseline(ctx.baseline, ctx)
+
+
+def test_contains_and_distributions():
+    space = build_space(ALL_DEFAULT, cpu_context())
+    assert set(space.distributions()) == {"batch_size", "num_workers", "channels_last", "amp", "compile"}
+    knobs = space.complete({"batch_size": 64, "num_workers": 2, "channels_last": True, "amp": "off", "compile": "off"})
+    assert space.contains(knobs)
+    assert not space.contains({**knobs, "batch_size": 7})

@@ -1,0 +1,133 @@
+"""The Optuna study with a fake measurement: baseline first, no re-measuring, resume, interruptions."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.config.settings import StudySettings
+from autotune.errors import ConfigError, StudyMismatchError
+from autotune.measure.harness import Timing
+from autotune.measure.memory import MemoryPeak
+from autotune.study.space import SearchSpace
+from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
+from autotune.trial.result import Failure, FailureKind, TrialResult
+
+SPACE = SearchSpace(
+    {
+        "batch_size": [16, 32],
+        "num_workers": [0, 1, 2],
+        "pin_memory": [False],
+        "channels_last": [False],
+        "amp": ["off"],
+        "compile": ["off"],
+    }
+)
+BASELINE = SPACE.complete({"batch_size": 16, "num_workers": 0})
+
+
+def fake_result(knobs, throughput=None) -> TrialResult:
+    """A result whose throughput is a known function of the knobs; num_workers=2 fails."""
+    if knobs["num_workers"] == 2:
+        return TrialResult(knobs=knobs, failure=Failure(FailureKind.EXCEPTION, "RuntimeError: boom"))
+    value = throughput or 100.0 * knobs["batch_size"] / 16 * (1 + knobs["num_workers"])
+    timing = Timing(10, int(value), 1.0, value, 10.0, 0.1, 0.1, 0.1, 0.9, 0.1, 2, 0.2, 0.0)
+    return TrialResult(knobs=knobs, timing=timing, memory=MemoryPeak(100.0, "pss", 3))
+
+
+class FakeMeasure:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, knobs, name):
+        self.calls.append((name, dict(knobs)))
+        return fake_result(knobs)
+
+
+def settings(tmp_path, n_trials=3, name="s") -> StudySettings:
+    return StudySettings(name=name, storage=f"sqlite:///{tmp_path}/study.db", n_trials=n_trials, timeout_s=None, seed=0)
+
+
+META = {"pipeline": {"name": "p"}, "space": SPACE.candidates}
+
+
+def test_baseline_is_measured_once_and_stored(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    measure = FakeMeasure()
+    first, reused = ensure_baseline(study, BASELINE, measure)
+    again, reused_again = ensure_baseline(open_study(settings(tmp_path), META), BASELINE, measure)
+    assert (reused, reused_again) == (False, True)
+    assert again == first and len(measure.calls) == 1
+
+
+def test_tune_measures_each_configuration_once_and_records_failures(tmp_path):
+    study = open_study(settings(tmp_path, n_trials=10), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    events = []
+    reason = tune(study, SPACE, 10, None, measure, events.append)
+    measured = [tuple(sorted(knobs.items())) for _, knobs in measure.calls]
+    assert len(measured) == len(set(measured)) == SPACE.size, "every configuration exactly once"
+    assert "all 6 configurations" in reason
+    assert [e.index for e in events] == list(range(1, SPACE.size))  # the baseline is one of the six
+    failed = [e for e in events if not e.result.ok]
+    assert failed and all(e.result.knobs["num_workers"] == 2 for e in failed)
+
+
+def test_resume_continues_to_n_trials_without_remeasuring(tmp_path):
+    measure = FakeMeasure()
+    study = open_study(settings(tmp_path, n_trials=2), META)
+    ensure_baseline(study, BASELINE, measure)
+    tune(study, SPACE, 2, None, measure, lambda e: None)
+    assert counted_trials(study) == 2
+    resumed = open_study(settings(tmp_path, n_trials=4), META)
+    ensure_baseline(resumed, BASELINE, measure)
+    tune(resumed, SPACE, 4, None, measure, lambda e: None)
+    assert counted_trials(resumed) == 4
+    assert len(measure.calls) == 1 + 4
+
+
+def test_a_trial_interrupted_mid_run_is_marked_and_retried(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+
+    def interrupted(knobs, name):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(study, SPACE, 3, None, interrupted, lambda e: None)
+    assert counted_trials(study) == 0
+    lost = study.trials[-1].params
+    measure = FakeMeasure()
+    resumed = open_study(settings(tmp_path), META)
+    tune(resumed, SPACE, 3, None, measure, lambda e: None)
+    assert counted_trials(resumed) == 3
+    assert {k: measure.calls[0][1][k] for k in lost} == lost, "the interrupted configuration is measured first"
+
+
+def test_a_trial_left_running_by_a_killed_tuner_is_retried(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    stale = study.ask(SPACE.distributions())  # as if the tuner died here
+    measure = FakeMeasure()
+    resumed = open_study(settings(tmp_path), META)
+    tune(resumed, SPACE, 1, None, measure, lambda e: None)
+    assert {k: measure.calls[0][1][k] for k in stale.params} == stale.params
+    assert counted_trials(resumed) == 1
+
+
+def test_timeout_stops_the_study(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    reason = tune(study, SPACE, 3, 1e-9, FakeMeasure(), lambda e: None)
+    assert "timeout" in reason and counted_trials(study) == 0
+
+
+def test_a_study_with_other_settings_is_not_mixed_in(tmp_path):
+    open_study(settings(tmp_path), META)
+    with pytest.raises(StudyMismatchError, match="study.name"):
+        open_study(settings(tmp_path), {**META, "pipeline": {"name": "other"}})
+
+
+def test_a_bad_storage_url_is_a_config_error(tmp_path):
+    bad = StudySettings(name="s", storage="nosuchdb://x", n_trials=1, timeout_s=None, seed=0)
+    with pytest.raises(ConfigError, match="study.storage"):
+        open_study(bad, META)

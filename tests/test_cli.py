@@ -1,0 +1,173 @@
+"""The command line end to end, in subprocesses, as a user runs it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.knobs import KNOBS
+from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, run_cli
+
+TINY = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "search.compile=[off]"]
+
+
+def read_outputs(out_dir):
+    recommended = yaml.safe_load((out_dir / "recommended.yaml").read_text())
+    report = json.loads((out_dir / "report.json").read_text())
+    rows = list(csv.DictReader((out_dir / "trials.csv").open()))
+    return recommended, report, rows
+
+
+def test_a_tuning_run_writes_consistent_reports(tmp_path):
+    proc = run_cli([*TINY, "study.n_trials=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    recommended, report, rows = read_outputs(out)
+    assert (tmp_path / "autotune.db").exists(), "the study lives in the directory the command ran from"
+    assert (out / "report.md").read_text().startswith("# autotune report: tiny")
+
+    assert recommended["pipeline"] == "tiny" and recommended["device"] == "cpu"
+    assert set(recommended["knobs"]) == set(recommended["baseline"]) == set(KNOBS)
+    assert recommended["throughput"]["unit"] == "samples/s"
+    assert recommended["throughput"]["speedup"] >= 1.0
+    assert recommended["throughput"]["recommended"] == pytest.approx(report["recommended"]["throughput_sps"], abs=0.01)
+
+    assert len(rows) == 4 and {r["trial"] for r in rows} >= {"baseline"}
+    best = rows[0]
+    assert {k: best[k] for k in KNOBS} == {k: str(v) for k, v in recommended["knobs"].items()}
+    assert float(best["throughput_sps"]) == pytest.approx(recommended["throughput"]["recommended"], abs=0.01)
+    assert all(r["state"] == "complete" and float(r["peak_memory_mb"]) > 0 for r in rows)
+
+    for line in ("[baseline]", "[trial 1/3", "[trial 3/3", "recommended.yaml", "Stopped: study.n_trials=3"):
+        assert line in proc.stdout
+
+
+def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
+    args = [
+        "-cd",
+        str(TEST_CONF),
+        "pipeline=crashy",
+        *FAST_MEASURE,
+        "study.n_trials=5",
+        f"hydra.run.dir={tmp_path}/out",
+    ]
+    space = ["search.batch_size=[16]", "search.num_workers=[0,1]", "search.amp=[off]", "search.compile=[off]"]
+    proc = run_cli([*args, *space], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "all 4 configurations of the search space are measured" in proc.stdout
+    recommended, report, rows = read_outputs(tmp_path / "out")
+    failed = {(r["num_workers"], r["channels_last"]): r for r in rows if r["state"] == "failed"}
+    assert set(failed) == {("1", "False"), ("1", "True"), ("0", "True")}
+    assert failed[("0", "True")]["failure_kind"] == "signal" and "SIGABRT" in failed[("0", "True")]["failure_reason"]
+    assert failed[("1", "False")]["failure_kind"] == "exception"
+    assert "refuses to load in a worker" in failed[("1", "False")]["failure_reason"]
+    assert recommended["knobs"] == recommended["baseline"]
+    assert report["recommended"]["is_baseline"]
+
+
+def test_zero_trials_measures_the_baseline_alone(tmp_path):
+    proc = run_cli([*TINY, "study.n_trials=0", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    recommended, _, rows = read_outputs(tmp_path / "out")
+    assert [r["trial"] for r in rows] == ["baseline"]
+    assert recommended["throughput"]["speedup"] == 1.0
+
+
+def test_a_killed_study_resumes_where_it_stopped(tmp_path):
+    args = [*TINY, "study.n_trials=4"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args, f"hydra.run.dir={tmp_path}/first"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    for line in tuner.stdout:
+        if line.startswith("[trial 2/4"):
+            break
+    time.sleep(1.0)  # into trial 3
+    tuner.send_signal(signal.SIGKILL)
+    tuner.wait()
+
+    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/second"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "[baseline, stored]" in proc.stdout, "the baseline is not measured again"
+    assert "[trial 3/4" in proc.stdout and "[trial 1/4" not in proc.stdout
+    _, _, rows = read_outputs(tmp_path / "second")
+    assert len(rows) == 5, "baseline + 4 trials, each once"
+    assert len({tuple(r[k] for k in KNOBS) for r in rows}) == 5
+
+
+def test_running_a_finished_study_again_re_renders_without_measuring(tmp_path):
+    args = [*TINY, "study.n_trials=1"]
+    assert run_cli([*args, f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path).returncode == 0
+    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path)
+    assert proc.returncode == 0 and "[trial" not in proc.stdout
+    assert (tmp_path / "a" / "trials.csv").read_text() == (tmp_path / "b" / "trials.csv").read_text()
+
+
+def test_a_failing_baseline_stops_with_exit_1(tmp_path):
+    args = ["-cd", str(TEST_CONF), "pipeline=crashy", *FAST_MEASURE, "+pipeline.baseline.num_workers=1"]
+    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "the baseline (pipeline.baseline) failed" in proc.stderr
+    assert "refuses to load in a worker" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+BAD_INPUTS = [
+    (["pipeline=nosuch"], "pipeline: no config named 'nosuch'; available: mymodel"),
+    ([], "pipeline: no pipeline chosen"),
+    (["pipeline=mymodel", "study.n_trails=3"], "study.n_trails: unknown key"),
+    (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown key"),
+    (["pipeline=mymodel", "+search.flash=[true]"], "search.flash: unknown knob; expected one of: batch_size"),
+    (["pipeline=mymodel", "search.amp=[fp8]"], "search.amp: expected one of off, bf16, fp16, got 'fp8'"),
+    (["pipeline=mymodel", "search.batch_size=[0]"], "search.batch_size: expected an integer >= 1, got 0"),
+    (["pipeline=mymodel", "search.batch_size=[]"], "search.batch_size: the candidate list is empty"),
+    (["pipeline=mymodel", "search.pin_memory=[true]"], "search.pin_memory: True cannot run here"),
+    (
+        ["pipeline=mymodel", "pipeline.model._target_=nowhere.Net"],
+        "pipeline.model._target_: cannot import 'nowhere.Net'",
+    ),
+    (["pipeline=mymodel", "pipeline.dataset.length=0"], "pipeline.dataset: SyntheticImages is empty (length 0)"),
+    (
+        ["pipeline=mymodel", "pipeline.baseline.batch_size=100000"],
+        "pipeline.baseline.batch_size: 100000 is larger than the dataset",
+    ),
+    (["pipeline=mymodel", "study.storage=nosuchdb://x"], "study.storage: cannot open Optuna storage"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), BAD_INPUTS, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_INPUTS)]
+)
+def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, message):
+    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/out"], cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr
+    assert not (tmp_path / "out" / "trials").exists(), "no trial ran"
+
+
+def test_the_debug_switch_shows_the_traceback(tmp_path):
+    proc = run_cli(
+        ["pipeline=mymodel", "search.amp=[fp8]", f"hydra.run.dir={tmp_path}/out"], cwd=REPO, env={"AUTOTUNE_DEBUG": "1"}
+    )
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_the_console_script_is_installed():
+    script = Path(sys.executable).parent / "autotune"
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "pipeline" in proc.stdout

@@ -1,0 +1,79 @@
+"""Trials in real subprocesses: a measurement, an exception, a crash and a hang, each reported."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from autotune.config.load import load_settings
+from autotune.trial.result import FailureKind, TrialRequest, TrialResult
+from autotune.trial.runner import run_trial
+from tests.conftest import tiny_config
+
+KNOBS = {
+    "batch_size": 16,
+    "num_workers": 0,
+    "pin_memory": False,
+    "channels_last": False,
+    "amp": "off",
+    "compile": "off",
+}
+
+
+def request(model="TinyCNN", dataset="TinyImages", **knobs) -> TrialRequest:
+    config = tiny_config()
+    config["pipeline"]["model"] = {"_target_": f"tests.pipelines.tiny.{model}"}
+    config["pipeline"]["dataset"] = {"_target_": f"tests.pipelines.tiny.{dataset}", "length": 256}
+    settings = load_settings(config, "tiny")
+    return TrialRequest(settings.pipeline, {**KNOBS, **knobs}, "cpu", settings.measure.plan, 0.1)
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(text in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_a_good_trial_reports_a_measurement(tmp_path):
+    result = run_trial(request(num_workers=1), 120, tmp_path, "good")
+    assert result.ok, result.failure
+    timing = result.timing
+    assert timing.steps >= 3 and timing.samples == 16 * timing.steps
+    assert timing.throughput == pytest.approx(timing.samples / timing.window_s)
+    assert 0 <= timing.data_stall_fraction <= 1
+    assert result.memory.peak_mb > 50 and result.memory.metric in ("pss", "rss")
+    assert result.cuda_peak_mb is None
+    assert result.wall_s > timing.window_s
+    assert TrialResult.from_dict(result.to_dict()) == result
+
+
+def test_an_exception_in_the_dataset_is_a_failure_with_its_message(tmp_path):
+    result = run_trial(request(dataset="WorkerHatingImages", num_workers=1), 120, tmp_path, "raises")
+    assert result.failure.kind is FailureKind.EXCEPTION
+    assert "this dataset refuses to load in a worker" in result.failure.message
+    assert "Traceback" in (tmp_path / "raises.log").read_text(), "the full traceback is kept in the trial log"
+
+
+def test_a_process_crash_is_reported_with_its_signal(tmp_path):
+    result = run_trial(request(model="AbortOnChannelsLast", channels_last=True), 120, tmp_path, "aborts")
+    assert result.failure.kind is FailureKind.SIGNAL
+    assert "SIGABRT" in result.failure.message
+
+
+def test_a_hang_is_killed_at_the_timeout_with_its_workers(tmp_path):
+    result = run_trial(request(dataset="HangingImages", num_workers=2), 8, tmp_path, "hangs")
+    assert result.failure.kind is FailureKind.TIMEOUT
+    assert result.failure.message == "timeout after 8 s"
+    assert 8 <= result.wall_s < 15
+    assert processes_mentioning(str(tmp_path / "hangs.request.json")) == [], "no orphaned worker survives"
+
+
+def test_an_unimportable_target_fails_the_trial_not_the_runner(tmp_path):
+    req = request()
+    broken = {**req.pipeline.components, "model": {"_target_": "tests.pipelines.tiny.NoSuchModel"}}
+    req = TrialRequest(type(req.pipeline)(req.pipeline.name, broken), req.knobs, "cpu", req.plan, 0.1)
+    result = run_trial(req, 120, tmp_path, "broken")
+    assert result.failure.kind is FailureKind.EXCEPTION
+    assert "pipeline.model" in result.failure.message
