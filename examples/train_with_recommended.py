@@ -56,7 +56,6 @@ def main() -> None:
         drop_last=True,
         num_workers=knobs.get("num_workers", 0),
         pin_memory=knobs.get("pin_memory", False) and device.type == "cuda",
-        persistent_workers=knobs.get("num_workers", 0) > 0,
     )
 
     model = SmallCNN(num_classes=10).to(device, memory_format=memory_format)

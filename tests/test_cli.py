@@ -157,6 +157,7 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr
+    assert proc.stdout == "", "nothing else is printed"
     assert not (tmp_path / "out" / "trials").exists(), "no trial ran"
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 from hydra.utils import get_object
@@ -66,7 +68,8 @@ def _check_target(node: Any, path: str) -> None:
     if not isinstance(target, str) or not target:
         raise ConfigError(f"{path}._target_", f"expected a dotted import path, got {target!r}")
     try:
-        get_object(target)
+        with _quiet_hydra_logger():
+            get_object(target)
     except Exception as exc:
         module = target.rsplit(".", 1)[0]
         raise ConfigError(
@@ -74,6 +77,17 @@ def _check_target(node: Any, path: str) -> None:
             f"cannot import '{target}' ({type(exc.__cause__ or exc).__name__}); is module '{module}' "
             "in the current directory or on PYTHONPATH?",
         ) from exc
+
+
+@contextmanager
+def _quiet_hydra_logger():
+    """hydra.utils logs a multi-line error before raising; the raised error is reported instead."""
+    logger = logging.getLogger("hydra.utils")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def _baseline(node: Any, path: str) -> dict[str, Any]:

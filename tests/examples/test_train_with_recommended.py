@@ -1,0 +1,32 @@
+"""The example training script applies a recommended.yaml as autotune writes it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"batch_size": 8, "num_workers": 0, "pin_memory": False, "channels_last": False, "amp": "off", "compile": "off"},
+        {"batch_size": 16, "num_workers": 1, "pin_memory": False, "channels_last": True, "amp": "bf16", "compile": "off"},
+    ],
+)
+def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):
+    path = tmp_path / "recommended.yaml"
+    path.write_text(yaml.safe_dump({"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": knobs}))
+    proc = subprocess.run(
+        [sys.executable, "examples/train_with_recommended.py", "--recommended", str(path), "--steps", "4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "samples/s" in proc.stdout and f"'batch_size': {knobs['batch_size']}" in proc.stdout
