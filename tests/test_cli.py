@@ -172,3 +172,25 @@ def test_the_console_script_is_installed():
     script = Path(sys.executable).parent / "autotune"
     proc = subprocess.run([str(script), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "pipeline" in proc.stdout
+
+
+def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
+    """-cd adds the user's config folder; their modules import from the current directory, in trials too."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "parts.py").write_text("from tests.pipelines.tiny import TinyCNN as Net, TinyImages as Data\n")
+    (tmp_path / "myconf" / "pipeline").mkdir(parents=True)
+    (tmp_path / "myconf" / "pipeline" / "mine.yaml").write_text(
+        (TEST_CONF / "pipeline" / "tiny.yaml")
+        .read_text()
+        .replace("tests.pipelines.tiny.TinyCNN", "mypkg.parts.Net")
+        .replace("tests.pipelines.tiny.TinyImages", "mypkg.parts.Data")
+    )
+    script = Path(sys.executable).parent / "autotune"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # for tests.pipelines only; mypkg comes from the cwd
+    args = ["-cd", "./myconf", "pipeline=mine", *FAST_MEASURE, "study.n_trials=1", "search.compile=[off]"]
+    proc = subprocess.run([str(script), *args, "hydra.run.dir=out"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    recommended = yaml.safe_load((tmp_path / "out" / "recommended.yaml").read_text())
+    assert recommended["pipeline"] == "mine"
+    assert "[trial 1/1" in proc.stdout and "FAILED" not in proc.stdout
