@@ -14,6 +14,15 @@ from autotune.knobs import SearchContext
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CONF = REPO / "tests" / "conf"
+# Knob values that change nothing, with batch size 32.
+NEUTRAL_KNOBS = {
+    "batch_size": 32,
+    "num_workers": 0,
+    "pin_memory": False,
+    "channels_last": False,
+    "amp": "off",
+    "compile": "off",
+}
 FAST_MEASURE = ["measure.warmup_steps=2", "measure.min_steps=3", "measure.min_time_s=0.2", "measure.max_time_s=5"]
 
 
@@ -58,14 +67,7 @@ def cpu_context(**changes) -> SearchContext:
         bf16_supported=True,
         dataset_len=1000,
         input_ndim=4,
-        baseline={
-            "batch_size": 32,
-            "num_workers": 0,
-            "pin_memory": False,
-            "channels_last": False,
-            "amp": "off",
-            "compile": "off",
-        },
+        baseline=dict(NEUTRAL_KNOBS),
     )
     fields.update(changes)
     return SearchContext(**fields)

@@ -178,7 +178,9 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     """-cd adds the user's config folder; their modules import from the current directory, in trials too."""
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
-    (tmp_path / "mypkg" / "parts.py").write_text("from tests.pipelines.tiny import TinyCNN as Net, TinyImages as Data\n")
+    (tmp_path / "mypkg" / "parts.py").write_text(
+        "from tests.pipelines.tiny import TinyCNN as Net, TinyImages as Data\n"
+    )
     (tmp_path / "myconf" / "pipeline").mkdir(parents=True)
     (tmp_path / "myconf" / "pipeline" / "mine.yaml").write_text(
         (TEST_CONF / "pipeline" / "tiny.yaml")
@@ -189,7 +191,9 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     script = Path(sys.executable).parent / "autotune"
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # for tests.pipelines only; mypkg comes from the cwd
     args = ["-cd", "./myconf", "pipeline=mine", *FAST_MEASURE, "study.n_trials=1", "search.compile=[off]"]
-    proc = subprocess.run([str(script), *args, "hydra.run.dir=out"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(script), *args, "hydra.run.dir=out"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     recommended = yaml.safe_load((tmp_path / "out" / "recommended.yaml").read_text())
     assert recommended["pipeline"] == "mine"

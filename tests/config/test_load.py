@@ -9,21 +9,14 @@ from hypothesis import strategies as st
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
-from tests.conftest import tiny_config
+from tests.conftest import NEUTRAL_KNOBS, tiny_config
 
 
 def test_a_valid_config_becomes_settings():
     settings = load_settings(tiny_config(), "tiny")
     assert settings.pipeline.name == "tiny"
     assert settings.study.name == "tiny", "the study is named after the pipeline by default"
-    assert settings.baseline == {
-        "batch_size": 16,
-        "num_workers": 0,
-        "pin_memory": False,
-        "channels_last": False,
-        "amp": "off",
-        "compile": "off",
-    }
+    assert settings.baseline == {**NEUTRAL_KNOBS, "batch_size": 16}
     assert settings.search == {name: None for name in KNOBS}
     assert settings.measure.plan.min_steps == 3
 

@@ -14,8 +14,22 @@ from tests.conftest import REPO
 @pytest.mark.parametrize(
     "knobs",
     [
-        {"batch_size": 8, "num_workers": 0, "pin_memory": False, "channels_last": False, "amp": "off", "compile": "off"},
-        {"batch_size": 16, "num_workers": 1, "pin_memory": False, "channels_last": True, "amp": "bf16", "compile": "off"},
+        {
+            "batch_size": 8,
+            "num_workers": 0,
+            "pin_memory": False,
+            "channels_last": False,
+            "amp": "off",
+            "compile": "off",
+        },
+        {
+            "batch_size": 16,
+            "num_workers": 1,
+            "pin_memory": False,
+            "channels_last": True,
+            "amp": "bf16",
+            "compile": "off",
+        },
     ],
 )
 def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):

@@ -7,7 +7,7 @@ import torch
 
 from autotune.knobs import KNOBS, apply_knobs
 from autotune.pipeline.setup import TrainingSetup
-from tests.conftest import cpu_context
+from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
 EXAMPLE_VALUES = {
     "batch_size": 64,
@@ -17,14 +17,7 @@ EXAMPLE_VALUES = {
     "amp": "bf16",
     "compile": "default",
 }
-NEUTRAL = {
-    "batch_size": 32,
-    "num_workers": 0,
-    "pin_memory": False,
-    "channels_last": False,
-    "amp": "off",
-    "compile": "off",
-}
+NEUTRAL = NEUTRAL_KNOBS
 
 
 def _setup() -> TrainingSetup:

@@ -8,16 +8,9 @@ import pytest
 from autotune.config.load import load_settings
 from autotune.trial.result import FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import run_trial
-from tests.conftest import tiny_config
+from tests.conftest import NEUTRAL_KNOBS, tiny_config
 
-KNOBS = {
-    "batch_size": 16,
-    "num_workers": 0,
-    "pin_memory": False,
-    "channels_last": False,
-    "amp": "off",
-    "compile": "off",
-}
+KNOBS = {**NEUTRAL_KNOBS, "batch_size": 16}
 
 
 def request(model="TinyCNN", dataset="TinyImages", **knobs) -> TrialRequest:
