@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
@@ -82,12 +83,11 @@ def resolve_device(requested: str) -> str:
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
-    plan = settings.measure.plan
     return {
         "pipeline": settings.pipeline.to_dict(),
         "baseline": settings.baseline,
         "device": device,
         "space": space.candidates,
-        "measure": {**plan.__dict__, "trial_timeout_s": settings.measure.trial_timeout_s},
+        "measure": {**asdict(settings.measure.plan), "trial_timeout_s": settings.measure.trial_timeout_s},
         "machine": describe_machine(),
     }

@@ -11,6 +11,8 @@ import pytest
 
 from autotune.config.load import load_settings
 from autotune.knobs import SearchContext
+from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
+from autotune.measure.recorder import Timing
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CONF = REPO / "tests" / "conf"
@@ -23,7 +25,13 @@ NEUTRAL_KNOBS = {
     "amp": "off",
     "compile": "off",
 }
-FAST_MEASURE = ["measure.warmup_steps=2", "measure.min_steps=3", "measure.min_time_s=0.2", "measure.max_time_s=5"]
+FAST_MEASURE = [
+    "measure.warmup_min_steps=2",
+    "measure.warmup_max_steps=4",
+    "measure.min_steps=3",
+    "measure.min_time_s=0.2",
+    "measure.max_time_s=5",
+]
 
 
 def tiny_config(**overrides) -> dict:
@@ -42,7 +50,9 @@ def tiny_config(**overrides) -> dict:
         "study": {"name": None, "storage": "sqlite:///autotune.db", "n_trials": 3, "timeout_s": None, "seed": 0},
         "measure": {
             "device": "cpu",
-            "warmup_steps": 2,
+            "warmup_min_steps": 2,
+            "warmup_max_steps": 4,
+            "warmup_tolerance": 0.15,
             "min_steps": 3,
             "min_time_s": 0.2,
             "max_time_s": 5.0,
@@ -71,6 +81,25 @@ def cpu_context(**changes) -> SearchContext:
     )
     fields.update(changes)
     return SearchContext(**fields)
+
+
+def fake_measurement(throughput: float, peak_mb: float = 100.0) -> Measurement:
+    """A Measurement with the given throughput (1 s window) and plausible other figures."""
+    timing = Timing(
+        steps=10, samples=int(throughput), window_s=1.0, throughput=throughput,
+        throughput_ci95_low=throughput * 0.98, throughput_ci95_high=throughput * 1.02, steps_per_s=10.0,
+        mean_step_s=0.1, median_step_s=0.1, step_iqr_s=0.01, data_wait_s=0.1, transfer_s=0.0, compute_s=0.9,
+        data_stall_fraction=0.1, warmup_steps=8, warmup_s=1.0, warmup_settled=True, compile_s=0.0,
+    )  # fmt: skip
+    return Measurement(
+        name="trial",
+        device="cpu",
+        timing=timing,
+        memory=MemoryReport("pss", peak_mb, peak_mb - 1, peak_mb - 1, 5),
+        compute=ComputeReport(1e6, 1e6 * throughput),
+        system=SystemReport(90.0, [90.0, 90.0], 1.8),
+        environment={"cpu_model": "Test CPU"},
+    )
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -12,7 +12,8 @@ from hydra.utils import get_object
 from autotune.config.settings import MeasureSettings, Settings, StudySettings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
-from autotune.measure.harness import WindowPlan
+from autotune.measure.recorder import WindowPlan
+from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS, PipelineSpec
 
 Parser = Callable[[Any], Any]
@@ -20,6 +21,7 @@ Parser = Callable[[Any], Any]
 # Values a baseline knob takes when the pipeline does not say: PyTorch's own defaults.
 BASELINE_DEFAULTS = {"num_workers": 0, "pin_memory": False, "amp": "off", "channels_last": False, "compile": "off"}
 DEVICES = ("auto", "cpu", "cuda")
+_PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
 
 
 def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settings:
@@ -29,20 +31,30 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
     spec = _pipeline_spec(pipeline, pipeline_choice)
     study = _section(config["study"], "study", _STUDY_FIELDS)
     measure = _section(config["measure"], "measure", _MEASURE_FIELDS)
-    plan_fields = {key: measure.pop(key) for key in ("warmup_steps", "min_steps", "min_time_s", "max_time_s")}
-    if plan_fields["max_time_s"] < plan_fields["min_time_s"]:
-        raise ConfigError(
-            "measure.max_time_s",
-            f"must be >= measure.min_time_s, but got max_time_s={plan_fields['max_time_s']}"
-            f" < min_time_s={plan_fields['min_time_s']}",
-        )
+    plan = _window_plan(measure)
     return Settings(
         pipeline=spec,
         baseline=_baseline(pipeline.get("baseline"), "pipeline.baseline"),
         search=_search(config["search"], "search"),
         study=StudySettings(**{**study, "name": study["name"] or spec.name}),
-        measure=MeasureSettings(plan=WindowPlan(**plan_fields), **measure),
+        measure=MeasureSettings(plan=plan, **measure),
     )
+
+
+def _window_plan(measure: dict[str, Any]) -> WindowPlan:
+    """Take the warm-up and window keys out of ``measure`` and check they agree."""
+    fields = {key: measure.pop(key) for key in _PLAN_KEYS}
+    for low, high in (("min_time_s", "max_time_s"), ("warmup_min_steps", "warmup_max_steps")):
+        if fields[high] < fields[low]:
+            raise ConfigError(
+                f"measure.{high}", f"must be >= measure.{low}, but got {high}={fields[high]} < {low}={fields[low]}"
+            )
+    warmup = WarmupPolicy(
+        min_steps=fields.pop("warmup_min_steps"),
+        max_steps=fields.pop("warmup_max_steps"),
+        tolerance=fields.pop("warmup_tolerance"),
+    )
+    return WindowPlan(warmup=warmup, **fields)
 
 
 def _pipeline_spec(pipeline: dict[str, Any], choice: str | None) -> PipelineSpec:
@@ -188,7 +200,9 @@ _STUDY_FIELDS: dict[str, Parser] = {
 }
 _MEASURE_FIELDS: dict[str, Parser] = {
     "device": _string(choices=DEVICES),
-    "warmup_steps": _number(1, integer=True),
+    "warmup_min_steps": _number(1, integer=True),
+    "warmup_max_steps": _number(1, integer=True),
+    "warmup_tolerance": _number(0, strict=True),
     "min_steps": _number(1, integer=True),
     "min_time_s": _number(0),
     "max_time_s": _number(0, strict=True),

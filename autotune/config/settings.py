@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.measure.harness import WindowPlan
+from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.spec import PipelineSpec
 
 

@@ -1,30 +1,18 @@
-"""Peak memory of a process tree (a process and its children, e.g. DataLoader workers)."""
+"""Memory of a process tree (a process and its children, e.g. DataLoader workers)."""
 
 from __future__ import annotations
-
-import threading
-from dataclasses import dataclass
 
 import psutil
 
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class MemoryPeak:
-    """Peak of the summed memory of a process tree, in MiB, and the metric summed.
-
-    ``metric`` is "pss" (proportional set size: shared pages split between the processes
-    sharing them, so forked workers are not counted twice) where the OS reports it, else "rss".
-    """
-
-    peak_mb: float
-    metric: str
-    samples: int
-
-
 def tree_memory_bytes(root: psutil.Process, metric: str) -> int:
-    """Current memory of ``root`` and all its descendants; processes that exit meanwhile are skipped."""
+    """Current memory of ``root`` and all its descendants; processes that exit meanwhile are skipped.
+
+    ``metric`` "pss" splits shared pages between the processes sharing them, so forked workers
+    are not counted twice; "rss" counts them in every process.
+    """
     total = 0
     for proc in [root, *root.children(recursive=True)]:
         try:
@@ -43,42 +31,15 @@ def best_metric(proc: psutil.Process) -> str:
         return "rss"
 
 
-class TreeMemorySampler:
-    """Samples a process tree's memory on a background thread and keeps the peak.
+def tree_memory_reader(pid: int):
+    """A ``read()`` for PeriodicSampler: the tree's memory in bytes, None once the root is gone; and its metric."""
+    root = psutil.Process(pid)
+    metric = best_metric(root)
 
-    PSS costs a few milliseconds per process per reading, so the default interval is
-    coarse; a reading is also taken at start and stop.
-    """
-
-    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
-        self._root = psutil.Process(pid)
-        self._metric = best_metric(self._root)
-        self._interval_s = interval_s
-        self._peak = 0
-        self._samples = 0
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="autotune-memory", daemon=True)
-
-    def __enter__(self) -> TreeMemorySampler:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stopping.set()
-        self._thread.join()
-        self._sample()
-
-    def result(self) -> MemoryPeak:
-        return MemoryPeak(peak_mb=self._peak / MIB, metric=self._metric, samples=self._samples)
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self._interval_s):
-            self._sample()
-
-    def _sample(self) -> None:
+    def read() -> int | None:
         try:
-            self._peak = max(self._peak, tree_memory_bytes(self._root, self._metric))
-            self._samples += 1
+            return tree_memory_bytes(root, metric)
         except psutil.NoSuchProcess:
-            self._stopping.set()
+            return None
+
+    return read, metric

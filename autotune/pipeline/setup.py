@@ -58,12 +58,20 @@ class Trainer:
             if not yielded:
                 raise ValueError("the DataLoader produced no batch: batch_size is larger than the dataset")
 
-    def step(self, batch: Any) -> torch.Tensor:
-        """One forward, backward and optimizer step; returns the loss."""
+    def to_device(self, batch: Any) -> Any:
+        """The batch on the training device, image inputs in the knobs' memory layout."""
         setup = self.setup
-        batch = _move(batch, setup.device, setup.non_blocking_copy, setup.input_memory_format)
+        return _move(batch, setup.device, setup.non_blocking_copy, setup.input_memory_format)
+
+    def train_step(self, batch: Any, eager: bool = False) -> torch.Tensor:
+        """One forward, backward and optimizer step on a batch already on the device; returns the loss.
+
+        ``eager`` runs the uncompiled model (same parameters), e.g. for counting FLOPs.
+        """
+        setup = self.setup
+        model = self.pipeline.model if eager else self.model
         with torch.autocast(setup.device.type, dtype=setup.autocast_dtype, enabled=setup.autocast_dtype is not None):
-            loss = self._loss(batch)
+            loss = self._loss(model, batch)
         if setup.grad_scaler is not None:
             setup.grad_scaler.scale(loss).backward()
             setup.grad_scaler.step(self.optimizer)
@@ -74,22 +82,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return loss
 
-    def _loss(self, batch: Any) -> torch.Tensor:
+    def _loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self.pipeline.step_fn is not None:
-            return self.pipeline.step_fn(self.model, batch, self.pipeline.loss_fn)
+            return self.pipeline.step_fn(model, batch, self.pipeline.loss_fn)
         inputs, targets = batch
-        return self.pipeline.loss_fn(self.model(inputs), targets)
-
-
-def batch_len(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor."""
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0]
-    if isinstance(batch, dict):
-        return batch_len(next(iter(batch.values())))
-    if isinstance(batch, (tuple, list)):
-        return batch_len(batch[0])
-    raise TypeError(f"cannot count the samples of a batch of type {type(batch).__name__}")
+        return self.pipeline.loss_fn(model(inputs), targets)
 
 
 def _move(obj: Any, device: torch.device, non_blocking: bool, memory_format: torch.memory_format) -> Any:

@@ -88,9 +88,12 @@ def _failures(summary: Summary) -> str:
 
 def _method(results: StudyResults) -> str:
     plan = results.measure
+    warmup = plan["warmup"]
     return (
-        f"Each configuration ran in a fresh process on `{results.device}`: {plan['warmup_steps']} warm-up steps "
-        f"(compilation happens here and is reported as compile s), then a timed window of at least "
+        f"Each configuration ran in a fresh process on `{results.device}`. Warm-up (compilation happens here and "
+        f"is reported as compile s) lasted until the median of the last {warmup['span']} step times was within "
+        f"{warmup['tolerance']:.0%} of the {warmup['span']} before ({warmup['min_steps']} to {warmup['max_steps']} "
+        f"steps), then a timed window of at least "
         f"{plan['min_steps']} steps and {plan['min_time_s']:g} s (at most {plan['max_time_s']:g} s). "
         "Throughput is samples in the window divided by its wall time; data wait is the share of the window "
         "spent blocked on the next batch. Peak memory sums the trial's process tree (DataLoader workers "

@@ -10,29 +10,75 @@ from autotune.knobs import KNOBS
 from autotune.results.model import TrialRecord
 from autotune.results.summary import Summary
 
+MEASUREMENT_COLUMNS = [
+    "throughput_sps",
+    "throughput_ci95_low",
+    "throughput_ci95_high",
+    "speedup",
+    "mean_step_ms",
+    "median_step_ms",
+    "step_iqr_ms",
+    "data_stall_fraction",
+    "transfer_ms_per_step",
+    "compile_s",
+    "warmup_steps",
+    "window_steps",
+    "window_s",
+    "peak_memory_mb",
+    "memory_metric",
+    "window_memory_growth_mb",
+    "cuda_peak_allocated_mb",
+    "cpu_percent",
+    "process_tree_cores",
+    "gpu_utilization_percent",
+    "gflops_per_sample",
+    "achieved_gflops_per_s",
+]
+
 
 def record_row(record: TrialRecord, rank: int | None, baseline_throughput: float) -> dict[str, Any]:
     """Knob values, state, and the measurement (or failure) of one record, as flat plain values."""
-    result, timing = record.result, record.result.timing
+    result = record.result
     row: dict[str, Any] = {"trial": record.label, "rank": rank, "state": "complete" if result.ok else "failed"}
     row.update({name: result.knobs[name] for name in KNOBS})
+    row.update(dict.fromkeys(MEASUREMENT_COLUMNS))
+    if result.measurement:
+        row.update(_measurement_columns(result.measurement, baseline_throughput))
     row.update(
-        throughput_sps=timing.throughput if timing else None,
-        speedup=timing.throughput / baseline_throughput if timing else None,
-        mean_step_ms=timing.mean_step_s * 1e3 if timing else None,
-        median_step_ms=timing.median_step_s * 1e3 if timing else None,
-        data_stall_fraction=timing.data_stall_fraction if timing else None,
-        compile_s=timing.compile_s if timing else None,
-        window_steps=timing.steps if timing else None,
-        window_s=timing.window_s if timing else None,
-        peak_memory_mb=result.memory.peak_mb if result.memory else None,
-        memory_metric=result.memory.metric if result.memory else None,
-        cuda_peak_mb=result.cuda_peak_mb,
         wall_s=result.wall_s,
         failure_kind=result.failure.kind.value if result.failure else None,
         failure_reason=result.failure.message if result.failure else None,
     )
     return row
+
+
+def _measurement_columns(m, baseline_throughput: float) -> dict[str, Any]:
+    timing, memory, compute, system = m.timing, m.memory, m.compute, m.system
+    flops = compute.flops_per_sample
+    return {
+        "throughput_sps": timing.throughput,
+        "throughput_ci95_low": timing.throughput_ci95_low,
+        "throughput_ci95_high": timing.throughput_ci95_high,
+        "speedup": timing.throughput / baseline_throughput,
+        "mean_step_ms": timing.mean_step_s * 1e3,
+        "median_step_ms": timing.median_step_s * 1e3,
+        "step_iqr_ms": timing.step_iqr_s * 1e3,
+        "data_stall_fraction": timing.data_stall_fraction,
+        "transfer_ms_per_step": timing.transfer_s / timing.steps * 1e3,
+        "compile_s": timing.compile_s,
+        "warmup_steps": timing.warmup_steps,
+        "window_steps": timing.steps,
+        "window_s": timing.window_s,
+        "peak_memory_mb": memory.peak_mb,
+        "memory_metric": memory.metric,
+        "window_memory_growth_mb": memory.window_growth_mb,
+        "cuda_peak_allocated_mb": memory.cuda_peak_allocated_mb,
+        "cpu_percent": system.cpu_total_percent,
+        "process_tree_cores": system.process_tree_cores,
+        "gpu_utilization_percent": system.gpu_utilization_percent,
+        "gflops_per_sample": flops / 1e9 if flops is not None else None,
+        "achieved_gflops_per_s": compute.achieved_flops_per_s / 1e9 if flops is not None else None,
+    }
 
 
 def ranked_rows(summary: Summary) -> list[dict[str, Any]]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from typing import Any
 
-from autotune.measure.harness import Timing, WindowPlan
-from autotune.measure.memory import MemoryPeak
+from autotune.measure.measurement import Measurement
+from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
 from autotune.pipeline.spec import PipelineSpec
 
 
@@ -49,19 +49,18 @@ class TrialRequest:
             pipeline=PipelineSpec.from_dict(data["pipeline"]),
             knobs=data["knobs"],
             device=data["device"],
-            plan=WindowPlan(**data["plan"]),
+            plan=window_plan_from_dict(data["plan"]),
             memory_interval_s=data["memory_interval_s"],
         )
 
 
 @dataclass(frozen=True)
 class TrialResult:
-    """One trial's outcome: a measurement, or a failure with its reason. ``wall_s`` is the whole trial."""
+    """One trial's outcome: a measurement, or a failure with its reason. ``wall_s`` is the whole trial,
+    process start to exit."""
 
     knobs: dict[str, Any]
-    timing: Timing | None = None
-    memory: MemoryPeak | None = None
-    cuda_peak_mb: float | None = None
+    measurement: Measurement | None = None
     failure: Failure | None = None
     wall_s: float = 0.0
 
@@ -70,27 +69,30 @@ class TrialResult:
         return self.failure is None
 
     @property
+    def timing(self) -> Timing | None:
+        return self.measurement.timing if self.measurement else None
+
+    @property
     def peak_memory_mb(self) -> float | None:
-        return self.memory.peak_mb if self.memory else None
+        return self.measurement.memory.peak_mb if self.measurement else None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if self.failure:
-            data["failure"] = {"kind": self.failure.kind.value, "message": self.failure.message}
-        return data
+        return {
+            "knobs": self.knobs,
+            "measurement": self.measurement.to_dict() if self.measurement else None,
+            "failure": {"kind": self.failure.kind.value, "message": self.failure.message} if self.failure else None,
+            "wall_s": self.wall_s,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:
+        failure = data.get("failure")
         return cls(
             knobs=data["knobs"],
-            timing=Timing(**data["timing"]) if data.get("timing") else None,
-            memory=MemoryPeak(**data["memory"]) if data.get("memory") else None,
-            cuda_peak_mb=data.get("cuda_peak_mb"),
-            failure=Failure(FailureKind(data["failure"]["kind"]), data["failure"]["message"])
-            if data.get("failure")
-            else None,
+            measurement=Measurement.from_dict(data["measurement"]) if data.get("measurement") else None,
+            failure=Failure(FailureKind(failure["kind"]), failure["message"]) if failure else None,
             wall_s=data.get("wall_s", 0.0),
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:
-        return TrialResult(self.knobs, self.timing, self.memory, self.cuda_peak_mb, self.failure, wall_s)
+        return replace(self, wall_s=wall_s)

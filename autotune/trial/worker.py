@@ -13,42 +13,40 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from autotune.files import write_atomic
-from autotune.measure.harness import time_training
-from autotune.measure.memory import MIB, TreeMemorySampler
+from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
-from autotune.pipeline.setup import Trainer, batch_len
+from autotune.pipeline.setup import Trainer
 from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
 
 _MESSAGE_LIMIT = 500
 
 
 def measure(request: TrialRequest) -> TrialResult:
-    """Build, apply knobs, train and time; raises whatever the pipeline raises."""
+    """Build, apply knobs, train and measure; raises whatever the pipeline raises."""
     device = torch.device(request.device)
-    on_cuda = device.type == "cuda"
-    if on_cuda:
-        torch.cuda.reset_peak_memory_stats(device)
     trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device)
+    compiling = request.knobs["compile"] != "off"
     batches = trainer.batches()
     try:
-        with TreeMemorySampler(os.getpid(), request.memory_interval_s) as sampler:
-            timing = time_training(
-                batches,
-                trainer.step,
-                batch_len,
-                request.plan,
-                sync=(lambda: torch.cuda.synchronize(device)) if on_cuda else (lambda: None),
-                compiling=request.knobs["compile"] != "off",
-            )
+        with Profiler("trial", device, request.plan, request.memory_interval_s, compiling) as prof:
+            for index, batch in enumerate(prof.wrap(batches)):
+                batch = trainer.to_device(batch)
+                prof.transferred()
+                if index == 0:  # a warm-up step, never timed
+                    prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
+                trainer.train_step(batch)
+                prof.step(batch_len(batch))
+                if prof.done:
+                    break
     finally:
         batches.close()
-    cuda_peak_mb = torch.cuda.max_memory_allocated(device) / MIB if on_cuda else None
-    return TrialResult(knobs=request.knobs, timing=timing, memory=sampler.result(), cuda_peak_mb=cuda_peak_mb)
+    return TrialResult(knobs=request.knobs, measurement=prof.result)
 
 
 def run_request(request: TrialRequest) -> TrialResult:

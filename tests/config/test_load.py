@@ -41,7 +41,12 @@ BAD_CONFIGS = [
     (tiny_config(study={"timeout_s": 0}), "study.timeout_s: expected a number > 0 or null"),
     (tiny_config(measure={"device": "tpu"}), "measure.device: expected one of auto, cpu, cuda"),
     (tiny_config(measure={"min_time_s": 5, "max_time_s": 1}), "measure.max_time_s: must be >= measure.min_time_s"),
-    (tiny_config(measure={"warmup_steps": 0}), "measure.warmup_steps: expected an integer >= 1"),
+    (tiny_config(measure={"warmup_min_steps": 0}), "measure.warmup_min_steps: expected an integer >= 1"),
+    (
+        tiny_config(measure={"warmup_min_steps": 9, "warmup_max_steps": 3}),
+        "measure.warmup_max_steps: must be >= measure.warmup_min_steps",
+    ),
+    (tiny_config(measure={"warmup_tolerance": 0}), "measure.warmup_tolerance: expected a number > 0"),
     ({**tiny_config(), "pipeline": _pipeline(optimizer="DROP")}, "pipeline.optimizer: is missing"),
     (
         {**tiny_config(), "pipeline": _pipeline(optimzer={"_target_": "torch.optim.SGD"})},

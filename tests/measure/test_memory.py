@@ -1,7 +1,8 @@
-"""The process-tree memory sampler, on real processes that allocate known amounts."""
+"""Process-tree memory, on real processes that allocate known amounts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -9,7 +10,8 @@ import time
 import psutil
 import pytest
 
-from autotune.measure.memory import TreeMemorySampler, best_metric, tree_memory_bytes
+from autotune.measure.memory import MIB, best_metric, tree_memory_bytes, tree_memory_reader
+from autotune.measure.sampler import PeriodicSampler
 
 ALLOCATE = """
 import sys, time
@@ -19,28 +21,6 @@ for i in range(0, len(block), 4096):
 print("ready", flush=True)
 time.sleep(30)
 """
-
-
-def _child(mb: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", ALLOCATE.format(mb=mb)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
-
-
-def test_the_peak_includes_a_child_that_allocates_a_known_amount():
-    parent = psutil.Process()
-    metric = best_metric(parent)
-    before = tree_memory_bytes(parent, metric)
-    with TreeMemorySampler(parent.pid, interval_s=0.05) as sampler:
-        child = _child(200)
-        time.sleep(0.3)
-        child.kill()
-        child.wait()
-    peak_mb = sampler.result().peak_mb
-    assert sampler.result().metric == metric
-    assert sampler.result().samples >= 3
-    assert 200 <= peak_mb - before / 2**20 <= 200 + 60, "the child's 200 MiB, plus its interpreter"
-
 
 FORK_SHARING = """
 import os, time
@@ -56,15 +36,34 @@ time.sleep(30)
 """
 
 
+def _start(code: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_the_sampled_peak_includes_a_child_that_allocates_a_known_amount():
+    read, metric = tree_memory_reader(os.getpid())
+    before = read()
+    with PeriodicSampler(read, interval_s=0.05) as sampler:
+        child = _start(ALLOCATE.format(mb=200))
+        time.sleep(0.3)
+        child.kill()
+        child.wait()
+    peak = max(value for _, value in sampler.samples)
+    assert metric == best_metric(psutil.Process())
+    assert len(sampler.samples) >= 3
+    assert 200 <= (peak - before) / MIB <= 200 + 60, "the child's 200 MiB, plus its interpreter"
+
+
 def test_pages_shared_with_a_forked_worker_are_counted_once_with_pss():
-    root = subprocess.Popen([sys.executable, "-c", FORK_SHARING], stdout=subprocess.PIPE, text=True)
+    root = _start(FORK_SHARING)
     try:
-        assert root.stdout.readline().strip() == "ready"
         proc = psutil.Process(root.pid)
         if best_metric(proc) != "pss":
             pytest.skip("this OS reports no PSS")
-        rss_mb = tree_memory_bytes(proc, "rss") / 2**20
-        pss_mb = tree_memory_bytes(proc, "pss") / 2**20
+        rss_mb = tree_memory_bytes(proc, "rss") / MIB
+        pss_mb = tree_memory_bytes(proc, "pss") / MIB
         assert rss_mb >= 400, "RSS counts the shared 200 MiB in both processes"
         assert 200 <= pss_mb <= 260, "PSS splits it between them"
     finally:
@@ -72,3 +71,12 @@ def test_pages_shared_with_a_forked_worker_are_counted_once_with_pss():
             child.kill()
         root.kill()
         root.wait()
+
+
+def test_the_reader_returns_none_once_the_process_is_gone():
+    child = _start(ALLOCATE.format(mb=1))
+    read, _ = tree_memory_reader(child.pid)
+    assert read() > 0
+    child.kill()
+    child.wait()
+    assert read() is None

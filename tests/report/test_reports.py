@@ -28,7 +28,13 @@ MACHINE = {
     "cudnn": None,
     "torch_threads": 2,
 }
-MEASURE = {"warmup_steps": 5, "min_steps": 30, "min_time_s": 4.0, "max_time_s": 30.0, "trial_timeout_s": 300}
+MEASURE = {
+    "warmup": {"min_steps": 8, "max_steps": 60, "span": 4, "tolerance": 0.15},
+    "min_steps": 30,
+    "min_time_s": 4.0,
+    "max_time_s": 30.0,
+    "trial_timeout_s": 300,
+}
 
 
 def sample_results() -> StudyResults:

@@ -6,11 +6,10 @@ import pytest
 
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
-from autotune.measure.harness import Timing
-from autotune.measure.memory import MemoryPeak
 from autotune.study.space import SearchSpace
 from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
+from tests.conftest import fake_measurement
 
 SPACE = SearchSpace(
     {
@@ -30,8 +29,7 @@ def fake_result(knobs, throughput=None) -> TrialResult:
     if knobs["num_workers"] == 2:
         return TrialResult(knobs=knobs, failure=Failure(FailureKind.EXCEPTION, "RuntimeError: boom"))
     value = throughput or 100.0 * knobs["batch_size"] / 16 * (1 + knobs["num_workers"])
-    timing = Timing(10, int(value), 1.0, value, 10.0, 0.1, 0.1, 0.1, 0.9, 0.1, 2, 0.2, 0.0)
-    return TrialResult(knobs=knobs, timing=timing, memory=MemoryPeak(100.0, "pss", 3))
+    return TrialResult(knobs=knobs, measurement=fake_measurement(value))
 
 
 class FakeMeasure:

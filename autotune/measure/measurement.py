@@ -1,0 +1,91 @@
+"""A measurement of a training loop, in sections: timing, memory, compute, system and environment."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.files import write_atomic
+from autotune.measure.recorder import Timing
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Host memory of the process tree (``metric`` "pss" or "rss"), in MiB: the peak over the whole run
+    and the level at the start and end of the timed window (growth there hints at a leak); GPU memory
+    from CUDA's allocator statistics and from NVML where available."""
+
+    metric: str
+    peak_mb: float
+    window_start_mb: float
+    window_end_mb: float
+    samples: int
+    cuda_peak_allocated_mb: float | None = None
+    cuda_peak_reserved_mb: float | None = None
+    nvml_used_peak_mb: float | None = None
+
+    @property
+    def window_growth_mb(self) -> float:
+        return self.window_end_mb - self.window_start_mb
+
+
+@dataclass(frozen=True)
+class ComputeReport:
+    """FLOPs of one training step per sample, and the FLOP rate achieved in the window; None with a
+    ``note`` saying why where they were not counted."""
+
+    flops_per_sample: float | None = None
+    achieved_flops_per_s: float | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class SystemReport:
+    """CPU utilisation over the window (machine-wide per core, and cores used by the process tree);
+    GPU utilisation from NVML, or None with ``gpu_note`` saying why."""
+
+    cpu_total_percent: float
+    cpu_per_core_percent: list[float]
+    process_tree_cores: float
+    gpu_utilization_percent: float | None = None
+    gpu_note: str | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Everything measured about one run of a training loop, saveable as JSON."""
+
+    name: str
+    device: str
+    timing: Timing
+    memory: MemoryReport
+    compute: ComputeReport
+    system: SystemReport
+    environment: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["memory"]["window_growth_mb"] = self.memory.window_growth_mb
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        memory = {k: v for k, v in data["memory"].items() if k != "window_growth_mb"}
+        return cls(
+            name=data["name"],
+            device=data["device"],
+            timing=Timing(**data["timing"]),
+            memory=MemoryReport(**memory),
+            compute=ComputeReport(**data["compute"]),
+            system=SystemReport(**data["system"]),
+            environment=data["environment"],
+        )
+
+    def save(self, path: str | Path) -> Path:
+        return write_atomic(path, json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Measurement:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -1,0 +1,184 @@
+"""Measure a training loop you write yourself: ``with autotune.profile("train") as prof: ...``.
+
+The tuner's trials measure with the same Profiler, so the figures mean the same in both.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from autotune.errors import AutotuneError
+from autotune.measure.environment import describe_machine
+from autotune.measure.flops import count_flops
+from autotune.measure.gpu import Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
+from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
+from autotune.measure.memory import MIB, tree_memory_reader
+from autotune.measure.recorder import DONE, WARMUP, WINDOW, StepRecorder, WindowPlan
+from autotune.measure.sampler import PeriodicSampler
+from autotune.measure.system import CpuUsageMeter
+
+
+class Profiler:
+    """Times a training loop step by step and samples memory and utilisation around it.
+
+    Wrap the batch iterable with ``wrap()`` (the time blocked on it is data wait), call
+    ``transferred()`` after moving a batch to the device (optional) and ``step()`` after each
+    optimizer step. Warm-up ends when step times settle; the steps after it form the timed window.
+    On a GPU, ``step()`` synchronises so that device time is counted. After the ``with`` block,
+    ``result`` holds the Measurement.
+    """
+
+    def __init__(
+        self,
+        name: str = "train",
+        device: str | torch.device = "cpu",
+        plan: WindowPlan | None = None,
+        memory_interval_s: float = 0.5,
+        compiling: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.name = name
+        self.device = torch.device(device)
+        self.plan = plan or WindowPlan.unbounded()
+        self.compiling = compiling
+        self.recorder = StepRecorder(self.plan, clock)
+        self.result: Measurement | None = None
+        self._clock = clock
+        self._memory_interval_s = memory_interval_s
+        self._last_batch: Any = None
+        self._flops_per_sample: float | None = None
+        self._window_memory: list[int] = []
+
+    @property
+    def done(self) -> bool:
+        """Whether the timed window is complete (never, for an unbounded plan)."""
+        return self.recorder.done
+
+    def __enter__(self) -> Profiler:
+        reset_cuda_peaks(self.device)
+        read_memory, self._memory_metric = tree_memory_reader(os.getpid())
+        self._memory = PeriodicSampler(read_memory, self._memory_interval_s, self._clock)
+        self._nvml = Nvml(self.device.index or 0)
+        self._gpu = PeriodicSampler(self._nvml.read, self._memory_interval_s, self._clock)
+        self._cpu = CpuUsageMeter(os.getpid(), self._clock)
+        self._cpu_usage = None
+        self._memory.__enter__()
+        self._gpu.__enter__()
+        self.recorder.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.recorder.phase == WINDOW:
+            self._end_window()
+        self._gpu.__exit__(exc_type, exc, tb)
+        self._memory.__exit__(exc_type, exc, tb)
+        self._nvml.close()
+        if exc_type is None:
+            self.result = self._measurement()
+
+    def wrap(self, batches: Iterable[Any]) -> Iterator[Any]:
+        """Yield from ``batches``, marking when each batch arrives."""
+        for batch in batches:
+            self.recorder.batch_ready()
+            self._last_batch = batch
+            yield batch
+
+    def transferred(self) -> None:
+        """Mark the batch as copied to the device (and converted to its memory layout)."""
+        synchronize(self.device)
+        self.recorder.batch_transferred()
+
+    def step(self, samples: int | None = None) -> None:
+        """Mark the end of a training step of ``samples`` samples (default: the last batch's size)."""
+        synchronize(self.device)
+        before = self.recorder.phase
+        self.recorder.step_done(samples if samples is not None else batch_len(self._last_batch))
+        if before == WARMUP and self.recorder.phase != WARMUP:
+            self._window_memory.append(self._memory.sample_now() or 0)
+            self._cpu.start()
+        if before == WINDOW and self.recorder.phase == DONE:
+            self._end_window()
+
+    def count_flops(self, run_step: Callable[[], object], samples: int) -> None:
+        """Count the FLOPs of ``run_step()``, one training step over ``samples`` samples."""
+        self._flops_per_sample = count_flops(run_step) / samples
+
+    def _end_window(self) -> None:
+        self._window_memory.append(self._memory.sample_now() or 0)
+        self._cpu_usage = self._cpu.stop()
+
+    def _measurement(self) -> Measurement:
+        timing = self.recorder.timing(self.compiling)
+        return Measurement(
+            name=self.name,
+            device=str(self.device),
+            timing=timing,
+            memory=self._memory_report(),
+            compute=self._compute_report(timing.throughput),
+            system=self._system_report(),
+            environment=describe_machine(),
+        )
+
+    def _memory_report(self) -> MemoryReport:
+        allocated, reserved = cuda_peaks_mb(self.device)
+        gpu_used = [reading.memory_used_mb for _, reading in self._gpu.samples]
+        start, end = self._window_memory
+        return MemoryReport(
+            metric=self._memory_metric,
+            peak_mb=max(value for _, value in self._memory.samples) / MIB,
+            window_start_mb=start / MIB,
+            window_end_mb=end / MIB,
+            samples=len(self._memory.samples),
+            cuda_peak_allocated_mb=allocated,
+            cuda_peak_reserved_mb=reserved,
+            nvml_used_peak_mb=max(gpu_used) if gpu_used else None,
+        )
+
+    def _compute_report(self, throughput: float) -> ComputeReport:
+        if self._flops_per_sample is None:
+            return ComputeReport(note="FLOPs not counted (Profiler.count_flops was not called)")
+        return ComputeReport(self._flops_per_sample, self._flops_per_sample * throughput)
+
+    def _system_report(self) -> SystemReport:
+        start, end = self.recorder.window_start, self.recorder.window_end
+        window = [r.utilization_percent for t, r in self._gpu.samples if start <= t <= end]
+        usage = self._cpu_usage
+        return SystemReport(
+            cpu_total_percent=usage.total_percent,
+            cpu_per_core_percent=usage.per_core_percent,
+            process_tree_cores=usage.tree_cores,
+            gpu_utilization_percent=statistics.fmean(window) if window else None,
+            gpu_note=self._nvml.reason or (None if window else "no NVML sample fell inside the window"),
+        )
+
+
+def profile(name: str = "train", **options: Any) -> Profiler:
+    """Measure your own training loop::
+
+        with autotune.profile("train", device="cpu") as prof:
+            for inputs, targets in prof.wrap(loader):
+                loss = loss_fn(model(inputs), targets)
+                loss.backward(); optimizer.step(); optimizer.zero_grad()
+                prof.step()
+        prof.result.save("profile.json")
+
+    ``options`` are Profiler's: device, plan, memory_interval_s, compiling.
+    """
+    return Profiler(name, **options)
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0]
+    if isinstance(batch, dict):
+        return batch_len(next(iter(batch.values())))
+    if isinstance(batch, (tuple, list)):
+        return batch_len(batch[0])
+    raise AutotuneError(f"cannot count the samples of a batch of type {type(batch).__name__}; pass step(samples=N)")

@@ -1,0 +1,168 @@
+"""Step-by-step timing: warm-up until step times settle, then a timed window, summarised robustly."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from autotune.errors import AutotuneError
+from autotune.measure.stats import block_throughput_ci, quartiles
+from autotune.measure.warmup import WarmupPolicy, excess_time
+
+WARMUP, WINDOW, DONE = "warmup", "window", "done"
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """When the timed window ends: once it has ``min_steps`` steps and ``min_time_s`` seconds, or at
+    ``max_time_s`` whatever the step count. ``warmup`` decides when it starts."""
+
+    min_steps: int = 30
+    min_time_s: float = 4.0
+    max_time_s: float = 30.0
+    warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
+
+    @classmethod
+    def unbounded(cls, warmup: WarmupPolicy | None = None) -> WindowPlan:
+        """A window that lasts as long as the caller keeps stepping."""
+        return cls(min_steps=sys.maxsize, min_time_s=math.inf, max_time_s=math.inf, warmup=warmup or WarmupPolicy())
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the timed window saw. Times in seconds, throughput in samples per second.
+
+    ``throughput_ci95_*`` bound throughput within this run (batch means); run-to-run variation
+    is larger and only repeated runs show it. ``transfer_s`` is host-to-device copy and input
+    layout conversion; ``data_stall_fraction`` is the share of the window spent waiting for data.
+    """
+
+    steps: int
+    samples: int
+    window_s: float
+    throughput: float
+    throughput_ci95_low: float
+    throughput_ci95_high: float
+    steps_per_s: float
+    mean_step_s: float
+    median_step_s: float
+    step_iqr_s: float
+    data_wait_s: float
+    transfer_s: float
+    compute_s: float
+    data_stall_fraction: float
+    warmup_steps: int
+    warmup_s: float
+    warmup_settled: bool
+    compile_s: float
+
+
+class StepRecorder:
+    """Receives the marks of a training loop and times each step.
+
+    Per step: ``batch_ready()`` when the batch arrives, optionally ``batch_transferred()`` when
+    it is on the device, and ``step_done(samples)`` when the step is complete. The data wait of
+    a step runs from the end of the previous step (or ``start()``) to ``batch_ready()``.
+    """
+
+    def __init__(self, plan: WindowPlan, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.plan = plan
+        self.clock = clock
+        self.phase = WARMUP
+        self.warmup_times: list[float] = []
+        self.warmup_settled = False
+        self.window_start: float | None = None
+        self.window_end: float | None = None
+        self._waits: list[float] = []
+        self._transfers: list[float] = []
+        self._computes: list[float] = []
+        self._samples: list[int] = []
+        self._step_start: float | None = None
+        self._ready: float | None = None
+        self._transferred: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.phase == DONE
+
+    def start(self) -> None:
+        self._step_start = self.clock()
+
+    def batch_ready(self) -> None:
+        self._ready = self.clock()
+
+    def batch_transferred(self) -> None:
+        self._transferred = self.clock()
+
+    def step_done(self, samples: int) -> None:
+        now = self.clock()
+        if self._step_start is None:
+            raise RuntimeError("StepRecorder.start() must be called before the first step")
+        if self.phase == WARMUP:
+            self._end_warmup_step(now)
+        elif self.phase == WINDOW:
+            self._end_window_step(now, samples)
+        self._step_start, self._ready, self._transferred = now, None, None
+
+    def _end_warmup_step(self, now: float) -> None:
+        self.warmup_times.append(now - self._step_start)
+        policy = self.plan.warmup
+        if policy.is_stable(self.warmup_times) or policy.gives_up(self.warmup_times):
+            self.warmup_settled = policy.is_stable(self.warmup_times)
+            self.phase, self.window_start = WINDOW, now
+
+    def _end_window_step(self, now: float, samples: int) -> None:
+        ready = self._ready if self._ready is not None else self._step_start
+        transferred = self._transferred if self._transferred is not None else ready
+        self._waits.append(ready - self._step_start)
+        self._transfers.append(transferred - ready)
+        self._computes.append(now - transferred)
+        self._samples.append(samples)
+        self.window_end = now
+        elapsed = now - self.window_start
+        plan = self.plan
+        if elapsed >= plan.max_time_s or (len(self._samples) >= plan.min_steps and elapsed >= plan.min_time_s):
+            self.phase = DONE
+
+    def timing(self, compiling: bool = False) -> Timing:
+        """Summarise the window; with ``compiling``, warm-up time beyond a typical step is compile time."""
+        if not self._samples:
+            raise AutotuneError(
+                f"no timed step: the loop ended during warm-up after {len(self.warmup_times)} steps "
+                f"(warm-up needs at least {self.plan.warmup.min_steps} steps and step times that settle)"
+            )
+        durations = [w + t + c for w, t, c in zip(self._waits, self._transfers, self._computes, strict=True)]
+        window_s = self.window_end - self.window_start
+        samples = sum(self._samples)
+        q1, median, q3 = quartiles(durations)
+        low, high = block_throughput_ci(durations, self._samples)
+        data_wait_s = sum(self._waits)
+        return Timing(
+            steps=len(durations),
+            samples=samples,
+            window_s=window_s,
+            throughput=samples / window_s,
+            throughput_ci95_low=low,
+            throughput_ci95_high=high,
+            steps_per_s=len(durations) / window_s,
+            mean_step_s=window_s / len(durations),
+            median_step_s=median,
+            step_iqr_s=q3 - q1,
+            data_wait_s=data_wait_s,
+            transfer_s=sum(self._transfers),
+            compute_s=sum(self._computes),
+            data_stall_fraction=data_wait_s / window_s,
+            warmup_steps=len(self.warmup_times),
+            warmup_s=sum(self.warmup_times),
+            warmup_settled=self.warmup_settled,
+            compile_s=excess_time(self.warmup_times, statistics.median(durations)) if compiling else 0.0,
+        )
+
+
+def window_plan_from_dict(data: dict) -> WindowPlan:
+    """The inverse of ``dataclasses.asdict`` for a WindowPlan."""
+    return WindowPlan(**{**data, "warmup": WarmupPolicy(**data["warmup"])})

@@ -1,0 +1,56 @@
+"""CPU utilisation over an interval: of every core, and of the measured process tree."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+
+def tree_cpu_seconds(root: psutil.Process) -> float:
+    """User + system CPU time consumed so far by ``root`` and its live descendants."""
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total
+
+
+@dataclass(frozen=True)
+class CpuUsage:
+    """``per_core_percent``: each core's busy share (whole machine); ``tree_cores``: cores' worth of CPU
+    the process tree used (2.0 = two cores fully busy)."""
+
+    total_percent: float
+    per_core_percent: list[float]
+    tree_cores: float
+
+
+class CpuUsageMeter:
+    """Call ``start()`` and ``stop()`` around an interval."""
+
+    def __init__(self, pid: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._root = psutil.Process(pid)
+        self._clock = clock
+        self._tree_start = 0.0
+        self._start = 0.0
+
+    def start(self) -> None:
+        psutil.cpu_percent(percpu=True)  # resets psutil's reference point
+        self._tree_start = tree_cpu_seconds(self._root)
+        self._start = self._clock()
+
+    def stop(self) -> CpuUsage:
+        elapsed_s = self._clock() - self._start
+        per_core = psutil.cpu_percent(percpu=True)
+        tree = tree_cpu_seconds(self._root) - self._tree_start
+        return CpuUsage(
+            total_percent=sum(per_core) / len(per_core),
+            per_core_percent=per_core,
+            tree_cores=tree / elapsed_s if elapsed_s > 0 else 0.0,
+        )

@@ -1,0 +1,37 @@
+"""Robust statistics against values worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.measure.stats import block_throughput_ci, coefficient_of_variation, quartiles, t95
+
+
+def test_quartiles():
+    assert quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+    assert quartiles([7.0]) == (7.0, 7.0, 7.0)
+
+
+def test_t_quantiles():
+    assert t95(1) == 12.706 and t95(9) == 2.262 and t95(100) == 1.96
+    with pytest.raises(ValueError):
+        t95(0)
+
+
+def test_block_ci_of_a_steady_run_is_a_point():
+    assert block_throughput_ci([0.1] * 20, [10] * 20) == pytest.approx((100.0, 100.0))
+
+
+def test_block_ci_by_hand():
+    # Two blocks of two steps: 20 samples in 0.2 s (100/s) and 20 samples in 0.4 s (50/s).
+    low, high = block_throughput_ci([0.1, 0.1, 0.2, 0.2], [10, 10, 10, 10], blocks=2)
+    half = 12.706 * 35.35533905932738 / 2**0.5  # t(1) * stdev([100, 50]) / sqrt(2)
+    assert (low, high) == pytest.approx((75.0 - half, 75.0 + half))
+
+
+def test_too_few_steps_give_a_point_estimate():
+    assert block_throughput_ci([0.1, 0.3], [10, 10]) == pytest.approx((50.0, 50.0))
+
+
+def test_coefficient_of_variation():
+    assert coefficient_of_variation([9.0, 10.0, 11.0]) == pytest.approx(0.1)
