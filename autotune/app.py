@@ -21,7 +21,7 @@ from autotune.results.summary import summarise
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.tuner import TrialEvent, ensure_baseline, open_study, redact_url, tune
 from autotune.trial.result import TrialRequest, TrialResult
-from autotune.trial.runner import run_trial
+from autotune.trial.runner import run_repeated
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -49,7 +49,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         request = TrialRequest(
             settings.pipeline, knobs, device, settings.measure.plan, settings.measure.memory_interval_s
         )
-        return run_trial(request, settings.measure.trial_timeout_s, output_dir / "trials", name)
+        measure = settings.measure
+        return run_repeated(request, measure.repeats, measure.trial_timeout_s, output_dir / "trials", name)
 
     baseline, reused = ensure_baseline(study, settings.baseline, measure)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
@@ -88,6 +89,10 @@ def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
         "baseline": settings.baseline,
         "device": device,
         "space": space.candidates,
-        "measure": {**asdict(settings.measure.plan), "trial_timeout_s": settings.measure.trial_timeout_s},
+        "measure": {
+            **asdict(settings.measure.plan),
+            "trial_timeout_s": settings.measure.trial_timeout_s,
+            "repeats": settings.measure.repeats,
+        },
         "machine": describe_machine(),
     }

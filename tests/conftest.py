@@ -58,6 +58,7 @@ def tiny_config(**overrides) -> dict:
             "max_time_s": 5.0,
             "trial_timeout_s": 60,
             "memory_interval_s": 0.2,
+            "repeats": 1,
         },
     }
     for section, values in overrides.items():

@@ -208,4 +208,5 @@ _MEASURE_FIELDS: dict[str, Parser] = {
     "max_time_s": _number(0, strict=True),
     "trial_timeout_s": _number(0, strict=True),
     "memory_interval_s": _number(0, strict=True),
+    "repeats": _number(1, integer=True),
 }

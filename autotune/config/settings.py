@@ -22,12 +22,14 @@ class StudySettings:
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How each trial is measured. ``device`` is "auto", "cpu" or "cuda"."""
+    """How each trial is measured. ``device`` is "auto", "cpu" or "cuda"; ``repeats`` is the number of
+    fresh processes each configuration is measured in (the median is kept)."""
 
     device: str
     plan: WindowPlan
     trial_timeout_s: float
     memory_interval_s: float
+    repeats: int = 1
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from typing import Any
 import psutil
 import torch
 
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
+
 
 def usable_cpu_count() -> int:
     """CPU cores this process may run on (affinity and cgroup-pinned sets respected where the OS tells)."""
@@ -37,6 +39,8 @@ def describe_machine() -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "thread_env": {name: os.environ[name] for name in _THREAD_VARIABLES if name in os.environ},
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -28,23 +29,27 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
     return q1, median, q3
 
 
-def block_throughput_ci(durations: Sequence[float], samples: Sequence[int], blocks: int = 10) -> tuple[float, float]:
+def block_throughput_ci(
+    durations: Sequence[float], samples: Sequence[int], blocks: int = 10, min_block_steps: int = 5
+) -> tuple[float, float]:
     """95 % confidence interval of throughput by the method of batch means.
 
     Consecutive steps are correlated (prefetch queues fill and drain), so single steps are not
-    independent samples; throughputs of ``blocks`` contiguous blocks of steps are closer to it.
-    The interval describes variation within this run only; it says nothing of the run-to-run
-    variation between processes, which only repeated runs measure.
+    independent samples; contiguous blocks of at least ``min_block_steps`` steps are closer to it.
+    The interval is taken on seconds per sample, which averages linearly, and inverted, so it is
+    centred on the window's throughput rather than on the mean of block rates. It describes
+    variation within this run only: run-to-run variation between processes is larger, and only
+    repeated runs measure it.
     """
-    n_blocks = min(blocks, len(durations) // 2)
+    n_blocks = min(blocks, len(durations) // min_block_steps)
+    rate = sum(samples) / sum(durations)
     if n_blocks < 2:
-        rate = sum(samples) / sum(durations)
         return rate, rate
     bounds = [round(i * len(durations) / n_blocks) for i in range(n_blocks + 1)]
-    rates = [sum(samples[lo:hi]) / sum(durations[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    mean = statistics.fmean(rates)
-    half = t95(n_blocks - 1) * statistics.stdev(rates) / n_blocks**0.5
-    return mean - half, mean + half
+    per_sample = [sum(durations[lo:hi]) / sum(samples[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    mean = statistics.fmean(per_sample)
+    half = t95(n_blocks - 1) * statistics.stdev(per_sample) / n_blocks**0.5
+    return 1 / (mean + half), (1 / (mean - half) if mean > half else math.inf)
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float:

@@ -24,6 +24,9 @@ def format_result(result: TrialResult, baseline_throughput: float | None = None)
         return f"{format_knobs(result.knobs)} -> FAILED {result.failure} ({result.wall_s:.1f} s)"
     speedup = f" ({result.timing.throughput / baseline_throughput:.2f}x)" if baseline_throughput else ""
     compile_note = f", compile {result.timing.compile_s:.1f} s" if result.timing.compile_s else ""
+    runs = result.repeat_throughputs or []
+    if len(runs) > 1:
+        compile_note += f", median of {len(runs)} runs ({min(runs):.1f}-{max(runs):.1f})"
     return (
         f"{format_knobs(result.knobs)} -> {result.timing.throughput:.1f} samples/s{speedup}, "
         f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"

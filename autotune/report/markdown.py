@@ -5,10 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.knobs import KNOBS
-from autotune.report.rows import ranked_rows
-from autotune.results.model import StudyResults, TrialRecord
+from autotune.report.rows import ranked_rows, record_row
+from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 
+_BEFORE_AFTER_METRICS = [
+    ("throughput_sps", "throughput (samples/s)"),
+    ("median_step_ms", "median step (ms)"),
+    ("step_iqr_ms", "step interquartile range (ms)"),
+    ("data_stall_fraction", "data wait share"),
+    ("transfer_ms_per_step", "host-to-device per step (ms)"),
+    ("compile_s", "compile (s)"),
+    ("process_tree_cores", "CPU cores busy (process tree)"),
+    ("gpu_utilization_percent", "GPU utilisation (%)"),
+    ("achieved_gflops_per_s", "achieved GFLOP/s"),
+    ("peak_memory_mb", "peak memory (MB)"),
+    ("window_memory_growth_mb", "memory growth in window (MB)"),
+    ("cuda_peak_allocated_mb", "CUDA peak allocated (MB)"),
+]
 _RANKED_COLUMNS = [
     ("rank", "rank"),
     ("trial", "trial"),
@@ -58,15 +72,16 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def _before_after(summary: Summary) -> str:
-    base, rec = summary.baseline, summary.recommended
-    rows = [[name, base.result.knobs[name], rec.result.knobs[name]] for name in KNOBS]
-    rows += [
-        ["throughput (samples/s)", base.throughput, rec.throughput],
-        ["mean step (ms)", *(_step_ms(r) for r in (base, rec))],
-        ["data wait share", base.result.timing.data_stall_fraction, rec.result.timing.data_stall_fraction],
-        ["peak memory (MB)", base.result.peak_memory_mb, rec.result.peak_memory_mb],
-    ]
+    base_throughput = summary.baseline.throughput
+    before, after = (record_row(r, None, base_throughput) for r in (summary.baseline, summary.recommended))
+    rows = [[name, before[name], after[name]] for name in KNOBS]
+    rows.append(["throughput 95% CI (within run)", _interval(before), _interval(after)])
+    rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS]
     return markdown_table(["", "baseline", "recommended"], rows)
+
+
+def _interval(row: dict[str, Any]) -> str:
+    return f"{row['throughput_ci95_low']:.1f} – {row['throughput_ci95_high']:.1f}"
 
 
 def _ranked(summary: Summary) -> str:
@@ -115,10 +130,6 @@ def _machine(machine: dict[str, Any], device: str) -> str:
             f"- Platform: {machine['platform']}",
         ]
     )
-
-
-def _step_ms(record: TrialRecord) -> float:
-    return record.result.timing.mean_step_s * 1e3
 
 
 def _cell(value: Any) -> str:

@@ -56,13 +56,20 @@ class TrialRequest:
 
 @dataclass(frozen=True)
 class TrialResult:
-    """One trial's outcome: a measurement, or a failure with its reason. ``wall_s`` is the whole trial,
-    process start to exit."""
+    """One trial's outcome: a measurement, or a failure with its reason.
+
+    ``wall_s`` is the whole trial, as the tuner saw it (process spawn to exit); ``startup_s`` the
+    subprocess's interpreter start and imports; ``build_s`` building the pipeline and applying knobs.
+    With repeated runs, the median run is kept and ``repeat_throughputs`` lists every run's throughput.
+    """
 
     knobs: dict[str, Any]
     measurement: Measurement | None = None
     failure: Failure | None = None
     wall_s: float = 0.0
+    startup_s: float | None = None
+    build_s: float | None = None
+    repeat_throughputs: list[float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -82,6 +89,9 @@ class TrialResult:
             "measurement": self.measurement.to_dict() if self.measurement else None,
             "failure": {"kind": self.failure.kind.value, "message": self.failure.message} if self.failure else None,
             "wall_s": self.wall_s,
+            "startup_s": self.startup_s,
+            "build_s": self.build_s,
+            "repeat_throughputs": self.repeat_throughputs,
         }
 
     @classmethod
@@ -92,6 +102,9 @@ class TrialResult:
             measurement=Measurement.from_dict(data["measurement"]) if data.get("measurement") else None,
             failure=Failure(FailureKind(failure["kind"]), failure["message"]) if failure else None,
             wall_s=data.get("wall_s", 0.0),
+            startup_s=data.get("startup_s"),
+            build_s=data.get("build_s"),
+            repeat_throughputs=data.get("repeat_throughputs"),
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:

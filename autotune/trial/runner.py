@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from autotune.files import write_atomic
@@ -45,6 +46,27 @@ def run_trial(request: TrialRequest, timeout_s: float, workdir: Path, name: str)
         result = TrialResult.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
         return result.with_wall_time(wall_s)
     return TrialResult(knobs=request.knobs, failure=_exit_failure(returncode, log_path), wall_s=wall_s)
+
+
+def run_repeated(request: TrialRequest, repeats: int, timeout_s: float, workdir: Path, name: str) -> TrialResult:
+    """Run ``request`` in ``repeats`` fresh subprocesses, one after another, and keep the median run.
+
+    Run-to-run variation between processes is larger than within one, so the median of a few
+    processes is what makes a figure repeatable. The kept run's ``repeat_throughputs`` lists all of
+    them; ``wall_s`` is their total. The first failure ends the repeats and is the result.
+    """
+    runs: list[TrialResult] = []
+    for index in range(repeats):
+        run = run_trial(request, timeout_s, workdir, name if repeats == 1 else f"{name}.{index + 1}")
+        runs.append(run)
+        if not run.ok:
+            break
+    total_s = sum(run.wall_s for run in runs)
+    if not runs[-1].ok:
+        return runs[-1].with_wall_time(total_s)
+    by_throughput = sorted(runs, key=lambda run: run.timing.throughput)
+    median = by_throughput[(len(runs) - 1) // 2]
+    return replace(median, wall_s=total_s, repeat_throughputs=[run.timing.throughput for run in runs])
 
 
 def _exit_failure(returncode: int, log_path: Path) -> Failure:

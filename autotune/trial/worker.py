@@ -13,9 +13,11 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+import psutil
 import torch
 
 from autotune.files import write_atomic
@@ -30,7 +32,9 @@ _MESSAGE_LIMIT = 500
 def measure(request: TrialRequest) -> TrialResult:
     """Build, apply knobs, train and measure; raises whatever the pipeline raises."""
     device = torch.device(request.device)
+    build_start = time.perf_counter()
     trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device)
+    build_s = time.perf_counter() - build_start
     compiling = request.knobs["compile"] != "off"
     batches = trainer.batches()
     try:
@@ -46,18 +50,16 @@ def measure(request: TrialRequest) -> TrialResult:
                     break
     finally:
         batches.close()
-    return TrialResult(knobs=request.knobs, measurement=prof.result)
+    return TrialResult(knobs=request.knobs, measurement=prof.result, build_s=build_s)
 
 
 def run_request(request: TrialRequest) -> TrialResult:
     """``measure``, with any exception turned into a failed result (traceback to stderr)."""
-    start = time.monotonic()
     try:
-        result = measure(request)
+        return measure(request)
     except Exception as exc:
         traceback.print_exc()
-        result = TrialResult(knobs=request.knobs, failure=describe_exception(exc))
-    return result.with_wall_time(time.monotonic() - start)
+        return TrialResult(knobs=request.knobs, failure=describe_exception(exc))
 
 
 def describe_exception(exc: BaseException) -> Failure:
@@ -84,10 +86,11 @@ def _exit_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
+    run_start = time.time()
     request_path, result_path = argv
     _exit_with_parent()
     request = TrialRequest.from_dict(json.loads(Path(request_path).read_text(encoding="utf-8")))
-    result = run_request(request)
+    result = replace(run_request(request), startup_s=run_start - psutil.Process().create_time())
     write_atomic(result_path, json.dumps(result.to_dict()))
     return 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autotune.measure.stats import block_throughput_ci, coefficient_of_variation, quartiles, t95
@@ -23,10 +25,12 @@ def test_block_ci_of_a_steady_run_is_a_point():
 
 
 def test_block_ci_by_hand():
-    # Two blocks of two steps: 20 samples in 0.2 s (100/s) and 20 samples in 0.4 s (50/s).
-    low, high = block_throughput_ci([0.1, 0.1, 0.2, 0.2], [10, 10, 10, 10], blocks=2)
-    half = 12.706 * 35.35533905932738 / 2**0.5  # t(1) * stdev([100, 50]) / sqrt(2)
-    assert (low, high) == pytest.approx((75.0 - half, 75.0 + half))
+    # Two blocks of two steps: 20 samples in 0.2 s (0.01 s/sample) and 20 samples in 0.4 s (0.02 s/sample).
+    low, high = block_throughput_ci([0.1, 0.1, 0.2, 0.2], [10, 10, 10, 10], blocks=2, min_block_steps=2)
+    half = 12.706 * 0.0070710678118654745 / 2**0.5  # t(1) * stdev([0.01, 0.02]) / sqrt(2)
+    assert (low, high) == pytest.approx((1 / (0.015 + half), math.inf))
+    low, high = block_throughput_ci([0.1] * 10 + [0.12] * 10, [10] * 20, blocks=4)
+    assert low < 20 * 10 / 2.2 < high, "the interval contains the window's throughput"
 
 
 def test_too_few_steps_give_a_point_estimate():

@@ -7,7 +7,7 @@ import pytest
 
 from autotune.config.load import load_settings
 from autotune.trial.result import FailureKind, TrialRequest, TrialResult
-from autotune.trial.runner import run_trial
+from autotune.trial.runner import run_repeated, run_trial
 from tests.conftest import NEUTRAL_KNOBS, tiny_config
 
 KNOBS = {**NEUTRAL_KNOBS, "batch_size": 16}
@@ -73,3 +73,17 @@ def test_an_unimportable_target_fails_the_trial_not_the_runner(tmp_path):
     result = run_trial(req, 120, tmp_path, "broken")
     assert result.failure.kind is FailureKind.EXCEPTION
     assert "pipeline.model" in result.failure.message
+
+
+def test_repeats_keep_the_median_run(tmp_path):
+    result = run_repeated(request(), 3, 120, tmp_path, "repeated")
+    assert result.ok and len(result.repeat_throughputs) == 3
+    assert result.timing.throughput == sorted(result.repeat_throughputs)[1]
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == [f"repeated.{i}.log" for i in (1, 2, 3)]
+    assert result.wall_s > 3 * result.timing.window_s
+
+
+def test_a_failing_repeat_ends_the_repeats(tmp_path):
+    result = run_repeated(request(model="AbortOnChannelsLast", channels_last=True), 3, 120, tmp_path, "crash")
+    assert result.failure.kind is FailureKind.SIGNAL
+    assert [p.name for p in tmp_path.glob("*.log")] == ["crash.1.log"]
