@@ -10,14 +10,20 @@ import psutil
 
 
 def tree_cpu_seconds(root: psutil.Process) -> float:
-    """User + system CPU time consumed so far by ``root`` and its live descendants."""
+    """User + system CPU time consumed so far by ``root`` and its descendants, those that exited included.
+
+    A child's time moves into its parent's ``children_*`` times when the parent reaps it (as
+    DataLoader does with its workers at the end of an epoch), so live processes count their own
+    time and their reaped children's, and nothing is counted twice.
+    """
     total = 0.0
     for proc in [root, *root.children(recursive=True)]:
         try:
             times = proc.cpu_times()
-            total += times.user + times.system
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+        reaped = getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
+        total += times.user + times.system + reaped
     return total
 
 
