@@ -10,7 +10,7 @@ from typing import TextIO
 import torch
 
 from autotune.config.settings import Settings
-from autotune.errors import BaselineFailedError, ConfigError
+from autotune.errors import BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.knobs import SearchContext
 from autotune.measure.environment import default_device, describe_machine, usable_cpu_count
 from autotune.pipeline.inspect import inspect_pipeline
@@ -19,7 +19,7 @@ from autotune.report.console import format_result, print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.study.space import SearchSpace, build_space, check_baseline
-from autotune.study.tuner import TrialEvent, ensure_baseline, open_study, redact_url, tune
+from autotune.study.tuner import StopReason, TrialEvent, ensure_baseline, open_study, redact_url, tune
 from autotune.trial.result import TrialRequest, TrialResult
 from autotune.trial.runner import run_repeated
 
@@ -50,7 +50,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             settings.pipeline, knobs, device, settings.measure.plan, settings.measure.memory_interval_s
         )
         measure = settings.measure
-        return run_repeated(request, measure.repeats, measure.trial_timeout_s, output_dir / "trials", name)
+        workdir, budget = output_dir / "trials", settings.study.memory_budget_mb
+        return run_repeated(request, measure.repeats, measure.trial_timeout_s, workdir, name, budget)
 
     baseline, reused = ensure_baseline(study, settings.baseline, measure)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
@@ -64,14 +65,16 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         line = format_result(event.result, baseline.timing.throughput)
         print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
 
-    stop_reason = "interrupted"
+    stop = StopReason("interrupted", aborted=True)
     try:
-        stop_reason = tune(study, space, settings.study.n_trials, settings.study.timeout_s, measure, show)
+        stop = tune(study, space, settings.study, measure, show)
     finally:
         results = load_results(study)
         summary = summarise(results)
         files = write_reports(results, summary, output_dir)
-        print_summary(summary, files, stop_reason, out)
+        print_summary(summary, files, stop.message, out)
+    if stop.aborted:
+        raise StudyAbortedError(f"tuning stopped early: {stop.message}; the reports cover what was measured")
     return files
 
 

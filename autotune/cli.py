@@ -12,6 +12,7 @@ from pathlib import Path
 
 import hydra
 import optuna
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
@@ -20,6 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 from autotune import app
 from autotune.config.load import load_settings
 from autotune.errors import AutotuneError, ConfigError
+from autotune.files import write_atomic
+from autotune.study.tuner import redact_url
 
 EXIT_INTERRUPTED = 130
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -73,6 +76,12 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
         return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
     if isinstance(exc, (HydraException, OmegaConfBaseException)):
         return _composition_error(exc)
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return ConfigError(f"{mark.name}:{mark.line + 1}:{mark.column + 1}", f"YAML syntax error: {exc.problem}")
+    if isinstance(exc, OSError) and exc.filename:
+        # Raised before the run starts, this is Hydra creating the output directory.
+        return ConfigError("hydra.run.dir", f"cannot create or write {exc.filename}: {exc.strerror}")
     return AutotuneError(
         f"internal error: {type(exc).__name__}: {_one_line(str(exc))} (set AUTOTUNE_DEBUG=1 for the traceback)"
     )
@@ -102,7 +111,17 @@ def _run(cfg: DictConfig) -> None:
     except OmegaConfBaseException as exc:
         raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
     settings = load_settings(data, runtime.choices.get("pipeline"))
-    app.run(settings, Path(runtime.output_dir))
+    output_dir = Path(runtime.output_dir)
+    write_atomic(output_dir / "config.yaml", _config_record(data, settings.study.storage))
+    app.run(settings, output_dir)
+
+
+def _config_record(data: dict, storage: str) -> str:
+    """The composed config as run, storage password redacted (Hydra's own copy is switched off for that)."""
+    record = {**data, "study": {**data["study"], "storage": redact_url(storage)}}
+    return "# the configuration of this run, as composed by Hydra (study.storage redacted)\n" + yaml.safe_dump(
+        record, sort_keys=False
+    )
 
 
 def _fail(message: str, code: int) -> None:

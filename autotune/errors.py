@@ -27,6 +27,12 @@ class BaselineFailedError(AutotuneError):
     exit_code = 1
 
 
+class StudyAbortedError(AutotuneError):
+    """Tuning stopped early because something is wrong (e.g. every recent trial failed)."""
+
+    exit_code = 1
+
+
 class StudyMismatchError(AutotuneError):
     """A stored study of the same name was created with different settings."""
 

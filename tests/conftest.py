@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from autotune.config.load import load_settings
 from autotune.knobs import SearchContext
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.recorder import Timing
+from autotune.trial.result import TrialRequest
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CONF = REPO / "tests" / "conf"
@@ -47,7 +49,15 @@ def tiny_config(**overrides) -> dict:
         "search": {
             name: None for name in ("batch_size", "num_workers", "pin_memory", "amp", "channels_last", "compile")
         },
-        "study": {"name": None, "storage": "sqlite:///autotune.db", "n_trials": 3, "timeout_s": None, "seed": 0},
+        "study": {
+            "name": None,
+            "storage": "sqlite:///autotune.db",
+            "n_trials": 3,
+            "timeout_s": None,
+            "seed": 0,
+            "memory_budget_mb": None,
+            "max_consecutive_failures": 5,
+        },
         "measure": {
             "device": "cpu",
             "warmup_min_steps": 2,
@@ -82,6 +92,33 @@ def cpu_context(**changes) -> SearchContext:
     )
     fields.update(changes)
     return SearchContext(**fields)
+
+
+def trial_request(
+    model: str = "tiny.TinyCNN", dataset: str = "tiny.TinyImages", length: int = 256, loss: dict | None = None, **knobs
+) -> TrialRequest:
+    """A request for the tiny test pipeline; ``model`` and ``dataset`` name classes under tests.pipelines,
+    and ``knobs`` change the neutral knob values (batch size 16)."""
+    config = tiny_config()
+    config["pipeline"]["model"] = {"_target_": f"tests.pipelines.{model}"}
+    config["pipeline"]["dataset"] = {"_target_": f"tests.pipelines.{dataset}", "length": length}
+    if loss is not None:
+        config["pipeline"]["loss"] = loss
+    settings = load_settings(config, "tiny")
+    knobs = {**NEUTRAL_KNOBS, "batch_size": 16, **knobs}
+    return TrialRequest(settings.pipeline, knobs, "cpu", settings.measure.plan, 0.1)
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line contains ``text`` (e.g. a trial's request file)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(text in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
 
 
 def fake_measurement(throughput: float, peak_mb: float = 100.0) -> Measurement:

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from autotune.knobs import KNOBS
-from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, run_cli
+from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, processes_mentioning, run_cli
 
 TINY = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "search.compile=[off]"]
 
@@ -146,6 +147,29 @@ BAD_INPUTS = [
         "pipeline.baseline.batch_size: 100000 is larger than the dataset",
     ),
     (["pipeline=mymodel", "study.storage=nosuchdb://x"], "study.storage: cannot open Optuna storage"),
+    (["pipeline=mymodel", "study.n_trials=-1"], "study.n_trials: expected an integer >= 0, got -1"),
+    (["pipeline=mymodel", "study.n_trials=many"], "study.n_trials: expected an integer >= 0, got 'many'"),
+    (["pipeline=mymodel", "study.timeout_s=0"], "study.timeout_s: expected a number > 0 or null, got 0"),
+    (["pipeline=mymodel", "study.memory_budget_mb=-5"], "study.memory_budget_mb: expected a number > 0 or null"),
+    (["pipeline=mymodel", "measure.device=tpu"], "measure.device: expected one of auto, cpu, cuda, got 'tpu'"),
+    (["pipeline=mymodel", "measure.device=cuda"], "measure.device: cuda was requested but"),
+    (["pipeline=mymodel", "measure.min_time_s=10", "measure.max_time_s=1"], "measure.max_time_s: must be >= measure"),
+    (
+        ["pipeline=mymodel", "measure.warmup_min_steps=10", "measure.warmup_max_steps=5"],
+        "measure.warmup_max_steps: must be >= measure.warmup_min_steps",
+    ),
+    (["pipeline=mymodel", "measure.trial_timeout_s=0"], "measure.trial_timeout_s: expected a number > 0, got 0"),
+    (["pipeline=mymodel", "search.num_workers=[-1]"], "search.num_workers: expected an integer >= 0, got -1"),
+    (["pipeline=mymodel", "search.channels_last=[maybe]"], "search.channels_last: expected true or false, got 'maybe'"),
+    (["pipeline=mymodel", "search.compile=[fast]"], "search.compile: expected one of off, default, reduce-overhead"),
+    (["pipeline=mymodel", "pipeline.model._target_=null"], "pipeline.model._target_: expected a dotted import path"),
+    (["pipeline=mymodel", "~pipeline.optimizer"], "pipeline.optimizer: is missing"),
+    (["pipeline=mymodel", "+pipeline.optimzer.lr=1"], "pipeline.optimzer: unknown key; expected one of"),
+    (["pipeline=mymodel", "pipeline.baseline.amp=fp8"], "pipeline.baseline.amp: expected one of off, bf16, fp16"),
+    (["pipeline=mymodel", "+pipeline.baseline.turbo=true"], "pipeline.baseline.turbo: unknown key"),
+    (["pipeline=mymodel", "pipeline.loss._target_=torch.nn.NoSuchLoss"], "pipeline.loss._target_: cannot import"),
+    (["pipeline=mymodel", "pipeline.dataset.length=-5"], "pipeline.dataset: len() of SyntheticImages failed"),
+    (["pipeline=mymodel", "hydra.run.dir=/proc/autotune-out"], "hydra.run.dir: cannot create or write /proc/autotune"),
 ]
 
 
@@ -153,7 +177,8 @@ BAD_INPUTS = [
     ("args", "message"), BAD_INPUTS, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_INPUTS)]
 )
 def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, message):
-    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/out"], cwd=REPO)
+    run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={tmp_path}/out"]
+    proc = run_cli([*args, *run_dir], cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr
@@ -198,3 +223,91 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     recommended = yaml.safe_load((tmp_path / "out" / "recommended.yaml").read_text())
     assert recommended["pipeline"] == "mine"
     assert "[trial 1/1" in proc.stdout and "FAILED" not in proc.stdout
+
+
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path):
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "broken.yaml").write_text("model: {_target_: x\nbaseline: [\n")
+    proc = run_cli(["-cd", str(tmp_path), "pipeline=broken", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"autotune: error: {tmp_path}/pipeline/broken.yaml:2:9: YAML syntax error: expected ',' or '}}', but got ':'"
+    )
+
+
+def test_a_corrupt_storage_file_is_named_and_never_replaced(tmp_path):
+    storage = tmp_path / "studies.db"
+    storage.write_text("not a database")
+    proc = run_cli([*TINY, f"study.storage=sqlite:///{storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"autotune: error: study.storage: cannot open Optuna storage 'sqlite:///{storage}': "
+        "DatabaseError: file is not a database"
+    )
+    assert storage.read_text() == "not a database"
+
+
+def test_a_locked_storage_file_is_named(tmp_path):
+    storage = tmp_path / "studies.db"
+    lock = sqlite3.connect(storage, isolation_level=None)
+    lock.execute("CREATE TABLE t (x)")
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = run_cli([*TINY, f"study.storage=sqlite:///{storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    finally:
+        lock.close()
+    assert proc.returncode == 2
+    assert f"study.storage: cannot open Optuna storage 'sqlite:///{storage}'" in proc.stderr
+    assert "database is locked" in proc.stderr
+
+
+def test_a_storage_password_is_never_shown(tmp_path):
+    url = "postgresql://tuner:s3cret@127.0.0.1:1/studies"
+    proc = run_cli([*TINY, f"study.storage={url}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "postgresql://tuner:***@127.0.0.1:1/studies" in proc.stderr
+    assert "s3cret" not in proc.stderr + proc.stdout
+    assert all("s3cret" not in p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
+
+
+def test_ctrl_c_stops_the_trial_writes_the_reports_and_exits_130(tmp_path):
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *TINY, "study.n_trials=5", "measure.min_time_s=30", "measure.max_time_s=60",
+         f"hydra.run.dir={tmp_path}/out"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
+    time.sleep(2)
+    tuner.send_signal(signal.SIGINT)
+    stdout, stderr = tuner.communicate(timeout=60)
+    assert tuner.returncode == 130, stderr
+    assert stderr.strip().endswith("autotune: error: interrupted")
+    assert "Stopped: interrupted" in stdout
+    _, _, rows = read_outputs(tmp_path / "out")
+    assert [r["trial"] for r in rows] == ["baseline"], "the interrupted trial is not reported as measured"
+    assert processes_mentioning(str(tmp_path)) == [], "the running trial and its workers are gone"
+
+
+def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *TINY, "study.n_trials=2", "measure.min_time_s=30", "measure.max_time_s=60",
+         f"hydra.run.dir={tmp_path}/out"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
+    time.sleep(2)
+    assert processes_mentioning("trial-0.request.json"), "the trial is running"
+    tuner.kill()
+    tuner.wait()
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_mentioning(str(tmp_path)) == [], "the orphaned trial notices its tuner died and exits"
+
+
+def wait_for_file(path, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)

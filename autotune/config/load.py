@@ -197,6 +197,8 @@ _STUDY_FIELDS: dict[str, Parser] = {
     "n_trials": _number(0, integer=True),
     "timeout_s": _number(0, strict=True, optional=True),
     "seed": _number(0, integer=True),
+    "memory_budget_mb": _number(0, strict=True, optional=True),
+    "max_consecutive_failures": _number(1, integer=True),
 }
 _MEASURE_FIELDS: dict[str, Parser] = {
     "device": _string(choices=DEVICES),

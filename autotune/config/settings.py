@@ -11,13 +11,19 @@ from autotune.pipeline.spec import PipelineSpec
 
 @dataclass(frozen=True)
 class StudySettings:
-    """Where the Optuna study lives and how much tuning it may do."""
+    """Where the Optuna study lives and how much tuning it may do.
+
+    A trial whose process tree uses more than ``memory_budget_mb`` is stopped as out of memory;
+    ``max_consecutive_failures`` failed trials in a row stop the study.
+    """
 
     name: str
     storage: str
     n_trials: int
     timeout_s: float | None
     seed: int
+    memory_budget_mb: float | None = None
+    max_consecutive_failures: int = 5
 
 
 @dataclass(frozen=True)

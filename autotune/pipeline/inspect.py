@@ -25,10 +25,12 @@ def inspect_pipeline(spec: PipelineSpec) -> PipelineFacts:
     dataset = build_component(spec, "dataset")
     try:
         length = len(dataset)
-    except TypeError:
+    except TypeError as exc:
         raise ConfigError(
-            "pipeline.dataset", f"{type(dataset).__name__} has no len(): autotune needs a map-style Dataset"
+            "pipeline.dataset", f"len() of {type(dataset).__name__} failed ({exc}): autotune needs a map-style Dataset"
         ) from None
+    except Exception as exc:
+        raise ConfigError("pipeline.dataset", f"len() of {type(dataset).__name__} failed: {exc}") from None
     if length == 0:
         raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty (length 0)")
     collate = build_component(spec, "collate_fn") or default_collate

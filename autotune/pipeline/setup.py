@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,10 +50,23 @@ class Trainer:
         )
 
     def batches(self) -> Iterator[Any]:
-        """Batches without end: a new epoch starts when one runs out."""
+        """Batches without end: a new epoch starts when one runs out.
+
+        A DataLoader worker killed by a signal raises WorkerKilledError naming the signal.
+        """
         while True:
             yielded = False
-            for batch in self.loader():
+            epoch = iter(self.loader())
+            while True:
+                try:
+                    batch = next(epoch)
+                except StopIteration:
+                    break
+                except RuntimeError as exc:
+                    killed_by = _worker_kill_signal(epoch)
+                    if killed_by:
+                        raise WorkerKilledError(killed_by) from exc
+                    raise
                 yielded = True
                 yield batch
             if not yielded:
@@ -87,6 +101,22 @@ class Trainer:
             return self.pipeline.step_fn(model, batch, self.pipeline.loss_fn)
         inputs, targets = batch
         return self.pipeline.loss_fn(model(inputs), targets)
+
+
+class WorkerKilledError(RuntimeError):
+    """A DataLoader worker process was killed by a signal (SIGKILL: most likely the kernel's OOM killer)."""
+
+    def __init__(self, signal_name: str) -> None:
+        self.signal_name = signal_name
+        super().__init__(f"a DataLoader worker was killed by {signal_name}")
+
+
+def _worker_kill_signal(epoch: Iterator[Any]) -> str | None:
+    """The signal that killed one of the DataLoader iterator's workers, if one was killed."""
+    for worker in getattr(epoch, "_workers", []):  # private to DataLoader; absent when num_workers=0
+        if worker.exitcode is not None and worker.exitcode < 0:
+            return signal.Signals(-worker.exitcode).name
+    return None
 
 
 def _move(obj: Any, device: torch.device, non_blocking: bool, memory_format: torch.memory_format) -> Any:

@@ -60,7 +60,8 @@ def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
             load_if_exists=True,
         )
     except Exception as exc:  # any failure to open the storage (bad URL, driver, corrupt or locked file)
-        detail = redact_url(" ".join(str(exc).split()))[:300]
+        cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
+        detail = redact_url(" ".join(str(cause).split()))[:300]
         raise ConfigError(
             "study.storage",
             f"cannot open Optuna storage {redact_url(settings.storage)!r}: {type(exc).__name__}: {detail}",
@@ -94,29 +95,39 @@ def ensure_baseline(study: optuna.Study, knobs: dict[str, Any], measure: Measure
     return result, False
 
 
+@dataclass(frozen=True)
+class StopReason:
+    """Why tuning stopped; ``aborted`` when it stopped because something is wrong."""
+
+    message: str
+    aborted: bool = False
+
+
 def tune(
     study: optuna.Study,
     space: SearchSpace,
-    n_trials: int,
-    timeout_s: float | None,
+    settings: StudySettings,
     measure: MeasureFn,
     on_trial: Callable[[TrialEvent], None],
-) -> str:
-    """Run trials until the study holds ``n_trials`` measured configurations; returns why it stopped.
+) -> StopReason:
+    """Run trials until the study holds ``settings.n_trials`` measured configurations.
 
     A configuration measured before (the baseline included) is not measured again: the
-    proposal is answered from the stored result and does not count as a trial.
+    proposal is answered from the stored result and does not count as a trial. Tuning also
+    stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
+    ``settings.max_consecutive_failures`` failed trials in a row.
     """
+    n_trials, timeout_s = settings.n_trials, settings.timeout_s
     deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
     known = _known_values(study)
-    repeats = 0
+    repeats = failures_in_a_row = 0
     while (done := counted_trials(study)) < n_trials:
         if sum(1 for key in known if space.contains(json.loads(key))) >= space.size:
-            return f"all {space.size} configurations of the search space are measured"
+            return StopReason(f"all {space.size} configurations of the search space are measured")
         if time.monotonic() >= deadline:
-            return f"study.timeout_s={timeout_s:g} reached"
+            return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
-            return "the sampler keeps proposing measured configurations"
+            return StopReason("the sampler keeps proposing measured configurations")
         trial = study.ask(space.distributions())
         knobs = space.complete(trial.params)
         key = _config_key(knobs)
@@ -129,7 +140,14 @@ def tune(
         result = _measure_trial(study, trial, knobs, measure)
         known[key] = (trial.number, result.timing.throughput if result.ok else None)
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
-    return f"study.n_trials={n_trials} trials measured"
+        failures_in_a_row = 0 if result.ok else failures_in_a_row + 1
+        if failures_in_a_row >= settings.max_consecutive_failures:
+            return StopReason(
+                f"the last {failures_in_a_row} trials all failed (the last with {result.failure}); "
+                f"stopped rather than spend the budget (study.max_consecutive_failures)",
+                aborted=True,
+            )
+    return StopReason(f"study.n_trials={n_trials} trials measured")
 
 
 def counted_trials(study: optuna.Study) -> int:

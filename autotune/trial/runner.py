@@ -11,15 +11,24 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
 from autotune.files import write_atomic
+from autotune.measure.memory import MIB, tree_memory_reader
 from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
 
+# How often a running trial is checked against its timeout and memory budget.
+_POLL_S = 0.25
 
-def run_trial(request: TrialRequest, timeout_s: float, workdir: Path, name: str) -> TrialResult:
+
+def run_trial(
+    request: TrialRequest, timeout_s: float, workdir: Path, name: str, memory_budget_mb: float | None = None
+) -> TrialResult:
     """Run ``request`` in a subprocess; its output goes to ``workdir/NAME.log``.
 
-    The subprocess leads its own process group, so on timeout, interrupt or exit the whole
-    group (its DataLoader workers included) is killed and nothing is left behind.
+    The subprocess leads its own process group, so on timeout, interrupt, exit, or its memory
+    (process tree, PSS) crossing ``memory_budget_mb``, the whole group (its DataLoader workers
+    included) is killed and nothing is left behind.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     request_path = write_atomic(workdir / f"{name}.request.json", json.dumps(request.to_dict(), indent=1))
@@ -33,22 +42,26 @@ def run_trial(request: TrialRequest, timeout_s: float, workdir: Path, name: str)
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=_worker_env()
         )
         try:
-            returncode: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            returncode = None
+            returncode, stopped = _watch(proc, timeout_s, memory_budget_mb)
         finally:
             _kill_group(proc)
     wall_s = time.monotonic() - start
-    if returncode is None:
-        failure = Failure(FailureKind.TIMEOUT, f"timeout after {timeout_s:g} s")
-        return TrialResult(knobs=request.knobs, failure=failure, wall_s=wall_s)
+    if stopped is not None:
+        return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s)
     if result_path.exists() and returncode == 0:
         result = TrialResult.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
         return result.with_wall_time(wall_s)
     return TrialResult(knobs=request.knobs, failure=_exit_failure(returncode, log_path), wall_s=wall_s)
 
 
-def run_repeated(request: TrialRequest, repeats: int, timeout_s: float, workdir: Path, name: str) -> TrialResult:
+def run_repeated(
+    request: TrialRequest,
+    repeats: int,
+    timeout_s: float,
+    workdir: Path,
+    name: str,
+    memory_budget_mb: float | None = None,
+) -> TrialResult:
     """Run ``request`` in ``repeats`` fresh subprocesses, one after another, and keep the median run.
 
     Run-to-run variation between processes is larger than within one, so the median of a few
@@ -57,7 +70,7 @@ def run_repeated(request: TrialRequest, repeats: int, timeout_s: float, workdir:
     """
     runs: list[TrialResult] = []
     for index in range(repeats):
-        run = run_trial(request, timeout_s, workdir, name if repeats == 1 else f"{name}.{index + 1}")
+        run = run_trial(request, timeout_s, workdir, name if repeats == 1 else f"{name}.{index + 1}", memory_budget_mb)
         runs.append(run)
         if not run.ok:
             break
@@ -69,23 +82,53 @@ def run_repeated(request: TrialRequest, repeats: int, timeout_s: float, workdir:
     return replace(median, wall_s=total_s, repeat_throughputs=[run.timing.throughput for run in runs])
 
 
+def _watch(
+    proc: subprocess.Popen, timeout_s: float, memory_budget_mb: float | None
+) -> tuple[int | None, Failure | None]:
+    """Wait for ``proc``; stop waiting at the timeout or when its tree's memory crosses the budget.
+
+    Returns (exit code, None) when it exited by itself, else (None, why it must be stopped).
+    """
+    deadline = time.monotonic() + timeout_s
+    try:
+        read_memory = tree_memory_reader(proc.pid)[0] if memory_budget_mb is not None else None
+    except psutil.NoSuchProcess:  # already exited
+        read_memory = None
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic()))), None
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            return None, Failure(FailureKind.TIMEOUT, f"timeout after {timeout_s:g} s")
+        used = read_memory() if read_memory else None
+        if used is not None and used / MIB > memory_budget_mb:
+            message = f"used {used / MIB:.0f} MB, over study.memory_budget_mb={memory_budget_mb:g}; stopped"
+            return None, Failure(FailureKind.OUT_OF_MEMORY, message)
+
+
 def _exit_failure(returncode: int, log_path: Path) -> Failure:
     last_line = _last_line(log_path)
     detail = f" ({last_line})" if last_line else ""
     if returncode < 0:
         name = signal.Signals(-returncode).name
-        if name == "SIGKILL":
-            return Failure(FailureKind.SIGNAL, f"killed by SIGKILL, likely the out-of-memory killer{detail}")
+        if name == "SIGKILL":  # autotune's own kills are reported above; this one came from outside
+            return Failure(
+                FailureKind.OUT_OF_MEMORY,
+                f"killed by SIGKILL, not by autotune: most likely the kernel's OOM killer{detail}",
+            )
         return Failure(FailureKind.SIGNAL, f"killed by {name}{detail}")
     return Failure(FailureKind.NO_RESULT, f"exited with code {returncode} without a result{detail}")
 
 
 def _last_line(log_path: Path) -> str:
+    """The line of a crashed trial's log that best says what happened: faulthandler's, else the last."""
     try:
         lines = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return lines[-1].strip()[:300] if lines else ""
+    fatal = [line for line in lines if line.startswith("Fatal Python error")]
+    return (fatal or lines or [""])[-1].strip()[:300]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -6,6 +6,7 @@ An exception becomes a failed result; a crash or hang is diagnosed by the parent
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import torch
 from autotune.files import write_atomic
 from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
-from autotune.pipeline.setup import Trainer
+from autotune.pipeline.setup import Trainer, WorkerKilledError
 from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
 
 _MESSAGE_LIMIT = 500
@@ -68,6 +69,10 @@ def describe_exception(exc: BaseException) -> Failure:
     if len(lines) > 1 and "Traceback" in str(exc):
         # Errors re-raised from DataLoader workers carry a traceback: keep the first and last lines.
         lines = [lines[0].rstrip("."), lines[-1]]
+    if isinstance(exc, WorkerKilledError) and exc.signal_name == "SIGKILL":
+        return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, most likely by the kernel's out-of-memory killer")
+    if isinstance(exc, WorkerKilledError):
+        return Failure(FailureKind.SIGNAL, str(exc))
     text = f"{type(exc).__name__}: {': '.join(lines)}"[:_MESSAGE_LIMIT]
     out_of_memory = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(exc).lower()
     return Failure(FailureKind.OUT_OF_MEMORY if out_of_memory else FailureKind.EXCEPTION, text)
@@ -87,6 +92,7 @@ def _exit_with_parent() -> None:
 
 def main(argv: list[str]) -> int:
     run_start = time.time()
+    faulthandler.enable()  # a crash (SIGSEGV, SIGABRT) leaves the Python stack in the trial log
     request_path, result_path = argv
     _exit_with_parent()
     request = TrialRequest.from_dict(json.loads(Path(request_path).read_text(encoding="utf-8")))

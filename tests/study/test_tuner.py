@@ -41,8 +41,9 @@ class FakeMeasure:
         return fake_result(knobs)
 
 
-def settings(tmp_path, n_trials=3, name="s") -> StudySettings:
-    return StudySettings(name=name, storage=f"sqlite:///{tmp_path}/study.db", n_trials=n_trials, timeout_s=None, seed=0)
+def settings(tmp_path, n_trials=3, timeout_s=None, **more) -> StudySettings:
+    storage = f"sqlite:///{tmp_path}/study.db"
+    return StudySettings(name="s", storage=storage, n_trials=n_trials, timeout_s=timeout_s, seed=0, **more)
 
 
 META = {"pipeline": {"name": "p"}, "space": SPACE.candidates}
@@ -62,10 +63,10 @@ def test_tune_measures_each_configuration_once_and_records_failures(tmp_path):
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
     events = []
-    reason = tune(study, SPACE, 10, None, measure, events.append)
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=10), measure, events.append)
     measured = [tuple(sorted(knobs.items())) for _, knobs in measure.calls]
     assert len(measured) == len(set(measured)) == SPACE.size, "every configuration exactly once"
-    assert "all 6 configurations" in reason
+    assert "all 6 configurations" in reason.message and not reason.aborted
     assert [e.index for e in events] == list(range(1, SPACE.size))  # the baseline is one of the six
     failed = [e for e in events if not e.result.ok]
     assert failed and all(e.result.knobs["num_workers"] == 2 for e in failed)
@@ -75,11 +76,11 @@ def test_resume_continues_to_n_trials_without_remeasuring(tmp_path):
     measure = FakeMeasure()
     study = open_study(settings(tmp_path, n_trials=2), META)
     ensure_baseline(study, BASELINE, measure)
-    tune(study, SPACE, 2, None, measure, lambda e: None)
+    tune(study, SPACE, settings(tmp_path, n_trials=2), measure, lambda e: None)
     assert counted_trials(study) == 2
     resumed = open_study(settings(tmp_path, n_trials=4), META)
     ensure_baseline(resumed, BASELINE, measure)
-    tune(resumed, SPACE, 4, None, measure, lambda e: None)
+    tune(resumed, SPACE, settings(tmp_path, n_trials=4), measure, lambda e: None)
     assert counted_trials(resumed) == 4
     assert len(measure.calls) == 1 + 4
 
@@ -92,12 +93,12 @@ def test_a_trial_interrupted_mid_run_is_marked_and_retried(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        tune(study, SPACE, 3, None, interrupted, lambda e: None)
+        tune(study, SPACE, settings(tmp_path, n_trials=3), interrupted, lambda e: None)
     assert counted_trials(study) == 0
     lost = study.trials[-1].params
     measure = FakeMeasure()
     resumed = open_study(settings(tmp_path), META)
-    tune(resumed, SPACE, 3, None, measure, lambda e: None)
+    tune(resumed, SPACE, settings(tmp_path, n_trials=3), measure, lambda e: None)
     assert counted_trials(resumed) == 3
     assert {k: measure.calls[0][1][k] for k in lost} == lost, "the interrupted configuration is measured first"
 
@@ -108,15 +109,15 @@ def test_a_trial_left_running_by_a_killed_tuner_is_retried(tmp_path):
     stale = study.ask(SPACE.distributions())  # as if the tuner died here
     measure = FakeMeasure()
     resumed = open_study(settings(tmp_path), META)
-    tune(resumed, SPACE, 1, None, measure, lambda e: None)
+    tune(resumed, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None)
     assert {k: measure.calls[0][1][k] for k in stale.params} == stale.params
     assert counted_trials(resumed) == 1
 
 
 def test_timeout_stops_the_study(tmp_path):
     study = open_study(settings(tmp_path), META)
-    reason = tune(study, SPACE, 3, 1e-9, FakeMeasure(), lambda e: None)
-    assert "timeout" in reason and counted_trials(study) == 0
+    reason = tune(study, SPACE, settings(tmp_path, timeout_s=1e-9), FakeMeasure(), lambda e: None)
+    assert "timeout" in reason.message and counted_trials(study) == 0
 
 
 def test_a_study_with_other_settings_is_not_mixed_in(tmp_path):
@@ -129,3 +130,14 @@ def test_a_bad_storage_url_is_a_config_error(tmp_path):
     bad = StudySettings(name="s", storage="nosuchdb://x", n_trials=1, timeout_s=None, seed=0)
     with pytest.raises(ConfigError, match="study.storage"):
         open_study(bad, META)
+
+
+def test_a_run_of_failures_stops_the_study(tmp_path):
+    study = open_study(settings(tmp_path), META)
+
+    def always_fails(knobs, name):
+        return TrialResult(knobs=knobs, failure=Failure(FailureKind.SIGNAL, "killed by SIGSEGV"))
+
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=6, max_consecutive_failures=3), always_fails, print)
+    assert reason.aborted and counted_trials(study) == 3
+    assert "the last 3 trials all failed (the last with signal: killed by SIGSEGV)" in reason.message

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import psutil
+from dataclasses import replace
+
 import pytest
 
-from autotune.config.load import load_settings
 from autotune.trial.result import FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import run_repeated, run_trial
-from tests.conftest import NEUTRAL_KNOBS, tiny_config
-
-KNOBS = {**NEUTRAL_KNOBS, "batch_size": 16}
+from tests.conftest import processes_mentioning, trial_request
 
 
 def request(model="TinyCNN", dataset="TinyImages", **knobs) -> TrialRequest:
-    config = tiny_config()
-    config["pipeline"]["model"] = {"_target_": f"tests.pipelines.tiny.{model}"}
-    config["pipeline"]["dataset"] = {"_target_": f"tests.pipelines.tiny.{dataset}", "length": 256}
-    settings = load_settings(config, "tiny")
-    return TrialRequest(settings.pipeline, {**KNOBS, **knobs}, "cpu", settings.measure.plan, 0.1)
-
-
-def processes_mentioning(text: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(text in part for part in proc.info["cmdline"] or []):
-            found.append(proc)
-    return found
+    """``model`` and ``dataset``: classes of tests/pipelines/tiny.py, or ``module.Class`` of another module there."""
+    return trial_request(*(name if "." in name else f"tiny.{name}" for name in (model, dataset)), **knobs)
 
 
 def test_a_good_trial_reports_a_measurement(tmp_path):
@@ -87,3 +74,20 @@ def test_a_failing_repeat_ends_the_repeats(tmp_path):
     result = run_repeated(request(model="AbortOnChannelsLast", channels_last=True), 3, 120, tmp_path, "crash")
     assert result.failure.kind is FailureKind.SIGNAL
     assert [p.name for p in tmp_path.glob("*.log")] == ["crash.1.log"]
+
+
+def test_a_trial_over_the_memory_budget_is_stopped_as_out_of_memory(tmp_path):
+    long_window = replace(request().plan, min_time_s=30.0, max_time_s=60.0)
+    hog = replace(request(model="faults.MemoryHogCNN"), plan=long_window)
+    result = run_trial(hog, 120, tmp_path, "hog", memory_budget_mb=600)
+    assert result.failure.kind is FailureKind.OUT_OF_MEMORY
+    assert "over study.memory_budget_mb=600; stopped" in result.failure.message
+    used = float(result.failure.message.split()[1])
+    assert 600 < used < 1000, "stopped soon after crossing the budget"
+    assert processes_mentioning(str(tmp_path / "hog.request.json")) == []
+
+
+def test_a_sigkill_from_outside_is_reported_as_out_of_memory(tmp_path):
+    result = run_trial(request(model="faults.SelfKillingCNN"), 120, tmp_path, "killed")
+    assert result.failure.kind is FailureKind.OUT_OF_MEMORY
+    assert result.failure.message.startswith("killed by SIGKILL, not by autotune: most likely the kernel's OOM killer")
