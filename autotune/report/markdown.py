@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from autotune.knobs import KNOBS
@@ -38,7 +39,7 @@ _RANKED_COLUMNS = [
 
 def render_markdown(results: StudyResults, summary: Summary) -> str:
     sections = [
-        f"# autotune report: {results.pipeline}",
+        f"# autotune report: {_text(results.pipeline)}",
         headline(summary),
         "## Before and after\n\n" + _before_after(summary),
         "## All configurations, fastest first\n\n" + _ranked(summary),
@@ -137,4 +138,9 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-    return str(value).replace("|", "\\|")
+    return _text(value).replace("|", "\\|")
+
+
+def _text(value: Any) -> str:
+    """User-controlled text (names, error messages) made inert: Markdown viewers render raw HTML."""
+    return html.escape(str(value), quote=False)

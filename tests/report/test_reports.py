@@ -13,6 +13,7 @@ from autotune.report import write_reports
 from autotune.report.markdown import headline
 from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
+from autotune.trial.result import Failure, FailureKind
 from tests.results.test_summary import failed, results_with, trial
 
 MACHINE = {
@@ -82,3 +83,19 @@ def test_writing_leaves_no_temporary_files(tmp_path):
     results = sample_results()
     write_reports(results, summarise(results), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recommended.yaml", "report.json", "report.md", "trials.csv"]
+
+
+def test_user_strings_are_inert_in_every_report(tmp_path):
+    hostile = "<script>alert(1)</script> !!python/object/apply:os.system ['echo pwned'] | x"
+    base = sample_results()
+    failing = failed("9", num_workers=1)
+    failing = type(failing)(failing.label, type(failing.result)(failing.result.knobs, failure=Failure(
+        FailureKind.EXCEPTION, f"ValueError: {hostile}")))  # fmt: skip
+    results = StudyResults(**{**base.__dict__, "pipeline": hostile, "trials": [*base.trials, failing]})
+    files = write_reports(results, summarise(results), tmp_path)
+    markdown = files["report.md"].read_text()
+    assert "<script>" not in markdown and "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
+    assert "ValueError: &lt;script&gt;" in markdown
+    recommended = yaml.safe_load(files["recommended.yaml"].read_text())
+    assert recommended["pipeline"] == hostile, "YAML quotes it: loading gives the string back, runs nothing"
+    assert json.loads(files["report.json"].read_text())["pipeline"] == hostile

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from autotune.errors import ConfigError
+from autotune.knobs import KNOBS
 from autotune.study.space import build_space, check_baseline
 from tests.conftest import cpu_context
 
@@ -76,3 +79,27 @@ def test_contains_and_distributions():
     knobs = space.complete({"batch_size": 64, "num_workers": 2, "channels_last": True, "amp": "off", "compile": "off"})
     assert space.contains(knobs)
     assert not space.contains({**knobs, "batch_size": 7})
+
+
+@given(st.lists(st.integers(min_value=-5, max_value=1500), min_size=1, max_size=6))
+def test_any_batch_size_list_is_kept_exactly_or_refused_naming_the_value(values):
+    ctx = cpu_context(dataset_len=1000)
+    search = {**ALL_DEFAULT, "batch_size": values}
+    too_big = [v for v in values if v > 1000]
+    if too_big:
+        with pytest.raises(ConfigError, match=f"^search.batch_size: {too_big[0]} cannot run here"):
+            build_space(search, ctx)
+    else:
+        space = build_space(search, ctx)
+        assert space.candidates["batch_size"] == values
+        assert space.size == len(values) * 3 * 2 * 2 * 2
+
+
+@given(st.dictionaries(st.sampled_from(list(ALL_DEFAULT)), st.just(None)))
+def test_defaults_always_yield_a_runnable_nonempty_space(overrides):
+    # dataset_len=40: the baseline batch (32) still fits, as app.check_baseline requires
+    for ctx in (cpu_context(), cpu_context(device="cuda"), cpu_context(input_ndim=3, dataset_len=40)):
+        space = build_space({**ALL_DEFAULT, **overrides}, ctx)
+        assert all(space.candidates.values())
+        for name, values in space.candidates.items():
+            assert all(KNOBS[name].unavailable_reason(v, ctx) is None for v in values)
