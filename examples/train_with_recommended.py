@@ -43,6 +43,8 @@ def main() -> None:
         knobs = yaml.safe_load(f)["knobs"]
     print(f"knobs: {knobs}")
 
+    if knobs.get("num_threads") is not None:
+        torch.set_num_threads(knobs["num_threads"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     amp = knobs.get("amp", "off")
     compile_mode = knobs.get("compile", "off")

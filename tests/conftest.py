@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from autotune.config.load import load_settings
-from autotune.knobs import SearchContext
+from autotune.knobs import KNOBS, SearchContext
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.recorder import Timing
 from autotune.trial.result import TrialRequest
@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_CONF = REPO / "tests" / "conf"
 # Knob values that change nothing, with batch size 32.
 NEUTRAL_KNOBS = {
+    "num_threads": None,
     "batch_size": 32,
     "num_workers": 0,
     "pin_memory": False,
@@ -46,9 +47,7 @@ def tiny_config(**overrides) -> dict:
             "optimizer": {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.01},
             "baseline": {"batch_size": 16},
         },
-        "search": {
-            name: None for name in ("batch_size", "num_workers", "pin_memory", "amp", "channels_last", "compile")
-        },
+        "search": dict.fromkeys(KNOBS),
         "study": {
             "name": None,
             "storage": "sqlite:///autotune.db",

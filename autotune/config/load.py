@@ -19,7 +19,14 @@ from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS, Pip
 Parser = Callable[[Any], Any]
 
 # Values a baseline knob takes when the pipeline does not say: PyTorch's own defaults.
-BASELINE_DEFAULTS = {"num_workers": 0, "pin_memory": False, "amp": "off", "channels_last": False, "compile": "off"}
+BASELINE_DEFAULTS = {
+    "num_workers": 0,
+    "pin_memory": False,
+    "num_threads": None,
+    "amp": "off",
+    "channels_last": False,
+    "compile": "off",
+}
 DEVICES = ("auto", "cpu", "cuda")
 _PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
 

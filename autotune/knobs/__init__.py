@@ -9,6 +9,7 @@ from autotune.knobs.amp import AmpKnob
 from autotune.knobs.batch_size import BatchSizeKnob
 from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.knobs.compile import CompileKnob
+from autotune.knobs.num_threads import NumThreadsKnob
 from autotune.knobs.num_workers import NumWorkersKnob
 from autotune.knobs.pin_memory import PinMemoryKnob
 
@@ -19,6 +20,7 @@ KNOBS: dict[str, Knob] = {
         BatchSizeKnob(),
         NumWorkersKnob(),
         PinMemoryKnob(),
+        NumThreadsKnob(),
         ChannelsLastKnob(),
         AmpKnob(),
         CompileKnob(),

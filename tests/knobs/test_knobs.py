@@ -10,6 +10,7 @@ from autotune.pipeline.setup import TrainingSetup
 from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
 EXAMPLE_VALUES = {
+    "num_threads": 1,
     "batch_size": 64,
     "num_workers": 2,
     "pin_memory": True,

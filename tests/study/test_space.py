@@ -11,7 +11,7 @@ from autotune.knobs import KNOBS
 from autotune.study.space import build_space, check_baseline
 from tests.conftest import cpu_context
 
-ALL_DEFAULT = {name: None for name in ("batch_size", "num_workers", "pin_memory", "channels_last", "amp", "compile")}
+ALL_DEFAULT = dict.fromkeys(KNOBS)
 
 
 def test_defaults_on_a_two_core_cpu_with_image_input():
@@ -20,11 +20,12 @@ def test_defaults_on_a_two_core_cpu_with_image_input():
         "batch_size": [16, 32, 64, 128],
         "num_workers": [0, 1, 2],
         "pin_memory": [False],
+        "num_threads": [1, 2],
         "channels_last": [False, True],
         "amp": ["off", "bf16"],
         "compile": ["off", "default"],
     }
-    assert space.size == 4 * 3 * 2 * 2 * 2
+    assert space.size == 4 * 3 * 2 * 2 * 2 * 2
 
 
 def test_defaults_on_a_gpu_offer_pinned_memory_and_fp16():
@@ -75,8 +76,16 @@ def test_a_baseline_batch_larger_than_the_dataset_is_rejected():
 
 def test_contains_and_distributions():
     space = build_space(ALL_DEFAULT, cpu_context())
-    assert set(space.distributions()) == {"batch_size", "num_workers", "channels_last", "amp", "compile"}
-    knobs = space.complete({"batch_size": 64, "num_workers": 2, "channels_last": True, "amp": "off", "compile": "off"})
+    assert set(space.distributions()) == {"batch_size", "num_workers", "num_threads", "channels_last", "amp", "compile"}
+    varied = {
+        "batch_size": 64,
+        "num_workers": 2,
+        "num_threads": 1,
+        "channels_last": True,
+        "amp": "off",
+        "compile": "off",
+    }
+    knobs = space.complete(varied)
     assert space.contains(knobs)
     assert not space.contains({**knobs, "batch_size": 7})
 
@@ -92,7 +101,7 @@ def test_any_batch_size_list_is_kept_exactly_or_refused_naming_the_value(values)
     else:
         space = build_space(search, ctx)
         assert space.candidates["batch_size"] == values
-        assert space.size == len(values) * 3 * 2 * 2 * 2
+        assert space.size == len(values) * 3 * 2 * 2 * 2 * 2
 
 
 @given(st.dictionaries(st.sampled_from(list(ALL_DEFAULT)), st.just(None)))

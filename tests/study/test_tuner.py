@@ -16,6 +16,7 @@ SPACE = SearchSpace(
         "batch_size": [16, 32],
         "num_workers": [0, 1, 2],
         "pin_memory": [False],
+        "num_threads": [None],
         "channels_last": [False],
         "amp": ["off"],
         "compile": ["off"],

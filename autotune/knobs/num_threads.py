@@ -1,0 +1,29 @@
+"""Intra-op threads of the training process (torch.set_num_threads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from autotune.knobs._base import Knob, SearchContext, parse_int
+
+
+class NumThreadsKnob(Knob):
+    name = "num_threads"
+    description = (
+        "torch intra-op threads in the training process; null keeps torch's default. On a CPU, DataLoader "
+        "workers and compute threads compete for the same cores, so fewer threads can be faster."
+    )
+
+    def parse(self, value: Any) -> int | None:
+        return None if value is None else parse_int(value, minimum=1)
+
+    def default_candidates(self, ctx: SearchContext) -> list[int]:
+        """Powers of two up to the usable cores, and the core count itself."""
+        powers = {2**k for k in range(0, 8) if 2**k <= ctx.cpu_count}
+        return sorted(powers | {ctx.cpu_count})
+
+    def apply(self, value: int | None, setup) -> None:
+        if value is not None:
+            torch.set_num_threads(value)
