@@ -44,7 +44,7 @@ def test_a_tuning_run_writes_consistent_reports(tmp_path):
 
     assert len(rows) == 4 and {r["trial"] for r in rows} >= {"baseline"}
     best = rows[0]
-    assert {k: best[k] for k in KNOBS} == {k: str(v) for k, v in recommended["knobs"].items()}
+    assert {k: best[k] for k in KNOBS} == {k: "" if v is None else str(v) for k, v in recommended["knobs"].items()}
     assert float(best["throughput_sps"]) == pytest.approx(recommended["throughput"]["recommended"], abs=0.01)
     assert all(r["state"] == "complete" and float(r["peak_memory_mb"]) > 0 for r in rows)
 
@@ -61,7 +61,8 @@ def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
         "study.n_trials=5",
         f"hydra.run.dir={tmp_path}/out",
     ]
-    space = ["search.batch_size=[16]", "search.num_workers=[0,1]", "search.amp=[off]", "search.compile=[off]"]
+    space = ["search.batch_size=[16]", "search.num_workers=[0,1]", "search.num_threads=[null]", "search.amp=[off]"]
+    space.append("search.compile=[off]")
     proc = run_cli([*args, *space], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "all 4 configurations of the search space are measured" in proc.stdout

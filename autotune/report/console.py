@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.knobs import KNOBS
-from autotune.report.markdown import headline
+from autotune.report.document import headline
 from autotune.report.rows import ranked_frame
 from autotune.results.summary import Summary
 from autotune.trial.result import TrialResult
@@ -38,6 +38,6 @@ def print_summary(summary: Summary, files: dict[str, Path], stop_reason: str, ou
     frame = ranked_frame(summary)[_SUMMARY_COLUMNS]
     print(f"\nStopped: {stop_reason}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
-    print("\n" + headline(summary).replace("**", ""), file=out)
+    print(f"\n{headline(summary)}", file=out)
     for name, path in files.items():
         print(f"  {name:<17} {path}", file=out)

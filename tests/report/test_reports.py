@@ -10,7 +10,7 @@ import yaml
 
 from autotune.knobs import KNOBS
 from autotune.report import write_reports
-from autotune.report.markdown import headline
+from autotune.report.document import headline
 from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind
@@ -46,7 +46,7 @@ def sample_results() -> StudyResults:
 def test_reports_are_written_and_consistent(tmp_path):
     results = sample_results()
     files = write_reports(results, summarise(results), tmp_path)
-    assert set(files) == {"recommended.yaml", "trials.csv", "report.md", "report.json"}
+    assert set(files) == {"recommended.yaml", "trials.csv", "report.md", "report.json", "report.html"}
 
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["knobs"] == {**recommended["baseline"], "num_workers": 1}
@@ -76,13 +76,14 @@ def test_reports_are_written_and_consistent(tmp_path):
 
 def test_the_headline_says_when_to_keep_the_baseline():
     results = results_with(trial("0", 50.0, num_workers=1))
-    assert headline(summarise(results)).startswith("**Keep your current settings.**")
+    assert headline(summarise(results)).lead == "Keep your current settings."
 
 
 def test_writing_leaves_no_temporary_files(tmp_path):
     results = sample_results()
     write_reports(results, summarise(results), tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["recommended.yaml", "report.json", "report.md", "trials.csv"]
+    names = ["recommended.yaml", "report.html", "report.json", "report.md", "trials.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
 
 
 def test_user_strings_are_inert_in_every_report(tmp_path):
@@ -96,6 +97,9 @@ def test_user_strings_are_inert_in_every_report(tmp_path):
     markdown = files["report.md"].read_text()
     assert "<script>" not in markdown and "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
     assert "ValueError: &lt;script&gt;" in markdown
+    page = files["report.html"].read_text()
+    assert "<script" not in page.lower() and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("&lt;script&gt;") >= 3, "title, heading and the failure reason"
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["pipeline"] == hostile, "YAML quotes it: loading gives the string back, runs nothing"
     assert json.loads(files["report.json"].read_text())["pipeline"] == hostile

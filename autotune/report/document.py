@@ -1,0 +1,172 @@
+"""The content of the human-readable report, built once and rendered as Markdown or HTML.
+
+Every string here is plain text, user-controlled ones included (pipeline names, error messages):
+renderers escape for their format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.knobs import KNOBS
+from autotune.report.rows import ranked_rows, record_row
+from autotune.results.model import StudyResults
+from autotune.results.summary import Summary
+
+_BEFORE_AFTER_METRICS = [
+    ("throughput_sps", "throughput (samples/s)"),
+    ("median_step_ms", "median step (ms)"),
+    ("step_iqr_ms", "step interquartile range (ms)"),
+    ("data_stall_fraction", "data wait share"),
+    ("transfer_ms_per_step", "host-to-device per step (ms)"),
+    ("compile_s", "compile (s)"),
+    ("process_tree_cores", "CPU cores busy (process tree)"),
+    ("gpu_utilization_percent", "GPU utilisation (%)"),
+    ("achieved_gflops_per_s", "achieved GFLOP/s"),
+    ("peak_memory_mb", "peak memory (MB)"),
+    ("window_memory_growth_mb", "memory growth in window (MB)"),
+    ("cuda_peak_allocated_mb", "CUDA peak allocated (MB)"),
+]
+_RANKED_COLUMNS = [
+    ("rank", "rank"),
+    ("trial", "trial"),
+    *[(name, name) for name in KNOBS],
+    ("throughput_sps", "samples/s"),
+    ("speedup", "vs baseline"),
+    ("mean_step_ms", "step ms"),
+    ("data_stall_fraction", "data wait"),
+    ("compile_s", "compile s"),
+    ("peak_memory_mb", "peak MB"),
+]
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Section:
+    heading: str
+    paragraphs: list[str] = field(default_factory=list)
+    table: Table | None = None
+    bullets: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """``lead`` is the part to emphasise."""
+
+    lead: str
+    rest: str
+
+    def __str__(self) -> str:
+        return f"{self.lead} {self.rest}"
+
+
+@dataclass(frozen=True)
+class Document:
+    title: str
+    headline: Headline
+    sections: list[Section]
+
+
+def build_document(results: StudyResults, summary: Summary) -> Document:
+    sections = [
+        Section("Before and after", table=_before_after(summary)),
+        Section("All configurations, fastest first", table=_ranked(summary)),
+        *_failures(summary),
+        Section("How it was measured", paragraphs=[_method(results)]),
+        Section("Machine", bullets=_machine(results.machine, results.device)),
+    ]
+    return Document(f"autotune report: {results.pipeline}", headline(summary), sections)
+
+
+def headline(summary: Summary) -> Headline:
+    """What to change and what it gained, or that the baseline is best."""
+    base, rec = summary.baseline, summary.recommended
+    if summary.is_baseline:
+        return Headline(
+            "Keep your current settings.",
+            f"No configuration measured faster than the baseline ({base.throughput:.1f} samples/s).",
+        )
+    changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
+    return Headline(
+        f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput",
+        f"({rec.throughput:.1f} vs {base.throughput:.1f} samples/s) by changing {changes}. "
+        f"Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB.",
+    )
+
+
+def format_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> Table:
+    return Table(headers, [[format_cell(value) for value in row] for row in rows])
+
+
+def _before_after(summary: Summary) -> Table:
+    base_throughput = summary.baseline.throughput
+    before, after = (record_row(r, None, base_throughput) for r in (summary.baseline, summary.recommended))
+    rows = [[name, before[name], after[name]] for name in KNOBS]
+    rows.append(["throughput 95% CI (within run)", _interval(before), _interval(after)])
+    rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS]
+    return _table(["", "baseline", "recommended"], rows)
+
+
+def _interval(row: dict[str, Any]) -> str:
+    return f"{row['throughput_ci95_low']:.1f} – {row['throughput_ci95_high']:.1f}"
+
+
+def _ranked(summary: Summary) -> Table:
+    rows = [row for row in ranked_rows(summary) if row["state"] == "complete"]
+    return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
+
+
+def _failures(summary: Summary) -> list[Section]:
+    failed = [row for row in ranked_rows(summary) if row["state"] == "failed"]
+    if not failed:
+        return []
+    rows = [
+        [row["trial"], *(row[name] for name in KNOBS), row["failure_kind"], row["failure_reason"]] for row in failed
+    ]
+    return [Section("Failed configurations", table=_table(["trial", *KNOBS, "failure", "reason"], rows))]
+
+
+def _method(results: StudyResults) -> str:
+    plan = results.measure
+    warmup = plan["warmup"]
+    repeats = plan.get("repeats", 1)
+    repeated = (
+        f"Each figure is the median of {repeats} runs in fresh processes."
+        if repeats > 1
+        else "Each figure is one measurement: differences of a few percent can be run-to-run noise."
+    )
+    return (
+        f"Each configuration ran in a fresh process on {results.device}. Warm-up (compilation happens here and "
+        f"is reported as compile s) lasted until the median of the last {warmup['span']} step times was within "
+        f"{warmup['tolerance']:.0%} of the {warmup['span']} before ({warmup['min_steps']} to {warmup['max_steps']} "
+        f"steps), then a timed window of at least {plan['min_steps']} steps and {plan['min_time_s']:g} s "
+        f"(at most {plan['max_time_s']:g} s). Throughput is samples in the window divided by its wall time; data "
+        "wait is the share of the window spent blocked on the next batch. Peak memory sums the trial's process "
+        "tree (DataLoader workers included) using PSS where the OS provides it, so shared pages are not counted "
+        f"twice. {repeated}"
+    )
+
+
+def _machine(machine: dict[str, Any], device: str) -> list[str]:
+    return [
+        f"CPU: {machine['cpu_model']} ({machine['cpu_count']} usable cores, {machine['physical_cores']} physical)",
+        f"Memory: {machine['memory_gb']} GB",
+        f"GPU: {machine.get('gpu') or 'none'}; device used: {device}",
+        f"torch {machine['torch']} (CUDA {machine['cuda'] or 'none'}, cuDNN {machine['cudnn'] or 'none'}), "
+        f"Python {machine['python']}, {machine['torch_threads']} torch threads",
+        f"Platform: {machine['platform']}",
+    ]

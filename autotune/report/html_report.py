@@ -1,0 +1,48 @@
+"""report.html: the report document as one self-contained HTML page; every string is escaped."""
+
+from __future__ import annotations
+
+from html import escape
+
+from autotune.report.document import Document, Table, build_document
+from autotune.results.model import StudyResults
+from autotune.results.summary import Summary
+
+_STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #222; }
+h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: .25rem .5rem; text-align: left; }
+th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
+.headline { font-size: 1.1rem; }
+"""
+
+
+def render_html(results: StudyResults, summary: Summary) -> str:
+    return to_html(build_document(results, summary))
+
+
+def to_html(document: Document) -> str:
+    body = [
+        f"<h1>{escape(document.title)}</h1>",
+        f'<p class="headline"><strong>{escape(document.headline.lead)}</strong> {escape(document.headline.rest)}</p>',
+    ]
+    for section in document.sections:
+        body.append(f"<h2>{escape(section.heading)}</h2>")
+        body += [f"<p>{escape(paragraph)}</p>" for paragraph in section.paragraphs]
+        if section.table:
+            body.append(_table(section.table))
+        if section.bullets:
+            body.append("<ul>" + "".join(f"<li>{escape(bullet)}</li>" for bullet in section.bullets) + "</ul>")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(document.title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def _table(table: Table) -> str:
+    head = "".join(f"<th>{escape(header)}</th>" for header in table.headers)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table.rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
