@@ -29,7 +29,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
 
 Measures the pipeline as configured (the baseline), tunes its knobs in isolated trials, and writes
-recommended.yaml, report.md, report.json and trials.csv into Hydra's run directory.
+recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra's run directory.
 
   pipeline=NAME        conf/pipeline/NAME.yaml, or DIR/pipeline/NAME.yaml with -cd DIR
                        (shipped: {pipelines})

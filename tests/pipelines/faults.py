@@ -121,3 +121,11 @@ class SelfKillingCNN(TinyCNN):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         os.kill(os.getpid(), signal.SIGKILL)
         return super().forward(x)
+
+
+class CudaHogCNN(TinyCNN):
+    """Asks the GPU for 100 TiB: a real CUDA out-of-memory error (on a machine with a GPU)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.empty(100 * 2**40, dtype=torch.uint8, device=x.device)
+        return super().forward(x)

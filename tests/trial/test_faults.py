@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,11 @@ def test_a_cuda_out_of_memory_error_is_out_of_memory_even_on_cpu(tmp_path):
     result = run(request(model="faults.CudaOomCNN"), tmp_path, "oom")
     assert result.failure.kind is FailureKind.OUT_OF_MEMORY
     assert result.failure.message == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_real_cuda_out_of_memory_is_out_of_memory(tmp_path):
+    req = replace(request(model="faults.CudaHogCNN"), device="cuda")
+    result = run(req, tmp_path, "cuda-oom")
+    assert result.failure.kind is FailureKind.OUT_OF_MEMORY
+    assert "CUDA out of memory" in result.failure.message
