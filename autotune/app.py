@@ -18,6 +18,7 @@ from autotune.report import write_reports
 from autotune.report.console import format_result, print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
+from autotune.study.confirm import confirm_fastest
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.tuner import StopReason, TrialEvent, ensure_baseline, open_study, redact_url, tune
 from autotune.trial.result import TrialRequest, TrialResult
@@ -65,9 +66,14 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         line = format_result(event.result, baseline.timing.throughput)
         print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
 
+    def show_confirmation(name: str, result: TrialResult) -> None:
+        print(f"[{name}] {format_result(result)}", file=out, flush=True)
+
     stop = StopReason("interrupted", aborted=True)
     try:
         stop = tune(study, space, settings.study, measure, show)
+        if not stop.aborted:
+            confirm_fastest(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)
     finally:
         results = load_results(study)
         summary = summarise(results)

@@ -56,6 +56,7 @@ def tiny_config(**overrides) -> dict:
             "seed": 0,
             "memory_budget_mb": None,
             "max_consecutive_failures": 5,
+            "confirm_rounds": 0,
         },
         "measure": {
             "device": "cpu",

@@ -18,7 +18,7 @@ import yaml
 from autotune.knobs import KNOBS
 from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, processes_mentioning, run_cli
 
-TINY = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "search.compile=[off]"]
+TINY = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "search.compile=[off]", "study.confirm_rounds=1"]
 
 
 def read_outputs(out_dir):
@@ -43,13 +43,19 @@ def test_a_tuning_run_writes_consistent_reports(tmp_path):
     assert recommended["throughput"]["recommended"] == pytest.approx(report["recommended"]["throughput_sps"], abs=0.01)
 
     assert len(rows) == 4 and {r["trial"] for r in rows} >= {"baseline"}
-    best = rows[0]
-    assert {k: best[k] for k in KNOBS} == {k: "" if v is None else str(v) for k, v in recommended["knobs"].items()}
-    assert float(best["throughput_sps"]) == pytest.approx(recommended["throughput"]["recommended"], abs=0.01)
+    chosen = next(r for r in rows if r["trial"] == report["recommended"]["trial"])
+    assert {k: chosen[k] for k in KNOBS} == {k: "" if v is None else str(v) for k, v in recommended["knobs"].items()}
     assert all(r["state"] == "complete" and float(r["peak_memory_mb"]) > 0 for r in rows)
 
     for line in ("[baseline]", "[trial 1/3", "[trial 3/3", "recommended.yaml", "Stopped: study.n_trials=3"):
         assert line in proc.stdout
+    beaten = any(float(r["throughput_sps"]) > float(next(b for b in rows if b["trial"] == "baseline")["throughput_sps"])
+                 for r in rows if r["trial"] != "baseline")  # fmt: skip
+    assert ("[confirm-1-baseline]" in proc.stdout) == beaten, "the fastest trial is re-measured if it beat the baseline"
+    if report["confirmation"] and report["confirmation"]["confirmed"]:
+        assert recommended["throughput"]["method"] == "medians of 1 interleaved re-measurements"
+    elif beaten:
+        assert recommended["knobs"] == recommended["baseline"], "an unconfirmed trial is not recommended"
 
 
 def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):

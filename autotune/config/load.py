@@ -206,6 +206,7 @@ _STUDY_FIELDS: dict[str, Parser] = {
     "seed": _number(0, integer=True),
     "memory_budget_mb": _number(0, strict=True, optional=True),
     "max_consecutive_failures": _number(1, integer=True),
+    "confirm_rounds": _number(0, integer=True),
 }
 _MEASURE_FIELDS: dict[str, Parser] = {
     "device": _string(choices=DEVICES),

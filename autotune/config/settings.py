@@ -14,7 +14,8 @@ class StudySettings:
     """Where the Optuna study lives and how much tuning it may do.
 
     A trial whose process tree uses more than ``memory_budget_mb`` is stopped as out of memory;
-    ``max_consecutive_failures`` failed trials in a row stop the study.
+    ``max_consecutive_failures`` failed trials in a row stop the study. The fastest trial is measured
+    against the baseline again ``confirm_rounds`` times, interleaved, before it is recommended.
     """
 
     name: str
@@ -24,6 +25,7 @@ class StudySettings:
     seed: int
     memory_budget_mb: float | None = None
     max_consecutive_failures: int = 5
+    confirm_rounds: int = 3
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ class Document:
 
 def build_document(results: StudyResults, summary: Summary) -> Document:
     sections = [
+        *([Section("Confirmation", paragraphs=[summary.confirmation.describe()])] if summary.confirmation else []),
         Section("Before and after", table=_before_after(summary)),
         Section("All configurations, fastest first", table=_ranked(summary)),
         *_failures(summary),
@@ -87,16 +88,24 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
 def headline(summary: Summary) -> Headline:
     """What to change and what it gained, or that the baseline is best."""
     base, rec = summary.baseline, summary.recommended
+    if summary.is_baseline and summary.confirmation:
+        return Headline(
+            "Keep your current settings.",
+            f"The fastest trial ({summary.confirmation.candidate}) did not hold its gain when re-measured "
+            f"against the baseline: {summary.confirmation.speedup:.2f}x over "
+            f"{len(summary.confirmation.candidate_throughputs)} interleaved rounds.",
+        )
     if summary.is_baseline:
         return Headline(
             "Keep your current settings.",
             f"No configuration measured faster than the baseline ({base.throughput:.1f} samples/s).",
         )
     changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
+    how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput",
-        f"({rec.throughput:.1f} vs {base.throughput:.1f} samples/s) by changing {changes}. "
-        f"Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB.",
+        f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s, {how}) by "
+        f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB.",
     )
 
 

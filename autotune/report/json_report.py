@@ -24,12 +24,17 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "is_baseline": summary.is_baseline,
             "knobs": rec.result.knobs,
             "changed": {name: {"before": b, "after": a} for name, (b, a) in summary.changed_knobs().items()},
-            "throughput_sps": rec.throughput,
+            "throughput_sps": summary.recommended_throughput,
             "peak_memory_mb": rec.result.peak_memory_mb,
         },
+        "confirmation": (
+            {**summary.confirmation.to_dict(), "confirmed": summary.confirmation.confirmed}
+            if summary.confirmation
+            else None
+        ),
         "baseline": {
             "knobs": base.result.knobs,
-            "throughput_sps": base.throughput,
+            "throughput_sps": summary.baseline_throughput,
             "peak_memory_mb": base.result.peak_memory_mb,
         },
         "speedup": summary.speedup,

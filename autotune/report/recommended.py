@@ -16,10 +16,11 @@ def render_recommended(results: StudyResults, summary: Summary) -> str:
         "knobs": dict(rec.result.knobs),
         "baseline": dict(base.result.knobs),
         "throughput": {
-            "recommended": round(rec.throughput, 2),
-            "baseline": round(base.throughput, 2),
+            "recommended": round(summary.recommended_throughput, 2),
+            "baseline": round(summary.baseline_throughput, 2),
             "speedup": round(summary.speedup, 3),
             "unit": "samples/s",
+            "method": _method(summary),
         },
         "peak_memory_mb": {
             "recommended": round(rec.result.peak_memory_mb, 1),
@@ -28,3 +29,9 @@ def render_recommended(results: StudyResults, summary: Summary) -> str:
     }
     header = f"# autotune recommendation for pipeline '{results.pipeline}' (study '{results.study_name}')\n"
     return header + yaml.safe_dump(document, sort_keys=False)
+
+
+def _method(summary: Summary) -> str:
+    if summary.confirmed:
+        return f"medians of {len(summary.confirmation.candidate_throughputs)} interleaved re-measurements"
+    return "single measurements"

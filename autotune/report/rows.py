@@ -91,4 +91,9 @@ def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
 
 
 def ranked_frame(summary: Summary) -> pd.DataFrame:
-    return pd.DataFrame(ranked_rows(summary))
+    """The ranked rows as a table; knob columns keep their values as given (1 stays 1 beside a null)."""
+    rows = ranked_rows(summary)
+    frame = pd.DataFrame(rows)
+    for name in KNOBS:
+        frame[name] = pd.Series([row[name] for row in rows], dtype=object)
+    return frame

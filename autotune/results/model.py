@@ -8,9 +8,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.results.confirmation import Confirmation
 from autotune.study.tuner import (
     BASELINE_ATTR,
     BASELINE_LABEL,
+    CONFIRMATION_ATTR,
     DUPLICATE_ATTR,
     INTERRUPTED_ATTR,
     META_ATTR,
@@ -43,6 +45,7 @@ class StudyResults:
     measure: dict[str, Any]
     baseline: TrialRecord | None
     trials: list[TrialRecord] = field(default_factory=list)
+    confirmation: Confirmation | None = None
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -54,6 +57,7 @@ def load_results(study: optuna.Study) -> StudyResults:
     """Read every stored result of ``study``; repeats and interrupted trials are left out."""
     meta = study.user_attrs[META_ATTR]
     baseline = study.user_attrs.get(BASELINE_ATTR)
+    confirmation = study.user_attrs.get(CONFIRMATION_ATTR)
     interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
     trials = [
         TrialRecord(str(t.number), TrialResult.from_dict(t.user_attrs[RESULT_ATTR]))
@@ -69,4 +73,5 @@ def load_results(study: optuna.Study) -> StudyResults:
         measure=meta["measure"],
         baseline=TrialRecord(BASELINE_LABEL, TrialResult.from_dict(baseline)) if baseline else None,
         trials=trials,
+        confirmation=Confirmation.from_dict(confirmation) if confirmation else None,
     )

@@ -27,6 +27,7 @@ BASELINE_ATTR = "autotune.baseline"
 INTERRUPTED_ATTR = "autotune.interrupted"
 RESULT_ATTR = "autotune.result"
 DUPLICATE_ATTR = "autotune.duplicate_of"
+CONFIRMATION_ATTR = "autotune.confirmation"
 BASELINE_LABEL = "baseline"
 
 MeasureFn = Callable[[dict[str, Any], str], TrialResult]

@@ -11,6 +11,7 @@ import yaml
 from autotune.knobs import KNOBS
 from autotune.report import write_reports
 from autotune.report.document import headline
+from autotune.results.confirmation import Confirmation
 from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind
@@ -51,7 +52,13 @@ def test_reports_are_written_and_consistent(tmp_path):
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["knobs"] == {**recommended["baseline"], "num_workers": 1}
     assert set(recommended["knobs"]) == set(KNOBS)
-    assert recommended["throughput"] == {"recommended": 120.0, "baseline": 100.0, "speedup": 1.2, "unit": "samples/s"}
+    assert recommended["throughput"] == {
+        "recommended": 120.0,
+        "baseline": 100.0,
+        "speedup": 1.2,
+        "unit": "samples/s",
+        "method": "single measurements",
+    }
     assert recommended["peak_memory_mb"] == {"recommended": 100.0, "baseline": 100.0}
 
     report = json.loads(files["report.json"].read_text())
@@ -103,3 +110,23 @@ def test_user_strings_are_inert_in_every_report(tmp_path):
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["pipeline"] == hostile, "YAML quotes it: loading gives the string back, runs nothing"
     assert json.loads(files["report.json"].read_text())["pipeline"] == hostile
+
+
+def test_a_confirmed_recommendation_reports_the_interleaved_medians(tmp_path):
+    confirmation = Confirmation("0", {}, [100.0, 98.0, 102.0], [110.0, 112.0, 111.0])
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    files = write_reports(results, summarise(results), tmp_path)
+    recommended = yaml.safe_load(files["recommended.yaml"].read_text())
+    assert recommended["throughput"]["recommended"] == 111.0 and recommended["throughput"]["baseline"] == 100.0
+    assert recommended["throughput"]["method"] == "medians of 3 interleaved re-measurements"
+    assert "confirmed by interleaved re-measurement" in files["report.md"].read_text()
+    assert json.loads(files["report.json"].read_text())["confirmation"]["confirmed"] is True
+
+
+def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
+    confirmation = Confirmation("0", {}, [100.0, 98.0, 102.0], [101.0, 97.0, 103.0])
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    files = write_reports(results, summarise(results), tmp_path)
+    recommended = yaml.safe_load(files["recommended.yaml"].read_text())
+    assert recommended["knobs"] == recommended["baseline"] and recommended["throughput"]["speedup"] == 1.0
+    assert "did not hold its gain when re-measured" in files["report.md"].read_text()

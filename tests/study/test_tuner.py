@@ -6,6 +6,8 @@ import pytest
 
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
+from autotune.results.model import load_results
+from autotune.study.confirm import confirm_fastest
 from autotune.study.space import SearchSpace
 from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -47,7 +49,7 @@ def settings(tmp_path, n_trials=3, timeout_s=None, **more) -> StudySettings:
     return StudySettings(name="s", storage=storage, n_trials=n_trials, timeout_s=timeout_s, seed=0, **more)
 
 
-META = {"pipeline": {"name": "p"}, "space": SPACE.candidates}
+META = {"pipeline": {"name": "p"}, "space": SPACE.candidates, "device": "cpu", "machine": {}, "measure": {}}
 
 
 def test_baseline_is_measured_once_and_stored(tmp_path):
@@ -142,3 +144,20 @@ def test_a_run_of_failures_stops_the_study(tmp_path):
     reason = tune(study, SPACE, settings(tmp_path, n_trials=6, max_consecutive_failures=3), always_fails, print)
     assert reason.aborted and counted_trials(study) == 3
     assert "the last 3 trials all failed (the last with signal: killed by SIGSEGV)" in reason.message
+
+
+def test_the_fastest_trial_is_confirmed_against_the_baseline_once(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    tune(study, SPACE, settings(tmp_path, n_trials=5), measure, lambda e: None)
+    calls_before = len(measure.calls)
+    runs = []
+    confirmation = confirm_fastest(study, load_results(study), 2, measure, lambda name, result: runs.append(name))
+    fastest = max((r for r in load_results(study).trials if r.result.ok), key=lambda r: r.throughput)
+    assert confirmation.candidate == fastest.label and confirmation.confirmed
+    assert runs == ["confirm-1-baseline", f"confirm-1-trial-{fastest.label}", "confirm-2-baseline",
+                    f"confirm-2-trial-{fastest.label}"]  # fmt: skip
+    assert load_results(study).confirmation == confirmation, "stored in the study"
+    assert confirm_fastest(study, load_results(study), 2, measure, print) == confirmation
+    assert len(measure.calls) == calls_before + 4, "a stored confirmation is reused, not re-measured"
