@@ -278,14 +278,7 @@ def test_a_storage_password_is_never_shown(tmp_path):
 
 
 def test_ctrl_c_stops_the_trial_writes_the_reports_and_exits_130(tmp_path):
-    tuner = subprocess.Popen(
-        [sys.executable, "-m", "autotune", *TINY, "study.n_trials=5", "measure.min_time_s=30", "measure.max_time_s=60",
-         f"hydra.run.dir={tmp_path}/out"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
-    time.sleep(2)
+    tuner = start_long_trial(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tuner.send_signal(signal.SIGINT)
     stdout, stderr = tuner.communicate(timeout=60)
     assert tuner.returncode == 130, stderr
@@ -297,13 +290,7 @@ def test_ctrl_c_stops_the_trial_writes_the_reports_and_exits_130(tmp_path):
 
 
 def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
-    tuner = subprocess.Popen(
-        [sys.executable, "-m", "autotune", *TINY, "study.n_trials=2", "measure.min_time_s=30", "measure.max_time_s=60",
-         f"hydra.run.dir={tmp_path}/out"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
-    time.sleep(2)
+    tuner = start_long_trial(tmp_path, stdout=subprocess.DEVNULL)
     assert processes_mentioning("trial-0.request.json"), "the trial is running"
     tuner.kill()
     tuner.wait()
@@ -311,6 +298,17 @@ def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
     while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_mentioning(str(tmp_path)) == [], "the orphaned trial notices its tuner died and exits"
+
+
+def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
+    """Start the tuner on the tiny pipeline and return once its first trial has run for 2 s (of >= 30)."""
+    args = [*TINY, "study.n_trials=5", "measure.min_time_s=30", "measure.max_time_s=60"]
+    args.append(f"hydra.run.dir={tmp_path}/out")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    tuner = subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, **popen)
+    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
+    time.sleep(2)
+    return tuner
 
 
 def wait_for_file(path, timeout_s):
