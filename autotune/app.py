@@ -20,7 +20,15 @@ from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.study.confirm import confirm_fastest
 from autotune.study.space import SearchSpace, build_space, check_baseline
-from autotune.study.tuner import StopReason, TrialEvent, ensure_baseline, open_study, redact_url, tune
+from autotune.study.tuner import (
+    MeasureFn,
+    StopReason,
+    TrialEvent,
+    ensure_baseline,
+    open_study,
+    redact_url,
+    tune,
+)
 from autotune.trial.result import TrialRequest, TrialResult
 from autotune.trial.runner import run_repeated
 
@@ -28,15 +36,7 @@ from autotune.trial.runner import run_repeated
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written."""
     device = resolve_device(settings.measure.device)
-    facts = inspect_pipeline(settings.pipeline)
-    ctx = SearchContext(
-        device=device,
-        cpu_count=usable_cpu_count(),
-        bf16_supported=torch.cuda.is_bf16_supported() if device == "cuda" else True,
-        dataset_len=facts.dataset_len,
-        input_ndim=facts.input_ndim,
-        baseline=settings.baseline,
-    )
+    ctx = _search_context(settings, device)
     check_baseline(settings.baseline, ctx)
     space = build_space(settings.search, ctx)
     study = open_study(settings.study, _study_meta(settings, device, space))
@@ -46,14 +46,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         file=out,
     )
 
-    def measure(knobs: dict, name: str) -> TrialResult:
-        request = TrialRequest(
-            settings.pipeline, knobs, device, settings.measure.plan, settings.measure.memory_interval_s
-        )
-        measure = settings.measure
-        workdir, budget = output_dir / "trials", settings.study.memory_budget_mb
-        return run_repeated(request, measure.repeats, measure.trial_timeout_s, workdir, name, budget)
-
+    measure = _trial_runner(settings, device, output_dir / "trials")
     baseline, reused = ensure_baseline(study, settings.baseline, measure)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
     if not baseline.ok:
@@ -82,6 +75,29 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     if stop.aborted:
         raise StudyAbortedError(f"tuning stopped early: {stop.message}; the reports cover what was measured")
     return files
+
+
+def _search_context(settings: Settings, device: str) -> SearchContext:
+    facts = inspect_pipeline(settings.pipeline)
+    return SearchContext(
+        device=device,
+        cpu_count=usable_cpu_count(),
+        bf16_supported=torch.cuda.is_bf16_supported() if device == "cuda" else True,
+        dataset_len=facts.dataset_len,
+        input_ndim=facts.input_ndim,
+        baseline=settings.baseline,
+    )
+
+
+def _trial_runner(settings: Settings, device: str, workdir: Path) -> MeasureFn:
+    """Knob values and a trial name in, a TrialResult out: each call runs fresh trial subprocesses."""
+    measure, budget = settings.measure, settings.study.memory_budget_mb
+
+    def run_one(knobs: dict, name: str) -> TrialResult:
+        request = TrialRequest(settings.pipeline, knobs, device, measure.plan, measure.memory_interval_s)
+        return run_repeated(request, measure.repeats, measure.trial_timeout_s, workdir, name, budget)
+
+    return run_one
 
 
 def resolve_device(requested: str) -> str:
