@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -30,7 +31,7 @@ from autotune.study.tuner import (
     tune,
 )
 from autotune.trial.result import TrialRequest, TrialResult
-from autotune.trial.runner import run_repeated
+from autotune.trial.runner import ProgressFn, run_repeated
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -78,7 +79,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
 
 
 def _search_context(settings: Settings, device: str) -> SearchContext:
-    facts = inspect_pipeline(settings.pipeline)
+    facts = inspect_pipeline(settings.pipeline, device)
     return SearchContext(
         device=device,
         cpu_count=usable_cpu_count(),
@@ -86,16 +87,24 @@ def _search_context(settings: Settings, device: str) -> SearchContext:
         dataset_len=facts.dataset_len,
         input_ndim=facts.input_ndim,
         baseline=settings.baseline,
+        optimizer_options=facts.optimizer_options,
+        batch_policy=settings.batch_policy,
     )
 
 
 def _trial_runner(settings: Settings, device: str, workdir: Path) -> MeasureFn:
     """Knob values and a trial name in, a TrialResult out: each call runs fresh trial subprocesses."""
     measure, budget = settings.measure, settings.study.memory_budget_mb
+    effective = settings.baseline["batch_size"] if settings.batch_policy == "fixed_effective" else None
+    study_dir = re.sub(r"[^\w.-]", "_", settings.study.name)
+    cache = str(Path(measure.compile_cache_dir) / study_dir) if measure.compile_cache_dir else None
 
-    def run_one(knobs: dict, name: str) -> TrialResult:
-        request = TrialRequest(settings.pipeline, knobs, device, measure.plan, measure.memory_interval_s)
-        return run_repeated(request, measure.repeats, measure.trial_timeout_s, workdir, name, budget)
+    def run_one(knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
+        request = TrialRequest(
+            settings.pipeline, knobs, device, measure.plan, measure.memory_interval_s, effective,
+            measure.loss_tolerance, cache,
+        )  # fmt: skip
+        return run_repeated(request, measure.repeats, measure.trial_timeout_s, workdir, name, budget, on_progress)
 
     return run_one
 
@@ -112,12 +121,15 @@ def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
     return {
         "pipeline": settings.pipeline.to_dict(),
         "baseline": settings.baseline,
+        "batch_policy": settings.batch_policy,
+        "objectives": list(settings.study.objectives),
         "device": device,
         "space": space.candidates,
         "measure": {
             **asdict(settings.measure.plan),
             "trial_timeout_s": settings.measure.trial_timeout_s,
             "repeats": settings.measure.repeats,
+            "loss_tolerance": settings.measure.loss_tolerance,
         },
         "machine": describe_machine(),
     }

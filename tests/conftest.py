@@ -23,10 +23,15 @@ NEUTRAL_KNOBS = {
     "num_threads": None,
     "batch_size": 32,
     "num_workers": 0,
+    "prefetch_factor": None,
+    "persistent_workers": None,
     "pin_memory": False,
     "channels_last": False,
     "amp": "off",
     "compile": "off",
+    "cudnn_benchmark": False,
+    "optimizer_impl": "default",
+    "set_to_none": True,
 }
 FAST_MEASURE = [
     "measure.warmup_min_steps=2",
@@ -57,6 +62,9 @@ def tiny_config(**overrides) -> dict:
             "memory_budget_mb": None,
             "max_consecutive_failures": 5,
             "confirm_rounds": 0,
+            "objectives": ["throughput"],
+            "prune_margin": None,
+            "probe": False,
         },
         "measure": {
             "device": "cpu",
@@ -69,6 +77,8 @@ def tiny_config(**overrides) -> dict:
             "trial_timeout_s": 60,
             "memory_interval_s": 0.2,
             "repeats": 1,
+            "loss_tolerance": 0.05,
+            "compile_cache_dir": None,
         },
     }
     for section, values in overrides.items():
@@ -89,6 +99,7 @@ def cpu_context(**changes) -> SearchContext:
         dataset_len=1000,
         input_ndim=4,
         baseline=dict(NEUTRAL_KNOBS),
+        optimizer_options=frozenset({"foreach", "fused"}),
     )
     fields.update(changes)
     return SearchContext(**fields)

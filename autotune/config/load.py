@@ -21,12 +21,19 @@ Parser = Callable[[Any], Any]
 # Values a baseline knob takes when the pipeline does not say: PyTorch's own defaults.
 BASELINE_DEFAULTS = {
     "num_workers": 0,
+    "prefetch_factor": 2,
+    "persistent_workers": False,
     "pin_memory": False,
     "num_threads": None,
     "amp": "off",
     "channels_last": False,
     "compile": "off",
+    "cudnn_benchmark": False,
+    "optimizer_impl": "default",
+    "set_to_none": True,
 }
+BATCH_POLICIES = ("free", "fixed_effective")
+OBJECTIVES = ("throughput", "peak_memory")
 DEVICES = ("auto", "cpu", "cuda")
 _PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
 
@@ -43,6 +50,7 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
         pipeline=spec,
         baseline=_baseline(pipeline.get("baseline"), "pipeline.baseline"),
         search=_search(config["search"], "search"),
+        batch_policy=_batch_policy(config["search"]),
         study=StudySettings(**{**study, "name": study["name"] or spec.name}),
         measure=MeasureSettings(plan=plan, **measure),
     )
@@ -113,12 +121,21 @@ def _baseline(node: Any, path: str) -> dict[str, Any]:
     baseline = _mapping(node, path)
     _check_keys(baseline, path, required=("batch_size",), optional=tuple(BASELINE_DEFAULTS))
     merged = {**BASELINE_DEFAULTS, **baseline}
-    return {name: _parse_knob(knob, merged[name], f"{path}.{name}") for name, knob in KNOBS.items()}
+    parsed: dict[str, Any] = {}
+    for name, knob in KNOBS.items():
+        key = f"{path}.{name}"
+        if knob.active(parsed):
+            parsed[name] = _parse_knob(knob, merged[name], key)
+        elif name in baseline and baseline[name] is not None:
+            raise ConfigError(key, f"{knob.inactive_because}; remove it or set it to null")
+        else:
+            parsed[name] = None
+    return parsed
 
 
 def _search(node: Any, path: str) -> dict[str, list[Any] | None]:
     search = _mapping(node, path)
-    _check_keys(search, path, required=(), optional=tuple(KNOBS), what="knob")
+    _check_keys(search, path, required=(), optional=(*KNOBS, "batch_policy"), what="knob")
     result: dict[str, list[Any] | None] = {}
     for name, knob in KNOBS.items():
         candidates = search.get(name)
@@ -133,6 +150,20 @@ def _search(node: Any, path: str) -> dict[str, list[Any] | None]:
         parsed = [_parse_knob(knob, value, key) for value in candidates]
         result[name] = list(dict.fromkeys(parsed))
     return result
+
+
+def _batch_policy(search: dict[str, Any]) -> str:
+    try:
+        return _string(choices=BATCH_POLICIES)(search.get("batch_policy", "free"))
+    except ValueError as exc:
+        raise ConfigError("search.batch_policy", str(exc)) from None
+
+
+def _objectives(value: Any) -> tuple[str, ...]:
+    values = tuple(value) if isinstance(value, list) else (value,)
+    if values not in (("throughput",), OBJECTIVES):
+        raise ValueError(f"expected [throughput] or [throughput, peak_memory], got {value!r}")
+    return values
 
 
 def _parse_knob(knob, value: Any, key: str) -> Any:
@@ -198,6 +229,12 @@ def _string(optional: bool = False, choices: tuple[str, ...] = ()) -> Parser:
     return parse
 
 
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
 _STUDY_FIELDS: dict[str, Parser] = {
     "name": _string(optional=True),
     "storage": _string(),
@@ -207,6 +244,9 @@ _STUDY_FIELDS: dict[str, Parser] = {
     "memory_budget_mb": _number(0, strict=True, optional=True),
     "max_consecutive_failures": _number(1, integer=True),
     "confirm_rounds": _number(0, integer=True),
+    "objectives": _objectives,
+    "prune_margin": _number(0, strict=True, optional=True),
+    "probe": _bool,
 }
 _MEASURE_FIELDS: dict[str, Parser] = {
     "device": _string(choices=DEVICES),
@@ -219,4 +259,6 @@ _MEASURE_FIELDS: dict[str, Parser] = {
     "trial_timeout_s": _number(0, strict=True),
     "memory_interval_s": _number(0, strict=True),
     "repeats": _number(1, integer=True),
+    "loss_tolerance": _number(0, strict=True),
+    "compile_cache_dir": _string(optional=True),
 }

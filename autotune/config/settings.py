@@ -13,9 +13,13 @@ from autotune.pipeline.spec import PipelineSpec
 class StudySettings:
     """Where the Optuna study lives and how much tuning it may do.
 
-    A trial whose process tree uses more than ``memory_budget_mb`` is stopped as out of memory;
-    ``max_consecutive_failures`` failed trials in a row stop the study. The fastest trial is measured
-    against the baseline again ``confirm_rounds`` times, interleaved, before it is recommended.
+    A trial whose process tree uses more than ``memory_budget_mb`` is stopped as out of memory, and one
+    that ends over it is infeasible; ``max_consecutive_failures`` failed trials in a row stop the study.
+    The fastest trial is measured against the baseline again ``confirm_rounds`` times, interleaved,
+    before it is recommended. ``objectives`` is ("throughput",) or ("throughput", "peak_memory") for a
+    Pareto front. A trial whose running throughput falls ``prune_margin`` (a fraction) below the best so
+    far is pruned; None never prunes. ``probe`` measures the loader and the model step apart first, to
+    steer the search.
     """
 
     name: str
@@ -26,26 +30,40 @@ class StudySettings:
     memory_budget_mb: float | None = None
     max_consecutive_failures: int = 5
     confirm_rounds: int = 3
+    objectives: tuple[str, ...] = ("throughput",)
+    prune_margin: float | None = 0.25
+    probe: bool = True
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
 
 
 @dataclass(frozen=True)
 class MeasureSettings:
     """How each trial is measured. ``device`` is "auto", "cpu" or "cuda"; ``repeats`` is the number of
-    fresh processes each configuration is measured in (the median is kept)."""
+    fresh processes each configuration is measured in (the median is kept). A trial's first-step loss
+    under AMP or compile may differ from the fp32 eager loss by ``loss_tolerance`` (relative) at most.
+    torch.compile trials of a study share the cache in ``compile_cache_dir``/STUDY (None: torch's default)."""
 
     device: str
     plan: WindowPlan
     trial_timeout_s: float
     memory_interval_s: float
     repeats: int = 1
+    loss_tolerance: float = 0.05
+    compile_cache_dir: str | None = None
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything one autotune run needs. ``search`` maps knob name to candidates, None = derived."""
+    """Everything one autotune run needs. ``search`` maps knob name to candidates, None = derived;
+    ``batch_policy`` is "free" (batch size varies) or "fixed_effective" (micro-batch x accumulation
+    steps = the baseline's batch size)."""
 
     pipeline: PipelineSpec
     baseline: dict[str, Any]
     search: dict[str, list[Any] | None]
     study: StudySettings
     measure: MeasureSettings
+    batch_policy: str = "free"

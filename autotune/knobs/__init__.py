@@ -9,21 +9,32 @@ from autotune.knobs.amp import AmpKnob
 from autotune.knobs.batch_size import BatchSizeKnob
 from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.knobs.compile import CompileKnob
+from autotune.knobs.cudnn_benchmark import CudnnBenchmarkKnob
 from autotune.knobs.num_threads import NumThreadsKnob
 from autotune.knobs.num_workers import NumWorkersKnob
+from autotune.knobs.optimizer_impl import OptimizerImplKnob
+from autotune.knobs.persistent_workers import PersistentWorkersKnob
 from autotune.knobs.pin_memory import PinMemoryKnob
+from autotune.knobs.prefetch_factor import PrefetchFactorKnob
+from autotune.knobs.set_to_none import SetToNoneKnob
 
-# Order matters for apply: layout changes come before compile, which must see the final model.
+# Order matters: a knob's ``active`` sees the knobs before it (worker options follow num_workers), and
+# layout changes come before compile, which must see the final model.
 KNOBS: dict[str, Knob] = {
     knob.name: knob
     for knob in (
         BatchSizeKnob(),
         NumWorkersKnob(),
+        PrefetchFactorKnob(),
+        PersistentWorkersKnob(),
         PinMemoryKnob(),
         NumThreadsKnob(),
         ChannelsLastKnob(),
         AmpKnob(),
         CompileKnob(),
+        CudnnBenchmarkKnob(),
+        OptimizerImplKnob(),
+        SetToNoneKnob(),
     )
 }
 
@@ -34,4 +45,9 @@ def apply_knobs(values: dict[str, Any], setup) -> None:
         knob.apply(values[name], setup)
 
 
-__all__ = ["KNOBS", "Knob", "SearchContext", "apply_knobs"]
+def inactive_knobs(values: dict[str, Any]) -> list[str]:
+    """Knobs that do not apply given the other values (e.g. worker options with num_workers=0)."""
+    return [name for name, knob in KNOBS.items() if not knob.active(values)]
+
+
+__all__ = ["KNOBS", "Knob", "SearchContext", "apply_knobs", "inactive_knobs"]

@@ -15,7 +15,10 @@ class SearchContext:
     """What knobs may look at to decide their candidates: the machine and the pipeline.
 
     ``baseline`` holds the knob values the user runs today; ``input_ndim`` is the number of
-    dimensions of one batched input tensor (None when the input is not a tensor).
+    dimensions of one batched input tensor (None when the input is not a tensor);
+    ``optimizer_options`` the implementation switches ("foreach", "fused") the pipeline's optimizer
+    accepts and can run here. With ``batch_policy`` "fixed_effective", the batch size is a micro-batch
+    and gradients are accumulated up to the baseline's batch size.
     """
 
     device: str
@@ -24,6 +27,8 @@ class SearchContext:
     dataset_len: int
     input_ndim: int | None
     baseline: dict[str, Any]
+    optimizer_options: frozenset[str] = frozenset()
+    batch_policy: str = "free"
 
 
 class Knob(ABC):
@@ -31,7 +36,9 @@ class Knob(ABC):
 
     A knob validates values (``parse``), proposes candidates for a machine and pipeline
     (``default_candidates``), says why a value cannot run here (``unavailable_reason``) and
-    applies a value to a training setup (``apply``). Knobs are stateless singletons.
+    applies a value to a training setup (``apply``). A knob that only means something given the
+    values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
+    ``active``; an inactive knob's value is None and it is never searched. Knobs are stateless singletons.
     """
 
     name: ClassVar[str]
@@ -49,9 +56,24 @@ class Knob(ABC):
         """Why ``value`` cannot run here, or None when it can."""
         return None
 
+    def active(self, earlier: dict[str, Any]) -> bool:
+        """Whether this knob applies, given the values of the knobs before it in the registry."""
+        return True
+
+    inactive_because: ClassVar[str] = ""
+
     @abstractmethod
     def apply(self, value: Any, setup: TrainingSetup) -> None:
         """Change ``setup`` so that training runs with ``value``."""
+
+
+class WorkerKnob(Knob):
+    """A DataLoader option that exists only with worker processes (num_workers > 0)."""
+
+    inactive_because = "only applies with num_workers > 0"
+
+    def active(self, earlier: dict[str, Any]) -> bool:
+        return earlier["num_workers"] > 0
 
 
 class BoolKnob(Knob):

@@ -61,6 +61,15 @@ class Timing:
     compile_s: float
 
 
+@dataclass(frozen=True)
+class Progress:
+    """The timed window so far: ``steps`` timed steps over ``elapsed_s`` seconds at ``throughput`` samples/s."""
+
+    steps: int
+    elapsed_s: float
+    throughput: float
+
+
 class StepRecorder:
     """Receives the marks of a training loop and times each step.
 
@@ -127,6 +136,13 @@ class StepRecorder:
         plan = self.plan
         if elapsed >= plan.max_time_s or (len(self._samples) >= plan.min_steps and elapsed >= plan.min_time_s):
             self.phase = DONE
+
+    def progress(self) -> Progress | None:
+        """The timed window so far, or None before it has a step."""
+        if not self._samples:
+            return None
+        elapsed = self.window_end - self.window_start
+        return Progress(len(self._samples), elapsed, sum(self._samples) / elapsed if elapsed > 0 else 0.0)
 
     def timing(self, compiling: bool = False) -> Timing:
         """Summarise the window; with ``compiling``, warm-up time beyond a typical step is compile time."""

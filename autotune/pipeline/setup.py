@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,18 +26,33 @@ class TrainingSetup:
     input_memory_format: torch.memory_format = torch.contiguous_format
     autocast_dtype: torch.dtype | None = None
     grad_scaler: Any = None
+    optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
+    zero_grad_to_none: bool = True
 
 
 class Trainer:
-    """Runs training steps of ``pipeline`` with ``knobs`` applied on ``device``."""
+    """Runs training steps of ``pipeline`` with ``knobs`` applied on ``device``.
 
-    def __init__(self, pipeline: Pipeline, knobs: dict[str, Any], device: torch.device) -> None:
+    With ``effective_batch_size`` set, each batch is a micro-batch: gradients of
+    ``effective_batch_size // batch_size`` micro-batches are accumulated before each optimizer step,
+    so the model trains as it would with the effective batch.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        knobs: dict[str, Any],
+        device: torch.device,
+        effective_batch_size: int | None = None,
+    ) -> None:
         self.pipeline = pipeline
         setup = TrainingSetup(model=pipeline.model.to(device), device=device)
         apply_knobs(knobs, setup)
         self.setup = setup
         self.model = setup.model
-        self.optimizer = pipeline.optimizer_factory(pipeline.model.parameters())
+        self.optimizer = pipeline.optimizer_factory(pipeline.model.parameters(), **setup.optimizer_kwargs)
+        self.accumulation_steps = (effective_batch_size or knobs["batch_size"]) // knobs["batch_size"]
+        self._micro_steps = 0
         self.model.train()
 
     def loader(self) -> DataLoader:
@@ -78,7 +94,8 @@ class Trainer:
         return _move(batch, setup.device, setup.non_blocking_copy, setup.input_memory_format)
 
     def train_step(self, batch: Any, eager: bool = False) -> torch.Tensor:
-        """One forward, backward and optimizer step on a batch already on the device; returns the loss.
+        """Forward and backward on a batch already on the device, and the optimizer step once every
+        ``accumulation_steps`` batches; returns the batch's loss.
 
         ``eager`` runs the uncompiled model (same parameters), e.g. for counting FLOPs.
         """
@@ -86,21 +103,52 @@ class Trainer:
         model = self.pipeline.model if eager else self.model
         with torch.autocast(setup.device.type, dtype=setup.autocast_dtype, enabled=setup.autocast_dtype is not None):
             loss = self._loss(model, batch)
+        scaled = loss / self.accumulation_steps if self.accumulation_steps > 1 else loss
+        self._micro_steps += 1
+        stepping = self._micro_steps % self.accumulation_steps == 0
         if setup.grad_scaler is not None:
-            setup.grad_scaler.scale(loss).backward()
-            setup.grad_scaler.step(self.optimizer)
-            setup.grad_scaler.update()
+            setup.grad_scaler.scale(scaled).backward()
+            if stepping:
+                setup.grad_scaler.step(self.optimizer)
+                setup.grad_scaler.update()
         else:
-            loss.backward()
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            scaled.backward()
+            if stepping:
+                self.optimizer.step()
+        if stepping:
+            self.optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
         return loss
+
+    def reference_loss(self, batch: Any) -> float:
+        """The loss of the uncompiled model in fp32 on ``batch``, without gradients: what the first
+        training step's loss should be, whatever the precision and compile knobs."""
+        with torch.no_grad():
+            return float(self._loss(self.pipeline.model, batch))
 
     def _loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self.pipeline.step_fn is not None:
             return self.pipeline.step_fn(model, batch, self.pipeline.loss_fn)
         inputs, targets = batch
         return self.pipeline.loss_fn(model(inputs), targets)
+
+
+class IncorrectLossError(RuntimeError):
+    """Training with these knobs gives a wrong loss: not finite, or too far from the fp32 reference."""
+
+
+def check_loss(loss: float, reference: float | None, tolerance: float) -> None:
+    """Raise IncorrectLossError if ``loss`` is not finite or differs from ``reference`` by more than
+    ``tolerance`` relative to it (``reference`` None: finiteness only)."""
+    if not math.isfinite(loss):
+        raise IncorrectLossError(f"the loss is {loss}, not a finite number")
+    if reference is None or not math.isfinite(reference):
+        return
+    difference = abs(loss - reference) / max(abs(reference), 1e-6)
+    if difference > tolerance:
+        raise IncorrectLossError(
+            f"the first step's loss {loss:.6g} differs from the fp32 eager loss {reference:.6g} by "
+            f"{difference:.1%}, more than measure.loss_tolerance={tolerance:g}"
+        )
 
 
 class WorkerKilledError(RuntimeError):

@@ -11,6 +11,7 @@ from typing import Any
 
 from autotune.knobs import KNOBS
 from autotune.report.rows import ranked_rows, record_row
+from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 
@@ -77,6 +78,8 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
     sections = [
         *([Section("Confirmation", paragraphs=[summary.confirmation.describe()])] if summary.confirmation else []),
         Section("Before and after", table=_before_after(summary)),
+        Section("Training", paragraphs=[batch_advice(results, summary).describe()]),
+        *_pareto(summary),
         Section("All configurations, fastest first", table=_ranked(summary)),
         *_failures(summary),
         Section("How it was measured", paragraphs=[_method(results)]),
@@ -139,14 +142,34 @@ def _ranked(summary: Summary) -> Table:
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
 
 
+def _pareto(summary: Summary) -> list[Section]:
+    if not summary.pareto:
+        return []
+    base = summary.baseline.throughput
+    rows = [
+        [r.label, r.throughput, r.throughput / base, r.result.peak_memory_mb, _changes(summary, r)]
+        for r in summary.pareto
+    ]
+    table = _table(["trial", "samples/s", "vs baseline", "peak MB", "changes from the baseline"], rows)
+    intro = "No configuration is both faster and leaner than these (study.objectives=[throughput, peak_memory])."
+    return [Section("Pareto front: throughput against peak memory", paragraphs=[intro], table=table)]
+
+
+def _changes(summary: Summary, record) -> str:
+    before, after = summary.baseline.result.knobs, record.result.knobs
+    return ", ".join(f"{name}={after[name]}" for name in after if after[name] != before.get(name)) or "none"
+
+
 def _failures(summary: Summary) -> list[Section]:
-    failed = [row for row in ranked_rows(summary) if row["state"] == "failed"]
+    failed = [row for row in ranked_rows(summary) if row["state"] != "complete"]
     if not failed:
         return []
     rows = [
-        [row["trial"], *(row[name] for name in KNOBS), row["failure_kind"], row["failure_reason"]] for row in failed
+        [row["trial"], row["state"], *(row[name] for name in KNOBS), row["throughput_sps"], row["failure_reason"]]
+        for row in failed
     ]
-    return [Section("Failed configurations", table=_table(["trial", *KNOBS, "failure", "reason"], rows))]
+    headers = ["trial", "state", *KNOBS, "samples/s", "reason"]
+    return [Section("Pruned, infeasible and failed configurations", table=_table(headers, rows))]
 
 
 def _method(results: StudyResults) -> str:

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from autotune.report.rows import ranked_rows
+from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 
@@ -38,6 +39,8 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "peak_memory_mb": base.result.peak_memory_mb,
         },
         "speedup": summary.speedup,
+        "training": batch_advice(results, summary).to_dict(),
+        "pareto_front": [record.label for record in summary.pareto],
         "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],
     }

@@ -9,6 +9,7 @@ import pandas as pd
 from autotune.knobs import KNOBS
 from autotune.results.model import TrialRecord
 from autotune.results.summary import Summary
+from autotune.trial.result import FailureKind
 
 MEASUREMENT_COLUMNS = [
     "throughput_sps",
@@ -39,7 +40,7 @@ MEASUREMENT_COLUMNS = [
 def record_row(record: TrialRecord, rank: int | None, baseline_throughput: float) -> dict[str, Any]:
     """Knob values, state, and the measurement (or failure) of one record, as flat plain values."""
     result = record.result
-    row: dict[str, Any] = {"trial": record.label, "rank": rank, "state": "complete" if result.ok else "failed"}
+    row: dict[str, Any] = {"trial": record.label, "rank": rank, "state": record_state(record)}
     row.update({name: result.knobs[name] for name in KNOBS})
     row.update(dict.fromkeys(MEASUREMENT_COLUMNS))
     if result.measurement:
@@ -50,6 +51,17 @@ def record_row(record: TrialRecord, rank: int | None, baseline_throughput: float
         failure_reason=result.failure.message if result.failure else None,
     )
     return row
+
+
+def record_state(record: TrialRecord) -> str:
+    """complete, pruned (stopped early as clearly slower), infeasible (measured, but over the memory
+    budget or with a wrong loss) or failed."""
+    result = record.result
+    if result.ok:
+        return "complete"
+    if result.failure.kind is FailureKind.PRUNED:
+        return "pruned"
+    return "infeasible" if result.measurement is not None else "failed"
 
 
 def _measurement_columns(m, baseline_throughput: float) -> dict[str, Any]:
@@ -82,7 +94,7 @@ def _measurement_columns(m, baseline_throughput: float) -> dict[str, Any]:
 
 
 def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
-    """Rows in ranking order; failed records have no rank and come last."""
+    """Rows in ranking order; records not complete have no rank and come last."""
     base = summary.baseline.throughput
     return [
         record_row(record, rank if record.result.ok else None, base)

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.results.confirmation import Confirmation
 from autotune.study.tuner import (
@@ -15,6 +14,7 @@ from autotune.study.tuner import (
     CONFIRMATION_ATTR,
     DUPLICATE_ATTR,
     INTERRUPTED_ATTR,
+    MEASURED_STATES,
     META_ATTR,
     RESULT_ATTR,
 )
@@ -46,6 +46,9 @@ class StudyResults:
     baseline: TrialRecord | None
     trials: list[TrialRecord] = field(default_factory=list)
     confirmation: Confirmation | None = None
+    objectives: list[str] = field(default_factory=lambda: ["throughput"])
+    batch_policy: str = "free"
+    optimizer: dict[str, Any] | None = None
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -61,7 +64,7 @@ def load_results(study: optuna.Study) -> StudyResults:
     interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
     trials = [
         TrialRecord(str(t.number), TrialResult.from_dict(t.user_attrs[RESULT_ATTR]))
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        for t in study.get_trials(deepcopy=False, states=MEASURED_STATES)
         if RESULT_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs and t.number not in interrupted
     ]
     return StudyResults(
@@ -74,4 +77,7 @@ def load_results(study: optuna.Study) -> StudyResults:
         baseline=TrialRecord(BASELINE_LABEL, TrialResult.from_dict(baseline)) if baseline else None,
         trials=trials,
         confirmation=Confirmation.from_dict(confirmation) if confirmation else None,
+        objectives=meta.get("objectives", ["throughput"]),
+        batch_policy=meta.get("batch_policy", "free"),
+        optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
     )

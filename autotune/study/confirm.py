@@ -1,4 +1,4 @@
-"""Before recommending the fastest trial, measure it against the baseline again, interleaved."""
+"""Before recommending a trial over the baseline, measure the two again, interleaved."""
 
 from __future__ import annotations
 
@@ -7,18 +7,10 @@ from collections.abc import Callable
 import optuna
 
 from autotune.results.confirmation import Confirmation
-from autotune.results.model import StudyResults, TrialRecord
+from autotune.results.model import StudyResults
+from autotune.results.summary import choose_candidate
 from autotune.study.tuner import CONFIRMATION_ATTR, MeasureFn
 from autotune.trial.result import TrialResult
-
-
-def fastest_trial(results: StudyResults) -> TrialRecord | None:
-    """The fastest measured trial, if it measured faster than the baseline."""
-    measured = [r for r in results.trials if r.result.ok]
-    best = max(measured, key=lambda r: r.throughput, default=None)
-    if best is None or results.baseline is None or best.throughput <= results.baseline.throughput:
-        return None
-    return best
 
 
 def confirm_fastest(
@@ -28,11 +20,12 @@ def confirm_fastest(
     measure: MeasureFn,
     on_run: Callable[[str, TrialResult], None],
 ) -> Confirmation | None:
-    """Measure the fastest trial and the baseline alternately, ``rounds`` times each, and store the outcome.
+    """Measure the trial chosen for recommendation (``choose_candidate``: the fastest, or a simpler one tied
+    with it) and the baseline alternately, ``rounds`` times each, and store the outcome.
 
     A stored confirmation of the same candidate with as many rounds is reused, not measured again.
     """
-    best = fastest_trial(results)
+    best = choose_candidate(results)
     if best is None or rounds == 0:
         return None
     stored = study.user_attrs.get(CONFIRMATION_ATTR)
@@ -47,7 +40,7 @@ def confirm_fastest(
             (f"confirm-{index}-trial-{best.label}", best.result.knobs, candidate_runs),
         ]
         for name, knobs, throughputs in runs:
-            result = measure(knobs, name)
+            result = measure(knobs, name, None)
             on_run(name, result)
             if not result.ok:
                 failure = f"{name}: {result.failure}"

@@ -1,12 +1,16 @@
-"""The search space: candidate values per knob, derived from the machine and pipeline or given by the user."""
+"""The search space: candidate values per knob, derived from the machine and pipeline or given by the user.
+
+The space is conditional: a knob that does not apply given the knobs before it (e.g. prefetch_factor
+with num_workers=0) is not sampled and takes the value None, so every configuration it yields can run.
+"""
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.distributions import CategoricalDistribution
+import optuna
 
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS, SearchContext
@@ -20,18 +24,47 @@ class SearchSpace:
 
     @property
     def size(self) -> int:
-        return math.prod(len(values) for values in self.candidates.values())
+        """The number of distinct runnable configurations."""
+        return sum(1 for _ in self.configurations())
 
-    def distributions(self) -> dict[str, CategoricalDistribution]:
-        """Optuna distributions of the knobs that vary."""
-        return {name: CategoricalDistribution(values) for name, values in self.candidates.items() if len(values) > 1}
+    @property
+    def varied(self) -> list[str]:
+        """Knobs with more than one candidate."""
+        return [name for name, values in self.candidates.items() if len(values) > 1]
+
+    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Knob values for ``trial``, define-by-run: only knobs that vary and apply are suggested."""
+        knobs: dict[str, Any] = {}
+        for name, values in self.candidates.items():
+            if not KNOBS[name].active(knobs):
+                knobs[name] = None
+            elif len(values) == 1:
+                knobs[name] = values[0]
+            else:
+                knobs[name] = trial.suggest_categorical(name, values)
+        return knobs
+
+    def configurations(self) -> Iterator[dict[str, Any]]:
+        """Every runnable configuration, once each."""
+        yield from self._extend({}, list(self.candidates))
 
     def contains(self, knobs: dict[str, Any]) -> bool:
-        return all(knobs.get(name) in values for name, values in self.candidates.items())
+        chosen: dict[str, Any] = {}
+        for name, values in self.candidates.items():
+            expected = values if KNOBS[name].active(chosen) else [None]
+            if knobs.get(name) not in expected:
+                return False
+            chosen[name] = knobs[name]
+        return True
 
-    def complete(self, params: dict[str, Any]) -> dict[str, Any]:
-        """All knob values: ``params`` for the varied knobs, the single candidate for fixed ones."""
-        return {name: params[name] if name in params else values[0] for name, values in self.candidates.items()}
+    def _extend(self, chosen: dict[str, Any], rest: list[str]) -> Iterator[dict[str, Any]]:
+        if not rest:
+            yield dict(chosen)
+            return
+        name, *others = rest
+        values = self.candidates[name] if KNOBS[name].active(chosen) else [None]
+        for value in values:
+            yield from self._extend({**chosen, name: value}, others)
 
 
 def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> SearchSpace:

@@ -10,8 +10,9 @@ import hashlib
 import json
 import re
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -19,8 +20,10 @@ from optuna.trial import TrialState
 
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
+from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.space import SearchSpace
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Failure, FailureKind, TrialResult
+from autotune.trial.runner import ProgressFn
 
 META_ATTR = "autotune.meta"
 BASELINE_ATTR = "autotune.baseline"
@@ -30,7 +33,11 @@ DUPLICATE_ATTR = "autotune.duplicate_of"
 CONFIRMATION_ATTR = "autotune.confirmation"
 BASELINE_LABEL = "baseline"
 
-MeasureFn = Callable[[dict[str, Any], str], TrialResult]
+MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+_DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
+
+# Knob values, a trial name and an optional progress callback (for pruning) in, a result out.
+MeasureFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
 
@@ -49,15 +56,20 @@ def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
     """Create the study, or load it if it exists with the same settings (a resume).
 
     ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
-    with a different description is refused rather than mixed with this one.
+    with a different description is refused rather than mixed with this one. The sampler is
+    multivariate TPE with conditional groups, since knobs interact and some apply only given others.
     """
-    sampler = optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # "group" is experimental
+        sampler = optuna.samplers.TPESampler(
+            seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials), multivariate=True, group=True
+        )
     try:
         study = optuna.create_study(
             study_name=settings.name,
             storage=settings.storage,
             sampler=sampler,
-            direction="maximize",
+            directions=[_DIRECTIONS[objective] for objective in settings.objectives],
             load_if_exists=True,
         )
     except Exception as exc:  # any failure to open the storage (bad URL, driver, corrupt or locked file)
@@ -74,7 +86,7 @@ def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
     elif stored.get("fingerprint") != fingerprint:
         raise StudyMismatchError(
             f"study.name: study '{settings.name}' in the storage was created with a different pipeline, "
-            "baseline, search space or measurement; pass study.name=NEW_NAME to start another study"
+            "baseline, search space, objectives or measurement; pass study.name=NEW_NAME to start another study"
         )
     _fail_interrupted_trials(study)
     return study
@@ -90,7 +102,7 @@ def ensure_baseline(study: optuna.Study, knobs: dict[str, Any], measure: Measure
     stored = study.user_attrs.get(BASELINE_ATTR)
     if stored is not None:
         return TrialResult.from_dict(stored), True
-    result = measure(knobs, BASELINE_LABEL)
+    result = measure(knobs, BASELINE_LABEL, None)
     if result.ok:
         study.set_user_attr(BASELINE_ATTR, result.to_dict())
     return result, False
@@ -116,11 +128,13 @@ def tune(
     A configuration measured before (the baseline included) is not measured again: the
     proposal is answered from the stored result and does not count as a trial. Tuning also
     stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
-    ``settings.max_consecutive_failures`` failed trials in a row.
+    ``settings.max_consecutive_failures`` failed trials in a row (pruned trials are not failures).
     """
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
     deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
-    known = _known_values(study)
+    known = _known_outcomes(study, settings)
+    pruner = _pruner(settings, known)
+    study.pruner = pruner or optuna.pruners.NopPruner()
     repeats = failures_in_a_row = 0
     while (done := counted_trials(study)) < n_trials:
         if sum(1 for key in known if space.contains(json.loads(key))) >= space.size:
@@ -129,19 +143,20 @@ def tune(
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
-        trial = study.ask(space.distributions())
-        knobs = space.complete(trial.params)
+        trial = study.ask()
+        knobs = space.sample(trial)
         key = _config_key(knobs)
         if key in known:
-            trial.set_user_attr(DUPLICATE_ATTR, known[key][0])
-            _tell(study, trial, known[key][1])
+            trial.set_user_attr(DUPLICATE_ATTR, known[key].label)
+            _tell(study, trial, known[key])
             repeats += 1
             continue
         repeats = 0
-        result = _measure_trial(study, trial, knobs, measure)
-        known[key] = (trial.number, result.timing.throughput if result.ok else None)
+        result = _measure_trial(study, trial, knobs, measure, settings, pruner)
+        known[key] = _outcome(trial.number, result, settings)
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
-        failures_in_a_row = 0 if result.ok else failures_in_a_row + 1
+        broken = result.measurement is None and result.failure.kind is not FailureKind.PRUNED
+        failures_in_a_row = failures_in_a_row + 1 if broken else 0
         if failures_in_a_row >= settings.max_consecutive_failures:
             return StopReason(
                 f"the last {failures_in_a_row} trials all failed (the last with {result.failure}); "
@@ -152,32 +167,97 @@ def tune(
 
 
 def counted_trials(study: optuna.Study) -> int:
-    """Trials that measured a new configuration (complete or failed, not repeats, not interrupted)."""
+    """Trials that measured a new configuration (complete, failed or pruned; not repeats, not interrupted)."""
     interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
     return sum(
         1
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        for t in study.get_trials(deepcopy=False, states=MEASURED_STATES)
         if DUPLICATE_ATTR not in t.user_attrs and t.number not in interrupted
     )
 
 
-def _measure_trial(study: optuna.Study, trial: optuna.Trial, knobs: dict[str, Any], measure: MeasureFn) -> TrialResult:
+def within_budget(result: TrialResult, memory_budget_mb: float | None) -> TrialResult:
+    """``result``, marked infeasible (keeping its measurement) if its peak memory is over the budget."""
+    if not result.ok or memory_budget_mb is None or result.peak_memory_mb <= memory_budget_mb:
+        return result
+    message = f"peak {result.peak_memory_mb:.0f} MB is over study.memory_budget_mb={memory_budget_mb:g}: infeasible"
+    return replace(result, failure=Failure(FailureKind.OUT_OF_MEMORY, message))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What Optuna is told about a measured configuration: its state, objective values and constraints
+    (a constraint above zero makes the trial infeasible: over the memory budget, or a wrong loss)."""
+
+    label: int | str
+    state: TrialState
+    values: list[float] | None = None
+    constraints: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def feasible_throughput(self) -> float | None:
+        if self.values is None or any(c > 0 for c in self.constraints.values()):
+            return None
+        return self.values[0]
+
+
+def _outcome(label: int | str, result: TrialResult, settings: StudySettings) -> _Outcome:
+    if result.measurement is None:
+        pruned = result.failure.kind is FailureKind.PRUNED
+        return _Outcome(label, TrialState.PRUNED if pruned else TrialState.FAIL)
+    values = [result.timing.throughput]
+    if settings.multi_objective:
+        values.append(result.peak_memory_mb)
+    budget = settings.memory_budget_mb
+    constraints = {
+        "memory_over_budget_mb": result.peak_memory_mb - budget if budget is not None else 0.0,
+        "loss_incorrect": 1.0 if result.failure is not None and result.failure.kind is FailureKind.INCORRECT else 0.0,
+    }
+    return _Outcome(label, TrialState.COMPLETE, values, constraints)
+
+
+def _pruner(settings: StudySettings, known: dict[str, _Outcome]) -> SlowerThanBestPruner | None:
+    """Pruning compares one throughput against the best; it is off for multi-objective studies."""
+    if settings.prune_margin is None or settings.multi_objective:
+        return None
+
+    def best() -> float | None:
+        return max((o.feasible_throughput for o in known.values() if o.feasible_throughput), default=None)
+
+    return SlowerThanBestPruner(settings.prune_margin, best)
+
+
+def _measure_trial(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    knobs: dict[str, Any],
+    measure: MeasureFn,
+    settings: StudySettings,
+    pruner: SlowerThanBestPruner | None,
+) -> TrialResult:
+    def on_progress(steps: int, throughput: float) -> str | None:
+        trial.report(throughput, steps)
+        return pruner.reason(throughput) if trial.should_prune() else None
+
     try:
-        result = measure(knobs, f"trial-{trial.number}")
+        result = measure(knobs, f"trial-{trial.number}", on_progress if pruner else None)
     except BaseException:
         _mark_interrupted(study, [trial.number])
         study.tell(trial, state=TrialState.FAIL)
         raise
+    result = within_budget(result, settings.memory_budget_mb)
     trial.set_user_attr(RESULT_ATTR, result.to_dict())
-    _tell(study, trial, result.timing.throughput if result.ok else None)
+    _tell(study, trial, _outcome(trial.number, result, settings))
     return result
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, throughput: float | None) -> None:
-    if throughput is None:
-        study.tell(trial, state=TrialState.FAIL)
-    else:
-        study.tell(trial, throughput)
+def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
+    if outcome.values is None:
+        study.tell(trial, state=outcome.state)
+        return
+    for name, value in outcome.constraints.items():
+        trial.set_constraint(name, value)
+    study.tell(trial, outcome.values)
 
 
 def _fail_interrupted_trials(study: optuna.Study) -> None:
@@ -195,17 +275,17 @@ def _mark_interrupted(study: optuna.Study, numbers: list[int]) -> None:
         study.set_user_attr(INTERRUPTED_ATTR, [*study.user_attrs.get(INTERRUPTED_ATTR, []), *numbers])
 
 
-def _known_values(study: optuna.Study) -> dict[str, tuple[int | str, float | None]]:
-    """Measured configurations → (trial number or "baseline", throughput or None if it failed)."""
-    known: dict[str, tuple[int | str, float | None]] = {}
+def _known_outcomes(study: optuna.Study, settings: StudySettings) -> dict[str, _Outcome]:
+    """Measured configurations (the baseline included) → what Optuna was told about them."""
+    known: dict[str, _Outcome] = {}
     baseline = study.user_attrs.get(BASELINE_ATTR)
     if baseline is not None:
         result = TrialResult.from_dict(baseline)
-        known[_config_key(result.knobs)] = (BASELINE_LABEL, result.timing.throughput)
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-        if RESULT_ATTR in trial.user_attrs:
+        known[_config_key(result.knobs)] = _outcome(BASELINE_LABEL, result, settings)
+    for trial in study.get_trials(deepcopy=False, states=MEASURED_STATES):
+        if RESULT_ATTR in trial.user_attrs and DUPLICATE_ATTR not in trial.user_attrs:
             result = TrialResult.from_dict(trial.user_attrs[RESULT_ATTR])
-            known.setdefault(_config_key(result.knobs), (trial.number, trial.value))
+            known.setdefault(_config_key(result.knobs), _outcome(trial.number, result, settings))
     return known
 
 

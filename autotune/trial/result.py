@@ -19,6 +19,8 @@ class FailureKind(str, Enum):
     SIGNAL = "signal"
     TIMEOUT = "timeout"
     NO_RESULT = "no_result"
+    INCORRECT = "incorrect"  # the loss is not finite, or differs from fp32 beyond measure.loss_tolerance
+    PRUNED = "pruned"  # stopped early: clearly slower than the best so far (not a fault)
 
 
 @dataclass(frozen=True)
@@ -32,13 +34,20 @@ class Failure:
 
 @dataclass(frozen=True)
 class TrialRequest:
-    """Everything a trial subprocess needs: the pipeline, the knob values and how to measure."""
+    """Everything a trial subprocess needs: the pipeline, the knob values and how to measure.
+
+    ``effective_batch_size`` (search.batch_policy=fixed_effective) makes ``knobs["batch_size"]`` a
+    micro-batch with gradient accumulation; ``compile_cache_dir`` is torch.compile's on-disk cache.
+    """
 
     pipeline: PipelineSpec
     knobs: dict[str, Any]
     device: str
     plan: WindowPlan
     memory_interval_s: float
+    effective_batch_size: int | None = None
+    loss_tolerance: float = 0.05
+    compile_cache_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pipeline": self.pipeline.to_dict()}
@@ -51,6 +60,9 @@ class TrialRequest:
             device=data["device"],
             plan=window_plan_from_dict(data["plan"]),
             memory_interval_s=data["memory_interval_s"],
+            effective_batch_size=data.get("effective_batch_size"),
+            loss_tolerance=data.get("loss_tolerance", 0.05),
+            compile_cache_dir=data.get("compile_cache_dir"),
         )
 
 

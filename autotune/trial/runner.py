@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,32 +18,43 @@ from autotune.files import write_atomic
 from autotune.measure.memory import MIB, tree_memory_reader
 from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
 
-# How often a running trial is checked against its timeout and memory budget.
+# How often a running trial is checked against its timeout, memory budget and pruner.
 _POLL_S = 0.25
+
+# Called with (timed steps so far, throughput so far); returns a reason to stop the trial, or None.
+ProgressFn = Callable[[int, float], str | None]
 
 
 def run_trial(
-    request: TrialRequest, timeout_s: float, workdir: Path, name: str, memory_budget_mb: float | None = None
+    request: TrialRequest,
+    timeout_s: float,
+    workdir: Path,
+    name: str,
+    memory_budget_mb: float | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> TrialResult:
     """Run ``request`` in a subprocess; its output goes to ``workdir/NAME.log``.
 
-    The subprocess leads its own process group, so on timeout, interrupt, exit, or its memory
-    (process tree, PSS) crossing ``memory_budget_mb``, the whole group (its DataLoader workers
-    included) is killed and nothing is left behind.
+    The subprocess leads its own process group, so on timeout, interrupt, exit, its memory
+    (process tree, PSS) crossing ``memory_budget_mb``, or ``on_progress`` giving a reason to stop
+    (pruning), the whole group (its DataLoader workers included) is killed and nothing is left behind.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     request_path = write_atomic(workdir / f"{name}.request.json", json.dumps(request.to_dict(), indent=1))
     result_path = workdir / f"{name}.result.json"
-    result_path.unlink(missing_ok=True)
+    progress_path = workdir / f"{name}.progress.jsonl"
+    for stale in (result_path, progress_path):
+        stale.unlink(missing_ok=True)
     log_path = workdir / f"{name}.log"
-    command = [sys.executable, "-m", "autotune.trial.worker", str(request_path), str(result_path)]
+    command = [sys.executable, "-m", "autotune.trial.worker", str(request_path), str(result_path), str(progress_path)]
     start = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=_worker_env()
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=_worker_env(request)
         )
         try:
-            returncode, stopped = _watch(proc, timeout_s, memory_budget_mb)
+            progress = _ProgressReader(progress_path, on_progress) if on_progress else None
+            returncode, stopped = _watch(proc, timeout_s, memory_budget_mb, progress)
         finally:
             _kill_group(proc)
     wall_s = time.monotonic() - start
@@ -61,6 +73,7 @@ def run_repeated(
     workdir: Path,
     name: str,
     memory_budget_mb: float | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> TrialResult:
     """Run ``request`` in ``repeats`` fresh subprocesses, one after another, and keep the median run.
 
@@ -70,7 +83,9 @@ def run_repeated(
     """
     runs: list[TrialResult] = []
     for index in range(repeats):
-        run = run_trial(request, timeout_s, workdir, name if repeats == 1 else f"{name}.{index + 1}", memory_budget_mb)
+        run_name = name if repeats == 1 else f"{name}.{index + 1}"
+        # Only the first run can be pruned: a pruner compares one run's progress with the best results.
+        run = run_trial(request, timeout_s, workdir, run_name, memory_budget_mb, on_progress if index == 0 else None)
         runs.append(run)
         if not run.ok:
             break
@@ -82,10 +97,37 @@ def run_repeated(
     return replace(median, wall_s=total_s, repeat_throughputs=[run.timing.throughput for run in runs])
 
 
+class _ProgressReader:
+    """Reads the progress lines a trial appends and asks ``on_progress`` whether to stop it."""
+
+    def __init__(self, path: Path, on_progress: ProgressFn) -> None:
+        self.path, self.on_progress, self.offset = path, on_progress, 0
+
+    def check(self) -> Failure | None:
+        try:
+            with open(self.path, encoding="utf-8") as lines:
+                lines.seek(self.offset)
+                new = lines.read()
+        except FileNotFoundError:
+            return None
+        complete = new[: new.rfind("\n") + 1]  # a line still being written is read next time
+        self.offset += len(complete.encode("utf-8"))
+        for line in complete.splitlines():
+            point = json.loads(line)
+            reason = self.on_progress(point["steps"], point["throughput"])
+            if reason:
+                return Failure(FailureKind.PRUNED, reason)
+        return None
+
+
 def _watch(
-    proc: subprocess.Popen, timeout_s: float, memory_budget_mb: float | None
+    proc: subprocess.Popen,
+    timeout_s: float,
+    memory_budget_mb: float | None,
+    progress: _ProgressReader | None = None,
 ) -> tuple[int | None, Failure | None]:
-    """Wait for ``proc``; stop waiting at the timeout or when its tree's memory crosses the budget.
+    """Wait for ``proc``; stop waiting at the timeout, when its tree's memory crosses the budget, or
+    when the pruner says so.
 
     Returns (exit code, None) when it exited by itself, else (None, why it must be stopped).
     """
@@ -105,6 +147,9 @@ def _watch(
         if used is not None and used / MIB > memory_budget_mb:
             message = f"used {used / MIB:.0f} MB, over study.memory_budget_mb={memory_budget_mb:g}; stopped"
             return None, Failure(FailureKind.OUT_OF_MEMORY, message)
+        pruned = progress.check() if progress else None
+        if pruned:
+            return None, pruned
 
 
 def _exit_failure(returncode: int, log_path: Path) -> Failure:
@@ -139,9 +184,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _worker_env() -> dict[str, str]:
-    """The tuner's environment, with the current directory importable as it is for the tuner."""
+def _worker_env(request: TrialRequest) -> dict[str, str]:
+    """The tuner's environment, with the current directory importable as it is for the tuner, and
+    torch.compile's caches where the request says."""
     env = dict(os.environ)
     paths = [os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    if request.compile_cache_dir:
+        cache = Path(request.compile_cache_dir).resolve()
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+        env["TRITON_CACHE_DIR"] = str(cache / "triton")
     return env

@@ -1,7 +1,8 @@
 """The trial subprocess: ``python -m autotune.trial.worker REQUEST.json RESULT.json``.
 
 It builds the pipeline, applies the knobs, measures training and writes a TrialResult.
-An exception becomes a failed result; a crash or hang is diagnosed by the parent.
+An exception becomes a failed result; a crash or hang is diagnosed by the parent. While the timed
+window runs, its throughput so far is appended to PROGRESS.jsonl (if given) for the parent's pruner.
 """
 
 from __future__ import annotations
@@ -24,40 +25,80 @@ import torch
 from autotune.files import write_atomic
 from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
-from autotune.pipeline.setup import Trainer, WorkerKilledError
+from autotune.pipeline.setup import IncorrectLossError, Trainer, WorkerKilledError, check_loss
 from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
 
 _MESSAGE_LIMIT = 500
+# Every trial starts from the same initial weights, and the first step's loss is compared under this seed.
+_SEED = 0
+_PROGRESS_INTERVAL_S = 0.5
 
 
-def measure(request: TrialRequest) -> TrialResult:
-    """Build, apply knobs, train and measure; raises whatever the pipeline raises."""
+def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
+    """Build, apply knobs, train and measure; raises whatever the pipeline raises, and
+    IncorrectLossError when the loss is not finite or the first step's is wrong."""
     device = torch.device(request.device)
+    torch.manual_seed(_SEED)
     build_start = time.perf_counter()
-    trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device)
+    trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device, request.effective_batch_size)
     build_s = time.perf_counter() - build_start
     compiling = request.knobs["compile"] != "off"
+    report = _progress_writer(progress_path)
     batches = trainer.batches()
     try:
         with Profiler("trial", device, request.plan, request.memory_interval_s, compiling) as prof:
             for index, batch in enumerate(prof.wrap(batches)):
                 batch = trainer.to_device(batch)
                 prof.transferred()
-                if index == 0:  # a warm-up step, never timed
-                    prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
-                trainer.train_step(batch)
+                if index == 0:  # warm-up steps, never timed
+                    loss = _checked_first_step(trainer, batch, request)
+                else:
+                    if index == 1:
+                        prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
+                    loss = trainer.train_step(batch)
                 prof.step(batch_len(batch))
+                report(prof)
                 if prof.done:
+                    check_loss(float(loss), None, request.loss_tolerance)
                     break
     finally:
         batches.close()
     return TrialResult(knobs=request.knobs, measurement=prof.result, build_s=build_s)
 
 
-def run_request(request: TrialRequest) -> TrialResult:
+def _checked_first_step(trainer: Trainer, batch, request: TrialRequest) -> torch.Tensor:
+    """The first training step, its loss checked: finite, and under amp or compile within
+    ``request.loss_tolerance`` of the fp32 eager loss of the same weights, batch and random seed."""
+    reference = None
+    if request.knobs["amp"] != "off" or request.knobs["compile"] != "off":
+        torch.manual_seed(_SEED)
+        reference = trainer.reference_loss(batch)
+    torch.manual_seed(_SEED)
+    loss = trainer.train_step(batch)
+    check_loss(float(loss), reference, request.loss_tolerance)
+    return loss
+
+
+def _progress_writer(path: Path | None):
+    """A function that appends the window's progress to ``path``, at most every 0.5 s."""
+    last = [0.0]
+
+    def report(prof: Profiler) -> None:
+        now = time.monotonic()
+        progress = prof.recorder.progress()
+        if path is None or progress is None or now - last[0] < _PROGRESS_INTERVAL_S:
+            return
+        last[0] = now
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"steps": progress.steps, "throughput": progress.throughput}) + "\n")
+
+    return report
+
+
+def run_request(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
     """``measure``, with any exception turned into a failed result (traceback to stderr)."""
     try:
-        return measure(request)
+        return measure(request, progress_path)
     except Exception as exc:
         traceback.print_exc()
         return TrialResult(knobs=request.knobs, failure=describe_exception(exc))
@@ -73,6 +114,8 @@ def describe_exception(exc: BaseException) -> Failure:
         return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, most likely by the kernel's out-of-memory killer")
     if isinstance(exc, WorkerKilledError):
         return Failure(FailureKind.SIGNAL, str(exc))
+    if isinstance(exc, IncorrectLossError):
+        return Failure(FailureKind.INCORRECT, str(exc))
     text = f"{type(exc).__name__}: {': '.join(lines)}"[:_MESSAGE_LIMIT]
     out_of_memory = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(exc).lower()
     return Failure(FailureKind.OUT_OF_MEMORY if out_of_memory else FailureKind.EXCEPTION, text)
@@ -93,10 +136,11 @@ def _exit_with_parent() -> None:
 def main(argv: list[str]) -> int:
     run_start = time.time()
     faulthandler.enable()  # a crash (SIGSEGV, SIGABRT) leaves the Python stack in the trial log
-    request_path, result_path = argv
+    request_path, result_path, *progress = argv
     _exit_with_parent()
     request = TrialRequest.from_dict(json.loads(Path(request_path).read_text(encoding="utf-8")))
-    result = replace(run_request(request), startup_s=run_start - psutil.Process().create_time())
+    result = run_request(request, Path(progress[0]) if progress else None)
+    result = replace(result, startup_s=run_start - psutil.Process().create_time())
     write_atomic(result_path, json.dumps(result.to_dict()))
     return 0
 

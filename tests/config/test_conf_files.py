@@ -48,4 +48,5 @@ def test_test_pipelines_validate(pipeline):
 def test_main_config_defaults():
     cfg = _compose("mymodel")
     assert cfg.study.n_trials == 8 and cfg.study.storage == "sqlite:///autotune.db"
-    assert all(value is None for value in cfg.search.values())
+    assert cfg.search.batch_policy == "free"
+    assert all(value is None for key, value in cfg.search.items() if key != "batch_policy")

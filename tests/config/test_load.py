@@ -73,7 +73,33 @@ BAD_CONFIGS = [
         {**tiny_config(), "pipeline": _pipeline(baseline={"batch_size": 16, "turbo": True})},
         "pipeline.baseline.turbo: unknown key",
     ),
+    (
+        {**tiny_config(), "pipeline": _pipeline(baseline={"batch_size": 16, "persistent_workers": True})},
+        "pipeline.baseline.persistent_workers: only applies with num_workers > 0",
+    ),
+    (tiny_config(search={"batch_policy": "fixed"}), "search.batch_policy: expected one of free, fixed_effective"),
+    (tiny_config(study={"objectives": ["memory"]}), "study.objectives: expected [throughput] or"),
+    (tiny_config(study={"objectives": ["peak_memory", "throughput"]}), "study.objectives: expected [throughput] or"),
+    (tiny_config(study={"prune_margin": 0}), "study.prune_margin: expected a number > 0 or null"),
+    (tiny_config(study={"probe": "yes"}), "study.probe: expected true or false"),
+    (tiny_config(measure={"loss_tolerance": -1}), "measure.loss_tolerance: expected a number > 0"),
 ]
+
+
+def test_worker_options_of_a_baseline_without_workers_are_not_applicable():
+    settings = load_settings(tiny_config(), "tiny")
+    assert settings.baseline["prefetch_factor"] is None and settings.baseline["persistent_workers"] is None
+    config = tiny_config()
+    config["pipeline"]["baseline"] = {"batch_size": 16, "num_workers": 2, "persistent_workers": True}
+    baseline = load_settings(config, "tiny").baseline
+    assert baseline["prefetch_factor"] == 2 and baseline["persistent_workers"] is True
+
+
+def test_batch_policy_and_objectives_are_read():
+    config = tiny_config(search={"batch_policy": "fixed_effective"}, study={"objectives": ["throughput", "peak_memory"]})
+    settings = load_settings(config, "tiny")
+    assert settings.batch_policy == "fixed_effective"
+    assert settings.study.objectives == ("throughput", "peak_memory") and settings.study.multi_objective
 
 
 @pytest.mark.parametrize(("config", "message"), BAD_CONFIGS, ids=[m.split(":")[0] for _, m in BAD_CONFIGS])

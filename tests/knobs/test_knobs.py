@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.knobs import KNOBS, apply_knobs
+from autotune.knobs import KNOBS, apply_knobs, inactive_knobs
 from autotune.pipeline.setup import TrainingSetup
 from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
@@ -13,10 +13,15 @@ EXAMPLE_VALUES = {
     "num_threads": 1,
     "batch_size": 64,
     "num_workers": 2,
+    "prefetch_factor": 4,
+    "persistent_workers": True,
     "pin_memory": True,
     "channels_last": True,
     "amp": "bf16",
     "compile": "default",
+    "cudnn_benchmark": True,
+    "optimizer_impl": "fused",
+    "set_to_none": False,
 }
 NEUTRAL = NEUTRAL_KNOBS
 
@@ -34,7 +39,8 @@ def test_knob_contract(name):
     candidates = knob.default_candidates(ctx)
     assert candidates, "every knob proposes at least one value"
     assert [knob.parse(v) for v in candidates] == candidates, "candidates are canonical"
-    assert knob.unavailable_reason(NEUTRAL[name], ctx) is None, "the neutral value always runs"
+    if NEUTRAL[name] is not None:
+        assert knob.unavailable_reason(NEUTRAL[name], ctx) is None, "the neutral value always runs"
     assert knob.parse(EXAMPLE_VALUES[name]) == EXAMPLE_VALUES[name]
     with pytest.raises(ValueError):
         knob.parse("nonsense-value")
@@ -52,14 +58,68 @@ def test_neutral_values_change_nothing():
     assert setup.autocast_dtype is None and setup.grad_scaler is None
     assert setup.input_memory_format is torch.contiguous_format
     assert setup.loader_kwargs == {"batch_size": 32, "num_workers": 0, "pin_memory": False}
+    assert setup.optimizer_kwargs == {} and setup.zero_grad_to_none
 
 
 def test_loader_knobs_set_dataloader_arguments():
     setup = _setup()
-    for name in ("batch_size", "num_workers", "pin_memory"):
+    for name in ("batch_size", "num_workers", "prefetch_factor", "persistent_workers", "pin_memory"):
         KNOBS[name].apply(EXAMPLE_VALUES[name], setup)
-    assert setup.loader_kwargs == {"batch_size": 64, "num_workers": 2, "pin_memory": True}
+    assert setup.loader_kwargs == {
+        "batch_size": 64,
+        "num_workers": 2,
+        "prefetch_factor": 4,
+        "persistent_workers": True,
+        "pin_memory": True,
+    }
     assert setup.non_blocking_copy
+
+
+def test_worker_options_apply_only_with_workers():
+    for name in ("prefetch_factor", "persistent_workers"):
+        assert not KNOBS[name].active({"num_workers": 0})
+        assert KNOBS[name].active({"num_workers": 1})
+    assert inactive_knobs({**NEUTRAL, "num_workers": 0}) == ["prefetch_factor", "persistent_workers"]
+    assert inactive_knobs({**NEUTRAL, "num_workers": 2}) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs"),
+    [("default", {}), ("for_loop", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})],
+)
+def test_optimizer_impl_sets_optimizer_arguments(value, kwargs):
+    setup = _setup()
+    KNOBS["optimizer_impl"].apply(value, setup)
+    assert setup.optimizer_kwargs == kwargs
+
+
+def test_optimizer_impl_offers_only_what_the_optimizer_takes():
+    knob = KNOBS["optimizer_impl"]
+    assert knob.default_candidates(cpu_context()) == ["default", "foreach", "fused"]
+    assert knob.default_candidates(cpu_context(device="cuda")) == ["default", "fused"]
+    only_foreach = cpu_context(optimizer_options=frozenset({"foreach"}))
+    assert knob.default_candidates(only_foreach) == ["default", "foreach"]
+    assert knob.unavailable_reason("for_loop", only_foreach) is None
+    assert "fused" in knob.unavailable_reason("fused", only_foreach)
+    assert knob.default_candidates(cpu_context(optimizer_options=frozenset())) == ["default"]
+
+
+def test_set_to_none_and_cudnn_benchmark():
+    setup = _setup()
+    KNOBS["set_to_none"].apply(False, setup)
+    assert setup.zero_grad_to_none is False
+    KNOBS["cudnn_benchmark"].apply(True, setup)  # a CPU setup: nothing to change, nothing raised
+    assert "GPU" in KNOBS["cudnn_benchmark"].unavailable_reason(True, cpu_context())
+    assert KNOBS["cudnn_benchmark"].default_candidates(cpu_context(device="cuda")) == [False, True]
+
+
+def test_fixed_effective_batch_sizes_divide_the_baseline():
+    ctx = cpu_context(batch_policy="fixed_effective", baseline={**NEUTRAL, "batch_size": 48})
+    knob = KNOBS["batch_size"]
+    assert knob.default_candidates(ctx) == [6, 12, 24, 48]
+    assert "divide" in knob.unavailable_reason(20, ctx)
+    assert "divide" in knob.unavailable_reason(96, ctx)
+    assert knob.unavailable_reason(16, ctx) is None
 
 
 def test_channels_last_converts_conv_weights_and_inputs():
@@ -96,6 +156,10 @@ def test_compile_wraps_the_model():
         ("pin_memory", "yes"),
         ("amp", "fp8"),
         ("compile", "fast"),
+        ("prefetch_factor", 0),
+        ("persistent_workers", "yes"),
+        ("optimizer_impl", "apex"),
+        ("set_to_none", None),
     ],
 )
 def test_invalid_values_are_rejected(name, value):

@@ -77,7 +77,7 @@ def test_reports_are_written_and_consistent(tmp_path):
     markdown = files["report.md"].read_text()
     assert "1.20x the baseline's throughput" in markdown
     assert "num_workers 0 → 1" in markdown
-    assert "## Failed configurations" in markdown and "timeout after 5 s" in markdown
+    assert "## Pruned, infeasible and failed configurations" in markdown and "timeout after 5 s" in markdown
     assert "Test CPU" in markdown
 
 

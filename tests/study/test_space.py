@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import optuna
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.study.space import build_space, check_baseline
-from tests.conftest import cpu_context
+from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
 ALL_DEFAULT = dict.fromkeys(KNOBS)
 
@@ -19,13 +20,19 @@ def test_defaults_on_a_two_core_cpu_with_image_input():
     assert space.candidates == {
         "batch_size": [16, 32, 64, 128],
         "num_workers": [0, 1, 2],
+        "prefetch_factor": [2, 4],
+        "persistent_workers": [False, True],
         "pin_memory": [False],
         "num_threads": [1, 2],
         "channels_last": [False, True],
         "amp": ["off", "bf16"],
         "compile": ["off", "default"],
+        "cudnn_benchmark": [False],
+        "optimizer_impl": ["default", "foreach", "fused"],
+        "set_to_none": [True, False],
     }
-    assert space.size == 4 * 3 * 2 * 2 * 2 * 2
+    loader_settings = 1 + 2 * (2 * 2)  # no worker options with num_workers=0
+    assert space.size == 4 * loader_settings * 2 * 2 * 2 * 2 * 3 * 2
 
 
 def test_defaults_on_a_gpu_offer_pinned_memory_and_fp16():
@@ -51,8 +58,7 @@ def test_num_workers_follow_the_core_count():
 def test_overrides_replace_defaults_and_a_single_value_fixes_a_knob():
     space = build_space({**ALL_DEFAULT, "batch_size": [8, 256], "compile": ["off"]}, cpu_context())
     assert space.candidates["batch_size"] == [8, 256]
-    assert "compile" not in space.distributions()
-    assert space.complete({"batch_size": 8, "num_workers": 1, "channels_last": True, "amp": "off"})["compile"] == "off"
+    assert "compile" not in space.varied and "batch_size" in space.varied
 
 
 @pytest.mark.parametrize(
@@ -74,20 +80,36 @@ def test_a_baseline_batch_larger_than_the_dataset_is_rejected():
         check_baseline(ctx.baseline, ctx)
 
 
-def test_contains_and_distributions():
+def test_contains_knows_which_knobs_apply():
     space = build_space(ALL_DEFAULT, cpu_context())
-    assert set(space.distributions()) == {"batch_size", "num_workers", "num_threads", "channels_last", "amp", "compile"}
-    varied = {
-        "batch_size": 64,
-        "num_workers": 2,
-        "num_threads": 1,
-        "channels_last": True,
-        "amp": "off",
-        "compile": "off",
-    }
-    knobs = space.complete(varied)
+    knobs = {**NEUTRAL_KNOBS, "batch_size": 64, "num_threads": 1}
     assert space.contains(knobs)
     assert not space.contains({**knobs, "batch_size": 7})
+    assert not space.contains({**knobs, "prefetch_factor": 4}), "no prefetching without workers"
+    with_workers = {**knobs, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
+    assert space.contains(with_workers)
+    assert not space.contains({**with_workers, "prefetch_factor": None})
+
+
+def test_configurations_are_distinct_and_all_contained():
+    space = build_space({**ALL_DEFAULT, "batch_size": [32], "optimizer_impl": ["default"]}, cpu_context())
+    configurations = list(space.configurations())
+    keys = {tuple(sorted(c.items(), key=str)) for c in configurations}
+    assert len(keys) == len(configurations) == space.size
+    assert all(space.contains(c) for c in configurations)
+
+
+def test_sampling_is_define_by_run_and_never_proposes_what_cannot_run(tmp_path):
+    space = build_space(ALL_DEFAULT, cpu_context())
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(60):
+        trial = study.ask()
+        knobs = space.sample(trial)
+        assert space.contains(knobs)
+        if knobs["num_workers"] == 0:
+            assert "prefetch_factor" not in trial.params and "persistent_workers" not in trial.params
+        assert not ({"pin_memory", "cudnn_benchmark"} & set(trial.params)), "fixed knobs are not sampled"
+        study.tell(trial, 1.0)
 
 
 @given(st.lists(st.integers(min_value=-5, max_value=1500), min_size=1, max_size=6))
@@ -101,7 +123,7 @@ def test_any_batch_size_list_is_kept_exactly_or_refused_naming_the_value(values)
     else:
         space = build_space(search, ctx)
         assert space.candidates["batch_size"] == values
-        assert space.size == len(values) * 3 * 2 * 2 * 2 * 2
+        assert space.size == len(values) * 9 * 2 * 2 * 2 * 2 * 3 * 2
 
 
 @given(st.dictionaries(st.sampled_from(list(ALL_DEFAULT)), st.just(None)))

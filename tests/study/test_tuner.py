@@ -6,25 +6,18 @@ import pytest
 
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
+from autotune.knobs import KNOBS
 from autotune.results.model import load_results
 from autotune.study.confirm import confirm_fastest
 from autotune.study.space import SearchSpace
 from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
-from tests.conftest import fake_measurement
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 
-SPACE = SearchSpace(
-    {
-        "batch_size": [16, 32],
-        "num_workers": [0, 1, 2],
-        "pin_memory": [False],
-        "num_threads": [None],
-        "channels_last": [False],
-        "amp": ["off"],
-        "compile": ["off"],
-    }
-)
-BASELINE = SPACE.complete({"batch_size": 16, "num_workers": 0})
+VARIED = {"batch_size": [16, 32], "num_workers": [0, 1, 2]}
+FIXED = {**NEUTRAL_KNOBS, "prefetch_factor": 2, "persistent_workers": False}
+SPACE = SearchSpace({name: VARIED.get(name, [FIXED[name]]) for name in KNOBS})
+BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}
 
 
 def fake_result(knobs, throughput=None) -> TrialResult:
@@ -39,7 +32,7 @@ class FakeMeasure:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, knobs, name):
+    def __call__(self, knobs, name, on_progress=None):
         self.calls.append((name, dict(knobs)))
         return fake_result(knobs)
 
@@ -92,7 +85,7 @@ def test_a_trial_interrupted_mid_run_is_marked_and_retried(tmp_path):
     study = open_study(settings(tmp_path), META)
     ensure_baseline(study, BASELINE, FakeMeasure())
 
-    def interrupted(knobs, name):
+    def interrupted(knobs, name, on_progress):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -109,7 +102,8 @@ def test_a_trial_interrupted_mid_run_is_marked_and_retried(tmp_path):
 def test_a_trial_left_running_by_a_killed_tuner_is_retried(tmp_path):
     study = open_study(settings(tmp_path), META)
     ensure_baseline(study, BASELINE, FakeMeasure())
-    stale = study.ask(SPACE.distributions())  # as if the tuner died here
+    stale = study.ask()  # as if the tuner died here
+    SPACE.sample(stale)
     measure = FakeMeasure()
     resumed = open_study(settings(tmp_path), META)
     tune(resumed, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None)
@@ -138,7 +132,7 @@ def test_a_bad_storage_url_is_a_config_error(tmp_path):
 def test_a_run_of_failures_stops_the_study(tmp_path):
     study = open_study(settings(tmp_path), META)
 
-    def always_fails(knobs, name):
+    def always_fails(knobs, name, on_progress):
         return TrialResult(knobs=knobs, failure=Failure(FailureKind.SIGNAL, "killed by SIGSEGV"))
 
     reason = tune(study, SPACE, settings(tmp_path, n_trials=6, max_consecutive_failures=3), always_fails, print)

@@ -1,0 +1,27 @@
+"""cuDNN autotuning of convolution algorithms."""
+
+from __future__ import annotations
+
+import torch
+
+from autotune.knobs._base import BoolKnob, SearchContext
+
+
+class CudnnBenchmarkKnob(BoolKnob):
+    name = "cudnn_benchmark"
+    description = (
+        "torch.backends.cudnn.benchmark: cuDNN times several convolution algorithms for each input shape and "
+        "keeps the fastest (CUDA only; pays off when shapes repeat)."
+    )
+
+    def default_candidates(self, ctx: SearchContext) -> list[bool]:
+        return [False, True] if ctx.device == "cuda" else [False]
+
+    def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
+        if value and ctx.device != "cuda":
+            return f"cuDNN exists only on a GPU; this run is on {ctx.device}"
+        return None
+
+    def apply(self, value: bool, setup) -> None:
+        if setup.device.type == "cuda":
+            torch.backends.cudnn.benchmark = value

@@ -1,0 +1,36 @@
+"""Which implementation of the optimizer's update runs: per-parameter loop, foreach or fused kernels."""
+
+from __future__ import annotations
+
+from autotune.knobs._base import ChoiceKnob, SearchContext
+
+
+class OptimizerImplKnob(ChoiceKnob):
+    name = "optimizer_impl"
+    description = (
+        "The optimizer's update implementation: default (PyTorch picks), for_loop (one parameter at a time), "
+        "foreach (batched over parameters) or fused (one kernel). Offered where the optimizer accepts it."
+    )
+    choices = ("default", "for_loop", "foreach", "fused")
+
+    def default_candidates(self, ctx: SearchContext) -> list[str]:
+        """default and, where different from it, foreach and fused. PyTorch's default is foreach for CUDA
+        parameters and the loop otherwise, and the loop is never the faster one, so for_loop is not tried."""
+        same_as_default = "foreach" if ctx.device == "cuda" else "for_loop"
+        return [
+            impl
+            for impl in self.choices
+            if impl not in ("for_loop", same_as_default) and self.unavailable_reason(impl, ctx) is None
+        ]
+
+    def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
+        needs = "fused" if value == "fused" else "foreach" if value in ("for_loop", "foreach") else None
+        if needs and needs not in ctx.optimizer_options:
+            return f"the pipeline's optimizer does not support {needs}=True here"
+        return None
+
+    def apply(self, value: str, setup) -> None:
+        if value == "for_loop":
+            setup.optimizer_kwargs["foreach"] = False
+        elif value in ("foreach", "fused"):
+            setup.optimizer_kwargs[value] = True

@@ -1,0 +1,38 @@
+"""Stop a trial early when its running throughput is clearly below the best measured so far."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import FrozenTrial
+
+
+class SlowerThanBestPruner(optuna.pruners.BasePruner):
+    """Prunes a trial whose last reported throughput is more than ``margin`` (a fraction) below
+    ``best()``, the best throughput measured so far (the baseline included).
+
+    Trials report only from their timed window, which starts after warm-up, so a torch.compile
+    trial is never judged by its compile time. ``min_steps`` timed steps are needed before a trial
+    can be pruned, so a single slow step cannot end it.
+    """
+
+    def __init__(self, margin: float, best: Callable[[], float | None], min_steps: int = 5) -> None:
+        self.margin = margin
+        self.best = best
+        self.min_steps = min_steps
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        best = self.best()
+        if step is None or step < self.min_steps or best is None:
+            return False
+        return trial.intermediate_values[step] < (1 - self.margin) * best
+
+    def reason(self, throughput: float) -> str:
+        """Why a trial at ``throughput`` was pruned, for the record."""
+        best = self.best() or 0.0
+        return (
+            f"{throughput:.1f} samples/s after warm-up, more than {self.margin:.0%} below the best so far "
+            f"({best:.1f}); stopped early (study.prune_margin)"
+        )
