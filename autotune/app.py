@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -16,13 +16,13 @@ from autotune.knobs import SearchContext
 from autotune.measure.environment import default_device, describe_machine, usable_cpu_count
 from autotune.pipeline.inspect import inspect_pipeline
 from autotune.report import write_reports
-from autotune.report.console import format_result, print_summary
+from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.study.confirm import confirm_fastest
 from autotune.study.space import SearchSpace, build_space, check_baseline
+from autotune.study.steer import probe_and_enqueue
 from autotune.study.tuner import (
-    MeasureFn,
     StopReason,
     TrialEvent,
     ensure_baseline,
@@ -30,8 +30,9 @@ from autotune.study.tuner import (
     redact_url,
     tune,
 )
+from autotune.trial.probe import ProbePlan
 from autotune.trial.result import TrialRequest, TrialResult
-from autotune.trial.runner import ProgressFn, run_repeated
+from autotune.trial.runner import ProgressFn, run_repeated, run_trial
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -47,7 +48,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         file=out,
     )
 
-    measure = _trial_runner(settings, device, output_dir / "trials")
+    runner = _TrialRunner(settings, device, output_dir / "trials")
+    measure = runner.measure
     baseline, reused = ensure_baseline(study, settings.baseline, measure)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
     if not baseline.ok:
@@ -65,6 +67,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
 
     stop = StopReason("interrupted", aborted=True)
     try:
+        if settings.study.probe and settings.study.n_trials > 0:
+            probe = probe_and_enqueue(study, space, settings.baseline, settings.study.n_trials, runner.probe)
+            print(f"[probe] {format_probe(probe, settings.baseline)}", file=out, flush=True)
         stop = tune(study, space, settings.study, measure, show)
         if not stop.aborted:
             confirm_fastest(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)
@@ -92,21 +97,36 @@ def _search_context(settings: Settings, device: str) -> SearchContext:
     )
 
 
-def _trial_runner(settings: Settings, device: str, workdir: Path) -> MeasureFn:
-    """Knob values and a trial name in, a TrialResult out: each call runs fresh trial subprocesses."""
-    measure, budget = settings.measure, settings.study.memory_budget_mb
-    effective = settings.baseline["batch_size"] if settings.batch_policy == "fixed_effective" else None
-    study_dir = re.sub(r"[^\w.-]", "_", settings.study.name)
-    cache = str(Path(measure.compile_cache_dir) / study_dir) if measure.compile_cache_dir else None
+class _TrialRunner:
+    """Runs fresh trial subprocesses for this run's settings: ``measure`` a configuration, or ``probe``."""
 
-    def run_one(knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
-        request = TrialRequest(
-            settings.pipeline, knobs, device, measure.plan, measure.memory_interval_s, effective,
-            measure.loss_tolerance, cache,
-        )  # fmt: skip
-        return run_repeated(request, measure.repeats, measure.trial_timeout_s, workdir, name, budget, on_progress)
+    def __init__(self, settings: Settings, device: str, workdir: Path) -> None:
+        self.settings, self.device, self.workdir = settings, device, workdir
+        measure = settings.measure
+        study_dir = re.sub(r"[^\w.-]", "_", settings.study.name)
+        fixed_effective = settings.batch_policy == "fixed_effective"
+        self.request = TrialRequest(
+            pipeline=settings.pipeline,
+            knobs=settings.baseline,
+            device=device,
+            plan=measure.plan,
+            memory_interval_s=measure.memory_interval_s,
+            effective_batch_size=settings.baseline["batch_size"] if fixed_effective else None,
+            loss_tolerance=measure.loss_tolerance,
+            compile_cache_dir=str(Path(measure.compile_cache_dir) / study_dir) if measure.compile_cache_dir else None,
+        )
 
-    return run_one
+    def measure(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
+        """Knob values and a trial name in, a TrialResult out (the median of measure.repeats runs)."""
+        measure, budget = self.settings.measure, self.settings.study.memory_budget_mb
+        request = replace(self.request, knobs=knobs)
+        return run_repeated(request, measure.repeats, measure.trial_timeout_s, self.workdir, name, budget, on_progress)
+
+    def probe(self, plan: ProbePlan) -> TrialResult:
+        """The differential probe of ``plan``, in one subprocess."""
+        request = replace(self.request, probe=plan)
+        timeout_s, budget = self.settings.measure.trial_timeout_s, self.settings.study.memory_budget_mb
+        return run_trial(request, timeout_s, self.workdir, "probe", budget)
 
 
 def resolve_device(requested: str) -> str:

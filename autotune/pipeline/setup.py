@@ -132,23 +132,20 @@ class Trainer:
         return self.pipeline.loss_fn(model(inputs), targets)
 
 
-class IncorrectLossError(RuntimeError):
-    """Training with these knobs gives a wrong loss: not finite, or too far from the fp32 reference."""
-
-
-def check_loss(loss: float, reference: float | None, tolerance: float) -> None:
-    """Raise IncorrectLossError if ``loss`` is not finite or differs from ``reference`` by more than
-    ``tolerance`` relative to it (``reference`` None: finiteness only)."""
+def loss_problem(loss: float, reference: float | None, tolerance: float) -> str | None:
+    """What is wrong with a training loss: not finite, or further than ``tolerance`` (relative) from
+    ``reference``, the fp32 eager loss (None: finiteness only). None when it is fine."""
     if not math.isfinite(loss):
-        raise IncorrectLossError(f"the loss is {loss}, not a finite number")
+        return f"the loss is {loss}, not a finite number"
     if reference is None or not math.isfinite(reference):
-        return
+        return None
     difference = abs(loss - reference) / max(abs(reference), 1e-6)
     if difference > tolerance:
-        raise IncorrectLossError(
+        return (
             f"the first step's loss {loss:.6g} differs from the fp32 eager loss {reference:.6g} by "
             f"{difference:.1%}, more than measure.loss_tolerance={tolerance:g}"
         )
+    return None
 
 
 class WorkerKilledError(RuntimeError):

@@ -9,7 +9,7 @@ from autotune.knobs import KNOBS
 from autotune.report.document import headline
 from autotune.report.rows import ranked_frame
 from autotune.results.summary import Summary
-from autotune.trial.result import TrialResult
+from autotune.trial.result import FailureKind, TrialResult
 
 _SUMMARY_COLUMNS = ["rank", "trial", *KNOBS, "throughput_sps", "speedup", "data_stall_fraction", "peak_memory_mb"]
 
@@ -21,7 +21,13 @@ def format_knobs(knobs: dict[str, Any]) -> str:
 def format_result(result: TrialResult, baseline_throughput: float | None = None) -> str:
     """``knobs -> throughput (speedup), memory``, or the failure reason."""
     if not result.ok:
-        return f"{format_knobs(result.knobs)} -> FAILED {result.failure} ({result.wall_s:.1f} s)"
+        if result.measurement is not None:
+            verdict = f"INFEASIBLE at {result.timing.throughput:.1f} samples/s: {result.failure.message}"
+        elif result.failure.kind is FailureKind.PRUNED:
+            verdict = f"PRUNED {result.failure.message}"
+        else:
+            verdict = f"FAILED {result.failure}"
+        return f"{format_knobs(result.knobs)} -> {verdict} ({result.wall_s:.1f} s)"
     speedup = f" ({result.timing.throughput / baseline_throughput:.2f}x)" if baseline_throughput else ""
     compile_note = f", compile {result.timing.compile_s:.1f} s" if result.timing.compile_s else ""
     runs = result.repeat_throughputs or []
@@ -31,6 +37,21 @@ def format_result(result: TrialResult, baseline_throughput: float | None = None)
         f"{format_knobs(result.knobs)} -> {result.timing.throughput:.1f} samples/s{speedup}, "
         f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"
         f"{compile_note} ({result.wall_s:.1f} s)"
+    )
+
+
+def format_probe(probe: dict[str, Any], baseline: dict[str, Any]) -> str:
+    """What the differential probe found and which configurations it put first."""
+    if "failure" in probe:
+        return f"the differential probe failed ({probe['failure']}); the search goes on without it"
+    first = "; ".join(
+        " ".join(f"{k}={v}" for k, v in knobs.items() if k in baseline and v != baseline[k])
+        + f" (predicted {knobs['predicted_sps']:.1f})"
+        for knobs in probe["enqueued"]
+    )
+    return (
+        f"at the baseline the DataLoader alone gives {probe['baseline_loader_sps']:.1f} samples/s and the model "
+        f"step alone {probe['baseline_compute_sps']:.1f} samples/s; trying first: {first} ({probe['wall_s']:.1f} s)"
     )
 
 

@@ -68,9 +68,7 @@ def choose_candidate(results: StudyResults) -> TrialRecord | None:
     fastest = max(r.throughput for r in measured)
     tied = [r for r in measured if r.throughput >= fastest * (1 - TIE_TOLERANCE)]
     base_knobs = results.baseline.result.knobs
-    chosen = min(
-        tied, key=lambda r: (_changes(r.result.knobs, base_knobs), r.result.peak_memory_mb, -r.throughput)
-    )
+    chosen = min(tied, key=lambda r: (_changes(r.result.knobs, base_knobs), r.result.peak_memory_mb, -r.throughput))
     return None if chosen is results.baseline else chosen
 
 

@@ -31,6 +31,7 @@ INTERRUPTED_ATTR = "autotune.interrupted"
 RESULT_ATTR = "autotune.result"
 DUPLICATE_ATTR = "autotune.duplicate_of"
 CONFIRMATION_ATTR = "autotune.confirmation"
+PROBE_ATTR = "autotune.probe"
 BASELINE_LABEL = "baseline"
 
 MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)

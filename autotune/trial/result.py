@@ -9,6 +9,7 @@ from typing import Any
 from autotune.measure.measurement import Measurement
 from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
 from autotune.pipeline.spec import PipelineSpec
+from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 
 
 class FailureKind(str, Enum):
@@ -38,6 +39,7 @@ class TrialRequest:
 
     ``effective_batch_size`` (search.batch_policy=fixed_effective) makes ``knobs["batch_size"]`` a
     micro-batch with gradient accumulation; ``compile_cache_dir`` is torch.compile's on-disk cache.
+    With ``probe``, the subprocess runs the differential probe instead of measuring ``knobs``.
     """
 
     pipeline: PipelineSpec
@@ -48,6 +50,7 @@ class TrialRequest:
     effective_batch_size: int | None = None
     loss_tolerance: float = 0.05
     compile_cache_dir: str | None = None
+    probe: ProbePlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pipeline": self.pipeline.to_dict()}
@@ -63,6 +66,7 @@ class TrialRequest:
             effective_batch_size=data.get("effective_batch_size"),
             loss_tolerance=data.get("loss_tolerance", 0.05),
             compile_cache_dir=data.get("compile_cache_dir"),
+            probe=probe_plan_from_dict(data.get("probe")),
         )
 
 
@@ -82,6 +86,7 @@ class TrialResult:
     startup_s: float | None = None
     build_s: float | None = None
     repeat_throughputs: list[float] | None = None
+    probe: ProbeResult | None = None
 
     @property
     def ok(self) -> bool:
@@ -104,6 +109,7 @@ class TrialResult:
             "startup_s": self.startup_s,
             "build_s": self.build_s,
             "repeat_throughputs": self.repeat_throughputs,
+            "probe": self.probe.to_dict() if self.probe else None,
         }
 
     @classmethod
@@ -117,6 +123,7 @@ class TrialResult:
             startup_s=data.get("startup_s"),
             build_s=data.get("build_s"),
             repeat_throughputs=data.get("repeat_throughputs"),
+            probe=ProbeResult.from_dict(data["probe"]) if data.get("probe") else None,
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:

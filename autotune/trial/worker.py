@@ -25,18 +25,25 @@ import torch
 from autotune.files import write_atomic
 from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
-from autotune.pipeline.setup import IncorrectLossError, Trainer, WorkerKilledError, check_loss
+from autotune.pipeline.setup import Trainer, WorkerKilledError, loss_problem
+from autotune.trial.probe import run_probe
 from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
 
 _MESSAGE_LIMIT = 500
 # Every trial starts from the same initial weights, and the first step's loss is compared under this seed.
 _SEED = 0
 _PROGRESS_INTERVAL_S = 0.5
+# The first second of the timed window is not reported: too few steps to judge a trial by.
+_PROGRESS_AFTER_S = 1.0
 
 
 def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
-    """Build, apply knobs, train and measure; raises whatever the pipeline raises, and
-    IncorrectLossError when the loss is not finite or the first step's is wrong."""
+    """Build, apply knobs, train and measure; raises whatever the pipeline raises.
+
+    A loss that is not finite, or a first-step loss too far from fp32 (``_first_step``), does not stop
+    the measurement: the result keeps it and is marked INCORRECT, so the study records the
+    configuration as infeasible with its reason and its real speed.
+    """
     device = torch.device(request.device)
     torch.manual_seed(_SEED)
     build_start = time.perf_counter()
@@ -44,6 +51,7 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
     build_s = time.perf_counter() - build_start
     compiling = request.knobs["compile"] != "off"
     report = _progress_writer(progress_path)
+    problem = None
     batches = trainer.batches()
     try:
         with Profiler("trial", device, request.plan, request.memory_interval_s, compiling) as prof:
@@ -51,7 +59,7 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
                 batch = trainer.to_device(batch)
                 prof.transferred()
                 if index == 0:  # warm-up steps, never timed
-                    loss = _checked_first_step(trainer, batch, request)
+                    loss, problem = _first_step(trainer, batch, request)
                 else:
                     if index == 1:
                         prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
@@ -59,34 +67,37 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
                 prof.step(batch_len(batch))
                 report(prof)
                 if prof.done:
-                    check_loss(float(loss), None, request.loss_tolerance)
                     break
     finally:
         batches.close()
-    return TrialResult(knobs=request.knobs, measurement=prof.result, build_s=build_s)
+    problem = problem or loss_problem(float(loss), None, request.loss_tolerance)
+    failure = Failure(FailureKind.INCORRECT, problem) if problem else None
+    return TrialResult(knobs=request.knobs, measurement=prof.result, failure=failure, build_s=build_s)
 
 
-def _checked_first_step(trainer: Trainer, batch, request: TrialRequest) -> torch.Tensor:
-    """The first training step, its loss checked: finite, and under amp or compile within
-    ``request.loss_tolerance`` of the fp32 eager loss of the same weights, batch and random seed."""
+def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.Tensor, str | None]:
+    """The first training step and what is wrong with its loss, if anything: not finite, or, under amp
+    or compile, further than ``request.loss_tolerance`` from the fp32 eager loss of the same weights,
+    batch and random seed."""
     reference = None
     if request.knobs["amp"] != "off" or request.knobs["compile"] != "off":
         torch.manual_seed(_SEED)
         reference = trainer.reference_loss(batch)
     torch.manual_seed(_SEED)
     loss = trainer.train_step(batch)
-    check_loss(float(loss), reference, request.loss_tolerance)
-    return loss
+    return loss, loss_problem(float(loss), reference, request.loss_tolerance)
 
 
 def _progress_writer(path: Path | None):
-    """A function that appends the window's progress to ``path``, at most every 0.5 s."""
+    """A function that appends the window's progress to ``path``, every 0.5 s from the window's first second."""
     last = [0.0]
 
     def report(prof: Profiler) -> None:
         now = time.monotonic()
         progress = prof.recorder.progress()
-        if path is None or progress is None or now - last[0] < _PROGRESS_INTERVAL_S:
+        if path is None or progress is None or progress.elapsed_s < _PROGRESS_AFTER_S:
+            return
+        if now - last[0] < _PROGRESS_INTERVAL_S:
             return
         last[0] = now
         with open(path, "a", encoding="utf-8") as out:
@@ -95,10 +106,18 @@ def _progress_writer(path: Path | None):
     return report
 
 
+def probe(request: TrialRequest) -> TrialResult:
+    """Run the differential probe of ``request.probe`` on the pipeline."""
+    started = time.perf_counter()
+    pipeline = build_pipeline(request.pipeline)
+    result = run_probe(pipeline, request.probe, torch.device(request.device), request.effective_batch_size)
+    return TrialResult(knobs=request.knobs, probe=result, build_s=time.perf_counter() - started)
+
+
 def run_request(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
-    """``measure``, with any exception turned into a failed result (traceback to stderr)."""
+    """``measure`` (or ``probe``), with any exception turned into a failed result (traceback to stderr)."""
     try:
-        return measure(request, progress_path)
+        return probe(request) if request.probe else measure(request, progress_path)
     except Exception as exc:
         traceback.print_exc()
         return TrialResult(knobs=request.knobs, failure=describe_exception(exc))
@@ -114,8 +133,6 @@ def describe_exception(exc: BaseException) -> Failure:
         return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, most likely by the kernel's out-of-memory killer")
     if isinstance(exc, WorkerKilledError):
         return Failure(FailureKind.SIGNAL, str(exc))
-    if isinstance(exc, IncorrectLossError):
-        return Failure(FailureKind.INCORRECT, str(exc))
     text = f"{type(exc).__name__}: {': '.join(lines)}"[:_MESSAGE_LIMIT]
     out_of_memory = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(exc).lower()
     return Failure(FailureKind.OUT_OF_MEMORY if out_of_memory else FailureKind.EXCEPTION, text)

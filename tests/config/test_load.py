@@ -96,7 +96,8 @@ def test_worker_options_of_a_baseline_without_workers_are_not_applicable():
 
 
 def test_batch_policy_and_objectives_are_read():
-    config = tiny_config(search={"batch_policy": "fixed_effective"}, study={"objectives": ["throughput", "peak_memory"]})
+    objectives = ["throughput", "peak_memory"]
+    config = tiny_config(search={"batch_policy": "fixed_effective"}, study={"objectives": objectives})
     settings = load_settings(config, "tiny")
     assert settings.batch_policy == "fixed_effective"
     assert settings.study.objectives == ("throughput", "peak_memory") and settings.study.multi_objective

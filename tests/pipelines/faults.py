@@ -129,3 +129,18 @@ class CudaHogCNN(TinyCNN):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         torch.empty(100 * 2**40, dtype=torch.uint8, device=x.device)
         return super().forward(x)
+
+
+class NanCNN(TinyCNN):
+    """Produces NaN outputs, so the loss is NaN: training runs, but trains nothing."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * float("nan")
+
+
+class SlowCNN(TinyCNN):
+    """Sleeps 20 ms per forward: a slow but steady step, for pruning tests."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.02)
+        return super().forward(x)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults, TrialRecord
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind, TrialResult
+from tests.conftest import fake_measurement
 from tests.study.test_tuner import BASELINE, fake_result
 
 
@@ -53,3 +57,65 @@ def test_a_summary_needs_a_measured_baseline():
     broken = StudyResults(**{**results.__dict__, "baseline": None})
     with pytest.raises(ValueError):
         summarise(broken)
+
+
+def test_among_ties_the_configuration_closest_to_the_baseline_wins():
+    far = trial("0", 150.0, batch_size=32, num_workers=1, amp="bf16")
+    near = trial("1", 147.0, batch_size=32)  # within 3 % of the fastest, one knob changed instead of three
+    slower = trial("2", 140.0, num_workers=1)
+    summary = summarise(results_with(far, near, slower))
+    assert summary.recommended.label == "1"
+    assert summary.ranked[0].label == "0", "the ranking stays by throughput"
+
+
+def test_among_ties_with_as_many_changes_the_leaner_one_wins():
+    heavy = TrialRecord("0", TrialResult({**BASELINE, "num_workers": 1}, fake_measurement(150.0, peak_mb=400.0)))
+    light = TrialRecord("1", TrialResult({**BASELINE, "batch_size": 32}, fake_measurement(149.0, peak_mb=200.0)))
+    assert summarise(results_with(heavy, light)).recommended.label == "1"
+
+
+def test_a_baseline_tied_with_the_fastest_is_kept():
+    summary = summarise(results_with(trial("0", 102.0, batch_size=32)))
+    assert summary.is_baseline and summary.recommended.label == "baseline"
+
+
+def test_infeasible_and_pruned_trials_are_never_recommended():
+    over = TrialRecord(
+        "0",
+        TrialResult(
+            {**BASELINE, "batch_size": 32},
+            fake_measurement(500.0),
+            failure=Failure(FailureKind.OUT_OF_MEMORY, "peak 900 MB is over study.memory_budget_mb=500: infeasible"),
+        ),
+    )
+    pruned = TrialRecord("1", TrialResult(BASELINE, failure=Failure(FailureKind.PRUNED, "slow")))
+    summary = summarise(results_with(over, pruned))
+    assert summary.is_baseline and [r.label for r in summary.ranked] == ["baseline", "0", "1"]
+
+
+def test_pareto_front_in_multi_objective_studies():
+    fast_heavy = TrialRecord("0", TrialResult(BASELINE, fake_measurement(200.0, peak_mb=300.0)))
+    dominated = TrialRecord("1", TrialResult(BASELINE, fake_measurement(150.0, peak_mb=350.0)))
+    lean = TrialRecord("2", TrialResult(BASELINE, fake_measurement(90.0, peak_mb=50.0)))
+    results = replace(results_with(fast_heavy, dominated, lean), objectives=["throughput", "peak_memory"])
+    assert [r.label for r in summarise(results).pareto] == ["0", "baseline", "2"]
+    assert summarise(replace(results, objectives=["throughput"])).pareto == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "batch", "sentence"),
+    [
+        ("free", 32, "scale the learning rate by 2 (learning rate 0.01 → 0.02)"),
+        ("free", 16, "Batch size unchanged (16)"),
+        ("fixed_effective", 4, "Micro-batches of 4 with 4 gradient-accumulation steps make the baseline's 16"),
+    ],
+)
+def test_batch_advice(policy, batch, sentence):
+    results = replace(
+        results_with(trial("0", 200.0, batch_size=batch)),
+        batch_policy=policy,
+        optimizer={"_target_": "torch.optim.SGD", "lr": 0.01},
+    )
+    advice = batch_advice(results, summarise(results))
+    assert sentence in advice.describe()
+    assert advice.accumulation_steps == (16 // batch if policy == "fixed_effective" else 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from optuna.trial import TrialState
 
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
@@ -10,7 +11,7 @@ from autotune.knobs import KNOBS
 from autotune.results.model import load_results
 from autotune.study.confirm import confirm_fastest
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
+from autotune.study.tuner import DUPLICATE_ATTR, counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 
@@ -155,3 +156,69 @@ def test_the_fastest_trial_is_confirmed_against_the_baseline_once(tmp_path):
     assert load_results(study).confirmation == confirmation, "stored in the study"
     assert confirm_fastest(study, load_results(study), 2, measure, print) == confirmation
     assert len(measure.calls) == calls_before + 4, "a stored confirmation is reused, not re-measured"
+
+
+def test_a_pruned_trial_is_recorded_as_pruned_and_is_not_a_failure(tmp_path):
+    study = open_study(settings(tmp_path, prune_margin=0.25), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    reports = []
+
+    def slow_then_pruned(knobs, name, on_progress):
+        reports.append(on_progress(10, 10.0))  # 10 samples/s, far below the baseline's 100
+        return TrialResult(knobs=knobs, failure=Failure(FailureKind.PRUNED, reports[-1]))
+
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=3, prune_margin=0.25), slow_then_pruned, print)
+    assert not reason.aborted, "pruned trials are not a run of failures"
+    assert reports[0].startswith("10.0 samples/s after warm-up, more than 25% below the best so far (100.0)")
+    pruned = [t for t in study.get_trials(states=(TrialState.PRUNED,)) if DUPLICATE_ATTR not in t.user_attrs]
+    assert len(pruned) == 3 and counted_trials(study) == 3
+    assert [r.result.failure.kind for r in load_results(study).trials] == [FailureKind.PRUNED] * 3
+
+
+def test_no_pruning_when_disabled_or_close_to_the_best(tmp_path):
+    study = open_study(settings(tmp_path, prune_margin=0.25), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    verdicts = []
+
+    def measure(knobs, name, on_progress):
+        verdicts.append(on_progress(10, 90.0))  # within 25 % of the baseline's 100
+        return fake_result(knobs)
+
+    tune(study, SPACE, settings(tmp_path, n_trials=1, prune_margin=0.25), measure, print)
+    assert verdicts == [None]
+    unpruned = open_study(settings(tmp_path, prune_margin=None), META)
+    seen = []
+    tune(unpruned, SPACE, settings(tmp_path, n_trials=2, prune_margin=None), lambda k, n, p: seen.append(p) or
+         fake_result(k), print)  # fmt: skip
+    assert seen == [None], "no progress callback without pruning"
+
+
+def test_over_the_memory_budget_is_infeasible_through_optuna_constraints(tmp_path):
+    study = open_study(settings(tmp_path, memory_budget_mb=150), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+
+    def heavy_when_big(knobs, name, on_progress):
+        peak = 200.0 if knobs["batch_size"] == 32 else 100.0
+        return TrialResult(knobs=knobs, measurement=fake_measurement(100.0, peak_mb=peak))
+
+    tune(study, SPACE, settings(tmp_path, n_trials=5, memory_budget_mb=150), heavy_when_big, print)
+    for trial in study.get_trials(states=(TrialState.COMPLETE,)):
+        if DUPLICATE_ATTR in trial.user_attrs:
+            continue
+        over = trial.constraints["memory_over_budget_mb"] > 0
+        assert over == (trial.params.get("batch_size") == 32)
+    infeasible = [r.result for r in load_results(study).trials if r.result.knobs["batch_size"] == 32]
+    assert infeasible
+    for result in infeasible:
+        assert result.failure.kind is FailureKind.OUT_OF_MEMORY and result.measurement is not None
+        assert "over study.memory_budget_mb=150" in result.failure.message
+
+
+def test_multi_objective_studies_tell_throughput_and_peak_memory(tmp_path):
+    objectives = ("throughput", "peak_memory")
+    study = open_study(settings(tmp_path, objectives=objectives), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    tune(study, SPACE, settings(tmp_path, n_trials=3, objectives=objectives), FakeMeasure(), print)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert complete and all(len(t.values) == 2 for t in complete)
+    assert study.directions[1].name == "MINIMIZE"

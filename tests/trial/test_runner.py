@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pytest
 
 from autotune.trial.result import FailureKind, TrialRequest, TrialResult
-from autotune.trial.runner import run_repeated, run_trial
+from autotune.trial.runner import _worker_env, run_repeated, run_trial
 from tests.conftest import processes_mentioning, trial_request
 
 
@@ -91,3 +92,47 @@ def test_a_sigkill_from_outside_is_reported_as_out_of_memory(tmp_path):
     result = run_trial(request(model="faults.SelfKillingCNN"), 120, tmp_path, "killed")
     assert result.failure.kind is FailureKind.OUT_OF_MEMORY
     assert result.failure.message.startswith("killed by SIGKILL, not by autotune: most likely the kernel's OOM killer")
+
+
+def test_a_loss_that_is_not_finite_is_infeasible_and_keeps_its_measurement(tmp_path):
+    result = run_trial(request(model="faults.NanCNN"), 120, tmp_path, "nan")
+    assert result.failure.kind is FailureKind.INCORRECT and "not a finite number" in result.failure.message
+    assert result.measurement is not None and result.timing.throughput > 0
+
+
+def test_bf16_autocast_passes_the_first_step_loss_check(tmp_path):
+    result = run_trial(request(amp="bf16"), 120, tmp_path, "bf16")
+    assert result.ok, result.failure
+
+
+def test_an_impossible_loss_tolerance_makes_amp_infeasible(tmp_path):
+    strict = replace(request(amp="bf16"), loss_tolerance=1e-12)
+    result = run_trial(strict, 120, tmp_path, "strict")
+    assert result.failure.kind is FailureKind.INCORRECT
+    assert "differs from the fp32 eager loss" in result.failure.message
+    assert "loss_tolerance=1e-12" in result.failure.message
+
+
+def test_progress_is_reported_and_a_pruner_stops_the_trial(tmp_path):
+    slow = replace(request(model="faults.SlowCNN"), plan=replace(request().plan, min_time_s=30, max_time_s=30))
+    seen = []
+
+    def prune_on_second_report(steps, throughput):
+        seen.append((steps, throughput))
+        return "clearly slower" if len(seen) >= 2 else None
+
+    result = run_trial(slow, 120, tmp_path, "pruned", on_progress=prune_on_second_report)
+    assert result.failure.kind is FailureKind.PRUNED and result.failure.message == "clearly slower"
+    assert len(seen) == 2 and seen[1][0] > seen[0][0] > 0 and all(t > 0 for _, t in seen)
+    assert result.wall_s < 20, "stopped long before its 30 s window"
+    assert not processes_mentioning(str(tmp_path / "pruned.request.json"))
+
+
+def test_compile_trials_share_the_study_compile_cache(tmp_path):
+    assert _worker_env(request()).get("TORCHINDUCTOR_CACHE_DIR") == os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    cached = replace(request(compile="default"), compile_cache_dir=str(tmp_path / "cache"))
+    assert _worker_env(cached)["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+    result = run_trial(cached, 300, tmp_path, "compiled")
+    assert result.ok, result.failure
+    assert result.timing.compile_s > 0
+    assert any((tmp_path / "cache" / "inductor").rglob("*.py")), "inductor wrote its generated code there"

@@ -1,0 +1,56 @@
+"""Time the two halves of a training step apart: the DataLoader alone, and the model step on a cached batch.
+
+This is the differential method of DS-Analyzer (Mohan et al., VLDB 2021): how fast data arrives and how
+fast the model consumes it, each measured without the other, say which one limits training.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from autotune.measure.gpu import synchronize
+from autotune.measure.profiler import batch_len
+
+
+def loader_throughput(loader: Iterable[Any], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Samples per second ``loader`` yields, consumed as fast as it can produce them, timed from its first
+    batch (so worker start-up is not counted) for at least ``seconds`` or until it runs out."""
+    batches = iter(loader)
+    next(batches)
+    start = clock()
+    samples = 0
+    for batch in batches:
+        samples += batch_len(batch)
+        elapsed = clock() - start
+        if elapsed >= seconds:
+            return samples / elapsed
+    elapsed = clock() - start
+    if samples == 0:
+        raise ValueError("the DataLoader produced fewer than two batches; cannot time it")
+    return samples / elapsed
+
+
+def step_throughput(
+    step: Callable[[], Any],
+    samples_per_step: int,
+    device,
+    seconds: float,
+    warmup_steps: int = 3,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Samples per second of ``step()`` (one training step on a batch already on the device), run back to
+    back after ``warmup_steps`` untimed steps, for at least ``seconds`` and 3 steps."""
+    for _ in range(warmup_steps):
+        step()
+    synchronize(device)
+    start = clock()
+    steps = 0
+    while True:
+        step()
+        synchronize(device)
+        steps += 1
+        elapsed = clock() - start
+        if elapsed >= seconds and steps >= 3:
+            return steps * samples_per_step / elapsed

@@ -1,0 +1,157 @@
+"""Steer the search with the differential probe: predict every configuration's throughput from the
+DataLoader and the model step timed apart, and measure the most promising ones first.
+
+The prediction is a guide, not a result: rankings and the recommendation come only from full
+measured runs. Without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
+workers they overlap (min(L, C)). Compute settings are timed one knob at a time around the anchor
+(the baseline, made to fit the space) and combined as independent factors. torch.compile is not
+probed (one compile costs more than the whole probe); it is left to the full trials.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import optuna
+
+from autotune.knobs import KNOBS
+from autotune.study.space import SearchSpace
+from autotune.study.tuner import PROBE_ATTR
+from autotune.trial.probe import LOADER_KNOBS, ProbePlan, ProbeResult
+from autotune.trial.result import TrialResult
+
+# Knobs timed on a cached batch; compile and the worker options are not.
+COMPUTE_KNOBS = ("num_threads", "channels_last", "amp", "optimizer_impl", "set_to_none")
+# Preferred values of the worker options in steered configurations: PyTorch's default prefetching, and
+# workers that are not restarted each epoch.
+_WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
+
+
+@dataclass(frozen=True)
+class Steering:
+    """A probe's plan and result, and what they predict."""
+
+    plan: ProbePlan
+    result: ProbeResult
+
+    def loader(self, batch_size: int, num_workers: int) -> float:
+        index = self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})
+        return self.result.loader_throughputs[index]
+
+    def compute(self, knobs: dict[str, Any]) -> float:
+        """Model-step samples/s of ``knobs``: the anchor's at this batch size, times each compute knob's
+        measured factor at the anchor's batch size."""
+        anchor = self.plan.computes[0]
+        rate = self._compute_of({**anchor, "batch_size": knobs["batch_size"]})
+        for name in COMPUTE_KNOBS:
+            if knobs[name] != anchor[name]:
+                rate *= self._compute_of({**anchor, name: knobs[name]}) / self._compute_of(anchor)
+        return rate
+
+    def predict(self, knobs: dict[str, Any]) -> float:
+        loading = self.loader(knobs["batch_size"], knobs["num_workers"])
+        compute = self.compute(knobs)
+        return min(loading, compute) if knobs["num_workers"] > 0 else 1 / (1 / loading + 1 / compute)
+
+    def _compute_of(self, knobs: dict[str, Any]) -> float:
+        return self.result.compute_throughputs[self.plan.computes.index(knobs)]
+
+
+def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.75) -> ProbePlan:
+    """Every loader setting (batch size x workers), the anchor's model step at every batch size, and the
+    anchor with one compute knob changed, for every other value of each compute knob."""
+    candidates = space.candidates
+    loaders = [{"batch_size": b, "num_workers": w} for b in candidates["batch_size"] for w in candidates["num_workers"]]
+    anchor = anchor_knobs(space, baseline)
+    computes = [anchor] + [{**anchor, "batch_size": b} for b in candidates["batch_size"] if b != anchor["batch_size"]]
+    for name in COMPUTE_KNOBS:
+        computes += [{**anchor, name: value} for value in candidates[name] if value != anchor[name]]
+    return ProbePlan(loaders, computes, seconds)
+
+
+def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:
+    """The baseline, each knob moved to the space's first candidate where the space lacks its value;
+    no workers and no compile, which the compute probe leaves out."""
+    anchor = {
+        name: baseline[name] if baseline[name] in values else values[0] for name, values in space.candidates.items()
+    }
+    return {**anchor, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None, "compile": "off"}
+
+
+def most_promising(steering: Steering, space: SearchSpace, baseline: dict[str, Any], count: int) -> list[dict]:
+    """The ``count`` configurations of ``space`` with the highest predicted throughput, other than the
+    baseline; compile as in the baseline where the space allows, worker options preferred as above."""
+    anchor = {**anchor_knobs(space, baseline), "compile": _baseline_or_first(space, baseline, "compile")}
+    varied = [name for name in (*LOADER_KNOBS, *COMPUTE_KNOBS) if len(space.candidates[name]) > 1]
+    predicted: list[tuple[float, dict[str, Any]]] = []
+    for values in itertools.product(*(space.candidates[name] for name in varied)):
+        knobs = {**anchor, **dict(zip(varied, values, strict=True))}
+        if knobs["num_workers"] > 0:
+            knobs.update({name: _worker_option(space, name) for name in _WORKER_OPTIONS})
+        if knobs != baseline and space.contains(knobs):
+            predicted.append((steering.predict(knobs), knobs))
+    predicted.sort(key=lambda pair: -pair[0])
+    return [knobs for _, knobs in predicted[:count]]
+
+
+def enqueue(study: optuna.Study, space: SearchSpace, configurations: list[dict[str, Any]]) -> None:
+    """Make ``configurations`` the next trials the study proposes (only varied, applicable knobs are params)."""
+    for knobs in configurations:
+        params = {name: knobs[name] for name in space.varied if KNOBS[name].active(knobs)}
+        study.enqueue_trial(params, skip_if_exists=True)
+
+
+def steered_count(n_trials: int) -> int:
+    """How many of the trials the probe chooses: a third of the budget, 1 to 3."""
+    return max(1, min(3, n_trials // 3))
+
+
+def probe_and_enqueue(
+    study: optuna.Study,
+    space: SearchSpace,
+    baseline: dict[str, Any],
+    n_trials: int,
+    run_probe: Callable[[ProbePlan], TrialResult],
+) -> dict[str, Any]:
+    """Run the probe once per study, enqueue the most promising configurations, and store what was found
+    (reused on resume). Returns the stored record; a probe that fails is recorded and the search goes on."""
+    stored = study.user_attrs.get(PROBE_ATTR)
+    if stored is not None:
+        return stored
+    plan = probe_plan(space, baseline)
+    result = run_probe(plan)
+    if not result.ok or result.probe is None:
+        record = {"failure": str(result.failure), "wall_s": result.wall_s}
+    else:
+        steering = Steering(plan, result.probe)
+        chosen = most_promising(steering, space, baseline, steered_count(n_trials))
+        enqueue(study, space, chosen)
+        anchor = anchor_knobs(space, baseline)
+        record = {
+            "plan": asdict(plan),
+            "result": result.probe.to_dict(),
+            "wall_s": result.wall_s,
+            "baseline_loader_sps": steering.loader(anchor["batch_size"], anchor_workers(space, baseline)),
+            "baseline_compute_sps": steering.compute(anchor),
+            "enqueued": [{**knobs, "predicted_sps": steering.predict(knobs)} for knobs in chosen],
+        }
+    study.set_user_attr(PROBE_ATTR, record)
+    return record
+
+
+def anchor_workers(space: SearchSpace, baseline: dict[str, Any]) -> int:
+    """The baseline's worker count if the loader probe timed it, else the first candidate."""
+    return _baseline_or_first(space, baseline, "num_workers")
+
+
+def _baseline_or_first(space: SearchSpace, baseline: dict[str, Any], name: str) -> Any:
+    values = space.candidates[name]
+    return baseline[name] if baseline[name] in values else values[0]
+
+
+def _worker_option(space: SearchSpace, name: str) -> Any:
+    values = space.candidates[name]
+    return _WORKER_OPTIONS[name] if _WORKER_OPTIONS[name] in values else values[0]

@@ -1,0 +1,96 @@
+"""The training step with knobs applied: gradient accumulation, optimizer options, the loss check."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+
+from autotune.pipeline.build import build_pipeline
+from autotune.pipeline.inspect import optimizer_options
+from autotune.pipeline.setup import Trainer, loss_problem
+from tests.conftest import NEUTRAL_KNOBS, trial_request
+
+
+def _trainer(effective_batch_size=None, **knobs) -> Trainer:
+    request = trial_request()
+    values = {**NEUTRAL_KNOBS, "batch_size": 8, **knobs}
+    return Trainer(build_pipeline(request.pipeline), values, torch.device("cpu"), effective_batch_size)
+
+
+def _optimizer_steps(trainer: Trainer, batches: int) -> int:
+    steps = 0
+    original = trainer.optimizer.step
+
+    def counting_step(*args, **kwargs):
+        nonlocal steps
+        steps += 1
+        return original(*args, **kwargs)
+
+    trainer.optimizer.step = counting_step
+    for batch in [next(trainer.batches()) for _ in range(batches)]:
+        trainer.train_step(trainer.to_device(batch))
+    return steps
+
+
+def test_fixed_effective_batch_accumulates_micro_batches_before_each_step():
+    trainer = _trainer(effective_batch_size=32)
+    assert trainer.accumulation_steps == 4
+    assert _optimizer_steps(trainer, 8) == 2
+
+
+def test_free_batch_steps_every_batch():
+    trainer = _trainer()
+    assert trainer.accumulation_steps == 1
+    assert _optimizer_steps(trainer, 3) == 3
+
+
+def test_accumulated_micro_batches_give_the_gradient_of_the_whole_batch():
+    torch.manual_seed(0)
+    whole = _trainer()
+    torch.manual_seed(0)
+    micro = _trainer(effective_batch_size=8, batch_size=4)
+    batch = whole.to_device(next(whole.batches()))
+    inputs, targets = batch
+    for part in ((inputs[:4], targets[:4]), (inputs[4:], targets[4:])):
+        micro.train_step(part)
+    whole.train_step(batch)
+    for a, b in zip(whole.pipeline.model.parameters(), micro.pipeline.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_zero_grad_keeps_gradients_when_set_to_none_is_false():
+    trainer = _trainer(set_to_none=False)
+    trainer.train_step(trainer.to_device(next(trainer.batches())))
+    assert all(p.grad is not None and not p.grad.any() for p in trainer.pipeline.model.parameters())
+    trainer = _trainer()
+    trainer.train_step(trainer.to_device(next(trainer.batches())))
+    assert all(p.grad is None for p in trainer.pipeline.model.parameters())
+
+
+def test_optimizer_impl_reaches_the_optimizer():
+    assert _trainer(optimizer_impl="foreach").optimizer.defaults["foreach"] is True
+    assert _trainer(optimizer_impl="fused").optimizer.defaults["fused"] is True
+
+
+@pytest.mark.parametrize(
+    ("loss", "reference", "problem"),
+    [
+        (1.0, None, None),
+        (math.nan, None, "not a finite number"),
+        (math.inf, 1.0, "not a finite number"),
+        (1.04, 1.0, None),
+        (1.2, 1.0, "differs from the fp32 eager loss 1 by 20.0%"),
+    ],
+)
+def test_loss_problem(loss, reference, problem):
+    found = loss_problem(loss, reference, 0.05)
+    assert found == problem if problem is None else problem in found
+
+
+def test_optimizer_options_follow_the_constructor():
+    assert optimizer_options(functools.partial(torch.optim.SGD, lr=0.1), "cpu") == {"foreach", "fused"}
+    assert optimizer_options(functools.partial(torch.optim.RMSprop, lr=0.1), "cpu") == {"foreach"}
+    assert optimizer_options(functools.partial(torch.optim.LBFGS, lr=0.1), "cpu") == frozenset()

@@ -1,0 +1,84 @@
+"""Steering by the differential probe: the plan, the prediction, and the trials it puts first."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.knobs import KNOBS
+from autotune.study.space import SearchSpace
+from autotune.study.steer import Steering, anchor_knobs, most_promising, probe_and_enqueue, probe_plan
+from autotune.study.tuner import PROBE_ATTR, open_study
+from autotune.trial.probe import ProbeResult
+from autotune.trial.result import Failure, FailureKind, TrialResult
+from tests.conftest import NEUTRAL_KNOBS
+from tests.study.test_tuner import META, settings
+
+VARIED = {"batch_size": [16, 32], "num_workers": [0, 2], "num_threads": [1, 2], "amp": ["off", "bf16"]}
+FIXED = {**NEUTRAL_KNOBS, "prefetch_factor": 2, "persistent_workers": True}
+SPACE = SearchSpace({name: VARIED.get(name, [FIXED[name]]) for name in KNOBS})
+BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16, "num_threads": 2}
+
+
+def loader_rate(setting):
+    return 100.0 if setting["num_workers"] == 0 else 300.0  # workers triple the loading rate
+
+
+def compute_rate(knobs):
+    rate = 200.0 * (1.5 if knobs["batch_size"] == 32 else 1.0)
+    return rate * (0.5 if knobs["amp"] == "bf16" else 1.0) * (0.9 if knobs["num_threads"] == 1 else 1.0)
+
+
+def steering() -> Steering:
+    plan = probe_plan(SPACE, BASELINE)
+    result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
+    return Steering(plan, result)
+
+
+def test_the_plan_times_every_loader_setting_and_each_compute_knob_once_around_the_anchor():
+    plan = probe_plan(SPACE, BASELINE)
+    assert plan.loaders == [{"batch_size": b, "num_workers": w} for b in (16, 32) for w in (0, 2)]
+    anchor = anchor_knobs(SPACE, BASELINE)
+    assert plan.computes[0] == anchor and anchor["compile"] == "off" and anchor["num_workers"] == 0
+    assert len(plan.computes) == 1 + 1 + 1 + 1  # anchor, batch 32, one thread, bf16
+    assert {k["amp"] for k in plan.computes} == {"off", "bf16"}
+
+
+def test_prediction_combines_loading_and_compute():
+    s = steering()
+    serial = {**BASELINE}  # no workers: load, then compute
+    assert s.predict(serial) == pytest.approx(1 / (1 / 100 + 1 / 200))
+    overlapped = {**BASELINE, "num_workers": 2, "batch_size": 32, "num_threads": 1}
+    assert s.predict(overlapped) == pytest.approx(min(300.0, 200 * 1.5 * 0.9))
+
+
+def test_the_most_promising_configurations_exclude_the_baseline():
+    chosen = most_promising(steering(), SPACE, BASELINE, 2)
+    assert chosen[0]["batch_size"] == 32 and chosen[0]["num_workers"] == 2 and chosen[0]["amp"] == "off"
+    assert chosen[0]["num_threads"] == 2 and chosen[0]["persistent_workers"] is True
+    assert BASELINE not in chosen and all(SPACE.contains(k) for k in chosen)
+
+
+def test_probe_and_enqueue_runs_once_and_the_study_proposes_its_choices_first(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    calls = []
+
+    def run_probe(plan):
+        calls.append(plan)
+        result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
+        return TrialResult(knobs=BASELINE, probe=result, wall_s=1.0)
+
+    record = probe_and_enqueue(study, SPACE, BASELINE, 6, run_probe)
+    assert record["baseline_loader_sps"] == 100.0 and record["baseline_compute_sps"] == 200.0
+    assert len(record["enqueued"]) == 2
+    assert probe_and_enqueue(study, SPACE, BASELINE, 6, run_probe) == record and len(calls) == 1
+    first = SPACE.sample(study.ask())
+    assert {k: first[k] for k in VARIED} == {k: record["enqueued"][0][k] for k in VARIED}
+    assert study.user_attrs[PROBE_ATTR] == record
+
+
+def test_a_failed_probe_is_recorded_and_enqueues_nothing(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    failed = TrialResult(knobs=BASELINE, failure=Failure(FailureKind.TIMEOUT, "timeout after 300 s"))
+    record = probe_and_enqueue(study, SPACE, BASELINE, 6, lambda plan: failed)
+    assert record["failure"] == "timeout: timeout after 300 s"
+    assert not study.get_trials()
