@@ -18,7 +18,15 @@ import yaml
 from autotune.knobs import KNOBS
 from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, processes_mentioning, run_cli
 
-TINY = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "search.compile=[off]", "study.confirm_rounds=1"]
+TINY = [
+    "-cd",
+    str(TEST_CONF),
+    "pipeline=tiny",
+    *FAST_MEASURE,
+    "search.compile=[off]",
+    "study.confirm_rounds=1",
+    "study.probe=false",
+]
 
 
 def read_outputs(out_dir):
@@ -68,7 +76,8 @@ def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
         f"hydra.run.dir={tmp_path}/out",
     ]
     space = ["search.batch_size=[16]", "search.num_workers=[0,1]", "search.num_threads=[null]", "search.amp=[off]"]
-    space.append("search.compile=[off]")
+    space += ["search.compile=[off]", "search.prefetch_factor=[2]", "search.persistent_workers=[false]"]
+    space += ["search.optimizer_impl=[default]", "search.set_to_none=[true]", "study.probe=false"]
     proc = run_cli([*args, *space], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "all 4 configurations of the search space are measured" in proc.stdout
@@ -135,7 +144,7 @@ def test_a_failing_baseline_stops_with_exit_1(tmp_path):
 
 
 BAD_INPUTS = [
-    (["pipeline=nosuch"], "pipeline: no config named 'nosuch'; available: mymodel"),
+    (["pipeline=nosuch"], "pipeline: no config named 'nosuch'; available: images, mymodel, tabular_mlp, transformer_lm"),
     ([], "pipeline: no pipeline chosen"),
     (["pipeline=mymodel", "study.n_trails=3"], "study.n_trails: unknown key"),
     (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown key"),
@@ -316,3 +325,19 @@ def wait_for_file(path, timeout_s):
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.1)
+
+
+def test_probe_fixed_effective_batches_and_a_pareto_front(tmp_path):
+    args = [*TINY, "study.probe=true", "study.n_trials=2", "search.batch_policy=fixed_effective"]
+    args += ["study.objectives=[throughput,peak_memory]", "search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"]
+    proc = run_cli(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "[probe] at the baseline the DataLoader alone gives" in proc.stdout
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "## Where the time goes (differential probe)" in markdown
+    assert "## Pareto front: throughput against peak memory" in markdown
+    recommended = yaml.safe_load((tmp_path / "out" / "recommended.yaml").read_text())
+    assert recommended["training"]["batch_policy"] == "fixed_effective"
+    assert recommended["knobs"]["batch_size"] in (2, 4, 8, 16), "micro-batches divide the baseline's 16"
+    batch = recommended["knobs"]["batch_size"]
+    assert recommended["training"]["gradient_accumulation_steps"] == 16 // batch

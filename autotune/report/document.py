@@ -6,6 +6,7 @@ renderers escape for their format.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         *([Section("Confirmation", paragraphs=[summary.confirmation.describe()])] if summary.confirmation else []),
         Section("Before and after", table=_before_after(summary)),
         Section("Training", paragraphs=[batch_advice(results, summary).describe()]),
+        *_probe(results),
         *_pareto(summary),
         Section("All configurations, fastest first", table=_ranked(summary)),
         *_failures(summary),
@@ -142,22 +144,53 @@ def _ranked(summary: Summary) -> Table:
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
 
 
+def _probe(results: StudyResults) -> list[Section]:
+    probe = results.probe
+    if probe is None:
+        return []
+    heading = "Where the time goes (differential probe)"
+    if "failure" in probe:
+        return [Section(heading, paragraphs=[f"The probe failed ({probe['failure']}); the search went on without it."])]
+    loading, compute = probe["baseline_loader_sps"], probe["baseline_compute_sps"]
+    limit = "loading data" if loading < compute else "the model step"
+    text = (
+        f"Timed apart at the baseline's settings, the DataLoader alone delivered {loading:.1f} samples/s and the "
+        f"model step alone (on a cached batch) {compute:.1f} samples/s: {limit} limits training. From such "
+        f"timings ({probe['wall_s']:.1f} s in all) the probe predicted each configuration's throughput and had "
+        "these measured first; the prediction only orders the search, every figure in this report is measured."
+    )
+    measured = {json.dumps(r.result.knobs, sort_keys=True): r for r in results.records}
+    rows = []
+    for knobs in probe["enqueued"]:
+        predicted = knobs["predicted_sps"]
+        record = measured.get(json.dumps({k: v for k, v in knobs.items() if k != "predicted_sps"}, sort_keys=True))
+        rows.append([_changes_from(results.baseline, knobs), predicted, record.throughput if record else None])
+    table = _table(["tried first (changes from the baseline)", "predicted samples/s", "measured samples/s"], rows)
+    return [Section(heading, paragraphs=[text], table=table)]
+
+
+def _changes_from(baseline, knobs: dict[str, Any]) -> str:
+    before = baseline.result.knobs
+    return ", ".join(f"{name}={knobs[name]}" for name in before if knobs[name] != before[name]) or "none"
+
+
 def _pareto(summary: Summary) -> list[Section]:
     if not summary.pareto:
         return []
     base = summary.baseline.throughput
     rows = [
-        [r.label, r.throughput, r.throughput / base, r.result.peak_memory_mb, _changes(summary, r)]
+        [
+            r.label,
+            r.throughput,
+            r.throughput / base,
+            r.result.peak_memory_mb,
+            _changes_from(summary.baseline, r.result.knobs),
+        ]
         for r in summary.pareto
     ]
     table = _table(["trial", "samples/s", "vs baseline", "peak MB", "changes from the baseline"], rows)
     intro = "No configuration is both faster and leaner than these (study.objectives=[throughput, peak_memory])."
     return [Section("Pareto front: throughput against peak memory", paragraphs=[intro], table=table)]
-
-
-def _changes(summary: Summary, record) -> str:
-    before, after = summary.baseline.result.knobs, record.result.knobs
-    return ", ".join(f"{name}={after[name]}" for name in after if after[name] != before.get(name)) or "none"
 
 
 def _failures(summary: Summary) -> list[Section]:

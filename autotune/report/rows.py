@@ -106,6 +106,7 @@ def ranked_frame(summary: Summary) -> pd.DataFrame:
     """The ranked rows as a table; knob columns keep their values as given (1 stays 1 beside a null)."""
     rows = ranked_rows(summary)
     frame = pd.DataFrame(rows)
+    frame["rank"] = frame["rank"].astype("Int64")  # stays an integer beside the unranked (pruned, failed)
     for name in KNOBS:
         frame[name] = pd.Series([row[name] for row in rows], dtype=object)
     return frame

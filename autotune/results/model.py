@@ -16,6 +16,7 @@ from autotune.study.tuner import (
     INTERRUPTED_ATTR,
     MEASURED_STATES,
     META_ATTR,
+    PROBE_ATTR,
     RESULT_ATTR,
 )
 from autotune.trial.result import TrialResult
@@ -35,7 +36,11 @@ class TrialRecord:
 
 @dataclass(frozen=True)
 class StudyResults:
-    """Everything the reports need: what was tuned, on what machine, and every result."""
+    """Everything the reports need: what was tuned, on what machine, and every result.
+
+    ``optimizer`` is the pipeline's optimizer config (for the learning-rate note); ``probe`` what the
+    differential probe found, as stored in the study (None if it did not run).
+    """
 
     study_name: str
     pipeline: str
@@ -49,6 +54,7 @@ class StudyResults:
     objectives: list[str] = field(default_factory=lambda: ["throughput"])
     batch_policy: str = "free"
     optimizer: dict[str, Any] | None = None
+    probe: dict[str, Any] | None = None
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -80,4 +86,5 @@ def load_results(study: optuna.Study) -> StudyResults:
         objectives=meta.get("objectives", ["throughput"]),
         batch_policy=meta.get("batch_policy", "free"),
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
+        probe=study.user_attrs.get(PROBE_ATTR),
     )

@@ -46,7 +46,7 @@ def test_the_dataset_is_deterministic(name):
     node = load(name)["dataset"]
     first, second = instantiate(node), instantiate(node)
     for index in (0, 7, len(first) - 1):
-        for a, b in zip(first[index], second[index]):
+        for a, b in zip(first[index], second[index], strict=True):
             assert torch.equal(a, b)
 
 

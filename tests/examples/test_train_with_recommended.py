@@ -25,16 +25,24 @@ from tests.conftest import REPO
         {
             "batch_size": 16,
             "num_workers": 1,
+            "prefetch_factor": 4,
+            "persistent_workers": True,
             "pin_memory": False,
+            "num_threads": 1,
             "channels_last": True,
             "amp": "bf16",
             "compile": "off",
+            "cudnn_benchmark": False,
+            "optimizer_impl": "fused",
+            "set_to_none": False,
         },
     ],
 )
 def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):
     path = tmp_path / "recommended.yaml"
-    path.write_text(yaml.safe_dump({"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": knobs}))
+    training = {"gradient_accumulation_steps": 2, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}
+    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": knobs, "training": training}
+    path.write_text(yaml.safe_dump(document))
     proc = subprocess.run(
         [sys.executable, "examples/train_with_recommended.py", "--recommended", str(path), "--steps", "4"],
         cwd=REPO,

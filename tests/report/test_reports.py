@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 
 import yaml
 
@@ -130,3 +131,36 @@ def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["knobs"] == recommended["baseline"] and recommended["throughput"]["speedup"] == 1.0
     assert "did not hold its gain when re-measured" in files["report.md"].read_text()
+
+
+def test_probe_pareto_and_training_sections(tmp_path):
+    results = sample_results()
+    enqueued = {**results.trials[0].result.knobs, "predicted_sps": 130.0}
+    probe = {"baseline_loader_sps": 80.0, "baseline_compute_sps": 300.0, "wall_s": 12.5, "enqueued": [enqueued]}
+    results = replace(
+        results,
+        probe=probe,
+        objectives=["throughput", "peak_memory"],
+        optimizer={"_target_": "torch.optim.SGD", "lr": 0.1},
+    )
+    files = write_reports(results, summarise(results), tmp_path)
+    markdown = files["report.md"].read_text()
+    assert "## Where the time goes (differential probe)" in markdown
+    assert "DataLoader alone delivered 80.0 samples/s" in markdown and "loading data limits training" in markdown
+    assert "| num_workers=1 | 130.0 | 120.0 |" in markdown, "predicted beside measured"
+    assert "## Pareto front: throughput against peak memory" in markdown
+    assert "## Training" in markdown and "Batch size unchanged" in markdown
+    data = json.loads(files["report.json"].read_text())
+    assert data["pareto_front"] == ["0"] and data["training"]["accumulation_steps"] == 1
+    recommended = yaml.safe_load(files["recommended.yaml"].read_text())
+    assert recommended["training"]["gradient_accumulation_steps"] == 1
+
+
+def test_a_batch_change_carries_a_learning_rate_suggestion_into_recommended_yaml(tmp_path):
+    results = replace(
+        results_with(trial("0", 200.0, batch_size=64)), machine=MACHINE, measure=MEASURE, optimizer={"lr": 0.01}
+    )
+    files = write_reports(results, summarise(results), tmp_path)
+    training = yaml.safe_load(files["recommended.yaml"].read_text())["training"]
+    assert training["learning_rate"] == {"baseline": 0.01, "suggested": 0.04}
+    assert "linear scaling rule" in training["note"]

@@ -1,0 +1,380 @@
+"""Efficiency: does the tuner find what an exhaustive grid finds, in a fraction of the time?
+
+    .venv/bin/python -m benchmarks.efficiency [--pipelines images,transformer_lm,tabular_mlp] [--grid full|small]
+        [--trials 8] [--confirm-rounds 3] [--rounds 3] [--best-case tabular_mlp] [--workdir outputs/efficiency]
+
+Run from the repository root. For each pipeline:
+
+1. grid: the CLI with a finite search space over the six core knobs (batch size B, 2B, 4B; workers
+   0, 1, 2; pin_memory off; amp off, bf16; channels_last both ways for images only; compile off,
+   default) and every other knob fixed to one value (the baseline's, or PyTorch's default for worker
+   options), with ``study.n_trials`` far above the space's size, no confirmation, no pruning and no
+   probe: the tuner stops once every configuration is measured in full, so this is the exhaustive grid,
+   measured by the same harness.
+   Were it to stop short (its sampler giving up on finding the last unmeasured configurations), the
+   same command is run again, which resumes the study, up to ``--grid-attempts`` times in all;
+2. tuner: the same space with ``study.n_trials=--trials`` and ``--confirm-rounds`` confirmation rounds;
+3. the grid's fastest configuration and the tuner's recommendation are measured again, alternately,
+   ``--rounds`` times each in fresh trial processes (autotune's own runner); the ratio of medians
+   tuner / grid says how much throughput the tuner left on the table (1.0 if they are the same);
+4. for ``--best-case``: the tuner again, with the pipeline's baseline set to the grid's best: it should
+   recommend keeping the baseline.
+
+Targets: ratio >= 0.97 and tuner wall time <= 0.15 of the grid's. Everything measured is written to
+WORKDIR/efficiency.json; each CLI run's output to WORKDIR/NAME.log and its reports to WORKDIR/NAME/.
+``--quick`` shortens every measurement (smoke test only: its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from autotune.config.load import load_settings
+from autotune.knobs import KNOBS
+from autotune.study.space import SearchSpace
+from autotune.trial.result import TrialRequest
+from autotune.trial.runner import run_trial
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+PIPELINES = ("images", "transformer_lm", "tabular_mlp")
+QUICK_MEASURE = ["measure.min_time_s=1", "measure.min_steps=10", "measure.max_time_s=5"]
+TARGET_RATIO, TARGET_FRACTION = 0.97, 0.15
+
+
+def compose_config(pipeline: str, overrides: list[str]) -> dict[str, Any]:
+    """conf/config.yaml with ``pipeline`` and ``overrides``, composed as the CLI does, as plain data."""
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"pipeline={pipeline}", *overrides])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def fixed_values(pipeline: str, measure: list[str]) -> dict[str, Any]:
+    """The value each knob takes when it is not searched: the pipeline's baseline value; for a knob the
+    baseline leaves inactive (worker options with num_workers=0), its value once workers exist."""
+    baseline = load_settings(compose_config(pipeline, measure), pipeline).baseline
+    with_workers = load_settings(compose_config(pipeline, [*measure, "++pipeline.baseline.num_workers=1"]), pipeline)
+    return {name: baseline[name] if baseline[name] is not None else with_workers.baseline[name] for name in KNOBS}
+
+
+def grid_candidates(pipeline: str, fixed: dict[str, Any], size: str) -> dict[str, list[Any]]:
+    """The grid over the six core knobs; every other knob (num_threads included) fixed to one value."""
+    base = fixed["batch_size"]
+    core: dict[str, list[Any]] = {
+        "batch_size": [base, 2 * base, 4 * base] if size == "full" else [base, 2 * base],
+        "num_workers": [0, 1, 2] if size == "full" else [0, 2],
+        "pin_memory": [False],
+        "amp": ["off", "bf16"],
+        "channels_last": [False, True] if pipeline == "images" else [False],
+        "compile": ["off", "default"],
+    }
+    return {name: core.get(name, [fixed[name]]) for name in KNOBS}
+
+
+def hydra_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return str(value)
+
+
+def search_overrides(candidates: dict[str, list[Any]]) -> list[str]:
+    return [f"search.{name}=[{','.join(hydra_value(v) for v in values)}]" for name, values in candidates.items()]
+
+
+def run_cli(name: str, pipeline: str, overrides: list[str], workdir: Path) -> dict[str, Any]:
+    """``python -m autotune`` as its own study NAME (storage WORKDIR/NAME.db, reports in WORKDIR/NAME/):
+    its exit code, wall time and the line saying why it stopped. Output is shown and kept in NAME.log."""
+    command = [
+        sys.executable,
+        "-m",
+        "autotune",
+        f"pipeline={pipeline}",
+        *overrides,
+        f"study.name={name}",
+        f"study.storage=sqlite:///{(workdir / f'{name}.db').resolve()}",
+        f"hydra.run.dir={(workdir / name).resolve()}",
+    ]
+    stopped = None
+    start = time.monotonic()
+    with open(workdir / f"{name}.log", "a", encoding="utf-8") as log:
+        log.write(" ".join(command) + "\n")
+        proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            log.write(line)
+            print(f"  {name}| {line}", end="", flush=True)
+            if line.startswith("Stopped:") or line.startswith("autotune: error:"):
+                stopped = line.strip()
+        returncode = proc.wait()
+    return {"returncode": returncode, "wall_s": time.monotonic() - start, "stopped": stopped}
+
+
+def read_report(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "report.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def row_knobs(row: dict[str, Any]) -> dict[str, Any]:
+    return {name: row[name] for name in KNOBS}
+
+
+def best_row(report: dict[str, Any]) -> dict[str, Any] | None:
+    complete = [row for row in report["trials"] if row["state"] == "complete" and row["throughput_sps"]]
+    return max(complete, key=lambda row: row["throughput_sps"], default=None)
+
+
+def measured_in(report: dict[str, Any], space: SearchSpace) -> int:
+    """Distinct configurations of ``space`` the report holds (failed ones included)."""
+    keys = {json.dumps(row_knobs(row), sort_keys=True) for row in report["trials"]}
+    return sum(1 for key in keys if space.contains(json.loads(key)))
+
+
+def run_grid(pipeline: str, candidates: dict, common: list[str], workdir: Path, attempts: int) -> dict[str, Any]:
+    space = SearchSpace(candidates)
+    name = f"{pipeline}-grid"
+    # No pruning and no probe: every configuration is measured in full, as an exhaustive search would.
+    overrides = [*search_overrides(candidates), *common, "study.n_trials=10000", "study.confirm_rounds=0"]
+    overrides += ["study.prune_margin=null", "study.probe=false"]
+    runs, report, measured = [], None, 0
+    for _ in range(attempts):
+        runs.append(run_cli(name, pipeline, overrides, workdir))
+        report = read_report(workdir / name)
+        measured = measured_in(report, space) if report else 0
+        if report is None or measured >= space.size or runs[-1]["returncode"] != 0:
+            break
+        print(f"  {name}: {measured} of {space.size} configurations measured; running it again to resume")
+    best = best_row(report) if report else None
+    return {
+        "size": space.size,
+        "measured": measured,
+        "wall_s": sum(run["wall_s"] for run in runs),
+        "runs": runs,
+        "best_knobs": row_knobs(best) if best else None,
+        "best_sps": best["throughput_sps"] if best else None,
+        "best_trial": best["trial"] if best else None,
+    }
+
+
+def run_tuner(name: str, pipeline: str, overrides: list[str], workdir: Path) -> dict[str, Any]:
+    run = run_cli(name, pipeline, overrides, workdir)
+    report = read_report(workdir / name)
+    rec = report["recommended"] if report else None
+    return {
+        **run,
+        "measured_trials": len(report["trials"]) - 1 if report else None,
+        "recommended_knobs": rec["knobs"] if rec else None,
+        "recommended_trial": rec["trial"] if rec else None,
+        "is_baseline": rec["is_baseline"] if rec else None,
+        "claimed_speedup": report["speedup"] if report else None,
+    }
+
+
+def remeasure(
+    pipeline: str, grid_knobs: dict, tuner_knobs: dict, rounds: int, measure: list[str], workdir: Path
+) -> dict[str, Any]:
+    """The grid's best and the tuner's recommendation, alternately (order swapped each round), in fresh
+    trial processes as the tuner runs them (logs in ``workdir``); ratio = median tuner / median grid."""
+    if grid_knobs == tuner_knobs:
+        return {"identical": True, "ratio": 1.0, "grid_sps": [], "tuner_sps": [], "failures": []}
+    settings = load_settings(compose_config(pipeline, measure), pipeline)
+    m = settings.measure
+    configs = {"grid": grid_knobs, "tuner": tuner_knobs}
+    throughputs: dict[str, list[float]] = {"grid": [], "tuner": []}
+    failures = []
+    for index in range(rounds):
+        for label in ("grid", "tuner") if index % 2 == 0 else ("tuner", "grid"):
+            request = TrialRequest(
+                settings.pipeline,
+                configs[label],
+                device="cpu",
+                plan=m.plan,
+                memory_interval_s=m.memory_interval_s,
+                loss_tolerance=m.loss_tolerance,
+                compile_cache_dir=str(workdir.parent / "compile-cache" / workdir.name),
+            )
+            result = run_trial(request, m.trial_timeout_s, workdir, f"round{index + 1}-{label}")
+            if result.ok:
+                throughputs[label].append(result.timing.throughput)
+                print(f"  re-measure round {index + 1} {label}: {result.timing.throughput:.1f} samples/s", flush=True)
+            else:
+                failures.append(f"round {index + 1} {label}: {result.failure}")
+                print(f"  re-measure round {index + 1} {label}: FAILED {result.failure}", flush=True)
+    ok = throughputs["grid"] and throughputs["tuner"]
+    ratio = statistics.median(throughputs["tuner"]) / statistics.median(throughputs["grid"]) if ok else None
+    return {
+        "identical": False,
+        "ratio": ratio,
+        "grid_sps": throughputs["grid"],
+        "tuner_sps": throughputs["tuner"],
+        "failures": failures,
+    }
+
+
+def knob_text(knobs: dict[str, Any] | None, names: list[str]) -> str:
+    return " ".join(f"{name}={knobs[name]}" for name in names) if knobs else "-"
+
+
+def number(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def print_pipeline(pipeline: str, entry: dict[str, Any]) -> None:
+    grid, tuner, check = entry["grid"], entry["tuner"], entry["remeasure"]
+    shown = entry["varied_knobs"]
+    same = " (same configuration)" if check and check["identical"] else ""
+    medians = ""
+    if check and not check["identical"] and check["ratio"] is not None:
+        medians = (
+            f" (median tuner {statistics.median(check['tuner_sps']):.1f} / grid "
+            f"{statistics.median(check['grid_sps']):.1f} samples/s, {len(check['grid_sps'])} rounds)"
+        )
+    rows = [
+        ("grid size", f"{grid['size']} configurations ({grid['measured']} measured)"),
+        ("grid wall", f"{grid['wall_s']:.1f} s"),
+        ("grid best", f"{number(grid['best_sps'], '.1f')} samples/s  {knob_text(grid['best_knobs'], shown)}"),
+        ("tuner wall", f"{number(tuner['wall_s'], '.1f')} s"),
+        ("tuner trials", str(tuner["measured_trials"])),
+        (
+            "tuner recommends",
+            f"{knob_text(tuner['recommended_knobs'], shown)}{' (keep the baseline)' if tuner['is_baseline'] else ''}",
+        ),
+        ("re-measured ratio", f"{number(entry['ratio'], '.3f')}{same}{medians}"),
+        ("wall-time fraction", number(entry["fraction"], ".3f")),
+        (
+            "targets met",
+            f"ratio >= {TARGET_RATIO}: {_yes(entry['ratio_ok'])}; fraction <= {TARGET_FRACTION}: "
+            f"{_yes(entry['fraction_ok'])}",
+        ),
+    ]
+    print(f"\n== {pipeline}")
+    for label, text in rows:
+        print(f"  {label:<20} {text}")
+
+
+def _yes(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "NO"
+
+
+def benchmark_pipeline(pipeline: str, args, measure: list[str], workdir: Path) -> dict[str, Any]:
+    fixed = fixed_values(pipeline, measure)
+    candidates = grid_candidates(pipeline, fixed, args.grid)
+    config = compose_config(pipeline, measure)
+    common = list(measure)
+    if "compile_cache_dir" in config["measure"]:  # keep torch.compile's cache out of the repository
+        common.append(f"measure.compile_cache_dir={(workdir / 'compile-cache').resolve()}")
+    grid = run_grid(pipeline, candidates, common, workdir, args.grid_attempts)
+    tuner_overrides = [
+        *search_overrides(candidates),
+        *common,
+        f"study.n_trials={args.trials}",
+        f"study.confirm_rounds={args.confirm_rounds}",
+    ]
+    tuner = run_tuner(f"{pipeline}-tune", pipeline, tuner_overrides, workdir)
+    check = None
+    if grid["best_knobs"] and tuner["recommended_knobs"]:
+        pair = (grid["best_knobs"], tuner["recommended_knobs"])
+        check = remeasure(pipeline, *pair, args.rounds, measure, workdir / f"{pipeline}-check")
+    ratio = check["ratio"] if check else None
+    fraction = tuner["wall_s"] / grid["wall_s"] if grid["wall_s"] else None
+    return {
+        "candidates": candidates,
+        "varied_knobs": [name for name, values in candidates.items() if len(values) > 1],
+        "grid": grid,
+        "tuner": tuner,
+        "remeasure": check,
+        "ratio": ratio,
+        "fraction": fraction,
+        "ratio_ok": None if ratio is None else ratio >= TARGET_RATIO,
+        "fraction_ok": None if fraction is None else fraction <= TARGET_FRACTION,
+        "tuner_overrides": tuner_overrides,
+    }
+
+
+def baseline_is_best(pipeline: str, entry: dict[str, Any], args, workdir: Path) -> dict[str, Any]:
+    """The tuner with the pipeline's baseline set to the grid's best: does it keep the baseline?"""
+    best = entry["grid"]["best_knobs"]
+    overrides = [
+        *entry["tuner_overrides"],
+        *(f"++pipeline.baseline.{name}={hydra_value(value)}" for name, value in best.items()),
+    ]
+    run = run_tuner(f"{pipeline}-bestcase", pipeline, overrides, workdir)
+    return {"pipeline": pipeline, "baseline_knobs": best, **run}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", default=",".join(PIPELINES), help="comma-separated subset")
+    parser.add_argument("--grid", choices=("full", "small"), default="full", help="small: batch B,2B; workers 0,2")
+    parser.add_argument("--trials", type=int, default=8, help="tuner trials (study.n_trials)")
+    parser.add_argument("--confirm-rounds", type=int, default=3, help="the tuner's study.confirm_rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="re-measurement rounds of grid best vs tuner pick")
+    parser.add_argument("--best-case", default="tabular_mlp", help="pipeline for 'baseline already best', or none")
+    parser.add_argument("--grid-attempts", type=int, default=3, help="runs of the grid command to complete it")
+    parser.add_argument("--workdir", type=Path, default=REPO / "outputs" / "efficiency")
+    parser.add_argument("--quick", action="store_true", help="short measurements, for smoke tests only")
+    args = parser.parse_args()
+    pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
+    unknown = [p for p in pipelines if not (CONF / "pipeline" / f"{p}.yaml").exists()]
+    if unknown:
+        parser.error(f"no conf/pipeline/NAME.yaml for: {', '.join(unknown)}")
+    workdir = args.workdir.resolve()
+    measure = QUICK_MEASURE if args.quick else []
+    _clear_previous(workdir, pipelines)
+    output = workdir / "efficiency.json"
+    data: dict[str, Any] = {"arguments": {**vars(args), "workdir": str(workdir)}, "pipelines": {}, "best_case": None}
+    start = time.monotonic()
+    for pipeline in pipelines:
+        print(f"\n#### {pipeline}: grid ({args.grid}), then tuner ({args.trials} trials)", flush=True)
+        data["pipelines"][pipeline] = benchmark_pipeline(pipeline, args, measure, workdir)
+        output.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    best_case = args.best_case if args.best_case != "none" else None
+    if best_case and best_case in data["pipelines"] and data["pipelines"][best_case]["grid"]["best_knobs"]:
+        print(f"\n#### {best_case}: baseline already best", flush=True)
+        data["best_case"] = baseline_is_best(best_case, data["pipelines"][best_case], args, workdir)
+    elif best_case:
+        data["best_case"] = {"pipeline": best_case, "skipped": "its grid was not run (or measured nothing)"}
+    data["total_wall_s"] = time.monotonic() - start
+    output.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+    for pipeline, entry in data["pipelines"].items():
+        print_pipeline(pipeline, entry)
+    case = data["best_case"]
+    if case and "skipped" not in case:
+        verdict = "kept the baseline" if case["is_baseline"] else "recommended a change"
+        shown = data["pipelines"][case["pipeline"]]["varied_knobs"]
+        changed = "" if case["is_baseline"] else f" to {knob_text(case['recommended_knobs'], shown)}"
+        print(f"\nbaseline already best ({case['pipeline']}, baseline = grid best): the tuner {verdict}{changed}")
+    elif case:
+        print(f"\nbaseline already best ({case['pipeline']}): skipped, {case['skipped']}")
+    print(f"\n{data['total_wall_s']:.0f} s in all; results in {output}")
+
+
+def _clear_previous(workdir: Path, pipelines: list[str]) -> None:
+    """Remove this benchmark's earlier studies of these pipelines: a resumed study measures nothing,
+    and its wall time would mean nothing."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for pipeline in pipelines:
+        for suffix in ("grid", "tune", "bestcase", "check"):
+            name = f"{pipeline}-{suffix}"
+            (workdir / f"{name}.db").unlink(missing_ok=True)
+            (workdir / f"{name}.log").unlink(missing_ok=True)
+            shutil.rmtree(workdir / name, ignore_errors=True)
+            shutil.rmtree(workdir / "compile-cache" / name, ignore_errors=True)  # every run compiles cold
+
+
+if __name__ == "__main__":
+    main()
