@@ -144,7 +144,7 @@ def test_a_failing_baseline_stops_with_exit_1(tmp_path):
 
 
 BAD_INPUTS = [
-    (["pipeline=nosuch"], "pipeline: no config named 'nosuch'; available: images, mymodel, tabular_mlp, transformer_lm"),
+    (["pipeline=nosuch"], "pipeline: no config named 'nosuch'; available: images, mymodel, tabular_mlp, trans"),
     ([], "pipeline: no pipeline chosen"),
     (["pipeline=mymodel", "study.n_trails=3"], "study.n_trails: unknown key"),
     (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown key"),

@@ -60,7 +60,7 @@ class Steering:
         return self.result.compute_throughputs[self.plan.computes.index(knobs)]
 
 
-def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.75) -> ProbePlan:
+def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.5) -> ProbePlan:
     """Every loader setting (batch size x workers), the anchor's model step at every batch size, and the
     anchor with one compute knob changed, for every other value of each compute knob."""
     candidates = space.candidates

@@ -26,7 +26,7 @@ class ProbePlan:
 
     loaders: list[dict[str, Any]]
     computes: list[dict[str, Any]]
-    seconds: float = 0.75
+    seconds: float = 0.5
 
 
 @dataclass(frozen=True)
