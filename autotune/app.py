@@ -59,16 +59,17 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         )
 
     def show(event: TrialEvent) -> None:
-        line = format_result(event.result, baseline.timing.throughput)
+        line = format_result(event.result, baseline)
         print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
 
     def show_confirmation(name: str, result: TrialResult) -> None:
-        print(f"[{name}] {format_result(result)}", file=out, flush=True)
+        print(f"[{name}] {format_result(result, baseline)}", file=out, flush=True)
 
     stop = StopReason("interrupted", aborted=True)
     try:
         if settings.study.probe and settings.study.n_trials > 0:
-            probe = probe_and_enqueue(study, space, settings.baseline, settings.study.n_trials, runner.probe)
+            cores = ctx.cpu_count if device == "cpu" else None
+            probe = probe_and_enqueue(study, space, settings.baseline, settings.study.n_trials, runner.probe, cores)
             print(f"[probe] {format_probe(probe, settings.baseline)}", file=out, flush=True)
         stop = tune(study, space, settings.study, measure, show)
         if not stop.aborted:

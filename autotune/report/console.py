@@ -11,15 +11,19 @@ from autotune.report.rows import ranked_frame
 from autotune.results.summary import Summary
 from autotune.trial.result import FailureKind, TrialResult
 
-_SUMMARY_COLUMNS = ["rank", "trial", *KNOBS, "throughput_sps", "speedup", "data_stall_fraction", "peak_memory_mb"]
+_MEASURED_COLUMNS = ["throughput_sps", "speedup", "data_stall_fraction", "peak_memory_mb"]
 
 
-def format_knobs(knobs: dict[str, Any]) -> str:
-    return " ".join(f"{name}={value}" for name, value in knobs.items())
+def format_knobs(knobs: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
+    """``name=value`` for every knob, or only for those that differ from ``baseline``."""
+    shown = [f"{name}={value}" for name, value in knobs.items() if baseline is None or baseline.get(name) != value]
+    return " ".join(shown) or "the baseline's settings"
 
 
-def format_result(result: TrialResult, baseline_throughput: float | None = None) -> str:
-    """``knobs -> throughput (speedup), memory``, or the failure reason."""
+def format_result(result: TrialResult, baseline: TrialResult | None = None) -> str:
+    """``knobs -> throughput (speedup), memory``, or the failure reason; with ``baseline``, only the knobs
+    that differ from it are shown and the speedup is against it."""
+    knobs = format_knobs(result.knobs, baseline.knobs if baseline else None)
     if not result.ok:
         if result.measurement is not None:
             verdict = f"INFEASIBLE at {result.timing.throughput:.1f} samples/s: {result.failure.message}"
@@ -27,14 +31,14 @@ def format_result(result: TrialResult, baseline_throughput: float | None = None)
             verdict = f"PRUNED {result.failure.message}"
         else:
             verdict = f"FAILED {result.failure}"
-        return f"{format_knobs(result.knobs)} -> {verdict} ({result.wall_s:.1f} s)"
-    speedup = f" ({result.timing.throughput / baseline_throughput:.2f}x)" if baseline_throughput else ""
+        return f"{knobs} -> {verdict} ({result.wall_s:.1f} s)"
+    speedup = f" ({result.timing.throughput / baseline.timing.throughput:.2f}x)" if baseline and baseline.ok else ""
     compile_note = f", compile {result.timing.compile_s:.1f} s" if result.timing.compile_s else ""
     runs = result.repeat_throughputs or []
     if len(runs) > 1:
         compile_note += f", median of {len(runs)} runs ({min(runs):.1f}-{max(runs):.1f})"
     return (
-        f"{format_knobs(result.knobs)} -> {result.timing.throughput:.1f} samples/s{speedup}, "
+        f"{knobs} -> {result.timing.throughput:.1f} samples/s{speedup}, "
         f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"
         f"{compile_note} ({result.wall_s:.1f} s)"
     )
@@ -56,7 +60,9 @@ def format_probe(probe: dict[str, Any], baseline: dict[str, Any]) -> str:
 
 
 def print_summary(summary: Summary, files: dict[str, Path], stop_reason: str, out: TextIO) -> None:
-    frame = ranked_frame(summary)[_SUMMARY_COLUMNS]
+    frame = ranked_frame(summary)
+    varied = [name for name in KNOBS if frame[name].astype(str).nunique() > 1]  # fixed knobs say nothing here
+    frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
     print(f"\nStopped: {stop_reason}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(f"\n{headline(summary)}", file=out)

@@ -3,9 +3,11 @@ DataLoader and the model step timed apart, and measure the most promising ones f
 
 The prediction is a guide, not a result: rankings and the recommendation come only from full
 measured runs. Without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
-workers they overlap (min(L, C)). Compute settings are timed one knob at a time around the anchor
-(the baseline, made to fit the space) and combined as independent factors. torch.compile is not
-probed (one compile costs more than the whole probe); it is left to the full trials.
+workers they overlap (min(L, C)), and on a CPU they also share the cores: a sample then needs at least
+(loading CPU time + threads x compute time) / cores. Compute settings are timed one knob at a time
+around the anchor (the baseline, made to fit the space) and combined as independent factors; a knob
+whose every value changes the model step by less than 3 % is left at the anchor's value when choosing.
+torch.compile is not probed (one compile costs more than the whole probe); it is left to the full trials.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from autotune.trial.result import TrialResult
 
 # Knobs timed on a cached batch; compile and the worker options are not.
 COMPUTE_KNOBS = ("num_threads", "channels_last", "amp", "optimizer_impl", "set_to_none")
+# A compute knob whose values all change the model step by less than this is not worth a trial of its own.
+_NEGLIGIBLE = 0.03
 # Preferred values of the worker options in steered configurations: PyTorch's default prefetching, and
 # workers that are not restarted each epoch.
 _WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
@@ -32,10 +36,12 @@ _WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
 
 @dataclass(frozen=True)
 class Steering:
-    """A probe's plan and result, and what they predict."""
+    """A probe's plan and result, and what they predict. ``cores``: the CPU cores training runs on, when
+    compute runs on them too (None on a GPU)."""
 
     plan: ProbePlan
     result: ProbeResult
+    cores: int | None = None
 
     def loader(self, batch_size: int, num_workers: int) -> float:
         index = self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})
@@ -54,7 +60,27 @@ class Steering:
     def predict(self, knobs: dict[str, Any]) -> float:
         loading = self.loader(knobs["batch_size"], knobs["num_workers"])
         compute = self.compute(knobs)
-        return min(loading, compute) if knobs["num_workers"] > 0 else 1 / (1 / loading + 1 / compute)
+        if knobs["num_workers"] == 0:
+            return 1 / (1 / loading + 1 / compute)
+        seconds = max(1 / loading, 1 / compute)
+        if self.cores is not None:
+            threads = min(knobs["num_threads"] or self.cores, self.cores)
+            seconds = max(seconds, (self._loading_cpu_s(knobs["batch_size"]) + threads / compute) / self.cores)
+        return 1 / seconds
+
+    def negligible(self, name: str) -> bool:
+        """Whether every timed value of compute knob ``name`` changed the model step by less than 3 %."""
+        anchor = self.plan.computes[0]
+        factors = [
+            self._compute_of(k) / self._compute_of(anchor) for k in self.plan.computes if k[name] != anchor[name]
+        ]
+        return all(abs(factor - 1) < _NEGLIGIBLE for factor in factors)
+
+    def _loading_cpu_s(self, batch_size: int) -> float:
+        """CPU seconds per sample of loading, from the loader timed with the fewest workers."""
+        timed = [s for s in self.plan.loaders if s["batch_size"] == batch_size]
+        fewest = min(timed, key=lambda s: s["num_workers"])
+        return max(fewest["num_workers"], 1) / self.loader(batch_size, fewest["num_workers"])
 
     def _compute_of(self, knobs: dict[str, Any]) -> float:
         return self.result.compute_throughputs[self.plan.computes.index(knobs)]
@@ -85,7 +111,11 @@ def most_promising(steering: Steering, space: SearchSpace, baseline: dict[str, A
     """The ``count`` configurations of ``space`` with the highest predicted throughput, other than the
     baseline; compile as in the baseline where the space allows, worker options preferred as above."""
     anchor = {**anchor_knobs(space, baseline), "compile": _baseline_or_first(space, baseline, "compile")}
-    varied = [name for name in (*LOADER_KNOBS, *COMPUTE_KNOBS) if len(space.candidates[name]) > 1]
+    varied = [
+        name
+        for name in (*LOADER_KNOBS, *COMPUTE_KNOBS)
+        if len(space.candidates[name]) > 1 and not (name in COMPUTE_KNOBS and steering.negligible(name))
+    ]
     predicted: list[tuple[float, dict[str, Any]]] = []
     for values in itertools.product(*(space.candidates[name] for name in varied)):
         knobs = {**anchor, **dict(zip(varied, values, strict=True))}
@@ -115,9 +145,11 @@ def probe_and_enqueue(
     baseline: dict[str, Any],
     n_trials: int,
     run_probe: Callable[[ProbePlan], TrialResult],
+    cores: int | None = None,
 ) -> dict[str, Any]:
     """Run the probe once per study, enqueue the most promising configurations, and store what was found
-    (reused on resume). Returns the stored record; a probe that fails is recorded and the search goes on."""
+    (reused on resume). Returns the stored record; a probe that fails is recorded and the search goes on.
+    ``cores``: the CPU cores when training computes on the CPU (see Steering)."""
     stored = study.user_attrs.get(PROBE_ATTR)
     if stored is not None:
         return stored
@@ -126,7 +158,7 @@ def probe_and_enqueue(
     if not result.ok or result.probe is None:
         record = {"failure": str(result.failure), "wall_s": result.wall_s}
     else:
-        steering = Steering(plan, result.probe)
+        steering = Steering(plan, result.probe, cores)
         chosen = most_promising(steering, space, baseline, steered_count(n_trials))
         enqueue(study, space, chosen)
         anchor = anchor_knobs(space, baseline)

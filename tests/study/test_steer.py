@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autotune.knobs import KNOBS
@@ -82,3 +84,26 @@ def test_a_failed_probe_is_recorded_and_enqueues_nothing(tmp_path):
     record = probe_and_enqueue(study, SPACE, BASELINE, 6, lambda plan: failed)
     assert record["failure"] == "timeout: timeout after 300 s"
     assert not study.get_trials()
+
+
+def test_on_a_cpu_workers_and_compute_threads_share_the_cores():
+    s = replace(steering(), cores=2)
+    two_threads = {**BASELINE, "num_workers": 2}
+    # loading: 1/100 CPU-s per sample (timed without workers); compute: 2 threads x 1/200 s; 2 cores
+    assert s.predict(two_threads) == pytest.approx(1 / ((1 / 100 + 2 / 200) / 2))
+    assert s.predict(two_threads) < steering().predict(two_threads), "sharing the cores costs throughput"
+    serial = {**BASELINE}
+    assert s.predict(serial) == steering().predict(serial), "without workers nothing runs at the same time"
+
+
+def test_knobs_the_probe_found_negligible_are_not_varied_when_choosing():
+    space = SearchSpace({name: {**VARIED, "set_to_none": [True, False]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+
+    def rate(knobs):
+        return compute_rate(knobs) * (1.01 if knobs["set_to_none"] is False else 1.0)
+
+    s = Steering(plan, ProbeResult([loader_rate(x) for x in plan.loaders], [rate(k) for k in plan.computes]))
+    assert s.negligible("set_to_none") and not s.negligible("amp")
+    chosen = most_promising(s, space, BASELINE, 3)
+    assert all(knobs["set_to_none"] is True for knobs in chosen)
