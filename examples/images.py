@@ -19,7 +19,6 @@ import io
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter
-from torch import nn
 from torch.utils.data import Dataset
 
 _MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
@@ -104,34 +103,3 @@ class JpegImages(Dataset):
         top = int(rng.integers(0, height - h + 1))
         size = (self.image_size, self.image_size)
         return picture.resize(size, Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
-
-
-class ImageCNN(nn.Module):
-    """Small convolutional classifier for 3x64x64 images.
-
-    A strided stem and three conv-BN-ReLU stages, global average pooling and a linear head. It is
-    cheaper per sample than decoding and augmenting a JPEG, so the data pipeline limits training.
-    """
-
-    def __init__(self, num_classes: int = 10, width: int = 16):
-        super().__init__()
-        layers: list[nn.Module] = [
-            nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False),
-            nn.BatchNorm2d(width),
-            nn.ReLU(inplace=True),
-        ]
-        in_ch = width
-        for out_ch in (width, width * 2, width * 4):
-            layers += [
-                nn.Conv2d(in_ch, out_ch, 3, padding=1, bias=False),
-                nn.BatchNorm2d(out_ch),
-                nn.ReLU(inplace=True),
-                nn.MaxPool2d(2),
-            ]
-            in_ch = out_ch
-        self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.head = nn.Linear(in_ch, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.flatten(self.pool(self.features(x)), 1))

@@ -4,7 +4,9 @@ DataLoader and the model step timed apart, and measure the most promising ones f
 The prediction is a guide, not a result: rankings and the recommendation come only from full
 measured runs. Without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
 workers they overlap (min(L, C)), and on a CPU they also share the cores: a sample then needs at least
-(loading CPU time + threads x compute time) / cores. Compute settings are timed one knob at a time
+(loading CPU time + threads x compute time) / cores, and compute threads beyond the cores the workers
+leave free are counted as gaining nothing (oversubscribed OpenMP threads measured worse, never better).
+Compute settings are timed one knob at a time
 around the anchor (the baseline, made to fit the space) and combined as independent factors; a knob
 whose every value changes the model step by less than 3 % is left at the anchor's value when choosing.
 torch.compile is not probed (one compile costs more than the whole probe); it is left to the full trials.
@@ -62,11 +64,20 @@ class Steering:
         compute = self.compute(knobs)
         if knobs["num_workers"] == 0:
             return 1 / (1 / loading + 1 / compute)
-        seconds = max(1 / loading, 1 / compute)
+        threads = None
         if self.cores is not None:
             threads = min(knobs["num_threads"] or self.cores, self.cores)
+            free = max(1, self.cores - knobs["num_workers"])
+            if threads > free and self._timed_threads(free):
+                # Oversubscribed cores: compute threads beyond those the workers leave free gain nothing.
+                threads, compute = free, self.compute({**knobs, "num_threads": free})
+        seconds = max(1 / loading, 1 / compute)
+        if threads is not None:
             seconds = max(seconds, (self._loading_cpu_s(knobs["batch_size"]) + threads / compute) / self.cores)
         return 1 / seconds
+
+    def _timed_threads(self, threads: int) -> bool:
+        return any(k["num_threads"] == threads for k in self.plan.computes)
 
     def negligible(self, name: str) -> bool:
         """Whether every timed value of compute knob ``name`` changed the model step by less than 3 %."""

@@ -89,8 +89,9 @@ def test_a_failed_probe_is_recorded_and_enqueues_nothing(tmp_path):
 def test_on_a_cpu_workers_and_compute_threads_share_the_cores():
     s = replace(steering(), cores=2)
     two_threads = {**BASELINE, "num_workers": 2}
-    # loading: 1/100 CPU-s per sample (timed without workers); compute: 2 threads x 1/200 s; 2 cores
-    assert s.predict(two_threads) == pytest.approx(1 / ((1 / 100 + 2 / 200) / 2))
+    # 2 workers leave no core free, so compute counts as 1 thread (180 samples/s); loading takes 1/100
+    # CPU-s per sample (timed without workers); both share 2 cores
+    assert s.predict(two_threads) == pytest.approx(1 / ((1 / 100 + 1 / 180) / 2))
     assert s.predict(two_threads) < steering().predict(two_threads), "sharing the cores costs throughput"
     serial = {**BASELINE}
     assert s.predict(serial) == steering().predict(serial), "without workers nothing runs at the same time"
@@ -107,3 +108,10 @@ def test_knobs_the_probe_found_negligible_are_not_varied_when_choosing():
     assert s.negligible("set_to_none") and not s.negligible("amp")
     chosen = most_promising(s, space, BASELINE, 3)
     assert all(knobs["set_to_none"] is True for knobs in chosen)
+
+
+def test_compute_threads_the_workers_leave_no_core_for_gain_nothing():
+    s = replace(steering(), cores=3)
+    one, two = ({**BASELINE, "num_workers": 2, "num_threads": t} for t in (1, 2))
+    assert s.predict(two) == pytest.approx(s.predict(one)), "2 workers leave 1 of 3 cores: a 2nd thread gains nothing"
+    assert s.predict({**two, "num_workers": 0}) > s.predict({**one, "num_workers": 0}), "no workers: threads count"
