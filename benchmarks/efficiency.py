@@ -276,7 +276,7 @@ def benchmark_pipeline(pipeline: str, args, measure: list[str], workdir: Path) -
     common = list(measure)
     if "compile_cache_dir" in config["measure"]:  # keep torch.compile's cache out of the repository
         common.append(f"measure.compile_cache_dir={(workdir / 'compile-cache').resolve()}")
-    grid = run_grid(pipeline, candidates, common, workdir, args.grid_attempts)
+    grid = args.previous_grids.get(pipeline) or run_grid(pipeline, candidates, common, workdir, args.grid_attempts)
     tuner_overrides = [
         *search_overrides(candidates),
         *common,
@@ -326,6 +326,12 @@ def main() -> None:
     parser.add_argument("--grid-attempts", type=int, default=3, help="runs of the grid command to complete it")
     parser.add_argument("--workdir", type=Path, default=REPO / "outputs" / "efficiency")
     parser.add_argument("--quick", action="store_true", help="short measurements, for smoke tests only")
+    parser.add_argument(
+        "--reuse-grids",
+        action="store_true",
+        help="take each grid (its figures and wall time) from WORKDIR/efficiency.json of an earlier run with the "
+        "same grid, instead of measuring it again: to re-run only the tuner side after a tuner change",
+    )
     args = parser.parse_args()
     pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
     unknown = [p for p in pipelines if not (CONF / "pipeline" / f"{p}.yaml").exists()]
@@ -333,9 +339,11 @@ def main() -> None:
         parser.error(f"no conf/pipeline/NAME.yaml for: {', '.join(unknown)}")
     workdir = args.workdir.resolve()
     measure = QUICK_MEASURE if args.quick else []
-    _clear_previous(workdir, pipelines)
+    args.previous_grids = _previous_grids(workdir, args) if args.reuse_grids else {}
+    _clear_previous(workdir, pipelines, keep_grids=bool(args.previous_grids))
     output = workdir / "efficiency.json"
-    data: dict[str, Any] = {"arguments": {**vars(args), "workdir": str(workdir)}, "pipelines": {}, "best_case": None}
+    arguments = {key: value for key, value in vars(args).items() if key != "previous_grids"}
+    data: dict[str, Any] = {"arguments": {**arguments, "workdir": str(workdir)}, "pipelines": {}, "best_case": None}
     start = time.monotonic()
     for pipeline in pipelines:
         print(f"\n#### {pipeline}: grid ({args.grid}), then tuner ({args.trials} trials)", flush=True)
@@ -363,12 +371,23 @@ def main() -> None:
     print(f"\n{data['total_wall_s']:.0f} s in all; results in {output}")
 
 
-def _clear_previous(workdir: Path, pipelines: list[str]) -> None:
+def _previous_grids(workdir: Path, args) -> dict[str, dict[str, Any]]:
+    """The grids of an earlier run's efficiency.json, if it used the same grid and measurement."""
+    path = workdir / "efficiency.json"
+    if not path.exists():
+        return {}
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    if (earlier["arguments"]["grid"], earlier["arguments"]["quick"]) != (args.grid, args.quick):
+        return {}
+    return {pipeline: {**entry["grid"], "reused": True} for pipeline, entry in earlier["pipelines"].items()}
+
+
+def _clear_previous(workdir: Path, pipelines: list[str], keep_grids: bool = False) -> None:
     """Remove this benchmark's earlier studies of these pipelines: a resumed study measures nothing,
-    and its wall time would mean nothing."""
+    and its wall time would mean nothing. ``keep_grids`` keeps the grids being reused."""
     workdir.mkdir(parents=True, exist_ok=True)
     for pipeline in pipelines:
-        for suffix in ("grid", "tune", "bestcase", "check"):
+        for suffix in ("tune", "bestcase", "check") if keep_grids else ("grid", "tune", "bestcase", "check"):
             name = f"{pipeline}-{suffix}"
             (workdir / f"{name}.db").unlink(missing_ok=True)
             (workdir / f"{name}.log").unlink(missing_ok=True)
