@@ -17,7 +17,7 @@ class SlowerThanBestPruner(optuna.pruners.BasePruner):
     can be pruned, so a single slow step cannot end it.
     """
 
-    def __init__(self, margin: float, best: Callable[[], float | None], min_steps: int = 5) -> None:
+    def __init__(self, margin: float, best: Callable[[], float | None], min_steps: int = 10) -> None:
         self.margin = margin
         self.best = best
         self.min_steps = min_steps
