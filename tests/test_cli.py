@@ -316,10 +316,18 @@ def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
     args = [*TINY, "study.n_trials=5", "measure.min_time_s=30", "measure.max_time_s=60"]
     args += ["study.prune_margin=null", f"hydra.run.dir={tmp_path}/out"]  # a pruned trial would not be long
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    tuner = subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, **popen)
+    # A shell's background jobs inherit SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
+    # start the tuner with the default disposition, as from a terminal, whatever ran the tests.
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, preexec_fn=_default_sigint, **popen
+    )
     wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
     time.sleep(2)
     return tuner
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_file(path, timeout_s):
