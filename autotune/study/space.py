@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import optuna
@@ -22,9 +23,9 @@ class SearchSpace:
 
     candidates: dict[str, list[Any]]
 
-    @property
+    @cached_property
     def size(self) -> int:
-        """The number of distinct runnable configurations."""
+        """The number of distinct runnable configurations (counted once: the tuner asks every trial)."""
         return sum(1 for _ in self.configurations())
 
     @property

@@ -173,21 +173,17 @@ def probe_and_enqueue(
         chosen = most_promising(steering, space, baseline, steered_count(n_trials))
         enqueue(study, space, chosen)
         anchor = anchor_knobs(space, baseline)
+        workers = _baseline_or_first(space, baseline, "num_workers")  # the baseline's, if the probe timed it
         record = {
             "plan": asdict(plan),
             "result": result.probe.to_dict(),
             "wall_s": result.wall_s,
-            "baseline_loader_sps": steering.loader(anchor["batch_size"], anchor_workers(space, baseline)),
+            "baseline_loader_sps": steering.loader(anchor["batch_size"], workers),
             "baseline_compute_sps": steering.compute(anchor),
             "enqueued": [{**knobs, "predicted_sps": steering.predict(knobs)} for knobs in chosen],
         }
     study.set_user_attr(PROBE_ATTR, record)
     return record
-
-
-def anchor_workers(space: SearchSpace, baseline: dict[str, Any]) -> int:
-    """The baseline's worker count if the loader probe timed it, else the first candidate."""
-    return _baseline_or_first(space, baseline, "num_workers")
 
 
 def _baseline_or_first(space: SearchSpace, baseline: dict[str, Any], name: str) -> Any:
