@@ -19,7 +19,7 @@ from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
-from autotune.study.confirm import confirm_fastest
+from autotune.study.confirm import confirm_finalists
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.steer import probe_and_enqueue
 from autotune.study.tuner import (
@@ -73,7 +73,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             print(f"[probe] {format_probe(probe, settings.baseline)}", file=out, flush=True)
         stop = tune(study, space, settings.study, measure, show)
         if not stop.aborted:
-            confirm_fastest(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)
+            confirm_finalists(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)
     finally:
         results = load_results(study)
         summary = summarise(results)

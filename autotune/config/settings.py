@@ -15,8 +15,8 @@ class StudySettings:
 
     A trial whose process tree uses more than ``memory_budget_mb`` is stopped as out of memory, and one
     that ends over it is infeasible; ``max_consecutive_failures`` failed trials in a row stop the study.
-    The fastest trial is measured against the baseline again ``confirm_rounds`` times, interleaved,
-    before it is recommended. ``objectives`` is ("throughput",) or ("throughput", "peak_memory") for a
+    The finalists (the fastest trials) race the baseline again for up to ``confirm_rounds`` interleaved
+    rounds before one is recommended. ``objectives`` is ("throughput",) or ("throughput", "peak_memory") for a
     Pareto front. A trial whose running throughput falls ``prune_margin`` (a fraction) below the best so
     far is pruned; None never prunes. ``probe`` measures the loader and the model step apart first, to
     steer the search.

@@ -93,12 +93,13 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
 def headline(summary: Summary) -> Headline:
     """What to change and what it gained, or that the baseline is best."""
     base, rec = summary.baseline, summary.recommended
-    if summary.is_baseline and summary.confirmation:
+    confirmation = summary.confirmation
+    if summary.is_baseline and confirmation and confirmation.leader:
         return Headline(
             "Keep your current settings.",
-            f"The fastest trial ({summary.confirmation.candidate}) did not hold its gain when re-measured "
-            f"against the baseline: {summary.confirmation.speedup:.2f}x over "
-            f"{len(summary.confirmation.candidate_throughputs)} interleaved rounds.",
+            f"The fastest trials did not hold their gain when re-measured against the baseline: the best, trial "
+            f"{confirmation.leader.label}, measured {confirmation.speedup:.2f}x by medians of "
+            f"{len(confirmation.leader.throughputs)} interleaved rounds.",
         )
     if summary.is_baseline:
         return Headline(

@@ -29,7 +29,11 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "peak_memory_mb": rec.result.peak_memory_mb,
         },
         "confirmation": (
-            {**summary.confirmation.to_dict(), "confirmed": summary.confirmation.confirmed}
+            {
+                **summary.confirmation.to_dict(),
+                "confirmed": summary.confirmation.confirmed,
+                "winner": summary.confirmation.winner.label if summary.confirmation.winner else None,
+            }
             if summary.confirmation
             else None
         ),

@@ -47,5 +47,5 @@ def _training(advice) -> dict:
 
 def _method(summary: Summary) -> str:
     if summary.confirmed:
-        return f"medians of {len(summary.confirmation.candidate_throughputs)} interleaved re-measurements"
+        return f"medians of {summary.confirmation.rounds} interleaved re-measurements"
     return "single measurements"

@@ -1,65 +1,122 @@
-"""Re-measuring the best trial against the baseline before recommending it."""
+"""Re-measuring the finalists against the baseline, and against each other, before recommending one."""
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+# Throughputs within this fraction of the fastest count as tied with it: about one run's noise on a quiet machine
+# (docs/benchmarks.md: CV 4.7 % for one run, 2.1 % for the median of three), so a tie-break costs at most 3 %.
+TIE_TOLERANCE = 0.03
+
+
+@dataclass
+class Finalist:
+    """A configuration re-measured in the confirmation race. ``changes`` counts the knobs it changes from the
+    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early."""
+
+    label: str
+    knobs: dict[str, Any]
+    changes: int
+    peak_memory_mb: float
+    throughputs: list[float] = field(default_factory=list)
+    dropped: str | None = None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.throughputs) if self.throughputs else None
 
 
 @dataclass(frozen=True)
 class Confirmation:
-    """Throughputs of the best trial's configuration and the baseline, measured alternately in fresh
-    processes (baseline, candidate, baseline, candidate, ...) after tuning.
+    """The finalists (the fastest trials, and the simplest one tied with the fastest) and the baseline,
+    measured in rounds of fresh processes after tuning: each round the baseline, then every finalist still in
+    the race.
 
-    The candidate is confirmed when it beat the baseline in every round and the ratio of medians is at
-    least ``MIN_GAIN`` above 1: a single lucky run cannot make a slower setup the recommendation.
+    A finalist is proven when it beat the baseline in every round and the ratio of medians is at least
+    ``MIN_GAIN`` above 1. The winner is the fastest proven finalist by median or, among proven finalists tied
+    with it within ``TIE_TOLERANCE``, the one that changes fewest knobs, then the one using least memory.
+    No winner means: keep the baseline. A single lucky run cannot make a slower setup the recommendation.
+    ``failure`` is set when a baseline run failed, which ends the race without a winner.
     """
 
     MIN_GAIN: ClassVar[float] = 0.02
 
-    candidate: str
-    candidate_knobs: dict[str, Any]
     baseline_throughputs: list[float]
-    candidate_throughputs: list[float]
+    finalists: list[Finalist]
     failure: str | None = None
+
+    @property
+    def rounds(self) -> int:
+        return len(self.baseline_throughputs)
 
     @property
     def baseline_median(self) -> float:
         return statistics.median(self.baseline_throughputs)
 
-    @property
-    def candidate_median(self) -> float:
-        return statistics.median(self.candidate_throughputs)
+    def proven(self, finalist: Finalist) -> bool:
+        """Whether ``finalist`` beat the baseline in every round, by ``MIN_GAIN`` overall."""
+        if self.failure or finalist.dropped or not self.rounds or len(finalist.throughputs) != self.rounds:
+            return False
+        pairs = zip(finalist.throughputs, self.baseline_throughputs, strict=True)
+        return all(f > b for f, b in pairs) and finalist.median >= self.baseline_median * (1 + self.MIN_GAIN)
 
     @property
-    def speedup(self) -> float:
-        return self.candidate_median / self.baseline_median
+    def winner(self) -> Finalist | None:
+        proven = [f for f in self.finalists if self.proven(f)]
+        if not proven:
+            return None
+        fastest = max(f.median for f in proven)
+        tied = [f for f in proven if f.median >= fastest * (1 - TIE_TOLERANCE)]
+        return min(tied, key=lambda f: (f.changes, f.peak_memory_mb, -f.median))
 
     @property
     def confirmed(self) -> bool:
-        if self.failure or not self.candidate_throughputs:
-            return False
-        pairs = zip(self.candidate_throughputs, self.baseline_throughputs, strict=True)
-        return all(c > b for c, b in pairs) and self.speedup >= 1 + self.MIN_GAIN
+        return self.winner is not None
+
+    @property
+    def leader(self) -> Finalist | None:
+        """The winner or, without one, the finalist with the highest median (for saying how close it came)."""
+        measured = [f for f in self.finalists if f.throughputs]
+        return self.winner or max(measured, key=lambda f: f.median, default=None)
+
+    @property
+    def speedup(self) -> float | None:
+        """The leader's median over the baseline's; None when nothing was re-measured."""
+        leader = self.leader
+        if leader is None or not self.rounds:
+            return None
+        return leader.median / self.baseline_median
 
     def describe(self) -> str:
-        """One sentence for reports."""
+        """One paragraph for reports."""
+        rounds = ", ".join(f"{value:.1f}" for value in self.baseline_throughputs) or "none"
+        parts = [
+            f"{len(self.finalists)} finalist(s) re-measured against the baseline in up to {self.rounds} interleaved "
+            f"rounds of fresh processes (samples/s per round). Baseline: {rounds}."
+        ]
+        for finalist in self.finalists:
+            runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
+            ratio = f" (median {finalist.median / self.baseline_median:.2f}x)" if finalist.throughputs else ""
+            left = f", dropped: {finalist.dropped}" if finalist.dropped else ""
+            parts.append(f"Trial {finalist.label}: {runs}{ratio}{left}.")
         if self.failure:
-            return f"Re-measuring trial {self.candidate} against the baseline failed ({self.failure})."
-        runs = len(self.candidate_throughputs)
-        pairs = zip(self.candidate_throughputs, self.baseline_throughputs, strict=True)
-        figures = ", ".join(f"{c:.1f}/{b:.1f}" for c, b in pairs)
-        verdict = "confirmed" if self.confirmed else "not confirmed"
-        return (
-            f"Trial {self.candidate} re-measured against the baseline in {runs} interleaved rounds of fresh processes "
-            f"(candidate/baseline samples/s: {figures}): median {self.speedup:.2f}x, {verdict} (needs a win in every "
-            f"round and at least {self.MIN_GAIN:.0%} gain)."
-        )
+            parts.append(f"Re-measuring the baseline failed ({self.failure}), so nothing is recommended over it.")
+        elif self.winner:
+            parts.append(
+                f"Trial {self.winner.label} is confirmed: {self.speedup:.2f}x by medians (a win in every round and "
+                f"at least {self.MIN_GAIN:.0%} gain; among finalists within {TIE_TOLERANCE:.0%} of each other the "
+                "one with fewest changes, then least memory)."
+            )
+        else:
+            parts.append(f"No finalist won every round by at least {self.MIN_GAIN:.0%}, so the baseline is kept.")
+        return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
-        return cls(**data)
+        finalists = [Finalist(**finalist) for finalist in data["finalists"]]
+        return cls(data["baseline_throughputs"], finalists, data.get("failure"))

@@ -82,7 +82,7 @@ def load_results(study: optuna.Study) -> StudyResults:
         measure=meta["measure"],
         baseline=TrialRecord(BASELINE_LABEL, TrialResult.from_dict(baseline)) if baseline else None,
         trials=trials,
-        confirmation=Confirmation.from_dict(confirmation) if confirmation else None,
+        confirmation=Confirmation.from_dict(confirmation) if confirmation and "finalists" in confirmation else None,
         objectives=meta.get("objectives", ["throughput"]),
         batch_policy=meta.get("batch_policy", "free"),
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),

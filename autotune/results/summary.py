@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autotune.results.confirmation import Confirmation
+from autotune.results.confirmation import TIE_TOLERANCE, Confirmation
 from autotune.results.model import StudyResults, TrialRecord
+
+# Trials whose single run came within this fraction of the fastest are worth re-measuring: two runs of one
+# configuration differ by up to ~10 % here (docs/benchmarks.md), so the fastest single run may not be the fastest.
+FINALIST_WINDOW = 0.10
 
 
 @dataclass(frozen=True)
 class Summary:
     """The ranking (fastest first, failed last) and the recommendation against the baseline.
 
-    ``confirmation`` is the re-measurement of the fastest trial, when one was made; where it confirmed
-    the recommendation, the throughputs and speedup are its medians rather than single runs.
+    ``confirmation`` is the re-measurement of the finalists, when one was made; where it confirmed the
+    recommendation, the throughputs and speedup are its medians rather than single runs.
     """
 
     ranked: list[TrialRecord]
@@ -28,7 +32,7 @@ class Summary:
 
     @property
     def recommended_throughput(self) -> float:
-        return self.confirmation.candidate_median if self.confirmed else self.recommended.throughput
+        return self.confirmation.winner.median if self.confirmed else self.recommended.throughput
 
     @property
     def baseline_throughput(self) -> float:
@@ -48,11 +52,6 @@ class Summary:
         return {name: (before[name], after[name]) for name in before if before[name] != after[name]}
 
 
-# Trials within this fraction of the fastest count as tied with it: about one run's noise on a quiet machine
-# (docs/benchmarks.md: CV 4.7 % for one run, 2.1 % for the median of three), so a tie-break costs at most 3 %.
-TIE_TOLERANCE = 0.03
-
-
 def choose_candidate(results: StudyResults) -> TrialRecord | None:
     """The trial to recommend over the baseline, or None when the baseline is as good.
 
@@ -67,9 +66,27 @@ def choose_candidate(results: StudyResults) -> TrialRecord | None:
         return None
     fastest = max(r.throughput for r in measured)
     tied = [r for r in measured if r.throughput >= fastest * (1 - TIE_TOLERANCE)]
-    base_knobs = results.baseline.result.knobs
-    chosen = min(tied, key=lambda r: (_changes(r.result.knobs, base_knobs), r.result.peak_memory_mb, -r.throughput))
+    base = results.baseline.result.knobs
+    chosen = min(tied, key=lambda r: (count_changes(r.result.knobs, base), r.result.peak_memory_mb, -r.throughput))
     return None if chosen is results.baseline else chosen
+
+
+def select_finalists(results: StudyResults, limit: int = 3) -> list[TrialRecord]:
+    """The trials worth re-measuring before recommending one: those whose single run beat the baseline's and
+    came within FINALIST_WINDOW of the fastest, fastest first, at most ``limit``; the simplest one tied with
+    the fastest (``choose_candidate``) is always among them."""
+    if results.baseline is None or not results.baseline.result.ok:
+        return []
+    measured = [r for r in results.trials if r.result.ok and r.throughput > results.baseline.throughput]
+    if not measured:
+        return []
+    fastest = max(r.throughput for r in measured)
+    near = sorted((r for r in measured if r.throughput >= fastest * (1 - FINALIST_WINDOW)), key=lambda r: -r.throughput)
+    simplest = choose_candidate(results)
+    finalists = near[:limit]
+    if simplest is not None and simplest not in finalists:
+        finalists = [*finalists[: limit - 1], simplest]
+    return finalists
 
 
 def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
@@ -88,25 +105,28 @@ def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
 
 
 def summarise(results: StudyResults) -> Summary:
-    """Rank every record (fastest first; pruned, infeasible and failed last) and recommend the chosen
-    candidate (``choose_candidate``) where, if it was re-measured, the re-measurement confirmed it;
-    otherwise the baseline, so a recommendation is never a change that measured no faster.
+    """Rank every record (fastest first; pruned, infeasible and failed last) and recommend: the winner of the
+    confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
+    from single runs (``choose_candidate``). A recommendation is never a change that re-measured no faster.
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")
     measured = [r for r in results.records if r.result.ok]
     failed = [r for r in results.records if not r.result.ok]
     ranked = sorted(measured, key=lambda r: -r.throughput) + failed
-    candidate = choose_candidate(results)
     confirmation = results.confirmation
-    if confirmation is not None and (candidate is None or confirmation.candidate != candidate.label):
-        confirmation = None  # about an earlier candidate: stale
-    recommended = candidate or results.baseline
-    if confirmation is not None and not confirmation.confirmed:
-        recommended = results.baseline
+    finalists = [r.label for r in select_finalists(results)]
+    if confirmation is not None and [f.label for f in confirmation.finalists] != finalists:
+        confirmation = None  # about the finalists of fewer trials: stale
+    if confirmation is None:
+        recommended = choose_candidate(results) or results.baseline
+    else:
+        winner = confirmation.winner
+        recommended = next(r for r in results.trials if r.label == winner.label) if winner else results.baseline
     pareto = pareto_front(results.records) if "peak_memory" in results.objectives else []
     return Summary(ranked, results.baseline, recommended, confirmation, pareto)
 
 
-def _changes(knobs: dict[str, object], baseline: dict[str, object]) -> int:
+def count_changes(knobs: dict[str, object], baseline: dict[str, object]) -> int:
+    """How many knobs ``knobs`` sets differently from ``baseline``."""
     return sum(1 for name, value in knobs.items() if baseline.get(name) != value)

@@ -1,4 +1,4 @@
-"""Before recommending a trial over the baseline, measure the two again, interleaved."""
+"""Before recommending a trial over the baseline, race the finalists against it and each other, interleaved."""
 
 from __future__ import annotations
 
@@ -6,55 +6,84 @@ from collections.abc import Callable
 
 import optuna
 
-from autotune.results.confirmation import Confirmation
+from autotune.results.confirmation import Confirmation, Finalist
 from autotune.results.model import StudyResults
-from autotune.results.summary import choose_candidate
+from autotune.results.summary import count_changes, select_finalists
 from autotune.study.tuner import CONFIRMATION_ATTR, MeasureFn
 from autotune.trial.result import TrialResult
 
+# After each round a finalist whose median so far is this far below the leader's leaves the race: about twice
+# one run's noise, so a configuration that is really as fast is rarely dropped, and a clearly slower one costs
+# one re-measurement, not all of them.
+RACE_MARGIN = 0.10
 
-def confirm_fastest(
+
+def confirm_finalists(
     study: optuna.Study,
     results: StudyResults,
     rounds: int,
     measure: MeasureFn,
     on_run: Callable[[str, TrialResult], None],
 ) -> Confirmation | None:
-    """Measure the trial chosen for recommendation (``choose_candidate``: the fastest, or a simpler one tied
-    with it) and the baseline alternately, ``rounds`` times each, and store the outcome.
+    """Measure the baseline and the finalists (``select_finalists``) again in fresh processes, ``rounds``
+    rounds of baseline then finalists (their order rotating), and store the outcome in the study.
 
-    A stored confirmation of the same candidate with as many rounds is reused, not measured again.
+    A finalist leaves the race when a run of it fails, when it is slower than the baseline in a round (it can
+    no longer be proven), or when it falls RACE_MARGIN behind the leader. A stored confirmation of the same
+    finalists with as many rounds is reused, not measured again.
     """
-    best = choose_candidate(results)
-    if best is None or rounds == 0:
+    picks = select_finalists(results)
+    if not picks or rounds == 0:
         return None
-    stored = study.user_attrs.get(CONFIRMATION_ATTR)
-    if stored and stored["candidate_knobs"] == best.result.knobs and len(stored["baseline_throughputs"]) == rounds:
-        return Confirmation.from_dict(stored)
+    stored = results.confirmation
+    if stored and [f.label for f in stored.finalists] == [p.label for p in picks] and stored.rounds == rounds:
+        return stored
+    base = results.baseline.result
+    finalists = [
+        Finalist(p.label, p.result.knobs, count_changes(p.result.knobs, base.knobs), p.result.peak_memory_mb)
+        for p in picks
+    ]
     baseline_runs: list[float] = []
-    candidate_runs: list[float] = []
     failure = None
     for index in range(1, rounds + 1):
-        runs = [
-            (f"confirm-{index}-baseline", results.baseline.result.knobs, baseline_runs),
-            (f"confirm-{index}-trial-{best.label}", best.result.knobs, candidate_runs),
-        ]
-        for name, knobs, throughputs in runs:
-            result = measure(knobs, name, None)
-            on_run(name, result)
-            if not result.ok:
-                failure = f"{name}: {result.failure}"
-                break
-            throughputs.append(result.timing.throughput)
-        if failure:
+        racing = [f for f in finalists if f.dropped is None]
+        if not racing:
             break
-    pairs = min(len(baseline_runs), len(candidate_runs))
-    confirmation = Confirmation(
-        candidate=best.label,
-        candidate_knobs=best.result.knobs,
-        baseline_throughputs=baseline_runs[:pairs],
-        candidate_throughputs=candidate_runs[:pairs],
-        failure=failure,
-    )
+        name = f"confirm-{index}-baseline"
+        result = measure(base.knobs, name, None)
+        on_run(name, result)
+        if not result.ok:
+            failure = f"{name}: {result.failure}"
+            break
+        baseline_runs.append(result.timing.throughput)
+        shift = (index - 1) % len(racing)
+        for finalist in racing[shift:] + racing[:shift]:
+            _run_finalist(finalist, index, baseline_runs[-1], measure, on_run)
+        _drop_laggards(racing, index)
+    confirmation = Confirmation(baseline_runs, finalists, failure)
     study.set_user_attr(CONFIRMATION_ATTR, confirmation.to_dict())
     return confirmation
+
+
+def _run_finalist(
+    finalist: Finalist, index: int, baseline: float, measure: MeasureFn, on_run: Callable[[str, TrialResult], None]
+) -> None:
+    name = f"confirm-{index}-trial-{finalist.label}"
+    result = measure(finalist.knobs, name, None)
+    on_run(name, result)
+    if not result.ok:
+        finalist.dropped = f"round {index} failed: {result.failure}"
+        return
+    finalist.throughputs.append(result.timing.throughput)
+    if result.timing.throughput <= baseline:
+        finalist.dropped = f"slower than the baseline in round {index}"
+
+
+def _drop_laggards(racing: list[Finalist], index: int) -> None:
+    running = [f for f in racing if f.dropped is None]
+    if not running:
+        return
+    leader = max(running, key=lambda f: f.median)
+    for finalist in running:
+        if finalist.median < leader.median * (1 - RACE_MARGIN):
+            finalist.dropped = f"more than {RACE_MARGIN:.0%} behind trial {leader.label} after round {index}"

@@ -12,7 +12,7 @@ import yaml
 from autotune.knobs import KNOBS
 from autotune.report import write_reports
 from autotune.report.document import headline
-from autotune.results.confirmation import Confirmation
+from autotune.results.confirmation import Confirmation, Finalist
 from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind
@@ -114,7 +114,7 @@ def test_user_strings_are_inert_in_every_report(tmp_path):
 
 
 def test_a_confirmed_recommendation_reports_the_interleaved_medians(tmp_path):
-    confirmation = Confirmation("0", {}, [100.0, 98.0, 102.0], [110.0, 112.0, 111.0])
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     files = write_reports(results, summarise(results), tmp_path)
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
@@ -125,12 +125,12 @@ def test_a_confirmed_recommendation_reports_the_interleaved_medians(tmp_path):
 
 
 def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
-    confirmation = Confirmation("0", {}, [100.0, 98.0, 102.0], [101.0, 97.0, 103.0])
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 1, 100.0, [101.0, 97.0, 103.0])])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     files = write_reports(results, summarise(results), tmp_path)
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["knobs"] == recommended["baseline"] and recommended["throughput"]["speedup"] == 1.0
-    assert "did not hold its gain when re-measured" in files["report.md"].read_text()
+    assert "did not hold their gain when re-measured" in files["report.md"].read_text()
 
 
 def test_probe_pareto_and_training_sections(tmp_path):

@@ -1,34 +1,59 @@
-"""When a re-measurement confirms a trial against the baseline."""
+"""Which finalist, if any, a re-measurement proves against the baseline."""
 
 from __future__ import annotations
 
 import pytest
 
-from autotune.results.confirmation import Confirmation
+from autotune.results.confirmation import Confirmation, Finalist
 
 
-def confirmation(candidate, baseline, failure=None):
-    return Confirmation("3", {"batch_size": 64}, list(baseline), list(candidate), failure)
+def finalist(label, runs, changes=1, memory=100.0, dropped=None):
+    return Finalist(label, {"batch_size": 64}, changes, memory, list(runs), dropped)
+
+
+def confirmation(*finalists, baseline=(100, 101, 99), failure=None):
+    return Confirmation(list(baseline), list(finalists), failure)
 
 
 def test_a_win_in_every_round_with_enough_gain_is_confirmed():
-    result = confirmation(candidate=[110, 108, 112], baseline=[100, 101, 99])
-    assert result.confirmed and result.speedup == pytest.approx(110 / 100)
+    result = confirmation(finalist("3", [110, 108, 112]))
+    assert result.confirmed and result.winner.label == "3" and result.speedup == pytest.approx(110 / 100)
 
 
 def test_one_lost_round_is_not_confirmed():
-    assert not confirmation(candidate=[120, 99, 121], baseline=[100, 100, 100]).confirmed
+    result = confirmation(finalist("3", [120, 99, 121]), baseline=[100, 100, 100])
+    assert not result.confirmed and result.leader.label == "3"
+    assert "baseline is kept" in result.describe()
 
 
 def test_a_gain_within_two_percent_is_not_confirmed():
-    assert not confirmation(candidate=[101, 101.5, 101], baseline=[100, 100, 100]).confirmed
+    assert not confirmation(finalist("3", [101, 101.5, 101]), baseline=[100, 100, 100]).confirmed
 
 
-def test_a_failed_re_measurement_is_not_confirmed():
-    result = confirmation(candidate=[120], baseline=[100], failure="confirm-2-trial-3: timeout: timeout after 5 s")
+def test_a_finalist_with_a_higher_median_but_a_lost_round_is_not_proven():
+    result = confirmation(finalist("3", [130, 99, 131]), finalist("5", [120, 121, 119]), baseline=[100, 100, 100])
+    assert result.winner.label == "5", "trial 3 lost round 2 to the baseline"
+
+
+def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins():
+    tied = [finalist("3", [130, 131, 129], changes=4), finalist("5", [128, 129, 128], changes=2, memory=300)]
+    assert confirmation(*tied).winner.label == "5"
+    same_changes = [finalist("3", [130, 131, 129], memory=200), finalist("5", [128, 129, 128], memory=100)]
+    assert confirmation(*same_changes).winner.label == "5"
+    clearly_faster = [finalist("3", [140, 141, 139], changes=4), finalist("5", [128, 129, 128], changes=2)]
+    assert confirmation(*clearly_faster).winner.label == "3", "more than 3 % faster is not a tie"
+
+
+def test_a_dropped_finalist_cannot_win():
+    result = confirmation(finalist("3", [130], dropped="slower than the baseline in round 2"))
+    assert not result.confirmed and "dropped: slower than the baseline" in result.describe()
+
+
+def test_a_failed_baseline_re_measurement_confirms_nothing():
+    result = confirmation(finalist("3", [120]), baseline=[100], failure="confirm-2-baseline: timeout: after 5 s")
     assert not result.confirmed and "failed" in result.describe()
 
 
 def test_round_trip():
-    result = confirmation(candidate=[110.0], baseline=[100.0])
+    result = confirmation(finalist("3", [110.0, 111.0, 112.0]), finalist("4", [90.0], dropped="behind"))
     assert Confirmation.from_dict(result.to_dict()) == result

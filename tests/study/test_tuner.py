@@ -9,7 +9,7 @@ from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
 from autotune.results.model import load_results
-from autotune.study.confirm import confirm_fastest
+from autotune.study.confirm import confirm_finalists
 from autotune.study.space import SearchSpace
 from autotune.study.tuner import DUPLICATE_ATTR, counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -141,21 +141,81 @@ def test_a_run_of_failures_stops_the_study(tmp_path):
     assert "the last 3 trials all failed (the last with signal: killed by SIGSEGV)" in reason.message
 
 
-def test_the_fastest_trial_is_confirmed_against_the_baseline_once(tmp_path):
+def test_the_finalists_race_the_baseline_once_and_the_fastest_proven_wins(tmp_path):
     study = open_study(settings(tmp_path), META)
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
     tune(study, SPACE, settings(tmp_path, n_trials=5), measure, lambda e: None)
     calls_before = len(measure.calls)
     runs = []
-    confirmation = confirm_fastest(study, load_results(study), 2, measure, lambda name, result: runs.append(name))
+    confirmation = confirm_finalists(study, load_results(study), 2, measure, lambda name, result: runs.append(name))
     fastest = max((r for r in load_results(study).trials if r.result.ok), key=lambda r: r.throughput)
-    assert confirmation.candidate == fastest.label and confirmation.confirmed
+    assert [f.label for f in confirmation.finalists] == [fastest.label], "the others are over 10 % slower"
+    assert confirmation.winner.label == fastest.label and confirmation.confirmed
     assert runs == ["confirm-1-baseline", f"confirm-1-trial-{fastest.label}", "confirm-2-baseline",
                     f"confirm-2-trial-{fastest.label}"]  # fmt: skip
     assert load_results(study).confirmation == confirmation, "stored in the study"
-    assert confirm_fastest(study, load_results(study), 2, measure, print) == confirmation
+    assert confirm_finalists(study, load_results(study), 2, measure, print) == confirmation
     assert len(measure.calls) == calls_before + 4, "a stored confirmation is reused, not re-measured"
+
+
+class NoisyMeasure:
+    """Per configuration (by batch size), a sequence of throughputs handed out one run at a time; a batch size
+    without one runs out of memory."""
+
+    def __init__(self, runs_by_batch):
+        self.runs = {batch: iter(runs) for batch, runs in runs_by_batch.items()}
+        self.names = []
+
+    def __call__(self, knobs, name, on_progress=None):
+        self.names.append(name)
+        throughput = next(self.runs.get(knobs["batch_size"], iter(())), None)
+        if throughput is None:
+            return TrialResult(knobs=knobs, failure=Failure(FailureKind.OUT_OF_MEMORY, "out of memory"))
+        return TrialResult(knobs=knobs, measurement=fake_measurement(throughput))
+
+
+def raced(tmp_path, single_runs, re_runs, rounds=3):
+    """Confirm a study whose baseline (batch 16) and trials (other batch sizes) measured ``single_runs``."""
+    study = open_study(settings(tmp_path), META)
+    measure = NoisyMeasure({batch: [value] for batch, value in single_runs.items()})
+    ensure_baseline(study, BASELINE, measure)
+    for batch in single_runs:
+        if batch != 16:
+            knobs = {**BASELINE, "batch_size": batch}
+            study.enqueue_trial(knobs)
+    space = SearchSpace({name: [BASELINE[name]] for name in KNOBS} | {"batch_size": list(single_runs)})
+    tune(study, space, settings(tmp_path, n_trials=len(single_runs) - 1), measure, lambda e: None)
+    race = NoisyMeasure(re_runs)
+    return confirm_finalists(study, load_results(study), rounds, race, lambda name, result: None), race.names
+
+
+def label_of(confirmation, batch):
+    return next(f.label for f in confirmation.finalists if f.knobs["batch_size"] == batch)
+
+
+def test_a_finalist_slower_than_its_single_run_said_loses_the_race_to_one_that_holds(tmp_path):
+    single = {16: 100.0, 32: 140.0, 64: 135.0, 128: 120.0}  # 128 is more than 10 % behind 32: not a finalist
+    re_runs = {16: [100, 101, 99], 32: [118, 119, 117], 64: [133, 134, 132]}
+    confirmation, names = raced(tmp_path, single, re_runs)
+    assert sorted(f.knobs["batch_size"] for f in confirmation.finalists) == [32, 64]
+    assert confirmation.winner.label == label_of(confirmation, 64)
+    dropped = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 32).dropped
+    assert dropped == f"more than 10% behind trial {label_of(confirmation, 64)} after round 1"
+    assert len(names) == 3 + 2 + 2, "round 1: baseline and both finalists; then the baseline and the leader"
+
+
+def test_a_finalist_that_loses_a_round_to_the_baseline_leaves_the_race(tmp_path):
+    confirmation, names = raced(tmp_path, {16: 100.0, 32: 120.0}, {16: [100, 115], 32: [118, 112]})
+    assert not confirmation.confirmed and len(names) == 4
+    assert confirmation.finalists[0].dropped == "slower than the baseline in round 2"
+
+
+def test_a_failing_finalist_is_dropped_with_its_reason_and_the_race_goes_on(tmp_path):
+    single = {16: 100.0, 32: 130.0, 99: 125.0}
+    confirmation, _ = raced(tmp_path, single, {16: [100, 100, 100], 32: [130, 131, 129]})
+    failed = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 99)
+    assert failed.dropped == "round 1 failed: out_of_memory: out of memory" and confirmation.winner.knobs["batch_size"] == 32
 
 
 def test_a_pruned_trial_is_recorded_as_pruned_and_is_not_a_failure(tmp_path):
