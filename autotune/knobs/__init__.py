@@ -45,9 +45,4 @@ def apply_knobs(values: dict[str, Any], setup) -> None:
         knob.apply(values[name], setup)
 
 
-def inactive_knobs(values: dict[str, Any]) -> list[str]:
-    """Knobs that do not apply given the other values (e.g. worker options with num_workers=0)."""
-    return [name for name, knob in KNOBS.items() if not knob.active(values)]
-
-
-__all__ = ["KNOBS", "Knob", "SearchContext", "apply_knobs", "inactive_knobs"]
+__all__ = ["KNOBS", "Knob", "SearchContext", "apply_knobs"]
