@@ -38,7 +38,8 @@ class Confirmation:
     ``MIN_GAIN`` above 1. The winner is the fastest proven finalist by median or, among proven finalists tied
     with it within ``TIE_TOLERANCE``, the one that changes fewest knobs, then the one using least memory.
     No winner means: keep the baseline. A single lucky run cannot make a slower setup the recommendation.
-    ``failure`` is set when a baseline run failed, which ends the race without a winner.
+    ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
+    how many rounds were asked for; a race that was decided earlier ran fewer.
     """
 
     MIN_GAIN: ClassVar[float] = 0.02
@@ -46,6 +47,7 @@ class Confirmation:
     baseline_throughputs: list[float]
     finalists: list[Finalist]
     failure: str | None = None
+    planned_rounds: int | None = None
 
     @property
     def rounds(self) -> int:
@@ -92,8 +94,9 @@ class Confirmation:
     def describe(self) -> str:
         """One paragraph for reports."""
         rounds = ", ".join(f"{value:.1f}" for value in self.baseline_throughputs) or "none"
+        planned = f" of {self.planned_rounds} planned" if (self.planned_rounds or 0) > self.rounds else ""
         parts = [
-            f"{len(self.finalists)} finalist(s) re-measured against the baseline in up to {self.rounds} interleaved "
+            f"{len(self.finalists)} finalist(s) re-measured against the baseline in {self.rounds}{planned} interleaved "
             f"rounds of fresh processes (samples/s per round). Baseline: {rounds}."
         ]
         for finalist in self.finalists:
@@ -119,4 +122,4 @@ class Confirmation:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
         finalists = [Finalist(**finalist) for finalist in data["finalists"]]
-        return cls(data["baseline_throughputs"], finalists, data.get("failure"))
+        return cls(data["baseline_throughputs"], finalists, data.get("failure"), data.get("planned_rounds"))

@@ -16,6 +16,9 @@ from autotune.trial.result import TrialResult
 # one run's noise, so a configuration that is really as fast is rarely dropped, and a clearly slower one costs
 # one re-measurement, not all of them.
 RACE_MARGIN = 0.10
+# The race ends early when, from round 2 on, one finalist is left and its slowest run beat the baseline's fastest
+# by this much: over three times one run's noise, so more rounds could not change the verdict.
+DECISIVE_GAIN = 0.20
 
 
 def confirm_finalists(
@@ -29,14 +32,14 @@ def confirm_finalists(
     rounds of baseline then finalists (their order rotating), and store the outcome in the study.
 
     A finalist leaves the race when a run of it fails, when it is slower than the baseline in a round (it can
-    no longer be proven), or when it falls RACE_MARGIN behind the leader. A stored confirmation of the same
-    finalists with as many rounds is reused, not measured again.
+    no longer be proven), or when it falls RACE_MARGIN behind the leader; the race ends early once decided
+    (DECISIVE_GAIN). A stored confirmation of the same finalists and planned rounds is reused, not measured again.
     """
     picks = select_finalists(results)
     if not picks or rounds == 0:
         return None
     stored = results.confirmation
-    if stored and [f.label for f in stored.finalists] == [p.label for p in picks] and stored.rounds == rounds:
+    if stored and [f.label for f in stored.finalists] == [p.label for p in picks] and stored.planned_rounds == rounds:
         return stored
     base = results.baseline.result
     finalists = [
@@ -60,7 +63,9 @@ def confirm_finalists(
         for finalist in racing[shift:] + racing[:shift]:
             _run_finalist(finalist, index, baseline_runs[-1], measure, on_run)
         _drop_laggards(racing, index)
-    confirmation = Confirmation(baseline_runs, finalists, failure)
+        if index >= 2 and _decided(finalists, baseline_runs):
+            break
+    confirmation = Confirmation(baseline_runs, finalists, failure, rounds)
     study.set_user_attr(CONFIRMATION_ATTR, confirmation.to_dict())
     return confirmation
 
@@ -77,6 +82,11 @@ def _run_finalist(
     finalist.throughputs.append(result.timing.throughput)
     if result.timing.throughput <= baseline:
         finalist.dropped = f"slower than the baseline in round {index}"
+
+
+def _decided(finalists: list[Finalist], baseline_runs: list[float]) -> bool:
+    running = [f for f in finalists if f.dropped is None]
+    return len(running) == 1 and min(running[0].throughputs) > max(baseline_runs) * (1 + DECISIVE_GAIN)
 
 
 def _drop_laggards(racing: list[Finalist], index: int) -> None:

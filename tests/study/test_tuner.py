@@ -196,13 +196,20 @@ def label_of(confirmation, batch):
 
 def test_a_finalist_slower_than_its_single_run_said_loses_the_race_to_one_that_holds(tmp_path):
     single = {16: 100.0, 32: 140.0, 64: 135.0, 128: 120.0}  # 128 is more than 10 % behind 32: not a finalist
-    re_runs = {16: [100, 101, 99], 32: [118, 119, 117], 64: [133, 134, 132]}
+    re_runs = {16: [100, 101, 99], 32: [100.5], 64: [112, 113, 111]}
     confirmation, names = raced(tmp_path, single, re_runs)
     assert sorted(f.knobs["batch_size"] for f in confirmation.finalists) == [32, 64]
     assert confirmation.winner.label == label_of(confirmation, 64)
     dropped = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 32).dropped
     assert dropped == f"more than 10% behind trial {label_of(confirmation, 64)} after round 1"
     assert len(names) == 3 + 2 + 2, "round 1: baseline and both finalists; then the baseline and the leader"
+
+
+def test_a_race_ends_early_once_decided(tmp_path):
+    confirmation, names = raced(tmp_path, {16: 100.0, 32: 150.0}, {16: [100, 101], 32: [150, 151]}, rounds=3)
+    assert confirmation.confirmed and (confirmation.rounds, confirmation.planned_rounds) == (2, 3)
+    assert len(names) == 4, "the third round could not change the verdict: 20 % clear in every run"
+    assert "in 2 of 3 planned interleaved rounds" in confirmation.describe()
 
 
 def test_a_finalist_that_loses_a_round_to_the_baseline_leaves_the_race(tmp_path):
