@@ -5,7 +5,8 @@ The prediction is a guide, not a result: rankings and the recommendation come on
 measured runs. Without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
 workers they overlap (min(L, C)), and on a CPU they also share the cores: a sample then needs at least
 (loading CPU time + threads x compute time) / cores, and compute threads beyond the cores the workers
-leave free are counted as gaining nothing (oversubscribed OpenMP threads measured worse, never better).
+leave free are counted as gaining nothing (oversubscribed OpenMP threads measured worse, never better;
+where the model step was not timed with the free thread count, compute is scaled down in proportion).
 Compute settings are timed one knob at a time
 around the anchor (the baseline, made to fit the space) and combined as independent factors; a knob
 whose every value changes the model step by less than 3 % is left at the anchor's value when choosing.
@@ -68,9 +69,13 @@ class Steering:
         if self.cores is not None:
             threads = min(knobs["num_threads"] or self.cores, self.cores)
             free = max(1, self.cores - knobs["num_workers"])
-            if threads > free and self._timed_threads(free):
-                # Oversubscribed cores: compute threads beyond those the workers leave free gain nothing.
-                threads, compute = free, self.compute({**knobs, "num_threads": free})
+            if threads > free:
+                # Oversubscribed cores: compute threads beyond those the workers leave free gain nothing. Where
+                # that thread count was not timed, compute is taken to scale with threads: a pessimistic bound,
+                # yet oversubscribed OpenMP threads measured worse still (tabular_mlp, docs/benchmarks.md).
+                scaled = compute * free / threads
+                compute = self.compute({**knobs, "num_threads": free}) if self._timed_threads(free) else scaled
+                threads = free
         seconds = max(1 / loading, 1 / compute)
         if threads is not None:
             seconds = max(seconds, (self._loading_cpu_s(knobs["batch_size"]) + threads / compute) / self.cores)

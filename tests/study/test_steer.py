@@ -115,3 +115,18 @@ def test_compute_threads_the_workers_leave_no_core_for_gain_nothing():
     one, two = ({**BASELINE, "num_workers": 2, "num_threads": t} for t in (1, 2))
     assert s.predict(two) == pytest.approx(s.predict(one)), "2 workers leave 1 of 3 cores: a 2nd thread gains nothing"
     assert s.predict({**two, "num_workers": 0}) > s.predict({**one, "num_workers": 0}), "no workers: threads count"
+
+
+def test_without_a_timed_thread_count_oversubscribed_compute_is_scaled_down_with_the_free_cores():
+    space = SearchSpace({name: {**VARIED, "num_threads": [2]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+
+    def fast_loader(setting):
+        return 10 * loader_rate(setting)  # compute-bound: loading is ten times faster than the model step
+
+    s = Steering(plan, ProbeResult([fast_loader(x) for x in plan.loaders], [compute_rate(k) for k in plan.computes]))
+    s = replace(s, cores=2)
+    workers = {**BASELINE, "num_workers": 2}
+    # 2 workers leave 1 of 2 cores: 2 threads count as 1, and 1 thread was never timed, so 200 * 1/2
+    assert s.predict(workers) == pytest.approx(1 / max(1 / 3000, 1 / 100, (1 / 1000 + 1 / 100) / 2))
+    assert s.predict(workers) < s.predict(BASELINE), "workers that starve the compute threads do not help"
