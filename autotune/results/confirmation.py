@@ -53,6 +53,10 @@ class Confirmation:
     def rounds(self) -> int:
         return len(self.baseline_throughputs)
 
+    def is_about(self, labels: list[str]) -> bool:
+        """Whether these finalists are exactly the trials ``labels``, in order (else the race is stale)."""
+        return [f.label for f in self.finalists] == labels
+
     @property
     def baseline_median(self) -> float:
         return statistics.median(self.baseline_throughputs)

@@ -115,8 +115,7 @@ def summarise(results: StudyResults) -> Summary:
     failed = [r for r in results.records if not r.result.ok]
     ranked = sorted(measured, key=lambda r: -r.throughput) + failed
     confirmation = results.confirmation
-    finalists = [r.label for r in select_finalists(results)]
-    if confirmation is not None and [f.label for f in confirmation.finalists] != finalists:
+    if confirmation is not None and not confirmation.is_about([r.label for r in select_finalists(results)]):
         confirmation = None  # about the finalists of fewer trials: stale
     if confirmation is None:
         recommended = choose_candidate(results) or results.baseline

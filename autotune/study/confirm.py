@@ -39,7 +39,7 @@ def confirm_finalists(
     if not picks or rounds == 0:
         return None
     stored = results.confirmation
-    if stored and [f.label for f in stored.finalists] == [p.label for p in picks] and stored.planned_rounds == rounds:
+    if stored and stored.is_about([p.label for p in picks]) and stored.planned_rounds == rounds:
         return stored
     base = results.baseline.result
     finalists = [

@@ -73,8 +73,10 @@ class Steering:
                 # Oversubscribed cores: compute threads beyond those the workers leave free gain nothing. Where
                 # that thread count was not timed, compute is taken to scale with threads: a pessimistic bound,
                 # yet oversubscribed OpenMP threads measured worse still (tabular_mlp, docs/benchmarks.md).
-                scaled = compute * free / threads
-                compute = self.compute({**knobs, "num_threads": free}) if self._timed_threads(free) else scaled
+                if self._timed_threads(free):
+                    compute = self.compute({**knobs, "num_threads": free})
+                else:
+                    compute *= free / threads
                 threads = free
         seconds = max(1 / loading, 1 / compute)
         if threads is not None:
