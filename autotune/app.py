@@ -20,8 +20,9 @@ from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.study.confirm import confirm_finalists
+from autotune.study.guide import guide_from_record
 from autotune.study.space import SearchSpace, build_space, check_baseline
-from autotune.study.steer import probe_and_enqueue
+from autotune.study.steer import probe_once
 from autotune.study.tuner import (
     StopReason,
     TrialEvent,
@@ -67,11 +68,12 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
 
     stop = StopReason("interrupted", aborted=True)
     try:
+        guide = None
         if settings.study.probe and settings.study.n_trials > 0:
-            cores = ctx.cpu_count if device == "cpu" else None
-            probe = probe_and_enqueue(study, space, settings.baseline, settings.study.n_trials, runner.probe, cores)
-            print(f"[probe] {format_probe(probe, settings.baseline)}", file=out, flush=True)
-        stop = tune(study, space, settings.study, measure, show)
+            probe = probe_once(study, space, settings.baseline, runner.probe)
+            print(f"[probe] {format_probe(probe)}", file=out, flush=True)
+            guide = guide_from_record(probe, space, settings.baseline, ctx.cpu_count if device == "cpu" else None)
+        stop = tune(study, space, settings.study, runner.screen, show, guide.propose if guide else None)
         if not stop.aborted:
             confirm_finalists(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)
     finally:
@@ -119,8 +121,14 @@ class _TrialRunner:
 
     def measure(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
         """Knob values and a trial name in, a TrialResult out (the median of measure.repeats runs)."""
+        return self._run(replace(self.request, knobs=knobs), name, on_progress)
+
+    def screen(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
+        """As ``measure``, with the shorter window of a search trial (measure.screen_*)."""
+        return self._run(replace(self.request, knobs=knobs, plan=self.settings.measure.screen_plan), name, on_progress)
+
+    def _run(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
         measure, budget = self.settings.measure, self.settings.study.memory_budget_mb
-        request = replace(self.request, knobs=knobs)
         return run_repeated(request, measure.repeats, measure.trial_timeout_s, self.workdir, name, budget, on_progress)
 
     def probe(self, plan: ProbePlan) -> TrialResult:
@@ -148,6 +156,7 @@ def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
         "space": space.candidates,
         "measure": {
             **asdict(settings.measure.plan),
+            "screen": asdict(settings.measure.screen_plan),
             "trial_timeout_s": settings.measure.trial_timeout_s,
             "repeats": settings.measure.repeats,
             "loss_tolerance": settings.measure.loss_tolerance,

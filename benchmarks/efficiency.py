@@ -146,9 +146,11 @@ def measured_in(report: dict[str, Any], space: SearchSpace) -> int:
 def run_grid(pipeline: str, candidates: dict, common: list[str], workdir: Path, attempts: int) -> dict[str, Any]:
     space = SearchSpace(candidates)
     name = f"{pipeline}-grid"
-    # No pruning and no probe: every configuration is measured in full, as an exhaustive search would.
+    # No pruning, no probe and no screening: every configuration is measured in full (the window of the
+    # baseline and the finalists' race), as an exhaustive search would.
     overrides = [*search_overrides(candidates), *common, "study.n_trials=10000", "study.confirm_rounds=0"]
     overrides += ["study.prune_margin=null", "study.probe=false"]
+    overrides += ["measure.screen_min_steps=null", "measure.screen_min_time_s=null"]
     runs, report, measured = [], None, 0
     for _ in range(attempts):
         runs.append(run_cli(name, pipeline, overrides, workdir))

@@ -39,6 +39,8 @@ FAST_MEASURE = [
     "measure.min_steps=3",
     "measure.min_time_s=0.2",
     "measure.max_time_s=5",
+    "measure.screen_min_steps=3",
+    "measure.screen_min_time_s=0.2",
 ]
 
 
@@ -74,6 +76,8 @@ def tiny_config(**overrides) -> dict:
             "min_steps": 3,
             "min_time_s": 0.2,
             "max_time_s": 5.0,
+            "screen_min_steps": None,
+            "screen_min_time_s": None,
             "trial_timeout_s": 60,
             "memory_interval_s": 0.2,
             "repeats": 1,

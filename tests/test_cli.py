@@ -313,7 +313,13 @@ def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
 
 def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
     """Start the tuner on the tiny pipeline and return once its first trial has run for 2 s (of >= 30)."""
-    args = [*TINY, "study.n_trials=5", "measure.min_time_s=30", "measure.max_time_s=60"]
+    args = [
+        *TINY,
+        "study.n_trials=5",
+        "measure.min_time_s=30",
+        "measure.max_time_s=60",
+        "measure.screen_min_time_s=null",
+    ]
     args += ["study.prune_margin=null", f"hydra.run.dir={tmp_path}/out"]  # a pruned trial would not be long
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # A shell's background jobs inherit SIGINT ignored, and Python then installs no KeyboardInterrupt handler:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from hydra.utils import get_object
@@ -46,13 +47,14 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
     study = _section(config["study"], "study", _STUDY_FIELDS)
     measure = _section(config["measure"], "measure", _MEASURE_FIELDS)
     plan = _window_plan(measure)
+    screen_plan = _screen_plan(measure, plan)
     return Settings(
         pipeline=spec,
         baseline=_baseline(pipeline.get("baseline"), "pipeline.baseline"),
         search=_search(config["search"], "search"),
         batch_policy=_batch_policy(config["search"]),
         study=StudySettings(**{**study, "name": study["name"] or spec.name}),
-        measure=MeasureSettings(plan=plan, **measure),
+        measure=MeasureSettings(plan=plan, screen_plan=screen_plan, **measure),
     )
 
 
@@ -70,6 +72,21 @@ def _window_plan(measure: dict[str, Any]) -> WindowPlan:
         tolerance=fields.pop("warmup_tolerance"),
     )
     return WindowPlan(warmup=warmup, **fields)
+
+
+def _screen_plan(measure: dict[str, Any], plan: WindowPlan) -> WindowPlan:
+    """The search trials' window: ``plan`` with the screen_* keys (taken out of ``measure``) where given."""
+    min_steps, min_time_s = measure.pop("screen_min_steps"), measure.pop("screen_min_time_s")
+    if min_time_s is not None and min_time_s > plan.max_time_s:
+        raise ConfigError(
+            "measure.screen_min_time_s",
+            f"must be <= measure.max_time_s, but got {min_time_s} > {plan.max_time_s}",
+        )
+    return replace(
+        plan,
+        min_steps=plan.min_steps if min_steps is None else min_steps,
+        min_time_s=plan.min_time_s if min_time_s is None else min_time_s,
+    )
 
 
 def _pipeline_spec(pipeline: dict[str, Any], choice: str | None) -> PipelineSpec:
@@ -256,6 +273,8 @@ _MEASURE_FIELDS: dict[str, Parser] = {
     "min_steps": _number(1, integer=True),
     "min_time_s": _number(0),
     "max_time_s": _number(0, strict=True),
+    "screen_min_steps": _number(1, integer=True, optional=True),
+    "screen_min_time_s": _number(0, optional=True),
     "trial_timeout_s": _number(0, strict=True),
     "memory_interval_s": _number(0, strict=True),
     "repeats": _number(1, integer=True),

@@ -41,13 +41,15 @@ class StudySettings:
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How each trial is measured. ``device`` is "auto", "cpu" or "cuda"; ``repeats`` is the number of
-    fresh processes each configuration is measured in (the median is kept). A trial's first-step loss
+    """How each trial is measured. ``device`` is "auto", "cpu" or "cuda"; ``plan`` is the window of the
+    baseline and of the finalists' race, ``screen_plan`` the shorter one of search trials; ``repeats`` is the
+    number of fresh processes each configuration is measured in (the median is kept). A trial's first-step loss
     under AMP or compile may differ from the fp32 eager loss by ``loss_tolerance`` (relative) at most.
     torch.compile trials of a study share the cache in ``compile_cache_dir``/STUDY (None: torch's default)."""
 
     device: str
     plan: WindowPlan
+    screen_plan: WindowPlan
     trial_timeout_s: float
     memory_interval_s: float
     repeats: int = 1

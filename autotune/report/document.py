@@ -6,7 +6,6 @@ renderers escape for their format.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,16 +156,17 @@ def _probe(results: StudyResults) -> list[Section]:
     text = (
         f"Timed apart at the baseline's settings, the DataLoader alone delivered {loading:.1f} samples/s and the "
         f"model step alone (on a cached batch) {compute:.1f} samples/s: {limit} limits training. From such "
-        f"timings ({probe['wall_s']:.1f} s in all) the probe predicted each configuration's throughput and had "
-        "these measured first; the prediction only orders the search, every figure in this report is measured."
+        f"timings ({probe['wall_s']:.1f} s in all) the probe predicted each configuration's throughput; each trial "
+        "measured the configuration predicted fastest, its prediction corrected by the trials measured before it, "
+        "until none left was predicted to beat the best (no prediction: a twin of the best with a knob the probe "
+        "does not time, such as torch.compile). The prediction only orders the search; every figure in this report "
+        "is measured."
     )
-    measured = {json.dumps(r.result.knobs, sort_keys=True): r for r in results.records}
-    rows = []
-    for knobs in probe["enqueued"]:
-        predicted = knobs["predicted_sps"]
-        record = measured.get(json.dumps({k: v for k, v in knobs.items() if k != "predicted_sps"}, sort_keys=True))
-        rows.append([_changes_from(results.baseline, knobs), predicted, record.throughput if record else None])
-    table = _table(["tried first (changes from the baseline)", "predicted samples/s", "measured samples/s"], rows)
+    rows = [
+        [r.label, _changes_from(results.baseline, r.result.knobs), r.predicted_sps, r.throughput]
+        for r in results.trials
+    ]
+    table = _table(["trial", "changes from the baseline", "predicted samples/s", "measured samples/s"], rows)
     return [Section(heading, paragraphs=[text], table=table)]
 
 

@@ -16,6 +16,7 @@ from autotune.study.tuner import (
     INTERRUPTED_ATTR,
     MEASURED_STATES,
     META_ATTR,
+    PREDICTED_ATTR,
     PROBE_ATTR,
     RESULT_ATTR,
 )
@@ -24,10 +25,12 @@ from autotune.trial.result import TrialResult
 
 @dataclass(frozen=True)
 class TrialRecord:
-    """One measured configuration: ``label`` is "baseline" or the Optuna trial number."""
+    """One measured configuration: ``label`` is "baseline" or the Optuna trial number; ``predicted_sps`` what
+    the probe's guide predicted for it when it proposed it (None: not proposed by the guide, or unknown)."""
 
     label: str
     result: TrialResult
+    predicted_sps: float | None = None
 
     @property
     def throughput(self) -> float | None:
@@ -69,7 +72,7 @@ def load_results(study: optuna.Study) -> StudyResults:
     confirmation = study.user_attrs.get(CONFIRMATION_ATTR)
     interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
     trials = [
-        TrialRecord(str(t.number), TrialResult.from_dict(t.user_attrs[RESULT_ATTR]))
+        TrialRecord(str(t.number), TrialResult.from_dict(t.user_attrs[RESULT_ATTR]), t.user_attrs.get(PREDICTED_ATTR))
         for t in study.get_trials(deepcopy=False, states=MEASURED_STATES)
         if RESULT_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs and t.number not in interrupted
     ]

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import optuna
 
-from autotune.results.confirmation import Confirmation, Finalist
+from autotune.results.confirmation import TIE_TOLERANCE, Confirmation, Finalist
 from autotune.results.model import StudyResults
 from autotune.results.summary import count_changes, select_finalists
 from autotune.study.tuner import CONFIRMATION_ATTR, MeasureFn
@@ -16,9 +16,11 @@ from autotune.trial.result import TrialResult
 # one run's noise, so a configuration that is really as fast is rarely dropped, and a clearly slower one costs
 # one re-measurement, not all of them.
 RACE_MARGIN = 0.10
-# The race ends early when, from round 2 on, one finalist is left and its slowest run beat the baseline's fastest
-# by this much: over three times one run's noise, so more rounds could not change the verdict.
-DECISIVE_GAIN = 0.20
+# The race ends early when, from round 2 on, one finalist leads so clearly that more rounds would not change the
+# verdict: its slowest run beat the baseline's fastest by this much (about twice one run's noise: two runs each
+# that far apart do not happen by chance), and every other finalist's fastest run by more than TIE_TOLERANCE (so
+# no other can win, not even a tie-break by fewer changes).
+DECISIVE_GAIN = 0.10
 
 
 def confirm_finalists(
@@ -86,7 +88,12 @@ def _run_finalist(
 
 def _decided(finalists: list[Finalist], baseline_runs: list[float]) -> bool:
     running = [f for f in finalists if f.dropped is None]
-    return len(running) == 1 and min(running[0].throughputs) > max(baseline_runs) * (1 + DECISIVE_GAIN)
+    if not running:
+        return False
+    leader = max(running, key=lambda f: min(f.throughputs))
+    slowest = min(leader.throughputs)
+    others_fastest = max((max(f.throughputs) for f in running if f is not leader), default=0.0)
+    return slowest > max(baseline_runs) * (1 + DECISIVE_GAIN) and slowest > others_fastest * (1 + TIE_TOLERANCE)
 
 
 def _drop_laggards(racing: list[Finalist], index: int) -> None:

@@ -1,5 +1,5 @@
-"""Steer the search with the differential probe: predict every configuration's throughput from the
-DataLoader and the model step timed apart, and measure the most promising ones first.
+"""The differential probe's model: predict every configuration's throughput from the DataLoader and the
+model step timed apart (``guide.py`` corrects the predictions with measured trials and chooses from them).
 
 The prediction is a guide, not a result: rankings and the recommendation come only from full
 measured runs. Without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
@@ -7,25 +7,23 @@ workers they overlap (min(L, C)), and on a CPU they also share the cores: a samp
 (loading CPU time + threads x compute time) / cores, and compute threads beyond the cores the workers
 leave free are counted as gaining nothing (oversubscribed OpenMP threads measured worse, never better;
 where the model step was not timed with the free thread count, compute is scaled down in proportion).
-Compute settings are timed one knob at a time
-around the anchor (the baseline, made to fit the space) and combined as independent factors; a knob
-whose every value changes the model step by less than 3 % is left at the anchor's value when choosing.
-torch.compile is not probed (one compile costs more than the whole probe); it is left to the full trials.
+Compute settings are timed one knob at a time around the anchor (the baseline, made to fit the space) and
+combined as independent factors; a knob whose every value changes the model step by less than 3 % is left
+at the anchor's value when choosing. torch.compile is not probed (one compile costs more than the whole
+probe): the guide tries it on the best configuration found, where the model step limits throughput.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
 
-from autotune.knobs import KNOBS
 from autotune.study.space import SearchSpace
 from autotune.study.tuner import PROBE_ATTR
-from autotune.trial.probe import LOADER_KNOBS, ProbePlan, ProbeResult
+from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 from autotune.trial.result import TrialResult
 
 # Knobs timed on a cached batch; compile and the worker options are not.
@@ -34,7 +32,7 @@ COMPUTE_KNOBS = ("num_threads", "channels_last", "amp", "optimizer_impl", "set_t
 _NEGLIGIBLE = 0.03
 # Preferred values of the worker options in steered configurations: PyTorch's default prefetching, and
 # workers that are not restarted each epoch.
-_WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
+WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
 
 
 @dataclass(frozen=True)
@@ -60,9 +58,16 @@ class Steering:
                 rate *= self._compute_of({**anchor, name: knobs[name]}) / self._compute_of(anchor)
         return rate
 
-    def predict(self, knobs: dict[str, Any]) -> float:
+    @classmethod
+    def from_record(cls, record: dict[str, Any], cores: int | None = None) -> Steering:
+        """The steering of a probe record stored by ``probe_once``."""
+        return cls(probe_plan_from_dict(record["plan"]), ProbeResult.from_dict(record["result"]), cores)
+
+    def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float:
+        """Predicted samples/s of ``knobs`` (knobs the probe does not time count as at the anchor), with the model
+        step ``compute_scale`` times as fast as timed. Raises ValueError where a needed setting was not timed."""
         loading = self.loader(knobs["batch_size"], knobs["num_workers"])
-        compute = self.compute(knobs)
+        compute = self.compute(knobs) * compute_scale
         if knobs["num_workers"] == 0:
             return 1 / (1 / loading + 1 / compute)
         threads = None
@@ -74,7 +79,7 @@ class Steering:
                 # that thread count was not timed, compute is taken to scale with threads: a pessimistic bound,
                 # yet oversubscribed OpenMP threads measured worse still (tabular_mlp, docs/benchmarks.md).
                 if self._timed_threads(free):
-                    compute = self.compute({**knobs, "num_threads": free})
+                    compute = self.compute({**knobs, "num_threads": free}) * compute_scale
                 else:
                     compute *= free / threads
                 threads = free
@@ -125,49 +130,14 @@ def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]
     return {**anchor, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None, "compile": "off"}
 
 
-def most_promising(steering: Steering, space: SearchSpace, baseline: dict[str, Any], count: int) -> list[dict]:
-    """The ``count`` configurations of ``space`` with the highest predicted throughput, other than the
-    baseline; compile as in the baseline where the space allows, worker options preferred as above."""
-    anchor = {**anchor_knobs(space, baseline), "compile": _baseline_or_first(space, baseline, "compile")}
-    varied = [
-        name
-        for name in (*LOADER_KNOBS, *COMPUTE_KNOBS)
-        if len(space.candidates[name]) > 1 and not (name in COMPUTE_KNOBS and steering.negligible(name))
-    ]
-    predicted: list[tuple[float, dict[str, Any]]] = []
-    for values in itertools.product(*(space.candidates[name] for name in varied)):
-        knobs = {**anchor, **dict(zip(varied, values, strict=True))}
-        if knobs["num_workers"] > 0:
-            knobs.update({name: _worker_option(space, name) for name in _WORKER_OPTIONS})
-        if knobs != baseline and space.contains(knobs):
-            predicted.append((steering.predict(knobs), knobs))
-    predicted.sort(key=lambda pair: -pair[0])
-    return [knobs for _, knobs in predicted[:count]]
-
-
-def enqueue(study: optuna.Study, space: SearchSpace, configurations: list[dict[str, Any]]) -> None:
-    """Make ``configurations`` the next trials the study proposes (only varied, applicable knobs are params)."""
-    for knobs in configurations:
-        params = {name: knobs[name] for name in space.varied if KNOBS[name].active(knobs)}
-        study.enqueue_trial(params, skip_if_exists=True)
-
-
-def steered_count(n_trials: int) -> int:
-    """How many of the trials the probe chooses: a third of the budget, 1 to 3."""
-    return max(1, min(3, n_trials // 3))
-
-
-def probe_and_enqueue(
+def probe_once(
     study: optuna.Study,
     space: SearchSpace,
     baseline: dict[str, Any],
-    n_trials: int,
     run_probe: Callable[[ProbePlan], TrialResult],
-    cores: int | None = None,
 ) -> dict[str, Any]:
-    """Run the probe once per study, enqueue the most promising configurations, and store what was found
-    (reused on resume). Returns the stored record; a probe that fails is recorded and the search goes on.
-    ``cores``: the CPU cores when training computes on the CPU (see Steering)."""
+    """Run the probe once per study and store what it found (reused on resume). Returns the stored record;
+    a probe that fails is recorded and the search goes on without it."""
     stored = study.user_attrs.get(PROBE_ATTR)
     if stored is not None:
         return stored
@@ -176,28 +146,27 @@ def probe_and_enqueue(
     if not result.ok or result.probe is None:
         record = {"failure": str(result.failure), "wall_s": result.wall_s}
     else:
-        steering = Steering(plan, result.probe, cores)
-        chosen = most_promising(steering, space, baseline, steered_count(n_trials))
-        enqueue(study, space, chosen)
+        steering = Steering(plan, result.probe)
         anchor = anchor_knobs(space, baseline)
-        workers = _baseline_or_first(space, baseline, "num_workers")  # the baseline's, if the probe timed it
+        workers = baseline_or_first(space, baseline, "num_workers")  # the baseline's, if the probe timed it
         record = {
             "plan": asdict(plan),
             "result": result.probe.to_dict(),
             "wall_s": result.wall_s,
             "baseline_loader_sps": steering.loader(anchor["batch_size"], workers),
             "baseline_compute_sps": steering.compute(anchor),
-            "enqueued": [{**knobs, "predicted_sps": steering.predict(knobs)} for knobs in chosen],
         }
     study.set_user_attr(PROBE_ATTR, record)
     return record
 
 
-def _baseline_or_first(space: SearchSpace, baseline: dict[str, Any], name: str) -> Any:
+def baseline_or_first(space: SearchSpace, baseline: dict[str, Any], name: str) -> Any:
     values = space.candidates[name]
     return baseline[name] if baseline[name] in values else values[0]
 
 
-def _worker_option(space: SearchSpace, name: str) -> Any:
+def worker_option(space: SearchSpace, name: str) -> Any:
+    """The preferred value of a worker option (PyTorch's default prefetching, persistent workers) where the
+    space has it, else its first candidate."""
     values = space.candidates[name]
-    return _WORKER_OPTIONS[name] if _WORKER_OPTIONS[name] in values else values[0]
+    return WORKER_OPTIONS[name] if WORKER_OPTIONS[name] in values else values[0]

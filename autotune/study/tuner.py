@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
+from autotune.knobs import KNOBS
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.space import SearchSpace
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -32,6 +33,7 @@ RESULT_ATTR = "autotune.result"
 DUPLICATE_ATTR = "autotune.duplicate_of"
 CONFIRMATION_ATTR = "autotune.confirmation"
 PROBE_ATTR = "autotune.probe"
+PREDICTED_ATTR = "autotune.predicted_sps"
 BASELINE_LABEL = "baseline"
 
 MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
@@ -41,6 +43,22 @@ _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 MeasureFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured configuration, for steering the search: its knobs and throughput (a pruned trial's reading
+    when it was stopped); ``feasible`` is False when it cannot be recommended (over the memory budget, wrong
+    loss) though its speed is real."""
+
+    knobs: dict[str, Any]
+    throughput: float
+    feasible: bool = True
+
+
+# What was measured so far and the keys of every configuration tried in; the next configuration to measure and
+# its predicted throughput (None if unknown) out, or None when nothing left is worth measuring.
+ProposeFn = Callable[[list[Observation], set[str]], tuple[dict[str, Any], float | None] | None]
 
 
 @dataclass(frozen=True)
@@ -123,12 +141,14 @@ def tune(
     settings: StudySettings,
     measure: MeasureFn,
     on_trial: Callable[[TrialEvent], None],
+    propose: ProposeFn | None = None,
 ) -> StopReason:
     """Run trials until the study holds ``settings.n_trials`` measured configurations.
 
-    A configuration measured before (the baseline included) is not measured again: the
-    proposal is answered from the stored result and does not count as a trial. Tuning also
-    stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
+    With ``propose`` (the probe's guide), each trial measures the configuration it proposes and tuning stops
+    once it proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline
+    included) is not measured again: the proposal is answered from the stored result and does not count as a
+    trial. Tuning also stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
     ``settings.max_consecutive_failures`` failed trials in a row (pruned trials are not failures).
     """
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
@@ -144,17 +164,29 @@ def tune(
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
+        proposed = predicted = None
+        # Trials already waiting (an interrupted one, on resume) go first; then the guide proposes.
+        if propose is not None and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            proposal = propose(_observations(known), set(known))
+            if proposal is None:
+                return StopReason(
+                    f"converged: corrected by the {len(known)} configurations measured, the probe predicts none "
+                    "of the others faster than the best"
+                )
+            proposed, predicted = proposal
+            study.enqueue_trial({name: proposed[name] for name in space.varied if KNOBS[name].active(proposed)})
         trial = study.ask()
         knobs = space.sample(trial)
-        key = _config_key(knobs)
+        if predicted is not None and knobs == proposed:
+            trial.set_user_attr(PREDICTED_ATTR, predicted)
+        key = config_key(knobs)
         if key in known:
             trial.set_user_attr(DUPLICATE_ATTR, known[key].label)
             _tell(study, trial, known[key])
             repeats += 1
             continue
         repeats = 0
-        result = _measure_trial(study, trial, knobs, measure, settings, pruner)
-        known[key] = _outcome(trial.number, result, settings)
+        result, known[key] = _measure_trial(study, trial, knobs, measure, settings, pruner)
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
         broken = result.measurement is None and result.failure.kind is not FailureKind.PRUNED
         failures_in_a_row = failures_in_a_row + 1 if broken else 0
@@ -194,6 +226,7 @@ class _Outcome:
     state: TrialState
     values: list[float] | None = None
     constraints: dict[str, float] = field(default_factory=dict)
+    pruned_at: float | None = None  # a pruned trial's last throughput reading
 
     @property
     def feasible_throughput(self) -> float | None:
@@ -202,10 +235,12 @@ class _Outcome:
         return self.values[0]
 
 
-def _outcome(label: int | str, result: TrialResult, settings: StudySettings) -> _Outcome:
+def _outcome(
+    label: int | str, result: TrialResult, settings: StudySettings, pruned_at: float | None = None
+) -> _Outcome:
     if result.measurement is None:
         pruned = result.failure.kind is FailureKind.PRUNED
-        return _Outcome(label, TrialState.PRUNED if pruned else TrialState.FAIL)
+        return _Outcome(label, TrialState.PRUNED, pruned_at=pruned_at) if pruned else _Outcome(label, TrialState.FAIL)
     values = [result.timing.throughput]
     if settings.multi_objective:
         values.append(result.peak_memory_mb)
@@ -215,6 +250,16 @@ def _outcome(label: int | str, result: TrialResult, settings: StudySettings) -> 
         "loss_incorrect": 1.0 if result.failure is not None and result.failure.kind is FailureKind.INCORRECT else 0.0,
     }
     return _Outcome(label, TrialState.COMPLETE, values, constraints)
+
+
+def _observations(known: dict[str, _Outcome]) -> list[Observation]:
+    """The throughput seen of every configuration measured (a pruned one's last reading) for the guide."""
+    observations = []
+    for key, outcome in known.items():
+        seen = outcome.values[0] if outcome.values else outcome.pruned_at
+        if seen is not None:
+            observations.append(Observation(json.loads(key), seen, outcome.feasible_throughput is not None))
+    return observations
 
 
 def _pruner(settings: StudySettings, known: dict[str, _Outcome]) -> SlowerThanBestPruner | None:
@@ -235,9 +280,12 @@ def _measure_trial(
     measure: MeasureFn,
     settings: StudySettings,
     pruner: SlowerThanBestPruner | None,
-) -> TrialResult:
+) -> tuple[TrialResult, _Outcome]:
+    last_reading: list[float] = []
+
     def on_progress(steps: int, throughput: float) -> str | None:
         trial.report(throughput, steps)
+        last_reading[:] = [throughput]
         return pruner.reason(throughput) if trial.should_prune() else None
 
     try:
@@ -248,8 +296,9 @@ def _measure_trial(
         raise
     result = within_budget(result, settings.memory_budget_mb)
     trial.set_user_attr(RESULT_ATTR, result.to_dict())
-    _tell(study, trial, _outcome(trial.number, result, settings))
-    return result
+    outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
+    _tell(study, trial, outcome)
+    return result, outcome
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
@@ -282,15 +331,18 @@ def _known_outcomes(study: optuna.Study, settings: StudySettings) -> dict[str, _
     baseline = study.user_attrs.get(BASELINE_ATTR)
     if baseline is not None:
         result = TrialResult.from_dict(baseline)
-        known[_config_key(result.knobs)] = _outcome(BASELINE_LABEL, result, settings)
+        known[config_key(result.knobs)] = _outcome(BASELINE_LABEL, result, settings)
     for trial in study.get_trials(deepcopy=False, states=MEASURED_STATES):
         if RESULT_ATTR in trial.user_attrs and DUPLICATE_ATTR not in trial.user_attrs:
             result = TrialResult.from_dict(trial.user_attrs[RESULT_ATTR])
-            known.setdefault(_config_key(result.knobs), _outcome(trial.number, result, settings))
+            readings = trial.intermediate_values
+            pruned_at = readings[max(readings)] if readings else None
+            known.setdefault(config_key(result.knobs), _outcome(trial.number, result, settings, pruned_at))
     return known
 
 
-def _config_key(knobs: dict[str, Any]) -> str:
+def config_key(knobs: dict[str, Any]) -> str:
+    """A configuration's identity: its knob values as canonical JSON."""
     return json.dumps(knobs, sort_keys=True)
 
 

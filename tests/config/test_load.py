@@ -19,6 +19,14 @@ def test_a_valid_config_becomes_settings():
     assert settings.baseline == {**NEUTRAL_KNOBS, "batch_size": 16}
     assert settings.search == {name: None for name in KNOBS}
     assert settings.measure.plan.min_steps == 3
+    assert settings.measure.screen_plan == settings.measure.plan, "no screen_* keys: search trials use the window"
+
+
+def test_search_trials_are_screened_with_a_shorter_window():
+    settings = load_settings(tiny_config(measure={"screen_min_steps": 2, "screen_min_time_s": 0.1}), "tiny")
+    screen, plan = settings.measure.screen_plan, settings.measure.plan
+    assert (screen.min_steps, screen.min_time_s) == (2, 0.1)
+    assert (screen.max_time_s, screen.warmup) == (plan.max_time_s, plan.warmup)
 
 
 def test_search_lists_are_parsed_and_deduplicated():
@@ -42,6 +50,8 @@ BAD_CONFIGS = [
     (tiny_config(measure={"device": "tpu"}), "measure.device: expected one of auto, cpu, cuda"),
     (tiny_config(measure={"min_time_s": 5, "max_time_s": 1}), "measure.max_time_s: must be >= measure.min_time_s"),
     (tiny_config(measure={"warmup_min_steps": 0}), "measure.warmup_min_steps: expected an integer >= 1"),
+    (tiny_config(measure={"screen_min_time_s": 9}), "measure.screen_min_time_s: must be <= measure.max_time_s"),
+    (tiny_config(measure={"screen_min_steps": 0}), "measure.screen_min_steps: expected an integer >= 1 or null"),
     (
         tiny_config(measure={"warmup_min_steps": 9, "warmup_max_steps": 3}),
         "measure.warmup_max_steps: must be >= measure.warmup_min_steps",

@@ -135,10 +135,10 @@ def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
 
 def test_probe_pareto_and_training_sections(tmp_path):
     results = sample_results()
-    enqueued = {**results.trials[0].result.knobs, "predicted_sps": 130.0}
-    probe = {"baseline_loader_sps": 80.0, "baseline_compute_sps": 300.0, "wall_s": 12.5, "enqueued": [enqueued]}
+    probe = {"baseline_loader_sps": 80.0, "baseline_compute_sps": 300.0, "wall_s": 12.5}
     results = replace(
         results,
+        trials=[replace(results.trials[0], predicted_sps=130.0), *results.trials[1:]],
         probe=probe,
         objectives=["throughput", "peak_memory"],
         optimizer={"_target_": "torch.optim.SGD", "lr": 0.1},
@@ -147,7 +147,7 @@ def test_probe_pareto_and_training_sections(tmp_path):
     markdown = files["report.md"].read_text()
     assert "## Where the time goes (differential probe)" in markdown
     assert "DataLoader alone delivered 80.0 samples/s" in markdown and "loading data limits training" in markdown
-    assert "| num_workers=1 | 130.0 | 120.0 |" in markdown, "predicted beside measured"
+    assert "| 0 | num_workers=1 | 130.0 | 120.0 |" in markdown, "predicted beside measured"
     assert "## Pareto front: throughput against peak memory" in markdown
     assert "## Training" in markdown and "Batch size unchanged" in markdown
     data = json.loads(files["report.json"].read_text())

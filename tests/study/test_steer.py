@@ -8,7 +8,7 @@ import pytest
 
 from autotune.knobs import KNOBS
 from autotune.study.space import SearchSpace
-from autotune.study.steer import Steering, anchor_knobs, most_promising, probe_and_enqueue, probe_plan
+from autotune.study.steer import Steering, anchor_knobs, probe_once, probe_plan
 from autotune.study.tuner import PROBE_ATTR, open_study
 from autotune.trial.probe import ProbeResult
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -53,37 +53,36 @@ def test_prediction_combines_loading_and_compute():
     assert s.predict(overlapped) == pytest.approx(min(300.0, 200 * 1.5 * 0.9))
 
 
-def test_the_most_promising_configurations_exclude_the_baseline():
-    chosen = most_promising(steering(), SPACE, BASELINE, 2)
-    assert chosen[0]["batch_size"] == 32 and chosen[0]["num_workers"] == 2 and chosen[0]["amp"] == "off"
-    assert chosen[0]["num_threads"] == 2 and chosen[0]["persistent_workers"] is True
-    assert BASELINE not in chosen and all(SPACE.contains(k) for k in chosen)
+def run_probe(plan):
+    result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
+    return TrialResult(knobs=BASELINE, probe=result, wall_s=1.0)
 
 
-def test_probe_and_enqueue_runs_once_and_the_study_proposes_its_choices_first(tmp_path):
+def test_the_probe_runs_once_per_study_and_its_record_rebuilds_the_steering(tmp_path):
     study = open_study(settings(tmp_path), META)
     calls = []
-
-    def run_probe(plan):
-        calls.append(plan)
-        result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
-        return TrialResult(knobs=BASELINE, probe=result, wall_s=1.0)
-
-    record = probe_and_enqueue(study, SPACE, BASELINE, 6, run_probe)
+    record = probe_once(study, SPACE, BASELINE, lambda plan: calls.append(plan) or run_probe(plan))
     assert record["baseline_loader_sps"] == 100.0 and record["baseline_compute_sps"] == 200.0
-    assert len(record["enqueued"]) == 2
-    assert probe_and_enqueue(study, SPACE, BASELINE, 6, run_probe) == record and len(calls) == 1
-    first = SPACE.sample(study.ask())
-    assert {k: first[k] for k in VARIED} == {k: record["enqueued"][0][k] for k in VARIED}
+    assert probe_once(study, SPACE, BASELINE, run_probe) == record and len(calls) == 1
     assert study.user_attrs[PROBE_ATTR] == record
+    rebuilt = Steering.from_record(record)
+    knobs = {**BASELINE, "num_workers": 2, "batch_size": 32}
+    assert rebuilt.predict(knobs) == steering().predict(knobs)
 
 
-def test_a_failed_probe_is_recorded_and_enqueues_nothing(tmp_path):
+def test_a_failed_probe_is_recorded(tmp_path):
     study = open_study(settings(tmp_path), META)
     failed = TrialResult(knobs=BASELINE, failure=Failure(FailureKind.TIMEOUT, "timeout after 300 s"))
-    record = probe_and_enqueue(study, SPACE, BASELINE, 6, lambda plan: failed)
+    record = probe_once(study, SPACE, BASELINE, lambda plan: failed)
     assert record["failure"] == "timeout: timeout after 300 s"
     assert not study.get_trials()
+
+
+def test_a_faster_model_step_raises_the_prediction_only_where_compute_limits():
+    s = steering()
+    compute_bound = {**BASELINE, "num_workers": 2}  # loading 300, compute 200
+    assert s.predict(compute_bound, compute_scale=2.0) == pytest.approx(300.0), "now the loader limits"
+    assert s.predict(compute_bound) == pytest.approx(200.0)
 
 
 def test_on_a_cpu_workers_and_compute_threads_share_the_cores():
@@ -95,19 +94,6 @@ def test_on_a_cpu_workers_and_compute_threads_share_the_cores():
     assert s.predict(two_threads) < steering().predict(two_threads), "sharing the cores costs throughput"
     serial = {**BASELINE}
     assert s.predict(serial) == steering().predict(serial), "without workers nothing runs at the same time"
-
-
-def test_knobs_the_probe_found_negligible_are_not_varied_when_choosing():
-    space = SearchSpace({name: {**VARIED, "set_to_none": [True, False]}.get(name, [FIXED[name]]) for name in KNOBS})
-    plan = probe_plan(space, BASELINE)
-
-    def rate(knobs):
-        return compute_rate(knobs) * (1.01 if knobs["set_to_none"] is False else 1.0)
-
-    s = Steering(plan, ProbeResult([loader_rate(x) for x in plan.loaders], [rate(k) for k in plan.computes]))
-    assert s.negligible("set_to_none") and not s.negligible("amp")
-    chosen = most_promising(s, space, BASELINE, 3)
-    assert all(knobs["set_to_none"] is True for knobs in chosen)
 
 
 def test_compute_threads_the_workers_leave_no_core_for_gain_nothing():

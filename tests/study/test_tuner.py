@@ -202,14 +202,30 @@ def test_a_finalist_slower_than_its_single_run_said_loses_the_race_to_one_that_h
     assert confirmation.winner.label == label_of(confirmation, 64)
     dropped = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 32).dropped
     assert dropped == f"more than 10% behind trial {label_of(confirmation, 64)} after round 1"
-    assert len(names) == 3 + 2 + 2, "round 1: baseline and both finalists; then the baseline and the leader"
+    assert len(names) == 3 + 2, "round 1: baseline and both finalists; round 2 the baseline and the leader, decided"
 
 
 def test_a_race_ends_early_once_decided(tmp_path):
     confirmation, names = raced(tmp_path, {16: 100.0, 32: 150.0}, {16: [100, 101], 32: [150, 151]}, rounds=3)
     assert confirmation.confirmed and (confirmation.rounds, confirmation.planned_rounds) == (2, 3)
-    assert len(names) == 4, "the third round could not change the verdict: 20 % clear in every run"
+    assert len(names) == 4, "the third round could not change the verdict: 10 % clear in every run"
     assert "in 2 of 3 planned interleaved rounds" in confirmation.describe()
+
+
+def test_a_race_of_several_finalists_ends_early_once_one_leads_beyond_a_tie(tmp_path):
+    single = {16: 100.0, 32: 150.0, 64: 140.0}
+    re_runs = {16: [100, 101], 32: [150, 151], 64: [138, 139]}  # 64 stays within 10 % of the leader
+    confirmation, names = raced(tmp_path, single, re_runs, rounds=3)
+    assert len(names) == 2 * 3, "after round 2 the leader's slowest run beats the other's fastest by over 3 %"
+    assert confirmation.winner.label == label_of(confirmation, 32)
+
+
+def test_a_race_goes_on_while_a_close_second_could_still_win_it(tmp_path):
+    single = {16: 100.0, 32: 150.0, 64: 148.0}
+    re_runs = {16: [100, 101, 100], 32: [150, 151, 149], 64: [147, 149, 148]}  # within a tie of the leader
+    confirmation, names = raced(tmp_path, single, re_runs, rounds=3)
+    assert len(names) == 3 * 3
+    assert confirmation.winner is not None
 
 
 def test_a_finalist_that_loses_a_round_to_the_baseline_leaves_the_race(tmp_path):

@@ -1,0 +1,149 @@
+"""Choose each next trial from the probe's predictions corrected by what the trials measured, and stop the
+search once no configuration left is predicted to beat the best one measured.
+
+The probe (``steer.Steering``) predicts a configuration from the DataLoader and the model step timed apart.
+It misses what only the whole pipeline shows: handing batches between processes, workers and compute
+competing for caches, torch.compile. So every prediction is scaled by the measured/predicted ratio of the
+measured configurations in its group: the same number of workers and the same values of the knobs the probe
+does not time (``UNTIMED``); without a measurement in its group, by those with the same worker setting
+(with or without workers), then by all with the same untimed values. A configuration whose untimed values
+were never measured gets no prediction until its "twin" is measured: the best configuration so far with one
+untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest).
+
+This is how the search uses the structure of the problem rather than only black-box sampling: the first
+trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
+ends as soon as nothing unmeasured is predicted faster, instead of spending a fixed budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from autotune.study.space import SearchSpace
+from autotune.study.steer import COMPUTE_KNOBS, WORKER_OPTIONS, Steering, anchor_knobs, worker_option
+from autotune.study.tuner import Observation, config_key
+from autotune.trial.probe import LOADER_KNOBS
+
+# Knobs the probe does not time; tried as twins of the best configuration, compile last (it costs the most).
+UNTIMED = ("pin_memory", "cudnn_benchmark", "compile")
+# How much torch.compile could at most speed up the model step, for deciding whether a compile twin is worth its
+# compile time: where even a step this much faster cannot beat the best (data-bound), compile is not tried.
+COMPILE_UPSIDE = 2.0
+
+
+@dataclass(frozen=True)
+class Guide:
+    """Proposes the next configuration to measure (``propose``), or None once the search has converged."""
+
+    steering: Steering
+    space: SearchSpace
+    baseline: dict[str, Any]
+
+    def propose(
+        self, observations: list[Observation], measured: set[str]
+    ) -> tuple[dict[str, Any], float | None] | None:
+        """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
+        throughput so far (any, while nothing measured is feasible); else the first worthwhile twin of the best
+        (its prediction unknown); else None. ``measured`` holds the keys (``config_key``) of every configuration
+        measured or failed, so none is proposed twice. Returns (knobs, predicted samples/s or None)."""
+        best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
+        ratios = _Ratios(self.steering, observations)
+        predicted = [
+            (value, knobs)
+            for knobs in self.candidates
+            if config_key(knobs) not in measured and (value := ratios.predict(knobs)) is not None
+        ]
+        value, knobs = max(predicted, key=lambda pair: pair[0], default=(0.0, None))
+        if knobs is not None and (best is None or value > best.throughput):
+            return knobs, value
+        twins = self._twins(best, ratios) if best is not None else []
+        twin = next((twin for twin in twins if config_key(twin) not in measured), None)
+        return (twin, None) if twin is not None else None
+
+    @cached_property
+    def candidates(self) -> list[dict[str, Any]]:
+        """Every configuration worth predicting: loader and compute knobs varied (compute knobs the probe found
+        negligible kept at the anchor), every untimed value, worker options at their preferred values."""
+        anchor = anchor_knobs(self.space, self.baseline)
+        varied = [
+            name
+            for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED)
+            if len(self.space.candidates[name]) > 1 and not (name in COMPUTE_KNOBS and self.steering.negligible(name))
+        ]
+        found = []
+        for values in itertools.product(*(self.space.candidates[name] for name in varied)):
+            knobs = {**anchor, **dict(zip(varied, values, strict=True))}
+            if knobs["num_workers"] > 0:
+                knobs.update({name: worker_option(self.space, name) for name in WORKER_OPTIONS})
+            if knobs != self.baseline and self.space.contains(knobs):
+                found.append(knobs)
+        return found
+
+    def _twins(self, best: Observation, ratios: _Ratios) -> list[dict[str, Any]]:
+        """The best configuration with one untimed knob changed, where that is worth a trial."""
+        twins = []
+        for name in UNTIMED:
+            for value in self.space.candidates[name]:
+                twin = {**best.knobs, name: value}
+                if value == best.knobs[name] or not self.space.contains(twin):
+                    continue
+                if name == "compile" and not self._compile_may_pay(best, ratios):
+                    continue
+                twins.append(twin)
+        return twins
+
+    def _compile_may_pay(self, best: Observation, ratios: _Ratios) -> bool:
+        """Whether the best configuration, its model step COMPILE_UPSIDE times faster, is predicted to beat itself
+        by more than noise: not where loading data limits it."""
+        faster = ratios.predict(best.knobs, compute_scale=COMPILE_UPSIDE)
+        plain = ratios.predict(best.knobs)
+        return faster is not None and plain is not None and faster > plain * 1.05
+
+
+class _Ratios:
+    """Measured/predicted ratios of the observations, by group, to correct predictions with."""
+
+    def __init__(self, steering: Steering, observations: list[Observation]) -> None:
+        self.steering = steering
+        self.ratios: list[tuple[dict[str, Any], float]] = []
+        for observation in observations:
+            predicted = _predict(steering, observation.knobs)
+            if predicted:
+                self.ratios.append((observation.knobs, observation.throughput / predicted))
+
+    def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:
+        raw = _predict(self.steering, knobs, compute_scale)
+        ratio = self._ratio(knobs)
+        return None if raw is None or ratio is None else raw * ratio
+
+    def _ratio(self, knobs: dict[str, Any]) -> float | None:
+        """The median ratio of the closest group that has one: same workers count, then same worker setting
+        (with or without workers), then any workers; always with the same untimed knob values."""
+        untimed = [(k, r) for k, r in self.ratios if all(k[name] == knobs[name] for name in UNTIMED)]
+        groups = (
+            [r for k, r in untimed if k["num_workers"] == knobs["num_workers"]],
+            [r for k, r in untimed if (k["num_workers"] > 0) == (knobs["num_workers"] > 0)],
+            [r for _, r in untimed],
+        )
+        return next((statistics.median(group) for group in groups if group), None)
+
+
+def _predict(steering: Steering, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:
+    """The probe's prediction, or None where it timed no setting this configuration needs."""
+    try:
+        return steering.predict(knobs, compute_scale)
+    except ValueError:  # a batch size or compute value the probe did not time (e.g. a baseline outside the space)
+        return None
+
+
+def guide_from_record(
+    record: dict[str, Any] | None, space: SearchSpace, baseline: dict[str, Any], cores: int | None
+) -> Guide | None:
+    """The guide for a stored probe record (``steer.probe_once``), or None when the probe failed or did not run."""
+    if not record or "failure" in record:
+        return None
+    return Guide(Steering.from_record(record, cores), space, baseline)

@@ -1,0 +1,156 @@
+"""The guide: the probe's predictions corrected by measured trials choose each next trial, and end the search."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.knobs import KNOBS
+from autotune.results.model import load_results
+from autotune.study.guide import Guide, guide_from_record
+from autotune.study.space import SearchSpace
+from autotune.study.steer import Steering, probe_plan
+from autotune.study.tuner import Observation, config_key, ensure_baseline, open_study, tune
+from autotune.trial.probe import ProbeResult
+from autotune.trial.result import Failure, FailureKind, TrialResult
+from tests.conftest import fake_measurement
+from tests.study.test_steer import BASELINE, FIXED, SPACE, VARIED, compute_rate, loader_rate
+from tests.study.test_tuner import META, settings
+
+WORKERS_BEST = {**BASELINE, "batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+
+
+def guide(space=SPACE, loader_scale=1.0, compute_scale=1.0) -> Guide:
+    plan = probe_plan(space, BASELINE)
+    result = ProbeResult(
+        [loader_scale * loader_rate(s) for s in plan.loaders], [compute_scale * compute_rate(k) for k in plan.computes]
+    )
+    return Guide(Steering(plan, result), space, BASELINE)
+
+
+def observed(g: Guide, knobs, ratio=1.0, feasible=True) -> Observation:
+    """``knobs`` measured at ``ratio`` times the probe's prediction."""
+    return Observation(knobs, ratio * g.steering.predict(knobs), feasible)
+
+
+def propose(g: Guide, *observations: Observation):
+    return g.propose(list(observations), {config_key(o.knobs) for o in observations})
+
+
+def test_the_first_proposal_is_the_configuration_predicted_fastest():
+    g = guide()
+    knobs, predicted = propose(g, observed(g, BASELINE))
+    assert knobs == WORKERS_BEST, "batch 32 with workers: loading 300 and compute 300 samples/s"
+    assert predicted == pytest.approx(300.0)
+
+
+def test_predictions_are_corrected_by_the_measured_trials_of_their_group():
+    g = guide()
+    # Workers measured at a fifth of their prediction (say, the batch hand-off costs more than the probe saw):
+    # every configuration with 2 workers is now predicted below the baseline, so the search turns to 0 workers.
+    knobs, predicted = propose(g, observed(g, BASELINE), observed(g, WORKERS_BEST, ratio=0.2))
+    assert knobs["num_workers"] == 0 and knobs["batch_size"] == 32
+    assert predicted == pytest.approx(1 / (1 / 100 + 1 / 300)), "0 workers keep the baseline's ratio of 1"
+
+
+def test_the_search_stops_when_nothing_left_is_predicted_faster_than_the_best():
+    g = guide()
+    assert propose(g, observed(g, BASELINE), observed(g, WORKERS_BEST, ratio=1.1)) is None
+
+
+def test_the_best_to_beat_must_be_feasible():
+    g = guide()
+    over_budget = observed(g, WORKERS_BEST, ratio=2.0, feasible=False)
+    knobs, _ = propose(g, observed(g, BASELINE), over_budget)
+    assert knobs["num_workers"] == 2, "an infeasible trial is not the best to beat, though its speed is real"
+    knobs, _ = propose(g, observed(g, BASELINE, feasible=False))
+    assert knobs == WORKERS_BEST, "with nothing feasible yet, the search goes on"
+
+
+COMPILE_SPACE = SearchSpace(
+    {name: {**VARIED, "compile": ["off", "default"]}.get(name, [FIXED[name]]) for name in KNOBS}
+)
+
+
+def test_compile_is_tried_on_the_best_configuration_where_the_model_step_limits_it():
+    g = guide(COMPILE_SPACE, loader_scale=10.0)  # loading is fast: the model step limits every configuration
+    first, _ = propose(g, observed(g, BASELINE))
+    assert first["compile"] == "off", "compile is not predicted before it is measured"
+    best = observed(g, first)
+    twin, predicted = propose(g, observed(g, BASELINE), best)
+    assert twin == {**first, "compile": "default"} and predicted is None
+    slower = Observation(twin, best.throughput / 2)
+    assert propose(g, observed(g, BASELINE), best, slower) is None, "compiled configurations now predict half"
+
+
+def test_compile_is_not_tried_where_loading_data_limits_the_best_configuration():
+    g = guide(COMPILE_SPACE, compute_scale=10.0)  # the model step is fast: loading limits
+    first, _ = propose(g, observed(g, BASELINE))
+    assert propose(g, observed(g, BASELINE), observed(g, first)) is None
+
+
+def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
+    space = SearchSpace({name: {**VARIED, "set_to_none": [True, False]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+
+    def rate(knobs):
+        return compute_rate(knobs) * (1.01 if knobs["set_to_none"] is False else 1.0)
+
+    g = Guide(Steering(plan, ProbeResult([loader_rate(x) for x in plan.loaders], [rate(k) for k in plan.computes])),
+              space, BASELINE)  # fmt: skip
+    assert g.steering.negligible("set_to_none") and not g.steering.negligible("amp")
+    assert g.candidates and all(knobs["set_to_none"] is True for knobs in g.candidates)
+    assert BASELINE not in g.candidates and all(space.contains(knobs) for knobs in g.candidates)
+
+
+def test_no_guide_without_a_probe_result():
+    assert guide_from_record(None, SPACE, BASELINE, None) is None
+    assert guide_from_record({"failure": "timeout", "wall_s": 1.0}, SPACE, BASELINE, None) is None
+
+
+def test_the_tuner_measures_what_the_guide_proposes_and_stops_when_it_converges(tmp_path):
+    g = guide()
+    study = open_study(settings(tmp_path, n_trials=8, prune_margin=0.25), META)
+
+    def measure(knobs, name, on_progress):
+        # every configuration runs at its prediction, except workers, which are pruned at a tenth of theirs
+        predicted = g.steering.predict(knobs)
+        if knobs["num_workers"] > 0:
+            reason = on_progress(20, predicted / 10)
+            assert reason is not None
+            return TrialResult(knobs=knobs, failure=Failure(FailureKind.PRUNED, reason))
+        return TrialResult(knobs=knobs, measurement=fake_measurement(predicted))
+
+    ensure_baseline(study, BASELINE, measure)
+    seen = []
+
+    def watching(observations, measured):
+        seen.append({config_key(o.knobs): o.throughput for o in observations})
+        return g.propose(observations, measured)
+
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=8, prune_margin=0.25), measure, print, watching)
+    assert reason.message.startswith("converged") and not reason.aborted
+    trials = load_results(study).trials
+    assert trials[0].result.knobs == WORKERS_BEST and trials[0].predicted_sps == pytest.approx(300.0)
+    assert seen[1][config_key(WORKERS_BEST)] == pytest.approx(30.0), "the pruned reading corrects predictions"
+    assert [t.result.knobs["num_workers"] for t in trials[1:]] == [0] * (len(trials) - 1)
+    assert len(trials) < 8, "stopped before the budget: nothing left was predicted faster"
+
+
+def test_on_resume_an_interrupted_trial_runs_before_the_guide_proposes_again(tmp_path):
+    g = guide()
+    study = open_study(settings(tmp_path, n_trials=8), META)
+
+    def measure(knobs, name, on_progress):
+        return TrialResult(knobs=knobs, measurement=fake_measurement(g.steering.predict(knobs)))
+
+    ensure_baseline(study, BASELINE, measure)
+    stale_knobs = {**BASELINE, "batch_size": 32}
+    study.enqueue_trial({k: stale_knobs[k] for k in VARIED})
+    assert SPACE.sample(study.ask()) == stale_knobs  # and the tuner died measuring it: the trial is left running
+    names = []
+    resumed = open_study(settings(tmp_path, n_trials=8), META)
+    tune(resumed, SPACE, settings(tmp_path, n_trials=8), lambda k, n, p: names.append(k) or measure(k, n, p), print,
+         g.propose)  # fmt: skip
+    assert names[0] == stale_knobs and names[1] == WORKERS_BEST
+    trials = load_results(resumed).trials
+    assert trials[0].predicted_sps is None and trials[1].predicted_sps == pytest.approx(300.0)
