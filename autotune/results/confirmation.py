@@ -103,6 +103,8 @@ class Confirmation:
             f"{len(self.finalists)} finalist(s) re-measured against the baseline in {self.rounds}{planned} interleaved "
             f"rounds of fresh processes (samples/s per round). Baseline: {rounds}."
         ]
+        if planned and self.winner and not self.failure:
+            parts.append("The race was decided early: one finalist led beyond run-to-run noise.")
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
             ratio = f" (median {finalist.median / self.baseline_median:.2f}x)" if finalist.throughputs else ""
