@@ -24,6 +24,7 @@ RACE_MARGIN = 0.10
 # runs a side, 20 % apart, are no accident either.
 DECISIVE_GAIN = 0.10
 
+
 def confirm_finalists(
     study: optuna.Study,
     results: StudyResults,
