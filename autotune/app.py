@@ -72,7 +72,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         if settings.study.probe and settings.study.n_trials > 0:
             probe = probe_once(study, space, settings.baseline, runner.probe)
             print(f"[probe] {format_probe(probe)}", file=out, flush=True)
-            guide = guide_from_record(probe, space, settings.baseline, ctx.cpu_count if device == "cpu" else None)
+            if not settings.study.multi_objective:  # the guide chases throughput alone; TPE explores a front
+                guide = guide_from_record(probe, space, settings.baseline, ctx.cpu_count if device == "cpu" else None)
         stop = tune(study, space, settings.study, runner.screen, show, guide.propose if guide else None)
         if not stop.aborted:
             confirm_finalists(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)

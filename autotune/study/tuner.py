@@ -164,17 +164,13 @@ def tune(
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
-        proposed = predicted = None
-        # Trials already waiting (an interrupted one, on resume) go first; then the guide proposes.
-        if propose is not None and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            proposal = propose(_observations(known), set(known))
-            if proposal is None:
-                return StopReason(
-                    f"converged: corrected by the {len(known)} configurations measured, the probe predicts none "
-                    "of the others faster than the best"
-                )
-            proposed, predicted = proposal
-            study.enqueue_trial({name: proposed[name] for name in space.varied if KNOBS[name].active(proposed)})
+        proposal = _enqueue_proposal(study, space, known, propose) if propose else (None, None)
+        if proposal is None:
+            return StopReason(
+                f"converged: corrected by the {len(known)} configurations measured, the probe predicts none "
+                "of the others faster than the best"
+            )
+        proposed, predicted = proposal
         trial = study.ask()
         knobs = space.sample(trial)
         if predicted is not None and knobs == proposed:
@@ -250,6 +246,20 @@ def _outcome(
         "loss_incorrect": 1.0 if result.failure is not None and result.failure.kind is FailureKind.INCORRECT else 0.0,
     }
     return _Outcome(label, TrialState.COMPLETE, values, constraints)
+
+
+def _enqueue_proposal(
+    study: optuna.Study, space: SearchSpace, known: dict[str, _Outcome], propose: ProposeFn
+) -> tuple[dict[str, Any] | None, float | None] | None:
+    """Enqueue what ``propose`` proposes and return it with its prediction; None when it proposes nothing.
+    Trials already waiting (an interrupted one, on resume) go first: then nothing is proposed yet."""
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        return None, None
+    proposal = propose(_observations(known), set(known))
+    if proposal is not None:
+        knobs = proposal[0]
+        study.enqueue_trial({name: knobs[name] for name in space.varied if KNOBS[name].active(knobs)})
+    return proposal
 
 
 def _observations(known: dict[str, _Outcome]) -> list[Observation]:
