@@ -1,5 +1,5 @@
 """Choose each next trial from the probe's predictions corrected by what the trials measured, and stop the
-search once no configuration left is predicted to beat the best one measured.
+search once no configuration left is predicted to beat the best one measured (or to come within noise of it).
 
 The probe (``steer.Steering``) predicts a configuration from the DataLoader and the model step timed apart.
 It misses what only the whole pipeline shows: handing batches between processes, workers and compute
@@ -30,6 +30,9 @@ from autotune.trial.probe import LOADER_KNOBS
 
 # Knobs the probe does not time; tried as twins of the best configuration, compile last (it costs the most).
 UNTIMED = ("pin_memory", "cudnn_benchmark", "compile")
+# A configuration predicted within this fraction of the best measured one is still worth a trial: about one run's
+# noise, so a lucky reading of the best, or a prediction a little off, does not end the search too soon.
+WORTH_MEASURING = 0.05
 # How much torch.compile could at most speed up the model step, for deciding whether a compile twin is worth its
 # compile time: where even a step this much faster cannot beat the best (data-bound), compile is not tried.
 COMPILE_UPSIDE = 2.0
@@ -46,8 +49,8 @@ class Guide:
     def propose(
         self, observations: list[Observation], measured: set[str]
     ) -> tuple[dict[str, Any], float | None] | None:
-        """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
-        throughput so far (any, while nothing measured is feasible); else the first worthwhile twin of the best
+        """The unmeasured configuration with the highest corrected prediction, if it comes within WORTH_MEASURING of
+        the best feasible throughput so far or beats it (any, while nothing measured is feasible); else the first worthwhile twin of the best
         (its prediction unknown); else None. ``measured`` holds the keys (``config_key``) of every configuration
         measured or failed, so none is proposed twice. Returns (knobs, predicted samples/s or None)."""
         best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
@@ -58,7 +61,7 @@ class Guide:
             if config_key(knobs) not in measured and (value := ratios.predict(knobs)) is not None
         ]
         value, knobs = max(predicted, key=lambda pair: pair[0], default=(0.0, None))
-        if knobs is not None and (best is None or value > best.throughput):
+        if knobs is not None and (best is None or value > best.throughput * (1 - WORTH_MEASURING)):
             return knobs, value
         twins = self._twins(best, ratios) if best is not None else []
         twin = next((twin for twin in twins if config_key(twin) not in measured), None)

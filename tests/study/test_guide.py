@@ -82,10 +82,28 @@ def test_compile_is_tried_on_the_best_configuration_where_the_model_step_limits_
     assert propose(g, observed(g, BASELINE), best, slower) is None, "compiled configurations now predict half"
 
 
+def converge(g: Guide) -> list[dict]:
+    """Every proposal until the guide stops, each configuration measured at its prediction (compiled: half)."""
+    observations, proposals = [observed(g, BASELINE)], []
+    while (proposal := propose(g, *observations)) is not None:
+        knobs = proposal[0]
+        proposals.append(knobs)
+        observations.append(observed(g, knobs, ratio=0.5 if knobs["compile"] != "off" else 1.0))
+    return proposals
+
+
 def test_compile_is_not_tried_where_loading_data_limits_the_best_configuration():
     g = guide(COMPILE_SPACE, compute_scale=10.0)  # the model step is fast: loading limits
-    first, _ = propose(g, observed(g, BASELINE))
-    assert propose(g, observed(g, BASELINE), observed(g, first)) is None
+    proposals = converge(g)
+    assert proposals and all(knobs["compile"] == "off" for knobs in proposals)
+    assert converge(guide(COMPILE_SPACE, loader_scale=10.0))[-1]["compile"] == "default", "but where compute limits"
+
+
+def test_configurations_predicted_within_noise_of_the_best_are_measured_too():
+    g = guide()
+    batch_32 = {**BASELINE, "batch_size": 32}  # no workers: predicted 75 at the baseline's ratio of 1
+    assert propose(g, observed(g, BASELINE), Observation(WORKERS_BEST, 78.0)) == (batch_32, pytest.approx(75.0))
+    assert propose(g, observed(g, BASELINE), Observation(WORKERS_BEST, 80.0)) is None, "75 is over 5 % below 80"
 
 
 def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
