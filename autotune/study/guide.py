@@ -49,10 +49,11 @@ class Guide:
     def propose(
         self, observations: list[Observation], measured: set[str]
     ) -> tuple[dict[str, Any], float | None] | None:
-        """The unmeasured configuration with the highest corrected prediction, if it comes within WORTH_MEASURING of
-        the best feasible throughput so far or beats it (any, while nothing measured is feasible); else the first worthwhile twin of the best
-        (its prediction unknown); else None. ``measured`` holds the keys (``config_key``) of every configuration
-        measured or failed, so none is proposed twice. Returns (knobs, predicted samples/s or None)."""
+        """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
+        throughput so far or comes within WORTH_MEASURING of it (any, while nothing measured is feasible); else
+        the first worthwhile twin of the best (its prediction unknown); else None. ``measured`` holds the keys
+        (``config_key``) of every configuration measured or failed, so none is proposed twice. Returns (knobs,
+        predicted samples/s or None)."""
         best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
         ratios = _Ratios(self.steering, observations)
         predicted = [
