@@ -8,8 +8,9 @@ Run from the repository root. For each pipeline:
 1. grid: the CLI with a finite search space over the six core knobs (batch size B, 2B, 4B; workers
    0, 1, 2; pin_memory off; amp off, bf16; channels_last both ways for images only; compile off,
    default) and every other knob fixed to one value (the baseline's, or PyTorch's default for worker
-   options), with ``study.n_trials`` far above the space's size, no confirmation, no pruning and no
-   probe: the tuner stops once every configuration is measured in full, so this is the exhaustive grid,
+   options), with ``study.n_trials`` far above the space's size, no confirmation, no pruning, no probe
+   and no screening windows: the tuner stops once every configuration is measured in full, so this is the
+   exhaustive grid,
    measured by the same harness.
    Were it to stop short (its sampler giving up on finding the last unmeasured configurations), the
    same command is run again, which resumes the study, up to ``--grid-attempts`` times in all;
