@@ -234,6 +234,7 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     script = Path(sys.executable).parent / "autotune"
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # for tests.pipelines only; mypkg comes from the cwd
     args = ["-cd", "./myconf", "pipeline=mine", *FAST_MEASURE, "study.n_trials=1", "search.compile=[off]"]
+    args.append("study.probe=false")  # so that a trial surely runs (the probe's guide may find none worth it)
     proc = subprocess.run(
         [str(script), *args, "hydra.run.dir=out"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
