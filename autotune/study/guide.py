@@ -113,6 +113,7 @@ class _Ratios:
 
     def __init__(self, steering: Steering, observations: list[Observation]) -> None:
         self.steering = steering
+        self.anchor = steering.plan.computes[0]
         self.ratios: list[tuple[dict[str, Any], float]] = []
         for observation in observations:
             predicted = _predict(steering, observation.knobs)
@@ -126,14 +127,16 @@ class _Ratios:
 
     def _ratio(self, knobs: dict[str, Any]) -> float | None:
         """The median ratio of the closest group that has one: same workers count, then same worker setting
-        (with or without workers), then any workers; always with the same untimed knob values."""
+        (with or without workers), then any workers; always with the same untimed knob values. Without any,
+        1 (the probe as it is) for the untimed values the probe ran with, else None (unknown)."""
         untimed = [(k, r) for k, r in self.ratios if all(k[name] == knobs[name] for name in UNTIMED)]
         groups = (
             [r for k, r in untimed if k["num_workers"] == knobs["num_workers"]],
             [r for k, r in untimed if (k["num_workers"] > 0) == (knobs["num_workers"] > 0)],
             [r for _, r in untimed],
         )
-        return next((statistics.median(group) for group in groups if group), None)
+        probed = all(knobs[name] == self.anchor[name] for name in UNTIMED)
+        return next((statistics.median(group) for group in groups if group), 1.0 if probed else None)
 
 
 def _predict(steering: Steering, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:

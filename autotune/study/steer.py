@@ -54,9 +54,18 @@ class Steering:
         anchor = self.plan.computes[0]
         rate = self._compute_of({**anchor, "batch_size": knobs["batch_size"]})
         for name in COMPUTE_KNOBS:
-            if knobs[name] != anchor[name]:
-                rate *= self._compute_of({**anchor, name: knobs[name]}) / self._compute_of(anchor)
+            value = self._timed_value(name, knobs[name])
+            if value != anchor[name]:
+                rate *= self._compute_of({**anchor, name: value}) / self._compute_of(anchor)
         return rate
+
+    def _timed_value(self, name: str, value: Any) -> Any:
+        """``value``; for num_threads=None (torch's default, one thread per core) on a CPU, the core count, where
+        None itself was not timed (a baseline with torch's default, searched over explicit counts)."""
+        untimed_default = not any(k["num_threads"] is None for k in self.plan.computes)
+        if name == "num_threads" and value is None and self.cores is not None and untimed_default:
+            return self.cores
+        return value
 
     @classmethod
     def from_record(cls, record: dict[str, Any], cores: int | None = None) -> Steering:

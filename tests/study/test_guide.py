@@ -172,3 +172,20 @@ def test_on_resume_an_interrupted_trial_runs_before_the_guide_proposes_again(tmp
     assert names[0] == stale_knobs and names[1] == WORKERS_BEST
     trials = load_results(resumed).trials
     assert trials[0].predicted_sps is None and trials[1].predicted_sps == pytest.approx(300.0)
+
+
+def test_a_baseline_with_torchs_default_threads_outside_the_space_still_guides_the_search():
+    baseline = {**BASELINE, "num_threads": None}  # torch's default; the space searches 1 and 2 threads
+    plan = probe_plan(SPACE, baseline)
+    result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
+    g = Guide(Steering(plan, result, cores=2), SPACE, baseline)
+    assert g.steering.predict(baseline) == g.steering.predict({**baseline, "num_threads": 2}), "None: 1 per core"
+    proposal = g.propose([Observation(baseline, 60.0)], {config_key(baseline)})
+    assert proposal is not None and proposal[1] > 60.0
+
+
+def test_without_a_predictable_measurement_the_probe_is_taken_as_it_is():
+    g = guide()
+    unpredictable = Observation({**BASELINE, "batch_size": 8}, 50.0)  # a batch size the probe never timed
+    knobs, predicted = g.propose([unpredictable], {config_key(unpredictable.knobs)})
+    assert knobs == WORKERS_BEST and predicted == pytest.approx(300.0)
