@@ -102,10 +102,10 @@ class Guide:
 
     def _compile_may_pay(self, best: Observation, ratios: _Ratios) -> bool:
         """Whether the best configuration, its model step COMPILE_UPSIDE times faster, is predicted to beat itself
-        by more than noise: not where loading data limits it."""
+        by more than one run's noise (WORTH_MEASURING): not where loading data limits it."""
         faster = ratios.predict(best.knobs, compute_scale=COMPILE_UPSIDE)
         plain = ratios.predict(best.knobs)
-        return faster is not None and plain is not None and faster > plain * 1.05
+        return faster is not None and plain is not None and faster > plain * (1 + WORTH_MEASURING)
 
 
 class _Ratios:
