@@ -8,7 +8,9 @@ measured configurations in its group: the same number of workers and the same va
 does not time (``UNTIMED``); without a measurement in its group, by those with the same worker setting
 (with or without workers), then by all with the same untimed values. A configuration whose untimed values
 were never measured gets no prediction until its "twin" is measured: the best configuration so far with one
-untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest).
+untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest). Before
+that, the best configuration's neighbouring batch sizes are measured: the probe's loader timings are short, and
+batch size is the knob it predicts least well.
 
 This is how the search uses the structure of the problem rather than only black-box sampling: the first
 trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
@@ -51,7 +53,8 @@ class Guide:
     ) -> tuple[dict[str, Any], float | None] | None:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
         throughput so far or comes within WORTH_MEASURING of it (any, while nothing measured is feasible); else
-        the first worthwhile twin of the best (its prediction unknown); else None. ``measured`` holds the keys
+        the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
+        prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
         (``config_key``) of every configuration measured or failed, so none is proposed twice. Returns (knobs,
         predicted samples/s or None)."""
         best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
@@ -64,9 +67,9 @@ class Guide:
         value, knobs = max(predicted, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None and (best is None or value > best.throughput * (1 - WORTH_MEASURING)):
             return knobs, value
-        twins = self._twins(best, ratios) if best is not None else []
-        twin = next((twin for twin in twins if config_key(twin) not in measured), None)
-        return (twin, None) if twin is not None else None
+        checks = [*self._batch_neighbours(best), *self._twins(best, ratios)] if best is not None else []
+        check = next((knobs for knobs in checks if config_key(knobs) not in measured), None)
+        return (check, ratios.predict(check)) if check is not None else None
 
     @cached_property
     def candidates(self) -> list[dict[str, Any]]:
@@ -86,6 +89,18 @@ class Guide:
             if knobs != self.baseline and self.space.contains(knobs):
                 found.append(knobs)
         return found
+
+    def _batch_neighbours(self, best: Observation) -> list[dict[str, Any]]:
+        """The best configuration at the next smaller and larger batch size of the space: the knob the probe
+        predicts least well (its loader timings are short), checked by measurement before the search ends. Not
+        for a compiled best: each new batch size would cost a compile."""
+        sizes = sorted(self.space.candidates["batch_size"])
+        if best.knobs["compile"] != "off" or best.knobs["batch_size"] not in sizes:
+            return []
+        index = sizes.index(best.knobs["batch_size"])
+        near = [sizes[i] for i in (index - 1, index + 1) if 0 <= i < len(sizes)]
+        neighbours = [{**best.knobs, "batch_size": size} for size in near]
+        return [knobs for knobs in neighbours if self.space.contains(knobs)]
 
     def _twins(self, best: Observation, ratios: _Ratios) -> list[dict[str, Any]]:
         """The best configuration with one untimed knob changed, where that is worth a trial."""

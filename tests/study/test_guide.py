@@ -52,9 +52,26 @@ def test_predictions_are_corrected_by_the_measured_trials_of_their_group():
     assert predicted == pytest.approx(1 / (1 / 100 + 1 / 300)), "0 workers keep the baseline's ratio of 1"
 
 
-def test_the_search_stops_when_nothing_left_is_predicted_faster_than_the_best():
+def test_the_search_stops_when_nothing_left_is_predicted_faster_than_the_best_and_its_batch_neighbours_lost():
     g = guide()
-    assert propose(g, observed(g, BASELINE), observed(g, WORKERS_BEST, ratio=1.1)) is None
+    best = observed(g, WORKERS_BEST, ratio=1.1)
+    neighbour, _ = propose(g, observed(g, BASELINE), best)
+    assert neighbour == {**WORKERS_BEST, "batch_size": 16}, "the next smaller batch size is measured first"
+    assert propose(g, observed(g, BASELINE), best, observed(g, neighbour)) is None
+
+
+def test_a_batch_neighbour_that_wins_moves_the_check_along():
+    space = SearchSpace({name: {**VARIED, "batch_size": [16, 32, 64]}.get(name, [FIXED[name]]) for name in KNOBS})
+    g = guide(space)
+    middle = {**WORKERS_BEST, "batch_size": 32}
+    observations = [observed(g, BASELINE), observed(g, middle, ratio=2.0)]
+    seen = set()
+    while (proposal := g.propose(observations, {config_key(o.knobs) for o in observations})) is not None:
+        knobs = proposal[0]
+        seen.add(knobs["batch_size"])
+        faster = knobs["batch_size"] == 64 and knobs["num_workers"] == 2 and knobs["amp"] == "off"
+        observations.append(Observation(knobs, 1000.0 if faster else 1.0))
+    assert {16, 64} <= seen
 
 
 def test_the_best_to_beat_must_be_feasible():
@@ -76,10 +93,11 @@ def test_compile_is_tried_on_the_best_configuration_where_the_model_step_limits_
     first, _ = propose(g, observed(g, BASELINE))
     assert first["compile"] == "off", "compile is not predicted before it is measured"
     best = observed(g, first)
-    twin, predicted = propose(g, observed(g, BASELINE), best)
+    neighbour = observed(g, {**first, "batch_size": 16})
+    twin, predicted = propose(g, observed(g, BASELINE), best, neighbour)
     assert twin == {**first, "compile": "default"} and predicted is None
     slower = Observation(twin, best.throughput / 2)
-    assert propose(g, observed(g, BASELINE), best, slower) is None, "compiled configurations now predict half"
+    assert propose(g, observed(g, BASELINE), best, neighbour, slower) is None, "compiled ones now predict half"
 
 
 def converge(g: Guide) -> list[dict]:
@@ -103,7 +121,8 @@ def test_configurations_predicted_within_noise_of_the_best_are_measured_too():
     g = guide()
     batch_32 = {**BASELINE, "batch_size": 32}  # no workers: predicted 75 at the baseline's ratio of 1
     assert propose(g, observed(g, BASELINE), Observation(WORKERS_BEST, 78.0)) == (batch_32, pytest.approx(75.0))
-    assert propose(g, observed(g, BASELINE), Observation(WORKERS_BEST, 80.0)) is None, "75 is over 5 % below 80"
+    knobs, _ = propose(g, observed(g, BASELINE), Observation(WORKERS_BEST, 80.0))
+    assert knobs["num_workers"] == 2, "75 is over 5 % below 80: only the best's batch neighbour is left to check"
 
 
 def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
