@@ -6,6 +6,7 @@ Wrap the DataLoader (time blocked on it is data wait), call prof.step() after ea
 prof.result: timing, memory, compute and system sections, saveable as JSON.
 """
 
+import itertools
 from functools import partial
 
 import torch
@@ -30,11 +31,14 @@ def main() -> None:
     # A bounded window: warm up until step times settle, then time at least 20 steps and 3 s.
     plan = autotune.WindowPlan(min_steps=20, min_time_s=3.0)
     with autotune.profile("my-loop", plan=plan) as prof:
-        for index, (inputs, targets) in enumerate(prof.wrap(loader)):
-            if index == 0:  # optional: count FLOPs of one step
-                prof.count_flops(partial(train_step, model, loss_fn, optimizer, inputs, targets), len(inputs))
-            train_step(model, loss_fn, optimizer, inputs, targets)
-            prof.step()
+        for epoch in itertools.count():  # as many epochs as the window needs
+            for index, (inputs, targets) in enumerate(prof.wrap(loader)):
+                if epoch == index == 0:  # optional: count FLOPs of one step
+                    prof.count_flops(partial(train_step, model, loss_fn, optimizer, inputs, targets), len(inputs))
+                train_step(model, loss_fn, optimizer, inputs, targets)
+                prof.step()
+                if prof.done:
+                    break
             if prof.done:
                 break
 

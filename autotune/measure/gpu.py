@@ -35,20 +35,26 @@ class GpuReading:
 
 
 class Nvml:
-    """NVML for one device, or, where there is no driver or device, ``available`` False and the reason why."""
+    """NVML for a CUDA device, or, off CUDA or without a driver or device, ``available`` False and the reason why.
 
-    def __init__(self, device_index: int = 0) -> None:
+    A CPU pipeline never reads NVML: a GPU beside it (used by others, or idle) says nothing about its run.
+    """
+
+    def __init__(self, device: torch.device) -> None:
         self.reason: str | None = None
         self._handle = None
+        if device.type != "cuda":
+            self.reason = f"NVML not read: the pipeline runs on {device.type}"
+            return
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             self.reason = f"NVML unavailable: {exc}"
             return
         try:
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-        except pynvml.NVMLError as exc:
-            self.reason = f"NVML has no device {device_index}: {exc}"
+            self._handle = _nvml_handle(device)
+        except (pynvml.NVMLError, RuntimeError, AssertionError) as exc:
+            self.reason = f"NVML has no handle for {device}: {exc}"
             pynvml.nvmlShutdown()
 
     @property
@@ -69,3 +75,10 @@ class Nvml:
         if self._handle is not None:
             self._handle = None
             pynvml.nvmlShutdown()
+
+
+def _nvml_handle(device: torch.device):
+    """NVML's handle for a CUDA device, found by UUID: NVML numbers all GPUs, CUDA only the visible ones."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = str(torch.cuda.get_device_properties(index).uuid)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")

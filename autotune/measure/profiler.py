@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -64,7 +65,7 @@ class Profiler:
         reset_cuda_peaks(self.device)
         read_memory, self._memory_metric = tree_memory_reader(os.getpid())
         self._memory = PeriodicSampler(read_memory, self._memory_interval_s, self._clock)
-        self._nvml = Nvml(self.device.index or 0)
+        self._nvml = Nvml(self.device)
         self._gpu = PeriodicSampler(self._nvml.read, self._memory_interval_s, self._clock)
         self._cpu = CpuUsageMeter(os.getpid(), self._clock)
         self._cpu_usage = None
@@ -76,6 +77,8 @@ class Profiler:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.recorder.phase == WINDOW:
             self._end_window()
+            if self.plan.bounded and exc_type is None:
+                warnings.warn(self._short_window_warning(), stacklevel=2)
         self._gpu.__exit__(exc_type, exc, tb)
         self._memory.__exit__(exc_type, exc, tb)
         self._nvml.close()
@@ -108,6 +111,15 @@ class Profiler:
     def count_flops(self, run_step: Callable[[], object], samples: int) -> None:
         """Count the FLOPs of ``run_step()``, one training step over ``samples`` samples."""
         self._flops_per_sample = count_flops(run_step) / samples
+
+    def _short_window_warning(self) -> str:
+        progress = self.recorder.progress()
+        steps, elapsed = (progress.steps, progress.elapsed_s) if progress else (0, 0.0)
+        return (
+            f"the loop ended before the timed window was complete ({steps} of {self.plan.min_steps} steps, "
+            f"{elapsed:.1f} of {self.plan.min_time_s:g} s): the figures rest on a shorter window than asked; "
+            "loop over more epochs until prof.done"
+        )
 
     def _end_window(self) -> None:
         self._window_memory.append(self._memory.sample_now() or 0)

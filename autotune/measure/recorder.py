@@ -31,6 +31,11 @@ class WindowPlan:
         """A window that lasts as long as the caller keeps stepping."""
         return cls(min_steps=sys.maxsize, min_time_s=math.inf, max_time_s=math.inf, warmup=warmup or WarmupPolicy())
 
+    @property
+    def bounded(self) -> bool:
+        """Whether the window can end by itself."""
+        return math.isfinite(self.max_time_s) or (self.min_steps < sys.maxsize and math.isfinite(self.min_time_s))
+
 
 @dataclass(frozen=True)
 class Timing:

@@ -11,6 +11,8 @@ from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
 from autotune.pipeline.spec import PipelineSpec
 from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 
+TUNER_PID_ENV = "AUTOTUNE_TUNER_PID"  # the trial watches this process and exits when it dies
+
 
 class FailureKind(str, Enum):
     """Why a trial produced no measurement."""

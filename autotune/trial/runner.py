@@ -16,7 +16,7 @@ import psutil
 
 from autotune.files import write_atomic
 from autotune.measure.memory import MIB, tree_memory_reader
-from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
+from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
 
 # How often a running trial is checked against its timeout, memory budget and pruner.
 _POLL_S = 0.25
@@ -185,11 +185,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _worker_env(request: TrialRequest) -> dict[str, str]:
-    """The tuner's environment, with the current directory importable as it is for the tuner, and
-    torch.compile's caches where the request says."""
+    """The tuner's environment, with the current directory importable as it is for the tuner, the tuner's pid
+    (the trial exits if the tuner dies), and torch.compile's caches where the request says."""
     env = dict(os.environ)
     paths = [os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env[TUNER_PID_ENV] = str(os.getpid())
     if request.compile_cache_dir:
         cache = Path(request.compile_cache_dir).resolve()
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")

@@ -27,7 +27,7 @@ from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer, WorkerKilledError, loss_problem
 from autotune.trial.probe import run_probe
-from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
+from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
 
 _MESSAGE_LIMIT = 500
 # Every trial starts from the same initial weights, and the first step's loss is compared under this seed.
@@ -140,8 +140,12 @@ def describe_exception(exc: BaseException) -> Failure:
 
 
 def _exit_with_parent() -> None:
-    """Kill this trial's process group if the tuner that started it dies (e.g. ``kill -9``)."""
-    parent = os.getppid()
+    """Kill this trial's process group if the tuner that started it dies (e.g. ``kill -9``).
+
+    The tuner's pid comes from the environment: the tuner may die while this process still imports torch,
+    and then the parent seen here would already be the process that adopted it.
+    """
+    parent = int(os.environ.get(TUNER_PID_ENV, os.getppid()))
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -17,9 +17,16 @@ def test_cuda_calls_are_no_ops_on_a_cpu_device():
     assert cuda_peaks_mb(CPU) == (None, None)
 
 
+def test_a_cpu_pipeline_never_reads_nvml_even_beside_a_gpu():
+    nvml = Nvml(CPU)
+    assert not nvml.available and nvml.read() is None
+    assert nvml.reason == "NVML not read: the pipeline runs on cpu"
+    nvml.close()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-driver path")
 def test_nvml_without_a_driver_reports_why_and_never_raises():
-    nvml = Nvml()
+    nvml = Nvml(torch.device("cuda"))
     assert not nvml.available
     assert nvml.reason.startswith("NVML unavailable")
     assert nvml.read() is None
@@ -34,7 +41,7 @@ def test_cuda_peaks_and_nvml_on_a_gpu():
     synchronize(device)
     allocated, reserved = cuda_peaks_mb(device)
     assert allocated >= 64 and reserved >= allocated
-    nvml = Nvml(0)
+    nvml = Nvml(device)
     assert nvml.available and nvml.read().memory_used_mb >= 64
     nvml.close()
     del block

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from functools import partial
 
 import pytest
@@ -76,6 +77,23 @@ def test_a_bounded_plan_says_when_the_window_is_done():
         train(prof, steps=1000, count_flops=False)
     assert prof.done and prof.result.timing.steps == 5
     assert prof.result.compute.flops_per_sample is None and "not counted" in prof.result.compute.note
+
+
+def test_a_loop_that_ends_before_a_bounded_window_is_complete_warns():
+    plan = WindowPlan(min_steps=50, min_time_s=0.0, max_time_s=60.0, warmup=QUICK)
+    with pytest.warns(UserWarning, match=r"ended before the timed window was complete \(\d+ of 50 steps"):
+        with autotune.profile(plan=plan) as prof:
+            train(prof, steps=20, count_flops=False)
+    assert not prof.done and 0 < prof.result.timing.steps < 50
+
+
+def test_an_unbounded_window_ends_with_the_loop_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with autotune.profile(plan=WindowPlan.unbounded(QUICK)) as prof:
+            train(prof, steps=20, count_flops=False)
+    assert prof.result.timing.steps > 0
+    assert WindowPlan.unbounded().bounded is False and WindowPlan().bounded is True
 
 
 def test_a_loop_too_short_to_warm_up_is_an_error():

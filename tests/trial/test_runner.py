@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
 
-from autotune.trial.result import FailureKind, TrialRequest, TrialResult
+from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import _worker_env, run_repeated, run_trial
 from tests.conftest import processes_mentioning, trial_request
 
@@ -28,7 +32,7 @@ def test_a_good_trial_reports_a_measurement(tmp_path):
     assert memory.cuda_peak_allocated_mb is None
     assert result.measurement.compute.flops_per_sample > 0
     assert result.measurement.environment["torch"].startswith("2.")
-    assert result.measurement.system.gpu_note.startswith("NVML unavailable")
+    assert result.measurement.system.gpu_note == "NVML not read: the pipeline runs on cpu"
     assert result.wall_s > timing.window_s
     assert TrialResult.from_dict(result.to_dict()) == result
 
@@ -127,6 +131,18 @@ def test_progress_is_reported_and_a_pruner_stops_the_trial(tmp_path):
     assert len(seen) == 2 and seen[1][0] > seen[0][0] > 0 and all(t > 0 for _, t in seen)
     assert result.wall_s < 18, "stopped before its 20 s window ended"
     assert not processes_mentioning(str(tmp_path / "pruned.request.json"))
+
+
+def test_a_trial_whose_tuner_died_before_it_started_exits_at_once(tmp_path):
+    dead_tuner = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_tuner.wait()
+    request_path = tmp_path / "orphan.request.json"
+    request_path.write_text(json.dumps(request().to_dict()))
+    env = {**_worker_env(request()), TUNER_PID_ENV: str(dead_tuner.pid)}
+    command = [sys.executable, "-m", "autotune.trial.worker", str(request_path), str(tmp_path / "orphan.json")]
+    proc = subprocess.run(command, env=env, start_new_session=True, timeout=60, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert not (tmp_path / "orphan.json").exists()
 
 
 def test_compile_trials_share_the_study_compile_cache(tmp_path):
