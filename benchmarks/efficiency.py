@@ -1,7 +1,7 @@
 """Efficiency: does the tuner find what an exhaustive grid finds, in a fraction of the time?
 
     .venv/bin/python -m benchmarks.efficiency [--pipelines images,transformer_lm,tabular_mlp] [--grid full|small]
-        [--trials 8] [--confirm-rounds 3] [--rounds 3] [--best-case tabular_mlp] [--workdir outputs/efficiency]
+        [--trials 8] [--confirm-rounds 3] [--rounds 6] [--best-case tabular_mlp] [--workdir outputs/efficiency]
 
 Run from the repository root. For each pipeline:
 
@@ -17,7 +17,9 @@ Run from the repository root. For each pipeline:
 2. tuner: the same space with ``study.n_trials=--trials`` and ``--confirm-rounds`` confirmation rounds;
 3. the grid's fastest configuration and the tuner's recommendation are measured again, alternately,
    ``--rounds`` times each in fresh trial processes (autotune's own runner); the ratio of medians
-   tuner / grid says how much throughput the tuner left on the table (1.0 if they are the same);
+   tuner / grid says how much throughput the tuner left on the table (1.0 if they are the same), and the
+   rounds' paired ratios give a 95 % confidence interval: the quality target is met where its low end
+   clears 0.97, missed where its high end is below, and unresolved where it spans 0.97;
 4. for ``--best-case``: the tuner again, with the pipeline's baseline set to the grid's best: it should
    recommend keeping the baseline.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -43,6 +46,7 @@ from omegaconf import OmegaConf
 
 from autotune.config.load import load_settings
 from autotune.knobs import KNOBS
+from autotune.measure.stats import t95
 from autotune.study.space import SearchSpace
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
@@ -190,15 +194,17 @@ def remeasure(
     pipeline: str, grid_knobs: dict, tuner_knobs: dict, rounds: int, measure: list[str], workdir: Path
 ) -> dict[str, Any]:
     """The grid's best and the tuner's recommendation, alternately (order swapped each round), in fresh
-    trial processes as the tuner runs them (logs in ``workdir``); ratio = median tuner / median grid."""
+    trial processes as the tuner runs them (logs in ``workdir``): ratio = median tuner / median grid, and the
+    paired ratio of each round with its 95 % confidence interval (``ratio_interval``)."""
     if grid_knobs == tuner_knobs:
-        return {"identical": True, "ratio": 1.0, "grid_sps": [], "tuner_sps": [], "failures": []}
+        return {"identical": True, "ratio": 1.0, "grid_sps": [], "tuner_sps": [], "failures": [], "interval": None}
     settings = load_settings(compose_config(pipeline, measure), pipeline)
     m = settings.measure
     configs = {"grid": grid_knobs, "tuner": tuner_knobs}
-    throughputs: dict[str, list[float]] = {"grid": [], "tuner": []}
+    pairs: list[dict[str, float | None]] = []
     failures = []
     for index in range(rounds):
+        pair: dict[str, float | None] = {}
         for label in ("grid", "tuner") if index % 2 == 0 else ("tuner", "grid"):
             request = TrialRequest(
                 settings.pipeline,
@@ -210,12 +216,14 @@ def remeasure(
                 compile_cache_dir=str(workdir.parent / "compile-cache" / workdir.name),
             )
             result = run_trial(request, m.trial_timeout_s, workdir, f"round{index + 1}-{label}")
+            pair[label] = result.timing.throughput if result.ok else None
             if result.ok:
-                throughputs[label].append(result.timing.throughput)
                 print(f"  re-measure round {index + 1} {label}: {result.timing.throughput:.1f} samples/s", flush=True)
             else:
                 failures.append(f"round {index + 1} {label}: {result.failure}")
                 print(f"  re-measure round {index + 1} {label}: FAILED {result.failure}", flush=True)
+        pairs.append(pair)
+    throughputs = {label: [p[label] for p in pairs if p[label] is not None] for label in configs}
     ok = throughputs["grid"] and throughputs["tuner"]
     ratio = statistics.median(throughputs["tuner"]) / statistics.median(throughputs["grid"]) if ok else None
     return {
@@ -223,8 +231,36 @@ def remeasure(
         "ratio": ratio,
         "grid_sps": throughputs["grid"],
         "tuner_sps": throughputs["tuner"],
+        "rounds": pairs,
+        "interval": ratio_interval(pairs),
         "failures": failures,
     }
+
+
+def ratio_interval(pairs: list[dict[str, float | None]]) -> dict[str, float] | None:
+    """The geometric mean of the rounds' tuner/grid ratios and its 95 % confidence interval (Student's t on the log
+    ratios): runs of one round are measured back to back, so pairing them cancels the machine's slower drifts.
+    None with fewer than two complete rounds."""
+    logs = [math.log(p["tuner"] / p["grid"]) for p in pairs if p["tuner"] is not None and p["grid"] is not None]
+    if len(logs) < 2:
+        return None
+    mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return {"geomean": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "n": len(logs)}
+
+
+def ratio_verdict(check: dict[str, Any] | None) -> str | None:
+    """met (the interval's low end clears TARGET_RATIO, or the tuner chose the grid's best), missed (its high end
+    is below), or unresolved (the interval spans the target: this many rounds cannot tell); None if not measured."""
+    if check is None:
+        return None
+    if check["identical"]:
+        return "met"
+    interval = check.get("interval")
+    if interval is None:
+        return None
+    if interval["low"] >= TARGET_RATIO:
+        return "met"
+    return "missed" if interval["high"] < TARGET_RATIO else "unresolved"
 
 
 def knob_text(knobs: dict[str, Any] | None, names: list[str]) -> str:
@@ -256,16 +292,24 @@ def print_pipeline(pipeline: str, entry: dict[str, Any]) -> None:
             f"{knob_text(tuner['recommended_knobs'], shown)}{' (keep the baseline)' if tuner['is_baseline'] else ''}",
         ),
         ("re-measured ratio", f"{number(entry['ratio'], '.3f')}{same}{medians}"),
+        ("paired ratio", _interval_text(check)),
         ("wall-time fraction", number(entry["fraction"], ".3f")),
         (
             "targets met",
-            f"ratio >= {TARGET_RATIO}: {_yes(entry['ratio_ok'])}; fraction <= {TARGET_FRACTION}: "
+            f"ratio >= {TARGET_RATIO}: {entry['ratio_verdict'] or '-'}; fraction <= {TARGET_FRACTION}: "
             f"{_yes(entry['fraction_ok'])}",
         ),
     ]
     print(f"\n== {pipeline}")
     for label, text in rows:
         print(f"  {label:<20} {text}")
+
+
+def _interval_text(check: dict[str, Any] | None) -> str:
+    interval = check.get("interval") if check else None
+    if interval is None:
+        return "-"
+    return f"{interval['geomean']:.3f} (95 % CI {interval['low']:.3f}-{interval['high']:.3f}, {interval['n']} rounds)"
 
 
 def _yes(value: bool | None) -> str:
@@ -301,7 +345,7 @@ def benchmark_pipeline(pipeline: str, args, measure: list[str], workdir: Path) -
         "remeasure": check,
         "ratio": ratio,
         "fraction": fraction,
-        "ratio_ok": None if ratio is None else ratio >= TARGET_RATIO,
+        "ratio_verdict": ratio_verdict(check),
         "fraction_ok": None if fraction is None else fraction <= TARGET_FRACTION,
         "tuner_overrides": tuner_overrides,
     }
@@ -324,7 +368,7 @@ def main() -> None:
     parser.add_argument("--grid", choices=("full", "small"), default="full", help="small: batch B,2B; workers 0,2")
     parser.add_argument("--trials", type=int, default=8, help="tuner trials (study.n_trials)")
     parser.add_argument("--confirm-rounds", type=int, default=3, help="the tuner's study.confirm_rounds")
-    parser.add_argument("--rounds", type=int, default=3, help="re-measurement rounds of grid best vs tuner pick")
+    parser.add_argument("--rounds", type=int, default=6, help="re-measurement rounds of grid best vs tuner pick")
     parser.add_argument("--best-case", default="tabular_mlp", help="pipeline for 'baseline already best', or none")
     parser.add_argument("--grid-attempts", type=int, default=3, help="runs of the grid command to complete it")
     parser.add_argument("--workdir", type=Path, default=REPO / "outputs" / "efficiency")

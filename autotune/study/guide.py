@@ -52,7 +52,8 @@ class Guide:
         self, observations: list[Observation], measured: set[str]
     ) -> tuple[dict[str, Any], float | None] | None:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
-        throughput so far or comes within WORTH_MEASURING of it (any, while nothing measured is feasible); else
+        throughput so far or comes within WORTH_MEASURING of it (a compiled one must beat it by WORTH_MEASURING:
+        each costs a compile); any, while nothing measured is feasible; else
         the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
         prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
         (``config_key``) of every configuration measured or failed, so none is proposed twice. Returns (knobs,
@@ -64,8 +65,9 @@ class Guide:
             for knobs in self.candidates
             if config_key(knobs) not in measured and (value := ratios.predict(knobs)) is not None
         ]
-        value, knobs = max(predicted, key=lambda pair: pair[0], default=(0.0, None))
-        if knobs is not None and (best is None or value > best.throughput * (1 - WORTH_MEASURING)):
+        worth = [(value, knobs) for value, knobs in predicted if best is None or _worth_measuring(knobs, value, best)]
+        value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
+        if knobs is not None:
             return knobs, value
         checks = [*self._batch_neighbours(best), *self._twins(best, ratios)] if best is not None else []
         check = next((knobs for knobs in checks if config_key(knobs) not in measured), None)
@@ -152,6 +154,14 @@ class _Ratios:
         )
         probed = all(knobs[name] == self.anchor[name] for name in UNTIMED)
         return next((statistics.median(group) for group in groups if group), 1.0 if probed else None)
+
+
+def _worth_measuring(knobs: dict[str, Any], predicted: float, best: Observation) -> bool:
+    """Whether a configuration predicted at ``predicted`` samples/s is worth a trial against the best so far:
+    within WORTH_MEASURING of it, or, where it compiles (tens of seconds before the first step), beating it by
+    WORTH_MEASURING."""
+    bar = 1 + WORTH_MEASURING if knobs["compile"] != "off" else 1 - WORTH_MEASURING
+    return predicted > best.throughput * bar
 
 
 def _predict(steering: Steering, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:

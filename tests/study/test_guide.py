@@ -100,6 +100,29 @@ def test_compile_is_tried_on_the_best_configuration_where_the_model_step_limits_
     assert propose(g, observed(g, BASELINE), best, neighbour, slower) is None, "compiled ones now predict half"
 
 
+def compute_bound_guide(one_thread: float) -> Guide:
+    """COMPILE_SPACE with fast loading, and one compute thread ``one_thread`` times as fast as two."""
+    plan = probe_plan(COMPILE_SPACE, BASELINE)
+    computes = [
+        compute_rate({**k, "num_threads": 2}) * (one_thread if k["num_threads"] == 1 else 1) for k in plan.computes
+    ]
+    steering = Steering(plan, ProbeResult([10 * loader_rate(s) for s in plan.loaders], computes))
+    return Guide(steering, COMPILE_SPACE, BASELINE)
+
+
+@pytest.mark.parametrize(("one_thread", "tried"), [(0.96, False), (1.08, True)])
+def test_a_compiled_configuration_must_be_predicted_to_beat_the_best_not_only_come_near_it(one_thread, tried):
+    g = compute_bound_guide(one_thread)
+    first = WORKERS_BEST
+    best = observed(g, first)
+    plain_one_thread = observed(g, {**first, "num_threads": 1})
+    twin = Observation({**first, "compile": "default"}, 1.3 * best.throughput)  # compile won: the new best
+    done = [observed(g, BASELINE), best, observed(g, {**first, "batch_size": 16}), plain_one_thread, twin]
+    compiled_one_thread = {**first, "num_threads": 1, "compile": "default"}  # predicted at one_thread x the twin
+    expected = (compiled_one_thread, pytest.approx(one_thread * twin.throughput)) if tried else None
+    assert propose(g, *done) == expected, "a compiled trial must be predicted 5 % faster than the best"
+
+
 def converge(g: Guide) -> list[dict]:
     """Every proposal until the guide stops, each configuration measured at its prediction (compiled: half)."""
     observations, proposals = [observed(g, BASELINE)], []
