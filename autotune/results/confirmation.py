@@ -31,8 +31,8 @@ class Finalist:
 @dataclass(frozen=True)
 class Confirmation:
     """The finalists (the fastest trials, and the simplest one tied with the fastest) and the baseline,
-    measured in rounds of fresh processes after tuning: each round the baseline, then every finalist still in
-    the race.
+    measured in rounds of fresh processes after tuning: each round the baseline and every finalist still in the
+    race, in an order that rotates from round to round.
 
     A finalist is proven when it beat the baseline in every round and the ratio of medians is at least
     ``MIN_GAIN`` above 1. The winner is the fastest proven finalist by median or, among proven finalists tied

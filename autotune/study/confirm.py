@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 
@@ -33,7 +34,8 @@ def confirm_finalists(
     on_run: Callable[[str, TrialResult], None],
 ) -> Confirmation | None:
     """Measure the baseline and the finalists (``select_finalists``) again in fresh processes, ``rounds``
-    rounds of baseline then finalists (their order rotating), and store the outcome in the study.
+    rounds of the baseline and the finalists (their order, the baseline's place included, rotating each round),
+    and store the outcome in the study.
 
     A finalist leaves the race when a run of it fails, when it is slower than the baseline in a round (it can
     no longer be proven), or when it falls RACE_MARGIN behind the leader; the race ends early once decided
@@ -57,16 +59,9 @@ def confirm_finalists(
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
             break
-        name = f"confirm-{index}-baseline"
-        result = measure(base.knobs, name, None)
-        on_run(name, result)
-        if not result.ok:
-            failure = f"{name}: {result.failure}"
+        failure = _run_round(index, base.knobs, racing, baseline_runs, measure, on_run)
+        if failure:
             break
-        baseline_runs.append(result.timing.throughput)
-        shift = (index - 1) % len(racing)
-        for finalist in racing[shift:] + racing[:shift]:
-            _run_finalist(finalist, index, baseline_runs[-1], measure, on_run)
         _drop_laggards(racing, index)
         if _decided(finalists, baseline_runs, before_race):
             break
@@ -75,8 +70,37 @@ def confirm_finalists(
     return confirmation
 
 
+def _run_round(
+    index: int,
+    baseline: dict[str, Any],
+    racing: list[Finalist],
+    baseline_runs: list[float],
+    measure: MeasureFn,
+    on_run: Callable[[str, TrialResult], None],
+) -> str | None:
+    """One round: the baseline and every racing finalist once, in an order rotated each round (so no one always
+    runs first, right after the search or the previous round); then a finalist slower than the baseline leaves.
+    Returns why the baseline's run failed, if it did."""
+    order: list[Finalist | None] = [None, *racing]  # None: the baseline
+    shift = (index - 1) % len(order)
+    for entrant in order[shift:] + order[:shift]:
+        if entrant is not None:
+            _run_finalist(entrant, index, measure, on_run)
+            continue
+        name = f"confirm-{index}-baseline"
+        result = measure(baseline, name, None)
+        on_run(name, result)
+        if not result.ok:
+            return f"{name}: {result.failure}"
+        baseline_runs.append(result.timing.throughput)
+    for finalist in racing:
+        if finalist.dropped is None and finalist.throughputs[-1] <= baseline_runs[-1]:
+            finalist.dropped = f"slower than the baseline in round {index}"
+    return None
+
+
 def _run_finalist(
-    finalist: Finalist, index: int, baseline: float, measure: MeasureFn, on_run: Callable[[str, TrialResult], None]
+    finalist: Finalist, index: int, measure: MeasureFn, on_run: Callable[[str, TrialResult], None]
 ) -> None:
     name = f"confirm-{index}-trial-{finalist.label}"
     result = measure(finalist.knobs, name, None)
@@ -85,8 +109,6 @@ def _run_finalist(
         finalist.dropped = f"round {index} failed: {result.failure}"
         return
     finalist.throughputs.append(result.timing.throughput)
-    if result.timing.throughput <= baseline:
-        finalist.dropped = f"slower than the baseline in round {index}"
 
 
 def _decided(finalists: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:

@@ -53,6 +53,12 @@ def test_batch_sizes_fit_the_dataset_and_keep_an_odd_baseline():
 
 def test_num_workers_follow_the_core_count():
     assert build_space(ALL_DEFAULT, cpu_context(cpu_count=4)).candidates["num_workers"] == [0, 1, 2, 3, 4]
+    assert build_space(ALL_DEFAULT, cpu_context(cpu_count=2)).candidates["num_workers"] == [0, 1, 2]
+
+
+def test_many_cores_get_a_ladder_of_worker_counts_with_the_baseline_and_the_core_count():
+    many = cpu_context(cpu_count=20, baseline={**cpu_context().baseline, "num_workers": 10})
+    assert build_space(ALL_DEFAULT, many).candidates["num_workers"] == [0, 1, 2, 3, 4, 6, 8, 10, 12, 16, 20]
 
 
 def test_overrides_replace_defaults_and_a_single_value_fixes_a_knob():

@@ -235,6 +235,14 @@ def test_a_race_goes_on_while_a_close_second_could_still_win_it(tmp_path):
     assert confirmation.winner is not None
 
 
+def test_the_baseline_runs_at_a_different_place_in_each_round(tmp_path):
+    confirmation, names = raced(tmp_path, {16: 100.0, 32: 105.0}, {16: [100, 100, 100], 32: [105, 105, 105]})
+    trial = f"trial-{label_of(confirmation, 32)}"
+    orders = [("baseline", trial), (trial, "baseline"), ("baseline", trial)]
+    assert names == [f"confirm-{index}-{who}" for index, order in enumerate(orders, 1) for who in order]
+    assert confirmation.confirmed and confirmation.rounds == 3, "5 % in every round: proven, but not decisive"
+
+
 def test_a_finalist_that_loses_a_round_to_the_baseline_leaves_the_race(tmp_path):
     confirmation, names = raced(tmp_path, {16: 100.0, 32: 120.0}, {16: [100, 115], 32: [118, 112]})
     assert not confirmation.confirmed and len(names) == 4
