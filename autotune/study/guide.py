@@ -6,7 +6,9 @@ It misses what only the whole pipeline shows: handing batches between processes,
 competing for caches, torch.compile. So every prediction is scaled by the measured/predicted ratio of the
 measured configurations in its group: the same number of workers and the same values of the knobs the probe
 does not time (``UNTIMED``); without a measurement in its group, by those with the same worker setting
-(with or without workers), then by all with the same untimed values. A configuration whose untimed values
+(with or without workers), then by all with the same untimed values. A configuration that changes an untimed
+knob (a compiled one, say) is predicted as its plain form (measured, or predicted as above) times the factor by
+which that change moved the measured twins of the same kind. A configuration whose untimed values
 were never measured gets no prediction until its "twin" is measured: the best configuration so far with one
 untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest). Before
 that, the best configuration's neighbouring batch sizes are measured: the probe's loader timings are short, and
@@ -126,21 +128,48 @@ class Guide:
 
 
 class _Ratios:
-    """Measured/predicted ratios of the observations, by group, to correct predictions with."""
+    """Measured/predicted ratios of the observations, by group, to correct predictions with; and, for the knobs the
+    probe does not time, the factor by which measured twins changed their plain (anchor-valued) partner."""
 
     def __init__(self, steering: Steering, observations: list[Observation]) -> None:
         self.steering = steering
         self.anchor = steering.plan.computes[0]
         self.ratios: list[tuple[dict[str, Any], float]] = []
+        self.measured = {config_key(o.knobs): o.throughput for o in observations}
+        self.observations = observations
         for observation in observations:
             predicted = _predict(steering, observation.knobs)
             if predicted:
                 self.ratios.append((observation.knobs, observation.throughput / predicted))
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:
+        factor = None if self._plain(knobs) == knobs else self._untimed_factor(knobs)
+        if factor is not None:
+            plain = self._plain(knobs)
+            measured = self.measured.get(config_key(plain)) if compute_scale == 1.0 else None
+            base = measured if measured is not None else self.predict(plain, compute_scale)
+            return None if base is None else base * factor
         raw = _predict(self.steering, knobs, compute_scale)
         ratio = self._ratio(knobs)
         return None if raw is None or ratio is None else raw * ratio
+
+    def _plain(self, knobs: dict[str, Any]) -> dict[str, Any]:
+        """``knobs`` with the untimed knobs at the values the probe ran with."""
+        return {**knobs, **{name: self.anchor[name] for name in UNTIMED}}
+
+    def _untimed_factor(self, knobs: dict[str, Any]) -> float | None:
+        """The median measured ratio twin / plain partner over the measured twins with ``knobs``' untimed values
+        whose plain partner was measured too; None without such a pair. Where a compiled twin lost to its plain
+        partner, every other compiled configuration is expected to lose likewise, whatever the probe predicted
+        for its plain form: the measured effect of compile, not a ratio to a prediction, carries over."""
+        factors = []
+        for observation in self.observations:
+            if any(observation.knobs[name] != knobs[name] for name in UNTIMED):
+                continue
+            partner = self.measured.get(config_key(self._plain(observation.knobs)))
+            if partner:
+                factors.append(observation.throughput / partner)
+        return statistics.median(factors) if factors else None
 
     def _ratio(self, knobs: dict[str, Any]) -> float | None:
         """The median ratio of the closest group that has one: same workers count, then same worker setting

@@ -123,6 +123,21 @@ def test_a_compiled_configuration_must_be_predicted_to_beat_the_best_not_only_co
     assert propose(g, *done) == expected, "a compiled trial must be predicted 5 % faster than the best"
 
 
+def test_a_compile_that_lost_on_the_best_is_not_tried_elsewhere_on_the_probes_word():
+    g = guide(COMPILE_SPACE, loader_scale=10.0)  # compute-bound: the probe predicts batch 32 at 1.5x batch 16
+    batch_16 = {**WORKERS_BEST, "batch_size": 16}
+    best = observed(g, batch_16, ratio=2.0)  # batch 16 measured at twice its prediction: the best, over batch 32
+    plain_32 = observed(g, WORKERS_BEST)
+    lost = Observation({**batch_16, "compile": "default"}, 0.9 * best.throughput)  # compile lost by 10 %
+    observations, proposals = [observed(g, BASELINE), best, plain_32, lost], []
+    while (proposal := propose(g, *observations)) is not None:
+        proposals.append(proposal[0])
+        observations.append(observed(g, proposal[0], ratio=0.5))
+    # Batch 32 compiled is expected at 0.9 x what batch 32 measured (270), not at the compiled group's ratio to the
+    # probe (1.8) x the probe's batch-32 prediction (540), which would beat the best (400)
+    assert proposals and all(knobs["compile"] == "off" for knobs in proposals)
+
+
 def converge(g: Guide) -> list[dict]:
     """Every proposal until the guide stops, each configuration measured at its prediction (compiled: half)."""
     observations, proposals = [observed(g, BASELINE)], []
