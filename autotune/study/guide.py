@@ -143,9 +143,10 @@ class _Ratios:
                 self.ratios.append((observation.knobs, observation.throughput / predicted))
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:
-        factor = None if self._plain(knobs) == knobs else self._untimed_factor(knobs)
+        plain = self._plain(knobs)
+        factor = None if plain == knobs else self._untimed_factor(knobs)
         if factor is not None:
-            plain = self._plain(knobs)
+            # the plain form's own measurement where there is one (unless asked about a faster model step)
             measured = self.measured.get(config_key(plain)) if compute_scale == 1.0 else None
             base = measured if measured is not None else self.predict(plain, compute_scale)
             return None if base is None else base * factor
