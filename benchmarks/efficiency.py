@@ -1,7 +1,8 @@
 """Efficiency: does the tuner find what an exhaustive grid finds, in a fraction of the time?
 
     .venv/bin/python -m benchmarks.efficiency [--pipelines images,transformer_lm,tabular_mlp] [--grid full|small]
-        [--trials 8] [--confirm-rounds 3] [--rounds 6] [--best-case tabular_mlp] [--workdir outputs/efficiency]
+        [--trials 8] [--confirm-rounds 3] [--rounds 6] [--top 3] [--best-case tabular_mlp]
+        [--workdir outputs/efficiency] [--reuse-grids]
 
 Run from the repository root. For each pipeline:
 
@@ -10,18 +11,19 @@ Run from the repository root. For each pipeline:
    default) and every other knob fixed to one value (the baseline's, or PyTorch's default for worker
    options), with ``study.n_trials`` far above the space's size, no confirmation, no pruning, no probe
    and no screening windows: the tuner stops once every configuration is measured in full, so this is the
-   exhaustive grid,
-   measured by the same harness.
+   exhaustive grid, measured by the same harness.
    Were it to stop short (its sampler giving up on finding the last unmeasured configurations), the
    same command is run again, which resumes the study, up to ``--grid-attempts`` times in all;
 2. tuner: the same space with ``study.n_trials=--trials`` and ``--confirm-rounds`` confirmation rounds;
-3. the grid's fastest configuration and the tuner's recommendation are measured again, alternately,
-   ``--rounds`` times each in fresh trial processes (autotune's own runner); the ratio of medians
-   tuner / grid says how much throughput the tuner left on the table (1.0 if they are the same), and the
-   rounds' paired ratios give a 95 % confidence interval: the quality target is met where its low end
-   clears 0.97, missed where its high end is below, and unresolved where it spans 0.97;
-4. for ``--best-case``: the tuner again, with the pipeline's baseline set to the grid's best: it should
-   recommend keeping the baseline.
+3. ground truth (``remeasure.py``): the grid's ``--top`` fastest configurations by single run and the tuner's
+   recommendation are measured again, ``--rounds`` interleaved rounds in fresh trial processes (autotune's own
+   runner). The grid's best is the fastest of them by geometric mean (one run each cannot separate
+   configurations a few per cent apart). The ratio tuner / grid's best (1.0 where the tuner's pick is the best)
+   says how much throughput the tuner left on the table; the rounds' paired ratios give a 95 % confidence
+   interval: the quality target is met where its low end clears 0.97, missed where its high end is below, and
+   unresolved where it spans 0.97;
+4. for ``--best-case``: the tuner again, with the pipeline's baseline set to the grid's re-measured best: it
+   should recommend keeping the baseline.
 
 Targets: ratio >= 0.97 and tuner wall time <= 0.15 of the grid's. Everything measured is written to
 WORKDIR/efficiency.json; each CLI run's output to WORKDIR/NAME.log and its reports to WORKDIR/NAME/.
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import statistics
 import subprocess
@@ -46,10 +47,8 @@ from omegaconf import OmegaConf
 
 from autotune.config.load import load_settings
 from autotune.knobs import KNOBS
-from autotune.measure.stats import t95
 from autotune.study.space import SearchSpace
-from autotune.trial.result import TrialRequest
-from autotune.trial.runner import run_trial
+from benchmarks.remeasure import fastest, ratio_interval, remeasure_interleaved, runs_of, verdict
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -137,9 +136,10 @@ def row_knobs(row: dict[str, Any]) -> dict[str, Any]:
     return {name: row[name] for name in KNOBS}
 
 
-def best_row(report: dict[str, Any]) -> dict[str, Any] | None:
+def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's measured rows, fastest first."""
     complete = [row for row in report["trials"] if row["state"] == "complete" and row["throughput_sps"]]
-    return max(complete, key=lambda row: row["throughput_sps"], default=None)
+    return sorted(complete, key=lambda row: -row["throughput_sps"])
 
 
 def measured_in(report: dict[str, Any], space: SearchSpace) -> int:
@@ -164,7 +164,7 @@ def run_grid(pipeline: str, candidates: dict, common: list[str], workdir: Path, 
         if report is None or measured >= space.size or runs[-1]["returncode"] != 0:
             break
         print(f"  {name}: {measured} of {space.size} configurations measured; running it again to resume")
-    best = best_row(report) if report else None
+    best = next(iter(ranked_rows(report)), None) if report else None
     return {
         "size": space.size,
         "measured": measured,
@@ -190,77 +190,56 @@ def run_tuner(name: str, pipeline: str, overrides: list[str], workdir: Path) -> 
     }
 
 
-def remeasure(
-    pipeline: str, grid_knobs: dict, tuner_knobs: dict, rounds: int, measure: list[str], workdir: Path
+def grid_top(run_dir: Path, count: int) -> list[dict[str, Any]]:
+    """The grid's ``count`` fastest distinct configurations by their single run, fastest first."""
+    report = read_report(run_dir)
+    top: list[dict[str, Any]] = []
+    for row in ranked_rows(report) if report else []:
+        if row_knobs(row) not in top:
+            top.append(row_knobs(row))
+    return top[:count]
+
+
+def check_quality(
+    pipeline: str, grid_best: list[dict], tuner_knobs: dict, rounds: int, measure: list[str], workdir: Path
 ) -> dict[str, Any]:
-    """The grid's best and the tuner's recommendation, alternately (order swapped each round), in fresh
-    trial processes as the tuner runs them (logs in ``workdir``): ratio = median tuner / median grid, and the
-    paired ratio of each round with its 95 % confidence interval (``ratio_interval``)."""
-    if grid_knobs == tuner_knobs:
-        return {"identical": True, "ratio": 1.0, "grid_sps": [], "tuner_sps": [], "failures": [], "interval": None}
+    """The grid's top configurations (``grid_best``, fastest single run first) and the tuner's pick (one of them,
+    or added), re-measured interleaved (``remeasure.remeasure_interleaved``). The grid's best is the fastest of them
+    by geometric mean, the tuner's pick included (it is a configuration of the grid too); ratio: the tuner's pick
+    over that best, by medians and round by round with a 95 % confidence interval (1.0 where the pick is the best)."""
+    configs = {f"grid{index}": knobs for index, knobs in enumerate(grid_best, 1)}
+    tuner = next((label for label, knobs in configs.items() if knobs == tuner_knobs), None)
+    if tuner is None:
+        tuner, configs["tuner"] = "tuner", tuner_knobs
     settings = load_settings(compose_config(pipeline, measure), pipeline)
-    m = settings.measure
-    configs = {"grid": grid_knobs, "tuner": tuner_knobs}
-    pairs: list[dict[str, float | None]] = []
-    failures = []
-    for index in range(rounds):
-        pair: dict[str, float | None] = {}
-        for label in ("grid", "tuner") if index % 2 == 0 else ("tuner", "grid"):
-            request = TrialRequest(
-                settings.pipeline,
-                configs[label],
-                device="cpu",
-                plan=m.plan,
-                memory_interval_s=m.memory_interval_s,
-                loss_tolerance=m.loss_tolerance,
-                compile_cache_dir=str(workdir.parent / "compile-cache" / workdir.name),
-            )
-            result = run_trial(request, m.trial_timeout_s, workdir, f"round{index + 1}-{label}")
-            pair[label] = result.timing.throughput if result.ok else None
-            if result.ok:
-                print(f"  re-measure round {index + 1} {label}: {result.timing.throughput:.1f} samples/s", flush=True)
-            else:
-                failures.append(f"round {index + 1} {label}: {result.failure}")
-                print(f"  re-measure round {index + 1} {label}: FAILED {result.failure}", flush=True)
-        pairs.append(pair)
-    throughputs = {label: [p[label] for p in pairs if p[label] is not None] for label in configs}
-    ok = throughputs["grid"] and throughputs["tuner"]
-    ratio = statistics.median(throughputs["tuner"]) / statistics.median(throughputs["grid"]) if ok else None
+    cache = workdir.parent / "compile-cache" / workdir.name
+    measured, failures = remeasure_interleaved(settings, configs, rounds, workdir, cache)
+    best = fastest(measured, list(configs))
+    medians = {label: statistics.median(runs_of(measured, label)) for label in configs if runs_of(measured, label)}
+    is_best = best == tuner
+    ratio = 1.0 if is_best else medians[tuner] / medians[best] if best and tuner in medians else None
+    interval = None if is_best or best is None else ratio_interval(measured, tuner, best)
     return {
-        "identical": False,
+        "configs": configs,
+        "tuner_label": tuner,
+        "best_label": best,
+        "best_knobs": configs[best] if best else None,
+        "single_run_best_confirmed": best == "grid1",
+        "tuner_is_best": is_best,
+        "medians": medians,
+        "rounds": measured,
         "ratio": ratio,
-        "grid_sps": throughputs["grid"],
-        "tuner_sps": throughputs["tuner"],
-        "rounds": pairs,
-        "interval": ratio_interval(pairs),
+        "interval": interval,
         "failures": failures,
     }
 
 
-def ratio_interval(pairs: list[dict[str, float | None]]) -> dict[str, float] | None:
-    """The geometric mean of the rounds' tuner/grid ratios and its 95 % confidence interval (Student's t on the log
-    ratios): runs of one round are measured back to back, so pairing them cancels the machine's slower drifts.
-    None with fewer than two complete rounds."""
-    logs = [math.log(p["tuner"] / p["grid"]) for p in pairs if p["tuner"] is not None and p["grid"] is not None]
-    if len(logs) < 2:
-        return None
-    mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return {"geomean": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "n": len(logs)}
-
-
 def ratio_verdict(check: dict[str, Any] | None) -> str | None:
-    """met (the interval's low end clears TARGET_RATIO, or the tuner chose the grid's best), missed (its high end
-    is below), or unresolved (the interval spans the target: this many rounds cannot tell); None if not measured."""
+    """met (the tuner's pick measured fastest of all, or the ratio's interval clears TARGET_RATIO), missed or
+    unresolved (``remeasure.verdict``); None if not measured."""
     if check is None:
         return None
-    if check["identical"]:
-        return "met"
-    interval = check.get("interval")
-    if interval is None:
-        return None
-    if interval["low"] >= TARGET_RATIO:
-        return "met"
-    return "missed" if interval["high"] < TARGET_RATIO else "unresolved"
+    return "met" if check["tuner_is_best"] else verdict(check["interval"], TARGET_RATIO)
 
 
 def knob_text(knobs: dict[str, Any] | None, names: list[str]) -> str:
@@ -272,26 +251,28 @@ def number(value: float | None, fmt: str) -> str:
 
 
 def print_pipeline(pipeline: str, entry: dict[str, Any]) -> None:
-    grid, tuner, check = entry["grid"], entry["tuner"], entry["remeasure"]
+    grid, tuner, check = entry["grid"], entry["tuner"], entry["check"]
     shown = entry["varied_knobs"]
-    same = " (same configuration)" if check and check["identical"] else ""
-    medians = ""
-    if check and not check["identical"] and check["ratio"] is not None:
-        medians = (
-            f" (median tuner {statistics.median(check['tuner_sps']):.1f} / grid "
-            f"{statistics.median(check['grid_sps']):.1f} samples/s, {len(check['grid_sps'])} rounds)"
-        )
     rows = [
         ("grid size", f"{grid['size']} configurations ({grid['measured']} measured)"),
         ("grid wall", f"{grid['wall_s']:.1f} s"),
-        ("grid best", f"{number(grid['best_sps'], '.1f')} samples/s  {knob_text(grid['best_knobs'], shown)}"),
+        ("grid best, 1 run", f"{number(grid['best_sps'], '.1f')} samples/s  {knob_text(grid['best_knobs'], shown)}"),
         ("tuner wall", f"{number(tuner['wall_s'], '.1f')} s"),
         ("tuner trials", str(tuner["measured_trials"])),
         (
             "tuner recommends",
             f"{knob_text(tuner['recommended_knobs'], shown)}{' (keep the baseline)' if tuner['is_baseline'] else ''}",
         ),
-        ("re-measured ratio", f"{number(entry['ratio'], '.3f')}{same}{medians}"),
+    ]
+    if check:
+        for label, knobs in check["configs"].items():
+            median = number(check["medians"].get(label), ".1f")
+            marks = [mark for mark, who in (("best", "best_label"), ("tuner", "tuner_label")) if check[who] == label]
+            rows.append(
+                (f"re-measured {label}", f"median {median}  {knob_text(knobs, shown)}  {' '.join(marks)}".rstrip())
+            )
+    rows += [
+        ("ratio of medians", number(entry["ratio"], ".3f")),
         ("paired ratio", _interval_text(check)),
         ("wall-time fraction", number(entry["fraction"], ".3f")),
         (
@@ -306,6 +287,8 @@ def print_pipeline(pipeline: str, entry: dict[str, Any]) -> None:
 
 
 def _interval_text(check: dict[str, Any] | None) -> str:
+    if check and check["tuner_is_best"]:
+        return "the tuner's pick is the best"
     interval = check.get("interval") if check else None
     if interval is None:
         return "-"
@@ -332,9 +315,10 @@ def benchmark_pipeline(pipeline: str, args, measure: list[str], workdir: Path) -
     ]
     tuner = run_tuner(f"{pipeline}-tune", pipeline, tuner_overrides, workdir)
     check = None
-    if grid["best_knobs"] and tuner["recommended_knobs"]:
-        pair = (grid["best_knobs"], tuner["recommended_knobs"])
-        check = remeasure(pipeline, *pair, args.rounds, measure, workdir / f"{pipeline}-check")
+    top = grid_top(workdir / f"{pipeline}-grid", args.top)
+    if top and tuner["recommended_knobs"]:
+        knobs = tuner["recommended_knobs"]
+        check = check_quality(pipeline, top, knobs, args.rounds, measure, workdir / f"{pipeline}-check")
     ratio = check["ratio"] if check else None
     fraction = tuner["wall_s"] / grid["wall_s"] if grid["wall_s"] else None
     return {
@@ -342,7 +326,7 @@ def benchmark_pipeline(pipeline: str, args, measure: list[str], workdir: Path) -
         "varied_knobs": [name for name, values in candidates.items() if len(values) > 1],
         "grid": grid,
         "tuner": tuner,
-        "remeasure": check,
+        "check": check,
         "ratio": ratio,
         "fraction": fraction,
         "ratio_verdict": ratio_verdict(check),
@@ -352,8 +336,9 @@ def benchmark_pipeline(pipeline: str, args, measure: list[str], workdir: Path) -
 
 
 def baseline_is_best(pipeline: str, entry: dict[str, Any], args, workdir: Path) -> dict[str, Any]:
-    """The tuner with the pipeline's baseline set to the grid's best: does it keep the baseline?"""
-    best = entry["grid"]["best_knobs"]
+    """The tuner with the pipeline's baseline set to the grid's best (as re-measured, where it was): does it keep
+    the baseline?"""
+    best = (entry["check"] or {}).get("best_knobs") or entry["grid"]["best_knobs"]
     overrides = [
         *entry["tuner_overrides"],
         *(f"++pipeline.baseline.{name}={hydra_value(value)}" for name, value in best.items()),
@@ -368,7 +353,8 @@ def main() -> None:
     parser.add_argument("--grid", choices=("full", "small"), default="full", help="small: batch B,2B; workers 0,2")
     parser.add_argument("--trials", type=int, default=8, help="tuner trials (study.n_trials)")
     parser.add_argument("--confirm-rounds", type=int, default=3, help="the tuner's study.confirm_rounds")
-    parser.add_argument("--rounds", type=int, default=6, help="re-measurement rounds of grid best vs tuner pick")
+    parser.add_argument("--rounds", type=int, default=6, help="re-measurement rounds of the grid's top and tuner pick")
+    parser.add_argument("--top", type=int, default=3, help="the grid's fastest (single runs) re-measured")
     parser.add_argument("--best-case", default="tabular_mlp", help="pipeline for 'baseline already best', or none")
     parser.add_argument("--grid-attempts", type=int, default=3, help="runs of the grid command to complete it")
     parser.add_argument("--workdir", type=Path, default=REPO / "outputs" / "efficiency")

@@ -104,7 +104,7 @@ class Confirmation:
             f"rounds of fresh processes (samples/s per round). Baseline: {rounds}."
         ]
         if planned and self.winner and not self.failure:
-            parts.append("The race was decided early: one finalist led beyond run-to-run noise.")
+            parts.append("The race was decided early: more rounds could not change the verdict beyond run noise.")
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
             ratio = f" (median {finalist.median / self.baseline_median:.2f}x)" if finalist.throughputs else ""

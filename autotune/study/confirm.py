@@ -22,7 +22,10 @@ RACE_MARGIN = 0.10
 # that far apart do not happen by chance), and every other finalist's fastest run by more than TIE_TOLERANCE (so
 # no other can win, not even a tie-break by fewer changes). After round 1 the same holds with twice the gain,
 # counting the runs made before the race (the baseline's first measurement, each finalist's search trial): two
-# runs a side, 20 % apart, are no accident either.
+# runs a side, 20 % apart, are no accident either. From round 2 on it also ends once every finalist still racing
+# leads the baseline that clearly: what is left to settle is which of them, finalists within RACE_MARGIN of each
+# other, and one more round cannot tell a few per cent apart (6 interleaved rounds give a 95 % interval of about
+# +-10 % on this noise, docs/benchmarks.md), so it would cost a round of runs and change nothing that matters.
 DECISIVE_GAIN = 0.10
 
 
@@ -112,8 +115,9 @@ def _run_finalist(
 
 
 def _decided(finalists: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
-    """Whether one running finalist leads beyond doubt (DECISIVE_GAIN); ``before_race`` holds each finalist's and
-    the baseline's throughput measured before the race, counted after round 1."""
+    """Whether one running finalist leads beyond doubt, or (from round 2 on) every running finalist leads the
+    baseline beyond doubt (DECISIVE_GAIN); ``before_race`` holds each finalist's and the baseline's throughput
+    measured before the race, counted after round 1."""
     running = [f for f in finalists if f.dropped is None]
     if not running:
         return False
@@ -122,10 +126,12 @@ def _decided(finalists: list[Finalist], baseline_runs: list[float], before_race:
         gain = 2 * DECISIVE_GAIN
         runs = {f.label: [before_race[f.label], *f.throughputs] for f in running}
         base = [before_race["baseline"], *baseline_runs]
+    clear_of_baseline = {f.label for f in running if min(runs[f.label]) > max(base) * (1 + gain)}
+    if len(baseline_runs) > 1 and len(clear_of_baseline) == len(running):
+        return True
     leader = max(running, key=lambda f: min(runs[f.label]))
-    slowest = min(runs[leader.label])
     others_fastest = max((max(runs[f.label]) for f in running if f is not leader), default=0.0)
-    return slowest > max(base) * (1 + gain) and slowest > others_fastest * (1 + TIE_TOLERANCE)
+    return leader.label in clear_of_baseline and min(runs[leader.label]) > others_fastest * (1 + TIE_TOLERANCE)
 
 
 def _drop_laggards(racing: list[Finalist], index: int) -> None:

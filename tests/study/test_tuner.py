@@ -228,11 +228,23 @@ def test_a_race_of_several_finalists_ends_early_once_one_leads_beyond_a_tie(tmp_
 
 
 def test_a_race_goes_on_while_a_close_second_could_still_win_it(tmp_path):
-    single = {16: 100.0, 32: 150.0, 64: 148.0}
-    re_runs = {16: [100, 101, 100], 32: [150, 151, 149], 64: [147, 149, 148]}  # within a tie of the leader
+    single = {16: 100.0, 32: 108.0, 64: 107.0}
+    re_runs = {16: [100, 101, 100], 32: [108, 109, 107], 64: [107, 108, 106]}  # within a tie of the leader
     confirmation, names = raced(tmp_path, single, re_runs, rounds=3)
-    assert len(names) == 3 * 3
+    assert len(names) == 3 * 3, "neither leads the baseline by 10 % in every run: not decided"
     assert confirmation.winner is not None
+
+
+def test_a_race_ends_after_round_2_once_every_finalist_left_clearly_beats_the_baseline(tmp_path):
+    single = {16: 100.0, 32: 150.0, 64: 148.0}
+    re_runs = {16: [100, 101, 100], 32: [150, 151, 149], 64: [147, 149, 148]}  # within a tie of each other
+    confirmation, names = raced(tmp_path, single, re_runs, rounds=3)
+    assert len(names) == 2 * 3, "a third round could not tell two finalists 1 % apart"
+    assert confirmation.winner is not None and confirmation.rounds == 2
+    (tmp_path / "one").mkdir()
+    single = {16: 100.0, 32: 113.0, 64: 112.0}
+    _, names = raced(tmp_path / "one", single, {16: [100, 101, 100], 32: [112, 113, 112], 64: [111, 108, 112]})
+    assert len(names) == 3 * 3, "one finalist's slowest run was not 10 % clear of the baseline's fastest"
 
 
 def test_the_baseline_runs_at_a_different_place_in_each_round(tmp_path):
