@@ -6,8 +6,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-# Throughputs within this fraction of the fastest count as tied with it: about one run's noise on a quiet machine
-# (docs/benchmarks.md: CV 4.7 % for one run, 2.1 % for the median of three), so a tie-break costs at most 3 %.
+# A finalist counts as faster than another only when it beat it in every round and by this fraction by medians:
+# about one run's noise on a quiet machine (docs/benchmarks.md: CV 4.7 % for one run, 2.1 % for the median of
+# three). Otherwise the two are tied within noise, and the simpler, then the leaner, is recommended.
 TIE_TOLERANCE = 0.03
 
 
@@ -35,9 +36,10 @@ class Confirmation:
     race, in an order that rotates from round to round.
 
     A finalist is proven when it beat the baseline in every round and the ratio of medians is at least
-    ``MIN_GAIN`` above 1. The winner is the fastest proven finalist by median or, among proven finalists tied
-    with it within ``TIE_TOLERANCE``, the one that changes fewest knobs, then the one using least memory.
-    No winner means: keep the baseline. A single lucky run cannot make a slower setup the recommendation.
+    ``MIN_GAIN`` above 1. Among proven finalists, the fastest by median is the leader; those it does not beat
+    beyond noise (in every round, and by ``TIE_TOLERANCE`` by medians) are tied with it, and of the tied the one
+    that changes fewest knobs wins, then the one using least memory. No winner means: keep the baseline. A single
+    lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a race that was decided earlier ran fewer.
     """
@@ -73,8 +75,8 @@ class Confirmation:
         proven = [f for f in self.finalists if self.proven(f)]
         if not proven:
             return None
-        fastest = max(f.median for f in proven)
-        tied = [f for f in proven if f.median >= fastest * (1 - TIE_TOLERANCE)]
+        leader = max(proven, key=lambda f: f.median)
+        tied = [f for f in proven if not _beats(leader, f)]
         return min(tied, key=lambda f: (f.changes, f.peak_memory_mb, -f.median))
 
     @property
@@ -115,8 +117,8 @@ class Confirmation:
         elif self.winner:
             parts.append(
                 f"Trial {self.winner.label} is confirmed: {self.speedup:.2f}x by medians (a win in every round and "
-                f"at least {self.MIN_GAIN:.0%} gain; among finalists within {TIE_TOLERANCE:.0%} of each other the "
-                "one with fewest changes, then least memory)."
+                f"at least {self.MIN_GAIN:.0%} gain; of the finalists the fastest did not beat in every round and by "
+                f"{TIE_TOLERANCE:.0%}, the one with fewest changes, then least memory)."
             )
         else:
             parts.append(f"No finalist won every round by at least {self.MIN_GAIN:.0%}, so the baseline is kept.")
@@ -129,3 +131,10 @@ class Confirmation:
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
         finalists = [Finalist(**finalist) for finalist in data["finalists"]]
         return cls(data["baseline_throughputs"], finalists, data.get("failure"), data.get("planned_rounds"))
+
+
+def _beats(faster: Finalist, other: Finalist) -> bool:
+    """Whether ``faster`` is faster than ``other`` beyond noise: it won every round they both ran, and by
+    TIE_TOLERANCE by medians."""
+    rounds = zip(faster.throughputs, other.throughputs, strict=True)
+    return all(a > b for a, b in rounds) and faster.median > other.median * (1 + TIE_TOLERANCE)

@@ -44,6 +44,16 @@ def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins()
     assert confirmation(*clearly_faster).winner.label == "3", "more than 3 % faster is not a tie"
 
 
+def test_a_finalist_faster_by_medians_but_not_in_every_round_is_tied_and_the_leaner_wins():
+    lucky = finalist("3", [140, 127, 139], changes=2, memory=500)  # 7.8 % ahead by medians, behind in round 2
+    steady = finalist("5", [130, 129, 128], changes=2, memory=400)
+    result = confirmation(lucky, steady)
+    assert result.winner.label == "5", "one finalist is faster than another only if it beat it in every round"
+    assert "did not beat in every round" in result.describe()
+    lucky.throughputs[1] = 131  # now it won every round, by 7.8 % by medians: faster beyond noise
+    assert confirmation(lucky, steady).winner.label == "3"
+
+
 def test_a_dropped_finalist_cannot_win():
     result = confirmation(finalist("3", [130], dropped="slower than the baseline in round 2"))
     assert not result.confirmed and "dropped: slower than the baseline" in result.describe()
