@@ -217,14 +217,14 @@ def check_quality(
     best = fastest(measured, list(configs))
     medians = {label: statistics.median(runs_of(measured, label)) for label in configs if runs_of(measured, label)}
     is_best = best == tuner
-    ratio = 1.0 if is_best else medians[tuner] / medians[best] if best and tuner in medians else None
-    interval = None if is_best or best is None else ratio_interval(measured, tuner, best)
+    ratio, interval = (1.0, None) if is_best else (None, None)
+    if not is_best and best is not None and tuner in medians:
+        ratio, interval = medians[tuner] / medians[best], ratio_interval(measured, tuner, best)
     return {
         "configs": configs,
         "tuner_label": tuner,
         "best_label": best,
         "best_knobs": configs[best] if best else None,
-        "single_run_best_confirmed": best == "grid1",
         "tuner_is_best": is_best,
         "medians": medians,
         "rounds": measured,
