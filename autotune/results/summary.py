@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from autotune.results.confirmation import TIE_TOLERANCE, Confirmation
 from autotune.results.model import StudyResults, TrialRecord
 
-# Trials whose single run came within this fraction of the fastest are worth re-measuring: two runs of one
-# configuration differ by up to ~10 % here (docs/benchmarks.md), so the fastest single run may not be the fastest.
-FINALIST_WINDOW = 0.10
+# Trials whose single run came within this fraction of the fastest are worth re-measuring: single runs of one
+# configuration in fresh processes vary with a CV of 6-18 % here (docs/benchmarks.md), and a true equal of the
+# fastest read 12 % below it in one screening run, so the fastest single run may not be the fastest. One that
+# really is slower costs one race run: after round 1 the race drops finalists 10 % behind the leader.
+FINALIST_WINDOW = 0.15
 
 
 @dataclass(frozen=True)
@@ -74,19 +76,32 @@ def choose_candidate(results: StudyResults) -> TrialRecord | None:
 def select_finalists(results: StudyResults, limit: int = 3) -> list[TrialRecord]:
     """The trials worth re-measuring before recommending one: those whose single run beat the baseline's and
     came within FINALIST_WINDOW of the fastest, fastest first, at most ``limit``; the simplest one tied with
-    the fastest (``choose_candidate``) is always among them."""
+    the fastest (``choose_candidate``) is always among them.
+
+    Left out: a trial that changes more knobs than another of them and whose run did not beat that one's by
+    TIE_TOLERANCE. The race's tie rule could recommend it only if it beat the simpler one by that much in every
+    round, and its own run already did not; racing it would cost a run per round (a compiled one, its compile).
+    """
     if results.baseline is None or not results.baseline.result.ok:
         return []
     measured = [r for r in results.trials if r.result.ok and r.throughput > results.baseline.throughput]
     if not measured:
         return []
     fastest = max(r.throughput for r in measured)
-    near = sorted((r for r in measured if r.throughput >= fastest * (1 - FINALIST_WINDOW)), key=lambda r: -r.throughput)
+    near = [r for r in measured if r.throughput >= fastest * (1 - FINALIST_WINDOW)]
+    base = results.baseline.result.knobs
+    worth = sorted((r for r in near if not _outdone_by_simpler(r, near, base)), key=lambda r: -r.throughput)
     simplest = choose_candidate(results)
-    finalists = near[:limit]
-    if simplest is not None and simplest not in finalists:
+    finalists = worth[:limit]
+    if simplest in worth and simplest not in finalists:
         finalists = [*finalists[: limit - 1], simplest]
     return finalists
+
+
+def _outdone_by_simpler(record: TrialRecord, others: list[TrialRecord], base: dict[str, object]) -> bool:
+    changes = count_changes(record.result.knobs, base)
+    simpler = [other for other in others if count_changes(other.result.knobs, base) < changes]
+    return any(record.throughput <= other.throughput * (1 + TIE_TOLERANCE) for other in simpler)
 
 
 def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
