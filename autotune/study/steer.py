@@ -8,7 +8,8 @@ workers they overlap (min(L, C)), and on a CPU they also share the cores: a samp
 leave free are counted as gaining nothing (oversubscribed OpenMP threads measured worse, never better;
 where the model step was not timed with the free thread count, compute is scaled down in proportion).
 Compute settings are timed one knob at a time around the anchor (the baseline, made to fit the space) and
-combined as independent factors; a knob whose every value changes the model step by less than 3 % is left
+combined as independent factors; the knobs that act on activations (PER_BATCH_KNOBS) are timed at every batch
+size, as their effect changes with it. A knob whose every value changes the model step by less than 3 % is left
 at the anchor's value when choosing. torch.compile is not probed (one compile costs more than the whole
 probe): the guide tries it on the best configuration found, where the model step limits throughput.
 """
@@ -28,6 +29,11 @@ from autotune.trial.result import TrialResult
 
 # Knobs timed on a cached batch; compile and the worker options are not.
 COMPUTE_KNOBS = ("num_threads", "channels_last", "amp", "optimizer_impl", "set_to_none")
+# Compute knobs that act on activations, so that what they gain depends on the batch size: larger tensors amortise
+# autocast's casts and give threads more to share (transformer_lm: bf16 gave 1.22x at batch 16 and 1.37x at
+# batch 64 in one grid, docs/benchmarks.md). Each is timed at every batch size. The others act on the parameters
+# only (the optimizer step, zeroing the gradients): the same work whatever the batch size.
+PER_BATCH_KNOBS = ("num_threads", "channels_last", "amp")
 # A compute knob whose values all change the model step by less than this is not worth a trial of its own.
 _NEGLIGIBLE = 0.03
 # Preferred values of the worker options in steered configurations: PyTorch's default prefetching, and
@@ -50,14 +56,21 @@ class Steering:
 
     def compute(self, knobs: dict[str, Any]) -> float:
         """Model-step samples/s of ``knobs``: the anchor's at this batch size, times each compute knob's
-        measured factor at the anchor's batch size."""
+        measured factor (``_factor``)."""
         anchor = self.plan.computes[0]
-        rate = self._compute_of({**anchor, "batch_size": knobs["batch_size"]})
+        at_batch = {**anchor, "batch_size": knobs["batch_size"]}
+        rate = self._compute_of(at_batch)
         for name in COMPUTE_KNOBS:
             value = self._timed_value(name, knobs[name])
             if value != anchor[name]:
-                rate *= self._compute_of({**anchor, name: value}) / self._compute_of(anchor)
+                rate *= self._factor(name, value, at_batch)
         return rate
+
+    def _factor(self, name: str, value: Any, at_batch: dict[str, Any]) -> float:
+        """How much setting ``name`` to ``value`` sped up the model step: timed at ``at_batch``'s batch size where
+        it was (PER_BATCH_KNOBS), else at the anchor's."""
+        base = at_batch if {**at_batch, name: value} in self.plan.computes else self.plan.computes[0]
+        return self._compute_of({**base, name: value}) / self._compute_of(base)
 
     def _timed_value(self, name: str, value: Any) -> Any:
         """``value``; for num_threads=None (torch's default, one thread per core) on a CPU, the core count, where
@@ -104,7 +117,9 @@ class Steering:
         """Whether every timed value of compute knob ``name`` changed the model step by less than 3 %."""
         anchor = self.plan.computes[0]
         factors = [
-            self._compute_of(k) / self._compute_of(anchor) for k in self.plan.computes if k[name] != anchor[name]
+            self._compute_of(k) / self._compute_of({**k, name: anchor[name]})
+            for k in self.plan.computes
+            if k[name] != anchor[name]
         ]
         return all(abs(factor - 1) < _NEGLIGIBLE for factor in factors)
 
@@ -120,13 +135,16 @@ class Steering:
 
 def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.5) -> ProbePlan:
     """Every loader setting (batch size x workers), the anchor's model step at every batch size, and the
-    anchor with one compute knob changed, for every other value of each compute knob."""
+    anchor with one compute knob changed, for every other value of each compute knob: at every batch size for
+    PER_BATCH_KNOBS, at the anchor's for the others."""
     candidates = space.candidates
     loaders = [{"batch_size": b, "num_workers": w} for b in candidates["batch_size"] for w in candidates["num_workers"]]
     anchor = anchor_knobs(space, baseline)
-    computes = [anchor] + [{**anchor, "batch_size": b} for b in candidates["batch_size"] if b != anchor["batch_size"]]
+    others = [{**anchor, "batch_size": b} for b in candidates["batch_size"] if b != anchor["batch_size"]]
+    computes = [anchor, *others]
     for name in COMPUTE_KNOBS:
-        computes += [{**anchor, name: value} for value in candidates[name] if value != anchor[name]]
+        bases = [anchor, *others] if name in PER_BATCH_KNOBS else [anchor]
+        computes += [{**base, name: value} for base in bases for value in candidates[name] if value != anchor[name]]
     return ProbePlan(loaders, computes, seconds)
 
 

@@ -36,13 +36,47 @@ def steering() -> Steering:
     return Steering(plan, result)
 
 
-def test_the_plan_times_every_loader_setting_and_each_compute_knob_once_around_the_anchor():
+def test_the_plan_times_every_loader_setting_and_each_compute_knob_around_the_anchor():
     plan = probe_plan(SPACE, BASELINE)
     assert plan.loaders == [{"batch_size": b, "num_workers": w} for b in (16, 32) for w in (0, 2)]
     anchor = anchor_knobs(SPACE, BASELINE)
     assert plan.computes[0] == anchor and anchor["compile"] == "off" and anchor["num_workers"] == 0
-    assert len(plan.computes) == 1 + 1 + 1 + 1  # anchor, batch 32, one thread, bf16
-    assert {k["amp"] for k in plan.computes} == {"off", "bf16"}
+    assert len(plan.computes) == 1 + 1 + 2 + 2  # anchor, batch 32, one thread and bf16 at each batch size
+    assert {(k["batch_size"], k["amp"]) for k in plan.computes} == {
+        (16, "off"),
+        (32, "off"),
+        (16, "bf16"),
+        (32, "bf16"),
+    }
+    optimizer_space = SearchSpace({**SPACE.candidates, "optimizer_impl": ["default", "foreach"]})
+    foreach = [k for k in probe_plan(optimizer_space, BASELINE).computes if k["optimizer_impl"] == "foreach"]
+    assert [k["batch_size"] for k in foreach] == [16], "the optimizer step does not depend on the batch size"
+
+
+def bf16_pays_at_batch_32(knobs):
+    rate = 200.0 * (1.5 if knobs["batch_size"] == 32 else 1.0)
+    return rate * ({16: 0.8, 32: 1.4}[knobs["batch_size"]] if knobs["amp"] == "bf16" else 1.0)
+
+
+def test_a_knob_whose_gain_depends_on_the_batch_size_is_predicted_with_the_gain_at_that_size():
+    plan = probe_plan(SPACE, BASELINE)
+    s = Steering(
+        plan, ProbeResult([loader_rate(x) for x in plan.loaders], [bf16_pays_at_batch_32(k) for k in plan.computes])
+    )
+    assert s.compute({**BASELINE, "amp": "bf16"}) == pytest.approx(200 * 0.8)
+    assert s.compute({**BASELINE, "batch_size": 32, "amp": "bf16"}) == pytest.approx(300 * 1.4)
+    assert not s.negligible("amp")
+    assert s.negligible("num_threads"), "timed at batch 32 too, it is compared with the anchor at batch 32"
+
+
+def test_a_probe_record_from_before_per_batch_timing_predicts_with_the_anchor_batch_factor():
+    plan = probe_plan(SPACE, BASELINE)
+    anchor_at_32 = {**plan.computes[0], "batch_size": 32}
+    stored = replace(plan, computes=[k for k in plan.computes if k["batch_size"] == 16 or k == anchor_at_32])
+    s = Steering(
+        stored, ProbeResult([loader_rate(x) for x in plan.loaders], [bf16_pays_at_batch_32(k) for k in stored.computes])
+    )
+    assert s.compute({**BASELINE, "batch_size": 32, "amp": "bf16"}) == pytest.approx(300 * 0.8)
 
 
 def test_prediction_combines_loading_and_compute():
