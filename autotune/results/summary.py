@@ -8,9 +8,10 @@ from autotune.results.confirmation import TIE_TOLERANCE, Confirmation
 from autotune.results.model import StudyResults, TrialRecord
 
 # Trials whose single run came within this fraction of the fastest are worth re-measuring: single runs of one
-# configuration in fresh processes vary with a CV of 6-18 % here (docs/benchmarks.md), and a true equal of the
-# fastest read 12 % below it in one screening run, so the fastest single run may not be the fastest. One that
-# really is slower costs one race run: after round 1 the race drops finalists 10 % behind the leader.
+# configuration in fresh processes vary with a CV of 6-18 % here (docs/benchmarks.md), and a configuration the
+# tuner recommended in two other runs read 12 % below the fastest in one screening run, so the fastest single run
+# may not be the fastest. One that really is slower costs one race run: after round 1 the race drops finalists
+# 10 % behind the leader.
 FINALIST_WINDOW = 0.15
 
 
