@@ -24,6 +24,7 @@ from autotune.study.guide import guide_from_record
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.steer import probe_once
 from autotune.study.tuner import (
+    PROBE_ATTR,
     StopReason,
     TrialEvent,
     ensure_baseline,
@@ -69,11 +70,12 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     stop = StopReason("interrupted", aborted=True)
     try:
         guide = None
-        if settings.study.probe and settings.study.n_trials > 0:
-            probe = probe_once(study, space, settings.baseline, runner.probe)
-            print(f"[probe] {format_probe(probe)}", file=out, flush=True)
-            if not settings.study.multi_objective:  # the guide chases throughput alone; TPE explores a front
-                guide = guide_from_record(probe, space, settings.baseline, ctx.cpu_count if device == "cpu" else None)
+        # The probe steers a search for throughput alone; a multi-objective study explores a front with TPE.
+        if settings.study.probe and settings.study.n_trials > 0 and not settings.study.multi_objective:
+            stored = PROBE_ATTR in study.user_attrs
+            probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput)
+            print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
+            guide = guide_from_record(probe, space, settings.baseline, ctx.cpu_count if device == "cpu" else None)
         stop = tune(study, space, settings.study, runner.screen, show, guide.propose if guide else None)
         if not stop.aborted:
             confirm_finalists(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)

@@ -44,8 +44,11 @@ def main() -> None:
 
     result = prof.result
     timing = result.timing
+    bounds = "-".join(
+        "?" if v is None else f"{v:.1f}" for v in (timing.throughput_ci95_low, timing.throughput_ci95_high)
+    )
     print(
-        f"{timing.throughput:.1f} samples/s (95% CI {timing.throughput_ci95_low:.1f}-{timing.throughput_ci95_high:.1f})"
+        f"{timing.throughput:.1f} samples/s (95% CI {bounds}, ? where the window cannot tell)"
         f" after {timing.warmup_steps} warm-up steps; waiting for data {timing.data_stall_fraction:.0%} of the time"
     )
     print(

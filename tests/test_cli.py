@@ -65,7 +65,7 @@ def test_a_tuning_run_writes_consistent_reports(tmp_path):
     beaten = base < fastest * (1 - TIE_TOLERANCE)  # else the baseline is tied with the fastest, and kept
     assert ("[confirm-1-baseline]" in proc.stdout) == beaten, "a trial that beat the baseline is re-measured"
     if report["confirmation"] and report["confirmation"]["confirmed"]:
-        assert recommended["throughput"]["method"] == "medians of 1 interleaved re-measurements"
+        assert recommended["throughput"]["method"] == "one interleaved re-measurement"
     elif beaten:
         assert recommended["knobs"] == recommended["baseline"], "an unconfirmed trial is not recommended"
 
@@ -352,15 +352,24 @@ def wait_for_file(path, timeout_s):
         time.sleep(0.1)
 
 
-def test_probe_fixed_effective_batches_and_a_pareto_front(tmp_path):
+def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path):
+    args = [*TINY, "study.probe=true", "study.n_trials=2", "study.objectives=[throughput,peak_memory]"]
+    proc = run_cli([*args, "search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "[probe]" not in proc.stdout, "the probe steers a throughput search only: TPE explores the front"
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "## Pareto front: throughput against peak memory" in markdown
+    assert "differential probe" not in markdown
+
+
+def test_probe_and_fixed_effective_batches(tmp_path):
     args = [*TINY, "study.probe=true", "study.n_trials=2", "search.batch_policy=fixed_effective"]
-    args += ["study.objectives=[throughput,peak_memory]", "search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"]
+    args += ["search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"]
     proc = run_cli(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "[probe] at the baseline the DataLoader alone gives" in proc.stdout
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "## Where the time goes (differential probe)" in markdown
-    assert "## Pareto front: throughput against peak memory" in markdown
     recommended = yaml.safe_load((tmp_path / "out" / "recommended.yaml").read_text())
     assert recommended["training"]["batch_policy"] == "fixed_effective"
     assert recommended["knobs"]["batch_size"] in (2, 4, 8, 16), "micro-batches divide the baseline's 16"

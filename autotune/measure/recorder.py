@@ -41,17 +41,18 @@ class WindowPlan:
 class Timing:
     """What the timed window saw. Times in seconds, throughput in samples per second.
 
-    ``throughput_ci95_*`` bound throughput within this run (batch means); run-to-run variation
-    is larger and only repeated runs show it. ``transfer_s`` is host-to-device copy and input
-    layout conversion; ``data_stall_fraction`` is the share of the window spent waiting for data.
+    ``throughput_ci95_*`` bound throughput within this run (batch means; None where the window is too short to
+    say, or for the high end, where it has no upper bound); run-to-run variation is larger and only repeated runs
+    show it. ``transfer_s`` is host-to-device copy and input layout conversion; ``data_stall_fraction`` is the
+    share of the window spent waiting for data.
     """
 
     steps: int
     samples: int
     window_s: float
     throughput: float
-    throughput_ci95_low: float
-    throughput_ci95_high: float
+    throughput_ci95_low: float | None
+    throughput_ci95_high: float | None
     steps_per_s: float
     mean_step_s: float
     median_step_s: float

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 
@@ -31,25 +30,25 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
 
 def block_throughput_ci(
     durations: Sequence[float], samples: Sequence[int], blocks: int = 10, min_block_steps: int = 5
-) -> tuple[float, float]:
-    """95 % confidence interval of throughput by the method of batch means.
+) -> tuple[float | None, float | None]:
+    """95 % confidence interval of throughput by the method of batch means: (low, high).
 
     Consecutive steps are correlated (prefetch queues fill and drain), so single steps are not
     independent samples; contiguous blocks of at least ``min_block_steps`` steps are closer to it.
     The interval is taken on seconds per sample, which averages linearly, and inverted, so it is
     centred on the window's throughput rather than on the mean of block rates. It describes
     variation within this run only: run-to-run variation between processes is larger, and only
-    repeated runs measure it.
+    repeated runs measure it. With fewer than two blocks there is no interval: (None, None); where the interval
+    of seconds per sample reaches zero, throughput has no upper bound: high is None.
     """
     n_blocks = min(blocks, len(durations) // min_block_steps)
-    rate = sum(samples) / sum(durations)
     if n_blocks < 2:
-        return rate, rate
+        return None, None
     bounds = [round(i * len(durations) / n_blocks) for i in range(n_blocks + 1)]
     per_sample = [sum(durations[lo:hi]) / sum(samples[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
     mean = statistics.fmean(per_sample)
     half = t95(n_blocks - 1) * statistics.stdev(per_sample) / n_blocks**0.5
-    return 1 / (mean + half), (1 / (mean - half) if mean > half else math.inf)
+    return 1 / (mean + half), (1 / (mean - half) if mean > half else None)
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float:

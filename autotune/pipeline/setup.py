@@ -143,7 +143,7 @@ def loss_problem(loss: float, reference: float | None, tolerance: float) -> str 
     if difference > tolerance:
         return (
             f"the first step's loss {loss:.6g} differs from the fp32 eager loss {reference:.6g} by "
-            f"{difference:.1%}, more than measure.loss_tolerance={tolerance:g}"
+            f"{difference:.3g} (relative), more than measure.loss_tolerance={tolerance:g}"
         )
     return None
 

@@ -12,11 +12,11 @@ from typing import Any
 from autotune.knobs import KNOBS
 from autotune.report.rows import ranked_rows, record_row
 from autotune.results.advice import batch_advice
+from autotune.results.confirmation import TIE_TOLERANCE
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 
 _BEFORE_AFTER_METRICS = [
-    ("throughput_sps", "throughput (samples/s)"),
     ("median_step_ms", "median step (ms)"),
     ("step_iqr_ms", "step interquartile range (ms)"),
     ("data_stall_fraction", "data wait share"),
@@ -77,7 +77,14 @@ class Document:
 def build_document(results: StudyResults, summary: Summary) -> Document:
     sections = [
         *([Section("Confirmation", paragraphs=[summary.confirmation.describe()])] if summary.confirmation else []),
-        Section("Before and after", table=_before_after(summary)),
+        Section(
+            "Before and after",
+            paragraphs=[
+                f"Throughput: {summary.throughput_basis}, as in the recommendation above. Every other figure comes "
+                "from one measured run of each configuration (a search trial's run has the shorter screening window)."
+            ],
+            table=_before_after(summary),
+        ),
         Section("Training", paragraphs=[batch_advice(results, summary).describe()]),
         *_probe(results),
         *_pareto(summary),
@@ -101,10 +108,7 @@ def headline(summary: Summary) -> Headline:
             f"{len(confirmation.leader.throughputs)} interleaved rounds.",
         )
     if summary.is_baseline:
-        return Headline(
-            "Keep your current settings.",
-            f"No configuration measured faster than the baseline ({base.throughput:.1f} samples/s).",
-        )
+        return Headline("Keep your current settings.", _why_keep(summary))
     changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     return Headline(
@@ -112,6 +116,25 @@ def headline(summary: Summary) -> Headline:
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s, {how}) by "
         f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB.",
     )
+
+
+def _why_keep(summary: Summary) -> str:
+    """Why the baseline stays, unconfirmed: nothing else measured, nothing faster, or faster only within noise;
+    and any faster configuration that could not be recommended (infeasible: a measurement with a failure)."""
+    base = summary.baseline
+    others = [r for r in summary.ranked if r is not base]
+    measured = [r.throughput for r in others if r.result.ok]
+    at = f"the baseline ({base.throughput:.1f} samples/s)"
+    if not measured:
+        text = f"No configuration other than {at} was measured" + (" to the end (see below)." if others else ".")
+    elif max(measured) <= base.throughput:
+        text = f"No configuration measured faster than {at}."
+    else:
+        text = f"No configuration measured more than {TIE_TOLERANCE:.0%} faster than {at}: that is within noise."
+    faster = [r for r in others if not r.result.ok and r.result.timing and r.result.timing.throughput > base.throughput]
+    if faster:
+        text += f" {len(faster)} faster configuration(s) could not be recommended: infeasible or stopped (below)."
+    return text
 
 
 def format_cell(value: Any) -> str:
@@ -130,13 +153,17 @@ def _before_after(summary: Summary) -> Table:
     base_throughput = summary.baseline.throughput
     before, after = (record_row(r, None, base_throughput) for r in (summary.baseline, summary.recommended))
     rows = [[name, before[name], after[name]] for name in KNOBS]
-    rows.append(["throughput 95% CI (within run)", _interval(before), _interval(after)])
+    rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
+    rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS]
     return _table(["", "baseline", "recommended"], rows)
 
 
 def _interval(row: dict[str, Any]) -> str:
-    return f"{row['throughput_ci95_low']:.1f} – {row['throughput_ci95_high']:.1f}"
+    low, high = row["throughput_ci95_low"], row["throughput_ci95_high"]
+    if low is None:
+        return "window too short to tell"
+    return f"{low:.1f} – {'no upper bound' if high is None else f'{high:.1f}'}"
 
 
 def _ranked(summary: Summary) -> Table:
@@ -152,10 +179,10 @@ def _probe(results: StudyResults) -> list[Section]:
     if "failure" in probe:
         return [Section(heading, paragraphs=[f"The probe failed ({probe['failure']}); the search went on without it."])]
     loading, compute = probe["baseline_loader_sps"], probe["baseline_compute_sps"]
-    limit = "loading data" if loading < compute else "the model step"
+    slower = "the DataLoader" if loading < compute else "the model step"
     text = (
         f"Timed apart at the baseline's settings, the DataLoader alone delivered {loading:.1f} samples/s and the "
-        f"model step alone (on a cached batch) {compute:.1f} samples/s: {limit} limits training. From such "
+        f"model step alone (on a cached batch) {compute:.1f} samples/s: {slower} is the slower half. From such "
         f"timings ({probe['wall_s']:.1f} s in all) the probe predicted each configuration's throughput; each trial "
         "measured the configuration predicted fastest, its prediction corrected by the trials measured before it, "
         "until none left was predicted to beat the best (no prediction: a twin of the best with a knob the probe "

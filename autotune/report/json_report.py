@@ -51,8 +51,10 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
 
 
 def render_json(results: StudyResults, summary: Summary) -> str:
-    return json.dumps(report_data(results, summary), indent=2)
+    """report.json's text: strict JSON (``allow_nan=False``), which every parser reads."""
+    return json.dumps(report_data(results, summary), indent=2, allow_nan=False)
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+    """The row with a value that is not a finite number (a metric this run could not measure) as null."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}

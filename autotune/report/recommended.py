@@ -21,7 +21,7 @@ def render_recommended(results: StudyResults, summary: Summary) -> str:
             "baseline": round(summary.baseline_throughput, 2),
             "speedup": round(summary.speedup, 3),
             "unit": "samples/s",
-            "method": _method(summary),
+            "method": summary.throughput_basis,
         },
         "peak_memory_mb": {
             "recommended": round(rec.result.peak_memory_mb, 1),
@@ -43,9 +43,3 @@ def _training(advice) -> dict:
     if advice.suggested_learning_rate is not None and advice.batch_size != advice.baseline_batch_size:
         training["learning_rate"] = {"baseline": advice.learning_rate, "suggested": advice.suggested_learning_rate}
     return training
-
-
-def _method(summary: Summary) -> str:
-    if summary.confirmed:
-        return f"medians of {summary.confirmation.rounds} interleaved re-measurements"
-    return "single measurements"

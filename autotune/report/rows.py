@@ -45,7 +45,10 @@ def record_row(record: TrialRecord, rank: int | None, baseline_throughput: float
     row.update(dict.fromkeys(MEASUREMENT_COLUMNS))
     if result.measurement:
         row.update(_measurement_columns(result.measurement, baseline_throughput))
+    check = result.loss_check
     row.update(
+        first_loss=check.first_loss if check else None,
+        fp32_first_loss=check.fp32_loss if check else None,
         wall_s=result.wall_s,
         failure_kind=result.failure.kind.value if result.failure else None,
         failure_reason=result.failure.message if result.failure else None,

@@ -42,6 +42,15 @@ class Summary:
         return self.confirmation.baseline_median if self.confirmed else self.baseline.throughput
 
     @property
+    def throughput_basis(self) -> str:
+        """Where the two throughputs above come from, in words."""
+        if self.confirmed and self.confirmation.rounds == 1:
+            return "one interleaved re-measurement"
+        if self.confirmed:
+            return f"medians of {self.confirmation.rounds} interleaved re-measurements"
+        return "single measurements"
+
+    @property
     def speedup(self) -> float:
         return self.recommended_throughput / self.baseline_throughput
 

@@ -36,6 +36,11 @@ COMPUTE_KNOBS = ("num_threads", "channels_last", "amp", "optimizer_impl", "set_t
 PER_BATCH_KNOBS = ("num_threads", "channels_last", "amp")
 # A compute knob whose values all change the model step by less than this is not worth a trial of its own.
 _NEGLIGIBLE = 0.03
+# Each half of the pipeline, timed alone, bounds the whole: a probe whose loader or model step alone ran slower
+# than this fraction of the measured baseline contradicts that measurement (the machine was busy while it ran, as
+# one probe here that timed the loader at 11.9 samples/s against a baseline of 64), and would steer the search
+# away from everything. Runs of one configuration vary by up to ~1.8x here, so only a gap beyond that counts.
+CONTRADICTION = 0.5
 # Preferred values of the worker options in steered configurations: PyTorch's default prefetching, and
 # workers that are not restarted each epoch.
 WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
@@ -162,9 +167,11 @@ def probe_once(
     space: SearchSpace,
     baseline: dict[str, Any],
     run_probe: Callable[[ProbePlan], TrialResult],
+    baseline_sps: float,
 ) -> dict[str, Any]:
     """Run the probe once per study and store what it found (reused on resume). Returns the stored record;
-    a probe that fails is recorded and the search goes on without it."""
+    a probe that fails, or whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION),
+    is recorded as failed and the search goes on without it."""
     stored = study.user_attrs.get(PROBE_ATTR)
     if stored is not None:
         return stored
@@ -183,8 +190,21 @@ def probe_once(
             "baseline_loader_sps": steering.loader(anchor["batch_size"], workers),
             "baseline_compute_sps": steering.compute(anchor),
         }
+        record = _contradicted(record, baseline_sps) or record
     study.set_user_attr(PROBE_ATTR, record)
     return record
+
+
+def _contradicted(record: dict[str, Any], baseline_sps: float) -> dict[str, Any] | None:
+    """A failure record in place of ``record`` if either half, timed alone, ran far slower than the whole."""
+    for part, key in (("DataLoader", "baseline_loader_sps"), ("model step", "baseline_compute_sps")):
+        if record[key] < CONTRADICTION * baseline_sps:
+            reason = (
+                f"its timings contradict the baseline's: the {part} alone gave {record[key]:.1f} samples/s, the "
+                f"whole pipeline {baseline_sps:.1f}; something else was likely using the machine while it ran"
+            )
+            return {"failure": reason, "wall_s": record["wall_s"]}
+    return None
 
 
 def baseline_or_first(space: SearchSpace, baseline: dict[str, Any], name: str) -> Any:

@@ -73,12 +73,22 @@ class TrialRequest:
 
 
 @dataclass(frozen=True)
+class LossCheck:
+    """The evidence of the correctness guard: the first training step's loss and, under amp or compile, the fp32
+    eager loss of the same weights, batch and seed it was compared with (None: the step was fp32 eager itself)."""
+
+    first_loss: float
+    fp32_loss: float | None = None
+
+
+@dataclass(frozen=True)
 class TrialResult:
     """One trial's outcome: a measurement, or a failure with its reason.
 
     ``wall_s`` is the whole trial, as the tuner saw it (process spawn to exit); ``startup_s`` the
     subprocess's interpreter start and imports; ``build_s`` building the pipeline and applying knobs.
     With repeated runs, the median run is kept and ``repeat_throughputs`` lists every run's throughput.
+    ``loss_check`` is what the correctness guard compared (None where no step ran).
     """
 
     knobs: dict[str, Any]
@@ -89,6 +99,7 @@ class TrialResult:
     build_s: float | None = None
     repeat_throughputs: list[float] | None = None
     probe: ProbeResult | None = None
+    loss_check: LossCheck | None = None
 
     @property
     def ok(self) -> bool:
@@ -112,6 +123,7 @@ class TrialResult:
             "build_s": self.build_s,
             "repeat_throughputs": self.repeat_throughputs,
             "probe": self.probe.to_dict() if self.probe else None,
+            "loss_check": asdict(self.loss_check) if self.loss_check else None,
         }
 
     @classmethod
@@ -126,6 +138,7 @@ class TrialResult:
             build_s=data.get("build_s"),
             repeat_throughputs=data.get("repeat_throughputs"),
             probe=ProbeResult.from_dict(data["probe"]) if data.get("probe") else None,
+            loss_check=LossCheck(**data["loss_check"]) if data.get("loss_check") else None,
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:

@@ -27,7 +27,7 @@ from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer, WorkerKilledError, loss_problem
 from autotune.trial.probe import run_probe
-from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
+from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, LossCheck, TrialRequest, TrialResult
 
 _MESSAGE_LIMIT = 500
 # Every trial starts from the same initial weights, and the first step's loss is compared under this seed.
@@ -52,7 +52,7 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
     build_s = time.perf_counter() - build_start
     compiling = request.knobs["compile"] != "off"
     report = _progress_writer(progress_path, max(_PROGRESS_AFTER_S, request.plan.min_time_s / 2))
-    problem = None
+    problem, check = None, None
     batches = trainer.batches()
     try:
         with Profiler("trial", device, request.plan, request.memory_interval_s, compiling) as prof:
@@ -60,7 +60,8 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
                 batch = trainer.to_device(batch)
                 prof.transferred()
                 if index == 0:  # warm-up steps, never timed
-                    loss, problem = _first_step(trainer, batch, request)
+                    loss, check = _first_step(trainer, batch, request)
+                    problem = loss_problem(check.first_loss, check.fp32_loss, request.loss_tolerance)
                 else:
                     if index == 1:
                         prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
@@ -71,22 +72,21 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
                     break
     finally:
         batches.close()
-    problem = problem or loss_problem(float(loss), None, request.loss_tolerance)
+    problem = problem or loss_problem(loss.detach().item(), None, request.loss_tolerance)
     failure = Failure(FailureKind.INCORRECT, problem) if problem else None
-    return TrialResult(knobs=request.knobs, measurement=prof.result, failure=failure, build_s=build_s)
+    return TrialResult(knobs=request.knobs, measurement=prof.result, failure=failure, build_s=build_s, loss_check=check)
 
 
-def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.Tensor, str | None]:
-    """The first training step and what is wrong with its loss, if anything: not finite, or, under amp
-    or compile, further than ``request.loss_tolerance`` from the fp32 eager loss of the same weights,
-    batch and random seed."""
+def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.Tensor, LossCheck]:
+    """The first training step, and its loss beside the fp32 eager loss of the same weights, batch and random
+    seed (computed under amp or compile only: otherwise the step is fp32 eager itself)."""
     reference = None
     if request.knobs["amp"] != "off" or request.knobs["compile"] != "off":
         torch.manual_seed(_SEED)
         reference = trainer.reference_loss(batch)
     torch.manual_seed(_SEED)
     loss = trainer.train_step(batch)
-    return loss, loss_problem(float(loss), reference, request.loss_tolerance)
+    return loss, LossCheck(loss.detach().item(), reference)
 
 
 def _progress_writer(path: Path | None, after_s: float):

@@ -13,7 +13,7 @@ from autotune.knobs import KNOBS
 from autotune.report import write_reports
 from autotune.report.document import headline
 from autotune.results.confirmation import Confirmation, Finalist
-from autotune.results.model import StudyResults
+from autotune.results.model import StudyResults, TrialRecord
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind
 from tests.results.test_summary import failed, results_with, trial
@@ -146,7 +146,7 @@ def test_probe_pareto_and_training_sections(tmp_path):
     files = write_reports(results, summarise(results), tmp_path)
     markdown = files["report.md"].read_text()
     assert "## Where the time goes (differential probe)" in markdown
-    assert "DataLoader alone delivered 80.0 samples/s" in markdown and "loading data limits training" in markdown
+    assert "DataLoader alone delivered 80.0 samples/s" in markdown and "the DataLoader is the slower half" in markdown
     assert "| 0 | num_workers=1 | 130.0 | 120.0 |" in markdown, "predicted beside measured"
     assert "## Pareto front: throughput against peak memory" in markdown
     assert "## Training" in markdown and "Batch size unchanged" in markdown
@@ -164,3 +164,63 @@ def test_a_batch_change_carries_a_learning_rate_suggestion_into_recommended_yaml
     training = yaml.safe_load(files["recommended.yaml"].read_text())["training"]
     assert training["learning_rate"] == {"baseline": 0.01, "suggested": 0.04}
     assert "linear scaling rule" in training["note"]
+
+
+def with_timing(record, **changes):
+    """``record`` with its measurement's timing fields changed."""
+    m = record.result.measurement
+    return replace(record, result=replace(record.result, measurement=replace(m, timing=replace(m.timing, **changes))))
+
+
+def strict_json(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_interval_the_window_cannot_bound_is_written_as_null_and_said_in_words(tmp_path):
+    base = sample_results()
+    short = with_timing(trial("3", 150.0, batch_size=64), throughput_ci95_low=140.0, throughput_ci95_high=None)
+    baseline = with_timing(base.baseline, throughput_ci95_low=None, throughput_ci95_high=None)
+    results = StudyResults(**{**base.__dict__, "baseline": baseline, "trials": [*base.trials, short]})
+    files = write_reports(results, summarise(results), tmp_path)
+    report = strict_json(files["report.json"].read_text())
+    row = next(t for t in report["trials"] if t["trial"] == "3")
+    assert row["throughput_ci95_low"] == 140.0 and row["throughput_ci95_high"] is None
+    markdown = files["report.md"].read_text()
+    assert "| window too short to tell | 140.0 – no upper bound |" in markdown
+
+
+def test_before_and_after_shows_the_throughputs_the_headline_states(tmp_path):
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])])
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    assert "(111.0 vs 100.0 samples/s, confirmed by interleaved re-measurement)" in markdown
+    assert "| throughput (samples/s) | 100.0 | 111.0 |" in markdown, "the medians, not the single runs (100, 120)"
+    assert "Throughput: medians of 3 interleaved re-measurements" in markdown
+
+
+def test_keeping_the_baseline_says_why_in_each_case():
+    def why(*trials):
+        return headline(summarise(results_with(*trials))).rest
+
+    assert why() == "No configuration other than the baseline (100.0 samples/s) was measured."
+    assert (
+        why(failed("1"))
+        == "No configuration other than the baseline (100.0 samples/s) was measured to the end (see below)."
+    )
+    assert (
+        why(trial("0", 90.0, num_workers=1)) == "No configuration measured faster than the baseline (100.0 samples/s)."
+    )
+    assert why(trial("0", 102.0, num_workers=1)).startswith("No configuration measured more than 3% faster")
+    over_budget = TrialRecord(
+        "4",
+        replace(
+            trial("4", 150.0, batch_size=64).result,
+            failure=Failure(FailureKind.OUT_OF_MEMORY, "over study.memory_budget_mb"),
+        ),
+    )
+    assert why(trial("0", 90.0, num_workers=1), over_budget).endswith(
+        "1 faster configuration(s) could not be recommended: infeasible or stopped (below)."
+    )

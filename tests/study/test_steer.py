@@ -95,9 +95,9 @@ def run_probe(plan):
 def test_the_probe_runs_once_per_study_and_its_record_rebuilds_the_steering(tmp_path):
     study = open_study(settings(tmp_path), META)
     calls = []
-    record = probe_once(study, SPACE, BASELINE, lambda plan: calls.append(plan) or run_probe(plan))
+    record = probe_once(study, SPACE, BASELINE, lambda plan: calls.append(plan) or run_probe(plan), 90.0)
     assert record["baseline_loader_sps"] == 100.0 and record["baseline_compute_sps"] == 200.0
-    assert probe_once(study, SPACE, BASELINE, run_probe) == record and len(calls) == 1
+    assert probe_once(study, SPACE, BASELINE, run_probe, 90.0) == record and len(calls) == 1
     assert study.user_attrs[PROBE_ATTR] == record
     rebuilt = Steering.from_record(record)
     knobs = {**BASELINE, "num_workers": 2, "batch_size": 32}
@@ -107,9 +107,20 @@ def test_the_probe_runs_once_per_study_and_its_record_rebuilds_the_steering(tmp_
 def test_a_failed_probe_is_recorded(tmp_path):
     study = open_study(settings(tmp_path), META)
     failed = TrialResult(knobs=BASELINE, failure=Failure(FailureKind.TIMEOUT, "timeout after 300 s"))
-    record = probe_once(study, SPACE, BASELINE, lambda plan: failed)
+    record = probe_once(study, SPACE, BASELINE, lambda plan: failed, 90.0)
     assert record["failure"] == "timeout: timeout after 300 s"
     assert not study.get_trials()
+
+
+def test_a_probe_that_contradicts_the_measured_baseline_is_recorded_as_failed(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    # the loader alone gave 100 samples/s at the baseline's settings: a baseline measured at 210 cannot be
+    record = probe_once(study, SPACE, BASELINE, run_probe, 210.0)
+    assert record["failure"].startswith("its timings contradict the baseline's: the DataLoader alone gave 100.0")
+    assert "wall_s" in record and study.user_attrs[PROBE_ATTR] == record
+    (tmp_path / "other").mkdir()
+    other = open_study(settings(tmp_path / "other"), META)
+    assert "failure" not in probe_once(other, SPACE, BASELINE, run_probe, 190.0), "within 2x of the baseline: noise"
 
 
 def test_a_faster_model_step_raises_the_prediction_only_where_compute_limits():

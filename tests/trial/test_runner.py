@@ -102,11 +102,15 @@ def test_a_loss_that_is_not_finite_is_infeasible_and_keeps_its_measurement(tmp_p
     result = run_trial(request(model="faults.NanCNN"), 120, tmp_path, "nan")
     assert result.failure.kind is FailureKind.INCORRECT and "not a finite number" in result.failure.message
     assert result.measurement is not None and result.timing.throughput > 0
+    assert result.loss_check.fp32_loss is None, "an fp32 eager step is its own reference"
 
 
 def test_bf16_autocast_passes_the_first_step_loss_check(tmp_path):
     result = run_trial(request(amp="bf16"), 120, tmp_path, "bf16")
     assert result.ok, result.failure
+    check = result.loss_check
+    assert check.fp32_loss is not None and abs(check.first_loss - check.fp32_loss) <= 0.1 * abs(check.fp32_loss)
+    assert TrialResult.from_dict(result.to_dict()).loss_check == check, "the evidence is kept in the study"
 
 
 def test_an_impossible_loss_tolerance_makes_amp_infeasible(tmp_path):
