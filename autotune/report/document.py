@@ -107,6 +107,12 @@ def headline(summary: Summary) -> Headline:
             f"{confirmation.leader.label}, measured {confirmation.speedup:.2f}x by medians of "
             f"{len(confirmation.leader.throughputs)} interleaved rounds.",
         )
+    if summary.is_baseline and confirmation:
+        reason = confirmation.failure or "every finalist's run failed"
+        return Headline(
+            "Keep your current settings.",
+            f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
+        )
     if summary.is_baseline:
         return Headline("Keep your current settings.", _why_keep(summary))
     changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
@@ -119,8 +125,9 @@ def headline(summary: Summary) -> Headline:
 
 
 def _why_keep(summary: Summary) -> str:
-    """Why the baseline stays, unconfirmed: nothing else measured, nothing faster, or faster only within noise;
-    and any faster configuration that could not be recommended (infeasible: a measurement with a failure)."""
+    """Why the baseline stays without a race: nothing else measured, nothing faster, or the baseline tied with the
+    fastest (``choose_candidate``); and any faster configuration that could not be recommended (infeasible: a
+    measurement with a failure)."""
     base = summary.baseline
     others = [r for r in summary.ranked if r is not base]
     measured = [r.throughput for r in others if r.result.ok]
@@ -130,7 +137,10 @@ def _why_keep(summary: Summary) -> str:
     elif max(measured) <= base.throughput:
         text = f"No configuration measured faster than {at}."
     else:
-        text = f"No configuration measured more than {TIE_TOLERANCE:.0%} faster than {at}: that is within noise."
+        text = (
+            f"The fastest configuration measured ({max(measured):.1f} samples/s) is within {TIE_TOLERANCE:.0%} of "
+            f"{at}: a tie within noise, which is no reason to change anything."
+        )
     faster = [r for r in others if not r.result.ok and r.result.timing and r.result.timing.throughput > base.throughput]
     if faster:
         text += f" {len(faster)} faster configuration(s) could not be recommended: infeasible or stopped (below)."

@@ -36,10 +36,11 @@ COMPUTE_KNOBS = ("num_threads", "channels_last", "amp", "optimizer_impl", "set_t
 PER_BATCH_KNOBS = ("num_threads", "channels_last", "amp")
 # A compute knob whose values all change the model step by less than this is not worth a trial of its own.
 _NEGLIGIBLE = 0.03
-# Each half of the pipeline, timed alone, bounds the whole: a probe whose loader or model step alone ran slower
-# than this fraction of the measured baseline contradicts that measurement (the machine was busy while it ran, as
-# one probe here that timed the loader at 11.9 samples/s against a baseline of 64), and would steer the search
-# away from everything. Runs of one configuration vary by up to ~1.8x here, so only a gap beyond that counts.
+# Each half of the pipeline, timed alone with the baseline's settings, bounds the whole: a probe whose loader or
+# model step alone ran slower than this fraction of the measured baseline contradicts that measurement (the
+# machine was busy while it ran, as one probe here that timed the loader at 11.9 samples/s against a baseline of
+# 64), and would steer the search away from everything. Runs of one configuration vary by up to ~1.8x here, so
+# only a gap beyond that counts.
 CONTRADICTION = 0.5
 # Preferred values of the worker options in steered configurations: PyTorch's default prefetching, and
 # workers that are not restarted each epoch.
@@ -190,14 +191,26 @@ def probe_once(
             "baseline_loader_sps": steering.loader(anchor["batch_size"], workers),
             "baseline_compute_sps": steering.compute(anchor),
         }
-        record = _contradicted(record, baseline_sps) or record
+        record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps) or record
     study.set_user_attr(PROBE_ATTR, record)
     return record
 
 
-def _contradicted(record: dict[str, Any], baseline_sps: float) -> dict[str, Any] | None:
-    """A failure record in place of ``record`` if either half, timed alone, ran far slower than the whole."""
-    for part, key in (("DataLoader", "baseline_loader_sps"), ("model step", "baseline_compute_sps")):
+def _timed_as_baseline(anchor: dict[str, Any], workers: Any, baseline: dict[str, Any]) -> list[tuple[str, str]]:
+    """The halves the probe timed with the baseline's own settings (the anchor moves a knob whose baseline value
+    the space lacks, such as torch's default thread count, and leaves compile out): only those bound it."""
+    same = [name for name in anchor if anchor[name] == baseline[name]]
+    halves = []
+    if "batch_size" in same and workers == baseline["num_workers"]:
+        halves.append(("DataLoader", "baseline_loader_sps"))
+    if set(same) >= {"batch_size", "compile", *COMPUTE_KNOBS}:
+        halves.append(("model step", "baseline_compute_sps"))
+    return halves
+
+
+def _contradicted(record: dict[str, Any], halves: list[tuple[str, str]], baseline_sps: float) -> dict[str, Any] | None:
+    """A failure record in place of ``record`` if a half timed as the baseline ran far slower than the whole."""
+    for part, key in halves:
         if record[key] < CONTRADICTION * baseline_sps:
             reason = (
                 f"its timings contradict the baseline's: the {part} alone gave {record[key]:.1f} samples/s, the "

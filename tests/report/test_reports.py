@@ -213,7 +213,10 @@ def test_keeping_the_baseline_says_why_in_each_case():
     assert (
         why(trial("0", 90.0, num_workers=1)) == "No configuration measured faster than the baseline (100.0 samples/s)."
     )
-    assert why(trial("0", 102.0, num_workers=1)).startswith("No configuration measured more than 3% faster")
+    assert why(trial("0", 103.0, num_workers=1)) == (
+        "The fastest configuration measured (103.0 samples/s) is within 3% of the baseline (100.0 samples/s): "
+        "a tie within noise, which is no reason to change anything."
+    )
     over_budget = TrialRecord(
         "4",
         replace(
@@ -223,4 +226,15 @@ def test_keeping_the_baseline_says_why_in_each_case():
     )
     assert why(trial("0", 90.0, num_workers=1), over_budget).endswith(
         "1 faster configuration(s) could not be recommended: infeasible or stopped (below)."
+    )
+
+
+def test_keeping_the_baseline_because_the_race_failed_says_so():
+    failed_race = Confirmation([], [Finalist("0", {}, 1, 100.0)], failure="confirm-1-baseline: timeout after 300 s")
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": failed_race})
+    summary = summarise(results)
+    assert summary.is_baseline
+    assert headline(summary).rest == (
+        "The fastest trials could not be re-measured against the baseline (confirm-1-baseline: timeout after "
+        "300 s), so none is recommended."
     )

@@ -123,6 +123,21 @@ def test_a_probe_that_contradicts_the_measured_baseline_is_recorded_as_failed(tm
     assert "failure" not in probe_once(other, SPACE, BASELINE, run_probe, 190.0), "within 2x of the baseline: noise"
 
 
+def test_only_a_half_timed_with_the_baselines_settings_can_contradict_it(tmp_path):
+    def fast_loader(plan):
+        return TrialResult(BASELINE, probe=ProbeResult([1000.0] * len(plan.loaders), [200.0] * len(plan.computes)))
+
+    for name, baseline, contradicted in (
+        ("same", BASELINE, True),  # the model step alone (200) under half the whole (450)
+        ("default_threads", {**BASELINE, "num_threads": None}, False),  # timed at 1 thread, not torch's default
+        ("compiled", {**BASELINE, "compile": "default"}, False),  # the probe times the step uncompiled
+    ):
+        (tmp_path / name).mkdir()
+        record = probe_once(open_study(settings(tmp_path / name), META), SPACE, baseline, fast_loader, 450.0)
+        assert ("failure" in record) == contradicted, name
+        assert not contradicted or "the model step alone gave 200.0" in record["failure"]
+
+
 def test_a_faster_model_step_raises_the_prediction_only_where_compute_limits():
     s = steering()
     compute_bound = {**BASELINE, "num_workers": 2}  # loading 300, compute 200
