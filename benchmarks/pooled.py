@@ -19,9 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.efficiency import TARGET_RATIO, knob_text
 from benchmarks.remeasure import Rounds, ratio_interval, verdict
-
-TARGET_RATIO = 0.97
 
 
 class PoolingError(Exception):
@@ -30,7 +29,7 @@ class PoolingError(Exception):
 
 def config_key(knobs: dict[str, Any], varied: list[str]) -> str:
     """A configuration as the knobs its grid varies, e.g. ``amp=bf16 batch_size=64``."""
-    return " ".join(f"{name}={knobs[name]}" for name in sorted(varied))
+    return knob_text(knobs, sorted(varied))
 
 
 def pool(runs: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:
