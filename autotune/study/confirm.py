@@ -7,7 +7,7 @@ from typing import Any
 
 import optuna
 
-from autotune.results.confirmation import TIE_TOLERANCE, Confirmation, Finalist
+from autotune.results.confirmation import TIE_TOLERANCE, Confirmation, Finalist, wins_needed
 from autotune.results.model import StudyResults
 from autotune.results.summary import count_changes, select_finalists
 from autotune.study.tuner import CONFIRMATION_ATTR, MeasureFn
@@ -40,9 +40,10 @@ def confirm_finalists(
     rounds of the baseline and the finalists (their order, the baseline's place included, rotating each round),
     and store the outcome in the study.
 
-    A finalist leaves the race when a run of it fails, when it is slower than the baseline in a round (it can
-    no longer be proven), or when it falls RACE_MARGIN behind the leader; the race ends early once decided
-    (DECISIVE_GAIN). A stored confirmation of the same finalists and planned rounds is reused, not measured again.
+    A finalist leaves the race when a run of it fails, when it has lost too many rounds to the baseline to be
+    proven (``wins_needed``; with up to 5 rounds, one), or when it falls RACE_MARGIN behind the leader; the race
+    ends early once decided (DECISIVE_GAIN). A stored confirmation of the same finalists and planned rounds is
+    reused, not measured again.
     """
     picks = select_finalists(results)
     if not picks or rounds == 0:
@@ -65,6 +66,7 @@ def confirm_finalists(
         failure = _run_round(index, base.knobs, racing, baseline_runs, measure, on_run)
         if failure:
             break
+        _drop_unprovable(racing, baseline_runs, rounds)
         _drop_laggards(racing, index)
         if _decided(finalists, baseline_runs, before_race):
             break
@@ -82,8 +84,7 @@ def _run_round(
     on_run: Callable[[str, TrialResult], None],
 ) -> str | None:
     """One round: the baseline and every racing finalist once, in an order rotated each round (so no one always
-    runs first, right after the search or the previous round); then a finalist slower than the baseline leaves.
-    Returns why the baseline's run failed, if it did."""
+    runs first, right after the search or the previous round). Returns why the baseline's run failed, if it did."""
     order: list[Finalist | None] = [None, *racing]  # None: the baseline
     shift = (index - 1) % len(order)
     for entrant in order[shift:] + order[:shift]:
@@ -96,9 +97,6 @@ def _run_round(
         if not result.ok:
             return f"{name}: {result.failure}"
         baseline_runs.append(result.timing.throughput)
-    for finalist in racing:
-        if finalist.dropped is None and finalist.throughputs[-1] <= baseline_runs[-1]:
-            finalist.dropped = f"slower than the baseline in round {index}"
     return None
 
 
@@ -132,6 +130,17 @@ def _decided(finalists: list[Finalist], baseline_runs: list[float], before_race:
     leader = max(running, key=lambda f: min(runs[f.label]))
     others_fastest = max((max(runs[f.label]) for f in running if f is not leader), default=0.0)
     return leader.label in clear_of_baseline and min(runs[leader.label]) > others_fastest * (1 + TIE_TOLERANCE)
+
+
+def _drop_unprovable(racing: list[Finalist], baseline_runs: list[float], rounds: int) -> None:
+    """A finalist that has lost more rounds to the baseline than a proof over ``rounds`` rounds allows leaves."""
+    allowed = rounds - wins_needed(rounds)
+    for finalist in racing:
+        lost = sum(f <= b for f, b in zip(finalist.throughputs, baseline_runs, strict=False))
+        if finalist.dropped is None and lost > allowed:
+            finalist.dropped = f"slower than the baseline in round {len(baseline_runs)}"
+            if allowed:
+                finalist.dropped += f" ({lost} rounds lost; a proof over {rounds} rounds allows {allowed})"
 
 
 def _drop_laggards(racing: list[Finalist], index: int) -> None:

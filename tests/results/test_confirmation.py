@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.results.confirmation import Confirmation, Finalist
+from autotune.results.confirmation import Confirmation, Finalist, paired_ratio, wins_needed
 
 
 def finalist(label, runs, changes=1, memory=100.0, dropped=None):
@@ -44,14 +44,38 @@ def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins()
     assert confirmation(*clearly_faster).winner.label == "3", "more than 3 % faster is not a tie"
 
 
-def test_a_finalist_faster_by_medians_but_not_in_every_round_is_tied_and_the_leaner_wins():
-    lucky = finalist("3", [140, 127, 139], changes=2, memory=500)  # 7.8 % ahead by medians, behind in round 2
-    steady = finalist("5", [130, 129, 128], changes=2, memory=400)
-    result = confirmation(lucky, steady)
-    assert result.winner.label == "5", "one finalist is faster than another only if it beat it in every round"
-    assert "did not beat in every round" in result.describe()
-    lucky.throughputs[1] = 131  # now it won every round, by 7.8 % by medians: faster beyond noise
-    assert confirmation(lucky, steady).winner.label == "3"
+def test_one_finalist_beats_another_by_its_per_round_ratios_not_by_winning_every_round():
+    faster = finalist("3", [140, 127, 139, 141, 138, 140], changes=2, memory=500)  # behind in round 2 only
+    leaner = finalist("5", [130, 129, 128, 129, 130, 128], changes=2, memory=400)
+    result = confirmation(faster, leaner, baseline=[100] * 6)
+    assert paired_ratio(faster.throughputs, leaner.throughputs) == pytest.approx(1.0652, abs=1e-4)
+    assert result.winner.label == "3", "6.5 % ahead round by round is beyond a tie, one lost round or not"
+    assert "did not beat in most rounds and by more than 3% round by round" in result.describe()
+    lucky = finalist("3", [140, 127], changes=2, memory=500)  # 7.8 % ahead by geometric mean, behind in round 2
+    assert confirmation(lucky, finalist("5", [130, 129], changes=2, memory=400), baseline=[100, 100]).winner.label == (
+        "5"
+    ), "one lucky run does not make a finalist faster: it must win most rounds"
+
+
+def test_finalists_within_three_percent_round_by_round_are_tied_and_the_leaner_wins():
+    faster = finalist("3", [134, 131, 133], changes=2, memory=500)  # won every round, 2.3 % by per-round ratios
+    leaner = finalist("5", [130, 129, 130], changes=2, memory=400)
+    assert confirmation(faster, leaner).winner.label == "5"
+
+
+@pytest.mark.parametrize(("rounds", "needed"), [(1, 1), (2, 2), (3, 3), (5, 5), (6, 5), (7, 6), (10, 8), (12, 9)])
+def test_wins_needed_is_a_sign_test_at_one_in_eight(rounds, needed):
+    assert wins_needed(rounds) == needed
+
+
+def test_with_many_rounds_one_lost_round_does_not_undo_a_proof():
+    runs = [120, 99, 121, 119, 122, 120]  # lost round 2 of 6: 5 wins pass the sign test
+    result = confirmation(finalist("3", runs), baseline=[100] * 6)
+    assert result.confirmed and "a win in at least 5 of 6 rounds" in result.describe()
+    assert not confirmation(finalist("3", [120, 99, 121, 99, 122, 120]), baseline=[100] * 6).confirmed
+    assert (
+        "No finalist won at least 5 of 6 rounds" in confirmation(finalist("3", [99] * 6), baseline=[100] * 6).describe()
+    )
 
 
 def test_a_dropped_finalist_cannot_win():

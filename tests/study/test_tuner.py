@@ -261,6 +261,19 @@ def test_a_finalist_that_loses_a_round_to_the_baseline_leaves_the_race(tmp_path)
     assert confirmation.finalists[0].dropped == "slower than the baseline in round 2"
 
 
+def test_in_a_longer_race_a_finalist_leaves_only_once_it_has_lost_more_rounds_than_a_proof_allows(tmp_path):
+    baseline, trial = [100, 115, 100, 100, 100, 100], [108, 112, 107, 109, 108, 108]
+    confirmation, names = raced(tmp_path, {16: 100.0, 32: 108.0}, {16: baseline, 32: trial}, rounds=6)
+    assert len(names) == 12 and confirmation.confirmed, "5 wins of 6 pass; 8 % is not decisive, so all 6 rounds"
+    (tmp_path / "two").mkdir()
+    trial[3] = 99
+    confirmation, names = raced(tmp_path / "two", {16: 100.0, 32: 108.0}, {16: baseline, 32: trial}, rounds=6)
+    assert len(names) == 8 and not confirmation.confirmed
+    assert confirmation.finalists[0].dropped == (
+        "slower than the baseline in round 4 (2 rounds lost; a proof over 6 rounds allows 1)"
+    )
+
+
 def test_a_failing_finalist_is_dropped_with_its_reason_and_the_race_goes_on(tmp_path):
     single = {16: 100.0, 32: 130.0, 99: 125.0}
     confirmation, _ = raced(tmp_path, single, {16: [100, 100, 100], 32: [130, 131, 129]})
