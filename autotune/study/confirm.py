@@ -135,9 +135,9 @@ def _decided(finalists: list[Finalist], baseline_runs: list[float], before_race:
 def _drop_unprovable(racing: list[Finalist], baseline_runs: list[float], rounds: int) -> None:
     """A finalist that has lost more rounds to the baseline than a proof over ``rounds`` rounds allows leaves."""
     allowed = rounds - wins_needed(rounds)
-    for finalist in racing:
-        lost = sum(f <= b for f, b in zip(finalist.throughputs, baseline_runs, strict=False))
-        if finalist.dropped is None and lost > allowed:
+    for finalist in (f for f in racing if f.dropped is None):
+        lost = sum(f <= b for f, b in zip(finalist.throughputs, baseline_runs, strict=True))
+        if lost > allowed:
             finalist.dropped = f"slower than the baseline in round {len(baseline_runs)}"
             if allowed:
                 finalist.dropped += f" ({lost} rounds lost; a proof over {rounds} rounds allows {allowed})"
