@@ -78,7 +78,8 @@ class Guide:
     @cached_property
     def candidates(self) -> list[dict[str, Any]]:
         """Every configuration worth predicting: loader and compute knobs varied (compute knobs the probe found
-        negligible kept at the anchor), every untimed value, worker options at their preferred values."""
+        negligible kept at the anchor), every untimed value, worker options at their preferred values; not one
+        whose compute threads oversubscribe the cores where the same with fewer threads is in the space."""
         anchor = anchor_knobs(self.space, self.baseline)
         varied = [
             name
@@ -90,9 +91,17 @@ class Guide:
             knobs = {**anchor, **dict(zip(varied, values, strict=True))}
             if knobs["num_workers"] > 0:
                 knobs.update({name: worker_option(self.space, name) for name in WORKER_OPTIONS})
-            if knobs != self.baseline and self.space.contains(knobs):
+            if knobs != self.baseline and self.space.contains(knobs) and not self._needlessly_oversubscribed(knobs):
                 found.append(knobs)
         return found
+
+    def _needlessly_oversubscribed(self, knobs: dict[str, Any]) -> bool:
+        """Whether ``knobs`` asks for more compute threads than its workers leave cores free while the same with
+        only that many threads is in the space. The probe predicts the two alike (threads beyond the free cores
+        gain nothing) and oversubscribed threads measured slower, never faster (docs/benchmarks.md), so only the
+        latter is worth a trial: measuring both would spend one on a tie the model already settles."""
+        free = self.steering.free_threads(knobs)
+        return free is not None and self.space.contains({**knobs, "num_threads": free})
 
     def _batch_neighbours(self, best: Observation) -> list[dict[str, Any]]:
         """The best configuration at the next smaller and larger batch size of the space: the knob the probe

@@ -101,8 +101,8 @@ class Steering:
         threads = None
         if self.cores is not None:
             threads = min(knobs["num_threads"] or self.cores, self.cores)
-            free = max(1, self.cores - knobs["num_workers"])
-            if threads > free:
+            free = self.free_threads(knobs)
+            if free is not None:
                 # Oversubscribed cores: compute threads beyond those the workers leave free gain nothing. Where
                 # that thread count was not timed, compute is taken to scale with threads: a pessimistic bound,
                 # yet oversubscribed OpenMP threads measured worse still (tabular_mlp, docs/benchmarks.md).
@@ -115,6 +115,14 @@ class Steering:
         if threads is not None:
             seconds = max(seconds, (self._loading_cpu_s(knobs["batch_size"]) + threads / compute) / self.cores)
         return 1 / seconds
+
+    def free_threads(self, knobs: dict[str, Any]) -> int | None:
+        """The cores ``knobs``' workers leave free for compute threads, where it asks for more threads than that
+        (its cores are oversubscribed); None where they are not, or the core count is unknown."""
+        if self.cores is None or knobs["num_workers"] == 0:
+            return None
+        free = max(1, self.cores - knobs["num_workers"])
+        return free if min(knobs["num_threads"] or self.cores, self.cores) > free else None
 
     def _timed_threads(self, threads: int) -> bool:
         return any(k["num_threads"] == threads for k in self.plan.computes)

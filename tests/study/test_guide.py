@@ -241,6 +241,22 @@ def test_a_baseline_with_torchs_default_threads_outside_the_space_still_guides_t
     assert proposal is not None and proposal[1] > 60.0
 
 
+def test_no_trial_oversubscribes_the_cores_where_the_same_with_fewer_threads_can_be_measured():
+    plan = probe_plan(SPACE, BASELINE)
+    result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
+    g = Guide(Steering(plan, result, cores=2), SPACE, BASELINE)
+    with_workers = [k for k in g.candidates if k["num_workers"] == 2]
+    assert with_workers and all(k["num_threads"] == 1 for k in with_workers), "2 workers leave 1 of 2 cores"
+    assert any(k["num_threads"] == 2 for k in g.candidates if k["num_workers"] == 0), "without workers: both"
+    unknown_cores = Guide(Steering(plan, result), SPACE, BASELINE)
+    assert {k["num_threads"] for k in unknown_cores.candidates if k["num_workers"] == 2} == {1, 2}
+    two_threads_only = SearchSpace({name: {**VARIED, "num_threads": [2]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(two_threads_only, BASELINE)
+    result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
+    only_two = Guide(Steering(plan, result, cores=2), two_threads_only, BASELINE)
+    assert any(k["num_workers"] == 2 for k in only_two.candidates), "no fewer threads to try instead: kept"
+
+
 def test_without_a_predictable_measurement_the_probe_is_taken_as_it_is():
     g = guide()
     unpredictable = Observation({**BASELINE, "batch_size": 8}, 50.0)  # a batch size the probe never timed
