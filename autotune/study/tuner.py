@@ -321,12 +321,14 @@ def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
 
 
 def _fail_interrupted_trials(study: optuna.Study) -> None:
-    """Trials left running by a killed tuner: mark them failed and interrupted, and propose them again."""
+    """Trials left running by a killed tuner: mark them failed and interrupted, and propose them again (with the
+    probe's prediction for them, if it made one)."""
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for trial in stale:
         study.tell(trial.number, state=TrialState.FAIL)
         if DUPLICATE_ATTR not in trial.user_attrs:
-            study.enqueue_trial(trial.params, skip_if_exists=False)
+            predicted = {k: v for k, v in trial.user_attrs.items() if k == PREDICTED_ATTR}
+            study.enqueue_trial(trial.params, user_attrs=predicted or None, skip_if_exists=False)
     _mark_interrupted(study, [t.number for t in stale])
 
 

@@ -9,7 +9,7 @@ from autotune.results.model import load_results
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.space import SearchSpace
 from autotune.study.steer import Steering, probe_plan
-from autotune.study.tuner import Observation, config_key, ensure_baseline, open_study, tune
+from autotune.study.tuner import PREDICTED_ATTR, Observation, config_key, ensure_baseline, open_study, tune
 from autotune.trial.probe import ProbeResult
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
@@ -221,14 +221,17 @@ def test_on_resume_an_interrupted_trial_runs_before_the_guide_proposes_again(tmp
     ensure_baseline(study, BASELINE, measure)
     stale_knobs = {**BASELINE, "batch_size": 32}
     study.enqueue_trial({k: stale_knobs[k] for k in VARIED})
-    assert SPACE.sample(study.ask()) == stale_knobs  # and the tuner died measuring it: the trial is left running
+    stale = study.ask()
+    assert SPACE.sample(stale) == stale_knobs  # and the tuner died measuring it: the trial is left running
+    stale.set_user_attr(PREDICTED_ATTR, 123.0)  # as the tuner records the guide's prediction before measuring
     names = []
     resumed = open_study(settings(tmp_path, n_trials=8), META)
     tune(resumed, SPACE, settings(tmp_path, n_trials=8), lambda k, n, p: names.append(k) or measure(k, n, p), print,
          g.propose)  # fmt: skip
     assert names[0] == stale_knobs and names[1] == WORKERS_BEST
     trials = load_results(resumed).trials
-    assert trials[0].predicted_sps is None and trials[1].predicted_sps == pytest.approx(300.0)
+    assert trials[0].predicted_sps == 123.0, "the re-run keeps the prediction the interrupted trial was made for"
+    assert trials[1].predicted_sps == pytest.approx(300.0)
 
 
 def test_a_baseline_with_torchs_default_threads_outside_the_space_still_guides_the_search():
