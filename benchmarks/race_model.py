@@ -133,24 +133,26 @@ def fit_noise(runs: list[dict[str, Any]], pipeline: str) -> Noise:
     residual_ss = residual_df = round_ss = round_df = 0.0
     round_sizes, residuals = [], []
     for run in runs:
-        for entry in [run["pipelines"].get(pipeline, {})]:
-            check = entry.get("check")
-            rounds = [r for r in (check or {}).get("rounds", []) if all(v is not None for v in r.values())]
-            if len(rounds) < 2:
-                continue
-            labels = list(rounds[0])
-            logs = [[math.log(r[label]) for label in labels] for r in rounds]
-            grand = statistics.fmean(v for row in logs for v in row)
-            config_means = [statistics.fmean(row[i] for row in logs) for i in range(len(labels))]
-            round_means = [statistics.fmean(row) for row in logs]
-            for row, round_mean in zip(logs, round_means, strict=True):
-                for value, config_mean in zip(row, config_means, strict=True):
-                    residuals.append(value - config_mean - round_mean + grand)
-            residual_ss += sum(e * e for e in residuals[-len(rounds) * len(labels) :])
-            residual_df += (len(rounds) - 1) * (len(labels) - 1)
-            round_ss += len(labels) * sum((m - grand) ** 2 for m in round_means)
-            round_df += len(rounds) - 1
-            round_sizes.append(len(labels))
+        check = run["pipelines"].get(pipeline, {}).get("check") or {}
+        rounds = [r for r in check.get("rounds", []) if all(v is not None for v in r.values())]
+        if len(rounds) < 2:
+            continue
+        labels = list(rounds[0])  # each round lists them in its own (rotated) order
+        logs = [[math.log(r[label]) for label in labels] for r in rounds]
+        grand = statistics.fmean(v for row in logs for v in row)
+        config_means = [statistics.fmean(row[i] for row in logs) for i in range(len(labels))]
+        round_means = [statistics.fmean(row) for row in logs]
+        run_residuals = [
+            value - config_mean - round_mean + grand
+            for row, round_mean in zip(logs, round_means, strict=True)
+            for value, config_mean in zip(row, config_means, strict=True)
+        ]
+        residuals += run_residuals
+        residual_ss += sum(e * e for e in run_residuals)
+        residual_df += (len(rounds) - 1) * (len(labels) - 1)
+        round_ss += len(labels) * sum((m - grand) ** 2 for m in round_means)
+        round_df += len(rounds) - 1
+        round_sizes.append(len(labels))
     if not residual_df:
         raise ValueError(f"no re-measurement rounds of {pipeline} to fit the noise to")
     run_var = residual_ss / residual_df

@@ -327,8 +327,9 @@ def _fail_interrupted_trials(study: optuna.Study) -> None:
     for trial in stale:
         study.tell(trial.number, state=TrialState.FAIL)
         if DUPLICATE_ATTR not in trial.user_attrs:
-            predicted = {k: v for k, v in trial.user_attrs.items() if k == PREDICTED_ATTR}
-            study.enqueue_trial(trial.params, user_attrs=predicted or None, skip_if_exists=False)
+            predicted = trial.user_attrs.get(PREDICTED_ATTR)
+            attrs = {PREDICTED_ATTR: predicted} if predicted is not None else None
+            study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
     _mark_interrupted(study, [t.number for t in stale])
 
 
