@@ -160,9 +160,10 @@ def _table(headers: list[str], rows: list[list[Any]]) -> Table:
 
 
 def _before_after(summary: Summary) -> Table:
-    base_throughput = summary.baseline.throughput
-    before, after = (record_row(r, None, base_throughput) for r in (summary.baseline, summary.recommended))
+    before, after = (record_row(r, None, summary) for r in (summary.baseline, summary.recommended))
     rows = [[name, before[name], after[name]] for name in KNOBS]
+    if summary.batch_policy == "fixed_effective":
+        rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
     rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
     rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS]

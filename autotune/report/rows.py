@@ -37,14 +37,16 @@ MEASUREMENT_COLUMNS = [
 ]
 
 
-def record_row(record: TrialRecord, rank: int | None, baseline_throughput: float) -> dict[str, Any]:
-    """Knob values, state, and the measurement (or failure) of one record, as flat plain values."""
+def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[str, Any]:
+    """Knob values (and the gradient-accumulation steps they train with), state, and the measurement (or failure)
+    of one record of ``summary``, as flat plain values."""
     result = record.result
     row: dict[str, Any] = {"trial": record.label, "rank": rank, "state": record_state(record)}
     row.update({name: result.knobs[name] for name in KNOBS})
+    row["gradient_accumulation_steps"] = summary.accumulation_steps(record)
     row.update(dict.fromkeys(MEASUREMENT_COLUMNS))
     if result.measurement:
-        row.update(_measurement_columns(result.measurement, baseline_throughput))
+        row.update(_measurement_columns(result.measurement, summary.baseline.throughput))
     check = result.loss_check
     row.update(
         first_loss=check.first_loss if check else None,
@@ -98,9 +100,8 @@ def _measurement_columns(m, baseline_throughput: float) -> dict[str, Any]:
 
 def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
     """Rows in ranking order; records not complete have no rank and come last."""
-    base = summary.baseline.throughput
     return [
-        record_row(record, rank if record.result.ok else None, base)
+        record_row(record, rank if record.result.ok else None, summary)
         for rank, record in enumerate(summary.ranked, start=1)
     ]
 

@@ -57,7 +57,7 @@ def batch_advice(results: StudyResults, summary: Summary) -> BatchAdvice:
     before = summary.baseline.result.knobs["batch_size"]
     after = summary.recommended.result.knobs["batch_size"]
     if results.batch_policy == "fixed_effective":
-        return BatchAdvice("fixed_effective", before, after, before // after)
+        return BatchAdvice("fixed_effective", before, after, summary.accumulation_steps(summary.recommended))
     lr = _learning_rate(results.optimizer)
     suggested = lr * after / before if lr is not None else None
     return BatchAdvice("free", before, after, 1, lr, suggested)

@@ -20,7 +20,8 @@ class Summary:
     """The ranking (fastest first, failed last) and the recommendation against the baseline.
 
     ``confirmation`` is the re-measurement of the finalists, when one was made; where it confirmed the
-    recommendation, the throughputs and speedup are its medians rather than single runs.
+    recommendation, the throughputs and speedup are its medians rather than single runs. ``batch_policy`` is the
+    study's (``accumulation_steps``).
     """
 
     ranked: list[TrialRecord]
@@ -28,6 +29,7 @@ class Summary:
     recommended: TrialRecord
     confirmation: Confirmation | None = None
     pareto: list[TrialRecord] = field(default_factory=list)
+    batch_policy: str = "free"
 
     @property
     def confirmed(self) -> bool:
@@ -57,6 +59,13 @@ class Summary:
     @property
     def is_baseline(self) -> bool:
         return self.recommended is self.baseline
+
+    def accumulation_steps(self, record: TrialRecord) -> int:
+        """The micro-batches per optimizer step ``record`` trained with: under batch_policy "fixed_effective" its
+        batch is a micro-batch of the baseline's batch, else every batch is a step."""
+        if self.batch_policy != "fixed_effective":
+            return 1
+        return self.baseline.result.knobs["batch_size"] // record.result.knobs["batch_size"]
 
     def changed_knobs(self) -> dict[str, tuple[object, object]]:
         """Knobs whose recommended value differs from the baseline: name → (before, after)."""
@@ -148,7 +157,7 @@ def summarise(results: StudyResults) -> Summary:
         winner = confirmation.winner
         recommended = next(r for r in results.trials if r.label == winner.label) if winner else results.baseline
     pareto = pareto_front(results.records) if "peak_memory" in results.objectives else []
-    return Summary(ranked, results.baseline, recommended, confirmation, pareto)
+    return Summary(ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy)
 
 
 def count_changes(knobs: dict[str, object], baseline: dict[str, object]) -> int:

@@ -166,6 +166,23 @@ def test_a_batch_change_carries_a_learning_rate_suggestion_into_recommended_yaml
     assert "linear scaling rule" in training["note"]
 
 
+def test_every_row_says_the_gradient_accumulation_steps_it_trains_with(tmp_path):
+    micro = results_with(trial("0", 200.0, batch_size=4), trial("1", 150.0, batch_size=8))
+    micro = replace(micro, machine=MACHINE, measure=MEASURE)
+    files = write_reports(micro, summarise(micro), tmp_path / "free")
+    rows = list(csv.DictReader(io.StringIO(files["trials.csv"].read_text())))
+    assert {r["gradient_accumulation_steps"] for r in rows} == {"1"}, "batch_policy=free: every batch is a step"
+    assert "gradient accumulation steps" not in files["report.md"].read_text()
+    results = replace(micro, batch_policy="fixed_effective")
+    files = write_reports(results, summarise(results), tmp_path / "fixed")
+    rows = list(csv.DictReader(io.StringIO(files["trials.csv"].read_text())))
+    steps = {r["batch_size"]: r["gradient_accumulation_steps"] for r in rows}
+    assert steps == {"4": "4", "8": "2", "16": "1"}, "the baseline's batch of 16 in micro-batches"
+    assert "| gradient accumulation steps | 1 | 4 |" in files["report.md"].read_text()
+    report = json.loads(files["report.json"].read_text())
+    assert [t["gradient_accumulation_steps"] for t in report["trials"]] == [4, 2, 1]
+
+
 def with_timing(record, **changes):
     """``record`` with its measurement's timing fields changed."""
     m = record.result.measurement

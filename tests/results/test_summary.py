@@ -128,6 +128,8 @@ def test_batch_advice(policy, batch, sentence):
         batch_policy=policy,
         optimizer={"_target_": "torch.optim.SGD", "lr": 0.01},
     )
-    advice = batch_advice(results, summarise(results))
+    summary = summarise(results)
+    advice = batch_advice(results, summary)
     assert sentence in advice.describe()
     assert advice.accumulation_steps == (16 // batch if policy == "fixed_effective" else 1)
+    assert summary.accumulation_steps(summary.baseline) == 1
