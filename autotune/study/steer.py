@@ -100,7 +100,7 @@ class Steering:
             return 1 / (1 / loading + 1 / compute)
         threads = None
         if self.cores is not None:
-            threads = min(knobs["num_threads"] or self.cores, self.cores)
+            threads = self._threads(knobs)
             free = self.free_threads(knobs)
             if free is not None:
                 # Oversubscribed cores: compute threads beyond those the workers leave free gain nothing. Where
@@ -122,7 +122,11 @@ class Steering:
         if self.cores is None or knobs["num_workers"] == 0:
             return None
         free = max(1, self.cores - knobs["num_workers"])
-        return free if min(knobs["num_threads"] or self.cores, self.cores) > free else None
+        return free if self._threads(knobs) > free else None
+
+    def _threads(self, knobs: dict[str, Any]) -> int:
+        """The compute threads ``knobs`` runs (torch's default, None: one per core), at most one per core."""
+        return min(knobs["num_threads"] or self.cores, self.cores)
 
     def _timed_threads(self, threads: int) -> bool:
         return any(k["num_threads"] == threads for k in self.plan.computes)
