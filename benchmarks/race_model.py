@@ -1,7 +1,8 @@
 """Race model: how often autotune's finalist selection and race pick a configuration within 0.97 of the best,
 when runs vary the way re-measurements on this machine were measured to vary.
 
-    .venv/bin/python -m benchmarks.race_model [--studies 4000] [--rounds 3 [6 10]] [--seed 0] [FILE ...]
+    .venv/bin/python -m benchmarks.race_model [--studies 4000] [--rounds 3 [6 10]] [--screening-runs 1] [--picks]
+        [--seed 0] [FILE ...]
 
 A model, not a measurement: it answers in seconds what would take dozens of 20-minute efficiency runs, to compare
 rules of the race; only ``benchmarks.efficiency`` judges the tuner. It drives autotune's own code
@@ -27,6 +28,7 @@ import json
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,24 +180,28 @@ class Outcome:
     ratio: float  # the pick's true throughput over the best's
     race_runs: int
     kept_baseline: bool
+    pick: str  # the recommended configuration's name
 
 
-def simulate_study(scenario: Scenario, noise: Noise, rounds: int, rng: random.Random) -> Outcome:
-    """Screen every configuration once, then race the finalists as the tuner does; the pick's true ratio."""
+def simulate_study(
+    scenario: Scenario, noise: Noise, rounds: int, rng: random.Random, screening_runs: int = 1
+) -> Outcome:
+    """Screen every configuration (the median of ``screening_runs`` runs, as ``measure.repeats`` would), then race
+    the finalists as the tuner does; the pick's true ratio."""
     configs = [scenario.baseline, *scenario.screened]
     # "config" differs between any two configurations; so many more knobs differ as make up its changes
     knobs = {c.name: {"config": c.name} | {f"knob{i}": int(i < c.changes - 1) for i in range(8)} for c in configs}
     by_name = {c.name: c for c in configs}
 
-    def run_of(config: Config, round_effect: float) -> Any:
-        throughput = config.relative * math.exp(round_effect + noise.run(rng))
+    def run_of(config: Config, round_effect: float, runs: int = 1) -> Any:
+        throughput = config.relative * math.exp(round_effect + statistics.median(noise.run(rng) for _ in range(runs)))
         timing = SimpleNamespace(throughput=throughput)
         return SimpleNamespace(
             knobs=knobs[config.name], ok=True, timing=timing, peak_memory_mb=config.memory_mb, failure=None
         )
 
     def screened(config: Config, label: str) -> TrialRecord:
-        return TrialRecord(label, run_of(config, rng.gauss(0.0, noise.round_sd)))
+        return TrialRecord(label, run_of(config, rng.gauss(0.0, noise.round_sd), screening_runs))
 
     results = StudyResults(
         "model", "model", "cpu", {}, {}, {}, screened(scenario.baseline, "baseline"),
@@ -215,7 +221,7 @@ def simulate_study(scenario: Scenario, noise: Noise, rounds: int, rng: random.Ra
     winner = confirmation.winner if confirmation else None  # None: no finalist, or none proven
     pick = by_name[winner.knobs["config"]] if winner else scenario.baseline
     best = max(c.relative for c in configs)
-    return Outcome(pick.relative / best, race_runs, pick is scenario.baseline)
+    return Outcome(pick.relative / best, race_runs, pick is scenario.baseline, pick.name)
 
 
 class _Study:
@@ -241,6 +247,10 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, nargs="+", default=[3], help="the race's planned rounds (study.confirm_rounds)"
     )
+    parser.add_argument(
+        "--screening-runs", type=int, default=1, help="runs per search trial, median kept (measure.repeats)"
+    )
+    parser.add_argument("--picks", action="store_true", help="also print how often each configuration is picked")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in args.files]
@@ -250,12 +260,16 @@ def main() -> None:
         tails = f"t, {noise.tail_dof} d.o.f." if noise.tail_dof else "normal"
         print(f"{name}: noise (log SD) round {noise.round_sd:.3f}, run {noise.run_sd:.3f} ({tails})")
         for rounds in args.rounds:
-            figures = summarise([simulate_study(scenario, noise, rounds, rng) for _ in range(args.studies)])
+            outcomes = [simulate_study(scenario, noise, rounds, rng, args.screening_runs) for _ in range(args.studies)]
+            figures = summarise(outcomes)
             print(
                 f"  {rounds:2d} rounds: pick >= {TARGET_RATIO} of the best in {figures['met']:6.1%} of studies; "
                 f"mean ratio {figures['mean_ratio']:.3f}; baseline kept {figures['kept_baseline']:6.1%}; "
                 f"{figures['race_runs']:4.1f} race runs"
             )
+            if args.picks:
+                for pick, count in Counter(o.pick for o in outcomes).most_common():
+                    print(f"      {count / len(outcomes):6.1%} picked {pick}")
 
 
 if __name__ == "__main__":

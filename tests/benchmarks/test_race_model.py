@@ -22,8 +22,9 @@ def test_the_noise_fit_splits_round_effects_from_run_noise():
 
 def test_without_noise_the_race_picks_the_best_or_a_leaner_tie():
     quiet = Noise(0.0, 0.0, None)
-    images = summarise([simulate_study(SCENARIOS["images"], quiet, 3, random.Random(0)) for _ in range(3)])
-    assert images["met"] == 1.0 and images["mean_ratio"] == 1.0
+    images = [simulate_study(SCENARIOS["images"], quiet, 3, random.Random(0)) for _ in range(3)]
+    assert summarise(images)["met"] == 1.0 and summarise(images)["mean_ratio"] == 1.0
+    assert {o.pick for o in images} == {"batch 128, workers 2, channels_last, bf16"}
     transformer = simulate_study(SCENARIOS["transformer_lm"], quiet, 3, random.Random(0))
     assert transformer.ratio == pytest.approx(1 / 1.028), "batch 32 is within 3 % of 64 and leaner: a tie"
     best_case = simulate_study(SCENARIOS["tabular_mlp, baseline best"], quiet, 3, random.Random(0))
@@ -35,3 +36,20 @@ def test_noise_costs_quality():
     outcomes = [simulate_study(SCENARIOS["images"], noisy, 3, random.Random(seed)) for seed in range(200)]
     figures = summarise(outcomes)
     assert 0.3 < figures["met"] < 1.0 and figures["mean_ratio"] < 1.0
+
+
+class _CountingNoise(Noise):
+    """No noise, but counts the run noise drawn."""
+
+    draws = 0
+
+    def run(self, rng: random.Random) -> float:
+        type(self).draws += 1
+        return 0.0
+
+
+def test_a_screening_trial_is_the_median_of_its_runs():
+    scenario = SCENARIOS["images"]
+    outcome = simulate_study(scenario, _CountingNoise(0.0, 0.0, None), 3, random.Random(0), screening_runs=3)
+    screened = 1 + len(scenario.screened)  # the baseline too
+    assert _CountingNoise.draws == 3 * screened + outcome.race_runs
