@@ -27,6 +27,7 @@ from autotune.study.tuner import (
     PROBE_ATTR,
     StopReason,
     TrialEvent,
+    counted_trials,
     ensure_baseline,
     open_study,
     redact_url,
@@ -49,6 +50,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         f"{redact_url(settings.study.storage)}; {space.size} configurations, up to {settings.study.n_trials} trials",
         file=out,
     )
+    if stored := counted_trials(study):
+        print(f"resuming: {stored} trial(s) of this study are stored and are not measured again", file=out)
 
     runner = _TrialRunner(settings, device, output_dir / "trials")
     measure = runner.measure
@@ -71,7 +74,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     try:
         guide = None
         # The probe steers a search for throughput alone; a multi-objective study explores a front with TPE.
-        if settings.study.probe and settings.study.n_trials > 0 and not settings.study.multi_objective:
+        searching = settings.study.n_trials > 0 and space.size > 1
+        if settings.study.probe and searching and not settings.study.multi_objective:
             stored = PROBE_ATTR in study.user_attrs
             probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput)
             print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)

@@ -14,12 +14,12 @@ import hydra
 import optuna
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from autotune import app
-from autotune.config.load import load_settings
+from autotune.config.load import did_you_mean, load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
 from autotune.study.tuner import redact_url
@@ -74,6 +74,9 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
     if isinstance(exc, MissingConfigException) and exc.options is not None:
         group, _, name = (exc.missing_cfg_file or "pipeline/").partition("/")
         return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
+    if isinstance(exc, OverrideParseException):
+        key = exc.override.partition("=")[0].lstrip("+~")
+        return ConfigError(key, f"cannot parse the override {exc.override!r}: {_one_line(exc.message)}")
     if isinstance(exc, (HydraException, OmegaConfBaseException)):
         return _composition_error(exc)
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
@@ -94,7 +97,11 @@ def _composition_error(exc: Exception) -> ConfigError:
     if "You must specify 'pipeline'" in message:
         return ConfigError("pipeline", "no pipeline chosen; run e.g. python -m autotune pipeline=mymodel")
     if key and "not in struct" in str(cause):
-        return ConfigError(key, f"unknown key; check the spelling, or add a key the file lacks with +{key}=VALUE")
+        parent = getattr(cause, "parent_node", None)
+        section, _, name = key.rpartition(".")
+        hint = did_you_mean(name, [str(k) for k in parent], section) if isinstance(parent, DictConfig) else ""
+        advice = hint.strip() or f"check the spelling, or add a key the file lacks with +{key}=VALUE"
+        return ConfigError(key, f"unknown key; {advice}")
     return ConfigError(key or "", message)
 
 

@@ -96,6 +96,16 @@ def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
     assert report["recommended"]["is_baseline"]
 
 
+def test_a_space_of_the_baseline_alone_is_not_probed(tmp_path):
+    fixed = ["search.num_threads=[null]", "search.num_workers=[0]", "search.batch_size=[16]", "search.amp=[off]"]
+    fixed += ["search.channels_last=[false]", "search.optimizer_impl=[default]", "search.set_to_none=[true]"]
+    args = [*[a for a in TINY if a != "study.probe=false"], *fixed, f"hydra.run.dir={tmp_path}/out"]
+    proc = run_cli(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 configurations" in proc.stdout and "[probe" not in proc.stdout
+    assert "all 1 configurations of the search space are measured" in proc.stdout
+
+
 def test_zero_trials_measures_the_baseline_alone(tmp_path):
     proc = run_cli([*TINY, "study.n_trials=0", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -125,6 +135,7 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path):
     proc = run_cli([*args, f"hydra.run.dir={tmp_path}/second"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "[baseline, stored]" in proc.stdout, "the baseline is not measured again"
+    assert "resuming: 2 trial(s) of this study are stored" in proc.stdout
     assert "[trial 3/4" in proc.stdout and "[trial 1/4" not in proc.stdout
     _, _, rows = read_outputs(tmp_path / "second")
     assert len(rows) == 5, "baseline + 4 trials, each once"
@@ -151,8 +162,9 @@ def test_a_failing_baseline_stops_with_exit_1(tmp_path):
 BAD_INPUTS = [
     (["pipeline=nosuch"], "pipeline: no config named 'nosuch'; available: images, mymodel, tabular_mlp, trans"),
     ([], "pipeline: no pipeline chosen"),
-    (["pipeline=mymodel", "study.n_trails=3"], "study.n_trails: unknown key"),
-    (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown key"),
+    (["pipeline=mymodel", "search.batch_size=[32"], "search.batch_size: cannot parse the override 'search.batch_siz"),
+    (["pipeline=mymodel", "study.n_trails=3"], "study.n_trails: unknown key; did you mean study.n_trials?"),
+    (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown key; check the spelling, or add a key"),
     (["pipeline=mymodel", "+search.flash=[true]"], "search.flash: unknown knob; expected one of: batch_size"),
     (["pipeline=mymodel", "search.amp=[fp8]"], "search.amp: expected one of off, bf16, fp16, got 'fp8'"),
     (["pipeline=mymodel", "search.batch_size=[0]"], "search.batch_size: expected an integer >= 1, got 0"),
@@ -185,7 +197,10 @@ BAD_INPUTS = [
     (["pipeline=mymodel", "search.compile=[fast]"], "search.compile: expected one of off, default, reduce-overhead"),
     (["pipeline=mymodel", "pipeline.model._target_=null"], "pipeline.model._target_: expected a dotted import path"),
     (["pipeline=mymodel", "~pipeline.optimizer"], "pipeline.optimizer: is missing"),
-    (["pipeline=mymodel", "+pipeline.optimzer.lr=1"], "pipeline.optimzer: unknown key; expected one of"),
+    (
+        ["pipeline=mymodel", "+pipeline.optimzer.lr=1"],
+        "pipeline.optimzer: unknown key; did you mean pipeline.optimizer? expected",
+    ),
     (["pipeline=mymodel", "pipeline.baseline.amp=fp8"], "pipeline.baseline.amp: expected one of off, bf16, fp16"),
     (["pipeline=mymodel", "+pipeline.baseline.turbo=true"], "pipeline.baseline.turbo: unknown key"),
     (["pipeline=mymodel", "pipeline.loss._target_=torch.nn.NoSuchLoss"], "pipeline.loss._target_: cannot import"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -208,12 +209,19 @@ def _mapping(node: Any, path: str) -> dict[str, Any]:
     return node
 
 
+def did_you_mean(name: str, known: list[str], section: str) -> str:
+    """``"did you mean SECTION.KEY? "`` for the key of ``known`` closest to the misspelt ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean {section + '.' if section else ''}{close[0]}? " if close else ""
+
+
 def _check_keys(node: dict, path: str, required: tuple, optional: tuple, what: str = "key") -> None:
     allowed = (*required, *optional)
     for key in node:
         if key not in allowed:
             full = f"{path}.{key}" if path else str(key)
-            raise ConfigError(full, f"unknown {what}; expected one of: {', '.join(allowed)}")
+            hint = did_you_mean(str(key), list(allowed), path)
+            raise ConfigError(full, f"unknown {what}; {hint}expected one of: {', '.join(allowed)}")
     for key in required:
         if key not in node:
             raise ConfigError(f"{path}.{key}" if path else key, "is missing")

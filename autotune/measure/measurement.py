@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from autotune.files import write_atomic
 from autotune.measure.recorder import Timing
@@ -51,6 +51,21 @@ class SystemReport:
     process_tree_cores: float
     gpu_utilization_percent: float | None = None
     gpu_note: str | None = None
+
+    # Other processes busy for this many cores' worth on average: enough to slow a run down (quiet runs on the
+    # 2-core machine of docs/benchmarks.md show 0.01-0.02, the tuner's own polling).
+    BUSY_OTHERS_CORES: ClassVar[float] = 0.25
+
+    @property
+    def other_processes_cores(self) -> float:
+        """Cores' worth of CPU that processes outside the measured tree used during the window."""
+        machine_cores = self.cpu_total_percent / 100 * len(self.cpu_per_core_percent)
+        return max(0.0, machine_cores - self.process_tree_cores)
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether other processes were busy enough during the window that its figures may be low."""
+        return self.other_processes_cores >= self.BUSY_OTHERS_CORES
 
 
 @dataclass(frozen=True)

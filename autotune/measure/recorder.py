@@ -69,11 +69,13 @@ class Timing:
 
 @dataclass(frozen=True)
 class Progress:
-    """The timed window so far: ``steps`` timed steps over ``elapsed_s`` seconds at ``throughput`` samples/s."""
+    """The timed window so far: ``steps`` timed steps over ``elapsed_s`` seconds at ``throughput`` samples/s, after
+    a warm-up that spent ``compile_s`` compiling (0.0 when not compiling)."""
 
     steps: int
     elapsed_s: float
     throughput: float
+    compile_s: float = 0.0
 
 
 class StepRecorder:
@@ -143,12 +145,20 @@ class StepRecorder:
         if elapsed >= plan.max_time_s or (len(self._samples) >= plan.min_steps and elapsed >= plan.min_time_s):
             self.phase = DONE
 
-    def progress(self) -> Progress | None:
+    def progress(self, compiling: bool = False) -> Progress | None:
         """The timed window so far, or None before it has a step."""
         if not self._samples:
             return None
         elapsed = self.window_end - self.window_start
-        return Progress(len(self._samples), elapsed, sum(self._samples) / elapsed if elapsed > 0 else 0.0)
+        throughput = sum(self._samples) / elapsed if elapsed > 0 else 0.0
+        return Progress(len(self._samples), elapsed, throughput, self._compile_s(self._durations(), compiling))
+
+    def _durations(self) -> list[float]:
+        return [w + t + c for w, t, c in zip(self._waits, self._transfers, self._computes, strict=True)]
+
+    def _compile_s(self, durations: list[float], compiling: bool) -> float:
+        """Warm-up time beyond a typical timed step, when compiling: the compile time."""
+        return excess_time(self.warmup_times, statistics.median(durations)) if compiling else 0.0
 
     def timing(self, compiling: bool = False) -> Timing:
         """Summarise the window; with ``compiling``, warm-up time beyond a typical step is compile time."""
@@ -157,7 +167,7 @@ class StepRecorder:
                 f"no timed step: the loop ended during warm-up after {len(self.warmup_times)} steps "
                 f"(warm-up needs at least {self.plan.warmup.min_steps} steps and step times that settle)"
             )
-        durations = [w + t + c for w, t, c in zip(self._waits, self._transfers, self._computes, strict=True)]
+        durations = self._durations()
         window_s = self.window_end - self.window_start
         samples = sum(self._samples)
         q1, median, q3 = quartiles(durations)
@@ -181,7 +191,7 @@ class StepRecorder:
             warmup_steps=len(self.warmup_times),
             warmup_s=sum(self.warmup_times),
             warmup_settled=self.warmup_settled,
-            compile_s=excess_time(self.warmup_times, statistics.median(durations)) if compiling else 0.0,
+            compile_s=self._compile_s(durations, compiling),
         )
 
 

@@ -32,11 +32,15 @@ def format_result(result: TrialResult, baseline: TrialResult | None = None) -> s
         else:
             verdict = f"FAILED {result.failure}"
         return f"{knobs} -> {verdict} ({result.wall_s:.1f} s)"
-    speedup = f" ({result.timing.throughput / baseline.timing.throughput:.2f}x)" if baseline and baseline.ok else ""
+    against = baseline and baseline.ok and result.knobs != baseline.knobs  # the baseline run again: no multiple
+    speedup = f" ({result.timing.throughput / baseline.timing.throughput:.2f}x)" if against else ""
     compile_note = f", compile {result.timing.compile_s:.1f} s" if result.timing.compile_s else ""
     runs = result.repeat_throughputs or []
     if len(runs) > 1:
         compile_note += f", median of {len(runs)} runs ({min(runs):.1f}-{max(runs):.1f})"
+    system = result.measurement.system
+    if system.disturbed:
+        compile_note += f", other processes busy ({system.other_processes_cores:.1f} cores): may read low"
     return (
         f"{knobs} -> {result.timing.throughput:.1f} samples/s{speedup}, "
         f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"
@@ -59,6 +63,7 @@ def print_summary(summary: Summary, files: dict[str, Path], stop_reason: str, ou
     frame = ranked_frame(summary)
     varied = [name for name in KNOBS if frame[name].astype(str).nunique() > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
+    frame["rank"] = frame["rank"].astype(object).fillna("-")  # to_string's na_rep skips nullable integers
     print(f"\nStopped: {stop_reason}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(f"\n{headline(summary)}", file=out)

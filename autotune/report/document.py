@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.knobs import KNOBS
+from autotune.measure.measurement import SystemReport
 from autotune.report.rows import ranked_rows, record_row
 from autotune.results.advice import batch_advice
 from autotune.results.confirmation import TIE_TOLERANCE
@@ -77,6 +78,7 @@ class Document:
 def build_document(results: StudyResults, summary: Summary) -> Document:
     sections = [
         *([Section("Confirmation", paragraphs=[summary.confirmation.describe()])] if summary.confirmation else []),
+        *_busy_machine(summary),
         Section(
             "Before and after",
             paragraphs=[
@@ -133,7 +135,9 @@ def _why_keep(summary: Summary) -> str:
     measured = [r.throughput for r in others if r.result.ok]
     at = f"the baseline ({base.throughput:.1f} samples/s)"
     if not measured:
-        text = f"No configuration other than {at} was measured" + (" to the end (see below)." if others else ".")
+        infeasible = any(r.result.measurement is not None for r in others)  # ran to the end, over budget or inexact
+        ending = " to the end and feasible" if infeasible else " to the end" if others else ""
+        text = f"No configuration other than {at} was measured{ending}" + (" (see below)." if others else ".")
     elif max(measured) <= base.throughput:
         text = f"No configuration measured faster than {at}."
     else:
@@ -165,9 +169,16 @@ def _before_after(summary: Summary) -> Table:
     if summary.batch_policy == "fixed_effective":
         rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
     rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
-    rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
+    if summary.confirmed:  # the row above is the race's medians; the interval belongs to the run before the race
+        rows.append(["first run (samples/s), its 95% CI", *(_run_and_interval(row) for row in (before, after))])
+    else:
+        rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS]
     return _table(["", "baseline", "recommended"], rows)
+
+
+def _run_and_interval(row: dict[str, Any]) -> str:
+    return f"{format_cell(row['throughput_sps'])} ({_interval(row)})"
 
 
 def _interval(row: dict[str, Any]) -> str:
@@ -242,6 +253,23 @@ def _failures(summary: Summary) -> list[Section]:
     ]
     headers = ["trial", "state", *KNOBS, "samples/s", "reason"]
     return [Section("Pruned, infeasible and failed configurations", table=_table(headers, rows))]
+
+
+def _busy_machine(summary: Summary) -> list[Section]:
+    """A warning naming the runs other processes slowed down, if any were."""
+    measured = [r for r in summary.ranked if r.result.measurement is not None]
+    busy = [r for r in measured if r.result.measurement.system.disturbed]
+    if not busy:
+        return []
+    named = ", ".join(f"{r.label} ({r.result.measurement.system.other_processes_cores:.1f} cores)" for r in busy)
+    text = (
+        f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
+        "measured while other processes kept the CPU busy "
+        f"(at least {SystemReport.BUSY_OTHERS_CORES:g} cores' worth on average): {named}. "
+        "Their throughput may read low and the ranking may be off; close other work and run the study again "
+        "(a new study.name measures everything afresh)."
+    )
+    return [Section("Measured on a busy machine", paragraphs=[text])]
 
 
 def _method(results: StudyResults) -> str:

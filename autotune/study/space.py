@@ -85,7 +85,21 @@ def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> Sear
         if not values:
             raise ConfigError(f"search.{name}", "no candidate value can run on this machine for this pipeline")
         candidates[name] = values
-    return SearchSpace(candidates)
+    space = SearchSpace(candidates)
+    _check_given_knobs_apply(search, space)
+    return space
+
+
+def _check_given_knobs_apply(search: dict[str, list[Any] | None], space: SearchSpace) -> None:
+    """Reject candidates the user gave for a knob that applies in no configuration of the space (prefetching
+    with only num_workers=0): they would be silently ignored."""
+    for name, given in search.items():
+        if given is None or all(value is None for value in given):
+            continue
+        if all(knobs[name] is None for knobs in space.configurations()):
+            raise ConfigError(
+                f"search.{name}", f"{KNOBS[name].inactive_because}, which no configuration of the search space has"
+            )
 
 
 def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:

@@ -149,7 +149,8 @@ def tune(
     once it proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline
     included) is not measured again: the proposal is answered from the stored result and does not count as a
     trial. Tuning also stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
-    ``settings.max_consecutive_failures`` failed trials in a row (pruned trials are not failures).
+    ``settings.max_consecutive_failures`` failed trials in a row (pruned, over-budget and incorrect trials are
+    verdicts on their configuration, not failures: ``FailureKind.is_fault``).
     """
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
     deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
@@ -167,8 +168,8 @@ def tune(
         proposal = _enqueue_proposal(study, space, known, propose) if propose else (None, None)
         if proposal is None:
             return StopReason(
-                f"converged: corrected by the {len(known)} configurations measured, the probe predicts none "
-                "of the others faster than the best"
+                f"converged: corrected by the {len(known)} configurations measured (the baseline included), the "
+                "probe predicts none of the others faster than the best"
             )
         proposed, predicted = proposal
         trial = study.ask()
@@ -184,7 +185,7 @@ def tune(
         repeats = 0
         result, known[key] = _measure_trial(study, trial, knobs, measure, settings, pruner)
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
-        broken = result.measurement is None and result.failure.kind is not FailureKind.PRUNED
+        broken = result.failure is not None and result.failure.kind.is_fault
         failures_in_a_row = failures_in_a_row + 1 if broken else 0
         if failures_in_a_row >= settings.max_consecutive_failures:
             return StopReason(

@@ -25,6 +25,13 @@ class FailureKind(str, Enum):
     INCORRECT = "incorrect"  # the loss is not finite, or differs from fp32 beyond measure.loss_tolerance
     PRUNED = "pruned"  # stopped early: clearly slower than the best so far (not a fault)
 
+    @property
+    def is_fault(self) -> bool:
+        """Whether this says the pipeline or the machine is broken, rather than that the configuration is slow
+        (pruned), too big for the memory (budget) or inexact (incorrect): the study's judgement of that
+        configuration, which is data, not a reason to stop."""
+        return self not in (FailureKind.PRUNED, FailureKind.OUT_OF_MEMORY, FailureKind.INCORRECT)
+
 
 @dataclass(frozen=True)
 class Failure:

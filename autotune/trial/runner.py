@@ -115,6 +115,8 @@ class _ProgressReader:
         for line in complete.splitlines():
             point = json.loads(line)
             reason = self.on_progress(point["steps"], point["throughput"])
+            if reason and point.get("compile_s"):
+                reason += f"; its compile took {point['compile_s']:.1f} s"
             if reason:
                 return Failure(FailureKind.PRUNED, reason)
         return None

@@ -51,7 +51,7 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
     trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device, request.effective_batch_size)
     build_s = time.perf_counter() - build_start
     compiling = request.knobs["compile"] != "off"
-    report = _progress_writer(progress_path, max(_PROGRESS_AFTER_S, request.plan.min_time_s / 2))
+    report = _progress_writer(progress_path, max(_PROGRESS_AFTER_S, request.plan.min_time_s / 2), compiling)
     problem, check = None, None
     batches = trainer.batches()
     try:
@@ -89,20 +89,22 @@ def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.T
     return loss, LossCheck(loss.detach().item(), reference)
 
 
-def _progress_writer(path: Path | None, after_s: float):
-    """A function that appends the window's progress to ``path``, every 0.5 s once the window is ``after_s`` old."""
+def _progress_writer(path: Path | None, after_s: float, compiling: bool):
+    """A function that appends the window's progress to ``path``, every 0.5 s once the window is ``after_s`` old
+    (with the compile time, so that a trial pruned before its end still reports it)."""
     last = [0.0]
 
     def report(prof: Profiler) -> None:
         now = time.monotonic()
-        progress = prof.recorder.progress()
+        progress = prof.recorder.progress(compiling)
         if path is None or progress is None or progress.elapsed_s < after_s:
             return
         if now - last[0] < _PROGRESS_INTERVAL_S:
             return
         last[0] = now
         with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps({"steps": progress.steps, "throughput": progress.throughput}) + "\n")
+            point = {"steps": progress.steps, "throughput": progress.throughput, "compile_s": progress.compile_s}
+            out.write(json.dumps(point) + "\n")
 
     return report
 

@@ -60,7 +60,7 @@ BAD_CONFIGS = [
     ({**tiny_config(), "pipeline": _pipeline(optimizer="DROP")}, "pipeline.optimizer: is missing"),
     (
         {**tiny_config(), "pipeline": _pipeline(optimzer={"_target_": "torch.optim.SGD"})},
-        "pipeline.optimzer: unknown key",
+        "pipeline.optimzer: unknown key; did you mean pipeline.optimizer? expected one of: model, dataset",
     ),
     (
         {**tiny_config(), "pipeline": _pipeline(model={"hidden": 3})},

@@ -71,6 +71,13 @@ def test_warmup_lasts_until_step_times_settle_and_compile_time_is_the_excess():
     assert timing.compile_s == pytest.approx(29.9 + 4.9 + 0.4 + 0.1)
     assert timing.warmup_s == pytest.approx(36.1)
 
+    recorder = run(
+        StepRecorder(plan, clock), clock, iter(compile_then_steady + [(0.0, 0.0, 0.1)] * 5), until_done=False
+    )
+    progress = recorder.progress(compiling=True)
+    assert progress.steps == 2 and progress.compile_s == pytest.approx(timing.compile_s), "known before the end"
+    assert recorder.progress().compile_s == 0.0
+
 
 def test_warmup_that_never_settles_gives_up_at_the_cap():
     clock = FakeClock()

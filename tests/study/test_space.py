@@ -73,6 +73,10 @@ def test_overrides_replace_defaults_and_a_single_value_fixes_a_knob():
         ({"pin_memory": [True]}, "search.pin_memory: True cannot run here"),
         ({"amp": ["fp16"]}, "search.amp: 'fp16' cannot run here"),
         ({"batch_size": [5000]}, "search.batch_size: 5000 cannot run here"),
+        (
+            {"num_workers": [0], "prefetch_factor": [4]},
+            "search.prefetch_factor: only applies with num_workers > 0, which no configuration of the search space",
+        ),
     ],
 )
 def test_overrides_that_cannot_run_here_are_config_errors(override, message):

@@ -317,6 +317,23 @@ def test_no_pruning_when_disabled_or_close_to_the_best(tmp_path):
     assert seen == [None], "no progress callback without pruning"
 
 
+@pytest.mark.parametrize(
+    "verdict",
+    [
+        Failure(FailureKind.OUT_OF_MEMORY, "used 306 MB, over study.memory_budget_mb=300; stopped"),
+        Failure(FailureKind.INCORRECT, "the loss is not finite"),
+    ],
+)
+def test_configurations_over_the_budget_or_incorrect_are_verdicts_not_a_broken_study(tmp_path, verdict):
+    study = open_study(settings(tmp_path), META)
+
+    def never_fits(knobs, name, on_progress):
+        return TrialResult(knobs=knobs, failure=verdict)
+
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=5, max_consecutive_failures=2), never_fits, print)
+    assert not reason.aborted and counted_trials(study) == 5
+
+
 def test_over_the_memory_budget_is_infeasible_through_optuna_constraints(tmp_path):
     study = open_study(settings(tmp_path, memory_budget_mb=150), META)
     ensure_baseline(study, BASELINE, FakeMeasure())

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
-from autotune.trial.runner import _worker_env, run_repeated, run_trial
+from autotune.trial.runner import _ProgressReader, _worker_env, run_repeated, run_trial
 from tests.conftest import processes_mentioning, trial_request
 
 
@@ -135,6 +135,13 @@ def test_progress_is_reported_and_a_pruner_stops_the_trial(tmp_path):
     assert len(seen) == 2 and seen[1][0] > seen[0][0] > 0 and all(t > 0 for _, t in seen)
     assert result.wall_s < 18, "stopped before its 20 s window ended"
     assert not processes_mentioning(str(tmp_path / "pruned.request.json"))
+
+
+def test_a_pruned_compile_trial_reports_its_compile_time(tmp_path):
+    points = [{"steps": 5, "throughput": 10.0, "compile_s": 12.34}]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(point) + "\n" for point in points))
+    failure = _ProgressReader(tmp_path / "p.jsonl", lambda steps, throughput: "clearly slower").check()
+    assert failure.kind is FailureKind.PRUNED and failure.message == "clearly slower; its compile took 12.3 s"
 
 
 def test_a_trial_whose_tuner_died_before_it_started_exits_at_once(tmp_path):

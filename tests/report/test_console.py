@@ -1,0 +1,52 @@
+"""The terminal's lines: one per run as it finishes, and the summary."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+from autotune.measure.measurement import SystemReport
+from autotune.report import write_reports
+from autotune.report.console import format_result, print_summary
+from autotune.results.model import StudyResults, TrialRecord
+from autotune.results.summary import summarise
+from tests.report.test_reports import sample_results
+
+
+def test_a_run_says_its_multiple_of_the_baseline_but_the_baseline_run_again_does_not():
+    results = sample_results()
+    baseline = results.baseline.result
+    faster = results.trials[0].result
+    assert "120.0 samples/s (1.20x)" in format_result(faster, baseline)
+    again = format_result(baseline, baseline)
+    assert again.startswith("the baseline's settings -> 100.0 samples/s,") and "x)" not in again
+
+
+def test_the_summary_marks_unranked_rows_with_a_dash():
+    results = sample_results()
+    out = io.StringIO()
+    print_summary(summarise(results), {}, "done", out)
+    table = out.getvalue()
+    assert "<NA>" not in table
+    failed_row = next(line for line in table.splitlines() if line.split()[1:2] == ["1"])
+    assert failed_row.split()[0] == "-"
+
+
+def busy(record: TrialRecord) -> TrialRecord:
+    """``record`` as if other processes had used 0.8 of the machine's 2 cores during its window."""
+    measurement = replace(record.result.measurement, system=SystemReport(100.0, [100.0, 100.0], 1.2))
+    return TrialRecord(record.label, replace(record.result, measurement=measurement))
+
+
+def test_a_run_slowed_by_other_processes_says_so_on_the_terminal_and_in_the_report(tmp_path):
+    results = sample_results()
+    disturbed = busy(results.trials[0])
+    assert "other processes busy (0.8 cores): may read low" in format_result(disturbed.result)
+    assert "other processes" not in format_result(results.trials[2].result)
+    busy_study = StudyResults(**{**results.__dict__, "trials": [disturbed, *results.trials[1:]]})
+    markdown = write_reports(busy_study, summarise(busy_study), tmp_path)["report.md"].read_text()
+    assert "## Measured on a busy machine" in markdown
+    assert "1 of the 3 measured configurations was measured while other processes kept the CPU busy" in markdown
+    assert ": 0 (0.8 cores)." in markdown
+    quiet = write_reports(results, summarise(results), tmp_path / "quiet")["report.md"].read_text()
+    assert "busy machine" not in quiet
