@@ -194,7 +194,7 @@ def simulate_study(
     by_name = {c.name: c for c in configs}
 
     def run_of(config: Config, round_effect: float, runs: int = 1) -> Any:
-        throughput = config.relative * math.exp(round_effect + statistics.median(noise.run(rng) for _ in range(runs)))
+        throughput = config.relative * math.exp(round_effect + median_run_noise(noise, rng, runs))
         timing = SimpleNamespace(throughput=throughput)
         return SimpleNamespace(
             knobs=knobs[config.name], ok=True, timing=timing, peak_memory_mb=config.memory_mb, failure=None
@@ -222,6 +222,11 @@ def simulate_study(
     pick = by_name[winner.knobs["config"]] if winner else scenario.baseline
     best = max(c.relative for c in configs)
     return Outcome(pick.relative / best, race_runs, pick is scenario.baseline, pick.name)
+
+
+def median_run_noise(noise: Noise, rng: random.Random, runs: int) -> float:
+    """The run noise of the median of ``runs`` runs (as ``measure.repeats`` keeps)."""
+    return statistics.median(noise.run(rng) for _ in range(runs))
 
 
 class _Study:

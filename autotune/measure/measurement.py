@@ -52,20 +52,23 @@ class SystemReport:
     gpu_utilization_percent: float | None = None
     gpu_note: str | None = None
 
-    # Other processes busy for this many cores' worth on average: enough to slow a run down (quiet runs on the
-    # 2-core machine of docs/benchmarks.md show 0.01-0.02, the tuner's own polling).
+    # A run is disturbed when its cores were nearly all busy and other processes took this many cores' worth of
+    # them on average: they competed with it (quiet runs on the 2-core machine of docs/benchmarks.md show
+    # 0.01-0.02, the tuner's own polling). Idle cores other processes used elsewhere took nothing from it.
     BUSY_OTHERS_CORES: ClassVar[float] = 0.25
+    SATURATED_PERCENT: ClassVar[float] = 90.0
 
     @property
     def other_processes_cores(self) -> float:
-        """Cores' worth of CPU that processes outside the measured tree used during the window."""
+        """Cores' worth of CPU that processes outside the measured tree used, of the cores it may run on."""
         machine_cores = self.cpu_total_percent / 100 * len(self.cpu_per_core_percent)
         return max(0.0, machine_cores - self.process_tree_cores)
 
     @property
     def disturbed(self) -> bool:
-        """Whether other processes were busy enough during the window that its figures may be low."""
-        return self.other_processes_cores >= self.BUSY_OTHERS_CORES
+        """Whether other processes competed for the cores during the window, so that its figures may be low."""
+        saturated = self.cpu_total_percent >= self.SATURATED_PERCENT
+        return saturated and self.other_processes_cores >= self.BUSY_OTHERS_CORES
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ def tree_cpu_seconds(root: psutil.Process) -> float:
 
 @dataclass(frozen=True)
 class CpuUsage:
-    """``per_core_percent``: each core's busy share (whole machine); ``tree_cores``: cores' worth of CPU
-    the process tree used (2.0 = two cores fully busy)."""
+    """``per_core_percent``: the busy share of each core this process may run on (its affinity: in a container
+    pinned to some cores, the other tenants' cores are left out); ``tree_cores``: cores' worth of CPU the process
+    tree used (2.0 = two cores fully busy)."""
 
     total_percent: float
     per_core_percent: list[float]
@@ -53,10 +55,17 @@ class CpuUsageMeter:
 
     def stop(self) -> CpuUsage:
         elapsed_s = self._clock() - self._start
-        per_core = psutil.cpu_percent(percpu=True)
+        per_core = _usable(psutil.cpu_percent(percpu=True))
         tree = tree_cpu_seconds(self._root) - self._tree_start
         return CpuUsage(
             total_percent=sum(per_core) / len(per_core),
             per_core_percent=per_core,
             tree_cores=tree / elapsed_s if elapsed_s > 0 else 0.0,
         )
+
+
+def _usable(per_core: list[float]) -> list[float]:
+    """The entries of ``per_core`` (indexed by CPU number) for the CPUs this process may run on."""
+    if not hasattr(os, "sched_getaffinity"):
+        return per_core
+    return [per_core[cpu] for cpu in sorted(os.sched_getaffinity(0)) if cpu < len(per_core)] or per_core

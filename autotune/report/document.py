@@ -135,8 +135,8 @@ def _why_keep(summary: Summary) -> str:
     measured = [r.throughput for r in others if r.result.ok]
     at = f"the baseline ({base.throughput:.1f} samples/s)"
     if not measured:
-        infeasible = any(r.result.measurement is not None for r in others)  # ran to the end, over budget or inexact
-        ending = " to the end and feasible" if infeasible else " to the end" if others else ""
+        ran_to_end = any(r.result.measurement is not None for r in others)  # but over the budget or inexact
+        ending = " to the end and feasible" if ran_to_end else " to the end" if others else ""
         text = f"No configuration other than {at} was measured{ending}" + (" (see below)." if others else ".")
     elif max(measured) <= base.throughput:
         text = f"No configuration measured faster than {at}."
@@ -170,7 +170,7 @@ def _before_after(summary: Summary) -> Table:
         rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
     rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
     if summary.confirmed:  # the row above is the race's medians; the interval belongs to the run before the race
-        rows.append(["first run (samples/s), its 95% CI", *(_run_and_interval(row) for row in (before, after))])
+        rows.append(["its run before the race (samples/s, 95% CI)", *(_run_and_interval(r) for r in (before, after))])
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS]
@@ -261,11 +261,15 @@ def _busy_machine(summary: Summary) -> list[Section]:
     busy = [r for r in measured if r.result.measurement.system.disturbed]
     if not busy:
         return []
-    named = ", ".join(f"{r.label} ({r.result.measurement.system.other_processes_cores:.1f} cores)" for r in busy)
+    named = ", ".join(
+        f"{'the baseline' if r is summary.baseline else f'trial {r.label}'} "
+        f"({r.result.measurement.system.other_processes_cores:.1f} cores)"
+        for r in busy
+    )
     text = (
         f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
-        "measured while other processes kept the CPU busy "
-        f"(at least {SystemReport.BUSY_OTHERS_CORES:g} cores' worth on average): {named}. "
+        "measured while other processes competed for its cores (nearly all busy, at least "
+        f"{SystemReport.BUSY_OTHERS_CORES:g} cores' worth of them taken by others on average): {named}. "
         "Their throughput may read low and the ranking may be off; close other work and run the study again "
         "(a new study.name measures everything afresh)."
     )

@@ -28,8 +28,8 @@ class FailureKind(str, Enum):
     @property
     def is_fault(self) -> bool:
         """Whether this says the pipeline or the machine is broken, rather than that the configuration is slow
-        (pruned), too big for the memory (budget) or inexact (incorrect): the study's judgement of that
-        configuration, which is data, not a reason to stop."""
+        (pruned), too big for the memory (over the budget, or killed for memory) or inexact (incorrect): a
+        verdict on that configuration, which is data, not a reason to stop the study."""
         return self not in (FailureKind.PRUNED, FailureKind.OUT_OF_MEMORY, FailureKind.INCORRECT)
 
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from benchmarks.race_model import SCENARIOS, Noise, fit_noise, simulate_study, summarise
+from benchmarks.race_model import SCENARIOS, Noise, fit_noise, median_run_noise, simulate_study, summarise
 
 
 def test_the_noise_fit_splits_round_effects_from_run_noise():
@@ -38,18 +38,21 @@ def test_noise_costs_quality():
     assert 0.3 < figures["met"] < 1.0 and figures["mean_ratio"] < 1.0
 
 
-class _CountingNoise(Noise):
-    """No noise, but counts the run noise drawn."""
+class _ScriptedNoise(Noise):
+    """Run noise drawn from a fixed list, in order."""
 
-    draws = 0
+    def __init__(self, draws: list[float]):
+        super().__init__(0.0, 0.0, None)
+        object.__setattr__(self, "draws", iter(draws))
 
     def run(self, rng: random.Random) -> float:
-        type(self).draws += 1
-        return 0.0
+        return next(self.draws)
 
 
 def test_a_screening_trial_is_the_median_of_its_runs():
+    assert median_run_noise(_ScriptedNoise([0.3, -0.2, 0.0]), random.Random(0), 3) == 0.0, "not the first, nor the mean"
     scenario = SCENARIOS["images"]
-    outcome = simulate_study(scenario, _CountingNoise(0.0, 0.0, None), 3, random.Random(0), screening_runs=3)
     screened = 1 + len(scenario.screened)  # the baseline too
-    assert _CountingNoise.draws == 3 * screened + outcome.race_runs
+    many = _ScriptedNoise([0.0] * 1000)
+    outcome = simulate_study(scenario, many, 3, random.Random(0), screening_runs=3)
+    assert len(list(many.draws)) == 1000 - 3 * screened - outcome.race_runs, "3 runs per screened configuration"

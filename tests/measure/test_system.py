@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from autotune.measure.system import CpuUsageMeter, tree_cpu_seconds
+from autotune.measure.system import CpuUsageMeter, _usable, tree_cpu_seconds
 
 BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
 
@@ -22,5 +22,10 @@ def test_a_child_that_exits_during_the_interval_is_still_counted():
     assert tree_cpu_seconds(psutil.Process()) - before == pytest.approx(0.5, abs=0.25)
     usage = meter.stop()
     assert usage.tree_cores > 0.3, "half a second of CPU in well under two seconds of wall time"
-    assert len(usage.per_core_percent) == psutil.cpu_count()
+    assert len(usage.per_core_percent) == len(os.sched_getaffinity(0)), "the cores this process may run on"
     assert 0 <= usage.total_percent <= 100
+
+
+def test_only_the_cores_this_process_may_run_on_are_counted(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 3})  # a container pinned to CPUs 1 and 3
+    assert _usable([10.0, 20.0, 30.0, 40.0]) == [20.0, 40.0]

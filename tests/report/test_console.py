@@ -46,7 +46,7 @@ def test_a_run_slowed_by_other_processes_says_so_on_the_terminal_and_in_the_repo
     busy_study = StudyResults(**{**results.__dict__, "trials": [disturbed, *results.trials[1:]]})
     markdown = write_reports(busy_study, summarise(busy_study), tmp_path)["report.md"].read_text()
     assert "## Measured on a busy machine" in markdown
-    assert "1 of the 3 measured configurations was measured while other processes kept the CPU busy" in markdown
-    assert ": 0 (0.8 cores)." in markdown
+    assert "1 of the 3 measured configurations was measured while other processes competed for its cores" in markdown
+    assert ": trial 0 (0.8 cores)." in markdown
     quiet = write_reports(results, summarise(results), tmp_path / "quiet")["report.md"].read_text()
     assert "busy machine" not in quiet
