@@ -149,7 +149,7 @@ def tune(
     once it proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline
     included) is not measured again: the proposal is answered from the stored result and does not count as a
     trial. Tuning also stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
-    ``settings.max_consecutive_failures`` failed trials in a row (pruned, over-budget and incorrect trials are
+    ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect trials are
     verdicts on their configuration, not failures: ``FailureKind.is_fault``).
     """
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
