@@ -211,7 +211,7 @@ def _mapping(node: Any, path: str) -> dict[str, Any]:
 
 def did_you_mean(name: str, known: list[str], section: str) -> str:
     """``"did you mean SECTION.KEY? "`` for the key of ``known`` closest to the misspelt ``name``, or ``""``."""
-    close = difflib.get_close_matches(name, known, n=1)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)  # 0.6 offers num_workers for num_threads
     return f"did you mean {section + '.' if section else ''}{close[0]}? " if close else ""
 
 

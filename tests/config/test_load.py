@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotune.config.load import load_settings
+from autotune.config.load import did_you_mean, load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from tests.conftest import NEUTRAL_KNOBS, tiny_config
@@ -140,3 +140,8 @@ def test_amp_candidates_are_valid_names_or_a_config_error(values):
     else:
         with pytest.raises(ConfigError, match="^search.amp: expected one of"):
             load_settings(config, "tiny")
+
+
+def test_a_suggestion_only_for_a_close_misspelling():
+    assert did_you_mean("n_trails", ["n_trials", "seed"], "study") == "did you mean study.n_trials? "
+    assert did_you_mean("num_threads", ["batch_size", "num_workers"], "pipeline.baseline") == "", "a different key"
