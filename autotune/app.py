@@ -53,7 +53,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     if stored := counted_trials(study):
         print(f"resuming: {stored} trial(s) of this study are stored and are not measured again", file=out)
 
-    runner = _TrialRunner(settings, device, output_dir / "trials")
+    runner = TrialRunner(settings, device, output_dir / "trials")
     measure = runner.measure
     baseline, reused = ensure_baseline(study, settings.baseline, measure)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
@@ -79,7 +79,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             stored = PROBE_ATTR in study.user_attrs
             probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput)
             print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
-            guide = guide_from_record(probe, space, settings.baseline, ctx.cpu_count if device == "cpu" else None)
+            cores = ctx.cpu_count if device == "cpu" else None
+            guide = guide_from_record(probe, space, settings.baseline, cores, device)
         stop = tune(study, space, settings.study, runner.screen, show, guide.propose if guide else None)
         if not stop.aborted:
             confirm_finalists(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)
@@ -107,8 +108,9 @@ def _search_context(settings: Settings, device: str) -> SearchContext:
     )
 
 
-class _TrialRunner:
-    """Runs fresh trial subprocesses for this run's settings: ``measure`` a configuration, or ``probe``."""
+class TrialRunner:
+    """Runs fresh trial subprocesses for this run's settings: ``measure`` a configuration, ``probe``, or ``check``
+    it with the harness or the plain loop."""
 
     def __init__(self, settings: Settings, device: str, workdir: Path) -> None:
         self.settings, self.device, self.workdir = settings, device, workdir
@@ -137,6 +139,12 @@ class _TrialRunner:
     def _run(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
         measure, budget = self.settings.measure, self.settings.study.memory_budget_mb
         return run_repeated(request, measure.repeats, measure.trial_timeout_s, self.workdir, name, budget, on_progress)
+
+    def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
+        """``knobs`` with the full window in one fresh process, timed by the harness or by the plain loop."""
+        measure = self.settings.measure
+        request = replace(self.request, knobs=knobs, plain=plain)
+        return run_trial(request, measure.trial_timeout_s, self.workdir, name, self.settings.study.memory_budget_mb)
 
     def probe(self, plan: ProbePlan) -> TrialResult:
         """The differential probe of ``plan``, in one subprocess."""

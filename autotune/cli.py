@@ -18,7 +18,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune import app
+from autotune import app, selfcheck
 from autotune.config.load import did_you_mean, load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
@@ -36,6 +36,8 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   study.n_trials=N     tuning trials after the baseline (default 8; 0 = baseline only)
   search.KNOB=[a,b]    candidates for a knob: batch_size, num_workers, pin_memory, amp, channels_last, compile
   hydra.run.dir=DIR    where the reports go
+  mode=selfcheck       time the baseline and the study's recommendation by autotune and by a plain training
+                       loop, interleaved, and say whether the two agree (selfcheck.json)
 
 Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md."""
 
@@ -120,7 +122,7 @@ def _run(cfg: DictConfig) -> None:
     settings = load_settings(data, runtime.choices.get("pipeline"))
     output_dir = Path(runtime.output_dir)
     write_atomic(output_dir / "config.yaml", _config_record(data, settings.study.storage))
-    app.run(settings, output_dir)
+    (selfcheck.run if settings.mode == "selfcheck" else app.run)(settings, output_dir)
 
 
 def _config_record(data: dict, storage: str) -> str:

@@ -1,12 +1,35 @@
-"""Shared helpers for the benchmarks: the example pipeline built in-process, and summaries."""
+"""Shared helpers for the benchmarks: settings composed as the CLI composes them, the example pipeline built
+in-process, and summaries."""
 
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
+from typing import Any
 
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
+from autotune.config.load import load_settings
+from autotune.config.settings import Settings
 from examples.mymodel import SmallCNN, SyntheticImages
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def compose_config(pipeline: str, overrides: list[str]) -> dict[str, Any]:
+    """conf/config.yaml with ``pipeline`` and ``overrides``, composed as the CLI does, as plain data."""
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"pipeline={pipeline}", *overrides])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def settings_for(pipeline: str, overrides: list[str], components: dict[str, Any] | None = None) -> Settings:
+    """The Settings of ``pipeline`` with ``overrides``, its components replaced by ``components`` where given."""
+    config = compose_config(pipeline, overrides)
+    config["pipeline"].update(components or {})
+    return load_settings(config, pipeline)
 
 
 def example_pipeline(batch_size: int = 32, num_workers: int = 0, length: int = 4096):

@@ -42,12 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
 from autotune.config.load import load_settings
 from autotune.knobs import KNOBS
 from autotune.study.space import SearchSpace
+from benchmarks.common import compose_config
 from benchmarks.remeasure import fastest, ratio_interval, remeasure_interleaved, runs_of, verdict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,13 +53,6 @@ CONF = REPO / "conf"
 PIPELINES = ("images", "transformer_lm", "tabular_mlp")
 QUICK_MEASURE = ["measure.min_time_s=1", "measure.min_steps=10", "measure.max_time_s=5"]
 TARGET_RATIO, TARGET_FRACTION = 0.97, 0.15
-
-
-def compose_config(pipeline: str, overrides: list[str]) -> dict[str, Any]:
-    """conf/config.yaml with ``pipeline`` and ``overrides``, composed as the CLI does, as plain data."""
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(config_name="config", overrides=[f"pipeline={pipeline}", *overrides])
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def fixed_values(pipeline: str, measure: list[str]) -> dict[str, Any]:

@@ -1,66 +1,151 @@
-"""Overhead of the profiling harness: its throughput vs a plain, uninstrumented loop, interleaved.
+"""Overhead of the harness on the real trial path: autotune / bare, target >= 0.98 in each case.
 
-    .venv/bin/python -m benchmarks.overhead [--rounds 8] [--steps 60]
+    .venv/bin/python -m benchmarks.overhead [--rounds 7] [--cases big big-workers tiny-steps]
 
-Each round runs the same loop twice in this process, in alternating order: once plain (timed by
-hand after the same number of warm-up steps the harness used) and once under autotune.profile().
-The ratio of medians is harness / plain; 1.0 means no overhead.
+Each round runs each case twice, in fresh processes, the one that goes first alternating from round to round:
+- autotune: a trial as the tuner runs one (``run_trial``: the worker's Profiler, its memory and CPU samplers and
+  progress lines; the tuner polling the trial's memory against a budget and reading its progress);
+- bare: the same Trainer, DataLoader and steps in a process of its own (``--bare``), with the harness reduced to
+  two clock reads around as many steps as the case's first autotune run timed, after the same minimum warm-up.
+The ratio per round is autotune / bare; a case's figure is the median of its rounds' ratios, beside the 95 %
+interval of their geometric mean. Results go to benchmarks/results/overhead.json.
+
+Cases:
+  big          a ~600 MB training process with ~100 ms steps: CachedImages (benchmarks/workloads.py), SmallCNN,
+               batch 32, no DataLoader workers
+  big-workers  the same with 2 persistent workers and 1 compute thread (a tree of three large processes)
+  tiny-steps   tabular_mlp: in-memory tensors and a small MLP, ~1 ms steps
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from dataclasses import asdict
+from pathlib import Path
 
-import autotune
-from autotune.measure.recorder import WindowPlan
-from benchmarks.common import describe, example_pipeline, train_step
+import torch
+
+from autotune.files import write_atomic
+from autotune.measure.environment import describe_machine
+from autotune.measure.gpu import synchronize
+from autotune.measure.stats import ratio_interval
+from autotune.pipeline.build import build_pipeline
+from autotune.pipeline.setup import Trainer
+from autotune.trial.result import TrialRequest
+from autotune.trial.runner import run_trial
+from benchmarks.common import settings_for
+
+RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
+TARGET = 0.98
+BIG = {"dataset": {"_target_": "benchmarks.workloads.CachedImages", "megabytes": 320}}
+# label: (pipeline, replaced components, knob changes from its baseline)
+CASES = {
+    "big": ("mymodel", BIG, {}),
+    "big-workers": ("mymodel", BIG, {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 1}),
+    "tiny-steps": ("tabular_mlp", {}, {}),
+}
 
 
-def plain(steps: int, warmup: int, batch_size: int) -> float:
-    model, loss_fn, optimizer, loader = example_pipeline(batch_size)
-    batches = iter(loader)
-    for _ in range(warmup):
-        train_step(model, loss_fn, optimizer, *next(batches))
-    start, samples = time.perf_counter(), 0
+def request_for(case: str, device: str) -> TrialRequest:
+    pipeline, components, changes = CASES[case]
+    settings = settings_for(pipeline, [f"measure.device={device}"], components)
+    m = settings.measure
+    return TrialRequest(settings.pipeline, {**settings.baseline, **changes}, device, m.plan, m.memory_interval_s)
+
+
+def autotune_run(request: TrialRequest, workdir: Path, name: str) -> tuple[float, int]:
+    """Samples/s and timed steps of one trial, run as the tuner runs it."""
+    result = run_trial(request, 600, workdir, name, memory_budget_mb=1e9, on_progress=lambda steps, throughput: None)
+    if not result.ok:
+        raise SystemExit(f"{name} failed: {result.failure}")
+    return result.timing.throughput, result.timing.steps
+
+
+def bare_run(request: TrialRequest, steps: int, workdir: Path, name: str) -> float:
+    """Samples/s of the same loop in a fresh process, timed by two clock reads."""
+    path = write_atomic(workdir / f"{name}.request.json", json.dumps(request.to_dict()))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "benchmarks.overhead", "--bare", str(path), str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{name} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["throughput"]
+
+
+def bare(request: TrialRequest, steps: int) -> float:
+    """The trial's loop without the harness: warm-up as short as the harness's shortest, then ``steps`` timed."""
+    device = torch.device(request.device)
+    torch.manual_seed(0)
+    trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device, request.effective_batch_size)
+    batches = trainer.batches()
+    for _ in range(request.plan.warmup.min_steps):
+        trainer.train_step(trainer.to_device(next(batches)))
+    synchronize(device)
+    start = time.perf_counter()
     for _ in range(steps):
-        inputs, targets = next(batches)
-        train_step(model, loss_fn, optimizer, inputs, targets)
-        samples += len(inputs)
-    return samples / (time.perf_counter() - start)
-
-
-def profiled(steps: int, batch_size: int) -> tuple[float, int]:
-    model, loss_fn, optimizer, loader = example_pipeline(batch_size)
-    with autotune.profile(plan=WindowPlan(min_steps=steps, min_time_s=0.0, max_time_s=1e9)) as prof:
-        for inputs, targets in prof.wrap(loader):
-            train_step(model, loss_fn, optimizer, inputs, targets)
-            prof.step()
-            if prof.done:
-                break
-    return prof.result.timing.throughput, prof.result.timing.warmup_steps
+        trainer.train_step(trainer.to_device(next(batches)))
+    synchronize(device)
+    return steps * request.knobs["batch_size"] / (time.perf_counter() - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=60, help="timed steps per run")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--bare", nargs=2, metavar=("REQUEST", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    harness, bare = [], []
-    for round_index in range(args.rounds):
-        order = ("profiled", "plain") if round_index % 2 == 0 else ("plain", "profiled")
-        for kind in order:
-            if kind == "profiled":
-                value, warmup = profiled(args.steps, args.batch_size)
-                harness.append(value)
+    if args.bare:
+        request = TrialRequest.from_dict(json.loads(Path(args.bare[0]).read_text(encoding="utf-8")))
+        print(json.dumps({"throughput": bare(request, int(args.bare[1]))}))
+        return
+    machine = describe_machine()
+    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine['cpu_flags'])})")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in args.cases:
+            rows.append(measure_case(case, request_for(case, args.device), args.rounds, Path(tmp)))
+    write_atomic(RESULTS, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+    print(f"\n{'case':12} {'autotune':>9} {'bare':>9} {'median ratio':>12}  95 % interval  >= {TARGET}")
+    for row in rows:
+        low, high = row["interval"]["low"], row["interval"]["high"]
+        print(
+            f"{row['case']:12} {row['autotune_median']:9.1f} {row['bare_median']:9.1f} {row['median_ratio']:12.3f}"
+            f"  {low:.3f}-{high:.3f}  {row['median_ratio'] >= TARGET}"
+        )
+    print(f"saved {RESULTS}")
+
+
+def measure_case(case: str, request: TrialRequest, rounds: int, workdir: Path) -> dict:
+    _, steps = autotune_run(request, workdir, f"{case}-calibration")
+    harness, plain = [], []
+    for index in range(rounds):
+        for kind in ("autotune", "bare") if index % 2 == 0 else ("bare", "autotune"):
+            name = f"{case}-{index + 1}-{kind}"
+            if kind == "autotune":
+                harness.append(autotune_run(request, workdir, name)[0])
             else:
-                bare.append(plain(args.steps, warmup if harness else 8, args.batch_size))
-        print(f"round {round_index + 1}: harness {harness[-1]:.1f}, plain {bare[-1]:.1f} samples/s", flush=True)
-    print(f"harness: {describe(harness)}")
-    print(f"plain:   {describe(bare)}")
-    print(f"ratio of medians (harness / plain): {statistics.median(harness) / statistics.median(bare):.3f}")
+                plain.append(bare_run(request, steps, workdir, name))
+        print(f"{case} round {index + 1}: autotune {harness[-1]:.1f}, bare {plain[-1]:.1f} samples/s", flush=True)
+    ratios = [h / p for h, p in zip(harness, plain, strict=True)]
+    return {
+        "case": case,
+        "bare_steps": steps,
+        "autotune": harness,
+        "bare": plain,
+        "autotune_median": statistics.median(harness),
+        "bare_median": statistics.median(plain),
+        "ratios": ratios,
+        "median_ratio": statistics.median(ratios),
+        "interval": asdict(ratio_interval(ratios)),
+    }
 
 
 if __name__ == "__main__":

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from autotune.config.settings import Settings
-from autotune.measure.stats import t95
+from autotune.measure.stats import ratio_interval as paired_interval
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
 
@@ -67,17 +68,11 @@ def fastest(measured: Rounds, labels: list[str]) -> str | None:
 
 def ratio_interval(measured: Rounds, numerator: str, denominator: str) -> dict[str, float] | None:
     """The geometric mean of the rounds' ``numerator``/``denominator`` ratios and its 95 % confidence interval
-    (Student's t on the log ratios): runs of one round are measured close together, so pairing them cancels the
-    machine's slower drifts. None with fewer than two rounds where both ran."""
-    logs = [
-        math.log(r[numerator] / r[denominator])
-        for r in measured
-        if r.get(numerator) is not None and r.get(denominator) is not None
-    ]
-    if len(logs) < 2:
-        return None
-    mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return {"geomean": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "n": len(logs)}
+    (``autotune.measure.stats.ratio_interval``). None with fewer than two rounds where both ran."""
+    interval = paired_interval(
+        [r[numerator] / r[denominator] for r in measured if r.get(numerator) is not None and r.get(denominator) is not None]
+    )
+    return asdict(interval) if interval else None
 
 
 def verdict(interval: dict[str, float] | None, target: float) -> str | None:

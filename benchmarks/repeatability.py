@@ -15,22 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
-from autotune.config.load import load_settings
 from autotune.measure.stats import coefficient_of_variation
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
-from benchmarks.common import describe
-
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from benchmarks.common import describe, settings_for
 
 
 def request_for(pipeline: str, overrides: list[str]) -> TrialRequest:
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(config_name="config", overrides=[f"pipeline={pipeline}", *overrides])
-    settings = load_settings(OmegaConf.to_container(cfg, resolve=True), pipeline)
+    settings = settings_for(pipeline, overrides)
     measure = settings.measure
     return TrialRequest(settings.pipeline, settings.baseline, "cpu", measure.plan, measure.memory_interval_s)
 

@@ -1,91 +1,93 @@
-"""Truth: does the harness report what really happened?
+"""Truth: does autotune read what a plain training loop reads? Target: autotune / plain within 0.97-1.03 per case.
 
-    .venv/bin/python -m benchmarks.truth
+    .venv/bin/python -m benchmarks.truth [--rounds 6] [--cases mymodel/baseline ...]
 
-1. A dataset that sleeps 5 ms per sample, loaded in the training process: data stall must be > 0.5.
-2. A small in-memory dataset: data stall must be < 0.2.
-3. Throughput against an independent count: the dataset itself counts the samples it serves and a
-   separate wall clock (time.time) brackets the harness's timed window; the two must agree within 3 %.
+Each case, a pipeline in a configuration, is timed in rounds by a trial (the harness, with the window the baseline
+and the race use) and by the plain loop that judges it (``autotune/trial/plain.py``: one DataLoader over epochs,
+a fixed warm-up, two clock reads, no code shared with the harness's measurement), each run a fresh process, the
+loop that goes first alternating: ``python -m autotune mode=selfcheck``'s machinery, on several pipelines. The
+ratio per case is the geometric mean of its rounds' autotune/plain ratios, with a 95 % interval. On a machine with
+a GPU the cases run there (``--device cuda``). Results go to benchmarks/results/truth.json.
 """
 
 from __future__ import annotations
 
-import time
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
 
-import torch
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from autotune.app import TrialRunner
+from autotune.files import write_atomic
+from autotune.measure.environment import describe_machine
+from autotune.selfcheck import check_configurations
+from benchmarks.common import settings_for
 
-import autotune
-from autotune.measure.recorder import WARMUP, WINDOW, WindowPlan
-from benchmarks.common import train_step
-from examples.mymodel import SmallCNN
-
-
-class SleepyImages(Dataset):
-    """Random images that take ``sleep_s`` each to 'load', and count how many were served."""
-
-    def __init__(self, length: int = 4096, sleep_s: float = 0.005) -> None:
-        self.length, self.sleep_s, self.served = length, sleep_s, 0
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int):
-        time.sleep(self.sleep_s)
-        self.served += 1
-        return torch.rand(3, 64, 64), index % 10
-
-
-class CountingTensors(TensorDataset):
-    def __init__(self, *tensors) -> None:
-        super().__init__(*tensors)
-        self.served = 0
-
-    def __getitem__(self, index: int):
-        self.served += 1
-        return super().__getitem__(index)
-
-
-def epochs(loader):
-    while True:
-        yield from loader
-
-
-def measure(dataset, batch_size: int = 32, seconds: float = 6.0):
-    """Profile SmallCNN on ``dataset``; return the harness's Measurement and the independent throughput."""
-    torch.manual_seed(0)
-    model = SmallCNN()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True)
-    plan = WindowPlan(min_steps=20, min_time_s=seconds, max_time_s=seconds * 3)
-    with autotune.profile("truth", plan=plan) as prof:
-        for inputs, targets in prof.wrap(epochs(loader)):
-            train_step(model, loss_fn, optimizer, inputs, targets)
-            before = prof.recorder.phase
-            prof.step()
-            if before == WARMUP and prof.recorder.phase == WINDOW:
-                start_wall, start_served = time.time(), dataset.served
-            if prof.done:
-                break
-    independent = (dataset.served - start_served) / (time.time() - start_wall)
-    return prof.result, independent
+RESULTS = Path(__file__).resolve().parent / "results" / "truth.json"
+LOW, HIGH = 0.97, 1.03
+WORKERS = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 1}
+# label: (pipeline, knob changes from its baseline, config overrides)
+CASES = {
+    "mymodel/baseline": ("mymodel", {}, []),
+    # 8 steps an epoch: a 4 s window crosses several epoch boundaries, where persistent workers must persist.
+    "mymodel/workers": (
+        "mymodel",
+        {**WORKERS, "batch_size": 64, "channels_last": True},
+        ["pipeline.dataset.length=512"],
+    ),
+    "transformer_lm/baseline": ("transformer_lm", {}, []),
+    "transformer_lm/batch64-1thread": ("transformer_lm", {"batch_size": 64, "num_threads": 1}, []),
+    "tabular_mlp/baseline": ("tabular_mlp", {}, []),
+    "tabular_mlp/batch256-1thread": ("tabular_mlp", {"batch_size": 256, "num_threads": 1}, []),
+}
 
 
 def main() -> None:
-    cases = {
-        "sleeps 5 ms/sample": SleepyImages(),
-        "in memory": CountingTensors(torch.rand(2048, 3, 64, 64), torch.randint(0, 10, (2048,))),
-    }
-    for name, dataset in cases.items():
-        result, independent = measure(dataset)
-        timing = result.timing
-        agreement = timing.throughput / independent
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    machine = describe_machine()
+    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine['cpu_flags'])})")
+    checks = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for label in args.cases:
+            pipeline, changes, overrides = CASES[label]
+            settings = settings_for(pipeline, [f"measure.device={args.device}", *overrides])
+            runner = TrialRunner(settings, args.device, Path(workdir) / label.replace("/", "-"))
+            (checks[label],) = check_configurations(runner, {label: {**settings.baseline, **changes}}, args.rounds, sys.stdout)
+    rows = [_row(label, check) for label, check in checks.items()]
+    write_atomic(RESULTS, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+    print(f"\n{'case':32} {'autotune':>9} {'plain':>9} {'ratio':>6}  95 % interval  boundaries  within {LOW}-{HIGH}")
+    for row in rows:
+        interval = row["interval"] or {}
         print(
-            f"{name}: data stall {timing.data_stall_fraction:.3f}; harness {timing.throughput:.1f} samples/s, "
-            f"independent count {independent:.1f} samples/s, ratio {agreement:.4f}; "
-            f"{timing.steps} steps in {timing.window_s:.2f} s after {timing.warmup_steps} warm-up steps"
+            f"{row['case']:32} {row['harness_median']:9.1f} {row['plain_median']:9.1f} {interval.get('geomean', 0):6.3f}"
+            f"  {interval.get('low', 0):.3f}-{interval.get('high', 0):.3f}  {row['boundaries']:>10}  {row['within']}"
         )
+    print(f"saved {RESULTS}")
+
+
+def _row(label: str, check) -> dict:
+    interval = check.interval
+    boundaries = [b for b in check.epoch_boundaries if b is not None]
+    return {
+        "case": label,
+        "knobs": check.knobs,
+        "harness": check.harness,
+        "plain": check.plain,
+        "harness_median": statistics.median(v for v in check.harness if v is not None),
+        "plain_median": statistics.median(v for v in check.plain if v is not None),
+        "ratios": check.ratios,
+        "interval": asdict(interval) if interval else None,
+        "boundaries": f"{min(boundaries)}-{max(boundaries)}" if boundaries else "-",
+        "within": bool(interval and LOW <= interval.geomean <= HIGH),
+        "failures": check.failures,
+    }
 
 
 if __name__ == "__main__":

@@ -390,3 +390,19 @@ def test_probe_and_fixed_effective_batches(tmp_path):
     assert recommended["knobs"]["batch_size"] in (2, 4, 8, 16), "micro-batches divide the baseline's 16"
     batch = recommended["knobs"]["batch_size"]
     assert recommended["training"]["gradient_accumulation_steps"] == 16 // batch
+
+
+def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(tmp_path):
+    slow_baseline = [*TINY, "pipeline.baseline.batch_size=2", "search.batch_size=[64]", "study.n_trials=1"]
+    assert run_cli([*slow_baseline, f"hydra.run.dir={tmp_path}/tune"], cwd=tmp_path).returncode == 0
+    check = [*slow_baseline, "mode=selfcheck", "selfcheck.rounds=2", f"hydra.run.dir={tmp_path}/check"]
+    proc = run_cli(check, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "check" / "selfcheck.json").read_text())
+    assert [c["label"] for c in record["configurations"]] == ["baseline", "recommended (trial 0)"]
+    for configuration in record["configurations"]:
+        runs = configuration["harness"] + configuration["plain"]
+        assert len(runs) == 4 and all(value > 0 for value in runs), "two rounds, each loop once a round"
+        assert configuration["interval"]["n"] == 2 and configuration["verdict"] in ("agree", "disagree", "unresolved")
+    assert "Self-check of 'tiny'" in proc.stdout and "harness / plain loop" in proc.stdout
+    assert len(list((tmp_path / "check" / "selfcheck").glob("*.result.json"))) == 8

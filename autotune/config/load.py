@@ -37,12 +37,13 @@ BASELINE_DEFAULTS = {
 BATCH_POLICIES = ("free", "fixed_effective")
 OBJECTIVES = ("throughput", "peak_memory")
 DEVICES = ("auto", "cpu", "cuda")
+MODES = ("tune", "selfcheck")
 _PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
 
 
 def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settings:
     """Turn the composed config into Settings; ``pipeline_choice`` is the pipeline file's name."""
-    _check_keys(config, "", required=("pipeline", "search", "study", "measure"), optional=())
+    _check_keys(config, "", required=("pipeline", "search", "study", "measure"), optional=("mode", "selfcheck"))
     pipeline = _mapping(config["pipeline"], "pipeline")
     spec = _pipeline_spec(pipeline, pipeline_choice)
     study = _section(config["study"], "study", _STUDY_FIELDS)
@@ -56,6 +57,8 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
         batch_policy=_batch_policy(config["search"]),
         study=StudySettings(**{**study, "name": study["name"] or spec.name}),
         measure=MeasureSettings(plan=plan, screen_plan=screen_plan, **measure),
+        mode=_mode(config),
+        selfcheck_rounds=_section(config.get("selfcheck", {"rounds": 5}), "selfcheck", _SELFCHECK_FIELDS)["rounds"],
     )
 
 
@@ -177,6 +180,13 @@ def _batch_policy(search: dict[str, Any]) -> str:
         raise ConfigError("search.batch_policy", str(exc)) from None
 
 
+def _mode(config: dict[str, Any]) -> str:
+    try:
+        return _string(choices=MODES)(config.get("mode", "tune"))
+    except ValueError as exc:
+        raise ConfigError("mode", str(exc)) from None
+
+
 def _objectives(value: Any) -> tuple[str, ...]:
     values = tuple(value) if isinstance(value, list) else (value,)
     if values not in (("throughput",), OBJECTIVES):
@@ -289,3 +299,4 @@ _MEASURE_FIELDS: dict[str, Parser] = {
     "loss_tolerance": _number(0, strict=True),
     "compile_cache_dir": _string(optional=True),
 }
+_SELFCHECK_FIELDS: dict[str, Parser] = {"rounds": _number(2, integer=True)}

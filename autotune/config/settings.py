@@ -61,7 +61,8 @@ class MeasureSettings:
 class Settings:
     """Everything one autotune run needs. ``search`` maps knob name to candidates, None = derived;
     ``batch_policy`` is "free" (batch size varies) or "fixed_effective" (micro-batch x accumulation
-    steps = the baseline's batch size)."""
+    steps = the baseline's batch size). ``mode`` is "tune", or "selfcheck": the harness against a plain loop
+    for ``selfcheck_rounds`` interleaved rounds."""
 
     pipeline: PipelineSpec
     baseline: dict[str, Any]
@@ -69,3 +70,5 @@ class Settings:
     study: StudySettings
     measure: MeasureSettings
     batch_policy: str = "free"
+    mode: str = "tune"
+    selfcheck_rounds: int = 5

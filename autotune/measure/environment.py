@@ -11,6 +11,8 @@ import psutil
 import torch
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
+# CPU features that change which knobs win: bf16 autocast runs in hardware only with avx512_bf16 or AMX.
+_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
 def usable_cpu_count() -> int:
@@ -28,7 +30,8 @@ def describe_machine() -> dict[str, Any]:
     """CPU, memory, GPU and library versions, as plain data for reports and result tagging."""
     return {
         "hostname": platform.node(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": _cpu_info("model name") or platform.processor() or platform.machine(),
+        "cpu_flags": [flag for flag in _CPU_FLAGS if flag in _cpu_info("flags").split()],
         "cpu_count": usable_cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
@@ -44,12 +47,13 @@ def describe_machine() -> dict[str, Any]:
     }
 
 
-def _cpu_model() -> str:
+def _cpu_info(field: str) -> str:
+    """The first value of ``field`` in /proc/cpuinfo; "" where there is none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return ""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pynvml
 import torch
 
 from autotune.measure.memory import MIB
+from autotune.measure.recorder import StepSplit
 
 
 def synchronize(device: torch.device) -> None:
@@ -82,3 +84,72 @@ def _nvml_handle(device: torch.device):
     index = device.index if device.index is not None else torch.cuda.current_device()
     uuid = str(torch.cuda.get_device_properties(index).uuid)
     return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+
+
+@dataclass
+class _SampledStep:
+    previous_end: Any
+    ready: Any = None
+    transferred: Any = None
+    end: Any = None
+    samples: int = 0
+
+
+@dataclass
+class DeviceTimeline:
+    """CUDA events around a sample of a timed window's steps, read once the window is over: how long the device
+    sat idle before each sampled step's batch arrived, copied it in, and computed. Nothing here waits for the
+    device, so the host runs ahead and overlaps loading the next batch with the device's work, as a training
+    loop does.
+
+    A step is sampled when ``spacing_s`` of host time has passed since the last sampled one began (four event
+    records, a few microseconds): every step of a slow loop, a steady share of a fast one.
+    """
+
+    spacing_s: float = 0.002
+    steps: list[_SampledStep] = field(default_factory=list)
+    _current: _SampledStep | None = None
+    _last_sampled: float = float("-inf")
+
+    def start(self, now: float) -> None:
+        """The window starts at host time ``now``: its first step is sampled."""
+        self._current = _SampledStep(previous_end=_record())
+        self._last_sampled = now
+
+    def batch_ready(self) -> None:
+        if self._current is not None:
+            self._current.ready = _record()
+
+    def batch_transferred(self) -> None:
+        if self._current is not None:
+            self._current.transferred = _record()
+
+    def step_done(self, samples: int, now: float) -> None:
+        """The end of a step of ``samples`` samples at host time ``now``; maybe the start of a sampled one."""
+        end = None
+        if self._current is not None:
+            end = self._current.end = _record()
+            self._current.samples = samples
+            self.steps.append(self._current)
+            self._current = None
+        if now - self._last_sampled >= self.spacing_s:
+            self._current = _SampledStep(previous_end=end or _record())
+            self._last_sampled = now
+
+    def split(self) -> StepSplit | None:
+        """The sampled steps' wait, transfer and compute times; call after synchronising. None without any."""
+        waits, transfers, computes, samples = [], [], [], []
+        for step in self.steps:
+            ready = step.ready or step.previous_end
+            transferred = step.transferred or ready
+            waits.append(step.previous_end.elapsed_time(ready) / 1000)
+            transfers.append(ready.elapsed_time(transferred) / 1000)
+            computes.append(transferred.elapsed_time(step.end) / 1000)
+            samples.append(step.samples)
+        return StepSplit(waits, transfers, computes, samples) if samples else None
+
+
+def _record():
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event

@@ -15,7 +15,13 @@ from autotune.measure.recorder import Timing
 class MemoryReport:
     """Host memory of the process tree (``metric`` "pss" or "rss"), in MiB: the peak over the whole run
     and the level at the start and end of the timed window (growth there hints at a leak); GPU memory
-    from CUDA's allocator statistics and from NVML where available."""
+    from CUDA's allocator statistics and from NVML where available.
+
+    With "pss", pages shared between processes (forked DataLoader workers) count once: the tree's PSS is read
+    before the loop and at the window's edges; inside the window, where a PSS read would slow the loop, resident
+    sizes are sampled and each process's shared excess from the nearest PSS read is taken off; the training
+    process's high-water mark (VmHWM) catches a peak between samples (``autotune.measure.memory``).
+    """
 
     metric: str
     peak_mb: float

@@ -1,45 +1,175 @@
-"""Memory of a process tree (a process and its children, e.g. DataLoader workers)."""
+"""Memory of a process tree (a process and its descendants, e.g. DataLoader workers), read two ways.
+
+A **cheap read** takes every process's resident set (RSS, ``/proc/PID/statm``): about 15 µs a process. A **full
+read** adds its proportional set (PSS, ``/proc/PID/smaps_rollup``), which splits each page between the processes
+sharing it, so that forked workers' pages count once; but the kernel walks the process's page tables for it, under
+the memory-map lock the training loop needs, which takes 8-11 ms on a 600 MB torch process. Inside a timed window
+only cheap reads may run (``docs/benchmarks.md``, harness costs); a full read outside it tells each process's
+shared excess (RSS - PSS), which turns the cheap reads around it into PSS estimates (``pss_estimate``).
+
+Where ``/proc`` is missing (not Linux), both reads fall back to psutil, and to RSS where the OS reports no PSS.
+"""
 
 from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import psutil
 
 MIB = 1024 * 1024
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError)
 
 
-def tree_memory_bytes(root: psutil.Process, metric: str) -> int:
-    """Current memory of ``root`` and all its descendants; processes that exit meanwhile are skipped.
+@dataclass(frozen=True)
+class TreeReading:
+    """One reading of a process tree at ``time``: bytes resident per pid, and PSS per pid for a full read
+    (None for a cheap one, and where the OS reports no PSS)."""
 
-    ``metric`` "pss" splits shared pages between the processes sharing them, so forked workers
-    are not counted twice; "rss" counts them in every process.
-    """
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
+    time: float
+    rss: dict[int, int]
+    pss: dict[int, int] | None = None
+
+    @property
+    def total(self) -> int:
+        """The tree's bytes: PSS where this is a full read with PSS, else RSS."""
+        return sum((self.rss if self.pss is None else self.pss).values())
+
+
+class ProcessTree:
+    """Reads the memory of process ``root`` and its descendants; processes that exit meanwhile are skipped."""
+
+    def __init__(self, root: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.root = root
+        self._clock = clock
+        self._children_files = os.path.exists(f"/proc/{root}/task/{root}/children")
+        self._statm = os.path.exists(f"/proc/{root}/statm")
+        self.metric = "pss" if _pss_available(root) else "rss"
+
+    def pids(self) -> list[int]:
+        """The root and its living descendants."""
+        if not self._children_files:
+            try:
+                return [self.root, *(child.pid for child in psutil.Process(self.root).children(recursive=True))]
+            except psutil.NoSuchProcess:
+                return []
+        found, pending = [], [self.root]
+        while pending:
+            pid = pending.pop()
+            children = _proc_children(pid)
+            if children is not None:
+                found.append(pid)
+                pending.extend(children)
+        return found
+
+    def read_cheap(self) -> TreeReading:
+        """RSS of every process in the tree: microseconds, safe inside a timed window."""
+        return TreeReading(self._clock(), _each(self.pids(), self._rss))
+
+    def read_full(self) -> TreeReading:
+        """RSS and PSS of every process in the tree: milliseconds per process, for outside a timed window."""
+        pids = self.pids()
+        if self.metric == "rss":
+            return TreeReading(self._clock(), _each(pids, self._rss))
+        both = _each(pids, _rss_and_pss)
+        return TreeReading(self._clock(), {p: r for p, (r, _) in both.items()}, {p: s for p, (_, s) in both.items()})
+
+    def peak_rss(self) -> int | None:
+        """The root process's own high-water mark of resident memory (``VmHWM``), or None where not reported."""
         try:
-            info = proc.memory_full_info() if metric == "pss" else proc.memory_info()
-            total += getattr(info, metric)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+            with open(f"/proc/{self.root}/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def _rss(self, pid: int) -> int:
+        if not self._statm:
+            return psutil.Process(pid).memory_info().rss
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+
+
+def pss_estimate(reading: TreeReading, full: list[TreeReading], root: int) -> int:
+    """The tree's memory at ``reading``, shared pages counted once.
+
+    Exact for a full reading. For a cheap one, each process counts its RSS less its shared excess (RSS - PSS)
+    in the full reading nearest in time that saw it; a process no full reading saw (a worker started inside a
+    window) counts the mean excess of the other non-root processes of the nearest full reading, or its whole
+    RSS where there were none. Without any PSS the estimate is the RSS total.
+    """
+    if reading.pss is not None:
+        return reading.total
+    with_pss = sorted((r for r in full if r.pss is not None), key=lambda r: abs(r.time - reading.time))
+    total = 0
+    for pid, rss in reading.rss.items():
+        seen = next((r for r in with_pss if pid in r.pss and pid in r.rss), None)
+        if seen is not None:
+            excess = seen.rss[pid] - seen.pss[pid]
+        else:
+            excess = _sibling_excess(with_pss[0], root) if with_pss and pid != root else 0
+        total += max(0, rss - excess)
     return total
 
 
-def best_metric(proc: psutil.Process) -> str:
-    """ "pss" where this OS reports it for ``proc``, else "rss"."""
-    try:
-        return "pss" if hasattr(proc.memory_full_info(), "pss") else "rss"
-    except (psutil.AccessDenied, NotImplementedError):
-        return "rss"
+def peak_estimate(cheap: list[TreeReading], full: list[TreeReading], root: int, root_peak_rss: int | None) -> int:
+    """The tree's peak, shared pages counted once: the highest estimate over all readings, or, where it is
+    higher, the root's high-water mark (catching a peak between readings) beside the other processes as the
+    last full reading saw them."""
+    estimates = [pss_estimate(reading, full, root) for reading in [*cheap, *full]]
+    peak = max(estimates, default=0)
+    if root_peak_rss is None or not full:
+        return peak
+    last = max(full, key=lambda r: r.time)
+    pss = last.pss if last.pss is not None else last.rss
+    root_excess = last.rss.get(root, 0) - pss.get(root, 0)
+    return max(peak, root_peak_rss - root_excess + last.total - pss.get(root, 0))
 
 
-def tree_memory_reader(pid: int):
-    """A ``read()`` for PeriodicSampler: the tree's memory in bytes, None once the root is gone; and its metric."""
-    root = psutil.Process(pid)
-    metric = best_metric(root)
+def _sibling_excess(reading: TreeReading, root: int) -> int:
+    excesses = [reading.rss[pid] - reading.pss[pid] for pid in reading.pss if pid != root and pid in reading.rss]
+    return int(statistics.fmean(excesses)) if excesses else 0
 
-    def read() -> int | None:
+
+def _each(pids: list[int], read: Callable[[int], object]) -> dict:
+    values = {}
+    for pid in pids:
         try:
-            return tree_memory_bytes(root, metric)
-        except psutil.NoSuchProcess:
-            return None
+            values[pid] = read(pid)
+        except _GONE:
+            continue
+    return values
 
-    return read, metric
+
+def _proc_children(pid: int) -> list[int] | None:
+    """The children of ``pid`` from ``/proc/PID/task/*/children``; None once it is gone."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    children: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as listed:
+                children.extend(int(child) for child in listed.read().split())
+        except OSError:
+            continue
+    return children
+
+
+def _rss_and_pss(pid: int) -> tuple[int, int]:
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss, info.pss
+
+
+def _pss_available(pid: int) -> bool:
+    try:
+        return hasattr(psutil.Process(pid).memory_full_info(), "pss")
+    except (psutil.AccessDenied, NotImplementedError, psutil.NoSuchProcess):
+        return False

@@ -17,9 +17,9 @@ import torch
 from autotune.errors import AutotuneError
 from autotune.measure.environment import describe_machine
 from autotune.measure.flops import count_flops
-from autotune.measure.gpu import Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
+from autotune.measure.gpu import DeviceTimeline, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
-from autotune.measure.memory import MIB, tree_memory_reader
+from autotune.measure.memory import MIB, ProcessTree, TreeReading, peak_estimate
 from autotune.measure.recorder import DONE, WARMUP, WINDOW, StepRecorder, WindowPlan
 from autotune.measure.sampler import PeriodicSampler
 from autotune.measure.system import CpuUsageMeter
@@ -31,8 +31,12 @@ class Profiler:
     Wrap the batch iterable with ``wrap()`` (the time blocked on it is data wait), call
     ``transferred()`` after moving a batch to the device (optional) and ``step()`` after each
     optimizer step. Warm-up ends when step times settle; the steps after it form the timed window.
-    On a GPU, ``step()`` synchronises so that device time is counted. After the ``with`` block,
-    ``result`` holds the Measurement.
+    After the ``with`` block, ``result`` holds the Measurement.
+
+    Inside the window the loop runs as it would without the profiler: each mark reads the clock, the
+    memory sampler reads only resident sizes (microseconds), and on a GPU nothing waits for the device (the
+    window ends once the device has finished its work; CUDA events time a sample of steps). Costly reads
+    (PSS of the process tree, CPU times) run at the window's edges, outside it.
     """
 
     def __init__(
@@ -54,7 +58,8 @@ class Profiler:
         self._memory_interval_s = memory_interval_s
         self._last_batch: Any = None
         self._flops_per_sample: float | None = None
-        self._window_memory: list[int] = []
+        self._full_reads: list[TreeReading] = []
+        self._timeline = DeviceTimeline() if self.device.type == "cuda" else None
 
     @property
     def done(self) -> bool:
@@ -63,8 +68,9 @@ class Profiler:
 
     def __enter__(self) -> Profiler:
         reset_cuda_peaks(self.device)
-        read_memory, self._memory_metric = tree_memory_reader(os.getpid())
-        self._memory = PeriodicSampler(read_memory, self._memory_interval_s, self._clock)
+        self._tree = ProcessTree(os.getpid(), self._clock)
+        self._full_reads.append(self._tree.read_full())
+        self._memory = PeriodicSampler(self._tree.read_cheap, self._memory_interval_s, self._clock)
         self._nvml = Nvml(self.device)
         self._gpu = PeriodicSampler(self._nvml.read, self._memory_interval_s, self._clock)
         self._cpu = CpuUsageMeter(os.getpid(), self._clock)
@@ -76,7 +82,7 @@ class Profiler:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.recorder.phase == WINDOW:
-            self._end_window()
+            self._close_window()
             if self.plan.bounded and exc_type is None:
                 warnings.warn(self._short_window_warning(), stacklevel=2)
         self._gpu.__exit__(exc_type, exc, tb)
@@ -89,28 +95,39 @@ class Profiler:
         """Yield from ``batches``, marking when each batch arrives."""
         for batch in batches:
             self.recorder.batch_ready()
+            if self._timeline and self.recorder.phase == WINDOW:
+                self._timeline.batch_ready()
             self._last_batch = batch
             yield batch
 
     def transferred(self) -> None:
         """Mark the batch as copied to the device (and converted to its memory layout)."""
-        synchronize(self.device)
         self.recorder.batch_transferred()
+        if self._timeline and self.recorder.phase == WINDOW:
+            self._timeline.batch_transferred()
 
     def step(self, samples: int | None = None) -> None:
-        """Mark the end of a training step of ``samples`` samples (default: the last batch's size)."""
-        synchronize(self.device)
+        """Mark the end of a training step of ``samples`` samples (default: the last batch's size).
+
+        During warm-up (never timed) a GPU step is waited for, so that warm-up sees the device's step times.
+        """
         before = self.recorder.phase
-        self.recorder.step_done(samples if samples is not None else batch_len(self._last_batch))
+        if before == WARMUP:
+            synchronize(self.device)
+        samples = samples if samples is not None else batch_len(self._last_batch)
+        self.recorder.step_done(samples)
+        if before == WINDOW and self._timeline:
+            self._timeline.step_done(samples, self._clock())
         if before == WARMUP and self.recorder.phase != WARMUP:
-            self._window_memory.append(self._memory.sample_now() or 0)
-            self._cpu.start()
+            self._open_window()
         if before == WINDOW and self.recorder.phase == DONE:
-            self._end_window()
+            self._close_window()
 
     def count_flops(self, run_step: Callable[[], object], samples: int) -> None:
-        """Count the FLOPs of ``run_step()``, one training step over ``samples`` samples."""
+        """Count the FLOPs of ``run_step()``, one training step over ``samples`` samples (an eager one, during
+        warm-up: CUDA's peak memory counters restart after it)."""
         self._flops_per_sample = count_flops(run_step) / samples
+        reset_cuda_peaks(self.device)
 
     def _short_window_warning(self) -> str:
         progress = self.recorder.progress()
@@ -121,12 +138,24 @@ class Profiler:
             "loop over more epochs until prof.done"
         )
 
-    def _end_window(self) -> None:
-        self._window_memory.append(self._memory.sample_now() or 0)
+    def _open_window(self) -> None:
+        """Take the readings of the window's start, then start its clock: they are not timed."""
+        self._full_reads.append(self._tree.read_full())
+        self._cpu.start()
+        self.recorder.restart_window()
+        if self._timeline:
+            self._timeline.start(self.recorder.window_start)
+
+    def _close_window(self) -> None:
+        """End the window (on a GPU once the device is done with the work queued), then take its end readings."""
+        if self._timeline:
+            synchronize(self.device)
+            self.recorder.end_window_at(self._clock())
         self._cpu_usage = self._cpu.stop()
+        self._full_reads.append(self._tree.read_full())
 
     def _measurement(self) -> Measurement:
-        timing = self.recorder.timing(self.compiling)
+        timing = self.recorder.timing(self.compiling, self._timeline.split() if self._timeline else None)
         return Measurement(
             name=self.name,
             device=str(self.device),
@@ -140,13 +169,15 @@ class Profiler:
     def _memory_report(self) -> MemoryReport:
         allocated, reserved = cuda_peaks_mb(self.device)
         gpu_used = [reading.memory_used_mb for _, reading in self._gpu.samples]
-        start, end = self._window_memory
+        full, tree = self._full_reads, self._tree
+        cheap = [reading for _, reading in self._memory.samples]
+        start, end = full[1], full[-1]  # full[0] is before the loop
         return MemoryReport(
-            metric=self._memory_metric,
-            peak_mb=max(value for _, value in self._memory.samples) / MIB,
-            window_start_mb=start / MIB,
-            window_end_mb=end / MIB,
-            samples=len(self._memory.samples),
+            metric=tree.metric,
+            peak_mb=peak_estimate(cheap, full, tree.root, tree.peak_rss()) / MIB,
+            window_start_mb=start.total / MIB,
+            window_end_mb=end.total / MIB,
+            samples=len(cheap) + len(full),
             cuda_peak_allocated_mb=allocated,
             cuda_peak_reserved_mb=reserved,
             nvml_used_peak_mb=max(gpu_used) if gpu_used else None,

@@ -101,6 +101,8 @@ class StepRecorder:
         self._step_start: float | None = None
         self._ready: float | None = None
         self._transferred: float | None = None
+        self._window_samples = 0
+        self._warmup_compile_s = 0.0
 
     @property
     def done(self) -> bool:
@@ -108,6 +110,16 @@ class StepRecorder:
 
     def start(self) -> None:
         self._step_start = self.clock()
+
+    def restart_window(self) -> None:
+        """Start the window's clock now: what ran since the last warm-up step (reads that must not be timed,
+        such as a full memory read) is left out of the window."""
+        self.window_start = self._step_start = self.clock()
+
+    def end_window_at(self, now: float) -> None:
+        """End the window at ``now`` rather than at its last step's mark: on a GPU, once the device has
+        finished the work the last step queued."""
+        self.window_end = now
 
     def batch_ready(self) -> None:
         self._ready = self.clock()
@@ -131,6 +143,8 @@ class StepRecorder:
         if policy.is_stable(self.warmup_times) or policy.gives_up(self.warmup_times):
             self.warmup_settled = policy.is_stable(self.warmup_times)
             self.phase, self.window_start = WINDOW, now
+            settled = statistics.median(self.warmup_times[-policy.span :])
+            self._warmup_compile_s = excess_time(self.warmup_times, settled)
 
     def _end_window_step(self, now: float, samples: int) -> None:
         ready = self._ready if self._ready is not None else self._step_start
@@ -139,6 +153,7 @@ class StepRecorder:
         self._transfers.append(transferred - ready)
         self._computes.append(now - transferred)
         self._samples.append(samples)
+        self._window_samples += samples
         self.window_end = now
         elapsed = now - self.window_start
         plan = self.plan
@@ -146,53 +161,69 @@ class StepRecorder:
             self.phase = DONE
 
     def progress(self, compiling: bool = False) -> Progress | None:
-        """The timed window so far, or None before it has a step."""
+        """The timed window so far, or None before it has a step. Constant time: it runs inside the window.
+        With ``compiling``, the compile time is the warm-up's excess over its settled steps (the final timing
+        measures it against the window's median step instead)."""
         if not self._samples:
             return None
         elapsed = self.window_end - self.window_start
-        throughput = sum(self._samples) / elapsed if elapsed > 0 else 0.0
-        return Progress(len(self._samples), elapsed, throughput, self._compile_s(self._durations(), compiling))
+        throughput = self._window_samples / elapsed if elapsed > 0 else 0.0
+        return Progress(len(self._samples), elapsed, throughput, self._warmup_compile_s if compiling else 0.0)
 
-    def _durations(self) -> list[float]:
-        return [w + t + c for w, t, c in zip(self._waits, self._transfers, self._computes, strict=True)]
+    def timing(self, compiling: bool = False, device: StepSplit | None = None) -> Timing:
+        """Summarise the window; with ``compiling``, warm-up time beyond a typical step is compile time.
 
-    def _compile_s(self, durations: list[float], compiling: bool) -> float:
-        """Warm-up time beyond a typical timed step, when compiling: the compile time."""
-        return excess_time(self.warmup_times, statistics.median(durations)) if compiling else 0.0
-
-    def timing(self, compiling: bool = False) -> Timing:
-        """Summarise the window; with ``compiling``, warm-up time beyond a typical step is compile time."""
+        Throughput is always the window's samples over its wall time. Step times and the split between data
+        wait, transfer and compute come from the host's marks, or from ``device``'s timings of a sample of the
+        window's steps where the host does not wait for the device (CUDA), as shares of the window.
+        """
         if not self._samples:
             raise AutotuneError(
                 f"no timed step: the loop ended during warm-up after {len(self.warmup_times)} steps "
                 f"(warm-up needs at least {self.plan.warmup.min_steps} steps and step times that settle)"
             )
-        durations = self._durations()
+        split = device or StepSplit(self._waits, self._transfers, self._computes, self._samples)
+        durations = split.durations()
         window_s = self.window_end - self.window_start
         samples = sum(self._samples)
         q1, median, q3 = quartiles(durations)
-        low, high = block_throughput_ci(durations, self._samples)
-        data_wait_s = sum(self._waits)
+        low, high = block_throughput_ci(durations, split.samples)
+        share = window_s / sum(durations) if sum(durations) > 0 else 0.0
+        data_wait_s = sum(split.waits) * share
         return Timing(
-            steps=len(durations),
+            steps=len(self._samples),
             samples=samples,
             window_s=window_s,
             throughput=samples / window_s,
             throughput_ci95_low=low,
             throughput_ci95_high=high,
-            steps_per_s=len(durations) / window_s,
-            mean_step_s=window_s / len(durations),
+            steps_per_s=len(self._samples) / window_s,
+            mean_step_s=window_s / len(self._samples),
             median_step_s=median,
             step_iqr_s=q3 - q1,
             data_wait_s=data_wait_s,
-            transfer_s=sum(self._transfers),
-            compute_s=sum(self._computes),
+            transfer_s=sum(split.transfers) * share,
+            compute_s=sum(split.computes) * share,
             data_stall_fraction=data_wait_s / window_s,
             warmup_steps=len(self.warmup_times),
             warmup_s=sum(self.warmup_times),
             warmup_settled=self.warmup_settled,
-            compile_s=self._compile_s(durations, compiling),
+            compile_s=excess_time(self.warmup_times, median) if compiling else 0.0,
         )
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """Where each of a set of steps spent its time, in seconds: waiting for its batch, copying it to the device
+    (and converting its layout), and computing; and its samples."""
+
+    waits: list[float]
+    transfers: list[float]
+    computes: list[float]
+    samples: list[int]
+
+    def durations(self) -> list[float]:
+        return [w + t + c for w, t, c in zip(self.waits, self.transfers, self.computes, strict=True)]
 
 
 def window_plan_from_dict(data: dict) -> WindowPlan:

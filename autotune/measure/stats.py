@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond 30, 1.96 is within 4 %).
 _T95 = (
@@ -54,3 +56,23 @@ def block_throughput_ci(
 def coefficient_of_variation(values: Sequence[float]) -> float:
     """Sample standard deviation over mean."""
     return statistics.stdev(values) / statistics.fmean(values)
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """The geometric mean of ``n`` paired ratios and its 95 % confidence interval."""
+
+    geomean: float
+    low: float
+    high: float
+    n: int
+
+
+def ratio_interval(ratios: Sequence[float]) -> RatioInterval | None:
+    """The geometric mean of ``ratios`` (each of two runs measured close together, so pairing them cancels the
+    machine's slower drifts) with Student's t interval on their logarithms; None with fewer than two."""
+    if len(ratios) < 2:
+        return None
+    logs = [math.log(ratio) for ratio in ratios]
+    mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return RatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))

@@ -66,13 +66,15 @@ class Trainer:
         )
 
     def batches(self) -> Iterator[Any]:
-        """Batches without end: a new epoch starts when one runs out.
+        """Batches without end from one DataLoader, iterated epoch after epoch as a training loop does: with
+        ``persistent_workers`` its workers serve every epoch, without it they restart at each epoch's start.
 
         A DataLoader worker killed by a signal raises WorkerKilledError naming the signal.
         """
+        loader = self.loader()
         while True:
             yielded = False
-            epoch = iter(self.loader())
+            epoch = iter(loader)
             while True:
                 try:
                     batch = next(epoch)

@@ -290,16 +290,20 @@ def _method(results: StudyResults) -> str:
         f"is reported as compile s) lasted until the median of the last {warmup['span']} step times was within "
         f"{warmup['tolerance']:.0%} of the {warmup['span']} before ({warmup['min_steps']} to {warmup['max_steps']} "
         f"steps), then a timed window of at least {plan['min_steps']} steps and {plan['min_time_s']:g} s "
-        f"(at most {plan['max_time_s']:g} s). Throughput is samples in the window divided by its wall time; data "
-        "wait is the share of the window spent blocked on the next batch. Peak memory sums the trial's process "
-        "tree (DataLoader workers included) using PSS where the OS provides it, so shared pages are not counted "
-        f"twice. {repeated}"
+        f"(at most {plan['max_time_s']:g} s). Each trial ran the loop a user runs: one DataLoader over its epochs, "
+        "nothing waiting for a GPU inside the window but its end. Throughput is samples in the window divided by its "
+        "wall time; data wait is the share of the window spent blocked on the next batch (on a GPU: the device idle "
+        "before a batch, from CUDA events). Peak memory sums the trial's process tree (DataLoader workers included) "
+        "using PSS where the OS provides it, so shared pages are not counted twice: PSS is read outside the window; "
+        "inside it, where such a read would slow the loop, resident sizes are sampled and corrected by the shared "
+        f"pages the nearest PSS read found, and the training process's high-water mark catches peaks between. {repeated}"
     )
 
 
 def _machine(machine: dict[str, Any], device: str) -> list[str]:
     return [
-        f"CPU: {machine['cpu_model']} ({machine['cpu_count']} usable cores, {machine['physical_cores']} physical)",
+        f"CPU: {machine['cpu_model']} ({machine['cpu_count']} usable cores, {machine['physical_cores']} physical; "
+        f"flags: {', '.join(machine.get('cpu_flags') or ['none of note'])})",
         f"Memory: {machine['memory_gb']} GB",
         f"GPU: {machine.get('gpu') or 'none'}; device used: {device}",
         f"torch {machine['torch']} (CUDA {machine['cuda'] or 'none'}, cuDNN {machine['cudnn'] or 'none'}), "

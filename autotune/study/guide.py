@@ -212,9 +212,9 @@ def _predict(steering: Steering, knobs: dict[str, Any], compute_scale: float = 1
 
 
 def guide_from_record(
-    record: dict[str, Any] | None, space: SearchSpace, baseline: dict[str, Any], cores: int | None
+    record: dict[str, Any] | None, space: SearchSpace, baseline: dict[str, Any], cores: int | None, device: str
 ) -> Guide | None:
     """The guide for a stored probe record (``steer.probe_once``), or None when the probe failed or did not run."""
     if not record or "failure" in record:
         return None
-    return Guide(Steering.from_record(record, cores), space, baseline)
+    return Guide(Steering.from_record(record, cores, device), space, baseline)

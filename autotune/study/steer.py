@@ -2,8 +2,9 @@
 model step timed apart (``guide.py`` corrects the predictions with measured trials and chooses from them).
 
 The prediction is a guide, not a result: rankings and the recommendation come only from full
-measured runs. Without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
-workers they overlap (min(L, C)), and on a CPU they also share the cores: a sample then needs at least
+measured runs. On a CPU without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
+workers, or on a GPU, which computes while the host loads the next batch, they overlap (min(L, C)), and on a
+CPU workers and compute also share the cores: a sample then needs at least
 (loading CPU time + threads x compute time) / cores, and compute threads beyond the cores the workers
 leave free are counted as gaining nothing (oversubscribed OpenMP threads measured worse, never better;
 where the model step was not timed with the free thread count, compute is scaled down in proportion).
@@ -50,11 +51,12 @@ WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
 @dataclass(frozen=True)
 class Steering:
     """A probe's plan and result, and what they predict. ``cores``: the CPU cores training runs on, when
-    compute runs on them too (None on a GPU)."""
+    compute runs on them too (None on a GPU); ``device``: where the model step runs ("cpu" or "cuda")."""
 
     plan: ProbePlan
     result: ProbeResult
     cores: int | None = None
+    device: str = "cpu"
 
     def loader(self, batch_size: int, num_workers: int) -> float:
         index = self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})
@@ -87,16 +89,16 @@ class Steering:
         return value
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], cores: int | None = None) -> Steering:
+    def from_record(cls, record: dict[str, Any], cores: int | None = None, device: str = "cpu") -> Steering:
         """The steering of a probe record stored by ``probe_once``."""
-        return cls(probe_plan_from_dict(record["plan"]), ProbeResult.from_dict(record["result"]), cores)
+        return cls(probe_plan_from_dict(record["plan"]), ProbeResult.from_dict(record["result"]), cores, device)
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float:
         """Predicted samples/s of ``knobs`` (knobs the probe does not time count as at the anchor), with the model
         step ``compute_scale`` times as fast as timed. Raises ValueError where a needed setting was not timed."""
         loading = self.loader(knobs["batch_size"], knobs["num_workers"])
         compute = self.compute(knobs) * compute_scale
-        if knobs["num_workers"] == 0:
+        if knobs["num_workers"] == 0 and self.device == "cpu":
             return 1 / (1 / loading + 1 / compute)
         threads = None
         if self.cores is not None:

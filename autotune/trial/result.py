@@ -9,6 +9,7 @@ from typing import Any
 from autotune.measure.measurement import Measurement
 from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
 from autotune.pipeline.spec import PipelineSpec
+from autotune.trial.plain import PlainRun
 from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 
 TUNER_PID_ENV = "AUTOTUNE_TUNER_PID"  # the trial watches this process and exits when it dies
@@ -48,7 +49,8 @@ class TrialRequest:
 
     ``effective_batch_size`` (search.batch_policy=fixed_effective) makes ``knobs["batch_size"]`` a
     micro-batch with gradient accumulation; ``compile_cache_dir`` is torch.compile's on-disk cache.
-    With ``probe``, the subprocess runs the differential probe instead of measuring ``knobs``.
+    With ``probe``, the subprocess runs the differential probe instead of measuring ``knobs``; with ``plain``, it
+    times ``knobs`` with the plain loop that judges the harness (``trial/plain.py``) instead.
     """
 
     pipeline: PipelineSpec
@@ -60,6 +62,7 @@ class TrialRequest:
     loss_tolerance: float = 0.05
     compile_cache_dir: str | None = None
     probe: ProbePlan | None = None
+    plain: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pipeline": self.pipeline.to_dict()}
@@ -76,6 +79,7 @@ class TrialRequest:
             loss_tolerance=data.get("loss_tolerance", 0.05),
             compile_cache_dir=data.get("compile_cache_dir"),
             probe=probe_plan_from_dict(data.get("probe")),
+            plain=data.get("plain", False),
         )
 
 
@@ -95,7 +99,8 @@ class TrialResult:
     ``wall_s`` is the whole trial, as the tuner saw it (process spawn to exit); ``startup_s`` the
     subprocess's interpreter start and imports; ``build_s`` building the pipeline and applying knobs.
     With repeated runs, the median run is kept and ``repeat_throughputs`` lists every run's throughput.
-    ``loss_check`` is what the correctness guard compared (None where no step ran).
+    ``loss_check`` is what the correctness guard compared (None where no step ran). A probe's result is in
+    ``probe``, the plain loop's in ``plain``.
     """
 
     knobs: dict[str, Any]
@@ -107,6 +112,7 @@ class TrialResult:
     repeat_throughputs: list[float] | None = None
     probe: ProbeResult | None = None
     loss_check: LossCheck | None = None
+    plain: PlainRun | None = None
 
     @property
     def ok(self) -> bool:
@@ -131,6 +137,7 @@ class TrialResult:
             "repeat_throughputs": self.repeat_throughputs,
             "probe": self.probe.to_dict() if self.probe else None,
             "loss_check": asdict(self.loss_check) if self.loss_check else None,
+            "plain": self.plain.to_dict() if self.plain else None,
         }
 
     @classmethod
@@ -146,6 +153,7 @@ class TrialResult:
             repeat_throughputs=data.get("repeat_throughputs"),
             probe=ProbeResult.from_dict(data["probe"]) if data.get("probe") else None,
             loss_check=LossCheck(**data["loss_check"]) if data.get("loss_check") else None,
+            plain=PlainRun.from_dict(data["plain"]) if data.get("plain") else None,
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:

@@ -12,14 +12,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 
 from autotune.files import write_atomic
-from autotune.measure.memory import MIB, tree_memory_reader
+from autotune.measure.memory import MIB, ProcessTree, TreeReading, pss_estimate
 from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
 
 # How often a running trial is checked against its timeout, memory budget and pruner.
 _POLL_S = 0.25
+# While a trial's cheap memory estimate is over the budget, a full read (PSS: milliseconds of the trial's page-table
+# lock per process) confirms it, at most this often.
+_FULL_READ_EVERY_S = 5.0
 
 # Called with (timed steps so far, throughput so far); returns a reason to stop the trial, or None.
 ProgressFn = Callable[[int, float], str | None]
@@ -134,10 +136,7 @@ def _watch(
     Returns (exit code, None) when it exited by itself, else (None, why it must be stopped).
     """
     deadline = time.monotonic() + timeout_s
-    try:
-        read_memory = tree_memory_reader(proc.pid)[0] if memory_budget_mb is not None else None
-    except psutil.NoSuchProcess:  # already exited
-        read_memory = None
+    budget = _BudgetWatch(proc.pid, memory_budget_mb) if memory_budget_mb is not None else None
     while True:
         try:
             return proc.wait(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic()))), None
@@ -145,13 +144,38 @@ def _watch(
             pass
         if time.monotonic() >= deadline:
             return None, Failure(FailureKind.TIMEOUT, f"timeout after {timeout_s:g} s")
-        used = read_memory() if read_memory else None
-        if used is not None and used / MIB > memory_budget_mb:
-            message = f"used {used / MIB:.0f} MB, over study.memory_budget_mb={memory_budget_mb:g}; stopped"
-            return None, Failure(FailureKind.OUT_OF_MEMORY, message)
+        over = budget.over() if budget else None
+        if over:
+            return None, over
         pruned = progress.check() if progress else None
         if pruned:
             return None, pruned
+
+
+class _BudgetWatch:
+    """A trial's process tree against ``study.memory_budget_mb``, without slowing the trial it watches.
+
+    Every poll reads the tree cheaply (RSS); RSS counts pages shared with forked workers in each of them, so
+    where it is over the budget a full read (PSS, shared pages counted once) decides, and its shared excess
+    corrects the cheap reads after it. Full reads run at most every ``_FULL_READ_EVERY_S``.
+    """
+
+    def __init__(self, pid: int, budget_mb: float) -> None:
+        self.tree = ProcessTree(pid, time.monotonic)
+        self.budget_mb = budget_mb
+        self.full: list[TreeReading] = []
+
+    def over(self) -> Failure | None:
+        """The out-of-memory failure when the tree uses more than the budget; None while it does not."""
+        used = pss_estimate(self.tree.read_cheap(), self.full, self.tree.root)
+        if used / MIB > self.budget_mb and self.tree.metric == "pss":
+            if not self.full or time.monotonic() - self.full[-1].time >= _FULL_READ_EVERY_S:
+                self.full = [self.tree.read_full()]
+                used = pss_estimate(self.full[0], self.full, self.tree.root)
+        if used / MIB <= self.budget_mb:
+            return None
+        message = f"used {used / MIB:.0f} MB, over study.memory_budget_mb={self.budget_mb:g}; stopped"
+        return Failure(FailureKind.OUT_OF_MEMORY, message)
 
 
 def _exit_failure(returncode: int, log_path: Path) -> Failure:

@@ -26,6 +26,7 @@ from autotune.files import write_atomic
 from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer, WorkerKilledError, loss_problem
+from autotune.trial.plain import run_plain
 from autotune.trial.probe import run_probe
 from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, LossCheck, TrialRequest, TrialResult
 
@@ -119,10 +120,24 @@ def probe(request: TrialRequest) -> TrialResult:
     return TrialResult(knobs=request.knobs, probe=result, build_s=time.perf_counter() - started)
 
 
+def plain(request: TrialRequest) -> TrialResult:
+    """Time ``request.knobs`` with the plain loop, the harness's judge."""
+    device = torch.device(request.device)
+    torch.manual_seed(_SEED)
+    started = time.perf_counter()
+    pipeline = build_pipeline(request.pipeline)
+    build_s = time.perf_counter() - started
+    run = run_plain(pipeline, request.knobs, device, request.plan, request.effective_batch_size)
+    return TrialResult(knobs=request.knobs, plain=run, build_s=build_s)
+
+
 def run_request(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
-    """``measure`` (or ``probe``), with any exception turned into a failed result (traceback to stderr)."""
+    """``measure`` (or ``probe``, or ``plain``), with any exception turned into a failed result (traceback to
+    stderr)."""
     try:
-        return probe(request) if request.probe else measure(request, progress_path)
+        if request.probe:
+            return probe(request)
+        return plain(request) if request.plain else measure(request, progress_path)
     except Exception as exc:
         traceback.print_exc()
         return TrialResult(knobs=request.knobs, failure=describe_exception(exc))

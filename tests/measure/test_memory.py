@@ -1,4 +1,4 @@
-"""Process-tree memory, on real processes that allocate known amounts."""
+"""Process-tree memory, on real processes that allocate known amounts, and the PSS estimate from cheap reads."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
-from autotune.measure.memory import MIB, best_metric, tree_memory_bytes, tree_memory_reader
+from autotune.measure.memory import MIB, ProcessTree, TreeReading, peak_estimate, pss_estimate
 from autotune.measure.sampler import PeriodicSampler
 
 ALLOCATE = """
@@ -42,41 +41,78 @@ def _start(code: str) -> subprocess.Popen:
     return proc
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    for pid in ProcessTree(proc.pid).pids()[1:]:
+        os.kill(pid, 9)
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def forked():
+    """A process holding 200 MiB and a forked child sharing all of it."""
+    root = _start(FORK_SHARING)
+    yield ProcessTree(root.pid)
+    _stop(root)
+
+
 def test_the_sampled_peak_includes_a_child_that_allocates_a_known_amount():
-    read, metric = tree_memory_reader(os.getpid())
-    before = read()
-    with PeriodicSampler(read, interval_s=0.05) as sampler:
+    tree = ProcessTree(os.getpid())
+    before = tree.read_full()
+    with PeriodicSampler(tree.read_cheap, interval_s=0.05) as sampler:
         child = _start(ALLOCATE.format(mb=200))
         time.sleep(0.3)
-        child.kill()
-        child.wait()
-    peak = max(value for _, value in sampler.samples)
-    assert metric == best_metric(psutil.Process())
-    assert len(sampler.samples) >= 3
-    assert 200 <= (peak - before) / MIB <= 200 + 60, "the child's 200 MiB, plus its interpreter"
+        _stop(child)
+    cheap = [reading for _, reading in sampler.samples]
+    peak = peak_estimate(cheap, [before], tree.root, None)
+    assert len(cheap) >= 3
+    assert 200 <= (peak - before.total) / MIB <= 200 + 60, "the child's 200 MiB, plus its interpreter"
 
 
-def test_pages_shared_with_a_forked_worker_are_counted_once_with_pss():
-    root = _start(FORK_SHARING)
-    try:
-        proc = psutil.Process(root.pid)
-        if best_metric(proc) != "pss":
-            pytest.skip("this OS reports no PSS")
-        rss_mb = tree_memory_bytes(proc, "rss") / MIB
-        pss_mb = tree_memory_bytes(proc, "pss") / MIB
-        assert rss_mb >= 400, "RSS counts the shared 200 MiB in both processes"
-        assert 200 <= pss_mb <= 260, "PSS splits it between them"
-    finally:
-        for child in psutil.Process(root.pid).children():
-            child.kill()
-        root.kill()
-        root.wait()
+def test_pages_shared_with_a_forked_worker_are_counted_once(forked):
+    full = forked.read_full()
+    if full.pss is None:
+        pytest.skip("this OS reports no PSS")
+    assert len(full.rss) == 2
+    assert sum(full.rss.values()) / MIB >= 400, "RSS counts the shared 200 MiB in both processes"
+    assert 200 <= full.total / MIB <= 260, "PSS splits it between them"
+    cheap = forked.read_cheap()
+    assert cheap.pss is None and sum(cheap.rss.values()) / MIB >= 400
+    estimate = pss_estimate(cheap, [full], forked.root)
+    assert abs(estimate - full.total) / MIB < 10, "a cheap read less the shared excess of the full read"
 
 
-def test_the_reader_returns_none_once_the_process_is_gone():
+def test_a_process_no_full_read_saw_counts_the_shared_excess_of_its_siblings():
+    root, old_worker, new_worker = 1, 2, 3
+    full = TreeReading(0.0, rss={root: 500, old_worker: 300}, pss={root: 300, old_worker: 100})
+    later = TreeReading(5.0, rss={root: 520, new_worker: 310})  # a worker restarted at an epoch boundary
+    assert pss_estimate(later, [full], root) == (520 - 200) + (310 - 200)
+    no_workers_then = TreeReading(0.0, rss={root: 500}, pss={root: 300})
+    assert pss_estimate(later, [no_workers_then], root) == (520 - 200) + 310, "nothing to go by: its whole RSS"
+
+
+def test_the_nearest_full_read_in_time_gives_the_excess():
+    early = TreeReading(0.0, rss={1: 500}, pss={1: 100})
+    late = TreeReading(10.0, rss={1: 500}, pss={1: 400})
+    assert pss_estimate(TreeReading(9.0, rss={1: 600}), [early, late], 1) == 500
+    assert pss_estimate(TreeReading(1.0, rss={1: 600}), [early, late], 1) == 200
+
+
+def test_the_root_high_water_mark_catches_a_peak_between_readings():
+    full = TreeReading(0.0, rss={1: 500, 2: 300}, pss={1: 400, 2: 200})
+    cheap = [TreeReading(1.0, rss={1: 550, 2: 300})]
+    assert peak_estimate(cheap, [full], 1, None) == 450 + 200
+    assert peak_estimate(cheap, [full], 1, root_peak_rss=900) == (900 - 100) + 200
+
+
+def test_without_pss_the_estimate_is_the_resident_total():
+    rss_only = TreeReading(0.0, rss={1: 500, 2: 300})
+    assert pss_estimate(TreeReading(1.0, rss={1: 600, 2: 300}), [rss_only], 1) == 900
+
+
+def test_the_tree_of_a_process_that_is_gone_is_empty():
     child = _start(ALLOCATE.format(mb=1))
-    read, _ = tree_memory_reader(child.pid)
-    assert read() > 0
-    child.kill()
-    child.wait()
-    assert read() is None
+    tree = ProcessTree(child.pid)
+    assert tree.read_cheap().total > 0
+    _stop(child)
+    assert tree.pids() == [] and tree.read_cheap().total == 0

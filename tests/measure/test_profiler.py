@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import statistics
+import time
 import warnings
 from functools import partial
 
@@ -12,8 +14,9 @@ import torch
 import autotune
 from autotune.errors import AutotuneError
 from autotune.measure.measurement import Measurement
-from autotune.measure.profiler import batch_len
-from autotune.measure.recorder import WindowPlan
+from autotune.measure.memory import ProcessTree
+from autotune.measure.profiler import Profiler, batch_len
+from autotune.measure.recorder import DONE, WARMUP, WINDOW, WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from tests.pipelines.tiny import TinyCNN, TinyImages
 
@@ -115,3 +118,111 @@ def test_batch_len():
     assert batch_len({"x": torch.zeros(6, 2)}) == 6
     with pytest.raises(AutotuneError, match="pass step"):
         batch_len("text")
+
+
+# What one read of the process tree's memory may cost inside a timed window: it runs every
+# measure.memory_interval_s (0.5 s), so 1 ms is at most 0.2 % of the window. A PSS read costs several ms here.
+IN_WINDOW_READ_BUDGET_S = 0.001
+
+
+def test_inside_the_window_every_memory_read_is_cheap_and_the_costly_ones_run_at_its_edges(monkeypatch):
+    reads = []
+
+    def timed(method):
+        def read(tree):
+            start = time.perf_counter()
+            reading = method(tree)
+            reads.append((method.__name__, start, time.perf_counter() - start))
+            return reading
+
+        return read
+
+    for name in ("read_cheap", "read_full"):
+        monkeypatch.setattr(ProcessTree, name, timed(getattr(ProcessTree, name)))
+    plan = WindowPlan(min_steps=10, min_time_s=0.6, max_time_s=60.0, warmup=QUICK)
+    with autotune.profile(plan=plan, memory_interval_s=0.01) as prof:
+        loader = torch.utils.data.DataLoader(TinyImages(4096), batch_size=16, num_workers=2)
+        for _ in prof.wrap(loader):
+            time.sleep(0.002)
+            prof.step()
+            if prof.done:
+                break
+    start, end = prof.recorder.window_start, prof.recorder.window_end
+    inside = [(name, cost) for name, at, cost in reads if start <= at <= end]
+    assert len(inside) >= 20, "the sampler kept reading through the window"
+    assert {name for name, _ in inside} == {"read_cheap"}, "no PSS read inside the window"
+    assert statistics.median(cost for _, cost in inside) <= IN_WINDOW_READ_BUDGET_S
+    assert sum(name == "read_full" for name, _, _ in reads) == 3, "before the loop and at the window's two edges"
+    assert prof.result.memory.peak_mb >= prof.result.memory.window_end_mb > 0
+
+
+class FakeCudaEvent:
+    """torch.cuda.Event's timing API, on the host clock."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.at = None
+
+    def record(self, stream=None) -> None:
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end: FakeCudaEvent) -> float:
+        return (end.at - self.at) * 1000
+
+
+class FakeCuda:
+    """The CUDA calls the profiler makes, without a GPU: the phase of ``profiler`` at each torch.cuda.synchronize()."""
+
+    def __init__(self) -> None:
+        self.profiler: Profiler | None = None
+        self.sync_phases: list[str] = []
+
+    def synchronize(self, device=None) -> None:
+        self.sync_phases.append(self.profiler.recorder.phase)
+
+    def loop(self, steps: int, load_s: float, compute_s: float) -> Profiler:
+        """A loop on 'cuda' whose batches take ``load_s`` to arrive and whose steps take ``compute_s``."""
+
+        def batches():
+            while True:
+                time.sleep(load_s)
+                yield torch.zeros(4, 2)
+
+        self.sync_phases.clear()
+        plan = WindowPlan(min_steps=steps, min_time_s=0.0, max_time_s=60.0, warmup=QUICK)
+        self.profiler = Profiler(device="cuda", plan=plan)
+        with self.profiler as prof:
+            for _ in prof.wrap(batches()):
+                prof.transferred()
+                time.sleep(compute_s)
+                prof.step()
+                if prof.done:
+                    break
+        return prof
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch) -> FakeCuda:
+    cuda = FakeCuda()
+    monkeypatch.setattr(torch.cuda, "synchronize", cuda.synchronize)
+    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 0)
+    return cuda
+
+
+def test_on_cuda_the_window_waits_for_the_device_once_whatever_its_length(fake_cuda):
+    for steps in (10, 100):
+        prof = fake_cuda.loop(steps, 0.0, 0.0)
+        phases = fake_cuda.sync_phases
+        assert prof.result.timing.steps == steps
+        assert phases.count(WINDOW) == 0, "no synchronisation while the window runs"
+        assert phases.count(DONE) == 1, "one, when it ends"
+        assert phases.count(WARMUP) == prof.result.timing.warmup_steps, "warm-up is not timed"
+
+
+def test_on_cuda_data_wait_and_compute_come_from_device_events(fake_cuda):
+    timing = fake_cuda.loop(40, 0.003, 0.003).result.timing
+    assert 0.35 < timing.data_stall_fraction < 0.65
+    assert timing.compute_s == pytest.approx(timing.window_s - timing.data_wait_s - timing.transfer_s, rel=0.05)
+    assert timing.median_step_s == pytest.approx(0.006, rel=0.5)

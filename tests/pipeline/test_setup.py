@@ -94,3 +94,21 @@ def test_optimizer_options_follow_the_constructor():
     assert optimizer_options(functools.partial(torch.optim.SGD, lr=0.1), "cpu") == {"foreach", "fused"}
     assert optimizer_options(functools.partial(torch.optim.RMSprop, lr=0.1), "cpu") == {"foreach"}
     assert optimizer_options(functools.partial(torch.optim.LBFGS, lr=0.1), "cpu") == frozenset()
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_one_dataloader_serves_every_epoch_so_persistent_workers_persist(persistent):
+    spec = trial_request().pipeline
+    spec = type(spec)(spec.name, {**spec.components, "dataset": {"_target_": "tests.pipelines.tiny.PidImages", "length": 16}})
+    knobs = {**NEUTRAL_KNOBS, "batch_size": 4, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": persistent}
+    trainer = Trainer(build_pipeline(spec), knobs, torch.device("cpu"))
+    batches = trainer.batches()
+    try:
+        epochs = [{pid for _ in range(4) for pid in next(batches)[1].tolist()} for _ in range(4)]
+    finally:
+        batches.close()
+    assert all(len(pids) == 2 for pids in epochs), "two workers serve each 4-batch epoch"
+    if persistent:
+        assert epochs[0] == epochs[1] == epochs[2] == epochs[3], "the same two workers across four epochs"
+    else:
+        assert len(set().union(*epochs)) == 8, "without persistent_workers, each epoch starts two new workers"

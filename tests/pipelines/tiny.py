@@ -60,3 +60,10 @@ class HangingImages(TinyImages):
 
             time.sleep(3600)
         return super().__getitem__(index)
+
+
+class PidImages(TinyImages):
+    """Images labelled with the process id that loaded them: which DataLoader worker served each sample."""
+
+    def __getitem__(self, index: int):
+        return super().__getitem__(index)[0], torch.tensor(os.getpid())

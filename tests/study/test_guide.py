@@ -178,8 +178,8 @@ def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
 
 
 def test_no_guide_without_a_probe_result():
-    assert guide_from_record(None, SPACE, BASELINE, None) is None
-    assert guide_from_record({"failure": "timeout", "wall_s": 1.0}, SPACE, BASELINE, None) is None
+    assert guide_from_record(None, SPACE, BASELINE, None, "cpu") is None
+    assert guide_from_record({"failure": "timeout", "wall_s": 1.0}, SPACE, BASELINE, None, "cpu") is None
 
 
 def test_the_tuner_measures_what_the_guide_proposes_and_stops_when_it_converges(tmp_path):

@@ -87,6 +87,11 @@ def test_prediction_combines_loading_and_compute():
     assert s.predict(overlapped) == pytest.approx(min(300.0, 200 * 1.5 * 0.9))
 
 
+def test_on_a_gpu_the_host_loads_the_next_batch_while_the_device_computes_even_without_workers():
+    s = replace(steering(), device="cuda")
+    assert s.predict({**BASELINE}) == pytest.approx(min(100, 200))
+
+
 def run_probe(plan):
     result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
     return TrialResult(knobs=BASELINE, probe=result, wall_s=1.0)

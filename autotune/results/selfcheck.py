@@ -1,0 +1,75 @@
+"""What ``mode=selfcheck`` found: each configuration's throughput by the harness and by the plain loop, round by round.
+
+The rule it reports by is written here once: the harness agrees with the plain loop when the 95 % interval of their
+paired ratio lies within ``AGREEMENT`` of 1, and disagrees when it lies wholly outside that band.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.measure.stats import RatioInterval, ratio_interval
+
+AGREEMENT = 0.03
+
+
+@dataclass(frozen=True)
+class ConfigurationCheck:
+    """One configuration's rounds: samples/s by the harness and by the plain loop (None where that run failed),
+    the epochs the plain loop began inside its window, and a line per failed run."""
+
+    label: str
+    knobs: dict[str, Any]
+    harness: list[float | None] = field(default_factory=list)
+    plain: list[float | None] = field(default_factory=list)
+    epoch_boundaries: list[int | None] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ratios(self) -> list[float]:
+        """harness / plain for each round where both ran."""
+        return [h / p for h, p in zip(self.harness, self.plain, strict=True) if h is not None and p is not None]
+
+    @property
+    def interval(self) -> RatioInterval | None:
+        return ratio_interval(self.ratios)
+
+    @property
+    def verdict(self) -> str:
+        """agree, disagree, or unresolved (the interval spans an edge of the band: more rounds would tell)."""
+        interval = self.interval
+        if interval is None:
+            return "unresolved"
+        if 1 - AGREEMENT <= interval.low and interval.high <= 1 + AGREEMENT:
+            return "agree"
+        if interval.high < 1 - AGREEMENT or interval.low > 1 + AGREEMENT:
+            return "disagree"
+        return "unresolved"
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """A self-check of ``pipeline`` on ``device``: ``source`` says where the checked configurations came from."""
+
+    pipeline: str
+    device: str
+    rounds: int
+    source: str
+    machine: dict[str, Any]
+    configurations: list[ConfigurationCheck]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for entry, check in zip(data["configurations"], self.configurations, strict=True):
+            interval = check.interval
+            entry.update(ratios=check.ratios, interval=asdict(interval) if interval else None, verdict=check.verdict)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SelfCheck:
+        derived = ("ratios", "interval", "verdict")
+        checks = [
+            ConfigurationCheck(**{k: v for k, v in entry.items() if k not in derived}) for entry in data["configurations"]
+        ]
+        return cls(**{**data, "configurations": checks})

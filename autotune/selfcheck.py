@@ -1,0 +1,122 @@
+"""``mode=selfcheck``: does autotune's harness read what a plain training loop reads, for this pipeline here?
+
+The baseline, and the configuration the stored study recommends (when there is one), run in fresh processes,
+each once timed by a trial (the harness, with the full window) and once by the plain loop that judges it
+(``autotune/trial/plain.py``), for ``selfcheck.rounds`` rounds; the order alternates from run to run, so neither
+loop always goes first. The record is saved to selfcheck.json before it is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import optuna
+
+from autotune.app import TrialRunner, resolve_device
+from autotune.config.settings import Settings
+from autotune.errors import ConfigError
+from autotune.measure.environment import describe_machine
+from autotune.report.selfcheck import print_selfcheck, write_selfcheck
+from autotune.results.model import load_results
+from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
+from autotune.results.summary import summarise
+from autotune.study.tuner import META_ATTR, redact_url
+
+
+def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
+    """Check the harness against the plain loop and write selfcheck.json into ``output_dir``."""
+    device = resolve_device(settings.measure.device)
+    configurations, source = _configurations(settings)
+    rounds = settings.selfcheck_rounds
+    print(
+        f"autotune selfcheck: pipeline '{settings.pipeline.name}' on {device}; {source}; "
+        f"{rounds} rounds of {len(configurations)} configuration(s), each timed by autotune and by a plain loop",
+        file=out,
+        flush=True,
+    )
+    runner = TrialRunner(settings, device, output_dir / "selfcheck")
+    runs: dict[str, dict[str, list]] = {}
+    try:
+        check_configurations(runner, configurations, rounds, out, runs)
+    finally:
+        check = SelfCheck(
+            pipeline=settings.pipeline.name,
+            device=device,
+            rounds=rounds,
+            source=source,
+            machine=describe_machine(),
+            configurations=_checks(configurations, runs),
+        )
+        files = write_selfcheck(check, output_dir)
+        print_selfcheck(check, files, out)
+    return files
+
+
+def check_configurations(
+    runner: TrialRunner,
+    configurations: dict[str, dict[str, Any]],
+    rounds: int,
+    out: TextIO,
+    runs: dict[str, dict[str, list]] | None = None,
+) -> list[ConfigurationCheck]:
+    """Time each configuration (label → knobs) by the harness and by the plain loop in each of ``rounds`` rounds,
+    the loop that goes first alternating from run to run. ``runs`` collects the runs as they end."""
+    runs = {} if runs is None else runs
+    turn = 0
+    for index in range(1, rounds + 1):
+        for label, knobs in configurations.items():
+            for plain in (turn % 2 == 1, turn % 2 == 0):
+                _run_once(runner, index, label, knobs, plain, runs.setdefault(label, _empty_runs()), out)
+            turn += 1
+    return _checks(configurations, runs)
+
+
+def _checks(configurations: dict[str, dict[str, Any]], runs: dict[str, dict[str, list]]) -> list[ConfigurationCheck]:
+    return [ConfigurationCheck(label, knobs, **runs.get(label, _empty_runs())) for label, knobs in configurations.items()]
+
+
+def _empty_runs() -> dict[str, list]:
+    return {"harness": [], "plain": [], "epoch_boundaries": [], "failures": []}
+
+
+def _run_once(runner: TrialRunner, index: int, label: str, knobs: dict, plain: bool, runs: dict, out: TextIO) -> None:
+    loop = "plain" if plain else "harness"
+    result = runner.check(knobs, f"round{index}-{label}-{loop}", plain)
+    if not result.ok:
+        runs["failures"].append(f"round {index} {loop}: {result.failure}")
+        shown = f"FAILED {result.failure}"
+    elif plain:
+        shown = f"{result.plain.throughput:.1f} samples/s, {result.plain.epoch_boundaries} epoch boundaries in the window"
+    else:
+        shown = f"{result.timing.throughput:.1f} samples/s"
+    if plain:
+        runs["plain"].append(result.plain.throughput if result.ok else None)
+        runs["epoch_boundaries"].append(result.plain.epoch_boundaries if result.ok else None)
+    else:
+        runs["harness"].append(result.timing.throughput if result.ok else None)
+    print(f"[round {index} {label} {'plain loop' if plain else 'autotune'}] {shown}", file=out, flush=True)
+
+
+def _configurations(settings: Settings) -> tuple[dict[str, dict[str, Any]], str]:
+    """The configurations to check (label → knobs), and where they come from, in words."""
+    baseline = {"baseline": settings.baseline}
+    name, storage = settings.study.name, settings.study.storage
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return baseline, f"the baseline only: no study '{name}' in {redact_url(storage)} (tune first to check its pick)"
+    except Exception as exc:
+        raise ConfigError("study.storage", f"cannot open {redact_url(storage)!r}: {type(exc).__name__}") from exc
+    stored = study.user_attrs.get(META_ATTR, {})
+    if stored.get("pipeline") != settings.pipeline.to_dict() or stored.get("baseline") != settings.baseline:
+        return baseline, f"the baseline only: study '{name}' was tuned with another pipeline or baseline"
+    results = load_results(study)
+    if results.baseline is None or not results.baseline.result.ok:
+        return baseline, f"the baseline only: study '{name}' has no measured baseline"
+    summary = summarise(results)
+    if summary.is_baseline:
+        return baseline, f"the baseline, which study '{name}' recommends keeping"
+    label = f"recommended (trial {summary.recommended.label})"
+    return {**baseline, label: summary.recommended.result.knobs}, f"the baseline and study '{name}''s recommendation"

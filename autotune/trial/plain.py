@@ -1,0 +1,109 @@
+"""The judge of every figure: a training loop as a user writes it, timed with two clock reads.
+
+It shares no measurement code with the harness (no Profiler, no Trainer, no sampler): it builds the pipeline,
+applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up it counts
+steps until the window is as long as the harness's would be, reading the clock after each step as a loop that
+stops on time does; on a GPU it waits for the device only at the window's two ends. ``mode=selfcheck`` and
+``benchmarks/truth.py`` compare the harness with it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+from torch.utils.data import DataLoader
+
+from autotune.knobs import apply_knobs
+from autotune.measure.recorder import WindowPlan
+from autotune.pipeline.build import Pipeline
+from autotune.pipeline.setup import TrainingSetup
+
+
+@dataclass(frozen=True)
+class PlainRun:
+    """What the plain loop measured: ``samples`` in ``steps`` steps over ``window_s`` seconds, after
+    ``warmup_steps`` untimed steps; ``epoch_boundaries`` is how many epochs began inside the window."""
+
+    throughput: float
+    samples: int
+    steps: int
+    window_s: float
+    warmup_steps: int
+    epoch_boundaries: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlainRun:
+        return cls(**data)
+
+
+def run_plain(
+    pipeline: Pipeline, knobs: dict[str, Any], device: torch.device, plan: WindowPlan, effective_batch_size: int | None
+) -> PlainRun:
+    """Train ``pipeline`` with ``knobs`` for ``plan.warmup.min_steps`` untimed steps, then time a window of at
+    least ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``)."""
+    setup = TrainingSetup(model=pipeline.model.to(device), device=device)
+    apply_knobs(knobs, setup)
+    model = setup.model.train()
+    optimizer = pipeline.optimizer_factory(pipeline.model.parameters(), **setup.optimizer_kwargs)
+    loader = DataLoader(
+        pipeline.dataset, shuffle=True, drop_last=True, collate_fn=pipeline.collate_fn, **setup.loader_kwargs
+    )
+    batch_size = knobs["batch_size"]
+    accumulate = (effective_batch_size or batch_size) // batch_size
+
+    def to_device(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        value = value.to(device, non_blocking=setup.non_blocking_copy)
+        four_d_float = value.dim() == 4 and value.is_floating_point()
+        return value.contiguous(memory_format=setup.input_memory_format) if four_d_float else value
+
+    def loss_of(batch):
+        if pipeline.step_fn is not None:
+            return pipeline.step_fn(model, batch, pipeline.loss_fn)
+        inputs, targets = batch
+        return pipeline.loss_fn(model(inputs), targets)
+
+    warmup, step, start, boundaries = plan.warmup.min_steps, 0, None, 0
+    while True:
+        if start is not None:
+            boundaries += 1
+        for batch in loader:
+            batch = tree_map(to_device, batch)
+            with torch.autocast(device.type, dtype=setup.autocast_dtype, enabled=setup.autocast_dtype is not None):
+                loss = loss_of(batch)
+            if accumulate > 1:
+                loss = loss / accumulate
+            step += 1
+            if setup.grad_scaler is not None:
+                setup.grad_scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            if step % accumulate == 0:
+                if setup.grad_scaler is not None:
+                    setup.grad_scaler.step(optimizer)
+                    setup.grad_scaler.update()
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
+            if step == warmup:
+                _wait_for(device)
+                start = time.perf_counter()
+            elif start is not None:
+                timed, elapsed = step - warmup, time.perf_counter() - start
+                if elapsed >= plan.max_time_s or (timed >= plan.min_steps and elapsed >= plan.min_time_s):
+                    _wait_for(device)
+                    window_s = time.perf_counter() - start
+                    return PlainRun(timed * batch_size / window_s, timed * batch_size, timed, window_s, warmup, boundaries)
+
+
+def _wait_for(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

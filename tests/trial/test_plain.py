@@ -1,0 +1,49 @@
+"""The plain loop that judges the harness: one DataLoader across epochs, a fixed warm-up, a window of the plan's length."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from autotune.measure.recorder import WindowPlan
+from autotune.measure.warmup import WarmupPolicy
+from autotune.pipeline.build import build_pipeline
+from autotune.trial.plain import run_plain
+from autotune.trial.worker import run_request
+from tests.conftest import NEUTRAL_KNOBS, trial_request
+
+PLAN = WindowPlan(min_steps=12, min_time_s=0.1, max_time_s=10.0, warmup=WarmupPolicy(min_steps=3))
+
+
+def test_the_plain_loop_times_its_window_across_epoch_boundaries():
+    request = trial_request(length=64)  # 4 steps an epoch at batch 16
+    run = run_plain(build_pipeline(request.pipeline), request.knobs, torch.device("cpu"), PLAN, None)
+    assert run.warmup_steps == 3 and run.steps >= 12 and run.window_s >= 0.1
+    assert run.samples == 16 * run.steps and run.throughput == run.samples / run.window_s
+    assert run.epoch_boundaries >= 2, "12 steps of 4-step epochs started 3 steps in"
+
+
+def test_the_plain_loop_applies_the_knobs_and_accumulates_micro_batches():
+    request = trial_request(length=64)
+    knobs = {**NEUTRAL_KNOBS, "batch_size": 8, "num_workers": 1, "prefetch_factor": 2, "persistent_workers": True}
+    pipeline = build_pipeline(request.pipeline)
+    steps = []
+    make_optimizer = pipeline.optimizer_factory
+    pipeline.optimizer_factory = lambda params, **options: _counting(make_optimizer(params, **options), steps)
+    run = run_plain(pipeline, knobs, torch.device("cpu"), PLAN, effective_batch_size=16)
+    assert run.samples == 8 * run.steps
+    assert len(steps) == (run.warmup_steps + run.steps) // 2, "one optimizer step per two micro-batches"
+
+
+def _counting(optimizer, steps):
+    original = optimizer.step
+    optimizer.step = lambda *a, **k: steps.append(1) or original(*a, **k)
+    return optimizer
+
+
+def test_a_plain_request_runs_the_plain_loop_in_the_trial_worker():
+    request = trial_request(length=64)
+    result = run_request(replace(request, plain=True, plan=PLAN))
+    assert result.ok and result.measurement is None and result.plain.steps >= 12
+    assert type(result).from_dict(result.to_dict()) == result
