@@ -2,7 +2,8 @@
 
 Like an image folder cached in RAM: ``megabytes`` of uint8 pictures (so the training process is large, as real
 ones are, and forked DataLoader workers share those pages), each sample a random crop resized with PIL to
-``image_size`` and normalised. With examples/mymodel.py's SmallCNN at batch 32 a step takes ~100 ms here.
+``image_size`` and normalised. With examples/mymodel.py's SmallCNN at batch 32 a step takes ~110 ms on the 2-core
+machine of docs/benchmarks.md, and the training process holds ~700 MB.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ class CachedImages(Dataset):
     """``length`` samples drawn from ``megabytes`` of in-memory uint8 RGB pictures of ``source_size`` pixels."""
 
     def __init__(
-        self, length: int = 4096, megabytes: int = 320, source_size: int = 128, image_size: int = 64, seed: int = 0
+        self, length: int = 4096, megabytes: int = 200, source_size: int = 192, image_size: int = 96, seed: int = 0
     ) -> None:
         self.length, self.image_size, self.seed = length, image_size, seed
         count = megabytes * 2**20 // (3 * source_size * source_size)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 import pytest
 
+from autotune.trial import runner
 from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import _ProgressReader, _worker_env, run_repeated, run_trial
 from tests.conftest import processes_mentioning, trial_request
@@ -164,3 +167,17 @@ def test_compile_trials_share_the_study_compile_cache(tmp_path):
     assert result.ok, result.failure
     assert result.timing.compile_s > 0
     assert any((tmp_path / "cache" / "inductor").rglob("*.py")), "inductor wrote its generated code there"
+
+
+def test_waiting_for_a_trial_wakes_the_tuner_a_few_times_a_second_not_every_few_ms(monkeypatch):
+    # Each wake-up of the tuner takes a core's time from a trial whose threads fill the cores.
+    waits = []
+    for module, name in ((time, "sleep"), (select, "select")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args, _original=original: waits.append(1) or _original(*args))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
+    start = time.monotonic()
+    returncode, stopped = runner._watch(child, timeout_s=30, memory_budget_mb=None)
+    assert returncode == 0 and stopped is None
+    assert time.monotonic() - start < 1.5, "the exit is noticed at once"
+    assert len(waits) <= 1.5 / runner._POLL_S + 1, "one wait per poll"
