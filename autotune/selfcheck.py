@@ -8,6 +8,7 @@ loop always goes first. The record is saved to selfcheck.json before it is print
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -83,7 +84,7 @@ def _empty_runs() -> dict[str, list]:
 
 def _run_once(runner: TrialRunner, index: int, label: str, knobs: dict, plain: bool, runs: dict, out: TextIO) -> None:
     loop = "plain" if plain else "harness"
-    result = runner.check(knobs, f"round{index}-{label}-{loop}", plain)
+    result = runner.check(knobs, re.sub(r"[^\w.-]+", "_", f"round{index}-{label}-{loop}"), plain)
     if not result.ok:
         runs["failures"].append(f"round {index} {loop}: {result.failure}")
         shown = f"FAILED {result.failure}"
