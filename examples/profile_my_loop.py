@@ -31,16 +31,16 @@ def main() -> None:
     # A bounded window: warm up until step times settle, then time at least 20 steps and 3 s.
     plan = autotune.WindowPlan(min_steps=20, min_time_s=3.0)
     with autotune.profile("my-loop", plan=plan) as prof:
-        for epoch in itertools.count():  # as many epochs as the window needs
-            for index, (inputs, targets) in enumerate(prof.wrap(loader)):
-                if epoch == index == 0:  # optional: count FLOPs of one step
-                    prof.count_flops(partial(train_step, model, loss_fn, optimizer, inputs, targets), len(inputs))
+        for _ in itertools.count():  # as many epochs as the window needs
+            for inputs, targets in prof.wrap(loader):
                 train_step(model, loss_fn, optimizer, inputs, targets)
                 prof.step()
                 if prof.done:
                     break
             if prof.done:
                 break
+        # Optional, once the window is done: FLOPs of one step (a step of its own, so not before the window).
+        prof.count_flops(partial(train_step, model, loss_fn, optimizer, inputs, targets), len(inputs))
 
     result = prof.result
     timing = result.timing

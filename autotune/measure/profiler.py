@@ -124,10 +124,13 @@ class Profiler:
             self._close_window()
 
     def count_flops(self, run_step: Callable[[], object], samples: int) -> None:
-        """Count the FLOPs of ``run_step()``, one training step over ``samples`` samples (an eager one, during
-        warm-up: CUDA's peak memory counters restart after it)."""
+        """Count the FLOPs of ``run_step()``, one training step over ``samples`` samples.
+
+        Call it once the window is done (``prof.done``): it is a step the loop would not run, and a step run before
+        the window can change the speed of those after it (it changes what the memory allocator holds). The memory
+        figures are those of the loop up to the window's end, without it.
+        """
         self._flops_per_sample = count_flops(run_step) / samples
-        reset_cuda_peaks(self.device)
 
     def _short_window_warning(self) -> str:
         progress = self.recorder.progress()
@@ -153,6 +156,7 @@ class Profiler:
             self.recorder.end_window_at(self._clock())
         self._cpu_usage = self._cpu.stop()
         self._full_reads.append(self._tree.read_full())
+        self._peaks_at_end = self._tree.peak_rss(), cuda_peaks_mb(self.device)
 
     def _measurement(self) -> Measurement:
         timing = self.recorder.timing(self.compiling, self._timeline.split() if self._timeline else None)
@@ -167,14 +171,15 @@ class Profiler:
         )
 
     def _memory_report(self) -> MemoryReport:
-        allocated, reserved = cuda_peaks_mb(self.device)
-        gpu_used = [reading.memory_used_mb for _, reading in self._gpu.samples]
+        root_peak, (allocated, reserved) = self._peaks_at_end
+        end_time = self._full_reads[-1].time
+        gpu_used = [reading.memory_used_mb for t, reading in self._gpu.samples if t <= end_time]
         full, tree = self._full_reads, self._tree
-        cheap = [reading for _, reading in self._memory.samples]
+        cheap = [reading for _, reading in self._memory.samples if reading.time <= end_time]
         start, end = full[1], full[-1]  # full[0] is before the loop
         return MemoryReport(
             metric=tree.metric,
-            peak_mb=peak_estimate(cheap, full, tree.root, tree.peak_rss()) / MIB,
+            peak_mb=peak_estimate(cheap, full, tree.root, root_peak) / MIB,
             window_start_mb=start.total / MIB,
             window_end_mb=end.total / MIB,
             samples=len(cheap) + len(full),

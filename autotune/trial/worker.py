@@ -64,13 +64,14 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
                     loss, check = _first_step(trainer, batch, request)
                     problem = loss_problem(check.first_loss, check.fp32_loss, request.loss_tolerance)
                 else:
-                    if index == 1:
-                        prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
                     loss = trainer.train_step(batch)
                 prof.step(batch_len(batch))
                 report(prof)
                 if prof.done:
                     break
+            # A step of its own, eager, so after the window: run before it, such a step changed the speed of the
+            # steps that followed (by the allocator's state: docs/benchmarks.md, "Truth").
+            prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
     finally:
         batches.close()
     problem = problem or loss_problem(loss.detach().item(), None, request.loss_tolerance)

@@ -35,12 +35,12 @@ def train(prof, steps=30, count_flops=True):
         optimizer.zero_grad()
 
     for index, (inputs, targets) in enumerate(prof.wrap(loader)):
-        if index == 0 and count_flops:
-            prof.count_flops(partial(step, inputs, targets), samples=len(inputs))
         step(inputs, targets)
         prof.step()
         if index + 1 == steps or prof.done:
             break
+    if count_flops:
+        prof.count_flops(partial(step, inputs, targets), samples=len(inputs))
 
 
 def test_profile_measures_a_users_loop_and_saves_json(tmp_path):
