@@ -15,24 +15,16 @@ from autotune.errors import BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.knobs import SearchContext
 from autotune.measure.environment import default_device, describe_machine, usable_cpu_count
 from autotune.pipeline.inspect import inspect_pipeline
+from autotune.records import PROBE_ATTR, redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
-from autotune.study.confirm import confirm_finalists
 from autotune.study.guide import guide_from_record
+from autotune.study.probe_model import probe_once
+from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
-from autotune.study.steer import probe_once
-from autotune.study.tuner import (
-    PROBE_ATTR,
-    StopReason,
-    TrialEvent,
-    counted_trials,
-    ensure_baseline,
-    open_study,
-    redact_url,
-    tune,
-)
+from autotune.study.tuner import StopReason, TrialEvent, counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.probe import ProbePlan
 from autotune.trial.result import TrialRequest, TrialResult
 from autotune.trial.runner import ProgressFn, run_repeated, run_trial
@@ -54,8 +46,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         print(f"resuming: {stored} trial(s) of this study are stored and are not measured again", file=out)
 
     runner = TrialRunner(settings, device, output_dir / "trials")
-    measure = runner.measure
-    baseline, reused = ensure_baseline(study, settings.baseline, measure)
+    run = runner.run
+    baseline, reused = ensure_baseline(study, settings.baseline, run)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
     if not baseline.ok:
         raise BaselineFailedError(
@@ -83,7 +75,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             guide = guide_from_record(probe, space, settings.baseline, cores, device)
         stop = tune(study, space, settings.study, runner.screen, show, guide.propose if guide else None)
         if not stop.aborted:
-            confirm_finalists(study, load_results(study), settings.study.confirm_rounds, measure, show_confirmation)
+            run_race(study, load_results(study), settings.study.confirm_rounds, run, show_confirmation)
     finally:
         results = load_results(study)
         summary = summarise(results)
@@ -109,8 +101,8 @@ def _search_context(settings: Settings, device: str) -> SearchContext:
 
 
 class TrialRunner:
-    """Runs fresh trial subprocesses for this run's settings: ``measure`` a configuration, ``probe``, or ``check``
-    it with the harness or the plain loop."""
+    """Runs fresh trial subprocesses for this run's settings: ``run`` a configuration with the full window, ``screen``
+    it with the search's shorter one, ``check`` it with the harness or the plain loop, or ``probe``."""
 
     def __init__(self, settings: Settings, device: str, workdir: Path) -> None:
         self.settings, self.device, self.workdir = settings, device, workdir
@@ -128,15 +120,16 @@ class TrialRunner:
             compile_cache_dir=str(Path(measure.compile_cache_dir) / study_dir) if measure.compile_cache_dir else None,
         )
 
-    def measure(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
+    def run(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
         """Knob values and a trial name in, a TrialResult out (the median of measure.repeats runs)."""
-        return self._run(replace(self.request, knobs=knobs), name, on_progress)
+        return self._repeated(replace(self.request, knobs=knobs), name, on_progress)
 
     def screen(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
-        """As ``measure``, with the shorter window of a search trial (measure.screen_*)."""
-        return self._run(replace(self.request, knobs=knobs, plan=self.settings.measure.screen_plan), name, on_progress)
+        """As ``run``, with the shorter window of a search trial (measure.screen_*)."""
+        request = replace(self.request, knobs=knobs, plan=self.settings.measure.screen_plan)
+        return self._repeated(request, name, on_progress)
 
-    def _run(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
+    def _repeated(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
         measure, budget = self.settings.measure, self.settings.study.memory_budget_mb
         return run_repeated(request, measure.repeats, measure.trial_timeout_s, self.workdir, name, budget, on_progress)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from autotune import app, selfcheck
 from autotune.config.load import did_you_mean, load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
-from autotune.study.tuner import redact_url
+from autotune.knobs import KNOBS
+from autotune.records import redact_url
 
 EXIT_INTERRUPTED = 130
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -34,19 +36,22 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   pipeline=NAME        conf/pipeline/NAME.yaml, or DIR/pipeline/NAME.yaml with -cd DIR
                        (shipped: {pipelines})
   study.n_trials=N     tuning trials after the baseline (default 8; 0 = baseline only)
-  search.KNOB=[a,b]    candidates for a knob: batch_size, num_workers, pin_memory, amp, channels_last, compile
+  search.KNOB=[a,b]    candidates for a knob (a one-element list fixes it; default: derived from the machine)
   hydra.run.dir=DIR    where the reports go
   mode=selfcheck       time the baseline and the study's recommendation by autotune and by a plain training
                        loop, interleaved, and say whether the two agree (selfcheck.json)
 
-Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md."""
+Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md.
+
+Knobs:
+{knobs}"""
 
 
 def main() -> None:
     """Entry point of ``autotune`` and ``python -m autotune``."""
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         pipelines = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "pipeline").glob("*.yaml")))
-        print(USAGE.format(pipelines=pipelines))
+        print(USAGE.format(pipelines=pipelines, knobs=describe_knobs()))
         return
     # Hydra would print composition errors itself and exit 1; this hands them to us instead.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -54,6 +59,14 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())  # _target_ modules in the current directory, as with python -m
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     report_errors(_hydra_main)
+
+
+def describe_knobs() -> str:
+    """Every knob of the registry, its name and what it does, wrapped for a terminal."""
+    return "\n".join(
+        textwrap.fill(knob.description, width=110, initial_indent=f"  {name:<19}", subsequent_indent=" " * 21)
+        for name, knob in KNOBS.items()
+    )
 
 
 def report_errors(func: Callable[[], None]) -> None:

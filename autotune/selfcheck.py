@@ -19,11 +19,11 @@ from autotune.app import TrialRunner, resolve_device
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError
 from autotune.measure.environment import describe_machine
+from autotune.records import META_ATTR, redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
 from autotune.results.model import load_results
 from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.results.summary import summarise
-from autotune.study.tuner import META_ATTR, redact_url
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -75,7 +75,9 @@ def check_configurations(
 
 
 def _checks(configurations: dict[str, dict[str, Any]], runs: dict[str, dict[str, list]]) -> list[ConfigurationCheck]:
-    return [ConfigurationCheck(label, knobs, **runs.get(label, _empty_runs())) for label, knobs in configurations.items()]
+    return [
+        ConfigurationCheck(label, knobs, **runs.get(label, _empty_runs())) for label, knobs in configurations.items()
+    ]
 
 
 def _empty_runs() -> dict[str, list]:
@@ -89,7 +91,9 @@ def _run_once(runner: TrialRunner, index: int, label: str, knobs: dict, plain: b
         runs["failures"].append(f"round {index} {loop}: {result.failure}")
         shown = f"FAILED {result.failure}"
     elif plain:
-        shown = f"{result.plain.throughput:.1f} samples/s, {result.plain.epoch_boundaries} epoch boundaries in the window"
+        shown = (
+            f"{result.plain.throughput:.1f} samples/s, {result.plain.epoch_boundaries} epoch boundaries in the window"
+        )
     else:
         shown = f"{result.timing.throughput:.1f} samples/s"
     if plain:

@@ -49,7 +49,8 @@ def main() -> None:
     full = tree.read_full()
     machine = describe_machine()
     print(f"{machine['cpu_model']}; flags {', '.join(machine['cpu_flags'])}")
-    print(f"tree: {len(full.rss)} processes, RSS {sum(full.rss.values()) / 2**20:.0f} MB, {tree.metric} {full.total / 2**20:.0f} MB")
+    rss_mb, total_mb = sum(full.rss.values()) / 2**20, full.total / 2**20
+    print(f"tree: {len(full.rss)} processes, RSS {rss_mb:.0f} MB, {tree.metric} {total_mb:.0f} MB")
 
     rows = _readings(tree, full) + _marks()
     print(f"\n{'reading':48} {'us/call':>10}  when  {'share of the window':>22}")
@@ -103,7 +104,12 @@ def _marks() -> list[tuple[str, float, str, str]]:
         per_step = cost_s(one_step, 2000)
         line = cost_s(lambda: _progress_writer(path, 0.0, False)(prof), 200)
     return [
-        ("per step: batch ready + transferred + step + check", per_step, "step", f"{per_step / 0.001:.2%} of a 1 ms step"),
+        (
+            "per step: batch ready + transferred + step + check",
+            per_step,
+            "step",
+            f"{per_step / 0.001:.2%} of a 1 ms step",
+        ),
         ("progress: one line for the pruner", line, "0.5 s", _share(line, "0.5 s")),
     ]
 

@@ -48,7 +48,11 @@ BIG = {"dataset": {"_target_": "benchmarks.workloads.CachedImages"}}
 # label: (pipeline, replaced components, knob changes from its baseline)
 CASES = {
     "big": ("mymodel", BIG, {}),
-    "big-workers": ("mymodel", BIG, {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 1}),
+    "big-workers": (
+        "mymodel",
+        BIG,
+        {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 1},
+    ),
     "tiny-steps": ("tabular_mlp", {}, {}),
 }
 

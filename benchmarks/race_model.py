@@ -6,7 +6,7 @@ when runs vary the way re-measurements on this machine were measured to vary.
 
 A model, not a measurement: it answers in seconds what would take dozens of 20-minute efficiency runs, to compare
 rules of the race; only ``benchmarks.efficiency`` judges the tuner. It drives autotune's own code
-(``select_finalists``, ``confirm_finalists``, ``Confirmation.winner``) with simulated runs:
+(``select_finalists``, ``run_race``, ``Confirmation.winner``) with simulated runs:
 
     log(samples/s) = log(true) + round effect (shared by the runs of one round) + run noise
 
@@ -35,8 +35,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from autotune.results.model import StudyResults, TrialRecord
-from autotune.study.confirm import confirm_finalists
+from autotune.records import TrialRecord
+from autotune.results.model import StudyResults
+from autotune.study.run_race import run_race
 from benchmarks.efficiency import TARGET_RATIO
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -217,7 +218,7 @@ def simulate_study(
         effect = round_effects.setdefault(round_index, rng.gauss(0.0, noise.round_sd))
         return run_of(by_name[run_knobs["config"]], effect)
 
-    confirmation = confirm_finalists(_Study(), results, rounds, measure, lambda name, result: None)
+    confirmation = run_race(_Study(), results, rounds, measure, lambda name, result: None)
     winner = confirmation.winner if confirmation else None  # None: no finalist, or none proven
     pick = by_name[winner.knobs["config"]] if winner else scenario.baseline
     best = max(c.relative for c in configs)
@@ -230,7 +231,7 @@ def median_run_noise(noise: Noise, rng: random.Random, runs: int) -> float:
 
 
 class _Study:
-    """Stands in for the Optuna study ``confirm_finalists`` stores its outcome in."""
+    """Stands in for the Optuna study ``run_race`` stores its outcome in."""
 
     def set_user_attr(self, key: str, value: Any) -> None:
         pass

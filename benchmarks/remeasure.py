@@ -70,7 +70,11 @@ def ratio_interval(measured: Rounds, numerator: str, denominator: str) -> dict[s
     """The geometric mean of the rounds' ``numerator``/``denominator`` ratios and its 95 % confidence interval
     (``autotune.measure.stats.ratio_interval``). None with fewer than two rounds where both ran."""
     interval = paired_interval(
-        [r[numerator] / r[denominator] for r in measured if r.get(numerator) is not None and r.get(denominator) is not None]
+        [
+            r[numerator] / r[denominator]
+            for r in measured
+            if r.get(numerator) is not None and r.get(denominator) is not None
+        ]
     )
     return asdict(interval) if interval else None
 

@@ -11,28 +11,43 @@ import psutil
 import pytest
 
 from autotune.config.load import load_settings
-from autotune.knobs import KNOBS, SearchContext
+from autotune.knobs import KNOBS, REQUIRED, SearchContext
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.recorder import Timing
 from autotune.trial.result import TrialRequest
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CONF = REPO / "tests" / "conf"
-# Knob values that change nothing, with batch size 32.
-NEUTRAL_KNOBS = {
-    "num_threads": None,
-    "batch_size": 32,
-    "num_workers": 0,
-    "prefetch_factor": None,
-    "persistent_workers": None,
-    "pin_memory": False,
-    "channels_last": False,
-    "amp": "off",
-    "compile": "off",
-    "cudnn_benchmark": False,
-    "optimizer_impl": "default",
-    "set_to_none": True,
-}
+
+
+def _neutral_knobs() -> dict:
+    """Every knob at its baseline default (as a pipeline that sets none runs), batch size 32: nothing changed."""
+    values: dict = {}
+    for name, knob in KNOBS.items():
+        default = 32 if knob.baseline_default is REQUIRED else knob.baseline_default
+        values[name] = default if knob.active(values) else None
+    return values
+
+
+NEUTRAL_KNOBS = _neutral_knobs()
+
+
+def fixed_search(**candidates) -> list[str]:
+    """``search.KNOB=[...]`` overrides fixing every knob to its baseline default, but those in ``candidates`` (a list:
+    its candidates; None: derived); batch_size, which has no default, is fixed to 16 unless given."""
+
+    def cli(value) -> str:
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+    overrides, workers = [], candidates.get("num_workers", [0]) or [1]
+    for name, knob in KNOBS.items():
+        values = candidates.get(name, [16 if knob.baseline_default is REQUIRED else knob.baseline_default])
+        applies = any(knob.active({"num_workers": count}) for count in workers)  # worker options need workers
+        if values is not None and applies:
+            overrides.append(f"search.{name}=[{','.join(cli(v) for v in values)}]")
+    return overrides
+
+
 FAST_MEASURE = [
     "measure.warmup_min_steps=2",
     "measure.warmup_max_steps=4",
@@ -48,8 +63,8 @@ def tiny_config(**overrides) -> dict:
     """The composed config for tests/conf/pipeline/tiny.yaml as plain data, with section overrides."""
     config = {
         "pipeline": {
-            "model": {"_target_": "tests.pipelines.tiny.TinyCNN"},
-            "dataset": {"_target_": "tests.pipelines.tiny.TinyImages", "length": 256},
+            "model": {"_target_": "tests.fixtures.tiny.TinyCNN"},
+            "dataset": {"_target_": "tests.fixtures.tiny.TinyImages", "length": 256},
             "loss": {"_target_": "torch.nn.CrossEntropyLoss"},
             "optimizer": {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.01},
             "baseline": {"batch_size": 16},
@@ -115,8 +130,8 @@ def trial_request(
     """A request for the tiny test pipeline; ``model`` and ``dataset`` name classes under tests.pipelines,
     and ``knobs`` change the neutral knob values (batch size 16)."""
     config = tiny_config()
-    config["pipeline"]["model"] = {"_target_": f"tests.pipelines.{model}"}
-    config["pipeline"]["dataset"] = {"_target_": f"tests.pipelines.{dataset}", "length": length}
+    config["pipeline"]["model"] = {"_target_": f"tests.fixtures.{model}"}
+    config["pipeline"]["dataset"] = {"_target_": f"tests.fixtures.{dataset}", "length": length}
     if loss is not None:
         config["pipeline"]["loss"] = loss
     settings = load_settings(config, "tiny")

@@ -17,8 +17,8 @@ import torch
 import yaml
 
 from autotune.knobs import KNOBS
-from autotune.results.summary import TIE_TOLERANCE
-from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, processes_mentioning, run_cli
+from autotune.results.race import TIE_TOLERANCE
+from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search, processes_mentioning, run_cli
 
 TINY = [
     "-cd",
@@ -80,9 +80,7 @@ def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
         "study.n_trials=5",
         f"hydra.run.dir={tmp_path}/out",
     ]
-    space = ["search.batch_size=[16]", "search.num_workers=[0,1]", "search.num_threads=[null]", "search.amp=[off]"]
-    space += ["search.compile=[off]", "search.prefetch_factor=[2]", "search.persistent_workers=[false]"]
-    space += ["search.optimizer_impl=[default]", "search.set_to_none=[true]", "study.probe=false"]
+    space = [*fixed_search(num_workers=[0, 1], channels_last=None), "study.probe=false"]
     proc = run_cli([*args, *space], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "all 4 configurations of the search space are measured" in proc.stdout
@@ -97,9 +95,8 @@ def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
 
 
 def test_a_space_of_the_baseline_alone_is_not_probed(tmp_path):
-    fixed = ["search.num_threads=[null]", "search.num_workers=[0]", "search.batch_size=[16]", "search.amp=[off]"]
-    fixed += ["search.channels_last=[false]", "search.optimizer_impl=[default]", "search.set_to_none=[true]"]
-    args = [*[a for a in TINY if a != "study.probe=false"], *fixed, f"hydra.run.dir={tmp_path}/out"]
+    tiny = [a for a in TINY if a not in ("study.probe=false", "search.compile=[off]")]
+    args = [*tiny, *fixed_search(), f"hydra.run.dir={tmp_path}/out"]
     proc = run_cli(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "1 configurations" in proc.stdout and "[probe" not in proc.stdout
@@ -238,21 +235,20 @@ def test_the_console_script_is_installed():
     script = Path(sys.executable).parent / "autotune"
     proc = subprocess.run([str(script), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "pipeline" in proc.stdout
+    assert all(f"  {name} " in proc.stdout for name in KNOBS), "every knob, as the registry describes it"
 
 
 def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     """-cd adds the user's config folder; their modules import from the current directory, in trials too."""
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
-    (tmp_path / "mypkg" / "parts.py").write_text(
-        "from tests.pipelines.tiny import TinyCNN as Net, TinyImages as Data\n"
-    )
+    (tmp_path / "mypkg" / "parts.py").write_text("from tests.fixtures.tiny import TinyCNN as Net, TinyImages as Data\n")
     (tmp_path / "myconf" / "pipeline").mkdir(parents=True)
     (tmp_path / "myconf" / "pipeline" / "mine.yaml").write_text(
         (TEST_CONF / "pipeline" / "tiny.yaml")
         .read_text()
-        .replace("tests.pipelines.tiny.TinyCNN", "mypkg.parts.Net")
-        .replace("tests.pipelines.tiny.TinyImages", "mypkg.parts.Data")
+        .replace("tests.fixtures.tiny.TinyCNN", "mypkg.parts.Net")
+        .replace("tests.fixtures.tiny.TinyImages", "mypkg.parts.Data")
     )
     script = Path(sys.executable).parent / "autotune"
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # for tests.pipelines only; mypkg comes from the cwd

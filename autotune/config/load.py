@@ -13,27 +13,13 @@ from hydra.utils import get_object
 
 from autotune.config.settings import MeasureSettings, Settings, StudySettings
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS
+from autotune.knobs import BASELINE_DEFAULTS, KNOBS
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS, PipelineSpec
 
 Parser = Callable[[Any], Any]
 
-# Values a baseline knob takes when the pipeline does not say: PyTorch's own defaults.
-BASELINE_DEFAULTS = {
-    "num_workers": 0,
-    "prefetch_factor": 2,
-    "persistent_workers": False,
-    "pin_memory": False,
-    "num_threads": None,
-    "amp": "off",
-    "channels_last": False,
-    "compile": "off",
-    "cudnn_benchmark": False,
-    "optimizer_impl": "default",
-    "set_to_none": True,
-}
 BATCH_POLICIES = ("free", "fixed_effective")
 OBJECTIVES = ("throughput", "peak_memory")
 DEVICES = ("auto", "cpu", "cuda")
@@ -140,7 +126,8 @@ def _quiet_hydra_logger():
 
 def _baseline(node: Any, path: str) -> dict[str, Any]:
     baseline = _mapping(node, path)
-    _check_keys(baseline, path, required=("batch_size",), optional=tuple(BASELINE_DEFAULTS))
+    required = tuple(name for name in KNOBS if name not in BASELINE_DEFAULTS)
+    _check_keys(baseline, path, required=required, optional=tuple(BASELINE_DEFAULTS))
     merged = {**BASELINE_DEFAULTS, **baseline}
     parsed: dict[str, Any] = {}
     for name, knob in KNOBS.items():

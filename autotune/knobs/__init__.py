@@ -1,15 +1,17 @@
-"""The knobs autotune can turn, one module each, in the order they are applied."""
+"""The knobs autotune can turn, one module each, in the order they are applied: the registry. Every fact about a
+knob is on the knob; the groups the search and the config use are derived here from them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import Knob, SearchContext
+from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, TrainingSetup
 from autotune.knobs.amp import AmpKnob
 from autotune.knobs.batch_size import BatchSizeKnob
 from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.knobs.compile import CompileKnob
 from autotune.knobs.cudnn_benchmark import CudnnBenchmarkKnob
+from autotune.knobs.malloc import MallocKnob
 from autotune.knobs.num_threads import NumThreadsKnob
 from autotune.knobs.num_workers import NumWorkersKnob
 from autotune.knobs.optimizer_impl import OptimizerImplKnob
@@ -35,14 +37,62 @@ KNOBS: dict[str, Knob] = {
         CudnnBenchmarkKnob(),
         OptimizerImplKnob(),
         SetToNoneKnob(),
+        MallocKnob(),
     )
 }
 
 
-def apply_knobs(values: dict[str, Any], setup) -> None:
+def named(*roles: Role) -> tuple[str, ...]:
+    """The knobs with one of ``roles``, in registry order."""
+    return tuple(name for name, knob in KNOBS.items() if knob.role in roles)
+
+
+# The DataLoader's shape: timed by the probe with the loader alone.
+LOADER_KNOBS = named(Role.LOADER)
+# Timed by the probe on a cached batch; those acting on activations at every batch size.
+COMPUTE_KNOBS = named(Role.COMPUTE, Role.ACTIVATIONS)
+PER_BATCH_KNOBS = named(Role.ACTIVATIONS)
+# Not timed by the probe: tried on the best configuration found, the costly ones last.
+UNTIMED_KNOBS = tuple(sorted(named(Role.UNTIMED), key=lambda name: KNOBS[name].costly))
+# The value of each worker option in the configurations the probe steers to.
+WORKER_OPTIONS = {name: KNOBS[name].preferred for name in named(Role.WORKER_OPTION)}
+# The value of each knob a pipeline's baseline leaves unset.
+BASELINE_DEFAULTS = {
+    name: knob.baseline_default for name, knob in KNOBS.items() if knob.baseline_default is not REQUIRED
+}
+
+
+def apply_knobs(values: dict[str, Any], setup: TrainingSetup) -> None:
     """Apply every knob's value to ``setup`` in registry order."""
     for name, knob in KNOBS.items():
         knob.apply(values[name], setup)
 
 
-__all__ = ["KNOBS", "Knob", "SearchContext", "apply_knobs"]
+def costly(values: dict[str, Any]) -> bool:
+    """Whether ``values`` turn on a costly knob (torch.compile): long one-off work in warm-up, reported as compile
+    time, that the search spends only where it may pay."""
+    return any(KNOBS[name].costly and values[name] != KNOBS[name].baseline_default for name in KNOBS)
+
+
+def changes_numerics(values: dict[str, Any]) -> bool:
+    """Whether ``values`` set a knob that changes the arithmetic away from its baseline default (fp32 eager)."""
+    return any(KNOBS[name].changes_numerics and values[name] != KNOBS[name].baseline_default for name in KNOBS)
+
+
+__all__ = [
+    "BASELINE_DEFAULTS",
+    "REQUIRED",
+    "COMPUTE_KNOBS",
+    "KNOBS",
+    "LOADER_KNOBS",
+    "PER_BATCH_KNOBS",
+    "UNTIMED_KNOBS",
+    "WORKER_OPTIONS",
+    "Knob",
+    "Role",
+    "SearchContext",
+    "TrainingSetup",
+    "apply_knobs",
+    "changes_numerics",
+    "costly",
+]

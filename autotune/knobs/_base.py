@@ -1,13 +1,47 @@
-"""The knob contract: a named setting with candidate values, applicability and an apply step."""
+"""The knob contract: a named setting with candidate values, applicability, its role in the search, its baseline
+default and an apply step, and the training setup that knobs change."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from autotune.pipeline.setup import TrainingSetup
+import torch
+
+
+class Role(Enum):
+    """How the search treats a knob. The differential probe times the DataLoader alone and the model step alone
+    (``autotune/study/``): LOADER knobs at each of their values in the loader; COMPUTE knobs on a cached batch at
+    the baseline's batch size, ACTIVATIONS knobs (they act on activations, so their gain changes with the batch
+    size) at every batch size. WORKER_OPTION knobs are not timed: the configurations the probe steers to take their
+    ``preferred`` value. UNTIMED knobs are not timed either: each is tried by measuring the best configuration with
+    it changed, the ``costly`` ones last."""
+
+    LOADER = "loader"
+    WORKER_OPTION = "worker option"
+    COMPUTE = "compute"
+    ACTIVATIONS = "compute, at every batch size"
+    UNTIMED = "untimed"
+
+
+REQUIRED = object()  # the baseline_default of a knob every pipeline must set
+
+
+@dataclass
+class TrainingSetup:
+    """Everything a knob may change before training starts."""
+
+    model: torch.nn.Module
+    device: torch.device
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)
+    non_blocking_copy: bool = False
+    input_memory_format: torch.memory_format = torch.contiguous_format
+    autocast_dtype: torch.dtype | None = None
+    grad_scaler: Any = None
+    optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
+    zero_grad_to_none: bool = True
 
 
 @dataclass(frozen=True)
@@ -32,17 +66,26 @@ class SearchContext:
 
 
 class Knob(ABC):
-    """One tunable setting.
+    """One tunable setting, and every fact about it.
 
     A knob validates values (``parse``), proposes candidates for a machine and pipeline
     (``default_candidates``), says why a value cannot run here (``unavailable_reason``) and
     applies a value to a training setup (``apply``). A knob that only means something given the
     values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
-    ``active``; an inactive knob's value is None and it is never searched. Knobs are stateless singletons.
+    ``active``; an inactive knob's value is None and it is never searched. ``role`` is how the search treats it
+    (``Role``); ``baseline_default`` the value a baseline that does not set it runs (PyTorch's own default, or
+    REQUIRED); ``costly`` whether turning it on costs long one-off work in warm-up (compiling); ``changes_numerics``
+    whether its values change the arithmetic, so that a trial's first loss is checked against fp32. Knobs are
+    stateless singletons.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
+    role: ClassVar[Role]
+    baseline_default: ClassVar[Any]
+    preferred: ClassVar[Any] = None
+    costly: ClassVar[bool] = False
+    changes_numerics: ClassVar[bool] = False
 
     @abstractmethod
     def parse(self, value: Any) -> Any:
@@ -71,6 +114,7 @@ class WorkerKnob(Knob):
     """A DataLoader option that exists only with worker processes (num_workers > 0)."""
 
     inactive_because = "only applies with num_workers > 0"
+    role = Role.WORKER_OPTION
 
     def active(self, earlier: dict[str, Any]) -> bool:
         return earlier["num_workers"] > 0

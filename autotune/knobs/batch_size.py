@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import Knob, SearchContext, parse_int
+from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, parse_int
 
 
 class BatchSizeKnob(Knob):
     name = "batch_size"
+    role = Role.LOADER
+    baseline_default = REQUIRED
     description = (
         "Samples per DataLoader batch. Larger batches use the hardware better but change training dynamics; "
         "with search.batch_policy=fixed_effective it is a micro-batch and gradients accumulate up to the "

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from autotune.knobs._base import BoolKnob, SearchContext
+from autotune.knobs._base import BoolKnob, Role, SearchContext
 
 
 class ChannelsLastKnob(BoolKnob):
     name = "channels_last"
+    role = Role.ACTIVATIONS
+    baseline_default = False
     description = "Store 4-D image batches and conv weights channels-last (NHWC); often faster convolutions."
 
     def default_candidates(self, ctx: SearchContext) -> list[bool]:

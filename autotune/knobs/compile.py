@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from autotune.knobs._base import ChoiceKnob, SearchContext
+from autotune.knobs._base import ChoiceKnob, Role, SearchContext
 
 
 class CompileKnob(ChoiceKnob):
     name = "compile"
+    role = Role.UNTIMED
+    baseline_default = "off"
+    costly = True  # one compile costs more than the whole probe
+    changes_numerics = True
     description = "torch.compile the model with this mode. Costs compile time up front; may or may not pay back."
     choices = ("off", "default", "reduce-overhead", "max-autotune")
 

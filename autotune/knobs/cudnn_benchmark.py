@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from autotune.knobs._base import BoolKnob, SearchContext
+from autotune.knobs._base import BoolKnob, Role, SearchContext
 
 
 class CudnnBenchmarkKnob(BoolKnob):
     name = "cudnn_benchmark"
+    role = Role.UNTIMED
+    baseline_default = False
     description = (
         "torch.backends.cudnn.benchmark: cuDNN times several convolution algorithms for each input shape and "
         "keeps the fastest (CUDA only; pays off when shapes repeat)."

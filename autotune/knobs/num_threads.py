@@ -6,11 +6,13 @@ from typing import Any
 
 import torch
 
-from autotune.knobs._base import Knob, SearchContext, parse_int
+from autotune.knobs._base import Knob, Role, SearchContext, parse_int
 
 
 class NumThreadsKnob(Knob):
     name = "num_threads"
+    role = Role.ACTIVATIONS  # more threads share larger tensors better
+    baseline_default = None  # torch's default
     description = (
         "torch intra-op threads in the training process; null keeps torch's default. On a CPU, DataLoader "
         "workers and compute threads compete for the same cores, so fewer threads can be faster."

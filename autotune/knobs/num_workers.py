@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import Knob, SearchContext, parse_int
+from autotune.knobs._base import Knob, Role, SearchContext, parse_int
 
 
 class NumWorkersKnob(Knob):
     name = "num_workers"
+    role = Role.LOADER
+    baseline_default = 0
     description = (
         "DataLoader worker processes preparing batches in parallel with training (0 = in the training process)."
     )
@@ -18,8 +20,8 @@ class NumWorkersKnob(Knob):
 
     def default_candidates(self, ctx: SearchContext) -> list[int]:
         """0 to 4 workers, then steps of about 1.5x (6, 8, 12, 16, 24, ...) up to one per usable CPU core, the
-        core count itself and the baseline's count. Not every count: on 16 cores the probe timed 17 counts x 4
-        batch sizes in 94 s, and neighbouring counts that many cores up differ little."""
+        core count itself and the baseline's count: not every count, as the probe times each, and neighbouring counts
+        that many cores up differ little."""
         ladder = {0, 1, 2, 3, 4} | {factor * 2**power for power in range(1, 16) for factor in (2, 3)}
         counts = {count for count in ladder if count <= ctx.cpu_count} | {ctx.cpu_count}
         baseline = ctx.baseline.get("num_workers")

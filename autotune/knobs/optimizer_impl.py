@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from autotune.knobs._base import ChoiceKnob, SearchContext
+from autotune.knobs._base import ChoiceKnob, Role, SearchContext
 
 
 class OptimizerImplKnob(ChoiceKnob):
     name = "optimizer_impl"
+    role = Role.COMPUTE  # the same work whatever the batch size
+    baseline_default = "default"
     description = (
         "The optimizer's update implementation: default (PyTorch picks), for_loop (one parameter at a time), "
         "foreach (batched over parameters) or fused (one kernel). Offered where the optimizer accepts it."

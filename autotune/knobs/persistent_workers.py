@@ -9,6 +9,8 @@ from autotune.knobs._base import SearchContext, WorkerKnob
 
 class PersistentWorkersKnob(WorkerKnob):
     name = "persistent_workers"
+    baseline_default = False
+    preferred = True  # workers that are not restarted each epoch
     description = (
         "Keep DataLoader worker processes alive across epochs instead of starting them again each epoch. "
         "Only with num_workers > 0."

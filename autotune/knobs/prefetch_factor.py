@@ -9,6 +9,8 @@ from autotune.knobs._base import SearchContext, WorkerKnob, parse_int
 
 class PrefetchFactorKnob(WorkerKnob):
     name = "prefetch_factor"
+    baseline_default = 2
+    preferred = 2  # PyTorch's default prefetching
     description = (
         "Batches each DataLoader worker keeps loaded ahead (PyTorch's default: 2); more smooths out slow "
         "batches at the cost of memory. Only with num_workers > 0."

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from autotune.knobs._base import BoolKnob, SearchContext
+from autotune.knobs._base import BoolKnob, Role, SearchContext
 
 
 class SetToNoneKnob(BoolKnob):
     name = "set_to_none"
+    role = Role.COMPUTE
+    baseline_default = True
     description = (
         "optimizer.zero_grad(set_to_none=...): true (PyTorch's default) frees gradients between steps, "
         "false zeroes them in place and keeps their memory."

@@ -59,8 +59,7 @@ class SystemReport:
     gpu_note: str | None = None
 
     # A run is disturbed when its cores were nearly all busy and other processes took this many cores' worth of
-    # them on average: they competed with it (quiet runs on the 2-core machine of docs/benchmarks.md show
-    # 0.01-0.02, the tuner's own polling). Idle cores other processes used elsewhere took nothing from it.
+    # them on average (a quiet run shows 0.01-0.02: the tuner's own polling). Idle cores used elsewhere took nothing.
     BUSY_OTHERS_CORES: ClassVar[float] = 0.25
     SATURATED_PERCENT: ClassVar[float] = 90.0
 

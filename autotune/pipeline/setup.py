@@ -5,29 +5,13 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from autotune.knobs import apply_knobs
+from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.pipeline.build import Pipeline
-
-
-@dataclass
-class TrainingSetup:
-    """Everything a knob may change before training starts."""
-
-    model: torch.nn.Module
-    device: torch.device
-    loader_kwargs: dict[str, Any] = field(default_factory=dict)
-    non_blocking_copy: bool = False
-    input_memory_format: torch.memory_format = torch.contiguous_format
-    autocast_dtype: torch.dtype | None = None
-    grad_scaler: Any = None
-    optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
-    zero_grad_to_none: bool = True
 
 
 class Trainer:

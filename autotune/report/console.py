@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.knobs import KNOBS
+from autotune.records import ProbeRecord
 from autotune.report.document import headline
 from autotune.report.rows import ranked_frame
 from autotune.results.summary import Summary
@@ -48,14 +49,13 @@ def format_result(result: TrialResult, baseline: TrialResult | None = None) -> s
     )
 
 
-def format_probe(probe: dict[str, Any]) -> str:
+def format_probe(probe: ProbeRecord) -> str:
     """What the differential probe found."""
-    if "failure" in probe:
-        return f"the differential probe failed ({probe['failure']}); the search goes on without it"
+    if not probe.ok:
+        return f"the differential probe failed ({probe.failure}); the search goes on without it"
     return (
-        f"at the baseline the DataLoader alone gives {probe['baseline_loader_sps']:.1f} samples/s and the model "
-        f"step alone {probe['baseline_compute_sps']:.1f} samples/s; trials follow its predictions "
-        f"({probe['wall_s']:.1f} s)"
+        f"at the baseline the DataLoader alone gives {probe.baseline_loader_sps:.1f} samples/s and the model "
+        f"step alone {probe.baseline_compute_sps:.1f} samples/s; trials follow its predictions ({probe.wall_s:.1f} s)"
     )
 
 

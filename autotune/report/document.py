@@ -13,8 +13,8 @@ from autotune.knobs import KNOBS
 from autotune.measure.measurement import SystemReport
 from autotune.report.rows import ranked_rows, record_row
 from autotune.results.advice import batch_advice
-from autotune.results.confirmation import TIE_TOLERANCE
 from autotune.results.model import StudyResults
+from autotune.results.race import TIE_TOLERANCE
 from autotune.results.summary import Summary
 
 _BEFORE_AFTER_METRICS = [
@@ -198,14 +198,14 @@ def _probe(results: StudyResults) -> list[Section]:
     if probe is None:
         return []
     heading = "Where the time goes (differential probe)"
-    if "failure" in probe:
-        return [Section(heading, paragraphs=[f"The probe failed ({probe['failure']}); the search went on without it."])]
-    loading, compute = probe["baseline_loader_sps"], probe["baseline_compute_sps"]
+    if not probe.ok:
+        return [Section(heading, paragraphs=[f"The probe failed ({probe.failure}); the search went on without it."])]
+    loading, compute = probe.baseline_loader_sps, probe.baseline_compute_sps
     slower = "the DataLoader" if loading < compute else "the model step"
     text = (
         f"Timed apart at the baseline's settings, the DataLoader alone delivered {loading:.1f} samples/s and the "
         f"model step alone (on a cached batch) {compute:.1f} samples/s: {slower} is the slower half. From such "
-        f"timings ({probe['wall_s']:.1f} s in all) the probe predicted each configuration's throughput; each trial "
+        f"timings ({probe.wall_s:.1f} s in all) the probe predicted each configuration's throughput; each trial "
         "measured the configuration predicted fastest, its prediction corrected by the trials measured before it, "
         "until none left was predicted to beat the best (no prediction: a twin of the best with a knob the probe "
         "does not time, such as torch.compile). The prediction only orders the search; every figure in this report "
@@ -296,7 +296,8 @@ def _method(results: StudyResults) -> str:
         "before a batch, from CUDA events). Peak memory sums the trial's process tree (DataLoader workers included) "
         "using PSS where the OS provides it, so shared pages are not counted twice: PSS is read outside the window; "
         "inside it, where such a read would slow the loop, resident sizes are sampled and corrected by the shared "
-        f"pages the nearest PSS read found, and the training process's high-water mark catches peaks between. {repeated}"
+        "pages the nearest PSS read found, and the training process's high-water mark catches peaks between. "
+        f"{repeated}"
     )
 
 

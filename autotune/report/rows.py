@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from autotune.knobs import KNOBS
-from autotune.results.model import TrialRecord
+from autotune.records import TrialRecord
 from autotune.results.summary import Summary
 from autotune.trial.result import FailureKind
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import optuna
 
-from autotune.results.confirmation import Confirmation
-from autotune.study.tuner import (
+from autotune.records import (
     BASELINE_ATTR,
     BASELINE_LABEL,
     CONFIRMATION_ATTR,
@@ -19,22 +18,11 @@ from autotune.study.tuner import (
     PREDICTED_ATTR,
     PROBE_ATTR,
     RESULT_ATTR,
+    ProbeRecord,
+    TrialRecord,
 )
+from autotune.results.race import Confirmation
 from autotune.trial.result import TrialResult
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """One measured configuration: ``label`` is "baseline" or the Optuna trial number; ``predicted_sps`` what
-    the probe's guide predicted for it when it proposed it (None: not proposed by the guide, or unknown)."""
-
-    label: str
-    result: TrialResult
-    predicted_sps: float | None = None
-
-    @property
-    def throughput(self) -> float | None:
-        return self.result.timing.throughput if self.result.ok else None
 
 
 @dataclass(frozen=True)
@@ -57,7 +45,7 @@ class StudyResults:
     objectives: list[str] = field(default_factory=lambda: ["throughput"])
     batch_policy: str = "free"
     optimizer: dict[str, Any] | None = None
-    probe: dict[str, Any] | None = None
+    probe: ProbeRecord | None = None
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -89,5 +77,5 @@ def load_results(study: optuna.Study) -> StudyResults:
         objectives=meta.get("objectives", ["throughput"]),
         batch_policy=meta.get("batch_policy", "free"),
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
-        probe=study.user_attrs.get(PROBE_ATTR),
+        probe=ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) if PROBE_ATTR in study.user_attrs else None,
     )

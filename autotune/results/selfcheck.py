@@ -70,6 +70,7 @@ class SelfCheck:
     def from_dict(cls, data: dict[str, Any]) -> SelfCheck:
         derived = ("ratios", "interval", "verdict")
         checks = [
-            ConfigurationCheck(**{k: v for k, v in entry.items() if k not in derived}) for entry in data["configurations"]
+            ConfigurationCheck(**{k: v for k, v in entry.items() if k not in derived})
+            for entry in data["configurations"]
         ]
         return cls(**{**data, "configurations": checks})

@@ -1,11 +1,11 @@
 """Choose each next trial from the probe's predictions corrected by what the trials measured, and stop the
 search once no configuration left is predicted to beat the best one measured (or to come within noise of it).
 
-The probe (``steer.Steering``) predicts a configuration from the DataLoader and the model step timed apart.
+The probe (``probe_model.ProbeModel``) predicts a configuration from the DataLoader and the model step timed apart.
 It misses what only the whole pipeline shows: handing batches between processes, workers and compute
 competing for caches, torch.compile. So every prediction is scaled by the measured/predicted ratio of the
 measured configurations in its group: the same number of workers and the same values of the knobs the probe
-does not time (``UNTIMED``); without a measurement in its group, by those with the same worker setting
+does not time (``UNTIMED_KNOBS``); without a measurement in its group, by those with the same worker setting
 (with or without workers), then by all with the same untimed values. A configuration that changes an untimed
 knob (a compiled one, say) is predicted as its plain form (measured, or predicted as above) times the factor by
 which that change moved the measured twins of the same kind. A configuration whose untimed values
@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from autotune.knobs import COMPUTE_KNOBS, KNOBS, LOADER_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS, costly
+from autotune.records import ProbeRecord, config_key
+from autotune.study.probe_model import ProbeModel, anchor_knobs, worker_option
 from autotune.study.space import SearchSpace
-from autotune.study.steer import COMPUTE_KNOBS, WORKER_OPTIONS, Steering, anchor_knobs, worker_option
-from autotune.study.tuner import Observation, config_key
-from autotune.trial.probe import LOADER_KNOBS
+from autotune.study.tuner import Observation, Proposal
 
-# Knobs the probe does not time; tried as twins of the best configuration, compile last (it costs the most).
-UNTIMED = ("pin_memory", "cudnn_benchmark", "compile")
 # A configuration predicted within this fraction of the best measured one is still worth a trial: about one run's
 # noise, so a lucky reading of the best, or a prediction a little off, does not end the search too soon.
 WORTH_MEASURING = 0.05
@@ -46,22 +45,19 @@ COMPILE_UPSIDE = 2.0
 class Guide:
     """Proposes the next configuration to measure (``propose``), or None once the search has converged."""
 
-    steering: Steering
+    probe_model: ProbeModel
     space: SearchSpace
     baseline: dict[str, Any]
 
-    def propose(
-        self, observations: list[Observation], measured: set[str]
-    ) -> tuple[dict[str, Any], float | None] | None:
+    def propose(self, observations: list[Observation], measured: set[str]) -> Proposal | None:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
         throughput so far or comes within WORTH_MEASURING of it (a compiled one must beat it by WORTH_MEASURING:
         each costs a compile); any, while nothing measured is feasible; else
         the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
         prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
-        (``config_key``) of every configuration measured or failed, so none is proposed twice. Returns (knobs,
-        predicted samples/s or None)."""
+        (``config_key``) of every configuration measured or failed, so none is proposed twice."""
         best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
-        ratios = _Ratios(self.steering, observations)
+        ratios = _Ratios(self.probe_model, observations)
         predicted = [
             (value, knobs)
             for knobs in self.candidates
@@ -70,10 +66,10 @@ class Guide:
         worth = [(value, knobs) for value, knobs in predicted if best is None or _worth_measuring(knobs, value, best)]
         value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None:
-            return knobs, value
+            return Proposal(knobs, value)
         checks = [*self._batch_neighbours(best), *self._twins(best, ratios)] if best is not None else []
         check = next((knobs for knobs in checks if config_key(knobs) not in measured), None)
-        return (check, ratios.predict(check)) if check is not None else None
+        return Proposal(check, ratios.predict(check)) if check is not None else None
 
     @cached_property
     def candidates(self) -> list[dict[str, Any]]:
@@ -83,8 +79,9 @@ class Guide:
         anchor = anchor_knobs(self.space, self.baseline)
         varied = [
             name
-            for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED)
-            if len(self.space.candidates[name]) > 1 and not (name in COMPUTE_KNOBS and self.steering.negligible(name))
+            for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED_KNOBS)
+            if len(self.space.candidates[name]) > 1
+            and not (name in COMPUTE_KNOBS and self.probe_model.negligible(name))
         ]
         found = []
         for values in itertools.product(*(self.space.candidates[name] for name in varied)):
@@ -100,7 +97,7 @@ class Guide:
         only that many threads is in the space. The probe predicts the two alike (threads beyond the free cores
         gain nothing) and oversubscribed threads measured slower, never faster (docs/benchmarks.md), so only the
         latter is worth a trial: measuring both would spend one on a tie the model already settles."""
-        free = self.steering.free_threads(knobs)
+        free = self.probe_model.free_threads(knobs)
         return free is not None and self.space.contains({**knobs, "num_threads": free})
 
     def _batch_neighbours(self, best: Observation) -> list[dict[str, Any]]:
@@ -108,7 +105,7 @@ class Guide:
         predicts least well (its loader timings are short), checked by measurement before the search ends. Not
         for a compiled best: each new batch size would cost a compile."""
         sizes = sorted(self.space.candidates["batch_size"])
-        if best.knobs["compile"] != "off" or best.knobs["batch_size"] not in sizes:
+        if costly(best.knobs) or best.knobs["batch_size"] not in sizes:
             return []
         index = sizes.index(best.knobs["batch_size"])
         near = [sizes[i] for i in (index - 1, index + 1) if 0 <= i < len(sizes)]
@@ -118,12 +115,12 @@ class Guide:
     def _twins(self, best: Observation, ratios: _Ratios) -> list[dict[str, Any]]:
         """The best configuration with one untimed knob changed, where that is worth a trial."""
         twins = []
-        for name in UNTIMED:
+        for name in UNTIMED_KNOBS:
             for value in self.space.candidates[name]:
                 twin = {**best.knobs, name: value}
                 if value == best.knobs[name] or not self.space.contains(twin):
                     continue
-                if name == "compile" and not self._compile_may_pay(best, ratios):
+                if KNOBS[name].costly and not self._compile_may_pay(best, ratios):
                     continue
                 twins.append(twin)
         return twins
@@ -140,14 +137,14 @@ class _Ratios:
     """Measured/predicted ratios of the observations, by group, to correct predictions with; and, for the knobs the
     probe does not time, the factor by which measured twins changed their plain (anchor-valued) partner."""
 
-    def __init__(self, steering: Steering, observations: list[Observation]) -> None:
-        self.steering = steering
-        self.anchor = steering.plan.computes[0]
+    def __init__(self, probe_model: ProbeModel, observations: list[Observation]) -> None:
+        self.probe_model = probe_model
+        self.anchor = probe_model.plan.computes[0]
         self.ratios: list[tuple[dict[str, Any], float]] = []
         self.measured = {config_key(o.knobs): o.throughput for o in observations}
         self.observations = observations
         for observation in observations:
-            predicted = _predict(steering, observation.knobs)
+            predicted = _predict(probe_model, observation.knobs)
             if predicted:
                 self.ratios.append((observation.knobs, observation.throughput / predicted))
 
@@ -159,13 +156,13 @@ class _Ratios:
             measured = self.measured.get(config_key(plain)) if compute_scale == 1.0 else None
             base = measured if measured is not None else self.predict(plain, compute_scale)
             return None if base is None else base * factor
-        raw = _predict(self.steering, knobs, compute_scale)
+        raw = _predict(self.probe_model, knobs, compute_scale)
         ratio = self._ratio(knobs)
         return None if raw is None or ratio is None else raw * ratio
 
     def _plain(self, knobs: dict[str, Any]) -> dict[str, Any]:
         """``knobs`` with the untimed knobs at the values the probe ran with."""
-        return {**knobs, **{name: self.anchor[name] for name in UNTIMED}}
+        return {**knobs, **{name: self.anchor[name] for name in UNTIMED_KNOBS}}
 
     def _untimed_factor(self, knobs: dict[str, Any]) -> float | None:
         """The median measured ratio twin / plain partner over the measured twins with ``knobs``' untimed values
@@ -174,7 +171,7 @@ class _Ratios:
         for its plain form: the measured effect of compile, not a ratio to a prediction, carries over."""
         factors = []
         for observation in self.observations:
-            if any(observation.knobs[name] != knobs[name] for name in UNTIMED):
+            if any(observation.knobs[name] != knobs[name] for name in UNTIMED_KNOBS):
                 continue
             partner = self.measured.get(config_key(self._plain(observation.knobs)))
             if partner:
@@ -185,13 +182,13 @@ class _Ratios:
         """The median ratio of the closest group that has one: same workers count, then same worker setting
         (with or without workers), then any workers; always with the same untimed knob values. Without any,
         1 (the probe as it is) for the untimed values the probe ran with, else None (unknown)."""
-        untimed = [(k, r) for k, r in self.ratios if all(k[name] == knobs[name] for name in UNTIMED)]
+        untimed = [(k, r) for k, r in self.ratios if all(k[name] == knobs[name] for name in UNTIMED_KNOBS)]
         groups = (
             [r for k, r in untimed if k["num_workers"] == knobs["num_workers"]],
             [r for k, r in untimed if (k["num_workers"] > 0) == (knobs["num_workers"] > 0)],
             [r for _, r in untimed],
         )
-        probed = all(knobs[name] == self.anchor[name] for name in UNTIMED)
+        probed = all(knobs[name] == self.anchor[name] for name in UNTIMED_KNOBS)
         return next((statistics.median(group) for group in groups if group), 1.0 if probed else None)
 
 
@@ -199,22 +196,23 @@ def _worth_measuring(knobs: dict[str, Any], predicted: float, best: Observation)
     """Whether a configuration predicted at ``predicted`` samples/s is worth a trial against the best so far:
     within WORTH_MEASURING of it, or, where it compiles (tens of seconds before the first step), beating it by
     WORTH_MEASURING."""
-    bar = 1 + WORTH_MEASURING if knobs["compile"] != "off" else 1 - WORTH_MEASURING
+    bar = 1 + WORTH_MEASURING if costly(knobs) else 1 - WORTH_MEASURING
     return predicted > best.throughput * bar
 
 
-def _predict(steering: Steering, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:
+def _predict(probe_model: ProbeModel, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:
     """The probe's prediction, or None where it timed no setting this configuration needs."""
     try:
-        return steering.predict(knobs, compute_scale)
+        return probe_model.predict(knobs, compute_scale)
     except ValueError:  # a batch size or compute value the probe did not time (e.g. a baseline outside the space)
         return None
 
 
 def guide_from_record(
-    record: dict[str, Any] | None, space: SearchSpace, baseline: dict[str, Any], cores: int | None, device: str
+    record: ProbeRecord | None, space: SearchSpace, baseline: dict[str, Any], cores: int | None, device: str
 ) -> Guide | None:
-    """The guide for a stored probe record (``steer.probe_once``), or None when the probe failed or did not run."""
-    if not record or "failure" in record:
+    """The guide for a stored probe record (``probe_model.probe_once``), or None when the probe failed or did not
+    run."""
+    if record is None or not record.ok:
         return None
-    return Guide(Steering.from_record(record, cores, device), space, baseline)
+    return Guide(ProbeModel.from_record(record, cores, device), space, baseline)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -21,33 +20,34 @@ from optuna.trial import TrialState
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
+from autotune.records import (
+    BASELINE_ATTR,
+    BASELINE_LABEL,
+    DUPLICATE_ATTR,
+    INTERRUPTED_ATTR,
+    MEASURED_STATES,
+    META_ATTR,
+    PREDICTED_ATTR,
+    RESULT_ATTR,
+    config_key,
+    redact_url,
+)
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.space import SearchSpace
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from autotune.trial.runner import ProgressFn
 
-META_ATTR = "autotune.meta"
-BASELINE_ATTR = "autotune.baseline"
-INTERRUPTED_ATTR = "autotune.interrupted"
-RESULT_ATTR = "autotune.result"
-DUPLICATE_ATTR = "autotune.duplicate_of"
-CONFIRMATION_ATTR = "autotune.confirmation"
-PROBE_ATTR = "autotune.probe"
-PREDICTED_ATTR = "autotune.predicted_sps"
-BASELINE_LABEL = "baseline"
-
-MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 
 # Knob values, a trial name and an optional progress callback (for pruning) in, a result out.
-MeasureFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
+RunFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
 
 
 @dataclass(frozen=True)
 class Observation:
-    """A measured configuration, for steering the search: its knobs and throughput (a pruned trial's reading
+    """A measured configuration, for model the search: its knobs and throughput (a pruned trial's reading
     when it was stopped); ``feasible`` is False when it cannot be recommended (over the memory budget, wrong
     loss) though its speed is real."""
 
@@ -56,9 +56,17 @@ class Observation:
     feasible: bool = True
 
 
-# What was measured so far and the keys of every configuration tried in; the next configuration to measure and
-# its predicted throughput (None if unknown) out, or None when nothing left is worth measuring.
-ProposeFn = Callable[[list[Observation], set[str]], tuple[dict[str, Any], float | None] | None]
+@dataclass(frozen=True)
+class Proposal:
+    """The next configuration to measure, and its predicted throughput (None where unknown)."""
+
+    knobs: dict[str, Any]
+    predicted: float | None = None
+
+
+# What was measured so far and the keys of every configuration tried in; the next proposal out, or None when
+# nothing left is worth measuring.
+ProposeFn = Callable[[list[Observation], set[str]], Proposal | None]
 
 
 @dataclass(frozen=True)
@@ -111,17 +119,12 @@ def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
     return study
 
 
-def redact_url(url: str) -> str:
-    """A storage URL with any password replaced by ***, fit to print."""
-    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
-
-
-def ensure_baseline(study: optuna.Study, knobs: dict[str, Any], measure: MeasureFn) -> tuple[TrialResult, bool]:
+def ensure_baseline(study: optuna.Study, knobs: dict[str, Any], run: RunFn) -> tuple[TrialResult, bool]:
     """The stored baseline result, or a new measurement of it. Returns (result, reused)."""
     stored = study.user_attrs.get(BASELINE_ATTR)
     if stored is not None:
         return TrialResult.from_dict(stored), True
-    result = measure(knobs, BASELINE_LABEL, None)
+    result = run(knobs, BASELINE_LABEL, None)
     if result.ok:
         study.set_user_attr(BASELINE_ATTR, result.to_dict())
     return result, False
@@ -139,7 +142,7 @@ def tune(
     study: optuna.Study,
     space: SearchSpace,
     settings: StudySettings,
-    measure: MeasureFn,
+    run: RunFn,
     on_trial: Callable[[TrialEvent], None],
     propose: ProposeFn | None = None,
 ) -> StopReason:
@@ -165,17 +168,21 @@ def tune(
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
-        proposal = _enqueue_proposal(study, space, known, propose) if propose else (None, None)
-        if proposal is None:
-            return StopReason(
-                f"converged: corrected by the {len(known)} configurations measured (the baseline included), the "
-                "probe predicts none of the others faster than the best"
-            )
-        proposed, predicted = proposal
+        # Trials already waiting (an interrupted one, on resume) go first; without a guide, the sampler proposes.
+        proposal = None
+        if propose is not None and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            proposal = propose(_observations(known), set(known))
+            if proposal is None:
+                return StopReason(
+                    f"converged: corrected by the {len(known)} configurations measured (the baseline included), the "
+                    "probe predicts none of the others faster than the best"
+                )
+            proposed = proposal.knobs
+            study.enqueue_trial({name: proposed[name] for name in space.varied if KNOBS[name].active(proposed)})
         trial = study.ask()
         knobs = space.sample(trial)
-        if predicted is not None and knobs == proposed:
-            trial.set_user_attr(PREDICTED_ATTR, predicted)
+        if proposal is not None and proposal.predicted is not None and knobs == proposal.knobs:
+            trial.set_user_attr(PREDICTED_ATTR, proposal.predicted)
         key = config_key(knobs)
         if key in known:
             trial.set_user_attr(DUPLICATE_ATTR, known[key].label)
@@ -183,7 +190,7 @@ def tune(
             repeats += 1
             continue
         repeats = 0
-        result, known[key] = _measure_trial(study, trial, knobs, measure, settings, pruner)
+        result, known[key] = _measure_trial(study, trial, knobs, run, settings, pruner)
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
         broken = result.failure is not None and result.failure.kind.is_fault
         failures_in_a_row = failures_in_a_row + 1 if broken else 0
@@ -249,20 +256,6 @@ def _outcome(
     return _Outcome(label, TrialState.COMPLETE, values, constraints)
 
 
-def _enqueue_proposal(
-    study: optuna.Study, space: SearchSpace, known: dict[str, _Outcome], propose: ProposeFn
-) -> tuple[dict[str, Any] | None, float | None] | None:
-    """Enqueue what ``propose`` proposes and return it with its prediction; None when it proposes nothing.
-    Trials already waiting (an interrupted one, on resume) go first: then nothing is proposed yet."""
-    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        return None, None
-    proposal = propose(_observations(known), set(known))
-    if proposal is not None:
-        knobs = proposal[0]
-        study.enqueue_trial({name: knobs[name] for name in space.varied if KNOBS[name].active(knobs)})
-    return proposal
-
-
 def _observations(known: dict[str, _Outcome]) -> list[Observation]:
     """The throughput seen of every configuration measured (a pruned one's last reading) for the guide."""
     observations = []
@@ -288,7 +281,7 @@ def _measure_trial(
     study: optuna.Study,
     trial: optuna.Trial,
     knobs: dict[str, Any],
-    measure: MeasureFn,
+    run: RunFn,
     settings: StudySettings,
     pruner: SlowerThanBestPruner | None,
 ) -> tuple[TrialResult, _Outcome]:
@@ -300,7 +293,7 @@ def _measure_trial(
         return pruner.reason(throughput) if trial.should_prune() else None
 
     try:
-        result = measure(knobs, f"trial-{trial.number}", on_progress if pruner else None)
+        result = run(knobs, f"trial-{trial.number}", on_progress if pruner else None)
     except BaseException:
         _mark_interrupted(study, [trial.number])
         study.tell(trial, state=TrialState.FAIL)
@@ -353,11 +346,6 @@ def _known_outcomes(study: optuna.Study, settings: StudySettings) -> dict[str, _
             pruned_at = readings[max(readings)] if readings else None
             known.setdefault(config_key(result.knobs), _outcome(trial.number, result, settings, pruned_at))
     return known
-
-
-def config_key(knobs: dict[str, Any]) -> str:
-    """A configuration's identity: its knob values as canonical JSON."""
-    return json.dumps(knobs, sort_keys=True)
 
 
 def _fingerprint(meta: dict[str, Any]) -> str:

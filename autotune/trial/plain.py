@@ -17,10 +17,9 @@ import torch
 from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader
 
-from autotune.knobs import apply_knobs
+from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.build import Pipeline
-from autotune.pipeline.setup import TrainingSetup
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,9 @@ def run_plain(
                 if elapsed >= plan.max_time_s or (timed >= plan.min_steps and elapsed >= plan.min_time_s):
                     _wait_for(device)
                     window_s = time.perf_counter() - start
-                    return PlainRun(timed * batch_size / window_s, timed * batch_size, timed, window_s, warmup, boundaries)
+                    return PlainRun(
+                        timed * batch_size / window_s, timed * batch_size, timed, window_s, warmup, boundaries
+                    )
 
 
 def _wait_for(device: torch.device) -> None:

@@ -14,8 +14,6 @@ from autotune.measure.differential import loader_throughput, step_throughput
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
 
-# Loader knobs the probe times; every other knob acts on the training step.
-LOADER_KNOBS = ("batch_size", "num_workers")
 _DEFAULT_THREADS = torch.get_num_threads()
 
 

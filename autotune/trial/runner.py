@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-
 from autotune.files import write_atomic
 from autotune.measure.memory import MIB, ProcessTree, TreeReading, pss_estimate
 from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult

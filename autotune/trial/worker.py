@@ -23,6 +23,7 @@ import psutil
 import torch
 
 from autotune.files import write_atomic
+from autotune.knobs import changes_numerics, costly
 from autotune.measure.profiler import Profiler, batch_len
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer, WorkerKilledError, loss_problem
@@ -34,12 +35,12 @@ _MESSAGE_LIMIT = 500
 # Every trial starts from the same initial weights, and the first step's loss is compared under this seed.
 _SEED = 0
 _PROGRESS_INTERVAL_S = 0.5
-# Progress is reported from half the minimum window on (at least 1 s): earlier readings are too few and,
-# with large batches and workers, still catching up; the benchmark saw the true optimum pruned at 1 s.
+# Progress is reported from half the minimum window on (at least 1 s): earlier readings are too few and, with large
+# batches and workers, still catching up.
 _PROGRESS_AFTER_S = 1.0
 
 
-def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
+def measure_training(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
     """Build, apply knobs, train and measure; raises whatever the pipeline raises.
 
     A loss that is not finite, or a first-step loss too far from fp32 (``_first_step``), does not stop
@@ -51,7 +52,7 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
     build_start = time.perf_counter()
     trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device, request.effective_batch_size)
     build_s = time.perf_counter() - build_start
-    compiling = request.knobs["compile"] != "off"
+    compiling = costly(request.knobs)
     report = _progress_writer(progress_path, max(_PROGRESS_AFTER_S, request.plan.min_time_s / 2), compiling)
     problem, check = None, None
     batches = trainer.batches()
@@ -81,9 +82,10 @@ def measure(request: TrialRequest, progress_path: Path | None = None) -> TrialRe
 
 def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.Tensor, LossCheck]:
     """The first training step, and its loss beside the fp32 eager loss of the same weights, batch and random
-    seed (computed under amp or compile only: otherwise the step is fp32 eager itself)."""
+    seed (computed where a knob changes the arithmetic, such as amp or compile: otherwise the step is fp32 eager
+    itself)."""
     reference = None
-    if request.knobs["amp"] != "off" or request.knobs["compile"] != "off":
+    if changes_numerics(request.knobs):
         torch.manual_seed(_SEED)
         reference = trainer.reference_loss(batch)
     torch.manual_seed(_SEED)
@@ -97,8 +99,7 @@ def _progress_writer(path: Path | None, after_s: float, compiling: bool):
     last = [0.0]
 
     def report(prof: Profiler) -> None:
-        # Called after every step, inside the timed window: anything but this clock check costs the next step
-        # time (the progress summary walks every step timed so far), so it runs at most every 0.5 s.
+        # Called after every step, inside the timed window: all but this clock check runs at most every 0.5 s.
         now = time.monotonic()
         if path is None or now - last[0] < _PROGRESS_INTERVAL_S:
             return
@@ -138,7 +139,7 @@ def run_request(request: TrialRequest, progress_path: Path | None = None) -> Tri
     try:
         if request.probe:
             return probe(request)
-        return plain(request) if request.plain else measure(request, progress_path)
+        return plain(request) if request.plain else measure_training(request, progress_path)
     except Exception as exc:
         traceback.print_exc()
         return TrialResult(knobs=request.knobs, failure=describe_exception(exc))

@@ -5,8 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.knobs import KNOBS, apply_knobs
-from autotune.pipeline.setup import TrainingSetup
+from autotune.knobs import (
+    COMPUTE_KNOBS,
+    KNOBS,
+    LOADER_KNOBS,
+    REQUIRED,
+    UNTIMED_KNOBS,
+    WORKER_OPTIONS,
+    Role,
+    TrainingSetup,
+    apply_knobs,
+    changes_numerics,
+    costly,
+    malloc,
+)
 from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
 EXAMPLE_VALUES = {
@@ -22,6 +34,7 @@ EXAMPLE_VALUES = {
     "cudnn_benchmark": True,
     "optimizer_impl": "fused",
     "set_to_none": False,
+    "malloc": "keep",
 }
 NEUTRAL = NEUTRAL_KNOBS
 
@@ -44,6 +57,42 @@ def test_knob_contract(name):
     assert knob.parse(EXAMPLE_VALUES[name]) == EXAMPLE_VALUES[name]
     with pytest.raises(ValueError):
         knob.parse("nonsense-value")
+    assert isinstance(knob.role, Role), "how the search treats it"
+    if knob.baseline_default is not REQUIRED:
+        assert knob.parse(knob.baseline_default) == knob.baseline_default, "its baseline default is a value"
+        assert knob.unavailable_reason(knob.baseline_default, ctx) is None, "that runs anywhere"
+    if knob.role is Role.WORKER_OPTION:
+        assert knob.parse(knob.preferred) == knob.preferred, "the value steered configurations take"
+    assert isinstance(knob.costly, bool) and isinstance(knob.changes_numerics, bool)
+
+
+def test_every_knob_takes_part_in_the_search_by_its_role():
+    groups = [*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED_KNOBS, *WORKER_OPTIONS]
+    assert sorted(groups) == sorted(KNOBS), "each knob in exactly one group"
+    assert UNTIMED_KNOBS[-1] == "compile", "the costly untimed knob is tried last"
+
+
+def test_the_numerics_guard_and_the_compile_time_follow_the_knobs_facts():
+    assert not changes_numerics(NEUTRAL) and not costly(NEUTRAL)
+    assert changes_numerics({**NEUTRAL, "amp": "bf16"}) and not costly({**NEUTRAL, "amp": "bf16"})
+    assert changes_numerics({**NEUTRAL, "compile": "default"}) and costly({**NEUTRAL, "compile": "default"})
+
+
+def test_malloc_keep_sets_glibcs_thresholds_as_its_environment_variables_say(monkeypatch):
+    calls = []
+
+    class FakeLibc:
+        @staticmethod
+        def mallopt(parameter, value):
+            calls.append((parameter, value))
+            return 1
+
+    monkeypatch.setattr(malloc.ctypes, "CDLL", lambda name: FakeLibc)
+    KNOBS["malloc"].apply("default", _setup())
+    assert calls == []
+    KNOBS["malloc"].apply("keep", _setup())
+    assert calls == [(-3, 32 * 2**20), (-1, 2**31 - 1)]
+    assert malloc.ENVIRONMENT == {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 
 
 def test_every_knob_has_an_example_and_neutral_value():

@@ -18,7 +18,7 @@ from autotune.measure.memory import ProcessTree
 from autotune.measure.profiler import Profiler, batch_len
 from autotune.measure.recorder import DONE, WARMUP, WINDOW, WindowPlan
 from autotune.measure.warmup import WarmupPolicy
-from tests.pipelines.tiny import TinyCNN, TinyImages
+from tests.fixtures.tiny import TinyCNN, TinyImages
 
 QUICK = WarmupPolicy(min_steps=2, max_steps=4)
 

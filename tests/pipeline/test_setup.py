@@ -99,7 +99,9 @@ def test_optimizer_options_follow_the_constructor():
 @pytest.mark.parametrize("persistent", [True, False])
 def test_one_dataloader_serves_every_epoch_so_persistent_workers_persist(persistent):
     spec = trial_request().pipeline
-    spec = type(spec)(spec.name, {**spec.components, "dataset": {"_target_": "tests.pipelines.tiny.PidImages", "length": 16}})
+    spec = type(spec)(
+        spec.name, {**spec.components, "dataset": {"_target_": "tests.fixtures.tiny.PidImages", "length": 16}}
+    )
     knobs = {**NEUTRAL_KNOBS, "batch_size": 4, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": persistent}
     trainer = Trainer(build_pipeline(spec), knobs, torch.device("cpu"))
     batches = trainer.batches()

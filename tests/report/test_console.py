@@ -6,9 +6,10 @@ import io
 from dataclasses import replace
 
 from autotune.measure.measurement import SystemReport
+from autotune.records import TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import format_result, print_summary
-from autotune.results.model import StudyResults, TrialRecord
+from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
 from tests.report.test_reports import sample_results
 

@@ -10,10 +10,11 @@ from dataclasses import replace
 import yaml
 
 from autotune.knobs import KNOBS
+from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.document import headline
-from autotune.results.confirmation import Confirmation, Finalist
-from autotune.results.model import StudyResults, TrialRecord
+from autotune.results.model import StudyResults
+from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind
 from tests.results.test_summary import failed, results_with, trial
@@ -135,7 +136,7 @@ def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
 
 def test_probe_pareto_and_training_sections(tmp_path):
     results = sample_results()
-    probe = {"baseline_loader_sps": 80.0, "baseline_compute_sps": 300.0, "wall_s": 12.5}
+    probe = ProbeRecord(12.5, baseline_loader_sps=80.0, baseline_compute_sps=300.0)
     results = replace(
         results,
         trials=[replace(results.trials[0], predicted_sps=130.0), *results.trials[1:]],

@@ -6,12 +6,18 @@ from dataclasses import replace
 
 import pytest
 
+from autotune.records import TrialRecord
 from autotune.results.advice import batch_advice
-from autotune.results.model import StudyResults, TrialRecord
-from autotune.results.summary import select_finalists, summarise
+from autotune.results.model import StudyResults
+from autotune.results.race import select_finalists
+from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_tuner import BASELINE, fake_result
+
+
+def finalists_of(results: StudyResults) -> list[TrialRecord]:
+    return select_finalists(results.baseline, results.trials)
 
 
 def results_with(*trials: TrialRecord, baseline_throughput=100.0) -> StudyResults:
@@ -83,12 +89,12 @@ def test_a_finalist_that_did_not_outrun_a_simpler_one_by_a_tie_is_not_raced():
     compiled = trial("0", 150.0, batch_size=32, compile="default")
     plain = trial("1", 147.0, batch_size=32)  # one change fewer; the compiled run is only 2 % faster
     other = trial("2", 132.0, batch_size=64)  # 12 % behind, as many changes as the plain one: raced
-    finalists = select_finalists(results_with(compiled, plain, other))
+    finalists = finalists_of(results_with(compiled, plain, other))
     assert [r.label for r in finalists] == ["1", "2"]
     beyond_window = trial("4", 127.0, batch_size=128)  # 15.3 % behind the fastest
-    assert [r.label for r in select_finalists(results_with(compiled, plain, beyond_window))] == ["1"]
+    assert [r.label for r in finalists_of(results_with(compiled, plain, beyond_window))] == ["1"]
     clearly = trial("3", 155.0, batch_size=32, compile="default")  # 5 % faster than the plain run: raced
-    assert [r.label for r in select_finalists(results_with(clearly, plain, other))] == ["3", "1", "2"]
+    assert [r.label for r in finalists_of(results_with(clearly, plain, other))] == ["3", "1", "2"]
 
 
 def test_infeasible_and_pruned_trials_are_never_recommended():

@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 
 from autotune.knobs import KNOBS
+from autotune.records import PREDICTED_ATTR, ProbeRecord, config_key
 from autotune.results.model import load_results
 from autotune.study.guide import Guide, guide_from_record
+from autotune.study.probe_model import ProbeModel, probe_plan
 from autotune.study.space import SearchSpace
-from autotune.study.steer import Steering, probe_plan
-from autotune.study.tuner import PREDICTED_ATTR, Observation, config_key, ensure_baseline, open_study, tune
+from autotune.study.tuner import Observation, ensure_baseline, open_study, tune
 from autotune.trial.probe import ProbeResult
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
-from tests.study.test_steer import BASELINE, FIXED, SPACE, VARIED, compute_rate, loader_rate
+from tests.study.test_probe_model import BASELINE, FIXED, SPACE, VARIED, compute_rate, loader_rate
 from tests.study.test_tuner import META, settings
 
 WORKERS_BEST = {**BASELINE, "batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
@@ -24,16 +25,18 @@ def guide(space=SPACE, loader_scale=1.0, compute_scale=1.0) -> Guide:
     result = ProbeResult(
         [loader_scale * loader_rate(s) for s in plan.loaders], [compute_scale * compute_rate(k) for k in plan.computes]
     )
-    return Guide(Steering(plan, result), space, BASELINE)
+    return Guide(ProbeModel(plan, result), space, BASELINE)
 
 
 def observed(g: Guide, knobs, ratio=1.0, feasible=True) -> Observation:
     """``knobs`` measured at ``ratio`` times the probe's prediction."""
-    return Observation(knobs, ratio * g.steering.predict(knobs), feasible)
+    return Observation(knobs, ratio * g.probe_model.predict(knobs), feasible)
 
 
-def propose(g: Guide, *observations: Observation):
-    return g.propose(list(observations), {config_key(o.knobs) for o in observations})
+def propose(g: Guide, *observations: Observation) -> tuple[dict, float | None] | None:
+    """The guide's proposal as (knobs, predicted samples/s), or None once it has converged."""
+    proposal = g.propose(list(observations), {config_key(o.knobs) for o in observations})
+    return None if proposal is None else (proposal.knobs, proposal.predicted)
 
 
 def test_the_first_proposal_is_the_configuration_predicted_fastest():
@@ -67,7 +70,7 @@ def test_a_batch_neighbour_that_wins_moves_the_check_along():
     observations = [observed(g, BASELINE), observed(g, middle, ratio=2.0)]
     seen = set()
     while (proposal := g.propose(observations, {config_key(o.knobs) for o in observations})) is not None:
-        knobs = proposal[0]
+        knobs = proposal.knobs
         seen.add(knobs["batch_size"])
         faster = knobs["batch_size"] == 64 and knobs["num_workers"] == 2 and knobs["amp"] == "off"
         observations.append(Observation(knobs, 1000.0 if faster else 1.0))
@@ -106,8 +109,8 @@ def compute_bound_guide(one_thread: float) -> Guide:
     computes = [
         compute_rate({**k, "num_threads": 2}) * (one_thread if k["num_threads"] == 1 else 1) for k in plan.computes
     ]
-    steering = Steering(plan, ProbeResult([10 * loader_rate(s) for s in plan.loaders], computes))
-    return Guide(steering, COMPILE_SPACE, BASELINE)
+    probe_model = ProbeModel(plan, ProbeResult([10 * loader_rate(s) for s in plan.loaders], computes))
+    return Guide(probe_model, COMPILE_SPACE, BASELINE)
 
 
 @pytest.mark.parametrize(("one_thread", "tried"), [(0.96, False), (1.08, True)])
@@ -170,16 +173,16 @@ def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
     def rate(knobs):
         return compute_rate(knobs) * (1.01 if knobs["set_to_none"] is False else 1.0)
 
-    g = Guide(Steering(plan, ProbeResult([loader_rate(x) for x in plan.loaders], [rate(k) for k in plan.computes])),
+    g = Guide(ProbeModel(plan, ProbeResult([loader_rate(x) for x in plan.loaders], [rate(k) for k in plan.computes])),
               space, BASELINE)  # fmt: skip
-    assert g.steering.negligible("set_to_none") and not g.steering.negligible("amp")
+    assert g.probe_model.negligible("set_to_none") and not g.probe_model.negligible("amp")
     assert g.candidates and all(knobs["set_to_none"] is True for knobs in g.candidates)
     assert BASELINE not in g.candidates and all(space.contains(knobs) for knobs in g.candidates)
 
 
 def test_no_guide_without_a_probe_result():
     assert guide_from_record(None, SPACE, BASELINE, None, "cpu") is None
-    assert guide_from_record({"failure": "timeout", "wall_s": 1.0}, SPACE, BASELINE, None, "cpu") is None
+    assert guide_from_record(ProbeRecord(1.0, failure="timeout"), SPACE, BASELINE, None, "cpu") is None
 
 
 def test_the_tuner_measures_what_the_guide_proposes_and_stops_when_it_converges(tmp_path):
@@ -188,7 +191,7 @@ def test_the_tuner_measures_what_the_guide_proposes_and_stops_when_it_converges(
 
     def measure(knobs, name, on_progress):
         # every configuration runs at its prediction, except workers, which are pruned at a tenth of theirs
-        predicted = g.steering.predict(knobs)
+        predicted = g.probe_model.predict(knobs)
         if knobs["num_workers"] > 0:
             reason = on_progress(20, predicted / 10)
             assert reason is not None
@@ -216,7 +219,7 @@ def test_on_resume_an_interrupted_trial_runs_before_the_guide_proposes_again(tmp
     study = open_study(settings(tmp_path, n_trials=8), META)
 
     def measure(knobs, name, on_progress):
-        return TrialResult(knobs=knobs, measurement=fake_measurement(g.steering.predict(knobs)))
+        return TrialResult(knobs=knobs, measurement=fake_measurement(g.probe_model.predict(knobs)))
 
     ensure_baseline(study, BASELINE, measure)
     stale_knobs = {**BASELINE, "batch_size": 32}
@@ -238,30 +241,30 @@ def test_a_baseline_with_torchs_default_threads_outside_the_space_still_guides_t
     baseline = {**BASELINE, "num_threads": None}  # torch's default; the space searches 1 and 2 threads
     plan = probe_plan(SPACE, baseline)
     result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
-    g = Guide(Steering(plan, result, cores=2), SPACE, baseline)
-    assert g.steering.predict(baseline) == g.steering.predict({**baseline, "num_threads": 2}), "None: 1 per core"
+    g = Guide(ProbeModel(plan, result, cores=2), SPACE, baseline)
+    assert g.probe_model.predict(baseline) == g.probe_model.predict({**baseline, "num_threads": 2}), "None: 1 per core"
     proposal = g.propose([Observation(baseline, 60.0)], {config_key(baseline)})
-    assert proposal is not None and proposal[1] > 60.0
+    assert proposal is not None and proposal.predicted > 60.0
 
 
 def test_no_trial_oversubscribes_the_cores_where_the_same_with_fewer_threads_can_be_measured():
     plan = probe_plan(SPACE, BASELINE)
     result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
-    g = Guide(Steering(plan, result, cores=2), SPACE, BASELINE)
+    g = Guide(ProbeModel(plan, result, cores=2), SPACE, BASELINE)
     with_workers = [k for k in g.candidates if k["num_workers"] == 2]
     assert with_workers and all(k["num_threads"] == 1 for k in with_workers), "2 workers leave 1 of 2 cores"
     assert any(k["num_threads"] == 2 for k in g.candidates if k["num_workers"] == 0), "without workers: both"
-    unknown_cores = Guide(Steering(plan, result), SPACE, BASELINE)
+    unknown_cores = Guide(ProbeModel(plan, result), SPACE, BASELINE)
     assert {k["num_threads"] for k in unknown_cores.candidates if k["num_workers"] == 2} == {1, 2}
     two_threads_only = SearchSpace({name: {**VARIED, "num_threads": [2]}.get(name, [FIXED[name]]) for name in KNOBS})
     plan = probe_plan(two_threads_only, BASELINE)
     result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
-    only_two = Guide(Steering(plan, result, cores=2), two_threads_only, BASELINE)
+    only_two = Guide(ProbeModel(plan, result, cores=2), two_threads_only, BASELINE)
     assert any(k["num_workers"] == 2 for k in only_two.candidates), "no fewer threads to try instead: kept"
 
 
 def test_without_a_predictable_measurement_the_probe_is_taken_as_it_is():
     g = guide()
     unpredictable = Observation({**BASELINE, "batch_size": 8}, 50.0)  # a batch size the probe never timed
-    knobs, predicted = g.propose([unpredictable], {config_key(unpredictable.knobs)})
+    knobs, predicted = propose(g, unpredictable)
     assert knobs == WORKERS_BEST and predicted == pytest.approx(300.0)

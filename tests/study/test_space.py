@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import optuna
 import pytest
 from hypothesis import given
@@ -13,11 +15,20 @@ from autotune.study.space import build_space, check_baseline
 from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
 ALL_DEFAULT = dict.fromkeys(KNOBS)
+WORKERS_AND_OPTIONS = ("num_workers", "prefetch_factor", "persistent_workers")
+
+
+def expected_size(space) -> int:
+    """Batch sizes x (no workers, or each worker count with every worker option) x every other knob's values."""
+    c = space.candidates
+    workers = sum(1 if w == 0 else len(c["prefetch_factor"]) * len(c["persistent_workers"]) for w in c["num_workers"])
+    others = math.prod(len(v) for k, v in c.items() if k not in ("batch_size", *WORKERS_AND_OPTIONS))
+    return len(c["batch_size"]) * workers * others
 
 
 def test_defaults_on_a_two_core_cpu_with_image_input():
     space = build_space(ALL_DEFAULT, cpu_context())
-    assert space.candidates == {
+    expected = {
         "batch_size": [16, 32, 64, 128],
         "num_workers": [0, 1, 2],
         "prefetch_factor": [2, 4],
@@ -31,8 +42,8 @@ def test_defaults_on_a_two_core_cpu_with_image_input():
         "optimizer_impl": ["default", "foreach", "fused"],
         "set_to_none": [True, False],
     }
-    loader_settings = 1 + 2 * (2 * 2)  # no worker options with num_workers=0
-    assert space.size == 4 * loader_settings * 2 * 2 * 2 * 2 * 3 * 2
+    assert {name: space.candidates[name] for name in expected} == expected
+    assert space.size == expected_size(space), "no worker options with num_workers=0"
 
 
 def test_defaults_on_a_gpu_offer_pinned_memory_and_fp16():
@@ -133,7 +144,7 @@ def test_any_batch_size_list_is_kept_exactly_or_refused_naming_the_value(values)
     else:
         space = build_space(search, ctx)
         assert space.candidates["batch_size"] == values
-        assert space.size == len(values) * 9 * 2 * 2 * 2 * 2 * 3 * 2
+        assert space.size == expected_size(space)
 
 
 @given(st.dictionaries(st.sampled_from(list(ALL_DEFAULT)), st.just(None)))

@@ -8,10 +8,11 @@ from optuna.trial import TrialState
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
+from autotune.records import DUPLICATE_ATTR
 from autotune.results.model import load_results
-from autotune.study.confirm import confirm_finalists
+from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import DUPLICATE_ATTR, counted_trials, ensure_baseline, open_study, tune
+from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 
@@ -148,13 +149,13 @@ def test_the_finalists_race_the_baseline_once_and_the_fastest_proven_wins(tmp_pa
     tune(study, SPACE, settings(tmp_path, n_trials=5), measure, lambda e: None)
     calls_before = len(measure.calls)
     runs = []
-    confirmation = confirm_finalists(study, load_results(study), 2, measure, lambda name, result: runs.append(name))
+    confirmation = run_race(study, load_results(study), 2, measure, lambda name, result: runs.append(name))
     fastest = max((r for r in load_results(study).trials if r.result.ok), key=lambda r: r.throughput)
     assert [f.label for f in confirmation.finalists] == [fastest.label], "the others are over 10 % slower"
     assert confirmation.winner.label == fastest.label and confirmation.confirmed
     assert runs == ["confirm-1-baseline", f"confirm-1-trial-{fastest.label}"], "4x the baseline: decided at once"
     assert load_results(study).confirmation == confirmation, "stored in the study"
-    assert confirm_finalists(study, load_results(study), 2, measure, print) == confirmation
+    assert run_race(study, load_results(study), 2, measure, print) == confirmation
     assert len(measure.calls) == calls_before + 2, "a stored confirmation is reused, not re-measured"
 
 
@@ -186,7 +187,7 @@ def raced(tmp_path, single_runs, re_runs, rounds=3):
     space = SearchSpace({name: [BASELINE[name]] for name in KNOBS} | {"batch_size": list(single_runs)})
     tune(study, space, settings(tmp_path, n_trials=len(single_runs) - 1), measure, lambda e: None)
     race = NoisyMeasure(re_runs)
-    return confirm_finalists(study, load_results(study), rounds, race, lambda name, result: None), race.names
+    return run_race(study, load_results(study), rounds, race, lambda name, result: None), race.names
 
 
 def label_of(confirmation, batch):

@@ -1,4 +1,4 @@
-"""One real trial subprocess per fault (tests/pipelines/faults.py): each is reported with its kind and cause."""
+"""One real trial subprocess per fault (tests/fixtures/faults.py): each is reported with its kind and cause."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_an_error_in_the_models_forward_is_an_exception(tmp_path):
 
 
 def test_an_error_in_the_loss_is_an_exception(tmp_path):
-    loss = {"_target_": "tests.pipelines.faults.ClassCountLoss", "num_classes": 10}
+    loss = {"_target_": "tests.fixtures.faults.ClassCountLoss", "num_classes": 10}
     result = run(request(loss=loss), tmp_path, "loss")
     assert result.failure.kind is FailureKind.EXCEPTION
     assert result.failure.message == "ValueError: loss expects output [N, 10], got [16, 4]"

@@ -1,4 +1,4 @@
-"""The plain loop that judges the harness: one DataLoader across epochs, a fixed warm-up, a window of the plan's length."""
+"""The plain loop that judges the harness: one DataLoader across epochs, a fixed warm-up, a window as the plan says."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from tests.conftest import processes_mentioning, trial_request
 
 
 def request(model="TinyCNN", dataset="TinyImages", **knobs) -> TrialRequest:
-    """``model`` and ``dataset``: classes of tests/pipelines/tiny.py, or ``module.Class`` of another module there."""
+    """``model`` and ``dataset``: classes of tests/fixtures/tiny.py, or ``module.Class`` of another module there."""
     return trial_request(*(name if "." in name else f"tiny.{name}" for name in (model, dataset)), **knobs)
 
 
@@ -63,7 +63,7 @@ def test_a_hang_is_killed_at_the_timeout_with_its_workers(tmp_path):
 
 def test_an_unimportable_target_fails_the_trial_not_the_runner(tmp_path):
     req = request()
-    broken = {**req.pipeline.components, "model": {"_target_": "tests.pipelines.tiny.NoSuchModel"}}
+    broken = {**req.pipeline.components, "model": {"_target_": "tests.fixtures.tiny.NoSuchModel"}}
     req = TrialRequest(type(req.pipeline)(req.pipeline.name, broken), req.knobs, "cpu", req.plan, 0.1)
     result = run_trial(req, 120, tmp_path, "broken")
     assert result.failure.kind is FailureKind.EXCEPTION

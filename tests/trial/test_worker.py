@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotune.measure.profiler import Profiler
 from autotune.measure.recorder import DONE
-from autotune.trial.worker import measure
+from autotune.trial.worker import measure_training
 from tests.conftest import trial_request
 
 
@@ -13,7 +13,9 @@ def test_flops_are_counted_after_the_window_as_a_step_before_it_would_change_wha
     # allocator's state it left (docs/benchmarks.md, "Truth"): 1.18x a plain loop for one configuration.
     phases = []
     count = Profiler.count_flops
-    monkeypatch.setattr(Profiler, "count_flops", lambda prof, *args: phases.append(prof.recorder.phase) or count(prof, *args))
-    result = measure(trial_request())
+    monkeypatch.setattr(
+        Profiler, "count_flops", lambda prof, *args: phases.append(prof.recorder.phase) or count(prof, *args)
+    )
+    result = measure_training(trial_request())
     assert phases == [DONE]
     assert result.measurement.compute.flops_per_sample > 0

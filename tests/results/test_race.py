@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.results.confirmation import Confirmation, Finalist, paired_ratio, wins_needed
+from autotune.results.race import Confirmation, Finalist, paired_ratio, wins_needed
 
 
 def finalist(label, runs, changes=1, memory=100.0, dropped=None):

@@ -18,38 +18,29 @@ probe): the guide tries it on the best configuration found, where the model step
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
+from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS
+from autotune.records import PROBE_ATTR, ProbeRecord
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import PROBE_ATTR
-from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
+from autotune.trial.probe import ProbePlan, ProbeResult
 from autotune.trial.result import TrialResult
 
-# Knobs timed on a cached batch; compile and the worker options are not.
-COMPUTE_KNOBS = ("num_threads", "channels_last", "amp", "optimizer_impl", "set_to_none")
-# Compute knobs that act on activations, so that what they gain depends on the batch size: larger tensors amortise
-# autocast's casts and give threads more to share (transformer_lm: bf16 gave 1.22x at batch 16 and 1.37x at
-# batch 64 in one grid, docs/benchmarks.md). Each is timed at every batch size. The others act on the parameters
-# only (the optimizer step, zeroing the gradients): the same work whatever the batch size.
-PER_BATCH_KNOBS = ("num_threads", "channels_last", "amp")
+# Knobs the probe leaves at their default: one compile costs more than the whole probe.
+_COSTLY = tuple(name for name in UNTIMED_KNOBS if KNOBS[name].costly)
 # A compute knob whose values all change the model step by less than this is not worth a trial of its own.
 _NEGLIGIBLE = 0.03
-# Each half of the pipeline, timed alone with the baseline's settings, bounds the whole: a probe whose loader or
-# model step alone ran slower than this fraction of the measured baseline contradicts that measurement (the
-# machine was busy while it ran, as one probe here that timed the loader at 11.9 samples/s against a baseline of
-# 64), and would steer the search away from everything. Runs of one configuration vary by up to ~1.8x here, so
-# only a gap beyond that counts.
+# Each half of the pipeline, timed alone with the baseline's settings, bounds the whole: a probe whose loader or model
+# step alone ran slower than this fraction of the measured baseline contradicts it (the machine was busy while the
+# probe ran). Runs of one configuration vary by up to ~1.8x, so only a gap beyond that counts.
 CONTRADICTION = 0.5
-# Preferred values of the worker options in steered configurations: PyTorch's default prefetching, and
-# workers that are not restarted each epoch.
-WORKER_OPTIONS = {"prefetch_factor": 2, "persistent_workers": True}
 
 
 @dataclass(frozen=True)
-class Steering:
+class ProbeModel:
     """A probe's plan and result, and what they predict. ``cores``: the CPU cores training runs on, when
     compute runs on them too (None on a GPU); ``device``: where the model step runs ("cpu" or "cuda")."""
 
@@ -89,9 +80,9 @@ class Steering:
         return value
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], cores: int | None = None, device: str = "cpu") -> Steering:
-        """The steering of a probe record stored by ``probe_once``."""
-        return cls(probe_plan_from_dict(record["plan"]), ProbeResult.from_dict(record["result"]), cores, device)
+    def from_record(cls, record: ProbeRecord, cores: int | None = None, device: str = "cpu") -> ProbeModel:
+        """The model of a successful probe's record."""
+        return cls(record.plan, record.result, cores, device)
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float:
         """Predicted samples/s of ``knobs`` (knobs the probe does not time count as at the anchor), with the model
@@ -106,8 +97,8 @@ class Steering:
             free = self.free_threads(knobs)
             if free is not None:
                 # Oversubscribed cores: compute threads beyond those the workers leave free gain nothing. Where
-                # that thread count was not timed, compute is taken to scale with threads: a pessimistic bound,
-                # yet oversubscribed OpenMP threads measured worse still (tabular_mlp, docs/benchmarks.md).
+                # that thread count was not timed, compute is taken to scale with threads: a pessimistic bound
+                # (oversubscribed OpenMP threads measure worse still).
                 if self._timed_threads(free):
                     compute = self.compute({**knobs, "num_threads": free}) * compute_scale
                 else:
@@ -169,12 +160,13 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.
 
 
 def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:
-    """The baseline, each knob moved to the space's first candidate where the space lacks its value;
-    no workers and no compile, which the compute probe leaves out."""
+    """The baseline, each knob moved to the space's first candidate where the space lacks its value; without
+    workers (the model step is timed on a cached batch) and with the costly knobs off, as the probe leaves them."""
     anchor = {
         name: baseline[name] if baseline[name] in values else values[0] for name, values in space.candidates.items()
     }
-    return {**anchor, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None, "compile": "off"}
+    left_out = {name: KNOBS[name].baseline_default for name in _COSTLY}
+    return {**anchor, "num_workers": 0, **dict.fromkeys(WORKER_OPTIONS), **left_out}
 
 
 def probe_once(
@@ -183,55 +175,56 @@ def probe_once(
     baseline: dict[str, Any],
     run_probe: Callable[[ProbePlan], TrialResult],
     baseline_sps: float,
-) -> dict[str, Any]:
+) -> ProbeRecord:
     """Run the probe once per study and store what it found (reused on resume). Returns the stored record;
     a probe that fails, or whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION),
     is recorded as failed and the search goes on without it."""
     stored = study.user_attrs.get(PROBE_ATTR)
     if stored is not None:
-        return stored
+        return ProbeRecord.from_dict(stored)
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
     if not result.ok or result.probe is None:
-        record = {"failure": str(result.failure), "wall_s": result.wall_s}
+        record = ProbeRecord(result.wall_s, failure=str(result.failure))
     else:
-        steering = Steering(plan, result.probe)
+        probe_model = ProbeModel(plan, result.probe)
         anchor = anchor_knobs(space, baseline)
         workers = baseline_or_first(space, baseline, "num_workers")  # the baseline's, if the probe timed it
-        record = {
-            "plan": asdict(plan),
-            "result": result.probe.to_dict(),
-            "wall_s": result.wall_s,
-            "baseline_loader_sps": steering.loader(anchor["batch_size"], workers),
-            "baseline_compute_sps": steering.compute(anchor),
-        }
-        record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps) or record
-    study.set_user_attr(PROBE_ATTR, record)
+        record = ProbeRecord(
+            result.wall_s,
+            plan,
+            result.probe,
+            baseline_loader_sps=probe_model.loader(anchor["batch_size"], workers),
+            baseline_compute_sps=probe_model.compute(anchor),
+        )
+        record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
+    study.set_user_attr(PROBE_ATTR, record.to_dict())
     return record
 
 
-def _timed_as_baseline(anchor: dict[str, Any], workers: Any, baseline: dict[str, Any]) -> list[tuple[str, str]]:
+def _timed_as_baseline(anchor: dict[str, Any], workers: Any, baseline: dict[str, Any]) -> list[str]:
     """The halves the probe timed with the baseline's own settings (the anchor moves a knob whose baseline value
     the space lacks, such as torch's default thread count, and leaves compile out): only those bound it."""
     same = [name for name in anchor if anchor[name] == baseline[name]]
     halves = []
     if "batch_size" in same and workers == baseline["num_workers"]:
-        halves.append(("DataLoader", "baseline_loader_sps"))
-    if set(same) >= {"batch_size", "compile", *COMPUTE_KNOBS}:
-        halves.append(("model step", "baseline_compute_sps"))
+        halves.append("DataLoader")
+    if set(same) >= {"batch_size", *_COSTLY, *COMPUTE_KNOBS}:
+        halves.append("model step")
     return halves
 
 
-def _contradicted(record: dict[str, Any], halves: list[tuple[str, str]], baseline_sps: float) -> dict[str, Any] | None:
-    """A failure record in place of ``record`` if a half timed as the baseline ran far slower than the whole."""
-    for part, key in halves:
-        if record[key] < CONTRADICTION * baseline_sps:
+def _contradicted(record: ProbeRecord, halves: list[str], baseline_sps: float) -> ProbeRecord:
+    """``record``, or a failed one in its place if a half timed as the baseline ran far slower than the whole."""
+    alone = {"DataLoader": record.baseline_loader_sps, "model step": record.baseline_compute_sps}
+    for part in halves:
+        if alone[part] < CONTRADICTION * baseline_sps:
             reason = (
-                f"its timings contradict the baseline's: the {part} alone gave {record[key]:.1f} samples/s, the "
+                f"its timings contradict the baseline's: the {part} alone gave {alone[part]:.1f} samples/s, the "
                 f"whole pipeline {baseline_sps:.1f}; something else was likely using the machine while it ran"
             )
-            return {"failure": reason, "wall_s": record["wall_s"]}
-    return None
+            return ProbeRecord(record.wall_s, failure=reason)
+    return record
 
 
 def baseline_or_first(space: SearchSpace, baseline: dict[str, Any], name: str) -> Any:

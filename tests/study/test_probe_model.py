@@ -1,4 +1,4 @@
-"""Steering by the differential probe: the plan, the prediction, and the trials it puts first."""
+"""ProbeModel by the differential probe: the plan, the prediction, and the trials it puts first."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 
 from autotune.knobs import KNOBS
+from autotune.records import PROBE_ATTR, ProbeRecord
+from autotune.study.probe_model import ProbeModel, anchor_knobs, probe_once, probe_plan
 from autotune.study.space import SearchSpace
-from autotune.study.steer import Steering, anchor_knobs, probe_once, probe_plan
-from autotune.study.tuner import PROBE_ATTR, open_study
+from autotune.study.tuner import open_study
 from autotune.trial.probe import ProbeResult
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS
@@ -30,10 +31,10 @@ def compute_rate(knobs):
     return rate * (0.5 if knobs["amp"] == "bf16" else 1.0) * (0.9 if knobs["num_threads"] == 1 else 1.0)
 
 
-def steering() -> Steering:
+def probe_model() -> ProbeModel:
     plan = probe_plan(SPACE, BASELINE)
     result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
-    return Steering(plan, result)
+    return ProbeModel(plan, result)
 
 
 def test_the_plan_times_every_loader_setting_and_each_compute_knob_around_the_anchor():
@@ -60,7 +61,7 @@ def bf16_pays_at_batch_32(knobs):
 
 def test_a_knob_whose_gain_depends_on_the_batch_size_is_predicted_with_the_gain_at_that_size():
     plan = probe_plan(SPACE, BASELINE)
-    s = Steering(
+    s = ProbeModel(
         plan, ProbeResult([loader_rate(x) for x in plan.loaders], [bf16_pays_at_batch_32(k) for k in plan.computes])
     )
     assert s.compute({**BASELINE, "amp": "bf16"}) == pytest.approx(200 * 0.8)
@@ -73,14 +74,14 @@ def test_a_probe_record_from_before_per_batch_timing_predicts_with_the_anchor_ba
     plan = probe_plan(SPACE, BASELINE)
     anchor_at_32 = {**plan.computes[0], "batch_size": 32}
     stored = replace(plan, computes=[k for k in plan.computes if k["batch_size"] == 16 or k == anchor_at_32])
-    s = Steering(
+    s = ProbeModel(
         stored, ProbeResult([loader_rate(x) for x in plan.loaders], [bf16_pays_at_batch_32(k) for k in stored.computes])
     )
     assert s.compute({**BASELINE, "batch_size": 32, "amp": "bf16"}) == pytest.approx(300 * 0.8)
 
 
 def test_prediction_combines_loading_and_compute():
-    s = steering()
+    s = probe_model()
     serial = {**BASELINE}  # no workers: load, then compute
     assert s.predict(serial) == pytest.approx(1 / (1 / 100 + 1 / 200))
     overlapped = {**BASELINE, "num_workers": 2, "batch_size": 32, "num_threads": 1}
@@ -88,7 +89,7 @@ def test_prediction_combines_loading_and_compute():
 
 
 def test_on_a_gpu_the_host_loads_the_next_batch_while_the_device_computes_even_without_workers():
-    s = replace(steering(), device="cuda")
+    s = replace(probe_model(), device="cuda")
     assert s.predict({**BASELINE}) == pytest.approx(min(100, 200))
 
 
@@ -97,23 +98,23 @@ def run_probe(plan):
     return TrialResult(knobs=BASELINE, probe=result, wall_s=1.0)
 
 
-def test_the_probe_runs_once_per_study_and_its_record_rebuilds_the_steering(tmp_path):
+def test_the_probe_runs_once_per_study_and_its_record_rebuilds_the_model(tmp_path):
     study = open_study(settings(tmp_path), META)
     calls = []
     record = probe_once(study, SPACE, BASELINE, lambda plan: calls.append(plan) or run_probe(plan), 90.0)
-    assert record["baseline_loader_sps"] == 100.0 and record["baseline_compute_sps"] == 200.0
+    assert record.baseline_loader_sps == 100.0 and record.baseline_compute_sps == 200.0
     assert probe_once(study, SPACE, BASELINE, run_probe, 90.0) == record and len(calls) == 1
-    assert study.user_attrs[PROBE_ATTR] == record
-    rebuilt = Steering.from_record(record)
+    assert ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) == record
+    rebuilt = ProbeModel.from_record(record)
     knobs = {**BASELINE, "num_workers": 2, "batch_size": 32}
-    assert rebuilt.predict(knobs) == steering().predict(knobs)
+    assert rebuilt.predict(knobs) == probe_model().predict(knobs)
 
 
 def test_a_failed_probe_is_recorded(tmp_path):
     study = open_study(settings(tmp_path), META)
     failed = TrialResult(knobs=BASELINE, failure=Failure(FailureKind.TIMEOUT, "timeout after 300 s"))
     record = probe_once(study, SPACE, BASELINE, lambda plan: failed, 90.0)
-    assert record["failure"] == "timeout: timeout after 300 s"
+    assert record.failure == "timeout: timeout after 300 s"
     assert not study.get_trials()
 
 
@@ -121,11 +122,11 @@ def test_a_probe_that_contradicts_the_measured_baseline_is_recorded_as_failed(tm
     study = open_study(settings(tmp_path), META)
     # the loader alone gave 100 samples/s at the baseline's settings: a baseline measured at 210 cannot be
     record = probe_once(study, SPACE, BASELINE, run_probe, 210.0)
-    assert record["failure"].startswith("its timings contradict the baseline's: the DataLoader alone gave 100.0")
-    assert "wall_s" in record and study.user_attrs[PROBE_ATTR] == record
+    assert record.failure.startswith("its timings contradict the baseline's: the DataLoader alone gave 100.0")
+    assert record.wall_s == 1.0 and ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) == record
     (tmp_path / "other").mkdir()
     other = open_study(settings(tmp_path / "other"), META)
-    assert "failure" not in probe_once(other, SPACE, BASELINE, run_probe, 190.0), "within 2x of the baseline: noise"
+    assert probe_once(other, SPACE, BASELINE, run_probe, 190.0).ok, "within 2x of the baseline: noise"
 
 
 def test_only_a_half_timed_with_the_baselines_settings_can_contradict_it(tmp_path):
@@ -139,30 +140,30 @@ def test_only_a_half_timed_with_the_baselines_settings_can_contradict_it(tmp_pat
     ):
         (tmp_path / name).mkdir()
         record = probe_once(open_study(settings(tmp_path / name), META), SPACE, baseline, fast_loader, 450.0)
-        assert ("failure" in record) == contradicted, name
-        assert not contradicted or "the model step alone gave 200.0" in record["failure"]
+        assert (not record.ok) == contradicted, name
+        assert not contradicted or "the model step alone gave 200.0" in record.failure
 
 
 def test_a_faster_model_step_raises_the_prediction_only_where_compute_limits():
-    s = steering()
+    s = probe_model()
     compute_bound = {**BASELINE, "num_workers": 2}  # loading 300, compute 200
     assert s.predict(compute_bound, compute_scale=2.0) == pytest.approx(300.0), "now the loader limits"
     assert s.predict(compute_bound) == pytest.approx(200.0)
 
 
 def test_on_a_cpu_workers_and_compute_threads_share_the_cores():
-    s = replace(steering(), cores=2)
+    s = replace(probe_model(), cores=2)
     two_threads = {**BASELINE, "num_workers": 2}
     # 2 workers leave no core free, so compute counts as 1 thread (180 samples/s); loading takes 1/100
     # CPU-s per sample (timed without workers); both share 2 cores
     assert s.predict(two_threads) == pytest.approx(1 / ((1 / 100 + 1 / 180) / 2))
-    assert s.predict(two_threads) < steering().predict(two_threads), "sharing the cores costs throughput"
+    assert s.predict(two_threads) < probe_model().predict(two_threads), "sharing the cores costs throughput"
     serial = {**BASELINE}
-    assert s.predict(serial) == steering().predict(serial), "without workers nothing runs at the same time"
+    assert s.predict(serial) == probe_model().predict(serial), "without workers nothing runs at the same time"
 
 
 def test_compute_threads_the_workers_leave_no_core_for_gain_nothing():
-    s = replace(steering(), cores=3)
+    s = replace(probe_model(), cores=3)
     one, two = ({**BASELINE, "num_workers": 2, "num_threads": t} for t in (1, 2))
     assert s.predict(two) == pytest.approx(s.predict(one)), "2 workers leave 1 of 3 cores: a 2nd thread gains nothing"
     assert s.predict({**two, "num_workers": 0}) > s.predict({**one, "num_workers": 0}), "no workers: threads count"
@@ -175,7 +176,7 @@ def test_without_a_timed_thread_count_oversubscribed_compute_is_scaled_down_with
     def fast_loader(setting):
         return 10 * loader_rate(setting)  # compute-bound: loading is ten times faster than the model step
 
-    s = Steering(plan, ProbeResult([fast_loader(x) for x in plan.loaders], [compute_rate(k) for k in plan.computes]))
+    s = ProbeModel(plan, ProbeResult([fast_loader(x) for x in plan.loaders], [compute_rate(k) for k in plan.computes]))
     s = replace(s, cores=2)
     workers = {**BASELINE, "num_workers": 2}
     # 2 workers leave 1 of 2 cores: 2 threads count as 1, and 1 thread was never timed, so 200 * 1/2

@@ -1,0 +1,45 @@
+"""glibc malloc: whether freed memory goes back to the operating system or is kept for the next step."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+from autotune.knobs._base import ChoiceKnob, Role, SearchContext
+
+# mallopt parameters (glibc's malloc.h) and the values "keep" sets: allocations up to 32 MiB (glibc's largest
+# threshold on 64-bit) come from the heap rather than fresh mappings, and freed heap memory is not trimmed.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_KEEP = {_M_MMAP_THRESHOLD: 32 * 2**20, _M_TRIM_THRESHOLD: 2**31 - 1}
+ENVIRONMENT = {
+    "MALLOC_MMAP_THRESHOLD_": str(_KEEP[_M_MMAP_THRESHOLD]),
+    "MALLOC_TRIM_THRESHOLD_": str(_KEEP[_M_TRIM_THRESHOLD]),
+}
+
+
+class MallocKnob(ChoiceKnob):
+    name = "malloc"
+    role = Role.UNTIMED  # process-wide and for good once set: the probe, one process, cannot time both values
+    baseline_default = "default"
+    description = (
+        "glibc malloc (Linux): default returns large freed blocks to the OS and adapts when it does, so a training "
+        "step's activations may land on fresh pages, faulted in again every step; keep reuses freed memory instead "
+        "(more resident memory). Apply it with the environment variables "
+        + " ".join(f"{key}={value}" for key, value in ENVIRONMENT.items())
+        + "."
+    )
+    choices = ("default", "keep")
+
+    def default_candidates(self, ctx: SearchContext) -> list[str]:
+        return [value for value in self.choices if self.unavailable_reason(value, ctx) is None]
+
+    def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
+        if value == "keep" and platform.libc_ver()[0] != "glibc":
+            return "malloc=keep tunes glibc's allocator; this Python does not run on glibc"
+        return None
+
+    def apply(self, value: str, setup) -> None:
+        if value == "keep":
+            mallopt = ctypes.CDLL(None).mallopt
+            for parameter, setting in _KEEP.items():
+                mallopt(parameter, setting)

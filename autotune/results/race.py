@@ -1,0 +1,281 @@
+"""The finalists' race: every rule of it, each written once here, and its record.
+
+Before a trial is recommended over the baseline, the finalists are measured again, against the baseline and each
+other, in rounds of fresh processes, the order rotating each round (``autotune/study/run_race.py`` runs them).
+
+- Finalists (``select_finalists``): the trials whose single run beat the baseline's and came within FINALIST_WINDOW
+  of the fastest, at most three, the simplest one tied with the fastest (``choose_candidate``) always among them;
+  not one that changes more knobs than another finalist without beating its run by TIE_TOLERANCE.
+- Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
+  (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``).
+- Ending early (``decided``): when more rounds could not change the verdict (DECISIVE_GAIN).
+- Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
+  PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians.
+- Ties (``beats``): a finalist is faster than another when it won most of their rounds and by more than
+  TIE_TOLERANCE by the geometric mean of the per-round ratios; otherwise they are tied within noise.
+- The winner (``Confirmation.winner``): of the proven finalists, the fastest by median, or of those tied with it,
+  the one changing fewest knobs, then using least memory. No winner: keep the baseline.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.records import TrialRecord
+
+# A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by up to
+# ~15 % here (docs/benchmarks.md, "Noise").
+FINALIST_WINDOW = 0.15
+# A finalist whose median falls this far behind the leader's leaves: about twice one run's noise.
+RACE_MARGIN = 0.10
+# The race ends once a finalist's slowest run beats the baseline's fastest by this much (twice that after round 1,
+# counting the runs made before the race) and every other finalist's fastest by TIE_TOLERANCE; or, from round 2 on,
+# once every finalist left beats the baseline so: more rounds could not tell them a few per cent apart.
+DECISIVE_GAIN = 0.10
+# Two finalists closer than this (geometric mean of their per-round ratios) are tied: about one run's noise.
+TIE_TOLERANCE = 0.03
+# A finalist is proven when one no faster than the baseline would win as many rounds by chance at most this often,
+# and its median beats the baseline's by MIN_GAIN.
+PROOF_LEVEL = 0.125
+MIN_GAIN = 0.02
+
+
+@dataclass
+class Finalist:
+    """A configuration re-measured in the confirmation race. ``changes`` counts the knobs it changes from the
+    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early."""
+
+    label: str
+    knobs: dict[str, Any]
+    changes: int
+    peak_memory_mb: float
+    throughputs: list[float] = field(default_factory=list)
+    dropped: str | None = None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.throughputs) if self.throughputs else None
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The finalists (the fastest trials, and the simplest one tied with the fastest) and the baseline,
+    measured in rounds of fresh processes after tuning: each round the baseline and every finalist still in the
+    race, in an order that rotates from round to round.
+
+    A finalist is proven when it beat the baseline in enough rounds (``wins_needed``: every round of up to 5) and
+    the ratio of medians is at least ``MIN_GAIN`` above 1. Among proven finalists, the fastest by median is the
+    leader; those it does not beat beyond noise (``beats``: most rounds, and ``TIE_TOLERANCE`` round by round) are
+    tied with it, and of the tied the one that changes fewest knobs wins, then the one using least memory. No
+    winner means: keep the baseline. A single
+    lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
+    ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
+    how many rounds were asked for; a race that was decided earlier ran fewer.
+    """
+
+    baseline_throughputs: list[float]
+    finalists: list[Finalist]
+    failure: str | None = None
+    planned_rounds: int | None = None
+
+    @property
+    def rounds(self) -> int:
+        return len(self.baseline_throughputs)
+
+    def is_about(self, labels: list[str]) -> bool:
+        """Whether these finalists are exactly the trials ``labels``, in order (else the race is stale)."""
+        return [f.label for f in self.finalists] == labels
+
+    @property
+    def baseline_median(self) -> float:
+        return statistics.median(self.baseline_throughputs)
+
+    def proven(self, finalist: Finalist) -> bool:
+        """Whether ``finalist`` beat the baseline in enough rounds (``wins_needed``) and by ``MIN_GAIN`` by medians."""
+        if self.failure or finalist.dropped or not self.rounds or len(finalist.throughputs) != self.rounds:
+            return False
+        wins = sum(f > b for f, b in zip(finalist.throughputs, self.baseline_throughputs, strict=True))
+        return wins >= wins_needed(self.rounds) and finalist.median >= self.baseline_median * (1 + MIN_GAIN)
+
+    @property
+    def winner(self) -> Finalist | None:
+        proven = [f for f in self.finalists if self.proven(f)]
+        if not proven:
+            return None
+        leader = max(proven, key=lambda f: f.median)
+        tied = [f for f in proven if not beats(leader, f)]
+        return min(tied, key=lambda f: (f.changes, f.peak_memory_mb, -f.median))
+
+    @property
+    def confirmed(self) -> bool:
+        return self.winner is not None
+
+    @property
+    def leader(self) -> Finalist | None:
+        """The winner or, without one, the finalist with the highest median (for saying how close it came)."""
+        measured = [f for f in self.finalists if f.throughputs]
+        return self.winner or max(measured, key=lambda f: f.median, default=None)
+
+    @property
+    def speedup(self) -> float | None:
+        """The leader's median over the baseline's; None when nothing was re-measured."""
+        leader = self.leader
+        if leader is None or not self.rounds:
+            return None
+        return leader.median / self.baseline_median
+
+    def describe(self) -> str:
+        """One paragraph for reports."""
+        rounds = ", ".join(f"{value:.1f}" for value in self.baseline_throughputs) or "none"
+        planned = f" of {self.planned_rounds} planned" if (self.planned_rounds or 0) > self.rounds else ""
+        parts = [
+            f"{len(self.finalists)} finalist(s) re-measured against the baseline in {self.rounds}{planned} interleaved "
+            f"rounds of fresh processes (samples/s per round). Baseline: {rounds}."
+        ]
+        if planned and self.winner and not self.failure:
+            parts.append("The race was decided early: more rounds could not change the verdict beyond run noise.")
+        for finalist in self.finalists:
+            runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
+            ratio = f" (median {finalist.median / self.baseline_median:.2f}x)" if finalist.throughputs else ""
+            left = f", dropped: {finalist.dropped}" if finalist.dropped else ""
+            parts.append(f"Trial {finalist.label}: {runs}{ratio}{left}.")
+        wins = _wins_in_words(self.rounds)
+        if self.failure:
+            parts.append(f"Re-measuring the baseline failed ({self.failure}), so nothing is recommended over it.")
+        elif self.winner:
+            parts.append(
+                f"Trial {self.winner.label} is confirmed: {self.speedup:.2f}x by medians (a win in {wins} and at "
+                f"least {MIN_GAIN:.0%} gain; of the finalists the fastest did not beat in most rounds and by more "
+                f"than {TIE_TOLERANCE:.0%} round by round, the one with fewest changes, then least memory)."
+            )
+        else:
+            parts.append(f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain, so the baseline is kept.")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Confirmation:
+        finalists = [Finalist(**finalist) for finalist in data["finalists"]]
+        return cls(data["baseline_throughputs"], finalists, data.get("failure"), data.get("planned_rounds"))
+
+
+def beats(faster: Finalist, other: Finalist) -> bool:
+    """Whether ``faster`` is faster than ``other`` beyond noise: it won more than half of the rounds they both ran,
+    and by more than TIE_TOLERANCE by the geometric mean of their per-round ratios."""
+    pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
+    won = sum(a > b for a, b in pairs)
+    return won > len(pairs) / 2 and paired_ratio(faster.throughputs, other.throughputs) > 1 + TIE_TOLERANCE
+
+
+def paired_ratio(runs: list[float], others: list[float]) -> float:
+    """The geometric mean of the per-round ratios ``runs[i] / others[i]`` (over the rounds both ran)."""
+    pairs = list(zip(runs, others, strict=False))
+    return math.exp(statistics.fmean(math.log(a / b) for a, b in pairs))
+
+
+def wins_needed(rounds: int) -> int:
+    """How many of ``rounds`` rounds a finalist must win against the baseline to be proven: the fewest that one no
+    faster would win with probability at most PROOF_LEVEL, or all of them where even all would not do (1-2 rounds)."""
+    for wins in range(rounds + 1):
+        if sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2**rounds <= PROOF_LEVEL:
+            return wins
+    return rounds
+
+
+def _wins_in_words(rounds: int) -> str:
+    needed = wins_needed(rounds)
+    return "every round" if needed == rounds else f"at least {needed} of {rounds} rounds"
+
+
+def count_changes(knobs: dict[str, object], baseline: dict[str, object]) -> int:
+    """How many knobs ``knobs`` sets differently from ``baseline``."""
+    return sum(1 for name, value in knobs.items() if baseline.get(name) != value)
+
+
+def choose_candidate(baseline: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The trial to recommend over the baseline from single runs, or None when the baseline is as good (the tie rule
+    without a race).
+
+    Among the measured configurations within TIE_TOLERANCE of the fastest (the baseline included),
+    the one that changes fewest knobs from the baseline wins, then the one with the lowest peak memory:
+    a tie within noise is no reason to change more than needed.
+    """
+    measured = [r for r in [baseline, *trials] if r.result.ok]
+    if not measured:
+        return None
+    fastest = max(r.throughput for r in measured)
+    tied = [r for r in measured if r.throughput >= fastest * (1 - TIE_TOLERANCE)]
+    base = baseline.result.knobs
+    chosen = min(tied, key=lambda r: (count_changes(r.result.knobs, base), r.result.peak_memory_mb, -r.throughput))
+    return None if chosen is baseline else chosen
+
+
+def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: int = 3) -> list[TrialRecord]:
+    """The trials worth re-measuring before recommending one: those whose single run beat the baseline's and
+    came within FINALIST_WINDOW of the fastest, fastest first, at most ``limit``; the simplest one tied with
+    the fastest (``choose_candidate``) is always among them.
+
+    Left out: a trial that changes more knobs than another of them and whose run did not beat that one's by
+    TIE_TOLERANCE. The race's tie rule could recommend it only if it beat the simpler one by that much in every
+    round, and its own run already did not; racing it would cost a run per round (a compiled one, its compile).
+    """
+    if not baseline.result.ok:
+        return []
+    measured = [r for r in trials if r.result.ok and r.throughput > baseline.throughput]
+    if not measured:
+        return []
+    fastest = max(r.throughput for r in measured)
+    near = [r for r in measured if r.throughput >= fastest * (1 - FINALIST_WINDOW)]
+    base = baseline.result.knobs
+    worth = sorted((r for r in near if not _outdone_by_simpler(r, near, base)), key=lambda r: -r.throughput)
+    simplest = choose_candidate(baseline, trials)
+    finalists = worth[:limit]
+    if simplest in worth and simplest not in finalists:
+        finalists = [*finalists[: limit - 1], simplest]
+    return finalists
+
+
+def _outdone_by_simpler(record: TrialRecord, others: list[TrialRecord], base: dict[str, object]) -> bool:
+    changes = count_changes(record.result.knobs, base)
+    simpler = [other for other in others if count_changes(other.result.knobs, base) < changes]
+    return any(record.throughput <= other.throughput * (1 + TIE_TOLERANCE) for other in simpler)
+
+
+def rounds_lost(finalist: Finalist, baseline_runs: list[float]) -> int:
+    """The rounds so far in which ``finalist`` was no faster than the baseline."""
+    return sum(f <= b for f, b in zip(finalist.throughputs, baseline_runs, strict=True))
+
+
+def unprovable(finalist: Finalist, baseline_runs: list[float], rounds: int) -> bool:
+    """Whether ``finalist`` has lost more rounds to the baseline than a proof over ``rounds`` rounds allows."""
+    return rounds_lost(finalist, baseline_runs) > rounds - wins_needed(rounds)
+
+
+def lagging(finalist: Finalist, leader: Finalist) -> bool:
+    """Whether ``finalist``'s median so far is RACE_MARGIN or more behind the leader's."""
+    return finalist.median < leader.median * (1 - RACE_MARGIN)
+
+
+def decided(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
+    """Whether more rounds could not change the verdict (DECISIVE_GAIN): one running finalist leads the baseline and
+    every other beyond doubt, or (from round 2 on) every running finalist leads the baseline beyond doubt.
+    ``before_race`` holds each finalist's and the baseline's throughput measured before the race, counted after
+    round 1."""
+    if not running:
+        return False
+    gain, runs, base = DECISIVE_GAIN, {f.label: f.throughputs for f in running}, baseline_runs
+    if len(baseline_runs) == 1:
+        gain = 2 * DECISIVE_GAIN
+        runs = {f.label: [before_race[f.label], *f.throughputs] for f in running}
+        base = [before_race["baseline"], *baseline_runs]
+    clear_of_baseline = {f.label for f in running if min(runs[f.label]) > max(base) * (1 + gain)}
+    if len(baseline_runs) > 1 and len(clear_of_baseline) == len(running):
+        return True
+    leader = max(running, key=lambda f: min(runs[f.label]))
+    others_fastest = max((max(runs[f.label]) for f in running if f is not leader), default=0.0)
+    return leader.label in clear_of_baseline and min(runs[leader.label]) > others_fastest * (1 + TIE_TOLERANCE)

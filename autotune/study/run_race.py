@@ -1,0 +1,116 @@
+"""Run the finalists' race: rounds of fresh processes, the baseline and the finalists still racing, stored in the
+study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotune/results/race.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from autotune.records import CONFIRMATION_ATTR
+from autotune.results.model import StudyResults
+from autotune.results.race import (
+    RACE_MARGIN,
+    Confirmation,
+    Finalist,
+    count_changes,
+    decided,
+    lagging,
+    rounds_lost,
+    select_finalists,
+    unprovable,
+    wins_needed,
+)
+from autotune.study.tuner import RunFn
+from autotune.trial.result import TrialResult
+
+
+def run_race(
+    study: optuna.Study,
+    results: StudyResults,
+    rounds: int,
+    run: RunFn,
+    on_run: Callable[[str, TrialResult], None],
+) -> Confirmation | None:
+    """Measure the baseline and the finalists again in fresh processes, up to ``rounds`` rounds (their order, the
+    baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
+    store the outcome in the study. A stored race of the same finalists and planned rounds is reused."""
+    picks = select_finalists(results.baseline, results.trials)
+    if not picks or rounds == 0:
+        return None
+    stored = results.confirmation
+    if stored and stored.is_about([p.label for p in picks]) and stored.planned_rounds == rounds:
+        return stored
+    base = results.baseline.result
+    finalists = [
+        Finalist(p.label, p.result.knobs, count_changes(p.result.knobs, base.knobs), p.result.peak_memory_mb)
+        for p in picks
+    ]
+    before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
+    baseline_runs: list[float] = []
+    failure = None
+    for index in range(1, rounds + 1):
+        racing = [f for f in finalists if f.dropped is None]
+        if not racing:
+            break
+        failure = _run_round(index, base.knobs, racing, baseline_runs, run, on_run)
+        if failure:
+            break
+        _drop(racing, baseline_runs, rounds, index)
+        if decided([f for f in finalists if f.dropped is None], baseline_runs, before_race):
+            break
+    confirmation = Confirmation(baseline_runs, finalists, failure, rounds)
+    study.set_user_attr(CONFIRMATION_ATTR, confirmation.to_dict())
+    return confirmation
+
+
+def _run_round(
+    index: int,
+    baseline: dict[str, Any],
+    racing: list[Finalist],
+    baseline_runs: list[float],
+    run: RunFn,
+    on_run: Callable[[str, TrialResult], None],
+) -> str | None:
+    """One round: the baseline and every racing finalist once, in an order rotated each round (so no one always
+    runs first, right after the search or the previous round). Returns why the baseline's run failed, if it did."""
+    order: list[Finalist | None] = [None, *racing]  # None: the baseline
+    shift = (index - 1) % len(order)
+    for entrant in order[shift:] + order[:shift]:
+        if entrant is not None:
+            _run_finalist(entrant, index, run, on_run)
+            continue
+        name = f"confirm-{index}-baseline"
+        result = run(baseline, name, None)
+        on_run(name, result)
+        if not result.ok:
+            return f"{name}: {result.failure}"
+        baseline_runs.append(result.timing.throughput)
+    return None
+
+
+def _run_finalist(finalist: Finalist, index: int, run: RunFn, on_run: Callable[[str, TrialResult], None]) -> None:
+    name = f"confirm-{index}-trial-{finalist.label}"
+    result = run(finalist.knobs, name, None)
+    on_run(name, result)
+    if not result.ok:
+        finalist.dropped = f"round {index} failed: {result.failure}"
+        return
+    finalist.throughputs.append(result.timing.throughput)
+
+
+def _drop(racing: list[Finalist], baseline_runs: list[float], rounds: int, index: int) -> None:
+    """Drop the finalists that can no longer be proven against the baseline, then those lagging the leader."""
+    allowed = rounds - wins_needed(rounds)
+    for finalist in racing:
+        if finalist.dropped is None and unprovable(finalist, baseline_runs, rounds):
+            finalist.dropped = f"slower than the baseline in round {len(baseline_runs)}"
+            if allowed:
+                lost = rounds_lost(finalist, baseline_runs)
+                finalist.dropped += f" ({lost} rounds lost; a proof over {rounds} rounds allows {allowed})"
+    running = [f for f in racing if f.dropped is None]
+    leader = max(running, key=lambda f: f.median, default=None)
+    for finalist in running:
+        if lagging(finalist, leader):
+            finalist.dropped = f"more than {RACE_MARGIN:.0%} behind trial {leader.label} after round {index}"
