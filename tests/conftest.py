@@ -127,7 +127,7 @@ def cpu_context(**changes) -> SearchContext:
 def trial_request(
     model: str = "tiny.TinyCNN", dataset: str = "tiny.TinyImages", length: int = 256, loss: dict | None = None, **knobs
 ) -> TrialRequest:
-    """A request for the tiny test pipeline; ``model`` and ``dataset`` name classes under tests.pipelines,
+    """A request for the tiny test pipeline; ``model`` and ``dataset`` name classes under tests.fixtures,
     and ``knobs`` change the neutral knob values (batch size 16)."""
     config = tiny_config()
     config["pipeline"]["model"] = {"_target_": f"tests.fixtures.{model}"}

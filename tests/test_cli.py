@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 
+from autotune import cli
 from autotune.knobs import KNOBS
 from autotune.results.race import TIE_TOLERANCE
 from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search, processes_mentioning, run_cli
@@ -112,7 +113,7 @@ def test_zero_trials_measures_the_baseline_alone(tmp_path):
 
 
 def test_a_killed_study_resumes_where_it_stopped(tmp_path):
-    args = [*TINY, "study.n_trials=4"]
+    args = [*TINY, "study.n_trials=4", "study.confirm_rounds=0"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     tuner = subprocess.Popen(
         [sys.executable, "-m", "autotune", *args, f"hydra.run.dir={tmp_path}/first"],
@@ -125,7 +126,7 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path):
     for line in tuner.stdout:
         if line.startswith("[trial 2/4"):
             break
-    time.sleep(1.0)  # into trial 3
+    wait_for_file(tmp_path / "first" / "trials" / "trial-2.request.json", timeout_s=60)  # trial 3 has started
     tuner.send_signal(signal.SIGKILL)
     tuner.wait()
 
@@ -140,7 +141,7 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path):
 
 
 def test_running_a_finished_study_again_re_renders_without_measuring(tmp_path):
-    args = [*TINY, "study.n_trials=1"]
+    args = [*TINY, "study.n_trials=1", "study.confirm_rounds=0"]
     assert run_cli([*args, f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path).returncode == 0
     proc = run_cli([*args, f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path)
     assert proc.returncode == 0 and "[trial" not in proc.stdout
@@ -209,19 +210,41 @@ BAD_INPUTS = [
 VALID_WITH_CUDA = {"search.pin_memory: True cannot run here", "measure.device: cuda was requested but"}
 
 
+# Refused before any trial, so the command runs in this process (a subprocess would add only its start-up); the
+# first few also run as a user runs them, in a process of their own.
+END_TO_END = 3
+
+
 @pytest.mark.parametrize(
     ("args", "message"), BAD_INPUTS, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_INPUTS)]
 )
-def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, message):
+def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, message, monkeypatch, capsys):
     if message in VALID_WITH_CUDA and torch.cuda.is_available():
         pytest.skip("valid input where CUDA exists")
     run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={tmp_path}/out"]
-    proc = run_cli([*args, *run_dir], cwd=REPO)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr
-    assert proc.stdout == "", "nothing else is printed"
+    if BAD_INPUTS.index((args, message)) < END_TO_END:
+        proc = run_cli([*args, *run_dir], cwd=REPO)
+        code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        code, stdout, stderr = run_cli_here([*args, *run_dir], monkeypatch, capsys)
+    assert code == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), stderr
+    assert stdout == "", "nothing else is printed"
     assert not (tmp_path / "out" / "trials").exists(), "no trial ran"
+
+
+def run_cli_here(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """``python -m autotune ARGS`` from the repository, in this process: (exit code, stdout, stderr)."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "argv", ["autotune", *args])
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # restored afterwards; the CLI sets it
+    monkeypatch.delenv("AUTOTUNE_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    captured = capsys.readouterr()
+    return exited.value.code, captured.out, captured.err
 
 
 def test_the_debug_switch_shows_the_traceback(tmp_path):
@@ -251,8 +274,9 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
         .replace("tests.fixtures.tiny.TinyImages", "mypkg.parts.Data")
     )
     script = Path(sys.executable).parent / "autotune"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # for tests.pipelines only; mypkg comes from the cwd
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # for tests.fixtures only; mypkg comes from the cwd
     args = ["-cd", "./myconf", "pipeline=mine", *FAST_MEASURE, "study.n_trials=1", "search.compile=[off]"]
+    args.append("study.confirm_rounds=0")
     args.append("study.probe=false")  # so that a trial surely runs (the probe's guide may find none worth it)
     proc = subprocess.run(
         [str(script), *args, "hydra.run.dir=out"], cwd=tmp_path, env=env, capture_output=True, text=True
@@ -332,14 +356,9 @@ def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
 
 
 def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
-    """Start the tuner on the tiny pipeline and return once its first trial has run for 2 s (of >= 30)."""
-    args = [
-        *TINY,
-        "study.n_trials=5",
-        "measure.min_time_s=30",
-        "measure.max_time_s=60",
-        "measure.screen_min_time_s=null",
-    ]
+    """Start the tuner on the tiny pipeline and return once its first trial (a window of >= 30 s; the baseline's is
+    short) is running."""
+    args = [*TINY, "study.n_trials=5", "measure.max_time_s=60", "measure.screen_min_time_s=30"]
     args += ["study.prune_margin=null", f"hydra.run.dir={tmp_path}/out"]  # a pruned trial would not be long
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # A shell's background jobs inherit SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
@@ -347,8 +366,12 @@ def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
     tuner = subprocess.Popen(
         [sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, preexec_fn=_default_sigint, **popen
     )
-    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
-    time.sleep(2)
+    request = tmp_path / "out" / "trials" / "trial-0.request.json"
+    wait_for_file(request, timeout_s=120)
+    deadline = time.monotonic() + 30
+    while not processes_mentioning(str(request)):
+        assert time.monotonic() < deadline, "the trial never started"
+        time.sleep(0.05)
     return tuner
 
 
@@ -375,7 +398,7 @@ def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path):
 
 def test_probe_and_fixed_effective_batches(tmp_path):
     args = [*TINY, "study.probe=true", "study.n_trials=2", "search.batch_policy=fixed_effective"]
-    args += ["search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"]
+    args += [*fixed_search(batch_size=None), f"hydra.run.dir={tmp_path}/out"]  # the probe times the batch sizes
     proc = run_cli(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "[probe] at the baseline the DataLoader alone gives" in proc.stdout
@@ -389,7 +412,13 @@ def test_probe_and_fixed_effective_batches(tmp_path):
 
 
 def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(tmp_path):
-    slow_baseline = [*TINY, "pipeline.baseline.batch_size=2", "search.batch_size=[64]", "study.n_trials=1"]
+    slow_baseline = [
+        *TINY,
+        "pipeline.baseline.batch_size=2",
+        "search.batch_size=[64]",
+        "study.n_trials=1",
+        "study.confirm_rounds=0",
+    ]
     assert run_cli([*slow_baseline, f"hydra.run.dir={tmp_path}/tune"], cwd=tmp_path).returncode == 0
     check = [*slow_baseline, "mode=selfcheck", "selfcheck.rounds=2", f"hydra.run.dir={tmp_path}/check"]
     proc = run_cli(check, cwd=tmp_path)
