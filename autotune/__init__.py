@@ -1,6 +1,7 @@
 """autotune: find the settings that make a PyTorch training pipeline fastest on this machine.
 
-``autotune.profile()`` measures a training loop you write yourself; ``python -m autotune`` tunes a pipeline.
+``python -m autotune`` tunes a pipeline; ``autotune.load_recommended()`` applies its recommended.yaml in a training
+script; ``autotune.profile()`` measures a training loop you write yourself.
 """
 
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError
@@ -8,6 +9,7 @@ from autotune.measure.measurement import Measurement
 from autotune.measure.profiler import Profiler, profile
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
+from autotune.recommendation import MachineMismatchWarning, Recommendation, load_recommended
 
 __version__ = "0.1.0"
 
@@ -15,10 +17,13 @@ __all__ = [
     "AutotuneError",
     "BaselineFailedError",
     "ConfigError",
+    "MachineMismatchWarning",
     "Measurement",
     "Profiler",
+    "Recommendation",
     "WarmupPolicy",
     "WindowPlan",
     "__version__",
+    "load_recommended",
     "profile",
 ]

@@ -24,6 +24,7 @@ from autotune.study.guide import guide_from_record
 from autotune.study.probe_model import probe_once
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
+from autotune.study.trim import run_trim
 from autotune.study.tuner import StopReason, TrialEvent, counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.probe import ProbePlan
 from autotune.trial.result import TrialRequest, TrialResult
@@ -75,7 +76,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             guide = guide_from_record(probe, space, settings.baseline, cores, device)
         stop = tune(study, space, settings.study, runner.screen, show, guide.propose if guide else None)
         if not stop.aborted:
-            run_race(study, load_results(study), settings.study.confirm_rounds, run, show_confirmation)
+            race = run_race(study, load_results(study), settings.study.confirm_rounds, run, show_confirmation)
+            run_trim(study, load_results(study), race, run, show_confirmation)
     finally:
         results = load_results(study)
         summary = summarise(results)
@@ -97,6 +99,7 @@ def _search_context(settings: Settings, device: str) -> SearchContext:
         baseline=settings.baseline,
         optimizer_options=facts.optimizer_options,
         batch_policy=settings.batch_policy,
+        torch_threads=torch.get_num_threads(),  # a trial process starts with the same: no user code ran here
     )
 
 

@@ -16,12 +16,14 @@ from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 from autotune.trial.result import TrialResult
 
 # Optuna user attributes: the study's own (META: what is tuned; BASELINE: its result; PROBE: ProbeRecord;
-# CONFIRMATION: the race; INTERRUPTED: trial numbers a killed tuner left) and each trial's (RESULT: its TrialResult;
-# DUPLICATE: the label of the trial that measured the same configuration; PREDICTED: the guide's prediction).
+# CONFIRMATION: the race; TRIM: the races of its winner against its changes undone; INTERRUPTED: trial numbers a
+# killed tuner left) and each trial's (RESULT: its TrialResult; DUPLICATE: the label of the trial that measured the
+# same configuration; PREDICTED: the guide's prediction).
 META_ATTR = "autotune.meta"
 BASELINE_ATTR = "autotune.baseline"
 PROBE_ATTR = "autotune.probe"
 CONFIRMATION_ATTR = "autotune.confirmation"
+TRIM_ATTR = "autotune.trim"
 INTERRUPTED_ATTR = "autotune.interrupted"
 RESULT_ATTR = "autotune.result"
 DUPLICATE_ATTR = "autotune.duplicate_of"

@@ -54,7 +54,9 @@ def test_a_tuning_run_writes_consistent_reports(tmp_path):
     assert recommended["throughput"]["speedup"] >= 1.0
     assert recommended["throughput"]["recommended"] == pytest.approx(report["recommended"]["throughput_sps"], abs=0.01)
 
-    assert len(rows) == 4 and {r["trial"] for r in rows} >= {"baseline"}
+    trimmed = [r for r in rows if " without " in r["trial"]]  # a variant of the winner with changes undone
+    assert len(rows) == 4 + len(trimmed) and len(trimmed) <= 1 and {r["trial"] for r in rows} >= {"baseline"}
+    assert len(recommended["no_difference"]) >= len(trimmed)
     chosen = next(r for r in rows if r["trial"] == report["recommended"]["trial"])
     assert {k: chosen[k] for k in KNOBS} == {k: "" if v is None else str(v) for k, v in recommended["knobs"].items()}
     assert all(r["state"] == "complete" and float(r["peak_memory_mb"]) > 0 for r in rows)

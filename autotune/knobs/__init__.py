@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, TrainingSetup
+from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, Target, TrainingSetup
 from autotune.knobs.amp import AmpKnob
 from autotune.knobs.batch_size import BatchSizeKnob
 from autotune.knobs.channels_last import ChannelsLastKnob
@@ -91,6 +91,7 @@ __all__ = [
     "Knob",
     "Role",
     "SearchContext",
+    "Target",
     "TrainingSetup",
     "apply_knobs",
     "changes_numerics",

@@ -26,6 +26,23 @@ class Role(Enum):
     UNTIMED = "untimed"
 
 
+class Target(Enum):
+    """What a knob's ``apply`` changes: the TrainingSetup ``fields`` it may write, or the process (threads,
+    allocator, cuDNN), which no field holds. A training script applies each where it builds that thing
+    (``autotune.Recommendation``)."""
+
+    PROCESS = ()
+    LOADER = ("loader_kwargs",)
+    BATCH = ("non_blocking_copy", "input_memory_format")  # how each batch goes to the device
+    MODEL = ("model",)
+    PRECISION = ("autocast_dtype", "grad_scaler")
+    OPTIMIZER = ("optimizer_kwargs", "zero_grad_to_none")
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.value
+
+
 REQUIRED = object()  # the baseline_default of a knob every pipeline must set
 
 
@@ -43,6 +60,24 @@ class TrainingSetup:
     optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
     zero_grad_to_none: bool = True
 
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` (tensors, or dicts, lists and tuples of them) on the training device, 4-D float inputs in the
+        knobs' memory layout, copied asynchronously from pinned memory."""
+        return _move(batch, self.device, self.non_blocking_copy, self.input_memory_format)
+
+
+def _move(obj: Any, device: torch.device, non_blocking: bool, memory_format: torch.memory_format) -> Any:
+    if isinstance(obj, torch.Tensor):
+        obj = obj.to(device, non_blocking=non_blocking)
+        if obj.dim() == 4 and obj.is_floating_point() and memory_format is not torch.contiguous_format:
+            obj = obj.contiguous(memory_format=memory_format)
+        return obj
+    if isinstance(obj, dict):
+        return {k: _move(v, device, non_blocking, memory_format) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_move(v, device, non_blocking, memory_format) for v in obj)
+    return obj
+
 
 @dataclass(frozen=True)
 class SearchContext:
@@ -52,7 +87,8 @@ class SearchContext:
     dimensions of one batched input tensor (None when the input is not a tensor);
     ``optimizer_options`` the implementation switches ("foreach", "fused") the pipeline's optimizer
     accepts and can run here. With ``batch_policy`` "fixed_effective", the batch size is a micro-batch
-    and gradients are accumulated up to the baseline's batch size.
+    and gradients are accumulated up to the baseline's batch size. ``torch_threads`` is the intra-op thread
+    count torch starts with in a fresh process here (None: unknown).
     """
 
     device: str
@@ -63,6 +99,7 @@ class SearchContext:
     baseline: dict[str, Any]
     optimizer_options: frozenset[str] = frozenset()
     batch_policy: str = "free"
+    torch_threads: int | None = None
 
 
 class Knob(ABC):
@@ -74,7 +111,8 @@ class Knob(ABC):
     values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
     ``active``; an inactive knob's value is None and it is never searched. ``role`` is how the search treats it
     (``Role``); ``baseline_default`` the value a baseline that does not set it runs (PyTorch's own default, or
-    REQUIRED); ``costly`` whether turning it on costs long one-off work in warm-up (compiling); ``changes_numerics``
+    REQUIRED); ``applies_to`` what ``apply`` changes (``Target``s); ``costly`` whether turning it on costs long
+    one-off work in warm-up (compiling); ``changes_numerics``
     whether its values change the arithmetic, so that a trial's first loss is checked against fp32. Knobs are
     stateless singletons.
     """
@@ -82,6 +120,7 @@ class Knob(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     role: ClassVar[Role]
+    applies_to: ClassVar[tuple[Target, ...]]
     baseline_default: ClassVar[Any]
     preferred: ClassVar[Any] = None
     costly: ClassVar[bool] = False
@@ -99,6 +138,11 @@ class Knob(ABC):
         """Why ``value`` cannot run here, or None when it can."""
         return None
 
+    def resolve(self, value: Any, ctx: SearchContext) -> Any:
+        """What ``value`` means here once PyTorch's defaults are filled in: two values that resolve alike are one
+        setting (the space keeps one of them, so a recommendation never lists a change that changes nothing)."""
+        return value
+
     def active(self, earlier: dict[str, Any]) -> bool:
         """Whether this knob applies, given the values of the knobs before it in the registry."""
         return True
@@ -115,6 +159,7 @@ class WorkerKnob(Knob):
 
     inactive_because = "only applies with num_workers > 0"
     role = Role.WORKER_OPTION
+    applies_to = (Target.LOADER,)
 
     def active(self, earlier: dict[str, Any]) -> bool:
         return earlier["num_workers"] > 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autotune.knobs._base import ChoiceKnob, Role, SearchContext
+from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -12,6 +12,7 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 class AmpKnob(ChoiceKnob):
     name = "amp"
     role = Role.ACTIVATIONS  # larger tensors amortise the casts
+    applies_to = (Target.PRECISION,)
     baseline_default = "off"
     changes_numerics = True
     description = "Autocast to bfloat16 or float16. Fast on hardware with 16-bit units, slower where they are emulated."

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, parse_int
+from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, Target, parse_int
 
 
 class BatchSizeKnob(Knob):
     name = "batch_size"
     role = Role.LOADER
+    applies_to = (Target.LOADER,)
     baseline_default = REQUIRED
     description = (
         "Samples per DataLoader batch. Larger batches use the hardware better but change training dynamics; "

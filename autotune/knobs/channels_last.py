@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from autotune.knobs._base import BoolKnob, Role, SearchContext
+from autotune.knobs._base import BoolKnob, Role, SearchContext, Target
 
 
 class ChannelsLastKnob(BoolKnob):
     name = "channels_last"
     role = Role.ACTIVATIONS
+    applies_to = (Target.MODEL, Target.BATCH)
     baseline_default = False
     description = "Store 4-D image batches and conv weights channels-last (NHWC); often faster convolutions."
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from autotune.knobs._base import ChoiceKnob, Role, SearchContext
+from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
 
 class CompileKnob(ChoiceKnob):
     name = "compile"
     role = Role.UNTIMED
+    applies_to = (Target.MODEL,)
     baseline_default = "off"
     costly = True  # one compile costs more than the whole probe
     changes_numerics = True

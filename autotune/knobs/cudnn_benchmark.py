@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from autotune.knobs._base import BoolKnob, Role, SearchContext
+from autotune.knobs._base import BoolKnob, Role, SearchContext, Target
 
 
 class CudnnBenchmarkKnob(BoolKnob):
     name = "cudnn_benchmark"
     role = Role.UNTIMED
+    applies_to = (Target.PROCESS,)
     baseline_default = False
     description = (
         "torch.backends.cudnn.benchmark: cuDNN times several convolution algorithms for each input shape and "

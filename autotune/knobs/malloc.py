@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import platform
 
-from autotune.knobs._base import ChoiceKnob, Role, SearchContext
+from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
 # mallopt parameters (glibc's malloc.h) and the values "keep" sets: allocations up to 32 MiB (glibc's largest
 # threshold on 64-bit) come from the heap rather than fresh mappings, and freed heap memory is not trimmed.
@@ -20,6 +20,7 @@ ENVIRONMENT = {
 class MallocKnob(ChoiceKnob):
     name = "malloc"
     role = Role.UNTIMED  # process-wide and for good once set: the probe, one process, cannot time both values
+    applies_to = (Target.PROCESS,)
     baseline_default = "default"
     description = (
         "glibc malloc (Linux): default returns large freed blocks to the OS and adapts when it does, so a training "

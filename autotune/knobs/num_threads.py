@@ -6,12 +6,13 @@ from typing import Any
 
 import torch
 
-from autotune.knobs._base import Knob, Role, SearchContext, parse_int
+from autotune.knobs._base import Knob, Role, SearchContext, Target, parse_int
 
 
 class NumThreadsKnob(Knob):
     name = "num_threads"
     role = Role.ACTIVATIONS  # more threads share larger tensors better
+    applies_to = (Target.PROCESS,)
     baseline_default = None  # torch's default
     description = (
         "torch intra-op threads in the training process; null keeps torch's default. On a CPU, DataLoader "
@@ -25,6 +26,9 @@ class NumThreadsKnob(Knob):
         """Powers of two up to the usable cores, and the core count itself."""
         powers = {2**k for k in range(0, 8) if 2**k <= ctx.cpu_count}
         return sorted(powers | {ctx.cpu_count})
+
+    def resolve(self, value: int | None, ctx: SearchContext) -> int | None:
+        return ctx.torch_threads if value is None else value
 
     def apply(self, value: int | None, setup) -> None:
         if value is not None:

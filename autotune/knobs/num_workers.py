@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import Knob, Role, SearchContext, parse_int
+from autotune.knobs._base import Knob, Role, SearchContext, Target, parse_int
 
 
 class NumWorkersKnob(Knob):
     name = "num_workers"
     role = Role.LOADER
+    applies_to = (Target.LOADER,)
     baseline_default = 0
     description = (
         "DataLoader worker processes preparing batches in parallel with training (0 = in the training process)."

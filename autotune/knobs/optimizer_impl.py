@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from autotune.knobs._base import ChoiceKnob, Role, SearchContext
+from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
 
 class OptimizerImplKnob(ChoiceKnob):
     name = "optimizer_impl"
     role = Role.COMPUTE  # the same work whatever the batch size
+    applies_to = (Target.OPTIMIZER,)
     baseline_default = "default"
     description = (
         "The optimizer's update implementation: default (PyTorch picks), for_loop (one parameter at a time), "
@@ -16,14 +17,15 @@ class OptimizerImplKnob(ChoiceKnob):
     choices = ("default", "for_loop", "foreach", "fused")
 
     def default_candidates(self, ctx: SearchContext) -> list[str]:
-        """default and, where different from it, foreach and fused. PyTorch's default is foreach for CUDA
-        parameters and the loop otherwise, and the loop is never the faster one, so for_loop is not tried."""
-        same_as_default = "foreach" if ctx.device == "cuda" else "for_loop"
-        return [
-            impl
-            for impl in self.choices
-            if impl not in ("for_loop", same_as_default) and self.unavailable_reason(impl, ctx) is None
-        ]
+        """default, foreach and fused where the optimizer takes them; the loop is never the faster one, so
+        for_loop is not tried."""
+        return [impl for impl in self.choices if impl != "for_loop" and self.unavailable_reason(impl, ctx) is None]
+
+    def resolve(self, value: str, ctx: SearchContext) -> str:
+        """PyTorch's default is foreach for CUDA parameters and the loop otherwise."""
+        if value == "default":
+            return "foreach" if ctx.device == "cuda" else "for_loop"
+        return value
 
     def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
         needs = "fused" if value == "fused" else "foreach" if value in ("for_loop", "foreach") else None

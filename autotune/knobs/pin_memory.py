@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from autotune.knobs._base import BoolKnob, Role, SearchContext
+from autotune.knobs._base import BoolKnob, Role, SearchContext, Target
 
 
 class PinMemoryKnob(BoolKnob):
     name = "pin_memory"
     role = Role.UNTIMED
+    applies_to = (Target.LOADER, Target.BATCH)
     baseline_default = False
     description = (
         "DataLoader puts batches in pinned memory so host-to-GPU copies are faster and asynchronous (CUDA only)."

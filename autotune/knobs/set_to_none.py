@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from autotune.knobs._base import BoolKnob, Role, SearchContext
+from autotune.knobs._base import BoolKnob, Role, SearchContext, Target
 
 
 class SetToNoneKnob(BoolKnob):
     name = "set_to_none"
     role = Role.COMPUTE
+    applies_to = (Target.OPTIMIZER,)
     baseline_default = True
     description = (
         "optimizer.zero_grad(set_to_none=...): true (PyTorch's default) frees gradients between steps, "

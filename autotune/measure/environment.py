@@ -38,7 +38,7 @@ def describe_machine() -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a str subclass YAML cannot write
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "torch_threads": torch.get_num_threads(),

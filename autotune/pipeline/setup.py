@@ -76,8 +76,7 @@ class Trainer:
 
     def to_device(self, batch: Any) -> Any:
         """The batch on the training device, image inputs in the knobs' memory layout."""
-        setup = self.setup
-        return _move(batch, setup.device, setup.non_blocking_copy, setup.input_memory_format)
+        return self.setup.to_device(batch)
 
     def train_step(self, batch: Any, eager: bool = False) -> torch.Tensor:
         """Forward and backward on a batch already on the device, and the optimizer step once every
@@ -148,16 +147,3 @@ def _worker_kill_signal(epoch: Iterator[Any]) -> str | None:
         if worker.exitcode is not None and worker.exitcode < 0:
             return signal.Signals(-worker.exitcode).name
     return None
-
-
-def _move(obj: Any, device: torch.device, non_blocking: bool, memory_format: torch.memory_format) -> Any:
-    if isinstance(obj, torch.Tensor):
-        obj = obj.to(device, non_blocking=non_blocking)
-        if obj.dim() == 4 and obj.is_floating_point() and memory_format is not torch.contiguous_format:
-            obj = obj.contiguous(memory_format=memory_format)
-        return obj
-    if isinstance(obj, dict):
-        return {k: _move(v, device, non_blocking, memory_format) for k, v in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_move(v, device, non_blocking, memory_format) for v in obj)
-    return obj

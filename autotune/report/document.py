@@ -78,6 +78,7 @@ class Document:
 def build_document(results: StudyResults, summary: Summary) -> Document:
     sections = [
         *([Section("Confirmation", paragraphs=[summary.confirmation.describe()])] if summary.confirmation else []),
+        *_trim(summary),
         *_busy_machine(summary),
         Section(
             "Before and after",
@@ -119,11 +120,24 @@ def headline(summary: Summary) -> Headline:
         return Headline("Keep your current settings.", _why_keep(summary))
     changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
+    left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s, {how}) by "
-        f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB.",
+        f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB."
+        + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else ""),
     )
+
+
+def _trim(summary: Summary) -> list[Section]:
+    """The races of the winner against its changes undone, one paragraph each."""
+    if not summary.trim:
+        return []
+    lead = (
+        "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
+        "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
+    )
+    return [Section("Only the changes that matter", paragraphs=[lead, *(race.describe() for race in summary.trim)])]
 
 
 def _why_keep(summary: Summary) -> str:

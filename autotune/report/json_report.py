@@ -9,6 +9,7 @@ from typing import Any
 from autotune.report.rows import ranked_rows
 from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
+from autotune.results.race import Confirmation
 from autotune.results.summary import Summary
 
 
@@ -28,15 +29,9 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "throughput_sps": summary.recommended_throughput,
             "peak_memory_mb": rec.result.peak_memory_mb,
         },
-        "confirmation": (
-            {
-                **summary.confirmation.to_dict(),
-                "confirmed": summary.confirmation.confirmed,
-                "winner": summary.confirmation.winner.label if summary.confirmation.winner else None,
-            }
-            if summary.confirmation
-            else None
-        ),
+        "confirmation": _race(summary.confirmation) if summary.confirmation else None,
+        "trim": [_race(race) for race in summary.trim],
+        "no_difference": summary.no_difference,
         "baseline": {
             "knobs": base.result.knobs,
             "throughput_sps": summary.baseline_throughput,
@@ -47,6 +42,17 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "pareto_front": [record.label for record in summary.pareto],
         "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],
+    }
+
+
+def _race(race: Confirmation) -> dict[str, Any]:
+    """A race's runs and verdict (a variant's first run is in trials/, not repeated here)."""
+    finalists = [{k: v for k, v in finalist.to_dict().items() if k != "result"} for finalist in race.finalists]
+    return {
+        **race.to_dict(),
+        "finalists": finalists,
+        "confirmed": race.confirmed,
+        "winner": race.winner.label if race.winner else None,
     }
 
 

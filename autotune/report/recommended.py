@@ -1,45 +1,53 @@
-"""recommended.yaml: the chosen knob values, for the user's own training script to read."""
+"""recommended.yaml: the chosen knob values, for the user's own training script to read (``load_recommended``)."""
 
 from __future__ import annotations
 
 import yaml
 
-from autotune.results.advice import batch_advice
+from autotune.recommendation import Measured, Recommendation, Training, machine_fingerprint
+from autotune.results.advice import BatchAdvice, batch_advice
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 
 
-def render_recommended(results: StudyResults, summary: Summary) -> str:
+def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
+    """The study's recommendation as the API a training script reads."""
     rec, base = summary.recommended, summary.baseline
-    document = {
-        "pipeline": results.pipeline,
-        "device": results.device,
-        "knobs": dict(rec.result.knobs),
-        "baseline": dict(base.result.knobs),
-        "throughput": {
-            "recommended": round(summary.recommended_throughput, 2),
-            "baseline": round(summary.baseline_throughput, 2),
-            "speedup": round(summary.speedup, 3),
-            "unit": "samples/s",
-            "method": summary.throughput_basis,
-        },
-        "peak_memory_mb": {
-            "recommended": round(rec.result.peak_memory_mb, 1),
-            "baseline": round(base.result.peak_memory_mb, 1),
-        },
-        "training": _training(batch_advice(results, summary)),
-    }
-    header = f"# autotune recommendation for pipeline '{results.pipeline}' (study '{results.study_name}')\n"
-    return header + yaml.safe_dump(document, sort_keys=False)
+    return Recommendation(
+        knobs=dict(rec.result.knobs),
+        baseline=dict(base.result.knobs),
+        pipeline=results.pipeline,
+        study=results.study_name,
+        device=results.device,
+        machine=machine_fingerprint(results.machine),
+        measured=Measured(
+            throughput=round(summary.recommended_throughput, 2),
+            baseline_throughput=round(summary.baseline_throughput, 2),
+            speedup=round(summary.speedup, 3),
+            method=summary.throughput_basis,
+            peak_memory_mb=round(rec.result.peak_memory_mb, 1),
+            baseline_peak_memory_mb=round(base.result.peak_memory_mb, 1),
+        ),
+        training=_training(batch_advice(results, summary)),
+        no_difference=dict(summary.no_difference),
+    )
 
 
-def _training(advice) -> dict:
+def render_recommended(results: StudyResults, summary: Summary) -> str:
+    header = (
+        f"# autotune recommendation for pipeline '{results.pipeline}' (study '{results.study_name}').\n"
+        "# In a training script: autotune.load_recommended(this file); see examples/train_with_recommended.py\n"
+    )
+    return header + yaml.safe_dump(recommendation(results, summary).to_document(), sort_keys=False)
+
+
+def _training(advice: BatchAdvice) -> Training:
     """How to train with the recommended batch: accumulation steps, and a learning rate where it changes."""
-    training = {
-        "batch_policy": advice.policy,
-        "gradient_accumulation_steps": advice.accumulation_steps,
-        "note": advice.describe(),
-    }
-    if advice.suggested_learning_rate is not None and advice.batch_size != advice.baseline_batch_size:
-        training["learning_rate"] = {"baseline": advice.learning_rate, "suggested": advice.suggested_learning_rate}
-    return training
+    changed = advice.suggested_learning_rate is not None and advice.batch_size != advice.baseline_batch_size
+    return Training(
+        batch_policy=advice.policy,
+        accumulation_steps=advice.accumulation_steps,
+        note=advice.describe(),
+        baseline_learning_rate=advice.learning_rate if changed else None,
+        suggested_learning_rate=advice.suggested_learning_rate if changed else None,
+    )

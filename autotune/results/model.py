@@ -18,6 +18,7 @@ from autotune.records import (
     PREDICTED_ATTR,
     PROBE_ATTR,
     RESULT_ATTR,
+    TRIM_ATTR,
     ProbeRecord,
     TrialRecord,
 )
@@ -30,7 +31,8 @@ class StudyResults:
     """Everything the reports need: what was tuned, on what machine, and every result.
 
     ``optimizer`` is the pipeline's optimizer config (for the learning-rate note); ``probe`` what the
-    differential probe found, as stored in the study (None if it did not run).
+    differential probe found, as stored in the study (None if it did not run); ``trim`` the races of the race's
+    winner against its changes undone (``autotune/study/trim.py``).
     """
 
     study_name: str
@@ -46,6 +48,7 @@ class StudyResults:
     batch_policy: str = "free"
     optimizer: dict[str, Any] | None = None
     probe: ProbeRecord | None = None
+    trim: list[Confirmation] = field(default_factory=list)
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -78,4 +81,5 @@ def load_results(study: optuna.Study) -> StudyResults:
         batch_policy=meta.get("batch_policy", "free"),
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
         probe=ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) if PROBE_ATTR in study.user_attrs else None,
+        trim=[Confirmation.from_dict(trim) for trim in study.user_attrs.get(TRIM_ATTR, [])],
     )

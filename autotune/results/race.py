@@ -15,6 +15,13 @@ other, in rounds of fresh processes, the order rotating each round (``autotune/s
   TIE_TOLERANCE by the geometric mean of the per-round ratios; otherwise they are tied within noise.
 - The winner (``Confirmation.winner``): of the proven finalists, the fastest by median, or of those tied with it,
   the one changing fewest knobs, then using least memory. No winner: keep the baseline.
+- Only the changes that matter (``autotune/study/trim.py``): a winner changing two knobs or more races again, by the
+  rules above, against itself with each change undone in turn (``undo``), the baseline racing too. A change whose
+  undoing costs nothing beyond noise (the simpler variant tied with the winner) goes back to the baseline's value;
+  the new winner races the variants undoing the changes whose undoing also tied, until the winner of a race is the
+  configuration it started from. Such a race ends early only once every variant has left it (``alone``): a run's
+  noise can make two equal configurations look TIE_TOLERANCE apart in one round. The recommendation's figures are
+  the medians of the last race it won (``Summary.proof``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.records import TrialRecord
+from autotune.trial.result import TrialResult
 
 # A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by up to
 # ~15 % here (docs/benchmarks.md, "Noise").
@@ -46,14 +54,25 @@ MIN_GAIN = 0.02
 @dataclass
 class Finalist:
     """A configuration re-measured in the confirmation race. ``changes`` counts the knobs it changes from the
-    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early."""
+    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early.
+    ``result`` is the first run of a configuration that is no trial of the study (a variant of the winner with one
+    change undone), so that it can be recommended with its measurement; its peak memory is that run's."""
 
     label: str
     knobs: dict[str, Any]
     changes: int
-    peak_memory_mb: float
+    peak_memory_mb: float | None
     throughputs: list[float] = field(default_factory=list)
     dropped: str | None = None
+    result: TrialResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "result": self.result.to_dict() if self.result else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finalist:
+        result = data.get("result")
+        return cls(**{**data, "result": TrialResult.from_dict(result) if result else None})
 
     @property
     def median(self) -> float | None:
@@ -156,11 +175,11 @@ class Confirmation:
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "finalists": [finalist.to_dict() for finalist in self.finalists]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
-        finalists = [Finalist(**finalist) for finalist in data["finalists"]]
+        finalists = [Finalist.from_dict(finalist) for finalist in data["finalists"]]
         return cls(data["baseline_throughputs"], finalists, data.get("failure"), data.get("planned_rounds"))
 
 
@@ -190,6 +209,15 @@ def wins_needed(rounds: int) -> int:
 def _wins_in_words(rounds: int) -> str:
     needed = wins_needed(rounds)
     return "every round" if needed == rounds else f"at least {needed} of {rounds} rounds"
+
+
+def alone(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
+    """Whether at most one finalist is still running: the trim's races end early only then."""
+    return len(running) <= 1
+
+
+def _before(before_race: dict[str, float], label: str) -> list[float]:
+    return [before_race[label]] if label in before_race else []
 
 
 def count_changes(knobs: dict[str, object], baseline: dict[str, object]) -> int:
@@ -264,15 +292,15 @@ def lagging(finalist: Finalist, leader: Finalist) -> bool:
 def decided(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
     """Whether more rounds could not change the verdict (DECISIVE_GAIN): one running finalist leads the baseline and
     every other beyond doubt, or (from round 2 on) every running finalist leads the baseline beyond doubt.
-    ``before_race`` holds each finalist's and the baseline's throughput measured before the race, counted after
-    round 1."""
+    ``before_race`` holds the throughput of the baseline and of each finalist measured before the race, where one
+    was, counted after round 1."""
     if not running:
         return False
     gain, runs, base = DECISIVE_GAIN, {f.label: f.throughputs for f in running}, baseline_runs
     if len(baseline_runs) == 1:
         gain = 2 * DECISIVE_GAIN
-        runs = {f.label: [before_race[f.label], *f.throughputs] for f in running}
-        base = [before_race["baseline"], *baseline_runs]
+        runs = {f.label: [*_before(before_race, f.label), *f.throughputs] for f in running}
+        base = [*_before(before_race, "baseline"), *baseline_runs]
     clear_of_baseline = {f.label for f in running if min(runs[f.label]) > max(base) * (1 + gain)}
     if len(baseline_runs) > 1 and len(clear_of_baseline) == len(running):
         return True

@@ -13,9 +13,10 @@ from autotune.results.race import Confirmation, choose_candidate, select_finalis
 class Summary:
     """The ranking (fastest first, failed last) and the recommendation against the baseline.
 
-    ``confirmation`` is the re-measurement of the finalists, when one was made; where it confirmed the
-    recommendation, the throughputs and speedup are its medians rather than single runs. ``batch_policy`` is the
-    study's (``accumulation_steps``).
+    ``confirmation`` is the re-measurement of the finalists, when one was made; ``trim`` the races of its winner
+    against its changes undone. Where a race proved the recommendation, the throughputs and speedup are the medians
+    of the last race it won (``proof``) rather than single runs. ``batch_policy`` is the study's
+    (``accumulation_steps``).
     """
 
     ranked: list[TrialRecord]
@@ -24,27 +25,46 @@ class Summary:
     confirmation: Confirmation | None = None
     pareto: list[TrialRecord] = field(default_factory=list)
     batch_policy: str = "free"
+    trim: list[Confirmation] = field(default_factory=list)
+
+    @property
+    def proof(self) -> Confirmation | None:
+        """The last race the recommendation won (the finalists' race or one of the trim), if any."""
+        if self.is_baseline:
+            return None
+        races = [self.confirmation, *self.trim] if self.confirmation else []
+        won = [race for race in races if race.winner and race.winner.label == self.recommended.label]
+        return won[-1] if won else None
 
     @property
     def confirmed(self) -> bool:
-        return self.confirmation is not None and self.confirmation.confirmed and not self.is_baseline
+        return self.proof is not None
 
     @property
     def recommended_throughput(self) -> float:
-        return self.confirmation.winner.median if self.confirmed else self.recommended.throughput
+        return self.proof.winner.median if self.confirmed else self.recommended.throughput
 
     @property
     def baseline_throughput(self) -> float:
-        return self.confirmation.baseline_median if self.confirmed else self.baseline.throughput
+        return self.proof.baseline_median if self.confirmed else self.baseline.throughput
 
     @property
     def throughput_basis(self) -> str:
         """Where the two throughputs above come from, in words."""
-        if self.confirmed and self.confirmation.rounds == 1:
+        if self.confirmed and self.proof.rounds == 1:
             return "one interleaved re-measurement"
         if self.confirmed:
-            return f"medians of {self.confirmation.rounds} interleaved re-measurements"
+            return f"medians of {self.proof.rounds} interleaved re-measurements"
         return "single measurements"
+
+    @property
+    def no_difference(self) -> dict[str, object]:
+        """The changes the race's winner made that undoing cost nothing beyond noise (``trim``), so they are not
+        recommended: name → the value tried."""
+        if not self.trim or self.is_baseline:
+            return {}
+        tried, kept = self.trim[0].finalists[0].knobs, self.recommended.result.knobs
+        return {name: value for name, value in tried.items() if kept[name] != value}
 
     @property
     def speedup(self) -> float:
@@ -96,10 +116,18 @@ def summarise(results: StudyResults) -> Summary:
     finalists = [r.label for r in select_finalists(results.baseline, results.trials)]
     if confirmation is not None and not confirmation.is_about(finalists):
         confirmation = None  # about the finalists of fewer trials: stale
+    trim: list[Confirmation] = []
     if confirmation is None:
         recommended = choose_candidate(results.baseline, results.trials) or results.baseline
+    elif (winner := confirmation.winner) is None:
+        recommended = results.baseline
     else:
-        winner = confirmation.winner
-        recommended = next(r for r in results.trials if r.label == winner.label) if winner else results.baseline
+        recommended = next(r for r in results.trials if r.label == winner.label)
+        if results.trim and results.trim[0].finalists[0].label == winner.label:  # else about an older winner
+            trim = results.trim
+        final = next((race.winner for race in reversed(trim) if race.winner), winner)
+        if final.label != winner.label:
+            recommended = TrialRecord(final.label, final.result)
+            ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
     pareto = pareto_front(results.records) if "peak_memory" in results.objectives else []
-    return Summary(ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy)
+    return Summary(ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy, trim)

@@ -3,6 +3,7 @@ study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -48,25 +49,41 @@ def run_race(
         for p in picks
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
+    confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run)
+    study.set_user_attr(CONFIRMATION_ATTR, confirmation.to_dict())
+    return confirmation
+
+
+def race(
+    finalists: list[Finalist],
+    baseline: dict[str, Any],
+    before_race: dict[str, float],
+    rounds: int,
+    name: str,
+    run: RunFn,
+    on_run: Callable[[str, TrialResult], None],
+    ends: Callable[[list[Finalist], list[float], dict[str, float]], bool] = decided,
+) -> Confirmation:
+    """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
+    ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
+    ``decided``; ``before_race`` holds throughputs measured before the race."""
     baseline_runs: list[float] = []
     failure = None
     for index in range(1, rounds + 1):
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
             break
-        failure = _run_round(index, base.knobs, racing, baseline_runs, run, on_run)
+        failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, on_run)
         if failure:
             break
         _drop(racing, baseline_runs, rounds, index)
-        if decided([f for f in finalists if f.dropped is None], baseline_runs, before_race):
+        if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race):
             break
-    confirmation = Confirmation(baseline_runs, finalists, failure, rounds)
-    study.set_user_attr(CONFIRMATION_ATTR, confirmation.to_dict())
-    return confirmation
+    return Confirmation(baseline_runs, finalists, failure, rounds)
 
 
 def _run_round(
-    index: int,
+    prefix: str,
     baseline: dict[str, Any],
     racing: list[Finalist],
     baseline_runs: list[float],
@@ -76,12 +93,12 @@ def _run_round(
     """One round: the baseline and every racing finalist once, in an order rotated each round (so no one always
     runs first, right after the search or the previous round). Returns why the baseline's run failed, if it did."""
     order: list[Finalist | None] = [None, *racing]  # None: the baseline
-    shift = (index - 1) % len(order)
+    shift = len(baseline_runs) % len(order)
     for entrant in order[shift:] + order[:shift]:
         if entrant is not None:
-            _run_finalist(entrant, index, run, on_run)
+            _run_finalist(entrant, prefix, run, on_run)
             continue
-        name = f"confirm-{index}-baseline"
+        name = f"{prefix}-baseline"
         result = run(baseline, name, None)
         on_run(name, result)
         if not result.ok:
@@ -90,13 +107,15 @@ def _run_round(
     return None
 
 
-def _run_finalist(finalist: Finalist, index: int, run: RunFn, on_run: Callable[[str, TrialResult], None]) -> None:
-    name = f"confirm-{index}-trial-{finalist.label}"
+def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[[str, TrialResult], None]) -> None:
+    name = f"{prefix}-trial-" + re.sub(r"[^\w.-]+", "-", finalist.label)  # a file name
     result = run(finalist.knobs, name, None)
     on_run(name, result)
     if not result.ok:
-        finalist.dropped = f"round {index} failed: {result.failure}"
+        finalist.dropped = f"round {len(finalist.throughputs) + 1} failed: {result.failure}"
         return
+    if finalist.peak_memory_mb is None:  # a variant that is no trial: its first run stands for it
+        finalist.peak_memory_mb, finalist.result = result.peak_memory_mb, result
     finalist.throughputs.append(result.timing.throughput)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS, SearchContext
+from autotune.knobs import KNOBS, Knob, SearchContext
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ class SearchSpace:
 
 def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> SearchSpace:
     """Candidates per knob: the user's list where given (each value checked against this machine and
-    pipeline), else the knob's defaults for this context."""
+    pipeline), else the knob's defaults for this context; values that mean the same here (``Knob.resolve``) are
+    one candidate, spelled as the baseline spells it where it means the baseline's value."""
     candidates = {}
     for name, knob in KNOBS.items():
         given = search.get(name)
@@ -84,10 +85,22 @@ def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> Sear
             values = list(given)
         if not values:
             raise ConfigError(f"search.{name}", "no candidate value can run on this machine for this pipeline")
-        candidates[name] = values
+        candidates[name] = _one_spelling(knob, values, ctx)
     space = SearchSpace(candidates)
     _check_given_knobs_apply(search, space)
     return space
+
+
+def _one_spelling(knob: Knob, values: list[Any], ctx: SearchContext) -> list[Any]:
+    """``values`` with one value per meaning here, the baseline's own value standing for its meaning: with torch
+    starting 2 threads, num_threads 2 is the baseline's null, not a change."""
+    baseline = ctx.baseline.get(knob.name)
+    baseline_means = knob.resolve(baseline, ctx)
+    kept: dict[Any, Any] = {}
+    for value in values:
+        meaning = knob.resolve(value, ctx)
+        kept.setdefault(meaning, baseline if meaning == baseline_means else value)
+    return list(kept.values())
 
 
 def _check_given_knobs_apply(search: dict[str, list[Any] | None], space: SearchSpace) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import REPO
     "knobs",
     [
         {
-            "batch_size": 8,
+            "batch_size": 16,
             "num_workers": 0,
             "pin_memory": False,
             "channels_last": False,
@@ -41,7 +41,8 @@ from tests.conftest import REPO
 def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):
     path = tmp_path / "recommended.yaml"
     training = {"gradient_accumulation_steps": 2, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}
-    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": knobs, "training": training}
+    baseline = {"batch_size": 8, "num_workers": 0}
+    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": baseline, "training": training}
     path.write_text(yaml.safe_dump(document))
     proc = subprocess.run(
         [sys.executable, "examples/train_with_recommended.py", "--recommended", str(path), "--steps", "4"],
@@ -51,4 +52,4 @@ def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "samples/s" in proc.stdout and f"'batch_size': {knobs['batch_size']}" in proc.stdout
+    assert "samples/s" in proc.stdout and f"batch_size 8 -> {knobs['batch_size']}" in proc.stdout

@@ -13,6 +13,7 @@ from autotune.knobs import (
     UNTIMED_KNOBS,
     WORKER_OPTIONS,
     Role,
+    Target,
     TrainingSetup,
     apply_knobs,
     changes_numerics,
@@ -64,6 +65,25 @@ def test_knob_contract(name):
     if knob.role is Role.WORKER_OPTION:
         assert knob.parse(knob.preferred) == knob.preferred, "the value steered configurations take"
     assert isinstance(knob.costly, bool) and isinstance(knob.changes_numerics, bool)
+
+
+@pytest.mark.parametrize("name", list(KNOBS))
+def test_a_knob_changes_only_what_it_says_it_applies_to(name, monkeypatch):
+    """``applies_to`` is what a training script's Recommendation applies where: a knob writing another group's
+    fields would be applied at the wrong place, or not at all."""
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: torch.nn.Sequential(model))
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
+    monkeypatch.setattr(malloc.ctypes, "CDLL", lambda _: type("libc", (), {"mallopt": staticmethod(lambda *a: 1)}))
+    knob = KNOBS[name]
+    assert knob.applies_to and all(isinstance(target, Target) for target in knob.applies_to)
+    fields = {field for target in knob.applies_to for field in target.fields}
+    before, setup = _setup(), _setup()
+    setup.model = before.model
+    knob.apply(EXAMPLE_VALUES[name], setup)
+    changed = {field for field in vars(before) if getattr(setup, field) != getattr(before, field)}
+    assert changed <= fields, f"{name} also changes {changed - fields}"
+    if knob.applies_to != (Target.PROCESS,):
+        assert changed, f"{name}={EXAMPLE_VALUES[name]!r} changes nothing it applies to"
 
 
 def test_every_knob_takes_part_in_the_search_by_its_role():
@@ -143,7 +163,8 @@ def test_optimizer_impl_sets_optimizer_arguments(value, kwargs):
 def test_optimizer_impl_offers_only_what_the_optimizer_takes():
     knob = KNOBS["optimizer_impl"]
     assert knob.default_candidates(cpu_context()) == ["default", "foreach", "fused"]
-    assert knob.default_candidates(cpu_context(device="cuda")) == ["default", "fused"]
+    assert knob.resolve("default", cpu_context(device="cuda")) == "foreach", "so the space offers it once"
+    assert knob.resolve("default", cpu_context()) == "for_loop"
     only_foreach = cpu_context(optimizer_options=frozenset({"foreach"}))
     assert knob.default_candidates(only_foreach) == ["default", "foreach"]
     assert knob.unavailable_reason("for_loop", only_foreach) is None

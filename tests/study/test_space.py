@@ -134,7 +134,7 @@ def test_sampling_is_define_by_run_and_never_proposes_what_cannot_run(tmp_path):
 
 
 @given(st.lists(st.integers(min_value=-5, max_value=1500), min_size=1, max_size=6))
-def test_any_batch_size_list_is_kept_exactly_or_refused_naming_the_value(values):
+def test_any_batch_size_list_is_kept_or_refused_naming_the_value(values):
     ctx = cpu_context(dataset_len=1000)
     search = {**ALL_DEFAULT, "batch_size": values}
     too_big = [v for v in values if v > 1000]
@@ -143,7 +143,7 @@ def test_any_batch_size_list_is_kept_exactly_or_refused_naming_the_value(values)
             build_space(search, ctx)
     else:
         space = build_space(search, ctx)
-        assert space.candidates["batch_size"] == values
+        assert space.candidates["batch_size"] == list(dict.fromkeys(values)), "in order, each once"
         assert space.size == expected_size(space)
 
 
@@ -155,3 +155,21 @@ def test_defaults_always_yield_a_runnable_nonempty_space(overrides):
         assert all(space.candidates.values())
         for name, values in space.candidates.items():
             assert all(KNOBS[name].unavailable_reason(v, ctx) is None for v in values)
+
+
+def test_a_value_that_means_the_baseline_is_spelled_as_the_baseline():
+    """With torch starting 2 threads, num_threads=2 is the baseline's null: one candidate, not a change."""
+    ctx = cpu_context(torch_threads=2, baseline={**NEUTRAL_KNOBS, "num_threads": None})
+    assert build_space(ALL_DEFAULT, ctx).candidates["num_threads"] == [1, None]
+    explicit = cpu_context(torch_threads=2, baseline={**NEUTRAL_KNOBS, "num_threads": 2})
+    assert build_space(ALL_DEFAULT, explicit).candidates["num_threads"] == [1, 2]
+    given = {**ALL_DEFAULT, "num_threads": [None, 1, 2]}
+    assert build_space(given, ctx).candidates["num_threads"] == [None, 1]
+
+
+def test_the_optimizers_default_is_not_offered_again_under_its_own_name():
+    """PyTorch's default is foreach for CUDA parameters, the loop otherwise."""
+    gpu = cpu_context(device="cuda")
+    assert build_space(ALL_DEFAULT, gpu).candidates["optimizer_impl"] == ["default", "fused"]
+    loop = {**ALL_DEFAULT, "optimizer_impl": ["default", "for_loop", "foreach"]}
+    assert build_space(loop, cpu_context()).candidates["optimizer_impl"] == ["default", "foreach"]

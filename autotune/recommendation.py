@@ -1,0 +1,300 @@
+"""recommended.yaml as an API: what autotune recommends, read back into a training script.
+
+    rec = autotune.load_recommended("outputs/.../recommended.yaml")
+    rec.apply_process_settings()
+    loader = DataLoader(dataset, shuffle=True, drop_last=True, **rec.dataloader_kwargs())
+    model = rec.prepare_model(model.to(device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=rec.learning_rate(0.1), **rec.optimizer_kwargs())
+    for batch in loader:
+        inputs, targets = rec.to_device(batch, device)
+        with rec.autocast(device):
+            loss = loss_fn(model(inputs), targets)
+        ...
+        rec.zero_grad(optimizer)
+
+Every method applies the knobs through the same ``Knob.apply`` the trials ran, so the script runs what was measured.
+The file is read with ``yaml.safe_load``: nothing in it is imported or executed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from autotune.errors import ConfigError
+from autotune.knobs import KNOBS, REQUIRED, Target, TrainingSetup
+from autotune.measure.environment import describe_machine
+
+# The layout of recommended.yaml. Raise it when a key changes meaning or goes; a new optional key keeps it.
+SCHEMA_VERSION = 1
+# What a recommendation's figures depend on: measured elsewhere, they may not hold here.
+MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "torch")
+
+
+class MachineMismatchWarning(UserWarning):
+    """The recommendation was measured on a different machine or software than this one."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the recommended knobs measured against the baseline's: samples/s (the race's medians where a race ran,
+    ``method`` says) and peak memory."""
+
+    throughput: float
+    baseline_throughput: float
+    speedup: float
+    method: str
+    peak_memory_mb: float
+    baseline_peak_memory_mb: float
+
+
+@dataclass(frozen=True)
+class Training:
+    """How to train with the recommended batch size: under ``batch_policy`` "fixed_effective" accumulate
+    ``accumulation_steps`` micro-batches per optimizer step; under "free" the batch changes training and the
+    learning rate scales with it (the linear scaling rule)."""
+
+    batch_policy: str
+    accumulation_steps: int
+    note: str
+    baseline_learning_rate: float | None = None
+    suggested_learning_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The knob values autotune recommends for ``pipeline`` over ``baseline`` (the values it ran before), what
+    they measured on ``machine``, and how to apply them. ``no_difference`` holds the changes that were tried on
+    top of the recommendation and made no difference beyond noise, so they were left out."""
+
+    knobs: dict[str, Any]
+    baseline: dict[str, Any]
+    pipeline: str
+    study: str
+    device: str
+    machine: dict[str, Any]
+    measured: Measured
+    training: Training
+    no_difference: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def changes(self) -> dict[str, tuple[Any, Any]]:
+        """Each knob the recommendation changes: (the baseline's value, the recommended one)."""
+        return {
+            name: (self.baseline.get(name), value)
+            for name, value in self.knobs.items()
+            if self.baseline.get(name) != value
+        }
+
+    @property
+    def batch_size(self) -> int:
+        return self.knobs["batch_size"]
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.training.accumulation_steps
+
+    def learning_rate(self, learning_rate: float) -> float:
+        """``learning_rate``, the baseline's, scaled with the batch size where it changes training."""
+        if self.training.batch_policy == "fixed_effective":
+            return learning_rate
+        return learning_rate * self.batch_size / self.baseline["batch_size"]
+
+    def apply_process_settings(self) -> None:
+        """Set what holds for the whole process: torch's threads, cuDNN autotuning, the allocator. Call it first."""
+        self._setup(Target.PROCESS, device=self.device)
+
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        """batch_size, num_workers and the worker options, pin_memory: keyword arguments for ``DataLoader``."""
+        return dict(self._setup(Target.LOADER).loader_kwargs)
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` (already on its device) in the recommended memory layout, compiled where recommended."""
+        return self._setup(Target.MODEL, model=model).model
+
+    def to_device(self, batch: Any, device: str | torch.device) -> Any:
+        """``batch`` on ``device`` as the trials moved it: asynchronous from pinned memory, images in the layout."""
+        return self._setup(Target.BATCH, device=device).to_device(batch)
+
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """foreach/fused: keyword arguments for a ``torch.optim`` optimizer."""
+        return dict(self._setup(Target.OPTIMIZER).optimizer_kwargs)
+
+    def autocast(self, device: str | torch.device) -> contextlib.AbstractContextManager:
+        """The forward pass's mixed precision: ``torch.autocast`` with the recommended type, or nothing."""
+        dtype = self._setup(Target.PRECISION, device=device).autocast_dtype
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(device).type, dtype=dtype)
+
+    def grad_scaler(self, device: str | torch.device) -> torch.amp.GradScaler:
+        """A GradScaler, enabled only for fp16 (a disabled one passes the loss and the step through)."""
+        scaler = self._setup(Target.PRECISION, device=device).grad_scaler
+        return scaler or torch.amp.GradScaler(torch.device(device).type, enabled=False)
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clear the gradients as recommended (to None, or to zero)."""
+        optimizer.zero_grad(set_to_none=self._setup(Target.OPTIMIZER).zero_grad_to_none)
+
+    def _setup(self, target: Target, model: Any = None, device: str | torch.device = "cpu") -> TrainingSetup:
+        """A training setup with the knobs that apply to ``target`` applied (to a stand-in model where none is
+        given: what they do to a model is not asked for)."""
+        setup = TrainingSetup(model=torch.nn.Module() if model is None else model, device=torch.device(device))
+        for name, knob in KNOBS.items():
+            if target in knob.applies_to:
+                knob.apply(self.knobs[name], setup)
+        return setup
+
+    def to_document(self) -> dict[str, Any]:
+        """The recommendation as recommended.yaml lays it out."""
+        measured, training = self.measured, self.training
+        document = {
+            "schema_version": self.schema_version,
+            "pipeline": self.pipeline,
+            "study": self.study,
+            "device": self.device,
+            "machine": self.machine,
+            "knobs": self.knobs,
+            "baseline": self.baseline,
+            "no_difference": self.no_difference,
+            "throughput": {
+                "recommended": measured.throughput,
+                "baseline": measured.baseline_throughput,
+                "speedup": measured.speedup,
+                "unit": "samples/s",
+                "method": measured.method,
+            },
+            "peak_memory_mb": {"recommended": measured.peak_memory_mb, "baseline": measured.baseline_peak_memory_mb},
+            "training": {
+                "batch_policy": training.batch_policy,
+                "gradient_accumulation_steps": training.accumulation_steps,
+                "note": training.note,
+            },
+        }
+        if training.suggested_learning_rate is not None:
+            document["training"]["learning_rate"] = {
+                "baseline": training.baseline_learning_rate,
+                "suggested": training.suggested_learning_rate,
+            }
+        return document
+
+    @classmethod
+    def from_document(cls, document: Any, source: str = "recommended.yaml") -> Recommendation:
+        """Read a recommended.yaml document, checking its version and every knob value."""
+        if not isinstance(document, dict) or "knobs" not in document:
+            raise ConfigError(source, "not a recommended.yaml written by autotune (it has no 'knobs:')")
+        version = document.get("schema_version", 0)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"{source}: schema_version",
+                f"{version!r} was written by a newer autotune than this one (it reads up to {SCHEMA_VERSION}); "
+                "upgrade autotune",
+            )
+        knobs = _complete({name: _parse(name, value, source) for name, value in document["knobs"].items()}, source)
+        throughput, memory = document.get("throughput", {}), document.get("peak_memory_mb", {})
+        training = document.get("training", {})
+        learning_rate = training.get("learning_rate", {})
+        return cls(
+            knobs=knobs,
+            baseline=dict(document.get("baseline", {})),
+            pipeline=document.get("pipeline", ""),
+            study=document.get("study", ""),
+            device=document.get("device", "cpu"),
+            machine=dict(document.get("machine") or {}),
+            measured=Measured(
+                throughput.get("recommended", 0.0),
+                throughput.get("baseline", 0.0),
+                throughput.get("speedup", 1.0),
+                throughput.get("method", ""),
+                memory.get("recommended", 0.0),
+                memory.get("baseline", 0.0),
+            ),
+            training=Training(
+                training.get("batch_policy", "free"),
+                training.get("gradient_accumulation_steps", 1),
+                training.get("note", ""),
+                learning_rate.get("baseline"),
+                learning_rate.get("suggested"),
+            ),
+            no_difference=dict(document.get("no_difference") or {}),
+            schema_version=version,
+        )
+
+
+def machine_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a machine description (``describe_machine``) a recommendation's figures depend on."""
+    return {key: machine.get(key) for key in MACHINE_KEYS}
+
+
+def load_recommended(path: str | Path) -> Recommendation:
+    """The recommendation in ``path`` (a recommended.yaml). Warns (MachineMismatchWarning) where it was measured
+    on another machine or torch than this one; raises ConfigError naming the key where the file cannot be used."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            str(path), f"cannot read it ({exc.strerror}); pass the recommended.yaml autotune wrote"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), f"is not valid YAML: {exc}") from exc
+    recommendation = Recommendation.from_document(document, str(path))
+    _warn_if_elsewhere(recommendation, str(path))
+    return recommendation
+
+
+def _parse(name: str, value: Any, source: str) -> Any:
+    if name not in KNOBS:
+        raise ConfigError(f"{source}: knobs.{name}", f"this autotune has no such knob (it has {', '.join(KNOBS)})")
+    try:
+        return None if value is None else KNOBS[name].parse(value)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: knobs.{name}", str(exc)) from None
+
+
+def _complete(given: dict[str, Any], source: str) -> dict[str, Any]:
+    """Every knob's value: the file's, else what a trial runs when the knob is unset (a file from before the knob
+    existed), None where the knob does not apply (worker options without workers)."""
+    knobs: dict[str, Any] = {}
+    for name, knob in KNOBS.items():
+        if not knob.active(knobs):
+            knobs[name] = None
+        elif name in given:
+            knobs[name] = given[name]
+        elif knob.baseline_default is REQUIRED:
+            raise ConfigError(f"{source}: knobs.{name}", "missing; every recommendation sets it")
+        else:
+            knobs[name] = knob.baseline_default
+    return knobs
+
+
+def _warn_if_elsewhere(recommendation: Recommendation, source: str) -> None:
+    if recommendation.schema_version < SCHEMA_VERSION:
+        warnings.warn(
+            f"{source} was written by an older autotune (schema {recommendation.schema_version}, this one writes "
+            f"{SCHEMA_VERSION}): its knobs are applied, but it does not say which machine measured them",
+            MachineMismatchWarning,
+            stacklevel=3,
+        )
+        return
+    here = machine_fingerprint(describe_machine())
+    differs = {
+        key: (value, here[key])
+        for key, value in machine_fingerprint(recommendation.machine).items()
+        if value != here[key]
+    }
+    if differs:
+        listed = "; ".join(f"{key} {then!r} there, {now!r} here" for key, (then, now) in differs.items())
+        warnings.warn(
+            f"{source} was measured on another machine ({listed}): its gains may not hold here: "
+            "re-run autotune on this machine",
+            MachineMismatchWarning,
+            stacklevel=3,
+        )

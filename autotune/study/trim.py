@@ -1,0 +1,100 @@
+"""Only the changes that matter: the race's winner, raced against itself with each of its changes undone in turn.
+The rules are the race's (``autotune/results/race.py``); this module builds the variants and runs the races."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from autotune.knobs import KNOBS, REQUIRED
+from autotune.records import TRIM_ATTR
+from autotune.results.model import StudyResults
+from autotune.results.race import Confirmation, Finalist, alone, beats
+from autotune.study.run_race import race
+from autotune.study.tuner import RunFn
+from autotune.trial.result import TrialResult
+
+
+def run_trim(
+    study: optuna.Study,
+    results: StudyResults,
+    confirmation: Confirmation | None,
+    run: RunFn,
+    on_run: Callable[[str, TrialResult], None],
+) -> list[Confirmation]:
+    """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
+    its variants undoing the changes whose undoing also tied, until a race's winner is the configuration it started
+    from; store the races in the study. A stored trim of the same winner and rounds is reused. Nothing to do
+    without a winner changing two knobs or more."""
+    winner = confirmation.winner if confirmation else None
+    baseline = results.baseline.result.knobs
+    if winner is None or changes(winner.knobs, baseline) < 2:
+        return []
+    rounds = confirmation.planned_rounds or confirmation.rounds
+    stored = results.trim
+    if stored and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds:
+        return stored
+    races: list[Confirmation] = []
+    before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
+    current, pending = winner, list(KNOBS)
+    while changes(current.knobs, baseline) >= 2:
+        count = changes(current.knobs, baseline)
+        leader = Finalist(current.label, current.knobs, count, current.peak_memory_mb, result=current.result)
+        undone = variants(current, baseline, pending)
+        if not undone:
+            break
+        name = f"trim-{len(races) + 1}"
+        entrants = [leader, *undone.values()]
+        races.append(race(entrants, baseline, before_race, rounds, name, run, on_run, ends=alone))
+        new = races[-1].winner
+        if new is None or new.label == current.label:
+            break
+        # Only a change whose undoing also tied with the new winner may be undone next.
+        pending = [knob for knob, variant in undone.items() if variant is not new and _tied(new, variant)]
+        current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
+    study.set_user_attr(TRIM_ATTR, [trim.to_dict() for trim in races])
+    return races
+
+
+def _tied(winner: Finalist, other: Finalist) -> bool:
+    return other.dropped is None and not beats(winner, other)
+
+
+def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> dict[str, Finalist]:
+    """``finalist`` with each change from ``baseline`` among ``names`` undone in turn, by the knob undone (the same
+    configuration once)."""
+    found: dict[str, Finalist] = {}
+    for name in names:
+        if finalist.knobs[name] == baseline[name]:
+            continue
+        knobs = undo(finalist.knobs, baseline, name)
+        if knobs != finalist.knobs and all(knobs != other.knobs for other in found.values()):
+            label = f"{finalist.label} without {name}"
+            found[name] = Finalist(label, knobs, changes(knobs, baseline), None)
+    return found
+
+
+def changes(knobs: dict[str, Any], baseline: dict[str, Any]) -> int:
+    """The knobs ``knobs`` changes from ``baseline``, not counting an option at its default that the baseline's
+    configuration does not have (prefetch_factor 2 with workers, against none without)."""
+    return sum(
+        1
+        for name, knob in KNOBS.items()
+        if knobs[name] != baseline[name] and not (baseline[name] is None and knobs[name] == knob.baseline_default)
+    )
+
+
+def undo(knobs: dict[str, Any], baseline: dict[str, Any], name: str) -> dict[str, Any]:
+    """``knobs`` with ``name`` back at the baseline's value: knobs that then no longer apply are None (no worker
+    options without workers); one that applies where the baseline's does not runs its default."""
+    undone: dict[str, Any] = {}
+    for other, knob in KNOBS.items():
+        value = baseline[other] if other == name else knobs[other]
+        if not knob.active(undone):
+            value = None
+        elif value is None and knob.baseline_default is not REQUIRED:
+            value = knob.baseline_default
+        undone[other] = value
+    return undone

@@ -1,0 +1,104 @@
+"""Only the changes that matter: the race's winner against itself with each change undone, on fake measurements."""
+
+from __future__ import annotations
+
+import itertools
+
+from autotune.knobs import KNOBS
+from autotune.records import TRIM_ATTR
+from autotune.results.model import load_results
+from autotune.results.race import Finalist
+from autotune.results.summary import summarise
+from autotune.study.run_race import run_race
+from autotune.study.space import SearchSpace
+from autotune.study.trim import run_trim, undo, variants
+from autotune.study.tuner import ensure_baseline, open_study, tune
+from autotune.trial.result import TrialResult
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement
+from tests.study.test_tuner import META, settings
+
+BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}
+# batch 64 and bf16 make the gain; set_to_none=False does nothing.
+WINNER = {**BASELINE, "batch_size": 64, "amp": "bf16", "set_to_none": False}
+
+
+class Pipeline:
+    """Throughput from what each knob does, with a run-to-run wobble of +-2 % that alternates."""
+
+    def __init__(self):
+        self.names, self.wobble = [], itertools.cycle([1.02, 0.98, 1.0])
+
+    def __call__(self, knobs, name, on_progress=None):
+        self.names.append(name)
+        value = 100.0 * (1.6 if knobs["batch_size"] == 64 else 1.0) * (1.25 if knobs["amp"] == "bf16" else 1.0)
+        return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
+
+
+def tuned(tmp_path, winner=WINNER):
+    """A study whose only trial is ``winner``, raced against the baseline."""
+    study = open_study(settings(tmp_path), META)
+    pipeline = Pipeline()
+    ensure_baseline(study, BASELINE, pipeline)
+    study.enqueue_trial(winner)
+    space = SearchSpace(
+        {name: [BASELINE[name]] if BASELINE[name] == winner[name] else [BASELINE[name], winner[name]] for name in KNOBS}
+    )
+    tune(study, space, settings(tmp_path, n_trials=1), pipeline, lambda e: None)
+    confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None)
+    return study, confirmation, pipeline
+
+
+def test_undoing_a_change_puts_back_the_baselines_value_and_what_follows_from_it():
+    workers = {**BASELINE, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
+    assert undo(workers, BASELINE, "num_workers") == BASELINE, "no worker options without workers"
+    assert undo(workers, BASELINE, "prefetch_factor")["prefetch_factor"] == 2, "PyTorch's default, with workers"
+    assert undo(WINNER, BASELINE, "amp") == {**WINNER, "amp": "off"}
+
+
+def test_each_change_gives_one_variant_and_a_default_that_was_never_changed_gives_none():
+    workers = {**BASELINE, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    found = variants(Finalist("7", workers, 3, 100.0), BASELINE, list(KNOBS))
+    assert [f.label for f in found.values()] == ["7 without num_workers", "7 without persistent_workers"]
+    assert [f.changes for f in found.values()] == [0, 1], "prefetch_factor at PyTorch's default is no change"
+
+
+def test_a_change_that_does_nothing_is_left_out_and_the_figures_are_the_trimmed_configurations(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    label = confirmation.winner.label
+    trims = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert trims[0].winner.label == f"{label} without set_to_none"
+    assert len(trims) == 1, "undoing batch_size or amp lost clearly: not tried again"
+
+    summary = summarise(load_results(study))
+    assert summary.recommended.result.knobs == {**WINNER, "set_to_none": True}
+    assert summary.no_difference == {"set_to_none": False}
+    assert summary.proof == trims[0]
+    assert summary.speedup > 1.9 and summary.changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
+    assert summary.recommended in summary.ranked
+    assert any(name.startswith("trim-1-1-trial-") and name.endswith("without-set_to_none") for name in pipeline.names)
+
+
+def test_a_stored_trim_is_reused_and_a_winner_whose_changes_all_matter_is_kept(tmp_path):
+    winner = {**WINNER, "set_to_none": True}
+    study, confirmation, pipeline = tuned(tmp_path, winner)
+    trims = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(trims) == 1 and trims[0].winner.label == confirmation.winner.label
+    assert summarise(load_results(study)).no_difference == {}
+    runs = len(pipeline.names)
+    assert run_trim(study, load_results(study), confirmation, pipeline, print) == trims
+    assert len(pipeline.names) == runs and TRIM_ATTR in study.user_attrs
+
+
+def test_a_winner_with_one_change_is_not_trimmed(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path, {**BASELINE, "batch_size": 64})
+    assert run_trim(study, load_results(study), confirmation, pipeline, print) == []
+
+
+def test_changes_that_all_do_nothing_are_undone_one_race_after_another(tmp_path):
+    winner = {**WINNER, "set_to_none": False, "optimizer_impl": "foreach"}
+    study, confirmation, pipeline = tuned(tmp_path, winner)
+    trims = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(trims) == 2 and [f.label.count("without") for f in trims[1].finalists] == [1, 2]
+    summary = summarise(load_results(study))
+    assert summary.changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
+    assert summary.no_difference == {"set_to_none": False, "optimizer_impl": "foreach"}

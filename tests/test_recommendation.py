@@ -1,0 +1,158 @@
+"""recommended.yaml read back as an API: what each method applies, and files from elsewhere."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import yaml
+
+import autotune
+from autotune.errors import ConfigError
+from autotune.measure.environment import describe_machine
+from autotune.recommendation import (
+    SCHEMA_VERSION,
+    MachineMismatchWarning,
+    Measured,
+    Recommendation,
+    Training,
+    machine_fingerprint,
+)
+from tests.conftest import NEUTRAL_KNOBS
+
+WORKERS = {
+    **NEUTRAL_KNOBS,
+    "batch_size": 32,
+    "num_workers": 1,
+    "prefetch_factor": 4,
+    "persistent_workers": True,
+    "num_threads": 1,
+    "channels_last": True,
+    "amp": "bf16",
+    "optimizer_impl": "foreach",
+    "set_to_none": False,
+}
+
+
+def recommendation(knobs=None, machine=None, policy="free", **changes) -> Recommendation:
+    return Recommendation(
+        knobs=dict(knobs or WORKERS),
+        baseline={**NEUTRAL_KNOBS, "batch_size": 16},
+        pipeline="mymodel",
+        study="s",
+        device="cpu",
+        machine=machine_fingerprint(describe_machine()) if machine is None else machine,
+        measured=Measured(300.0, 200.0, 1.5, "medians of 3 interleaved rounds", 500.0, 400.0),
+        training=Training(policy, 2 if policy == "fixed_effective" else 1, "note"),
+        **changes,
+    )
+
+
+def written(tmp_path, document) -> str:
+    path = tmp_path / "recommended.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return str(path)
+
+
+def test_a_written_recommendation_reads_back_the_same_without_a_warning(tmp_path):
+    original = recommendation(no_difference={"set_to_none": False})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = autotune.load_recommended(written(tmp_path, original.to_document()))
+    assert loaded == original
+    assert loaded.changes == {
+        name: (original.baseline[name], value) for name, value in WORKERS.items() if original.baseline[name] != value
+    }
+
+
+def test_each_method_applies_its_knobs_as_the_trials_did():
+    rec = recommendation()
+    assert rec.dataloader_kwargs() == {
+        "batch_size": 32,
+        "num_workers": 1,
+        "prefetch_factor": 4,
+        "persistent_workers": True,
+        "pin_memory": False,
+    }
+    assert rec.optimizer_kwargs() == {"foreach": True}
+    model = rec.prepare_model(torch.nn.Conv2d(3, 4, 3))
+    assert model.weight.is_contiguous(memory_format=torch.channels_last)
+    images, labels = rec.to_device((torch.zeros(2, 3, 8, 8), torch.zeros(2)), "cpu")
+    assert images.is_contiguous(memory_format=torch.channels_last) and labels.shape == (2,)
+    with rec.autocast("cpu"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    assert not rec.grad_scaler("cpu").is_enabled(), "loss scaling is for fp16 only"
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.zeros(1, 3, 8, 8)).sum().backward()
+    rec.zero_grad(optimizer)
+    assert model.weight.grad is not None and not model.weight.grad.any(), "set_to_none=False zeroes the gradients"
+
+
+def test_process_settings_set_torchs_threads():
+    threads = torch.get_num_threads()
+    try:
+        recommendation().apply_process_settings()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_without_a_recommended_change_nothing_is_applied():
+    rec = recommendation(knobs=NEUTRAL_KNOBS)
+    with rec.autocast("cpu"):
+        assert not torch.is_autocast_enabled("cpu")
+    assert rec.optimizer_kwargs() == {} and rec.prepare_model(model := torch.nn.Linear(2, 2)) is model
+
+
+def test_the_learning_rate_follows_the_batch_only_where_it_changes_training():
+    assert recommendation().learning_rate(0.1) == pytest.approx(0.2), "batch 16 -> 32, linear scaling"
+    fixed = recommendation(policy="fixed_effective")
+    assert fixed.learning_rate(0.1) == 0.1 and fixed.accumulation_steps == 2
+
+
+def test_a_file_from_another_machine_is_read_with_a_warning_naming_what_differs(tmp_path):
+    elsewhere = {**machine_fingerprint(describe_machine()), "cpu_model": "Some Other CPU", "cpu_flags": ["avx512_bf16"]}
+    path = written(tmp_path, recommendation(machine=elsewhere).to_document())
+    with pytest.warns(MachineMismatchWarning, match="cpu_model 'Some Other CPU' there") as caught:
+        loaded = autotune.load_recommended(path)
+    assert "cpu_flags" in str(caught[0].message) and loaded.knobs == WORKERS
+
+
+def test_a_file_from_an_older_autotune_is_applied_with_unset_knobs_at_their_defaults(tmp_path):
+    path = written(tmp_path, {"pipeline": "mymodel", "knobs": {"batch_size": 8, "num_workers": 0, "amp": "bf16"}})
+    with pytest.warns(MachineMismatchWarning, match="older autotune"):
+        loaded = autotune.load_recommended(path)
+    assert loaded.knobs["malloc"] == "default" and loaded.knobs["prefetch_factor"] is None
+    assert loaded.dataloader_kwargs()["batch_size"] == 8
+
+
+@pytest.mark.parametrize(
+    "document, key, message",
+    [
+        ({"schema_version": SCHEMA_VERSION + 1, "knobs": {}}, "schema_version", "newer autotune"),
+        ({"knobs": {"batch_size": 8, "warp_drive": True}}, "knobs.warp_drive", "no such knob"),
+        ({"knobs": {"batch_size": 8, "amp": "fp8"}}, "knobs.amp", "expected one of off, bf16, fp16"),
+        ({"knobs": {"num_workers": 0}}, "knobs.batch_size", "missing"),
+        ({"pipeline": "mymodel"}, "", "no 'knobs:'"),
+    ],
+)
+def test_a_file_that_cannot_be_used_is_refused_naming_the_key(tmp_path, document, key, message):
+    path = written(tmp_path, document)
+    with pytest.raises(ConfigError, match=message) as raised:
+        autotune.load_recommended(path)
+    assert raised.value.key == f"{path}: {key}" if key else raised.value.key == path
+
+
+def test_nothing_in_the_file_is_executed(tmp_path):
+    marker = tmp_path / "executed"
+    path = tmp_path / "recommended.yaml"
+    path.write_text(f"knobs: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        autotune.load_recommended(path)
+    assert not marker.exists()
+
+
+def test_a_missing_file_names_itself(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read it"):
+        autotune.load_recommended(tmp_path / "nope.yaml")
