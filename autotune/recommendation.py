@@ -28,7 +28,7 @@ import torch
 import yaml
 
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS, REQUIRED, Target, TrainingSetup
+from autotune.knobs import KNOBS, REQUIRED, Target, TrainingSetup, changed
 from autotune.measure.environment import describe_machine
 
 # The layout of recommended.yaml. Raise it when a key changes meaning or goes; a new optional key keeps it.
@@ -86,12 +86,8 @@ class Recommendation:
 
     @property
     def changes(self) -> dict[str, tuple[Any, Any]]:
-        """Each knob the recommendation changes: (the baseline's value, the recommended one)."""
-        return {
-            name: (self.baseline.get(name), value)
-            for name, value in self.knobs.items()
-            if self.baseline.get(name) != value
-        }
+        """Each knob the recommendation changes: (the baseline's value, the recommended one) (``knobs.changed``)."""
+        return changed(self.knobs, self.baseline)
 
     @property
     def batch_size(self) -> int:

@@ -68,6 +68,17 @@ def apply_knobs(values: dict[str, Any], setup: TrainingSetup) -> None:
         knob.apply(values[name], setup)
 
 
+def changed(values: dict[str, Any], baseline: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The knobs ``values`` changes from ``baseline``: name → (before, after). An option at its default where the
+    baseline's configuration does not have it (prefetch_factor 2 with workers, against None without) is no change of
+    its own: it comes with the change that makes it apply."""
+    return {
+        name: (baseline.get(name), value)
+        for name, value in values.items()
+        if baseline.get(name) != value and not (baseline.get(name) is None and value == KNOBS[name].baseline_default)
+    }
+
+
 def costly(values: dict[str, Any]) -> bool:
     """Whether ``values`` turn on a costly knob (torch.compile): long one-off work in warm-up, reported as compile
     time, that the search spends only where it may pay."""
@@ -94,6 +105,7 @@ __all__ = [
     "Target",
     "TrainingSetup",
     "apply_knobs",
+    "changed",
     "changes_numerics",
     "costly",
 ]

@@ -31,6 +31,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.trial.result import TrialResult
 
@@ -221,8 +222,8 @@ def _before(before_race: dict[str, float], label: str) -> list[float]:
 
 
 def count_changes(knobs: dict[str, object], baseline: dict[str, object]) -> int:
-    """How many knobs ``knobs`` sets differently from ``baseline``."""
-    return sum(1 for name, value in knobs.items() if baseline.get(name) != value)
+    """How many knobs ``knobs`` changes from ``baseline`` (``changed``)."""
+    return len(changed(knobs, baseline))
 
 
 def choose_candidate(baseline: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, choose_candidate, select_finalists
@@ -64,7 +65,7 @@ class Summary:
         if not self.trim or self.is_baseline:
             return {}
         tried, kept = self.trim[0].finalists[0].knobs, self.recommended.result.knobs
-        return {name: value for name, value in tried.items() if kept[name] != value}
+        return {name: value for name, (_, value) in changed(tried, kept).items()}
 
     @property
     def speedup(self) -> float:
@@ -83,8 +84,7 @@ class Summary:
 
     def changed_knobs(self) -> dict[str, tuple[object, object]]:
         """Knobs whose recommended value differs from the baseline: name → (before, after)."""
-        before, after = self.baseline.result.knobs, self.recommended.result.knobs
-        return {name: (before[name], after[name]) for name in before if before[name] != after[name]}
+        return changed(self.recommended.result.knobs, self.baseline.result.knobs)
 
 
 def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:

@@ -11,7 +11,7 @@ import optuna
 from autotune.knobs import KNOBS, REQUIRED
 from autotune.records import TRIM_ATTR
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist, alone, beats
+from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes
 from autotune.study.run_race import race
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
@@ -30,7 +30,7 @@ def run_trim(
     without a winner changing two knobs or more."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
-    if winner is None or changes(winner.knobs, baseline) < 2:
+    if winner is None or count_changes(winner.knobs, baseline) < 2:
         return []
     rounds = confirmation.planned_rounds or confirmation.rounds
     stored = results.trim
@@ -39,9 +39,8 @@ def run_trim(
     races: list[Confirmation] = []
     before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
     current, pending = winner, list(KNOBS)
-    while changes(current.knobs, baseline) >= 2:
-        count = changes(current.knobs, baseline)
-        leader = Finalist(current.label, current.knobs, count, current.peak_memory_mb, result=current.result)
+    while current.changes >= 2:
+        leader = Finalist(current.label, current.knobs, current.changes, current.peak_memory_mb, result=current.result)
         undone = variants(current, baseline, pending)
         if not undone:
             break
@@ -72,18 +71,8 @@ def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> 
         knobs = undo(finalist.knobs, baseline, name)
         if knobs != finalist.knobs and all(knobs != other.knobs for other in found.values()):
             label = f"{finalist.label} without {name}"
-            found[name] = Finalist(label, knobs, changes(knobs, baseline), None)
+            found[name] = Finalist(label, knobs, count_changes(knobs, baseline), None)
     return found
-
-
-def changes(knobs: dict[str, Any], baseline: dict[str, Any]) -> int:
-    """The knobs ``knobs`` changes from ``baseline``, not counting an option at its default that the baseline's
-    configuration does not have (prefetch_factor 2 with workers, against none without)."""
-    return sum(
-        1
-        for name, knob in KNOBS.items()
-        if knobs[name] != baseline[name] and not (baseline[name] is None and knobs[name] == knob.baseline_default)
-    )
 
 
 def undo(knobs: dict[str, Any], baseline: dict[str, Any], name: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from autotune.knobs import (
     Target,
     TrainingSetup,
     apply_knobs,
+    changed,
     changes_numerics,
     costly,
     malloc,
@@ -247,3 +248,10 @@ def test_applicability_on_a_cpu_machine():
     assert KNOBS["amp"].unavailable_reason("fp16", ctx)
     assert KNOBS["amp"].unavailable_reason("bf16", ctx) is None
     assert "larger than the dataset" in KNOBS["batch_size"].unavailable_reason(2000, ctx)
+
+
+def test_an_option_at_its_default_that_comes_with_workers_is_no_change_of_its_own():
+    workers = {**NEUTRAL, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    assert changed(workers, NEUTRAL) == {"num_workers": (0, 2), "persistent_workers": (None, True)}
+    assert changed({**workers, "prefetch_factor": 4}, NEUTRAL)["prefetch_factor"] == (None, 4)
+    assert changed(NEUTRAL, NEUTRAL) == {}
