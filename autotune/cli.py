@@ -19,7 +19,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune import app, selfcheck
+from autotune import app, benchmark, selfcheck
 from autotune.config.load import did_you_mean, load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
@@ -40,6 +40,9 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   hydra.run.dir=DIR    where the reports go
   mode=selfcheck       time the baseline and the study's recommendation by autotune and by a plain training
                        loop, interleaved, and say whether the two agree (selfcheck.json)
+  mode=benchmark recommended=PATH
+                       the recommendation against the baseline, interleaved, with each change alone and
+                       left out (benchmark.md, benchmark.json, benchmark.html)
 
 Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md.
 
@@ -135,7 +138,8 @@ def _run(cfg: DictConfig) -> None:
     settings = load_settings(data, runtime.choices.get("pipeline"))
     output_dir = Path(runtime.output_dir)
     write_atomic(output_dir / "config.yaml", _config_record(data, settings.study.storage))
-    (selfcheck.run if settings.mode == "selfcheck" else app.run)(settings, output_dir)
+    modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run}
+    modes[settings.mode](settings, output_dir)
 
 
 def _config_record(data: dict, storage: str) -> str:

@@ -206,6 +206,11 @@ BAD_INPUTS = [
     (["pipeline=mymodel", "pipeline.loss._target_=torch.nn.NoSuchLoss"], "pipeline.loss._target_: cannot import"),
     (["pipeline=mymodel", "pipeline.dataset.length=-5"], "pipeline.dataset: len() of SyntheticImages failed"),
     (["pipeline=mymodel", "hydra.run.dir=/proc/autotune-out"], "hydra.run.dir: cannot create or write /proc/autotune"),
+    (["pipeline=mymodel", "mode=benchmark"], "recommended: mode=benchmark measures a recommendation"),
+    (
+        ["pipeline=mymodel", "mode=benchmark", "recommended=/nonexistent/recommended.yaml"],
+        "recommended: /nonexistent/recommended.yaml: cannot read it",
+    ),
 ]
 
 
@@ -433,3 +438,30 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
         assert configuration["interval"]["n"] == 2 and configuration["verdict"] in ("agree", "disagree", "unresolved")
     assert "Self-check of 'tiny'" in proc.stdout and "harness / plain loop" in proc.stdout
     assert len(list((tmp_path / "check" / "selfcheck").glob("*.result.json"))) == 8
+
+
+def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path):
+    baseline = {**{name: knob.baseline_default for name, knob in KNOBS.items()}, "batch_size": 16}
+    recommendation = {**baseline, "batch_size": 32, "set_to_none": False}
+    path = tmp_path / "recommended.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "knobs": recommendation, "baseline": baseline}))
+    args = [*TINY, "mode=benchmark", f"recommended={path}", "benchmark.rounds=2", f"hydra.run.dir={tmp_path}/out"]
+    proc = run_cli(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "out" / "benchmark.json").read_text())
+    labels = [entry["label"] for entry in record["entries"]]
+    assert labels == [
+        "baseline",
+        "recommended",
+        "baseline + batch_size",
+        "recommended - batch_size",
+        "baseline + set_to_none",
+        "recommended - set_to_none",
+    ]
+    for entry in record["entries"]:
+        assert len(entry["throughputs"]) == 2 and all(value > 0 for value in entry["throughputs"])
+        assert entry["verdict"] in ("gain", "loss", "within noise") and entry["interval"]["n"] == 2
+    page = (tmp_path / "out" / "benchmark.html").read_text()
+    assert "Each change&#x27;s share" in page and "recommended - set_to_none" in page
+    assert "| recommended |" in (tmp_path / "out" / "benchmark.md").read_text()
+    assert "[round 2 recommended - batch_size]" in proc.stdout and "x the baseline" in proc.stdout

@@ -23,13 +23,18 @@ Parser = Callable[[Any], Any]
 BATCH_POLICIES = ("free", "fixed_effective")
 OBJECTIVES = ("throughput", "peak_memory")
 DEVICES = ("auto", "cpu", "cuda")
-MODES = ("tune", "selfcheck")
+MODES = ("tune", "selfcheck", "benchmark")
 _PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
 
 
 def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settings:
     """Turn the composed config into Settings; ``pipeline_choice`` is the pipeline file's name."""
-    _check_keys(config, "", required=("pipeline", "search", "study", "measure"), optional=("mode", "selfcheck"))
+    _check_keys(
+        config,
+        "",
+        required=("pipeline", "search", "study", "measure"),
+        optional=("mode", "selfcheck", "benchmark", "recommended"),
+    )
     pipeline = _mapping(config["pipeline"], "pipeline")
     spec = _pipeline_spec(pipeline, pipeline_choice)
     study = _section(config["study"], "study", _STUDY_FIELDS)
@@ -44,7 +49,9 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
         study=StudySettings(**{**study, "name": study["name"] or spec.name}),
         measure=MeasureSettings(plan=plan, screen_plan=screen_plan, **measure),
         mode=_mode(config),
-        selfcheck_rounds=_section(config.get("selfcheck", {"rounds": 5}), "selfcheck", _SELFCHECK_FIELDS)["rounds"],
+        selfcheck_rounds=_section(config.get("selfcheck", {"rounds": 5}), "selfcheck", _ROUNDS_FIELDS)["rounds"],
+        benchmark_rounds=_section(config.get("benchmark", {"rounds": 5}), "benchmark", _ROUNDS_FIELDS)["rounds"],
+        recommended=_recommended(config.get("recommended")),
     )
 
 
@@ -167,6 +174,12 @@ def _batch_policy(search: dict[str, Any]) -> str:
         raise ConfigError("search.batch_policy", str(exc)) from None
 
 
+def _recommended(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError("recommended", f"expected the path of a recommended.yaml, got {value!r}")
+    return value
+
+
 def _mode(config: dict[str, Any]) -> str:
     try:
         return _string(choices=MODES)(config.get("mode", "tune"))
@@ -286,4 +299,4 @@ _MEASURE_FIELDS: dict[str, Parser] = {
     "loss_tolerance": _number(0, strict=True),
     "compile_cache_dir": _string(optional=True),
 }
-_SELFCHECK_FIELDS: dict[str, Parser] = {"rounds": _number(2, integer=True)}
+_ROUNDS_FIELDS: dict[str, Parser] = {"rounds": _number(2, integer=True)}

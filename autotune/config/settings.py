@@ -61,8 +61,9 @@ class MeasureSettings:
 class Settings:
     """Everything one autotune run needs. ``search`` maps knob name to candidates, None = derived;
     ``batch_policy`` is "free" (batch size varies) or "fixed_effective" (micro-batch x accumulation
-    steps = the baseline's batch size). ``mode`` is "tune", or "selfcheck": the harness against a plain loop
-    for ``selfcheck_rounds`` interleaved rounds."""
+    steps = the baseline's batch size). ``mode`` is "tune"; "selfcheck": the harness against a plain loop
+    for ``selfcheck_rounds`` interleaved rounds; or "benchmark": the recommendation in the file ``recommended``
+    against the baseline, with each change's share, for ``benchmark_rounds`` interleaved rounds."""
 
     pipeline: PipelineSpec
     baseline: dict[str, Any]
@@ -72,3 +73,5 @@ class Settings:
     batch_policy: str = "free"
     mode: str = "tune"
     selfcheck_rounds: int = 5
+    benchmark_rounds: int = 5
+    recommended: str | None = None

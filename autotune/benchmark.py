@@ -1,0 +1,115 @@
+"""``mode=benchmark``: the recommendation in a recommended.yaml against the baseline, and each change's share.
+
+The baseline (``pipeline.baseline``), the recommendation, each change alone on top of the baseline and the
+recommendation without each change run for ``benchmark.rounds`` rounds, each configuration once a round in a fresh
+process with the full window, the order rotating from round to round. The record is saved to benchmark.json before
+anything is rendered from it. Its rules: ``autotune/results/benchmark.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, TextIO
+
+from autotune.app import TrialRunner, resolve_device
+from autotune.config.settings import Settings
+from autotune.errors import ConfigError
+from autotune.knobs import changed
+from autotune.measure.environment import describe_machine
+from autotune.recommendation import MachineMismatchWarning, Recommendation, load_recommended
+from autotune.report.benchmark import print_benchmark, write_benchmark
+from autotune.report.console import format_knobs
+from autotune.results.benchmark import Benchmark, Entry
+from autotune.study.trim import undo
+
+
+def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
+    """Benchmark ``settings.recommended`` and write benchmark.json, .md and .html into ``output_dir``."""
+    if not settings.recommended:
+        raise ConfigError(
+            "recommended", "mode=benchmark measures a recommendation: give recommended=PATH/recommended.yaml"
+        )
+    device = resolve_device(settings.measure.device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MachineMismatchWarning)
+        try:
+            recommendation = load_recommended(settings.recommended)
+        except ConfigError as exc:
+            raise ConfigError("recommended", str(exc)) from exc
+    notes = [str(warning.message) for warning in caught] + _baseline_note(recommendation, settings.baseline)
+    entries = configurations(settings.baseline, recommendation.knobs)
+    print(
+        f"autotune benchmark: pipeline '{settings.pipeline.name}' on {device}; {settings.benchmark_rounds} rounds of "
+        f"{len(entries)} configurations: the baseline, the recommendation, each change alone and left out",
+        file=out,
+        flush=True,
+    )
+    for note in notes:
+        print(f"note: {note}", file=out)
+    runner = TrialRunner(settings, device, output_dir / "benchmark")
+    try:
+        for index in range(1, settings.benchmark_rounds + 1):
+            _round(runner, index, entries, settings.baseline, out)
+    finally:
+        benchmark = Benchmark(
+            pipeline=settings.pipeline.name,
+            device=device,
+            rounds=settings.benchmark_rounds,
+            recommended=str(settings.recommended),
+            machine=describe_machine(),
+            entries=entries,
+            notes=notes,
+        )
+        files = write_benchmark(benchmark, output_dir)
+        print_benchmark(benchmark, files, out)
+    return files
+
+
+def configurations(baseline: dict[str, Any], recommended: dict[str, Any]) -> list[Entry]:
+    """The baseline, the recommendation, then for each change the baseline with it alone and the recommendation
+    without it, each measured on its own (with two changes, one's alone is the other's without); one that is the
+    baseline or the recommendation is not measured again (with one change, alone is the recommendation; an option
+    of workers alone, without workers, is the baseline)."""
+    ends = [
+        Entry("baseline", "baseline", None, dict(baseline)),
+        Entry("recommended", "recommended", None, dict(recommended)),
+    ]
+    entries = list(ends)
+    for knob in changed(recommended, baseline):
+        candidates = [
+            Entry(f"baseline + {knob}", "alone", knob, undo(baseline, recommended, knob)),
+            Entry(f"recommended - {knob}", "without", knob, undo(recommended, baseline, knob)),
+        ]
+        entries += [c for c in candidates if all(c.knobs != end.knobs for end in ends)]
+    return entries
+
+
+def _round(runner: TrialRunner, index: int, entries: list[Entry], baseline: dict[str, Any], out: TextIO) -> None:
+    """Every configuration once, starting one further along each round."""
+    shift = (index - 1) % len(entries)
+    for entry in entries[shift:] + entries[:shift]:
+        result = runner.check(entry.knobs, re.sub(r"[^\w.-]+", "_", f"round{index}-{entry.label}"), plain=False)
+        if result.ok:
+            entry.throughputs.append(result.timing.throughput)
+            entry.peak_memory_mb.append(result.peak_memory_mb)
+            shown = f"{result.timing.throughput:.1f} samples/s, peak {result.peak_memory_mb:.0f} MB"
+        else:
+            entry.throughputs.append(None)
+            entry.peak_memory_mb.append(None)
+            entry.failures.append(f"round {index}: {result.failure}")
+            shown = f"FAILED {result.failure}"
+        changes = format_knobs(entry.knobs, baseline)
+        print(f"[round {index} {entry.label}] {changes} -> {shown}", file=out, flush=True)
+
+
+def _baseline_note(recommendation: Recommendation, baseline: dict[str, Any]) -> list[str]:
+    differs = changed(recommendation.baseline, baseline) if recommendation.baseline else {}
+    if not differs:
+        return []
+    listed = ", ".join(f"{name}={after}" for name, (_, after) in differs.items())
+    return [
+        f"the recommendation was tuned against another baseline ({listed}); measured here against pipeline.baseline"
+    ]

@@ -1,0 +1,108 @@
+"""The benchmark's record as benchmark.json, benchmark.md and benchmark.html, and its table on the terminal; nothing
+here measures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TextIO
+
+from autotune.files import write_atomic
+from autotune.report.document import Document, Headline, Section, Table
+from autotune.report.html_report import to_html
+from autotune.report.markdown import markdown_table, to_markdown
+from autotune.results.benchmark import Benchmark, Entry
+
+_HEADERS = ["configuration", "samples/s (median)", "vs baseline", "95 % interval", "verdict", "peak memory"]
+
+
+def write_benchmark(benchmark: Benchmark, out_dir: Path) -> dict[str, Path]:
+    """Write benchmark.json first (the record), then the pages rendered from it; returns name → path."""
+    files = {"benchmark.json": write_atomic(out_dir / "benchmark.json", json.dumps(benchmark.to_dict(), indent=1))}
+    document = benchmark_document(benchmark)
+    files["benchmark.md"] = write_atomic(out_dir / "benchmark.md", to_markdown(document))
+    files["benchmark.html"] = write_atomic(out_dir / "benchmark.html", to_html(document))
+    return files
+
+
+def benchmark_document(benchmark: Benchmark) -> Document:
+    """The benchmark as a report document: the verdict, the table, each change's share, how it was measured."""
+    method = (
+        f"{benchmark.rounds} interleaved rounds: each round runs every configuration once, each in a fresh process "
+        "with the full measurement window, in an order that rotates from round to round. A configuration's ratio "
+        "to the baseline is the geometric mean of its per-round ratios, with Student's t 95 % interval on their "
+        "logarithms; a gain when the interval lies above 1, a loss when below, else within noise "
+        "(autotune/results/benchmark.py)."
+    )
+    sections = [
+        Section("Configurations", paragraphs=benchmark.notes, table=benchmark_table(benchmark)),
+        *_shares(benchmark),
+        Section("How it was measured", paragraphs=[method]),
+        Section("Machine", bullets=[f"{key}: {value}" for key, value in benchmark.machine.items()]),
+    ]
+    return Document(f"autotune benchmark: {benchmark.pipeline}", _headline(benchmark), sections)
+
+
+def benchmark_table(benchmark: Benchmark) -> Table:
+    return Table(_HEADERS, [_row(benchmark, entry) for entry in benchmark.entries])
+
+
+def print_benchmark(benchmark: Benchmark, files: dict[str, Path], out: TextIO) -> None:
+    print(f"\n{_headline(benchmark)}\n", file=out)
+    print(markdown_table(benchmark_table(benchmark)), file=out)
+    for name, path in files.items():
+        print(f"  {name:<17} {path}", file=out)
+
+
+def _headline(benchmark: Benchmark) -> Headline:
+    recommended = next((e for e in benchmark.entries if e.kind == "recommended"), None)
+    interval = benchmark.interval(recommended) if recommended else None
+    if interval is None:
+        return Headline("No verdict.", "Too few rounds completed for an interval (benchmark.rounds, failures below).")
+    verdict = benchmark.verdict(recommended)
+    return Headline(
+        f"The recommendation: {interval.geomean:.2f}x the baseline ({verdict}).",
+        f"95 % interval {interval.low:.2f}-{interval.high:.2f} over {interval.n} paired rounds on {benchmark.device}.",
+    )
+
+
+def _shares(benchmark: Benchmark) -> list[Section]:
+    """Each change's share: what it gives alone on top of the baseline, and what leaving it out costs."""
+    knobs = dict.fromkeys(e.knob for e in benchmark.entries if e.knob)
+    if not knobs:
+        return []
+    lines = []
+    for knob in knobs:
+        alone = next((e for e in benchmark.entries if e.kind == "alone" and e.knob == knob), None)
+        without = next((e for e in benchmark.entries if e.kind == "without" and e.knob == knob), None)
+        lines.append(
+            f"{knob}: alone {_ratio(benchmark, alone)}; leaving it out of the recommendation: "
+            f"{_ratio(benchmark, without)}"
+        )
+    return [Section("Each change's share", bullets=lines)]
+
+
+def _ratio(benchmark: Benchmark, entry: Entry | None) -> str:
+    if entry is None:
+        return "not measured (it applies only together with another change)"
+    interval = benchmark.interval(entry)
+    if interval is None:
+        return "too few rounds"
+    return f"{interval.geomean:.2f}x the baseline ({interval.low:.2f}-{interval.high:.2f}, {benchmark.verdict(entry)})"
+
+
+def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
+    interval = benchmark.interval(entry)
+    median = f"{entry.median:.1f}" if entry.median is not None else "-"
+    memory = benchmark.memory_change(entry)
+    if entry is benchmark.baseline:
+        peak = f"{entry.median_peak_mb:.0f} MB" if entry.median_peak_mb is not None else "-"
+        return [entry.label, median, "1.00", "", "", peak]
+    return [
+        entry.label + (f" ({len(entry.failures)} run(s) failed)" if entry.failures else ""),
+        median,
+        f"{interval.geomean:.2f}" if interval else "-",
+        f"{interval.low:.2f}-{interval.high:.2f}" if interval else "-",
+        benchmark.verdict(entry),
+        f"{memory - 1:+.0%}" if memory is not None else "-",
+    ]

@@ -1,0 +1,101 @@
+"""What ``mode=benchmark`` measured: the baseline, the recommendation, and each change alone and left out, run by run.
+
+Its rules are written here once. A configuration's ratio to the baseline is the geometric mean of its per-round
+ratios (each round runs every configuration once, in fresh processes, so pairing by round cancels the machine's
+slower drifts), with Student's t 95 % interval on their logarithms (``ratio_interval``). The verdict: a gain when
+the interval lies above 1, a loss when it lies below, else within noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.measure.stats import RatioInterval, ratio_interval
+
+# What an entry is: the two ends, or one change from the recommendation on top of the baseline, or left out of it.
+KINDS = ("baseline", "recommended", "alone", "without")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One configuration of the benchmark: ``kind`` (KINDS) and the ``knob`` it is about (alone, without), its knob
+    values, and per round its samples/s and peak memory (None where that run failed), and a line per failure."""
+
+    label: str
+    kind: str
+    knob: str | None
+    knobs: dict[str, Any]
+    throughputs: list[float | None] = field(default_factory=list)
+    peak_memory_mb: list[float | None] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float | None:
+        measured = [value for value in self.throughputs if value is not None]
+        return statistics.median(measured) if measured else None
+
+    @property
+    def median_peak_mb(self) -> float | None:
+        measured = [value for value in self.peak_memory_mb if value is not None]
+        return statistics.median(measured) if measured else None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark of the recommendation in ``recommended`` (a path) for ``pipeline`` on ``device``, ``rounds``
+    interleaved rounds; ``entries`` start with the baseline. ``notes`` say what the reader should know (the file
+    measured on another machine, tuned against another baseline)."""
+
+    pipeline: str
+    device: str
+    rounds: int
+    recommended: str
+    machine: dict[str, Any]
+    entries: list[Entry]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> Entry:
+        return self.entries[0]
+
+    def ratios(self, entry: Entry) -> list[float]:
+        """``entry``'s samples/s over the baseline's, round by round, where both ran."""
+        pairs = zip(entry.throughputs, self.baseline.throughputs, strict=False)
+        return [a / b for a, b in pairs if a is not None and b is not None]
+
+    def interval(self, entry: Entry) -> RatioInterval | None:
+        return ratio_interval(self.ratios(entry))
+
+    def verdict(self, entry: Entry) -> str:
+        """gain, loss, or within noise (the interval spans 1, or there are too few rounds for one)."""
+        interval = self.interval(entry)
+        if interval is not None and interval.low > 1:
+            return "gain"
+        if interval is not None and interval.high < 1:
+            return "loss"
+        return "within noise"
+
+    def memory_change(self, entry: Entry) -> float | None:
+        """``entry``'s median peak memory over the baseline's."""
+        peak, base = entry.median_peak_mb, self.baseline.median_peak_mb
+        return peak / base if peak is not None and base else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for row, entry in zip(data["entries"], self.entries, strict=True):
+            interval = self.interval(entry)
+            row.update(
+                ratios=self.ratios(entry),
+                interval=asdict(interval) if interval else None,
+                verdict=self.verdict(entry),
+                memory_change=self.memory_change(entry),
+            )
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Benchmark:
+        derived = ("ratios", "interval", "verdict", "memory_change")
+        entries = [Entry(**{k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
+        return cls(**{**data, "entries": entries})

@@ -1,0 +1,50 @@
+"""The benchmark's record: ratios paired by round, their interval, the verdict, and its JSON round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.report.benchmark import benchmark_document, write_benchmark
+from autotune.results.benchmark import Benchmark, Entry
+
+
+def benchmark(recommended_runs, base_runs=(100.0, 104.0, 98.0)) -> Benchmark:
+    entries = [
+        Entry("baseline", "baseline", None, {"batch_size": 16}, list(base_runs), [400.0, 410.0, 405.0]),
+        Entry("recommended", "recommended", None, {"batch_size": 32}, list(recommended_runs), [500.0] * 3),
+        Entry("baseline + batch_size", "alone", "batch_size", {"batch_size": 32}, [None, 150.0, 149.0], [None, 1, 1]),
+    ]
+    return Benchmark("p", "cpu", 3, "recommended.yaml", {"cpu_model": "Test CPU"}, entries)
+
+
+def test_ratios_are_paired_by_round_and_skip_a_failed_run():
+    record = benchmark([150.0, 156.0, 147.0])
+    assert record.ratios(record.entries[1]) == pytest.approx([1.5, 1.5, 1.5])
+    assert record.ratios(record.entries[2]) == pytest.approx([150 / 104, 149 / 98])
+
+
+@pytest.mark.parametrize(
+    ("runs", "verdict"),
+    [([150.0, 156.0, 147.0], "gain"), ([90.0, 93.0, 88.0], "loss"), ([101.0, 103.0, 99.0], "within noise")],
+)
+def test_the_verdict_follows_the_interval(runs, verdict):
+    record = benchmark(runs)
+    assert record.verdict(record.entries[1]) == verdict
+
+
+def test_a_configuration_with_one_complete_round_has_no_interval_and_no_verdict_of_gain():
+    record = benchmark([150.0, None, None])
+    assert record.interval(record.entries[1]) is None and record.verdict(record.entries[1]) == "within noise"
+
+
+def test_the_record_is_written_first_and_reads_back(tmp_path):
+    record = benchmark([150.0, 156.0, 147.0])
+    files = write_benchmark(record, tmp_path)
+    assert list(files) == ["benchmark.json", "benchmark.md", "benchmark.html"]
+    assert Benchmark.from_dict(json.loads(files["benchmark.json"].read_text())) == record
+    assert record.memory_change(record.entries[1]) == pytest.approx(500 / 405)
+    document = benchmark_document(record)
+    assert document.headline.lead == "The recommendation: 1.50x the baseline (gain)."
+    assert [section.heading for section in document.sections][:2] == ["Configurations", "Each change's share"]
