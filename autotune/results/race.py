@@ -19,8 +19,10 @@ other, in rounds of fresh processes, the order rotating each round (``autotune/s
   rules above, against itself with each change undone in turn (``undo``), the baseline racing too. A change whose
   undoing costs nothing beyond noise (the simpler variant tied with the winner) goes back to the baseline's value;
   the new winner races the variants undoing the changes whose undoing also tied, until the winner of a race is the
-  configuration it started from. Such a race ends early only once every variant has left it (``alone``): a run's
-  noise can make two equal configurations look TIE_TOLERANCE apart in one round. The recommendation's figures are
+  configuration it started from. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it
+  was made from (not the leader: a lucky variant must not push out the others), and the race ends early only once
+  every variant has left it (``alone``): a run's noise can make two equal configurations look TIE_TOLERANCE apart in
+  one round. The recommendation's figures are
   the medians of the last race it won (``Summary.proof``).
 """
 
@@ -44,6 +46,9 @@ RACE_MARGIN = 0.10
 # counting the runs made before the race) and every other finalist's fastest by TIE_TOLERANCE; or, from round 2 on,
 # once every finalist left beats the baseline so: more rounds could not tell them a few per cent apart.
 DECISIVE_GAIN = 0.10
+# In the trim's races a variant leaves once its median falls this far behind the configuration it was made from:
+# a change that costs this much clearly matters, and one round's noise (up to ~15 %) cannot make it look so.
+TRIM_MARGIN = 0.25
 # Two finalists closer than this (geometric mean of their per-round ratios) are tied: about one run's noise.
 TIE_TOLERANCE = 0.03
 # A finalist is proven when one no faster than the baseline would win as many rounds by chance at most this often,
@@ -285,9 +290,9 @@ def unprovable(finalist: Finalist, baseline_runs: list[float], rounds: int) -> b
     return rounds_lost(finalist, baseline_runs) > rounds - wins_needed(rounds)
 
 
-def lagging(finalist: Finalist, leader: Finalist) -> bool:
-    """Whether ``finalist``'s median so far is RACE_MARGIN or more behind the leader's."""
-    return finalist.median < leader.median * (1 - RACE_MARGIN)
+def lagging(finalist: Finalist, leader: Finalist, margin: float = RACE_MARGIN) -> bool:
+    """Whether ``finalist``'s median so far is ``margin`` or more behind the leader's."""
+    return finalist.median < leader.median * (1 - margin)
 
 
 def decided(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:

@@ -13,6 +13,7 @@ from autotune.records import CONFIRMATION_ATTR
 from autotune.results.model import StudyResults
 from autotune.results.race import (
     RACE_MARGIN,
+    TRIM_MARGIN,
     Confirmation,
     Finalist,
     count_changes,
@@ -63,10 +64,12 @@ def race(
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
     ends: Callable[[list[Finalist], list[float], dict[str, float]], bool] = decided,
+    reference: Finalist | None = None,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
-    ``decided``; ``before_race`` holds throughputs measured before the race."""
+    ``decided``; ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
+    RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN."""
     baseline_runs: list[float] = []
     failure = None
     for index in range(1, rounds + 1):
@@ -76,7 +79,7 @@ def race(
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, on_run)
         if failure:
             break
-        _drop(racing, baseline_runs, rounds, index)
+        _drop(racing, baseline_runs, rounds, index, reference)
         if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race):
             break
     return Confirmation(baseline_runs, finalists, failure, rounds)
@@ -119,8 +122,11 @@ def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[
     finalist.throughputs.append(result.timing.throughput)
 
 
-def _drop(racing: list[Finalist], baseline_runs: list[float], rounds: int, index: int) -> None:
-    """Drop the finalists that can no longer be proven against the baseline, then those lagging the leader."""
+def _drop(
+    racing: list[Finalist], baseline_runs: list[float], rounds: int, index: int, reference: Finalist | None
+) -> None:
+    """Drop the finalists that can no longer be proven against the baseline, then those lagging the leader (or the
+    ``reference``)."""
     allowed = rounds - wins_needed(rounds)
     for finalist in racing:
         if finalist.dropped is None and unprovable(finalist, baseline_runs, rounds):
@@ -129,7 +135,8 @@ def _drop(racing: list[Finalist], baseline_runs: list[float], rounds: int, index
                 lost = rounds_lost(finalist, baseline_runs)
                 finalist.dropped += f" ({lost} rounds lost; a proof over {rounds} rounds allows {allowed})"
     running = [f for f in racing if f.dropped is None]
-    leader = max(running, key=lambda f: f.median, default=None)
+    leader = reference if reference in running else max(running, key=lambda f: f.median, default=None)
+    margin = TRIM_MARGIN if reference else RACE_MARGIN
     for finalist in running:
-        if lagging(finalist, leader):
-            finalist.dropped = f"more than {RACE_MARGIN:.0%} behind trial {leader.label} after round {index}"
+        if lagging(finalist, leader, margin):
+            finalist.dropped = f"more than {margin:.0%} behind trial {leader.label} after round {index}"

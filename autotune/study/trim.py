@@ -46,7 +46,7 @@ def run_trim(
             break
         name = f"trim-{len(races) + 1}"
         entrants = [leader, *undone.values()]
-        races.append(race(entrants, baseline, before_race, rounds, name, run, on_run, ends=alone))
+        races.append(race(entrants, baseline, before_race, rounds, name, run, on_run, ends=alone, reference=leader))
         new = races[-1].winner
         if new is None or new.label == current.label:
             break

@@ -7,9 +7,9 @@ import itertools
 from autotune.knobs import KNOBS
 from autotune.records import TRIM_ATTR
 from autotune.results.model import load_results
-from autotune.results.race import Finalist
+from autotune.results.race import Finalist, alone
 from autotune.results.summary import summarise
-from autotune.study.run_race import run_race
+from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
 from autotune.study.trim import run_trim, undo, variants
 from autotune.study.tuner import ensure_baseline, open_study, tune
@@ -102,3 +102,17 @@ def test_changes_that_all_do_nothing_are_undone_one_race_after_another(tmp_path)
     summary = summarise(load_results(study))
     assert summary.changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
     assert summary.no_difference == {"set_to_none": False, "optimizer_impl": "foreach"}
+
+
+def test_a_lucky_variant_does_not_push_the_others_out_of_a_trim_race():
+    """Variants leave once TRIM_MARGIN behind the configuration they were made from, not behind the leader."""
+    runs = {"w": iter([100, 101, 99]), "a": iter([125, 100, 100]), "b": iter([95, 100, 101]), "base": iter([50] * 3)}
+    knobs = {label: {"batch_size": index} for index, label in enumerate(runs)}
+
+    def run(config, name, on_progress=None):
+        label = next(label for label, value in knobs.items() if value == config)
+        return TrialResult(knobs=config, measurement=fake_measurement(next(runs[label])))
+
+    w, a, b = (Finalist(label, knobs[label], 2 if label == "w" else 1, 1.0) for label in ("w", "a", "b"))
+    result = race([w, a, b], knobs["base"], {}, 3, "trim-1", run, lambda name, r: None, ends=alone, reference=w)
+    assert a.dropped is None and b.dropped is None and result.rounds == 3
