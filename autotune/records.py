@@ -33,6 +33,19 @@ BASELINE_LABEL = "baseline"
 MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
 
+def metric_attrs(result: TrialResult) -> dict[str, Any]:
+    """A trial's headline figures as flat user attributes, for tools that show them (optuna-dashboard); autotune
+    itself reads RESULT_ATTR. A failed trial's reason is its ``failure``."""
+    attrs: dict[str, Any] = {"failure": str(result.failure)} if result.failure else {}
+    if result.measurement is not None:
+        attrs |= {
+            "throughput_sps": result.timing.throughput,
+            "peak_memory_mb": result.peak_memory_mb,
+            "data_wait_share": result.timing.data_stall_fraction,
+        }
+    return attrs
+
+
 def config_key(knobs: dict[str, Any]) -> str:
     """A configuration's identity: its knob values as canonical JSON."""
     return json.dumps(knobs, sort_keys=True)

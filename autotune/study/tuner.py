@@ -30,6 +30,7 @@ from autotune.records import (
     PREDICTED_ATTR,
     RESULT_ATTR,
     config_key,
+    metric_attrs,
     redact_url,
 )
 from autotune.study.pruner import SlowerThanBestPruner
@@ -300,6 +301,8 @@ def _measure_trial(
         raise
     result = within_budget(result, settings.memory_budget_mb)
     trial.set_user_attr(RESULT_ATTR, result.to_dict())
+    for key, value in metric_attrs(result).items():
+        trial.set_user_attr(key, value)
     outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
     _tell(study, trial, outcome)
     return result, outcome

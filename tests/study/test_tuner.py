@@ -364,3 +364,18 @@ def test_multi_objective_studies_tell_throughput_and_peak_memory(tmp_path):
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert complete and all(len(t.values) == 2 for t in complete)
     assert study.directions[1].name == "MINIMIZE"
+
+
+def test_each_trial_shows_its_knobs_as_params_and_its_figures_as_attributes(tmp_path):
+    """What optuna-dashboard shows of a study: the varied knobs, and flat figures beside the full result."""
+    study = open_study(settings(tmp_path, n_trials=10), META)
+    tune(study, SPACE, settings(tmp_path, n_trials=10), FakeMeasure(), lambda event: None)
+    for trial in study.get_trials(deepcopy=False):
+        assert set(trial.params) <= set(SPACE.varied) and "batch_size" in trial.params
+        if DUPLICATE_ATTR in trial.user_attrs:  # the label of the trial that measured it
+            continue
+        if trial.state is TrialState.COMPLETE:
+            assert trial.user_attrs["throughput_sps"] == trial.values[0] and trial.user_attrs["peak_memory_mb"] > 0
+            assert 0 <= trial.user_attrs["data_wait_share"] <= 1 and "failure" not in trial.user_attrs
+        else:
+            assert "RuntimeError: boom" in trial.user_attrs["failure"] and "throughput_sps" not in trial.user_attrs
