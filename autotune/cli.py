@@ -19,8 +19,8 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune import app, benchmark, selfcheck
-from autotune.config.load import did_you_mean, load_settings
+from autotune import app, benchmark, rerender, selfcheck
+from autotune.config.load import did_you_mean, is_report, load_report_study, load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
@@ -40,6 +40,8 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   hydra.run.dir=DIR    where the reports go
   mode=selfcheck       time the baseline and the study's recommendation by autotune and by a plain training
                        loop, interleaved, and say whether the two agree (selfcheck.json)
+  mode=report study.name=NAME
+                       render every report of a stored study again, from the study alone
   mode=benchmark recommended=PATH
                        the recommendation against the baseline, interleaved, with each change alone and
                        left out (benchmark.md, benchmark.json, benchmark.html)
@@ -135,8 +137,13 @@ def _run(cfg: DictConfig) -> None:
         data = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
         raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
-    settings = load_settings(data, runtime.choices.get("pipeline"))
     output_dir = Path(runtime.output_dir)
+    if is_report(data):
+        name, storage = load_report_study(data)
+        write_atomic(output_dir / "config.yaml", _config_record(data, storage))
+        rerender.run(name, storage, output_dir)
+        return
+    settings = load_settings(data, runtime.choices.get("pipeline"))
     write_atomic(output_dir / "config.yaml", _config_record(data, settings.study.storage))
     modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run}
     modes[settings.mode](settings, output_dir)

@@ -465,3 +465,31 @@ def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path):
     assert "Each change&#x27;s share" in page and "recommended - set_to_none" in page
     assert "| recommended |" in (tmp_path / "out" / "benchmark.md").read_text()
     assert "[round 2 recommended - batch_size]" in proc.stdout and "x the baseline" in proc.stdout
+
+
+def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path):
+    """Tuned where the user's package imports; re-rendered where it does not, from the study alone."""
+    (tmp_path / "repo" / "mypkg").mkdir(parents=True)
+    (tmp_path / "repo" / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "repo" / "mypkg" / "parts.py").write_text(
+        "from tests.fixtures.tiny import TinyCNN as Net, TinyImages as Data\n"
+    )
+    (tmp_path / "repo" / "pipeline").mkdir()
+    (tmp_path / "repo" / "pipeline" / "mine.yaml").write_text(
+        (TEST_CONF / "pipeline" / "tiny.yaml")
+        .read_text()
+        .replace("tests.fixtures.tiny.TinyCNN", "mypkg.parts.Net")
+        .replace("tests.fixtures.tiny.TinyImages", "mypkg.parts.Data")
+    )
+    storage = f"study.storage=sqlite:///{tmp_path}/studies.db"
+    tune = ["-cd", str(tmp_path / "repo"), "pipeline=mine", *TINY[3:], "study.n_trials=1", "study.confirm_rounds=0"]
+    assert run_cli([*tune, storage, f"hydra.run.dir={tmp_path}/tuned"], cwd=tmp_path / "repo").returncode == 0
+    (tmp_path / "elsewhere").mkdir()
+    report = ["mode=report", "study.name=mine", storage, f"hydra.run.dir={tmp_path}/again"]
+    proc = run_cli(report, cwd=tmp_path / "elsewhere")
+    assert proc.returncode == 0, proc.stderr
+    tuned, again = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("tuned", "again"))
+    assert again == tuned and "rendered from storage" in proc.stdout
+    assert not (tmp_path / "again" / "trials").exists(), "nothing measured"
+    missing = run_cli(["mode=report", "study.name=nope", storage, f"hydra.run.dir={tmp_path}/x"], cwd=tmp_path)
+    assert missing.returncode == 2 and "study.name: no study 'nope'" in missing.stderr

@@ -23,12 +23,14 @@ Parser = Callable[[Any], Any]
 BATCH_POLICIES = ("free", "fixed_effective")
 OBJECTIVES = ("throughput", "peak_memory")
 DEVICES = ("auto", "cpu", "cuda")
-MODES = ("tune", "selfcheck", "benchmark")
+MODES = ("tune", "selfcheck", "benchmark", "report")
 _PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
 
 
 def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settings:
     """Turn the composed config into Settings; ``pipeline_choice`` is the pipeline file's name."""
+    if config.get("pipeline") is None:
+        raise ConfigError("pipeline", "no pipeline chosen; run e.g. python -m autotune pipeline=mymodel")
     _check_keys(
         config,
         "",
@@ -53,6 +55,19 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
         benchmark_rounds=_section(config.get("benchmark", {"rounds": 5}), "benchmark", _ROUNDS_FIELDS)["rounds"],
         recommended=_recommended(config.get("recommended")),
     )
+
+
+def is_report(config: dict[str, Any]) -> bool:
+    """Whether the composed config asks for mode=report."""
+    return _mode(config) == "report"
+
+
+def load_report_study(config: dict[str, Any]) -> tuple[str, str]:
+    """The study mode=report re-renders: (name, storage URL); the name must be given, as no pipeline is."""
+    study = _section(config["study"], "study", _STUDY_FIELDS)
+    if not study["name"]:
+        raise ConfigError("study.name", "mode=report re-renders a stored study: give study.name=NAME")
+    return study["name"], study["storage"]
 
 
 def _window_plan(measure: dict[str, Any]) -> WindowPlan:
