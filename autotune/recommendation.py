@@ -83,6 +83,10 @@ class Recommendation:
     training: Training
     no_difference: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    # Setups without a model, by (target, device): to_device, autocast and zero_grad run every training step.
+    _applied: dict[tuple[Target, str], TrainingSetup] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def changes(self) -> dict[str, tuple[Any, Any]]:
@@ -141,8 +145,17 @@ class Recommendation:
 
     def _setup(self, target: Target, model: Any = None, device: str | torch.device = "cpu") -> TrainingSetup:
         """A training setup with the knobs that apply to ``target`` applied (to a stand-in model where none is
-        given: what they do to a model is not asked for)."""
-        setup = TrainingSetup(model=torch.nn.Module() if model is None else model, device=torch.device(device))
+        given: what they do to a model is not asked for). Applied once per target and device, but for the model
+        and the process, which are applied whenever asked."""
+        if model is not None or target is Target.PROCESS:
+            return self._apply(target, model, device)
+        key = (target, str(device))
+        if key not in self._applied:
+            self._applied[key] = self._apply(target, torch.nn.Module(), device)
+        return self._applied[key]
+
+    def _apply(self, target: Target, model: Any, device: str | torch.device) -> TrainingSetup:
+        setup = TrainingSetup(model=model, device=torch.device(device))
         for name, knob in KNOBS.items():
             if target in knob.applies_to:
                 knob.apply(self.knobs[name], setup)

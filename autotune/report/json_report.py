@@ -47,13 +47,10 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
 
 def _race(race: Confirmation) -> dict[str, Any]:
     """A race's runs and verdict (a variant's first run is in trials/, not repeated here)."""
-    finalists = [{k: v for k, v in finalist.to_dict().items() if k != "result"} for finalist in race.finalists]
-    return {
-        **race.to_dict(),
-        "finalists": finalists,
-        "confirmed": race.confirmed,
-        "winner": race.winner.label if race.winner else None,
-    }
+    data = race.to_dict()
+    for finalist in data["finalists"]:
+        del finalist["result"]
+    return {**data, "confirmed": race.confirmed, "winner": race.winner.label if race.winner else None}
 
 
 def render_json(results: StudyResults, summary: Summary) -> str:

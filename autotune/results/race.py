@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.knobs import changed
@@ -73,7 +73,7 @@ class Finalist:
     result: TrialResult | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "result": self.result.to_dict() if self.result else None}
+        return {**_fields(self), "result": self.result.to_dict() if self.result else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finalist:
@@ -181,12 +181,17 @@ class Confirmation:
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "finalists": [finalist.to_dict() for finalist in self.finalists]}
+        return {**_fields(self), "finalists": [finalist.to_dict() for finalist in self.finalists]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
         finalists = [Finalist.from_dict(finalist) for finalist in data["finalists"]]
         return cls(data["baseline_throughputs"], finalists, data.get("failure"), data.get("planned_rounds"))
+
+
+def _fields(record: Finalist | Confirmation) -> dict[str, Any]:
+    """A record's fields, one level deep (``asdict`` would convert the nested records its caller converts itself)."""
+    return {item.name: getattr(record, item.name) for item in fields(record)}
 
 
 def beats(faster: Finalist, other: Finalist) -> bool:
