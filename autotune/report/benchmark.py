@@ -11,6 +11,7 @@ from autotune.files import write_atomic
 from autotune.report.document import Document, Headline, Section, Table
 from autotune.report.html_report import to_html
 from autotune.report.markdown import markdown_table, to_markdown
+from autotune.report.plots import benchmark_ratios
 from autotune.results.benchmark import Benchmark, Entry
 
 _HEADERS = ["configuration", "samples/s (median)", "vs baseline", "95 % interval", "verdict", "peak memory"]
@@ -35,7 +36,12 @@ def benchmark_document(benchmark: Benchmark) -> Document:
         "(autotune/results/benchmark.py)."
     )
     sections = [
-        Section("Configurations", paragraphs=benchmark.notes, table=benchmark_table(benchmark)),
+        Section(
+            "Configurations",
+            paragraphs=benchmark.notes,
+            table=benchmark_table(benchmark),
+            plots=[plot] if (plot := benchmark_ratios(benchmark)) else [],
+        ),
         *_shares(benchmark),
         Section("How it was measured", paragraphs=[method]),
         Section("Machine", bullets=[f"{key}: {value}" for key, value in benchmark.machine.items()]),

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.knobs import KNOBS
+from autotune.knobs import KNOBS, changed
 from autotune.measure.measurement import SystemReport
+from autotune.report import plots
+from autotune.report.plots import Plot
 from autotune.report.rows import ranked_rows, record_row
 from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
@@ -33,7 +35,7 @@ _BEFORE_AFTER_METRICS = [
 _RANKED_COLUMNS = [
     ("rank", "rank"),
     ("trial", "trial"),
-    *[(name, name) for name in KNOBS],
+    ("changes", "changes from the baseline"),
     ("throughput_sps", "samples/s"),
     ("speedup", "vs baseline"),
     ("mean_step_ms", "step ms"),
@@ -55,6 +57,7 @@ class Section:
     paragraphs: list[str] = field(default_factory=list)
     table: Table | None = None
     bullets: list[str] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,17 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
                 "from one measured run of each configuration (a search trial's run has the shorter screening window)."
             ],
             table=_before_after(summary),
+            plots=[plots.before_after(summary), plots.time_split(summary)],
         ),
         Section("Training", paragraphs=[batch_advice(results, summary).describe()]),
         *_probe(results),
         *_pareto(summary),
-        Section("All configurations, fastest first", table=_ranked(summary)),
+        Section(
+            "All configurations, fastest first",
+            table=_ranked(summary),
+            plots=_present(plots.trials_in_order(results, summary), plots.throughput_by_batch(summary)),
+        ),
+        *_importance(results),
         *_failures(summary),
         Section("How it was measured", paragraphs=[_method(results)]),
         Section("Machine", bullets=_machine(results.machine, results.device)),
@@ -137,7 +146,28 @@ def _trim(summary: Summary) -> list[Section]:
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
     )
-    return [Section("Only the changes that matter", paragraphs=[lead, *(race.describe() for race in summary.trim)])]
+    paragraphs = [lead, *(race.describe() for race in summary.trim)]
+    return [
+        Section(
+            "Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary.trim))
+        )
+    ]
+
+
+def _present(*found: Plot | None) -> list[Plot]:
+    """The pictures whose data exists (a plot function returns None without it)."""
+    return [plot for plot in found if plot is not None]
+
+
+def _importance(results: StudyResults) -> list[Section]:
+    if not results.importance:
+        return []
+    text = (
+        "How much each knob that varied among the search's trials mattered to reaching the best throughputs, by "
+        "Optuna's default importance evaluator (PED-ANOVA). The search chose which configurations to measure, so "
+        "this describes the trials run, not every possible configuration; the races above measure each change."
+    )
+    return [Section("Which knobs mattered", paragraphs=[text], plots=_present(plots.importance(results.importance)))]
 
 
 def _why_keep(summary: Summary) -> str:
@@ -203,8 +233,13 @@ def _interval(row: dict[str, Any]) -> str:
 
 
 def _ranked(summary: Summary) -> Table:
-    rows = [row for row in ranked_rows(summary) if row["state"] == "complete"]
+    rows = [_with_changes(row, summary) for row in ranked_rows(summary) if row["state"] == "complete"]
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
+
+
+def _with_changes(row: dict[str, Any], summary: Summary) -> dict[str, Any]:
+    """``row`` with its knobs as one cell: the knobs that differ from the baseline (every knob: trials.csv)."""
+    return {**row, "changes": _changes_from(summary.baseline, {name: row[name] for name in KNOBS})}
 
 
 def _probe(results: StudyResults) -> list[Section]:
@@ -234,8 +269,7 @@ def _probe(results: StudyResults) -> list[Section]:
 
 
 def _changes_from(baseline, knobs: dict[str, Any]) -> str:
-    before = baseline.result.knobs
-    return ", ".join(f"{name}={knobs[name]}" for name in before if knobs[name] != before[name]) or "none"
+    return ", ".join(f"{name}={after}" for name, (_, after) in changed(knobs, baseline.result.knobs).items()) or "none"
 
 
 def _pareto(summary: Summary) -> list[Section]:
@@ -254,7 +288,10 @@ def _pareto(summary: Summary) -> list[Section]:
     ]
     table = _table(["trial", "samples/s", "vs baseline", "peak MB", "changes from the baseline"], rows)
     intro = "No configuration is both faster and leaner than these (study.objectives=[throughput, peak_memory])."
-    return [Section("Pareto front: throughput against peak memory", paragraphs=[intro], table=table)]
+    section = Section(
+        "Pareto front: throughput against peak memory", [intro], table, plots=_present(plots.pareto(summary))
+    )
+    return [section]
 
 
 def _failures(summary: Summary) -> list[Section]:
@@ -262,10 +299,16 @@ def _failures(summary: Summary) -> list[Section]:
     if not failed:
         return []
     rows = [
-        [row["trial"], row["state"], *(row[name] for name in KNOBS), row["throughput_sps"], row["failure_reason"]]
+        [
+            row["trial"],
+            row["state"],
+            _with_changes(row, summary)["changes"],
+            row["throughput_sps"],
+            row["failure_reason"],
+        ]
         for row in failed
     ]
-    headers = ["trial", "state", *KNOBS, "samples/s", "reason"]
+    headers = ["trial", "state", "changes from the baseline", "samples/s", "reason"]
     return [Section("Pruned, infeasible and failed configurations", table=_table(headers, rows))]
 
 

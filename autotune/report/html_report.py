@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from html import escape
 
 from autotune.report.document import Document, Table, build_document
+from autotune.report.plots import Plot, png
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 
@@ -15,6 +17,7 @@ table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ccc; padding: .25rem .5rem; text-align: left; }
 th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
 .headline { font-size: 1.1rem; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; height: auto; } figcaption { color: #555; font-size: .9rem; }
 """
 
 
@@ -30,6 +33,7 @@ def to_html(document: Document) -> str:
     for section in document.sections:
         body.append(f"<h2>{escape(section.heading)}</h2>")
         body += [f"<p>{escape(paragraph)}</p>" for paragraph in section.paragraphs]
+        body += [_figure(plot) for plot in section.plots]
         if section.table:
             body.append(_table(section.table))
         if section.bullets:
@@ -46,3 +50,12 @@ def _table(table: Table) -> str:
     head = "".join(f"<th>{escape(header)}</th>" for header in table.headers)
     rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table.rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _figure(plot: Plot) -> str:
+    """``plot`` embedded as a PNG data URI: the page needs no other file and no network."""
+    data = base64.b64encode(png(plot)).decode("ascii")
+    caption = escape(plot.caption)
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
+    )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
+from optuna.importance import get_param_importances
 
 from autotune.records import (
     BASELINE_ATTR,
@@ -32,7 +34,8 @@ class StudyResults:
 
     ``optimizer`` is the pipeline's optimizer config (for the learning-rate note); ``probe`` what the
     differential probe found, as stored in the study (None if it did not run); ``trim`` the races of the race's
-    winner against its changes undone (``autotune/study/trim.py``).
+    winner against its changes undone (``autotune/study/trim.py``); ``importance`` Optuna's importance of each knob
+    that took more than one value among the completed trials, for reaching the best throughputs (``knob_importance``).
     """
 
     study_name: str
@@ -49,6 +52,7 @@ class StudyResults:
     optimizer: dict[str, Any] | None = None
     probe: ProbeRecord | None = None
     trim: list[Confirmation] = field(default_factory=list)
+    importance: dict[str, float] = field(default_factory=dict)
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -82,4 +86,22 @@ def load_results(study: optuna.Study) -> StudyResults:
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
         probe=ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) if PROBE_ATTR in study.user_attrs else None,
         trim=[Confirmation.from_dict(trim) for trim in study.user_attrs.get(TRIM_ATTR, [])],
+        importance=knob_importance(study),
     )
+
+
+def knob_importance(study: optuna.Study) -> dict[str, float]:
+    """Optuna's default importance (PED-ANOVA: how much each knob matters to reaching the top throughputs) of the
+    knobs that took two values or more among the completed trials; empty with fewer than two such knobs (one
+    alone would read 1.0 whatever it did)."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    values: dict[str, set] = {}
+    for trial in complete:
+        for name, value in trial.params.items():
+            values.setdefault(name, set()).add(value)
+    varied = [name for name, seen in values.items() if len(seen) > 1]
+    if len(varied) < 2:
+        return {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its reminder that lower targets are better: throughput is negated below
+        return get_param_importances(study, params=varied, target=lambda trial: -trial.values[0])

@@ -129,5 +129,5 @@ def summarise(results: StudyResults) -> Summary:
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
-    pareto = pareto_front(results.records) if "peak_memory" in results.objectives else []
+    pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
     return Summary(ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy, trim)

@@ -1,0 +1,263 @@
+"""The study report's pictures, drawn with matplotlib from saved results; nothing here measures.
+
+Each function returns a ``Plot`` (or None when its data is missing): what to draw and its caption, rendered to an
+image only by a format that shows images (``png``). Colours keep one meaning across pictures.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from autotune.records import BASELINE_LABEL, TrialRecord
+from autotune.report.rows import record_state
+from autotune.results.benchmark import Benchmark
+from autotune.results.model import StudyResults
+from autotune.results.race import TIE_TOLERANCE, Confirmation
+from autotune.results.summary import Summary
+
+BASELINE, RECOMMENDED, OTHER = "#7f7f7f", "#1f77b4", "#9ecae1"
+STATE_STYLE = {  # marker, colour, legend label
+    "complete": ("o", RECOMMENDED, "measured"),
+    "pruned": ("v", "#ff7f0e", "pruned (reading when stopped)"),
+    "infeasible": ("s", "#9467bd", "infeasible (over budget or inexact)"),
+    "failed": ("x", "#d62728", "failed (no reading)"),
+}
+WIDTH_IN, DPI = 8.0, 110
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A picture: ``draw`` draws it on one matplotlib Axes; ``caption`` says what it shows (also its alt text);
+    ``height`` in inches, at a width of WIDTH_IN."""
+
+    caption: str
+    draw: Callable[[Axes], None]
+    height: float = 3.0
+
+
+def png(plot: Plot) -> bytes:
+    """``plot`` as a PNG image (matplotlib's Agg canvas: no display, no global pyplot state)."""
+    figure = Figure(figsize=(WIDTH_IN, plot.height), dpi=DPI, layout="constrained")
+    plot.draw(figure.subplots())
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _legend_below(ax: Axes) -> None:
+    """The legend under the picture, where it hides no data (constrained layout makes room for it)."""
+    ax.figure.legend(loc="outside lower center", ncols=4, fontsize="small", frameon=False)
+
+
+def name_of(record: TrialRecord, summary: Summary) -> str:
+    if record.label == BASELINE_LABEL:
+        return "baseline"
+    return f"trial {record.label}" + (" (recommended)" if record is summary.recommended else "")
+
+
+def before_after(summary: Summary) -> Plot:
+    """The two throughputs the headline states: medians of the race's rounds (each round a dot), or single runs with
+    the interval within their run."""
+    proof = summary.proof
+    rows = [
+        ("baseline", summary.baseline_throughput, BASELINE),
+        ("recommended", summary.recommended_throughput, RECOMMENDED),
+    ]
+
+    def draw(ax: Axes) -> None:
+        ax.barh([label for label, _, _ in rows], [value for _, value, _ in rows], color=[c for _, _, c in rows])
+        if proof is not None:
+            for y, runs in enumerate((proof.baseline_throughputs, proof.winner.throughputs)):
+                ax.plot(runs, [y] * len(runs), "o", color="black", markersize=4)
+        else:
+            for y, record in enumerate((summary.baseline, summary.recommended)):
+                _run_interval(ax, y, record)
+        ax.invert_yaxis()
+        ax.set_xlabel("samples/s")
+
+    how = f"medians of {proof.rounds} interleaved rounds (dots: each round)" if proof else "single runs"
+    caption = (
+        f"Throughput before and after: {summary.speedup:.2f}x, {how}"
+        + ("" if proof else ", the bar's whisker the 95 % interval within its run")
+        + "."
+    )
+    return Plot(caption, draw, height=1.9)
+
+
+def _run_interval(ax: Axes, y: int, record: TrialRecord) -> None:
+    timing = record.result.timing
+    if timing.throughput_ci95_low is None:
+        return
+    high = timing.throughput_ci95_high if timing.throughput_ci95_high is not None else timing.throughput
+    ax.plot([timing.throughput_ci95_low, high], [y, y], color="black", linewidth=2)
+
+
+def undone_changes(trim: list[Confirmation]) -> Plot | None:
+    """Each trim race's variants against the configuration they were made from: the ratio round by round."""
+    rows = [
+        (variant.label, [v / r for v, r in zip(variant.throughputs, race.finalists[0].throughputs, strict=False)])
+        for race in trim
+        for variant in race.finalists[1:]
+        if variant.throughputs
+    ]
+    if not rows:
+        return None
+
+    def draw(ax: Axes) -> None:
+        ax.axvspan(1 - TIE_TOLERANCE, 1 + TIE_TOLERANCE, color="#eeeeee", label=f"tie (±{TIE_TOLERANCE:.0%})")
+        ax.axvline(1, color=BASELINE, linewidth=1)
+        for y, (_, ratios) in enumerate(rows):
+            ax.plot(ratios, [y] * len(ratios), "o", color=OTHER, markersize=5)
+            ax.plot([statistics.median(ratios)], [y], "D", color=RECOMMENDED, label="median" if not y else None)
+        ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("throughput relative to the configuration it was made from (per round)")
+        _legend_below(ax)
+
+    caption = (
+        "Each change undone in turn: below 1, undoing it costs throughput (the change matters); in the grey band, "
+        "it made no difference."
+    )
+    return Plot(caption, draw, height=1.2 + 0.4 * len(rows))
+
+
+def trials_in_order(results: StudyResults, summary: Summary) -> Plot:
+    """Every configuration's throughput in the order measured, marked by how it ended."""
+    records = results.records
+
+    def draw(ax: Axes) -> None:
+        bottom = min((r.result.timing.throughput for r in records if r.result.timing), default=0) * 0.9
+        for state, (marker, colour, label) in STATE_STYLE.items():
+            points = [(x, _reading(r, bottom)) for x, r in enumerate(records) if record_state(r) == state]
+            if points:
+                ax.scatter(*zip(*points, strict=True), marker=marker, color=colour, label=label, zorder=3)
+        ax.axhline(summary.baseline.throughput, color=BASELINE, linestyle="--", linewidth=1, label="baseline")
+        if not summary.is_baseline and summary.recommended in records:
+            x = records.index(summary.recommended)
+            ring = {"facecolors": "none", "edgecolors": "black", "label": "recommended"}
+            ax.scatter([x], [summary.recommended.throughput], s=160, **ring)
+        ax.set_xticks(range(len(records)), ["base" if r.label == BASELINE_LABEL else r.label for r in records])
+        ax.set_xlabel("trial, in the order measured")
+        ax.set_ylabel("samples/s")
+        _legend_below(ax)
+
+    return Plot("Every configuration's throughput in the order the study measured it.", draw)
+
+
+def _reading(record: TrialRecord, bottom: float) -> float:
+    """A record's throughput as measured, or ``bottom`` (the foot of the axis) when it has none."""
+    timing = record.result.timing
+    return timing.throughput if timing else bottom
+
+
+def throughput_by_batch(summary: Summary) -> Plot | None:
+    """Throughput against batch size, when the study measured more than one."""
+    measured = [r for r in summary.ranked if r.result.ok]
+    if len({r.result.knobs["batch_size"] for r in measured}) < 2:
+        return None
+
+    def draw(ax: Axes) -> None:
+        for record in measured:
+            colour = _colour(record, summary)
+            ax.scatter(record.result.knobs["batch_size"], record.throughput, color=colour, zorder=3)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size" + (" (micro-batch)" if summary.batch_policy == "fixed_effective" else ""))
+        ax.set_ylabel("samples/s")
+        ax.grid(alpha=0.3)
+
+    caption = "Throughput against batch size, one dot per configuration (grey: baseline, dark blue: recommended)."
+    return Plot(caption, draw)
+
+
+def _colour(record: TrialRecord, summary: Summary) -> str:
+    if record is summary.baseline:
+        return BASELINE
+    return RECOMMENDED if record is summary.recommended else OTHER
+
+
+def time_split(summary: Summary, limit: int = 8) -> Plot:
+    """Time per sample of the fastest configurations and the baseline: waiting for data, and the rest."""
+    measured = [r for r in summary.ranked if r.result.ok][:limit]
+    if summary.baseline not in measured:
+        measured.append(summary.baseline)
+
+    def draw(ax: Axes) -> None:
+        labels = [name_of(r, summary) for r in measured]
+        per_sample = [1e3 / r.throughput for r in measured]
+        wait = [ms * r.result.timing.data_stall_fraction for ms, r in zip(per_sample, measured, strict=True)]
+        rest = [ms - w for ms, w in zip(per_sample, wait, strict=True)]
+        ax.barh(labels, rest, color=RECOMMENDED, label="compute and the rest of the step")
+        ax.barh(labels, wait, left=rest, color="#ff7f0e", label="waiting for the next batch")
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per sample (shorter is faster)")
+        _legend_below(ax)
+
+    caption = "Where each configuration's time went: per sample, waiting for data against everything else."
+    return Plot(caption, draw, height=1.0 + 0.35 * len(measured))
+
+
+def pareto(summary: Summary) -> Plot | None:
+    """Throughput against peak memory, the front joined."""
+    if not summary.pareto:
+        return None
+    measured = [r for r in summary.ranked if r.result.ok]
+
+    def draw(ax: Axes) -> None:
+        ax.scatter([r.result.peak_memory_mb for r in measured], [r.throughput for r in measured], color=OTHER)
+        front = sorted(summary.pareto, key=lambda r: r.result.peak_memory_mb)
+        xs, ys = [r.result.peak_memory_mb for r in front], [r.throughput for r in front]
+        ax.plot(xs, ys, "o-", color=RECOMMENDED, drawstyle="steps-post", label="Pareto front")
+        for record in front:
+            ax.annotate(name_of(record, summary), (record.result.peak_memory_mb, record.throughput), fontsize=8)
+        ax.set_xlabel("peak memory (MB)")
+        ax.set_ylabel("samples/s")
+        _legend_below(ax)
+
+    return Plot("Throughput against peak memory: up and to the left is better.", draw)
+
+
+def importance(values: dict[str, float]) -> Plot | None:
+    """Optuna's importance of each knob that varied, largest first."""
+    if not values:
+        return None
+    names = sorted(values, key=values.get, reverse=True)
+
+    def draw(ax: Axes) -> None:
+        ax.barh(names, [values[name] for name in names], color=RECOMMENDED)
+        ax.invert_yaxis()
+        ax.set_xlabel("importance (Optuna's PED-ANOVA; the knobs' importances sum to 1)")
+
+    return Plot("Which knobs the throughput depended on, across the search's trials.", draw, 1.0 + 0.35 * len(names))
+
+
+VERDICT_COLOUR = {"gain": "#2ca02c", "loss": "#d62728", "within noise": BASELINE}
+
+
+def benchmark_ratios(benchmark: Benchmark) -> Plot | None:
+    """Each configuration's ratio to the baseline with its 95 % interval, coloured by its verdict."""
+    rows = [(e.label, benchmark.interval(e), benchmark.verdict(e)) for e in benchmark.entries[1:]]
+    rows = [(label, interval, verdict) for label, interval, verdict in rows if interval is not None]
+    if not rows:
+        return None
+
+    def draw(ax: Axes) -> None:
+        ax.axvline(1, color=BASELINE, linewidth=1)
+        for y, (_, interval, verdict) in enumerate(rows):
+            colour = VERDICT_COLOUR[verdict]
+            ax.plot([interval.low, interval.high], [y, y], color=colour, linewidth=3, solid_capstyle="butt")
+            ax.plot([interval.geomean], [y], "D", color=colour)
+        ax.set_yticks(range(len(rows)), [label for label, _, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("throughput relative to the baseline (geometric mean of paired rounds, 95 % interval)")
+
+    caption = (
+        "Each configuration against the baseline: green, a gain; red, a loss; grey, within noise (the interval "
+        "spans 1)."
+    )
+    return Plot(caption, draw, height=1.0 + 0.4 * len(rows))
