@@ -19,7 +19,7 @@ from autotune.config.settings import Settings
 from autotune.errors import ConfigError
 from autotune.knobs import changed
 from autotune.measure.environment import describe_machine
-from autotune.recommendation import MachineMismatchWarning, Recommendation, load_recommended
+from autotune.recommendation import MachineMismatchWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
 from autotune.results.benchmark import Benchmark, Entry
@@ -39,7 +39,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             recommendation = load_recommended(settings.recommended)
         except ConfigError as exc:
             raise ConfigError("recommended", str(exc)) from exc
-    notes = [str(warning.message) for warning in caught] + _baseline_note(recommendation, settings.baseline)
+    notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
     entries = configurations(settings.baseline, recommendation.knobs)
     print(
         f"autotune benchmark: pipeline '{settings.pipeline.name}' on {device}; {settings.benchmark_rounds} rounds of "
@@ -49,20 +49,18 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     )
     for note in notes:
         print(f"note: {note}", file=out)
-    runner = TrialRunner(settings, device, output_dir / "benchmark")
+    benchmark = Benchmark(
+        pipeline=settings.pipeline.name,
+        device=device,
+        rounds=settings.benchmark_rounds,
+        recommended=str(settings.recommended),
+        machine=describe_machine(),
+        entries=entries,
+        notes=notes,
+    )
     try:
-        for index in range(1, settings.benchmark_rounds + 1):
-            _round(runner, index, entries, settings.baseline, out)
+        measure_rounds(settings, benchmark, output_dir / "benchmark", out)
     finally:
-        benchmark = Benchmark(
-            pipeline=settings.pipeline.name,
-            device=device,
-            rounds=settings.benchmark_rounds,
-            recommended=str(settings.recommended),
-            machine=describe_machine(),
-            entries=entries,
-            notes=notes,
-        )
         files = write_benchmark(benchmark, output_dir)
         print_benchmark(benchmark, files, out)
     return files
@@ -73,10 +71,7 @@ def configurations(baseline: dict[str, Any], recommended: dict[str, Any]) -> lis
     without it, each measured on its own (with two changes, one's alone is the other's without); one that is the
     baseline or the recommendation is not measured again (with one change, alone is the recommendation; an option
     of workers alone, without workers, is the baseline)."""
-    ends = [
-        Entry("baseline", "baseline", None, dict(baseline)),
-        Entry("recommended", "recommended", None, dict(recommended)),
-    ]
+    ends = both_ends(baseline, recommended)
     entries = list(ends)
     for knob in changed(recommended, baseline):
         candidates = [
@@ -85,6 +80,23 @@ def configurations(baseline: dict[str, Any], recommended: dict[str, Any]) -> lis
         ]
         entries += [c for c in candidates if all(c.knobs != end.knobs for end in ends)]
     return entries
+
+
+def both_ends(baseline: dict[str, Any], recommended: dict[str, Any]) -> list[Entry]:
+    """The baseline's entry, then the recommendation's: what every interleaved comparison measures."""
+    return [
+        Entry("baseline", "baseline", None, dict(baseline)),
+        Entry("recommended", "recommended", None, dict(recommended)),
+    ]
+
+
+def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out: TextIO) -> None:
+    """Fill ``benchmark``'s entries: ``benchmark.rounds`` rounds, each configuration once a round in a fresh process
+    with the full window (its log and result in ``workdir``), the order rotating. Each run is added as it ends, so
+    the record holds every run that ended when this is interrupted."""
+    runner = TrialRunner(settings, benchmark.device, workdir)
+    for index in range(1, benchmark.rounds + 1):
+        _round(runner, index, benchmark.entries, settings.baseline, out)
 
 
 def _round(runner: TrialRunner, index: int, entries: list[Entry], baseline: dict[str, Any], out: TextIO) -> None:
@@ -105,8 +117,10 @@ def _round(runner: TrialRunner, index: int, entries: list[Entry], baseline: dict
         print(f"[round {index} {entry.label}] {changes} -> {shown}", file=out, flush=True)
 
 
-def _baseline_note(recommendation: Recommendation, baseline: dict[str, Any]) -> list[str]:
-    differs = changed(recommendation.baseline, baseline) if recommendation.baseline else {}
+def baseline_note(tuned_against: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    """A note where the recommendation was tuned against another baseline (``tuned_against``, empty where the file
+    does not say) than ``baseline``, the one it is measured against here."""
+    differs = changed(tuned_against, baseline) if tuned_against else {}
     if not differs:
         return []
     listed = ", ".join(f"{name}={after}" for name, (_, after) in differs.items())

@@ -19,7 +19,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune import app, benchmark, rerender, selfcheck
+from autotune import app, benchmark, check, rerender, selfcheck
 from autotune.config.load import did_you_mean, is_report, load_report_study, load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
@@ -45,6 +45,9 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   mode=benchmark recommended=PATH
                        the recommendation against the baseline, interleaved, with each change alone and
                        left out (benchmark.md, benchmark.json, benchmark.html)
+  mode=check against=PATH/report.json [check.tolerance=0.10] [check.rounds=5]
+                       a regression gate: the recommendation of a tuning run against the baseline again,
+                       interleaved; exits 1 when its speedup fell beyond the tolerance and the noise (check.json)
 
 Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md.
 
@@ -145,7 +148,7 @@ def _run(cfg: DictConfig) -> None:
         return
     settings = load_settings(data, runtime.choices.get("pipeline"))
     write_atomic(output_dir / "config.yaml", _config_record(data, settings.study.storage))
-    modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run}
+    modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run, "check": check.run}
     modes[settings.mode](settings, output_dir)
 
 

@@ -37,3 +37,10 @@ class StudyMismatchError(AutotuneError):
     """A stored study of the same name was created with different settings."""
 
     exit_code = 2
+
+
+class RegressionError(AutotuneError):
+    """mode=check failed: the recommendation's speedup fell beyond the tolerance, or the recommendation or the baseline
+    could not be measured in enough rounds to tell."""
+
+    exit_code = 1

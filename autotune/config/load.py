@@ -23,7 +23,7 @@ Parser = Callable[[Any], Any]
 BATCH_POLICIES = ("free", "fixed_effective")
 OBJECTIVES = ("throughput", "peak_memory")
 DEVICES = ("auto", "cpu", "cuda")
-MODES = ("tune", "selfcheck", "benchmark", "report")
+MODES = ("tune", "selfcheck", "benchmark", "check", "report")
 _PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
 
 
@@ -35,7 +35,7 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
         config,
         "",
         required=("pipeline", "search", "study", "measure"),
-        optional=("mode", "selfcheck", "benchmark", "recommended"),
+        optional=("mode", "selfcheck", "benchmark", "recommended", "check", "against"),
     )
     pipeline = _mapping(config["pipeline"], "pipeline")
     spec = _pipeline_spec(pipeline, pipeline_choice)
@@ -43,6 +43,7 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
     measure = _section(config["measure"], "measure", _MEASURE_FIELDS)
     plan = _window_plan(measure)
     screen_plan = _screen_plan(measure, plan)
+    check = _section(config.get("check", {"tolerance": 0.10, "rounds": 5}), "check", _CHECK_FIELDS)
     return Settings(
         pipeline=spec,
         baseline=_baseline(pipeline.get("baseline"), "pipeline.baseline"),
@@ -53,7 +54,10 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
         mode=_mode(config),
         selfcheck_rounds=_section(config.get("selfcheck", {"rounds": 5}), "selfcheck", _ROUNDS_FIELDS)["rounds"],
         benchmark_rounds=_section(config.get("benchmark", {"rounds": 5}), "benchmark", _ROUNDS_FIELDS)["rounds"],
-        recommended=_recommended(config.get("recommended")),
+        recommended=_path(config.get("recommended"), "recommended", "a recommended.yaml"),
+        against=_path(config.get("against"), "against", "a tuning run's report.json"),
+        check_tolerance=check["tolerance"],
+        check_rounds=check["rounds"],
     )
 
 
@@ -189,9 +193,9 @@ def _batch_policy(search: dict[str, Any]) -> str:
         raise ConfigError("search.batch_policy", str(exc)) from None
 
 
-def _recommended(value: Any) -> str | None:
+def _path(value: Any, key: str, what: str) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise ConfigError("recommended", f"expected the path of a recommended.yaml, got {value!r}")
+        raise ConfigError(key, f"expected the path of {what}, got {value!r}")
     return value
 
 
@@ -267,6 +271,13 @@ def _number(minimum: float, integer: bool = False, strict: bool = False, optiona
     return parse
 
 
+def _fraction(value: Any) -> float:
+    """A share of a whole, short of all of it: 0 <= value < 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"expected a number >= 0 and < 1, got {value!r}")
+    return value
+
+
 def _string(optional: bool = False, choices: tuple[str, ...] = ()) -> Parser:
     def parse(value: Any) -> Any:
         if value is None and optional:
@@ -315,3 +326,4 @@ _MEASURE_FIELDS: dict[str, Parser] = {
     "compile_cache_dir": _string(optional=True),
 }
 _ROUNDS_FIELDS: dict[str, Parser] = {"rounds": _number(2, integer=True)}
+_CHECK_FIELDS: dict[str, Parser] = {"tolerance": _fraction, **_ROUNDS_FIELDS}

@@ -62,8 +62,10 @@ class Settings:
     """Everything one autotune run needs. ``search`` maps knob name to candidates, None = derived;
     ``batch_policy`` is "free" (batch size varies) or "fixed_effective" (micro-batch x accumulation
     steps = the baseline's batch size). ``mode`` is "tune"; "selfcheck": the harness against a plain loop
-    for ``selfcheck_rounds`` interleaved rounds; or "benchmark": the recommendation in the file ``recommended``
-    against the baseline, with each change's share, for ``benchmark_rounds`` interleaved rounds."""
+    for ``selfcheck_rounds`` interleaved rounds; "benchmark": the recommendation in the file ``recommended``
+    against the baseline, with each change's share, for ``benchmark_rounds`` interleaved rounds; or "check": the
+    recommendation in the report.json ``against`` against the baseline for ``check_rounds`` interleaved rounds,
+    failing where its speedup fell more than ``check_tolerance`` (a fraction) beyond the noise."""
 
     pipeline: PipelineSpec
     baseline: dict[str, Any]
@@ -75,3 +77,6 @@ class Settings:
     selfcheck_rounds: int = 5
     benchmark_rounds: int = 5
     recommended: str | None = None
+    against: str | None = None
+    check_tolerance: float = 0.10
+    check_rounds: int = 5

@@ -1,0 +1,164 @@
+"""``mode=check``: a regression gate on a tuning run's recommendation.
+
+The recommendation in a report.json runs against the baseline (``pipeline.baseline``) for ``check.rounds``
+interleaved rounds, as mode=benchmark measures (``measure_rounds``), so the machine's drift cancels; the speedup now
+is held against the one the report recorded. The record is saved to check.json before anything is rendered from it.
+Its rule: ``autotune/results/check.py``. A regression, or a configuration that ran in too few rounds to tell, raises
+RegressionError (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from autotune.app import resolve_device
+from autotune.benchmark import baseline_note, both_ends, measure_rounds
+from autotune.config.settings import Settings
+from autotune.errors import ConfigError, RegressionError
+from autotune.knobs import KNOBS, changed
+from autotune.measure.environment import describe_machine
+from autotune.recommendation import machine_fingerprint
+from autotune.report.check import print_check, verdict_line, write_check
+from autotune.results.benchmark import Benchmark
+from autotune.results.check import Check
+
+_NO_AGAINST = "mode=check re-measures a tuning run's recommendation: give against=PATH/report.json"
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What a tuning run's report.json (at ``path``) says: the recommended knobs, the baseline's it was tuned
+    against, the speedup it measured, and the pipeline and machine it measured them for."""
+
+    path: str
+    knobs: dict[str, Any]
+    baseline: dict[str, Any]
+    speedup: float
+    pipeline: str
+    machine: dict[str, Any]
+
+    @property
+    def changes_nothing(self) -> bool:
+        """Whether the tuning run recommended the baseline itself: no speedup to keep."""
+        return not changed(self.knobs, self.baseline)
+
+
+def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path | None:
+    """Check ``settings.against``'s recommendation, write check.json into ``output_dir`` and return its path (None
+    where the recommendation changes nothing); raise RegressionError where the check fails."""
+    tuned = load_tuned(settings.against)
+    device = resolve_device(settings.measure.device)
+    if not tuned.changes_nothing and not changed(tuned.knobs, settings.baseline):
+        raise ConfigError(
+            "pipeline.baseline",
+            f"it already runs the recommendation in {tuned.path}, so there is no speedup to measure; keep it at the "
+            "baseline the recommendation was tuned against (baseline.knobs in report.json)",
+        )
+    print(
+        f"autotune check: pipeline '{settings.pipeline.name}' on {device}; the recommendation in {tuned.path} "
+        f"({tuned.speedup:.2f}x when tuned) against the baseline, {settings.check_rounds} interleaved rounds",
+        file=out,
+        flush=True,
+    )
+    machine = describe_machine()
+    notes = _notes(tuned, settings, machine)
+    for note in notes:
+        print(f"note: {note}", file=out)
+    if tuned.changes_nothing:
+        print("nothing to gate: the tuning run recommended the baseline itself (no changes)", file=out)
+        return None
+    benchmark = Benchmark(
+        pipeline=settings.pipeline.name,
+        device=device,
+        rounds=settings.check_rounds,
+        recommended=tuned.path,
+        machine=machine,
+        entries=both_ends(settings.baseline, tuned.knobs),
+        notes=notes,
+    )
+    check = Check(tuned.speedup, settings.check_tolerance, benchmark)
+    try:
+        measure_rounds(settings, check.benchmark, output_dir / "check", out)
+    finally:
+        path = write_check(check, output_dir)
+        print_check(check, path, out)
+    if not check.passed:
+        raise RegressionError(f"check of {tuned.path}: {verdict_line(check)}")
+    return path
+
+
+def load_tuned(path: str | None) -> Tuned:
+    """The report.json at ``path``; ConfigError naming ``against`` where there is none, or it cannot be used here."""
+    if not path:
+        raise ConfigError("against", _NO_AGAINST)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError("against", f"cannot read {path} ({exc.strerror}); pass a tuning run's report.json") from exc
+    except ValueError as exc:
+        raise ConfigError("against", f"{path} is not JSON ({exc}); pass a tuning run's report.json") from exc
+    recommended, baseline = (_get(data, section, "knobs") for section in ("recommended", "baseline"))
+    speedup = _get(data, "speedup")
+    if recommended is None or baseline is None:
+        raise ConfigError(
+            "against", f"{path} is not a report.json written by autotune (no recommended.knobs or baseline.knobs)"
+        )
+    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not speedup > 0:
+        raise ConfigError("against", f"{path}: speedup: expected a number > 0, got {speedup!r}")
+    return Tuned(
+        path=path,
+        knobs=_knobs(recommended, f"{path}: recommended.knobs"),
+        baseline=_knobs(baseline, f"{path}: baseline.knobs"),
+        speedup=float(speedup),
+        pipeline=str(_get(data, "pipeline") or ""),
+        machine=_get(data, "machine") or {},
+    )
+
+
+def _get(data: Any, *keys: str) -> Any:
+    """``data[key][key]...``, None where a level is missing or not a mapping."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _knobs(node: Any, where: str) -> dict[str, Any]:
+    """Every knob of the registry from ``node``, each value parsed; one the registry lacks, or misses, is an error:
+    the recommendation was tuned by another autotune, and is re-tuned to be checked by this one."""
+    if not isinstance(node, dict):
+        raise ConfigError("against", f"{where}: expected a mapping of knob values, got {node!r}")
+    unknown, missing = [n for n in node if n not in KNOBS], [n for n in KNOBS if n not in node]
+    if unknown or missing:
+        parts = [f"knobs this one lacks: {', '.join(unknown)}"] if unknown else []
+        parts += [f"without this one's knobs {', '.join(missing)}"] if missing else []
+        raise ConfigError(
+            "against", f"{where}: written by another autotune ({'; '.join(parts)}); tune again with this one"
+        )
+    parsed = {}
+    for name, value in node.items():
+        try:
+            parsed[name] = None if value is None else KNOBS[name].parse(value)
+        except ValueError as exc:
+            raise ConfigError("against", f"{where}.{name}: {exc}") from None
+    return parsed
+
+
+def _notes(tuned: Tuned, settings: Settings, machine: dict[str, Any]) -> list[str]:
+    """What the reader should know: the report is another pipeline's, from another machine, or tuned against
+    another baseline than the one measured here."""
+    notes = []
+    if tuned.pipeline and tuned.pipeline != settings.pipeline.name:
+        notes.append(
+            f"{tuned.path} was tuned for pipeline '{tuned.pipeline}', checked here on '{settings.pipeline.name}'"
+        )
+    here, there = machine_fingerprint(machine), machine_fingerprint(tuned.machine)
+    differs = [f"{key} {there[key]!r} there, {here[key]!r} here" for key in here if there[key] != here[key]]
+    if tuned.machine and differs:
+        notes.append(
+            f"{tuned.path} was measured on another machine ({'; '.join(differs)}): its speedup may differ here"
+        )
+    return notes + baseline_note(tuned.baseline, settings.baseline)

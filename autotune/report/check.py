@@ -1,0 +1,58 @@
+"""The check's record as check.json, and its before/now lines on the terminal; nothing here measures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TextIO
+
+from autotune.files import write_atomic
+from autotune.results.check import MIN_ROUNDS, Check, measured_rounds
+
+_NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}
+
+
+def write_check(check: Check, out_dir: Path) -> Path:
+    """Write check.json (the record) into ``out_dir``; returns its path."""
+    return write_atomic(out_dir / "check.json", json.dumps(check.to_dict(), indent=1))
+
+
+def print_check(check: Check, path: Path, out: TextIO) -> None:
+    """The speedup before and now, and the verdict."""
+    print(f"\nbefore:  {check.before:.2f}x the baseline, as recorded in {check.benchmark.recommended}", file=out)
+    print(f"now:     {now_line(check)}", file=out)
+    print(f"verdict: {verdict_line(check)}", file=out)
+    print(f"  check.json  {path}", file=out)
+
+
+def now_line(check: Check) -> str:
+    """The speedup measured now, with its interval and rounds, or why there is none."""
+    now = check.now
+    if now is None:
+        return f"no interval: {_shortfall(check)}"
+    return f"{now.geomean:.2f}x the baseline, 95 % interval {now.low:.2f}-{now.high:.2f} over {now.n} paired rounds"
+
+
+def verdict_line(check: Check) -> str:
+    """The verdict in one line, naming before, now and the tolerance."""
+    tolerance = f"{check.tolerance * 100:g} %"
+    limit = f"the floor of {check.floor:.2f}x ({check.before:.2f}x before, less the tolerance of {tolerance})"
+    now = check.now
+    if now is None:
+        return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
+    speedup = f"{now.geomean:.2f}x now (95 % interval {now.low:.2f}-{now.high:.2f})"
+    if check.regressed:
+        return f"regressed: {speedup} lies wholly below {limit}"
+    return f"holds: {speedup} reaches {limit}"
+
+
+def _shortfall(check: Check) -> str:
+    """Which configuration ran in too few rounds for an interval, or in how few the two ran both, and why."""
+    rounds = check.benchmark.rounds
+    short = [f"{_NAMES[e.kind]} ran in {measured_rounds(e)} of {rounds} rounds" for e in check.unmeasured]
+    if not short:
+        paired = len(check.benchmark.ratios(check.recommended))
+        short = [f"the baseline and the recommendation both ran in {paired} of {rounds} rounds"]
+    failures = [failure for entry in check.unmeasured for failure in entry.failures]
+    why = f"; first failure: {failures[0]}" if failures else ""
+    return f"{'; '.join(short)} (an interval needs {MIN_ROUNDS}){why}"

@@ -1,0 +1,233 @@
+"""mode=check, the regression gate: its rule on synthetic rounds, its settings and report.json errors, and one run
+through the command line."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import check as check_mode
+from autotune.benchmark import both_ends
+from autotune.config.load import load_settings
+from autotune.errors import ConfigError, RegressionError
+from autotune.report.check import verdict_line
+from autotune.results.benchmark import Benchmark
+from autotune.results.check import Check
+from tests.conftest import FAST_MEASURE, NEUTRAL_KNOBS, TEST_CONF, run_cli, tiny_config
+
+BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}  # tests/conf/pipeline/tiny.yaml's
+RECOMMENDED = {**BASELINE, "batch_size": 32}
+BASE_RUNS = (100.0, 104.0, 98.0)
+
+
+def check(before, recommended_runs, base_runs=BASE_RUNS, tolerance=0.10) -> Check:
+    """A check of ``before`` whose rounds measured these samples/s (None: the run failed)."""
+    entries = both_ends(BASELINE, RECOMMENDED)
+    for entry, runs in zip(entries, (base_runs, recommended_runs), strict=True):
+        entry.throughputs.extend(runs)
+        entry.failures.extend(f"round {i + 1}: crashed" for i, run in enumerate(runs) if run is None)
+    benchmark = Benchmark("tiny", "cpu", len(base_runs), "report.json", {}, entries)
+    return Check(before, tolerance, benchmark)
+
+
+# The rule.
+
+
+def test_a_speedup_that_fell_beyond_the_tolerance_and_the_noise_regressed():
+    record = check(2.0, [150.0, 157.0, 146.0])
+    assert record.now.high < record.floor == pytest.approx(1.8)
+    assert record.regressed and record.verdict == "regressed" and not record.passed
+    line = verdict_line(record)
+    assert line.startswith("regressed: 1.50x now") and "1.80x (2.00x before, less the tolerance of 10 %)" in line
+
+
+def test_a_fall_within_the_noise_holds():
+    record = check(1.5, [120.0, 151.0, 127.0])
+    assert record.now.geomean < record.floor < record.now.high, "below the floor, but the noise could explain it"
+    assert not record.regressed and record.verdict == "holds" and record.passed
+
+
+def test_a_speedup_that_held_passes_and_a_zero_tolerance_still_allows_the_noise():
+    assert check(1.5, [150.0, 157.0, 146.0]).passed
+    assert check(1.5, [150.0, 157.0, 146.0], tolerance=0.0).passed
+
+
+@pytest.mark.parametrize(
+    ("recommended_runs", "base_runs", "which"),
+    [
+        ([150.0, None, None], BASE_RUNS, "the recommendation ran in 1 of 3 rounds"),
+        ([150.0, 157.0, 146.0], (None, None, 98.0), "the baseline ran in 1 of 3 rounds"),
+        ([150.0, 157.0, None], (None, None, 98.0), "the baseline ran in 1 of 3 rounds"),
+        (
+            [150.0, 157.0, None, None],
+            (None, None, 98.0, 99.0),
+            "the baseline and the recommendation both ran in 0 of 4 rounds",
+        ),
+    ],
+)
+def test_too_few_rounds_for_an_interval_fail_and_say_which(recommended_runs, base_runs, which):
+    record = check(1.5, recommended_runs, base_runs)
+    assert record.now is None and not record.regressed
+    assert record.verdict == "not measured" and not record.passed
+    assert verdict_line(record).startswith("not measured: ") and which in verdict_line(record)
+
+
+def test_the_record_round_trips_through_json():
+    record = check(2.0, [150.0, None, 146.0])
+    data = json.loads(json.dumps(record.to_dict()))
+    assert Check.from_dict(data) == record
+    assert data["verdict"] == "regressed" and data["floor"] == pytest.approx(1.8) and data["now"]["n"] == 2
+
+
+# Settings and report.json.
+
+
+def test_the_check_settings_are_read_with_defaults():
+    settings = load_settings(tiny_config(), "tiny")
+    assert (settings.against, settings.check_tolerance, settings.check_rounds) == (None, 0.10, 5)
+    config = {**tiny_config(), "mode": "check", "against": "r.json", "check": {"tolerance": 0.0, "rounds": 2}}
+    settings = load_settings(config, "tiny")
+    assert (settings.mode, settings.against, settings.check_tolerance, settings.check_rounds) == (
+        "check",
+        "r.json",
+        0,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"check": {"tolerance": 1.0, "rounds": 5}}, "check.tolerance: expected a number >= 0 and < 1, got 1.0"),
+        ({"check": {"tolerance": -0.1, "rounds": 5}}, "check.tolerance: expected a number >= 0 and < 1, got -0.1"),
+        ({"check": {"tolerance": 0.1, "rounds": 1}}, "check.rounds: expected an integer >= 2, got 1"),
+        ({"check": {"tolerance": 0.1}}, "check.rounds: is missing"),
+        ({"against": 3}, "against: expected the path of a tuning run's report.json, got 3"),
+    ],
+)
+def test_bad_check_settings_name_the_key(changes, message):
+    with pytest.raises(ConfigError) as error:
+        load_settings({**tiny_config(), "mode": "check", **changes}, "tiny")
+    assert str(error.value).startswith(message)
+
+
+def report(tmp_path: Path, speedup=1.5, recommended=RECOMMENDED, baseline=BASELINE, **fields) -> Path:
+    """A report.json as a tuning run writes it, with the fields mode=check reads."""
+    data = {"pipeline": "tiny", "machine": {}, "speedup": speedup, **fields}
+    data.update(
+        recommended={"knobs": recommended, "is_baseline": recommended == baseline}, baseline={"knobs": baseline}
+    )
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run_check(against: Path | None, output_dir: Path, out: io.StringIO) -> Path | None:
+    """mode=check in this process, with the tiny pipeline's settings."""
+    config = {**tiny_config(), "mode": "check", "against": str(against) if against else None}
+    return check_mode.run(load_settings(config, "tiny"), output_dir, out)
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (None, "against: mode=check re-measures a tuning run's recommendation: give against=PATH/report.json"),
+        (lambda path: None, "against: cannot read"),
+        (lambda path: path.write_text("knobs: {}"), "report.json is not JSON (Expecting value"),
+        (lambda path: path.write_text('{"knobs": {}}'), "is not a report.json written by autotune (no recommended"),
+        (
+            lambda path: report(path.parent, recommended={**RECOMMENDED, "flash": True}),
+            "recommended.knobs: written by another autotune (knobs this one lacks: flash); tune again with this one",
+        ),
+        (
+            lambda path: report(path.parent, baseline={k: v for k, v in BASELINE.items() if k != "amp"}),
+            "baseline.knobs: written by another autotune (without this one's knobs amp); tune again",
+        ),
+        (lambda path: report(path.parent, recommended={**RECOMMENDED, "amp": "fp8"}), "recommended.knobs.amp: expect"),
+        (lambda path: report(path.parent, speedup=None), "speedup: expected a number > 0, got None"),
+    ],
+)
+def test_an_unusable_against_names_the_key_before_anything_is_printed(tmp_path, write, message):
+    path = None
+    if write is not None:
+        path = tmp_path / "report.json"
+        write(path)
+    out = io.StringIO()
+    with pytest.raises(ConfigError) as error:
+        run_check(path, tmp_path / "out", out)
+    assert str(error.value).startswith("against: ") and message in str(error.value)
+    assert out.getvalue() == "" and not (tmp_path / "out").exists()
+
+
+def test_a_baseline_that_already_runs_the_recommendation_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"^pipeline\.baseline: it already runs the recommendation"):
+        against = report(tmp_path, baseline={**BASELINE, "batch_size": 8}, recommended=BASELINE)
+        run_check(against, tmp_path / "out", io.StringIO())
+
+
+def test_a_recommendation_of_the_baseline_itself_is_not_measured(tmp_path, monkeypatch):
+    monkeypatch.setattr(check_mode, "measure_rounds", None)  # called, it would fail the test
+    out = io.StringIO()
+    path = run_check(report(tmp_path, speedup=1.0, recommended=BASELINE), tmp_path / "out", out)
+    assert path is None and "nothing to gate: the tuning run recommended the baseline itself" in out.getvalue()
+    assert not (tmp_path / "out" / "check.json").exists()
+
+
+def measured(recommended_runs, base_runs=BASE_RUNS):
+    """A stand-in for measure_rounds: the rounds' samples/s, no processes."""
+
+    def measure(settings, benchmark, workdir, out):
+        for entry, runs in zip(benchmark.entries, (base_runs, recommended_runs), strict=True):
+            entry.throughputs.extend(runs)
+            entry.peak_memory_mb.extend(None if run is None else 100.0 for run in runs)
+
+    return measure
+
+
+def test_a_regression_raises_after_check_json_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(check_mode, "measure_rounds", measured([150.0, 157.0, 146.0]))
+    shown = []
+    monkeypatch.setattr(
+        check_mode, "print_check", lambda record, path, out: shown.append(Check.from_dict(json.loads(path.read_text())))
+    )
+    against, out = report(tmp_path, speedup=2.0, pipeline="other"), io.StringIO()
+    with pytest.raises(RegressionError) as error:
+        run_check(against, tmp_path / "out", out)
+    assert error.value.exit_code == 1
+    assert str(error.value).startswith(f"check of {against}: regressed: 1.50x now")
+    assert "2.00x before, less the tolerance of 10 %" in str(error.value)
+    assert shown and shown[0].verdict == "regressed", "check.json was written before it was printed"
+    assert f"note: {against} was tuned for pipeline 'other', checked here on 'tiny'" in out.getvalue()
+
+
+def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):
+    monkeypatch.setattr(check_mode, "measure_rounds", measured([150.0, 157.0, 146.0]))
+    out = io.StringIO()
+    path = run_check(report(tmp_path, speedup=1.5), tmp_path / "out", out)
+    assert json.loads(path.read_text())["verdict"] == "holds"
+    printed = out.getvalue()
+    assert "before:  1.50x the baseline" in printed and "now:     1.50x the baseline, 95 % interval" in printed
+    assert "verdict: holds" in printed and "note:" not in printed
+
+
+def test_the_command_line_gate_fails_a_speedup_that_fell(tmp_path):
+    against = report(tmp_path, speedup=100.0)  # batch 32 over 16 gives the tiny pipeline well under 90x
+    args = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "mode=check", f"against={against}"]
+    proc = run_cli([*args, "check.rounds=2", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().startswith(f"autotune: error: check of {against}: regressed: ")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    for line in (
+        "[round 2 baseline]",
+        "[round 2 recommended] batch_size=32",
+        "before:  100.00x",
+        "now:     ",
+        "verdict: regressed",
+    ):
+        assert line in proc.stdout
+    record = json.loads((tmp_path / "out" / "check.json").read_text())
+    assert record["verdict"] == "regressed" and record["now"]["n"] == 2
+    assert [len(entry["throughputs"]) for entry in record["benchmark"]["entries"]] == [2, 2]
