@@ -117,7 +117,7 @@ def undone_changes(trim: list[Confirmation]) -> Plot | None:
             ax.plot([statistics.median(ratios)], [y], "D", color=RECOMMENDED, label="median" if not y else None)
         ax.set_yticks(range(len(rows)), [label for label, _ in rows])
         ax.invert_yaxis()
-        ax.set_xlabel("throughput relative to the configuration it was made from (per round)")
+        ax.set_xlabel("throughput / the configuration it was made from, round by round")
         _legend_below(ax)
 
     caption = (
@@ -245,19 +245,22 @@ def benchmark_ratios(benchmark: Benchmark) -> Plot | None:
     rows = [(label, interval, verdict) for label, interval, verdict in rows if interval is not None]
     if not rows:
         return None
+    recommended = next((benchmark.interval(e) for e in benchmark.entries if e.kind == "recommended"), None)
 
     def draw(ax: Axes) -> None:
         ax.axvline(1, color=BASELINE, linewidth=1)
+        if recommended is not None:
+            ax.axvline(recommended.geomean, color=RECOMMENDED, linewidth=1, linestyle=":")
         for y, (_, interval, verdict) in enumerate(rows):
             colour = VERDICT_COLOUR[verdict]
             ax.plot([interval.low, interval.high], [y, y], color=colour, linewidth=3, solid_capstyle="butt")
             ax.plot([interval.geomean], [y], "D", color=colour)
         ax.set_yticks(range(len(rows)), [label for label, _, _ in rows])
         ax.invert_yaxis()
-        ax.set_xlabel("throughput relative to the baseline (geometric mean of paired rounds, 95 % interval)")
+        ax.set_xlabel("throughput / the baseline's (paired rounds: geometric mean, 95 % interval)")
 
     caption = (
         "Each configuration against the baseline: green, a gain; red, a loss; grey, within noise (the interval "
-        "spans 1)."
+        "spans 1). Dotted: the recommendation, against which to read each change left out."
     )
     return Plot(caption, draw, height=1.0 + 0.4 * len(rows))

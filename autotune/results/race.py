@@ -17,13 +17,13 @@ other, in rounds of fresh processes, the order rotating each round (``autotune/s
   the one changing fewest knobs, then using least memory. No winner: keep the baseline.
 - Only the changes that matter (``autotune/study/trim.py``): a winner changing two knobs or more races again, by the
   rules above, against itself with each change undone in turn (``undo``), the baseline racing too. A change whose
-  undoing costs nothing beyond noise (the simpler variant tied with the winner) goes back to the baseline's value;
-  the new winner races the variants undoing the changes whose undoing also tied, until the winner of a race is the
-  configuration it started from. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it
-  was made from (not the leader: a lucky variant must not push out the others), and the race ends early only once
-  every variant has left it (``alone``): a run's noise can make two equal configurations look TIE_TOLERANCE apart in
-  one round. The recommendation's figures are
-  the medians of the last race it won (``Summary.proof``).
+  undoing costs nothing beyond noise (the simpler variant tied with the winner) goes back to the baseline's value; the
+  new winner races the variants undoing the changes whose undoing also tied with the configuration they were made from
+  (``undo_next``), until the winner of a race is the configuration it started from. A variant leaves such a race once
+  it falls TRIM_MARGIN behind the configuration it was made from (not the leader: a lucky variant must not push out
+  the others), and the race ends early only once every variant has left it (``alone``): a run's noise can make two
+  equal configurations look TIE_TOLERANCE apart in one round. The recommendation's figures are the medians of the last
+  race it won (``Summary.proof``).
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ def run_trim(
     on_run: Callable[[str, TrialResult], None],
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
-    its variants undoing the changes whose undoing also tied, until a race's winner is the configuration it started
-    from; store the races in the study. A stored trim of the same winner and rounds is reused. Nothing to do
-    without a winner changing two knobs or more."""
+    its variants undoing the changes whose undoing also tied (``undo_next``), until a race's winner is the
+    configuration it started from; store the races in the study. A stored trim of the same winner and rounds is
+    reused. Nothing to do without a winner changing two knobs or more."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
@@ -50,15 +50,22 @@ def run_trim(
         new = races[-1].winner
         if new is None or new.label == current.label:
             break
-        # Only a change whose undoing also tied with the new winner may be undone next.
-        pending = [knob for knob, variant in undone.items() if variant is not new and _tied(new, variant)]
+        pending = undo_next(races[-1].finalists[0], undone, new)
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
     study.set_user_attr(TRIM_ATTR, [trim.to_dict() for trim in races])
     return races
 
 
-def _tied(winner: Finalist, other: Finalist) -> bool:
-    return other.dropped is None and not beats(winner, other)
+def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -> list[str]:
+    """The changes the next race may undo on top of ``new``, the winner of a race of ``reference`` against its
+    variants ``undone`` (by the knob undone): those whose undoing cost nothing beyond noise against ``reference``,
+    the configuration they were made from, as ``new``'s did. Against ``new`` itself a lucky winner's runs would keep
+    a change that made no difference."""
+    return [
+        knob
+        for knob, variant in undone.items()
+        if variant is not new and variant.dropped is None and not beats(reference, variant)
+    ]
 
 
 def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> dict[str, Finalist]:

@@ -11,7 +11,7 @@ from autotune.results.race import Finalist, alone
 from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
-from autotune.study.trim import run_trim, undo, variants
+from autotune.study.trim import run_trim, undo, undo_next, variants
 from autotune.study.tuner import ensure_baseline, open_study, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
@@ -116,3 +116,12 @@ def test_a_lucky_variant_does_not_push_the_others_out_of_a_trim_race():
     w, a, b = (Finalist(label, knobs[label], 2 if label == "w" else 1, 1.0) for label in ("w", "a", "b"))
     result = race([w, a, b], knobs["base"], {}, 3, "trim-1", run, lambda name, r: None, ends=alone, reference=w)
     assert a.dropped is None and b.dropped is None and result.rounds == 3
+
+
+def test_a_change_that_tied_with_its_origin_is_undone_next_even_when_a_lucky_variant_won():
+    reference = Finalist("6", WINNER, 3, 100.0, [100.0, 100.0, 100.0])
+    lucky = Finalist("6 without amp", WINNER, 2, 100.0, [107.0, 108.0, 106.0])
+    tied = Finalist("6 without set_to_none", WINNER, 2, 100.0, [101.0, 96.0, 103.0])
+    lost = Finalist("6 without batch_size", WINNER, 2, 100.0, [85.0, 86.0, 84.0])
+    undone = {"amp": lucky, "set_to_none": tied, "batch_size": lost}
+    assert undo_next(reference, undone, lucky) == ["set_to_none"], "the lucky winner beats it, its origin does not"
