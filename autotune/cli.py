@@ -6,6 +6,7 @@ Set AUTOTUNE_DEBUG=1 to get full tracebacks instead.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Callable
@@ -26,7 +27,9 @@ from autotune.files import write_atomic
 from autotune.knobs import KNOBS
 from autotune.records import redact_url
 
-EXIT_INTERRUPTED = 130
+# Signals that stop a run in order, as Ctrl-C does: Slurm, Kubernetes and systemd send SIGTERM; a closed terminal
+# SIGHUP. The run ends as an interrupted one (trial stopped and marked, reports written), exiting 128 + the signal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
 
@@ -66,7 +69,21 @@ def main() -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # _target_ modules in the current directory, as with python -m
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop)
     report_errors(_hydra_main)
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal other than SIGINT, raised in the main thread so the run stops as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, frame) -> None:
+    raise Stopped(signum)
 
 
 def describe_knobs() -> str:
@@ -81,8 +98,10 @@ def report_errors(func: Callable[[], None]) -> None:
     """Run ``func``; any exception becomes one line on stderr and its exit code (unless AUTOTUNE_DEBUG)."""
     try:
         func()
-    except KeyboardInterrupt:
-        _fail("interrupted", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        reason = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        _fail(reason, 128 + signum)
     except Exception as exc:
         if os.environ.get("AUTOTUNE_DEBUG", "") not in ("", "0"):
             raise

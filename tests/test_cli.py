@@ -339,12 +339,16 @@ def test_a_storage_password_is_never_shown(tmp_path):
     assert all("s3cret" not in p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
 
 
-def test_ctrl_c_stops_the_trial_writes_the_reports_and_exits_130(tmp_path):
+@pytest.mark.parametrize(
+    "signum, says",
+    [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM"), (signal.SIGHUP, "stopped by SIGHUP")],
+)
+def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(tmp_path, signum, says):
     tuner = start_long_trial(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    tuner.send_signal(signal.SIGINT)
+    tuner.send_signal(signum)
     stdout, stderr = tuner.communicate(timeout=60)
-    assert tuner.returncode == 130, stderr
-    assert stderr.strip().endswith("autotune: error: interrupted")
+    assert tuner.returncode == 128 + signum, stderr
+    assert stderr.strip().endswith(f"autotune: error: {says}")
     assert "Stopped: interrupted" in stdout
     _, _, rows = read_outputs(tmp_path / "out")
     assert [r["trial"] for r in rows] == ["baseline"], "the interrupted trial is not reported as measured"
