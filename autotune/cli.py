@@ -5,6 +5,7 @@ Set AUTOTUNE_DEBUG=1 to get full tracebacks instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ from autotune.records import redact_url
 # Signals that stop a run in order, as Ctrl-C does: Slurm, Kubernetes and systemd send SIGTERM; a closed terminal
 # SIGHUP. The run ends as an interrupted one (trial stopped and marked, reports written), exiting 128 + the signal.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_RECORD_HEADER = "# the configuration of this run, as composed by Hydra (study.storage redacted)\n"
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
 
@@ -160,23 +162,39 @@ def _run(cfg: DictConfig) -> None:
     except OmegaConfBaseException as exc:
         raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
     output_dir = Path(runtime.output_dir)
+    try:
+        _run_mode(data, runtime.choices.get("pipeline"), output_dir)
+    except ConfigError:
+        _discard_unused(output_dir)
+        raise
+
+
+def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None:
     if is_report(data):
         name, storage = load_report_study(data)
         write_atomic(output_dir / "config.yaml", _config_record(data, storage))
         rerender.run(name, storage, output_dir)
         return
-    settings = load_settings(data, runtime.choices.get("pipeline"))
+    settings = load_settings(data, pipeline_choice)
     write_atomic(output_dir / "config.yaml", _config_record(data, settings.study.storage))
     modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run, "check": check.run}
     modes[settings.mode](settings, output_dir)
 
 
+def _discard_unused(output_dir: Path) -> None:
+    """Remove the run folder Hydra made for input that was refused, if nothing is in it but the config record this
+    run wrote."""
+    record = output_dir / "config.yaml"
+    with contextlib.suppress(OSError):
+        if [p.name for p in output_dir.iterdir()] == [record.name] and record.read_text().startswith(_RECORD_HEADER):
+            record.unlink()
+        output_dir.rmdir()  # only if empty
+
+
 def _config_record(data: dict, storage: str) -> str:
     """The composed config as run, storage password redacted (Hydra's own copy is switched off for that)."""
     record = {**data, "study": {**data["study"], "storage": redact_url(storage)}}
-    return "# the configuration of this run, as composed by Hydra (study.storage redacted)\n" + yaml.safe_dump(
-        record, sort_keys=False
-    )
+    return _RECORD_HEADER + yaml.safe_dump(record, sort_keys=False)
 
 
 def _fail(message: str, code: int) -> None:

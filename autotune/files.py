@@ -6,15 +6,22 @@ import os
 import tempfile
 from pathlib import Path
 
+# The process's umask, read once (os.umask can only be read by setting it): a report is created with the
+# permissions any file the user writes gets, not the 0600 of a temporary file.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``."""
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``, readable as the umask
+    allows."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -238,7 +238,7 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), stderr
     assert stdout == "", "nothing else is printed"
-    assert not (tmp_path / "out" / "trials").exists(), "no trial ran"
+    assert not (tmp_path / "out").exists(), "no trial ran, no empty run folder is left"
 
 
 def run_cli_here(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:

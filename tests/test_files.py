@@ -1,0 +1,18 @@
+"""Files autotune writes: whole or not at all, with the permissions the user's umask gives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_a_written_file_has_the_permissions_of_the_users_umask(tmp_path):
+    path = tmp_path / "report.md"
+    code = (
+        "import os; os.umask(0o027); from autotune.files import write_atomic; "
+        f"write_atomic({str(path)!r}, 'x'); print(oct(os.stat({str(path)!r}).st_mode & 0o777))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "0o640", "not the 0600 of a temporary file"
