@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TextIO
@@ -13,8 +15,8 @@ import torch
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.knobs import SearchContext
-from autotune.measure.environment import default_device, describe_machine, usable_cpu_count
-from autotune.pipeline.inspect import inspect_pipeline
+from autotune.measure.environment import describe_machine, usable_cpu_count
+from autotune.pipeline.inspect import DeviceFacts, Inspection
 from autotune.records import PROBE_ATTR, redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
@@ -33,8 +35,9 @@ from autotune.trial.runner import ProgressFn, run_repeated, run_trial
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written."""
-    device = resolve_device(settings.measure.device)
-    ctx = _search_context(settings, device)
+    facts = inspect_run(settings, output_dir)
+    device = facts.device
+    ctx = _search_context(settings, facts)
     check_baseline(settings.baseline, ctx)
     space = build_space(settings.search, ctx)
     study = open_study(settings.study, _study_meta(settings, device, space))
@@ -88,16 +91,42 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     return files
 
 
-def _search_context(settings: Settings, device: str) -> SearchContext:
-    facts = inspect_pipeline(settings.pipeline, device)
+def inspect_run(settings: Settings, output_dir: Path) -> Inspection:
+    """The facts of the machine's devices and of the pipeline (``pipeline/inspect.py``), read in a trial subprocess
+    with a trial's timeout and crash handling: the tuner's own process runs no user code and creates no CUDA context,
+    which would hold the GPU for the whole study and, in exclusive-process mode, block every trial. It costs one
+    process start (about 2 s on 2 CPU cores).
+
+    A configuration error found there is raised as it was (the key it names; exit 2). A crash, hang or other failure
+    is one line naming the pipeline (exit 1), its log kept as trials/inspect.log in ``output_dir``; a run that
+    stops at neither leaves nothing there.
+    """
+    with tempfile.TemporaryDirectory(prefix="autotune-inspect-") as scratch:
+        result = TrialRunner(settings, settings.measure.device, Path(scratch)).inspect()
+        if result.inspection is None:
+            log = output_dir / "trials" / "inspect.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(scratch) / "inspect.log", log)
+            raise BaselineFailedError(
+                f"pipeline '{settings.pipeline.name}': reading its facts (the devices, the dataset's length and first "
+                f"sample, the optimizer) in a subprocess failed: {result.failure}. Log: {log}"
+            )
+    refused = result.inspection.refused
+    if refused:
+        raise ConfigError(refused.key, refused.problem)
+    return result.inspection
+
+
+def _search_context(settings: Settings, facts: Inspection) -> SearchContext:
+    pipeline = facts.pipeline
     return SearchContext(
-        device=device,
+        device=torch.device(facts.device).type,  # knobs decide by the kind of device; trials run on cuda:N itself
         cpu_count=usable_cpu_count(),
-        bf16_supported=torch.cuda.is_bf16_supported() if device == "cuda" else True,
-        dataset_len=facts.dataset_len,
-        input_ndim=facts.input_ndim,
+        bf16_supported=facts.bf16_native,
+        dataset_len=pipeline.dataset_len,
+        input_ndim=pipeline.input_ndim,
         baseline=settings.baseline,
-        optimizer_options=facts.optimizer_options,
+        optimizer_options=pipeline.optimizer_options,
         batch_policy=settings.batch_policy,
         torch_threads=torch.get_num_threads(),  # a trial process starts with the same: no user code ran here
     )
@@ -105,10 +134,11 @@ def _search_context(settings: Settings, device: str) -> SearchContext:
 
 class TrialRunner:
     """Runs fresh trial subprocesses for this run's settings: ``run`` a configuration with the full window, ``screen``
-    it with the search's shorter one, ``check`` it with the harness or the plain loop, or ``probe``."""
+    it with the search's shorter one, ``check`` it with the harness or the plain loop, ``probe``, or ``inspect``."""
 
     def __init__(self, settings: Settings, device: str, workdir: Path) -> None:
         self.settings, self.device, self.workdir = settings, device, workdir
+        self.budget = settings.study.watched_budget(device)  # what a running trial's host tree is held to
         measure = settings.measure
         study_dir = re.sub(r"[^\w.-]", "_", settings.study.name)
         fixed_effective = settings.batch_policy == "fixed_effective"
@@ -133,28 +163,34 @@ class TrialRunner:
         return self._repeated(request, name, on_progress)
 
     def _repeated(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
-        measure, budget = self.settings.measure, self.settings.study.memory_budget_mb
-        return run_repeated(request, measure.repeats, measure.trial_timeout_s, self.workdir, name, budget, on_progress)
+        measure = self.settings.measure
+        return run_repeated(
+            request, measure.repeats, measure.trial_timeout_s, self.workdir, name, self.budget, on_progress
+        )
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
         """``knobs`` with the full window in one fresh process, timed by the harness or by the plain loop."""
         measure = self.settings.measure
         request = replace(self.request, knobs=knobs, plain=plain)
-        return run_trial(request, measure.trial_timeout_s, self.workdir, name, self.settings.study.memory_budget_mb)
+        return run_trial(request, measure.trial_timeout_s, self.workdir, name, self.budget)
 
     def probe(self, plan: ProbePlan) -> TrialResult:
         """The differential probe of ``plan``, in one subprocess."""
         request = replace(self.request, probe=plan)
-        timeout_s, budget = self.settings.measure.trial_timeout_s, self.settings.study.memory_budget_mb
-        return run_trial(request, timeout_s, self.workdir, "probe", budget)
+        return run_trial(request, self.settings.measure.trial_timeout_s, self.workdir, "probe", self.budget)
+
+    def inspect(self) -> TrialResult:
+        """The facts of the devices and the pipeline (``read_facts``) in one subprocess, ``device`` being the one
+        asked for (measure.device)."""
+        request = replace(self.request, inspect=True)
+        return run_trial(request, self.settings.measure.trial_timeout_s, self.workdir, "inspect")
 
 
 def resolve_device(requested: str) -> str:
-    if requested == "auto":
-        return default_device()
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("measure.device", "cuda was requested but torch.cuda.is_available() is False")
-    return requested
+    """measure.device as a device of this machine, read in this process (device names only, as
+    ``describe_machine`` reads them): for the modes that inspect no pipeline; a tuning run reads it in a subprocess
+    (``inspect_run``)."""
+    return DeviceFacts.here().resolve(requested)
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:

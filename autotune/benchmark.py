@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from autotune.app import TrialRunner, resolve_device
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError
-from autotune.knobs import changed
+from autotune.knobs import changed, conflict
 from autotune.measure.environment import describe_machine
 from autotune.recommendation import MachineMismatchWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
@@ -78,7 +78,7 @@ def configurations(baseline: dict[str, Any], recommended: dict[str, Any]) -> lis
             Entry(f"baseline + {knob}", "alone", knob, undo(baseline, recommended, knob)),
             Entry(f"recommended - {knob}", "without", knob, undo(recommended, baseline, knob)),
         ]
-        entries += [c for c in candidates if all(c.knobs != end.knobs for end in ends)]
+        entries += [c for c in candidates if conflict(c.knobs) is None and all(c.knobs != end.knobs for end in ends)]
     return entries
 
 

@@ -13,12 +13,12 @@ from typing import Any
 from optuna.trial import TrialState
 
 from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
-from autotune.trial.result import TrialResult
+from autotune.trial.result import FailureKind, TrialResult
 
 # Optuna user attributes: the study's own (META: what is tuned; BASELINE: its result; PROBE: ProbeRecord;
 # CONFIRMATION: the race; TRIM: the races of its winner against its changes undone; INTERRUPTED: trial numbers a
 # killed tuner left) and each trial's (RESULT: its TrialResult; DUPLICATE: the label of the trial that measured the
-# same configuration; PREDICTED: the guide's prediction).
+# same configuration; PREDICTED: the guide's prediction; NOT_MEASURED: why it was told pruned without being measured).
 META_ATTR = "autotune.meta"
 BASELINE_ATTR = "autotune.baseline"
 PROBE_ATTR = "autotune.probe"
@@ -28,6 +28,7 @@ INTERRUPTED_ATTR = "autotune.interrupted"
 RESULT_ATTR = "autotune.result"
 DUPLICATE_ATTR = "autotune.duplicate_of"
 PREDICTED_ATTR = "autotune.predicted_sps"
+NOT_MEASURED_ATTR = "autotune.not_measured"
 BASELINE_LABEL = "baseline"
 # The states of trials that measured something: finished, failed (with a reason), or pruned.
 MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
@@ -46,6 +47,11 @@ def metric_attrs(result: TrialResult) -> dict[str, Any]:
     return attrs
 
 
+def record_name(label: int | str) -> str:
+    """A measured configuration's name in a sentence: "the baseline", or "trial 3"."""
+    return "the baseline" if label == BASELINE_LABEL else f"trial {label}"
+
+
 def config_key(knobs: dict[str, Any]) -> str:
     """A configuration's identity: its knob values as canonical JSON."""
     return json.dumps(knobs, sort_keys=True)
@@ -57,10 +63,30 @@ def redact_url(url: str) -> str:
 
 
 @dataclass(frozen=True)
+class OutOfMemory:
+    """A configuration that ran out of memory, what showed it (``shown_by``: "trial 3", or a setting of the probe)
+    and its error. A probe setting fixes only the knobs it ran with: the batch size and workers of the DataLoader
+    alone, every knob of the model step."""
+
+    knobs: dict[str, Any]
+    shown_by: str
+    message: str
+
+    @classmethod
+    def of_trial(cls, label: int | str, result: TrialResult) -> OutOfMemory | None:
+        """What trial ``label``'s ``result`` shows, if it ran out of memory (an allocation failed, killed for
+        memory, or over the memory budget)."""
+        if result.failure is None or result.failure.kind is not FailureKind.OUT_OF_MEMORY:
+            return None
+        return cls(result.knobs, record_name(label), result.failure.message)
+
+
+@dataclass(frozen=True)
 class ProbeRecord:
     """The differential probe's outcome, stored once per study: its plan and timings, and the DataLoader alone and
-    the model step alone at the baseline (samples/s); or, where it failed or contradicted the baseline's
-    measurement, only why (``failure``). ``wall_s``: how long it took."""
+    the model step alone at the baseline (samples/s); where it failed or contradicted the baseline's measurement,
+    why (``failure``), with its plan and timings if it ran (the settings that ran out of memory still count).
+    ``wall_s``: how long it took."""
 
     wall_s: float
     plan: ProbePlan | None = None
@@ -72,6 +98,26 @@ class ProbeRecord:
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def out_of_memory(self) -> list[OutOfMemory]:
+        """The probe's settings that ran out of memory, each named by its knobs (a model step's: its batch size
+        and the knobs it changes from the first, the anchor)."""
+        if self.result is None:
+            return []
+        found = []
+        anchor = self.plan.computes[0]
+        for entry in self.result.out_of_memory:
+            if entry.half == "loader":
+                knobs = named = self.plan.loaders[entry.index]
+                what = "DataLoader alone"
+            else:
+                knobs = self.plan.computes[entry.index]
+                named = {"batch_size": knobs["batch_size"], **{k: v for k, v in knobs.items() if v != anchor[k]}}
+                what = "model step"
+            setting = ", ".join(f"{name}={value}" for name, value in named.items())
+            found.append(OutOfMemory(knobs, f"the probe's {what} at {setting}", entry.message))
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

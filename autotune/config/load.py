@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
@@ -13,7 +14,7 @@ from hydra.utils import get_object
 
 from autotune.config.settings import MeasureSettings, Settings, StudySettings
 from autotune.errors import ConfigError
-from autotune.knobs import BASELINE_DEFAULTS, KNOBS
+from autotune.knobs import BASELINE_DEFAULTS, KNOBS, conflict
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS, PipelineSpec
@@ -24,7 +25,15 @@ BATCH_POLICIES = ("free", "fixed_effective")
 OBJECTIVES = ("throughput", "peak_memory")
 DEVICES = ("auto", "cpu", "cuda")
 MODES = ("tune", "selfcheck", "benchmark", "check", "report")
-_PLAN_KEYS = ("warmup_min_steps", "warmup_max_steps", "warmup_tolerance", "min_steps", "min_time_s", "max_time_s")
+_PLAN_KEYS = (
+    "warmup_min_steps",
+    "warmup_max_steps",
+    "warmup_tolerance",
+    "warmup_min_time_s",
+    "min_steps",
+    "min_time_s",
+    "max_time_s",
+)
 
 
 def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settings:
@@ -86,6 +95,7 @@ def _window_plan(measure: dict[str, Any]) -> WindowPlan:
         min_steps=fields.pop("warmup_min_steps"),
         max_steps=fields.pop("warmup_max_steps"),
         tolerance=fields.pop("warmup_tolerance"),
+        min_time_s=fields.pop("warmup_min_time_s"),
     )
     return WindowPlan(warmup=warmup, **fields)
 
@@ -164,6 +174,9 @@ def _baseline(node: Any, path: str) -> dict[str, Any]:
             raise ConfigError(key, f"{knob.inactive_because}; remove it or set it to null")
         else:
             parsed[name] = None
+    found = conflict(parsed)
+    if found:
+        raise ConfigError(f"{path}.{found[0]}", found[1])
     return parsed
 
 
@@ -290,6 +303,17 @@ def _string(optional: bool = False, choices: tuple[str, ...] = ()) -> Parser:
     return parse
 
 
+def _device(value: Any) -> str:
+    """One of DEVICES, or cuda:N (N >= 0): the GPU of index N among the visible ones (checked against the machine
+    once its devices are known: ``DeviceFacts.resolve``)."""
+    if isinstance(value, str) and re.fullmatch(r"cuda:\d+", value):
+        return value
+    try:
+        return _string(choices=DEVICES)(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; or cuda:N for the GPU of index N") from None
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
@@ -303,6 +327,7 @@ _STUDY_FIELDS: dict[str, Parser] = {
     "timeout_s": _number(0, strict=True, optional=True),
     "seed": _number(0, integer=True),
     "memory_budget_mb": _number(0, strict=True, optional=True),
+    "host_memory_budget_mb": _number(0, strict=True, optional=True),
     "max_consecutive_failures": _number(1, integer=True),
     "confirm_rounds": _number(0, integer=True),
     "objectives": _objectives,
@@ -310,10 +335,11 @@ _STUDY_FIELDS: dict[str, Parser] = {
     "probe": _bool,
 }
 _MEASURE_FIELDS: dict[str, Parser] = {
-    "device": _string(choices=DEVICES),
+    "device": _device,
     "warmup_min_steps": _number(1, integer=True),
     "warmup_max_steps": _number(1, integer=True),
     "warmup_tolerance": _number(0, strict=True),
+    "warmup_min_time_s": _number(0, optional=True),
     "min_steps": _number(1, integer=True),
     "min_time_s": _number(0),
     "max_time_s": _number(0, strict=True),

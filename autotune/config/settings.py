@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.measure.memory import MemoryBudget
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.spec import PipelineSpec
 
@@ -13,8 +14,10 @@ from autotune.pipeline.spec import PipelineSpec
 class StudySettings:
     """Where the Optuna study lives and how much tuning it may do.
 
-    A trial whose process tree uses more than ``memory_budget_mb`` is stopped as out of memory, and one
-    that ends over it is infeasible; ``max_consecutive_failures`` failed trials in a row stop the study.
+    ``memory_budget_mb`` bounds the limiting memory (``MemoryReport.limiting``: the GPU's on CUDA, the host process
+    tree's on CPU), ``host_memory_budget_mb`` the host process tree on any device: a trial whose peak ends over
+    either is infeasible, and one whose host tree crosses its ``watched_budget`` while it runs is stopped as out of
+    memory. ``max_consecutive_failures`` failed trials in a row stop the study.
     The finalists (the fastest trials) race the baseline again for up to ``confirm_rounds`` interleaved
     rounds before one is recommended. ``objectives`` is ("throughput",) or ("throughput", "peak_memory") for a
     Pareto front. A trial whose running throughput falls ``prune_margin`` (a fraction) below the best so
@@ -33,15 +36,29 @@ class StudySettings:
     objectives: tuple[str, ...] = ("throughput",)
     prune_margin: float | None = 0.25
     probe: bool = True
+    host_memory_budget_mb: float | None = None
 
     @property
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
 
+    def watched_budget(self, device: str) -> MemoryBudget | None:
+        """The budget the tuner holds a running trial's host process tree to: on a CPU the tighter of
+        ``memory_budget_mb`` and ``host_memory_budget_mb``, on a GPU ``host_memory_budget_mb``.
+
+        The tuner can read only the host tree from outside the trial, cheaply and while it runs; CUDA's peaks are read
+        inside the trial at its window's close, so a GPU's budget is judged on the trial's result (``within_budget``).
+        """
+        keys = {"study.host_memory_budget_mb": self.host_memory_budget_mb}
+        if not device.startswith("cuda"):  # "cuda" or "cuda:N"
+            keys["study.memory_budget_mb"] = self.memory_budget_mb
+        budgets = [MemoryBudget(key, mb) for key, mb in keys.items() if mb is not None]
+        return min(budgets, key=lambda budget: budget.mb, default=None)
+
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How each trial is measured. ``device`` is "auto", "cpu" or "cuda"; ``plan`` is the window of the
+    """How each trial is measured. ``device`` is "auto", "cpu", "cuda" or "cuda:N"; ``plan`` is the window of the
     baseline and of the finalists' race, ``screen_plan`` the shorter one of search trials; ``repeats`` is the
     number of fresh processes each configuration is measured in (the median is kept). A trial's first-step loss
     under AMP or compile may differ from the fp32 eager loss by ``loss_tolerance`` (relative) at most.

@@ -62,6 +62,20 @@ BASELINE_DEFAULTS = {
 }
 
 
+# The knobs that state conflicts (``Knob.conflict``): only they are asked, in each of up to 10**5 configurations.
+_CONFLICTING = tuple(name for name, knob in KNOBS.items() if type(knob).conflict is not Knob.conflict)
+
+
+def conflict(knobs: dict[str, Any], effective_batch_size: int | None = None) -> tuple[str, str] | None:
+    """The first knob of ``knobs`` (a configuration, or the knobs chosen so far) whose value cannot run beside the
+    others (``Knob.conflict``), and why; None when none conflicts."""
+    for name in _CONFLICTING:
+        reason = KNOBS[name].conflict(knobs[name], knobs, effective_batch_size) if name in knobs else None
+        if reason:
+            return name, reason
+    return None
+
+
 def apply_knobs(values: dict[str, Any], setup: TrainingSetup) -> None:
     """Apply every knob's value to ``setup`` in registry order."""
     for name, knob in KNOBS.items():

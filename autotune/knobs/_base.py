@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from autotune.batches import move
+
 
 class Role(Enum):
     """How the search treats a knob. The differential probe times the DataLoader alone and the model step alone
@@ -61,28 +63,17 @@ class TrainingSetup:
     zero_grad_to_none: bool = True
 
     def to_device(self, batch: Any) -> Any:
-        """``batch`` (tensors, or dicts, lists and tuples of them) on the training device, 4-D float inputs in the
+        """``batch`` (of any structure ``autotune.batches`` walks) on the training device, 4-D float inputs in the
         knobs' memory layout, copied asynchronously from pinned memory."""
-        return _move(batch, self.device, self.non_blocking_copy, self.input_memory_format)
-
-
-def _move(obj: Any, device: torch.device, non_blocking: bool, memory_format: torch.memory_format) -> Any:
-    if isinstance(obj, torch.Tensor):
-        obj = obj.to(device, non_blocking=non_blocking)
-        if obj.dim() == 4 and obj.is_floating_point() and memory_format is not torch.contiguous_format:
-            obj = obj.contiguous(memory_format=memory_format)
-        return obj
-    if isinstance(obj, dict):
-        return {k: _move(v, device, non_blocking, memory_format) for k, v in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_move(v, device, non_blocking, memory_format) for v in obj)
-    return obj
+        return move(batch, self.device, self.non_blocking_copy, self.input_memory_format)
 
 
 @dataclass(frozen=True)
 class SearchContext:
     """What knobs may look at to decide their candidates: the machine and the pipeline.
 
+    ``device`` is the kind of device the trials run on, "cpu" or "cuda" (whichever GPU measure.device names);
+    ``bf16_supported`` whether it computes in bfloat16 natively (a GPU that emulates it does not).
     ``baseline`` holds the knob values the user runs today; ``input_ndim`` is the number of
     dimensions of one batched input tensor (None when the input is not a tensor);
     ``optimizer_options`` the implementation switches ("foreach", "fused") the pipeline's optimizer
@@ -101,6 +92,11 @@ class SearchContext:
     batch_policy: str = "free"
     torch_threads: int | None = None
 
+    @property
+    def effective_batch_size(self) -> int | None:
+        """The batch gradients are accumulated up to (the baseline's, with fixed_effective), or None."""
+        return self.baseline["batch_size"] if self.batch_policy == "fixed_effective" else None
+
 
 class Knob(ABC):
     """One tunable setting, and every fact about it.
@@ -109,7 +105,9 @@ class Knob(ABC):
     (``default_candidates``), says why a value cannot run here (``unavailable_reason``) and
     applies a value to a training setup (``apply``). A knob that only means something given the
     values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
-    ``active``; an inactive knob's value is None and it is never searched. ``role`` is how the search treats it
+    ``active``; an inactive knob's value is None and it is never searched. A value that cannot run beside other
+    knobs' values (CUDA graphs with gradients kept across steps) says so in ``conflict``: no configuration the search
+    proposes, and no baseline, holds one. ``role`` is how the search treats it
     (``Role``); ``baseline_default`` the value a baseline that does not set it runs (PyTorch's own default, or
     REQUIRED); ``applies_to`` what ``apply`` changes (``Target``s); ``costly`` whether turning it on costs long
     one-off work in warm-up (compiling); ``changes_numerics``
@@ -146,6 +144,13 @@ class Knob(ABC):
     def active(self, earlier: dict[str, Any]) -> bool:
         """Whether this knob applies, given the values of the knobs before it in the registry."""
         return True
+
+    def conflict(self, value: Any, knobs: dict[str, Any], effective_batch_size: int | None = None) -> str | None:
+        """Why ``value`` cannot run beside the other knobs' values in ``knobs`` (a configuration, or the knobs chosen
+        so far: one not chosen yet is absent and conflicts with nothing), or None when it can.
+        ``effective_batch_size`` is the batch gradients are accumulated up to (search.batch_policy=fixed_effective;
+        None: no accumulation)."""
+        return None
 
     inactive_because: ClassVar[str] = ""
 

@@ -25,7 +25,7 @@ class AmpKnob(ChoiceKnob):
         if value == "fp16" and ctx.device != "cuda":
             return f"fp16 autocast with loss scaling needs a GPU; this run is on {ctx.device}"
         if value == "bf16" and ctx.device == "cuda" and not ctx.bf16_supported:
-            return "this GPU does not support bfloat16"
+            return "this GPU computes bfloat16 only emulated (compute capability below 8.0), slower than fp32"
         return None
 
     def apply(self, value: str, setup) -> None:

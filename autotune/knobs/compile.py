@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
@@ -21,6 +23,24 @@ class CompileKnob(ChoiceKnob):
         # reduce-overhead means CUDA graphs, which do nothing on a CPU; max-autotune's
         # benchmarking compile takes minutes, so it is tried only when asked for.
         return ["off", "default", "reduce-overhead"] if ctx.device == "cuda" else ["off", "default"]
+
+    def conflict(self, value: str, knobs: dict[str, Any], effective_batch_size: int | None = None) -> str | None:
+        """reduce-overhead replays CUDA graphs, which write each step's outputs, gradients among them, into the
+        same memory: gradients kept from one step to the next (zeroed in place, or accumulated over micro-batches)
+        are overwritten by the next replay, or raise "accessing tensor output of CUDAGraphs that has been
+        overwritten by a subsequent run" (pytorch/pytorch#169545)."""
+        if value != "reduce-overhead":
+            return None
+        graphs = "CUDA graphs (compile=reduce-overhead) overwrite the gradients of one step with the next step's"
+        if knobs.get("set_to_none") is False:
+            return f"{graphs}, and set_to_none=false keeps them from one step to the next"
+        batch_size = knobs.get("batch_size")
+        if effective_batch_size is not None and batch_size is not None and batch_size < effective_batch_size:
+            return (
+                f"{graphs}, and batch_size={batch_size} accumulates them over micro-batches up to "
+                f"{effective_batch_size} (search.batch_policy=fixed_effective)"
+            )
+        return None
 
     def apply(self, value: str, setup) -> None:
         if value != "off":

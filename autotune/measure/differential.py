@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from autotune.batches import batch_len
 from autotune.measure.gpu import synchronize
-from autotune.measure.profiler import batch_len
 
 
 def loader_throughput(loader: Iterable[Any], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:

@@ -22,10 +22,6 @@ def usable_cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def describe_machine() -> dict[str, Any]:
     """CPU, memory, GPU and library versions, as plain data for reports and result tagging."""
     return {

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 import pynvml
 import torch
 
@@ -32,19 +35,26 @@ def cuda_peaks_mb(device: torch.device) -> tuple[float | None, float | None]:
 
 @dataclass(frozen=True)
 class GpuReading:
-    utilization_percent: float
-    memory_used_mb: float
+    """One NVML reading of the device; a figure NVML would not give is None (a MIG instance has no utilisation).
+    ``other_processes``: how many processes outside the measured tree were computing on it."""
+
+    utilization_percent: float | None
+    memory_used_mb: float | None
+    other_processes: int | None = None
 
 
 class Nvml:
     """NVML for a CUDA device, or, off CUDA or without a driver or device, ``available`` False and the reason why.
 
-    A CPU pipeline never reads NVML: a GPU beside it (used by others, or idle) says nothing about its run.
+    A CPU pipeline never reads NVML: a GPU beside it (used by others, or idle) says nothing about its run. The
+    measured process tree is ``root_pid`` (default: this process) and its descendants.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, root_pid: int | None = None) -> None:
         self.reason: str | None = None
         self._handle = None
+        self._root = root_pid or os.getpid()
+        self._in_tree: dict[int, bool] = {self._root: True}
         if device.type != "cuda":
             self.reason = f"NVML not read: the pipeline runs on {device.type}"
             return
@@ -64,14 +74,46 @@ class Nvml:
         return self._handle is not None
 
     def read(self) -> GpuReading | None:
+        """The device's utilisation, memory used and neighbours now; None off CUDA or where NVML gives none of them.
+
+        Called on the sampler's thread at its cadence (``measure.memory_interval_s``), never on the training loop's.
+        """
         if self._handle is None:
             return None
+        reading = GpuReading(
+            utilization_percent=_nvml_or_none(lambda: float(pynvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)),
+            memory_used_mb=_nvml_or_none(lambda: pynvml.nvmlDeviceGetMemoryInfo(self._handle).used / MIB),
+            other_processes=_nvml_or_none(self._other_processes),
+        )
+        return None if reading == GpuReading(None, None, None) else reading
+
+    def _other_processes(self) -> int:
+        """Processes computing on the device that are certainly not in the measured tree.
+
+        NVML lists host PIDs even inside a container with its own PID namespace (the driver knows no namespaces):
+        where the tree's root is not among them, PIDs cannot be matched, and only the processes beyond the tree's
+        count are certainly others' (a lower bound: the tree's DataLoader workers count as if they used the GPU).
+        Each PID is placed once, by its ancestry; one that is gone by then is not counted.
+        """
+        on_gpu = {process.pid for process in pynvml.nvmlDeviceGetComputeRunningProcesses(self._handle)}
+        if on_gpu <= {self._root}:
+            return 0
+        if self._root in on_gpu:
+            return sum(1 for pid in on_gpu if not self._is_ours(pid))
         try:
-            rates = pynvml.nvmlDeviceGetUtilizationRates(self._handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(self._handle)
-        except pynvml.NVMLError:
-            return None
-        return GpuReading(float(rates.gpu), memory.used / MIB)
+            tree_size = 1 + len(psutil.Process(self._root).children(recursive=True))
+        except psutil.Error:
+            return 0
+        return max(0, len(on_gpu) - tree_size)
+
+    def _is_ours(self, pid: int) -> bool:
+        """Whether ``pid`` is the measured tree's root or descends from it; True where that cannot be told."""
+        if pid not in self._in_tree:
+            try:
+                self._in_tree[pid] = self._root in {parent.pid for parent in psutil.Process(pid).parents()}
+            except psutil.Error:
+                return True
+        return self._in_tree[pid]
 
     def close(self) -> None:
         if self._handle is not None:
@@ -79,11 +121,39 @@ class Nvml:
             pynvml.nvmlShutdown()
 
 
+def _nvml_or_none(read: Callable[[], float | int]) -> float | int | None:
+    """``read()``, or None where NVML refuses it (not supported on this device, no permission, a driver error)."""
+    try:
+        return read()
+    except pynvml.NVMLError:
+        return None
+
+
 def _nvml_handle(device: torch.device):
-    """NVML's handle for a CUDA device, found by UUID: NVML numbers all GPUs, CUDA only the visible ones."""
+    """NVML's handle for a CUDA device (a whole GPU or a MIG instance), found by UUID: NVML numbers all GPUs, CUDA
+    only the visible ones. Raises RuntimeError where NVML knows none of the UUIDs it may go by."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    uuid = str(torch.cuda.get_device_properties(index).uuid)
-    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    refused = []
+    for uuid in _uuids(index):
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        except pynvml.NVMLError as exc:
+            refused.append(f"{uuid}: {exc}")
+    raise RuntimeError(f"NVML knows none of the UUIDs it may go by ({'; '.join(refused)})")
+
+
+_UUID_CHARS = 36  # 8-4-4-4-12 hexadecimal digits and hyphens
+
+
+def _uuids(index: int) -> list[str]:
+    """The UUIDs NVML may know CUDA device ``index`` by, most specific first: its CUDA_VISIBLE_DEVICES entry where that
+    is a whole UUID ("GPU-..." or "MIG-...": NVML needs it whole, CUDA also takes a prefix), then the UUID CUDA reports
+    (bare, or with its "GPU-" prefix) as a GPU's and as a MIG instance's."""
+    visible = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    named = visible[index] if index < len(visible) else ""
+    given = [named] if named.startswith(("GPU-", "MIG-")) and len(named) >= _UUID_CHARS + 4 else []
+    bare = str(torch.cuda.get_device_properties(index).uuid).removeprefix("GPU-")
+    return list(dict.fromkeys([*given, f"GPU-{bare}", f"MIG-{bare}"]))
 
 
 @dataclass

@@ -36,6 +36,18 @@ class MemoryReport:
     def window_growth_mb(self) -> float:
         return self.window_end_mb - self.window_start_mb
 
+    @property
+    def limiting(self) -> str:
+        """Which memory bounds what the run can hold: "gpu" on CUDA (where CUDA's peaks were read), else "host"."""
+        return "gpu" if self.cuda_peak_reserved_mb is not None else "host"
+
+    @property
+    def limiting_peak_mb(self) -> float:
+        """The peak of the limiting memory, the one every memory decision uses: on CUDA the peak CUDA's caching
+        allocator reserved (what it holds of the device, so what must fit there; the CUDA context's few hundred MB
+        are not in it), else the process tree's ``peak_mb``."""
+        return self.cuda_peak_reserved_mb if self.cuda_peak_reserved_mb is not None else self.peak_mb
+
 
 @dataclass(frozen=True)
 class ComputeReport:
@@ -50,13 +62,15 @@ class ComputeReport:
 @dataclass(frozen=True)
 class SystemReport:
     """CPU utilisation over the window (machine-wide per core, and cores used by the process tree);
-    GPU utilisation from NVML, or None with ``gpu_note`` saying why."""
+    GPU utilisation from NVML, or None with ``gpu_note`` saying why; ``gpu_other_processes``: the most processes
+    outside the measured tree that NVML listed computing on its GPU at once during the window (None: not listed)."""
 
     cpu_total_percent: float
     cpu_per_core_percent: list[float]
     process_tree_cores: float
     gpu_utilization_percent: float | None = None
     gpu_note: str | None = None
+    gpu_other_processes: int | None = None
 
     # A run is disturbed when its cores were nearly all busy and other processes took this many cores' worth of
     # them on average (a quiet run shows 0.01-0.02: the tuner's own polling). Idle cores used elsewhere took nothing.
@@ -70,10 +84,28 @@ class SystemReport:
         return max(0.0, machine_cores - self.process_tree_cores)
 
     @property
-    def disturbed(self) -> bool:
-        """Whether other processes competed for the cores during the window, so that its figures may be low."""
+    def cores_taken(self) -> bool:
+        """Whether other processes competed for the cores during the window."""
         saturated = self.cpu_total_percent >= self.SATURATED_PERCENT
         return saturated and self.other_processes_cores >= self.BUSY_OTHERS_CORES
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether other processes competed for the cores or shared the GPU during the window, so that its figures
+        may be low. Any process on the GPU counts: NVML does not say how much of the GPU each one took."""
+        return self.cores_taken or bool(self.gpu_other_processes)
+
+    @property
+    def disturbance(self) -> str | None:
+        """What disturbed the window, in words: the cores others took ("0.8 cores"), the processes beside it on the
+        GPU ("1 other process on the GPU"), or both; None where nothing did."""
+        found = []
+        if self.cores_taken:
+            found.append(f"{self.other_processes_cores:.1f} cores")
+        if self.gpu_other_processes:
+            count = self.gpu_other_processes
+            found.append(f"{count} other process{'es' if count > 1 else ''} on the GPU")
+        return "; ".join(found) or None
 
 
 @dataclass(frozen=True)

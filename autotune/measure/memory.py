@@ -26,6 +26,14 @@ _GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, FileNo
 
 
 @dataclass(frozen=True)
+class MemoryBudget:
+    """A memory limit in MB and the key that set it, which the verdict on a trial over it names."""
+
+    key: str
+    mb: float
+
+
+@dataclass(frozen=True)
 class TreeReading:
     """One reading of a process tree at ``time``: bytes resident per pid, and PSS per pid for a full read
     (None for a cheap one, and where the OS reports no PSS)."""

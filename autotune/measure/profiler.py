@@ -10,11 +10,12 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from autotune.errors import AutotuneError
+from autotune.batches import batch_len
 from autotune.measure.environment import describe_machine
 from autotune.measure.flops import count_flops
 from autotune.measure.gpu import DeviceTimeline, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
@@ -50,7 +51,8 @@ class Profiler:
     ) -> None:
         self.name = name
         self.device = torch.device(device)
-        self.plan = plan or WindowPlan.unbounded()
+        plan = plan or WindowPlan.unbounded()
+        self.plan = replace(plan, warmup=plan.warmup.on(self.device.type))  # the warm-up's minimum time is the device's
         self.compiling = compiling
         self.recorder = StepRecorder(self.plan, clock)
         self.result: Measurement | None = None
@@ -173,7 +175,7 @@ class Profiler:
     def _memory_report(self) -> MemoryReport:
         root_peak, (allocated, reserved) = self._peaks_at_end
         end_time = self._full_reads[-1].time
-        gpu_used = [reading.memory_used_mb for t, reading in self._gpu.samples if t <= end_time]
+        gpu_used = [r.memory_used_mb for t, r in self._gpu.samples if t <= end_time and r.memory_used_mb is not None]
         full, tree = self._full_reads, self._tree
         cheap = [reading for _, reading in self._memory.samples if reading.time <= end_time]
         start, end = full[1], full[-1]  # full[0] is before the loop
@@ -195,14 +197,17 @@ class Profiler:
 
     def _system_report(self) -> SystemReport:
         start, end = self.recorder.window_start, self.recorder.window_end
-        window = [r.utilization_percent for t, r in self._gpu.samples if start <= t <= end]
+        window = [r for t, r in self._gpu.samples if start <= t <= end]
+        utilization = [r.utilization_percent for r in window if r.utilization_percent is not None]
+        others = [r.other_processes for r in window if r.other_processes is not None]
         usage = self._cpu_usage
         return SystemReport(
             cpu_total_percent=usage.total_percent,
             cpu_per_core_percent=usage.per_core_percent,
             process_tree_cores=usage.tree_cores,
-            gpu_utilization_percent=statistics.fmean(window) if window else None,
-            gpu_note=self._nvml.reason or (None if window else "no NVML sample fell inside the window"),
+            gpu_utilization_percent=statistics.fmean(utilization) if utilization else None,
+            gpu_note=self._nvml.reason or (None if utilization else "no NVML utilisation read inside the window"),
+            gpu_other_processes=max(others) if others else None,
         )
 
 
@@ -219,14 +224,3 @@ def profile(name: str = "train", **options: Any) -> Profiler:
     ``options`` are Profiler's: device, plan, memory_interval_s, compiling.
     """
     return Profiler(name, **options)
-
-
-def batch_len(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor."""
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0]
-    if isinstance(batch, dict):
-        return batch_len(next(iter(batch.values())))
-    if isinstance(batch, (tuple, list)):
-        return batch_len(batch[0])
-    raise AutotuneError(f"cannot count the samples of a batch of type {type(batch).__name__}; pass step(samples=N)")

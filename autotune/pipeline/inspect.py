@@ -1,9 +1,11 @@
-"""Facts about a pipeline that decide which knobs apply, read once before any trial runs."""
+"""Facts about the machine's devices and the pipeline that decide which knobs apply, read once before any trial runs,
+in a trial subprocess (``read_facts``): reading them runs the user's code and initialises CUDA."""
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch.utils.data import default_collate
@@ -21,6 +23,100 @@ class PipelineFacts:
     dataset_len: int
     input_ndim: int | None
     optimizer_options: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """The names of the CUDA devices a process sees, by index (none: a CPU-only machine)."""
+
+    cuda: tuple[str, ...] = ()
+
+    @classmethod
+    def here(cls) -> DeviceFacts:
+        """The CUDA devices this process sees, by name (nothing is allocated on them)."""
+        if not torch.cuda.is_available():
+            return cls()
+        return cls(tuple(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())))
+
+    def resolve(self, requested: str) -> str:
+        """The device measure.device ``requested`` means here: auto is cuda where a GPU is visible, else cpu;
+        cuda and cuda:N must name a visible GPU. Raises ConfigError naming measure.device."""
+        if requested == "auto":
+            return "cuda" if self.cuda else "cpu"
+        if requested.startswith("cuda") and not self.cuda:
+            raise ConfigError("measure.device", f"{requested} was requested but torch.cuda.is_available() is False")
+        index = torch.device(requested).index
+        if index is not None and index >= len(self.cuda):
+            visible = ", ".join(f"cuda:{i} ({name})" for i, name in enumerate(self.cuda))
+            raise ConfigError("measure.device", f"{requested} was requested but the visible CUDA devices are {visible}")
+        return requested
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A ConfigError raised where the facts were read, to raise again in the tuner: the key it names, its problem."""
+
+    key: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What ``read_facts`` found: the machine's ``devices``; the ``device`` measure.device resolves to, whether it
+    computes in bfloat16 natively (``bf16_native``) and the ``pipeline``'s facts there; or, in their place, the
+    configuration error that stopped it (``refused``)."""
+
+    devices: DeviceFacts
+    device: str | None = None
+    bf16_native: bool = False
+    pipeline: PipelineFacts | None = None
+    refused: Refusal | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        pipeline = self.pipeline
+        return {
+            **asdict(self),
+            "pipeline": {**asdict(pipeline), "optimizer_options": sorted(pipeline.optimizer_options)}
+            if pipeline
+            else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Inspection:
+        pipeline, refused = data.get("pipeline"), data.get("refused")
+        return cls(
+            devices=DeviceFacts(tuple(data["devices"]["cuda"])),
+            device=data.get("device"),
+            bf16_native=data.get("bf16_native", False),
+            pipeline=PipelineFacts(**{**pipeline, "optimizer_options": frozenset(pipeline["optimizer_options"])})
+            if pipeline
+            else None,
+            refused=Refusal(**refused) if refused else None,
+        )
+
+
+def read_facts(spec: PipelineSpec, requested_device: str) -> Inspection:
+    """The devices this process sees, the device ``requested_device`` (measure.device) resolves to, whether it runs
+    bfloat16 natively, and the pipeline's facts there (``inspect_pipeline``); a ConfigError is returned as the
+    refusal. It initialises CUDA (a context on the device), and on a GPU in exclusive-process mode a process holding
+    a context blocks every other: run it in a subprocess, not the tuner."""
+    devices = DeviceFacts.here()
+    try:
+        device = devices.resolve(requested_device)
+        return Inspection(devices, device, bf16_native(device), inspect_pipeline(spec, device))
+    except ConfigError as exc:
+        return Inspection(devices, refused=Refusal(exc.key, exc.problem))
+
+
+def bf16_native(device: str) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: a GPU of compute capability 8.0 or later, not one that
+    emulates it, slower than fp32 (pre-Ampere, such as V100 and T4: ``is_bf16_supported()`` counts emulation by
+    default). A CPU: True, whether it pays being for the trials to measure."""
+    parsed = torch.device(device)
+    if parsed.type != "cuda":
+        return True
+    with torch.cuda.device(parsed):  # is_bf16_supported asks the current device
+        return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
@@ -56,7 +152,7 @@ def optimizer_options(factory, device: str) -> frozenset[str]:
     except (TypeError, ValueError):
         return frozenset()
     options = {name for name in ("foreach", "fused") if name in parameters}
-    if "fused" in options and device != "cuda" and not _fused_runs_on_cpu(factory):
+    if "fused" in options and torch.device(device).type != "cuda" and not _fused_runs_on_cpu(factory):
         options.discard("fused")
     return frozenset(options)
 

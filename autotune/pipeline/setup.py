@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -12,6 +13,9 @@ from torch.utils.data import DataLoader
 
 from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.pipeline.build import Pipeline
+
+# A trial whose loss scaler skipped more than this share of its window's optimizer steps measured no training.
+MAX_SKIPPED_SHARE = 0.5
 
 
 class Trainer:
@@ -36,6 +40,7 @@ class Trainer:
         self.model = setup.model
         self.optimizer = pipeline.optimizer_factory(pipeline.model.parameters(), **setup.optimizer_kwargs)
         self.accumulation_steps = (effective_batch_size or knobs["batch_size"]) // knobs["batch_size"]
+        self.optimizer_steps = 0
         self._micro_steps = 0
         self.model.train()
 
@@ -102,7 +107,17 @@ class Trainer:
                 self.optimizer.step()
         if stepping:
             self.optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
+            self.optimizer_steps += 1
         return loss
+
+    def scale_reading(self) -> ScaleReading | None:
+        """The loss scaler's scale after the optimizer steps so far; None without a scaler (fp16 only).
+
+        On CUDA the read waits for the device: take it where the loop waits anyway (a warm-up step), or after the
+        timed window, never inside it.
+        """
+        scaler = self.setup.grad_scaler
+        return ScaleReading(scaler.get_scale(), self.optimizer_steps) if scaler is not None else None
 
     def reference_loss(self, batch: Any) -> float:
         """The loss of the uncompiled model in fp32 on ``batch``, without gradients: what the first
@@ -131,6 +146,40 @@ def loss_problem(loss: float, reference: float | None, tolerance: float) -> str 
             f"{difference:.3g} (relative), more than measure.loss_tolerance={tolerance:g}"
         )
     return None
+
+
+@dataclass(frozen=True)
+class ScaleReading:
+    """A GradScaler's scale after ``steps`` optimizer steps."""
+
+    scale: float
+    steps: int
+
+
+def skipped_steps(before: ScaleReading, after: ScaleReading) -> int:
+    """How many of the optimizer steps between two readings the GradScaler skipped, at least.
+
+    A skipped step (its gradients overflowed) halves the scale (the backoff factor of the amp knob's scaler,
+    PyTorch's default), and the scale doubles only after 2000 steps in a row that were not skipped (its
+    growth_interval), so a scale 2**k lower means k more skips than growths. Two reads of the scale at the window's
+    edges count this without reading anything inside it, where each read would wait for the device.
+    """
+    steps = after.steps - before.steps
+    if before.scale <= 0:  # a scale at zero stays there: every step's gradients are 0 x inf, not finite, skipped
+        return steps
+    lowest = max(after.scale, 2.0**-150)  # float32's last halving before zero
+    return max(0, min(steps, round(math.log2(before.scale / lowest))))
+
+
+def skipped_problem(skipped: int, steps: int) -> str | None:
+    """Why a window whose loss scaler skipped ``skipped`` of its ``steps`` optimizer steps measured no training (more
+    than MAX_SKIPPED_SHARE of them skipped), or None."""
+    if steps == 0 or skipped <= MAX_SKIPPED_SHARE * steps:
+        return None
+    return (
+        f"the fp16 loss scaler skipped {skipped} of the timed window's {steps} optimizer steps (their gradients "
+        "overflowed): a skipped step does no optimizer work, so the window ran faster than training does"
+    )
 
 
 class WorkerKilledError(RuntimeError):

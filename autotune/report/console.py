@@ -41,7 +41,7 @@ def format_result(result: TrialResult, baseline: TrialResult | None = None) -> s
         compile_note += f", median of {len(runs)} runs ({min(runs):.1f}-{max(runs):.1f})"
     system = result.measurement.system
     if system.disturbed:
-        compile_note += f", other processes busy ({system.other_processes_cores:.1f} cores): may read low"
+        compile_note += f", other processes busy ({system.disturbance}): may read low"
     return (
         f"{knobs} -> {result.timing.throughput:.1f} samples/s{speedup}, "
         f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"

@@ -15,6 +15,7 @@ from autotune.report import plots
 from autotune.report.plots import Plot
 from autotune.report.rows import ranked_rows, record_row
 from autotune.results.advice import batch_advice
+from autotune.results.batch_limit import batch_limit
 from autotune.results.model import StudyResults
 from autotune.results.race import TIE_TOLERANCE
 from autotune.results.summary import Summary
@@ -28,7 +29,8 @@ _BEFORE_AFTER_METRICS = [
     ("process_tree_cores", "CPU cores busy (process tree)"),
     ("gpu_utilization_percent", "GPU utilisation (%)"),
     ("achieved_gflops_per_s", "achieved GFLOP/s"),
-    ("peak_memory_mb", "peak memory (MB)"),
+    ("peak_memory_mb", "peak memory (MB; the GPU's on CUDA)"),
+    ("host_peak_memory_mb", "host peak memory (MB, process tree)"),
     ("window_memory_growth_mb", "memory growth in window (MB)"),
     ("cuda_peak_allocated_mb", "CUDA peak allocated (MB)"),
 ]
@@ -92,7 +94,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
             table=_before_after(summary),
             plots=[plots.before_after(summary), plots.time_split(summary)],
         ),
-        Section("Training", paragraphs=[batch_advice(results, summary).describe()]),
+        Section("Training", paragraphs=[batch_advice(results, summary).describe(), *batch_limit(results).sentences()]),
         *_probe(results),
         *_pareto(summary),
         Section(
@@ -217,8 +219,13 @@ def _before_after(summary: Summary) -> Table:
         rows.append(["its run before the race (samples/s, 95% CI)", *(_run_and_interval(r) for r in (before, after))])
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
-    rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS]
+    rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS if _shown(key, before, after)]
     return _table(["", "baseline", "recommended"], rows)
+
+
+def _shown(key: str, *rows: dict[str, Any]) -> bool:
+    """Every metric, but the host's peak where it is the peak every decision used (on a CPU)."""
+    return key != "host_peak_memory_mb" or any(row[key] != row["peak_memory_mb"] for row in rows)
 
 
 def _run_and_interval(row: dict[str, Any]) -> str:
@@ -319,14 +326,14 @@ def _busy_machine(summary: Summary) -> list[Section]:
     if not busy:
         return []
     named = ", ".join(
-        f"{'the baseline' if r is summary.baseline else f'trial {r.label}'} "
-        f"({r.result.measurement.system.other_processes_cores:.1f} cores)"
+        f"{'the baseline' if r is summary.baseline else f'trial {r.label}'} ({r.result.measurement.system.disturbance})"
         for r in busy
     )
     text = (
         f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
         "measured while other processes competed for its cores (nearly all busy, at least "
-        f"{SystemReport.BUSY_OTHERS_CORES:g} cores' worth of them taken by others on average): {named}. "
+        f"{SystemReport.BUSY_OTHERS_CORES:g} cores' worth of them taken by others on average) or computed on its "
+        f"GPU: {named}. "
         "Their throughput may read low and the ranking may be off; close other work and run the study again "
         "(a new study.name measures everything afresh)."
     )

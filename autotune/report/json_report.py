@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune.report.rows import ranked_rows
 from autotune.results.advice import batch_advice
+from autotune.results.batch_limit import batch_limit
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.summary import Summary
@@ -39,6 +40,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         },
         "speedup": summary.speedup,
         "training": batch_advice(results, summary).to_dict(),
+        "batch_limit": batch_limit(results).to_dict(),
         "pareto_front": [record.label for record in summary.pareto],
         "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],

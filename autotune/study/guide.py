@@ -12,7 +12,8 @@ which that change moved the measured twins of the same kind. A configuration who
 were never measured gets no prediction until its "twin" is measured: the best configuration so far with one
 untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest). Before
 that, the best configuration's neighbouring batch sizes are measured: the probe's loader timings are short, and
-batch size is the knob it predicts least well.
+batch size is the knob it predicts least well. A configuration that needs no less memory than one that ran out
+(in the probe or a trial: ``space.needs_no_less_memory``) is never proposed.
 
 This is how the search uses the structure of the problem rather than only black-box sampling: the first
 trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
@@ -28,9 +29,9 @@ from functools import cached_property
 from typing import Any
 
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, LOADER_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS, costly
-from autotune.records import ProbeRecord, config_key
+from autotune.records import OutOfMemory, ProbeRecord, config_key
 from autotune.study.probe_model import ProbeModel, anchor_knobs, worker_option
-from autotune.study.space import SearchSpace
+from autotune.study.space import SearchSpace, out_of_memory_bound
 from autotune.study.tuner import Observation, Proposal
 
 # A configuration predicted within this fraction of the best measured one is still worth a trial: about one run's
@@ -49,26 +50,33 @@ class Guide:
     space: SearchSpace
     baseline: dict[str, Any]
 
-    def propose(self, observations: list[Observation], measured: set[str]) -> Proposal | None:
+    def propose(
+        self, observations: list[Observation], measured: set[str], ran_out: list[OutOfMemory]
+    ) -> Proposal | None:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
         throughput so far or comes within WORTH_MEASURING of it (a compiled one must beat it by WORTH_MEASURING:
         each costs a compile); any, while nothing measured is feasible; else
         the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
         prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
-        (``config_key``) of every configuration measured or failed, so none is proposed twice."""
+        (``config_key``) of every configuration measured or failed, so none is proposed twice; none that needs no
+        less memory than one of ``ran_out`` is proposed at all."""
+
+        def may_measure(knobs: dict[str, Any]) -> bool:
+            return config_key(knobs) not in measured and out_of_memory_bound(knobs, ran_out) is None
+
         best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
         ratios = _Ratios(self.probe_model, observations)
         predicted = [
             (value, knobs)
             for knobs in self.candidates
-            if config_key(knobs) not in measured and (value := ratios.predict(knobs)) is not None
+            if may_measure(knobs) and (value := ratios.predict(knobs)) is not None
         ]
         worth = [(value, knobs) for value, knobs in predicted if best is None or _worth_measuring(knobs, value, best)]
         value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None:
             return Proposal(knobs, value)
         checks = [*self._batch_neighbours(best), *self._twins(best, ratios)] if best is not None else []
-        check = next((knobs for knobs in checks if config_key(knobs) not in measured), None)
+        check = next((knobs for knobs in checks if may_measure(knobs)), None)
         return Proposal(check, ratios.predict(check)) if check is not None else None
 
     @cached_property

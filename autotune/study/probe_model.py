@@ -12,7 +12,8 @@ Compute settings are timed one knob at a time around the anchor (the baseline, m
 combined as independent factors; the knobs that act on activations (PER_BATCH_KNOBS) are timed at every batch
 size, as their effect changes with it. A knob whose every value changes the model step by less than 3 % is left
 at the anchor's value when choosing. torch.compile is not probed (one compile costs more than the whole
-probe): the guide tries it on the best configuration found, where the model step limits throughput.
+probe): the guide tries it on the best configuration found, where the model step limits throughput. A setting
+that ran out of memory in the probe predicts nothing: no configuration that needs it is predicted.
 """
 
 from __future__ import annotations
@@ -51,11 +52,12 @@ class ProbeModel:
 
     def loader(self, batch_size: int, num_workers: int) -> float:
         index = self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})
-        return self.result.loader_throughputs[index]
+        return _timed(self.result.loader_throughputs[index])
 
     def compute(self, knobs: dict[str, Any]) -> float:
         """Model-step samples/s of ``knobs``: the anchor's at this batch size, times each compute knob's
-        measured factor (``_factor``)."""
+        measured factor (``_factor``). Raises ValueError where a setting it needs was not timed or ran out of
+        memory."""
         anchor = self.plan.computes[0]
         at_batch = {**anchor, "batch_size": knobs["batch_size"]}
         rate = self._compute_of(at_batch)
@@ -86,7 +88,8 @@ class ProbeModel:
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float:
         """Predicted samples/s of ``knobs`` (knobs the probe does not time count as at the anchor), with the model
-        step ``compute_scale`` times as fast as timed. Raises ValueError where a needed setting was not timed."""
+        step ``compute_scale`` times as fast as timed. Raises ValueError where a needed setting was not timed or ran
+        out of memory."""
         loading = self.loader(knobs["batch_size"], knobs["num_workers"])
         compute = self.compute(knobs) * compute_scale
         if knobs["num_workers"] == 0 and self.device == "cpu":
@@ -125,12 +128,12 @@ class ProbeModel:
         return any(k["num_threads"] == threads for k in self.plan.computes)
 
     def negligible(self, name: str) -> bool:
-        """Whether every timed value of compute knob ``name`` changed the model step by less than 3 %."""
+        """Whether every timed value of compute knob ``name`` changed the model step by less than 3 % (where it and
+        its partner at the anchor's value ran: not out of memory)."""
         anchor = self.plan.computes[0]
+        pairs = [(k, {**k, name: anchor[name]}) for k in self.plan.computes if k[name] != anchor[name]]
         factors = [
-            self._compute_of(k) / self._compute_of({**k, name: anchor[name]})
-            for k in self.plan.computes
-            if k[name] != anchor[name]
+            self._compute_of(k) / self._compute_of(base) for k, base in pairs if self._ran(k) and self._ran(base)
         ]
         return all(abs(factor - 1) < _NEGLIGIBLE for factor in factors)
 
@@ -141,7 +144,18 @@ class ProbeModel:
         return max(fewest["num_workers"], 1) / self.loader(batch_size, fewest["num_workers"])
 
     def _compute_of(self, knobs: dict[str, Any]) -> float:
-        return self.result.compute_throughputs[self.plan.computes.index(knobs)]
+        return _timed(self.result.compute_throughputs[self.plan.computes.index(knobs)])
+
+    def _ran(self, knobs: dict[str, Any]) -> bool:
+        """Whether the compute setting ``knobs`` was timed, not out of memory."""
+        return self.result.compute_throughputs[self.plan.computes.index(knobs)] is not None
+
+
+def _timed(throughput: float | None) -> float:
+    """A probe setting's throughput; ValueError where it ran out of memory (None), so nothing is predicted from it."""
+    if throughput is None:
+        raise ValueError("this setting ran out of memory in the probe")
+    return throughput
 
 
 def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.5) -> ProbePlan:
@@ -177,8 +191,8 @@ def probe_once(
     baseline_sps: float,
 ) -> ProbeRecord:
     """Run the probe once per study and store what it found (reused on resume). Returns the stored record;
-    a probe that fails, or whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION),
-    is recorded as failed and the search goes on without it."""
+    a probe that fails, whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION), or that
+    ran out of memory at the baseline's own settings, is recorded as failed and the search goes on without it."""
     stored = study.user_attrs.get(PROBE_ATTR)
     if stored is not None:
         return ProbeRecord.from_dict(stored)
@@ -190,14 +204,14 @@ def probe_once(
         probe_model = ProbeModel(plan, result.probe)
         anchor = anchor_knobs(space, baseline)
         workers = baseline_or_first(space, baseline, "num_workers")  # the baseline's, if the probe timed it
-        record = ProbeRecord(
-            result.wall_s,
-            plan,
-            result.probe,
-            baseline_loader_sps=probe_model.loader(anchor["batch_size"], workers),
-            baseline_compute_sps=probe_model.compute(anchor),
-        )
-        record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
+        try:
+            loading, compute = probe_model.loader(anchor["batch_size"], workers), probe_model.compute(anchor)
+        except ValueError:  # the anchor ran out of memory: every prediction scales its timings
+            reason = "it ran out of memory at the baseline's own settings, from which it predicts every configuration"
+            record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
+        else:
+            record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute)
+            record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
     study.set_user_attr(PROBE_ATTR, record.to_dict())
     return record
 
@@ -223,7 +237,7 @@ def _contradicted(record: ProbeRecord, halves: list[str], baseline_sps: float) -
                 f"its timings contradict the baseline's: the {part} alone gave {alone[part]:.1f} samples/s, the "
                 f"whole pipeline {baseline_sps:.1f}; something else was likely using the machine while it ran"
             )
-            return ProbeRecord(record.wall_s, failure=reason)
+            return ProbeRecord(record.wall_s, record.plan, record.result, failure=reason)
     return record
 
 

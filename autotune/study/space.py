@@ -1,7 +1,8 @@
 """The search space: candidate values per knob, derived from the machine and pipeline or given by the user.
 
 The space is conditional: a knob that does not apply given the knobs before it (e.g. prefetch_factor
-with num_workers=0) is not sampled and takes the value None, so every configuration it yields can run.
+with num_workers=0) is not sampled and takes the value None, so every configuration it yields can run. What ran out
+of memory bounds it: a configuration that needs no less memory is not measured (``needs_no_less_memory``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from typing import Any
 import optuna
 
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS, Knob, SearchContext
+from autotune.knobs import KNOBS, Knob, SearchContext, Target, conflict
+from autotune.records import OutOfMemory
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Candidate values for every knob, in registry order; a knob with one candidate is fixed."""
+    """Candidate values for every knob, in registry order; a knob with one candidate is fixed. No configuration of
+    the space holds a conflict (``Knob.conflict``), judged with gradients accumulated up to
+    ``effective_batch_size`` (search.batch_policy=fixed_effective; None: no accumulation)."""
 
     candidates: dict[str, list[Any]]
+    effective_batch_size: int | None = None
 
     @cached_property
     def size(self) -> int:
@@ -34,7 +39,12 @@ class SearchSpace:
         return [name for name, values in self.candidates.items() if len(values) > 1]
 
     def sample(self, trial: optuna.Trial) -> dict[str, Any]:
-        """Knob values for ``trial``, define-by-run: only knobs that vary and apply are suggested."""
+        """Knob values for ``trial``, define-by-run: only knobs that vary and apply are suggested.
+
+        A proposal that holds a conflict is replaced by the configuration of the space nearest to it (the fewest
+        knobs changed; the first in the space's order on a tie): Optuna's distributions must not change from trial
+        to trial, so a knob cannot be offered only the values that fit those chosen before it.
+        """
         knobs: dict[str, Any] = {}
         for name, values in self.candidates.items():
             if not KNOBS[name].active(knobs):
@@ -43,11 +53,13 @@ class SearchSpace:
                 knobs[name] = values[0]
             else:
                 knobs[name] = trial.suggest_categorical(name, values)
-        return knobs
+        if self.conflict(knobs) is None:
+            return knobs
+        return min(self.configurations(), key=lambda other: sum(other[name] != knobs[name] for name in knobs))
 
     def configurations(self) -> Iterator[dict[str, Any]]:
         """Every runnable configuration, once each."""
-        yield from self._extend({}, list(self.candidates))
+        return (knobs for knobs in self._extend({}, list(self.candidates)) if self.conflict(knobs) is None)
 
     def contains(self, knobs: dict[str, Any]) -> bool:
         chosen: dict[str, Any] = {}
@@ -56,7 +68,11 @@ class SearchSpace:
             if knobs.get(name) not in expected:
                 return False
             chosen[name] = knobs[name]
-        return True
+        return self.conflict(chosen) is None
+
+    def conflict(self, knobs: dict[str, Any]) -> tuple[str, str] | None:
+        """The first knob of ``knobs`` whose value cannot run beside the others in this space, and why."""
+        return conflict(knobs, self.effective_batch_size)
 
     def _extend(self, chosen: dict[str, Any], rest: list[str]) -> Iterator[dict[str, Any]]:
         if not rest:
@@ -86,8 +102,8 @@ def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> Sear
         if not values:
             raise ConfigError(f"search.{name}", "no candidate value can run on this machine for this pipeline")
         candidates[name] = _one_spelling(knob, values, ctx)
-    space = SearchSpace(candidates)
-    _check_given_knobs_apply(search, space)
+    space = SearchSpace(candidates, ctx.effective_batch_size)
+    _check_given_values_run(search, space)
     return space
 
 
@@ -103,16 +119,30 @@ def _one_spelling(knob: Knob, values: list[Any], ctx: SearchContext) -> list[Any
     return list(kept.values())
 
 
-def _check_given_knobs_apply(search: dict[str, list[Any] | None], space: SearchSpace) -> None:
-    """Reject candidates the user gave for a knob that applies in no configuration of the space (prefetching
-    with only num_workers=0): they would be silently ignored."""
+def _check_given_values_run(search: dict[str, list[Any] | None], space: SearchSpace) -> None:
+    """Reject a candidate the user gave that runs in no configuration of the space, as it would be silently ignored:
+    one of a knob that applies in none (prefetching with only num_workers=0), or a value that conflicts with every
+    configuration it could join (compile=reduce-overhead with only set_to_none=false). A value that conflicts with
+    some configurations only is kept, and those are left out, as the space leaves out worker options without
+    workers."""
     for name, given in search.items():
         if given is None or all(value is None for value in given):
             continue
-        if all(knobs[name] is None for knobs in space.configurations()):
+        runs, conflicts = set(), {}
+        for knobs in space._extend({}, list(space.candidates)):  # conflicts included
+            found = space.conflict(knobs)
+            if found:
+                conflicts.setdefault(knobs[name], found[1])
+            else:
+                runs.add(knobs[name])
+        if runs | set(conflicts) <= {None}:
             raise ConfigError(
                 f"search.{name}", f"{KNOBS[name].inactive_because}, which no configuration of the search space has"
             )
+        for value in space.candidates[name]:
+            if value not in runs:
+                reason = conflicts[value]
+                raise ConfigError(f"search.{name}", f"{value!r} runs in no configuration of the search space: {reason}")
 
 
 def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
@@ -122,3 +152,35 @@ def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
             "pipeline.baseline.batch_size",
             f"{baseline['batch_size']} is larger than the dataset ({ctx.dataset_len} samples), so no full batch exists",
         )
+
+
+# The knobs that change what a training step keeps in memory: those applied to the model, its precision or its
+# optimizer.
+_STEP_MEMORY_KNOBS = tuple(
+    name for name, knob in KNOBS.items() if {Target.MODEL, Target.PRECISION, Target.OPTIMIZER} & set(knob.applies_to)
+)
+
+
+def needs_no_less_memory(knobs: dict[str, Any], ran_out: dict[str, Any]) -> bool:
+    """Whether ``knobs`` needs at least the memory of ``ran_out``, a configuration that ran out of memory (or a probe
+    setting, which fixes only the knobs it ran with), so that it would run out too: a batch at least as large, at
+    least as many DataLoader workers, and the same value of each knob applied to the model, its precision or its
+    optimizer (channels_last, amp, compile, optimizer_impl, set_to_none) that ``ran_out`` fixes.
+
+    Why: with those knobs equal, a step keeps the same tensors per sample (the activations, most of its memory at
+    the batch sizes that run out) and the same state per model (weights, gradients, optimizer buffers), so a larger
+    batch needs more; each worker holds batches of its own, so more workers need more. A change to any of those
+    knobs may make a configuration fit where the other did not (half-precision activations, a compiled graph that
+    keeps fewer intermediates, gradients freed between steps, an optimizer without multi-tensor buffers), so it is
+    measured. The other knobs change no tensor the step keeps (threads, the host allocator, prefetching, pinned
+    copies of a batch, cuDNN's benchmark: a transient workspace) and are taken to need as much.
+    """
+    if knobs["batch_size"] < ran_out["batch_size"] or knobs["num_workers"] < ran_out["num_workers"]:
+        return False
+    return all(knobs[name] == ran_out[name] for name in _STEP_MEMORY_KNOBS if name in ran_out)
+
+
+def out_of_memory_bound(knobs: dict[str, Any], ran_out: list[OutOfMemory]) -> OutOfMemory | None:
+    """The first of ``ran_out`` that ``knobs`` needs no less memory than (``needs_no_less_memory``), if any: the
+    evidence that ``knobs`` would run out of memory too."""
+    return next((found for found in ran_out if needs_no_less_memory(knobs, found.knobs)), None)

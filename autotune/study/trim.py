@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 
-from autotune.knobs import KNOBS, REQUIRED
+from autotune.knobs import KNOBS, REQUIRED, conflict
 from autotune.records import TRIM_ATTR
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes
@@ -70,13 +70,17 @@ def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -
 
 def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> dict[str, Finalist]:
     """``finalist`` with each change from ``baseline`` among ``names`` undone in turn, by the knob undone (the same
-    configuration once)."""
+    configuration once; none whose values cannot run together, ``conflict``)."""
     found: dict[str, Finalist] = {}
     for name in names:
         if finalist.knobs[name] == baseline[name]:
             continue
         knobs = undo(finalist.knobs, baseline, name)
-        if knobs != finalist.knobs and all(knobs != other.knobs for other in found.values()):
+        if (
+            knobs != finalist.knobs
+            and conflict(knobs) is None
+            and all(knobs != other.knobs for other in found.values())
+        ):
             label = f"{finalist.label} without {name}"
             found[name] = Finalist(label, knobs, count_changes(knobs, baseline), None)
     return found

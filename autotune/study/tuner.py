@@ -10,7 +10,7 @@ import hashlib
 import json
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,14 +27,18 @@ from autotune.records import (
     INTERRUPTED_ATTR,
     MEASURED_STATES,
     META_ATTR,
+    NOT_MEASURED_ATTR,
     PREDICTED_ATTR,
+    PROBE_ATTR,
     RESULT_ATTR,
+    OutOfMemory,
+    ProbeRecord,
     config_key,
     metric_attrs,
     redact_url,
 )
 from autotune.study.pruner import SlowerThanBestPruner
-from autotune.study.space import SearchSpace
+from autotune.study.space import SearchSpace, out_of_memory_bound
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from autotune.trial.runner import ProgressFn
 
@@ -65,9 +69,9 @@ class Proposal:
     predicted: float | None = None
 
 
-# What was measured so far and the keys of every configuration tried in; the next proposal out, or None when
-# nothing left is worth measuring.
-ProposeFn = Callable[[list[Observation], set[str]], Proposal | None]
+# What was measured so far, the keys of every configuration tried and what ran out of memory in; the next proposal
+# out, or None when nothing left is worth measuring.
+ProposeFn = Callable[[list[Observation], set[str], list[OutOfMemory]], Proposal | None]
 
 
 @dataclass(frozen=True)
@@ -154,17 +158,21 @@ def tune(
     included) is not measured again: the proposal is answered from the stored result and does not count as a
     trial. Tuning also stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
     ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect trials are
-    verdicts on their configuration, not failures: ``FailureKind.is_fault``).
+    verdicts on their configuration, not failures: ``FailureKind.is_fault``). A configuration that needs no less
+    memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured: Optuna
+    is told it is pruned, with the reason, and it does not count as a trial either.
     """
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
     deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
     known = _known_outcomes(study, settings)
+    ran_out = _out_of_memory(study)
     pruner = _pruner(settings, known)
     study.pruner = pruner or optuna.pruners.NopPruner()
     repeats = failures_in_a_row = 0
     while (done := counted_trials(study)) < n_trials:
-        if sum(1 for key in known if space.contains(json.loads(key))) >= space.size:
-            return StopReason(f"all {space.size} configurations of the search space are measured")
+        if _exhausted(space, known, ran_out):
+            too_big = " or need no less memory than one that ran out" if ran_out else ""
+            return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
         if time.monotonic() >= deadline:
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
@@ -172,7 +180,7 @@ def tune(
         # Trials already waiting (an interrupted one, on resume) go first; without a guide, the sampler proposes.
         proposal = None
         if propose is not None and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            proposal = propose(_observations(known), set(known))
+            proposal = propose(_observations(known), set(known), ran_out)
             if proposal is None:
                 return StopReason(
                     f"converged: corrected by the {len(known)} configurations measured (the baseline included), the "
@@ -190,8 +198,14 @@ def tune(
             _tell(study, trial, known[key])
             repeats += 1
             continue
+        if (bound := out_of_memory_bound(knobs, ran_out)) is not None:
+            known[key] = _not_measured(study, trial, bound)
+            repeats += 1
+            continue
         repeats = 0
         result, known[key] = _measure_trial(study, trial, knobs, run, settings, pruner)
+        if (shown := OutOfMemory.of_trial(trial.number, result)) is not None:
+            ran_out.append(shown)
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
         broken = result.failure is not None and result.failure.kind.is_fault
         failures_in_a_row = failures_in_a_row + 1 if broken else 0
@@ -205,21 +219,65 @@ def tune(
 
 
 def counted_trials(study: optuna.Study) -> int:
-    """Trials that measured a new configuration (complete, failed or pruned; not repeats, not interrupted)."""
+    """Trials that measured a new configuration (complete, failed or pruned; not repeats, not interrupted, not those
+    left unmeasured as out of memory)."""
     interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
     return sum(
         1
         for t in study.get_trials(deepcopy=False, states=MEASURED_STATES)
-        if DUPLICATE_ATTR not in t.user_attrs and t.number not in interrupted
+        if DUPLICATE_ATTR not in t.user_attrs and NOT_MEASURED_ATTR not in t.user_attrs and t.number not in interrupted
     )
 
 
-def within_budget(result: TrialResult, memory_budget_mb: float | None) -> TrialResult:
-    """``result``, marked infeasible (keeping its measurement) if its peak memory is over the budget."""
-    if not result.ok or memory_budget_mb is None or result.peak_memory_mb <= memory_budget_mb:
+def _exhausted(space: SearchSpace, known: dict[str, _Outcome], ran_out: list[OutOfMemory]) -> bool:
+    """Whether every configuration of ``space`` is measured or needs no less memory than one of ``ran_out``."""
+    return all(config_key(knobs) in known or out_of_memory_bound(knobs, ran_out) for knobs in space.configurations())
+
+
+def _not_measured(study: optuna.Study, trial: optuna.Trial, bound: OutOfMemory) -> _Outcome:
+    """Tell Optuna that ``trial`` is pruned without a measurement, as its configuration needs no less memory than
+    ``bound``, which ran out; the reason is kept on the trial."""
+    trial.set_user_attr(
+        NOT_MEASURED_ATTR,
+        f"not measured: it needs no less memory than {bound.shown_by}, which ran out ({bound.message})",
+    )
+    study.tell(trial, state=TrialState.PRUNED)
+    return _Outcome(trial.number, TrialState.PRUNED)
+
+
+def _out_of_memory(study: optuna.Study) -> list[OutOfMemory]:
+    """What ran out of memory, as the study stores it: the probe's settings, then the trials'."""
+    probe = study.user_attrs.get(PROBE_ATTR)
+    found = ProbeRecord.from_dict(probe).out_of_memory if probe is not None else []
+    shown = (OutOfMemory.of_trial(trial.number, result) for trial, result in _stored_results(study))
+    return [*found, *(entry for entry in shown if entry is not None)]
+
+
+def within_budget(result: TrialResult, settings: StudySettings) -> TrialResult:
+    """``result``, marked infeasible (keeping its measurement) if a peak of its memory is over its budget."""
+    over = [said for said, excess in _budget_excesses(result, settings) if excess > 0] if result.ok else []
+    if not over:
         return result
-    message = f"peak {result.peak_memory_mb:.0f} MB is over study.memory_budget_mb={memory_budget_mb:g}: infeasible"
-    return replace(result, failure=Failure(FailureKind.OUT_OF_MEMORY, message))
+    return replace(result, failure=Failure(FailureKind.OUT_OF_MEMORY, "; ".join(over) + ": infeasible"))
+
+
+_MEMORY_NAMES = {"gpu": "GPU memory (CUDA reserved)", "host": "host memory (process tree)"}
+
+
+def _budget_excesses(result: TrialResult, settings: StudySettings) -> list[tuple[str, float]]:
+    """(what it says, MB over) for each memory budget set, of a measured ``result``: study.memory_budget_mb bounds the
+    limiting memory (the GPU's on CUDA, the host process tree's on CPU), study.host_memory_budget_mb the host tree.
+    A negative excess is room left."""
+    memory = result.measurement.memory
+    checks = [
+        ("study.memory_budget_mb", settings.memory_budget_mb, memory.limiting, memory.limiting_peak_mb),
+        ("study.host_memory_budget_mb", settings.host_memory_budget_mb, "host", memory.peak_mb),
+    ]
+    return [
+        (f"peak {peak:.0f} MB of {_MEMORY_NAMES[which]} is over {key}={budget:g}", peak - budget)
+        for key, budget, which, peak in checks
+        if budget is not None
+    ]
 
 
 @dataclass(frozen=True)
@@ -249,9 +307,8 @@ def _outcome(
     values = [result.timing.throughput]
     if settings.multi_objective:
         values.append(result.peak_memory_mb)
-    budget = settings.memory_budget_mb
     constraints = {
-        "memory_over_budget_mb": result.peak_memory_mb - budget if budget is not None else 0.0,
+        "memory_over_budget_mb": max((excess for _, excess in _budget_excesses(result, settings)), default=0.0),
         "loss_incorrect": 1.0 if result.failure is not None and result.failure.kind is FailureKind.INCORRECT else 0.0,
     }
     return _Outcome(label, TrialState.COMPLETE, values, constraints)
@@ -299,7 +356,7 @@ def _measure_trial(
         _mark_interrupted(study, [trial.number])
         study.tell(trial, state=TrialState.FAIL)
         raise
-    result = within_budget(result, settings.memory_budget_mb)
+    result = within_budget(result, settings)
     trial.set_user_attr(RESULT_ATTR, result.to_dict())
     for key, value in metric_attrs(result).items():
         trial.set_user_attr(key, value)
@@ -342,13 +399,18 @@ def _known_outcomes(study: optuna.Study, settings: StudySettings) -> dict[str, _
     if baseline is not None:
         result = TrialResult.from_dict(baseline)
         known[config_key(result.knobs)] = _outcome(BASELINE_LABEL, result, settings)
+    for trial, result in _stored_results(study):
+        readings = trial.intermediate_values
+        pruned_at = readings[max(readings)] if readings else None
+        known.setdefault(config_key(result.knobs), _outcome(trial.number, result, settings, pruned_at))
+    return known
+
+
+def _stored_results(study: optuna.Study) -> Iterator[tuple[optuna.trial.FrozenTrial, TrialResult]]:
+    """Each trial that measured a configuration, with its result (repeats left out)."""
     for trial in study.get_trials(deepcopy=False, states=MEASURED_STATES):
         if RESULT_ATTR in trial.user_attrs and DUPLICATE_ATTR not in trial.user_attrs:
-            result = TrialResult.from_dict(trial.user_attrs[RESULT_ATTR])
-            readings = trial.intermediate_values
-            pruned_at = readings[max(readings)] if readings else None
-            known.setdefault(config_key(result.knobs), _outcome(trial.number, result, settings, pruned_at))
-    return known
+            yield trial, TrialResult.from_dict(trial.user_attrs[RESULT_ATTR])
 
 
 def _fingerprint(meta: dict[str, Any]) -> str:

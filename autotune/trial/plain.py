@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader
 
 from autotune.knobs import TrainingSetup, apply_knobs
@@ -57,13 +56,6 @@ def run_plain(
     batch_size = knobs["batch_size"]
     accumulate = (effective_batch_size or batch_size) // batch_size
 
-    def to_device(value):
-        if not isinstance(value, torch.Tensor):
-            return value
-        value = value.to(device, non_blocking=setup.non_blocking_copy)
-        four_d_float = value.dim() == 4 and value.is_floating_point()
-        return value.contiguous(memory_format=setup.input_memory_format) if four_d_float else value
-
     def loss_of(batch):
         if pipeline.step_fn is not None:
             return pipeline.step_fn(model, batch, pipeline.loss_fn)
@@ -75,7 +67,7 @@ def run_plain(
         if start is not None:
             boundaries += 1
         for batch in loader:
-            batch = tree_map(to_device, batch)
+            batch = setup.to_device(batch)
             with torch.autocast(device.type, dtype=setup.autocast_dtype, enabled=setup.autocast_dtype is not None):
                 loss = loss_of(batch)
             if accumulate > 1:

@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune.measure.measurement import Measurement
 from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
+from autotune.pipeline.inspect import Inspection
 from autotune.pipeline.spec import PipelineSpec
 from autotune.trial.plain import PlainRun
 from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
@@ -50,7 +51,9 @@ class TrialRequest:
     ``effective_batch_size`` (search.batch_policy=fixed_effective) makes ``knobs["batch_size"]`` a
     micro-batch with gradient accumulation; ``compile_cache_dir`` is torch.compile's on-disk cache.
     With ``probe``, the subprocess runs the differential probe instead of measuring ``knobs``; with ``plain``, it
-    times ``knobs`` with the plain loop that judges the harness (``trial/plain.py``) instead.
+    times ``knobs`` with the plain loop that judges the harness (``trial/plain.py``) instead; with ``inspect``, it
+    reads the facts of the machine's devices and of the pipeline (``pipeline/inspect.py``), ``device`` being the
+    one asked for (measure.device: "auto" too).
     """
 
     pipeline: PipelineSpec
@@ -63,6 +66,7 @@ class TrialRequest:
     compile_cache_dir: str | None = None
     probe: ProbePlan | None = None
     plain: bool = False
+    inspect: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pipeline": self.pipeline.to_dict()}
@@ -80,16 +84,21 @@ class TrialRequest:
             compile_cache_dir=data.get("compile_cache_dir"),
             probe=probe_plan_from_dict(data.get("probe")),
             plain=data.get("plain", False),
+            inspect=data.get("inspect", False),
         )
 
 
 @dataclass(frozen=True)
 class LossCheck:
     """The evidence of the correctness guard: the first training step's loss and, under amp or compile, the fp32
-    eager loss of the same weights, batch and seed it was compared with (None: the step was fp32 eager itself)."""
+    eager loss of the same weights, batch and seed it was compared with (None: the step was fp32 eager itself); with
+    fp16's loss scaler, the timed window's optimizer steps and how many of them it skipped, at least
+    (``pipeline.setup.skipped_steps``; None without a scaler)."""
 
     first_loss: float
     fp32_loss: float | None = None
+    optimizer_steps: int | None = None
+    skipped_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class TrialResult:
     subprocess's interpreter start and imports; ``build_s`` building the pipeline and applying knobs.
     With repeated runs, the median run is kept and ``repeat_throughputs`` lists every run's throughput.
     ``loss_check`` is what the correctness guard compared (None where no step ran). A probe's result is in
-    ``probe``, the plain loop's in ``plain``.
+    ``probe``, the plain loop's in ``plain``, an inspection's in ``inspection``.
     """
 
     knobs: dict[str, Any]
@@ -113,6 +122,7 @@ class TrialResult:
     probe: ProbeResult | None = None
     loss_check: LossCheck | None = None
     plain: PlainRun | None = None
+    inspection: Inspection | None = None
 
     @property
     def ok(self) -> bool:
@@ -124,6 +134,14 @@ class TrialResult:
 
     @property
     def peak_memory_mb(self) -> float | None:
+        """The peak of the limiting memory (``MemoryReport.limiting_peak_mb``: the GPU's on CUDA, the host process
+        tree's on CPU): the one study.memory_budget_mb, the peak_memory objective, the tie-breaks and
+        recommended.yaml use."""
+        return self.measurement.memory.limiting_peak_mb if self.measurement else None
+
+    @property
+    def host_peak_memory_mb(self) -> float | None:
+        """The peak of the host process tree, DataLoader workers included (the limiting memory on CPU)."""
         return self.measurement.memory.peak_mb if self.measurement else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,6 +156,7 @@ class TrialResult:
             "probe": self.probe.to_dict() if self.probe else None,
             "loss_check": asdict(self.loss_check) if self.loss_check else None,
             "plain": self.plain.to_dict() if self.plain else None,
+            "inspection": self.inspection.to_dict() if self.inspection else None,
         }
 
     @classmethod
@@ -154,6 +173,7 @@ class TrialResult:
             probe=ProbeResult.from_dict(data["probe"]) if data.get("probe") else None,
             loss_check=LossCheck(**data["loss_check"]) if data.get("loss_check") else None,
             plain=PlainRun.from_dict(data["plain"]) if data.get("plain") else None,
+            inspection=Inspection.from_dict(data["inspection"]) if data.get("inspection") else None,
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:

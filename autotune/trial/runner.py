@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune.files import write_atomic
-from autotune.measure.memory import MIB, ProcessTree, TreeReading, pss_estimate
+from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
 
 # How often a running trial is checked against its timeout, memory budget and pruner.
@@ -32,13 +32,13 @@ def run_trial(
     timeout_s: float,
     workdir: Path,
     name: str,
-    memory_budget_mb: float | None = None,
+    budget: MemoryBudget | None = None,
     on_progress: ProgressFn | None = None,
 ) -> TrialResult:
     """Run ``request`` in a subprocess; its output goes to ``workdir/NAME.log``.
 
     The subprocess leads its own process group, so on timeout, interrupt, exit, its memory
-    (process tree, PSS) crossing ``memory_budget_mb``, or ``on_progress`` giving a reason to stop
+    (process tree, PSS) crossing ``budget``, or ``on_progress`` giving a reason to stop
     (pruning), the whole group (its DataLoader workers included) is killed and nothing is left behind.
     """
     workdir.mkdir(parents=True, exist_ok=True)
@@ -56,7 +56,7 @@ def run_trial(
         )
         try:
             progress = _ProgressReader(progress_path, on_progress) if on_progress else None
-            returncode, stopped = _watch(proc, timeout_s, memory_budget_mb, progress)
+            returncode, stopped = _watch(proc, timeout_s, budget, progress)
         finally:
             _kill_group(proc)
     wall_s = time.monotonic() - start
@@ -74,7 +74,7 @@ def run_repeated(
     timeout_s: float,
     workdir: Path,
     name: str,
-    memory_budget_mb: float | None = None,
+    budget: MemoryBudget | None = None,
     on_progress: ProgressFn | None = None,
 ) -> TrialResult:
     """Run ``request`` in ``repeats`` fresh subprocesses, one after another, and keep the median run.
@@ -87,7 +87,7 @@ def run_repeated(
     for index in range(repeats):
         run_name = name if repeats == 1 else f"{name}.{index + 1}"
         # Only the first run can be pruned: a pruner compares one run's progress with the best results.
-        run = run_trial(request, timeout_s, workdir, run_name, memory_budget_mb, on_progress if index == 0 else None)
+        run = run_trial(request, timeout_s, workdir, run_name, budget, on_progress if index == 0 else None)
         runs.append(run)
         if not run.ok:
             break
@@ -127,7 +127,7 @@ class _ProgressReader:
 def _watch(
     proc: subprocess.Popen,
     timeout_s: float,
-    memory_budget_mb: float | None,
+    budget: MemoryBudget | None,
     progress: _ProgressReader | None = None,
 ) -> tuple[int | None, Failure | None]:
     """Wait for ``proc``; stop waiting at the timeout, when its tree's memory crosses the budget, or
@@ -136,14 +136,14 @@ def _watch(
     Returns (exit code, None) when it exited by itself, else (None, why it must be stopped).
     """
     deadline = time.monotonic() + timeout_s
-    budget = _BudgetWatch(proc.pid, memory_budget_mb) if memory_budget_mb is not None else None
+    watch = _BudgetWatch(proc.pid, budget) if budget is not None else None
     with _ExitWaiter(proc) as exited:
         while True:
             if exited.within(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
                 return proc.wait(), None
             if time.monotonic() >= deadline:
                 return None, Failure(FailureKind.TIMEOUT, f"timeout after {timeout_s:g} s")
-            over = budget.over() if budget else None
+            over = watch.over() if watch else None
             if over:
                 return None, over
             pruned = progress.check() if progress else None
@@ -180,16 +180,18 @@ class _ExitWaiter:
 
 
 class _BudgetWatch:
-    """A trial's process tree against ``study.memory_budget_mb``, without slowing the trial it watches.
+    """A trial's host process tree against ``budget`` (its MB and the key that set it), without slowing the trial.
 
-    Every poll reads the tree cheaply (RSS); RSS counts pages shared with forked workers in each of them, so
-    where it is over the budget a full read (PSS, shared pages counted once) decides, and its shared excess
-    corrects the cheap reads after it. Full reads run at most every ``_FULL_READ_EVERY_S``.
+    Only the host tree can be read from outside a running trial (a GPU's memory is judged on the trial's result:
+    ``StudySettings.watched_budget``). Every poll reads the tree cheaply (RSS); RSS counts pages shared with forked
+    workers in each of them, so where it is over the budget a full read (PSS, shared pages counted once) decides, and
+    its shared excess corrects the cheap reads after it. Full reads run at most every ``_FULL_READ_EVERY_S``.
     """
 
-    def __init__(self, pid: int, budget_mb: float) -> None:
+    def __init__(self, pid: int, budget: MemoryBudget) -> None:
         self.tree = ProcessTree(pid, time.monotonic)
-        self.budget_mb = budget_mb
+        self.budget_mb = budget.mb
+        self.key = budget.key
         self.full: list[TreeReading] = []
 
     def over(self) -> Failure | None:
@@ -201,7 +203,7 @@ class _BudgetWatch:
                 used = pss_estimate(self.full[0], self.full, self.tree.root)
         if used / MIB <= self.budget_mb:
             return None
-        message = f"used {used / MIB:.0f} MB, over study.memory_budget_mb={self.budget_mb:g}; stopped"
+        message = f"used {used / MIB:.0f} MB, over {self.key}={self.budget_mb:g}; stopped"
         return Failure(FailureKind.OUT_OF_MEMORY, message)
 
 

@@ -22,16 +22,26 @@ from pathlib import Path
 import psutil
 import torch
 
+from autotune.batches import batch_len
 from autotune.files import write_atomic
 from autotune.knobs import changes_numerics, costly
-from autotune.measure.profiler import Profiler, batch_len
+from autotune.measure.profiler import Profiler
+from autotune.measure.recorder import WARMUP
 from autotune.pipeline.build import build_pipeline
-from autotune.pipeline.setup import Trainer, WorkerKilledError, loss_problem
+from autotune.pipeline.inspect import read_facts
+from autotune.pipeline.setup import (
+    ScaleReading,
+    Trainer,
+    WorkerKilledError,
+    loss_problem,
+    skipped_problem,
+    skipped_steps,
+)
+from autotune.trial.exceptions import exception_text, is_out_of_memory
 from autotune.trial.plain import run_plain
 from autotune.trial.probe import run_probe
 from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, LossCheck, TrialRequest, TrialResult
 
-_MESSAGE_LIMIT = 500
 # Every trial starts from the same initial weights, and the first step's loss is compared under this seed.
 _SEED = 0
 _PROGRESS_INTERVAL_S = 0.5
@@ -43,18 +53,18 @@ _PROGRESS_AFTER_S = 1.0
 def measure_training(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
     """Build, apply knobs, train and measure; raises whatever the pipeline raises.
 
-    A loss that is not finite, or a first-step loss too far from fp32 (``_first_step``), does not stop
-    the measurement: the result keeps it and is marked INCORRECT, so the study records the
-    configuration as infeasible with its reason and its real speed.
+    A loss that is not finite, a first-step loss too far from fp32 (``_first_step``), or a window whose fp16 loss
+    scaler skipped most optimizer steps (``_skipped_steps``) does not stop the measurement: the result keeps it and
+    is marked INCORRECT, so the study records the configuration as infeasible with its reason and its real speed.
     """
-    device = torch.device(request.device)
+    device = training_device(request.device)
     torch.manual_seed(_SEED)
     build_start = time.perf_counter()
     trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device, request.effective_batch_size)
     build_s = time.perf_counter() - build_start
     compiling = costly(request.knobs)
     report = _progress_writer(progress_path, max(_PROGRESS_AFTER_S, request.plan.min_time_s / 2), compiling)
-    problem, check = None, None
+    problem, check, start = None, None, None
     batches = trainer.batches()
     try:
         with Profiler("trial", device, request.plan, request.memory_interval_s, compiling) as prof:
@@ -66,16 +76,20 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
                     problem = loss_problem(check.first_loss, check.fp32_loss, request.loss_tolerance)
                 else:
                     loss = trainer.train_step(batch)
+                if prof.recorder.phase == WARMUP:  # the last warm-up step's reading is the window's start
+                    start = trainer.scale_reading()
                 prof.step(batch_len(batch))
                 report(prof)
                 if prof.done:
                     break
+            end = trainer.scale_reading()  # before the FLOP-counting step below, which steps the scaler too
             # A step of its own, eager, so after the window: run before it, such a step changed the speed of the
             # steps that followed (by the allocator's state: docs/benchmarks.md, "Truth").
             prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
     finally:
         batches.close()
-    problem = problem or loss_problem(loss.detach().item(), None, request.loss_tolerance)
+    check, scaler_problem = _skipped_steps(check, start, end)
+    problem = problem or loss_problem(loss.detach().item(), None, request.loss_tolerance) or scaler_problem
     failure = Failure(FailureKind.INCORRECT, problem) if problem else None
     return TrialResult(knobs=request.knobs, measurement=prof.result, failure=failure, build_s=build_s, loss_check=check)
 
@@ -91,6 +105,30 @@ def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.T
     torch.manual_seed(_SEED)
     loss = trainer.train_step(batch)
     return loss, LossCheck(loss.detach().item(), reference)
+
+
+def _skipped_steps(
+    check: LossCheck, start: ScaleReading | None, end: ScaleReading | None
+) -> tuple[LossCheck, str | None]:
+    """``check`` with the timed window's optimizer steps and how many of them fp16's loss scaler skipped, and the
+    problem where it skipped most; ``check`` and None without a scaler.
+
+    The scale is read at the window's edges only: on CUDA a read waits for the device, which a warm-up step does
+    anyway (``Profiler.step``) and a window step must not (``skipped_steps`` counts from the two reads).
+    """
+    if start is None or end is None:
+        return check, None
+    steps, skipped = end.steps - start.steps, skipped_steps(start, end)
+    return replace(check, optimizer_steps=steps, skipped_steps=skipped), skipped_problem(skipped, steps)
+
+
+def training_device(name: str) -> torch.device:
+    """``name`` as a torch.device, made the current CUDA device where it names one (cuda:N): CUDA events, streams
+    and CUDA graphs use the current device, not the model's."""
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+    return device
 
 
 def _progress_writer(path: Path | None, after_s: float, compiling: bool):
@@ -118,13 +156,13 @@ def probe(request: TrialRequest) -> TrialResult:
     """Run the differential probe of ``request.probe`` on the pipeline."""
     started = time.perf_counter()
     pipeline = build_pipeline(request.pipeline)
-    result = run_probe(pipeline, request.probe, torch.device(request.device), request.effective_batch_size)
+    result = run_probe(pipeline, request.probe, training_device(request.device), request.effective_batch_size)
     return TrialResult(knobs=request.knobs, probe=result, build_s=time.perf_counter() - started)
 
 
 def plain(request: TrialRequest) -> TrialResult:
     """Time ``request.knobs`` with the plain loop, the harness's judge."""
-    device = torch.device(request.device)
+    device = training_device(request.device)
     torch.manual_seed(_SEED)
     started = time.perf_counter()
     pipeline = build_pipeline(request.pipeline)
@@ -133,10 +171,20 @@ def plain(request: TrialRequest) -> TrialResult:
     return TrialResult(knobs=request.knobs, plain=run, build_s=build_s)
 
 
+def inspect(request: TrialRequest) -> TrialResult:
+    """The facts of the machine's devices and of the pipeline on the device ``request.device`` resolves to
+    (``read_facts``), which the tuner reads from here so that its own process runs no user code and no CUDA."""
+    started = time.perf_counter()
+    inspection = read_facts(request.pipeline, request.device)
+    return TrialResult(knobs=request.knobs, inspection=inspection, build_s=time.perf_counter() - started)
+
+
 def run_request(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
-    """``measure`` (or ``probe``, or ``plain``), with any exception turned into a failed result (traceback to
-    stderr)."""
+    """``measure`` (or ``probe``, ``plain`` or ``inspect``), with any exception turned into a failed result
+    (traceback to stderr)."""
     try:
+        if request.inspect:
+            return inspect(request)
         if request.probe:
             return probe(request)
         return plain(request) if request.plain else measure_training(request, progress_path)
@@ -146,18 +194,14 @@ def run_request(request: TrialRequest, progress_path: Path | None = None) -> Tri
 
 
 def describe_exception(exc: BaseException) -> Failure:
-    """A typed, one-line reason for an exception; out-of-memory errors are recognised."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    if len(lines) > 1 and "Traceback" in str(exc):
-        # Errors re-raised from DataLoader workers carry a traceback: keep the first and last lines.
-        lines = [lines[0].rstrip("."), lines[-1]]
+    """A typed, one-line reason for an exception; out of memory, of any allocator (``is_out_of_memory``), is a
+    verdict on the configuration, not a fault."""
     if isinstance(exc, WorkerKilledError) and exc.signal_name == "SIGKILL":
         return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, most likely by the kernel's out-of-memory killer")
     if isinstance(exc, WorkerKilledError):
         return Failure(FailureKind.SIGNAL, str(exc))
-    text = f"{type(exc).__name__}: {': '.join(lines)}"[:_MESSAGE_LIMIT]
-    out_of_memory = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(exc).lower()
-    return Failure(FailureKind.OUT_OF_MEMORY if out_of_memory else FailureKind.EXCEPTION, text)
+    kind = FailureKind.OUT_OF_MEMORY if is_out_of_memory(exc) else FailureKind.EXCEPTION
+    return Failure(kind, exception_text(exc))
 
 
 def _exit_with_parent() -> None:

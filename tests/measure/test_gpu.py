@@ -2,13 +2,63 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pynvml
 import pytest
 import torch
 
-from autotune.measure.gpu import Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
+from autotune.measure.gpu import GpuReading, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
+from autotune.measure.measurement import SystemReport
 
 CPU = torch.device("cpu")
+CUDA0 = torch.device("cuda", 0)
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+UUID = "8932f937-d72c-4106-c12f-20bd9faed9f6"
+OTHER = "a1b2c3d4-0000-1111-2222-333344445555"
+
+
+class FakeNvml:
+    """pynvml's calls for one device known by ``uuids``: its utilisation (None: not supported, as on a MIG instance),
+    memory used, and the PIDs computing on it (None: no permission to list them)."""
+
+    def __init__(self, monkeypatch, uuids, pids=None, utilization=40, cuda_uuid=UUID):
+        self.uuids, self.pids, self.utilization = set(uuids), pids, utilization
+        self.asked: list[str] = []
+        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+        monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByUUID", self.handle)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", self.rates)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda handle: SimpleNamespace(used=512 * 2**20))
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", self.processes)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(uuid=cuda_uuid))
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def handle(self, uuid):
+        self.asked.append(uuid)
+        if uuid not in self.uuids:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return f"handle of {uuid}"
+
+    def rates(self, handle):
+        if self.utilization is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(gpu=self.utilization)
+
+    def processes(self, handle):
+        if self.pids is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=2**30) for pid in self.pids]
+
+
+def handle_of(device=CUDA0):
+    nvml = Nvml(device)
+    return nvml._handle, nvml.reason
 
 
 def test_cuda_calls_are_no_ops_on_a_cpu_device():
@@ -48,10 +98,11 @@ def test_cuda_peaks_and_nvml_on_a_gpu():
 
 
 @needs_gpu
-def test_profile_on_a_gpu_synchronises_and_reports_gpu_memory():
+def test_profile_on_a_gpu_synchronises_and_reports_gpu_memory_which_limits_the_run():
     import autotune
     from autotune.measure.recorder import WindowPlan
     from autotune.measure.warmup import WarmupPolicy
+    from autotune.trial.result import TrialResult
 
     model = torch.nn.Linear(256, 256).cuda()
     with autotune.profile(device="cuda", plan=WindowPlan.unbounded(WarmupPolicy(min_steps=2, max_steps=4))) as prof:
@@ -62,3 +113,125 @@ def test_profile_on_a_gpu_synchronises_and_reports_gpu_memory():
             prof.step()
     assert prof.result.memory.cuda_peak_allocated_mb > 0
     assert prof.result.timing.transfer_s > 0
+    memory = prof.result.memory
+    assert memory.limiting == "gpu" and memory.limiting_peak_mb == memory.cuda_peak_reserved_mb > 0
+    result = TrialResult(knobs={}, measurement=prof.result)
+    assert result.peak_memory_mb == memory.cuda_peak_reserved_mb and result.host_peak_memory_mb == memory.peak_mb
+
+
+@pytest.mark.parametrize(
+    ("visible", "device", "known", "cuda_uuid", "found"),
+    [
+        (None, CUDA0, [f"GPU-{UUID}"], UUID, f"GPU-{UUID}"),  # CUDA's bare UUID, as a GPU's
+        (None, CUDA0, [f"GPU-{UUID}"], f"GPU-{UUID}", f"GPU-{UUID}"),  # CUDA's UUID with its prefix
+        (None, CUDA0, [f"MIG-{UUID}"], UUID, f"MIG-{UUID}"),  # a MIG instance: CUDA's UUID is the instance's
+        (f"MIG-{UUID}", CUDA0, [f"MIG-{UUID}"], OTHER, f"MIG-{UUID}"),  # the MIG UUID the user made visible
+        (f"GPU-{OTHER},MIG-{UUID}", torch.device("cuda", 1), [f"MIG-{UUID}"], OTHER, f"MIG-{UUID}"),  # the Nth entry
+        ("GPU-8932f937", CUDA0, [f"GPU-{UUID}"], UUID, f"GPU-{UUID}"),  # a prefix, which only CUDA takes
+        ("0", CUDA0, [f"GPU-{UUID}"], UUID, f"GPU-{UUID}"),  # an index: CUDA's order is not NVML's
+    ],
+)
+def test_nvml_finds_the_handle_of_a_gpu_or_mig_instance_by_uuid(monkeypatch, visible, device, known, cuda_uuid, found):
+    FakeNvml(monkeypatch, known, cuda_uuid=cuda_uuid)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert handle_of(device) == (f"handle of {found}", None)
+
+
+def test_nvml_knowing_none_of_the_uuids_is_unavailable_with_each_one_tried(monkeypatch):
+    fake = FakeNvml(monkeypatch, [f"GPU-{OTHER}"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"MIG-GPU-{UUID}/1/0")  # the old MIG form, which NVML refuses
+    handle, reason = handle_of()
+    assert handle is None
+    assert fake.asked == [f"MIG-GPU-{UUID}/1/0", f"GPU-{UUID}", f"MIG-{UUID}"]
+    assert reason == (
+        f"NVML has no handle for cuda:0: NVML knows none of the UUIDs it may go by (MIG-GPU-{UUID}/1/0: Not Found; "
+        f"GPU-{UUID}: Not Found; MIG-{UUID}: Not Found)"
+    )
+
+
+def test_a_process_outside_the_measured_tree_on_the_gpu_is_counted(monkeypatch):
+    fake = FakeNvml(monkeypatch, [f"GPU-{UUID}"], pids=[os.getpid()])
+    nvml = Nvml(CUDA0)
+    assert nvml.read() == GpuReading(utilization_percent=40.0, memory_used_mb=512.0, other_processes=0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        fake.pids = [os.getpid(), child.pid]  # a process of the tree (as a worker would be) is no neighbour
+        assert nvml.read().other_processes == 0
+        fake.pids = [os.getpid(), child.pid, os.getppid()]  # the process that started this one is not in the tree
+        assert nvml.read().other_processes == 1
+    finally:
+        child.kill()
+        child.wait()
+    nvml.close()
+
+
+def test_in_another_pid_namespace_only_processes_beyond_the_tree_count(monkeypatch):
+    """Inside a container NVML lists host PIDs, which match nothing here: this process is among them unrecognised."""
+    host_pids = [4_000_001, 4_000_002]
+    fake = FakeNvml(monkeypatch, [f"GPU-{UUID}"], pids=host_pids[:1])
+    nvml = Nvml(CUDA0)
+    assert nvml.read().other_processes == 0, "one process for a tree of one: this one"
+    fake.pids = host_pids
+    assert nvml.read().other_processes == 1
+    nvml.close()
+
+
+def test_figures_nvml_refuses_are_none_and_the_rest_is_read(monkeypatch):
+    """A MIG instance has no utilisation; listing processes may need permissions the user lacks."""
+    FakeNvml(monkeypatch, [f"MIG-{UUID}"], pids=None, utilization=None)
+    nvml = Nvml(CUDA0)
+    assert nvml.read() == GpuReading(utilization_percent=None, memory_used_mb=512.0, other_processes=None)
+    nvml.close()
+
+
+def test_other_processes_on_the_gpu_disturb_a_run_like_a_busy_cpu():
+    quiet_cpu = dict(cpu_total_percent=60.0, cpu_per_core_percent=[60.0, 60.0], process_tree_cores=1.2)
+    assert not SystemReport(**quiet_cpu, gpu_other_processes=0).disturbed
+    assert not SystemReport(**quiet_cpu).disturbed, "not listed is not disturbed"
+    shared = SystemReport(**quiet_cpu, gpu_other_processes=2)
+    assert shared.disturbed and shared.disturbance == "2 other processes on the GPU"
+    both = SystemReport(100.0, [100.0, 100.0], 1.2, gpu_other_processes=1)
+    assert both.disturbance == "0.8 cores; 1 other process on the GPU"
+
+
+@needs_gpu
+def test_nvml_finds_this_gpu_and_this_process_on_it():
+    device = torch.device("cuda", torch.cuda.current_device())
+    block = torch.empty(2**20, dtype=torch.uint8, device=device)  # a CUDA context here
+    nvml = Nvml(device)
+    assert nvml.available, nvml.reason
+    reading = nvml.read()
+    assert reading.memory_used_mb > 0
+    # None where listing processes needs permissions this user lacks; else nobody but this process, on a lent GPU
+    assert reading.other_processes in (None, 0)
+    nvml.close()
+    del block
+
+
+@needs_gpu
+def test_a_second_process_on_the_gpu_is_seen(tmp_path):
+    device = torch.device("cuda", torch.cuda.current_device())
+    block = torch.empty(2**20, dtype=torch.uint8, device=device)
+    pid_file = tmp_path / "neighbour.pid"
+    script = (
+        "import os, sys, time, torch; torch.empty(1, device='cuda'); "
+        "open(sys.argv[1] + '.part', 'w').write(str(os.getpid())); os.rename(sys.argv[1] + '.part', sys.argv[1]); "
+        "time.sleep(60)"
+    )
+    # Started by a shell that exits at once, so that it descends from no process of this tree: another user's job.
+    subprocess.run(["sh", "-c", '"$0" -c "$1" "$2" &', sys.executable, script, str(pid_file)], check=True)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid_file.exists(), "the neighbour did not start on the GPU within 60 s"
+    try:
+        nvml = Nvml(device)
+        others = nvml.read().other_processes
+        nvml.close()
+        if others is None:
+            pytest.skip("NVML does not list the GPU's processes for this user")
+        assert others >= 1
+    finally:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        del block

@@ -35,7 +35,7 @@ def observed(g: Guide, knobs, ratio=1.0, feasible=True) -> Observation:
 
 def propose(g: Guide, *observations: Observation) -> tuple[dict, float | None] | None:
     """The guide's proposal as (knobs, predicted samples/s), or None once it has converged."""
-    proposal = g.propose(list(observations), {config_key(o.knobs) for o in observations})
+    proposal = g.propose(list(observations), {config_key(o.knobs) for o in observations}, [])
     return None if proposal is None else (proposal.knobs, proposal.predicted)
 
 
@@ -69,7 +69,7 @@ def test_a_batch_neighbour_that_wins_moves_the_check_along():
     middle = {**WORKERS_BEST, "batch_size": 32}
     observations = [observed(g, BASELINE), observed(g, middle, ratio=2.0)]
     seen = set()
-    while (proposal := g.propose(observations, {config_key(o.knobs) for o in observations})) is not None:
+    while (proposal := g.propose(observations, {config_key(o.knobs) for o in observations}, [])) is not None:
         knobs = proposal.knobs
         seen.add(knobs["batch_size"])
         faster = knobs["batch_size"] == 64 and knobs["num_workers"] == 2 and knobs["amp"] == "off"
@@ -201,9 +201,9 @@ def test_the_tuner_measures_what_the_guide_proposes_and_stops_when_it_converges(
     ensure_baseline(study, BASELINE, measure)
     seen = []
 
-    def watching(observations, measured):
+    def watching(observations, measured, ran_out):
         seen.append({config_key(o.knobs): o.throughput for o in observations})
-        return g.propose(observations, measured)
+        return g.propose(observations, measured, ran_out)
 
     reason = tune(study, SPACE, settings(tmp_path, n_trials=8, prune_margin=0.25), measure, print, watching)
     assert reason.message.startswith("converged") and not reason.aborted
@@ -243,7 +243,7 @@ def test_a_baseline_with_torchs_default_threads_outside_the_space_still_guides_t
     result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
     g = Guide(ProbeModel(plan, result, cores=2), SPACE, baseline)
     assert g.probe_model.predict(baseline) == g.probe_model.predict({**baseline, "num_threads": 2}), "None: 1 per core"
-    proposal = g.propose([Observation(baseline, 60.0)], {config_key(baseline)})
+    proposal = g.propose([Observation(baseline, 60.0)], {config_key(baseline)}, [])
     assert proposal is not None and proposal.predicted > 60.0
 
 

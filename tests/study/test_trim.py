@@ -125,3 +125,10 @@ def test_a_change_that_tied_with_its_origin_is_undone_next_even_when_a_lucky_var
     lost = Finalist("6 without batch_size", WINNER, 2, 100.0, [85.0, 86.0, 84.0])
     undone = {"amp": lucky, "set_to_none": tied, "batch_size": lost}
     assert undo_next(reference, undone, lucky) == ["set_to_none"], "the lucky winner beats it, its origin does not"
+
+
+def test_no_variant_undoes_a_change_into_values_that_cannot_run_together():
+    baseline = {**BASELINE, "set_to_none": False}
+    graphs = {**baseline, "compile": "reduce-overhead", "set_to_none": True}
+    found = variants(Finalist("3", graphs, 2, 100.0), baseline, list(KNOBS))
+    assert list(found) == ["compile"], "set_to_none=False beside CUDA graphs is no configuration to race"

@@ -332,7 +332,7 @@ def test_configurations_over_the_budget_or_incorrect_are_verdicts_not_a_broken_s
         return TrialResult(knobs=knobs, failure=verdict)
 
     reason = tune(study, SPACE, settings(tmp_path, n_trials=5, max_consecutive_failures=2), never_fits, print)
-    assert not reason.aborted and counted_trials(study) == 5
+    assert not reason.aborted and counted_trials(study) > 2, "more of them in a row than max_consecutive_failures"
 
 
 def test_over_the_memory_budget_is_infeasible_through_optuna_constraints(tmp_path):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 import torch
 
 from autotune.measure.differential import loader_throughput, step_throughput
 from autotune.pipeline.build import build_pipeline
-from autotune.trial.probe import ProbePlan, run_probe
+from autotune.trial.probe import ProbeOutOfMemory, ProbePlan, ProbeResult, release_memory, run_probe
 from tests.conftest import NEUTRAL_KNOBS, trial_request
+from tests.fixtures.faults import RaisingCNN
+from tests.fixtures.out_of_memory import CudaHogAbove, OutOfMemoryAbove
 
 
 def test_run_probe_times_every_setting_in_plan_order():
@@ -50,3 +55,56 @@ def test_step_throughput_times_steps_after_warm_up():
 
     rate = step_throughput(step, 8, torch.device("cpu"), 0.3, warmup_steps=2, clock=lambda: now[0])
     assert rate == pytest.approx(8 / 0.1) and len(steps) == 2 + 3
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def out_of_memory_plan() -> ProbePlan:
+    """Loaders and model steps at batch 32, 64 and 128 (one thread, and channels-last, at 128 too)."""
+    loaders = [{"batch_size": b, "num_workers": 0} for b in (32, 64, 128)]
+    computes = [{**NEUTRAL_KNOBS, "batch_size": b} for b in (32, 64, 128)]
+    computes += [{**NEUTRAL_KNOBS, "batch_size": 128, "num_threads": 1}, {**computes[2], "channels_last": True}]
+    return ProbePlan(loaders, computes, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        ("cuda", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+        ("cublas", "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    ],
+)
+def test_a_setting_that_runs_out_of_memory_is_recorded_as_such_and_the_rest_of_the_probe_is_kept(error, message):
+    pipeline = replace(build_pipeline(trial_request(length=512).pipeline), model=OutOfMemoryAbove(64, error))
+    threads = torch.get_num_threads()
+    result = run_probe(pipeline, out_of_memory_plan(), torch.device("cpu"), None)
+    assert all(rate > 0 for rate in result.loader_throughputs), "loading alone never runs the model"
+    assert all(rate > 0 for rate in result.compute_throughputs[:2]) and result.compute_throughputs[2:] == [None] * 3
+    assert result.out_of_memory == [ProbeOutOfMemory("compute", index, message) for index in (2, 3, 4)]
+    assert ProbeResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result, "stored as typed data"
+    assert torch.get_num_threads() == threads, "a step that ran out of memory (with one thread) leaves no setting"
+
+
+def test_any_other_error_still_fails_the_probe():
+    pipeline = replace(build_pipeline(trial_request().pipeline), model=RaisingCNN())
+    with pytest.raises(ValueError, match="this model cannot run forward"):
+        run_probe(pipeline, out_of_memory_plan(), torch.device("cpu"), None)
+
+
+def test_after_an_out_of_memory_on_a_gpu_the_caching_allocator_gives_its_blocks_back(monkeypatch):
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    release_memory(torch.device("cpu"))
+    assert not emptied, "nothing to give back on a CPU"
+    release_memory(torch.device("cuda"))
+    assert emptied == [True]
+
+
+@needs_gpu
+def test_a_real_cuda_out_of_memory_in_the_probe_is_recorded_and_the_other_settings_run_on_the_gpu():
+    pipeline = replace(build_pipeline(trial_request(length=512).pipeline), model=CudaHogAbove(64))
+    result = run_probe(pipeline, out_of_memory_plan(), torch.device("cuda"), None)
+    assert all(rate > 0 for rate in result.compute_throughputs[:2]) and result.compute_throughputs[2:] == [None] * 3
+    assert [entry.index for entry in result.out_of_memory] == [2, 3, 4]
+    assert all("CUDA out of memory" in entry.message for entry in result.out_of_memory)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from autotune.measure.memory import MemoryBudget
 from autotune.trial import runner
 from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import _ProgressReader, _worker_env, run_repeated, run_trial
@@ -87,7 +88,7 @@ def test_a_failing_repeat_ends_the_repeats(tmp_path):
 def test_a_trial_over_the_memory_budget_is_stopped_as_out_of_memory(tmp_path):
     long_window = replace(request().plan, min_time_s=30.0, max_time_s=60.0)
     hog = replace(request(model="faults.MemoryHogCNN"), plan=long_window)
-    result = run_trial(hog, 120, tmp_path, "hog", memory_budget_mb=600)
+    result = run_trial(hog, 120, tmp_path, "hog", MemoryBudget("study.memory_budget_mb", 600))
     assert result.failure.kind is FailureKind.OUT_OF_MEMORY
     assert "over study.memory_budget_mb=600; stopped" in result.failure.message
     used = float(result.failure.message.split()[1])
@@ -177,7 +178,7 @@ def test_waiting_for_a_trial_wakes_the_tuner_a_few_times_a_second_not_every_few_
         monkeypatch.setattr(module, name, lambda *args, _original=original: waits.append(1) or _original(*args))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
     start = time.monotonic()
-    returncode, stopped = runner._watch(child, timeout_s=30, memory_budget_mb=None)
+    returncode, stopped = runner._watch(child, timeout_s=30, budget=None)
     assert returncode == 0 and stopped is None
     assert time.monotonic() - start < 1.5, "the exit is noticed at once"
     assert len(waits) <= 1.5 / runner._POLL_S + 1, "one wait per poll"

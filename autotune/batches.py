@@ -1,0 +1,96 @@
+"""Walk a batch of any structure a data pipeline produces: move it to the training device, count its samples.
+
+A batch is a tensor, an object that moves itself (``.to(device)``: a Hugging Face ``BatchEncoding``, a
+``PackedSequence``), or a container walked value by value: a mapping (a ``BatchEncoding`` is a ``UserDict``), a
+tuple, namedtuple or list, a dataclass instance; nested in any combination. Anything else is data that stays
+where it is (strings, numbers).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import torch
+
+from autotune.errors import AutotuneError
+
+
+def move(
+    batch: Any,
+    device: torch.device,
+    non_blocking: bool = False,
+    memory_format: torch.memory_format = torch.contiguous_format,
+) -> Any:
+    """``batch`` on ``device``, each container rebuilt as its own type, 4-D float tensors in ``memory_format``;
+    ``non_blocking`` copies asynchronously (from pinned memory). The batch given is left as it was."""
+    if isinstance(batch, torch.Tensor):
+        batch = batch.to(device, non_blocking=non_blocking)
+        if batch.dim() == 4 and batch.is_floating_point() and memory_format is not torch.contiguous_format:
+            batch = batch.contiguous(memory_format=memory_format)
+        return batch
+    if callable(getattr(batch, "to", None)):
+        # An object's own .to() knows what must stay behind (a PackedSequence's batch sizes stay on the host);
+        # non_blocking is passed only when asked, so that a .to(device) without it works too.
+        return batch.to(device, non_blocking=True) if non_blocking else batch.to(device)
+    values = _values(batch)
+    if values is None:
+        return batch
+    return _rebuild(batch, [move(value, device, non_blocking, memory_format) for value in values])
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor that has one, looked for depth first in
+    mapping values, sequence items and dataclass fields, in their order."""
+    tensor = _first_batched_tensor(batch)
+    if tensor is None:
+        raise AutotuneError(f"cannot count the samples of a batch of type {type(batch).__name__}; pass step(samples=N)")
+    return tensor.shape[0]
+
+
+def _first_batched_tensor(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch if batch.dim() > 0 else None
+    for value in _values(batch) or ():
+        found = _first_batched_tensor(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _values(batch: Any) -> list[Any] | None:
+    """The values of a container, in order; None for anything that is not one."""
+    if isinstance(batch, Mapping):
+        return list(batch.values())
+    if isinstance(batch, (tuple, list)):
+        return list(batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return [getattr(batch, name) for name in _init_fields(batch)]
+    return None
+
+
+def _rebuild(batch: Any, values: list[Any]) -> Any:
+    """A new container of ``batch``'s type holding ``values`` in place of its own (``_values``' order)."""
+    if isinstance(batch, Mapping):
+        new = dict(zip(batch.keys(), values, strict=True))
+        if type(batch) is dict:
+            return new
+        if isinstance(batch, MutableMapping):
+            # A copy keeps what the mapping holds beside its items (a BatchEncoding's encodings), which its
+            # constructor would not be given.
+            rebuilt = copy.copy(batch)
+            rebuilt.update(new)
+            return rebuilt
+        return type(batch)(new)
+    if isinstance(batch, tuple) and hasattr(type(batch), "_fields"):  # a namedtuple takes its fields one by one
+        return type(batch)(*values)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(values)
+    return dataclasses.replace(batch, **dict(zip(_init_fields(batch), values, strict=True)))
+
+
+def _init_fields(batch: Any) -> list[str]:
+    """A dataclass's fields set by its constructor: those ``dataclasses.replace`` takes; the others derive."""
+    return [item.name for item in dataclasses.fields(batch) if item.init]

@@ -1,0 +1,194 @@
+"""Batches of every structure real clients produce reach the device with their type kept, and their samples are
+counted: each type through the walker, then through a real trial and the plain loop.
+
+Moves go to the meta device, which exists without a GPU, so a tensor that moved is told apart from one left
+behind; the test marked ``needs_gpu`` moves them to CUDA (skipped here with its reason)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, UserDict
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from autotune.batches import batch_len, move
+from autotune.config.load import load_settings
+from autotune.errors import AutotuneError
+from autotune.knobs import TrainingSetup
+from autotune.measure.differential import loader_throughput
+from autotune.measure.recorder import WindowPlan
+from autotune.measure.warmup import WarmupPolicy
+from autotune.pipeline.build import build_pipeline
+from autotune.trial.plain import run_plain
+from autotune.trial.result import TrialRequest
+from autotune.trial.runner import run_trial
+from tests.conftest import NEUTRAL_KNOBS, tiny_config
+from tests.fixtures.batches import Pair, SelfMoving
+
+META = torch.device("meta")
+CHANNELS_LAST = torch.channels_last
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@dataclass
+class Example:
+    images: torch.Tensor
+    labels: torch.Tensor
+    note: str = "kept"
+    derived: int = field(default=0, init=False)
+
+
+class Recorder:
+    """An object that moves itself: records each ``.to()`` call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def to(self, *args, **kwargs) -> Recorder:
+        self.calls.append((args, kwargs))
+        return self
+
+
+def images(n: int = 4) -> torch.Tensor:
+    return torch.rand(n, 3, 8, 8)
+
+
+def on_meta(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "meta"
+
+
+def test_a_tensor_moves_and_4d_float_inputs_take_the_memory_format():
+    moved = move(images(), META, memory_format=CHANNELS_LAST)
+    assert on_meta(moved) and moved.is_contiguous(memory_format=CHANNELS_LAST) and not moved.is_contiguous()
+    labels = move(torch.zeros(4, 3, 8, 8, dtype=torch.long), META, memory_format=CHANNELS_LAST)
+    assert on_meta(labels) and labels.is_contiguous(), "integer tensors keep their layout"
+    assert move(images(), META).is_contiguous(), "no layout asked: none changed"
+
+
+def test_a_userdict_keeps_its_type_and_attributes_and_the_original_is_left_as_it_was():
+    batch = UserDict(pixel_values=images(), labels=torch.zeros(4))
+    batch.n_sequences = 1  # BatchEncoding keeps state beside its data
+    moved = move(batch, META, memory_format=CHANNELS_LAST)
+    assert type(moved) is UserDict and moved.n_sequences == 1 and list(moved) == ["pixel_values", "labels"]
+    assert on_meta(moved["labels"]) and moved["pixel_values"].is_contiguous(memory_format=CHANNELS_LAST)
+    assert not on_meta(batch["labels"]), "the batch given is not changed (the probe moves one batch many times)"
+
+
+def test_dicts_keep_their_type():
+    moved = move(OrderedDict(x=images()), META)
+    assert type(moved) is OrderedDict and on_meta(moved["x"])
+    assert type(move({"x": images()}, META)) is dict
+
+
+def test_a_namedtuple_is_rebuilt_field_by_field():
+    moved = move(Pair(images(), torch.zeros(4)), META, memory_format=CHANNELS_LAST)
+    assert type(moved) is Pair and on_meta(moved.labels)
+    assert moved.images.is_contiguous(memory_format=CHANNELS_LAST)
+
+
+def test_a_dataclass_keeps_its_type_and_its_other_fields():
+    moved = move(Example(images(), torch.zeros(4)), META)
+    assert type(moved) is Example and on_meta(moved.images) and on_meta(moved.labels) and moved.note == "kept"
+
+
+def test_an_object_with_its_own_to_is_asked_to_move_non_blocking_only_when_the_knob_says_so():
+    recorder = Recorder()
+    assert move(recorder, META) is recorder
+    move(recorder, META, non_blocking=True)
+    assert recorder.calls == [((META,), {}), ((META,), {"non_blocking": True})]
+
+
+def test_nested_combinations_move_all_the_way_down():
+    recorder = Recorder()
+    batch = UserDict(inputs=[Pair(images(), torch.zeros(4))], extra=(Example(images(), torch.zeros(4)), recorder))
+    moved = move(batch, META, memory_format=CHANNELS_LAST)
+    pair, (example, _) = moved["inputs"][0], moved["extra"]
+    assert type(pair) is Pair and pair.images.is_contiguous(memory_format=CHANNELS_LAST) and on_meta(pair.labels)
+    assert type(example) is Example and on_meta(example.labels)
+    assert recorder.calls == [((META,), {})]
+
+
+def test_values_that_are_not_tensors_stay_as_they_are():
+    batch = {"ids": ["a", "b"], "length": 2, "x": images()}
+    moved = move(batch, META)
+    assert moved["ids"] == ["a", "b"] and moved["length"] == 2 and on_meta(moved["x"])
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        torch.zeros(5, 3),
+        (torch.zeros(5, 3), torch.zeros(5)),
+        [torch.zeros(5)],
+        {"ids": ["a"], "x": torch.zeros(5, 2)},
+        UserDict(input_ids=torch.zeros(5, 7, dtype=torch.long), attention_mask=torch.ones(5, 7)),
+        Pair(torch.zeros(5, 3, 8, 8), torch.zeros(5)),
+        Example(torch.zeros(5, 3), torch.zeros(5)),
+        SelfMoving(torch.zeros(5, 3), torch.zeros(5)),
+        {"meta": {"scale": torch.tensor(2.0)}, "inputs": [Pair(torch.zeros(5), torch.zeros(5))]},
+    ],
+    ids=["tensor", "tuple", "list", "dict", "userdict", "namedtuple", "dataclass", "self-moving", "nested"],
+)
+def test_the_samples_are_the_leading_dimension_of_the_first_tensor(batch):
+    assert batch_len(batch) == 5
+
+
+@pytest.mark.parametrize("batch", ["text", Recorder(), {"ids": ["a", "b"]}, (torch.tensor(1.0),)])
+def test_a_batch_without_a_batched_tensor_is_an_error_naming_its_type(batch):
+    with pytest.raises(AutotuneError, match=f"cannot count the samples of a batch of type {type(batch).__name__}"):
+        batch_len(batch)
+
+
+def test_the_loader_timing_counts_the_samples_of_any_batch():
+    batches = [UserDict(x=torch.zeros(4, 2))] * 3 + [Pair(torch.zeros(4), torch.zeros(4))] * 3
+    assert loader_throughput(batches, seconds=60) > 0
+
+
+def test_the_training_setup_moves_batches_as_its_knobs_say():
+    setup = TrainingSetup(torch.nn.Linear(1, 1), META, non_blocking_copy=True, input_memory_format=CHANNELS_LAST)
+    recorder = Recorder()
+    moved = setup.to_device(UserDict(x=images(), y=recorder))
+    assert type(moved) is UserDict and moved["x"].is_contiguous(memory_format=CHANNELS_LAST) and on_meta(moved["x"])
+    assert recorder.calls == [((META,), {"non_blocking": True})]
+
+
+def _request_with(kind: str):
+    """A trial request for the tiny pipeline whose batches are built by tests/fixtures/batches.py's ``kind``."""
+    config = tiny_config()
+    config["pipeline"]["collate_fn"] = {"_target_": f"tests.fixtures.batches.collate_{kind}"}
+    config["pipeline"]["step"] = {"_target_": f"tests.fixtures.batches.step_{kind}"}
+    settings = load_settings(config, "tiny")
+    return TrialRequest(settings.pipeline, {**NEUTRAL_KNOBS, "batch_size": 16}, "cpu", settings.measure.plan, 0.1)
+
+
+@pytest.mark.parametrize("kind", ["userdict", "pair"])
+def test_a_trial_measures_a_pipeline_whose_batches_are_a_userdict_or_a_namedtuple(kind, tmp_path):
+    result = run_trial(_request_with(kind), 120, tmp_path, kind)
+    assert result.ok, result.failure
+    assert result.timing.steps >= 3 and result.timing.samples == 16 * result.timing.steps
+
+
+def test_the_plain_loop_moves_a_batch_that_moves_itself():
+    request = _request_with("self_moving")
+    plan = WindowPlan(min_steps=3, min_time_s=0.0, max_time_s=10.0, warmup=WarmupPolicy(min_steps=2))
+    run = run_plain(build_pipeline(request.pipeline), request.knobs, torch.device("cpu"), plan, None)
+    assert run.steps >= 3 and run.samples == 16 * run.steps
+
+
+@needs_gpu
+def test_every_batch_type_reaches_the_gpu_from_pinned_memory():
+    cuda = torch.device("cuda")
+    pinned = images().pin_memory()
+    batch = UserDict(
+        pair=Pair(pinned, torch.zeros(4).pin_memory()),
+        example=Example(pinned, torch.zeros(4)),
+        own=SelfMoving(pinned, torch.zeros(4)),
+    )
+    moved = move(batch, cuda, non_blocking=True, memory_format=CHANNELS_LAST)
+    torch.cuda.synchronize()
+    pair, example, own = moved["pair"], moved["example"], moved["own"]
+    assert type(moved) is UserDict and type(pair) is Pair and type(example) is Example and own.moved_to == cuda
+    assert all(t.is_cuda for t in (pair.images, pair.labels, example.images, example.labels, own.images, own.labels))
+    assert pair.images.is_contiguous(memory_format=CHANNELS_LAST)
+    assert batch_len(moved) == 4
