@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import re
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -269,19 +270,28 @@ def _check_keys(node: dict, path: str, required: tuple, optional: tuple, what: s
             raise ConfigError(f"{path}.{key}" if path else key, "is missing")
 
 
-def _number(minimum: float, integer: bool = False, strict: bool = False, optional: bool = False) -> Parser:
+def _number(
+    minimum: float, integer: bool = False, strict: bool = False, optional: bool = False, maximum: float | None = None
+) -> Parser:
+    """A parser of a finite number (nan and inf are refused: nan compares false with every bound and would pass
+    them) at least, or with ``strict`` above, ``minimum``, and at most ``maximum``."""
     kind = "an integer" if integer else "a number"
-    bound = f"> {minimum}" if strict else f">= {minimum}"
+    bound = (f"> {minimum}" if strict else f">= {minimum}") + (f" and <= {maximum}" if maximum is not None else "")
 
     def parse(value: Any) -> Any:
         if value is None and optional:
             return None
         ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok_type or (value <= minimum if strict else value < minimum):
+        if isinstance(value, bool) or not ok_type or not _within(value, minimum, strict, maximum):
             raise ValueError(f"expected {kind} {bound}{' or null' if optional else ''}, got {value!r}")
         return value
 
     return parse
+
+
+def _within(value: float, minimum: float, strict: bool, maximum: float | None) -> bool:
+    above = value > minimum if strict else value >= minimum
+    return math.isfinite(value) and above and (maximum is None or value <= maximum)
 
 
 def _fraction(value: Any) -> float:
@@ -325,7 +335,7 @@ _STUDY_FIELDS: dict[str, Parser] = {
     "storage": _string(),
     "n_trials": _number(0, integer=True),
     "timeout_s": _number(0, strict=True, optional=True),
-    "seed": _number(0, integer=True),
+    "seed": _number(0, integer=True, maximum=2**32 - 1),  # numpy's and Optuna's samplers take 32-bit seeds
     "memory_budget_mb": _number(0, strict=True, optional=True),
     "host_memory_budget_mb": _number(0, strict=True, optional=True),
     "max_consecutive_failures": _number(1, integer=True),
