@@ -35,7 +35,8 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
 
 def render_recommended(results: StudyResults, summary: Summary) -> str:
     header = (
-        f"# autotune recommendation for pipeline '{results.pipeline}' (study '{results.study_name}').\n"
+        f"# autotune recommendation for pipeline {_one_line(results.pipeline)} "
+        f"(study {_one_line(results.study_name)}).\n"
         "# In a training script: autotune.load_recommended(this file); see examples/train_with_recommended.py\n"
     )
     return header + yaml.safe_dump(recommendation(results, summary).to_document(), sort_keys=False)
@@ -51,3 +52,8 @@ def _training(advice: BatchAdvice) -> Training:
         baseline_learning_rate=advice.learning_rate if changed else None,
         suggested_learning_rate=advice.suggested_learning_rate if changed else None,
     )
+
+
+def _one_line(name: str) -> str:
+    """``name`` quoted and escaped on one line (``repr``): a newline in it would end the comment and start YAML."""
+    return repr(name)

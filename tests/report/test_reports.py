@@ -96,7 +96,7 @@ def test_writing_leaves_no_temporary_files(tmp_path):
 
 
 def test_user_strings_are_inert_in_every_report(tmp_path):
-    hostile = "<script>alert(1)</script> !!python/object/apply:os.system ['echo pwned'] | x"
+    hostile = "<script>alert(1)</script> !!python/object/apply:os.system ['echo pwned'] | x\ninjected: true\n#"
     base = sample_results()
     failing = failed("9", num_workers=1)
     failing = type(failing)(failing.label, type(failing.result)(failing.result.knobs, failure=Failure(
@@ -111,6 +111,7 @@ def test_user_strings_are_inert_in_every_report(tmp_path):
     assert page.count("&lt;script&gt;") >= 3, "title, heading and the failure reason"
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["pipeline"] == hostile, "YAML quotes it: loading gives the string back, runs nothing"
+    assert "injected" not in recommended, "a newline in the name did not end the header's comment and add a key"
     assert json.loads(files["report.json"].read_text())["pipeline"] == hostile
 
 
