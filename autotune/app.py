@@ -23,6 +23,7 @@ from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.study.guide import guide_from_record
+from autotune.study.lock import one_tuner
 from autotune.study.probe_model import probe_once
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
@@ -34,7 +35,13 @@ from autotune.trial.runner import ProgressFn, run_repeated, run_trial
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
-    """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written."""
+    """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written. A study
+    another tuner is tuning in the same SQLite file is refused (``one_tuner``)."""
+    with one_tuner(settings.study.storage, settings.study.name):
+        return _tune(settings, output_dir, out)
+
+
+def _tune(settings: Settings, output_dir: Path, out: TextIO) -> dict[str, Path]:
     facts = inspect_run(settings, output_dir)
     device = facts.device
     ctx = _search_context(settings, facts)

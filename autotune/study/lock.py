@@ -1,0 +1,64 @@
+"""One tuner per study on a SQLite file: a second tuner of the same study is refused while the first runs.
+
+Two tuners on one SQLite study would measure the same configurations twice and recommend different ones from a
+study the other is changing. The lock is an advisory ``flock`` on a file beside the database, which the kernel
+releases when its holder exits, however it exits (a ``kill -9`` included): a stale lock cannot outlive its tuner.
+Other storages are shared on purpose by the scale-out work and are not locked here.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from autotune.errors import ConfigError
+from autotune.records import redact_url
+
+
+@contextmanager
+def one_tuner(storage: str, name: str) -> Iterator[None]:
+    """Hold study ``name`` in ``storage`` for this process; ConfigError naming ``study.name`` (and the holder's pid)
+    where another process holds it."""
+    database = sqlite_file(storage)
+    if database is None:
+        yield
+        return
+    safe_name = re.sub(r"[^\w.-]", "_", name)
+    path = database.with_name(f"{database.name}.{safe_name}.lock")
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            raise ConfigError(
+                "study.name",
+                f"another autotune{f' (pid {holder})' if holder else ''} is tuning study '{name}' in "
+                f"{redact_url(storage)}; wait for it to end, or choose another study.name",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+
+def sqlite_file(storage: str) -> Path | None:
+    """The database file of a SQLite storage URL; None for another storage or an in-memory database."""
+    try:
+        url = make_url(storage)
+    except ArgumentError:
+        return None
+    if not url.drivername.startswith("sqlite") or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database).absolute()
