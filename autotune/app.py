@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 import tempfile
@@ -14,6 +13,7 @@ import torch
 
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError, ConfigError, StudyAbortedError
+from autotune.files import file_name
 from autotune.knobs import SearchContext
 from autotune.measure.environment import describe_machine, usable_cpu_count
 from autotune.pipeline.inspect import DeviceFacts, Inspection
@@ -147,7 +147,7 @@ class TrialRunner:
         self.settings, self.device, self.workdir = settings, device, workdir
         self.budget = settings.study.watched_budget(device)  # what a running trial's host tree is held to
         measure = settings.measure
-        study_dir = re.sub(r"[^\w.-]", "_", settings.study.name)
+        study_dir = file_name(settings.study.name)
         fixed_effective = settings.batch_policy == "fixed_effective"
         self.request = TrialRequest(
             pipeline=settings.pipeline,

@@ -8,7 +8,6 @@ anything is rendered from it. Its rules: ``autotune/results/benchmark.py``.
 
 from __future__ import annotations
 
-import re
 import sys
 import warnings
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, TextIO
 from autotune.app import TrialRunner, resolve_device
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError
+from autotune.files import file_name
 from autotune.knobs import changed, conflict
 from autotune.measure.environment import describe_machine
 from autotune.recommendation import MachineMismatchWarning, load_recommended
@@ -103,7 +103,7 @@ def _round(runner: TrialRunner, index: int, entries: list[Entry], baseline: dict
     """Every configuration once, starting one further along each round."""
     shift = (index - 1) % len(entries)
     for entry in entries[shift:] + entries[:shift]:
-        result = runner.check(entry.knobs, re.sub(r"[^\w.-]+", "_", f"round{index}-{entry.label}"), plain=False)
+        result = runner.check(entry.knobs, file_name(f"round{index}-{entry.label}"), plain=False)
         if result.ok:
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)

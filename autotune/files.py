@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -27,3 +28,10 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def file_name(text: str) -> str:
+    """``text`` as one file or folder name: characters other than letters, digits, ``.``, ``_`` and ``-`` become
+    ``_``, and no leading dot, so that a study's or a trial's name can neither reach another folder (``..``) nor
+    hide a file."""
+    return re.sub(r"[^\w.-]+", "_", text).lstrip(".") or "_"

@@ -8,7 +8,6 @@ loop always goes first. The record is saved to selfcheck.json before it is print
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,6 +17,7 @@ import optuna
 from autotune.app import TrialRunner, resolve_device
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError
+from autotune.files import file_name
 from autotune.measure.environment import describe_machine
 from autotune.records import META_ATTR, redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
@@ -86,7 +86,7 @@ def _empty_runs() -> dict[str, list]:
 
 def _run_once(runner: TrialRunner, index: int, label: str, knobs: dict, plain: bool, runs: dict, out: TextIO) -> None:
     loop = "plain" if plain else "harness"
-    result = runner.check(knobs, re.sub(r"[^\w.-]+", "_", f"round{index}-{label}-{loop}"), plain)
+    result = runner.check(knobs, file_name(f"round{index}-{label}-{loop}"), plain)
     if not result.ok:
         runs["failures"].append(f"round {index} {loop}: {result.failure}")
         shown = f"FAILED {result.failure}"

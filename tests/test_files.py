@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from autotune.files import file_name
 from tests.conftest import REPO
 
 
@@ -16,3 +17,9 @@ def test_a_written_file_has_the_permissions_of_the_users_umask(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "0o640", "not the 0600 of a temporary file"
+
+
+def test_a_name_becomes_one_file_name_that_reaches_no_other_folder():
+    assert file_name("..") == "_" and file_name("../../etc") == "_.._etc"
+    assert file_name("my study/v2") == "my_study_v2" and file_name(".hidden") == "hidden"
+    assert file_name("round1-baseline + amp") == "round1-baseline_amp"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from autotune.errors import ConfigError
+from autotune.files import file_name
 from autotune.records import redact_url
 
 
@@ -30,8 +30,7 @@ def one_tuner(storage: str, name: str) -> Iterator[None]:
     if database is None:
         yield
         return
-    safe_name = re.sub(r"[^\w.-]", "_", name)
-    path = database.with_name(f"{database.name}.{safe_name}.lock")
+    path = database.with_name(f"{database.name}.{file_name(name)}.lock")
     with open(path, "a+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
