@@ -7,31 +7,39 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import hydra
 import optuna
 import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, QuotedString
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune import app, benchmark, check, rerender, selfcheck
+from autotune import app, benchmark, check, diagnose, rerender, selfcheck
 from autotune.config.load import did_you_mean, is_report, load_report_study, load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
-from autotune.records import redact_url
+from autotune.redact import RedactedStream, Secrets, redact_url
 
 # Signals that stop a run in order, as Ctrl-C does: Slurm, Kubernetes and systemd send SIGTERM; a closed terminal
 # SIGHUP. The run ends as an interrupted one (trial stopped and marked, reports written), exiting 128 + the signal.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_RECORD_HEADER = "# the configuration of this run, as composed by Hydra (study.storage redacted)\n"
+_RECORD_HEADER = "# the configuration of this run, as composed by Hydra (passwords redacted)\n"
+# The passwords of the URLs this run was given (study.storage, or any key): Hydra, which prints the overrides and
+# saves them, gets the URLs masked; the run gets them back once Hydra composed the config (_unmasked); the console
+# shows them masked, in every mode, debug tracebacks included (main).
+_SECRETS = Secrets()
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
 
@@ -53,6 +61,9 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   mode=check against=PATH/report.json [check.tolerance=0.10] [check.rounds=5]
                        a regression gate: the recommendation of a tuning run against the baseline again,
                        interleaved; exits 1 when its speedup fell beyond the tolerance and the noise (check.json)
+  mode=profile [pipeline.baseline.KNOB=VALUE]
+                       the baseline taken apart in one process: where each step's time goes, hot functions of the
+                       data pipeline, a profiler trace; what limits it and what to change (profile.md, profile.html)
 
 Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md.
 
@@ -62,6 +73,8 @@ Knobs:
 
 def main() -> None:
     """Entry point of ``autotune`` and ``python -m autotune``."""
+    sys.argv = [sys.argv[0], *(mask_override(arg, _SECRETS) for arg in sys.argv[1:])]  # before Hydra reads them
+    sys.stdout, sys.stderr = RedactedStream(sys.stdout, _SECRETS), RedactedStream(sys.stderr, _SECRETS)
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         pipelines = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "pipeline").glob("*.yaml")))
         print(USAGE.format(pipelines=pipelines, knobs=describe_knobs()))
@@ -86,6 +99,41 @@ class Stopped(KeyboardInterrupt):
 
 def _stop(signum: int, frame) -> None:
     raise Stopped(signum)
+
+
+def mask_override(arg: str, secrets: Secrets) -> str:
+    """The command-line argument ``arg`` with the password of every URL in its value masked (``secrets`` keeps the
+    URL it stands for), written back in Hydra's override grammar."""
+    if redact_url(arg) == arg:
+        return arg
+    try:
+        override = OverridesParser.create().parse_override(arg)
+    except HydraException:  # Hydra will report the override it cannot parse: as masked
+        return secrets.add(arg)
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        masked = ",".join(_as_override_value(choice, secrets) for choice in value.list)
+    elif isinstance(value, QuotedString | str | list | dict):
+        masked = _as_override_value(value, secrets)
+    else:  # a range, an interval, a glob: no value that is a URL
+        return arg
+    return f"{override.get_key_element()}={masked}"
+
+
+def _as_override_value(value: Any, secrets: Secrets) -> str:
+    """A value parsed from an override, in the override grammar again, its URLs masked."""
+    if isinstance(value, QuotedString | str):
+        return _quoted(secrets.add(getattr(value, "text", value)))
+    if isinstance(value, list):
+        return f"[{','.join(_as_override_value(item, secrets) for item in value)}]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{_as_override_value(item, secrets)}" for key, item in value.items()) + "}"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a quoted string of Hydra's override grammar, which unescapes backslashes before a quote only."""
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), text) + "'"
 
 
 def describe_knobs() -> str:
@@ -158,9 +206,11 @@ def _hydra_main(cfg: DictConfig) -> None:
 def _run(cfg: DictConfig) -> None:
     runtime = HydraConfig.get().runtime
     try:
-        data = OmegaConf.to_container(cfg, resolve=True)
+        data = OmegaConf.to_container(_unmasked(cfg), resolve=True)
     except OmegaConfBaseException as exc:
         raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
+    for text in _strings(data):
+        _SECRETS.add(text)  # passwords from a config file or ${oc.env:VAR}, for the console
     output_dir = Path(runtime.output_dir)
     try:
         _run_mode(data, runtime.choices.get("pipeline"), output_dir)
@@ -172,13 +222,14 @@ def _run(cfg: DictConfig) -> None:
 def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None:
     if is_report(data):
         name, storage = load_report_study(data)
-        write_atomic(output_dir / "config.yaml", _config_record(data, storage))
-        rerender.run(name, storage, output_dir)
+        write_atomic(output_dir / "config.yaml", _config_record(data))
+        rerender.run(name, storage, output_dir, out=sys.stdout)
         return
     settings = load_settings(data, pipeline_choice)
-    write_atomic(output_dir / "config.yaml", _config_record(data, settings.study.storage))
+    write_atomic(output_dir / "config.yaml", _config_record(data))
     modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run, "check": check.run}
-    modes[settings.mode](settings, output_dir)
+    modes["profile"] = diagnose.run
+    modes[settings.mode](settings, output_dir, out=sys.stdout)  # the redacted stream: defaults were bound before
 
 
 def _discard_unused(output_dir: Path) -> None:
@@ -191,10 +242,30 @@ def _discard_unused(output_dir: Path) -> None:
         output_dir.rmdir()  # only if empty
 
 
-def _config_record(data: dict, storage: str) -> str:
-    """The composed config as run, storage password redacted (Hydra's own copy is switched off for that)."""
-    record = {**data, "study": {**data["study"], "storage": redact_url(storage)}}
-    return _RECORD_HEADER + yaml.safe_dump(record, sort_keys=False)
+def _config_record(data: dict) -> str:
+    """The composed config as run, passwords redacted."""
+    return _RECORD_HEADER + yaml.safe_dump(_map_strings(data, _SECRETS.redact), sort_keys=False)
+
+
+def _unmasked(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with every URL masked by mask_override given back, interpolations still unresolved."""
+    return OmegaConf.create(_map_strings(OmegaConf.to_container(cfg), _SECRETS.unmask))
+
+
+def _map_strings(data: Any, func: Callable[[str], str]) -> Any:
+    if isinstance(data, dict):
+        return {key: _map_strings(value, func) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_map_strings(value, func) for value in data]
+    return func(data) if isinstance(data, str) else data
+
+
+def _strings(data: Any) -> Iterator[str]:
+    if isinstance(data, dict | list):
+        for value in data.values() if isinstance(data, dict) else data:
+            yield from _strings(value)
+    elif isinstance(data, str):
+        yield data
 
 
 def _fail(message: str, code: int) -> None:

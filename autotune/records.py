@@ -1,12 +1,11 @@
-"""What a study stores: the keys of its records, the typed record of the probe, a configuration's identity, and
-storage URLs fit to print. The study (``autotune/study/``) writes these records and the results
-(``autotune/results/``) read them, both through this module, so neither imports the other.
+"""What a study stores: the keys of its records, the typed record of the probe, and a configuration's identity.
+The study (``autotune/study/``) writes these records and the results (``autotune/results/``) read them, both
+through this module, so neither imports the other.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -55,11 +54,6 @@ def record_name(label: int | str) -> str:
 def config_key(knobs: dict[str, Any]) -> str:
     """A configuration's identity: its knob values as canonical JSON."""
     return json.dumps(knobs, sort_keys=True)
-
-
-def redact_url(url: str) -> str:
-    """A storage URL with any password replaced by ***, fit to print."""
-    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
 
 
 @dataclass(frozen=True)

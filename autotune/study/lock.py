@@ -19,7 +19,7 @@ from sqlalchemy.exc import ArgumentError
 
 from autotune.errors import ConfigError
 from autotune.files import file_name
-from autotune.records import redact_url
+from autotune.redact import redact_url
 
 
 @contextmanager
