@@ -104,7 +104,7 @@ def test_the_check_settings_are_read_with_defaults():
         ({"check": {"tolerance": 1.0, "rounds": 5}}, "check.tolerance: expected a number >= 0 and < 1, got 1.0"),
         ({"check": {"tolerance": -0.1, "rounds": 5}}, "check.tolerance: expected a number >= 0 and < 1, got -0.1"),
         ({"check": {"tolerance": 0.1, "rounds": 1}}, "check.rounds: expected an integer >= 2, got 1"),
-        ({"check": {"tolerance": 0.1}}, "check.rounds: is missing"),
+        ({"check": {"tolerance": 0.1, "round": 5}}, "check.round: unknown key; did you mean check.rounds?"),
         ({"against": 3}, "against: expected the path of a tuning run's report.json, got 3"),
     ],
 )

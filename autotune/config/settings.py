@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.measure.memory import MemoryBudget
@@ -57,12 +57,31 @@ class StudySettings:
 
 
 @dataclass(frozen=True)
+class ScreenPlan:
+    """The search trials' shorter window where it differs from the full one: at least ``min_steps`` steps and
+    ``min_time_s`` seconds (None: as the full window)."""
+
+    min_steps: int | None = None
+    min_time_s: float | None = None
+
+    def of(self, plan: WindowPlan) -> WindowPlan:
+        """``plan`` with these where given."""
+        return replace(
+            plan,
+            min_steps=plan.min_steps if self.min_steps is None else self.min_steps,
+            min_time_s=plan.min_time_s if self.min_time_s is None else self.min_time_s,
+        )
+
+
+@dataclass(frozen=True)
 class MeasureSettings:
     """How each trial is measured. ``device`` is "auto", "cpu", "cuda" or "cuda:N"; ``plan`` is the window of the
     baseline and of the finalists' race, ``screen_plan`` the shorter one of search trials; ``repeats`` is the
-    number of fresh processes each configuration is measured in (the median is kept). A trial's first-step loss
+    number of processes each configuration is measured in (the median is kept). A trial's first-step loss
     under AMP or compile may differ from the fp32 eager loss by ``loss_tolerance`` (relative) at most.
-    torch.compile trials of a study share the cache in ``compile_cache_dir``/STUDY (None: torch's default)."""
+    torch.compile trials of a study share the cache in ``compile_cache_dir``/STUDY (None: torch's default).
+    ``fork_trials``: each trial forked from a fork server that imported torch once (``autotune/trial/zygote.py``),
+    else started as a fresh interpreter."""
 
     device: str
     plan: WindowPlan
@@ -72,6 +91,7 @@ class MeasureSettings:
     repeats: int = 1
     loss_tolerance: float = 0.05
     compile_cache_dir: str | None = None
+    fork_trials: bool = True
 
 
 @dataclass(frozen=True)
@@ -82,7 +102,9 @@ class Settings:
     for ``selfcheck_rounds`` interleaved rounds; "benchmark": the recommendation in the file ``recommended``
     against the baseline, with each change's share, for ``benchmark_rounds`` interleaved rounds; or "check": the
     recommendation in the report.json ``against`` against the baseline for ``check_rounds`` interleaved rounds,
-    failing where its speedup fell more than ``check_tolerance`` (a fraction) beyond the noise."""
+    failing where its speedup fell more than ``check_tolerance`` (a fraction) beyond the noise; or "profile": the
+    baseline taken apart in one profiling run (``profile_steps`` steps timed stage by stage, ``profile_trace_steps``
+    under torch.profiler, ``profile_batches`` batches loaded under cProfile)."""
 
     pipeline: PipelineSpec
     baseline: dict[str, Any]
@@ -97,3 +119,6 @@ class Settings:
     against: str | None = None
     check_tolerance: float = 0.10
     check_rounds: int = 5
+    profile_steps: int = 30
+    profile_trace_steps: int = 5
+    profile_batches: int = 10

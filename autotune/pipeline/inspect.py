@@ -4,10 +4,13 @@ in a trial subprocess (``read_facts``): reading them runs the user's code and in
 from __future__ import annotations
 
 import inspect
+import logging
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from hydra.utils import get_object
 from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
@@ -120,8 +123,9 @@ def bf16_native(device: str) -> bool:
 
 
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
-    """Build the dataset, check it is usable, read the shape of one collated input, and find which
-    optimizer implementations can run on ``device``."""
+    """Import every component's target (``import_targets``), build the dataset, check it is usable, read the shape of
+    one collated input, and find which optimizer implementations can run on ``device``."""
+    import_targets(spec)
     dataset = build_component(spec, "dataset")
     try:
         length = len(dataset)
@@ -142,6 +146,34 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
         ) from exc
     options = optimizer_options(build_component(spec, "optimizer"), device)
     return PipelineFacts(dataset_len=length, input_ndim=_input_ndim(batch), optimizer_options=options)
+
+
+def import_targets(spec: PipelineSpec) -> None:
+    """Import the ``_target_`` of each component of ``spec`` as building it will (the model's too, unbuilt): a
+    ConfigError naming ``pipeline.KEY._target_`` for the first that cannot be. Importing runs the user's module-level
+    code, so it happens here, in a subprocess; the config load only finds each target's top-level module."""
+    for key, node in spec.components.items():
+        if node is None:
+            continue
+        target = node["_target_"]
+        try:
+            with _quiet_hydra_logger():
+                get_object(target)
+        except Exception as exc:
+            cause = exc.__cause__ or exc  # hydra's ImportError wraps what the import raised
+            detail = " ".join(f"{type(cause).__name__}: {cause}".split())
+            raise ConfigError(f"pipeline.{key}._target_", f"cannot import '{target}': {detail}") from exc
+
+
+@contextmanager
+def _quiet_hydra_logger():
+    """hydra.utils logs a multi-line error before raising; the raised error is reported instead."""
+    logger = logging.getLogger("hydra.utils")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def optimizer_options(factory, device: str) -> frozenset[str]:

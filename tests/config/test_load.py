@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,7 +13,8 @@ from hypothesis import strategies as st
 from autotune.config.load import did_you_mean, load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
-from tests.conftest import NEUTRAL_KNOBS, tiny_config
+from autotune.pipeline.inspect import Refusal, read_facts
+from tests.conftest import NEUTRAL_KNOBS, REPO, TEST_CONF, tiny_config
 
 
 def test_a_valid_config_becomes_settings():
@@ -71,8 +76,8 @@ BAD_CONFIGS = [
         "pipeline.model._target_: cannot import 'no_such_module.Net'",
     ),
     (
-        {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "torch.nn.NoSuchLoss"})},
-        "pipeline.loss._target_: cannot import 'torch.nn.NoSuchLoss'",
+        {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "torch.nn..Loss"})},
+        "pipeline.loss._target_: expected a dotted import path, got 'torch.nn..Loss'",
     ),
     ({**tiny_config(), "pipeline": _pipeline(baseline={"num_workers": 0})}, "pipeline.baseline.batch_size: is missing"),
     (
@@ -93,6 +98,11 @@ BAD_CONFIGS = [
     (tiny_config(study={"prune_margin": 0}), "study.prune_margin: expected a number > 0 or null"),
     (tiny_config(study={"probe": "yes"}), "study.probe: expected true or false"),
     (tiny_config(measure={"loss_tolerance": -1}), "measure.loss_tolerance: expected a number > 0"),
+    (tiny_config(measure={"device": "cuda:128"}), "measure.device: expected one of auto, cpu, cuda, got 'cuda:128'"),
+    (tiny_config(study={"memory_budget_mb": 10**400}), "study.memory_budget_mb: expected a number > 0 or null, got 10"),
+    (tiny_config(study={"name": "tiny\nrun"}), "study.name: expected a non-empty string, got 'tiny\\nrun'"),
+    (tiny_config(study={"storage": "sqlite:///a\x00.db"}), "study.storage: expected a non-empty string, got 'sqlite"),
+    (tiny_config(study={"nam\ne": "x"}), "study.'nam\\ne': unknown key; expected one of: name, storage"),
 ]
 
 
@@ -145,3 +155,42 @@ def test_amp_candidates_are_valid_names_or_a_config_error(values):
 def test_a_suggestion_only_for_a_close_misspelling():
     assert did_you_mean("n_trails", ["n_trials", "seed"], "study") == "did you mean study.n_trials? "
     assert did_you_mean("num_threads", ["batch_size", "num_workers"], "pipeline.baseline") == "", "a different key"
+
+
+def _raising_module(tmp_path, monkeypatch, name: str) -> dict:
+    """A pipeline whose model is in the module ``name`` (in ``tmp_path``, on sys.path), which raises when imported."""
+    (tmp_path / f"{name}.py").write_text('raise RuntimeError("imported")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return {**tiny_config(), "pipeline": _pipeline(model={"_target_": f"{name}.Net"})}
+
+
+def test_the_config_load_finds_each_target_without_importing_it(tmp_path, monkeypatch):
+    config = _raising_module(tmp_path, monkeypatch, "model_raising_at_load")
+    assert load_settings(config, "tiny").pipeline.components["model"] == {"_target_": "model_raising_at_load.Net"}
+    assert "model_raising_at_load" not in sys.modules, "the user's module ran no code in the tuner"
+
+
+def test_the_targets_are_imported_where_the_facts_are_read_naming_the_key(tmp_path, monkeypatch):
+    spec = load_settings(_raising_module(tmp_path, monkeypatch, "model_raising_at_inspect"), "tiny").pipeline
+    problem = "cannot import 'model_raising_at_inspect.Net': RuntimeError: imported"
+    assert read_facts(spec, "cpu").refused == Refusal("pipeline.model._target_", problem)
+    config = {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "torch.nn.NoSuchLoss"})}
+    problem = "cannot import 'torch.nn.NoSuchLoss': ModuleNotFoundError: No module named 'torch.nn.NoSuchLoss'"
+    refused = read_facts(load_settings(config, "tiny").pipeline, "cpu").refused
+    assert refused == Refusal("pipeline.loss._target_", problem)
+
+
+def test_a_model_module_that_crashes_at_import_kills_a_subprocess_not_the_tuner(tmp_path):
+    record = tmp_path / "imported"
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_DEBUG"}
+    env.update(PYTHONPATH=str(REPO), AUTOTUNE_TEST_IMPORTED=str(record))
+    args = ["-cd", str(TEST_CONF), "pipeline=segfault_at_import", "study.n_trials=0", f"hydra.run.dir={tmp_path}/out"]
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    _, stderr = tuner.communicate(timeout=300)
+    assert tuner.returncode == 1, stderr
+    assert stderr.startswith("autotune: error: pipeline 'segfault_at_import': reading its facts"), stderr
+    assert "SIGSEGV" in stderr and len(stderr.splitlines()) == 1
+    importers = record.read_text().split()
+    assert len(importers) == 1 and importers != [str(tuner.pid)], "imported once, by the subprocess reading the facts"

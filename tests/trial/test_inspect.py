@@ -158,7 +158,7 @@ def test_a_crash_there_is_one_line_naming_the_pipeline_and_its_signal(tmp_path):
     with pytest.raises(BaselineFailedError) as error:
         app.inspect_run(settings_with("tests.fixtures.inspection.SegfaultingImages"), tmp_path / "out")
     message = str(error.value)
-    assert message.startswith("pipeline 'tiny': reading its facts (the devices, the dataset's length and first sample")
+    assert message.startswith("pipeline 'tiny': reading its facts (its modules, the devices, the dataset's length")
     assert "signal: killed by SIGSEGV (Fatal Python error: Segmentation fault)" in message
     assert "\n" not in message and error.value.exit_code == 1
     log = tmp_path / "out" / "trials" / "inspect.log"
@@ -168,10 +168,3 @@ def test_a_crash_there_is_one_line_naming_the_pipeline_and_its_signal(tmp_path):
 def test_a_hang_there_is_stopped_at_the_trial_timeout(tmp_path):
     with pytest.raises(BaselineFailedError, match=r"in a subprocess failed: timeout: timeout after 4 s\. Log: "):
         app.inspect_run(settings_with("tests.fixtures.inspection.HangingLengthImages", timeout_s=4), tmp_path / "out")
-
-
-def test_resolve_device_for_the_modes_that_inspect_no_pipeline(monkeypatch):
-    FakeCuda(monkeypatch, [A100, T4], native={A100})
-    assert app.resolve_device("cuda:1") == "cuda:1"
-    with pytest.raises(ConfigError, match=r"^measure.device: cuda:2 was requested"):
-        app.resolve_device("cuda:2")
