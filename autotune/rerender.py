@@ -10,24 +10,22 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-import optuna
-
 from autotune.errors import ConfigError
-from autotune.records import BASELINE_ATTR, META_ATTR, redact_url
+from autotune.records import BASELINE_ATTR, META_ATTR
+from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
+from autotune.study.storage import load_study
 
 
 def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Render the reports of study ``name`` in ``storage`` into ``output_dir``; returns the files written."""
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
+        study = load_study(name, storage)
     except KeyError:
         raise ConfigError("study.name", f"no study '{name}' in {redact_url(storage)}") from None
-    except Exception as exc:
-        raise ConfigError("study.storage", f"cannot open {redact_url(storage)!r}: {type(exc).__name__}") from exc
     if META_ATTR not in study.user_attrs or BASELINE_ATTR not in study.user_attrs:
         raise ConfigError("study.name", f"study '{name}' was not made by autotune, or has no measured baseline")
     results = load_results(study)

@@ -12,23 +12,22 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-import optuna
-
-from autotune.app import TrialRunner, resolve_device
+from autotune.app import TrialRunner, inspect_run
 from autotune.config.settings import Settings
-from autotune.errors import ConfigError
 from autotune.files import file_name
 from autotune.measure.environment import describe_machine
-from autotune.records import META_ATTR, redact_url
+from autotune.records import META_ATTR
+from autotune.redact import redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
 from autotune.results.model import load_results
 from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.results.summary import summarise
+from autotune.study.storage import load_study
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Check the harness against the plain loop and write selfcheck.json into ``output_dir``."""
-    device = resolve_device(settings.measure.device)
+    device = inspect_run(settings, output_dir).device
     configurations, source = _configurations(settings)
     rounds = settings.selfcheck_rounds
     print(
@@ -109,11 +108,9 @@ def _configurations(settings: Settings) -> tuple[dict[str, dict[str, Any]], str]
     baseline = {"baseline": settings.baseline}
     name, storage = settings.study.name, settings.study.storage
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
+        study = load_study(name, storage)
     except KeyError:
         return baseline, f"the baseline only: no study '{name}' in {redact_url(storage)} (tune first to check its pick)"
-    except Exception as exc:
-        raise ConfigError("study.storage", f"cannot open {redact_url(storage)!r}: {type(exc).__name__}") from exc
     stored = study.user_attrs.get(META_ATTR, {})
     if stored.get("pipeline") != settings.pipeline.to_dict() or stored.get("baseline") != settings.baseline:
         return baseline, f"the baseline only: study '{name}' was tuned with another pipeline or baseline"

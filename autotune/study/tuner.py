@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config.settings import StudySettings
-from autotune.errors import ConfigError, StudyMismatchError
+from autotune.errors import StudyMismatchError
 from autotune.knobs import KNOBS
 from autotune.records import (
     BASELINE_ATTR,
@@ -35,10 +35,10 @@ from autotune.records import (
     ProbeRecord,
     config_key,
     metric_attrs,
-    redact_url,
 )
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.space import SearchSpace, out_of_memory_bound
+from autotune.study.storage import create_study, opening
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from autotune.trial.runner import ProgressFn
 
@@ -90,38 +90,38 @@ def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
     ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
     with a different description is refused rather than mixed with this one. The sampler is
     multivariate TPE with conditional groups, since knobs interact and some apply only given others.
+    A storage that cannot be opened, or fails before this returns, is a ConfigError naming study.storage and the
+    cause (``autotune/study/storage.py``); a fault later raises StorageFaultError.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # "group" is experimental
         sampler = optuna.samplers.TPESampler(
             seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials), multivariate=True, group=True
         )
-    try:
-        study = optuna.create_study(
+    with opening(settings.storage):  # a storage fault before the run starts refuses it
+        study = create_study(
+            settings.storage,
             study_name=settings.name,
-            storage=settings.storage,
             sampler=sampler,
             directions=[_DIRECTIONS[objective] for objective in settings.objectives],
             load_if_exists=True,
         )
-    except Exception as exc:  # any failure to open the storage (bad URL, driver, corrupt or locked file)
-        cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
-        detail = redact_url(" ".join(str(cause).split()))[:300]
-        raise ConfigError(
-            "study.storage",
-            f"cannot open Optuna storage {redact_url(settings.storage)!r}: {type(exc).__name__}: {detail}",
-        ) from exc
+        _adopt(study, meta)
+    return study
+
+
+def _adopt(study: optuna.Study, meta: dict[str, Any]) -> None:
+    """Store ``meta`` in a new study; refuse a stored one made with other settings; fail what a killed run left."""
     fingerprint = _fingerprint(meta)
     stored = study.user_attrs.get(META_ATTR)
     if stored is None:
         study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
     elif stored.get("fingerprint") != fingerprint:
         raise StudyMismatchError(
-            f"study.name: study '{settings.name}' in the storage was created with a different pipeline, "
+            f"study.name: study '{study.study_name}' in the storage was created with a different pipeline, "
             "baseline, search space, objectives or measurement; pass study.name=NEW_NAME to start another study"
         )
     _fail_interrupted_trials(study)
-    return study
 
 
 def ensure_baseline(study: optuna.Study, knobs: dict[str, Any], run: RunFn) -> tuple[TrialResult, bool]:
@@ -407,10 +407,14 @@ def _known_outcomes(study: optuna.Study, settings: StudySettings) -> dict[str, _
 
 
 def _stored_results(study: optuna.Study) -> Iterator[tuple[optuna.trial.FrozenTrial, TrialResult]]:
-    """Each trial that measured a configuration, with its result (repeats left out)."""
+    """Each trial that measured a configuration, with its result (repeats left out, and interrupted trials: a result
+    stored for a trial never told, as a storage fault or a kill between the two writes leaves it, is measured again,
+    as ``load_results`` leaves it out of the reports)."""
+    interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
     for trial in study.get_trials(deepcopy=False, states=MEASURED_STATES):
-        if RESULT_ATTR in trial.user_attrs and DUPLICATE_ATTR not in trial.user_attrs:
-            yield trial, TrialResult.from_dict(trial.user_attrs[RESULT_ATTR])
+        attrs = trial.user_attrs
+        if RESULT_ATTR in attrs and DUPLICATE_ATTR not in attrs and trial.number not in interrupted:
+            yield trial, TrialResult.from_dict(attrs[RESULT_ATTR])
 
 
 def _fingerprint(meta: dict[str, Any]) -> str:

@@ -1,0 +1,313 @@
+"""Storage faults (a full disk, a read-only file or folder, a damaged SQLite file, a lock) are named by their cause and
+the key study.storage, on opening and mid-run; a damaged study is refused before use and never written."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing, contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.exceptions import StorageInternalError
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.pool import Pool
+
+from autotune import rerender
+from autotune.errors import ConfigError
+from autotune.records import RESULT_ATTR, config_key, metric_attrs
+from autotune.results.model import load_results
+from autotune.selfcheck import _configurations
+from autotune.study.storage import StorageFaultError, create_study, load_study, storage_cause
+from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, open_study, tune
+from tests.conftest import REPO, run_cli
+from tests.study.test_tuner import BASELINE, FIXED, META, SPACE, FakeMeasure, fake_result, settings
+from tests.test_cli import TINY
+
+PAGE = 4096
+STORED_TRIALS = 4
+
+
+def sqlite_error(tmp_path: Path, fault: str) -> sqlite3.Error:
+    """The error SQLite itself raises for ``fault``."""
+    path = tmp_path / f"{fault}.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("CREATE TABLE t (x)")
+        db.execute("INSERT INTO t VALUES (randomblob(20000))")
+    url, attempt = str(path), "SELECT count(*), sum(length(x)) FROM t;"
+    if fault == "full":
+        attempt = "PRAGMA max_page_count = 1; INSERT INTO t VALUES (randomblob(20000));"
+    elif fault == "readonly":
+        url, attempt = f"file:{path}?mode=ro", "INSERT INTO t VALUES (1);"
+    elif fault in ("corrupt", "notadb"):
+        damage(path, page=2 if fault == "corrupt" else 1)
+    with closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        if fault == "locked":  # another connection holds the write lock past the busy timeout (0 here)
+            holder.execute("BEGIN EXCLUSIVE")
+        with closing(sqlite3.connect(url, uri=True, timeout=0, isolation_level=None)) as db:
+            with pytest.raises(sqlite3.Error) as raised:
+                db.executescript(attempt)
+    return raised.value
+
+
+def damage(path: Path, page: int) -> None:
+    """Overwrite page ``page`` (from 1) of the SQLite file ``path`` with garbage, leaving the others as they were."""
+    with open(path, "r+b") as file:
+        file.seek((page - 1) * PAGE)
+        file.write(bytes(range(256)) * (PAGE // 256))
+
+
+def optuna_wrapped(error: BaseException) -> StorageInternalError:
+    """``error`` as Optuna raises it from a commit: StorageInternalError from SQLAlchemy's error wrapping it (which
+    quotes the statement and its values)."""
+    try:
+        try:
+            raise OperationalError("INSERT INTO t VALUES (?)", ("it is read-only, and malformed",), error)
+        except OperationalError as wrapped:
+            raise StorageInternalError("raised during the commit, e.g. exceeding max length") from wrapped
+    except StorageInternalError as outer:
+        return outer
+
+
+@pytest.mark.parametrize(
+    "fault, cause",
+    [
+        ("full", "disk full"),
+        ("readonly", "read-only"),
+        ("corrupt", "malformed database"),
+        ("notadb", "malformed database"),
+        ("locked", "locked"),
+    ],
+)
+def test_each_sqlite_fault_is_named_by_its_cause_also_as_optuna_wraps_it(tmp_path, fault, cause):
+    error = sqlite_error(tmp_path, fault)
+    assert storage_cause(error).name == cause
+    assert storage_cause(optuna_wrapped(error)).name == cause
+
+
+@pytest.mark.parametrize(
+    "error, cause",
+    [
+        (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "disk full"),
+        (OSError(errno.EROFS, os.strerror(errno.EROFS)), "read-only"),
+        (Exception('could not extend file "base/1/2": No space left on device'), "disk full"),  # PostgreSQL
+        (Exception("cannot execute INSERT in a read-only transaction"), "read-only"),
+        (sqlite3.OperationalError("disk I/O error"), "I/O error"),
+    ],
+)
+def test_other_drivers_and_the_systems_errors_are_named_by_their_words(error, cause):
+    assert storage_cause(optuna_wrapped(error)).name == cause
+
+
+def test_errors_that_are_no_fault_of_the_storage_have_no_cause():
+    """The statement and values SQLAlchemy quotes are user data: "read-only" there names nothing."""
+    assert storage_cause(optuna_wrapped(sqlite3.OperationalError("no such table: t"))) is None
+    duplicate = IntegrityError("INSERT", ("read-only",), sqlite3.IntegrityError("UNIQUE constraint failed: s.name"))
+    assert storage_cause(duplicate) is None
+
+
+@contextmanager
+def disk_full_from_now(path: Path):
+    """Every connection to ``path`` checked out from now on may not grow the file: SQLite's own SQLITE_FULL."""
+    with closing(sqlite3.connect(path)) as db:
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+
+    def cap(connection, record, proxy) -> None:
+        connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    event.listen(Pool, "checkout", cap)
+    try:
+        yield
+    finally:
+        event.remove(Pool, "checkout", cap)
+
+
+def in_order(observations, known: set[str], ran_out) -> Proposal | None:
+    """A guide proposing the configurations of SPACE in order, each once."""
+    return next((Proposal(knobs) for knobs in SPACE.configurations() if config_key(knobs) not in known), None)
+
+
+def test_a_full_disk_mid_run_is_named_and_the_study_keeps_what_it_stored(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    measure = FakeMeasure()
+    tune(study, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None, in_order)
+    database = tmp_path / "study.db"
+    with disk_full_from_now(database), pytest.raises(StorageFaultError) as raised:
+        tune(study, SPACE, settings(tmp_path, n_trials=5), measure, lambda e: None, in_order)
+    message = str(raised.value)
+    assert message.startswith(f"study.storage: disk full: Optuna storage 'sqlite:///{database}' failed mid-run (")
+    assert "database or disk is full" in message and "\n" not in message and raised.value.exit_code == 1
+    assert sqlite3.connect(database).execute("PRAGMA quick_check").fetchall() == [("ok",)]
+    stored = counted_trials(study)
+    resumed = open_study(settings(tmp_path), META)
+    assert counted_trials(resumed) == stored >= 1, "what was told before the fault is kept"
+    tune(resumed, SPACE, settings(tmp_path, n_trials=5), measure, lambda e: None, in_order)
+    reported = sorted(config_key(r.result.knobs) for r in load_results(resumed).trials)
+    others = sorted(config_key(k) for k in SPACE.configurations() if k != {**FIXED, **BASELINE})
+    assert counted_trials(resumed) == 5 and reported == others, "each configuration but the baseline, once"
+
+
+def test_a_result_stored_for_a_trial_never_told_is_measured_again(tmp_path):
+    """A fault (or a kill) between storing a trial's result and telling Optuna leaves half a trial: not a result."""
+    study = open_study(settings(tmp_path), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    half = study.ask()
+    knobs = SPACE.sample(half)
+    result = fake_result(knobs)
+    half.set_user_attr(RESULT_ATTR, result.to_dict())
+    for key, value in metric_attrs(result).items():
+        half.set_user_attr(key, value)
+    measure = FakeMeasure()
+    resumed = open_study(settings(tmp_path), META)
+    tune(resumed, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None)
+    assert [called for _, called in measure.calls] == [knobs], "measured again, first"
+    assert [r.result.knobs for r in load_results(resumed).trials] == [knobs], "and reported once"
+
+
+@pytest.fixture(scope="module")
+def study_file(tmp_path_factory) -> Path:
+    """A study of a few trials, as autotune stores it."""
+    where = tmp_path_factory.mktemp("study")
+    study = open_study(settings(where), META)
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    tune(study, SPACE, settings(where, n_trials=STORED_TRIALS), FakeMeasure(), lambda e: None, in_order)
+    return where / "study.db"
+
+
+def test_a_study_damaged_anywhere_is_refused_before_use_and_left_as_it_is(study_file, tmp_path, tiny_settings):
+    """Tuning, mode=report and mode=selfcheck refuse it, whichever page is garbage; Optuna alone reads some of these
+    files as the whole study."""
+    pages, fooled = study_file.stat().st_size // PAGE, []
+    for page in range(2, pages + 1):
+        damaged = tmp_path / "study.db"
+        shutil.copyfile(study_file, damaged)
+        damage(damaged, page)
+        before = damaged.read_bytes()
+        url = f"sqlite:///{damaged}"
+        with pytest.raises(ConfigError, match=r"^study.storage: malformed database: ") as tuning:
+            open_study(settings(tmp_path), META)
+        with pytest.raises(ConfigError, match=r"^study.storage: malformed database: "):
+            rerender.run("s", url, tmp_path / "reports")
+        selfcheck = replace(tiny_settings, study=replace(tiny_settings.study, name="s", storage=url))
+        with pytest.raises(ConfigError, match=r"^study.storage: malformed database: "):
+            _configurations(selfcheck)
+        assert damaged.read_bytes() == before, f"page {page}: {tuning.value}"
+        with contextlib.suppress(Exception):
+            fooled += [page] if len(optuna.load_study(study_name="s", storage=url).trials) == STORED_TRIALS else []
+    assert pages > 20 and fooled and not (tmp_path / "reports").exists()
+
+
+def test_a_read_only_storage_is_named_on_opening_and_still_renders(study_file, tmp_path):
+    url = f"sqlite:///file:{study_file}?mode=ro&uri=true"  # SQLite opens it read-only, whatever the user
+    with pytest.raises(ConfigError, match=r"^study.storage: read-only: cannot open Optuna storage .*readonly database"):
+        create_study(url, study_name="s", load_if_exists=True)
+    assert len(load_study("s", url).trials) == STORED_TRIALS
+
+
+@contextmanager
+def unwritable(path: Path):
+    """``path`` unwritable for this user while inside: by its mode, or, for root, whom modes do not stop, by the
+    immutable attribute."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("root, and this file system has no immutable attribute (chattr +i) to stop it writing")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.parametrize("which", ["file", "folder"])
+def test_a_file_or_folder_this_user_cannot_write_is_read_only_and_still_renders(study_file, tmp_path, which):
+    """Decided before SQLite would write (it writes a journal beside the file, so the folder counts too)."""
+    stored = tmp_path / "kept" / "study.db"
+    stored.parent.mkdir()
+    shutil.copyfile(study_file, stored)
+    url = f"sqlite:///{stored}"
+    with unwritable(stored if which == "file" else stored.parent):
+        with pytest.raises(ConfigError) as raised:
+            create_study(url, study_name="s", load_if_exists=True)
+        assert len(load_study("s", url).trials) == STORED_TRIALS
+    refused = stored if which == "file" else stored.parent
+    assert str(raised.value) == (
+        f"study.storage: read-only: '{url}' cannot be written by this user ({refused} is not writable), and the "
+        "study stores each result as it is measured; make the file and its folder writable"
+    )
+    assert stored.read_bytes() == study_file.read_bytes()
+
+
+def test_the_command_line_refuses_a_damaged_study_in_one_line(study_file, tmp_path):
+    damaged = tmp_path / "studies.db"
+    shutil.copyfile(study_file, damaged)
+    damage(damaged, page=damaged.stat().st_size // PAGE // 2)
+    before = damaged.read_bytes()
+    proc = run_cli([*TINY, f"study.storage=sqlite:///{damaged}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("autotune: error: study.storage: malformed database: ")
+    assert f"'sqlite:///{damaged}'" in proc.stderr and "(the file is left as it is)" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and damaged.read_bytes() == before
+
+
+FULL_FROM_THE_FIRST_TRIAL = """
+import sqlite3, sys
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
+from autotune import app, cli
+
+database, pages = sys.argv.pop(1), []
+screen = app.TrialRunner.screen
+
+def fill_the_disk(self, *args, **kwargs):
+    if not pages:
+        with sqlite3.connect(database) as db:
+            pages.append(db.execute("PRAGMA page_count").fetchone()[0])
+    return screen(self, *args, **kwargs)
+
+@event.listens_for(Pool, "checkout")
+def cap(connection, record, proxy):
+    if pages:
+        connection.execute(f"PRAGMA max_page_count = {pages[0]}")
+
+app.TrialRunner.screen = fill_the_disk
+sys.argv[0] = "autotune"
+cli.main()
+"""
+
+
+def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_reports(tmp_path):
+    """From the first tuning trial on, the study's file cannot grow: SQLite's own "database or disk is full"."""
+    database = tmp_path / "studies.db"
+    args = [*TINY, "study.n_trials=3", f"study.storage=sqlite:///{database}", f"hydra.run.dir={tmp_path}/out"]
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_DEBUG"}
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_FROM_THE_FIRST_TRIAL, str(database), *args],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines() == [proc.stderr.strip()]
+    assert proc.stderr.startswith(
+        f"autotune: error: study.storage: disk full: Optuna storage 'sqlite:///{database}' failed mid-run "
+        "(OperationalError: database or disk is full); free space on its disk, then run the same command again to "
+        "resume from what the study stored"
+    )
+    assert "baseline" in (tmp_path / "out" / "trials.csv").read_text(), "the reports cover what was stored"
