@@ -54,12 +54,21 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A file or page the reader can open: its ``text`` and ``href`` (a path relative to the report, or a URL)."""
+
+    text: str
+    href: str
+
+
+@dataclass(frozen=True)
 class Section:
     heading: str
     paragraphs: list[str] = field(default_factory=list)
     table: Table | None = None
     bullets: list[str] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

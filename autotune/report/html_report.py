@@ -38,6 +38,9 @@ def to_html(document: Document) -> str:
             body.append(_table(section.table))
         if section.bullets:
             body.append("<ul>" + "".join(f"<li>{escape(bullet)}</li>" for bullet in section.bullets) + "</ul>")
+        if section.links:
+            items = "".join(f'<li><a href="{escape(link.href)}">{escape(link.text)}</a></li>' for link in section.links)
+            body.append(f"<ul>{items}</ul>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(document.title)}</title><style>{_STYLE}</style></head>\n<body>\n"

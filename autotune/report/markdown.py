@@ -22,6 +22,8 @@ def to_markdown(document: Document) -> str:
             parts.append(markdown_table(section.table))
         if section.bullets:
             parts.append("\n".join(f"- {_text(bullet)}" for bullet in section.bullets))
+        if section.links:
+            parts.append("\n".join(f"- [{_text(link.text)}](<{link.href}>)" for link in section.links))
     return "\n\n".join(parts) + "\n"
 
 

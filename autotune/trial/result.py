@@ -7,6 +7,7 @@ from enum import Enum
 from typing import Any
 
 from autotune.measure.measurement import Measurement
+from autotune.measure.profiling import ProfilePlan, ProfileResult
 from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
 from autotune.pipeline.inspect import Inspection
 from autotune.pipeline.spec import PipelineSpec
@@ -14,6 +15,7 @@ from autotune.trial.plain import PlainRun
 from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 
 TUNER_PID_ENV = "AUTOTUNE_TUNER_PID"  # the trial watches this process and exits when it dies
+LAUNCHED_AT_ENV = "AUTOTUNE_LAUNCHED_AT"  # the wall-clock time the tuner asked for the trial's process
 
 
 class FailureKind(str, Enum):
@@ -53,7 +55,8 @@ class TrialRequest:
     With ``probe``, the subprocess runs the differential probe instead of measuring ``knobs``; with ``plain``, it
     times ``knobs`` with the plain loop that judges the harness (``trial/plain.py``) instead; with ``inspect``, it
     reads the facts of the machine's devices and of the pipeline (``pipeline/inspect.py``), ``device`` being the
-    one asked for (measure.device: "auto" too).
+    one asked for (measure.device: "auto" too); with ``profile``, it profiles ``knobs`` (``trial/profiling.py``)
+    instead of measuring them.
     """
 
     pipeline: PipelineSpec
@@ -67,6 +70,7 @@ class TrialRequest:
     probe: ProbePlan | None = None
     plain: bool = False
     inspect: bool = False
+    profile: ProfilePlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pipeline": self.pipeline.to_dict()}
@@ -85,6 +89,7 @@ class TrialRequest:
             probe=probe_plan_from_dict(data.get("probe")),
             plain=data.get("plain", False),
             inspect=data.get("inspect", False),
+            profile=ProfilePlan.from_dict(data.get("profile")),
         )
 
 
@@ -109,7 +114,7 @@ class TrialResult:
     subprocess's interpreter start and imports; ``build_s`` building the pipeline and applying knobs.
     With repeated runs, the median run is kept and ``repeat_throughputs`` lists every run's throughput.
     ``loss_check`` is what the correctness guard compared (None where no step ran). A probe's result is in
-    ``probe``, the plain loop's in ``plain``, an inspection's in ``inspection``.
+    ``probe``, the plain loop's in ``plain``, an inspection's in ``inspection``, a profiling run's in ``profile``.
     """
 
     knobs: dict[str, Any]
@@ -123,6 +128,7 @@ class TrialResult:
     loss_check: LossCheck | None = None
     plain: PlainRun | None = None
     inspection: Inspection | None = None
+    profile: ProfileResult | None = None
 
     @property
     def ok(self) -> bool:
@@ -157,6 +163,7 @@ class TrialResult:
             "loss_check": asdict(self.loss_check) if self.loss_check else None,
             "plain": self.plain.to_dict() if self.plain else None,
             "inspection": self.inspection.to_dict() if self.inspection else None,
+            "profile": self.profile.to_dict() if self.profile else None,
         }
 
     @classmethod
@@ -174,6 +181,7 @@ class TrialResult:
             loss_check=LossCheck(**data["loss_check"]) if data.get("loss_check") else None,
             plain=PlainRun.from_dict(data["plain"]) if data.get("plain") else None,
             inspection=Inspection.from_dict(data["inspection"]) if data.get("inspection") else None,
+            profile=ProfileResult.from_dict(data["profile"]) if data.get("profile") else None,
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:

@@ -1,0 +1,90 @@
+"""``mode=profile``: one configuration (the baseline, ``pipeline.baseline.KNOB=...`` to change it) taken apart in a
+profiling run: where each step's time goes, the profiler's trace, the data pipeline's hot functions, memory and
+garbage collection; then what limits it and what to change.
+
+The run is a trial subprocess of its own (``autotune/trial/profiling.py``), never a tuning trial's timed window, so
+profiling distorts no figure the tuner ranks. The record is saved to profile.json before anything is rendered from
+it; a stored study of the pipeline says which knobs the tuner tried. (The module is not ``autotune/profile.py``:
+that name would replace ``autotune.profile()``, the public profiler of a user's own loop, once imported.)
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from autotune.app import TrialRunner, inspect_run
+from autotune.config.settings import Settings
+from autotune.errors import BaselineFailedError
+from autotune.files import file_name
+from autotune.measure.environment import describe_machine
+from autotune.measure.profiling import ProfilePlan
+from autotune.records import META_ATTR
+from autotune.report.diagnosis import print_profile, write_profile
+from autotune.results.model import load_results
+from autotune.results.profile import ProfileRecord
+from autotune.results.remedies import Tried
+from autotune.study.storage import load_study
+
+LABEL = "baseline"
+
+
+def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
+    """Profile ``settings.baseline`` and write profile.json, .md and .html (and the trace) into ``output_dir``; a
+    profiling run that fails is reported and raises BaselineFailedError (exit 1)."""
+    device = inspect_run(settings, output_dir).device
+    print(
+        f"autotune profile: pipeline '{settings.pipeline.name}' on {device}; the {LABEL}'s configuration taken apart "
+        f"in one process ({settings.profile_steps} steps by stage, {settings.profile_trace_steps} traced, "
+        f"{settings.profile_batches} batches under cProfile)",
+        file=out,
+        flush=True,
+    )
+    workdir = output_dir / "profile"
+    plan = ProfilePlan(
+        trace_file=str(workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json"),
+        steps=settings.profile_steps,
+        trace_steps=settings.profile_trace_steps,
+        hot_batches=settings.profile_batches,
+    )
+    runner = TrialRunner(settings, device, workdir)
+    request = replace(runner.request, knobs=settings.baseline, profile=plan)
+    result = runner.trial(request, LABEL)
+    record = ProfileRecord(
+        pipeline=settings.pipeline.name,
+        device=device,
+        label=LABEL,
+        knobs=settings.baseline,
+        machine=describe_machine(),
+        study=settings.study.name,
+        result=result.profile,
+        failure=str(result.failure) if result.failure else None,
+        tried=stored_tries(settings),
+    )
+    files = write_profile(record, output_dir)
+    print_profile(record, files, out)
+    if record.result is None:
+        raise BaselineFailedError(f"the profiling run failed: {record.failure}. Log: {workdir / (LABEL + '.log')}")
+    return files
+
+
+def stored_tries(settings: Settings) -> Tried | None:
+    """What the stored study of this pipeline measured, per knob; None where there is no such study (or it tuned
+    another pipeline, whose tries say nothing of this one)."""
+    try:
+        study = load_study(settings.study.name, settings.study.storage)
+    except KeyError:
+        return None
+    stored = study.user_attrs.get(META_ATTR, {})
+    if stored.get("pipeline") != settings.pipeline.to_dict():
+        return None
+    values: dict[str, list] = {}
+    for record in load_results(study).records:
+        if record.result.ok:
+            for knob, value in record.result.knobs.items():
+                values.setdefault(knob, [])
+                if value not in values[knob]:
+                    values[knob].append(value)
+    return Tried(settings.study.name, values)

@@ -1,0 +1,265 @@
+"""Where loading data spends its time: cProfile over the dataset's ``__getitem__`` and the collate function, in the
+process that runs them (each DataLoader worker profiles its own batches: ``autotune.measure.loading``), summed
+over a sample of batches.
+
+A hot function is one with much self time (time in its own code, not in what it calls). Where it is a library's
+(PIL, NumPy, torch, the standard library), its **call site** is the line of the user's own code that leads to it:
+cProfile records which function called which (not the line), so the chain of callers is followed up to the first
+function of the user's code, and the line is the call in that function's source to the next function down.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import pstats
+import re
+import sys
+import sysconfig
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.measure.loading import Instrumented, Stats
+
+_TOP = 12
+_OWN = 6
+_CHAIN_LIMIT = 30  # callers followed up from a hot function before giving up on finding the user's code
+Key = tuple[str, int, str]
+_AUTOTUNE = str(Path(__file__).resolve().parent.parent)
+_AUTOTUNE_PARENT = str(Path(_AUTOTUNE).parent)
+_LIBRARY_ROOTS = tuple(
+    {str(Path(sysconfig.get_paths()[name]).resolve()) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
+# "<built-in method torch.conv2d>" is torch.conv2d; "<method 'resize' of 'ImagingCore' objects>" ImagingCore.resize.
+_BUILTIN = re.compile(r"<(?:built-in )?(?:method|function) '?([\w.]+)'?(?: of '([\w.]+)' objects)?>")
+
+
+@dataclass(frozen=True)
+class HotFunction:
+    """A function's ``self_s`` (in its own code) and ``cumulative_s`` (with what it calls) over the sample, its
+    ``calls``; ``location`` where it is defined (file:line, None for a built-in), ``own`` whether it is the user's
+    code. For a library's function, ``call_site`` is the line of the user's code that leads to it (file:line) and
+    ``caller`` the function holding that line, both None where no chain of callers reaches the user's code; for the
+    user's own, ``caller`` is the function that calls it most."""
+
+    name: str
+    location: str | None
+    self_s: float
+    cumulative_s: float
+    calls: int
+    own: bool
+    call_site: str | None = None
+    caller: str | None = None
+
+
+@dataclass(frozen=True)
+class Hotspots:
+    """cProfile's view of ``batches`` batches (``samples`` samples) made in ``processes`` processes (DataLoader
+    workers, or the training process without them): ``total_s`` seconds profiled in all, of which ``fetch_s`` in
+    the dataset and ``collate_s`` collating; ``functions`` the hottest by self time, ``own`` the user's own functions
+    by cumulative time."""
+
+    batches: int
+    samples: int
+    processes: int
+    num_workers: int
+    total_s: float
+    fetch_s: float
+    collate_s: float
+    functions: list[HotFunction] = field(default_factory=list)
+    own: list[HotFunction] = field(default_factory=list)
+
+    @property
+    def collate_share(self) -> float:
+        """The share of loading spent collating (the rest fetching samples), by the clock around each."""
+        total = self.fetch_s + self.collate_s
+        return self.collate_s / total if total > 0 else 0.0
+
+    def share(self, function: HotFunction) -> float:
+        """``function``'s self time as a share of all the time profiled."""
+        return function.self_s / self.total_s if self.total_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hotspots:
+        functions = [HotFunction(**f) for f in data.get("functions", [])]
+        own = [HotFunction(**f) for f in data.get("own", [])]
+        return cls(**{**data, "functions": functions, "own": own})
+
+
+def collect_hotspots(batches: Iterable[Instrumented], count: int, num_workers: int) -> Hotspots:
+    """Profile ``count`` batches of ``batches`` (made by ``InstrumentedData`` with ``profile``) and find the hot
+    functions; paths are shown relative to the current directory where they are under it."""
+    made = [item for item, _ in zip(batches, range(count), strict=False)]
+    stats = pstats.Stats(*(_Loaded(item.stats or {}) for item in made)).stats
+    stats = {key: value for key, value in stats.items() if not _is_profiler(key)}
+    total_s = sum(value[2] for value in stats.values())
+    by_self = sorted(stats, key=lambda key: stats[key][2], reverse=True)[:_TOP]
+    own = sorted((key for key in stats if is_own_code(key[0])), key=lambda key: stats[key][3], reverse=True)[:_OWN]
+    return Hotspots(
+        batches=len(made),
+        samples=sum(item.samples for item in made),
+        processes=len({item.pid for item in made}),
+        num_workers=num_workers,
+        total_s=total_s,
+        fetch_s=sum(item.fetch_s for item in made),
+        collate_s=sum(item.collate_s for item in made),
+        functions=[_hot(key, stats) for key in by_self],
+        own=[_hot(key, stats) for key in own],
+    )
+
+
+class _Loaded:
+    """Statistics already taken, in the shape ``pstats.Stats`` loads from a profiler."""
+
+    def __init__(self, stats: Stats) -> None:
+        self.stats = stats
+
+    def create_stats(self) -> None:
+        """Nothing to take: ``stats`` is set."""
+
+
+def _hot(key: Key, stats: dict[Key, tuple]) -> HotFunction:
+    _, calls, self_s, cumulative_s, callers = stats[key]
+    own = is_own_code(key[0])
+    chain = [] if own else _chain_to_own_code(key, stats)
+    call_site = caller = None
+    if chain:
+        user, callee = chain[-1], chain[-2]
+        call_site = f"{shown_path(user[0])}:{_call_line(user, callee)}"
+        caller = _own_name(user, stats)
+    elif own and callers:  # the user's function that runs it
+        parent = _heaviest_caller(key, stats)
+        caller = _own_name(parent, stats) if is_own_code(parent[0]) else None
+    name = f"{shown_path(key[0])}:{_own_name(key, stats)}" if own else display_name(key)
+    if key[0] == "~" and callers:  # a built-in is known by the library function that calls it
+        wrapper = _heaviest_caller(key, stats)
+        name = f"{display_name(wrapper)} → {name}" if _module_of(wrapper[0]) else name
+    return HotFunction(
+        name=name,
+        location=f"{shown_path(key[0])}:{key[1]}" if key[0] != "~" else None,
+        self_s=self_s,
+        cumulative_s=cumulative_s,
+        calls=calls,
+        own=own,
+        call_site=call_site,
+        caller=caller,
+    )
+
+
+def _heaviest_caller(key: Key, stats: dict[Key, tuple]) -> Key | None:
+    callers = stats.get(key, (0, 0, 0, 0, {}))[4]
+    return max(callers, key=lambda c: callers[c][3]) if callers else None
+
+
+def _own_name(key: Key, stats: dict[Key, tuple]) -> str:
+    """A function of the user's code by name; a comprehension, generator expression or lambda (``<genexpr>``) within
+    the user's function that runs it (``_render.<genexpr>``), past any built-in between them (``sum``)."""
+    if not key[2].startswith("<"):
+        return key[2]
+    outer = key
+    for _ in range(_CHAIN_LIMIT):
+        outer = _heaviest_caller(outer, stats)
+        if outer is None:
+            break
+        if is_own_code(outer[0]) and not outer[2].startswith("<"):
+            return f"{outer[2]}.{key[2]}"
+    return key[2]
+
+
+def _chain_to_own_code(key: Key, stats: dict[Key, tuple]) -> list[Key]:
+    """``key``, then its heaviest caller, then that one's, up to the first function of the user's code; [] where
+    the chain ends first (the DataLoader's own code, say)."""
+    chain, seen = [key], {key}
+    while len(chain) < _CHAIN_LIMIT:
+        callers = {c: v for c, v in stats.get(chain[-1], (0, 0, 0, 0, {}))[4].items() if c not in seen}
+        if not callers:
+            return []
+        heaviest = max(callers, key=lambda c: callers[c][3])
+        chain.append(heaviest)
+        seen.add(heaviest)
+        if is_own_code(heaviest[0]):
+            return chain
+    return []
+
+
+def _call_line(function: Key, callee: Key) -> int:
+    """The line in ``function``'s source that calls a function named as ``callee`` is; its definition line where
+    none does (or the source cannot be read)."""
+    name = _callee_name(callee)
+    definition = _definition(function[0], function[1])
+    if definition is None:
+        return function[1]
+    for node in ast.walk(definition):
+        if isinstance(node, ast.Call):
+            called = node.func
+            if getattr(called, "attr", None) == name or getattr(called, "id", None) == name:
+                return node.lineno
+    return function[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _definition(path: str, line: int) -> ast.AST | None:
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node.lineno == line:
+            return node
+    return None
+
+
+def _callee_name(key: Key) -> str:
+    return display_name(key).rsplit(".", 1)[-1] if key[0] == "~" else key[2]
+
+
+def display_name(key: Key) -> str:
+    """A function as a reader knows it: a dotted name for library code (``PIL.Image.resize``: module, then
+    function) and built-ins (``ImagingCore.resize``), or ``file:function`` for the user's code."""
+    path, _, function = key
+    if path == "~":
+        found = _BUILTIN.match(function)
+        return ".".join(part for part in found.groups()[::-1] if part) if found else function
+    module = _module_of(path)
+    return f"{module}.{function}" if module else f"{shown_path(path)}:{function}"
+
+
+def _module_of(path: str) -> str | None:
+    """The dotted module of a library file (``PIL.Image``); None for the user's code."""
+    resolved = str(Path(path).resolve())
+    roots = [root for root in (*_LIBRARY_ROOTS, _AUTOTUNE_PARENT) if resolved.startswith(root + os.sep)]
+    if not roots or is_own_code(path):
+        return None
+    relative = Path(resolved).relative_to(max(roots, key=len)).with_suffix("")
+    parts = [part for part in relative.parts if part not in ("site-packages", "dist-packages")]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or None
+
+
+def is_own_code(path: str) -> bool:
+    """Whether ``path`` is the user's code: not a built-in, not the standard library or an installed package, not
+    autotune's own."""
+    if path == "~" or path.startswith("<"):
+        return False
+    resolved = str(Path(path).resolve())
+    if resolved.startswith(_AUTOTUNE + os.sep) or "site-packages" in resolved or "dist-packages" in resolved:
+        return False
+    return not resolved.startswith(tuple(root + os.sep for root in _LIBRARY_ROOTS) + (sys.base_prefix + os.sep,))
+
+
+def shown_path(path: str) -> str:
+    try:
+        return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else path
+    except ValueError:
+        return path
+
+
+def _is_profiler(key: Key) -> bool:
+    return key[0] == "~" and "_lsprof.Profiler" in key[2]

@@ -1,0 +1,173 @@
+"""Where a training step's time goes, stage by stage, over a sample of steps of a profiling run.
+
+The training process's stages are read off its clock: waiting for the next batch, the copy to the device, the
+model's forward pass (its forward hooks), the optimizer step (its step hooks) and, between them, the loss and the
+backward pass. The data pipeline's stages, fetching samples and collating them, are timed where they run, worker
+or training process, and arrive with each batch (``autotune.measure.loading``). On a GPU every stage boundary waits
+for the device, so that each stage holds its own device time: the stages then run one after another, not
+overlapped as in training, which is why no figure the tuner ranks comes from a profiling run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import torch
+
+from autotune.measure.gpu import synchronize
+from autotune.measure.loading import Instrumented
+
+
+class StepParts(Protocol):
+    """What stage timing needs of a training loop (``pipeline.setup.Trainer`` is one)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+
+    def to_device(self, batch: Any) -> Any: ...
+
+    def train_step(self, batch: Any) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    """Seconds per step of each stage over ``steps`` consecutive steps (lists, one entry a step), the batches
+    ``batch_size`` samples each, loaded by ``num_workers`` workers (0: the training process).
+
+    ``wait_s`` is the training process blocked on the DataLoader (without workers, that is where fetching and
+    collating happen); ``step_s`` the whole training step, of which ``forward_s`` and ``optimizer_s`` (0 where
+    gradient accumulation skipped it); the rest of it is the loss and the backward pass. ``fetch_s`` and
+    ``collate_s`` are each batch's, in the process that made it. ``wall_s`` is the whole sample, loop included.
+    """
+
+    steps: int
+    batch_size: int
+    num_workers: int
+    wall_s: float
+    wait_s: list[float]
+    transfer_s: list[float]
+    forward_s: list[float]
+    optimizer_s: list[float]
+    step_s: list[float]
+    fetch_s: list[float]
+    collate_s: list[float]
+
+    @property
+    def backward_s(self) -> list[float]:
+        """The loss and the backward pass (and zeroing the gradients): the step less forward and optimizer."""
+        return [max(0.0, s - f - o) for s, f, o in zip(self.step_s, self.forward_s, self.optimizer_s, strict=True)]
+
+    @property
+    def loop_s(self) -> float:
+        """Mean seconds a step of the whole loop: the sample's wall time over its steps."""
+        return self.wall_s / self.steps
+
+    def mean(self, stage: str) -> float:
+        """Mean seconds per step (per batch for fetch and collate) of ``stage``, a field or ``backward_s``."""
+        return statistics.fmean(getattr(self, stage))
+
+    @property
+    def wait_share(self) -> float:
+        """The share of the loop's time spent blocked waiting for data."""
+        return sum(self.wait_s) / self.wall_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageTiming:
+        return cls(**data)
+
+
+def time_stages(
+    parts: StepParts,
+    batches: Iterator[Instrumented],
+    steps: int,
+    device: torch.device,
+    num_workers: int,
+    after_step: Callable[[], None] = lambda: None,
+) -> StageTiming:
+    """Run ``steps`` training steps on ``batches`` (from a DataLoader with ``num_workers`` workers) and time each
+    stage; ``after_step`` runs after each step, outside the sample's time (e.g. a memory reading)."""
+    marks = _Marks(device)
+    columns: dict[str, list[float]] = {key: [] for key in ("wait", "transfer", "forward", "optimizer", "step")}
+    made: list[Instrumented] = []
+    aside = 0.0
+    with marks.hooked(parts.model, parts.optimizer):
+        start = time.perf_counter()
+        for _ in range(steps):
+            before = time.perf_counter()
+            item = next(batches)
+            ready = time.perf_counter()
+            batch = parts.to_device(item.batch)
+            synchronize(device)
+            transferred = time.perf_counter()
+            marks.reset()
+            parts.train_step(batch)
+            synchronize(device)
+            done = time.perf_counter()
+            for key, value in (
+                ("wait", ready - before),
+                ("transfer", transferred - ready),
+                ("forward", marks.forward_s),
+                ("optimizer", marks.optimizer_s),
+                ("step", done - transferred),
+            ):
+                columns[key].append(value)
+            made.append(item)
+            after_step()
+            aside += time.perf_counter() - done
+        wall_s = time.perf_counter() - start - aside
+    return StageTiming(
+        steps=steps,
+        batch_size=made[0].samples,
+        num_workers=num_workers,
+        wall_s=wall_s,
+        wait_s=columns["wait"],
+        transfer_s=columns["transfer"],
+        forward_s=columns["forward"],
+        optimizer_s=columns["optimizer"],
+        step_s=columns["step"],
+        fetch_s=[item.fetch_s for item in made],
+        collate_s=[item.collate_s for item in made],
+    )
+
+
+class _Marks:
+    """The forward pass's and the optimizer step's time within one training step, read by hooks (summed where the
+    step runs the model or the optimizer more than once)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.forward_s = self.optimizer_s = 0.0
+        self._since = 0.0
+
+    def reset(self) -> None:
+        self.forward_s = self.optimizer_s = 0.0
+
+    @contextmanager
+    def hooked(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        handles = [
+            model.register_forward_pre_hook(lambda *_: self._open()),
+            model.register_forward_hook(lambda *_: self._close("forward_s")),
+            optimizer.register_step_pre_hook(lambda *_: self._open()),
+            optimizer.register_step_post_hook(lambda *_: self._close("optimizer_s")),
+        ]
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _open(self) -> None:
+        synchronize(self.device)
+        self._since = time.perf_counter()
+
+    def _close(self, stage: str) -> None:
+        synchronize(self.device)
+        setattr(self, stage, getattr(self, stage) + time.perf_counter() - self._since)

@@ -1,0 +1,147 @@
+"""A profiler trace of a few training steps: torch.profiler with a wait, warm-up and active schedule, the trace
+exported in Chrome's trace format (Perfetto, chrome://tracing and TensorBoard's profiler plugin open it), and the
+operators that took the time.
+
+Each step's stages are marked with ``record_function`` ranges (``DATA``, ``TRANSFER``, ``STEP``), which show in the
+trace; the operators that ran inside the training step's range (``STEP``) are summed by name, so that what loading
+data costs in the training process is not counted as the model's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from autotune.measure.gpu import synchronize
+from autotune.measure.loading import Instrumented
+from autotune.measure.stages import StepParts
+
+DATA, TRANSFER, STEP = "autotune: data wait", "autotune: host-to-device", "autotune: train step"
+# The profiler's step range, the DataLoader's range of each batch and the stage ranges above are marks, not operators.
+_MARKS = (DATA, TRANSFER, STEP, "ProfilerStep", "enumerate(DataLoader)")
+_TOP = 15
+_US = 1e-6
+
+
+@dataclass(frozen=True)
+class OperatorStat:
+    """One operator (by name) over the active steps: its calls, and its self time on the host and on the device
+    (seconds; 0 off a GPU)."""
+
+    name: str
+    calls: int
+    self_cpu_s: float
+    self_device_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class OperatorProfile:
+    """What torch.profiler saw over ``active_steps`` steps, exported to ``trace_file``: the ``top`` operators of the
+    whole steps by self time (the device's where there is one, else the host's), every operator that ran inside the
+    training step (``step_operators``), the training step's wall time (``step_s``) and, of it, the time the host spent
+    outside any operator (``outside_operators_s``: Python and the framework between operators), totals over the
+    active steps. ``device`` is "cpu" or "cuda"; ``dispatch_s``: what one call of a trivial operator cost on the host
+    right after the trace (its dispatch alone, and whatever slowed the host then)."""
+
+    active_steps: int
+    trace_file: str
+    device: str
+    step_s: float
+    outside_operators_s: float
+    top: list[OperatorStat] = field(default_factory=list)
+    step_operators: list[OperatorStat] = field(default_factory=list)
+    dispatch_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OperatorProfile:
+        top = [OperatorStat(**op) for op in data.get("top", [])]
+        step_operators = [OperatorStat(**op) for op in data.get("step_operators", [])]
+        return cls(**{**data, "top": top, "step_operators": step_operators})
+
+
+def trace_steps(
+    parts: StepParts, batches: Iterator[Instrumented], device: torch.device, active: int, path: Path
+) -> OperatorProfile:
+    """Profile training steps on ``batches`` (one skipped, one of warm-up, ``active`` recorded) and export the
+    trace to ``path`` (name it ``*.pt.trace.json``, the name TensorBoard's plugin looks for)."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=1, warmup=1, active=active, repeat=1),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(str(path)),
+    ) as prof:
+        for _ in range(2 + active):
+            with record_function(DATA):
+                item = next(batches)
+            with record_function(TRANSFER):
+                batch = parts.to_device(item.batch)
+            with record_function(STEP):
+                parts.train_step(batch)
+                synchronize(device)
+            prof.step()
+    return replace(_operator_profile(prof, active, str(path), device.type), dispatch_s=dispatch_cost())
+
+
+def dispatch_cost(calls: int = 2000) -> float:
+    """The mean seconds of one call of a trivial operator (a one-element CPU add): Python to C++ and back, the
+    dtype and device checks, and no arithmetic to speak of."""
+    one = torch.zeros(1)
+    start = time.perf_counter()
+    for _ in range(calls):
+        torch.add(one, 1)
+    return (time.perf_counter() - start) / calls
+
+
+def _operator_profile(prof: profile, active: int, trace_file: str, device: str) -> OperatorProfile:
+    events = prof.events()
+    steps = sorted((e.time_range.start, e.time_range.end, e) for e in events if e.name == STEP)
+    starts = [start for start, _, _ in steps]
+
+    def in_step(event) -> bool:
+        index = bisect.bisect_right(starts, event.time_range.start) - 1
+        return index >= 0 and event.time_range.start < steps[index][1]
+
+    inside = [e for e in events if not _is_mark(e.name) and e.device_type.name == "CPU" and in_step(e)]
+    by_device = device == "cuda"
+    top = [_stat(e.key, e.count, e.self_cpu_time_total, e.self_device_time_total) for e in prof.key_averages()]
+    top = [op for op in top if not _is_mark(op.name)]
+    top.sort(key=lambda op: op.self_device_s if by_device else op.self_cpu_s, reverse=True)
+    return OperatorProfile(
+        active_steps=active,
+        trace_file=trace_file,
+        device=device,
+        step_s=sum(end - start for start, end, _ in steps) * _US,
+        outside_operators_s=sum(e.self_cpu_time_total for _, _, e in steps) * _US,
+        top=top[:_TOP],
+        step_operators=_by_name(inside),
+    )
+
+
+def _by_name(events: list) -> list[OperatorStat]:
+    totals: dict[str, list[float]] = {}
+    for event in events:
+        total = totals.setdefault(event.name, [0, 0.0, 0.0])
+        total[0] += 1
+        total[1] += event.self_cpu_time_total
+        total[2] += event.self_device_time_total
+    stats = [_stat(name, int(calls), cpu, dev) for name, (calls, cpu, dev) in totals.items()]
+    return sorted(stats, key=lambda op: op.self_cpu_s + op.self_device_s, reverse=True)
+
+
+def _stat(name: str, calls: int, self_cpu_us: float, self_device_us: float) -> OperatorStat:
+    return OperatorStat(name, calls, self_cpu_us * _US, self_device_us * _US)
+
+
+def _is_mark(name: str) -> bool:
+    return name.startswith(_MARKS)

@@ -1,0 +1,247 @@
+"""What limits a profiled configuration, decided from a profiling run's measurements by rules written once here.
+
+The verdict is the first of these that holds, each a measured figure against a threshold:
+
+1. **data-bound**: the training process waits for data for ``DATA_BOUND_WAIT`` of each step or more;
+2. **host-overhead-bound**: on a GPU, its kernels are busy less than ``DEVICE_BUSY_MIN`` of the model step (it waits
+   for the host); on a CPU, ``OVERHEAD_BOUND_SHARE`` or more of the model step is the host's own work (Python between
+   operators, autograd's and the optimizer's bookkeeping, operators too short to be more than their dispatch);
+3. **memory-bound**: less than ``MEMORY_BOUND_SHARE`` of the operators' time is in matrix products and
+   convolutions (the rest, elementwise operators, normalisation, copies, is limited by memory bandwidth);
+4. **compute-bound**: otherwise.
+
+Beside the verdict, findings: memory that grows step after step (a possible leak) and garbage-collection pauses.
+The advice, ranked by its expected effect: ``autotune/results/remedies.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+from autotune.measure.profiling import ProfileResult
+
+DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
+    "data-bound",
+    "host-overhead-bound",
+    "memory-bound",
+    "compute-bound",
+)
+# Waiting for data 30 % of the step: removing the wait alone gains 1.4x, more than most changes to the model step.
+DATA_BOUND_WAIT = 0.30
+# Over half the model step in the host's own work: cutting that work gains more than faster arithmetic would.
+OVERHEAD_BOUND_SHARE = 0.50
+# A GPU busy less than half the model step is waiting for the host to launch its next kernel.
+DEVICE_BUSY_MIN = 0.50
+# An operator under 10 µs a call, or under 2 calls of a trivial operator timed beside it (a busy host stretches both),
+# is mostly its dispatch (Python to C++, dtype and device checks), not arithmetic.
+SMALL_OPERATOR_S = 10e-6
+SMALL_OPERATOR_DISPATCHES = 2
+# Less than half the operator time in matrix products and convolutions: the rest moves more bytes than it computes.
+MEMORY_BOUND_SHARE = 0.50
+# Allocator arenas and lazily built state add tens of MB over a run's first steps (the images example: 35 MB in 30
+# steps, levelling off); a leak keeps adding, at least this much over the sample,
+LEAK_MIN_MB = 64.0
+# and at least this share of where it started,
+LEAK_MIN_SHARE = 0.10
+# steadily: a straight line through memory after each step fits this well (R²), as it does for a leak, not a jump.
+LEAK_MIN_FIT = 0.8
+# Collections pausing the training process 2 % of its time or more are worth a line of code (gc.freeze).
+GC_PAUSE_SHARE = 0.02
+# Workers loading and the training process computing, busy together 90 % of the cores or more: they take cores
+# from each other (a CPU's stage times are then a shared machine's).
+SATURATED_CORES = 0.9
+# Matrix products and convolutions: the operators whose time goes to arithmetic.
+_COMPUTE_OPERATOR = re.compile(r"aten::\w*(conv|mm|matmul|linear|scaled_dot_product|einsum|rnn|lstm|gru)", re.I)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One figure against its threshold: ``holds`` when ``value`` is at least (``at_least``) or below it."""
+
+    name: str
+    value: float
+    threshold: float
+    at_least: bool
+    verdict: str
+
+    @property
+    def holds(self) -> bool:
+        return self.value >= self.threshold if self.at_least else self.value < self.threshold
+
+    def __str__(self) -> str:
+        relation = ("≥" if self.at_least else "<") if self.holds else ("<" if self.at_least else "≥")
+        outcome = self.verdict if self.holds else f"not {self.verdict}"
+        return f"{self.name} {self.value:.1%} {relation} {self.threshold:.0%}: {outcome}"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The figures the rules read, per step of the profiled configuration, in seconds."""
+
+    loop_s: float
+    wait_s: float
+    transfer_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    loading_s: float  # fetching and collating one batch, in the process that makes it
+    wait_share: float
+    model_step_s: float  # the training step under the profiler, per step
+    overhead_share: float
+    device_busy_share: float | None
+    compute_share: float
+
+
+def figures(result: ProfileResult) -> Figures:
+    """The figures of ``result`` the rules and the advice read."""
+    stages, ops = result.stages, result.operators
+    aten = [op for op in ops.step_operators if op.name.startswith("aten::")]
+    on_device = ops.device == "cuda"
+    time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
+    small = max(SMALL_OPERATOR_S, SMALL_OPERATOR_DISPATCHES * ops.dispatch_s)
+    overhead = ops.outside_operators_s + sum(
+        op.self_cpu_s
+        for op in ops.step_operators
+        if not op.name.startswith("aten::") or op.self_cpu_s / max(op.calls, 1) < small
+    )
+    operator_time = sum(time_of(op) for op in aten)
+    compute = sum(time_of(op) for op in aten if is_compute_operator(op.name))
+    step_s = ops.step_s or float("inf")
+    return Figures(
+        loop_s=stages.loop_s,
+        wait_s=stages.mean("wait_s"),
+        transfer_s=stages.mean("transfer_s"),
+        forward_s=stages.mean("forward_s"),
+        backward_s=stages.mean("backward_s"),
+        optimizer_s=stages.mean("optimizer_s"),
+        loading_s=stages.mean("fetch_s") + stages.mean("collate_s"),
+        wait_share=stages.wait_share,
+        model_step_s=ops.step_s / ops.active_steps,
+        overhead_share=min(1.0, overhead / step_s),
+        device_busy_share=sum(op.self_device_s for op in ops.step_operators) / step_s if on_device else None,
+        compute_share=compute / operator_time if operator_time > 0 else 0.0,
+    )
+
+
+def is_compute_operator(name: str) -> bool:
+    """Whether operator ``name`` is a matrix product or a convolution, whose time goes to arithmetic."""
+    return bool(_COMPUTE_OPERATOR.match(name))
+
+
+def rules(result: ProfileResult) -> list[Rule]:
+    """The verdict's rules in the order they are tried (the first that holds decides)."""
+    found = figures(result)
+    overhead = (
+        Rule("the GPU busy, of the model step:", found.device_busy_share, DEVICE_BUSY_MIN, False, OVERHEAD_BOUND)
+        if found.device_busy_share is not None
+        else Rule("host overhead, of the model step:", found.overhead_share, OVERHEAD_BOUND_SHARE, True, OVERHEAD_BOUND)
+    )
+    return [
+        Rule("waiting for data, of the step:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND),
+        overhead,
+        Rule(
+            "matrix products and convolutions, of the operators' time:",
+            found.compute_share,
+            MEMORY_BOUND_SHARE,
+            False,
+            MEMORY_BOUND,
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class Leak:
+    """Memory that grew over the sampled steps: ``start_mb`` to ``end_mb`` (medians of the first and last thirds of
+    the readings) of ``what``, ``per_step_mb`` by a straight line's slope, which fits with ``fit`` (R²)."""
+
+    what: str
+    steps: int
+    start_mb: float
+    end_mb: float
+    per_step_mb: float
+    fit: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.what} grew from {self.start_mb:.0f} to {self.end_mb:.0f} MB over {self.steps} steps, "
+            f"{self.per_step_mb:.2f} MB a step, steadily (a straight line fits with R² {self.fit:.2f})"
+        )
+
+
+def leaks(result: ProfileResult) -> list[Leak]:
+    """The memory series that grew as a leak grows: by ``LEAK_MIN_MB`` and ``LEAK_MIN_SHARE`` at least, steadily."""
+    series = {
+        f"host memory of the training process and its workers ({result.memory.metric.upper()})": result.memory.tree_mb
+    }
+    if result.memory.cuda_allocated_mb is not None:
+        series["CUDA memory allocated"] = result.memory.cuda_allocated_mb
+    found = []
+    for what, readings in series.items():
+        leak = _leak(what, readings)
+        if leak is not None:
+            found.append(leak)
+    return found
+
+
+def _leak(what: str, readings: list[float]) -> Leak | None:
+    third = len(readings) // 3
+    if third < 2:
+        return None
+    start, end = statistics.median(readings[:third]), statistics.median(readings[-third:])
+    slope, fit = _line(readings)
+    grew = end - start
+    if grew < LEAK_MIN_MB or grew < LEAK_MIN_SHARE * start or fit < LEAK_MIN_FIT:
+        return None
+    return Leak(what, len(readings), start, end, slope, fit)
+
+
+def _line(values: list[float]) -> tuple[float, float]:
+    """The least-squares slope of ``values`` against their index, and R² (0 for a flat series)."""
+    steps = list(range(len(values)))
+    slope, intercept = statistics.linear_regression(steps, values)
+    mean = statistics.fmean(values)
+    total = sum((v - mean) ** 2 for v in values)
+    residual = sum((v - (slope * x + intercept)) ** 2 for x, v in zip(steps, values, strict=True))
+    return slope, (1 - residual / total) if total > 0 else 0.0
+
+
+def verdict(result: ProfileResult) -> tuple[str, list[Rule]]:
+    """The verdict and the rules tried to reach it, the deciding one last."""
+    tried = []
+    for rule in rules(result):
+        tried.append(rule)
+        if rule.holds:
+            return rule.verdict, tried
+    return COMPUTE_BOUND, tried
+
+
+def gc_finding(result: ProfileResult) -> str | None:
+    """A line on garbage collection where its pauses took ``GC_PAUSE_SHARE`` of the time or more."""
+    gc = result.gc
+    if gc.share < GC_PAUSE_SHARE:
+        return None
+    return (
+        f"garbage collection paused the training process {gc.share:.1%} of its time ({sum(gc.collections)} "
+        f"collections, {gc.total_s * 1e3:.0f} ms in all, the longest {gc.longest_s * 1e3:.1f} ms; "
+        f"≥ {GC_PAUSE_SHARE:.0%})"
+    )
+
+
+def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
+    """A line where, on a CPU with workers, loading and the model step keep ``SATURATED_CORES`` of the machine's
+    ``cpu_count`` cores busy or more: each slows the other."""
+    if result.stages.num_workers == 0 or result.operators.device == "cuda":
+        return None
+    found = figures(result)
+    working = found.loop_s - found.wait_s
+    cores = (found.loading_s + working) / found.loop_s
+    if cores < SATURATED_CORES * cpu_count:
+        return None
+    return (
+        f"the {cpu_count} cores are saturated: each {found.loop_s * 1e3:.0f} ms step, a worker loads a batch for "
+        f"{found.loading_s * 1e3:.0f} ms while the training process works {working * 1e3:.0f} ms, {cores:.1f} cores' "
+        f"worth (≥ {SATURATED_CORES:.0%} of {cpu_count}): loading and the model step slow each other, and more "
+        "workers or threads cannot help; cheaper loading or a cheaper model step can"
+    )

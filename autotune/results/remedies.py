@@ -1,0 +1,352 @@
+"""What to change, ranked by what the measurements say it can bring: a knob where a knob fixes the bottleneck
+(and whether the tuner tried it), the user's own code where none does.
+
+Each expected effect is an upper bound from the profiled step's stages: a step of ``loop_s`` seconds that waits
+``wait_s`` for data does the rest in ``loop_s - wait_s``; loading a batch takes ``loading_s`` in one process, so
+with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
+workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
+shortens it in proportion.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotune.measure.hotspots import HotFunction
+from autotune.measure.profiling import ProfileResult
+from autotune.results.diagnosis import (
+    DATA_BOUND,
+    MEMORY_BOUND,
+    OVERHEAD_BOUND,
+    Figures,
+    figures,
+    gc_finding,
+    is_compute_operator,
+    leaks,
+    saturation_finding,
+)
+
+# A function that takes 15 % of loading or more is worth changing on its own.
+HOT_FUNCTION_SHARE = 0.15
+# Collating 30 % of loading or more: the samples are costly to stack (Python objects, uneven shapes).
+COLLATE_SHARE = 0.30
+# Host-to-device copies taking 10 % of the step or more: pinned memory makes them asynchronous.
+TRANSFER_SHARE = 0.10
+# The optimizer step taking 10 % of the step or more: a foreach or fused step launches far fewer operators.
+OPTIMIZER_SHARE = 0.10
+# An expected effect under 2 % is within a profiling run's noise: no advice.
+MIN_GAIN = 1.02
+_MOST_HOT = 3
+_RESIZE = re.compile(r"resize|interpolate|crop|thumbnail|rescale|scale|warp|affine|grid_sample", re.I)
+_DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuffer|unpickle", re.I)
+
+
+@dataclass(frozen=True)
+class Tried:
+    """What a stored tuning study measured: its name, and per knob the values its configurations ran with."""
+
+    study: str
+    values: dict[str, list[Any]]
+
+    def says(self, knob: str, value: Any) -> str:
+        """Whether the study measured ``knob`` at ``value``, in words."""
+        seen = self.values.get(knob, [])
+        if value in seen:
+            return f"the tuner measured {knob}={value} (study '{self.study}')"
+        listed = ", ".join(map(str, seen)) or "no value"
+        return f"not tried by the tuner: study '{self.study}' measured {knob} at {listed}"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One thing to change: ``action``, the measurement behind it (``why``), its expected ``effect`` and, where
+    the measurements give one, the speedup it can bring at most (``gain``, the ranking's key); the ``knob`` that
+    does it (and whether the tuner ``tried`` it), or the user's code ``location`` to change."""
+
+    action: str
+    why: str
+    effect: str
+    gain: float | None = None
+    knob: str | None = None
+    tried: str | None = None
+    location: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def advise(
+    result: ProfileResult, verdict: str, knobs: dict[str, Any], cpu_count: int, tried: Tried | None, study: str
+) -> list[Advice]:
+    """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores), ranked: a leak
+    first, then by expected gain, those without an estimate last. ``tried`` is the stored study named ``study``
+    (None where there is none)."""
+    found = figures(result)
+    advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
+    ranked: list[Advice] = []
+    if verdict == DATA_BOUND:
+        ranked += _workers(found, knobs, cpu_count)
+        ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, knobs["num_workers"]))
+    elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
+        demand = found.loading_s + found.loop_s - found.wait_s
+        ranked += _cheaper_loading(result, lambda saved: found.loop_s * (demand - saved) / demand)
+    if verdict == OVERHEAD_BOUND:
+        ranked += _overhead(result, found, knobs)
+    elif verdict != DATA_BOUND:
+        ranked += _arithmetic(result, found, knobs, verdict)
+    ranked += _transfer(result, found, knobs) + _garbage(result, found)
+    ranked.sort(key=lambda a: -(a.gain or 0.0))
+    return [_with_tried(a, knobs, tried, study) for a in advice + ranked]
+
+
+def _with_tried(advice: Advice, knobs: dict[str, Any], tried: Tried | None, study: str) -> Advice:
+    if advice.knob is None:
+        return advice
+    value = _suggested(advice)
+    if tried is None:
+        said = f"unknown: no stored study '{study}' to say whether the tuner tried it"
+    else:
+        said = tried.says(advice.knob, value)
+    return Advice(**{**asdict(advice), "tried": said})
+
+
+def _suggested(advice: Advice) -> Any:
+    """The value ``advice.action`` sets its knob to ("set num_workers=2" → 2)."""
+    text = re.search(rf"{advice.knob}=(\S+)", advice.action)
+    value = text.group(1).rstrip(".,;:") if text else None
+    return int(value) if value is not None and value.isdigit() else value
+
+
+def _loop_with_loading(found: Figures, saved_s: float, workers: int) -> float:
+    """The step if loading a batch took ``saved_s`` less in one process, with ``workers`` workers (0: in the loop).
+    With workers, what the loop waits beyond their loading (passing batches between processes) stays."""
+    rest = found.loop_s - found.wait_s
+    if workers == 0:
+        return rest + max(0.0, found.wait_s - saved_s)
+    return max(rest, (found.loading_s - saved_s) / workers) + _handoff(found, workers)
+
+
+def _handoff(found: Figures, workers: int) -> float:
+    """What a loop with ``workers`` workers waits beyond their loading: passing batches between processes."""
+    return max(0.0, found.loop_s - max(found.loop_s - found.wait_s, found.loading_s / workers)) if workers else 0.0
+
+
+def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]) -> list[Advice]:
+    """The hot functions of loading and costly collating, each with the step it would leave if it cost nothing:
+    ``step_after(seconds of loading a batch saved)``."""
+    hotspots, found = result.hotspots, figures(result)
+    advice = []
+    for function in [f for f in hotspots.functions if hotspots.share(f) >= HOT_FUNCTION_SHARE][:_MOST_HOT]:
+        share = hotspots.share(function)
+        gain = found.loop_s / step_after(found.loading_s * share)
+        if gain >= MIN_GAIN:
+            advice.append(_hot_advice(function, share, gain, result.operators.device))
+    collate = hotspots.collate_share
+    gain = found.loop_s / step_after(found.loading_s * collate)
+    if collate >= COLLATE_SHARE and gain >= MIN_GAIN:
+        advice.append(
+            Advice(
+                "make samples cheap to collate: tensors of one shape per field, no Python lists or dicts of scalars",
+                f"collating takes {collate:.0%} of loading (≥ {COLLATE_SHARE:.0%})",
+                f"up to {gain:.2f}x if collating cost nothing",
+                gain,
+            )
+        )
+    return advice
+
+
+def _workers(found: Figures, knobs: dict[str, Any], cpu_count: int) -> list[Advice]:
+    """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step; none,
+    where workers keep up and the loop still waits for their batches to be passed to it."""
+    workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
+    needed = math.ceil(found.loading_s / rest) if rest > 0 else 1
+    if workers >= needed and workers > 0:
+        return _no_workers(found, workers)
+    count = max(workers + 1, min(needed, cpu_count))
+    gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
+    shared = f"; on {cpu_count} cores the workers and training's threads share them" if cpu_count <= 4 else ""
+    return [
+        Advice(
+            f"set num_workers={count}",
+            f"a batch takes {found.loading_s * 1e3:.1f} ms to load in one process and the rest of the step "
+            f"{rest * 1e3:.1f} ms; {needed} worker(s) would keep up",
+            f"up to {gain:.2f}x: loading in {count} worker(s) beside training{shared}",
+            gain,
+            knob="num_workers",
+        )
+    ]
+
+
+def _no_workers(found: Figures, workers: int) -> list[Advice]:
+    """Loading in the training process, where passing batches from workers costs more than loading them there."""
+    rest, handoff = found.loop_s - found.wait_s, _handoff(found, workers)
+    gain = found.loop_s / (rest + found.loading_s)
+    if gain < MIN_GAIN:
+        return []
+    return [
+        Advice(
+            "set num_workers=0",
+            f"{workers} worker(s) load a batch in {found.loading_s * 1e3:.1f} ms, within the rest of the step "
+            f"({rest * 1e3:.1f} ms), yet the loop waits {handoff * 1e3:.1f} ms a step for batches to be passed "
+            "between processes",
+            f"up to {gain:.2f}x: loading in the training process, {found.loading_s * 1e3:.1f} ms a batch",
+            gain,
+            knob="num_workers",
+        )
+    ]
+
+
+def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -> Advice:
+    where = function.call_site or function.location
+    called = f", called from {function.call_site} ({function.caller})" if function.call_site else ""
+    if function.own:
+        action = f"make {function.name} cheaper: vectorise its Python, or do its work once (in __init__, offline)"
+    elif _RESIZE.search(function.name):
+        action = "resize offline: store the samples at the size the model takes"
+    elif _DECODE.search(function.name):
+        action = "cache decoded samples (in memory, or on disk decoded), so each is decoded once, not every epoch"
+    else:
+        action = f"do the work of {function.name} once, offline, or cache its result"
+    if device == "cuda" and not function.own:
+        action += "; or move this transform to the GPU, on the batch after it is copied"
+    return Advice(
+        action,
+        f"{share:.0%} of loading time is {function.name}{called}",
+        f"up to {gain:.2f}x if it cost nothing",
+        gain,
+        location=where,
+    )
+
+
+def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+    rest = found.loop_s - found.wait_s
+    overhead = found.overhead_share * rest
+    arithmetic = rest - overhead
+    doubled = 2 * rest / (overhead + 2 * arithmetic)  # twice the samples a step for the same fixed overhead
+    device = result.operators.device
+    mode = "reduce-overhead" if device == "cuda" else "default"
+    advice = [
+        Advice(
+            f"set batch_size={2 * knobs['batch_size']}",
+            f"{found.overhead_share:.0%} of the model step is per-step overhead, paid once a batch whatever its size",
+            f"up to {doubled:.2f}x per sample at twice the batch (it changes training: scale the learning rate)",
+            doubled,
+            knob="batch_size",
+        ),
+        Advice(
+            f"set compile={mode}",
+            "torch.compile fuses small operators"
+            + (" and replays the step as a CUDA graph, one launch a step" if device == "cuda" else ""),
+            f"up to {found.loop_s / (found.loop_s - overhead):.2f}x if the overhead went",
+            found.loop_s / (found.loop_s - overhead),
+            knob="compile",
+        ),
+    ]
+    return advice + _optimizer(found, knobs)
+
+
+def _optimizer(found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+    share = found.optimizer_s / found.loop_s
+    if share < OPTIMIZER_SHARE or knobs.get("optimizer_impl") not in (None, "default"):
+        return []
+    gain = found.loop_s / (found.loop_s - found.optimizer_s)
+    return [
+        Advice(
+            "set optimizer_impl=foreach",
+            f"the optimizer step takes {share:.0%} of the step (≥ {OPTIMIZER_SHARE:.0%}), one operator per parameter",
+            f"up to {gain:.2f}x if it cost nothing",
+            gain,
+            knob="optimizer_impl",
+        )
+    ]
+
+
+def _arithmetic(result: ProfileResult, found: Figures, knobs: dict[str, Any], verdict: str) -> list[Advice]:
+    rest = found.loop_s - found.wait_s
+    advice = []
+    if knobs.get("amp") in (None, "off"):
+        halved = (found.compute_share if verdict != MEMORY_BOUND else 1 - found.compute_share) * rest / 2
+        what = "matrix products run in 16 bits" if verdict != MEMORY_BOUND else "tensors move half the bytes"
+        advice.append(
+            Advice(
+                "set amp=bf16 (fp16 on GPUs without bf16)",
+                f"{what}; on hardware with 16-bit units (GPUs, CPUs with avx512_bf16 or AMX)",
+                f"up to {found.loop_s / (found.loop_s - halved):.2f}x if that time halved",
+                found.loop_s / (found.loop_s - halved),
+                knob="amp",
+            )
+        )
+    if any("conv" in op.name for op in result.operators.step_operators) and not knobs.get("channels_last"):
+        advice.append(
+            Advice(
+                "set channels_last=True",
+                "convolutions run faster on NHWC tensors on most hardware",
+                "measured by the tuner only",
+                knob="channels_last",
+            )
+        )
+    if knobs.get("compile") in (None, "off"):
+        advice.append(
+            Advice(
+                "set compile=default",
+                f"torch.compile fuses elementwise operators, each a pass over memory ({_elementwise(result)})",
+                "measured by the tuner only: it depends on the model",
+                knob="compile",
+            )
+        )
+    return advice + _optimizer(found, knobs)
+
+
+def _elementwise(result: ProfileResult) -> str:
+    """The step's three largest operators that are neither matrix products nor convolutions, with their shares."""
+    ops = result.operators
+    on_device = ops.device == "cuda"
+    time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
+    aten = [op for op in ops.step_operators if op.name.startswith("aten::")]
+    total = sum(time_of(op) for op in aten) or 1.0
+    others = sorted((op for op in aten if not is_compute_operator(op.name)), key=time_of, reverse=True)[:3]
+    return "the largest: " + ", ".join(f"{op.name} {time_of(op) / total:.0%}" for op in others)
+
+
+def _transfer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+    share = found.transfer_s / found.loop_s
+    if result.operators.device != "cuda" or share < TRANSFER_SHARE or knobs.get("pin_memory"):
+        return []
+    gain = found.loop_s / (found.loop_s - found.transfer_s)
+    return [
+        Advice(
+            "set pin_memory=True",
+            f"copying batches to the GPU takes {share:.0%} of the step (≥ {TRANSFER_SHARE:.0%})",
+            f"up to {gain:.2f}x when the copies overlap the step",
+            gain,
+            knob="pin_memory",
+        )
+    ]
+
+
+def _garbage(result: ProfileResult, found: Figures) -> list[Advice]:
+    finding = gc_finding(result)
+    if finding is None:
+        return []
+    gain = 1 / (1 - result.gc.share)
+    return [
+        Advice(
+            "call gc.freeze() once the dataset and model are built, or raise gc.set_threshold's first threshold",
+            finding,
+            f"up to {gain:.2f}x if no collection ran",
+            gain,
+        )
+    ]
+
+
+def _leak_advice(evidence: str) -> Advice:
+    return Advice(
+        "find what keeps growing: a cache filled in __getitem__ (one per worker), tensors kept across steps "
+        "(keep loss.item(), not the loss and its graph), lists appended to every step",
+        evidence,
+        "memory stops growing; left alone, a long run runs out of memory",
+    )

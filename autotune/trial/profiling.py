@@ -1,0 +1,82 @@
+"""A profiling run, in a trial subprocess: one configuration's training steps taken apart, never timed for the
+tuner. Its phases run one after another on one pipeline, each apart from the others so that none distorts
+another's figures: warm-up, stage timing (memory and garbage collection watched), a torch.profiler trace, on a GPU
+the largest allocations, then loading alone under cProfile (which slows it, so it runs last and times nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from autotune.measure.cuda_memory import largest_cuda_allocations
+from autotune.measure.gc_pauses import GcWatch
+from autotune.measure.gpu import synchronize
+from autotune.measure.growth import MemoryTrendRecorder
+from autotune.measure.hotspots import collect_hotspots
+from autotune.measure.loading import Instrumented, InstrumentedData
+from autotune.measure.profiling import ProfilePlan, ProfileResult
+from autotune.measure.stages import time_stages
+from autotune.measure.trace import trace_steps
+from autotune.pipeline.build import Pipeline
+from autotune.pipeline.setup import Trainer
+
+_ALLOCATION_STEPS = 2
+
+
+def run_profile(
+    pipeline: Pipeline,
+    knobs: dict[str, Any],
+    device: torch.device,
+    plan: ProfilePlan,
+    effective_batch_size: int | None = None,
+) -> ProfileResult:
+    """Profile ``pipeline`` with ``knobs`` applied on ``device`` as ``plan`` says, in this process."""
+    data = InstrumentedData(pipeline.dataset, pipeline.collate_fn)
+    trainer = Trainer(replace(pipeline, dataset=data, collate_fn=data.collate), knobs, device, effective_batch_size)
+    workers = knobs["num_workers"]
+    batches = trainer.batches()
+    try:
+        first = _train(trainer, batches, plan.warmup_steps)
+        memory = MemoryTrendRecorder(device)
+        with GcWatch() as watch:
+            stages = time_stages(trainer, batches, plan.steps, device, workers, memory.read)
+        operators = trace_steps(trainer, batches, device, plan.trace_steps, Path(plan.trace_file))
+        allocations = None
+        if device.type == "cuda":
+            allocations = largest_cuda_allocations(lambda: _train(trainer, batches, _ALLOCATION_STEPS), device)
+    finally:
+        batches.close()
+    data.profile = True  # before the loader below starts its workers, which copy it
+    profiled = trainer.batches()
+    try:
+        hotspots = collect_hotspots(profiled, plan.hot_batches, workers)
+    finally:
+        profiled.close()
+    return ProfileResult(
+        stages=stages,
+        memory=memory.trend(),
+        gc=watch.pauses,
+        operators=operators,
+        hotspots=hotspots,
+        sample_bytes=_bytes(first.batch) // first.samples,
+        dataset_len=len(pipeline.dataset),
+        cuda_allocations=allocations,
+    )
+
+
+def _train(trainer: Trainer, batches: Iterator[Instrumented], steps: int) -> Instrumented:
+    """``steps`` training steps (at least one), untimed; the last batch loaded."""
+    for _ in range(max(1, steps)):
+        item = next(batches)
+        trainer.train_step(trainer.to_device(item.batch))
+    synchronize(trainer.setup.device)
+    return item
+
+
+def _bytes(batch: Any) -> int:
+    return sum(leaf.nbytes for leaf in tree_leaves(batch) if isinstance(leaf, torch.Tensor))

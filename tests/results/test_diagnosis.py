@@ -1,0 +1,113 @@
+"""The verdict of pipelines built to have one bottleneck each, the leak finding, and the rules' thresholds."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from autotune.measure.profiling import ProfilePlan, ProfileResult
+from autotune.pipeline.build import Pipeline
+from autotune.results.diagnosis import (
+    COMPUTE_BOUND,
+    DATA_BOUND,
+    LEAK_MIN_MB,
+    MEMORY_BOUND,
+    OVERHEAD_BOUND,
+    Rule,
+    leaks,
+    saturation_finding,
+    verdict,
+)
+from autotune.trial.profiling import run_profile
+from tests.conftest import NEUTRAL_KNOBS
+from tests.fixtures.profiled import (
+    DeepTinyMLP,
+    InMemoryFeatures,
+    LeakyFeatures,
+    SlowTransformFeatures,
+    WideMLP,
+)
+from tests.results.profile_records import profile_result
+
+
+def profiled(model, dataset, batch_size: int, tmp_path, steps: int = 9, **knobs) -> ProfileResult:
+    """A short profiling run of ``model`` on ``dataset``, in this process."""
+    torch.manual_seed(0)
+    pipeline = Pipeline(
+        model, dataset, torch.nn.CrossEntropyLoss(), functools.partial(torch.optim.SGD, lr=0.01), None, None
+    )
+    plan = ProfilePlan(str(tmp_path / "t.pt.trace.json"), steps=steps, trace_steps=2, hot_batches=3, warmup_steps=2)
+    knobs = {**NEUTRAL_KNOBS, "batch_size": batch_size, "num_threads": 1, **knobs}  # no thread waits on a busy core
+    threads = torch.get_num_threads()
+    try:
+        return run_profile(pipeline, knobs, torch.device("cpu"), plan)
+    finally:
+        torch.set_num_threads(threads)  # the knob is process-wide
+
+
+@pytest.mark.parametrize(
+    ("model", "dataset", "batch_size", "expected"),
+    [
+        (lambda: torch.nn.Linear(64, 4), lambda: SlowTransformFeatures(), 16, DATA_BOUND),
+        (WideMLP, InMemoryFeatures, 128, COMPUTE_BOUND),
+        (DeepTinyMLP, InMemoryFeatures, 2, OVERHEAD_BOUND),
+    ],
+    ids=["slow transform", "large matrix products", "tiny model on tiny batches"],
+)
+def test_a_pipeline_built_to_one_bottleneck_is_classified_by_it(model, dataset, batch_size, expected, tmp_path):
+    result = profiled(model(), dataset(), batch_size, tmp_path)
+    decided, rules = verdict(result)
+    assert decided == expected, [str(rule) for rule in rules]
+
+
+def test_a_leaking_dataset_is_flagged_with_its_evidence_and_a_clean_one_is_not(tmp_path):
+    leaking = profiled(torch.nn.Linear(64, 4), LeakyFeatures(), 8, tmp_path)
+    (leak,) = leaks(leaking)
+    assert leak.end_mb - leak.start_mb >= LEAK_MIN_MB and leak.per_step_mb == pytest.approx(16, rel=0.3)
+    assert f"{leak.per_step_mb:.2f} MB a step" in str(leak) and "R²" in str(leak)
+    assert leaks(profiled(torch.nn.Linear(64, 4), InMemoryFeatures(), 8, tmp_path)) == []
+
+
+def test_a_leak_in_the_dataloaders_workers_is_flagged(tmp_path):
+    workers = {"num_workers": 1, "persistent_workers": True}
+    result = profiled(torch.nn.Linear(64, 4), LeakyFeatures(), 8, tmp_path, steps=20, **workers)
+    assert leaks(result), result.memory.tree_mb
+
+
+def test_memory_that_rises_once_and_stays_is_no_leak():
+    step = [300.0] * 3 + [400.0] * 27  # a cache filled at the start
+    assert leaks(profile_result(tree_mb=step)) == []
+    assert leaks(profile_result(tree_mb=[300.0 + 5 * i for i in range(30)]))
+
+
+def test_the_first_rule_that_holds_decides_and_each_names_its_figure_and_threshold():
+    data_bound, rules = verdict(profile_result(wait_share=0.4))
+    assert data_bound == DATA_BOUND and [str(r) for r in rules] == [
+        "waiting for data, of the step: 40.0% ≥ 30%: data-bound"
+    ]
+    memory_bound, rules = verdict(profile_result(wait_share=0.1, compute_share=0.3))
+    assert memory_bound == MEMORY_BOUND and len(rules) == 3 and str(rules[1]).endswith("not host-overhead-bound")
+    assert verdict(profile_result(wait_share=0.1, compute_share=0.8))[0] == COMPUTE_BOUND
+    assert verdict(profile_result(wait_share=0.1, small_operators=0.7))[0] == OVERHEAD_BOUND
+
+
+def test_on_a_gpu_overhead_is_the_gpu_idle_waiting_for_the_host():
+    assert verdict(profile_result(wait_share=0.1, device_busy=0.3))[0] == OVERHEAD_BOUND
+    assert verdict(profile_result(wait_share=0.1, device_busy=0.9, compute_share=0.8))[0] == COMPUTE_BOUND
+
+
+def test_a_rule_below_its_threshold_says_so():
+    assert str(Rule("x", 0.2, 0.5, False, MEMORY_BOUND)) == "x 20.0% < 50%: memory-bound"
+    assert str(Rule("x", 0.7, 0.5, False, MEMORY_BOUND)) == "x 70.0% ≥ 50%: not memory-bound"
+
+
+def test_workers_and_the_model_step_that_fill_the_cores_are_flagged_as_sharing_them():
+    # a 100 ms step: a worker loads each batch for 160 ms while training works 97 ms: 2.6 cores' worth
+    saturated = profile_result(wait_share=0.03, loading_s=0.16, num_workers=2)
+    assert "2 cores are saturated" in saturation_finding(saturated, 2) and "2.6 cores' worth" in saturation_finding(
+        saturated, 2
+    )
+    assert saturation_finding(saturated, 8) is None
+    assert saturation_finding(profile_result(wait_share=0.03, loading_s=0.16), 2) is None, "no workers to compete"

@@ -1,0 +1,67 @@
+"""mode=profile end to end: one configuration profiled in a subprocess, the record saved, the pages rendered."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+
+import pytest
+
+from autotune import diagnose
+from autotune.config.load import load_settings
+from autotune.errors import BaselineFailedError, ConfigError
+from autotune.results.profile import ProfileRecord
+from autotune.trial.result import TrialRequest, TrialResult
+from tests.conftest import tiny_config
+
+
+def _settings(tmp_path, **pipeline):
+    config = tiny_config(pipeline=pipeline)
+    config |= {"mode": "profile", "profile": {"steps": 8, "trace_steps": 2, "batches": 3}}
+    settings = load_settings(config, "tiny")
+    return replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/none.db"))
+
+
+def test_the_baseline_is_profiled_in_a_subprocess_and_its_diagnosis_saved_then_rendered(tmp_path):
+    settings = _settings(tmp_path)
+    assert settings.mode == "profile" and (settings.profile_steps, settings.profile_batches) == (8, 3)
+    out = io.StringIO()
+    files = diagnose.run(settings, tmp_path, out)
+    assert set(files) == {"profile.json", "profile.md", "profile.html"}
+    saved = json.loads(files["profile.json"].read_text())
+    record = ProfileRecord.from_dict(saved)
+    assert record.result is not None and record.result.stages.steps == 8 and record.tried is None
+    assert saved["diagnosis"]["verdict"] == record.diagnosis.verdict and record.diagnosis.advice
+    trace = tmp_path / "profile" / "tiny.pt.trace.json"
+    assert record.result.operators.trace_file == str(trace) and json.loads(trace.read_text())["traceEvents"]
+    html = files["profile.html"].read_text()
+    assert '<a href="profile/tiny.pt.trace.json">' in html and html.count("<img") == 2
+    markdown = files["profile.md"].read_text()
+    for heading in ("Verdict", "What to change", "Where a step's time goes", "Hot functions", "Top operators"):
+        assert f"## {heading}" in markdown
+    assert "tests/fixtures/tiny.py" in markdown, "the hot functions name the dataset's code"
+    assert "- [the trace: profile/tiny.pt.trace.json](<profile/tiny.pt.trace.json>)" in markdown
+    printed = out.getvalue()
+    assert f"verdict: {record.diagnosis.verdict}" in printed and "hottest in loading" in printed
+    request = TrialRequest.from_dict(json.loads((tmp_path / "profile" / "baseline.request.json").read_text()))
+    assert request.profile.steps == 8 and request.profile.trace_file == str(trace)
+    assert TrialRequest.from_dict(replace(request, profile=None).to_dict()).profile is None
+    result = TrialResult.from_dict(json.loads((tmp_path / "profile" / "baseline.result.json").read_text()))
+    assert result.ok and result.profile == record.result
+
+
+def test_a_profiling_run_that_fails_is_saved_with_its_reason_and_exits_1(tmp_path):
+    settings = _settings(tmp_path, model={"_target_": "tests.fixtures.faults.RaisingCNN"})
+    with pytest.raises(BaselineFailedError, match="profiling run failed"):
+        diagnose.run(settings, tmp_path, io.StringIO())
+    record = ProfileRecord.from_dict(json.loads((tmp_path / "profile.json").read_text()))
+    assert record.result is None and "exception" in record.failure
+    assert "The profiling run failed." in (tmp_path / "profile.md").read_text()
+
+
+def test_profile_settings_are_checked():
+    config = tiny_config()
+    config["profile"] = {"steps": 3, "trace_steps": 2, "batches": 3}
+    with pytest.raises(ConfigError, match="profile.steps"):
+        load_settings(config, "tiny")
