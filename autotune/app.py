@@ -16,8 +16,9 @@ from autotune.errors import BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
 from autotune.knobs import SearchContext
 from autotune.measure.environment import describe_machine, usable_cpu_count
-from autotune.pipeline.inspect import DeviceFacts, Inspection
-from autotune.records import PROBE_ATTR, redact_url
+from autotune.pipeline.inspect import Inspection
+from autotune.records import PROBE_ATTR
+from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import load_results
@@ -29,9 +30,10 @@ from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.trim import run_trim
 from autotune.study.tuner import StopReason, TrialEvent, counted_trials, ensure_baseline, open_study, tune
+from autotune.trial.launch import FreshLauncher
 from autotune.trial.probe import ProbePlan
 from autotune.trial.result import TrialRequest, TrialResult
-from autotune.trial.runner import ProgressFn, run_repeated, run_trial
+from autotune.trial.runner import ProgressFn, run_repeated, run_trial, shared_fork_server
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -102,7 +104,7 @@ def inspect_run(settings: Settings, output_dir: Path) -> Inspection:
     """The facts of the machine's devices and of the pipeline (``pipeline/inspect.py``), read in a trial subprocess
     with a trial's timeout and crash handling: the tuner's own process runs no user code and creates no CUDA context,
     which would hold the GPU for the whole study and, in exclusive-process mode, block every trial. It costs one
-    process start (about 2 s on 2 CPU cores).
+    trial process: the pipeline's imports and build, and its first sample.
 
     A configuration error found there is raised as it was (the key it names; exit 2). A crash, hang or other failure
     is one line naming the pipeline (exit 1), its log kept as trials/inspect.log in ``output_dir``; a run that
@@ -115,8 +117,8 @@ def inspect_run(settings: Settings, output_dir: Path) -> Inspection:
             log.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(Path(scratch) / "inspect.log", log)
             raise BaselineFailedError(
-                f"pipeline '{settings.pipeline.name}': reading its facts (the devices, the dataset's length and first "
-                f"sample, the optimizer) in a subprocess failed: {result.failure}. Log: {log}"
+                f"pipeline '{settings.pipeline.name}': reading its facts (its modules, the devices, the dataset's "
+                f"length and first sample, the optimizer) in a subprocess failed: {result.failure}. Log: {log}"
             )
     refused = result.inspection.refused
     if refused:
@@ -140,13 +142,15 @@ def _search_context(settings: Settings, facts: Inspection) -> SearchContext:
 
 
 class TrialRunner:
-    """Runs fresh trial subprocesses for this run's settings: ``run`` a configuration with the full window, ``screen``
-    it with the search's shorter one, ``check`` it with the harness or the plain loop, ``probe``, or ``inspect``."""
+    """Runs trials, each a process of its own (forked, or fresh as measure.fork_trials says), for this run's
+    settings: ``run`` a configuration with the full window, ``screen`` it with the search's shorter one, ``check``
+    it with the harness or the plain loop, ``probe``, ``inspect``, or any ``request`` (``trial``)."""
 
     def __init__(self, settings: Settings, device: str, workdir: Path) -> None:
         self.settings, self.device, self.workdir = settings, device, workdir
         self.budget = settings.study.watched_budget(device)  # what a running trial's host tree is held to
         measure = settings.measure
+        self.launcher = shared_fork_server() if measure.fork_trials else FreshLauncher()
         study_dir = file_name(settings.study.name)
         fixed_effective = settings.batch_policy == "fixed_effective"
         self.request = TrialRequest(
@@ -171,33 +175,29 @@ class TrialRunner:
 
     def _repeated(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
         measure = self.settings.measure
+        timeout_s = measure.trial_timeout_s
         return run_repeated(
-            request, measure.repeats, measure.trial_timeout_s, self.workdir, name, self.budget, on_progress
+            request, measure.repeats, timeout_s, self.workdir, name, self.budget, on_progress, self.launcher
         )
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
-        """``knobs`` with the full window in one fresh process, timed by the harness or by the plain loop."""
-        measure = self.settings.measure
-        request = replace(self.request, knobs=knobs, plain=plain)
-        return run_trial(request, measure.trial_timeout_s, self.workdir, name, self.budget)
+        """``knobs`` with the full window in one process, timed by the harness or by the plain loop."""
+        return self.trial(replace(self.request, knobs=knobs, plain=plain), name)
 
     def probe(self, plan: ProbePlan) -> TrialResult:
-        """The differential probe of ``plan``, in one subprocess."""
-        request = replace(self.request, probe=plan)
-        return run_trial(request, self.settings.measure.trial_timeout_s, self.workdir, "probe", self.budget)
+        """The differential probe of ``plan``, in one process."""
+        return self.trial(replace(self.request, probe=plan), "probe")
 
     def inspect(self) -> TrialResult:
-        """The facts of the devices and the pipeline (``read_facts``) in one subprocess, ``device`` being the one
+        """The facts of the devices and the pipeline (``read_facts``) in one process, ``device`` being the one
         asked for (measure.device)."""
-        request = replace(self.request, inspect=True)
-        return run_trial(request, self.settings.measure.trial_timeout_s, self.workdir, "inspect")
+        return self.trial(replace(self.request, inspect=True), "inspect", watched=False)
 
-
-def resolve_device(requested: str) -> str:
-    """measure.device as a device of this machine, read in this process (device names only, as
-    ``describe_machine`` reads them): for the modes that inspect no pipeline; a tuning run reads it in a subprocess
-    (``inspect_run``)."""
-    return DeviceFacts.here().resolve(requested)
+    def trial(self, request: TrialRequest, name: str, watched: bool = True) -> TrialResult:
+        """``request`` in one process, held to the run's memory budget where ``watched``."""
+        budget = self.budget if watched else None
+        timeout_s = self.settings.measure.trial_timeout_s
+        return run_trial(request, timeout_s, self.workdir, name, budget, launcher=self.launcher)
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import TrialRunner, resolve_device
+from autotune.app import TrialRunner, inspect_run
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError
 from autotune.files import file_name
@@ -32,7 +32,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         raise ConfigError(
             "recommended", "mode=benchmark measures a recommendation: give recommended=PATH/recommended.yaml"
         )
-    device = resolve_device(settings.measure.device)
+    device = inspect_run(settings, output_dir).device
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MachineMismatchWarning)
         try:

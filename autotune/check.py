@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import resolve_device
+from autotune.app import inspect_run
 from autotune.benchmark import baseline_note, both_ends, measure_rounds
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
@@ -51,7 +51,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     """Check ``settings.against``'s recommendation, write check.json into ``output_dir`` and return its path (None
     where the recommendation changes nothing); raise RegressionError where the check fails."""
     tuned = load_tuned(settings.against)
-    device = resolve_device(settings.measure.device)
+    device = inspect_run(settings, output_dir).device
     if not tuned.changes_nothing and not changed(tuned.knobs, settings.baseline):
         raise ConfigError(
             "pipeline.baseline",

@@ -35,6 +35,7 @@ import torch
 from autotune.files import write_atomic
 from autotune.measure.environment import describe_machine
 from autotune.measure.gpu import synchronize
+from autotune.measure.memory import MemoryBudget
 from autotune.measure.stats import ratio_interval
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer
@@ -66,7 +67,8 @@ def request_for(case: str, device: str) -> TrialRequest:
 
 def autotune_run(request: TrialRequest, workdir: Path, name: str) -> tuple[float, int]:
     """Samples/s and timed steps of one trial, run as the tuner runs it."""
-    result = run_trial(request, 600, workdir, name, memory_budget_mb=1e9, on_progress=lambda steps, throughput: None)
+    budget = MemoryBudget("study.memory_budget_mb", 1e9)
+    result = run_trial(request, 600, workdir, name, budget, on_progress=lambda steps, throughput: None)
     if not result.ok:
         raise SystemExit(f"{name} failed: {result.failure}")
     return result.timing.throughput, result.timing.steps

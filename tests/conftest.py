@@ -14,6 +14,7 @@ from autotune.config.load import load_settings
 from autotune.knobs import KNOBS, REQUIRED, SearchContext
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.recorder import Timing
+from autotune.trial import runner
 from autotune.trial.result import TrialRequest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,7 @@ FAST_MEASURE = [
     "measure.max_time_s=5",
     "measure.screen_min_steps=3",
     "measure.screen_min_time_s=0.2",
+    "measure.fork_trials=true",  # tests check what happens, not how fast: 0.02 s a trial instead of ~3 s
 ]
 
 
@@ -100,11 +102,18 @@ def tiny_config(**overrides) -> dict:
             "repeats": 1,
             "loss_tolerance": 0.05,
             "compile_cache_dir": None,
+            "fork_trials": True,
         },
     }
     for section, values in overrides.items():
         config[section] = {**config[section], **values}
     return config
+
+
+@pytest.fixture(autouse=True)
+def _trials_forked(monkeypatch):
+    """Trials started without a launcher are forked: the tests check what happens, not how fast."""
+    monkeypatch.setattr(runner, "DEFAULT_LAUNCHER", runner.shared_fork_server)
 
 
 @pytest.fixture
@@ -142,11 +151,16 @@ def trial_request(
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
-    """Live processes whose command line contains ``text`` (e.g. a trial's request file)."""
+    """Live processes whose command line, working directory or an open file contains ``text`` (e.g. a trial's
+    request file or a test's folder: a trial forked by the fork server has the server's command line, but its log
+    is open and its working directory is the tuner's). The test's own process is left out."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        if proc.pid == os.getpid():
+            continue
         try:
-            if any(text in part for part in proc.info["cmdline"] or []):
+            places = [*(proc.info["cmdline"] or []), proc.info["cwd"] or ""]
+            if any(text in place for place in places) or any(text in file.path for file in proc.open_files()):
                 found.append(proc)
         except psutil.Error:
             pass

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import yaml
@@ -314,8 +315,9 @@ def test_a_corrupt_storage_file_is_named_and_never_replaced(tmp_path):
     proc = run_cli([*TINY, f"study.storage=sqlite:///{storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        f"autotune: error: study.storage: cannot open Optuna storage 'sqlite:///{storage}': "
-        "DatabaseError: file is not a database"
+        f"autotune: error: study.storage: malformed database: cannot open Optuna storage 'sqlite:///{storage}': "
+        "DatabaseError: file is not a database; restore it from a backup, or choose another study.storage (the file "
+        "is left as it is)"
     )
     assert storage.read_text() == "not a database"
 
@@ -330,7 +332,7 @@ def test_a_locked_storage_file_is_named(tmp_path):
     finally:
         lock.close()
     assert proc.returncode == 2
-    assert f"study.storage: cannot open Optuna storage 'sqlite:///{storage}'" in proc.stderr
+    assert f"study.storage: locked: cannot open Optuna storage 'sqlite:///{storage}'" in proc.stderr
     assert "database is locked" in proc.stderr
 
 
@@ -361,13 +363,19 @@ def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(
 
 def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
     tuner = start_long_trial(tmp_path, stdout=subprocess.DEVNULL)
-    assert processes_mentioning("trial-0.request.json"), "the trial is running"
+    helpers = psutil.Process(tuner.pid).children()  # the fork server among them
+    assert processes_mentioning("trial-0.log"), "the trial is running"
     tuner.kill()
     tuner.wait()
     deadline = time.monotonic() + 10
-    while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+    while (processes_mentioning(str(tmp_path)) or _living(helpers)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_mentioning(str(tmp_path)) == [], "the orphaned trial notices its tuner died and exits"
+    assert _living(helpers) == [], "the fork server ends with its tuner"
+
+
+def _living(processes: list[psutil.Process]) -> list[psutil.Process]:
+    return [proc for proc in processes if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE]
 
 
 def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
@@ -381,10 +389,9 @@ def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
     tuner = subprocess.Popen(
         [sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, preexec_fn=_default_sigint, **popen
     )
-    request = tmp_path / "out" / "trials" / "trial-0.request.json"
-    wait_for_file(request, timeout_s=120)
+    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
     deadline = time.monotonic() + 30
-    while not processes_mentioning(str(request)):
+    while not processes_mentioning(str(tmp_path / "out" / "trials" / "trial-0.log")):
         assert time.monotonic() < deadline, "the trial never started"
         time.sleep(0.05)
     return tuner

@@ -7,6 +7,10 @@ the memory-map lock the training loop needs, which takes 8-11 ms on a 600 MB tor
 only cheap reads may run (``docs/benchmarks.md``, harness costs); a full read outside it tells each process's
 shared excess (RSS - PSS), which turns the cheap reads around it into PSS estimates (``pss_estimate``).
 
+A trial forked from the fork server shares the pages of its imports with that server, which PSS would charge half
+to the server: a full read adds the server's share of its shared pages back (``TreeReading.lent``), so that a forked
+trial reads what the same trial reads as a fresh process.
+
 Where ``/proc`` is missing (not Linux), both reads fall back to psutil, and to RSS where the OS reports no PSS.
 """
 
@@ -23,6 +27,8 @@ import psutil
 MIB = 1024 * 1024
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError)
+# Set in a forked trial's environment: the pid of the fork server it was forked from.
+FORK_SERVER_ENV = "AUTOTUNE_FORK_SERVER_PID"
 
 
 @dataclass(frozen=True)
@@ -36,23 +42,26 @@ class MemoryBudget:
 @dataclass(frozen=True)
 class TreeReading:
     """One reading of a process tree at ``time``: bytes resident per pid, and PSS per pid for a full read
-    (None for a cheap one, and where the OS reports no PSS)."""
+    (None for a cheap one, and where the OS reports no PSS); ``lent``: for a full read of a forked tree, the fork
+    server's PSS share of the pages it shares, which belong to the tree as they would to a fresh process."""
 
     time: float
     rss: dict[int, int]
     pss: dict[int, int] | None = None
+    lent: int = 0
 
     @property
     def total(self) -> int:
-        """The tree's bytes: PSS where this is a full read with PSS, else RSS."""
-        return sum((self.rss if self.pss is None else self.pss).values())
+        """The tree's bytes: PSS (and the pages lent) where this is a full read with PSS, else RSS."""
+        return self.lent + sum((self.rss if self.pss is None else self.pss).values())
 
 
 class ProcessTree:
-    """Reads the memory of process ``root`` and its descendants; processes that exit meanwhile are skipped."""
+    """Reads the memory of process ``root`` and its descendants; processes that exit meanwhile are skipped.
+    ``lender``: the fork server ``root`` was forked from, if any (``fork_server_of``)."""
 
-    def __init__(self, root: int, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.root = root
+    def __init__(self, root: int, clock: Callable[[], float] = time.perf_counter, lender: int | None = None) -> None:
+        self.root, self.lender = root, lender
         self._clock = clock
         self._children_files = os.path.exists(f"/proc/{root}/task/{root}/children")
         self._statm = os.path.exists(f"/proc/{root}/statm")
@@ -84,7 +93,17 @@ class ProcessTree:
         if self.metric == "rss":
             return TreeReading(self._clock(), _each(pids, self._rss))
         both = _each(pids, _rss_and_pss)
-        return TreeReading(self._clock(), {p: r for p, (r, _) in both.items()}, {p: s for p, (_, s) in both.items()})
+        rss, pss = {p: r for p, (r, _) in both.items()}, {p: s for p, (_, s) in both.items()}
+        return TreeReading(self._clock(), rss, pss, self._lent())
+
+    def _lent(self) -> int:
+        if self.lender is None:
+            return 0
+        try:
+            info = psutil.Process(self.lender).memory_full_info()
+        except _GONE:
+            return 0
+        return max(0, info.pss - info.uss)
 
     def peak_rss(self) -> int | None:
         """The root process's own high-water mark of resident memory (``VmHWM``), or None where not reported."""
@@ -115,7 +134,7 @@ def pss_estimate(reading: TreeReading, full: list[TreeReading], root: int) -> in
     if reading.pss is not None:
         return reading.total
     with_pss = sorted((r for r in full if r.pss is not None), key=lambda r: abs(r.time - reading.time))
-    total = 0
+    total = with_pss[0].lent if with_pss else 0
     for pid, rss in reading.rss.items():
         seen = next((r for r in with_pss if pid in r.pss and pid in r.rss), None)
         if seen is not None:
@@ -138,6 +157,12 @@ def peak_estimate(cheap: list[TreeReading], full: list[TreeReading], root: int, 
     pss = last.pss if last.pss is not None else last.rss
     root_excess = last.rss.get(root, 0) - pss.get(root, 0)
     return max(peak, root_peak_rss - root_excess + last.total - pss.get(root, 0))
+
+
+def fork_server_of(environ: dict[str, str]) -> int | None:
+    """The pid of the fork server this process was forked from, or None for a fresh process."""
+    pid = environ.get(FORK_SERVER_ENV)
+    return int(pid) if pid else None
 
 
 def _sibling_excess(reading: TreeReading, root: int) -> int:

@@ -20,7 +20,7 @@ from autotune.measure.environment import describe_machine
 from autotune.measure.flops import count_flops
 from autotune.measure.gpu import DeviceTimeline, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
-from autotune.measure.memory import MIB, ProcessTree, TreeReading, peak_estimate
+from autotune.measure.memory import MIB, ProcessTree, TreeReading, fork_server_of, peak_estimate
 from autotune.measure.recorder import DONE, WARMUP, WINDOW, StepRecorder, WindowPlan
 from autotune.measure.sampler import PeriodicSampler
 from autotune.measure.system import CpuUsageMeter
@@ -70,7 +70,7 @@ class Profiler:
 
     def __enter__(self) -> Profiler:
         reset_cuda_peaks(self.device)
-        self._tree = ProcessTree(os.getpid(), self._clock)
+        self._tree = ProcessTree(os.getpid(), self._clock, fork_server_of(os.environ))
         self._full_reads.append(self._tree.read_full())
         self._memory = PeriodicSampler(self._tree.read_cheap, self._memory_interval_s, self._clock)
         self._nvml = Nvml(self.device)

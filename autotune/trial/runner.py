@@ -1,13 +1,10 @@
-"""Run a trial in a fresh subprocess with a timeout, and turn any way it ends into a TrialResult."""
+"""Run a trial in a process of its own with a timeout, and turn any way it ends into a TrialResult."""
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -15,13 +12,19 @@ from pathlib import Path
 
 from autotune.files import write_atomic
 from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
-from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
+from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
+from autotune.trial.log_cap import LogCap
+from autotune.trial.result import LAUNCHED_AT_ENV, TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
 
 # How often a running trial is checked against its timeout, memory budget and pruner.
 _POLL_S = 0.25
 # While a trial's cheap memory estimate is over the budget, a full read (PSS: milliseconds of the trial's page-table
 # lock per process) confirms it, at most this often.
 _FULL_READ_EVERY_S = 5.0
+
+# What starts a trial given no launcher: a fresh interpreter, whose figures a forked trial does not always repeat
+# (benchmarks/forked.py); the test suite forks instead.
+DEFAULT_LAUNCHER: Callable[[], Launcher] = FreshLauncher
 
 # Called with (timed steps so far, throughput so far); returns a reason to stop the trial, or None.
 ProgressFn = Callable[[int, float], str | None]
@@ -34,10 +37,12 @@ def run_trial(
     name: str,
     budget: MemoryBudget | None = None,
     on_progress: ProgressFn | None = None,
+    launcher: Launcher | None = None,
 ) -> TrialResult:
-    """Run ``request`` in a subprocess; its output goes to ``workdir/NAME.log``.
+    """Run ``request`` in its own process, started by ``launcher`` (by default a fresh interpreter; or forked from
+    this process's fork server, ``shared_fork_server``); its output goes to ``workdir/NAME.log``.
 
-    The subprocess leads its own process group, so on timeout, interrupt, exit, its memory
+    The process leads its own process group, so on timeout, interrupt, exit, its memory
     (process tree, PSS) crossing ``budget``, or ``on_progress`` giving a reason to stop
     (pruning), the whole group (its DataLoader workers included) is killed and nothing is left behind.
     """
@@ -48,17 +53,16 @@ def run_trial(
     for stale in (result_path, progress_path):
         stale.unlink(missing_ok=True)
     log_path = workdir / f"{name}.log"
-    command = [sys.executable, "-m", "autotune.trial.worker", str(request_path), str(result_path), str(progress_path)]
+    argv = [str(request_path), str(result_path), str(progress_path)]
     start = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=_worker_env(request)
-        )
-        try:
-            progress = _ProgressReader(progress_path, on_progress) if on_progress else None
-            returncode, stopped = _watch(proc, timeout_s, budget, progress)
-        finally:
-            _kill_group(proc)
+    proc = (launcher or DEFAULT_LAUNCHER()).start(argv, log_path, _worker_env(request))
+    log = LogCap(log_path)
+    try:
+        progress = _ProgressReader(progress_path, on_progress) if on_progress else None
+        stopped = _watch(proc, timeout_s, budget, progress, log)
+    finally:
+        returncode = proc.kill()
+        log.check()
     wall_s = time.monotonic() - start
     if stopped is not None:
         return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s)
@@ -66,6 +70,17 @@ def run_trial(
         result = TrialResult.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
         return result.with_wall_time(wall_s)
     return TrialResult(knobs=request.knobs, failure=_exit_failure(returncode, log_path), wall_s=wall_s)
+
+
+def shared_fork_server() -> ForkServer:
+    """This process's fork server, started with the first trial that uses it."""
+    global _FORK_SERVER
+    if _FORK_SERVER is None:
+        _FORK_SERVER = ForkServer()
+    return _FORK_SERVER
+
+
+_FORK_SERVER: ForkServer | None = None
 
 
 def run_repeated(
@@ -76,8 +91,9 @@ def run_repeated(
     name: str,
     budget: MemoryBudget | None = None,
     on_progress: ProgressFn | None = None,
+    launcher: Launcher | None = None,
 ) -> TrialResult:
-    """Run ``request`` in ``repeats`` fresh subprocesses, one after another, and keep the median run.
+    """Run ``request`` in ``repeats`` processes of its own, one after another, and keep the median run.
 
     Run-to-run variation between processes is larger than within one, so the median of a few
     processes is what makes a figure repeatable. The kept run's ``repeat_throughputs`` lists all of
@@ -87,7 +103,8 @@ def run_repeated(
     for index in range(repeats):
         run_name = name if repeats == 1 else f"{name}.{index + 1}"
         # Only the first run can be pruned: a pruner compares one run's progress with the best results.
-        run = run_trial(request, timeout_s, workdir, run_name, budget, on_progress if index == 0 else None)
+        pruned_by = on_progress if index == 0 else None
+        run = run_trial(request, timeout_s, workdir, run_name, budget, pruned_by, launcher)
         runs.append(run)
         if not run.ok:
             break
@@ -125,58 +142,32 @@ class _ProgressReader:
 
 
 def _watch(
-    proc: subprocess.Popen,
+    proc: TrialProcess,
     timeout_s: float,
     budget: MemoryBudget | None,
     progress: _ProgressReader | None = None,
-) -> tuple[int | None, Failure | None]:
+    log: LogCap | None = None,
+) -> Failure | None:
     """Wait for ``proc``; stop waiting at the timeout, when its tree's memory crosses the budget, or
-    when the pruner says so.
+    when the pruner says so. Meanwhile keep its log under its cap.
 
-    Returns (exit code, None) when it exited by itself, else (None, why it must be stopped).
+    Returns None when it exited by itself, else why it must be stopped.
     """
     deadline = time.monotonic() + timeout_s
-    watch = _BudgetWatch(proc.pid, budget) if budget is not None else None
-    with _ExitWaiter(proc) as exited:
-        while True:
-            if exited.within(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
-                return proc.wait(), None
-            if time.monotonic() >= deadline:
-                return None, Failure(FailureKind.TIMEOUT, f"timeout after {timeout_s:g} s")
-            over = watch.over() if watch else None
-            if over:
-                return None, over
-            pruned = progress.check() if progress else None
-            if pruned:
-                return None, pruned
-
-
-class _ExitWaiter:
-    """Waits up to a given time for a process to exit, asleep meanwhile: on a pidfd where Linux gives one, else
-    in one sleep. (``Popen.wait(timeout)`` polls every few milliseconds, and on a machine whose cores the trial's
-    threads fill, each wake-up of the tuner takes time from the trial it measures.)"""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        try:
-            self.fd: int | None = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):  # not Linux 5.3+, or the process is already gone
-            self.fd = None
-
-    def __enter__(self) -> _ExitWaiter:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-
-    def within(self, seconds: float) -> bool:
-        """Whether the process has exited, waiting up to ``seconds`` for it."""
-        if self.fd is not None:
-            select.select([self.fd], [], [], seconds)
-        elif self.proc.poll() is None:
-            time.sleep(seconds)
-        return self.proc.poll() is not None
+    watch = _BudgetWatch(proc.pid, budget, proc.lender) if budget is not None else None
+    while True:
+        if proc.exited_within(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
+            return None
+        if time.monotonic() >= deadline:
+            return Failure(FailureKind.TIMEOUT, f"timeout after {timeout_s:g} s")
+        over = watch.over() if watch else None
+        if over:
+            return over
+        pruned = progress.check() if progress else None
+        if pruned:
+            return pruned
+        if log is not None:
+            log.check()
 
 
 class _BudgetWatch:
@@ -188,8 +179,8 @@ class _BudgetWatch:
     its shared excess corrects the cheap reads after it. Full reads run at most every ``_FULL_READ_EVERY_S``.
     """
 
-    def __init__(self, pid: int, budget: MemoryBudget) -> None:
-        self.tree = ProcessTree(pid, time.monotonic)
+    def __init__(self, pid: int, budget: MemoryBudget, lender: int | None = None) -> None:
+        self.tree = ProcessTree(pid, time.monotonic, lender)
         self.budget_mb = budget.mb
         self.key = budget.key
         self.full: list[TreeReading] = []
@@ -207,9 +198,11 @@ class _BudgetWatch:
         return Failure(FailureKind.OUT_OF_MEMORY, message)
 
 
-def _exit_failure(returncode: int, log_path: Path) -> Failure:
+def _exit_failure(returncode: int | None, log_path: Path) -> Failure:
     last_line = _last_line(log_path)
     detail = f" ({last_line})" if last_line else ""
+    if returncode is None:
+        return Failure(FailureKind.NO_RESULT, f"its fork server ended before it, without its exit code{detail}")
     if returncode < 0:
         name = signal.Signals(-returncode).name
         if name == "SIGKILL":  # autotune's own kills are reported above; this one came from outside
@@ -231,21 +224,15 @@ def _last_line(log_path: Path) -> str:
     return (fatal or lines or [""])[-1].strip()[:300]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
 def _worker_env(request: TrialRequest) -> dict[str, str]:
     """The tuner's environment, with the current directory importable as it is for the tuner, the tuner's pid
-    (the trial exits if the tuner dies), and torch.compile's caches where the request says."""
+    (the trial exits if the tuner dies), the time it is launched (its start-up time is read from it), and
+    torch.compile's caches where the request says."""
     env = dict(os.environ)
     paths = [os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env[TUNER_PID_ENV] = str(os.getpid())
+    env[LAUNCHED_AT_ENV] = repr(time.time())
     if request.compile_cache_dir:
         cache = Path(request.compile_cache_dir).resolve()
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")

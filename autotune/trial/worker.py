@@ -10,6 +10,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -40,7 +41,16 @@ from autotune.pipeline.setup import (
 from autotune.trial.exceptions import exception_text, is_out_of_memory
 from autotune.trial.plain import run_plain
 from autotune.trial.probe import run_probe
-from autotune.trial.result import TUNER_PID_ENV, Failure, FailureKind, LossCheck, TrialRequest, TrialResult
+from autotune.trial.profiling import run_profile
+from autotune.trial.result import (
+    LAUNCHED_AT_ENV,
+    TUNER_PID_ENV,
+    Failure,
+    FailureKind,
+    LossCheck,
+    TrialRequest,
+    TrialResult,
+)
 
 # Every trial starts from the same initial weights, and the first step's loss is compared under this seed.
 _SEED = 0
@@ -162,13 +172,18 @@ def probe(request: TrialRequest) -> TrialResult:
 
 def plain(request: TrialRequest) -> TrialResult:
     """Time ``request.knobs`` with the plain loop, the harness's judge."""
+    device, pipeline, build_s = _seeded_build(request)
+    run = run_plain(pipeline, request.knobs, device, request.plan, request.effective_batch_size)
+    return TrialResult(knobs=request.knobs, plain=run, build_s=build_s)
+
+
+def _seeded_build(request: TrialRequest):
+    """The device, the pipeline built under the trials' seed, and the seconds the build took."""
     device = training_device(request.device)
     torch.manual_seed(_SEED)
     started = time.perf_counter()
     pipeline = build_pipeline(request.pipeline)
-    build_s = time.perf_counter() - started
-    run = run_plain(pipeline, request.knobs, device, request.plan, request.effective_batch_size)
-    return TrialResult(knobs=request.knobs, plain=run, build_s=build_s)
+    return device, pipeline, time.perf_counter() - started
 
 
 def inspect(request: TrialRequest) -> TrialResult:
@@ -179,14 +194,24 @@ def inspect(request: TrialRequest) -> TrialResult:
     return TrialResult(knobs=request.knobs, inspection=inspection, build_s=time.perf_counter() - started)
 
 
+def profile(request: TrialRequest) -> TrialResult:
+    """Profile ``request.knobs`` as ``request.profile`` plans (``trial/profiling.py``): no timed window, nothing the
+    tuner ranks."""
+    device, pipeline, build_s = _seeded_build(request)
+    found = run_profile(pipeline, request.knobs, device, request.profile, request.effective_batch_size)
+    return TrialResult(knobs=request.knobs, profile=found, build_s=build_s)
+
+
 def run_request(request: TrialRequest, progress_path: Path | None = None) -> TrialResult:
-    """``measure`` (or ``probe``, ``plain`` or ``inspect``), with any exception turned into a failed result
-    (traceback to stderr)."""
+    """``measure`` (or ``probe``, ``plain``, ``inspect`` or ``profile``), with any exception turned into a failed
+    result (traceback to stderr)."""
     try:
         if request.inspect:
             return inspect(request)
         if request.probe:
             return probe(request)
+        if request.profile:
+            return profile(request)
         return plain(request) if request.plain else measure_training(request, progress_path)
     except Exception as exc:
         traceback.print_exc()
@@ -205,19 +230,37 @@ def describe_exception(exc: BaseException) -> Failure:
 
 
 def _exit_with_parent() -> None:
-    """Kill this trial's process group if the tuner that started it dies (e.g. ``kill -9``).
+    """Kill this trial's process group when the tuner that started it dies (e.g. ``kill -9``).
 
-    The tuner's pid comes from the environment: the tuner may die while this process still imports torch,
-    and then the parent seen here would already be the process that adopted it.
+    The tuner's pid comes from the environment, not from this process's parent: a trial forked by the fork server
+    is the server's child, and a fresh one may outlive its tuner while it still imports torch, when its parent is
+    already the process that adopted it. The watch sleeps on a pidfd where Linux gives one (no wake-ups while the
+    trial is measured), else checks every second.
     """
-    parent = int(os.environ.get(TUNER_PID_ENV, os.getppid()))
+    tuner = int(os.environ.get(TUNER_PID_ENV, os.getppid()))
+    try:
+        tuner_fd = os.pidfd_open(tuner)
+    except ProcessLookupError:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    except (AttributeError, OSError):
+        tuner_fd = None
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
+        if tuner_fd is not None:
+            select.select([tuner_fd], [], [])
+        else:
+            while psutil.pid_exists(tuner):
+                time.sleep(1.0)
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
+
+
+def _launched_at() -> float:
+    """When the tuner asked for this process (``LAUNCHED_AT_ENV``), else when the OS says it started (to the
+    second only: Linux counts a process's start from a boot time it gives in whole seconds)."""
+    launched = os.environ.get(LAUNCHED_AT_ENV)
+    return float(launched) if launched else psutil.Process().create_time()
 
 
 def main(argv: list[str]) -> int:
@@ -227,7 +270,7 @@ def main(argv: list[str]) -> int:
     _exit_with_parent()
     request = TrialRequest.from_dict(json.loads(Path(request_path).read_text(encoding="utf-8")))
     result = run_request(request, Path(progress[0]) if progress else None)
-    result = replace(result, startup_s=run_start - psutil.Process().create_time())
+    result = replace(result, startup_s=run_start - _launched_at())
     write_atomic(result_path, json.dumps(result.to_dict()))
     return 0
 

@@ -21,7 +21,7 @@ def run(req: TrialRequest, workdir: Path, name: str, timeout_s: float = TIMEOUT_
     """Run the trial, check it failed and left no process behind, and return its result."""
     result = run_trial(req, timeout_s, workdir, name)
     assert not result.ok and result.measurement is None
-    assert processes_mentioning(str(workdir / f"{name}.request.json")) == [], "no process of the trial survives"
+    assert processes_mentioning(str(workdir / f"{name}.log")) == [], "no process of the trial survives"
     return result
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from autotune.measure.memory import MemoryBudget
 from autotune.trial import runner
+from autotune.trial.launch import _FreshProcess
 from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import _ProgressReader, _worker_env, run_repeated, run_trial
 from tests.conftest import processes_mentioning, trial_request
@@ -59,7 +60,7 @@ def test_a_hang_is_killed_at_the_timeout_with_its_workers(tmp_path):
     assert result.failure.kind is FailureKind.TIMEOUT
     assert result.failure.message == "timeout after 8 s"
     assert 8 <= result.wall_s < 15
-    assert processes_mentioning(str(tmp_path / "hangs.request.json")) == [], "no orphaned worker survives"
+    assert processes_mentioning(str(tmp_path / "hangs.log")) == [], "no orphaned worker survives"
 
 
 def test_an_unimportable_target_fails_the_trial_not_the_runner(tmp_path):
@@ -93,7 +94,7 @@ def test_a_trial_over_the_memory_budget_is_stopped_as_out_of_memory(tmp_path):
     assert "over study.memory_budget_mb=600; stopped" in result.failure.message
     used = float(result.failure.message.split()[1])
     assert 600 < used < 1000, "stopped soon after crossing the budget"
-    assert processes_mentioning(str(tmp_path / "hog.request.json")) == []
+    assert processes_mentioning(str(tmp_path / "hog.log")) == []
 
 
 def test_a_sigkill_from_outside_is_reported_as_out_of_memory(tmp_path):
@@ -138,7 +139,7 @@ def test_progress_is_reported_and_a_pruner_stops_the_trial(tmp_path):
     assert result.failure.kind is FailureKind.PRUNED and result.failure.message == "clearly slower"
     assert len(seen) == 2 and seen[1][0] > seen[0][0] > 0 and all(t > 0 for _, t in seen)
     assert result.wall_s < 18, "stopped before its 20 s window ended"
-    assert not processes_mentioning(str(tmp_path / "pruned.request.json"))
+    assert not processes_mentioning(str(tmp_path / "pruned.log"))
 
 
 def test_a_pruned_compile_trial_reports_its_compile_time(tmp_path):
@@ -176,9 +177,9 @@ def test_waiting_for_a_trial_wakes_the_tuner_a_few_times_a_second_not_every_few_
     for module, name in ((time, "sleep"), (select, "select")):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *args, _original=original: waits.append(1) or _original(*args))
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
+    child = _FreshProcess(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"]))
     start = time.monotonic()
-    returncode, stopped = runner._watch(child, timeout_s=30, budget=None)
-    assert returncode == 0 and stopped is None
+    assert runner._watch(child, timeout_s=30, budget=None) is None
+    assert child.kill() == 0
     assert time.monotonic() - start < 1.5, "the exit is noticed at once"
     assert len(waits) <= 1.5 / runner._POLL_S + 1, "one wait per poll"

@@ -1,0 +1,99 @@
+"""The fork server: ``python -m autotune.trial.zygote``, a process that has imported what nearly every trial
+imports (torch, torch._dynamo, the trial worker) and forks each trial from there, so that a trial starts in
+milliseconds instead of paying those imports again.
+
+It runs no torch operation (forking a process whose thread pools have run is unsafe), creates no CUDA context and
+imports no user code: a trial's child process does all of that after the fork. Orders come one JSON line each on
+stdin: ``{"argv": [...], "log": PATH, "env": {...}, "cwd": PATH}``; for each, one trial is forked and its pid
+written to stdout as ``{"pid": N}``, then, once it has ended, ``{"exit": N, "code": C}`` (C as ``Popen.returncode``:
+negative for a signal). Trials run one at a time. End of stdin (the tuner exited, however it exited) ends the server.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import sys
+import traceback
+
+import torch._dynamo  # noqa: F401  (imported by every torch.optim optimizer: ~1 s a trial would pay)
+
+from autotune.measure.memory import FORK_SERVER_ENV
+from autotune.trial import worker
+from autotune.trial.launch import open_log
+
+
+def main() -> int:
+    control_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    control_out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    # Stray output of the server's own imports must not land in the control pipe.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    # Objects that exist now are never collected: the garbage collector then does not write to (and so copy) the
+    # pages every trial shares with this process.
+    gc.freeze()
+    base_path = [entry for entry in sys.path[1:] if entry not in _python_path(os.environ)]
+    os.chdir("/")  # each trial runs in the directory its order names; the server holds on to none
+    for line in control_in:
+        order = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _run_child(order, base_path, (control_in.fileno(), control_out.fileno(), devnull))
+        control_out.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        control_out.write(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
+    return 0
+
+
+def _run_child(order: dict, base_path: list[str], inherited: tuple[int, ...]) -> None:
+    """The trial, in the forked child: the state a fresh ``python -m autotune.trial.worker`` would start from
+    (its own session, its log as stdout and stderr, the order's environment, working directory and import path,
+    fresh seeds), then the worker's main. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        log = open_log(order["log"])
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for fd in (*inherited, log, devnull):
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(order["env"], **{FORK_SERVER_ENV: str(os.getppid())})
+        os.chdir(order["cwd"])
+        sys.path[:] = [order["cwd"], *_python_path(order["env"]), *base_path]
+        sys.argv = [worker.__file__, *order["argv"]]
+        _reseed()
+        code = worker.main(order["argv"])
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def _python_path(env: dict) -> list[str]:
+    return [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+
+
+def _reseed() -> None:
+    """Seed Python's and NumPy's global generators from the OS, as a fresh process does: each forked trial would
+    otherwise inherit the server's state and draw the same numbers."""
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Forked against fresh: does a trial forked from the fork server read what the same trial reads as a fresh
+interpreter? Target: forked / fresh within 0.97-1.03 per case (throughput), peak memory within 5 %.
+
+    .venv/bin/python -m benchmarks.forked [--rounds 8] [--cases big big-workers tiny-steps]
+
+Each round runs each case twice as the tuner runs a trial (``run_trial``, the whole harness), once forked from one
+fork server and once as a fresh ``python -m autotune.trial.worker``, the one that goes first alternating from round
+to round. The cases are ``benchmarks/overhead.py``'s. A case's figure is the geometric mean of its rounds'
+forked/fresh ratios with its 95 % interval. Results go to benchmarks/results/forked.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from autotune.files import write_atomic
+from autotune.measure.environment import describe_machine
+from autotune.measure.stats import ratio_interval
+from autotune.trial.launch import ForkServer, FreshLauncher
+from autotune.trial.runner import run_trial
+from benchmarks.overhead import CASES, request_for
+
+RESULTS = Path(__file__).resolve().parent / "results" / "forked.json"
+LOW, HIGH = 0.97, 1.03
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    machine = describe_machine()
+    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
+    server = ForkServer()
+    launchers = {"forked": server, "fresh": FreshLauncher()}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in args.cases:
+            rows.append(measure_case(case, args.rounds, args.device, launchers, Path(tmp)))
+    server.close()
+    write_atomic(RESULTS, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+    print(
+        f"\n{'case':12} {'forked':>9} {'fresh':>9} {'ratio':>7}  95 % interval  in {LOW}-{HIGH}  peak MB forked/fresh"
+    )
+    for row in rows:
+        interval = row["interval"] or {}
+        low, high, ratio = interval.get("low", 0), interval.get("high", 0), interval.get("geomean", 0)
+        peaks = row["peak_mb"]
+        print(
+            f"{row['case']:12} {row['forked_median']:9.1f} {row['fresh_median']:9.1f} {ratio:7.3f}"
+            f"  {low:.3f}-{high:.3f}  {LOW <= ratio <= HIGH}  {peaks['forked']:.0f}/{peaks['fresh']:.0f}"
+        )
+    print(f"saved {RESULTS}")
+
+
+def measure_case(case: str, rounds: int, device: str, launchers: dict, workdir: Path) -> dict:
+    request = request_for(case, device)
+    runs: dict[str, list] = {name: [] for name in launchers}
+    run_trial(request, 600, workdir, f"{case}-server", launcher=launchers["forked"])  # the server's start, untimed
+    for index in range(rounds):
+        for name in launchers if index % 2 == 0 else reversed(list(launchers)):
+            result = run_trial(request, 600, workdir, f"{case}-{index + 1}-{name}", launcher=launchers[name])
+            if not result.ok:
+                raise SystemExit(f"{case} {name} failed: {result.failure}")
+            runs[name].append(result)
+        forked, fresh = (runs[name][-1].timing.throughput for name in ("forked", "fresh"))
+        print(f"{case} round {index + 1}: forked {forked:.1f}, fresh {fresh:.1f} samples/s", flush=True)
+    throughput = {name: [run.timing.throughput for run in results] for name, results in runs.items()}
+    ratios = [f / s for f, s in zip(throughput["forked"], throughput["fresh"], strict=True)]
+    interval = ratio_interval(ratios)
+    return {
+        "case": case,
+        "forked": throughput["forked"],
+        "fresh": throughput["fresh"],
+        "forked_median": statistics.median(throughput["forked"]),
+        "fresh_median": statistics.median(throughput["fresh"]),
+        "ratios": ratios,
+        "interval": asdict(interval) if interval else None,
+        "peak_mb": {
+            name: statistics.median(r.measurement.memory.peak_mb for r in results) for name, results in runs.items()
+        },
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Trials forked from the fork server: each still its own process, as isolated and as measured as a fresh one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from autotune.app import TrialRunner
+from autotune.config.load import load_settings
+from autotune.trial.launch import ForkServer, FreshLauncher
+from autotune.trial.result import FailureKind
+from autotune.trial.runner import _worker_env, run_trial
+from tests.conftest import REPO, tiny_config
+from tests.trial.test_runner import request
+
+
+@pytest.fixture
+def server():
+    forks = ForkServer()
+    yield forks
+    forks.close()
+
+
+def test_a_trial_is_forked_by_the_server_into_a_session_of_its_own(server, tmp_path):
+    (tmp_path / "r.json").write_text(json.dumps(request(dataset="HangingImages").to_dict()))
+    proc = server.start(
+        [str(tmp_path / "r.json"), str(tmp_path / "out.json")], tmp_path / "t.log", _worker_env(request())
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while os.getpgid(proc.pid) != proc.pid:
+            assert time.monotonic() < deadline, "the trial never led its own process group"
+            time.sleep(0.01)
+        assert psutil.Process(proc.pid).ppid() == proc.lender == server._server.pid
+        assert not proc.exited_within(0.1)
+    finally:
+        assert proc.kill() == -9
+
+
+def test_a_crashing_trial_takes_neither_the_server_nor_the_next_trial_down(server, tmp_path):
+    crashed = run_trial(
+        request(model="AbortOnChannelsLast", channels_last=True), 120, tmp_path, "aborts", launcher=server
+    )
+    assert crashed.failure.kind is FailureKind.SIGNAL and "SIGABRT" in crashed.failure.message
+    assert "Fatal Python error: Aborted" in (tmp_path / "aborts.log").read_text(), "faulthandler wrote the stack"
+    survivor = server._server.pid
+    result = run_trial(request(), 120, tmp_path, "after", launcher=server)
+    assert result.ok, result.failure
+    assert server._server.pid == survivor, "the same server forked the next trial"
+
+
+def test_a_forked_trial_counts_the_pages_it_shares_with_the_server_as_its_own(server, tmp_path):
+    # PSS would charge half of the pages of the server's imports to the server: a forked trial would read ~100 MB
+    # less than the same trial as a fresh process.
+    peaks = {}
+    for name, launcher in (("forked", server), ("fresh", FreshLauncher())):
+        result = run_trial(request(), 120, tmp_path, name, launcher=launcher)
+        assert result.ok, result.failure
+        peaks[name] = result.measurement.memory.peak_mb
+    assert peaks["forked"] == pytest.approx(peaks["fresh"], rel=0.12), peaks
+
+
+def test_the_server_ends_with_the_process_that_started_it(tmp_path):
+    script = (
+        "import sys, time\n"
+        "from autotune.trial.launch import ForkServer\n"
+        "from autotune.trial.runner import _worker_env\n"
+        "from tests.trial.test_runner import request\n"
+        "server = ForkServer()\n"
+        f"server.start(['{tmp_path}/none.json', '{tmp_path}/out.json'], __import__('pathlib').Path('{tmp_path}/t.log'),"
+        " _worker_env(request()))\n"
+        "print(server._server.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    server = psutil.Process(int(owner.stdout.readline()))
+    owner.kill()
+    owner.wait()
+    owner.stdout.close()
+    server.wait(timeout=20)  # raises if the server outlives its owner
+
+
+def test_measure_fork_trials_false_starts_each_trial_as_a_fresh_interpreter(tmp_path):
+    forked = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
+    fresh = TrialRunner(load_settings(tiny_config(measure={"fork_trials": False}), "tiny"), "cpu", tmp_path)
+    assert isinstance(forked.launcher, ForkServer) and isinstance(fresh.launcher, FreshLauncher)
+    result = fresh.check({**fresh.request.knobs}, "fresh", plain=False)
+    assert result.ok, result.failure
+    assert result.startup_s > 0.3, "a fresh interpreter imports torch before its first step"
