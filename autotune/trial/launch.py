@@ -72,11 +72,13 @@ class _FreshProcess:
         return self.proc.poll() is not None
 
     def kill(self) -> int | None:
-        _kill_group(self.pid)
+        _signal_group(self.pid)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        return self.proc.wait()
+        returncode = self.proc.wait()  # a zombie leader would keep its group alive
+        _await_group(self.pid)
+        return returncode
 
 
 class ForkServer:
@@ -143,9 +145,10 @@ class _ForkedProcess:
     def kill(self) -> int | None:
         # Once reaped, its pid may be another process's: only its group (which holds the number while any member
         # lives) is still safe to signal.
-        _kill_group(self.pid, leader=not self._ended)
+        _signal_group(self.pid, leader=not self._ended)
         if not self._ended:
             self._read_end()
+        _await_group(self.pid)
         return self.returncode
 
     def _read_end(self) -> None:
@@ -161,17 +164,21 @@ def open_log(path: Path | str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
 
 
-def _kill_group(pid: int, leader: bool = True) -> None:
-    """SIGKILL the process group ``pid`` leads, and wait (up to ``_GROUP_EXIT_S``) until none of it is left: the
-    kernel delivers the signal at once, but a loaded machine may take a moment to end a large process."""
-    # The leader itself too: a forked trial may not yet lead its own group.
+def _signal_group(pid: int, leader: bool = True) -> None:
+    """SIGKILL the process group ``pid`` leads, and the leader itself where ``leader`` (a forked trial may not yet
+    lead its own group)."""
     for kill in (os.killpg, os.kill) if leader else (os.killpg,):
         try:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _await_group(pgid: int) -> None:
+    """Wait (up to ``_GROUP_EXIT_S``) until no process of group ``pgid`` is left, its leader reaped: the kernel
+    delivers SIGKILL at once, but a loaded machine may take a moment to end a large process."""
     deadline = time.monotonic() + _GROUP_EXIT_S
-    while time.monotonic() < deadline and _group_lives(pid):
+    while time.monotonic() < deadline and _group_lives(pgid):
         time.sleep(0.01)
 
 

@@ -16,7 +16,7 @@ from autotune.config.load import load_settings
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import FailureKind
 from autotune.trial.runner import _worker_env, run_trial
-from tests.conftest import REPO, tiny_config
+from tests.conftest import REPO, processes_mentioning, tiny_config
 from tests.trial.test_runner import request
 
 
@@ -93,3 +93,15 @@ def test_measure_fork_trials_false_starts_each_trial_as_a_fresh_interpreter(tmp_
     result = fresh.check({**fresh.request.knobs}, "fresh", plain=False)
     assert result.ok, result.failure
     assert result.startup_s > 0.3, "a fresh interpreter imports torch before its first step"
+
+
+@pytest.mark.parametrize("kind", ["forked", "fresh"])
+def test_a_trial_stopped_at_its_timeout_ends_with_its_workers_at_once(kind, server, tmp_path):
+    # A killed leader is a zombie until reaped, and a zombie keeps its process group alive: reaped first.
+    launcher = server if kind == "forked" else FreshLauncher()
+    if kind == "forked":
+        assert run_trial(request(), 120, tmp_path, "starts-the-server", launcher=server).ok
+    result = run_trial(request(dataset="HangingImages", num_workers=2), 4, tmp_path, "hangs", launcher=launcher)
+    assert result.failure.kind is FailureKind.TIMEOUT
+    assert result.wall_s < 6.5, "stopped at its timeout, not after waiting out its own group"
+    assert processes_mentioning(str(tmp_path / "hangs.log")) == []
