@@ -97,13 +97,16 @@ class ProcessTree:
         return TreeReading(self._clock(), rss, pss, self._lent())
 
     def _lent(self) -> int:
+        """The fork server's PSS share of the anonymous pages it shares (its heap, Python's objects): a fresh
+        process would hold them alone. Shared libraries' file pages are left out: a fresh process shares those
+        too, with the server among others."""
         if self.lender is None:
             return 0
         try:
-            info = psutil.Process(self.lender).memory_full_info()
+            maps = psutil.Process(self.lender).memory_maps(grouped=True)
         except _GONE:
             return 0
-        return max(0, info.pss - info.uss)
+        return sum(max(0, m.pss - m.private_clean - m.private_dirty) for m in maps if _anonymous(m.path))
 
     def peak_rss(self) -> int | None:
         """The root process's own high-water mark of resident memory (``VmHWM``), or None where not reported."""
@@ -157,6 +160,10 @@ def peak_estimate(cheap: list[TreeReading], full: list[TreeReading], root: int, 
     pss = last.pss if last.pss is not None else last.rss
     root_excess = last.rss.get(root, 0) - pss.get(root, 0)
     return max(peak, root_peak_rss - root_excess + last.total - pss.get(root, 0))
+
+
+def _anonymous(path: str) -> bool:
+    return not path or path == "[heap]" or path.startswith("[anon")
 
 
 def fork_server_of(environ: dict[str, str]) -> int | None:
