@@ -7,9 +7,9 @@ the memory-map lock the training loop needs, which takes 8-11 ms on a 600 MB tor
 only cheap reads may run (``docs/benchmarks.md``, harness costs); a full read outside it tells each process's
 shared excess (RSS - PSS), which turns the cheap reads around it into PSS estimates (``pss_estimate``).
 
-A trial forked from the fork server shares the pages of its imports with that server, which PSS would charge half
-to the server: a full read adds the server's share of its shared pages back (``TreeReading.lent``), so that a forked
-trial reads what the same trial reads as a fresh process.
+A trial forked from the fork server shares the anonymous pages of its imports (heap, Python's objects) with that
+server, which PSS would charge half to the server: a full read adds the server's share of them back
+(``TreeReading.lent``), so that a forked trial reads what the same trial reads as a fresh process.
 
 Where ``/proc`` is missing (not Linux), both reads fall back to psutil, and to RSS where the OS reports no PSS.
 """
@@ -43,7 +43,7 @@ class MemoryBudget:
 class TreeReading:
     """One reading of a process tree at ``time``: bytes resident per pid, and PSS per pid for a full read
     (None for a cheap one, and where the OS reports no PSS); ``lent``: for a full read of a forked tree, the fork
-    server's PSS share of the pages it shares, which belong to the tree as they would to a fresh process."""
+    server's PSS share of the anonymous pages it shares, which a fresh process would hold alone."""
 
     time: float
     rss: dict[int, int]
