@@ -50,7 +50,7 @@ def png(plot: Plot) -> bytes:
     return buffer.getvalue()
 
 
-def _legend_below(ax: Axes) -> None:
+def legend_below(ax: Axes) -> None:
     """The legend under the picture, where it hides no data (constrained layout makes room for it)."""
     ax.figure.legend(loc="outside lower center", ncols=4, fontsize="small", frameon=False)
 
@@ -118,7 +118,7 @@ def undone_changes(trim: list[Confirmation]) -> Plot | None:
         ax.set_yticks(range(len(rows)), [label for label, _ in rows])
         ax.invert_yaxis()
         ax.set_xlabel("throughput / the configuration it was made from, round by round")
-        _legend_below(ax)
+        legend_below(ax)
 
     caption = (
         "Each change undone in turn: below 1, undoing it costs throughput (the change matters); in the grey band, "
@@ -145,7 +145,7 @@ def trials_in_order(results: StudyResults, summary: Summary) -> Plot:
         ax.set_xticks(range(len(records)), ["base" if r.label == BASELINE_LABEL else r.label for r in records])
         ax.set_xlabel("trial, in the order measured")
         ax.set_ylabel("samples/s")
-        _legend_below(ax)
+        legend_below(ax)
 
     return Plot("Every configuration's throughput in the order the study measured it.", draw)
 
@@ -196,7 +196,7 @@ def time_split(summary: Summary, limit: int = 8) -> Plot:
         ax.barh(labels, wait, left=rest, color="#ff7f0e", label="waiting for the next batch")
         ax.invert_yaxis()
         ax.set_xlabel("ms per sample (shorter is faster)")
-        _legend_below(ax)
+        legend_below(ax)
 
     caption = "Where each configuration's time went: per sample, waiting for data against everything else."
     return Plot(caption, draw, height=1.0 + 0.35 * len(measured))
@@ -217,7 +217,7 @@ def pareto(summary: Summary) -> Plot | None:
             ax.annotate(name_of(record, summary), (record.result.peak_memory_mb, record.throughput), fontsize=8)
         ax.set_xlabel("peak memory (MB)")
         ax.set_ylabel("samples/s")
-        _legend_below(ax)
+        legend_below(ax)
 
     return Plot("Throughput against peak memory: up and to the left is better.", draw)
 

@@ -6,7 +6,7 @@ from matplotlib.axes import Axes
 
 from autotune.measure.growth import MemoryTrend
 from autotune.measure.stages import StageTiming
-from autotune.report.plots import BASELINE, Plot, _legend_below
+from autotune.report.plots import BASELINE, Plot, legend_below
 
 # One colour per stage, the same in both bars; the data pipeline's stages in warm colours.
 STAGE_COLOURS = {
@@ -60,7 +60,7 @@ def stage_bars(stages: StageTiming) -> Plot:
             drawn.add(stage)
         ax.invert_yaxis()
         ax.set_xlabel("ms")
-        _legend_below(ax)
+        legend_below(ax)
 
     caption = "Where a step's time goes: the training process's stages per step" + (
         ", and beside it what loading one batch costs a worker (the workers load in parallel with training)."
@@ -92,6 +92,6 @@ def memory_trend(trend: MemoryTrend) -> Plot:
             ax.plot(steps, trend.cuda_allocated_mb, "o-", color="#1f77b4", markersize=3, label="CUDA allocated")
         ax.set_xlabel("step of the sample")
         ax.set_ylabel("MB")
-        _legend_below(ax)
+        legend_below(ax)
 
     return Plot("Memory after each step of the sample: a steady climb is a possible leak.", draw, height=2.6)
