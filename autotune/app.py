@@ -5,32 +5,47 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
+import optuna
 import torch
 
 from autotune.config.settings import Settings
-from autotune.errors import BaselineFailedError, ConfigError, StudyAbortedError
+from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
 from autotune.knobs import SearchContext
-from autotune.measure.environment import describe_machine, usable_cpu_count
+from autotune.measure.environment import describe_machine, machine_id, usable_cpu_count
 from autotune.pipeline.inspect import Inspection
-from autotune.records import PROBE_ATTR
+from autotune.records import PROBE_ATTR, on_machine
 from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
+from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
+from autotune.study.clock import RunClock
 from autotune.study.guide import guide_from_record
 from autotune.study.lock import one_tuner
 from autotune.study.probe_model import probe_once
+from autotune.study.profiles import profile_tuned
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.trim import run_trim
-from autotune.study.tuner import StopReason, TrialEvent, counted_trials, ensure_baseline, open_study, tune
-from autotune.trial.launch import FreshLauncher
+from autotune.study.tuner import (
+    StopReason,
+    TrialEvent,
+    counted_trials,
+    ensure_baseline,
+    finishing,
+    open_study,
+    tune_in_slots,
+)
+from autotune.trial.launch import ForkServer, FreshLauncher
+from autotune.trial.placement import UNPINNED, Slot, slots
 from autotune.trial.probe import ProbePlan
 from autotune.trial.result import TrialRequest, TrialResult
 from autotune.trial.runner import ProgressFn, run_repeated, run_trial, shared_fork_server
@@ -38,29 +53,38 @@ from autotune.trial.runner import ProgressFn, run_repeated, run_trial, shared_fo
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written. A study
-    another tuner is tuning in the same SQLite file is refused (``one_tuner``)."""
+    another tuner is tuning in the same SQLite file is refused (``one_tuner``); on a shared storage, tuners on this
+    and other machines join it (``autotune/study/tuner.py``), the reports covering this machine's results."""
+    clock = RunClock()  # the run's time, from here to its reports, waiting for another tuner's lock included
     with one_tuner(settings.study.storage, settings.study.name):
-        return _tune(settings, output_dir, out)
+        return _tune(settings, output_dir, out, clock)
 
 
-def _tune(settings: Settings, output_dir: Path, out: TextIO) -> dict[str, Path]:
-    facts = inspect_run(settings, output_dir)
+def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) -> dict[str, Path]:
+    with clock.stage("inspect"):
+        facts = inspect_run(settings, output_dir, clock)
     device = facts.device
-    ctx = _search_context(settings, facts)
+    places = slots(settings.study.parallel, settings.study.cpu_sets, device, len(facts.devices.cuda))
+    cores = places[0].cores  # every slot's size: each run of the study is pinned alike
+    ctx = _search_context(settings, facts, cores)
     check_baseline(settings.baseline, ctx)
     space = build_space(settings.search, ctx)
-    study = open_study(settings.study, _study_meta(settings, device, space))
+    described = {**describe_machine(), **({"cpu_count": len(cores)} if cores else {})}
+    machine = machine_id(described)
+    study = open_study(settings.study, _study_meta(settings, device, space), described)
+    clock.attach(study, machine)
     print(
         f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "
         f"{redact_url(settings.study.storage)}; {space.size} configurations, up to {settings.study.n_trials} trials",
         file=out,
     )
-    if stored := counted_trials(study):
+    if stored := counted_trials(study, machine):
         print(f"resuming: {stored} trial(s) of this study are stored and are not measured again", file=out)
 
-    runner = TrialRunner(settings, device, output_dir / "trials")
-    run = runner.run
-    baseline, reused = ensure_baseline(study, settings.baseline, run)
+    runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
+    runner = runners[0]  # the baseline, the probe and the race run in the first slot
+    with clock.stage("baseline"):
+        baseline, reused = ensure_baseline(study, settings.baseline, runner.run, machine)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
     if not baseline.ok:
         raise BaselineFailedError(
@@ -81,26 +105,62 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO) -> dict[str, Path]:
         # The probe steers a search for throughput alone; a multi-objective study explores a front with TPE.
         searching = settings.study.n_trials > 0 and space.size > 1
         if settings.study.probe and searching and not settings.study.multi_objective:
-            stored = PROBE_ATTR in study.user_attrs
-            probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput)
+            stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
+            with clock.stage("probe"):
+                probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine)
             print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
             cores = ctx.cpu_count if device == "cpu" else None
             guide = guide_from_record(probe, space, settings.baseline, cores, device)
-        stop = tune(study, space, settings.study, runner.screen, show, guide.propose if guide else None)
+        propose = guide.propose if guide else None
+        if len(places) > 1:
+            print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
+        with clock.stage("search", len(places)):
+            stop = tune_in_slots(study, space, settings.study, [r.screen for r in runners], show, propose, machine)
         if not stop.aborted:
-            race = run_race(study, load_results(study), settings.study.confirm_rounds, run, show_confirmation)
-            run_trim(study, load_results(study), race, run, show_confirmation)
+            with finishing(study, settings.study, machine) as mine:
+                if mine:
+                    _finish(study, machine, settings, runner, output_dir, show_confirmation, out, clock)
+                else:
+                    print("[race] run by another tuner of this machine: the reports hold what it stored", file=out)
+    except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
+        stop = StopReason(str(error), aborted=True)
+        raise
     finally:
-        results = load_results(study)
+        for each in runners:
+            each.close()
+        clock.save(finished=not stop.aborted)  # the run's time ends here: what follows renders what it stored
+        results = load_results(study, machine)
         summary = summarise(results)
         files = write_reports(results, summary, output_dir)
-        print_summary(summary, files, stop.message, out)
+        print_summary(summary, files, stop.message, out, results.profiles, results.tuner_time)
     if stop.aborted:
         raise StudyAbortedError(f"tuning stopped early: {stop.message}; the reports cover what was measured")
     return files
 
 
-def inspect_run(settings: Settings, output_dir: Path) -> Inspection:
+def _finish(
+    study: optuna.Study,
+    machine: str,
+    settings: Settings,
+    runner: TrialRunner,
+    output_dir: Path,
+    show: Callable[[str, TrialResult], None],
+    out: TextIO,
+    clock: RunClock,
+) -> None:
+    """The end of a study on ``machine``: the finalists' race, the trim of the winner's changes, and the profiles of
+    the baseline and the recommendation (``study.diagnose``), each stored in the study and timed by ``clock``."""
+    with clock.stage("race"):
+        race = run_race(study, load_results(study, machine), settings.study.confirm_rounds, runner.run, show)
+    with clock.stage("trim"):
+        run_trim(study, load_results(study, machine), race, runner.run, show)
+    if settings.study.diagnose:  # what limits each, profiled after every timed run
+        shown = partial(print_tuned_profile, out=out)
+        with clock.stage("profiles"):
+            profile_tuned(study, load_results(study, machine), runner, settings, output_dir / "profile", shown)
+
+
+def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = None) -> Inspection:
     """The facts of the machine's devices and of the pipeline (``pipeline/inspect.py``), read in a trial subprocess
     with a trial's timeout and crash handling: the tuner's own process runs no user code and creates no CUDA context,
     which would hold the GPU for the whole study and, in exclusive-process mode, block every trial. It costs one
@@ -108,10 +168,10 @@ def inspect_run(settings: Settings, output_dir: Path) -> Inspection:
 
     A configuration error found there is raised as it was (the key it names; exit 2). A crash, hang or other failure
     is one line naming the pipeline (exit 1), its log kept as trials/inspect.log in ``output_dir``; a run that
-    stops at neither leaves nothing there.
+    stops at neither leaves nothing there. ``clock`` counts its process, where given.
     """
     with tempfile.TemporaryDirectory(prefix="autotune-inspect-") as scratch:
-        result = TrialRunner(settings, settings.measure.device, Path(scratch)).inspect()
+        result = TrialRunner(settings, settings.measure.device, Path(scratch), clock=clock).inspect()
         if result.inspection is None:
             log = output_dir / "trials" / "inspect.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -126,31 +186,44 @@ def inspect_run(settings: Settings, output_dir: Path) -> Inspection:
     return result.inspection
 
 
-def _search_context(settings: Settings, facts: Inspection) -> SearchContext:
+def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...] | None = None) -> SearchContext:
+    """What the knobs decide by; ``cores``: the cores each trial is pinned to (None: all of the tuner's)."""
     pipeline = facts.pipeline
     return SearchContext(
         device=torch.device(facts.device).type,  # knobs decide by the kind of device; trials run on cuda:N itself
-        cpu_count=usable_cpu_count(),
+        cpu_count=len(cores) if cores else usable_cpu_count(),
         bf16_supported=facts.bf16_native,
         dataset_len=pipeline.dataset_len,
         input_ndim=pipeline.input_ndim,
         baseline=settings.baseline,
         optimizer_options=pipeline.optimizer_options,
         batch_policy=settings.batch_policy,
-        torch_threads=torch.get_num_threads(),  # a trial process starts with the same: no user code ran here
+        # A trial process starts with the same (no user code ran here), or, pinned, one thread per core.
+        torch_threads=len(cores) if cores else torch.get_num_threads(),
     )
 
 
 class TrialRunner:
     """Runs trials, each a process of its own (forked, or fresh as measure.fork_trials says), for this run's
     settings: ``run`` a configuration with the full window, ``screen`` it with the search's shorter one, ``check``
-    it with the harness or the plain loop, ``probe``, ``inspect``, or any ``request`` (``trial``)."""
+    it with the harness or the plain loop, ``probe``, ``inspect``, or any ``request`` (``trial``). Its trials run in
+    ``slot`` (``trial/placement.py``); one of several slots (``own_server``) forks its trials from a fork server of its
+    own, as a fork server runs one trial at a time. ``clock`` (a tuning run's) counts the phases of each process."""
 
-    def __init__(self, settings: Settings, device: str, workdir: Path) -> None:
-        self.settings, self.device, self.workdir = settings, device, workdir
+    def __init__(
+        self,
+        settings: Settings,
+        device: str,
+        workdir: Path,
+        slot: Slot = UNPINNED,
+        own_server: bool = False,
+        clock: RunClock | None = None,
+    ) -> None:
+        self.settings, self.device, self.workdir, self.clock = settings, device, workdir, clock
         self.budget = settings.study.watched_budget(device)  # what a running trial's host tree is held to
         measure = settings.measure
-        self.launcher = shared_fork_server() if measure.fork_trials else FreshLauncher()
+        self.own_server = ForkServer() if measure.fork_trials and own_server else None
+        self.launcher = self.own_server or (shared_fork_server() if measure.fork_trials else FreshLauncher())
         study_dir = file_name(settings.study.name)
         fixed_effective = settings.batch_policy == "fixed_effective"
         self.request = TrialRequest(
@@ -162,7 +235,13 @@ class TrialRunner:
             effective_batch_size=settings.baseline["batch_size"] if fixed_effective else None,
             loss_tolerance=measure.loss_tolerance,
             compile_cache_dir=str(Path(measure.compile_cache_dir) / study_dir) if measure.compile_cache_dir else None,
+            placement=slot.env,
         )
+
+    def close(self) -> None:
+        """End its own fork server, if it has one."""
+        if self.own_server is not None:
+            self.own_server.close()
 
     def run(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
         """Knob values and a trial name in, a TrialResult out (the median of measure.repeats runs)."""
@@ -175,9 +254,16 @@ class TrialRunner:
 
     def _repeated(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
         measure = self.settings.measure
-        timeout_s = measure.trial_timeout_s
         return run_repeated(
-            request, measure.repeats, timeout_s, self.workdir, name, self.budget, on_progress, self.launcher
+            request,
+            measure.repeats,
+            measure.trial_timeout_s,
+            self.workdir,
+            name,
+            self.budget,
+            on_progress,
+            self.launcher,
+            self._count,
         )
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
@@ -197,7 +283,13 @@ class TrialRunner:
         """``request`` in one process, held to the run's memory budget where ``watched``."""
         budget = self.budget if watched else None
         timeout_s = self.settings.measure.trial_timeout_s
-        return run_trial(request, timeout_s, self.workdir, name, budget, launcher=self.launcher)
+        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=self.launcher)
+        self._count(result)
+        return result
+
+    def _count(self, result: TrialResult) -> None:
+        if self.clock is not None:
+            self.clock.count(result)
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
@@ -215,5 +307,4 @@ def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
             "repeats": settings.measure.repeats,
             "loss_tolerance": settings.measure.loss_tolerance,
         },
-        "machine": describe_machine(),
     }

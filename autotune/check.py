@@ -20,8 +20,7 @@ from autotune.benchmark import baseline_note, both_ends, measure_rounds
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import KNOBS, changed
-from autotune.measure.environment import describe_machine
-from autotune.recommendation import machine_fingerprint
+from autotune.measure.environment import describe_machine, machine_fingerprint
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check

@@ -11,7 +11,6 @@ that name would replace ``autotune.profile()``, the public profiler of a user's 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -19,13 +18,12 @@ from autotune.app import TrialRunner, inspect_run
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError
 from autotune.files import file_name
-from autotune.measure.environment import describe_machine
-from autotune.measure.profiling import ProfilePlan
 from autotune.records import META_ATTR
 from autotune.report.diagnosis import print_profile, write_profile
 from autotune.results.model import load_results
-from autotune.results.profile import ProfileRecord
 from autotune.results.remedies import Tried
+from autotune.results.tried import tries_of
+from autotune.study.profiles import profile_configuration, profile_plan
 from autotune.study.storage import load_study
 
 LABEL = "baseline"
@@ -43,26 +41,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         flush=True,
     )
     workdir = output_dir / "profile"
-    plan = ProfilePlan(
-        trace_file=str(workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json"),
-        steps=settings.profile_steps,
-        trace_steps=settings.profile_trace_steps,
-        hot_batches=settings.profile_batches,
-    )
     runner = TrialRunner(settings, device, workdir)
-    request = replace(runner.request, knobs=settings.baseline, profile=plan)
-    result = runner.trial(request, LABEL)
-    record = ProfileRecord(
-        pipeline=settings.pipeline.name,
-        device=device,
-        label=LABEL,
-        knobs=settings.baseline,
-        machine=describe_machine(),
-        study=settings.study.name,
-        result=result.profile,
-        failure=str(result.failure) if result.failure else None,
-        tried=stored_tries(settings),
-    )
+    plan = profile_plan(settings, workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json")
+    record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, stored_tries(settings))
     files = write_profile(record, output_dir)
     print_profile(record, files, out)
     if record.result is None:
@@ -71,8 +52,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
 
 
 def stored_tries(settings: Settings) -> Tried | None:
-    """What the stored study of this pipeline measured, per knob; None where there is no such study (or it tuned
-    another pipeline, whose tries say nothing of this one)."""
+    """What the stored study of this pipeline measured, per knob, and what it recommends; None where there is no
+    such study (or it tuned another pipeline, whose tries say nothing of this one)."""
     try:
         study = load_study(settings.study.name, settings.study.storage)
     except KeyError:
@@ -80,11 +61,4 @@ def stored_tries(settings: Settings) -> Tried | None:
     stored = study.user_attrs.get(META_ATTR, {})
     if stored.get("pipeline") != settings.pipeline.to_dict():
         return None
-    values: dict[str, list] = {}
-    for record in load_results(study).records:
-        if record.result.ok:
-            for knob, value in record.result.knobs.items():
-                values.setdefault(knob, [])
-                if value not in values[knob]:
-                    values[knob].append(value)
-    return Tried(settings.study.name, values)
+    return tries_of(load_results(study))

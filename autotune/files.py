@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -30,8 +31,17 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+# The bytes of a name file_name leaves as they are.
+_NAME_BYTES = 100
+
+
 def file_name(text: str) -> str:
     """``text`` as one file or folder name: characters other than letters, digits, ``.``, ``_`` and ``-`` become
     ``_``, and no leading dot, so that a study's or a trial's name can neither reach another folder (``..``) nor
-    hide a file."""
-    return re.sub(r"[^\w.-]+", "_", text).lstrip(".") or "_"
+    hide a file; a long one is cut, a hash of the whole ending it, to leave room under the 255 bytes a name may take
+    for what is added to it (``.lock``, a database's name)."""
+    name = re.sub(r"[^\w.-]+", "_", text).lstrip(".") or "_"
+    if len(name.encode()) <= _NAME_BYTES:
+        return name
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"{name.encode()[: _NAME_BYTES - 13].decode(errors='ignore')}-{digest}"

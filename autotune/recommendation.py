@@ -29,12 +29,10 @@ import yaml
 
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS, REQUIRED, Target, TrainingSetup, changed
-from autotune.measure.environment import describe_machine
+from autotune.measure.environment import describe_machine, machine_fingerprint
 
 # The layout of recommended.yaml. Raise it when a key changes meaning or goes; a new optional key keeps it.
 SCHEMA_VERSION = 1
-# What a recommendation's figures depend on: measured elsewhere, they may not hold here.
-MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "torch")
 
 
 class MachineMismatchWarning(UserWarning):
@@ -235,11 +233,6 @@ class Recommendation:
             no_difference=dict(document.get("no_difference") or {}),
             schema_version=version,
         )
-
-
-def machine_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a machine description (``describe_machine``) a recommendation's figures depend on."""
-    return {key: machine.get(key) for key in MACHINE_KEYS}
 
 
 def load_recommended(path: str | Path) -> Recommendation:

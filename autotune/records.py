@@ -9,20 +9,34 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from optuna.trial import TrialState
+import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 from autotune.trial.result import FailureKind, TrialResult
 
-# Optuna user attributes: the study's own (META: what is tuned; BASELINE: its result; PROBE: ProbeRecord;
-# CONFIRMATION: the race; TRIM: the races of its winner against its changes undone; INTERRUPTED: trial numbers a
-# killed tuner left) and each trial's (RESULT: its TrialResult; DUPLICATE: the label of the trial that measured the
-# same configuration; PREDICTED: the guide's prediction; NOT_MEASURED: why it was told pruned without being measured).
+# Optuna user attributes: the study's own (META: what is tuned), one
+# machine's (``on_machine``: MACHINE: its description; BASELINE: the baseline's result; PROBE: ProbeRecord;
+# CONFIRMATION: the race; TRIM: the races of its winner against its changes undone; PROFILES: the baseline and the
+# recommendation profiled, results/profile.py's TunedProfiles; TUNER_TIME, one per run: where the run's time went,
+# results/tuner_time.py's RunTime) and each trial's (MACHINE: the id of the machine it
+# runs on; TUNER: the host and pid of the tuner measuring it; CONFIG: its configuration's key, set before it is
+# measured; CLAIM: the id of its claim on that configuration; ALIVE: when its tuner last said it is alive, and how
+# often it says so; INTERRUPTED: its tuner was stopped or died while it ran; RESULT: its TrialResult; DUPLICATE: the
+# label of the trial that measured the same configuration, or why another tuner's trial stands for it; PREDICTED: the
+# guide's prediction; NOT_MEASURED: why it was told pruned without being measured).
 META_ATTR = "autotune.meta"
+MACHINE_ATTR = "autotune.machine"
+TUNER_ATTR = "autotune.tuner"
+CONFIG_ATTR = "autotune.config"
+CLAIM_ATTR = "autotune.claim"
+ALIVE_ATTR = "autotune.alive_at"
 BASELINE_ATTR = "autotune.baseline"
 PROBE_ATTR = "autotune.probe"
 CONFIRMATION_ATTR = "autotune.confirmation"
 TRIM_ATTR = "autotune.trim"
+PROFILES_ATTR = "autotune.profiles"
+TUNER_TIME_ATTR = "autotune.tuner_time"
 INTERRUPTED_ATTR = "autotune.interrupted"
 RESULT_ATTR = "autotune.result"
 DUPLICATE_ATTR = "autotune.duplicate_of"
@@ -31,6 +45,37 @@ NOT_MEASURED_ATTR = "autotune.not_measured"
 BASELINE_LABEL = "baseline"
 # The states of trials that measured something: finished, failed (with a reason), or pruned.
 MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+
+
+def on_machine(attr: str, machine: str) -> str:
+    """The study attribute ``attr`` of one machine (``machine_id``): throughput measured on one machine is never
+    compared with another's, so each machine of a study has its own baseline, probe, race and trim."""
+    return f"{attr}@{machine}"
+
+
+def study_machines(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """The machines a study's results were measured on: their id (``machine_id``) → description."""
+    prefix = on_machine(MACHINE_ATTR, "")
+    return {key[len(prefix) :]: value for key, value in study.user_attrs.items() if key.startswith(prefix)}
+
+
+def measured_trials(study: optuna.Study, machine: str) -> list[tuple[FrozenTrial, TrialResult]]:
+    """The trials that measured a configuration on ``machine``, in trial order, each configuration once: tuners
+    sharing a study may, rarely, both start measuring one configuration (``autotune/study/tuner.py``), and the first
+    trial stands for it. Repeats of a measured configuration and interrupted trials are left out (a result stored for
+    a trial never told, as a storage fault or a kill between the two writes leaves it, is measured again)."""
+    seen: set[str] = set()
+    found = []
+    for trial in study.get_trials(deepcopy=False, states=MEASURED_STATES):
+        attrs = trial.user_attrs
+        if attrs.get(MACHINE_ATTR) != machine or RESULT_ATTR not in attrs or DUPLICATE_ATTR in attrs:
+            continue
+        result = TrialResult.from_dict(attrs[RESULT_ATTR])
+        key = config_key(result.knobs)
+        if INTERRUPTED_ATTR not in attrs and key not in seen:
+            seen.add(key)
+            found.append((trial, result))
+    return found
 
 
 def metric_attrs(result: TrialResult) -> dict[str, Any]:

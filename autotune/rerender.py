@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune.errors import ConfigError
-from autotune.records import BASELINE_ATTR, META_ATTR
+from autotune.records import BASELINE_ATTR, META_ATTR, on_machine, study_machines
 from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import print_summary
@@ -21,16 +21,25 @@ from autotune.study.storage import load_study
 
 
 def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
-    """Render the reports of study ``name`` in ``storage`` into ``output_dir``; returns the files written."""
+    """Render the reports of study ``name`` in ``storage`` into ``output_dir``; returns the files written. A study
+    measured on several machines gets one set of reports per machine, in ``output_dir/machine-ID`` (throughput from
+    different hardware is never ranked together)."""
     try:
         study = load_study(name, storage)
     except KeyError:
         raise ConfigError("study.name", f"no study '{name}' in {redact_url(storage)}") from None
-    if META_ATTR not in study.user_attrs or BASELINE_ATTR not in study.user_attrs:
+    machines = [machine for machine in study_machines(study) if on_machine(BASELINE_ATTR, machine) in study.user_attrs]
+    if META_ATTR not in study.user_attrs or not machines:
         raise ConfigError("study.name", f"study '{name}' was not made by autotune, or has no measured baseline")
-    results = load_results(study)
-    summary = summarise(results)
-    files = write_reports(results, summary, output_dir)
-    print(f"autotune: the reports of study '{name}' ({redact_url(storage)}), rendered from storage", file=out)
-    print_summary(summary, files, f"{len(results.trials)} trial(s) stored", out)
+    files: dict[str, Path] = {}
+    for machine in machines:
+        results = load_results(study, machine)
+        summary = summarise(results)
+        folder = output_dir / f"machine-{machine}" if len(machines) > 1 else output_dir
+        written = write_reports(results, summary, folder)
+        on = f", measured on {results.machine.get('cpu_model')} (machine {machine})" if len(machines) > 1 else ""
+        print(f"autotune: the reports of study '{name}' ({redact_url(storage)}){on}, rendered from storage", file=out)
+        stored = f"{len(results.trials)} trial(s) stored"
+        print_summary(summary, written, stored, out, results.profiles, results.tuner_time)
+        files |= {f"{machine}/{kind}" if len(machines) > 1 else kind: path for kind, path in written.items()}
     return files

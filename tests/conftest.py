@@ -58,6 +58,7 @@ FAST_MEASURE = [
     "measure.screen_min_steps=3",
     "measure.screen_min_time_s=0.2",
     "measure.fork_trials=true",  # tests check what happens, not how fast: 0.02 s a trial instead of ~3 s
+    "study.diagnose=false",  # no profiling runs after the race: tests/test_profile.py runs them
 ]
 
 
@@ -85,6 +86,7 @@ def tiny_config(**overrides) -> dict:
             "objectives": ["throughput"],
             "prune_margin": None,
             "probe": False,
+            "diagnose": False,
         },
         "measure": {
             "device": "cpu",

@@ -129,7 +129,7 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path):
     for line in tuner.stdout:
         if line.startswith("[trial 2/4"):
             break
-    wait_for_file(tmp_path / "first" / "trials" / "trial-2.request.json", timeout_s=60)  # trial 3 has started
+    wait_for_file(tmp_path / "first" / "trials" / "trial-2.log", timeout_s=60)  # trial 3 has started
     tuner.send_signal(signal.SIGKILL)
     tuner.wait()
 
@@ -389,7 +389,7 @@ def start_long_trial(tmp_path, **popen) -> subprocess.Popen:
     tuner = subprocess.Popen(
         [sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, preexec_fn=_default_sigint, **popen
     )
-    wait_for_file(tmp_path / "out" / "trials" / "trial-0.request.json", timeout_s=120)
+    wait_for_file(tmp_path / "out" / "trials" / "trial-0.log", timeout_s=120)
     deadline = time.monotonic() + 30
     while not processes_mentioning(str(tmp_path / "out" / "trials" / "trial-0.log")):
         assert time.monotonic() < deadline, "the trial never started"

@@ -23,3 +23,10 @@ def test_a_name_becomes_one_file_name_that_reaches_no_other_folder():
     assert file_name("..") == "_" and file_name("../../etc") == "_.._etc"
     assert file_name("my study/v2") == "my_study_v2" and file_name(".hidden") == "hidden"
     assert file_name("round1-baseline + amp") == "round1-baseline_amp"
+
+
+def test_a_long_name_is_cut_and_told_apart_by_a_hash_of_the_whole():
+    long, other = "s" * 300, "s" * 299 + "t"
+    assert len(file_name(long).encode()) <= 100 and file_name(long) != file_name(other)
+    assert file_name("é" * 200).startswith("é") and len(file_name("é" * 200).encode()) <= 100
+    assert file_name("short") == "short"

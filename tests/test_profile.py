@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from autotune import diagnose
+from autotune import app, diagnose, rerender
 from autotune.config.load import load_settings
 from autotune.errors import BaselineFailedError, ConfigError
 from autotune.results.profile import ProfileRecord
@@ -16,14 +16,16 @@ from autotune.trial.result import TrialRequest, TrialResult
 from tests.conftest import tiny_config
 
 
-def _settings(tmp_path, **pipeline):
-    config = tiny_config(pipeline=pipeline)
-    config |= {"mode": "profile", "profile": {"steps": 8, "trace_steps": 2, "batches": 3}}
+def _settings(tmp_path, mode="profile", study=None, **pipeline):
+    config = tiny_config(pipeline=pipeline, study=study or {})
+    config |= {"mode": mode, "profile": {"steps": 8, "trace_steps": 2, "batches": 3}}
     settings = load_settings(config, "tiny")
     return replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/none.db"))
 
 
-def test_the_baseline_is_profiled_in_a_subprocess_and_its_diagnosis_saved_then_rendered(tmp_path):
+def test_the_baseline_is_profiled_in_a_subprocess_and_its_diagnosis_saved_then_rendered(tmp_path, monkeypatch):
+    sent, trial = [], app.TrialRunner.trial  # the request file a trial reads is deleted once it ended
+    monkeypatch.setattr(app.TrialRunner, "trial", lambda me, req, *a, **k: sent.append(req) or trial(me, req, *a, **k))
     settings = _settings(tmp_path)
     assert settings.mode == "profile" and (settings.profile_steps, settings.profile_batches) == (8, 3)
     out = io.StringIO()
@@ -44,7 +46,7 @@ def test_the_baseline_is_profiled_in_a_subprocess_and_its_diagnosis_saved_then_r
     assert "- [the trace: profile/tiny.pt.trace.json](<profile/tiny.pt.trace.json>)" in markdown
     printed = out.getvalue()
     assert f"verdict: {record.diagnosis.verdict}" in printed and "hottest in loading" in printed
-    request = TrialRequest.from_dict(json.loads((tmp_path / "profile" / "baseline.request.json").read_text()))
+    request = TrialRequest.from_dict(json.loads(json.dumps(sent[-1].to_dict())))
     assert request.profile.steps == 8 and request.profile.trace_file == str(trace)
     assert TrialRequest.from_dict(replace(request, profile=None).to_dict()).profile is None
     result = TrialResult.from_dict(json.loads((tmp_path / "profile" / "baseline.result.json").read_text()))
@@ -65,3 +67,26 @@ def test_profile_settings_are_checked():
     config["profile"] = {"steps": 3, "trace_steps": 2, "batches": 3}
     with pytest.raises(ConfigError, match="profile.steps"):
         load_settings(config, "tiny")
+
+
+def test_a_tuning_run_profiles_its_baseline_and_recommendation_after_the_race_and_mode_report_renders_them(tmp_path):
+    settings = _settings(tmp_path, "tune", {"n_trials": 1, "diagnose": True})
+    out = io.StringIO()
+    files = app.run(settings, tmp_path / "tuned", out)
+    printed = out.getvalue()
+    assert "[profile baseline] " in printed and "What limits it: baseline " in printed
+    profiled = json.loads(files["report.json"].read_text())["profiles"]
+    assert profiled["baseline"]["verdict"] and profiled["baseline"]["wall_s"] > 0, profiled["baseline"]
+    assert (tmp_path / "tuned" / "trials" / "profile-baseline.log").exists()
+    assert (tmp_path / "tuned" / "profile" / "tiny-baseline.pt.trace.json").exists()
+    again = rerender.run(settings.study.name, settings.study.storage, tmp_path / "again", io.StringIO())
+    assert json.loads(again["report.json"].read_text()) == json.loads(files["report.json"].read_text())
+    resumed = io.StringIO()
+    app.run(settings, tmp_path / "resumed", resumed)
+    assert "[profile baseline, stored] " in resumed.getvalue(), "a finished study's profiles are not run again"
+
+
+def test_a_tuning_run_with_study_diagnose_false_profiles_nothing(tmp_path):
+    out = io.StringIO()
+    files = app.run(_settings(tmp_path, "tune", {"n_trials": 0, "diagnose": False}), tmp_path, out)
+    assert "[profile" not in out.getvalue() and json.loads(files["report.json"].read_text())["profiles"] is None

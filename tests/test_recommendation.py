@@ -10,14 +10,13 @@ import yaml
 
 import autotune
 from autotune.errors import ConfigError
-from autotune.measure.environment import describe_machine
+from autotune.measure.environment import describe_machine, machine_fingerprint
 from autotune.recommendation import (
     SCHEMA_VERSION,
     MachineMismatchWarning,
     Measured,
     Recommendation,
     Training,
-    machine_fingerprint,
 )
 from tests.conftest import NEUTRAL_KNOBS
 

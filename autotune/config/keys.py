@@ -8,7 +8,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from autotune.config.settings import MeasureSettings, ScreenPlan, Settings, StudySettings
-from autotune.config.values import ImportPath, KnobCandidates, KnobValue, Plain, Values
+from autotune.config.values import CoreSets, CountOrAuto, ImportPath, KnobCandidates, KnobValue, Plain, Values
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS, REQUIRED
 from autotune.measure.recorder import WindowPlan
@@ -99,6 +99,10 @@ _STUDY = (
     _setting("study.objectives", Plain(tuple, choices=OBJECTIVES), StudySettings, "objectives"),
     _setting("study.prune_margin", _POSITIVE_OR_NULL, StudySettings, "prune_margin"),
     _setting("study.probe", Plain(bool), StudySettings, "probe"),
+    _setting("study.diagnose", Plain(bool), StudySettings, "diagnose"),
+    _setting("study.heartbeat_s", _POSITIVE, StudySettings, "heartbeat_s"),
+    _setting("study.parallel", CountOrAuto(), StudySettings, "parallel"),
+    _setting("study.cpu_sets", CoreSets(), StudySettings, "cpu_sets"),
 )
 # torch reads the index of cuda:N as an 8-bit integer (cuda:128 is cuda:-128): two digits at most.
 _DEVICE = Plain(

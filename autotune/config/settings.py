@@ -9,6 +9,10 @@ from autotune.measure.memory import MemoryBudget
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.spec import PipelineSpec
 
+# Heartbeats a trial may miss before it is taken for dead: its tuner may be slow to write one (a busy storage server,
+# a long garbage collection), never by several intervals.
+STALE_BEATS = 4
+
 
 @dataclass(frozen=True)
 class StudySettings:
@@ -22,7 +26,11 @@ class StudySettings:
     rounds before one is recommended. ``objectives`` is ("throughput",) or ("throughput", "peak_memory") for a
     Pareto front. A trial whose running throughput falls ``prune_margin`` (a fraction) below the best so
     far is pruned; None never prunes. ``probe`` measures the loader and the model step apart first, to
-    steer the search.
+    steer the search. A tuner says every ``heartbeat_s`` that its running trial is alive; a trial of a shared study
+    (``autotune/study/storage.py``) not heard of for ``STALE_BEATS`` of them is failed and measured again.
+    ``parallel`` trials run at once ("auto": one per visible GPU), each in a slot of its own: a GPU, or one of the
+    ``cpu_sets`` (``autotune/trial/placement.py``).
+    ``diagnose`` profiles the baseline and the recommendation after the race (``autotune/study/profiles.py``).
     """
 
     name: str
@@ -36,7 +44,11 @@ class StudySettings:
     objectives: tuple[str, ...] = ("throughput",)
     prune_margin: float | None = 0.25
     probe: bool = True
+    diagnose: bool = True
     host_memory_budget_mb: float | None = None
+    heartbeat_s: float = 15.0
+    parallel: int | str = 1
+    cpu_sets: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def multi_objective(self) -> bool:

@@ -156,3 +156,33 @@ class KnobCandidates(Values):
         if not values:
             raise ValueError("the candidate list is empty; give at least one value, or null to derive them")
         return list(dict.fromkeys(self.knob.parse(v) for v in values))
+
+
+@dataclass(frozen=True)
+class CountOrAuto(Values):
+    """A count of at least 1 (at most ``maximum``), or "auto"."""
+
+    maximum: int = 1024
+
+    def parse(self, value: Any) -> int | str:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= self.maximum):
+            return value
+        raise ValueError(f"expected an integer from 1 to {self.maximum}, or auto; got {shown(value)}")
+
+
+@dataclass(frozen=True)
+class CoreSets(Values):
+    """Null, or a list of lists of CPU core numbers (each from 0 to ``maximum``), e.g. [[0,1],[2,3]]."""
+
+    maximum: int = 65535
+
+    def parse(self, value: Any) -> tuple[tuple[int, ...], ...] | None:
+        if value is None:
+            return None
+        if isinstance(value, list | tuple) and value and all(isinstance(cores, list | tuple) for cores in value):
+            if all(self._core(core) for cores in value for core in cores):
+                return tuple(tuple(cores) for cores in value)
+        raise ValueError(f"expected null or a list of lists of core numbers such as [[0,1],[2,3]]; got {shown(value)}")
+
+    def _core(self, core: Any) -> bool:
+        return isinstance(core, int) and not isinstance(core, bool) and 0 <= core <= self.maximum

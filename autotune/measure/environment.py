@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import platform
 import sys
 from typing import Any
 
 import psutil
+import pynvml
 import torch
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
+# What a throughput depends on beyond the pipeline: measured on a machine that differs in one of these, a figure may
+# not hold (bf16 autocast wins with avx512_bf16 and loses ~40 % without it).
+MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "gpu_driver", "cuda", "torch")
 # CPU features that change which knobs win: bf16 autocast runs in hardware only with avx512_bf16 or AMX.
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
@@ -32,6 +39,7 @@ def describe_machine() -> dict[str, Any]:
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "gpu_driver": _gpu_driver() if torch.cuda.is_available() else None,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": str(torch.__version__),  # a str subclass YAML cannot write
@@ -41,6 +49,37 @@ def describe_machine() -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "thread_env": {name: os.environ[name] for name in _THREAD_VARIABLES if name in os.environ},
     }
+
+
+def machine_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a machine description (``describe_machine``) that throughput depends on (``MACHINE_KEYS``)."""
+    return {key: machine.get(key) for key in MACHINE_KEYS}
+
+
+def machine_id(machine: dict[str, Any]) -> str:
+    """A short name of ``machine_fingerprint(machine)``: machines with the same id are alike for measuring."""
+    canonical = json.dumps(machine_fingerprint(machine), sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+@functools.cache
+def this_machine_id() -> str:
+    """``machine_id`` of the machine this process runs on."""
+    return machine_id(describe_machine())
+
+
+def _gpu_driver() -> str | None:
+    """The NVIDIA driver's version, from NVML (None where NVML cannot tell)."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        return str(pynvml.nvmlSystemGetDriverVersion())
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _cpu_info(field: str) -> str:

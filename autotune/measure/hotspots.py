@@ -3,9 +3,13 @@ process that runs them (each DataLoader worker profiles its own batches: ``autot
 over a sample of batches.
 
 A hot function is one with much self time (time in its own code, not in what it calls). Where it is a library's
-(PIL, NumPy, torch, the standard library), its **call site** is the line of the user's own code that leads to it:
-cProfile records which function called which (not the line), so the chain of callers is followed up to the first
-function of the user's code, and the line is the call in that function's source to the next function down.
+(PIL, NumPy, torch, the standard library), its **call sites** are the lines of the user's own code that lead to it,
+each with the share of its self time spent through it. cProfile records, per pair of caller and callee, the callee's
+time in calls from that caller (not per line, nor per path): the hot function's self time is split over its callers
+by that time exactly, and a library caller's share over its own callers in proportion to their time in it, up to the
+first function of the user's code on each path; the line is the call in that function's source to the next function
+down. Below a library function that several of the user's lines call, the split is that proportion, an estimate: a
+deeper function that only one of the lines reaches is still shared among them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pstats
 import re
 import sys
 import sysconfig
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +32,9 @@ from autotune.measure.loading import Instrumented, Stats
 _TOP = 12
 _OWN = 6
 _CHAIN_LIMIT = 30  # callers followed up from a hot function before giving up on finding the user's code
+# A share of a hot function's self time below this, on its way up the callers, is not followed further: paths through
+# a library multiply, and so little changes no call site's share visibly.
+_SMALLEST_SHARE = 0.002
 Key = tuple[str, int, str]
 _AUTOTUNE = str(Path(__file__).resolve().parent.parent)
 _AUTOTUNE_PARENT = str(Path(_AUTOTUNE).parent)
@@ -38,12 +46,22 @@ _BUILTIN = re.compile(r"<(?:built-in )?(?:method|function) '?([\w.]+)'?(?: of '(
 
 
 @dataclass(frozen=True)
+class CallSite:
+    """A line of the user's code (``site``, file:line) in function ``caller`` that leads to a hot function, and the
+    seconds of the hot function's self time spent through it (``self_s``)."""
+
+    site: str
+    caller: str
+    self_s: float
+
+
+@dataclass(frozen=True)
 class HotFunction:
     """A function's ``self_s`` (in its own code) and ``cumulative_s`` (with what it calls) over the sample, its
     ``calls``; ``location`` where it is defined (file:line, None for a built-in), ``own`` whether it is the user's
-    code. For a library's function, ``call_site`` is the line of the user's code that leads to it (file:line) and
-    ``caller`` the function holding that line, both None where no chain of callers reaches the user's code; for the
-    user's own, ``caller`` is the function that calls it most."""
+    code. For a library's function, ``call_sites`` are the lines of the user's code that lead to it, the most time
+    first, and ``call_site`` and ``caller`` the first's line and function, None where no chain of callers reaches the
+    user's code; for the user's own, ``caller`` is the function that calls it most."""
 
     name: str
     location: str | None
@@ -53,6 +71,11 @@ class HotFunction:
     own: bool
     call_site: str | None = None
     caller: str | None = None
+    call_sites: list[CallSite] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HotFunction:
+        return cls(**{**data, "call_sites": [CallSite(**site) for site in data.get("call_sites", [])]})
 
 
 @dataclass(frozen=True)
@@ -87,8 +110,8 @@ class Hotspots:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Hotspots:
-        functions = [HotFunction(**f) for f in data.get("functions", [])]
-        own = [HotFunction(**f) for f in data.get("own", [])]
+        functions = [HotFunction.from_dict(f) for f in data.get("functions", [])]
+        own = [HotFunction.from_dict(f) for f in data.get("own", [])]
         return cls(**{**data, "functions": functions, "own": own})
 
 
@@ -127,12 +150,10 @@ class _Loaded:
 def _hot(key: Key, stats: dict[Key, tuple]) -> HotFunction:
     _, calls, self_s, cumulative_s, callers = stats[key]
     own = is_own_code(key[0])
-    chain = [] if own else _chain_to_own_code(key, stats)
+    sites = [] if own else call_sites(key, stats)
     call_site = caller = None
-    if chain:
-        user, callee = chain[-1], chain[-2]
-        call_site = f"{shown_path(user[0])}:{_call_line(user, callee)}"
-        caller = _own_name(user, stats)
+    if sites:
+        call_site, caller = sites[0].site, sites[0].caller
     elif own and callers:  # the user's function that runs it
         parent = _heaviest_caller(key, stats)
         caller = _own_name(parent, stats) if is_own_code(parent[0]) else None
@@ -149,6 +170,7 @@ def _hot(key: Key, stats: dict[Key, tuple]) -> HotFunction:
         own=own,
         call_site=call_site,
         caller=caller,
+        call_sites=sites,
     )
 
 
@@ -172,35 +194,46 @@ def _own_name(key: Key, stats: dict[Key, tuple]) -> str:
     return key[2]
 
 
-def _chain_to_own_code(key: Key, stats: dict[Key, tuple]) -> list[Key]:
-    """``key``, then its heaviest caller, then that one's, up to the first function of the user's code; [] where
-    the chain ends first (the DataLoader's own code, say)."""
-    chain, seen = [key], {key}
-    while len(chain) < _CHAIN_LIMIT:
-        callers = {c: v for c, v in stats.get(chain[-1], (0, 0, 0, 0, {}))[4].items() if c not in seen}
-        if not callers:
-            return []
-        heaviest = max(callers, key=lambda c: callers[c][3])
-        chain.append(heaviest)
-        seen.add(heaviest)
-        if is_own_code(heaviest[0]):
-            return chain
-    return []
+def call_sites(key: Key, stats: dict[Key, tuple]) -> list[CallSite]:
+    """The lines of the user's code that lead to ``key``, each with the seconds of its self time spent through it,
+    the most first: its self time split over its callers by their calls' self time, then a library caller's share
+    over that one's callers in proportion to their time in it, up to the first function of the user's code on each
+    path. What reaches no user's code (the DataLoader's own, say) is on no line."""
+    through: dict[tuple[Key, Key], float] = defaultdict(float)  # (user's function, what it calls) → seconds
+    smallest = _SMALLEST_SHARE * stats[key][2]
+    pending = [(caller, key, edge[2], (key,)) for caller, edge in stats[key][4].items()]
+    while pending:
+        function, callee, seconds, path = pending.pop()
+        if is_own_code(function[0]):
+            through[(function, callee)] += seconds
+            continue
+        callers = stats.get(function, (0, 0, 0, 0, {}))[4]
+        total = sum(edge[3] for edge in callers.values())
+        if seconds < smallest or total <= 0 or function in path or len(path) >= _CHAIN_LIMIT:
+            continue
+        for caller, edge in callers.items():
+            pending.append((caller, function, seconds * edge[3] / total, (*path, function)))
+    by_line: dict[str, CallSite] = {}
+    for (function, callee), seconds in through.items():
+        site = f"{shown_path(function[0])}:{_call_line(function, callee)}"
+        before = by_line.get(site)
+        by_line[site] = CallSite(site, _own_name(function, stats), seconds + (before.self_s if before else 0.0))
+    return sorted(by_line.values(), key=lambda found: found.self_s, reverse=True)
 
 
 def _call_line(function: Key, callee: Key) -> int:
-    """The line in ``function``'s source that calls a function named as ``callee`` is; its definition line where
-    none does (or the source cannot be read)."""
+    """The first line in ``function``'s source that calls a function named as ``callee`` is (cProfile does not say
+    which of several); its definition line where none does (or the source cannot be read)."""
     name = _callee_name(callee)
     definition = _definition(function[0], function[1])
     if definition is None:
         return function[1]
-    for node in ast.walk(definition):
-        if isinstance(node, ast.Call):
-            called = node.func
-            if getattr(called, "attr", None) == name or getattr(called, "id", None) == name:
-                return node.lineno
-    return function[1]
+    lines = [
+        node.lineno
+        for node in ast.walk(definition)
+        if isinstance(node, ast.Call) and name in (getattr(node.func, "attr", None), getattr(node.func, "id", None))
+    ]
+    return min(lines, default=function[1])
 
 
 @functools.lru_cache(maxsize=64)

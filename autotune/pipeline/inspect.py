@@ -158,11 +158,16 @@ def import_targets(spec: PipelineSpec) -> None:
         target = node["_target_"]
         try:
             with _quiet_hydra_logger():
-                get_object(target)
+                found = get_object(target)
         except Exception as exc:
             cause = exc.__cause__ or exc  # hydra's ImportError wraps what the import raised
             detail = " ".join(f"{type(cause).__name__}: {cause}".split())
             raise ConfigError(f"pipeline.{key}._target_", f"cannot import '{target}': {detail}") from exc
+        if not callable(found):
+            raise ConfigError(
+                f"pipeline.{key}._target_",
+                f"'{target}' is a {type(found).__name__}, not a class or function to call: name what builds the {key}",
+            )
 
 
 @contextmanager

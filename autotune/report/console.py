@@ -8,8 +8,12 @@ from typing import Any, TextIO
 from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
 from autotune.report.document import headline
+from autotune.report.profiles import current_profiles, summary_lines
 from autotune.report.rows import ranked_frame
+from autotune.report.tuner_time import tuner_time_line
+from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary
+from autotune.results.tuner_time import TunerTime
 from autotune.trial.result import FailureKind, TrialResult
 
 _MEASURED_COLUMNS = ["throughput_sps", "speedup", "data_stall_fraction", "peak_memory_mb"]
@@ -59,7 +63,17 @@ def format_probe(probe: ProbeRecord) -> str:
     )
 
 
-def print_summary(summary: Summary, files: dict[str, Path], stop_reason: str, out: TextIO) -> None:
+def print_summary(
+    summary: Summary,
+    files: dict[str, Path],
+    stop_reason: str,
+    out: TextIO,
+    profiles: TunedProfiles | None = None,
+    tuner_time: TunerTime | None = None,
+) -> None:
+    """Why the run stopped, the ranked table, the headline, what limits the baseline and the recommendation where
+    ``profiles`` (the study's) are of these two, the files written, then where the tuner's time went (where the
+    study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
     varied = [name for name in KNOBS if frame[name].astype(str).nunique() > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
@@ -67,5 +81,9 @@ def print_summary(summary: Summary, files: dict[str, Path], stop_reason: str, ou
     print(f"\nStopped: {stop_reason}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(f"\n{headline(summary)}", file=out)
+    if current := current_profiles(profiles, summary):
+        print("\n".join(summary_lines(current)), file=out)
     for name, path in files.items():
         print(f"  {name:<17} {path}", file=out)
+    if tuner_time is not None:
+        print(tuner_time_line(tuner_time), file=out)

@@ -18,6 +18,7 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_segments
 from autotune.results.profile import Diagnosis, ProfileRecord
+from autotune.results.remedies import called_from
 
 PERFETTO = "https://ui.perfetto.dev"
 _METHOD = (
@@ -105,15 +106,16 @@ def _hot_section(hotspots: Hotspots) -> Section:
         f"cProfile over {hotspots.batches} batches ({hotspots.samples} samples) in {where}: "
         f"{hotspots.total_s * 1e3 / max(hotspots.batches, 1):.1f} ms a batch profiled, "
         f"{1 - hotspots.collate_share:.0%} in the dataset and the rest collating. "
-        "Self time is a function's own; for a library's function, the call site is the line of your code that leads "
-        "to it."
+        "Self time is a function's own; for a library's function, the call sites are the lines of your code that lead "
+        "to it, with the share of its self time spent through each where there are several (an estimate below a "
+        "library function that several of your lines call: docs/profile.md)."
     )
     rows = [
         [
             f"{hotspots.share(f):.0%}",
             f.name,
             f"{f.self_s * 1e3 / max(hotspots.batches, 1):.2f}",
-            f.call_site or f.location or "",
+            called_from(f, callers=False) or f.location or "",
         ]
         for f in hotspots.functions
     ]
@@ -188,7 +190,7 @@ def print_profile(record: ProfileRecord, files: dict[str, Path], out: TextIO) ->
         print(f"  per step {result.stages.loop_s * 1e3:.1f} ms: {segments}", file=out)
         hot = result.hotspots.functions[:1]
         for function in hot:
-            site = f", called from {function.call_site}" if function.call_site else ""
+            site = f", called from {called_from(function, callers=False)}" if function.call_site else ""
             print(f"  hottest in loading: {result.hotspots.share(function):.0%} in {function.name}{site}", file=out)
         for line in diagnosis.findings:
             print(f"  finding: {line}", file=out)

@@ -13,12 +13,16 @@ from autotune.knobs import KNOBS, changed
 from autotune.measure.measurement import SystemReport
 from autotune.report import plots
 from autotune.report.plots import Plot
+from autotune.report.profile_plots import paired_stage_bars
+from autotune.report.profiles import current_profiles, describe, side_by_side_rows, sides
 from autotune.report.rows import ranked_rows, record_row
+from autotune.report.tuner_time import covers
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.model import StudyResults
 from autotune.results.race import TIE_TOLERANCE
 from autotune.results.summary import Summary
+from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -103,6 +107,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
             table=_before_after(summary),
             plots=[plots.before_after(summary), plots.time_split(summary)],
         ),
+        *_profiles(results, summary),
         Section("Training", paragraphs=[batch_advice(results, summary).describe(), *batch_limit(results).sentences()]),
         *_probe(results),
         *_pareto(summary),
@@ -113,8 +118,9 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         ),
         *_importance(results),
         *_failures(summary),
+        *_tuner_time(results),
         Section("How it was measured", paragraphs=[_method(results)]),
-        Section("Machine", bullets=_machine(results.machine, results.device)),
+        Section("Machine", bullets=[*_machine(results.machine, results.device), *_other_machines(results)]),
     ]
     return Document(f"autotune report: {results.pipeline}", headline(summary), sections)
 
@@ -142,11 +148,53 @@ def headline(summary: Summary) -> Headline:
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
     return Headline(
-        f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput",
+        f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput, {gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s, {how}) by "
         f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB."
         + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else ""),
     )
+
+
+def gain_interval(summary: Summary) -> str:
+    """The recommendation's gain's 95 % interval in words, or why it has none: a figure a user will quote carries its
+    uncertainty, and one resting on single runs or one round says so."""
+    interval = summary.gain_interval
+    if interval is not None:
+        return f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds"
+    if summary.proof is not None:
+        return "one race round: no interval"
+    return "single runs: no interval"
+
+
+def _profiles(results: StudyResults, summary: Summary) -> list[Section]:
+    """The baseline and the recommendation side by side as profiled after the race: what limits each and what to
+    change (none where the study holds no profiles of these two: study.diagnose=false, or a run stopped first)."""
+    profiles = current_profiles(results.profiles, summary)
+    if profiles is None:
+        return []
+    headers, rows = side_by_side_rows(profiles)
+    named = sides(profiles)
+    ran = {name: record.result.stages for name, record in named.items() if record.result is not None}
+    name, last = list(named.items())[-1]
+    lead = (
+        "After the race, each configuration was taken apart in a profiling run of its own, as mode=profile does "
+        "(docs/profile.md): the step's stages, a torch.profiler trace, the data pipeline's hot functions under "
+        "cProfile; the verdict is the first rule that holds (autotune/results/diagnosis.py). These figures are the "
+        "profiling runs', slowed by their instruments; the throughputs above are the race's. Advice for the "
+        "recommendation leaves out the knobs it already changes and says which values the tuner measured."
+    )
+    advice = last.diagnosis.advice if last.diagnosis else []
+    if advice:
+        lead += f" Below the table: what to change next in the {name}, most effective first."
+    return [
+        Section(
+            "What limits each: the baseline and the recommendation profiled",
+            paragraphs=[lead],
+            table=Table(headers, rows),
+            bullets=[describe(a) for a in advice],
+            plots=[paired_stage_bars(ran)] if ran else [],
+        )
+    ]
 
 
 def _trim(summary: Summary) -> list[Section]:
@@ -328,6 +376,32 @@ def _failures(summary: Summary) -> list[Section]:
     return [Section("Pruned, infeasible and failed configurations", table=_table(headers, rows))]
 
 
+def _tuner_time(results: StudyResults) -> list[Section]:
+    """Where the tuner's own time went, stage by stage and phase by phase (none where the study did not record it)."""
+    split = results.tuner_time
+    if split is None:
+        return []
+    text = (
+        f"The tuner's {split.wall_s:.0f} s ({covers(split)}), from the start of each run to its reports, by stage "
+        "and, within each, by the phases of its trial processes: start-up (the interpreter and imports, or the fork), "
+        "the pipeline's build, warm-up, compile, the timed windows, the probe's probing, the profiling runs' "
+        "profiling, the rest of each process (DataLoader shutdown, the FLOP count, memory reads, exit), stopped "
+        "trials (pruned, timed out or crashed: no breakdown comes back), and the tuner's own work between them "
+        "(what remains of the stage's time). With several trials at once (study.parallel) each counts its share."
+    )
+    rows = [
+        [STAGE_WORDS.get(stage, stage), sum(parts.values()), f"{share:.0%}", _phases_in_words(parts)]
+        for (stage, parts), share in zip(split.by_stage().items(), shares(split.stages()).values(), strict=True)
+    ]
+    rows.append(["all", split.wall_s, "100%", _phases_in_words(split.phases())])
+    table = _table(["stage", "seconds", "share", "of which (seconds)"], rows)
+    return [Section("Where the tuner's time went", paragraphs=[text], table=table, plots=[plots.tuner_time(split)])]
+
+
+def _phases_in_words(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{PHASE_WORDS[phase]} {value:.1f}" for phase, value in seconds.items() if round(value, 1))
+
+
 def _busy_machine(summary: Summary) -> list[Section]:
     """A warning naming the runs other processes slowed down, if any were."""
     measured = [r for r in summary.ranked if r.result.measurement is not None]
@@ -372,6 +446,21 @@ def _method(results: StudyResults) -> str:
         "pages the nearest PSS read found, and the training process's high-water mark catches peaks between. "
         f"{repeated}"
     )
+
+
+def _other_machines(results: StudyResults) -> list[str]:
+    """Where the study holds results of other machines too: which, and that they are ranked apart."""
+    if not results.other_machines:
+        return []
+    others = "; ".join(
+        f"{about.get('cpu_model', '?')}, {about.get('cpu_count', '?')} cores, GPU {about.get('gpu') or 'none'} "
+        f"(machine {machine})"
+        for machine, about in results.other_machines.items()
+    )
+    return [
+        f"Machine {results.machine_id}. This study holds results of other machines too, never ranked with these: "
+        f"{others}. `mode=report` renders one report per machine."
+    ]
 
 
 def _machine(machine: dict[str, Any], device: str) -> list[str]:

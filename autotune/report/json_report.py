@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from typing import Any
 
+from autotune.report.profiles import current_profiles, profiles_data
 from autotune.report.rows import ranked_rows
+from autotune.report.tuner_time import tuner_time_data
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.model import StudyResults
@@ -21,6 +24,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "study": results.study_name,
         "device": results.device,
         "machine": results.machine,
+        "machine_id": results.machine_id,
         "search_space": results.space,
         "recommended": {
             "trial": rec.label,
@@ -39,11 +43,16 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "peak_memory_mb": base.result.peak_memory_mb,
         },
         "speedup": summary.speedup,
+        # its 95 % interval from the paired rounds of the race that proved it; null with 0 rounds (single runs) or 1
+        "speedup_interval": asdict(interval) if (interval := summary.gain_interval) else None,
+        "speedup_rounds": summary.proof.rounds if summary.proof else 0,
         "training": batch_advice(results, summary).to_dict(),
         "batch_limit": batch_limit(results).to_dict(),
         "pareto_front": [record.label for record in summary.pareto],
         "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],
+        "profiles": profiles_data(profiles) if (profiles := current_profiles(results.profiles, summary)) else None,
+        "tuner_time": tuner_time_data(results.tuner_time) if results.tuner_time else None,
     }
 
 

@@ -20,6 +20,7 @@ from autotune.results.benchmark import Benchmark
 from autotune.results.model import StudyResults
 from autotune.results.race import TIE_TOLERANCE, Confirmation
 from autotune.results.summary import Summary
+from autotune.results.tuner_time import PHASE_WORDS, PHASES, STAGE_WORDS, TunerTime
 
 BASELINE, RECOMMENDED, OTHER = "#7f7f7f", "#1f77b4", "#9ecae1"
 STATE_STYLE = {  # marker, colour, legend label
@@ -234,6 +235,40 @@ def importance(values: dict[str, float]) -> Plot | None:
         ax.set_xlabel("importance (Optuna's PED-ANOVA; the knobs' importances sum to 1)")
 
     return Plot("Which knobs the throughput depended on, across the search's trials.", draw, 1.0 + 0.35 * len(names))
+
+
+# One colour a phase of the tuner's time: the measuring phases blue to green, fixed costs orange to red, the rest grey.
+PHASE_COLOUR = dict(
+    zip(
+        PHASES,
+        ["#d62728", "#ff7f0e", "#bcbd22", "#9467bd", "#1f77b4", "#17becf", "#2ca02c", "#c7c7c7", "#8c564b", "#7f7f7f"],
+        strict=True,
+    )
+)
+
+
+def tuner_time(split: TunerTime) -> Plot:
+    """Where the tuner's time went: a bar a stage, stacked by the phases of its trial processes and its own work."""
+    by_stage = split.by_stage()
+
+    def draw(ax: Axes) -> None:
+        labels = [STAGE_WORDS.get(stage, stage) for stage in by_stage]
+        left = [0.0] * len(by_stage)
+        for phase in PHASES:
+            widths = [max(0.0, parts.get(phase, 0.0)) for parts in by_stage.values()]
+            if any(widths):
+                ax.barh(labels, widths, left=left, color=PHASE_COLOUR[phase], label=PHASE_WORDS[phase])
+                left = [x + w for x, w in zip(left, widths, strict=True)]
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds")
+        legend_below(ax)
+
+    runs = f" over its {len(split.runs)} runs" if len(split.runs) > 1 else ""
+    caption = (
+        f"Where the tuner's {split.wall_s:.0f} s went{runs}: each stage's time, split into its trial processes' "
+        "phases and the tuner's own work between them."
+    )
+    return Plot(caption, draw, height=1.6 + 0.35 * len(by_stage))
 
 
 VERDICT_COLOUR = {"gain": "#2ca02c", "loss": "#d62728", "within noise": BASELINE}

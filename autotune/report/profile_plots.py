@@ -48,6 +48,31 @@ def stage_bars(stages: StageTiming) -> Plot:
     if stages.num_workers:
         fetch, collate = stages.mean("fetch_s") * 1e3, stages.mean("collate_s") * 1e3
         bars[f"a worker (of {stages.num_workers}), per batch"] = {"fetching samples": fetch, "collating": collate}
+    caption = "Where a step's time goes: the training process's stages per step" + (
+        ", and beside it what loading one batch costs a worker (the workers load in parallel with training)."
+        if stages.num_workers
+        else "; without workers, waiting for data is fetching and collating in the training process itself."
+    )
+    return _stacked(bars, caption, "ms")
+
+
+def paired_stage_bars(configurations: dict[str, StageTiming]) -> Plot:
+    """One stacked bar per configuration (name → its stages) of the training process's stages per sample, so that
+    configurations of different batch sizes compare."""
+    bars = {
+        name: {stage: ms / stages.batch_size for stage, ms in stage_segments(stages).items()}
+        for name, stages in configurations.items()
+    }
+    caption = (
+        "Where the time goes, per sample, in each configuration's training process (from its profiling run, after "
+        "the race: the ranked figures are the race's). With workers, loading shows as waiting for data only where "
+        "the workers fall behind."
+    )
+    return _stacked(bars, caption, "ms per sample")
+
+
+def _stacked(bars: dict[str, dict[str, float]], caption: str, unit: str) -> Plot:
+    """A horizontal stacked bar per entry of ``bars`` (label → stage → value), stages in ``STAGE_COLOURS``' order."""
 
     def draw(ax: Axes) -> None:
         labels = list(bars)
@@ -59,14 +84,9 @@ def stage_bars(stages: StageTiming) -> Plot:
             ax.barh(labels, widths, left=lefts, color=colour, label=label)
             drawn.add(stage)
         ax.invert_yaxis()
-        ax.set_xlabel("ms")
+        ax.set_xlabel(unit)
         legend_below(ax)
 
-    caption = "Where a step's time goes: the training process's stages per step" + (
-        ", and beside it what loading one batch costs a worker (the workers load in parallel with training)."
-        if stages.num_workers
-        else "; without workers, waiting for data is fetching and collating in the training process itself."
-    )
     return Plot(caption, draw, height=1.6 + 0.4 * len(bars))
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from autotune.recommendation import Measured, Recommendation, Training, machine_fingerprint
+from autotune.measure.environment import machine_fingerprint
+from autotune.recommendation import Measured, Recommendation, Training
 from autotune.results.advice import BatchAdvice, batch_advice
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary

@@ -6,8 +6,9 @@ The verdict is the first of these that holds, each a measured figure against a t
 2. **host-overhead-bound**: on a GPU, its kernels are busy less than ``DEVICE_BUSY_MIN`` of the model step (it waits
    for the host); on a CPU, ``OVERHEAD_BOUND_SHARE`` or more of the model step is the host's own work (Python between
    operators, autograd's and the optimizer's bookkeeping, operators too short to be more than their dispatch);
-3. **memory-bound**: less than ``MEMORY_BOUND_SHARE`` of the operators' time is in matrix products and
-   convolutions (the rest, elementwise operators, normalisation, copies, is limited by memory bandwidth);
+3. **memory-bound**: less than ``MEMORY_BOUND_SHARE`` of the operators' time is arithmetic: matrix products and
+   convolutions, and on a CPU random number generation (the rest, elementwise operators, normalisation, copies, is
+   limited by memory bandwidth);
 4. **compute-bound**: otherwise.
 
 Beside the verdict, findings: memory that grows step after step (a possible leak) and garbage-collection pauses.
@@ -54,6 +55,10 @@ GC_PAUSE_SHARE = 0.02
 SATURATED_CORES = 0.9
 # Matrix products and convolutions: the operators whose time goes to arithmetic.
 _COMPUTE_OPERATOR = re.compile(r"aten::\w*(conv|mm|matmul|linear|scaled_dot_product|einsum|rnn|lstm|gru)", re.I)
+# Random number generation (dropout's masks) is arithmetic too on a CPU, not memory traffic: on one thread of the
+# 2-core EPYC of docs/profile.md, bernoulli_ wrote 0.3 GB/s (12 ns an element) where a copy of the same tensors
+# (1 to 16 MB) moved 10 to 40 GB/s. (On a GPU, counter-based generators keep pace with memory: not counted there.)
+_RANDOM_OPERATOR = re.compile(r"aten::(bernoulli|uniform|normal|random|exponential|geometric|cauchy|log_normal)_?$")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,11 @@ class Rule:
     @property
     def holds(self) -> bool:
         return self.value >= self.threshold if self.at_least else self.value < self.threshold
+
+    @property
+    def gist(self) -> str:
+        """The figure in a few words ("waiting for data 60%")."""
+        return f"{self.name.partition(', of ')[0]} {self.value:.0%}"
 
     def __str__(self) -> str:
         relation = ("≥" if self.at_least else "<") if self.holds else ("<" if self.at_least else "≥")
@@ -91,7 +101,8 @@ class Figures:
     model_step_s: float  # the training step under the profiler, per step
     overhead_share: float
     device_busy_share: float | None
-    compute_share: float
+    compute_share: float  # arithmetic (``is_compute_operator``), of the operators' time
+    product_share: float  # matrix products and convolutions alone, of the operators' time: what 16 bits speed up
 
 
 def figures(result: ProfileResult) -> Figures:
@@ -106,8 +117,9 @@ def figures(result: ProfileResult) -> Figures:
         for op in ops.step_operators
         if not op.name.startswith("aten::") or op.self_cpu_s / max(op.calls, 1) < small
     )
-    operator_time = sum(time_of(op) for op in aten)
-    compute = sum(time_of(op) for op in aten if is_compute_operator(op.name))
+    operator_time = sum(time_of(op) for op in aten) or float("inf")
+    compute = sum(time_of(op) for op in aten if is_compute_operator(op.name, ops.device))
+    products = sum(time_of(op) for op in aten if _COMPUTE_OPERATOR.match(op.name))
     step_s = ops.step_s or float("inf")
     return Figures(
         loop_s=stages.loop_s,
@@ -121,18 +133,22 @@ def figures(result: ProfileResult) -> Figures:
         model_step_s=ops.step_s / ops.active_steps,
         overhead_share=min(1.0, overhead / step_s),
         device_busy_share=sum(op.self_device_s for op in ops.step_operators) / step_s if on_device else None,
-        compute_share=compute / operator_time if operator_time > 0 else 0.0,
+        compute_share=compute / operator_time,
+        product_share=products / operator_time,
     )
 
 
-def is_compute_operator(name: str) -> bool:
-    """Whether operator ``name`` is a matrix product or a convolution, whose time goes to arithmetic."""
-    return bool(_COMPUTE_OPERATOR.match(name))
+def is_compute_operator(name: str, device: str) -> bool:
+    """Whether operator ``name`` spends its time on arithmetic on a ``device`` ("cpu" or "cuda"): a matrix product
+    or a convolution; on a CPU, random number generation too."""
+    return bool(_COMPUTE_OPERATOR.match(name) or (device != "cuda" and _RANDOM_OPERATOR.match(name)))
 
 
 def rules(result: ProfileResult) -> list[Rule]:
     """The verdict's rules in the order they are tried (the first that holds decides)."""
     found = figures(result)
+    on_cpu = result.operators.device != "cuda"
+    arithmetic = "matrix products and convolutions" + (" and random numbers" if on_cpu else "")
     overhead = (
         Rule("the GPU busy, of the model step:", found.device_busy_share, DEVICE_BUSY_MIN, False, OVERHEAD_BOUND)
         if found.device_busy_share is not None
@@ -142,7 +158,7 @@ def rules(result: ProfileResult) -> list[Rule]:
         Rule("waiting for data, of the step:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND),
         overhead,
         Rule(
-            "matrix products and convolutions, of the operators' time:",
+            f"{arithmetic}, of the operators' time:",
             found.compute_share,
             MEMORY_BOUND_SHARE,
             False,

@@ -9,33 +9,40 @@ from typing import Any
 import optuna
 from optuna.importance import get_param_importances
 
+from autotune.measure.environment import this_machine_id
 from autotune.records import (
     BASELINE_ATTR,
     BASELINE_LABEL,
     CONFIRMATION_ATTR,
-    DUPLICATE_ATTR,
-    INTERRUPTED_ATTR,
-    MEASURED_STATES,
     META_ATTR,
     PREDICTED_ATTR,
     PROBE_ATTR,
-    RESULT_ATTR,
+    PROFILES_ATTR,
     TRIM_ATTR,
     ProbeRecord,
     TrialRecord,
+    measured_trials,
+    on_machine,
+    study_machines,
 )
+from autotune.results.profile import TunedProfiles
 from autotune.results.race import Confirmation
+from autotune.results.tuner_time import TunerTime, load_tuner_time
 from autotune.trial.result import TrialResult
 
 
 @dataclass(frozen=True)
 class StudyResults:
-    """Everything the reports need: what was tuned, on what machine, and every result.
+    """Everything the reports need: what was tuned, on what machine, and every result measured there.
 
     ``optimizer`` is the pipeline's optimizer config (for the learning-rate note); ``probe`` what the
     differential probe found, as stored in the study (None if it did not run); ``trim`` the races of the race's
     winner against its changes undone (``autotune/study/trim.py``); ``importance`` Optuna's importance of each knob
-    that took more than one value among the completed trials, for reaching the best throughputs (``knob_importance``).
+    that took more than one value among the completed trials, for reaching the best throughputs (``knob_importance``);
+    ``profiles`` the baseline and the recommendation profiled after the race (None where they were not);
+    ``tuner_time`` where each run's time went (None: a study of an earlier autotune).
+    ``machine`` describes the machine (its ``machine_id``) whose results these are; ``other_machines`` those the
+    study holds results of too, never ranked with these (``load_results`` of each reports them).
     """
 
     study_name: str
@@ -53,6 +60,10 @@ class StudyResults:
     probe: ProbeRecord | None = None
     trim: list[Confirmation] = field(default_factory=list)
     importance: dict[str, float] = field(default_factory=dict)
+    profiles: TunedProfiles | None = None
+    machine_id: str = ""
+    other_machines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tuner_time: TunerTime | None = None
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -60,22 +71,24 @@ class StudyResults:
         return ([self.baseline] if self.baseline else []) + self.trials
 
 
-def load_results(study: optuna.Study) -> StudyResults:
-    """Read every stored result of ``study``; repeats and interrupted trials are left out."""
+def load_results(study: optuna.Study, machine: str | None = None) -> StudyResults:
+    """Read every result ``study`` stores of ``machine`` (a ``machine_id``; None: this machine where the study has
+    measured it, else the first it has); repeats and interrupted trials are left out."""
+    machines = study_machines(study)
+    machine = machine or choose_machine(machines)
     meta = study.user_attrs[META_ATTR]
-    baseline = study.user_attrs.get(BASELINE_ATTR)
-    confirmation = study.user_attrs.get(CONFIRMATION_ATTR)
-    interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
+    attrs = {name: study.user_attrs.get(on_machine(name, machine)) for name in (BASELINE_ATTR, PROBE_ATTR)}
+    baseline, probe = attrs[BASELINE_ATTR], attrs[PROBE_ATTR]
+    confirmation = study.user_attrs.get(on_machine(CONFIRMATION_ATTR, machine))
     trials = [
-        TrialRecord(str(t.number), TrialResult.from_dict(t.user_attrs[RESULT_ATTR]), t.user_attrs.get(PREDICTED_ATTR))
-        for t in study.get_trials(deepcopy=False, states=MEASURED_STATES)
-        if RESULT_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs and t.number not in interrupted
+        TrialRecord(str(t.number), result, t.user_attrs.get(PREDICTED_ATTR))
+        for t, result in measured_trials(study, machine)
     ]
     return StudyResults(
         study_name=study.study_name,
         pipeline=meta["pipeline"]["name"],
         device=meta["device"],
-        machine=meta["machine"],
+        machine=machines.get(machine, {}),
         space=meta["space"],
         measure=meta["measure"],
         baseline=TrialRecord(BASELINE_LABEL, TrialResult.from_dict(baseline)) if baseline else None,
@@ -84,17 +97,33 @@ def load_results(study: optuna.Study) -> StudyResults:
         objectives=meta.get("objectives", ["throughput"]),
         batch_policy=meta.get("batch_policy", "free"),
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
-        probe=ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) if PROBE_ATTR in study.user_attrs else None,
-        trim=[Confirmation.from_dict(trim) for trim in study.user_attrs.get(TRIM_ATTR, [])],
-        importance=knob_importance(study),
+        probe=ProbeRecord.from_dict(probe) if probe is not None else None,
+        trim=[Confirmation.from_dict(trim) for trim in study.user_attrs.get(on_machine(TRIM_ATTR, machine)) or []],
+        importance=knob_importance(study, machine),
+        profiles=_profiles(study.user_attrs.get(on_machine(PROFILES_ATTR, machine))),
+        machine_id=machine,
+        other_machines={other: about for other, about in machines.items() if other != machine},
+        tuner_time=load_tuner_time(study.user_attrs, machine),
     )
 
 
-def knob_importance(study: optuna.Study) -> dict[str, float]:
+def _profiles(stored: dict[str, Any] | None) -> TunedProfiles | None:
+    return TunedProfiles.from_dict(stored) if stored is not None else None
+
+
+def choose_machine(machines: dict[str, dict[str, Any]]) -> str:
+    """This machine's id where ``machines`` has it, else the first of them ("" for none)."""
+    here = this_machine_id()
+    return here if here in machines else next(iter(machines), "")
+
+
+def knob_importance(study: optuna.Study, machine: str) -> dict[str, float]:
     """Optuna's default importance (PED-ANOVA: how much each knob matters to reaching the top throughputs) of the
-    knobs that took two values or more among the completed trials; empty with fewer than two such knobs (one
-    alone would read 1.0 whatever it did)."""
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    knobs that took two values or more among the trials completed on ``machine``; empty with fewer than two such
+    knobs (one alone would read 1.0 whatever it did)."""
+    complete = [
+        trial for trial, _ in measured_trials(study, machine) if trial.state is optuna.trial.TrialState.COMPLETE
+    ]
     values: dict[str, set] = {}
     for trial in complete:
         for name, value in trial.params.items():
@@ -102,6 +131,8 @@ def knob_importance(study: optuna.Study) -> dict[str, float]:
     varied = [name for name, seen in values.items() if len(seen) > 1]
     if len(varied) < 2:
         return {}
+    alone = optuna.create_study(directions=study.directions)  # in memory: this machine's trials, for Optuna to read
+    alone.add_trials(complete)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its reminder that lower targets are better: throughput is negated below
-        return get_param_importances(study, params=varied, target=lambda trial: -trial.values[0])
+        return get_param_importances(alone, params=varied, target=lambda trial: -trial.values[0])

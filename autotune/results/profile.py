@@ -1,5 +1,5 @@
-"""A profiling run as saved (profile.json) and the diagnosis derived from it: saved first, rendered from the saved
-record, so a report re-renders without profiling again."""
+"""A profiling run as saved (profile.json, or a tuning study's TunedProfiles) and the diagnosis derived from it:
+saved first, rendered from the saved record, so a report re-renders without profiling again."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from autotune.results.remedies import Advice, Tried, advise
 @dataclass(frozen=True)
 class Diagnosis:
     """The ``verdict``, the ``rules`` tried to reach it (each figure against its threshold, the deciding one last),
-    the ``findings`` beside it (a possible leak, garbage-collection pauses) and the ranked ``advice``."""
+    the ``findings`` beside it (a possible leak, garbage-collection pauses), the ranked ``advice``, and the verdict in
+    a few words with its figures (``gist``: "data-bound (waiting for data 60%)")."""
 
     verdict: str
     rules: list[str]
     findings: list[str] = field(default_factory=list)
     advice: list[Advice] = field(default_factory=list)
+    gist: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -29,7 +31,8 @@ class Diagnosis:
 class ProfileRecord:
     """One profiled configuration (``label``: "baseline", or what gave it) of ``pipeline`` on ``device``: its
     ``knobs``, the machine, what the run found (``result``; None where it failed, with ``failure`` saying why), the
-    trace file it wrote, and what the stored study ``study`` tried (``tried``; None where there is no such study)."""
+    trace file it wrote, what the stored study ``study`` tried (``tried``; None where there is no such study), and
+    how long the profiling run took (``wall_s``, process start to exit)."""
 
     pipeline: str
     device: str
@@ -40,6 +43,7 @@ class ProfileRecord:
     result: ProfileResult | None = None
     failure: str | None = None
     tried: Tried | None = None
+    wall_s: float | None = None
 
     @property
     def diagnosis(self) -> Diagnosis | None:
@@ -51,7 +55,9 @@ class ProfileRecord:
         findings = [str(leak) for leak in leaks(self.result)]
         findings += [line for line in (gc_finding(self.result), saturation_finding(self.result, cores)) if line]
         advice = advise(self.result, decided, self.knobs, cores, self.tried, self.study)
-        return Diagnosis(decided, [str(rule) for rule in tried_rules], findings, advice)
+        figures = [tried_rules[0].gist] + ([tried_rules[-1].gist] if len(tried_rules) > 1 else [])
+        gist = f"{decided} ({', '.join(figures)})"
+        return Diagnosis(decided, [str(rule) for rule in tried_rules], findings, advice, gist)
 
     def to_dict(self) -> dict[str, Any]:
         """The record, and the diagnosis derived from it (for readers of the JSON; not read back)."""
@@ -72,4 +78,36 @@ class ProfileRecord:
                 "result": ProfileResult.from_dict(result) if result else None,
                 "tried": Tried(**tried) if tried else None,
             }
+        )
+
+
+@dataclass(frozen=True)
+class TunedProfiles:
+    """A tuning run's baseline and recommendation, each profiled after the race (``autotune/study/profiles.py``)
+    and stored in its study; ``recommended`` is None where the recommendation is to keep the baseline."""
+
+    baseline: ProfileRecord
+    recommended: ProfileRecord | None = None
+
+    def about(self, baseline: dict[str, Any], recommended: dict[str, Any] | None) -> bool:
+        """Whether these profile the configurations ``baseline`` and ``recommended`` (None: keep the baseline)."""
+        profiled = self.recommended.knobs if self.recommended else None
+        return self.baseline.knobs == baseline and profiled == recommended
+
+    @property
+    def wall_s(self) -> float:
+        """What the profiling runs took, in all."""
+        return sum(r.wall_s or 0.0 for r in (self.baseline, self.recommended) if r is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline.to_dict(),
+            "recommended": self.recommended.to_dict() if self.recommended else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TunedProfiles:
+        recommended = data.get("recommended")
+        return cls(
+            ProfileRecord.from_dict(data["baseline"]), ProfileRecord.from_dict(recommended) if recommended else None
         )

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from autotune.measure.hotspots import HotFunction
+from autotune.measure.hotspots import CallSite, HotFunction
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import (
     DATA_BOUND,
@@ -41,24 +41,36 @@ OPTIMIZER_SHARE = 0.10
 # An expected effect under 2 % is within a profiling run's noise: no advice.
 MIN_GAIN = 1.02
 _MOST_HOT = 3
+_MOST_SITES = 3  # call sites named for one hot function; the rest counted
 _RESIZE = re.compile(r"resize|interpolate|crop|thumbnail|rescale|scale|warp|affine|grid_sample", re.I)
 _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuffer|unpickle", re.I)
 
 
 @dataclass(frozen=True)
 class Tried:
-    """What a stored tuning study measured: its name, and per knob the values its configurations ran with."""
+    """What a stored tuning study measured: its name, per knob the values its configurations ran with, and the
+    changes its recommendation makes to the baseline (``recommended``: knob → value; None where the study has no
+    recommendation to read)."""
 
     study: str
     values: dict[str, list[Any]]
+    recommended: dict[str, Any] | None = None
 
     def says(self, knob: str, value: Any) -> str:
-        """Whether the study measured ``knob`` at ``value``, in words."""
+        """Whether the study measured ``knob`` at ``value``, and recommends it, in words."""
         seen = self.values.get(knob, [])
+        if self.recommended is not None and knob in self.recommended and self.recommended[knob] == value:
+            return f"the tuner recommends {knob}={value} (study '{self.study}')"
         if value in seen:
-            return f"the tuner measured {knob}={value} (study '{self.study}')"
+            unused = " and did not recommend it" if self.recommended is not None else ""
+            return f"the tuner measured {knob}={value}{unused} (study '{self.study}')"
         listed = ", ".join(map(str, seen)) or "no value"
         return f"not tried by the tuner: study '{self.study}' measured {knob} at {listed}"
+
+    def settled(self, knob: str, knobs: dict[str, Any]) -> bool:
+        """Whether ``knobs`` already make the recommendation's change of ``knob``: the tuner's races chose that
+        value by measuring it, so advice to set another is not given."""
+        return self.recommended is not None and knob in self.recommended and knobs.get(knob) == self.recommended[knob]
 
 
 @dataclass(frozen=True)
@@ -84,7 +96,7 @@ def advise(
 ) -> list[Advice]:
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores), ranked: a leak
     first, then by expected gain, those without an estimate last. ``tried`` is the stored study named ``study``
-    (None where there is none)."""
+    (None where there is none); a knob whose recommended value ``knobs`` already run gets no advice."""
     found = figures(result)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
@@ -100,6 +112,7 @@ def advise(
         ranked += _arithmetic(result, found, knobs, verdict)
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked.sort(key=lambda a: -(a.gain or 0.0))
+    ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs)]
     return [_with_tried(a, knobs, tried, study) for a in advice + ranked]
 
 
@@ -200,9 +213,25 @@ def _no_workers(found: Figures, workers: int) -> list[Advice]:
     ]
 
 
+def called_from(function: HotFunction, callers: bool = True) -> str:
+    """The lines of the user's code that lead to library ``function``, the most time first, each with the function
+    holding it (``callers``) and, where there are several, its share of ``function``'s self time; "" for none."""
+    sites = function.call_sites or (
+        [CallSite(function.call_site, function.caller or "", function.self_s)] if function.call_site else []
+    )
+    if len(sites) == 1:
+        return f"{sites[0].site} ({sites[0].caller})" if callers else sites[0].site
+    named = [
+        f"{site.site} ({site.caller + ', ' if callers else ''}{site.self_s / function.self_s:.0%})"
+        for site in sites[:_MOST_SITES]
+    ]
+    more = len(sites) - _MOST_SITES
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
 def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -> Advice:
-    where = function.call_site or function.location
-    called = f", called from {function.call_site} ({function.caller})" if function.call_site else ""
+    where = called_from(function, callers=False) or function.location
+    called = f", called from {called_from(function)}" if function.call_site else ""
     if function.own:
         action = f"make {function.name} cheaper: vectorise its Python, or do its work once (in __init__, offline)"
     elif _RESIZE.search(function.name):
@@ -269,7 +298,7 @@ def _arithmetic(result: ProfileResult, found: Figures, knobs: dict[str, Any], ve
     rest = found.loop_s - found.wait_s
     advice = []
     if knobs.get("amp") in (None, "off"):
-        halved = (found.compute_share if verdict != MEMORY_BOUND else 1 - found.compute_share) * rest / 2
+        halved = (found.product_share if verdict != MEMORY_BOUND else 1 - found.compute_share) * rest / 2
         what = "matrix products run in 16 bits" if verdict != MEMORY_BOUND else "tensors move half the bytes"
         advice.append(
             Advice(
@@ -302,13 +331,14 @@ def _arithmetic(result: ProfileResult, found: Figures, knobs: dict[str, Any], ve
 
 
 def _elementwise(result: ProfileResult) -> str:
-    """The step's three largest operators that are neither matrix products nor convolutions, with their shares."""
+    """The step's three largest operators that are not arithmetic (``is_compute_operator``), with their shares."""
     ops = result.operators
     on_device = ops.device == "cuda"
     time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
     aten = [op for op in ops.step_operators if op.name.startswith("aten::")]
     total = sum(time_of(op) for op in aten) or 1.0
-    others = sorted((op for op in aten if not is_compute_operator(op.name)), key=time_of, reverse=True)[:3]
+    arithmetic = [op for op in aten if is_compute_operator(op.name, ops.device)]
+    others = sorted((op for op in aten if op not in arithmetic), key=time_of, reverse=True)[:3]
     return "the largest: " + ", ".join(f"{op.name} {time_of(op) / total:.0%}" for op in others)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autotune.knobs import changed
+from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, choose_candidate, select_finalists
@@ -57,6 +58,17 @@ class Summary:
         if self.confirmed:
             return f"medians of {self.proof.rounds} interleaved re-measurements"
         return "single measurements"
+
+    @property
+    def gain_interval(self) -> RatioInterval | None:
+        """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
+        round by round, in the race it last won (``proof``: each round ran the two close together, so pairing them
+        cancels the machine's slower drifts), with Student's t interval; None without a race or with one round."""
+        proof = self.proof
+        if proof is None:
+            return None
+        rounds = zip(proof.winner.throughputs, proof.baseline_throughputs, strict=True)
+        return ratio_interval([winner / baseline for winner, baseline in rounds])
 
     @property
     def no_difference(self) -> dict[str, object]:

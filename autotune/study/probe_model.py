@@ -25,7 +25,8 @@ from typing import Any
 import optuna
 
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS
-from autotune.records import PROBE_ATTR, ProbeRecord
+from autotune.measure.environment import this_machine_id
+from autotune.records import PROBE_ATTR, ProbeRecord, on_machine
 from autotune.study.space import SearchSpace
 from autotune.trial.probe import ProbePlan, ProbeResult
 from autotune.trial.result import TrialResult
@@ -189,11 +190,14 @@ def probe_once(
     baseline: dict[str, Any],
     run_probe: Callable[[ProbePlan], TrialResult],
     baseline_sps: float,
+    machine: str | None = None,
 ) -> ProbeRecord:
-    """Run the probe once per study and store what it found (reused on resume). Returns the stored record;
+    """Run the probe once per study and machine (None: this one) and store what it found (reused on resume, and by
+    other tuners of the study on a machine alike: the first stored is the one used). Returns the stored record;
     a probe that fails, whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION), or that
     ran out of memory at the baseline's own settings, is recorded as failed and the search goes on without it."""
-    stored = study.user_attrs.get(PROBE_ATTR)
+    attr = on_machine(PROBE_ATTR, machine or this_machine_id())
+    stored = study.user_attrs.get(attr)
     if stored is not None:
         return ProbeRecord.from_dict(stored)
     plan = probe_plan(space, baseline)
@@ -212,7 +216,10 @@ def probe_once(
         else:
             record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute)
             record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
-    study.set_user_attr(PROBE_ATTR, record.to_dict())
+    stored = study.user_attrs.get(attr)
+    if stored is not None:
+        return ProbeRecord.from_dict(stored)
+    study.set_user_attr(attr, record.to_dict())
     return record
 
 

@@ -24,10 +24,12 @@ class SlowerThanBestPruner(optuna.pruners.BasePruner):
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
+        return step is not None and self.slower(step, trial.intermediate_values[step])
+
+    def slower(self, steps: int, throughput: float) -> bool:
+        """Whether a trial reading ``throughput`` after ``steps`` timed steps is to be stopped."""
         best = self.best()
-        if step is None or step < self.min_steps or best is None:
-            return False
-        return trial.intermediate_values[step] < (1 - self.margin) * best
+        return steps >= self.min_steps and best is not None and throughput < (1 - self.margin) * best
 
     def reason(self, throughput: float) -> str:
         """Why a trial at ``throughput`` was pruned, for the record."""

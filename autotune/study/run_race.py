@@ -9,7 +9,7 @@ from typing import Any
 
 import optuna
 
-from autotune.records import CONFIRMATION_ATTR
+from autotune.records import CONFIRMATION_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import (
     RACE_MARGIN,
@@ -51,7 +51,7 @@ def run_race(
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
     confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run)
-    study.set_user_attr(CONFIRMATION_ATTR, confirmation.to_dict())
+    study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
     return confirmation
 
 

@@ -1,5 +1,9 @@
 """The study's Optuna storage: checked before Optuna reads it, its faults named by their cause wherever they happen.
 
+``study.storage`` is a SQLAlchemy URL (a SQLite file, the default; PostgreSQL or MySQL, shared by tuners on many
+machines) or ``journal:///PATH``, Optuna's journal in a file (shared through a filesystem, NFS included). A SQLite
+study has one tuner at a time (``autotune/study/lock.py``); the others are ``shared``.
+
 A storage fault (a full disk, a read-only file or folder, a damaged SQLite file, a lock held past SQLite's busy
 timeout, an I/O error) is one line naming ``study.storage`` and its cause. Found while opening the study, it is a
 ConfigError (exit 2: nothing ran); found once the run is under way, a StorageFaultError (exit 1: the study keeps what
@@ -12,13 +16,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.exceptions import StorageInternalError
+from optuna.storages.journal import JournalFileBackend
 from sqlalchemy import event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError
@@ -28,6 +34,7 @@ from autotune.redact import redact_url
 from autotune.study.lock import sqlite_file
 
 KEY = "study.storage"
+JOURNAL = "journal://"
 _DETAIL_CHARS = 300
 
 
@@ -42,7 +49,9 @@ class Cause:
 
 
 READ_ONLY = Cause(
-    "read-only", ("sqlite_readonly", "readonly database", "read-only"), "make the file and its folder writable"
+    "read-only",
+    ("sqlite_readonly", "readonly database", "read-only", "permission denied"),
+    "make the file and its folder writable",
 )
 MALFORMED = Cause(
     "malformed database",
@@ -54,7 +63,11 @@ CAUSES = (
     READ_ONLY,
     MALFORMED,
     Cause("locked", ("sqlite_busy", "sqlite_locked", "database is locked"), "end the process that holds it locked"),
-    Cause("I/O error", ("sqlite_ioerr", "disk i/o error"), "check its disk, and the file size limit (ulimit -f)"),
+    Cause(
+        "I/O error",
+        ("sqlite_ioerr", "disk i/o error", "input/output error", "stale file handle", "disk quota exceeded"),
+        "check its disk, its mount (a network filesystem's), your quota, and the file size limit (ulimit -f)",
+    ),
 )
 
 
@@ -68,11 +81,16 @@ def storage_cause(exc: BaseException) -> Cause | None:
     """The cause of a failed storage operation, or None where ``exc`` is none of ``CAUSES``: read from the driver's
     error, which Optuna and SQLAlchemy wrap (their own messages quote the statement and its values: user data)."""
     for error in _driver_errors(exc):
-        text = f"{getattr(error, 'sqlite_errorname', '')} {error}".lower()
+        text = f"{getattr(error, 'sqlite_errorname', '')} {error} {getattr(error, 'strerror', '')}".lower()
         for cause in CAUSES:
             if any(mark in text for mark in cause.marks):
                 return cause
     return None
+
+
+def is_shared(url: str) -> bool:
+    """Whether tuners on other machines can join a study in ``url`` (a database server, or a journal file)."""
+    return sqlite_file(url) is None and not url.startswith("sqlite")
 
 
 def create_study(url: str, **options: Any) -> optuna.Study:
@@ -130,21 +148,55 @@ def _check_sqlite(url: str, writing: bool) -> None:
         )
 
 
-def _storage(url: str) -> optuna.storages.RDBStorage:
-    """The RDB storage of ``url`` (what Optuna makes of a URL), raising StorageFaultError on each fault it meets."""
+def _storage(url: str) -> optuna.storages.BaseStorage:
+    """The storage of ``url`` (a journal file, or what Optuna makes of a URL), raising StorageFaultError on each
+    fault it meets."""
+    if url.startswith(JOURNAL):
+        return optuna.storages.JournalStorage(_JournalFile(url))
     storage = optuna.storages.RDBStorage(url)
 
     def name_fault(context: ExceptionContext) -> None:
-        cause = storage_cause(context.original_exception)
-        if cause is not None:
-            raise StorageFaultError(
-                f"{KEY}: {cause.name}: Optuna storage {redact_url(url)!r} failed mid-run "
-                f"({_detail(context.original_exception)}); {cause.advice}, then run the same command again to resume "
-                "from what the study stored"
-            ) from context.sqlalchemy_exception
+        _raise_fault(url, context.original_exception, context.sqlalchemy_exception)
 
     event.listen(storage.engine, "handle_error", name_fault)
     return storage
+
+
+def _raise_fault(url: str, error: BaseException, wrapper: BaseException | None) -> None:
+    """StorageFaultError naming the cause, where ``error`` is a storage fault (``CAUSES``)."""
+    cause = storage_cause(error)
+    if cause is not None:
+        raise StorageFaultError(
+            f"{KEY}: {cause.name}: Optuna storage {redact_url(url)!r} failed mid-run ({_detail(error)}); "
+            f"{cause.advice}, then run the same command again to resume from what the study stored"
+        ) from wrapper or error
+
+
+class _JournalFile(JournalFileBackend):
+    """Optuna's journal file of ``journal:///PATH``, its operating-system errors named as storage faults."""
+
+    def __init__(self, url: str) -> None:
+        path = Path(url[len(JOURNAL) :])
+        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise ConfigError(
+                KEY, f"read-only: {redact_url(url)!r}: {path} cannot be written by this user; {READ_ONLY.advice}"
+            )
+        super().__init__(str(path))
+        self.url = url
+
+    def read_logs(self, log_number_from: int) -> Iterable[dict[str, Any]]:
+        try:
+            return super().read_logs(log_number_from)
+        except OSError as exc:
+            _raise_fault(self.url, exc, None)
+            raise
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        try:
+            super().append_logs(logs)
+        except OSError as exc:
+            _raise_fault(self.url, exc, None)
+            raise
 
 
 def _driver_errors(exc: BaseException | None) -> Iterator[BaseException]:

@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 
 from autotune.knobs import KNOBS, REQUIRED, conflict
-from autotune.records import TRIM_ATTR
+from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes
 from autotune.study.run_race import race
@@ -52,7 +52,7 @@ def run_trim(
             break
         pending = undo_next(races[-1].finalists[0], undone, new)
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
-    study.set_user_attr(TRIM_ATTR, [trim.to_dict() for trim in races])
+    study.set_user_attr(on_machine(TRIM_ATTR, results.machine_id), [trim.to_dict() for trim in races])
     return races
 
 

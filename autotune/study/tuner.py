@@ -6,41 +6,56 @@ the same command again resumes it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
+from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from autotune.config.settings import StudySettings
+from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.errors import StudyMismatchError
 from autotune.knobs import KNOBS
+from autotune.measure.environment import describe_machine, machine_id, this_machine_id
 from autotune.records import (
+    ALIVE_ATTR,
     BASELINE_ATTR,
     BASELINE_LABEL,
+    CLAIM_ATTR,
+    CONFIG_ATTR,
     DUPLICATE_ATTR,
     INTERRUPTED_ATTR,
-    MEASURED_STATES,
+    MACHINE_ATTR,
     META_ATTR,
     NOT_MEASURED_ATTR,
     PREDICTED_ATTR,
     PROBE_ATTR,
     RESULT_ATTR,
+    TUNER_ATTR,
     OutOfMemory,
     ProbeRecord,
     config_key,
+    measured_trials,
     metric_attrs,
+    on_machine,
 )
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.space import SearchSpace, out_of_memory_bound
-from autotune.study.storage import create_study, opening
+from autotune.study.storage import create_study, is_shared, opening
 from autotune.trial.result import Failure, FailureKind, TrialResult
-from autotune.trial.runner import ProgressFn
+from autotune.trial.runner import INTERRUPT, ProgressFn
 
 _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 
@@ -48,6 +63,8 @@ _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 RunFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
+# How often a tuner whose search is done looks whether the others' trials on its machine have ended.
+_AWAIT_POLL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -84,11 +101,12 @@ class TrialEvent:
     result: TrialResult
 
 
-def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
-    """Create the study, or load it if it exists with the same settings (a resume).
+def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str, Any] | None = None) -> optuna.Study:
+    """Create the study, or load it if it exists with the same settings (a resume, or another tuner joining it).
 
     ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
-    with a different description is refused rather than mixed with this one. The sampler is
+    with a different description is refused rather than mixed with this one. ``machine`` (``describe_machine``) is
+    stored under its ``machine_id`` (None: this machine): each machine's results are its own. The sampler is
     multivariate TPE with conditional groups, since knobs interact and some apply only given others.
     A storage that cannot be opened, or fails before this returns, is a ConfigError naming study.storage and the
     cause (``autotune/study/storage.py``); a fault later raises StorageFaultError.
@@ -106,32 +124,54 @@ def open_study(settings: StudySettings, meta: dict[str, Any]) -> optuna.Study:
             directions=[_DIRECTIONS[objective] for objective in settings.objectives],
             load_if_exists=True,
         )
-        _adopt(study, meta)
+        _adopt(study, meta, settings)
+        machine = machine or describe_machine()
+        machine_attr = on_machine(MACHINE_ATTR, machine_id(machine))
+        if machine_attr not in study.user_attrs:
+            study.set_user_attr(machine_attr, machine)
     return study
 
 
-def _adopt(study: optuna.Study, meta: dict[str, Any]) -> None:
-    """Store ``meta`` in a new study; refuse a stored one made with other settings; fail what a killed run left."""
+def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> None:
+    """Store ``meta`` in a new study; refuse a stored one made with other settings; fail what a killed run left (on
+    a shared storage, what a dead tuner left: the others' trials run on)."""
     fingerprint = _fingerprint(meta)
     stored = study.user_attrs.get(META_ATTR)
+    if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's
+        raise StudyMismatchError(
+            f"study.name: study '{study.study_name}' was made by an earlier autotune, whose records this one does not "
+            "read; pass study.name=NEW_NAME to start another study (mode=report of an earlier autotune renders it)"
+        )
     if stored is None:
         study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
     elif stored.get("fingerprint") != fingerprint:
         raise StudyMismatchError(
             f"study.name: study '{study.study_name}' in the storage was created with a different pipeline, "
-            "baseline, search space, objectives or measurement; pass study.name=NEW_NAME to start another study"
+            "baseline, search space (where not given, derived from the machine: its cores, bf16 support, device), "
+            "objectives or measurement; pass study.name=NEW_NAME to start another study"
         )
-    _fail_interrupted_trials(study)
+    if is_shared(settings.storage):
+        fail_stale_trials(study)
+    else:
+        _fail_interrupted_trials(study, study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
-def ensure_baseline(study: optuna.Study, knobs: dict[str, Any], run: RunFn) -> tuple[TrialResult, bool]:
-    """The stored baseline result, or a new measurement of it. Returns (result, reused)."""
-    stored = study.user_attrs.get(BASELINE_ATTR)
+def ensure_baseline(
+    study: optuna.Study, knobs: dict[str, Any], run: RunFn, machine: str | None = None
+) -> tuple[TrialResult, bool]:
+    """The baseline's result on ``machine`` (a ``machine_id``; None: this one) as stored, or a new measurement of it.
+    Returns (result, reused). Where another tuner of the same machine stored one while this one measured, the stored
+    one is used by both."""
+    attr = on_machine(BASELINE_ATTR, machine or this_machine_id())
+    stored = study.user_attrs.get(attr)
     if stored is not None:
         return TrialResult.from_dict(stored), True
     result = run(knobs, BASELINE_LABEL, None)
     if result.ok:
-        study.set_user_attr(BASELINE_ATTR, result.to_dict())
+        stored = study.user_attrs.get(attr)
+        if stored is not None:
+            return TrialResult.from_dict(stored), True
+        study.set_user_attr(attr, result.to_dict())
     return result, False
 
 
@@ -150,8 +190,10 @@ def tune(
     run: RunFn,
     on_trial: Callable[[TrialEvent], None],
     propose: ProposeFn | None = None,
+    machine: str | None = None,
 ) -> StopReason:
-    """Run trials until the study holds ``settings.n_trials`` measured configurations.
+    """Run trials on ``machine`` (a ``machine_id``; None: this one) until the study holds ``settings.n_trials``
+    configurations measured there.
 
     With ``propose`` (the probe's guide), each trial measures the configuration it proposes and tuning stops
     once it proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline
@@ -161,16 +203,71 @@ def tune(
     verdicts on their configuration, not failures: ``FailureKind.is_fault``). A configuration that needs no less
     memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured: Optuna
     is told it is pruned, with the reason, and it does not count as a trial either.
+
+    Other tuners may share the study (``storage.is_shared``): what they measured on the same machine counts here, a
+    configuration one of them is measuring is not measured again, and tuning ends once theirs are done too (a trial
+    of a tuner that died is failed by its missing heartbeats and its configuration measured again).
     """
+    deadline = time.monotonic() + settings.timeout_s if settings.timeout_s is not None else float("inf")
+    machine = machine or this_machine_id()
+    while True:
+        stop = _search(study, space, settings, run, on_trial, machine, propose, deadline)
+        if stop.aborted or not _await_others(study, settings, machine, deadline):
+            return stop
+
+
+def tune_in_slots(
+    study: optuna.Study,
+    space: SearchSpace,
+    settings: StudySettings,
+    runs: list[RunFn],
+    on_trial: Callable[[TrialEvent], None],
+    propose: ProposeFn | None = None,
+    machine: str | None = None,
+) -> StopReason:
+    """``tune`` with a trial at a time in each slot of ``runs`` (``study.parallel``: each runs its trials on its own
+    GPU or cores), the slots sharing the study as tuners of a shared study do. The outcome is the first stop that
+    aborted, else the first slot's. Ctrl-C, or a slot's error, stops every slot's trial (``runner.INTERRUPT``)."""
+    if len(runs) == 1:
+        return tune(study, space, settings, runs[0], on_trial, propose, machine)
+    INTERRUPT.clear()
+    try:
+        with ThreadPoolExecutor(len(runs), thread_name_prefix="autotune-slot") as pool:
+            futures = [pool.submit(tune, study, space, settings, run, on_trial, propose, machine) for run in runs]
+            try:
+                wait(futures, return_when=FIRST_EXCEPTION)
+                stops = [future.result() for future in futures]
+            except BaseException:
+                INTERRUPT.set()
+                raise
+    finally:
+        INTERRUPT.clear()
+    return next((stop for stop in stops if stop.aborted), stops[0])
+
+
+def _search(
+    study: optuna.Study,
+    space: SearchSpace,
+    settings: StudySettings,
+    run: RunFn,
+    on_trial: Callable[[TrialEvent], None],
+    machine: str,
+    propose: ProposeFn | None,
+    deadline: float,
+) -> StopReason:
+    """``tune``'s trials, until one of its ends (the others' trials still running aside)."""
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
-    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
-    known = _known_outcomes(study, settings)
-    ran_out = _out_of_memory(study)
-    pruner = _pruner(settings, known)
-    study.pruner = pruner or optuna.pruners.NopPruner()
+    known = _known_outcomes(study, settings, machine)
+    pruner = _pruner(settings, known)  # this thread's: a slot's trials are judged on what its own thread read
     repeats = failures_in_a_row = 0
-    while (done := counted_trials(study)) < n_trials:
-        if _exhausted(space, known, ran_out):
+    while (done := counted_trials(study, machine)) + len(_in_flight(study, machine)) < n_trials:
+        if INTERRUPT.is_set():
+            raise KeyboardInterrupt
+        known.clear()  # in place: the pruner reads it; other tuners of the study add to it
+        known.update(_known_outcomes(study, settings, machine))
+        ran_out = _out_of_memory(study, machine)
+        taken = set(known) | _in_flight(study, machine)
+        if _exhausted(space, taken, ran_out):
             too_big = " or need no less memory than one that ran out" if ran_out else ""
             return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
         if time.monotonic() >= deadline:
@@ -180,7 +277,7 @@ def tune(
         # Trials already waiting (an interrupted one, on resume) go first; without a guide, the sampler proposes.
         proposal = None
         if propose is not None and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            proposal = propose(_observations(known), set(known), ran_out)
+            proposal = propose(_observations(known), taken, ran_out)
             if proposal is None:
                 return StopReason(
                     f"converged: corrected by the {len(known)} configurations measured (the baseline included), the "
@@ -190,22 +287,33 @@ def tune(
             study.enqueue_trial({name: proposed[name] for name in space.varied if KNOBS[name].active(proposed)})
         trial = study.ask()
         knobs = space.sample(trial)
+        key = config_key(knobs)
+        trial.set_user_attr(MACHINE_ATTR, machine)
+        trial.set_user_attr(TUNER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
         if proposal is not None and proposal.predicted is not None and knobs == proposal.knobs:
             trial.set_user_attr(PREDICTED_ATTR, proposal.predicted)
-        key = config_key(knobs)
         if key in known:
             trial.set_user_attr(DUPLICATE_ATTR, known[key].label)
             _tell(study, trial, known[key])
             repeats += 1
             continue
         if (bound := out_of_memory_bound(knobs, ran_out)) is not None:
-            known[key] = _not_measured(study, trial, bound)
+            _not_measured(study, trial, key, bound)
             repeats += 1
             continue
-        repeats = 0
-        result, known[key] = _measure_trial(study, trial, knobs, run, settings, pruner)
-        if (shown := OutOfMemory.of_trial(trial.number, result)) is not None:
-            ran_out.append(shown)
+        trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
+        with _claimed(study, trial, machine, key) as mine:
+            given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
+            if given_way:
+                trial.set_user_attr(DUPLICATE_ATTR, given_way)
+                study.tell(trial, state=TrialState.PRUNED)
+                repeats += 1
+                continue
+            repeats = 0
+            beat = settings.heartbeat_s if is_shared(settings.storage) else None
+            result, outcome = _measure_trial(study, trial, knobs, run, settings, pruner, beat)
+        if outcome is not None:
+            known[key] = outcome
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
         broken = result.failure is not None and result.failure.kind.is_fault
         failures_in_a_row = failures_in_a_row + 1 if broken else 0
@@ -218,15 +326,188 @@ def tune(
     return StopReason(f"study.n_trials={n_trials} trials measured")
 
 
-def counted_trials(study: optuna.Study) -> int:
-    """Trials that measured a new configuration (complete, failed or pruned; not repeats, not interrupted, not those
-    left unmeasured as out of memory)."""
-    interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
-    return sum(
-        1
-        for t in study.get_trials(deepcopy=False, states=MEASURED_STATES)
-        if DUPLICATE_ATTR not in t.user_attrs and NOT_MEASURED_ATTR not in t.user_attrs and t.number not in interrupted
-    )
+def _given_way(study: optuna.Study, settings: StudySettings, machine: str, number: int, key: str) -> str | None:
+    """Why trial ``number``, holding the claim on configuration ``key``, is not to measure it after all: another
+    tuner measured it while this one asked (its claim ends after its result is stored), or the study's trials
+    measured and in flight before this one reach study.n_trials. None: measure it."""
+    if key in _known_outcomes(study, settings, machine):
+        return "another tuner"
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    ahead = [t for t in running if _measuring(t, machine) and t.number < number]
+    if counted_trials(study, machine) + len(ahead) >= settings.n_trials:
+        return f"not measured: study.n_trials={settings.n_trials} reached by other tuners' trials"
+    return None
+
+
+def _await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
+    """Wait while other tuners of the study measure configurations on ``machine`` (the race must see them), failing
+    those of tuners that died. Returns whether the search must go on: a dead tuner's configuration waits to be
+    measured again."""
+    if not is_shared(settings.storage):
+        return False
+    while _in_flight(study, machine):
+        if fail_stale_trials(study):
+            return time.monotonic() < deadline
+        if INTERRUPT.wait(min(settings.heartbeat_s, _AWAIT_POLL_S)):
+            raise KeyboardInterrupt
+    return False
+
+
+def counted_trials(study: optuna.Study, machine: str | None = None) -> int:
+    """Trials that measured a new configuration on ``machine`` (None: this one; complete, failed or pruned; not
+    repeats, not interrupted, not those left unmeasured as out of memory): ``measured_trials``."""
+    return len(measured_trials(study, machine or this_machine_id()))
+
+
+def _in_flight(study: optuna.Study, machine: str) -> set[str]:
+    """The configurations trials on ``machine`` are measuring now (another tuner's, on a shared study)."""
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return {t.user_attrs[CONFIG_ATTR] for t in running if _measuring(t, machine)}
+
+
+@contextmanager
+def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str) -> Iterator[bool]:
+    """Hold, for ``trial``, the right to measure configuration ``key`` on ``machine`` while inside (True), or find
+    another tuner holding it (False). A claim is an empty study of its own name in the study's storage: a storage
+    creates a name once (a unique constraint in a database, the order of the journal in a file), so of two tuners
+    claiming one configuration at once exactly one gets it. The claim names its trial, and the trial its claim: it
+    ends with the trial, or, where the trial's tuner died, when its trial is failed (``fail_stale_trials``)."""
+    storage = study._storage  # Optuna has no public accessor; the claim must live where the study does
+    try:
+        claim = storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, key))
+    except DuplicatedStudyError:
+        yield False
+        return
+    try:
+        storage.set_study_user_attr(claim, "trial", trial.number)
+        trial.set_user_attr(CLAIM_ATTR, claim)
+        yield True
+    finally:
+        _end_claim(study, claim)
+
+
+def _end_claim(study: optuna.Study, claim: int) -> None:
+    try:
+        study._storage.delete_study(claim)
+    except KeyError:  # ended already, by a tuner that took this one's trial for dead
+        pass
+
+
+def _end_orphan_claims(study: optuna.Study) -> None:
+    """End the claims whose trial is no longer running (its tuner died between its result and the claim's end)."""
+    prefix = _claim_name(study, "", "")[: -len("@:")]
+    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    for summary in study._storage.get_all_studies():
+        owner = summary.user_attrs.get("trial")
+        if summary.study_name.startswith(prefix) and owner is not None and owner not in running:
+            _end_claim(study, summary._study_id)
+
+
+def _claim_name(study: optuna.Study, machine: str, key: str) -> str:
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
+    return f"{study.study_name}#measuring@{machine}:{digest}"
+
+
+def _measuring(trial: optuna.trial.FrozenTrial, machine: str) -> bool:
+    attrs = trial.user_attrs
+    return attrs.get(MACHINE_ATTR) == machine and CONFIG_ATTR in attrs and DUPLICATE_ATTR not in attrs
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail the running trials of a shared study whose tuner has not been heard of for ``STALE_BEATS`` of its
+    heartbeats (each trial's own interval; a trial with none yet: from its start, by the default), propose their
+    configurations again and end their claims; returns their numbers. Tuners' clocks are compared: keep them in sync
+    (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
+    now = time.time()
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    stale = [t for t in running if now - _last_heard(t)[0] > STALE_BEATS * _last_heard(t)[1]]
+    failed = _fail_interrupted_trials(study, stale)
+    _end_orphan_claims(study)
+    return failed
+
+
+def _last_heard(trial: optuna.trial.FrozenTrial) -> tuple[float, float]:
+    """When ``trial``'s tuner last said it is alive, and how often it says so."""
+    heard = trial.user_attrs.get(ALIVE_ATTR)
+    if heard is not None:
+        return heard[0], heard[1]
+    started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
+    return started, StudySettings.heartbeat_s
+
+
+@contextmanager
+def _heartbeat(trial: optuna.Trial, interval_s: float | None) -> Iterator[None]:
+    """Tell the study every ``interval_s`` that ``trial`` is alive, while it runs (None: never)."""
+    if interval_s is None:
+        yield
+        return
+    with _beating(lambda: trial.set_user_attr(ALIVE_ATTR, [time.time(), interval_s]), interval_s):
+        yield
+
+
+@contextmanager
+def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Iterator[bool]:
+    """Whether this tuner is the one to end the study on ``machine`` (its race, trim and profiles, run where its
+    finalists were measured). On a shared study one tuner of a machine does, holding a claim (``_claimed``) with a
+    heartbeat; the others wait for it to end, then report what it stored (True where it died: this one takes over).
+    Alone on its study, a tuner always does."""
+    if not is_shared(settings.storage):
+        yield True
+        return
+    storage, name = study._storage, f"{study.study_name}#finishing@{machine}"
+    while True:
+        try:
+            claim = storage.create_new_study([StudyDirection.MAXIMIZE], name)
+            break
+        except DuplicatedStudyError:
+            if _await_claim(study, name):
+                yield False
+                return
+    try:
+        beat = settings.heartbeat_s
+        with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), beat]), beat):
+            yield True
+    finally:
+        _end_claim(study, claim)
+
+
+def _await_claim(study: optuna.Study, name: str) -> bool:
+    """Wait for the claim ``name`` to end: True when its holder ended it, False when the holder was not heard of for
+    ``STALE_BEATS`` heartbeats (the claim is ended here)."""
+    storage, first_seen = study._storage, time.time()
+    while True:
+        try:
+            claim = storage.get_study_id_from_name(name)
+        except KeyError:
+            return True
+        heard, every = storage.get_study_user_attrs(claim).get(ALIVE_ATTR) or [first_seen, StudySettings.heartbeat_s]
+        if time.time() - heard > STALE_BEATS * every:
+            _end_claim(study, claim)
+            return False
+        if INTERRUPT.wait(_AWAIT_POLL_S):
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def _beating(write: Callable[[], None], interval_s: float) -> Iterator[None]:
+    """``write`` a heartbeat now and every ``interval_s`` while inside. A beat that fails (the storage busy or away)
+    is tried again at the next one: a lasting fault is met by the tuner's next write, and said."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                write()
+            if stop.wait(interval_s):
+                return
+
+    thread = threading.Thread(target=beat, name="autotune-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _exhausted(space: SearchSpace, known: dict[str, _Outcome], ran_out: list[OutOfMemory]) -> bool:
@@ -234,22 +515,22 @@ def _exhausted(space: SearchSpace, known: dict[str, _Outcome], ran_out: list[Out
     return all(config_key(knobs) in known or out_of_memory_bound(knobs, ran_out) for knobs in space.configurations())
 
 
-def _not_measured(study: optuna.Study, trial: optuna.Trial, bound: OutOfMemory) -> _Outcome:
-    """Tell Optuna that ``trial`` is pruned without a measurement, as its configuration needs no less memory than
-    ``bound``, which ran out; the reason is kept on the trial."""
+def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: OutOfMemory) -> None:
+    """Tell Optuna that ``trial`` of configuration ``key`` is pruned without a measurement, as it needs no less memory
+    than ``bound``, which ran out; the reason is kept on the trial."""
+    trial.set_user_attr(CONFIG_ATTR, key)
     trial.set_user_attr(
         NOT_MEASURED_ATTR,
         f"not measured: it needs no less memory than {bound.shown_by}, which ran out ({bound.message})",
     )
     study.tell(trial, state=TrialState.PRUNED)
-    return _Outcome(trial.number, TrialState.PRUNED)
 
 
-def _out_of_memory(study: optuna.Study) -> list[OutOfMemory]:
-    """What ran out of memory, as the study stores it: the probe's settings, then the trials'."""
-    probe = study.user_attrs.get(PROBE_ATTR)
+def _out_of_memory(study: optuna.Study, machine: str) -> list[OutOfMemory]:
+    """What ran out of memory on ``machine``, as the study stores it: the probe's settings, then the trials'."""
+    probe = study.user_attrs.get(on_machine(PROBE_ATTR, machine))
     found = ProbeRecord.from_dict(probe).out_of_memory if probe is not None else []
-    shown = (OutOfMemory.of_trial(trial.number, result) for trial, result in _stored_results(study))
+    shown = (OutOfMemory.of_trial(trial.number, result) for trial, result in measured_trials(study, machine))
     return [*found, *(entry for entry in shown if entry is not None)]
 
 
@@ -342,26 +623,36 @@ def _measure_trial(
     run: RunFn,
     settings: StudySettings,
     pruner: SlowerThanBestPruner | None,
-) -> tuple[TrialResult, _Outcome]:
+    heartbeat_s: float | None,
+) -> tuple[TrialResult, _Outcome | None]:
+    """Measure ``knobs`` as ``trial`` (its tuner's heartbeat every ``heartbeat_s`` meanwhile, where not None), store
+    the result on it and tell Optuna; a trial stopped by an exception (Ctrl-C) is marked interrupted. The outcome is
+    None where another tuner took the trial for dead and failed it meanwhile: its result is lost, and its
+    configuration is measured again."""
     last_reading: list[float] = []
 
     def on_progress(steps: int, throughput: float) -> str | None:
         trial.report(throughput, steps)
         last_reading[:] = [throughput]
-        return pruner.reason(throughput) if trial.should_prune() else None
+        return pruner.reason(throughput) if pruner.slower(steps, throughput) else None
 
     try:
-        result = run(knobs, f"trial-{trial.number}", on_progress if pruner else None)
+        with _heartbeat(trial, heartbeat_s):
+            result = run(knobs, f"trial-{trial.number}", on_progress if pruner else None)
     except BaseException:
-        _mark_interrupted(study, [trial.number])
-        study.tell(trial, state=TrialState.FAIL)
+        with contextlib.suppress(UpdateFinishedTrialError):
+            trial.set_user_attr(INTERRUPTED_ATTR, True)
+            study.tell(trial, state=TrialState.FAIL)
         raise
     result = within_budget(result, settings)
-    trial.set_user_attr(RESULT_ATTR, result.to_dict())
-    for key, value in metric_attrs(result).items():
-        trial.set_user_attr(key, value)
     outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
-    _tell(study, trial, outcome)
+    try:
+        trial.set_user_attr(RESULT_ATTR, result.to_dict())
+        for key, value in metric_attrs(result).items():
+            trial.set_user_attr(key, value)
+        _tell(study, trial, outcome)
+    except UpdateFinishedTrialError:
+        return result, None
     return result, outcome
 
 
@@ -374,47 +665,44 @@ def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
     study.tell(trial, outcome.values)
 
 
-def _fail_interrupted_trials(study: optuna.Study) -> None:
-    """Trials left running by a killed tuner: mark them failed and interrupted, and propose them again (with the
-    probe's prediction for them, if it made one)."""
-    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.FrozenTrial]) -> list[int]:
+    """Trials left running by a tuner that was killed: mark them failed and interrupted, and propose them again
+    (with the probe's prediction for them, if it made one). Returns the numbers of those this tuner failed (another
+    tuner of a shared study may fail one first)."""
+    failed = []
     for trial in stale:
-        study.tell(trial.number, state=TrialState.FAIL)
+        try:  # marked on the trial itself before it is failed: a result it stored is then never counted
+            study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED_ATTR, True)
+            study.tell(trial.number, state=TrialState.FAIL)
+        except (ValueError, RuntimeError):  # told already, by another tuner (UpdateFinishedTrialError is both)
+            continue
+        failed.append(trial.number)
+        if (claim := trial.user_attrs.get(CLAIM_ATTR)) is not None:
+            _end_claim(study, claim)
         if DUPLICATE_ATTR not in trial.user_attrs:
             predicted = trial.user_attrs.get(PREDICTED_ATTR)
             attrs = {PREDICTED_ATTR: predicted} if predicted is not None else None
             study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
-    _mark_interrupted(study, [t.number for t in stale])
+    return failed
 
 
-def _mark_interrupted(study: optuna.Study, numbers: list[int]) -> None:
-    if numbers:
-        study.set_user_attr(INTERRUPTED_ATTR, [*study.user_attrs.get(INTERRUPTED_ATTR, []), *numbers])
-
-
-def _known_outcomes(study: optuna.Study, settings: StudySettings) -> dict[str, _Outcome]:
-    """Measured configurations (the baseline included) → what Optuna was told about them."""
+def _known_outcomes(study: optuna.Study, settings: StudySettings, machine: str) -> dict[str, _Outcome]:
+    """Configurations measured on ``machine`` (the baseline included), and those not measured for needing no less
+    memory than one that ran out → what Optuna was told about them."""
     known: dict[str, _Outcome] = {}
-    baseline = study.user_attrs.get(BASELINE_ATTR)
+    baseline = study.user_attrs.get(on_machine(BASELINE_ATTR, machine))
     if baseline is not None:
         result = TrialResult.from_dict(baseline)
         known[config_key(result.knobs)] = _outcome(BASELINE_LABEL, result, settings)
-    for trial, result in _stored_results(study):
+    for trial, result in measured_trials(study, machine):
         readings = trial.intermediate_values
         pruned_at = readings[max(readings)] if readings else None
         known.setdefault(config_key(result.knobs), _outcome(trial.number, result, settings, pruned_at))
-    return known
-
-
-def _stored_results(study: optuna.Study) -> Iterator[tuple[optuna.trial.FrozenTrial, TrialResult]]:
-    """Each trial that measured a configuration, with its result (repeats left out, and interrupted trials: a result
-    stored for a trial never told, as a storage fault or a kill between the two writes leaves it, is measured again,
-    as ``load_results`` leaves it out of the reports)."""
-    interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
-    for trial in study.get_trials(deepcopy=False, states=MEASURED_STATES):
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
         attrs = trial.user_attrs
-        if RESULT_ATTR in attrs and DUPLICATE_ATTR not in attrs and trial.number not in interrupted:
-            yield trial, TrialResult.from_dict(attrs[RESULT_ATTR])
+        if NOT_MEASURED_ATTR in attrs and attrs.get(MACHINE_ATTR) == machine:
+            known.setdefault(attrs[CONFIG_ATTR], _Outcome(trial.number, TrialState.PRUNED))
+    return known
 
 
 def _fingerprint(meta: dict[str, Any]) -> str:

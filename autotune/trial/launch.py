@@ -1,6 +1,7 @@
 """How a trial's process starts: forked from a fork server that has imported torch (milliseconds), or as a fresh
 ``python -m autotune.trial.worker`` (seconds of imports). Either way the trial is its own process leading its own
-process group, so a crash, a hang or an out-of-memory kill still ends only it."""
+process group, so a crash, a hang or an out-of-memory kill still ends only it; the processes it detached from that
+group end with it too (``reaper``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Protocol
+
+from autotune.trial.reaper import TRIAL_TOKEN_ENV, Strays, disown, own
 
 WORKER_MODULE = "autotune.trial.worker"
 
@@ -27,18 +30,21 @@ class TrialProcess(Protocol):
         """Whether the process has ended, waiting up to ``seconds`` for it, asleep meanwhile."""
 
     def kill(self) -> int | None:
-        """Kill its process group and wait for it; its exit code as ``Popen.returncode`` (None if unknown)."""
+        """Kill its process group and every process it detached from it (``reaper.Strays``), and wait for them; its
+        exit code as ``Popen.returncode`` (None if unknown)."""
 
 
 class Launcher(Protocol):
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
-        """Start the trial worker with ``argv``, its output into ``log_path``, in environment ``env``."""
+        """Start the trial worker with ``argv``, its output into ``log_path``, in environment ``env`` (its
+        ``TRIAL_TOKEN_ENV`` marks the processes that end with it)."""
 
 
 class FreshLauncher:
     """Each trial a new interpreter: slower to start, nothing shared with any other process."""
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
+        strays = Strays(env.get(TRIAL_TOKEN_ENV))
         log = open_log(log_path)
         try:
             proc = subprocess.Popen(
@@ -51,12 +57,14 @@ class FreshLauncher:
             )
         finally:
             os.close(log)
-        return _FreshProcess(proc)
+        own(proc.pid)
+        return _FreshProcess(proc, strays)
 
 
 class _FreshProcess:
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen, strays: Strays | None = None) -> None:
         self.proc, self.pid, self.lender = proc, proc.pid, None
+        self.strays = strays or Strays(None)
         try:
             self._fd: int | None = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):  # not Linux 5.3+, or the process is already gone
@@ -76,8 +84,9 @@ class _FreshProcess:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        returncode = self.proc.wait()  # a zombie leader would keep its group alive
-        _await_group(self.pid)
+        returncode = self.proc.wait()  # reaped by its Popen, before the strays are: it keeps the exit code
+        disown(self.pid)
+        self.strays.end(self.pid)
         return returncode
 
 
@@ -90,6 +99,7 @@ class ForkServer:
         self._broken = False
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
+        strays = Strays(env.get(TRIAL_TOKEN_ENV))
         server = self._running(env)
         if server is not None:
             order = {"argv": argv, "log": str(log_path), "env": env, "cwd": os.getcwd()}
@@ -97,7 +107,7 @@ class ForkServer:
                 server.stdin.write((json.dumps(order) + "\n").encode())
                 server.stdin.flush()
                 reply = server.stdout.readline()
-                return _ForkedProcess(server, json.loads(reply)["pid"])
+                return _ForkedProcess(server, json.loads(reply)["pid"], strays)
             except (OSError, ValueError, KeyError):
                 self.close()
                 self._broken = True
@@ -108,6 +118,7 @@ class ForkServer:
         if self._server is not None:
             self._server.kill()
             self._server.wait()
+            disown(self._server.pid)
             for pipe in (self._server.stdin, self._server.stdout):
                 pipe.close()
             self._server = None
@@ -122,16 +133,21 @@ class ForkServer:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C at the terminal is the tuner's to handle, not the server's
-                env=env,
+                # Without the first trial's token: the server, and every trial it forks (whose /proc/PID/environ is
+                # the server's), would carry it and be killed as that trial's strays.
+                env={name: value for name, value in env.items() if name != TRIAL_TOKEN_ENV},
             )
+            own(self._server.pid)
         return self._server
 
 
 class _ForkedProcess:
-    """A trial forked by the server: it is the server's child, so its end is read from the server's report."""
+    """A trial forked by the server: it is the server's child, so its end is read from the server's report. The
+    server adopts its orphans and ends them before it reports (``zygote``); ``strays`` ends the rest."""
 
-    def __init__(self, server: subprocess.Popen, pid: int) -> None:
+    def __init__(self, server: subprocess.Popen, pid: int, strays: Strays) -> None:
         self.server, self.pid, self.lender = server, pid, server.pid
+        self.strays = strays
         self.returncode: int | None = None
         self._ended = False
 
@@ -148,11 +164,11 @@ class _ForkedProcess:
         _signal_group(self.pid, leader=not self._ended)
         if not self._ended:
             self._read_end()
-        _await_group(self.pid)
+        self.strays.end(self.pid)
         return self.returncode
 
     def _read_end(self) -> None:
-        line = self.server.stdout.readline()  # the server writes it as soon as the trial is reaped
+        line = self.server.stdout.readline()  # the server writes it once the trial and its orphans are reaped
         self._ended = True
         if line:
             self.returncode = json.loads(line)["code"]
@@ -172,22 +188,3 @@ def _signal_group(pid: int, leader: bool = True) -> None:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _await_group(pgid: int) -> None:
-    """Wait (up to ``_GROUP_EXIT_S``) until no process of group ``pgid`` is left, its leader reaped: the kernel
-    delivers SIGKILL at once, but a loaded machine may take a moment to end a large process."""
-    deadline = time.monotonic() + _GROUP_EXIT_S
-    while time.monotonic() < deadline and _group_lives(pgid):
-        time.sleep(0.01)
-
-
-_GROUP_EXIT_S = 5.0
-
-
-def _group_lives(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -56,7 +56,7 @@ class TrialRequest:
     times ``knobs`` with the plain loop that judges the harness (``trial/plain.py``) instead; with ``inspect``, it
     reads the facts of the machine's devices and of the pipeline (``pipeline/inspect.py``), ``device`` being the
     one asked for (measure.device: "auto" too); with ``profile``, it profiles ``knobs`` (``trial/profiling.py``)
-    instead of measuring them.
+    instead of measuring them. ``placement`` is the environment that pins it to its slot (``trial/placement.py``).
     """
 
     pipeline: PipelineSpec
@@ -71,6 +71,7 @@ class TrialRequest:
     plain: bool = False
     inspect: bool = False
     profile: ProfilePlan | None = None
+    placement: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pipeline": self.pipeline.to_dict()}
@@ -90,6 +91,7 @@ class TrialRequest:
             plain=data.get("plain", False),
             inspect=data.get("inspect", False),
             profile=ProfilePlan.from_dict(data.get("profile")),
+            placement=data.get("placement", {}),
         )
 
 

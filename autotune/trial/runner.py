@@ -5,17 +5,22 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from autotune.files import write_atomic
 from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
 from autotune.trial.log_cap import LogCap
+from autotune.trial.reaper import TRIAL_TOKEN_ENV, new_token
 from autotune.trial.result import LAUNCHED_AT_ENV, TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
 
+# Set, every trial this process runs is stopped as Ctrl-C stops the main thread's (its watcher raises
+# KeyboardInterrupt): trials running in other threads (study.parallel) get no signal of their own.
+INTERRUPT = threading.Event()
 # How often a running trial is checked against its timeout, memory budget and pruner.
 _POLL_S = 0.25
 # While a trial's cheap memory estimate is over the budget, a full read (PSS: milliseconds of the trial's page-table
@@ -40,14 +45,16 @@ def run_trial(
     launcher: Launcher | None = None,
 ) -> TrialResult:
     """Run ``request`` in its own process, started by ``launcher`` (by default a fresh interpreter; or forked from
-    this process's fork server, ``shared_fork_server``); its output goes to ``workdir/NAME.log``.
+    this process's fork server, ``shared_fork_server``); its output goes to ``workdir/NAME.log``. The request file
+    the trial reads is private and deleted once the trial ended (``_write_private``).
 
     The process leads its own process group, so on timeout, interrupt, exit, its memory
     (process tree, PSS) crossing ``budget``, or ``on_progress`` giving a reason to stop
-    (pruning), the whole group (its DataLoader workers included) is killed and nothing is left behind.
+    (pruning), the whole group (its DataLoader workers included) is killed, and every process it detached from the
+    group (``reaper``): nothing is left behind.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    request_path = write_atomic(workdir / f"{name}.request.json", json.dumps(request.to_dict(), indent=1))
+    request_path = _write_private(workdir / _REQUESTS, name, json.dumps(request.to_dict(), indent=1))
     result_path = workdir / f"{name}.result.json"
     progress_path = workdir / f"{name}.progress.jsonl"
     for stale in (result_path, progress_path):
@@ -55,14 +62,17 @@ def run_trial(
     log_path = workdir / f"{name}.log"
     argv = [str(request_path), str(result_path), str(progress_path)]
     start = time.monotonic()
-    proc = (launcher or DEFAULT_LAUNCHER()).start(argv, log_path, _worker_env(request))
-    log = LogCap(log_path)
     try:
-        progress = _ProgressReader(progress_path, on_progress) if on_progress else None
-        stopped = _watch(proc, timeout_s, budget, progress, log)
+        proc = (launcher or DEFAULT_LAUNCHER()).start(argv, log_path, _worker_env(request))
+        log = LogCap(log_path)
+        try:
+            progress = _ProgressReader(progress_path, on_progress) if on_progress else None
+            stopped = _watch(proc, timeout_s, budget, progress, log)
+        finally:
+            returncode = proc.kill()
+            log.check()
     finally:
-        returncode = proc.kill()
-        log.check()
+        _remove_private(request_path)
     wall_s = time.monotonic() - start
     if stopped is not None:
         return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s)
@@ -70,6 +80,30 @@ def run_trial(
         result = TrialResult.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
         return result.with_wall_time(wall_s)
     return TrialResult(knobs=request.knobs, failure=_exit_failure(returncode, log_path), wall_s=wall_s)
+
+
+# The folder of a trial folder holding the requests of the trials running: only this user can open it.
+_REQUESTS = ".requests"
+
+
+def _write_private(folder: Path, name: str, text: str) -> Path:
+    """``text`` in a new file in ``folder``, both only this user can read: a request holds the pipeline's config,
+    whose arguments may hold a credential (a dataset URL's password)."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.chmod(0o700)  # one left by an older run, or made under another umask
+    fd, path = tempfile.mkstemp(prefix=f"{name}.", suffix=".request.json", dir=folder)  # mode 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    return Path(path)
+
+
+def _remove_private(path: Path) -> None:
+    """Delete a request, and its folder once no other request is in it."""
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:  # another trial's request is still there
+        pass
 
 
 def shared_fork_server() -> ForkServer:
@@ -92,8 +126,10 @@ def run_repeated(
     budget: MemoryBudget | None = None,
     on_progress: ProgressFn | None = None,
     launcher: Launcher | None = None,
+    on_run: Callable[[TrialResult], None] | None = None,
 ) -> TrialResult:
-    """Run ``request`` in ``repeats`` processes of its own, one after another, and keep the median run.
+    """Run ``request`` in ``repeats`` processes of its own, one after another, and keep the median run; ``on_run``
+    is told each run's own result as it ends (its own wall time: the tuner accounts for each process).
 
     Run-to-run variation between processes is larger than within one, so the median of a few
     processes is what makes a figure repeatable. The kept run's ``repeat_throughputs`` lists all of
@@ -105,6 +141,8 @@ def run_repeated(
         # Only the first run can be pruned: a pruner compares one run's progress with the best results.
         pruned_by = on_progress if index == 0 else None
         run = run_trial(request, timeout_s, workdir, run_name, budget, pruned_by, launcher)
+        if on_run is not None:
+            on_run(run)
         runs.append(run)
         if not run.ok:
             break
@@ -156,6 +194,8 @@ def _watch(
     deadline = time.monotonic() + timeout_s
     watch = _BudgetWatch(proc.pid, budget, proc.lender) if budget is not None else None
     while True:
+        if INTERRUPT.is_set():
+            raise KeyboardInterrupt
         if proc.exited_within(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
             return None
         if time.monotonic() >= deadline:
@@ -226,13 +266,16 @@ def _last_line(log_path: Path) -> str:
 
 def _worker_env(request: TrialRequest) -> dict[str, str]:
     """The tuner's environment, with the current directory importable as it is for the tuner, the tuner's pid
-    (the trial exits if the tuner dies), the time it is launched (its start-up time is read from it), and
-    torch.compile's caches where the request says."""
+    (the trial exits if the tuner dies), the time it is launched (its start-up time is read from it), a token of its
+    own (what it starts ends with it), its placement (its GPU or cores) and torch.compile's caches where the request
+    says."""
     env = dict(os.environ)
     paths = [os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env[TUNER_PID_ENV] = str(os.getpid())
     env[LAUNCHED_AT_ENV] = repr(time.time())
+    env[TRIAL_TOKEN_ENV] = new_token()
+    env.update(request.placement)
     if request.compile_cache_dir:
         cache = Path(request.compile_cache_dir).resolve()
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")

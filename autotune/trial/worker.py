@@ -39,9 +39,11 @@ from autotune.pipeline.setup import (
     skipped_steps,
 )
 from autotune.trial.exceptions import exception_text, is_out_of_memory
+from autotune.trial.placement import pin_from_env
 from autotune.trial.plain import run_plain
 from autotune.trial.probe import run_probe
 from autotune.trial.profiling import run_profile
+from autotune.trial.reaper import TRIAL_TOKEN_ENV, kill_marked
 from autotune.trial.result import (
     LAUNCHED_AT_ENV,
     TUNER_PID_ENV,
@@ -166,8 +168,9 @@ def probe(request: TrialRequest) -> TrialResult:
     """Run the differential probe of ``request.probe`` on the pipeline."""
     started = time.perf_counter()
     pipeline = build_pipeline(request.pipeline)
+    build_s = time.perf_counter() - started  # the build alone: the probing after it is accounted apart
     result = run_probe(pipeline, request.probe, training_device(request.device), request.effective_batch_size)
-    return TrialResult(knobs=request.knobs, probe=result, build_s=time.perf_counter() - started)
+    return TrialResult(knobs=request.knobs, probe=result, build_s=build_s)
 
 
 def plain(request: TrialRequest) -> TrialResult:
@@ -230,7 +233,8 @@ def describe_exception(exc: BaseException) -> Failure:
 
 
 def _exit_with_parent() -> None:
-    """Kill this trial's process group when the tuner that started it dies (e.g. ``kill -9``).
+    """Kill this trial's process group, and the processes carrying its token (``reaper``), when the tuner that
+    started it dies (e.g. ``kill -9``): the tuner, which would end them, is gone.
 
     The tuner's pid comes from the environment, not from this process's parent: a trial forked by the fork server
     is the server's child, and a fresh one may outlive its tuner while it still imports torch, when its parent is
@@ -238,10 +242,17 @@ def _exit_with_parent() -> None:
     trial is measured), else checks every second.
     """
     tuner = int(os.environ.get(TUNER_PID_ENV, os.getppid()))
+    token = os.environ.get(TRIAL_TOKEN_ENV)
+
+    def end() -> None:
+        if token:
+            kill_marked(token)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
     try:
         tuner_fd = os.pidfd_open(tuner)
     except ProcessLookupError:
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        end()
     except (AttributeError, OSError):
         tuner_fd = None
 
@@ -251,7 +262,7 @@ def _exit_with_parent() -> None:
         else:
             while psutil.pid_exists(tuner):
                 time.sleep(1.0)
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        end()
 
     threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
 
@@ -266,6 +277,7 @@ def _launched_at() -> float:
 def main(argv: list[str]) -> int:
     run_start = time.time()
     faulthandler.enable()  # a crash (SIGSEGV, SIGABRT) leaves the Python stack in the trial log
+    pin_from_env()
     request_path, result_path, *progress = argv
     _exit_with_parent()
     request = TrialRequest.from_dict(json.loads(Path(request_path).read_text(encoding="utf-8")))

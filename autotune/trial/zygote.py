@@ -7,6 +7,10 @@ imports no user code: a trial's child process does all of that after the fork. O
 stdin: ``{"argv": [...], "log": PATH, "env": {...}, "cwd": PATH}``; for each, one trial is forked and its pid
 written to stdout as ``{"pid": N}``, then, once it has ended, ``{"exit": N, "code": C}`` (C as ``Popen.returncode``:
 negative for a signal). Trials run one at a time. End of stdin (the tuner exited, however it exited) ends the server.
+
+The server is a child subreaper (``reaper``): a process a trial detached is adopted by the server once its parent
+dies, and every such orphan is killed and reaped before the trial's end is reported, so its child list holds nothing
+but the running trial and what it left.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch._dynamo  # noqa: F401  (imported by every torch.optim optimizer: ~1
 from autotune.measure.memory import FORK_SERVER_ENV
 from autotune.trial import worker
 from autotune.trial.launch import open_log
+from autotune.trial.reaper import become_subreaper, end_children
 
 
 def main() -> int:
@@ -37,6 +42,7 @@ def main() -> int:
     gc.freeze()
     base_path = [entry for entry in sys.path[1:] if entry not in _python_path(os.environ)]
     os.chdir("/")  # each trial runs in the directory its order names; the server holds on to none
+    become_subreaper()
     for line in control_in:
         order = json.loads(line)
         pid = os.fork()
@@ -44,6 +50,7 @@ def main() -> int:
             _run_child(order, base_path, (control_in.fileno(), control_out.fileno(), devnull))
         control_out.write(json.dumps({"pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)
+        end_children()
         control_out.write(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
     return 0
 

@@ -178,6 +178,11 @@ def test_the_targets_are_imported_where_the_facts_are_read_naming_the_key(tmp_pa
     problem = "cannot import 'torch.nn.NoSuchLoss': ModuleNotFoundError: No module named 'torch.nn.NoSuchLoss'"
     refused = read_facts(load_settings(config, "tiny").pipeline, "cpu").refused
     assert refused == Refusal("pipeline.loss._target_", problem)
+    config = {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "math.pi"})}
+    refused = read_facts(load_settings(config, "tiny").pipeline, "cpu").refused
+    assert refused == Refusal(
+        "pipeline.loss._target_", "'math.pi' is a float, not a class or function to call: name what builds the loss"
+    )
 
 
 def test_a_model_module_that_crashes_at_import_kills_a_subprocess_not_the_tuner(tmp_path):

@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from torch.utils.data import DataLoader
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
 
 from autotune.measure.hotspots import Hotspots, collect_hotspots
 from autotune.measure.loading import InstrumentedData
-from autotune.results.remedies import HOT_FUNCTION_SHARE
+from autotune.results.remedies import HOT_FUNCTION_SHARE, called_from
 from tests.fixtures.profiled import ResizedPictures, SlowTransformFeatures
+
+
+class TwoResizes(Dataset):
+    """One picture resized twice a sample by PIL, from two lines: to 256x256 (costly) and to 8x8 (cheap; ~1/30th of
+    the other, so that a busy machine's pauses, which cProfile's wall clock counts, cannot reverse them)."""
+
+    def __init__(self, length: int = 64) -> None:
+        self.length = length
+        self.picture = Image.fromarray(np.random.default_rng(0).integers(0, 256, (384, 384, 3), dtype=np.uint8))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        return self._costly(), self._cheap(), torch.tensor(index % 4)
+
+    def _costly(self) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.picture.resize((256, 256), Image.Resampling.LANCZOS)).copy())
+
+    def _cheap(self) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.picture.resize((8, 8), Image.Resampling.NEAREST)).copy())
 
 
 def _hotspots(dataset, workers: int, batches: int = 4) -> Hotspots:
@@ -36,6 +60,28 @@ def test_a_librarys_hot_function_is_named_with_the_line_of_the_users_code_that_c
     source = ResizedPictures.__getitem__.__code__
     line = next(n for n, text in enumerate(open(source.co_filename), 1) if ".resize(" in text)
     assert hottest.call_site == f"tests/fixtures/profiled.py:{line}" and hottest.caller == "__getitem__"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_library_function_called_from_two_lines_is_split_between_them_by_the_time_each_spends(workers):
+    hotspots = _hotspots(TwoResizes(), workers, batches=8)
+    resize = next(f for f in hotspots.functions if "resize" in f.name and not f.own)
+    lines = {name: _line_of(getattr(TwoResizes, name), ".resize(") for name in ("_costly", "_cheap")}
+    sites = {site.caller: site for site in resize.call_sites}
+    assert set(sites) == {"_costly", "_cheap"}, resize.call_sites
+    assert [sites[name].site for name in lines] == [f"tests/measure/test_hotspots.py:{n}" for n in lines.values()]
+    assert sites["_costly"].self_s > 3 * sites["_cheap"].self_s, "the costly line spends most of it"
+    assert sum(site.self_s for site in resize.call_sites) == pytest.approx(resize.self_s, rel=0.01)
+    assert (resize.call_site, resize.caller) == (sites["_costly"].site, "_costly")
+    named = called_from(resize, callers=False)
+    assert named.startswith(f"{sites['_costly'].site} (") and f"%), {sites['_cheap'].site} (" in named, named
+    assert Hotspots.from_dict(hotspots.to_dict()) == hotspots
+
+
+def _line_of(function, text: str) -> int:
+    code = function.__code__
+    source = open(code.co_filename).read().splitlines()
+    return next(n for n in range(code.co_firstlineno, len(source) + 1) if text in source[n - 1])
 
 
 def test_the_profilers_own_switching_is_not_a_hot_function():

@@ -25,6 +25,7 @@ from autotune.report.plots import png
 from autotune.results.benchmark import Benchmark, Entry
 from autotune.results.model import StudyResults, load_results
 from autotune.results.summary import summarise
+from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
 from autotune.study.trim import run_trim
@@ -67,6 +68,7 @@ def rich_results(tmp_path: Path) -> StudyResults:
         trials=[*results.trials, TrialRecord("8", pruned), TrialRecord("9", failed)],
         probe=ProbeRecord(3.0, baseline_loader_sps=300.0, baseline_compute_sps=120.0),
         objectives=["throughput", "peak_memory"],
+        tuner_time=TunerTime([RunTime(0.0, 60.0, {"baseline": 5.0, "search": 50.0}, {"search": {"startup": 9.0}})]),
     )
 
 
@@ -95,6 +97,7 @@ def test_every_picture_the_study_report_promises_is_drawn(tmp_path):
         "Pareto front: throughput against peak memory": 1,
         "All configurations, fastest first": 2,
         "Which knobs mattered": 1,
+        "Where the tuner's time went": 1,
     }
     for plot in (plot for section in document.sections for plot in section.plots):
         image = Image.open(io.BytesIO(png(plot)))
@@ -110,7 +113,7 @@ def test_importance_covers_only_the_knobs_the_trials_varied(tmp_path):
 def test_report_html_embeds_every_picture_and_no_table_lists_every_knob(tmp_path):
     results = rich_results(tmp_path)
     page = write_reports(results, summarise(results), tmp_path)["report.html"].read_text()
-    assert page.count('<img src="data:image/png;base64,') == 7
+    assert page.count('<img src="data:image/png;base64,') == 8
     assert "http://" not in page and "https://" not in page, "self-contained: nothing fetched"
     widest = max(len(re.findall("<th>", table)) for table in page.split("<table>")[1:])
     assert widest <= 9, "knobs are one 'changes from the baseline' cell; trials.csv has every knob"

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from autotune.knobs import KNOBS
-from autotune.records import PROBE_ATTR, ProbeRecord
+from autotune.measure.environment import this_machine_id
+from autotune.records import PROBE_ATTR, ProbeRecord, on_machine
 from autotune.study.probe_model import ProbeModel, anchor_knobs, probe_once, probe_plan
 from autotune.study.space import SearchSpace
 from autotune.study.tuner import open_study
@@ -104,7 +105,7 @@ def test_the_probe_runs_once_per_study_and_its_record_rebuilds_the_model(tmp_pat
     record = probe_once(study, SPACE, BASELINE, lambda plan: calls.append(plan) or run_probe(plan), 90.0)
     assert record.baseline_loader_sps == 100.0 and record.baseline_compute_sps == 200.0
     assert probe_once(study, SPACE, BASELINE, run_probe, 90.0) == record and len(calls) == 1
-    assert ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) == record
+    assert ProbeRecord.from_dict(study.user_attrs[on_machine(PROBE_ATTR, this_machine_id())]) == record
     rebuilt = ProbeModel.from_record(record)
     knobs = {**BASELINE, "num_workers": 2, "batch_size": 32}
     assert rebuilt.predict(knobs) == probe_model().predict(knobs)
@@ -123,7 +124,10 @@ def test_a_probe_that_contradicts_the_measured_baseline_is_recorded_as_failed(tm
     # the loader alone gave 100 samples/s at the baseline's settings: a baseline measured at 210 cannot be
     record = probe_once(study, SPACE, BASELINE, run_probe, 210.0)
     assert record.failure.startswith("its timings contradict the baseline's: the DataLoader alone gave 100.0")
-    assert record.wall_s == 1.0 and ProbeRecord.from_dict(study.user_attrs[PROBE_ATTR]) == record
+    assert (
+        record.wall_s == 1.0
+        and ProbeRecord.from_dict(study.user_attrs[on_machine(PROBE_ATTR, this_machine_id())]) == record
+    )
     (tmp_path / "other").mkdir()
     other = open_study(settings(tmp_path / "other"), META)
     assert probe_once(other, SPACE, BASELINE, run_probe, 190.0).ok, "within 2x of the baseline: noise"

@@ -305,9 +305,11 @@ def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_repor
     )
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.splitlines() == [proc.stderr.strip()]
-    assert proc.stderr.startswith(
-        f"autotune: error: study.storage: disk full: Optuna storage 'sqlite:///{database}' failed mid-run "
+    fault = (
+        f"study.storage: disk full: Optuna storage 'sqlite:///{database}' failed mid-run "
         "(OperationalError: database or disk is full); free space on its disk, then run the same command again to "
         "resume from what the study stored"
     )
+    assert proc.stderr.startswith(f"autotune: error: {fault}")
+    assert f"\nStopped: {fault}.\n" in proc.stdout, "the summary says why the run stopped"
     assert "baseline" in (tmp_path / "out" / "trials.csv").read_text(), "the reports cover what was stored"

@@ -183,3 +183,18 @@ def test_waiting_for_a_trial_wakes_the_tuner_a_few_times_a_second_not_every_few_
     assert child.kill() == 0
     assert time.monotonic() - start < 1.5, "the exit is noticed at once"
     assert len(waits) <= 1.5 / runner._POLL_S + 1, "one wait per poll"
+
+
+@pytest.mark.parametrize("ends", ["measured", "raises"])
+def test_a_credential_in_the_pipeline_is_in_a_private_request_deleted_with_its_trial(tmp_path, ends):
+    password = "s3cret-Passw0rd"
+    url, seen = f"https://bob:{password}@data.example/images", str(tmp_path / "seen.json")
+    dataset = {"_target_": "tests.fixtures.credentials.UrlImages", "url": url, "seen": seen, "fail": ends != "measured"}
+    req = request()
+    req = replace(req, pipeline=type(req.pipeline)(req.pipeline.name, {**req.pipeline.components, "dataset": dataset}))
+    result = run_trial(req, 120, tmp_path / "trials", "t")
+    assert result.ok if ends == "measured" else result.failure.kind is FailureKind.EXCEPTION, result.failure
+    assert json.loads((tmp_path / "seen.json").read_text()) == {"file": 0o600, "folder": 0o700}, "private while read"
+    assert sorted(path.name for path in (tmp_path / "trials").iterdir()) == ["t.log", "t.result.json"], "then gone"
+    for path in (tmp_path / "trials").iterdir():
+        assert password not in path.read_text(errors="replace"), f"{path.name} echoes the credential"

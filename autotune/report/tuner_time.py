@@ -1,0 +1,52 @@
+"""Where the tuner's time went, in words and as data, from the runs' records the study stores
+(``autotune/results/tuner_time.py``); nothing here measures."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, TunerTime, shares
+
+# A phase or stage under this share of the run is left out of the console's one line (the reports list every one).
+_SHOWN_SHARE = 0.005
+
+
+def tuner_time_line(split: TunerTime) -> str:
+    """One line: the run's wall time, its share by phase then by stage, largest first."""
+    phases = _largest(shares(split.phases()), PHASE_WORDS)
+    stages = _largest(shares(split.stages()), STAGE_WORDS)
+    runs = f" ({covers(split)})" if len(split.runs) > 1 else ""
+    return f"where the tuner's {split.wall_s:.0f} s went{runs}: {phases}; by stage: {stages}"
+
+
+def _largest(share: dict[str, float], words: dict[str, str]) -> str:
+    shown = sorted((item for item in share.items() if item[1] >= _SHOWN_SHARE), key=lambda item: -item[1])
+    return ", ".join(f"{words.get(name, name)} {value * 100:.0f} %" for name, value in shown)
+
+
+def covers(split: TunerTime) -> str:
+    """Which runs of the study the figures cover: each one's start, wall time, and whether it reached its end."""
+    runs = "; ".join(
+        f"{_when(run.started_at)}, {run.wall_s:.0f} s{'' if run.finished else ', stopped before its end'}"
+        for run in split.runs
+    )
+    return f"{len(split.runs)} run{'s' if len(split.runs) > 1 else ''}: {runs}"
+
+
+def _when(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def tuner_time_data(split: TunerTime) -> dict[str, Any]:
+    """report.json's ``tuner_time``: seconds by phase, by stage and by both, summing to ``wall_s``, and the runs they
+    cover."""
+    return {
+        "wall_s": split.wall_s,
+        "phases_s": split.phases(),
+        "stages_s": split.stages(),
+        "by_stage_s": split.by_stage(),
+        "runs": [
+            {"started_at": _when(run.started_at), "wall_s": run.wall_s, "finished": run.finished} for run in split.runs
+        ],
+    }

@@ -1,0 +1,120 @@
+"""Why each is as fast as it is: a tuning run's baseline and recommendation, each taken apart after the race in a
+profiling run of its own, the same run ``mode=profile`` makes of one configuration (``profile_configuration``).
+
+A profiling run is a trial subprocess after every timed run of the study, never inside a timed window, so it
+distorts no figure the tuner ranks. Its record (``TunedProfiles``) is stored in the study before anything renders
+it; what limits each configuration and what to change are derived from it (``autotune/results/profile.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+
+from autotune.config.settings import Settings
+from autotune.files import file_name
+from autotune.measure.environment import describe_machine
+from autotune.measure.profiling import ProfilePlan
+from autotune.records import PROFILES_ATTR, on_machine
+from autotune.results.model import StudyResults
+from autotune.results.profile import ProfileRecord, TunedProfiles
+from autotune.results.remedies import Tried
+from autotune.results.summary import summarise
+from autotune.results.tried import tries_of
+from autotune.trial.result import TrialRequest, TrialResult
+
+# A tuning run profiles its two configurations with at most these many steps timed by stage, traced, and batches
+# under cProfile: enough for the verdict's figures and the hot functions, in a few seconds a configuration (mode=profile
+# takes 30, 5 and 10 by default, for a closer look).
+TUNED_STEPS, TUNED_TRACE_STEPS, TUNED_BATCHES = 15, 3, 5
+
+
+class Runner(Protocol):
+    """What runs a trial subprocess (``autotune.app.TrialRunner``): its base ``request`` and ``trial``."""
+
+    request: TrialRequest
+
+    def trial(self, request: TrialRequest, name: str) -> TrialResult: ...
+
+
+def profile_plan(settings: Settings, trace_file: Path) -> ProfilePlan:
+    """A profiling run as ``settings.profile_*`` say, its trace written to ``trace_file``."""
+    return ProfilePlan(
+        trace_file=str(trace_file),
+        steps=settings.profile_steps,
+        trace_steps=settings.profile_trace_steps,
+        hot_batches=settings.profile_batches,
+    )
+
+
+def profile_configuration(
+    runner: Runner,
+    settings: Settings,
+    knobs: dict[str, Any],
+    label: str,
+    plan: ProfilePlan,
+    tried: Tried | None,
+    name: str | None = None,
+) -> ProfileRecord:
+    """``knobs`` (the configuration called ``label``) taken apart in one profiling run of ``runner`` as ``plan``
+    says, a trial named ``name`` (``label`` where None); the record says why where the run failed. ``tried``: what
+    the stored study measured (None: no such study)."""
+    result = runner.trial(replace(runner.request, knobs=knobs, profile=plan), name or label)
+    return ProfileRecord(
+        pipeline=settings.pipeline.name,
+        device=runner.request.device,
+        label=label,
+        knobs=knobs,
+        machine=describe_machine(),
+        study=settings.study.name,
+        result=result.profile,
+        failure=str(result.failure) if result.failure else None,
+        tried=tried,
+        wall_s=result.wall_s,
+    )
+
+
+def profile_tuned(
+    study: optuna.Study,
+    results: StudyResults,
+    runner: Runner,
+    settings: Settings,
+    trace_dir: Path,
+    on_profile: Callable[[ProfileRecord, bool], None],
+) -> TunedProfiles:
+    """Profile the baseline and the recommendation of ``results`` (the study after its race and trim; the baseline
+    alone where it is recommended), each trace written into ``trace_dir``, and store both in ``study`` for its
+    machine. Each run is ``settings.profile_*``'s, shortened to ``TUNED_*``. A stored profile of the same
+    configuration that ran is reused (a resumed run), with what the study tried now; ``on_profile(record, stored)``
+    is told of each."""
+    summary = summarise(results)
+    tried = tries_of(results)
+    stored = results.profiles
+
+    def one(knobs: dict[str, Any], label: str, before: ProfileRecord | None) -> ProfileRecord:
+        reused = before is not None and before.knobs == knobs and before.result is not None
+        if reused:
+            record = replace(before, tried=tried)
+        else:
+            plan = profile_plan(settings, trace_dir / f"{file_name(settings.pipeline.name)}-{label}.pt.trace.json")
+            plan = replace(
+                plan,
+                steps=min(plan.steps, TUNED_STEPS),
+                trace_steps=min(plan.trace_steps, TUNED_TRACE_STEPS),
+                hot_batches=min(plan.hot_batches, TUNED_BATCHES),
+            )
+            record = profile_configuration(runner, settings, knobs, label, plan, tried, f"profile-{label}")
+        on_profile(record, reused)
+        return record
+
+    baseline = one(summary.baseline.result.knobs, "baseline", stored.baseline if stored else None)
+    recommended = None
+    if not summary.is_baseline:
+        recommended = one(summary.recommended.result.knobs, "recommended", stored.recommended if stored else None)
+    profiles = TunedProfiles(baseline, recommended)
+    study.set_user_attr(on_machine(PROFILES_ATTR, results.machine_id), profiles.to_dict())
+    return profiles

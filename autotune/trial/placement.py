@@ -1,0 +1,109 @@
+"""Where trials run when several run at once (``study.parallel``): each in a slot of its own, a GPU (by
+``CUDA_VISIBLE_DEVICES``) or a set of CPU cores (by affinity), never two trials in one slot.
+
+On a CPU, trials at once share caches, memory bandwidth and, unpinned, cores: each distorts the others' figures.
+So more than one at once on a CPU needs the user's disjoint, equal-sized core sets (``study.cpu_sets``), and every
+run of the study, baseline and race included, is pinned to a set of that size, so that all its figures are alike.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from autotune.errors import ConfigError
+
+# The cores a trial pins itself to, as "0,1" (the worker reads it before anything else runs).
+CPUS_ENV = "AUTOTUNE_CPUS"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one trial runs: ``env`` pins it (its GPU, or its cores); ``cores`` are the cores it may use (None: all of
+    the tuner's); ``name`` says which, for the console."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    cores: tuple[int, ...] | None = None
+    name: str = ""
+
+
+UNPINNED = Slot()
+
+
+def slots(
+    parallel: int | str,
+    cpu_sets: list[list[int]] | None,
+    device: str,
+    gpus: int,
+    usable: set[int] | None = None,
+) -> list[Slot]:
+    """The slots of a run: ``parallel`` trials at once ("auto": one per visible GPU on CUDA, one on a CPU) on
+    ``device``, with ``gpus`` GPUs visible and the tuner's ``usable`` cores (None: its affinity); ConfigError naming
+    the key where they cannot be had."""
+    if cpu_sets is not None and device.startswith("cuda"):
+        raise ConfigError("study.cpu_sets", "pins trials on a CPU; on a GPU, study.parallel runs one trial on each GPU")
+    if cpu_sets is not None:
+        return _core_slots(parallel, cpu_sets, usable if usable is not None else os.sched_getaffinity(0))
+    if device.startswith("cuda"):
+        return _gpu_slots(parallel, device, gpus)
+    if parallel not in (1, "auto"):
+        raise ConfigError(
+            "study.parallel",
+            f"{parallel} trials at once on a CPU would distort each other's figures; give study.cpu_sets (disjoint "
+            "core sets of one size, one per trial, e.g. [[0,1],[2,3]]) to pin each, or keep 1",
+        )
+    return [UNPINNED]
+
+
+def _gpu_slots(parallel: int | str, device: str, gpus: int) -> list[Slot]:
+    count = gpus if parallel == "auto" else parallel
+    if count == 1:
+        return [UNPINNED]
+    if device != "cuda":
+        raise ConfigError(
+            "study.parallel", f"trials on several GPUs at once choose their GPU: use measure.device=cuda, not {device}"
+        )
+    if count > gpus:
+        raise ConfigError("study.parallel", f"{count} trials at once need {count} GPUs; {gpus} are visible")
+    visible = _visible_gpus(gpus)
+    return [Slot({"CUDA_VISIBLE_DEVICES": visible[index]}, name=f"GPU {visible[index]}") for index in range(count)]
+
+
+def _visible_gpus(gpus: int) -> list[str]:
+    """The ids of the visible GPUs as CUDA_VISIBLE_DEVICES names them (its list where set: indexes, UUIDs or MIG)."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given:
+        return [entry.strip() for entry in given.split(",")][:gpus]
+    return [str(index) for index in range(gpus)]
+
+
+def _core_slots(parallel: int | str, cpu_sets: list[list[int]], usable: set[int]) -> list[Slot]:
+    count = len(cpu_sets) if parallel == "auto" else parallel
+    sets = [tuple(sorted(set(cores))) for cores in cpu_sets]
+    problem = None
+    if len(sets) != count:
+        problem = f"{len(sets)} sets for study.parallel={parallel}: give one set per trial at once"
+    elif any(not cores for cores in sets):
+        problem = "a set is empty"
+    elif len({len(cores) for cores in sets}) > 1:
+        problem = "sets of different sizes would measure differently: give sets of one size"
+    elif len({core for cores in sets for core in cores}) < sum(len(cores) for cores in sets):
+        problem = "the sets overlap: trials sharing a core distort each other's figures"
+    elif outside := sorted({core for cores in sets for core in cores} - usable):
+        problem = f"cores {outside} are not among this process's usable cores {sorted(usable)}"
+    if problem:
+        raise ConfigError("study.cpu_sets", problem)
+    return [Slot({CPUS_ENV: ",".join(map(str, cores))}, cores, f"cores {','.join(map(str, cores))}") for cores in sets]
+
+
+def pin_from_env() -> None:
+    """In a trial process: pin it to the cores ``CPUS_ENV`` names, with torch's default thread count a process started
+    on those cores gets (one per core), before anything else runs; nothing where it is not set."""
+    given = os.environ.get(CPUS_ENV)
+    if not given:
+        return
+    cores = {int(core) for core in given.split(",")}
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(len(cores))

@@ -1,0 +1,102 @@
+"""Trials per hour with one tuner and with two sharing one study (a journal file), on this machine.
+
+    .venv/bin/python -m benchmarks.scaling [--rounds 3] [--trials 8] [--pipeline mymodel] [override ...]
+
+Each round tunes a new study of ``--trials`` trials (TPE, no probe, no race, so that every trial is a search trial)
+twice, the order alternating: once with one tuner on every core, once with two tuner processes joining the study,
+each pinned to half the cores (``taskset``). A figure is measured trials per hour of wall time, from the tuners'
+start to the last one's end (the baseline included, as a user's run has one). Results go to
+benchmarks/results/scaling.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from autotune.files import write_atomic
+from autotune.measure.environment import describe_machine
+from autotune.records import measured_trials, study_machines
+from autotune.study.storage import load_study
+
+RESULTS = Path(__file__).resolve().parent / "results" / "scaling.json"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--pipeline", default="mymodel")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    machine = describe_machine()
+    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
+    cores = sorted(os.sched_getaffinity(0))
+    halves = [cores[: len(cores) // 2], cores[len(cores) // 2 :]]
+    layouts = {"1 tuner": [cores], "2 tuners": halves}
+    rates: dict[str, list[float]] = {name: [] for name in layouts}
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(args.rounds):
+            order = list(layouts) if index % 2 == 0 else list(reversed(layouts))
+            for name in order:
+                rate = trials_per_hour(layouts[name], args, Path(tmp) / f"{index}-{name.replace(' ', '-')}")
+                rates[name].append(rate)
+                print(f"round {index + 1} {name}: {rate:.0f} trials/hour")
+    summary = {name: statistics.median(values) for name, values in rates.items()}
+    write_atomic(RESULTS, json.dumps({"machine": machine, "args": vars(args), "rates": rates}, indent=1))
+    print(f"median trials/hour: {summary}; 2 tuners / 1: {summary['2 tuners'] / summary['1 tuner']:.2f}")
+
+
+def trials_per_hour(core_sets: list[list[int]], args: argparse.Namespace, folder: Path) -> float:
+    """Tune a new study with one tuner per core set, all joining it; measured trials per hour of wall time."""
+    folder.mkdir(parents=True)
+    storage, name = f"journal://{folder}/study.log", f"scaling-{uuid.uuid4().hex[:8]}"
+    overrides = [
+        f"pipeline={args.pipeline}",
+        f"study.n_trials={args.trials}",
+        "study.probe=false",
+        "study.confirm_rounds=0",
+        "study.diagnose=false",
+        f"study.storage={storage}",
+        f"study.name={name}",
+        *args.overrides,
+    ]
+    start = time.monotonic()
+    tuners = [
+        subprocess.Popen(
+            [
+                "taskset",
+                "-c",
+                ",".join(map(str, cores)),
+                sys.executable,
+                "-m",
+                "autotune",
+                *overrides,
+                f"hydra.run.dir={folder}/tuner-{index}",
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for index, cores in enumerate(core_sets)
+    ]
+    codes = [tuner.wait() for tuner in tuners]
+    wall_s = time.monotonic() - start
+    if any(codes):
+        raise SystemExit(f"a tuner failed ({codes}); logs in {folder}")
+    study = load_study(name, storage)
+    measured = sum(len(measured_trials(study, machine)) for machine in study_machines(study))
+    return measured / wall_s * 3600
+
+
+if __name__ == "__main__":
+    main()

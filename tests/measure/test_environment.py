@@ -1,0 +1,29 @@
+"""The machine a figure was measured on: what tells machines apart for measuring, and what does not."""
+
+from __future__ import annotations
+
+import pynvml
+
+from autotune.measure import environment
+from autotune.measure.environment import describe_machine, machine_fingerprint, machine_id
+
+
+def test_machines_differing_in_what_throughput_depends_on_get_other_ids_and_hosts_alike_one():
+    here = describe_machine()
+    assert machine_id(here) == machine_id({**here, "hostname": "another-host", "memory_gb": 1.0}), "alike"
+    for key, other in [("cpu_flags", ["avx512_bf16"]), ("cpu_count", 64), ("gpu", "H100"), ("gpu_driver", "1.0")]:
+        assert machine_id({**here, key: other}) != machine_id(here), key
+    assert set(machine_fingerprint(here)) == set(environment.MACHINE_KEYS)
+
+
+def test_the_gpu_driver_is_read_from_nvml_and_none_where_nvml_cannot_tell(monkeypatch):
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlSystemGetDriverVersion", lambda: "550.54.15")
+    assert environment._gpu_driver() == "550.54.15"
+
+    def refused():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", refused)
+    assert environment._gpu_driver() is None

@@ -1,0 +1,57 @@
+"""The headline gain carries its 95 % interval from the paired rounds of the race that proved it, or says why it has
+none: in the console, report.md, report.html and report.json."""
+
+from __future__ import annotations
+
+import io
+import json
+from html import escape
+
+import pytest
+
+from autotune.measure.stats import ratio_interval
+from autotune.report import write_reports
+from autotune.report.console import print_summary
+from autotune.results.model import StudyResults
+from autotune.results.race import Confirmation, Finalist
+from autotune.results.summary import summarise
+from tests.report.test_reports import sample_results
+
+
+def _reported(tmp_path, confirmation: Confirmation | None) -> tuple[str, str, str, dict]:
+    """The console, report.md, report.html and report.json of the sample results with ``confirmation``."""
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    summary = summarise(results)
+    files = write_reports(results, summary, tmp_path)
+    out = io.StringIO()
+    print_summary(summary, files, "done", out)
+    texts = (out.getvalue(), files["report.md"].read_text(), files["report.html"].read_text())
+    return *texts, json.loads(files["report.json"].read_text())
+
+
+def test_a_gain_proven_over_paired_rounds_carries_their_95_percent_interval(tmp_path):
+    baseline, winner = [100.0, 96.0, 104.0], [118.0, 121.0, 119.0]
+    console, markdown, page, report = _reported(tmp_path, Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)]))
+    interval = ratio_interval([w / b for w, b in zip(winner, baseline, strict=True)])
+    bounds = f"{interval.low:.2f}-{interval.high:.2f}x"
+    said = f"1.19x the baseline's throughput, 95 % interval {bounds} over 3 paired rounds"
+    assert interval.low < 1.19 < interval.high
+    assert said in console and said in markdown and escape(said) in page
+    assert report["speedup_rounds"] == 3
+    assert report["speedup_interval"] == pytest.approx(
+        {"geomean": interval.geomean, "low": interval.low, "high": interval.high, "n": 3}
+    )
+
+
+@pytest.mark.parametrize(
+    ("confirmation", "rounds", "said"),
+    [
+        (None, 0, "1.20x the baseline's throughput, single runs: no interval"),
+        (Confirmation([100.0], [Finalist("0", {}, 1, 100.0, [115.0])]), 1, "1.15x the baseline's throughput, one race "
+         "round: no interval"),
+    ],
+)  # fmt: skip
+def test_a_gain_from_single_runs_or_one_round_says_it_has_no_interval(tmp_path, confirmation, rounds, said):
+    console, markdown, page, report = _reported(tmp_path, confirmation)
+    assert said in console and said in markdown and escape(said) in page
+    assert report["speedup_interval"] is None and report["speedup_rounds"] == rounds

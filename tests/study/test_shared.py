@@ -1,0 +1,179 @@
+"""Tuners sharing one study (Optuna's journal file here; two tuner processes on a journal and on PostgreSQL in
+tests/study/test_scale_out.py): trials shared out, none measured twice, a dead tuner's trial failed and measured
+again, machines reported apart."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import threading
+import time
+from dataclasses import asdict
+
+import pytest
+from optuna.storages.journal import JournalFileBackend
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+
+from autotune import rerender
+from autotune.config.settings import STALE_BEATS, StudySettings
+from autotune.errors import StudyMismatchError
+from autotune.measure.environment import describe_machine, machine_id, this_machine_id
+from autotune.measure.recorder import WindowPlan
+from autotune.records import ALIVE_ATTR, BASELINE_ATTR, CONFIG_ATTR, MACHINE_ATTR, config_key, measured_trials
+from autotune.results.model import load_results
+from autotune.study.storage import StorageFaultError, is_shared
+from autotune.study.tuner import _claimed, counted_trials, ensure_baseline, finishing, open_study, tune
+from tests.study.test_tuner import BASELINE, SPACE, fake_result
+
+# What is tuned, with a measurement plan the reports can describe.
+META = {"pipeline": {"name": "p"}, "space": SPACE.candidates, "device": "cpu", "measure": asdict(WindowPlan())}
+
+
+class SlowMeasure:
+    """A fake measurement taking ``seconds``, recording what it measured, from any thread."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.calls, self.lock = seconds, [], threading.Lock()
+
+    def __call__(self, knobs, name, on_progress=None):
+        time.sleep(self.seconds)
+        with self.lock:
+            self.calls.append((name, dict(knobs)))
+        return fake_result(knobs)
+
+    def measured(self) -> list[str]:
+        return [config_key(knobs) for name, knobs in self.calls if name != "baseline"]
+
+
+def journal(tmp_path, n_trials=4, **more) -> StudySettings:
+    storage = f"journal://{tmp_path}/study.log"
+    return StudySettings(name="s", storage=storage, n_trials=n_trials, timeout_s=None, seed=0, **more)
+
+
+def tuner(settings: StudySettings, measure, described: dict | None = None) -> None:
+    study = open_study(settings, META, described)
+    machine = machine_id(described) if described else None
+    ensure_baseline(study, BASELINE, measure, machine)
+    tune(study, SPACE, settings, measure, lambda event: None, machine=machine)
+
+
+def test_a_journal_file_or_a_database_server_is_shared_and_a_sqlite_file_is_not(tmp_path):
+    assert is_shared(f"journal://{tmp_path}/s.log") and is_shared("postgresql://u:p@localhost/db")
+    assert not is_shared(f"sqlite:///{tmp_path}/s.db") and not is_shared("sqlite://")
+
+
+def test_two_tuners_on_one_study_share_out_its_trials_and_measure_each_configuration_once(tmp_path):
+    settings = journal(tmp_path, heartbeat_s=0.5)
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))  # as a first tuner would have
+    measure = SlowMeasure(0.3)
+    threads = [threading.Thread(target=tuner, args=(settings, measure)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    measured = measure.measured()
+    assert len(measured) == len(set(measured)), "each configuration once, none twice"
+    # Each tuner counts the others' trials in flight: study.n_trials holds but for two tuners taking their last
+    # trials within the milliseconds between one's marking its trial in flight and the other's counting.
+    study = open_study(settings, META)
+    assert settings.n_trials <= counted_trials(study) == len(measured) <= settings.n_trials + 1
+    assert not study.get_trials(states=(TrialState.RUNNING,)), "no trial left running"
+    assert [name for name in _storage_names(study) if "#measuring" in name] == [], "every claim ended"
+
+
+def test_a_trial_whose_tuner_died_is_failed_once_unheard_of_and_its_configuration_measured_again(tmp_path):
+    settings = journal(tmp_path, n_trials=2, heartbeat_s=0.1)
+    study = open_study(settings, META)
+    ensure_baseline(study, BASELINE, SlowMeasure(0))
+    dead = study.ask()  # a tuner that died while measuring this trial: its claim and the trial left behind
+    knobs = SPACE.sample(dead)
+    dead.set_user_attr(MACHINE_ATTR, measured_on := this_machine_id())
+    dead.set_user_attr(CONFIG_ATTR, config_key(knobs))
+    dead.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # its last heartbeat
+    _claimed(study, dead, measured_on, config_key(knobs)).__enter__()
+    time.sleep(STALE_BEATS * settings.heartbeat_s + 0.1)
+    measure = SlowMeasure(0)
+    tuner(settings, measure)
+    study = open_study(settings, META)
+    assert study.trials[dead.number].state is TrialState.FAIL
+    assert config_key(knobs) in measure.measured(), "measured again by the live tuner"
+    assert counted_trials(study) == 2 and dead.number not in [t.number for t, _ in measured_trials(study, measured_on)]
+
+
+def test_a_live_tuners_trial_is_not_failed_by_a_tuner_that_joins_while_it_runs(tmp_path):
+    settings = journal(tmp_path, n_trials=1, heartbeat_s=0.1)
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
+    first = threading.Thread(target=tuner, args=(settings, SlowMeasure(3 * STALE_BEATS * settings.heartbeat_s)))
+    first.start()
+    time.sleep(2 * STALE_BEATS * settings.heartbeat_s)  # its trial runs, heard of every heartbeat_s
+    open_study(settings, META)  # a second tuner joining fails only stale trials
+    first.join()
+    study = open_study(settings, META)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE]
+
+
+def test_results_of_two_machines_are_kept_and_reported_apart(tmp_path):
+    settings = journal(tmp_path, n_trials=2)
+    elsewhere = {**describe_machine(), "cpu_model": "Another CPU", "cpu_flags": ["avx512_bf16"]}
+    tuner(settings, SlowMeasure(0))
+    tuner(settings, SlowMeasure(0), elsewhere)
+    study = open_study(settings, META)
+    mine, theirs = load_results(study), load_results(study, machine_id(elsewhere))
+    assert len(mine.trials) == len(theirs.trials) == 2, "each machine measured its own n_trials"
+    assert mine.baseline is not None and theirs.baseline is not None
+    assert {t.label for t in mine.trials}.isdisjoint({t.label for t in theirs.trials})
+    assert theirs.machine["cpu_model"] == "Another CPU" and list(mine.other_machines) == [theirs.machine_id]
+    files = rerender.run("s", settings.storage, tmp_path / "reports", out=io.StringIO())
+    folders = {path.parent.name for path in files.values()}
+    assert folders == {f"machine-{mine.machine_id}", f"machine-{theirs.machine_id}"}, "one report per machine"
+    assert "Another CPU" in files[f"{mine.machine_id}/report.md"].read_text(), "the other machine is named"
+
+
+def _storage_names(study) -> list[str]:
+    return [summary.study_name for summary in study._storage.get_all_studies()]
+
+
+def test_a_study_of_an_earlier_autotune_is_refused_naming_the_key(tmp_path):
+    settings = journal(tmp_path)
+    open_study(settings, META).set_user_attr(BASELINE_ATTR, {})  # the baseline as one machine's study held it
+    with pytest.raises(StudyMismatchError, match=r"^study.name: .* made by an earlier autotune"):
+        open_study(settings, META)
+
+
+def test_a_journal_that_fails_mid_run_is_one_line_naming_the_key_and_the_cause(tmp_path, monkeypatch):
+    study = open_study(journal(tmp_path), META)
+
+    def disk_full(self, logs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(JournalFileBackend, "append_logs", disk_full)
+    with pytest.raises(StorageFaultError, match=r"^study.storage: disk full: Optuna storage 'journal://.*free space"):
+        study.set_user_attr("x", 1)
+
+
+def test_one_tuner_of_a_machine_ends_the_study_and_the_others_wait_for_it(tmp_path):
+    settings = journal(tmp_path, heartbeat_s=0.1)
+    machine, ended = this_machine_id(), []
+
+    def end(name: str, hold_s: float) -> None:
+        with finishing(open_study(settings, META), settings, machine) as mine:
+            time.sleep(hold_s if mine else 0)
+            ended.append((name, mine, time.monotonic()))
+
+    first = threading.Thread(target=end, args=("first", 1.0))
+    first.start()
+    time.sleep(0.3)
+    end("second", 0)
+    first.join()
+    assert [(name, mine) for name, mine, _ in ended] == [("first", True), ("second", False)], "second waited"
+
+
+def test_a_tuner_that_died_ending_the_study_is_taken_over(tmp_path):
+    settings = journal(tmp_path, heartbeat_s=0.1)
+    study = open_study(settings, META)
+    claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#finishing@{this_machine_id()}")
+    study._storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # then it died
+    with finishing(study, settings, this_machine_id()) as mine:
+        assert mine

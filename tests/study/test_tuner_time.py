@@ -1,0 +1,92 @@
+"""Where a tuning run's time went: its stages and the phases of its trial processes add up to its wall time, are
+stored in the study as it goes, and mode=report renders them again."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from dataclasses import replace
+
+import pytest
+
+from autotune import app, rerender
+from autotune.config.load import load_settings
+from autotune.report import write_reports
+from autotune.results.tuner_time import RunTime, TunerTime, process_phases
+from autotune.trial.result import Failure, FailureKind, TrialResult
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
+
+
+def _settings(tmp_path, **study):
+    fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
+    config = tiny_config(
+        study={"n_trials": 2, "confirm_rounds": 2, "probe": True, **study},
+        search={**fixed, "batch_size": [16, 32]},
+    )
+    settings = load_settings(config, "tiny")
+    return replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/study.db"))
+
+
+def test_a_tuning_runs_time_adds_up_by_stage_and_phase_and_mode_report_renders_it(tmp_path, monkeypatch):
+    settings = _settings(tmp_path, diagnose=True)
+    out, rendering = io.StringIO(), []
+    timed = lambda *given: rendering.append(time.monotonic()) or write_reports(*given)  # noqa: E731
+    monkeypatch.setattr(app, "write_reports", timed)
+    started = time.monotonic()
+    files = app.run(settings, tmp_path / "tuned", out)
+    elapsed = rendering[0] - started
+    report = json.loads(files["report.json"].read_text())
+    spent = report["tuner_time"]
+    wall = spent["wall_s"]
+    assert sum(spent["phases_s"].values()) == pytest.approx(wall, rel=1e-9)
+    assert sum(spent["stages_s"].values()) == pytest.approx(wall, rel=1e-9)
+    # The run's time as measured here, from its start to the rendering of its reports (which follows its record).
+    assert 0.95 * elapsed <= wall <= elapsed, (wall, elapsed)
+    assert list(spent["stages_s"]) == ["inspect", "baseline", "probe", "search", "race", "trim", "profiles", "tuner"]
+    for stage, parts in spent["by_stage_s"].items():
+        assert all(seconds >= 0 for seconds in parts.values()), f"{stage}: time counted twice: {parts}"
+    phases = spent["phases_s"]
+    for measured in ("startup", "build", "warmup", "windows", "probing", "profiling", "other", "tuner"):
+        assert phases[measured] > 0, measured
+    assert spent["by_stage_s"]["search"]["windows"] > 0
+    assert [run["finished"] for run in spent["runs"]] == [True]
+    last = out.getvalue().rstrip().splitlines()[-1]
+    assert last.startswith(f"where the tuner's {wall:.0f} s went: ") and "; by stage: " in last, last
+
+    again = io.StringIO()
+    rendered = rerender.run(settings.study.name, settings.study.storage, tmp_path / "again", again)
+    assert json.loads(rendered["report.json"].read_text())["tuner_time"] == spent
+    assert again.getvalue().rstrip().splitlines()[-1] == last
+    page = rendered["report.html"].read_text()
+    assert "<h2>Where the tuner&#x27;s time went</h2>" in page and f"Where the tuner&#x27;s {wall:.0f} s went" in page
+
+    app.run(settings, tmp_path / "resumed", io.StringIO())  # everything stored: a second run of the study
+    resumed = json.loads((tmp_path / "resumed" / "report.json").read_text())["tuner_time"]
+    assert len(resumed["runs"]) == 2 and resumed["runs"][0] == spent["runs"][0]
+    assert resumed["wall_s"] == pytest.approx(sum(run["wall_s"] for run in resumed["runs"]))
+    assert sum(resumed["phases_s"].values()) == pytest.approx(resumed["wall_s"])
+    assert "(2 runs: " in (tmp_path / "resumed" / "report.md").read_text()
+
+
+def test_a_process_splits_into_its_phases_and_one_stopped_by_the_tuner_is_stopped_as_a_whole():
+    measured = TrialResult({}, fake_measurement(100.0), wall_s=5.0, startup_s=1.5, build_s=0.5)
+    timing = measured.timing  # warm-up 1 s, window 1 s
+    assert process_phases(measured) == {"startup": 1.5, "build": 0.5, "warmup": 1.0, "compile": 0.0, "windows": 1.0,
+                                        "other": 1.0}  # fmt: skip
+    compiled = replace(measured, measurement=replace(measured.measurement, timing=replace(timing, compile_s=0.75)))
+    assert process_phases(compiled)["warmup"] == 0.25 and process_phases(compiled)["compile"] == 0.75
+    pruned = TrialResult({}, failure=Failure(FailureKind.PRUNED, "slower"), wall_s=2.0)
+    assert process_phases(pruned) == {"stopped": 2.0}
+
+
+def test_the_tuners_own_work_is_what_remains_of_each_stage_and_of_the_run():
+    run = RunTime(0.0, 10.0, {"baseline": 4.0, "search": 5.0}, {"search": {"startup": 1.0, "windows": 3.0}})
+    assert run.seconds() == {
+        "baseline": {"tuner": 4.0},
+        "search": {"startup": 1.0, "windows": 3.0, "tuner": 1.0},
+        "tuner": {"tuner": 1.0},
+    }
+    both = TunerTime([run, RunTime(20.0, 2.0, {"search": 1.5}, {})])
+    assert both.wall_s == 12.0 and sum(both.phases().values()) == pytest.approx(12.0)
+    assert both.stages() == {"baseline": 4.0, "search": 6.5, "tuner": 1.5}

@@ -1,0 +1,67 @@
+"""Where trials run when several run at once: one slot each, a GPU or a set of cores, refused where it would distort."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.trial.placement import CPUS_ENV, UNPINNED, slots
+
+
+def test_one_trial_at_a_time_runs_unpinned_on_a_cpu_and_on_a_gpu():
+    assert slots(1, None, "cpu", 0, {0, 1}) == [UNPINNED]
+    assert slots("auto", None, "cpu", 0, {0, 1}) == [UNPINNED], "auto on a CPU: one, trials at once would distort"
+    assert slots("auto", None, "cuda", 1, {0, 1}) == [UNPINNED]
+
+
+def test_several_trials_on_a_cpu_are_refused_without_core_sets_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^study.parallel: 2 trials at once on a CPU would distort .*cpu_sets"):
+        slots(2, None, "cpu", 0, {0, 1})
+
+
+def test_core_sets_pin_one_trial_each_and_must_be_disjoint_equal_and_usable():
+    pinned = slots(2, [[0], [1]], "cpu", 0, {0, 1})
+    assert [slot.env for slot in pinned] == [{CPUS_ENV: "0"}, {CPUS_ENV: "1"}] and pinned[0].cores == (0,)
+    assert len(slots("auto", [[0, 1], [2, 3]], "cpu", 0, {0, 1, 2, 3})) == 2
+    for sets, problem in [
+        ([[0], [0]], "overlap"),
+        ([[0], [1, 2]], "one size"),
+        ([[0], [7]], r"cores \[7\] are not among"),
+        ([[0]], "1 sets for study.parallel=2"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^study.cpu_sets: .*{problem}"):
+            slots(2, sets, "cpu", 0, {0, 1, 2})
+
+
+def test_gpus_get_one_trial_each_by_cuda_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [slot.env for slot in slots("auto", None, "cuda", 2, {0})] == [
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        {"CUDA_VISIBLE_DEVICES": "1"},
+    ]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b,GPU-c")
+    assert [slot.name for slot in slots(2, None, "cuda", 3, {0})] == ["GPU GPU-a", "GPU GPU-b"]
+    with pytest.raises(ConfigError, match=r"^study.parallel: 4 trials at once need 4 GPUs; 3 are visible"):
+        slots(4, None, "cuda", 3, {0})
+    with pytest.raises(ConfigError, match=r"^study.parallel: .*measure.device=cuda, not cuda:1"):
+        slots(2, None, "cuda:1", 3, {0})
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_a_trial_pins_itself_to_its_cores_with_one_torch_thread_each():
+    code = (
+        "import os, torch; from autotune.trial.placement import pin_from_env; pin_from_env(); "
+        "print(sorted(os.sched_getaffinity(0)), torch.get_num_threads())"
+    )
+    env = {**os.environ, CPUS_ENV: "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[0]", "1"]
+
+
+def test_core_sets_on_a_gpu_are_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^study.cpu_sets: pins trials on a CPU"):
+        slots(2, [[0], [1]], "cuda", 1, {0, 1})
