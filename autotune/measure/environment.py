@@ -19,6 +19,7 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS
 # not hold (bf16 autocast wins with avx512_bf16 and loses ~40 % without it).
 MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "gpu_driver", "cuda", "torch")
 # CPU features that change which knobs win: bf16 autocast runs in hardware only with avx512_bf16 or AMX.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
@@ -49,6 +50,12 @@ def describe_machine() -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "thread_env": {name: os.environ[name] for name in _THREAD_VARIABLES if name in os.environ},
     }
+
+
+def has_16_bit_units(machine: dict[str, Any], device: str) -> bool:
+    """Whether ``device`` of ``machine`` (``describe_machine``) computes in 16 bits in hardware: a GPU, or a CPU
+    with one of ``BF16_CPU_FLAGS`` (elsewhere bf16 autocast is emulated, and slower than fp32)."""
+    return device.startswith("cuda") or any(flag in (machine.get("cpu_flags") or []) for flag in BF16_CPU_FLAGS)
 
 
 def machine_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.measure.environment import has_16_bit_units
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import gc_finding, leaks, saturation_finding, verdict
 from autotune.results.remedies import Advice, Tried, advise
@@ -54,7 +55,8 @@ class ProfileRecord:
         cores = self.machine.get("cpu_count") or 1
         findings = [str(leak) for leak in leaks(self.result)]
         findings += [line for line in (gc_finding(self.result), saturation_finding(self.result, cores)) if line]
-        advice = advise(self.result, decided, self.knobs, cores, self.tried, self.study)
+        sixteen_bit = has_16_bit_units(self.machine, self.device)
+        advice = advise(self.result, decided, self.knobs, cores, self.tried, self.study, sixteen_bit)
         figures = [tried_rules[0].gist] + ([tried_rules[-1].gist] if len(tried_rules) > 1 else [])
         gist = f"{decided} ({', '.join(figures)})"
         return Diagnosis(decided, [str(rule) for rule in tried_rules], findings, advice, gist)

@@ -92,11 +92,18 @@ class Advice:
 
 
 def advise(
-    result: ProfileResult, verdict: str, knobs: dict[str, Any], cpu_count: int, tried: Tried | None, study: str
+    result: ProfileResult,
+    verdict: str,
+    knobs: dict[str, Any],
+    cpu_count: int,
+    tried: Tried | None,
+    study: str,
+    sixteen_bit: bool = True,
 ) -> list[Advice]:
-    """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores), ranked: a leak
-    first, then by expected gain, those without an estimate last. ``tried`` is the stored study named ``study``
-    (None where there is none); a knob whose recommended value ``knobs`` already run gets no advice."""
+    """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
+    not: ``sixteen_bit``), ranked: a leak first, then by expected gain, those without an estimate last. ``tried`` is
+    the stored study named ``study`` (None where there is none); a knob whose recommended value ``knobs`` already run
+    gets no advice."""
     found = figures(result)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
@@ -109,7 +116,7 @@ def advise(
     if verdict == OVERHEAD_BOUND:
         ranked += _overhead(result, found, knobs)
     elif verdict != DATA_BOUND:
-        ranked += _arithmetic(result, found, knobs, verdict)
+        ranked += _arithmetic(result, found, knobs, verdict, sixteen_bit)
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked.sort(key=lambda a: -(a.gain or 0.0))
     ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs)]
@@ -294,10 +301,12 @@ def _optimizer(found: Figures, knobs: dict[str, Any]) -> list[Advice]:
     ]
 
 
-def _arithmetic(result: ProfileResult, found: Figures, knobs: dict[str, Any], verdict: str) -> list[Advice]:
+def _arithmetic(
+    result: ProfileResult, found: Figures, knobs: dict[str, Any], verdict: str, sixteen_bit: bool
+) -> list[Advice]:
     rest = found.loop_s - found.wait_s
     advice = []
-    if knobs.get("amp") in (None, "off"):
+    if knobs.get("amp") in (None, "off") and sixteen_bit:  # emulated bf16 is slower than fp32
         halved = (found.product_share if verdict != MEMORY_BOUND else 1 - found.compute_share) * rest / 2
         what = "matrix products run in 16 bits" if verdict != MEMORY_BOUND else "tensors move half the bytes"
         advice.append(

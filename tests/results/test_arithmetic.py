@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from autotune.measure.environment import has_16_bit_units
 from autotune.measure.trace import OperatorStat
 from autotune.results.diagnosis import COMPUTE_BOUND, MEMORY_BOUND, figures, is_compute_operator, verdict
 from autotune.results.remedies import advise
@@ -40,3 +41,10 @@ def test_halving_the_arithmetic_with_amp_counts_matrix_products_alone():
     amp = next(a for a in advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None, "s") if a.knob == "amp")
     rest = found.loop_s - found.wait_s
     assert amp.gain == pytest.approx(found.loop_s / (found.loop_s - 0.30 * rest / 2))
+
+
+def test_amp_is_not_advised_where_16_bit_arithmetic_is_emulated():
+    advised = advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None, "s", sixteen_bit=False)
+    assert "amp" not in {a.knob for a in advised}, "a CPU without avx512_bf16 or AMX emulates bf16, slower than fp32"
+    assert has_16_bit_units({"cpu_flags": ["avx2", "avx512_bf16"]}, "cpu") and has_16_bit_units({}, "cuda:0")
+    assert not has_16_bit_units({"cpu_flags": ["avx2", "fma"]}, "cpu")
