@@ -1,6 +1,7 @@
-"""What a study stores: the keys of its records, the typed record of the probe, and a configuration's identity.
-The study (``autotune/study/``) writes these records and the results (``autotune/results/``) read them, both
-through this module, so neither imports the other.
+"""What a study stores: the keys of its records, the typed record of the probe, a configuration's identity, and
+which trials count as measured on a machine. The study (``autotune/study/``) writes these records and the results
+(``autotune/results/``) read them, both through this module: results never import the study (the study may use
+results' typed records, a layer below it).
 """
 
 from __future__ import annotations
