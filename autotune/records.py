@@ -60,20 +60,24 @@ def study_machines(study: optuna.Study) -> dict[str, dict[str, Any]]:
     return {key[len(prefix) :]: value for key, value in study.user_attrs.items() if key.startswith(prefix)}
 
 
-def measured_trials(study: optuna.Study, machine: str) -> list[tuple[FrozenTrial, TrialResult]]:
-    """The trials that measured a configuration on ``machine``, in trial order, each configuration once: tuners
-    sharing a study may, rarely, both start measuring one configuration (``autotune/study/tuner.py``), and the first
-    trial stands for it. Repeats of a measured configuration and interrupted trials are left out (a result stored for
-    a trial never told, as a storage fault or a kill between the two writes leaves it, is measured again)."""
+def measured_trials(
+    study: optuna.Study, machine: str, trials: list[FrozenTrial] | None = None
+) -> list[tuple[FrozenTrial, TrialResult]]:
+    """The trials that measured a configuration on ``machine``, in trial order, each configuration once (the first
+    trial stands for it: tuners sharing a study claim a configuration before measuring it, so this only guards).
+    Repeats of a measured configuration and interrupted trials are left out (a result stored for a trial never told,
+    as a storage fault or a kill between the two writes leaves it, is measured again). ``trials``: the study's
+    trials as already read, where the caller has them."""
     seen: set[str] = set()
     found = []
-    for trial in study.get_trials(deepcopy=False, states=MEASURED_STATES):
+    for trial in study.get_trials(deepcopy=False) if trials is None else trials:
         attrs = trial.user_attrs
-        if attrs.get(MACHINE_ATTR) != machine or RESULT_ATTR not in attrs or DUPLICATE_ATTR in attrs:
+        here = trial.state in MEASURED_STATES and attrs.get(MACHINE_ATTR) == machine
+        if not here or RESULT_ATTR not in attrs or DUPLICATE_ATTR in attrs or INTERRUPTED_ATTR in attrs:
             continue
         result = TrialResult.from_dict(attrs[RESULT_ATTR])
         key = config_key(result.knobs)
-        if INTERRUPTED_ATTR not in attrs and key not in seen:
+        if key not in seen:
             seen.add(key)
             found.append((trial, result))
     return found

@@ -59,6 +59,8 @@ from autotune.trial.runner import INTERRUPT, ProgressFn
 
 _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 
+# The trials that measured a configuration on a machine, with their results (``records.measured_trials``).
+Measured = list[tuple[optuna.trial.FrozenTrial, TrialResult]]
 # Knob values, a trial name and an optional progress callback (for pruning) in, a result out.
 RunFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
@@ -257,16 +259,16 @@ def _search(
 ) -> StopReason:
     """``tune``'s trials, until one of its ends (the others' trials still running aside)."""
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
-    known = _known_outcomes(study, settings, machine)
+    known: dict[str, _Outcome] = {}
     pruner = _pruner(settings, known)  # this thread's: a slot's trials are judged on what its own thread read
     repeats = failures_in_a_row = 0
-    while (done := counted_trials(study, machine)) + len(_in_flight(study, machine)) < n_trials:
+    while (seen := _look(study, settings, machine)).counted + len(seen.running) < n_trials:
         if INTERRUPT.is_set():
             raise KeyboardInterrupt
         known.clear()  # in place: the pruner reads it; other tuners of the study add to it
-        known.update(_known_outcomes(study, settings, machine))
-        ran_out = _out_of_memory(study, machine)
-        taken = set(known) | _in_flight(study, machine)
+        known.update(seen.known)
+        ran_out, done = seen.ran_out, seen.counted
+        taken = set(known) | seen.in_flight
         if _exhausted(space, taken, ran_out):
             too_big = " or need no less memory than one that ran out" if ran_out else ""
             return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
@@ -330,13 +332,38 @@ def _given_way(study: optuna.Study, settings: StudySettings, machine: str, numbe
     """Why trial ``number``, holding the claim on configuration ``key``, is not to measure it after all: another
     tuner measured it while this one asked (its claim ends after its result is stored), or the study's trials
     measured and in flight before this one reach study.n_trials. None: measure it."""
-    if key in _known_outcomes(study, settings, machine):
+    seen = _look(study, settings, machine)
+    if key in seen.known:
         return "another tuner"
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    ahead = [t for t in running if _measuring(t, machine) and t.number < number]
-    if counted_trials(study, machine) + len(ahead) >= settings.n_trials:
+    if seen.counted + sum(t.number < number for t in seen.running) >= settings.n_trials:
         return f"not measured: study.n_trials={settings.n_trials} reached by other tuners' trials"
     return None
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the study holds for one machine, read at once: what was told of each configuration measured there
+    (``known``: the baseline's included, and those not measured for needing no less memory than one that ran out),
+    how many trials measured one (``counted``), what ran out of memory, and the trials measuring one now."""
+
+    known: dict[str, _Outcome]
+    counted: int
+    ran_out: list[OutOfMemory]
+    running: list[optuna.trial.FrozenTrial]
+
+    @property
+    def in_flight(self) -> set[str]:
+        """The configurations being measured now (by another tuner of a shared study, or another slot)."""
+        return {t.user_attrs[CONFIG_ATTR] for t in self.running}
+
+
+def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
+    """``_Seen`` of ``machine`` now: the study's trials and attributes read once."""
+    trials, attrs = study.get_trials(deepcopy=False), study.user_attrs
+    measured = measured_trials(study, machine, trials)
+    running = _measuring_now(trials, machine)
+    known = _known_outcomes(attrs, trials, measured, settings, machine)
+    return _Seen(known, len(measured), _out_of_memory(attrs, measured, machine), running)
 
 
 def _await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
@@ -345,7 +372,7 @@ def _await_others(study: optuna.Study, settings: StudySettings, machine: str, de
     measured again."""
     if not is_shared(settings.storage):
         return False
-    while _in_flight(study, machine):
+    while _measuring_now(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), machine):
         if fail_stale_trials(study):
             return time.monotonic() < deadline
         if INTERRUPT.wait(min(settings.heartbeat_s, _AWAIT_POLL_S)):
@@ -357,12 +384,6 @@ def counted_trials(study: optuna.Study, machine: str | None = None) -> int:
     """Trials that measured a new configuration on ``machine`` (None: this one; complete, failed or pruned; not
     repeats, not interrupted, not those left unmeasured as out of memory): ``measured_trials``."""
     return len(measured_trials(study, machine or this_machine_id()))
-
-
-def _in_flight(study: optuna.Study, machine: str) -> set[str]:
-    """The configurations trials on ``machine`` are measuring now (another tuner's, on a shared study)."""
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return {t.user_attrs[CONFIG_ATTR] for t in running if _measuring(t, machine)}
 
 
 @contextmanager
@@ -395,7 +416,7 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
 
 def _end_orphan_claims(study: optuna.Study) -> None:
     """End the claims whose trial is no longer running (its tuner died between its result and the claim's end)."""
-    prefix = _claim_name(study, "", "")[: -len("@:")]
+    prefix = f"{study.study_name}{_MEASURING}"
     running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     for summary in study._storage.get_all_studies():
         owner = summary.user_attrs.get("trial")
@@ -404,13 +425,22 @@ def _end_orphan_claims(study: optuna.Study) -> None:
 
 
 def _claim_name(study: optuna.Study, machine: str, key: str) -> str:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
-    return f"{study.study_name}#measuring@{machine}:{digest}"
+    return f"{study.study_name}{_MEASURING}{machine}:{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-def _measuring(trial: optuna.trial.FrozenTrial, machine: str) -> bool:
-    attrs = trial.user_attrs
-    return attrs.get(MACHINE_ATTR) == machine and CONFIG_ATTR in attrs and DUPLICATE_ATTR not in attrs
+_MEASURING = "#measuring@"  # a claim's name: the study's, this, then the machine and the configuration's hash
+
+
+def _measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list[optuna.trial.FrozenTrial]:
+    """The trials of ``trials`` measuring a configuration on ``machine`` now."""
+    return [
+        t
+        for t in trials
+        if t.state is TrialState.RUNNING
+        and t.user_attrs.get(MACHINE_ATTR) == machine
+        and CONFIG_ATTR in t.user_attrs
+        and DUPLICATE_ATTR not in t.user_attrs
+    ]
 
 
 def fail_stale_trials(study: optuna.Study) -> list[int]:
@@ -420,19 +450,20 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
     (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
     now = time.time()
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    stale = [t for t in running if now - _last_heard(t)[0] > STALE_BEATS * _last_heard(t)[1]]
+    stale = [t for t in running if _unheard_for(t, now)]
     failed = _fail_interrupted_trials(study, stale)
     _end_orphan_claims(study)
     return failed
 
 
-def _last_heard(trial: optuna.trial.FrozenTrial) -> tuple[float, float]:
-    """When ``trial``'s tuner last said it is alive, and how often it says so."""
+def _unheard_for(trial: optuna.trial.FrozenTrial, now: float) -> bool:
+    """Whether ``trial``'s tuner missed ``STALE_BEATS`` of its heartbeats by ``now`` (a trial with none yet: since
+    its start, at the default interval)."""
     heard = trial.user_attrs.get(ALIVE_ATTR)
-    if heard is not None:
-        return heard[0], heard[1]
-    started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
-    return started, StudySettings.heartbeat_s
+    if heard is None:
+        started = trial.datetime_start.timestamp() if trial.datetime_start else now
+        heard = [started, StudySettings.heartbeat_s]
+    return now - heard[0] > STALE_BEATS * heard[1]
 
 
 @contextmanager
@@ -510,9 +541,10 @@ def _beating(write: Callable[[], None], interval_s: float) -> Iterator[None]:
         thread.join()
 
 
-def _exhausted(space: SearchSpace, known: dict[str, _Outcome], ran_out: list[OutOfMemory]) -> bool:
-    """Whether every configuration of ``space`` is measured or needs no less memory than one of ``ran_out``."""
-    return all(config_key(knobs) in known or out_of_memory_bound(knobs, ran_out) for knobs in space.configurations())
+def _exhausted(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> bool:
+    """Whether every configuration of ``space`` is ``taken`` (measured, or being measured) or needs no less memory
+    than one of ``ran_out``."""
+    return all(config_key(knobs) in taken or out_of_memory_bound(knobs, ran_out) for knobs in space.configurations())
 
 
 def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: OutOfMemory) -> None:
@@ -526,11 +558,12 @@ def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: Out
     study.tell(trial, state=TrialState.PRUNED)
 
 
-def _out_of_memory(study: optuna.Study, machine: str) -> list[OutOfMemory]:
-    """What ran out of memory on ``machine``, as the study stores it: the probe's settings, then the trials'."""
-    probe = study.user_attrs.get(on_machine(PROBE_ATTR, machine))
+def _out_of_memory(attrs: dict[str, Any], measured: Measured, machine: str) -> list[OutOfMemory]:
+    """What ran out of memory on ``machine``: the probe's settings (in the study's ``attrs``), then the trials'
+    (of ``measured``)."""
+    probe = attrs.get(on_machine(PROBE_ATTR, machine))
     found = ProbeRecord.from_dict(probe).out_of_memory if probe is not None else []
-    shown = (OutOfMemory.of_trial(trial.number, result) for trial, result in measured_trials(study, machine))
+    shown = (OutOfMemory.of_trial(trial.number, result) for trial, result in measured)
     return [*found, *(entry for entry in shown if entry is not None)]
 
 
@@ -686,22 +719,28 @@ def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.Froze
     return failed
 
 
-def _known_outcomes(study: optuna.Study, settings: StudySettings, machine: str) -> dict[str, _Outcome]:
-    """Configurations measured on ``machine`` (the baseline included), and those not measured for needing no less
-    memory than one that ran out → what Optuna was told about them."""
+def _known_outcomes(
+    attrs: dict[str, Any],
+    trials: list[optuna.trial.FrozenTrial],
+    measured: Measured,
+    settings: StudySettings,
+    machine: str,
+) -> dict[str, _Outcome]:
+    """Configurations measured on ``machine`` (the baseline, in the study's ``attrs``, and ``measured``), and those of
+    ``trials`` not measured for needing no less memory than one that ran out → what Optuna was told about them."""
     known: dict[str, _Outcome] = {}
-    baseline = study.user_attrs.get(on_machine(BASELINE_ATTR, machine))
+    baseline = attrs.get(on_machine(BASELINE_ATTR, machine))
     if baseline is not None:
         result = TrialResult.from_dict(baseline)
         known[config_key(result.knobs)] = _outcome(BASELINE_LABEL, result, settings)
-    for trial, result in measured_trials(study, machine):
+    for trial, result in measured:
         readings = trial.intermediate_values
         pruned_at = readings[max(readings)] if readings else None
         known.setdefault(config_key(result.knobs), _outcome(trial.number, result, settings, pruned_at))
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
-        attrs = trial.user_attrs
-        if NOT_MEASURED_ATTR in attrs and attrs.get(MACHINE_ATTR) == machine:
-            known.setdefault(attrs[CONFIG_ATTR], _Outcome(trial.number, TrialState.PRUNED))
+    for trial in trials:
+        kept = trial.user_attrs
+        if trial.state is TrialState.PRUNED and NOT_MEASURED_ATTR in kept and kept.get(MACHINE_ATTR) == machine:
+            known.setdefault(kept[CONFIG_ATTR], _Outcome(trial.number, TrialState.PRUNED))
     return known
 
 
