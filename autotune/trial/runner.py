@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import tempfile
@@ -234,7 +235,8 @@ class _BudgetWatch:
                 used = pss_estimate(self.full[0], self.full, self.tree.root)
         if used / MIB <= self.budget_mb:
             return None
-        message = f"used {used / MIB:.0f} MB, over {self.key}={self.budget_mb:g}; stopped"
+        # Rounded up: a reading a fraction over the budget must not print as the budget itself.
+        message = f"used {math.ceil(used / MIB)} MB, over {self.key}={self.budget_mb:g}; stopped"
         return Failure(FailureKind.OUT_OF_MEMORY, message)
 
 
