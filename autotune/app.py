@@ -26,11 +26,12 @@ from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
+from autotune.results.race import MAX_FINALISTS
 from autotune.results.summary import summarise
 from autotune.study.clock import RunClock
-from autotune.study.guide import guide_from_record
+from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
-from autotune.study.probe_model import probe_once
+from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
 from autotune.study.profiles import profile_tuned
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
@@ -55,7 +56,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written. A study
     another tuner is tuning in the same SQLite file is refused (``one_tuner``); on a shared storage, tuners on this
     and other machines join it (``autotune/study/tuner.py``), the reports covering this machine's results."""
-    clock = RunClock()  # the run's time, from here to its reports, waiting for another tuner's lock included
+    # The run's time, and its budget, from here to its reports, waiting for another tuner's lock included.
+    clock = RunClock(settings.study.budget_s)
     with one_tuner(settings.study.storage, settings.study.name):
         return _tune(settings, output_dir, out, clock)
 
@@ -101,21 +103,18 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
 
     stop = StopReason("interrupted", aborted=True)
     try:
-        guide = None
-        # The probe steers a search for throughput alone; a multi-objective study explores a front with TPE.
-        searching = settings.study.n_trials > 0 and space.size > 1
-        if settings.study.probe and searching and not settings.study.multi_objective:
-            stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
-            with clock.stage("probe"):
-                probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine)
-            print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
-            cores = ctx.cpu_count if device == "cpu" else None
-            guide = guide_from_record(probe, space, settings.baseline, cores, device)
+        guide = _guide(study, space, settings, ctx, runner, baseline, machine, out, clock)
         propose = guide.propose if guide else None
         if len(places) > 1:
             print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
+
+        def next_trial_fits(done: int) -> bool:  # and the race's first round after it
+            runs = 1 + (1 + MAX_FINALISTS if settings.study.confirm_rounds else 0)
+            return clock.affords_runs(runs, f"search trials {done + 1} to {settings.study.n_trials}")
+
+        screens = [r.screen for r in runners]
         with clock.stage("search", len(places)):
-            stop = tune_in_slots(study, space, settings.study, [r.screen for r in runners], show, propose, machine)
+            stop = tune_in_slots(study, space, settings.study, screens, show, propose, machine, next_trial_fits)
         if not stop.aborted:
             with finishing(study, settings.study, machine) as mine:
                 if mine:
@@ -138,6 +137,34 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
     return files
 
 
+def _guide(
+    study: optuna.Study,
+    space: SearchSpace,
+    settings: Settings,
+    ctx: SearchContext,
+    runner: TrialRunner,
+    baseline: TrialResult,
+    machine: str,
+    out: TextIO,
+    clock: RunClock,
+) -> Guide | None:
+    """The probe's guide to the search, the probe run once per study and machine; None where the search is not
+    steered by it: the probe is off or left out by study.budget_s, nothing is to be searched, or the study has two
+    objectives (a front explored with TPE)."""
+    searching = settings.study.n_trials > 0 and space.size > 1
+    if not settings.study.probe or not searching or settings.study.multi_objective:
+        return None
+    stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
+    expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s)
+    if not stored and not clock.affords(expected, "the probe"):
+        return None
+    with clock.stage("probe"):
+        probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine)
+    print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
+    cores = ctx.cpu_count if runner.device == "cpu" else None
+    return guide_from_record(probe, space, settings.baseline, cores, runner.device)
+
+
 def _finish(
     study: optuna.Study,
     machine: str,
@@ -150,11 +177,13 @@ def _finish(
 ) -> None:
     """The end of a study on ``machine``: the finalists' race, the trim of the winner's changes, and the profiles of
     the baseline and the recommendation (``study.diagnose``), each stored in the study and timed by ``clock``."""
+    affords = clock.affords_runs
     with clock.stage("race"):
-        race = run_race(study, load_results(study, machine), settings.study.confirm_rounds, runner.run, show)
+        race = run_race(study, load_results(study, machine), settings.study.confirm_rounds, runner.run, show, affords)
     with clock.stage("trim"):
-        run_trim(study, load_results(study, machine), race, runner.run, show)
-    if settings.study.diagnose:  # what limits each, profiled after every timed run
+        run_trim(study, load_results(study, machine), race, runner.run, show, affords)
+    # What limits each, profiled after every timed run.
+    if settings.study.diagnose and affords(2, "the profiles (study.diagnose)"):
         shown = partial(print_tuned_profile, out=out)
         with clock.stage("profiles"):
             profile_tuned(study, load_results(study, machine), runner, settings, output_dir / "profile", shown)

@@ -49,6 +49,7 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   pipeline=NAME        conf/pipeline/NAME.yaml, or DIR/pipeline/NAME.yaml with -cd DIR
                        (shipped: {pipelines})
   study.n_trials=N     tuning trials after the baseline (default 8; 0 = baseline only)
+  study.budget_s=S     bound the whole run to S seconds; the reports say what it left out
   search.KNOB=[a,b]    candidates for a knob (a one-element list fixes it; default: derived from the machine)
   hydra.run.dir=DIR    where the reports go
   mode=selfcheck       time the baseline and the study's recommendation by autotune and by a plain training

@@ -78,6 +78,7 @@ def tiny_config(**overrides) -> dict:
             "storage": "sqlite:///autotune.db",
             "n_trials": 3,
             "timeout_s": None,
+            "budget_s": None,
             "seed": 0,
             "memory_budget_mb": None,
             "host_memory_budget_mb": None,

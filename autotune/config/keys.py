@@ -90,6 +90,7 @@ _STUDY = (
     _setting("study.storage", Plain(str), StudySettings, "storage"),
     _setting("study.n_trials", _integer(0), StudySettings, "n_trials"),
     _setting("study.timeout_s", _POSITIVE_OR_NULL, StudySettings, "timeout_s"),
+    _setting("study.budget_s", _POSITIVE_OR_NULL, StudySettings, "budget_s"),
     # numpy's and Optuna's samplers take 32-bit seeds
     _setting("study.seed", _integer(0, maximum=2**32 - 1), StudySettings, "seed"),
     _setting("study.memory_budget_mb", _POSITIVE_OR_NULL, StudySettings, "memory_budget_mb"),

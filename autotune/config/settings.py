@@ -31,6 +31,7 @@ class StudySettings:
     ``parallel`` trials run at once ("auto": one per visible GPU), each in a slot of its own: a GPU, or one of the
     ``cpu_sets`` (``autotune/trial/placement.py``).
     ``diagnose`` profiles the baseline and the recommendation after the race (``autotune/study/profiles.py``).
+    ``budget_s`` bounds the whole run: a step starts only where it fits (``RunClock.affords``).
     """
 
     name: str
@@ -48,6 +49,7 @@ class StudySettings:
     host_memory_budget_mb: float | None = None
     heartbeat_s: float = 15.0
     parallel: int | str = 1
+    budget_s: float | None = None
     cpu_sets: tuple[tuple[int, ...], ...] | None = None
 
     @property

@@ -10,7 +10,7 @@ from autotune.records import ProbeRecord
 from autotune.report.document import headline
 from autotune.report.profiles import current_profiles, summary_lines
 from autotune.report.rows import ranked_frame
-from autotune.report.tuner_time import tuner_time_line
+from autotune.report.tuner_time import budget_lines, tuner_time_line
 from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import TunerTime
@@ -86,4 +86,4 @@ def print_summary(
     for name, path in files.items():
         print(f"  {name:<17} {path}", file=out)
     if tuner_time is not None:
-        print(tuner_time_line(tuner_time), file=out)
+        print("\n".join([tuner_time_line(tuner_time), *budget_lines(tuner_time)]), file=out)

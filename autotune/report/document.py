@@ -16,9 +16,10 @@ from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
 from autotune.report.profiles import current_profiles, describe, side_by_side_rows, sides
 from autotune.report.rows import ranked_rows, record_row
-from autotune.report.tuner_time import covers
+from autotune.report.tuner_time import budget_lines, covers
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
+from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
 from autotune.results.race import TIE_TOLERANCE
 from autotune.results.summary import Summary
@@ -108,7 +109,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
             plots=[plots.before_after(summary), plots.time_split(summary)],
         ),
         *_profiles(results, summary),
-        Section("Training", paragraphs=[batch_advice(results, summary).describe(), *batch_limit(results).sentences()]),
+        Section("Training", paragraphs=_training(results, summary)),
         *_probe(results),
         *_pareto(summary),
         Section(
@@ -123,6 +124,16 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         Section("Machine", bullets=[*_machine(results.machine, results.device), *_other_machines(results)]),
     ]
     return Document(f"autotune report: {results.pipeline}", headline(summary), sections)
+
+
+def _training(results: StudyResults, summary: Summary) -> list[str]:
+    """What the recommendation means for training: a changed batch size, the batch sizes that fit, compile's cost."""
+    payback = compile_payback(results, summary)
+    return [
+        batch_advice(results, summary).describe(),
+        *batch_limit(results).sentences(),
+        *(payback.sentences() if payback else []),
+    ]
 
 
 def headline(summary: Summary) -> Headline:
@@ -395,7 +406,8 @@ def _tuner_time(results: StudyResults) -> list[Section]:
     ]
     rows.append(["all", split.wall_s, "100%", _phases_in_words(split.phases())])
     table = _table(["stage", "seconds", "share", "of which (seconds)"], rows)
-    return [Section("Where the tuner's time went", paragraphs=[text], table=table, plots=[plots.tuner_time(split)])]
+    paragraphs = [text, *budget_lines(split)]
+    return [Section("Where the tuner's time went", paragraphs=paragraphs, table=table, plots=[plots.tuner_time(split)])]
 
 
 def _phases_in_words(seconds: dict[str, float]) -> str:

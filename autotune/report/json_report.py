@@ -12,6 +12,7 @@ from autotune.report.rows import ranked_rows
 from autotune.report.tuner_time import tuner_time_data
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
+from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.summary import Summary
@@ -48,6 +49,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "speedup_rounds": summary.proof.rounds if summary.proof else 0,
         "training": batch_advice(results, summary).to_dict(),
         "batch_limit": batch_limit(results).to_dict(),
+        "compile_payback": payback.to_dict() if (payback := compile_payback(results, summary)) else None,
         "pareto_front": [record.label for record in summary.pareto],
         "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],

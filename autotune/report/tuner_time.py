@@ -20,6 +20,18 @@ def tuner_time_line(split: TunerTime) -> str:
     return f"where the tuner's {split.wall_s:.0f} s went{runs}: {phases}; by stage: {stages}"
 
 
+def budget_lines(split: TunerTime) -> list[str]:
+    """For each run held to study.budget_s, a line: what the budget left out of it (the steps that did not fit)."""
+    return [
+        f"study.budget_s={run.budget_s:g}{when} left out: {'; '.join(run.left_out)}"
+        if run.left_out
+        else f"study.budget_s={run.budget_s:g}{when}: nothing left out ({run.wall_s:.0f} s used)"
+        for run in split.runs
+        if run.budget_s is not None
+        for when in [f" (run of {_when(run.started_at)})" if len(split.runs) > 1 else ""]
+    ]
+
+
 def _largest(share: dict[str, float], words: dict[str, str]) -> str:
     shown = sorted((item for item in share.items() if item[1] >= _SHOWN_SHARE), key=lambda item: -item[1])
     return ", ".join(f"{words.get(name, name)} {value * 100:.0f} %" for name, value in shown)
@@ -47,6 +59,13 @@ def tuner_time_data(split: TunerTime) -> dict[str, Any]:
         "stages_s": split.stages(),
         "by_stage_s": split.by_stage(),
         "runs": [
-            {"started_at": _when(run.started_at), "wall_s": run.wall_s, "finished": run.finished} for run in split.runs
+            {
+                "started_at": _when(run.started_at),
+                "wall_s": run.wall_s,
+                "finished": run.finished,
+                "budget_s": run.budget_s,
+                "left_out": run.left_out,
+            }
+            for run in split.runs
         ],
     }

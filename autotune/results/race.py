@@ -40,6 +40,8 @@ from autotune.trial.result import TrialResult
 # A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by up to
 # ~15 % here (docs/benchmarks.md, "Noise").
 FINALIST_WINDOW = 0.15
+# At most this many finalists race the baseline: a round is then at most four runs.
+MAX_FINALISTS = 3
 # A finalist whose median falls this far behind the leader's leaves: about twice one run's noise.
 RACE_MARGIN = 0.10
 # The race ends once a finalist's slowest run beats the baseline's fastest by this much (twice that after round 1,
@@ -254,7 +256,7 @@ def choose_candidate(baseline: TrialRecord, trials: list[TrialRecord]) -> TrialR
     return None if chosen is baseline else chosen
 
 
-def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: int = 3) -> list[TrialRecord]:
+def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: int = MAX_FINALISTS) -> list[TrialRecord]:
     """The trials worth re-measuring before recommending one: those whose single run beat the baseline's and
     came within FINALIST_WINDOW of the fastest, fastest first, at most ``limit``; the simplest one tied with
     the fastest (``choose_candidate``) is always among them.

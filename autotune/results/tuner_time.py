@@ -12,7 +12,7 @@ phase read from a trial that came out negative would show time counted twice.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.records import TUNER_TIME_ATTR, on_machine
@@ -68,13 +68,16 @@ class RunTime:
     """One run's time as measured: it started at ``started_at`` (seconds since the epoch) and lasted ``wall_s`` up to
     its last record; ``stages``: each stage's wall time; ``processes``: stage → phase → seconds of its trial
     processes (with ``study.parallel`` trials at once, each counts its share: its seconds over the slots).
-    ``finished``: the run reached its end (False: stopped, or still going when last stored)."""
+    ``finished``: the run reached its end (False: stopped, or still going when last stored). ``budget_s``: its
+    study.budget_s, and ``left_out``: the steps that budget left out, in words."""
 
     started_at: float
     wall_s: float
     stages: dict[str, float]
     processes: dict[str, dict[str, float]]
     finished: bool = False
+    budget_s: float | None = None
+    left_out: list[str] = field(default_factory=list)
 
     def seconds(self) -> dict[str, dict[str, float]]:
         """Stage (TUNER: outside the stages) → phase → seconds, the tuner's own work included: all of it sums to

@@ -1,10 +1,12 @@
 """Times one tuning run as it goes, stage by stage and trial process by trial process, and stores what it measured
 in the study (``RunTime``, ``autotune/results/tuner_time.py``) at the end of every stage and of the run, so that a
-run stopped midway still says where its time went up to its last stage."""
+run stopped midway still says where its time went up to its last stage. It also holds the run to ``study.budget_s``
+(``RunClock.affords``: the budget's one rule)."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -18,10 +20,14 @@ from autotune.trial.result import TrialResult
 
 class RunClock:
     """The clock of one run, started when it is made. ``stage`` times a stage; ``count`` adds a trial process's
-    phases to the stage running it; once ``attach``ed to the study, every stage's end stores the record."""
+    phases to the stage running it; once ``attach``ed to the study, every stage's end stores the record.
+    ``budget_s`` (study.budget_s; None: unbounded) bounds the run: see ``affords``."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget_s: float | None = None) -> None:
         self.started_at, self._start = time.time(), time.monotonic()
+        self.budget_s = budget_s
+        self.left_out: list[str] = []  # the steps the budget left out, in words
+        self._runs: list[float] = []  # wall time of each measuring process (a timed window) of this run
         self.run = f"{self.started_at:.3f}-{os.getpid()}"
         self._stages: dict[str, float] = {}
         self._processes: dict[str, dict[str, float]] = {}
@@ -53,13 +59,42 @@ class RunClock:
             parts = self._processes.setdefault(self._current, {})
             for phase, seconds in process_phases(result).items():
                 parts[phase] = parts.get(phase, 0.0) + seconds / self._slots
+            if result.timing is not None:
+                self._runs.append(result.wall_s)
+
+    @property
+    def run_s(self) -> float:
+        """The median wall time of this run's measuring processes so far (0.0 before the first): the unit in which
+        the steps of a run are expected to take time."""
+        with self._lock:
+            return statistics.median(self._runs) if self._runs else 0.0
+
+    def affords(self, seconds: float, step: str) -> bool:
+        """The budget's rule: a step starts only where the time it is expected to take, ``seconds`` (a number of
+        ``run_s``), fits in what is left of ``budget_s``; one that does not is left out, and said so in the reports
+        (``left_out``). Without a budget, and before the first measuring process (the baseline always runs), every
+        step fits. A step that takes longer than expected ends the run past the budget by its overrun."""
+        if self.budget_s is None or not self.run_s:
+            return True
+        left = self.budget_s - (time.monotonic() - self._start)
+        if seconds <= left:
+            return True
+        with self._lock:
+            self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
+        return False
+
+    def affords_runs(self, runs: int, step: str) -> bool:
+        """``affords`` for a step of ``runs`` measuring processes."""
+        return self.affords(runs * self.run_s, step)
 
     def record(self, finished: bool = False) -> RunTime:
         """What was measured so far; ``finished``: the run reached its end."""
         with self._lock:
             stages = dict(self._stages)
             processes = {stage: dict(parts) for stage, parts in self._processes.items()}
-        return RunTime(self.started_at, time.monotonic() - self._start, stages, processes, finished)
+            left_out = list(self.left_out)
+        wall_s = time.monotonic() - self._start
+        return RunTime(self.started_at, wall_s, stages, processes, finished, self.budget_s, left_out)
 
     def save(self, finished: bool = False) -> None:
         """Store the record in the attached study (nothing before ``attach``)."""

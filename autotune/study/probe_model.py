@@ -174,6 +174,13 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.
     return ProbePlan(loaders, computes, seconds)
 
 
+def expected_probe_s(plan: ProbePlan, run_s: float) -> float:
+    """What the probe of ``plan`` is expected to take, for study.budget_s: a process like a run of the pipeline
+    (``run_s``: its start, build and window), then every setting timed for ``plan.seconds`` after a warm-up about as
+    long."""
+    return run_s + 2 * plan.seconds * (len(plan.loaders) + len(plan.computes) + 1)
+
+
 def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:
     """The baseline, each knob moved to the space's first candidate where the space lacks its value; without
     workers (the model step is timed on a cached batch) and with the costly knobs off, as the probe leaves them."""

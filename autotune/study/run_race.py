@@ -27,6 +27,9 @@ from autotune.results.race import (
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
+# Whether a step of this many runs (the number, and the step in words) fits in study.budget_s (``RunClock.affords``).
+AffordsRunsFn = Callable[[int, str], bool]
+
 
 def run_race(
     study: optuna.Study,
@@ -34,10 +37,12 @@ def run_race(
     rounds: int,
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
+    affords: AffordsRunsFn | None = None,
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in fresh processes, up to ``rounds`` rounds (their order, the
     baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
-    store the outcome in the study. A stored race of the same finalists and planned rounds is reused."""
+    store the outcome in the study. A stored race of the same finalists and planned rounds is reused. A round starts
+    only where ``affords`` it; None where not even the first did."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
@@ -50,7 +55,9 @@ def run_race(
         for p in picks
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
-    confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run)
+    confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords)
+    if not confirmation.rounds and not confirmation.failure:
+        return None
     study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
     return confirmation
 
@@ -65,16 +72,20 @@ def race(
     on_run: Callable[[str, TrialResult], None],
     ends: Callable[[list[Finalist], list[float], dict[str, float]], bool] = decided,
     reference: Finalist | None = None,
+    affords: AffordsRunsFn | None = None,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
     ``decided``; ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
-    RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN."""
+    RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
+    ``affords`` it (study.budget_s)."""
     baseline_runs: list[float] = []
     failure = None
     for index in range(1, rounds + 1):
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
+            break
+        if affords is not None and not affords(len(racing) + 1, f"{name} rounds {index} to {rounds}"):
             break
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, on_run)
         if failure:

@@ -12,7 +12,7 @@ from autotune.knobs import KNOBS, REQUIRED, conflict
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes
-from autotune.study.run_race import race
+from autotune.study.run_race import AffordsRunsFn, race
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
@@ -23,11 +23,12 @@ def run_trim(
     confirmation: Confirmation | None,
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
+    affords: AffordsRunsFn | None = None,
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), until a race's winner is the
     configuration it started from; store the races in the study. A stored trim of the same winner and rounds is
-    reused. Nothing to do without a winner changing two knobs or more."""
+    reused. Nothing to do without a winner changing two knobs or more. A round starts only where ``affords`` it."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
@@ -46,7 +47,10 @@ def run_trim(
             break
         name = f"trim-{len(races) + 1}"
         entrants = [leader, *undone.values()]
-        races.append(race(entrants, baseline, before_race, rounds, name, run, on_run, ends=alone, reference=leader))
+        trim = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords)
+        if not trim.rounds and not trim.failure:
+            break
+        races.append(trim)
         new = races[-1].winner
         if new is None or new.label == current.label:
             break

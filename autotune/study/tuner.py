@@ -63,6 +63,8 @@ _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 Measured = list[tuple[optuna.trial.FrozenTrial, TrialResult]]
 # Knob values, a trial name and an optional progress callback (for pruning) in, a result out.
 RunFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
+# The number of trials measured in, whether the next one fits in study.budget_s (``RunClock.affords``) out.
+AffordsFn = Callable[[int], bool]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
@@ -193,6 +195,7 @@ def tune(
     on_trial: Callable[[TrialEvent], None],
     propose: ProposeFn | None = None,
     machine: str | None = None,
+    affords: AffordsFn | None = None,
 ) -> StopReason:
     """Run trials on ``machine`` (a ``machine_id``; None: this one) until the study holds ``settings.n_trials``
     configurations measured there.
@@ -200,7 +203,8 @@ def tune(
     With ``propose`` (the probe's guide), each trial measures the configuration it proposes and tuning stops
     once it proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline
     included) is not measured again: the proposal is answered from the stored result and does not count as a
-    trial. Tuning also stops at ``settings.timeout_s``, when the space is exhausted, and, aborted, after
+    trial. Tuning also stops at ``settings.timeout_s``, where ``affords(trials measured)`` says the next trial does
+    not fit in study.budget_s, when the space is exhausted, and, aborted, after
     ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect trials are
     verdicts on their configuration, not failures: ``FailureKind.is_fault``). A configuration that needs no less
     memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured: Optuna
@@ -213,7 +217,7 @@ def tune(
     deadline = time.monotonic() + settings.timeout_s if settings.timeout_s is not None else float("inf")
     machine = machine or this_machine_id()
     while True:
-        stop = _search(study, space, settings, run, on_trial, machine, propose, deadline)
+        stop = _search(study, space, settings, run, on_trial, machine, propose, deadline, affords)
         if stop.aborted or not _await_others(study, settings, machine, deadline):
             return stop
 
@@ -226,16 +230,19 @@ def tune_in_slots(
     on_trial: Callable[[TrialEvent], None],
     propose: ProposeFn | None = None,
     machine: str | None = None,
+    affords: AffordsFn | None = None,
 ) -> StopReason:
     """``tune`` with a trial at a time in each slot of ``runs`` (``study.parallel``: each runs its trials on its own
     GPU or cores), the slots sharing the study as tuners of a shared study do. The outcome is the first stop that
     aborted, else the first slot's. Ctrl-C, or a slot's error, stops every slot's trial (``runner.INTERRUPT``)."""
     if len(runs) == 1:
-        return tune(study, space, settings, runs[0], on_trial, propose, machine)
+        return tune(study, space, settings, runs[0], on_trial, propose, machine, affords)
     INTERRUPT.clear()
     try:
         with ThreadPoolExecutor(len(runs), thread_name_prefix="autotune-slot") as pool:
-            futures = [pool.submit(tune, study, space, settings, run, on_trial, propose, machine) for run in runs]
+            futures = [
+                pool.submit(tune, study, space, settings, run, on_trial, propose, machine, affords) for run in runs
+            ]
             try:
                 wait(futures, return_when=FIRST_EXCEPTION)
                 stops = [future.result() for future in futures]
@@ -256,6 +263,7 @@ def _search(
     machine: str,
     propose: ProposeFn | None,
     deadline: float,
+    affords: AffordsFn | None = None,
 ) -> StopReason:
     """``tune``'s trials, until one of its ends (the others' trials still running aside)."""
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
@@ -274,6 +282,8 @@ def _search(
             return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
         if time.monotonic() >= deadline:
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
+        if affords is not None and not affords(done):
+            return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
         # Trials already waiting (an interrupted one, on resume) go first; without a guide, the sampler proposes.

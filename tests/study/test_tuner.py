@@ -175,8 +175,9 @@ class NoisyMeasure:
         return TrialResult(knobs=knobs, measurement=fake_measurement(throughput))
 
 
-def raced(tmp_path, single_runs, re_runs, rounds=3):
-    """Confirm a study whose baseline (batch 16) and trials (other batch sizes) measured ``single_runs``."""
+def raced(tmp_path, single_runs, re_runs, rounds=3, affords=None):
+    """Confirm a study whose baseline (batch 16) and trials (other batch sizes) measured ``single_runs``, its rounds
+    held to ``affords``."""
     study = open_study(settings(tmp_path), META)
     measure = NoisyMeasure({batch: [value] for batch, value in single_runs.items()})
     ensure_baseline(study, BASELINE, measure)
@@ -187,7 +188,7 @@ def raced(tmp_path, single_runs, re_runs, rounds=3):
     space = SearchSpace({name: [BASELINE[name]] for name in KNOBS} | {"batch_size": list(single_runs)})
     tune(study, space, settings(tmp_path, n_trials=len(single_runs) - 1), measure, lambda e: None)
     race = NoisyMeasure(re_runs)
-    return run_race(study, load_results(study), rounds, race, lambda name, result: None), race.names
+    return run_race(study, load_results(study), rounds, race, lambda name, result: None, affords), race.names
 
 
 def label_of(confirmation, batch):

@@ -1,0 +1,116 @@
+"""study.budget_s: a step of a run starts only where its expected time fits in what is left (``RunClock.affords``);
+the search, the race, the trim and the profiles stop there, and the reports say what the budget left out."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+
+from autotune import app
+from autotune.config.load import load_settings
+from autotune.records import CONFIRMATION_ATTR, TRIM_ATTR, on_machine
+from autotune.report.tuner_time import budget_lines
+from autotune.results.model import load_results
+from autotune.results.summary import summarise
+from autotune.results.tuner_time import RunTime, TunerTime
+from autotune.study.clock import RunClock
+from autotune.study.run_race import run_race
+from autotune.study.trim import run_trim
+from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
+from autotune.trial.result import TrialResult
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
+from tests.study.test_trim import WINNER, tuned
+from tests.study.test_tuner import BASELINE, META, SPACE, FakeMeasure, raced, settings
+
+
+def measured(wall_s: float) -> TrialResult:
+    return TrialResult(knobs=NEUTRAL_KNOBS, measurement=fake_measurement(100.0), wall_s=wall_s, startup_s=0.1)
+
+
+def test_a_step_fits_where_its_runs_of_the_median_length_fit_in_what_is_left():
+    clock = RunClock(budget_s=10.0)
+    assert clock.affords(1e9, "anything"), "before the first measured run (the baseline) every step fits"
+    for wall_s in (1.0, 2.0, 30.0):
+        clock.count(measured(wall_s))
+    assert clock.run_s == 2.0, "the median: one slow run does not inflate every estimate"
+    assert clock.affords_runs(4, "four runs") and clock.left_out == []
+    assert not clock.affords_runs(6, "six runs")
+    assert clock.left_out == ["six runs (~12 s needed, 10 s left)"]
+    assert RunClock(budget_s=None).affords(1e9, "x"), "no budget: everything fits"
+    assert clock.record().left_out == clock.left_out and clock.record().budget_s == 10.0
+
+
+def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
+    study = open_study(settings(tmp_path, n_trials=5), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    asked = []
+    fits = lambda done: asked.append(done) or done < 2  # noqa: E731
+    stop = tune(study, SPACE, settings(tmp_path, n_trials=5, budget_s=60.0), measure, lambda e: None, affords=fits)
+    assert counted_trials(study) == 2 and asked[-1] == 2
+    assert stop.message == "study.budget_s=60: the time left is kept for what follows" and not stop.aborted
+
+
+def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_is_not_stored(tmp_path):
+    steps = []
+    one_round = lambda runs, step: steps.append((runs, step)) or len(steps) == 1  # noqa: E731
+    single, re_runs = {16: 100.0, 32: 104.0}, {16: [100, 100, 100], 32: [104, 104, 104]}
+    assert raced(tmp_path, single, re_runs)[0].rounds == 3, "without a budget, this close race runs three rounds"
+    (tmp_path / "budget").mkdir()
+    cut, names = raced(tmp_path / "budget", single, re_runs, affords=one_round)
+    assert cut.rounds == 1 and cut.planned_rounds == 3 and len(names) == 2
+    assert steps == [(2, "confirm rounds 1 to 3"), (2, "confirm rounds 2 to 3")], "the baseline and the finalist"
+
+    (tmp_path / "none").mkdir()
+    study = open_study(settings(tmp_path / "none"), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    tune(study, SPACE, settings(tmp_path / "none", n_trials=2), measure, lambda e: None)
+    runs_before = len(measure.calls)
+    never = lambda runs, step: False  # noqa: E731
+    assert run_race(study, load_results(study), 3, measure, lambda name, result: None, never) is None
+    assert len(measure.calls) == runs_before and on_machine(CONFIRMATION_ATTR, load_results(study).machine_id) not in (
+        study.user_attrs
+    )
+
+
+def test_a_trim_race_that_does_not_fit_is_left_out_and_the_winner_keeps_its_changes(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    runs_before = len(pipeline.names)
+    never = lambda runs, step: False  # noqa: E731
+    assert run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, never) == []
+    assert len(pipeline.names) == runs_before
+    assert study.user_attrs[on_machine(TRIM_ATTR, load_results(study).machine_id)] == []
+    assert summarise(load_results(study)).recommended.result.knobs == WINNER, "no trim: its three changes stand"
+
+
+def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left_out(tmp_path):
+    fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
+    config = tiny_config(
+        study={"n_trials": 3, "confirm_rounds": 2, "probe": True, "diagnose": True, "budget_s": 0.01},
+        search={**fixed, "batch_size": [16, 32]},
+    )
+    settings_ = load_settings(config, "tiny")
+    settings_ = replace(settings_, study=replace(settings_.study, storage=f"sqlite:///{tmp_path}/study.db"))
+    out = io.StringIO()
+    files = app.run(settings_, tmp_path / "out", out)
+    report = json.loads(files["report.json"].read_text())
+    (run,) = report["tuner_time"]["runs"]
+    assert run["budget_s"] == 0.01
+    assert [step.split(" (~")[0] for step in run["left_out"]] == [
+        "the probe",
+        "search trials 1 to 3",
+        "the profiles (study.diagnose)",
+    ]
+    assert [row["trial"] for row in report["trials"]] == ["baseline"]
+    assert "Stopped: study.budget_s=0.01: the time left is kept for what follows." in out.getvalue()
+    said = out.getvalue().rstrip().splitlines()[-1]
+    assert said.startswith("study.budget_s=0.01 left out: the probe (~") and "search trials 1 to 3" in said
+    assert said in files["report.md"].read_text()
+
+
+def test_a_run_within_its_budget_says_nothing_was_left_out():
+    run = RunTime(0.0, 42.4, {}, {}, True, budget_s=60.0)
+    assert budget_lines(TunerTime([run])) == ["study.budget_s=60: nothing left out (42 s used)"]
+    assert budget_lines(TunerTime([replace(run, budget_s=None)])) == []
