@@ -10,9 +10,7 @@ import io
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from autotune.records import BASELINE_LABEL, TrialRecord
 from autotune.report.rows import record_state
@@ -21,6 +19,9 @@ from autotune.results.model import StudyResults
 from autotune.results.race import TIE_TOLERANCE, Confirmation
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, PHASES, STAGE_WORDS, TunerTime
+
+if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn (``png``): a refused input exits ~0.7 s sooner
+    from matplotlib.axes import Axes
 
 BASELINE, RECOMMENDED, OTHER = "#7f7f7f", "#1f77b4", "#9ecae1"
 STATE_STYLE = {  # marker, colour, legend label
@@ -44,6 +45,7 @@ class Plot:
 
 def png(plot: Plot) -> bytes:
     """``plot`` as a PNG image (matplotlib's Agg canvas: no display, no global pyplot state)."""
+    from matplotlib.figure import Figure
     figure = Figure(figsize=(WIDTH_IN, plot.height), dpi=DPI, layout="constrained")
     plot.draw(figure.subplots())
     buffer = io.BytesIO()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from matplotlib.axes import Axes
+from typing import TYPE_CHECKING
 
 from autotune.measure.growth import MemoryTrend
 from autotune.measure.stages import StageTiming
 from autotune.report.plots import BASELINE, Plot, legend_below
+
+if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn (``plots.png``), not by every command
+    from matplotlib.axes import Axes
 
 # One colour per stage, the same in both bars; the data pipeline's stages in warm colours.
 STAGE_COLOURS = {
