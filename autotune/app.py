@@ -108,8 +108,8 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
         if len(places) > 1:
             print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
 
-        def next_trial_fits(done: int) -> bool:  # and the race's first round after it
-            runs = 1 + (1 + MAX_FINALISTS if settings.study.confirm_rounds else 0)
+        def next_trial_fits(done: int) -> bool:  # and the race's first round after it, of the finalists it may have
+            runs = 1 + _race_round_runs(settings, min(MAX_FINALISTS, done + 1))
             return clock.affords_runs(runs, f"search trials {done + 1} to {settings.study.n_trials}")
 
         screens = [r.screen for r in runners]
@@ -155,14 +155,21 @@ def _guide(
     if not settings.study.probe or not searching or settings.study.multi_objective:
         return None
     stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
+    # The probe is of use only with a trial to steer and the race's first round after it.
+    then = (1 + _race_round_runs(settings, 1)) * clock.run_s
     expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s)
-    if not stored and not clock.affords(expected, "the probe"):
+    if not stored and not clock.affords(expected + then, "the probe"):
         return None
     with clock.stage("probe"):
         probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine)
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None
     return guide_from_record(probe, space, settings.baseline, cores, runner.device)
+
+
+def _race_round_runs(settings: Settings, finalists: int) -> int:
+    """The runs of one round of the race of ``finalists``: theirs and the baseline's (none without a race)."""
+    return 1 + finalists if settings.study.confirm_rounds else 0
 
 
 def _finish(
