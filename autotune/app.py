@@ -88,6 +88,8 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
     with clock.stage("baseline"):
         baseline, reused = ensure_baseline(study, settings.baseline, runner.run, machine)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
+    if reused:
+        clock.expect(baseline)
     if not baseline.ok:
         raise BaselineFailedError(
             f"the baseline (pipeline.baseline) failed, so there is nothing to tune: {baseline.failure}. "

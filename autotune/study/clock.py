@@ -62,6 +62,11 @@ class RunClock:
             if result.timing is not None:
                 self._runs.append(result.wall_s)
 
+    def expect(self, result: TrialResult) -> None:
+        """Take a stored measuring run's wall time as what a run takes (a resumed run reuses its baseline)."""
+        with self._lock:
+            self._runs.append(result.wall_s)
+
     @property
     def run_s(self) -> float:
         """The median wall time of this run's measuring processes so far (0.0 before the first): the unit in which

@@ -39,6 +39,9 @@ def test_a_step_fits_where_its_runs_of_the_median_length_fit_in_what_is_left():
     assert clock.left_out == ["six runs (~12 s needed, 10 s left)"]
     assert RunClock(budget_s=None).affords(1e9, "x"), "no budget: everything fits"
     assert clock.record().left_out == clock.left_out and clock.record().budget_s == 10.0
+    resumed = RunClock(budget_s=10.0)
+    resumed.expect(measured(20.0))  # a stored baseline: no process of this run, yet what a run takes
+    assert not resumed.affords_runs(1, "a run") and resumed.record().processes == {}
 
 
 def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
