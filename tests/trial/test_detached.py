@@ -22,8 +22,9 @@ from tests.conftest import REPO, trial_request
 from tests.fixtures.detached import VARIANTS
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server():
+    """One fork server for the module's forked trials: each test also checks it lives on after its trial."""
     forks = ForkServer()
     yield forks
     forks.close()
