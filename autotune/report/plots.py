@@ -46,6 +46,7 @@ class Plot:
 def png(plot: Plot) -> bytes:
     """``plot`` as a PNG image (matplotlib's Agg canvas: no display, no global pyplot state)."""
     from matplotlib.figure import Figure
+
     figure = Figure(figsize=(WIDTH_IN, plot.height), dpi=DPI, layout="constrained")
     plot.draw(figure.subplots())
     buffer = io.BytesIO()

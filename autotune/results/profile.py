@@ -56,7 +56,13 @@ class ProfileRecord:
         findings = [str(leak) for leak in leaks(self.result)]
         findings += [line for line in (gc_finding(self.result), saturation_finding(self.result, cores)) if line]
         sixteen_bit = has_16_bit_units(self.machine, self.device)
-        advice = advise(self.result, decided, self.knobs, cores, self.tried, self.study, sixteen_bit)
+        advice = advise(self.result, decided, self.knobs, cores, self.tried, sixteen_bit)
+        if self.tried is None and any(a.knob for a in advice):
+            named = f" study.name={self.study}" if self.study != self.pipeline else ""
+            findings.append(
+                f"no stored study '{self.study}' says whether the tuner tried the knobs advised: "
+                f"python -m autotune pipeline={self.pipeline}{named} measures them"
+            )
         figures = [tried_rules[0].gist] + ([tried_rules[-1].gist] if len(tried_rules) > 1 else [])
         gist = f"{decided} ({', '.join(figures)})"
         return Diagnosis(decided, [str(rule) for rule in tried_rules], findings, advice, gist)

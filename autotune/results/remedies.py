@@ -97,13 +97,12 @@ def advise(
     knobs: dict[str, Any],
     cpu_count: int,
     tried: Tried | None,
-    study: str,
     sixteen_bit: bool = True,
 ) -> list[Advice]:
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
     not: ``sixteen_bit``), ranked: a leak first, then by expected gain, those without an estimate last. ``tried`` is
-    the stored study named ``study`` (None where there is none); a knob whose recommended value ``knobs`` already run
-    gets no advice."""
+    the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
+    recommended value ``knobs`` already run gets no advice."""
     found = figures(result)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
@@ -120,18 +119,13 @@ def advise(
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked.sort(key=lambda a: -(a.gain or 0.0))
     ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs)]
-    return [_with_tried(a, knobs, tried, study) for a in advice + ranked]
+    return [_with_tried(a, tried) for a in advice + ranked]
 
 
-def _with_tried(advice: Advice, knobs: dict[str, Any], tried: Tried | None, study: str) -> Advice:
-    if advice.knob is None:
+def _with_tried(advice: Advice, tried: Tried | None) -> Advice:
+    if advice.knob is None or tried is None:
         return advice
-    value = _suggested(advice)
-    if tried is None:
-        said = f"unknown: no stored study '{study}' to say whether the tuner tried it"
-    else:
-        said = tried.says(advice.knob, value)
-    return Advice(**{**asdict(advice), "tried": said})
+    return Advice(**{**asdict(advice), "tried": tried.says(advice.knob, _suggested(advice))})
 
 
 def _suggested(advice: Advice) -> Any:

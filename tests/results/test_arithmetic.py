@@ -38,13 +38,13 @@ def test_a_step_a_quarter_of_it_dropouts_masks_is_compute_bound_on_a_cpu_and_mem
 def test_halving_the_arithmetic_with_amp_counts_matrix_products_alone():
     found = figures(_with_dropout())
     assert (found.compute_share, found.product_share) == pytest.approx((0.55, 0.30))
-    amp = next(a for a in advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None, "s") if a.knob == "amp")
+    amp = next(a for a in advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None) if a.knob == "amp")
     rest = found.loop_s - found.wait_s
     assert amp.gain == pytest.approx(found.loop_s / (found.loop_s - 0.30 * rest / 2))
 
 
 def test_amp_is_not_advised_where_16_bit_arithmetic_is_emulated():
-    advised = advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None, "s", sixteen_bit=False)
+    advised = advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None, sixteen_bit=False)
     assert "amp" not in {a.knob for a in advised}, "a CPU without avx512_bf16 or AMX emulates bf16, slower than fp32"
     assert has_16_bit_units({"cpu_flags": ["avx2", "avx512_bf16"]}, "cpu") and has_16_bit_units({}, "cuda:0")
     assert not has_16_bit_units({"cpu_flags": ["avx2", "fma"]}, "cpu")

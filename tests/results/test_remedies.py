@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autotune.results.diagnosis import DATA_BOUND, OVERHEAD_BOUND, verdict
+from autotune.results.profile import ProfileRecord
 from autotune.results.remedies import Tried, advise
 from tests.conftest import NEUTRAL_KNOBS
 from tests.results.profile_records import LOOP_S, hot, profile_result
@@ -15,31 +18,38 @@ KNOBS = {**NEUTRAL_KNOBS, "batch_size": 16}
 def test_a_data_bound_step_is_told_how_many_workers_keep_up_and_what_that_gains():
     # 60 ms of each 100 ms step waits for data; loading a batch takes 60 ms in one process, the rest 40 ms.
     result = profile_result(wait_share=0.6)
-    (workers,) = advise(result, DATA_BOUND, KNOBS, 8, None, "mine")
+    (workers,) = advise(result, DATA_BOUND, KNOBS, 8, None)
     assert workers.action == "set num_workers=2" and workers.knob == "num_workers"
     assert workers.gain == pytest.approx(LOOP_S / 0.04) and "2.50x" in workers.effect
-    assert "no stored study 'mine'" in workers.tried
+    assert workers.tried is None, "without a stored study the advice says nothing of it, the diagnosis once"
+    record = ProfileRecord("mine", "cpu", "baseline", KNOBS, {"cpu_count": 8}, "mine", result)
+    assert record.diagnosis.findings[-1] == (
+        "no stored study 'mine' says whether the tuner tried the knobs advised: python -m autotune pipeline=mine "
+        "measures them"
+    )
+    said = replace(record, tried=Tried("mine", {"num_workers": [0, 2]})).diagnosis
+    assert not any("no stored study" in line for line in said.findings)
 
 
 def test_on_two_cores_at_most_two_workers_are_advised_and_the_sharing_said():
     # loading a batch takes 80 ms, the rest of the step 20 ms: four workers would keep up, two cores hold two.
-    (workers,) = advise(profile_result(wait_share=0.8), DATA_BOUND, KNOBS, 2, None, "mine")
+    (workers,) = advise(profile_result(wait_share=0.8), DATA_BOUND, KNOBS, 2, None)
     assert workers.action == "set num_workers=2" and workers.gain == pytest.approx(LOOP_S / 0.04)
     assert "share them" in workers.effect
 
 
 def test_whether_the_tuner_tried_the_knob_comes_from_the_stored_study():
     tried = Tried("mine", {"num_workers": [0, 2]})
-    (workers,) = advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, tried, "mine")
+    (workers,) = advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, tried)
     assert workers.tried == "the tuner measured num_workers=2 (study 'mine')"
-    (workers,) = advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, Tried("mine", {"num_workers": [0]}), "")
+    (workers,) = advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, Tried("mine", {"num_workers": [0]}))
     assert workers.tried == "not tried by the tuner: study 'mine' measured num_workers at 0"
 
 
 def test_a_hot_library_function_gets_its_call_site_and_an_action_by_what_it_does():
     functions = [hot("PIL.Image.resize", 0.6), hot("PIL.ImageFile.load", 0.3), hot("tiny", 0.1)]
     result = profile_result(wait_share=0.6, functions=functions)
-    advice = advise(result, DATA_BOUND, KNOBS, 8, None, "mine")
+    advice = advise(result, DATA_BOUND, KNOBS, 8, None)
     resize, decode = (a for a in advice if a.location)
     assert resize.action.startswith("resize offline") and resize.location == "data.py:12"
     assert resize.why == "60% of loading time is PIL.Image.resize, called from data.py:12 (__getitem__)"
@@ -50,13 +60,13 @@ def test_a_hot_library_function_gets_its_call_site_and_an_action_by_what_it_does
 
 def test_with_workers_that_keep_up_no_more_workers_are_advised():
     result = profile_result(wait_share=0.4, loading_s=0.05, num_workers=4)
-    assert not [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 4}, 8, None, "") if a.knob]
+    assert not [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 4}, 8, None) if a.knob]
 
 
 def test_an_overhead_bound_step_is_told_to_batch_more_and_compile():
     result = profile_result(small_operators=0.8, optimizer_share=0.2)
     decided, _ = verdict(result)
-    advice = advise(result, decided, KNOBS, 8, None, "")
+    advice = advise(result, decided, KNOBS, 8, None)
     assert decided == OVERHEAD_BOUND
     assert {a.knob for a in advice} == {"batch_size", "compile", "optimizer_impl"}
     assert [a.gain for a in advice] == sorted((a.gain for a in advice), reverse=True)
@@ -65,7 +75,7 @@ def test_an_overhead_bound_step_is_told_to_batch_more_and_compile():
 
 def test_a_leak_comes_first_and_gc_pauses_are_advised_with_their_share():
     result = profile_result(tree_mb=[300.0 + 5 * i for i in range(30)], gc_share=0.05)
-    advice = advise(result, verdict(result)[0], KNOBS, 8, None, "")
+    advice = advise(result, verdict(result)[0], KNOBS, 8, None)
     assert advice[0].action.startswith("find what keeps growing") and "a step" in advice[0].why
     gc = next(a for a in advice if "gc.freeze" in a.action)
     assert gc.gain == pytest.approx(1 / 0.95)
@@ -73,18 +83,16 @@ def test_a_leak_comes_first_and_gc_pauses_are_advised_with_their_share():
 
 def test_slow_copies_to_a_gpu_are_told_to_pin_memory():
     result = profile_result(transfer_share=0.2, device_busy=0.9)
-    advice = advise(result, verdict(result)[0], KNOBS, 8, None, "")
+    advice = advise(result, verdict(result)[0], KNOBS, 8, None)
     assert any(a.knob == "pin_memory" for a in advice)
-    assert not any(a.knob == "pin_memory" for a in advise(result, "", {**KNOBS, "pin_memory": True}, 8, None, ""))
+    assert not any(a.knob == "pin_memory" for a in advise(result, "", {**KNOBS, "pin_memory": True}, 8, None))
 
 
 def test_costly_collating_is_advised_with_its_share_of_loading():
-    advice = advise(profile_result(wait_share=0.6, collate_share=0.5), DATA_BOUND, KNOBS, 8, None, "")
+    advice = advise(profile_result(wait_share=0.6, collate_share=0.5), DATA_BOUND, KNOBS, 8, None)
     collate = next(a for a in advice if "collate" in a.action)
     assert collate.why == "collating takes 36% of loading (≥ 30%)" and collate.gain > 1
-    assert not [
-        a for a in advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, None, "") if "collate" in a.action
-    ]
+    assert not [a for a in advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, None) if "collate" in a.action]
 
 
 def test_where_workers_and_training_saturate_the_cores_cheaper_loading_is_advised_in_proportion():
@@ -92,14 +100,14 @@ def test_where_workers_and_training_saturate_the_cores_cheaper_loading_is_advise
     functions = [hot("PIL.ImageFile.load", 0.6), hot("numpy.asarray", 0.4)]
     result = profile_result(wait_share=0.03, loading_s=0.16, num_workers=2, functions=functions)
     decided, _ = verdict(result)
-    decode = next(a for a in advise(result, decided, {**KNOBS, "num_workers": 2}, 2, None, "") if a.location)
+    decode = next(a for a in advise(result, decided, {**KNOBS, "num_workers": 2}, 2, None) if a.location)
     assert decode.action.startswith("cache decoded samples") and decode.gain == pytest.approx(0.257 / (0.257 - 0.096))
-    assert not [a for a in advise(result, decided, {**KNOBS, "num_workers": 2}, 16, None, "") if a.location]
+    assert not [a for a in advise(result, decided, {**KNOBS, "num_workers": 2}, 16, None) if a.location]
 
 
 def test_workers_that_keep_up_while_the_loop_waits_for_their_batches_are_told_to_go():
     # a 100 ms step waits 57 ms, though its worker loads a batch in 9 ms: the wait is batches passing between processes
     result = profile_result(wait_share=0.57, loading_s=0.009, num_workers=1, functions=[hot("torch.rand", 1.0)])
-    advice = advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 8, None, "")
+    advice = advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 8, None)
     assert [a.action for a in advice] == ["set num_workers=0"], "faster loading would not shorten the wait"
     assert advice[0].gain == pytest.approx(0.1 / (0.043 + 0.009)) and "passed between processes" in advice[0].why
