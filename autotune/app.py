@@ -28,12 +28,12 @@ from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
 from autotune.results.race import MAX_FINALISTS
 from autotune.results.summary import summarise
-from autotune.study.clock import RunClock
+from autotune.study.clock import SEARCH, RunClock
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
 from autotune.study.profiles import profile_tuned
-from autotune.study.run_race import run_race
+from autotune.study.run_race import round_runs, run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.trim import run_trim
 from autotune.study.tuner import (
@@ -57,7 +57,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     another tuner is tuning in the same SQLite file is refused (``one_tuner``); on a shared storage, tuners on this
     and other machines join it (``autotune/study/tuner.py``), the reports covering this machine's results."""
     # The run's time, and its budget, from here to its reports, waiting for another tuner's lock included.
-    clock = RunClock(settings.study.budget_s)
+    clock = RunClock(settings.study.budget_s, settings.measure.repeats)
     with one_tuner(settings.study.storage, settings.study.name):
         return _tune(settings, output_dir, out, clock)
 
@@ -111,11 +111,11 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
             print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
 
         def next_trial_fits(done: int) -> bool:  # and the race's first round after it, of the finalists it may have
-            runs = 1 + _race_round_runs(settings, min(MAX_FINALISTS, done + 1))
-            return clock.affords_runs(runs, f"search trials {done + 1} to {settings.study.n_trials}")
+            runs = _race_round_runs(settings, min(MAX_FINALISTS, done + 1))
+            return clock.affords_runs(runs, f"search trials {done + 1} to {settings.study.n_trials}", screens=1)
 
         screens = [r.screen for r in runners]
-        with clock.stage("search", len(places)):
+        with clock.stage(SEARCH, len(places)):
             stop = tune_in_slots(study, space, settings.study, screens, show, propose, machine, next_trial_fits)
         if not stop.aborted:
             with finishing(study, settings.study, machine) as mine:
@@ -158,8 +158,8 @@ def _guide(
         return None
     stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
     # The probe is of use only with a trial to steer and the race's first round after it.
-    then = (1 + _race_round_runs(settings, 1)) * clock.run_s
-    expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s)
+    then = clock.repeats * (clock.run_s(screen=True) + _race_round_runs(settings, 1) * clock.run_s())
+    expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s())
     if not stored and not clock.affords(expected + then, "the probe"):
         return None
     with clock.stage("probe"):
@@ -170,8 +170,8 @@ def _guide(
 
 
 def _race_round_runs(settings: Settings, finalists: int) -> int:
-    """The runs of one round of the race of ``finalists``: theirs and the baseline's (none without a race)."""
-    return 1 + finalists if settings.study.confirm_rounds else 0
+    """The runs of one round of the race of ``finalists`` (none without a race)."""
+    return round_runs(finalists) if settings.study.confirm_rounds else 0
 
 
 def _finish(
@@ -192,7 +192,7 @@ def _finish(
     with clock.stage("trim"):
         run_trim(study, load_results(study, machine), race, runner.run, show, affords)
     # What limits each, profiled after every timed run.
-    if settings.study.diagnose and affords(2, "the profiles (study.diagnose)"):
+    if settings.study.diagnose and clock.affords(2 * clock.run_s(), "the profiles (study.diagnose)"):
         shown = partial(print_tuned_profile, out=out)
         with clock.stage("profiles"):
             profile_tuned(study, load_results(study, machine), runner, settings, output_dir / "profile", shown)

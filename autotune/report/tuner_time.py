@@ -21,15 +21,17 @@ def tuner_time_line(split: TunerTime) -> str:
 
 
 def budget_lines(split: TunerTime) -> list[str]:
-    """For each run held to study.budget_s, a line: what the budget left out of it (the steps that did not fit)."""
-    return [
-        f"study.budget_s={run.budget_s:g}{when} left out: {'; '.join(run.left_out)}"
-        if run.left_out
-        else f"study.budget_s={run.budget_s:g}{when}: nothing left out ({run.wall_s:.0f} s used)"
-        for run in split.runs
-        if run.budget_s is not None
-        for when in [f" (run of {_when(run.started_at)})" if len(split.runs) > 1 else ""]
-    ]
+    """For each run held to study.budget_s, a line: the time it used, and what the budget left out of it."""
+    lines = []
+    for run in split.runs:
+        if run.budget_s is None:
+            continue
+        of_run = f" (run of {_when(run.started_at)})" if len(split.runs) > 1 else ""
+        over = run.wall_s - run.budget_s
+        late = f", {over:.0f} s over: a step took longer than expected" if over >= 0.5 else ""
+        head = f"study.budget_s={run.budget_s:g}{of_run} ({run.wall_s:.0f} s used{late})"
+        lines.append(f"{head} left out: {'; '.join(run.left_out)}" if run.left_out else f"{head}: nothing left out")
+    return lines
 
 
 def _largest(share: dict[str, float], words: dict[str, str]) -> str:

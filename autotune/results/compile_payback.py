@@ -29,8 +29,8 @@ class CompilePayback:
 
     @property
     def steps(self) -> float | None:
-        """The training steps after which the seconds each step saves add up to ``compile_s``; None where compile
-        saves nothing per step, or the configuration without it was not measured."""
+        """The batches after which the seconds each batch saves add up to ``compile_s``; None where compile saves
+        nothing per batch, or the configuration without it was not measured."""
         if self.plain_sps is None:
             return None
         saved_s = self.batch_size / self.plain_sps - self.batch_size / self.compiled_sps
@@ -47,7 +47,9 @@ class CompilePayback:
         minutes = self.steps * self.batch_size / self.compiled_sps / 60
         return [
             f"{up_front}; against the same configuration without it ({rates}) it pays that back after "
-            f"{self.steps:,.0f} training steps (about {minutes:.0f} min of training): worth it for longer runs only."
+            f"{self.steps:,.0f} batches of {self.batch_size} (about {minutes:.0f} min of training): worth it for "
+            "longer runs only. The compile time is the study's, whose compile cache (measure.compile_cache_dir) may "
+            "have been warm: a first compile can take longer."
         ]
 
     def to_dict(self) -> dict[str, Any]:

@@ -100,13 +100,15 @@ class Confirmation:
     winner means: keep the baseline. A single
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
-    how many rounds were asked for; a race that was decided earlier ran fewer.
+    how many rounds were asked for; a race that was decided earlier ran fewer, and so did one ``cut`` short by
+    study.budget_s (its verdict is that of the rounds it ran).
     """
 
     baseline_throughputs: list[float]
     finalists: list[Finalist]
     failure: str | None = None
     planned_rounds: int | None = None
+    cut: bool = False
 
     @property
     def rounds(self) -> int:
@@ -162,7 +164,9 @@ class Confirmation:
             f"{len(self.finalists)} finalist(s) re-measured against the baseline in {self.rounds}{planned} interleaved "
             f"rounds of fresh processes (samples/s per round). Baseline: {rounds}."
         ]
-        if planned and self.winner and not self.failure:
+        if self.cut:
+            parts.append(f"study.budget_s left no time for more rounds: the verdict is that of {self.rounds}.")
+        elif planned and self.winner and not self.failure:
             parts.append("The race was decided early: more rounds could not change the verdict beyond run noise.")
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
@@ -188,7 +192,8 @@ class Confirmation:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
         finalists = [Finalist.from_dict(finalist) for finalist in data["finalists"]]
-        return cls(data["baseline_throughputs"], finalists, data.get("failure"), data.get("planned_rounds"))
+        rounds, failure, planned = data["baseline_throughputs"], data.get("failure"), data.get("planned_rounds")
+        return cls(rounds, finalists, failure, planned, data.get("cut", False))
 
 
 def _fields(record: Finalist | Confirmation) -> dict[str, Any]:

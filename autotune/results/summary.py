@@ -136,7 +136,7 @@ def summarise(results: StudyResults) -> Summary:
     else:
         recommended = next(r for r in results.trials if r.label == winner.label)
         if results.trim and results.trim[0].finalists[0].label == winner.label:  # else about an older winner
-            trim = results.trim
+            trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
         final = next((race.winner for race in reversed(trim) if race.winner), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)

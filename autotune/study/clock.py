@@ -17,17 +17,22 @@ import optuna
 from autotune.results.tuner_time import TUNER, RunTime, process_phases, run_attr
 from autotune.trial.result import TrialResult
 
+SEARCH = "search"  # the stage whose trials screen (a shorter window than the baseline's and the races')
+
 
 class RunClock:
     """The clock of one run, started when it is made. ``stage`` times a stage; ``count`` adds a trial process's
     phases to the stage running it; once ``attach``ed to the study, every stage's end stores the record.
-    ``budget_s`` (study.budget_s; None: unbounded) bounds the run: see ``affords``."""
+    ``budget_s`` (study.budget_s; None: unbounded) bounds the run: see ``affords``; a run of a configuration is
+    ``repeats`` processes (measure.repeats)."""
 
-    def __init__(self, budget_s: float | None = None) -> None:
+    def __init__(self, budget_s: float | None = None, repeats: int = 1) -> None:
         self.started_at, self._start = time.time(), time.monotonic()
-        self.budget_s = budget_s
+        self.budget_s, self.repeats = budget_s, repeats
         self.left_out: list[str] = []  # the steps the budget left out, in words
-        self._runs: list[float] = []  # wall time of each measuring process (a timed window) of this run
+        # The wall time of each measuring process of this run, by whether it screened (a search trial's shorter
+        # window) or ran the full window (the baseline's and the races').
+        self._runs: dict[bool, list[float]] = {True: [], False: []}
         self.run = f"{self.started_at:.3f}-{os.getpid()}"
         self._stages: dict[str, float] = {}
         self._processes: dict[str, dict[str, float]] = {}
@@ -60,26 +65,29 @@ class RunClock:
             for phase, seconds in process_phases(result).items():
                 parts[phase] = parts.get(phase, 0.0) + seconds / self._slots
             if result.timing is not None:
-                self._runs.append(result.wall_s)
+                self._runs[self._current == SEARCH].append(result.wall_s)
 
     def expect(self, result: TrialResult) -> None:
-        """Take a stored measuring run's wall time as what a run takes (a resumed run reuses its baseline)."""
-        with self._lock:
-            self._runs.append(result.wall_s)
+        """Take a stored full-window run's wall time (over its ``repeats`` processes) as what one takes: a resumed
+        run reuses its stored baseline. One stored without a wall time says nothing."""
+        if result.wall_s > 0:
+            with self._lock:
+                self._runs[False].append(result.wall_s / self.repeats)
 
-    @property
-    def run_s(self) -> float:
-        """The median wall time of this run's measuring processes so far (0.0 before the first): the unit in which
-        the steps of a run are expected to take time."""
+    def run_s(self, screen: bool = False) -> float:
+        """The median wall time of this run's measuring processes of one kind so far, full windows or (``screen``)
+        search trials, the other kind's until one of this kind ran; 0.0 before the first: the unit in which a
+        step is expected to take time."""
         with self._lock:
-            return statistics.median(self._runs) if self._runs else 0.0
+            runs = self._runs[screen] or self._runs[not screen]
+            return statistics.median(runs) if runs else 0.0
 
     def affords(self, seconds: float, step: str) -> bool:
-        """The budget's rule: a step starts only where the time it is expected to take, ``seconds`` (a number of
+        """The budget's rule: a step starts only where the time it is expected to take, ``seconds`` (in units of
         ``run_s``), fits in what is left of ``budget_s``; one that does not is left out, and said so in the reports
         (``left_out``). Without a budget, and before the first measuring process (the baseline always runs), every
         step fits. A step that takes longer than expected ends the run past the budget by its overrun."""
-        if self.budget_s is None or not self.run_s:
+        if self.budget_s is None or not self.run_s():
             return True
         left = self.budget_s - (time.monotonic() - self._start)
         if seconds <= left:
@@ -88,9 +96,10 @@ class RunClock:
             self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
         return False
 
-    def affords_runs(self, runs: int, step: str) -> bool:
-        """``affords`` for a step of ``runs`` measuring processes."""
-        return self.affords(runs * self.run_s, step)
+    def affords_runs(self, runs: int, step: str, screens: int = 0) -> bool:
+        """``affords`` for a step of ``runs`` full-window runs and ``screens`` search trials, each of ``repeats``
+        processes."""
+        return self.affords(self.repeats * (runs * self.run_s() + screens * self.run_s(screen=True)), step)
 
     def record(self, finished: bool = False) -> RunTime:
         """What was measured so far; ``finished``: the run reached its end."""

@@ -31,6 +31,11 @@ from autotune.trial.result import TrialResult
 AffordsRunsFn = Callable[[int, str], bool]
 
 
+def round_runs(racing: int) -> int:
+    """The runs of one round of a race of ``racing`` entrants: theirs and the baseline's."""
+    return racing + 1
+
+
 def run_race(
     study: optuna.Study,
     results: StudyResults,
@@ -41,13 +46,14 @@ def run_race(
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in fresh processes, up to ``rounds`` rounds (their order, the
     baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
-    store the outcome in the study. A stored race of the same finalists and planned rounds is reused. A round starts
-    only where ``affords`` it; None where not even the first did."""
+    store the outcome in the study. A stored race of the same finalists and planned rounds is reused, unless
+    study.budget_s cut it short. A round starts only where ``affords`` it; None where not even the first did (and
+    no earlier race of the study stands for it)."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
     stored = results.confirmation
-    if stored and stored.is_about([p.label for p in picks]) and stored.planned_rounds == rounds:
+    if stored and not stored.cut and stored.is_about([p.label for p in picks]) and stored.planned_rounds == rounds:
         return stored
     base = results.baseline.result
     finalists = [
@@ -56,10 +62,9 @@ def run_race(
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
     confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords)
-    if not confirmation.rounds and not confirmation.failure:
-        return None
-    study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
-    return confirmation
+    ran = confirmation.rounds or confirmation.failure
+    study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict() if ran else None)
+    return confirmation if ran else None
 
 
 def race(
@@ -80,12 +85,13 @@ def race(
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
     ``affords`` it (study.budget_s)."""
     baseline_runs: list[float] = []
-    failure = None
+    failure, cut = None, False
     for index in range(1, rounds + 1):
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
             break
-        if affords is not None and not affords(len(racing) + 1, f"{name} rounds {index} to {rounds}"):
+        if affords is not None and not affords(round_runs(len(racing)), f"{name} rounds {index} to {rounds}"):
+            cut = True
             break
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, on_run)
         if failure:
@@ -93,7 +99,7 @@ def race(
         _drop(racing, baseline_runs, rounds, index, reference)
         if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race):
             break
-    return Confirmation(baseline_runs, finalists, failure, rounds)
+    return Confirmation(baseline_runs, finalists, failure, rounds, cut)
 
 
 def _run_round(

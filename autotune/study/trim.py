@@ -28,14 +28,16 @@ def run_trim(
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), until a race's winner is the
     configuration it started from; store the races in the study. A stored trim of the same winner and rounds is
-    reused. Nothing to do without a winner changing two knobs or more. A round starts only where ``affords`` it."""
+    reused. Nothing to do without a winner changing two knobs or more. A round starts only where ``affords`` it: a
+    race that study.budget_s cut short (stored, with or without rounds) ends the trim, and a later run trims anew."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
         return []
     rounds = confirmation.planned_rounds or confirmation.rounds
     stored = results.trim
-    if stored and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds:
+    ended = stored and not any(race.cut for race in stored)  # a trim study.budget_s cut short goes on from the start
+    if ended and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds:
         return stored
     races: list[Confirmation] = []
     before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
@@ -47,10 +49,9 @@ def run_trim(
             break
         name = f"trim-{len(races) + 1}"
         entrants = [leader, *undone.values()]
-        trim = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords)
-        if not trim.rounds and not trim.failure:
+        races.append(race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords))
+        if races[-1].cut:
             break
-        races.append(trim)
         new = races[-1].winner
         if new is None or new.label == current.label:
             break

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from autotune import app
 from autotune.config.load import load_settings
-from autotune.records import CONFIRMATION_ATTR, TRIM_ATTR, on_machine
+from autotune.records import TRIM_ATTR, on_machine
 from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
@@ -33,15 +33,28 @@ def test_a_step_fits_where_its_runs_of_the_median_length_fit_in_what_is_left():
     assert clock.affords(1e9, "anything"), "before the first measured run (the baseline) every step fits"
     for wall_s in (1.0, 2.0, 30.0):
         clock.count(measured(wall_s))
-    assert clock.run_s == 2.0, "the median: one slow run does not inflate every estimate"
-    assert clock.affords_runs(4, "four runs") and clock.left_out == []
+    assert clock.run_s() == 2.0, "the median: one slow run does not inflate every estimate"
+    assert clock.run_s(screen=True) == 2.0, "no search trial yet: the full windows stand for them"
+    with clock.stage("search"):
+        clock.count(measured(0.5))
+    assert (clock.run_s(), clock.run_s(screen=True)) == (2.0, 0.5), "a search trial's shorter window apart"
+    assert clock.affords_runs(4, "four runs", screens=2) and clock.left_out == []
     assert not clock.affords_runs(6, "six runs")
     assert clock.left_out == ["six runs (~12 s needed, 10 s left)"]
     assert RunClock(budget_s=None).affords(1e9, "x"), "no budget: everything fits"
     assert clock.record().left_out == clock.left_out and clock.record().budget_s == 10.0
-    resumed = RunClock(budget_s=10.0)
-    resumed.expect(measured(20.0))  # a stored baseline: no process of this run, yet what a run takes
-    assert not resumed.affords_runs(1, "a run") and resumed.record().processes == {}
+
+
+def test_a_run_of_several_repeats_and_a_resumed_run_are_expected_alike():
+    repeated = RunClock(budget_s=10.0, repeats=3)
+    repeated.count(measured(2.0))
+    assert not repeated.affords_runs(2, "two runs"), "two runs of three 2 s processes each: 12 s"
+    resumed = RunClock(budget_s=10.0, repeats=3)
+    resumed.expect(measured(6.0))  # a stored baseline (its three processes): none of this run's, yet what one takes
+    assert resumed.run_s() == 2.0 and resumed.record().processes == {}
+    old = RunClock(budget_s=10.0)
+    old.expect(measured(0.0))  # stored without a wall time: says nothing
+    assert old.run_s() == 0.0
 
 
 def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
@@ -62,30 +75,47 @@ def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_is_not
     assert raced(tmp_path, single, re_runs)[0].rounds == 3, "without a budget, this close race runs three rounds"
     (tmp_path / "budget").mkdir()
     cut, names = raced(tmp_path / "budget", single, re_runs, affords=one_round)
-    assert cut.rounds == 1 and cut.planned_rounds == 3 and len(names) == 2
+    assert cut.rounds == 1 and cut.planned_rounds == 3 and len(names) == 2 and cut.cut
     assert steps == [(2, "confirm rounds 1 to 3"), (2, "confirm rounds 2 to 3")], "the baseline and the finalist"
+    assert "study.budget_s left no time for more rounds: the verdict is that of 1." in cut.describe()
+    assert "decided early" not in cut.describe()
 
     (tmp_path / "none").mkdir()
     study = open_study(settings(tmp_path / "none"), META)
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
     tune(study, SPACE, settings(tmp_path / "none", n_trials=2), measure, lambda e: None)
+    assert run_race(study, load_results(study), 2, measure, lambda name, result: None) is not None
     runs_before = len(measure.calls)
     never = lambda runs, step: False  # noqa: E731
     assert run_race(study, load_results(study), 3, measure, lambda name, result: None, never) is None
-    assert len(measure.calls) == runs_before and on_machine(CONFIRMATION_ATTR, load_results(study).machine_id) not in (
-        study.user_attrs
-    )
+    assert len(measure.calls) == runs_before
+    assert load_results(study).confirmation is None, "the race of 2 planned rounds stood for it: not any more"
+
+
+def test_a_race_the_budget_cut_short_is_run_again_by_a_later_run(tmp_path):
+    single, re_runs = {16: 100.0, 32: 104.0}, {16: [100] * 6, 32: [104] * 6}
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    cut, _ = raced(study_dir, single, re_runs, affords=lambda runs, step: "rounds 1" in step)
+    study = open_study(settings(study_dir), META)
+    assert load_results(study).confirmation.cut
+    measure = FakeMeasure()
+    again = run_race(study, load_results(study), 3, measure, lambda name, result: None)
+    assert measure.calls and not again.cut and again.rounds > cut.rounds, "not reused: raced anew, to its end"
 
 
 def test_a_trim_race_that_does_not_fit_is_left_out_and_the_winner_keeps_its_changes(tmp_path):
     study, confirmation, pipeline = tuned(tmp_path)
     runs_before = len(pipeline.names)
     never = lambda runs, step: False  # noqa: E731
-    assert run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, never) == []
-    assert len(pipeline.names) == runs_before
-    assert study.user_attrs[on_machine(TRIM_ATTR, load_results(study).machine_id)] == []
-    assert summarise(load_results(study)).recommended.result.knobs == WINNER, "no trim: its three changes stand"
+    (left_out,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, never)
+    assert left_out.cut and left_out.rounds == 0 and len(pipeline.names) == runs_before
+    assert len(study.user_attrs[on_machine(TRIM_ATTR, load_results(study).machine_id)]) == 1, "stored, as cut"
+    summary = summarise(load_results(study))
+    assert summary.trim == [] and summary.recommended.result.knobs == WINNER, "no trim: its three changes stand"
+    trimmed = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert trimmed and not any(race.cut for race in trimmed), "a later run trims anew"
 
 
 def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left_out(tmp_path):
@@ -109,11 +139,15 @@ def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left
     assert [row["trial"] for row in report["trials"]] == ["baseline"]
     assert "Stopped: study.budget_s=0.01: the time left is kept for what follows." in out.getvalue()
     said = out.getvalue().rstrip().splitlines()[-1]
-    assert said.startswith("study.budget_s=0.01 left out: the probe (~") and "search trials 1 to 3" in said
+    assert said.startswith("study.budget_s=0.01 (") and " left out: the probe (~" in said
+    assert "search trials 1 to 3" in said
     assert said in files["report.md"].read_text()
 
 
 def test_a_run_within_its_budget_says_nothing_was_left_out():
     run = RunTime(0.0, 42.4, {}, {}, True, budget_s=60.0)
-    assert budget_lines(TunerTime([run])) == ["study.budget_s=60: nothing left out (42 s used)"]
+    assert budget_lines(TunerTime([run])) == ["study.budget_s=60 (42 s used): nothing left out"]
+    assert budget_lines(TunerTime([replace(run, wall_s=75.2)])) == [
+        "study.budget_s=60 (75 s used, 15 s over: a step took longer than expected): nothing left out"
+    ]
     assert budget_lines(TunerTime([replace(run, budget_s=None)])) == []
