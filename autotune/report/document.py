@@ -140,6 +140,14 @@ def headline(summary: Summary) -> Headline:
     """What to change and what it gained, or that the baseline is best."""
     base, rec = summary.baseline, summary.recommended
     confirmation = summary.confirmation
+    if summary.is_baseline and confirmation and confirmation.cut and not confirmation.rounds:
+        best = next(r for r in summary.ranked if r.label == confirmation.finalists[0].label)
+        return Headline(
+            "Keep your current settings.",
+            f"study.budget_s left no time to re-measure the fastest trials against the baseline (the best, trial "
+            f"{best.label}, read {best.throughput / base.throughput:.2f}x in a single run), so none is recommended "
+            "unproven.",
+        )
     if summary.is_baseline and confirmation and confirmation.leader:
         return Headline(
             "Keep your current settings.",

@@ -158,6 +158,11 @@ class Confirmation:
 
     def describe(self) -> str:
         """One paragraph for reports."""
+        if self.cut and not self.rounds:
+            return (
+                f"study.budget_s left no time to race the {len(self.finalists)} finalist(s) against the baseline, so "
+                "none is recommended unproven."
+            )
         rounds = ", ".join(f"{value:.1f}" for value in self.baseline_throughputs) or "none"
         planned = f" of {self.planned_rounds} planned" if (self.planned_rounds or 0) > self.rounds else ""
         parts = [

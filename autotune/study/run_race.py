@@ -47,8 +47,8 @@ def run_race(
     """Measure the baseline and the finalists again in fresh processes, up to ``rounds`` rounds (their order, the
     baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
     store the outcome in the study. A stored race of the same finalists and planned rounds is reused, unless
-    study.budget_s cut it short. A round starts only where ``affords`` it; None where not even the first did (and
-    no earlier race of the study stands for it)."""
+    study.budget_s cut it short. A round starts only where ``affords`` it: a race left without one has no winner, so
+    nothing unproven is recommended. None without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
@@ -62,9 +62,8 @@ def run_race(
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
     confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords)
-    ran = confirmation.rounds or confirmation.failure
-    study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict() if ran else None)
-    return confirmation if ran else None
+    study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
+    return confirmation
 
 
 def race(

@@ -10,6 +10,7 @@ from dataclasses import replace
 from autotune import app
 from autotune.config.load import load_settings
 from autotune.records import TRIM_ATTR, on_machine
+from autotune.report.document import headline
 from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
@@ -68,7 +69,7 @@ def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
     assert stop.message == "study.budget_s=60: the time left is kept for what follows" and not stop.aborted
 
 
-def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_is_not_stored(tmp_path):
+def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_recommends_nothing_unproven(tmp_path):
     steps = []
     one_round = lambda runs, step: steps.append((runs, step)) or len(steps) == 1  # noqa: E731
     single, re_runs = {16: 100.0, 32: 104.0}, {16: [100, 100, 100], 32: [104, 104, 104]}
@@ -88,9 +89,14 @@ def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_is_not
     assert run_race(study, load_results(study), 2, measure, lambda name, result: None) is not None
     runs_before = len(measure.calls)
     never = lambda runs, step: False  # noqa: E731
-    assert run_race(study, load_results(study), 3, measure, lambda name, result: None, never) is None
-    assert len(measure.calls) == runs_before
-    assert load_results(study).confirmation is None, "the race of 2 planned rounds stood for it: not any more"
+    left = run_race(study, load_results(study), 3, measure, lambda name, result: None, never)
+    assert left.cut and left.rounds == 0 and len(measure.calls) == runs_before
+    summary = summarise(load_results(study))
+    assert summary.confirmation == left, "it replaces the stored race of 2 planned rounds"
+    assert summary.is_baseline, "the fastest trial read 2x in its single run, but nothing is recommended unproven"
+    said = headline(summary)
+    assert said.lead == "Keep your current settings." and said.rest.startswith("study.budget_s left no time to ")
+    assert "read 2.00x in a single run" in said.rest and "none is recommended unproven" in left.describe()
 
 
 def test_a_race_the_budget_cut_short_is_run_again_by_a_later_run(tmp_path):
