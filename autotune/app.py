@@ -158,7 +158,7 @@ def _guide(
         return None
     stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
     # The probe is of use only with a trial to steer and the race's first round after it.
-    then = clock.repeats * (clock.run_s(screen=True) + _race_round_runs(settings, 1) * clock.run_s())
+    then = clock.runs_s(_race_round_runs(settings, 1), screens=1)
     expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s())
     if not stored and not clock.affords(expected + then, "the probe"):
         return None

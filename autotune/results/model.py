@@ -76,14 +76,12 @@ def load_results(study: optuna.Study, machine: str | None = None) -> StudyResult
     measured it, else the first it has); repeats and interrupted trials are left out."""
     machines = study_machines(study)
     machine = machine or choose_machine(machines)
-    meta = study.user_attrs[META_ATTR]
-    attrs = {name: study.user_attrs.get(on_machine(name, machine)) for name in (BASELINE_ATTR, PROBE_ATTR)}
-    baseline, probe = attrs[BASELINE_ATTR], attrs[PROBE_ATTR]
-    confirmation = study.user_attrs.get(on_machine(CONFIRMATION_ATTR, machine))
-    trials = [
-        TrialRecord(str(t.number), result, t.user_attrs.get(PREDICTED_ATTR))
-        for t, result in measured_trials(study, machine)
-    ]
+    attrs = study.user_attrs  # read once: each read is a query of the storage and a deep copy
+    meta = attrs[META_ATTR]
+    baseline, probe = (attrs.get(on_machine(name, machine)) for name in (BASELINE_ATTR, PROBE_ATTR))
+    confirmation = attrs.get(on_machine(CONFIRMATION_ATTR, machine))
+    measured = measured_trials(study, machine)
+    trials = [TrialRecord(str(t.number), result, t.user_attrs.get(PREDICTED_ATTR)) for t, result in measured]
     return StudyResults(
         study_name=study.study_name,
         pipeline=meta["pipeline"]["name"],
@@ -98,12 +96,12 @@ def load_results(study: optuna.Study, machine: str | None = None) -> StudyResult
         batch_policy=meta.get("batch_policy", "free"),
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
         probe=ProbeRecord.from_dict(probe) if probe is not None else None,
-        trim=[Confirmation.from_dict(trim) for trim in study.user_attrs.get(on_machine(TRIM_ATTR, machine)) or []],
-        importance=knob_importance(study, machine),
-        profiles=_profiles(study.user_attrs.get(on_machine(PROFILES_ATTR, machine))),
+        trim=[Confirmation.from_dict(trim) for trim in attrs.get(on_machine(TRIM_ATTR, machine)) or []],
+        importance=knob_importance(study, [trial for trial, _ in measured]),
+        profiles=_profiles(attrs.get(on_machine(PROFILES_ATTR, machine))),
         machine_id=machine,
         other_machines={other: about for other, about in machines.items() if other != machine},
-        tuner_time=load_tuner_time(study.user_attrs, machine),
+        tuner_time=load_tuner_time(attrs, machine),
     )
 
 
@@ -117,13 +115,11 @@ def choose_machine(machines: dict[str, dict[str, Any]]) -> str:
     return here if here in machines else next(iter(machines), "")
 
 
-def knob_importance(study: optuna.Study, machine: str) -> dict[str, float]:
+def knob_importance(study: optuna.Study, measured: list[optuna.trial.FrozenTrial]) -> dict[str, float]:
     """Optuna's default importance (PED-ANOVA: how much each knob matters to reaching the top throughputs) of the
-    knobs that took two values or more among the trials completed on ``machine``; empty with fewer than two such
-    knobs (one alone would read 1.0 whatever it did)."""
-    complete = [
-        trial for trial, _ in measured_trials(study, machine) if trial.state is optuna.trial.TrialState.COMPLETE
-    ]
+    knobs that took two values or more among the completed trials of ``measured`` (a machine's measured trials);
+    empty with fewer than two such knobs (one alone would read 1.0 whatever it did)."""
+    complete = [trial for trial in measured if trial.state is optuna.trial.TrialState.COMPLETE]
     values: dict[str, set] = {}
     for trial in complete:
         for name, value in trial.params.items():

@@ -96,10 +96,14 @@ class RunClock:
             self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
         return False
 
+    def runs_s(self, runs: int, screens: int = 0) -> float:
+        """The seconds ``runs`` full-window runs and ``screens`` search trials are expected to take, each of
+        ``repeats`` processes."""
+        return self.repeats * (runs * self.run_s() + screens * self.run_s(screen=True))
+
     def affords_runs(self, runs: int, step: str, screens: int = 0) -> bool:
-        """``affords`` for a step of ``runs`` full-window runs and ``screens`` search trials, each of ``repeats``
-        processes."""
-        return self.affords(self.repeats * (runs * self.run_s() + screens * self.run_s(screen=True)), step)
+        """``affords`` for a step of ``runs`` full-window runs and ``screens`` search trials (``runs_s``)."""
+        return self.affords(self.runs_s(runs, screens), step)
 
     def record(self, finished: bool = False) -> RunTime:
         """What was measured so far; ``finished``: the run reached its end."""

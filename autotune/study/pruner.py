@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import optuna
-from optuna.trial import FrozenTrial
 
-
-class SlowerThanBestPruner(optuna.pruners.BasePruner):
+class SlowerThanBestPruner:
     """Prunes a trial whose last reported throughput is more than ``margin`` (a fraction) below
     ``best()``, the best throughput measured so far (the baseline included).
 
@@ -21,10 +18,6 @@ class SlowerThanBestPruner(optuna.pruners.BasePruner):
         self.margin = margin
         self.best = best
         self.min_steps = min_steps
-
-    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        step = trial.last_step
-        return step is not None and self.slower(step, trial.intermediate_values[step])
 
     def slower(self, steps: int, throughput: float) -> bool:
         """Whether a trial reading ``throughput`` after ``steps`` timed steps is to be stopped."""

@@ -140,15 +140,14 @@ def end_children() -> None:
 def kill_marked(token: str) -> int:
     """SIGKILL every live process of this user but this one that started with ``token`` in its environment; how many
     were found."""
-    mark = f"{TRIAL_TOKEN_ENV}={token}".encode()
-    found = [pid for pid in _pids() if pid != os.getpid() and _marked(pid, mark)]
+    found = [pid for pid in _pids() if pid != os.getpid() and _token(pid) == token]
     for pid in found:
-        _kill_if_marked(pid, mark)
+        _kill_if_marked(pid, token)
     return len(found)
 
 
-def _kill_if_marked(pid: int, mark: bytes) -> None:
-    """SIGKILL ``pid`` if it is still a process carrying ``mark``: held by a pidfd while it is checked, so that a
+def _kill_if_marked(pid: int, token: str) -> None:
+    """SIGKILL ``pid`` if it is still a process carrying ``token``: held by a pidfd while it is checked, so that a
     process reusing the pid later is never signalled (without pidfds, Linux < 5.3, only the moment between the check
     and the signal is left)."""
     try:
@@ -158,7 +157,7 @@ def _kill_if_marked(pid: int, mark: bytes) -> None:
     except (AttributeError, OSError):
         handle = None
     try:
-        if _marked(pid, mark):
+        if _token(pid) == token:
             if handle is None:
                 os.kill(pid, signal.SIGKILL)
             else:
@@ -175,14 +174,6 @@ def _pids() -> list[int]:
         return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:  # no /proc: not Linux
         return []
-
-
-def _marked(pid: int, mark: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as environ:
-            return mark in environ.read().split(b"\0")
-    except OSError:  # gone, a zombie's (empty), or another user's
-        return False
 
 
 def _token(pid: int) -> str | None:
