@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from autotune import cli
 from autotune.config.load import load_settings
 from autotune.knobs import KNOBS, REQUIRED, SearchContext
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
@@ -201,3 +203,35 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None =
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def cli_here(monkeypatch, capsys):
+    """``run_cli`` in this process: the same command line through the same code (Hydra, the study, each trial a
+    process of its own, forked from this process's fork server), without a second interpreter's start-up, imports
+    and fork server. For what the tuner does; what only a process of its own shows (its exit on a signal, the
+    installed script, a tuner killed) runs through ``run_cli``."""
+
+    def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as patch:
+            patch.chdir(cwd)
+            patch.setattr(sys, "argv", ["autotune", *args])
+            patch.setattr(sys, "path", list(sys.path))
+            patch.setattr(sys, "stdout", sys.stdout)  # the CLI wraps both streams: restored afterwards
+            patch.setattr(sys, "stderr", sys.stderr)
+            patch.setenv("PYTHONPATH", str(REPO))
+            patch.setenv("HYDRA_FULL_ERROR", "0")  # the CLI sets it
+            patch.delenv("AUTOTUNE_DEBUG", raising=False)
+            handlers = {signum: signal.getsignal(signum) for signum in cli.STOP_SIGNALS}
+            try:
+                cli.main()
+                code = 0
+            except SystemExit as exited:
+                code = exited.code or 0
+            finally:
+                for signum, handler in handlers.items():
+                    signal.signal(signum, handler)
+            captured = capsys.readouterr()
+        return subprocess.CompletedProcess(["autotune", *args], code, captured.out, captured.err)
+
+    return run

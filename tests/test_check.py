@@ -16,7 +16,7 @@ from autotune.errors import ConfigError, RegressionError
 from autotune.report.check import verdict_line
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
-from tests.conftest import FAST_MEASURE, NEUTRAL_KNOBS, TEST_CONF, run_cli, tiny_config
+from tests.conftest import FAST_MEASURE, NEUTRAL_KNOBS, TEST_CONF, tiny_config
 
 BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}  # tests/conf/pipeline/tiny.yaml's
 RECOMMENDED = {**BASELINE, "batch_size": 32}
@@ -213,13 +213,13 @@ def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):
     assert "verdict: holds" in printed and "note:" not in printed
 
 
-def test_the_command_line_gate_fails_a_speedup_that_fell(tmp_path):
+def test_the_command_line_gate_fails_a_speedup_that_fell(tmp_path, cli_here):
     # Batch 32 over 16 gives the tiny pipeline about 1.5x: no run noise stretches 3 rounds' interval to 1e6 x 0.9
     # (1000x was reached once in CI, while other tests loaded both cores).
     against = report(tmp_path, speedup=1e6)
     args = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "mode=check", f"against={against}"]
     # 3 rounds: with 2, Student's t (12.7 at 1 degree of freedom) can stretch the interval past any floor when busy.
-    proc = run_cli([*args, "check.rounds=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path, timeout=120)
+    proc = cli_here([*args, "check.rounds=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.strip().startswith(f"autotune: error: check of {against}: regressed: ")
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,4 +1,5 @@
-"""The command line end to end, in subprocesses, as a user runs it."""
+"""The command line end to end: in this process where a process of its own adds nothing (``cli_here``), in one
+where it does (signals, a killed tuner, the installed script, a report rendered where the pipeline cannot import)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import pytest
 import torch
 import yaml
 
-from autotune import cli
 from autotune.knobs import KNOBS
 from autotune.results.race import TIE_TOLERANCE
 from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search, processes_mentioning, run_cli
@@ -40,8 +40,8 @@ def read_outputs(out_dir):
     return recommended, report, rows
 
 
-def test_a_tuning_run_writes_consistent_reports(tmp_path):
-    proc = run_cli([*TINY, "study.n_trials=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+def test_a_tuning_run_writes_consistent_reports(tmp_path, cli_here):
+    proc = cli_here([*TINY, "study.n_trials=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "out"
     recommended, report, rows = read_outputs(out)
@@ -74,7 +74,7 @@ def test_a_tuning_run_writes_consistent_reports(tmp_path):
         assert recommended["knobs"] == recommended["baseline"], "an unconfirmed trial is not recommended"
 
 
-def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
+def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path, cli_here):
     args = [
         "-cd",
         str(TEST_CONF),
@@ -85,7 +85,7 @@ def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
         f"hydra.run.dir={tmp_path}/out",
     ]
     space = [*fixed_search(num_workers=[0, 1], channels_last=None), "study.probe=false"]
-    proc = run_cli([*args, *space], cwd=tmp_path)
+    proc = cli_here([*args, *space], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "all 4 configurations of the search space are measured" in proc.stdout
     recommended, report, rows = read_outputs(tmp_path / "out")
@@ -98,24 +98,24 @@ def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path):
     assert report["recommended"]["is_baseline"]
 
 
-def test_a_space_of_the_baseline_alone_is_not_probed(tmp_path):
+def test_a_space_of_the_baseline_alone_is_not_probed(tmp_path, cli_here):
     tiny = [a for a in TINY if a not in ("study.probe=false", "search.compile=[off]")]
     args = [*tiny, *fixed_search(), f"hydra.run.dir={tmp_path}/out"]
-    proc = run_cli(args, cwd=tmp_path)
+    proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "1 configurations" in proc.stdout and "[probe" not in proc.stdout
     assert "all 1 configurations of the search space are measured" in proc.stdout
 
 
-def test_zero_trials_measures_the_baseline_alone(tmp_path):
-    proc = run_cli([*TINY, "study.n_trials=0", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+def test_zero_trials_measures_the_baseline_alone(tmp_path, cli_here):
+    proc = cli_here([*TINY, "study.n_trials=0", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     recommended, _, rows = read_outputs(tmp_path / "out")
     assert [r["trial"] for r in rows] == ["baseline"]
     assert recommended["throughput"]["speedup"] == 1.0
 
 
-def test_a_killed_study_resumes_where_it_stopped(tmp_path):
+def test_a_killed_study_resumes_where_it_stopped(tmp_path, cli_here):
     args = [*TINY, "study.n_trials=4", "study.confirm_rounds=0"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     tuner = subprocess.Popen(
@@ -133,7 +133,7 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path):
     tuner.send_signal(signal.SIGKILL)
     tuner.wait()
 
-    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/second"], cwd=tmp_path)
+    proc = cli_here([*args, f"hydra.run.dir={tmp_path}/second"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "[baseline, stored]" in proc.stdout, "the baseline is not measured again"
     assert "resuming: 2 trial(s) of this study are stored" in proc.stdout
@@ -143,17 +143,17 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path):
     assert len({tuple(r[k] for k in KNOBS) for r in rows}) == 5
 
 
-def test_running_a_finished_study_again_re_renders_without_measuring(tmp_path):
+def test_running_a_finished_study_again_re_renders_without_measuring(tmp_path, cli_here):
     args = [*TINY, "study.n_trials=1", "study.confirm_rounds=0"]
-    assert run_cli([*args, f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path).returncode == 0
-    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path)
+    assert cli_here([*args, f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path).returncode == 0
+    proc = cli_here([*args, f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path)
     assert proc.returncode == 0 and "[trial" not in proc.stdout
     assert (tmp_path / "a" / "trials.csv").read_text() == (tmp_path / "b" / "trials.csv").read_text()
 
 
-def test_a_failing_baseline_stops_with_exit_1(tmp_path):
+def test_a_failing_baseline_stops_with_exit_1(tmp_path, cli_here):
     args = ["-cd", str(TEST_CONF), "pipeline=crashy", *FAST_MEASURE, "+pipeline.baseline.num_workers=1"]
-    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    proc = cli_here([*args, f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 1
     assert "the baseline (pipeline.baseline) failed" in proc.stderr
     assert "refuses to load in a worker" in proc.stderr
@@ -230,33 +230,17 @@ END_TO_END = 3
 @pytest.mark.parametrize(
     ("args", "message"), BAD_INPUTS, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_INPUTS)]
 )
-def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, message, monkeypatch, capsys):
+def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, message, cli_here):
     if message in VALID_WITH_CUDA and torch.cuda.is_available():
         pytest.skip("valid input where CUDA exists")
     run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={tmp_path}/out"]
-    if BAD_INPUTS.index((args, message)) < END_TO_END:
-        proc = run_cli([*args, *run_dir], cwd=REPO)
-        code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    else:
-        code, stdout, stderr = run_cli_here([*args, *run_dir], monkeypatch, capsys)
-    assert code == 2, stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), stderr
-    assert stdout == "", "nothing else is printed"
+    run = run_cli if BAD_INPUTS.index((args, message)) < END_TO_END else cli_here
+    proc = run([*args, *run_dir], cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr
+    assert proc.stdout == "", "nothing else is printed"
     assert not (tmp_path / "out").exists(), "no trial ran, no empty run folder is left"
-
-
-def run_cli_here(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """``python -m autotune ARGS`` from the repository, in this process: (exit code, stdout, stderr)."""
-    monkeypatch.chdir(REPO)
-    monkeypatch.setattr(sys, "argv", ["autotune", *args])
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # restored afterwards; the CLI sets it
-    monkeypatch.delenv("AUTOTUNE_DEBUG", raising=False)
-    with pytest.raises(SystemExit) as exited:
-        cli.main()
-    captured = capsys.readouterr()
-    return exited.value.code, captured.out, captured.err
 
 
 def test_the_debug_switch_shows_the_traceback(tmp_path):
@@ -299,20 +283,20 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     assert "[trial 1/1" in proc.stdout and "FAILED" not in proc.stdout
 
 
-def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path):
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, cli_here):
     (tmp_path / "pipeline").mkdir()
     (tmp_path / "pipeline" / "broken.yaml").write_text("model: {_target_: x\nbaseline: [\n")
-    proc = run_cli(["-cd", str(tmp_path), "pipeline=broken", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    proc = cli_here(["-cd", str(tmp_path), "pipeline=broken", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"autotune: error: {tmp_path}/pipeline/broken.yaml:2:9: YAML syntax error: expected ',' or '}}', but got ':'"
     )
 
 
-def test_a_corrupt_storage_file_is_named_and_never_replaced(tmp_path):
+def test_a_corrupt_storage_file_is_named_and_never_replaced(tmp_path, cli_here):
     storage = tmp_path / "studies.db"
     storage.write_text("not a database")
-    proc = run_cli([*TINY, f"study.storage=sqlite:///{storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    proc = cli_here([*TINY, f"study.storage=sqlite:///{storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"autotune: error: study.storage: malformed database: cannot open Optuna storage 'sqlite:///{storage}': "
@@ -322,13 +306,13 @@ def test_a_corrupt_storage_file_is_named_and_never_replaced(tmp_path):
     assert storage.read_text() == "not a database"
 
 
-def test_a_locked_storage_file_is_named(tmp_path):
+def test_a_locked_storage_file_is_named(tmp_path, cli_here):
     storage = tmp_path / "studies.db"
     lock = sqlite3.connect(storage, isolation_level=None)
     lock.execute("CREATE TABLE t (x)")
     lock.execute("BEGIN EXCLUSIVE")
     try:
-        proc = run_cli([*TINY, f"study.storage=sqlite:///{storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+        proc = cli_here([*TINY, f"study.storage=sqlite:///{storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     finally:
         lock.close()
     assert proc.returncode == 2
@@ -336,9 +320,9 @@ def test_a_locked_storage_file_is_named(tmp_path):
     assert "database is locked" in proc.stderr
 
 
-def test_a_storage_password_is_never_shown(tmp_path):
+def test_a_storage_password_is_never_shown(tmp_path, cli_here):
     url = "postgresql://tuner:s3cret@127.0.0.1:1/studies"
-    proc = run_cli([*TINY, f"study.storage={url}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    proc = cli_here([*TINY, f"study.storage={url}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 2
     assert "postgresql://tuner:***@127.0.0.1:1/studies" in proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout
@@ -408,9 +392,9 @@ def wait_for_file(path, timeout_s):
         time.sleep(0.1)
 
 
-def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path):
+def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path, cli_here):
     args = [*TINY, "study.probe=true", "study.n_trials=2", "study.objectives=[throughput,peak_memory]"]
-    proc = run_cli([*args, "search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    proc = cli_here([*args, "search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "[probe]" not in proc.stdout, "the probe steers a throughput search only: TPE explores the front"
     markdown = (tmp_path / "out" / "report.md").read_text()
@@ -418,10 +402,10 @@ def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path):
     assert "differential probe" not in markdown
 
 
-def test_probe_and_fixed_effective_batches(tmp_path):
+def test_probe_and_fixed_effective_batches(tmp_path, cli_here):
     args = [*TINY, "study.probe=true", "study.n_trials=2", "search.batch_policy=fixed_effective"]
     args += [*fixed_search(batch_size=None), f"hydra.run.dir={tmp_path}/out"]  # the probe times the batch sizes
-    proc = run_cli(args, cwd=tmp_path)
+    proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     # The probe ran; its timings may be discarded as contradicting the baseline when another test loads the machine
     # (study/probe_model.py, CONTRADICTION): either outcome is printed and reported.
@@ -435,7 +419,7 @@ def test_probe_and_fixed_effective_batches(tmp_path):
     assert recommended["training"]["gradient_accumulation_steps"] == 16 // batch
 
 
-def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(tmp_path):
+def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(tmp_path, cli_here):
     slow_baseline = [
         *TINY,
         "pipeline.baseline.batch_size=2",
@@ -443,9 +427,9 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
         "study.n_trials=1",
         "study.confirm_rounds=0",
     ]
-    assert run_cli([*slow_baseline, f"hydra.run.dir={tmp_path}/tune"], cwd=tmp_path).returncode == 0
+    assert cli_here([*slow_baseline, f"hydra.run.dir={tmp_path}/tune"], cwd=tmp_path).returncode == 0
     check = [*slow_baseline, "mode=selfcheck", "selfcheck.rounds=2", f"hydra.run.dir={tmp_path}/check"]
-    proc = run_cli(check, cwd=tmp_path)
+    proc = cli_here(check, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "check" / "selfcheck.json").read_text())
     assert [c["label"] for c in record["configurations"]] == ["baseline", "recommended (trial 0)"]
@@ -457,13 +441,13 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
     assert len(list((tmp_path / "check" / "selfcheck").glob("*.result.json"))) == 8
 
 
-def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path):
+def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, cli_here):
     baseline = {**{name: knob.baseline_default for name, knob in KNOBS.items()}, "batch_size": 16}
     recommendation = {**baseline, "batch_size": 32, "set_to_none": False}
     path = tmp_path / "recommended.yaml"
     path.write_text(yaml.safe_dump({"schema_version": 1, "knobs": recommendation, "baseline": baseline}))
     args = [*TINY, "mode=benchmark", f"recommended={path}", "benchmark.rounds=2", f"hydra.run.dir={tmp_path}/out"]
-    proc = run_cli(args, cwd=tmp_path)
+    proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "out" / "benchmark.json").read_text())
     labels = [entry["label"] for entry in record["entries"]]
@@ -484,7 +468,7 @@ def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path):
     assert "[round 2 recommended - batch_size]" in proc.stdout and "x the baseline" in proc.stdout
 
 
-def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path):
+def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path, cli_here):
     """Tuned where the user's package imports; re-rendered where it does not, from the study alone."""
     (tmp_path / "repo" / "mypkg").mkdir(parents=True)
     (tmp_path / "repo" / "mypkg" / "__init__.py").write_text("")
@@ -500,7 +484,7 @@ def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path)
     )
     storage = f"study.storage=sqlite:///{tmp_path}/studies.db"
     tune = ["-cd", str(tmp_path / "repo"), "pipeline=mine", *TINY[3:], "study.n_trials=1", "study.confirm_rounds=0"]
-    assert run_cli([*tune, storage, f"hydra.run.dir={tmp_path}/tuned"], cwd=tmp_path / "repo").returncode == 0
+    assert cli_here([*tune, storage, f"hydra.run.dir={tmp_path}/tuned"], cwd=tmp_path / "repo").returncode == 0
     (tmp_path / "elsewhere").mkdir()
     report = ["mode=report", "study.name=mine", storage, f"hydra.run.dir={tmp_path}/again"]
     proc = run_cli(report, cwd=tmp_path / "elsewhere")
@@ -508,5 +492,5 @@ def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path)
     tuned, again = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("tuned", "again"))
     assert again == tuned and "rendered from storage" in proc.stdout
     assert not (tmp_path / "again" / "trials").exists(), "nothing measured"
-    missing = run_cli(["mode=report", "study.name=nope", storage, f"hydra.run.dir={tmp_path}/x"], cwd=tmp_path)
+    missing = cli_here(["mode=report", "study.name=nope", storage, f"hydra.run.dir={tmp_path}/x"], cwd=tmp_path)
     assert missing.returncode == 2 and "study.name: no study 'nope'" in missing.stderr

@@ -17,7 +17,7 @@ from autotune.config.settings import MeasureSettings, ScreenPlan, Settings, Stud
 from autotune.errors import ConfigError
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
-from tests.conftest import REPO, run_cli, tiny_config
+from tests.conftest import REPO, tiny_config
 
 # The fields the loader builds from several keys, and WarmupPolicy.span, which no key sets.
 BUILT = {
@@ -67,8 +67,8 @@ def test_any_value_of_a_key_is_taken_or_refused_in_one_line_naming_the_key(path,
         assert str(error).startswith(f"{error.key}: ") and len(str(error).splitlines()) == 1, str(error)
 
 
-def test_a_hostile_value_on_the_command_line_is_one_line_with_exit_2(tmp_path):
-    proc = run_cli(["pipeline=mymodel", "measure.device=cuda:128", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+def test_a_hostile_value_on_the_command_line_is_one_line_with_exit_2(tmp_path, cli_here):
+    proc = cli_here(["pipeline=mymodel", "measure.device=cuda:128", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     refusal = "expected one of auto, cpu, cuda, got 'cuda:128'; or cuda:N for the GPU of index N (0 to 99)"
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"autotune: error: measure.device: {refusal}\n")
 

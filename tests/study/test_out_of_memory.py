@@ -30,7 +30,6 @@ from tests.conftest import (
     TEST_CONF,
     fake_measurement,
     fixed_search,
-    run_cli,
     trial_request,
 )
 from tests.fixtures.out_of_memory import ERRORS
@@ -269,7 +268,7 @@ def test_a_probe_that_runs_out_of_memory_at_the_baselines_own_settings_fails_but
     assert len(record.out_of_memory) == len(record.plan.computes), "its settings still bound the search"
 
 
-def test_the_cli_keeps_the_probe_measures_the_largest_batch_that_fits_and_recommends_it(tmp_path):
+def test_the_cli_keeps_the_probe_measures_the_largest_batch_that_fits_and_recommends_it(tmp_path, cli_here):
     args = [
         "-cd",
         str(TEST_CONF),
@@ -289,7 +288,7 @@ def test_the_cli_keeps_the_probe_measures_the_largest_batch_that_fits_and_recomm
         "study.confirm_rounds=0",
         f"hydra.run.dir={tmp_path}/out",
     ]
-    proc = run_cli(args, cwd=tmp_path)
+    proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     # Kept, or discarded as contradicting the baseline on a machine other tests load: its out of memory counts.
     kept = "[probe] at the baseline the DataLoader alone gives" in proc.stdout

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from autotune import rerender
 from autotune.records import CONFIG_ATTR, INTERRUPTED_ATTR, MACHINE_ATTR, TUNER_ATTR, measured_trials, study_machines
 from autotune.study.storage import load_study
-from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search, run_cli
+from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search
 
 POSTGRES = os.environ.get("AUTOTUNE_TEST_POSTGRES")
 N_TRIALS = 3
@@ -113,7 +113,7 @@ def test_two_tuners_share_a_study_and_one_killed_mid_trial_loses_nothing(storage
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs 2 cores")
-def test_two_trials_at_once_each_on_its_own_core(tmp_path):
+def test_two_trials_at_once_each_on_its_own_core(tmp_path, cli_here):
     args = [
         "-cd",
         str(TEST_CONF),
@@ -129,7 +129,7 @@ def test_two_trials_at_once_each_on_its_own_core(tmp_path):
         f"study.storage=sqlite:///{tmp_path}/study.db",
         f"hydra.run.dir={tmp_path}/out",
     ]
-    proc = run_cli(args, cwd=tmp_path)
+    proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[parallel] 2 trials at once: cores 0, cores 1" in proc.stdout
     study = load_study("tiny", f"sqlite:///{tmp_path}/study.db")

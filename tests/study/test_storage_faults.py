@@ -28,7 +28,7 @@ from autotune.results.model import load_results
 from autotune.selfcheck import _configurations
 from autotune.study.storage import StorageFaultError, create_study, load_study, storage_cause
 from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, open_study, tune
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 from tests.study.test_tuner import BASELINE, FIXED, META, SPACE, FakeMeasure, fake_result, settings
 from tests.test_cli import TINY
 
@@ -252,12 +252,12 @@ def test_a_file_or_folder_this_user_cannot_write_is_read_only_and_still_renders(
     assert stored.read_bytes() == study_file.read_bytes()
 
 
-def test_the_command_line_refuses_a_damaged_study_in_one_line(study_file, tmp_path):
+def test_the_command_line_refuses_a_damaged_study_in_one_line(study_file, tmp_path, cli_here):
     damaged = tmp_path / "studies.db"
     shutil.copyfile(study_file, damaged)
     damage(damaged, page=damaged.stat().st_size // PAGE // 2)
     before = damaged.read_bytes()
-    proc = run_cli([*TINY, f"study.storage=sqlite:///{damaged}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    proc = cli_here([*TINY, f"study.storage=sqlite:///{damaged}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith("autotune: error: study.storage: malformed database: ")
     assert f"'sqlite:///{damaged}'" in proc.stderr and "(the file is left as it is)" in proc.stderr
