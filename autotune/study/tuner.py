@@ -157,7 +157,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
     if is_shared(settings.storage):
         fail_stale_trials(study)
     else:
-        _fail_interrupted_trials(study, study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        _fail_interrupted_trials(study, _running(study))
 
 
 def ensure_baseline(
@@ -382,8 +382,8 @@ def _await_others(study: optuna.Study, settings: StudySettings, machine: str, de
     measured again."""
     if not is_shared(settings.storage):
         return False
-    while _measuring_now(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), machine):
-        if fail_stale_trials(study):
+    while _measuring_now(running := _running(study), machine):
+        if fail_stale_trials(study, running):
             return time.monotonic() < deadline
         if INTERRUPT.wait(min(settings.heartbeat_s, _AWAIT_POLL_S)):
             raise KeyboardInterrupt
@@ -403,18 +403,25 @@ def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str) -
     creates a name once (a unique constraint in a database, the order of the journal in a file), so of two tuners
     claiming one configuration at once exactly one gets it. The claim names its trial, and the trial its claim: it
     ends with the trial, or, where the trial's tuner died, when its trial is failed (``fail_stale_trials``)."""
-    storage = study._storage  # Optuna has no public accessor; the claim must live where the study does
-    try:
-        claim = storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, key))
-    except DuplicatedStudyError:
+    claim = _claim(study, _claim_name(study, machine, key))
+    if claim is None:
         yield False
         return
     try:
-        storage.set_study_user_attr(claim, "trial", trial.number)
+        study._storage.set_study_user_attr(claim, "trial", trial.number)
         trial.set_user_attr(CLAIM_ATTR, claim)
         yield True
     finally:
         _end_claim(study, claim)
+
+
+def _claim(study: optuna.Study, name: str) -> int | None:
+    """Claim ``name``: the id of a new empty study of that name in the study's storage, or None where it exists (a
+    storage creates a name once: of two tuners claiming at once, exactly one gets it)."""
+    try:  # Optuna has no public accessor of the storage; a claim must live where the study does
+        return study._storage.create_new_study([StudyDirection.MAXIMIZE], name)
+    except DuplicatedStudyError:
+        return None
 
 
 def _end_claim(study: optuna.Study, claim: int) -> None:
@@ -424,10 +431,10 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
         pass
 
 
-def _end_orphan_claims(study: optuna.Study) -> None:
-    """End the claims whose trial is no longer running (its tuner died between its result and the claim's end)."""
+def _end_orphan_claims(study: optuna.Study, running: set[int]) -> None:
+    """End the claims whose trial is not among the ``running`` ones (its tuner died between its result and the
+    claim's end)."""
     prefix = f"{study.study_name}{_MEASURING}"
-    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     for summary in study._storage.get_all_studies():
         owner = summary.user_attrs.get("trial")
         if summary.study_name.startswith(prefix) and owner is not None and owner not in running:
@@ -453,27 +460,32 @@ def _measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list
     ]
 
 
-def fail_stale_trials(study: optuna.Study) -> list[int]:
-    """Fail the running trials of a shared study whose tuner has not been heard of for ``STALE_BEATS`` of its
-    heartbeats (each trial's own interval; a trial with none yet: from its start, by the default), propose their
-    configurations again and end their claims; returns their numbers. Tuners' clocks are compared: keep them in sync
-    (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
+def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTrial] | None = None) -> list[int]:
+    """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``;
+    a trial's heartbeat from its start), propose their configurations again and end their claims; returns their
+    numbers. Tuners' clocks are compared: keep them in sync (NTP), as a stale trial is unheard of for a minute by
+    default, far beyond any skew that matters."""
     now = time.time()
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    stale = [t for t in running if _unheard_for(t, now)]
+    running = _running(study) if running is None else running
+    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _started(t, now), now)]
     failed = _fail_interrupted_trials(study, stale)
-    _end_orphan_claims(study)
+    _end_orphan_claims(study, {t.number for t in running} - set(failed))
     return failed
 
 
-def _unheard_for(trial: optuna.trial.FrozenTrial, now: float) -> bool:
-    """Whether ``trial``'s tuner missed ``STALE_BEATS`` of its heartbeats by ``now`` (a trial with none yet: since
-    its start, at the default interval)."""
-    heard = trial.user_attrs.get(ALIVE_ATTR)
-    if heard is None:
-        started = trial.datetime_start.timestamp() if trial.datetime_start else now
-        heard = [started, StudySettings.heartbeat_s]
-    return now - heard[0] > STALE_BEATS * heard[1]
+def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+
+def _started(trial: optuna.trial.FrozenTrial, now: float) -> float:
+    return trial.datetime_start.timestamp() if trial.datetime_start else now
+
+
+def _unheard(beat: list[float] | None, since: float, now: float) -> bool:
+    """The rule of a dead tuner: by ``now``, it missed ``STALE_BEATS`` of its heartbeats (``beat``: the last one's
+    time and the tuner's interval; None: none yet, counted from ``since`` at the default interval)."""
+    heard, every = beat or (since, StudySettings.heartbeat_s)
+    return now - heard > STALE_BEATS * every
 
 
 @contextmanager
@@ -495,17 +507,13 @@ def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
     if not is_shared(settings.storage):
         yield True
         return
-    storage, name = study._storage, f"{study.study_name}#finishing@{machine}"
-    while True:
-        try:
-            claim = storage.create_new_study([StudyDirection.MAXIMIZE], name)
-            break
-        except DuplicatedStudyError:
-            if _await_claim(study, name):
-                yield False
-                return
+    name = f"{study.study_name}#finishing@{machine}"
+    while (claim := _claim(study, name)) is None:
+        if _await_claim(study, name):
+            yield False
+            return
     try:
-        beat = settings.heartbeat_s
+        beat, storage = settings.heartbeat_s, study._storage
         with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), beat]), beat):
             yield True
     finally:
@@ -521,8 +529,7 @@ def _await_claim(study: optuna.Study, name: str) -> bool:
             claim = storage.get_study_id_from_name(name)
         except KeyError:
             return True
-        heard, every = storage.get_study_user_attrs(claim).get(ALIVE_ATTR) or [first_seen, StudySettings.heartbeat_s]
-        if time.time() - heard > STALE_BEATS * every:
+        if _unheard(storage.get_study_user_attrs(claim).get(ALIVE_ATTR), first_seen, time.time()):
             _end_claim(study, claim)
             return False
         if INTERRUPT.wait(_AWAIT_POLL_S):
