@@ -38,17 +38,18 @@ def step_throughput(
     device,
     seconds: float,
     warmup_steps: int = 3,
+    min_steps: int = 3,
     clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     """Samples per second of ``step()`` (one training step on a batch already on the device), run back to
-    back after ``warmup_steps`` untimed steps, for at least ``seconds`` and 3 steps. On a GPU the steps queue
-    up as in a training loop; the device is waited for only at the two ends."""
+    back after ``warmup_steps`` untimed steps, for at least ``seconds`` and ``min_steps`` steps. On a GPU the steps
+    queue up as in a training loop; the device is waited for only at the two ends."""
     for _ in range(warmup_steps):
         step()
     synchronize(device)
     start = clock()
     steps, elapsed = 0, 0.0
-    while steps < 3 or elapsed < seconds:
+    while steps < min_steps or elapsed < seconds:
         step()
         steps += 1
         elapsed = clock() - start

@@ -159,10 +159,10 @@ def _timed(throughput: float | None) -> float:
     return throughput
 
 
-def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.5) -> ProbePlan:
+def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> ProbePlan:
     """Every loader setting (batch size x workers), the anchor's model step at every batch size, and the
     anchor with one compute knob changed, for every other value of each compute knob: at every batch size for
-    PER_BATCH_KNOBS, at the anchor's for the others."""
+    PER_BATCH_KNOBS, at the anchor's for the others; each timed as ``timing`` says (ProbePlan's defaults)."""
     candidates = space.candidates
     loaders = [{"batch_size": b, "num_workers": w} for b in candidates["batch_size"] for w in candidates["num_workers"]]
     anchor = anchor_knobs(space, baseline)
@@ -171,7 +171,7 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], seconds: float = 0.
     for name in COMPUTE_KNOBS:
         bases = [anchor, *others] if name in PER_BATCH_KNOBS else [anchor]
         computes += [{**base, name: value} for base in bases for value in candidates[name] if value != anchor[name]]
-    return ProbePlan(loaders, computes, seconds)
+    return ProbePlan(loaders, computes, **timing)
 
 
 def expected_probe_s(plan: ProbePlan, run_s: float) -> float:

@@ -24,12 +24,18 @@ _DEFAULT_THREADS = torch.get_num_threads()
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time,
-    each for ``seconds``."""
+    """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
+    ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least.
+
+    The defaults are as short as the probe's accuracy allows: timed at 0.5 s, 3 warm-up and 3 steps, it took ~1.8
+    times as long and agreed with itself no better than these agree with it (``benchmarks/probe_timing.py``,
+    docs/benchmarks.md section 9); its picks are steers, which the search measures."""
 
     loaders: list[dict[str, Any]]
     computes: list[dict[str, Any]]
-    seconds: float = 0.5
+    seconds: float = 0.25
+    warmup_steps: int = 1
+    min_steps: int = 2
 
 
 Half = Literal["loader", "compute"]
@@ -83,7 +89,7 @@ def run_probe(
         size = knobs["batch_size"]
         if size not in cached:
             cached[size] = next(iter(_loader(pipeline, size, 0)))
-        return _time_compute(pipeline, knobs, cached[size], device, plan.seconds, effective_batch_size)
+        return _time_compute(pipeline, knobs, cached[size], device, plan, effective_batch_size)
 
     # The first model step timed in a process is slow (allocator, oneDNN primitives, lazy imports): time the
     # anchor once untimed, so it does not read low and inflate every factor measured against it.
@@ -136,13 +142,14 @@ def _time_loader(pipeline: Pipeline, setting: dict[str, Any], seconds: float) ->
 
 
 def _time_compute(
-    pipeline: Pipeline, knobs: dict[str, Any], batch: Any, device: torch.device, seconds: float, effective: int | None
+    pipeline: Pipeline, knobs: dict[str, Any], batch: Any, device: torch.device, plan: ProbePlan, effective: int | None
 ) -> float:
     """The model step alone with ``knobs``, on a copy of the model so settings do not leak between runs."""
     fresh = replace(pipeline, model=copy.deepcopy(pipeline.model))
     try:
         trainer = Trainer(fresh, knobs, device, effective)
         on_device = trainer.to_device(batch)
-        return step_throughput(lambda: trainer.train_step(on_device), knobs["batch_size"], device, seconds)
+        step = partial(trainer.train_step, on_device)
+        return step_throughput(step, knobs["batch_size"], device, plan.seconds, plan.warmup_steps, plan.min_steps)
     finally:
         torch.set_num_threads(_DEFAULT_THREADS)  # the num_threads knob is process-wide, even where the step raised
