@@ -9,7 +9,7 @@ compared by value, not by name); and where their predictions over the whole spac
 Agreement between a variant and a default probe is compared with agreement between two default ones (the noise
 floor: the same probe run twice): a cheaper probe is as good where its agreement with the default is as high.
 
-    .venv/bin/python -m benchmarks.probe_timing --rounds 3 --variant seconds=0.25 warmup_steps=1 min_steps=2
+    .venv/bin/python -m benchmarks.probe_timing --rounds 3 --variant seconds=0.5 warmup_steps=3 min_steps=3
     # results: benchmarks/results/probe_timing.json
 """
 
@@ -37,7 +37,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "probe_timing.json"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variant", nargs="+", default=["seconds=0.25", "warmup_steps=1", "min_steps=2"])
+    parser.add_argument("--variant", nargs="+", default=["seconds=0.5", "warmup_steps=3", "min_steps=3"])
     parser.add_argument("--pipeline", default="mymodel")
     args = parser.parse_args()
     variant = {name: float(value) if name == "seconds" else int(value) for name, value in _pairs(args.variant)}
