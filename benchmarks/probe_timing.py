@@ -1,16 +1,18 @@
-"""How long the probe must time each setting (#23): probes timed as ``--variant`` says (e.g. ``seconds=0.25``,
-``warmup_steps=1``, ``min_steps=2``: ProbePlan's fields) against probes timed as ProbePlan's defaults say,
-interleaved, each in a fresh process, on the example pipeline's default search space.
+"""How long the probe must time each setting (#23): probes timed as ``--variant`` says against probes timed as
+``--reference`` says (each a list of ProbePlan's timing fields, ``seconds=S warmup_steps=N min_steps=N``; the
+reference's default: ProbePlan's defaults), interleaved, each in a fresh process, on the example pipeline's default
+search space.
 
 What the probe is for is a ranking: the guide proposes the configurations it predicts fastest. So two probes A and
 B agree where B judges A's pick as fast as its own: the pick's regret, 1 - B(A's pick) / B(B's pick), and the share of
 pairs where it is 0 (the same pick: configurations differing only in knobs the probe does not time tie, so picks are
 compared by value, not by name); and where their predictions over the whole space rank alike (rank correlation).
-Agreement between a variant and a default probe is compared with agreement between two default ones (the noise
-floor: the same probe run twice): a cheaper probe is as good where its agreement with the default is as high.
+Agreement between a variant and a reference probe is compared with agreement between two reference ones (the
+noise floor: the same probe run twice): a cheaper variant is as good where its agreement with the reference is as
+high.
 
-    .venv/bin/python -m benchmarks.probe_timing --rounds 3 --variant seconds=0.5 warmup_steps=3 min_steps=3
-    # results: benchmarks/results/probe_timing.json
+    .venv/bin/python -m benchmarks.probe_timing --rounds 3 --reference seconds=0.5 warmup_steps=3 min_steps=3 \
+        --variant seconds=0.25 warmup_steps=1 min_steps=2      # results: benchmarks/results/probe_timing.json
 """
 
 from __future__ import annotations
@@ -32,52 +34,56 @@ from autotune.trial.probe import ProbePlan
 from benchmarks.common import settings_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "probe_timing.json"
+TIMING = ("seconds", "warmup_steps", "min_steps")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variant", nargs="+", default=["seconds=0.5", "warmup_steps=3", "min_steps=3"])
+    parser.add_argument("--reference", nargs="+", default=[])
+    parser.add_argument("--variant", nargs="+", required=True)
     parser.add_argument("--pipeline", default="mymodel")
     args = parser.parse_args()
-    variant = {name: float(value) if name == "seconds" else int(value) for name, value in _pairs(args.variant)}
+    timings = {"reference": _timing(args.reference), "variant": _timing(args.variant)}
     settings = settings_for(args.pipeline, ["measure.device=cpu"])
-    probes: dict[str, list[dict[str, float]]] = {"default": [], "variant": []}
-    walls: dict[str, list[float]] = {"default": [], "variant": []}
+    probes: dict[str, list[dict[str, float]]] = {"reference": [], "variant": []}
+    walls: dict[str, list[float]] = {"reference": [], "variant": []}
     with tempfile.TemporaryDirectory() as scratch:
         runner = TrialRunner(settings, "cpu", Path(scratch))
         ctx = _search_context(settings, runner.inspect().inspection)
         space = build_space(settings.search, ctx)
         configurations = list(space.configurations())
         for index in range(args.rounds):
-            # Each round: default, variant, default (rotated), so that every variant has default probes beside it.
-            order = ["default", "variant", "default"] if index % 2 == 0 else ["variant", "default", "default"]
+            # Each round: reference, variant, reference (rotated): every variant has reference probes beside it.
+            order = ["reference", "variant", "reference"] if index % 2 == 0 else ["variant", "reference", "reference"]
             for which in order:
-                plan = probe_plan(space, settings.baseline, **(variant if which == "variant" else {}))
+                plan = probe_plan(space, settings.baseline, **timings[which])
                 result = runner.probe(plan)
                 probes[which].append(_predictions(ProbeModel(plan, result.probe, ctx.cpu_count), configurations))
                 walls[which].append(result.wall_s)
                 print(f"round {index + 1}: {which}, {len(plan.loaders) + len(plan.computes)} settings, "
                       f"{result.wall_s:.1f} s")  # fmt: skip
-    defaults = [_agreement(a, b) for a, b in itertools.permutations(probes["default"], 2)]
-    crossed = [_agreement(a, b) for a in probes["variant"] for b in probes["default"]]
-    crossed += [_agreement(b, a) for a in probes["variant"] for b in probes["default"]]
+    references = [_agreement(a, b) for a, b in itertools.permutations(probes["reference"], 2)]
+    crossed = [_agreement(a, b) for a in probes["variant"] for b in probes["reference"]]
+    crossed += [_agreement(b, a) for a in probes["variant"] for b in probes["reference"]]
     record = {
         "pipeline": args.pipeline,
         "cpu": {key: describe_machine().get(key) for key in ("cpu_model", "cpu_flags", "cpu_count", "torch")},
         "configurations": len(configurations),
-        "default": {name: getattr(ProbePlan([], []), name) for name in variant},
-        "variant": variant,
+        **timings,
         "wall_s": {which: [round(wall, 1) for wall in values] for which, values in walls.items()},
-        "default against default": _summary(defaults),
-        "variant against default": _summary(crossed),
+        "reference against reference": _summary(references),
+        "variant against reference": _summary(crossed),
     }
     RESULTS.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({key: value for key, value in record.items() if key != "cpu"}, indent=1))
 
 
-def _pairs(items: list[str]) -> list[tuple[str, str]]:
-    return [tuple(item.split("=", 1)) for item in items]
+def _timing(fields: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` items as ProbePlan's timing fields, every field given (ProbePlan's defaults for the rest)."""
+    given = dict(item.split("=", 1) for item in fields)
+    defaults = ProbePlan([], [])
+    return {name: type(getattr(defaults, name))(given.get(name, getattr(defaults, name))) for name in TIMING}
 
 
 def _predictions(model: ProbeModel, configurations: list[dict[str, Any]]) -> dict[str, float]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import psutil
 import pytest
 
@@ -16,6 +18,7 @@ from autotune.config.load import load_settings
 from autotune.knobs import KNOBS, REQUIRED, SearchContext
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.recorder import Timing
+from autotune.redact import Secrets
 from autotune.trial import runner
 from autotune.trial.result import TrialRequest
 
@@ -210,28 +213,48 @@ def cli_here(monkeypatch, capsys):
     """``run_cli`` in this process: the same command line through the same code (Hydra, the study, each trial a
     process of its own, forked from this process's fork server), without a second interpreter's start-up, imports
     and fork server. For what the tuner does; what only a process of its own shows (its exit on a signal, the
-    installed script, a tuner killed) runs through ``run_cli``."""
+    installed script, a tuner killed) runs through ``run_cli``. What the CLI sets for its process is set back:
+    streams, signal handlers, the root logger (Hydra configures it), Optuna's verbosity, the passwords it learnt, the
+    modules it imported from ``cwd``."""
 
     def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
         with monkeypatch.context() as patch:
             patch.chdir(cwd)
             patch.setattr(sys, "argv", ["autotune", *args])
             patch.setattr(sys, "path", list(sys.path))
-            patch.setattr(sys, "stdout", sys.stdout)  # the CLI wraps both streams: restored afterwards
+            patch.setattr(sys, "stdout", sys.stdout)
             patch.setattr(sys, "stderr", sys.stderr)
+            patch.setattr(cli, "_SECRETS", Secrets())
+            patch.setattr(logging.root, "handlers", list(logging.root.handlers))
+            patch.setattr(logging.root, "level", logging.root.level)
             patch.setenv("PYTHONPATH", str(REPO))
             patch.setenv("HYDRA_FULL_ERROR", "0")  # the CLI sets it
             patch.delenv("AUTOTUNE_DEBUG", raising=False)
             handlers = {signum: signal.getsignal(signum) for signum in cli.STOP_SIGNALS}
+            verbosity = optuna.logging.get_verbosity()
             try:
                 cli.main()
                 code = 0
             except SystemExit as exited:
-                code = exited.code or 0
+                code = exited.code if isinstance(exited.code, int) else 0 if exited.code is None else 1
+                if isinstance(exited.code, str):
+                    print(exited.code, file=sys.stderr)  # as the interpreter would
             finally:
                 for signum, handler in handlers.items():
                     signal.signal(signum, handler)
+                optuna.logging.set_verbosity(verbosity)
+                _forget_modules_under(Path(cwd))
             captured = capsys.readouterr()
         return subprocess.CompletedProcess(["autotune", *args], code, captured.out, captured.err)
 
     return run
+
+
+def _forget_modules_under(folder: Path) -> None:
+    """Drop the modules imported from ``folder`` (a test's own packages, in its tmp_path), as a process of its own
+    would; never the repository's own."""
+    root = str(folder.resolve()) + os.sep
+    for name, module in list(sys.modules.items()):
+        path = str(getattr(module, "__file__", None) or "")
+        if path.startswith(root) and not path.startswith(str(REPO) + os.sep):
+            del sys.modules[name]

@@ -37,8 +37,8 @@ def step_throughput(
     samples_per_step: int,
     device,
     seconds: float,
-    warmup_steps: int = 3,
-    min_steps: int = 3,
+    warmup_steps: int,
+    min_steps: int,
     clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     """Samples per second of ``step()`` (one training step on a batch already on the device), run back to

@@ -176,8 +176,8 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> P
 
 def expected_probe_s(plan: ProbePlan, run_s: float) -> float:
     """What the probe of ``plan`` is expected to take, for study.budget_s: a process like a run of the pipeline
-    (``run_s``: its start, build and window), then every setting timed for ``plan.seconds`` after a warm-up about as
-    long."""
+    (``run_s``: its start, build and window), then every setting timed for ``plan.seconds`` and as long again for its
+    start and warm-up step; a setting whose steps each take longer (held to ``plan.min_steps``) is underestimated."""
     return run_s + 2 * plan.seconds * (len(plan.loaders) + len(plan.computes) + 1)
 
 

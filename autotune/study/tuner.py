@@ -431,11 +431,14 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
         pass
 
 
-def _end_orphan_claims(study: optuna.Study, running: set[int]) -> None:
-    """End the claims whose trial is not among the ``running`` ones (its tuner died between its result and the
-    claim's end)."""
+def _end_orphan_claims(study: optuna.Study) -> None:
+    """End the claims whose trial is no longer running (its tuner died between its result and the claim's end).
+    The claims are read before the running trials: a trial is created before its claim, so a claim made meanwhile
+    has its trial among them."""
     prefix = f"{study.study_name}{_MEASURING}"
-    for summary in study._storage.get_all_studies():
+    claims = study._storage.get_all_studies()
+    running = {t.number for t in _running(study)}
+    for summary in claims:
         owner = summary.user_attrs.get("trial")
         if summary.study_name.startswith(prefix) and owner is not None and owner not in running:
             _end_claim(study, summary._study_id)
@@ -469,7 +472,7 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     running = _running(study) if running is None else running
     stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _started(t, now), now)]
     failed = _fail_interrupted_trials(study, stale)
-    _end_orphan_claims(study, {t.number for t in running} - set(failed))
+    _end_orphan_claims(study)
     return failed
 
 

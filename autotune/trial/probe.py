@@ -27,9 +27,8 @@ class ProbePlan:
     """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
     ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least.
 
-    The defaults are as short as the probe's accuracy allows: timed at 0.5 s, 3 warm-up and 3 steps, it took ~1.8
-    times as long and agreed with itself no better than these agree with it (``benchmarks/probe_timing.py``,
-    docs/benchmarks.md section 9); its picks are steers, which the search measures."""
+    The defaults are the shortest measured to agree with a longer probe as well as that one agrees with itself
+    (``benchmarks/probe_timing.py``, docs/benchmarks.md section 9): the probe steers, the trials measure."""
 
     loaders: list[dict[str, Any]]
     computes: list[dict[str, Any]]

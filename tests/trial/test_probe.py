@@ -53,7 +53,7 @@ def test_step_throughput_times_steps_after_warm_up():
         now[0] += 0.1
         steps.append(1)
 
-    rate = step_throughput(step, 8, torch.device("cpu"), 0.3, warmup_steps=2, clock=lambda: now[0])
+    rate = step_throughput(step, 8, torch.device("cpu"), 0.3, warmup_steps=2, min_steps=3, clock=lambda: now[0])
     assert rate == pytest.approx(8 / 0.1) and len(steps) == 2 + 3
 
 
