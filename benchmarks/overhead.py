@@ -6,7 +6,9 @@ Each round runs each case twice, in fresh processes, the one that goes first alt
 - autotune: a trial as the tuner runs one (``run_trial``: the worker's Profiler, its memory and CPU samplers and
   progress lines; the tuner polling the trial's memory against a budget and reading its progress);
 - bare: the same Trainer, DataLoader and steps in a process of its own (``--bare``), with the harness reduced to
-  two clock reads around as many steps as the case's first autotune run timed, after the same minimum warm-up.
+  two clock reads around as many steps as the case's first autotune run timed, after as many warm-up steps as it
+  ran. With DataLoader workers the window must start as far into the run as the trial's does: the batches the
+  workers prepared while the process started are consumed in the first steps, which a shorter warm-up would time.
 The ratio per round is autotune / bare; a case's figure is the median of its rounds' ratios, beside the 95 %
 interval of their geometric mean. Results go to benchmarks/results/overhead.json.
 
@@ -22,12 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -65,40 +68,50 @@ def request_for(case: str, device: str) -> TrialRequest:
     return TrialRequest(settings.pipeline, {**settings.baseline, **changes}, device, m.plan, m.memory_interval_s)
 
 
-def autotune_run(request: TrialRequest, workdir: Path, name: str) -> tuple[float, int]:
-    """Samples/s and timed steps of one trial, run as the tuner runs it."""
+def autotune_run(request: TrialRequest, workdir: Path, name: str) -> tuple[float, int, int]:
+    """Samples/s, timed steps and warm-up steps of one trial, run as the tuner runs it."""
     budget = MemoryBudget("study.memory_budget_mb", 1e9)
     result = run_trial(request, 600, workdir, name, budget, on_progress=lambda steps, throughput: None)
     if not result.ok:
         raise SystemExit(f"{name} failed: {result.failure}")
-    return result.timing.throughput, result.timing.steps
+    return result.timing.throughput, result.timing.steps, result.timing.warmup_steps
 
 
-def bare_run(request: TrialRequest, steps: int, workdir: Path, name: str) -> float:
-    """Samples/s of the same loop in a fresh process, timed by two clock reads."""
+def bare_run(request: TrialRequest, warmup_steps: int, steps: int, workdir: Path, name: str) -> BareRun:
+    """The same loop in a fresh process, timed by two clock reads."""
     path = write_atomic(workdir / f"{name}.request.json", json.dumps(request.to_dict()))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "benchmarks.overhead", "--bare", str(path), str(steps)]
+    command = [sys.executable, "-m", "benchmarks.overhead", "--bare", str(path), str(warmup_steps), str(steps)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["throughput"]
+    return BareRun(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def bare(request: TrialRequest, steps: int) -> float:
-    """The trial's loop without the harness: warm-up as short as the harness's shortest, then ``steps`` timed."""
+@dataclass(frozen=True)
+class BareRun:
+    """One bare run: samples/s, and the pages its process faulted in during the window (read with the clock)."""
+
+    throughput: float
+    minor_faults: int
+
+
+def bare(request: TrialRequest, warmup_steps: int, steps: int) -> BareRun:
+    """The trial's loop without the harness: ``warmup_steps`` untimed, then ``steps`` timed."""
     device = torch.device(request.device)
     torch.manual_seed(0)
     trainer = Trainer(build_pipeline(request.pipeline), request.knobs, device, request.effective_batch_size)
     batches = trainer.batches()
-    for _ in range(request.plan.warmup.min_steps):
+    for _ in range(warmup_steps):
         trainer.train_step(trainer.to_device(next(batches)))
     synchronize(device)
-    start = time.perf_counter()
+    faults, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
     for _ in range(steps):
         trainer.train_step(trainer.to_device(next(batches)))
     synchronize(device)
-    return steps * request.knobs["batch_size"] / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return BareRun(steps * request.knobs["batch_size"] / seconds, faults)
 
 
 def main() -> None:
@@ -106,11 +119,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--bare", nargs=2, metavar=("REQUEST", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("--bare", nargs=3, metavar=("REQUEST", "WARMUP_STEPS", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
         request = TrialRequest.from_dict(json.loads(Path(args.bare[0]).read_text(encoding="utf-8")))
-        print(json.dumps({"throughput": bare(request, int(args.bare[1]))}))
+        print(json.dumps(asdict(bare(request, int(args.bare[1]), int(args.bare[2])))))
         return
     machine = describe_machine()
     print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
@@ -130,7 +143,7 @@ def main() -> None:
 
 
 def measure_case(case: str, request: TrialRequest, rounds: int, workdir: Path) -> dict:
-    _, steps = autotune_run(request, workdir, f"{case}-calibration")
+    _, steps, warmup_steps = autotune_run(request, workdir, f"{case}-calibration")
     harness, plain = [], []
     for index in range(rounds):
         for kind in ("autotune", "bare") if index % 2 == 0 else ("bare", "autotune"):
@@ -138,12 +151,13 @@ def measure_case(case: str, request: TrialRequest, rounds: int, workdir: Path) -
             if kind == "autotune":
                 harness.append(autotune_run(request, workdir, name)[0])
             else:
-                plain.append(bare_run(request, steps, workdir, name))
+                plain.append(bare_run(request, warmup_steps, steps, workdir, name).throughput)
         print(f"{case} round {index + 1}: autotune {harness[-1]:.1f}, bare {plain[-1]:.1f} samples/s", flush=True)
     ratios = [h / p for h, p in zip(harness, plain, strict=True)]
     interval = ratio_interval(ratios)
     return {
         "case": case,
+        "bare_warmup_steps": warmup_steps,
         "bare_steps": steps,
         "autotune": harness,
         "bare": plain,
