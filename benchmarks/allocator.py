@@ -5,9 +5,10 @@ with the ``malloc=keep`` knob, the pages each faulted in during its window besid
 
 Each round runs the case's loop (``benchmarks/overhead.py``'s bare loop: its Trainer and DataLoader, timed by two
 clock reads after the warm-up of a calibration trial) once with ``malloc=default`` and once with ``malloc=keep``,
-each a fresh process, the order alternating. Printed per setting: the median samples/s and its range, and the
-fresh pages faulted in per step; for ``default``, how the runs' speed ranks against their faults (Spearman's rank
-correlation: Pearson's on the ranks). Results go to benchmarks/results/allocator.json.
+each a fresh process, the order alternating. Printed per setting: the median samples/s and its range, the fresh
+pages faulted in per step and the share of the process's CPU time spent in the kernel; for ``default``, how the
+runs' speed ranks against their faults (Spearman's rank correlation: Pearson's on the ranks).
+Results go to benchmarks/results/allocator.json.
 """
 
 from __future__ import annotations
@@ -45,14 +46,18 @@ def main() -> None:
                 changed = replace(request, knobs={**request.knobs, "malloc": setting})
                 run = bare_run(changed, warmup_steps, steps, Path(tmp), f"{setting}-{index + 1}")
                 runs[setting].append({**asdict(run), "faults_per_step": run.minor_faults / steps})
-                print(f"{setting:8} {run.throughput:8.1f} samples/s  {run.minor_faults / steps:9.0f} faults/step")
+                print(
+                    f"{setting:8} {run.throughput:8.1f} samples/s  {run.minor_faults / steps:9.0f} faults/step"
+                    f"  {run.kernel_share:.1%} in the kernel"
+                )
     summary = {setting: _summary(rows) for setting, rows in runs.items()}
     stored = {"machine": machine, "case": args.case, "runs": runs, "summary": summary}
     write_atomic(RESULTS, json.dumps(stored, indent=1))
     for setting, row in summary.items():
         print(
             f"{setting:8} median {row['median']:.1f} samples/s ({row['low']:.1f}-{row['high']:.1f}), faults/step "
-            f"{row['faults_low']:.0f}-{row['faults_high']:.0f}, rank correlation speed/faults {row['spearman']:+.2f}"
+            f"{row['faults_low']:.0f}-{row['faults_high']:.0f}, {row['kernel_share']:.1%} in the kernel (median), "
+            f"rank correlation speed/faults {row['spearman']:+.2f}"
         )
     print(f"saved {RESULTS}")
 
@@ -65,6 +70,7 @@ def _summary(rows: list[dict]) -> dict:
         "high": frame["throughput"].max(),
         "faults_low": frame["faults_per_step"].min(),
         "faults_high": frame["faults_per_step"].max(),
+        "kernel_share": statistics.median(frame["kernel_share"]),
         "spearman": frame["throughput"].rank().corr(frame["faults_per_step"].rank()),  # Spearman: ranks, Pearson
     }
 

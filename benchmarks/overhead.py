@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from autotune.files import write_atomic
 from autotune.measure.environment import describe_machine
 from autotune.measure.gpu import synchronize
 from autotune.measure.memory import MemoryBudget
+from autotune.measure.page_faults import FaultWatch
 from autotune.measure.stats import ratio_interval
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer
@@ -90,10 +90,12 @@ def bare_run(request: TrialRequest, warmup_steps: int, steps: int, workdir: Path
 
 @dataclass(frozen=True)
 class BareRun:
-    """One bare run: samples/s, and the pages its process faulted in during the window (read with the clock)."""
+    """One bare run: samples/s, and over its window (read outside the clock's reads) the pages its process faulted in
+    and the share of its CPU time spent in the kernel."""
 
     throughput: float
     minor_faults: int
+    kernel_share: float
 
 
 def bare(request: TrialRequest, warmup_steps: int, steps: int) -> BareRun:
@@ -105,13 +107,14 @@ def bare(request: TrialRequest, warmup_steps: int, steps: int) -> BareRun:
     for _ in range(warmup_steps):
         trainer.train_step(trainer.to_device(next(batches)))
     synchronize(device)
-    faults, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-    for _ in range(steps):
-        trainer.train_step(trainer.to_device(next(batches)))
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-    return BareRun(steps * request.knobs["batch_size"] / seconds, faults)
+    with FaultWatch(steps) as watch:
+        start = time.perf_counter()
+        for _ in range(steps):
+            trainer.train_step(trainer.to_device(next(batches)))
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    faults = watch.faults
+    return BareRun(steps * request.knobs["batch_size"] / seconds, faults.minor_faults, faults.kernel_share)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from autotune.measure.cuda_memory import CudaAllocation
 from autotune.measure.gc_pauses import GcPauses
 from autotune.measure.growth import MemoryTrend
 from autotune.measure.hotspots import Hotspots
+from autotune.measure.page_faults import PageFaults
 from autotune.measure.stages import StageTiming
 from autotune.measure.trace import OperatorProfile
 
@@ -34,8 +35,9 @@ class ProfilePlan:
 @dataclass(frozen=True)
 class ProfileResult:
     """A profiling run's findings: each stage's time, memory after each step, the garbage collector's pauses, the
-    profiler's operators, the data pipeline's hot functions, on a GPU its largest allocations (else None), and the
-    bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples."""
+    profiler's operators, the data pipeline's hot functions, on a GPU its largest allocations (else None), the
+    bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples, and the pages the
+    training process faulted in over the stage-timed steps (None in a profile stored before they were read)."""
 
     stages: StageTiming
     memory: MemoryTrend
@@ -45,13 +47,14 @@ class ProfileResult:
     sample_bytes: int
     dataset_len: int
     cuda_allocations: list[CudaAllocation] | None = None
+    faults: PageFaults | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProfileResult:
-        allocations = data.get("cuda_allocations")
+        allocations, faults = data.get("cuda_allocations"), data.get("faults")
         return cls(
             stages=StageTiming.from_dict(data["stages"]),
             memory=MemoryTrend.from_dict(data["memory"]),
@@ -61,4 +64,5 @@ class ProfileResult:
             sample_bytes=data["sample_bytes"],
             dataset_len=data["dataset_len"],
             cuda_allocations=[CudaAllocation(**a) for a in allocations] if allocations is not None else None,
+            faults=PageFaults.from_dict(faults) if faults is not None else None,
         )

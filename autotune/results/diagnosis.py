@@ -11,7 +11,8 @@ The verdict is the first of these that holds, each a measured figure against a t
    limited by memory bandwidth);
 4. **compute-bound**: otherwise.
 
-Beside the verdict, findings: memory that grows step after step (a possible leak) and garbage-collection pauses.
+Beside the verdict, findings: memory that grows step after step (a possible leak), garbage-collection pauses, cores
+saturated by loading and training together, and fresh pages faulted in every step.
 The advice, ranked by its expected effect: ``autotune/results/remedies.py``.
 """
 
@@ -50,6 +51,11 @@ LEAK_MIN_SHARE = 0.10
 LEAK_MIN_FIT = 0.8
 # Collections pausing the training process 2 % of its time or more are worth a line of code (gc.freeze).
 GC_PAUSE_SHARE = 0.02
+# A training process that spends 5 % of its CPU time in the kernel while faulting in a megabyte of fresh pages a step
+# or more is paying for its allocator (glibc's malloc on the image benchmark of docs/benchmarks.md section 1: 2 400 to
+# 22 600 pages a step, 3 to 23 % of the time in the kernel, 1.13x slower than with freed memory kept).
+FAULT_KERNEL_SHARE = 0.05
+FAULT_MIN_MB_PER_STEP = 1.0
 # Workers loading and the training process computing, busy together 90 % of the cores or more: they take cores
 # from each other (a CPU's stage times are then a shared machine's).
 SATURATED_CORES = 0.9
@@ -260,4 +266,18 @@ def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
         f"{found.loading_s * 1e3:.0f} ms while the training process works {working * 1e3:.0f} ms, {cores:.1f} cores' "
         f"worth (≥ {SATURATED_CORES:.0%} of {cpu_count}): loading and the model step slow each other, and more "
         "workers or threads cannot help; cheaper loading or a cheaper model step can"
+    )
+
+
+def fault_finding(result: ProfileResult) -> str | None:
+    """A line where the training process faults in ``FAULT_MIN_MB_PER_STEP`` of fresh pages a step or more and
+    spends ``FAULT_KERNEL_SHARE`` of its CPU time in the kernel or more (None for a profile without the reading)."""
+    faults = result.faults
+    if faults is None or faults.mb_per_step < FAULT_MIN_MB_PER_STEP or faults.kernel_share < FAULT_KERNEL_SHARE:
+        return None
+    return (
+        f"the training process faults in {faults.mb_per_step:.0f} MB of fresh pages a step "
+        f"({faults.minor_faults // max(faults.steps, 1)} pages) and spends {faults.kernel_share:.0%} of its CPU time "
+        f"in the kernel (≥ {FAULT_MIN_MB_PER_STEP:g} MB and {FAULT_KERNEL_SHARE:.0%}): memory freed in a step is "
+        "given back to the kernel and mapped and zeroed again in the next"
     )

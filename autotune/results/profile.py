@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune.measure.environment import has_16_bit_units
 from autotune.measure.profiling import ProfileResult
-from autotune.results.diagnosis import gc_finding, leaks, saturation_finding, verdict
+from autotune.results.diagnosis import fault_finding, gc_finding, leaks, saturation_finding, verdict
 from autotune.results.remedies import Advice, Tried, advise
 
 
@@ -54,7 +54,8 @@ class ProfileRecord:
         decided, tried_rules = verdict(self.result)
         cores = self.machine.get("cpu_count") or 1
         findings = [str(leak) for leak in leaks(self.result)]
-        findings += [line for line in (gc_finding(self.result), saturation_finding(self.result, cores)) if line]
+        lines = (gc_finding(self.result), saturation_finding(self.result, cores), fault_finding(self.result))
+        findings += [line for line in lines if line]
         sixteen_bit = has_16_bit_units(self.machine, self.device)
         advice = advise(self.result, decided, self.knobs, cores, self.tried, sixteen_bit)
         if self.tried is None and any(a.knob for a in advice):

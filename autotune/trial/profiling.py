@@ -1,7 +1,8 @@
 """A profiling run, in a trial subprocess: one configuration's training steps taken apart, never timed for the
 tuner. Its phases run one after another on one pipeline, each apart from the others so that none distorts
-another's figures: warm-up, stage timing (memory and garbage collection watched), a torch.profiler trace, on a GPU
-the largest allocations, then loading alone under cProfile (which slows it, so it runs last and times nothing)."""
+another's figures: warm-up, stage timing (memory, garbage collection and page faults watched), a torch.profiler
+trace, on a GPU the largest allocations, then loading alone under cProfile (which slows it, so it runs last and
+times nothing)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from autotune.measure.gpu import synchronize
 from autotune.measure.growth import MemoryTrendRecorder
 from autotune.measure.hotspots import collect_hotspots
 from autotune.measure.loading import Instrumented, InstrumentedData
+from autotune.measure.page_faults import FaultWatch
 from autotune.measure.profiling import ProfilePlan, ProfileResult
 from autotune.measure.stages import time_stages
 from autotune.measure.trace import trace_steps
@@ -43,8 +45,8 @@ def run_profile(
     try:
         first = _train(trainer, batches, plan.warmup_steps)
         memory = MemoryTrendRecorder(device)
-        with GcWatch() as watch:
-            stages = time_stages(trainer, batches, plan.steps, device, workers, memory.read)
+        with GcWatch() as watch, FaultWatch(plan.steps) as faulting:
+            stages = time_stages(trainer, batches, plan.steps, device, workers, faulting.excluding(memory.read))
         operators = trace_steps(trainer, batches, device, plan.trace_steps, Path(plan.trace_file))
         allocations = None
         if device.type == "cuda":
@@ -66,6 +68,7 @@ def run_profile(
         sample_bytes=_bytes(first.batch) // first.samples,
         dataset_len=len(pipeline.dataset),
         cuda_allocations=allocations,
+        faults=faulting.faults,
     )
 
 

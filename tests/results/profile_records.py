@@ -5,6 +5,7 @@ from __future__ import annotations
 from autotune.measure.gc_pauses import GcPauses
 from autotune.measure.growth import MemoryTrend
 from autotune.measure.hotspots import HotFunction, Hotspots
+from autotune.measure.page_faults import PageFaults
 from autotune.measure.profiling import ProfileResult
 from autotune.measure.stages import StageTiming
 from autotune.measure.trace import OperatorProfile, OperatorStat
@@ -25,6 +26,7 @@ def profile_result(
     gc_share: float = 0.0,
     functions: list[HotFunction] | None = None,
     collate_share: float = 0.05,
+    faults: PageFaults | None = None,
 ) -> ProfileResult:
     """A profiled configuration whose step of ``LOOP_S`` waits ``wait_share`` of it for data; whose model step spends
     ``small_operators`` of its time in operators under 10 µs a call and splits the rest between matrix products
@@ -66,6 +68,7 @@ def profile_result(
         ),  # fmt: skip
         sample_bytes=1024,
         dataset_len=1000,
+        faults=faults,
     )
 
 

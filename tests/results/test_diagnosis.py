@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from autotune.results.diagnosis import (
     MEMORY_BOUND,
     OVERHEAD_BOUND,
     Rule,
+    fault_finding,
     leaks,
     saturation_finding,
     verdict,
@@ -24,6 +26,8 @@ from autotune.trial.profiling import run_profile
 from tests.conftest import NEUTRAL_KNOBS
 from tests.fixtures.profiled import (
     DeepTinyMLP,
+    FirstFeatures,
+    FreshPagesFeatures,
     InMemoryFeatures,
     LeakyFeatures,
     SlowTransformFeatures,
@@ -75,6 +79,20 @@ def test_a_leak_in_the_dataloaders_workers_is_flagged(tmp_path):
     # 32 MB kept a step: a clear climb even over the ~1 GB a test process of the suite may hold by then.
     result = profiled(torch.nn.Linear(64, 4), LeakyFeatures(), 16, tmp_path, steps=20, **workers)
     assert leaks(result), result.memory.tree_mb
+
+
+def test_a_step_that_faults_in_fresh_pages_is_flagged_with_its_pages_and_kernel_time_and_one_that_does_not_is_not(
+    tmp_path,
+):
+    # each batch a new 48 MB block, above the largest threshold under which glibc reuses freed memory (the counts of
+    # the samples' own 12 MB depend on what this process's allocator was told before: at least half a batch a step)
+    faulting = profiled(FirstFeatures(), FreshPagesFeatures(length=256), 4, tmp_path)
+    assert faulting.faults.steps == 9 and faulting.faults.mb_per_step >= 24, faulting.faults
+    finding = fault_finding(faulting)
+    assert finding and f"{faulting.faults.mb_per_step:.0f} MB of fresh pages a step" in finding, faulting.faults
+    assert fault_finding(profiled(FirstFeatures(), InMemoryFeatures(), 4, tmp_path)) is None
+    assert fault_finding(replace(faulting, faults=None)) is None, "a profile stored before faults were read"
+    assert ProfileResult.from_dict(faulting.to_dict()) == faulting
 
 
 def test_memory_that_rises_once_and_stays_is_no_leak():

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from autotune.measure.page_faults import PageFaults
 from autotune.results.diagnosis import DATA_BOUND, OVERHEAD_BOUND, verdict
 from autotune.results.profile import ProfileRecord
 from autotune.results.remedies import Tried, advise
@@ -79,6 +80,21 @@ def test_a_leak_comes_first_and_gc_pauses_are_advised_with_their_share():
     assert advice[0].action.startswith("find what keeps growing") and "a step" in advice[0].why
     gc = next(a for a in advice if "gc.freeze" in a.action)
     assert gc.gain == pytest.approx(1 / 0.95)
+
+
+def test_a_step_that_faults_in_fresh_pages_is_told_to_keep_freed_memory_with_the_kernels_share_as_its_gain():
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)  # 16 MB a step
+    advice = advise(profile_result(faults=faulting), "", KNOBS, 8, None)
+    keep = next(a for a in advice if a.knob == "malloc")
+    assert keep.action.startswith("set malloc=keep") and "16 MB of fresh pages a step" in keep.why
+    assert keep.gain == pytest.approx(1 / 0.8)
+    assert not [
+        a
+        for a in advise(profile_result(faults=faulting), "", {**KNOBS, "malloc": "keep"}, 8, None)
+        if a.knob == "malloc"
+    ]
+    little = replace(faulting, system_s=0.01)  # the kernel's time does not show the faults
+    assert not [a for a in advise(profile_result(faults=little), "", KNOBS, 8, None) if a.knob == "malloc"]
 
 
 def test_slow_copies_to_a_gpu_are_told_to_pin_memory():

@@ -1,0 +1,83 @@
+"""Fresh pages the training process faults in, and its time in the kernel, over a block of training steps: read from
+``getrusage`` (a microsecond call) at the block's edges.
+
+A step that faults in megabytes of fresh pages is usually the allocator giving freed memory back to the kernel and
+asking for it again at the next step (glibc's malloc returns large freed blocks); the kernel then maps and zeroes
+those pages every step, time the process spends in the kernel (``system_s``) rather than in its own code.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PageFaults:
+    """Over ``steps`` training steps, the pages the training process faulted in without reading a file
+    (``minor_faults``, pages of ``page_bytes``), and the CPU seconds its threads spent in its own code (``user_s``)
+    and in the kernel (``system_s``)."""
+
+    steps: int
+    minor_faults: int
+    user_s: float
+    system_s: float
+    page_bytes: int
+
+    @property
+    def mb_per_step(self) -> float:
+        """Megabytes of fresh pages faulted in a step."""
+        return self.minor_faults * self.page_bytes / 2**20 / max(self.steps, 1)
+
+    @property
+    def kernel_share(self) -> float:
+        """The share of the process's CPU time spent in the kernel."""
+        busy = self.user_s + self.system_s
+        return self.system_s / busy if busy > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PageFaults:
+        return cls(**data)
+
+
+class FaultWatch:
+    """``with FaultWatch(steps) as watch:`` around ``steps`` training steps; ``watch.faults`` holds them after. Work
+    the loop would not do (a memory reading between steps) runs through ``excluding`` and is not counted."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.faults: PageFaults | None = None
+        self._excluded = (0, 0.0, 0.0)
+
+    def __enter__(self) -> FaultWatch:
+        self._start = _usage()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        minor, user, system = (
+            end - start - left for end, start, left in zip(_usage(), self._start, self._excluded, strict=True)
+        )
+        self.faults = PageFaults(self.steps, minor, user, system, os.sysconf("SC_PAGE_SIZE"))
+
+    def excluding(self, work: Callable[[], None]) -> Callable[[], None]:
+        """``work`` as a callable whose faults and CPU time the watch leaves out."""
+
+        def run() -> None:
+            before = _usage()
+            work()
+            spent = [after - start for after, start in zip(_usage(), before, strict=True)]
+            self._excluded = tuple(total + part for total, part in zip(self._excluded, spent, strict=True))
+
+        return run
+
+
+def _usage() -> tuple[int, float, float]:
+    """This process's minor faults, user and system CPU seconds so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt, usage.ru_utime, usage.ru_stime
