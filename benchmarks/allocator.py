@@ -6,8 +6,8 @@ with the ``malloc=keep`` knob, the pages each faulted in during its window besid
 Each round runs the case's loop (``benchmarks/overhead.py``'s bare loop: its Trainer and DataLoader, timed by two
 clock reads after the warm-up of a calibration trial) once with ``malloc=default`` and once with ``malloc=keep``,
 each a fresh process, the order alternating. Printed per setting: the median samples/s and its range, the fresh
-pages faulted in per step and the share of the process's CPU time spent in the kernel; for ``default``, how the
-runs' speed ranks against their faults (Spearman's rank correlation: Pearson's on the ranks).
+pages faulted in per step, the share of the process's CPU time spent in the kernel, and how the runs' speed ranks
+against their faults (Spearman's rank correlation: Pearson's on the ranks).
 Results go to benchmarks/results/allocator.json.
 """
 

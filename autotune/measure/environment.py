@@ -58,6 +58,11 @@ def has_16_bit_units(machine: dict[str, Any], device: str) -> bool:
     return device.startswith("cuda") or any(flag in (machine.get("cpu_flags") or []) for flag in BF16_CPU_FLAGS)
 
 
+def runs_glibc(machine: dict[str, Any]) -> bool:
+    """Whether ``machine`` (``describe_machine``) ran on glibc, whose allocator the ``malloc`` knob tunes."""
+    return "glibc" in (machine.get("platform") or "")
+
+
 def machine_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
     """The parts of a machine description (``describe_machine``) that throughput depends on (``MACHINE_KEYS``)."""
     return {key: machine.get(key) for key in MACHINE_KEYS}

@@ -17,9 +17,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class PageFaults:
-    """Over ``steps`` training steps, the pages the training process faulted in without reading a file
-    (``minor_faults``, pages of ``page_bytes``), and the CPU seconds its threads spent in its own code (``user_s``)
-    and in the kernel (``system_s``)."""
+    """Over ``steps`` training steps, the minor page faults of the training process (``minor_faults``: pages mapped
+    without waiting for a disk, each at least one base page of ``page_bytes``; a huge page or a file's read-around
+    maps more), and the CPU seconds its threads spent in its own code (``user_s``) and in the kernel (``system_s``)."""
 
     steps: int
     minor_faults: int
@@ -29,7 +29,7 @@ class PageFaults:
 
     @property
     def mb_per_step(self) -> float:
-        """Megabytes of fresh pages faulted in a step."""
+        """Megabytes of fresh pages faulted in a step, at least (faults times the base page)."""
         return self.minor_faults * self.page_bytes / 2**20 / max(self.steps, 1)
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from autotune.measure.environment import has_16_bit_units
+from autotune.measure.environment import has_16_bit_units, runs_glibc
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import fault_finding, gc_finding, leaks, saturation_finding, verdict
 from autotune.results.remedies import Advice, Tried, advise
@@ -15,8 +15,9 @@ from autotune.results.remedies import Advice, Tried, advise
 @dataclass(frozen=True)
 class Diagnosis:
     """The ``verdict``, the ``rules`` tried to reach it (each figure against its threshold, the deciding one last),
-    the ``findings`` beside it (a possible leak, garbage-collection pauses), the ranked ``advice``, and the verdict in
-    a few words with its figures (``gist``: "data-bound (waiting for data 60%)")."""
+    the ``findings`` beside it (a possible leak, garbage-collection pauses, saturated cores, fresh pages faulted in),
+    the ranked ``advice``, and the verdict in a few words with its figures (``gist``: "data-bound (waiting for data
+    60%)")."""
 
     verdict: str
     rules: list[str]
@@ -57,7 +58,7 @@ class ProfileRecord:
         lines = (gc_finding(self.result), saturation_finding(self.result, cores), fault_finding(self.result))
         findings += [line for line in lines if line]
         sixteen_bit = has_16_bit_units(self.machine, self.device)
-        advice = advise(self.result, decided, self.knobs, cores, self.tried, sixteen_bit)
+        advice = advise(self.result, decided, self.knobs, cores, self.tried, sixteen_bit, runs_glibc(self.machine))
         if self.tried is None and any(a.knob for a in advice):
             named = f" study.name={self.study}" if self.study != self.pipeline else ""
             findings.append(

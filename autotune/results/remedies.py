@@ -1,7 +1,8 @@
 """What to change, ranked by what the measurements say it can bring: a knob where a knob fixes the bottleneck
 (and whether the tuner tried it), the user's own code where none does.
 
-Each expected effect is an upper bound from the profiled step's stages: a step of ``loop_s`` seconds that waits
+Each expected effect is an upper bound from the profiled step's stages (but ``malloc``'s: the kernel's time a step,
+which the cache misses of fresh pages can exceed): a step of ``loop_s`` seconds that waits
 ``wait_s`` for data does the rest in ``loop_s - wait_s``; loading a batch takes ``loading_s`` in one process, so
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
@@ -99,6 +100,7 @@ def advise(
     cpu_count: int,
     tried: Tried | None,
     sixteen_bit: bool = True,
+    glibc: bool = True,
 ) -> list[Advice]:
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
     not: ``sixteen_bit``), ranked: a leak first, then by expected gain, those without an estimate last. ``tried`` is
@@ -117,7 +119,8 @@ def advise(
         ranked += _overhead(result, found, knobs)
     elif verdict != DATA_BOUND:
         ranked += _arithmetic(result, found, knobs, verdict, sixteen_bit)
-    ranked += _transfer(result, found, knobs) + _garbage(result, found) + _allocator(result, knobs)
+    ranked += _transfer(result, found, knobs) + _garbage(result, found)
+    ranked += _allocator(result, found, knobs) if glibc else []
     ranked.sort(key=lambda a: -(a.gain or 0.0))
     ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs)]
     return [_with_tried(a, tried) for a in advice + ranked]
@@ -377,18 +380,22 @@ def _garbage(result: ProfileResult, found: Figures) -> list[Advice]:
     ]
 
 
-def _allocator(result: ProfileResult, knobs: dict[str, Any]) -> list[Advice]:
-    """Keep freed memory (``malloc=keep``) where the step faults in fresh pages and the kernel's time shows it; the
-    kernel's share of the process's time is what it saves, or more, as fresh pages also miss the caches."""
+def _allocator(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+    """Keep freed memory (``malloc=keep``, glibc) where the step faults in fresh pages and the kernel's time shows
+    it: the step then saves the kernel's time a step (at most its working time), or more where fresh pages also cost
+    cache misses; blocks over 32 MiB are mapped fresh whatever glibc is told."""
     finding = fault_finding(result)
     if finding is None or knobs.get("malloc") == "keep":
         return []
-    gain = 1 / (1 - result.faults.kernel_share)
+    saved = min(result.faults.system_s / max(result.faults.steps, 1), found.loop_s - found.wait_s)
+    left = found.loop_s - saved
+    gain = found.loop_s / left if left > 0 else None
     return [
         Advice(
-            "set malloc=keep: glibc's allocator then keeps freed memory for the next step (more resident memory)",
+            "set malloc=keep: glibc's allocator then keeps freed blocks up to 32 MiB for the next step (more resident "
+            "memory)",
             finding,
-            f"about {gain:.2f}x, the kernel's share of the training process's time, or more",
+            f"about {gain:.2f}x, the kernel's time a step" if gain else "the kernel's time a step",
             gain,
             knob="malloc",
         )

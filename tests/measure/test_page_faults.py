@@ -14,6 +14,7 @@ MB = 2**20
 def touch_fresh_pages(megabytes: int) -> None:
     """Map ``megabytes`` of new anonymous memory and write one byte on each of its pages: one fault a page."""
     with mmap.mmap(-1, megabytes * MB) as block:
+        block.madvise(mmap.MADV_NOHUGEPAGE)  # where huge pages are always on, one fault would map 2 MiB
         for offset in range(0, megabytes * MB, mmap.PAGESIZE):
             block[offset] = 1
 
