@@ -1,12 +1,12 @@
 """What to change, ranked by what the measurements say it can bring: a knob where a knob fixes the bottleneck
 (and whether the tuner tried it), the user's own code where none does.
 
-Each expected effect is an upper bound from the profiled step's stages (but ``malloc``'s: the kernel's time a step,
-which the cache misses of fresh pages can exceed): a step of ``loop_s`` seconds that waits
+Each expected effect is an upper bound from the profiled step's stages: a step of ``loop_s`` seconds that waits
 ``wait_s`` for data does the rest in ``loop_s - wait_s``; loading a batch takes ``loading_s`` in one process, so
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
-shortens it in proportion.
+shortens it in proportion. One is not a bound: keeping freed memory (``malloc``) saves the kernel's time a step, and
+more where fresh pages also cost cache misses.
 """
 
 from __future__ import annotations
@@ -103,9 +103,9 @@ def advise(
     glibc: bool = True,
 ) -> list[Advice]:
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
-    not: ``sixteen_bit``), ranked: a leak first, then by expected gain, those without an estimate last. ``tried`` is
-    the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
-    recommended value ``knobs`` already run gets no advice."""
+    not: ``sixteen_bit``, on glibc or not: ``glibc``), ranked: a leak first, then by expected gain, those without an
+    estimate last. ``tried`` is the stored study of the pipeline (None where there is none: the advice then says
+    nothing of it); a knob whose recommended value ``knobs`` already run gets no advice."""
     found = figures(result)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
