@@ -423,16 +423,18 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
     slow_baseline = [
         *TINY,
         "pipeline.baseline.batch_size=2",
-        "search.batch_size=[64]",
+        *fixed_search(batch_size=[64]),  # one trial, batch 64 alone: a random draw of the other knobs could lose
         "study.n_trials=1",
         "study.confirm_rounds=0",
     ]
-    assert cli_here([*slow_baseline, f"hydra.run.dir={tmp_path}/tune"], cwd=tmp_path).returncode == 0
+    tune = cli_here([*slow_baseline, f"hydra.run.dir={tmp_path}/tune"], cwd=tmp_path)
+    assert tune.returncode == 0, tune.stderr
     check = [*slow_baseline, "mode=selfcheck", "selfcheck.rounds=2", f"hydra.run.dir={tmp_path}/check"]
     proc = cli_here(check, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "check" / "selfcheck.json").read_text())
-    assert [c["label"] for c in record["configurations"]] == ["baseline", "recommended (trial 0)"]
+    labels = [c["label"] for c in record["configurations"]]
+    assert labels == ["baseline", "recommended (trial 0)"], f"the study picked no trial:\n{tune.stdout}"
     for configuration in record["configurations"]:
         runs = configuration["harness"] + configuration["plain"]
         assert len(runs) == 4 and all(value > 0 for value in runs), "two rounds, each loop once a round"
