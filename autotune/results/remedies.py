@@ -5,8 +5,8 @@ Each expected effect is an upper bound from the profiled step's stages: a step o
 ``wait_s`` for data does the rest in ``loop_s - wait_s``; loading a batch takes ``loading_s`` in one process, so
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
-shortens it in proportion. One is not a bound: keeping freed memory (``malloc``) saves the kernel's time a step, and
-more where fresh pages also cost cache misses.
+shortens it in proportion. One is not a bound: keeping freed memory (``malloc``) saves the kernel's share of the
+step's working time, and more where fresh pages also cost cache misses.
 """
 
 from __future__ import annotations
@@ -382,20 +382,20 @@ def _garbage(result: ProfileResult, found: Figures) -> list[Advice]:
 
 def _allocator(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
     """Keep freed memory (``malloc=keep``, glibc) where the step faults in fresh pages and the kernel's time shows
-    it: the step then saves the kernel's time a step (at most its working time), or more where fresh pages also cost
-    cache misses; blocks over 32 MiB are mapped fresh whatever glibc is told."""
+    it: the step then saves the kernel's share of its working time (CPU time summed over threads is not wall time:
+    its share is), or more where fresh pages also cost cache misses; blocks over 32 MiB are mapped fresh whatever
+    glibc is told."""
     finding = fault_finding(result)
     if finding is None or knobs.get("malloc") == "keep":
         return []
-    saved = min(result.faults.system_s / max(result.faults.steps, 1), found.loop_s - found.wait_s)
-    left = found.loop_s - saved
+    left = found.loop_s - result.faults.kernel_share * (found.loop_s - found.wait_s)
     gain = found.loop_s / left if left > 0 else None
     return [
         Advice(
             "set malloc=keep: glibc's allocator then keeps freed blocks up to 32 MiB for the next step (more resident "
             "memory)",
             finding,
-            f"about {gain:.2f}x, the kernel's time a step" if gain else "the kernel's time a step",
+            (f"about {gain:.2f}x, " if gain else "") + "the kernel's share of the step's working time",
             gain,
             knob="malloc",
         )
