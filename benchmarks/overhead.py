@@ -7,8 +7,7 @@ Each round runs each case twice, in fresh processes, the one that goes first alt
   progress lines; the tuner polling the trial's memory against a budget and reading its progress);
 - bare: the same Trainer, DataLoader and steps in a process of its own (``--bare``), with the harness reduced to
   two clock reads around as many steps as the case's first autotune run timed, after as many warm-up steps as it
-  ran. With DataLoader workers the window must start as far into the run as the trial's does: the batches the
-  workers prepared while the process started are consumed in the first steps, which a shorter warm-up would time.
+  ran (a trial's warm-up lasts until step times settle: the bare window starts as far into the run).
 The ratio per round is autotune / bare; a case's figure is the median of its rounds' ratios, beside the 95 %
 interval of their geometric mean. Results go to benchmarks/results/overhead.json.
 
