@@ -275,11 +275,14 @@ def fault_finding(result: ProfileResult) -> str | None:
     batch received from workers) and spends ``FAULT_KERNEL_SHARE`` of its CPU time in the kernel or more (None for a
     profile without the reading)."""
     faults = result.faults
-    if faults is None or faults.kernel_share < FAULT_KERNEL_SHARE or _fresh_mb_per_step(result) < FAULT_MIN_MB_PER_STEP:
+    if faults is None:
+        return None
+    fresh = _fresh_mb_per_step(result)
+    if faults.kernel_share < FAULT_KERNEL_SHARE or fresh < FAULT_MIN_MB_PER_STEP:
         return None
     received = " beyond the batch its workers send" if result.stages.num_workers else ""
     return (
-        f"the training process faults in {_fresh_mb_per_step(result):.0f} MB of fresh pages a step or more{received} "
+        f"the training process faults in {fresh:.0f} MB of fresh pages a step or more{received} "
         f"({faults.minor_faults // max(faults.steps, 1)} faults) and spends {faults.kernel_share:.0%} of its CPU time "
         f"in the kernel (≥ {FAULT_MIN_MB_PER_STEP:g} MB and {FAULT_KERNEL_SHARE:.0%}), as when memory freed in a step "
         "is given back to the kernel and mapped and zeroed again in the next"
