@@ -4,26 +4,34 @@
 script; ``autotune.profile()`` measures a training loop you write yourself.
 """
 
-from autotune.errors import AutotuneError, BaselineFailedError, ConfigError
-from autotune.measure.measurement import Measurement
-from autotune.measure.profiler import Profiler, profile
-from autotune.measure.recorder import WindowPlan
-from autotune.measure.warmup import WarmupPolicy
-from autotune.recommendation import MachineMismatchWarning, Recommendation, load_recommended
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AutotuneError",
-    "BaselineFailedError",
-    "ConfigError",
-    "MachineMismatchWarning",
-    "Measurement",
-    "Profiler",
-    "Recommendation",
-    "WarmupPolicy",
-    "WindowPlan",
-    "__version__",
-    "load_recommended",
-    "profile",
-]
+# Public name -> the module that defines it. Imported on first use (PEP 562), so that the tuner's own process, which
+# never runs the user's code, does not pay for importing torch.
+_EXPORTS = {
+    "AutotuneError": "autotune.errors",
+    "BaselineFailedError": "autotune.errors",
+    "ConfigError": "autotune.errors",
+    "MachineMismatchWarning": "autotune.recommendation",
+    "Measurement": "autotune.measure.measurement",
+    "Profiler": "autotune.measure.profiler",
+    "Recommendation": "autotune.recommendation",
+    "WarmupPolicy": "autotune.measure.warmup",
+    "WindowPlan": "autotune.measure.recorder",
+    "load_recommended": "autotune.recommendation",
+    "profile": "autotune.measure.profiler",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

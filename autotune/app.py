@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import TextIO
 
 import optuna
-import torch
 
 from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
 from autotune.knobs import SearchContext
-from autotune.measure.environment import describe_machine, machine_id, usable_cpu_count
-from autotune.pipeline.inspect import Inspection
+from autotune.measure.environment import machine_id, usable_cpu_count
+from autotune.pipeline.facts import Inspection
 from autotune.records import PROBE_ATTR, on_machine
 from autotune.redact import redact_url
 from autotune.report import write_reports
@@ -47,8 +46,7 @@ from autotune.study.tuner import (
 )
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.placement import UNPINNED, Slot, slots
-from autotune.trial.probe import ProbePlan
-from autotune.trial.result import TrialRequest, TrialResult
+from autotune.trial.result import ProbePlan, TrialRequest, TrialResult
 from autotune.trial.runner import ProgressFn, run_repeated, run_trial, shared_fork_server
 
 
@@ -71,7 +69,7 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
     ctx = _search_context(settings, facts, cores)
     check_baseline(settings.baseline, ctx)
     space = build_space(settings.search, ctx)
-    described = {**describe_machine(), **({"cpu_count": len(cores)} if cores else {})}
+    described = {**facts.machine, **({"cpu_count": len(cores)} if cores else {})}
     machine = machine_id(described)
     study = open_study(settings.study, _study_meta(settings, device, space), described)
     clock.attach(study, machine)
@@ -228,7 +226,7 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
     """What the knobs decide by; ``cores``: the cores each trial is pinned to (None: all of the tuner's)."""
     pipeline = facts.pipeline
     return SearchContext(
-        device=torch.device(facts.device).type,  # knobs decide by the kind of device; trials run on cuda:N itself
+        device=facts.device.partition(":")[0],  # knobs decide by the kind of device; trials run on cuda:N itself
         cpu_count=len(cores) if cores else usable_cpu_count(),
         bf16_supported=facts.bf16_native,
         dataset_len=pipeline.dataset_len,
@@ -236,8 +234,8 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
         baseline=settings.baseline,
         optimizer_options=pipeline.optimizer_options,
         batch_policy=settings.batch_policy,
-        # A trial process starts with the same (no user code ran here), or, pinned, one thread per core.
-        torch_threads=len(cores) if cores else torch.get_num_threads(),
+        # A trial process starts with the inspection's (read before the user's code ran), or, pinned, one per core.
+        torch_threads=len(cores) if cores else facts.machine["torch_threads"],
     )
 
 

@@ -22,13 +22,13 @@ def move(
     batch: Any,
     device: torch.device,
     non_blocking: bool = False,
-    memory_format: torch.memory_format = torch.contiguous_format,
+    memory_format: torch.memory_format | None = None,
 ) -> Any:
-    """``batch`` on ``device``, each container rebuilt as its own type, 4-D float tensors in ``memory_format``;
-    ``non_blocking`` copies asynchronously (from pinned memory). The batch given is left as it was."""
+    """``batch`` on ``device``, each container rebuilt as its own type, 4-D float tensors in ``memory_format`` (None:
+    as they come); ``non_blocking`` copies asynchronously (from pinned memory). The batch given is left as it was."""
     if isinstance(batch, torch.Tensor):
         batch = batch.to(device, non_blocking=non_blocking)
-        if batch.dim() == 4 and batch.is_floating_point() and memory_format is not torch.contiguous_format:
+        if batch.dim() == 4 and batch.is_floating_point() and memory_format not in (None, torch.contiguous_format):
             batch = batch.contiguous(memory_format=memory_format)
         return batch
     if callable(getattr(batch, "to", None)):

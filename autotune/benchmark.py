@@ -18,7 +18,6 @@ from autotune.config.settings import Settings
 from autotune.errors import ConfigError
 from autotune.files import file_name
 from autotune.knobs import changed, conflict
-from autotune.measure.environment import describe_machine
 from autotune.recommendation import MachineMismatchWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
@@ -32,7 +31,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         raise ConfigError(
             "recommended", "mode=benchmark measures a recommendation: give recommended=PATH/recommended.yaml"
         )
-    device = inspect_run(settings, output_dir).device
+    facts = inspect_run(settings, output_dir)
+    device = facts.device
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MachineMismatchWarning)
         try:
@@ -54,7 +54,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         device=device,
         rounds=settings.benchmark_rounds,
         recommended=str(settings.recommended),
-        machine=describe_machine(),
+        machine=facts.machine,
         entries=entries,
         notes=notes,
     )

@@ -20,7 +20,7 @@ from autotune.benchmark import baseline_note, both_ends, measure_rounds
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import KNOBS, changed
-from autotune.measure.environment import describe_machine, machine_fingerprint
+from autotune.measure.environment import machine_fingerprint
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
@@ -50,7 +50,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     """Check ``settings.against``'s recommendation, write check.json into ``output_dir`` and return its path (None
     where the recommendation changes nothing); raise RegressionError where the check fails."""
     tuned = load_tuned(settings.against)
-    device = inspect_run(settings, output_dir).device
+    facts = inspect_run(settings, output_dir)
+    device = facts.device
     if not tuned.changes_nothing and not changed(tuned.knobs, settings.baseline):
         raise ConfigError(
             "pipeline.baseline",
@@ -63,7 +64,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         file=out,
         flush=True,
     )
-    machine = describe_machine()
+    machine = facts.machine
     notes = _notes(tuned, settings, machine)
     for note in notes:
         print(f"note: {note}", file=out)

@@ -32,7 +32,8 @@ LABEL = "baseline"
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Profile ``settings.baseline`` and write profile.json, .md and .html (and the trace) into ``output_dir``; a
     profiling run that fails is reported and raises BaselineFailedError (exit 1)."""
-    device = inspect_run(settings, output_dir).device
+    facts = inspect_run(settings, output_dir)
+    device = facts.device
     print(
         f"autotune profile: pipeline '{settings.pipeline.name}' on {device}; the {LABEL}'s configuration taken apart "
         f"in one process ({settings.profile_steps} steps by stage, {settings.profile_trace_steps} traced, "
@@ -43,7 +44,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     workdir = output_dir / "profile"
     runner = TrialRunner(settings, device, workdir)
     plan = profile_plan(settings, workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json")
-    record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, stored_tries(settings))
+    record = profile_configuration(
+        runner, settings, settings.baseline, LABEL, plan, stored_tries(settings), facts.machine
+    )
     files = write_profile(record, output_dir)
     print_profile(record, files, out)
     if record.result is None:

@@ -22,14 +22,16 @@ import contextlib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
 
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS, REQUIRED, Target, TrainingSetup, changed
 from autotune.measure.environment import describe_machine, machine_fingerprint
+
+if TYPE_CHECKING:  # the training script's process has torch; the tuner's, which writes the file, imports none
+    import torch
 
 # The layout of recommended.yaml. Raise it when a key changes meaning or goes; a new optional key keeps it.
 SCHEMA_VERSION = 1
@@ -127,6 +129,8 @@ class Recommendation:
 
     def autocast(self, device: str | torch.device) -> contextlib.AbstractContextManager:
         """The forward pass's mixed precision: ``torch.autocast`` with the recommended type, or nothing."""
+        import torch
+
         dtype = self._setup(Target.PRECISION, device=device).autocast_dtype
         if dtype is None:
             return contextlib.nullcontext()
@@ -134,6 +138,8 @@ class Recommendation:
 
     def grad_scaler(self, device: str | torch.device) -> torch.amp.GradScaler:
         """A GradScaler, enabled only for fp16 (a disabled one passes the loss and the step through)."""
+        import torch
+
         scaler = self._setup(Target.PRECISION, device=device).grad_scaler
         return scaler or torch.amp.GradScaler(torch.device(device).type, enabled=False)
 
@@ -145,15 +151,17 @@ class Recommendation:
         """A training setup with the knobs that apply to ``target`` applied (to a stand-in model where none is
         given: what they do to a model is not asked for). Applied once per target and device, but for the model
         and the process, which are applied whenever asked."""
+        import torch
+
         if model is not None or target is Target.PROCESS:
-            return self._apply(target, model, device)
+            return self._apply(target, model, torch.device(device))
         key = (target, str(device))
         if key not in self._applied:
-            self._applied[key] = self._apply(target, torch.nn.Module(), device)
+            self._applied[key] = self._apply(target, torch.nn.Module(), torch.device(device))
         return self._applied[key]
 
-    def _apply(self, target: Target, model: Any, device: str | torch.device) -> TrainingSetup:
-        setup = TrainingSetup(model=model, device=torch.device(device))
+    def _apply(self, target: Target, model: Any, device: torch.device) -> TrainingSetup:
+        setup = TrainingSetup(model=model, device=device)
         for name, knob in KNOBS.items():
             if target in knob.applies_to:
                 knob.apply(self.knobs[name], setup)

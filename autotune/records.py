@@ -13,8 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
-from autotune.trial.result import FailureKind, TrialResult
+from autotune.trial.result import FailureKind, ProbePlan, ProbeResult, TrialResult, probe_plan_from_dict
 
 # Optuna user attributes: the study's own (META: what is tuned), one
 # machine's (``on_machine``: MACHINE: its description; BASELINE: the baseline's result; PROBE: ProbeRecord;

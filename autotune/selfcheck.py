@@ -15,7 +15,6 @@ from typing import Any, TextIO
 from autotune.app import TrialRunner, inspect_run
 from autotune.config.settings import Settings
 from autotune.files import file_name
-from autotune.measure.environment import describe_machine
 from autotune.records import META_ATTR
 from autotune.redact import redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
@@ -27,7 +26,8 @@ from autotune.study.storage import load_study
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Check the harness against the plain loop and write selfcheck.json into ``output_dir``."""
-    device = inspect_run(settings, output_dir).device
+    facts = inspect_run(settings, output_dir)
+    device = facts.device
     configurations, source = _configurations(settings)
     rounds = settings.selfcheck_rounds
     print(
@@ -46,7 +46,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             device=device,
             rounds=rounds,
             source=source,
-            machine=describe_machine(),
+            machine=facts.machine,
             configurations=_checks(configurations, runs),
         )
         files = write_selfcheck(check, output_dir)

@@ -30,7 +30,7 @@ from autotune.measure.environment import describe_machine
 from autotune.records import config_key
 from autotune.study.probe_model import ProbeModel, probe_plan
 from autotune.study.space import build_space
-from autotune.trial.probe import ProbePlan
+from autotune.trial.result import ProbePlan
 from benchmarks.common import settings_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "probe_timing.json"

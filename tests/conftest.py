@@ -194,6 +194,15 @@ def fake_measurement(throughput: float, peak_mb: float = 100.0) -> Measurement:
     )
 
 
+IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}  # the interpreter lists each module it imports on stderr
+
+
+def imports_torch(stderr: str) -> bool:
+    """Whether a process run with ``IMPORT_TIMES`` imported torch, by its stderr."""
+    modules = [line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")]
+    return "torch" in modules
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m autotune ARGS`` in ``cwd`` with the repo importable, as a user would run it."""
     full_env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_DEBUG"}

@@ -20,7 +20,16 @@ import yaml
 
 from autotune.knobs import KNOBS
 from autotune.results.race import TIE_TOLERANCE
-from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search, processes_mentioning, run_cli
+from tests.conftest import (
+    FAST_MEASURE,
+    IMPORT_TIMES,
+    REPO,
+    TEST_CONF,
+    fixed_search,
+    imports_torch,
+    processes_mentioning,
+    run_cli,
+)
 
 TINY = [
     "-cd",
@@ -252,8 +261,9 @@ def test_the_debug_switch_shows_the_traceback(tmp_path):
 
 def test_the_console_script_is_installed():
     script = Path(sys.executable).parent / "autotune"
-    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, env={**os.environ, **IMPORT_TIMES})
     assert proc.returncode == 0 and "pipeline" in proc.stdout
+    assert not imports_torch(proc.stderr), "the tuner's process (every module it loads) imports no torch"
     assert all(f"  {name} " in proc.stdout for name in KNOBS), "every knob, as the registry describes it"
 
 
@@ -270,7 +280,7 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
         .replace("tests.fixtures.tiny.TinyImages", "mypkg.parts.Data")
     )
     script = Path(sys.executable).parent / "autotune"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # for tests.fixtures only; mypkg comes from the cwd
+    env = {**os.environ, "PYTHONPATH": str(REPO), **IMPORT_TIMES}  # REPO for tests.fixtures; mypkg: the cwd's
     args = ["-cd", "./myconf", "pipeline=mine", *FAST_MEASURE, "study.n_trials=1", "search.compile=[off]"]
     args.append("study.confirm_rounds=0")
     args.append("study.probe=false")  # so that a trial surely runs (the probe's guide may find none worth it)
@@ -281,6 +291,7 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     recommended = yaml.safe_load((tmp_path / "out" / "recommended.yaml").read_text())
     assert recommended["pipeline"] == "mine"
     assert "[trial 1/1" in proc.stdout and "FAILED" not in proc.stdout
+    assert not imports_torch(proc.stderr), "torch is the trials' (the user's code's), never the tuner's"
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, cli_here):

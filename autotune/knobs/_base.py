@@ -6,11 +6,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
-from autotune.batches import move
+if TYPE_CHECKING:
+    import torch
 
 
 class Role(Enum):
@@ -56,7 +55,7 @@ class TrainingSetup:
     device: torch.device
     loader_kwargs: dict[str, Any] = field(default_factory=dict)
     non_blocking_copy: bool = False
-    input_memory_format: torch.memory_format = torch.contiguous_format
+    input_memory_format: torch.memory_format | None = None  # None: each batch as it comes
     autocast_dtype: torch.dtype | None = None
     grad_scaler: Any = None
     optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -65,6 +64,8 @@ class TrainingSetup:
     def to_device(self, batch: Any) -> Any:
         """``batch`` (of any structure ``autotune.batches`` walks) on the training device, 4-D float inputs in the
         knobs' memory layout, copied asynchronously from pinned memory."""
+        from autotune.batches import move
+
         return move(batch, self.device, self.non_blocking_copy, self.input_memory_format)
 
 
@@ -156,7 +157,8 @@ class Knob(ABC):
 
     @abstractmethod
     def apply(self, value: Any, setup: TrainingSetup) -> None:
-        """Change ``setup`` so that training runs with ``value``."""
+        """Change ``setup`` so that training runs with ``value``. It runs in the trial (or the user's script), and
+        imports torch there: the tuner's process reads the knobs and never imports torch."""
 
 
 class WorkerKnob(Knob):

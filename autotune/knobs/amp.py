@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
 from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
-
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class AmpKnob(ChoiceKnob):
@@ -31,6 +27,8 @@ class AmpKnob(ChoiceKnob):
     def apply(self, value: str, setup) -> None:
         if value == "off":
             return
-        setup.autocast_dtype = _DTYPES[value]
+        import torch
+
+        setup.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[value]
         if value == "fp16":
             setup.grad_scaler = torch.amp.GradScaler(setup.device.type)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from autotune.knobs._base import BoolKnob, Role, SearchContext, Target
 
 
@@ -23,6 +21,8 @@ class ChannelsLastKnob(BoolKnob):
         return None
 
     def apply(self, value: bool, setup) -> None:
+        import torch
+
         if value:
             setup.model = setup.model.to(memory_format=torch.channels_last)
             setup.input_memory_format = torch.channels_last

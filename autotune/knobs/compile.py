@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
 
@@ -43,5 +41,7 @@ class CompileKnob(ChoiceKnob):
         return None
 
     def apply(self, value: str, setup) -> None:
+        import torch
+
         if value != "off":
             setup.model = torch.compile(setup.model, mode=value)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from autotune.knobs._base import BoolKnob, Role, SearchContext, Target
 
 
@@ -26,5 +24,7 @@ class CudnnBenchmarkKnob(BoolKnob):
         return None
 
     def apply(self, value: bool, setup) -> None:
+        import torch
+
         if setup.device.type == "cuda":
             torch.backends.cudnn.benchmark = value

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from autotune.knobs._base import Knob, Role, SearchContext, Target, parse_int
 
 
@@ -31,5 +29,7 @@ class NumThreadsKnob(Knob):
         return ctx.torch_threads if value is None else value
 
     def apply(self, value: int | None, setup) -> None:
+        import torch
+
         if value is not None:
             torch.set_num_threads(value)

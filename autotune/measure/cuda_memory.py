@@ -5,25 +5,15 @@ documented way to see what holds a GPU's memory) only while these steps run."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from autotune.measure.hotspots import is_own_code, shown_path
 from autotune.measure.memory import MIB
+from autotune.measure.profiling import CudaAllocation
 
 _TOP = 8
 _MAX_ENTRIES = 100_000  # allocator events kept: a few steps' worth, bounded
-
-
-@dataclass(frozen=True)
-class CudaAllocation:
-    """``count`` allocations of ``size_mb`` each made at ``where``: the user's line that led to them, else the
-    innermost frame recorded (file:line function)."""
-
-    size_mb: float
-    count: int
-    where: str
 
 
 def largest_cuda_allocations(run: Callable[[], None], device: torch.device) -> list[CudaAllocation]:

@@ -12,7 +12,6 @@ from typing import Any
 
 import psutil
 import pynvml
-import torch
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
 # What a throughput depends on beyond the pipeline: measured on a machine that differs in one of these, a figure may
@@ -31,7 +30,10 @@ def usable_cpu_count() -> int:
 
 
 def describe_machine() -> dict[str, Any]:
-    """CPU, memory, GPU and library versions, as plain data for reports and result tagging."""
+    """CPU, memory, GPU and library versions, as plain data for reports and result tagging. It imports torch (whose
+    facts it reads): the tuner's process, which never does, takes them from its inspection (``Inspection.machine``)."""
+    import torch
+
     return {
         "hostname": platform.node(),
         "cpu_model": _cpu_info("model name") or platform.processor() or platform.machine(),

@@ -3,35 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import torch
 
 from autotune.measure.memory import MIB, ProcessTree
-
-
-@dataclass(frozen=True)
-class MemoryTrend:
-    """After each step: the memory of the training process and its DataLoader workers (``tree_mb``, by ``metric``:
-    "pss" where the OS reports it, else "rss"), and on a GPU what CUDA's allocator has allocated
-    (``cuda_allocated_mb``, else None).
-
-    PSS, not RSS: a forked worker shares its parent's pages, freed ones included, and a leak that fills those counts
-    in the worker's RSS from the start, so RSS would not grow; PSS moves each page to the worker that writes it. Its
-    read takes milliseconds a process, which is why it runs between steps, outside every stage's time.
-    """
-
-    tree_mb: list[float]
-    cuda_allocated_mb: list[float] | None = None
-    metric: str = "pss"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MemoryTrend:
-        return cls(**data)
+from autotune.measure.profiling import MemoryTrend
 
 
 class MemoryTrendRecorder:

@@ -25,9 +25,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.measure.loading import Instrumented, Stats
+if TYPE_CHECKING:
+    from autotune.measure.loading import Instrumented
+
+# cProfile's statistics: (file, line, function) -> (primitive calls, calls, self s, cumulative s, callers).
+Stats = dict[tuple[str, int, str], tuple]
 
 _TOP = 12
 _OWN = 6

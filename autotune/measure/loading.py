@@ -19,8 +19,7 @@ from typing import Any
 from torch.utils.data import default_collate
 from torch.utils.data._utils.pin_memory import pin_memory
 
-# cProfile's statistics: (file, line, function) -> (primitive calls, calls, self s, cumulative s, callers).
-Stats = dict[tuple[str, int, str], tuple]
+from autotune.measure.hotspots import Stats
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,15 @@
-"""What a profiling run is asked to do and what it found: plain, JSON-serialisable records (the run itself:
-``autotune.trial.profiling``)."""
+"""What a profiling run is asked to do and what it found: plain, JSON-serialisable records with no torch (the tuner's
+process reads them); the run itself: ``autotune.trial.profiling``, with the measure modules that fill each record."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import statistics
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from autotune.measure.cuda_memory import CudaAllocation
 from autotune.measure.gc_pauses import GcPauses
-from autotune.measure.growth import MemoryTrend
 from autotune.measure.hotspots import Hotspots
 from autotune.measure.page_faults import PageFaults
-from autotune.measure.stages import StageTiming
-from autotune.measure.trace import OperatorProfile
 
 
 @dataclass(frozen=True)
@@ -30,6 +27,128 @@ class ProfilePlan:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ProfilePlan | None:
         return cls(**data) if data else None
+
+
+@dataclass(frozen=True)
+class CudaAllocation:
+    """``count`` allocations of ``size_mb`` each made at ``where``: the user's line that led to them, else the
+    innermost frame recorded (file:line function)."""
+
+    size_mb: float
+    count: int
+    where: str
+
+
+@dataclass(frozen=True)
+class MemoryTrend:
+    """After each step: the memory of the training process and its DataLoader workers (``tree_mb``, by ``metric``:
+    "pss" where the OS reports it, else "rss"), and on a GPU what CUDA's allocator has allocated
+    (``cuda_allocated_mb``, else None).
+
+    PSS, not RSS: a forked worker shares its parent's pages, freed ones included, and a leak that fills those counts
+    in the worker's RSS from the start, so RSS would not grow; PSS moves each page to the worker that writes it. Its
+    read takes milliseconds a process, which is why it runs between steps, outside every stage's time.
+    """
+
+    tree_mb: list[float]
+    cuda_allocated_mb: list[float] | None = None
+    metric: str = "pss"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryTrend:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    """Seconds per step of each stage over ``steps`` consecutive steps (lists, one entry a step), the batches
+    ``batch_size`` samples each, loaded by ``num_workers`` workers (0: the training process).
+
+    ``wait_s`` is the training process blocked on the DataLoader (without workers, that is where fetching and
+    collating happen); ``step_s`` the whole training step, of which ``forward_s`` and ``optimizer_s`` (0 where
+    gradient accumulation skipped it); the rest of it is the loss and the backward pass. ``fetch_s`` and
+    ``collate_s`` are each batch's, in the process that made it. ``wall_s`` is the whole sample, loop included.
+    """
+
+    steps: int
+    batch_size: int
+    num_workers: int
+    wall_s: float
+    wait_s: list[float]
+    transfer_s: list[float]
+    forward_s: list[float]
+    optimizer_s: list[float]
+    step_s: list[float]
+    fetch_s: list[float]
+    collate_s: list[float]
+
+    @property
+    def backward_s(self) -> list[float]:
+        """The loss and the backward pass (and zeroing the gradients): the step less forward and optimizer."""
+        return [max(0.0, s - f - o) for s, f, o in zip(self.step_s, self.forward_s, self.optimizer_s, strict=True)]
+
+    @property
+    def loop_s(self) -> float:
+        """Mean seconds a step of the whole loop: the sample's wall time over its steps."""
+        return self.wall_s / self.steps
+
+    def mean(self, stage: str) -> float:
+        """Mean seconds per step (per batch for fetch and collate) of ``stage``, a field or ``backward_s``."""
+        return statistics.fmean(getattr(self, stage))
+
+    @property
+    def wait_share(self) -> float:
+        """The share of the loop's time spent blocked waiting for data."""
+        return sum(self.wait_s) / self.wall_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageTiming:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class OperatorStat:
+    """One operator (by name) over the active steps: its calls, and its self time on the host and on the device
+    (seconds; 0 off a GPU)."""
+
+    name: str
+    calls: int
+    self_cpu_s: float
+    self_device_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class OperatorProfile:
+    """What torch.profiler saw over ``active_steps`` steps, exported to ``trace_file``: the ``top`` operators of the
+    whole steps by self time (the device's where there is one, else the host's), every operator that ran inside the
+    training step (``step_operators``), the training step's wall time (``step_s``) and, of it, the time the host spent
+    outside any operator (``outside_operators_s``: Python and the framework between operators), totals over the
+    active steps. ``device`` is "cpu" or "cuda"; ``dispatch_s``: what one call of a trivial operator cost on the host
+    right after the trace (its dispatch alone, and whatever slowed the host then)."""
+
+    active_steps: int
+    trace_file: str
+    device: str
+    step_s: float
+    outside_operators_s: float
+    top: list[OperatorStat] = field(default_factory=list)
+    step_operators: list[OperatorStat] = field(default_factory=list)
+    dispatch_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OperatorProfile:
+        top = [OperatorStat(**op) for op in data.get("top", [])]
+        step_operators = [OperatorStat(**op) for op in data.get("step_operators", [])]
+        return cls(**{**data, "top": top, "step_operators": step_operators})
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,16 @@ overlapped as in training, which is why no figure the tuner ranks comes from a p
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import torch
 
 from autotune.measure.gpu import synchronize
 from autotune.measure.loading import Instrumented
+from autotune.measure.profiling import StageTiming
 
 
 class StepParts(Protocol):
@@ -32,56 +31,6 @@ class StepParts(Protocol):
     def to_device(self, batch: Any) -> Any: ...
 
     def train_step(self, batch: Any) -> torch.Tensor: ...
-
-
-@dataclass(frozen=True)
-class StageTiming:
-    """Seconds per step of each stage over ``steps`` consecutive steps (lists, one entry a step), the batches
-    ``batch_size`` samples each, loaded by ``num_workers`` workers (0: the training process).
-
-    ``wait_s`` is the training process blocked on the DataLoader (without workers, that is where fetching and
-    collating happen); ``step_s`` the whole training step, of which ``forward_s`` and ``optimizer_s`` (0 where
-    gradient accumulation skipped it); the rest of it is the loss and the backward pass. ``fetch_s`` and
-    ``collate_s`` are each batch's, in the process that made it. ``wall_s`` is the whole sample, loop included.
-    """
-
-    steps: int
-    batch_size: int
-    num_workers: int
-    wall_s: float
-    wait_s: list[float]
-    transfer_s: list[float]
-    forward_s: list[float]
-    optimizer_s: list[float]
-    step_s: list[float]
-    fetch_s: list[float]
-    collate_s: list[float]
-
-    @property
-    def backward_s(self) -> list[float]:
-        """The loss and the backward pass (and zeroing the gradients): the step less forward and optimizer."""
-        return [max(0.0, s - f - o) for s, f, o in zip(self.step_s, self.forward_s, self.optimizer_s, strict=True)]
-
-    @property
-    def loop_s(self) -> float:
-        """Mean seconds a step of the whole loop: the sample's wall time over its steps."""
-        return self.wall_s / self.steps
-
-    def mean(self, stage: str) -> float:
-        """Mean seconds per step (per batch for fetch and collate) of ``stage``, a field or ``backward_s``."""
-        return statistics.fmean(getattr(self, stage))
-
-    @property
-    def wait_share(self) -> float:
-        """The share of the loop's time spent blocked waiting for data."""
-        return sum(self.wait_s) / self.wall_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StageTiming:
-        return cls(**data)
 
 
 def time_stages(

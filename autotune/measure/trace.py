@@ -12,15 +12,15 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from autotune.measure.gpu import synchronize
 from autotune.measure.loading import Instrumented
+from autotune.measure.profiling import OperatorProfile, OperatorStat
 from autotune.measure.stages import StepParts
 
 DATA, TRANSFER, STEP = "autotune: data wait", "autotune: host-to-device", "autotune: train step"
@@ -28,45 +28,6 @@ DATA, TRANSFER, STEP = "autotune: data wait", "autotune: host-to-device", "autot
 _MARKS = (DATA, TRANSFER, STEP, "ProfilerStep", "enumerate(DataLoader)")
 _TOP = 15
 _US = 1e-6
-
-
-@dataclass(frozen=True)
-class OperatorStat:
-    """One operator (by name) over the active steps: its calls, and its self time on the host and on the device
-    (seconds; 0 off a GPU)."""
-
-    name: str
-    calls: int
-    self_cpu_s: float
-    self_device_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class OperatorProfile:
-    """What torch.profiler saw over ``active_steps`` steps, exported to ``trace_file``: the ``top`` operators of the
-    whole steps by self time (the device's where there is one, else the host's), every operator that ran inside the
-    training step (``step_operators``), the training step's wall time (``step_s``) and, of it, the time the host spent
-    outside any operator (``outside_operators_s``: Python and the framework between operators), totals over the
-    active steps. ``device`` is "cpu" or "cuda"; ``dispatch_s``: what one call of a trivial operator cost on the host
-    right after the trace (its dispatch alone, and whatever slowed the host then)."""
-
-    active_steps: int
-    trace_file: str
-    device: str
-    step_s: float
-    outside_operators_s: float
-    top: list[OperatorStat] = field(default_factory=list)
-    step_operators: list[OperatorStat] = field(default_factory=list)
-    dispatch_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OperatorProfile:
-        top = [OperatorStat(**op) for op in data.get("top", [])]
-        step_operators = [OperatorStat(**op) for op in data.get("step_operators", [])]
-        return cls(**{**data, "top": top, "step_operators": step_operators})
 
 
 def trace_steps(

@@ -6,109 +6,52 @@ from __future__ import annotations
 import inspect
 import logging
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import replace
 
 import torch
 from hydra.utils import get_object
 from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
+from autotune.measure.environment import describe_machine
 from autotune.pipeline.build import build_component
+from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.spec import PipelineSpec
 
 
-@dataclass(frozen=True)
-class PipelineFacts:
-    """``input_ndim`` counts the batch dimension; None when the input is not a tensor.
-    ``optimizer_options`` are the implementation switches ("foreach", "fused") the optimizer takes."""
-
-    dataset_len: int
-    input_ndim: int | None
-    optimizer_options: frozenset[str] = frozenset()
+def device_facts() -> DeviceFacts:
+    """The CUDA devices this process sees, by name (nothing is allocated on them)."""
+    if not torch.cuda.is_available():
+        return DeviceFacts()
+    return DeviceFacts(tuple(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())))
 
 
-@dataclass(frozen=True)
-class DeviceFacts:
-    """The names of the CUDA devices a process sees, by index (none: a CPU-only machine)."""
-
-    cuda: tuple[str, ...] = ()
-
-    @classmethod
-    def here(cls) -> DeviceFacts:
-        """The CUDA devices this process sees, by name (nothing is allocated on them)."""
-        if not torch.cuda.is_available():
-            return cls()
-        return cls(tuple(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())))
-
-    def resolve(self, requested: str) -> str:
-        """The device measure.device ``requested`` means here: auto is cuda where a GPU is visible, else cpu;
-        cuda and cuda:N must name a visible GPU. Raises ConfigError naming measure.device."""
-        if requested == "auto":
-            return "cuda" if self.cuda else "cpu"
-        if requested.startswith("cuda") and not self.cuda:
-            raise ConfigError("measure.device", f"{requested} was requested but torch.cuda.is_available() is False")
-        index = torch.device(requested).index
-        if index is not None and index >= len(self.cuda):
-            visible = ", ".join(f"cuda:{i} ({name})" for i, name in enumerate(self.cuda))
-            raise ConfigError("measure.device", f"{requested} was requested but the visible CUDA devices are {visible}")
-        return requested
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A ConfigError raised where the facts were read, to raise again in the tuner: the key it names, its problem."""
-
-    key: str
-    problem: str
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """What ``read_facts`` found: the machine's ``devices``; the ``device`` measure.device resolves to, whether it
-    computes in bfloat16 natively (``bf16_native``) and the ``pipeline``'s facts there; or, in their place, the
-    configuration error that stopped it (``refused``)."""
-
-    devices: DeviceFacts
-    device: str | None = None
-    bf16_native: bool = False
-    pipeline: PipelineFacts | None = None
-    refused: Refusal | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        pipeline = self.pipeline
-        return {
-            **asdict(self),
-            "pipeline": {**asdict(pipeline), "optimizer_options": sorted(pipeline.optimizer_options)}
-            if pipeline
-            else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Inspection:
-        pipeline, refused = data.get("pipeline"), data.get("refused")
-        return cls(
-            devices=DeviceFacts(tuple(data["devices"]["cuda"])),
-            device=data.get("device"),
-            bf16_native=data.get("bf16_native", False),
-            pipeline=PipelineFacts(**{**pipeline, "optimizer_options": frozenset(pipeline["optimizer_options"])})
-            if pipeline
-            else None,
-            refused=Refusal(**refused) if refused else None,
-        )
+def resolve_device(devices: DeviceFacts, requested: str) -> str:
+    """The device measure.device ``requested`` means with ``devices``: auto is cuda where a GPU is visible, else
+    cpu; cuda and cuda:N must name a visible GPU. Raises ConfigError naming measure.device."""
+    if requested == "auto":
+        return "cuda" if devices.cuda else "cpu"
+    if requested.startswith("cuda") and not devices.cuda:
+        raise ConfigError("measure.device", f"{requested} was requested but torch.cuda.is_available() is False")
+    index = torch.device(requested).index
+    if index is not None and index >= len(devices.cuda):
+        visible = ", ".join(f"cuda:{i} ({name})" for i, name in enumerate(devices.cuda))
+        raise ConfigError("measure.device", f"{requested} was requested but the visible CUDA devices are {visible}")
+    return requested
 
 
 def read_facts(spec: PipelineSpec, requested_device: str) -> Inspection:
-    """The devices this process sees, the device ``requested_device`` (measure.device) resolves to, whether it runs
-    bfloat16 natively, and the pipeline's facts there (``inspect_pipeline``); a ConfigError is returned as the
-    refusal. It initialises CUDA (a context on the device), and on a GPU in exclusive-process mode a process holding
-    a context blocks every other: run it in a subprocess, not the tuner."""
-    devices = DeviceFacts.here()
+    """The machine (``describe_machine``) and the devices this process sees, the device ``requested_device``
+    (measure.device) resolves to, whether it runs bfloat16 natively, and the pipeline's facts there
+    (``inspect_pipeline``); a ConfigError is returned as the refusal. It initialises CUDA (a context on the
+    device), and on a GPU in exclusive-process mode a process holding a context blocks every other: run it in a
+    subprocess, not the tuner."""
+    here = Inspection(device_facts(), machine=describe_machine())  # the machine before the user's code runs
     try:
-        device = devices.resolve(requested_device)
-        return Inspection(devices, device, bf16_native(device), inspect_pipeline(spec, device))
+        device = resolve_device(here.devices, requested_device)
+        return replace(here, device=device, bf16_native=bf16_native(device), pipeline=inspect_pipeline(spec, device))
     except ConfigError as exc:
-        return Inspection(devices, refused=Refusal(exc.key, exc.problem))
+        return replace(here, refused=Refusal(exc.key, exc.problem))
 
 
 def bf16_native(device: str) -> bool:

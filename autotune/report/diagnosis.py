@@ -10,8 +10,7 @@ from typing import TextIO
 
 from autotune.files import write_atomic
 from autotune.measure.hotspots import Hotspots
-from autotune.measure.profiling import ProfileResult
-from autotune.measure.trace import OperatorProfile
+from autotune.measure.profiling import OperatorProfile, ProfileResult
 from autotune.report.console import format_knobs
 from autotune.report.document import Document, Headline, Link, Section, Table
 from autotune.report.html_report import to_html

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.measure.growth import MemoryTrend
-from autotune.measure.stages import StageTiming
+from autotune.measure.profiling import MemoryTrend, StageTiming
 from autotune.report.plots import BASELINE, Plot, legend_below
 
 if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn (``plots.png``), not by every command

@@ -110,7 +110,10 @@ def _profiles(stored: dict[str, Any] | None) -> TunedProfiles | None:
 
 
 def choose_machine(machines: dict[str, dict[str, Any]]) -> str:
-    """This machine's id where ``machines`` has it, else the first of them ("" for none)."""
+    """This machine's id where ``machines`` has it, else the first of them ("" for none). This machine is described
+    (which imports torch) only where there is a choice."""
+    if len(machines) < 2:
+        return next(iter(machines), "")
     here = this_machine_id()
     return here if here in machines else next(iter(machines), "")
 

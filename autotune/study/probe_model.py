@@ -28,8 +28,7 @@ from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS,
 from autotune.measure.environment import this_machine_id
 from autotune.records import PROBE_ATTR, ProbeRecord, on_machine
 from autotune.study.space import SearchSpace
-from autotune.trial.probe import ProbePlan, ProbeResult
-from autotune.trial.result import TrialResult
+from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
 
 # Knobs the probe leaves at their default: one compile costs more than the whole probe.
 _COSTLY = tuple(name for name in UNTIMED_KNOBS if KNOBS[name].costly)

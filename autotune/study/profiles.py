@@ -17,7 +17,6 @@ import optuna
 
 from autotune.config.settings import Settings
 from autotune.files import file_name
-from autotune.measure.environment import describe_machine
 from autotune.measure.profiling import ProfilePlan
 from autotune.records import PROFILES_ATTR, on_machine
 from autotune.results.model import StudyResults
@@ -58,18 +57,19 @@ def profile_configuration(
     label: str,
     plan: ProfilePlan,
     tried: Tried | None,
+    machine: dict[str, Any],
     name: str | None = None,
 ) -> ProfileRecord:
     """``knobs`` (the configuration called ``label``) taken apart in one profiling run of ``runner`` as ``plan``
     says, a trial named ``name`` (``label`` where None); the record says why where the run failed. ``tried``: what
-    the stored study measured (None: no such study)."""
+    the stored study measured (None: no such study); ``machine``: the machine's description (``Inspection.machine``)."""
     result = runner.trial(replace(runner.request, knobs=knobs, profile=plan), name or label)
     return ProfileRecord(
         pipeline=settings.pipeline.name,
         device=runner.request.device,
         label=label,
         knobs=knobs,
-        machine=describe_machine(),
+        machine=machine,
         study=settings.study.name,
         result=result.profile,
         failure=str(result.failure) if result.failure else None,
@@ -107,7 +107,9 @@ def profile_tuned(
                 trace_steps=min(plan.trace_steps, TUNED_TRACE_STEPS),
                 hot_batches=min(plan.hot_batches, TUNED_BATCHES),
             )
-            record = profile_configuration(runner, settings, knobs, label, plan, tried, f"profile-{label}")
+            record = profile_configuration(
+                runner, settings, knobs, label, plan, tried, results.machine, f"profile-{label}"
+            )
         on_profile(record, reused)
         return record
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import torch
-
 from autotune.errors import ConfigError
 
 # The cores a trial pins itself to, as "0,1" (the worker reads it before anything else runs).
@@ -104,6 +102,8 @@ def pin_from_env() -> None:
     given = os.environ.get(CPUS_ENV)
     if not given:
         return
+    import torch  # the trial's: the tuner's process, which places the trials, never imports torch
+
     cores = {int(core) for core in given.split(",")}
     os.sched_setaffinity(0, cores)
     torch.set_num_threads(len(cores))

@@ -10,7 +10,6 @@ stops on time does; on a GPU it waits for the device only at the window's two en
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -19,26 +18,7 @@ from torch.utils.data import DataLoader
 from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.build import Pipeline
-
-
-@dataclass(frozen=True)
-class PlainRun:
-    """What the plain loop measured: ``samples`` in ``steps`` steps over ``window_s`` seconds, after
-    ``warmup_steps`` untimed steps; ``epoch_boundaries`` is how many epochs began inside the window."""
-
-    throughput: float
-    samples: int
-    steps: int
-    window_s: float
-    warmup_steps: int
-    epoch_boundaries: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PlainRun:
-        return cls(**data)
+from autotune.trial.result import PlainRun
 
 
 def run_plain(

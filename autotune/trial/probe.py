@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 import gc
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -18,58 +18,9 @@ from autotune.measure.differential import loader_throughput, step_throughput
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
 from autotune.trial.exceptions import exception_text, is_out_of_memory
+from autotune.trial.result import Half, ProbeOutOfMemory, ProbePlan, ProbeResult
 
 _DEFAULT_THREADS = torch.get_num_threads()
-
-
-@dataclass(frozen=True)
-class ProbePlan:
-    """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
-    ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least.
-
-    The defaults are the shortest measured to agree with a longer probe as well as that one agrees with itself
-    (``benchmarks/probe_timing.py``, docs/benchmarks.md section 9): the probe steers, the trials measure."""
-
-    loaders: list[dict[str, Any]]
-    computes: list[dict[str, Any]]
-    seconds: float = 0.25
-    warmup_steps: int = 1
-    min_steps: int = 2
-
-
-Half = Literal["loader", "compute"]
-
-
-@dataclass(frozen=True)
-class ProbeOutOfMemory:
-    """A setting of the plan that ran out of memory: its ``half`` ("loader": ``ProbePlan.loaders``, "compute":
-    ``ProbePlan.computes``), its index there, and the error, on one line."""
-
-    half: Half
-    index: int
-    message: str
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """Samples/s of each loader setting alone and of each compute setting on a cached batch, in plan order: None
-    for a setting that ran out of memory, which ``out_of_memory`` lists with its error."""
-
-    loader_throughputs: list[float | None] = field(default_factory=list)
-    compute_throughputs: list[float | None] = field(default_factory=list)
-    out_of_memory: list[ProbeOutOfMemory] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
-        out_of_memory = [ProbeOutOfMemory(**entry) for entry in data.get("out_of_memory", [])]
-        return cls(data["loader_throughputs"], data["compute_throughputs"], out_of_memory)
-
-
-def probe_plan_from_dict(data: dict[str, Any] | None) -> ProbePlan | None:
-    return ProbePlan(**data) if data else None
 
 
 def run_probe(

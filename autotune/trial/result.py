@@ -1,21 +1,90 @@
-"""What goes into a trial subprocess and what comes out: plain, JSON-serialisable data."""
+"""What goes into a trial subprocess and what comes out (the probe's plan and result, the plain loop's run, the
+measurement or the failure): plain, JSON-serialisable data. It imports no torch: the tuner's process reads it."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from autotune.measure.measurement import Measurement
 from autotune.measure.profiling import ProfilePlan, ProfileResult
 from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
-from autotune.pipeline.inspect import Inspection
+from autotune.pipeline.facts import Inspection
 from autotune.pipeline.spec import PipelineSpec
-from autotune.trial.plain import PlainRun
-from autotune.trial.probe import ProbePlan, ProbeResult, probe_plan_from_dict
 
 TUNER_PID_ENV = "AUTOTUNE_TUNER_PID"  # the trial watches this process and exits when it dies
 LAUNCHED_AT_ENV = "AUTOTUNE_LAUNCHED_AT"  # the wall-clock time the tuner asked for the trial's process
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
+    ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least.
+
+    The defaults are the shortest measured to agree with a longer probe as well as that one agrees with itself
+    (``benchmarks/probe_timing.py``, docs/benchmarks.md section 9): the probe steers, the trials measure."""
+
+    loaders: list[dict[str, Any]]
+    computes: list[dict[str, Any]]
+    seconds: float = 0.25
+    warmup_steps: int = 1
+    min_steps: int = 2
+
+
+Half = Literal["loader", "compute"]
+
+
+@dataclass(frozen=True)
+class ProbeOutOfMemory:
+    """A setting of the plan that ran out of memory: its ``half`` ("loader": ``ProbePlan.loaders``, "compute":
+    ``ProbePlan.computes``), its index there, and the error, on one line."""
+
+    half: Half
+    index: int
+    message: str
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Samples/s of each loader setting alone and of each compute setting on a cached batch, in plan order: None
+    for a setting that ran out of memory, which ``out_of_memory`` lists with its error."""
+
+    loader_throughputs: list[float | None] = field(default_factory=list)
+    compute_throughputs: list[float | None] = field(default_factory=list)
+    out_of_memory: list[ProbeOutOfMemory] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
+        out_of_memory = [ProbeOutOfMemory(**entry) for entry in data.get("out_of_memory", [])]
+        return cls(data["loader_throughputs"], data["compute_throughputs"], out_of_memory)
+
+
+def probe_plan_from_dict(data: dict[str, Any] | None) -> ProbePlan | None:
+    return ProbePlan(**data) if data else None
+
+
+@dataclass(frozen=True)
+class PlainRun:
+    """What the plain loop measured: ``samples`` in ``steps`` steps over ``window_s`` seconds, after
+    ``warmup_steps`` untimed steps; ``epoch_boundaries`` is how many epochs began inside the window."""
+
+    throughput: float
+    samples: int
+    steps: int
+    window_s: float
+    warmup_steps: int
+    epoch_boundaries: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlainRun:
+        return cls(**data)
 
 
 class FailureKind(str, Enum):

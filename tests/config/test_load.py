@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from autotune.config.load import did_you_mean, load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
-from autotune.pipeline.inspect import Refusal, read_facts
+from autotune.pipeline.facts import Refusal
+from autotune.pipeline.inspect import read_facts
 from tests.conftest import NEUTRAL_KNOBS, REPO, TEST_CONF, tiny_config
 
 

@@ -126,7 +126,7 @@ def test_neutral_values_change_nothing():
     apply_knobs(NEUTRAL, setup)
     assert setup.model is model
     assert setup.autocast_dtype is None and setup.grad_scaler is None
-    assert setup.input_memory_format is torch.contiguous_format
+    assert setup.input_memory_format is None
     assert setup.loader_kwargs == {"batch_size": 32, "num_workers": 0, "pin_memory": False}
     assert setup.optimizer_kwargs == {} and setup.zero_grad_to_none
 

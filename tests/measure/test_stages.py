@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from autotune.measure.loading import InstrumentedData
-from autotune.measure.stages import StageTiming, time_stages
-from autotune.measure.trace import STEP, OperatorProfile, trace_steps
+from autotune.measure.profiling import OperatorProfile, StageTiming
+from autotune.measure.stages import time_stages
+from autotune.measure.trace import STEP, trace_steps
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
 from tests.conftest import NEUTRAL_KNOBS

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from autotune.measure.gc_pauses import GcPauses
-from autotune.measure.growth import MemoryTrend
 from autotune.measure.hotspots import HotFunction, Hotspots
 from autotune.measure.page_faults import PageFaults
-from autotune.measure.profiling import ProfileResult
-from autotune.measure.stages import StageTiming
-from autotune.measure.trace import OperatorProfile, OperatorStat
+from autotune.measure.profiling import MemoryTrend, OperatorProfile, OperatorStat, ProfileResult, StageTiming
 
 STEPS, LOOP_S = 10, 0.1
 

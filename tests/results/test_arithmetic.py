@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from autotune.measure.environment import has_16_bit_units
-from autotune.measure.trace import OperatorStat
+from autotune.measure.profiling import OperatorStat
 from autotune.results.diagnosis import COMPUTE_BOUND, MEMORY_BOUND, figures, is_compute_operator, verdict
 from autotune.results.remedies import advise
 from tests.conftest import NEUTRAL_KNOBS

@@ -20,8 +20,7 @@ from autotune.study.probe_model import ProbeModel, probe_once, probe_plan
 from autotune.study.space import SearchSpace, needs_no_less_memory
 from autotune.study.tuner import Observation, counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.exceptions import is_out_of_memory
-from autotune.trial.probe import ProbeOutOfMemory, ProbeResult
-from autotune.trial.result import Failure, FailureKind, TrialResult
+from autotune.trial.result import Failure, FailureKind, ProbeOutOfMemory, ProbeResult, TrialResult
 from autotune.trial.runner import run_trial
 from autotune.trial.worker import describe_exception
 from tests.conftest import (

@@ -16,7 +16,9 @@ from autotune import app
 from autotune.config.load import load_settings
 from autotune.errors import BaselineFailedError, ConfigError
 from autotune.knobs import KNOBS
-from autotune.pipeline.inspect import DeviceFacts, Inspection, PipelineFacts, Refusal, read_facts
+from autotune.measure.environment import describe_machine
+from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
+from autotune.pipeline.inspect import read_facts, resolve_device
 from autotune.study.space import build_space
 from autotune.trial.result import TrialResult
 from autotune.trial.worker import run_request, training_device
@@ -55,9 +57,10 @@ class FakeCuda:
 
 def test_the_facts_of_a_cpu_machine_and_the_pipeline():
     facts = read_facts(settings_with().pipeline, "auto")
-    assert facts == Inspection(
+    assert replace(facts, machine={}) == Inspection(
         DeviceFacts(), "cpu", True, PipelineFacts(256, 4, frozenset({"foreach", "fused"})), refused=None
     )
+    assert facts.machine == describe_machine(), "the machine as the subprocess describes it, for the tuner"
 
 
 def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
@@ -72,7 +75,7 @@ def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
 
 
 def test_the_amp_knob_offers_bf16_only_where_the_subprocess_found_it_native(monkeypatch, tiny_settings):
-    t4 = Inspection(DeviceFacts((T4,)), "cuda", False, PipelineFacts(256, 4))
+    t4 = Inspection(DeviceFacts((T4,)), "cuda", False, PipelineFacts(256, 4), machine={"torch_threads": 4})
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: pytest.fail("CUDA read in the tuner"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("CUDA read in the tuner"))
     ctx = app._search_context(tiny_settings, t4)
@@ -87,7 +90,7 @@ def test_the_amp_knob_offers_bf16_only_where_the_subprocess_found_it_native(monk
 
 def test_measure_device_names_a_visible_gpu(monkeypatch):
     two = DeviceFacts((A100, T4))
-    assert [two.resolve(name) for name in ("auto", "cpu", "cuda", "cuda:0", "cuda:1")] == [
+    assert [resolve_device(two, name) for name in ("auto", "cpu", "cuda", "cuda:0", "cuda:1")] == [
         "cuda",
         "cpu",
         "cuda",
@@ -95,10 +98,10 @@ def test_measure_device_names_a_visible_gpu(monkeypatch):
         "cuda:1",
     ]
     with pytest.raises(ConfigError, match=r"^measure.device: cuda:2 was requested but the visible CUDA devices are "):
-        two.resolve("cuda:2")
+        resolve_device(two, "cuda:2")
     with pytest.raises(ConfigError, match=r"^measure.device: cuda:1 was requested but torch.cuda.is_available\(\)"):
-        DeviceFacts().resolve("cuda:1")
-    assert DeviceFacts().resolve("auto") == "cpu"
+        resolve_device(DeviceFacts(), "cuda:1")
+    assert resolve_device(DeviceFacts(), "auto") == "cpu"
 
 
 def test_cuda_n_passes_the_config_and_other_names_are_refused_naming_the_key():

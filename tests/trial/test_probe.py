@@ -10,7 +10,8 @@ import torch
 
 from autotune.measure.differential import loader_throughput, step_throughput
 from autotune.pipeline.build import build_pipeline
-from autotune.trial.probe import ProbeOutOfMemory, ProbePlan, ProbeResult, release_memory, run_probe
+from autotune.trial.probe import release_memory, run_probe
+from autotune.trial.result import ProbeOutOfMemory, ProbePlan, ProbeResult
 from tests.conftest import NEUTRAL_KNOBS, trial_request
 from tests.fixtures.faults import RaisingCNN
 from tests.fixtures.out_of_memory import CudaHogAbove, OutOfMemoryAbove

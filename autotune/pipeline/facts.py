@@ -1,0 +1,71 @@
+"""The facts a trial subprocess reads about the machine's devices and the pipeline before any trial runs
+(``pipeline/inspect.py``), as plain data: they decide which knobs apply. No torch here: the tuner's process reads
+them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PipelineFacts:
+    """``input_ndim`` counts the batch dimension; None when the input is not a tensor.
+    ``optimizer_options`` are the implementation switches ("foreach", "fused") the optimizer takes."""
+
+    dataset_len: int
+    input_ndim: int | None
+    optimizer_options: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """The names of the CUDA devices a process sees, by index (none: a CPU-only machine)."""
+
+    cuda: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A ConfigError raised where the facts were read, to raise again in the tuner: the key it names, its problem."""
+
+    key: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What ``read_facts`` found: the ``machine`` (``describe_machine``, read before the user's code ran) and its
+    ``devices``; the ``device`` measure.device resolves to, whether it computes in bfloat16 natively
+    (``bf16_native``) and the ``pipeline``'s facts there; or, in their place, the configuration error that stopped
+    it (``refused``)."""
+
+    devices: DeviceFacts
+    device: str | None = None
+    bf16_native: bool = False
+    pipeline: PipelineFacts | None = None
+    refused: Refusal | None = None
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        pipeline = self.pipeline
+        return {
+            **asdict(self),
+            "pipeline": {**asdict(pipeline), "optimizer_options": sorted(pipeline.optimizer_options)}
+            if pipeline
+            else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Inspection:
+        pipeline, refused = data.get("pipeline"), data.get("refused")
+        return cls(
+            devices=DeviceFacts(tuple(data["devices"]["cuda"])),
+            machine=data.get("machine", {}),
+            device=data.get("device"),
+            bf16_native=data.get("bf16_native", False),
+            pipeline=PipelineFacts(**{**pipeline, "optimizer_options": frozenset(pipeline["optimizer_options"])})
+            if pipeline
+            else None,
+            refused=Refusal(**refused) if refused else None,
+        )
