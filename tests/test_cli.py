@@ -243,8 +243,10 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     if message in VALID_WITH_CUDA and torch.cuda.is_available():
         pytest.skip("valid input where CUDA exists")
     run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={tmp_path}/out"]
-    run = run_cli if BAD_INPUTS.index((args, message)) < END_TO_END else cli_here
-    proc = run([*args, *run_dir], cwd=REPO)
+    if BAD_INPUTS.index((args, message)) < END_TO_END:
+        proc = run_cli([*args, *run_dir], cwd=REPO)
+    else:  # its inspection, where it gets that far, is forked: what is checked is the message
+        proc = cli_here([*args, *run_dir, "measure.fork_trials=true"], cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr
