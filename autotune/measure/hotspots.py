@@ -25,13 +25,21 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from autotune.measure.loading import Instrumented
+from typing import Any, Protocol
 
 # cProfile's statistics: (file, line, function) -> (primitive calls, calls, self s, cumulative s, callers).
 Stats = dict[tuple[str, int, str], tuple]
+
+
+class MadeBatch(Protocol):
+    """What a batch tells of its making (``autotune.measure.loading.Instrumented`` is one): its samples, the seconds
+    fetching and collating took in process ``pid``, and cProfile's ``stats`` of that work where profiled."""
+
+    samples: int
+    fetch_s: float
+    collate_s: float
+    pid: int
+    stats: Stats | None
 
 _TOP = 12
 _OWN = 6
@@ -119,7 +127,7 @@ class Hotspots:
         return cls(**{**data, "functions": functions, "own": own})
 
 
-def collect_hotspots(batches: Iterable[Instrumented], count: int, num_workers: int) -> Hotspots:
+def collect_hotspots(batches: Iterable[MadeBatch], count: int, num_workers: int) -> Hotspots:
     """Profile ``count`` batches of ``batches`` (made by ``InstrumentedData`` with ``profile``) and find the hot
     functions; paths are shown relative to the current directory where they are under it."""
     made = [item for item, _ in zip(batches, range(count), strict=False)]
