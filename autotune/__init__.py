@@ -34,4 +34,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted(set(globals()) | set(__all__))

@@ -17,7 +17,7 @@ from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
 from autotune.knobs import SearchContext
-from autotune.measure.environment import machine_id, usable_cpu_count
+from autotune.measure.environment import machine_id
 from autotune.pipeline.facts import Inspection
 from autotune.records import PROBE_ATTR, on_machine
 from autotune.redact import redact_url
@@ -227,7 +227,7 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
     pipeline = facts.pipeline
     return SearchContext(
         device=facts.device.partition(":")[0],  # knobs decide by the kind of device; trials run on cuda:N itself
-        cpu_count=len(cores) if cores else usable_cpu_count(),
+        cpu_count=len(cores) if cores else facts.machine["cpu_count"],  # as a trial process sees them
         bf16_supported=facts.bf16_native,
         dataset_len=pipeline.dataset_len,
         input_ndim=pipeline.input_ndim,

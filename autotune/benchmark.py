@@ -36,7 +36,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MachineMismatchWarning)
         try:
-            recommendation = load_recommended(settings.recommended)
+            recommendation = load_recommended(settings.recommended, facts.machine)
         except ConfigError as exc:
             raise ConfigError("recommended", str(exc)) from exc
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)

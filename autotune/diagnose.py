@@ -18,6 +18,7 @@ from autotune.app import TrialRunner, inspect_run
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError
 from autotune.files import file_name
+from autotune.measure.environment import machine_id
 from autotune.records import META_ATTR
 from autotune.report.diagnosis import print_profile, write_profile
 from autotune.results.model import load_results
@@ -44,9 +45,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     workdir = output_dir / "profile"
     runner = TrialRunner(settings, device, workdir)
     plan = profile_plan(settings, workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json")
-    record = profile_configuration(
-        runner, settings, settings.baseline, LABEL, plan, stored_tries(settings), facts.machine
-    )
+    tried = stored_tries(settings, machine_id(facts.machine))
+    record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, tried, facts.machine)
     files = write_profile(record, output_dir)
     print_profile(record, files, out)
     if record.result is None:
@@ -54,9 +54,10 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     return files
 
 
-def stored_tries(settings: Settings) -> Tried | None:
-    """What the stored study of this pipeline measured, per knob, and what it recommends; None where there is no
-    such study (or it tuned another pipeline, whose tries say nothing of this one)."""
+def stored_tries(settings: Settings, here: str) -> Tried | None:
+    """What the stored study of this pipeline measured on this machine (``here``, its id), per knob, and what it
+    recommends; None where there is no such study (or it tuned another pipeline, whose tries say nothing of this
+    one)."""
     try:
         study = load_study(settings.study.name, settings.study.storage)
     except KeyError:
@@ -64,4 +65,4 @@ def stored_tries(settings: Settings) -> Tried | None:
     stored = study.user_attrs.get(META_ATTR, {})
     if stored.get("pipeline") != settings.pipeline.to_dict():
         return None
-    return tries_of(load_results(study))
+    return tries_of(load_results(study, here=here))

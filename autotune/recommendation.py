@@ -243,9 +243,10 @@ class Recommendation:
         )
 
 
-def load_recommended(path: str | Path) -> Recommendation:
+def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) -> Recommendation:
     """The recommendation in ``path`` (a recommended.yaml). Warns (MachineMismatchWarning) where it was measured
-    on another machine or torch than this one; raises ConfigError naming the key where the file cannot be used."""
+    on another machine or torch than this one (``machine``, ``describe_machine``'s; None: described here); raises
+    ConfigError naming the key where the file cannot be used."""
     path = Path(path)
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -256,7 +257,7 @@ def load_recommended(path: str | Path) -> Recommendation:
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), f"is not valid YAML: {exc}") from exc
     recommendation = Recommendation.from_document(document, str(path))
-    _warn_if_elsewhere(recommendation, str(path))
+    _warn_if_elsewhere(recommendation, str(path), machine or describe_machine())
     return recommendation
 
 
@@ -285,7 +286,7 @@ def _complete(given: dict[str, Any], source: str) -> dict[str, Any]:
     return knobs
 
 
-def _warn_if_elsewhere(recommendation: Recommendation, source: str) -> None:
+def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dict[str, Any]) -> None:
     if recommendation.schema_version < SCHEMA_VERSION:
         warnings.warn(
             f"{source} was written by an older autotune (schema {recommendation.schema_version}, this one writes "
@@ -294,7 +295,7 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str) -> None:
             stacklevel=3,
         )
         return
-    here = machine_fingerprint(describe_machine())
+    here = machine_fingerprint(machine)
     differs = {
         key: (value, here[key])
         for key, value in machine_fingerprint(recommendation.machine).items()

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from autotune.app import TrialRunner, inspect_run
 from autotune.config.settings import Settings
 from autotune.files import file_name
+from autotune.measure.environment import machine_id
 from autotune.records import META_ATTR
 from autotune.redact import redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
@@ -28,7 +29,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     """Check the harness against the plain loop and write selfcheck.json into ``output_dir``."""
     facts = inspect_run(settings, output_dir)
     device = facts.device
-    configurations, source = _configurations(settings)
+    configurations, source = _configurations(settings, machine_id(facts.machine))
     rounds = settings.selfcheck_rounds
     print(
         f"autotune selfcheck: pipeline '{settings.pipeline.name}' on {device}; {source}; "
@@ -103,8 +104,9 @@ def _run_once(runner: TrialRunner, index: int, label: str, knobs: dict, plain: b
     print(f"[round {index} {label} {'plain loop' if plain else 'autotune'}] {shown}", file=out, flush=True)
 
 
-def _configurations(settings: Settings) -> tuple[dict[str, dict[str, Any]], str]:
-    """The configurations to check (label → knobs), and where they come from, in words."""
+def _configurations(settings: Settings, here: str) -> tuple[dict[str, dict[str, Any]], str]:
+    """The configurations to check (label → knobs), and where they come from, in words; ``here``: this machine's
+    id, whose results the study's pick is."""
     baseline = {"baseline": settings.baseline}
     name, storage = settings.study.name, settings.study.storage
     try:
@@ -114,7 +116,7 @@ def _configurations(settings: Settings) -> tuple[dict[str, dict[str, Any]], str]
     stored = study.user_attrs.get(META_ATTR, {})
     if stored.get("pipeline") != settings.pipeline.to_dict() or stored.get("baseline") != settings.baseline:
         return baseline, f"the baseline only: study '{name}' was tuned with another pipeline or baseline"
-    results = load_results(study)
+    results = load_results(study, here=here)
     if results.baseline is None or not results.baseline.result.ok:
         return baseline, f"the baseline only: study '{name}' has no measured baseline"
     summary = summarise(results)

@@ -13,12 +13,14 @@ import optuna
 import psutil
 import pytest
 
-from autotune import cli
+from autotune import cli, recommendation
 from autotune.config.load import load_settings
 from autotune.knobs import KNOBS, REQUIRED, SearchContext
+from autotune.measure import environment
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.recorder import Timing
 from autotune.redact import Secrets
+from autotune.study import tuner
 from autotune.trial import runner
 from autotune.trial.result import TrialRequest
 
@@ -201,6 +203,18 @@ def imports_torch(stderr: str) -> bool:
     """Whether a process run with ``IMPORT_TIMES`` imported torch, by its stderr."""
     modules = [line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")]
     return "torch" in modules
+
+
+@pytest.fixture
+def describes_no_machine(monkeypatch):
+    """For a command line run in the test's process (``cli_here``): describing the machine there, which imports torch
+    in a tuner's process, fails; the tuner takes the description from its inspection subprocess."""
+
+    def refused():
+        pytest.fail("the tuner's process described the machine (importing torch): use the inspection's")
+
+    for module in (environment, recommendation, tuner):
+        monkeypatch.setattr(module, "describe_machine", refused)
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

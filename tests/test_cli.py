@@ -432,7 +432,9 @@ def test_probe_and_fixed_effective_batches(tmp_path, cli_here):
     assert recommended["training"]["gradient_accumulation_steps"] == 16 // batch
 
 
-def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(tmp_path, cli_here):
+def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(
+    tmp_path, cli_here, describes_no_machine
+):
     slow_baseline = [
         *TINY,
         "pipeline.baseline.batch_size=2",
@@ -456,7 +458,7 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
     assert len(list((tmp_path / "check" / "selfcheck").glob("*.result.json"))) == 8
 
 
-def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, cli_here):
+def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, cli_here, describes_no_machine):
     baseline = {**{name: knob.baseline_default for name, knob in KNOBS.items()}, "batch_size": 16}
     recommendation = {**baseline, "batch_size": 32, "set_to_none": False}
     path = tmp_path / "recommended.yaml"

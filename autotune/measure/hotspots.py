@@ -41,6 +41,7 @@ class MadeBatch(Protocol):
     pid: int
     stats: Stats | None
 
+
 _TOP = 12
 _OWN = 6
 _CHAIN_LIMIT = 30  # callers followed up from a hot function before giving up on finding the user's code

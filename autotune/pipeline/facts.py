@@ -45,7 +45,7 @@ class Inspection:
     bf16_native: bool = False
     pipeline: PipelineFacts | None = None
     refused: Refusal | None = None
-    machine: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
         pipeline = self.pipeline
@@ -61,7 +61,7 @@ class Inspection:
         pipeline, refused = data.get("pipeline"), data.get("refused")
         return cls(
             devices=DeviceFacts(tuple(data["devices"]["cuda"])),
-            machine=data.get("machine", {}),
+            machine=data["machine"],
             device=data.get("device"),
             bf16_native=data.get("bf16_native", False),
             pipeline=PipelineFacts(**{**pipeline, "optimizer_options": frozenset(pipeline["optimizer_options"])})

@@ -129,7 +129,7 @@ def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str,
             load_if_exists=True,
         )
         _adopt(study, meta, settings)
-        machine = machine or describe_machine()
+        machine = describe_machine() if machine is None else machine
         machine_attr = on_machine(MACHINE_ATTR, machine_id(machine))
         if machine_attr not in study.user_attrs:
             study.set_user_attr(machine_attr, machine)

@@ -1,6 +1,6 @@
 """The differential probe, run in a trial subprocess: each loader setting timed alone, each compute
 setting timed on a cached batch; a setting that runs out of memory is recorded as such and the others are still
-timed. Its plan and result are plain, JSON-serialisable data."""
+timed. Its plan and result: ``trial/result.py``."""
 
 from __future__ import annotations
 

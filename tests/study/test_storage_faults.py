@@ -23,6 +23,7 @@ from sqlalchemy.pool import Pool
 
 from autotune import rerender
 from autotune.errors import ConfigError
+from autotune.measure.environment import this_machine_id
 from autotune.records import RESULT_ATTR, config_key, metric_attrs
 from autotune.results.model import load_results
 from autotune.selfcheck import _configurations
@@ -199,7 +200,7 @@ def test_a_study_damaged_anywhere_is_refused_before_use_and_left_as_it_is(study_
             rerender.run("s", url, tmp_path / "reports")
         selfcheck = replace(tiny_settings, study=replace(tiny_settings.study, name="s", storage=url))
         with pytest.raises(ConfigError, match=r"^study.storage: malformed database: "):
-            _configurations(selfcheck)
+            _configurations(selfcheck, this_machine_id())
         assert damaged.read_bytes() == before, f"page {page}: {tuning.value}"
         with contextlib.suppress(Exception):
             fooled += [page] if len(optuna.load_study(study_name="s", storage=url).trials) == STORED_TRIALS else []

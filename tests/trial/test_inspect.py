@@ -58,7 +58,7 @@ class FakeCuda:
 def test_the_facts_of_a_cpu_machine_and_the_pipeline():
     facts = read_facts(settings_with().pipeline, "auto")
     assert replace(facts, machine={}) == Inspection(
-        DeviceFacts(), "cpu", True, PipelineFacts(256, 4, frozenset({"foreach", "fused"})), refused=None
+        DeviceFacts(), "cpu", True, PipelineFacts(256, 4, frozenset({"foreach", "fused"})), refused=None, machine={}
     )
     assert facts.machine == describe_machine(), "the machine as the subprocess describes it, for the tuner"
 
@@ -75,7 +75,9 @@ def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
 
 
 def test_the_amp_knob_offers_bf16_only_where_the_subprocess_found_it_native(monkeypatch, tiny_settings):
-    t4 = Inspection(DeviceFacts((T4,)), "cuda", False, PipelineFacts(256, 4), machine={"torch_threads": 4})
+    t4 = Inspection(
+        DeviceFacts((T4,)), "cuda", False, PipelineFacts(256, 4), machine={"cpu_count": 2, "torch_threads": 2}
+    )
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: pytest.fail("CUDA read in the tuner"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("CUDA read in the tuner"))
     ctx = app._search_context(tiny_settings, t4)
@@ -124,7 +126,8 @@ def test_an_inspect_request_is_answered_by_the_worker_and_travels_as_json(tiny_s
     result = run_request(request)
     assert result.ok and result.inspection.device == "cpu" and result.inspection.pipeline.dataset_len == 256
     assert TrialResult.from_dict(result.to_dict()) == result
-    refused = Inspection(DeviceFacts((T4,)), refused=Refusal("pipeline.dataset", "TinyImages is empty (length 0)"))
+    refusal = Refusal("pipeline.dataset", "TinyImages is empty (length 0)")
+    refused = Inspection(DeviceFacts((T4,)), refused=refusal, machine=describe_machine())
     assert Inspection.from_dict(refused.to_dict()) == refused
 
 
