@@ -12,8 +12,8 @@ import pytest
 
 from autotune import app, rerender
 from autotune.config.load import load_settings
-from autotune.report import write_reports
 from autotune.results.tuner_time import RunTime, TunerTime, process_phases
+from autotune.study.clock import RunClock
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
@@ -30,18 +30,23 @@ def _settings(tmp_path, **study):
 
 def test_a_tuning_runs_time_adds_up_by_stage_and_phase_and_mode_report_renders_it(tmp_path, monkeypatch):
     settings = _settings(tmp_path, diagnose=True)
-    out, rendering = io.StringIO(), []
-    timed = lambda *given: rendering.append(time.monotonic()) or write_reports(*given)  # noqa: E731
-    monkeypatch.setattr(app, "write_reports", timed)
+    out, ends, unpatched = io.StringIO(), [], RunClock.save
+
+    def save(clock: RunClock, finished: bool = False) -> None:
+        unpatched(clock, finished)
+        if finished:
+            ends.append(time.monotonic())
+
+    monkeypatch.setattr(RunClock, "save", save)
     started = time.monotonic()
     files = app.run(settings, tmp_path / "tuned", out)
-    elapsed = rendering[0] - started
+    elapsed = ends[0] - started
     report = json.loads(files["report.json"].read_text())
     spent = report["tuner_time"]
     wall = spent["wall_s"]
     assert sum(spent["phases_s"].values()) == pytest.approx(wall, rel=1e-9)
     assert sum(spent["stages_s"].values()) == pytest.approx(wall, rel=1e-9)
-    # The run's time as measured here, from its start to the rendering of its reports (which follows its record).
+    # The run's time as measured here, from its start to its record's last save (the reports render after it).
     assert 0.95 * elapsed <= wall <= elapsed, (wall, elapsed)
     assert list(spent["stages_s"]) == ["inspect", "baseline", "probe", "search", "race", "trim", "profiles", "tuner"]
     for stage, parts in spent["by_stage_s"].items():
