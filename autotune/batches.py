@@ -11,11 +11,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from autotune.knobs import TrainingSetup
 
 
 def move(
@@ -39,6 +42,12 @@ def move(
     if values is None:
         return batch
     return _rebuild(batch, [move(value, device, non_blocking, memory_format) for value in values])
+
+
+def to_device(batch: Any, setup: TrainingSetup) -> Any:
+    """``batch`` on ``setup``'s training device as its knobs say (``move``): 4-D float inputs in their memory layout,
+    copied asynchronously from pinned memory."""
+    return move(batch, setup.device, setup.non_blocking_copy, setup.input_memory_format)
 
 
 def batch_len(batch: Any) -> int:

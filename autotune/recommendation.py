@@ -121,7 +121,9 @@ class Recommendation:
 
     def to_device(self, batch: Any, device: str | torch.device) -> Any:
         """``batch`` on ``device`` as the trials moved it: asynchronous from pinned memory, images in the layout."""
-        return self._setup(Target.BATCH, device=device).to_device(batch)
+        from autotune.batches import to_device
+
+        return to_device(batch, self._setup(Target.BATCH, device=device))
 
     def optimizer_kwargs(self) -> dict[str, Any]:
         """foreach/fused: keyword arguments for a ``torch.optim`` optimizer."""

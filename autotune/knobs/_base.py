@@ -61,13 +61,6 @@ class TrainingSetup:
     optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
     zero_grad_to_none: bool = True
 
-    def to_device(self, batch: Any) -> Any:
-        """``batch`` (of any structure ``autotune.batches`` walks) on the training device, 4-D float inputs in the
-        knobs' memory layout, copied asynchronously from pinned memory."""
-        from autotune.batches import move
-
-        return move(batch, self.device, self.non_blocking_copy, self.input_memory_format)
-
 
 @dataclass(frozen=True)
 class SearchContext:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from autotune.batches import to_device
 from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.pipeline.build import Pipeline
 
@@ -81,7 +82,7 @@ class Trainer:
 
     def to_device(self, batch: Any) -> Any:
         """The batch on the training device, image inputs in the knobs' memory layout."""
-        return self.setup.to_device(batch)
+        return to_device(batch, self.setup)
 
     def train_step(self, batch: Any, eager: bool = False) -> torch.Tensor:
         """Forward and backward on a batch already on the device, and the optimizer step once every

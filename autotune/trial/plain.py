@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from autotune.batches import to_device
 from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.build import Pipeline
@@ -47,7 +48,7 @@ def run_plain(
         if start is not None:
             boundaries += 1
         for batch in loader:
-            batch = setup.to_device(batch)
+            batch = to_device(batch, setup)
             with torch.autocast(device.type, dtype=setup.autocast_dtype, enabled=setup.autocast_dtype is not None):
                 loss = loss_of(batch)
             if accumulate > 1:

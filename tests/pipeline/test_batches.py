@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from autotune.batches import batch_len, move
+from autotune.batches import batch_len, move, to_device
 from autotune.config.load import load_settings
 from autotune.errors import AutotuneError
 from autotune.knobs import TrainingSetup
@@ -148,7 +148,7 @@ def test_the_loader_timing_counts_the_samples_of_any_batch():
 def test_the_training_setup_moves_batches_as_its_knobs_say():
     setup = TrainingSetup(torch.nn.Linear(1, 1), META, non_blocking_copy=True, input_memory_format=CHANNELS_LAST)
     recorder = Recorder()
-    moved = setup.to_device(UserDict(x=images(), y=recorder))
+    moved = to_device(UserDict(x=images(), y=recorder), setup)
     assert type(moved) is UserDict and moved["x"].is_contiguous(memory_format=CHANNELS_LAST) and on_meta(moved["x"])
     assert recorder.calls == [((META,), {"non_blocking": True})]
 
