@@ -259,7 +259,7 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), f"is not valid YAML: {exc}") from exc
     recommendation = Recommendation.from_document(document, str(path))
-    _warn_if_elsewhere(recommendation, str(path), machine or describe_machine())
+    _warn_if_elsewhere(recommendation, str(path), machine)
     return recommendation
 
 
@@ -288,7 +288,7 @@ def _complete(given: dict[str, Any], source: str) -> dict[str, Any]:
     return knobs
 
 
-def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dict[str, Any]) -> None:
+def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dict[str, Any] | None) -> None:
     if recommendation.schema_version < SCHEMA_VERSION:
         warnings.warn(
             f"{source} was written by an older autotune (schema {recommendation.schema_version}, this one writes "
@@ -297,7 +297,7 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
             stacklevel=3,
         )
         return
-    here = machine_fingerprint(machine)
+    here = machine_fingerprint(describe_machine() if machine is None else machine)  # described only when compared
     differs = {
         key: (value, here[key])
         for key, value in machine_fingerprint(recommendation.machine).items()
