@@ -158,6 +158,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         fail_stale_trials(study)
     else:
         _fail_interrupted_trials(study, _running(study))
+        _end_orphan_claims(study)
 
 
 def ensure_baseline(
@@ -313,17 +314,18 @@ def _search(
             _not_measured(study, trial, key, bound)
             repeats += 1
             continue
-        trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
-        with _claimed(study, trial, machine, key) as mine:
-            given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
-            if given_way:
-                trial.set_user_attr(DUPLICATE_ATTR, given_way)
-                study.tell(trial, state=TrialState.PRUNED)
-                repeats += 1
-                continue
-            repeats = 0
-            beat = settings.heartbeat_s if is_shared(settings.storage) else None
-            result, outcome = _measure_trial(study, trial, knobs, run, settings, pruner, beat)
+        # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
+        with _heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
+            trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
+            with _claimed(study, trial, machine, key) as mine:
+                given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
+                if given_way:
+                    trial.set_user_attr(DUPLICATE_ATTR, given_way)
+                    study.tell(trial, state=TrialState.PRUNED)
+                    repeats += 1
+                    continue
+                repeats = 0
+                result, outcome = _measure_trial(study, trial, knobs, run, settings, pruner)
         if outcome is not None:
             known[key] = outcome
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
@@ -401,15 +403,17 @@ def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str) -
     """Hold, for ``trial``, the right to measure configuration ``key`` on ``machine`` while inside (True), or find
     another tuner holding it (False). A claim is an empty study of its own name in the study's storage: a storage
     creates a name once (a unique constraint in a database, the order of the journal in a file), so of two tuners
-    claiming one configuration at once exactly one gets it. The claim names its trial, and the trial its claim: it
-    ends with the trial, or, where the trial's tuner died, when its trial is failed (``fail_stale_trials``)."""
-    claim = _claim(study, _claim_name(study, machine, key))
+    claiming one configuration at once exactly one gets it. The trial names the claim before making it, and the claim
+    its trial once made, so that, whenever the trial's tuner dies, the claim ends once no running trial names or
+    holds it (``_end_orphan_claims``, after the trial is failed); it ends with the trial otherwise."""
+    name = _claim_name(study, machine, key)
+    trial.set_user_attr(CLAIM_ATTR, name)
+    claim = _claim(study, name)
     if claim is None:
         yield False
         return
     try:
         study._storage.set_study_user_attr(claim, "trial", trial.number)
-        trial.set_user_attr(CLAIM_ATTR, claim)
         yield True
     finally:
         _end_claim(study, claim)
@@ -432,15 +436,19 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
 
 
 def _end_orphan_claims(study: optuna.Study) -> None:
-    """End the claims whose trial is no longer running (its tuner died between its result and the claim's end).
-    The claims are read before the running trials: a trial is created before its claim, so a claim made meanwhile
-    has its trial among them."""
+    """End the claims of trials no longer running: a claim whose trial, as it records, is not running (its tuner
+    died between its result and the claim's end, or was failed as dead), and one that records no trial yet and that
+    no running trial names (its tuner died making it). The claims are read before the running trials: a trial names
+    its claim before making it, so a claim made meanwhile is named by a trial among them."""
     prefix = f"{study.study_name}{_MEASURING}"
     claims = study._storage.get_all_studies()
-    running = {t.number for t in _running(study)}
+    running = _running(study)
+    numbers, named = {t.number for t in running}, {t.user_attrs.get(CLAIM_ATTR) for t in running}
     for summary in claims:
+        if not summary.study_name.startswith(prefix):
+            continue
         owner = summary.user_attrs.get("trial")
-        if summary.study_name.startswith(prefix) and owner is not None and owner not in running:
+        if owner not in numbers if owner is not None else summary.study_name not in named:
             _end_claim(study, summary._study_id)
 
 
@@ -541,18 +549,21 @@ def _await_claim(study: optuna.Study, name: str) -> bool:
 
 @contextmanager
 def _beating(write: Callable[[], None], interval_s: float) -> Iterator[None]:
-    """``write`` a heartbeat now and every ``interval_s`` while inside. A beat that fails (the storage busy or away)
-    is tried again at the next one: a lasting fault is met by the tuner's next write, and said."""
+    """``write`` a heartbeat now, before going on, and every ``interval_s`` while inside. A beat that fails (the
+    storage busy or away) is tried again at the next one: a lasting fault is met by the tuner's next write, and said."""
     stop = threading.Event()
 
     def beat() -> None:
-        while True:
-            with contextlib.suppress(Exception):
-                write()
-            if stop.wait(interval_s):
-                return
+        with contextlib.suppress(Exception):
+            write()
 
-    thread = threading.Thread(target=beat, name="autotune-heartbeat", daemon=True)
+    def beating() -> None:
+        while not stop.wait(interval_s):
+            beat()
+
+    beat()
+
+    thread = threading.Thread(target=beating, name="autotune-heartbeat", daemon=True)
     thread.start()
     try:
         yield
@@ -676,12 +687,10 @@ def _measure_trial(
     run: RunFn,
     settings: StudySettings,
     pruner: SlowerThanBestPruner | None,
-    heartbeat_s: float | None,
 ) -> tuple[TrialResult, _Outcome | None]:
-    """Measure ``knobs`` as ``trial`` (its tuner's heartbeat every ``heartbeat_s`` meanwhile, where not None), store
-    the result on it and tell Optuna; a trial stopped by an exception (Ctrl-C) is marked interrupted. The outcome is
-    None where another tuner took the trial for dead and failed it meanwhile: its result is lost, and its
-    configuration is measured again."""
+    """Measure ``knobs`` as ``trial``, store the result on it and tell Optuna; a trial stopped by an exception
+    (Ctrl-C) is marked interrupted. The outcome is None where another tuner took the trial for dead and failed it
+    meanwhile: its result is lost, and its configuration is measured again."""
     last_reading: list[float] = []
 
     def on_progress(steps: int, throughput: float) -> str | None:
@@ -690,8 +699,7 @@ def _measure_trial(
         return pruner.reason(throughput) if pruner.slower(steps, throughput) else None
 
     try:
-        with _heartbeat(trial, heartbeat_s):
-            result = run(knobs, f"trial-{trial.number}", on_progress if pruner else None)
+        result = run(knobs, f"trial-{trial.number}", on_progress if pruner else None)
     except BaseException:
         with contextlib.suppress(UpdateFinishedTrialError):
             trial.set_user_attr(INTERRUPTED_ATTR, True)
@@ -720,8 +728,8 @@ def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
 
 def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.FrozenTrial]) -> list[int]:
     """Trials left running by a tuner that was killed: mark them failed and interrupted, and propose them again
-    (with the probe's prediction for them, if it made one). Returns the numbers of those this tuner failed (another
-    tuner of a shared study may fail one first)."""
+    (with the probe's prediction for them, if it made one); their claims are then orphans (``_end_orphan_claims``).
+    Returns the numbers of those this tuner failed (another tuner of a shared study may fail one first)."""
     failed = []
     for trial in stale:
         try:  # marked on the trial itself before it is failed: a result it stored is then never counted
@@ -730,8 +738,6 @@ def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.Froze
         except (ValueError, RuntimeError):  # told already, by another tuner (UpdateFinishedTrialError is both)
             continue
         failed.append(trial.number)
-        if (claim := trial.user_attrs.get(CLAIM_ATTR)) is not None:
-            _end_claim(study, claim)
         if DUPLICATE_ATTR not in trial.user_attrs:
             predicted = trial.user_attrs.get(PREDICTED_ATTR)
             attrs = {PREDICTED_ATTR: predicted} if predicted is not None else None

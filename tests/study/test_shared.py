@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import asdict
 
+import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 from optuna.study import StudyDirection
@@ -21,10 +22,18 @@ from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.errors import StudyMismatchError
 from autotune.measure.environment import describe_machine, machine_id, this_machine_id
 from autotune.measure.recorder import WindowPlan
-from autotune.records import ALIVE_ATTR, BASELINE_ATTR, CONFIG_ATTR, MACHINE_ATTR, config_key, measured_trials
+from autotune.records import (
+    ALIVE_ATTR,
+    BASELINE_ATTR,
+    CLAIM_ATTR,
+    CONFIG_ATTR,
+    MACHINE_ATTR,
+    config_key,
+    measured_trials,
+)
 from autotune.results.model import load_results
 from autotune.study.storage import StorageFaultError, is_shared
-from autotune.study.tuner import _claimed, counted_trials, ensure_baseline, finishing, open_study, tune
+from autotune.study.tuner import _claim_name, _claimed, counted_trials, ensure_baseline, finishing, open_study, tune
 from tests.study.test_tuner import BASELINE, SPACE, fake_result
 
 # What is tuned, with a measurement plan the reports can describe.
@@ -83,16 +92,30 @@ def test_two_tuners_on_one_study_share_out_its_trials_and_measure_each_configura
     assert [name for name in _storage_names(study) if "#measuring" in name] == [], "every claim ended"
 
 
-def test_a_trial_whose_tuner_died_is_failed_once_unheard_of_and_its_configuration_measured_again(tmp_path):
+def _die_before_claiming(study, trial, machine, key):
+    trial.set_user_attr(CLAIM_ATTR, _claim_name(study, machine, key))  # named, not made
+
+
+def _die_making_the_claim(study, trial, machine, key):
+    _die_before_claiming(study, trial, machine, key)
+    study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, key))  # its trial unsaid
+
+
+def _die_holding_the_claim(study, trial, machine, key):
+    _claimed(study, trial, machine, key).__enter__()
+
+
+@pytest.mark.parametrize("died", [_die_before_claiming, _die_making_the_claim, _die_holding_the_claim])
+def test_a_trial_whose_tuner_died_is_failed_once_unheard_of_and_its_configuration_measured_again(tmp_path, died):
     settings = journal(tmp_path, n_trials=2, heartbeat_s=0.1)
     study = open_study(settings, META)
     ensure_baseline(study, BASELINE, SlowMeasure(0))
-    dead = study.ask()  # a tuner that died while measuring this trial: its claim and the trial left behind
+    dead = study.ask()  # a tuner that died while measuring this trial: the trial and its claim, if any, left behind
     knobs = SPACE.sample(dead)
+    dead.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # its last heartbeat
     dead.set_user_attr(MACHINE_ATTR, measured_on := this_machine_id())
     dead.set_user_attr(CONFIG_ATTR, config_key(knobs))
-    dead.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # its last heartbeat
-    _claimed(study, dead, measured_on, config_key(knobs)).__enter__()
+    died(study, dead, measured_on, config_key(knobs))
     time.sleep(STALE_BEATS * settings.heartbeat_s + 0.1)
     measure = SlowMeasure(0)
     tuner(settings, measure)
@@ -100,6 +123,16 @@ def test_a_trial_whose_tuner_died_is_failed_once_unheard_of_and_its_configuratio
     assert study.trials[dead.number].state is TrialState.FAIL
     assert config_key(knobs) in measure.measured(), "measured again by the live tuner"
     assert counted_trials(study) == 2 and dead.number not in [t.number for t, _ in measured_trials(study, measured_on)]
+    assert [name for name in _storage_names(study) if "#measuring" in name] == [], "every claim ended"
+
+
+def test_a_trial_is_heard_of_before_other_tuners_see_it_in_flight(tmp_path, monkeypatch):
+    written, set_user_attr = [], optuna.Trial.set_user_attr
+    monkeypatch.setattr(optuna.Trial, "set_user_attr", lambda trial, key, value: [
+        written.append(key), set_user_attr(trial, key, value)])  # fmt: skip
+    settings = journal(tmp_path, n_trials=1, heartbeat_s=60)  # a tuner dying in flight is failed in 4 of its beats
+    tuner(settings, SlowMeasure(0))
+    assert ALIVE_ATTR in written and written.index(ALIVE_ATTR) < written.index(CONFIG_ATTR)
 
 
 def test_a_live_tuners_trial_is_not_failed_by_a_tuner_that_joins_while_it_runs(tmp_path):
