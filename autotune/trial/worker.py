@@ -287,5 +287,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End this trial's process at once, its output flushed, once its result is written: the interpreter's teardown
+    (torch's, ~0.6 s) measures nothing, and the tuner kills the trial's process group after it (its DataLoader
+    workers too)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

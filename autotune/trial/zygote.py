@@ -81,12 +81,7 @@ def _run_child(order: dict, base_path: list[str], inherited: tuple[int, ...]) ->
     except BaseException:
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
+        worker.exit_now(code)
 
 
 def _python_path(env: dict) -> list[str]:

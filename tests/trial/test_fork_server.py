@@ -67,6 +67,19 @@ def test_a_forked_trial_counts_the_pages_it_shares_with_the_server_as_its_own(se
     assert 0.85 * peaks["fresh"] <= peaks["forked"] <= 1.3 * peaks["fresh"], peaks
 
 
+@pytest.mark.parametrize("kind", ["forked", "fresh"])
+def test_a_trial_ends_without_the_interpreters_teardown_and_its_output_reaches_its_log(kind, tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)  # a trial's stdout, a file, then holds what it prints
+    launcher = ForkServer() if kind == "forked" else FreshLauncher()
+    try:
+        result = run_trial(request(model="ChattyCNN"), 120, tmp_path, kind, launcher=launcher)
+    finally:
+        if isinstance(launcher, ForkServer):
+            launcher.close()
+    assert result.ok, result.failure
+    assert "a ChattyCNN was built" in (tmp_path / f"{kind}.log").read_text(), "the buffered output was flushed"
+
+
 def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     script = (
         "import sys, time\n"
