@@ -218,7 +218,7 @@ def simulate_study(
         effect = round_effects.setdefault(round_index, rng.gauss(0.0, noise.round_sd))
         return run_of(by_name[run_knobs["config"]], effect)
 
-    confirmation = run_race(_Study(), results, rounds, measure, lambda name, result: None)
+    confirmation = run_race(UnstoredStudy(), results, rounds, measure, lambda name, result: None)
     winner = confirmation.winner if confirmation else None  # None: no finalist, or none proven
     pick = by_name[winner.knobs["config"]] if winner else scenario.baseline
     best = max(c.relative for c in configs)
@@ -230,7 +230,7 @@ def median_run_noise(noise: Noise, rng: random.Random, runs: int) -> float:
     return statistics.median(noise.run(rng) for _ in range(runs))
 
 
-class _Study:
+class UnstoredStudy:
     """Stands in for the Optuna study ``run_race`` stores its outcome in."""
 
     def set_user_attr(self, key: str, value: Any) -> None:

@@ -1,0 +1,178 @@
+"""Trim model: how many runs autotune's trim (``autotune/study/trim.py``) takes to undo a winner's changes that do
+nothing, and how often it keeps what matters, when runs vary the way re-measurements on this machine vary.
+
+    .venv/bin/python -m benchmarks.trim_model [--studies 2000] [--rounds 3] [--pipeline images] [--run-sd SD]
+        [--seed 0] [FILE ...]
+
+A model, not a measurement, like ``benchmarks.race_model`` (whose noise it fits to the same files): it drives
+autotune's own ``run_trim`` with simulated runs, so that rules of the trim can be compared in seconds; only a real
+tune (docs/benchmarks.md, section 7) says what a trim costs on a pipeline.
+
+A scenario is a race's winner (real knob values) and, for each change it makes from the baseline, the factor its
+throughput takes when that change alone is undone (``effects``); ``together`` adds factors taken only when all of
+a group of changes are undone (redundant changes: either one gives the gain). A configuration's true throughput,
+relative to the winner's, is the product of the factors of the changes it undoes. Each run draws the round effect
+of its race round and its own run noise. A change *matters* when undoing it alone or with others costs 2 % or more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from autotune.knobs import BASELINE_DEFAULTS, changed
+from autotune.records import TrialRecord
+from autotune.results.model import StudyResults
+from autotune.results.race import Confirmation, Finalist, count_changes
+from autotune.study.trim import run_trim
+from benchmarks.race_model import DEFAULT_FILES, Noise, UnstoredStudy, fit_noise
+
+# A change costing at least this much when undone matters: the trim should keep it.
+MATTERS = 0.02
+
+# The README's example (conf/pipeline/mymodel.yaml): its baseline, and the winner of the README's run.
+MYMODEL_BASELINE = BASELINE_DEFAULTS | {
+    "batch_size": 32,
+    "num_workers": 0,
+    "prefetch_factor": None,
+    "persistent_workers": None,
+}
+MYMODEL_WINNER = MYMODEL_BASELINE | {
+    "batch_size": 64,
+    "num_workers": 2,
+    "prefetch_factor": 2,
+    "persistent_workers": True,
+    "num_threads": 1,
+    "channels_last": True,
+    "optimizer_impl": "foreach",
+    "set_to_none": False,
+    "malloc": "keep",
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A winner changing knobs from ``baseline``; ``effects`` by knob (1.0 where not given), ``together`` by group."""
+
+    baseline: dict[str, Any]
+    winner: dict[str, Any]
+    effects: dict[str, float]
+    together: dict[frozenset[str], float] = field(default_factory=dict)
+
+    def relative(self, knobs: dict[str, Any]) -> float:
+        """The true throughput of ``knobs`` over the winner's."""
+        undone = {name for name in changed(self.winner, self.baseline) if knobs[name] != self.winner[name]}
+        factor = math.prod(self.effects.get(name, 1.0) for name in undone)
+        return factor * math.prod(f for group, f in self.together.items() if group <= undone)
+
+    def matters(self, name: str) -> bool:
+        groups = [f for group, f in self.together.items() if name in group]
+        return min([self.effects.get(name, 1.0), *groups]) <= 1 - MATTERS
+
+
+def _winner_with(**values: Any) -> dict[str, Any]:
+    return MYMODEL_BASELINE | values
+
+
+# Undoing each of the README winner's changes, from section 7's benchmark (tuned/recommended.yaml at d8c746c, 5
+# rounds): without workers 1.08x against 1.96x, without one thread 1.47x, without channels_last 1.73x, without
+# malloc=keep 1.69x, without batch 64 1.94x; persistent workers: est. (the README's trim kept them).
+SCENARIOS = {
+    "mymodel, the README's winner (8 changes, 5 matter)": Scenario(
+        MYMODEL_BASELINE,
+        MYMODEL_WINNER,
+        {"num_workers": 0.55, "num_threads": 0.75, "channels_last": 0.88, "malloc": 0.86, "persistent_workers": 0.93},
+    ),
+    "6 changes, 1 matters": Scenario(
+        MYMODEL_BASELINE,
+        MYMODEL_WINNER | {"persistent_workers": None, "num_workers": 0, "prefetch_factor": None},
+        {"num_threads": 0.70},
+    ),
+    "4 changes, all matter by 5 %": Scenario(
+        MYMODEL_BASELINE,
+        _winner_with(batch_size=64, num_threads=1, channels_last=True, malloc="keep"),
+        {"batch_size": 0.95, "num_threads": 0.95, "channels_last": 0.95, "malloc": 0.95},
+    ),
+    "4 changes, two redundant (either gives 15 %)": Scenario(
+        MYMODEL_BASELINE,
+        _winner_with(batch_size=64, num_threads=1, optimizer_impl="foreach", set_to_none=False),
+        {"num_threads": 0.75},
+        {frozenset({"batch_size", "optimizer_impl"}): 0.85},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    runs: int  # the trim's runs, the baseline's included
+    ratio: float  # the trimmed configuration's true throughput over the winner's
+    kept_idle: int  # changes kept that do not matter
+    dropped_needed: int  # changes undone that matter
+
+
+def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Random) -> Outcome:
+    """The winner's race against the baseline (``rounds`` rounds), then its trim, on simulated runs: what the trim
+    kept (the winner itself where its race proved nothing, as the tuner does)."""
+    round_effects: dict[str, float] = {}
+    runs = 0
+
+    def result_of(knobs: dict[str, Any], round_key: str) -> Any:
+        effect = round_effects.setdefault(round_key, rng.gauss(0.0, noise.round_sd))
+        throughput = scenario.relative(knobs) * math.exp(effect + noise.run(rng))
+        return SimpleNamespace(knobs=knobs, ok=True, timing=SimpleNamespace(throughput=throughput),
+                               peak_memory_mb=100.0, failure=None, to_dict=dict)  # fmt: skip
+
+    def measure(knobs: dict[str, Any], name: str, _progress: Any) -> Any:
+        nonlocal runs
+        runs += 1
+        return result_of(knobs, "-".join(name.split("-")[:3]))  # trim-RACE-ROUND
+
+    base_runs = [result_of(scenario.baseline, f"confirm-{i}").timing.throughput for i in range(rounds)]
+    winner_runs = [result_of(scenario.winner, f"confirm-{i}").timing.throughput for i in range(rounds)]
+    changes = count_changes(scenario.winner, scenario.baseline)
+    winner = Finalist("winner", scenario.winner, changes, 100.0, winner_runs)
+    confirmation = Confirmation(base_runs, [winner], planned_rounds=rounds)
+    baseline = TrialRecord("baseline", SimpleNamespace(knobs=scenario.baseline))
+    results = StudyResults("model", "model", "cpu", {}, {}, {}, baseline)
+    trim = run_trim(UnstoredStudy(), results, confirmation, measure, lambda name, result: None)
+    final = next((race.winner for race in reversed(trim) if race.winner), winner)
+    kept = set(changed(final.knobs, scenario.baseline))
+    needed = {name for name in changed(scenario.winner, scenario.baseline) if scenario.matters(name)}
+    return Outcome(runs, scenario.relative(final.knobs), len(kept - needed), len(needed - kept))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path, default=DEFAULT_FILES, help="efficiency.json files")
+    parser.add_argument("--studies", type=int, default=2000, help="simulated trims per scenario")
+    parser.add_argument("--rounds", type=int, default=3, help="the race's planned rounds (study.confirm_rounds)")
+    parser.add_argument("--pipeline", default="images", help="whose re-measurement noise to fit")
+    parser.add_argument("--run-sd", type=float, help="a run's own noise (log SD) instead of the fitted one")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    noise = fit_noise([json.loads(path.read_text(encoding="utf-8")) for path in args.files], args.pipeline)
+    if args.run_sd is not None:
+        noise = Noise(noise.round_sd, args.run_sd, noise.tail_dof)
+    tails = f"t, {noise.tail_dof} d.o.f." if noise.tail_dof else "normal"
+    print(f"noise of {args.pipeline} (log SD): round {noise.round_sd:.3f}, run {noise.run_sd:.3f} ({tails})")
+    rng = random.Random(args.seed)
+    for name, scenario in SCENARIOS.items():
+        outcomes = [simulate_trim(scenario, noise, args.rounds, rng) for _ in range(args.studies)]
+        ratios = sorted(o.ratio for o in outcomes)
+        print(
+            f"{name}: {statistics.fmean(o.runs for o in outcomes):5.1f} runs; trimmed >= 0.97 of the winner in "
+            f"{sum(r >= 0.97 for r in ratios) / len(ratios):6.1%} (5th percentile {ratios[len(ratios) // 20]:.3f}); "
+            f"idle changes kept {statistics.fmean(o.kept_idle for o in outcomes):.2f}, "
+            f"changes that matter undone {statistics.fmean(o.dropped_needed for o in outcomes):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
