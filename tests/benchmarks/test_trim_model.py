@@ -1,0 +1,26 @@
+"""The trim model drives autotune's own trim with simulated runs."""
+
+from __future__ import annotations
+
+import random
+
+from benchmarks.race_model import Noise
+from benchmarks.trim_model import SCENARIOS, simulate_trim
+
+
+def test_without_noise_the_trim_keeps_exactly_the_changes_that_matter():
+    quiet = Noise(0.0, 0.0, None)
+    for name, scenario in SCENARIOS.items():
+        outcome = simulate_trim(scenario, quiet, 3, random.Random(0))
+        assert outcome.kept_idle == 0, name
+        if name.startswith("4 changes, two redundant"):
+            assert outcome.dropped_needed == 1 and outcome.ratio == 1.0, "one of the redundant pair undone, at no cost"
+        else:
+            assert outcome.dropped_needed == 0 and outcome.ratio == 1.0, name
+        assert outcome.runs > 0
+
+
+def test_noise_makes_the_trim_keep_changes_that_do_nothing():
+    noisy = Noise(0.017, 0.098, None)
+    outcomes = [simulate_trim(SCENARIOS["6 changes, 1 matters"], noisy, 3, random.Random(seed)) for seed in range(30)]
+    assert sum(o.kept_idle for o in outcomes) > 0 and all(o.dropped_needed == 0 for o in outcomes)
