@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
 import optuna
 import psutil
 import pytest
@@ -118,6 +119,11 @@ def tiny_config(**overrides) -> dict:
     for section, values in overrides.items():
         config[section] = {**config[section], **values}
     return config
+
+
+# A property test checks what the code does, not how fast: under the suite's load one example can take 0.3 s.
+hypothesis.settings.register_profile("suite", deadline=None)
+hypothesis.settings.load_profile("suite")
 
 
 @pytest.fixture(autouse=True)

@@ -213,6 +213,7 @@ def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):
     assert "verdict: holds" in printed and "note:" not in printed
 
 
+@pytest.mark.slow
 def test_the_command_line_gate_fails_a_speedup_that_fell(tmp_path, cli_here):
     # Batch 32 over 16 gives the tiny pipeline about 1.5x: no run noise stretches 3 rounds' interval to 1e6 x 0.9
     # (1000x was reached once in CI, while other tests loaded both cores).

@@ -49,6 +49,7 @@ def read_outputs(out_dir):
     return recommended, report, rows
 
 
+@pytest.mark.slow
 def test_a_tuning_run_writes_consistent_reports(tmp_path, cli_here):
     proc = cli_here([*TINY, "study.n_trials=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -83,6 +84,7 @@ def test_a_tuning_run_writes_consistent_reports(tmp_path, cli_here):
         assert recommended["knobs"] == recommended["baseline"], "an unconfirmed trial is not recommended"
 
 
+@pytest.mark.slow
 def test_trials_that_crash_are_recorded_and_the_study_completes(tmp_path, cli_here):
     args = [
         "-cd",
@@ -124,6 +126,7 @@ def test_zero_trials_measures_the_baseline_alone(tmp_path, cli_here):
     assert recommended["throughput"]["speedup"] == 1.0
 
 
+@pytest.mark.slow
 def test_a_killed_study_resumes_where_it_stopped(tmp_path, cli_here):
     args = [*TINY, "study.n_trials=4", "study.confirm_rounds=0"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -152,6 +155,7 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path, cli_here):
     assert len({tuple(r[k] for k in KNOBS) for r in rows}) == 5
 
 
+@pytest.mark.slow
 def test_running_a_finished_study_again_re_renders_without_measuring(tmp_path, cli_here):
     args = [*TINY, "study.n_trials=1", "study.confirm_rounds=0"]
     assert cli_here([*args, f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path).returncode == 0
@@ -254,6 +258,7 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     assert not (tmp_path / "out").exists(), "no trial ran, no empty run folder is left"
 
 
+@pytest.mark.slow
 def test_the_debug_switch_shows_the_traceback(tmp_path):
     proc = run_cli(
         ["pipeline=mymodel", "search.amp=[fp8]", f"hydra.run.dir={tmp_path}/out"], cwd=REPO, env={"AUTOTUNE_DEBUG": "1"}
@@ -269,6 +274,7 @@ def test_the_console_script_is_installed():
     assert all(f"  {name} " in proc.stdout for name in KNOBS), "every knob, as the registry describes it"
 
 
+@pytest.mark.slow
 def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     """-cd adds the user's config folder; their modules import from the current directory, in trials too."""
     (tmp_path / "mypkg").mkdir()
@@ -319,6 +325,7 @@ def test_a_corrupt_storage_file_is_named_and_never_replaced(tmp_path, cli_here):
     assert storage.read_text() == "not a database"
 
 
+@pytest.mark.slow
 def test_a_locked_storage_file_is_named(tmp_path, cli_here):
     storage = tmp_path / "studies.db"
     lock = sqlite3.connect(storage, isolation_level=None)
@@ -346,6 +353,7 @@ def test_a_storage_password_is_never_shown(tmp_path, cli_here):
     "signum, says",
     [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM"), (signal.SIGHUP, "stopped by SIGHUP")],
 )
+@pytest.mark.slow
 def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(tmp_path, signum, says):
     tuner = start_long_trial(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tuner.send_signal(signum)
@@ -358,6 +366,7 @@ def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(
     assert processes_mentioning(str(tmp_path)) == [], "the running trial and its workers are gone"
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
     tuner = start_long_trial(tmp_path, stdout=subprocess.DEVNULL)
     helpers = psutil.Process(tuner.pid).children()  # the fork server among them
@@ -405,6 +414,7 @@ def wait_for_file(path, timeout_s):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path, cli_here):
     args = [*TINY, "study.probe=true", "study.n_trials=2", "study.objectives=[throughput,peak_memory]"]
     proc = cli_here([*args, "search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
@@ -415,6 +425,7 @@ def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path, cli_h
     assert "differential probe" not in markdown
 
 
+@pytest.mark.slow
 def test_probe_and_fixed_effective_batches(tmp_path, cli_here):
     args = [*TINY, "study.probe=true", "study.n_trials=2", "search.batch_policy=fixed_effective"]
     args += [*fixed_search(batch_size=None), f"hydra.run.dir={tmp_path}/out"]  # the probe times the batch sizes
@@ -432,6 +443,7 @@ def test_probe_and_fixed_effective_batches(tmp_path, cli_here):
     assert recommended["training"]["gradient_accumulation_steps"] == 16 // batch
 
 
+@pytest.mark.slow
 def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(
     tmp_path, cli_here, describes_no_machine
 ):
@@ -458,6 +470,7 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
     assert len(list((tmp_path / "check" / "selfcheck").glob("*.result.json"))) == 8
 
 
+@pytest.mark.slow
 def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, cli_here, describes_no_machine):
     baseline = {**{name: knob.baseline_default for name, knob in KNOBS.items()}, "batch_size": 16}
     recommendation = {**baseline, "batch_size": 32, "set_to_none": False}
@@ -485,6 +498,7 @@ def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, 
     assert "[round 2 recommended - batch_size]" in proc.stdout and "x the baseline" in proc.stdout
 
 
+@pytest.mark.slow
 def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path, cli_here):
     """Tuned where the user's package imports; re-rendered where it does not, from the study alone."""
     (tmp_path / "repo" / "mypkg").mkdir(parents=True)

@@ -69,6 +69,7 @@ def test_profile_settings_are_checked():
         load_settings(config, "tiny")
 
 
+@pytest.mark.slow
 def test_a_tuning_run_profiles_its_baseline_and_recommendation_after_the_race_and_mode_report_renders_them(tmp_path):
     settings = _settings(tmp_path, "tune", {"n_trials": 1, "diagnose": True})
     out = io.StringIO()

@@ -189,6 +189,7 @@ FORMS = [SECRET, unquote(SECRET), hydra_escaped(unquote(SECRET)), ENV_SECRET]
     ],
     ids=["multirun-verbose", "debug-env-query", "parse-error", "cfg-job"],
 )
+@pytest.mark.slow
 def test_the_password_appears_in_no_output_and_no_file(tmp_path, flags, overrides, debug, code, shown):
     where = [f"hydra.run.dir={tmp_path}/out", f"hydra.sweep.dir={tmp_path}/multi", "hydra.output_subdir=.hydra"]
     env = {"AUTOTUNE_TEST_PASSWORD": ENV_SECRET, **({"AUTOTUNE_DEBUG": "1"} if debug else {})}

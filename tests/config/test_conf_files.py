@@ -29,6 +29,7 @@ def test_there_is_a_shipped_pipeline():
     assert "mymodel" in SHIPPED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pipeline", SHIPPED)
 def test_shipped_pipelines_validate(pipeline):
     cfg = _compose(pipeline)

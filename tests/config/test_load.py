@@ -186,6 +186,7 @@ def test_the_targets_are_imported_where_the_facts_are_read_naming_the_key(tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_a_model_module_that_crashes_at_import_kills_a_subprocess_not_the_tuner(tmp_path):
     record = tmp_path / "imported"
     env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_DEBUG"}

@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_the_profiling_example_runs(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO / "examples" / "profile_my_loop.py")],

@@ -38,6 +38,7 @@ from tests.conftest import REPO
         },
     ],
 )
+@pytest.mark.slow
 def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):
     path = tmp_path / "recommended.yaml"
     training = {"gradient_accumulation_steps": 2, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}

@@ -162,6 +162,7 @@ def _request_with(kind: str):
     return TrialRequest(settings.pipeline, {**NEUTRAL_KNOBS, "batch_size": 16}, "cpu", settings.measure.plan, 0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["userdict", "pair"])
 def test_a_trial_measures_a_pipeline_whose_batches_are_a_userdict_or_a_namedtuple(kind, tmp_path):
     result = run_trial(_request_with(kind), 120, tmp_path, kind)
@@ -169,6 +170,7 @@ def test_a_trial_measures_a_pipeline_whose_batches_are_a_userdict_or_a_namedtupl
     assert result.timing.steps >= 3 and result.timing.samples == 16 * result.timing.steps
 
 
+@pytest.mark.slow
 def test_the_plain_loop_moves_a_batch_that_moves_itself():
     request = _request_with("self_moving")
     plan = WindowPlan(min_steps=3, min_time_s=0.0, max_time_s=10.0, warmup=WarmupPolicy(min_steps=2))

@@ -85,6 +85,7 @@ def sample_benchmark() -> Benchmark:
     return Benchmark("p", "cpu", 3, "recommended.yaml", {"cpu_model": "Test CPU"}, entries)
 
 
+@pytest.mark.slow
 def test_every_picture_the_study_report_promises_is_drawn(tmp_path):
     results = rich_results(tmp_path)
     summary = summarise(results)
@@ -168,6 +169,7 @@ def look(driver, page: Path, headings: list[str], images: int, screenshot: str) 
     assert driver.save_screenshot(str(ARTIFACTS / screenshot))
 
 
+@pytest.mark.slow
 def test_both_pages_render_in_a_real_browser(tmp_path, browser):
     results = rich_results(tmp_path)
     summary = summarise(results)

@@ -267,6 +267,7 @@ def test_a_probe_that_runs_out_of_memory_at_the_baselines_own_settings_fails_but
     assert len(record.out_of_memory) == len(record.plan.computes), "its settings still bound the search"
 
 
+@pytest.mark.slow
 def test_the_cli_keeps_the_probe_measures_the_largest_batch_that_fits_and_recommends_it(tmp_path, cli_here):
     args = [
         "-cd",

@@ -82,6 +82,7 @@ def running_trial_of(storage: str, study_name: str, pid: int, timeout_s: float =
     raise AssertionError(f"tuner {pid} started no trial in {timeout_s} s")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs 2 cores")
 def test_two_tuners_share_a_study_and_one_killed_mid_trial_loses_nothing(storage, tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -113,6 +114,7 @@ def test_two_tuners_share_a_study_and_one_killed_mid_trial_loses_nothing(storage
     assert json.loads(rendered["report.json"].read_text()) == survivors, "the report is the study's, from any side"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs 2 cores")
 def test_two_trials_at_once_each_on_its_own_core(tmp_path, cli_here):
     args = [

@@ -184,6 +184,7 @@ def study_file(tmp_path_factory) -> Path:
     return where / "study.db"
 
 
+@pytest.mark.slow
 def test_a_study_damaged_anywhere_is_refused_before_use_and_left_as_it_is(study_file, tmp_path, tiny_settings):
     """Tuning, mode=report and mode=selfcheck refuse it, whichever page is garbage; Optuna alone reads some of these
     files as the whole study."""
@@ -253,6 +254,7 @@ def test_a_file_or_folder_this_user_cannot_write_is_read_only_and_still_renders(
     assert stored.read_bytes() == study_file.read_bytes()
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_damaged_study_in_one_line(study_file, tmp_path, cli_here):
     damaged = tmp_path / "studies.db"
     shutil.copyfile(study_file, damaged)
@@ -291,6 +293,7 @@ cli.main()
 """
 
 
+@pytest.mark.slow
 def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_reports(tmp_path):
     """From the first tuning trial on, the study's file cannot grow: SQLite's own "database or disk is full"."""
     database = tmp_path / "studies.db"

@@ -56,6 +56,7 @@ def test_baseline_is_measured_once_and_stored(tmp_path):
     assert again == first and len(measure.calls) == 1
 
 
+@pytest.mark.slow
 def test_tune_measures_each_configuration_once_and_records_failures(tmp_path):
     study = open_study(settings(tmp_path, n_trials=10), META)
     measure = FakeMeasure()
@@ -70,6 +71,7 @@ def test_tune_measures_each_configuration_once_and_records_failures(tmp_path):
     assert failed and all(e.result.knobs["num_workers"] == 2 for e in failed)
 
 
+@pytest.mark.slow
 def test_resume_continues_to_n_trials_without_remeasuring(tmp_path):
     measure = FakeMeasure()
     study = open_study(settings(tmp_path, n_trials=2), META)
@@ -142,6 +144,7 @@ def test_a_run_of_failures_stops_the_study(tmp_path):
     assert "the last 3 trials all failed (the last with signal: killed by SIGSEGV)" in reason.message
 
 
+@pytest.mark.slow
 def test_the_finalists_race_the_baseline_once_and_the_fastest_proven_wins(tmp_path):
     study = open_study(settings(tmp_path), META)
     measure = FakeMeasure()
@@ -367,6 +370,7 @@ def test_multi_objective_studies_tell_throughput_and_peak_memory(tmp_path):
     assert study.directions[1].name == "MINIMIZE"
 
 
+@pytest.mark.slow
 def test_each_trial_shows_its_knobs_as_params_and_its_figures_as_attributes(tmp_path):
     """What optuna-dashboard shows of a study: the varied knobs, and flat figures beside the full result."""
     study = open_study(settings(tmp_path, n_trials=10), META)

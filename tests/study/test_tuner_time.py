@@ -28,6 +28,7 @@ def _settings(tmp_path, **study):
     return replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/study.db"))
 
 
+@pytest.mark.slow
 def test_a_tuning_runs_time_adds_up_by_stage_and_phase_and_mode_report_renders_it(tmp_path, monkeypatch):
     settings = _settings(tmp_path, diagnose=True)
     out, ends, unpatched = io.StringIO(), [], RunClock.save

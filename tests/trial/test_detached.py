@@ -77,6 +77,7 @@ def run_detaching(variant, ending, launcher, tmp_path, tag, timeout_s) -> None:
     assert unrelated.wait(timeout=10) == -signal.SIGKILL, "and its Popen still reads its exit (it was not reaped)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["exits", "timeout"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_detached_process_ends_with_its_forked_trial(variant, ending, server, tmp_path, tag):
@@ -86,11 +87,13 @@ def test_a_detached_process_ends_with_its_forked_trial(variant, ending, server, 
     assert server._server.poll() is None and server._server.pid == server_pid, "the fork server lives on"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("variant", "ending"), [("double_fork_no_env", "exits"), ("new_session", "timeout")])
 def test_a_detached_process_ends_with_its_fresh_trial(variant, ending, tmp_path, tag):
     run_detaching(variant, ending, FreshLauncher(), tmp_path, tag, timeout_s=15)
 
 
+@pytest.mark.slow
 def test_trials_at_once_end_only_their_own_processes(tmp_path, tag):
     """Trials at once (study.parallel): the first to end kills neither a trial started after it nor that trial's
     detached process, which carries no token (its environment wiped) and so waits for the last trial to end."""
@@ -132,6 +135,7 @@ run_trial(detaching("new_session", tag, where / "detached.pid", hang=True), 600,
 """
 
 
+@pytest.mark.slow
 def test_a_detached_process_ends_with_its_trial_when_the_tuner_is_killed(tmp_path, tag):
     """The tuner is gone (kill -9), so the trial, which kills its group then, ends the processes carrying its token."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

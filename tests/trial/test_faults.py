@@ -58,6 +58,7 @@ def test_a_dataloader_worker_killed_by_sigkill_is_reported_like_a_killed_trial(w
     )
 
 
+@pytest.mark.slow
 def test_a_dataset_error_in_the_main_process_is_an_exception(tmp_path):
     # 16 samples and batch size 16: the first batch loads every sample, the corrupt one included.
     result = run(request(dataset="faults.CorruptSampleImages", length=16), tmp_path, "corrupt")
@@ -85,6 +86,7 @@ def test_an_output_the_loss_rejects_is_an_exception(tmp_path):
     assert result.failure.message == "RuntimeError: Expected target size [16, 7], got [16]"
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_only_when_compiled_is_an_exception(tmp_path):
     assert run_trial(request(model="faults.CompileRefusingCNN"), TIMEOUT_S, tmp_path, "eager").ok, "eager is fine"
     result = run(request(model="faults.CompileRefusingCNN", compile="default"), tmp_path, "compiled", COMPILE_TIMEOUT_S)

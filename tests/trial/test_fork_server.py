@@ -27,6 +27,7 @@ def server():
     forks.close()
 
 
+@pytest.mark.slow
 def test_a_trial_is_forked_by_the_server_into_a_session_of_its_own(server, tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(request(dataset="HangingImages").to_dict()))
     proc = server.start(
@@ -43,6 +44,7 @@ def test_a_trial_is_forked_by_the_server_into_a_session_of_its_own(server, tmp_p
         assert proc.kill() == -9
 
 
+@pytest.mark.slow
 def test_a_crashing_trial_takes_neither_the_server_nor_the_next_trial_down(server, tmp_path):
     crashed = run_trial(
         request(model="AbortOnChannelsLast", channels_last=True), 120, tmp_path, "aborts", launcher=server
@@ -55,6 +57,7 @@ def test_a_crashing_trial_takes_neither_the_server_nor_the_next_trial_down(serve
     assert server._server.pid == survivor, "the same server forked the next trial"
 
 
+@pytest.mark.slow
 def test_a_forked_trial_counts_the_pages_it_shares_with_the_server_as_its_own(server, tmp_path):
     # PSS would charge half of the pages of the server's imports to the server: a forked trial would read ~100 MB
     # less than the same trial as a fresh process.
@@ -80,6 +83,7 @@ def test_a_trial_ends_without_the_interpreters_teardown_and_its_output_reaches_i
     assert "a ChattyCNN was built" in (tmp_path / f"{kind}.log").read_text(), "the buffered output was flushed"
 
 
+@pytest.mark.slow
 def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     script = (
         "import sys, time\n"
@@ -100,6 +104,7 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     server.wait(timeout=20)  # raises if the server outlives its owner
 
 
+@pytest.mark.slow
 def test_measure_fork_trials_false_starts_each_trial_as_a_fresh_interpreter(tmp_path):
     forked = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
     fresh = TrialRunner(load_settings(tiny_config(measure={"fork_trials": False}), "tiny"), "cpu", tmp_path)
@@ -109,6 +114,7 @@ def test_measure_fork_trials_false_starts_each_trial_as_a_fresh_interpreter(tmp_
     assert result.startup_s > 0.3, "a fresh interpreter imports torch before its first step"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["forked", "fresh"])
 def test_a_trial_stopped_at_its_timeout_ends_with_its_workers_at_once(kind, server, tmp_path):
     # A killed leader is a zombie until reaped, and a zombie keeps its process group alive: reaped first.

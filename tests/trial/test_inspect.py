@@ -141,6 +141,7 @@ def test_the_facts_are_read_in_a_subprocess_not_in_the_tuner(tmp_path):
     assert not (tmp_path / "out").exists(), "nothing is left where the reports go"
 
 
+@pytest.mark.slow
 def test_a_tuning_run_runs_the_users_code_only_in_subprocesses(tmp_path):
     record = tmp_path / "pids"
     config = tiny_config(study={"n_trials": 0, "storage": f"sqlite:///{tmp_path}/studies.db"})
@@ -171,6 +172,7 @@ def test_a_crash_there_is_one_line_naming_the_pipeline_and_its_signal(tmp_path):
     assert message.endswith(f"Log: {log}") and "Segmentation fault" in log.read_text()
 
 
+@pytest.mark.slow
 def test_a_hang_there_is_stopped_at_the_trial_timeout(tmp_path):
     with pytest.raises(BaselineFailedError, match=r"in a subprocess failed: timeout: timeout after 4 s\. Log: "):
         app.inspect_run(settings_with("tests.fixtures.inspection.HangingLengthImages", timeout_s=4), tmp_path / "out")

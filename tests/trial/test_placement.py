@@ -51,6 +51,7 @@ def test_gpus_get_one_trial_each_by_cuda_visible_devices(monkeypatch):
         slots(2, None, "cuda:1", 3, {0})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
 def test_a_trial_pins_itself_to_its_cores_with_one_torch_thread_each():
     code = (

@@ -55,6 +55,7 @@ def test_a_process_crash_is_reported_with_its_signal(tmp_path):
     assert "SIGABRT" in result.failure.message
 
 
+@pytest.mark.slow
 def test_a_hang_is_killed_at_the_timeout_with_its_workers(tmp_path):
     result = run_trial(request(dataset="HangingImages", num_workers=2), 8, tmp_path, "hangs")
     assert result.failure.kind is FailureKind.TIMEOUT
@@ -72,6 +73,7 @@ def test_an_unimportable_target_fails_the_trial_not_the_runner(tmp_path):
     assert "pipeline.model" in result.failure.message
 
 
+@pytest.mark.slow
 def test_repeats_keep_the_median_run(tmp_path):
     result = run_repeated(request(), 3, 120, tmp_path, "repeated")
     assert result.ok and len(result.repeat_throughputs) == 3
@@ -126,6 +128,7 @@ def test_an_impossible_loss_tolerance_makes_amp_infeasible(tmp_path):
     assert "loss_tolerance=1e-12" in result.failure.message
 
 
+@pytest.mark.slow
 def test_progress_is_reported_and_a_pruner_stops_the_trial(tmp_path):
     # progress is reported from half the minimum window on: from 10 s of this 20 s window
     slow = replace(request(model="faults.SlowCNN"), plan=replace(request().plan, min_time_s=20, max_time_s=30))
@@ -149,6 +152,7 @@ def test_a_pruned_compile_trial_reports_its_compile_time(tmp_path):
     assert failure.kind is FailureKind.PRUNED and failure.message == "clearly slower; its compile took 12.3 s"
 
 
+@pytest.mark.slow
 def test_a_trial_whose_tuner_died_before_it_started_exits_at_once(tmp_path):
     dead_tuner = subprocess.Popen([sys.executable, "-c", "pass"])
     dead_tuner.wait()
@@ -161,6 +165,7 @@ def test_a_trial_whose_tuner_died_before_it_started_exits_at_once(tmp_path):
     assert not (tmp_path / "orphan.json").exists()
 
 
+@pytest.mark.slow
 def test_compile_trials_share_the_study_compile_cache(tmp_path):
     assert _worker_env(request()).get("TORCHINDUCTOR_CACHE_DIR") == os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     cached = replace(request(compile="default"), compile_cache_dir=str(tmp_path / "cache"))
