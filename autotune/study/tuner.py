@@ -158,7 +158,6 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         fail_stale_trials(study)
     else:
         _fail_interrupted_trials(study, _running(study))
-        _end_orphan_claims(study)
 
 
 def ensure_baseline(
@@ -404,11 +403,14 @@ def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str) -
     another tuner holding it (False). A claim is an empty study of its own name in the study's storage: a storage
     creates a name once (a unique constraint in a database, the order of the journal in a file), so of two tuners
     claiming one configuration at once exactly one gets it. The trial names the claim before making it, and the claim
-    its trial once made, so that, whenever the trial's tuner dies, the claim ends once no running trial names or
-    holds it (``_end_orphan_claims``, after the trial is failed); it ends with the trial otherwise."""
+    its trial once made, so that, whenever the trial's tuner dies, the claim is an orphan once the trial is failed
+    (``_orphaned``), ended by the tuner that fails it or by the next to find it in its way; it ends with the trial
+    otherwise."""
     name = _claim_name(study, machine, key)
     trial.set_user_attr(CLAIM_ATTR, name)
     claim = _claim(study, name)
+    if claim is None and _end_if_orphaned(study, name, trial.number):
+        claim = _claim(study, name)
     if claim is None:
         yield False
         return
@@ -436,20 +438,38 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
 
 
 def _end_orphan_claims(study: optuna.Study) -> None:
-    """End the claims of trials no longer running: a claim whose trial, as it records, is not running (its tuner
-    died between its result and the claim's end, or was failed as dead), and one that records no trial yet and that
-    no running trial names (its tuner died making it). The claims are read before the running trials: a trial names
-    its claim before making it, so a claim made meanwhile is named by a trial among them."""
+    """End every orphaned claim of the study (``_orphaned``)."""
     prefix = f"{study.study_name}{_MEASURING}"
     claims = study._storage.get_all_studies()
     running = _running(study)
-    numbers, named = {t.number for t in running}, {t.user_attrs.get(CLAIM_ATTR) for t in running}
     for summary in claims:
-        if not summary.study_name.startswith(prefix):
-            continue
-        owner = summary.user_attrs.get("trial")
-        if owner not in numbers if owner is not None else summary.study_name not in named:
-            _end_claim(study, summary._study_id)
+        if summary.study_name.startswith(prefix):
+            if _orphaned(summary.study_name, summary.user_attrs.get("trial"), running):
+                _end_claim(study, summary._study_id)
+
+
+def _end_if_orphaned(study: optuna.Study, name: str, asking: int) -> bool:
+    """End claim ``name`` if it is orphaned (``_orphaned``; trial ``asking`` wants it). Whether it is gone."""
+    storage = study._storage
+    try:
+        claim = storage.get_study_id_from_name(name)
+        owner = storage.get_study_user_attrs(claim).get("trial")
+    except KeyError:
+        return True
+    if not _orphaned(name, owner, _running(study), asking):
+        return False
+    _end_claim(study, claim)
+    return True
+
+
+def _orphaned(name: str, owner: int | None, running: list[optuna.trial.FrozenTrial], asking: int | None = None) -> bool:
+    """Whether claim ``name``, recording trial ``owner`` (None: none yet), outlived its trial: the trial it records is
+    not running (its tuner died between its result and the claim's end, or was failed as dead), or it records none
+    and no running trial but ``asking`` names it (its tuner died making it). ``running`` must be read after the
+    claim: a trial names its claim before making it, so a claim made meanwhile is named by a trial among them."""
+    if owner is not None:
+        return owner not in {t.number for t in running}
+    return not any(t.user_attrs.get(CLAIM_ATTR) == name and t.number != asking for t in running)
 
 
 def _claim_name(study: optuna.Study, machine: str, key: str) -> str:
@@ -479,9 +499,7 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     now = time.time()
     running = _running(study) if running is None else running
     stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _started(t, now), now)]
-    failed = _fail_interrupted_trials(study, stale)
-    _end_orphan_claims(study)
-    return failed
+    return _fail_interrupted_trials(study, stale)
 
 
 def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -727,9 +745,10 @@ def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
 
 
 def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.FrozenTrial]) -> list[int]:
-    """Trials left running by a tuner that was killed: mark them failed and interrupted, and propose them again
-    (with the probe's prediction for them, if it made one); their claims are then orphans (``_end_orphan_claims``).
-    Returns the numbers of those this tuner failed (another tuner of a shared study may fail one first)."""
+    """Trials left running by a tuner that was killed: mark them failed and interrupted, end the claims no running
+    trial holds any longer (``_end_orphan_claims``: theirs among them), then propose them again (with the probe's
+    prediction for them, if it made one): a proposal taken at once finds its configuration free. Returns the numbers
+    of those this tuner failed (another tuner of a shared study may fail one first)."""
     failed = []
     for trial in stale:
         try:  # marked on the trial itself before it is failed: a result it stored is then never counted
@@ -737,12 +756,14 @@ def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.Froze
             study.tell(trial.number, state=TrialState.FAIL)
         except (ValueError, RuntimeError):  # told already, by another tuner (UpdateFinishedTrialError is both)
             continue
-        failed.append(trial.number)
+        failed.append(trial)
+    _end_orphan_claims(study)
+    for trial in failed:
         if DUPLICATE_ATTR not in trial.user_attrs:
             predicted = trial.user_attrs.get(PREDICTED_ATTR)
             attrs = {PREDICTED_ATTR: predicted} if predicted is not None else None
             study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
-    return failed
+    return [trial.number for trial in failed]
 
 
 def _known_outcomes(

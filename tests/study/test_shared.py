@@ -33,7 +33,16 @@ from autotune.records import (
 )
 from autotune.results.model import load_results
 from autotune.study.storage import StorageFaultError, is_shared
-from autotune.study.tuner import _claim_name, _claimed, counted_trials, ensure_baseline, finishing, open_study, tune
+from autotune.study.tuner import (
+    _claim_name,
+    _claimed,
+    counted_trials,
+    ensure_baseline,
+    fail_stale_trials,
+    finishing,
+    open_study,
+    tune,
+)
 from tests.study.test_tuner import BASELINE, SPACE, fake_result
 
 # What is tuned, with a measurement plan the reports can describe.
@@ -124,6 +133,48 @@ def test_a_trial_whose_tuner_died_is_failed_once_unheard_of_and_its_configuratio
     assert config_key(knobs) in measure.measured(), "measured again by the live tuner"
     assert counted_trials(study) == 2 and dead.number not in [t.number for t, _ in measured_trials(study, measured_on)]
     assert [name for name in _storage_names(study) if "#measuring" in name] == [], "every claim ended"
+
+
+def test_a_dead_tuners_claim_ends_before_its_configuration_is_proposed_again(tmp_path, monkeypatch):
+    settings = journal(tmp_path, n_trials=1, heartbeat_s=0.1)
+    study = open_study(settings, META)
+    dead = study.ask()
+    key = config_key(SPACE.sample(dead))
+    dead.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])
+    dead.set_user_attr(MACHINE_ATTR, this_machine_id())
+    dead.set_user_attr(CONFIG_ATTR, key)
+    _die_making_the_claim(study, dead, this_machine_id(), key)
+    time.sleep(STALE_BEATS * settings.heartbeat_s + 0.1)
+    claims_when_proposed, enqueue = [], optuna.Study.enqueue_trial
+
+    def enqueue_and_look(self, *args, **kwargs):
+        claims_when_proposed.append([name for name in _storage_names(self) if "#measuring" in name])
+        enqueue(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.Study, "enqueue_trial", enqueue_and_look)
+    assert fail_stale_trials(study) == [dead.number]
+    assert claims_when_proposed == [[]], "a tuner asking at once for the proposal finds its configuration free"
+
+
+@pytest.mark.parametrize("holder", ["a finished trial", "nobody"])
+def test_a_claim_outliving_its_trial_is_taken_over_by_the_next_trial_that_wants_it(tmp_path, holder):
+    study = open_study(journal(tmp_path), META)
+    machine, finished, wants = this_machine_id(), study.ask(), study.ask()
+    study.tell(finished, state=TrialState.FAIL)
+    claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
+    if holder == "a finished trial":
+        study._storage.set_study_user_attr(claim, "trial", finished.number)
+    with _claimed(study, wants, machine, "k") as mine:
+        assert mine
+
+
+def test_a_claim_being_made_by_a_live_trial_is_not_taken(tmp_path):
+    study = open_study(journal(tmp_path), META)
+    machine, making, wants = this_machine_id(), study.ask(), study.ask()
+    making.set_user_attr(CLAIM_ATTR, _claim_name(study, machine, "k"))  # named, made, its trial not yet recorded
+    study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
+    with _claimed(study, wants, machine, "k") as mine:
+        assert not mine
 
 
 def test_a_trial_is_heard_of_before_other_tuners_see_it_in_flight(tmp_path, monkeypatch):
