@@ -71,7 +71,9 @@ def test_a_forked_trial_counts_the_pages_it_shares_with_the_server_as_its_own(se
 
 
 @pytest.mark.parametrize("kind", ["forked", "fresh"])
-def test_a_trial_ends_without_the_interpreters_teardown_and_its_output_reaches_its_log(kind, tmp_path, monkeypatch):
+def test_a_trial_ends_without_the_interpreters_teardown_but_with_its_exit_handlers_and_its_output(
+    kind, tmp_path, monkeypatch
+):
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)  # a trial's stdout, a file, then holds what it prints
     launcher = ForkServer() if kind == "forked" else FreshLauncher()
     try:
@@ -80,7 +82,9 @@ def test_a_trial_ends_without_the_interpreters_teardown_and_its_output_reaches_i
         if isinstance(launcher, ForkServer):
             launcher.close()
     assert result.ok, result.failure
-    assert "a ChattyCNN was built" in (tmp_path / f"{kind}.log").read_text(), "the buffered output was flushed"
+    log = (tmp_path / f"{kind}.log").read_text()
+    assert "a ChattyCNN was built" in log and "C says hello" in log, "the buffered output was flushed"
+    assert "a ChattyCNN says goodbye" in log, "the exit handlers ran"
 
 
 @pytest.mark.slow
