@@ -316,7 +316,7 @@ def _search(
         # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
         with _heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
             trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
-            with _claimed(study, trial, machine, key) as mine:
+            with _claimed(study, trial, machine, key, take_over=is_shared(settings.storage)) as mine:
                 given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
                 if given_way:
                     trial.set_user_attr(DUPLICATE_ATTR, given_way)
@@ -398,19 +398,19 @@ def counted_trials(study: optuna.Study, machine: str | None = None) -> int:
 
 
 @contextmanager
-def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str) -> Iterator[bool]:
+def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str, take_over: bool) -> Iterator[bool]:
     """Hold, for ``trial``, the right to measure configuration ``key`` on ``machine`` while inside (True), or find
     another tuner holding it (False). A claim is an empty study of its own name in the study's storage: a storage
     creates a name once (a unique constraint in a database, the order of the journal in a file), so of two tuners
     claiming one configuration at once exactly one gets it. The trial names the claim before making it, and the claim
     its trial once made, so that, whenever the trial's tuner dies, the claim is an orphan once the trial is failed
-    (``_orphaned``), ended by the tuner that fails it or by the next to find it in its way; it ends with the trial
-    otherwise."""
+    (``_orphaned``), ended by the tuner that fails it or, where ``take_over`` (a shared study: a SQLite file's ids
+    are reused, and its orphans are ended when it is opened), by the next to find it in its way; it ends with the
+    trial otherwise."""
     name = _claim_name(study, machine, key)
-    trial.set_user_attr(CLAIM_ATTR, name)
-    claim = _claim(study, name)
-    if claim is None and _end_if_orphaned(study, name, trial.number):
-        claim = _claim(study, name)
+    claim = _take(study, trial, name)
+    if claim is None and take_over and _end_if_orphaned(study, name):
+        claim = _take(study, trial, name)
     if claim is None:
         yield False
         return
@@ -419,6 +419,16 @@ def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str) -
         yield True
     finally:
         _end_claim(study, claim)
+
+
+def _take(study: optuna.Study, trial: optuna.Trial, name: str) -> int | None:
+    """Claim ``name`` for ``trial``, which names it first (``_claimed``): the claim's id, or None where another
+    holds it (the trial then names it no more: it must not keep another's orphan from ending)."""
+    trial.set_user_attr(CLAIM_ATTR, name)
+    claim = _claim(study, name)
+    if claim is None:
+        trial.set_user_attr(CLAIM_ATTR, None)
+    return claim
 
 
 def _claim(study: optuna.Study, name: str) -> int | None:
@@ -448,28 +458,28 @@ def _end_orphan_claims(study: optuna.Study) -> None:
                 _end_claim(study, summary._study_id)
 
 
-def _end_if_orphaned(study: optuna.Study, name: str, asking: int) -> bool:
-    """End claim ``name`` if it is orphaned (``_orphaned``; trial ``asking`` wants it). Whether it is gone."""
+def _end_if_orphaned(study: optuna.Study, name: str) -> bool:
+    """End claim ``name`` if it is orphaned (``_orphaned``). Whether it is gone."""
     storage = study._storage
     try:
         claim = storage.get_study_id_from_name(name)
         owner = storage.get_study_user_attrs(claim).get("trial")
     except KeyError:
         return True
-    if not _orphaned(name, owner, _running(study), asking):
+    if not _orphaned(name, owner, _running(study)):
         return False
     _end_claim(study, claim)
     return True
 
 
-def _orphaned(name: str, owner: int | None, running: list[optuna.trial.FrozenTrial], asking: int | None = None) -> bool:
+def _orphaned(name: str, owner: int | None, running: list[optuna.trial.FrozenTrial]) -> bool:
     """Whether claim ``name``, recording trial ``owner`` (None: none yet), outlived its trial: the trial it records is
     not running (its tuner died between its result and the claim's end, or was failed as dead), or it records none
-    and no running trial but ``asking`` names it (its tuner died making it). ``running`` must be read after the
-    claim: a trial names its claim before making it, so a claim made meanwhile is named by a trial among them."""
+    and no running trial names it (its tuner died making it). ``running`` must be read after the claim: a trial names
+    its claim before making it, so a claim made meanwhile is named by a trial among them."""
     if owner is not None:
         return owner not in {t.number for t in running}
-    return not any(t.user_attrs.get(CLAIM_ATTR) == name and t.number != asking for t in running)
+    return not any(t.user_attrs.get(CLAIM_ATTR) == name for t in running)
 
 
 def _claim_name(study: optuna.Study, machine: str, key: str) -> str:
@@ -552,13 +562,14 @@ def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
 def _await_claim(study: optuna.Study, name: str) -> bool:
     """Wait for the claim ``name`` to end: True when its holder ended it, False when the holder was not heard of for
     ``STALE_BEATS`` heartbeats (the claim is ended here)."""
-    storage, first_seen = study._storage, time.time()
+    storage, seen = study._storage, {}  # claim id -> when first seen: a claim made meanwhile is another's
     while True:
         try:
             claim = storage.get_study_id_from_name(name)
+            beat = storage.get_study_user_attrs(claim).get(ALIVE_ATTR)
         except KeyError:
             return True
-        if _unheard(storage.get_study_user_attrs(claim).get(ALIVE_ATTR), first_seen, time.time()):
+        if _unheard(beat, seen.setdefault(claim, time.time()), time.time()):
             _end_claim(study, claim)
             return False
         if INTERRUPT.wait(_AWAIT_POLL_S):

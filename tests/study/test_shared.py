@@ -34,6 +34,7 @@ from autotune.records import (
 from autotune.results.model import load_results
 from autotune.study.storage import StorageFaultError, is_shared
 from autotune.study.tuner import (
+    _await_claim,
     _claim_name,
     _claimed,
     counted_trials,
@@ -111,7 +112,7 @@ def _die_making_the_claim(study, trial, machine, key):
 
 
 def _die_holding_the_claim(study, trial, machine, key):
-    _claimed(study, trial, machine, key).__enter__()
+    _claimed(study, trial, machine, key, take_over=True).__enter__()
 
 
 @pytest.mark.parametrize("died", [_die_before_claiming, _die_making_the_claim, _die_holding_the_claim])
@@ -164,7 +165,7 @@ def test_a_claim_outliving_its_trial_is_taken_over_by_the_next_trial_that_wants_
     claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
     if holder == "a finished trial":
         study._storage.set_study_user_attr(claim, "trial", finished.number)
-    with _claimed(study, wants, machine, "k") as mine:
+    with _claimed(study, wants, machine, "k", take_over=True) as mine:
         assert mine
 
 
@@ -173,8 +174,31 @@ def test_a_claim_being_made_by_a_live_trial_is_not_taken(tmp_path):
     machine, making, wants = this_machine_id(), study.ask(), study.ask()
     making.set_user_attr(CLAIM_ATTR, _claim_name(study, machine, "k"))  # named, made, its trial not yet recorded
     study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
-    with _claimed(study, wants, machine, "k") as mine:
+    with _claimed(study, wants, machine, "k", take_over=True) as mine:
         assert not mine
+    assert study.trials[wants.number].user_attrs[CLAIM_ATTR] is None, "a trial that gave way names no claim"
+
+
+def test_an_orphaned_claim_in_a_sqlite_study_is_left_to_the_next_opening(tmp_path):
+    settings = StudySettings(name="s", storage=f"sqlite:///{tmp_path}/s.db", n_trials=1, timeout_s=None, seed=0)
+    study = open_study(settings, META)
+    machine, finished, wants = this_machine_id(), study.ask(), study.ask()
+    study.tell(finished, state=TrialState.FAIL)
+    claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
+    study._storage.set_study_user_attr(claim, "trial", finished.number)
+    with _claimed(study, wants, machine, "k", take_over=False) as mine:
+        assert not mine, "a SQLite file reuses a study's id: a claim read may be another's by the time it is ended"
+
+
+def test_waiting_for_the_study_to_end_reads_a_claim_ended_between_its_two_reads_as_ended(tmp_path, monkeypatch):
+    study = open_study(journal(tmp_path), META)
+    study._storage.create_new_study([StudyDirection.MAXIMIZE], "s#finishing@m")
+
+    def ended(claim):
+        raise KeyError(claim)
+
+    monkeypatch.setattr(study._storage, "get_study_user_attrs", ended)
+    assert _await_claim(study, "s#finishing@m")
 
 
 def test_a_trial_is_heard_of_before_other_tuners_see_it_in_flight(tmp_path, monkeypatch):
