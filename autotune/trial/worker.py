@@ -289,19 +289,38 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+# How long a trial's exit handlers may take once its result is written: one may wait for ever (a thread that never
+# ends, a handler of the user's), and the tuner would then wait for the trial's timeout and lose its result.
+EXIT_HANDLERS_S = 2.0
+
+
 def exit_now(code: int) -> None:
-    """End this trial's process once its result is written: its exit handlers run (the user's code may clean up
-    there: temporary directories, its own handlers) and its output is flushed, Python's and C's, but not the
-    interpreter's teardown of its modules and objects (torch's, ~0.6 s), which measures nothing. The tuner kills the
-    trial's process group after it exits, its DataLoader workers included."""
-    atexit._run_exitfuncs()  # what the interpreter runs at exit before its teardown; no public name
+    """End this trial's process once its result is written, as the interpreter ends one but for its teardown of
+    modules and objects (torch's, ~0.6 s), which measures nothing: its threads are waited for and its exit handlers
+    run (the user's code may clean up there: temporary directories, process pools), for EXIT_HANDLERS_S at most; its
+    output is flushed, Python's and C's. The tuner kills the trial's process group after it exits, its DataLoader
+    workers included."""
+    _flush()
+    watchdog = threading.Timer(EXIT_HANDLERS_S, _end, args=(code,))
+    watchdog.daemon = True
+    watchdog.start()
+    threading._shutdown()  # what the interpreter runs first at exit (no public name): threads, concurrent.futures
+    atexit._run_exitfuncs()  # then this (no public name either)
+    _end(code)
+
+
+def _end(code: int) -> None:
+    _flush()
+    os._exit(code)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
         except Exception:
             pass
     ctypes.CDLL(None).fflush(None)  # C's stdio buffers: what an extension printed
-    os._exit(code)
 
 
 if __name__ == "__main__":

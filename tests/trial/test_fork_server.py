@@ -88,6 +88,13 @@ def test_a_trial_ends_without_the_interpreters_teardown_but_with_its_exit_handle
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["forked", "fresh"])
+def test_a_trial_whose_exit_handlers_never_return_still_ends_with_its_result(kind, server, tmp_path):
+    launcher = server if kind == "forked" else FreshLauncher()
+    result = run_trial(request(model="ClingingCNN"), 30, tmp_path, kind, launcher=launcher)
+    assert result.ok, result.failure
+
+
 def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     script = (
         "import sys, time\n"
