@@ -69,6 +69,10 @@ AffordsFn = Callable[[int], bool]
 _MAX_REPEATED_PROPOSALS = 100
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
 _AWAIT_POLL_S = 2.0
+# When this process first saw each running trial without a heartbeat, by (study, trial number): what a trial's
+# silence counts from. Not Optuna's start time: it is the writer's local time, without its zone, and a tuner in
+# another zone would read it hours off and fail a live trial.
+_FIRST_SEEN: dict[tuple[str, int], float] = {}
 
 
 @dataclass(frozen=True)
@@ -502,22 +506,22 @@ def _measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list
 
 
 def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTrial] | None = None) -> list[int]:
-    """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``;
-    a trial's heartbeat from its start), propose their configurations again and end their claims; returns their
-    numbers. Tuners' clocks are compared: keep them in sync (NTP), as a stale trial is unheard of for a minute by
-    default, far beyond any skew that matters."""
+    """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``:
+    a trial's heartbeats, or before its first, from when this process first saw it), propose their configurations
+    again and end their claims; returns their numbers. Tuners' clocks are compared: keep them in sync (NTP), as a
+    stale trial is unheard of for a minute by default, far beyond any skew that matters."""
     now = time.time()
     running = _running(study) if running is None else running
-    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _started(t, now), now)]
+    stale = [
+        t
+        for t in running
+        if _unheard(t.user_attrs.get(ALIVE_ATTR), _FIRST_SEEN.setdefault((study.study_name, t.number), now), now)
+    ]
     return _fail_interrupted_trials(study, stale)
 
 
 def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-
-
-def _started(trial: optuna.trial.FrozenTrial, now: float) -> float:
-    return trial.datetime_start.timestamp() if trial.datetime_start else now
 
 
 def _unheard(beat: list[float] | None, since: float, now: float) -> bool:

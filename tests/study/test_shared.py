@@ -4,6 +4,7 @@ again, machines reported apart."""
 
 from __future__ import annotations
 
+import datetime
 import errno
 import io
 import os
@@ -15,7 +16,7 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 from optuna.study import StudyDirection
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import rerender
 from autotune.config.settings import STALE_BEATS, StudySettings
@@ -199,6 +200,17 @@ def test_waiting_for_the_study_to_end_reads_a_claim_ended_between_its_two_reads_
 
     monkeypatch.setattr(study._storage, "get_study_user_attrs", ended)
     assert _await_claim(study, "s#finishing@m")
+
+
+def test_a_trial_not_heard_of_yet_is_not_judged_by_a_start_time_another_zone_wrote(tmp_path):
+    study = open_study(journal(tmp_path, heartbeat_s=0.1), META)
+    hours_off = datetime.datetime.now() - datetime.timedelta(hours=5)  # Optuna writes the writer's local time
+    template = FrozenTrial(
+        number=0, state=TrialState.RUNNING, value=None, datetime_start=hours_off, datetime_complete=None,
+        params={}, distributions={}, user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=0,
+    )  # fmt: skip
+    study._storage.create_new_trial(study._study_id, template_trial=template)
+    assert fail_stale_trials(study) == [], "a trial first seen now is not a minute silent"
 
 
 def test_a_trial_is_heard_of_before_other_tuners_see_it_in_flight(tmp_path, monkeypatch):
