@@ -194,6 +194,7 @@ BAD_INPUTS = [
         "pipeline.baseline.batch_size: 100000 is larger than the dataset",
     ),
     (["pipeline=mymodel", "study.storage=nosuchdb://x"], "study.storage: cannot open Optuna storage"),
+    (["pipeline=mymodel", "study.name='a#b'"], "study.name: expected a printable name without '#', got 'a#b'"),
     (["pipeline=mymodel", "study.n_trials=-1"], "study.n_trials: expected an integer >= 0, got -1"),
     (["pipeline=mymodel", "study.n_trials=many"], "study.n_trials: expected an integer >= 0, got 'many'"),
     (["pipeline=mymodel", "study.timeout_s=0"], "study.timeout_s: expected a number > 0 or null, got 0"),
@@ -247,10 +248,12 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     if message in VALID_WITH_CUDA and torch.cuda.is_available():
         pytest.skip("valid input where CUDA exists")
     run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={tmp_path}/out"]
+    # A study of its own: cases run at once would otherwise lock one another out of the repository's autotune.db.
+    storage = [] if any(a.startswith("study.storage=") for a in args) else [f"study.storage=sqlite:///{tmp_path}/s.db"]
     if BAD_INPUTS.index((args, message)) < END_TO_END:
-        proc = run_cli([*args, *run_dir], cwd=REPO)
+        proc = run_cli([*args, *run_dir, *storage], cwd=REPO)
     else:  # its inspection, where it gets that far, is forked: what is checked is the message
-        proc = cli_here([*args, *run_dir, "measure.fork_trials=true"], cwd=REPO)
+        proc = cli_here([*args, *run_dir, *storage, "measure.fork_trials=true"], cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr

@@ -86,7 +86,10 @@ _SEARCH = (
     _setting("search.batch_policy", Plain(str, choices=BATCH_POLICIES), Settings, "batch_policy"),
 )
 _STUDY = (
-    _setting("study.name", Plain(str, null=True), StudySettings, "name"),
+    # '#' marks the studies autotune keeps beside a shared study (its claims: autotune/study/tuner.py)
+    _setting(
+        "study.name", Plain(str, null=True, pattern="[^#]+", what="a printable name without '#'"), StudySettings, "name"
+    ),
     _setting("study.storage", Plain(str), StudySettings, "storage"),
     _setting("study.n_trials", _integer(0), StudySettings, "n_trials"),
     _setting("study.timeout_s", _POSITIVE_OR_NULL, StudySettings, "timeout_s"),

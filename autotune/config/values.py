@@ -91,7 +91,7 @@ class Plain(Values):
     def _allowed(self, value: Any) -> bool:
         if self.kind in (str, tuple):
             matches = self.pattern is not None and re.fullmatch(self.pattern, value, re.ASCII) is not None
-            return not self.choices or value in self.choices or matches
+            return (not self.choices and self.pattern is None) or value in self.choices or matches
         if self.kind is bool:
             return True
         low, high = self.minimum, self.maximum

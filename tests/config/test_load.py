@@ -101,7 +101,7 @@ BAD_CONFIGS = [
     (tiny_config(measure={"loss_tolerance": -1}), "measure.loss_tolerance: expected a number > 0"),
     (tiny_config(measure={"device": "cuda:128"}), "measure.device: expected one of auto, cpu, cuda, got 'cuda:128'"),
     (tiny_config(study={"memory_budget_mb": 10**400}), "study.memory_budget_mb: expected a number > 0 or null, got 10"),
-    (tiny_config(study={"name": "tiny\nrun"}), "study.name: expected a non-empty string, got 'tiny\\nrun'"),
+    (tiny_config(study={"name": "tiny\nrun"}), "study.name: expected a printable name without '#', got 'tiny\\nrun'"),
     (tiny_config(study={"storage": "sqlite:///a\x00.db"}), "study.storage: expected a non-empty string, got 'sqlite"),
     (tiny_config(study={"nam\ne": "x"}), "study.'nam\\ne': unknown key; expected one of: name, storage"),
 ]
