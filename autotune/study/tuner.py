@@ -69,10 +69,11 @@ AffordsFn = Callable[[int], bool]
 _MAX_REPEATED_PROPOSALS = 100
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
 _AWAIT_POLL_S = 2.0
-# When this process first saw each running trial without a heartbeat, by (study, trial number): what a trial's
-# silence counts from. Not Optuna's start time: it is the writer's local time, without its zone, and a tuner in
+# When this process first saw each running trial (by study name, trial number and recorded start, which tell
+# apart the trials of studies of one name in other storages): what a trial's silence counts from before its first
+# heartbeat. Not the recorded start itself: Optuna writes the writer's local time, without its zone, and a tuner in
 # another zone would read it hours off and fail a live trial.
-_FIRST_SEEN: dict[tuple[str, int], float] = {}
+_FIRST_SEEN: dict[tuple[str, int, object], float] = {}
 
 
 @dataclass(frozen=True)
@@ -512,12 +513,12 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     stale trial is unheard of for a minute by default, far beyond any skew that matters."""
     now = time.time()
     running = _running(study) if running is None else running
-    stale = [
-        t
-        for t in running
-        if _unheard(t.user_attrs.get(ALIVE_ATTR), _FIRST_SEEN.setdefault((study.study_name, t.number), now), now)
-    ]
+    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now)]
     return _fail_interrupted_trials(study, stale)
+
+
+def _first_seen(study: optuna.Study, trial: optuna.trial.FrozenTrial, now: float) -> float:
+    return _FIRST_SEEN.setdefault((study.study_name, trial.number, trial.datetime_start), now)
 
 
 def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
