@@ -452,7 +452,8 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
 ):
     slow_baseline = [
         *TINY,
-        "pipeline.baseline.batch_size=2",
+        "pipeline.model._target_=tests.fixtures.tiny.StepBoundCNN",
+        "pipeline.baseline.batch_size=2",  # slower than batch 64 however busy the machine: the study picks it
         *fixed_search(batch_size=[64]),  # one trial, batch 64 alone: a random draw of the other knobs could lose
         "study.n_trials=1",
         "study.confirm_rounds=0",

@@ -46,6 +46,7 @@ def start_tuner(storage: str, study: str, core: int, out, tmp_path) -> subproces
         *FAST_MEASURE,
         "measure.min_time_s=1.0",  # long enough to be killed mid-trial
         *fixed_search(batch_size=[8, 16, 32, 64]),
+        "pipeline.model._target_=tests.fixtures.tiny.StepBoundCNN",
         "pipeline.baseline.batch_size=2",  # slower than every candidate however loaded the machine: the race runs
         f"study.n_trials={N_TRIALS}",
         "study.probe=false",
