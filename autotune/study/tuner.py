@@ -291,15 +291,17 @@ def _search(
             return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
-        # Trials already waiting (an interrupted one, on resume) go first; without a guide, the sampler proposes.
+        # Trials already waiting (enqueued by the user) go first, then what this machine owes (``_Seen.owed``),
+        # then the guide's proposal; without a guide, the sampler proposes.
         proposal = None
-        if propose is not None and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            proposal = propose(_observations(known), taken, ran_out)
-            if proposal is None:
+        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            proposal = seen.owed[0] if seen.owed else propose(_observations(known), taken, ran_out) if propose else None
+            if proposal is None and propose is not None:
                 return StopReason(
                     f"converged: corrected by the {len(known)} configurations measured (the baseline included), the "
                     "probe predicts none of the others faster than the best"
                 )
+        if proposal is not None:
             proposed = proposal.knobs
             study.enqueue_trial({name: proposed[name] for name in space.varied if KNOBS[name].active(proposed)})
         trial = study.ask()
@@ -360,12 +362,14 @@ def _given_way(study: optuna.Study, settings: StudySettings, machine: str, numbe
 class _Seen:
     """What the study holds for one machine, read at once: what was told of each configuration measured there
     (``known``: the baseline's included, and those not measured for needing no less memory than one that ran out),
-    how many trials measured one (``counted``), what ran out of memory, and the trials measuring one now."""
+    how many trials measured one (``counted``), what ran out of memory, the trials measuring one now, and what the
+    machine owes (``owed``: ``_owed``)."""
 
     known: dict[str, _Outcome]
     counted: int
     ran_out: list[OutOfMemory]
     running: list[optuna.trial.FrozenTrial]
+    owed: list[Proposal]
 
     @property
     def in_flight(self) -> set[str]:
@@ -379,7 +383,27 @@ def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
     measured = measured_trials(study, machine, trials)
     running = _measuring_now(trials, machine)
     known = _known_outcomes(attrs, trials, measured, settings, machine)
-    return _Seen(known, len(measured), _out_of_memory(attrs, measured, machine), running)
+    owed = _owed(trials, machine, set(known) | {t.user_attrs[CONFIG_ATTR] for t in running})
+    return _Seen(known, len(measured), _out_of_memory(attrs, measured, machine), running, owed)
+
+
+def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str]) -> list[Proposal]:
+    """The configurations ``machine`` owes, oldest first: those its trials were measuring when their tuner died or was
+    stopped (failed, marked interrupted), neither measured there since nor ``taken`` (measured, or in flight). Any
+    tuner of the machine measures them again before anything new; one of another machine never does, and a tuner
+    that dies failing a trial loses nothing, as what is owed is read from the trials, not queued."""
+    owed: dict[str, Proposal] = {}
+    for trial in trials:
+        kept = trial.user_attrs
+        if (
+            trial.state is TrialState.FAIL
+            and kept.get(INTERRUPTED_ATTR)
+            and kept.get(MACHINE_ATTR) == machine
+            and kept.get(CONFIG_ATTR) not in taken | {None}
+            and DUPLICATE_ATTR not in kept
+        ):
+            owed.setdefault(kept[CONFIG_ATTR], Proposal(json.loads(kept[CONFIG_ATTR]), kept.get(PREDICTED_ATTR)))
+    return list(owed.values())
 
 
 def _await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
@@ -761,10 +785,9 @@ def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
 
 
 def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.FrozenTrial]) -> list[int]:
-    """Trials left running by a tuner that was killed: mark them failed and interrupted, end the claims no running
-    trial holds any longer (``_end_orphan_claims``: theirs among them), then propose them again (with the probe's
-    prediction for them, if it made one): a proposal taken at once finds its configuration free. Returns the numbers
-    of those this tuner failed (another tuner of a shared study may fail one first)."""
+    """Trials left running by a tuner that was killed: mark them failed and interrupted (their configurations are then
+    owed: ``_owed``), and end the claims no running trial holds any longer (``_end_orphan_claims``: theirs among
+    them). Returns the numbers of those this tuner failed (another tuner of a shared study may fail one first)."""
     failed = []
     for trial in stale:
         try:  # marked on the trial itself before it is failed: a result it stored is then never counted
@@ -772,14 +795,9 @@ def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.Froze
             study.tell(trial.number, state=TrialState.FAIL)
         except (ValueError, RuntimeError):  # told already, by another tuner (UpdateFinishedTrialError is both)
             continue
-        failed.append(trial)
+        failed.append(trial.number)
     _end_orphan_claims(study)
-    for trial in failed:
-        if DUPLICATE_ATTR not in trial.user_attrs:
-            predicted = trial.user_attrs.get(PREDICTED_ATTR)
-            attrs = {PREDICTED_ATTR: predicted} if predicted is not None else None
-            study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
-    return [trial.number for trial in failed]
+    return failed
 
 
 def _known_outcomes(

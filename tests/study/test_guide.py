@@ -14,7 +14,7 @@ from autotune.study.tuner import Observation, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, ProbeResult, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_probe_model import BASELINE, FIXED, SPACE, VARIED, compute_rate, loader_rate
-from tests.study.test_tuner import META, settings
+from tests.study.test_tuner import META, left_measuring, settings
 
 WORKERS_BEST = {**BASELINE, "batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
 
@@ -224,7 +224,7 @@ def test_on_resume_an_interrupted_trial_runs_before_the_guide_proposes_again(tmp
     stale_knobs = {**BASELINE, "batch_size": 32}
     study.enqueue_trial({k: stale_knobs[k] for k in VARIED})
     stale = study.ask()
-    assert SPACE.sample(stale) == stale_knobs  # and the tuner died measuring it: the trial is left running
+    assert left_measuring(stale, SPACE) == stale_knobs
     stale.set_user_attr(PREDICTED_ATTR, 123.0)  # as the tuner records the guide's prediction before measuring
     names = []
     resumed = open_study(settings(tmp_path, n_trials=8), META)

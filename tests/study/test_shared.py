@@ -28,16 +28,17 @@ from autotune.records import (
     BASELINE_ATTR,
     CLAIM_ATTR,
     CONFIG_ATTR,
-    MACHINE_ATTR,
     config_key,
     measured_trials,
 )
 from autotune.results.model import load_results
 from autotune.study.storage import StorageFaultError, is_shared
 from autotune.study.tuner import (
+    Proposal,
     _await_claim,
     _claim_name,
     _claimed,
+    _look,
     counted_trials,
     ensure_baseline,
     fail_stale_trials,
@@ -45,7 +46,7 @@ from autotune.study.tuner import (
     open_study,
     tune,
 )
-from tests.study.test_tuner import BASELINE, SPACE, fake_result
+from tests.study.test_tuner import BASELINE, SPACE, fake_result, left_measuring
 
 # What is tuned, with a measurement plan the reports can describe.
 META = {"pipeline": {"name": "p"}, "space": SPACE.candidates, "device": "cpu", "measure": asdict(WindowPlan())}
@@ -72,11 +73,11 @@ def journal(tmp_path, n_trials=4, **more) -> StudySettings:
     return StudySettings(name="s", storage=storage, n_trials=n_trials, timeout_s=None, seed=0, **more)
 
 
-def tuner(settings: StudySettings, measure, described: dict | None = None) -> None:
+def tuner(settings: StudySettings, measure, described: dict | None = None, propose=None) -> None:
     study = open_study(settings, META, described)
     machine = machine_id(described) if described else None
     ensure_baseline(study, BASELINE, measure, machine)
-    tune(study, SPACE, settings, measure, lambda event: None, machine=machine)
+    tune(study, SPACE, settings, measure, lambda event: None, propose, machine=machine)
 
 
 def test_a_journal_file_or_a_database_server_is_shared_and_a_sqlite_file_is_not(tmp_path):
@@ -116,46 +117,56 @@ def _die_holding_the_claim(study, trial, machine, key):
     _claimed(study, trial, machine, key, take_over=True).__enter__()
 
 
+def _left_by_a_dead_tuner(study, settings, died=_die_making_the_claim) -> str:
+    """A trial of this machine whose tuner ``died`` measuring it, unheard of since: its configuration."""
+    machine, dead = this_machine_id(), study.ask()
+    dead.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # its last heartbeat
+    key = config_key(left_measuring(dead))
+    died(study, dead, machine, key)
+    time.sleep(STALE_BEATS * settings.heartbeat_s + 0.1)
+    return key
+
+
 @pytest.mark.parametrize("died", [_die_before_claiming, _die_making_the_claim, _die_holding_the_claim])
 def test_a_trial_whose_tuner_died_is_failed_once_unheard_of_and_its_configuration_measured_again(tmp_path, died):
     settings = journal(tmp_path, n_trials=2, heartbeat_s=0.1)
     study = open_study(settings, META)
     ensure_baseline(study, BASELINE, SlowMeasure(0))
-    dead = study.ask()  # a tuner that died while measuring this trial: the trial and its claim, if any, left behind
-    knobs = SPACE.sample(dead)
-    dead.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # its last heartbeat
-    dead.set_user_attr(MACHINE_ATTR, measured_on := this_machine_id())
-    dead.set_user_attr(CONFIG_ATTR, config_key(knobs))
-    died(study, dead, measured_on, config_key(knobs))
-    time.sleep(STALE_BEATS * settings.heartbeat_s + 0.1)
+    key = _left_by_a_dead_tuner(study, settings, died)
     measure = SlowMeasure(0)
     tuner(settings, measure)
     study = open_study(settings, META)
-    assert study.trials[dead.number].state is TrialState.FAIL
-    assert config_key(knobs) in measure.measured(), "measured again by the live tuner"
-    assert counted_trials(study) == 2 and dead.number not in [t.number for t, _ in measured_trials(study, measured_on)]
+    dead = next(t for t in study.trials if t.user_attrs[CONFIG_ATTR] == key)
+    assert dead.state is TrialState.FAIL
+    assert measure.measured()[0] == key, "measured again, first, by the live tuner"
+    measured = [t.number for t, _ in measured_trials(study, this_machine_id())]
+    assert counted_trials(study) == 2 and dead.number not in measured
     assert [name for name in _storage_names(study) if "#measuring" in name] == [], "every claim ended"
 
 
-def test_a_dead_tuners_claim_ends_before_its_configuration_is_proposed_again(tmp_path, monkeypatch):
+def test_a_dead_tuners_configuration_is_owed_once_its_claim_has_ended(tmp_path):
     settings = journal(tmp_path, n_trials=1, heartbeat_s=0.1)
     study = open_study(settings, META)
-    dead = study.ask()
-    key = config_key(SPACE.sample(dead))
-    dead.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])
-    dead.set_user_attr(MACHINE_ATTR, this_machine_id())
-    dead.set_user_attr(CONFIG_ATTR, key)
-    _die_making_the_claim(study, dead, this_machine_id(), key)
-    time.sleep(STALE_BEATS * settings.heartbeat_s + 0.1)
-    claims_when_proposed, enqueue = [], optuna.Study.enqueue_trial
+    key = _left_by_a_dead_tuner(study, settings)
+    assert [config_key(p.knobs) for p in _look(study, settings, this_machine_id()).owed] == [], "not before it fails"
+    assert len(fail_stale_trials(study)) == 1
+    assert [name for name in _storage_names(study) if "#measuring" in name] == [], "a tuner taking it finds it free"
+    assert [config_key(p.knobs) for p in _look(study, settings, this_machine_id()).owed] == [key]
 
-    def enqueue_and_look(self, *args, **kwargs):
-        claims_when_proposed.append([name for name in _storage_names(self) if "#measuring" in name])
-        enqueue(self, *args, **kwargs)
 
-    monkeypatch.setattr(optuna.Study, "enqueue_trial", enqueue_and_look)
-    assert fail_stale_trials(study) == [dead.number]
-    assert claims_when_proposed == [[]], "a tuner asking at once for the proposal finds its configuration free"
+def test_a_dead_tuners_configuration_is_measured_again_on_its_machine_and_only_there(tmp_path):
+    settings = journal(tmp_path, n_trials=2, heartbeat_s=0.1)
+    elsewhere = {**describe_machine(), "cpu_model": "Another CPU", "cpu_flags": ["avx512_bf16"]}
+    key = _left_by_a_dead_tuner(open_study(settings, META), settings)
+    other_kind, same_kind = SlowMeasure(0), SlowMeasure(0)
+
+    def all_but_the_dead_ones(observations, taken, ran_out):  # a guide: what it proposes is not the dead trial's
+        return next((Proposal(k) for k in SPACE.configurations() if config_key(k) not in {*taken, key}), None)
+
+    tuner(settings, other_kind, elsewhere, all_but_the_dead_ones)  # fails the dead trial, then tunes its machine
+    tuner(settings, same_kind)
+    assert key not in other_kind.measured(), "not taken by a tuner of another machine"
+    assert same_kind.measured()[0] == key, "measured first by the next tuner of its machine"
 
 
 @pytest.mark.parametrize("holder", ["a finished trial", "nobody"])

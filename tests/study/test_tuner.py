@@ -8,7 +8,8 @@ from optuna.trial import TrialState
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
-from autotune.records import DUPLICATE_ATTR
+from autotune.measure.environment import this_machine_id
+from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, config_key
 from autotune.results.model import load_results
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
@@ -20,6 +21,15 @@ VARIED = {"batch_size": [16, 32], "num_workers": [0, 1, 2]}
 FIXED = {**NEUTRAL_KNOBS, "prefetch_factor": 2, "persistent_workers": False}
 SPACE = SearchSpace({name: VARIED.get(name, [FIXED[name]]) for name in KNOBS})
 BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}
+
+
+def left_measuring(trial, space: SearchSpace = SPACE, machine: str | None = None) -> dict:
+    """``trial``'s configuration, sampled from ``space`` and marked in flight on ``machine`` (None: this one), as a
+    tuner that died measuring it leaves it."""
+    knobs = space.sample(trial)
+    trial.set_user_attr(MACHINE_ATTR, machine or this_machine_id())
+    trial.set_user_attr(CONFIG_ATTR, config_key(knobs))
+    return knobs
 
 
 def fake_result(knobs, throughput=None) -> TrialResult:
@@ -106,8 +116,8 @@ def test_a_trial_interrupted_mid_run_is_marked_and_retried(tmp_path):
 def test_a_trial_left_running_by_a_killed_tuner_is_retried(tmp_path):
     study = open_study(settings(tmp_path), META)
     ensure_baseline(study, BASELINE, FakeMeasure())
-    stale = study.ask()  # as if the tuner died here
-    SPACE.sample(stale)
+    stale = study.ask()
+    left_measuring(stale)
     measure = FakeMeasure()
     resumed = open_study(settings(tmp_path), META)
     tune(resumed, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None)
