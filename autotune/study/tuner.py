@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import socket
 import threading
 import time
@@ -67,6 +68,9 @@ RunFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
 AffordsFn = Callable[[int], bool]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
+# Proposals of already measured configurations in a row after which an untried one is drawn instead: each repeat
+# is a trial in the storage (tens of milliseconds), and on a small space the sampler repeats itself dozens of times.
+_REPEATS_BEFORE_UNTRIED = 3
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
 _AWAIT_POLL_S = 2.0
 # When this process first saw each running trial (by study name, trial number and recorded start, which tell
@@ -275,6 +279,7 @@ def _search(
     known: dict[str, _Outcome] = {}
     pruner = _pruner(settings, known)  # this thread's: a slot's trials are judged on what its own thread read
     repeats = failures_in_a_row = 0
+    draw = random.Random(settings.seed)
     while (seen := _look(study, settings, machine)).counted + len(seen.running) < n_trials:
         if INTERRUPT.is_set():
             raise KeyboardInterrupt
@@ -292,15 +297,20 @@ def _search(
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
         # Trials already waiting (enqueued by the user) go first, then what this machine owes (``_Seen.owed``),
-        # then the guide's proposal; without a guide, the sampler proposes.
+        # then the guide's proposal; without a guide, the sampler proposes, or, once it keeps repeating itself, a
+        # configuration drawn from those untried.
         proposal = None
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            proposal = seen.owed[0] if seen.owed else propose(_observations(known), taken, ran_out) if propose else None
+            proposal = seen.owed[0] if seen.owed else None
             if proposal is None and propose is not None:
-                return StopReason(
-                    f"converged: corrected by the {len(known)} configurations measured (the baseline included), the "
-                    "probe predicts none of the others faster than the best"
-                )
+                proposal = propose(_observations(known), taken, ran_out)
+                if proposal is None:
+                    return StopReason(
+                        f"converged: corrected by the {len(known)} configurations measured (the baseline included), "
+                        "the probe predicts none of the others faster than the best"
+                    )
+            if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
+                proposal = Proposal(draw.choice(list(_untried(space, taken, ran_out))))
         if proposal is not None:
             proposed = proposal.knobs
             study.enqueue_trial({name: proposed[name] for name in space.varied if KNOBS[name].active(proposed)})
@@ -631,9 +641,16 @@ def _beating(write: Callable[[], None], interval_s: float) -> Iterator[None]:
 
 
 def _exhausted(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> bool:
-    """Whether every configuration of ``space`` is ``taken`` (measured, or being measured) or needs no less memory
-    than one of ``ran_out``."""
-    return all(config_key(knobs) in taken or out_of_memory_bound(knobs, ran_out) for knobs in space.configurations())
+    """Whether no configuration of ``space`` is left untried (``_untried``)."""
+    return next(_untried(space, taken, ran_out), None) is None
+
+
+def _untried(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> Iterator[dict[str, Any]]:
+    """The configurations of ``space`` neither ``taken`` (measured, or being measured) nor needing no less memory than
+    one of ``ran_out``."""
+    for knobs in space.configurations():
+        if config_key(knobs) not in taken and not out_of_memory_bound(knobs, ran_out):
+            yield knobs
 
 
 def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: OutOfMemory) -> None:

@@ -13,7 +13,7 @@ from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, config_k
 from autotune.results.model import load_results
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
+from autotune.study.tuner import _REPEATS_BEFORE_UNTRIED, counted_trials, ensure_baseline, open_study, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 
@@ -76,6 +76,8 @@ def test_tune_measures_each_configuration_once_and_records_failures(tmp_path):
     measured = [tuple(sorted(knobs.items())) for _, knobs in measure.calls]
     assert len(measured) == len(set(measured)) == SPACE.size, "every configuration exactly once"
     assert "all 6 configurations" in reason.message and not reason.aborted
+    asked = (_REPEATS_BEFORE_UNTRIED + 1) * (SPACE.size - 1)
+    assert len(study.trials) <= asked, "a sampler repeating itself is answered with an untried configuration"
     assert [e.index for e in events] == list(range(1, SPACE.size))  # the baseline is one of the six
     failed = [e for e in events if not e.result.ok]
     assert failed and all(e.result.knobs["num_workers"] == 2 for e in failed)
