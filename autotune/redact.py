@@ -15,7 +15,8 @@ from typing import TextIO
 from urllib.parse import unquote, unquote_plus
 
 MASK = "***"
-# A secret shorter than this is hidden inside its URL only: hiding every "ab" of the console would garble it.
+# A secret shorter than this is hidden inside its URL only: hiding every "ab" of the console would garble it. One
+# this long is hidden wherever it appears, in words it is part of too (a password "host" in "localhost").
 MIN_SECRET_LEN = 4
 # scheme://[user]:PASSWORD@: the password runs to the last @ of the line before another URL, so a raw @ in it (a
 # typo SQLAlchemy would read as the host) is hidden whole. Backslashes: Hydra's escaped form (postgresql\://bob\:…).
