@@ -279,7 +279,7 @@ def _search(
     known: dict[str, _Outcome] = {}
     pruner = _pruner(settings, known)  # this thread's: a slot's trials are judged on what its own thread read
     repeats = failures_in_a_row = 0
-    draw = random.Random(settings.seed)
+    draw = random.Random(f"{settings.seed}:{threading.current_thread().name}")  # each slot draws its own
     while (seen := _look(study, settings, machine)).counted + len(seen.running) < n_trials:
         if INTERRUPT.is_set():
             raise KeyboardInterrupt
@@ -418,16 +418,20 @@ def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str])
 
 def _await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
     """Wait while other tuners of the study measure configurations on ``machine`` (the race must see them), failing
-    those of tuners that died. Returns whether the search must go on: a dead tuner's configuration waits to be
-    measured again."""
+    those of tuners that died. Returns whether the search must go on: a trial waited for ended interrupted (failed
+    here, by another tuner, or by its own on Ctrl-C), and its configuration is owed (``_owed``)."""
     if not is_shared(settings.storage):
         return False
-    while _measuring_now(running := _running(study), machine):
+    awaited: set[int] = set()
+    while measuring := _measuring_now(running := _running(study), machine):
+        awaited |= {trial.number for trial in measuring}
         if fail_stale_trials(study, running):
-            return time.monotonic() < deadline
+            break
         if INTERRUPT.wait(min(settings.heartbeat_s, _AWAIT_POLL_S)):
             raise KeyboardInterrupt
-    return False
+    ended = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    interrupted = any(t.number in awaited and t.user_attrs.get(INTERRUPTED_ATTR) for t in ended)
+    return interrupted and time.monotonic() < deadline
 
 
 def counted_trials(study: optuna.Study, machine: str | None = None) -> int:

@@ -4,6 +4,7 @@ again, machines reported apart."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import io
@@ -231,6 +232,28 @@ def test_a_trial_is_heard_of_before_other_tuners_see_it_in_flight(tmp_path, monk
     settings = journal(tmp_path, n_trials=1, heartbeat_s=60)  # a tuner dying in flight is failed in 4 of its beats
     tuner(settings, SlowMeasure(0))
     assert ALIVE_ATTR in written and written.index(ALIVE_ATTR) < written.index(CONFIG_ATTR)
+
+
+def test_a_tuner_waiting_on_a_trial_that_ends_interrupted_measures_its_configuration(tmp_path):
+    settings = journal(tmp_path, n_trials=2, heartbeat_s=0.2)
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
+
+    def stopped(knobs, name, on_progress=None):
+        time.sleep(1.0)
+        raise KeyboardInterrupt  # its user pressed Ctrl-C mid-trial: its own tuner fails it, interrupted
+
+    def other_tuner():
+        with contextlib.suppress(KeyboardInterrupt):
+            tuner(settings, stopped)
+
+    other = threading.Thread(target=other_tuner)
+    other.start()
+    time.sleep(0.5)  # its trial in flight
+    tuner(settings, SlowMeasure(0.1))  # measures a trial, then waits on the other's
+    other.join()
+    study = open_study(settings, META)
+    assert counted_trials(study) == 2, "the interrupted trial's configuration measured by the tuner waiting on it"
+    assert _look(study, settings, this_machine_id()).owed == []
 
 
 def test_a_live_tuners_trial_is_not_failed_by_a_tuner_that_joins_while_it_runs(tmp_path):
