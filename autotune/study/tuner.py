@@ -400,8 +400,8 @@ def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
 def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str]) -> list[Proposal]:
     """The configurations ``machine`` owes, oldest first: those its trials were measuring when their tuner died or was
     stopped (failed, marked interrupted), neither measured there since nor ``taken`` (measured, or in flight). Any
-    tuner of the machine measures them again before anything new; one of another machine never does, and a tuner
-    that dies failing a trial loses nothing, as what is owed is read from the trials, not queued."""
+    tuner of the machine proposes them before anything new, tuners of other machines do not, and a tuner that dies
+    failing a trial loses nothing, as what is owed is read from the trials, not queued."""
     owed: dict[str, Proposal] = {}
     for trial in trials:
         kept = trial.user_attrs
