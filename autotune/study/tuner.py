@@ -300,7 +300,7 @@ def _search(
         # then the guide's proposal; without a guide, the sampler proposes, or, once it keeps repeating itself, a
         # configuration drawn from those untried.
         proposal = None
-        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if not seen.waiting:
             proposal = seen.owed[0] if seen.owed else None
             if proposal is None and propose is not None:
                 proposal = propose(_observations(known), taken, ran_out)
@@ -372,14 +372,15 @@ def _given_way(study: optuna.Study, settings: StudySettings, machine: str, numbe
 class _Seen:
     """What the study holds for one machine, read at once: what was told of each configuration measured there
     (``known``: the baseline's included, and those not measured for needing no less memory than one that ran out),
-    how many trials measured one (``counted``), what ran out of memory, the trials measuring one now, and what the
-    machine owes (``owed``: ``_owed``)."""
+    how many trials measured one (``counted``), what ran out of memory, the trials measuring one now, what the
+    machine owes (``owed``: ``_owed``), and whether trials wait in Optuna's queue (``waiting``: the user's)."""
 
     known: dict[str, _Outcome]
     counted: int
     ran_out: list[OutOfMemory]
     running: list[optuna.trial.FrozenTrial]
     owed: list[Proposal]
+    waiting: bool
 
     @property
     def in_flight(self) -> set[str]:
@@ -394,7 +395,8 @@ def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
     running = _measuring_now(trials, machine)
     known = _known_outcomes(attrs, trials, measured, settings, machine)
     owed = _owed(trials, machine, set(known) | {t.user_attrs[CONFIG_ATTR] for t in running})
-    return _Seen(known, len(measured), _out_of_memory(attrs, measured, machine), running, owed)
+    waiting = any(t.state is TrialState.WAITING for t in trials)
+    return _Seen(known, len(measured), _out_of_memory(attrs, measured, machine), running, owed, waiting)
 
 
 def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str]) -> list[Proposal]:
@@ -546,9 +548,9 @@ def _measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list
 
 def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTrial] | None = None) -> list[int]:
     """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``:
-    a trial's heartbeats, or before its first, from when this process first saw it), propose their configurations
-    again and end their claims; returns their numbers. Tuners' clocks are compared: keep them in sync (NTP), as a
-    stale trial is unheard of for a minute by default, far beyond any skew that matters."""
+    a trial's heartbeats, or before its first, from when this process first saw it), and end their claims: their
+    configurations are then owed (``_owed``); returns their numbers. Tuners' clocks are compared: keep them in sync
+    (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
     now = time.time()
     running = _running(study) if running is None else running
     stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now)]
