@@ -28,7 +28,6 @@ from optuna.trial import TrialState
 
 from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.errors import StudyMismatchError
-from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine, machine_id, this_machine_id
 from autotune.records import (
     ALIVE_ATTR,
@@ -52,6 +51,7 @@ from autotune.records import (
     metric_attrs,
     on_machine,
 )
+from autotune.study.proposing import ProposingSampler, proposing
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.space import SearchSpace, out_of_memory_bound
 from autotune.study.storage import create_study, is_shared, opening
@@ -126,8 +126,10 @@ def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str,
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # "group" is experimental
-        sampler = optuna.samplers.TPESampler(
-            seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials), multivariate=True, group=True
+        sampler = ProposingSampler(
+            optuna.samplers.TPESampler(
+                seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials), multivariate=True, group=True
+            )
         )
     with opening(settings.storage):  # a storage fault before the run starts refuses it
         study = create_study(
@@ -311,11 +313,9 @@ def _search(
                     )
             if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
                 proposal = Proposal(draw.choice(list(_untried(space, taken, ran_out))))
-        if proposal is not None:
-            proposed = proposal.knobs
-            study.enqueue_trial({name: proposed[name] for name in space.varied if KNOBS[name].active(proposed)})
-        trial = study.ask()
-        knobs = space.sample(trial)
+        with proposing(study, proposal.knobs if proposal is not None else None):
+            trial = study.ask()
+            knobs = space.sample(trial)
         key = config_key(knobs)
         trial.set_user_attr(MACHINE_ATTR, machine)
         trial.set_user_attr(TUNER_ATTR, f"{socket.gethostname()}:{os.getpid()}")

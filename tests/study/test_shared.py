@@ -170,6 +170,26 @@ def test_a_dead_tuners_configuration_is_measured_again_on_its_machine_and_only_t
     assert same_kind.measured()[0] == key, "measured first by the next tuner of its machine"
 
 
+def test_a_proposal_is_measured_by_its_tuner_though_another_tuner_asks_for_a_trial_in_between(tmp_path, monkeypatch):
+    settings = journal(tmp_path, n_trials=1)
+    study, another = open_study(settings, META), open_study(settings, META)
+    ensure_baseline(study, BASELINE, SlowMeasure(0))
+    proposed = next(k for k in SPACE.configurations() if (k["batch_size"], k["num_workers"]) == (32, 2))
+    asked_in_between, ask = [], study.ask
+
+    def another_tuner_asks_first():
+        trial = another.ask()
+        asked_in_between.append(SPACE.sample(trial))
+        another.tell(trial, state=TrialState.FAIL)
+        return ask()
+
+    monkeypatch.setattr(study, "ask", another_tuner_asks_first)
+    measure = SlowMeasure(0)
+    tune(study, SPACE, settings, measure, lambda event: None, lambda *seen: Proposal(proposed))
+    assert measure.measured() == [config_key(proposed)]
+    assert asked_in_between and asked_in_between[0] != proposed, "the other tuner's trial is its own sampler's"
+
+
 @pytest.mark.parametrize("holder", ["a finished trial", "nobody"])
 def test_a_claim_outliving_its_trial_is_taken_over_by_the_next_trial_that_wants_it(tmp_path, holder):
     study = open_study(journal(tmp_path), META)
