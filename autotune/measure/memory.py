@@ -103,10 +103,9 @@ class ProcessTree:
         if self.lender is None:
             return 0
         try:
-            maps = psutil.Process(self.lender).memory_maps(grouped=True)
-        except _GONE:
+            return _shared_anonymous_pss(self.lender)
+        except (*_GONE, PermissionError):
             return 0
-        return sum(max(0, m.pss - m.private_clean - m.private_dirty) for m in maps if _anonymous(m.path))
 
     def peak_rss(self) -> int | None:
         """The root process's own high-water mark of resident memory (``VmHWM``), or None where not reported."""
@@ -160,6 +159,39 @@ def peak_estimate(cheap: list[TreeReading], full: list[TreeReading], root: int, 
     pss = last.pss if last.pss is not None else last.rss
     root_excess = last.rss.get(root, 0) - pss.get(root, 0)
     return max(peak, root_peak_rss - root_excess + last.total - pss.get(root, 0))
+
+
+def _shared_anonymous_pss(pid: int) -> int:
+    """``pid``'s PSS share of the anonymous pages it shares with other processes.
+
+    From ``/proc/PID/smaps_rollup`` where it reports ``Pss_Anon`` (Linux 5.8 and later), less the private dirty
+    pages (an anonymous page is dirty; a fork server writes to no file): one read of ~10 ms, where summing the
+    anonymous mappings of ``/proc/PID/smaps`` takes ~35 ms for a server that imported torch. The rollup also counts
+    the copied-on-write pages of private file mappings (a library's relocated data), which a fresh process holds
+    alone too."""
+    fields = _rollup(pid)
+    if "Pss_Anon" in fields:
+        return max(0, fields["Pss_Anon"] - fields["Private_Dirty"])
+    maps = psutil.Process(pid).memory_maps(grouped=True)
+    return sum(max(0, m.pss - m.private_clean - m.private_dirty) for m in maps if _anonymous(m.path))
+
+
+def _rollup(pid: int) -> dict[str, int]:
+    """The byte counts of ``/proc/PID/smaps_rollup``; empty where the kernel has none (before Linux 4.14). Raises
+    FileNotFoundError once ``pid`` is gone."""
+    path = f"/proc/{pid}/smaps_rollup"
+    if not os.path.exists(path):
+        os.stat(f"/proc/{pid}")
+        return {}
+    with open(path, encoding="ascii") as rollup:
+        lines = rollup.read().splitlines()[1:]  # the first names the address range
+    fields = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        amount = value.split()
+        if len(amount) == 2 and amount[1] == "kB":
+            fields[name] = int(amount[0]) * 1024
+    return fields
 
 
 def _anonymous(path: str) -> bool:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from autotune.measure import memory
 from autotune.measure.memory import MIB, ProcessTree, TreeReading, peak_estimate, pss_estimate
 from autotune.measure.sampler import PeriodicSampler
 
@@ -80,6 +81,20 @@ def test_pages_shared_with_a_forked_worker_are_counted_once(forked):
     assert cheap.pss is None and sum(cheap.rss.values()) / MIB >= 400
     estimate = pss_estimate(cheap, [full], forked.root)
     assert abs(estimate - full.total) / MIB < 10, "a cheap read less the shared excess of the full read"
+
+
+@pytest.mark.parametrize("read_by", ["smaps_rollup", "the anonymous mappings of smaps"])
+def test_a_forked_tree_counts_the_share_its_lender_holds_of_their_common_pages(forked, read_by, monkeypatch):
+    if forked.read_full().pss is None:
+        pytest.skip("this OS reports no PSS")
+    if read_by != "smaps_rollup":
+        monkeypatch.setattr(memory, "_rollup", lambda pid: {})  # a kernel before 5.8: no Pss_Anon
+    elif "Pss_Anon" not in memory._rollup(forked.root):
+        pytest.skip("this kernel's smaps_rollup has no Pss_Anon")
+    child = forked.pids()[1]
+    lent = ProcessTree(child, lender=forked.root)._lent()
+    assert 100 <= lent / MIB <= 125, "half of the 200 MiB both hold, and of the interpreter's heap"
+    assert ProcessTree(child, lender=2**22 + 1)._lent() == 0, "a lender that is gone lends nothing"
 
 
 def test_a_process_no_full_read_saw_counts_the_shared_excess_of_its_siblings():
