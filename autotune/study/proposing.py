@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import optuna
@@ -28,14 +28,21 @@ class ProposingSampler(BaseSampler):
         self._base = base
         self._held = threading.local()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_base": self._base}  # what threads hold is theirs: a copy holds nothing
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_base"])  # type: ignore[misc]
+
     @contextmanager
     def proposing(self, params: dict[str, Any] | None) -> Iterator[None]:
         """Within this block, trials this thread asks for take ``params`` (None: ``base`` proposes)."""
+        held = self._proposed()
         self._held.params = params
         try:
             yield
         finally:
-            self._held.params = None
+            self._held.params = held
 
     def _proposed(self) -> dict[str, Any] | None:
         return getattr(self._held, "params", None)
@@ -73,8 +80,11 @@ class ProposingSampler(BaseSampler):
 
 
 def proposing(study: optuna.Study, params: dict[str, Any] | None) -> AbstractContextManager[None]:
-    """``ProposingSampler.proposing`` of ``study``'s sampler (``open_study`` gives every study one)."""
+    """``ProposingSampler.proposing`` of ``study``'s sampler (``open_study`` gives every study one); with no
+    ``params``, any sampler proposes."""
     sampler = study.sampler
+    if params is None:
+        return nullcontext()
     if not isinstance(sampler, ProposingSampler):
         raise TypeError(f"the study's sampler is {type(sampler).__name__}, not the ProposingSampler open_study gives")
     return sampler.proposing(params)

@@ -300,7 +300,8 @@ def _search(
             return StopReason("the sampler keeps proposing measured configurations")
         # Trials already waiting (enqueued by the user) go first, then what this machine owes (``_Seen.owed``),
         # then the guide's proposal; without a guide, the sampler proposes, or, once it keeps repeating itself, a
-        # configuration drawn from those untried.
+        # configuration drawn from those untried. A trial the user enqueued since ``_look`` is asked for first all
+        # the same, the proposal filling in what it leaves open; the proposal comes again next time.
         proposal = None
         if not seen.waiting:
             proposal = seen.owed[0] if seen.owed else None

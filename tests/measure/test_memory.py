@@ -30,6 +30,9 @@ for i in range(0, len(block), 4096):
 if os.fork() == 0:
     time.sleep(30)
     os._exit(0)
+mine = bytearray({private_mb} * 1024 * 1024)  # the parent's alone
+for i in range(0, len(mine), 4096):
+    mine[i] = 1
 time.sleep(0.5)
 print("ready", flush=True)
 time.sleep(30)
@@ -52,7 +55,15 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture
 def forked():
     """A process holding 200 MiB and a forked child sharing all of it."""
-    root = _start(FORK_SHARING)
+    root = _start(FORK_SHARING.format(private_mb=0))
+    yield ProcessTree(root.pid)
+    _stop(root)
+
+
+@pytest.fixture
+def lender():
+    """A process holding 200 MiB that a forked child shares, and 100 MiB of its own."""
+    root = _start(FORK_SHARING.format(private_mb=100))
     yield ProcessTree(root.pid)
     _stop(root)
 
@@ -84,16 +95,16 @@ def test_pages_shared_with_a_forked_worker_are_counted_once(forked):
 
 
 @pytest.mark.parametrize("read_by", ["smaps_rollup", "the anonymous mappings of smaps"])
-def test_a_forked_tree_counts_the_share_its_lender_holds_of_their_common_pages(forked, read_by, monkeypatch):
-    if forked.read_full().pss is None:
+def test_a_forked_tree_counts_the_share_its_lender_holds_of_their_common_pages(lender, read_by, monkeypatch):
+    if lender.read_full().pss is None:
         pytest.skip("this OS reports no PSS")
     if read_by != "smaps_rollup":
         monkeypatch.setattr(memory, "_rollup", lambda pid: {})  # a kernel before 5.8: no Pss_Anon
-    elif "Pss_Anon" not in memory._rollup(forked.root):
+    elif "Pss_Anon" not in memory._rollup(lender.root):
         pytest.skip("this kernel's smaps_rollup has no Pss_Anon")
-    child = forked.pids()[1]
-    lent = ProcessTree(child, lender=forked.root)._lent()
-    assert 100 <= lent / MIB <= 125, "half of the 200 MiB both hold, and of the interpreter's heap"
+    child = lender.pids()[1]
+    lent = ProcessTree(child, lender=lender.root)._lent()
+    assert 100 <= lent / MIB <= 125, "half of the 200 MiB both hold, and of the interpreter's heap; not its own 100"
     assert ProcessTree(child, lender=2**22 + 1)._lent() == 0, "a lender that is gone lends nothing"
 
 
