@@ -7,6 +7,7 @@ of memory bounds it: a configuration that needs no less memory is not measured (
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -56,6 +57,14 @@ class SearchSpace:
         if self.conflict(knobs) is None:
             return knobs
         return min(self.configurations(), key=lambda other: sum(other[name] != knobs[name] for name in knobs))
+
+    def draw(self, rng: random.Random) -> dict[str, Any] | None:
+        """A configuration drawn with ``rng``: each knob that applies, given those before it, takes one of its
+        candidates with equal chance; None where the draw holds a conflict."""
+        knobs: dict[str, Any] = {}
+        for name, values in self.candidates.items():
+            knobs[name] = rng.choice(values) if KNOBS[name].active(knobs) else None
+        return knobs if self.conflict(knobs) is None else None
 
     def configurations(self) -> Iterator[dict[str, Any]]:
         """Every runnable configuration, once each."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import optuna
 import pytest
@@ -118,6 +119,16 @@ def test_configurations_are_distinct_and_all_contained():
     keys = {tuple(sorted(c.items(), key=str)) for c in configurations}
     assert len(keys) == len(configurations) == space.size
     assert all(space.contains(c) for c in configurations)
+
+
+def test_a_draw_is_a_configuration_of_the_space_and_draws_reach_all_of_a_small_one():
+    space = build_space({**ALL_DEFAULT, "batch_size": [32], "optimizer_impl": ["default"]}, cpu_context())
+    rng = random.Random(0)
+    drawn = [knobs for knobs in (space.draw(rng) for _ in range(40 * space.size)) if knobs is not None]
+    assert all(space.contains(knobs) for knobs in drawn)
+    assert {tuple(sorted(k.items(), key=str)) for k in drawn} == {
+        tuple(sorted(k.items(), key=str)) for k in space.configurations()
+    }
 
 
 def test_sampling_is_define_by_run_and_never_proposes_what_cannot_run(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from optuna.trial import TrialState
 
@@ -13,7 +15,14 @@ from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, config_k
 from autotune.results.model import load_results
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import _REPEATS_BEFORE_UNTRIED, counted_trials, ensure_baseline, open_study, tune
+from autotune.study.tuner import (
+    _REPEATS_BEFORE_UNTRIED,
+    _draw_untried,
+    counted_trials,
+    ensure_baseline,
+    open_study,
+    tune,
+)
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 
@@ -64,6 +73,16 @@ def test_baseline_is_measured_once_and_stored(tmp_path):
     again, reused_again = ensure_baseline(open_study(settings(tmp_path), META), BASELINE, measure)
     assert (reused, reused_again) == (False, True)
     assert again == first and len(measure.calls) == 1
+
+
+def test_an_untried_configuration_is_drawn_even_where_all_but_one_are_tried():
+    configurations = list(SPACE.configurations())
+    rng = random.Random(0)
+    for left in configurations:
+        taken = {config_key(knobs) for knobs in configurations if knobs != left}
+        assert _draw_untried(SPACE, taken, [], rng) == left
+    drawn = {config_key(_draw_untried(SPACE, set(), [], rng)) for _ in range(200)}
+    assert drawn == {config_key(knobs) for knobs in configurations}, "at random, every one in turn"
 
 
 @pytest.mark.slow
