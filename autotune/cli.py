@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import textwrap
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,8 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
                        interleaved; exits 1 when its speedup fell beyond the tolerance and the noise (check.json)
   mode=profile [pipeline.baseline.KNOB=VALUE]
                        the baseline taken apart in one process: where each step's time goes, hot functions of the
-                       data pipeline, a profiler trace; what limits it and what to change (profile.md, profile.html)
+                       data pipeline, a profiler trace; what limits it and what to change (profile.md, profile.json,
+                       profile.html)
 
 Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md.
 
@@ -146,7 +148,8 @@ def describe_knobs() -> str:
 
 
 def report_errors(func: Callable[[], None]) -> None:
-    """Run ``func``; any exception becomes one line on stderr and its exit code (unless AUTOTUNE_DEBUG)."""
+    """Run ``func``; any exception becomes one line on stderr and its exit code, after its traceback where
+    AUTOTUNE_DEBUG is set (the exit code stays: a script tells a refused input, 2, from a failure, 1, either way)."""
     try:
         func()
     except KeyboardInterrupt as exc:
@@ -155,7 +158,7 @@ def report_errors(func: Callable[[], None]) -> None:
         _fail(reason, 128 + signum)
     except Exception as exc:
         if os.environ.get("AUTOTUNE_DEBUG", "") not in ("", "0"):
-            raise
+            traceback.print_exc()
         error = as_autotune_error(exc)
         _fail(str(error), error.exit_code)
 
@@ -213,10 +216,15 @@ def _run(cfg: DictConfig) -> None:
     for text in _strings(data):
         _SECRETS.add(text)  # passwords from a config file or ${oc.env:VAR}, for the console
     output_dir = Path(runtime.output_dir)
+    record = output_dir / "config.yaml"
+    earlier = record.read_text(encoding="utf-8") if record.exists() else None  # of a run in the folder before
     try:
         _run_mode(data, runtime.choices.get("pipeline"), output_dir)
     except ConfigError:
-        _discard_unused(output_dir)
+        if earlier is None:
+            _discard_unused(output_dir)
+        else:  # refused input leaves the folder's earlier run as it was
+            write_atomic(record, earlier)
         raise
 
 

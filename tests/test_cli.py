@@ -261,12 +261,25 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     assert not (tmp_path / "out").exists(), "no trial ran, no empty run folder is left"
 
 
+def test_input_refused_in_a_run_folder_used_before_leaves_that_runs_files_as_they_were(tmp_path, cli_here):
+    earlier = tmp_path / "tuned"
+    earlier.mkdir()
+    files = {"config.yaml": "# the config as run\npipeline: {name: tiny}\n", "report.md": "# autotune report: tiny\n"}
+    for name, text in files.items():
+        (earlier / name).write_text(text)
+    bad = [*TINY, "pipeline.baseline.batch_size=100000", f"hydra.run.dir={earlier}"]  # refused after its record
+    proc = cli_here([*bad, f"study.storage=sqlite:///{tmp_path}/s.db"], cwd=tmp_path)
+    assert proc.returncode == 2 and "pipeline.baseline.batch_size" in proc.stderr, proc.stderr
+    assert {path.name: path.read_text() for path in earlier.iterdir()} == files
+
+
 @pytest.mark.slow
-def test_the_debug_switch_shows_the_traceback(tmp_path):
+def test_the_debug_switch_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
     proc = run_cli(
         ["pipeline=mymodel", "search.amp=[fp8]", f"hydra.run.dir={tmp_path}/out"], cwd=REPO, env={"AUTOTUNE_DEBUG": "1"}
     )
-    assert proc.returncode != 0 and "Traceback" in proc.stderr
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("autotune: error: search.amp"), "its line, last"
 
 
 def test_the_console_script_is_installed():

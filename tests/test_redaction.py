@@ -185,7 +185,7 @@ FORMS = [SECRET, unquote(SECRET), hydra_escaped(unquote(SECRET)), ENV_SECRET]
             2,
             "postgresql://:***@127.0.0.1:1/db",
         ),
-        (["--multirun"], [f"study.storage={FROM_ENV}"], True, 1, "postgresql://bob:***@127.0.0.1:1/db?password=***"),
+        (["--multirun"], [f"study.storage={FROM_ENV}"], True, 2, "postgresql://bob:***@127.0.0.1:1/db?password=***"),
         ([], [f"study.storage={PLAIN}'"], False, 2, "postgresql://:***@127.0.0.1:1/db'"),
         (["--cfg", "job"], [f"study.storage={PLAIN}"], False, 0, "postgresql://:***@127.0.0.1:1/db"),
     ],

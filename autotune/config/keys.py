@@ -101,7 +101,10 @@ _STUDY = (
     _setting("study.max_consecutive_failures", _integer(1), StudySettings, "max_consecutive_failures"),
     _setting("study.confirm_rounds", _integer(0), StudySettings, "confirm_rounds"),
     _setting("study.objectives", Plain(tuple, choices=OBJECTIVES), StudySettings, "objectives"),
-    _setting("study.prune_margin", _POSITIVE_OR_NULL, StudySettings, "prune_margin"),
+    # a fraction below the best: at 1 or more no throughput is that far below it
+    _setting(
+        "study.prune_margin", _number(0, above=True, maximum=1, below=True, null=True), StudySettings, "prune_margin"
+    ),
     _setting("study.probe", Plain(bool), StudySettings, "probe"),
     _setting("study.diagnose", Plain(bool), StudySettings, "diagnose"),
     _setting("study.heartbeat_s", _POSITIVE, StudySettings, "heartbeat_s"),
