@@ -82,9 +82,9 @@ class ProposingSampler(BaseSampler):
 def proposing(study: optuna.Study, params: dict[str, Any] | None) -> AbstractContextManager[None]:
     """``ProposingSampler.proposing`` of ``study``'s sampler (``open_study`` gives every study one); with no
     ``params``, any sampler proposes."""
-    sampler = study.sampler
     if params is None:
         return nullcontext()
+    sampler = study.sampler
     if not isinstance(sampler, ProposingSampler):
         raise TypeError(f"the study's sampler is {type(sampler).__name__}, not the ProposingSampler open_study gives")
     return sampler.proposing(params)
