@@ -28,6 +28,7 @@ from autotune.results.model import load_results
 from autotune.results.race import MAX_FINALISTS
 from autotune.results.summary import summarise
 from autotune.study.clock import SEARCH, RunClock
+from autotune.study.disturbed import again_if_disturbed
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
@@ -83,10 +84,14 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
 
     runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
     runner = runners[0]  # the baseline, the probe and the race run in the first slot
+
+    def show_run(name: str, result: TrialResult) -> None:
+        print(f"[{name}] {format_result(result)}", file=out, flush=True)
+
     with clock.stage("baseline"):
-        baseline, reused = ensure_baseline(study, settings.baseline, runner.run, machine)
-    print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
+        baseline, reused = ensure_baseline(study, settings.baseline, again_if_disturbed(runner.run, show_run), machine)
     if reused:
+        print(f"[baseline, stored] {format_result(baseline)}", file=out, flush=True)
         clock.expect(baseline)
     if not baseline.ok:
         raise BaselineFailedError(
