@@ -37,6 +37,7 @@ from autotune.study.run_race import round_runs, run_race
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.trim import run_trim
 from autotune.study.tuner import (
+    RunFn,
     StopReason,
     TrialEvent,
     counted_trials,
@@ -85,13 +86,18 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
     runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
     runner = runners[0]  # the baseline, the probe and the race run in the first slot
 
-    def show_run(name: str, result: TrialResult) -> None:
-        print(f"[{name}] {format_result(result)}", file=out, flush=True)
+    reference: list[TrialResult] = []  # the baseline, once measured: what speedups are against
 
+    def show_disturbed(name: str, result: TrialResult) -> None:
+        line = format_result(result, reference[0] if reference else None)
+        print(f"[{name}] {line}; measured again", file=out, flush=True)
+
+    measured = again_if_disturbed(runner.run, show_disturbed) if settings.study.remeasure_disturbed else runner.run
     with clock.stage("baseline"):
-        baseline, reused = ensure_baseline(study, settings.baseline, again_if_disturbed(runner.run, show_run), machine)
+        baseline, reused = ensure_baseline(study, settings.baseline, measured, machine)
+    reference.append(baseline)
+    print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
     if reused:
-        print(f"[baseline, stored] {format_result(baseline)}", file=out, flush=True)
         clock.expect(baseline)
     if not baseline.ok:
         raise BaselineFailedError(
@@ -123,7 +129,7 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
         if not stop.aborted:
             with finishing(study, settings.study, machine) as mine:
                 if mine:
-                    _finish(study, machine, settings, runner, output_dir, show_confirmation, out, clock)
+                    _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
                 else:
                     print("[race] run by another tuner of this machine: the reports hold what it stored", file=out)
     except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
@@ -182,18 +188,20 @@ def _finish(
     machine: str,
     settings: Settings,
     runner: TrialRunner,
+    measured: RunFn,
     output_dir: Path,
     show: Callable[[str, TrialResult], None],
     out: TextIO,
     clock: RunClock,
 ) -> None:
-    """The end of a study on ``machine``: the finalists' race, the trim of the winner's changes, and the profiles of
-    the baseline and the recommendation (``study.diagnose``), each stored in the study and timed by ``clock``."""
+    """The end of a study on ``machine``: the finalists' race and the trim of the winner's changes, their runs by
+    ``measured`` (``study.remeasure_disturbed``), and the profiles of the baseline and the recommendation
+    (``study.diagnose``), each stored in the study and timed by ``clock``."""
     affords = clock.affords_runs
     with clock.stage("race"):
-        race = run_race(study, load_results(study, machine), settings.study.confirm_rounds, runner.run, show, affords)
+        race = run_race(study, load_results(study, machine), settings.study.confirm_rounds, measured, show, affords)
     with clock.stage("trim"):
-        run_trim(study, load_results(study, machine), race, runner.run, show, affords)
+        run_trim(study, load_results(study, machine), race, measured, show, affords)
     # What limits each, profiled after every timed run.
     if settings.study.diagnose and clock.affords(2 * clock.run_s(), "the profiles (study.diagnose)"):
         shown = partial(print_tuned_profile, out=out)

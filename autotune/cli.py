@@ -216,11 +216,14 @@ def _run(cfg: DictConfig) -> None:
     for text in _strings(data):
         _SECRETS.add(text)  # passwords from a config file or ${oc.env:VAR}, for the console
     output_dir = Path(runtime.output_dir)
-    record = output_dir / "config.yaml"
-    earlier = record.read_text(encoding="utf-8") if record.exists() else None  # of a run in the folder before
+    record, earlier = output_dir / "config.yaml", None
+    with contextlib.suppress(OSError):
+        earlier = record.read_bytes()  # of a run in the folder before
     try:
         _run_mode(data, runtime.choices.get("pipeline"), output_dir)
-    except ConfigError:
+    except AutotuneError as refused:
+        if refused.exit_code != 2:  # not refused input: the record stays with what ran
+            raise
         if earlier is None:
             _discard_unused(output_dir)
         else:  # refused input leaves the folder's earlier run as it was

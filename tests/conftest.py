@@ -67,6 +67,7 @@ FAST_MEASURE = [
     "measure.screen_min_time_s=0.2",
     "measure.fork_trials=true",  # tests check what happens, not how fast: 0.02 s a trial instead of ~3 s
     "study.diagnose=false",  # no profiling runs after the race: tests/test_profile.py runs them
+    "study.remeasure_disturbed=false",  # as many runs however busy the machine: tests/study/test_disturbed.py
 ]
 
 
@@ -96,6 +97,7 @@ def tiny_config(**overrides) -> dict:
             "prune_margin": None,
             "probe": False,
             "diagnose": False,
+            "remeasure_disturbed": False,
         },
         "measure": {
             "device": "cpu",

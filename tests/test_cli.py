@@ -264,13 +264,13 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
 def test_input_refused_in_a_run_folder_used_before_leaves_that_runs_files_as_they_were(tmp_path, cli_here):
     earlier = tmp_path / "tuned"
     earlier.mkdir()
-    files = {"config.yaml": "# the config as run\npipeline: {name: tiny}\n", "report.md": "# autotune report: tiny\n"}
-    for name, text in files.items():
-        (earlier / name).write_text(text)
+    files = {"config.yaml": b"# the config as run, in Latin-1: \xe9\n", "report.md": b"# autotune report: tiny\n"}
+    for name, content in files.items():
+        (earlier / name).write_bytes(content)
     bad = [*TINY, "pipeline.baseline.batch_size=100000", f"hydra.run.dir={earlier}"]  # refused after its record
     proc = cli_here([*bad, f"study.storage=sqlite:///{tmp_path}/s.db"], cwd=tmp_path)
     assert proc.returncode == 2 and "pipeline.baseline.batch_size" in proc.stderr, proc.stderr
-    assert {path.name: path.read_text() for path in earlier.iterdir()} == files
+    assert {path.name: path.read_bytes() for path in earlier.iterdir()} == files
 
 
 @pytest.mark.slow

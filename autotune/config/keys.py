@@ -107,6 +107,7 @@ _STUDY = (
     ),
     _setting("study.probe", Plain(bool), StudySettings, "probe"),
     _setting("study.diagnose", Plain(bool), StudySettings, "diagnose"),
+    _setting("study.remeasure_disturbed", Plain(bool), StudySettings, "remeasure_disturbed"),
     _setting("study.heartbeat_s", _POSITIVE, StudySettings, "heartbeat_s"),
     _setting("study.parallel", CountOrAuto(), StudySettings, "parallel"),
     _setting("study.cpu_sets", CoreSets(), StudySettings, "cpu_sets"),

@@ -32,6 +32,8 @@ class StudySettings:
     ``cpu_sets`` (``autotune/trial/placement.py``).
     ``diagnose`` profiles the baseline and the recommendation after the race (``autotune/study/profiles.py``).
     ``budget_s`` bounds the whole run: a step starts only where it fits (``RunClock.affords``).
+    ``remeasure_disturbed`` measures again a baseline or race run that other processes disturbed
+    (``autotune/study/disturbed.py``).
     """
 
     name: str
@@ -50,6 +52,7 @@ class StudySettings:
     heartbeat_s: float = 15.0
     parallel: int | str = 1
     budget_s: float | None = None
+    remeasure_disturbed: bool = True
     cpu_sets: tuple[tuple[int, ...], ...] | None = None
 
     @property

@@ -2,8 +2,9 @@
 
 The baseline's run is the reference of every speedup, and a race compares one run of each entrant a round: a run
 that other processes slowed (``SystemReport.disturbed``: they took cores the run needed, or shared its GPU) would
-decide them by the disturbance. Such a run is measured once more and the second stands, disturbed or not: a load
-that lasts then weighs on every run alike, and each says so.
+let a passing load decide them. Such a run is measured once more and the second stands (the first where the second
+failed). Once a second run is disturbed too, the load is taken to last: it then weighs on every run alike, each
+says so, and no run is measured again.
 """
 
 from __future__ import annotations
@@ -14,21 +15,26 @@ from typing import Any
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
-# Told of each run: its name and result.
-OnRunFn = Callable[[str, TrialResult], None]
+# Told of a disturbed run, its name and result, before it is measured again as NAME-again.
+OnDisturbedFn = Callable[[str, TrialResult], None]
 
 
-def again_if_disturbed(run: RunFn, on_run: OnRunFn) -> RunFn:
-    """``run``, each run told to ``on_run``; a run that other processes disturbed is measured once more, as
-    ``NAME-again``, and that second run is the result."""
+def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn) -> RunFn:
+    """``run``, measuring a run that other processes disturbed once more, as ``NAME-again`` (the module's rule)."""
+    lasting = False
 
     def measured(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
-        result = run(knobs, name, on_progress)
-        on_run(name, result)
-        if result.ok and result.measurement.system.disturbed:
-            name = f"{name}-again"
-            result = run(knobs, name, on_progress)
-            on_run(name, result)
-        return result
+        nonlocal lasting
+        first = run(knobs, name, on_progress)
+        if lasting or not _disturbed(first):
+            return first
+        on_disturbed(name, first)
+        second = run(knobs, f"{name}-again", on_progress)
+        lasting = _disturbed(second)
+        return second if second.ok else first
 
     return measured
+
+
+def _disturbed(result: TrialResult) -> bool:
+    return result.ok and result.measurement.system.disturbed

@@ -24,7 +24,6 @@ from autotune.results.race import (
     unprovable,
     wins_needed,
 )
-from autotune.study.disturbed import again_if_disturbed
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
@@ -81,13 +80,11 @@ def race(
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
-    ``decided``; ``before_race`` holds throughputs measured before the race. A run that other processes disturbed
-    is measured again (``again_if_disturbed``); ``on_run`` is told of every run. A finalist lagging the leader by
+    ``decided``; ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
     ``affords`` it (study.budget_s)."""
     baseline_runs: list[float] = []
     failure, cut = None, False
-    measured = again_if_disturbed(run, on_run)
     for index in range(1, rounds + 1):
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
@@ -95,7 +92,7 @@ def race(
         if affords is not None and not affords(round_runs(len(racing)), f"{name} rounds {index} to {rounds}"):
             cut = True
             break
-        failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, measured)
+        failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, on_run)
         if failure:
             break
         _drop(racing, baseline_runs, rounds, index, reference)
@@ -110,6 +107,7 @@ def _run_round(
     racing: list[Finalist],
     baseline_runs: list[float],
     run: RunFn,
+    on_run: Callable[[str, TrialResult], None],
 ) -> str | None:
     """One round: the baseline and every racing finalist once, in an order rotated each round (so no one always
     runs first, right after the search or the previous round). Returns why the baseline's run failed, if it did."""
@@ -117,19 +115,21 @@ def _run_round(
     shift = len(baseline_runs) % len(order)
     for entrant in order[shift:] + order[:shift]:
         if entrant is not None:
-            _run_finalist(entrant, prefix, run)
+            _run_finalist(entrant, prefix, run, on_run)
             continue
         name = f"{prefix}-baseline"
         result = run(baseline, name, None)
+        on_run(name, result)
         if not result.ok:
             return f"{name}: {result.failure}"
         baseline_runs.append(result.timing.throughput)
     return None
 
 
-def _run_finalist(finalist: Finalist, prefix: str, run: RunFn) -> None:
+def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[[str, TrialResult], None]) -> None:
     name = f"{prefix}-trial-" + re.sub(r"[^\w.-]+", "-", finalist.label)  # a file name
     result = run(finalist.knobs, name, None)
+    on_run(name, result)
     if not result.ok:
         finalist.dropped = f"round {len(finalist.throughputs) + 1} failed: {result.failure}"
         return

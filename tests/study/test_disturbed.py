@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 import pytest
 
+from autotune import app
+from autotune.config.load import load_settings
 from autotune.measure.measurement import SystemReport
 from autotune.results.race import Finalist
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.run_race import race
 from autotune.trial.result import Failure, FailureKind, TrialResult
-from tests.conftest import NEUTRAL_KNOBS, fake_measurement
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}
 # Both cores busy, the run's tree on one of them: other processes took a whole core.
@@ -36,19 +39,39 @@ class Runs:
         return replace(self.by_name[name], knobs=knobs)
 
 
-@pytest.mark.parametrize("second", [run_of(100.0), run_of(60.0, disturbed=True)], ids=["quiet", "disturbed"])
-def test_a_disturbed_run_is_measured_once_more_and_the_second_stands_disturbed_or_not(second):
-    runs, told = Runs({"baseline": run_of(50.0, disturbed=True), "baseline-again": second}), []
-    result = again_if_disturbed(runs, lambda name, result: told.append(name))(BASELINE, "baseline")
-    assert result.timing.throughput == second.timing.throughput
-    assert runs.names == told == ["baseline", "baseline-again"]
+def measured_by(runs: Runs) -> tuple:
+    """``runs`` measured again where disturbed, and the names of the runs it was told were disturbed."""
+    told = []
+    return again_if_disturbed(runs, lambda name, result: told.append(name)), told
+
+
+@pytest.mark.parametrize(
+    ("second", "stands"),
+    [(run_of(100.0), 100.0), (run_of(60.0, disturbed=True), 60.0), (run_of(None), 50.0)],
+    ids=["quiet", "disturbed too", "failed: the first stands"],
+)
+def test_a_disturbed_run_is_measured_once_more_and_the_second_stands(second, stands):
+    runs = Runs({"baseline": run_of(50.0, disturbed=True), "baseline-again": second})
+    measured, told = measured_by(runs)
+    assert measured(BASELINE, "baseline").timing.throughput == stands
+    assert runs.names == ["baseline", "baseline-again"] and told == ["baseline"]
 
 
 @pytest.mark.parametrize("first", [run_of(100.0), run_of(None)], ids=["quiet", "failed"])
 def test_a_quiet_run_or_a_failed_one_is_measured_once(first):
-    runs, told = Runs({"baseline": first}), []
-    assert again_if_disturbed(runs, lambda name, result: told.append(name))(BASELINE, "baseline") == first
-    assert runs.names == told == ["baseline"]
+    runs = Runs({"baseline": first})
+    measured, told = measured_by(runs)
+    assert measured(BASELINE, "baseline") == first
+    assert runs.names == ["baseline"] and told == []
+
+
+def test_once_a_second_run_is_disturbed_too_the_load_is_taken_to_last_and_nothing_is_measured_again():
+    busy = run_of(60.0, disturbed=True)
+    runs = Runs({"a": busy, "a-again": busy, "b": busy})
+    measured, told = measured_by(runs)
+    measured(BASELINE, "a")
+    assert measured(BASELINE, "b") == busy
+    assert runs.names == ["a", "a-again", "b"] and told == ["a"]
 
 
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
@@ -60,9 +83,23 @@ def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_rou
             "confirm-1-trial-1": run_of(130.0),
         }
     )
-    told = []
-    shown = lambda name, result: told.append(name)  # noqa: E731
-    confirmation = race([finalist], BASELINE, {"1": 130.0, "baseline": 100.0}, 1, "confirm", runs, shown)
+    measured, told = measured_by(runs)
+    shown = []
+    show = lambda name, result: shown.append((name, result.timing.throughput))  # noqa: E731
+    confirmation = race([finalist], BASELINE, {"1": 130.0, "baseline": 100.0}, 1, "confirm", measured, show)
     assert confirmation.baseline_throughputs == [100.0] and finalist.throughputs == [130.0]
     assert runs.names == ["confirm-1-baseline", "confirm-1-baseline-again", "confirm-1-trial-1"]
-    assert told == runs.names, "every run is shown, the disturbed one too"
+    assert told == ["confirm-1-baseline"] and shown == [("confirm-1-baseline", 100.0), ("confirm-1-trial-1", 130.0)]
+
+
+@pytest.mark.parametrize("remeasure", [True, False])
+def test_a_tuning_run_measures_its_disturbed_baseline_again_and_says_so_unless_told_not_to(
+    tmp_path, monkeypatch, remeasure
+):
+    monkeypatch.setattr(SystemReport, "disturbed", property(lambda self: True))  # every run, as on a busy machine
+    study = {"n_trials": 0, "storage": f"sqlite:///{tmp_path}/s.db", "remeasure_disturbed": remeasure}
+    out = io.StringIO()
+    app.run(load_settings(tiny_config(study=study), "tiny"), tmp_path / "out", out=out)
+    again = [line for line in out.getvalue().splitlines() if line.startswith("[baseline] ") and "again" in line]
+    assert len(again) == remeasure, out.getvalue()
+    assert (tmp_path / "out" / "trials" / "baseline-again.result.json").exists() == remeasure
