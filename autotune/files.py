@@ -14,15 +14,15 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def write_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
-    """Write ``text`` (UTF-8), or bytes, to a temporary file beside ``path`` and rename it over ``path``, readable
+def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
+    """Write ``content`` (text as UTF-8) to a temporary file beside ``path`` and rename it over ``path``, readable
     as the umask allows."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+            handle.write(content if isinstance(content, bytes) else content.encode("utf-8"))
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
