@@ -22,7 +22,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, QuotedString
-from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException, SearchPathException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -170,6 +170,8 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
     if isinstance(exc, MissingConfigException) and exc.options is not None:
         group, _, name = (exc.missing_cfg_file or "pipeline/").partition("/")
         return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
+    if isinstance(exc, SearchPathException) and (folder := re.search(r"directory '(.*)' not found", str(exc))):
+        return ConfigError("-cd", f"no folder {folder[1]}; give the folder that holds your pipeline/ configs")
     if isinstance(exc, OverrideParseException):
         key = exc.override.partition("=")[0].lstrip("+~")
         return ConfigError(key, f"cannot parse the override {exc.override!r}: {_one_line(exc.message)}")

@@ -189,6 +189,7 @@ BAD_INPUTS = [
         "pipeline.model._target_: cannot import 'nowhere.Net'",
     ),
     (["pipeline=mymodel", "pipeline.dataset.length=0"], "pipeline.dataset: SyntheticImages is empty (length 0)"),
+    (["-cd", "./nowhere", "pipeline=mine"], f"-cd: no folder {REPO}/nowhere; give the folder that holds"),
     (
         ["pipeline=mymodel", "pipeline.baseline.batch_size=100000"],
         "pipeline.baseline.batch_size: 100000 is larger than the dataset",
