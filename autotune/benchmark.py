@@ -22,7 +22,10 @@ from autotune.recommendation import MachineMismatchWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
 from autotune.results.benchmark import Benchmark, Entry
+from autotune.study.disturbed import again_if_disturbed
 from autotune.study.trim import undo
+from autotune.study.tuner import RunFn
+from autotune.trial.result import TrialResult
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -93,17 +96,28 @@ def both_ends(baseline: dict[str, Any], recommended: dict[str, Any]) -> list[Ent
 def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out: TextIO) -> None:
     """Fill ``benchmark``'s entries: ``benchmark.rounds`` rounds, each configuration once a round in a fresh process
     with the full window (its log and result in ``workdir``), the order rotating. Each run is added as it ends, so
-    the record holds every run that ended when this is interrupted."""
+    the record holds every run that ended when this is interrupted. A run that other processes disturbed is
+    measured again (``study.remeasure_disturbed``: ``autotune/study/disturbed.py``)."""
     runner = TrialRunner(settings, benchmark.device, workdir)
+
+    def timed(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
+        return runner.check(knobs, name, plain=False)
+
+    def show_disturbed(name: str, result: TrialResult) -> None:
+        busy = result.measurement.system.disturbance
+        shown = f"{result.timing.throughput:.1f} samples/s, other processes busy ({busy}): measured again"
+        print(f"[{name}] {shown}", file=out, flush=True)
+
+    run = again_if_disturbed(timed, show_disturbed) if settings.study.remeasure_disturbed else timed
     for index in range(1, benchmark.rounds + 1):
-        _round(runner, index, benchmark.entries, settings.baseline, out)
+        _round(run, index, benchmark.entries, settings.baseline, out)
 
 
-def _round(runner: TrialRunner, index: int, entries: list[Entry], baseline: dict[str, Any], out: TextIO) -> None:
+def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any], out: TextIO) -> None:
     """Every configuration once, starting one further along each round."""
     shift = (index - 1) % len(entries)
     for entry in entries[shift:] + entries[:shift]:
-        result = runner.check(entry.knobs, file_name(f"round{index}-{entry.label}"), plain=False)
+        result = run(entry.knobs, file_name(f"round{index}-{entry.label}"), None)
         if result.ok:
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)

@@ -37,4 +37,4 @@ def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn) -> RunFn:
 
 
 def _disturbed(result: TrialResult) -> bool:
-    return result.ok and result.measurement.system.disturbed
+    return result.ok and result.measurement is not None and result.measurement.system.disturbed

@@ -8,8 +8,10 @@ from dataclasses import replace
 import pytest
 
 from autotune import app
+from autotune.benchmark import both_ends, measure_rounds
 from autotune.config.load import load_settings
 from autotune.measure.measurement import SystemReport
+from autotune.results.benchmark import Benchmark
 from autotune.results.race import Finalist
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.run_race import race
@@ -103,3 +105,16 @@ def test_a_tuning_run_measures_its_disturbed_baseline_again_and_says_so_unless_t
     again = [line for line in out.getvalue().splitlines() if line.startswith("[baseline] ") and "again" in line]
     assert len(again) == remeasure, out.getvalue()
     assert (tmp_path / "out" / "trials" / "baseline-again.result.json").exists() == remeasure
+
+
+def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(SystemReport, "disturbed", property(lambda self: True))
+    settings = load_settings(tiny_config(study={"remeasure_disturbed": True}), "tiny")
+    entries = both_ends(settings.baseline, {**settings.baseline, "batch_size": 32})
+    benchmark = Benchmark("tiny", "cpu", 2, "recommended.yaml", {}, entries)
+    out = io.StringIO()
+    measure_rounds(settings, benchmark, tmp_path, out)
+    assert [len(entry.throughputs) for entry in entries] == [2, 2], "a run a round each, the second's kept"
+    again = sorted(path.name for path in tmp_path.glob("*-again.result.json"))
+    assert again == ["round1-baseline-again.result.json"], "the load lasted: nothing more is measured again"
+    assert "[round1-baseline] " in out.getvalue() and "measured again" in out.getvalue()
