@@ -1,10 +1,10 @@
 """Runs that other processes disturbed, measured once more where a single run decides.
 
-The baseline's run is the reference of every speedup, and a race compares one run of each entrant a round: a run
-that other processes slowed (``SystemReport.disturbed``: they took cores the run needed, or shared its GPU) would
-let a passing load decide them. Such a run is measured once more and the second stands (the first where the second
-failed). Once a second run is disturbed too, the load is taken to last: it then weighs on every run alike, each
-says so, and no run is measured again.
+The baseline's run is the reference of every speedup, and a race (as the rounds of mode=benchmark and mode=check)
+compares one run of each entrant a round: a run that other processes slowed (``SystemReport.disturbed``: they took
+cores the run needed, or shared its GPU) would let a passing load decide them. Such a run is measured once more
+and the second stands (the first where the second failed). Once a second run is disturbed too, the load is taken
+to last: it then weighs on every run alike, each says so, and no run is measured again.
 """
 
 from __future__ import annotations
