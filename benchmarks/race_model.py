@@ -70,7 +70,7 @@ IMAGES_SCREENED = [
     Config("batch 64, workers 2, channels_last, bf16", 0.885, 6, 360),
     Config("batch 32, workers 2, channels_last, bf16", 0.885 * 0.861, 5, 341),
 ]
-# Sources: benchmarks.pooled over runs 12-17 (docs/benchmarks.md, "Where #5 stands"); "est." from the tuner's races.
+# Sources: benchmarks.pooled over runs 12-17 (the runs of docs/benchmarks.md section 6); "est." from the tuner's races.
 SCENARIOS = {
     "images": Scenario(
         "images",

@@ -37,8 +37,8 @@ from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.trial.result import TrialResult
 
-# A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by up to
-# ~15 % here (docs/benchmarks.md, "Noise").
+# A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by 6-20 %
+# on our build machines (docs/benchmarks.md).
 FINALIST_WINDOW = 0.15
 # At most this many finalists race the baseline: a round is then at most four runs.
 MAX_FINALISTS = 3

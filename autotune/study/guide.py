@@ -103,8 +103,8 @@ class Guide:
     def _needlessly_oversubscribed(self, knobs: dict[str, Any]) -> bool:
         """Whether ``knobs`` asks for more compute threads than its workers leave cores free while the same with
         only that many threads is in the space. The probe predicts the two alike (threads beyond the free cores
-        gain nothing) and oversubscribed threads measured slower, never faster (docs/benchmarks.md), so only the
-        latter is worth a trial: measuring both would spend one on a tie the model already settles."""
+        gain nothing: the workers hold them), so only the latter is worth a trial: measuring both would spend one on
+        a tie the model already settles."""
         free = self.probe_model.free_threads(knobs)
         return free is not None and self.space.contains({**knobs, "num_threads": free})
 

@@ -98,7 +98,7 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
                     break
             end = trainer.scale_reading()  # before the FLOP-counting step below, which steps the scaler too
             # A step of its own, eager, so after the window: run before it, such a step changed the speed of the
-            # steps that followed (by the allocator's state: docs/benchmarks.md, "Truth").
+            # steps that followed (by the allocator's state: docs/measurement.md).
             prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
     finally:
         batches.close()

@@ -10,7 +10,7 @@ from tests.conftest import trial_request
 
 def test_flops_are_counted_after_the_window_as_a_step_before_it_would_change_what_follows(monkeypatch):
     # A step the loop would not run, run before the window, changed the speed of the steps after it by the
-    # allocator's state it left (docs/benchmarks.md, "Truth"): 1.18x a plain loop for one configuration.
+    # allocator's state it left (docs/measurement.md): 1.18x a plain loop for one configuration.
     phases = []
     count = Profiler.count_flops
     monkeypatch.setattr(
