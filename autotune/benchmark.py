@@ -78,7 +78,7 @@ def configurations(baseline: dict[str, Any], recommended: dict[str, Any]) -> lis
     entries = list(ends)
     for knob in changed(recommended, baseline):
         candidates = [
-            Entry(f"baseline + {knob}", "alone", knob, undo(baseline, recommended, knob)),
+            Entry(f"baseline + {knob}", "alone", knob, undo(baseline, recommended, knob, options_too=False)),
             Entry(f"recommended - {knob}", "without", knob, undo(recommended, baseline, knob)),
         ]
         entries += [c for c in candidates if conflict(c.knobs) is None and all(c.knobs != end.knobs for end in ends)]

@@ -26,3 +26,11 @@ def test_each_change_alone_and_left_out_once_each():
 def test_one_change_is_the_recommendation_alone():
     entries = configurations(NEUTRAL_KNOBS, {**NEUTRAL_KNOBS, "amp": "bf16"})
     assert [e.label for e in entries] == ["baseline", "recommended"]
+
+
+def test_a_recommendation_without_workers_measured_with_them_has_the_users_worker_options_back():
+    own = {**NEUTRAL_KNOBS, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
+    recommended = {**own, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None, "amp": "bf16"}
+    entries = {(e.kind, e.knob): e.knobs for e in configurations(own, recommended)}
+    assert len(entries) == 6, "two changes: num_workers (its options go with it) and amp"
+    assert entries[("without", "num_workers")] == {**own, "amp": "bf16"}

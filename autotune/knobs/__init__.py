@@ -85,12 +85,20 @@ def apply_knobs(values: dict[str, Any], setup: TrainingSetup) -> None:
 def changed(values: dict[str, Any], baseline: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The knobs ``values`` changes from ``baseline``: name → (before, after). An option at its default where the
     baseline's configuration does not have it (prefetch_factor 2 with workers, against None without) is no change of
-    its own: it comes with the change that makes it apply."""
+    its own: it comes with the change that makes it apply; nor is an option that no longer applies in ``values``
+    (None: no prefetch_factor without workers): it goes with the change that ends it."""
     return {
         name: (baseline.get(name), value)
         for name, value in values.items()
-        if baseline.get(name) != value and not (baseline.get(name) is None and value == KNOBS[name].baseline_default)
+        if baseline.get(name) != value and not _comes_with_another(name, value, values, baseline)
     }
+
+
+def _comes_with_another(name: str, value: Any, values: dict[str, Any], baseline: dict[str, Any]) -> bool:
+    knob = KNOBS[name]
+    if value is None and not knob.active(values):
+        return True
+    return baseline.get(name) is None and value == knob.baseline_default
 
 
 def costly(values: dict[str, Any]) -> bool:

@@ -148,7 +148,7 @@ def headline(summary: Summary) -> Headline:
             f"{best.label}, read {best.throughput / base.throughput:.2f}x in a single run), so none is recommended "
             "unproven.",
         )
-    if summary.is_baseline and confirmation and confirmation.leader:
+    if summary.is_baseline and confirmation and confirmation.leader and not confirmation.failure:
         return Headline(
             "Keep your current settings.",
             f"The fastest trials did not hold their gain when re-measured against the baseline: the best, trial "

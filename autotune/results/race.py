@@ -283,17 +283,20 @@ def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: in
     fastest = max(r.throughput for r in measured)
     near = [r for r in measured if r.throughput >= fastest * (1 - FINALIST_WINDOW)]
     base = baseline.result.knobs
-    worth = sorted((r for r in near if not _outdone_by_simpler(r, near, base)), key=lambda r: -r.throughput)
+    worth: list[TrialRecord] = []  # simplest first: only a trial worth racing leaves out one that changes more
+    for record in sorted(near, key=lambda r: (count_changes(r.result.knobs, base), -r.throughput)):
+        if not _outdone_by_simpler(record, worth, base):
+            worth.append(record)
+    finalists = sorted(worth, key=lambda r: -r.throughput)[:limit]
     simplest = choose_candidate(baseline, trials)
-    finalists = worth[:limit]
-    if simplest in worth and simplest not in finalists:
+    if simplest is not None and simplest not in finalists:
         finalists = [*finalists[: limit - 1], simplest]
     return finalists
 
 
-def _outdone_by_simpler(record: TrialRecord, others: list[TrialRecord], base: dict[str, object]) -> bool:
+def _outdone_by_simpler(record: TrialRecord, worth: list[TrialRecord], base: dict[str, object]) -> bool:
     changes = count_changes(record.result.knobs, base)
-    simpler = [other for other in others if count_changes(other.result.knobs, base) < changes]
+    simpler = [other for other in worth if count_changes(other.result.knobs, base) < changes]
     return any(record.throughput <= other.throughput * (1 + TIE_TOLERANCE) for other in simpler)
 
 

@@ -117,7 +117,8 @@ def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
 def summarise(results: StudyResults) -> Summary:
     """Rank every record (fastest first; pruned, infeasible and failed last) and recommend: the winner of the
     confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
-    from single runs (``choose_candidate``). A recommendation is never a change that re-measured no faster.
+    from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (one about fewer
+    trials) did not prove. A recommendation is never a change that re-measured no faster.
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")
@@ -126,11 +127,15 @@ def summarise(results: StudyResults) -> Summary:
     ranked = sorted(measured, key=lambda r: -r.throughput) + failed
     confirmation = results.confirmation
     finalists = [r.label for r in select_finalists(results.baseline, results.trials)]
-    if confirmation is not None and not confirmation.is_about(finalists):
-        confirmation = None  # about the finalists of fewer trials: stale
+    unproven: set[str] = set()
+    if confirmation is not None and not confirmation.is_about(finalists):  # about the finalists of fewer trials
+        proven = confirmation.winner
+        unproven = {f.label for f in confirmation.finalists if proven is None or f.label != proven.label}
+        confirmation = None
     trim: list[Confirmation] = []
     if confirmation is None:
-        recommended = choose_candidate(results.baseline, results.trials) or results.baseline
+        candidates = [r for r in results.trials if r.label not in unproven]
+        recommended = choose_candidate(results.baseline, candidates) or results.baseline
     elif (winner := confirmation.winner) is None:
         recommended = results.baseline
     else:

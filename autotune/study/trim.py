@@ -27,18 +27,18 @@ def run_trim(
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), until a race's winner is the
-    configuration it started from; store the races in the study. A stored trim of the same winner and rounds is
-    reused. Nothing to do without a winner changing two knobs or more. A round starts only where ``affords`` it: a
-    race that study.budget_s cut short (stored, with or without rounds) ends the trim, and a later run trims anew."""
+    configuration it started from; store the races in the study. The races a stored trim of the same winner and
+    rounds ran to their end are reused. Nothing to do without a winner changing two knobs or more. A round starts
+    only where ``affords`` it: a race that study.budget_s cut short (stored, with or without rounds) ends the trim,
+    and a later run goes on from that race."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
         return []
     rounds = confirmation.planned_rounds or confirmation.rounds
     stored = results.trim
-    ended = stored and not any(race.cut for race in stored)  # a trim study.budget_s cut short goes on from the start
-    if ended and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds:
-        return stored
+    of_this_winner = stored and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds
+    done = [race for race in stored if not race.cut] if of_this_winner else []
     races: list[Confirmation] = []
     before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
     current, pending = winner, list(KNOBS)
@@ -49,7 +49,10 @@ def run_trim(
             break
         name = f"trim-{len(races) + 1}"
         entrants = [leader, *undone.values()]
-        races.append(race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords))
+        ran = done[len(races)] if len(races) < len(done) else None
+        if ran is None or [f.label for f in ran.finalists] != [f.label for f in entrants]:
+            ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords)
+        races.append(ran)
         if races[-1].cut:
             break
         new = races[-1].winner
@@ -75,30 +78,36 @@ def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -
 
 def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> dict[str, Finalist]:
     """``finalist`` with each change from ``baseline`` among ``names`` undone in turn, by the knob undone (the same
-    configuration once; none whose values cannot run together, ``conflict``)."""
+    configuration once; none whose values cannot run together, ``conflict``; not the baseline's own, which races in
+    every round as the baseline)."""
     found: dict[str, Finalist] = {}
     for name in names:
         if finalist.knobs[name] == baseline[name]:
             continue
         knobs = undo(finalist.knobs, baseline, name)
+        changes = count_changes(knobs, baseline)
         if (
             knobs != finalist.knobs
+            and changes > 0
             and conflict(knobs) is None
             and all(knobs != other.knobs for other in found.values())
         ):
-            label = f"{finalist.label} without {name}"
-            found[name] = Finalist(label, knobs, count_changes(knobs, baseline), None)
+            found[name] = Finalist(f"{finalist.label} without {name}", knobs, changes, None)
     return found
 
 
-def undo(knobs: dict[str, Any], baseline: dict[str, Any], name: str) -> dict[str, Any]:
+def undo(knobs: dict[str, Any], baseline: dict[str, Any], name: str, options_too: bool = True) -> dict[str, Any]:
     """``knobs`` with ``name`` back at the baseline's value: knobs that then no longer apply are None (no worker
-    options without workers); one that applies where the baseline's does not runs its default."""
+    options without workers); one that applies again takes the baseline's value where ``options_too`` (the user's
+    worker options back with their workers), else its default, as does one that applies where the baseline's does
+    not."""
     undone: dict[str, Any] = {}
     for other, knob in KNOBS.items():
         value = baseline[other] if other == name else knobs[other]
         if not knob.active(undone):
             value = None
+        elif options_too and not knob.active(knobs) and baseline[other] is not None:
+            value = baseline[other]
         elif value is None and knob.baseline_default is not REQUIRED:
             value = knob.baseline_default
         undone[other] = value

@@ -255,3 +255,9 @@ def test_an_option_at_its_default_that_comes_with_workers_is_no_change_of_its_ow
     assert changed(workers, NEUTRAL) == {"num_workers": (0, 2), "persistent_workers": (None, True)}
     assert changed({**workers, "prefetch_factor": 4}, NEUTRAL)["prefetch_factor"] == (None, 4)
     assert changed(NEUTRAL, NEUTRAL) == {}
+
+
+def test_options_that_end_with_their_workers_are_no_change_of_their_own():
+    workers = {**NEUTRAL, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
+    assert changed(NEUTRAL, workers) == {"num_workers": (2, 0)}, "one change, not three: the tie rules count it"
+    assert changed({**NEUTRAL, "num_threads": None}, {**NEUTRAL, "num_threads": 1}) == {"num_threads": (1, None)}

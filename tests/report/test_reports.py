@@ -135,6 +135,14 @@ def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
     assert "did not hold their gain when re-measured" in files["report.md"].read_text()
 
 
+def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not_hold():
+    finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0])
+    confirmation = Confirmation([100.0], [finalist], failure="confirm-2-baseline: signal: SIGKILL")
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    rest = headline(summarise(results)).rest
+    assert "could not be re-measured" in rest and "confirm-2-baseline: signal: SIGKILL" in rest, rest
+
+
 def test_probe_pareto_and_training_sections(tmp_path):
     results = sample_results()
     probe = ProbeRecord(12.5, baseline_loader_sps=80.0, baseline_compute_sps=300.0)

@@ -9,7 +9,7 @@ import pytest
 from autotune.records import TrialRecord
 from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
-from autotune.results.race import select_finalists
+from autotune.results.race import Confirmation, Finalist, select_finalists
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
@@ -95,6 +95,25 @@ def test_a_finalist_that_did_not_outrun_a_simpler_one_by_a_tie_is_not_raced():
     assert [r.label for r in finalists_of(results_with(compiled, plain, beyond_window))] == ["1"]
     clearly = trial("3", 155.0, batch_size=32, compile="default")  # 5 % faster than the plain run: raced
     assert [r.label for r in finalists_of(results_with(clearly, plain, other))] == ["3", "1", "2"]
+
+
+def test_only_a_trial_worth_racing_leaves_out_one_that_changes_more():
+    # Each run within a tie of the one with a change fewer; the fastest 9 % ahead of the simplest.
+    one = trial("1", 91.8, batch_size=32)
+    two = trial("2", 94.5, batch_size=32, amp="bf16")
+    three = trial("3", 97.2, batch_size=32, amp="bf16", channels_last=True)
+    four = trial("4", 100.0, batch_size=32, amp="bf16", channels_last=True, set_to_none=False)
+    finalists = finalists_of(results_with(one, two, three, four, baseline_throughput=50.0))
+    assert [r.label for r in finalists] == ["3", "1"], "2 is tied with 1; 3 is not tied with 1, and 4 is with 3"
+
+
+def test_a_stale_race_still_rules_out_the_finalists_it_did_not_prove():
+    lucky = trial("0", 150.0, batch_size=64)
+    dropped = Finalist("0", lucky.result.knobs, 1, 100.0, [100.0], "slower than the baseline in round 1")
+    results = replace(results_with(lucky, trial("1", 135.0, amp="bf16")), confirmation=Confirmation([100.0], [dropped]))
+    summary = summarise(results)
+    assert summary.confirmation is None, "about trial 0 alone, of two finalists now"
+    assert summary.recommended.label == "1", "not the trial its race measured no faster"
 
 
 def test_infeasible_and_pruned_trials_are_never_recommended():

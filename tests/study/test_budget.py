@@ -124,6 +124,19 @@ def test_a_trim_race_that_does_not_fit_is_left_out_and_the_winner_keeps_its_chan
     assert trimmed and not any(race.cut for race in trimmed), "a later run trims anew"
 
 
+def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
+    # channels_last and set_to_none=False do nothing: undoing either ties, so a second race undoes the other.
+    study, confirmation, pipeline = tuned(tmp_path, {**WINNER, "channels_last": True})
+    first_only = lambda runs, step: not step.startswith("trim-2")  # noqa: E731
+    cut = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, first_only)
+    assert [race.cut for race in cut] == [False, True]
+    runs_before = len(pipeline.names)
+    again = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
+    assert all(name.startswith("trim-2-") for name in pipeline.names[runs_before:]), pipeline.names[runs_before:]
+    assert summarise(load_results(study)).changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
+
+
 def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left_out(tmp_path):
     fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
     config = tiny_config(

@@ -54,13 +54,22 @@ def test_undoing_a_change_puts_back_the_baselines_value_and_what_follows_from_it
     assert undo(workers, BASELINE, "num_workers") == BASELINE, "no worker options without workers"
     assert undo(workers, BASELINE, "prefetch_factor")["prefetch_factor"] == 2, "PyTorch's default, with workers"
     assert undo(WINNER, BASELINE, "amp") == {**WINNER, "amp": "off"}
+    own_workers = {**BASELINE, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
+    no_workers = {**own_workers, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None, "amp": "bf16"}
+    assert undo(no_workers, own_workers, "num_workers") == {**own_workers, "amp": "bf16"}, "the user's options back"
 
 
 def test_each_change_gives_one_variant_and_a_default_that_was_never_changed_gives_none():
-    workers = {**BASELINE, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    workers = {**BASELINE, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "amp": "bf16"}
     found = variants(Finalist("7", workers, 3, 100.0), BASELINE, list(KNOBS))
-    assert [f.label for f in found.values()] == ["7 without num_workers", "7 without persistent_workers"]
-    assert [f.changes for f in found.values()] == [0, 1], "prefetch_factor at PyTorch's default is no change"
+    assert list(found) == ["num_workers", "persistent_workers", "amp"]
+    assert [f.changes for f in found.values()] == [1, 2, 2], "prefetch_factor at PyTorch's default is no change"
+
+
+def test_no_variant_is_the_baselines_own_configuration_which_races_as_the_baseline():
+    workers = {**BASELINE, "num_workers": 2, "persistent_workers": True}
+    found = variants(Finalist("7", workers, 2, 100.0), BASELINE, list(KNOBS))
+    assert [f.label for f in found.values()] == ["7 without persistent_workers"]
 
 
 def test_a_change_that_does_nothing_is_left_out_and_the_figures_are_the_trimmed_configurations(tmp_path):
