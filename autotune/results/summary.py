@@ -31,12 +31,14 @@ class Summary:
 
     @property
     def proof(self) -> Confirmation | None:
-        """The last race the recommendation won (the finalists' race or one of the trim), if any."""
+        """Of the races the recommendation won (the finalists' race or one of the trim), the one of most rounds, the
+        last of those: a trim race that every variant left after one round does not stand for the recommendation's
+        gain over more rounds."""
         if self.is_baseline:
             return None
         races = [self.confirmation, *self.trim] if self.confirmation else []
         won = [race for race in races if race.winner and race.winner.label == self.recommended.label]
-        return won[-1] if won else None
+        return max(reversed(won), key=lambda race: race.rounds) if won else None
 
     @property
     def confirmed(self) -> bool:

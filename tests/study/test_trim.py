@@ -66,6 +66,31 @@ def test_each_change_gives_one_variant_and_a_default_that_was_never_changed_give
     assert [f.changes for f in found.values()] == [1, 2, 2], "prefetch_factor at PyTorch's default is no change"
 
 
+def test_a_trim_race_every_variant_left_after_one_round_leaves_the_gain_to_the_race_of_more_rounds(tmp_path):
+    # Two finalists alike (1.6 x 1.4) race two rounds; undoing any change of the winner costs over 25 %, so every
+    # variant leaves its trim race after one round.
+    class Alike(Pipeline):
+        def __call__(self, knobs, name, on_progress=None):
+            self.names.append(name)
+            gains = (knobs["batch_size"] == 64, knobs["channels_last"], knobs["amp"] == "bf16")
+            value = 100.0 * (1.6 if gains[0] else 1.0) * (1.4 if gains[1] else 1.0) * (1.4 if gains[2] else 1.0)
+            return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
+
+    layout, bf16 = {**BASELINE, "batch_size": 64, "channels_last": True}, {**BASELINE, "batch_size": 64, "amp": "bf16"}
+    study, pipeline = open_study(settings(tmp_path), META), Alike()
+    ensure_baseline(study, BASELINE, pipeline)
+    for trial in (layout, bf16):
+        study.enqueue_trial(trial)
+    space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], layout[name], bf16[name]])) for name in KNOBS})
+    tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
+    confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None)
+    assert confirmation.rounds == 2 and confirmation.winner is not None
+    (trim,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert trim.rounds == 1 and trim.winner.label == confirmation.winner.label
+    summary = summarise(load_results(study))
+    assert summary.proof == confirmation and summary.gain_interval is not None
+
+
 def test_no_variant_is_the_baselines_own_configuration_which_races_as_the_baseline():
     workers = {**BASELINE, "num_workers": 2, "persistent_workers": True}
     found = variants(Finalist("7", workers, 2, 100.0), BASELINE, list(KNOBS))
