@@ -122,6 +122,10 @@ def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)
             shown = f"{result.timing.throughput:.1f} samples/s, peak {result.peak_memory_mb:.0f} MB"
+            if result.measurement.system.disturbed:
+                busy = result.measurement.system.disturbance
+                entry.disturbed.append(f"round {index}: {busy}")
+                shown += f", other processes busy ({busy}): may read low"
         else:
             entry.throughputs.append(None)
             entry.peak_memory_mb.append(None)

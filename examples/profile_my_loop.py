@@ -7,13 +7,16 @@ prof.result: timing, memory, compute and system sections, saveable as JSON.
 """
 
 import itertools
+import sys
 from functools import partial
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 
-import autotune
-from examples.mymodel import SmallCNN, SyntheticImages
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import autotune  # noqa: E402
+from examples.mymodel import SmallCNN, SyntheticImages  # noqa: E402
 
 
 def train_step(model, loss_fn, optimizer, inputs, targets):

@@ -64,7 +64,8 @@ def _headline(benchmark: Benchmark) -> Headline:
     recommended = next((e for e in benchmark.entries if e.kind == "recommended"), None)
     interval = benchmark.interval(recommended) if recommended else None
     if interval is None:
-        return Headline("No verdict.", "Too few rounds completed for an interval (benchmark.rounds, failures below).")
+        done = f"{benchmark.rounds_run} of {benchmark.rounds} rounds ran"
+        return Headline("No verdict.", f"{done}: an interval needs two in which both ends ran (failures below).")
     verdict = benchmark.verdict(recommended)
     return Headline(
         f"The recommendation: {interval.geomean:.2f}x the baseline ({verdict}).",
@@ -104,8 +105,10 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
     if entry is benchmark.baseline:
         peak = f"{entry.median_peak_mb:.0f} MB" if entry.median_peak_mb is not None else "-"
         return [entry.label, median, "1.00", "", "", peak]
+    notes = [f"{len(entry.failures)} run(s) failed"] if entry.failures else []
+    notes += [f"{len(entry.disturbed)} run(s) slowed by other processes"] if entry.disturbed else []
     return [
-        entry.label + (f" ({len(entry.failures)} run(s) failed)" if entry.failures else ""),
+        entry.label + (f" ({'; '.join(notes)})" if notes else ""),
         median,
         f"{interval.geomean:.2f}" if interval else "-",
         f"{interval.low:.2f}-{interval.high:.2f}" if interval else "-",

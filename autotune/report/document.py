@@ -166,11 +166,17 @@ def headline(summary: Summary) -> Headline:
     changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
+    slowed = len(summary.proof.disturbed) if summary.proof else 0
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput, {gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s, {how}) by "
         f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB."
-        + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else ""),
+        + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
+        + (
+            f" {slowed} of the runs it stands on were slowed by other processes: see 'Measured on a busy machine'."
+            if slowed
+            else ""
+        ),
     )
 
 
@@ -423,24 +429,39 @@ def _phases_in_words(seconds: dict[str, float]) -> str:
 
 
 def _busy_machine(summary: Summary) -> list[Section]:
-    """A warning naming the runs other processes slowed down, if any were."""
+    """A warning naming the runs other processes slowed down, if any were: the search's and the races'."""
     measured = [r for r in summary.ranked if r.result.measurement is not None]
     busy = [r for r in measured if r.result.measurement.system.disturbed]
-    if not busy:
-        return []
-    named = ", ".join(
-        f"{'the baseline' if r is summary.baseline else f'trial {r.label}'} ({r.result.measurement.system.disturbance})"
-        for r in busy
-    )
-    text = (
-        f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
-        "measured while other processes competed for its cores (nearly all busy, at least "
-        f"{SystemReport.BUSY_OTHERS_CORES:g} cores' worth of them taken by others on average) or computed on its "
-        f"GPU: {named}. "
-        "Their throughput may read low and the ranking may be off; close other work and run the study again "
-        "(a new study.name measures everything afresh)."
-    )
-    return [Section("Measured on a busy machine", paragraphs=[text])]
+    raced = _disturbed_race_runs(summary)
+    paragraphs = []
+    if busy:
+        named = ", ".join(
+            f"{'the baseline' if r is summary.baseline else f'trial {r.label}'} "
+            f"({r.result.measurement.system.disturbance})"
+            for r in busy
+        )
+        paragraphs.append(
+            f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
+            "measured while other processes competed for its cores (nearly all busy, at least "
+            f"{SystemReport.BUSY_OTHERS_CORES:g} cores' worth of them taken by others on average) or computed on "
+            f"its GPU: {named}. Their throughput may read low and the ranking may be off; close other work and run "
+            "the study again (a new study.name measures everything afresh)."
+        )
+    if raced:
+        named = ", ".join(f"{name} ({disturbance})" for name, disturbance in raced.items())
+        paragraphs.append(
+            f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that other processes slowed "
+            f"(measured again once, as study.remeasure_disturbed says, and slowed again, or not measured again "
+            f"while the load lasted): {named}. A load slows configurations unalike, so the recommendation and "
+            "its gain may be off: close other work and check them (mode=check) on a quiet machine."
+        )
+    return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
+
+
+def _disturbed_race_runs(summary: Summary) -> dict[str, str]:
+    """The races' runs (the finalists' and the trim's) counted though other processes slowed them."""
+    races = [summary.confirmation, *summary.trim] if summary.confirmation else []
+    return {name: disturbance for race in races for name, disturbance in race.disturbed.items()}
 
 
 def _method(results: StudyResults) -> str:

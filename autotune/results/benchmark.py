@@ -3,7 +3,8 @@
 Its rules are written here once. A configuration's ratio to the baseline is the geometric mean of its per-round
 ratios (each round runs every configuration once, in fresh processes, so pairing by round cancels the machine's
 slower drifts), with Student's t 95 % interval on their logarithms (``ratio_interval``). The verdict: a gain when
-the interval lies above 1, a loss when it lies below, else within noise.
+the interval lies above 1, a loss when it lies below, within noise when it spans 1, and too few rounds where fewer
+than two rounds ran both the configuration and the baseline (a run that failed, or one stopped).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ KINDS = ("baseline", "recommended", "alone", "without")
 @dataclass(frozen=True)
 class Entry:
     """One configuration of the benchmark: ``kind`` (KINDS) and the ``knob`` it is about (alone, without), its knob
-    values, and per round its samples/s and peak memory (None where that run failed), and a line per failure."""
+    values, and per round its samples/s and peak memory (None where that run failed), a line per failure, and one
+    per run counted though other processes slowed it (``autotune/study/disturbed.py``)."""
 
     label: str
     kind: str
@@ -30,6 +32,7 @@ class Entry:
     throughputs: list[float | None] = field(default_factory=list)
     peak_memory_mb: list[float | None] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    disturbed: list[str] = field(default_factory=list)
 
     @property
     def median(self) -> float | None:
@@ -69,13 +72,20 @@ class Benchmark:
         return ratio_interval(self.ratios(entry))
 
     def verdict(self, entry: Entry) -> str:
-        """gain, loss, or within noise (the interval spans 1, or there are too few rounds for one)."""
+        """gain, loss, within noise (the interval spans 1), or too few rounds (for an interval: the module's rule)."""
         interval = self.interval(entry)
-        if interval is not None and interval.low > 1:
+        if interval is None:
+            return "too few rounds"
+        if interval.low > 1:
             return "gain"
-        if interval is not None and interval.high < 1:
+        if interval.high < 1:
             return "loss"
         return "within noise"
+
+    @property
+    def rounds_run(self) -> int:
+        """The rounds every configuration ran in (a run that failed counts; a run stopped does not)."""
+        return min(len(entry.throughputs) for entry in self.entries)
 
     def memory_change(self, entry: Entry) -> float | None:
         """``entry``'s median peak memory over the baseline's."""

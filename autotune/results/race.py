@@ -101,7 +101,8 @@ class Confirmation:
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a race that was decided earlier ran fewer, and so did one ``cut`` short by
-    study.budget_s (its verdict is that of the rounds it ran).
+    study.budget_s (its verdict is that of the rounds it ran). ``disturbed`` names the runs it counted though other
+    processes slowed them (``autotune/study/disturbed.py``), with how much.
     """
 
     baseline_throughputs: list[float]
@@ -109,6 +110,7 @@ class Confirmation:
     failure: str | None = None
     planned_rounds: int | None = None
     cut: bool = False
+    disturbed: dict[str, str] = field(default_factory=dict)
 
     @property
     def rounds(self) -> int:
@@ -198,7 +200,7 @@ class Confirmation:
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
         finalists = [Finalist.from_dict(finalist) for finalist in data["finalists"]]
         rounds, failure, planned = data["baseline_throughputs"], data.get("failure"), data.get("planned_rounds")
-        return cls(rounds, finalists, failure, planned, data.get("cut", False))
+        return cls(rounds, finalists, failure, planned, data.get("cut", False), data.get("disturbed", {}))
 
 
 def _fields(record: Finalist | Confirmation) -> dict[str, Any]:

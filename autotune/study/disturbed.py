@@ -4,7 +4,9 @@ The baseline's run is the reference of every speedup, and a race (as the rounds 
 compares one run of each entrant a round: a run that other processes slowed (``SystemReport.disturbed``: they took
 cores the run needed, or shared its GPU) would let a passing load decide them. Such a run is measured once more
 and the second stands (the first where the second failed). Once a second run is disturbed too, the load is taken
-to last: it then weighs on every run alike, each says so, and no run is measured again.
+to last and no run is measured again until one runs undisturbed: doubling every run would not end it. The runs
+counted disturbed are named in the reports (a race's: ``Confirmation.disturbed``), since a load slows
+configurations unalike (one of two threads loses more to a busy core than one of one).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn) -> RunFn:
     def measured(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
         nonlocal lasting
         first = run(knobs, name, on_progress)
-        if lasting or not _disturbed(first):
+        if not _disturbed(first):
+            lasting = False
+            return first
+        if lasting:
             return first
         on_disturbed(name, first)
         second = run(knobs, f"{name}-again", on_progress)

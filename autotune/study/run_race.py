@@ -84,7 +84,13 @@ def race(
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
     ``affords`` it (study.budget_s)."""
     baseline_runs: list[float] = []
-    failure, cut = None, False
+    failure, cut, disturbed = None, False, {}
+
+    def counted(name: str, result: TrialResult) -> None:
+        if result.ok and result.measurement.system.disturbed:
+            disturbed[name] = result.measurement.system.disturbance
+        on_run(name, result)
+
     for index in range(1, rounds + 1):
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
@@ -92,13 +98,13 @@ def race(
         if affords is not None and not affords(round_runs(len(racing)), f"{name} rounds {index} to {rounds}"):
             cut = True
             break
-        failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, on_run)
+        failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)
         if failure:
             break
         _drop(racing, baseline_runs, rounds, index, reference)
         if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race):
             break
-    return Confirmation(baseline_runs, finalists, failure, rounds, cut)
+    return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed)
 
 
 def _run_round(

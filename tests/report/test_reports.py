@@ -143,6 +143,18 @@ def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not
     assert "could not be re-measured" in rest and "confirm-2-baseline: signal: SIGKILL" in rest, rest
 
 
+def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_and_the_headline_says_so(tmp_path):
+    finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
+    slowed = {"confirm-2-baseline": "2.0 of 2 cores busy"}
+    confirmation = Confirmation([100.0, 98.0, 102.0], [finalist], disturbed=slowed)
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    files = write_reports(results, summarise(results), tmp_path)
+    markdown = files["report.md"].read_text()
+    assert "1 of the runs it stands on were slowed by other processes" in markdown
+    assert "## Measured on a busy machine" in markdown and "confirm-2-baseline (2.0 of 2 cores busy)" in markdown
+    assert json.loads(files["report.json"].read_text())["confirmation"]["disturbed"] == slowed
+
+
 def test_probe_pareto_and_training_sections(tmp_path):
     results = sample_results()
     probe = ProbeRecord(12.5, baseline_loader_sps=80.0, baseline_compute_sps=300.0)

@@ -34,9 +34,20 @@ def test_the_verdict_follows_the_interval(runs, verdict):
     assert record.verdict(record.entries[1]) == verdict
 
 
-def test_a_configuration_with_one_complete_round_has_no_interval_and_no_verdict_of_gain():
+def test_a_configuration_with_one_complete_round_has_no_interval_and_no_verdict_but_too_few_rounds():
     record = benchmark([150.0, None, None])
-    assert record.interval(record.entries[1]) is None and record.verdict(record.entries[1]) == "within noise"
+    assert record.interval(record.entries[1]) is None and record.verdict(record.entries[1]) == "too few rounds"
+
+
+def test_a_benchmark_stopped_in_its_first_rounds_says_how_many_ran_and_judges_nothing_unmeasured():
+    record = benchmark([150.0])
+    record.entries.append(Entry("recommended - amp", "without", "amp", {"batch_size": 32}))
+    assert record.rounds_run == 0 and record.verdict(record.entries[-1]) == "too few rounds"
+    lead = benchmark_document(record).headline
+    assert (lead.lead, lead.rest) == (
+        "No verdict.",
+        "0 of 3 rounds ran: an interval needs two in which both ends ran (failures below).",
+    )
 
 
 def test_the_record_is_written_first_and_reads_back(tmp_path):

@@ -12,7 +12,7 @@ from autotune.benchmark import both_ends, measure_rounds
 from autotune.config.load import load_settings
 from autotune.measure.measurement import SystemReport
 from autotune.results.benchmark import Benchmark
-from autotune.results.race import Finalist
+from autotune.results.race import Confirmation, Finalist
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.run_race import race
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -76,6 +76,25 @@ def test_once_a_second_run_is_disturbed_too_the_load_is_taken_to_last_and_nothin
     assert runs.names == ["a", "a-again", "b"] and told == ["a"]
 
 
+def test_the_load_is_taken_to_last_only_until_a_run_is_undisturbed():
+    busy = run_of(60.0, disturbed=True)
+    runs = Runs({"a": busy, "a-again": busy, "b": run_of(100.0), "c": busy, "c-again": run_of(100.0)})
+    measured, told = measured_by(runs)
+    for name in "abc":
+        measured(BASELINE, name)
+    assert runs.names == ["a", "a-again", "b", "c", "c-again"] and told == ["a", "c"]
+
+
+def test_a_race_names_the_runs_it_counted_though_they_were_disturbed():
+    finalist = Finalist("1", {**BASELINE, "batch_size": 32}, 1, 100.0)
+    busy = run_of(50.0, disturbed=True)
+    runs = Runs({"confirm-1-baseline": busy, "confirm-1-baseline-again": busy, "confirm-1-trial-1": run_of(130.0)})
+    measured, _ = measured_by(runs)
+    confirmation = race([finalist], BASELINE, {}, 1, "confirm", measured, lambda name, result: None)
+    assert confirmation.disturbed == {"confirm-1-baseline": BUSY.disturbance}, "the run counted: the second"
+    assert Confirmation.from_dict(confirmation.to_dict()) == confirmation
+
+
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
     finalist = Finalist("1", {**BASELINE, "batch_size": 32}, 1, 100.0)
     runs = Runs(
@@ -118,3 +137,6 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     again = sorted(path.name for path in tmp_path.glob("*-again.result.json"))
     assert again == ["round1-baseline-again.result.json"], "the load lasted: nothing more is measured again"
     assert "[round1-baseline] " in out.getvalue() and "measured again" in out.getvalue()
+    assert [len(entry.disturbed) for entry in entries] == [2, 2], "each run counted though slowed, named"
+    counted = [line for line in out.getvalue().splitlines() if line.startswith("[round ")]
+    assert len(counted) == 4 and all("other processes busy" in line for line in counted), out.getvalue()
