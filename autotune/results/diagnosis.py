@@ -254,19 +254,29 @@ def gc_finding(result: ProfileResult) -> str | None:
 
 def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
     """A line where, on a CPU with workers, loading and the model step keep ``SATURATED_CORES`` of the machine's
-    ``cpu_count`` cores busy or more: each slows the other."""
-    if result.stages.num_workers == 0 or result.operators.device == "cuda":
+    ``cpu_count`` cores busy or more: each slows the other. Each worker is one process: the workers keep at most as
+    many cores busy as there are of them, however long a batch takes; where they load slower than the steps consume,
+    the steps timed ran on batches loaded before them, which the line says."""
+    workers = result.stages.num_workers
+    if workers == 0 or result.operators.device == "cuda":
         return None
     found = figures(result)
     working = found.loop_s - found.wait_s
-    cores = (found.loading_s + working) / found.loop_s
+    cores = min(found.loading_s / found.loop_s, workers) + working / found.loop_s
     if cores < SATURATED_CORES * cpu_count:
         return None
+    behind = found.loading_s / workers > found.loop_s
+    ahead = (
+        f" (its {workers} workers load a batch each {found.loading_s / workers * 1e3:.0f} ms at best, slower than the "
+        "steps: these ran on batches loaded before them, and a longer run may wait for data)"
+        if behind
+        else ""
+    )
     return (
         f"the {cpu_count} cores are saturated: each {found.loop_s * 1e3:.0f} ms step, a worker loads a batch for "
-        f"{found.loading_s * 1e3:.0f} ms while the training process works {working * 1e3:.0f} ms, {cores:.1f} cores' "
-        f"worth (≥ {SATURATED_CORES:.0%} of {cpu_count}): loading and the model step slow each other, and more "
-        "workers or threads cannot help; cheaper loading or a cheaper model step can"
+        f"{found.loading_s * 1e3:.0f} ms while the training process works {working * 1e3:.0f} ms{ahead}, "
+        f"{cores:.1f} cores' worth (≥ {SATURATED_CORES:.0%} of {cpu_count}): loading and the model step slow each "
+        "other, and more workers or threads cannot help; cheaper loading or a cheaper model step can"
     )
 
 

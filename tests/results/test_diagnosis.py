@@ -132,3 +132,10 @@ def test_workers_and_the_model_step_that_fill_the_cores_are_flagged_as_sharing_t
     )
     assert saturation_finding(saturated, 8) is None
     assert saturation_finding(profile_result(wait_share=0.03, loading_s=0.16), 2) is None, "no workers to compete"
+
+
+def test_workers_keep_no_more_cores_busy_than_there_are_of_them_and_a_window_ahead_of_them_is_named():
+    # 360 ms a batch on 2 workers: a batch each 180 ms at best, for 100 ms steps (prefetched batches)
+    line = saturation_finding(profile_result(wait_share=0.03, loading_s=0.36, num_workers=2), 2)
+    assert "3.0 cores' worth" in line, "2 workers' cores and the training process's 0.97, not 3.6 + 0.97"
+    assert "a batch each 180 ms at best, slower than the steps: these ran on batches loaded before them" in line
