@@ -163,10 +163,12 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
     if stored is None:
         study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
     elif stored.get("fingerprint") != fingerprint:
+        differences = _differences(stored, json.loads(json.dumps(meta, default=str)))
+        derived = " (a search space not given is derived from the machine)" if "space." in " ".join(differences) else ""
         raise StudyMismatchError(
-            f"study.name: study '{study.study_name}' in the storage was created with a different pipeline, "
-            "baseline, search space (where not given, derived from the machine: its cores, bf16 support, device), "
-            "objectives or measurement; pass study.name=NEW_NAME to start another study"
+            f"study.name: study '{study.study_name}' in the storage was created with other settings: "
+            f"{'; '.join(differences[:4])}{'; …' if len(differences) > 4 else ''}{derived}; set them back, or pass "
+            "study.name=NEW_NAME to start another study"
         )
     if is_shared(settings.storage):
         fail_stale_trials(study)
@@ -862,6 +864,20 @@ def _known_outcomes(
         if trial.state is TrialState.PRUNED and NOT_MEASURED_ATTR in kept and kept.get(MACHINE_ATTR) == machine:
             known.setdefault(kept[CONFIG_ATTR], _Outcome(trial.number, TrialState.PRUNED))
     return known
+
+
+def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """Where a stored study's description differs from this run's: each key by its dotted path, with both values
+    where they are short."""
+    found = []
+    for key in sorted((set(stored) | set(now)) - {"fingerprint"}):
+        before, after, path = stored.get(key), now.get(key), f"{prefix}{key}"
+        if isinstance(before, dict) and isinstance(after, dict):
+            found += _differences(before, after, f"{path}.")
+        elif before != after:
+            values = f"{before!r} → {after!r}"
+            found.append(f"{path} {values}" if len(values) <= 60 else path)
+    return found
 
 
 def _fingerprint(meta: dict[str, Any]) -> str:
