@@ -236,6 +236,17 @@ def _wins_in_words(rounds: int) -> str:
     return "every round" if needed == rounds else f"at least {needed} of {rounds} rounds"
 
 
+def trimmed_to(race: Confirmation) -> Finalist | None:
+    """What a trim race (``autotune/study/trim.py``) leaves in place of the configuration it started from (its first
+    finalist): its winner, where that is the configuration itself or a variant it does not beat beyond noise, and
+    only where the configuration ran every round undropped; else None (the configuration stays: no variant was
+    shown to cost nothing against it)."""
+    reference, winner = race.finalists[0], race.winner
+    if winner is None or reference.dropped is not None or len(reference.throughputs) != race.rounds:
+        return None
+    return winner if winner is reference or not beats(reference, winner) else None
+
+
 def alone(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
     """Whether at most one finalist is still running: the trim's races end early only then."""
     return len(running) <= 1

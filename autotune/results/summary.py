@@ -8,7 +8,7 @@ from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, choose_candidate, select_finalists
+from autotune.results.race import Confirmation, choose_candidate, select_finalists, trimmed_to
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def summarise(results: StudyResults) -> Summary:
         recommended = next(r for r in results.trials if r.label == winner.label)
         if results.trim and results.trim[0].finalists[0].label == winner.label:  # else about an older winner
             trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
-        final = next((race.winner for race in reversed(trim) if race.winner), winner)
+        final = next((left for race in reversed(trim) if (left := trimmed_to(race))), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed

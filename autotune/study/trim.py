@@ -11,7 +11,7 @@ import optuna
 from autotune.knobs import KNOBS, REQUIRED, conflict
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes
+from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes, trimmed_to
 from autotune.study.run_race import AffordsRunsFn, race
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
@@ -55,7 +55,7 @@ def run_trim(
         races.append(ran)
         if races[-1].cut:
             break
-        new = races[-1].winner
+        new = trimmed_to(races[-1])
         if new is None or new.label == current.label:
             break
         pending = undo_next(races[-1].finalists[0], undone, new)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.results.race import Confirmation, Finalist, paired_ratio, wins_needed
+from autotune.results.race import Confirmation, Finalist, paired_ratio, trimmed_to, wins_needed
 
 
 def finalist(label, runs, changes=1, memory=100.0, dropped=None):
@@ -91,3 +91,15 @@ def test_a_failed_baseline_re_measurement_confirms_nothing():
 def test_round_trip():
     result = confirmation(finalist("3", [110.0, 111.0, 112.0]), finalist("4", [90.0], dropped="behind"))
     assert Confirmation.from_dict(result.to_dict()) == result
+
+
+def test_a_trim_race_leaves_a_variant_only_where_it_was_shown_to_cost_nothing_against_its_reference():
+    tied = confirmation(finalist("w", [110, 111, 109], changes=3), finalist("w without x", [109, 111, 110], changes=2))
+    assert trimmed_to(tied).label == "w without x"
+    assert trimmed_to(confirmation(finalist("w", [150, 151, 149], changes=3), tied.finalists[1])).label == "w"
+
+    failed = finalist("w", [150], changes=3, dropped="round 2 failed: signal: SIGKILL")
+    slower = finalist("w without x", [110, 111, 109], changes=2)
+    assert confirmation(failed, slower).winner is slower and trimmed_to(confirmation(failed, slower)) is None
+    unproven = finalist("w", [150, 151, 98], changes=3)  # lost round 3 to the baseline, 36 % ahead of the variant
+    assert confirmation(unproven, slower).winner is slower and trimmed_to(confirmation(unproven, slower)) is None
