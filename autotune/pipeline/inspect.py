@@ -3,6 +3,8 @@ in a trial subprocess (``read_facts``): reading them runs the user's code and in
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import inspect
 import logging
 from contextlib import contextmanager
@@ -91,6 +93,19 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     return PipelineFacts(dataset_len=length, input_ndim=_input_ndim(batch), optimizer_options=options)
 
 
+def _why(target: str, exc: Exception) -> str:
+    """Why ``target`` could not be imported: a name its module lacks (with the closest it has), else what the
+    import raised (hydra's ImportError wraps it)."""
+    module_name, _, name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:
+        cause = exc.__cause__ or exc
+        return " ".join(f"{type(cause).__name__}: {cause}".split())
+    close = difflib.get_close_matches(name, [found for found in dir(module) if not found.startswith("_")], n=1)
+    return f"module '{module_name}' has no '{name}'" + (f"; did you mean '{module_name}.{close[0]}'?" if close else "")
+
+
 def import_targets(spec: PipelineSpec) -> None:
     """Import the ``_target_`` of each component of ``spec`` as building it will (the model's too, unbuilt): a
     ConfigError naming ``pipeline.KEY._target_`` for the first that cannot be. Importing runs the user's module-level
@@ -103,9 +118,7 @@ def import_targets(spec: PipelineSpec) -> None:
             with _quiet_hydra_logger():
                 found = get_object(target)
         except Exception as exc:
-            cause = exc.__cause__ or exc  # hydra's ImportError wraps what the import raised
-            detail = " ".join(f"{type(cause).__name__}: {cause}".split())
-            raise ConfigError(f"pipeline.{key}._target_", f"cannot import '{target}': {detail}") from exc
+            raise ConfigError(f"pipeline.{key}._target_", f"cannot import '{target}': {_why(target, exc)}") from exc
         if not callable(found):
             raise ConfigError(
                 f"pipeline.{key}._target_",

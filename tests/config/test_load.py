@@ -177,9 +177,13 @@ def test_the_targets_are_imported_where_the_facts_are_read_naming_the_key(tmp_pa
     problem = "cannot import 'model_raising_at_inspect.Net': RuntimeError: imported"
     assert read_facts(spec, "cpu").refused == Refusal("pipeline.model._target_", problem)
     config = {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "torch.nn.NoSuchLoss"})}
-    problem = "cannot import 'torch.nn.NoSuchLoss': ModuleNotFoundError: No module named 'torch.nn.NoSuchLoss'"
+    problem = "cannot import 'torch.nn.NoSuchLoss': module 'torch.nn' has no 'NoSuchLoss'"
     refused = read_facts(load_settings(config, "tiny").pipeline, "cpu").refused
     assert refused == Refusal("pipeline.loss._target_", problem)
+    config = {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "torch.nn.MSELos"})}
+    refused = read_facts(load_settings(config, "tiny").pipeline, "cpu").refused
+    hint = "did you mean 'torch.nn.MSELoss'?"
+    assert refused.problem == f"cannot import 'torch.nn.MSELos': module 'torch.nn' has no 'MSELos'; {hint}"
     config = {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "math.pi"})}
     refused = read_facts(load_settings(config, "tiny").pipeline, "cpu").refused
     assert refused == Refusal(
