@@ -42,6 +42,8 @@ from benchmarks.efficiency import TARGET_RATIO
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_FILES = [RESULTS / f"efficiency-2026-11-22-run{n}.json" for n in (8, 9, 10, 11, 12, 13)]
+# A simulated run's measurement, as the race reads it: no other process slowed it.
+UNDISTURBED = SimpleNamespace(system=SimpleNamespace(disturbed=False))
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,12 @@ def simulate_study(
         throughput = config.relative * math.exp(round_effect + median_run_noise(noise, rng, runs))
         timing = SimpleNamespace(throughput=throughput)
         return SimpleNamespace(
-            knobs=knobs[config.name], ok=True, timing=timing, peak_memory_mb=config.memory_mb, failure=None
+            knobs=knobs[config.name],
+            ok=True,
+            timing=timing,
+            peak_memory_mb=config.memory_mb,
+            failure=None,
+            measurement=UNDISTURBED,
         )
 
     def screened(config: Config, label: str) -> TrialRecord:

@@ -512,7 +512,7 @@ def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, 
         assert entry["verdict"] in ("gain", "loss", "within noise") and entry["interval"]["n"] == 2
     page = (tmp_path / "out" / "benchmark.html").read_text()
     assert "Each change&#x27;s share" in page and "recommended - set_to_none" in page
-    assert "| recommended |" in (tmp_path / "out" / "benchmark.md").read_text()
+    assert "| recommended " in (tmp_path / "out" / "benchmark.md").read_text()  # "(... slowed ...)" on a busy host
     assert "[round 2 recommended - batch_size]" in proc.stdout and "x the baseline" in proc.stdout
 
 

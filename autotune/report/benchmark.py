@@ -64,8 +64,9 @@ def _headline(benchmark: Benchmark) -> Headline:
     recommended = next((e for e in benchmark.entries if e.kind == "recommended"), None)
     interval = benchmark.interval(recommended) if recommended else None
     if interval is None:
-        done = f"{benchmark.rounds_run} of {benchmark.rounds} rounds ran"
-        return Headline("No verdict.", f"{done}: an interval needs two in which both ends ran (failures below).")
+        both = len(benchmark.ratios(recommended)) if recommended else 0
+        done = f"{both} of {benchmark.rounds} rounds measured both the baseline and the recommendation"
+        return Headline("No verdict.", f"{done}: an interval needs two (failures, if any, in the table).")
     verdict = benchmark.verdict(recommended)
     return Headline(
         f"The recommendation: {interval.geomean:.2f}x the baseline ({verdict}).",
@@ -102,13 +103,14 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
     interval = benchmark.interval(entry)
     median = f"{entry.median:.1f}" if entry.median is not None else "-"
     memory = benchmark.memory_change(entry)
-    if entry is benchmark.baseline:
-        peak = f"{entry.median_peak_mb:.0f} MB" if entry.median_peak_mb is not None else "-"
-        return [entry.label, median, "1.00", "", "", peak]
     notes = [f"{len(entry.failures)} run(s) failed"] if entry.failures else []
     notes += [f"{len(entry.disturbed)} run(s) slowed by other processes"] if entry.disturbed else []
+    label = entry.label + (f" ({'; '.join(notes)})" if notes else "")
+    if entry is benchmark.baseline:
+        peak = f"{entry.median_peak_mb:.0f} MB" if entry.median_peak_mb is not None else "-"
+        return [label, median, "1.00", "", "", peak]
     return [
-        entry.label + (f" ({'; '.join(notes)})" if notes else ""),
+        label,
         median,
         f"{interval.geomean:.2f}" if interval else "-",
         f"{interval.low:.2f}-{interval.high:.2f}" if interval else "-",

@@ -21,7 +21,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
-from autotune.results.race import TIE_TOLERANCE
+from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 
@@ -166,7 +166,8 @@ def headline(summary: Summary) -> Headline:
     changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
-    slowed = len(summary.proof.disturbed) if summary.proof else 0
+    proof = summary.proof
+    slowed = proof.slowed_runs(None) + proof.slowed_runs(proof.winner.label) if proof else 0
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput, {gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s, {how}) by "
@@ -230,12 +231,22 @@ def _trim(summary: Summary) -> list[Section]:
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
     )
-    paragraphs = [lead, *(race.describe() for race in summary.trim)]
+    paragraphs = [lead, *(race.describe() + _not_undone(race) for race in summary.trim)]
     return [
         Section(
             "Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary.trim))
         )
     ]
+
+
+def _not_undone(race: Confirmation) -> str:
+    """Where a trim race's winner is a variant it does not leave in place (``trimmed_to``), why."""
+    if race.winner is None or race.winner is race.finalists[0] or trimmed_to(race) is not None:
+        return ""
+    return (
+        f" Nothing is undone: trial {race.finalists[0].label}, the configuration the variants were made from, did not "
+        "run every round, or ran faster than the winner beyond noise, so no variant was shown to cost nothing."
+    )
 
 
 def _present(*found: Plot | None) -> list[Plot]:
@@ -257,9 +268,10 @@ def _importance(results: StudyResults) -> list[Section]:
 def _why_keep(summary: Summary) -> str:
     """Why the baseline stays without a race: nothing else measured, nothing faster, or the baseline tied with the
     fastest (``choose_candidate``); and any faster configuration that could not be recommended (infeasible: a
-    measurement with a failure)."""
+    measurement with a failure; or one an earlier race measured no faster: ``Summary.ruled_out``)."""
     base = summary.baseline
-    others = [r for r in summary.ranked if r is not base]
+    ruled_out = [r for r in summary.ranked if r.label in summary.ruled_out]
+    others = [r for r in summary.ranked if r is not base and r not in ruled_out]
     measured = [r.throughput for r in others if r.result.ok]
     at = f"the baseline ({base.throughput:.1f} samples/s)"
     if not measured:
@@ -276,6 +288,9 @@ def _why_keep(summary: Summary) -> str:
     faster = [r for r in others if not r.result.ok and r.result.timing and r.result.timing.throughput > base.throughput]
     if faster:
         text += f" {len(faster)} faster configuration(s) could not be recommended: infeasible or stopped (below)."
+    if ruled_out:
+        named = ", ".join(f"trial {r.label} ({r.throughput / base.throughput:.2f}x in one run)" for r in ruled_out)
+        text += f" An earlier race re-measured {named} and did not prove it; the trials since were not raced."
     return text
 
 
@@ -450,10 +465,9 @@ def _busy_machine(summary: Summary) -> list[Section]:
     if raced:
         named = ", ".join(f"{name} ({disturbance})" for name, disturbance in raced.items())
         paragraphs.append(
-            f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that other processes slowed "
-            f"(measured again once, as study.remeasure_disturbed says, and slowed again, or not measured again "
-            f"while the load lasted): {named}. A load slows configurations unalike, so the recommendation and "
-            "its gain may be off: close other work and check them (mode=check) on a quiet machine."
+            f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that other processes slowed: "
+            f"{named}. A load slows configurations unalike, so the recommendation and its gain may be off: close "
+            "other work and check them (mode=check) on a quiet machine."
         )
     return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
 

@@ -82,11 +82,6 @@ class Benchmark:
             return "loss"
         return "within noise"
 
-    @property
-    def rounds_run(self) -> int:
-        """The rounds every configuration ran in (a run that failed counts; a run stopped does not)."""
-        return min(len(entry.throughputs) for entry in self.entries)
-
     def memory_change(self, entry: Entry) -> float | None:
         """``entry``'s median peak memory over the baseline's."""
         peak, base = entry.median_peak_mb, self.baseline.median_peak_mb

@@ -5,7 +5,8 @@ other, in rounds of fresh processes, the order rotating each round (``autotune/s
 
 - Finalists (``select_finalists``): the trials whose single run beat the baseline's and came within FINALIST_WINDOW
   of the fastest, at most three, the simplest one tied with the fastest (``choose_candidate``) always among them;
-  not one that changes more knobs than another finalist without beating its run by TIE_TOLERANCE.
+  not one that changes more knobs than a simpler trial worth racing without beating its run by TIE_TOLERANCE. A
+  stored race stands for the trials measured when it ran (``Confirmation.is_current``).
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
   (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``).
 - Ending early (``decided``): when more rounds could not change the verdict (DECISIVE_GAIN).
@@ -17,18 +18,20 @@ other, in rounds of fresh processes, the order rotating each round (``autotune/s
   the one changing fewest knobs, then using least memory. No winner: keep the baseline.
 - Only the changes that matter (``autotune/study/trim.py``): a winner changing two knobs or more races again, by the
   rules above, against itself with each change undone in turn (``undo``), the baseline racing too. A change whose
-  undoing costs nothing beyond noise (the simpler variant tied with the winner) goes back to the baseline's value; the
+  undoing costs nothing beyond noise goes back to the baseline's value (``trimmed_to``: the race's winner, where the
+  configuration it started from ran every round and does not beat it); the
   new winner races the variants undoing the changes whose undoing also tied with the configuration they were made from
   (``undo_next``), until the winner of a race is the configuration it started from. A variant leaves such a race once
   it falls TRIM_MARGIN behind the configuration it was made from (not the leader: a lucky variant must not push out
   the others), and the race ends early only once every variant has left it (``alone``): a run's noise can make two
-  equal configurations look TIE_TOLERANCE apart in one round. The recommendation's figures are the medians of the last
-  race it won (``Summary.proof``).
+  equal configurations look TIE_TOLERANCE apart in one round. The recommendation's figures are the medians of the race
+  of most rounds it won (``Summary.proof``).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -102,7 +105,8 @@ class Confirmation:
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a race that was decided earlier ran fewer, and so did one ``cut`` short by
     study.budget_s (its verdict is that of the rounds it ran). ``disturbed`` names the runs it counted though other
-    processes slowed them (``autotune/study/disturbed.py``), with how much.
+    processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``: the labels of the measured
+    trials it was about (None in a race stored before they were kept).
     """
 
     baseline_throughputs: list[float]
@@ -111,14 +115,24 @@ class Confirmation:
     planned_rounds: int | None = None
     cut: bool = False
     disturbed: dict[str, str] = field(default_factory=dict)
+    trials: list[str] | None = None
 
     @property
     def rounds(self) -> int:
         return len(self.baseline_throughputs)
 
-    def is_about(self, labels: list[str]) -> bool:
-        """Whether these finalists are exactly the trials ``labels``, in order (else the race is stale)."""
-        return [f.label for f in self.finalists] == labels
+    def is_current(self, baseline: TrialRecord, trials: list[TrialRecord]) -> bool:
+        """Whether the race stands for ``trials``: the measured trials it was about are theirs, or (no trial measured
+        since, or a race stored before they were kept) its finalists are those they give (else it is stale)."""
+        measured = sorted(record.label for record in trials if record.result.ok)
+        if self.trials is not None and sorted(self.trials) == measured:
+            return True
+        return [f.label for f in self.finalists] == [r.label for r in select_finalists(baseline, trials)]
+
+    def slowed_runs(self, label: str | None) -> int:
+        """How many runs of ``label`` (None: the baseline) the race counted though other processes slowed them."""
+        ends = _run_suffix(label)
+        return sum(name.endswith(ends) for name in self.disturbed)
 
     @property
     def baseline_median(self) -> float:
@@ -200,7 +214,17 @@ class Confirmation:
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
         finalists = [Finalist.from_dict(finalist) for finalist in data["finalists"]]
         rounds, failure, planned = data["baseline_throughputs"], data.get("failure"), data.get("planned_rounds")
-        return cls(rounds, finalists, failure, planned, data.get("cut", False), data.get("disturbed", {}))
+        disturbed, trials = data.get("disturbed", {}), data.get("trials")
+        return cls(rounds, finalists, failure, planned, data.get("cut", False), disturbed, trials)
+
+
+def run_name(prefix: str, label: str | None) -> str:
+    """The name of a race run (its files' name): PREFIX-baseline, or PREFIX-trial-LABEL for finalist ``label``."""
+    return prefix + _run_suffix(label)
+
+
+def _run_suffix(label: str | None) -> str:
+    return "-baseline" if label is None else "-trial-" + re.sub(r"[^\w.-]+", "-", label)
 
 
 def _fields(record: Finalist | Confirmation) -> dict[str, Any]:
@@ -284,8 +308,8 @@ def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: in
     came within FINALIST_WINDOW of the fastest, fastest first, at most ``limit``; the simplest one tied with
     the fastest (``choose_candidate``) is always among them.
 
-    Left out: a trial that changes more knobs than another of them and whose run did not beat that one's by
-    TIE_TOLERANCE. The race's tie rule could recommend it only if it beat the simpler one by that much in every
+    Left out: a trial that changes more knobs than a simpler one worth racing and whose run did not beat that one's
+    by TIE_TOLERANCE. The race's tie rule could recommend it only if it beat the simpler one by that much in every
     round, and its own run already did not; racing it would cost a run per round (a compiled one, its compile).
     """
     if not baseline.result.ok:

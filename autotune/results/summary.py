@@ -8,7 +8,7 @@ from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, choose_candidate, select_finalists, trimmed_to
+from autotune.results.race import Confirmation, choose_candidate, trimmed_to
 
 
 @dataclass(frozen=True)
@@ -17,8 +17,9 @@ class Summary:
 
     ``confirmation`` is the re-measurement of the finalists, when one was made; ``trim`` the races of its winner
     against its changes undone. Where a race proved the recommendation, the throughputs and speedup are the medians
-    of the last race it won (``proof``) rather than single runs. ``batch_policy`` is the study's
-    (``accumulation_steps``).
+    of the race of most rounds it won (``proof``) rather than single runs. ``batch_policy`` is the study's
+    (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did not prove, which are not
+    recommended from their single runs.
     """
 
     ranked: list[TrialRecord]
@@ -28,6 +29,7 @@ class Summary:
     pareto: list[TrialRecord] = field(default_factory=list)
     batch_policy: str = "free"
     trim: list[Confirmation] = field(default_factory=list)
+    ruled_out: frozenset[str] = frozenset()
 
     @property
     def proof(self) -> Confirmation | None:
@@ -64,7 +66,7 @@ class Summary:
     @property
     def gain_interval(self) -> RatioInterval | None:
         """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
-        round by round, in the race it last won (``proof``: each round ran the two close together, so pairing them
+        round by round, in the race that proved it (``proof``: each round ran the two close together, so pairing them
         cancels the machine's slower drifts), with Student's t interval; None without a race or with one round."""
         proof = self.proof
         if proof is None:
@@ -119,8 +121,8 @@ def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
 def summarise(results: StudyResults) -> Summary:
     """Rank every record (fastest first; pruned, infeasible and failed last) and recommend: the winner of the
     confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
-    from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (one about fewer
-    trials) did not prove. A recommendation is never a change that re-measured no faster.
+    from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (``is_current``) ran
+    and did not prove. A recommendation is never a change that re-measured no faster.
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")
@@ -128,15 +130,13 @@ def summarise(results: StudyResults) -> Summary:
     failed = [r for r in results.records if not r.result.ok]
     ranked = sorted(measured, key=lambda r: -r.throughput) + failed
     confirmation = results.confirmation
-    finalists = [r.label for r in select_finalists(results.baseline, results.trials)]
-    unproven: set[str] = set()
-    if confirmation is not None and not confirmation.is_about(finalists):  # about the finalists of fewer trials
-        proven = confirmation.winner
-        unproven = {f.label for f in confirmation.finalists if proven is None or f.label != proven.label}
+    ruled_out: frozenset[str] = frozenset()
+    if confirmation is not None and not confirmation.is_current(results.baseline, results.trials):
+        ruled_out = _ruled_out(confirmation)
         confirmation = None
     trim: list[Confirmation] = []
     if confirmation is None:
-        candidates = [r for r in results.trials if r.label not in unproven]
+        candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline
     elif (winner := confirmation.winner) is None:
         recommended = results.baseline
@@ -149,4 +149,12 @@ def summarise(results: StudyResults) -> Summary:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
     pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
-    return Summary(ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy, trim)
+    return Summary(ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy, trim, ruled_out)
+
+
+def _ruled_out(stale: Confirmation) -> frozenset[str]:
+    """The finalists ``stale`` measured and did not prove: none where its baseline never ran or failed."""
+    if not stale.rounds or stale.failure:
+        return frozenset()
+    winner = stale.winner
+    return frozenset(f.label for f in stale.finalists if f.throughputs and (winner is None or f.label != winner.label))

@@ -29,7 +29,7 @@ def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn) -> RunFn:
         nonlocal lasting
         first = run(knobs, name, on_progress)
         if not _disturbed(first):
-            lasting = False
+            lasting = lasting and not first.ok
             return first
         if lasting:
             return first

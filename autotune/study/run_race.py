@@ -3,8 +3,8 @@ study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotu
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -20,6 +20,7 @@ from autotune.results.race import (
     decided,
     lagging,
     rounds_lost,
+    run_name,
     select_finalists,
     unprovable,
     wins_needed,
@@ -46,14 +47,15 @@ def run_race(
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in fresh processes, up to ``rounds`` rounds (their order, the
     baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
-    store the outcome in the study. A stored race of the same finalists and planned rounds is reused, unless
-    study.budget_s cut it short. A round starts only where ``affords`` it: a race left without one has no winner, so
-    nothing unproven is recommended. None without finalists or rounds to race."""
+    store the outcome in the study. A stored race still current (``Confirmation.is_current``) of the same planned
+    rounds is reused, unless study.budget_s cut it short. A round starts only where ``affords`` it: a race left
+    without one has no winner, so nothing unproven is recommended. None without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
     stored = results.confirmation
-    if stored and not stored.cut and stored.is_about([p.label for p in picks]) and stored.planned_rounds == rounds:
+    current = stored and stored.is_current(results.baseline, results.trials)
+    if current and not stored.cut and stored.planned_rounds == rounds:
         return stored
     base = results.baseline.result
     finalists = [
@@ -62,6 +64,7 @@ def run_race(
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
     confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords)
+    confirmation = replace(confirmation, trials=[record.label for record in results.trials if record.result.ok])
     study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
     return confirmation
 
@@ -123,7 +126,7 @@ def _run_round(
         if entrant is not None:
             _run_finalist(entrant, prefix, run, on_run)
             continue
-        name = f"{prefix}-baseline"
+        name = run_name(prefix, None)
         result = run(baseline, name, None)
         on_run(name, result)
         if not result.ok:
@@ -133,7 +136,7 @@ def _run_round(
 
 
 def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[[str, TrialResult], None]) -> None:
-    name = f"{prefix}-trial-" + re.sub(r"[^\w.-]+", "-", finalist.label)  # a file name
+    name = run_name(prefix, finalist.label)
     result = run(finalist.knobs, name, None)
     on_run(name, result)
     if not result.ok:

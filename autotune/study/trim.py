@@ -58,7 +58,8 @@ def run_trim(
         new = trimmed_to(races[-1])
         if new is None or new.label == current.label:
             break
-        pending = undo_next(races[-1].finalists[0], undone, new)
+        raced = dict(zip(undone, races[-1].finalists[1:], strict=True))  # the race's own, run or stored
+        pending = undo_next(races[-1].finalists[0], raced, new)
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
     study.set_user_attr(on_machine(TRIM_ATTR, results.machine_id), [trim.to_dict() for trim in races])
     return races

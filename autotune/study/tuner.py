@@ -163,7 +163,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
     if stored is None:
         study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
     elif stored.get("fingerprint") != fingerprint:
-        differences = _differences(stored, json.loads(json.dumps(meta, default=str)))
+        differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
         derived = " (a search space not given is derived from the machine)" if "space." in " ".join(differences) else ""
         raise StudyMismatchError(
             f"study.name: study '{study.study_name}' in the storage was created with other settings: "
@@ -874,8 +874,8 @@ def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") 
         before, after, path = stored.get(key), now.get(key), f"{prefix}{key}"
         if isinstance(before, dict) and isinstance(after, dict):
             found += _differences(before, after, f"{path}.")
-        elif before != after:
-            values = f"{before!r} → {after!r}"
+        elif json.dumps(before, sort_keys=True) != json.dumps(after, sort_keys=True):  # as the fingerprint reads them
+            values = f"{json.dumps(before)} → {json.dumps(after)}"
             found.append(f"{path} {values}" if len(values) <= 60 else path)
     return found
 

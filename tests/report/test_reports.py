@@ -144,15 +144,37 @@ def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not
 
 
 def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_and_the_headline_says_so(tmp_path):
-    finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
-    slowed = {"confirm-2-baseline": "2.0 of 2 cores busy"}
-    confirmation = Confirmation([100.0, 98.0, 102.0], [finalist], disturbed=slowed)
+    finalist, other = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0]), Finalist("2", {}, 1, 100.0, [90.0])
+    slowed = {"confirm-2-baseline": "2.0 of 2 cores busy", "confirm-1-trial-2": "1.0 cores"}
+    confirmation = Confirmation([100.0, 98.0, 102.0], [finalist, other], disturbed=slowed, trials=["0", "2"])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     files = write_reports(results, summarise(results), tmp_path)
     markdown = files["report.md"].read_text()
-    assert "1 of the runs it stands on were slowed by other processes" in markdown
+    assert "1 of the runs it stands on were slowed by other processes" in markdown, "not trial 2's"
     assert "## Measured on a busy machine" in markdown and "confirm-2-baseline (2.0 of 2 cores busy)" in markdown
     assert json.loads(files["report.json"].read_text())["confirmation"]["disturbed"] == slowed
+
+
+def test_a_trim_race_whose_variant_won_without_its_reference_running_every_round_undoes_nothing_and_says_so(tmp_path):
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])])
+    reference = Finalist("0", {}, 2, 100.0, [150.0], "round 2 failed: signal: SIGKILL")
+    variant = Finalist("0 without amp", {}, 1, 100.0, [110.0, 111.0, 109.0])
+    trim = [Confirmation([100.0, 98.0, 102.0], [reference, variant])]
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation, "trim": trim})
+    files = write_reports(results, summarise(results), tmp_path)
+    assert yaml.safe_load(files["recommended.yaml"].read_text())["knobs"]["num_workers"] == 1, "trial 0's own"
+    assert "Nothing is undone: trial 0, the configuration the variants were made from" in files["report.md"].read_text()
+    (race,) = json.loads(files["report.json"].read_text())["trim"]
+    assert (race["winner"], race["trimmed_to"]) == ("0 without amp", None)
+
+
+def test_keeping_the_baseline_after_a_stale_race_names_the_trial_it_did_not_prove():
+    lucky = trial("0", 115.0, batch_size=64)
+    dropped = Finalist("0", lucky.result.knobs, 1, 100.0, [100.0], "slower than the baseline in round 1")
+    results = replace(results_with(lucky, trial("1", 102.0, amp="bf16")), confirmation=Confirmation([100.0], [dropped]))
+    text = headline(summarise(results)).rest
+    assert "within 3% of the baseline" in text and "1.15x" not in text.split("An earlier race")[0], text
+    assert "An earlier race re-measured trial 0 (1.15x in one run) and did not prove it" in text
 
 
 def test_probe_pareto_and_training_sections(tmp_path):

@@ -114,6 +114,9 @@ def test_a_stale_race_still_rules_out_the_finalists_it_did_not_prove():
     summary = summarise(results)
     assert summary.confirmation is None, "about trial 0 alone, of two finalists now"
     assert summary.recommended.label == "1", "not the trial its race measured no faster"
+    assert summary.ruled_out == {"0"}
+    for unmeasured in (Confirmation([], [replace(dropped, throughputs=[])]), Confirmation([100.0], [dropped], "boom")):
+        assert summarise(replace(results, confirmation=unmeasured)).recommended.label == "0", "never shown slower"
 
 
 def test_infeasible_and_pruned_trials_are_never_recommended():

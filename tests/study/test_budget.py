@@ -135,6 +135,9 @@ def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
     assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
     assert all(name.startswith("trim-2-") for name in pipeline.names[runs_before:]), pipeline.names[runs_before:]
     assert summarise(load_results(study)).changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
+    runs_before = len(pipeline.names)
+    assert run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None) == again
+    assert len(pipeline.names) == runs_before, "the same command again measures nothing"
 
 
 def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left_out(tmp_path):

@@ -155,7 +155,7 @@ def test_timeout_stops_the_study(tmp_path):
 def test_a_study_with_other_settings_is_not_mixed_in_and_the_refusal_names_what_differs(tmp_path):
     measure = {"min_time_s": 4.0, "repeats": 1}
     open_study(settings(tmp_path), {**META, "measure": measure})
-    with pytest.raises(StudyMismatchError, match=r"^study.name: .*: pipeline.name 'p' → 'other'; set them back"):
+    with pytest.raises(StudyMismatchError, match=r'^study.name: .*: pipeline.name "p" → "other"; set them back'):
         open_study(settings(tmp_path), {**META, "pipeline": {"name": "other"}, "measure": measure})
     with pytest.raises(StudyMismatchError, match=r": measure.min_time_s 4.0 → 1.5; measure.repeats 1 → 3; set"):
         open_study(settings(tmp_path), {**META, "measure": {"min_time_s": 1.5, "repeats": 3}})
@@ -165,6 +165,12 @@ def test_a_study_with_other_settings_is_not_mixed_in_and_the_refusal_names_what_
         open_study(
             settings(tmp_path), {**META, "measure": measure, "space": {**SPACE.candidates, "batch_size": [1, 2]}}
         )
+
+
+def test_a_refusal_names_a_number_written_another_way_as_the_fingerprint_tells_them_apart(tmp_path):
+    open_study(settings(tmp_path), {**META, "measure": {"lr": 1}})
+    with pytest.raises(StudyMismatchError, match=r": measure.lr 1 → 1.0; set them back"):
+        open_study(settings(tmp_path), {**META, "measure": {"lr": 1.0}})
 
 
 def test_a_bad_storage_url_is_a_config_error(tmp_path):
