@@ -231,7 +231,7 @@ def _trim(summary: Summary) -> list[Section]:
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
     )
-    paragraphs = [lead, *(race.describe() + _not_undone(race) for race in summary.trim)]
+    paragraphs = [lead, *(_trim_race(race) for race in summary.trim)]
     return [
         Section(
             "Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary.trim))
@@ -239,13 +239,16 @@ def _trim(summary: Summary) -> list[Section]:
     ]
 
 
-def _not_undone(race: Confirmation) -> str:
-    """Where a trim race's winner is a variant it does not leave in place (``trimmed_to``), why."""
+def _trim_race(race: Confirmation) -> str:
+    """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
+    a variant it does not leave in place (``trimmed_to``), why."""
+    reference = race.finalists[0].label
+    text = race.describe(kept=f"trial {reference}, with every change,")
     if race.winner is None or race.winner is race.finalists[0] or trimmed_to(race) is not None:
-        return ""
-    return (
-        f" Nothing is undone: trial {race.finalists[0].label}, the configuration the variants were made from, did not "
-        "run every round, or ran faster than the winner beyond noise, so no variant was shown to cost nothing."
+        return text
+    return text + (
+        f" Nothing is undone: trial {reference}, the configuration the variants were made from, did not run every "
+        "round, or ran faster than the winner beyond noise, so no variant was shown to cost nothing."
     )
 
 
@@ -274,7 +277,9 @@ def _why_keep(summary: Summary) -> str:
     others = [r for r in summary.ranked if r is not base and r not in ruled_out]
     measured = [r.throughput for r in others if r.result.ok]
     at = f"the baseline ({base.throughput:.1f} samples/s)"
-    if not measured:
+    if not measured and ruled_out:
+        text = "No other configuration is left to recommend."
+    elif not measured:
         ran_to_end = any(r.result.measurement is not None for r in others)  # but over the budget or inexact
         ending = " to the end and feasible" if ran_to_end else " to the end" if others else ""
         text = f"No configuration other than {at} was measured{ending}" + (" (see below)." if others else ".")
@@ -290,7 +295,8 @@ def _why_keep(summary: Summary) -> str:
         text += f" {len(faster)} faster configuration(s) could not be recommended: infeasible or stopped (below)."
     if ruled_out:
         named = ", ".join(f"trial {r.label} ({r.throughput / base.throughput:.2f}x in one run)" for r in ruled_out)
-        text += f" An earlier race re-measured {named} and did not prove it; the trials since were not raced."
+        them = "them" if len(ruled_out) > 1 else "it"
+        text += f" An earlier race re-measured {named} and did not prove {them}; the trials since were not raced."
     return text
 
 

@@ -172,8 +172,8 @@ class Confirmation:
             return None
         return leader.median / self.baseline_median
 
-    def describe(self) -> str:
-        """One paragraph for reports."""
+    def describe(self, kept: str = "the baseline") -> str:
+        """One paragraph for reports; ``kept``: what stays where no finalist wins (a trim race: its reference)."""
         if self.cut and not self.rounds:
             return (
                 f"study.budget_s left no time to race the {len(self.finalists)} finalist(s) against the baseline, so "
@@ -204,7 +204,7 @@ class Confirmation:
                 f"than {TIE_TOLERANCE:.0%} round by round, the one with fewest changes, then least memory)."
             )
         else:
-            parts.append(f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain, so the baseline is kept.")
+            parts.append(f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain, so {kept} is kept.")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

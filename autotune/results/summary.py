@@ -156,5 +156,4 @@ def _ruled_out(stale: Confirmation) -> frozenset[str]:
     """The finalists ``stale`` measured and did not prove: none where its baseline never ran or failed."""
     if not stale.rounds or stale.failure:
         return frozenset()
-    winner = stale.winner
-    return frozenset(f.label for f in stale.finalists if f.throughputs and (winner is None or f.label != winner.label))
+    return frozenset(f.label for f in stale.finalists if f.throughputs and not stale.proven(f))

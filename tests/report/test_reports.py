@@ -177,6 +177,17 @@ def test_keeping_the_baseline_after_a_stale_race_names_the_trial_it_did_not_prov
     assert "An earlier race re-measured trial 0 (1.15x in one run) and did not prove it" in text
 
 
+def test_a_trim_race_without_a_winner_keeps_its_reference_and_says_so(tmp_path):
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])])
+    reference = Finalist("0", {}, 2, 100.0, [99.0], "slower than the baseline in round 1")
+    variant = Finalist("0 without amp", {}, 1, 100.0, [98.0], "slower than the baseline in round 1")
+    trim = [Confirmation([100.0], [reference, variant])]
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation, "trim": trim})
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    section = markdown.split("## Only the changes that matter")[1].split("\n## ")[0]
+    assert "so trial 0, with every change, is kept" in section and "the baseline is kept" not in section
+
+
 def test_probe_pareto_and_training_sections(tmp_path):
     results = sample_results()
     probe = ProbeRecord(12.5, baseline_loader_sps=80.0, baseline_compute_sps=300.0)

@@ -115,6 +115,11 @@ def test_a_stale_race_still_rules_out_the_finalists_it_did_not_prove():
     assert summary.confirmation is None, "about trial 0 alone, of two finalists now"
     assert summary.recommended.label == "1", "not the trial its race measured no faster"
     assert summary.ruled_out == {"0"}
+    # Both proven, tied: trial 1 won on fewer changes; a trial measured since makes the race stale.
+    proven = [Finalist("0", lucky.result.knobs, 2, 100.0, [120.0]), Finalist("1", {}, 1, 100.0, [119.0])]
+    later = [*results.trials, trial("2", 140.0, channels_last=True)]
+    stale = replace(results, trials=later, confirmation=Confirmation([100.0], proven))
+    assert summarise(stale).ruled_out == frozenset(), "a proven finalist is not ruled out"
     for unmeasured in (Confirmation([], [replace(dropped, throughputs=[])]), Confirmation([100.0], [dropped], "boom")):
         assert summarise(replace(results, confirmation=unmeasured)).recommended.label == "0", "never shown slower"
 

@@ -76,6 +76,15 @@ def test_once_a_second_run_is_disturbed_too_the_load_is_taken_to_last_and_nothin
     assert runs.names == ["a", "a-again", "b"] and told == ["a"]
 
 
+def test_a_failed_run_does_not_end_a_lasting_load():
+    busy = run_of(60.0, disturbed=True)
+    runs = Runs({"a": busy, "a-again": busy, "b": run_of(None), "c": busy})
+    measured, told = measured_by(runs)
+    for name in "abc":
+        measured(BASELINE, name)
+    assert runs.names == ["a", "a-again", "b", "c"] and told == ["a"]
+
+
 def test_the_load_is_taken_to_last_only_until_a_run_is_undisturbed():
     busy = run_of(60.0, disturbed=True)
     runs = Runs({"a": busy, "a-again": busy, "b": run_of(100.0), "c": busy, "c-again": run_of(100.0)})

@@ -12,7 +12,9 @@ from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
 from autotune.measure.environment import this_machine_id
 from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, config_key
+from autotune.results import race as race_module
 from autotune.results.model import load_results
+from autotune.study import run_race as run_race_module
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
 from autotune.study.tuner import (
@@ -238,6 +240,19 @@ def raced(tmp_path, single_runs, re_runs, rounds=3, affords=None):
     tune(study, space, settings(tmp_path, n_trials=len(single_runs) - 1), measure, lambda e: None)
     race = NoisyMeasure(re_runs)
     return run_race(study, load_results(study), rounds, race, lambda name, result: None, affords), race.names
+
+
+def test_a_stored_race_stands_for_the_trials_it_was_about_though_the_selection_rule_changes(tmp_path, monkeypatch):
+    single, re_runs = {16: 100.0, 32: 140.0, 64: 135.0}, {16: [100] * 3, 32: [120] * 3, 64: [112] * 3}
+    confirmation, _ = raced(tmp_path, single, re_runs)
+    study = open_study(settings(tmp_path), META)
+    assert sorted(load_results(study).confirmation.trials) == ["0", "1"]
+    first_only = lambda baseline, trials: trials[:1]  # noqa: E731 (another rule, as a later autotune might have)
+    monkeypatch.setattr(race_module, "select_finalists", first_only)
+    monkeypatch.setattr(run_race_module, "select_finalists", first_only)
+    measure = NoisyMeasure(re_runs)
+    assert run_race(study, load_results(study), 3, measure, lambda name, result: None) == confirmation
+    assert measure.names == [], "reused: no trial was measured since"
 
 
 def label_of(confirmation, batch):
