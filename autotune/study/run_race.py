@@ -48,14 +48,15 @@ def run_race(
     """Measure the baseline and the finalists again in fresh processes, up to ``rounds`` rounds (their order, the
     baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
     store the outcome in the study. A stored race still current (``Confirmation.is_current``) of the same planned
-    rounds is reused, unless study.budget_s cut it short. A round starts only where ``affords`` it: a race left
+    rounds is reused, unless study.budget_s cut it short or a baseline run failed it (a fault of that run, which a
+    later run measures anew). A round starts only where ``affords`` it: a race left
     without one has no winner, so nothing unproven is recommended. None without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
     stored = results.confirmation
     current = stored and stored.is_current(results.baseline, results.trials)
-    if current and not stored.cut and stored.planned_rounds == rounds:
+    if current and not stored.cut and not stored.failure and stored.planned_rounds == rounds:
         return stored
     base = results.baseline.result
     finalists = [

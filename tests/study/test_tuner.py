@@ -255,6 +255,16 @@ def test_a_stored_race_stands_for_the_trials_it_was_about_though_the_selection_r
     assert measure.names == [], "reused: no trial was measured since"
 
 
+def test_a_race_a_failed_baseline_run_ended_is_run_again_by_a_later_run(tmp_path):
+    single = {16: 100.0, 32: 140.0}
+    failed, _ = raced(tmp_path, single, {16: [100], 32: [120] * 3})  # the baseline's second run fails
+    assert failed.failure and failed.winner is None
+    study = open_study(settings(tmp_path), META)
+    measure = NoisyMeasure({16: [100] * 3, 32: [120] * 3})
+    again = run_race(study, load_results(study), 3, measure, lambda name, result: None)
+    assert measure.names and again.failure is None and again.winner is not None
+
+
 def label_of(confirmation, batch):
     return next(f.label for f in confirmation.finalists if f.knobs["batch_size"] == batch)
 
