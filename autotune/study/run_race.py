@@ -49,8 +49,8 @@ def run_race(
     baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
     store the outcome in the study. A stored race still current (``Confirmation.is_current``) of the same planned
     rounds is reused, unless study.budget_s cut it short or a baseline run failed it (a fault of that run, which a
-    later run measures anew). A round starts only where ``affords`` it: a race left
-    without one has no winner, so nothing unproven is recommended. None without finalists or rounds to race."""
+    later run measures anew). A round starts only where ``affords`` it: a race left without one has no winner, so
+    nothing unproven is recommended. None without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
