@@ -480,8 +480,7 @@ def _busy_machine(summary: Summary) -> list[Section]:
 
 def _disturbed_race_runs(summary: Summary) -> dict[str, str]:
     """The races' runs (the finalists' and the trim's) counted though other processes slowed them."""
-    races = [summary.confirmation, *summary.trim] if summary.confirmation else []
-    return {name: disturbance for race in races for name, disturbance in race.disturbed.items()}
+    return {name: disturbance for race in summary.races for name, disturbance in race.disturbed.items()}
 
 
 def _method(results: StudyResults) -> str:

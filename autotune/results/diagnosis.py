@@ -262,10 +262,11 @@ def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
         return None
     found = figures(result)
     working = found.loop_s - found.wait_s
-    cores = min(found.loading_s / found.loop_s, workers) + working / found.loop_s
+    loading_cores = found.loading_s / found.loop_s
+    cores = min(loading_cores, workers) + working / found.loop_s
     if cores < SATURATED_CORES * cpu_count:
         return None
-    behind = found.loading_s / workers > found.loop_s
+    behind = loading_cores > workers
     ahead = (
         f" (its {workers} workers load a batch each {found.loading_s / workers * 1e3:.0f} ms at best, slower than the "
         "steps: these ran on batches loaded before them, and a longer run may wait for data)"

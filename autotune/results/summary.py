@@ -32,14 +32,18 @@ class Summary:
     ruled_out: frozenset[str] = frozenset()
 
     @property
+    def races(self) -> list[Confirmation]:
+        """The finalists' race and the trim's races, in the order they ran (none without a race)."""
+        return [self.confirmation, *self.trim] if self.confirmation else []
+
+    @property
     def proof(self) -> Confirmation | None:
         """Of the races the recommendation won (the finalists' race or one of the trim), the one of most rounds, the
         last of those: a trim race that every variant left after one round does not stand for the recommendation's
         gain over more rounds."""
         if self.is_baseline:
             return None
-        races = [self.confirmation, *self.trim] if self.confirmation else []
-        won = [race for race in races if race.winner and race.winner.label == self.recommended.label]
+        won = [race for race in self.races if race.winner and race.winner.label == self.recommended.label]
         return max(reversed(won), key=lambda race: race.rounds) if won else None
 
     @property

@@ -664,7 +664,7 @@ def _draw_untried(
     is untried, or, where nearly all are tried, chosen from the list of those that are not."""
     for _ in range(_UNTRIED_DRAWS):
         knobs = space.draw(rng)
-        if knobs is not None and config_key(knobs) not in taken and not out_of_memory_bound(knobs, ran_out):
+        if knobs is not None and _is_untried(knobs, taken, ran_out):
             return knobs
     return rng.choice(list(_untried(space, taken, ran_out)))
 
@@ -672,9 +672,11 @@ def _draw_untried(
 def _untried(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> Iterator[dict[str, Any]]:
     """The configurations of ``space`` neither ``taken`` (measured, or being measured) nor needing no less memory than
     one of ``ran_out``."""
-    for knobs in space.configurations():
-        if config_key(knobs) not in taken and not out_of_memory_bound(knobs, ran_out):
-            yield knobs
+    return (knobs for knobs in space.configurations() if _is_untried(knobs, taken, ran_out))
+
+
+def _is_untried(knobs: dict[str, Any], taken: set[str], ran_out: list[OutOfMemory]) -> bool:
+    return config_key(knobs) not in taken and not out_of_memory_bound(knobs, ran_out)
 
 
 def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: OutOfMemory) -> None:
