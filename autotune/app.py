@@ -34,18 +34,11 @@ from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
 from autotune.study.profiles import profile_tuned
 from autotune.study.run_race import round_runs, run_race
+from autotune.study.sharing import finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
+from autotune.study.start import open_study
 from autotune.study.trim import run_trim
-from autotune.study.tuner import (
-    RunFn,
-    StopReason,
-    TrialEvent,
-    counted_trials,
-    ensure_baseline,
-    finishing,
-    open_study,
-    tune_in_slots,
-)
+from autotune.study.tuner import RunFn, StopReason, TrialEvent, counted_trials, ensure_baseline, tune_in_slots
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.placement import UNPINNED, Slot, slots
 from autotune.trial.result import ProbePlan, TrialRequest, TrialResult
@@ -55,7 +48,7 @@ from autotune.trial.runner import ProgressFn, run_repeated, run_trial, shared_fo
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
     """Tune ``settings.pipeline`` and write the reports into ``output_dir``; returns the files written. A study
     another tuner is tuning in the same SQLite file is refused (``one_tuner``); on a shared storage, tuners on this
-    and other machines join it (``autotune/study/tuner.py``), the reports covering this machine's results."""
+    and other machines join it (``autotune/study/sharing.py``), the reports covering this machine's results."""
     # The run's time, and its budget, from here to its reports, waiting for another tuner's lock included.
     clock = RunClock(settings.study.budget_s, settings.measure.repeats)
     with one_tuner(settings.study.storage, settings.study.name):

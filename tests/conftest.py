@@ -21,7 +21,7 @@ from autotune.measure import environment
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.recorder import Timing
 from autotune.redact import Secrets
-from autotune.study import tuner
+from autotune.study import start
 from autotune.trial import runner
 from autotune.trial.result import TrialRequest
 
@@ -221,7 +221,7 @@ def describes_no_machine(monkeypatch):
     def refused():
         pytest.fail("the tuner's process described the machine (importing torch): use the inspection's")
 
-    for module in (environment, recommendation, tuner):
+    for module in (environment, recommendation, start):
         monkeypatch.setattr(module, "describe_machine", refused)
 
 

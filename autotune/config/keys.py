@@ -86,7 +86,7 @@ _SEARCH = (
     _setting("search.batch_policy", Plain(str, choices=BATCH_POLICIES), Settings, "batch_policy"),
 )
 _STUDY = (
-    # '#' marks the studies autotune keeps beside a shared study (its claims: autotune/study/tuner.py)
+    # '#' marks the studies autotune keeps beside a shared study (its claims: autotune/study/sharing.py)
     _setting(
         "study.name", Plain(str, null=True, pattern="[^#]+", what="a printable name without '#'"), StudySettings, "name"
     ),

@@ -1,44 +1,37 @@
-"""The Optuna study: the baseline first, then proposed trials; every result is stored in the study.
+"""The search: the baseline first, then proposed trials; every result is stored in the study.
 
-The study is the record of truth: reports are rendered from what is stored here, and running
-the same command again resumes it.
+The study is the record of truth: reports are rendered from what is stored here, and running the same command again
+resumes it. Opening it is ``autotune/study/start.py``; tuners sharing it coordinate through
+``autotune/study/sharing.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import random
 import socket
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
-from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
-from optuna.study import StudyDirection
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from autotune.config.settings import STALE_BEATS, StudySettings
-from autotune.errors import StudyMismatchError
-from autotune.measure.environment import describe_machine, machine_id, this_machine_id
+from autotune.config.settings import StudySettings
+from autotune.measure.environment import this_machine_id
 from autotune.records import (
-    ALIVE_ATTR,
     BASELINE_ATTR,
     BASELINE_LABEL,
-    CLAIM_ATTR,
     CONFIG_ATTR,
     DUPLICATE_ATTR,
     INTERRUPTED_ATTR,
     MACHINE_ATTR,
-    META_ATTR,
     NOT_MEASURED_ATTR,
     PREDICTED_ATTR,
     PROBE_ATTR,
@@ -51,14 +44,13 @@ from autotune.records import (
     metric_attrs,
     on_machine,
 )
-from autotune.study.proposing import ProposingSampler, proposing
+from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
+from autotune.study.sharing import await_others, claimed, heartbeat, measuring_now
 from autotune.study.space import SearchSpace, out_of_memory_bound
-from autotune.study.storage import create_study, is_shared, opening
+from autotune.study.storage import is_shared
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from autotune.trial.runner import INTERRUPT, ProgressFn
-
-_DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 
 # The trials that measured a configuration on a machine, with their results (``records.measured_trials``).
 Measured = list[tuple[optuna.trial.FrozenTrial, TrialResult]]
@@ -74,13 +66,6 @@ _REPEATS_BEFORE_UNTRIED = 3
 # Random draws tried for an untried configuration before they are listed: a draw takes ~15 µs, a list walks the
 # whole space, which multiplies with every knob searched (tenths of a second for 70,000 configurations).
 _UNTRIED_DRAWS = 200
-# How often a tuner whose search is done looks whether the others' trials on its machine have ended.
-_AWAIT_POLL_S = 2.0
-# When this process first saw each running trial (by study name, trial number and recorded start, which tell
-# apart the trials of studies of one name in other storages): what a trial's silence counts from before its first
-# heartbeat. Not the recorded start itself: Optuna writes the writer's local time, without its zone, and a tuner in
-# another zone would read it hours off and fail a live trial.
-_FIRST_SEEN: dict[tuple[str, int, object], float] = {}
 
 
 @dataclass(frozen=True)
@@ -115,65 +100,6 @@ class TrialEvent:
     index: int
     total: int
     result: TrialResult
-
-
-def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str, Any] | None = None) -> optuna.Study:
-    """Create the study, or load it if it exists with the same settings (a resume, or another tuner joining it).
-
-    ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
-    with a different description is refused rather than mixed with this one. ``machine`` (``describe_machine``) is
-    stored under its ``machine_id`` (None: this machine): each machine's results are its own. The sampler is
-    multivariate TPE with conditional groups, since knobs interact and some apply only given others.
-    A storage that cannot be opened, or fails before this returns, is a ConfigError naming study.storage and the
-    cause (``autotune/study/storage.py``); a fault later raises StorageFaultError.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # "group" is experimental
-        sampler = ProposingSampler(
-            optuna.samplers.TPESampler(
-                seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials), multivariate=True, group=True
-            )
-        )
-    with opening(settings.storage):  # a storage fault before the run starts refuses it
-        study = create_study(
-            settings.storage,
-            study_name=settings.name,
-            sampler=sampler,
-            directions=[_DIRECTIONS[objective] for objective in settings.objectives],
-            load_if_exists=True,
-        )
-        _adopt(study, meta, settings)
-        machine = describe_machine() if machine is None else machine
-        machine_attr = on_machine(MACHINE_ATTR, machine_id(machine))
-        if machine_attr not in study.user_attrs:
-            study.set_user_attr(machine_attr, machine)
-    return study
-
-
-def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> None:
-    """Store ``meta`` in a new study; refuse a stored one made with other settings; fail what a killed run left (on
-    a shared storage, what a dead tuner left: the others' trials run on)."""
-    fingerprint = _fingerprint(meta)
-    stored = study.user_attrs.get(META_ATTR)
-    if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's
-        raise StudyMismatchError(
-            f"study.name: study '{study.study_name}' was made by an earlier autotune, whose records this one does not "
-            "read; pass study.name=NEW_NAME to start another study (mode=report of an earlier autotune renders it)"
-        )
-    if stored is None:
-        study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
-    elif stored.get("fingerprint") != fingerprint:
-        differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
-        derived = " (a search space not given is derived from the machine)" if "space." in " ".join(differences) else ""
-        raise StudyMismatchError(
-            f"study.name: study '{study.study_name}' in the storage was created with other settings: "
-            f"{'; '.join(differences[:4])}{'; …' if len(differences) > 4 else ''}{derived}; set them back, or pass "
-            "study.name=NEW_NAME to start another study"
-        )
-    if is_shared(settings.storage):
-        fail_stale_trials(study)
-    else:
-        _fail_interrupted_trials(study, _running(study))
 
 
 def ensure_baseline(
@@ -234,7 +160,7 @@ def tune(
     machine = machine or this_machine_id()
     while True:
         stop = _search(study, space, settings, run, on_trial, machine, propose, deadline, affords)
-        if stop.aborted or not _await_others(study, settings, machine, deadline):
+        if stop.aborted or not await_others(study, settings, machine, deadline):
             return stop
 
 
@@ -337,9 +263,9 @@ def _search(
             repeats += 1
             continue
         # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
-        with _heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
+        with heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
             trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
-            with _claimed(study, trial, machine, key, take_over=is_shared(settings.storage)) as mine:
+            with claimed(study, trial, machine, key, take_over=is_shared(settings.storage)) as mine:
                 given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
                 if given_way:
                     trial.set_user_attr(DUPLICATE_ATTR, given_way)
@@ -398,7 +324,7 @@ def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
     """``_Seen`` of ``machine`` now: the study's trials and attributes read once."""
     trials, attrs = study.get_trials(deepcopy=False), study.user_attrs
     measured = measured_trials(study, machine, trials)
-    running = _measuring_now(trials, machine)
+    running = measuring_now(trials, machine)
     known = _known_outcomes(attrs, trials, measured, settings, machine)
     owed = _owed(trials, machine, set(known) | {t.user_attrs[CONFIG_ATTR] for t in running})
     waiting = any(t.state is TrialState.WAITING for t in trials)
@@ -424,232 +350,10 @@ def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str])
     return list(owed.values())
 
 
-def _await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
-    """Wait while other tuners of the study measure configurations on ``machine`` (the race must see them), failing
-    those of tuners that died. Returns whether the search must go on: a trial waited for ended interrupted (failed
-    here, by another tuner, or by its own on Ctrl-C), and its configuration is owed (``_owed``)."""
-    if not is_shared(settings.storage):
-        return False
-    awaited: set[int] = set()
-    while measuring := _measuring_now(running := _running(study), machine):
-        awaited |= {trial.number for trial in measuring}
-        if fail_stale_trials(study, running):
-            break
-        if INTERRUPT.wait(min(settings.heartbeat_s, _AWAIT_POLL_S)):
-            raise KeyboardInterrupt
-    ended = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    interrupted = any(t.number in awaited and t.user_attrs.get(INTERRUPTED_ATTR) for t in ended)
-    return interrupted and time.monotonic() < deadline
-
-
 def counted_trials(study: optuna.Study, machine: str | None = None) -> int:
     """Trials that measured a new configuration on ``machine`` (None: this one; complete, failed or pruned; not
     repeats, not interrupted, not those left unmeasured as out of memory): ``measured_trials``."""
     return len(measured_trials(study, machine or this_machine_id()))
-
-
-@contextmanager
-def _claimed(study: optuna.Study, trial: optuna.Trial, machine: str, key: str, take_over: bool) -> Iterator[bool]:
-    """Hold, for ``trial``, the right to measure configuration ``key`` on ``machine`` while inside (True), or find
-    another tuner holding it (False). A claim is an empty study of its own name in the study's storage: a storage
-    creates a name once (a unique constraint in a database, the order of the journal in a file), so of two tuners
-    claiming one configuration at once exactly one gets it. The trial names the claim before making it, and the claim
-    its trial once made, so that, whenever the trial's tuner dies, the claim is an orphan once the trial is failed
-    (``_orphaned``), ended by the tuner that fails it or, where ``take_over`` (a shared study: a SQLite file's ids
-    are reused, and its orphans are ended when it is opened), by the next to find it in its way; it ends with the
-    trial otherwise."""
-    name = _claim_name(study, machine, key)
-    claim = _take(study, trial, name)
-    if claim is None and take_over and _end_if_orphaned(study, name):
-        claim = _take(study, trial, name)
-    if claim is None:
-        yield False
-        return
-    try:
-        study._storage.set_study_user_attr(claim, "trial", trial.number)
-        yield True
-    finally:
-        _end_claim(study, claim)
-
-
-def _take(study: optuna.Study, trial: optuna.Trial, name: str) -> int | None:
-    """Claim ``name`` for ``trial``, which names it first (``_claimed``): the claim's id, or None where another
-    holds it (the trial then names it no more: it must not keep another's orphan from ending)."""
-    trial.set_user_attr(CLAIM_ATTR, name)
-    claim = _claim(study, name)
-    if claim is None:
-        trial.set_user_attr(CLAIM_ATTR, None)
-    return claim
-
-
-def _claim(study: optuna.Study, name: str) -> int | None:
-    """Claim ``name``: the id of a new empty study of that name in the study's storage, or None where it exists (a
-    storage creates a name once: of two tuners claiming at once, exactly one gets it)."""
-    try:  # Optuna has no public accessor of the storage; a claim must live where the study does
-        return study._storage.create_new_study([StudyDirection.MAXIMIZE], name)
-    except DuplicatedStudyError:
-        return None
-
-
-def _end_claim(study: optuna.Study, claim: int) -> None:
-    try:
-        study._storage.delete_study(claim)
-    except KeyError:  # ended already, by a tuner that took this one's trial for dead
-        pass
-
-
-def _end_orphan_claims(study: optuna.Study) -> None:
-    """End every orphaned claim of the study (``_orphaned``)."""
-    prefix = f"{study.study_name}{_MEASURING}"
-    claims = study._storage.get_all_studies()
-    running = _running(study)
-    for summary in claims:
-        if summary.study_name.startswith(prefix):
-            if _orphaned(summary.study_name, summary.user_attrs.get("trial"), running):
-                _end_claim(study, summary._study_id)
-
-
-def _end_if_orphaned(study: optuna.Study, name: str) -> bool:
-    """End claim ``name`` if it is orphaned (``_orphaned``). Whether it is gone."""
-    storage = study._storage
-    try:
-        claim = storage.get_study_id_from_name(name)
-        owner = storage.get_study_user_attrs(claim).get("trial")
-    except KeyError:
-        return True
-    if not _orphaned(name, owner, _running(study)):
-        return False
-    _end_claim(study, claim)
-    return True
-
-
-def _orphaned(name: str, owner: int | None, running: list[optuna.trial.FrozenTrial]) -> bool:
-    """Whether claim ``name``, recording trial ``owner`` (None: none yet), outlived its trial: the trial it records is
-    not running (its tuner died between its result and the claim's end, or was failed as dead), or it records none
-    and no running trial names it (its tuner died making it). ``running`` must be read after the claim: a trial names
-    its claim before making it, so a claim made meanwhile is named by a trial among them."""
-    if owner is not None:
-        return owner not in {t.number for t in running}
-    return not any(t.user_attrs.get(CLAIM_ATTR) == name for t in running)
-
-
-def _claim_name(study: optuna.Study, machine: str, key: str) -> str:
-    return f"{study.study_name}{_MEASURING}{machine}:{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-
-
-_MEASURING = "#measuring@"  # a claim's name: the study's, this, then the machine and the configuration's hash
-
-
-def _measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list[optuna.trial.FrozenTrial]:
-    """The trials of ``trials`` measuring a configuration on ``machine`` now."""
-    return [
-        t
-        for t in trials
-        if t.state is TrialState.RUNNING
-        and t.user_attrs.get(MACHINE_ATTR) == machine
-        and CONFIG_ATTR in t.user_attrs
-        and DUPLICATE_ATTR not in t.user_attrs
-    ]
-
-
-def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTrial] | None = None) -> list[int]:
-    """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``:
-    a trial's heartbeats, or before its first, from when this process first saw it), and end their claims: their
-    configurations are then owed (``_owed``); returns their numbers. Tuners' clocks are compared: keep them in sync
-    (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
-    now = time.time()
-    running = _running(study) if running is None else running
-    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now)]
-    return _fail_interrupted_trials(study, stale)
-
-
-def _first_seen(study: optuna.Study, trial: optuna.trial.FrozenTrial, now: float) -> float:
-    return _FIRST_SEEN.setdefault((study.study_name, trial.number, trial.datetime_start), now)
-
-
-def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-
-
-def _unheard(beat: list[float] | None, since: float, now: float) -> bool:
-    """The rule of a dead tuner: by ``now``, it missed ``STALE_BEATS`` of its heartbeats (``beat``: the last one's
-    time and the tuner's interval; None: none yet, counted from ``since`` at the default interval)."""
-    heard, every = beat or (since, StudySettings.heartbeat_s)
-    return now - heard > STALE_BEATS * every
-
-
-@contextmanager
-def _heartbeat(trial: optuna.Trial, interval_s: float | None) -> Iterator[None]:
-    """Tell the study every ``interval_s`` that ``trial`` is alive, while it runs (None: never)."""
-    if interval_s is None:
-        yield
-        return
-    with _beating(lambda: trial.set_user_attr(ALIVE_ATTR, [time.time(), interval_s]), interval_s):
-        yield
-
-
-@contextmanager
-def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Iterator[bool]:
-    """Whether this tuner is the one to end the study on ``machine`` (its race, trim and profiles, run where its
-    finalists were measured). On a shared study one tuner of a machine does, holding a claim (``_claimed``) with a
-    heartbeat; the others wait for it to end, then report what it stored (True where it died: this one takes over).
-    Alone on its study, a tuner always does."""
-    if not is_shared(settings.storage):
-        yield True
-        return
-    name = f"{study.study_name}#finishing@{machine}"
-    while (claim := _claim(study, name)) is None:
-        if _await_claim(study, name):
-            yield False
-            return
-    try:
-        beat, storage = settings.heartbeat_s, study._storage
-        with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), beat]), beat):
-            yield True
-    finally:
-        _end_claim(study, claim)
-
-
-def _await_claim(study: optuna.Study, name: str) -> bool:
-    """Wait for the claim ``name`` to end: True when its holder ended it, False when the holder was not heard of for
-    ``STALE_BEATS`` heartbeats (the claim is ended here)."""
-    storage, seen = study._storage, {}  # claim id -> when first seen: a claim made meanwhile is another's
-    while True:
-        try:
-            claim = storage.get_study_id_from_name(name)
-            beat = storage.get_study_user_attrs(claim).get(ALIVE_ATTR)
-        except KeyError:
-            return True
-        if _unheard(beat, seen.setdefault(claim, time.time()), time.time()):
-            _end_claim(study, claim)
-            return False
-        if INTERRUPT.wait(_AWAIT_POLL_S):
-            raise KeyboardInterrupt
-
-
-@contextmanager
-def _beating(write: Callable[[], None], interval_s: float) -> Iterator[None]:
-    """``write`` a heartbeat now, before going on, and every ``interval_s`` while inside. A beat that fails (the
-    storage busy or away) is tried again at the next one: a lasting fault is met by the tuner's next write, and said."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        with contextlib.suppress(Exception):
-            write()
-
-    def beating() -> None:
-        while not stop.wait(interval_s):
-            beat()
-
-    beat()
-
-    thread = threading.Thread(target=beating, name="autotune-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _exhausted(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> bool:
@@ -827,22 +531,6 @@ def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
     study.tell(trial, outcome.values)
 
 
-def _fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.FrozenTrial]) -> list[int]:
-    """Trials left running by a tuner that was killed: mark them failed and interrupted (their configurations are then
-    owed: ``_owed``), and end the claims no running trial holds any longer (``_end_orphan_claims``: theirs among
-    them). Returns the numbers of those this tuner failed (another tuner of a shared study may fail one first)."""
-    failed = []
-    for trial in stale:
-        try:  # marked on the trial itself before it is failed: a result it stored is then never counted
-            study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED_ATTR, True)
-            study.tell(trial.number, state=TrialState.FAIL)
-        except (ValueError, RuntimeError):  # told already, by another tuner (UpdateFinishedTrialError is both)
-            continue
-        failed.append(trial.number)
-    _end_orphan_claims(study)
-    return failed
-
-
 def _known_outcomes(
     attrs: dict[str, Any],
     trials: list[optuna.trial.FrozenTrial],
@@ -866,26 +554,3 @@ def _known_outcomes(
         if trial.state is TrialState.PRUNED and NOT_MEASURED_ATTR in kept and kept.get(MACHINE_ATTR) == machine:
             known.setdefault(kept[CONFIG_ATTR], _Outcome(trial.number, TrialState.PRUNED))
     return known
-
-
-def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
-    """Where a stored study's description differs from this run's: each key by its dotted path, with both values
-    where they are short."""
-    found = []
-    for key in sorted((set(stored) | set(now)) - {"fingerprint"}):
-        before, after, path = stored.get(key), now.get(key), f"{prefix}{key}"
-        if isinstance(before, dict) and isinstance(after, dict):
-            found += _differences(before, after, f"{path}.")
-        elif json.dumps(before, sort_keys=True) != json.dumps(after, sort_keys=True):  # as the fingerprint reads them
-            values = f"{json.dumps(before)} → {json.dumps(after)}"
-            found.append(f"{path} {values}" if len(values) <= 60 else path)
-    return found
-
-
-def _fingerprint(meta: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _startup_trials(n_trials: int) -> int:
-    """Random proposals before TPE models the results: Optuna's 10, fewer on small budgets."""
-    return max(3, min(10, n_trials // 2))

@@ -28,8 +28,9 @@ from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
+from autotune.study.start import open_study
 from autotune.study.trim import run_trim
-from autotune.study.tuner import ensure_baseline, open_study, tune
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import REPO, fake_measurement
 from tests.report.test_reports import MACHINE, MEASURE

@@ -17,8 +17,9 @@ from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.study.clock import RunClock
 from autotune.study.run_race import run_race
+from autotune.study.start import open_study
 from autotune.study.trim import run_trim
-from autotune.study.tuner import counted_trials, ensure_baseline, open_study, tune
+from autotune.study.tuner import counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 from tests.study.test_trim import WINNER, tuned

@@ -10,7 +10,8 @@ from autotune.results.model import load_results
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.probe_model import ProbeModel, probe_plan
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import Observation, ensure_baseline, open_study, tune
+from autotune.study.start import open_study
+from autotune.study.tuner import Observation, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, ProbeResult, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_probe_model import BASELINE, FIXED, SPACE, VARIED, compute_rate, loader_rate

@@ -15,7 +15,8 @@ from autotune.measure.memory import MemoryBudget
 from autotune.records import DUPLICATE_ATTR, TrialRecord
 from autotune.report.recommended import recommendation
 from autotune.results.summary import summarise
-from autotune.study.tuner import ensure_baseline, open_study, tune, within_budget
+from autotune.study.start import open_study
+from autotune.study.tuner import ensure_baseline, tune, within_budget
 from autotune.trial.result import FailureKind, TrialResult
 from autotune.trial.runner import _BudgetWatch
 from tests.conftest import fake_measurement, tiny_config

@@ -18,7 +18,8 @@ from autotune.results.model import load_results
 from autotune.study.guide import Guide
 from autotune.study.probe_model import ProbeModel, probe_once, probe_plan
 from autotune.study.space import SearchSpace, needs_no_less_memory
-from autotune.study.tuner import Observation, counted_trials, ensure_baseline, open_study, tune
+from autotune.study.start import open_study
+from autotune.study.tuner import Observation, counted_trials, ensure_baseline, tune
 from autotune.trial.exceptions import is_out_of_memory
 from autotune.trial.result import Failure, FailureKind, ProbeOutOfMemory, ProbeResult, TrialResult
 from autotune.trial.runner import run_trial

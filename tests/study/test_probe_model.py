@@ -11,7 +11,7 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import PROBE_ATTR, ProbeRecord, on_machine
 from autotune.study.probe_model import ProbeModel, anchor_knobs, probe_once, probe_plan
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import open_study
+from autotune.study.start import open_study
 from autotune.trial.result import Failure, FailureKind, ProbeResult, TrialResult
 from tests.conftest import NEUTRAL_KNOBS
 from tests.study.test_tuner import META, settings

@@ -33,20 +33,10 @@ from autotune.records import (
     measured_trials,
 )
 from autotune.results.model import load_results
+from autotune.study.sharing import _await_claim, _claim_name, claimed, fail_stale_trials, finishing
+from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_shared
-from autotune.study.tuner import (
-    Proposal,
-    _await_claim,
-    _claim_name,
-    _claimed,
-    _look,
-    counted_trials,
-    ensure_baseline,
-    fail_stale_trials,
-    finishing,
-    open_study,
-    tune,
-)
+from autotune.study.tuner import Proposal, _look, counted_trials, ensure_baseline, tune
 from tests.study.test_tuner import BASELINE, SPACE, fake_result, left_measuring
 
 # What is tuned, with a measurement plan the reports can describe.
@@ -115,7 +105,7 @@ def _die_making_the_claim(study, trial, machine, key):
 
 
 def _die_holding_the_claim(study, trial, machine, key):
-    _claimed(study, trial, machine, key, take_over=True).__enter__()
+    claimed(study, trial, machine, key, take_over=True).__enter__()
 
 
 def _left_by_a_dead_tuner(study, settings, died=_die_making_the_claim) -> str:
@@ -198,7 +188,7 @@ def test_a_claim_outliving_its_trial_is_taken_over_by_the_next_trial_that_wants_
     claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
     if holder == "a finished trial":
         study._storage.set_study_user_attr(claim, "trial", finished.number)
-    with _claimed(study, wants, machine, "k", take_over=True) as mine:
+    with claimed(study, wants, machine, "k", take_over=True) as mine:
         assert mine
 
 
@@ -207,7 +197,7 @@ def test_a_claim_being_made_by_a_live_trial_is_not_taken(tmp_path):
     machine, making, wants = this_machine_id(), study.ask(), study.ask()
     making.set_user_attr(CLAIM_ATTR, _claim_name(study, machine, "k"))  # named, made, its trial not yet recorded
     study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
-    with _claimed(study, wants, machine, "k", take_over=True) as mine:
+    with claimed(study, wants, machine, "k", take_over=True) as mine:
         assert not mine
     assert study.trials[wants.number].user_attrs[CLAIM_ATTR] is None, "a trial that gave way names no claim"
 
@@ -219,7 +209,7 @@ def test_an_orphaned_claim_in_a_sqlite_study_is_left_to_the_next_opening(tmp_pat
     study.tell(finished, state=TrialState.FAIL)
     claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], _claim_name(study, machine, "k"))
     study._storage.set_study_user_attr(claim, "trial", finished.number)
-    with _claimed(study, wants, machine, "k", take_over=False) as mine:
+    with claimed(study, wants, machine, "k", take_over=False) as mine:
         assert not mine, "a SQLite file reuses a study's id: a claim read may be another's by the time it is ended"
 
 

@@ -27,8 +27,9 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import RESULT_ATTR, config_key, metric_attrs
 from autotune.results.model import load_results
 from autotune.selfcheck import _configurations
+from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, create_study, load_study, storage_cause
-from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, open_study, tune
+from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
 from tests.conftest import REPO
 from tests.study.test_tuner import BASELINE, FIXED, META, SPACE, FakeMeasure, fake_result, settings
 from tests.test_cli import TINY

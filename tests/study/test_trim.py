@@ -12,8 +12,9 @@ from autotune.results.race import Finalist, alone
 from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
+from autotune.study.start import open_study
 from autotune.study.trim import run_trim, undo, undo_next, variants
-from autotune.study.tuner import ensure_baseline, open_study, tune
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.study.test_tuner import META, settings

@@ -17,14 +17,8 @@ from autotune.results.model import load_results
 from autotune.study import run_race as run_race_module
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import (
-    _REPEATS_BEFORE_UNTRIED,
-    _draw_untried,
-    counted_trials,
-    ensure_baseline,
-    open_study,
-    tune,
-)
+from autotune.study.start import open_study
+from autotune.study.tuner import _REPEATS_BEFORE_UNTRIED, _draw_untried, counted_trials, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 

@@ -1,0 +1,103 @@
+"""A study opened: created, or joined where one of the same settings exists (a resume, or another tuner), with the
+sampler every study gets; one made with other settings is refused, naming what differs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from typing import Any
+
+import optuna
+
+from autotune.config.settings import StudySettings
+from autotune.errors import StudyMismatchError
+from autotune.measure.environment import describe_machine, machine_id
+from autotune.records import BASELINE_ATTR, MACHINE_ATTR, META_ATTR, on_machine
+from autotune.study.proposing import ProposingSampler
+from autotune.study.sharing import fail_interrupted_trials, fail_stale_trials, running_trials
+from autotune.study.storage import create_study, is_shared, opening
+
+_DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
+
+
+def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str, Any] | None = None) -> optuna.Study:
+    """Create the study, or load it if it exists with the same settings (a resume, or another tuner joining it).
+
+    ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
+    with a different description is refused rather than mixed with this one. ``machine`` (``describe_machine``) is
+    stored under its ``machine_id`` (None: this machine): each machine's results are its own. The sampler is
+    multivariate TPE with conditional groups, since knobs interact and some apply only given others.
+    A storage that cannot be opened, or fails before this returns, is a ConfigError naming study.storage and the
+    cause (``autotune/study/storage.py``); a fault later raises StorageFaultError.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # "group" is experimental
+        sampler = ProposingSampler(
+            optuna.samplers.TPESampler(
+                seed=settings.seed, n_startup_trials=_startup_trials(settings.n_trials), multivariate=True, group=True
+            )
+        )
+    with opening(settings.storage):  # a storage fault before the run starts refuses it
+        study = create_study(
+            settings.storage,
+            study_name=settings.name,
+            sampler=sampler,
+            directions=[_DIRECTIONS[objective] for objective in settings.objectives],
+            load_if_exists=True,
+        )
+        _adopt(study, meta, settings)
+        machine = describe_machine() if machine is None else machine
+        machine_attr = on_machine(MACHINE_ATTR, machine_id(machine))
+        if machine_attr not in study.user_attrs:
+            study.set_user_attr(machine_attr, machine)
+    return study
+
+
+def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> None:
+    """Store ``meta`` in a new study; refuse a stored one made with other settings; fail what a killed run left (on
+    a shared storage, what a dead tuner left: the others' trials run on)."""
+    fingerprint = _fingerprint(meta)
+    stored = study.user_attrs.get(META_ATTR)
+    if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's
+        raise StudyMismatchError(
+            f"study.name: study '{study.study_name}' was made by an earlier autotune, whose records this one does not "
+            "read; pass study.name=NEW_NAME to start another study (mode=report of an earlier autotune renders it)"
+        )
+    if stored is None:
+        study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
+    elif stored.get("fingerprint") != fingerprint:
+        differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
+        derived = " (a search space not given is derived from the machine)" if "space." in " ".join(differences) else ""
+        raise StudyMismatchError(
+            f"study.name: study '{study.study_name}' in the storage was created with other settings: "
+            f"{'; '.join(differences[:4])}{'; …' if len(differences) > 4 else ''}{derived}; set them back, or pass "
+            "study.name=NEW_NAME to start another study"
+        )
+    if is_shared(settings.storage):
+        fail_stale_trials(study)
+    else:
+        fail_interrupted_trials(study, running_trials(study))
+
+
+def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """Where a stored study's description differs from this run's: each key by its dotted path, with both values
+    where they are short."""
+    found = []
+    for key in sorted((set(stored) | set(now)) - {"fingerprint"}):
+        before, after, path = stored.get(key), now.get(key), f"{prefix}{key}"
+        if isinstance(before, dict) and isinstance(after, dict):
+            found += _differences(before, after, f"{path}.")
+        elif json.dumps(before, sort_keys=True) != json.dumps(after, sort_keys=True):  # as the fingerprint reads them
+            values = f"{json.dumps(before)} → {json.dumps(after)}"
+            found.append(f"{path} {values}" if len(values) <= 60 else path)
+    return found
+
+
+def _fingerprint(meta: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _startup_trials(n_trials: int) -> int:
+    """Random proposals before TPE models the results: Optuna's 10, fewer on small budgets."""
+    return max(3, min(10, n_trials // 2))
