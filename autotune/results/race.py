@@ -196,7 +196,7 @@ class Confirmation:
             parts.append(f"Trial {finalist.label}: {runs}{ratio}{left}.")
         wins = _wins_in_words(self.rounds)
         if self.failure:
-            parts.append(f"Re-measuring the baseline failed ({self.failure}), so nothing is recommended over it.")
+            parts.append(f"Re-measuring the baseline failed ({self.failure}), so {kept} is kept.")
         elif self.winner:
             parts.append(
                 f"Trial {self.winner.label} is confirmed: {self.speedup:.2f}x by medians (a win in {wins} and at "

@@ -30,7 +30,7 @@ def run_trim(
     configuration it started from; store the races in the study. The races a stored trim of the same winner and
     rounds ran to their end are reused. Nothing to do without a winner changing two knobs or more. A round starts
     only where ``affords`` it: a race that study.budget_s cut short (stored, with or without rounds) ends the trim,
-    and a later run goes on from that race."""
+    and a later run goes on from that race, as it does from one that a failed baseline run ended."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
@@ -38,7 +38,7 @@ def run_trim(
     rounds = confirmation.planned_rounds or confirmation.rounds
     stored = results.trim
     of_this_winner = stored and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds
-    done = [race for race in stored if not race.cut] if of_this_winner else []
+    done = [race for race in stored if not race.cut and not race.failure] if of_this_winner else []
     races: list[Confirmation] = []
     before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
     current, pending = winner, list(KNOBS)

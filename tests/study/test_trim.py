@@ -15,7 +15,7 @@ from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.trim import run_trim, undo, undo_next, variants
 from autotune.study.tuner import ensure_baseline, tune
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.study.test_tuner import META, settings
 
@@ -123,6 +123,26 @@ def test_a_stored_trim_is_reused_and_a_winner_whose_changes_all_matter_is_kept(t
     runs = len(pipeline.names)
     assert run_trim(study, load_results(study), confirmation, pipeline, print) == trims
     assert len(pipeline.names) == runs and on_machine(TRIM_ATTR, this_machine_id()) in study.user_attrs
+
+
+def test_a_trim_race_a_failed_baseline_run_ended_keeps_the_winner_and_is_run_again_by_a_later_run(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+
+    def baseline_fails(knobs, name, on_progress=None):
+        if name.endswith("-baseline"):
+            return TrialResult(knobs=dict(knobs), failure=Failure(FailureKind.SIGNAL, "killed by SIGKILL"))
+        return pipeline(knobs, name, on_progress)
+
+    (failed,) = run_trim(study, load_results(study), confirmation, baseline_fails, lambda name, result: None)
+    assert failed.failure and failed.winner is None
+    kept = f"trial {confirmation.winner.label}, with every change,"
+    assert failed.describe(kept=kept).endswith(f"so {kept} is kept.")
+    assert summarise(load_results(study)).recommended.label == confirmation.winner.label
+
+    runs = len(pipeline.names)
+    (again,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(pipeline.names) > runs and not again.failure, "raced anew, not reused"
+    assert summarise(load_results(study)).no_difference == {"set_to_none": False}
 
 
 def test_a_winner_with_one_change_is_not_trimmed(tmp_path):
