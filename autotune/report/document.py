@@ -149,11 +149,14 @@ def headline(summary: Summary) -> Headline:
             "unproven.",
         )
     if summary.is_baseline and confirmation and confirmation.leader and not confirmation.failure:
+        leader = confirmation.leader
+        rounds = len(leader.throughputs)
         return Headline(
             "Keep your current settings.",
-            f"The fastest trials did not hold their gain when re-measured against the baseline: the best, trial "
-            f"{confirmation.leader.label}, measured {confirmation.speedup:.2f}x by medians of "
-            f"{len(confirmation.leader.throughputs)} interleaved rounds.",
+            f"The fastest trials were not proven faster when re-measured against the baseline: the best, trial "
+            f"{leader.label}, measured {confirmation.speedup:.2f}x by medians of {rounds} interleaved "
+            f"round{'s' if rounds > 1 else ''}"
+            + (f", then left the race: {leader.dropped}." if leader.dropped else "."),
         )
     if summary.is_baseline and confirmation:
         reason = confirmation.failure or "every finalist's run failed"

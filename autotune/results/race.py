@@ -166,11 +166,15 @@ class Confirmation:
 
     @property
     def speedup(self) -> float | None:
-        """The leader's median over the baseline's; None when nothing was re-measured."""
+        """The leader's ``ratio``; None when nothing was re-measured."""
         leader = self.leader
         if leader is None or not self.rounds:
             return None
-        return leader.median / self.baseline_median
+        return self.ratio(leader)
+
+    def ratio(self, finalist: Finalist) -> float:
+        """``finalist``'s median over the baseline's, of the rounds it ran (one that left the race ran the first)."""
+        return finalist.median / statistics.median(self.baseline_throughputs[: len(finalist.throughputs)])
 
     def describe(self, kept: str = "the baseline") -> str:
         """One paragraph for reports; ``kept``: what stays where no finalist wins (a trim race: its reference)."""
@@ -191,7 +195,7 @@ class Confirmation:
             parts.append("The race was decided early: more rounds could not change the verdict beyond run noise.")
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
-            ratio = f" (median {finalist.median / self.baseline_median:.2f}x)" if finalist.throughputs else ""
+            ratio = f" (median {self.ratio(finalist):.2f}x)" if finalist.throughputs else ""
             left = f", dropped: {finalist.dropped}" if finalist.dropped else ""
             parts.append(f"Trial {finalist.label}: {runs}{ratio}{left}.")
         wins = _wins_in_words(self.rounds)

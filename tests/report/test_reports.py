@@ -132,7 +132,16 @@ def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
     files = write_reports(results, summarise(results), tmp_path)
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["knobs"] == recommended["baseline"] and recommended["throughput"]["speedup"] == 1.0
-    assert "did not hold their gain when re-measured" in files["report.md"].read_text()
+    assert "were not proven faster when re-measured" in files["report.md"].read_text()
+
+
+def test_a_finalist_whose_race_run_failed_is_named_with_why_it_left_and_its_gain_over_the_rounds_it_ran():
+    finalist = Finalist("0", {}, 1, 100.0, [150.0], dropped="round 2 failed: exception: RuntimeError")
+    confirmation = Confirmation([100.0, 200.0], [finalist], planned_rounds=3)
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    said = headline(summarise(results)).rest
+    assert "trial 0, measured 1.50x by medians of 1 interleaved round, then left the race: round 2 failed" in said
+    assert "Trial 0: 150.0 (median 1.50x), dropped: round 2 failed" in confirmation.describe()
 
 
 def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not_hold():
