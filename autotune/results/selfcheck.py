@@ -28,8 +28,8 @@ class ConfigurationCheck:
 
     @property
     def ratios(self) -> list[float]:
-        """harness / plain for each round where both ran."""
-        return [h / p for h, p in zip(self.harness, self.plain, strict=True) if h is not None and p is not None]
+        """harness / plain for each round where both ran (a run stopped mid-round leaves its round with one)."""
+        return [h / p for h, p in zip(self.harness, self.plain, strict=False) if h is not None and p is not None]
 
     @property
     def interval(self) -> RatioInterval | None:

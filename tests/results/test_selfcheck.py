@@ -14,6 +14,12 @@ def check(harness, plain) -> ConfigurationCheck:
 def test_ratios_pair_the_rounds_where_both_loops_ran():
     c = check([100.0, None, 99.0], [100.0, 98.0, 100.0])
     assert c.ratios == pytest.approx([1.0, 0.99])
+    stopped = check([100.0, 99.0], [100.0])  # Ctrl-C during round 2's plain run: its record is still written
+    assert stopped.ratios == pytest.approx([1.0]) and SelfCheck.from_dict(stopped_record(stopped).to_dict())
+
+
+def stopped_record(configuration: ConfigurationCheck) -> SelfCheck:
+    return SelfCheck("p", "cpu", 3, "the baseline only", {"cpu_model": "x"}, [configuration])
 
 
 @pytest.mark.parametrize(
