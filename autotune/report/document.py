@@ -205,11 +205,12 @@ def _profiles(results: StudyResults, summary: Summary) -> list[Section]:
     named = sides(profiles)
     ran = {name: record.result.stages for name, record in named.items() if record.result is not None}
     name, last = list(named.items())[-1]
+    measured_by = "the race's" if summary.confirmed else "from single runs"
     lead = (
-        "After the race, each configuration was taken apart in a profiling run of its own, as mode=profile does "
+        "Each configuration was then taken apart in a profiling run of its own, as mode=profile does "
         "(docs/profile.md): the step's stages, a torch.profiler trace, the data pipeline's hot functions under "
         "cProfile; the verdict is the first rule that holds (autotune/results/diagnosis.py). These figures are the "
-        "profiling runs', slowed by their instruments; the throughputs above are the race's. Advice for the "
+        f"profiling runs', slowed by their instruments; the throughputs above are {measured_by}. Advice for the "
         "recommendation leaves out the knobs it already changes and says which values the tuner measured."
     )
     advice = last.diagnosis.advice if last.diagnosis else []
@@ -321,8 +322,8 @@ def _before_after(summary: Summary) -> Table:
     if summary.batch_policy == "fixed_effective":
         rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
     rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
-    if summary.confirmed:  # the row above is the race's medians; the interval belongs to the run before the race
-        rows.append(["its run before the race (samples/s, 95% CI)", *(_run_and_interval(r) for r in (before, after))])
+    if summary.confirmed:  # the row above is the race's medians; the interval belongs to a single run of each
+        rows.append(["a single run (samples/s, 95% CI)", *(_run_and_interval(r) for r in (before, after))])
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS if _shown(key, before, after)]

@@ -44,11 +44,12 @@ class CompilePayback:
         rates = f"{self.plain_sps:.1f} → {self.compiled_sps:.1f} samples/s ({self.plain_by})"
         if self.steps is None:
             return [f"{up_front} and saves nothing per step ({rates}): it never pays back."]
-        minutes = self.steps * self.batch_size / self.compiled_sps / 60
+        seconds = self.steps * self.batch_size / self.compiled_sps
+        training = f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
         return [
             f"{up_front}; against the same configuration without it ({rates}) it pays that back after "
-            f"{self.steps:,.0f} batches of {self.batch_size} (about {minutes:.0f} min of training): worth it for "
-            "longer runs only. The compile time is the study's, whose compile cache (measure.compile_cache_dir) may "
+            f"{self.steps:,.0f} batches of {self.batch_size} (about {training} of training): worth it for "
+            "runs longer than that. The compile time is the study's, whose compile cache (measure.compile_cache_dir) may "
             "have been warm: a first compile can take longer."
         ]
 

@@ -68,6 +68,7 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     markdown = files["report.md"].read_text()
     assert "## What limits each: the baseline and the recommendation profiled" in markdown
     assert "| verdict | data-bound (waiting for data 60%) | host-overhead-bound (" in markdown
+    assert "the throughputs above are the race's" in markdown
     html = files["report.html"].read_text()
     assert "Where the time goes, per sample" in html, "the paired stacked bar"
     data = json.loads(files["report.json"].read_text())["profiles"]
