@@ -48,8 +48,8 @@ class CompilePayback:
         training = f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
         return [
             f"{up_front}; against the same configuration without it ({rates}) it pays that back after "
-            f"{self.steps:,.0f} batches of {self.batch_size} (about {training} of training): worth it for "
-            "runs longer than that. The compile time is the study's, whose compile cache (measure.compile_cache_dir) may "
+            f"{self.steps:,.0f} batches of {self.batch_size} (about {training} of training): worth it for runs "
+            "longer than that. The compile time is the study's, whose compile cache (measure.compile_cache_dir) may "
             "have been warm: a first compile can take longer."
         ]
 
