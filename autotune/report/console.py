@@ -75,7 +75,7 @@ def print_summary(
     ``profiles`` (the study's) are of these two, the files written, then where the tuner's time went (where the
     study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
-    varied = [name for name in KNOBS if frame[name].astype(str).nunique() > 1]  # fixed knobs say nothing here
+    varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
     frame["rank"] = frame["rank"].astype(object).fillna("-")  # to_string's na_rep skips nullable integers
     print(f"\nStopped: {stop_reason}.", file=out)

@@ -12,6 +12,7 @@ from autotune.report.console import format_result, print_summary
 from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
 from tests.report.test_reports import sample_results
+from tests.results.test_summary import results_with, trial
 
 
 def test_a_run_says_its_multiple_of_the_baseline_but_the_baseline_run_again_does_not():
@@ -31,6 +32,14 @@ def test_the_summary_marks_unranked_rows_with_a_dash():
     assert "<NA>" not in table
     failed_row = next(line for line in table.splitlines() if line.split()[1:2] == ["1"])
     assert failed_row.split()[0] == "-"
+
+
+def test_the_summary_shows_a_knob_that_varies_between_unset_and_a_value():
+    results = results_with(trial("0", 120.0, num_threads=1), trial("1", 110.0))
+    out = io.StringIO()
+    print_summary(summarise(results), {}, "done", out)
+    header = out.getvalue().splitlines()[2].split()
+    assert "num_threads" in header and "batch_size" not in header, "None against 1 is a difference; 16 twice is none"
 
 
 def busy(record: TrialRecord) -> TrialRecord:
