@@ -189,6 +189,10 @@ BAD_INPUTS = [
         "pipeline.model._target_: cannot import 'nowhere.Net'",
     ),
     (["pipeline=mymodel", "pipeline.dataset.length=0"], "pipeline.dataset: SyntheticImages is empty (length 0)"),
+    (
+        ["pipeline=mymodel", "pipeline.collate_fn={_target_:tests.fixtures.batches.collate_userdict}"],
+        "pipeline.step: a batch is a UserDict of keys 'pixel_values', 'labels', not (input, target), which autotune's",
+    ),
     (["-cd", "./nowhere", "pipeline=mine"], f"-cd: no folder {REPO}/nowhere; give the folder that holds"),
     (
         ["pipeline=mymodel", "pipeline.baseline.batch_size=100000"],

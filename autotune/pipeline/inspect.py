@@ -7,8 +7,10 @@ import difflib
 import importlib
 import inspect
 import logging
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 import torch
 from hydra.utils import get_object
@@ -89,8 +91,26 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
         raise ConfigError(
             "pipeline.dataset", f"reading and collating sample 0 failed: {type(exc).__name__}: {exc}"
         ) from exc
+    if spec.components.get("step") is None and not _is_input_target(batch):
+        raise ConfigError(
+            "pipeline.step",
+            f"a batch is {_what_batch_is(batch)}, not (input, target), which autotune's own step takes: give "
+            "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
+        )
     options = optimizer_options(build_component(spec, "optimizer"), device)
     return PipelineFacts(dataset_len=length, input_ndim=_input_ndim(batch), optimizer_options=options)
+
+
+def _is_input_target(batch: Any) -> bool:
+    return isinstance(batch, (tuple, list)) and len(batch) == 2
+
+
+def _what_batch_is(batch: Any) -> str:
+    if isinstance(batch, Mapping):
+        return f"a {type(batch).__name__} of keys {', '.join(repr(key) for key in list(batch)[:4])}"
+    if isinstance(batch, (tuple, list)):
+        return f"a {type(batch).__name__} of {len(batch)} items"
+    return f"a {type(batch).__name__}"
 
 
 def _why(target: str, exc: Exception) -> str:
