@@ -16,20 +16,23 @@ from autotune.measure.gpu import synchronize
 
 def loader_throughput(loader: Iterable[Any], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
     """Samples per second ``loader`` yields, consumed as fast as it can produce them, timed from its first
-    batch (so worker start-up is not counted) for at least ``seconds`` or until it runs out."""
+    batch (so worker start-up is not counted) for at least ``seconds`` or to the end of the epoch where it runs out;
+    a loader of one batch an epoch is timed over its next epoch, as training goes on to it."""
     batches = iter(loader)
-    next(batches)
+    if next(batches, None) is None:
+        raise ValueError("the DataLoader yields no batch; cannot time it")
     start = clock()
     samples = 0
-    for batch in batches:
-        samples += batch_len(batch)
-        elapsed = clock() - start
-        if elapsed >= seconds:
-            return samples / elapsed
-    elapsed = clock() - start
-    if samples == 0:
-        raise ValueError("the DataLoader produced fewer than two batches; cannot time it")
-    return samples / elapsed
+    for _ in range(2):
+        for batch in batches:
+            samples += batch_len(batch)
+            elapsed = clock() - start
+            if elapsed >= seconds:
+                return samples / elapsed
+        if samples:
+            return samples / (clock() - start)
+        batches = iter(loader)
+    raise ValueError("the DataLoader yields no batch in its second epoch; cannot time it")
 
 
 def step_throughput(
