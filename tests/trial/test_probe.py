@@ -38,7 +38,8 @@ class FakeClock:
 
 def test_a_batch_size_that_fills_one_batch_an_epoch_is_timed_like_the_others():
     pipeline = build_pipeline(trial_request().pipeline)  # TinyImages: 256 samples
-    plan = ProbePlan([{"batch_size": 8, "num_workers": 0}, {"batch_size": 256, "num_workers": 1}], [NEUTRAL_KNOBS], 0.05)
+    loaders = [{"batch_size": 8, "num_workers": 0}, {"batch_size": 256, "num_workers": 1}]
+    plan = ProbePlan(loaders, [NEUTRAL_KNOBS], 0.05)
     result = run_probe(pipeline, plan, torch.device("cpu"), None)
     assert all(rate > 0 for rate in result.loader_throughputs) and not result.out_of_memory
 
