@@ -55,8 +55,9 @@ def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str,
 
 
 def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> None:
-    """Store ``meta`` in a new study; refuse a stored one made with other settings; fail what a killed run left (on
-    a shared storage, what a dead tuner left: the others' trials run on)."""
+    """Store ``meta`` in a new study, or in one that holds no measurement and no other tuner can join (its baseline
+    failed: the user mends the config and runs again); refuse a stored one made with other settings; fail what a
+    killed run left (on a shared storage, what a dead tuner left: the others' trials run on)."""
     fingerprint = _fingerprint(meta)
     stored = study.user_attrs.get(META_ATTR)
     if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's
@@ -64,7 +65,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
             f"study.name: study '{study.study_name}' was made by an earlier autotune, whose records this one does not "
             "read; pass study.name=NEW_NAME to start another study (mode=report of an earlier autotune renders it)"
         )
-    if stored is None:
+    if stored is None or (not is_shared(settings.storage) and _holds_nothing(study)):
         study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
     elif stored.get("fingerprint") != fingerprint:
         differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
@@ -78,6 +79,12 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         fail_stale_trials(study)
     else:
         fail_interrupted_trials(study, running_trials(study))
+
+
+def _holds_nothing(study: optuna.Study) -> bool:
+    """Whether ``study`` holds no measurement: no trial, and no baseline on any machine."""
+    baselines = on_machine(BASELINE_ATTR, "")
+    return not study.get_trials(deepcopy=False) and not any(key.startswith(baselines) for key in study.user_attrs)
 
 
 def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:

@@ -11,7 +11,7 @@ from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
 from autotune.measure.environment import this_machine_id
-from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, config_key
+from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, META_ATTR, config_key
 from autotune.results import race as race_module
 from autotune.results.model import load_results
 from autotune.study import run_race as run_race_module
@@ -150,7 +150,7 @@ def test_timeout_stops_the_study(tmp_path):
 
 def test_a_study_with_other_settings_is_not_mixed_in_and_the_refusal_names_what_differs(tmp_path):
     measure = {"min_time_s": 4.0, "repeats": 1}
-    open_study(settings(tmp_path), {**META, "measure": measure})
+    ensure_baseline(open_study(settings(tmp_path), {**META, "measure": measure}), BASELINE, FakeMeasure())
     with pytest.raises(StudyMismatchError, match=r'^study.name: .*: pipeline.name "p" → "other"; set them back'):
         open_study(settings(tmp_path), {**META, "pipeline": {"name": "other"}, "measure": measure})
     with pytest.raises(StudyMismatchError, match=r": measure.min_time_s 4.0 → 1.5; measure.repeats 1 → 3; set"):
@@ -164,9 +164,24 @@ def test_a_study_with_other_settings_is_not_mixed_in_and_the_refusal_names_what_
 
 
 def test_a_refusal_names_a_number_written_another_way_as_the_fingerprint_tells_them_apart(tmp_path):
-    open_study(settings(tmp_path), {**META, "measure": {"lr": 1}})
+    ensure_baseline(open_study(settings(tmp_path), {**META, "measure": {"lr": 1}}), BASELINE, FakeMeasure())
     with pytest.raises(StudyMismatchError, match=r": measure.lr 1 → 1.0; set them back"):
         open_study(settings(tmp_path), {**META, "measure": {"lr": 1.0}})
+
+
+def test_a_study_whose_baseline_failed_takes_the_mended_settings_of_the_next_run(tmp_path):
+    def fails(knobs, name, on_progress=None):
+        return TrialResult(knobs=knobs, failure=Failure(FailureKind.EXCEPTION, "TypeError: my_loss() missing 2"))
+
+    broken = {**META, "pipeline": {"name": "p", "loss": {"_target_": "mine.my_loss"}}}
+    result, _ = ensure_baseline(open_study(settings(tmp_path), broken), BASELINE, fails)
+    assert not result.ok
+    mended = {**META, "pipeline": {"name": "p", "loss": {"_target_": "mine.my_loss", "_partial_": True}}}
+    study = open_study(settings(tmp_path), mended)
+    assert study.user_attrs[META_ATTR]["pipeline"] == mended["pipeline"], "nothing measured: nothing to mix in"
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    with pytest.raises(StudyMismatchError, match="pipeline.loss._partial_ true → null"):
+        open_study(settings(tmp_path), broken)
 
 
 def test_a_bad_storage_url_is_a_config_error(tmp_path):
