@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 
 from autotune.errors import ConfigError
 from autotune.pipeline.spec import PipelineSpec
@@ -26,11 +27,12 @@ class Pipeline:
 
 
 def build_component(spec: PipelineSpec, key: str) -> Any:
-    """Instantiate one component; callables (optimizer, collate_fn, step) come back partially applied."""
+    """Instantiate one component; callables (optimizer, collate_fn, step, and a loss given as a function rather than
+    a class) come back partially applied."""
     node = spec.components.get(key)
     if node is None:
         return None
-    partial = key in ("optimizer", "collate_fn", "step")
+    partial = key in ("optimizer", "collate_fn", "step") or (key == "loss" and _is_function(node))
     try:
         return instantiate(node, _partial_=partial) if partial else instantiate(node)
     except Exception as exc:
@@ -38,6 +40,14 @@ def build_component(spec: PipelineSpec, key: str) -> Any:
         raise ConfigError(
             f"pipeline.{key}", f"building {node.get('_target_')} failed: {type(cause).__name__}: {cause}"
         ) from exc
+
+
+def _is_function(node: dict[str, Any]) -> bool:
+    """Whether ``node``'s target is a function (called as it is), not a class (built, then called)."""
+    try:
+        return not inspect.isclass(get_object(node["_target_"]))
+    except Exception:  # building it says why it cannot be imported
+        return False
 
 
 def build_pipeline(spec: PipelineSpec) -> Pipeline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -33,6 +34,22 @@ def _optimizer_steps(trainer: Trainer, batches: int) -> int:
     for batch in [next(trainer.batches()) for _ in range(batches)]:
         trainer.train_step(trainer.to_device(batch))
     return steps
+
+
+@pytest.mark.parametrize(
+    ("loss", "kind"),
+    [
+        ({"_target_": "torch.nn.CrossEntropyLoss"}, torch.nn.CrossEntropyLoss),  # a class: built
+        ({"_target_": "torch.nn.functional.cross_entropy"}, functools.partial),  # a function: called as it is
+        ({"_target_": "torch.nn.functional.cross_entropy", "label_smoothing": 0.1}, functools.partial),
+    ],
+)
+def test_a_loss_given_as_a_class_is_built_and_one_given_as_a_function_is_called(loss, kind):
+    request = trial_request()
+    spec = replace(request.pipeline, components={**request.pipeline.components, "loss": loss})
+    trainer = Trainer(build_pipeline(spec), {**NEUTRAL_KNOBS, "batch_size": 8}, torch.device("cpu"), None)
+    assert isinstance(trainer.pipeline.loss_fn, kind)
+    assert math.isfinite(trainer.train_step(trainer.to_device(next(trainer.batches()))).item())
 
 
 def test_fixed_effective_batch_accumulates_micro_batches_before_each_step():
