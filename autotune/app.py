@@ -27,7 +27,7 @@ from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
 from autotune.results.race import MAX_FINALISTS
 from autotune.results.summary import summarise
-from autotune.study.clock import SEARCH, RunClock
+from autotune.study.clock import SEARCH, RunClock, span
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
@@ -114,7 +114,7 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
 
         def next_trial_fits(done: int) -> bool:  # and the race's first round after it, of the finalists it may have
             runs = _race_round_runs(settings, min(MAX_FINALISTS, done + 1))
-            return clock.affords_runs(runs, f"search trials {done + 1} to {settings.study.n_trials}", screens=1)
+            return clock.affords_runs(runs, span("search trial", done + 1, settings.study.n_trials), screens=1)
 
         screens = [r.screen for r in runners]
         with clock.stage(SEARCH, len(places)):

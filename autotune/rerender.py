@@ -30,7 +30,9 @@ def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> 
         raise ConfigError("study.name", f"no study '{name}' in {redact_url(storage)}") from None
     machines = [machine for machine in study_machines(study) if on_machine(BASELINE_ATTR, machine) in study.user_attrs]
     if META_ATTR not in study.user_attrs or not machines:
-        raise ConfigError("study.name", f"study '{name}' was not made by autotune, or has no measured baseline")
+        made = META_ATTR in study.user_attrs
+        what = "has no measured baseline (its baseline failed, or no run got that far)" if made else "is not autotune's"
+        raise ConfigError("study.name", f"study '{name}' {what}")
     files: dict[str, Path] = {}
     for machine in machines:
         results = load_results(study, machine)

@@ -123,4 +123,5 @@ def _configurations(settings: Settings, here: str) -> tuple[dict[str, dict[str, 
     if summary.is_baseline:
         return baseline, f"the baseline, which study '{name}' recommends keeping"
     label = f"recommended (trial {summary.recommended.label})"
-    return {**baseline, label: summary.recommended.result.knobs}, f"the baseline and study '{name}''s recommendation"
+    checked = {**baseline, label: summary.recommended.result.knobs}
+    return checked, f"the baseline and the recommendation of study '{name}'"

@@ -177,7 +177,8 @@ def headline(summary: Summary) -> Headline:
         f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB."
         + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
         + (
-            f" {slowed} of the runs it stands on were slowed by other processes: see 'Measured on a busy machine'."
+            f" {slowed} of the runs it stands on {'was' if slowed == 1 else 'were'} slowed by other processes: see "
+            "'Measured on a busy machine'."
             if slowed
             else ""
         ),

@@ -118,3 +118,9 @@ class RunClock:
         """Store the record in the attached study (nothing before ``attach``)."""
         if self._study is not None:
             self._study.set_user_attr(run_attr(self._machine, self.run), self.record(finished).to_dict())
+
+
+def span(step: str, first: int, last: int) -> str:
+    """Steps ``first`` to ``last`` named for the reports' list of what was left out: "search trial 3", or "search
+    trials 3 to 8"."""
+    return f"{step} {first}" if first == last else f"{step}s {first} to {last}"

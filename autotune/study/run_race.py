@@ -25,6 +25,7 @@ from autotune.results.race import (
     unprovable,
     wins_needed,
 )
+from autotune.study.clock import span
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
@@ -99,7 +100,7 @@ def race(
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
             break
-        if affords is not None and not affords(round_runs(len(racing)), f"{name} rounds {index} to {rounds}"):
+        if affords is not None and not affords(round_runs(len(racing)), span(f"{name} round", index, rounds)):
             cut = True
             break
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)

@@ -15,7 +15,7 @@ from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
-from autotune.study.clock import RunClock
+from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
 from autotune.study.start import open_study
 from autotune.study.trim import run_trim
@@ -165,6 +165,10 @@ def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left
     assert said.startswith("study.budget_s=0.01 (") and " left out: the probe (~" in said
     assert "search trials 1 to 3" in said
     assert said in files["report.md"].read_text()
+
+
+def test_what_is_left_out_is_named_by_its_steps():
+    assert span("search trial", 3, 8) == "search trials 3 to 8" and span("search trial", 3, 3) == "search trial 3"
 
 
 def test_a_run_within_its_budget_says_nothing_was_left_out():

@@ -7,6 +7,7 @@ import random
 import pytest
 from optuna.trial import TrialState
 
+from autotune import rerender
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
@@ -161,6 +162,12 @@ def test_a_study_with_other_settings_is_not_mixed_in_and_the_refusal_names_what_
         open_study(
             settings(tmp_path), {**META, "measure": measure, "space": {**SPACE.candidates, "batch_size": [1, 2]}}
         )
+
+
+def test_mode_report_of_a_study_whose_baseline_failed_says_so(tmp_path):
+    open_study(settings(tmp_path), META)
+    with pytest.raises(ConfigError, match=r"^study.name: study 's' has no measured baseline \(its baseline failed"):
+        rerender.run("s", settings(tmp_path).storage, tmp_path / "out")
 
 
 def test_a_refusal_names_a_number_written_another_way_as_the_fingerprint_tells_them_apart(tmp_path):
