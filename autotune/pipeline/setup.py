@@ -128,7 +128,13 @@ class Trainer:
 
     def _loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self.pipeline.step_fn is not None:
-            return self.pipeline.step_fn(model, batch, self.pipeline.loss_fn)
+            loss = self.pipeline.step_fn(model, batch, self.pipeline.loss_fn)
+            if not isinstance(loss, torch.Tensor):
+                raise TypeError(
+                    f"pipeline.step returned a {type(loss).__name__}, not the loss tensor: return the loss alone "
+                    "(autotune calls backward() and steps the optimizer)"
+                )
+            return loss
         inputs, targets = batch
         return self.pipeline.loss_fn(model(inputs), targets)
 

@@ -52,6 +52,15 @@ def test_a_loss_given_as_a_class_is_built_and_one_given_as_a_function_is_called(
     assert math.isfinite(trainer.train_step(trainer.to_device(next(trainer.batches()))).item())
 
 
+def test_a_step_that_returns_more_than_the_loss_is_told_what_pipeline_step_must_return():
+    request = trial_request()
+    step = {"_target_": "tests.fixtures.batches.step_returning_outputs"}
+    spec = replace(request.pipeline, components={**request.pipeline.components, "step": step})
+    trainer = Trainer(build_pipeline(spec), {**NEUTRAL_KNOBS, "batch_size": 8}, torch.device("cpu"), None)
+    with pytest.raises(TypeError, match=r"^pipeline.step returned a tuple, not the loss tensor: return the loss alone"):
+        trainer.train_step(trainer.to_device(next(trainer.batches())))
+
+
 def test_fixed_effective_batch_accumulates_micro_batches_before_each_step():
     trainer = _trainer(effective_batch_size=32)
     assert trainer.accumulation_steps == 4
