@@ -85,7 +85,8 @@ def race(
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
-    ``decided``; ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
+    ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt);
+    ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
     ``affords`` it (study.budget_s)."""
     baseline_runs: list[float] = []
@@ -107,7 +108,8 @@ def race(
         if failure:
             break
         _drop(racing, baseline_runs, rounds, index, reference)
-        if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race):
+        slowed = any(run.startswith(f"{name}-{index}-") for run in disturbed)
+        if not slowed and ends([f for f in finalists if f.dropped is None], baseline_runs, before_race):
             break
     return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed)
 

@@ -159,7 +159,7 @@ def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_an
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     files = write_reports(results, summarise(results), tmp_path)
     markdown = files["report.md"].read_text()
-    assert "1 of the runs it stands on were slowed by other processes" in markdown, "not trial 2's"
+    assert "1 of the runs it stands on was slowed by other processes" in markdown, "not trial 2's"
     assert "## Measured on a busy machine" in markdown and "confirm-2-baseline (2.0 of 2 cores busy)" in markdown
     assert json.loads(files["report.json"].read_text())["confirmation"]["disturbed"] == slowed
 

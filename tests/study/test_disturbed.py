@@ -104,6 +104,15 @@ def test_a_race_names_the_runs_it_counted_though_they_were_disturbed():
     assert Confirmation.from_dict(confirmation.to_dict()) == confirmation
 
 
+def test_a_race_does_not_end_early_on_a_round_other_processes_slowed():
+    finalist = Finalist("1", {**BASELINE, "batch_size": 32}, 1, 100.0)
+    slowed_baseline = {f"confirm-{i}-baseline": run_of(40.0, disturbed=i == 1) for i in (1, 2, 3)}
+    runs = Runs({**slowed_baseline, **{f"confirm-{i}-trial-1": run_of(130.0) for i in (1, 2, 3)}})
+    before = {"1": 130.0, "baseline": 40.0}  # 3.2x on every run: decided after round 1, were round 1 quiet
+    confirmation = race([finalist], BASELINE, before, 3, "confirm", runs, lambda name, result: None)
+    assert confirmation.rounds == 2 and confirmation.winner is finalist, "round 2, quiet, decides"
+
+
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
     finalist = Finalist("1", {**BASELINE, "batch_size": 32}, 1, 100.0)
     runs = Runs(
