@@ -27,12 +27,12 @@ class Pipeline:
 
 
 def build_component(spec: PipelineSpec, key: str) -> Any:
-    """Instantiate one component; callables (optimizer, collate_fn, step, and a loss given as a function rather than
-    a class) come back partially applied."""
+    """Instantiate one component; callables (optimizer, collate_fn, step, and a loss given as the function to call
+    rather than a class or a factory that builds one) come back partially applied."""
     node = spec.components.get(key)
     if node is None:
         return None
-    partial = key in ("optimizer", "collate_fn", "step") or (key == "loss" and _is_function(node))
+    partial = key in ("optimizer", "collate_fn", "step") or (key == "loss" and _is_loss_function(node))
     try:
         return instantiate(node, _partial_=partial) if partial else instantiate(node)
     except Exception as exc:
@@ -42,12 +42,19 @@ def build_component(spec: PipelineSpec, key: str) -> Any:
         ) from exc
 
 
-def _is_function(node: dict[str, Any]) -> bool:
-    """Whether ``node``'s target is a function (called as it is), not a class (built, then called)."""
+def _is_loss_function(node: dict[str, Any]) -> bool:
+    """Whether ``node``'s target is the loss function itself, to call as loss(output, target): a function that, with
+    the config's arguments bound, still takes two positional arguments; not a class or a factory that returns one."""
     try:
-        return not inspect.isclass(get_object(node["_target_"]))
-    except Exception:  # building it says why it cannot be imported
+        target = get_object(node["_target_"])
+        if inspect.isclass(target):
+            return False
+        parameters = inspect.signature(target).parameters.values()
+    except Exception:  # not importable (building it says why), or no signature to read: built as it is
         return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    unbound = [p for p in parameters if p.kind in positional and p.default is p.empty and p.name not in node]
+    return len(unbound) >= 2
 
 
 def build_pipeline(spec: PipelineSpec) -> Pipeline:

@@ -42,6 +42,7 @@ def _optimizer_steps(trainer: Trainer, batches: int) -> int:
         ({"_target_": "torch.nn.CrossEntropyLoss"}, torch.nn.CrossEntropyLoss),  # a class: built
         ({"_target_": "torch.nn.functional.cross_entropy"}, functools.partial),  # a function: called as it is
         ({"_target_": "torch.nn.functional.cross_entropy", "label_smoothing": 0.1}, functools.partial),
+        ({"_target_": "tests.fixtures.batches.make_loss", "smoothing": 0.1}, torch.nn.CrossEntropyLoss),  # a factory
     ],
 )
 def test_a_loss_given_as_a_class_is_built_and_one_given_as_a_function_is_called(loss, kind):
