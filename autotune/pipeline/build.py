@@ -44,7 +44,10 @@ def build_component(spec: PipelineSpec, key: str) -> Any:
 
 def _is_loss_function(node: dict[str, Any]) -> bool:
     """Whether ``node``'s target is the loss function itself, to call as loss(output, target): a function that, with
-    the config's arguments bound, still takes two positional arguments; not a class or a factory that returns one."""
+    the config's arguments bound, still takes two positional arguments; not a class or a factory that returns one.
+    The config's own ``_partial_`` decides where it has one."""
+    if "_partial_" in node:
+        return bool(node["_partial_"])
     try:
         target = get_object(node["_target_"])
         if inspect.isclass(target):
@@ -53,8 +56,9 @@ def _is_loss_function(node: dict[str, Any]) -> bool:
     except Exception:  # not importable (building it says why), or no signature to read: built as it is
         return False
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    unbound = [p for p in parameters if p.kind in positional and p.default is p.empty and p.name not in node]
-    return len(unbound) >= 2
+    given = len(node.get("_args_", []))
+    unbound = [p for p in list(parameters)[given:] if p.kind in positional and p.default is p.empty]
+    return len([p for p in unbound if p.name not in node]) >= 2
 
 
 def build_pipeline(spec: PipelineSpec) -> Pipeline:

@@ -102,7 +102,14 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
 
 
 def _is_input_target(batch: Any) -> bool:
-    return isinstance(batch, (tuple, list)) and len(batch) == 2
+    """Whether autotune's own step can take ``batch`` as ``inputs, targets = batch``."""
+    if isinstance(batch, (Mapping, torch.Tensor, str)):
+        return False
+    try:
+        _, _ = batch
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _what_batch_is(batch: Any) -> str:

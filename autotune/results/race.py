@@ -9,8 +9,8 @@ other, in rounds of fresh processes, the order rotating each round (``autotune/s
   stored race stands for the trials measured when it ran (``Confirmation.is_current``).
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
   (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``).
-- Ending early (``decided``): when more rounds could not change the verdict (DECISIVE_GAIN), and no run of the
-  round was slowed by other processes (``run_race.race``): a gain read against a slowed run gets its rounds.
+- Ending early (``decided``): when more rounds could not change the verdict (DECISIVE_GAIN), on a round no run of
+  which other processes slowed (``run_race.race``): a gain read against a slowed run is not decided by it.
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
   PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians.
 - Ties (``beats``): a finalist is faster than another when it won most of their rounds and by more than

@@ -85,7 +85,8 @@ def race(
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
-    ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt);
+    ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the
+    next round without one decides);
     ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
     ``affords`` it (study.budget_s)."""
@@ -109,7 +110,9 @@ def race(
             break
         _drop(racing, baseline_runs, rounds, index, reference)
         slowed = any(run.startswith(f"{name}-{index}-") for run in disturbed)
-        if not slowed and ends([f for f in finalists if f.dropped is None], baseline_runs, before_race):
+        if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race) and not (
+            slowed and ends is decided
+        ):
             break
     return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed)
 

@@ -65,7 +65,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
             f"study.name: study '{study.study_name}' was made by an earlier autotune, whose records this one does not "
             "read; pass study.name=NEW_NAME to start another study (mode=report of an earlier autotune renders it)"
         )
-    if stored is None or (not is_shared(settings.storage) and _holds_nothing(study)):
+    if stored is None or (not is_shared(settings.storage) and _holds_nothing(study, settings)):
         study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
     elif stored.get("fingerprint") != fingerprint:
         differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
@@ -81,10 +81,16 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         fail_interrupted_trials(study, running_trials(study))
 
 
-def _holds_nothing(study: optuna.Study) -> bool:
-    """Whether ``study`` holds no measurement: no trial, and no baseline on any machine."""
+def _holds_nothing(study: optuna.Study, settings: StudySettings) -> bool:
+    """Whether ``study`` holds no measurement (no trial, and no baseline on any machine) and optimises what
+    ``settings`` asks for (Optuna keeps a study's directions from its creation)."""
     baselines = on_machine(BASELINE_ATTR, "")
-    return not study.get_trials(deepcopy=False) and not any(key.startswith(baselines) for key in study.user_attrs)
+    directions = [direction.name.lower() for direction in study.directions]
+    return (
+        directions == [_DIRECTIONS[objective] for objective in settings.objectives]
+        and not study.get_trials(deepcopy=False)
+        and not any(key.startswith(baselines) for key in study.user_attrs)
+    )
 
 
 def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:

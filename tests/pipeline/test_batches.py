@@ -7,23 +7,24 @@ behind; the test marked ``needs_gpu`` moves them to CUDA (skipped here with its 
 from __future__ import annotations
 
 from collections import OrderedDict, UserDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
 
 from autotune.batches import batch_len, move, to_device
 from autotune.config.load import load_settings
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ConfigError
 from autotune.knobs import TrainingSetup
 from autotune.measure.differential import loader_throughput
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.build import build_pipeline
+from autotune.pipeline.inspect import inspect_pipeline
 from autotune.trial.plain import run_plain
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
-from tests.conftest import NEUTRAL_KNOBS, tiny_config
+from tests.conftest import NEUTRAL_KNOBS, tiny_config, trial_request
 from tests.fixtures.batches import Pair, SelfMoving
 
 META = torch.device("meta")
@@ -143,6 +144,23 @@ def test_a_batch_without_a_batched_tensor_is_an_error_naming_its_type(batch):
 def test_the_loader_timing_counts_the_samples_of_any_batch():
     batches = [UserDict(x=torch.zeros(4, 2))] * 3 + [Pair(torch.zeros(4), torch.zeros(4))] * 3
     assert loader_throughput(batches, seconds=60) > 0
+
+
+@pytest.mark.parametrize(("collate", "takes_it"), [("pair", True), ("unpacking", True), ("userdict", False)])
+def test_without_a_step_a_batch_must_unpack_into_input_and_target(collate, takes_it):
+    request = trial_request()
+    spec = replace(
+        request.pipeline,
+        components={
+            **request.pipeline.components,
+            "collate_fn": {"_target_": f"tests.fixtures.batches.collate_{collate}"},
+        },
+    )
+    if takes_it:
+        assert inspect_pipeline(spec).dataset_len == 256
+    else:
+        with pytest.raises(ConfigError, match="^pipeline.step: a batch is a UserDict of keys 'pixel_values', 'labels'"):
+            inspect_pipeline(spec)
 
 
 def test_the_training_setup_moves_batches_as_its_knobs_say():

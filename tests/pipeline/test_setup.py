@@ -43,6 +43,8 @@ def _optimizer_steps(trainer: Trainer, batches: int) -> int:
         ({"_target_": "torch.nn.functional.cross_entropy"}, functools.partial),  # a function: called as it is
         ({"_target_": "torch.nn.functional.cross_entropy", "label_smoothing": 0.1}, functools.partial),
         ({"_target_": "tests.fixtures.batches.make_loss", "smoothing": 0.1}, torch.nn.CrossEntropyLoss),  # a factory
+        ({"_target_": "tests.fixtures.batches.make_weighted_loss", "_args_": [4, 0.1]}, torch.nn.CrossEntropyLoss),
+        ({"_target_": "tests.fixtures.batches.make_loss", "_partial_": False}, torch.nn.CrossEntropyLoss),
     ],
 )
 def test_a_loss_given_as_a_class_is_built_and_one_given_as_a_function_is_called(loss, kind):

@@ -12,7 +12,7 @@ from autotune.benchmark import both_ends, measure_rounds
 from autotune.config.load import load_settings
 from autotune.measure.measurement import SystemReport
 from autotune.results.benchmark import Benchmark
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.race import Confirmation, Finalist, alone
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.run_race import race
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -111,6 +111,20 @@ def test_a_race_does_not_end_early_on_a_round_other_processes_slowed():
     before = {"1": 130.0, "baseline": 40.0}  # 3.2x on every run: decided after round 1, were round 1 quiet
     confirmation = race([finalist], BASELINE, before, 3, "confirm", runs, lambda name, result: None)
     assert confirmation.rounds == 2 and confirmation.winner is finalist, "round 2, quiet, decides"
+
+
+def test_a_trim_race_every_variant_left_ends_though_its_round_was_slowed():
+    reference = Finalist("1", {**BASELINE, "batch_size": 32}, 2, 100.0)
+    variant = Finalist("1 without amp", {**BASELINE, "batch_size": 32, "amp": "off"}, 1, None)
+    runs = Runs(
+        {
+            "trim-1-1-baseline": run_of(40.0, disturbed=True),
+            "trim-1-1-trial-1": run_of(130.0),
+            "trim-1-1-trial-1-without-amp": run_of(60.0),  # over 25 % behind the reference: it leaves
+        }
+    )
+    race([reference, variant], BASELINE, {}, 3, "trim-1", runs, lambda name, result: None, alone, reference)
+    assert len(runs.names) == 3, "no round 2: more rounds of the reference alone could not change the trim"
 
 
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():

@@ -191,6 +191,13 @@ def test_a_study_whose_baseline_failed_takes_the_mended_settings_of_the_next_run
         open_study(settings(tmp_path), broken)
 
 
+def test_a_study_that_holds_nothing_keeps_refusing_other_objectives_which_optuna_fixed_at_its_creation(tmp_path):
+    open_study(settings(tmp_path), {**META, "objectives": ["throughput"]})
+    two = settings(tmp_path, objectives=("throughput", "peak_memory"))
+    with pytest.raises(StudyMismatchError, match="objectives"):
+        open_study(two, {**META, "objectives": ["throughput", "peak_memory"]})
+
+
 def test_a_bad_storage_url_is_a_config_error(tmp_path):
     bad = StudySettings(name="s", storage="nosuchdb://x", n_trials=1, timeout_s=None, seed=0)
     with pytest.raises(ConfigError, match="study.storage"):
