@@ -1,12 +1,13 @@
 """What each of the harness's readings and per-step marks costs, and what share of a timed window that is.
 
-    .venv/bin/python -m benchmarks.harness_costs [--megabytes 320] [--workers 2]
+    .venv/bin/python -m benchmarks.harness_costs [--megabytes 320] [--workers 2] [--device cuda]
 
 In a training-sized process (``--megabytes`` of data touched in memory beside torch, like a cached dataset) with
 ``--workers`` forked DataLoader workers sharing it, each reading is timed as the trial and the tuner take it
 (best of 5 repeats of a batch of calls, so what is printed is the cost itself, not the machine's noise), then
 put against how often it runs: inside the window, every 0.5 s (the samplers), every step (the marks), or only at
-the window's edges and not in the window at all.
+the window's edges and not in the window at all. With ``--device cuda`` the marks are a CUDA window's (CUDA events on
+a sample of steps) and NVML is read for the GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 
 from autotune.measure.environment import describe_machine
 from autotune.measure.gpu import Nvml
-from autotune.measure.memory import ProcessTree
+from autotune.measure.memory import MemoryBudget, ProcessTree
 from autotune.measure.profiler import Profiler
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.system import tree_cpu_seconds
@@ -40,7 +41,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=int, default=320)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    device = torch.device(args.device)
     data = np.ones(args.megabytes * 2**20, dtype=np.uint8)  # touched: resident, shared with forked workers
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(4096, 8)), num_workers=args.workers)
     batches = iter(loader)  # starts the workers
@@ -48,46 +51,47 @@ def main() -> None:
     tree = ProcessTree(os.getpid())
     full = tree.read_full()
     machine = describe_machine()
-    print(f"{machine['cpu_model']}; flags {', '.join(machine['cpu_flags'])}")
+    print(f"{machine['cpu_model']}; flags {', '.join(machine['cpu_flags'])}; {machine['gpu'] or 'no GPU'}")
     rss_mb, total_mb = sum(full.rss.values()) / 2**20, full.total / 2**20
     print(f"tree: {len(full.rss)} processes, RSS {rss_mb:.0f} MB, {tree.metric} {total_mb:.0f} MB")
 
-    rows = _readings(tree, full) + _marks()
+    rows = _readings(tree, full, device) + _marks(device)
     print(f"\n{'reading':48} {'us/call':>10}  when  {'share of the window':>22}")
     for name, seconds, when, share in rows:
         print(f"{name:48} {seconds * 1e6:10.1f}  {when:5} {share:>22}")
     del data, batches
 
 
-def _readings(tree: ProcessTree, full) -> list[tuple[str, float, str, str]]:
+def _readings(tree: ProcessTree, full, device: torch.device) -> list[tuple[str, float, str, str]]:
     root = psutil.Process(os.getpid())
-    nvml = Nvml(torch.device("cpu"))
+    nvml = Nvml(device)
     with tempfile.TemporaryDirectory() as tmp:
         progress_path = Path(tmp) / "progress.jsonl"
         progress_path.write_text(json.dumps({"steps": 1, "throughput": 1.0, "compile_s": 0.0}) + "\n")
         reader = _ProgressReader(progress_path, lambda steps, throughput: None)
-        budget = _BudgetWatch(os.getpid(), 1e9)
+        budget = _BudgetWatch(os.getpid(), MemoryBudget("study.host_memory_budget_mb", 1e9))
         rows = [
             ("memory: cheap read of the tree (RSS, statm)", cost_s(tree.read_cheap, 200), "0.5 s", None),
             ("memory: full read of the tree (PSS, smaps_rollup)", cost_s(tree.read_full, 5), "edges", None),
             ("memory: training process high-water mark", cost_s(tree.peak_rss, 200), "end", None),
             ("cpu: tree CPU times (window start and end)", cost_s(lambda: tree_cpu_seconds(root), 50), "edges", None),
-            ("nvml: one reading (CPU pipeline: not read)", cost_s(nvml.read, 200), "0.5 s", None),
+            ("nvml: one reading" + ("" if nvml.available else " (not read)"), cost_s(nvml.read, 200), "0.5 s", None),
             ("tuner: memory budget check of the trial (0.25 s)", cost_s(budget.over, 200), "0.25 s", None),
             ("tuner: progress file read (0.25 s)", cost_s(reader.check, 200), "0.25 s", None),
         ]
     return [(name, s, when, _share(s, when)) for name, s, when, _ in rows]
 
 
-def _marks() -> list[tuple[str, float, str, str]]:
+def _marks(device: torch.device) -> list[tuple[str, float, str, str]]:
     """A trial's marks per step (batch ready, transferred, step, the progress writer's clock check), timed inside a
-    window, and the progress line it writes every 0.5 s."""
+    window on ``device``, and the progress line it writes every 0.5 s."""
 
     def forever():
         while True:
             yield (torch.zeros(1),)
 
-    with tempfile.TemporaryDirectory() as tmp, Profiler(plan=WindowPlan.unbounded(), memory_interval_s=3600) as prof:
+    profiler = Profiler(device=device, plan=WindowPlan.unbounded(), memory_interval_s=3600)
+    with tempfile.TemporaryDirectory() as tmp, profiler as prof:
         path = Path(tmp) / "progress.jsonl"
         batches = prof.wrap(forever())
         while prof.recorder.phase != "window":

@@ -1,13 +1,15 @@
 """Truth: does autotune read what a plain training loop reads? Target: autotune / plain within 0.97-1.03 per case.
 
-    .venv/bin/python -m benchmarks.truth [--rounds 6] [--cases mymodel/baseline ...]
+    .venv/bin/python -m benchmarks.truth [--rounds 6] [--cases mymodel/baseline ...] [--device cuda]
+                                         [--set measure.min_time_s=2 ...] [--results PATH]
 
 Each case, a pipeline in a configuration, is timed in rounds by a trial (the harness, with the window the baseline
 and the race use) and by the plain loop that judges it (``autotune/trial/plain.py``: one DataLoader over epochs,
 a fixed warm-up, two clock reads, no code shared with the harness's measurement), each run a fresh process, the
 loop that goes first alternating: ``python -m autotune mode=selfcheck``'s machinery, on several pipelines. The
 ratio per case is the geometric mean of its rounds' autotune/plain ratios, with a 95 % interval. On a machine with
-a GPU the cases run there (``--device cuda``). Results go to benchmarks/results/truth.json.
+a GPU the cases run there (``--device cuda``); ``--set`` adds overrides to every case. Results go to
+benchmarks/results/truth.json unless ``--results`` names another file.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every case")
+    parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     machine = describe_machine()
     print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
@@ -68,13 +72,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         for label in args.cases:
             pipeline, changes, overrides = CASES[label]
-            settings = settings_for(pipeline, [f"measure.device={args.device}", *overrides])
+            settings = settings_for(pipeline, [f"measure.device={args.device}", *overrides, *args.set])
             runner = TrialRunner(settings, args.device, Path(workdir) / label.replace("/", "-"))
             (checks[label],) = check_configurations(
                 runner, {label: {**settings.baseline, **changes}}, args.rounds, sys.stdout
             )
     rows = [_row(label, check) for label, check in checks.items()]
-    write_atomic(RESULTS, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+    record = {"machine": machine, "rounds": args.rounds, "device": args.device, "overrides": args.set, "cases": rows}
+    write_atomic(args.results, json.dumps(record, indent=1))
     print(f"\n{'case':32} {'autotune':>9} {'plain':>9} {'ratio':>6}  95 % interval  boundaries  within {LOW}-{HIGH}")
     for row in rows:
         interval = row["interval"] or {}
@@ -83,7 +88,7 @@ def main() -> None:
             f"{interval.get('geomean', 0):6.3f}"
             f"  {interval.get('low', 0):.3f}-{interval.get('high', 0):.3f}  {row['boundaries']:>10}  {row['within']}"
         )
-    print(f"saved {RESULTS}")
+    print(f"saved {args.results}")
 
 
 def _row(label: str, check) -> dict:

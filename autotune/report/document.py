@@ -11,6 +11,7 @@ from typing import Any
 
 from autotune.knobs import KNOBS, changed
 from autotune.measure.measurement import SystemReport
+from autotune.measure.warmup import WarmupPolicy
 from autotune.report import plots
 from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
@@ -491,6 +492,8 @@ def _disturbed_race_runs(summary: Summary) -> dict[str, str]:
 def _method(results: StudyResults) -> str:
     plan = results.measure
     warmup = plan["warmup"]
+    min_time_s = WarmupPolicy(**warmup).on(results.device.split(":")[0]).min_time_s
+    lasting = f" and at least {min_time_s:g} s" if min_time_s else ""
     repeats = plan.get("repeats", 1)
     repeated = (
         f"Each figure is the median of {repeats} runs in fresh processes."
@@ -501,7 +504,7 @@ def _method(results: StudyResults) -> str:
         f"Each configuration ran in a fresh process on {results.device}. Warm-up (compilation happens here and "
         f"is reported as compile s) lasted until the median of the last {warmup['span']} step times was within "
         f"{warmup['tolerance']:.0%} of the {warmup['span']} before ({warmup['min_steps']} to {warmup['max_steps']} "
-        f"steps), then a timed window of at least {plan['min_steps']} steps and {plan['min_time_s']:g} s "
+        f"steps{lasting}), then a timed window of at least {plan['min_steps']} steps and {plan['min_time_s']:g} s "
         f"(at most {plan['max_time_s']:g} s). Each trial ran the loop a user runs: one DataLoader over its epochs, "
         "nothing waiting for a GPU inside the window but its end. Throughput is samples in the window divided by its "
         "wall time; data wait is the share of the window spent blocked on the next batch (on a GPU: the device idle "

@@ -1,9 +1,10 @@
 """The judge of every figure: a training loop as a user writes it, timed with two clock reads.
 
 It shares no measurement code with the harness (no Profiler, no Trainer, no sampler): it builds the pipeline,
-applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up it counts
-steps until the window is as long as the harness's would be, reading the clock after each step as a loop that
-stops on time does; on a GPU it waits for the device only at the window's two ends. ``mode=selfcheck`` and
+applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up (a number of
+steps, and on CUDA a second) it counts steps until the window is as long as the harness's would be, reading the
+clock after each step as a loop that stops on time does; on a GPU it waits for the device only at the window's two
+ends. ``mode=selfcheck`` and
 ``benchmarks/truth.py`` compare the harness with it.
 """
 
@@ -25,8 +26,9 @@ from autotune.trial.result import PlainRun
 def run_plain(
     pipeline: Pipeline, knobs: dict[str, Any], device: torch.device, plan: WindowPlan, effective_batch_size: int | None
 ) -> PlainRun:
-    """Train ``pipeline`` with ``knobs`` for ``plan.warmup.min_steps`` untimed steps, then time a window of at
-    least ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``)."""
+    """Train ``pipeline`` with ``knobs`` for at least ``plan.warmup.min_steps`` untimed steps and the device's
+    minimum warm-up time (a GPU's clocks ramp up over the first second), then time a window of at least
+    ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``)."""
     setup = TrainingSetup(model=pipeline.model.to(device), device=device)
     apply_knobs(knobs, setup)
     model = setup.model.train()
@@ -43,7 +45,8 @@ def run_plain(
         inputs, targets = batch
         return pipeline.loss_fn(model(inputs), targets)
 
-    warmup, step, start, boundaries = plan.warmup.min_steps, 0, None, 0
+    warmup_steps, warmup_s = plan.warmup.min_steps, plan.warmup.on(device.type).min_time_s
+    warmup, step, start, boundaries, began = None, 0, None, 0, time.perf_counter()
     while True:
         if start is not None:
             boundaries += 1
@@ -65,10 +68,11 @@ def run_plain(
                 else:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
-            if step == warmup:
-                _wait_for(device)
-                start = time.perf_counter()
-            elif start is not None:
+            if start is None:
+                if step >= warmup_steps and time.perf_counter() - began >= warmup_s:
+                    _wait_for(device)
+                    warmup, start = step, time.perf_counter()
+            else:
                 timed, elapsed = step - warmup, time.perf_counter() - start
                 if elapsed >= plan.max_time_s or (timed >= plan.min_steps and elapsed >= plan.min_time_s):
                     _wait_for(device)

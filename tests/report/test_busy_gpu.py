@@ -1,4 +1,5 @@
-"""A run that shared its GPU with other processes is named in the report's busy-machine section."""
+"""A report of a run on a GPU: a run that shared its GPU with other processes is named in its busy-machine section,
+and its method says how long warm-up lasted there."""
 
 from __future__ import annotations
 
@@ -22,3 +23,12 @@ def test_a_run_beside_another_process_on_its_gpu_is_named_in_the_report(tmp_path
     markdown = write_reports(study, summarise(study), tmp_path)["report.md"].read_text()
     assert "## Measured on a busy machine" in markdown
     assert "taken by others on average) or computed on its GPU: trial 0 (2 other processes on the GPU)." in markdown
+
+
+def test_the_method_says_a_gpu_run_warmed_up_for_at_least_its_minimum_time(tmp_path):
+    results = sample_results()
+    markdown = write_reports(results, summarise(results), tmp_path / "cpu")["report.md"].read_text()
+    assert "(8 to 60 steps), then a timed window" in markdown, "a CPU has no minimum warm-up time"
+    on_gpu = StudyResults(**{**results.__dict__, "device": "cuda:1"})
+    markdown = write_reports(on_gpu, summarise(on_gpu), tmp_path / "gpu")["report.md"].read_text()
+    assert "(8 to 60 steps and at least 1 s), then a timed window" in markdown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import torch
@@ -36,9 +37,23 @@ def test_the_plain_loop_applies_the_knobs_and_accumulates_micro_batches():
     assert len(steps) == (run.warmup_steps + run.steps) // 2, "one optimizer step per two micro-batches"
 
 
+def test_the_plain_loop_warms_up_for_the_warm_up_policys_minimum_time_too():
+    """As the harness does (on CUDA for a second by default, while the GPU's clocks ramp up)."""
+    request = trial_request(length=64)
+    pipeline = build_pipeline(request.pipeline)
+    steps = []
+    make_optimizer = pipeline.optimizer_factory
+    pipeline.optimizer_factory = lambda params, **options: _counting(make_optimizer(params, **options), steps)
+    plan = replace(PLAN, warmup=WarmupPolicy(min_steps=3, min_time_s=0.3))
+    run = run_plain(pipeline, request.knobs, torch.device("cpu"), plan, None)
+    warmed_up_s = steps[run.warmup_steps - 1] - steps[0]  # less the first step's own time, which counts too
+    assert run.warmup_steps > 3 and warmed_up_s >= 0.15
+
+
 def _counting(optimizer, steps):
+    """``optimizer``, appending the clock's time to ``steps`` at each of its steps."""
     original = optimizer.step
-    optimizer.step = lambda *a, **k: steps.append(1) or original(*a, **k)
+    optimizer.step = lambda *a, **k: steps.append(time.perf_counter()) or original(*a, **k)
     return optimizer
 
 
