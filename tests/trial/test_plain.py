@@ -28,10 +28,7 @@ def test_the_plain_loop_times_its_window_across_epoch_boundaries():
 def test_the_plain_loop_applies_the_knobs_and_accumulates_micro_batches():
     request = trial_request(length=64)
     knobs = {**NEUTRAL_KNOBS, "batch_size": 8, "num_workers": 1, "prefetch_factor": 2, "persistent_workers": True}
-    pipeline = build_pipeline(request.pipeline)
-    steps = []
-    make_optimizer = pipeline.optimizer_factory
-    pipeline.optimizer_factory = lambda params, **options: _counting(make_optimizer(params, **options), steps)
+    pipeline, steps = _counting_steps(request)
     run = run_plain(pipeline, knobs, torch.device("cpu"), PLAN, effective_batch_size=16)
     assert run.samples == 8 * run.steps
     assert len(steps) == (run.warmup_steps + run.steps) // 2, "one optimizer step per two micro-batches"
@@ -40,21 +37,26 @@ def test_the_plain_loop_applies_the_knobs_and_accumulates_micro_batches():
 def test_the_plain_loop_warms_up_for_the_warm_up_policys_minimum_time_too():
     """As the harness does (on CUDA for a second by default, while the GPU's clocks ramp up)."""
     request = trial_request(length=64)
-    pipeline = build_pipeline(request.pipeline)
-    steps = []
-    make_optimizer = pipeline.optimizer_factory
-    pipeline.optimizer_factory = lambda params, **options: _counting(make_optimizer(params, **options), steps)
+    pipeline, steps = _counting_steps(request)
     plan = replace(PLAN, warmup=WarmupPolicy(min_steps=3, min_time_s=0.3))
     run = run_plain(pipeline, request.knobs, torch.device("cpu"), plan, None)
     warmed_up_s = steps[run.warmup_steps - 1] - steps[0]  # less the first step's own time, which counts too
     assert run.warmup_steps > 3 and warmed_up_s >= 0.15
 
 
-def _counting(optimizer, steps):
-    """``optimizer``, appending the clock's time to ``steps`` at each of its steps."""
-    original = optimizer.step
-    optimizer.step = lambda *a, **k: steps.append(time.perf_counter()) or original(*a, **k)
-    return optimizer
+def _counting_steps(request):
+    """The request's pipeline, whose optimizer appends the clock's time to the list returned beside it at each step."""
+    pipeline, steps = build_pipeline(request.pipeline), []
+    make_optimizer = pipeline.optimizer_factory
+
+    def counting(params, **options):
+        optimizer = make_optimizer(params, **options)
+        original = optimizer.step
+        optimizer.step = lambda *a, **k: steps.append(time.perf_counter()) or original(*a, **k)
+        return optimizer
+
+    pipeline.optimizer_factory = counting
+    return pipeline, steps
 
 
 def test_a_plain_request_runs_the_plain_loop_in_the_trial_worker():
