@@ -38,7 +38,8 @@ def _threads_restored():
 
 
 def test_each_stage_is_timed_every_step_and_they_add_up_to_the_loop():
-    trainer = _trainer(SlowTransformFeatures(), torch.nn.Linear(64, 4))
+    # four times the default transform's work: loading outweighs the instrumented step on a fast CPU too
+    trainer = _trainer(SlowTransformFeatures(rounds=160), torch.nn.Linear(64, 4))
     batches = trainer.batches()
     readings = []
     stages = time_stages(trainer, batches, 5, CPU, 0, lambda: readings.append(1))
