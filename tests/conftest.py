@@ -134,6 +134,24 @@ def _trials_forked(monkeypatch):
     monkeypatch.setattr(runner, "DEFAULT_LAUNCHER", runner.shared_fork_server)
 
 
+# A valid 1x1 PNG: what a picture is saved as in tests that do not look at pictures.
+_ONE_PIXEL_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c63f8ffff3f030008fc02fea7"
+    "9aa0a00000000049454e44ae426082"
+)
+
+
+@pytest.fixture(autouse=True)
+def _pictures_drawn_not_rasterized(request, monkeypatch):
+    """Every picture of a report is drawn (each plot's ``draw`` on a real matplotlib Figure) but saved as one pixel,
+    unless the test is marked ``pictures``: rasterising is a quarter of the suite's CPU time, and the tests that look
+    at the images (tests/report/test_pages.py) are marked."""
+    if request.node.get_closest_marker("pictures") is None:
+        from matplotlib.figure import Figure
+
+        monkeypatch.setattr(Figure, "savefig", lambda self, target, **options: target.write(_ONE_PIXEL_PNG))
+
+
 @pytest.fixture
 def tiny_settings():
     return load_settings(tiny_config(), "tiny")

@@ -87,6 +87,7 @@ def sample_benchmark() -> Benchmark:
 
 
 @pytest.mark.slow
+@pytest.mark.pictures
 def test_every_picture_the_study_report_promises_is_drawn(tmp_path):
     results = rich_results(tmp_path)
     summary = summarise(results)
@@ -121,6 +122,7 @@ def test_report_html_embeds_every_picture_and_no_table_lists_every_knob(tmp_path
     assert widest <= 9, "knobs are one 'changes from the baseline' cell; trials.csv has every knob"
 
 
+@pytest.mark.pictures
 def test_the_benchmark_page_draws_each_configuration_against_the_baseline():
     document = benchmark_document(sample_benchmark())
     (plot,) = document.sections[0].plots
@@ -171,6 +173,7 @@ def look(driver, page: Path, headings: list[str], images: int, screenshot: str) 
 
 
 @pytest.mark.slow
+@pytest.mark.pictures
 def test_both_pages_render_in_a_real_browser(tmp_path, browser):
     results = rich_results(tmp_path)
     summary = summarise(results)
