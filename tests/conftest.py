@@ -123,6 +123,12 @@ def tiny_config(**overrides) -> dict:
     return config
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (in their order), the rest after: pytest-xdist's workers then end together, the short
+    tests filling in behind the long ones, rather than one worker running a long test while the others wait."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 # A property test checks what the code does, not how fast: under the suite's load one example can take 0.3 s.
 hypothesis.settings.register_profile("suite", deadline=None)
 hypothesis.settings.load_profile("suite")
