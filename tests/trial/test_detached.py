@@ -40,8 +40,8 @@ def tag():
             proc.kill()
 
 
-def detaching(variant: str, tag: str, pid_file, hang: bool) -> TrialRequest:
-    req = trial_request()
+def detaching(variant: str, tag: str, pid_file, hang: bool, model: str = "tiny.TinyCNN") -> TrialRequest:
+    req = trial_request(model)
     dataset = {
         "_target_": "tests.fixtures.detached.DetachingImages",
         **dict(variant=variant, tag=tag, pid_file=str(pid_file), hang=hang),
@@ -97,10 +97,11 @@ def test_a_detached_process_ends_with_its_fresh_trial(variant, ending, tmp_path,
 def test_trials_at_once_end_only_their_own_processes(tmp_path, tag):
     """Trials at once (study.parallel): the first to end kills neither a trial started after it nor that trial's
     detached process, which carries no token (its environment wiped) and so waits for the last trial to end."""
-    plan, results = trial_request().plan, {}
-    short = replace(trial_request(), plan=replace(plan, min_time_s=3, max_time_s=4))
+    waiting = trial_request(model="tiny.StepBoundCNN")  # long windows that wait rather than hold the suite's cores
+    plan, results = waiting.plan, {}
+    short = replace(waiting, plan=replace(plan, min_time_s=3, max_time_s=4))
     pid_file = tmp_path / "detached.pid"
-    long = detaching("double_fork_no_env", tag, pid_file, hang=False)
+    long = detaching("double_fork_no_env", tag, pid_file, hang=False, model="tiny.StepBoundCNN")
     long = replace(long, plan=replace(plan, min_time_s=12, max_time_s=14))
 
     def run(name, req) -> None:
