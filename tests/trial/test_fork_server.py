@@ -70,6 +70,7 @@ def test_a_forked_trial_counts_the_pages_it_shares_with_the_server_as_its_own(se
     assert 0.85 * peaks["fresh"] <= peaks["forked"] <= 1.3 * peaks["fresh"], peaks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["forked", "fresh"])
 def test_a_trial_ends_without_the_interpreters_teardown_but_with_its_exit_handlers_and_its_output(
     kind, tmp_path, monkeypatch
@@ -95,6 +96,7 @@ def test_a_trial_whose_exit_handlers_never_return_still_ends_with_its_result(kin
     assert result.ok, result.failure
 
 
+@pytest.mark.slow
 def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     script = (
         "import sys, time\n"
