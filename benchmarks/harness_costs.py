@@ -7,7 +7,7 @@ In a training-sized process (``--megabytes`` of data touched in memory beside to
 (best of 5 repeats of a batch of calls, so what is printed is the cost itself, not the machine's noise), then
 put against how often it runs: inside the window, every 0.5 s (the samplers), every step (the marks), or only at
 the window's edges and not in the window at all. With ``--device cuda`` the marks are a CUDA window's (CUDA events on
-a sample of steps) and NVML is read for the GPU.
+a sample of steps), the events of one sampled step are timed on their own, and NVML is read for the GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import psutil
 import torch
 
 from autotune.measure.environment import describe_machine
-from autotune.measure.gpu import Nvml
+from autotune.measure.gpu import DeviceTimeline, Nvml
 from autotune.measure.memory import MemoryBudget, ProcessTree
 from autotune.measure.profiler import Profiler
 from autotune.measure.recorder import WindowPlan
@@ -115,7 +115,25 @@ def _marks(device: torch.device) -> list[tuple[str, float, str, str]]:
             f"{per_step / 0.001:.2%} of a 1 ms step",
         ),
         ("progress: one line for the pruner", line, "0.5 s", _share(line, "0.5 s")),
+        *(_sampled_step(device) if device.type == "cuda" else []),
     ]
+
+
+def _sampled_step(device: torch.device) -> list[tuple[str, float, str, str]]:
+    """The CUDA events of one sampled step (every step of a loop whose steps last DeviceTimeline.spacing_s or
+    more), each created and recorded inside the window."""
+    timeline = DeviceTimeline(spacing_s=0.0)
+    timeline.start(0.0)
+
+    def one_step():
+        timeline.batch_ready()
+        timeline.batch_transferred()
+        timeline.step_done(1, 0.0)
+
+    seconds = cost_s(one_step, 2000)
+    torch.cuda.synchronize(device)
+    step_s = DeviceTimeline.spacing_s
+    return [("CUDA events of a sampled step", seconds, "step", f"{seconds / step_s:.2%} of a {step_s * 1e3:g} ms step")]
 
 
 def _share(seconds: float, when: str) -> str:
