@@ -4,8 +4,7 @@ It shares no measurement code with the harness (no Profiler, no Trainer, no samp
 applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up (a number of
 steps, and on CUDA a second) it counts steps until the window is as long as the harness's would be, reading the
 clock after each step as a loop that stops on time does; on a GPU it waits for the device only at the window's two
-ends. ``mode=selfcheck`` and
-``benchmarks/truth.py`` compare the harness with it.
+ends. ``mode=selfcheck`` and ``benchmarks/truth.py`` compare the harness with it.
 """
 
 from __future__ import annotations
