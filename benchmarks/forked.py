@@ -1,12 +1,13 @@
 """Forked against fresh: does a trial forked from the fork server read what the same trial reads as a fresh
 interpreter? Target: forked / fresh within 0.97-1.03 per case (throughput), peak memory within 5 %.
 
-    .venv/bin/python -m benchmarks.forked [--rounds 8] [--cases big big-workers tiny-steps]
+    .venv/bin/python -m benchmarks.forked [--rounds 8] [--cases big big-workers tiny-steps] [--results PATH]
 
 Each round runs each case twice as the tuner runs a trial (``run_trial``, the whole harness), once forked from one
 fork server and once as a fresh ``python -m autotune.trial.worker``, the one that goes first alternating from round
 to round. The cases are ``benchmarks/overhead.py``'s. A case's figure is the geometric mean of its rounds'
-forked/fresh ratios with its 95 % interval. Results go to benchmarks/results/forked.json.
+forked/fresh ratios with its 95 % interval. Results go to benchmarks/results/forked.json unless ``--results``
+names another file.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     machine = describe_machine()
     print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
@@ -44,7 +46,7 @@ def main() -> None:
         for case in args.cases:
             rows.append(measure_case(case, args.rounds, args.device, launchers, Path(tmp)))
     server.close()
-    write_atomic(RESULTS, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+    write_atomic(args.results, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
     print(
         f"\n{'case':12} {'forked':>9} {'fresh':>9} {'ratio':>7}  95 % interval  in {LOW}-{HIGH}  peak MB forked/fresh"
     )
@@ -56,7 +58,7 @@ def main() -> None:
             f"{row['case']:12} {row['forked_median']:9.1f} {row['fresh_median']:9.1f} {ratio:7.3f}"
             f"  {low:.3f}-{high:.3f}  {LOW <= ratio <= HIGH}  {peaks['forked']:.0f}/{peaks['fresh']:.0f}"
         )
-    print(f"saved {RESULTS}")
+    print(f"saved {args.results}")
 
 
 def measure_case(case: str, rounds: int, device: str, launchers: dict, workdir: Path) -> dict:
