@@ -1,6 +1,6 @@
 """Overhead of the harness on the real trial path: autotune / bare, target >= 0.98 in each case.
 
-    .venv/bin/python -m benchmarks.overhead [--rounds 7] [--cases big big-workers tiny-steps]
+    .venv/bin/python -m benchmarks.overhead [--rounds 7] [--cases big big-workers tiny-steps] [--results PATH]
 
 Each round runs each case twice, in fresh processes, the one that goes first alternating from round to round:
 - autotune: a trial as the tuner runs one (``run_trial``: the worker's Profiler, its memory and CPU samplers and
@@ -9,7 +9,8 @@ Each round runs each case twice, in fresh processes, the one that goes first alt
   two clock reads around as many steps as the case's first autotune run timed, after as many warm-up steps as it
   ran (a trial's warm-up lasts until step times settle: the bare window starts as far into the run).
 The ratio per round is autotune / bare; a case's figure is the median of its rounds' ratios, beside the 95 %
-interval of their geometric mean. Results go to benchmarks/results/overhead.json.
+interval of their geometric mean. Results go to benchmarks/results/overhead.json unless ``--results`` names another
+file.
 
 Cases:
   big          a ~700 MB training process with ~110 ms steps: CachedImages (benchmarks/workloads.py), SmallCNN,
@@ -121,6 +122,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--bare", nargs=3, metavar=("REQUEST", "WARMUP_STEPS", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
@@ -133,7 +135,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
             rows.append(measure_case(case, request_for(case, args.device), args.rounds, Path(tmp)))
-    write_atomic(RESULTS, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+    write_atomic(args.results, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
     print(f"\n{'case':12} {'autotune':>9} {'bare':>9} {'median ratio':>12}  95 % interval  >= {TARGET}")
     for row in rows:
         low, high = (row["interval"] or {}).get("low", 0), (row["interval"] or {}).get("high", 0)
@@ -141,7 +143,7 @@ def main() -> None:
             f"{row['case']:12} {row['autotune_median']:9.1f} {row['bare_median']:9.1f} {row['median_ratio']:12.3f}"
             f"  {low:.3f}-{high:.3f}  {row['median_ratio'] >= TARGET}"
         )
-    print(f"saved {RESULTS}")
+    print(f"saved {args.results}")
 
 
 def measure_case(case: str, request: TrialRequest, rounds: int, workdir: Path) -> dict:
