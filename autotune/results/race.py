@@ -20,13 +20,14 @@ other, in rounds of fresh processes, the order rotating each round (``autotune/s
 - Only the changes that matter (``autotune/study/trim.py``): a winner changing two knobs or more races again, by the
   rules above, against itself with each change undone in turn (``undo``), the baseline racing too. A change whose
   undoing costs nothing beyond noise goes back to the baseline's value (``trimmed_to``: the race's winner, where the
-  configuration it started from ran every round and does not beat it); the
-  new winner races the variants undoing the changes whose undoing also tied with the configuration they were made from
-  (``undo_next``), until the winner of a race is the configuration it started from. A variant leaves such a race once
-  it falls TRIM_MARGIN behind the configuration it was made from (not the leader: a lucky variant must not push out
-  the others), and the race ends early only once every variant has left it (``alone``): a run's noise can make two
-  equal configurations look TIE_TOLERANCE apart in one round. The recommendation's figures are the medians of the race
-  of most rounds it won (``Summary.proof``).
+  configuration it started from ran every round and does not beat it); the new winner races the variants undoing
+  the changes whose undoing also tied with the configuration they were made from (``undo_next``), each alone and,
+  two or more, all at once (``all_undone``: tied, it wins by fewest changes), until the winner of a race is the
+  configuration it started from. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration
+  it was made from (not the leader: a lucky variant must not push out the others), and the race ends early only
+  once every variant has left it (``alone``): a run's noise can make two equal configurations look TIE_TOLERANCE
+  apart in one round. The recommendation's figures are the medians of the race of most rounds it won
+  (``Summary.proof``).
 """
 
 from __future__ import annotations

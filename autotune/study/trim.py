@@ -26,11 +26,12 @@ def run_trim(
     affords: AffordsRunsFn | None = None,
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
-    its variants undoing the changes whose undoing also tied (``undo_next``), until a race's winner is the
-    configuration it started from; store the races in the study. The races a stored trim of the same winner and
-    rounds ran to their end are reused. Nothing to do without a winner changing two knobs or more. A round starts
-    only where ``affords`` it: a race that study.budget_s cut short (stored, with or without rounds) ends the trim,
-    and a later run goes on from that race, as it does from one that a failed baseline run ended."""
+    its variants undoing the changes whose undoing also tied (``undo_next``), each alone and all at once
+    (``all_undone``), until a race's winner is the configuration it started from; store the races in the study.
+    The races a stored trim of the same winner and rounds ran to their end are reused. Nothing to do without a
+    winner changing two knobs or more. A round starts only where ``affords`` it: a race that study.budget_s cut
+    short (stored, with or without rounds) ends the trim, and a later run goes on from that race, as it does from
+    one that a failed baseline run ended."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
@@ -48,7 +49,7 @@ def run_trim(
         if not undone:
             break
         name = f"trim-{len(races) + 1}"
-        entrants = [leader, *undone.values()]
+        entrants = [leader, *undone.values(), *all_undone(current, baseline, undone if races else {})]
         ran = done[len(races)] if len(races) < len(done) else None
         if ran is None or [f.label for f in ran.finalists] != [f.label for f in entrants]:
             ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords)
@@ -58,7 +59,7 @@ def run_trim(
         new = trimmed_to(races[-1])
         if new is None or new.label == current.label:
             break
-        raced = dict(zip(undone, races[-1].finalists[1:], strict=True))  # the race's own, run or stored
+        raced = dict(zip(undone, races[-1].finalists[1 : len(undone) + 1], strict=True))  # the race's own
         pending = undo_next(races[-1].finalists[0], raced, new)
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
     study.set_user_attr(on_machine(TRIM_ATTR, results.machine_id), [trim.to_dict() for trim in races])
@@ -75,6 +76,22 @@ def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -
         for knob, variant in undone.items()
         if variant is not new and variant.dropped is None and not beats(reference, variant)
     ]
+
+
+def all_undone(finalist: Finalist, baseline: dict[str, Any], undone: dict[str, Finalist]) -> list[Finalist]:
+    """``finalist`` with all the changes of its variants ``undone`` (by the knob undone) undone at once, where there
+    are two or more: the changes whose undoing each cost nothing in the race before. Where it ties with
+    ``finalist`` it wins the race by fewest changes, and one race undoes them all instead of one race each; where
+    they matter together (either of two redundant changes gives the gain) it loses, and they go one at a time."""
+    if len(undone) < 2:
+        return []
+    knobs = finalist.knobs
+    for name in undone:
+        knobs = undo(knobs, baseline, name)
+    changes = count_changes(knobs, baseline)
+    if changes == 0 or conflict(knobs) is not None or any(knobs == other.knobs for other in undone.values()):
+        return []
+    return [Finalist(" without ".join([finalist.label, *undone]), knobs, changes, None)]
 
 
 def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> dict[str, Finalist]:

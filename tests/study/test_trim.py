@@ -160,6 +160,18 @@ def test_changes_that_all_do_nothing_are_undone_one_race_after_another(tmp_path)
     assert summary.no_difference == {"set_to_none": False, "optimizer_impl": "foreach"}
 
 
+def test_changes_that_each_did_nothing_are_undone_together_in_the_next_race(tmp_path):
+    winner = {**WINNER, "set_to_none": False, "optimizer_impl": "foreach", "malloc": "keep"}
+    study, confirmation, pipeline = tuned(tmp_path, winner)
+    trims = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(trims) == 2, "one race undid one of the three, the next the other two at once"
+    together = trims[1].finalists[-1]
+    assert together.label.count("without") == 3 and trims[1].winner is together
+    summary = summarise(load_results(study))
+    assert summary.changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
+    assert summary.no_difference == {"set_to_none": False, "optimizer_impl": "foreach", "malloc": "keep"}
+
+
 def test_a_lucky_variant_does_not_push_the_others_out_of_a_trim_race():
     """Variants leave once TRIM_MARGIN behind the configuration they were made from, not behind the leader."""
     runs = {"w": iter([100, 101, 99]), "a": iter([125, 100, 100]), "b": iter([95, 100, 101]), "base": iter([50] * 3)}
