@@ -169,14 +169,20 @@ def test_a_process_outside_the_measured_tree_on_the_gpu_is_counted(monkeypatch):
 
 
 def test_in_another_pid_namespace_only_processes_beyond_the_tree_count(monkeypatch):
-    """Inside a container NVML lists host PIDs, which match nothing here: this process is among them unrecognised."""
+    """Inside a container NVML lists host PIDs, which match nothing here: the measured process is among them
+    unrecognised. Its tree is a childless process (this one may have children of earlier tests)."""
     host_pids = [4_000_001, 4_000_002]
     fake = FakeNvml(monkeypatch, [f"GPU-{UUID}"], pids=host_pids[:1])
-    nvml = Nvml(CUDA0)
-    assert nvml.read().other_processes == 0, "one process for a tree of one: this one"
-    fake.pids = host_pids
-    assert nvml.read().other_processes == 1
-    nvml.close()
+    alone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        nvml = Nvml(CUDA0, root_pid=alone.pid)
+        assert nvml.read().other_processes == 0, "one process for a tree of one"
+        fake.pids = host_pids
+        assert nvml.read().other_processes == 1
+        nvml.close()
+    finally:
+        alone.kill()
+        alone.wait()
 
 
 def test_figures_nvml_refuses_are_none_and_the_rest_is_read(monkeypatch):
