@@ -18,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+from autotune import cli
 from autotune.knobs import KNOBS
 from autotune.results.race import TIE_TOLERANCE
 from tests.conftest import (
@@ -370,10 +371,7 @@ def test_a_storage_password_is_never_shown(tmp_path, cli_here):
     assert all("s3cret" not in p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize(
-    "signum, says",
-    [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM"), (signal.SIGHUP, "stopped by SIGHUP")],
-)
+@pytest.mark.parametrize("signum, says", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM")])
 @pytest.mark.slow
 def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(tmp_path, signum, says):
     tuner = start_long_trial(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -385,6 +383,28 @@ def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(
     _, _, rows = read_outputs(tmp_path / "out")
     assert [r["trial"] for r in rows] == ["baseline"], "the interrupted trial is not reported as measured"
     assert processes_mentioning(str(tmp_path)) == [], "the running trial and its workers are gone"
+
+
+def test_sighup_stops_a_run_as_sigterm_does(tmp_path, cli_here, monkeypatch):
+    """A closed terminal's SIGHUP takes SIGTERM's path (a real tuner stopped above), checked in this process."""
+    signum = signal.SIGHUP
+
+    def signalled() -> None:
+        os.kill(os.getpid(), signum)
+        time.sleep(10)  # the handler raises first
+        pytest.fail("the signal did not stop the run")
+
+    def not_handled(*_) -> None:
+        pytest.fail("the command line left SIGHUP to this test's handler")
+
+    monkeypatch.setattr(cli, "_hydra_main", signalled)
+    before = signal.signal(signum, not_handled)
+    try:
+        proc = cli_here(["pipeline=tiny"], cwd=tmp_path)
+    finally:
+        signal.signal(signum, before)
+    assert proc.returncode == 128 + signum
+    assert proc.stderr.strip() == f"autotune: error: stopped by {signal.Signals(signum).name}"
 
 
 @pytest.mark.slow
