@@ -126,10 +126,10 @@ def tiny_config(**overrides) -> dict:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow tests first (in their order), the rest after: pytest-xdist's workers then end together, the short
-    tests filling in behind the long ones, rather than one worker running a long test while the others wait. Before
-    them all, the few short tests that read the test process's own tree (tests/measure/): each ends the process's
-    fork server first (tests/measure/conftest.py), which a trial test after it would start again (~5 CPU-seconds)."""
-    items.sort(key=lambda item: (item.path.parent != MEASURE_TESTS, item.get_closest_marker("slow") is None))
+    tests filling in behind the long ones, rather than one worker running a long test while the others wait. Last,
+    the short tests that read the test process's own tree (tests/measure/): each ends the process's fork server
+    first (tests/measure/conftest.py), which a trial test after it would start again (~5 CPU-seconds)."""
+    items.sort(key=lambda item: (item.path.parent == MEASURE_TESTS, item.get_closest_marker("slow") is None))
 
 
 # A property test checks what the code does, not how fast: under the suite's load one example can take 0.3 s.
