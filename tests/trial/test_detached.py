@@ -15,18 +15,11 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from autotune.trial.launch import ForkServer, FreshLauncher
+from autotune.trial.launch import FreshLauncher
 from autotune.trial.result import FailureKind, TrialRequest
-from autotune.trial.runner import run_trial, shared_fork_server
+from autotune.trial.runner import run_trial
 from tests.conftest import REPO, trial_request
 from tests.fixtures.detached import VARIANTS
-
-
-@pytest.fixture
-def server() -> ForkServer:
-    """The test process's own fork server, which its other tests' trials are forked from too: each test also checks
-    that it lives on after its trial."""
-    return shared_fork_server()
 
 
 @pytest.fixture
@@ -128,7 +121,7 @@ TUNER = """
 import sys
 from pathlib import Path
 from autotune.trial.launch import FreshLauncher
-from autotune.trial.runner import run_trial, shared_fork_server
+from autotune.trial.runner import run_trial
 from tests.trial.test_detached import detaching
 tag, where = sys.argv[1], Path(sys.argv[2])
 run_trial(detaching("new_session", tag, where / "detached.pid", hang=True), 600, where, "t", launcher=FreshLauncher())

@@ -15,15 +15,9 @@ from autotune.app import TrialRunner
 from autotune.config.load import load_settings
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import FailureKind
-from autotune.trial.runner import _worker_env, run_trial, shared_fork_server
+from autotune.trial.runner import _worker_env, run_trial
 from tests.conftest import REPO, processes_mentioning, tiny_config
 from tests.trial.test_runner import request
-
-
-@pytest.fixture
-def server() -> ForkServer:
-    """The test process's own fork server, which its other tests' trials are forked from too: one start a process."""
-    return shared_fork_server()
 
 
 @pytest.mark.slow
