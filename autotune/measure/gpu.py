@@ -11,7 +11,7 @@ import psutil
 import pynvml
 import torch
 
-from autotune.measure.memory import MIB
+from autotune.measure.memory import MIB, tree_pids
 from autotune.measure.recorder import StepSplit
 
 
@@ -100,11 +100,8 @@ class Nvml:
             return 0
         if self._root in on_gpu:
             return sum(1 for pid in on_gpu if not self._is_ours(pid))
-        try:
-            tree_size = 1 + len(psutil.Process(self._root).children(recursive=True))
-        except psutil.Error:
-            return 0
-        return max(0, len(on_gpu) - tree_size)
+        tree = tree_pids(self._root)
+        return max(0, len(on_gpu) - len(tree)) if tree else 0  # a tree that is gone has no neighbours to count
 
     def _is_ours(self, pid: int) -> bool:
         """Whether ``pid`` is the measured tree's root or descends from it; True where that cannot be told."""

@@ -63,25 +63,12 @@ class ProcessTree:
     def __init__(self, root: int, clock: Callable[[], float] = time.perf_counter, lender: int | None = None) -> None:
         self.root, self.lender = root, lender
         self._clock = clock
-        self._children_files = os.path.exists(f"/proc/{root}/task/{root}/children")
         self._statm = os.path.exists(f"/proc/{root}/statm")
         self.metric = "pss" if _pss_available(root) else "rss"
 
     def pids(self) -> list[int]:
         """The root and its living descendants."""
-        if not self._children_files:
-            try:
-                return [self.root, *(child.pid for child in psutil.Process(self.root).children(recursive=True))]
-            except psutil.NoSuchProcess:
-                return []
-        found, pending = [], [self.root]
-        while pending:
-            pid = pending.pop()
-            children = _proc_children(pid)
-            if children is not None:
-                found.append(pid)
-                pending.extend(children)
-        return found
+        return tree_pids(self.root)
 
     def read_cheap(self) -> TreeReading:
         """RSS of every process in the tree: microseconds, safe inside a timed window."""
@@ -217,6 +204,28 @@ def _each(pids: list[int], read: Callable[[int], object]) -> dict:
         except _GONE:
             continue
     return values
+
+
+# Linux lists a process's children in /proc/PID/task/TID/children: reading them costs per process of the tree, where
+# psutil's children(recursive=True) reads the parent of every process on the machine.
+_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and its living descendants ([] once ``root`` is gone): microseconds a process of the tree."""
+    if not _CHILDREN_FILES:
+        try:
+            return [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        children = _proc_children(pid)
+        if children is not None:
+            found.append(pid)
+            pending.extend(children)
+    return found
 
 
 def _proc_children(pid: int) -> list[int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -191,6 +192,24 @@ def test_figures_nvml_refuses_are_none_and_the_rest_is_read(monkeypatch):
     nvml = Nvml(CUDA0)
     assert nvml.read() == GpuReading(utilization_percent=None, memory_used_mb=512.0, other_processes=None)
     nvml.close()
+
+
+# NVML is read on the sampler's thread inside the timed window: what autotune adds to NVML's own calls must cost
+# microseconds, whatever the number of processes on the machine (psutil's recursive children read them all: ~0.7 ms
+# with 63 processes).
+NVML_READ_BUDGET_S = 0.0002
+
+
+def test_counting_the_gpus_other_processes_costs_microseconds_per_process_of_the_tree(monkeypatch):
+    FakeNvml(monkeypatch, [f"GPU-{UUID}"], pids=[4_000_001, 4_000_002])  # host PIDs: the tree is counted
+    nvml = Nvml(CUDA0)
+    costs = []
+    for _ in range(21):
+        cpu = time.thread_time()
+        assert nvml.read().other_processes is not None
+        costs.append(time.thread_time() - cpu)
+    nvml.close()
+    assert statistics.median(costs) <= NVML_READ_BUDGET_S
 
 
 def test_other_processes_on_the_gpu_disturb_a_run_like_a_busy_cpu():
