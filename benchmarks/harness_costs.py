@@ -20,7 +20,6 @@ import timeit
 from pathlib import Path
 
 import numpy as np
-import psutil
 import torch
 
 from autotune.measure.environment import describe_machine
@@ -63,18 +62,17 @@ def main() -> None:
 
 
 def _readings(tree: ProcessTree, full, device: torch.device) -> list[tuple[str, float, str, str]]:
-    root = psutil.Process(os.getpid())
-    nvml = Nvml(device)
+    nvml, pid = Nvml(device), os.getpid()
     with tempfile.TemporaryDirectory() as tmp:
         progress_path = Path(tmp) / "progress.jsonl"
         progress_path.write_text(json.dumps({"steps": 1, "throughput": 1.0, "compile_s": 0.0}) + "\n")
         reader = _ProgressReader(progress_path, lambda steps, throughput: None)
-        budget = _BudgetWatch(os.getpid(), MemoryBudget("study.host_memory_budget_mb", 1e9))
+        budget = _BudgetWatch(pid, MemoryBudget("study.host_memory_budget_mb", 1e9))
         rows = [
             ("memory: cheap read of the tree (RSS, statm)", cost_s(tree.read_cheap, 200), "0.5 s", None),
             ("memory: full read of the tree (PSS, smaps_rollup)", cost_s(tree.read_full, 5), "edges", None),
             ("memory: training process high-water mark", cost_s(tree.peak_rss, 200), "end", None),
-            ("cpu: tree CPU times (window start and end)", cost_s(lambda: tree_cpu_seconds(root), 50), "edges", None),
+            ("cpu: tree CPU times (window start and end)", cost_s(lambda: tree_cpu_seconds(pid), 50), "edges", None),
             ("nvml: one reading" + ("" if nvml.available else " (not read)"), cost_s(nvml.read, 200), "0.5 s", None),
             ("tuner: memory budget check of the trial (0.25 s)", cost_s(budget.over, 200), "0.25 s", None),
             ("tuner: progress file read (0.25 s)", cost_s(reader.check, 200), "0.25 s", None),
@@ -132,8 +130,9 @@ def _sampled_step(device: torch.device) -> list[tuple[str, float, str, str]]:
 
     seconds = cost_s(one_step, 2000)
     torch.cuda.synchronize(device)
-    step_s = DeviceTimeline.spacing_s
-    return [("CUDA events of a sampled step", seconds, "step", f"{seconds / step_s:.2%} of a {step_s * 1e3:g} ms step")]
+    spacing_s = DeviceTimeline.spacing_s
+    share = f"{seconds / spacing_s:.2%} at most (1 per {spacing_s * 1e3:g} ms)"
+    return [("CUDA events of a sampled step", seconds, "step", share)]
 
 
 def _share(seconds: float, when: str) -> str:

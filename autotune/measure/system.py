@@ -9,18 +9,20 @@ from dataclasses import dataclass
 
 import psutil
 
+from autotune.measure.memory import tree_pids
 
-def tree_cpu_seconds(root: psutil.Process) -> float:
-    """User + system CPU time consumed so far by ``root`` and its descendants, those that exited included.
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU time consumed so far by process ``root`` and its descendants, those that exited included.
 
     A child's time moves into its parent's ``children_*`` times when the parent reaps it (as
     DataLoader does with its workers at the end of an epoch), so live processes count their own
     time and their reaped children's, and nothing is counted twice.
     """
     total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
+    for pid in tree_pids(root):
         try:
-            times = proc.cpu_times()
+            times = psutil.Process(pid).cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         reaped = getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
@@ -43,7 +45,7 @@ class CpuUsageMeter:
     """Call ``start()`` and ``stop()`` around an interval."""
 
     def __init__(self, pid: int, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._root = psutil.Process(pid)
+        self._root = pid
         self._clock = clock
         self._tree_start = 0.0
         self._start = 0.0

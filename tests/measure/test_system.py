@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import psutil
 import pytest
 
 from autotune.measure.system import CpuUsageMeter, _usable, tree_cpu_seconds
@@ -17,9 +16,9 @@ BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_t
 def test_a_child_that_exits_during_the_interval_is_still_counted():
     meter = CpuUsageMeter(os.getpid())
     meter.start()
-    before = tree_cpu_seconds(psutil.Process())
+    before = tree_cpu_seconds(os.getpid())
     subprocess.run([sys.executable, "-c", BURN.format(seconds=0.5)], check=True)  # spawned, burns, is reaped
-    assert tree_cpu_seconds(psutil.Process()) - before == pytest.approx(0.5, abs=0.25)
+    assert tree_cpu_seconds(os.getpid()) - before == pytest.approx(0.5, abs=0.25)
     usage = meter.stop()
     assert usage.tree_cores > 0.3, "half a second of CPU in well under two seconds of wall time"
     assert len(usage.per_core_percent) == len(os.sched_getaffinity(0)), "the cores this process may run on"
