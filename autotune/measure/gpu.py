@@ -169,11 +169,12 @@ class DeviceTimeline:
     device, so the host runs ahead and overlaps loading the next batch with the device's work, as a training
     loop does.
 
-    A step is sampled when ``spacing_s`` of host time has passed since the last sampled one began (four event
-    records, a few microseconds): every step of a slow loop, a steady share of a fast one.
+    A step is sampled when ``spacing_s`` of host time has passed since the last sampled one began: every step of a
+    loop of slow steps, at most 50 steps a second of a fast one, so that the events (four a sampled step, created and
+    recorded by the host) cost the same small share of any window, and a 4 s window still samples 200 steps.
     """
 
-    spacing_s: float = 0.002
+    spacing_s: float = 0.02
     steps: list[_SampledStep] = field(default_factory=list)
     _current: _SampledStep | None = None
     _last_sampled: float = float("-inf")

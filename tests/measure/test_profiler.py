@@ -222,6 +222,16 @@ def test_on_cuda_the_window_waits_for_the_device_once_whatever_its_length(fake_c
         assert phases.count(WARMUP) == prof.result.timing.warmup_steps, "warm-up is not timed"
 
 
+def test_on_cuda_events_time_at_most_50_steps_a_second_however_short_the_steps(fake_cuda, monkeypatch):
+    # Each sampled step creates and records four events on the host, inside the window: their share of the window
+    # must not grow as steps get shorter.
+    created = []
+    monkeypatch.setattr(torch.cuda, "Event", lambda **options: created.append(1) or FakeCudaEvent(**options))
+    prof = fake_cuda.loop(400, 0.0, 0.0005)
+    events, window_s = len(created), prof.result.timing.window_s
+    assert 4 <= events <= 4 * (50 * window_s + 2), f"{events} events in a window of {window_s:.2f} s"
+
+
 def test_on_cuda_data_wait_and_compute_come_from_device_events(fake_cuda):
     timing = fake_cuda.loop(40, 0.003, 0.003).result.timing
     assert 0.35 < timing.data_stall_fraction < 0.65
