@@ -2,12 +2,14 @@
 interpreter? Target: forked / fresh within 0.97-1.03 per case (throughput), peak memory within 5 %.
 
     .venv/bin/python -m benchmarks.forked [--rounds 8] [--cases big big-workers tiny-steps] [--results PATH]
+        [--knob malloc=keep ...]
 
 Each round runs each case twice as the tuner runs a trial (``run_trial``, the whole harness), once forked from one
 fork server and once as a fresh ``python -m autotune.trial.worker``, the one that goes first alternating from round
 to round. The cases are ``benchmarks/overhead.py``'s. A case's figure is the geometric mean of its rounds'
-forked/fresh ratios with its 95 % interval. Results go to benchmarks/results/forked.json unless ``--results``
-names another file.
+forked/fresh ratios with its 95 % interval. ``--knob`` changes a knob of every case (``malloc=keep`` holds glibc's
+allocator in one regime, which takes the allocator's process-to-process lottery out of the comparison). Results go
+to benchmarks/results/forked.json unless ``--results`` names another file.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import argparse
 import json
 import statistics
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+
+import yaml
 
 from autotune.files import write_atomic
 from autotune.measure.environment import describe_machine
 from autotune.measure.stats import ratio_interval
 from autotune.trial.launch import ForkServer, FreshLauncher
+from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
 from benchmarks.overhead import CASES, request_for
 
@@ -36,6 +41,7 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--knob", nargs="*", default=[], metavar="NAME=VALUE", help="a knob's value in every case")
     args = parser.parse_args()
     machine = describe_machine()
     print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
@@ -44,9 +50,12 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
-            rows.append(measure_case(case, args.rounds, args.device, launchers, Path(tmp)))
+            request = request_for(case, args.device)
+            request = replace(request, knobs={**request.knobs, **knob_values(args.knob)})
+            rows.append(measure_case(case, request, args.rounds, launchers, Path(tmp)))
     server.close()
-    write_atomic(args.results, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+    record = {"machine": machine, "rounds": args.rounds, "knobs": knob_values(args.knob), "cases": rows}
+    write_atomic(args.results, json.dumps(record, indent=1))
     print(
         f"\n{'case':12} {'forked':>9} {'fresh':>9} {'ratio':>7}  95 % interval  in {LOW}-{HIGH}  peak MB forked/fresh"
     )
@@ -61,8 +70,13 @@ def main() -> None:
     print(f"saved {args.results}")
 
 
-def measure_case(case: str, rounds: int, device: str, launchers: dict, workdir: Path) -> dict:
-    request = request_for(case, device)
+def knob_values(assignments: list[str]) -> dict:
+    """``["malloc=keep", "num_threads=1"]`` as knob values (YAML scalars)."""
+    pairs = (assignment.split("=", 1) for assignment in assignments)
+    return {name: yaml.safe_load(value) for name, value in pairs}
+
+
+def measure_case(case: str, request: TrialRequest, rounds: int, launchers: dict, workdir: Path) -> dict:
     runs: dict[str, list] = {name: [] for name in launchers}
     run_trial(request, 600, workdir, f"{case}-server", launcher=launchers["forked"])  # the server's start, untimed
     for index in range(rounds):
