@@ -115,12 +115,20 @@ class StageTiming:
 @dataclass(frozen=True)
 class OperatorStat:
     """One operator (by name) over the active steps: its calls, and its self time on the host and on the device
-    (seconds; 0 off a GPU)."""
+    (seconds; 0 off a GPU); ``median_call_cpu_s``: the host self time of its median call, where its calls were
+    timed one by one (inside the training step)."""
 
     name: str
     calls: int
     self_cpu_s: float
     self_device_s: float = 0.0
+    median_call_cpu_s: float | None = None
+
+    @property
+    def typical_call_cpu_s(self) -> float:
+        """One call's host self time: the median call's where known, which a call the OS preempted (wall time a busy
+        machine adds to whichever operator was running) does not move; else the mean call's."""
+        return self.median_call_cpu_s if self.median_call_cpu_s is not None else self.self_cpu_s / max(self.calls, 1)
 
 
 @dataclass(frozen=True)

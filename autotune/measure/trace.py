@@ -10,6 +10,7 @@ data costs in the training process is not counted as the model's.
 from __future__ import annotations
 
 import bisect
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -90,14 +91,18 @@ def _operator_profile(prof: profile, active: int, trace_file: str, device: str) 
 
 
 def _by_name(events: list) -> list[OperatorStat]:
-    totals: dict[str, list[float]] = {}
+    calls: dict[str, list] = {}
     for event in events:
-        total = totals.setdefault(event.name, [0, 0.0, 0.0])
-        total[0] += 1
-        total[1] += event.self_cpu_time_total
-        total[2] += event.self_device_time_total
-    stats = [_stat(name, int(calls), cpu, dev) for name, (calls, cpu, dev) in totals.items()]
+        calls.setdefault(event.name, []).append(event)
+    stats = [_calls_stat(name, each) for name, each in calls.items()]
     return sorted(stats, key=lambda op: op.self_cpu_s + op.self_device_s, reverse=True)
+
+
+def _calls_stat(name: str, calls: list) -> OperatorStat:
+    """The operator ``name`` over its ``calls`` (the profiler's events), with its median call's host self time."""
+    host = [call.self_cpu_time_total for call in calls]
+    device = sum(call.self_device_time_total for call in calls)
+    return replace(_stat(name, len(calls), sum(host), device), median_call_cpu_s=statistics.median(host) * _US)
 
 
 def _stat(name: str, calls: int, self_cpu_us: float, self_device_us: float) -> OperatorStat:

@@ -120,9 +120,7 @@ def figures(result: ProfileResult) -> Figures:
     time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
     small = max(SMALL_OPERATOR_S, SMALL_OPERATOR_DISPATCHES * ops.dispatch_s)
     overhead = ops.outside_operators_s + sum(
-        op.self_cpu_s
-        for op in ops.step_operators
-        if not op.name.startswith("aten::") or op.self_cpu_s / max(op.calls, 1) < small
+        op.self_cpu_s for op in ops.step_operators if not op.name.startswith("aten::") or op.typical_call_cpu_s < small
     )
     operator_time = sum(time_of(op) for op in aten) or float("inf")
     compute = sum(time_of(op) for op in aten if is_compute_operator(op.name, ops.device))
