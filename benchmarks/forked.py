@@ -47,14 +47,14 @@ def main() -> None:
     print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
     server = ForkServer()
     launchers = {"forked": server, "fresh": FreshLauncher()}
-    rows = []
+    rows, knobs = [], knob_values(args.knob)
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
             request = request_for(case, args.device)
-            request = replace(request, knobs={**request.knobs, **knob_values(args.knob)})
+            request = replace(request, knobs={**request.knobs, **knobs})
             rows.append(measure_case(case, request, args.rounds, launchers, Path(tmp)))
     server.close()
-    record = {"machine": machine, "rounds": args.rounds, "knobs": knob_values(args.knob), "cases": rows}
+    record = {"machine": machine, "rounds": args.rounds, "knobs": knobs, "cases": rows}
     write_atomic(args.results, json.dumps(record, indent=1))
     print(
         f"\n{'case':12} {'forked':>9} {'fresh':>9} {'ratio':>7}  95 % interval  in {LOW}-{HIGH}  peak MB forked/fresh"

@@ -100,9 +100,9 @@ def _by_name(events: list) -> list[OperatorStat]:
 
 def _calls_stat(name: str, calls: list) -> OperatorStat:
     """The operator ``name`` over its ``calls`` (the profiler's events), with its median call's host self time."""
-    host = [call.self_cpu_time_total for call in calls]
-    device = sum(call.self_device_time_total for call in calls)
-    return replace(_stat(name, len(calls), sum(host), device), median_call_cpu_s=statistics.median(host) * _US)
+    host = [call.self_cpu_time_total * _US for call in calls]
+    device = sum(call.self_device_time_total for call in calls) * _US
+    return OperatorStat(name, len(calls), sum(host), device, median_call_cpu_s=statistics.median(host))
 
 
 def _stat(name: str, calls: int, self_cpu_us: float, self_device_us: float) -> OperatorStat:
