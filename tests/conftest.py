@@ -29,6 +29,12 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_CONF = REPO / "tests" / "conf"
 MEASURE_TESTS = REPO / "tests" / "measure"  # tests that read the test process's own process tree
 
+# Bytecode caches (git-ignored) are written even where PYTHONDONTWRITEBYTECODE is set: without them every test
+# process compiles and assertion-rewrites the test modules again as it collects them (6 of its 11 CPU-seconds here),
+# and every process the tests start compiles autotune's modules again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 
 def _neutral_knobs() -> dict:
     """Every knob at its baseline default (as a pipeline that sets none runs), batch size 32: nothing changed."""

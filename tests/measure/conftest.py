@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from autotune.measure.memory import tree_pids
 from autotune.trial.runner import shared_fork_server
 
 
@@ -12,3 +15,9 @@ def _a_tree_of_this_process_alone():
     """End the fork server a trial test may have started in this process: it is this process's child, and a
     trial's tree has no such process."""
     shared_fork_server().close()
+
+
+def tree_tasks(root: int) -> int:
+    """The threads of ``root``'s process tree: listing the tree reads a file for each (``memory.tree_pids``), so a
+    read's cost grows with them (a test process gathers threads as its tests run)."""
+    return sum(len(os.listdir(f"/proc/{pid}/task")) for pid in tree_pids(root))
