@@ -1,8 +1,8 @@
 """Race model: how often autotune's finalist selection and race pick a configuration within 0.97 of the best,
 when runs vary the way re-measurements on this machine were measured to vary.
 
-    .venv/bin/python -m benchmarks.race_model [--studies 4000] [--rounds 3 [6 10]] [--screening-runs 1] [--picks]
-        [--seed 0] [FILE ...]
+    .venv/bin/python -m benchmarks.race_model [--studies 4000] [--rounds 3 [6 10]] [--screening-runs 1]
+        [--finalist-window 0.15 [0.25 ...]] [--picks] [--seed 0] [FILE ...]
 
 A model, not a measurement: it answers in seconds what would take dozens of 20-minute efficiency runs, to compare
 rules of the race; only ``benchmarks.efficiency`` judges the tuner. It drives autotune's own code
@@ -24,6 +24,7 @@ of sessions 7-8 with their true throughput relative to the best: the pooled pair
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -36,6 +37,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from autotune.records import TrialRecord
+from autotune.results import race
 from autotune.results.model import StudyResults
 from autotune.study.run_race import run_race
 from benchmarks.efficiency import TARGET_RATIO
@@ -263,6 +265,13 @@ def main() -> None:
     parser.add_argument(
         "--screening-runs", type=int, default=1, help="runs per search trial, median kept (measure.repeats)"
     )
+    parser.add_argument(
+        "--finalist-window",
+        type=float,
+        nargs="+",
+        default=[race.FINALIST_WINDOW],
+        help="the finalists' window (FINALIST_WINDOW of autotune/results/race.py), one setting each",
+    )
     parser.add_argument("--picks", action="store_true", help="also print how often each configuration is picked")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -272,11 +281,13 @@ def main() -> None:
         noise = fit_noise(runs, scenario.pipeline)
         tails = f"t, {noise.tail_dof} d.o.f." if noise.tail_dof else "normal"
         print(f"{name}: noise (log SD) round {noise.round_sd:.3f}, run {noise.run_sd:.3f} ({tails})")
-        for rounds in args.rounds:
+        for rounds, window in itertools.product(args.rounds, args.finalist_window):
+            race.FINALIST_WINDOW = window  # select_finalists reads it at each call
             outcomes = [simulate_study(scenario, noise, rounds, rng, args.screening_runs) for _ in range(args.studies)]
             figures = summarise(outcomes)
             print(
-                f"  {rounds:2d} rounds: pick >= {TARGET_RATIO} of the best in {figures['met']:6.1%} of studies; "
+                f"  {rounds:2d} rounds, window {window:.2f}: pick >= {TARGET_RATIO} of the best in "
+                f"{figures['met']:6.1%} of studies; "
                 f"mean ratio {figures['mean_ratio']:.3f}; baseline kept {figures['kept_baseline']:6.1%}; "
                 f"{figures['race_runs']:4.1f} race runs"
             )
