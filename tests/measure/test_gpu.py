@@ -202,7 +202,7 @@ NVML_READ_BUDGET_S = 0.00005
 NVML_READ_BUDGET_PER_TASK_S = 0.00002
 
 
-def test_counting_the_gpus_other_processes_costs_microseconds_per_process_of_the_tree(monkeypatch):
+def test_counting_the_gpus_other_processes_costs_microseconds_per_thread_of_the_tree(monkeypatch):
     FakeNvml(monkeypatch, [f"GPU-{UUID}"], pids=[4_000_001, 4_000_002])  # host PIDs: the tree is counted
     nvml = Nvml(CUDA0)
     costs = []
