@@ -20,4 +20,10 @@ def _a_tree_of_this_process_alone():
 def tree_tasks(root: int) -> int:
     """The threads of ``root``'s process tree: listing the tree reads a file for each (``memory.tree_pids``), so a
     read's cost grows with them (a test process gathers threads as its tests run)."""
-    return sum(len(os.listdir(f"/proc/{pid}/task")) for pid in tree_pids(root))
+    tasks = 0
+    for pid in tree_pids(root):
+        try:
+            tasks += len(os.listdir(f"/proc/{pid}/task"))
+        except FileNotFoundError:  # ended since it was listed
+            pass
+    return tasks
