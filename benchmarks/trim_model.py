@@ -2,7 +2,7 @@
 nothing, and how often it keeps what matters, when runs vary the way re-measurements on this machine vary.
 
     .venv/bin/python -m benchmarks.trim_model [--studies 2000] [--rounds 3] [--pipeline images] [--run-sd SD]
-        [--seed 0] [FILE ...]
+        [--trim-margin 0.25] [--seed 0] [FILE ...]
 
 A model, not a measurement, like ``benchmarks.race_model`` (whose noise it fits to the same files): it drives
 autotune's own ``run_trim`` with simulated runs, so that rules of the trim can be compared in seconds; only a real
@@ -32,6 +32,7 @@ from autotune.knobs import BASELINE_DEFAULTS, KNOBS, changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, count_changes
+from autotune.study import run_race
 from autotune.study.trim import run_trim
 from benchmarks.race_model import DEFAULT_FILES, UNDISTURBED, Noise, UnstoredStudy, fit_noise
 
@@ -172,6 +173,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="the race's planned rounds (study.confirm_rounds)")
     parser.add_argument("--pipeline", default="images", help="whose re-measurement noise to fit")
     parser.add_argument("--run-sd", type=float, help="a run's own noise (log SD) instead of the fitted one")
+    parser.add_argument(
+        "--trim-margin", type=float, help="how far behind a variant leaves the trim's race (TRIM_MARGIN) instead"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     noise = fit_noise([json.loads(path.read_text(encoding="utf-8")) for path in args.files], args.pipeline)
@@ -179,6 +183,8 @@ def main() -> None:
         noise = Noise(noise.round_sd, args.run_sd, noise.tail_dof)
     tails = f"t, {noise.tail_dof} d.o.f." if noise.tail_dof else "normal"
     print(f"noise of {args.pipeline} (log SD): round {noise.round_sd:.3f}, run {noise.run_sd:.3f} ({tails})")
+    if args.trim_margin is not None:
+        run_race.TRIM_MARGIN = args.trim_margin  # read by the race at each round
     rng = random.Random(args.seed)
     for name, scenario in SCENARIOS.items():
         outcomes = [simulate_trim(scenario, noise, args.rounds, rng) for _ in range(args.studies)]

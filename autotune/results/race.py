@@ -53,9 +53,10 @@ RACE_MARGIN = 0.10
 # counting the runs made before the race) and every other finalist's fastest by TIE_TOLERANCE; or, from round 2 on,
 # once every finalist left beats the baseline so: more rounds could not tell them a few per cent apart.
 DECISIVE_GAIN = 0.10
-# In the trim's races a variant leaves once its median falls this far behind the configuration it was made from:
-# a change that costs this much clearly matters, and one round's noise (up to ~15 %) cannot make it look so.
-TRIM_MARGIN = 0.25
+# In the trim's races a variant leaves once its median falls this far behind the configuration it was made from, and
+# the change it undid is kept. Smaller, clear cases end sooner and a noisy round keeps more idle changes: the balance
+# of runs against idle changes kept (docs/how-it-decides.md, "The trim under noise").
+TRIM_MARGIN = 0.15
 # Two finalists closer than this (geometric mean of their per-round ratios) are tied: about one run's noise.
 TIE_TOLERANCE = 0.03
 # A finalist is proven when one no faster than the baseline would win as many rounds by chance at most this often,
