@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -54,3 +55,9 @@ def describe(values: list[float]) -> str:
     mean = statistics.fmean(values)
     cv = statistics.stdev(values) / mean if len(values) > 1 else 0.0
     return f"median {statistics.median(values):.1f}, mean {mean:.1f}, CV {cv:.1%}, n={len(values)}"
+
+
+def knob_values(assignments: list[str]) -> dict[str, Any]:
+    """``["malloc=keep", "num_threads=1"]`` as knob values (YAML scalars)."""
+    pairs = (assignment.split("=", 1) for assignment in assignments)
+    return {name: yaml.safe_load(value) for name, value in pairs}

@@ -18,10 +18,8 @@ import argparse
 import json
 import statistics
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
-
-import yaml
 
 from autotune.files import write_atomic
 from autotune.measure.environment import describe_machine
@@ -29,6 +27,7 @@ from autotune.measure.stats import ratio_interval
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
+from benchmarks.common import knob_values
 from benchmarks.overhead import CASES, request_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forked.json"
@@ -50,8 +49,7 @@ def main() -> None:
     rows, knobs = [], knob_values(args.knob)
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
-            request = request_for(case, args.device)
-            request = replace(request, knobs={**request.knobs, **knobs})
+            request = request_for(case, args.device, knobs)
             rows.append(measure_case(case, request, args.rounds, launchers, Path(tmp)))
     server.close()
     record = {"machine": machine, "rounds": args.rounds, "knobs": knobs, "cases": rows}
@@ -68,12 +66,6 @@ def main() -> None:
             f"  {low:.3f}-{high:.3f}  {LOW <= ratio <= HIGH}  {peaks['forked']:.0f}/{peaks['fresh']:.0f}"
         )
     print(f"saved {args.results}")
-
-
-def knob_values(assignments: list[str]) -> dict:
-    """``["malloc=keep", "num_threads=1"]`` as knob values (YAML scalars)."""
-    pairs = (assignment.split("=", 1) for assignment in assignments)
-    return {name: yaml.safe_load(value) for name, value in pairs}
 
 
 def measure_case(case: str, request: TrialRequest, rounds: int, launchers: dict, workdir: Path) -> dict:

@@ -1,6 +1,7 @@
 """Overhead of the harness on the real trial path: autotune / bare, target >= 0.98 in each case.
 
     .venv/bin/python -m benchmarks.overhead [--rounds 7] [--cases big big-workers tiny-steps] [--results PATH]
+        [--knob malloc=keep ...]
 
 Each round runs each case twice, in fresh processes, the one that goes first alternating from round to round:
 - autotune: a trial as the tuner runs one (``run_trial``: the worker's Profiler, its memory and CPU samplers and
@@ -9,8 +10,9 @@ Each round runs each case twice, in fresh processes, the one that goes first alt
   two clock reads around as many steps as the case's first autotune run timed, after as many warm-up steps as it
   ran (a trial's warm-up lasts until step times settle: the bare window starts as far into the run).
 The ratio per round is autotune / bare; a case's figure is the median of its rounds' ratios, beside the 95 %
-interval of their geometric mean. Results go to benchmarks/results/overhead.json unless ``--results`` names another
-file.
+interval of their geometric mean. ``--knob`` changes a knob of every case (``malloc=keep`` takes glibc's trim
+regime, which differs from process to process, out of the comparison: benchmarks/allocator.py). Results go to
+benchmarks/results/overhead.json unless ``--results`` names another file.
 
 Cases:
   big          a ~700 MB training process with ~110 ms steps: CachedImages (benchmarks/workloads.py), SmallCNN,
@@ -44,7 +46,7 @@ from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
-from benchmarks.common import settings_for
+from benchmarks.common import knob_values, settings_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
 TARGET = 0.98
@@ -61,11 +63,14 @@ CASES = {
 }
 
 
-def request_for(case: str, device: str) -> TrialRequest:
+def request_for(case: str, device: str, knobs: dict | None = None) -> TrialRequest:
+    """The trial of ``case`` on ``device``, ``knobs`` changed on top of the case's own changes."""
     pipeline, components, changes = CASES[case]
     settings = settings_for(pipeline, [f"measure.device={device}"], components)
     m = settings.measure
-    return TrialRequest(settings.pipeline, {**settings.baseline, **changes}, device, m.plan, m.memory_interval_s)
+    return TrialRequest(
+        settings.pipeline, {**settings.baseline, **changes, **(knobs or {})}, device, m.plan, m.memory_interval_s
+    )
 
 
 def autotune_run(request: TrialRequest, workdir: Path, name: str) -> tuple[float, int, int]:
@@ -123,6 +128,7 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--knob", nargs="*", default=[], metavar="NAME=VALUE", help="a knob's value in every case")
     parser.add_argument("--bare", nargs=3, metavar=("REQUEST", "WARMUP_STEPS", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
@@ -134,8 +140,10 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
-            rows.append(measure_case(case, request_for(case, args.device), args.rounds, Path(tmp)))
-    write_atomic(args.results, json.dumps({"machine": machine, "rounds": args.rounds, "cases": rows}, indent=1))
+            request = request_for(case, args.device, knob_values(args.knob))
+            rows.append(measure_case(case, request, args.rounds, Path(tmp)))
+    record = {"machine": machine, "rounds": args.rounds, "knobs": knob_values(args.knob), "cases": rows}
+    write_atomic(args.results, json.dumps(record, indent=1))
     print(f"\n{'case':12} {'autotune':>9} {'bare':>9} {'median ratio':>12}  95 % interval  >= {TARGET}")
     for row in rows:
         low, high = (row["interval"] or {}).get("low", 0), (row["interval"] or {}).get("high", 0)
