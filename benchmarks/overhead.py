@@ -137,12 +137,11 @@ def main() -> None:
         return
     machine = describe_machine()
     print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
-    rows = []
+    rows, knobs = [], knob_values(args.knob)
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
-            request = request_for(case, args.device, knob_values(args.knob))
-            rows.append(measure_case(case, request, args.rounds, Path(tmp)))
-    record = {"machine": machine, "rounds": args.rounds, "knobs": knob_values(args.knob), "cases": rows}
+            rows.append(measure_case(case, request_for(case, args.device, knobs), args.rounds, Path(tmp)))
+    record = {"machine": machine, "rounds": args.rounds, "knobs": knobs, "cases": rows}
     write_atomic(args.results, json.dumps(record, indent=1))
     print(f"\n{'case':12} {'autotune':>9} {'bare':>9} {'median ratio':>12}  95 % interval  >= {TARGET}")
     for row in rows:

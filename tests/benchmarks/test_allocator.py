@@ -4,9 +4,8 @@ import textwrap
 
 import pytest
 
+from benchmarks.allocator import ADDR_NO_RANDOMIZE
 from benchmarks.common import knob_values
-
-ADDR_NO_RANDOMIZE = 0x0040000
 
 
 def test_knob_assignments_are_read_as_yaml_scalars():
