@@ -11,10 +11,10 @@ rules of the race; only ``benchmarks.efficiency`` judges the tuner. It drives au
     log(samples/s) = log(true) + round effect (shared by the runs of one round) + run noise
 
 The two noise levels are fitted to the re-measurement rounds in FILE (``efficiency.json`` files; by default the
-six runs pooled in docs/benchmarks.md) by a two-way analysis of variance (configuration x round): the run noise is
-the residual, the round effect what the round means add to it. The run noise has Student's t tails with the degrees
-of freedom that give the residuals' kurtosis. A screening run (a search trial) is taken at its own time, so it
-draws its own round effect; the runs of one race round share one.
+six efficiency runs of 2026-11-22 in benchmarks/results/) by a two-way analysis of variance (configuration x round):
+the run noise is the residual, the round effect what the round means add to it. The run noise has Student's t tails
+with the degrees of freedom that give the residuals' kurtosis. A screening run (a search trial) is taken at its own
+time, so it draws its own round effect; the runs of one race round share one.
 
 Scenarios (``SCENARIOS``): for each example pipeline, the configurations the tuner screened in the efficiency runs
 of sessions 7-8 with their true throughput relative to the best: the pooled paired ratios of
@@ -74,7 +74,7 @@ IMAGES_SCREENED = [
     Config("batch 64, workers 2, channels_last, bf16", 0.885, 6, 360),
     Config("batch 32, workers 2, channels_last, bf16", 0.885 * 0.861, 5, 341),
 ]
-# Sources: benchmarks.pooled over runs 12-17 (the runs of docs/benchmarks.md section 6); "est." from the tuner's races.
+# Sources: benchmarks.pooled over benchmarks/results/efficiency-*-run12..17.json; "est." from the tuner's races.
 SCENARIOS = {
     "images": Scenario(
         "images",

@@ -52,8 +52,8 @@ LEAK_MIN_FIT = 0.8
 # Collections pausing the training process 2 % of its time or more are worth a line of code (gc.freeze).
 GC_PAUSE_SHARE = 0.02
 # A training process that spends 5 % of its CPU time in the kernel while faulting in a megabyte of fresh pages a step
-# or more is paying for its allocator (glibc's malloc on the image benchmark of docs/benchmarks.md section 1: 2 400 to
-# 22 600 pages a step, 3 to 23 % of its CPU time in the kernel, 1.13x slower than with freed memory kept). A batch
+# or more is paying for its allocator (glibc's malloc on the image loop of docs/benchmarks.md, Known limits: up to
+# 16 816 pages a step and 149-172 samples/s, against 0-154 pages and 172-179 with freed memory kept). A batch
 # from DataLoader workers arrives in a new shared-memory block: its bytes are not counted against the allocator.
 FAULT_KERNEL_SHARE = 0.05
 FAULT_MIN_MB_PER_STEP = 1.0
