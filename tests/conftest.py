@@ -34,6 +34,11 @@ MEASURE_TESTS = REPO / "tests" / "measure"  # tests that read the test process's
 # and every process the tests start compiles autotune's modules again.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# Torch's OpenMP threads spin for a while before they sleep, waiting for the next parallel region: with three test
+# processes and their trials on two cores, the spinning takes cores the tests need (the suite's CPU-seconds 4-9 %
+# fewer here, docs/benchmarks.md section 10). Read once, as OpenMP loads: so set before anything imports torch, in
+# the test processes and every process they start. Tests check what happens, not how fast.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _neutral_knobs() -> dict:
