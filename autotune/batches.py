@@ -14,6 +14,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.nn.utils.rnn import PackedSequence
 
 from autotune.errors import AutotuneError
 
@@ -51,19 +52,22 @@ def to_device(batch: Any, setup: TrainingSetup) -> Any:
 
 
 def batch_len(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor that has one, looked for depth first in
-    mapping values, sequence items and dataclass fields, in their order."""
-    tensor = _first_batched_tensor(batch)
-    if tensor is None:
+    """Samples in a batch: the leading dimension of its first tensor that has one (of a ``PackedSequence``, its
+    sequences, not their steps), looked for depth first in mapping values, sequence items and dataclass fields, in
+    their order."""
+    samples = _samples(batch)
+    if samples is None:
         raise AutotuneError(f"cannot count the samples of a batch of type {type(batch).__name__}; pass step(samples=N)")
-    return tensor.shape[0]
+    return samples
 
 
-def _first_batched_tensor(batch: Any) -> torch.Tensor | None:
+def _samples(batch: Any) -> int | None:
+    if isinstance(batch, PackedSequence):  # a namedtuple whose first field holds every step of every sequence
+        return int(batch.batch_sizes[0])
     if isinstance(batch, torch.Tensor):
-        return batch if batch.dim() > 0 else None
+        return batch.shape[0] if batch.dim() > 0 else None
     for value in _values(batch) or ():
-        found = _first_batched_tensor(value)
+        found = _samples(value)
         if found is not None:
             return found
     return None

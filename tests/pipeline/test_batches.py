@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
+from torch.nn.utils.rnn import pack_sequence
 
 from autotune.batches import batch_len, move, to_device
 from autotune.config.load import load_settings
@@ -133,6 +134,14 @@ def test_values_that_are_not_tensors_stay_as_they_are():
 )
 def test_the_samples_are_the_leading_dimension_of_the_first_tensor(batch):
     assert batch_len(batch) == 5
+
+
+def test_a_packed_sequence_counts_its_sequences_not_their_steps():
+    sequences = [torch.zeros(n, 4) for n in (5, 3, 2)]
+    packed = pack_sequence(sequences)  # its data holds the 10 steps of the three
+    assert batch_len(packed) == 3
+    assert batch_len((packed, torch.zeros(3))) == 3
+    assert batch_len({"text": packed}) == 3
 
 
 @pytest.mark.parametrize("batch", ["text", Recorder(), {"ids": ["a", "b"]}, (torch.tensor(1.0),)])
