@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
 from autotune.batches import batch_len
 from autotune.measure.environment import describe_machine
@@ -21,7 +22,7 @@ from autotune.measure.flops import count_flops
 from autotune.measure.gpu import DeviceTimeline, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
 from autotune.measure.measurement import ComputeReport, Measurement, MemoryReport, SystemReport
 from autotune.measure.memory import MIB, ProcessTree, TreeReading, fork_server_of, peak_estimate
-from autotune.measure.recorder import DONE, WARMUP, WINDOW, StepRecorder, WindowPlan
+from autotune.measure.recorder import DONE, DRAIN, WARMUP, WINDOW, StepRecorder, WindowPlan
 from autotune.measure.sampler import PeriodicSampler
 from autotune.measure.system import CpuUsageMeter
 
@@ -31,7 +32,8 @@ class Profiler:
 
     Wrap the batch iterable with ``wrap()`` (the time blocked on it is data wait), call
     ``transferred()`` after moving a batch to the device (optional) and ``step()`` after each
-    optimizer step. Warm-up ends when step times settle; the steps after it form the timed window.
+    optimizer step. Warm-up ends when step times settle; after the window's start readings and as many untimed
+    steps as a DataLoader's workers load ahead (what they loaded during the readings), the steps form the window.
     After the ``with`` block, ``result`` holds the Measurement.
 
     Inside the window the loop runs as it would without the profiler: each mark reads the clock, the
@@ -62,6 +64,7 @@ class Profiler:
         self._flops_per_sample: float | None = None
         self._full_reads: list[TreeReading] = []
         self._timeline = DeviceTimeline() if self.device.type == "cuda" else None
+        self._prepared = 0
 
     @property
     def done(self) -> bool:
@@ -93,8 +96,10 @@ class Profiler:
         if exc_type is None:
             self.result = self._measurement()
 
-    def wrap(self, batches: Iterable[Any]) -> Iterator[Any]:
-        """Yield from ``batches``, marking when each batch arrives."""
+    def wrap(self, batches: Iterable[Any], prepared: int | None = None) -> Iterator[Any]:
+        """Yield from ``batches``, marking when each batch arrives. ``prepared``: how many batches the source
+        loads ahead of the loop (``prepared_ahead``; by default read from ``batches`` where it is a DataLoader)."""
+        self._prepared = prepared_ahead(batches) if prepared is None else prepared
         for batch in batches:
             self.recorder.batch_ready()
             if self._timeline and self.recorder.phase == WINDOW:
@@ -121,7 +126,9 @@ class Profiler:
         if before == WINDOW and self._timeline:
             self._timeline.step_done(samples, self._clock())
         if before == WARMUP and self.recorder.phase != WARMUP:
-            self._open_window()
+            self._take_start_readings()
+        if before != WINDOW and self.recorder.phase == WINDOW:
+            self._open_window(drained=before == DRAIN)
         if before == WINDOW and self.recorder.phase == DONE:
             self._close_window()
 
@@ -143,10 +150,18 @@ class Profiler:
             "loop over more epochs until prof.done"
         )
 
-    def _open_window(self) -> None:
-        """Take the readings of the window's start, then start its clock: they are not timed."""
+    def _take_start_readings(self) -> None:
+        """Take the readings of the window's start, untimed; then the loop uses up, untimed too, the batches the
+        loader's workers prepared while it paused for them, as it does not pause so in a loop of its own."""
         self._full_reads.append(self._tree.read_full())
         self._cpu.start()
+        self.recorder.drain(self._prepared)
+
+    def _open_window(self, drained: bool) -> None:
+        """Start the window's clock; after drained steps, on a GPU, once the device has done their work (it waited
+        for each warm-up step)."""
+        if drained:
+            synchronize(self.device)
         self.recorder.restart_window()
         if self._timeline:
             self._timeline.start(self.recorder.window_start)
@@ -209,6 +224,14 @@ class Profiler:
             gpu_note=self._nvml.reason or (None if utilization else "no NVML utilisation read inside the window"),
             gpu_other_processes=max(others) if others else None,
         )
+
+
+def prepared_ahead(batches: Iterable[Any]) -> int:
+    """How many batches a DataLoader's workers load ahead of the loop (workers x prefetch_factor); 0 for any other
+    iterable, and for a DataLoader without workers, which loads each batch when asked."""
+    if not isinstance(batches, DataLoader) or not batches.num_workers:
+        return 0
+    return batches.num_workers * (batches.prefetch_factor or 0)
 
 
 def profile(name: str = "train", **options: Any) -> Profiler:

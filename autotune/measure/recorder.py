@@ -13,7 +13,7 @@ from autotune.errors import AutotuneError
 from autotune.measure.stats import block_throughput_ci, quartiles
 from autotune.measure.warmup import WarmupPolicy, excess_time
 
-WARMUP, WINDOW, DONE = "warmup", "window", "done"
+WARMUP, DRAIN, WINDOW, DONE = "warmup", "drain", "window", "done"
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,8 @@ class Timing:
     ``throughput_ci95_*`` bound throughput within this run (batch means; None where the window is too short to
     say, or for the high end, where it has no upper bound); run-to-run variation is larger and only repeated runs
     show it. ``transfer_s`` is host-to-device copy and input layout conversion; ``data_stall_fraction`` is the
-    share of the window spent waiting for data.
+    share of the window spent waiting for data. ``warmup_steps`` and ``warmup_s`` count every untimed step before
+    the window: the warm-up's and those drained after it (``StepRecorder.drain``).
     """
 
     steps: int
@@ -103,10 +104,17 @@ class StepRecorder:
         self._transferred: float | None = None
         self._window_samples = 0
         self._warmup_compile_s = 0.0
+        self._drain_left = 0
+        self._drain_times: list[float] = []
 
     @property
     def done(self) -> bool:
         return self.phase == DONE
+
+    @property
+    def before_window(self) -> bool:
+        """Whether the steps are not timed yet (warming up, or draining what the loader prepared meanwhile)."""
+        return self.phase in (WARMUP, DRAIN)
 
     def start(self) -> None:
         self._step_start = self.clock()
@@ -115,6 +123,12 @@ class StepRecorder:
         """Start the window's clock now: what ran since the last warm-up step (reads that must not be timed,
         such as a full memory read) is left out of the window."""
         self.window_start = self._step_start = self.clock()
+
+    def drain(self, steps: int) -> None:
+        """Run ``steps`` more steps untimed before the window: the batches a DataLoader's workers prepared while
+        the loop paused for the untimed reads at the window's start would otherwise come free inside it."""
+        if steps > 0 and self.phase == WINDOW and not self._samples:
+            self.phase, self._drain_left = DRAIN, steps
 
     def end_window_at(self, now: float) -> None:
         """End the window at ``now`` rather than at its last step's mark: on a GPU, once the device has
@@ -133,6 +147,8 @@ class StepRecorder:
             raise RuntimeError("StepRecorder.start() must be called before the first step")
         if self.phase == WARMUP:
             self._end_warmup_step(now)
+        elif self.phase == DRAIN:
+            self._end_drain_step(now)
         elif self.phase == WINDOW:
             self._end_window_step(now, samples)
         self._step_start, self._ready, self._transferred = now, None, None
@@ -145,6 +161,12 @@ class StepRecorder:
             self.phase, self.window_start = WINDOW, now
             settled = statistics.median(self.warmup_times[-policy.span :])
             self._warmup_compile_s = excess_time(self.warmup_times, settled)
+
+    def _end_drain_step(self, now: float) -> None:
+        self._drain_times.append(now - self._step_start)
+        self._drain_left -= 1
+        if self._drain_left == 0:
+            self.phase, self.window_start = WINDOW, now
 
     def _end_window_step(self, now: float, samples: int) -> None:
         ready = self._ready if self._ready is not None else self._step_start
@@ -205,8 +227,8 @@ class StepRecorder:
             transfer_s=sum(split.transfers) * share,
             compute_s=sum(split.computes) * share,
             data_stall_fraction=data_wait_s / window_s,
-            warmup_steps=len(self.warmup_times),
-            warmup_s=sum(self.warmup_times),
+            warmup_steps=len(self.warmup_times) + len(self._drain_times),
+            warmup_s=sum(self.warmup_times) + sum(self._drain_times),
             warmup_settled=self.warmup_settled,
             compile_s=excess_time(self.warmup_times, median) if compiling else 0.0,
         )

@@ -55,13 +55,14 @@ class Trainer:
             **self.setup.loader_kwargs,
         )
 
-    def batches(self) -> Iterator[Any]:
-        """Batches without end from one DataLoader, iterated epoch after epoch as a training loop does: with
-        ``persistent_workers`` its workers serve every epoch, without it they restart at each epoch's start.
+    def batches(self, loader: DataLoader | None = None) -> Iterator[Any]:
+        """Batches without end from one DataLoader (``loader``, else a new ``loader()``), iterated epoch after epoch
+        as a training loop does: with ``persistent_workers`` its workers serve every epoch, without it they restart
+        at each epoch's start.
 
         A DataLoader worker killed by a signal raises WorkerKilledError naming the signal.
         """
-        loader = self.loader()
+        loader = loader or self.loader()
         while True:
             yielded = False
             epoch = iter(loader)

@@ -28,8 +28,7 @@ import torch
 from autotune.batches import batch_len
 from autotune.files import write_atomic
 from autotune.knobs import changes_numerics, costly
-from autotune.measure.profiler import Profiler
-from autotune.measure.recorder import WARMUP
+from autotune.measure.profiler import Profiler, prepared_ahead
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.inspect import read_facts
 from autotune.pipeline.setup import (
@@ -79,10 +78,11 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
     compiling = costly(request.knobs)
     report = _progress_writer(progress_path, max(_PROGRESS_AFTER_S, request.plan.min_time_s / 2), compiling)
     problem, check, start = None, None, None
-    batches = trainer.batches()
+    loader = trainer.loader()
+    batches = trainer.batches(loader)
     try:
         with Profiler("trial", device, request.plan, request.memory_interval_s, compiling) as prof:
-            for index, batch in enumerate(prof.wrap(batches)):
+            for index, batch in enumerate(prof.wrap(batches, prepared_ahead(loader))):
                 batch = trainer.to_device(batch)
                 prof.transferred()
                 if index == 0:  # warm-up steps, never timed
@@ -90,7 +90,7 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
                     problem = loss_problem(check.first_loss, check.fp32_loss, request.loss_tolerance)
                 else:
                     loss = trainer.train_step(batch)
-                if prof.recorder.phase == WARMUP:  # the last warm-up step's reading is the window's start
+                if prof.recorder.before_window:  # the last untimed step's reading is the window's start
                     start = trainer.scale_reading()
                 prof.step(batch_len(batch))
                 report(prof)

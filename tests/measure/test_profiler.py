@@ -15,7 +15,7 @@ import autotune
 from autotune.errors import AutotuneError
 from autotune.measure.measurement import Measurement
 from autotune.measure.memory import ProcessTree
-from autotune.measure.profiler import Profiler, batch_len
+from autotune.measure.profiler import Profiler, batch_len, prepared_ahead
 from autotune.measure.recorder import DONE, WARMUP, WINDOW, WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from tests.fixtures.tiny import TinyCNN, TinyImages
@@ -244,3 +244,36 @@ def test_on_cuda_data_wait_and_compute_come_from_device_events(fake_cuda):
     assert 0.35 < timing.data_stall_fraction < 0.65
     assert timing.compute_s == pytest.approx(timing.window_s - timing.data_wait_s - timing.transfer_s, rel=0.05)
     assert timing.median_step_s == pytest.approx(0.006, rel=0.5)
+
+
+class SlowLoadingImages(TinyImages):
+    """TinyImages that take 2 ms a sample to load: a batch of 16, ~32 ms in a worker."""
+
+    def __getitem__(self, index: int):
+        time.sleep(0.002)
+        return super().__getitem__(index)
+
+
+def test_the_batches_loaded_during_the_window_start_readings_are_used_up_before_its_clock_starts(monkeypatch):
+    # The readings pause the loop, not the workers: the batches they load meanwhile would come free in the window.
+    read_full = ProcessTree.read_full
+    monkeypatch.setattr(ProcessTree, "read_full", lambda tree: time.sleep(0.4) or read_full(tree))
+    loader = torch.utils.data.DataLoader(SlowLoadingImages(4096), batch_size=16, num_workers=2, prefetch_factor=2)
+    assert prepared_ahead(loader) == 4
+    plan = WindowPlan(min_steps=8, min_time_s=0.0, max_time_s=60.0, warmup=QUICK)
+    with autotune.profile(plan=plan) as prof:
+        for _ in prof.wrap(loader):
+            prof.step()
+            if prof.done:
+                break
+    waits = prof.recorder._waits  # two workers deliver their batches in pairs: ~32 ms, then ~0
+    assert len(waits) == 8
+    assert sum(waits[:4]) > 0.5 * sum(waits[4:]), f"the window's first batches came free: {waits}"
+
+
+def test_only_a_dataloader_with_workers_loads_batches_ahead():
+    images = TinyImages(64)
+    assert prepared_ahead(torch.utils.data.DataLoader(images, num_workers=3, prefetch_factor=5)) == 15
+    assert prepared_ahead(torch.utils.data.DataLoader(images, num_workers=2)) == 4, "torch's default of 2 a worker"
+    assert prepared_ahead(torch.utils.data.DataLoader(images)) == 0
+    assert prepared_ahead([images[0]]) == 0

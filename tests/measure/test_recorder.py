@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.measure.recorder import DONE, WINDOW, StepRecorder, WindowPlan
+from autotune.measure.recorder import DONE, DRAIN, WARMUP, WINDOW, StepRecorder, WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 
 
@@ -119,3 +119,33 @@ def test_a_loop_that_ends_in_warmup_has_no_timing():
     assert recorder.phase != DONE
     with pytest.raises(AutotuneError, match="ended during warm-up after 3 steps"):
         recorder.timing()
+
+
+def test_drained_steps_after_warm_up_are_not_timed_and_the_window_starts_after_the_last():
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=5, min_time_s=0.0, max_time_s=10.0, warmup=FAST_WARMUP)
+    recorder = StepRecorder(plan, clock)
+    run(recorder, clock, [(0.0, 0.0, 0.1)] * 3, until_done=False)  # warm-up settles at its second step
+    assert recorder.phase == WINDOW and recorder.timing().steps == 1
+    recorder = StepRecorder(plan, clock)
+    run(recorder, clock, [(0.0, 0.0, 0.1)] * 2, until_done=False)
+    recorder.drain(3)
+    assert recorder.phase == DRAIN and recorder.before_window
+    run(recorder, clock, [(0.05, 0.0, 0.1)] * 3 + [(0.1, 0.0, 0.1)] * 5)
+    timing = recorder.timing()
+    assert timing.steps == 5 and timing.window_s == pytest.approx(1.0), "the drained steps are left out"
+    assert timing.data_wait_s == pytest.approx(0.5) and not recorder.before_window
+    assert timing.warmup_steps == 2 + 3 and timing.warmup_s == pytest.approx(0.2 + 0.45), "untimed, not unaccounted"
+
+
+def test_nothing_is_drained_without_batches_loaded_ahead_nor_once_the_window_has_steps():
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=5, min_time_s=0.0, max_time_s=10.0, warmup=FAST_WARMUP)
+    recorder = StepRecorder(plan, clock)
+    assert recorder.phase == WARMUP and recorder.before_window
+    run(recorder, clock, [(0.0, 0.0, 0.1)] * 2, until_done=False)
+    recorder.drain(0)
+    assert recorder.phase == WINDOW
+    run(recorder, clock, [(0.0, 0.0, 0.1)], until_done=False)
+    recorder.drain(3)
+    assert recorder.phase == WINDOW, "a window under way is not interrupted"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.measure.profiler import Profiler
-from autotune.measure.recorder import DONE
+from autotune.measure.recorder import DONE, StepRecorder
 from autotune.trial.worker import measure_training
 from tests.conftest import trial_request
 
@@ -19,3 +19,14 @@ def test_flops_are_counted_after_the_window_as_a_step_before_it_would_change_wha
     result = measure_training(trial_request())
     assert phases == [DONE]
     assert result.measurement.compute.flops_per_sample > 0
+
+
+def test_a_trial_uses_up_untimed_what_its_dataloaders_workers_load_ahead(monkeypatch):
+    drained = []
+    drain = StepRecorder.drain
+    monkeypatch.setattr(StepRecorder, "drain", lambda recorder, steps: drained.append(steps) or drain(recorder, steps))
+    knobs = {"num_workers": 2, "prefetch_factor": 3, "persistent_workers": True}
+    result = measure_training(trial_request(**knobs))
+    assert result.ok, result.failure
+    assert drained == [6], "two workers, three batches each"
+    assert result.measurement.timing.warmup_steps >= 2 + 6
