@@ -121,12 +121,12 @@ def _sampled_step(device: torch.device) -> list[tuple[str, float, str, str]]:
     """The CUDA events of one sampled step (every step of a loop whose steps last DeviceTimeline.spacing_s or
     more), each created and recorded inside the window."""
     timeline = DeviceTimeline(spacing_s=0.0)
-    timeline.start(0.0)
+    timeline.start(1.0)
 
     def one_step():
         timeline.batch_ready()
         timeline.batch_transferred()
-        timeline.step_done(1, 0.0)
+        timeline.step_done(1)
 
     seconds = cost_s(one_step, 2000)
     torch.cuda.synchronize(device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,20 +170,26 @@ class DeviceTimeline:
     device, so the host runs ahead and overlaps loading the next batch with the device's work, as a training
     loop does.
 
-    A step is sampled when ``spacing_s`` of host time has passed since the last sampled one began: every step of a
-    loop of slow steps, at most 50 steps a second of a fast one, so that the events (four a sampled step, created and
-    recorded by the host) cost the same small share of any window, and a 4 s window still samples 200 steps.
+    Each step is sampled at random, with the probability that samples one step per ``spacing_s`` of the window's
+    typical step (``start``): every step of a loop of slow steps, about 50 steps a second of a fast one, so that the
+    events (four a sampled step, created and recorded by the host) cost the same small share of any window, and a
+    4 s window still samples about 200 steps. At random, neither by the clock nor by a fixed stride: either locks
+    onto a loop whose steps repeat a pattern (with gradient accumulation, a longer optimizer step every k steps)
+    and times one phase of it. The draws come from a generator of its own (``seed``), not the loop's.
     """
 
     spacing_s: float = 0.02
+    seed: int = 0
     steps: list[_SampledStep] = field(default_factory=list)
     _current: _SampledStep | None = None
-    _last_sampled: float = float("-inf")
+    _probability: float = 1.0
+    _draws: random.Random = field(default_factory=random.Random)
 
-    def start(self, now: float) -> None:
-        """The window starts at host time ``now``: its first step is sampled."""
+    def start(self, step_s: float) -> None:
+        """The window starts, its steps lasting about ``step_s``: its first step is sampled."""
+        self._probability = 1.0 if step_s >= self.spacing_s else step_s / self.spacing_s
+        self._draws.seed(self.seed)
         self._current = _SampledStep(previous_end=_record())
-        self._last_sampled = now
 
     def batch_ready(self) -> None:
         if self._current is not None:
@@ -192,17 +199,16 @@ class DeviceTimeline:
         if self._current is not None:
             self._current.transferred = _record()
 
-    def step_done(self, samples: int, now: float) -> None:
-        """The end of a step of ``samples`` samples at host time ``now``; maybe the start of a sampled one."""
+    def step_done(self, samples: int) -> None:
+        """The end of a step of ``samples`` samples; maybe the start of a sampled one."""
         end = None
         if self._current is not None:
             end = self._current.end = _record()
             self._current.samples = samples
             self.steps.append(self._current)
             self._current = None
-        if now - self._last_sampled >= self.spacing_s:
+        if self._draws.random() < self._probability:
             self._current = _SampledStep(previous_end=end or _record())
-            self._last_sampled = now
 
     def split(self) -> StepSplit | None:
         """The sampled steps' wait, transfer and compute times; call after synchronising. None without any."""

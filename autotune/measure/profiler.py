@@ -124,7 +124,7 @@ class Profiler:
         samples = samples if samples is not None else batch_len(self._last_batch)
         self.recorder.step_done(samples)
         if before == WINDOW and self._timeline:
-            self._timeline.step_done(samples, self._clock())
+            self._timeline.step_done(samples)
         if before == WARMUP and self.recorder.phase != WARMUP:
             self._take_start_readings()
         if before != WINDOW and self.recorder.phase == WINDOW:
@@ -164,7 +164,7 @@ class Profiler:
             synchronize(self.device)
         self.recorder.restart_window()
         if self._timeline:
-            self._timeline.start(self.recorder.window_start)
+            self._timeline.start(self.recorder.settled_step_s)
 
     def _close_window(self) -> None:
         """End the window (on a GPU once the device is done with the work queued), then take its end readings."""

@@ -112,6 +112,12 @@ class StepRecorder:
         return self.phase == DONE
 
     @property
+    def settled_step_s(self) -> float:
+        """The warm-up's typical step as it ended: the median of its last ``span`` steps (0.0 before any)."""
+        recent = self.warmup_times[-self.plan.warmup.span :]
+        return statistics.median(recent) if recent else 0.0
+
+    @property
     def before_window(self) -> bool:
         """Whether the steps are not timed yet (warming up, or draining what the loader prepared meanwhile)."""
         return self.phase in (WARMUP, DRAIN)
@@ -159,8 +165,7 @@ class StepRecorder:
         if policy.is_stable(self.warmup_times) or policy.gives_up(self.warmup_times):
             self.warmup_settled = policy.is_stable(self.warmup_times)
             self.phase, self.window_start = WINDOW, now
-            settled = statistics.median(self.warmup_times[-policy.span :])
-            self._warmup_compile_s = excess_time(self.warmup_times, settled)
+            self._warmup_compile_s = excess_time(self.warmup_times, self.settled_step_s)
 
     def _end_drain_step(self, now: float) -> None:
         self._drain_times.append(now - self._step_start)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import time
@@ -187,8 +188,10 @@ class FakeCuda:
     def synchronize(self, device=None) -> None:
         self.sync_phases.append(self.profiler.recorder.phase)
 
-    def loop(self, steps: int, load_s: float, compute_s: float) -> Profiler:
-        """A loop on 'cuda' whose batches take ``load_s`` to arrive and whose steps take ``compute_s``."""
+    def loop(self, steps: int, load_s: float, compute_s: float | list[float]) -> Profiler:
+        """A loop on 'cuda' whose batches take ``load_s`` to arrive and whose steps take ``compute_s`` (a list: the
+        steps' times in turn, over and over)."""
+        computes = itertools.cycle(compute_s if isinstance(compute_s, list) else [compute_s])
 
         def batches():
             while True:
@@ -201,7 +204,7 @@ class FakeCuda:
         with self.profiler as prof:
             for _ in prof.wrap(batches()):
                 prof.transferred()
-                time.sleep(compute_s)
+                time.sleep(next(computes))
                 prof.step()
                 if prof.done:
                     break
@@ -237,6 +240,14 @@ def test_on_cuda_events_time_at_most_50_steps_a_second_however_short_the_steps(f
     prof = fake_cuda.loop(400, 0.0, 0.0005)
     events, window_s = len(created), prof.result.timing.window_s
     assert 4 <= events <= 4 * (50 * window_s + 2), f"{events} events in a window of {window_s:.2f} s"
+
+
+def test_on_cuda_steps_that_repeat_a_pattern_are_sampled_in_each_of_its_phases(fake_cuda):
+    # Three short steps and a long one (gradient accumulation's optimizer step every fourth): sampled by the clock,
+    # the sampled steps were the same phase each time, and the interval missed the throughput.
+    prof = fake_cuda.loop(400, 0.0, [0.004, 0.004, 0.004, 0.016])
+    sampled, timing = prof._timeline.split().durations(), prof.result.timing
+    assert statistics.fmean(sampled) == pytest.approx(timing.window_s / timing.steps, rel=0.25), sorted(sampled)
 
 
 def test_on_cuda_data_wait_and_compute_come_from_device_events(fake_cuda):
