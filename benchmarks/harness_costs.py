@@ -118,7 +118,7 @@ def _marks(device: torch.device) -> list[tuple[str, float, str, str]]:
 
 
 def _sampled_step(device: torch.device) -> list[tuple[str, float, str, str]]:
-    """The CUDA events of one sampled step (every step of a loop whose steps last DeviceTimeline.spacing_s or
+    """The CUDA events of one sampled step (every step of a loop whose warm-up steps last DeviceTimeline.spacing_s or
     more), each created and recorded inside the window."""
     timeline = DeviceTimeline(spacing_s=0.0)
     timeline.start(1.0)
@@ -131,7 +131,7 @@ def _sampled_step(device: torch.device) -> list[tuple[str, float, str, str]]:
     seconds = cost_s(one_step, 2000)
     torch.cuda.synchronize(device)
     spacing_s = DeviceTimeline.spacing_s
-    share = f"{seconds / spacing_s:.2%} at most (1 per {spacing_s * 1e3:g} ms)"
+    share = f"{seconds / spacing_s:.2%} (about 1 per {spacing_s * 1e3:g} ms of a warm-up step)"
     return [("CUDA events of a sampled step", seconds, "step", share)]
 
 

@@ -170,10 +170,11 @@ class DeviceTimeline:
     device, so the host runs ahead and overlaps loading the next batch with the device's work, as a training
     loop does.
 
-    Each step is sampled at random, with the probability that samples one step per ``spacing_s`` of the window's
-    typical step (``start``): every step of a loop of slow steps, about 50 steps a second of a fast one, so that the
-    events (four a sampled step, created and recorded by the host) cost the same small share of any window, and a
-    4 s window still samples about 200 steps. At random, neither by the clock nor by a fixed stride: either locks
+    Each step is sampled at random, with the probability that samples one step per ``spacing_s`` of the warm-up's
+    settled step time (``start``): every step of a loop of slow steps, about 50 steps a second of a fast one (more
+    where the window's steps, which do not wait for the device, run faster than the warm-up's, which do), so that
+    the events (four a sampled step, created and recorded by the host) cost a small share of any window, and a 4 s
+    window still samples about 200 steps. At random, neither by the clock nor by a fixed stride: either locks
     onto a loop whose steps repeat a pattern (with gradient accumulation, a longer optimizer step every k steps)
     and times one phase of it. The draws come from a generator of its own (``seed``), not the loop's.
     """
@@ -186,7 +187,7 @@ class DeviceTimeline:
     _draws: random.Random = field(default_factory=random.Random)
 
     def start(self, step_s: float) -> None:
-        """The window starts, its steps lasting about ``step_s``: its first step is sampled."""
+        """The window starts after warm-up steps of ``step_s`` each: its first step is sampled."""
         self._probability = 1.0 if step_s >= self.spacing_s else step_s / self.spacing_s
         self._draws.seed(self.seed)
         self._current = _SampledStep(previous_end=_record())

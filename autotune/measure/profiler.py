@@ -5,6 +5,7 @@ The tuner's trials measure with the same Profiler, so the figures mean the same 
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -153,15 +154,25 @@ class Profiler:
     def _take_start_readings(self) -> None:
         """Take the readings of the window's start, untimed; then the loop uses up, untimed too, the batches the
         loader's workers prepared while it paused for them, as it does not pause so in a loop of its own."""
+        began = self._clock()
         self._full_reads.append(self._tree.read_full())
-        self._cpu.start()
-        self.recorder.drain(self._prepared)
+        self.recorder.drain(self._loaded_meanwhile(self._clock() - began))
+
+    def _loaded_meanwhile(self, paused_s: float) -> int:
+        """How many batches the loader's workers may have loaded during a pause of ``paused_s``: no more than they
+        load ahead, and, where the loop waits for them, about one a step (the warm-up's settled step time); where
+        it does not, their queue was full before the pause and gains nothing."""
+        step_s = self.recorder.settled_step_s
+        if not self._prepared or step_s <= 0:
+            return self._prepared
+        return min(self._prepared, math.ceil(paused_s / step_s) + 1)
 
     def _open_window(self, drained: bool) -> None:
         """Start the window's clock; after drained steps, on a GPU, once the device has done their work (it waited
         for each warm-up step)."""
         if drained:
             synchronize(self.device)
+        self._cpu.start()
         self.recorder.restart_window()
         if self._timeline:
             self._timeline.start(self.recorder.settled_step_s)

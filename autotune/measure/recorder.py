@@ -204,6 +204,11 @@ class StepRecorder:
         wait, transfer and compute come from the host's marks, or from ``device``'s timings of a sample of the
         window's steps where the host does not wait for the device (CUDA), as shares of the window.
         """
+        if not self._samples and self.phase == DRAIN:
+            raise AutotuneError(
+                f"no timed step: the loop ended {self._drain_left} step(s) before its window, still using up the "
+                "batches the DataLoader's workers loaded while the window's start was read; loop over more epochs"
+            )
         if not self._samples:
             raise AutotuneError(
                 f"no timed step: the loop ended during warm-up after {len(self.warmup_times)} steps "

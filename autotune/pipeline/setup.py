@@ -62,7 +62,7 @@ class Trainer:
 
         A DataLoader worker killed by a signal raises WorkerKilledError naming the signal.
         """
-        loader = loader or self.loader()
+        loader = self.loader() if loader is None else loader
         while True:
             yielded = False
             epoch = iter(loader)
@@ -115,8 +115,8 @@ class Trainer:
     def scale_reading(self) -> ScaleReading | None:
         """The loss scaler's scale after the optimizer steps so far; None without a scaler (fp16 only).
 
-        On CUDA the read waits for the device: take it where the loop waits anyway (a warm-up step), or after the
-        timed window, never inside it.
+        On CUDA the read waits for the device: take it before the timed window (a warm-up step waits anyway; a
+        drained step, ``StepRecorder.drain``, is untimed too), or after it, never inside it.
         """
         scaler = self.setup.grad_scaler
         return ScaleReading(scaler.get_scale(), self.optimizer_steps) if scaler is not None else None

@@ -127,8 +127,9 @@ def _skipped_steps(
     """``check`` with the timed window's optimizer steps and how many of them fp16's loss scaler skipped, and the
     problem where it skipped most; ``check`` and None without a scaler.
 
-    The scale is read at the window's edges only: on CUDA a read waits for the device, which a warm-up step does
-    anyway (``Profiler.step``) and a window step must not (``skipped_steps`` counts from the two reads).
+    The scale is read at the window's edges only: on CUDA a read waits for the device, which an untimed step before
+    the window may (a warm-up step does anyway, ``Profiler.step``) and a window step must not (``skipped_steps``
+    counts from the two reads).
     """
     if start is None or end is None:
         return check, None

@@ -288,3 +288,23 @@ def test_only_a_dataloader_with_workers_loads_batches_ahead():
     assert prepared_ahead(torch.utils.data.DataLoader(images, num_workers=2)) == 4, "torch's default of 2 a worker"
     assert prepared_ahead(torch.utils.data.DataLoader(images)) == 0
     assert prepared_ahead([images[0]]) == 0
+
+
+def test_the_drain_is_what_the_workers_may_have_loaded_during_the_pause_at_most_what_they_load_ahead():
+    prof = Profiler(plan=WindowPlan(warmup=QUICK))
+    prof.recorder.warmup_times = [0.1] * 4  # settled at 0.1 s a step
+    prof._prepared = 8
+    assert prof._loaded_meanwhile(0.05) == 2, "about one batch a step, and one more"
+    assert prof._loaded_meanwhile(5.0) == 8, "no more than the workers load ahead"
+    prof._prepared = 0
+    assert prof._loaded_meanwhile(5.0) == 0
+
+
+def test_a_loop_that_ends_while_draining_says_so(monkeypatch):
+    read_full = ProcessTree.read_full
+    monkeypatch.setattr(ProcessTree, "read_full", lambda tree: time.sleep(0.3) or read_full(tree))  # a long pause
+    loader = torch.utils.data.DataLoader(TinyImages(16 * 7), batch_size=16, num_workers=2, prefetch_factor=4)
+    with pytest.raises(AutotuneError, match=r"step\(s\) before its window, still using up the batches"):
+        with Profiler(plan=WindowPlan(min_steps=4, min_time_s=0.0, warmup=QUICK)) as prof:
+            for _ in prof.wrap(loader, 100):
+                prof.step()

@@ -22,11 +22,13 @@ def test_flops_are_counted_after_the_window_as_a_step_before_it_would_change_wha
 
 
 def test_a_trial_uses_up_untimed_what_its_dataloaders_workers_load_ahead(monkeypatch):
-    drained = []
-    drain = StepRecorder.drain
+    prepared, drained = [], []
+    wrap, drain = Profiler.wrap, StepRecorder.drain
+    monkeypatch.setattr(Profiler, "wrap", lambda prof, batches, n: prepared.append(n) or wrap(prof, batches, n))
     monkeypatch.setattr(StepRecorder, "drain", lambda recorder, steps: drained.append(steps) or drain(recorder, steps))
     knobs = {"num_workers": 2, "prefetch_factor": 3, "persistent_workers": True}
     result = measure_training(trial_request(**knobs))
     assert result.ok, result.failure
-    assert drained == [6], "two workers, three batches each"
-    assert result.measurement.timing.warmup_steps >= 2 + 6
+    assert prepared == [6], "two workers, three batches each"
+    assert len(drained) == 1 and 1 <= drained[0] <= 6
+    assert result.measurement.timing.warmup_steps >= 2 + drained[0]
