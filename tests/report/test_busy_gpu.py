@@ -28,7 +28,7 @@ def test_a_run_beside_another_process_on_its_gpu_is_named_in_the_report(tmp_path
 def test_the_method_says_a_gpu_run_warmed_up_for_at_least_its_minimum_time(tmp_path):
     results = sample_results()
     markdown = write_reports(results, summarise(results), tmp_path / "cpu")["report.md"].read_text()
-    assert "(8 to 60 steps), then a timed window" in markdown, "a CPU has no minimum warm-up time"
+    assert "(8 to 60 steps; the warm-up steps counted" in markdown, "a CPU has no minimum warm-up time"
     on_gpu = StudyResults(**{**results.__dict__, "device": "cuda:1"})
     markdown = write_reports(on_gpu, summarise(on_gpu), tmp_path / "gpu")["report.md"].read_text()
-    assert "(8 to 60 steps and at least 1 s), then a timed window" in markdown
+    assert "(8 to 60 steps and at least 1 s; the warm-up steps counted" in markdown
