@@ -33,8 +33,8 @@ class Profiler:
 
     Wrap the batch iterable with ``wrap()`` (the time blocked on it is data wait), call
     ``transferred()`` after moving a batch to the device (optional) and ``step()`` after each
-    optimizer step. Warm-up ends when step times settle; after the window's start readings and as many untimed
-    steps as a DataLoader's workers load ahead (what they loaded during the readings), the steps form the window.
+    optimizer step. Warm-up ends when step times settle; after the window's start readings, and the untimed steps
+    that use up what a DataLoader's workers loaded during them, the steps form the window.
     After the ``with`` block, ``result`` holds the Measurement.
 
     Inside the window the loop runs as it would without the profiler: each mark reads the clock, the
