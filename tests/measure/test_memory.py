@@ -38,6 +38,20 @@ print("ready", flush=True)
 time.sleep(30)
 """
 
+FORK_WITH_FILE = """
+import mmap, os, time
+with open({path!r}, "rb") as file:
+    pages = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
+for i in range(0, len(pages), 4096):
+    pages[i]
+if os.fork() == 0:
+    time.sleep(30)
+    os._exit(0)
+time.sleep(0.5)
+print("ready", flush=True)
+time.sleep(30)
+"""
+
 
 def _start(code: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -106,6 +120,21 @@ def test_a_forked_tree_counts_the_share_its_lender_holds_of_their_common_pages(l
     lent = ProcessTree(child, lender=lender.root)._lent()
     assert 100 <= lent / MIB <= 125, "half of the 200 MiB both hold, and of the interpreter's heap; not its own 100"
     assert ProcessTree(child, lender=2**22 + 1)._lent() == 0, "a lender that is gone lends nothing"
+
+
+def test_a_forked_tree_counts_the_file_pages_its_lender_touched_as_a_fresh_process_touches_its_libraries(tmp_path):
+    # A fork server's imports touch its libraries' pages; a trial forked from it faults in only those it runs.
+    library = tmp_path / "library.so"
+    library.write_bytes(b"\1" * 50 * MIB)
+    lender = _start(FORK_WITH_FILE.format(path=str(library)))
+    try:
+        if memory._rollup(lender.pid).get("Pss_File", 50 * MIB) < 50 * MIB:
+            pytest.skip("the file's pages are not file pages here (a tmpfs)")
+        child = ProcessTree(lender.pid).pids()[1]
+        lent = ProcessTree(child, lender=lender.pid)._lent()
+        assert 50 <= lent / MIB <= 75, "the file's 50 MiB the child never touched, and a share of the interpreter's"
+    finally:
+        _stop(lender)
 
 
 def test_a_process_no_full_read_saw_counts_the_shared_excess_of_its_siblings():
