@@ -4,12 +4,15 @@ interpreter? Target: forked / fresh within 0.97-1.03 per case (throughput), peak
     .venv/bin/python -m benchmarks.forked [--rounds 8] [--cases big big-workers tiny-steps] [--results PATH]
         [--knob malloc=keep ...]
 
-Each round runs each case twice as the tuner runs a trial (``run_trial``, the whole harness), once forked from one
-fork server and once as a fresh ``python -m autotune.trial.worker``, the one that goes first alternating from round
-to round. The cases are ``benchmarks/overhead.py``'s. A case's figure is the geometric mean of its rounds'
-forked/fresh ratios with its 95 % interval. ``--knob`` changes a knob of every case (``malloc=keep`` holds glibc's
-allocator in one regime, which takes the allocator's process-to-process lottery out of the comparison). Results go
-to benchmarks/results/forked.json unless ``--results`` names another file.
+Each round runs each case twice as the tuner runs a trial (``run_trial``, the whole harness), once forked from a
+fork server of the round's own and once as a fresh ``python -m autotune.trial.worker``, the one that goes first
+alternating from round to round. A server per round: every trial a server forks inherits its memory layout (and with
+it glibc's trim regime and the hash seed), so the rounds of one server would sample one layout, not the layouts
+forked trials read. The server ends before the fresh run starts: a process mapping the same libraries would take a
+share of the fresh run's memory. The cases are ``benchmarks/overhead.py``'s. A case's figure is the geometric mean
+of its rounds' forked/fresh ratios with its 95 % interval. ``--knob`` changes a knob of every case (``malloc=keep``
+holds glibc's allocator in one regime, which takes the allocator's process-to-process lottery out of the
+comparison). Results go to benchmarks/results/forked.json unless ``--results`` names another file.
 """
 
 from __future__ import annotations
@@ -44,14 +47,11 @@ def main() -> None:
     args = parser.parse_args()
     machine = describe_machine()
     print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
-    server = ForkServer()
-    launchers = {"forked": server, "fresh": FreshLauncher()}
     rows, knobs = [], knob_values(args.knob)
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
             request = request_for(case, args.device, knobs)
-            rows.append(measure_case(case, request, args.rounds, launchers, Path(tmp)))
-    server.close()
+            rows.append(measure_case(case, request, args.rounds, Path(tmp)))
     record = {"machine": machine, "rounds": args.rounds, "knobs": knobs, "cases": rows}
     write_atomic(args.results, json.dumps(record, indent=1))
     print(
@@ -68,15 +68,16 @@ def main() -> None:
     print(f"saved {args.results}")
 
 
-def measure_case(case: str, request: TrialRequest, rounds: int, launchers: dict, workdir: Path) -> dict:
-    runs: dict[str, list] = {name: [] for name in launchers}
-    run_trial(request, 600, workdir, f"{case}-server", launcher=launchers["forked"])  # the server's start, untimed
+def measure_case(case: str, request: TrialRequest, rounds: int, workdir: Path) -> dict:
+    runs: dict[str, list] = {"forked": [], "fresh": []}
     for index in range(rounds):
+        launchers = {"forked": ForkServer(), "fresh": FreshLauncher()}  # the server imports before it forks: untimed
         for name in launchers if index % 2 == 0 else reversed(list(launchers)):
             result = run_trial(request, 600, workdir, f"{case}-{index + 1}-{name}", launcher=launchers[name])
             if not result.ok:
                 raise SystemExit(f"{case} {name} failed: {result.failure}")
             runs[name].append(result)
+            launchers["forked"].close()  # no server beside the fresh run, sharing its libraries' pages
         forked, fresh = (runs[name][-1].timing.throughput for name in ("forked", "fresh"))
         print(f"{case} round {index + 1}: forked {forked:.1f}, fresh {fresh:.1f} samples/s", flush=True)
     throughput = {name: [run.timing.throughput for run in results] for name, results in runs.items()}
