@@ -39,7 +39,8 @@ from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
 from autotune.study.trim import run_trim
 from autotune.study.tuner import RunFn, StopReason, TrialEvent, counted_trials, ensure_baseline, tune_in_slots
-from autotune.trial.launch import ForkServer, FreshLauncher
+from autotune.trial import runner as trial_runner
+from autotune.trial.launch import ForkServer, FreshLauncher, Launcher
 from autotune.trial.placement import UNPINNED, Slot, slots
 from autotune.trial.result import ProbePlan, TrialRequest, TrialResult
 from autotune.trial.runner import ProgressFn, run_repeated, run_trial, shared_fork_server
@@ -192,9 +193,10 @@ def _finish(
     (``study.diagnose``), each stored in the study and timed by ``clock``."""
     affords = clock.affords_runs
     with clock.stage("race"):
-        race = run_race(study, load_results(study, machine), settings.study.confirm_rounds, measured, show, affords)
+        rounds = settings.study.confirm_rounds
+        race = run_race(study, load_results(study, machine), rounds, measured, show, affords, runner.new_draw)
     with clock.stage("trim"):
-        run_trim(study, load_results(study, machine), race, measured, show, affords)
+        run_trim(study, load_results(study, machine), race, measured, show, affords, runner.new_draw)
     # What limits each, profiled after every timed run.
     if settings.study.diagnose and clock.affords(2 * clock.run_s(), "the profiles (study.diagnose)"):
         shown = partial(print_tuned_profile, out=out)
@@ -285,6 +287,11 @@ class TrialRunner:
         if self.own_server is not None:
             self.own_server.close()
 
+    def new_draw(self) -> None:
+        """The trials from here on draw a process layout of their own (``Launcher.new_draw``): each round of an
+        interleaved comparison starts with one, so that its rounds are independent draws, as fresh processes are."""
+        self.launcher.new_draw()
+
     def run(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
         """Knob values and a trial name in, a TrialResult out (the median of measure.repeats runs)."""
         return self._repeated(replace(self.request, knobs=knobs), name, on_progress)
@@ -309,8 +316,10 @@ class TrialRunner:
         )
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
-        """``knobs`` with the full window in one process, timed by the harness or by the plain loop."""
-        return self.trial(replace(self.request, knobs=knobs, plain=plain), name)
+        """``knobs`` with the full window in one process, timed by the harness or by the plain loop, which starts as
+        ``trial_runner.JUDGE_LAUNCHER`` says whether or not trials fork."""
+        request = replace(self.request, knobs=knobs, plain=plain)
+        return self.trial(request, name, launcher=trial_runner.JUDGE_LAUNCHER() if plain else self.launcher)
 
     def probe(self, plan: ProbePlan) -> TrialResult:
         """The differential probe of ``plan``, in one process."""
@@ -321,11 +330,14 @@ class TrialRunner:
         asked for (measure.device)."""
         return self.trial(replace(self.request, inspect=True), "inspect", watched=False)
 
-    def trial(self, request: TrialRequest, name: str, watched: bool = True) -> TrialResult:
-        """``request`` in one process, held to the run's memory budget where ``watched``."""
+    def trial(
+        self, request: TrialRequest, name: str, watched: bool = True, launcher: Launcher | None = None
+    ) -> TrialResult:
+        """``request`` in one process (started by ``launcher``, by default the runner's), held to the run's memory
+        budget where ``watched``."""
         budget = self.budget if watched else None
         timeout_s = self.settings.measure.trial_timeout_s
-        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=self.launcher)
+        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher or self.launcher)
         self._count(result)
         return result
 

@@ -94,10 +94,11 @@ def both_ends(baseline: dict[str, Any], recommended: dict[str, Any]) -> list[Ent
 
 
 def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out: TextIO) -> None:
-    """Fill ``benchmark``'s entries: ``benchmark.rounds`` rounds, each configuration once a round in a fresh process
-    with the full window (its log and result in ``workdir``), the order rotating. Each run is added as it ends, so
-    the record holds every run that ended when this is interrupted. A run that other processes disturbed is
-    measured again (``study.remeasure_disturbed``: ``autotune/study/disturbed.py``)."""
+    """Fill ``benchmark``'s entries: ``benchmark.rounds`` rounds, each configuration once a round in a process of its
+    own with the full window (its log and result in ``workdir``), the order rotating, each round a new draw of the
+    process layout (``TrialRunner.new_draw``). Each run is added as it ends, so the record holds every run that ended
+    when this is interrupted. A run that other processes disturbed is measured again (``study.remeasure_disturbed``:
+    ``autotune/study/disturbed.py``)."""
     runner = TrialRunner(settings, benchmark.device, workdir)
 
     def timed(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
@@ -110,6 +111,7 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
 
     run = again_if_disturbed(timed, show_disturbed) if settings.study.remeasure_disturbed else timed
     for index in range(1, benchmark.rounds + 1):
+        runner.new_draw()
         _round(run, index, benchmark.entries, settings.baseline, out)
 
 

@@ -63,10 +63,12 @@ def check_configurations(
     runs: dict[str, dict[str, list]] | None = None,
 ) -> list[ConfigurationCheck]:
     """Time each configuration (label → knobs) by the harness and by the plain loop in each of ``rounds`` rounds,
-    the loop that goes first alternating from run to run. ``runs`` collects the runs as they end."""
+    the loop that goes first alternating from run to run, each round a new draw of the harness's process layout
+    (``TrialRunner.new_draw``). ``runs`` collects the runs as they end."""
     runs = {} if runs is None else runs
     turn = 0
     for index in range(1, rounds + 1):
+        runner.new_draw()
         for label, knobs in configurations.items():
             for plain in (turn % 2 == 1, turn % 2 == 0):
                 _run_once(runner, index, label, knobs, plain, runs.setdefault(label, _empty_runs()), out)

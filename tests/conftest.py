@@ -23,6 +23,7 @@ from autotune.measure.recorder import Timing
 from autotune.redact import Secrets
 from autotune.study import start
 from autotune.trial import runner
+from autotune.trial.launch import ForkServer
 from autotune.trial.result import TrialRequest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,9 +150,14 @@ hypothesis.settings.load_profile("suite")
 
 
 @pytest.fixture(autouse=True)
-def _trials_forked(monkeypatch):
-    """Trials started without a launcher are forked: the tests check what happens, not how fast."""
+def _trials_forked(request, monkeypatch):
+    """Trials started without a launcher, and the plain loop, are forked; and a fork server forks every trial of
+    its process, each round of a race too, unless the test is marked ``draws`` (each new draw would start a server:
+    ~5 CPU-seconds). The tests check what happens, not how fast."""
     monkeypatch.setattr(runner, "DEFAULT_LAUNCHER", runner.shared_fork_server)
+    monkeypatch.setattr(runner, "JUDGE_LAUNCHER", runner.shared_fork_server)
+    if request.node.get_closest_marker("draws") is None:
+        monkeypatch.setattr(ForkServer, "new_draw", lambda self: None)
 
 
 # A valid 1x1 PNG: what a picture is saved as in tests that do not look at pictures.

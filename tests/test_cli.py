@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from autotune import cli
+from autotune import app, cli
 from autotune.knobs import KNOBS
 from autotune.results.race import TIE_TOLERANCE
 from tests.conftest import (
@@ -486,7 +486,7 @@ def test_probe_and_fixed_effective_batches(tmp_path, cli_here):
 
 @pytest.mark.slow
 def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_plain_loop(
-    tmp_path, cli_here, describes_no_machine
+    tmp_path, cli_here, describes_no_machine, monkeypatch
 ):
     slow_baseline = [
         *TINY,
@@ -499,8 +499,11 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
     tune = cli_here([*slow_baseline, f"hydra.run.dir={tmp_path}/tune"], cwd=tmp_path)
     assert tune.returncode == 0, tune.stderr
     check = [*slow_baseline, "mode=selfcheck", "selfcheck.rounds=2", f"hydra.run.dir={tmp_path}/check"]
+    draws = []
+    monkeypatch.setattr(app.TrialRunner, "new_draw", lambda runner: draws.append(1))
     proc = cli_here(check, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert len(draws) == 2, "each round a new draw of the process layout"
     record = json.loads((tmp_path / "check" / "selfcheck.json").read_text())
     labels = [c["label"] for c in record["configurations"]]
     assert labels == ["baseline", "recommended (trial 0)"], f"the study picked no trial:\n{tune.stdout}"

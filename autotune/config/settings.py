@@ -98,8 +98,8 @@ class MeasureSettings:
     under AMP or compile may differ from the fp32 eager loss by ``loss_tolerance`` (relative) at most.
     torch.compile trials of a study share the cache in ``compile_cache_dir``/STUDY (None: torch's default).
     ``fork_trials``: each trial forked from a fork server that imported torch once (``autotune/trial/zygote.py``),
-    not a fresh interpreter: it starts in milliseconds, but measures some pipelines differently
-    (``benchmarks/forked.py``), so it is for runs whose figures are not the point, such as tests."""
+    not a fresh interpreter: it starts in milliseconds, and reads what a fresh one reads (``benchmarks/forked.py``);
+    each round of an interleaved comparison forks from a new server (``Launcher.new_draw``)."""
 
     device: str
     plan: WindowPlan
@@ -109,7 +109,7 @@ class MeasureSettings:
     repeats: int = 1
     loss_tolerance: float = 0.05
     compile_cache_dir: str | None = None
-    fork_trials: bool = False
+    fork_trials: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Run the finalists' race: rounds of fresh processes, the baseline and the finalists still racing, stored in the
-study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotune/results/race.py``."""
+"""Run the finalists' race: rounds of processes of their own, the baseline and the finalists still racing, stored
+in the study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotune/results/race.py``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ from autotune.trial.result import TrialResult
 
 # Whether a step of this many runs (the number, and the step in words) fits in study.budget_s (``RunClock.affords``).
 AffordsRunsFn = Callable[[int, str], bool]
+# Called before each round: the runs from there on draw a process layout of their own (``TrialRunner.new_draw``).
+NewDrawFn = Callable[[], None]
 
 
 def round_runs(racing: int) -> int:
@@ -45,13 +47,14 @@ def run_race(
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
     affords: AffordsRunsFn | None = None,
+    new_draw: NewDrawFn | None = None,
 ) -> Confirmation | None:
-    """Measure the baseline and the finalists again in fresh processes, up to ``rounds`` rounds (their order, the
-    baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
+    """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
+    the baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
     store the outcome in the study. A stored race still current (``Confirmation.is_current``) of the same planned
     rounds is reused, unless study.budget_s cut it short or a baseline run failed it (a fault of that run, which a
     later run measures anew). A round starts only where ``affords`` it: a race left without one has no winner, so
-    nothing unproven is recommended. None without finalists or rounds to race."""
+    nothing unproven is recommended; each starts with ``new_draw``. None without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
@@ -65,7 +68,9 @@ def run_race(
         for p in picks
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
-    confirmation = race(finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords)
+    confirmation = race(
+        finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw
+    )
     confirmation = replace(confirmation, trials=[record.label for record in results.trials if record.result.ok])
     study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
     return confirmation
@@ -82,6 +87,7 @@ def race(
     ends: Callable[[list[Finalist], list[float], dict[str, float]], bool] = decided,
     reference: Finalist | None = None,
     affords: AffordsRunsFn | None = None,
+    new_draw: NewDrawFn | None = None,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
@@ -89,7 +95,8 @@ def race(
     next round without one decides);
     ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
-    ``affords`` it (study.budget_s)."""
+    ``affords`` it (study.budget_s), and with ``new_draw``: the rounds are independent draws of the process layout,
+    which decides how fast some pipelines run (``Launcher.new_draw``)."""
     baseline_runs: list[float] = []
     failure, cut, disturbed = None, False, {}
 
@@ -105,6 +112,8 @@ def race(
         if affords is not None and not affords(round_runs(len(racing)), span(f"{name} round", index, rounds)):
             cut = True
             break
+        if new_draw is not None:
+            new_draw()
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)
         if failure:
             break

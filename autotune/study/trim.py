@@ -12,7 +12,7 @@ from autotune.knobs import KNOBS, REQUIRED, conflict
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes, trimmed_to
-from autotune.study.run_race import AffordsRunsFn, race
+from autotune.study.run_race import AffordsRunsFn, NewDrawFn, race
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
@@ -24,6 +24,7 @@ def run_trim(
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
     affords: AffordsRunsFn | None = None,
+    new_draw: NewDrawFn | None = None,
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), each alone and all at once
@@ -31,7 +32,7 @@ def run_trim(
     The races a stored trim of the same winner and rounds ran to their end are reused. Nothing to do without a
     winner changing two knobs or more. A round starts only where ``affords`` it: a race that study.budget_s cut
     short (stored, with or without rounds) ends the trim, and a later run goes on from that race, as it does from
-    one that a failed baseline run ended."""
+    one that a failed baseline run ended. Each round starts with ``new_draw``, as the race's do."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
@@ -52,7 +53,7 @@ def run_trim(
         entrants = [leader, *undone.values(), *all_undone(current, baseline, undone if races else {})]
         ran = done[len(races)] if len(races) < len(done) else None
         if ran is None or [f.label for f in ran.finalists] != [f.label for f in entrants]:
-            ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords)
+            ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw)
         races.append(ran)
         if races[-1].cut:
             break

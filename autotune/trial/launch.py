@@ -39,6 +39,9 @@ class Launcher(Protocol):
         """Start the trial worker with ``argv``, its output into ``log_path``, in environment ``env`` (its
         ``TRIAL_TOKEN_ENV`` marks the processes that end with it)."""
 
+    def new_draw(self) -> None:
+        """Let the trials from here on draw a process memory layout of their own, not the trials' before them."""
+
 
 class FreshLauncher:
     """Each trial a new interpreter: slower to start, nothing shared with any other process."""
@@ -59,6 +62,9 @@ class FreshLauncher:
             os.close(log)
         own(proc.pid)
         return _FreshProcess(proc, strays)
+
+    def new_draw(self) -> None:
+        """Nothing to do: every fresh process draws its own layout."""
 
 
 class _FreshProcess:
@@ -92,7 +98,12 @@ class _FreshProcess:
 
 class ForkServer:
     """Trials forked from one server process (``autotune.trial.zygote``), started on the first trial and ended
-    with this process. Where the server cannot start or dies, that trial and the ones after it start fresh."""
+    with this process. Where the server cannot start or dies, that trial and the ones after it start fresh.
+
+    A forked trial inherits its server's memory layout (address-space randomisation, Python's hash seed, the heap),
+    which decides for one whether glibc's malloc faults freed memory in again at every step: every trial of one
+    server draws the same layout, where fresh processes draw one each (``docs/benchmarks.md``, Known limits).
+    Comparisons whose rounds must be independent draws call ``new_draw`` between them."""
 
     def __init__(self) -> None:
         self._server: subprocess.Popen | None = None
@@ -112,6 +123,11 @@ class ForkServer:
                 self.close()
                 self._broken = True
         return FreshLauncher().start(argv, log_path, env)
+
+    def new_draw(self) -> None:
+        """End the server: the next trial starts a new one (the interpreter and its imports, ~3 s), which draws a
+        layout of its own."""
+        self.close()
 
     def close(self) -> None:
         """End the server (it also ends by itself when this process exits)."""

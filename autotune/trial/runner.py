@@ -28,9 +28,11 @@ _POLL_S = 0.25
 # lock per process) confirms it, at most this often.
 _FULL_READ_EVERY_S = 5.0
 
-# What starts a trial given no launcher: a fresh interpreter, whose figures a forked trial does not always repeat
-# (benchmarks/forked.py); the test suite forks instead.
+# What starts a trial given no launcher (the tuner's runners are given one, as measure.fork_trials says), and what
+# starts the plain loop that judges the harness: a fresh interpreter, as the user's own script is, so that the judge
+# shares nothing with a forked trial. The test suite forks both.
 DEFAULT_LAUNCHER: Callable[[], Launcher] = FreshLauncher
+JUDGE_LAUNCHER: Callable[[], Launcher] = FreshLauncher
 
 # Called with (timed steps so far, throughput so far); returns a reason to stop the trial, or None.
 ProgressFn = Callable[[int, float], str | None]
@@ -133,12 +135,16 @@ def run_repeated(
     is told each run's own result as it ends (its own wall time: the tuner accounts for each process).
 
     Run-to-run variation between processes is larger than within one, so the median of a few
-    processes is what makes a figure repeatable. The kept run's ``repeat_throughputs`` lists all of
-    them; ``wall_s`` is their total. The first failure ends the repeats and is the result.
+    processes is what makes a figure repeatable: each run after the first draws a process layout of its own
+    (``Launcher.new_draw``). The kept run's ``repeat_throughputs`` lists all of them; ``wall_s`` is their total.
+    The first failure ends the repeats and is the result.
     """
     runs: list[TrialResult] = []
+    launcher = launcher or DEFAULT_LAUNCHER()
     for index in range(repeats):
         run_name = name if repeats == 1 else f"{name}.{index + 1}"
+        if index > 0:
+            launcher.new_draw()
         # Only the first run can be pruned: a pruner compares one run's progress with the best results.
         pruned_by = on_progress if index == 0 else None
         run = run_trial(request, timeout_s, workdir, run_name, budget, pruned_by, launcher)

@@ -163,9 +163,11 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     settings = load_settings(tiny_config(study={"remeasure_disturbed": True}), "tiny")
     entries = both_ends(settings.baseline, {**settings.baseline, "batch_size": 32})
     benchmark = Benchmark("tiny", "cpu", 2, "recommended.yaml", {}, entries)
-    out = io.StringIO()
+    out, draws = io.StringIO(), []
+    monkeypatch.setattr(app.TrialRunner, "new_draw", lambda runner: draws.append(1))
     measure_rounds(settings, benchmark, tmp_path, out)
     assert [len(entry.throughputs) for entry in entries] == [2, 2], "a run a round each, the second's kept"
+    assert len(draws) == 2, "each round a new draw of the process layout"
     again = sorted(path.name for path in tmp_path.glob("*-again.result.json"))
     assert again == ["round1-baseline-again.result.json"], "the load lasted: nothing more is measured again"
     assert "[round1-baseline] " in out.getvalue() and "measured again" in out.getvalue()

@@ -86,8 +86,10 @@ def test_a_trim_race_every_variant_left_after_one_round_leaves_the_gain_to_the_r
     tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
     confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None)
     assert confirmation.rounds == 2 and confirmation.winner is not None
-    (trim,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    draws = []
+    (trim,) = run_trim(study, load_results(study), confirmation, pipeline, print, new_draw=lambda: draws.append(1))
     assert trim.rounds == 1 and trim.winner.label == confirmation.winner.label
+    assert len(draws) == trim.rounds, "each round a new draw of the process layout, as the race's"
     summary = summarise(load_results(study))
     assert summary.proof == confirmation and summary.gain_interval is not None
 

@@ -249,9 +249,9 @@ class NoisyMeasure:
         return TrialResult(knobs=knobs, measurement=fake_measurement(throughput))
 
 
-def raced(tmp_path, single_runs, re_runs, rounds=3, affords=None):
+def raced(tmp_path, single_runs, re_runs, rounds=3, affords=None, draws=False):
     """Confirm a study whose baseline (batch 16) and trials (other batch sizes) measured ``single_runs``, its rounds
-    held to ``affords``."""
+    held to ``affords``; with ``draws``, each new draw of the process layout is among the names, as "new draw"."""
     study = open_study(settings(tmp_path), META)
     measure = NoisyMeasure({batch: [value] for batch, value in single_runs.items()})
     ensure_baseline(study, BASELINE, measure)
@@ -262,7 +262,8 @@ def raced(tmp_path, single_runs, re_runs, rounds=3, affords=None):
     space = SearchSpace({name: [BASELINE[name]] for name in KNOBS} | {"batch_size": list(single_runs)})
     tune(study, space, settings(tmp_path, n_trials=len(single_runs) - 1), measure, lambda e: None)
     race = NoisyMeasure(re_runs)
-    return run_race(study, load_results(study), rounds, race, lambda name, result: None, affords), race.names
+    new_draw = (lambda: race.names.append("new draw")) if draws else None
+    return run_race(study, load_results(study), rounds, race, lambda name, result: None, affords, new_draw), race.names
 
 
 def test_a_stored_race_stands_for_the_trials_it_was_about_though_the_selection_rule_changes(tmp_path, monkeypatch):
@@ -352,6 +353,13 @@ def test_the_baseline_runs_at_a_different_place_in_each_round(tmp_path):
     orders = [("baseline", trial), (trial, "baseline"), ("baseline", trial)]
     assert names == [f"confirm-{index}-{who}" for index, order in enumerate(orders, 1) for who in order]
     assert confirmation.confirmed and confirmation.rounds == 3, "5 % in every round: proven, but not decisive"
+
+
+def test_each_round_is_a_new_draw_of_the_process_layout(tmp_path):
+    confirmation, names = raced(tmp_path, {16: 100.0, 32: 105.0}, {16: [100, 100], 32: [105, 105]}, 2, draws=True)
+    trial = f"trial-{label_of(confirmation, 32)}"
+    assert names == ["new draw", "confirm-1-baseline", f"confirm-1-{trial}", "new draw", f"confirm-2-{trial}",
+                     "confirm-2-baseline"]  # fmt: skip
 
 
 def test_a_finalist_that_loses_a_round_to_the_baseline_leaves_the_race(tmp_path):

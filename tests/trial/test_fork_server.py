@@ -11,11 +11,13 @@ import time
 import psutil
 import pytest
 
+from autotune import app
 from autotune.app import TrialRunner
 from autotune.config.load import load_settings
+from autotune.trial import runner as runner_module
 from autotune.trial.launch import ForkServer, FreshLauncher
-from autotune.trial.result import FailureKind
-from autotune.trial.runner import _worker_env, run_trial
+from autotune.trial.result import FailureKind, TrialResult
+from autotune.trial.runner import _worker_env, run_repeated, run_trial
 from tests.conftest import REPO, processes_mentioning, tiny_config
 from tests.trial.test_runner import request
 
@@ -118,6 +120,37 @@ def test_measure_fork_trials_false_starts_each_trial_as_a_fresh_interpreter(tmp_
     result = fresh.check({**fresh.request.knobs}, "fresh", plain=False)
     assert result.ok, result.failure
     assert result.startup_s > 0.3, "a fresh interpreter imports torch before its first step"
+
+
+@pytest.mark.slow
+@pytest.mark.draws
+def test_each_repeat_forks_from_a_new_server_and_the_next_trial_from_the_same(tmp_path, monkeypatch):
+    # A forked trial inherits its server's memory layout: runs that must be independent draws need a server each.
+    launcher, lenders = ForkServer(), []
+    start = launcher.start
+
+    def recorded(*args):
+        started = start(*args)
+        lenders.append(started.lender)
+        return started
+
+    monkeypatch.setattr(launcher, "start", recorded)
+    try:
+        assert run_repeated(request(), 2, 60, tmp_path, "repeated", launcher=launcher).ok
+        assert run_trial(request(), 60, tmp_path, "next", launcher=launcher).ok
+    finally:
+        launcher.close()
+    assert None not in lenders and lenders[0] != lenders[1] == lenders[2], lenders
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_plain_loop_that_judges_the_harness_starts_fresh_where_trials_are_forked(tmp_path, monkeypatch, plain):
+    monkeypatch.setattr(runner_module, "JUDGE_LAUNCHER", FreshLauncher)  # the tests' own forks it
+    started = []
+    monkeypatch.setattr(app, "run_trial", lambda *args, launcher: started.append(launcher) or TrialResult(knobs={}))
+    trials = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
+    trials.check(dict(trials.request.knobs), "check", plain)
+    assert type(started[0]) is (FreshLauncher if plain else ForkServer)
 
 
 @pytest.mark.slow
