@@ -1,8 +1,8 @@
 """``mode=benchmark``: the recommendation in a recommended.yaml against the baseline, and each change's share.
 
 The baseline (``pipeline.baseline``), the recommendation, each change alone on top of the baseline and the
-recommendation without each change run for ``benchmark.rounds`` rounds, each configuration once a round in a fresh
-process with the full window, the order rotating from round to round. The record is saved to benchmark.json before
+recommendation without each change run for ``benchmark.rounds`` rounds, each configuration once a round in a process
+of its own with the full window, the order rotating from round to round. The record is saved to benchmark.json before
 anything is rendered from it. Its rules: ``autotune/results/benchmark.py``.
 """
 

@@ -29,8 +29,8 @@ def write_benchmark(benchmark: Benchmark, out_dir: Path) -> dict[str, Path]:
 def benchmark_document(benchmark: Benchmark) -> Document:
     """The benchmark as a report document: the verdict, the table, each change's share, how it was measured."""
     method = (
-        f"{benchmark.rounds} interleaved rounds: each round runs every configuration once, each in a fresh process "
-        "with the full measurement window, in an order that rotates from round to round. A configuration's ratio "
+        f"{benchmark.rounds} interleaved rounds: each round runs every configuration once, each in a process of its "
+        "own with the full measurement window, in an order that rotates from round to round. A configuration's ratio "
         "to the baseline is the geometric mean of its per-round ratios, with Student's t 95 % interval on their "
         "logarithms; a gain when the interval lies above 1, a loss when below, else within noise "
         "(autotune/results/benchmark.py)."

@@ -496,12 +496,12 @@ def _method(results: StudyResults) -> str:
     lasting = f" and at least {min_time_s:g} s" if min_time_s else ""
     repeats = plan.get("repeats", 1)
     repeated = (
-        f"Each figure is the median of {repeats} runs in fresh processes."
+        f"Each figure is the median of {repeats} runs, each in a process of its own."
         if repeats > 1
         else "Each figure is one measurement: differences of a few percent can be run-to-run noise."
     )
     return (
-        f"Each configuration ran in a fresh process on {results.device}. Warm-up (compilation happens here and "
+        f"Each configuration ran in a process of its own on {results.device}. Warm-up (compilation happens here and "
         f"is reported as compile s) lasted until the median of the last {warmup['span']} step times was within "
         f"{warmup['tolerance']:.0%} of the {warmup['span']} before ({warmup['min_steps']} to {warmup['max_steps']} "
         f"steps{lasting}; the warm-up steps counted include those run after it to use up the batches DataLoader "

@@ -1,7 +1,7 @@
 """What ``mode=benchmark`` measured: the baseline, the recommendation, and each change alone and left out, run by run.
 
 Its rules are written here once. A configuration's ratio to the baseline is the geometric mean of its per-round
-ratios (each round runs every configuration once, in fresh processes, so pairing by round cancels the machine's
+ratios (each round runs every configuration once, in processes of their own, so pairing by round cancels the machine's
 slower drifts), with Student's t 95 % interval on their logarithms (``ratio_interval``). The verdict: a gain when
 the interval lies above 1, a loss when it lies below, within noise when it spans 1, and too few rounds where fewer
 than two rounds ran both the configuration and the baseline (a run that failed, or one stopped).

@@ -1,7 +1,7 @@
 """The finalists' race: every rule of it, each written once here, and its record.
 
 Before a trial is recommended over the baseline, the finalists are measured again, against the baseline and each
-other, in rounds of fresh processes, the order rotating each round (``autotune/study/run_race.py`` runs them).
+other, in rounds of processes of their own, the order rotating each round (``autotune/study/run_race.py`` runs them).
 
 - Finalists (``select_finalists``): the trials whose single run beat the baseline's and came within FINALIST_WINDOW
   of the fastest, at most three, the simplest one tied with the fastest (``choose_candidate``) always among them;
@@ -96,7 +96,7 @@ class Finalist:
 @dataclass(frozen=True)
 class Confirmation:
     """The finalists (the fastest trials, and the simplest one tied with the fastest) and the baseline,
-    measured in rounds of fresh processes after tuning: each round the baseline and every finalist still in the
+    measured in rounds of processes of their own after tuning: each round the baseline and every finalist still in the
     race, in an order that rotates from round to round.
 
     A finalist is proven when it beat the baseline in enough rounds (``wins_needed``: every round of up to 5) and
@@ -190,7 +190,7 @@ class Confirmation:
         planned = f" of {self.planned_rounds} planned" if (self.planned_rounds or 0) > self.rounds else ""
         parts = [
             f"{len(self.finalists)} finalist(s) re-measured against the baseline in {self.rounds}{planned} interleaved "
-            f"rounds of fresh processes (samples/s per round). Baseline: {rounds}."
+            f"rounds of processes of their own (samples/s per round). Baseline: {rounds}."
         ]
         if self.cut:
             parts.append(f"study.budget_s left no time for more rounds: the verdict is that of {self.rounds}.")

@@ -1,1 +1,1 @@
-"""Running one trial: a fresh subprocess that builds the pipeline, applies knobs and measures."""
+"""Running one trial: a process of its own that builds the pipeline, applies knobs and measures."""
