@@ -43,7 +43,7 @@ from autotune.trial import runner as trial_runner
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher
 from autotune.trial.placement import UNPINNED, Slot, slots
 from autotune.trial.result import ProbePlan, TrialRequest, TrialResult
-from autotune.trial.runner import ProgressFn, run_repeated, run_trial, shared_fork_server
+from autotune.trial.runner import ProgressFn, end_shared_fork_server, run_repeated, run_trial, shared_fork_server
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -79,6 +79,8 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
 
     runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
     runner = runners[0]  # the baseline, the probe and the race run in the first slot
+    if len(places) > 1:
+        end_shared_fork_server()  # the inspection's: each slot forks from a server of its own
 
     reference: list[TrialResult] = []  # the baseline, once measured: what speedups are against
 
@@ -121,6 +123,8 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
         with clock.stage(SEARCH, len(places)):
             stop = tune_in_slots(study, space, settings.study, screens, show, propose, machine, next_trial_fits)
         if not stop.aborted:
+            for idle in runners[1:]:  # the race runs in the first slot alone
+                idle.close()
             with finishing(study, settings.study, machine) as mine:
                 if mine:
                     _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)

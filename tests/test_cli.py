@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -51,9 +52,13 @@ def read_outputs(out_dir):
 
 
 @pytest.mark.slow
-def test_a_tuning_run_writes_consistent_reports(tmp_path, cli_here):
+def test_a_tuning_run_writes_consistent_reports(tmp_path, cli_here, monkeypatch):
+    draws = []
+    monkeypatch.setattr(app.TrialRunner, "new_draw", lambda runner: draws.append(1))
     proc = cli_here([*TINY, "study.n_trials=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    rounds = {found[1] for found in re.finditer(r"^\[((confirm|trim-\d+)-\d+)-", proc.stdout, re.MULTILINE)}
+    assert len(draws) == len(rounds), "each round of the race and of the trim a new draw of the process layout"
     out = tmp_path / "out"
     recommended, report, rows = read_outputs(out)
     assert (tmp_path / "autotune.db").exists(), "the study lives in the directory the command ran from"

@@ -120,6 +120,13 @@ def shared_fork_server() -> ForkServer:
 _FORK_SERVER: ForkServer | None = None
 
 
+def end_shared_fork_server() -> None:
+    """End this process's fork server, if it runs (a trial that uses it later starts it again): a server left idle
+    maps the libraries a running trial maps, and so takes a share of its memory."""
+    if _FORK_SERVER is not None:
+        _FORK_SERVER.close()
+
+
 def run_repeated(
     request: TrialRequest,
     repeats: int,

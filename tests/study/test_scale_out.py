@@ -18,7 +18,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import rerender
+from autotune import app, rerender
 from autotune.records import CONFIG_ATTR, INTERRUPTED_ATTR, MACHINE_ATTR, TUNER_ATTR, measured_trials, study_machines
 from autotune.study.storage import load_study
 from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search
@@ -117,7 +117,7 @@ def test_two_tuners_share_a_study_and_one_killed_mid_trial_loses_nothing(storage
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs 2 cores")
-def test_two_trials_at_once_each_on_its_own_core(tmp_path, cli_here):
+def test_two_trials_at_once_each_on_its_own_core(tmp_path, cli_here, monkeypatch):
     args = [
         "-cd",
         str(TEST_CONF),
@@ -133,9 +133,15 @@ def test_two_trials_at_once_each_on_its_own_core(tmp_path, cli_here):
         f"study.storage=sqlite:///{tmp_path}/study.db",
         f"hydra.run.dir={tmp_path}/out",
     ]
+    events, close, finish = [], app.TrialRunner.close, app._finish
+    # An idle fork server maps the libraries a trial maps and takes a share of its memory: none is left running.
+    monkeypatch.setattr(app, "end_shared_fork_server", lambda: events.append("the inspection's server ended"))
+    monkeypatch.setattr(app.TrialRunner, "close", lambda runner: events.append("a slot's ended") or close(runner))
+    monkeypatch.setattr(app, "_finish", lambda *args: events.append("race") or finish(*args))
     proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[parallel] 2 trials at once: cores 0, cores 1" in proc.stdout
+    assert events[:3] == ["the inspection's server ended", "a slot's ended", "race"], "the second slot's, idle"
     study = load_study("tiny", f"sqlite:///{tmp_path}/study.db")
     (machine,) = study_machines(study)
     measured = measured_trials(study, machine)
