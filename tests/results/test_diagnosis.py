@@ -69,9 +69,10 @@ def test_a_pipeline_built_to_one_bottleneck_is_classified_by_it(model, dataset, 
 
 
 def test_a_leaking_dataset_is_flagged_with_its_evidence_and_a_clean_one_is_not(tmp_path):
-    leaking = profiled(torch.nn.Linear(64, 4), LeakyFeatures(), 8, tmp_path)
+    # 32 MB kept a step: a leak by the rule's share even of the ~1.5 GB a test process of the suite may hold by then.
+    leaking = profiled(torch.nn.Linear(64, 4), LeakyFeatures(), 16, tmp_path)
     (leak,) = leaks(leaking)
-    assert leak.end_mb - leak.start_mb >= LEAK_MIN_MB and leak.per_step_mb == pytest.approx(16, rel=0.3)
+    assert leak.end_mb - leak.start_mb >= LEAK_MIN_MB and leak.per_step_mb == pytest.approx(32, rel=0.3)
     assert f"{leak.per_step_mb:.2f} MB a step" in str(leak) and "R²" in str(leak)
     assert leaks(profiled(torch.nn.Linear(64, 4), InMemoryFeatures(), 8, tmp_path)) == []
 
