@@ -33,7 +33,7 @@ from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
 from autotune.study.profiles import profile_tuned
-from autotune.study.run_race import round_runs, run_race
+from autotune.study.run_race import run_race
 from autotune.study.sharing import finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
@@ -51,7 +51,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     another tuner is tuning in the same SQLite file is refused (``one_tuner``); on a shared storage, tuners on this
     and other machines join it (``autotune/study/sharing.py``), the reports covering this machine's results."""
     # The run's time, and its budget, from here to its reports, waiting for another tuner's lock included.
-    clock = RunClock(settings.study.budget_s, settings.measure.repeats)
+    clock = RunClock(settings.study.budget_s, settings.measure.repeats, settings.measure.plan)
     with one_tuner(settings.study.storage, settings.study.name):
         return _tune(settings, output_dir, out, clock)
 
@@ -116,8 +116,8 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
             print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
 
         def next_trial_fits(done: int) -> bool:  # and the race's first round after it, of the finalists it may have
-            runs = _race_round_runs(settings, min(MAX_FINALISTS, done + 1))
-            return clock.affords_runs(runs, span("search trial", done + 1, settings.study.n_trials), screens=1)
+            expected = clock.screen_s() + _race_round_s(settings, clock, baseline, done + 1)
+            return clock.affords(expected, span("search trial", done + 1, settings.study.n_trials))
 
         screens = [r.screen for r in runners]
         with clock.stage(SEARCH, len(places)):
@@ -165,7 +165,7 @@ def _guide(
         return None
     stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
     # The probe is of use only with a trial to steer and the race's first round after it.
-    then = clock.runs_s(_race_round_runs(settings, 1), screens=1)
+    then = clock.screen_s() + _race_round_s(settings, clock, baseline, 1)
     expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s())
     if not stored and not clock.affords(expected + then, "the probe"):
         return None
@@ -176,9 +176,11 @@ def _guide(
     return guide_from_record(probe, space, settings.baseline, cores, runner.device)
 
 
-def _race_round_runs(settings: Settings, finalists: int) -> int:
-    """The runs of one round of the race of ``finalists`` (none without a race)."""
-    return round_runs(finalists) if settings.study.confirm_rounds else 0
+def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:
+    """What the race's first round is expected to take once ``trials`` trials are measured: the baseline and as many
+    finalists (MAX_FINALISTS at most), none of them known yet (0 without a race)."""
+    finalists = min(MAX_FINALISTS, trials) if settings.study.confirm_rounds else 0
+    return clock.round_s([baseline.knobs], unknown=finalists) if finalists else 0.0
 
 
 def _finish(
@@ -195,7 +197,7 @@ def _finish(
     """The end of a study on ``machine``: the finalists' race and the trim of the winner's changes, their runs by
     ``measured`` (``study.remeasure_disturbed``), and the profiles of the baseline and the recommendation
     (``study.diagnose``), each stored in the study and timed by ``clock``."""
-    affords = clock.affords_runs
+    affords = clock.affords_round
     with clock.stage("race"):
         rounds = settings.study.confirm_rounds
         race = run_race(study, load_results(study, machine), rounds, measured, show, affords, runner.new_draw)

@@ -29,15 +29,11 @@ from autotune.study.clock import span
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
-# Whether a step of this many runs (the number, and the step in words) fits in study.budget_s (``RunClock.affords``).
-AffordsRunsFn = Callable[[int, str], bool]
+# Whether a round of these configurations (their knobs, and the step in words) fits in study.budget_s
+# (``RunClock.affords_round``).
+AffordsRoundFn = Callable[[list[dict[str, Any]], str], bool]
 # Called before each round: the runs from there on draw a process layout of their own (``TrialRunner.new_draw``).
 NewDrawFn = Callable[[], None]
-
-
-def round_runs(racing: int) -> int:
-    """The runs of one round of a race of ``racing`` entrants: theirs and the baseline's."""
-    return racing + 1
 
 
 def run_race(
@@ -46,7 +42,7 @@ def run_race(
     rounds: int,
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
-    affords: AffordsRunsFn | None = None,
+    affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
@@ -86,7 +82,7 @@ def race(
     on_run: Callable[[str, TrialResult], None],
     ends: Callable[[list[Finalist], list[float], dict[str, float]], bool] = decided,
     reference: Finalist | None = None,
-    affords: AffordsRunsFn | None = None,
+    affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
@@ -109,7 +105,8 @@ def race(
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
             break
-        if affords is not None and not affords(round_runs(len(racing)), span(f"{name} round", index, rounds)):
+        entrants = [baseline, *(finalist.knobs for finalist in racing)]
+        if affords is not None and not affords(entrants, span(f"{name} round", index, rounds)):
             cut = True
             break
         if new_draw is not None:

@@ -12,7 +12,7 @@ from autotune.knobs import KNOBS, REQUIRED, conflict
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes, trimmed_to
-from autotune.study.run_race import AffordsRunsFn, NewDrawFn, race
+from autotune.study.run_race import AffordsRoundFn, NewDrawFn, race
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
@@ -23,7 +23,7 @@ def run_trim(
     confirmation: Confirmation | None,
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
-    affords: AffordsRunsFn | None = None,
+    affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against

@@ -7,8 +7,11 @@ import io
 import json
 from dataclasses import replace
 
+import pytest
+
 from autotune import app
 from autotune.config.load import load_settings
+from autotune.measure.recorder import WindowPlan
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.report.document import headline
 from autotune.report.tuner_time import budget_lines
@@ -26,34 +29,59 @@ from tests.study.test_trim import WINNER, tuned
 from tests.study.test_tuner import BASELINE, META, SPACE, FakeMeasure, raced, settings
 
 
-def measured(wall_s: float) -> TrialResult:
-    return TrialResult(knobs=NEUTRAL_KNOBS, measurement=fake_measurement(100.0), wall_s=wall_s, startup_s=0.1)
+def measured(wall_s: float, startup_s: float = 0.0, batch_size: int = 16, step_s: float = 0.1) -> TrialResult:
+    """A process of ``wall_s`` seconds, ``startup_s`` of them its start, whose window timed 10 steps of ``step_s``."""
+    measurement = fake_measurement(100.0)
+    timing = replace(measurement.timing, window_s=10 * step_s, mean_step_s=step_s, median_step_s=step_s)
+    knobs = {**NEUTRAL_KNOBS, "batch_size": batch_size}
+    return TrialResult(knobs, replace(measurement, timing=timing), wall_s=wall_s, startup_s=startup_s)
 
 
-def test_a_step_fits_where_its_runs_of_the_median_length_fit_in_what_is_left():
+def test_a_step_fits_where_its_expected_time_fits_in_what_is_left():
     clock = RunClock(budget_s=10.0)
     assert clock.affords(1e9, "anything"), "before the first measured run (the baseline) every step fits"
-    for wall_s in (1.0, 2.0, 30.0):
-        clock.count(measured(wall_s))
-    assert clock.run_s() == 2.0, "the median: one slow run does not inflate every estimate"
-    assert clock.run_s(screen=True) == 2.0, "no search trial yet: the full windows stand for them"
+    for wall_s, batch_size in ((1.0, 16), (2.0, 32), (30.0, 64)):
+        clock.count(measured(wall_s, batch_size=batch_size))
+    assert clock.run_s() == 2.0, "the median: one slow run does not inflate the estimate of an unmeasured one"
+    assert clock.screen_s() == 2.0, "no search trial yet: the full windows stand for them"
     with clock.stage("search"):
-        clock.count(measured(0.5))
-    assert (clock.run_s(), clock.run_s(screen=True)) == (2.0, 0.5), "a search trial's shorter window apart"
-    assert clock.affords_runs(4, "four runs", screens=2) and clock.left_out == []
-    assert not clock.affords_runs(6, "six runs")
-    assert clock.left_out == ["six runs (~12 s needed, 10 s left)"]
+        clock.count(measured(0.5, batch_size=8))
+    assert (clock.run_s(), clock.screen_s()) == (2.0, 0.5), "a search trial's shorter window apart"
+    small, unmeasured = {**NEUTRAL_KNOBS, "batch_size": 16}, {**NEUTRAL_KNOBS, "batch_size": 128}
+    assert clock.affords_round([small, unmeasured], "a round") and clock.left_out == [], "1 + 2 s"
+    assert not clock.affords_round([small, {**NEUTRAL_KNOBS, "batch_size": 64}], "a slow one's round")
+    assert clock.left_out == ["a slow one's round (~31 s needed, 10 s left)"]
     assert RunClock(budget_s=None).affords(1e9, "x"), "no budget: everything fits"
     assert clock.record().left_out == clock.left_out and clock.record().budget_s == 10.0
+
+
+def test_a_configuration_is_expected_to_run_as_long_as_it_ran_or_its_search_trial_says_it_will():
+    plan = WindowPlan(min_steps=30, min_time_s=4.0, max_time_s=30.0)
+    clock = RunClock(budget_s=60.0, plan=plan)
+    clock.count(measured(3.0, startup_s=2.9))  # the first process starts the fork server: the draw's cost
+    clock.count(measured(6.0, startup_s=0.1))
+    clock.count(measured(7.0, startup_s=0.1))
+    assert clock.draw_s() == pytest.approx(2.8), "the slowest start beyond the usual (the median) one"
+    assert clock.run_of_s({**NEUTRAL_KNOBS, "batch_size": 16}) == pytest.approx(6.0), "its own median, start apart"
+    with clock.stage("search"):  # a slow step's search trial: 10 steps of 0.5 s in its 5 s window, 9 s in all
+        clock.count(measured(9.0, startup_s=0.1, batch_size=128, step_s=0.5))
+    slow = {**NEUTRAL_KNOBS, "batch_size": 128}
+    assert clock.run_of_s(slow) == pytest.approx(9.0 - 5.0 + 30 * 0.5), "its full window: 30 steps of 0.5 s"
+    assert clock.slowest_s() == clock.run_of_s(slow)
+    baseline = {**NEUTRAL_KNOBS, "batch_size": 16}
+    assert clock.round_s([baseline, slow]) == pytest.approx(2.8 + 6.0 + 19.0), "a new draw, then each"
+    assert clock.round_s([baseline], unknown=2) == pytest.approx(2.8 + 6.0 + 2 * 19.0), "those to come: the slowest"
+    assert clock.run_of_s({**NEUTRAL_KNOBS, "batch_size": 512}) == clock.run_s(), "unmeasured: the median"
 
 
 def test_a_run_of_several_repeats_and_a_resumed_run_are_expected_alike():
     repeated = RunClock(budget_s=10.0, repeats=3)
     repeated.count(measured(2.0))
-    assert not repeated.affords_runs(2, "two runs"), "two runs of three 2 s processes each: 12 s"
+    assert not repeated.affords_round([NEUTRAL_KNOBS, NEUTRAL_KNOBS], "two runs"), "three 2 s processes each: 12 s"
+    assert repeated.screen_s() == 6.0
     resumed = RunClock(budget_s=10.0, repeats=3)
     resumed.expect(measured(6.0))  # a stored baseline (its three processes): none of this run's, yet what one takes
-    assert resumed.run_s() == 2.0 and resumed.record().processes == {}
+    assert resumed.run_s() == 2.0 and resumed.run_of_s(NEUTRAL_KNOBS) == 2.0 and resumed.record().processes == {}
     old = RunClock(budget_s=10.0)
     old.expect(measured(0.0))  # stored without a wall time: says nothing
     assert old.run_s() == 0.0
@@ -72,7 +100,7 @@ def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
 
 def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_recommends_nothing_unproven(tmp_path):
     steps = []
-    one_round = lambda runs, step: steps.append((runs, step)) or len(steps) == 1  # noqa: E731
+    one_round = lambda runs, step: steps.append((len(runs), step)) or len(steps) == 1  # noqa: E731
     single, re_runs = {16: 100.0, 32: 104.0}, {16: [100, 100, 100], 32: [104, 104, 104]}
     assert raced(tmp_path, single, re_runs)[0].rounds == 3, "without a budget, this close race runs three rounds"
     (tmp_path / "budget").mkdir()
