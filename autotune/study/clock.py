@@ -98,8 +98,8 @@ class RunClock:
             return statistics.median(runs) if runs else 0.0
 
     def affords(self, seconds: float, step: str) -> bool:
-        """The budget's rule: a step starts only where the time it is expected to take, ``seconds`` (in units of
-        ``run_s``), fits in what is left of ``budget_s``; one that does not is left out, and said so in the reports
+        """The budget's rule: a step starts only where the time it is expected to take, ``seconds`` (``round_s``,
+        ``screen_s``), fits in what is left of ``budget_s``; one that does not is left out, and said so in the reports
         (``left_out``). Without a budget, and before the first measuring process (the baseline always runs), every
         step fits. A step that takes longer than expected ends the run past the budget by its overrun."""
         if self.budget_s is None or not self.run_s():
