@@ -16,7 +16,7 @@ import optuna
 from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
-from autotune.knobs import SearchContext
+from autotune.knobs import SearchContext, costly, costly_values
 from autotune.measure.environment import machine_id
 from autotune.pipeline.facts import Inspection
 from autotune.records import PROBE_ATTR, on_machine
@@ -51,7 +51,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     another tuner is tuning in the same SQLite file is refused (``one_tuner``); on a shared storage, tuners on this
     and other machines join it (``autotune/study/sharing.py``), the reports covering this machine's results."""
     # The run's time, and its budget, from here to its reports, waiting for another tuner's lock included.
-    clock = RunClock(settings.study.budget_s, settings.measure.repeats, settings.measure.plan)
+    measure = settings.measure
+    clock = RunClock(settings.study.budget_s, measure.repeats, measure.plan, measure.trial_timeout_s)
     with one_tuner(settings.study.storage, settings.study.name):
         return _tune(settings, output_dir, out, clock)
 
@@ -93,8 +94,10 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
         baseline, reused = ensure_baseline(study, settings.baseline, measured, machine)
     reference.append(baseline)
     print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
-    if reused:
+    if reused:  # a resumed run: what it stored is what its runs are expected to take
         clock.expect(baseline)
+        for record in load_results(study, machine).trials:
+            clock.expect(record.result, screened=True)
     if not baseline.ok:
         raise BaselineFailedError(
             f"the baseline (pipeline.baseline) failed, so there is nothing to tune: {baseline.failure}. "
@@ -115,9 +118,12 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
         if len(places) > 1:
             print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
 
-        def next_trial_fits(done: int) -> bool:  # and the race's first round after it, of the finalists it may have
-            expected = clock.screen_s() + _race_round_s(settings, clock, baseline, done + 1)
-            return clock.affords(expected, span("search trial", done + 1, settings.study.n_trials))
+        def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's first round after it
+            trial_s = clock.screen_s() if knobs is None else clock.trial_s(knobs)
+            step = span("search trial", done + 1, settings.study.n_trials)
+            if knobs is not None and costly(knobs):
+                step += f" (the next proposed: {' '.join(f'{k}={v}' for k, v in costly_values(knobs).items())})"
+            return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
 
         screens = [r.screen for r in runners]
         with clock.stage(SEARCH, len(places)):
@@ -274,6 +280,7 @@ class TrialRunner:
         measure = settings.measure
         self.own_server = ForkServer() if measure.fork_trials and own_server else None
         self.launcher = self.own_server or (shared_fork_server() if measure.fork_trials else FreshLauncher())
+        self._servers_started = self.launcher.servers_started  # what the clock was told of so far
         study_dir = file_name(settings.study.name)
         fixed_effective = settings.batch_policy == "fixed_effective"
         self.request = TrialRequest(
@@ -348,8 +355,9 @@ class TrialRunner:
         return result
 
     def _count(self, result: TrialResult) -> None:
+        started, self._servers_started = self._servers_started, self.launcher.servers_started
         if self.clock is not None:
-            self.clock.count(result)
+            self.clock.count(result, drew=self._servers_started != started)
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:

@@ -106,7 +106,12 @@ def _comes_with_another(name: str, value: Any, values: dict[str, Any], baseline:
 def costly(values: dict[str, Any]) -> bool:
     """Whether ``values`` turn on a costly knob (torch.compile): long one-off work in warm-up, reported as compile
     time, that the search spends only where it may pay."""
-    return any(KNOBS[name].costly and values[name] != KNOBS[name].baseline_default for name in KNOBS)
+    return bool(costly_values(values))
+
+
+def costly_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The costly knobs ``values`` turn on (``costly``), with their values."""
+    return {name: values[name] for name in KNOBS if KNOBS[name].costly and values[name] != KNOBS[name].baseline_default}
 
 
 def changes_numerics(values: dict[str, Any]) -> bool:

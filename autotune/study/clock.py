@@ -12,9 +12,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import optuna
 
+from autotune.knobs import costly
 from autotune.measure.recorder import WindowPlan
 from autotune.records import config_key
 from autotune.results.tuner_time import TUNER, RunTime, process_phases, run_attr
@@ -27,19 +29,30 @@ class RunClock:
     """The clock of one run, started when it is made. ``stage`` times a stage; ``count`` adds a trial process's
     phases to the stage running it; once ``attach``ed to the study, every stage's end stores the record.
     ``budget_s`` (study.budget_s; None: unbounded) bounds the run: see ``affords``; a run of a configuration is
-    ``repeats`` processes (measure.repeats) with the full window ``plan`` (measure.plan)."""
+    ``repeats`` processes (measure.repeats) with the full window ``plan`` (measure.plan), none longer than
+    ``trial_timeout_s`` (measure.trial_timeout_s)."""
 
-    def __init__(self, budget_s: float | None = None, repeats: int = 1, plan: WindowPlan | None = None) -> None:
+    def __init__(
+        self,
+        budget_s: float | None = None,
+        repeats: int = 1,
+        plan: WindowPlan | None = None,
+        trial_timeout_s: float | None = None,
+    ) -> None:
         self.started_at, self._start = time.time(), time.monotonic()
         self.budget_s, self.repeats, self._plan = budget_s, repeats, plan or WindowPlan()
+        self._trial_timeout_s = trial_timeout_s
+        self._costly: list[float] = []  # the wall times of this run's search trials that turned on a costly knob
         self.left_out: list[str] = []  # the steps the budget left out, in words
         # The wall time of each measuring process of this run, by whether it screened (a search trial's shorter
         # window) or ran the full window (the baseline's and the races').
         self._runs: dict[bool, list[float]] = {True: [], False: []}
-        # By configuration: its full-window processes' wall times less their start-up, and its search trial.
+        # By configuration: its full-window processes' wall times less their start-up, and its search trial (one
+        # that ran without a fault or a wrong loss: a finalist-to-be).
         self._full: dict[str, list[float]] = {}
         self._screened: dict[str, TrialResult] = {}
-        self._startups: list[float] = []  # every process's start-up: a fork, or a fork server's or interpreter's start
+        # The start-up of each process: of those that started a fork server first (a new draw), and of the others.
+        self._startups: dict[bool, list[float]] = {True: [], False: []}
         self.run = f"{self.started_at:.3f}-{os.getpid()}"
         self._stages: dict[str, float] = {}
         self._processes: dict[str, dict[str, float]] = {}
@@ -64,30 +77,35 @@ class RunClock:
                 self._current, self._slots = TUNER, 1
             self.save()
 
-    def count(self, result: TrialResult) -> None:
+    def count(self, result: TrialResult, drew: bool = False) -> None:
         """Add one trial process's phases to the running stage: with several at once, each its share of the stage's
-        wall time (its seconds over the slots), so that the stage's phases still add up to its wall time."""
+        wall time (its seconds over the slots), so that the stage's phases still add up to its wall time. ``drew``:
+        the process started a fork server first (``Launcher.servers_started``), whose start is in its start-up."""
         with self._lock:
             parts = self._processes.setdefault(self._current, {})
             for phase, seconds in process_phases(result).items():
                 parts[phase] = parts.get(phase, 0.0) + seconds / self._slots
             if result.startup_s is not None:
-                self._startups.append(result.startup_s)
+                self._startups[drew].append(result.startup_s)
+            if self._current == SEARCH and costly(result.knobs):
+                self._costly.append(result.wall_s)
             if result.timing is not None:
-                screen = self._current == SEARCH
-                self._runs[screen].append(result.wall_s)
-                if screen:
-                    self._screened[config_key(result.knobs)] = result
-                else:
-                    self._full.setdefault(config_key(result.knobs), []).append(result.wall_s - (result.startup_s or 0))
+                self._take(result, result.wall_s, self._current == SEARCH)
 
-    def expect(self, result: TrialResult) -> None:
-        """Take a stored full-window run's wall time (over its ``repeats`` processes) as what one takes: a resumed
-        run reuses its stored baseline. One stored without a wall time says nothing."""
-        if result.wall_s > 0:
+    def expect(self, result: TrialResult, screened: bool = False) -> None:
+        """Take a stored run (its wall time over its ``repeats`` processes) as this run's own: a resumed run reuses
+        its stored baseline and, ``screened``, its stored search trials. One stored without a wall time says
+        nothing."""
+        if result.wall_s > 0 and result.timing is not None:
             with self._lock:
-                self._runs[False].append(result.wall_s / self.repeats)
-                self._full.setdefault(config_key(result.knobs), []).append(result.wall_s / self.repeats)
+                self._take(result, result.wall_s / self.repeats, screened)
+
+    def _take(self, result: TrialResult, wall_s: float, screened: bool) -> None:
+        self._runs[screened].append(wall_s)
+        if not screened:
+            self._full.setdefault(config_key(result.knobs), []).append(wall_s - (result.startup_s or 0.0))
+        elif result.ok:
+            self._screened[config_key(result.knobs)] = replace(result, wall_s=wall_s)
 
     def run_s(self, screen: bool = False) -> float:
         """The median wall time of this run's measuring processes of one kind so far, full windows or (``screen``)
@@ -114,34 +132,41 @@ class RunClock:
     def run_of_s(self, knobs: dict) -> float:
         """What one full-window process of the configuration ``knobs`` is expected to take: its own such processes'
         median; else its search trial's, its window as long as the full window's rule (``WindowPlan``) makes it at
-        that trial's step time; else ``run_s`` (a configuration not measured yet)."""
-        return self._expected(config_key(knobs))
+        that trial's step time; each with the usual start-up. A configuration not measured: ``run_s``."""
+        measured = self._measured_s(config_key(knobs))
+        return self.run_s() if measured is None else measured
 
-    def _expected(self, key: str) -> float:
+    def _measured_s(self, key: str) -> float | None:
         with self._lock:
-            own, screened = self._full.get(key), self._screened.get(key)
-            startup = statistics.median(self._startups) if self._startups else 0.0
+            own, screened = list(self._full.get(key, ())), self._screened.get(key)
+            startup = statistics.median(self._startups[False]) if self._startups[False] else 0.0
         if own:
             return statistics.median(own) + startup
         timing = screened.timing if screened is not None else None
         if timing is None or not timing.steps:
-            return self.run_s()
+            return None
         plan, step_s = self._plan, timing.window_s / timing.steps
         window_s = min(plan.max_time_s, max(plan.min_time_s, plan.min_steps * step_s))
-        return screened.wall_s - (screened.startup_s or 0) - timing.window_s + window_s + startup
+        return screened.wall_s - (screened.startup_s or 0.0) - timing.window_s + window_s + startup
 
     def draw_s(self) -> float:
-        """What a new draw of the process layout adds to the round it starts (``Launcher.new_draw``): the slowest
-        start-up seen beyond the usual one, a fork server's imports where trials fork."""
+        """What a new draw of the process layout (``Launcher.new_draw``) adds to the process after it: the median
+        start-up of the processes that started a fork server, beyond the others'; 0 where none did (fresh trials)."""
         with self._lock:
-            startups = list(self._startups)
-        return max(startups) - statistics.median(startups) if startups else 0.0
+            drew, others = list(self._startups[True]), list(self._startups[False])
+        if not drew:
+            return 0.0
+        return max(0.0, statistics.median(drew) - (statistics.median(others) if others else 0.0))
 
     def round_s(self, configurations: list[dict], unknown: int = 0) -> float:
-        """The seconds one round of an interleaved comparison of ``configurations`` and ``unknown`` more not known
-        yet (finalists to come, each as slow as the slowest measured: ``slowest_s``) is expected to take: a new
-        draw, then each configuration's ``repeats`` processes, each after the first a new draw too."""
-        runs = [self.run_of_s(knobs) for knobs in configurations] + [self.slowest_s()] * unknown
+        """The seconds one round of an interleaved comparison of ``configurations`` is expected to take: a new draw,
+        then each configuration's ``repeats`` processes, each after the first a new draw too. One not measured (a
+        variant of the trim) is expected to take as long as the slowest measured one of the round; ``unknown`` more,
+        not known yet (the finalists a search may still find), each as long as the slowest measured so far."""
+        measured = [self._measured_s(config_key(knobs)) for knobs in configurations]
+        known = [seconds for seconds in measured if seconds is not None]
+        alike = max(known) if known else self.run_s()
+        runs = [alike if seconds is None else seconds for seconds in measured] + [self.slowest_s()] * unknown
         draws = 1 + len(runs) * (self.repeats - 1)
         return self.repeats * sum(runs) + draws * self.draw_s()
 
@@ -153,11 +178,21 @@ class RunClock:
         """The longest full-window process expected of a configuration measured so far (``run_of_s``)."""
         with self._lock:
             keys = set(self._full) | set(self._screened)
-        return max((self._expected(key) for key in keys), default=self.run_s())
+        return max((seconds for key in keys if (seconds := self._measured_s(key)) is not None), default=self.run_s())
 
     def screen_s(self) -> float:
         """The seconds a search trial not proposed yet is expected to take: ``repeats`` processes of ``run_s``."""
         return self.repeats * self.run_s(screen=True)
+
+    def trial_s(self, knobs: dict) -> float:
+        """The seconds the search trial of ``knobs`` is expected to take: ``screen_s``; where it turns on a costly knob
+        (torch.compile, whose compile time no measurement foretells), as long as the longest such trial so far, or,
+        before one, as long as a trial may take (``trial_timeout_s``)."""
+        if not costly(knobs):
+            return self.screen_s()
+        with self._lock:
+            longest = max(self._costly, default=self._trial_timeout_s)
+        return self.screen_s() if longest is None else self.repeats * longest
 
     def record(self, finished: bool = False) -> RunTime:
         """What was measured so far; ``finished``: the run reached its end."""

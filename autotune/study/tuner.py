@@ -56,8 +56,9 @@ from autotune.trial.runner import INTERRUPT, ProgressFn
 Measured = list[tuple[optuna.trial.FrozenTrial, TrialResult]]
 # Knob values, a trial name and an optional progress callback (for pruning) in, a result out.
 RunFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
-# The number of trials measured in, whether the next one fits in study.budget_s (``RunClock.affords``) out.
-AffordsFn = Callable[[int], bool]
+# Whether the next trial fits in study.budget_s (``RunClock.affords``): the number of trials measured, and the
+# knobs it is to measure where known before Optuna is asked (a proposal), else None.
+AffordsFn = Callable[[int, dict[str, Any] | None], bool]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
 # Proposals of already measured configurations in a row after which an untried one is drawn instead: each repeat
@@ -145,8 +146,8 @@ def tune(
     With ``propose`` (the probe's guide), each trial measures the configuration it proposes and tuning stops
     once it proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline
     included) is not measured again: the proposal is answered from the stored result and does not count as a
-    trial. Tuning also stops at ``settings.timeout_s``, where ``affords(trials measured)`` says the next trial does
-    not fit in study.budget_s, when the space is exhausted, and, aborted, after
+    trial. Tuning also stops at ``settings.timeout_s``, where ``affords`` says the next trial (or the one proposed)
+    does not fit in study.budget_s, when the space is exhausted, and, aborted, after
     ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect trials are
     verdicts on their configuration, not failures: ``FailureKind.is_fault``). A configuration that needs no less
     memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured: Optuna
@@ -225,7 +226,7 @@ def _search(
             return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
         if time.monotonic() >= deadline:
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
-        if affords is not None and not affords(done):
+        if affords is not None and not affords(done, None):
             return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
@@ -245,6 +246,8 @@ def _search(
                     )
             if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
                 proposal = Proposal(_draw_untried(space, taken, ran_out, draw))
+        if proposal is not None and affords is not None and not affords(done, proposal.knobs):  # a compile, say
+            return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
         with proposing(study, proposal.knobs if proposal is not None else None):
             trial = study.ask()
             knobs = space.sample(trial)

@@ -35,6 +35,8 @@ class TrialProcess(Protocol):
 
 
 class Launcher(Protocol):
+    servers_started: int  # processes started so far to fork trials from (each a new draw's cost): 0 if fresh
+
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
         """Start the trial worker with ``argv``, its output into ``log_path``, in environment ``env`` (its
         ``TRIAL_TOKEN_ENV`` marks the processes that end with it)."""
@@ -45,6 +47,8 @@ class Launcher(Protocol):
 
 class FreshLauncher:
     """Each trial a new interpreter: slower to start, nothing shared with any other process."""
+
+    servers_started = 0
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
         strays = Strays(env.get(TRIAL_TOKEN_ENV))
@@ -108,6 +112,7 @@ class ForkServer:
     def __init__(self) -> None:
         self._server: subprocess.Popen | None = None
         self._broken = False
+        self.servers_started = 0
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
         strays = Strays(env.get(TRIAL_TOKEN_ENV))
@@ -154,6 +159,7 @@ class ForkServer:
                 env={name: value for name, value in env.items() if name != TRIAL_TOKEN_ENV},
             )
             own(self._server.pid)
+            self.servers_started += 1
         return self._server
 
 

@@ -22,7 +22,7 @@ from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
 from autotune.study.start import open_study
 from autotune.study.trim import run_trim
-from autotune.study.tuner import counted_trials, ensure_baseline, tune
+from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 from tests.study.test_trim import WINNER, tuned
@@ -58,30 +58,50 @@ def test_a_step_fits_where_its_expected_time_fits_in_what_is_left():
 def test_a_configuration_is_expected_to_run_as_long_as_it_ran_or_its_search_trial_says_it_will():
     plan = WindowPlan(min_steps=30, min_time_s=4.0, max_time_s=30.0)
     clock = RunClock(budget_s=60.0, plan=plan)
-    clock.count(measured(3.0, startup_s=2.9))  # the first process starts the fork server: the draw's cost
+    clock.count(measured(3.0, startup_s=2.9), drew=True)  # it started the fork server: a new draw's cost
     clock.count(measured(6.0, startup_s=0.1))
     clock.count(measured(7.0, startup_s=0.1))
-    assert clock.draw_s() == pytest.approx(2.8), "the slowest start beyond the usual (the median) one"
+    assert clock.draw_s() == pytest.approx(2.8), "a server's start beyond the usual (a fork's) start-up"
     assert clock.run_of_s({**NEUTRAL_KNOBS, "batch_size": 16}) == pytest.approx(6.0), "its own median, start apart"
     with clock.stage("search"):  # a slow step's search trial: 10 steps of 0.5 s in its 5 s window, 9 s in all
         clock.count(measured(9.0, startup_s=0.1, batch_size=128, step_s=0.5))
     slow = {**NEUTRAL_KNOBS, "batch_size": 128}
     assert clock.run_of_s(slow) == pytest.approx(9.0 - 5.0 + 30 * 0.5), "its full window: 30 steps of 0.5 s"
     assert clock.slowest_s() == clock.run_of_s(slow)
-    baseline = {**NEUTRAL_KNOBS, "batch_size": 16}
+    baseline, variant = {**NEUTRAL_KNOBS, "batch_size": 16}, {**NEUTRAL_KNOBS, "batch_size": 64}
     assert clock.round_s([baseline, slow]) == pytest.approx(2.8 + 6.0 + 19.0), "a new draw, then each"
     assert clock.round_s([baseline], unknown=2) == pytest.approx(2.8 + 6.0 + 2 * 19.0), "those to come: the slowest"
-    assert clock.run_of_s({**NEUTRAL_KNOBS, "batch_size": 512}) == clock.run_s(), "unmeasured: the median"
+    assert clock.round_s([baseline, variant]) == pytest.approx(2.8 + 6.0 + 6.0), "unmeasured: its round's slowest"
+    assert clock.run_of_s(variant) == clock.run_s(), "unmeasured, on its own: the median"
+
+
+def test_each_repeat_after_the_first_is_a_new_draw_and_fresh_trials_draw_nothing():
+    repeated = RunClock(budget_s=60.0, repeats=3)
+    for _ in range(3):  # run_repeated: each process from a new server
+        repeated.count(measured(5.0, startup_s=3.0), drew=True)
+    assert (repeated.draw_s(), repeated.run_of_s(NEUTRAL_KNOBS | {"batch_size": 16})) == (3.0, 2.0)
+    both = [NEUTRAL_KNOBS | {"batch_size": 16}] * 2
+    assert repeated.round_s(both) == 3 * (2.0 + 2.0) + (1 + 2 * 2) * 3.0, "the round's draw and four repeats'"
+    fresh = RunClock(budget_s=60.0)
+    for wall_s in (5.0, 6.0):
+        fresh.count(measured(wall_s, startup_s=2.0))  # each a new interpreter: its start is in every run
+    assert fresh.draw_s() == 0.0 and fresh.round_s(both) == pytest.approx(2 * 5.5)
 
 
 def test_a_run_of_several_repeats_and_a_resumed_run_are_expected_alike():
-    repeated = RunClock(budget_s=10.0, repeats=3)
-    repeated.count(measured(2.0))
-    assert not repeated.affords_round([NEUTRAL_KNOBS, NEUTRAL_KNOBS], "two runs"), "three 2 s processes each: 12 s"
-    assert repeated.screen_s() == 6.0
+    live = RunClock(budget_s=10.0, repeats=3)
+    for _ in range(3):
+        live.count(measured(2.0, startup_s=0.1))
+    assert not live.affords_round([NEUTRAL_KNOBS, NEUTRAL_KNOBS], "two runs"), "three 2 s processes each: 12 s"
+    assert live.screen_s() == 6.0
     resumed = RunClock(budget_s=10.0, repeats=3)
-    resumed.expect(measured(6.0))  # a stored baseline (its three processes): none of this run's, yet what one takes
-    assert resumed.run_s() == 2.0 and resumed.run_of_s(NEUTRAL_KNOBS) == 2.0 and resumed.record().processes == {}
+    resumed.expect(measured(6.0, startup_s=0.1))  # the stored baseline (its three processes): none of this run's
+    assert resumed.run_s() == 2.0 and resumed.record().processes == {}
+    assert resumed.run_of_s(NEUTRAL_KNOBS | {"batch_size": 16}) == pytest.approx(1.9), "as live's, start-up apart"
+    assert live.run_of_s(NEUTRAL_KNOBS | {"batch_size": 16}) == pytest.approx(2.0)
+    resumed.expect(measured(15.0, startup_s=0.1, batch_size=128, step_s=0.5), screened=True)  # a stored trial
+    stored = resumed.run_of_s(NEUTRAL_KNOBS | {"batch_size": 128})
+    assert stored == pytest.approx(5.0 - 0.1 - 5.0 + 30 * 0.5), "its stored search trial's, as a full window"
     old = RunClock(budget_s=10.0)
     old.expect(measured(0.0))  # stored without a wall time: says nothing
     assert old.run_s() == 0.0
@@ -92,10 +112,38 @@ def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
     asked = []
-    fits = lambda done: asked.append(done) or done < 2  # noqa: E731
+    fits = lambda done, knobs: asked.append(done) or done < 2  # noqa: E731
     stop = tune(study, SPACE, settings(tmp_path, n_trials=5, budget_s=60.0), measure, lambda e: None, affords=fits)
     assert counted_trials(study) == 2 and asked[-1] == 2
     assert stop.message == "study.budget_s=60: the time left is kept for what follows" and not stop.aborted
+
+
+def test_a_proposal_that_costs_more_than_the_time_left_stops_the_search_before_optuna_is_asked(tmp_path):
+    study = open_study(settings(tmp_path, n_trials=5), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    proposed = next(knobs for knobs in SPACE.configurations() if knobs["batch_size"] == 32)
+    asked = []
+    fits = lambda done, knobs: asked.append(knobs) or knobs is None  # noqa: E731  (the proposal does not fit)
+    propose = lambda *seen: Proposal(proposed)  # noqa: E731
+    budget = settings(tmp_path, n_trials=5, budget_s=60.0)
+    stop = tune(study, SPACE, budget, measure, lambda e: None, propose, None, fits)
+    assert asked == [None, proposed] and stop.message.startswith("study.budget_s=60: the time left is kept")
+    assert len(study.trials) == 0 and counted_trials(study) == 0, "no trial asked of Optuna, none measured"
+
+
+def test_a_compile_trial_is_expected_as_the_longest_so_far_or_before_one_as_a_trial_may_take():
+    clock = RunClock(budget_s=60.0, trial_timeout_s=300.0)
+    clock.count(measured(6.0))
+    compiled = {**NEUTRAL_KNOBS, "batch_size": 16, "compile": "default"}
+    plain = {**compiled, "compile": NEUTRAL_KNOBS["compile"]}
+    assert clock.trial_s(plain) == clock.screen_s() == 6.0
+    assert clock.trial_s(compiled) == 300.0, "its compile time no measurement foretells"
+    assert not clock.affords(clock.trial_s(compiled), "search trial 2 (compile=default)")
+    with clock.stage("search"):
+        clock.count(replace(measured(41.0), knobs=compiled))
+    assert clock.trial_s(compiled) == 41.0 and clock.trial_s(plain) == 41.0, "the only search trial: the median too"
+    assert RunClock(budget_s=60.0).trial_s(compiled) == 0.0, "without a bound on a trial, nothing to expect"
 
 
 def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_recommends_nothing_unproven(tmp_path):

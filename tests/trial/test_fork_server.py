@@ -14,6 +14,7 @@ import pytest
 from autotune import app
 from autotune.app import TrialRunner
 from autotune.config.load import load_settings
+from autotune.study.clock import RunClock
 from autotune.trial import runner as runner_module
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import FailureKind, TrialResult
@@ -141,6 +142,22 @@ def test_each_repeat_forks_from_a_new_server_and_the_next_trial_from_the_same(tm
     finally:
         launcher.close()
     assert None not in lenders and lenders[0] != lenders[1] == lenders[2], lenders
+    assert launcher.servers_started == 2, "each a new draw, whose start a budget counts"
+
+
+def test_a_process_that_started_a_fork_server_is_counted_as_a_new_draw(tmp_path, monkeypatch):
+    clock = RunClock()
+    trials = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path, clock=clock)
+    monkeypatch.setattr(trials.launcher, "servers_started", trials.launcher.servers_started)  # the process's server
+
+    def started(request, timeout_s, workdir, name, budget, launcher):  # a server's start, then a fork from it
+        launcher.servers_started += name == "first"
+        return TrialResult(knobs={}, startup_s=3.0 if name == "first" else 0.01)
+
+    monkeypatch.setattr(app, "run_trial", started)
+    trials.trial(trials.request, "first")
+    trials.trial(trials.request, "second")
+    assert clock.draw_s() == pytest.approx(2.99)
 
 
 @pytest.mark.parametrize("plain", [False, True])
