@@ -143,15 +143,15 @@ def tune(
     """Run trials on ``machine`` (a ``machine_id``; None: this one) until the study holds ``settings.n_trials``
     configurations measured there.
 
-    With ``propose`` (the probe's guide), each trial measures the configuration it proposes and tuning stops
-    once it proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline
-    included) is not measured again: the proposal is answered from the stored result and does not count as a
-    trial. Tuning also stops at ``settings.timeout_s``, where ``affords`` says the next trial (or the one proposed)
-    does not fit in study.budget_s, when the space is exhausted, and, aborted, after
-    ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect trials are
-    verdicts on their configuration, not failures: ``FailureKind.is_fault``). A configuration that needs no less
-    memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured: Optuna
-    is told it is pruned, with the reason, and it does not count as a trial either.
+    With ``propose`` (the probe's guide), each trial measures the configuration it proposes and tuning stops once it
+    proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline included) is
+    not measured again: the proposal is answered from the stored result and does not count as a trial. Tuning also
+    stops at ``settings.timeout_s``, where ``affords`` says the next trial (or the one proposed, or the sampler's
+    draw, which a later run then measures first) does not fit in study.budget_s, when the space is exhausted, and,
+    aborted, after ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect
+    trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``). A configuration that needs
+    no less memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured:
+    Optuna is told it is pruned, with the reason, and it does not count as a trial either.
 
     Other tuners may share the study (``storage.is_shared``): what they measured on the same machine counts here, a
     configuration one of them is measuring is not measured again, and tuning ends once theirs are done too (a trial
@@ -265,6 +265,9 @@ def _search(
             _not_measured(study, trial, key, bound)
             repeats += 1
             continue
+        if proposal is None and affords is not None and not affords(done, knobs):  # the sampler's own draw
+            _left_for_later(study, trial, key)
+            return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
         # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
         with heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
             trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
@@ -395,6 +398,14 @@ def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: Out
         f"not measured: it needs no less memory than {bound.shown_by}, which ran out ({bound.message})",
     )
     study.tell(trial, state=TrialState.PRUNED)
+
+
+def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
+    """Fail ``trial`` of configuration ``key`` unmeasured, as interrupted: the machine owes it (``_owed``), and a
+    later run of the study, with the time for it, measures it first."""
+    trial.set_user_attr(CONFIG_ATTR, key)
+    trial.set_user_attr(INTERRUPTED_ATTR, True)
+    study.tell(trial, state=TrialState.FAIL)
 
 
 def _out_of_memory(attrs: dict[str, Any], measured: Measured, machine: str) -> list[OutOfMemory]:

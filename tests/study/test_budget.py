@@ -132,6 +132,20 @@ def test_a_proposal_that_costs_more_than_the_time_left_stops_the_search_before_o
     assert len(study.trials) == 0 and counted_trials(study) == 0, "no trial asked of Optuna, none measured"
 
 
+def test_a_draw_of_the_sampler_that_does_not_fit_is_left_to_a_later_run_which_measures_it_first(tmp_path):
+    study = open_study(settings(tmp_path, n_trials=5), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    drawn = []
+    fits = lambda done, knobs: knobs is None or drawn.append(knobs)  # noqa: E731  (no draw fits)
+    stop = tune(study, SPACE, settings(tmp_path, n_trials=5, budget_s=60.0), measure, lambda e: None, affords=fits)
+    assert stop.message.startswith("study.budget_s=60") and counted_trials(study) == 0 and len(drawn) == 1
+    assert summarise(load_results(study)).is_baseline, "reported: nothing measured beside the baseline"
+    runs_before = len(measure.calls)
+    tune(study, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None)  # a later run, without a budget
+    assert measure.calls[runs_before][1] == drawn[0] and counted_trials(study) == 1, "owed: measured first"
+
+
 def test_a_compile_trial_is_expected_as_the_longest_so_far_or_before_one_as_a_trial_may_take():
     clock = RunClock(budget_s=60.0, trial_timeout_s=300.0)
     clock.count(measured(6.0))
