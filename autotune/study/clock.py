@@ -166,7 +166,8 @@ class RunClock:
         measured = [self._measured_s(config_key(knobs)) for knobs in configurations]
         known = [seconds for seconds in measured if seconds is not None]
         alike = max(known) if known else self.run_s()
-        runs = [alike if seconds is None else seconds for seconds in measured] + [self.slowest_s()] * unknown
+        runs = [alike if seconds is None else seconds for seconds in measured]
+        runs += [self.slowest_s()] * unknown if unknown else []
         draws = 1 + len(runs) * (self.repeats - 1)
         return self.repeats * sum(runs) + draws * self.draw_s()
 

@@ -227,7 +227,7 @@ def _search(
         if time.monotonic() >= deadline:
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if affords is not None and not affords(done, None):
-            return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
+            return _out_of_budget(settings)
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
         # Trials already waiting (enqueued by the user) go first, then what this machine owes (``_Seen.owed``),
@@ -247,7 +247,7 @@ def _search(
             if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
                 proposal = Proposal(_draw_untried(space, taken, ran_out, draw))
         if proposal is not None and affords is not None and not affords(done, proposal.knobs):  # a compile, say
-            return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
+            return _out_of_budget(settings)
         with proposing(study, proposal.knobs if proposal is not None else None):
             trial = study.ask()
             knobs = space.sample(trial)
@@ -267,7 +267,7 @@ def _search(
             continue
         if proposal is None and affords is not None and not affords(done, knobs):  # the sampler's own draw
             _left_for_later(study, trial, key)
-            return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
+            return _out_of_budget(settings)
         # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
         with heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
             trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
@@ -398,6 +398,10 @@ def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: Out
         f"not measured: it needs no less memory than {bound.shown_by}, which ran out ({bound.message})",
     )
     study.tell(trial, state=TrialState.PRUNED)
+
+
+def _out_of_budget(settings: StudySettings) -> StopReason:
+    return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
 
 
 def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
