@@ -15,7 +15,7 @@ import pytest
 
 from autotune.measure.memory import MemoryBudget
 from autotune.trial import runner
-from autotune.trial.launch import _FreshProcess
+from autotune.trial.launch import FreshLauncher, _FreshProcess
 from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import _ProgressReader, _worker_env, run_repeated, run_trial
 from tests.conftest import processes_mentioning, trial_request
@@ -169,13 +169,14 @@ def test_a_trial_whose_tuner_died_before_it_started_exits_at_once(tmp_path):
 def test_compile_trials_share_the_study_compile_cache(tmp_path, monkeypatch):
     # In a cold cache Inductor checks each vector ISA by compiling and running a program of its own (~6 CPU-seconds
     # on a CPU with AMX, whose checks run even where the ISA is declared good): this trial vectorises nothing instead,
-    # as what is tested here is where the compiled code goes.
+    # as what is tested here is where the compiled code goes. Inductor reads the switch when it is imported, so the
+    # trial is a fresh interpreter: a fork server started before this test imported it without the switch.
     monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")
     assert _worker_env(request()).get("TORCHINDUCTOR_CACHE_DIR") == os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     linear = request("profiled.FirstFeatures", "profiled.InMemoryFeatures", compile="default")  # the fewest kernels
     cached = replace(linear, compile_cache_dir=str(tmp_path / "cache"))
     assert _worker_env(cached)["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
-    result = run_trial(cached, 300, tmp_path, "compiled")
+    result = run_trial(cached, 300, tmp_path, "compiled", launcher=FreshLauncher())
     assert result.ok, result.failure
     assert result.timing.compile_s > 0
     assert any((tmp_path / "cache" / "inductor").rglob("*.py")), "inductor wrote its generated code there"
