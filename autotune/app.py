@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 import optuna
+from optuna.storages import BaseStorage
 
 from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
@@ -37,6 +38,7 @@ from autotune.study.run_race import run_race
 from autotune.study.sharing import finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
+from autotune.study.storage import open_storage
 from autotune.study.trim import run_trim
 from autotune.study.tuner import RunFn, StopReason, TrialEvent, counted_trials, ensure_baseline, tune_in_slots
 from autotune.trial import runner as trial_runner
@@ -54,10 +56,12 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     measure = settings.measure
     clock = RunClock(settings.study.budget_s, measure.repeats, measure.plan, measure.trial_timeout_s)
     with one_tuner(settings.study.storage, settings.study.name):
-        return _tune(settings, output_dir, out, clock)
+        # A storage that cannot be opened is refused before the pipeline's code runs (the inspection: seconds).
+        storage = open_storage(settings.study.storage)
+        return _tune(settings, output_dir, out, clock, storage)
 
 
-def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) -> dict[str, Path]:
+def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, storage: BaseStorage) -> dict[str, Path]:
     with clock.stage("inspect"):
         facts = inspect_run(settings, output_dir, clock)
     device = facts.device
@@ -68,7 +72,7 @@ def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock) ->
     space = build_space(settings.search, ctx)
     described = {**facts.machine, **({"cpu_count": len(cores)} if cores else {})}
     machine = machine_id(described)
-    study = open_study(settings.study, _study_meta(settings, device, space), described)
+    study = open_study(settings.study, _study_meta(settings, device, space), described, storage)
     clock.attach(study, machine)
     print(
         f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "

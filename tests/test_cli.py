@@ -272,6 +272,16 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     assert not (tmp_path / "out").exists(), "no trial ran, no empty run folder is left"
 
 
+@pytest.mark.parametrize("storage", ["postgresql://bob:pw@127.0.0.1:1/db", "nosuchdb://x"])
+def test_a_storage_that_cannot_be_opened_is_refused_before_the_pipelines_code_runs(
+    tmp_path, storage, cli_here, monkeypatch
+):
+    # The inspection (a process of its own that builds the pipeline) takes seconds: a typo in the URL costs none.
+    monkeypatch.setattr(app, "inspect_run", lambda *args: pytest.fail("the pipeline was inspected"))
+    proc = cli_here(["pipeline=mymodel", f"study.storage={storage}", f"hydra.run.dir={tmp_path}/out"], cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.startswith("autotune: error: study.storage: cannot open"), proc.stderr
+
+
 def test_input_refused_in_a_run_folder_used_before_leaves_that_runs_files_as_they_were(tmp_path, cli_here):
     earlier = tmp_path / "tuned"
     earlier.mkdir()

@@ -21,12 +21,18 @@ from autotune.study.storage import create_study, is_shared, opening
 _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
 
 
-def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str, Any] | None = None) -> optuna.Study:
+def open_study(
+    settings: StudySettings,
+    meta: dict[str, Any],
+    machine: dict[str, Any] | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
+) -> optuna.Study:
     """Create the study, or load it if it exists with the same settings (a resume, or another tuner joining it).
 
     ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
     with a different description is refused rather than mixed with this one. ``machine`` (``describe_machine``) is
-    stored under its ``machine_id`` (None: this machine): each machine's results are its own. The sampler is
+    stored under its ``machine_id`` (None: this machine): each machine's results are its own; ``storage``: the one
+    ``open_storage(settings.storage)`` opened (None: opened here). The sampler is
     multivariate TPE with conditional groups, since knobs interact and some apply only given others.
     A storage that cannot be opened, or fails before this returns, is a ConfigError naming study.storage and the
     cause (``autotune/study/storage.py``); a fault later raises StorageFaultError.
@@ -41,6 +47,7 @@ def open_study(settings: StudySettings, meta: dict[str, Any], machine: dict[str,
     with opening(settings.storage):  # a storage fault before the run starts refuses it
         study = create_study(
             settings.storage,
+            storage,
             study_name=settings.name,
             sampler=sampler,
             directions=[_DIRECTIONS[objective] for objective in settings.objectives],

@@ -93,13 +93,21 @@ def is_shared(url: str) -> bool:
     return sqlite_file(url) is None and not url.startswith("sqlite")
 
 
-def create_study(url: str, **options: Any) -> optuna.Study:
-    """``optuna.create_study(storage=url, **options)`` on a storage checked first (a SQLite file whole, and writable);
-    ConfigError naming study.storage, and the cause where known, if it cannot be opened. Faults once open raise
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """The storage of ``url``, checked (a SQLite file whole, and writable) and opened (a database server connected);
+    ConfigError naming study.storage, and the cause where known, if it cannot be. Faults once open raise
     StorageFaultError."""
     with opening(url):
         _check_sqlite(url, writing=True)
-        return optuna.create_study(storage=_storage(url), **options)
+        return _storage(url)
+
+
+def create_study(url: str, storage: optuna.storages.BaseStorage | None = None, **options: Any) -> optuna.Study:
+    """``optuna.create_study(**options)`` on ``storage``, the one ``open_storage(url)`` opened (by default opened
+    here); a fault while creating it is a ConfigError as ``open_storage``'s are."""
+    storage = storage or open_storage(url)
+    with opening(url):
+        return optuna.create_study(storage=storage, **options)
 
 
 def load_study(name: str, url: str) -> optuna.Study:
