@@ -6,7 +6,7 @@ Trains the `images` example (JPEG decode, examples/mymodel.py's CNN with channel
 one compute thread) for a few epochs and times every step. For each epoch boundary it prints the step times
 around it and the boundary's excess: the first 8 steps of the new epoch minus 8 median steps. Run once with
 ``persistent_workers`` false and once true. Answers whether a timed window that happens to contain a
-boundary misreads a configuration (docs/benchmarks.md, search efficiency).
+boundary misreads a configuration (docs/benchmarks.md, Known limits).
 """
 
 from __future__ import annotations
