@@ -178,6 +178,12 @@ def headline(summary: Summary) -> Headline:
         f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB."
         + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
         + (
+            " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end; "
+            "the same command (with a larger study.budget_s, if that stopped it) goes on with it."
+            if summary.untrimmed
+            else ""
+        )
+        + (
             f" {slowed} of the runs it stands on {'was' if slowed == 1 else 'were'} slowed by other processes: see "
             "'Measured on a busy machine'."
             if slowed

@@ -16,10 +16,11 @@ class Summary:
     """The ranking (fastest first, failed last) and the recommendation against the baseline.
 
     ``confirmation`` is the re-measurement of the finalists, when one was made; ``trim`` the races of its winner
-    against its changes undone. Where a race proved the recommendation, the throughputs and speedup are the medians
-    of the race of most rounds it won (``proof``) rather than single runs. ``batch_policy`` is the study's
-    (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did not prove, which are not
-    recommended from their single runs.
+    against its changes undone, ``trim_ended`` whether the last of them ended as planned (not cut short or left out
+    by study.budget_s, not ended by a failed run; False where none ran). Where a race proved the recommendation, the
+    throughputs and speedup are the medians of the race of most rounds it won (``proof``) rather than single runs.
+    ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
+    not prove, which are not recommended from their single runs.
     """
 
     ranked: list[TrialRecord]
@@ -30,6 +31,7 @@ class Summary:
     batch_policy: str = "free"
     trim: list[Confirmation] = field(default_factory=list)
     ruled_out: frozenset[str] = frozenset()
+    trim_ended: bool = False
 
     @property
     def races(self) -> list[Confirmation]:
@@ -88,6 +90,14 @@ class Summary:
         return {name: value for name, (_, value) in changed(tried, kept).items()}
 
     @property
+    def untrimmed(self) -> bool:
+        """Whether the recommendation, confirmed and changing two knobs or more, stands without a whole trim (left
+        out or cut short by study.budget_s, or ended by a failed run): some of its changes may do nothing."""
+        if not self.confirmed or len(self.changed_knobs()) < 2:
+            return False
+        return not self.trim_ended
+
+    @property
     def speedup(self) -> float:
         return self.recommended_throughput / self.baseline_throughput
 
@@ -139,6 +149,7 @@ def summarise(results: StudyResults) -> Summary:
         ruled_out = _ruled_out(confirmation)
         confirmation = None
     trim: list[Confirmation] = []
+    trim_ended = False
     if confirmation is None:
         candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline
@@ -148,12 +159,15 @@ def summarise(results: StudyResults) -> Summary:
         recommended = next(r for r in results.trials if r.label == winner.label)
         if results.trim and results.trim[0].finalists[0].label == winner.label:  # else about an older winner
             trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
+            trim_ended = not results.trim[-1].cut and results.trim[-1].failure is None
         final = next((left for race in reversed(trim) if (left := trimmed_to(race))), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
     pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
-    return Summary(ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy, trim, ruled_out)
+    return Summary(
+        ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy, trim, ruled_out, trim_ended
+    )
 
 
 def _ruled_out(stale: Confirmation) -> frozenset[str]:

@@ -211,8 +211,10 @@ def test_a_trim_race_that_does_not_fit_is_left_out_and_the_winner_keeps_its_chan
     assert len(study.user_attrs[on_machine(TRIM_ATTR, load_results(study).machine_id)]) == 1, "stored, as cut"
     summary = summarise(load_results(study))
     assert summary.trim == [] and summary.recommended.result.knobs == WINNER, "no trim: its three changes stand"
+    assert "Not every change was shown to matter" in str(headline(summary)), "and the headline says so"
     trimmed = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert trimmed and not any(race.cut for race in trimmed), "a later run trims anew"
+    assert "Not every change" not in str(headline(summarise(load_results(study))))
 
 
 def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
@@ -221,6 +223,7 @@ def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
     first_only = lambda runs, step: not step.startswith("trim-2")  # noqa: E731
     cut = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, first_only)
     assert [race.cut for race in cut] == [False, True]
+    assert summarise(load_results(study)).untrimmed, "its first race's pick is recommended, not trimmed to its end"
     runs_before = len(pipeline.names)
     again = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
