@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.measure.hotspots import CallSite, HotFunction
@@ -50,13 +51,15 @@ _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuff
 
 @dataclass(frozen=True)
 class Tried:
-    """What a stored tuning study measured: its name, per knob the values its configurations ran with, and the
+    """What a stored tuning study measured: its name, per knob the values its configurations ran with, the
     changes its recommendation makes to the baseline (``recommended``: knob → value; None where the study has no
-    recommendation to read)."""
+    recommendation to read), and per ``KNOB=VALUE`` (``twin_key``) the throughput of each configuration it measured
+    with that value over that of one it measured alike but for that knob (``twins``: single runs)."""
 
     study: str
     values: dict[str, list[Any]]
     recommended: dict[str, Any] | None = None
+    twins: dict[str, list[float]] = field(default_factory=dict)
 
     def says(self, knob: str, value: Any) -> str:
         """Whether the study measured ``knob`` at ``value``, and recommends it, in words."""
@@ -65,14 +68,26 @@ class Tried:
             return f"the tuner recommends {knob}={value} (study '{self.study}')"
         if value in seen:
             unused = " and did not recommend it" if self.recommended is not None else ""
-            return f"the tuner measured {knob}={value}{unused} (study '{self.study}')"
+            return f"the tuner measured {knob}={value}{unused} (study '{self.study}'){self._twins(knob, value)}"
         listed = ", ".join(map(str, seen)) or "no value"
         return f"not tried by the tuner: study '{self.study}' measured {knob} at {listed}"
+
+    def _twins(self, knob: str, value: Any) -> str:
+        ratios = self.twins.get(twin_key(knob, value), [])
+        if not ratios:
+            return ""
+        pairs = f"{len(ratios)} pair{'s' if len(ratios) > 1 else ''}"
+        return f": {statistics.median(ratios):.2f}x a configuration alike but for {knob} ({pairs} of single runs)"
 
     def settled(self, knob: str, knobs: dict[str, Any]) -> bool:
         """Whether ``knobs`` already make the recommendation's change of ``knob``: the tuner's races chose that
         value by measuring it, so advice to set another is not given."""
         return self.recommended is not None and knob in self.recommended and knobs.get(knob) == self.recommended[knob]
+
+
+def twin_key(knob: str, value: Any) -> str:
+    """``Tried.twins``' key of ``knob`` at ``value``."""
+    return f"{knob}={value}"
 
 
 @dataclass(frozen=True)
@@ -133,9 +148,11 @@ def _with_tried(advice: Advice, tried: Tried | None) -> Advice:
 
 
 def _suggested(advice: Advice) -> Any:
-    """The value ``advice.action`` sets its knob to ("set num_workers=2" → 2)."""
+    """The value ``advice.action`` sets its knob to ("set num_workers=2" → 2, "set channels_last=True" → True)."""
     text = re.search(rf"{advice.knob}=(\S+)", advice.action)
     value = text.group(1).rstrip(".,;:") if text else None
+    if value in ("True", "False"):
+        return value == "True"
     return int(value) if value is not None and value.isdigit() else value
 
 

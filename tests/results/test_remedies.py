@@ -7,10 +7,13 @@ from dataclasses import replace
 import pytest
 
 from autotune.measure.page_faults import PageFaults
+from autotune.records import TrialRecord
 from autotune.results.diagnosis import DATA_BOUND, OVERHEAD_BOUND, verdict
 from autotune.results.profile import ProfileRecord
-from autotune.results.remedies import Tried, advise
-from tests.conftest import NEUTRAL_KNOBS
+from autotune.results.remedies import Advice, Tried, _with_tried, advise
+from autotune.results.tried import twins
+from autotune.trial.result import TrialResult
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.results.profile_records import LOOP_S, hot, profile_result
 
 KNOBS = {**NEUTRAL_KNOBS, "batch_size": 16}
@@ -134,3 +137,34 @@ def test_workers_that_keep_up_while_the_loop_waits_for_their_batches_are_told_to
     advice = advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 8, None)
     assert [a.action for a in advice] == ["set num_workers=0"], "faster loading would not shorten the wait"
     assert advice[0].gain == pytest.approx(0.1 / (0.043 + 0.009)) and "passed between processes" in advice[0].why
+
+
+def test_a_knob_advised_true_or_false_is_found_among_the_values_the_tuner_measured():
+    tried = Tried("mine", {"channels_last": [False, True]}, {})
+    advice = Advice("set channels_last=True", "convolutions", "measured by the tuner only", knob="channels_last")
+    said = _with_tried(advice, tried).tried
+    assert said == "the tuner measured channels_last=True and did not recommend it (study 'mine')"
+
+
+def test_what_the_tuner_measured_of_an_advised_value_is_said_beside_it():
+    """A configuration measured with the advised value and one alike but for that knob: their ratio, single runs."""
+    alike = {**KNOBS, "num_workers": 0}
+
+    def record(label: str, throughput: float, **knobs) -> TrialRecord:
+        return TrialRecord(label, TrialResult(knobs={**alike, **knobs}, measurement=fake_measurement(throughput)))
+
+    measured = [record("0", 100.0), record("1", 80.0, malloc="keep"), record("2", 90.0, malloc="keep", batch_size=32)]
+    tried = Tried("mine", {"malloc": ["default", "keep"], "batch_size": [16, 32]}, {}, twins(measured))
+    assert tried.twins == {
+        "malloc=keep": [0.8],
+        "malloc=default": [1.25],
+        "batch_size=32": [1.125],
+        "batch_size=16": [80.0 / 90.0],
+    }
+    assert tried.says("malloc", "keep") == (
+        "the tuner measured malloc=keep and did not recommend it (study 'mine'): 0.80x a configuration alike but for "
+        "malloc (1 pair of single runs)"
+    )
+    assert tried.says("batch_size", 32).endswith(
+        ": 1.12x a configuration alike but for batch_size (1 pair of single runs)"
+    )
