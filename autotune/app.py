@@ -38,7 +38,7 @@ from autotune.study.run_race import run_race
 from autotune.study.sharing import finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
-from autotune.study.storage import open_storage
+from autotune.study.storage import is_server, open_storage
 from autotune.study.trim import run_trim
 from autotune.study.tuner import RunFn, StopReason, TrialEvent, counted_trials, ensure_baseline, tune_in_slots
 from autotune.trial import runner as trial_runner
@@ -56,12 +56,15 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     measure = settings.measure
     clock = RunClock(settings.study.budget_s, measure.repeats, measure.plan, measure.trial_timeout_s)
     with one_tuner(settings.study.storage, settings.study.name):
-        # A storage that cannot be opened is refused before the pipeline's code runs (the inspection: seconds).
-        storage = open_storage(settings.study.storage)
+        # A database server that cannot be reached is refused before the pipeline's code runs (the inspection:
+        # seconds); a file (SQLite, a journal) is created only once the input is known good.
+        storage = open_storage(settings.study.storage) if is_server(settings.study.storage) else None
         return _tune(settings, output_dir, out, clock, storage)
 
 
-def _tune(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, storage: BaseStorage) -> dict[str, Path]:
+def _tune(
+    settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, storage: BaseStorage | None
+) -> dict[str, Path]:
     with clock.stage("inspect"):
         facts = inspect_run(settings, output_dir, clock)
     device = facts.device

@@ -71,7 +71,8 @@ class Training:
 class Recommendation:
     """The knob values autotune recommends for ``pipeline`` over ``baseline`` (the values it ran before), what
     they measured on ``machine``, and how to apply them. ``no_difference`` holds the changes that were tried on
-    top of the recommendation and made no difference beyond noise, so they were left out."""
+    top of the recommendation and made no difference beyond noise, so they were left out; ``untrimmed``: the trim
+    did not run to its end, so not every change in ``knobs`` was shown to matter."""
 
     knobs: dict[str, Any]
     baseline: dict[str, Any]
@@ -82,6 +83,7 @@ class Recommendation:
     measured: Measured
     training: Training
     no_difference: dict[str, Any] = field(default_factory=dict)
+    untrimmed: bool = False
     schema_version: int = SCHEMA_VERSION
     # Setups without a model, by (target, device): to_device, autocast and zero_grad run every training step.
     _applied: dict[tuple[Target, str], TrainingSetup] = field(
@@ -181,6 +183,7 @@ class Recommendation:
             "knobs": self.knobs,
             "baseline": self.baseline,
             "no_difference": self.no_difference,
+            "untrimmed": self.untrimmed,
             "throughput": {
                 "recommended": measured.throughput,
                 "baseline": measured.baseline_throughput,
@@ -241,6 +244,7 @@ class Recommendation:
                 learning_rate.get("suggested"),
             ),
             no_difference=dict(document.get("no_difference") or {}),
+            untrimmed=bool(document.get("untrimmed", False)),
             schema_version=version,
         )
 

@@ -1,14 +1,14 @@
 """Trials per hour with one tuner and with two sharing one study (a journal file), on this machine.
 
-    .venv/bin/python -m benchmarks.scaling [--rounds 3] [--pipeline mymodel] [override ...]
+    .venv/bin/python -m benchmarks.scaling [--rounds 3] [override ...]
 
 Each round tunes a new study twice, the order alternating: once with one tuner on every core, once with two tuner
-processes joining the study, each pinned to half the cores (``taskset``). The study's space is ``SPACE``, whose every
-configuration is measured once (no probe, race or pruning; the study ends when none is left), so that both layouts
-do the same trials whatever the sampler draws: a space larger than the trials would let noise in the first trials
-steer TPE to other configurations, slower or faster to measure, from one round to the next. A figure is measured
-trials per hour of wall time, from the tuners' start to the last one's end (the baseline included, as a user's run
-has one). Results go to benchmarks/results/scaling.json.
+processes joining the study, each pinned to half the cores (``taskset``). The study is ``mymodel``'s in ``SPACE``,
+the baseline and 7 trials: every configuration measured once (no probe, race or pruning; the study ends when none is
+left), so that both layouts do the same trials whatever the sampler draws: a space larger than the trials would let
+noise in the first trials steer TPE to other configurations, slower or faster to measure, from one round to the
+next. A figure is measured trials per hour of wall time, from the tuners' start to the last one's end (the baseline
+included, as a user's run has one). Results go to benchmarks/results/scaling.json.
 """
 
 from __future__ import annotations
@@ -30,17 +30,23 @@ from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine
 from autotune.records import measured_trials, study_machines
 from autotune.study.storage import load_study
+from benchmarks.efficiency import search_overrides
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.json"
-# Eight configurations (the baseline's batch 32 without channels_last among them), every other knob at its default.
+# Eight configurations of an image pipeline (the baseline's batch 32 without channels_last among them), every other
+# knob at its default, without workers (whose options then do not apply).
 SPACE = {"batch_size": [16, 32, 64, 128], "channels_last": [False, True]}
+CANDIDATES = {
+    name: SPACE.get(name, [0 if name == "num_workers" else knob.baseline_default])
+    for name, knob in KNOBS.items()
+    if knob.active({"num_workers": 0})
+}
 REPO = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pipeline", default="mymodel")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     machine = describe_machine()
@@ -66,8 +72,8 @@ def trials_per_hour(core_sets: list[list[int]], args: argparse.Namespace, folder
     folder.mkdir(parents=True)
     storage, name = f"journal://{folder}/study.log", f"scaling-{uuid.uuid4().hex[:8]}"
     overrides = [
-        f"pipeline={args.pipeline}",
-        *space_overrides(SPACE),
+        "pipeline=mymodel",
+        *search_overrides(CANDIDATES),
         f"study.n_trials={math.prod(map(len, SPACE.values()))}",
         "study.probe=false",
         "study.confirm_rounds=0",
@@ -103,21 +109,6 @@ def trials_per_hour(core_sets: list[list[int]], args: argparse.Namespace, folder
     study = load_study(name, storage)
     measured = sum(len(measured_trials(study, machine)) for machine in study_machines(study))
     return measured / wall_s * 3600
-
-
-def space_overrides(space: dict[str, list]) -> list[str]:
-    """``search.KNOB=[...]``: ``space``'s candidates, every other knob at its default, no workers (their options
-    left out: they apply only with workers)."""
-    values = {**{name: [knob.baseline_default] for name, knob in KNOBS.items()}, "num_workers": [0], **space}
-    return [
-        f"search.{name}=[{','.join(_cli(value) for value in values[name])}]"
-        for name, knob in KNOBS.items()
-        if knob.active({"num_workers": 0})
-    ]
-
-
-def _cli(value) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 if __name__ == "__main__":

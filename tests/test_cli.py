@@ -270,6 +270,7 @@ def test_bad_input_is_one_line_with_exit_2_before_any_trial(tmp_path, args, mess
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: {message}"), proc.stderr
     assert proc.stdout == "", "nothing else is printed"
     assert not (tmp_path / "out").exists(), "no trial ran, no empty run folder is left"
+    assert not (tmp_path / "s.db").exists(), "nor a study file"
 
 
 @pytest.mark.parametrize("storage", ["postgresql://bob:pw@127.0.0.1:1/db", "nosuchdb://x"])

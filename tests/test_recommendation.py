@@ -55,7 +55,7 @@ def written(tmp_path, document) -> str:
 
 
 def test_a_written_recommendation_reads_back_the_same_without_a_warning(tmp_path):
-    original = recommendation(no_difference={"set_to_none": False})
+    original = recommendation(no_difference={"set_to_none": False}, untrimmed=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = autotune.load_recommended(written(tmp_path, original.to_document()))

@@ -178,8 +178,8 @@ def headline(summary: Summary) -> Headline:
         f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB."
         + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
         + (
-            " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end; "
-            "the same command (with a larger study.budget_s, if that stopped it) goes on with it."
+            " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end (cut "
+            "by study.budget_s, a failed run, or a run stopped before it); running the study again goes on with it."
             if summary.untrimmed
             else ""
         )

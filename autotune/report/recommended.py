@@ -31,6 +31,7 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
         ),
         training=_training(batch_advice(results, summary)),
         no_difference=dict(summary.no_difference),
+        untrimmed=summary.untrimmed,
     )
 
 

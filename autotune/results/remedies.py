@@ -18,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import yaml
+
+from autotune.knobs import KNOBS
 from autotune.measure.hotspots import CallSite, HotFunction
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import (
@@ -53,31 +56,33 @@ _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuff
 class Tried:
     """What a stored tuning study measured: its name, per knob the values its configurations ran with, the
     changes its recommendation makes to the baseline (``recommended``: knob → value; None where the study has no
-    recommendation to read), and per ``KNOB=VALUE`` (``twin_key``) the throughput of each configuration it measured
-    with that value over that of one it measured alike but for that knob (``twins``: single runs)."""
+    recommendation to read), and per change of one knob (``twin_key``: ``KNOB=FROM->TO``) the throughput of each
+    configuration it measured with TO over that of one it measured alike but for that knob, at FROM (``twins``:
+    single runs)."""
 
     study: str
     values: dict[str, list[Any]]
     recommended: dict[str, Any] | None = None
     twins: dict[str, list[float]] = field(default_factory=dict)
 
-    def says(self, knob: str, value: Any) -> str:
-        """Whether the study measured ``knob`` at ``value``, and recommends it, in words."""
+    def says(self, knob: str, value: Any, now: Any = None) -> str:
+        """Whether the study measured ``knob`` at ``value``, and recommends it, in words; and what changing it from
+        ``now`` to ``value`` read where the study measured both alike."""
         seen = self.values.get(knob, [])
         if self.recommended is not None and knob in self.recommended and self.recommended[knob] == value:
             return f"the tuner recommends {knob}={value} (study '{self.study}')"
         if value in seen:
             unused = " and did not recommend it" if self.recommended is not None else ""
-            return f"the tuner measured {knob}={value}{unused} (study '{self.study}'){self._twins(knob, value)}"
+            return f"the tuner measured {knob}={value}{unused} (study '{self.study}'){self._twins(knob, now, value)}"
         listed = ", ".join(map(str, seen)) or "no value"
         return f"not tried by the tuner: study '{self.study}' measured {knob} at {listed}"
 
-    def _twins(self, knob: str, value: Any) -> str:
-        ratios = self.twins.get(twin_key(knob, value), [])
+    def _twins(self, knob: str, now: Any, value: Any) -> str:
+        ratios = self.twins.get(twin_key(knob, now, value), [])
         if not ratios:
             return ""
-        pairs = f"{len(ratios)} pair{'s' if len(ratios) > 1 else ''}"
-        return f": {statistics.median(ratios):.2f}x a configuration alike but for {knob} ({pairs} of single runs)"
+        pairs = "one pair" if len(ratios) == 1 else f"median of {len(ratios)} pairs"
+        return f": {statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
 
     def settled(self, knob: str, knobs: dict[str, Any]) -> bool:
         """Whether ``knobs`` already make the recommendation's change of ``knob``: the tuner's races chose that
@@ -85,9 +90,9 @@ class Tried:
         return self.recommended is not None and knob in self.recommended and knobs.get(knob) == self.recommended[knob]
 
 
-def twin_key(knob: str, value: Any) -> str:
-    """``Tried.twins``' key of ``knob`` at ``value``."""
-    return f"{knob}={value}"
+def twin_key(knob: str, before: Any, after: Any) -> str:
+    """``Tried.twins``' key of ``knob`` changed from ``before`` to ``after``."""
+    return f"{knob}={before}->{after}"
 
 
 @dataclass(frozen=True)
@@ -138,22 +143,22 @@ def advise(
     ranked += _allocator(result, found, knobs) if glibc else []
     ranked.sort(key=lambda a: -(a.gain or 0.0))
     ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs)]
-    return [_with_tried(a, tried) for a in advice + ranked]
+    return [_with_tried(a, tried, knobs) for a in advice + ranked]
 
 
-def _with_tried(advice: Advice, tried: Tried | None) -> Advice:
+def _with_tried(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> Advice:
     if advice.knob is None or tried is None:
         return advice
-    return Advice(**{**asdict(advice), "tried": tried.says(advice.knob, _suggested(advice))})
+    said = tried.says(advice.knob, _suggested(advice), knobs.get(advice.knob))
+    return Advice(**{**asdict(advice), "tried": said})
 
 
 def _suggested(advice: Advice) -> Any:
-    """The value ``advice.action`` sets its knob to ("set num_workers=2" → 2, "set channels_last=True" → True)."""
+    """The value ``advice.action`` sets its knob to, as the knob reads it ("set num_workers=2" → 2,
+    "set channels_last=True" → True)."""
     text = re.search(rf"{advice.knob}=(\S+)", advice.action)
     value = text.group(1).rstrip(".,;:") if text else None
-    if value in ("True", "False"):
-        return value == "True"
-    return int(value) if value is not None and value.isdigit() else value
+    return KNOBS[advice.knob].parse(yaml.safe_load(value)) if value is not None else None
 
 
 def _loop_with_loading(found: Figures, saved_s: float, workers: int) -> float:

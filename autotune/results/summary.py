@@ -92,7 +92,8 @@ class Summary:
     @property
     def untrimmed(self) -> bool:
         """Whether the recommendation, confirmed and changing two knobs or more, stands without a whole trim (left
-        out or cut short by study.budget_s, or ended by a failed run): some of its changes may do nothing."""
+        out or cut short by study.budget_s, ended by a failed run, not reached by a run stopped before it, or still
+        running in another tuner): some of its changes may do nothing."""
         if not self.confirmed or len(self.changed_knobs()) < 2:
             return False
         return not self.trim_ended

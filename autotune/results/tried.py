@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.remedies import Tried, twin_key
@@ -27,12 +28,12 @@ def tries_of(results: StudyResults) -> Tried:
 
 
 def twins(measured: list[TrialRecord]) -> dict[str, list[float]]:
-    """Per ``KNOB=VALUE``, the throughput of each record with that value over that of each record alike but for
-    that knob."""
+    """Per change of one knob (``twin_key``), the throughput of each record after it over that of each record before
+    it, the two alike but for that knob (``changed``: the options that follow from it, such as workers' options,
+    are no change of their own)."""
     found: dict[str, list[float]] = {}
-    for one, other in itertools.permutations(measured, 2):
-        knobs, others = one.result.knobs, other.result.knobs
-        different = [name for name in knobs if knobs[name] != others.get(name)]
-        if len(different) == 1:
-            found.setdefault(twin_key(different[0], knobs[different[0]]), []).append(one.throughput / other.throughput)
+    for after, before in itertools.permutations(measured, 2):
+        if len(change := changed(after.result.knobs, before.result.knobs)) == 1:
+            ((knob, (was, now)),) = change.items()
+            found.setdefault(twin_key(knob, was, now), []).append(after.throughput / before.throughput)
     return found

@@ -93,6 +93,11 @@ def is_shared(url: str) -> bool:
     return sqlite_file(url) is None and not url.startswith("sqlite")
 
 
+def is_server(url: str) -> bool:
+    """Whether ``url`` names a database server (not a file of this machine: SQLite, a journal)."""
+    return is_shared(url) and not url.startswith(JOURNAL)
+
+
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """The storage of ``url``, checked (a SQLite file whole, and writable) and opened (a database server connected);
     ConfigError naming study.storage, and the cause where known, if it cannot be. Faults once open raise
@@ -105,7 +110,8 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
 def create_study(url: str, storage: optuna.storages.BaseStorage | None = None, **options: Any) -> optuna.Study:
     """``optuna.create_study(**options)`` on ``storage``, the one ``open_storage(url)`` opened (by default opened
     here); a fault while creating it is a ConfigError as ``open_storage``'s are."""
-    storage = storage or open_storage(url)
+    if storage is None:
+        storage = open_storage(url)
     with opening(url):
         return optuna.create_study(storage=storage, **options)
 

@@ -142,29 +142,41 @@ def test_workers_that_keep_up_while_the_loop_waits_for_their_batches_are_told_to
 def test_a_knob_advised_true_or_false_is_found_among_the_values_the_tuner_measured():
     tried = Tried("mine", {"channels_last": [False, True]}, {})
     advice = Advice("set channels_last=True", "convolutions", "measured by the tuner only", knob="channels_last")
-    said = _with_tried(advice, tried).tried
+    said = _with_tried(advice, tried, KNOBS).tried
     assert said == "the tuner measured channels_last=True and did not recommend it (study 'mine')"
 
 
-def test_what_the_tuner_measured_of_an_advised_value_is_said_beside_it():
-    """A configuration measured with the advised value and one alike but for that knob: their ratio, single runs."""
-    alike = {**KNOBS, "num_workers": 0}
+def test_what_the_tuner_measured_of_an_advised_change_is_said_beside_it():
+    """Configurations measured alike but for the advised knob, at the profiled value and the advised one: their
+    ratio (single runs); workers' options come with their workers, and a pair at other values says nothing."""
 
     def record(label: str, throughput: float, **knobs) -> TrialRecord:
-        return TrialRecord(label, TrialResult(knobs={**alike, **knobs}, measurement=fake_measurement(throughput)))
+        return TrialRecord(label, TrialResult(knobs={**KNOBS, **knobs}, measurement=fake_measurement(throughput)))
 
-    measured = [record("0", 100.0), record("1", 80.0, malloc="keep"), record("2", 90.0, malloc="keep", batch_size=32)]
-    tried = Tried("mine", {"malloc": ["default", "keep"], "batch_size": [16, 32]}, {}, twins(measured))
-    assert tried.twins == {
-        "malloc=keep": [0.8],
-        "malloc=default": [1.25],
-        "batch_size=32": [1.125],
-        "batch_size=16": [80.0 / 90.0],
-    }
-    assert tried.says("malloc", "keep") == (
-        "the tuner measured malloc=keep and did not recommend it (study 'mine'): 0.80x a configuration alike but for "
-        "malloc (1 pair of single runs)"
+    workers = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": False}
+    measured = [
+        record("0", 100.0),
+        record("1", 80.0, malloc="keep"),
+        record("2", 150.0, **workers),
+        record("3", 90.0, **workers, malloc="keep"),
+        record("4", 120.0, **{**workers, "num_workers": 1}),
+    ]
+    tried = tries_of_records(measured)
+    assert tried.twins["malloc=default->keep"] == [0.8, 0.6] and tried.twins["num_workers=0->2"] == [1.5, 1.125]
+    assert tried.says("malloc", "keep", "default") == (
+        "the tuner measured malloc=keep and did not recommend it (study 'mine'): 0.70x the same with malloc=default "
+        "(median of 2 pairs of single runs)"
     )
-    assert tried.says("batch_size", 32).endswith(
-        ": 1.12x a configuration alike but for batch_size (1 pair of single runs)"
+    assert tried.says("num_workers", 1, 0).endswith(": 1.20x the same with num_workers=0 (one pair of single runs)")
+    assert tried.says("num_workers", 2, 0).endswith(
+        "1.31x the same with num_workers=0 (median of 2 pairs of single runs)"
     )
+    assert tried.says("num_workers", 2, 4).endswith("(study 'mine')"), "2 against 4 workers was not measured"
+
+
+def tries_of_records(measured: list[TrialRecord]) -> Tried:
+    values: dict[str, list] = {}
+    for record in measured:
+        for knob, value in record.result.knobs.items():
+            values.setdefault(knob, []).append(value)
+    return Tried("mine", values, {}, twins(measured))

@@ -14,6 +14,7 @@ from autotune.config.load import load_settings
 from autotune.measure.recorder import WindowPlan
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.report.document import headline
+from autotune.report.recommended import recommendation
 from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
@@ -212,6 +213,7 @@ def test_a_trim_race_that_does_not_fit_is_left_out_and_the_winner_keeps_its_chan
     summary = summarise(load_results(study))
     assert summary.trim == [] and summary.recommended.result.knobs == WINNER, "no trim: its three changes stand"
     assert "Not every change was shown to matter" in str(headline(summary)), "and the headline says so"
+    assert recommendation(load_results(study), summary).untrimmed, "and recommended.yaml"
     trimmed = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert trimmed and not any(race.cut for race in trimmed), "a later run trims anew"
     assert "Not every change" not in str(headline(summarise(load_results(study))))
@@ -227,6 +229,7 @@ def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
     runs_before = len(pipeline.names)
     again = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
+    assert not summarise(load_results(study)).untrimmed
     assert all(name.startswith("trim-2-") for name in pipeline.names[runs_before:]), pipeline.names[runs_before:]
     assert summarise(load_results(study)).changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
     runs_before = len(pipeline.names)
