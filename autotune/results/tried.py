@@ -14,17 +14,21 @@ from autotune.results.summary import summarise
 def tries_of(results: StudyResults) -> Tried:
     """What study ``results`` measured, per knob, the changes its recommendation makes (None without a measured
     baseline, which a recommendation needs), and its configurations measured alike but for one knob (``twins``)."""
-    values: dict[str, list] = {}
-    for record in results.records:
-        if record.result.ok:
-            for knob, value in record.result.knobs.items():
-                values.setdefault(knob, [])
-                if value not in values[knob]:
-                    values[knob].append(value)
+    measured = [record for record in results.records if record.result.ok]
     recommended = None
     if results.baseline is not None and results.baseline.result.ok:
         recommended = {name: after for name, (_, after) in summarise(results).changed_knobs().items()}
-    return Tried(results.study_name, values, recommended, twins([r for r in results.records if r.result.ok]))
+    return Tried(results.study_name, values_of(measured), recommended, twins(measured))
+
+
+def values_of(measured: list[TrialRecord]) -> dict[str, list]:
+    """Per knob, the values the records ran with, each once, in the order first met."""
+    values: dict[str, list] = {}
+    for record in measured:
+        for knob, value in record.result.knobs.items():
+            if value not in values.setdefault(knob, []):
+                values[knob].append(value)
+    return values
 
 
 def twins(measured: list[TrialRecord]) -> dict[str, list[float]]:

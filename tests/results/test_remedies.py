@@ -11,7 +11,7 @@ from autotune.records import TrialRecord
 from autotune.results.diagnosis import DATA_BOUND, OVERHEAD_BOUND, verdict
 from autotune.results.profile import ProfileRecord
 from autotune.results.remedies import Advice, Tried, _with_tried, advise
-from autotune.results.tried import twins
+from autotune.results.tried import twins, values_of
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.results.profile_records import LOOP_S, hot, profile_result
@@ -161,7 +161,7 @@ def test_what_the_tuner_measured_of_an_advised_change_is_said_beside_it():
         record("3", 90.0, **workers, malloc="keep"),
         record("4", 120.0, **{**workers, "num_workers": 1}),
     ]
-    tried = tries_of_records(measured)
+    tried = Tried("mine", values_of(measured), {}, twins(measured))
     assert tried.twins["malloc=default->keep"] == [0.8, 0.6] and tried.twins["num_workers=0->2"] == [1.5, 1.125]
     assert tried.says("malloc", "keep", "default") == (
         "the tuner measured malloc=keep and did not recommend it (study 'mine'): 0.70x the same with malloc=default "
@@ -172,11 +172,3 @@ def test_what_the_tuner_measured_of_an_advised_change_is_said_beside_it():
         "1.31x the same with num_workers=0 (median of 2 pairs of single runs)"
     )
     assert tried.says("num_workers", 2, 4).endswith("(study 'mine')"), "2 against 4 workers was not measured"
-
-
-def tries_of_records(measured: list[TrialRecord]) -> Tried:
-    values: dict[str, list] = {}
-    for record in measured:
-        for knob, value in record.result.knobs.items():
-            values.setdefault(knob, []).append(value)
-    return Tried("mine", values, {}, twins(measured))
