@@ -158,6 +158,9 @@ class ForkServer:
                 # the server's), would carry it and be killed as that trial's strays.
                 env={name: value for name, value in env.items() if name != TRIAL_TOKEN_ENV},
             )
+            # Replies are read unbuffered: select() sees the pipe, not a reader's buffer, so a trial's end read
+            # ahead with its pid (a trial that ended before its pid was read) would seem to run until its timeout.
+            self._server.stdout = self._server.stdout.detach()
             own(self._server.pid)
             self.servers_started += 1
         return self._server

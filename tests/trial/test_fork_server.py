@@ -181,3 +181,34 @@ def test_a_trial_stopped_at_its_timeout_ends_with_its_workers_at_once(kind, serv
     assert result.failure.kind is FailureKind.TIMEOUT
     assert result.wall_s < 6.5, "stopped at its timeout, not after waiting out its own group"
     assert processes_mentioning(str(tmp_path / "hangs.log")) == []
+
+
+class _ReadsLate:
+    """The server's replies, the first read half a second late: a tuner the machine's load kept from running."""
+
+    def __init__(self, replies) -> None:
+        self.replies, self.late = replies, True
+
+    def readline(self) -> bytes:
+        if self.late:
+            self.late = False
+            time.sleep(0.5)
+        return self.replies.readline()
+
+    def fileno(self) -> int:
+        return self.replies.fileno()
+
+    def close(self) -> None:
+        self.replies.close()
+
+
+def test_a_trial_that_ended_before_its_pid_was_read_is_seen_to_end_at_once(server, tmp_path):
+    argv = [str(tmp_path / "missing.json"), str(tmp_path / "out.json")]  # the worker cannot read it: exit 1 at once
+    first = server.start(argv, tmp_path / "first.log", _worker_env(request()))  # the server runs
+    assert first.exited_within(60) and first.kill() == 1
+    server._server.stdout = _ReadsLate(server._server.stdout)
+    late = server.start(argv, tmp_path / "late.log", _worker_env(request()))
+    try:
+        assert late.exited_within(5), "its end, read ahead with its pid, was never seen"
+    finally:
+        assert late.kill() == 1
