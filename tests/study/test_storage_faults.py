@@ -9,7 +9,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.pool import Pool
 
-from autotune import rerender
+from autotune import app, rerender
 from autotune.errors import ConfigError
 from autotune.measure.environment import this_machine_id
 from autotune.records import RESULT_ATTR, config_key, metric_attrs
@@ -30,7 +29,6 @@ from autotune.selfcheck import _configurations
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, create_study, load_study, storage_cause
 from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
-from tests.conftest import REPO
 from tests.study.test_tuner import BASELINE, FIXED, META, SPACE, FakeMeasure, fake_result, settings
 from tests.test_cli import TINY
 
@@ -268,46 +266,20 @@ def test_the_command_line_refuses_a_damaged_study_in_one_line(study_file, tmp_pa
     assert len(proc.stderr.splitlines()) == 1 and damaged.read_bytes() == before
 
 
-FULL_FROM_THE_FIRST_TRIAL = """
-import sqlite3, sys
-from sqlalchemy import event
-from sqlalchemy.pool import Pool
-from autotune import app, cli
-
-database, pages = sys.argv.pop(1), []
-screen = app.TrialRunner.screen
-
-def fill_the_disk(self, *args, **kwargs):
-    if not pages:
-        with sqlite3.connect(database) as db:
-            pages.append(db.execute("PRAGMA page_count").fetchone()[0])
-    return screen(self, *args, **kwargs)
-
-@event.listens_for(Pool, "checkout")
-def cap(connection, record, proxy):
-    if pages:
-        connection.execute(f"PRAGMA max_page_count = {pages[0]}")
-
-app.TrialRunner.screen = fill_the_disk
-sys.argv[0] = "autotune"
-cli.main()
-"""
-
-
 @pytest.mark.slow
-def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_reports(tmp_path):
+def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_reports(tmp_path, cli_here, monkeypatch):
     """From the first tuning trial on, the study's file cannot grow: SQLite's own "database or disk is full"."""
-    database = tmp_path / "studies.db"
+    database, screen, filled = tmp_path / "studies.db", app.TrialRunner.screen, []
     args = [*TINY, "study.n_trials=3", f"study.storage=sqlite:///{database}", f"hydra.run.dir={tmp_path}/out"]
-    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_DEBUG"}
-    proc = subprocess.run(
-        [sys.executable, "-c", FULL_FROM_THE_FIRST_TRIAL, str(database), *args],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    with contextlib.ExitStack() as full:
+
+        def screen_on_a_full_disk(self, *args, **kwargs):
+            if not filled:
+                filled.append(full.enter_context(disk_full_from_now(database)))
+            return screen(self, *args, **kwargs)
+
+        monkeypatch.setattr(app.TrialRunner, "screen", screen_on_a_full_disk)
+        proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.splitlines() == [proc.stderr.strip()]
     fault = (
