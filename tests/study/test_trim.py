@@ -36,16 +36,18 @@ class Pipeline:
         return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
 
 
+def space_to(winner: dict) -> SearchSpace:
+    """A space of the baseline's value and ``winner``'s for each knob."""
+    return SearchSpace({name: list(dict.fromkeys([BASELINE[name], winner[name]])) for name in KNOBS})
+
+
 def tuned(tmp_path, winner=WINNER):
     """A study whose only trial is ``winner``, raced against the baseline."""
     study = open_study(settings(tmp_path), META)
     pipeline = Pipeline()
     ensure_baseline(study, BASELINE, pipeline)
     study.enqueue_trial(winner)
-    space = SearchSpace(
-        {name: [BASELINE[name]] if BASELINE[name] == winner[name] else [BASELINE[name], winner[name]] for name in KNOBS}
-    )
-    tune(study, space, settings(tmp_path, n_trials=1), pipeline, lambda e: None)
+    tune(study, space_to(winner), settings(tmp_path, n_trials=1), pipeline, lambda e: None)
     confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None)
     return study, confirmation, pipeline
 
@@ -140,11 +142,24 @@ def test_a_trim_race_a_failed_baseline_run_ended_keeps_the_winner_and_is_run_aga
     kept = f"trial {confirmation.winner.label}, with every change,"
     assert failed.describe(kept=kept).endswith(f"so {kept} is kept.")
     assert summarise(load_results(study)).recommended.label == confirmation.winner.label
+    assert summarise(load_results(study)).untrimmed, "said: some of its changes may do nothing"
 
     runs = len(pipeline.names)
     (again,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert len(pipeline.names) > runs and not again.failure, "raced anew, not reused"
     assert summarise(load_results(study)).no_difference == {"set_to_none": False}
+    assert not summarise(load_results(study)).untrimmed
+
+
+def test_a_new_winner_stands_untrimmed_until_its_own_trim_ran(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    study.enqueue_trial({**WINNER, "set_to_none": True})  # as fast, one change fewer: the next race's winner
+    tune(study, space_to(WINNER), settings(tmp_path, n_trials=2), pipeline, lambda e: None)
+    new = run_race(study, load_results(study), 3, pipeline, lambda name, result: None)
+    assert new.winner.label != confirmation.winner.label
+    summary = summarise(load_results(study))
+    assert summary.trim == [] and summary.untrimmed, "the stored trim is the older winner's"
 
 
 def test_a_winner_with_one_change_is_not_trimmed(tmp_path):
