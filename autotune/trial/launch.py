@@ -51,17 +51,21 @@ class FreshLauncher:
     servers_started = 0
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
-        strays = Strays(env.get(TRIAL_TOKEN_ENV))
         log = open_log(log_path)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE, *argv],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=env,
-            )
+            strays = Strays(env.get(TRIAL_TOKEN_ENV))
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", WORKER_MODULE, *argv],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env=env,
+                )
+            except BaseException:
+                strays.forget()
+                raise
         finally:
             os.close(log)
         own(proc.pid)
@@ -115,9 +119,9 @@ class ForkServer:
         self.servers_started = 0
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
-        strays = Strays(env.get(TRIAL_TOKEN_ENV))
         server = self._running(env)
         if server is not None:
+            strays = Strays(env.get(TRIAL_TOKEN_ENV))
             order = {"argv": argv, "log": str(log_path), "env": env, "cwd": os.getcwd()}
             try:
                 server.stdin.write((json.dumps(order) + "\n").encode())
@@ -125,8 +129,10 @@ class ForkServer:
                 reply = server.stdout.readline()
                 return _ForkedProcess(server, json.loads(reply)["pid"], strays)
             except (OSError, ValueError, KeyError):
+                lost = server.pid
                 self.close()
                 self._broken = True
+                strays.end(lost)  # a trial it forked before it failed is now this process's orphan: it ends here
         return FreshLauncher().start(argv, log_path, env)
 
     def new_draw(self) -> None:

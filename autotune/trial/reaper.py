@@ -88,6 +88,11 @@ class Strays:
             with _LOCK:
                 _RUNNING.discard(self)
 
+    def forget(self) -> None:
+        """The trial did not start: nothing of it is left to end."""
+        with _LOCK:
+            _RUNNING.discard(self)
+
     def _adopted(self) -> list[int]:
         """The adopted children to end now: this trial's, the dead (a zombie is reaped whoever's it was), and, with
         no other trial running, those carrying no token."""

@@ -21,6 +21,7 @@ import traceback
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import torch
@@ -324,5 +325,20 @@ def _flush() -> None:
     ctypes.CDLL(None).fflush(None)  # C's stdio buffers: what an extension printed
 
 
+def run(argv: list[str]) -> NoReturn:
+    """The trial process: ``main``, then ``exit_now`` with its exit code however it ended (a SystemExit from the
+    user's code, an error of its own, its traceback in the log): the interpreter's own exit would wait on the user's
+    threads and exit handlers without a limit, and the tuner for the trial's timeout."""
+    code = 1
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        exit_now(code)
+
+
 if __name__ == "__main__":
-    exit_now(main(sys.argv[1:]))
+    run(sys.argv[1:])

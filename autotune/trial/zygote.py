@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import traceback
+from typing import NoReturn
 
 import torch._dynamo  # noqa: F401  (imported by every torch.optim optimizer: ~1 s a trial would pay)
 
@@ -55,11 +56,10 @@ def main() -> int:
     return 0
 
 
-def _run_child(order: dict, base_path: list[str], inherited: tuple[int, ...]) -> None:
+def _run_child(order: dict, base_path: list[str], inherited: tuple[int, ...]) -> NoReturn:
     """The trial, in the forked child: the state a fresh ``python -m autotune.trial.worker`` would start from
     (its own session, its log as stdout and stderr, the order's environment, working directory and import path,
-    fresh seeds), then the worker's main. Never returns."""
-    code = 1
+    fresh seeds), then the worker's ``run``. Never returns."""
     try:
         os.setsid()
         log = open_log(order["log"])
@@ -75,13 +75,10 @@ def _run_child(order: dict, base_path: list[str], inherited: tuple[int, ...]) ->
         sys.path[:] = [order["cwd"], *_python_path(order["env"]), *base_path]
         sys.argv = [worker.__file__, *order["argv"]]
         _reseed()
-        code = worker.main(order["argv"])
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
     except BaseException:
         traceback.print_exc()
-    finally:
-        worker.exit_now(code)
+        worker.exit_now(1)
+    worker.run(order["argv"])
 
 
 def _python_path(env: dict) -> list[str]:

@@ -15,6 +15,7 @@ from autotune import app
 from autotune.app import TrialRunner
 from autotune.config.load import load_settings
 from autotune.study.clock import RunClock
+from autotune.trial import reaper
 from autotune.trial import runner as runner_module
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import FailureKind, TrialResult
@@ -90,6 +91,29 @@ def test_a_trial_whose_exit_handlers_never_return_still_ends_with_its_result(kin
     launcher = server if kind == "forked" else FreshLauncher()
     result = run_trial(request(model="ClingingCNN"), 30, tmp_path, kind, launcher=launcher)
     assert result.ok, result.failure
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["forked", "fresh"])
+def test_a_trial_that_exits_in_the_users_code_ends_at_once_with_its_exit_code(kind, server, tmp_path):
+    launcher = server if kind == "forked" else FreshLauncher()
+    result = run_trial(request(model="ExitingCNN"), 60, tmp_path, kind, launcher=launcher)
+    assert result.failure.kind is FailureKind.NO_RESULT, result.failure
+    assert result.failure.message.startswith("exited with code 2 without a result"), result.failure
+
+
+def test_a_server_that_fails_its_reply_leaves_the_trial_to_a_fresh_process_and_nothing_registered(tmp_path):
+    server = ForkServer()
+    server._server = subprocess.Popen(  # reads the order, then dies without a reply
+        [sys.executable, "-c", "import sys; sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    server._server.stdout = server._server.stdout.detach()
+    running = set(reaper._RUNNING)
+    argv = [str(tmp_path / "missing.json"), str(tmp_path / "out.json")]  # exits at once
+    proc = server.start(argv, tmp_path / "t.log", _worker_env(request()))
+    assert server._broken and proc.lender is None, "started fresh"
+    assert proc.exited_within(60) and proc.kill() == 1
+    assert reaper._RUNNING == running, "the failed exchange's trial left no Strays behind"
 
 
 @pytest.mark.slow
