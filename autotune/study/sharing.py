@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -31,16 +32,21 @@ _FIRST_SEEN: dict[tuple[str, int, object], float] = {}
 
 
 def await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
-    """Wait while other tuners of the study measure configurations on ``machine`` (the race must see them), failing
-    those of tuners that died. Returns whether the search must go on: a trial waited for ended interrupted (failed
-    here, by another tuner, or by its own on Ctrl-C), and its configuration is owed (``tuner._owed``)."""
+    """Wait while other tuners of the study search on ``machine`` (``searching``) or measure configurations there
+    (the race must see every one), failing the trials and ending the searches of tuners that died. Returns whether
+    the search must go on: a trial waited for ended interrupted (failed here, by another tuner, or by its own on
+    Ctrl-C), and its configuration is owed (``tuner._owed``)."""
     if not is_shared(settings.storage):
         return False
     awaited: set[int] = set()
-    while measuring := measuring_now(running := running_trials(study), machine):
+    seen: dict[int, float] = {}
+    while True:
+        measuring = measuring_now(running := running_trials(study), machine)
+        if not measuring and not _searching_others(study, machine, seen):
+            break
         awaited |= {trial.number for trial in measuring}
         if fail_stale_trials(study, running):
-            break
+            continue
         if INTERRUPT.wait(min(settings.heartbeat_s, _AWAIT_POLL_S)):
             raise KeyboardInterrupt
     ended = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
@@ -203,11 +209,49 @@ def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
             yield False
             return
     try:
-        beat, storage = settings.heartbeat_s, study._storage
-        with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), beat]), beat):
+        with _held(study, claim, settings.heartbeat_s):
             yield True
     finally:
         _end_claim(study, claim)
+
+
+def _held(study: optuna.Study, claim: int, interval_s: float):
+    """A claim's heartbeat, every ``interval_s`` while inside: the others end a claim no longer heard."""
+    storage = study._storage
+    return _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), interval_s]), interval_s)
+
+
+@contextmanager
+def searching(study: optuna.Study, settings: StudySettings, machine: str) -> Iterator[None]:
+    """While inside, tell the other tuners of the study on ``machine`` that this one is searching (a claim of its
+    own, with a heartbeat): they wait for its search to end before one of them races (``await_others``), whatever
+    each one's own limits stopped its search. Alone on its study, there is no one to tell."""
+    if not is_shared(settings.storage):
+        yield
+        return
+    claim = _claim(study, f"{study.study_name}{_SEARCHING}{machine}:{uuid.uuid4().hex}")
+    try:
+        with _held(study, claim, settings.heartbeat_s):
+            yield
+    finally:
+        _end_claim(study, claim)
+
+
+_SEARCHING = "#searching@"  # a search's claim: the study's name, this, then the machine and a token of the tuner's
+
+
+def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float]) -> bool:
+    """Whether another tuner searches on ``machine`` (``searching``), ending the claims of those no longer heard;
+    ``seen``: when the caller first saw each claim (a claim's silence counts from there before its first beat)."""
+    prefix, now, heard = f"{study.study_name}{_SEARCHING}{machine}:", time.time(), False
+    for summary in study._storage.get_all_studies():
+        if summary.study_name.startswith(prefix):
+            beat = summary.user_attrs.get(ALIVE_ATTR)
+            if _unheard(beat, seen.setdefault(summary._study_id, now), now):
+                _end_claim(study, summary._study_id)
+            else:
+                heard = True
+    return heard
 
 
 def _await_claim(study: optuna.Study, name: str) -> bool:

@@ -46,7 +46,7 @@ from autotune.records import (
 )
 from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
-from autotune.study.sharing import await_others, claimed, heartbeat, measuring_now
+from autotune.study.sharing import await_others, claimed, heartbeat, measuring_now, searching
 from autotune.study.space import SearchSpace, out_of_memory_bound
 from autotune.study.storage import is_shared
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -160,7 +160,8 @@ def tune(
     deadline = time.monotonic() + settings.timeout_s if settings.timeout_s is not None else float("inf")
     machine = machine or this_machine_id()
     while True:
-        stop = _search(study, space, settings, run, on_trial, machine, propose, deadline, affords)
+        with searching(study, settings, machine):
+            stop = _search(study, space, settings, run, on_trial, machine, propose, deadline, affords)
         if stop.aborted or not await_others(study, settings, machine, deadline):
             return stop
 

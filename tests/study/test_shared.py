@@ -11,7 +11,7 @@ import io
 import os
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import optuna
 import pytest
@@ -341,3 +341,27 @@ def test_a_tuner_that_died_ending_the_study_is_taken_over(tmp_path):
     study._storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # then it died
     with finishing(study, settings, this_machine_id()) as mine:
         assert mine
+
+
+def test_no_tuner_races_while_another_of_its_machine_searches_whatever_stopped_its_own_search(tmp_path):
+    settings = journal(tmp_path, n_trials=4, heartbeat_s=0.2)
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
+    raced: list[int] = []
+
+    def run(own: StudySettings, between_trials_s: float) -> None:
+        study = open_study(own, META)
+        tune(study, SPACE, own, SlowMeasure(0.2), lambda event: time.sleep(between_trials_s))
+        with finishing(study, own, this_machine_id()) as mine:
+            if mine:
+                raced.append(counted_trials(study))
+
+    # The first stops at its timeout after one trial; the second pauses between its trials, measuring nothing then.
+    tuners = [
+        threading.Thread(target=run, args=(replace(settings, timeout_s=0.1), 0.0)),
+        threading.Thread(target=run, args=(settings, 0.6)),
+    ]
+    for each in tuners:
+        each.start()
+    for each in tuners:
+        each.join(timeout=60)
+    assert raced[0] == counted_trials(open_study(settings, META)) == 4, "the first to race sees every trial"
