@@ -138,11 +138,10 @@ def _tune(
         if not stop.aborted:
             for idle in runners[1:]:  # the race runs in the first slot alone
                 idle.close()
-            with finishing(study, settings.study, machine) as mine:
-                if mine:
-                    _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
-                else:
-                    print("[race] run by another tuner of this machine: the reports hold what it stored", file=out)
+            with finishing(study, settings.study, machine) as after_another:
+                if after_another:
+                    print("[race] another tuner of this machine ended the study first: its races are reused", file=out)
+                _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
     except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
         stop = StopReason(str(error), aborted=True)
         raise

@@ -196,21 +196,21 @@ def heartbeat(trial: optuna.Trial, interval_s: float | None) -> Iterator[None]:
 
 @contextmanager
 def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Iterator[bool]:
-    """Whether this tuner is the one to end the study on ``machine`` (its race, trim and profiles, run where its
-    finalists were measured). On a shared study one tuner of a machine does, holding a claim (``claimed``) with a
-    heartbeat; the others wait for it to end, then report what it stored (True where it died: this one takes over).
-    Alone on its study, a tuner always does."""
+    """Hold, while inside, the right to end the study on ``machine`` (its race, trim and profiles, run where its
+    finalists were measured); whether another tuner held it first. On a shared study the tuners of a machine hold it
+    in turn, a claim (``claimed``) with a heartbeat, each waiting for the one before to end, however it ended (done,
+    stopped, or no longer heard): each does what the ones before left undone, and reuses what they stored. Alone on
+    its study, a tuner holds it at once."""
     if not is_shared(settings.storage):
-        yield True
+        yield False
         return
-    name = f"{study.study_name}#finishing@{machine}"
+    name, waited = f"{study.study_name}#finishing@{machine}", False
     while (claim := _claim(study, name)) is None:
-        if _await_claim(study, name):
-            yield False
-            return
+        _await_claim(study, name)
+        waited = True
     try:
         with _held(study, claim, settings.heartbeat_s):
-            yield True
+            yield waited
     finally:
         _end_claim(study, claim)
 
@@ -254,19 +254,19 @@ def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float])
     return heard
 
 
-def _await_claim(study: optuna.Study, name: str) -> bool:
-    """Wait for the claim ``name`` to end: True when its holder ended it, False when the holder was not heard of for
-    ``STALE_BEATS`` heartbeats (the claim is ended here)."""
+def _await_claim(study: optuna.Study, name: str) -> None:
+    """Wait for the claim ``name`` to end: its holder ends it, or is not heard of for ``STALE_BEATS`` heartbeats (the
+    claim is then ended here)."""
     storage, seen = study._storage, {}  # claim id -> when first seen: a claim made meanwhile is another's
     while True:
         try:
             claim = storage.get_study_id_from_name(name)
             beat = storage.get_study_user_attrs(claim).get(ALIVE_ATTR)
         except KeyError:
-            return True
+            return
         if _unheard(beat, seen.setdefault(claim, time.time()), time.time()):
             _end_claim(study, claim)
-            return False
+            return
         if INTERRUPT.wait(_AWAIT_POLL_S):
             raise KeyboardInterrupt
 

@@ -221,7 +221,8 @@ def test_waiting_for_the_study_to_end_reads_a_claim_ended_between_its_two_reads_
         raise KeyError(claim)
 
     monkeypatch.setattr(study._storage, "get_study_user_attrs", ended)
-    assert _await_claim(study, "s#finishing@m")
+    _await_claim(study, "s#finishing@m")  # returns at once
+    assert study._storage.get_study_id_from_name("s#finishing@m") is not None, "not ended here as unheard"
 
 
 def test_a_trial_not_heard_of_yet_is_not_judged_by_a_start_time_another_zone_wrote(tmp_path):
@@ -317,21 +318,26 @@ def test_a_journal_that_fails_mid_run_is_one_line_naming_the_key_and_the_cause(t
         study.set_user_attr("x", 1)
 
 
-def test_one_tuner_of_a_machine_ends_the_study_and_the_others_wait_for_it(tmp_path):
+@pytest.mark.parametrize("first_ends", ["done", "stopped"])
+def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_ended(tmp_path, first_ends):
     settings = journal(tmp_path, heartbeat_s=0.1)
-    machine, ended = this_machine_id(), []
+    machine, held = this_machine_id(), []
 
-    def end(name: str, hold_s: float) -> None:
-        with finishing(open_study(settings, META), settings, machine) as mine:
-            time.sleep(hold_s if mine else 0)
-            ended.append((name, mine, time.monotonic()))
+    def first() -> None:
+        with contextlib.suppress(KeyboardInterrupt):
+            with finishing(open_study(settings, META), settings, machine) as after_another:
+                held.append(("first", after_another))
+                time.sleep(1.0)
+                if first_ends == "stopped":  # Ctrl-C, SIGTERM (a cluster's time limit), a storage fault
+                    raise KeyboardInterrupt
 
-    first = threading.Thread(target=end, args=("first", 1.0))
-    first.start()
+    holder = threading.Thread(target=first)
+    holder.start()
     time.sleep(0.3)
-    end("second", 0)
-    first.join()
-    assert [(name, mine) for name, mine, _ in ended] == [("first", True), ("second", False)], "second waited"
+    with finishing(open_study(settings, META), settings, machine) as after_another:
+        held.append(("second", after_another))
+    holder.join()
+    assert held == [("first", False), ("second", True)], "the second waited, then did what was left"
 
 
 def test_a_tuner_that_died_ending_the_study_is_taken_over(tmp_path):
@@ -339,8 +345,8 @@ def test_a_tuner_that_died_ending_the_study_is_taken_over(tmp_path):
     study = open_study(settings, META)
     claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#finishing@{this_machine_id()}")
     study._storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # then it died
-    with finishing(study, settings, this_machine_id()) as mine:
-        assert mine
+    with finishing(study, settings, this_machine_id()) as after_another:
+        assert after_another
 
 
 def test_no_tuner_races_while_another_of_its_machine_searches_whatever_stopped_its_own_search(tmp_path):
@@ -351,9 +357,8 @@ def test_no_tuner_races_while_another_of_its_machine_searches_whatever_stopped_i
     def run(own: StudySettings, between_trials_s: float) -> None:
         study = open_study(own, META)
         tune(study, SPACE, own, SlowMeasure(0.2), lambda event: time.sleep(between_trials_s))
-        with finishing(study, own, this_machine_id()) as mine:
-            if mine:
-                raced.append(counted_trials(study))
+        with finishing(study, own, this_machine_id()):
+            raced.append(counted_trials(study))
 
     # The first stops at its timeout after one trial; the second pauses between its trials, measuring nothing then.
     tuners = [
