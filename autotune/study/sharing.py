@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.records import ALIVE_ATTR, CLAIM_ATTR, CONFIG_ATTR, DUPLICATE_ATTR, INTERRUPTED_ATTR, MACHINE_ATTR
-from autotune.study.storage import is_shared
+from autotune.study.storage import is_shared, writes_blocked
 from autotune.trial.runner import INTERRUPT
 
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
@@ -29,6 +29,9 @@ _AWAIT_POLL_S = 2.0
 # heartbeat. Not the recorded start itself: Optuna writes the writer's local time, without its zone, and a tuner in
 # another zone would read it hours off and fail a live trial.
 _FIRST_SEEN: dict[tuple[str, int, object], float] = {}
+# When this process last saw each study's writes blocked (``storage.writes_blocked``): a tuner's silence counts from
+# then at the earliest, as its heartbeats waited too.
+_BLOCKED: dict[str, float] = {}
 
 
 def await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
@@ -165,7 +168,7 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     sync (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
     now = time.time()
     running = running_trials(study) if running is None else running
-    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now)]
+    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now, study)]
     return fail_interrupted_trials(study, stale)
 
 
@@ -177,11 +180,14 @@ def running_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
-def _unheard(beat: list[float] | None, since: float, now: float) -> bool:
+def _unheard(beat: list[float] | None, since: float, now: float, study: optuna.Study) -> bool:
     """The rule of a dead tuner: by ``now``, it missed ``STALE_BEATS`` of its heartbeats (``beat``: the last one's
-    time and the tuner's interval; None: none yet, counted from ``since`` at the default interval)."""
+    time and the tuner's interval; None: none yet, counted from ``since`` at the default interval), counted from
+    the last time ``study``'s writes were seen blocked at the earliest."""
+    if writes_blocked(study):
+        _BLOCKED[study.study_name] = now
     heard, every = beat or (since, StudySettings.heartbeat_s)
-    return now - heard > STALE_BEATS * every
+    return now - max(heard, _BLOCKED.get(study.study_name, 0.0)) > STALE_BEATS * every
 
 
 @contextmanager
@@ -190,8 +196,14 @@ def heartbeat(trial: optuna.Trial, interval_s: float | None) -> Iterator[None]:
     if interval_s is None:
         yield
         return
-    with _beating(lambda: trial.set_user_attr(ALIVE_ATTR, [time.time(), interval_s]), interval_s):
+    with _beating(lambda: beat(trial, interval_s), interval_s):
         yield
+
+
+def beat(trial: optuna.Trial, interval_s: float) -> None:
+    """One heartbeat of ``trial``, which a tuner beats every ``interval_s``: from its first, any tuner judges it by
+    the beats' own times (``_unheard``), not by when it first saw it."""
+    trial.set_user_attr(ALIVE_ATTR, [time.time(), interval_s])
 
 
 @contextmanager
@@ -247,7 +259,7 @@ def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float])
     for summary in study._storage.get_all_studies():
         if summary.study_name.startswith(prefix):
             beat = summary.user_attrs.get(ALIVE_ATTR)
-            if _unheard(beat, seen.setdefault(summary._study_id, now), now):
+            if _unheard(beat, seen.setdefault(summary._study_id, now), now, study):
                 _end_claim(study, summary._study_id)
             else:
                 heard = True
@@ -264,7 +276,7 @@ def _await_claim(study: optuna.Study, name: str) -> None:
             beat = storage.get_study_user_attrs(claim).get(ALIVE_ATTR)
         except KeyError:
             return
-        if _unheard(beat, seen.setdefault(claim, time.time()), time.time()):
+        if _unheard(beat, seen.setdefault(claim, time.time()), time.time(), study):
             _end_claim(study, claim)
             return
         if INTERRUPT.wait(_AWAIT_POLL_S):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 import optuna
 from optuna.exceptions import StorageInternalError
 from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal._file import LOCK_FILE_SUFFIX
 from sqlalchemy import event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError
@@ -186,6 +188,18 @@ def _raise_fault(url: str, error: BaseException, wrapper: BaseException | None) 
         ) from wrapper or error
 
 
+# A journal file's lock held this long is a writer's that died holding it (a write holds it for milliseconds): every
+# write, heartbeats too, waits until Optuna's lock breaks it, 30 s after it was taken.
+_STUCK_LOCK_S = 1.0
+
+
+def writes_blocked(study: optuna.Study) -> bool:
+    """Whether the study's writes wait now for a writer that died holding its journal file's lock (never for a
+    database: its transactions end with their connections)."""
+    backend = getattr(study._storage, "_backend", None)
+    return isinstance(backend, _JournalFile) and backend.lock_stuck()
+
+
 class _JournalFile(JournalFileBackend):
     """Optuna's journal file of ``journal:///PATH``, its operating-system errors named as storage faults."""
 
@@ -197,6 +211,13 @@ class _JournalFile(JournalFileBackend):
             )
         super().__init__(str(path))
         self.url = url
+
+    def lock_stuck(self) -> bool:
+        try:
+            taken = os.lstat(self._file_path + LOCK_FILE_SUFFIX).st_mtime
+        except OSError:  # not held
+            return False
+        return time.time() - taken > _STUCK_LOCK_S
 
     def read_logs(self, log_number_from: int) -> Iterable[dict[str, Any]]:
         try:

@@ -46,7 +46,7 @@ from autotune.records import (
 )
 from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
-from autotune.study.sharing import await_others, claimed, heartbeat, measuring_now, searching
+from autotune.study.sharing import await_others, beat, claimed, heartbeat, measuring_now, searching
 from autotune.study.space import SearchSpace, out_of_memory_bound
 from autotune.study.storage import is_shared
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -251,6 +251,8 @@ def _search(
             return _out_of_budget(settings)
         with proposing(study, proposal.knobs if proposal is not None else None):
             trial = study.ask()
+            if is_shared(settings.storage):  # heard of from its start: a tuner stopped before its measurement leaves
+                beat(trial, settings.heartbeat_s)  # a trial the next to open the study fails, not one running for ever
             knobs = space.sample(trial)
         key = config_key(knobs)
         trial.set_user_attr(MACHINE_ATTR, machine)

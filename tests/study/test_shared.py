@@ -33,7 +33,9 @@ from autotune.records import (
     measured_trials,
 )
 from autotune.results.model import load_results
+from autotune.study import sharing
 from autotune.study.sharing import _await_claim, _claim_name, claimed, fail_stale_trials, finishing
+from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_shared
 from autotune.study.tuner import Proposal, _look, counted_trials, ensure_baseline, tune
@@ -370,3 +372,37 @@ def test_no_tuner_races_while_another_of_its_machine_searches_whatever_stopped_i
     for each in tuners:
         each.join(timeout=60)
     assert raced[0] == counted_trials(open_study(settings, META)) == 4, "the first to race sees every trial"
+
+
+def test_a_tuner_stopped_before_its_trials_measurement_leaves_a_trial_the_next_tuner_fails(tmp_path, monkeypatch):
+    settings = journal(tmp_path, heartbeat_s=0.1)
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
+
+    def stopped(self, trial):  # Ctrl-C, SIGTERM, a kill, between Optuna's ask and the trial's first heartbeat
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SearchSpace, "sample", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        tune(open_study(settings, META), SPACE, settings, SlowMeasure(0), lambda event: None)
+    monkeypatch.undo()
+    (left,) = open_study(settings, META).get_trials(states=(TrialState.RUNNING,))
+    monkeypatch.setattr(sharing, "_FIRST_SEEN", {})  # the next tuner: a process of its own
+    time.sleep((STALE_BEATS + 1) * settings.heartbeat_s)
+    assert open_study(settings, META).trials[left.number].state is TrialState.FAIL
+
+
+def test_a_trial_is_not_failed_while_a_dead_writer_holds_the_journal_files_lock(tmp_path):
+    # Its tuner's heartbeats wait for the lock too, until Optuna breaks it (30 s): silence counts from after.
+    settings = journal(tmp_path, heartbeat_s=0.1)
+    study = open_study(settings, META)
+    live = study.ask()
+    live.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])
+    lock = tmp_path / "study.log.lock"
+    lock.symlink_to(tmp_path / "gone")  # as Optuna's lock makes it, taken 5 s ago by a writer since killed
+    os.utime(lock, (time.time() - 5, time.time() - 5), follow_symlinks=False)
+    time.sleep((STALE_BEATS + 1) * settings.heartbeat_s)
+    assert fail_stale_trials(study) == [], "silent while its writes wait"
+    lock.unlink()  # broken: the writes go on
+    assert fail_stale_trials(study) == [], "silence counts from the lock's end"
+    time.sleep((STALE_BEATS + 1) * settings.heartbeat_s)
+    assert fail_stale_trials(study) == [live.number], "and a tuner silent after it is dead"
