@@ -140,7 +140,7 @@ def _tune(
                 idle.close()
             with finishing(study, settings.study, machine) as after_another:
                 if after_another:
-                    print("[race] another tuner of this machine ended the study first: its races are reused", file=out)
+                    print("[race] after another tuner of this machine: what it stored is reused", file=out)
                 _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
     except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
         stop = StopReason(str(error), aborted=True)

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.records import ALIVE_ATTR, CLAIM_ATTR, CONFIG_ATTR, DUPLICATE_ATTR, INTERRUPTED_ATTR, MACHINE_ATTR
-from autotune.study.storage import is_shared, writes_blocked
+from autotune.study.storage import JOURNAL_LOCK_GRACE_S, is_shared, journal_lock
 from autotune.trial.runner import INTERRUPT
 
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
@@ -29,8 +29,8 @@ _AWAIT_POLL_S = 2.0
 # heartbeat. Not the recorded start itself: Optuna writes the writer's local time, without its zone, and a tuner in
 # another zone would read it hours off and fail a live trial.
 _FIRST_SEEN: dict[tuple[str, int, object], float] = {}
-# When this process last saw each study's writes blocked (``storage.writes_blocked``): a tuner's silence counts from
-# then at the earliest, as its heartbeats waited too.
+# Until when, by what this process saw, the writes to each journal file were blocked by a stuck lock (by the lock's
+# path: ``storage.journal_lock``): a tuner's silence counts from then at the earliest, as its heartbeats waited too.
 _BLOCKED: dict[str, float] = {}
 
 
@@ -184,10 +184,20 @@ def _unheard(beat: list[float] | None, since: float, now: float, study: optuna.S
     """The rule of a dead tuner: by ``now``, it missed ``STALE_BEATS`` of its heartbeats (``beat``: the last one's
     time and the tuner's interval; None: none yet, counted from ``since`` at the default interval), counted from
     the last time ``study``'s writes were seen blocked at the earliest."""
-    if writes_blocked(study):
-        _BLOCKED[study.study_name] = now
     heard, every = beat or (since, StudySettings.heartbeat_s)
-    return now - max(heard, _BLOCKED.get(study.study_name, 0.0)) > STALE_BEATS * every
+    return now - max(heard, _blocked_until(study, now)) > STALE_BEATS * every
+
+
+def _blocked_until(study: optuna.Study, now: float) -> float:
+    """Until when ``study``'s writes were blocked, by what this process saw: while a stuck lock is seen, now; no
+    later than when Optuna breaks that lock, however long it is seen (a file system may show a lock already gone)."""
+    lock = journal_lock(study)
+    if lock is None:
+        return 0.0
+    path, stuck_since = lock
+    if stuck_since is not None:
+        _BLOCKED[path] = max(_BLOCKED.get(path, 0.0), min(now, stuck_since + JOURNAL_LOCK_GRACE_S))
+    return _BLOCKED.get(path, 0.0)
 
 
 @contextmanager

@@ -189,15 +189,16 @@ def _raise_fault(url: str, error: BaseException, wrapper: BaseException | None) 
 
 
 # A journal file's lock held this long is a writer's that died holding it (a write holds it for milliseconds): every
-# write, heartbeats too, waits until Optuna's lock breaks it, 30 s after it was taken.
+# write, heartbeats too, waits until Optuna's lock breaks it, JOURNAL_LOCK_GRACE_S after it was taken.
 _STUCK_LOCK_S = 1.0
+JOURNAL_LOCK_GRACE_S = 30.0  # Optuna's JournalFileSymlinkLock's default grace period
 
 
-def writes_blocked(study: optuna.Study) -> bool:
-    """Whether the study's writes wait now for a writer that died holding its journal file's lock (never for a
-    database: its transactions end with their connections)."""
+def journal_lock(study: optuna.Study) -> tuple[str, float | None] | None:
+    """The study's journal file lock: its path, and when it was taken where a writer that died holding it left it
+    (else None); None for a database (its transactions end with their connections)."""
     backend = getattr(study._storage, "_backend", None)
-    return isinstance(backend, _JournalFile) and backend.lock_stuck()
+    return backend.lock() if isinstance(backend, _JournalFile) else None
 
 
 class _JournalFile(JournalFileBackend):
@@ -212,12 +213,13 @@ class _JournalFile(JournalFileBackend):
         super().__init__(str(path))
         self.url = url
 
-    def lock_stuck(self) -> bool:
+    def lock(self) -> tuple[str, float | None]:
+        path = self._file_path + LOCK_FILE_SUFFIX
         try:
-            taken = os.lstat(self._file_path + LOCK_FILE_SUFFIX).st_mtime
+            taken = os.lstat(path).st_mtime
         except OSError:  # not held
-            return False
-        return time.time() - taken > _STUCK_LOCK_S
+            return path, None
+        return path, taken if time.time() - taken > _STUCK_LOCK_S else None
 
     def read_logs(self, log_number_from: int) -> Iterable[dict[str, Any]]:
         try:

@@ -5,6 +5,7 @@ group end with it too (``reaper``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -104,6 +105,10 @@ class _FreshProcess:
         return returncode
 
 
+# The server forks a trial as it reads its order and answers at once: one silent this long is stuck.
+_REPLY_S = 30.0
+
+
 class ForkServer:
     """Trials forked from one server process (``autotune.trial.zygote``), started on the first trial and ended
     with this process. Where the server cannot start or dies, that trial and the ones after it start fresh.
@@ -126,9 +131,10 @@ class ForkServer:
             try:
                 server.stdin.write((json.dumps(order) + "\n").encode())
                 server.stdin.flush()
-                reply = server.stdout.readline()
+                answered, _, _ = select.select([server.stdout], [], [], _REPLY_S)
+                reply = server.stdout.readline() if answered else b""
                 return _ForkedProcess(server, json.loads(reply)["pid"], strays)
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError):  # no reply, or not the reply of a server
                 lost = server.pid
                 self.close()
                 self._broken = True
@@ -147,7 +153,8 @@ class ForkServer:
             self._server.wait()
             disown(self._server.pid)
             for pipe in (self._server.stdin, self._server.stdout):
-                pipe.close()
+                with contextlib.suppress(OSError):  # an order it never read: its pipe is broken
+                    pipe.close()
             self._server = None
 
     def _running(self, env: dict[str, str]) -> subprocess.Popen | None:

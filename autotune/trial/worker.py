@@ -333,11 +333,21 @@ def run(argv: list[str]) -> NoReturn:
     try:
         code = main(argv)
     except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
+        code = _exit_code(stop.code)
     except BaseException:
         traceback.print_exc()
     finally:
         exit_now(code)
+
+
+def _exit_code(code: object) -> int:
+    """A SystemExit's code as the interpreter reads it: None is 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -406,3 +406,12 @@ def test_a_trial_is_not_failed_while_a_dead_writer_holds_the_journal_files_lock(
     assert fail_stale_trials(study) == [], "silence counts from the lock's end"
     time.sleep((STALE_BEATS + 1) * settings.heartbeat_s)
     assert fail_stale_trials(study) == [live.number], "and a tuner silent after it is dead"
+
+
+def test_a_lock_seen_long_after_optuna_would_have_broken_it_delays_no_judgement(tmp_path):
+    study = open_study(journal(tmp_path, heartbeat_s=0.1), META)
+    lock = tmp_path / "study.log.lock"
+    lock.symlink_to(tmp_path / "gone")  # a file system still showing a lock taken a minute ago
+    os.utime(lock, (time.time() - 60, time.time() - 60), follow_symlinks=False)
+    now = time.time()
+    assert sharing._unheard([now - 1, 0.1], now, now, study), "its writes went on 30 s after it was taken"

@@ -15,7 +15,7 @@ from autotune import app
 from autotune.app import TrialRunner
 from autotune.config.load import load_settings
 from autotune.study.clock import RunClock
-from autotune.trial import reaper
+from autotune.trial import launch, reaper
 from autotune.trial import runner as runner_module
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import FailureKind, TrialResult
@@ -102,12 +102,31 @@ def test_a_trial_that_exits_in_the_users_code_ends_at_once_with_its_exit_code(ki
     assert result.failure.message.startswith("exited with code 2 without a result"), result.failure
 
 
-def test_a_server_that_fails_its_reply_leaves_the_trial_to_a_fresh_process_and_nothing_registered(tmp_path):
+def test_a_trial_that_exits_with_a_message_ends_with_code_1_and_the_message_in_its_log(server, tmp_path):
+    result = run_trial(request(model="ExitingWithAMessageCNN"), 60, tmp_path, "says", launcher=server)
+    assert result.failure.message.startswith("exited with code 1 without a result"), result.failure
+    assert "usage: train.py [--lr LR]" in (tmp_path / "says.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "server_code",
+    [
+        "import sys; print(flush=True); sys.stdin.readline()",
+        "import os, time; os.close(0); print(flush=True); time.sleep(60)",  # its order's pipe broken
+        "import sys, time; print(flush=True); sys.stdin.readline(); time.sleep(60)",
+    ],
+    ids=["reads-the-order-then-dies", "stopped-reading", "stuck"],
+)
+def test_a_server_that_fails_its_reply_leaves_the_trial_to_a_fresh_process_and_nothing_registered(
+    tmp_path, server_code, monkeypatch
+):
+    monkeypatch.setattr(launch, "_REPLY_S", 1.0)
     server = ForkServer()
-    server._server = subprocess.Popen(  # reads the order, then dies without a reply
-        [sys.executable, "-c", "import sys; sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    server._server = subprocess.Popen(
+        [sys.executable, "-c", server_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     server._server.stdout = server._server.stdout.detach()
+    assert server._server.stdout.readline() == b"\n", "it runs"
     running = set(reaper._RUNNING)
     argv = [str(tmp_path / "missing.json"), str(tmp_path / "out.json")]  # exits at once
     proc = server.start(argv, tmp_path / "t.log", _worker_env(request()))
