@@ -108,14 +108,16 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
 
 
 def _end_orphan_claims(study: optuna.Study) -> None:
-    """End every orphaned claim of the study (``_orphaned``)."""
-    prefix = f"{study.study_name}{_MEASURING}"
+    """End every orphaned claim of the study (``_orphaned``), and the search claims of tuners no longer heard."""
+    measuring, searching = f"{study.study_name}{_MEASURING}", f"{study.study_name}{_SEARCHING}"
     claims = study._storage.get_all_studies()
-    running = running_trials(study)
+    running, now = running_trials(study), time.time()
     for summary in claims:
-        if summary.study_name.startswith(prefix):
+        if summary.study_name.startswith(measuring):
             if _orphaned(summary.study_name, summary.user_attrs.get("trial"), running):
                 _end_claim(study, summary._study_id)
+        elif summary.study_name.startswith(searching) and _unheard(summary.user_attrs.get(ALIVE_ATTR), now, now, study):
+            _end_claim(study, summary._study_id)
 
 
 def _end_if_orphaned(study: optuna.Study, name: str) -> bool:

@@ -330,14 +330,16 @@ def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_en
             with finishing(open_study(settings, META), settings, machine) as after_another:
                 held.append(("first", after_another))
                 time.sleep(1.0)
+                ended.append(time.monotonic())
                 if first_ends == "stopped":  # Ctrl-C, SIGTERM (a cluster's time limit), a storage fault
                     raise KeyboardInterrupt
 
-    holder = threading.Thread(target=first)
+    holder, ended = threading.Thread(target=first), []
     holder.start()
     time.sleep(0.3)
     with finishing(open_study(settings, META), settings, machine) as after_another:
         held.append(("second", after_another))
+        assert ended and time.monotonic() >= ended[0], "held after the first, not beside it"
     holder.join()
     assert held == [("first", False), ("second", True)], "the second waited, then did what was left"
 
@@ -415,3 +417,12 @@ def test_a_lock_seen_long_after_optuna_would_have_broken_it_delays_no_judgement(
     os.utime(lock, (time.time() - 60, time.time() - 60), follow_symlinks=False)
     now = time.time()
     assert sharing._unheard([now - 1, 0.1], now, now, study), "its writes went on 30 s after it was taken"
+
+
+def test_a_dead_tuners_search_claim_is_ended_by_the_next_to_open_the_study(tmp_path):
+    settings = journal(tmp_path, heartbeat_s=0.1)
+    study = open_study(settings, META)
+    claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#searching@{this_machine_id()}:dead")
+    study._storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time() - 10, settings.heartbeat_s])  # then it died
+    open_study(settings, META)
+    assert not [s for s in study._storage.get_all_studies() if s.study_name.startswith("s#searching@")]

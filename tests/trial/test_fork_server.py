@@ -227,15 +227,20 @@ def test_a_trial_stopped_at_its_timeout_ends_with_its_workers_at_once(kind, serv
 
 
 class _ReadsLate:
-    """The server's replies, the first read half a second late: a tuner the machine's load kept from running."""
+    """The server's replies, the first read once the trial has ended (its log holds its last line, and a moment more):
+    a tuner the machine's load kept from running."""
 
-    def __init__(self, replies) -> None:
-        self.replies, self.late = replies, True
+    def __init__(self, replies, log) -> None:
+        self.replies, self.log, self.late = replies, log, True
 
     def readline(self) -> bytes:
         if self.late:
             self.late = False
-            time.sleep(0.5)
+            deadline = time.monotonic() + 30
+            while "FileNotFoundError" not in (self.log.read_text() if self.log.exists() else ""):
+                assert time.monotonic() < deadline, "the trial never failed"
+                time.sleep(0.05)
+            time.sleep(0.3)
         return self.replies.readline()
 
     def fileno(self) -> int:
@@ -249,7 +254,7 @@ def test_a_trial_that_ended_before_its_pid_was_read_is_seen_to_end_at_once(serve
     argv = [str(tmp_path / "missing.json"), str(tmp_path / "out.json")]  # the worker cannot read it: exit 1 at once
     first = server.start(argv, tmp_path / "first.log", _worker_env(request()))  # the server runs
     assert first.exited_within(60) and first.kill() == 1
-    server._server.stdout = _ReadsLate(server._server.stdout)
+    server._server.stdout = _ReadsLate(server._server.stdout, tmp_path / "late.log")
     late = server.start(argv, tmp_path / "late.log", _worker_env(request()))
     try:
         assert late.exited_within(5), "its end, read ahead with its pid, was never seen"
