@@ -112,11 +112,14 @@ def _end_orphan_claims(study: optuna.Study) -> None:
     measuring, searching = f"{study.study_name}{_MEASURING}", f"{study.study_name}{_SEARCHING}"
     claims = study._storage.get_all_studies()
     running, now = running_trials(study), time.time()
+    blocked = _blocked_until(study, now)
     for summary in claims:
         if summary.study_name.startswith(measuring):
             if _orphaned(summary.study_name, summary.user_attrs.get("trial"), running):
                 _end_claim(study, summary._study_id)
-        elif summary.study_name.startswith(searching) and _unheard(summary.user_attrs.get(ALIVE_ATTR), now, now, study):
+        elif summary.study_name.startswith(searching) and _unheard(
+            summary.user_attrs.get(ALIVE_ATTR), now, now, blocked
+        ):
             _end_claim(study, summary._study_id)
 
 
@@ -170,7 +173,8 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     sync (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
     now = time.time()
     running = running_trials(study) if running is None else running
-    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now, study)]
+    blocked = _blocked_until(study, now)
+    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now, blocked)]
     return fail_interrupted_trials(study, stale)
 
 
@@ -182,12 +186,12 @@ def running_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
-def _unheard(beat: list[float] | None, since: float, now: float, study: optuna.Study) -> bool:
+def _unheard(beat: list[float] | None, since: float, now: float, blocked: float) -> bool:
     """The rule of a dead tuner: by ``now``, it missed ``STALE_BEATS`` of its heartbeats (``beat``: the last one's
     time and the tuner's interval; None: none yet, counted from ``since`` at the default interval), counted from
-    the last time ``study``'s writes were seen blocked at the earliest."""
+    ``blocked`` at the earliest, until when the study's writes were blocked (``_blocked_until``)."""
     heard, every = beat or (since, StudySettings.heartbeat_s)
-    return now - max(heard, _blocked_until(study, now)) > STALE_BEATS * every
+    return now - max(heard, blocked) > STALE_BEATS * every
 
 
 def _blocked_until(study: optuna.Study, now: float) -> float:
@@ -232,17 +236,20 @@ def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
     while (claim := _claim(study, name)) is None:
         _await_claim(study, name)
         waited = True
+    with _holding(study, claim, settings.heartbeat_s):
+        yield waited
+
+
+@contextmanager
+def _holding(study: optuna.Study, claim: int, interval_s: float) -> Iterator[None]:
+    """Hold ``claim`` while inside, with a heartbeat every ``interval_s`` (the others end a claim no longer heard),
+    and end it however the holder ends."""
+    storage = study._storage
     try:
-        with _held(study, claim, settings.heartbeat_s):
-            yield waited
+        with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), interval_s]), interval_s):
+            yield
     finally:
         _end_claim(study, claim)
-
-
-def _held(study: optuna.Study, claim: int, interval_s: float):
-    """A claim's heartbeat, every ``interval_s`` while inside: the others end a claim no longer heard."""
-    storage = study._storage
-    return _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), interval_s]), interval_s)
 
 
 @contextmanager
@@ -254,11 +261,8 @@ def searching(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
         yield
         return
     claim = _claim(study, f"{study.study_name}{_SEARCHING}{machine}:{uuid.uuid4().hex}")
-    try:
-        with _held(study, claim, settings.heartbeat_s):
-            yield
-    finally:
-        _end_claim(study, claim)
+    with _holding(study, claim, settings.heartbeat_s):
+        yield
 
 
 _SEARCHING = "#searching@"  # a search's claim: the study's name, this, then the machine and a token of the tuner's
@@ -268,10 +272,11 @@ def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float])
     """Whether another tuner searches on ``machine`` (``searching``), ending the claims of those no longer heard;
     ``seen``: when the caller first saw each claim (a claim's silence counts from there before its first beat)."""
     prefix, now, heard = f"{study.study_name}{_SEARCHING}{machine}:", time.time(), False
+    blocked = _blocked_until(study, now)
     for summary in study._storage.get_all_studies():
         if summary.study_name.startswith(prefix):
             beat = summary.user_attrs.get(ALIVE_ATTR)
-            if _unheard(beat, seen.setdefault(summary._study_id, now), now, study):
+            if _unheard(beat, seen.setdefault(summary._study_id, now), now, blocked):
                 _end_claim(study, summary._study_id)
             else:
                 heard = True
@@ -288,7 +293,8 @@ def _await_claim(study: optuna.Study, name: str) -> None:
             beat = storage.get_study_user_attrs(claim).get(ALIVE_ATTR)
         except KeyError:
             return
-        if _unheard(beat, seen.setdefault(claim, time.time()), time.time(), study):
+        now = time.time()
+        if _unheard(beat, seen.setdefault(claim, now), now, _blocked_until(study, now)):
             _end_claim(study, claim)
             return
         if INTERRUPT.wait(_AWAIT_POLL_S):

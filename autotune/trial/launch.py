@@ -52,28 +52,33 @@ class FreshLauncher:
     servers_started = 0
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
-        log = open_log(log_path)
+        strays = Strays(env.get(TRIAL_TOKEN_ENV))
         try:
-            strays = Strays(env.get(TRIAL_TOKEN_ENV))
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", WORKER_MODULE, *argv],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    env=env,
-                )
-            except BaseException:
-                strays.forget()
-                raise
-        finally:
-            os.close(log)
+            proc = _start_worker(argv, log_path, env)
+        except BaseException:
+            strays.forget()
+            raise
         own(proc.pid)
         return _FreshProcess(proc, strays)
 
     def new_draw(self) -> None:
         """Nothing to do: every fresh process draws its own layout."""
+
+
+def _start_worker(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """``python -m autotune.trial.worker ARGV``, in a session of its own, its output into ``log_path``."""
+    log = open_log(log_path)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, *argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    finally:
+        os.close(log)
 
 
 class _FreshProcess:

@@ -416,7 +416,8 @@ def test_a_lock_seen_long_after_optuna_would_have_broken_it_delays_no_judgement(
     lock.symlink_to(tmp_path / "gone")  # a file system still showing a lock taken a minute ago
     os.utime(lock, (time.time() - 60, time.time() - 60), follow_symlinks=False)
     now = time.time()
-    assert sharing._unheard([now - 1, 0.1], now, now, study), "its writes went on 30 s after it was taken"
+    blocked = sharing._blocked_until(study, now)
+    assert sharing._unheard([now - 1, 0.1], now, now, blocked), "its writes went on 30 s after it was taken"
 
 
 def test_a_dead_tuners_search_claim_is_ended_by_the_next_to_open_the_study(tmp_path):
