@@ -100,7 +100,8 @@ class _FreshProcess:
         return self.proc.poll() is not None
 
     def kill(self) -> int | None:
-        _signal_group(self.pid)
+        # Once reaped (``poll`` reaps), its pid may be another process's: only its group is still safe to signal.
+        _signal_group(self.pid, leader=self.proc.poll() is None)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

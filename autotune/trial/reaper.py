@@ -31,7 +31,8 @@ import time
 import psutil
 
 TRIAL_TOKEN_ENV = "AUTOTUNE_TRIAL_TOKEN"  # a trial's own mark, inherited by every process it starts
-_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PR_SET_CHILD_SUBREAPER = 36
 # How long a trial's end waits for its processes to go: SIGKILL is delivered at once, but a loaded machine may take a
 # moment to end a large process.
 END_S = 5.0
@@ -51,6 +52,21 @@ def become_subreaper() -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent ``parent`` ends (Linux; elsewhere nothing), and end it
+    now if that parent is already gone. A forked trial whose fork server died would otherwise run on unseen: it
+    carries no token of its own in ``/proc/PID/environ`` (the server's), so ``Strays`` cannot tell it from another
+    trial's orphan while trials run at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Strays:

@@ -10,7 +10,8 @@ negative for a signal). Trials run one at a time. End of stdin (the tuner exited
 
 The server is a child subreaper (``reaper``): a process a trial detached is adopted by the server once its parent
 dies, and every such orphan is killed and reaped before the trial's end is reported, so its child list holds nothing
-but the running trial and what it left.
+but the running trial and what it left. A trial dies with the server (``die_with_parent``): a server that died
+mid-trial leaves nothing running that no one waits for.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch._dynamo  # noqa: F401  (imported by every torch.optim optimizer: ~1
 from autotune.measure.memory import FORK_SERVER_ENV
 from autotune.trial import worker
 from autotune.trial.launch import open_log
-from autotune.trial.reaper import become_subreaper, end_children
+from autotune.trial.reaper import become_subreaper, die_with_parent, end_children
 
 
 def main() -> int:
@@ -46,8 +47,9 @@ def main() -> int:
     become_subreaper()
     for line in control_in:
         order = json.loads(line)
-        pid = os.fork()
+        server, pid = os.getpid(), os.fork()
         if pid == 0:
+            die_with_parent(server)
             _run_child(order, base_path, (control_in.fileno(), control_out.fileno(), devnull))
         control_out.write(json.dumps({"pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +40,23 @@ def test_a_trial_is_forked_by_the_server_into_a_session_of_its_own(server, tmp_p
         assert not proc.exited_within(0.1)
     finally:
         assert proc.kill() == -9
+
+
+@pytest.mark.slow
+def test_a_trial_dies_with_its_server(tmp_path):
+    launcher = ForkServer()  # a server of its own, killed here
+    (tmp_path / "r.json").write_text(json.dumps(request(dataset="HangingImages", num_workers=1).to_dict()))
+    proc = launcher.start(
+        [str(tmp_path / "r.json"), str(tmp_path / "out.json")], tmp_path / "t.log", _worker_env(request())
+    )
+    try:
+        trial = psutil.Process(proc.pid)
+        os.kill(proc.lender, signal.SIGKILL)
+        launcher._server.wait()
+        trial.wait(timeout=10)  # raises if the trial outlives its server
+    finally:
+        proc.kill()
+        launcher.close()
 
 
 @pytest.mark.slow

@@ -196,6 +196,15 @@ def test_waiting_for_a_trial_wakes_the_tuner_a_few_times_a_second_not_every_few_
     assert len(waits) <= 1.5 / runner._POLL_S + 1, "one wait per poll"
 
 
+def test_a_reaped_trial_process_is_not_signalled_by_its_pid_which_another_process_may_now_hold(monkeypatch):
+    child = _FreshProcess(subprocess.Popen(["true"]))
+    assert child.exited_within(30)  # and reaped
+    signalled = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: signalled.append(pid))
+    assert child.kill() == 0
+    assert child.pid not in signalled
+
+
 @pytest.mark.parametrize("ends", ["measured", "raises"])
 def test_a_credential_in_the_pipeline_is_in_a_private_request_deleted_with_its_trial(tmp_path, ends):
     password = "s3cret-Passw0rd"
