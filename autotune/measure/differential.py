@@ -10,22 +10,24 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autotune.batches import batch_len
 from autotune.measure.gpu import synchronize
 
 
-def loader_throughput(loader: Iterable[Any], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Samples per second ``loader`` yields, consumed as fast as it can produce them, timed from its first
-    batch (so worker start-up is not counted) for at least ``seconds`` or to the end of the epoch where it runs out;
-    a loader of one batch an epoch is timed over its next epoch, as training goes on to it."""
+def loader_throughput(
+    loader: Iterable[Any], samples_per_batch: int, seconds: float, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Samples per second ``loader`` yields (``samples_per_batch`` a batch: its batch size, every batch full),
+    consumed as fast as it can produce them, timed from its first batch (so worker start-up is not counted) for at
+    least ``seconds`` or to the end of the epoch where it runs out; a loader of one batch an epoch is timed over its
+    next epoch, as training goes on to it."""
     batches = iter(loader)
     if next(batches, None) is None:
         raise ValueError("the DataLoader yields no batch; cannot time it")
     start = clock()
     samples = 0
     for _ in range(2):
-        for batch in batches:
-            samples += batch_len(batch)
+        for _ in batches:
+            samples += samples_per_batch
             elapsed = clock() - start
             if elapsed >= seconds:
                 return samples / elapsed

@@ -19,12 +19,15 @@ WARMUP, DRAIN, WINDOW, DONE = "warmup", "drain", "window", "done"
 @dataclass(frozen=True)
 class WindowPlan:
     """When the timed window ends: once it has ``min_steps`` steps and ``min_time_s`` seconds, or at
-    ``max_time_s`` whatever the step count. ``warmup`` decides when it starts."""
+    ``max_time_s`` whatever the step count; in either case on a multiple of ``step_multiple`` steps (the
+    micro-batches of one optimizer step under gradient accumulation: the window then holds whole optimizer steps,
+    whichever micro-batch it starts at). ``warmup`` decides when it starts."""
 
     min_steps: int = 30
     min_time_s: float = 4.0
     max_time_s: float = 30.0
     warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
+    step_multiple: int = 1
 
     @classmethod
     def unbounded(cls, warmup: WarmupPolicy | None = None) -> WindowPlan:
@@ -182,9 +185,9 @@ class StepRecorder:
         self._samples.append(samples)
         self._window_samples += samples
         self.window_end = now
-        elapsed = now - self.window_start
-        plan = self.plan
-        if elapsed >= plan.max_time_s or (len(self._samples) >= plan.min_steps and elapsed >= plan.min_time_s):
+        elapsed, steps, plan = now - self.window_start, len(self._samples), self.plan
+        long_enough = elapsed >= plan.max_time_s or (steps >= plan.min_steps and elapsed >= plan.min_time_s)
+        if long_enough and steps % plan.step_multiple == 0:
             self.phase = DONE
 
     def progress(self, compiling: bool = False) -> Progress | None:

@@ -27,7 +27,8 @@ def run_plain(
 ) -> PlainRun:
     """Train ``pipeline`` with ``knobs`` for at least ``plan.warmup.min_steps`` untimed steps and the device's
     minimum warm-up time (a GPU's clocks ramp up over the first second), then time a window of at least
-    ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``)."""
+    ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``), ending on a whole number
+    of optimizer steps where micro-batches accumulate to ``effective_batch_size``."""
     setup = TrainingSetup(model=pipeline.model.to(device), device=device)
     apply_knobs(knobs, setup)
     model = setup.model.train()
@@ -73,7 +74,8 @@ def run_plain(
                     warmup, start = step, time.perf_counter()
             else:
                 timed, elapsed = step - warmup, time.perf_counter() - start
-                if elapsed >= plan.max_time_s or (timed >= plan.min_steps and elapsed >= plan.min_time_s):
+                long_enough = elapsed >= plan.max_time_s or (timed >= plan.min_steps and elapsed >= plan.min_time_s)
+                if long_enough and timed % accumulate == 0:  # whole optimizer steps, as the harness times
                     _wait_for(device)
                     window_s = time.perf_counter() - start
                     return PlainRun(

@@ -88,7 +88,8 @@ def _loader(pipeline: Pipeline, batch_size: int, num_workers: int) -> DataLoader
 
 
 def _time_loader(pipeline: Pipeline, setting: dict[str, Any], seconds: float) -> float:
-    return loader_throughput(_loader(pipeline, setting["batch_size"], setting["num_workers"]), seconds)
+    batch_size = setting["batch_size"]
+    return loader_throughput(_loader(pipeline, batch_size, setting["num_workers"]), batch_size, seconds)
 
 
 def _time_compute(

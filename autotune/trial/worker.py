@@ -26,7 +26,6 @@ from typing import NoReturn
 import psutil
 import torch
 
-from autotune.batches import batch_len
 from autotune.files import write_atomic
 from autotune.knobs import changes_numerics, costly
 from autotune.measure.profiler import Profiler, prepared_ahead
@@ -81,8 +80,12 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
     problem, check, start = None, None, None
     loader = trainer.loader()
     batches = trainer.batches(loader)
+    # Every batch is full (drop_last): its samples are the batch size, not a size read from its shape, which a
+    # collate function may lay out in any way (a tuple of images, a list of sequences, a flattened pack).
+    samples = request.knobs["batch_size"]
     try:
-        with Profiler("trial", device, request.plan, request.memory_interval_s, compiling) as prof:
+        plan = replace(request.plan, step_multiple=trainer.accumulation_steps)
+        with Profiler("trial", device, plan, request.memory_interval_s, compiling) as prof:
             for index, batch in enumerate(prof.wrap(batches, prepared_ahead(loader))):
                 batch = trainer.to_device(batch)
                 prof.transferred()
@@ -93,14 +96,14 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
                     loss = trainer.train_step(batch)
                 if prof.recorder.before_window:  # the last untimed step's reading is the window's start
                     start = trainer.scale_reading()
-                prof.step(batch_len(batch))
+                prof.step(samples)
                 report(prof)
                 if prof.done:
                     break
             end = trainer.scale_reading()  # before the FLOP-counting step below, which steps the scaler too
             # A step of its own, eager, so after the window: run before it, such a step changed the speed of the
             # steps that followed (by the allocator's state: docs/measurement.md).
-            prof.count_flops(partial(trainer.train_step, batch, eager=True), batch_len(batch))
+            prof.count_flops(partial(trainer.train_step, batch, eager=True), samples)
     finally:
         batches.close()
     check, scaler_problem = _skipped_steps(check, start, end)

@@ -24,7 +24,7 @@ BUILT = {
     Settings: {"pipeline", "baseline", "search", "study", "measure"},
     StudySettings: set(),
     MeasureSettings: {"plan", "screen_plan"},
-    WindowPlan: {"warmup"},
+    WindowPlan: {"warmup", "step_multiple"},  # step_multiple: each trial's, from its gradient accumulation
     WarmupPolicy: {"span"},
     ScreenPlan: set(),
 }

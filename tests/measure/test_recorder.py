@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autotune.errors import AutotuneError
@@ -94,6 +96,16 @@ def test_max_time_ends_a_window_of_slow_steps():
     plan = WindowPlan(min_steps=100, min_time_s=1.0, max_time_s=5.0, warmup=FAST_WARMUP)
     timing = run(StepRecorder(plan, clock), clock, steady(0.0, 0.0, 2.0)).timing()
     assert timing.steps == 3 and timing.window_s == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("ends_by", ["min_steps", "max_time_s"])
+def test_a_window_of_accumulated_micro_batches_ends_on_a_whole_optimizer_step(ends_by):
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=5, min_time_s=0.0, max_time_s=10.0, warmup=FAST_WARMUP, step_multiple=4)
+    if ends_by == "max_time_s":
+        plan = replace(plan, min_steps=100, max_time_s=1.0)
+    timing = run(StepRecorder(plan, clock), clock, steady(0.0, 0.0, 0.2)).timing()
+    assert timing.steps == 8, "two whole optimizer steps of four micro-batches, not five micro-batches"
 
 
 def test_an_unbounded_window_lasts_until_the_caller_stops():

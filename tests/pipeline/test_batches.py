@@ -17,7 +17,6 @@ from autotune.batches import batch_len, move, to_device
 from autotune.config.load import load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.knobs import TrainingSetup
-from autotune.measure.differential import loader_throughput
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.build import build_pipeline
@@ -150,11 +149,6 @@ def test_a_batch_without_a_batched_tensor_is_an_error_naming_its_type(batch):
         batch_len(batch)
 
 
-def test_the_loader_timing_counts_the_samples_of_any_batch():
-    batches = [UserDict(x=torch.zeros(4, 2))] * 3 + [Pair(torch.zeros(4), torch.zeros(4))] * 3
-    assert loader_throughput(batches, seconds=60) > 0
-
-
 @pytest.mark.parametrize(("collate", "takes_it"), [("pair", True), ("unpacking", True), ("userdict", False)])
 def test_without_a_step_a_batch_must_unpack_into_input_and_target(collate, takes_it):
     request = trial_request()
@@ -190,8 +184,8 @@ def _request_with(kind: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["userdict", "pair"])
-def test_a_trial_measures_a_pipeline_whose_batches_are_a_userdict_or_a_namedtuple(kind, tmp_path):
+@pytest.mark.parametrize("kind", ["userdict", "pair", "self_moving", "per_sample"])
+def test_a_trial_counts_the_batch_size_of_each_batch_whatever_its_structure(kind, tmp_path):
     result = run_trial(_request_with(kind), 120, tmp_path, kind)
     assert result.ok, result.failure
     assert result.timing.steps >= 3 and result.timing.samples == 16 * result.timing.steps

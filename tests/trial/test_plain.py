@@ -32,6 +32,9 @@ def test_the_plain_loop_applies_the_knobs_and_accumulates_micro_batches():
     run = run_plain(pipeline, knobs, torch.device("cpu"), PLAN, effective_batch_size=16)
     assert run.samples == 8 * run.steps
     assert len(steps) == (run.warmup_steps + run.steps) // 2, "one optimizer step per two micro-batches"
+    odd = replace(PLAN, min_steps=13, warmup=WarmupPolicy(min_steps=1))
+    run = run_plain(pipeline, knobs, torch.device("cpu"), odd, effective_batch_size=32)
+    assert run.steps % 4 == 0, "the window holds whole optimizer steps, whichever micro-batch it starts at"
 
 
 def test_the_plain_loop_warms_up_for_the_warm_up_policys_minimum_time_too():
@@ -68,3 +71,10 @@ def test_a_plain_request_runs_the_plain_loop_in_the_trial_worker():
     result = run_request(replace(request, plain=True, plan=PLAN))
     assert result.ok and result.measurement is None and result.plain.steps >= 12
     assert type(result).from_dict(result.to_dict()) == result
+
+
+def test_the_harness_times_whole_optimizer_steps_where_micro_batches_accumulate():
+    request = trial_request(length=64)
+    result = run_request(replace(request, plan=replace(PLAN, min_steps=13), effective_batch_size=64))  # 4 a step
+    assert result.ok, result.failure
+    assert result.timing.steps % 4 == 0 and result.timing.steps >= 13

@@ -47,15 +47,15 @@ def test_a_batch_size_that_fills_one_batch_an_epoch_is_timed_like_the_others():
 def test_loader_throughput_counts_samples_after_the_first_batch():
     batches = [torch.zeros(4, 1)] * 100
     # each clock read advances 0.1 s: one read at the start and one per batch after the first
-    assert loader_throughput(batches, 0.5, FakeClock(0.1)) == pytest.approx(4 / 0.1)
+    assert loader_throughput(batches, 4, 0.5, FakeClock(0.1)) == pytest.approx(4 / 0.1)
 
 
 def test_loader_throughput_times_a_loader_of_one_batch_an_epoch_over_its_next_epoch():
     # a dataset of 250 samples at batch 128 (drop_last): one batch an epoch, which must not end the probe
     # clock reads: the start, after the one timed batch, at the epoch's end: 4 samples in 0.2 s
-    assert loader_throughput([torch.zeros(4, 1)], 1.0, FakeClock(0.1)) == pytest.approx(4 / 0.2)
+    assert loader_throughput([torch.zeros(4, 1)], 4, 1.0, FakeClock(0.1)) == pytest.approx(4 / 0.2)
     with pytest.raises(ValueError, match="yields no batch"):
-        loader_throughput([], 1.0)
+        loader_throughput([], 4, 1.0)
 
 
 def test_step_throughput_times_steps_after_warm_up():
