@@ -86,8 +86,9 @@ def before_after(summary: Summary) -> Plot:
         ax.set_xlabel("samples/s")
 
     how = f"medians of {proof.rounds} interleaved rounds (dots: each round)" if proof else "single runs"
+    gain = "the paired rounds' geometric mean" if summary.gain_interval else "their ratio"
     caption = (
-        f"Throughput before and after: {summary.speedup:.2f}x, {how}"
+        f"Throughput before and after, {how}: {summary.speedup:.2f}x by {gain}"
         + ("" if proof else ", the bar's whisker the 95 % interval within its run")
         + "."
     )
@@ -108,7 +109,7 @@ def undone_changes(trim: list[Confirmation]) -> Plot | None:
         (variant.label, [v / r for v, r in zip(variant.throughputs, race.finalists[0].throughputs, strict=False)])
         for race in trim
         for variant in race.finalists[1:]
-        if variant.throughputs
+        if variant.throughputs and race.finalists[0].throughputs  # no ratio where either failed its first run
     ]
     if not rows:
         return None

@@ -270,12 +270,25 @@ def _wins_in_words(rounds: int) -> str:
 def trimmed_to(race: Confirmation) -> Finalist | None:
     """What a trim race (``autotune/study/trim.py``) leaves in place of the configuration it started from (its first
     finalist): its winner, where that is the configuration itself or a variant it does not beat beyond noise, and
-    only where the configuration ran every round undropped; else None (the configuration stays: no variant was
-    shown to cost nothing against it)."""
-    reference, winner = race.finalists[0], race.winner
-    if winner is None or reference.dropped is not None or len(reference.throughputs) != race.rounds:
+    only where the race was ``settled``; else None (the configuration stays: no variant was shown to cost nothing
+    against it)."""
+    winner = race.winner
+    if winner is None or not settled(race):
         return None
+    reference = race.finalists[0]
     return winner if winner is reference or not beats(reference, winner) else None
+
+
+def settled(race: Confirmation) -> bool:
+    """Whether a trim race tested its variants to its end: not cut short by study.budget_s, and both the baseline
+    and the configuration it started from ran every round (a failed run of either leaves its changes untested)."""
+    reference = race.finalists[0]
+    return (
+        not race.cut
+        and race.failure is None
+        and reference.dropped is None
+        and len(reference.throughputs) == race.rounds
+    )
 
 
 def alone(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
@@ -296,15 +309,21 @@ def choose_candidate(baseline: TrialRecord, trials: list[TrialRecord]) -> TrialR
     """The trial to recommend over the baseline from single runs, or None when the baseline is as good (the tie rule
     without a race).
 
-    Among the measured configurations within TIE_TOLERANCE of the fastest (the baseline included),
-    the one that changes fewest knobs from the baseline wins, then the one with the lowest peak memory:
-    a tie within noise is no reason to change more than needed.
+    Among the measured configurations within TIE_TOLERANCE of the fastest (the baseline included, but no trial
+    itself within TIE_TOLERANCE of the baseline: it would change knobs for nothing), the one that changes fewest
+    knobs from the baseline wins, then the one with the lowest peak memory: a tie within noise is no reason to
+    change more than needed.
     """
     measured = [r for r in [baseline, *trials] if r.result.ok]
     if not measured:
         return None
     fastest = max(r.throughput for r in measured)
-    tied = [r for r in measured if r.throughput >= fastest * (1 - TIE_TOLERANCE)]
+    beyond_baseline = baseline.throughput * (1 + TIE_TOLERANCE) if baseline.result.ok else 0.0
+    tied = [
+        r
+        for r in measured
+        if r.throughput >= fastest * (1 - TIE_TOLERANCE) and (r is baseline or r.throughput > beyond_baseline)
+    ]
     base = baseline.result.knobs
     chosen = min(tied, key=lambda r: (count_changes(r.result.knobs, base), r.result.peak_memory_mb, -r.throughput))
     return None if chosen is baseline else chosen

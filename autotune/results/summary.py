@@ -8,7 +8,7 @@ from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, choose_candidate, trimmed_to
+from autotune.results.race import Confirmation, choose_candidate, settled, trimmed_to
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,11 @@ class Summary:
 
     @property
     def speedup(self) -> float:
-        return self.recommended_throughput / self.baseline_throughput
+        """The recommendation's gain: over two race rounds or more, the centre of ``gain_interval`` (the paired
+        rounds' geometric mean, which cancels the machine's drifts as the interval does, where a ratio of medians
+        may even fall outside it); else the ratio of the two throughputs."""
+        interval = self.gain_interval
+        return interval.geomean if interval is not None else self.recommended_throughput / self.baseline_throughput
 
     @property
     def is_baseline(self) -> bool:
@@ -160,7 +164,7 @@ def summarise(results: StudyResults) -> Summary:
         recommended = next(r for r in results.trials if r.label == winner.label)
         if results.trim and results.trim[0].finalists[0].label == winner.label:  # else about an older winner
             trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
-            trim_ended = not results.trim[-1].cut and results.trim[-1].failure is None
+            trim_ended = settled(results.trim[-1])
         final = next((left for race in reversed(trim) if (left := trimmed_to(race))), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)

@@ -55,8 +55,6 @@ def run_trim(
         if ran is None or [f.label for f in ran.finalists] != [f.label for f in entrants]:
             ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw)
         races.append(ran)
-        if races[-1].cut:
-            break
         new = trimmed_to(races[-1])
         if new is None or new.label == current.label:
             break

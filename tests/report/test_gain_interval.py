@@ -55,3 +55,14 @@ def test_a_gain_from_single_runs_or_one_round_says_it_has_no_interval(tmp_path, 
     console, markdown, page, report = _reported(tmp_path, confirmation)
     assert said in console and said in markdown and escape(said) in page
     assert report["speedup_interval"] is None and report["speedup_rounds"] == rounds
+
+
+def test_the_headline_gain_is_the_centre_of_its_interval_when_the_machine_drifts(tmp_path):
+    # The machine speeds up over the rounds: a ratio of medians (210 / 150 = 1.40) pairs runs of different rounds
+    # and lies outside the paired interval; the paired rounds' geometric mean does not.
+    baseline, winner = [100.0, 100.0, 150.0, 200.0, 200.0], [102.0, 102.0, 210.0, 210.0, 210.0]
+    console, markdown, _, report = _reported(tmp_path, Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)]))
+    interval = ratio_interval([w / b for w, b in zip(winner, baseline, strict=True)])
+    assert report["speedup"] == pytest.approx(interval.geomean) and interval.low < interval.geomean < interval.high
+    assert f"{interval.geomean:.2f}x the baseline's throughput" in console
+    assert "(210.0 vs 150.0 samples/s by medians," in markdown

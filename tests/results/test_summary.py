@@ -166,3 +166,27 @@ def test_batch_advice(policy, batch, sentence):
     assert sentence in advice.describe()
     assert advice.accumulation_steps == (16 // batch if policy == "fixed_effective" else 1)
     assert summary.accumulation_steps(summary.baseline) == 1
+
+
+def test_a_trim_race_cut_short_by_the_budget_after_a_round_undoes_nothing():
+    # Its one round tied the winner with a change undone: the trim, which stops at a cut race and goes on from it in
+    # a later run, did not act on it, and neither does the recommendation.
+    winner = trial("0", 200.0, batch_size=32, num_threads=1)
+    proven = Confirmation([100.0, 101.0, 99.0], [Finalist("0", winner.result.knobs, 2, 100.0, [200.0, 205.0, 198.0])])
+    undone = {**winner.result.knobs, "num_threads": BASELINE["num_threads"]}
+    tied = Finalist("0 without num_threads", undone, 1, 90.0, [199.0], result=fake_result(undone, 199.0))
+    cut = Confirmation([100.0], [Finalist("0", winner.result.knobs, 2, 100.0, [200.0]), tied], None, 3, cut=True)
+    results = replace(results_with(winner), confirmation=proven, trim=[cut])
+    summary = summarise(results)
+    assert summary.recommended.label == "0" and summary.no_difference == {}
+    assert summary.untrimmed
+
+
+def test_from_single_runs_no_change_is_recommended_that_is_itself_tied_with_the_baseline():
+    # trial 1 is the simplest of those tied with the fastest, but no faster than the baseline beyond noise
+    summary = summarise(
+        results_with(trial("0", 103.2, batch_size=32, num_threads=1, amp="bf16"), trial("1", 100.2, num_threads=1))
+    )
+    assert summary.recommended.label == "0"
+    summary = summarise(results_with(trial("1", 100.2, num_threads=1), trial("2", 102.0, batch_size=32)))
+    assert summary.is_baseline, "both within noise of the baseline"

@@ -7,8 +7,9 @@ import itertools
 from autotune.knobs import KNOBS
 from autotune.measure.environment import this_machine_id
 from autotune.records import TRIM_ATTR, on_machine
+from autotune.report.plots import undone_changes
 from autotune.results.model import load_results
-from autotune.results.race import Finalist, alone
+from autotune.results.race import Finalist, alone, run_name
 from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
@@ -149,6 +150,22 @@ def test_a_trim_race_a_failed_baseline_run_ended_keeps_the_winner_and_is_run_aga
     assert len(pipeline.names) > runs and not again.failure, "raced anew, not reused"
     assert summarise(load_results(study)).no_difference == {"set_to_none": False}
     assert not summarise(load_results(study)).untrimmed
+
+
+def test_a_trim_race_whose_winners_own_first_run_failed_keeps_every_change_says_so_and_renders(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    own_run = run_name("trim-1-1", confirmation.winner.label)  # its run in round 1 of the first race
+
+    def own_run_fails(knobs, name, on_progress=None):
+        if name == own_run:
+            return TrialResult(knobs=dict(knobs), failure=Failure(FailureKind.TIMEOUT, "no result after 60 s"))
+        return pipeline(knobs, name, on_progress)
+
+    run_trim(study, load_results(study), confirmation, own_run_fails, lambda name, result: None)
+    summary = summarise(load_results(study))
+    assert summary.recommended.label == confirmation.winner.label and summary.no_difference == {}
+    assert summary.untrimmed, "its changes were not tested: said"
+    assert undone_changes(summary.trim) is None, "no picture: no ratio to the winner's own runs (it drew none)"
 
 
 def test_a_new_winner_stands_untrimmed_until_its_own_trim_ran(tmp_path):
