@@ -367,7 +367,14 @@ class TrialRunner:
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
-    return {
+    # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
+    # under others would rank trials judged by two rules. Left out unset, as studies made before they were kept.
+    budgets = {
+        "memory_budget_mb": settings.study.memory_budget_mb,
+        "host_memory_budget_mb": settings.study.host_memory_budget_mb,
+    }
+    set_budgets = {key: float(value) for key, value in budgets.items() if value is not None}  # 500 is 500.0
+    return ({"study": set_budgets} if set_budgets else {}) | {
         "pipeline": settings.pipeline.to_dict(),
         "baseline": settings.baseline,
         "batch_policy": settings.batch_policy,

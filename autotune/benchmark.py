@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,7 +43,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             recommendation = load_recommended(settings.recommended, facts.machine)
         except ConfigError as exc:
             raise ConfigError("recommended", str(exc)) from exc
+    settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
+    notes += as_tuned_note
     entries = configurations(settings.baseline, recommendation.knobs)
     print(
         f"autotune benchmark: pipeline '{settings.pipeline.name}' on {device}; {settings.benchmark_rounds} rounds of "
@@ -91,6 +94,16 @@ def both_ends(baseline: dict[str, Any], recommended: dict[str, Any]) -> list[Ent
         Entry("baseline", "baseline", None, dict(baseline)),
         Entry("recommended", "recommended", None, dict(recommended)),
     ]
+
+
+def trained_as_tuned(settings: Settings, batch_policy: str) -> tuple[Settings, list[str]]:
+    """``settings`` training as the recommendation was tuned, with its ``batch_policy`` (under "fixed_effective",
+    micro-batches accumulated to the baseline's batch), whatever search.batch_policy says here; and a note where
+    the two differ."""
+    if batch_policy == settings.batch_policy:
+        return settings, []
+    note = f"trained as tuned: search.batch_policy={batch_policy} (the tuning run's), not {settings.batch_policy}"
+    return replace(settings, batch_policy=batch_policy), [note]
 
 
 def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out: TextIO) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.app import inspect_run
-from autotune.benchmark import baseline_note, both_ends, measure_rounds
+from autotune.benchmark import baseline_note, both_ends, measure_rounds, trained_as_tuned
+from autotune.config.keys import BATCH_POLICIES
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import KNOBS, changed
@@ -31,7 +32,8 @@ _NO_AGAINST = "mode=check re-measures a tuning run's recommendation: give agains
 @dataclass(frozen=True)
 class Tuned:
     """What a tuning run's report.json (at ``path``) says: the recommended knobs, the baseline's it was tuned
-    against, the speedup it measured, and the pipeline and machine it measured them for."""
+    against, the speedup it measured, the pipeline and machine it measured them for, and how it trained (its
+    ``batch_policy``)."""
 
     path: str
     knobs: dict[str, Any]
@@ -39,6 +41,7 @@ class Tuned:
     speedup: float
     pipeline: str
     machine: dict[str, Any]
+    batch_policy: str = "free"
 
     @property
     def changes_nothing(self) -> bool:
@@ -65,7 +68,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         flush=True,
     )
     machine = facts.machine
-    notes = _notes(tuned, settings, machine)
+    settings, as_tuned_note = trained_as_tuned(settings, tuned.batch_policy)
+    notes = _notes(tuned, settings, machine) + as_tuned_note
     for note in notes:
         print(f"note: {note}", file=out)
     if tuned.changes_nothing:
@@ -116,7 +120,17 @@ def load_tuned(path: str | None) -> Tuned:
         speedup=float(speedup),
         pipeline=str(_get(data, "pipeline") or ""),
         machine=_get(data, "machine") or {},
+        batch_policy=_batch_policy(_get(data, "training", "batch_policy"), path),
     )
+
+
+def _batch_policy(value: Any, path: str) -> str:
+    """The tuning run's batch policy ("free" where the report says none)."""
+    if value is None:
+        return "free"
+    if value not in BATCH_POLICIES:
+        raise ConfigError("against", f"{path}: training.batch_policy: expected one of {', '.join(BATCH_POLICIES)}")
+    return value
 
 
 def _get(data: Any, *keys: str) -> Any:

@@ -80,7 +80,10 @@ def main() -> None:
     sys.stdout, sys.stderr = RedactedStream(sys.stdout, _SECRETS), RedactedStream(sys.stderr, _SECRETS)
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         pipelines = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "pipeline").glob("*.yaml")))
-        print(USAGE.format(pipelines=pipelines, knobs=describe_knobs()))
+        try:
+            print(USAGE.format(pipelines=pipelines, knobs=describe_knobs()), flush=True)
+        except BrokenPipeError:  # read in part (``| head``): Python's recipe, so that the exit's flush is quiet too
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
         return
     # Hydra would print composition errors itself and exit 1; this hands them to us instead.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -197,7 +200,10 @@ def _composition_error(exc: Exception) -> ConfigError:
     if key and "not in struct" in str(cause):
         parent = getattr(cause, "parent_node", None)
         section, _, name = key.rpartition(".")
-        hint = did_you_mean(name, [str(k) for k in parent], section) if isinstance(parent, DictConfig) else ""
+        if name == "pipeline" and not section:
+            return ConfigError("pipeline", "no pipeline chosen for the pipeline.* keys; add pipeline=NAME before them")
+        known = ([str(k) for k in parent] if isinstance(parent, DictConfig) else []) + ([] if section else ["pipeline"])
+        hint = did_you_mean(name, known, section)
         advice = hint.strip() or f"check the spelling, or add a key the file lacks with +{key}=VALUE"
         return ConfigError(key, f"unknown key; {advice}")
     return ConfigError(key or "", message)
@@ -222,7 +228,10 @@ def _run(cfg: DictConfig) -> None:
     with contextlib.suppress(OSError):
         earlier = record.read_bytes()  # of a run in the folder before
     try:
+        _refuse_shadowed_pipeline(runtime.choices.get("pipeline"), runtime.config_sources)
         _run_mode(data, runtime.choices.get("pipeline"), output_dir)
+    except OSError as exc:  # a file of the run's, past its input's checks (not the run folder Hydra made): a failure
+        raise AutotuneError(f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}") from exc
     except AutotuneError as refused:
         if refused.exit_code != 2:  # not refused input: the record stays with what ran
             raise
@@ -231,6 +240,21 @@ def _run(cfg: DictConfig) -> None:
         else:  # refused input leaves the folder's earlier run as it was
             write_atomic(record, earlier)
         raise
+
+
+def _refuse_shadowed_pipeline(choice: str | None, sources: list) -> None:
+    """Refuse a pipeline of the user's config folder (``-cd``) that one of autotune's examples of the same name
+    shadows: Hydra searches autotune's conf/ before that folder, so the example would be tuned in its place."""
+    if choice is None or not (CONFIG_DIR / "pipeline" / f"{choice}.yaml").exists():
+        return
+    for source in sources:
+        theirs = Path(source.path) / "pipeline" / f"{choice}.yaml"
+        if source.provider == "command-line" and source.schema == "file" and theirs.exists():
+            raise ConfigError(
+                "pipeline",
+                f"{theirs} has the name of autotune's example {choice!r}, which would be loaded in its place; "
+                "rename your file and give its new name",
+            )
 
 
 def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from autotune.benchmark import configurations
-from tests.conftest import NEUTRAL_KNOBS
+from autotune.benchmark import configurations, trained_as_tuned
+from autotune.config.load import load_settings
+from tests.conftest import NEUTRAL_KNOBS, tiny_config
 
 
 def test_each_change_alone_and_left_out_once_each():
@@ -34,3 +35,12 @@ def test_a_recommendation_without_workers_measured_with_them_has_the_users_worke
     entries = {(e.kind, e.knob): e.knobs for e in configurations(own, recommended)}
     assert len(entries) == 6, "two changes: num_workers (its options go with it) and amp"
     assert entries[("without", "num_workers")] == {**own, "amp": "bf16"}
+
+
+def test_a_recommendation_is_benchmarked_with_the_batch_policy_it_was_tuned_with():
+    settings = load_settings(tiny_config(), "tiny")  # search.batch_policy: free
+    tuned, notes = trained_as_tuned(settings, "fixed_effective")
+    assert tuned.batch_policy == "fixed_effective" and notes == [
+        "trained as tuned: search.batch_policy=fixed_effective (the tuning run's), not free"
+    ]
+    assert trained_as_tuned(settings, "free") == (settings, [])

@@ -213,6 +213,22 @@ def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):
     assert "verdict: holds" in printed and "note:" not in printed
 
 
+def test_the_recommendation_trains_as_it_was_tuned_whatever_the_commands_batch_policy(tmp_path, monkeypatch):
+    policies = []
+
+    def measure(settings, benchmark, workdir, out):
+        policies.append(settings.batch_policy)
+        measured([150.0, 157.0, 146.0])(settings, benchmark, workdir, out)
+
+    monkeypatch.setattr(check_mode, "measure_rounds", measure)
+    out = io.StringIO()
+    run_check(report(tmp_path, training={"batch_policy": "fixed_effective"}), tmp_path / "out", out)
+    assert policies == ["fixed_effective"], "micro-batches accumulated to the baseline's batch, as tuned"
+    assert "note: trained as tuned: search.batch_policy=fixed_effective (the tuning run's), not free" in out.getvalue()
+    with pytest.raises(ConfigError, match="training.batch_policy: expected one of free, fixed_effective"):
+        run_check(report(tmp_path, training={"batch_policy": "huge"}), tmp_path / "out", out)
+
+
 @pytest.mark.slow
 def test_the_command_line_gate_fails_a_speedup_that_fell(tmp_path, cli_here):
     # Batch 32 over 16 gives the tiny pipeline about 1.5x: no run noise stretches 3 rounds' interval to 1e6 x 0.9

@@ -222,6 +222,9 @@ BAD_INPUTS = [
         "measure.warmup_max_steps: must be >= measure.warmup_min_steps",
     ),
     (["pipeline=mymodel", "measure.trial_timeout_s=0"], "measure.trial_timeout_s: expected a number > 0, got 0"),
+    (["pipeline=mymodel", "measure.trial_timeout_s=0.5"], "measure.trial_timeout_s: must be >= measure.min_time_s"),
+    (["pipelin=mymodel"], "pipelin: unknown key; did you mean pipeline?"),
+    (["pipeline.baseline.batch_size=64"], "pipeline: no pipeline chosen for the pipeline.* keys; add pipeline=NAME"),
     (["pipeline=mymodel", "search.num_workers=[-1]"], "search.num_workers: expected an integer >= 0, got -1"),
     (["pipeline=mymodel", "search.channels_last=[maybe]"], "search.channels_last: expected true or false, got 'maybe'"),
     (["pipeline=mymodel", "search.compile=[fast]"], "search.compile: expected one of off, default, reduce-overhead"),
@@ -338,6 +341,16 @@ def test_a_pipeline_kept_in_the_users_own_repo(tmp_path):
     assert recommended["pipeline"] == "mine"
     assert "[trial 1/1" in proc.stdout and "FAILED" not in proc.stdout
     assert not imports_torch(proc.stderr), "torch is the trials' (the user's code's), never the tuner's"
+
+
+def test_a_pipeline_of_the_users_folder_named_as_a_shipped_example_is_refused_not_replaced(tmp_path, cli_here):
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "mymodel.yaml").write_text((TEST_CONF / "pipeline" / "tiny.yaml").read_text())
+    proc = cli_here(["-cd", str(tmp_path), "pipeline=mymodel", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = f"pipeline: {tmp_path}/pipeline/mymodel.yaml has the name of autotune's example 'mymodel'"
+    assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists(), "nothing left of the refused run"
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, cli_here):
@@ -586,3 +599,7 @@ def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path,
     assert not (tmp_path / "again" / "trials").exists(), "nothing measured"
     missing = cli_here(["mode=report", "study.name=nope", storage, f"hydra.run.dir={tmp_path}/x"], cwd=tmp_path)
     assert missing.returncode == 2 and "study.name: no study 'nope'" in missing.stderr
+    for url in (f"sqlite:///{tmp_path}/none.db", f"journal:///{tmp_path}/none.log"):
+        missing = cli_here(["mode=report", "study.name=mine", f"study.storage={url}"], cwd=tmp_path)
+        assert missing.returncode == 2 and "study.name: no study 'mine'" in missing.stderr
+    assert not list(tmp_path.glob("none.*")), "no storage made where there was none"

@@ -129,7 +129,7 @@ _MEASURE = (
     _setting(
         "measure.screen_min_time_s", _number(0, null=True), ScreenPlan, "min_time_s", at_most="measure.max_time_s"
     ),
-    _setting("measure.trial_timeout_s", _POSITIVE, MeasureSettings, "trial_timeout_s"),
+    _setting("measure.trial_timeout_s", _POSITIVE, MeasureSettings, "trial_timeout_s", at_least="measure.min_time_s"),
     _setting("measure.memory_interval_s", _POSITIVE, MeasureSettings, "memory_interval_s"),
     _setting("measure.repeats", _integer(1), MeasureSettings, "repeats"),
     _setting("measure.loss_tolerance", _POSITIVE, MeasureSettings, "loss_tolerance"),

@@ -31,7 +31,15 @@ def one_tuner(storage: str, name: str) -> Iterator[None]:
         yield
         return
     path = database.with_name(f"{database.name}.{file_name(name)}.lock")
-    with open(path, "a+", encoding="utf-8") as handle:
+    try:
+        handle = open(path, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            "study.storage",
+            f"cannot create {path} beside the database of {redact_url(storage)} ({exc.strerror}); give a file in a "
+            "folder that exists and this user can write",
+        ) from exc
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -58,6 +66,9 @@ def sqlite_file(storage: str) -> Path | None:
         url = make_url(storage)
     except ArgumentError:
         return None
-    if not url.drivername.startswith("sqlite") or url.database in (None, "", ":memory:"):
+    if not url.drivername.startswith("sqlite") or url.database is None:
         return None
-    return Path(url.database).absolute()
+    database = url.database
+    if url.query.get("uri") == "true":  # a URI the driver opens: file:PATH?mode=...
+        database = "" if url.query.get("mode") == "memory" else database.removeprefix("file:")
+    return None if database in ("", ":memory:") else Path(database).absolute()

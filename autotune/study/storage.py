@@ -119,7 +119,11 @@ def create_study(url: str, storage: optuna.storages.BaseStorage | None = None, *
 
 
 def load_study(name: str, url: str) -> optuna.Study:
-    """Study ``name`` of ``url``, as ``create_study`` opens it, for reading; KeyError where there is no such study."""
+    """Study ``name`` of ``url``, as ``create_study`` opens it, for reading; KeyError where there is no such study
+    (and no file made where there is no such file)."""
+    path = sqlite_file(url) or (Path(url[len(JOURNAL) :]) if url.startswith(JOURNAL) else None)
+    if path is not None and not path.exists():
+        raise KeyError(name)
     with opening(url):
         _check_sqlite(url, writing=False)
         return optuna.load_study(study_name=name, storage=_storage(url))

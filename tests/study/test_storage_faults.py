@@ -290,3 +290,23 @@ def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_repor
     assert proc.stderr.startswith(f"autotune: error: {fault}")
     assert f"\nStopped: {fault}.\n" in proc.stdout, "the summary says why the run stopped"
     assert "baseline" in (tmp_path / "out" / "trials.csv").read_text(), "the reports cover what was stored"
+
+
+def test_a_storage_in_a_folder_that_does_not_exist_is_named_as_such(tmp_path, cli_here):
+    storage = f"sqlite:///{tmp_path}/nowhere/studies.db"
+    proc = cli_here([*TINY, f"study.storage={storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"error: study.storage: cannot create {tmp_path}/nowhere/studies.db.tiny.lock beside the" in proc.stderr
+    assert "No such file or directory" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_file_that_cannot_be_written_after_the_study_ran_fails_the_run_naming_it(tmp_path, cli_here, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out" / "report.json"))
+
+    monkeypatch.setattr(app, "write_reports", disk_full)
+    args = [*TINY, "study.n_trials=0", f"study.storage=sqlite:///{tmp_path}/s.db", f"hydra.run.dir={tmp_path}/out"]
+    proc = cli_here(args, cwd=tmp_path)
+    assert proc.returncode == 1, "a failure, not refused input"
+    assert proc.stderr.strip() == f"autotune: error: cannot write {tmp_path}/out/report.json: No space left on device"
+    assert (tmp_path / "out" / "config.yaml").exists(), "the record of what ran stays"

@@ -8,6 +8,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import rerender
+from autotune.app import _study_meta
+from autotune.config.load import load_settings
 from autotune.config.settings import StudySettings
 from autotune.errors import ConfigError, StudyMismatchError
 from autotune.knobs import KNOBS
@@ -21,7 +23,7 @@ from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.tuner import _REPEATS_BEFORE_UNTRIED, _draw_untried, counted_trials, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
-from tests.conftest import NEUTRAL_KNOBS, fake_measurement
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 VARIED = {"batch_size": [16, 32], "num_workers": [0, 1, 2]}
 FIXED = {**NEUTRAL_KNOBS, "prefetch_factor": 2, "persistent_workers": False}
@@ -141,6 +143,19 @@ def test_a_trial_left_running_by_a_killed_tuner_is_retried(tmp_path):
     tune(resumed, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None)
     assert {k: measure.calls[0][1][k] for k in stale.params} == stale.params
     assert counted_trials(resumed) == 1
+
+
+def test_a_study_resumed_under_other_memory_budgets_is_refused_naming_them(tmp_path):
+    def meta(**study) -> dict:  # as the tuner describes its study
+        return _study_meta(load_settings(tiny_config(study=study), "tiny"), "cpu", SPACE)
+
+    assert "study" not in meta(), "unset budgets are left out, as in studies made before budgets were kept"
+    ensure_baseline(open_study(settings(tmp_path), meta(memory_budget_mb=500)), BASELINE, FakeMeasure())
+    with pytest.raises(StudyMismatchError, match=r": study.memory_budget_mb 500.0 → 400.0; set them back"):
+        open_study(settings(tmp_path), meta(memory_budget_mb=400))
+    with pytest.raises(StudyMismatchError, match=r": study.host_memory_budget_mb null → 900.0; study.memory_budget"):
+        open_study(settings(tmp_path), meta(host_memory_budget_mb=900))
+    assert open_study(settings(tmp_path), meta(memory_budget_mb=500.0)), "the same budgets resume it"
 
 
 def test_timeout_stops_the_study(tmp_path):
