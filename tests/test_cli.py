@@ -229,6 +229,14 @@ BAD_INPUTS = [
     (["pipeline=mymodel", "search.channels_last=[maybe]"], "search.channels_last: expected true or false, got 'maybe'"),
     (["pipeline=mymodel", "search.compile=[fast]"], "search.compile: expected one of off, default, reduce-overhead"),
     (["pipeline=mymodel", "pipeline.model._target_=null"], "pipeline.model._target_: expected a dotted import path"),
+    (
+        ["pipeline=mymodel", "+pipeline.optimizer.lrr=0.1"],
+        "pipeline.optimizer: torch.optim.SGD does not take these arguments: got an unexpected keyword argument 'lrr'",
+    ),
+    (
+        ["pipeline=mymodel", "+pipeline.model.num_classez=3"],
+        "pipeline.model: examples.mymodel.SmallCNN does not take these arguments: got an unexpected keyword argument",
+    ),
     (["pipeline=mymodel", "~pipeline.optimizer"], "pipeline.optimizer: is missing"),
     (
         ["pipeline=mymodel", "+pipeline.optimzer.lr=1"],

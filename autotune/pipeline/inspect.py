@@ -151,6 +151,21 @@ def import_targets(spec: PipelineSpec) -> None:
                 f"pipeline.{key}._target_",
                 f"'{target}' is a {type(found).__name__}, not a class or function to call: name what builds the {key}",
             )
+        _check_arguments(key, node, found)
+
+
+def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
+    """Refuse an argument the config gives that ``target`` does not take (a misspelt keyword), before a trial
+    builds it: its failure there would be the baseline's."""
+    given = {name: value for name, value in node.items() if not name.startswith("_")}  # not _target_, _partial_, ...
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # one without a signature to read: building it says
+        return
+    try:
+        signature.bind_partial(*node.get("_args_", []), **given)
+    except TypeError as exc:
+        raise ConfigError(f"pipeline.{key}", f"{node['_target_']} does not take these arguments: {exc}") from None
 
 
 @contextmanager
