@@ -19,6 +19,7 @@ from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, Stu
 from autotune.files import file_name
 from autotune.knobs import SearchContext, costly, costly_values
 from autotune.measure.environment import machine_id
+from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
 from autotune.records import PROBE_ATTR, on_machine
 from autotune.redact import redact_url
@@ -366,6 +367,11 @@ class TrialRunner:
             self.clock.count(result, drew=self._servers_started != started)
 
 
+def _window(plan: WindowPlan) -> dict:
+    """A window's settings, without what each trial sets for itself (``step_multiple``: its accumulation)."""
+    return {name: value for name, value in asdict(plan).items() if name != "step_multiple"}
+
+
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
     # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
     # under others would rank trials judged by two rules. Left out unset, as studies made before they were kept.
@@ -382,8 +388,8 @@ def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
         "device": device,
         "space": space.candidates,
         "measure": {
-            **asdict(settings.measure.plan),
-            "screen": asdict(settings.measure.screen_plan),
+            **_window(settings.measure.plan),
+            "screen": _window(settings.measure.screen_plan),
             "trial_timeout_s": settings.measure.trial_timeout_s,
             "repeats": settings.measure.repeats,
             "loss_tolerance": settings.measure.loss_tolerance,

@@ -120,7 +120,7 @@ def load_tuned(path: str | None) -> Tuned:
         speedup=float(speedup),
         pipeline=str(_get(data, "pipeline") or ""),
         machine=_get(data, "machine") or {},
-        batch_policy=_batch_policy(_get(data, "training", "batch_policy"), path),
+        batch_policy=_batch_policy(_get(data, "training", "policy"), path),  # BatchAdvice's
     )
 
 
@@ -129,7 +129,7 @@ def _batch_policy(value: Any, path: str) -> str:
     if value is None:
         return "free"
     if value not in BATCH_POLICIES:
-        raise ConfigError("against", f"{path}: training.batch_policy: expected one of {', '.join(BATCH_POLICIES)}")
+        raise ConfigError("against", f"{path}: training.policy: expected one of {', '.join(BATCH_POLICIES)}")
     return value
 
 

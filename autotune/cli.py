@@ -230,8 +230,11 @@ def _run(cfg: DictConfig) -> None:
     try:
         _refuse_shadowed_pipeline(runtime.choices.get("pipeline"), runtime.config_sources)
         _run_mode(data, runtime.choices.get("pipeline"), output_dir)
-    except OSError as exc:  # a file of the run's, past its input's checks (not the run folder Hydra made): a failure
-        raise AutotuneError(f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}") from exc
+    except OSError as exc:
+        if not exc.filename:
+            raise
+        # A file of the run's, past its input's checks and the run's record: a failure, not refused input.
+        raise AutotuneError(f"cannot write {exc.filename}: {exc.strerror or exc}") from exc
     except AutotuneError as refused:
         if refused.exit_code != 2:  # not refused input: the record stays with what ran
             raise
@@ -243,13 +246,14 @@ def _run(cfg: DictConfig) -> None:
 
 
 def _refuse_shadowed_pipeline(choice: str | None, sources: list) -> None:
-    """Refuse a pipeline of the user's config folder (``-cd``) that one of autotune's examples of the same name
-    shadows: Hydra searches autotune's conf/ before that folder, so the example would be tuned in its place."""
-    if choice is None or not (CONFIG_DIR / "pipeline" / f"{choice}.yaml").exists():
+    """Refuse a pipeline of the user's config folder (``-cd``, ``hydra.searchpath``) that one of autotune's examples
+    of the same name shadows: Hydra searches autotune's conf/ first, so the example would be tuned in its place."""
+    shipped = CONFIG_DIR / "pipeline" / f"{choice}.yaml"
+    if choice is None or not shipped.exists():
         return
     for source in sources:
         theirs = Path(source.path) / "pipeline" / f"{choice}.yaml"
-        if source.provider == "command-line" and source.schema == "file" and theirs.exists():
+        if source.schema == "file" and theirs.exists() and theirs.resolve() != shipped.resolve():
             raise ConfigError(
                 "pipeline",
                 f"{theirs} has the name of autotune's example {choice!r}, which would be loaded in its place; "
@@ -260,14 +264,22 @@ def _refuse_shadowed_pipeline(choice: str | None, sources: list) -> None:
 def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None:
     if is_report(data):
         name, storage = load_report_study(data)
-        write_atomic(output_dir / "config.yaml", _config_record(data))
+        _write_record(data, output_dir)
         rerender.run(name, storage, output_dir, out=sys.stdout)
         return
     settings = load_settings(data, pipeline_choice)
-    write_atomic(output_dir / "config.yaml", _config_record(data))
+    _write_record(data, output_dir)
     modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run, "check": check.run}
     modes["profile"] = diagnose.run
     modes[settings.mode](settings, output_dir, out=sys.stdout)  # the redacted stream: defaults were bound before
+
+
+def _write_record(data: dict, output_dir: Path) -> None:
+    """The run's config.yaml: the first file of the run folder, so one that cannot be written is the folder's."""
+    try:
+        write_atomic(output_dir / "config.yaml", _config_record(data))
+    except OSError as exc:
+        raise ConfigError("hydra.run.dir", f"cannot create or write {exc.filename}: {exc.strerror}") from exc
 
 
 def _discard_unused(output_dir: Path) -> None:

@@ -14,6 +14,7 @@ from autotune.benchmark import both_ends
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.report.check import verdict_line
+from autotune.results.advice import BatchAdvice
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
 from tests.conftest import FAST_MEASURE, NEUTRAL_KNOBS, TEST_CONF, tiny_config
@@ -222,11 +223,12 @@ def test_the_recommendation_trains_as_it_was_tuned_whatever_the_commands_batch_p
 
     monkeypatch.setattr(check_mode, "measure_rounds", measure)
     out = io.StringIO()
-    run_check(report(tmp_path, training={"batch_policy": "fixed_effective"}), tmp_path / "out", out)
+    tuned = BatchAdvice("fixed_effective", baseline_batch_size=16, batch_size=8, accumulation_steps=2)
+    run_check(report(tmp_path, training=tuned.to_dict()), tmp_path / "out", out)  # as report.json holds it
     assert policies == ["fixed_effective"], "micro-batches accumulated to the baseline's batch, as tuned"
     assert "note: trained as tuned: search.batch_policy=fixed_effective (the tuning run's), not free" in out.getvalue()
-    with pytest.raises(ConfigError, match="training.batch_policy: expected one of free, fixed_effective"):
-        run_check(report(tmp_path, training={"batch_policy": "huge"}), tmp_path / "out", out)
+    with pytest.raises(ConfigError, match="training.policy: expected one of free, fixed_effective"):
+        run_check(report(tmp_path, training={**tuned.to_dict(), "policy": "huge"}), tmp_path / "out", out)
 
 
 @pytest.mark.slow

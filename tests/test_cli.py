@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -359,6 +360,11 @@ def test_a_pipeline_of_the_users_folder_named_as_a_shipped_example_is_refused_no
     said = f"pipeline: {tmp_path}/pipeline/mymodel.yaml has the name of autotune's example 'mymodel'"
     assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists(), "nothing left of the refused run"
+
+
+def test_autotunes_own_conf_given_as_the_users_folder_shadows_nothing():
+    own = SimpleNamespace(path=str(REPO / "conf"), schema="file", provider="command-line")
+    assert cli._refuse_shadowed_pipeline("mymodel", [own]) is None
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, cli_here):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.util import asbool
 
 from autotune.errors import ConfigError
 from autotune.files import file_name
@@ -69,6 +70,6 @@ def sqlite_file(storage: str) -> Path | None:
     if not url.drivername.startswith("sqlite") or url.database is None:
         return None
     database = url.database
-    if url.query.get("uri") == "true":  # a URI the driver opens: file:PATH?mode=...
+    if asbool(url.query.get("uri", False)):  # a URI the driver opens: file:PATH?mode=...
         database = "" if url.query.get("mode") == "memory" else database.removeprefix("file:")
     return None if database in ("", ":memory:") else Path(database).absolute()

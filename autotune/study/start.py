@@ -74,7 +74,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         )
     if stored is None or (not is_shared(settings.storage) and _holds_nothing(study, settings)):
         study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
-    elif stored.get("fingerprint") != fingerprint:
+    elif stored.get("fingerprint") != fingerprint and not _stored_before_budgets(stored, meta):
         differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
         derived = " (a search space not given is derived from the machine)" if "space." in " ".join(differences) else ""
         raise StudyMismatchError(
@@ -86,6 +86,13 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         fail_stale_trials(study)
     else:
         fail_interrupted_trials(study, running_trials(study))
+
+
+def _stored_before_budgets(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
+    """Whether ``stored`` describes a study made before autotune kept its memory budgets (``study`` in ``meta``)
+    that matches ``meta`` in all else: it resumes under the budgets given now."""
+    rest = {key: value for key, value in meta.items() if key != "study"}
+    return "study" not in stored and stored.get("fingerprint") == _fingerprint(rest)
 
 
 def _holds_nothing(study: optuna.Study, settings: StudySettings) -> bool:

@@ -310,3 +310,11 @@ def test_a_file_that_cannot_be_written_after_the_study_ran_fails_the_run_naming_
     assert proc.returncode == 1, "a failure, not refused input"
     assert proc.stderr.strip() == f"autotune: error: cannot write {tmp_path}/out/report.json: No space left on device"
     assert (tmp_path / "out" / "config.yaml").exists(), "the record of what ran stays"
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_naming_hydra_run_dir(tmp_path, cli_here):
+    (tmp_path / "out").mkdir()
+    with unwritable(tmp_path / "out"):
+        proc = cli_here([*TINY, f"study.storage=sqlite:///{tmp_path}/s.db", f"hydra.run.dir={tmp_path}/out"], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"error: hydra.run.dir: cannot create or write {tmp_path}/out/" in proc.stderr

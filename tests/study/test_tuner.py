@@ -158,6 +158,20 @@ def test_a_study_resumed_under_other_memory_budgets_is_refused_naming_them(tmp_p
     assert open_study(settings(tmp_path), meta(memory_budget_mb=500.0)), "the same budgets resume it"
 
 
+def test_a_study_made_before_its_memory_budgets_were_kept_resumes_under_those_given_now(tmp_path):
+    described = _study_meta(load_settings(tiny_config(study={"memory_budget_mb": 500}), "tiny"), "cpu", SPACE)
+    before = {key: value for key, value in described.items() if key != "study"}  # as an earlier autotune stored it
+    ensure_baseline(open_study(settings(tmp_path), before), BASELINE, FakeMeasure())
+    assert open_study(settings(tmp_path), described)
+    with pytest.raises(StudyMismatchError, match="measure.repeats"):
+        open_study(settings(tmp_path), {**described, "measure": {**described["measure"], "repeats": 3}})
+
+
+def test_what_each_trial_sets_for_itself_is_no_setting_of_the_study():
+    described = _study_meta(load_settings(tiny_config(), "tiny"), "cpu", SPACE)
+    assert "step_multiple" not in described["measure"] and "step_multiple" not in described["measure"]["screen"]
+
+
 def test_timeout_stops_the_study(tmp_path):
     study = open_study(settings(tmp_path), META)
     reason = tune(study, SPACE, settings(tmp_path, timeout_s=1e-9), FakeMeasure(), lambda e: None)
