@@ -84,7 +84,13 @@ class Guide:
         """Every configuration worth predicting: loader and compute knobs varied (compute knobs the probe found
         negligible kept at the anchor), every untimed value, worker options at their preferred values; not one
         whose compute threads oversubscribe the cores where the same with fewer threads is in the space."""
-        anchor = anchor_knobs(self.space, self.baseline)
+        # A knob the space holds at one value takes it (the probe's anchor may have another: no workers, no compile).
+        held = {
+            name: values[0]
+            for name, values in self.space.candidates.items()
+            if len(values) == 1 and name not in WORKER_OPTIONS  # those follow the workers, below
+        }
+        anchor = {**anchor_knobs(self.space, self.baseline), **held}
         varied = [
             name
             for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED_KNOBS)

@@ -20,9 +20,6 @@ from autotune.pipeline.setup import Trainer
 from autotune.trial.exceptions import exception_text, is_out_of_memory
 from autotune.trial.result import Half, ProbeOutOfMemory, ProbePlan, ProbeResult
 
-_DEFAULT_THREADS = torch.get_num_threads()
-
-
 def run_probe(
     pipeline: Pipeline, plan: ProbePlan, device: torch.device, effective_batch_size: int | None
 ) -> ProbeResult:
@@ -34,12 +31,16 @@ def run_probe(
         for index, setting in enumerate(plan.loaders)
     ]
     cached: dict[int, Any] = {}
+    threads = torch.get_num_threads()  # this process's default, on the cores it is pinned to (study.cpu_sets)
 
     def compute(knobs: dict[str, Any]) -> float:
         size = knobs["batch_size"]
         if size not in cached:
             cached[size] = next(iter(_loader(pipeline, size, 0)))
-        return _time_compute(pipeline, knobs, cached[size], device, plan, effective_batch_size)
+        try:
+            return _time_compute(pipeline, knobs, cached[size], device, plan, effective_batch_size)
+        finally:
+            torch.set_num_threads(threads)  # the num_threads knob is process-wide, even where the step raised
 
     # The first model step timed in a process is slow (allocator, oneDNN primitives, lazy imports): time the
     # anchor once untimed, so it does not read low and inflate every factor measured against it.
@@ -97,10 +98,7 @@ def _time_compute(
 ) -> float:
     """The model step alone with ``knobs``, on a copy of the model so settings do not leak between runs."""
     fresh = replace(pipeline, model=copy.deepcopy(pipeline.model))
-    try:
-        trainer = Trainer(fresh, knobs, device, effective)
-        on_device = trainer.to_device(batch)
-        step = partial(trainer.train_step, on_device)
-        return step_throughput(step, knobs["batch_size"], device, plan.seconds, plan.warmup_steps, plan.min_steps)
-    finally:
-        torch.set_num_threads(_DEFAULT_THREADS)  # the num_threads knob is process-wide, even where the step raised
+    trainer = Trainer(fresh, knobs, device, effective)
+    on_device = trainer.to_device(batch)
+    step = partial(trainer.train_step, on_device)
+    return step_throughput(step, knobs["batch_size"], device, plan.seconds, plan.warmup_steps, plan.min_steps)

@@ -180,6 +180,15 @@ def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
     assert BASELINE not in g.candidates and all(space.contains(knobs) for knobs in g.candidates)
 
 
+@pytest.mark.parametrize("held", [{"num_workers": [2]}, {"compile": ["default"]}])
+def test_a_knob_the_space_holds_at_one_value_other_than_the_probes_anchor_takes_it(held):
+    space = SearchSpace({name: {**VARIED, **held}.get(name, [FIXED[name]]) for name in KNOBS})
+    g = guide(space)
+    assert g.candidates and all(space.contains(knobs) for knobs in g.candidates)
+    proposal = g.propose([Observation(BASELINE, 60.0)], {config_key(BASELINE)}, [])
+    assert proposal is not None and space.contains(proposal.knobs)
+
+
 def test_no_guide_without_a_probe_result():
     assert guide_from_record(None, SPACE, BASELINE, None, "cpu") is None
     assert guide_from_record(ProbeRecord(1.0, failure="timeout"), SPACE, BASELINE, None, "cpu") is None

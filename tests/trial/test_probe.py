@@ -10,6 +10,7 @@ import torch
 
 from autotune.measure.differential import loader_throughput, step_throughput
 from autotune.pipeline.build import build_pipeline
+from autotune.trial import probe as probe_module
 from autotune.trial.probe import release_memory, run_probe
 from autotune.trial.result import ProbeOutOfMemory, ProbePlan, ProbeResult
 from tests.conftest import NEUTRAL_KNOBS, trial_request
@@ -25,6 +26,23 @@ def test_run_probe_times_every_setting_in_plan_order():
     assert len(result.loader_throughputs) == 2 and len(result.compute_throughputs) == 2
     assert all(rate > 0 for rate in result.loader_throughputs + result.compute_throughputs)
     assert torch.get_num_threads() >= 1
+
+
+def test_the_probe_gives_back_the_thread_count_it_started_with_not_the_one_torch_was_imported_with():
+    # A trial pinned to one core (study.cpu_sets) starts with one thread: its settings at num_threads=None run so.
+    pipeline = build_pipeline(trial_request().pipeline)
+    threads = [{**NEUTRAL_KNOBS, "batch_size": 8, "num_threads": 2}, {**NEUTRAL_KNOBS, "batch_size": 8}]
+    started = torch.get_num_threads()
+    torch.set_num_threads(1)
+    seen = []
+    try:
+        plan = ProbePlan([{"batch_size": 8, "num_workers": 0}], threads, 0.02)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(probe_module, "step_throughput", lambda *args: seen.append(torch.get_num_threads()) or 1.0)
+            run_probe(pipeline, plan, torch.device("cpu"), None)
+    finally:
+        torch.set_num_threads(started)
+    assert seen == [2, 2, 1], "the untimed first, then num_threads=2, then the default it started with"
 
 
 class FakeClock:
