@@ -179,7 +179,8 @@ def _guide(
     stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
     # The probe is of use only with a trial to steer and the race's first round after it.
     then = clock.screen_s() + _race_round_s(settings, clock, baseline, 1)
-    expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s())
+    timing = baseline.timing
+    expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s(), timing.compute_s / timing.samples)
     if not stored and not clock.affords(expected + then, "the probe"):
         return None
     with clock.stage("probe"):

@@ -173,11 +173,18 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> P
     return ProbePlan(loaders, computes, **timing)
 
 
-def expected_probe_s(plan: ProbePlan, run_s: float) -> float:
+def expected_probe_s(plan: ProbePlan, run_s: float, sample_compute_s: float) -> float:
     """What the probe of ``plan`` is expected to take, for study.budget_s: a process like a run of the pipeline
-    (``run_s``: its start, build and window), then every setting timed for ``plan.seconds`` and as long again for its
-    start and warm-up step; a setting whose steps each take longer (held to ``plan.min_steps``) is underestimated."""
-    return run_s + 2 * plan.seconds * (len(plan.loaders) + len(plan.computes) + 1)
+    (``run_s``: its start, build and window); every loader setting timed for ``plan.seconds`` and as long again for
+    its workers' start; every model-step setting (the first twice: once untimed) for ``plan.min_steps`` steps or
+    ``plan.seconds``, whichever is longer, after ``plan.warmup_steps``, and ``plan.seconds`` to copy the model, each
+    step taking the baseline's compute time a sample (``sample_compute_s``) times its batch."""
+
+    def compute_s(knobs: dict[str, Any]) -> float:
+        step_s = sample_compute_s * knobs["batch_size"]
+        return max(plan.seconds, plan.min_steps * step_s) + plan.warmup_steps * step_s + plan.seconds
+
+    return run_s + 2 * plan.seconds * len(plan.loaders) + sum(map(compute_s, [plan.computes[0], *plan.computes]))
 
 
 def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from autotune.pipeline.setup import Trainer
 from autotune.trial.exceptions import exception_text, is_out_of_memory
 from autotune.trial.result import Half, ProbeOutOfMemory, ProbePlan, ProbeResult
 
+
 def run_probe(
     pipeline: Pipeline, plan: ProbePlan, device: torch.device, effective_batch_size: int | None
 ) -> ProbeResult:

@@ -9,7 +9,7 @@ import pytest
 from autotune.knobs import KNOBS
 from autotune.measure.environment import this_machine_id
 from autotune.records import PROBE_ATTR, ProbeRecord, on_machine
-from autotune.study.probe_model import ProbeModel, anchor_knobs, probe_once, probe_plan
+from autotune.study.probe_model import ProbeModel, anchor_knobs, expected_probe_s, probe_once, probe_plan
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.trial.result import Failure, FailureKind, ProbeResult, TrialResult
@@ -185,3 +185,12 @@ def test_without_a_timed_thread_count_oversubscribed_compute_is_scaled_down_with
     # 2 workers leave 1 of 2 cores: 2 threads count as 1, and 1 thread was never timed, so 200 * 1/2
     assert s.predict(workers) == pytest.approx(1 / max(1 / 3000, 1 / 100, (1 / 1000 + 1 / 100) / 2))
     assert s.predict(workers) < s.predict(BASELINE), "workers that starve the compute threads do not help"
+
+
+def test_the_probes_expected_time_grows_with_the_model_steps_time_at_each_batch_size():
+    plan = probe_plan(SPACE, BASELINE)  # 0.25 s a setting; at least 2 steps after 1 untimed one
+    settings = len(plan.loaders) + len(plan.computes) + 1
+    assert expected_probe_s(plan, 10.0, sample_compute_s=1e-6) == pytest.approx(10.0 + 2 * 0.25 * settings, abs=1e-3)
+    slow = expected_probe_s(plan, 10.0, sample_compute_s=0.01)  # a step of 16 samples takes 0.16 s, of 32 0.32 s
+    steps = sum(3 * 0.01 * knobs["batch_size"] for knobs in [plan.computes[0], *plan.computes])
+    assert slow == pytest.approx(10.0 + 2 * 0.25 * len(plan.loaders) + 0.25 * (len(plan.computes) + 1) + steps)
