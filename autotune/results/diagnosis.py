@@ -18,6 +18,7 @@ The advice, ranked by its expected effect: ``autotune/results/remedies.py``.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ class Figures:
     device_busy_share: float | None
     compute_share: float  # arithmetic (``is_compute_operator``), of the operators' time
     product_share: float  # matrix products and convolutions alone, of the operators' time: what 16 bits speed up
+    operator_share: float = 1.0  # the operators' time, of the profiled model step (the rest: overhead between them)
 
 
 def figures(result: ProfileResult) -> Figures:
@@ -140,6 +142,7 @@ def figures(result: ProfileResult) -> Figures:
         device_busy_share=sum(op.self_device_s for op in ops.step_operators) / step_s if on_device else None,
         compute_share=compute / operator_time,
         product_share=products / operator_time,
+        operator_share=min(1.0, operator_time / step_s) if math.isfinite(operator_time) else 0.0,
     )
 
 

@@ -130,7 +130,8 @@ def advise(
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
-        ranked += _workers(found, knobs, cpu_count)
+        # Where loading and the step already fill the cores, another worker takes a core from the step.
+        ranked += [] if saturation_finding(result, cpu_count) else _workers(found, knobs, cpu_count)
         ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, knobs["num_workers"]))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
         demand = found.loading_s + found.loop_s - found.wait_s
@@ -207,6 +208,8 @@ def _workers(found: Figures, knobs: dict[str, Any], cpu_count: int) -> list[Advi
     if workers >= needed and workers > 0:
         return _no_workers(found, workers)
     count = max(workers + 1, min(needed, cpu_count))
+    if count > cpu_count:  # at most one worker a core (docs/profile.md)
+        return []
     gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
     shared = f"; on {cpu_count} cores the workers and training's threads share them" if cpu_count <= 4 else ""
     return [
@@ -285,6 +288,7 @@ def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
     doubled = 2 * rest / (overhead + 2 * arithmetic)  # twice the samples a step for the same fixed overhead
     device = result.operators.device
     mode = "reduce-overhead" if device == "cuda" else "default"
+    gone = found.loop_s / (found.loop_s - overhead)
     advice = [
         Advice(
             f"set batch_size={2 * knobs['batch_size']}",
@@ -292,16 +296,19 @@ def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
             f"up to {doubled:.2f}x per sample at twice the batch (it changes training: scale the learning rate)",
             doubled,
             knob="batch_size",
-        ),
-        Advice(
-            f"set compile={mode}",
-            "torch.compile fuses small operators"
-            + (" and replays the step as a CUDA graph, one launch a step" if device == "cuda" else ""),
-            f"up to {found.loop_s / (found.loop_s - overhead):.2f}x if the overhead went",
-            found.loop_s / (found.loop_s - overhead),
-            knob="compile",
-        ),
+        )
     ]
+    if knobs.get("compile") in (None, "off") and gone >= MIN_GAIN:  # a compiled step's overhead is not compile's to cut
+        advice.append(
+            Advice(
+                f"set compile={mode}",
+                "torch.compile fuses small operators"
+                + (" and replays the step as a CUDA graph, one launch a step" if device == "cuda" else ""),
+                f"up to {gone:.2f}x if the overhead went",
+                gone,
+                knob="compile",
+            )
+        )
     return advice + _optimizer(found, knobs)
 
 
@@ -327,7 +334,8 @@ def _arithmetic(
     rest = found.loop_s - found.wait_s
     advice = []
     if knobs.get("amp") in (None, "off") and sixteen_bit:  # emulated bf16 is slower than fp32
-        halved = (found.product_share if verdict != MEMORY_BOUND else 1 - found.compute_share) * rest / 2
+        share = found.product_share if verdict != MEMORY_BOUND else 1 - found.compute_share  # of the operators'
+        halved = share * found.operator_share * rest / 2
         what = "matrix products run in 16 bits" if verdict != MEMORY_BOUND else "tensors move half the bytes"
         advice.append(
             Advice(

@@ -40,7 +40,7 @@ def test_halving_the_arithmetic_with_amp_counts_matrix_products_alone():
     assert (found.compute_share, found.product_share) == pytest.approx((0.55, 0.30))
     amp = next(a for a in advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None) if a.knob == "amp")
     rest = found.loop_s - found.wait_s
-    assert amp.gain == pytest.approx(found.loop_s / (found.loop_s - 0.30 * rest / 2))
+    assert amp.gain == pytest.approx(found.loop_s / (found.loop_s - 0.30 * found.operator_share * rest / 2))
 
 
 def test_amp_is_not_advised_where_16_bit_arithmetic_is_emulated():

@@ -8,7 +8,7 @@ import pytest
 
 from autotune.measure.page_faults import PageFaults
 from autotune.records import TrialRecord
-from autotune.results.diagnosis import DATA_BOUND, OVERHEAD_BOUND, verdict
+from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, verdict
 from autotune.results.profile import ProfileRecord
 from autotune.results.remedies import Advice, Tried, _with_tried, advise
 from autotune.results.tried import twins, values_of
@@ -172,3 +172,25 @@ def test_what_the_tuner_measured_of_an_advised_change_is_said_beside_it():
         "1.31x the same with num_workers=0 (median of 2 pairs of single runs)"
     )
     assert tried.says("num_workers", 2, 4).endswith("(study 'mine')"), "2 against 4 workers was not measured"
+
+
+def test_sixteen_bits_are_credited_only_with_the_products_share_of_the_whole_model_step():
+    result = profile_result(wait_share=0.0, compute_share=0.8)  # the operators fill the step: products 80 % of it
+    ops = result.operators
+    half = replace(result, operators=replace(ops, step_s=2 * ops.step_s, outside_operators_s=ops.step_s))
+    gains = [next(a.gain for a in advise(r, COMPUTE_BOUND, KNOBS, 8, None) if a.knob == "amp") for r in (result, half)]
+    assert gains == pytest.approx([1 / (1 - 0.4), 1 / (1 - 0.2)]), "operators half the step: products 40 % of it"
+
+
+def test_no_worker_is_advised_beyond_one_a_core_or_where_loading_and_training_fill_the_cores():
+    # 2 workers load a batch each in 250 ms, the rest of the step 60 ms: five would keep up, two cores hold two
+    result = profile_result(wait_share=0.4, loading_s=0.25, num_workers=2)
+    assert not [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 2}, 2, None) if a.knob == "num_workers"]
+    (more,) = [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 2}, 8, None) if a.knob == "num_workers"]
+    assert more.action == "set num_workers=5"
+
+
+def test_a_compiled_step_is_not_told_to_compile():
+    result = profile_result(small_operators=0.8)
+    advice = advise(result, OVERHEAD_BOUND, {**KNOBS, "compile": "default"}, 8, None)
+    assert "compile" not in {a.knob for a in advice} and "batch_size" in {a.knob for a in advice}
