@@ -176,9 +176,12 @@ class DeviceTimeline:
     the events (four a sampled step, created and recorded by the host) cost a small share of any window, and a 4 s
     window still samples about 200 steps. At random, neither by the clock nor by a fixed stride: either locks
     onto a loop whose steps repeat a pattern (with gradient accumulation, a longer optimizer step every k steps)
-    and times one phase of it. The draws come from a generator of its own (``seed``), not the loop's.
+    and times one phase of it. The draws come from a generator of its own (``seed``), not the loop's. The events go
+    on ``device``'s current stream (None: the current device's), where the loop's work is queued, whichever device
+    is current.
     """
 
+    device: torch.device | None = None
     spacing_s: float = 0.02
     seed: int = 0
     steps: list[_SampledStep] = field(default_factory=list)
@@ -190,26 +193,31 @@ class DeviceTimeline:
         """The window starts after warm-up steps of ``step_s`` each: its first step is sampled."""
         self._probability = 1.0 if step_s >= self.spacing_s else step_s / self.spacing_s
         self._draws.seed(self.seed)
-        self._current = _SampledStep(previous_end=_record())
+        self._current = _SampledStep(previous_end=self._record())
 
     def batch_ready(self) -> None:
         if self._current is not None:
-            self._current.ready = _record()
+            self._current.ready = self._record()
 
     def batch_transferred(self) -> None:
         if self._current is not None:
-            self._current.transferred = _record()
+            self._current.transferred = self._record()
 
     def step_done(self, samples: int) -> None:
         """The end of a step of ``samples`` samples; maybe the start of a sampled one."""
         end = None
         if self._current is not None:
-            end = self._current.end = _record()
+            end = self._current.end = self._record()
             self._current.samples = samples
             self.steps.append(self._current)
             self._current = None
         if self._draws.random() < self._probability:
-            self._current = _SampledStep(previous_end=end or _record())
+            self._current = _SampledStep(previous_end=end or self._record())
+
+    def _record(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
 
     def split(self) -> StepSplit | None:
         """The sampled steps' wait, transfer and compute times; call after synchronising. None without any."""
@@ -222,9 +230,3 @@ class DeviceTimeline:
             computes.append(transferred.elapsed_time(step.end) / 1000)
             samples.append(step.samples)
         return StepSplit(waits, transfers, computes, samples) if samples else None
-
-
-def _record():
-    event = torch.cuda.Event(enable_timing=True)
-    event.record()
-    return event

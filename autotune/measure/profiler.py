@@ -64,7 +64,7 @@ class Profiler:
         self._last_batch: Any = None
         self._flops_per_sample: float | None = None
         self._full_reads: list[TreeReading] = []
-        self._timeline = DeviceTimeline() if self.device.type == "cuda" else None
+        self._timeline = DeviceTimeline(self.device) if self.device.type == "cuda" else None
         self._prepared = 0
 
     @property

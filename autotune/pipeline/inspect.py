@@ -53,7 +53,11 @@ def read_facts(spec: PipelineSpec, requested_device: str) -> Inspection:
     here = Inspection(device_facts(), machine=describe_machine())  # the machine before the user's code runs
     try:
         device = resolve_device(here.devices, requested_device)
-        return replace(here, device=device, bf16_native=bf16_native(device), pipeline=inspect_pipeline(spec, device))
+        machine = here.machine
+        if device.startswith("cuda"):  # the machine is named by the GPU the trials run on, not the first one
+            machine = {**machine, "gpu": torch.cuda.get_device_name(torch.device(device).index or 0)}
+        pipeline = inspect_pipeline(spec, device)
+        return replace(here, device=device, bf16_native=bf16_native(device), pipeline=pipeline, machine=machine)
     except ConfigError as exc:
         return replace(here, refused=Refusal(exc.key, exc.problem))
 

@@ -56,7 +56,8 @@ def slots(
 
 
 def _gpu_slots(parallel: int | str, device: str, gpus: int) -> list[Slot]:
-    count = gpus if parallel == "auto" else parallel
+    # "auto" is one trial per GPU the run may use: every visible one on cuda, the one named on cuda:N.
+    count = (gpus if device == "cuda" else 1) if parallel == "auto" else parallel
     if count == 1:
         return [UNPINNED]
     if device != "cuda":

@@ -173,10 +173,8 @@ def _progress_writer(path: Path | None, after_s: float, compiling: bool):
 
 def probe(request: TrialRequest) -> TrialResult:
     """Run the differential probe of ``request.probe`` on the pipeline."""
-    started = time.perf_counter()
-    pipeline = build_pipeline(request.pipeline)
-    build_s = time.perf_counter() - started  # the build alone: the probing after it is accounted apart
-    result = run_probe(pipeline, request.probe, training_device(request.device), request.effective_batch_size)
+    device, pipeline, build_s = _seeded_build(request)  # the build alone: the probing is accounted apart
+    result = run_probe(pipeline, request.probe, device, request.effective_batch_size)
     return TrialResult(knobs=request.knobs, probe=result, build_s=build_s)
 
 

@@ -13,7 +13,7 @@ import pynvml
 import pytest
 import torch
 
-from autotune.measure.gpu import GpuReading, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
+from autotune.measure.gpu import DeviceTimeline, GpuReading, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
 from autotune.measure.measurement import SystemReport
 from tests.measure.conftest import tree_tasks
 
@@ -288,3 +288,23 @@ def test_a_second_process_on_the_gpu_is_seen(tmp_path):
     finally:
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
         del block
+
+
+def test_the_step_events_go_on_the_stream_of_the_device_the_loop_runs_on_not_the_current_one(monkeypatch):
+    recorded = []
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self, stream=None) -> None:
+            recorded.append(stream)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"the current stream of {device}")
+    timeline = DeviceTimeline(torch.device("cuda", 1))
+    timeline.start(1.0)
+    timeline.batch_ready()
+    timeline.batch_transferred()
+    timeline.step_done(16)
+    assert recorded == ["the current stream of cuda:1"] * 4

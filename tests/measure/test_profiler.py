@@ -216,6 +216,7 @@ def fake_cuda(monkeypatch) -> FakeCuda:
     cuda = FakeCuda()
     monkeypatch.setattr(torch.cuda, "synchronize", cuda.synchronize)
     monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 0)

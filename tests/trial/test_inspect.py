@@ -69,6 +69,7 @@ def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
     t4 = read_facts(spec, "cuda:1")
     assert t4.devices == DeviceFacts((A100, T4)) and t4.device == "cuda:1"
     assert t4.bf16_native is False, "a T4 emulates bf16: is_bf16_supported() alone says True"
+    assert t4.machine["gpu"] == T4, "the machine is named by the GPU the trials run on"
     assert read_facts(spec, "cuda").bf16_native is True, "cuda is the first visible GPU, an A100"
     assert read_facts(spec, "auto").device == "cuda"
     assert t4.pipeline.optimizer_options == {"foreach", "fused"}, "on a GPU every optimizer taking fused runs it"

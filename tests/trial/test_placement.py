@@ -49,6 +49,7 @@ def test_gpus_get_one_trial_each_by_cuda_visible_devices(monkeypatch):
         slots(4, None, "cuda", 3, {0})
     with pytest.raises(ConfigError, match=r"^study.parallel: .*measure.device=cuda, not cuda:1"):
         slots(2, None, "cuda:1", 3, {0})
+    assert slots("auto", None, "cuda:1", 3, {0}) == [UNPINNED], "auto on the one GPU named: one trial at a time"
 
 
 @pytest.mark.slow
