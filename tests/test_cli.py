@@ -501,6 +501,7 @@ def wait_for_file(path, timeout_s):
 @pytest.mark.slow
 def test_a_multi_objective_study_has_a_pareto_front_and_no_probe(tmp_path, cli_here):
     args = [*TINY, "study.probe=true", "study.n_trials=2", "study.objectives=[throughput,peak_memory]"]
+    args.append("study.confirm_rounds=0")  # what is checked is the front and the probe's absence
     proc = cli_here([*args, "search.num_threads=[1]", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "[probe]" not in proc.stdout, "the probe steers a throughput search only: TPE explores the front"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,34 +46,19 @@ class PageFaults:
 
 
 class FaultWatch:
-    """``with FaultWatch(steps) as watch:`` around ``steps`` training steps; ``watch.faults`` holds them after. Work
-    the loop would not do (a memory reading between steps) runs through ``excluding`` and is not counted."""
+    """``with FaultWatch(steps) as watch:`` around ``steps`` training steps; ``watch.faults`` holds them after."""
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
         self.faults: PageFaults | None = None
-        self._excluded = (0, 0.0, 0.0)
 
     def __enter__(self) -> FaultWatch:
         self._start = _usage()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        minor, user, system = (
-            end - start - left for end, start, left in zip(_usage(), self._start, self._excluded, strict=True)
-        )
+        minor, user, system = (end - start for end, start in zip(_usage(), self._start, strict=True))
         self.faults = PageFaults(self.steps, minor, user, system, os.sysconf("SC_PAGE_SIZE"))
-
-    def excluding(self, work: Callable[[], None]) -> Callable[[], None]:
-        """``work`` as a callable whose faults and CPU time the watch leaves out."""
-
-        def run() -> None:
-            before = _usage()
-            work()
-            spent = [after - start for after, start in zip(_usage(), before, strict=True)]
-            self._excluded = tuple(total + part for total, part in zip(self._excluded, spent, strict=True))
-
-        return run
 
 
 def _usage() -> tuple[int, float, float]:

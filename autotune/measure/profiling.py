@@ -47,7 +47,7 @@ class MemoryTrend:
 
     PSS, not RSS: a forked worker shares its parent's pages, freed ones included, and a leak that fills those counts
     in the worker's RSS from the start, so RSS would not grow; PSS moves each page to the worker that writes it. Its
-    read takes milliseconds a process, which is why it runs between steps, outside every stage's time.
+    read takes milliseconds a process, in which workers go on loading: it runs on steps of its own, not timed ones.
     """
 
     tree_mb: list[float]

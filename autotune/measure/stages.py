@@ -11,7 +11,7 @@ overlapped as in training, which is why no figure the tuner ranks comes from a p
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -39,14 +39,12 @@ def time_stages(
     steps: int,
     device: torch.device,
     num_workers: int,
-    after_step: Callable[[], None] = lambda: None,
 ) -> StageTiming:
     """Run ``steps`` training steps on ``batches`` (from a DataLoader with ``num_workers`` workers) and time each
-    stage; ``after_step`` runs after each step, outside the sample's time (e.g. a memory reading)."""
+    stage, nothing between the steps that a training loop would not run."""
     marks = _Marks(device)
     columns: dict[str, list[float]] = {key: [] for key in ("wait", "transfer", "forward", "optimizer", "step")}
     made: list[Instrumented] = []
-    aside = 0.0
     with marks.hooked(parts.model, parts.optimizer):
         start = time.perf_counter()
         for _ in range(steps):
@@ -69,9 +67,7 @@ def time_stages(
             ):
                 columns[key].append(value)
             made.append(item)
-            after_step()
-            aside += time.perf_counter() - done
-        wall_s = time.perf_counter() - start - aside
+        wall_s = time.perf_counter() - start
     return StageTiming(
         steps=steps,
         batch_size=made[0].samples,

@@ -21,7 +21,7 @@ from autotune.measure.growth import MemoryTrendRecorder
 from autotune.measure.hotspots import collect_hotspots
 from autotune.measure.loading import Instrumented, InstrumentedData
 from autotune.measure.page_faults import FaultWatch
-from autotune.measure.profiling import ProfilePlan, ProfileResult
+from autotune.measure.profiling import MemoryTrend, ProfilePlan, ProfileResult
 from autotune.measure.stages import time_stages
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
@@ -44,9 +44,9 @@ def run_profile(
     batches = trainer.batches()
     try:
         first = _train(trainer, batches, plan.warmup_steps)
-        memory = MemoryTrendRecorder(device)
         with GcWatch() as watch, FaultWatch(plan.steps) as faulting:
-            stages = time_stages(trainer, batches, plan.steps, device, workers, faulting.excluding(memory.read))
+            stages = time_stages(trainer, batches, plan.steps, device, workers)
+        memory = _memory_trend(trainer, batches, plan.steps, device)
         operators = trace_steps(trainer, batches, device, plan.trace_steps, Path(plan.trace_file))
         allocations = None
         if device.type == "cuda":
@@ -61,7 +61,7 @@ def run_profile(
         profiled.close()
     return ProfileResult(
         stages=stages,
-        memory=memory.trend(),
+        memory=memory,
         gc=watch.pauses,
         operators=operators,
         hotspots=hotspots,
@@ -70,6 +70,16 @@ def run_profile(
         cuda_allocations=allocations,
         faults=faulting.faults,
     )
+
+
+def _memory_trend(trainer: Trainer, batches: Iterator[Instrumented], steps: int, device: torch.device) -> MemoryTrend:
+    """Memory after each of ``steps`` untimed steps, apart from the timed ones: the DataLoader's workers go on
+    loading while it is read (PSS: milliseconds a process), which would hand a timed step batches loaded for free."""
+    memory = MemoryTrendRecorder(device)
+    for _ in range(steps):
+        _train(trainer, batches, 1)
+        memory.read()
+    return memory.trend()
 
 
 def _train(trainer: Trainer, batches: Iterator[Instrumented], steps: int) -> Instrumented:
