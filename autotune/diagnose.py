@@ -37,8 +37,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     device = facts.device
     print(
         f"autotune profile: pipeline '{settings.pipeline.name}' on {device}; the {LABEL}'s configuration taken apart "
-        f"in one process ({settings.profile_steps} steps by stage, {settings.profile_trace_steps} traced, "
-        f"{settings.profile_batches} batches under cProfile)",
+        f"in one process ({settings.profile_steps} steps by stage and as many for memory, "
+        f"{settings.profile_trace_steps} traced, {settings.profile_batches} batches under cProfile)",
         file=out,
         flush=True,
     )

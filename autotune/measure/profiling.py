@@ -14,8 +14,9 @@ from autotune.measure.page_faults import PageFaults
 
 @dataclass(frozen=True)
 class ProfilePlan:
-    """A profiling run: ``warmup_steps`` untimed steps, then ``steps`` steps timed stage by stage (memory and
-    garbage collection watched), ``trace_steps`` steps under torch.profiler (its trace written to ``trace_file``),
+    """A profiling run: ``warmup_steps`` untimed steps, then ``steps`` steps timed stage by stage (garbage
+    collection and page faults watched), as many with memory read after each, ``trace_steps`` steps under
+    torch.profiler (its trace written to ``trace_file``),
     and ``hot_batches`` batches loaded under cProfile."""
 
     trace_file: str

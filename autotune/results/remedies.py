@@ -130,8 +130,7 @@ def advise(
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
-        # Where loading and the step already fill the cores, another worker takes a core from the step.
-        ranked += [] if saturation_finding(result, cpu_count) else _workers(found, knobs, cpu_count)
+        ranked += _workers(found, knobs, cpu_count, saturated=saturation_finding(result, cpu_count) is not None)
         ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, knobs["num_workers"]))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
         demand = found.loading_s + found.loop_s - found.wait_s
@@ -200,15 +199,16 @@ def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]
     return advice
 
 
-def _workers(found: Figures, knobs: dict[str, Any], cpu_count: int) -> list[Advice]:
-    """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step; none,
-    where workers keep up and the loop still waits for their batches to be passed to it."""
+def _workers(found: Figures, knobs: dict[str, Any], cpu_count: int, saturated: bool) -> list[Advice]:
+    """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step, at
+    most one a core and none where loading and the step already fill the cores (another would take a core from the
+    step); none, where workers keep up and the loop still waits for their batches to be passed to it."""
     workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
     needed = math.ceil(found.loading_s / rest) if rest > 0 else 1
     if workers >= needed and workers > 0:
         return _no_workers(found, workers)
     count = max(workers + 1, min(needed, cpu_count))
-    if count > cpu_count:  # at most one worker a core (docs/profile.md)
+    if count > cpu_count or saturated:
         return []
     gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
     shared = f"; on {cpu_count} cores the workers and training's threads share them" if cpu_count <= 4 else ""
@@ -298,7 +298,9 @@ def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
             knob="batch_size",
         )
     ]
-    if knobs.get("compile") in (None, "off") and gone >= MIN_GAIN:  # a compiled step's overhead is not compile's to cut
+    # Compiled, a step keeps the overhead compiling cuts (on a GPU, by CUDA graphs: reduce-overhead's alone).
+    compiled = knobs.get("compile") not in (None, "off") and (device != "cuda" or knobs["compile"] == mode)
+    if not compiled and gone >= MIN_GAIN:
         advice.append(
             Advice(
                 f"set compile={mode}",

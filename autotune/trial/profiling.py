@@ -1,8 +1,8 @@
 """A profiling run, in a trial subprocess: one configuration's training steps taken apart, never timed for the
 tuner. Its phases run one after another on one pipeline, each apart from the others so that none distorts
-another's figures: warm-up, stage timing (memory, garbage collection and page faults watched), a torch.profiler
-trace, on a GPU the largest allocations, then loading alone under cProfile (which slows it, so it runs last and
-times nothing)."""
+another's figures: warm-up, stage timing (garbage collection and page faults watched), memory after each of as
+many steps, a torch.profiler trace, on a GPU the largest allocations, then loading alone under cProfile (which
+slows it, so it runs last and times nothing)."""
 
 from __future__ import annotations
 

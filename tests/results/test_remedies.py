@@ -190,7 +190,23 @@ def test_no_worker_is_advised_beyond_one_a_core_or_where_loading_and_training_fi
     assert more.action == "set num_workers=5"
 
 
-def test_a_compiled_step_is_not_told_to_compile():
+def test_a_compiled_step_is_not_told_to_compile_but_on_a_gpu_to_replay_cuda_graphs():
     result = profile_result(small_operators=0.8)
     advice = advise(result, OVERHEAD_BOUND, {**KNOBS, "compile": "default"}, 8, None)
     assert "compile" not in {a.knob for a in advice} and "batch_size" in {a.knob for a in advice}
+    on_gpu = profile_result(small_operators=0.8, device_busy=0.2)
+    (graphs,) = [
+        a for a in advise(on_gpu, OVERHEAD_BOUND, {**KNOBS, "compile": "default"}, 8, None) if a.knob == "compile"
+    ]
+    assert graphs.action == "set compile=reduce-overhead"
+    assert not [
+        a
+        for a in advise(on_gpu, OVERHEAD_BOUND, {**KNOBS, "compile": "reduce-overhead"}, 8, None)
+        if a.knob == "compile"
+    ]
+
+
+def test_on_one_core_fully_used_a_worker_that_costs_more_than_it_loads_is_told_to_go():
+    result = profile_result(wait_share=0.5, loading_s=0.04, num_workers=1)
+    (fewer,) = [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 1, None) if a.knob == "num_workers"]
+    assert fewer.action == "set num_workers=0"
