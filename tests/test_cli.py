@@ -224,6 +224,7 @@ BAD_INPUTS = [
     ),
     (["pipeline=mymodel", "measure.trial_timeout_s=0"], "measure.trial_timeout_s: expected a number > 0, got 0"),
     (["pipeline=mymodel", "measure.trial_timeout_s=0.5"], "measure.trial_timeout_s: must be >= measure.min_time_s"),
+    (["pipeline=mymodel", "study.heartbeat_s=1e-300"], "study.heartbeat_s: expected a number >= 0.01, got 1e-300"),
     (["pipelin=mymodel"], "pipelin: unknown key; did you mean pipeline?"),
     (["pipeline.baseline.batch_size=64"], "pipeline: no pipeline chosen for the pipeline.* keys; add pipeline=NAME"),
     (["pipeline=mymodel", "search.num_workers=[-1]"], "search.num_workers: expected an integer >= 0, got -1"),

@@ -108,7 +108,7 @@ _STUDY = (
     _setting("study.probe", Plain(bool), StudySettings, "probe"),
     _setting("study.diagnose", Plain(bool), StudySettings, "diagnose"),
     _setting("study.remeasure_disturbed", Plain(bool), StudySettings, "remeasure_disturbed"),
-    _setting("study.heartbeat_s", _POSITIVE, StudySettings, "heartbeat_s"),
+    _setting("study.heartbeat_s", _number(0.01), StudySettings, "heartbeat_s"),  # not a loop that never sleeps
     _setting("study.parallel", CountOrAuto(), StudySettings, "parallel"),
     _setting("study.cpu_sets", CoreSets(), StudySettings, "cpu_sets"),
 )
@@ -130,7 +130,7 @@ _MEASURE = (
         "measure.screen_min_time_s", _number(0, null=True), ScreenPlan, "min_time_s", at_most="measure.max_time_s"
     ),
     _setting("measure.trial_timeout_s", _POSITIVE, MeasureSettings, "trial_timeout_s", at_least="measure.min_time_s"),
-    _setting("measure.memory_interval_s", _POSITIVE, MeasureSettings, "memory_interval_s"),
+    _setting("measure.memory_interval_s", _number(0.01), MeasureSettings, "memory_interval_s"),
     _setting("measure.repeats", _integer(1), MeasureSettings, "repeats"),
     _setting("measure.loss_tolerance", _POSITIVE, MeasureSettings, "loss_tolerance"),
     _setting("measure.compile_cache_dir", Plain(str, null=True), MeasureSettings, "compile_cache_dir"),
