@@ -173,7 +173,7 @@ _STEP_MEMORY_KNOBS = tuple(
 def needs_no_less_memory(knobs: dict[str, Any], ran_out: dict[str, Any]) -> bool:
     """Whether ``knobs`` needs at least the memory of ``ran_out``, a configuration that ran out of memory (or a probe
     setting, which fixes only the knobs it ran with), so that it would run out too: a batch at least as large, at
-    least as many DataLoader workers, and the same value of each knob applied to the model, its precision or its
+    least as many DataLoader workers prefetching at least as many batches each, and the same value of each knob applied to the model, its precision or its
     optimizer (channels_last, amp, compile, optimizer_impl, set_to_none) that ``ran_out`` fixes.
 
     Why: with those knobs equal, a step keeps the same tensors per sample (the activations, most of its memory at
@@ -181,10 +181,12 @@ def needs_no_less_memory(knobs: dict[str, Any], ran_out: dict[str, Any]) -> bool
     batch needs more; each worker holds batches of its own, so more workers need more. A change to any of those
     knobs may make a configuration fit where the other did not (half-precision activations, a compiled graph that
     keeps fewer intermediates, gradients freed between steps, an optimizer without multi-tensor buffers), so it is
-    measured. The other knobs change no tensor the step keeps (threads, the host allocator, prefetching, pinned
-    copies of a batch, cuDNN's benchmark: a transient workspace) and are taken to need as much.
+    measured. The other knobs change no tensor the step keeps (threads, the host allocator, pinned copies of a
+    batch, cuDNN's benchmark: a transient workspace) and are taken to need as much.
     """
     if knobs["batch_size"] < ran_out["batch_size"] or knobs["num_workers"] < ran_out["num_workers"]:
+        return False
+    if (knobs.get("prefetch_factor") or 0) < (ran_out.get("prefetch_factor") or 0):  # fewer batches held ahead
         return False
     return all(knobs[name] == ran_out[name] for name in _STEP_MEMORY_KNOBS if name in ran_out)
 

@@ -125,6 +125,9 @@ def test_fewer_workers_may_fit_where_more_ran_out_and_a_loader_setting_bounds_an
     loading = {"batch_size": 32, "num_workers": 2}  # the probe's DataLoader alone ran out
     assert needs_no_less_memory({**with_workers, "amp": "bf16"}, loading)
     assert not needs_no_less_memory({**with_workers, "num_workers": 1}, loading)
+    deep = {**with_workers, "num_workers": 8, "prefetch_factor": 4}  # 32 batches held ahead
+    assert not needs_no_less_memory({**deep, "prefetch_factor": 2}, deep), "16 batches may fit"
+    assert needs_no_less_memory({**deep, "num_workers": 10}, deep)
 
 
 SIZES = [16, 32, 64, 128]
