@@ -63,16 +63,16 @@ def check_configurations(
     runs: dict[str, dict[str, list]] | None = None,
 ) -> list[ConfigurationCheck]:
     """Time each configuration (label → knobs) by the harness and by the plain loop in each of ``rounds`` rounds,
-    the loop that goes first alternating from run to run, each round a new draw of the harness's process layout
-    (``TrialRunner.new_draw``). ``runs`` collects the runs as they end."""
+    the loop that goes first alternating from round to round for each configuration (and from one configuration
+    to the next within a round), each round a new draw of the harness's process layout (``TrialRunner.new_draw``).
+    ``runs`` collects the runs as they end."""
     runs = {} if runs is None else runs
-    turn = 0
     for index in range(1, rounds + 1):
         runner.new_draw()
-        for label, knobs in configurations.items():
-            for plain in (turn % 2 == 1, turn % 2 == 0):
+        for position, (label, knobs) in enumerate(configurations.items()):
+            plain_first = (index + position) % 2 == 0
+            for plain in (plain_first, not plain_first):
                 _run_once(runner, index, label, knobs, plain, runs.setdefault(label, _empty_runs()), out)
-            turn += 1
     return _checks(configurations, runs)
 
 

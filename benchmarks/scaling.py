@@ -23,11 +23,13 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine
+from autotune.measure.stats import ratio_interval
 from autotune.records import measured_trials, study_machines
 from autotune.study.storage import load_study
 from benchmarks.efficiency import search_overrides
@@ -63,8 +65,12 @@ def main() -> None:
                 rates[name].append(rate)
                 print(f"round {index + 1} {name}: {rate:.0f} trials/hour")
     summary = {name: statistics.median(values) for name, values in rates.items()}
-    write_atomic(RESULTS, json.dumps({"machine": machine, "args": vars(args), "rates": rates}, indent=1))
-    print(f"median trials/hour: {summary}; 2 tuners / 1: {summary['2 tuners'] / summary['1 tuner']:.2f}")
+    ratios = [two / one for two, one in zip(rates["2 tuners"], rates["1 tuner"], strict=True)]  # paired by round
+    gain = ratio_interval(ratios)
+    record = {"machine": machine, "args": vars(args), "rates": rates, "ratios": ratios}
+    write_atomic(RESULTS, json.dumps({**record, "interval": asdict(gain) if gain else None}, indent=1))
+    said = f"{gain.geomean:.2f}x ({gain.low:.2f}-{gain.high:.2f})" if gain else "one round: no interval"
+    print(f"median trials/hour: {summary}; 2 tuners / 1, round by round: {said}")
 
 
 def trials_per_hour(core_sets: list[list[int]], args: argparse.Namespace, folder: Path) -> float:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
+from types import SimpleNamespace
 
+from autotune import selfcheck
 from autotune.measure.environment import this_machine_id
 from autotune.selfcheck import _configurations
 
@@ -13,3 +16,16 @@ def test_without_a_tuned_study_only_the_baseline_is_checked(tiny_settings, tmp_p
     configurations, source = _configurations(settings, this_machine_id())
     assert configurations == {"baseline": settings.baseline}
     assert source.startswith("the baseline only: no study 'tiny'")
+
+
+def test_each_configuration_runs_the_harness_first_in_one_round_and_the_plain_loop_first_in_the_next(monkeypatch):
+    order = []
+    monkeypatch.setattr(selfcheck, "_run_once", lambda runner, index, label, knobs, plain, runs, out: order.append(
+        (index, label, "plain" if plain else "harness")))  # fmt: skip
+    runner = SimpleNamespace(new_draw=lambda: None)
+    selfcheck.check_configurations(runner, {"baseline": {}, "recommended": {}}, 2, io.StringIO())
+    firsts = {(index, label): kind for index, label, kind in order[::2]}
+    assert (
+        firsts[(1, "baseline")] != firsts[(2, "baseline")] and firsts[(1, "recommended")] != firsts[(2, "recommended")]
+    )
+    assert firsts[(1, "baseline")] != firsts[(1, "recommended")], "and from one configuration to the next"
