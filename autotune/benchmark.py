@@ -46,7 +46,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
     notes += as_tuned_note
-    entries = configurations(settings.baseline, recommendation.knobs)
+    effective = settings.baseline["batch_size"] if settings.batch_policy == "fixed_effective" else None
+    entries = configurations(settings.baseline, recommendation.knobs, effective)
     print(
         f"autotune benchmark: pipeline '{settings.pipeline.name}' on {device}; {settings.benchmark_rounds} rounds of "
         f"{len(entries)} configurations: the baseline, the recommendation, each change alone and left out",
@@ -72,11 +73,14 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     return files
 
 
-def configurations(baseline: dict[str, Any], recommended: dict[str, Any]) -> list[Entry]:
+def configurations(
+    baseline: dict[str, Any], recommended: dict[str, Any], effective_batch_size: int | None = None
+) -> list[Entry]:
     """The baseline, the recommendation, then for each change the baseline with it alone and the recommendation
     without it, each measured on its own (with two changes, one's alone is the other's without); one that is the
     baseline or the recommendation is not measured again (with one change, alone is the recommendation; an option
-    of workers alone, without workers, is the baseline)."""
+    of workers alone, without workers, is the baseline); none whose values cannot run together at
+    ``effective_batch_size`` (micro-batches accumulated to it: ``conflict``)."""
     ends = both_ends(baseline, recommended)
     entries = list(ends)
     for knob in changed(recommended, baseline):
@@ -84,7 +88,11 @@ def configurations(baseline: dict[str, Any], recommended: dict[str, Any]) -> lis
             Entry(f"baseline + {knob}", "alone", knob, undo(baseline, recommended, knob, options_too=False)),
             Entry(f"recommended - {knob}", "without", knob, undo(recommended, baseline, knob)),
         ]
-        entries += [c for c in candidates if conflict(c.knobs) is None and all(c.knobs != end.knobs for end in ends)]
+        entries += [
+            c
+            for c in candidates
+            if conflict(c.knobs, effective_batch_size) is None and all(c.knobs != end.knobs for end in ends)
+        ]
     return entries
 
 

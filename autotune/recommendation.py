@@ -267,11 +267,13 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
     return recommendation
 
 
-def _parse(name: str, value: Any, source: str) -> Any:
+def _parse(name: str, value: Any, source: str, null_too: bool = False) -> Any:
+    """``value`` of knob ``name`` as the knob reads it; None stays None unless ``null_too`` (where the knob applies,
+    a switch refuses it)."""
     if name not in KNOBS:
         raise ConfigError(f"{source}: knobs.{name}", f"this autotune has no such knob (it has {', '.join(KNOBS)})")
     try:
-        return None if value is None else KNOBS[name].parse(value)
+        return None if value is None and not null_too else KNOBS[name].parse(value)
     except ValueError as exc:
         raise ConfigError(f"{source}: knobs.{name}", str(exc)) from None
 
@@ -283,6 +285,8 @@ def _complete(given: dict[str, Any], source: str) -> dict[str, Any]:
     for name, knob in KNOBS.items():
         if not knob.active(knobs):
             knobs[name] = None
+        elif name in given and given[name] is None:  # the knob's own verdict: num_threads' null is torch's default
+            knobs[name] = _parse(name, None, source, null_too=True)
         elif name in given:
             knobs[name] = given[name]
         elif knob.baseline_default is REQUIRED:

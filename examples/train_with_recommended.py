@@ -25,9 +25,9 @@ def main() -> None:
     parser.add_argument("--recommended", default="recommended.yaml", help="the file autotune wrote")
     parser.add_argument("--steps", type=int, default=50, help="training steps to run (at least 2)")
     args = parser.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     rec = autotune.load_recommended(args.recommended)  # autotune
+    device = torch.device(rec.device)  # the device it was tuned on: its knobs were measured there
     print("changes:", ", ".join(f"{name} {old} -> {new}" for name, (old, new) in rec.changes.items()) or "none")
     rec.apply_process_settings()  # autotune: threads, allocator, cuDNN
     loader = DataLoader(SyntheticImages(length=4096), shuffle=True, drop_last=True, **rec.dataloader_kwargs())

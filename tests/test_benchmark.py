@@ -44,3 +44,11 @@ def test_a_recommendation_is_benchmarked_with_the_batch_policy_it_was_tuned_with
         "trained as tuned: search.batch_policy=fixed_effective (the tuning run's), not free"
     ]
     assert trained_as_tuned(settings, "free") == (settings, [])
+
+
+def test_no_entry_runs_cuda_graphs_over_accumulated_micro_batches():
+    baseline = {**NEUTRAL_KNOBS, "batch_size": 32, "compile": "reduce-overhead"}
+    recommended = {**baseline, "batch_size": 16, "compile": "off", "amp": "bf16"}
+    labels = [entry.label for entry in configurations(baseline, recommended, effective_batch_size=32)]
+    assert "baseline + batch_size" not in labels and "recommended - compile" not in labels, "micro-batch 16 of 32"
+    assert "baseline + batch_size" in [entry.label for entry in configurations(baseline, recommended)]

@@ -133,6 +133,9 @@ def test_a_file_from_an_older_autotune_is_applied_with_unset_knobs_at_their_defa
         ({"knobs": {"batch_size": 8, "warp_drive": True}}, "knobs.warp_drive", "no such knob"),
         ({"knobs": {"batch_size": 8, "amp": "fp8"}}, "knobs.amp", "expected one of off, bf16, fp16"),
         ({"knobs": {"num_workers": 0}}, "knobs.batch_size", "missing"),
+        ({"knobs": {"batch_size": None}}, "knobs.batch_size", "expected an integer"),
+        ({"knobs": {"batch_size": 8, "amp": None}}, "knobs.amp", "expected one of off, bf16, fp16"),
+        ({"knobs": {"batch_size": 8, "set_to_none": None}}, "knobs.set_to_none", "expected true or false"),
         ({"pipeline": "mymodel"}, "", "no 'knobs:'"),
     ],
 )

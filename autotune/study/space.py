@@ -173,8 +173,9 @@ _STEP_MEMORY_KNOBS = tuple(
 def needs_no_less_memory(knobs: dict[str, Any], ran_out: dict[str, Any]) -> bool:
     """Whether ``knobs`` needs at least the memory of ``ran_out``, a configuration that ran out of memory (or a probe
     setting, which fixes only the knobs it ran with), so that it would run out too: a batch at least as large, at
-    least as many DataLoader workers prefetching at least as many batches each, and the same value of each knob applied to the model, its precision or its
-    optimizer (channels_last, amp, compile, optimizer_impl, set_to_none) that ``ran_out`` fixes.
+    least as many DataLoader workers prefetching at least as many batches each, and the same value of each knob
+    applied to the model, its precision or its optimizer (channels_last, amp, compile, optimizer_impl, set_to_none)
+    that ``ran_out`` fixes.
 
     Why: with those knobs equal, a step keeps the same tensors per sample (the activations, most of its memory at
     the batch sizes that run out) and the same state per model (weights, gradients, optimizer buffers), so a larger

@@ -38,6 +38,7 @@ def run_trim(
     if winner is None or count_changes(winner.knobs, baseline) < 2:
         return []
     rounds = confirmation.planned_rounds or confirmation.rounds
+    effective = baseline["batch_size"] if results.batch_policy == "fixed_effective" else None
     stored = results.trim
     of_this_winner = stored and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds
     done = [race for race in stored if not race.cut and not race.failure] if of_this_winner else []
@@ -46,11 +47,11 @@ def run_trim(
     current, pending = winner, list(KNOBS)
     while current.changes >= 2:
         leader = Finalist(current.label, current.knobs, current.changes, current.peak_memory_mb, result=current.result)
-        undone = variants(current, baseline, pending)
+        undone = variants(current, baseline, pending, effective)
         if not undone:
             break
         name = f"trim-{len(races) + 1}"
-        entrants = [leader, *undone.values(), *all_undone(current, baseline, undone if races else {})]
+        entrants = [leader, *undone.values(), *all_undone(current, baseline, undone if races else {}, effective)]
         ran = done[len(races)] if len(races) < len(done) else None
         if ran is None or [f.label for f in ran.finalists] != [f.label for f in entrants]:
             ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw)
@@ -77,7 +78,9 @@ def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -
     ]
 
 
-def all_undone(finalist: Finalist, baseline: dict[str, Any], undone: dict[str, Finalist]) -> list[Finalist]:
+def all_undone(
+    finalist: Finalist, baseline: dict[str, Any], undone: dict[str, Finalist], effective_batch_size: int | None = None
+) -> list[Finalist]:
     """``finalist`` with all the changes of its variants ``undone`` (by the knob undone) undone at once, where there
     are two or more: the changes whose undoing each cost nothing in the race before. Where it ties with
     ``finalist`` it wins the race by fewest changes, and one race undoes them all instead of one race each; where
@@ -88,15 +91,17 @@ def all_undone(finalist: Finalist, baseline: dict[str, Any], undone: dict[str, F
     for name in undone:
         knobs = undo(knobs, baseline, name)
     changes = count_changes(knobs, baseline)
-    if changes == 0 or conflict(knobs) is not None or any(knobs == other.knobs for other in undone.values()):
+    if changes == 0 or conflict(knobs, effective_batch_size) or any(knobs == other.knobs for other in undone.values()):
         return []
     return [Finalist(" without ".join([finalist.label, *undone]), knobs, changes, None)]
 
 
-def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> dict[str, Finalist]:
+def variants(
+    finalist: Finalist, baseline: dict[str, Any], names: list[str], effective_batch_size: int | None = None
+) -> dict[str, Finalist]:
     """``finalist`` with each change from ``baseline`` among ``names`` undone in turn, by the knob undone (the same
-    configuration once; none whose values cannot run together, ``conflict``; not the baseline's own, which races in
-    every round as the baseline)."""
+    configuration once; none whose values cannot run together at ``effective_batch_size``, ``conflict``; not the
+    baseline's own, which races in every round as the baseline)."""
     found: dict[str, Finalist] = {}
     for name in names:
         if finalist.knobs[name] == baseline[name]:
@@ -106,7 +111,7 @@ def variants(finalist: Finalist, baseline: dict[str, Any], names: list[str]) -> 
         if (
             knobs != finalist.knobs
             and changes > 0
-            and conflict(knobs) is None
+            and conflict(knobs, effective_batch_size) is None
             and all(knobs != other.knobs for other in found.values())
         ):
             found[name] = Finalist(f"{finalist.label} without {name}", knobs, changes, None)

@@ -234,3 +234,6 @@ def test_no_variant_undoes_a_change_into_values_that_cannot_run_together():
     graphs = {**baseline, "compile": "reduce-overhead", "set_to_none": True}
     found = variants(Finalist("3", graphs, 2, 100.0), baseline, list(KNOBS))
     assert list(found) == ["compile"], "set_to_none=False beside CUDA graphs is no configuration to race"
+    micro = {**BASELINE, "batch_size": 8, "compile": "off", "amp": "bf16"}
+    found = variants(Finalist("4", micro, 3, 100.0), {**BASELINE, "compile": "reduce-overhead"}, list(KNOBS), 16)
+    assert "compile" not in found and "batch_size" in found, "CUDA graphs over micro-batches accumulated to 16"
