@@ -17,7 +17,7 @@ from optuna.storages import BaseStorage
 from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
-from autotune.knobs import SearchContext, costly, costly_values
+from autotune.knobs import SearchContext, accumulated_to, costly, costly_values
 from autotune.measure.environment import machine_id
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
@@ -290,14 +290,13 @@ class TrialRunner:
         self.launcher = self.own_server or (shared_fork_server() if measure.fork_trials else FreshLauncher())
         self._servers_started = self.launcher.servers_started  # what the clock was told of so far
         study_dir = file_name(settings.study.name)
-        fixed_effective = settings.batch_policy == "fixed_effective"
         self.request = TrialRequest(
             pipeline=settings.pipeline,
             knobs=settings.baseline,
             device=device,
             plan=measure.plan,
             memory_interval_s=measure.memory_interval_s,
-            effective_batch_size=settings.baseline["batch_size"] if fixed_effective else None,
+            effective_batch_size=accumulated_to(settings.batch_policy, settings.baseline),
             loss_tolerance=measure.loss_tolerance,
             compile_cache_dir=str(Path(measure.compile_cache_dir) / study_dir) if measure.compile_cache_dir else None,
             placement=slot.env,

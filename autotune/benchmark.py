@@ -18,7 +18,7 @@ from autotune.app import TrialRunner, inspect_run
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError
 from autotune.files import file_name
-from autotune.knobs import changed, conflict
+from autotune.knobs import accumulated_to, changed, conflict
 from autotune.recommendation import MachineMismatchWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
@@ -46,7 +46,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
     notes += as_tuned_note
-    effective = settings.baseline["batch_size"] if settings.batch_policy == "fixed_effective" else None
+    effective = accumulated_to(settings.batch_policy, settings.baseline)
     entries = configurations(settings.baseline, recommendation.knobs, effective)
     print(
         f"autotune benchmark: pipeline '{settings.pipeline.name}' on {device}; {settings.benchmark_rounds} rounds of "

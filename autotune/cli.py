@@ -227,9 +227,10 @@ def _run(cfg: DictConfig) -> None:
     record, earlier = output_dir / "config.yaml", None
     with contextlib.suppress(OSError):
         earlier = record.read_bytes()  # of a run in the folder before
+    choice = runtime.choices.get("pipeline")
     try:
-        _refuse_shadowed_pipeline(runtime.choices.get("pipeline"), runtime.config_sources)
-        _run_mode(data, runtime.choices.get("pipeline"), output_dir)
+        _refuse_shadowed_pipeline(choice, runtime.config_sources)
+        _run_mode(data, choice, output_dir)
     except OSError as exc:
         if not exc.filename:
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, Target, TrainingSetup
+from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, Target, TrainingSetup, accumulated_to
 from autotune.knobs.amp import AmpKnob
 from autotune.knobs.batch_size import BatchSizeKnob
 from autotune.knobs.channels_last import ChannelsLastKnob
@@ -133,6 +133,7 @@ __all__ = [
     "SearchContext",
     "Target",
     "TrainingSetup",
+    "accumulated_to",
     "apply_knobs",
     "changed",
     "changes_numerics",

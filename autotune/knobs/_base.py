@@ -88,8 +88,14 @@ class SearchContext:
 
     @property
     def effective_batch_size(self) -> int | None:
-        """The batch gradients are accumulated up to (the baseline's, with fixed_effective), or None."""
-        return self.baseline["batch_size"] if self.batch_policy == "fixed_effective" else None
+        """The batch gradients are accumulated up to (``accumulated_to``), or None."""
+        return accumulated_to(self.batch_policy, self.baseline)
+
+
+def accumulated_to(batch_policy: str, baseline: dict[str, Any]) -> int | None:
+    """The batch gradients are accumulated up to under ``batch_policy``: the ``baseline``'s with "fixed_effective"
+    (each trial's batch a micro-batch of it), else None (every batch a step)."""
+    return baseline["batch_size"] if batch_policy == "fixed_effective" else None
 
 
 class Knob(ABC):

@@ -152,6 +152,7 @@ def _claim_name(study: optuna.Study, machine: str, key: str) -> str:
 
 
 _MEASURING = "#measuring@"  # a claim's name: the study's, this, then the machine and the configuration's hash
+_SEARCHING = "#searching@"  # a search's claim: the study's name, this, then the machine and a token of the tuner's
 
 
 def measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list[optuna.trial.FrozenTrial]:
@@ -263,9 +264,6 @@ def searching(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
     claim = _claim(study, f"{study.study_name}{_SEARCHING}{machine}:{uuid.uuid4().hex}")
     with _holding(study, claim, settings.heartbeat_s):
         yield
-
-
-_SEARCHING = "#searching@"  # a search's claim: the study's name, this, then the machine and a token of the tuner's
 
 
 def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float]) -> bool:

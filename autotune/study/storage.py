@@ -121,7 +121,7 @@ def create_study(url: str, storage: optuna.storages.BaseStorage | None = None, *
 def load_study(name: str, url: str) -> optuna.Study:
     """Study ``name`` of ``url``, as ``create_study`` opens it, for reading; KeyError where there is no such study
     (and no file made where there is no such file)."""
-    path = sqlite_file(url) or (Path(url[len(JOURNAL) :]) if url.startswith(JOURNAL) else None)
+    path = sqlite_file(url) or journal_file(url)
     if path is not None and not path.exists():
         raise KeyError(name)
     with opening(url):
@@ -198,6 +198,11 @@ _STUCK_LOCK_S = 1.0
 JOURNAL_LOCK_GRACE_S = 30.0  # Optuna's JournalFileSymlinkLock's default grace period
 
 
+def journal_file(url: str) -> Path | None:
+    """The file of a journal storage URL (``journal:///PATH``); None for another storage."""
+    return Path(url[len(JOURNAL) :]) if url.startswith(JOURNAL) else None
+
+
 def journal_lock(study: optuna.Study) -> tuple[str, float | None] | None:
     """The study's journal file lock: its path, and when it was taken where a writer that died holding it left it
     (else None); None for a database (its transactions end with their connections)."""
@@ -209,7 +214,7 @@ class _JournalFile(JournalFileBackend):
     """Optuna's journal file of ``journal:///PATH``, its operating-system errors named as storage faults."""
 
     def __init__(self, url: str) -> None:
-        path = Path(url[len(JOURNAL) :])
+        path = journal_file(url)
         if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise ConfigError(
                 KEY, f"read-only: {redact_url(url)!r}: {path} cannot be written by this user; {READ_ONLY.advice}"

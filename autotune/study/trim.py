@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 
-from autotune.knobs import KNOBS, REQUIRED, conflict
+from autotune.knobs import KNOBS, REQUIRED, accumulated_to, conflict
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes, trimmed_to
@@ -38,7 +38,7 @@ def run_trim(
     if winner is None or count_changes(winner.knobs, baseline) < 2:
         return []
     rounds = confirmation.planned_rounds or confirmation.rounds
-    effective = baseline["batch_size"] if results.batch_policy == "fixed_effective" else None
+    effective = accumulated_to(results.batch_policy, baseline)
     stored = results.trim
     of_this_winner = stored and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds
     done = [race for race in stored if not race.cut and not race.failure] if of_this_winner else []
