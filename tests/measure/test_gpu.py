@@ -308,3 +308,14 @@ def test_the_step_events_go_on_the_stream_of_the_device_the_loop_runs_on_not_the
     timeline.batch_transferred()
     timeline.step_done(16)
     assert recorded == ["the current stream of cuda:1"] * 4
+
+
+@pytest.mark.parametrize("step_s, expected", [(0.0005, 400 * 0.0005 / 0.02), (0.005, 400 * 0.005 / 0.02), (0.04, 400)])
+def test_a_timeline_samples_one_step_per_spacing_of_the_warmups_step_time(monkeypatch, step_s, expected):
+    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing: SimpleNamespace(record=lambda stream: None))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    timeline = DeviceTimeline(spacing_s=0.02)
+    timeline.start(step_s)
+    for _ in range(400):
+        timeline.step_done(16)
+    assert 0.5 * expected <= len(timeline.steps) <= 1.5 * expected + 1

@@ -233,14 +233,16 @@ def test_on_cuda_the_window_waits_for_the_device_once_whatever_its_length(fake_c
         assert phases.count(WARMUP) == prof.result.timing.warmup_steps, "warm-up is not timed"
 
 
-def test_on_cuda_events_time_at_most_50_steps_a_second_however_short_the_steps(fake_cuda, monkeypatch):
+def test_on_cuda_events_time_about_50_steps_a_second_however_short_the_steps(fake_cuda, monkeypatch):
     # Each sampled step creates and records four events on the host, inside the window: their share of the window
-    # must not grow as steps get shorter.
+    # must not grow as steps get shorter. The rule is DeviceTimeline's (tests/measure/test_gpu.py); here, that the
+    # profiler feeds it the warm-up's step time. A loaded machine can slow the warm-up's steps against the
+    # window's, hence a bound of twice the rate; sampling every step would read about 28 times it.
     created = []
     monkeypatch.setattr(torch.cuda, "Event", lambda **options: created.append(1) or FakeCudaEvent(**options))
     prof = fake_cuda.loop(400, 0.0, 0.0005)
     events, window_s = len(created), prof.result.timing.window_s
-    assert 4 <= events <= 4 * (50 * window_s + 2), f"{events} events in a window of {window_s:.2f} s"
+    assert 4 <= events <= 4 * (100 * window_s + 2), f"{events} events in a window of {window_s:.2f} s"
 
 
 def test_on_cuda_steps_that_repeat_a_pattern_are_sampled_in_each_of_its_phases(fake_cuda):
