@@ -23,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, QuotedString
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException, SearchPathException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -41,6 +42,11 @@ _RECORD_HEADER = "# the configuration of this run, as composed by Hydra (passwor
 # saves them, gets the URLs masked; the run gets them back once Hydra composed the config (_unmasked); the console
 # shows them masked, in every mode, debug tracebacks included (main).
 _SECRETS = Secrets()
+# The jobs of a multirun (-m) run in this process that failed, by number, with their exit codes: one job's failure
+# does not stop the others (an overnight sweep over pipelines keeps going); the sweep exits with the first's code
+# once all have run.
+_FAILED_JOBS: dict[int, int] = {}
+_IN_THIS_PROCESS = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # Hydra's launcher of -m's jobs
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
 
@@ -93,6 +99,12 @@ def main() -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop)
     report_errors(_hydra_main)
+    if _FAILED_JOBS:
+        jobs = ", ".join(f"#{job}" for job in _FAILED_JOBS)
+        _fail(
+            f"{len(_FAILED_JOBS)} multirun job(s) failed: {jobs} (each said why above)",
+            next(iter(_FAILED_JOBS.values())),
+        )
 
 
 class Stopped(KeyboardInterrupt):
@@ -150,9 +162,10 @@ def describe_knobs() -> str:
     )
 
 
-def report_errors(func: Callable[[], None]) -> None:
-    """Run ``func``; any exception becomes one line on stderr and its exit code, after its traceback where
-    AUTOTUNE_DEBUG is set (the exit code stays: a script tells a refused input, 2, from a failure, 1, either way)."""
+def report_errors(func: Callable[[], None], where: str = "") -> None:
+    """Run ``func``; any exception becomes one line on stderr (``where`` appended) and its exit code, after its
+    traceback where AUTOTUNE_DEBUG is set (the exit code stays: a script tells a refused input, 2, from a failure, 1,
+    either way)."""
     try:
         func()
     except KeyboardInterrupt as exc:
@@ -163,7 +176,7 @@ def report_errors(func: Callable[[], None]) -> None:
         if os.environ.get("AUTOTUNE_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
         error = as_autotune_error(exc)
-        _fail(str(error), error.exit_code)
+        _fail(str(error) + where, error.exit_code)
 
 
 def as_autotune_error(exc: Exception) -> AutotuneError:
@@ -212,7 +225,17 @@ def _composition_error(exc: Exception) -> ConfigError:
 @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     # Errors are reported here: past this function Hydra would print its own line about them.
-    report_errors(lambda: _run(cfg))
+    hydra_config = HydraConfig.get()
+    if hydra_config.mode != RunMode.MULTIRUN or hydra_config.launcher.get("_target_") != _IN_THIS_PROCESS:
+        report_errors(lambda: _run(cfg))  # a launcher's job of its own (SLURM) fails as a job, its launcher says so
+        return
+    job = hydra_config.job.num
+    try:
+        report_errors(lambda: _run(cfg), where=f" (multirun job #{job})")
+    except SystemExit as failed:
+        if failed.code >= 128:  # a stop signal stops the sweep
+            raise
+        _FAILED_JOBS[job] = failed.code
 
 
 def _run(cfg: DictConfig) -> None:

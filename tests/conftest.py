@@ -307,8 +307,8 @@ def cli_here(monkeypatch, capsys):
     process of its own, forked from this process's fork server), without a second interpreter's start-up, imports
     and fork server. For what the tuner does; what only a process of its own shows (its exit on a signal, the
     installed script, a tuner killed) runs through ``run_cli``. What the CLI sets for its process is set back:
-    streams, signal handlers, the root logger (Hydra configures it), Optuna's verbosity, the passwords it learnt, the
-    modules it imported from ``cwd``."""
+    streams, signal handlers, the root logger (Hydra configures it), Optuna's verbosity, the passwords it learnt, a
+    multirun's failed jobs, the modules it imported from ``cwd``."""
 
     def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
         with monkeypatch.context() as patch:
@@ -318,6 +318,7 @@ def cli_here(monkeypatch, capsys):
             patch.setattr(sys, "stdout", sys.stdout)
             patch.setattr(sys, "stderr", sys.stderr)
             patch.setattr(cli, "_SECRETS", Secrets())
+            patch.setattr(cli, "_FAILED_JOBS", {})
             patch.setattr(logging.root, "handlers", list(logging.root.handlers))
             patch.setattr(logging.root, "level", logging.root.level)
             patch.setenv("PYTHONPATH", str(REPO))

@@ -406,6 +406,16 @@ def test_a_locked_storage_file_is_named(tmp_path, cli_here):
     assert "database is locked" in proc.stderr
 
 
+def test_a_multirun_job_that_fails_leaves_the_others_running_and_the_sweep_exits_with_its_code(tmp_path, cli_here):
+    args = ["-m", *TINY, "study.n_trials=-1,0", f"hydra.sweep.dir={tmp_path}/multi"]
+    proc = cli_here(args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert "autotune: error: study.n_trials: expected an integer >= 0, got -1 (multirun job #0)" in lines
+    assert lines[-1] == "autotune: error: 1 multirun job(s) failed: #0 (each said why above)"
+    assert (tmp_path / "multi" / "1" / "report.json").exists(), "job #1 ran after #0 failed"
+
+
 def test_a_storage_password_is_never_shown(tmp_path, cli_here):
     url = "postgresql://tuner:s3cret@127.0.0.1:1/studies"
     proc = cli_here([*TINY, f"study.storage={url}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
