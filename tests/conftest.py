@@ -167,6 +167,10 @@ hypothesis.settings.register_profile("suite", deadline=None)
 hypothesis.settings.load_profile("suite")
 
 
+# The launchers the tuner ships with, before _trials_forked replaces them for each test.
+SHIPPED_JUDGE_LAUNCHER = runner.JUDGE_LAUNCHER
+
+
 @pytest.fixture(autouse=True)
 def _trials_forked(request, monkeypatch):
     """Trials started without a launcher, and the plain loop, are forked; and a fork server forks every trial of

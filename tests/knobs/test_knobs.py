@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -46,6 +48,12 @@ def _setup() -> TrainingSetup:
     return TrainingSetup(model=model, device=torch.device("cpu"))
 
 
+def _model_state(model: torch.nn.Module) -> list[tuple]:
+    """What a knob may change of a model in place: each parameter's and buffer's dtype, device and strides."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return [(tensor.dtype, tensor.device, tensor.stride()) for tensor in tensors]
+
+
 @pytest.mark.parametrize("name", list(KNOBS))
 def test_knob_contract(name):
     knob = KNOBS[name]
@@ -78,10 +86,13 @@ def test_a_knob_changes_only_what_it_says_it_applies_to(name, monkeypatch):
     knob = KNOBS[name]
     assert knob.applies_to and all(isinstance(target, Target) for target in knob.applies_to)
     fields = {field for target in knob.applies_to for field in target.fields}
-    before, setup = _setup(), _setup()
-    setup.model = before.model
+    setup = _setup()
+    before = {field: value if field == "model" else copy.deepcopy(value) for field, value in vars(setup).items()}
+    model = _model_state(setup.model)
     knob.apply(EXAMPLE_VALUES[name], setup)
-    changed = {field for field in vars(before) if getattr(setup, field) != getattr(before, field)}
+    changed = {field for field, value in before.items() if field != "model" and getattr(setup, field) != value}
+    if setup.model is not before["model"] or _model_state(setup.model) != model:  # replaced, or changed in place
+        changed.add("model")
     assert changed <= fields, f"{name} also changes {changed - fields}"
     if knob.applies_to != (Target.PROCESS,):
         assert changed, f"{name}={EXAMPLE_VALUES[name]!r} changes nothing it applies to"

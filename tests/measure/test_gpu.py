@@ -69,7 +69,9 @@ def test_cuda_calls_are_no_ops_on_a_cpu_device():
     assert cuda_peaks_mb(CPU) == (None, None)
 
 
-def test_a_cpu_pipeline_never_reads_nvml_even_beside_a_gpu():
+def test_a_cpu_pipeline_never_reads_nvml_even_beside_a_gpu(monkeypatch):
+    FakeNvml(monkeypatch, [UUID])  # a GPU NVML would find
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: pytest.fail("NVML initialised for a CPU pipeline"))
     nvml = Nvml(CPU)
     assert not nvml.available and nvml.read() is None
     assert nvml.reason == "NVML not read: the pipeline runs on cpu"

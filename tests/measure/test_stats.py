@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.measure.stats import block_throughput_ci, coefficient_of_variation, quartiles, t95
+from autotune.measure.stats import block_throughput_ci, coefficient_of_variation, quartiles, ratio_interval, t95
 
 
 def test_quartiles():
@@ -33,6 +33,15 @@ def test_block_ci_by_hand():
     assert low == pytest.approx(1 / (0.015 + half)) and high is None, "half is wider than the mean: unbounded"
     low, high = block_throughput_ci([0.1] * 10 + [0.12] * 10, [10] * 20, blocks=4)
     assert low < 20 * 10 / 2.2 < high, "the interval contains the window's throughput"
+
+
+def test_ratio_interval_by_hand():
+    # Three paired rounds: the geometric mean (1.2 * 1.5 * 1.35) ** (1 / 3) = 1.3444; the logarithms' standard
+    # deviation 0.11163, so the half width on them is t(2) = 4.303 times 0.11163 / sqrt(3) = 0.27730.
+    interval = ratio_interval([1.2, 1.5, 1.35])
+    assert interval.n == 3
+    assert (interval.geomean, interval.low, interval.high) == pytest.approx((1.34442, 1.01884, 1.77405), abs=1e-4)
+    assert ratio_interval([1.2]) is None, "one round: no interval"
 
 
 def test_coefficient_of_variation():

@@ -14,13 +14,15 @@ BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_t
 
 
 def test_a_child_that_exits_during_the_interval_is_still_counted():
-    meter = CpuUsageMeter(os.getpid())
+    ticks = iter([0.0, 2.0])  # the interval's wall time, 2 s however loaded the machine
+    meter = CpuUsageMeter(os.getpid(), clock=lambda: next(ticks))
     meter.start()
     before = tree_cpu_seconds(os.getpid())
     subprocess.run([sys.executable, "-c", BURN.format(seconds=0.5)], check=True)  # spawned, burns, is reaped
-    assert tree_cpu_seconds(os.getpid()) - before == pytest.approx(0.5, abs=0.25)
+    burned = tree_cpu_seconds(os.getpid()) - before
+    assert burned == pytest.approx(0.5, abs=0.25)
     usage = meter.stop()
-    assert usage.tree_cores > 0.3, "half a second of CPU in well under two seconds of wall time"
+    assert usage.tree_cores == pytest.approx(burned / 2.0, abs=0.05), "the child's CPU seconds over the interval"
     assert len(usage.per_core_percent) == len(os.sched_getaffinity(0)), "the cores this process may run on"
     assert 0 <= usage.total_percent <= 100
 

@@ -119,15 +119,16 @@ def test_values_that_are_not_tensors_stay_as_they_are():
 @pytest.mark.parametrize(
     "batch",
     [
+        # Each holds a later tensor of another leading size (class weights, a vocabulary): the first one counts.
         torch.zeros(5, 3),
-        (torch.zeros(5, 3), torch.zeros(5)),
-        [torch.zeros(5)],
-        {"ids": ["a"], "x": torch.zeros(5, 2)},
-        UserDict(input_ids=torch.zeros(5, 7, dtype=torch.long), attention_mask=torch.ones(5, 7)),
-        Pair(torch.zeros(5, 3, 8, 8), torch.zeros(5)),
-        Example(torch.zeros(5, 3), torch.zeros(5)),
-        SelfMoving(torch.zeros(5, 3), torch.zeros(5)),
-        {"meta": {"scale": torch.tensor(2.0)}, "inputs": [Pair(torch.zeros(5), torch.zeros(5))]},
+        (torch.zeros(5, 3), torch.zeros(10)),
+        [torch.zeros(5), torch.zeros(1)],
+        {"ids": ["a"], "x": torch.zeros(5, 2), "w": torch.zeros(10)},
+        UserDict(input_ids=torch.zeros(5, 7, dtype=torch.long), attention_mask=torch.ones(5, 7), w=torch.zeros(10)),
+        Pair(torch.zeros(5, 3, 8, 8), torch.zeros(10)),
+        Example(torch.zeros(5, 3), torch.zeros(10)),
+        SelfMoving(torch.zeros(5, 3), torch.zeros(10)),
+        {"meta": {"scale": torch.tensor(2.0)}, "inputs": [Pair(torch.zeros(5), torch.zeros(10))]},
     ],
     ids=["tensor", "tuple", "list", "dict", "userdict", "namedtuple", "dataclass", "self-moving", "nested"],
 )

@@ -270,7 +270,8 @@ def test_a_tuner_waiting_on_a_trial_that_ends_interrupted_measures_its_configura
 
 
 def test_a_live_tuners_trial_is_not_failed_by_a_tuner_that_joins_while_it_runs(tmp_path):
-    settings = journal(tmp_path, n_trials=1, heartbeat_s=0.1)
+    # Stale after a second without a beat: longer than a loaded machine's hiccup in the heartbeat's thread.
+    settings = journal(tmp_path, n_trials=1, heartbeat_s=0.25)
     ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
     first = threading.Thread(target=tuner, args=(settings, SlowMeasure(3 * STALE_BEATS * settings.heartbeat_s)))
     first.start()
@@ -339,7 +340,7 @@ def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_en
     time.sleep(0.3)
     with finishing(open_study(settings, META), settings, machine) as after_another:
         held.append(("second", after_another))
-        assert ended and time.monotonic() >= ended[0], "held after the first, not beside it"
+        assert ended, "held until the first ended (it holds for 1 s; this one came at 0.3 s), not beside it"
     holder.join()
     assert held == [("first", False), ("second", True)], "the second waited, then did what was left"
 

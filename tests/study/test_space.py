@@ -158,14 +158,30 @@ def test_any_batch_size_list_is_kept_or_refused_naming_the_value(values):
         assert space.size == expected_size(space)
 
 
-@given(st.dictionaries(st.sampled_from(list(ALL_DEFAULT)), st.just(None)))
-def test_defaults_always_yield_a_runnable_nonempty_space(overrides):
-    # dataset_len=40: the baseline batch (32) still fits, as app.check_baseline requires
-    for ctx in (cpu_context(), cpu_context(device="cuda"), cpu_context(input_ndim=3, dataset_len=40)):
-        space = build_space({**ALL_DEFAULT, **overrides}, ctx)
-        assert all(space.candidates.values())
-        for name, values in space.candidates.items():
-            assert all(KNOBS[name].unavailable_reason(v, ctx) is None for v in values)
+@st.composite
+def contexts(draw) -> object:
+    """A machine and a pipeline such as a user brings: any device, core count, dataset, input and baseline batch."""
+    batch = draw(st.integers(1, 512))
+    cores = draw(st.integers(1, 256))
+    return cpu_context(
+        device=draw(st.sampled_from(["cpu", "cuda"])),
+        cpu_count=cores,
+        bf16_supported=draw(st.booleans()),
+        dataset_len=draw(st.integers(batch, 100_000)),  # the baseline's batch fits, as app.check_baseline requires
+        input_ndim=draw(st.sampled_from([None, 1, 2, 3, 4, 5])),
+        baseline={**NEUTRAL_KNOBS, "batch_size": batch},
+        optimizer_options=draw(st.sets(st.sampled_from(["foreach", "fused"])).map(frozenset)),
+        batch_policy=draw(st.sampled_from(["free", "fixed_effective"])),
+        torch_threads=draw(st.none() | st.integers(1, cores)),
+    )
+
+
+@given(contexts())
+def test_defaults_always_yield_a_runnable_nonempty_space(ctx):
+    space = build_space(ALL_DEFAULT, ctx)
+    assert all(space.candidates.values())
+    for name, values in space.candidates.items():
+        assert all(KNOBS[name].unavailable_reason(v, ctx) is None for v in values), name
 
 
 def test_a_value_that_means_the_baseline_is_spelled_as_the_baseline():

@@ -45,11 +45,11 @@ def test_a_tuning_runs_time_adds_up_by_stage_and_phase_and_mode_report_renders_i
     report = json.loads(files["report.json"].read_text())
     spent = report["tuner_time"]
     wall = spent["wall_s"]
-    assert sum(spent["phases_s"].values()) == pytest.approx(wall, rel=1e-9)
-    assert sum(spent["stages_s"].values()) == pytest.approx(wall, rel=1e-9)
     # The run's time as measured here, from its start to its record's last save (the reports render after it).
     assert 0.95 * elapsed <= wall <= elapsed, (wall, elapsed)
     assert list(spent["stages_s"]) == ["inspect", "baseline", "probe", "search", "race", "trim", "profiles", "tuner"]
+    # Each stage's remainder (and the run's, outside the stages) is the tuner's own work, so the parts sum to the
+    # wall time by construction: what can fail is a remainder below zero, a process's time counted twice.
     for stage, parts in spent["by_stage_s"].items():
         assert all(seconds >= 0 for seconds in parts.values()), f"{stage}: time counted twice: {parts}"
     phases = spent["phases_s"]

@@ -21,7 +21,7 @@ from autotune.trial import runner as runner_module
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import FailureKind, TrialResult
 from autotune.trial.runner import _worker_env, run_repeated, run_trial
-from tests.conftest import REPO, processes_mentioning, tiny_config
+from tests.conftest import REPO, SHIPPED_JUDGE_LAUNCHER, processes_mentioning, tiny_config
 from tests.trial.test_runner import request
 
 
@@ -223,7 +223,7 @@ def test_a_process_that_started_a_fork_server_is_counted_as_a_new_draw(tmp_path,
 
 @pytest.mark.parametrize("plain", [False, True])
 def test_the_plain_loop_that_judges_the_harness_starts_fresh_where_trials_are_forked(tmp_path, monkeypatch, plain):
-    monkeypatch.setattr(runner_module, "JUDGE_LAUNCHER", FreshLauncher)  # the tests' own forks it
+    monkeypatch.setattr(runner_module, "JUDGE_LAUNCHER", SHIPPED_JUDGE_LAUNCHER)  # the tests' own forks it
     started = []
     monkeypatch.setattr(app, "run_trial", lambda *args, launcher: started.append(launcher) or TrialResult(knobs={}))
     trials = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
