@@ -18,6 +18,11 @@ class CudnnBenchmarkKnob(BoolKnob):
     def default_candidates(self, ctx: SearchContext) -> list[bool]:
         return [False, True] if ctx.device == "cuda" else [False]
 
+    def resolve(self, value: bool, ctx: SearchContext) -> bool:
+        """Off anywhere but on a GPU, whatever it says: a baseline that sets it on a CPU (many scripts do, whatever
+        the device) runs as one that does not, so turning it off is no change to recommend."""
+        return value and ctx.device == "cuda"
+
     def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
         if value and ctx.device != "cuda":
             return f"cuDNN exists only on a GPU; this run is on {ctx.device}"

@@ -184,6 +184,15 @@ def test_defaults_always_yield_a_runnable_nonempty_space(ctx):
         assert all(KNOBS[name].unavailable_reason(v, ctx) is None for v in values), name
 
 
+@pytest.mark.parametrize("name", ["pin_memory", "cudnn_benchmark"])
+def test_a_gpu_only_setting_a_cpu_baseline_turns_on_is_kept_not_recommended_off(name):
+    # Many scripts set pin_memory=True whatever the device: on a CPU it does nothing, so False is no change.
+    ctx = cpu_context(baseline={**NEUTRAL_KNOBS, name: True})
+    assert build_space(ALL_DEFAULT, ctx).candidates[name] == [True]
+    on_gpu = cpu_context(device="cuda", baseline={**NEUTRAL_KNOBS, name: True})
+    assert build_space(ALL_DEFAULT, on_gpu).candidates[name] == [False, True]
+
+
 def test_a_value_that_means_the_baseline_is_spelled_as_the_baseline():
     """With torch starting 2 threads, num_threads=2 is the baseline's null: one candidate, not a change."""
     ctx = cpu_context(torch_threads=2, baseline={**NEUTRAL_KNOBS, "num_threads": None})
