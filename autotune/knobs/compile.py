@@ -7,6 +7,9 @@ from typing import Any
 from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
 
+_CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 class CompileKnob(ChoiceKnob):
     name = "compile"
     role = Role.UNTIMED
@@ -23,13 +26,14 @@ class CompileKnob(ChoiceKnob):
         return ["off", "default", "reduce-overhead"] if ctx.device == "cuda" else ["off", "default"]
 
     def conflict(self, value: str, knobs: dict[str, Any], effective_batch_size: int | None = None) -> str | None:
-        """reduce-overhead replays CUDA graphs, which write each step's outputs, gradients among them, into the
-        same memory: gradients kept from one step to the next (zeroed in place, or accumulated over micro-batches)
-        are overwritten by the next replay, or raise "accessing tensor output of CUDAGraphs that has been
-        overwritten by a subsequent run" (pytorch/pytorch#169545)."""
-        if value != "reduce-overhead":
+        """reduce-overhead and max-autotune replay CUDA graphs (``torch._inductor.list_mode_options``: on a GPU),
+        which write each step's outputs, gradients among them, into the same memory: gradients kept from one step
+        to the next (zeroed in place, or accumulated over micro-batches) are overwritten by the next replay, or
+        raise "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run"
+        (pytorch/pytorch#169545)."""
+        if value not in _CUDA_GRAPH_MODES:
             return None
-        graphs = "CUDA graphs (compile=reduce-overhead) overwrite the gradients of one step with the next step's"
+        graphs = f"CUDA graphs (compile={value}) overwrite the gradients of one step with the next step's"
         if knobs.get("set_to_none") is False:
             return f"{graphs}, and set_to_none=false keeps them from one step to the next"
         batch_size = knobs.get("batch_size")

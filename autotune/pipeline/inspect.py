@@ -185,10 +185,14 @@ def _quiet_hydra_logger():
 
 def optimizer_options(factory, device: str) -> frozenset[str]:
     """The switches among foreach/fused that ``factory``'s optimizer accepts. On a CPU, fused is kept only
-    if one step of it runs (on a GPU, every optimizer that takes ``fused`` supports it)."""
+    if one step of it runs (on a GPU, every optimizer that takes ``fused`` supports it). None where the pipeline's
+    optimizer config sets either itself (``fused: true``): the implementation is then the user's choice, which the
+    knob's values would contradict (foreach and fused cannot both be on) or repeat."""
     try:
         parameters = inspect.signature(factory).parameters
     except (TypeError, ValueError):
+        return frozenset()
+    if any(getattr(factory, "keywords", {}).get(name) is not None for name in ("foreach", "fused")):
         return frozenset()
     options = {name for name in ("foreach", "fused") if name in parameters}
     if "fused" in options and torch.device(device).type != "cuda" and not _fused_runs_on_cpu(factory):

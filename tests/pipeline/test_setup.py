@@ -123,6 +123,8 @@ def test_optimizer_options_follow_the_constructor():
     assert optimizer_options(functools.partial(torch.optim.SGD, lr=0.1), "cpu") == {"foreach", "fused"}
     assert optimizer_options(functools.partial(torch.optim.RMSprop, lr=0.1), "cpu") == {"foreach"}
     assert optimizer_options(functools.partial(torch.optim.LBFGS, lr=0.1), "cpu") == frozenset()
+    for chosen in ({"fused": True}, {"foreach": False}):  # the config chose the implementation: not a knob's
+        assert optimizer_options(functools.partial(torch.optim.AdamW, lr=0.1, **chosen), "cpu") == frozenset()
 
 
 @pytest.mark.parametrize("persistent", [True, False])

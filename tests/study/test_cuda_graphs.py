@@ -100,6 +100,7 @@ def test_a_conflict_is_the_compile_knobs_and_waits_for_the_knobs_it_reads():
     assert conflict({**chosen_so_far, "set_to_none": False})[0] == "compile"
     assert conflict(chosen_so_far, effective_batch_size=32)[0] == "compile"
     assert conflict({**chosen_so_far, "compile": "default", "set_to_none": False}, effective_batch_size=32) is None
+    assert conflict({**chosen_so_far, "compile": "max-autotune", "set_to_none": False})[0] == "compile", "graphs too"
 
 
 @settings(max_examples=40, deadline=None)
