@@ -6,7 +6,6 @@ from typing import Any
 
 from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
-
 _CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 

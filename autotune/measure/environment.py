@@ -15,8 +15,10 @@ import pynvml
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
 # What a throughput depends on beyond the pipeline: measured on a machine that differs in one of these, a figure may
-# not hold (bf16 autocast wins with avx512_bf16 and loses ~40 % without it).
-MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "gpu_driver", "cuda", "torch")
+# not hold (bf16 autocast wins with avx512_bf16 and loses ~40 % without it). thread_env: the thread variables
+# (OMP_NUM_THREADS, ...) the tuner ran under, which every trial inherits: torch's default thread count, the
+# num_threads knob's null, is theirs.
+MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "gpu_driver", "cuda", "torch", "thread_env")
 # CPU features that change which knobs win: bf16 autocast runs in hardware only with avx512_bf16 or AMX.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
@@ -66,13 +68,18 @@ def runs_glibc(machine: dict[str, Any]) -> bool:
 
 
 def machine_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a machine description (``describe_machine``) that throughput depends on (``MACHINE_KEYS``)."""
-    return {key: machine.get(key) for key in MACHINE_KEYS}
+    """The parts of a machine description (``describe_machine``) that throughput depends on (``MACHINE_KEYS``); no
+    thread variables set is None, as a description from before they were read says."""
+    return {key: machine.get(key) or None if key == "thread_env" else machine.get(key) for key in MACHINE_KEYS}
 
 
 def machine_id(machine: dict[str, Any]) -> str:
-    """A short name of ``machine_fingerprint(machine)``: machines with the same id are alike for measuring."""
-    canonical = json.dumps(machine_fingerprint(machine), sort_keys=True, default=str)
+    """A short name of ``machine_fingerprint(machine)``: machines with the same id are alike for measuring (without
+    thread variables, the name of a machine described before they were part of it)."""
+    fingerprint = machine_fingerprint(machine)
+    if fingerprint["thread_env"] is None:
+        del fingerprint["thread_env"]
+    canonical = json.dumps(fingerprint, sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 

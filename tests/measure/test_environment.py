@@ -16,6 +16,15 @@ def test_machines_differing_in_what_throughput_depends_on_get_other_ids_and_host
     assert set(machine_fingerprint(here)) == set(environment.MACHINE_KEYS)
 
 
+def test_thread_variables_tell_machines_apart_and_none_keeps_the_name_a_machine_had_before_they_were_read():
+    # Under OMP_NUM_THREADS=1 torch's default is one thread: the num_threads knob's null means another setting.
+    bare = {key: value for key, value in describe_machine().items() if key != "thread_env"}
+    unset = {**bare, "thread_env": {}}
+    assert machine_id(unset) == machine_id(bare), "a study stored before thread variables were read keeps its name"
+    assert machine_id({**bare, "thread_env": {"OMP_NUM_THREADS": "1"}}) != machine_id(unset)
+    assert machine_fingerprint(unset)["thread_env"] is None
+
+
 def test_the_gpu_driver_is_read_from_nvml_and_none_where_nvml_cannot_tell(monkeypatch):
     monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
     monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)

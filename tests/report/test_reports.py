@@ -10,9 +10,10 @@ from dataclasses import replace
 import yaml
 
 from autotune.knobs import KNOBS
+from autotune.measure.environment import describe_machine
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
-from autotune.report.document import headline
+from autotune.report.document import _machine, headline
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
@@ -326,3 +327,9 @@ def test_keeping_the_baseline_because_the_race_failed_says_so():
         "The fastest trials could not be re-measured against the baseline (confirm-1-baseline: timeout after "
         "300 s), so none is recommended."
     )
+
+
+def test_the_machine_section_names_the_thread_variables_the_trials_ran_under():
+    machine = {**describe_machine(), "torch_threads": 1, "thread_env": {"OMP_NUM_THREADS": "1"}}
+    assert any(line.endswith("1 torch threads (by OMP_NUM_THREADS=1)") for line in _machine(machine, "cpu"))
+    assert any(line.endswith("1 torch threads") for line in _machine({**machine, "thread_env": {}}, "cpu"))
