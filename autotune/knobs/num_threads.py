@@ -22,7 +22,7 @@ class NumThreadsKnob(Knob):
 
     def default_candidates(self, ctx: SearchContext) -> list[int]:
         """Powers of two up to the usable cores, and the core count itself."""
-        powers = {2**k for k in range(0, 8) if 2**k <= ctx.cpu_count}
+        powers = {2**k for k in range(ctx.cpu_count.bit_length())}
         return sorted(powers | {ctx.cpu_count})
 
     def resolve(self, value: int | None, ctx: SearchContext) -> int | None:

@@ -193,6 +193,11 @@ def test_a_gpu_only_setting_a_cpu_baseline_turns_on_is_kept_not_recommended_off(
     assert build_space(ALL_DEFAULT, on_gpu).candidates[name] == [False, True]
 
 
+@pytest.mark.parametrize("cores, expected", [(1, [1]), (6, [1, 2, 4, 6]), (256, [1, 2, 4, 8, 16, 32, 64, 128, 256])])
+def test_thread_counts_are_the_powers_of_two_up_to_the_cores_and_the_core_count(cores, expected):
+    assert KNOBS["num_threads"].default_candidates(cpu_context(cpu_count=cores)) == expected
+
+
 def test_a_value_that_means_the_baseline_is_spelled_as_the_baseline():
     """With torch starting 2 threads, num_threads=2 is the baseline's null: one candidate, not a change."""
     ctx = cpu_context(torch_threads=2, baseline={**NEUTRAL_KNOBS, "num_threads": None})
