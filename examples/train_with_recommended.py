@@ -40,6 +40,7 @@ def main() -> None:
     )
     scaler = rec.grad_scaler(device)  # autotune: loss scaling for fp16, a pass-through otherwise
     loss_fn = torch.nn.CrossEntropyLoss()
+    print("applied:", describe(model, loader, optimizer, rec, device))
 
     model.train()
     warmup, step, seen, start = min(5, args.steps // 2), 0, 0, time.perf_counter()
@@ -63,6 +64,18 @@ def main() -> None:
         torch.cuda.synchronize()
     print(f"device={device.type} steps={args.steps} loss={loss.item() * rec.accumulation_steps:.3f}")
     print(f"{seen / (time.perf_counter() - start):.1f} samples/s over {args.steps - warmup} timed steps")
+
+
+def describe(model, loader, optimizer, rec, device) -> str:
+    """What the recommendation set in this process, as torch reports it."""
+    with rec.autocast(device):
+        precision = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else "fp32"
+    layout = "channels_last" if next(model.parameters()).is_contiguous(memory_format=torch.channels_last) else "nchw"
+    update = next((name for name in ("fused", "foreach") if optimizer.defaults.get(name)), "default")
+    return (
+        f"threads={torch.get_num_threads()} workers={loader.num_workers} batch={loader.batch_size} "
+        f"precision={precision} layout={layout} optimizer={update} lr={optimizer.defaults['lr']}"
+    )
 
 
 if __name__ == "__main__":

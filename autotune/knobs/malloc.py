@@ -40,7 +40,14 @@ class MallocKnob(ChoiceKnob):
         return None
 
     def apply(self, value: str, setup) -> None:
-        if value == "keep":
-            mallopt = ctypes.CDLL(None).mallopt
-            for parameter, setting in _KEEP.items():
-                mallopt(parameter, setting)
+        """Set glibc's thresholds; raises RuntimeError where this process's C library has no mallopt (musl, macOS)
+        or refuses them: a configuration said to keep memory must not run without."""
+        if value != "keep":
+            return
+        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+        if mallopt is None or not all(mallopt(parameter, setting) for parameter, setting in _KEEP.items()):
+            libc = " ".join(platform.libc_ver()).strip() or "not glibc"
+            raise RuntimeError(
+                f"malloc=keep tunes glibc's allocator, which this process does not run on ({libc}): "
+                "set malloc: default, or run on Linux with glibc"
+            )

@@ -12,34 +12,41 @@ from tests.conftest import REPO
 
 
 @pytest.mark.parametrize(
-    "knobs",
+    "knobs, applied",
     [
-        {
-            "batch_size": 16,
-            "num_workers": 0,
-            "pin_memory": False,
-            "channels_last": False,
-            "amp": "off",
-            "compile": "off",
-        },
-        {
-            "batch_size": 16,
-            "num_workers": 1,
-            "prefetch_factor": 4,
-            "persistent_workers": True,
-            "pin_memory": False,
-            "num_threads": 1,
-            "channels_last": True,
-            "amp": "bf16",
-            "compile": "off",
-            "cudnn_benchmark": False,
-            "optimizer_impl": "fused",
-            "set_to_none": False,
-        },
+        (
+            {
+                "batch_size": 16,
+                "num_workers": 0,
+                "pin_memory": False,
+                "channels_last": False,
+                "amp": "off",
+                "compile": "off",
+            },
+            "workers=0 batch=16 precision=fp32 layout=nchw optimizer=default lr=0.02",
+        ),
+        (
+            {
+                "batch_size": 16,
+                "num_workers": 1,
+                "prefetch_factor": 4,
+                "persistent_workers": True,
+                "pin_memory": False,
+                "num_threads": 1,
+                "channels_last": True,
+                "amp": "bf16",
+                "compile": "off",
+                "cudnn_benchmark": False,
+                "optimizer_impl": "fused",
+                "set_to_none": False,
+                "malloc": "keep",
+            },
+            "threads=1 workers=1 batch=16 precision=torch.bfloat16 layout=channels_last optimizer=fused lr=0.02",
+        ),
     ],
 )
 @pytest.mark.slow
-def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):
+def test_the_script_trains_with_every_knob_applied(tmp_path, knobs, applied):
     path = tmp_path / "recommended.yaml"
     training = {"gradient_accumulation_steps": 2, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}
     baseline = {"batch_size": 8, "num_workers": 0}
@@ -54,3 +61,5 @@ def test_the_script_trains_with_every_knob_applied(tmp_path, knobs):
     )
     assert proc.returncode == 0, proc.stderr
     assert "samples/s" in proc.stdout and f"batch_size 8 -> {knobs['batch_size']}" in proc.stdout
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("applied: ")]
+    assert line.endswith(applied), "as torch reports it in the script's process"

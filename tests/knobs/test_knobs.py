@@ -127,6 +127,13 @@ def test_malloc_keep_sets_glibcs_thresholds_as_its_environment_variables_say(mon
     assert malloc.ENVIRONMENT == {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 
 
+@pytest.mark.parametrize("libc", [type("musl", (), {}), type("refusing", (), {"mallopt": staticmethod(lambda *a: 0)})])
+def test_malloc_keep_where_glibc_cannot_set_it_raises_rather_than_running_without(monkeypatch, libc):
+    monkeypatch.setattr(malloc.ctypes, "CDLL", lambda name: libc)
+    with pytest.raises(RuntimeError, match="^malloc=keep tunes glibc's allocator, which this process does not run on"):
+        KNOBS["malloc"].apply("keep", _setup())
+
+
 def test_every_knob_has_an_example_and_neutral_value():
     assert set(EXAMPLE_VALUES) == set(KNOBS) == set(NEUTRAL)
 
