@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from autotune.files import write_atomic
-from autotune.measure.environment import describe_machine
+from benchmarks.common import announce_machine
 from benchmarks.overhead import CASES, autotune_run, bare_run, request_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "allocator.json"
@@ -46,8 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.fixed_layout:
         fix_layout()
-    machine = describe_machine()
-    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
+    machine = announce_machine()
     request = request_for(args.case, "cpu")
     runs: dict[str, list[dict]] = {setting: [] for setting in SETTINGS}
     with tempfile.TemporaryDirectory() as tmp:

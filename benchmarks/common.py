@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from autotune.config.load import load_settings
 from autotune.config.settings import Settings
+from autotune.measure.environment import describe_machine
 from examples.mymodel import SmallCNN, SyntheticImages
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -49,6 +50,15 @@ def train_step(model, loss_fn, optimizer, inputs, targets) -> None:
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def announce_machine() -> dict[str, Any]:
+    """This machine's description, its CPU and the flags that change which knobs win printed first: a figure is
+    never read without them (CPUs change between our build machines)."""
+    machine = describe_machine()
+    flags = ", ".join(machine.get("cpu_flags") or ["none of note"])
+    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {flags}; GPU {machine['gpu'] or 'none'})")
+    return machine
 
 
 def describe(values: list[float]) -> str:

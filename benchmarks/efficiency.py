@@ -45,7 +45,7 @@ from typing import Any
 from autotune.config.load import load_settings
 from autotune.knobs import KNOBS
 from autotune.study.space import SearchSpace
-from benchmarks.common import compose_config
+from benchmarks.common import announce_machine, compose_config
 from benchmarks.remeasure import fastest, ratio_interval, remeasure_interleaved, runs_of, verdict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -367,7 +367,12 @@ def main() -> None:
     _clear_previous(workdir, pipelines, keep_grids=bool(args.previous_grids))
     output = workdir / "efficiency.json"
     arguments = {key: value for key, value in vars(args).items() if key != "previous_grids"}
-    data: dict[str, Any] = {"arguments": {**arguments, "workdir": str(workdir)}, "pipelines": {}, "best_case": None}
+    data: dict[str, Any] = {
+        "machine": announce_machine(),
+        "arguments": {**arguments, "workdir": str(workdir)},
+        "pipelines": {},
+        "best_case": None,
+    }
     start = time.monotonic()
     for pipeline in pipelines:
         print(f"\n#### {pipeline}: grid ({args.grid}), then tuner ({args.trials} trials)", flush=True)

@@ -18,6 +18,7 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
+from benchmarks.common import announce_machine
 from examples.images import JpegImages
 from examples.mymodel import SmallCNN
 
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    announce_machine()
     for persistent in (False, True):
         times, starts = step_times(persistent, args.epochs, args.batch_size, args.workers)
         median = statistics.median(times[10:])

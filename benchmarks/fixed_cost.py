@@ -19,6 +19,7 @@ from pathlib import Path
 
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.runner import run_trial
+from benchmarks.common import announce_machine
 from benchmarks.repeatability import request_for
 
 _PHASES = (
@@ -32,6 +33,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    announce_machine()
     request = request_for(args.pipeline, args.overrides)
     server = ForkServer()
     launchers = {"forked": server, "fresh": FreshLauncher()}

@@ -25,12 +25,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autotune.files import write_atomic
-from autotune.measure.environment import describe_machine
 from autotune.measure.stats import ratio_interval
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
-from benchmarks.common import knob_values
+from benchmarks.common import announce_machine, knob_values
 from benchmarks.overhead import CASES, request_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forked.json"
@@ -45,8 +44,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--knob", nargs="*", default=[], metavar="NAME=VALUE", help="a knob's value in every case")
     args = parser.parse_args()
-    machine = describe_machine()
-    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
+    machine = announce_machine()
     rows, knobs = [], knob_values(args.knob)
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autotune.measure.environment import describe_machine
 from autotune.measure.gpu import DeviceTimeline, Nvml
 from autotune.measure.memory import MemoryBudget, ProcessTree
 from autotune.measure.profiler import Profiler
@@ -30,6 +29,7 @@ from autotune.measure.recorder import WindowPlan
 from autotune.measure.system import tree_cpu_seconds
 from autotune.trial.runner import _BudgetWatch, _ProgressReader
 from autotune.trial.worker import _progress_writer
+from benchmarks.common import announce_machine
 
 
 def cost_s(call, number: int) -> float:
@@ -49,8 +49,7 @@ def main() -> None:
     next(batches)
     tree = ProcessTree(os.getpid())
     full = tree.read_full()
-    machine = describe_machine()
-    print(f"{machine['cpu_model']}; flags {', '.join(machine['cpu_flags'])}; {machine['gpu'] or 'no GPU'}")
+    announce_machine()
     rss_mb, total_mb = sum(full.rss.values()) / 2**20, full.total / 2**20
     print(f"tree: {len(full.rss)} processes, RSS {rss_mb:.0f} MB, {tree.metric} {total_mb:.0f} MB")
 

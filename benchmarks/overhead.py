@@ -37,7 +37,6 @@ from pathlib import Path
 import torch
 
 from autotune.files import write_atomic
-from autotune.measure.environment import describe_machine
 from autotune.measure.gpu import synchronize
 from autotune.measure.memory import MemoryBudget
 from autotune.measure.page_faults import FaultWatch
@@ -46,7 +45,7 @@ from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.setup import Trainer
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
-from benchmarks.common import knob_values, settings_for
+from benchmarks.common import announce_machine, knob_values, settings_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
 TARGET = 0.98
@@ -135,8 +134,7 @@ def main() -> None:
         request = TrialRequest.from_dict(json.loads(Path(args.bare[0]).read_text(encoding="utf-8")))
         print(json.dumps(asdict(bare(request, int(args.bare[1]), int(args.bare[2])))))
         return
-    machine = describe_machine()
-    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
+    machine = announce_machine()
     rows, knobs = [], knob_values(args.knob)
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:

@@ -18,7 +18,7 @@ from pathlib import Path
 from autotune.measure.stats import coefficient_of_variation
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
-from benchmarks.common import describe, settings_for
+from benchmarks.common import announce_machine, describe, settings_for
 
 
 def request_for(pipeline: str, overrides: list[str]) -> TrialRequest:
@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--min-steps", type=int, default=30)
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. pipeline.baseline.num_workers=2")
     args = parser.parse_args()
+    announce_machine()
     overrides = [f"measure.min_time_s={args.min_time_s}", f"measure.min_steps={args.min_steps}", *args.overrides]
     request = request_for(args.pipeline, overrides)
     singles, medians, costs = [], [], []

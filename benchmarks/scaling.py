@@ -28,10 +28,10 @@ from pathlib import Path
 
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
-from autotune.measure.environment import describe_machine
 from autotune.measure.stats import ratio_interval
 from autotune.records import measured_trials, study_machines
 from autotune.study.storage import load_study
+from benchmarks.common import announce_machine
 from benchmarks.efficiency import search_overrides
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.json"
@@ -51,8 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    machine = describe_machine()
-    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
+    machine = announce_machine()
     cores = sorted(os.sched_getaffinity(0))
     halves = [cores[: len(cores) // 2], cores[len(cores) // 2 :]]
     layouts = {"1 tuner": [cores], "2 tuners": halves}

@@ -24,9 +24,8 @@ from pathlib import Path
 
 from autotune.app import TrialRunner
 from autotune.files import write_atomic
-from autotune.measure.environment import describe_machine
 from autotune.selfcheck import check_configurations
-from benchmarks.common import settings_for
+from benchmarks.common import announce_machine, settings_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "truth.json"
 LOW, HIGH = 0.97, 1.03
@@ -66,8 +65,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every case")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
-    machine = describe_machine()
-    print(f"{machine['cpu_model']} ({machine['cpu_count']} cores; flags {', '.join(machine.get('cpu_flags', []))})")
+    machine = announce_machine()
     checks = {}
     with tempfile.TemporaryDirectory() as workdir:
         for label in args.cases:
