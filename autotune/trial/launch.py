@@ -14,9 +14,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from autotune.trial.reaper import TRIAL_TOKEN_ENV, Strays, disown, own
+from autotune.trial.reaper import TRIAL_TOKEN_ENV, Strays, disown, start_owned
 
 WORKER_MODULE = "autotune.trial.worker"
 
@@ -54,11 +54,10 @@ class FreshLauncher:
     def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> TrialProcess:
         strays = Strays(env.get(TRIAL_TOKEN_ENV))
         try:
-            proc = _start_worker(argv, log_path, env)
+            proc = start_owned(lambda: _start_worker(argv, log_path, env))
         except BaseException:
             strays.forget()
             raise
-        own(proc.pid)
         return _FreshProcess(proc, strays)
 
     def new_draw(self) -> None:
@@ -113,11 +112,15 @@ class _FreshProcess:
 
 # The server forks a trial as it reads its order and answers at once: one silent this long is stuck.
 _REPLY_S = 30.0
+# A new server imports torch and torch._dynamo before it takes orders: seconds, many more on a network file system or
+# with several servers starting on a loaded machine. One not ready this long is stuck.
+_READY_S = 180.0
 
 
 class ForkServer:
     """Trials forked from one server process (``autotune.trial.zygote``), started on the first trial and ended
-    with this process. Where the server cannot start or dies, that trial and the ones after it start fresh.
+    with this process. Where the server cannot start or fails, that trial and the ones after it start fresh, which
+    is said once on stderr.
 
     A forked trial inherits its server's memory layout (address-space randomisation, Python's hash seed, the heap),
     which decides for one whether glibc's malloc faults freed memory in again at every step: every trial of one
@@ -137,13 +140,10 @@ class ForkServer:
             try:
                 server.stdin.write((json.dumps(order) + "\n").encode())
                 server.stdin.flush()
-                answered, _, _ = select.select([server.stdout], [], [], _REPLY_S)
-                reply = server.stdout.readline() if answered else b""
-                return _ForkedProcess(server, json.loads(reply)["pid"], strays)
-            except (OSError, ValueError, KeyError, TypeError):  # no reply, or not the reply of a server
+                return _ForkedProcess(server, _reply(server, _REPLY_S, "pid"), strays)
+            except (OSError, ValueError, KeyError, TypeError) as error:  # not the reply of a server
                 lost = server.pid
-                self.close()
-                self._broken = True
+                self._give_up(f"the fork server failed an order ({error})")
                 strays.end(lost)  # a trial it forked before it failed is now this process's orphan: it ends here
         return FreshLauncher().start(argv, log_path, env)
 
@@ -167,7 +167,13 @@ class ForkServer:
         if self._server is not None and self._server.poll() is not None:
             self.close()
         if self._server is None and not self._broken:
-            self._server = subprocess.Popen(
+            self._start_server(env)
+        return self._server
+
+    def _start_server(self, env: dict[str, str]) -> None:
+        """Start a server and wait until it is ready to fork: its imports are no order's reply time."""
+        self._server = start_owned(
+            lambda: subprocess.Popen(
                 [sys.executable, "-m", "autotune.trial.zygote"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -177,43 +183,71 @@ class ForkServer:
                 # the server's), would carry it and be killed as that trial's strays.
                 env={name: value for name, value in env.items() if name != TRIAL_TOKEN_ENV},
             )
-            # Replies are read unbuffered: select() sees the pipe, not a reader's buffer, so a trial's end read
-            # ahead with its pid (a trial that ended before its pid was read) would seem to run until its timeout.
-            self._server.stdout = self._server.stdout.detach()
-            own(self._server.pid)
-            self.servers_started += 1
-        return self._server
+        )
+        # Replies are read unbuffered: select() sees the pipe, not a reader's buffer, so a trial's end read
+        # ahead with its pid (a trial that ended before its pid was read) would seem to run until its timeout.
+        self._server.stdout = self._server.stdout.detach()
+        self.servers_started += 1
+        try:
+            _reply(self._server, _READY_S, "ready")
+        except (ValueError, KeyError, TypeError) as error:
+            self._give_up(f"the fork server did not start ({error})")
+        except BaseException:  # interrupted (Ctrl-C): its ready line, unread, would be taken for an order's reply
+            self.close()
+            raise
+
+    def _give_up(self, why: str) -> None:
+        """End the server and start every later trial fresh, saying so: forked and fresh trials differ in start-up
+        time and memory layout, which the user must be able to tell from the console."""
+        self.close()
+        self._broken = True
+        print(f"autotune: {why}; trials start as fresh processes from here on", file=sys.stderr, flush=True)
+
+
+def _reply(server: subprocess.Popen, seconds: float, key: str) -> Any:
+    """``key``'s value in the server's next line; ValueError saying why where none came within ``seconds``,
+    KeyError or TypeError where the line is not what the server says."""
+    answered, _, _ = select.select([server.stdout], [], [], seconds)
+    if not answered:
+        raise ValueError(f"no answer within {seconds:g} s")
+    line = server.stdout.readline()
+    if not line:
+        raise ValueError("it ended")
+    return json.loads(line)[key]
 
 
 class _ForkedProcess:
-    """A trial forked by the server: it is the server's child, so its end is read from the server's report. The
-    server adopts its orphans and ends them before it reports (``zygote``); ``strays`` ends the rest."""
+    """A trial forked by the server: it is the server's child, so its end is read from the server's reports, its
+    exit as the server reaps it, then that the orphans the server adopted from it are ended (``zygote``);
+    ``strays`` ends the rest."""
 
     def __init__(self, server: subprocess.Popen, pid: int, strays: Strays) -> None:
         self.server, self.pid, self.lender = server, pid, server.pid
         self.strays = strays
         self.returncode: int | None = None
-        self._ended = False
+        self._exited = False
 
     def exited_within(self, seconds: float) -> bool:
-        if not self._ended:
+        if not self._exited:
             ready, _, _ = select.select([self.server.stdout], [], [], seconds)
             if ready:
-                self._read_end()
-        return self._ended
+                self._read_exit()
+        return self._exited
 
     def kill(self) -> int | None:
         # Once reaped, its pid may be another process's: only its group (which holds the number while any member
-        # lives) is still safe to signal.
-        _signal_group(self.pid, leader=not self._ended)
-        if not self._ended:
-            self._read_end()
+        # lives) is still safe to signal. The server reports the reap at once, so a report written is read first.
+        self.exited_within(0)
+        _signal_group(self.pid, leader=not self._exited)
+        if not self._exited:
+            self._read_exit()
+        self.server.stdout.readline()  # its orphans ended (nothing where the server is gone)
         self.strays.end(self.pid)
         return self.returncode
 
-    def _read_end(self) -> None:
-        line = self.server.stdout.readline()  # the server writes it once the trial and its orphans are reaped
-        self._ended = True
+    def _read_exit(self) -> None:
+        line = self.server.stdout.readline()
+        self._exited = True
         if line:
             self.returncode = json.loads(line)["code"]
 

@@ -9,6 +9,7 @@ run of the study, baseline and race included, is pinned to a set of that size, s
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 from autotune.errors import ConfigError
@@ -98,8 +99,9 @@ def _core_slots(parallel: int | str, cpu_sets: list[list[int]], usable: set[int]
 
 
 def pin_from_env() -> None:
-    """In a trial process: pin it to the cores ``CPUS_ENV`` names, with torch's default thread count a process started
-    on those cores gets (one per core), before anything else runs; nothing where it is not set."""
+    """In a trial process: pin it to the cores ``CPUS_ENV`` names, with the thread counts a process started on those
+    cores gets (torch's: one per core; Inductor's compile threads), before anything else runs; nothing where it is
+    not set."""
     given = os.environ.get(CPUS_ENV)
     if not given:
         return
@@ -108,3 +110,13 @@ def pin_from_env() -> None:
     cores = {int(core) for core in given.split(",")}
     os.sched_setaffinity(0, cores)
     torch.set_num_threads(len(cores))
+    _count_compile_threads()
+
+
+def _count_compile_threads() -> None:
+    """Inductor's compile threads counted again, by Inductor's own rule, where Inductor was imported before the
+    pinning: a trial forked from the fork server (which imports it with torch._dynamo) would keep the count its
+    server made on every core of the tuner. Where it is not imported, its import counts them on the pinned cores."""
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.compile_threads = config.decide_compile_threads()  # which honours TORCHINDUCTOR_COMPILE_THREADS

@@ -11,8 +11,8 @@ in a child, a double fork, ``subprocess.Popen(start_new_session=True)``) leaves 
 
 When a trial ends, however it ends, ``Strays.end`` kills every live process carrying its token and kills and reaps
 every child this process adopted while the trial ran (``end_children`` in the fork server, whose only child is the
-trial). Every child the tuner starts on purpose is recorded (``own``): any other child that appears while a trial
-runs is an adopted orphan, and reaping it takes no exit code from a ``subprocess.Popen``.
+trial). Every child the tuner starts on purpose is started and recorded at once (``start_owned``): any other child
+that appears while a trial runs is an adopted orphan, and reaping it takes no exit code from a ``subprocess.Popen``.
 
 Neither net reaches a process that another service started (``systemd-run``, ``at``, a container runtime): it is no
 descendant and has its own environment. Elsewhere than Linux, neither exists and only the group is killed.
@@ -24,9 +24,11 @@ import ctypes
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import psutil
 
@@ -71,8 +73,8 @@ def die_with_parent(parent: int) -> None:
 
 class Strays:
     """What one trial, about to start from this process, may leave behind: the processes carrying ``token``, and the
-    orphans this process adopts from now on. Children it started on purpose (``own``) and those it had before are
-    never touched; trials may run at once (``study.parallel``), each with its own ``Strays``."""
+    orphans this process adopts from now on. Children it started on purpose (``start_owned``) and those it had before
+    are never touched; trials may run at once (``study.parallel``), each with its own ``Strays``."""
 
     def __init__(self, token: str | None) -> None:
         become_subreaper()
@@ -128,10 +130,14 @@ class Strays:
         return found
 
 
-def own(pid: int) -> None:
-    """Record ``pid`` as a child this process started on purpose (a trial, a fork server): never a stray."""
+def start_owned(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    """The child ``start()`` starts on purpose (a trial, a fork server), recorded as never a stray. No trial's end
+    looks at this process's children meanwhile: one ending in another thread (study.parallel) would take the new
+    child, not yet recorded and carrying no token, for an orphan and kill it."""
     with _LOCK:
-        _OWN.add(pid)
+        child = start()
+        _OWN.add(child.pid)
+    return child
 
 
 def disown(pid: int) -> None:

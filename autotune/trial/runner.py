@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,7 +18,15 @@ from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading,
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
 from autotune.trial.log_cap import LogCap
 from autotune.trial.reaper import TRIAL_TOKEN_ENV, new_token
-from autotune.trial.result import LAUNCHED_AT_ENV, TUNER_PID_ENV, Failure, FailureKind, TrialRequest, TrialResult
+from autotune.trial.result import (
+    LAUNCHED_AT_ENV,
+    TUNER_PID_ENV,
+    Failure,
+    FailureKind,
+    TrialRequest,
+    TrialResult,
+    signal_name,
+)
 
 # Set, every trial this process runs is stopped as Ctrl-C stops the main thread's (its watcher raises
 # KeyboardInterrupt): trials running in other threads (study.parallel) get no signal of their own.
@@ -54,7 +63,8 @@ def run_trial(
     The process leads its own process group, so on timeout, interrupt, exit, its memory
     (process tree, PSS) crossing ``budget``, or ``on_progress`` giving a reason to stop
     (pruning), the whole group (its DataLoader workers included) is killed, and every process it detached from the
-    group (``reaper``): nothing is left behind.
+    group (``reaper``): nothing is left behind. A result the trial wrote is its result however it then exited, unless
+    the tuner stopped it.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     request_path = _write_private(workdir / _REQUESTS, name, json.dumps(request.to_dict(), indent=1))
@@ -72,17 +82,46 @@ def run_trial(
             progress = _ProgressReader(progress_path, on_progress) if on_progress else None
             stopped = _watch(proc, timeout_s, budget, progress, log)
         finally:
-            returncode = proc.kill()
-            log.check()
+            with _signals_held():
+                returncode = proc.kill()
+                log.check()
     finally:
         _remove_private(request_path)
     wall_s = time.monotonic() - start
     if stopped is not None:
         return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s)
-    if result_path.exists() and returncode == 0:
+    if result_path.exists():  # this run's (a stale one was deleted above), and whole (written by a rename)
+        if returncode != 0:
+            _note(
+                log_path,
+                f"the trial's process ended after it wrote its result ({_ending(returncode)}); the result is kept",
+            )
         result = TrialResult.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
         return result.with_wall_time(wall_s)
     return TrialResult(knobs=request.knobs, failure=_exit_failure(returncode, log_path), wall_s=wall_s)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold back every signal Python handles (Ctrl-C, the CLI's stop signals) until the block ends, then deliver
+    each one caught: a second Ctrl-C raised while a trial's processes are killed and reaped would leave the processes
+    it detached running. Python runs handlers in the main thread only, so that is where they are held (a signal's
+    mask would not do: the kernel gives the signal to another thread, whose handler still interrupts this one)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {signum: signal.getsignal(signum) for signum in signal.valid_signals()}
+    handlers = {signum: handler for signum, handler in handlers.items() if callable(handler)}
+    caught: list[int] = []
+    for signum in handlers:
+        signal.signal(signum, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 # The folder of a trial folder holding the requests of the trials running: only this user can open it.
@@ -92,12 +131,16 @@ _REQUESTS = ".requests"
 def _write_private(folder: Path, name: str, text: str) -> Path:
     """``text`` in a new file in ``folder``, both only this user can read: a request holds the pipeline's config,
     whose arguments may hold a credential (a dataset URL's password)."""
-    folder.mkdir(mode=0o700, exist_ok=True)
-    folder.chmod(0o700)  # one left by an older run, or made under another umask
-    fd, path = tempfile.mkstemp(prefix=f"{name}.", suffix=".request.json", dir=folder)  # mode 0600
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    return Path(path)
+    while True:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        try:
+            folder.chmod(0o700)  # one left by an older run, or made under another umask
+            fd, path = tempfile.mkstemp(prefix=f"{name}.", suffix=".request.json", dir=folder)  # mode 0600
+        except FileNotFoundError:  # another trial's end removed the folder, then empty, in between: made again
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        return Path(path)
 
 
 def _remove_private(path: Path) -> None:
@@ -254,19 +297,34 @@ class _BudgetWatch:
 
 
 def _exit_failure(returncode: int | None, log_path: Path) -> Failure:
+    """Why a trial that ended by itself left no result: its exit code or signal, and its log's telling line."""
     last_line = _last_line(log_path)
     detail = f" ({last_line})" if last_line else ""
+    if returncode == -signal.SIGKILL:  # autotune's own kills are reported before; this one came from outside
+        return Failure(
+            FailureKind.OUT_OF_MEMORY,
+            f"killed by SIGKILL, not by autotune: most likely the kernel's OOM killer{detail}",
+        )
+    if returncode is not None and returncode < 0:
+        return Failure(FailureKind.SIGNAL, f"{_ending(returncode)}{detail}")
+    without = "" if returncode is None else " without a result"
+    return Failure(FailureKind.NO_RESULT, f"{_ending(returncode)}{without}{detail}")
+
+
+def _ending(returncode: int | None) -> str:
+    """How a trial's process ended, by its exit code as ``Popen.returncode`` (None: unknown)."""
     if returncode is None:
-        return Failure(FailureKind.NO_RESULT, f"its fork server ended before it, without its exit code{detail}")
+        return "its fork server ended before it, without its exit code"
     if returncode < 0:
-        name = signal.Signals(-returncode).name
-        if name == "SIGKILL":  # autotune's own kills are reported above; this one came from outside
-            return Failure(
-                FailureKind.OUT_OF_MEMORY,
-                f"killed by SIGKILL, not by autotune: most likely the kernel's OOM killer{detail}",
-            )
-        return Failure(FailureKind.SIGNAL, f"killed by {name}{detail}")
-    return Failure(FailureKind.NO_RESULT, f"exited with code {returncode} without a result{detail}")
+        return f"killed by {signal_name(-returncode)}"
+    return f"exited with code {returncode}"
+
+
+def _note(log_path: Path, text: str) -> None:
+    """A line of autotune's at the end of a trial's log, where its reader looks for how the trial ended."""
+    with contextlib.suppress(OSError):
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"\n[autotune: {text}]\n")
 
 
 def _last_line(log_path: Path) -> str:

@@ -3,14 +3,16 @@ imports (torch, torch._dynamo, the trial worker) and forks each trial from there
 milliseconds instead of paying those imports again.
 
 It runs no torch operation (forking a process whose thread pools have run is unsafe), creates no CUDA context and
-imports no user code: a trial's child process does all of that after the fork. Orders come one JSON line each on
-stdin: ``{"argv": [...], "log": PATH, "env": {...}, "cwd": PATH}``; for each, one trial is forked and its pid
-written to stdout as ``{"pid": N}``, then, once it has ended, ``{"exit": N, "code": C}`` (C as ``Popen.returncode``:
-negative for a signal). Trials run one at a time. End of stdin (the tuner exited, however it exited) ends the server.
+imports no user code: a trial's child process does all of that after the fork. Once its imports are done it writes
+``{"ready": N}`` (its pid) to stdout. Orders come one JSON line each on stdin: ``{"argv": [...], "log": PATH, "env":
+{...}, "cwd": PATH}`` (a relative path is the order's ``cwd``'s); for each, one trial is forked and its pid written
+as ``{"pid": N}``, then, as soon as it is reaped, ``{"exit": N, "code": C}`` (C as ``Popen.returncode``: negative
+for a signal), and, once its orphans are ended, ``{"ended": N}``. Trials run one at a time. End of stdin (the tuner
+exited, however it exited) ends the server.
 
 The server is a child subreaper (``reaper``): a process a trial detached is adopted by the server once its parent
-dies, and every such orphan is killed and reaped before the trial's end is reported, so its child list holds nothing
-but the running trial and what it left. A trial dies with the server (``die_with_parent``): a server that died
+dies, and every such orphan is killed and reaped before the next order is read, so its child list holds nothing but
+the running trial and what it left. A trial dies with the server (``die_with_parent``): a server that died
 mid-trial leaves nothing running that no one waits for.
 """
 
@@ -45,6 +47,7 @@ def main() -> int:
     base_path = [entry for entry in sys.path[1:] if entry not in _python_path(os.environ)]
     os.chdir("/")  # each trial runs in the directory its order names; the server holds on to none
     become_subreaper()
+    control_out.write(json.dumps({"ready": os.getpid()}) + "\n")
     for line in control_in:
         order = json.loads(line)
         server, pid = os.getpid(), os.fork()
@@ -53,8 +56,11 @@ def main() -> int:
             _run_child(order, base_path, (control_in.fileno(), control_out.fileno(), devnull))
         control_out.write(json.dumps({"pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)
-        end_children()
+        # Reported as it is reaped, before its orphans are ended (up to END_S): the tuner must not count that time
+        # against the trial's timeout, nor signal the trial's pid, free for another process from now on.
         control_out.write(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
+        end_children()
+        control_out.write(json.dumps({"ended": pid}) + "\n")
     return 0
 
 
@@ -64,7 +70,8 @@ def _run_child(order: dict, base_path: list[str], inherited: tuple[int, ...]) ->
     fresh seeds), then the worker's ``run``. Never returns."""
     try:
         os.setsid()
-        log = open_log(order["log"])
+        # Opened before the chdir below, so that a failing chdir is in the log too.
+        log = open_log(os.path.join(order["cwd"], order["log"]))
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -136,7 +138,7 @@ def test_a_trial_that_exits_with_a_message_ends_with_code_1_and_the_message_in_i
     ids=["reads-the-order-then-dies", "stopped-reading", "stuck"],
 )
 def test_a_server_that_fails_its_reply_leaves_the_trial_to_a_fresh_process_and_nothing_registered(
-    tmp_path, server_code, monkeypatch
+    tmp_path, server_code, monkeypatch, capsys
 ):
     monkeypatch.setattr(launch, "_REPLY_S", 1.0)
     server = ForkServer()
@@ -151,6 +153,10 @@ def test_a_server_that_fails_its_reply_leaves_the_trial_to_a_fresh_process_and_n
     assert server._broken and proc.lender is None, "started fresh"
     assert proc.exited_within(60) and proc.kill() == 1
     assert reaper._RUNNING == running, "the failed exchange's trial left no Strays behind"
+    said = capsys.readouterr().err
+    assert said.startswith("autotune: the fork server failed an order (") and said.endswith(
+        "; trials start as fresh processes from here on\n"
+    ), said
 
 
 @pytest.mark.slow
@@ -278,3 +284,152 @@ def test_a_trial_that_ended_before_its_pid_was_read_is_seen_to_end_at_once(serve
         assert late.exited_within(5), "its end, read ahead with its pid, was never seen"
     finally:
         assert late.kill() == 1
+
+
+# A fork server in miniature, speaking the zygote's protocol: ready after the seconds its argument gives; each order's
+# trial a process that exits at once.
+MINIATURE_SERVER = """
+import json, subprocess, sys, time
+time.sleep(float(sys.argv[1]))
+print(json.dumps({"ready": 1}), flush=True)
+for order in sys.stdin:
+    trial = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    print(json.dumps({"pid": trial.pid}), flush=True)
+    print(json.dumps({"exit": trial.pid, "code": trial.wait()}), flush=True)
+    print(json.dumps({"ended": trial.pid}), flush=True)
+"""
+
+
+def serving(monkeypatch, code: str, *args: str, then=None) -> None:
+    """Fork servers started from here on run ``python -c CODE ARGS`` instead of the zygote; ``then`` is called once
+    each has started, with its process."""
+    popen = subprocess.Popen
+
+    def started(command, **options):
+        if command[-2:] != ["-m", "autotune.trial.zygote"]:
+            return popen(command, **options)
+        server = popen([sys.executable, "-c", code, *args], **options)
+        if then is not None:
+            then(server)
+        return server
+
+    monkeypatch.setattr(subprocess, "Popen", started)
+
+
+def test_a_server_slow_to_import_is_waited_for_before_its_first_order_is(tmp_path, monkeypatch):
+    # Its imports take seconds, more on a network file system or with several servers starting: no order's reply.
+    monkeypatch.setattr(launch, "_REPLY_S", 1.0)
+    serving(monkeypatch, MINIATURE_SERVER, "2.0")
+    server = ForkServer()
+    try:
+        proc = server.start([str(tmp_path / "r.json")], tmp_path / "t.log", _worker_env(request()))
+        assert not server._broken and proc.lender == server._server.pid, "forked"
+        assert proc.exited_within(10) and proc.kill() == 0
+    finally:
+        server.close()
+
+
+def test_a_server_that_never_gets_ready_is_given_up_once_saying_why(tmp_path, monkeypatch, capsys):
+    serving(monkeypatch, "import sys; sys.exit(3)")
+    monkeypatch.setattr(FreshLauncher, "start", lambda self, *args: "fresh")
+    server = ForkServer()
+    assert [server.start([], tmp_path / "t.log", _worker_env(request())) for _ in range(2)] == ["fresh", "fresh"]
+    assert server.servers_started == 1, "given up for this process: a server that failed once would fail again"
+    assert capsys.readouterr().err == (
+        "autotune: the fork server did not start (it ended); trials start as fresh processes from here on\n"
+    )
+
+
+def test_a_server_start_interrupted_before_it_is_ready_is_ended_not_kept_for_the_next_trial(tmp_path, monkeypatch):
+    serving(monkeypatch, MINIATURE_SERVER, "60")
+    server = ForkServer()
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "_reply", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        server.start([str(tmp_path / "r.json")], tmp_path / "t.log", _worker_env(request()))
+    assert server._server is None and not server._broken, "the next trial starts a server of its own"
+
+
+def test_a_server_starting_is_never_an_orphan_to_the_end_of_a_trial_running_alone_meanwhile(tmp_path, monkeypatch):
+    # study.parallel: one slot starts a server (a new draw) while another's trial, the only one running, ends and kills
+    # the children of the tuner it did not start; the server, carrying no trial's token, must not be one of them.
+    monkeypatch.setattr(reaper, "_RUNNING", set())
+    ending, found, sweeps = reaper.Strays(None), [], []
+
+    def swept_meanwhile(started):
+        sweep = threading.Thread(target=lambda: found.append(ending._adopted()))
+        sweep.start()
+        sweep.join(0.5)  # the other trial's end looks at the children now, or once the server is recorded
+        sweeps.append(sweep)
+
+    serving(monkeypatch, MINIATURE_SERVER, "0", then=swept_meanwhile)
+    server = ForkServer()
+    try:
+        proc = server.start([str(tmp_path / "r.json")], tmp_path / "t.log", _worker_env(request()))
+        sweeps[0].join()
+        assert found == [[]], "the server was taken for an orphan"
+        assert not server._broken and proc.lender == server._server.pid
+        assert proc.exited_within(10) and proc.kill() == 0
+    finally:
+        ending.forget()
+        server.close()
+
+
+@pytest.mark.slow
+def test_a_forked_trial_in_a_relative_workdir_has_its_log_there(server, tmp_path, monkeypatch):
+    # As a library user calls it: run_trial(..., workdir=Path("trials")), the server's own directory being "/".
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the test pipeline's modules, no longer in the current directory
+    result = run_trial(request(), 120, Path("trials"), "relative", launcher=server)
+    assert result.ok, result.failure
+    assert "relative.log" in os.listdir(tmp_path / "trials")
+
+
+# The zygote, its orphans' end made slow: as a trial's orphans that take the server up to END_S to end.
+SLOW_TO_END_ORPHANS = """
+import sys, time
+from autotune.trial import zygote
+end_children = zygote.end_children
+zygote.end_children = lambda: (time.sleep(3.0), end_children())
+sys.exit(zygote.main())
+"""
+
+
+@pytest.mark.slow
+def test_a_forked_trial_ends_as_it_is_reaped_not_once_its_orphans_are_and_its_pid_is_not_signalled(
+    tmp_path, monkeypatch
+):
+    serving(monkeypatch, SLOW_TO_END_ORPHANS)
+    server = ForkServer()
+    argv = [str(tmp_path / "missing.json"), str(tmp_path / "out.json")]  # the worker cannot read it: exit 1 at once
+    try:
+        proc = server.start(argv, tmp_path / "t.log", _worker_env(request()))
+        assert proc.lender is not None
+        assert runner_module._watch(proc, timeout_s=2.0, budget=None) is None, "ended, not at its timeout"
+        signalled, asked = [], time.monotonic()
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "kill", lambda pid, sig: signalled.append(pid))
+            assert proc.kill() == 1
+        assert proc.pid not in signalled, "reaped: its pid may be another process's"
+        assert time.monotonic() - asked > 1.0, "its end waited for its orphans to be ended"
+    finally:
+        server.close()
+
+
+def test_a_forked_trial_reaped_as_it_is_stopped_is_not_signalled_by_its_pid(server, tmp_path, monkeypatch):
+    # Stopped (a timeout, a prune) as it ended: the server reaped it and said so, the tuner has not read it yet.
+    argv = [str(tmp_path / "missing.json"), str(tmp_path / "out.json")]  # the worker cannot read it: exit 1 at once
+    proc = server.start(argv, tmp_path / "t.log", _worker_env(request()))
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(proc.pid):
+        assert time.monotonic() < deadline, "the trial was never reaped"
+        time.sleep(0.01)
+    time.sleep(0.2)  # the server's report of it, written as it reaped it
+    signalled = []
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "kill", lambda pid, sig: signalled.append(pid))
+        assert proc.kill() == 1
+    assert proc.pid not in signalled, "its pid may be another process's"

@@ -8,17 +8,19 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from autotune.measure.memory import MemoryBudget
 from autotune.trial import runner
-from autotune.trial.launch import FreshLauncher, _FreshProcess
+from autotune.trial.launch import FreshLauncher, _FreshProcess, open_log
 from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
-from autotune.trial.runner import _ProgressReader, _worker_env, run_repeated, run_trial
-from tests.conftest import processes_mentioning, trial_request
+from autotune.trial.runner import _ProgressReader, _worker_env, _write_private, run_repeated, run_trial
+from tests.conftest import fake_measurement, processes_mentioning, trial_request
 
 
 def request(model="TinyCNN", dataset="TinyImages", **knobs) -> TrialRequest:
@@ -220,3 +222,90 @@ def test_a_credential_in_the_pipeline_is_in_a_private_request_deleted_with_its_t
     assert sorted(path.name for path in (tmp_path / "trials").iterdir()) == ["t.log", "t.result.json"], "then gone"
     for path in (tmp_path / "trials").iterdir():
         assert password not in path.read_text(errors="replace"), f"{path.name} echoes the credential"
+
+
+class Scripted:
+    """A launcher whose trial is ``python -c CODE`` with the trial's argv (request, result, progress), in a session
+    of its own: a trial's way of ending without torch's imports."""
+
+    servers_started = 0
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def start(self, argv: list[str], log_path: Path, env: dict[str, str]) -> _FreshProcess:
+        log = open_log(log_path)
+        try:
+            command = [sys.executable, "-c", self.code, *argv]
+            return _FreshProcess(subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True))
+        finally:
+            os.close(log)
+
+    def new_draw(self) -> None:
+        """Nothing to draw."""
+
+
+def test_a_trial_killed_by_a_real_time_signal_is_a_signal_failure_not_the_studys_end(tmp_path):
+    # Python names SIGRTMIN and SIGRTMAX, not the 29 signals between them, which a POSIX timer may send.
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGRTMIN + 1)"
+    result = run_trial(request(), 60, tmp_path, "timer", launcher=Scripted(code))
+    assert result.failure.kind is FailureKind.SIGNAL
+    assert result.failure.message == f"killed by signal {signal.SIGRTMIN + 1} ({signal.strsignal(signal.SIGRTMIN + 1)})"
+
+
+def test_a_result_written_before_the_trial_died_in_its_exit_handlers_is_kept(tmp_path):
+    # A C extension's exit handler that crashes, or the user's cleanup that signals its own group: the measurement,
+    # written whole, stands.
+    measured = TrialResult(knobs=request().knobs, measurement=fake_measurement(123.0))
+    code = f"import os, signal, sys; open(sys.argv[2], 'w').write({json.dumps(measured.to_dict())!r}); "
+    result = run_trial(request(), 60, tmp_path, "t", launcher=Scripted(code + "os.killpg(0, signal.SIGTERM)"))
+    assert result.ok and result.timing.throughput == 123.0, result.failure
+    log = (tmp_path / "t.log").read_text()
+    assert log.endswith(
+        "[autotune: the trial's process ended after it wrote its result (killed by SIGTERM); the result is kept]\n"
+    )
+    crashed = run_trial(request(), 60, tmp_path, "t", launcher=Scripted("import os; os.abort()"))
+    assert crashed.failure.kind is FailureKind.SIGNAL, "the result an earlier run of that name wrote is not its result"
+
+
+def test_a_request_is_written_though_another_trials_end_removed_its_folder_meanwhile(tmp_path, monkeypatch):
+    # Trials at once (study.parallel) share the folder: the last request of one removed, the folder goes with it.
+    folder, mkstemp, removed = tmp_path / ".requests", tempfile.mkstemp, []
+
+    def after_another_trials_end(**options):
+        if not removed:
+            removed.append(folder.rmdir())
+        return mkstemp(**options)
+
+    monkeypatch.setattr(tempfile, "mkstemp", after_another_trials_end)
+    path = _write_private(folder, "t", "{}")
+    assert removed and path.read_text() == "{}" and path.parent == folder
+
+
+class _StoppedTwice:
+    """A trial whose watch a Ctrl-C ends, and whose end another Ctrl-C comes in the middle of."""
+
+    pid, lender = 0, None
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def exited_within(self, seconds: float) -> bool:
+        raise KeyboardInterrupt
+
+    def kill(self) -> int | None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        self.ended = True
+        return None
+
+
+def test_a_second_ctrl_c_while_a_trial_is_ended_is_raised_once_it_has_ended(tmp_path, monkeypatch):
+    trial = _StoppedTwice()
+    launcher = Scripted("")
+    monkeypatch.setattr(launcher, "start", lambda *args: trial)
+    with pytest.raises(KeyboardInterrupt):
+        run_trial(request(), 60, tmp_path, "t", launcher=launcher)
+    assert trial.ended, "its processes were all ended before the second Ctrl-C was raised"
+    assert not (tmp_path / ".requests").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
