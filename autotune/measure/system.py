@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,3 +72,13 @@ def _usable(per_core: list[float]) -> list[float]:
     if not hasattr(os, "sched_getaffinity"):
         return per_core
     return [per_core[cpu] for cpu in sorted(os.sched_getaffinity(0)) if cpu < len(per_core)] or per_core
+
+
+def signal_name(number: int) -> str:
+    """A signal's name, as SIGSEGV; one Python does not name (the real-time signals between SIGRTMIN and SIGRTMAX,
+    which a POSIX timer may send) by its number and the C library's description."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        described = signal.strsignal(number)
+        return f"signal {number}" + (f" ({described})" if described else "")

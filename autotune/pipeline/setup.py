@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from autotune.batches import to_device
 from autotune.knobs import TrainingSetup, apply_knobs
+from autotune.measure.system import signal_name
 from autotune.pipeline.build import Pipeline
 
 # A trial whose loss scaler skipped more than this share of its window's optimizer steps measured no training.
@@ -202,5 +202,5 @@ def _worker_kill_signal(epoch: Iterator[Any]) -> str | None:
     """The signal that killed one of the DataLoader iterator's workers, if one was killed."""
     for worker in getattr(epoch, "_workers", []):  # private to DataLoader; absent when num_workers=0
         if worker.exitcode is not None and worker.exitcode < 0:
-            return signal.Signals(-worker.exitcode).name
+            return signal_name(-worker.exitcode)
     return None

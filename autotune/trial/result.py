@@ -3,7 +3,6 @@ measurement or the failure): plain, JSON-serialisable data. It imports no torch:
 
 from __future__ import annotations
 
-import signal
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
@@ -105,16 +104,6 @@ class FailureKind(str, Enum):
         (pruned), too big for the memory (over the budget, or killed for memory) or inexact (incorrect): a
         verdict on that configuration, which is data, not a reason to stop the study."""
         return self not in (FailureKind.PRUNED, FailureKind.OUT_OF_MEMORY, FailureKind.INCORRECT)
-
-
-def signal_name(number: int) -> str:
-    """A signal's name, as SIGSEGV; one Python does not name (the real-time signals between SIGRTMIN and SIGRTMAX,
-    which a POSIX timer may send) by its number and the C library's description."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        described = signal.strsignal(number)
-        return f"signal {number}" + (f" ({described})" if described else "")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
+from autotune.measure.system import signal_name
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
 from autotune.trial.log_cap import LogCap
 from autotune.trial.reaper import TRIAL_TOKEN_ENV, new_token
@@ -25,7 +26,6 @@ from autotune.trial.result import (
     FailureKind,
     TrialRequest,
     TrialResult,
-    signal_name,
 )
 
 # Set, every trial this process runs is stopped as Ctrl-C stops the main thread's (its watcher raises

@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.inspect import optimizer_options
-from autotune.pipeline.setup import Trainer, loss_problem
+from autotune.pipeline.setup import Trainer, _worker_kill_signal, loss_problem
 from tests.conftest import NEUTRAL_KNOBS, trial_request
 
 
@@ -145,3 +146,11 @@ def test_one_dataloader_serves_every_epoch_so_persistent_workers_persist(persist
         assert epochs[0] == epochs[1] == epochs[2] == epochs[3], "the same two workers across four epochs"
     else:
         assert len(set().union(*epochs)) == 8, "without persistent_workers, each epoch starts two new workers"
+
+
+@pytest.mark.parametrize("exitcode, name", [(-9, "SIGKILL"), (-35, "signal 35"), (0, None)])
+def test_a_dataloader_worker_killed_by_any_signal_is_named_by_it(exitcode, name):
+    # A POSIX timer's real-time signal has no name in Python's signal module: naming it must not raise.
+    epoch = SimpleNamespace(_workers=[SimpleNamespace(exitcode=None), SimpleNamespace(exitcode=exitcode)])
+    found = _worker_kill_signal(epoch)
+    assert found == name if name is None else found.startswith(name)  # then the C library's description
