@@ -57,9 +57,12 @@ def format_probe(probe: ProbeRecord) -> str:
     """What the differential probe found."""
     if not probe.ok:
         return f"the differential probe failed ({probe.failure}); the search goes on without it"
+    failed = probe.result.failed if probe.result else []
+    raised = f"; {len(failed)} of its settings raised (first: {failed[0].message})" if failed else ""
     return (
         f"at the baseline the DataLoader alone gives {probe.baseline_loader_sps:.1f} samples/s and the model "
-        f"step alone {probe.baseline_compute_sps:.1f} samples/s; trials follow its predictions ({probe.wall_s:.1f} s)"
+        f"step alone {probe.baseline_compute_sps:.1f} samples/s; trials follow its predictions{raised} "
+        f"({probe.wall_s:.1f} s)"
     )
 
 

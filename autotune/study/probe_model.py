@@ -152,9 +152,10 @@ class ProbeModel:
 
 
 def _timed(throughput: float | None) -> float:
-    """A probe setting's throughput; ValueError where it ran out of memory (None), so nothing is predicted from it."""
+    """A probe setting's throughput; ValueError where it ran out of memory or raised (None), so nothing is predicted
+    from it."""
     if throughput is None:
-        raise ValueError("this setting ran out of memory in the probe")
+        raise ValueError("this setting did not run in the probe")
     return throughput
 
 
@@ -208,7 +209,8 @@ def probe_once(
     """Run the probe once per study and machine (None: this one) and store what it found (reused on resume, and by
     other tuners of the study on a machine alike: the first stored is the one used). Returns the stored record;
     a probe that fails, whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION), or that
-    ran out of memory at the baseline's own settings, is recorded as failed and the search goes on without it."""
+    ran out of memory or raised at the baseline's own settings, is recorded as failed and the search goes on
+    without it."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
     stored = study.user_attrs.get(attr)
     if stored is not None:
@@ -223,8 +225,9 @@ def probe_once(
         workers = baseline_or_first(space, baseline, "num_workers")  # the baseline's, if the probe timed it
         try:
             loading, compute = probe_model.loader(anchor["batch_size"], workers), probe_model.compute(anchor)
-        except ValueError:  # the anchor ran out of memory: every prediction scales its timings
-            reason = "it ran out of memory at the baseline's own settings, from which it predicts every configuration"
+        except ValueError:  # the anchor did not run: every prediction scales its timings
+            failed = _anchor_failure(result.probe)
+            reason = f"it {failed} at the baseline's own settings, from which it predicts every configuration"
             record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
         else:
             record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute)
@@ -234,6 +237,13 @@ def probe_once(
         return ProbeRecord.from_dict(stored)
     study.set_user_attr(attr, record.to_dict())
     return record
+
+
+def _anchor_failure(result: ProbeResult) -> str:
+    """How the probe's anchor (its first model step setting, or a DataLoader setting) failed: out of memory, or the
+    error it raised."""
+    raised = [entry.message for entry in result.failed if entry.half == "loader" or entry.index == 0]
+    return f"raised {raised[0]}" if raised else "ran out of memory"
 
 
 def _timed_as_baseline(anchor: dict[str, Any], workers: Any, baseline: dict[str, Any]) -> list[str]:

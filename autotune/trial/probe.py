@@ -18,15 +18,15 @@ from autotune.measure.differential import loader_throughput, step_throughput
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
 from autotune.trial.exceptions import exception_text, is_out_of_memory
-from autotune.trial.result import Half, ProbeOutOfMemory, ProbePlan, ProbeResult
+from autotune.trial.result import Half, ProbeFailure, ProbeOutOfMemory, ProbePlan, ProbeResult
 
 
 def run_probe(
     pipeline: Pipeline, plan: ProbePlan, device: torch.device, effective_batch_size: int | None
 ) -> ProbeResult:
-    """Time every setting of ``plan`` on ``pipeline`` in this process; one that runs out of memory is recorded
-    (``ProbeResult.out_of_memory``) and the others are timed all the same."""
-    guard = _OutOfMemoryGuard(device)
+    """Time every setting of ``plan`` on ``pipeline`` in this process; one that runs out of memory or raises is
+    recorded (``ProbeResult.out_of_memory``, ``ProbeResult.failed``) and the others are timed all the same."""
+    guard = _Guard(device)
     loaders = [
         guard.time("loader", index, partial(_time_loader, pipeline, setting, plan.seconds))
         for index, setting in enumerate(plan.loaders)
@@ -47,25 +47,28 @@ def run_probe(
     # anchor once untimed, so it does not read low and inflate every factor measured against it.
     guard.time("compute", None, partial(compute, plan.computes[0]))
     computes = [guard.time("compute", index, partial(compute, knobs)) for index, knobs in enumerate(plan.computes)]
-    return ProbeResult(loaders, computes, guard.out_of_memory)
+    return ProbeResult(loaders, computes, guard.out_of_memory, guard.failed)
 
 
-class _OutOfMemoryGuard:
-    """Runs the probe's timings one after another, an out of memory recorded with its setting instead of raised."""
+class _Guard:
+    """Runs the probe's timings one after another, a setting that runs out of memory or raises recorded with its
+    error instead of raised."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.out_of_memory: list[ProbeOutOfMemory] = []
+        self.failed: list[ProbeFailure] = []
 
     def time(self, half: Half, index: int | None, timing: Callable[[], float]) -> float | None:
-        """``timing()``, or None where it ran out of memory (recorded unless ``index`` is None: an untimed run)."""
+        """``timing()``, or None where it raised (recorded unless ``index`` is None: an untimed run)."""
         try:
             return timing()
         except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
             if index is not None:
-                self.out_of_memory.append(ProbeOutOfMemory(half, index, exception_text(exc)))
+                kind = ProbeOutOfMemory if is_out_of_memory(exc) else ProbeFailure
+                (self.out_of_memory if kind is ProbeOutOfMemory else self.failed).append(
+                    kind(half, index, exception_text(exc))
+                )
         release_memory(self.device)  # here, once the exception and the tensors its traceback held are gone
         return None
 

@@ -36,8 +36,8 @@ Half = Literal["loader", "compute"]
 
 
 @dataclass(frozen=True)
-class ProbeOutOfMemory:
-    """A setting of the plan that ran out of memory: its ``half`` ("loader": ``ProbePlan.loaders``, "compute":
+class ProbeFailure:
+    """A setting of the plan that raised: its ``half`` ("loader": ``ProbePlan.loaders``, "compute":
     ``ProbePlan.computes``), its index there, and the error, on one line."""
 
     half: Half
@@ -46,13 +46,20 @@ class ProbeOutOfMemory:
 
 
 @dataclass(frozen=True)
+class ProbeOutOfMemory(ProbeFailure):
+    """A setting of the plan that ran out of memory."""
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """Samples/s of each loader setting alone and of each compute setting on a cached batch, in plan order: None
-    for a setting that ran out of memory, which ``out_of_memory`` lists with its error."""
+    for a setting that ran out of memory, which ``out_of_memory`` lists with its error, or raised anything else,
+    which ``failed`` lists (a model that cannot take channels_last: the other settings still steer the search)."""
 
     loader_throughputs: list[float | None] = field(default_factory=list)
     compute_throughputs: list[float | None] = field(default_factory=list)
     out_of_memory: list[ProbeOutOfMemory] = field(default_factory=list)
+    failed: list[ProbeFailure] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,7 +67,8 @@ class ProbeResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
         out_of_memory = [ProbeOutOfMemory(**entry) for entry in data.get("out_of_memory", [])]
-        return cls(data["loader_throughputs"], data["compute_throughputs"], out_of_memory)
+        failed = [ProbeFailure(**entry) for entry in data.get("failed", [])]
+        return cls(data["loader_throughputs"], data["compute_throughputs"], out_of_memory, failed)
 
 
 def probe_plan_from_dict(data: dict[str, Any] | None) -> ProbePlan | None:

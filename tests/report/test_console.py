@@ -6,11 +6,12 @@ import io
 from dataclasses import replace
 
 from autotune.measure.measurement import SystemReport
-from autotune.records import TrialRecord
+from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
-from autotune.report.console import format_result, print_summary
+from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
+from autotune.trial.result import ProbeFailure, ProbePlan, ProbeResult
 from tests.report.test_reports import sample_results
 from tests.results.test_summary import results_with, trial
 
@@ -60,3 +61,12 @@ def test_a_run_slowed_by_other_processes_says_so_on_the_terminal_and_in_the_repo
     assert ": trial 0 (0.8 cores)." in markdown
     quiet = write_reports(results, summarise(results), tmp_path / "quiet")["report.md"].read_text()
     assert "busy machine" not in quiet
+
+
+def test_the_probe_line_says_how_many_of_its_settings_raised_and_the_first_error():
+    plan = ProbePlan([{"batch_size": 8, "num_workers": 0}], [{"batch_size": 8}, {"batch_size": 8}])
+    failed = [ProbeFailure("compute", 1, "RuntimeError: required rank 4 tensor to use channels_last format")]
+    record = ProbeRecord(3.0, plan, ProbeResult([900.0], [500.0, None], [], failed), 900.0, 500.0)
+    line = format_probe(record)
+    assert "; 1 of its settings raised (first: RuntimeError: required rank 4 tensor" in line
+    assert "raised" not in format_probe(replace(record, result=ProbeResult([900.0], [500.0, 510.0])))

@@ -21,7 +21,7 @@ from autotune.study.space import SearchSpace, needs_no_less_memory
 from autotune.study.start import open_study
 from autotune.study.tuner import Observation, counted_trials, ensure_baseline, tune
 from autotune.trial.exceptions import is_out_of_memory
-from autotune.trial.result import Failure, FailureKind, ProbeOutOfMemory, ProbeResult, TrialResult
+from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbeOutOfMemory, ProbeResult, TrialResult
 from autotune.trial.runner import run_trial
 from autotune.trial.worker import describe_exception
 from tests.conftest import (
@@ -221,7 +221,7 @@ def test_the_probe_keeps_its_other_settings_and_guides_the_search_to_the_largest
     ]
     assert ProbeRecord.from_dict(study.user_attrs[on_machine(PROBE_ATTR, this_machine_id())]) == record
     guide = Guide(ProbeModel.from_record(record), SPACE, BASE)
-    with pytest.raises(ValueError, match="ran out of memory in the probe"):
+    with pytest.raises(ValueError, match="did not run in the probe"):
         guide.probe_model.predict({**BASE, "batch_size": 128})
     calls: list = []
     tune(study, SPACE, settings(tmp_path, n_trials=6), measure_until_64(calls), print, guide.propose)
@@ -269,6 +269,22 @@ def test_a_probe_that_runs_out_of_memory_at_the_baselines_own_settings_fails_but
     record = probe_once(study, SPACE, BASE, anchor_too, 200.0)
     assert record.failure.startswith("it ran out of memory at the baseline's own settings")
     assert len(record.out_of_memory) == len(record.plan.computes), "its settings still bound the search"
+
+
+def test_a_probe_whose_model_step_raises_at_the_baselines_own_settings_fails_saying_what_it_raised(tmp_path):
+    study = open_study(settings(tmp_path), META)
+
+    def raising(plan):
+        failed = [
+            ProbeFailure("compute", i, "ValueError: this model cannot run forward") for i in range(len(plan.computes))
+        ]
+        return TrialResult(
+            BASE, probe=ProbeResult([5000.0] * len(plan.loaders), [None] * len(plan.computes), [], failed)
+        )
+
+    record = probe_once(study, SPACE, BASE, raising, 200.0)
+    assert record.failure.startswith("it raised ValueError: this model cannot run forward at the baseline's own")
+    assert record.out_of_memory == [], "an error bounds no batch size"
 
 
 @pytest.mark.slow

@@ -12,9 +12,9 @@ from autotune.measure.differential import loader_throughput, step_throughput
 from autotune.pipeline.build import build_pipeline
 from autotune.trial import probe as probe_module
 from autotune.trial.probe import release_memory, run_probe
-from autotune.trial.result import ProbeOutOfMemory, ProbePlan, ProbeResult
+from autotune.trial.result import ProbeFailure, ProbeOutOfMemory, ProbePlan, ProbeResult
 from tests.conftest import NEUTRAL_KNOBS, trial_request
-from tests.fixtures.faults import RaisingCNN
+from tests.fixtures.faults import RaisingCNN, WithAVolumeCNN
 from tests.fixtures.out_of_memory import CudaHogAbove, OutOfMemoryAbove
 
 
@@ -120,10 +120,21 @@ def test_a_setting_that_runs_out_of_memory_is_recorded_as_such_and_the_rest_of_t
     assert torch.get_num_threads() == threads, "a step that ran out of memory (with one thread) leaves no setting"
 
 
-def test_any_other_error_still_fails_the_probe():
+def test_a_setting_that_raises_is_recorded_and_the_rest_of_the_probe_is_kept():
+    pipeline = replace(build_pipeline(trial_request().pipeline), model=WithAVolumeCNN())
+    result = run_probe(pipeline, out_of_memory_plan(), torch.device("cpu"), None)
+    assert all(rate > 0 for rate in result.compute_throughputs[:4]) and result.compute_throughputs[4] is None
+    assert result.failed == [
+        ProbeFailure("compute", 4, "RuntimeError: required rank 4 tensor to use channels_last format")
+    ]
+    assert result.out_of_memory == []
+    assert ProbeResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result, "stored as typed data"
+
+
+def test_a_model_step_that_raises_at_every_setting_is_recorded_at_each():
     pipeline = replace(build_pipeline(trial_request().pipeline), model=RaisingCNN())
-    with pytest.raises(ValueError, match="this model cannot run forward"):
-        run_probe(pipeline, out_of_memory_plan(), torch.device("cpu"), None)
+    result = run_probe(pipeline, out_of_memory_plan(), torch.device("cpu"), None)
+    assert result.compute_throughputs == [None] * 5 and len(result.failed) == 5
 
 
 def test_after_an_out_of_memory_on_a_gpu_the_caching_allocator_gives_its_blocks_back(monkeypatch):
