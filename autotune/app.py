@@ -39,7 +39,7 @@ from autotune.study.run_race import run_race
 from autotune.study.sharing import finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
-from autotune.study.storage import is_server, open_storage
+from autotune.study.storage import StorageFaultError, is_server, open_storage
 from autotune.study.trim import run_trim
 from autotune.study.tuner import RunFn, StopReason, TrialEvent, counted_trials, ensure_baseline, tune_in_slots
 from autotune.trial import runner as trial_runner
@@ -150,12 +150,27 @@ def _tune(
         for each in runners:
             each.close()
         clock.save(finished=not stop.aborted)  # the run's time ends here: what follows renders what it stored
-        results = load_results(study, machine)
-        summary = summarise(results)
-        files = write_reports(results, summary, output_dir)
-        print_summary(summary, files, stop.message, out, results.profiles, results.tuner_time)
+        files = _report(study, machine, output_dir, stop, out)
     if stop.aborted:
         raise StudyAbortedError(f"tuning stopped early: {stop.message}; the reports cover what was measured")
+    return files
+
+
+def _report(study: optuna.Study, machine: str, output_dir: Path, stop: StopReason, out: TextIO) -> dict[str, Path]:
+    """Render what the study stored: the reports and the summary. Where a storage fault stopped the run and the study
+    cannot be read back either (its database server still down), say so instead: the fault itself, propagating,
+    is the run's error line."""
+    stopping = sys.exc_info()[1] is not None
+    try:
+        results = load_results(study, machine)
+    except StorageFaultError:
+        if not stopping:
+            raise
+        print(f"Stopped: {stop.message}. The study could not be read back to write the reports.", file=out)
+        return {}
+    summary = summarise(results)
+    files = write_reports(results, summary, output_dir)
+    print_summary(summary, files, stop.message, out, results.profiles, results.tuner_time)
     return files
 
 

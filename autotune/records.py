@@ -72,7 +72,7 @@ def measured_trials(
     for trial in study.get_trials(deepcopy=False) if trials is None else trials:
         attrs = trial.user_attrs
         here = trial.state in MEASURED_STATES and attrs.get(MACHINE_ATTR) == machine
-        if not here or RESULT_ATTR not in attrs or DUPLICATE_ATTR in attrs or INTERRUPTED_ATTR in attrs:
+        if not here or RESULT_ATTR not in attrs or DUPLICATE_ATTR in attrs or interrupted(trial):
             continue
         result = TrialResult.from_dict(attrs[RESULT_ATTR])
         key = config_key(result.knobs)
@@ -80,6 +80,13 @@ def measured_trials(
             seen.add(key)
             found.append((trial, result))
     return found
+
+
+def interrupted(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` was failed as interrupted (INTERRUPTED: its tuner was stopped or died while it ran). The mark
+    is written before the trial is failed, by another tuner where it takes the trial's for dead, which its tuner may
+    answer by telling it first: the mark of a trial not failed says nothing."""
+    return trial.state is TrialState.FAIL and bool(trial.user_attrs.get(INTERRUPTED_ATTR))
 
 
 def metric_attrs(result: TrialResult) -> dict[str, Any]:

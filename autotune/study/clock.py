@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from autotune.knobs import costly
 from autotune.measure.recorder import WindowPlan
 from autotune.records import config_key
 from autotune.results.tuner_time import TUNER, RunTime, process_phases, run_attr
+from autotune.study.storage import StorageFaultError
 from autotune.trial.result import TrialResult
 
 SEARCH = "search"  # the stage whose trials screen (a shorter window than the baseline's and the races')
@@ -205,9 +207,17 @@ class RunClock:
         return RunTime(self.started_at, wall_s, stages, processes, finished, self.budget_s, left_out)
 
     def save(self, finished: bool = False) -> None:
-        """Store the record in the attached study (nothing before ``attach``)."""
-        if self._study is not None:
+        """Store the record in the attached study (nothing before ``attach``). Called as an error propagates (from a
+        ``finally``: a stage's, the run's), it is best effort: a storage fault it meets is dropped, as the error
+        propagating (a storage fault itself, often the same) says why the run stopped, and the reports follow it."""
+        if self._study is None:
+            return
+        stopping = sys.exc_info()[1] is not None
+        try:
             self._study.set_user_attr(run_attr(self._machine, self.run), self.record(finished).to_dict())
+        except StorageFaultError:
+            if not stopping:
+                raise
 
 
 def span(step: str, first: int, last: int) -> str:

@@ -9,10 +9,12 @@ Other storages are shared on purpose by the scale-out work and are not locked he
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -31,26 +33,8 @@ def one_tuner(storage: str, name: str) -> Iterator[None]:
     if database is None:
         yield
         return
-    path = database.with_name(f"{database.name}.{file_name(name)}.lock")
-    try:
-        handle = open(path, "a+", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            "study.storage",
-            f"cannot create {path} beside the database of {redact_url(storage)} ({exc.strerror}); give a file in a "
-            "folder that exists and this user can write",
-        ) from exc
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip()
-            raise ConfigError(
-                "study.name",
-                f"another autotune{f' (pid {holder})' if holder else ''} is tuning study '{name}' in "
-                f"{redact_url(storage)}; wait for it to end, or choose another study.name",
-            ) from None
+    path = lock_file(database, name)
+    with _locked(path, storage, name) as handle:
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))
@@ -58,7 +42,60 @@ def one_tuner(storage: str, name: str) -> Iterator[None]:
         try:
             yield
         finally:
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # still held: a tuner that opened it meanwhile finds it gone (``_locked``)
+
+
+def lock_file(database: Path, name: str) -> Path:
+    """The lock file of study ``name`` of the SQLite file ``database``: the name made a file name, and a hash of it
+    as given, as two names may make one file name ("a b", "a_b")."""
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return database.with_name(f"{database.name}.{file_name(name)}-{digest}.lock")
+
+
+def _locked(path: Path, storage: str, name: str) -> TextIO:
+    """The lock file ``path``, opened and locked; ConfigError naming ``study.name`` where another process holds it.
+    A file locked once its holder removed it (opened before, locked after) is no longer the file at ``path``, which
+    the next tuner makes anew and locks too: it is let go, and ``path`` opened again."""
+    while True:
+        handle = _open(path, storage)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            handle.close()
+            raise ConfigError(
+                "study.name",
+                f"another autotune{f' (pid {holder})' if holder else ''} is tuning study '{name}' in "
+                f"{redact_url(storage)}; wait for it to end, or choose another study.name",
+            ) from None
+        except BaseException:
+            handle.close()
+            raise
+        if _is_at(handle, path):
+            return handle
+        handle.close()
+
+
+def _open(path: Path, storage: str) -> TextIO:
+    try:
+        return open(path, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            "study.storage",
+            f"cannot create {path} beside the database of {redact_url(storage)} ({exc.strerror}); give a file in a "
+            "folder that exists and this user can write",
+        ) from exc
+
+
+def _is_at(handle: TextIO, path: Path) -> bool:
+    """Whether the open file ``handle`` is the file at ``path`` (not one removed from there)."""
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(handle.fileno())
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
 
 def sqlite_file(storage: str) -> Path | None:

@@ -1,6 +1,7 @@
 """Tuners sharing one study (``storage.is_shared``): the claim a tuner holds on a configuration while it measures it,
-the heartbeats that tell the others it is alive, the failing of the trials of a tuner no longer heard, and which
-tuner of a machine finishes the study (its race, trim and profiles)."""
+the heartbeats that tell the others it is alive, the failing of the trials of a tuner no longer heard, which tuner
+describes a study several make at once, and which tuner of a machine finishes the study (its race, trim and
+profiles)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import optuna
 from optuna.exceptions import DuplicatedStudyError
@@ -18,12 +20,23 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from autotune.config.settings import STALE_BEATS, StudySettings
-from autotune.records import ALIVE_ATTR, CLAIM_ATTR, CONFIG_ATTR, DUPLICATE_ATTR, INTERRUPTED_ATTR, MACHINE_ATTR
+from autotune.records import (
+    ALIVE_ATTR,
+    CLAIM_ATTR,
+    CONFIG_ATTR,
+    DUPLICATE_ATTR,
+    INTERRUPTED_ATTR,
+    MACHINE_ATTR,
+    META_ATTR,
+    interrupted,
+)
 from autotune.study.storage import JOURNAL_LOCK_GRACE_S, is_shared, journal_lock
 from autotune.trial.runner import INTERRUPT
 
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
 _AWAIT_POLL_S = 2.0
+# How often a tuner making a study looks whether the tuner that claimed its description stored it (a write: ms).
+_DESCRIBED_POLL_S = 0.05
 # When this process first saw each running trial (by study name, trial number and recorded start, which tell
 # apart the trials of studies of one name in other storages): what a trial's silence counts from before its first
 # heartbeat. Not the recorded start itself: Optuna writes the writer's local time, without its zone, and a tuner in
@@ -53,8 +66,7 @@ def await_others(study: optuna.Study, settings: StudySettings, machine: str, dea
         if INTERRUPT.wait(min(settings.heartbeat_s, _AWAIT_POLL_S)):
             raise KeyboardInterrupt
     ended = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    interrupted = any(t.number in awaited and t.user_attrs.get(INTERRUPTED_ATTR) for t in ended)
-    return interrupted and time.monotonic() < deadline
+    return any(t.number in awaited and interrupted(t) for t in ended) and time.monotonic() < deadline
 
 
 @contextmanager
@@ -98,6 +110,36 @@ def _claim(study: optuna.Study, name: str) -> int | None:
         return study._storage.create_new_study([StudyDirection.MAXIMIZE], name)
     except DuplicatedStudyError:
         return None
+
+
+def description(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> dict[str, Any]:
+    """The description of what ``study`` tunes (META): the one stored, else ``meta``, stored here where this tuner is
+    the first to describe the study. Of tuners making it at once, exactly one describes it, the one whose claim is
+    made (``_claim``), which it ends once the description is stored; the others wait for it."""
+    if (stored := study.user_attrs.get(META_ATTR)) is not None:
+        return stored
+    claim = _claim(study, f"{study.study_name}{_DESCRIBING}{study._study_id}")
+    if claim is None:
+        return _await_description(study, meta, settings)
+    try:
+        if (stored := study.user_attrs.get(META_ATTR)) is not None:  # by a tuner whose claim ended meanwhile
+            return stored
+        study.set_user_attr(META_ATTR, meta)
+        return meta
+    finally:
+        _end_claim(study, claim)
+
+
+def _await_description(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> dict[str, Any]:
+    """The description another tuner, claiming it, stores; ``meta``, stored here, where none comes within
+    ``STALE_BEATS`` heartbeats: that tuner died holding the claim."""
+    give_up = time.monotonic() + STALE_BEATS * settings.heartbeat_s
+    while time.monotonic() < give_up:
+        time.sleep(_DESCRIBED_POLL_S)
+        if (stored := study.user_attrs.get(META_ATTR)) is not None:
+            return stored
+    study.set_user_attr(META_ATTR, meta)
+    return meta
 
 
 def _end_claim(study: optuna.Study, claim: int) -> None:
@@ -153,6 +195,8 @@ def _claim_name(study: optuna.Study, machine: str, key: str) -> str:
 
 _MEASURING = "#measuring@"  # a claim's name: the study's, this, then the machine and the configuration's hash
 _SEARCHING = "#searching@"  # a search's claim: the study's name, this, then the machine and a token of the tuner's
+# A description's claim: the study's name, this, then its id (a study deleted and made again is described anew).
+_DESCRIBING = "#describing@"
 
 
 def measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list[optuna.trial.FrozenTrial]:

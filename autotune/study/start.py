@@ -15,7 +15,7 @@ from autotune.errors import StudyMismatchError
 from autotune.measure.environment import describe_machine, machine_id
 from autotune.records import BASELINE_ATTR, MACHINE_ATTR, META_ATTR, on_machine
 from autotune.study.proposing import ProposingSampler
-from autotune.study.sharing import fail_interrupted_trials, fail_stale_trials, running_trials
+from autotune.study.sharing import description, fail_interrupted_trials, fail_stale_trials, running_trials
 from autotune.study.storage import create_study, is_shared, opening
 
 _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
@@ -62,19 +62,25 @@ def open_study(
 
 
 def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> None:
-    """Store ``meta`` in a new study, or in one that holds no measurement and no other tuner can join (its baseline
-    failed: the user mends the config and runs again); refuse a stored one made with other settings; fail what a
-    killed run left (on a shared storage, what a dead tuner left: the others' trials run on)."""
+    """Store ``meta`` in a new study (on a shared storage, of tuners making it at once, the first's:
+    ``sharing.description``), or in one that holds no measurement and no other tuner can join (its baseline failed:
+    the user mends the config and runs again); refuse a stored one made with other settings; fail what a killed run
+    left (on a shared storage, what a dead tuner left: the others' trials run on)."""
     fingerprint = _fingerprint(meta)
-    stored = study.user_attrs.get(META_ATTR)
+    described = {**meta, "fingerprint": fingerprint}
     if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's
         raise StudyMismatchError(
             f"study.name: study '{study.study_name}' was made by an earlier autotune, whose records this one does not "
             "read; pass study.name=NEW_NAME to start another study (mode=report of an earlier autotune renders it)"
         )
-    if stored is None or (not is_shared(settings.storage) and _holds_nothing(study, settings)):
-        study.set_user_attr(META_ATTR, {**meta, "fingerprint": fingerprint})
-    elif stored.get("fingerprint") != fingerprint and not _stored_before_budgets(stored, meta):
+    if is_shared(settings.storage):
+        stored = description(study, described, settings)
+    else:
+        stored = study.user_attrs.get(META_ATTR)
+        if stored is None or _holds_nothing(study, settings):
+            study.set_user_attr(META_ATTR, described)
+            stored = described
+    if stored.get("fingerprint") != fingerprint and not _stored_before_budgets(stored, meta):
         differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
         derived = " (a search space not given is derived from the machine)" if "space." in " ".join(differences) else ""
         raise StudyMismatchError(

@@ -5,9 +5,10 @@ machines) or ``journal:///PATH``, Optuna's journal in a file (shared through a f
 study has one tuner at a time (``autotune/study/lock.py``); the others are ``shared``.
 
 A storage fault (a full disk, a read-only file or folder, a damaged SQLite file, a lock held past SQLite's busy
-timeout, an I/O error) is one line naming ``study.storage`` and its cause. Found while opening the study, it is a
-ConfigError (exit 2: nothing ran); found once the run is under way, a StorageFaultError (exit 1: the study keeps what
-it stored before, each write being one transaction, and a tuning run reports that). A SQLite file is checked whole
+timeout, an I/O error, a database server's connection lost; any operating-system error of a journal file) is one
+line naming ``study.storage`` and its cause. Found while opening the study, it is a ConfigError (exit 2: nothing
+ran); found once the run is under way, a StorageFaultError (exit 1: the study keeps what it stored before, each write
+being one transaction, and a tuning run reports that). A SQLite file is checked whole
 (``PRAGMA quick_check``) before Optuna reads it: where the damage misses the pages its queries read, Optuna would
 read a damaged study without noticing, or as empty, and write into it.
 """
@@ -15,9 +16,10 @@ read a damaged study without noticing, or as empty, and write into it.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +30,8 @@ from optuna.exceptions import StorageInternalError
 from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import LOCK_FILE_SUFFIX
 from sqlalchemy import event
-from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.redact import redact_url
@@ -43,7 +45,8 @@ _DETAIL_CHARS = 300
 @dataclass(frozen=True)
 class Cause:
     """A kind of storage fault: its name, the words of a driver's error that tell it (SQLite's error name first, as
-    Python gives it, then the message of SQLite or of another database), and what the user can do about it."""
+    Python gives it, then the message of SQLite, of another database or of the operating system, less what it
+    quotes), and what the user can do about it."""
 
     name: str
     marks: tuple[str, ...]
@@ -71,6 +74,23 @@ CAUSES = (
         "check its disk, its mount (a network filesystem's), your quota, and the file size limit (ulimit -f)",
     ),
 )
+# Only once the storage is open: one that cannot be opened had no connection to lose, and the driver's own words
+# (refused, no such host) say why.
+CONNECTION_LOST = Cause(
+    "connection lost",
+    (
+        "server closed the connection",
+        "terminating connection",
+        "connection refused",
+        "could not connect",
+        "gone away",
+        "lost connection",
+    ),
+    "check that its database server is up and this machine reaches it",
+)
+# What a message quotes (a study's, a database's or a file's name: the user's words, not the driver's), quoted as
+# PostgreSQL ("x"), MySQL and Python ('x') quote it; an apostrophe inside a word (can't) opens no quote.
+_QUOTED = re.compile(r"""(?<!\w)'[^']*'(?!\w)|(?<!\w)"[^"]*"(?!\w)""")
 
 
 class StorageFaultError(AutotuneError):
@@ -79,13 +99,18 @@ class StorageFaultError(AutotuneError):
     exit_code = 1  # not an input refused before anything ran (2): the run measured, and stored what it could
 
 
-def storage_cause(exc: BaseException) -> Cause | None:
-    """The cause of a failed storage operation, or None where ``exc`` is none of ``CAUSES``: read from the driver's
-    error, which Optuna and SQLAlchemy wrap (their own messages quote the statement and its values: user data)."""
+def storage_cause(exc: BaseException, connected: bool = True) -> Cause | None:
+    """The cause of a failed storage operation, or None where ``exc`` is none of ``CAUSES`` (``CONNECTION_LOST`` too
+    where ``connected``: the storage was open): read from the driver's error, which Optuna and SQLAlchemy wrap (their
+    own messages quote the statement and its values: user data). A broken constraint is no fault of the storage: it
+    is how a storage creates a name once, which Optuna meets on purpose (a study resumed or joined, a claim taken)."""
+    causes = (*CAUSES, CONNECTION_LOST) if connected else CAUSES
     for error in _driver_errors(exc):
-        text = f"{getattr(error, 'sqlite_errorname', '')} {error} {getattr(error, 'strerror', '')}".lower()
-        for cause in CAUSES:
-            if any(mark in text for mark in cause.marks):
+        if any(kind.__name__ == "IntegrityError" for kind in type(error).__mro__):  # every driver's (PEP 249)
+            return None
+        said = _words(error)
+        for cause in causes:
+            if any(mark in said for mark in cause.marks):
                 return cause
     return None
 
@@ -101,12 +126,13 @@ def is_server(url: str) -> bool:
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """The storage of ``url``, checked (a SQLite file whole, and writable) and opened (a database server connected);
-    ConfigError naming study.storage, and the cause where known, if it cannot be. Faults once open raise
-    StorageFaultError."""
+    """The storage of ``url`` to tune in, checked (kept once the run ends; a SQLite file whole, and writable; a
+    journal file writable) and opened (a database server connected); ConfigError naming study.storage, and the
+    cause where known, if it cannot be. Faults once open raise StorageFaultError."""
     with opening(url):
+        _check_kept(url)
         _check_sqlite(url, writing=True)
-        return _storage(url)
+        return _storage(url, writing=True)
 
 
 def create_study(url: str, storage: optuna.storages.BaseStorage | None = None, **options: Any) -> optuna.Study:
@@ -126,7 +152,7 @@ def load_study(name: str, url: str) -> optuna.Study:
         raise KeyError(name)
     with opening(url):
         _check_sqlite(url, writing=False)
-        return optuna.load_study(study_name=name, storage=_storage(url))
+        return optuna.load_study(study_name=name, storage=_storage(url, writing=False))
 
 
 @contextmanager
@@ -140,9 +166,23 @@ def opening(url: str) -> Iterator[None]:
     except Exception as exc:
         if isinstance(exc, AutotuneError) and not isinstance(exc, StorageFaultError):
             raise
-        cause = storage_cause(exc)
+        cause = storage_cause(exc, connected=False)
         problem = f"cannot open Optuna storage {redact_url(url)!r}: {_detail(exc)}"
         raise ConfigError(KEY, f"{cause.name}: {problem}; {cause.advice}" if cause else problem) from exc
+
+
+def _check_kept(url: str) -> None:
+    """Refuse an in-memory SQLite database: it is gone when the run ends (a resume, mode=report), and each thread
+    of study.parallel would get one of its own."""
+    try:
+        driver = make_url(url).drivername
+    except ArgumentError:  # not a URL: Optuna's error names it
+        return
+    if driver.startswith("sqlite") and sqlite_file(url) is None:
+        raise ConfigError(
+            KEY,
+            f"{redact_url(url)!r} is a SQLite database in memory, lost when the run ends; give a file: sqlite:///PATH",
+        )
 
 
 def _check_sqlite(url: str, writing: bool) -> None:
@@ -168,28 +208,31 @@ def _check_sqlite(url: str, writing: bool) -> None:
         )
 
 
-def _storage(url: str) -> optuna.storages.BaseStorage:
-    """The storage of ``url`` (a journal file, or what Optuna makes of a URL), raising StorageFaultError on each
-    fault it meets."""
+def _storage(url: str, writing: bool) -> optuna.storages.BaseStorage:
+    """The storage of ``url`` (a journal file, checked writable where ``writing``, or what Optuna makes of a URL),
+    raising StorageFaultError on each fault it meets: a database's that is a storage fault (``storage_cause``), any
+    operating-system error of a journal file."""
     if url.startswith(JOURNAL):
-        return optuna.storages.JournalStorage(_JournalFile(url))
+        return optuna.storages.JournalStorage(_JournalFile(url, writing))
     storage = optuna.storages.RDBStorage(url)
 
     def name_fault(context: ExceptionContext) -> None:
-        _raise_fault(url, context.original_exception, context.sqlalchemy_exception)
+        if storage_cause(context.original_exception) is not None:
+            error = context.original_exception
+            raise _fault(url, error) from context.sqlalchemy_exception or error
 
     event.listen(storage.engine, "handle_error", name_fault)
     return storage
 
 
-def _raise_fault(url: str, error: BaseException, wrapper: BaseException | None) -> None:
-    """StorageFaultError naming the cause, where ``error`` is a storage fault (``CAUSES``)."""
+def _fault(url: str, error: BaseException) -> StorageFaultError:
+    """The StorageFaultError of ``error``, met mid-run: named by its cause where it is one (``storage_cause``)."""
     cause = storage_cause(error)
-    if cause is not None:
-        raise StorageFaultError(
-            f"{KEY}: {cause.name}: Optuna storage {redact_url(url)!r} failed mid-run ({_detail(error)}); "
-            f"{cause.advice}, then run the same command again to resume from what the study stored"
-        ) from wrapper or error
+    named, advice = (f"{cause.name}: ", cause.advice) if cause else ("", "mend what it says")
+    return StorageFaultError(
+        f"{KEY}: {named}Optuna storage {redact_url(url)!r} failed mid-run ({_detail(error)}); {advice}, then run "
+        "the same command again to resume from what the study stored"
+    )
 
 
 # A journal file's lock held this long is a writer's that died holding it (a write holds it for milliseconds): every
@@ -211,14 +254,13 @@ def journal_lock(study: optuna.Study) -> tuple[str, float | None] | None:
 
 
 class _JournalFile(JournalFileBackend):
-    """Optuna's journal file of ``journal:///PATH``, its operating-system errors named as storage faults."""
+    """Optuna's journal file of ``journal:///PATH``, checked writable where ``writing`` (a file read alone may be
+    another user's, or on a read-only mount), its operating-system errors raised as storage faults."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, writing: bool) -> None:
         path = journal_file(url)
-        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-            raise ConfigError(
-                KEY, f"read-only: {redact_url(url)!r}: {path} cannot be written by this user; {READ_ONLY.advice}"
-            )
+        if writing:
+            _check_journal(url, path)
         super().__init__(str(path))
         self.url = url
 
@@ -230,19 +272,33 @@ class _JournalFile(JournalFileBackend):
             return path, None
         return path, taken if time.time() - taken > _STUCK_LOCK_S else None
 
-    def read_logs(self, log_number_from: int) -> Iterable[dict[str, Any]]:
-        try:
-            return super().read_logs(log_number_from)
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        try:  # Optuna's reads the file as its logs are iterated: the errors come then
+            yield from super().read_logs(log_number_from)
         except OSError as exc:
-            _raise_fault(self.url, exc, None)
-            raise
+            raise _fault(self.url, exc) from exc
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         try:
             super().append_logs(logs)
         except OSError as exc:
-            _raise_fault(self.url, exc, None)
-            raise
+            raise _fault(self.url, exc) from exc
+
+
+def _check_journal(url: str, path: Path) -> None:
+    """Refuse a journal file in a folder that does not exist, or that this user cannot write, or in a folder it
+    cannot write (its lock is made there)."""
+    if not path.parent.is_dir():
+        home = " (~ is not expanded: give the path from /)" if "~" in str(path) else ""
+        raise ConfigError(
+            KEY,
+            f"no folder {path.parent} for the journal file of {redact_url(url)!r}{home}; make it, or give a file "
+            "in a folder that exists",
+        )
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(
+            KEY, f"read-only: {redact_url(url)!r}: {path} cannot be written by this user; {READ_ONLY.advice}"
+        )
 
 
 def _driver_errors(exc: BaseException | None) -> Iterator[BaseException]:
@@ -256,6 +312,13 @@ def _driver_errors(exc: BaseException | None) -> Iterator[BaseException]:
         elif not isinstance(exc, AutotuneError | StorageInternalError):
             yield exc
         exc = exc.__cause__ or exc.__context__
+
+
+def _words(error: BaseException) -> str:
+    """What ``error`` says, lower case, for ``storage_cause``: SQLite's error name and the message (an operating-system
+    error's without its file name), less what it quotes."""
+    said = " ".join(arg for arg in error.args if isinstance(arg, str)) or str(error)
+    return _QUOTED.sub(" ", f"{getattr(error, 'sqlite_errorname', '')} {said}").lower()
 
 
 def _detail(exc: BaseException) -> str:

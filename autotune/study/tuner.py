@@ -40,6 +40,7 @@ from autotune.records import (
     OutOfMemory,
     ProbeRecord,
     config_key,
+    interrupted,
     measured_trials,
     metric_attrs,
     on_machine,
@@ -249,40 +250,43 @@ def _search(
                 proposal = Proposal(_draw_untried(space, taken, ran_out, draw))
         if proposal is not None and affords is not None and not affords(done, proposal.knobs):  # a compile, say
             return _out_of_budget(settings)
-        with proposing(study, proposal.knobs if proposal is not None else None):
-            trial = study.ask()
-            if is_shared(settings.storage):  # heard of from its start: a tuner stopped before its measurement leaves
-                beat(trial, settings.heartbeat_s)  # a trial the next to open the study fails, not one running for ever
-            knobs = space.sample(trial)
-        key = config_key(knobs)
-        trial.set_user_attr(MACHINE_ATTR, machine)
-        trial.set_user_attr(TUNER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
-        if proposal is not None and proposal.predicted is not None and knobs == proposal.knobs:
-            trial.set_user_attr(PREDICTED_ATTR, proposal.predicted)
-        if key in known:
-            trial.set_user_attr(DUPLICATE_ATTR, known[key].label)
-            _tell(study, trial, known[key])
-            repeats += 1
-            continue
-        if (bound := out_of_memory_bound(knobs, ran_out)) is not None:
-            _not_measured(study, trial, key, bound)
-            repeats += 1
-            continue
-        if proposal is None and affords is not None and not affords(done, knobs):  # the sampler's own draw
-            _left_for_later(study, trial, key)
-            return _out_of_budget(settings)
-        # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
-        with heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
-            trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
-            with claimed(study, trial, machine, key, take_over=is_shared(settings.storage)) as mine:
-                given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
-                if given_way:
-                    trial.set_user_attr(DUPLICATE_ATTR, given_way)
-                    study.tell(trial, state=TrialState.PRUNED)
-                    repeats += 1
-                    continue
-                repeats = 0
-                result, outcome = _measure_trial(study, trial, knobs, run, settings, pruner)
+        try:
+            with proposing(study, proposal.knobs if proposal is not None else None):
+                trial = study.ask()
+                if is_shared(settings.storage):  # heard of from its start: a tuner stopped before its measurement
+                    beat(trial, settings.heartbeat_s)  # leaves a trial the next to open the study fails
+                knobs = space.sample(trial)
+            key = config_key(knobs)
+            trial.set_user_attr(MACHINE_ATTR, machine)
+            trial.set_user_attr(TUNER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
+            if proposal is not None and proposal.predicted is not None and knobs == proposal.knobs:
+                trial.set_user_attr(PREDICTED_ATTR, proposal.predicted)
+            if key in known:
+                trial.set_user_attr(DUPLICATE_ATTR, known[key].label)
+                _tell(study, trial, known[key])
+                repeats += 1
+                continue
+            if (bound := out_of_memory_bound(knobs, ran_out)) is not None:
+                _not_measured(study, trial, key, bound)
+                repeats += 1
+                continue
+            if proposal is None and affords is not None and not affords(done, knobs):  # the sampler's own draw
+                _left_for_later(study, trial, key)
+                return _out_of_budget(settings)
+            # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
+            with heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
+                trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
+                with claimed(study, trial, machine, key, take_over=is_shared(settings.storage)) as mine:
+                    given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
+                    if given_way:
+                        trial.set_user_attr(DUPLICATE_ATTR, given_way)
+                        _told(study, trial, state=TrialState.PRUNED)
+                        repeats += 1
+                        continue
+                    repeats = 0
+                    result, outcome = _measure_trial(study, trial, knobs, run, settings, pruner)
+        except UpdateFinishedTrialError:  # another tuner took it for dead (this one stopped past the stale time)
+            continue  # and failed it: its configuration, where it had one, is owed
         if outcome is not None:
             known[key] = outcome
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
@@ -349,8 +353,7 @@ def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str])
     for trial in trials:
         kept = trial.user_attrs
         if (
-            trial.state is TrialState.FAIL
-            and kept.get(INTERRUPTED_ATTR)
+            interrupted(trial)
             and kept.get(MACHINE_ATTR) == machine
             and kept.get(CONFIG_ATTR) not in taken | {None}
             and DUPLICATE_ATTR not in kept
@@ -400,7 +403,7 @@ def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: Out
         NOT_MEASURED_ATTR,
         f"not measured: it needs no less memory than {bound.shown_by}, which ran out ({bound.message})",
     )
-    study.tell(trial, state=TrialState.PRUNED)
+    _told(study, trial, state=TrialState.PRUNED)
 
 
 def _out_of_budget(settings: StudySettings) -> StopReason:
@@ -412,7 +415,7 @@ def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
     later run of the study, with the time for it, measures it first."""
     trial.set_user_attr(CONFIG_ATTR, key)
     trial.set_user_attr(INTERRUPTED_ATTR, True)
-    study.tell(trial, state=TrialState.FAIL)
+    _told(study, trial, state=TrialState.FAIL)
 
 
 def _out_of_memory(attrs: dict[str, Any], measured: Measured, machine: str) -> list[OutOfMemory]:
@@ -529,7 +532,7 @@ def _measure_trial(
     except BaseException:
         with contextlib.suppress(UpdateFinishedTrialError):
             trial.set_user_attr(INTERRUPTED_ATTR, True)
-            study.tell(trial, state=TrialState.FAIL)
+            _told(study, trial, state=TrialState.FAIL)
         raise
     result = within_budget(result, settings)
     outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
@@ -545,11 +548,24 @@ def _measure_trial(
 
 def _tell(study: optuna.Study, trial: optuna.Trial, outcome: _Outcome) -> None:
     if outcome.values is None:
-        study.tell(trial, state=outcome.state)
+        _told(study, trial, state=outcome.state)
         return
     for name, value in outcome.constraints.items():
         trial.set_constraint(name, value)
-    study.tell(trial, outcome.values)
+    _told(study, trial, outcome.values)
+
+
+def _told(
+    study: optuna.Study, trial: optuna.Trial, values: list[float] | None = None, state: TrialState | None = None
+) -> None:
+    """``study.tell``, raising UpdateFinishedTrialError, as a write to it does, where ``trial`` is finished already:
+    another tuner took it for dead and failed it (Optuna's tell raises ValueError then, as for a wrong value)."""
+    try:
+        study.tell(trial, values, state=state)
+    except ValueError:
+        if not study._storage.get_trial(trial._trial_id).state.is_finished():
+            raise
+        raise UpdateFinishedTrialError(f"trial {trial.number} was failed by another tuner") from None
 
 
 def _known_outcomes(

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.study.lock import one_tuner, sqlite_file
+from autotune.study import lock
+from autotune.study.lock import lock_file, one_tuner, sqlite_file
 from tests.conftest import REPO
 
 HOLD = """
@@ -37,6 +38,35 @@ def test_a_second_tuner_of_the_same_study_is_refused_naming_the_key_and_the_hold
     with one_tuner(storage, "mine"):  # the kernel released the killed holder's lock
         pass
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "no lock file is left behind"
+
+
+def test_a_tuner_that_opened_the_lock_file_as_its_holder_removed_it_holds_the_study_alone(tmp_path, monkeypatch):
+    """Its holder removes the file on its way out, holding it: a tuner that opened it just before locks a file no
+    longer there, which the next tuner makes anew."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    held, opened = one_tuner(storage, "mine"), []
+    held.__enter__()
+
+    def open_as_the_holder_ends(*args, **kwargs):
+        handle = open(*args, **kwargs)
+        if not opened:
+            opened.append(handle)
+            held.__exit__(None, None, None)
+        return handle
+
+    monkeypatch.setattr(lock, "open", open_as_the_holder_ends, raising=False)
+    with one_tuner(storage, "mine"):
+        with pytest.raises(ConfigError, match=r"^study.name: another autotune \(pid \d+\) is tuning"):
+            with one_tuner(storage, "mine"):
+                pass
+    assert opened and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_studies_whose_names_make_one_file_name_are_locked_apart(tmp_path):
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    assert lock_file(tmp_path / "autotune.db", "a b") != lock_file(tmp_path / "autotune.db", "a_b")
+    with one_tuner(storage, "a b"), one_tuner(storage, "a_b"):
+        pass
 
 
 def test_only_sqlite_files_are_locked(tmp_path):

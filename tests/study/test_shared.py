@@ -29,16 +29,27 @@ from autotune.records import (
     BASELINE_ATTR,
     CLAIM_ATTR,
     CONFIG_ATTR,
+    INTERRUPTED_ATTR,
+    RESULT_ATTR,
     config_key,
     measured_trials,
 )
 from autotune.results.model import load_results
 from autotune.study import sharing
-from autotune.study.sharing import _await_claim, _claim_name, claimed, fail_stale_trials, finishing
+from autotune.study.sharing import (
+    _await_claim,
+    _claim_name,
+    claimed,
+    fail_interrupted_trials,
+    fail_stale_trials,
+    finishing,
+)
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_shared
 from autotune.study.tuner import Proposal, _look, counted_trials, ensure_baseline, tune
+from autotune.trial.result import TrialResult
+from tests.conftest import fake_measurement
 from tests.study.test_tuner import BASELINE, SPACE, fake_result, left_measuring
 
 # What is tuned, with a measurement plan the reports can describe.
@@ -303,6 +314,36 @@ def _storage_names(study) -> list[str]:
     return [summary.study_name for summary in study._storage.get_all_studies()]
 
 
+def test_of_tuners_making_one_study_at_once_with_other_settings_one_describes_it_and_the_other_is_refused(
+    tmp_path, monkeypatch
+):
+    settings, outcomes = journal(tmp_path, heartbeat_s=0.5), []
+    read, both_read, first_reads = optuna.Study.user_attrs.fget, threading.Barrier(2, timeout=30), set()
+
+    def user_attrs(study):  # each tuner's first read, before either has described the study
+        found = read(study)
+        if threading.get_ident() not in first_reads:
+            first_reads.add(threading.get_ident())
+            both_read.wait()
+        return found
+
+    monkeypatch.setattr(optuna.Study, "user_attrs", property(user_attrs))
+
+    def making(meta) -> None:
+        try:
+            open_study(settings, meta)
+            outcomes.append("described")
+        except StudyMismatchError as refused:
+            outcomes.append(str(refused).split(": ")[1])
+
+    tuners = [threading.Thread(target=making, args=(meta,)) for meta in (META, {**META, "device": "cuda"})]
+    for each in tuners:
+        each.start()
+    for each in tuners:
+        each.join()
+    assert sorted(outcomes) == ["described", "study 's' in the storage was created with other settings"]
+
+
 def test_a_study_of_an_earlier_autotune_is_refused_naming_the_key(tmp_path):
     settings = journal(tmp_path)
     open_study(settings, META).set_user_attr(BASELINE_ATTR, {})  # the baseline as one machine's study held it
@@ -319,6 +360,83 @@ def test_a_journal_that_fails_mid_run_is_one_line_naming_the_key_and_the_cause(t
     monkeypatch.setattr(JournalFileBackend, "append_logs", disk_full)
     with pytest.raises(StorageFaultError, match=r"^study.storage: disk full: Optuna storage 'journal://.*free space"):
         study.set_user_attr("x", 1)
+
+
+def _stale(self, log_number_from):
+    raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))  # NFS: the file's handle is stale as it is read
+    yield  # a generator, as Optuna's: the file is read as its logs are iterated
+
+
+@pytest.mark.parametrize("fault", ["stale handle", "a folder"])
+def test_a_journal_that_fails_while_it_is_read_is_one_line_naming_the_key(tmp_path, monkeypatch, fault):
+    study = open_study(journal(tmp_path), META)
+    if fault == "a folder":  # the file replaced by a folder
+        (tmp_path / "study.log").unlink()
+        (tmp_path / "study.log").mkdir()
+        said = r"\(IsADirectoryError: \[Errno 21\] Is a directory: .*\); mend what it says, then run"
+    else:
+        monkeypatch.setattr(JournalFileBackend, "read_logs", _stale)
+        said = r"\(OSError: \[Errno 116\] Stale file handle\); check its disk"
+    with pytest.raises(StorageFaultError, match=rf"^study.storage: (I/O error: )?Optuna storage 'journal://.*{said}"):
+        study.get_trials()
+
+
+@pytest.mark.parametrize("when", ["asked", "measuring", "telling"])
+def test_a_tuner_whose_trial_another_took_for_dead_drops_it_and_goes_on(tmp_path, monkeypatch, when):
+    """Its tuner stopped past the stale time (SIGSTOP, a suspended laptop) and woke: the trial is failed
+    interrupted, and the tuner measures on."""
+    settings = journal(tmp_path, n_trials=2)
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
+    other, taken, measure = open_study(settings, META), [], SlowMeasure(0)
+
+    def take_it_for_dead() -> None:  # as another tuner does
+        if not taken:
+            taken.extend(other.get_trials(states=(TrialState.RUNNING,)))
+            fail_interrupted_trials(other, taken)
+
+    def measured(knobs, name, on_progress=None):
+        take_it_for_dead()
+        return measure(knobs, name, on_progress)
+
+    sample, tell = SearchSpace.sample, optuna.Study.tell
+
+    def sampled(space, trial):
+        take_it_for_dead()
+        return sample(space, trial)
+
+    def told(study, *args, **kwargs):
+        take_it_for_dead()
+        return tell(study, *args, **kwargs)
+
+    if when == "asked":
+        monkeypatch.setattr(SearchSpace, "sample", sampled)
+    elif when == "telling":
+        monkeypatch.setattr(optuna.Study, "tell", told)
+    study = open_study(settings, META)
+    tune(study, SPACE, settings, measured if when == "measuring" else measure, lambda event: None)
+    (dropped,) = [trial for trial in study.get_trials() if trial.number == taken[0].number]
+    assert dropped.state is TrialState.FAIL and dropped.user_attrs[INTERRUPTED_ATTR]
+    assert counted_trials(study) == settings.n_trials and _look(study, settings, this_machine_id()).owed == []
+
+
+def test_a_trial_its_tuner_told_as_another_took_it_for_dead_is_counted(tmp_path, monkeypatch):
+    """The other marks it interrupted, then fails it: its own tuner's result told in between stands."""
+    settings = journal(tmp_path, n_trials=1)
+    study, other = open_study(settings, META), open_study(settings, META)
+    trial = study.ask()
+    knobs = left_measuring(trial)
+    trial.set_user_attr(RESULT_ATTR, TrialResult(knobs=knobs, measurement=fake_measurement(100.0)).to_dict())
+    unpatched = other.tell
+
+    def told_first(*args, **kwargs):
+        study.tell(trial, [100.0])
+        return unpatched(*args, **kwargs)
+
+    monkeypatch.setattr(other, "tell", told_first)
+    assert fail_interrupted_trials(other, other.get_trials(states=(TrialState.RUNNING,))) == []
+    assert INTERRUPTED_ATTR in study.trials[trial.number].user_attrs, "marked all the same"
+    assert [t.number for t, _ in measured_trials(study, this_machine_id())] == [trial.number]
+    assert _look(study, settings, this_machine_id()).owed == []
 
 
 @pytest.mark.parametrize("first_ends", ["done", "stopped"])

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import shutil
 import sqlite3
 import subprocess
+import uuid
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import optuna
+import psycopg
 import pytest
 from optuna.exceptions import StorageInternalError
 from sqlalchemy import event
@@ -26,9 +29,18 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import RESULT_ATTR, config_key, metric_attrs
 from autotune.results.model import load_results
 from autotune.selfcheck import _configurations
+from autotune.study.clock import SEARCH, RunClock
+from autotune.study.lock import lock_file
 from autotune.study.start import open_study
-from autotune.study.storage import StorageFaultError, create_study, load_study, storage_cause
-from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
+from autotune.study.storage import (
+    StorageFaultError,
+    create_study,
+    load_study,
+    open_storage,
+    opening,
+    storage_cause,
+)
+from autotune.study.tuner import Proposal, StopReason, counted_trials, ensure_baseline, tune
 from tests.study.test_tuner import BASELINE, FIXED, META, SPACE, FakeMeasure, fake_result, settings
 from tests.test_cli import TINY
 
@@ -101,10 +113,93 @@ def test_each_sqlite_fault_is_named_by_its_cause_also_as_optuna_wraps_it(tmp_pat
         (Exception('could not extend file "base/1/2": No space left on device'), "disk full"),  # PostgreSQL
         (Exception("cannot execute INSERT in a read-only transaction"), "read-only"),
         (sqlite3.OperationalError("disk I/O error"), "I/O error"),
+        (psycopg.OperationalError("server closed the connection unexpectedly"), "connection lost"),  # PostgreSQL
+        (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), "connection lost"),
+        (psycopg.OperationalError('connection to server at "db" failed: Connection refused'), "connection lost"),
+        (Exception(2006, "MySQL server has gone away"), "connection lost"),  # PyMySQL's: its code, then its message
+        (Exception(2013, "Lost connection to MySQL server during query"), "connection lost"),
     ],
 )
 def test_other_drivers_and_the_systems_errors_are_named_by_their_words(error, cause):
     assert storage_cause(optuna_wrapped(error)).name == cause
+
+
+MySQLIntegrityError = type("IntegrityError", (Exception,), {})  # PyMySQL's and mysqlclient's name it so (PEP 249)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        psycopg.errors.UniqueViolation(
+            'duplicate key value violates unique constraint "studies_study_name_key"\n'
+            "DETAIL:  Key (study_name)=(bert-read-only) already exists."
+        ),
+        MySQLIntegrityError(1062, "Duplicate entry 'malformed-inputs' for key 'studies.study_name'"),
+        psycopg.OperationalError('database "optuna-read-only" does not exist'),
+        OSError(errno.ENOENT, os.strerror(errno.ENOENT), "/data/read-only/malformed/study.log"),
+    ],
+)
+def test_a_name_in_the_drivers_message_names_no_fault(error):
+    """Optuna creates a study's name again on purpose (each resume and join, each claim taken): the duplicate is
+    a broken constraint, whose message quotes the name, and a study named bert-read-only is no read-only storage."""
+    assert storage_cause(error) is None and storage_cause(optuna_wrapped(error)) is None
+
+
+def test_a_study_named_as_a_fault_is_created_and_resumed_on_postgresql(tmp_path):
+    """The real driver's duplicate (its message quotes the name), as each resume meets it."""
+    postgres = os.environ.get("AUTOTUNE_TEST_POSTGRES")
+    if not postgres:
+        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES"):
+            pytest.fail("AUTOTUNE_REQUIRE_POSTGRES is set but AUTOTUNE_TEST_POSTGRES gives no database")
+        pytest.skip("no PostgreSQL: set AUTOTUNE_TEST_POSTGRES=postgresql://USER:PASSWORD@HOST/DB (.ci/run does)")
+    named = replace(settings(tmp_path), name=f"bert-read-only-malformed-{uuid.uuid4().hex[:8]}", storage=postgres)
+    open_study(named, META)
+    assert open_study(named, META).user_attrs
+
+
+def test_a_connection_refused_on_opening_is_said_as_the_driver_says_it(tmp_path):
+    """Nothing was connected to be lost."""
+    refused = psycopg.OperationalError('connection to server at "127.0.0.1", port 1 failed: Connection refused')
+    with pytest.raises(ConfigError, match=r"^study.storage: cannot open Optuna storage .*Connection refused$"):
+        with opening("postgresql://u:p@127.0.0.1:1/db"):
+            raise optuna_wrapped(refused)
+
+
+def test_a_connection_lost_mid_run_is_named_with_what_to_do(tmp_path):
+    study = open_study(settings(tmp_path), META)
+
+    def lost(connection, cursor, statement, parameters, context, executemany) -> None:  # as a driver says it
+        raise sqlite3.OperationalError("server closed the connection unexpectedly")
+
+    event.listen(study._storage._backend.engine, "before_cursor_execute", lost)
+    with pytest.raises(StorageFaultError) as raised:
+        study.set_user_attr("x", 1)
+    assert str(raised.value) == (
+        f"study.storage: connection lost: Optuna storage 'sqlite:///{tmp_path}/study.db' failed mid-run "
+        "(OperationalError: server closed the connection unexpectedly); check that its database server is up and this "
+        "machine reaches it, then run the same command again to resume from what the study stored"
+    )
+
+
+def test_a_run_a_storage_fault_stopped_whose_study_cannot_be_read_back_says_so_and_keeps_the_fault(tmp_path):
+    study = open_study(settings(tmp_path), META)
+
+    def lost(connection, cursor, statement, parameters, context, executemany) -> None:
+        raise sqlite3.OperationalError("server closed the connection unexpectedly")
+
+    event.listen(study._storage._backend.engine, "before_cursor_execute", lost)
+    out, stop = io.StringIO(), StopReason("study.storage: connection lost", aborted=True)
+    with pytest.raises(StorageFaultError, match="^the fault that stopped the run$"):
+        try:
+            raise StorageFaultError("the fault that stopped the run")
+        finally:
+            assert app._report(study, this_machine_id(), tmp_path, stop, out) == {}
+    assert (
+        out.getvalue()
+        == "Stopped: study.storage: connection lost. The study could not be read back to write the reports.\n"
+    )
+    with pytest.raises(StorageFaultError, match="connection lost"):  # nothing else failing: the fault is the error
+        app._report(study, this_machine_id(), tmp_path, stop, io.StringIO())
 
 
 def test_errors_that_are_no_fault_of_the_storage_have_no_cause():
@@ -128,6 +223,51 @@ def disk_full_from_now(path: Path):
         yield
     finally:
         event.remove(Pool, "checkout", cap)
+
+
+@contextmanager
+def read_only_from_now():
+    """Every connection checked out from now on may not write, as on a file system remounted read-only: SQLite's own
+    SQLITE_READONLY, on each write, the run's record of its time included."""
+
+    def only_read(connection, record, proxy) -> None:
+        connection.execute("PRAGMA query_only = ON")
+
+    def writable_again(connection, record) -> None:  # as the pool takes it back: other tests' connections write
+        if connection is not None:  # None: invalidated
+            connection.execute("PRAGMA query_only = OFF")
+
+    event.listen(Pool, "checkout", only_read)
+    event.listen(Pool, "checkin", writable_again)
+    try:
+        yield
+    finally:
+        event.remove(Pool, "checkout", only_read)
+        event.remove(Pool, "checkin", writable_again)
+
+
+def test_the_run_clocks_last_saves_leave_the_storage_fault_that_stopped_the_run_to_say_why(tmp_path):
+    """A fault that blocks every write meets the saves in the ``finally`` blocks of the stage and of the run too:
+    the first fault is what the run stops with, and the reports follow it."""
+    study = open_study(settings(tmp_path), META)
+    clock, first = RunClock(), []
+    clock.attach(study, this_machine_id())
+    with read_only_from_now():
+        with pytest.raises(StorageFaultError) as raised:
+            try:
+                with clock.stage(SEARCH):
+                    try:
+                        study.set_user_attr("x", 1)  # a trial's write
+                    except StorageFaultError as fault:
+                        first.append(fault)
+                        raise
+            finally:
+                clock.save(finished=False)  # as the run's own finally saves it, before its reports
+        assert raised.value is first[0] and str(raised.value).startswith("study.storage: read-only: ")
+        with pytest.raises(StorageFaultError, match=r"^study.storage: read-only: "):
+            clock.save()  # nothing else failing: said
+    clock.save()
+    assert any(key.startswith("autotune.tuner_time") for key in study.user_attrs), "and stored once it can be"
 
 
 def in_order(observations, known: set[str], ran_out) -> Proposal | None:
@@ -292,12 +432,68 @@ def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_repor
     assert "baseline" in (tmp_path / "out" / "trials.csv").read_text(), "the reports cover what was stored"
 
 
+@pytest.mark.slow
+def test_the_command_line_names_a_storage_that_turned_read_only_mid_run_and_writes_the_reports(
+    tmp_path, cli_here, monkeypatch
+):
+    """From the first tuning trial on, no write succeeds (a read-only remount), the run's record of its time neither."""
+    database, screen, turned = tmp_path / "studies.db", app.TrialRunner.screen, []
+    args = [*TINY, "study.n_trials=3", f"study.storage=sqlite:///{database}", f"hydra.run.dir={tmp_path}/out"]
+    with contextlib.ExitStack() as read_only:
+
+        def screen_read_only(self, *args, **kwargs):
+            if not turned:
+                turned.append(read_only.enter_context(read_only_from_now()))
+            return screen(self, *args, **kwargs)
+
+        monkeypatch.setattr(app.TrialRunner, "screen", screen_read_only)
+        proc = cli_here(args, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    fault = proc.stderr.removeprefix("autotune: error: ").strip()
+    assert fault.startswith(f"study.storage: read-only: Optuna storage 'sqlite:///{database}' failed mid-run (")
+    assert f"\nStopped: {fault}.\n" in proc.stdout, "the summary says why the run stopped"
+    assert "baseline" in (tmp_path / "out" / "trials.csv").read_text(), "the reports cover what was stored"
+
+
 def test_a_storage_in_a_folder_that_does_not_exist_is_named_as_such(tmp_path, cli_here):
     storage = f"sqlite:///{tmp_path}/nowhere/studies.db"
     proc = cli_here([*TINY, f"study.storage={storage}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"error: study.storage: cannot create {tmp_path}/nowhere/studies.db.tiny.lock beside the" in proc.stderr
+    lock = lock_file(tmp_path / "nowhere" / "studies.db", "tiny")
+    assert f"error: study.storage: cannot create {lock} beside the" in proc.stderr
     assert "No such file or directory" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_journal_in_a_folder_that_does_not_exist_is_named_as_such(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as raised:
+        open_storage("journal://~/s.log")
+    assert str(raised.value) == (
+        "study.storage: no folder ~ for the journal file of 'journal://~/s.log' (~ is not expanded: give the path "
+        "from /); make it, or give a file in a folder that exists"
+    )
+
+
+@pytest.mark.parametrize("which", ["file", "folder"])
+def test_a_journal_this_user_cannot_write_is_refused_for_tuning_and_still_renders(tmp_path, which):
+    stored = tmp_path / "kept" / "study.log"
+    stored.parent.mkdir()
+    url = f"journal://{stored}"
+    open_study(replace(settings(tmp_path), storage=url), META)
+    with unwritable(stored if which == "file" else stored.parent):
+        with pytest.raises(ConfigError, match=r"^study.storage: read-only: .* cannot be written by this user"):
+            open_storage(url)
+        assert load_study("s", url).user_attrs, "read: what mode=report renders"
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file:s?mode=memory&uri=true"])
+def test_an_in_memory_sqlite_database_is_refused_for_tuning_naming_the_key(tmp_path, url):
+    """Lost when the run ends (no resume, no mode=report), and one database for each thread of study.parallel."""
+    with pytest.raises(ConfigError) as raised:
+        open_study(replace(settings(tmp_path), storage=url), META)
+    assert str(raised.value) == (
+        f"study.storage: '{url}' is a SQLite database in memory, lost when the run ends; give a file: sqlite:///PATH"
+    )
 
 
 def test_a_file_that_cannot_be_written_after_the_study_ran_fails_the_run_naming_it(tmp_path, cli_here, monkeypatch):
