@@ -279,6 +279,7 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
         batch_policy=settings.batch_policy,
         # A trial process starts with the inspection's (read before the user's code ran), or, pinned, one per core.
         torch_threads=len(cores) if cores else facts.machine["torch_threads"],
+        gpu_visible=bool(facts.devices.cuda),
     )
 
 

@@ -73,7 +73,8 @@ class SearchContext:
     ``optimizer_options`` the implementation switches ("foreach", "fused") the pipeline's optimizer
     accepts and can run here. With ``batch_policy`` "fixed_effective", the batch size is a micro-batch
     and gradients are accumulated up to the baseline's batch size. ``torch_threads`` is the intra-op thread
-    count torch starts with in a fresh process here (None: unknown).
+    count torch starts with in a fresh process here (None: unknown). ``gpu_visible``: whether the trials see a GPU
+    (the DataLoader pins memory where one is, whatever device the model runs on).
     """
 
     device: str
@@ -85,6 +86,7 @@ class SearchContext:
     optimizer_options: frozenset[str] = frozenset()
     batch_policy: str = "free"
     torch_threads: int | None = None
+    gpu_visible: bool = False
 
     @property
     def effective_batch_size(self) -> int | None:

@@ -19,8 +19,9 @@ class CudnnBenchmarkKnob(BoolKnob):
         return [False, True] if ctx.device == "cuda" else [False]
 
     def resolve(self, value: bool, ctx: SearchContext) -> bool:
-        """Off anywhere but on a GPU, whatever it says: a baseline that sets it on a CPU (many scripts do, whatever
-        the device) runs as one that does not, so turning it off is no change to recommend."""
+        """Off anywhere but on a GPU, whatever it says: a baseline that sets it for a model on a CPU (many scripts do,
+        whatever the device) runs as one that does not (``apply`` sets it on a GPU only), so turning it off is no
+        change to recommend."""
         return value and ctx.device == "cuda"
 
     def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:

@@ -18,9 +18,10 @@ class PinMemoryKnob(BoolKnob):
         return [False, True] if ctx.device == "cuda" else [False]
 
     def resolve(self, value: bool, ctx: SearchContext) -> bool:
-        """Off anywhere but on a GPU, whatever it says: a baseline that sets it on a CPU (many scripts do, whatever
-        the device) runs as one that does not, so turning it off is no change to recommend."""
-        return value and ctx.device == "cuda"
+        """Off on a machine without a GPU, whatever it says: a baseline that sets it there (many scripts do, whatever
+        the device) runs as one that does not, so turning it off is no change to recommend. Where a GPU is visible
+        the DataLoader pins, whichever device the model runs on."""
+        return value and (ctx.device == "cuda" or ctx.gpu_visible)
 
     def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
         if value and ctx.device != "cuda":

@@ -226,7 +226,7 @@ def probe_once(
         try:
             loading, compute = probe_model.loader(anchor["batch_size"], workers), probe_model.compute(anchor)
         except ValueError:  # the anchor did not run: every prediction scales its timings
-            failed = _anchor_failure(result.probe)
+            failed = _anchor_failure(plan, result.probe, {"batch_size": anchor["batch_size"], "num_workers": workers})
             reason = f"it {failed} at the baseline's own settings, from which it predicts every configuration"
             record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
         else:
@@ -239,10 +239,11 @@ def probe_once(
     return record
 
 
-def _anchor_failure(result: ProbeResult) -> str:
-    """How the probe's anchor (its first model step setting, or a DataLoader setting) failed: out of memory, or the
-    error it raised."""
-    raised = [entry.message for entry in result.failed if entry.half == "loader" or entry.index == 0]
+def _anchor_failure(plan: ProbePlan, result: ProbeResult, loader: dict[str, Any]) -> str:
+    """How the probe's anchor (its first model step setting, and ``loader``, its DataLoader setting) failed: out of
+    memory, or the error it raised."""
+    own = {("compute", 0), *([("loader", plan.loaders.index(loader))] if loader in plan.loaders else [])}
+    raised = [entry.message for entry in result.failed if (entry.half, entry.index) in own]
     return f"raised {raised[0]}" if raised else "ran out of memory"
 
 

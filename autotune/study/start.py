@@ -82,7 +82,11 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
             stored = described
     if stored.get("fingerprint") != fingerprint and not _stored_before_budgets(stored, meta):
         differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
-        derived = " (a search space not given is derived from the machine)" if "space." in " ".join(differences) else ""
+        derived = (
+            " (a search space not given is derived from the machine, by the rules of the autotune that runs)"
+            if "space." in " ".join(differences)
+            else ""
+        )
         raise StudyMismatchError(
             f"study.name: study '{study.study_name}' in the storage was created with other settings: "
             f"{'; '.join(differences[:4])}{'; …' if len(differences) > 4 else ''}{derived}; set them back, or pass "

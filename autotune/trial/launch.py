@@ -145,6 +145,11 @@ class ForkServer:
                 lost = server.pid
                 self._give_up(f"the fork server failed an order ({error})")
                 strays.end(lost)  # a trial it forked before it failed is now this process's orphan: it ends here
+            except BaseException:  # interrupted (Ctrl-C): its reply, unread, would be taken for the next order's
+                lost = server.pid
+                self.close()
+                strays.end(lost)
+                raise
         return FreshLauncher().start(argv, log_path, env)
 
     def new_draw(self) -> None:

@@ -103,25 +103,37 @@ def run_trial(
 
 @contextlib.contextmanager
 def _signals_held():
-    """Hold back every signal Python handles (Ctrl-C, the CLI's stop signals) until the block ends, then deliver
-    each one caught: a second Ctrl-C raised while a trial's processes are killed and reaped would leave the processes
-    it detached running. Python runs handlers in the main thread only, so that is where they are held (a signal's
-    mask would not do: the kernel gives the signal to another thread, whose handler still interrupts this one)."""
+    """Hold back one signal Python handles (Ctrl-C, the CLI's stop signals) until the block ends, then deliver it: a
+    second Ctrl-C raised while a trial's processes are killed and reaped would leave the processes it detached
+    running. A second signal while one is held is delivered at once: a kill that never returns (a process stuck in
+    the kernel) must not make the tuner deaf. Python runs handlers in the main thread only, so that is where they are
+    held (a signal's mask would not do: the kernel gives the signal to another thread, whose handler still
+    interrupts this one)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     handlers = {signum: signal.getsignal(signum) for signum in signal.valid_signals()}
     handlers = {signum: handler for signum, handler in handlers.items() if callable(handler)}
     caught: list[int] = []
+
+    def restore() -> None:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+    def hold(signum: int, frame) -> None:
+        caught.append(signum)
+        if len(caught) > 1:
+            restore()
+            signal.raise_signal(signum)
+
     for signum in handlers:
-        signal.signal(signum, lambda signum, frame: caught.append(signum))
+        signal.signal(signum, hold)
     try:
         yield
     finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(caught):
-            signal.raise_signal(signum)
+        restore()
+        if len(caught) == 1:
+            signal.raise_signal(caught[0])
 
 
 # The folder of a trial folder holding the requests of the trials running: only this user can open it.

@@ -353,6 +353,22 @@ def test_a_server_start_interrupted_before_it_is_ready_is_ended_not_kept_for_the
     assert server._server is None and not server._broken, "the next trial starts a server of its own"
 
 
+def test_an_order_interrupted_before_its_reply_ends_the_server_not_kept_out_of_step_for_the_next(tmp_path, monkeypatch):
+    serving(monkeypatch, MINIATURE_SERVER, "0")
+    server = ForkServer()
+    reply = launch._reply
+
+    def interrupted_at_the_pid(process, seconds, key):
+        if key == "pid":
+            raise KeyboardInterrupt  # Ctrl-C while the server forks: its pid line stays unread
+        return reply(process, seconds, key)
+
+    monkeypatch.setattr(launch, "_reply", interrupted_at_the_pid)
+    with pytest.raises(KeyboardInterrupt):
+        server.start([str(tmp_path / "r.json")], tmp_path / "t.log", _worker_env(request()))
+    assert server._server is None and not server._broken, "the next trial starts a server of its own"
+
+
 def test_a_server_starting_is_never_an_orphan_to_the_end_of_a_trial_running_alone_meanwhile(tmp_path, monkeypatch):
     # study.parallel: one slot starts a server (a new draw) while another's trial, the only one running, ends and kills
     # the children of the tuner it did not start; the server, carrying no trial's token, must not be one of them.

@@ -309,3 +309,23 @@ def test_a_second_ctrl_c_while_a_trial_is_ended_is_raised_once_it_has_ended(tmp_
     assert trial.ended, "its processes were all ended before the second Ctrl-C was raised"
     assert not (tmp_path / ".requests").exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _StuckInTheKernel(_StoppedTwice):
+    """A trial whose end never returns (a process in uninterruptible sleep), Ctrl-C pressed twice meanwhile."""
+
+    def kill(self) -> int | None:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the second is delivered at once, not after the end
+        self.ended = True
+        return None
+
+
+def test_a_third_ctrl_c_while_a_trial_is_ended_is_delivered_at_once():
+    trial = _StuckInTheKernel()
+    with pytest.raises(KeyboardInterrupt):
+        with runner._signals_held():
+            trial.kill()
+    assert not trial.ended, "the tuner heard it before the end came"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
