@@ -22,6 +22,7 @@ from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import KNOBS, changed
 from autotune.measure.environment import machine_fingerprint
+from autotune.measure.stats import RatioInterval
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
@@ -32,8 +33,8 @@ _NO_AGAINST = "mode=check re-measures a tuning run's recommendation: give agains
 @dataclass(frozen=True)
 class Tuned:
     """What a tuning run's report.json (at ``path``) says: the recommended knobs, the baseline's it was tuned
-    against, the speedup it measured, the pipeline and machine it measured them for, and how it trained (its
-    ``batch_policy``)."""
+    against, the speedup it measured (and its 95 % interval, where it had one), the pipeline and machine it measured
+    them for, and how it trained (its ``batch_policy``)."""
 
     path: str
     knobs: dict[str, Any]
@@ -42,6 +43,7 @@ class Tuned:
     pipeline: str
     machine: dict[str, Any]
     batch_policy: str = "free"
+    speedup_interval: RatioInterval | None = None
 
     @property
     def changes_nothing(self) -> bool:
@@ -84,7 +86,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         entries=both_ends(settings.baseline, tuned.knobs),
         notes=notes,
     )
-    check = Check(tuned.speedup, settings.check_tolerance, benchmark)
+    check = Check(tuned.speedup, settings.check_tolerance, benchmark, tuned.speedup_interval)
     try:
         measure_rounds(settings, check.benchmark, output_dir / "check", out)
     finally:
@@ -121,7 +123,22 @@ def load_tuned(path: str | None) -> Tuned:
         pipeline=str(_get(data, "pipeline") or ""),
         machine=_get(data, "machine") or {},
         batch_policy=_batch_policy(_get(data, "training", "policy"), path),  # BatchAdvice's
+        speedup_interval=_interval(_get(data, "speedup_interval"), path),
     )
+
+
+def _interval(value: Any, path: str) -> RatioInterval | None:
+    """The speedup's interval as report.json records it (None: it had none, one round or an earlier autotune)."""
+    if value is None:
+        return None
+    try:
+        interval = RatioInterval(**value)
+        valid = interval.n >= 2 and 0 < interval.low <= interval.geomean <= interval.high
+    except TypeError:
+        valid = False
+    if not valid:
+        raise ConfigError("against", f"{path}: speedup_interval: expected geomean, low, high and n >= 2, got {value!r}")
+    return interval
 
 
 def _batch_policy(value: Any, path: str) -> str:

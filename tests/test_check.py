@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from autotune import check as check_mode
 from autotune.benchmark import both_ends
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError, RegressionError
+from autotune.measure.stats import RatioInterval, t95
 from autotune.report.check import verdict_line
 from autotune.results.advice import BatchAdvice
 from autotune.results.benchmark import Benchmark
@@ -24,14 +26,14 @@ RECOMMENDED = {**BASELINE, "batch_size": 32}
 BASE_RUNS = (100.0, 104.0, 98.0)
 
 
-def check(before, recommended_runs, base_runs=BASE_RUNS, tolerance=0.10) -> Check:
-    """A check of ``before`` whose rounds measured these samples/s (None: the run failed)."""
+def check(before, recommended_runs, base_runs=BASE_RUNS, tolerance=0.10, before_interval=None) -> Check:
+    """A check of ``before`` (with its interval) whose rounds measured these samples/s (None: the run failed)."""
     entries = both_ends(BASELINE, RECOMMENDED)
     for entry, runs in zip(entries, (base_runs, recommended_runs), strict=True):
         entry.throughputs.extend(runs)
         entry.failures.extend(f"round {i + 1}: crashed" for i, run in enumerate(runs) if run is None)
     benchmark = Benchmark("tiny", "cpu", len(base_runs), "report.json", {}, entries)
-    return Check(before, tolerance, benchmark)
+    return Check(before, tolerance, benchmark, before_interval)
 
 
 # The rule.
@@ -49,6 +51,22 @@ def test_a_fall_within_the_noise_holds():
     record = check(1.5, [120.0, 151.0, 127.0])
     assert record.now.geomean < record.floor < record.now.high, "below the floor, but the noise could explain it"
     assert not record.regressed and record.verdict == "holds" and record.passed
+
+
+def test_a_gain_recorded_loosely_counts_its_own_noise_and_one_recorded_tightly_does_not_excuse_a_fall():
+    # 2.0x recorded over 2 rounds whose interval spans 0.5-8.0x: 1.50x now (1.46-1.55) is below its floor of 1.80x
+    # by less than the two measurements' noise; recorded over 5 tight rounds, the same fall is a regression.
+    now = [150.0, 157.0, 146.0]
+    loose = check(2.0, now, before_interval=RatioInterval(2.0, 0.5, 8.0, 2))
+    assert loose.now.high < loose.floor and not loose.regressed and loose.passed
+    line = verdict_line(loose)
+    assert line.startswith("holds within the noise: 1.50x now") and "95 % interval 0.50-8.00 over 2 rounds" in line
+    assert check(2.0, now, before_interval=RatioInterval(2.0, 1.95, 2.05, 5)).regressed
+    # By hand: the logarithm 1.80 / 1.5043 = 0.1795 against Welch's bound t(df) * sqrt(se_now^2 + se_before^2).
+    se_now = math.log(loose.now.high / loose.now.low) / (2 * t95(2))
+    se_before = math.log(8.0 / 0.5) / (2 * t95(1))
+    df = (se_now**2 + se_before**2) ** 2 / (se_now**4 / 2 + se_before**4 / 1)
+    assert loose.noise == pytest.approx(t95(math.floor(df)) * math.hypot(se_now, se_before))
 
 
 def test_a_speedup_that_held_passes_and_a_zero_tolerance_still_allows_the_noise():
@@ -149,6 +167,10 @@ def run_check(against: Path | None, output_dir: Path, out: io.StringIO) -> Path 
         ),
         (lambda path: report(path.parent, recommended={**RECOMMENDED, "amp": "fp8"}), "recommended.knobs.amp: expect"),
         (lambda path: report(path.parent, speedup=None), "speedup: expected a number > 0, got None"),
+        (
+            lambda path: report(path.parent, speedup_interval={"geomean": 1.5, "low": 2.0, "high": 1.0, "n": 3}),
+            "speedup_interval: expected geomean, low, high and n >= 2",
+        ),
     ],
 )
 def test_an_unusable_against_names_the_key_before_anything_is_printed(tmp_path, write, message):
@@ -253,3 +275,11 @@ def test_the_command_line_gate_fails_a_speedup_that_fell(tmp_path, cli_here):
     record = json.loads((tmp_path / "out" / "check.json").read_text())
     assert record["verdict"] == "regressed" and record["now"]["n"] == 3
     assert [len(entry["throughputs"]) for entry in record["benchmark"]["entries"]] == [3, 3]
+
+
+def test_the_gains_interval_is_read_from_report_json_and_none_where_it_had_none(tmp_path):
+    interval = {"geomean": 1.5, "low": 1.2, "high": 1.9, "n": 3}
+    assert check_mode.load_tuned(str(report(tmp_path, speedup_interval=interval))).speedup_interval == RatioInterval(
+        **interval
+    )
+    assert check_mode.load_tuned(str(report(tmp_path))).speedup_interval is None

@@ -36,13 +36,20 @@ def now_line(check: Check) -> str:
 def verdict_line(check: Check) -> str:
     """The verdict in one line, naming before, now and the tolerance."""
     tolerance = f"{check.tolerance * 100:g} %"
-    limit = f"the floor of {check.floor:.2f}x ({check.before:.2f}x before, less the tolerance of {tolerance})"
+    was = check.before_interval
+    recorded = f", 95 % interval {was.low:.2f}-{was.high:.2f} over {was.n} rounds" if was else ""
+    limit = f"the floor of {check.floor:.2f}x ({check.before:.2f}x before{recorded}, less the tolerance of {tolerance})"
     now = check.now
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
     speedup = f"{now.geomean:.2f}x now (95 % interval {now.low:.2f}-{now.high:.2f})"
     if check.regressed:
-        return f"regressed: {speedup} lies wholly below {limit}"
+        return f"regressed: {speedup} lies below {limit}, further than the noise of both measurements allows"
+    if now.high < check.floor:
+        return (
+            f"holds within the noise: {speedup} lies below {limit}, but no further than the noise of both "
+            "measurements allows (the tuning run's gain was measured loosely: more study.confirm_rounds sharpen it)"
+        )
     return f"holds: {speedup} reaches {limit}"
 
 

@@ -1,17 +1,19 @@
 """What ``mode=check`` measured: a tuning run's recommendation against the baseline again, and whether its speedup held.
 
 Its rule is written here once (``Check.regressed``): the speedup now is the geometric mean of the recommendation's
-per-round ratios to the baseline, with its 95 % interval (``Benchmark.interval``); it regressed when that interval's
-upper bound lies below the speedup the tuning run recorded less the tolerance. A check passes only when there is an
-interval and it reaches that floor.
+per-round ratios to the baseline, with its 95 % interval (``Benchmark.interval``); it regressed when it lies below
+the speedup the tuning run recorded, less the tolerance, by more than the noise of both measurements allows (the
+tuning run's own interval counts: a gain read from few noisy rounds, and picked as the fastest, reads high). A
+check passes only when there is an interval and no regression.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from autotune.measure.stats import RatioInterval
+from autotune.measure.stats import RatioInterval, t95
 from autotune.results.benchmark import Benchmark, Entry
 
 # Rounds an interval needs: each of the two configurations measured, and both in the same rounds (ratio_interval).
@@ -22,13 +24,15 @@ VERDICTS = ("holds", "regressed", "not measured")
 
 @dataclass(frozen=True)
 class Check:
-    """A check of a recommendation whose tuning run recorded the speedup ``before`` over the baseline, measured again
-    in ``benchmark`` (its entries: the baseline, then the recommendation; ``benchmark.recommended``: the report.json's
-    path), allowed to fall by ``tolerance`` (a fraction of ``before``) beyond the measured noise."""
+    """A check of a recommendation whose tuning run recorded the speedup ``before`` over the baseline (with its 95 %
+    interval ``before_interval``, None where it had none), measured again in ``benchmark`` (its entries: the
+    baseline, then the recommendation; ``benchmark.recommended``: the report.json's path), allowed to fall by
+    ``tolerance`` (a fraction of ``before``) beyond the measured noise."""
 
     before: float
     tolerance: float
     benchmark: Benchmark
+    before_interval: RatioInterval | None = None
 
     @property
     def recommended(self) -> Entry:
@@ -46,12 +50,29 @@ class Check:
 
     @property
     def regressed(self) -> bool:
-        """The rule: the speedup regressed when the upper bound of its 95 % interval now lies below
-        ``before * (1 - tolerance)``, so that even the fastest the noise allows has fallen beyond the tolerance. A fall
-        the noise could explain is no regression; without an interval there is no verdict (``verdict``: not
-        measured, which fails the check as well)."""
+        """The rule: the speedup regressed when its logarithm now lies below that of ``before * (1 - tolerance)`` by
+        more than the 95 % bound of the difference of two measurements (Welch's t on the logarithms, each one's
+        standard error read from its interval). Without the tuning run's interval that is: the upper bound of the
+        interval now lies below the floor. A fall the noise could explain is no regression; without an interval
+        now there is no verdict (``verdict``: not measured, which fails the check as well)."""
         now = self.now
-        return now is not None and now.high < self.floor
+        return now is not None and math.log(self.floor / now.geomean) > self.noise
+
+    @property
+    def noise(self) -> float:
+        """How far below the floor, in logarithms, the speedup now may read by the two measurements' noise alone;
+        infinite without an interval now."""
+        now = self.now
+        if now is None:
+            return math.inf
+        parts = [(_standard_error(now), now.n)]
+        if self.before_interval is not None:
+            parts.append((_standard_error(self.before_interval), self.before_interval.n))
+        variance = sum(error**2 for error, _ in parts)
+        if variance == 0:
+            return 0.0
+        df = variance**2 / sum(error**4 / (n - 1) for error, n in parts)  # Welch-Satterthwaite
+        return t95(max(1, math.floor(df))) * math.sqrt(variance)
 
     @property
     def verdict(self) -> str:
@@ -73,6 +94,7 @@ class Check:
         now = self.now
         return {
             "before": self.before,
+            "before_interval": asdict(self.before_interval) if self.before_interval else None,
             "tolerance": self.tolerance,
             "floor": self.floor,
             "now": asdict(now) if now else None,
@@ -82,7 +104,18 @@ class Check:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Check:
-        return cls(data["before"], data["tolerance"], Benchmark.from_dict(data["benchmark"]))
+        interval = data.get("before_interval")
+        return cls(
+            data["before"],
+            data["tolerance"],
+            Benchmark.from_dict(data["benchmark"]),
+            RatioInterval(**interval) if interval else None,
+        )
+
+
+def _standard_error(interval: RatioInterval) -> float:
+    """The standard error of the mean logarithm behind a 95 % t interval of ``interval.n`` ratios."""
+    return math.log(interval.high / interval.low) / (2 * t95(interval.n - 1))
 
 
 def measured_rounds(entry: Entry) -> int:
