@@ -19,6 +19,7 @@ from typing import Any
 import hydra
 import optuna
 import yaml
+from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, QuotedString
@@ -59,11 +60,12 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   study.budget_s=S     bound the whole run to S seconds; the reports say what it left out
   search.KNOB=[a,b]    candidates for a knob (a one-element list fixes it; default: derived from the machine)
   hydra.run.dir=DIR    where the reports go
-  mode=selfcheck       time the baseline and the study's recommendation by autotune and by a plain training
+  mode=selfcheck [selfcheck.rounds=5]
+                       time the baseline and the study's recommendation by autotune and by a plain training
                        loop, interleaved, and say whether the two agree (selfcheck.json)
   mode=report study.name=NAME
                        render every report of a stored study again, from the study alone
-  mode=benchmark recommended=PATH
+  mode=benchmark recommended=PATH [benchmark.rounds=5]
                        the recommendation against the baseline, interleaved, with each change alone and
                        left out (benchmark.md, benchmark.json, benchmark.html)
   mode=check against=PATH/report.json [check.tolerance=0.10] [check.rounds=5]
@@ -74,7 +76,8 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
                        data pipeline, a profiler trace; what limits it and what to change (profile.md, profile.json,
                        profile.html)
 
-Every key of conf/config.yaml can be overridden. AUTOTUNE_DEBUG=1 shows tracebacks. See README.md.
+Every key of conf/config.yaml can be overridden (docs/settings.md lists them). AUTOTUNE_DEBUG=1 shows tracebacks.
+See README.md.
 
 Knobs:
 {knobs}"""
@@ -82,7 +85,8 @@ Knobs:
 
 def main() -> None:
     """Entry point of ``autotune`` and ``python -m autotune``."""
-    sys.argv = [sys.argv[0], *(mask_override(arg, _SECRETS) for arg in sys.argv[1:])]  # before Hydra reads them
+    # before Hydra reads them
+    sys.argv = [sys.argv[0], *(mask_override(arg, _SECRETS) for arg in flags_first(sys.argv[1:]))]
     sys.stdout, sys.stderr = RedactedStream(sys.stdout, _SECRETS), RedactedStream(sys.stderr, _SECRETS)
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         pipelines = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "pipeline").glob("*.yaml")))
@@ -117,6 +121,31 @@ class Stopped(KeyboardInterrupt):
 
 def _stop(signum: int, frame) -> None:
     raise Stopped(signum)
+
+
+def flags_first(args: list[str]) -> list[str]:
+    """``args`` with Hydra's flags (``-cd DIR``, ``-m``, ...) and their values moved before the overrides, in their
+    order: Hydra's parser takes no flag after an override (``pipeline=mine -cd ./myconf`` fails with "unrecognized
+    arguments")."""
+    nargs = {
+        option: action.nargs
+        for action in get_args_parser()._actions  # Hydra's own parser: its flags, and the values each takes
+        for option in action.option_strings
+    }
+    flags, overrides, index = [], [], 0
+    while index < len(args):
+        arg, index = args[index], index + 1
+        name = arg.partition("=")[0]
+        if name not in nargs:
+            overrides.append(arg)
+            continue
+        flags.append(arg)
+        following = args[index] if index < len(args) and "=" not in arg else None
+        optional = following is not None and "=" not in following and not following.startswith("-")
+        if following is not None and (nargs[name] is None or (nargs[name] == "?" and optional)):
+            flags.append(following)
+            index += 1
+    return [*flags, *overrides]
 
 
 def mask_override(arg: str, secrets: Secrets) -> str:

@@ -416,6 +416,22 @@ def test_a_multirun_job_that_fails_leaves_the_others_running_and_the_sweep_exits
     assert (tmp_path / "multi" / "1" / "report.json").exists(), "job #1 ran after #0 failed"
 
 
+def test_hydras_flags_may_come_after_the_overrides(tmp_path, cli_here):
+    # Hydra's parser refuses them there ("unrecognized arguments"): a user writes mode=benchmark -cd ./myconf ...
+    proc = cli_here(["pipeline=tiny", "study.n_trials=-1", "-cd", str(TEST_CONF), "--config-name=config"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("autotune: error: study.n_trials: expected an integer")
+    assert cli.flags_first(["a=1", "-m", "--cfg", "job", "--info", "config", "b=2", "--info"]) == [
+        "-m",
+        "--cfg",
+        "job",
+        "--info",
+        "config",
+        "--info",
+        "a=1",
+        "b=2",
+    ]
+
+
 def test_a_storage_password_is_never_shown(tmp_path, cli_here):
     url = "postgresql://tuner:s3cret@127.0.0.1:1/studies"
     proc = cli_here([*TINY, f"study.storage={url}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
