@@ -76,7 +76,8 @@ def _tune(
     space = build_space(settings.search, ctx)
     described = {**facts.machine, **({"cpu_count": len(cores)} if cores else {})}
     machine = machine_id(described)
-    study = open_study(settings.study, _study_meta(settings, device, space), described, storage)
+    meta = _study_meta(settings, device, space, facts.pipeline.code)
+    study = open_study(settings.study, meta, described, storage)
     clock.attach(study, machine)
     print(
         f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "
@@ -113,7 +114,7 @@ def _tune(
         )
 
     def show(event: TrialEvent) -> None:
-        line = format_result(event.result, baseline)
+        line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, baseline)
         print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
 
     def show_confirmation(name: str, result: TrialResult) -> None:
@@ -157,20 +158,21 @@ def _tune(
 
 
 def _report(study: optuna.Study, machine: str, output_dir: Path, stop: StopReason, out: TextIO) -> dict[str, Path]:
-    """Render what the study stored: the reports and the summary. Where a storage fault stopped the run and the study
-    cannot be read back either (its database server still down), say so instead: the fault itself, propagating,
-    is the run's error line."""
+    """Render what the study stored: the reports and the summary. Where the run stopped on an error (a storage fault,
+    Ctrl-C) and the study cannot be read back (its database server down), say so instead, with the fault, which
+    the error propagating may not name (Ctrl-C), unless it is what stopped the run."""
     stopping = sys.exc_info()[1] is not None
     try:
         results = load_results(study, machine)
-    except StorageFaultError:
+    except StorageFaultError as fault:
         if not stopping:
             raise
-        print(f"Stopped: {stop.message}. The study could not be read back to write the reports.", file=out)
+        why = "" if str(fault) == stop.message else f": {fault}"
+        print(f"Stopped: {stop.message}. The study could not be read back to write the reports{why}.", file=out)
         return {}
     summary = summarise(results)
     files = write_reports(results, summary, output_dir)
-    print_summary(summary, files, stop.message, out, results.profiles, results.tuner_time)
+    print_summary(summary, files, f"Stopped: {stop.message}", out, results.profiles, results.tuner_time)
     return files
 
 
@@ -388,26 +390,32 @@ def _window(plan: WindowPlan) -> dict:
     return {name: value for name, value in asdict(plan).items() if name != "step_multiple"}
 
 
-def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
+def _study_meta(settings: Settings, device: str, space: SearchSpace, code: dict[str, str]) -> dict:
     # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
     # under others would rank trials judged by two rules. Left out unset, as studies made before they were kept.
+    # ``code``: the pipeline's modules, each by a digest of its source: a study measured one version of them
+    # (``user_code``); none (every target an installed package's) is left out too.
     budgets = {
         "memory_budget_mb": settings.study.memory_budget_mb,
         "host_memory_budget_mb": settings.study.host_memory_budget_mb,
     }
     set_budgets = {key: float(value) for key, value in budgets.items() if value is not None}  # 500 is 500.0
-    return ({"study": set_budgets} if set_budgets else {}) | {
-        "pipeline": settings.pipeline.to_dict(),
-        "baseline": settings.baseline,
-        "batch_policy": settings.batch_policy,
-        "objectives": list(settings.study.objectives),
-        "device": device,
-        "space": space.candidates,
-        "measure": {
-            **_window(settings.measure.plan),
-            "screen": _window(settings.measure.screen_plan),
-            "trial_timeout_s": settings.measure.trial_timeout_s,
-            "repeats": settings.measure.repeats,
-            "loss_tolerance": settings.measure.loss_tolerance,
-        },
-    }
+    return (
+        ({"study": set_budgets} if set_budgets else {})
+        | ({"code": code} if code else {})
+        | {
+            "pipeline": settings.pipeline.to_dict(),
+            "baseline": settings.baseline,
+            "batch_policy": settings.batch_policy,
+            "objectives": list(settings.study.objectives),
+            "device": device,
+            "space": space.candidates,
+            "measure": {
+                **_window(settings.measure.plan),
+                "screen": _window(settings.measure.screen_plan),
+                "trial_timeout_s": settings.measure.trial_timeout_s,
+                "repeats": settings.measure.repeats,
+                "loss_tolerance": settings.measure.loss_tolerance,
+            },
+        }
+    )

@@ -41,7 +41,7 @@ def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> 
         written = write_reports(results, summary, folder)
         on = f", measured on {results.machine.get('cpu_model')} (machine {machine})" if len(machines) > 1 else ""
         print(f"autotune: the reports of study '{name}' ({redact_url(storage)}){on}, rendered from storage", file=out)
-        stored = f"{len(results.trials)} trial(s) stored"
+        stored = f"Rendered from the study: {len(results.trials)} trial(s) stored"
         print_summary(summary, written, stored, out, results.profiles, results.tuner_time)
         files |= {f"{machine}/{kind}" if len(machines) > 1 else kind: path for kind, path in written.items()}
     return files

@@ -11,11 +11,14 @@ from typing import Any
 @dataclass(frozen=True)
 class PipelineFacts:
     """``input_ndim`` counts the batch dimension; None when the input is not a tensor.
-    ``optimizer_options`` are the implementation switches ("foreach", "fused") the optimizer takes."""
+    ``optimizer_options`` are the implementation switches ("foreach", "fused") the optimizer takes. ``code``: the
+    user's modules the pipeline imported (not the standard library's, an installed package's or autotune's), each
+    by name with a digest of its source: a study measured one version of them."""
 
     dataset_len: int
     input_ndim: int | None
     optimizer_options: frozenset[str] = frozenset()
+    code: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,18 @@ in a trial subprocess (``read_facts``): reading them runs the user's code and in
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import hashlib
 import importlib
 import inspect
 import logging
+import sys
+import sysconfig
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -102,7 +107,25 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     options = optimizer_options(build_component(spec, "optimizer"), device)
-    return PipelineFacts(dataset_len=length, input_ndim=_input_ndim(batch), optimizer_options=options)
+    return PipelineFacts(length, _input_ndim(batch), options, user_code())
+
+
+def user_code() -> dict[str, str]:
+    """Each module this process imported from a source file of the user's (under none of Python's own and installed
+    packages' folders, nor autotune's), by name, with a digest of the file: what a study measured with."""
+    installed = {Path(path).resolve() for path in sysconfig.get_paths().values()}
+    installed |= {Path(path).resolve() for path in sys.path if Path(path).name in ("site-packages", "dist-packages")}
+    installed.add(Path(__file__).resolve().parent.parent)  # autotune itself
+    found = {}
+    for name, module in list(sys.modules.items()):
+        source = getattr(module, "__file__", None)
+        if not source or not source.endswith(".py") or name == "__main__":
+            continue
+        path = Path(source).resolve()
+        if not any(path.is_relative_to(folder) for folder in installed):
+            with contextlib.suppress(OSError):
+                found[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return dict(sorted(found.items()))
 
 
 def _is_input_target(batch: Any) -> bool:

@@ -69,19 +69,19 @@ def format_probe(probe: ProbeRecord) -> str:
 def print_summary(
     summary: Summary,
     files: dict[str, Path],
-    stop_reason: str,
+    status: str,
     out: TextIO,
     profiles: TunedProfiles | None = None,
     tuner_time: TunerTime | None = None,
 ) -> None:
-    """Why the run stopped, the ranked table, the headline, what limits the baseline and the recommendation where
-    ``profiles`` (the study's) are of these two, the files written, then where the tuner's time went (where the
-    study recorded it: ``tuner_time``)."""
+    """The run's ``status`` (why it stopped), the ranked table, the headline, what limits the baseline and the
+    recommendation where ``profiles`` (the study's) are of these two, the files written, then where the tuner's
+    time went (where the study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
     varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
     frame["rank"] = frame["rank"].astype(object).fillna("-")  # to_string's na_rep skips nullable integers
-    print(f"\nStopped: {stop_reason}.", file=out)
+    print(f"\n{status}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(f"\n{headline(summary)}", file=out)
     if current := current_profiles(profiles, summary):

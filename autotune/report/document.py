@@ -165,6 +165,12 @@ def headline(summary: Summary) -> Headline:
             "Keep your current settings.",
             f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
         )
+    if summary.is_baseline and summary.stopped_early and len(summary.ranked) == 1:
+        return Headline(
+            "No recommendation yet.",
+            f"The run stopped after measuring the baseline ({summary.baseline.throughput:.1f} samples/s) alone; run "
+            "the same command again to resume from what the study stored.",
+        )
     if summary.is_baseline:
         return Headline("Keep your current settings.", _why_keep(summary))
     changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())

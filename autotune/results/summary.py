@@ -20,7 +20,8 @@ class Summary:
     by study.budget_s, not ended by a failed run; False where none ran). Where a race proved the recommendation, the
     throughputs and speedup are the medians of the race of most rounds it won (``proof``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
-    not prove, which are not recommended from their single runs.
+    not prove, which are not recommended from their single runs. ``stopped_early``: the study's last run stopped
+    before its end (interrupted, a fault), as its record of the tuner's time says.
     """
 
     ranked: list[TrialRecord]
@@ -32,6 +33,7 @@ class Summary:
     trim: list[Confirmation] = field(default_factory=list)
     ruled_out: frozenset[str] = frozenset()
     trim_ended: bool = False
+    stopped_early: bool = False
 
     @property
     def races(self) -> list[Confirmation]:
@@ -170,8 +172,19 @@ def summarise(results: StudyResults) -> Summary:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
     pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
+    runs = results.tuner_time.runs if results.tuner_time else []
+    stopped_early = bool(runs) and not runs[-1].finished
     return Summary(
-        ranked, results.baseline, recommended, confirmation, pareto, results.batch_policy, trim, ruled_out, trim_ended
+        ranked,
+        results.baseline,
+        recommended,
+        confirmation,
+        pareto,
+        results.batch_policy,
+        trim,
+        ruled_out,
+        trim_ended,
+        stopped_early,
     )
 
 

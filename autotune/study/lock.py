@@ -4,10 +4,14 @@ Two tuners on one SQLite study would measure the same configurations twice and r
 study the other is changing. The lock is an advisory ``flock`` on a file beside the database, which the kernel
 releases when its holder exits, however it exits (a ``kill -9`` included): a stale lock cannot outlive its tuner.
 Other storages are shared on purpose by the scale-out work and are not locked here.
+
+A study's lock file is ``lock_file``; autotune before it locked ``DB.NAME.lock`` (``_legacy_file``), which a tuner
+also locks, so that a tuner of either version is refused while one of the other tunes the study.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -34,15 +38,16 @@ def one_tuner(storage: str, name: str) -> Iterator[None]:
         yield
         return
     path = lock_file(database, name)
-    with _locked(path, storage, name) as handle:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
+    with _locked(path, storage, name, fcntl.LOCK_EX) as handle:
         try:
-            yield
-        finally:
-            path.unlink(missing_ok=True)  # still held: a tuner that opened it meanwhile finds it gone (``_locked``)
+            with _legacy_held(database, storage, name):
+                handle.seek(0)
+                handle.truncate()
+                handle.write(str(os.getpid()))
+                handle.flush()
+                yield
+        finally:  # still held: a tuner that opened it meanwhile finds it gone (``_locked``)
+            path.unlink(missing_ok=True)
 
 
 def lock_file(database: Path, name: str) -> Path:
@@ -52,14 +57,36 @@ def lock_file(database: Path, name: str) -> Path:
     return database.with_name(f"{database.name}.{file_name(name)}-{digest}.lock")
 
 
-def _locked(path: Path, storage: str, name: str) -> TextIO:
-    """The lock file ``path``, opened and locked; ConfigError naming ``study.name`` where another process holds it.
-    A file locked once its holder removed it (opened before, locked after) is no longer the file at ``path``, which
-    the next tuner makes anew and locks too: it is let go, and ``path`` opened again."""
+@contextmanager
+def _legacy_held(database: Path, storage: str, name: str) -> Iterator[None]:
+    """Hold the lock file of study ``name`` as autotune named it before ``lock_file`` while inside; ConfigError naming
+    ``study.name`` where a tuner of that version holds it. Held shared: that version holds it exclusively, so either
+    refuses the other, while studies whose names make one file name ("a b", "a_b") are still tuned at once. The last
+    to hold it removes it, holding it exclusively (``_locked`` then reopens it for a tuner that opened it before)."""
+    path = _legacy_file(database, name)
+    with _locked(path, storage, name, fcntl.LOCK_SH) as handle:
+        try:
+            yield
+        finally:
+            with contextlib.suppress(BlockingIOError):  # another tuner holds it still, and removes it in its turn
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                path.unlink(missing_ok=True)
+
+
+def _legacy_file(database: Path, name: str) -> Path:
+    """The lock file of study ``name`` of ``database`` as autotune named it before ``lock_file``."""
+    return database.with_name(f"{database.name}.{file_name(name)}.lock")
+
+
+def _locked(path: Path, storage: str, name: str, operation: int) -> TextIO:
+    """The lock file ``path``, opened and locked (``operation``: ``LOCK_EX`` or ``LOCK_SH``); ConfigError naming
+    ``study.name`` where another process holds it otherwise. A file locked once its holder removed it (opened before,
+    locked after) is no longer the file at ``path``, which the next tuner makes anew and locks too: it is let go, and
+    ``path`` opened again."""
     while True:
         handle = _open(path, storage)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, operation | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip()

@@ -35,7 +35,7 @@ from autotune.trial.runner import INTERRUPT
 
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
 _AWAIT_POLL_S = 2.0
-# How often a tuner making a study looks whether the tuner that claimed its description stored it (a write: ms).
+# How often a tuner making a study looks whether the claim of the tuner describing it ended (its write takes ms).
 _DESCRIBED_POLL_S = 0.05
 # When this process first saw each running trial (by study name, trial number and recorded start, which tell
 # apart the trials of studies of one name in other storages): what a trial's silence counts from before its first
@@ -115,31 +115,19 @@ def _claim(study: optuna.Study, name: str) -> int | None:
 def description(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> dict[str, Any]:
     """The description of what ``study`` tunes (META): the one stored, else ``meta``, stored here where this tuner is
     the first to describe the study. Of tuners making it at once, exactly one describes it, the one whose claim is
-    made (``_claim``), which it ends once the description is stored; the others wait for it."""
-    if (stored := study.user_attrs.get(META_ATTR)) is not None:
-        return stored
-    claim = _claim(study, f"{study.study_name}{_DESCRIBING}{study._study_id}")
-    if claim is None:
-        return _await_description(study, meta, settings)
-    try:
-        if (stored := study.user_attrs.get(META_ATTR)) is not None:  # by a tuner whose claim ended meanwhile
-            return stored
-        study.set_user_attr(META_ATTR, meta)
-        return meta
-    finally:
-        _end_claim(study, claim)
-
-
-def _await_description(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> dict[str, Any]:
-    """The description another tuner, claiming it, stores; ``meta``, stored here, where none comes within
-    ``STALE_BEATS`` heartbeats: that tuner died holding the claim."""
-    give_up = time.monotonic() + STALE_BEATS * settings.heartbeat_s
-    while time.monotonic() < give_up:
-        time.sleep(_DESCRIBED_POLL_S)
-        if (stored := study.user_attrs.get(META_ATTR)) is not None:
-            return stored
-    study.set_user_attr(META_ATTR, meta)
-    return meta
+    made (``_claim``), held with a heartbeat and ended once the description is stored; the others wait for the claim
+    to end (``_await_claim``: a holder no longer heard died, and its claim is ended) and, finding no description,
+    claim it again."""
+    name = f"{study.study_name}{_DESCRIBING}{study._study_id}"
+    while (stored := study.user_attrs.get(META_ATTR)) is None:
+        claim = _claim(study, name)
+        if claim is None:
+            _await_claim(study, name, _DESCRIBED_POLL_S)
+            continue
+        with _holding(study, claim, settings.heartbeat_s):
+            if study.user_attrs.get(META_ATTR) is None:  # else stored by a tuner whose claim ended meanwhile
+                study.set_user_attr(META_ATTR, meta)
+    return stored
 
 
 def _end_claim(study: optuna.Study, claim: int) -> None:
@@ -150,8 +138,10 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
 
 
 def _end_orphan_claims(study: optuna.Study) -> None:
-    """End every orphaned claim of the study (``_orphaned``), and the search claims of tuners no longer heard."""
-    measuring, searching = f"{study.study_name}{_MEASURING}", f"{study.study_name}{_SEARCHING}"
+    """End every orphaned claim of the study (``_orphaned``), and the search and description claims of tuners no
+    longer heard."""
+    measuring = f"{study.study_name}{_MEASURING}"
+    heard = (f"{study.study_name}{_SEARCHING}", f"{study.study_name}{_DESCRIBING}")  # held with a heartbeat
     claims = study._storage.get_all_studies()
     running, now = running_trials(study), time.time()
     blocked = _blocked_until(study, now)
@@ -159,9 +149,7 @@ def _end_orphan_claims(study: optuna.Study) -> None:
         if summary.study_name.startswith(measuring):
             if _orphaned(summary.study_name, summary.user_attrs.get("trial"), running):
                 _end_claim(study, summary._study_id)
-        elif summary.study_name.startswith(searching) and _unheard(
-            summary.user_attrs.get(ALIVE_ATTR), now, now, blocked
-        ):
+        elif summary.study_name.startswith(heard) and _unheard(summary.user_attrs.get(ALIVE_ATTR), now, now, blocked):
             _end_claim(study, summary._study_id)
 
 
@@ -325,9 +313,9 @@ def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float])
     return heard
 
 
-def _await_claim(study: optuna.Study, name: str) -> None:
-    """Wait for the claim ``name`` to end: its holder ends it, or is not heard of for ``STALE_BEATS`` heartbeats (the
-    claim is then ended here)."""
+def _await_claim(study: optuna.Study, name: str, poll_s: float = _AWAIT_POLL_S) -> None:
+    """Wait for the claim ``name`` to end, looking every ``poll_s``: its holder ends it, or is not heard of for
+    ``STALE_BEATS`` heartbeats (the claim is then ended here)."""
     storage, seen = study._storage, {}  # claim id -> when first seen: a claim made meanwhile is another's
     while True:
         try:
@@ -339,7 +327,7 @@ def _await_claim(study: optuna.Study, name: str) -> None:
         if _unheard(beat, seen.setdefault(claim, now), now, _blocked_until(study, now)):
             _end_claim(study, claim)
             return
-        if INTERRUPT.wait(_AWAIT_POLL_S):
+        if INTERRUPT.wait(poll_s):
             raise KeyboardInterrupt
 
 

@@ -80,13 +80,13 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         if stored is None or _holds_nothing(study, settings):
             study.set_user_attr(META_ATTR, described)
             stored = described
-    if stored.get("fingerprint") != fingerprint and not _stored_before_budgets(stored, meta):
+    if stored.get("fingerprint") != fingerprint and not _stored_before(stored, meta):
         differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
-        derived = (
-            " (a search space not given is derived from the machine, by the rules of the autotune that runs)"
-            if "space." in " ".join(differences)
-            else ""
-        )
+        said = " ".join(differences)
+        derived = " (a search space not given is derived from the machine, by the rules of the autotune that runs)"
+        derived = derived if "space." in said else ""
+        if "code." in said:  # one version of the code was measured: its figures are not the edited code's
+            derived += " (the code of the pipeline's modules: a study measured one version of it)"
         raise StudyMismatchError(
             f"study.name: study '{study.study_name}' in the storage was created with other settings: "
             f"{'; '.join(differences[:4])}{'; …' if len(differences) > 4 else ''}{derived}; set them back, or pass "
@@ -98,11 +98,16 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
         fail_interrupted_trials(study, running_trials(study))
 
 
-def _stored_before_budgets(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
-    """Whether ``stored`` describes a study made before autotune kept its memory budgets (``study`` in ``meta``)
-    that matches ``meta`` in all else: it resumes under the budgets given now."""
-    rest = {key: value for key, value in meta.items() if key != "study"}
-    return "study" not in stored and stored.get("fingerprint") == _fingerprint(rest)
+# What a study's description holds that an earlier autotune's did not: its memory budgets, the pipeline's code.
+_KEPT_SINCE = ("study", "code")
+
+
+def _stored_before(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
+    """Whether ``stored`` describes a study made before autotune kept some of ``_KEPT_SINCE`` that matches ``meta``
+    in all else: it resumes under the budgets given now, with the code it runs now."""
+    missing = [key for key in _KEPT_SINCE if key not in stored]
+    rest = {key: value for key, value in meta.items() if key not in missing}
+    return bool(missing) and stored.get("fingerprint") == _fingerprint(rest)
 
 
 def _holds_nothing(study: optuna.Study, settings: StudySettings) -> bool:

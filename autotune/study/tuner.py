@@ -23,7 +23,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from autotune.config.settings import StudySettings
+from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.measure.environment import this_machine_id
 from autotune.records import (
     BASELINE_ATTR,
@@ -96,12 +96,14 @@ ProposeFn = Callable[[list[Observation], set[str], list[OutOfMemory]], Proposal 
 
 @dataclass(frozen=True)
 class TrialEvent:
-    """A finished tuning trial, for progress display. ``index`` counts from 1 to ``total``."""
+    """A finished tuning trial, for progress display. ``index`` counts from 1 to ``total``. ``result`` is None where
+    the trial was dropped, unmeasured or its result lost, and ``dropped`` says why."""
 
     number: int
     index: int
     total: int
-    result: TrialResult
+    result: TrialResult | None
+    dropped: str | None = None
 
 
 def ensure_baseline(
@@ -150,7 +152,8 @@ def tune(
     stops at ``settings.timeout_s``, where ``affords`` says the next trial (or the one proposed, or the sampler's
     draw, which a later run then measures first) does not fit in study.budget_s, when the space is exhausted, and,
     aborted, after ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect
-    trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``). A configuration that needs
+    trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``), or as many dropped in a row
+    because another tuner took this one for dead (``_taken_for_dead``). A configuration that needs
     no less memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured:
     Optuna is told it is pruned, with the reason, and it does not count as a trial either.
 
@@ -214,7 +217,7 @@ def _search(
     n_trials, timeout_s = settings.n_trials, settings.timeout_s
     known: dict[str, _Outcome] = {}
     pruner = _pruner(settings, known)  # this thread's: a slot's trials are judged on what its own thread read
-    repeats = failures_in_a_row = 0
+    repeats = failures_in_a_row = dropped_in_a_row = 0
     draw = random.Random(f"{settings.seed}:{threading.current_thread().name}")  # each slot draws its own
     while (seen := _look(study, settings, machine)).counted + len(seen.running) < n_trials:
         if INTERRUPT.is_set():
@@ -285,10 +288,18 @@ def _search(
                         continue
                     repeats = 0
                     result, outcome = _measure_trial(study, trial, knobs, run, settings, pruner)
-        except UpdateFinishedTrialError:  # another tuner took it for dead (this one stopped past the stale time)
-            continue  # and failed it: its configuration, where it had one, is owed
-        if outcome is not None:
-            known[key] = outcome
+        except UpdateFinishedTrialError:  # another tuner took this one for dead and failed the trial: it is dropped
+            dropped_in_a_row += 1
+            on_trial(TrialEvent(trial.number, done + 1, n_trials, None, _taken_for_dead(settings, "it")))
+            if dropped_in_a_row >= settings.max_consecutive_failures:  # a cause that lasts (clocks apart) drops each
+                return StopReason(  # trial again, its configuration owed and measured anew, for ever
+                    f"the last {dropped_in_a_row} trials were dropped: {_taken_for_dead(settings, 'each')} "
+                    "(study.max_consecutive_failures)",
+                    aborted=True,
+                )
+            continue
+        dropped_in_a_row = 0
+        known[key] = outcome
         on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
         broken = result.failure is not None and result.failure.kind.is_fault
         failures_in_a_row = failures_in_a_row + 1 if broken else 0
@@ -299,6 +310,15 @@ def _search(
                 aborted=True,
             )
     return StopReason(f"study.n_trials={n_trials} trials measured")
+
+
+def _taken_for_dead(settings: StudySettings, trials: str) -> str:
+    """Why a trial is dropped: another tuner, by its clock not hearing this one, failed ``trials`` ("it", "each")."""
+    return (
+        f"another tuner took this one for dead (no heartbeat for {STALE_BEATS} x study.heartbeat_s="
+        f"{settings.heartbeat_s:g}s by its clock) and failed {trials}; check that the machines' clocks agree (NTP) "
+        "and that this machine does not stall that long (suspended), else raise study.heartbeat_s"
+    )
 
 
 def _given_way(study: optuna.Study, settings: StudySettings, machine: str, number: int, key: str) -> str | None:
@@ -516,10 +536,10 @@ def _measure_trial(
     run: RunFn,
     settings: StudySettings,
     pruner: SlowerThanBestPruner | None,
-) -> tuple[TrialResult, _Outcome | None]:
+) -> tuple[TrialResult, _Outcome]:
     """Measure ``knobs`` as ``trial``, store the result on it and tell Optuna; a trial stopped by an exception
-    (Ctrl-C) is marked interrupted. The outcome is None where another tuner took the trial for dead and failed it
-    meanwhile: its result is lost, and its configuration is measured again."""
+    (Ctrl-C) is marked interrupted. UpdateFinishedTrialError where another tuner took the trial for dead and failed
+    it meanwhile: its result is lost, and its configuration is measured again."""
     last_reading: list[float] = []
 
     def on_progress(steps: int, throughput: float) -> str | None:
@@ -536,13 +556,10 @@ def _measure_trial(
         raise
     result = within_budget(result, settings)
     outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
-    try:
-        trial.set_user_attr(RESULT_ATTR, result.to_dict())
-        for key, value in metric_attrs(result).items():
-            trial.set_user_attr(key, value)
-        _tell(study, trial, outcome)
-    except UpdateFinishedTrialError:
-        return result, None
+    trial.set_user_attr(RESULT_ATTR, result.to_dict())
+    for key, value in metric_attrs(result).items():
+        trial.set_user_attr(key, value)
+    _tell(study, trial, outcome)
     return result, outcome
 
 

@@ -17,6 +17,7 @@ from autotune.report.document import _machine, headline
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
+from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.trial.result import Failure, FailureKind
 from tests.results.test_summary import failed, results_with, trial
 
@@ -333,3 +334,11 @@ def test_the_machine_section_names_the_thread_variables_the_trials_ran_under():
     machine = {**describe_machine(), "torch_threads": 1, "thread_env": {"OMP_NUM_THREADS": "1"}}
     assert any(line.endswith("1 torch threads (by OMP_NUM_THREADS=1)") for line in _machine(machine, "cpu"))
     assert any(line.endswith("1 torch threads") for line in _machine({**machine, "thread_env": {}}, "cpu"))
+
+
+def test_a_run_stopped_after_its_baseline_alone_has_no_recommendation_yet_not_a_verdict():
+    stopped = replace(results_with(), tuner_time=TunerTime([RunTime(0.0, 30.0, {"baseline": 9.0}, {}, finished=False)]))
+    line = headline(summarise(stopped))
+    assert line.lead == "No recommendation yet." and "run the same command again to resume" in line.rest
+    finished = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, {}, {}, finished=True)]))
+    assert headline(summarise(finished)).lead == "Keep your current settings.", "n_trials=0: the baseline is all"

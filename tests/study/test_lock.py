@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,24 @@ def test_studies_whose_names_make_one_file_name_are_locked_apart(tmp_path):
     assert lock_file(tmp_path / "autotune.db", "a b") != lock_file(tmp_path / "autotune.db", "a_b")
     with one_tuner(storage, "a b"), one_tuner(storage, "a_b"):
         pass
+
+
+def test_a_tuner_of_the_previous_version_and_this_one_never_tune_one_study_at_once(tmp_path):
+    """That version locked ``DB.NAME.lock`` alone, exclusively."""
+    storage, previous = f"sqlite:///{tmp_path}/autotune.db", tmp_path / "autotune.db.my_study.lock"
+    with open(previous, "a+", encoding="utf-8") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242")
+        held.flush()
+        with pytest.raises(ConfigError, match=r"^study.name: another autotune \(pid 4242\) is tuning study 'my study'"):
+            with one_tuner(storage, "my study"):
+                pass
+        assert sorted(p.name for p in tmp_path.iterdir()) == [previous.name], "the refused one left no file"
+    previous.unlink()  # as that version leaves
+    with one_tuner(storage, "my study"), one_tuner(storage, "my_study"):  # one file name of that version: shared
+        with open(previous, "a+", encoding="utf-8") as held, pytest.raises(BlockingIOError):
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "no lock file is left behind"
 
 
 def test_only_sqlite_files_are_locked(tmp_path):

@@ -46,8 +46,8 @@ from autotune.study.sharing import (
 )
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.storage import StorageFaultError, is_shared
-from autotune.study.tuner import Proposal, _look, counted_trials, ensure_baseline, tune
+from autotune.study.storage import StorageFaultError, create_study, is_shared
+from autotune.study.tuner import Proposal, StopReason, _look, counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_tuner import BASELINE, SPACE, fake_result, left_measuring
@@ -317,7 +317,7 @@ def _storage_names(study) -> list[str]:
 def test_of_tuners_making_one_study_at_once_with_other_settings_one_describes_it_and_the_other_is_refused(
     tmp_path, monkeypatch
 ):
-    settings, outcomes = journal(tmp_path, heartbeat_s=0.5), []
+    settings = journal(tmp_path, heartbeat_s=0.5)
     read, both_read, first_reads = optuna.Study.user_attrs.fget, threading.Barrier(2, timeout=30), set()
 
     def user_attrs(study):  # each tuner's first read, before either has described the study
@@ -328,6 +328,32 @@ def test_of_tuners_making_one_study_at_once_with_other_settings_one_describes_it
         return found
 
     monkeypatch.setattr(optuna.Study, "user_attrs", property(user_attrs))
+    assert _made_at_once(settings) == ["described", "study 's' in the storage was created with other settings"]
+
+
+def test_a_description_claimed_by_a_tuner_that_died_is_taken_over_by_one_of_those_waiting(tmp_path):
+    """Waiting past its silence, each would otherwise store its own description, and none be refused."""
+    settings = journal(tmp_path, heartbeat_s=0.5)
+    study = create_study(settings.storage, study_name="s", directions=["maximize"])
+    dead = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#describing@{study._study_id}")
+    study._storage.set_study_user_attr(dead, ALIVE_ATTR, [time.time() - 60, 0.5])
+    assert _made_at_once(settings) == ["described", "study 's' in the storage was created with other settings"]
+    assert _storage_names(study) == ["s"], "the claim ended"
+
+
+def test_a_description_claim_no_longer_heard_is_ended_as_other_orphans_are(tmp_path):
+    study = open_study(journal(tmp_path), META)
+    dead = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#describing@{study._study_id}")
+    study._storage.set_study_user_attr(dead, ALIVE_ATTR, [time.time() - 60, 0.5])
+    live = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#describing@{study._study_id + 1}")
+    study._storage.set_study_user_attr(live, ALIVE_ATTR, [time.time(), 0.5])
+    assert fail_stale_trials(study) == []
+    assert _storage_names(study) == ["s", f"s#describing@{study._study_id + 1}"]
+
+
+def _made_at_once(settings: StudySettings) -> list[str]:
+    """What two tuners making study ``s`` at once with other settings are told: "described", or why refused."""
+    outcomes = []
 
     def making(meta) -> None:
         try:
@@ -341,7 +367,7 @@ def test_of_tuners_making_one_study_at_once_with_other_settings_one_describes_it
         each.start()
     for each in tuners:
         each.join()
-    assert sorted(outcomes) == ["described", "study 's' in the storage was created with other settings"]
+    return sorted(outcomes)
 
 
 def test_a_study_of_an_earlier_autotune_is_refused_naming_the_key(tmp_path):
@@ -417,6 +443,30 @@ def test_a_tuner_whose_trial_another_took_for_dead_drops_it_and_goes_on(tmp_path
     (dropped,) = [trial for trial in study.get_trials() if trial.number == taken[0].number]
     assert dropped.state is TrialState.FAIL and dropped.user_attrs[INTERRUPTED_ATTR]
     assert counted_trials(study) == settings.n_trials and _look(study, settings, this_machine_id()).owed == []
+
+
+def test_a_tuner_whose_every_trial_another_takes_for_dead_says_so_and_stops(tmp_path):
+    """Their clocks apart by more than the stale time: each trial is failed as it is measured, and its configuration
+    owed again. No timeout and no budget: nothing else would stop it."""
+    settings = journal(tmp_path, n_trials=2, max_consecutive_failures=3)
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
+    other, measure, events = open_study(settings, META), SlowMeasure(0), []
+
+    def taken_for_dead(knobs, name, on_progress=None):
+        assert len(measure.calls) < 10, "measured and dropped on and on"
+        fail_interrupted_trials(other, other.get_trials(states=(TrialState.RUNNING,)))
+        return measure(knobs, name, on_progress)
+
+    stop = tune(open_study(settings, META), SPACE, settings, taken_for_dead, events.append)
+    said = (
+        f"another tuner took this one for dead (no heartbeat for {STALE_BEATS} x study.heartbeat_s=15s by its clock) "
+        "and failed {}; check that the machines' clocks agree (NTP) and that this machine does not stall that long "
+        "(suspended), else raise study.heartbeat_s"
+    )
+    assert [(event.result, event.dropped) for event in events] == [(None, said.format("it"))] * 3, "a line each"
+    assert stop == StopReason(
+        f"the last 3 trials were dropped: {said.format('each')} (study.max_consecutive_failures)", aborted=True
+    )
 
 
 def test_a_trial_its_tuner_told_as_another_took_it_for_dead_is_counted(tmp_path, monkeypatch):

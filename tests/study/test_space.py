@@ -193,7 +193,6 @@ def test_a_gpu_only_setting_a_cpu_baseline_turns_on_is_kept_not_recommended_off(
     assert build_space(ALL_DEFAULT, on_gpu).candidates[name] == [False, True]
 
 
-
 def test_pin_memory_on_a_cpu_model_beside_a_visible_gpu_pins_so_turning_it_off_is_a_change():
     ctx = cpu_context(gpu_visible=True, baseline={**NEUTRAL_KNOBS, "pin_memory": True})
     assert build_space(ALL_DEFAULT, ctx).candidates["pin_memory"] == [False]

@@ -181,23 +181,30 @@ def test_a_connection_lost_mid_run_is_named_with_what_to_do(tmp_path):
     )
 
 
-def test_a_run_a_storage_fault_stopped_whose_study_cannot_be_read_back_says_so_and_keeps_the_fault(tmp_path):
+@pytest.mark.parametrize("stopped_by", ["the fault", "Ctrl-C"])
+def test_a_run_stopped_whose_study_cannot_be_read_back_says_so_with_the_fault_and_keeps_the_error(tmp_path, stopped_by):
+    """Ctrl-C's error line is "interrupted": the summary's line names the fault, once."""
     study = open_study(settings(tmp_path), META)
 
     def lost(connection, cursor, statement, parameters, context, executemany) -> None:
         raise sqlite3.OperationalError("server closed the connection unexpectedly")
 
     event.listen(study._storage._backend.engine, "before_cursor_execute", lost)
-    out, stop = io.StringIO(), StopReason("study.storage: connection lost", aborted=True)
-    with pytest.raises(StorageFaultError, match="^the fault that stopped the run$"):
+    fault = (
+        f"study.storage: connection lost: Optuna storage 'sqlite:///{tmp_path}/study.db' failed mid-run "
+        "(OperationalError: server closed the connection unexpectedly); check that its database server is up and this "
+        "machine reaches it, then run the same command again to resume from what the study stored"
+    )
+    error = StorageFaultError(fault) if stopped_by == "the fault" else KeyboardInterrupt()
+    out, stop = io.StringIO(), StopReason(fault if stopped_by == "the fault" else "interrupted", aborted=True)
+    with pytest.raises(type(error)) as raised:
         try:
-            raise StorageFaultError("the fault that stopped the run")
+            raise error
         finally:
             assert app._report(study, this_machine_id(), tmp_path, stop, out) == {}
-    assert (
-        out.getvalue()
-        == "Stopped: study.storage: connection lost. The study could not be read back to write the reports.\n"
-    )
+    assert raised.value is error
+    said = "" if stopped_by == "the fault" else f": {fault}"
+    assert out.getvalue() == f"Stopped: {stop.message}. The study could not be read back to write the reports{said}.\n"
     with pytest.raises(StorageFaultError, match="connection lost"):  # nothing else failing: the fault is the error
         app._report(study, this_machine_id(), tmp_path, stop, io.StringIO())
 
