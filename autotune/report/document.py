@@ -284,7 +284,15 @@ def _importance(results: StudyResults) -> list[Section]:
         "Optuna's default importance evaluator (PED-ANOVA). The search chose which configurations to measure, so "
         "this describes the trials run, not every possible configuration; the races above measure each change."
     )
-    return [Section("Which knobs mattered", paragraphs=[text], plots=_present(plots.importance(results.importance)))]
+    shares = [f"{name}: {share:.2f}" for name, share in results.importance.items()]
+    return [
+        Section(
+            "Which knobs mattered",
+            paragraphs=[text],
+            bullets=shares,
+            plots=_present(plots.importance(results.importance)),
+        )
+    ]
 
 
 def _why_keep(summary: Summary) -> str:

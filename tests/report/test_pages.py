@@ -7,6 +7,7 @@ a fake pipeline whose throughput is a known function of its knobs, plus a pruned
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -108,9 +109,14 @@ def test_every_picture_the_study_report_promises_is_drawn(tmp_path):
 
 
 def test_importance_covers_only_the_knobs_the_trials_varied(tmp_path):
-    importance = rich_results(tmp_path).importance
+    results = rich_results(tmp_path)
+    importance = results.importance
     assert set(importance) == {"batch_size", "amp", "set_to_none"}
     assert sum(importance.values()) == pytest.approx(1.0)
+    written = write_reports(results, summarise(results), tmp_path / "written")
+    assert json.loads(written["report.json"].read_text())["importance"] == importance, "in figures, not a picture only"
+    markdown = written["report.md"].read_text()
+    assert all(f"- {name}: {share:.2f}" in markdown for name, share in importance.items())
 
 
 def test_report_html_embeds_every_picture_and_no_table_lists_every_knob(tmp_path):
