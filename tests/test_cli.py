@@ -239,6 +239,16 @@ BAD_INPUTS = [
         ["pipeline=mymodel", "+pipeline.model.num_classez=3"],
         "pipeline.model: examples.mymodel.SmallCNN does not take these arguments: got an unexpected keyword argument",
     ),
+    (
+        ["pipeline=mymodel", "+pipeline.model.num_classez=3"],
+        "pipeline.model: examples.mymodel.SmallCNN does not take these arguments: got an unexpected keyword argument "
+        "'num_classez'; did you mean pipeline.model.num_classes for num_classez?",
+    ),
+    (
+        ["pipeline=mymodel", "pipeline.model._target_=examples.mymodle.SmallCNN"],
+        "pipeline.model._target_: cannot import 'examples.mymodle.SmallCNN': ModuleNotFoundError: No module named "
+        "'examples.mymodle'; did you mean 'examples.mymodel'?",
+    ),
     (["pipeline=mymodel", "~pipeline.optimizer"], "pipeline.optimizer: is missing"),
     (
         ["pipeline=mymodel", "+pipeline.optimzer.lr=1"],

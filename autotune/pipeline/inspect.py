@@ -9,6 +9,7 @@ import hashlib
 import importlib
 import inspect
 import logging
+import pkgutil
 import sys
 import sysconfig
 from collections.abc import Mapping
@@ -155,9 +156,22 @@ def _why(target: str, exc: Exception) -> str:
         module = importlib.import_module(module_name)
     except Exception:
         cause = exc.__cause__ or exc
-        return " ".join(f"{type(cause).__name__}: {cause}".split())
+        return " ".join(f"{type(cause).__name__}: {cause}".split()) + _closest_module(module_name)
     close = difflib.get_close_matches(name, [found for found in dir(module) if not found.startswith("_")], n=1)
     return f"module '{module_name}' has no '{name}'" + (f"; did you mean '{module_name}.{close[0]}'?" if close else "")
+
+
+def _closest_module(name: str) -> str:
+    """``"; did you mean 'PACKAGE.MODULE'?"`` for the module of ``name``'s package closest to its misspelt last part
+    (``mypkg.model`` for ``mypkg.models``), or ``""``."""
+    package, _, last = name.rpartition(".")
+    try:
+        found = importlib.import_module(package) if package else None
+    except Exception:
+        return ""
+    names = [module.name for module in pkgutil.iter_modules(getattr(found, "__path__", []))]
+    close = difflib.get_close_matches(last, names, n=1)
+    return f"; did you mean '{package}.{close[0]}'?" if close else ""
 
 
 def import_targets(spec: PipelineSpec) -> None:
@@ -192,7 +206,13 @@ def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
     try:
         signature.bind_partial(*node.get("_args_", []), **given)
     except TypeError as exc:
-        raise ConfigError(f"pipeline.{key}", f"{node['_target_']} does not take these arguments: {exc}") from None
+        taken = list(signature.parameters)
+        close = [(name, difflib.get_close_matches(name, taken, n=1)) for name in given if name not in taken]
+        hints = [f"did you mean pipeline.{key}.{found[0]} for {name}?" for name, found in close if found]
+        raise ConfigError(
+            f"pipeline.{key}",
+            f"{node['_target_']} does not take these arguments: {exc}" + "".join(f"; {h}" for h in hints),
+        ) from None
 
 
 @contextmanager
