@@ -54,24 +54,13 @@ def test_gpus_get_one_trial_each_by_cuda_visible_devices(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
-def test_a_trial_pins_itself_to_its_cores_with_one_torch_thread_each():
-    code = (
-        "import os, torch; from autotune.trial.placement import pin_from_env; pin_from_env(); "
-        "print(sorted(os.sched_getaffinity(0)), torch.get_num_threads())"
-    )
-    env = {**os.environ, CPUS_ENV: "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["[0]", "1"]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
-def test_a_trial_pinned_after_inductor_was_imported_counts_its_compile_threads_on_its_cores():
+def test_a_trial_pins_itself_to_its_cores_with_one_torch_thread_and_compile_thread_each():
     # A trial forked from the fork server has Inductor imported (with torch._dynamo), its compile threads counted on
     # every core of the tuner; one that has not imports it later, and must not be made to import it here.
     code = (
         "import os, sys, torch; from autotune.trial.placement import pin_from_env; "
-        "everywhere = os.sched_getaffinity(0); pin_from_env(); print('torch._inductor.config' in sys.modules); "
+        "everywhere = os.sched_getaffinity(0); pin_from_env(); "
+        "print(sorted(os.sched_getaffinity(0)), torch.get_num_threads(), 'torch._inductor.config' in sys.modules); "
         "os.sched_setaffinity(0, everywhere); import torch._inductor.config as config; "
         "print(config.compile_threads); pin_from_env(); print(config.compile_threads)"
     )
@@ -79,7 +68,7 @@ def test_a_trial_pinned_after_inductor_was_imported_counts_its_compile_threads_o
     out = subprocess.run(
         [sys.executable, "-c", code], env={**env, CPUS_ENV: "0"}, capture_output=True, text=True, check=True
     ).stdout
-    assert out.split() == ["False", str(min(32, len(os.sched_getaffinity(0)))), "1"]
+    assert out.split() == ["[0]", "1", "False", str(min(32, len(os.sched_getaffinity(0)))), "1"]
 
 
 def test_core_sets_on_a_gpu_are_refused_naming_the_key():
