@@ -18,10 +18,10 @@ from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
 from autotune.knobs import SearchContext, accumulated_to, costly, costly_values
-from autotune.measure.environment import machine_id
+from autotune.measure.environment import machine_fingerprint, machine_id
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
-from autotune.records import PROBE_ATTR, on_machine
+from autotune.records import PROBE_ATTR, on_machine, study_machines
 from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
@@ -86,6 +86,13 @@ def _tune(
     )
     if stored := counted_trials(study, machine):
         print(f"resuming: {stored} trial(s) of this study are stored and are not measured again", file=out)
+    elif other := other_thread_variables(study_machines(study), described):
+        print(
+            f"note: the study holds this machine's results under other thread variables ({other}); they are kept "
+            f"apart (torch's default thread count is theirs) and measured again under these "
+            f"({_variables(described.get('thread_env'))})",
+            file=out,
+        )
 
     runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
     runner = runners[0]  # the baseline, the probe and the race run in the first slot
@@ -388,6 +395,21 @@ class TrialRunner:
 def _window(plan: WindowPlan) -> dict:
     """A window's settings, without what each trial sets for itself (``step_multiple``: its accumulation)."""
     return {name: value for name, value in asdict(plan).items() if name != "step_multiple"}
+
+
+def other_thread_variables(machines: dict[str, dict], described: dict) -> str | None:
+    """The thread variables of a machine among ``machines`` (a study's, by id) that is ``described`` (this one) but
+    for them, in words; None where there is none: a study resumed under OMP_NUM_THREADS measures anew, and says why."""
+    mine = {**machine_fingerprint(described), "thread_env": None}
+    for other in machines.values():
+        differs = (other.get("thread_env") or None) != (described.get("thread_env") or None)
+        if differs and {**machine_fingerprint(other), "thread_env": None} == mine:
+            return _variables(other.get("thread_env"))
+    return None
+
+
+def _variables(env: dict[str, str] | None) -> str:
+    return ", ".join(f"{name}={value}" for name, value in (env or {}).items()) or "none set"
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace, code: dict[str, str]) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pynvml
 
+from autotune.app import other_thread_variables
 from autotune.measure import environment
 from autotune.measure.environment import describe_machine, machine_fingerprint, machine_id
 
@@ -36,3 +37,12 @@ def test_the_gpu_driver_is_read_from_nvml_and_none_where_nvml_cannot_tell(monkey
 
     monkeypatch.setattr(pynvml, "nvmlInit", refused)
     assert environment._gpu_driver() is None
+
+
+def test_a_study_of_this_machine_under_other_thread_variables_is_named_by_them():
+    here = {**describe_machine(), "thread_env": {}}
+    omp = {**here, "thread_env": {"OMP_NUM_THREADS": "1"}}
+    assert other_thread_variables({"a": omp}, here) == "OMP_NUM_THREADS=1"
+    assert other_thread_variables({"b": here}, omp) == "none set"
+    assert other_thread_variables({"a": omp}, omp) is None, "the same variables: the same machine"
+    assert other_thread_variables({"c": {**omp, "cpu_count": 64}}, here) is None, "another machine, not its variables"
