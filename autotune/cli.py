@@ -132,20 +132,22 @@ def flags_first(args: list[str]) -> list[str]:
         for action in get_args_parser()._actions  # Hydra's own parser: its flags, and the values each takes
         for option in action.option_strings
     }
-    flags, overrides, index = [], [], 0
+    flags, overrides, without, index = [], [], [], 0
     while index < len(args):
         arg, index = args[index], index + 1
         name = arg.partition("=")[0]
         if name not in nargs:
             overrides.append(arg)
             continue
-        flags.append(arg)
         following = args[index] if index < len(args) and "=" not in arg else None
-        optional = following is not None and "=" not in following and not following.startswith("-")
-        if following is not None and (nargs[name] is None or (nargs[name] == "?" and optional)):
-            flags.append(following)
+        # An override (key=value) is never a flag's value: a flag missing its value goes last, to keep its own error.
+        value = following is not None and "=" not in following and not following.startswith("-")
+        if value and nargs[name] in (None, "?"):
+            flags += [arg, following]
             index += 1
-    return [*flags, *overrides]
+        else:
+            (without if nargs[name] is None and "=" not in arg else flags).append(arg)
+    return [*flags, *overrides, *without]
 
 
 def mask_override(arg: str, secrets: Secrets) -> str:

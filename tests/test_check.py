@@ -62,6 +62,9 @@ def test_a_gain_recorded_loosely_counts_its_own_noise_and_one_recorded_tightly_d
     line = verdict_line(loose)
     assert line.startswith("holds within the noise: 1.50x now") and "95 % interval 0.50-8.00 over 2 rounds" in line
     assert check(2.0, now, before_interval=RatioInterval(2.0, 1.95, 2.05, 5)).regressed
+    tight = RatioInterval(1.5, 1.4, 1.6, 3)  # Welch's degrees of freedom may exceed the check's: it never tightens
+    assert not check(1.5, [110.0, 130.0], (100.0, 100.0)).regressed
+    assert not check(1.5, [110.0, 130.0], (100.0, 100.0), before_interval=tight).regressed
     # By hand: the logarithm 1.80 / 1.5043 = 0.1795 against Welch's bound t(df) * sqrt(se_now^2 + se_before^2).
     se_now = math.log(loose.now.high / loose.now.low) / (2 * t95(2))
     se_before = math.log(8.0 / 0.5) / (2 * t95(1))

@@ -430,6 +430,7 @@ def test_hydras_flags_may_come_after_the_overrides(tmp_path, cli_here):
     # Hydra's parser refuses them there ("unrecognized arguments"): a user writes mode=benchmark -cd ./myconf ...
     proc = cli_here(["pipeline=tiny", "study.n_trials=-1", "-cd", str(TEST_CONF), "--config-name=config"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("autotune: error: study.n_trials: expected an integer")
+    assert cli.flags_first(["pipeline=mine", "-cd"]) == ["pipeline=mine", "-cd"], "argparse's own: expected a value"
     assert cli.flags_first(["a=1", "-m", "--cfg", "job", "--info", "config", "b=2", "--info"]) == [
         "-m",
         "--cfg",

@@ -9,6 +9,7 @@ import hashlib
 import importlib
 import inspect
 import logging
+import os
 import pkgutil
 import sys
 import sysconfig
@@ -108,22 +109,34 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     options = optimizer_options(build_component(spec, "optimizer"), device)
-    return PipelineFacts(length, _input_ndim(batch), options, user_code())
+    return PipelineFacts(length, _input_ndim(batch), options, user_code(spec))
 
 
-def user_code() -> dict[str, str]:
-    """Each module this process imported from a source file of the user's (under none of Python's own and installed
-    packages' folders, nor autotune's), by name, with a digest of the file: what a study measured with."""
-    installed = {Path(path).resolve() for path in sysconfig.get_paths().values()}
-    installed |= {Path(path).resolve() for path in sys.path if Path(path).name in ("site-packages", "dist-packages")}
-    installed.add(Path(__file__).resolve().parent.parent)  # autotune itself
-    found = {}
-    for name, module in list(sys.modules.items()):
-        source = getattr(module, "__file__", None)
-        if not source or not source.endswith(".py") or name == "__main__":
+# A package the targets come from with more modules loaded than this is a library (a source build of torch on
+# PYTHONPATH), not a pipeline's code: its digests would fill the study's description.
+_MAX_CODE_MODULES = 200
+_INSTALLED = ("site-packages", "dist-packages")
+
+
+def user_code(spec: PipelineSpec) -> dict[str, str]:
+    """The loaded modules of the packages ``spec``'s targets come from (each target's top-level package), by name,
+    with a digest of each source file: what a study measured with. Left out: a package installed as a library (its
+    files under Python's own or installed packages' folders, symlinks not followed: an installer may link files from
+    a cache) and autotune itself."""
+    tops = {node["_target_"].partition(".")[0] for node in spec.components.values() if node}
+    installed = [Path(os.path.abspath(path)) for path in sysconfig.get_paths().values()]
+    installed += [Path(os.path.abspath(path)) for path in sys.path if Path(path).name in _INSTALLED]
+    installed.append(Path(os.path.abspath(__file__)).parent.parent)  # autotune itself
+    found: dict[str, str] = {}
+    for top in sorted(tops):
+        modules = {name: module for name, module in list(sys.modules.items()) if name.partition(".")[0] == top}
+        sources = {name: getattr(module, "__file__", None) or "" for name, module in modules.items()}
+        sources = {name: Path(os.path.abspath(source)) for name, source in sources.items() if source.endswith(".py")}
+        if len(sources) > _MAX_CODE_MODULES or any(
+            path.is_relative_to(folder) for path in sources.values() for folder in installed
+        ):
             continue
-        path = Path(source).resolve()
-        if not any(path.is_relative_to(folder) for folder in installed):
+        for name, path in sources.items():
             with contextlib.suppress(OSError):
                 found[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return dict(sorted(found.items()))
@@ -156,7 +169,8 @@ def _why(target: str, exc: Exception) -> str:
         module = importlib.import_module(module_name)
     except Exception:
         cause = exc.__cause__ or exc
-        return " ".join(f"{type(cause).__name__}: {cause}".split()) + _closest_module(module_name)
+        missing = isinstance(cause, ModuleNotFoundError) and cause.name == module_name  # not a module it imports
+        return " ".join(f"{type(cause).__name__}: {cause}".split()) + (_closest_module(module_name) if missing else "")
     close = difflib.get_close_matches(name, [found for found in dir(module) if not found.startswith("_")], n=1)
     return f"module '{module_name}' has no '{name}'" + (f"; did you mean '{module_name}.{close[0]}'?" if close else "")
 
@@ -169,7 +183,7 @@ def _closest_module(name: str) -> str:
         found = importlib.import_module(package) if package else None
     except Exception:
         return ""
-    names = [module.name for module in pkgutil.iter_modules(getattr(found, "__path__", []))]
+    names = [module.name for module in pkgutil.iter_modules(getattr(found, "__path__", [])) if module.name != last]
     close = difflib.get_close_matches(last, names, n=1)
     return f"; did you mean '{package}.{close[0]}'?" if close else ""
 
@@ -206,7 +220,8 @@ def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
     try:
         signature.bind_partial(*node.get("_args_", []), **given)
     except TypeError as exc:
-        taken = list(signature.parameters)
+        by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        taken = [name for name, parameter in signature.parameters.items() if parameter.kind in by_keyword]
         close = [(name, difflib.get_close_matches(name, taken, n=1)) for name in given if name not in taken]
         hints = [f"did you mean pipeline.{key}.{found[0]} for {name}?" for name, found in close if found]
         raise ConfigError(

@@ -43,12 +43,13 @@ def verdict_line(check: Check) -> str:
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
     speedup = f"{now.geomean:.2f}x now (95 % interval {now.low:.2f}-{now.high:.2f})"
+    noise = "the noise of both measurements" if was else "the noise"
     if check.regressed:
-        return f"regressed: {speedup} lies below {limit}, further than the noise of both measurements allows"
+        return f"regressed: {speedup} lies below {limit}, further than {noise} allows"
     if now.high < check.floor:
         return (
-            f"holds within the noise: {speedup} lies below {limit}, but no further than the noise of both "
-            "measurements allows (the tuning run's gain was measured loosely: more study.confirm_rounds sharpen it)"
+            f"holds within the noise: {speedup} lies below {limit}, but no further than {noise} allows (the tuning "
+            "run's gain was measured loosely: more study.confirm_rounds sharpen it)"
         )
     return f"holds: {speedup} reaches {limit}"
 

@@ -50,13 +50,14 @@ class Check:
 
     @property
     def regressed(self) -> bool:
-        """The rule: the speedup regressed when its logarithm now lies below that of ``before * (1 - tolerance)`` by
-        more than the 95 % bound of the difference of two measurements (Welch's t on the logarithms, each one's
-        standard error read from its interval). Without the tuning run's interval that is: the upper bound of the
-        interval now lies below the floor. A fall the noise could explain is no regression; without an interval
-        now there is no verdict (``verdict``: not measured, which fails the check as well)."""
+        """The rule: the speedup regressed when the upper bound of its 95 % interval now lies below
+        ``before * (1 - tolerance)`` and, where the tuning run recorded an interval, its logarithm lies below the
+        floor's by more than the 95 % bound of the difference of the two measurements (Welch's t on the
+        logarithms, each one's standard error read from its interval): the tuning run's noise only loosens the
+        gate. A fall the noise could explain is no regression; without an interval now there is no verdict
+        (``verdict``: not measured, which fails the check as well)."""
         now = self.now
-        return now is not None and math.log(self.floor / now.geomean) > self.noise
+        return now is not None and now.high < self.floor and math.log(self.floor / now.geomean) > self.noise
 
     @property
     def noise(self) -> float:

@@ -65,9 +65,12 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
     """Store ``meta`` in a new study (on a shared storage, of tuners making it at once, the first's:
     ``sharing.description``), or in one that holds no measurement and no other tuner can join (its baseline failed:
     the user mends the config and runs again); refuse a stored one made with other settings; fail what a killed run
-    left (on a shared storage, what a dead tuner left: the others' trials run on)."""
+    left (on a shared storage, what a dead tuner left: the others' trials run on). The pipeline's code (``code``)
+    is compared apart (``_edited``)."""
+    code = meta.get("code") or {}
+    meta = {key: value for key, value in meta.items() if key != "code"}
     fingerprint = _fingerprint(meta)
-    described = {**meta, "fingerprint": fingerprint}
+    described = {**meta, "fingerprint": fingerprint, **({"code": code} if code else {})}
     if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's
         raise StudyMismatchError(
             f"study.name: study '{study.study_name}' was made by an earlier autotune, whose records this one does not "
@@ -81,30 +84,43 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -
             study.set_user_attr(META_ATTR, described)
             stored = described
     if stored.get("fingerprint") != fingerprint and not _stored_before(stored, meta):
-        differences = _differences(stored, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
-        said = " ".join(differences)
+        kept = {key: value for key, value in stored.items() if key != "code"}
+        differences = _differences(kept, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
         derived = " (a search space not given is derived from the machine, by the rules of the autotune that runs)"
-        derived = derived if "space." in said else ""
-        if "code." in said:  # one version of the code was measured: its figures are not the edited code's
-            derived += " (the code of the pipeline's modules: a study measured one version of it)"
+        derived = derived if "space." in " ".join(differences) else ""
         raise StudyMismatchError(
             f"study.name: study '{study.study_name}' in the storage was created with other settings: "
             f"{'; '.join(differences[:4])}{'; …' if len(differences) > 4 else ''}{derived}; set them back, or pass "
             "study.name=NEW_NAME to start another study"
         )
+    measured_with = stored.get("code") or {}
+    if edited := _edited(measured_with, code):
+        raise StudyMismatchError(
+            f"study.name: the code of the pipeline's modules changed since study '{study.study_name}' measured it "
+            f"({', '.join(edited[:4])}{', …' if len(edited) > 4 else ''}): its figures are the old code's; pass "
+            "study.name=NEW_NAME to measure the code as it is, or undo the edit"
+        )
+    if (known := {**code, **measured_with}) != measured_with:  # modules first read now, or a study from before
+        study.set_user_attr(META_ATTR, {**stored, "code": known})
     if is_shared(settings.storage):
         fail_stale_trials(study)
     else:
         fail_interrupted_trials(study, running_trials(study))
 
 
-# What a study's description holds that an earlier autotune's did not: its memory budgets, the pipeline's code.
-_KEPT_SINCE = ("study", "code")
+def _edited(stored: dict[str, str], now: dict[str, str]) -> list[str]:
+    """The modules both runs read whose source differs: a module one run imported and the other did not (a lazy
+    import, a cache already filled) is no edit."""
+    return [name for name in stored if name in now and stored[name] != now[name]]
+
+
+# What a study's description holds that an earlier autotune's did not: its memory budgets.
+_KEPT_SINCE = ("study",)
 
 
 def _stored_before(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
     """Whether ``stored`` describes a study made before autotune kept some of ``_KEPT_SINCE`` that matches ``meta``
-    in all else: it resumes under the budgets given now, with the code it runs now."""
+    in all else: it resumes under the budgets given now."""
     missing = [key for key in _KEPT_SINCE if key not in stored]
     rest = {key: value for key, value in meta.items() if key not in missing}
     return bool(missing) and stored.get("fingerprint") == _fingerprint(rest)
