@@ -19,7 +19,7 @@ that ran out of memory in the probe predicts nothing: no configuration that need
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -38,6 +38,10 @@ _NEGLIGIBLE = 0.03
 # step alone ran slower than this fraction of the measured baseline contradicts it (the machine was busy while the
 # probe ran). Runs of one configuration vary by up to ~1.8x, so only a gap beyond that counts.
 CONTRADICTION = 0.5
+# The probe's first model step setting is timed first and again last: timings further apart than this fraction say
+# the machine's speed changed while it ran (other work came or went), so its factors compare settings timed at two
+# speeds. A 0.25 s timing of one setting varies by 10-20 % (docs/benchmarks.md, section 9).
+DRIFT = 0.25
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,8 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> P
 def expected_probe_s(plan: ProbePlan, run_s: float, sample_compute_s: float) -> float:
     """What the probe of ``plan`` is expected to take, for study.budget_s: a process like a run of the pipeline
     (``run_s``: its start, build and window); every loader setting timed for ``plan.seconds`` and as long again for
-    its workers' start; every model-step setting (the first twice: once untimed) for ``plan.min_steps`` steps or
+    its workers' start; every model-step setting (the first three times: once untimed, once again at the end to see
+    that the machine's speed held) for ``plan.min_steps`` steps or
     ``plan.seconds``, whichever is longer, after ``plan.warmup_steps``, and ``plan.seconds`` to copy the model, each
     step taking the baseline's compute time a sample (``sample_compute_s``) times its batch."""
 
@@ -185,7 +190,8 @@ def expected_probe_s(plan: ProbePlan, run_s: float, sample_compute_s: float) -> 
         step_s = sample_compute_s * knobs["batch_size"]
         return max(plan.seconds, plan.min_steps * step_s) + plan.warmup_steps * step_s + plan.seconds
 
-    return run_s + 2 * plan.seconds * len(plan.loaders) + sum(map(compute_s, [plan.computes[0], *plan.computes]))
+    anchor = plan.computes[0]
+    return run_s + 2 * plan.seconds * len(plan.loaders) + sum(map(compute_s, [anchor, *plan.computes, anchor]))
 
 
 def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +223,10 @@ def probe_once(
         return ProbeRecord.from_dict(stored)
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
+    if _drift(result):  # once more: a burst of other work is often over
+        first_s = result.wall_s
+        result = run_probe(plan)
+        result = replace(result, wall_s=first_s + result.wall_s)
     if not result.ok or result.probe is None:
         record = ProbeRecord(result.wall_s, failure=str(result.failure))
     else:
@@ -232,11 +242,26 @@ def probe_once(
         else:
             record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute)
             record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
+            if drift := _drift(result):
+                reason = (
+                    f"its timings drifted twice: its first model step setting read {drift[0]:.1f} then "
+                    f"{drift[1]:.1f} samples/s; the machine's speed changed while it ran"
+                )
+                record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
     stored = study.user_attrs.get(attr)
     if stored is not None:
         return ProbeRecord.from_dict(stored)
     study.set_user_attr(attr, record.to_dict())
     return record
+
+
+def _drift(result: TrialResult) -> tuple[float, float] | None:
+    """The probe's first model step setting as timed first and again last, where they differ beyond DRIFT."""
+    probe = result.probe if result.ok else None
+    first, again = (probe.compute_throughputs[0], probe.anchor_again) if probe else (None, None)
+    if first is None or again is None or max(first, again) / min(first, again) - 1 <= DRIFT:
+        return None
+    return first, again
 
 
 def _anchor_failure(plan: ProbePlan, result: ProbeResult, loader: dict[str, Any]) -> str:

@@ -54,12 +54,15 @@ class ProbeOutOfMemory(ProbeFailure):
 class ProbeResult:
     """Samples/s of each loader setting alone and of each compute setting on a cached batch, in plan order: None
     for a setting that ran out of memory, which ``out_of_memory`` lists with its error, or raised anything else,
-    which ``failed`` lists (a model that cannot take channels_last: the other settings still steer the search)."""
+    which ``failed`` lists (a model that cannot take channels_last: the other settings still steer the search).
+    ``anchor_again``: the first model step setting timed once more after all the others (None: it did not run),
+    which tells whether the machine's speed held while the probe ran."""
 
     loader_throughputs: list[float | None] = field(default_factory=list)
     compute_throughputs: list[float | None] = field(default_factory=list)
     out_of_memory: list[ProbeOutOfMemory] = field(default_factory=list)
     failed: list[ProbeFailure] = field(default_factory=list)
+    anchor_again: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,7 +71,9 @@ class ProbeResult:
     def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
         out_of_memory = [ProbeOutOfMemory(**entry) for entry in data.get("out_of_memory", [])]
         failed = [ProbeFailure(**entry) for entry in data.get("failed", [])]
-        return cls(data["loader_throughputs"], data["compute_throughputs"], out_of_memory, failed)
+        return cls(
+            data["loader_throughputs"], data["compute_throughputs"], out_of_memory, failed, data.get("anchor_again")
+        )
 
 
 def probe_plan_from_dict(data: dict[str, Any] | None) -> ProbePlan | None:

@@ -132,6 +132,30 @@ def test_a_probe_that_contradicts_the_measured_baseline_is_recorded_as_failed(tm
     assert probe_once(other, SPACE, BASELINE, run_probe, 190.0).ok, "within 2x of the baseline: noise"
 
 
+def drifting(*agains: float):
+    """Probes whose first model step setting reads 200 samples/s, then each of ``agains`` in turn once the others
+    are timed."""
+    runs = iter(agains)
+
+    def probe(plan):
+        result = run_probe(plan)
+        return replace(result, probe=replace(result.probe, anchor_again=next(runs)))
+
+    return probe
+
+
+def test_a_probe_whose_machine_changed_speed_runs_again_and_twice_fails(tmp_path):
+    # The machine slowed by half while the first ran (a burst of other work): its factors mix two speeds.
+    steady = probe_once(open_study(settings(tmp_path), META), SPACE, BASELINE, drifting(100.0, 190.0), 90.0)
+    assert steady.ok and steady.result.anchor_again == 190.0 and steady.wall_s == 2.0, "the second run is kept"
+    (tmp_path / "other").mkdir()
+    unsteady = probe_once(open_study(settings(tmp_path / "other"), META), SPACE, BASELINE, drifting(100.0, 90.0), 90.0)
+    assert unsteady.failure == (
+        "its timings drifted twice: its first model step setting read 200.0 then 90.0 samples/s; the machine's "
+        "speed changed while it ran"
+    )
+
+
 def test_only_a_half_timed_with_the_baselines_settings_can_contradict_it(tmp_path):
     def fast_loader(plan):
         return TrialResult(BASELINE, probe=ProbeResult([1000.0] * len(plan.loaders), [200.0] * len(plan.computes)))
@@ -189,8 +213,9 @@ def test_without_a_timed_thread_count_oversubscribed_compute_is_scaled_down_with
 
 def test_the_probes_expected_time_grows_with_the_model_steps_time_at_each_batch_size():
     plan = probe_plan(SPACE, BASELINE)  # 0.25 s a setting; at least 2 steps after 1 untimed one
-    settings = len(plan.loaders) + len(plan.computes) + 1
+    settings = len(plan.loaders) + len(plan.computes) + 2  # the first model step setting again, first and last
     assert expected_probe_s(plan, 10.0, sample_compute_s=1e-6) == pytest.approx(10.0 + 2 * 0.25 * settings, abs=1e-3)
     slow = expected_probe_s(plan, 10.0, sample_compute_s=0.01)  # a step of 16 samples takes 0.16 s, of 32 0.32 s
-    steps = sum(3 * 0.01 * knobs["batch_size"] for knobs in [plan.computes[0], *plan.computes])
-    assert slow == pytest.approx(10.0 + 2 * 0.25 * len(plan.loaders) + 0.25 * (len(plan.computes) + 1) + steps)
+    anchor = plan.computes[0]
+    steps = sum(3 * 0.01 * knobs["batch_size"] for knobs in [anchor, *plan.computes, anchor])
+    assert slow == pytest.approx(10.0 + 2 * 0.25 * len(plan.loaders) + 0.25 * (len(plan.computes) + 2) + steps)

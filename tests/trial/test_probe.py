@@ -30,6 +30,7 @@ def test_run_probe_times_every_setting_in_plan_order():
         patch.setattr(probe_module, "_time_compute", lambda _, knobs, *args: 100.0 + knobs["channels_last"])
         result = run_probe(pipeline, plan, torch.device("cpu"), None)
     assert result.loader_throughputs == [8, 17] and result.compute_throughputs == [100.0, 101.0]
+    assert result.anchor_again == 100.0, "the first model step setting, timed again last"
 
 
 def test_the_probe_gives_back_the_thread_count_it_started_with_not_the_one_torch_was_imported_with():
@@ -46,7 +47,7 @@ def test_the_probe_gives_back_the_thread_count_it_started_with_not_the_one_torch
             run_probe(pipeline, plan, torch.device("cpu"), None)
     finally:
         torch.set_num_threads(started)
-    assert seen == [2, 2, 1], "the untimed first, then num_threads=2, then the default it started with"
+    assert seen == [2, 2, 1, 2], "the untimed first, num_threads=2, the default it started with, the first again"
 
 
 class FakeClock:
