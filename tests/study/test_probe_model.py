@@ -151,9 +151,12 @@ def test_a_probe_whose_machine_changed_speed_runs_again_and_twice_fails(tmp_path
     (tmp_path / "other").mkdir()
     unsteady = probe_once(open_study(settings(tmp_path / "other"), META), SPACE, BASELINE, drifting(100.0, 90.0), 90.0)
     assert unsteady.failure == (
-        "its timings drifted twice: its first model step setting read 200.0 then 90.0 samples/s; the machine's "
-        "speed changed while it ran"
+        "its timings drifted twice: its first model step setting read 200.0 then 90.0 samples/s; the machine "
+        "slowed while it ran"
     )
+    (tmp_path / "warm").mkdir()
+    warmer = probe_once(open_study(settings(tmp_path / "warm"), META), SPACE, BASELINE, drifting(400.0), 90.0)
+    assert warmer.ok and warmer.wall_s == 1.0, "faster last: a process's model step speeds up as it warms"
 
 
 def test_only_a_half_timed_with_the_baselines_settings_can_contradict_it(tmp_path):
