@@ -18,7 +18,7 @@ from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
 from autotune.knobs import SearchContext, accumulated_to, costly, costly_values
-from autotune.measure.environment import machine_fingerprint, machine_id
+from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
 from autotune.records import PROBE_ATTR, on_machine, study_machines
@@ -90,7 +90,7 @@ def _tune(
         print(
             f"note: the study holds this machine's results under other thread variables ({other}); they are kept "
             f"apart (torch's default thread count is theirs) and measured again under these "
-            f"({_variables(described.get('thread_env'))})",
+            f"({thread_variables(described) or 'none set'})",
             file=out,
         )
 
@@ -404,12 +404,8 @@ def other_thread_variables(machines: dict[str, dict], described: dict) -> str | 
     for other in machines.values():
         differs = (other.get("thread_env") or None) != (described.get("thread_env") or None)
         if differs and {**machine_fingerprint(other), "thread_env": None} == mine:
-            return _variables(other.get("thread_env"))
+            return thread_variables(other) or "none set"
     return None
-
-
-def _variables(env: dict[str, str] | None) -> str:
-    return ", ".join(f"{name}={value}" for name, value in (env or {}).items()) or "none set"
 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace, code: dict[str, str]) -> dict:

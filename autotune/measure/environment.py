@@ -67,6 +67,11 @@ def runs_glibc(machine: dict[str, Any]) -> bool:
     return "glibc" in (machine.get("platform") or "")
 
 
+def thread_variables(machine: dict[str, Any]) -> str:
+    """The thread variables ``machine`` (``describe_machine``) ran under, in words: ``NAME=VALUE, ...``, or ``""``."""
+    return ", ".join(f"{name}={value}" for name, value in (machine.get("thread_env") or {}).items())
+
+
 def machine_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
     """The parts of a machine description (``describe_machine``) that throughput depends on (``MACHINE_KEYS``); no
     thread variables set is None, as a description from before they were read says."""

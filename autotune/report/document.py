@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.knobs import KNOBS, changed
+from autotune.measure.environment import thread_variables
 from autotune.measure.measurement import SystemReport
 from autotune.measure.warmup import WarmupPolicy
 from autotune.report import plots
@@ -554,12 +555,6 @@ def _other_machines(results: StudyResults) -> list[str]:
     ]
 
 
-def _thread_env(machine: dict[str, Any]) -> str:
-    """The thread variables the trials ran under, which set torch's default thread count (num_threads: null)."""
-    env = machine.get("thread_env") or {}
-    return f" (by {', '.join(f'{name}={value}' for name, value in env.items())})" if env else ""
-
-
 def _machine(machine: dict[str, Any], device: str) -> list[str]:
     return [
         f"CPU: {machine['cpu_model']} ({machine['cpu_count']} usable cores, {machine['physical_cores']} physical; "
@@ -567,6 +562,7 @@ def _machine(machine: dict[str, Any], device: str) -> list[str]:
         f"Memory: {machine['memory_gb']} GB",
         f"GPU: {machine.get('gpu') or 'none'}; device used: {device}",
         f"torch {machine['torch']} (CUDA {machine['cuda'] or 'none'}, cuDNN {machine['cudnn'] or 'none'}), "
-        f"Python {machine['python']}, {machine['torch_threads']} torch threads{_thread_env(machine)}",
+        f"Python {machine['python']}, {machine['torch_threads']} torch threads"
+        + (f" (by {variables})" if (variables := thread_variables(machine)) else ""),
         f"Platform: {machine['platform']}",
     ]
