@@ -76,8 +76,8 @@ def _tune(
     space = build_space(settings.search, ctx)
     described = {**facts.machine, **({"cpu_count": len(cores)} if cores else {})}
     machine = machine_id(described)
-    meta = _study_meta(settings, device, space, facts.pipeline.code)
-    study = open_study(settings.study, meta, described, storage)
+    meta = _study_meta(settings, device, space)
+    study = open_study(settings.study, meta, described, storage, facts.pipeline.code)
     clock.attach(study, machine)
     print(
         f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "
@@ -408,32 +408,26 @@ def other_thread_variables(machines: dict[str, dict], described: dict) -> str | 
     return None
 
 
-def _study_meta(settings: Settings, device: str, space: SearchSpace, code: dict[str, str]) -> dict:
+def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
     # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
     # under others would rank trials judged by two rules. Left out unset, as studies made before they were kept.
-    # ``code``: the pipeline's modules, each by a digest of its source: a study measured one version of them
-    # (``user_code``); none (every target an installed package's) is left out too.
     budgets = {
         "memory_budget_mb": settings.study.memory_budget_mb,
         "host_memory_budget_mb": settings.study.host_memory_budget_mb,
     }
     set_budgets = {key: float(value) for key, value in budgets.items() if value is not None}  # 500 is 500.0
-    return (
-        ({"study": set_budgets} if set_budgets else {})
-        | ({"code": code} if code else {})
-        | {
-            "pipeline": settings.pipeline.to_dict(),
-            "baseline": settings.baseline,
-            "batch_policy": settings.batch_policy,
-            "objectives": list(settings.study.objectives),
-            "device": device,
-            "space": space.candidates,
-            "measure": {
-                **_window(settings.measure.plan),
-                "screen": _window(settings.measure.screen_plan),
-                "trial_timeout_s": settings.measure.trial_timeout_s,
-                "repeats": settings.measure.repeats,
-                "loss_tolerance": settings.measure.loss_tolerance,
-            },
-        }
-    )
+    return ({"study": set_budgets} if set_budgets else {}) | {
+        "pipeline": settings.pipeline.to_dict(),
+        "baseline": settings.baseline,
+        "batch_policy": settings.batch_policy,
+        "objectives": list(settings.study.objectives),
+        "device": device,
+        "space": space.candidates,
+        "measure": {
+            **_window(settings.measure.plan),
+            "screen": _window(settings.measure.screen_plan),
+            "trial_timeout_s": settings.measure.trial_timeout_s,
+            "repeats": settings.measure.repeats,
+            "loss_tolerance": settings.measure.loss_tolerance,
+        },
+    }

@@ -224,10 +224,10 @@ def probe_once(
         return ProbeRecord.from_dict(stored)
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
-    if _drift(result):  # once more: a burst of other work is often over
+    if drift := _drift(result):  # once more: a burst of other work is often over
         first_s = result.wall_s
         result = run_probe(plan)
-        result = replace(result, wall_s=first_s + result.wall_s)
+        result, drift = replace(result, wall_s=first_s + result.wall_s), _drift(result)
     if not result.ok or result.probe is None:
         record = ProbeRecord(result.wall_s, failure=str(result.failure))
     else:
@@ -243,12 +243,12 @@ def probe_once(
         else:
             record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute)
             record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
-            if drift := _drift(result):
-                reason = (
-                    f"its timings drifted twice: its first model step setting read {drift[0]:.1f} then "
-                    f"{drift[1]:.1f} samples/s; the machine slowed while it ran"
-                )
-                record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
+        if drift:  # a second time
+            reason = (
+                f"its timings drifted twice: its first model step setting read {drift[0]:.1f} then "
+                f"{drift[1]:.1f} samples/s; the machine slowed while it ran"
+            )
+            record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
     stored = study.user_attrs.get(attr)
     if stored is not None:
         return ProbeRecord.from_dict(stored)

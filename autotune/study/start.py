@@ -26,13 +26,15 @@ def open_study(
     meta: dict[str, Any],
     machine: dict[str, Any] | None = None,
     storage: optuna.storages.BaseStorage | None = None,
+    code: dict[str, str] | None = None,
 ) -> optuna.Study:
     """Create the study, or load it if it exists with the same settings (a resume, or another tuner joining it).
 
     ``meta`` describes what is tuned (pipeline, baseline, space, measurement); a stored study
     with a different description is refused rather than mixed with this one. ``machine`` (``describe_machine``) is
     stored under its ``machine_id`` (None: this machine): each machine's results are its own; ``storage``: the one
-    ``open_storage(settings.storage)`` opened (None: opened here). The sampler is
+    ``open_storage(settings.storage)`` opened (None: opened here); ``code``: the pipeline's modules by a digest of
+    their source (``user_code``), kept beside ``meta`` and compared apart. The sampler is
     multivariate TPE with conditional groups, since knobs interact and some apply only given others.
     A storage that cannot be opened, or fails before this returns, is a ConfigError naming study.storage and the
     cause (``autotune/study/storage.py``); a fault later raises StorageFaultError.
@@ -53,7 +55,7 @@ def open_study(
             directions=[_DIRECTIONS[objective] for objective in settings.objectives],
             load_if_exists=True,
         )
-        _adopt(study, meta, settings)
+        _adopt(study, meta, settings, code or {})
         machine = describe_machine() if machine is None else machine
         machine_attr = on_machine(MACHINE_ATTR, machine_id(machine))
         if machine_attr not in study.user_attrs:
@@ -61,14 +63,12 @@ def open_study(
     return study
 
 
-def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> None:
+def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings, code: dict[str, str]) -> None:
     """Store ``meta`` in a new study (on a shared storage, of tuners making it at once, the first's:
     ``sharing.description``), or in one that holds no measurement and no other tuner can join (its baseline failed:
     the user mends the config and runs again); refuse a stored one made with other settings; fail what a killed run
-    left (on a shared storage, what a dead tuner left: the others' trials run on). The pipeline's code (``code``)
-    is compared apart (``_edited``)."""
-    code = meta.get("code") or {}
-    meta = {key: value for key, value in meta.items() if key != "code"}
+    left (on a shared storage, what a dead tuner left: the others' trials run on). The pipeline's ``code`` is
+    compared apart (``_edited``)."""
     fingerprint = _fingerprint(meta)
     described = {**meta, "fingerprint": fingerprint, **({"code": code} if code else {})}
     if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's

@@ -45,28 +45,28 @@ def test_the_modules_of_the_targets_packages_are_read_with_a_digest_and_installe
 
 
 def test_a_study_resumed_over_edited_code_is_refused_naming_the_module(tmp_path):
-    ensure_baseline(open_study(settings(tmp_path), {**META, "code": {"mine.data": "aaaa"}}), BASELINE, FakeMeasure())
-    assert open_study(settings(tmp_path), {**META, "code": {"mine.data": "aaaa"}}), "the same code resumes"
+    ensure_baseline(open_study(settings(tmp_path), META, code={"mine.data": "aaaa"}), BASELINE, FakeMeasure())
+    assert open_study(settings(tmp_path), META, code={"mine.data": "aaaa"}), "the same code resumes"
     with pytest.raises(
         StudyMismatchError, match=r"^study.name: the code of the pipeline's modules changed .*\(mine.data\)"
     ):
-        open_study(settings(tmp_path), {**META, "code": {"mine.data": "bbbb"}})
+        open_study(settings(tmp_path), META, code={"mine.data": "bbbb"})
 
 
 def test_a_module_one_run_read_and_the_other_did_not_is_no_edit_and_is_kept_to_compare_later(tmp_path):
     # A lazy import (a download module imported only while the cache is empty) is read by one run of two.
-    ensure_baseline(open_study(settings(tmp_path), {**META, "code": {"mine.data": "aaaa"}}), BASELINE, FakeMeasure())
-    study = open_study(settings(tmp_path), {**META, "code": {"mine.data": "aaaa", "mine.download": "cccc"}})
+    ensure_baseline(open_study(settings(tmp_path), META, code={"mine.data": "aaaa"}), BASELINE, FakeMeasure())
+    study = open_study(settings(tmp_path), META, code={"mine.data": "aaaa", "mine.download": "cccc"})
     assert study.user_attrs[META_ATTR]["code"] == {"mine.data": "aaaa", "mine.download": "cccc"}
-    assert open_study(settings(tmp_path), {**META, "code": {}}), "no module read: nothing to compare"
+    assert open_study(settings(tmp_path), META, code={}), "no module read: nothing to compare"
     with pytest.raises(StudyMismatchError, match=r"\(mine.download\)"):
-        open_study(settings(tmp_path), {**META, "code": {"mine.download": "dddd"}})
+        open_study(settings(tmp_path), META, code={"mine.download": "dddd"})
 
 
 def test_a_study_stored_before_the_code_was_kept_takes_it_from_the_run_that_resumes_it(tmp_path):
     study = open_study(settings(tmp_path), META)
     ensure_baseline(study, BASELINE, FakeMeasure())
     assert META_ATTR in study.user_attrs and "code" not in study.user_attrs[META_ATTR]
-    assert open_study(settings(tmp_path), {**META, "code": {"mine.data": "aaaa"}})
+    assert open_study(settings(tmp_path), META, code={"mine.data": "aaaa"})
     with pytest.raises(StudyMismatchError, match=r"\(mine.data\)"):
-        open_study(settings(tmp_path), {**META, "code": {"mine.data": "bbbb"}})
+        open_study(settings(tmp_path), META, code={"mine.data": "bbbb"})

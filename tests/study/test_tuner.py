@@ -147,7 +147,7 @@ def test_a_trial_left_running_by_a_killed_tuner_is_retried(tmp_path):
 
 def test_a_study_resumed_under_other_memory_budgets_is_refused_naming_them(tmp_path):
     def meta(**study) -> dict:  # as the tuner describes its study
-        return _study_meta(load_settings(tiny_config(study=study), "tiny"), "cpu", SPACE, {})
+        return _study_meta(load_settings(tiny_config(study=study), "tiny"), "cpu", SPACE)
 
     assert "study" not in meta(), "unset budgets are left out, as in studies made before budgets were kept"
     ensure_baseline(open_study(settings(tmp_path), meta(memory_budget_mb=500)), BASELINE, FakeMeasure())
@@ -159,7 +159,7 @@ def test_a_study_resumed_under_other_memory_budgets_is_refused_naming_them(tmp_p
 
 
 def test_a_study_made_before_its_memory_budgets_were_kept_resumes_under_those_given_now(tmp_path):
-    described = _study_meta(load_settings(tiny_config(study={"memory_budget_mb": 500}), "tiny"), "cpu", SPACE, {})
+    described = _study_meta(load_settings(tiny_config(study={"memory_budget_mb": 500}), "tiny"), "cpu", SPACE)
     before = {key: value for key, value in described.items() if key != "study"}  # as an earlier autotune stored it
     ensure_baseline(open_study(settings(tmp_path), before), BASELINE, FakeMeasure())
     assert open_study(settings(tmp_path), described)
@@ -168,7 +168,7 @@ def test_a_study_made_before_its_memory_budgets_were_kept_resumes_under_those_gi
 
 
 def test_what_each_trial_sets_for_itself_is_no_setting_of_the_study():
-    described = _study_meta(load_settings(tiny_config(), "tiny"), "cpu", SPACE, {})
+    described = _study_meta(load_settings(tiny_config(), "tiny"), "cpu", SPACE)
     assert "step_multiple" not in described["measure"] and "step_multiple" not in described["measure"]["screen"]
 
 
