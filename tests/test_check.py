@@ -53,6 +53,14 @@ def test_a_fall_within_the_noise_holds():
     assert not record.regressed and record.verdict == "holds" and record.passed
 
 
+def test_without_a_recorded_interval_an_interval_wholly_below_the_floor_regresses():
+    # Welch's degrees of freedom of one measurement are n - 1 exactly; read a hair below and floored, the gate used a
+    # wider t than the interval's own and let this fall hold.
+    record = check(2.0, [168.4, 168.9, 169.3, 140.3, 144.2], base_runs=(100.0,) * 5)
+    assert record.now.high < record.floor, "1.40-1.77x against a floor of 1.80x"
+    assert record.verdict == "regressed"
+
+
 def test_a_gain_recorded_loosely_counts_its_own_noise_and_one_recorded_tightly_does_not_excuse_a_fall():
     # 2.0x recorded over 2 rounds whose interval spans 0.5-8.0x: 1.50x now (1.46-1.55) is below its floor of 1.80x
     # by less than the two measurements' noise; recorded over 5 tight rounds, the same fall is a regression.

@@ -116,6 +116,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         *_pareto(summary),
         Section(
             "All configurations, fastest first",
+            paragraphs=[_ranked_basis(summary)],
             table=_ranked(summary),
             plots=_present(plots.trials_in_order(results, summary), plots.throughput_by_batch(summary)),
         ),
@@ -372,7 +373,18 @@ def _interval(row: dict[str, Any]) -> str:
 
 def _ranked(summary: Summary) -> Table:
     rows = [_with_changes(row, summary) for row in ranked_rows(summary) if row["state"] == "complete"]
+    for row in rows:
+        if row["trial"] == summary.recommended.label:
+            row["trial"] = f"{row['trial']} (recommended)"
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
+
+
+def _ranked_basis(summary: Summary) -> str:
+    """What the rank below rests on, and where the recommendation comes from when it is not the rank."""
+    basis = "Ranked by each configuration's own run (a search trial's is its shorter screening window)."
+    if summary.confirmed:
+        return f"{basis} The recommendation is chosen by the races above, not by this rank."
+    return basis
 
 
 def _with_changes(row: dict[str, Any], summary: Summary) -> dict[str, Any]:

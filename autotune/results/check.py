@@ -73,7 +73,9 @@ class Check:
         if variance == 0:
             return 0.0
         df = variance**2 / sum(error**4 / (n - 1) for error, n in parts)  # Welch-Satterthwaite
-        return t95(max(1, math.floor(df))) * math.sqrt(variance)
+        # One part gives n - 1 exactly, which floating point may read a hair below: floored, a wider t than the
+        # interval's own, and an interval wholly below the floor would hold.
+        return t95(max(1, math.floor(df + 1e-9))) * math.sqrt(variance)
 
     @property
     def verdict(self) -> str:

@@ -15,8 +15,9 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians.
 - Ties (``beats``): a finalist is faster than another when it won most of their rounds and by more than
   TIE_TOLERANCE by the geometric mean of the per-round ratios; otherwise they are tied within noise.
-- The winner (``Confirmation.winner``): of the proven finalists, the fastest by median, or of those tied with it,
-  the one changing fewest knobs, then using least memory. No winner: keep the baseline.
+- The winner (``Confirmation.winner``): of the proven finalists that no other proven finalist beats, the fastest by
+  median, or of those tied with it, the one changing fewest knobs, then using least memory. No winner: keep the
+  baseline.
 - Only the changes that matter (``autotune/study/trim.py``): a winner changing two knobs or more races again, by the
   rules above, against itself with each change undone in turn (``undo``), the baseline racing too. A change whose
   undoing costs nothing beyond noise goes back to the baseline's value (``trimmed_to``: the race's winner, where the
@@ -153,8 +154,10 @@ class Confirmation:
         proven = [f for f in self.finalists if self.proven(f)]
         if not proven:
             return None
-        leader = max(proven, key=lambda f: f.median)
-        tied = [f for f in proven if not beats(leader, f)]
+        # A median and the rounds won may disagree: one another proven finalist beats is not the leader.
+        unbeaten = [f for f in proven if not any(beats(other, f) for other in proven)] or proven
+        leader = max(unbeaten, key=lambda f: f.median)
+        tied = [f for f in unbeaten if not beats(leader, f)]
         return min(tied, key=lambda f: (f.changes, f.peak_memory_mb, -f.median))
 
     @property

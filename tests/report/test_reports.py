@@ -342,3 +342,21 @@ def test_a_run_stopped_after_its_baseline_alone_has_no_recommendation_yet_not_a_
     assert line.lead == "No recommendation yet." and "run the same command again to resume" in line.rest
     finished = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, {}, {}, finished=True)]))
     assert headline(summarise(finished)).lead == "Keep your current settings.", "n_trials=0: the baseline is all"
+
+
+def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_not_the_rank(tmp_path):
+    """Trial 3's single run ranks below trial 0's, but the race proved trial 3 alone: the row the user looks for is
+    marked, and the table says its rank is not what chose it."""
+    base = results_with(trial("0", 130.0, num_workers=1), trial("3", 120.0, batch_size=32))
+    finalists = [
+        Finalist("3", {}, 1, 100.0, [121.0, 119.0, 122.0]),
+        Finalist("0", {}, 1, 100.0, [101.0], dropped="its median fell 10 % behind the leader's"),
+    ]
+    confirmation = Confirmation([100.0, 98.0, 102.0], finalists, trials=["0", "3"])
+    results = StudyResults(**{**base.__dict__, "machine": MACHINE, "measure": MEASURE, "confirmation": confirmation})
+    summary = summarise(results)
+    assert [r.label for r in summary.ranked][:2] == ["0", "3"] and summary.recommended.label == "3"
+    report = write_reports(results, summary, tmp_path)["report.md"].read_text()
+    ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
+    assert "| 2 | 3 (recommended) |" in ranked and "(recommended)" not in ranked.replace("3 (recommended)", "")
+    assert "chosen by the races above, not by this rank" in ranked

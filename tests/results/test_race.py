@@ -57,6 +57,13 @@ def test_one_finalist_beats_another_by_its_per_round_ratios_not_by_winning_every
     ), "one lucky run does not make a finalist faster: it must win most rounds"
 
 
+def test_a_finalist_another_proven_one_beats_round_by_round_does_not_win_on_its_median():
+    lean = finalist("a", [110, 120, 121], changes=1)  # the higher median
+    fast = finalist("b", [119, 125, 118], changes=2)  # won two rounds of three, 3.2 % faster by paired ratios
+    result = confirmation(lean, fast, baseline=(105, 108, 100))
+    assert result.winner.label == "b"
+
+
 def test_finalists_within_three_percent_round_by_round_are_tied_and_the_leaner_wins():
     faster = finalist("3", [134, 131, 133], changes=2, memory=500)  # won every round, 2.3 % by per-round ratios
     leaner = finalist("5", [130, 129, 130], changes=2, memory=400)

@@ -82,7 +82,7 @@ def test_a_detached_process_ends_with_its_forked_trial(variant, ending, server, 
 @pytest.mark.slow
 @pytest.mark.parametrize(("variant", "ending"), [("double_fork_no_env", "exits"), ("new_session", "timeout")])
 def test_a_detached_process_ends_with_its_fresh_trial(variant, ending, tmp_path, tag):
-    run_detaching(variant, ending, FreshLauncher(), tmp_path, tag, timeout_s=15)
+    run_detaching(variant, ending, FreshLauncher(), tmp_path, tag, timeout_s=10)
 
 
 @pytest.mark.slow
@@ -94,7 +94,7 @@ def test_trials_at_once_end_only_their_own_processes(tmp_path, tag):
     short = replace(waiting, plan=replace(plan, min_time_s=3, max_time_s=4))
     pid_file = tmp_path / "detached.pid"
     long = detaching("double_fork_no_env", tag, pid_file, hang=False, model="tiny.StepBoundCNN")
-    long = replace(long, plan=replace(plan, min_time_s=12, max_time_s=14))
+    long = replace(long, plan=replace(plan, min_time_s=9, max_time_s=10))
 
     def run(name, req) -> None:
         results[name] = run_trial(req, 120, tmp_path, name, launcher=FreshLauncher())
