@@ -211,7 +211,7 @@ def _guide(
         probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine)
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None
-    return guide_from_record(probe, space, settings.baseline, cores, runner.device)
+    return guide_from_record(probe, space, settings.baseline, cores, runner.device, ctx.torch_threads)
 
 
 def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:

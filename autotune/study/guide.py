@@ -82,8 +82,9 @@ class Guide:
     @cached_property
     def candidates(self) -> list[dict[str, Any]]:
         """Every configuration worth predicting: loader and compute knobs varied (compute knobs the probe found
-        negligible kept at the anchor), every untimed value, worker options at their preferred values; not one
-        whose compute threads oversubscribe the cores where the same with fewer threads is in the space."""
+        negligible kept at the anchor), every untimed value, worker options at their preferred values; none whose
+        compute threads oversubscribe the cores where the space holds the same with fewer threads (``_fewer_threads``:
+        that one instead)."""
         # A knob the space holds at one value takes it (the probe's anchor may have another: no workers, no compile).
         held = {
             name: values[0]
@@ -102,17 +103,22 @@ class Guide:
             knobs = {**anchor, **dict(zip(varied, values, strict=True))}
             if knobs["num_workers"] > 0:
                 knobs.update({name: worker_option(self.space, name) for name in WORKER_OPTIONS})
-            if knobs != self.baseline and self.space.contains(knobs) and not self._needlessly_oversubscribed(knobs):
+            if (fewer := self._fewer_threads(knobs)) is not None:
+                if "num_threads" in varied:
+                    continue  # the same with fewer threads is a candidate of its own
+                knobs = fewer  # threads held (negligible): as many as the workers leave cores free cost nothing
+            if knobs != self.baseline and self.space.contains(knobs):
                 found.append(knobs)
         return found
 
-    def _needlessly_oversubscribed(self, knobs: dict[str, Any]) -> bool:
-        """Whether ``knobs`` asks for more compute threads than its workers leave cores free while the same with
-        only that many threads is in the space. The probe predicts the two alike (threads beyond the free cores
-        gain nothing: the workers hold them), so only the latter is worth a trial: measuring both would spend one on
-        a tie the model already settles."""
+    def _fewer_threads(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
+        """``knobs`` with only the compute threads its workers leave cores free, where it asks for more and the
+        space holds that count; else None. The probe predicts the two alike (threads beyond the free cores gain
+        nothing: the workers hold them), so only the latter is worth a trial: measuring both would spend one on a
+        tie the model already settles."""
         free = self.probe_model.free_threads(knobs)
-        return free is not None and self.space.contains({**knobs, "num_threads": free})
+        fewer = {**knobs, "num_threads": free}
+        return fewer if free is not None and self.space.contains(fewer) else None
 
     def _batch_neighbours(self, best: Observation) -> list[dict[str, Any]]:
         """The best configuration at the next smaller and larger batch size of the space: the knob the probe
@@ -223,10 +229,15 @@ def _predict(probe_model: ProbeModel, knobs: dict[str, Any], compute_scale: floa
 
 
 def guide_from_record(
-    record: ProbeRecord | None, space: SearchSpace, baseline: dict[str, Any], cores: int | None, device: str
+    record: ProbeRecord | None,
+    space: SearchSpace,
+    baseline: dict[str, Any],
+    cores: int | None,
+    device: str,
+    default_threads: int | None = None,
 ) -> Guide | None:
     """The guide for a stored probe record (``probe_model.probe_once``), or None when the probe failed or did not
-    run."""
+    run; ``cores`` and ``default_threads`` as ``ProbeModel`` takes them."""
     if record is None or not record.ok:
         return None
-    return Guide(ProbeModel.from_record(record, cores, device), space, baseline)
+    return Guide(ProbeModel.from_record(record, cores, device, default_threads), space, baseline)

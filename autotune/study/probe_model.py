@@ -48,12 +48,15 @@ DRIFT = 0.5
 @dataclass(frozen=True)
 class ProbeModel:
     """A probe's plan and result, and what they predict. ``cores``: the CPU cores training runs on, when
-    compute runs on them too (None on a GPU); ``device``: where the model step runs ("cpu" or "cuda")."""
+    compute runs on them too (None on a GPU); ``device``: where the model step runs ("cpu" or "cuda");
+    ``default_threads``: the compute threads num_threads=None starts (torch's default here, one per physical core
+    or as OMP_NUM_THREADS says; None: one per core)."""
 
     plan: ProbePlan
     result: ProbeResult
     cores: int | None = None
     device: str = "cpu"
+    default_threads: int | None = None
 
     def loader(self, batch_size: int, num_workers: int) -> float:
         index = self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})
@@ -79,17 +82,19 @@ class ProbeModel:
         return self._compute_of({**base, name: value}) / self._compute_of(base)
 
     def _timed_value(self, name: str, value: Any) -> Any:
-        """``value``; for num_threads=None (torch's default, one thread per core) on a CPU, the core count, where
-        None itself was not timed (a baseline with torch's default, searched over explicit counts)."""
+        """``value``; for num_threads=None (torch's default) on a CPU, its thread count, where None itself was not
+        timed (a baseline with torch's default, searched over explicit counts)."""
         untimed_default = not any(k["num_threads"] is None for k in self.plan.computes)
         if name == "num_threads" and value is None and self.cores is not None and untimed_default:
-            return self.cores
+            return self.default_threads or self.cores
         return value
 
     @classmethod
-    def from_record(cls, record: ProbeRecord, cores: int | None = None, device: str = "cpu") -> ProbeModel:
+    def from_record(
+        cls, record: ProbeRecord, cores: int | None = None, device: str = "cpu", default_threads: int | None = None
+    ) -> ProbeModel:
         """The model of a successful probe's record."""
-        return cls(record.plan, record.result, cores, device)
+        return cls(record.plan, record.result, cores, device, default_threads)
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float:
         """Predicted samples/s of ``knobs`` (knobs the probe does not time count as at the anchor), with the model
@@ -126,8 +131,8 @@ class ProbeModel:
         return free if self._threads(knobs) > free else None
 
     def _threads(self, knobs: dict[str, Any]) -> int:
-        """The compute threads ``knobs`` runs (torch's default, None: one per core), at most one per core."""
-        return min(knobs["num_threads"] or self.cores, self.cores)
+        """The compute threads ``knobs`` runs (None: ``default_threads``), at most one per core."""
+        return min(knobs["num_threads"] or self.default_threads or self.cores, self.cores)
 
     def _timed_threads(self, threads: int) -> bool:
         return any(k["num_threads"] == threads for k in self.plan.computes)

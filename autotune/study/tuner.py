@@ -231,8 +231,6 @@ def _search(
             return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
         if time.monotonic() >= deadline:
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
-        if affords is not None and not affords(done, None):
-            return _out_of_budget(settings)
         if repeats >= _MAX_REPEATED_PROPOSALS:
             return StopReason("the sampler keeps proposing measured configurations")
         # Trials already waiting (enqueued by the user) go first, then what this machine owes (``_Seen.owed``),
@@ -251,7 +249,8 @@ def _search(
                     )
             if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
                 proposal = Proposal(_draw_untried(space, taken, ran_out, draw))
-        if proposal is not None and affords is not None and not affords(done, proposal.knobs):  # a compile, say
+        # After the guide had its say: a search it ended is converged, whatever time is left.
+        if affords is not None and not affords(done, proposal.knobs if proposal is not None else None):  # a compile?
             return _out_of_budget(settings)
         try:
             with proposing(study, proposal.knobs if proposal is not None else None):

@@ -129,8 +129,19 @@ def test_a_proposal_that_costs_more_than_the_time_left_stops_the_search_before_o
     propose = lambda *seen: Proposal(proposed)  # noqa: E731
     budget = settings(tmp_path, n_trials=5, budget_s=60.0)
     stop = tune(study, SPACE, budget, measure, lambda e: None, propose, None, fits)
-    assert asked == [None, proposed] and stop.message.startswith("study.budget_s=60: the time left is kept")
+    assert asked == [proposed] and stop.message.startswith("study.budget_s=60: the time left is kept")
     assert len(study.trials) == 0 and counted_trials(study) == 0, "no trial asked of Optuna, none measured"
+
+
+def test_a_search_the_guide_ended_is_converged_not_cut_by_the_budget(tmp_path):
+    study = open_study(settings(tmp_path, n_trials=5), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    nothing_fits = lambda done, knobs: False  # noqa: E731
+    converged = lambda *seen: None  # noqa: E731  (the guide predicts nothing faster)
+    budget = settings(tmp_path, n_trials=5, budget_s=60.0)
+    stop = tune(study, SPACE, budget, measure, lambda e: None, converged, None, nothing_fits)
+    assert stop.message.startswith("converged:"), "nothing was left to search: the budget cut nothing"
 
 
 def test_a_draw_of_the_sampler_that_does_not_fit_is_left_to_a_later_run_which_measures_it_first(tmp_path):

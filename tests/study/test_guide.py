@@ -272,6 +272,21 @@ def test_no_trial_oversubscribes_the_cores_where_the_same_with_fewer_threads_can
     assert any(k["num_workers"] == 2 for k in only_two.candidates), "no fewer threads to try instead: kept"
 
 
+def test_threads_the_probe_found_negligible_still_leave_workers_their_cores():
+    # A model step alike at 1 and 2 threads holds num_threads at the anchor's 2; with workers, it takes the one
+    # thread they leave free (which costs nothing), where every configuration with workers was dropped for it.
+    plan = probe_plan(SPACE, BASELINE)
+    loading = [50.0 if s["num_workers"] == 0 else 800.0 for s in plan.loaders]
+    result = ProbeResult(loading, [2000.0] * len(plan.computes))
+    g = Guide(ProbeModel(plan, result, cores=2), SPACE, BASELINE)
+    assert g.probe_model.negligible("num_threads")
+    with_workers = [k for k in g.candidates if k["num_workers"] == 2]
+    assert with_workers and all(k["num_threads"] == 1 for k in with_workers)
+    assert all(k["num_threads"] == 2 for k in g.candidates if k["num_workers"] == 0), "held where nothing competes"
+    knobs, _ = propose(g, Observation(BASELINE, 50.0))
+    assert knobs["num_workers"] == 2, "workers load 16x faster: the first trial"
+
+
 def test_without_a_predictable_measurement_the_probe_is_taken_as_it_is():
     g = guide()
     unpredictable = Observation({**BASELINE, "batch_size": 8}, 50.0)  # a batch size the probe never timed

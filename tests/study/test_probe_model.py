@@ -222,3 +222,19 @@ def test_the_probes_expected_time_grows_with_the_model_steps_time_at_each_batch_
     anchor = plan.computes[0]
     steps = sum(3 * 0.01 * knobs["batch_size"] for knobs in [anchor, *plan.computes, anchor])
     assert slow == pytest.approx(10.0 + 2 * 0.25 * len(plan.loaders) + 0.25 * (len(plan.computes) + 2) + steps)
+
+
+def test_torch_default_threads_are_its_own_count_not_one_per_logical_core():
+    # 8 logical cores where torch starts 4 threads (one per physical core): 4 workers leave the 4 it runs free.
+    varied = {"batch_size": [16], "num_workers": [0, 4], "num_threads": [1, 2, None, 8]}
+    space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
+    baseline = {**BASELINE, "num_threads": None}
+    plan = probe_plan(space, baseline)
+    loading = [100.0 if s["num_workers"] == 0 else 1000.0 for s in plan.loaders]
+    result = ProbeResult(loading, [400.0] * len(plan.computes))
+    four_workers = {**baseline, "num_workers": 4, "prefetch_factor": 2, "persistent_workers": True}
+    model = ProbeModel(plan, result, cores=8, default_threads=4)
+    assert model.free_threads(four_workers) is None, "4 threads and 4 workers fit 8 cores"
+    # the model step's 4 threads and the loading's CPU time share the 8 cores: (0.01 + 4 / 400) / 8 s a sample
+    assert model.predict(four_workers) == pytest.approx(400.0)
+    assert ProbeModel(plan, result, cores=8).predict(four_workers) == pytest.approx(200.0), "None as 8 threads"
