@@ -125,6 +125,9 @@ class Knob(ABC):
     preferred: ClassVar[Any] = None
     costly: ClassVar[bool] = False
     changes_numerics: ClassVar[bool] = False
+    # Its values by the memory training keeps with them, least first, where they are so ordered (a value later
+    # needs no less, so one earlier may fit where it ran out); None: they change no memory the training keeps.
+    memory_order: ClassVar[tuple[Any, ...] | None] = None
 
     @abstractmethod
     def parse(self, value: Any) -> Any:

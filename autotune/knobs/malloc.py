@@ -30,6 +30,7 @@ class MallocKnob(ChoiceKnob):
         + "."
     )
     choices = ("default", "keep")
+    memory_order = ("default", "keep")  # keep holds the freed memory default returns
 
     def default_candidates(self, ctx: SearchContext) -> list[str]:
         return [value for value in self.choices if self.unavailable_reason(value, ctx) is None]

@@ -168,6 +168,7 @@ def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
 _STEP_MEMORY_KNOBS = tuple(
     name for name, knob in KNOBS.items() if {Target.MODEL, Target.PRECISION, Target.OPTIMIZER} & set(knob.applies_to)
 )
+_MEMORY_ORDERS = {name: knob.memory_order for name, knob in KNOBS.items() if knob.memory_order}
 
 
 def needs_no_less_memory(knobs: dict[str, Any], ran_out: dict[str, Any]) -> bool:
@@ -175,20 +176,28 @@ def needs_no_less_memory(knobs: dict[str, Any], ran_out: dict[str, Any]) -> bool
     setting, which fixes only the knobs it ran with), so that it would run out too: a batch at least as large, at
     least as many DataLoader workers prefetching at least as many batches each, and the same value of each knob
     applied to the model, its precision or its optimizer (channels_last, amp, compile, optimizer_impl, set_to_none)
-    that ``ran_out`` fixes.
+    that ``ran_out`` fixes, and of each knob whose values are ordered by memory (``Knob.memory_order``: malloc) a
+    value no earlier.
 
     Why: with those knobs equal, a step keeps the same tensors per sample (the activations, most of its memory at
     the batch sizes that run out) and the same state per model (weights, gradients, optimizer buffers), so a larger
     batch needs more; each worker holds batches of its own, so more workers need more. A change to any of those
     knobs may make a configuration fit where the other did not (half-precision activations, a compiled graph that
     keeps fewer intermediates, gradients freed between steps, an optimizer without multi-tensor buffers), so it is
-    measured. The other knobs change no tensor the step keeps (threads, the host allocator, pinned copies of a
-    batch, cuDNN's benchmark: a transient workspace) and are taken to need as much.
+    measured; so may an allocator that returns the freed memory another keeps. The other knobs change no tensor
+    the step keeps (threads, pinned copies of a batch, cuDNN's benchmark: a transient workspace) and are taken to
+    need as much.
     """
     if knobs["batch_size"] < ran_out["batch_size"] or knobs["num_workers"] < ran_out["num_workers"]:
         return False
     if (knobs.get("prefetch_factor") or 0) < (ran_out.get("prefetch_factor") or 0):  # fewer batches held ahead
         return False
+    if any(
+        order.index(knobs[name]) < order.index(ran_out[name])
+        for name, order in _MEMORY_ORDERS.items()
+        if name in ran_out
+    ):
+        return False  # a value that keeps less (an allocator that returns freed memory)
     return all(knobs[name] == ran_out[name] for name in _STEP_MEMORY_KNOBS if name in ran_out)
 
 

@@ -119,6 +119,12 @@ def test_a_configuration_needs_no_less_memory_with_a_batch_and_workers_as_large_
     assert needs_no_less_memory(knobs, BASE) is bounded
 
 
+def test_an_allocator_returning_freed_memory_may_fit_where_one_keeping_it_ran_out_and_not_the_other_way():
+    keeping = {**BASE, "malloc": "keep"}
+    assert not needs_no_less_memory(BASE, keeping), "malloc=default returns what keep held"
+    assert needs_no_less_memory(keeping, BASE) and needs_no_less_memory({**keeping, "batch_size": 64}, keeping)
+
+
 def test_fewer_workers_may_fit_where_more_ran_out_and_a_loader_setting_bounds_any_model_step():
     with_workers = {**BASE, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
     assert not needs_no_less_memory(BASE, with_workers)
