@@ -5,7 +5,7 @@ read** adds its proportional set (PSS, ``/proc/PID/smaps_rollup``), which splits
 sharing it, so that forked workers' pages count once; but the kernel walks the process's page tables for it, under
 the memory-map lock the training loop needs, which takes 8-11 ms on a 600 MB torch process. Inside a timed window
 only cheap reads may run (``docs/benchmarks.md``, harness costs); a full read outside it tells each process's
-shared excess (RSS - PSS), which turns the cheap reads around it into PSS estimates (``pss_estimate``).
+shared excess (RSS - PSS), which turns the cheap reads of the same processes into PSS estimates (``pss_estimate``).
 
 A trial forked from the fork server shares the pages of its imports with that server: the anonymous ones (heap,
 Python's objects), which PSS would charge half to the server, and the libraries' file pages the imports touched,
@@ -116,23 +116,33 @@ class ProcessTree:
 def pss_estimate(reading: TreeReading, full: list[TreeReading], root: int) -> int:
     """The tree's memory at ``reading``, shared pages counted once.
 
-    Exact for a full reading. For a cheap one, each process counts its RSS less its shared excess (RSS - PSS)
-    in the full reading nearest in time that saw it; a process no full reading saw (a worker started inside a
-    window) counts the mean excess of the other non-root processes of the nearest full reading, or its whole
-    RSS where there were none. Without any PSS the estimate is the RSS total.
+    Exact for a full reading. For a cheap one, each process counts its RSS less its shared excess (RSS - PSS) in a
+    full reading of the same layout that saw it: a process's excess depends on which processes share its pages (the
+    root's grows once workers fork from it), so the full readings rank first by layout (the same processes, then
+    every one of them and more, then the nearest count of processes), then by nearness in time. A process no full
+    reading saw (a worker started since) counts the mean excess of the non-root processes of the best-ranked full
+    reading that has any, or its whole RSS where none has. Without any PSS the estimate is the RSS total.
     """
     if reading.pss is not None:
         return reading.total
-    with_pss = sorted((r for r in full if r.pss is not None), key=lambda r: abs(r.time - reading.time))
+    with_pss = sorted((r for r in full if r.pss is not None), key=lambda r: _layout_distance(r, reading))
     total = with_pss[0].lent if with_pss else 0
+    with_workers = next((r for r in with_pss if any(pid != root for pid in r.pss)), None)
     for pid, rss in reading.rss.items():
         seen = next((r for r in with_pss if pid in r.pss and pid in r.rss), None)
         if seen is not None:
             excess = seen.rss[pid] - seen.pss[pid]
         else:
-            excess = _sibling_excess(with_pss[0], root) if with_pss and pid != root else 0
+            excess = _sibling_excess(with_workers, root) if with_workers is not None and pid != root else 0
         total += max(0, rss - excess)
     return total
+
+
+def _layout_distance(full: TreeReading, reading: TreeReading) -> tuple[int, int, float]:
+    """How far ``full``'s processes are from ``reading``'s, then its time: the same set, a superset, any other."""
+    pids, wanted = full.rss.keys(), reading.rss.keys()
+    tier = 0 if pids == wanted else 1 if pids >= wanted else 2
+    return tier, abs(len(pids) - len(wanted)), abs(full.time - reading.time)
 
 
 def peak_estimate(cheap: list[TreeReading], full: list[TreeReading], root: int, root_peak_rss: int | None) -> int:
