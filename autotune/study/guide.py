@@ -65,7 +65,7 @@ class Guide:
             return config_key(knobs) not in measured and out_of_memory_bound(knobs, ran_out) is None
 
         best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
-        ratios = _Ratios(self.probe_model, observations)
+        ratios = _Ratios(self.probe_model, observations, self._held)
         predicted = [
             (value, knobs)
             for knobs in self.candidates
@@ -80,18 +80,22 @@ class Guide:
         return Proposal(check, ratios.predict(check)) if check is not None else None
 
     @cached_property
+    def _held(self) -> dict[str, Any]:
+        """The knobs the space holds at one value, with it (the probe's anchor may have another: no workers, no
+        compile); worker options aside, which follow the workers."""
+        return {
+            name: values[0]
+            for name, values in self.space.candidates.items()
+            if len(values) == 1 and name not in WORKER_OPTIONS
+        }
+
+    @cached_property
     def candidates(self) -> list[dict[str, Any]]:
         """Every configuration worth predicting: loader and compute knobs varied (compute knobs the probe found
         negligible kept at the anchor), every untimed value, worker options at their preferred values; none whose
         compute threads oversubscribe the cores where the space holds the same with fewer threads (``_fewer_threads``:
         that one instead)."""
-        # A knob the space holds at one value takes it (the probe's anchor may have another: no workers, no compile).
-        held = {
-            name: values[0]
-            for name, values in self.space.candidates.items()
-            if len(values) == 1 and name not in WORKER_OPTIONS  # those follow the workers, below
-        }
-        anchor = {**anchor_knobs(self.space, self.baseline), **held}
+        anchor = {**anchor_knobs(self.space, self.baseline), **self._held}
         varied = [
             name
             for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED_KNOBS)
@@ -157,9 +161,11 @@ class _Ratios:
     """Measured/predicted ratios of the observations, by group, to correct predictions with; and, for the knobs the
     probe does not time, the factor by which measured twins changed their plain (anchor-valued) partner."""
 
-    def __init__(self, probe_model: ProbeModel, observations: list[Observation]) -> None:
+    def __init__(self, probe_model: ProbeModel, observations: list[Observation], held: dict[str, Any]) -> None:
         self.probe_model = probe_model
-        self.anchor = probe_model.plan.computes[0]
+        # An untimed knob the space holds at one value (search.compile=[default]) has no plain form to measure: the
+        # probe, as timed, stands for it until trials of it correct it.
+        self.anchor = {**probe_model.plan.computes[0], **{n: v for n, v in held.items() if n in UNTIMED_KNOBS}}
         self.ratios: list[tuple[dict[str, Any], float]] = []
         self.measured = {config_key(o.knobs): o.throughput for o in observations}
         self.observations = observations

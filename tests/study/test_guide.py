@@ -287,6 +287,20 @@ def test_threads_the_probe_found_negligible_still_leave_workers_their_cores():
     assert knobs["num_workers"] == 2, "workers load 16x faster: the first trial"
 
 
+def test_a_space_held_at_compile_on_is_searched_by_the_probe_as_timed_then_by_its_trials():
+    # Every configuration compiles: none has an uncompiled form to measure a compile factor against, so the probe's
+    # timings (without compile) stand for them; the search converged at once instead, though workers load 20x.
+    held = SearchSpace({name: {**VARIED, "compile": ["default"]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(held, BASELINE)
+    result = ProbeResult([20.0 if s["num_workers"] == 0 else 400.0 for s in plan.loaders], [300.0] * len(plan.computes))
+    g = Guide(ProbeModel(plan, result), held, BASELINE)
+    knobs, predicted = propose(g, Observation(BASELINE, 20.0))
+    assert knobs["compile"] == "default" and knobs["num_workers"] == 2 and predicted == pytest.approx(300.0)
+    slower = Observation(knobs, 150.0)  # measured at half its prediction: the compiled group is corrected by it
+    proposal = g.propose([Observation(BASELINE, 20.0), slower], {config_key(BASELINE), config_key(knobs)}, [])
+    assert proposal is None, "every compiled configuration now predicted at half the probe: none beats it"
+
+
 def test_without_a_predictable_measurement_the_probe_is_taken_as_it_is():
     g = guide()
     unpredictable = Observation({**BASELINE, "batch_size": 8}, 50.0)  # a batch size the probe never timed
