@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -52,25 +52,62 @@ def to_device(batch: Any, setup: TrainingSetup) -> Any:
 
 
 def batch_len(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor that has one (of a ``PackedSequence``, its
-    sequences, not their steps), looked for depth first in mapping values, sequence items and dataclass fields, in
-    their order."""
-    samples = _samples(batch)
-    if samples is None:
+    """Samples in a batch, counted by its first part depth first (mapping values, sequence items, dataclass fields in
+    their order): a tensor's leading dimension (a ``PackedSequence``'s sequences), or the length of a list or tuple
+    of tensors or mappings nested in the batch that holds one item per sample: mappings, or tensors of different
+    leading dimensions or of none (as detection and variable-length collates build). A nested list of tensors of
+    one leading dimension counts its length only where another part of the batch counts the same, and that
+    dimension otherwise (views of a batch, as ``default_collate`` builds them from list-valued samples)."""
+    parts = list(_parts(batch, top=True))
+    if not parts:
         raise AutotuneError(f"cannot count the samples of a batch of type {type(batch).__name__}; pass step(samples=N)")
-    return samples
+    kind, length, leading = parts[0]
+    if kind != _SHARED:
+        return length
+    counted_elsewhere = {count for other, count, _ in parts[1:] if other != _SHARED}
+    return length if length in counted_elsewhere else leading
 
 
-def _samples(batch: Any) -> int | None:
+# The parts a batch's samples are counted by: a batched tensor (its leading dimension), a nested sequence of one
+# item per sample (its length), and a nested sequence of tensors of one leading dimension (its length, or that).
+_TENSOR, _PER_SAMPLE, _SHARED = "tensor", "per-sample", "shared"
+
+
+def _parts(batch: Any, top: bool) -> Iterator[tuple[str, int, int | None]]:
+    """``batch``'s parts, depth first, as (kind, count, shared leading dimension or None); a nested sequence is one
+    part, not walked into."""
     if isinstance(batch, PackedSequence):  # a namedtuple whose first field holds every step of every sequence
-        return int(batch.batch_sizes[0])
+        yield _TENSOR, int(batch.batch_sizes[0]), None
+        return
     if isinstance(batch, torch.Tensor):
-        return batch.shape[0] if batch.dim() > 0 else None
+        if batch.dim() > 0:
+            yield _TENSOR, batch.shape[0], None
+        return
+    if not top:
+        sequence = _nested_sequence(batch)
+        if sequence is not None:
+            yield sequence
+            return
     for value in _values(batch) or ():
-        found = _samples(value)
-        if found is not None:
-            return found
-    return None
+        yield from _parts(value, top=False)
+
+
+def _nested_sequence(batch: Any) -> tuple[str, int, int | None] | None:
+    """A list or tuple (not a namedtuple) of tensors, or of mappings holding one, as a part; None for anything else."""
+    if not isinstance(batch, (tuple, list)) or hasattr(type(batch), "_fields") or not batch:
+        return None
+    if all(isinstance(item, Mapping) for item in batch):
+        return (_PER_SAMPLE, len(batch), None) if any(_holds_tensor(item) for item in batch) else None
+    if not all(isinstance(item, torch.Tensor) for item in batch):
+        return None
+    leading = {item.shape[0] if item.dim() > 0 else None for item in batch}
+    if len(leading) == 1 and None not in leading:
+        return _SHARED, len(batch), leading.pop()
+    return _PER_SAMPLE, len(batch), None
+
+
+def _holds_tensor(batch: Any) -> bool:
+    return isinstance(batch, torch.Tensor) or any(_holds_tensor(value) for value in _values(batch) or ())
 
 
 def _values(batch: Any) -> list[Any] | None:

@@ -222,7 +222,10 @@ class StepRecorder:
         window_s = self.window_end - self.window_start
         samples = sum(self._samples)
         q1, median, q3 = quartiles(durations)
-        low, high = block_throughput_ci(durations, split.samples)
+        # The host's marks time every step, so blocks can hold whole optimizer steps; a device's random sample of
+        # steps has no such order.
+        step_multiple = self.plan.step_multiple if device is None else 1
+        low, high = block_throughput_ci(durations, split.samples, step_multiple=step_multiple)
         share = window_s / sum(durations) if sum(durations) > 0 else 0.0
         data_wait_s = sum(split.waits) * share
         return Timing(

@@ -31,7 +31,11 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
 
 
 def block_throughput_ci(
-    durations: Sequence[float], samples: Sequence[int], blocks: int = 10, min_block_steps: int = 5
+    durations: Sequence[float],
+    samples: Sequence[int],
+    blocks: int = 10,
+    min_block_steps: int = 5,
+    step_multiple: int = 1,
 ) -> tuple[float | None, float | None]:
     """95 % confidence interval of throughput by the method of batch means: (low, high).
 
@@ -42,11 +46,19 @@ def block_throughput_ci(
     variation within this run only: run-to-run variation between processes is larger, and only
     repeated runs measure it. With fewer than two blocks there is no interval: (None, None); where the interval
     of seconds per sample reaches zero, throughput has no upper bound: high is None.
+
+    Under gradient accumulation a step is a micro-step and ``step_multiple`` of them make one optimizer step, whose
+    last micro-step is longer: each block holds whole multiples of ``step_multiple`` consecutive steps (at least
+    ``min_block_steps``), so that blocks differ by noise, not by how many optimizer steps fall in them; steps after
+    the last whole multiple are left out of the interval.
     """
-    n_blocks = min(blocks, len(durations) // min_block_steps)
+    if step_multiple < 1:
+        raise ValueError(f"step_multiple must be >= 1, got {step_multiple}")
+    groups = len(durations) // step_multiple
+    n_blocks = min(blocks, groups // -(-min_block_steps // step_multiple))
     if n_blocks < 2:
         return None, None
-    bounds = [round(i * len(durations) / n_blocks) for i in range(n_blocks + 1)]
+    bounds = [round(i * groups / n_blocks) * step_multiple for i in range(n_blocks + 1)]
     per_sample = [sum(durations[lo:hi]) / sum(samples[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
     mean = statistics.fmean(per_sample)
     half = t95(n_blocks - 1) * statistics.stdev(per_sample) / n_blocks**0.5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -106,6 +107,18 @@ def test_a_window_of_accumulated_micro_batches_ends_on_a_whole_optimizer_step(en
         plan = replace(plan, min_steps=100, max_time_s=1.0)
     timing = run(StepRecorder(plan, clock), clock, steady(0.0, 0.0, 0.2)).timing()
     assert timing.steps == 8, "two whole optimizer steps of four micro-batches, not five micro-batches"
+
+
+def test_a_noise_free_accumulating_loop_has_a_point_interval():
+    # Accumulation 4: every fourth micro-step also steps the optimizer. Blocks of 5 or 6 micro-steps would hold one
+    # or two optimizer steps, and the interval would come from where their boundaries fall (1831-2511 samples/s).
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=32, min_time_s=0.0, max_time_s=100.0, warmup=FAST_WARMUP, step_multiple=4)
+    pattern = itertools.cycle([(0.0, 0.0, 0.01)] * 3 + [(0.0, 0.0, 0.03)])
+    timing = run(StepRecorder(plan, clock), clock, pattern, samples=32).timing()
+    assert timing.steps == 32 and timing.throughput == pytest.approx(2133.33, rel=1e-3)
+    assert timing.throughput_ci95_low == pytest.approx(timing.throughput, rel=1e-3)
+    assert timing.throughput_ci95_high == pytest.approx(timing.throughput, rel=1e-3)
 
 
 def test_an_unbounded_window_lasts_until_the_caller_stops():

@@ -35,6 +35,32 @@ def test_block_ci_by_hand():
     assert low < 20 * 10 / 2.2 < high, "the interval contains the window's throughput"
 
 
+@pytest.mark.parametrize(
+    ("pattern", "steps", "samples", "throughput"),
+    [
+        # Accumulation 4: three short micro-steps, then one with the optimizer step; 4 * 32 samples in 0.06 s.
+        ([0.01, 0.01, 0.01, 0.03], 32, 32, 2133.33),
+        # Accumulation 8 over 40 steps: 8 * 24 samples in 0.12 s.
+        ([0.01] * 7 + [0.05], 40, 24, 1600.0),
+    ],
+)
+@pytest.mark.parametrize("shift", [0, 1, 3], ids=lambda shift: f"starts-{shift}-into-a-step")
+def test_blocks_hold_whole_optimizer_steps_so_a_noise_free_accumulating_run_is_a_point(
+    pattern, steps, samples, throughput, shift
+):
+    durations = (pattern * (steps // len(pattern) + 1))[shift : shift + steps]
+    low, high = block_throughput_ci(durations, [samples] * steps, step_multiple=len(pattern))
+    assert (low, high) == pytest.approx((throughput, throughput), rel=1e-3)
+
+
+def test_blocks_of_whole_optimizer_steps_leave_out_a_partial_one_at_the_end():
+    durations = [0.01, 0.01, 0.01, 0.03] * 8 + [0.01, 0.01]
+    assert block_throughput_ci(durations, [32] * 34, step_multiple=4) == pytest.approx((2133.33, 2133.33), rel=1e-3)
+    assert block_throughput_ci(durations[:8], [32] * 8, step_multiple=4) == (None, None), "one block of 8 steps"
+    with pytest.raises(ValueError):
+        block_throughput_ci(durations, [32] * 34, step_multiple=0)
+
+
 def test_ratio_interval_by_hand():
     # Three paired rounds: the geometric mean (1.2 * 1.5 * 1.35) ** (1 / 3) = 1.3444; the logarithms' standard
     # deviation 0.11163, so the half width on them is t(2) = 4.303 times 0.11163 / sqrt(3) = 0.27730.

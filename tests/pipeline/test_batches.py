@@ -25,7 +25,7 @@ from autotune.trial.plain import run_plain
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
 from tests.conftest import NEUTRAL_KNOBS, tiny_config, trial_request
-from tests.fixtures.batches import Pair, SelfMoving
+from tests.fixtures.batches import Pair, SelfMoving, collate_per_sample
 
 META = torch.device("meta")
 CHANNELS_LAST = torch.channels_last
@@ -133,6 +133,50 @@ def test_values_that_are_not_tensors_stay_as_they_are():
     ids=["tensor", "tuple", "list", "dict", "userdict", "namedtuple", "dataclass", "self-moving", "nested"],
 )
 def test_the_samples_are_the_leading_dimension_of_the_first_tensor(batch):
+    assert batch_len(batch) == 5
+
+
+def _targets(n):
+    return tuple({"boxes": torch.zeros(k, 4), "labels": torch.zeros(k), "image_id": torch.tensor(k)} for k in range(n))
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        # collate_fn=lambda b: tuple(zip(*b)) on detection samples: images of one size or of several, target dicts.
+        (tuple(torch.zeros(3, 32, 32) for _ in range(8)), _targets(8)),
+        (tuple(torch.zeros(3, 20 + i, 30) for i in range(8)), _targets(8)),
+        [[torch.zeros(3, 20 + i, 30) for i in range(8)], list(_targets(8))],
+        # Variable-length token sequences, one tensor per sample.
+        {"input_ids": [torch.zeros(n, dtype=torch.long) for n in (37, 12, 5, 9, 40, 1, 3, 22)]},
+        {"input_ids": [torch.zeros(n, dtype=torch.long) for n in (37, 12, 5, 9, 40, 1, 3, 22)], "w": torch.zeros(10)},
+        # Images of one size beside per-sample labels (0-d tensors): tuple(zip(*b)) on classification samples.
+        (tuple(torch.zeros(3, 8, 8) for _ in range(8)), tuple(torch.tensor(i % 4) for i in range(8))),
+        {"samples": [{"label": torch.tensor(1)} for _ in range(8)]},
+    ],
+    ids=["detection", "detection-sizes", "detection-lists", "tokens", "tokens-weights", "classes", "scalar-dicts"],
+)
+def test_a_nested_sequence_of_one_item_per_sample_counts_its_items(batch):
+    assert batch_len(batch) == 8
+
+
+def test_the_per_sample_collate_counts_its_samples():
+    samples = [(torch.rand(3, 8, 8), torch.tensor(i % 4)) for i in range(8)]
+    assert batch_len(collate_per_sample(samples)) == 8
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        [[torch.zeros(5, 3, 8, 8), torch.zeros(5, 3, 8, 8)], torch.zeros(5)],  # two views of each image, labels
+        ([torch.zeros(5, 3, 8, 8)] * 2 + [torch.zeros(5, 3, 4, 4)] * 6, torch.zeros(5)),  # multi-crop
+        {"views": [torch.zeros(5, 3, 8, 8), torch.zeros(5, 3, 8, 8)]},
+        ((torch.zeros(5, 3), torch.zeros(5, 7)), (torch.zeros(5), torch.zeros(5, 2))),  # two inputs, two targets
+        {"inputs": [torch.zeros(5, 3)], "w": torch.zeros(10)},
+    ],
+    ids=["views", "multi-crop", "views-only", "multi-input-output", "one-item"],
+)
+def test_a_nested_sequence_of_batched_tensors_counts_their_leading_dimension(batch):
     assert batch_len(batch) == 5
 
 
