@@ -31,9 +31,10 @@ def usable_cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def describe_machine() -> dict[str, Any]:
-    """CPU, memory, GPU and library versions, as plain data for reports and result tagging. It imports torch (whose
-    facts it reads): the tuner's process, which never does, takes them from its inspection (``Inspection.machine``)."""
+def describe_machine(device: str | None = None) -> dict[str, Any]:
+    """CPU, memory, GPU and library versions, as plain data for reports and result tagging; the GPU is the one
+    ``device`` names (a CUDA device; else the current one). It imports torch (whose facts it reads): the tuner's
+    process, which never does, takes them from its inspection (``Inspection.machine``)."""
     import torch
 
     return {
@@ -43,7 +44,7 @@ def describe_machine() -> dict[str, Any]:
         "cpu_count": usable_cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "gpu": gpu_name(device) if torch.cuda.is_available() else None,
         "gpu_driver": _gpu_driver() if torch.cuda.is_available() else None,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -54,6 +55,15 @@ def describe_machine() -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "thread_env": {name: os.environ[name] for name in _THREAD_VARIABLES if name in os.environ},
     }
+
+
+def gpu_name(device: str | None) -> str:
+    """The model of the GPU ``device`` names (a CUDA device, such as "cuda:1"; else the current one): on a machine
+    of mixed GPUs, the one the trials run on names the machine, not the first."""
+    import torch
+
+    cuda = device is not None and str(device).startswith("cuda")
+    return torch.cuda.get_device_name(torch.device(device) if cuda else None)
 
 
 def has_16_bit_units(machine: dict[str, Any], device: str) -> bool:

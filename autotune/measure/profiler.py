@@ -195,7 +195,7 @@ class Profiler:
             memory=self._memory_report(),
             compute=self._compute_report(timing.throughput),
             system=self._system_report(),
-            environment=describe_machine(),
+            environment=describe_machine(str(self.device)),
         )
 
     def _memory_report(self) -> MemoryReport:

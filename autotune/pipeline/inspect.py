@@ -24,7 +24,7 @@ from hydra.utils import get_object
 from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
-from autotune.measure.environment import describe_machine
+from autotune.measure.environment import describe_machine, gpu_name
 from autotune.pipeline.build import build_component
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.spec import PipelineSpec
@@ -61,8 +61,8 @@ def read_facts(spec: PipelineSpec, requested_device: str) -> Inspection:
     try:
         device = resolve_device(here.devices, requested_device)
         machine = here.machine
-        if device.startswith("cuda"):  # the machine is named by the GPU the trials run on, not the first one
-            machine = {**machine, "gpu": torch.cuda.get_device_name(torch.device(device).index or 0)}
+        if device.startswith("cuda"):
+            machine = {**machine, "gpu": gpu_name(device)}
         pipeline = inspect_pipeline(spec, device)
         return replace(here, device=device, bf16_native=bf16_native(device), pipeline=pipeline, machine=machine)
     except ConfigError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pynvml
+import torch
 
 from autotune.app import other_thread_variables
 from autotune.measure import environment
@@ -46,3 +47,15 @@ def test_a_study_of_this_machine_under_other_thread_variables_is_named_by_them()
     assert other_thread_variables({"b": here}, omp) == "none set"
     assert other_thread_variables({"a": omp}, omp) is None, "the same variables: the same machine"
     assert other_thread_variables({"c": {**omp, "cpu_count": 64}}, here) is None, "another machine, not its variables"
+
+
+def test_a_measurement_names_the_gpu_its_device_names_not_the_first(monkeypatch):
+    names = {0: "GPU A", 1: "GPU B"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(environment, "_gpu_driver", lambda: None)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_name", lambda device=None: names[0 if device is None else torch.device(device).index]
+    )
+    assert environment.describe_machine("cuda:1")["gpu"] == "GPU B"
+    assert environment.describe_machine("cpu")["gpu"] == environment.describe_machine()["gpu"] == "GPU A"

@@ -41,7 +41,7 @@ class FakeCuda:
         self.names, self.native, self.current = names, native, 0
         monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(names))
         monkeypatch.setattr(torch.cuda, "device_count", lambda: len(names))
-        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names[index])
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: names[self.index(device)])
         monkeypatch.setattr(torch.cuda, "device", self.device)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", self.is_bf16_supported)
 
@@ -50,6 +50,12 @@ class FakeCuda:
         before, self.current = self.current, torch.device(device).index or 0
         yield
         self.current = before
+
+    def index(self, device) -> int:
+        """The index ``device`` names as torch.cuda takes it: an int, a device or its name, or None (the current)."""
+        if device is None:
+            return self.current
+        return device if isinstance(device, int) else torch.device(device).index or 0
 
     def is_bf16_supported(self, including_emulation: bool = True) -> bool:
         return including_emulation or self.names[self.current] in self.native
