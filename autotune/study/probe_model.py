@@ -63,17 +63,32 @@ class ProbeModel:
         return _timed(self.result.loader_throughputs[index])
 
     def compute(self, knobs: dict[str, Any]) -> float:
-        """Model-step samples/s of ``knobs``: the anchor's at this batch size, times each compute knob's
-        measured factor (``_factor``). Raises ValueError where a setting it needs was not timed or ran out of
+        """Model-step samples/s of ``knobs``: the anchor's at this batch size (``_base_at``), times each compute
+        knob's measured factor (``_factor``). Raises ValueError where a setting it needs was not timed or ran out of
         memory."""
-        anchor = self.plan.computes[0]
-        at_batch = {**anchor, "batch_size": knobs["batch_size"]}
-        rate = self._compute_of(at_batch)
+        at_batch = {**self.plan.computes[0], "batch_size": knobs["batch_size"]}
+        base = self._base_at(at_batch, knobs)
+        rate = self._compute_of(base)
         for name in COMPUTE_KNOBS:
             value = self._timed_value(name, knobs[name])
-            if value != anchor[name]:
+            if value != base[name]:
                 rate *= self._factor(name, value, at_batch)
         return rate
+
+    def _base_at(self, at_batch: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
+        """Where ``knobs``' model step is predicted from: the anchor at its batch size, or, where that ran out of
+        memory, a setting timed there with some of ``knobs``' own values (bf16 at a batch where fp32 ran out)."""
+        if self._ran(at_batch):
+            return at_batch
+        own = {name: self._timed_value(name, knobs[name]) for name in COMPUTE_KNOBS}
+        timed_there = [
+            k
+            for k in self.plan.computes
+            if k["batch_size"] == knobs["batch_size"]
+            and self._ran(k)
+            and all(k[name] in (at_batch[name], own[name]) for name in COMPUTE_KNOBS)
+        ]
+        return timed_there[0] if timed_there else at_batch
 
     def _factor(self, name: str, value: Any, at_batch: dict[str, Any]) -> float:
         """How much setting ``name`` to ``value`` sped up the model step: timed at ``at_batch``'s batch size where

@@ -238,3 +238,21 @@ def test_torch_default_threads_are_its_own_count_not_one_per_logical_core():
     # the model step's 4 threads and the loading's CPU time share the 8 cores: (0.01 + 4 / 400) / 8 s a sample
     assert model.predict(four_workers) == pytest.approx(400.0)
     assert ProbeModel(plan, result, cores=8).predict(four_workers) == pytest.approx(200.0), "None as 8 threads"
+
+
+def test_a_setting_timed_at_a_batch_where_the_anchor_ran_out_of_memory_is_predicted_from_its_own_timing():
+    varied = {"batch_size": [64, 256], "amp": ["off", "bf16"]}
+    space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
+    baseline = {**BASELINE, "batch_size": 64}
+    plan = probe_plan(space, baseline)
+
+    def rate(knobs):  # fp32 at 256 ran out of memory; bf16 fits there and runs 3x the batch of 64
+        if knobs["batch_size"] == 256:
+            return 300.0 if knobs["amp"] == "bf16" else None
+        return 100.0
+
+    model = ProbeModel(plan, ProbeResult([1e6] * len(plan.loaders), [rate(k) for k in plan.computes]), device="cuda")
+    anchor = plan.computes[0]
+    assert model.compute({**anchor, "batch_size": 256, "amp": "bf16"}) == pytest.approx(300.0)
+    with pytest.raises(ValueError):  # fp32 at 256 ran out: nothing to predict it from
+        model.compute({**anchor, "batch_size": 256})
