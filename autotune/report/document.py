@@ -23,7 +23,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
-from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to
+from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to, wins_needed
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 
@@ -150,6 +150,17 @@ def headline(summary: Summary) -> Headline:
             f"study.budget_s left no time to re-measure the fastest trials against the baseline (the best, trial "
             f"{best.label}, read {best.throughput / base.throughput:.2f}x in a single run), so none is recommended "
             "unproven.",
+        )
+    if summary.is_baseline and summary.disproof and summary.disproved and summary.overturned:
+        lost, proof, disproof = summary.disproved, summary.overturned, summary.disproof
+        rounds = proof.rounds + len(lost.throughputs)
+        return Headline(
+            "Keep your current settings.",
+            f"Trial {lost.label} won a race of {_rounds(proof.rounds)} against the baseline, then, raced again in the "
+            f"trim, measured {disproof.ratio(lost):.2f}x by medians of {_rounds(len(lost.throughputs))}"
+            + (f" and left that race: {lost.dropped}" if lost.dropped else "")
+            + f". Over the {rounds} rounds together it is not proven faster (a proof needs "
+            f"{wins_needed(rounds)} of {rounds} won), so none is recommended.",
         )
     if summary.is_baseline and confirmation and confirmation.leader and not confirmation.failure:
         leader = confirmation.leader
@@ -369,6 +380,10 @@ def _interval(row: dict[str, Any]) -> str:
     if low is None:
         return "window too short to tell"
     return f"{low:.1f} – {'no upper bound' if high is None else f'{high:.1f}'}"
+
+
+def _rounds(count: int) -> str:
+    return f"{count} round{'s' if count != 1 else ''}"
 
 
 def _ranked(summary: Summary) -> Table:

@@ -28,7 +28,10 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   it was made from (not the leader: a lucky variant must not push out the others), and the race ends early only
   once every variant has left it (``alone``): a run's noise can make two equal configurations look TIE_TOLERANCE
   apart in one round. The recommendation's figures are the medians of the race of most rounds it won
-  (``Summary.proof``).
+  (``proof_of``). A trim race whose rounds against the baseline, pooled with that proof's, no longer prove the
+  configuration it started from overturns the proof (``disproof_of``): the baseline is kept, and the verdict stands
+  (a later run does not race it again). A stored trim stands for the race's winner and rounds (``is_trim_of``); one
+  of its races not ``settled`` otherwise (cut by study.budget_s, ended by a failed run) is raced again by a later run.
 """
 
 from __future__ import annotations
@@ -280,6 +283,58 @@ def trimmed_to(race: Confirmation) -> Finalist | None:
         return None
     reference = race.finalists[0]
     return winner if winner is reference or not beats(reference, winner) else None
+
+
+def trim_rounds(confirmation: Confirmation) -> int:
+    """How many rounds each race of the trim of ``confirmation``'s winner is planned for: the race's own."""
+    return confirmation.planned_rounds or confirmation.rounds
+
+
+def is_trim_of(trim: list[Confirmation], confirmation: Confirmation) -> bool:
+    """Whether the stored trim races ``trim`` are about ``confirmation``'s winner and its rounds: the first started
+    from that winner and was planned for ``trim_rounds`` (else they are about an older winner, or a race of other
+    rounds: study.confirm_rounds changed), so that the trim goes on from them (``autotune/study/trim.py``) and the
+    summary recommends from them; else they stand for nothing. A race recorded without its plan (none that
+    ``run_trim`` stored: it always records one) is taken as planned for these rounds."""
+    winner = confirmation.winner
+    rounds = trim_rounds(confirmation)
+    return (
+        bool(trim)
+        and winner is not None
+        and trim[0].finalists[0].label == winner.label
+        and (trim[0].planned_rounds or rounds) == rounds
+    )
+
+
+def proof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
+    """Of ``races``, those ``label`` won, the one of most rounds, the last of those (``Summary.proof``)."""
+    won = [race for race in races if race.winner and race.winner.label == label]
+    return max(reversed(won), key=lambda race: race.rounds) if won else None
+
+
+def disproof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
+    """The race of ``races`` that overturns the proof of ``label`` (``proof_of``): one it ran in whose rounds
+    against the baseline, pooled with its proof's, it no longer wins as often as a proof of that many rounds needs
+    (``wins_needed``); a race decided in a round or two does not outweigh the rounds it then lost in the trim. Of
+    several, the last."""
+    proof = proof_of(label, races)
+    if proof is None:
+        return None
+    won = _rounds_won(next(f for f in proof.finalists if f.label == label), proof.baseline_throughputs)
+    overturning = []
+    for race in races:
+        finalist = next((f for f in race.finalists if f.label == label), None)
+        if race is proof or finalist is None:
+            continue
+        ran = min(len(finalist.throughputs), len(race.baseline_throughputs))
+        wins = won + _rounds_won(finalist, race.baseline_throughputs)
+        if ran and wins < wins_needed(proof.rounds + ran):
+            overturning.append(race)
+    return overturning[-1] if overturning else None
+
+
+def _rounds_won(finalist: Finalist, baseline_runs: list[float]) -> int:
+    return sum(run > base for run, base in zip(finalist.throughputs, baseline_runs, strict=False))
 
 
 def settled(race: Confirmation) -> bool:

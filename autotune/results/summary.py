@@ -8,7 +8,16 @@ from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, choose_candidate, settled, trimmed_to
+from autotune.results.race import (
+    Confirmation,
+    Finalist,
+    choose_candidate,
+    disproof_of,
+    is_trim_of,
+    proof_of,
+    settled,
+    trimmed_to,
+)
 
 
 @dataclass(frozen=True)
@@ -16,12 +25,15 @@ class Summary:
     """The ranking (fastest first, failed last) and the recommendation against the baseline.
 
     ``confirmation`` is the re-measurement of the finalists, when one was made; ``trim`` the races of its winner
-    against its changes undone, ``trim_ended`` whether the last of them ended as planned (not cut short or left out
-    by study.budget_s, not ended by a failed run; False where none ran). Where a race proved the recommendation, the
-    throughputs and speedup are the medians of the race of most rounds it won (``proof``) rather than single runs.
+    against its changes undone, ``trim_ended`` whether the last of them ended as planned (``settled``: not cut short or
+    left out by study.budget_s, not ended by a failed run, not left by the configuration it started from; False where
+    none ran). Where a race proved the recommendation, the throughputs and speedup are the medians of the race of most
+    rounds it won (``proof``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, which are not recommended from their single runs. ``stopped_early``: the study's last run stopped
-    before its end (interrupted, a fault), as its record of the tuner's time says.
+    before its end (interrupted, a fault), as its record of the tuner's time says. ``disproof``: the race (of the
+    trim) whose rounds against the baseline, pooled with those of its proof, no longer prove the configuration the
+    races chose, ``disproved`` (``disproof_of``), so that the baseline is kept.
     """
 
     ranked: list[TrialRecord]
@@ -34,6 +46,8 @@ class Summary:
     ruled_out: frozenset[str] = frozenset()
     trim_ended: bool = False
     stopped_early: bool = False
+    disproof: Confirmation | None = None
+    disproved: Finalist | None = None
 
     @property
     def races(self) -> list[Confirmation]:
@@ -45,10 +59,12 @@ class Summary:
         """Of the races the recommendation won (the finalists' race or one of the trim), the one of most rounds, the
         last of those: a trim race that every variant left after one round does not stand for the recommendation's
         gain over more rounds."""
-        if self.is_baseline:
-            return None
-        won = [race for race in self.races if race.winner and race.winner.label == self.recommended.label]
-        return max(reversed(won), key=lambda race: race.rounds) if won else None
+        return None if self.is_baseline else proof_of(self.recommended.label, self.races)
+
+    @property
+    def overturned(self) -> Confirmation | None:
+        """The race that proved ``disproved`` before ``disproof`` overturned it (None without a disproof)."""
+        return proof_of(self.disproved.label, self.races) if self.disproved else None
 
     @property
     def confirmed(self) -> bool:
@@ -95,7 +111,8 @@ class Summary:
     def untrimmed(self) -> bool:
         """Whether the recommendation, confirmed and changing two knobs or more, stands without a whole trim (left
         out or cut short by study.budget_s, ended by a failed run, not reached by a run stopped before it, or still
-        running in another tuner): some of its changes may do nothing."""
+        running in another tuner): some of its changes may do nothing. A later run races the trim's last race
+        again."""
         if not self.confirmed or len(self.changed_knobs()) < 2:
             return False
         return not self.trim_ended
@@ -157,6 +174,8 @@ def summarise(results: StudyResults) -> Summary:
         confirmation = None
     trim: list[Confirmation] = []
     trim_ended = False
+    disproof: Confirmation | None = None
+    disproved: Finalist | None = None
     if confirmation is None:
         candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline
@@ -164,13 +183,17 @@ def summarise(results: StudyResults) -> Summary:
         recommended = results.baseline
     else:
         recommended = next(r for r in results.trials if r.label == winner.label)
-        if results.trim and results.trim[0].finalists[0].label == winner.label:  # else about an older winner
+        if is_trim_of(results.trim, confirmation):  # else about an older winner, or other rounds
             trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
             trim_ended = settled(results.trim[-1])
         final = next((left for race in reversed(trim) if (left := trimmed_to(race))), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
+        disproof = disproof_of(final.label, [confirmation, *trim])
+        if disproof is not None:  # not proven after all: keep the baseline
+            recommended = results.baseline
+            disproved = next(f for f in disproof.finalists if f.label == final.label)
     pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
     runs = results.tuner_time.runs if results.tuner_time else []
     stopped_early = bool(runs) and not runs[-1].finished
@@ -185,6 +208,8 @@ def summarise(results: StudyResults) -> Summary:
         ruled_out,
         trim_ended,
         stopped_early,
+        disproof,
+        disproved,
     )
 
 

@@ -3,6 +3,7 @@ The rules are the race's (``autotune/results/race.py``); this module builds the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,18 @@ import optuna
 from autotune.knobs import KNOBS, REQUIRED, accumulated_to, conflict
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist, alone, beats, count_changes, trimmed_to
+from autotune.results.race import (
+    Confirmation,
+    Finalist,
+    alone,
+    beats,
+    count_changes,
+    disproof_of,
+    is_trim_of,
+    settled,
+    trim_rounds,
+    trimmed_to,
+)
 from autotune.study.run_race import AffordsRoundFn, NewDrawFn, race
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
@@ -29,19 +41,25 @@ def run_trim(
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), each alone and all at once
     (``all_undone``), until a race's winner is the configuration it started from; store the races in the study.
-    The races a stored trim of the same winner and rounds ran to their end are reused. Nothing to do without a
-    winner changing two knobs or more. A round starts only where ``affords`` it: a race that study.budget_s cut
-    short (stored, with or without rounds) ends the trim, and a later run goes on from that race, as it does from
-    one that a failed baseline run ended. Each round starts with ``new_draw``, as the race's do."""
+    The races of a stored trim of the same winner and rounds (``is_trim_of``, as the summary's) are reused up to the
+    first that is not ``settled``, which is raced again: a later run goes on from a race that study.budget_s cut
+    short (stored, with or without rounds), that a failed run ended, or that the configuration it started from left,
+    unless its rounds overturned that configuration's proof (``disproof_of``: a verdict stands). Nothing to do
+    without a winner changing two knobs or more. A round starts only where ``affords`` it. Each round starts with
+    ``new_draw``, as the race's do."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
         return []
-    rounds = confirmation.planned_rounds or confirmation.rounds
+    rounds = trim_rounds(confirmation)
     effective = accumulated_to(results.batch_policy, baseline)
-    stored = results.trim
-    of_this_winner = stored and stored[0].finalists[0].label == winner.label and stored[0].planned_rounds == rounds
-    done = [race for race in stored if not race.cut and not race.failure] if of_this_winner else []
+    stored = results.trim if is_trim_of(results.trim, confirmation) else []
+    # One not settled is raced again; not one that overturned its reference's proof: a verdict is not drawn again.
+    done = list(
+        itertools.takewhile(
+            lambda ran: settled(ran) or disproof_of(ran.finalists[0].label, [confirmation, *stored]) is ran, stored
+        )
+    )
     races: list[Confirmation] = []
     before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
     current, pending = winner, list(KNOBS)

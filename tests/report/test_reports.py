@@ -360,3 +360,17 @@ def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_no
     ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
     assert "| 2 | 3 (recommended) |" in ranked and "(recommended)" not in ranked.replace("3 (recommended)", "")
     assert "chosen by the races above, not by this rank" in ranked
+
+
+def test_a_winner_that_lost_a_longer_trim_race_to_the_baseline_is_kept_out_and_the_headline_says_why():
+    winner = trial("0", 200.0, batch_size=32, num_threads=1)
+    knobs = winner.result.knobs
+    decided = Confirmation([100.0], [Finalist("0", knobs, 2, 100.0, [200.0])], None, 3)  # one round decided it
+    lost = Finalist("0", knobs, 2, 100.0, [150.0, 95.0], "slower than the baseline in round 2")
+    variant = Finalist("0 without num_threads", knobs, 1, 90.0, [120.0, 90.0])
+    trim = Confirmation([100.0, 100.0], [lost, variant], None, 3)
+    line = headline(summarise(replace(results_with(winner), confirmation=decided, trim=[trim])))
+    assert line.lead == "Keep your current settings."
+    assert line.rest.startswith("Trial 0 won a race of 1 round against the baseline, then"), line.rest
+    assert "1.23x by medians of 2 rounds and left that race: slower than the baseline in round 2" in line.rest
+    assert "Over the 3 rounds together it is not proven faster (a proof needs 3 of 3 won)" in line.rest

@@ -190,3 +190,52 @@ def test_from_single_runs_no_change_is_recommended_that_is_itself_tied_with_the_
     assert summary.recommended.label == "0"
     summary = summarise(results_with(trial("1", 100.2, num_threads=1), trial("2", 102.0, batch_size=32)))
     assert summary.is_baseline, "both within noise of the baseline"
+
+
+def _lost_trim(*reference_runs: float, baseline_runs: list[float]) -> tuple[TrialRecord, Confirmation]:
+    """Trial 0 (two changes) and a trim race of 3 planned rounds in which it left, slower than the baseline."""
+    winner = trial("0", 200.0, batch_size=32, num_threads=1)
+    knobs = winner.result.knobs
+    undone = {**knobs, "num_threads": BASELINE["num_threads"]}
+    runs = len(reference_runs)
+    reference = Finalist("0", knobs, 2, 100.0, list(reference_runs), f"slower than the baseline in round {runs}")
+    variant = Finalist("0 without num_threads", undone, 1, 90.0, [120.0] * len(baseline_runs), "behind")
+    return winner, Confirmation(baseline_runs, [reference, variant], None, 3)
+
+
+def test_a_winner_that_lost_to_the_baseline_over_more_rounds_of_its_trim_than_its_race_ran_is_not_recommended():
+    # One round decided the finalists' race; raced again in the trim, trial 0 lost round 2 to the baseline: the longer
+    # race stands, and it is not proven.
+    winner, trim = _lost_trim(150.0, 95.0, baseline_runs=[100.0, 100.0])
+    decided = Confirmation([100.0], [Finalist("0", winner.result.knobs, 2, 100.0, [200.0])], None, 3)
+    summary = summarise(replace(results_with(winner), confirmation=decided, trim=[trim]))
+    assert summary.is_baseline and summary.proof is None and not summary.untrimmed
+    assert summary.disproof is trim and summary.disproved.label == "0" and summary.overturned is decided
+
+
+def test_a_trim_race_overturns_a_proof_only_where_the_rounds_pooled_no_longer_prove_it():
+    # Three rounds proved trial 0 and in the trim it lost round 1: 3 of 4 rounds won, short of the 4 a proof needs.
+    winner, trim = _lost_trim(95.0, baseline_runs=[100.0, 100.0, 100.0])
+    proven = Confirmation([100.0] * 3, [Finalist("0", winner.result.knobs, 2, 100.0, [200.0, 190.0, 210.0])], None, 3)
+    summary = summarise(replace(results_with(winner), confirmation=proven, trim=[trim]))
+    assert summary.is_baseline and summary.disproof is trim
+    # Proven over 6 rounds, one lost in the trim: 6 of 7 won, as a proof of 7 rounds needs.
+    long = Confirmation([100.0] * 6, [Finalist("0", winner.result.knobs, 2, 100.0, [200.0] * 6)], None, 6)
+    summary = summarise(replace(results_with(winner), confirmation=long, trim=[replace(trim, planned_rounds=6)]))
+    assert summary.recommended.label == "0" and summary.proof is long and summary.disproof is None
+    assert summary.untrimmed and summary.no_difference == {}
+
+
+def test_a_trim_of_other_rounds_which_the_trim_would_not_go_on_from_does_not_decide_the_recommendation():
+    # study.confirm_rounds went from 3 to 5 and the run stopped before the new trim: the old one stands for nothing.
+    winner = trial("0", 200.0, batch_size=32, num_threads=1)
+    knobs = winner.result.knobs
+    now = Confirmation([100.0] * 5, [Finalist("0", knobs, 2, 100.0, [200.0] * 5)], None, 5)
+    undone = {**knobs, "num_threads": BASELINE["num_threads"]}
+    tied = Finalist("0 without num_threads", undone, 1, 90.0, [199.0] * 3, result=fake_result(undone, 199.0))
+    old = Confirmation([100.0] * 3, [Finalist("0", knobs, 2, 100.0, [200.0] * 3), tied], None, 3)
+    summary = summarise(replace(results_with(winner), confirmation=now, trim=[old]))
+    assert summary.recommended.label == "0" and summary.trim == [] and summary.untrimmed
+    assert summary.proof is now
+    same_rounds = summarise(replace(results_with(winner), confirmation=replace(now, planned_rounds=3), trim=[old]))
+    assert same_rounds.recommended.label == "0 without num_threads", "of these rounds it stands"

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from autotune.knobs import KNOBS
 from autotune.measure.environment import this_machine_id
 from autotune.records import TRIM_ATTR, on_machine
+from autotune.report.document import headline
 from autotune.report.plots import undone_changes
 from autotune.results.model import load_results
-from autotune.results.race import Finalist, alone, run_name
+from autotune.results.race import Finalist, alone, is_trim_of, run_name
 from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
@@ -237,3 +239,51 @@ def test_no_variant_undoes_a_change_into_values_that_cannot_run_together():
     micro = {**BASELINE, "batch_size": 8, "compile": "off", "amp": "bf16"}
     found = variants(Finalist("4", micro, 3, 100.0), {**BASELINE, "compile": "reduce-overhead"}, list(KNOBS), 16)
     assert "compile" not in found and "batch_size" in found, "CUDA graphs over micro-batches accumulated to 16"
+
+
+def test_a_trim_race_its_reference_left_is_raced_again_by_a_later_run_as_the_headline_says(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    own_run = run_name("trim-1-1", confirmation.winner.label)
+
+    def own_run_fails(knobs, name, on_progress=None):
+        if name == own_run:
+            return TrialResult(knobs=dict(knobs), failure=Failure(FailureKind.TIMEOUT, "no result after 60 s"))
+        return pipeline(knobs, name, on_progress)
+
+    run_trim(study, load_results(study), confirmation, own_run_fails, lambda name, result: None)
+    summary = summarise(load_results(study))
+    assert summary.untrimmed and "running the study again goes on with it" in headline(summary).rest
+    runs = len(pipeline.names)
+    (again,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(pipeline.names) > runs and again.finalists[0].dropped is None, "raced again, not reused"
+    summary = summarise(load_results(study))
+    assert not summary.untrimmed and summary.no_difference == {"set_to_none": False}
+
+
+def test_the_trim_and_the_summary_take_a_stored_trim_by_one_rule_of_winner_and_rounds(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    (trim,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert is_trim_of([trim], confirmation) and summarise(load_results(study)).trim == [trim]
+    five = replace(confirmation, planned_rounds=5)  # study.confirm_rounds changed, the race not yet run again
+    assert not is_trim_of([trim], five)
+    assert summarise(replace(load_results(study), confirmation=five)).trim == [], "as run_trim, which races anew"
+    runs = len(pipeline.names)
+    (anew,) = run_trim(study, load_results(study), five, pipeline, lambda name, result: None)
+    assert anew.planned_rounds == 5 and len(pipeline.names) > runs
+
+
+def test_a_trim_race_that_overturned_the_winners_proof_is_a_verdict_a_later_run_does_not_race_again(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    own_run = run_name("trim-1-1", confirmation.winner.label)
+
+    def own_run_slow(knobs, name, on_progress=None):  # the winner reads below the baseline in the trim's round 1
+        if name == own_run:
+            return TrialResult(knobs=dict(knobs), measurement=fake_measurement(1.0))
+        return pipeline(knobs, name, on_progress)
+
+    run_trim(study, load_results(study), confirmation, own_run_slow, lambda name, result: None)
+    summary = summarise(load_results(study))
+    assert summary.is_baseline and summary.disproof is not None, "3 of 4 rounds won: not proven"
+    runs = len(pipeline.names)
+    run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(pipeline.names) == runs and summarise(load_results(study)).is_baseline, "not drawn again"
