@@ -208,7 +208,8 @@ def _guide(
     if not stored and not clock.affords(expected + then, "the probe"):
         return None
     with clock.stage("probe"):
-        probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine)
+        again = lambda: clock.affords(expected + then, "the probe run again (its timings drifted)")  # noqa: E731
+        probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine, again)
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None
     return guide_from_record(probe, space, settings.baseline, cores, runner.device, ctx.torch_threads)

@@ -232,20 +232,23 @@ def probe_once(
     run_probe: Callable[[ProbePlan], TrialResult],
     baseline_sps: float,
     machine: str | None = None,
+    affords_again: Callable[[], bool] = lambda: True,
 ) -> ProbeRecord:
     """Run the probe once per study and machine (None: this one) and store what it found (reused on resume, and by
     other tuners of the study on a machine alike: the first stored is the one used). Returns the stored record;
     a probe that fails, whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION), or that
     ran out of memory or raised at the baseline's own settings, is recorded as failed and the search goes on
-    without it."""
+    without it. One whose timings drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted
+    again, or with no time to, it is recorded as failed."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
     stored = study.user_attrs.get(attr)
     if stored is not None:
         return ProbeRecord.from_dict(stored)
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
-    if drift := _drift(result):  # once more: a burst of other work is often over
-        first_s = result.wall_s
+    again = False
+    if (drift := _drift(result)) and affords_again():  # once more: a burst of other work is often over
+        first_s, again = result.wall_s, True
         result = run_probe(plan)
         result, drift = replace(result, wall_s=first_s + result.wall_s), _drift(result)
     if not result.ok or result.probe is None:
@@ -263,10 +266,11 @@ def probe_once(
         else:
             record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute)
             record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
-        if drift:  # a second time
+        if drift:
             reason = (
-                f"its timings drifted twice: its first model step setting read {drift[0]:.1f} then "
-                f"{drift[1]:.1f} samples/s; the machine slowed while it ran"
+                f"its timings drifted {'twice' if again else 'and study.budget_s left no time to probe again'}: its "
+                f"first model step setting read {drift[0]:.1f} then {drift[1]:.1f} samples/s; the machine slowed "
+                "while it ran"
             )
             record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
     stored = study.user_attrs.get(attr)

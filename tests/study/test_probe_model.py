@@ -154,6 +154,18 @@ def test_a_probe_whose_machine_changed_speed_runs_again_and_twice_fails(tmp_path
         "its timings drifted twice: its first model step setting read 200.0 then 90.0 samples/s; the machine "
         "slowed while it ran"
     )
+    (tmp_path / "short").mkdir()
+    calls = []
+
+    def counted(plan):
+        calls.append(plan)
+        return drifting(100.0, 190.0)(plan)
+
+    short = open_study(settings(tmp_path / "short"), META)
+    no_time = probe_once(short, SPACE, BASELINE, counted, 90.0, affords_again=lambda: False)
+    assert len(calls) == 1 and no_time.failure.startswith("its timings drifted and study.budget_s left no time"), (
+        "no second run past the budget"
+    )
     (tmp_path / "warm").mkdir()
     warmer = probe_once(open_study(settings(tmp_path / "warm"), META), SPACE, BASELINE, drifting(400.0), 90.0)
     assert warmer.ok and warmer.wall_s == 1.0, "faster last: a process's model step speeds up as it warms"
