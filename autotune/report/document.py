@@ -178,11 +178,20 @@ def headline(summary: Summary) -> Headline:
             "Keep your current settings.",
             f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
         )
-    if summary.is_baseline and summary.stopped_early and len(summary.ranked) == 1:
+    if summary.is_baseline and summary.stopped_early and not confirmation:
+        fastest = next((r for r in summary.ranked if r is not base and r.result.ok), None)
+        if len(summary.ranked) == 1:
+            where = f"The run stopped after measuring the baseline ({base.throughput:.1f} samples/s) alone"
+        elif fastest is not None:  # this run stopped, or another tuner of the study still searches
+            gain = fastest.throughput / base.throughput
+            where = (
+                f"No race has re-measured the trials against the baseline yet (the fastest, trial {fastest.label}, "
+                f"read {gain:.2f}x in a single run)"
+            )
+        else:
+            where = "The run stopped before any configuration but the baseline ran to its end"
         return Headline(
-            "No recommendation yet.",
-            f"The run stopped after measuring the baseline ({summary.baseline.throughput:.1f} samples/s) alone; run "
-            "the same command again to resume from what the study stored.",
+            "No recommendation yet.", f"{where}; run the same command again to resume from what the study stored."
         )
     if summary.is_baseline:
         return Headline("Keep your current settings.", _why_keep(summary))
@@ -263,19 +272,23 @@ def _trim(summary: Summary) -> list[Section]:
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
     )
-    paragraphs = [lead, *(_trim_race(race) for race in summary.trim)]
-    return [
-        Section(
-            "Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary.trim))
+    paragraphs = [lead, *(_trim_race(race, overturned=race is summary.disproof) for race in summary.trim)]
+    if summary.disproved:
+        paragraphs.append(
+            f"Trial {summary.disproved.label} lost rounds to the baseline here: with the rounds of the race that "
+            "proved it, it is no longer proven faster, so your settings stay (see above)."
         )
+    return [
+        Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))
     ]
 
 
-def _trim_race(race: Confirmation) -> str:
-    """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
-    a variant it does not leave in place (``trimmed_to``), why."""
+def _trim_race(race: Confirmation, overturned: bool = False) -> str:
+    """A trim race's paragraph: where no finalist wins, its reference stays, with every change (the baseline where
+    the race ``overturned`` the reference's proof); where its winner is a variant it does not leave in place
+    (``trimmed_to``), why."""
     reference = race.finalists[0].label
-    text = race.describe(kept=f"trial {reference}, with every change,")
+    text = race.describe(kept="the baseline" if overturned else f"trial {reference}, with every change,")
     if race.winner is None or race.winner is race.finalists[0] or trimmed_to(race) is not None:
         return text
     return text + (

@@ -7,7 +7,6 @@ image only by a format that shows images (``png``). Colours keep one meaning acr
 from __future__ import annotations
 
 import io
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,7 +15,7 @@ from autotune.records import BASELINE_LABEL, TrialRecord
 from autotune.report.rows import record_state
 from autotune.results.benchmark import Benchmark
 from autotune.results.model import StudyResults
-from autotune.results.race import TIE_TOLERANCE, Confirmation
+from autotune.results.race import TIE_TOLERANCE, Finalist, paired_ratio
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, PHASES, STAGE_WORDS, TunerTime
 
@@ -26,10 +25,13 @@ if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn (``png``): 
 BASELINE, RECOMMENDED, OTHER = "#7f7f7f", "#1f77b4", "#9ecae1"
 STATE_STYLE = {  # marker, colour, legend label
     "complete": ("o", RECOMMENDED, "measured"),
-    "pruned": ("v", "#ff7f0e", "pruned (reading when stopped)"),
+    "pruned": ("v", "#ff7f0e", "pruned (running reading when stopped)"),
     "infeasible": ("s", "#9467bd", "infeasible (over budget or inexact)"),
     "failed": ("x", "#d62728", "failed (no reading)"),
 }
+# Where a configuration has no reading (failed, or pruned without one on record) it is marked on the x axis, at no
+# throughput: the picture shows no number that was not measured.
+UNREAD_LABEL = {"pruned": "pruned (no reading kept: on the axis)", "failed": "failed (no reading: on the axis)"}
 WIDTH_IN, DPI = 8.0, 110
 
 
@@ -62,7 +64,7 @@ def legend_below(ax: Axes) -> None:
 def name_of(record: TrialRecord, summary: Summary) -> str:
     if record.label == BASELINE_LABEL:
         return "baseline"
-    return f"trial {record.label}" + (" (recommended)" if record is summary.recommended else "")
+    return f"trial {record.label}" + (" (recommended)" if record.label == summary.recommended.label else "")
 
 
 def before_after(summary: Summary) -> Plot:
@@ -103,10 +105,18 @@ def _run_interval(ax: Axes, y: int, record: TrialRecord) -> None:
     ax.plot([timing.throughput_ci95_low, high], [y, y], color="black", linewidth=2)
 
 
-def undone_changes(trim: list[Confirmation]) -> Plot | None:
-    """Each trim race's variants against the configuration they were made from: the ratio round by round."""
+def undone_changes(summary: Summary) -> Plot | None:
+    """Each trim race's variants against the configuration they were made from: the ratio round by round and the
+    paired geometric mean the trim decides by (``beats``), marked kept or undone as the trim decided
+    (``Summary.no_difference``)."""
+    trim = summary.trim
     rows = [
-        (variant.label, [v / r for v, r in zip(variant.throughputs, race.finalists[0].throughputs, strict=False)])
+        (
+            variant.label,
+            [v / r for v, r in zip(variant.throughputs, race.finalists[0].throughputs, strict=False)],
+            paired_ratio(variant.throughputs, race.finalists[0].throughputs),
+            _undone(variant, race.finalists[0], summary.no_difference),
+        )
         for race in trim
         for variant in race.finalists[1:]
         if variant.throughputs and race.finalists[0].throughputs  # no ratio where either failed its first run
@@ -115,50 +125,79 @@ def undone_changes(trim: list[Confirmation]) -> Plot | None:
         return None
 
     def draw(ax: Axes) -> None:
-        ax.axvspan(1 - TIE_TOLERANCE, 1 + TIE_TOLERANCE, color="#eeeeee", label=f"tie (±{TIE_TOLERANCE:.0%})")
+        tied = f"tied by the geometric mean (±{TIE_TOLERANCE:.0%})"
+        ax.axvspan(1 / (1 + TIE_TOLERANCE), 1 + TIE_TOLERANCE, color="#eeeeee", label=tied)
         ax.axvline(1, color=BASELINE, linewidth=1)
-        for y, (_, ratios) in enumerate(rows):
-            ax.plot(ratios, [y] * len(ratios), "o", color=OTHER, markersize=5)
-            ax.plot([statistics.median(ratios)], [y], "D", color=RECOMMENDED, label="median" if not y else None)
-        ax.set_yticks(range(len(rows)), [label for label, _ in rows])
-        ax.invert_yaxis()
-        ax.set_xlabel("throughput / the configuration it was made from, round by round")
+        legend: set[bool] = set()
+        for y, (_, ratios, geomean, undone) in enumerate(rows):
+            ax.plot(ratios, [y] * len(ratios), "o", color=OTHER, markersize=5, label=None if y else "a round")
+            label = None if undone in legend else ("undone: no difference" if undone else "kept: undoing it costs")
+            ax.plot([geomean], [y], "D", color=BASELINE if undone else RECOMMENDED, label=label, zorder=3)
+            legend.add(undone)
+        ax.set_yticks(range(len(rows)), [label for label, *_ in rows])
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # the first on top, with room around each row
+        ax.set_xlabel("throughput / the configuration it was made from")
         legend_below(ax)
 
     caption = (
-        "Each change undone in turn: below 1, undoing it costs throughput (the change matters); in the grey band, "
-        "it made no difference."
+        "Each change undone in turn, against the configuration it was made from: dots, each round's ratio; a "
+        "diamond, their geometric mean, by which with the rounds won the trim decides (autotune/results/race.py). "
+        "Grey: undone, it made no difference; blue: kept. A change is undone only where undoing it did not lose most "
+        "rounds by more than the grey band, nor cost in a later race undoing it with others, its race not cut short."
     )
     return Plot(caption, draw, height=1.2 + 0.4 * len(rows))
 
 
+def _undone(variant: Finalist, reference: Finalist, no_difference: dict[str, object]) -> bool:
+    """Whether the changes ``variant`` undid from ``reference`` are among those the trim undid (``no_difference``)."""
+    undid = [name for name in variant.knobs if variant.knobs[name] != reference.knobs.get(name)]
+    return bool(undid) and all(name in no_difference for name in undid)
+
+
 def trials_in_order(results: StudyResults, summary: Summary) -> Plot:
-    """Every configuration's throughput in the order measured, marked by how it ended."""
-    records = results.records
+    """Every configuration's throughput in the order measured, marked by how it ended; a recommendation the trim
+    made (a variant of a trial, no trial itself) last, as it was measured after them."""
+    records = list(results.records)
+    variant = not summary.is_baseline and all(r.label != summary.recommended.label for r in records)
+    if variant:
+        records.append(summary.recommended)
+    readings = [_reading(r) for r in records]
 
     def draw(ax: Axes) -> None:
-        bottom = min((r.result.timing.throughput for r in records if r.result.timing), default=0) * 0.9
         for state, (marker, colour, label) in STATE_STYLE.items():
-            points = [(x, _reading(r, bottom)) for x, r in enumerate(records) if record_state(r) == state]
-            if points:
-                ax.scatter(*zip(*points, strict=True), marker=marker, color=colour, label=label, zorder=3)
+            ours = [x for x, r in enumerate(records) if record_state(r) == state]
+            read = [(x, readings[x]) for x in ours if readings[x] is not None]
+            if read:
+                ax.scatter(*zip(*read, strict=True), marker=marker, color=colour, label=label, zorder=3)
+            unread = [x for x in ours if readings[x] is None]
+            if unread:  # at the foot of the axes, in axes coordinates: no throughput claimed
+                foot = {"transform": ax.get_xaxis_transform(), "clip_on": False, "zorder": 3}
+                ax.scatter(unread, [0] * len(unread), marker=marker, color=colour, label=UNREAD_LABEL[state], **foot)
         ax.axhline(summary.baseline.throughput, color=BASELINE, linestyle="--", linewidth=1, label="baseline")
-        if not summary.is_baseline and summary.recommended in records:
-            x = records.index(summary.recommended)
+        if not summary.is_baseline:
+            x = next(x for x, r in enumerate(records) if r.label == summary.recommended.label)
             ring = {"facecolors": "none", "edgecolors": "black", "label": "recommended"}
             ax.scatter([x], [summary.recommended.throughput], s=160, **ring)
-        ax.set_xticks(range(len(records)), ["base" if r.label == BASELINE_LABEL else r.label for r in records])
+        ticks = ["base" if r.label == BASELINE_LABEL else r.label for r in records]
+        ax.set_xticks(range(len(records)), ticks[:-1] + ["trim"] if variant else ticks)
         ax.set_xlabel("trial, in the order measured")
         ax.set_ylabel("samples/s")
         legend_below(ax)
 
-    return Plot("Every configuration's throughput in the order the study measured it.", draw)
+    caption = "Every configuration's throughput in the order the study measured it" + (
+        f"; last ('trim'), the recommendation, {summary.recommended.label}, which the trim measured after them."
+        if variant
+        else "."
+    )
+    return Plot(caption, draw)
 
 
-def _reading(record: TrialRecord, bottom: float) -> float:
-    """A record's throughput as measured, or ``bottom`` (the foot of the axis) when it has none."""
-    timing = record.result.timing
-    return timing.throughput if timing else bottom
+def _reading(record: TrialRecord) -> float | None:
+    """A record's throughput as measured; a pruned trial's running reading when stopped; else None (no reading)."""
+    timing, failure = record.result.timing, record.result.failure
+    if timing is not None:
+        return timing.throughput
+    return failure.reading if failure is not None else None
 
 
 def throughput_by_batch(summary: Summary) -> Plot | None:
@@ -187,10 +226,11 @@ def _colour(record: TrialRecord, summary: Summary) -> str:
 
 
 def time_split(summary: Summary, limit: int = 8) -> Plot:
-    """Time per sample of the fastest configurations and the baseline: waiting for data, and the rest."""
-    measured = [r for r in summary.ranked if r.result.ok][:limit]
-    if summary.baseline not in measured:
-        measured.append(summary.baseline)
+    """Time per sample of the fastest configurations, the baseline and the recommendation: waiting for data, and
+    the rest."""
+    ranked = [r for r in summary.ranked if r.result.ok]
+    shown = {r.label for r in ranked[:limit]} | {summary.baseline.label, summary.recommended.label}
+    measured = [r for r in ranked if r.label in shown]  # fastest first, the baseline and the recommendation always
 
     def draw(ax: Axes) -> None:
         labels = [name_of(r, summary) for r in measured]

@@ -66,9 +66,9 @@ def paired_stage_bars(configurations: dict[str, StageTiming]) -> Plot:
         for name, stages in configurations.items()
     }
     caption = (
-        "Where the time goes, per sample, in each configuration's training process (from its profiling run, after "
-        "the race: the ranked figures are the race's). With workers, loading shows as waiting for data only where "
-        "the workers fall behind."
+        "Where the time goes, per sample, in each configuration's training process, from its own profiling run "
+        "(slowed by its instruments: not the throughputs the report ranks and recommends by). With workers, loading "
+        "shows as waiting for data only where the workers fall behind."
     )
     return _stacked(bars, caption, "ms per sample")
 

@@ -160,7 +160,8 @@ def summarise(results: StudyResults) -> Summary:
     """Rank every record (fastest first; pruned, infeasible and failed last) and recommend: the winner of the
     confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
     from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (``is_current``) ran
-    and did not prove. A recommendation is never a change that re-measured no faster.
+    and did not prove; none where the study's last run stopped before a race (the next run races them). A
+    recommendation is never a change that re-measured no faster.
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")
@@ -176,7 +177,11 @@ def summarise(results: StudyResults) -> Summary:
     trim_ended = False
     disproof: Confirmation | None = None
     disproved: Finalist | None = None
-    if confirmation is None:
+    runs = results.tuner_time.runs if results.tuner_time else []
+    stopped_early = bool(runs) and not runs[-1].finished
+    if confirmation is None and stopped_early:  # stopped before its race: nothing is proven yet
+        recommended = results.baseline
+    elif confirmation is None:
         candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline
     elif (winner := confirmation.winner) is None:
@@ -195,8 +200,6 @@ def summarise(results: StudyResults) -> Summary:
             recommended = results.baseline
             disproved = next(f for f in disproof.finalists if f.label == final.label)
     pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
-    runs = results.tuner_time.runs if results.tuner_time else []
-    stopped_early = bool(runs) and not runs[-1].finished
     return Summary(
         ranked,
         results.baseline,

@@ -121,8 +121,12 @@ class FailureKind(str, Enum):
 
 @dataclass(frozen=True)
 class Failure:
+    """Why a trial produced no measurement; ``reading``: a pruned trial's running throughput (samples/s) when it was
+    stopped, None otherwise."""
+
     kind: FailureKind
     message: str
+    reading: float | None = None
 
     def __str__(self) -> str:
         return f"{self.kind.value}: {self.message}"
@@ -238,7 +242,13 @@ class TrialResult:
         return {
             "knobs": self.knobs,
             "measurement": self.measurement.to_dict() if self.measurement else None,
-            "failure": {"kind": self.failure.kind.value, "message": self.failure.message} if self.failure else None,
+            "failure": {
+                "kind": self.failure.kind.value,
+                "message": self.failure.message,
+                "reading": self.failure.reading,
+            }
+            if self.failure
+            else None,
             "wall_s": self.wall_s,
             "startup_s": self.startup_s,
             "build_s": self.build_s,
@@ -256,7 +266,9 @@ class TrialResult:
         return cls(
             knobs=data["knobs"],
             measurement=Measurement.from_dict(data["measurement"]) if data.get("measurement") else None,
-            failure=Failure(FailureKind(failure["kind"]), failure["message"]) if failure else None,
+            failure=Failure(FailureKind(failure["kind"]), failure["message"], failure.get("reading"))
+            if failure
+            else None,
             wall_s=data.get("wall_s", 0.0),
             startup_s=data.get("startup_s"),
             build_s=data.get("build_s"),

@@ -244,7 +244,7 @@ class _ProgressReader:
             if reason and point.get("compile_s"):
                 reason += f"; its compile took {point['compile_s']:.1f} s"
             if reason:
-                return Failure(FailureKind.PRUNED, reason)
+                return Failure(FailureKind.PRUNED, reason, point["throughput"])
         return None
 
 

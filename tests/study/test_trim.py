@@ -167,7 +167,7 @@ def test_a_trim_race_whose_winners_own_first_run_failed_keeps_every_change_says_
     summary = summarise(load_results(study))
     assert summary.recommended.label == confirmation.winner.label and summary.no_difference == {}
     assert summary.untrimmed, "its changes were not tested: said"
-    assert undone_changes(summary.trim) is None, "no picture: no ratio to the winner's own runs (it drew none)"
+    assert undone_changes(summary) is None, "no picture: no ratio to the winner's own runs (it drew none)"
 
 
 def test_a_new_winner_stands_untrimmed_until_its_own_trim_ran(tmp_path):

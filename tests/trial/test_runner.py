@@ -153,6 +153,7 @@ def test_a_pruned_compile_trial_reports_its_compile_time(tmp_path):
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(point) + "\n" for point in points))
     failure = _ProgressReader(tmp_path / "p.jsonl", lambda steps, throughput: "clearly slower").check()
     assert failure.kind is FailureKind.PRUNED and failure.message == "clearly slower; its compile took 12.3 s"
+    assert failure.reading == 10.0, "the running reading it was stopped at, for the pictures"
 
 
 @pytest.mark.slow

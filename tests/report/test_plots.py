@@ -1,0 +1,114 @@
+"""The report's pictures say only what the study measured and decided."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from matplotlib.figure import Figure
+
+from autotune.measure.profiling import StageTiming
+from autotune.records import TrialRecord
+from autotune.report import plots
+from autotune.report.profile_plots import paired_stage_bars
+from autotune.results.race import Confirmation, Finalist
+from autotune.results.summary import summarise
+from autotune.study.pruner import SlowerThanBestPruner
+from autotune.trial.result import Failure, FailureKind, TrialResult
+from tests.results.test_summary import failed, results_with, trial
+from tests.study.test_tuner import BASELINE, fake_result
+
+
+def drawn(plot: plots.Plot):
+    ax = Figure().subplots()
+    plot.draw(ax)
+    return ax
+
+
+def collection(ax, label: str):
+    return next(c for c in ax.collections if c.get_label() == label)
+
+
+def pruned(label: str, message: str, reading: float | None) -> TrialRecord:
+    failure = Failure(FailureKind.PRUNED, message, reading)
+    return TrialRecord(label, TrialResult({**BASELINE, "amp": "bf16"}, failure=failure))
+
+
+def trim_variant_results(variant_run: float = 150.0, others: int = 0):
+    """Trial 0 (two changes) proven, then its trim recommends it without num_threads (first run ``variant_run``);
+    ``others`` more trials, each faster by single run than that run."""
+    winner = trial("0", 200.0, batch_size=32, num_threads=1)
+    knobs = winner.result.knobs
+    extra = [trial(str(i), 160.0 + i, amp="bf16", batch_size=16 * (i % 3 + 1)) for i in range(1, others + 1)]
+    labels = ["0", *[e.label for e in extra]]
+    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 2, 100.0, [200.0, 205.0, 198.0])], None, 3, trials=labels)
+    undone = {**knobs, "num_threads": BASELINE["num_threads"]}
+    tied = Finalist(
+        "0 without num_threads", undone, 1, 90.0, [199.0, 201.0, 200.0], result=fake_result(undone, variant_run)
+    )
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 2, 100.0, [200.0] * 3), tied], None, 3)
+    return replace(results_with(winner, *extra), confirmation=proven, trim=[race])
+
+
+def test_a_pruned_trial_is_drawn_at_the_reading_the_pruner_stopped_it_at_and_a_failed_one_claims_none():
+    reason = SlowerThanBestPruner(0.25, lambda: 250.0).reason(182.4) + "; its compile took 3.0 s"
+    results = results_with(trial("0", 250.0, batch_size=32), pruned("1", reason, 182.4), failed("2"))
+    summary = summarise(results)
+    ax = drawn(plots.trials_in_order(results, summary))
+    points = collection(ax, plots.STATE_STYLE["pruned"][2]).get_offsets()
+    assert points.tolist() == [[2.0, 182.4]], "at its reading when stopped (above the baseline's 100), not made up"
+    no_reading = collection(ax, plots.UNREAD_LABEL["failed"])
+    assert no_reading.get_transform() != ax.transData, "on the axis, at no throughput"
+    assert no_reading.get_offsets().tolist() == [[3.0, 0.0]]
+
+
+def test_a_pruned_trial_stored_without_its_reading_claims_none():
+    results = results_with(trial("0", 250.0, batch_size=32), pruned("1", "stopped", reading=None))
+    ax = drawn(plots.trials_in_order(results, summarise(results)))
+    assert collection(ax, plots.UNREAD_LABEL["pruned"]).get_transform() != ax.transData
+
+
+def test_the_time_split_always_shows_the_recommendation():
+    summary = summarise(trim_variant_results(variant_run=150.0, others=9))
+    assert summary.recommended.label == "0 without num_threads"
+    assert [r.label for r in summary.ranked].index(summary.recommended.label) >= 8, "ranked below the top 8"
+    labels = [t.get_text() for t in drawn(plots.time_split(summary)).get_yticklabels()]
+    assert "trial 0 without num_threads (recommended)" in labels
+    assert "baseline" in labels
+
+
+def test_trials_in_order_rings_a_recommendation_the_trim_made():
+    results = trim_variant_results()
+    summary = summarise(results)
+    ax = drawn(plots.trials_in_order(results, summary))
+    ring = collection(ax, "recommended").get_offsets().tolist()
+    assert ring == [[2.0, 150.0]], "after the trials (base, 0), at the variant's own run"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["base", "0", "trim"]
+    assert "0 without num_threads" in plots.trials_in_order(results, summary).caption
+
+
+def test_undone_changes_draws_the_statistic_the_trim_decides_by_and_its_decision():
+    winner = trial("0", 200.0, batch_size=32, num_threads=1, amp="bf16")
+    knobs = winner.result.knobs
+    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3)], None, 3, trials=["0"])
+    no_threads = {**knobs, "num_threads": BASELINE["num_threads"]}
+    no_amp = {**knobs, "amp": BASELINE["amp"]}
+    costs = Finalist(
+        "0 without num_threads", no_threads, 2, 90.0, [180.0, 198.0, 198.0], result=fake_result(no_threads)
+    )
+    free = Finalist("0 without amp", no_amp, 2, 90.0, [201.0, 199.0, 200.0], result=fake_result(no_amp, 200.0))
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), costs, free], None, 3)
+    summary = summarise(replace(results_with(winner), confirmation=proven, trim=[race]))
+    assert summary.no_difference == {"amp": "bf16"}, "num_threads kept: undoing it lost every round, 4 % by geomean"
+    ax = drawn(plots.undone_changes(summary))
+    diamonds = [line for line in ax.lines if line.get_marker() == "D"]
+    kept, undone = diamonds
+    assert kept.get_xdata()[0] == pytest.approx((0.90 * 0.99 * 0.99) ** (1 / 3)), "the geometric mean, not the median"
+    assert (kept.get_color(), kept.get_label()) == (plots.RECOMMENDED, "kept: undoing it costs")
+    assert (undone.get_color(), undone.get_label()) == (plots.BASELINE, "undone: no difference")
+
+
+def test_the_profiling_picture_claims_no_race():
+    stages = StageTiming(2, 16, 0, 1.0, *([[0.01, 0.01]] * 7))
+    caption = paired_stage_bars({"baseline": stages, "recommendation": stages}).caption
+    assert "race" not in caption, "an unconfirmed recommendation has none, and the ranking is by single runs"
