@@ -46,6 +46,11 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
     notes += as_tuned_note
+    if recommendation.pipeline and recommendation.pipeline != settings.pipeline.name:
+        notes.append(
+            f"{settings.recommended} was tuned for pipeline '{recommendation.pipeline}', measured here on "
+            f"'{settings.pipeline.name}'"
+        )
     effective = accumulated_to(settings.batch_policy, settings.baseline)
     entries = configurations(settings.baseline, recommendation.knobs, effective)
     print(

@@ -51,6 +51,7 @@ def test_a_fall_within_the_noise_holds():
     record = check(1.5, [120.0, 151.0, 127.0])
     assert record.now.geomean < record.floor < record.now.high, "below the floor, but the noise could explain it"
     assert not record.regressed and record.verdict == "holds" and record.passed
+    assert verdict_line(record).startswith("holds within the noise: 1.31x now"), "not: reaches the floor"
 
 
 def test_without_a_recorded_interval_an_interval_wholly_below_the_floor_regresses():

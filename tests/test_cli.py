@@ -604,10 +604,12 @@ def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, 
     baseline = {**{name: knob.baseline_default for name, knob in KNOBS.items()}, "batch_size": 16}
     recommendation = {**baseline, "batch_size": 32, "set_to_none": False}
     path = tmp_path / "recommended.yaml"
-    path.write_text(yaml.safe_dump({"schema_version": 1, "knobs": recommendation, "baseline": baseline}))
+    document = {"schema_version": 1, "pipeline": "mymodel", "knobs": recommendation, "baseline": baseline}
+    path.write_text(yaml.safe_dump(document))
     args = [*TINY, "mode=benchmark", f"recommended={path}", "benchmark.rounds=2", f"hydra.run.dir={tmp_path}/out"]
     proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert f"note: {path} was tuned for pipeline 'mymodel', measured here on 'tiny'" in proc.stdout
     record = json.loads((tmp_path / "out" / "benchmark.json").read_text())
     labels = [entry["label"] for entry in record["entries"]]
     assert labels == [

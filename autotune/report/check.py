@@ -51,6 +51,8 @@ def verdict_line(check: Check) -> str:
             f"holds within the noise: {speedup} lies below {limit}, but no further than {noise} allows (the tuning "
             "run's gain was measured loosely: more study.confirm_rounds sharpen it)"
         )
+    if now.geomean < check.floor:
+        return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it"
     return f"holds: {speedup} reaches {limit}"
 
 

@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
-from autotune.report.document import headline
+from autotune.report.document import headline, ranked_basis
 from autotune.report.profiles import current_profiles, summary_lines
 from autotune.report.rows import ranked_frame
 from autotune.report.tuner_time import budget_lines, tuner_time_line
@@ -83,6 +83,7 @@ def print_summary(
     frame["rank"] = frame["rank"].astype(object).fillna("-")  # to_string's na_rep skips nullable integers
     print(f"\n{status}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
+    print(ranked_basis(summary), file=out)
     print(f"\n{headline(summary)}", file=out)
     if current := current_profiles(profiles, summary):
         print("\n".join(summary_lines(current)), file=out)

@@ -116,7 +116,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         *_pareto(summary),
         Section(
             "All configurations, fastest first",
-            paragraphs=[_ranked_basis(summary)],
+            paragraphs=[ranked_basis(summary)],
             table=_ranked(summary),
             plots=_present(plots.trials_in_order(results, summary), plots.throughput_by_batch(summary)),
         ),
@@ -204,7 +204,8 @@ def headline(summary: Summary) -> Headline:
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput, {gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{by_medians}, {how}) by "
-        f"changing {changes}. Peak memory {base.result.peak_memory_mb:.0f} → {rec.result.peak_memory_mb:.0f} MB."
+        f"changing {changes}. Peak {_memory_kind(base)}memory {base.result.peak_memory_mb:.0f} → "
+        f"{rec.result.peak_memory_mb:.0f} MB."
         + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
         + (
             " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end (cut "
@@ -221,12 +222,18 @@ def headline(summary: Summary) -> Headline:
     )
 
 
+def _memory_kind(record) -> str:
+    """ "GPU " where ``record``'s peak memory is the GPU's (``TrialResult.peak_memory_mb``), else nothing."""
+    return "GPU " if record.result.measurement.device.startswith("cuda") else ""
+
+
 def gain_interval(summary: Summary) -> str:
     """The recommendation's gain's 95 % interval in words, or why it has none: a figure a user will quote carries its
     uncertainty, and one resting on single runs or one round says so."""
     interval = summary.gain_interval
     if interval is not None:
-        return f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds"
+        spans = " (it spans 1x: more study.confirm_rounds would tell)" if interval.low <= 1 else ""
+        return f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds{spans}"
     if summary.proof is not None:
         return "one race round: no interval"
     return "single runs: no interval"
@@ -407,7 +414,7 @@ def _ranked(summary: Summary) -> Table:
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
 
 
-def _ranked_basis(summary: Summary) -> str:
+def ranked_basis(summary: Summary) -> str:
     """What the rank below rests on, and where the recommendation comes from when it is not the rank."""
     basis = "Ranked by each configuration's own run (a search trial's is its shorter screening window)."
     if summary.confirmed:
@@ -557,6 +564,20 @@ def _method(results: StudyResults) -> str:
     min_time_s = WarmupPolicy(**warmup).on(results.device.split(":")[0]).min_time_s
     lasting = f" and at least {min_time_s:g} s" if min_time_s else ""
     repeats = plan.get("repeats", 1)
+    screen = plan.get("screen")
+    screened = (
+        f" A search trial's window was the shorter screening one: at least {screen['min_steps']} steps and "
+        f"{screen['min_time_s']:g} s; the baseline, the races and the profiles ran the full one."
+        if screen
+        else ""
+    )
+    gpu = results.device.startswith("cuda")
+    peak = (
+        "Peak memory is the GPU's: the peak CUDA's caching allocator reserved (what must fit on the device; the "
+        "CUDA context is not in it); the host's process tree is reported beside it. "
+        if gpu
+        else ""
+    )
     repeated = (
         f"Each figure is the median of {repeats} runs, each in a process of its own."
         if repeats > 1
@@ -569,14 +590,15 @@ def _method(results: StudyResults) -> str:
         f"steps{lasting}; the warm-up steps counted include those run after it to use up the batches DataLoader "
         "workers loaded while the window's start was read), then a timed window of at least "
         f"{plan['min_steps']} steps and {plan['min_time_s']:g} s "
-        f"(at most {plan['max_time_s']:g} s). Each trial ran the loop a user runs: one DataLoader over its epochs, "
-        "nothing waiting for a GPU inside the window but its end. Throughput is samples in the window divided by its "
-        "wall time; data wait is the share of the window spent blocked on the next batch (on a GPU: the device idle "
-        "before a batch, from CUDA events). Peak memory sums the trial's process tree (DataLoader workers included) "
+        f"(at most {plan['max_time_s']:g} s).{screened} Each trial ran the loop a user runs: one DataLoader over its "
+        "epochs, nothing waiting for a GPU inside the window but its end. Throughput is samples in the window divided "
+        "by its wall time; data wait is the share of the window spent blocked on the next batch (on a GPU: the device "
+        f"idle before a batch, from CUDA events). {peak}The "
+        f"{'host' if gpu else 'peak'} memory sums the trial's process tree (DataLoader workers included) "
         "using PSS where the OS provides it, so shared pages are not counted twice: PSS is read outside the window; "
         "inside it, where such a read would slow the loop, resident sizes are sampled and corrected by the shared "
-        "pages the nearest PSS read found, and the training process's high-water mark catches peaks between. "
-        f"{repeated}"
+        "pages a PSS read of the same processes found, and the training process's high-water mark catches peaks "
+        f"between. {repeated}"
     )
 
 

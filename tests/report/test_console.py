@@ -33,6 +33,7 @@ def test_the_summary_marks_unranked_rows_with_a_dash():
     assert "<NA>" not in table
     failed_row = next(line for line in table.splitlines() if line.split()[1:2] == ["1"])
     assert failed_row.split()[0] == "-"
+    assert "Ranked by each configuration's own run" in table, "its speedup column is a single run's, said so"
 
 
 def test_the_summary_shows_a_knob_that_varies_between_unset_and_a_value():

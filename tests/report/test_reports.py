@@ -396,3 +396,27 @@ def test_a_winner_that_lost_a_longer_trim_race_to_the_baseline_is_kept_out_and_t
     assert line.rest.startswith("Trial 0 won a race of 1 round against the baseline, then"), line.rest
     assert "1.23x by medians of 2 rounds and left that race: slower than the baseline in round 2" in line.rest
     assert "Over the 3 rounds together it is not proven faster (a proof needs 3 of 3 won)" in line.rest
+
+
+def test_a_gain_whose_interval_spans_one_says_more_rounds_would_tell():
+    confirmation = Confirmation([100.0, 100.0], [Finalist("0", {}, 1, 100.0, [150.0, 101.0])])
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    text = headline(summarise(results)).lead
+    assert "over 2 paired rounds (it spans 1x: more study.confirm_rounds would tell)" in text, text
+
+
+def test_a_gpu_studys_peak_memory_is_named_the_gpus_and_the_method_states_the_screening_window(tmp_path):
+    results = sample_results()
+    base = results.baseline
+    on_gpu = replace(base, result=replace(base.result, measurement=replace(base.result.measurement, device="cuda")))
+    gpu_results = replace(
+        results,
+        device="cuda",
+        baseline=on_gpu,
+        measure={**MEASURE, "screen": {**MEASURE, "min_steps": 10, "min_time_s": 1.5}},
+    )
+    markdown = write_reports(gpu_results, summarise(gpu_results), tmp_path)["report.md"].read_text()
+    assert "Peak GPU memory" in markdown and "Peak memory is the GPU's" in markdown
+    assert "screening one: at least 10 steps and 1.5 s" in markdown
+    cpu = write_reports(results, summarise(results), tmp_path / "cpu")["report.md"].read_text()
+    assert "Peak GPU memory" not in cpu and "Peak memory is the GPU's" not in cpu

@@ -11,10 +11,11 @@ from autotune.records import TrialRecord
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, verdict
 from autotune.results.profile import ProfileRecord
 from autotune.results.remedies import Advice, Tried, _with_tried, advise
-from autotune.results.tried import twins, values_of
-from autotune.trial.result import TrialResult
+from autotune.results.tried import tries_of, twins, values_of
+from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.results.profile_records import LOOP_S, hot, profile_result
+from tests.results.test_summary import BASELINE, results_with, trial
 
 KNOBS = {**NEUTRAL_KNOBS, "batch_size": 16}
 
@@ -210,3 +211,13 @@ def test_on_one_core_fully_used_a_worker_that_costs_more_than_it_loads_is_told_t
     result = profile_result(wait_share=0.5, loading_s=0.04, num_workers=1)
     (fewer,) = [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 1, None) if a.knob == "num_workers"]
     assert fewer.action == "set num_workers=0"
+
+
+def test_a_value_a_pruned_trial_ran_was_tried_but_a_failed_trials_was_not():
+    pruned = TrialRecord(
+        "1", TrialResult({**BASELINE, "num_workers": 2}, failure=Failure(FailureKind.PRUNED, "clearly slower", 50.0))
+    )
+    crashed = TrialRecord("2", TrialResult({**BASELINE, "num_workers": 4}, failure=Failure(FailureKind.TIMEOUT, "t")))
+    tried = tries_of(results_with(trial("0", 120.0, num_workers=1), pruned, crashed))
+    assert tried.values["num_workers"] == [BASELINE["num_workers"], 1, 2]
+    assert tried.says("num_workers", 2).startswith("the tuner measured num_workers=2 and did not recommend it")
