@@ -154,7 +154,7 @@ def test_a_trim_race_a_failed_baseline_run_ended_keeps_the_winner_and_is_run_aga
     assert not summarise(load_results(study)).untrimmed
 
 
-def test_a_trim_race_whose_winners_own_first_run_failed_keeps_every_change_says_so_and_renders(tmp_path):
+def test_a_trim_race_whose_winners_own_first_run_failed_keeps_every_change_says_so_and_is_raced_again_later(tmp_path):
     study, confirmation, pipeline = tuned(tmp_path)
     own_run = run_name("trim-1-1", confirmation.winner.label)  # its run in round 1 of the first race
 
@@ -167,7 +167,13 @@ def test_a_trim_race_whose_winners_own_first_run_failed_keeps_every_change_says_
     summary = summarise(load_results(study))
     assert summary.recommended.label == confirmation.winner.label and summary.no_difference == {}
     assert summary.untrimmed, "its changes were not tested: said"
+    assert "running the study again goes on with it" in headline(summary).rest
     assert undone_changes(summary) is None, "no picture: no ratio to the winner's own runs (it drew none)"
+    runs = len(pipeline.names)
+    (again,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(pipeline.names) > runs and again.finalists[0].dropped is None, "a later run races it again"
+    summary = summarise(load_results(study))
+    assert not summary.untrimmed and summary.no_difference == {"set_to_none": False}
 
 
 def test_a_new_winner_stands_untrimmed_until_its_own_trim_ran(tmp_path):
@@ -239,25 +245,6 @@ def test_no_variant_undoes_a_change_into_values_that_cannot_run_together():
     micro = {**BASELINE, "batch_size": 8, "compile": "off", "amp": "bf16"}
     found = variants(Finalist("4", micro, 3, 100.0), {**BASELINE, "compile": "reduce-overhead"}, list(KNOBS), 16)
     assert "compile" not in found and "batch_size" in found, "CUDA graphs over micro-batches accumulated to 16"
-
-
-def test_a_trim_race_its_reference_left_is_raced_again_by_a_later_run_as_the_headline_says(tmp_path):
-    study, confirmation, pipeline = tuned(tmp_path)
-    own_run = run_name("trim-1-1", confirmation.winner.label)
-
-    def own_run_fails(knobs, name, on_progress=None):
-        if name == own_run:
-            return TrialResult(knobs=dict(knobs), failure=Failure(FailureKind.TIMEOUT, "no result after 60 s"))
-        return pipeline(knobs, name, on_progress)
-
-    run_trim(study, load_results(study), confirmation, own_run_fails, lambda name, result: None)
-    summary = summarise(load_results(study))
-    assert summary.untrimmed and "running the study again goes on with it" in headline(summary).rest
-    runs = len(pipeline.names)
-    (again,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
-    assert len(pipeline.names) > runs and again.finalists[0].dropped is None, "raced again, not reused"
-    summary = summarise(load_results(study))
-    assert not summary.untrimmed and summary.no_difference == {"set_to_none": False}
 
 
 def test_the_trim_and_the_summary_take_a_stored_trim_by_one_rule_of_winner_and_rounds(tmp_path):
