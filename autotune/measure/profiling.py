@@ -9,6 +9,7 @@ from typing import Any
 
 from autotune.measure.gc_pauses import GcPauses
 from autotune.measure.hotspots import Hotspots
+from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import PageFaults
 
 
@@ -161,11 +162,40 @@ class OperatorProfile:
 
 
 @dataclass(frozen=True)
+class CpuLoad:
+    """The CPU over the stage-timed steps, read as a trial reads its timed window (``system``: the machine's cores,
+    what the training process and its workers used, and so what other processes used: ``autotune.measure.system``),
+    and the compute threads the training process ran (``threads``: torch's intra-op threads)."""
+
+    system: SystemReport
+    threads: int
+
+    @property
+    def cores(self) -> int:
+        """The cores the training process may run on."""
+        return len(self.system.cpu_per_core_percent)
+
+    @property
+    def free_cores(self) -> float:
+        """Cores' worth of CPU the machine's other processes left to the training process and its workers."""
+        return max(0.0, self.cores - self.system.other_processes_cores)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CpuLoad:
+        return cls(SystemReport(**data["system"]), data["threads"])
+
+
+@dataclass(frozen=True)
 class ProfileResult:
     """A profiling run's findings: each stage's time, memory after each step, the garbage collector's pauses, the
     profiler's operators, the data pipeline's hot functions, on a GPU its largest allocations (else None), the
     bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples, and the pages the
-    training process faulted in over the stage-timed steps (None in a profile stored before they were read)."""
+    training process faulted in over the stage-timed steps (None in a profile stored before they were read), and the
+    CPU the machine's other processes used over those steps, beside the training process's threads (``cpu``; None in a
+    profile stored before it was read)."""
 
     stages: StageTiming
     memory: MemoryTrend
@@ -176,13 +206,14 @@ class ProfileResult:
     dataset_len: int
     cuda_allocations: list[CudaAllocation] | None = None
     faults: PageFaults | None = None
+    cpu: CpuLoad | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProfileResult:
-        allocations, faults = data.get("cuda_allocations"), data.get("faults")
+        allocations, faults, cpu = data.get("cuda_allocations"), data.get("faults"), data.get("cpu")
         return cls(
             stages=StageTiming.from_dict(data["stages"]),
             memory=MemoryTrend.from_dict(data["memory"]),
@@ -193,4 +224,5 @@ class ProfileResult:
             dataset_len=data["dataset_len"],
             cuda_allocations=[CudaAllocation(**a) for a in allocations] if allocations is not None else None,
             faults=PageFaults.from_dict(faults) if faults is not None else None,
+            cpu=CpuLoad.from_dict(cpu) if cpu is not None else None,
         )

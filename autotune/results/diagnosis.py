@@ -11,7 +11,8 @@ The verdict is the first of these that holds, each a measured figure against a t
    limited by memory bandwidth);
 4. **compute-bound**: otherwise.
 
-Beside the verdict, findings: memory that grows step after step (a possible leak), garbage-collection pauses, cores
+Beside the verdict, findings: other processes busy on the cores while the steps were timed (first: every figure
+after it may read slow), memory that grows step after step (a possible leak), garbage-collection pauses, cores
 saturated by loading and training together, and fresh pages faulted in every step.
 The advice, ranked by its expected effect: ``autotune/results/remedies.py``.
 """
@@ -23,6 +24,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from autotune.measure.measurement import SystemReport
 from autotune.measure.profiling import ProfileResult
 
 DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
@@ -61,6 +63,10 @@ FAULT_MIN_MB_PER_STEP = 1.0
 # Workers loading and the training process computing, busy together 90 % of the cores or more: they take cores
 # from each other (a CPU's stage times are then a shared machine's).
 SATURATED_CORES = 0.9
+# Other processes busy on the cores while the steps were timed: by the rule that marks a trial's window busy
+# (``SystemReport.cores_taken``), over a window this long at least. The reading counts the OS's 10 ms clock ticks:
+# over half a second its error, a tick or two a process and a core, stays well under SystemReport.BUSY_OTHERS_CORES.
+CONTENTION_MIN_WINDOW_S = 0.5
 # Matrix products and convolutions: the operators whose time goes to arithmetic.
 _COMPUTE_OPERATOR = re.compile(r"aten::\w*(conv|mm|matmul|linear|scaled_dot_product|einsum|rnn|lstm|gru)", re.I)
 # Random number generation (dropout's masks) is arithmetic too on a CPU, not memory traffic: on one thread of the
@@ -305,3 +311,27 @@ def _fresh_mb_per_step(result: ProfileResult) -> float:
     """Megabytes of fresh pages a step, less a batch where workers send it (in a new shared-memory block)."""
     received = result.sample_bytes * result.stages.batch_size if result.stages.num_workers else 0
     return result.faults.mb_per_step - received / 2**20
+
+
+def contention_finding(result: ProfileResult) -> str | None:
+    """A line where other processes kept the cores busy while the steps were timed, as a trial's window is called busy
+    (``SystemReport.cores_taken``; over ``CONTENTION_MIN_WINDOW_S`` at least): the stage times may read slow and the
+    advice be off; and on a CPU, where the training process ran more compute threads than the cores they left free,
+    that fewer threads may help more than any advice (None for a profile without the reading, or a quiet one)."""
+    cpu = result.cpu
+    if cpu is None or result.stages.wall_s < CONTENTION_MIN_WINDOW_S or not cpu.system.cores_taken:
+        return None
+    system = cpu.system
+    line = (
+        f"other processes kept {system.other_processes_cores:.1f} of the {cpu.cores} cores busy while the steps were "
+        f"timed (the cores {system.cpu_total_percent:.0f}% busy, ≥ {SystemReport.SATURATED_PERCENT:g}%, and theirs "
+        f"≥ {SystemReport.BUSY_OTHERS_CORES:g} cores' worth: busy, as a trial's window is called): the stage times may "
+        "read slow, and the verdict and the advice below be off"
+    )
+    fewer = max(1, math.floor(cpu.free_cores))
+    if result.operators.device != "cuda" and cpu.threads > cpu.free_cores and cpu.threads > fewer:
+        line += (
+            f", and with {cpu.threads} compute threads in the training process on the {cpu.free_cores:.1f} cores they "
+            f"left free, fewer threads (num_threads={fewer}) may help more than anything advised below"
+        )
+    return line

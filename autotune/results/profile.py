@@ -8,16 +8,23 @@ from typing import Any
 
 from autotune.measure.environment import has_16_bit_units, runs_glibc
 from autotune.measure.profiling import ProfileResult
-from autotune.results.diagnosis import fault_finding, gc_finding, leaks, saturation_finding, verdict
+from autotune.results.diagnosis import (
+    contention_finding,
+    fault_finding,
+    gc_finding,
+    leaks,
+    saturation_finding,
+    verdict,
+)
 from autotune.results.remedies import Advice, Tried, advise
 
 
 @dataclass(frozen=True)
 class Diagnosis:
     """The ``verdict``, the ``rules`` tried to reach it (each figure against its threshold, the deciding one last),
-    the ``findings`` beside it (a possible leak, garbage-collection pauses, saturated cores, fresh pages faulted in),
-    the ranked ``advice``, and the verdict in a few words with its figures (``gist``: "data-bound (waiting for data
-    60%)")."""
+    the ``findings`` beside it (other processes busy on the cores, a possible leak, garbage-collection pauses,
+    saturated cores, fresh pages faulted in), the ranked ``advice``, and the verdict in a few words with its figures
+    (``gist``: "data-bound (waiting for data 60%)")."""
 
     verdict: str
     rules: list[str]
@@ -54,7 +61,8 @@ class ProfileRecord:
             return None
         decided, tried_rules = verdict(self.result)
         cores = self.machine.get("cpu_count") or 1
-        findings = [str(leak) for leak in leaks(self.result)]
+        contention = contention_finding(self.result)  # first: it qualifies every figure and advice after it
+        findings = ([contention] if contention else []) + [str(leak) for leak in leaks(self.result)]
         lines = (gc_finding(self.result), saturation_finding(self.result, cores), fault_finding(self.result))
         findings += [line for line in lines if line]
         sixteen_bit = has_16_bit_units(self.machine, self.device)

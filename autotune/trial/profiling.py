@@ -1,11 +1,12 @@
 """A profiling run, in a trial subprocess: one configuration's training steps taken apart, never timed for the
 tuner. Its phases run one after another on one pipeline, each apart from the others so that none distorts
-another's figures: warm-up, stage timing (garbage collection and page faults watched), memory after each of as
-many steps, a torch.profiler trace, on a GPU the largest allocations, then loading alone under cProfile (which
-slows it, so it runs last and times nothing)."""
+another's figures: warm-up, stage timing (garbage collection, page faults and the machine's CPU watched), memory
+after each of as many steps, a torch.profiler trace, on a GPU the largest allocations, then loading alone under
+cProfile (which slows it, so it runs last and times nothing)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,9 +21,11 @@ from autotune.measure.gpu import synchronize
 from autotune.measure.growth import MemoryTrendRecorder
 from autotune.measure.hotspots import collect_hotspots
 from autotune.measure.loading import Instrumented, InstrumentedData
+from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import FaultWatch
-from autotune.measure.profiling import MemoryTrend, ProfilePlan, ProfileResult
+from autotune.measure.profiling import CpuLoad, MemoryTrend, ProfilePlan, ProfileResult
 from autotune.measure.stages import time_stages
+from autotune.measure.system import CpuUsageMeter
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
@@ -44,8 +47,13 @@ def run_profile(
     batches = trainer.batches()
     try:
         first = _train(trainer, batches, plan.warmup_steps)
+        meter = CpuUsageMeter(os.getpid())  # as a trial reads its window: the machine's cores and this process tree's
+        meter.start()
         with GcWatch() as watch, FaultWatch(plan.steps) as faulting:
             stages = time_stages(trainer, batches, plan.steps, device, workers)
+        usage = meter.stop()
+        system = SystemReport(usage.total_percent, usage.per_core_percent, usage.tree_cores)
+        cpu = CpuLoad(system, threads=torch.get_num_threads())  # the compute threads, as the num_threads knob left them
         memory = _memory_trend(trainer, batches, plan.steps, device)
         operators = trace_steps(trainer, batches, device, plan.trace_steps, Path(plan.trace_file))
         allocations = None
@@ -69,6 +77,7 @@ def run_profile(
         dataset_len=len(pipeline.dataset),
         cuda_allocations=allocations,
         faults=faulting.faults,
+        cpu=cpu,
     )
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
+import json
+import os
 from dataclasses import replace
 
 import pytest
 import torch
 
-from autotune.measure.profiling import ProfilePlan, ProfileResult
+from autotune.measure.measurement import SystemReport
+from autotune.measure.profiling import CpuLoad, ProfilePlan, ProfileResult
+from autotune.measure.system import CpuUsage
 from autotune.pipeline.build import Pipeline
 from autotune.results.diagnosis import (
     COMPUTE_BOUND,
@@ -17,11 +21,14 @@ from autotune.results.diagnosis import (
     MEMORY_BOUND,
     OVERHEAD_BOUND,
     Rule,
+    contention_finding,
     fault_finding,
     leaks,
     saturation_finding,
     verdict,
 )
+from autotune.results.profile import ProfileRecord
+from autotune.trial import profiling as trial_profiling
 from autotune.trial.profiling import run_profile
 from tests.conftest import NEUTRAL_KNOBS
 from tests.fixtures.profiled import (
@@ -151,3 +158,76 @@ def test_workers_keep_no_more_cores_busy_than_there_are_of_them_and_a_window_ahe
     line = saturation_finding(profile_result(wait_share=0.03, loading_s=0.36, num_workers=2), 2)
     assert "3.0 cores' worth" in line, "2 workers' cores and the training process's 0.97, not 3.6 + 0.97"
     assert "a batch each 180 ms at best, slower than the steps: these ran on batches loaded before them" in line
+
+
+# The defect's machine: 2 cores all busy, the training process's 2 threads getting 0.9 of them, others 1.1.
+LOADED = CpuLoad(SystemReport(100.0, [100.0, 100.0], 0.9), threads=2)
+QUIET = CpuLoad(SystemReport(99.7, [99.5, 99.9], 1.98), threads=2)  # the tuner's own polling: 0.01-0.02 cores
+
+
+def test_other_processes_busy_on_the_cores_come_first_and_more_threads_than_they_left_free_are_named():
+    data_bound = profile_result(wait_share=0.6)
+    loaded = replace(data_bound, cpu=LOADED)
+    line = contention_finding(loaded)
+    assert line.startswith("other processes kept 1.1 of the 2 cores busy while the steps were timed"), line
+    assert "the stage times may read slow, and the verdict and the advice below be off" in line
+    assert "2 compute threads in the training process on the 0.9 cores they left free" in line
+    assert "fewer threads (num_threads=1) may help more than anything advised below" in line
+    record = ProfileRecord("mine", "cpu", "baseline", {"num_workers": 0}, {"cpu_count": 2}, "mine", loaded)
+    quiet_record = replace(record, result=replace(data_bound, cpu=QUIET))
+    assert record.diagnosis.findings[0] == line and record.diagnosis.advice, "first, before the advice it qualifies"
+    assert (record.diagnosis.verdict, record.diagnosis.rules) == (DATA_BOUND, quiet_record.diagnosis.rules)
+    assert not any("other processes" in f for f in quiet_record.diagnosis.findings)
+
+
+def test_a_quiet_machine_a_short_window_or_a_profile_without_the_reading_has_no_contention_finding():
+    assert contention_finding(replace(profile_result(), cpu=QUIET)) is None
+    idle_cores = CpuLoad(SystemReport(60.0, [60.0, 60.0], 0.4), threads=2)  # others' 0.8 cores on cores left idle
+    assert contention_finding(replace(profile_result(), cpu=idle_cores)) is None, "not saturated: nothing taken"
+    assert contention_finding(replace(profile_result(), cpu=None)) is None, "a profile stored before the reading"
+    short = replace(profile_result(), cpu=LOADED)
+    short = replace(short, stages=replace(short.stages, wall_s=0.2))  # 10 ms clock ticks: too coarse over 0.2 s
+    assert contention_finding(short) is None
+
+
+def test_threads_within_the_cores_others_left_free_or_on_a_gpu_get_no_thread_advice():
+    one_thread = contention_finding(replace(profile_result(), cpu=replace(LOADED, threads=1)))
+    assert one_thread.startswith("other processes kept 1.1") and "num_threads" not in one_thread
+    on_gpu = contention_finding(replace(profile_result(device_busy=0.9), cpu=LOADED))
+    assert on_gpu.startswith("other processes kept 1.1") and "num_threads" not in on_gpu
+    many = CpuLoad(SystemReport(95.0, [95.0] * 8, 4.6), threads=8)  # others 3.0 of 8 cores: 5.0 left free
+    assert "fewer threads (num_threads=5)" in contention_finding(replace(profile_result(), cpu=many))
+
+
+def test_a_profile_stored_before_the_cpu_was_read_loads_without_it_and_one_with_it_round_trips():
+    stored = json.loads(json.dumps(replace(profile_result(), cpu=LOADED).to_dict()))
+    assert ProfileResult.from_dict(stored).cpu == LOADED
+    del stored["cpu"]
+    assert ProfileResult.from_dict(stored).cpu is None
+    record = ProfileRecord("mine", "cpu", "baseline", {"num_workers": 0}, {"cpu_count": 2}, "mine", profile_result())
+    saved = json.loads(json.dumps(record.to_dict()))
+    del saved["result"]["cpu"]
+    assert ProfileRecord.from_dict(saved).result.cpu is None and ProfileRecord.from_dict(saved).diagnosis
+
+
+def test_the_profiling_run_records_what_the_trials_meter_read_over_the_timed_steps_and_its_threads(
+    tmp_path, monkeypatch
+):
+    # The meter is the trials' own (tests/measure): here, that the profile keeps what it read, around the stage
+    # timing, with the compute threads the num_threads knob left.
+    spans = []
+
+    class Meter:
+        def __init__(self, pid: int) -> None:
+            assert pid == os.getpid()
+
+        def start(self) -> None:
+            spans.append("start")
+
+        def stop(self) -> CpuUsage:
+            spans.append("stop")
+            return CpuUsage(95.0, [100.0, 90.0], 0.8)
+
+    monkeypatch.setattr(trial_profiling, "CpuUsageMeter", Meter)
+    cpu = profiled(torch.nn.Linear(64, 4), SlowTransformFeatures(rounds=2), 16, tmp_path, steps=3).cpu
+    assert spans == ["start", "stop"] and cpu.threads == 1 and cpu.system == SystemReport(95.0, [100.0, 90.0], 0.8)
