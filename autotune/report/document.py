@@ -23,7 +23,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
-from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to, wins_needed
+from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 
@@ -151,17 +151,6 @@ def headline(summary: Summary) -> Headline:
             f"{best.label}, read {best.throughput / base.throughput:.2f}x in a single run), so none is recommended "
             "unproven.",
         )
-    if summary.is_baseline and summary.disproof and summary.disproved and summary.overturned:
-        lost, proof, disproof = summary.disproved, summary.overturned, summary.disproof
-        rounds = proof.rounds + len(lost.throughputs)
-        return Headline(
-            "Keep your current settings.",
-            f"Trial {lost.label} won a race of {_rounds(proof.rounds)} against the baseline, then, raced again in the "
-            f"trim, measured {disproof.ratio(lost):.2f}x by medians of {_rounds(len(lost.throughputs))}"
-            + (f" and left that race: {lost.dropped}" if lost.dropped else "")
-            + f". Over the {rounds} rounds together it is not proven faster (a proof needs "
-            f"{wins_needed(rounds)} of {rounds} won), so none is recommended.",
-        )
     if summary.is_baseline and confirmation and confirmation.leader and not confirmation.failure:
         leader = confirmation.leader
         rounds = len(leader.throughputs)
@@ -178,20 +167,11 @@ def headline(summary: Summary) -> Headline:
             "Keep your current settings.",
             f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
         )
-    if summary.is_baseline and summary.stopped_early and not confirmation:
-        fastest = next((r for r in summary.ranked if r is not base and r.result.ok), None)
-        if len(summary.ranked) == 1:
-            where = f"The run stopped after measuring the baseline ({base.throughput:.1f} samples/s) alone"
-        elif fastest is not None:  # this run stopped, or another tuner of the study still searches
-            gain = fastest.throughput / base.throughput
-            where = (
-                f"No race has re-measured the trials against the baseline yet (the fastest, trial {fastest.label}, "
-                f"read {gain:.2f}x in a single run)"
-            )
-        else:
-            where = "The run stopped before any configuration but the baseline ran to its end"
+    if summary.is_baseline and summary.stopped_early and len(summary.ranked) == 1:
         return Headline(
-            "No recommendation yet.", f"{where}; run the same command again to resume from what the study stored."
+            "No recommendation yet.",
+            f"The run stopped after measuring the baseline ({base.throughput:.1f} samples/s) alone; run the same "
+            "command again to resume from what the study stored.",
         )
     if summary.is_baseline:
         return Headline("Keep your current settings.", _why_keep(summary))
@@ -209,8 +189,15 @@ def headline(summary: Summary) -> Headline:
         + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
         + (
             " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end (cut "
-            "by study.budget_s, a failed run, or a run stopped before it); running the study again goes on with it."
+            "by study.budget_s, a failed run, a round the recommendation lost to the baseline there, or a run stopped "
+            "before it); running the study again goes on with it."
             if summary.untrimmed
+            else ""
+        )
+        + (
+            " No race has re-measured it against the baseline yet (the study's last run stopped before its race, or "
+            "another tuner of the study still searches): run the same command again to resume."
+            if summary.stopped_early and not summary.confirmed
             else ""
         )
         + (
@@ -279,23 +266,17 @@ def _trim(summary: Summary) -> list[Section]:
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
     )
-    paragraphs = [lead, *(_trim_race(race, overturned=race is summary.disproof) for race in summary.trim)]
-    if summary.disproved:
-        paragraphs.append(
-            f"Trial {summary.disproved.label} lost rounds to the baseline here: with the rounds of the race that "
-            "proved it, it is no longer proven faster, so your settings stay (see above)."
-        )
+    paragraphs = [lead, *(_trim_race(race) for race in summary.trim)]
     return [
         Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))
     ]
 
 
-def _trim_race(race: Confirmation, overturned: bool = False) -> str:
-    """A trim race's paragraph: where no finalist wins, its reference stays, with every change (the baseline where
-    the race ``overturned`` the reference's proof); where its winner is a variant it does not leave in place
-    (``trimmed_to``), why."""
+def _trim_race(race: Confirmation) -> str:
+    """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
+    a variant it does not leave in place (``trimmed_to``), why."""
     reference = race.finalists[0].label
-    text = race.describe(kept="the baseline" if overturned else f"trial {reference}, with every change,")
+    text = race.describe(kept=f"trial {reference}, with every change,")
     if race.winner is None or race.winner is race.finalists[0] or trimmed_to(race) is not None:
         return text
     return text + (
@@ -409,7 +390,7 @@ def _rounds(count: int) -> str:
 def _ranked(summary: Summary) -> Table:
     rows = [_with_changes(row, summary) for row in ranked_rows(summary) if row["state"] == "complete"]
     for row in rows:
-        if row["trial"] == summary.recommended.label:
+        if row["trial"] == summary.recommended.label and not summary.is_baseline:
             row["trial"] = f"{row['trial']} (recommended)"
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
 

@@ -39,8 +39,6 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "trim": [_trim_race(race) for race in summary.trim],
         "no_difference": summary.no_difference,
         "untrimmed": summary.untrimmed,  # confirmed, two changes or more, and the trim did not run to its end
-        # the race's winner its trim rounds, pooled with its proof, no longer proved: the baseline is kept
-        "disproved": summary.disproved.label if summary.disproved else None,
         "baseline": {
             "knobs": base.result.knobs,
             "throughput_sps": summary.baseline_throughput,

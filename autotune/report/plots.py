@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from autotune.knobs import changed
 from autotune.records import BASELINE_LABEL, TrialRecord
 from autotune.report.rows import record_state
 from autotune.results.benchmark import Benchmark
@@ -150,7 +151,7 @@ def undone_changes(summary: Summary) -> Plot | None:
 
 def _undone(variant: Finalist, reference: Finalist, no_difference: dict[str, object]) -> bool:
     """Whether the changes ``variant`` undid from ``reference`` are among those the trim undid (``no_difference``)."""
-    undid = [name for name in variant.knobs if variant.knobs[name] != reference.knobs.get(name)]
+    undid = changed(variant.knobs, reference.knobs)  # as the summary counts changes: not the options that follow
     return bool(undid) and all(name in no_difference for name in undid)
 
 

@@ -28,10 +28,9 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   it was made from (not the leader: a lucky variant must not push out the others), and the race ends early only
   once every variant has left it (``alone``): a run's noise can make two equal configurations look TIE_TOLERANCE
   apart in one round. The recommendation's figures are the medians of the race of most rounds it won
-  (``proof_of``). A trim race whose rounds against the baseline, pooled with that proof's, no longer prove the
-  configuration it started from overturns the proof (``disproof_of``): the baseline is kept, and the verdict stands
-  (a later run does not race it again). A stored trim stands for the race's winner and rounds (``is_trim_of``); one
-  of its races not ``settled`` otherwise (cut by study.budget_s, ended by a failed run) is raced again by a later run.
+  (``proof_of``). A stored trim stands for the race's winner and rounds (``is_trim_of``); one of its races not
+  ``settled`` (cut by study.budget_s, ended by a failed run, or left by the configuration it started from, which
+  lost a round to the baseline there) is raced again by a later run.
 """
 
 from __future__ import annotations
@@ -104,10 +103,10 @@ class Confirmation:
     race, in an order that rotates from round to round.
 
     A finalist is proven when it beat the baseline in enough rounds (``wins_needed``: every round of up to 5) and
-    the ratio of medians is at least ``MIN_GAIN`` above 1. Among proven finalists, the fastest by median is the
-    leader; those it does not beat beyond noise (``beats``: most rounds, and ``TIE_TOLERANCE`` round by round) are
-    tied with it, and of the tied the one that changes fewest knobs wins, then the one using least memory. No
-    winner means: keep the baseline. A single
+    the ratio of medians is at least ``MIN_GAIN`` above 1. Among proven finalists no other proven one beats, the
+    fastest by median is the leader; those it does not beat beyond noise (``beats``: most rounds, and
+    ``TIE_TOLERANCE`` round by round) are tied with it, and of the tied the one that changes fewest knobs wins, then
+    the one using least memory. No winner means: keep the baseline. A single
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a race that was decided earlier ran fewer, and so did one ``cut`` short by
@@ -310,31 +309,6 @@ def proof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
     """Of ``races``, those ``label`` won, the one of most rounds, the last of those (``Summary.proof``)."""
     won = [race for race in races if race.winner and race.winner.label == label]
     return max(reversed(won), key=lambda race: race.rounds) if won else None
-
-
-def disproof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
-    """The race of ``races`` that overturns the proof of ``label`` (``proof_of``): one it ran in whose rounds
-    against the baseline, pooled with its proof's, it no longer wins as often as a proof of that many rounds needs
-    (``wins_needed``); a race decided in a round or two does not outweigh the rounds it then lost in the trim. Of
-    several, the last."""
-    proof = proof_of(label, races)
-    if proof is None:
-        return None
-    won = _rounds_won(next(f for f in proof.finalists if f.label == label), proof.baseline_throughputs)
-    overturning = []
-    for race in races:
-        finalist = next((f for f in race.finalists if f.label == label), None)
-        if race is proof or finalist is None:
-            continue
-        ran = min(len(finalist.throughputs), len(race.baseline_throughputs))
-        wins = won + _rounds_won(finalist, race.baseline_throughputs)
-        if ran and wins < wins_needed(proof.rounds + ran):
-            overturning.append(race)
-    return overturning[-1] if overturning else None
-
-
-def _rounds_won(finalist: Finalist, baseline_runs: list[float]) -> int:
-    return sum(run > base for run, base in zip(finalist.throughputs, baseline_runs, strict=False))
 
 
 def settled(race: Confirmation) -> bool:

@@ -10,9 +10,7 @@ from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race import (
     Confirmation,
-    Finalist,
     choose_candidate,
-    disproof_of,
     is_trim_of,
     proof_of,
     settled,
@@ -31,9 +29,7 @@ class Summary:
     rounds it won (``proof``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, which are not recommended from their single runs. ``stopped_early``: the study's last run stopped
-    before its end (interrupted, a fault), as its record of the tuner's time says. ``disproof``: the race (of the
-    trim) whose rounds against the baseline, pooled with those of its proof, no longer prove the configuration the
-    races chose, ``disproved`` (``disproof_of``), so that the baseline is kept.
+    before its end (interrupted, a fault), as its record of the tuner's time says.
     """
 
     ranked: list[TrialRecord]
@@ -46,8 +42,6 @@ class Summary:
     ruled_out: frozenset[str] = frozenset()
     trim_ended: bool = False
     stopped_early: bool = False
-    disproof: Confirmation | None = None
-    disproved: Finalist | None = None
 
     @property
     def races(self) -> list[Confirmation]:
@@ -60,11 +54,6 @@ class Summary:
         last of those: a trim race that every variant left after one round does not stand for the recommendation's
         gain over more rounds."""
         return None if self.is_baseline else proof_of(self.recommended.label, self.races)
-
-    @property
-    def overturned(self) -> Confirmation | None:
-        """The race that proved ``disproved`` before ``disproof`` overturned it (None without a disproof)."""
-        return proof_of(self.disproved.label, self.races) if self.disproved else None
 
     @property
     def confirmed(self) -> bool:
@@ -160,8 +149,7 @@ def summarise(results: StudyResults) -> Summary:
     """Rank every record (fastest first; pruned, infeasible and failed last) and recommend: the winner of the
     confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
     from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (``is_current``) ran
-    and did not prove; none where the study's last run stopped before a race (the next run races them). A
-    recommendation is never a change that re-measured no faster.
+    and did not prove. A recommendation is never a change that re-measured no faster.
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")
@@ -175,13 +163,9 @@ def summarise(results: StudyResults) -> Summary:
         confirmation = None
     trim: list[Confirmation] = []
     trim_ended = False
-    disproof: Confirmation | None = None
-    disproved: Finalist | None = None
     runs = results.tuner_time.runs if results.tuner_time else []
     stopped_early = bool(runs) and not runs[-1].finished
-    if confirmation is None and stopped_early:  # stopped before its race: nothing is proven yet
-        recommended = results.baseline
-    elif confirmation is None:
+    if confirmation is None:
         candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline
     elif (winner := confirmation.winner) is None:
@@ -195,10 +179,6 @@ def summarise(results: StudyResults) -> Summary:
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
-        disproof = disproof_of(final.label, [confirmation, *trim])
-        if disproof is not None:  # not proven after all: keep the baseline
-            recommended = results.baseline
-            disproved = next(f for f in disproof.finalists if f.label == final.label)
     pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
     return Summary(
         ranked,
@@ -211,8 +191,6 @@ def summarise(results: StudyResults) -> Summary:
         ruled_out,
         trim_ended,
         stopped_early,
-        disproof,
-        disproved,
     )
 
 

@@ -97,11 +97,13 @@ class ProbeModel:
         return self._compute_of({**base, name: value}) / self._compute_of(base)
 
     def _timed_value(self, name: str, value: Any) -> Any:
-        """``value``; for num_threads=None (torch's default) on a CPU, its thread count, where None itself was not
-        timed (a baseline with torch's default, searched over explicit counts)."""
+        """``value``; for num_threads=None (torch's default) on a CPU, its thread count where that was timed, else the
+        core count (always a candidate), where None itself was not timed (a baseline with torch's default, searched
+        over explicit counts)."""
         untimed_default = not any(k["num_threads"] is None for k in self.plan.computes)
         if name == "num_threads" and value is None and self.cores is not None and untimed_default:
-            return self.default_threads or self.cores
+            threads = self.default_threads
+            return threads if threads is not None and self._timed_threads(threads) else self.cores
         return value
 
     @classmethod

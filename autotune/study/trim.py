@@ -18,7 +18,6 @@ from autotune.results.race import (
     alone,
     beats,
     count_changes,
-    disproof_of,
     is_trim_of,
     settled,
     trim_rounds,
@@ -43,10 +42,9 @@ def run_trim(
     (``all_undone``), until a race's winner is the configuration it started from; store the races in the study.
     The races of a stored trim of the same winner and rounds (``is_trim_of``, as the summary's) are reused up to the
     first that is not ``settled``, which is raced again: a later run goes on from a race that study.budget_s cut
-    short (stored, with or without rounds), that a failed run ended, or that the configuration it started from left,
-    unless its rounds overturned that configuration's proof (``disproof_of``: a verdict stands). Nothing to do
-    without a winner changing two knobs or more. A round starts only where ``affords`` it. Each round starts with
-    ``new_draw``, as the race's do."""
+    short (stored, with or without rounds), that a failed run ended, or that the configuration it started from left
+    (its run failed, or it lost a round to the baseline). Nothing to do without a winner changing two knobs or more.
+    A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
@@ -54,12 +52,7 @@ def run_trim(
     rounds = trim_rounds(confirmation)
     effective = accumulated_to(results.batch_policy, baseline)
     stored = results.trim if is_trim_of(results.trim, confirmation) else []
-    # One not settled is raced again; not one that overturned its reference's proof: a verdict is not drawn again.
-    done = list(
-        itertools.takewhile(
-            lambda ran: settled(ran) or disproof_of(ran.finalists[0].label, [confirmation, *stored]) is ran, stored
-        )
-    )
+    done = list(itertools.takewhile(settled, stored))  # one not settled is raced again
     races: list[Confirmation] = []
     before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
     current, pending = winner, list(KNOBS)

@@ -268,3 +268,13 @@ def test_a_setting_timed_at_a_batch_where_the_anchor_ran_out_of_memory_is_predic
     assert model.compute({**anchor, "batch_size": 256, "amp": "bf16"}) == pytest.approx(300.0)
     with pytest.raises(ValueError):  # fp32 at 256 ran out: nothing to predict it from
         model.compute({**anchor, "batch_size": 256})
+
+
+def test_a_torch_default_thread_count_the_probe_did_not_time_is_predicted_at_the_core_count():
+    # 12 logical cores, torch starting 6 threads: the candidates (powers of two and the count) hold no 6 and no None.
+    varied = {"batch_size": [16], "num_workers": [0, 4], "num_threads": [1, 2, 4, 8, 12]}
+    space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
+    baseline = {**BASELINE, "num_threads": None}
+    plan = probe_plan(space, baseline)
+    result = ProbeResult([100.0] * len(plan.loaders), [400.0] * len(plan.computes))
+    assert ProbeModel(plan, result, cores=12, default_threads=6).compute(baseline) == pytest.approx(400.0)
