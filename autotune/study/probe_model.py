@@ -92,8 +92,10 @@ class ProbeModel:
 
     def _factor(self, name: str, value: Any, at_batch: dict[str, Any]) -> float:
         """How much setting ``name`` to ``value`` sped up the model step: timed at ``at_batch``'s batch size where
-        it was (PER_BATCH_KNOBS), else at the anchor's."""
-        base = at_batch if {**at_batch, name: value} in self.plan.computes else self.plan.computes[0]
+        it was, both ways (PER_BATCH_KNOBS; not where either ran out of memory there), else at the anchor's."""
+        changed_there = {**at_batch, name: value}
+        timed_there = changed_there in self.plan.computes and self._ran(changed_there) and self._ran(at_batch)
+        base = at_batch if timed_there else self.plan.computes[0]
         return self._compute_of({**base, name: value}) / self._compute_of(base)
 
     def _timed_value(self, name: str, value: Any) -> Any:

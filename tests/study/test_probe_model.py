@@ -253,19 +253,21 @@ def test_torch_default_threads_are_its_own_count_not_one_per_logical_core():
 
 
 def test_a_setting_timed_at_a_batch_where_the_anchor_ran_out_of_memory_is_predicted_from_its_own_timing():
-    varied = {"batch_size": [64, 256], "amp": ["off", "bf16"]}
+    varied = {"batch_size": [64, 256], "amp": ["off", "bf16"], "channels_last": [False, True]}
     space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
     baseline = {**BASELINE, "batch_size": 64}
     plan = probe_plan(space, baseline)
 
     def rate(knobs):  # fp32 at 256 ran out of memory; bf16 fits there and runs 3x the batch of 64
         if knobs["batch_size"] == 256:
-            return 300.0 if knobs["amp"] == "bf16" else None
-        return 100.0
+            return 300.0 if knobs["amp"] == "bf16" and not knobs["channels_last"] else None
+        return 125.0 if knobs["channels_last"] else 100.0
 
     model = ProbeModel(plan, ProbeResult([1e6] * len(plan.loaders), [rate(k) for k in plan.computes]), device="cuda")
     anchor = plan.computes[0]
     assert model.compute({**anchor, "batch_size": 256, "amp": "bf16"}) == pytest.approx(300.0)
+    layout = {**anchor, "batch_size": 256, "amp": "bf16", "channels_last": True}  # its factor: the anchor batch's
+    assert model.compute(layout) == pytest.approx(300.0 * 1.25)
     with pytest.raises(ValueError):  # fp32 at 256 ran out: nothing to predict it from
         model.compute({**anchor, "batch_size": 256})
 
