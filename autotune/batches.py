@@ -58,14 +58,15 @@ def batch_len(batch: Any) -> int:
     leading dimensions or of none (as detection and variable-length collates build). A nested list of tensors of
     one leading dimension counts its length only where another part of the batch counts the same, and that
     dimension otherwise (views of a batch, as ``default_collate`` builds them from list-valued samples)."""
-    parts = list(_parts(batch, top=True))
-    if not parts:
+    parts = _parts(batch, top=True)  # walked only as far as needed: it runs on every step of a timed loop
+    first = next(parts, None)
+    if first is None:
         raise AutotuneError(f"cannot count the samples of a batch of type {type(batch).__name__}; pass step(samples=N)")
-    kind, length, leading = parts[0]
+    kind, length, leading = first
     if kind != _SHARED:
         return length
-    counted_elsewhere = {count for other, count, _ in parts[1:] if other != _SHARED}
-    return length if length in counted_elsewhere else leading
+    counted_elsewhere = any(other != _SHARED and count == length for other, count, _ in parts)
+    return length if counted_elsewhere else leading
 
 
 # The parts a batch's samples are counted by: a batched tensor (its leading dimension), a nested sequence of one

@@ -13,6 +13,7 @@ from autotune.knobs import KNOBS, changed
 from autotune.measure.environment import thread_variables
 from autotune.measure.measurement import SystemReport
 from autotune.measure.warmup import WarmupPolicy
+from autotune.records import TrialRecord
 from autotune.report import plots
 from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
@@ -209,8 +210,8 @@ def headline(summary: Summary) -> Headline:
     )
 
 
-def _memory_kind(record) -> str:
-    """ "GPU " where ``record``'s peak memory is the GPU's (``TrialResult.peak_memory_mb``), else nothing."""
+def _memory_kind(record: TrialRecord) -> str:
+    """The word "GPU " where ``record``'s peak memory is the GPU's (``TrialResult.peak_memory_mb``), else nothing."""
     return "GPU " if record.result.measurement.device.startswith("cuda") else ""
 
 
@@ -381,10 +382,6 @@ def _interval(row: dict[str, Any]) -> str:
     if low is None:
         return "window too short to tell"
     return f"{low:.1f} – {'no upper bound' if high is None else f'{high:.1f}'}"
-
-
-def _rounds(count: int) -> str:
-    return f"{count} round{'s' if count != 1 else ''}"
 
 
 def _ranked(summary: Summary) -> Table:
