@@ -23,7 +23,7 @@ from autotune.report.tuner_time import budget_lines, covers
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
-from autotune.results.model import StudyResults
+from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
 from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
@@ -292,12 +292,22 @@ def _present(*found: Plot | None) -> list[Plot]:
 
 
 def _importance(results: StudyResults) -> list[Section]:
+    completed = sum(record.result.ok for record in results.trials)
+    if not results.importance and 0 < completed < IMPORTANCE_MIN_TRIALS:
+        text = (
+            f"Optuna's importance is left out: from fewer than {IMPORTANCE_MIN_TRIALS} completed trials (this study "
+            f"has {completed}) it ranks knobs little better than chance (docs/benchmarks.md). Each change's share "
+            "is measured instead: where the race ran, by racing its winner with each change undone (above), and "
+            "by mode=benchmark."
+        )
+        return [Section("Which knobs mattered", paragraphs=[text])]
     if not results.importance:
         return []
     text = (
         "How much each knob that varied among the search's trials mattered to reaching the best throughputs, by "
-        "Optuna's default importance evaluator (PED-ANOVA). The search chose which configurations to measure, so "
-        "this describes the trials run, not every possible configuration; the races above measure each change."
+        "Optuna's PED-ANOVA (the best half of the trials against all of them). The search chose which "
+        "configurations to measure, so this describes the trials run, not every possible configuration; the races "
+        "above measure each change."
     )
     shares = [f"{name}: {share:.2f}" for name, share in results.importance.items()]
     return [

@@ -52,7 +52,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "batch_limit": batch_limit(results).to_dict(),
         "compile_payback": payback.to_dict() if (payback := compile_payback(results, summary)) else None,
         "pareto_front": [record.label for record in summary.pareto],
-        "importance": results.importance,  # Optuna's, of each knob that varied among the search's trials
+        "importance": results.importance,  # Optuna's, of each knob the trials varied; {} below IMPORTANCE_MIN_TRIALS
         "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],
         "profiles": profiles_data(profiles) if (profiles := current_profiles(results.profiles, summary)) else None,

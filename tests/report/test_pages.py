@@ -24,7 +24,7 @@ from autotune.report.benchmark import benchmark_document, write_benchmark
 from autotune.report.document import build_document
 from autotune.report.plots import png
 from autotune.results.benchmark import Benchmark, Entry
-from autotune.results.model import StudyResults, load_results
+from autotune.results.model import StudyResults, knob_importance, load_results
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.study.run_race import run_race
@@ -49,7 +49,8 @@ TRIALS = [
 
 
 def rich_results(tmp_path: Path) -> StudyResults:
-    """A tuned, raced and trimmed study in multi-objective mode, with a probe, a pruned and a failed record."""
+    """A tuned, raced and trimmed study in multi-objective mode, with a probe, a pruned and a failed record, and the
+    importance of its few trials (as of 30 or more: ``IMPORTANCE_MIN_TRIALS``)."""
     study = open_study(settings(tmp_path), META)
     pipeline = Pipeline()
     ensure_baseline(study, BASELINE, pipeline)
@@ -65,6 +66,7 @@ def rich_results(tmp_path: Path) -> StudyResults:
     failed = TrialResult({**BASELINE, "batch_size": 128}, failure=Failure(FailureKind.EXCEPTION, "RuntimeError: x"))
     return replace(
         results,
+        importance=knob_importance(study, study.trials, min_trials=0),
         machine={**MACHINE, "cpu_flags": ["avx2"]},
         measure=MEASURE,
         trials=[*results.trials, TrialRecord("8", pruned), TrialRecord("9", failed)],
@@ -117,6 +119,15 @@ def test_importance_covers_only_the_knobs_the_trials_varied(tmp_path):
     assert json.loads(written["report.json"].read_text())["importance"] == importance, "in figures, not a picture only"
     markdown = written["report.md"].read_text()
     assert all(f"- {name}: {share:.2f}" in markdown for name, share in importance.items())
+
+
+def test_a_study_of_too_few_trials_for_importance_says_so_and_how_each_change_is_measured(tmp_path):
+    results = replace(rich_results(tmp_path), importance={})
+    (section,) = [
+        s for s in build_document(results, summarise(results)).sections if s.heading == "Which knobs mattered"
+    ]
+    assert "left out: from fewer than 30 completed trials (this study has 4)" in section.paragraphs[0]
+    assert not section.plots and not section.bullets
 
 
 def test_report_html_embeds_every_picture_and_no_table_lists_every_knob(tmp_path):
