@@ -145,12 +145,14 @@ def _tune(
         with clock.stage(SEARCH, len(places)):
             stop = tune_in_slots(study, space, settings.study, screens, show, propose, machine, next_trial_fits)
         if not stop.aborted:
+            searched, stop = stop, StopReason("interrupted", aborted=True)  # until the race and what follows end
             for idle in runners[1:]:  # the race runs in the first slot alone
                 idle.close()
             with finishing(study, settings.study, machine) as after_another:
                 if after_another:
                     print("[race] after another tuner of this machine: what it stored is reused", file=out)
                 _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
+            stop = searched
     except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
         stop = StopReason(str(error), aborted=True)
         raise
@@ -411,13 +413,14 @@ def other_thread_variables(machines: dict[str, dict], described: dict) -> str | 
 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
     # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
-    # under others would rank trials judged by two rules. Left out unset, as studies made before they were kept.
+    # under others would rank trials judged by two rules. Unset ones are left out, but the record is kept even empty:
+    # a study made before budgets were kept has none (``start._stored_before``), and resumes under any.
     budgets = {
         "memory_budget_mb": settings.study.memory_budget_mb,
         "host_memory_budget_mb": settings.study.host_memory_budget_mb,
     }
     set_budgets = {key: float(value) for key, value in budgets.items() if value is not None}  # 500 is 500.0
-    return ({"study": set_budgets} if set_budgets else {}) | {
+    return {"study": set_budgets} | {
         "pipeline": settings.pipeline.to_dict(),
         "baseline": settings.baseline,
         "batch_policy": settings.batch_policy,

@@ -149,7 +149,12 @@ def test_a_study_resumed_under_other_memory_budgets_is_refused_naming_them(tmp_p
     def meta(**study) -> dict:  # as the tuner describes its study
         return _study_meta(load_settings(tiny_config(study=study), "tiny"), "cpu", SPACE)
 
-    assert "study" not in meta(), "unset budgets are left out, as in studies made before budgets were kept"
+    assert meta()["study"] == {}, "unset budgets are left out of a record kept even empty"
+    unset = tmp_path / "unset"
+    unset.mkdir()
+    ensure_baseline(open_study(settings(unset), meta()), BASELINE, FakeMeasure())
+    with pytest.raises(StudyMismatchError, match=r": study.memory_budget_mb null → 200.0; set them back"):
+        open_study(settings(unset), meta(memory_budget_mb=200))  # made without one: no study of an earlier autotune
     ensure_baseline(open_study(settings(tmp_path), meta(memory_budget_mb=500)), BASELINE, FakeMeasure())
     with pytest.raises(StudyMismatchError, match=r": study.memory_budget_mb 500.0 → 400.0; set them back"):
         open_study(settings(tmp_path), meta(memory_budget_mb=400))

@@ -96,3 +96,21 @@ def test_the_tuners_own_work_is_what_remains_of_each_stage_and_of_the_run():
     both = TunerTime([run, RunTime(20.0, 2.0, {"search": 1.5}, {})])
     assert both.wall_s == 12.0 and sum(both.phases().values()) == pytest.approx(12.0)
     assert both.stages() == {"baseline": 4.0, "search": 6.5, "tuner": 1.5}
+
+
+@pytest.mark.slow
+def test_a_run_stopped_in_its_race_says_so_and_is_not_recorded_as_finished(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM (the CLI raises KeyboardInterrupt) after the search: the run is stopped, not finished, so its
+    single-run recommendation says no race has re-measured it, here and in mode=report."""
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "run_race", stopped)
+    settings, out = _settings(tmp_path, probe=False), io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        app.run(settings, tmp_path / "tuned", out)
+    assert "Stopped: interrupted" in out.getvalue()
+    report = json.loads((tmp_path / "tuned" / "report.json").read_text())
+    assert [run["finished"] for run in report["tuner_time"]["runs"]] == [False]
+    assert "No race has re-measured it" in (tmp_path / "tuned" / "report.md").read_text()
