@@ -39,11 +39,13 @@ def run_trim(
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), each alone and all at once
-    (``all_undone``), until a race's winner is the configuration it started from; store the races in the study.
+    (``all_undone``), until a race's winner is the configuration it started from; store the races in the study as they
+    run.
     The races of a stored trim of the same winner and rounds (``is_trim_of``, as the summary's) are reused up to the
     first that is not ``settled``, which is raced again: a later run goes on from a race that study.budget_s cut
     short (stored, with or without rounds), that a failed run ended, or that the configuration it started from left
-    (its run failed, or it lost a round to the baseline). Nothing to do without a winner changing two knobs or more.
+    (its run failed, or it lost a round to the baseline), or that a run stopped in (each race is stored before it
+    runs, as one not run yet). Nothing to do without a winner changing two knobs or more.
     A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
@@ -65,6 +67,9 @@ def run_trim(
         entrants = [leader, *undone.values(), *all_undone(current, baseline, undone if races else {}, effective)]
         ran = done[len(races)] if len(races) < len(done) else None
         if ran is None or [f.label for f in ran.finalists] != [f.label for f in entrants]:
+            # Stored first as a race not run yet (as study.budget_s leaves one): a run stopped in it keeps the races
+            # before it, and the trim stays unsettled.
+            _store(study, results, [*races, Confirmation([], entrants, planned_rounds=rounds, cut=True)])
             ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw)
         races.append(ran)
         new = trimmed_to(races[-1])
@@ -73,8 +78,12 @@ def run_trim(
         raced = dict(zip(undone, races[-1].finalists[1 : len(undone) + 1], strict=True))  # the race's own
         pending = undo_next(races[-1].finalists[0], raced, new)
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
-    study.set_user_attr(on_machine(TRIM_ATTR, results.machine_id), [trim.to_dict() for trim in races])
+    _store(study, results, races)
     return races
+
+
+def _store(study: optuna.Study, results: StudyResults, races: list[Confirmation]) -> None:
+    study.set_user_attr(on_machine(TRIM_ATTR, results.machine_id), [trim.to_dict() for trim in races])
 
 
 def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import pytest
+
 from autotune.knobs import KNOBS
 from autotune.measure.environment import this_machine_id
 from autotune.records import TRIM_ATTR, on_machine
@@ -274,3 +276,21 @@ def test_a_trim_race_the_winner_left_losing_a_round_to_the_baseline_is_raced_aga
     runs = len(pipeline.names)
     run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert len(pipeline.names) > runs and not summarise(load_results(study)).untrimmed, "raced again"
+
+
+def test_a_trim_stopped_in_its_second_race_keeps_its_first_and_is_not_taken_for_ended(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path, {**WINNER, "optimizer_impl": "foreach"})
+
+    def stopped_in_race_2(knobs, name, on_progress=None):  # Ctrl-C there
+        if name.startswith("trim-2-"):
+            raise KeyboardInterrupt
+        return pipeline(knobs, name, on_progress)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_trim(study, load_results(study), confirmation, stopped_in_race_2, lambda name, result: None)
+    left = summarise(load_results(study))
+    assert len(left.trim) == 1 and left.untrimmed, "its first race kept; the trim did not end"
+    pipeline.names.clear()
+    races = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert pipeline.names and not [name for name in pipeline.names if name.startswith("trim-1-")], pipeline.names
+    assert len(races) >= 2 and not summarise(load_results(study)).untrimmed
