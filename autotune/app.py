@@ -46,7 +46,14 @@ from autotune.trial import runner as trial_runner
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher
 from autotune.trial.placement import UNPINNED, Slot, slots
 from autotune.trial.result import ProbePlan, TrialRequest, TrialResult
-from autotune.trial.runner import ProgressFn, end_shared_fork_server, run_repeated, run_trial, shared_fork_server
+from autotune.trial.runner import (
+    ProgressFn,
+    end_shared_fork_server,
+    run_repeated,
+    run_trial,
+    shared_fork_server,
+    signals_held,
+)
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -159,8 +166,9 @@ def _tune(
     finally:
         for each in runners:
             each.close()
-        clock.save(finished=not stop.aborted)  # the run's time ends here: what follows renders what it stored
-        files = _report(study, machine, output_dir, stop, out)
+        with signals_held():  # a stop signal now is delivered once the reports are written
+            clock.save(finished=not stop.aborted)  # the run's time ends here: what follows renders what it stored
+            files = _report(study, machine, output_dir, stop, out)
     if stop.aborted:
         raise StudyAbortedError(f"tuning stopped early: {stop.message}; the reports cover what was measured")
     return files

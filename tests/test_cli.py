@@ -490,6 +490,23 @@ def test_sighup_stops_a_run_as_sigterm_does(tmp_path, cli_here, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_stop_signal_as_the_reports_are_written_stops_the_run_once_they_are(tmp_path, cli_here, monkeypatch):
+    written = app.write_reports
+
+    def signalled_midway(*args):
+        os.kill(os.getpid(), signal.SIGTERM)  # held until the reports are written
+        return written(*args)
+
+    monkeypatch.setattr(app, "write_reports", signalled_midway)
+    args = [*TINY, "study.n_trials=0", f"study.storage=sqlite:///{tmp_path}/s.db", f"hydra.run.dir={tmp_path}/out"]
+    proc = cli_here(args, cwd=tmp_path)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.stderr.strip().endswith("autotune: error: stopped by SIGTERM")
+    assert {"report.md", "report.json", "recommended.yaml"} <= {p.name for p in (tmp_path / "out").iterdir()}
+    assert "Stopped:" in proc.stdout, "and its summary printed"
+
+
+@pytest.mark.slow
 def test_kill_9_of_the_tuner_leaves_no_orphaned_trial(tmp_path):
     tuner = start_long_trial(tmp_path, stdout=subprocess.DEVNULL)
     helpers = psutil.Process(tuner.pid).children()  # the fork server among them

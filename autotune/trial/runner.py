@@ -82,7 +82,7 @@ def run_trial(
             progress = _ProgressReader(progress_path, on_progress) if on_progress else None
             stopped = _watch(proc, timeout_s, budget, progress, log)
         finally:
-            with _signals_held():
+            with signals_held():
                 returncode = proc.kill()
                 log.check()
     finally:
@@ -102,13 +102,13 @@ def run_trial(
 
 
 @contextlib.contextmanager
-def _signals_held():
+def signals_held():
     """Hold back one signal Python handles (Ctrl-C, the CLI's stop signals) until the block ends, then deliver it: a
     second Ctrl-C raised while a trial's processes are killed and reaped would leave the processes it detached
-    running. A second signal while one is held is delivered at once: a kill that never returns (a process stuck in
-    the kernel) must not make the tuner deaf. Python runs handlers in the main thread only, so that is where they are
-    held (a signal's mask would not do: the kernel gives the signal to another thread, whose handler still
-    interrupts this one)."""
+    running, and one raised while the reports are written would leave none. A second signal while one is held is
+    delivered at once: a kill that never returns (a process stuck in the kernel) must not make the tuner deaf. Python
+    runs handlers in the main thread only, so that is where they are held (a signal's mask would not do: the kernel
+    gives the signal to another thread, whose handler still interrupts this one)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -327,7 +327,7 @@ class _StuckInTheKernel(_StoppedTwice):
 def test_a_third_ctrl_c_while_a_trial_is_ended_is_delivered_at_once():
     trial = _StuckInTheKernel()
     with pytest.raises(KeyboardInterrupt):
-        with runner._signals_held():
+        with runner.signals_held():
             trial.kill()
     assert not trial.ended, "the tuner heard it before the end came"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
