@@ -27,7 +27,7 @@ from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
-from autotune.results.race import MAX_FINALISTS
+from autotune.results.race import MAX_FINALISTS, round_of, run_name
 from autotune.results.summary import summarise
 from autotune.study.clock import SEARCH, RunClock, span
 from autotune.study.disturbed import again_if_disturbed
@@ -108,9 +108,19 @@ def _tune(
 
     reference: list[TrialResult] = []  # the baseline, once measured: what speedups are against
 
+    round_baselines: dict[str, TrialResult] = {}  # each race round's baseline run, once it ran
+
+    def race_line(name: str, result: TrialResult) -> str:
+        """A run's line; a race run's speedup is against its own round's baseline run where that ran before it: the
+        race pairs runs by round, and the first baseline run is minutes and machine states away."""
+        prefix = round_of(name)
+        if name == run_name(prefix, None):
+            round_baselines[prefix] = result
+        against = round_baselines.get(prefix)
+        return format_result(result, reference[0] if reference else None, against, ratio=against is not None)
+
     def show_disturbed(name: str, result: TrialResult) -> None:
-        line = format_result(result, reference[0] if reference else None)
-        print(f"[{name}] {line}; measured again", file=out, flush=True)
+        print(f"[{name}] {race_line(name, result)}; measured again", file=out, flush=True)
 
     measured = again_if_disturbed(runner.run, show_disturbed) if settings.study.remeasure_disturbed else runner.run
     with clock.stage("baseline"):
@@ -132,7 +142,7 @@ def _tune(
         print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
 
     def show_confirmation(name: str, result: TrialResult) -> None:
-        print(f"[{name}] {format_result(result, baseline)}", file=out, flush=True)
+        print(f"[{name}] {race_line(name, result)}", file=out, flush=True)
 
     stop = StopReason("interrupted", aborted=True)
     try:

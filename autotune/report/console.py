@@ -25,9 +25,12 @@ def format_knobs(knobs: dict[str, Any], baseline: dict[str, Any] | None = None) 
     return " ".join(shown) or "the baseline's settings"
 
 
-def format_result(result: TrialResult, baseline: TrialResult | None = None) -> str:
+def format_result(
+    result: TrialResult, baseline: TrialResult | None = None, reference: TrialResult | None = None, ratio: bool = True
+) -> str:
     """``knobs -> throughput (speedup), memory``, or the failure reason; with ``baseline``, only the knobs
-    that differ from it are shown and the speedup is against it."""
+    that differ from it are shown and the speedup is against it, or against ``reference`` (another run of the
+    baseline) where given; none without ``ratio``."""
     knobs = format_knobs(result.knobs, baseline.knobs if baseline else None)
     if not result.ok:
         if result.measurement is not None:
@@ -37,8 +40,9 @@ def format_result(result: TrialResult, baseline: TrialResult | None = None) -> s
         else:
             verdict = f"FAILED {result.failure}"
         return f"{knobs} -> {verdict} ({result.wall_s:.1f} s)"
-    against = baseline and baseline.ok and result.knobs != baseline.knobs  # the baseline run again: no multiple
-    speedup = f" ({result.timing.throughput / baseline.timing.throughput:.2f}x)" if against else ""
+    against = reference or baseline
+    shown = ratio and against and against.ok and result.knobs != against.knobs  # the baseline run again: no multiple
+    speedup = f" ({result.timing.throughput / against.timing.throughput:.2f}x)" if shown else ""
     compile_note = f", compile {result.timing.compile_s:.1f} s" if result.timing.compile_s else ""
     runs = result.repeat_throughputs or []
     if len(runs) > 1:

@@ -235,6 +235,11 @@ def run_name(prefix: str, label: str | None) -> str:
     return prefix + _run_suffix(label)
 
 
+def round_of(name: str) -> str:
+    """The round (PREFIX) of race run ``name``, as ``run_name`` made it."""
+    return name.removesuffix("-baseline") if name.endswith("-baseline") else name.split("-trial-", 1)[0]
+
+
 def _run_suffix(label: str | None) -> str:
     return "-baseline" if label is None else "-trial-" + re.sub(r"[^\w.-]+", "-", label)
 

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import replace
 
+import pytest
+
+from autotune import app
+from autotune.config.load import load_settings
 from autotune.measure.measurement import SystemReport
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import format_probe, format_result, print_summary
 from autotune.results.model import StudyResults
+from autotune.results.race import round_of, run_name
 from autotune.results.summary import summarise
 from autotune.trial.result import ProbeFailure, ProbePlan, ProbeResult
+from tests.conftest import NEUTRAL_KNOBS, tiny_config
 from tests.report.test_reports import sample_results
 from tests.results.test_summary import results_with, trial
 
@@ -71,3 +78,28 @@ def test_the_probe_line_says_how_many_of_its_settings_raised_and_the_first_error
     line = format_probe(record)
     assert "; 1 of its settings raised (first: RuntimeError: required rank 4 tensor" in line
     assert "raised" not in format_probe(replace(record, result=ProbeResult([900.0], [500.0, 510.0])))
+
+
+@pytest.mark.slow
+def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_ran_before_it(tmp_path):
+    fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
+    config = tiny_config(
+        study={"n_trials": 2, "confirm_rounds": 2, "probe": False}, search={**fixed, "batch_size": [32, 64]}
+    )
+    settings = load_settings(config, "tiny")
+    settings = replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/study.db"))
+    out = io.StringIO()
+    app.run(settings, tmp_path / "tuned", out)
+    runs = dict(
+        re.findall(r"^\[((?:confirm|trim)-[^\]]+)\] .*?-> ([\d.]+ samples/s(?: \([\d.]+x\))?)", out.getvalue(), re.M)
+    )
+    assert "confirm-1-baseline" in runs, out.getvalue()
+    for name, said in runs.items():
+        prefix = round_of(name)
+        ratio = re.search(r"\(([\d.]+)x\)", said)
+        order = list(runs)
+        before = run_name(prefix, None) in order[: order.index(name)]
+        assert (ratio is not None) == (before and name != run_name(prefix, None)), (name, said)
+        if ratio:
+            own = float(said.split()[0]) / float(runs[run_name(prefix, None)].split()[0])
+            assert float(ratio.group(1)) == pytest.approx(own, abs=0.006), name
