@@ -13,7 +13,8 @@ were never measured gets no prediction until its "twin" is measured: the best co
 untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest). Before
 that, the best configuration's neighbouring batch sizes are measured: the probe's loader timings are short, and
 batch size is the knob it predicts least well. A configuration that needs no less memory than one that ran out
-(in the probe or a trial: ``space.needs_no_less_memory``) is never proposed.
+(in the probe or a trial: ``space.needs_no_less_memory``) is never proposed; nor is one whose model step setting
+raised in the probe (``ProbeModel.raised``): its trial would fail the same way.
 
 This is how the search uses the structure of the problem rather than only black-box sampling: the first
 trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
@@ -59,10 +60,16 @@ class Guide:
         the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
         prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
         (``config_key``) of every configuration measured or failed, so none is proposed twice; none that needs no
-        less memory than one of ``ran_out`` is proposed at all."""
+        less memory than one of ``ran_out``, or whose model step raised in the probe, is proposed at all."""
 
         def may_measure(knobs: dict[str, Any]) -> bool:
-            return config_key(knobs) not in measured and out_of_memory_bound(knobs, ran_out) is None
+            # A trial is not spent on a failure already known: out of memory (bounded by memory), or the probe's
+            # model step raising at this very setting (a forward that rejects the batch size, say).
+            return (
+                config_key(knobs) not in measured
+                and out_of_memory_bound(knobs, ran_out) is None
+                and self.probe_model.raised(knobs) is None
+            )
 
         best = max((o for o in observations if o.feasible), key=lambda o: o.throughput, default=None)
         ratios = _Ratios(self.probe_model, observations, self._held)

@@ -13,20 +13,23 @@ combined as independent factors; the knobs that act on activations (PER_BATCH_KN
 size, as their effect changes with it. A knob whose every value changes the model step by less than 3 % is left
 at the anchor's value when choosing. torch.compile is not probed (one compile costs more than the whole
 probe): the guide tries it on the best configuration found, where the model step limits throughput. A setting
-that ran out of memory in the probe predicts nothing: no configuration that needs it is predicted.
+that ran out of memory in the probe predicts nothing: no configuration that needs it is predicted. One that raised
+predicts nothing either, and a configuration whose model step is that very setting, or of a batch size at which
+every setting raised (``ProbeModel.raised``), would raise the same in a trial: the guide does not propose it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import optuna
 
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS
 from autotune.measure.environment import this_machine_id
-from autotune.records import PROBE_ATTR, ProbeRecord, on_machine
+from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
 from autotune.study.space import SearchSpace
 from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
 
@@ -38,6 +41,9 @@ _NEGLIGIBLE = 0.03
 # step alone ran slower than this fraction of the measured baseline contradicts it (the machine was busy while the
 # probe ran). Runs of one configuration vary by up to ~1.8x, so only a gap beyond that counts.
 CONTRADICTION = 0.5
+# The knobs a model step does not run with: the DataLoader's workers and their options (the probe times the step on a
+# cached batch, without workers). Every other knob, untimed ones included, is part of the step's setting.
+_LOADING_ONLY = ("num_workers", *WORKER_OPTIONS)
 # The probe's first model step setting is timed first and again last: read slower last by more than this fraction,
 # the machine slowed while the probe ran (other work came), so its factors compare settings timed at two speeds (a
 # probe beside a test suite read settings up to 7x slow). Read faster last says nothing: a process's model step
@@ -178,6 +184,38 @@ class ProbeModel:
     def _ran(self, knobs: dict[str, Any]) -> bool:
         """Whether the compute setting ``knobs`` was timed, not out of memory."""
         return self.result.compute_throughputs[self.plan.computes.index(knobs)] is not None
+
+    def raised(self, knobs: dict[str, Any]) -> str | None:
+        """The error the probe's model step raised with ``knobs``' own setting, where it timed that exact setting
+        (every knob equal but the workers and their options, ``_LOADING_ONLY``) and it raised, or where every setting
+        it timed at ``knobs``' batch size raised (a forward that rejects the batch, whatever else is set); else None.
+        A trial of ``knobs`` would raise the same. Out of memory is not counted here: ``ProbeRecord.out_of_memory``
+        bounds every configuration needing no less memory."""
+        return self._raised.get(_step_key(knobs)) or self._raised_at_batch.get(knobs["batch_size"])
+
+    @cached_property
+    def _failed(self) -> dict[int, str]:
+        """The model step settings that raised, by their index in the plan: their error."""
+        return {entry.index: entry.message for entry in self.result.failed if entry.half == "compute"}
+
+    @cached_property
+    def _raised(self) -> dict[str, str]:
+        """The model step settings that raised, by ``_step_key``: their error."""
+        return {_step_key(self.plan.computes[index]): message for index, message in self._failed.items()}
+
+    @cached_property
+    def _raised_at_batch(self) -> dict[int, str]:
+        """The batch sizes at which every model step setting the probe timed raised: the first one's error."""
+        at: dict[int, list[int]] = {}
+        for index, knobs in enumerate(self.plan.computes):
+            at.setdefault(knobs["batch_size"], []).append(index)
+        failed = self._failed
+        return {batch: failed[found[0]] for batch, found in at.items() if all(index in failed for index in found)}
+
+
+def _step_key(knobs: dict[str, Any]) -> str:
+    """The identity of ``knobs``' model step: every knob but those only loading runs with (``_LOADING_ONLY``)."""
+    return config_key({name: value for name, value in knobs.items() if name not in _LOADING_ONLY})
 
 
 def _timed(throughput: float | None) -> float:

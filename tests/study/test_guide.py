@@ -12,7 +12,7 @@ from autotune.study.probe_model import ProbeModel, probe_plan
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.tuner import Observation, ensure_baseline, tune
-from autotune.trial.result import Failure, FailureKind, ProbeResult, TrialResult
+from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbeResult, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_probe_model import BASELINE, FIXED, SPACE, VARIED, compute_rate, loader_rate
 from tests.study.test_tuner import META, left_measuring, settings
@@ -75,6 +75,28 @@ def test_a_batch_neighbour_that_wins_moves_the_check_along():
         faster = knobs["batch_size"] == 64 and knobs["num_workers"] == 2 and knobs["amp"] == "off"
         observations.append(Observation(knobs, 1000.0 if faster else 1.0))
     assert {16, 64} <= seen
+
+
+def test_a_batch_size_whose_model_step_raised_in_the_probe_is_never_proposed():
+    # A forward that rejects batches over 64: every model step setting at batch 128 raised in the probe, so a trial
+    # there would fail the same way. Batch 128 was proposed as the best's batch neighbour all the same.
+    space = SearchSpace({name: {**VARIED, "batch_size": [16, 32, 128]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+    too_big = [i for i, k in enumerate(plan.computes) if k["batch_size"] == 128]
+    error = "RuntimeError: batch 128 too big for my custom kernel"
+    result = ProbeResult(
+        [loader_rate(s) for s in plan.loaders],
+        [None if i in too_big else compute_rate(k) for i, k in enumerate(plan.computes)],
+        failed=[ProbeFailure("compute", i, error) for i in too_big],
+    )
+    g = Guide(ProbeModel(plan, result), space, BASELINE)
+    observations = [observed(g, BASELINE), observed(g, WORKERS_BEST, ratio=2.0)]  # the best, at batch 32
+    proposed = []
+    while (proposal := g.propose(observations, {config_key(o.knobs) for o in observations}, [])) is not None:
+        proposed.append(proposal.knobs)
+        observations.append(Observation(proposal.knobs, 1.0))
+    assert {**WORKERS_BEST, "batch_size": 16} in proposed, "the smaller neighbour is still checked"
+    assert all(knobs["batch_size"] != 128 for knobs in proposed)
 
 
 def test_the_best_to_beat_must_be_feasible():

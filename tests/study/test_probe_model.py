@@ -12,7 +12,7 @@ from autotune.records import PROBE_ATTR, ProbeRecord, on_machine
 from autotune.study.probe_model import ProbeModel, anchor_knobs, expected_probe_s, probe_once, probe_plan
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.trial.result import Failure, FailureKind, ProbeResult, TrialResult
+from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbeOutOfMemory, ProbeResult, TrialResult
 from tests.conftest import NEUTRAL_KNOBS
 from tests.study.test_tuner import META, settings
 
@@ -52,6 +52,41 @@ def test_the_plan_times_every_loader_setting_and_each_compute_knob_around_the_an
     optimizer_space = SearchSpace({**SPACE.candidates, "optimizer_impl": ["default", "foreach"]})
     foreach = [k for k in probe_plan(optimizer_space, BASELINE).computes if k["optimizer_impl"] == "foreach"]
     assert [k["batch_size"] for k in foreach] == [16], "the optimizer step does not depend on the batch size"
+
+
+def test_a_configuration_raised_where_the_probe_saw_its_exact_model_step_setting_raise():
+    plan = probe_plan(SPACE, BASELINE)
+    bf16_32 = plan.computes.index({**plan.computes[0], "batch_size": 32, "amp": "bf16"})
+    one_thread_32 = plan.computes.index({**plan.computes[0], "batch_size": 32, "num_threads": 1})
+    result = ProbeResult(
+        [loader_rate(s) for s in plan.loaders],
+        [None if i in (bf16_32, one_thread_32) else compute_rate(k) for i, k in enumerate(plan.computes)],
+        [ProbeOutOfMemory("compute", one_thread_32, "CUDA out of memory")],
+        [ProbeFailure("compute", bf16_32, "RuntimeError: no bf16 kernel at batch 32")],
+    )
+    s = ProbeModel(plan, result)
+    bf16_at_32 = {**BASELINE, "batch_size": 32, "amp": "bf16"}
+    with_workers = {**bf16_at_32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    assert s.raised(bf16_at_32) == s.raised(with_workers) == "RuntimeError: no bf16 kernel at batch 32"
+    assert s.raised({**bf16_at_32, "batch_size": 16}) is None, "another batch size ran"
+    assert s.raised({**bf16_at_32, "num_threads": 1}) is None, "two knobs changed at once: never timed"
+    assert s.raised({**bf16_at_32, "compile": "default"}) is None, "the probe never compiles"
+    assert s.raised({**BASELINE, "batch_size": 32, "num_threads": 1}) is None, "out of memory is bounded elsewhere"
+
+
+def test_a_configuration_of_a_batch_size_at_which_every_probed_model_step_raised_is_taken_to_raise():
+    plan = probe_plan(SPACE, BASELINE)
+    at_32 = [i for i, k in enumerate(plan.computes) if k["batch_size"] == 32]
+    failures = [ProbeFailure("compute", i, "RuntimeError: batch 32 too big") for i in at_32]
+    rates = [None if i in at_32 else compute_rate(k) for i, k in enumerate(plan.computes)]
+    s = ProbeModel(plan, ProbeResult([loader_rate(p) for p in plan.loaders], rates, [], failures))
+    two_changes = {**BASELINE, "batch_size": 32, "amp": "bf16", "num_threads": 1}
+    assert len(at_32) > 1 and s.raised(two_changes) == "RuntimeError: batch 32 too big", "never timed, yet known"
+    assert s.raised({**two_changes, "batch_size": 16}) is None
+    ran = at_32[-1]
+    rates[ran] = compute_rate(plan.computes[ran])
+    one_ran = ProbeModel(plan, replace(s.result, compute_throughputs=rates, failed=failures[:-1]))
+    assert one_ran.raised(two_changes) is None, "a setting at batch 32 ran: the others may too"
 
 
 def bf16_pays_at_batch_32(knobs):
