@@ -86,7 +86,8 @@ def test_a_tuning_run_writes_consistent_reports(tmp_path, cli_here, monkeypatch)
     beaten = base < fastest * (1 - TIE_TOLERANCE)  # else the baseline is tied with the fastest, and kept
     assert ("[confirm-1-baseline]" in proc.stdout) == beaten, "a trial that beat the baseline is re-measured"
     if report["confirmation"] and report["confirmation"]["confirmed"]:
-        assert recommended["throughput"]["method"] == "one interleaved re-measurement"
+        basis = "one interleaved re-measurement; the speedup: the ratio of the two throughputs"
+        assert recommended["throughput"]["method"] == basis
     elif beaten:
         assert recommended["knobs"] == recommended["baseline"], "an unconfirmed trial is not recommended"
 

@@ -25,7 +25,7 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
             throughput=round(summary.recommended_throughput, 2),
             baseline_throughput=round(summary.baseline_throughput, 2),
             speedup=round(summary.speedup, 3),
-            method=summary.throughput_basis,
+            method=f"{summary.throughput_basis}; the speedup: {summary.speedup_basis}",
             peak_memory_mb=round(rec.result.peak_memory_mb, 1),
             baseline_peak_memory_mb=round(base.result.peak_memory_mb, 1),
         ),

@@ -77,6 +77,17 @@ class Summary:
         return "single measurements"
 
     @property
+    def speedup_basis(self) -> str:
+        """How ``speedup`` was found, in words, with its interval where it has one."""
+        interval = self.gain_interval
+        if interval is None:
+            return "the ratio of the two throughputs"
+        return (
+            f"the geometric mean of {interval.n} paired rounds' ratios, 95 % interval "
+            f"{interval.low:.2f}-{interval.high:.2f}x"
+        )
+
+    @property
     def gain_interval(self) -> RatioInterval | None:
         """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
         round by round, in the race that proved it (``proof``: each round ran the two close together, so pairing them

@@ -61,7 +61,7 @@ def test_reports_are_written_and_consistent(tmp_path):
         "baseline": 100.0,
         "speedup": 1.2,
         "unit": "samples/s",
-        "method": "single measurements",
+        "method": "single measurements; the speedup: the ratio of the two throughputs",
     }
     assert recommended["peak_memory_mb"] == {"recommended": 100.0, "baseline": 100.0}
 
@@ -123,7 +123,8 @@ def test_a_confirmed_recommendation_reports_the_interleaved_medians(tmp_path):
     files = write_reports(results, summarise(results), tmp_path)
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["throughput"]["recommended"] == 111.0 and recommended["throughput"]["baseline"] == 100.0
-    assert recommended["throughput"]["method"] == "medians of 3 interleaved re-measurements"
+    method = "medians of 3 interleaved re-measurements; the speedup: the geometric mean of 3 paired rounds' ratios"
+    assert recommended["throughput"]["method"].startswith(method + ", 95 % interval 1.0")
     assert "confirmed by interleaved re-measurement" in files["report.md"].read_text()
     assert json.loads(files["report.json"].read_text())["confirmation"]["confirmed"] is True
 
