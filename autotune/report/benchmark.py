@@ -14,7 +14,7 @@ from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
 from autotune.results.benchmark import Benchmark, Entry
 
-_HEADERS = ["configuration", "samples/s (median)", "vs baseline", "95 % interval", "verdict", "peak memory"]
+_HEADERS = ["configuration", "samples/s (median)", "vs baseline (paired)", "95 % interval", "verdict", "peak memory"]
 
 
 def write_benchmark(benchmark: Benchmark, out_dir: Path) -> dict[str, Path]:
