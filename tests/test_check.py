@@ -54,6 +54,15 @@ def test_a_fall_within_the_noise_holds():
     assert verdict_line(record).startswith("holds within the noise: 1.31x now"), "not: reaches the floor"
 
 
+def test_a_speedup_above_the_floor_whose_interval_reaches_below_it_holds_within_the_noise():
+    record = check(1.5, [180.0, 150.0], base_runs=(100.0, 100.0))
+    assert record.now.low < record.floor < record.now.geomean, "1.64x now, interval 0.52-5.2x, floor 1.35x"
+    assert record.passed
+    assert verdict_line(record).startswith("holds within the noise: 1.64x now"), "not: holds"
+    assert verdict_line(record).endswith("but its interval reaches below it too (more check.rounds would tell)")
+    assert verdict_line(check(1.5, [180.0, 178.0, 183.0])).startswith("holds: "), "its interval above the floor"
+
+
 def test_without_a_recorded_interval_an_interval_wholly_below_the_floor_regresses():
     # Welch's degrees of freedom of one measurement are n - 1 exactly; read a hair below and floored, the gate used a
     # wider t than the interval's own and let this fall hold.

@@ -53,6 +53,11 @@ def verdict_line(check: Check) -> str:
         )
     if now.geomean < check.floor:
         return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it"
+    if now.low < check.floor:
+        return (
+            f"holds within the noise: {speedup} reaches {limit}, but its interval reaches below it too (more "
+            "check.rounds would tell)"
+        )
     return f"holds: {speedup} reaches {limit}"
 
 
