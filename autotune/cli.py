@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from autotune import app, benchmark, check, diagnose, rerender, selfcheck
-from autotune.config.load import did_you_mean, is_report, load_report_study, load_settings
+from autotune.config.load import is_report, load_report_study, load_settings, unknown_key
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
@@ -235,21 +235,41 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
     )
 
 
+# Hydra's refusals of an override that adds (+) or removes (~) a key, which it raises without a cause to read the key
+# from (hydra/_internal/config_loader_impl.py): its message, and what to say instead.
+_OVERRIDE_REFUSALS = (
+    (
+        re.compile(r"^Could not append to config\. An item is already at '(?P<key>[^']+)'\."),
+        "already set; change it with {key}=VALUE (without the +), or ++{key}=VALUE sets it whether set or not",
+    ),
+    (
+        re.compile(r"^Could not delete from config\. '(?P<key>[^']+)' does not exist\.$"),
+        "not set, so ~{key} has nothing to remove",
+    ),
+    (
+        re.compile(
+            r"^Could not delete from config\. The value of '(?P<key>[^']+)' is (?P<value>.*) and not (?P<given>.*)\.$"
+        ),
+        "is {value}, not {given}; ~{key} without a value removes it whatever it is",
+    ),
+)
+
+
 def _composition_error(exc: Exception) -> ConfigError:
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
     key = getattr(cause, "full_key", None)
     message = _one_line(str(exc))
     if "You must specify 'pipeline'" in message:
         return ConfigError("pipeline", "no pipeline chosen; run e.g. python -m autotune pipeline=mymodel")
+    for refusal, problem in _OVERRIDE_REFUSALS:
+        if found := refusal.search(message):
+            return ConfigError(found["key"], problem.format(**found.groupdict()))
     if key and "not in struct" in str(cause):
-        parent = getattr(cause, "parent_node", None)
         section, _, name = key.rpartition(".")
         if name == "pipeline" and not section:
             return ConfigError("pipeline", "no pipeline chosen for the pipeline.* keys; add pipeline=NAME before them")
-        known = ([str(k) for k in parent] if isinstance(parent, DictConfig) else []) + ([] if section else ["pipeline"])
-        hint = did_you_mean(name, known, section)
-        advice = hint.strip() or f"check the spelling, or add a key the file lacks with +{key}=VALUE"
-        return ConfigError(key, f"unknown key; {advice}")
+        parent = getattr(cause, "parent_node", None)
+        return unknown_key(section, name, [str(k) for k in parent] if isinstance(parent, DictConfig) else [])
     return ConfigError(key or "", message)
 
 

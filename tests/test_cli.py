@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import optuna
 import psutil
 import pytest
 import torch
@@ -22,6 +23,7 @@ import yaml
 
 from autotune import app, cli
 from autotune.knobs import KNOBS
+from autotune.records import META_ATTR
 from autotune.results.race import TIE_TOLERANCE
 from tests.conftest import (
     FAST_MEASURE,
@@ -186,7 +188,7 @@ BAD_INPUTS = [
     ([], "pipeline: no pipeline chosen"),
     (["pipeline=mymodel", "search.batch_size=[32"], "search.batch_size: cannot parse the override 'search.batch_siz"),
     (["pipeline=mymodel", "study.n_trails=3"], "study.n_trails: unknown key; did you mean study.n_trials?"),
-    (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown key; check the spelling, or add a key"),
+    (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown knob; expected one of: batch_size"),
     (["pipeline=mymodel", "+search.flash=[true]"], "search.flash: unknown knob; expected one of: batch_size"),
     (["pipeline=mymodel", "search.amp=[fp8]"], "search.amp: expected one of off, bf16, fp16, got 'fp8'"),
     (["pipeline=mymodel", "search.batch_size=[0]"], "search.batch_size: expected an integer >= 1, got 0"),
@@ -386,6 +388,95 @@ def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, cli_here):
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"autotune: error: {tmp_path}/pipeline/broken.yaml:2:9: YAML syntax error: expected ',' or '}}', but got ':'"
+    )
+
+
+BASELINE_AMP = "pipeline.baseline.amp"
+OVERRIDE_MISTAKES = [
+    # a knob the pipeline's file leaves unset is no typo: it is added with +
+    (
+        "tiny",
+        [f"{BASELINE_AMP}=fp8"],
+        f"{BASELINE_AMP}: not set in the pipeline's file; add it with +{BASELINE_AMP}=VALUE",
+    ),
+    (
+        "tiny",
+        ["pipeline.baseline.ampp=fp8"],
+        "pipeline.baseline.ampp: unknown key; did you mean pipeline.baseline.amp? expected one of: " + ", ".join(KNOBS),
+    ),
+    (
+        "with_amp",
+        [f"+{BASELINE_AMP}=bf16"],
+        f"{BASELINE_AMP}: already set; change it with {BASELINE_AMP}=VALUE (without the +), or "
+        f"++{BASELINE_AMP}=VALUE sets it whether set or not",
+    ),
+    ("tiny", [f"~{BASELINE_AMP}"], f"{BASELINE_AMP}: not set, so ~{BASELINE_AMP} has nothing to remove"),
+    (
+        "with_amp",
+        [f"~{BASELINE_AMP}=bf16"],
+        f"{BASELINE_AMP}: is fp16, not bf16; ~{BASELINE_AMP} without a value removes it whatever it is",
+    ),
+    # the top-level sections written in a pipeline's file, or under pipeline. on the command line
+    (
+        "with_search",
+        [],
+        "pipeline.search: not a pipeline key: search is top-level; give it on the command line as search.KEY=VALUE",
+    ),
+    (
+        "tiny",
+        ["pipeline.search.num_workers=[0]"],
+        "pipeline.search: not a pipeline key: search is top-level; give it on the command line as search.KEY=VALUE",
+    ),
+    (
+        "with_study",
+        [],
+        "pipeline.study: not a pipeline key: study is top-level; give it on the command line as study.KEY=VALUE",
+    ),
+    (
+        "tiny",
+        ["search.flash=[true]"],
+        "search.flash: unknown knob; expected one of: " + ", ".join([*KNOBS, "batch_policy"]),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "args", "message"),
+    OVERRIDE_MISTAKES,
+    ids=[" ".join([pipeline, *args]) for pipeline, args, _ in OVERRIDE_MISTAKES],
+)
+def test_an_override_of_a_key_set_or_unset_or_misplaced_says_so_in_one_line(
+    tmp_path, pipeline, args, message, cli_here
+):
+    tiny = (TEST_CONF / "pipeline" / "tiny.yaml").read_text()
+    (tmp_path / "pipeline").mkdir()
+    for name, extra in [
+        ("tiny", ""),
+        ("with_amp", "  amp: fp16\n"),
+        ("with_search", "search:\n  num_workers: [0, 2]\n"),
+    ]:
+        (tmp_path / "pipeline" / f"{name}.yaml").write_text(tiny + extra)
+    (tmp_path / "pipeline" / "with_study.yaml").write_text(tiny + "study:\n  n_trials: 3\n")
+    run = [f"study.storage=sqlite:///{tmp_path}/s.db", f"hydra.run.dir={tmp_path}/out"]
+    proc = cli_here(["-cd", str(tmp_path), f"pipeline={pipeline}", *args, *run], cwd=tmp_path)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"autotune: error: {message}\n", "")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "s.db").exists(), "refused before any trial"
+
+
+def test_a_value_refused_is_said_before_a_stored_study_of_other_settings(tmp_path, cli_here):
+    # a study whose stored settings differ from this run's: a run with them all valid is refused as the other study's
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(storage=storage, study_name="tiny", direction="maximize")
+    study.set_user_attr(META_ATTR, {"fingerprint": "another run's", "measure": {"min_time_s": 9.0}})
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    args = [*TINY, f"study.storage={storage}", f"hydra.run.dir={tmp_path}/out"]
+    proc = cli_here(args, cwd=tmp_path)
+    assert proc.returncode == 2 and "study.name: study 'tiny' in the storage was created with other" in proc.stderr
+    # with a value of its own refused, that value is what it says: it is checked before the study is compared
+    proc = cli_here([*args, "search.batch_size=[100000]"], cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "autotune: error: search.batch_size: 100000 cannot run here: 100000 is larger than the dataset (256 samples)\n",
     )
 
 

@@ -4,6 +4,7 @@ of any error."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -52,6 +53,42 @@ def load_report_study(config: dict[str, Any]) -> tuple[str, str]:
     return values["study.name"], values["study.storage"]
 
 
+def unknown_key(section: str, name: str, present: Iterable[str] = ()) -> ConfigError:
+    """The refusal of the key ``name`` of the mapping at ``section`` ("": the top level) that the config does not
+    hold: one rule for a key written in a file (``_walk``) and one given on the command line without ``+`` that the
+    composed config lacks (``autotune/cli.py``). ``present``: the keys the mapping holds, where the table does not
+    govern it (a component's arguments, Hydra's own keys).
+
+    A key of the table that the file leaves unset is no typo: it is added with ``+KEY=VALUE``. A top-level key
+    written inside the pipeline (``search:`` in a pipeline's file) is said to be top-level. Another key of a mapping
+    the table governs is unknown, with the keys it takes; elsewhere it may be a key the file lacks."""
+    key = f"{section}.{name}" if section else name
+    if key in KEYS or key in _TREE:
+        where = "the pipeline's file" if key.startswith("pipeline.") else "the config"
+        return ConfigError(key, f"not set in {where}; add it with +{_settable(key)}=VALUE")
+    if section == "pipeline" and name in _TREE[""] and name != "pipeline":
+        top = f"{name}.KEY" if name in _TREE else name
+        return ConfigError(key, f"not a pipeline key: {name} is top-level; give it on the command line as {top}=VALUE")
+    if section in _TREE and section not in _COMPONENT_PATHS:
+        allowed = list(_TREE[section])
+        hint = did_you_mean(name, list(dict.fromkeys([*allowed, *present])), section)
+        what = "knob" if section == "search" else "key"
+        return ConfigError(key, f"unknown {what}; {hint}expected one of: {', '.join(allowed)}")
+    hint = did_you_mean(name, list(present), section).strip()
+    return ConfigError(
+        key, f"unknown key; {hint or f'check the spelling, or add a key the file lacks with +{key}=VALUE'}"
+    )
+
+
+def _settable(path: str) -> str:
+    """The key of the table at or under ``path`` that an override sets: ``path`` itself, or for a mapping its first
+    key that must be given (else its first)."""
+    while path not in KEYS:
+        children = _TREE[path]
+        path = f"{path}.{next((name for name, required in children.items() if required), next(iter(children)))}"
+    return path
+
+
 def did_you_mean(name: str, known: list[str], section: str) -> str:
     """``"did you mean SECTION.KEY? "`` for the key of ``known`` closest to the misspelt ``name``, or ``""``."""
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)  # 0.6 offers num_workers for num_threads
@@ -89,7 +126,7 @@ def _values(node: dict[str, Any], path: str) -> dict[str, Any]:
 def _walk(node: dict[str, Any], path: str, found: dict[str, Any]) -> None:
     children = _TREE[path]
     if path not in _COMPONENT_PATHS:  # a component's other keys are the arguments of its _target_
-        _check_known(node, path, tuple(children))
+        _check_known(node, path)
     for name, required in children.items():
         full = f"{path}.{name}" if path else name
         if full in KEYS and name in node:
@@ -110,15 +147,10 @@ def _mapping(node: Any, path: str) -> dict[str, Any]:
     return node
 
 
-def _check_known(node: dict, path: str, allowed: tuple[str, ...]) -> None:
+def _check_known(node: dict, path: str) -> None:
     for key in node:
-        if key not in allowed:
-            name = key if isinstance(key, str) and key.isprintable() else shown(key)  # a key on one line
-            hint = did_you_mean(name, list(allowed), path)
-            what = "knob" if path == "search" else "key"
-            raise ConfigError(
-                f"{path}.{name}" if path else name, f"unknown {what}; {hint}expected one of: {', '.join(allowed)}"
-            )
+        if key not in _TREE[path]:
+            raise unknown_key(path, key if isinstance(key, str) and key.isprintable() else shown(key))  # on one line
 
 
 def _check_order(values: dict[str, Any]) -> None:

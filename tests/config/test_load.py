@@ -105,6 +105,18 @@ BAD_CONFIGS = [
     (tiny_config(study={"name": "tiny\nrun"}), "study.name: expected a printable name without '#', got 'tiny\\nrun'"),
     (tiny_config(study={"storage": "sqlite:///a\x00.db"}), "study.storage: expected a non-empty string, got 'sqlite"),
     (tiny_config(study={"nam\ne": "x"}), "study.'nam\\ne': unknown key; expected one of: name, storage"),
+    (
+        {**tiny_config(), "pipeline": _pipeline(search={"num_workers": [0, 2]})},
+        "pipeline.search: not a pipeline key: search is top-level; give it on the command line as search.KEY=VALUE",
+    ),
+    (
+        {**tiny_config(), "pipeline": _pipeline(measure={"repeats": 3})},
+        "pipeline.measure: not a pipeline key: measure is top-level; give it on the command line as measure.KEY=VALUE",
+    ),
+    (
+        {**tiny_config(), "pipeline": _pipeline(mode="tune")},
+        "pipeline.mode: not a pipeline key: mode is top-level; give it on the command line as mode=VALUE",
+    ),
 ]
 
 
