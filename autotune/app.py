@@ -174,9 +174,9 @@ def _tune(
         stop = StopReason(str(error), aborted=True)
         raise
     finally:
-        for each in runners:
-            each.close()
-        with signals_held():  # a stop signal now is delivered once the reports are written
+        with signals_held():  # a stop signal now is delivered once the servers are ended and the reports written
+            for each in runners:
+                each.close()
             clock.save(finished=not stop.aborted)  # the run's time ends here: what follows renders what it stored
             files = _report(study, machine, output_dir, stop, out)
     if stop.aborted:

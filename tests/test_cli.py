@@ -581,15 +581,17 @@ def test_sighup_stops_a_run_as_sigterm_does(tmp_path, cli_here, monkeypatch):
     assert proc.stderr.strip() == f"autotune: error: stopped by {signal.Signals(signum).name}"
 
 
+@pytest.mark.parametrize("where", ["write_reports", "close"])
 @pytest.mark.slow
-def test_a_stop_signal_as_the_reports_are_written_stops_the_run_once_they_are(tmp_path, cli_here, monkeypatch):
-    written = app.write_reports
+def test_a_stop_signal_as_the_run_ends_stops_it_once_its_reports_are_written(tmp_path, cli_here, monkeypatch, where):
+    owner = app if where == "write_reports" else app.TrialRunner
+    unpatched = getattr(owner, where)
 
     def signalled_midway(*args):
-        os.kill(os.getpid(), signal.SIGTERM)  # held until the reports are written
-        return written(*args)
+        os.kill(os.getpid(), signal.SIGTERM)  # held until the servers are ended and the reports written
+        return unpatched(*args)
 
-    monkeypatch.setattr(app, "write_reports", signalled_midway)
+    monkeypatch.setattr(owner, where, signalled_midway)
     args = [*TINY, "study.n_trials=0", f"study.storage=sqlite:///{tmp_path}/s.db", f"hydra.run.dir={tmp_path}/out"]
     proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr

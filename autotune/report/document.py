@@ -168,7 +168,7 @@ def headline(summary: Summary) -> Headline:
             "Keep your current settings.",
             f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
         )
-    if summary.is_baseline and summary.stopped_early and len(summary.ranked) == 1:
+    if summary.is_baseline and summary.stopped_before_race_end and len(summary.ranked) == 1:
         return Headline(
             "No recommendation yet.",
             f"The run stopped after measuring the baseline ({base.throughput:.1f} samples/s) alone; run the same "
@@ -191,14 +191,14 @@ def headline(summary: Summary) -> Headline:
         + (
             " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end (cut "
             "by study.budget_s, a failed run, a round the recommendation lost to the baseline there, or a run stopped "
-            "before it); running the study again goes on with it."
+            "before or in it); running the study again goes on with it."
             if summary.untrimmed
             else ""
         )
         + (
-            " No race has re-measured it against the baseline yet (the study's last run stopped before its race, or "
-            "another tuner of the study still searches): run the same command again to resume."
-            if summary.stopped_early and not summary.confirmed
+            " No race has re-measured it against the baseline yet (the study's last run stopped before its race "
+            "ended, or another tuner of the study still searches): run the same command again to resume."
+            if summary.stopped_before_race_end and not summary.confirmed
             else ""
         )
         + (

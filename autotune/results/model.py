@@ -32,8 +32,8 @@ from autotune.trial.result import TrialResult
 
 # Importance compares the best half of the trials with all of them, and only from IMPORTANCE_MIN_TRIALS completed
 # trials: in simulated studies of random trials the knob that mattered most came first in 80-85 % of those of 30
-# trials, against 32-50 % with Optuna's default (the best tenth), and in 35-57 % of those of 8 to 12 trials, a
-# guided search's usual count (benchmarks/importance_model.py, docs/benchmarks.md section 11).
+# trials, against 32-50 % with Optuna's default (the best tenth), and in 35-37 % of those of 8 trials, the most a
+# guided search runs by default (benchmarks/importance_model.py, docs/benchmarks.md section 11).
 IMPORTANCE_QUANTILE = 0.5
 IMPORTANCE_MIN_TRIALS = 30
 
@@ -106,7 +106,7 @@ def load_results(study: optuna.Study, machine: str | None = None, here: str | No
         optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
         probe=ProbeRecord.from_dict(probe) if probe is not None else None,
         trim=[Confirmation.from_dict(trim) for trim in attrs.get(on_machine(TRIM_ATTR, machine)) or []],
-        importance=knob_importance(study, [trial for trial, _ in measured]),
+        importance=knob_importance(study, [trial for trial, result in measured if result.ok]),  # as the report counts
         profiles=_profiles(attrs.get(on_machine(PROFILES_ATTR, machine))),
         machine_id=machine,
         other_machines={other: about for other, about in machines.items() if other != machine},

@@ -16,6 +16,10 @@ from autotune.results.race import (
     settled,
     trimmed_to,
 )
+from autotune.results.tuner_time import STAGES
+
+# The stages a run enters only once its race ended: a run stopped with none of them stopped before its race ended.
+AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,9 @@ class Summary:
     none ran). Where a race proved the recommendation, the throughputs and speedup are the medians of the race of most
     rounds it won (``proof``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
-    not prove, which are not recommended from their single runs. ``stopped_early``: the study's last run stopped
-    before its end (interrupted, a fault), as its record of the tuner's time says.
+    not prove, which are not recommended from their single runs. ``stopped_before_race_end``: the study's last run
+    stopped (interrupted, a fault) before its race ended, as its record of the tuner's time says (no trim stage):
+    running it again races.
     """
 
     ranked: list[TrialRecord]
@@ -41,7 +46,7 @@ class Summary:
     trim: list[Confirmation] = field(default_factory=list)
     ruled_out: frozenset[str] = frozenset()
     trim_ended: bool = False
-    stopped_early: bool = False
+    stopped_before_race_end: bool = False
 
     @property
     def races(self) -> list[Confirmation]:
@@ -110,8 +115,8 @@ class Summary:
     @property
     def untrimmed(self) -> bool:
         """Whether the recommendation, confirmed and changing two knobs or more, stands without a whole trim (left
-        out or cut short by study.budget_s, ended by a failed run, not reached by a run stopped before it, or still
-        running in another tuner): some of its changes may do nothing. A later run races the trim's last race
+        out or cut short by study.budget_s, ended by a failed run, stopped before or in it, or still running in
+        another tuner): some of its changes may do nothing. A later run races the trim's last race
         again."""
         if not self.confirmed or len(self.changed_knobs()) < 2:
             return False
@@ -175,7 +180,7 @@ def summarise(results: StudyResults) -> Summary:
     trim: list[Confirmation] = []
     trim_ended = False
     runs = results.tuner_time.runs if results.tuner_time else []
-    stopped_early = bool(runs) and not runs[-1].finished
+    stopped_before_race_end = bool(runs) and not runs[-1].finished and not AFTER_RACE & runs[-1].stages.keys()
     if confirmation is None:
         candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline
@@ -201,7 +206,7 @@ def summarise(results: StudyResults) -> Summary:
         trim,
         ruled_out,
         trim_ended,
-        stopped_early,
+        stopped_before_race_end,
     )
 
 

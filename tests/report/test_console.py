@@ -86,6 +86,7 @@ def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_r
     config = tiny_config(
         study={"n_trials": 2, "confirm_rounds": 2, "probe": False}, search={**fixed, "batch_size": [32, 64]}
     )
+    config["pipeline"]["baseline"] = {"batch_size": 2}  # slower than either trial however busy the machine: a race
     settings = load_settings(config, "tiny")
     settings = replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/study.db"))
     out = io.StringIO()
@@ -102,4 +103,4 @@ def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_r
         assert (ratio is not None) == (before and name != run_name(prefix, None)), (name, said)
         if ratio:
             own = float(said.split()[0]) / float(runs[run_name(prefix, None)].split()[0])
-            assert float(ratio.group(1)) == pytest.approx(own, abs=0.006), name
+            assert float(ratio.group(1)) == pytest.approx(own, rel=0.002, abs=0.006), name  # printed rounded

@@ -355,6 +355,11 @@ def test_a_run_stopped_before_its_race_says_its_recommendation_is_not_raced_yet(
     assert "No race has re-measured it against the baseline yet" in line.rest
     finished = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, {}, {}, finished=True)]))
     assert "No race has re-measured" not in headline(summarise(finished)).rest, "confirm_rounds=0 ran to its end"
+    in_race = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, {"race": 9.0}, {}, finished=False)]))
+    assert "No race has re-measured it against the baseline yet" in headline(summarise(in_race)).rest
+    profiles = {"race": 0.0, "trim": 0.0, "profiles": 9.0}  # confirm_rounds=0: no race to run again
+    after = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, profiles, {}, finished=False)]))
+    assert "No race has re-measured" not in headline(summarise(after)).rest, "stopped after its race ended"
 
 
 def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_not_the_rank(tmp_path):

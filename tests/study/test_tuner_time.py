@@ -18,12 +18,13 @@ from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 
-def _settings(tmp_path, **study):
+def _settings(tmp_path, baseline_batch_size=16, **study):
     fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
     config = tiny_config(
         study={"n_trials": 2, "confirm_rounds": 2, "probe": True, **study},
         search={**fixed, "batch_size": [16, 32]},
     )
+    config["pipeline"]["baseline"] = {"batch_size": baseline_batch_size}
     settings = load_settings(config, "tiny")
     return replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/study.db"))
 
@@ -101,13 +102,13 @@ def test_the_tuners_own_work_is_what_remains_of_each_stage_and_of_the_run():
 @pytest.mark.slow
 def test_a_run_stopped_in_its_race_says_so_and_is_not_recorded_as_finished(tmp_path, monkeypatch):
     """Ctrl-C or SIGTERM (the CLI raises KeyboardInterrupt) after the search: the run is stopped, not finished, so its
-    single-run recommendation says no race has re-measured it, here and in mode=report."""
+    single-run recommendation says no race has re-measured it."""
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(app, "run_race", stopped)
-    settings, out = _settings(tmp_path, probe=False), io.StringIO()
+    settings, out = _settings(tmp_path, probe=False, baseline_batch_size=2), io.StringIO()  # slower than any trial
     with pytest.raises(KeyboardInterrupt):
         app.run(settings, tmp_path / "tuned", out)
     assert "Stopped: interrupted" in out.getvalue()
