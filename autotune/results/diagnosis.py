@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass
 
 from autotune.measure.measurement import SystemReport
-from autotune.measure.profiling import ProfileResult
+from autotune.measure.profiling import OperatorStat, ProfileResult
 
 DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
     "data-bound",
@@ -127,9 +127,7 @@ def figures(result: ProfileResult) -> Figures:
     on_device = ops.device == "cuda"
     time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
     small = max(SMALL_OPERATOR_S, SMALL_OPERATOR_DISPATCHES * ops.dispatch_s)
-    overhead = ops.outside_operators_s + sum(
-        op.self_cpu_s for op in ops.step_operators if not op.name.startswith("aten::") or op.typical_call_cpu_s < small
-    )
+    overhead = ops.outside_operators_s + sum(_overhead_of(op, small) for op in ops.step_operators)
     operator_time = sum(time_of(op) for op in aten) or float("inf")
     compute = sum(time_of(op) for op in aten if is_compute_operator(op.name, ops.device))
     products = sum(time_of(op) for op in aten if _COMPUTE_OPERATOR.match(op.name))
@@ -150,6 +148,17 @@ def figures(result: ProfileResult) -> Figures:
         product_share=products / operator_time,
         operator_share=min(1.0, operator_time / step_s) if math.isfinite(operator_time) else 0.0,
     )
+
+
+def _overhead_of(op: OperatorStat, small: float) -> float:
+    """The host time of ``op``'s calls that is overhead: all of it for what is not an aten operator; for one whose
+    typical call is ``small``, its calls at that typical cost (a few heavy calls among many tiny ones, an add_ on
+    activations among an optimizer's on scalars, are work, not overhead); none for the rest."""
+    if not op.name.startswith("aten::"):
+        return op.self_cpu_s
+    if op.typical_call_cpu_s >= small:
+        return 0.0
+    return min(op.self_cpu_s, op.calls * op.typical_call_cpu_s)
 
 
 def is_compute_operator(name: str, device: str) -> bool:
@@ -261,16 +270,21 @@ def gc_finding(result: ProfileResult) -> str | None:
 
 def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
     """A line where, on a CPU with workers, loading and the model step keep ``SATURATED_CORES`` of the machine's
-    ``cpu_count`` cores busy or more: each slows the other. Each worker is one process: the workers keep at most as
-    many cores busy as there are of them, however long a batch takes; where they load slower than the steps consume,
-    the steps timed ran on batches loaded before them, which the line says."""
+    ``cpu_count`` cores busy or more (the process tree's CPU, where the profile read it): each slows the other. Each
+    worker is one process: the workers keep at most as many cores busy as there are of them, however long a batch
+    takes; where they load slower than the steps consume, the steps timed ran on batches loaded before them, which
+    the line says."""
     workers = result.stages.num_workers
     if workers == 0 or result.operators.device == "cuda":
         return None
     found = figures(result)
     working = found.loop_s - found.wait_s
     loading_cores = found.loading_s / found.loop_s
+    # The cores the process tree used, as read; from the stage times (busy as long as it is not waiting: a worker
+    # that sleeps or waits on I/O reads busy) only in a profile without the reading.
     cores = min(loading_cores, workers) + working / found.loop_s
+    if result.cpu is not None:
+        cores = result.cpu.system.process_tree_cores
     if cores < SATURATED_CORES * cpu_count:
         return None
     behind = loading_cores > workers

@@ -40,7 +40,7 @@ from tests.fixtures.profiled import (
     SlowTransformFeatures,
     WideMLP,
 )
-from tests.results.profile_records import profile_result
+from tests.results.profile_records import LOOP_S, profile_result
 
 
 def profiled(model, dataset, batch_size: int, tmp_path, steps: int = 9, **knobs) -> ProfileResult:
@@ -122,15 +122,16 @@ def test_the_first_rule_that_holds_decides_and_each_names_its_figure_and_thresho
     assert verdict(profile_result(wait_share=0.1, small_operators=0.7))[0] == OVERHEAD_BOUND
 
 
-def test_short_operators_are_overhead_by_their_median_call_which_a_preempted_call_does_not_move():
-    """On a busy machine the wall time the OS takes goes to whichever operator was running: one 50 ms preemption among
-    60 calls of 2 µs lifts their mean to 0.8 ms; their median stays 2 µs."""
+def test_short_operators_are_overhead_at_their_typical_calls_cost_and_heavy_calls_under_their_name_are_work():
+    """Of an operator whose typical (median) call is short, its calls at that cost are host overhead; its time beyond
+    it is not: an add_ on activations among an optimizer's many on scalars (85 calls, median 1.2 µs, 9.4 ms in all)
+    is work, which torch.compile would not remove nor a larger batch amortise."""
     result = profile_result(wait_share=0.1, small_operators=0.7)
     mm, add, view = result.operators.step_operators
-    preempted = replace(view, calls=60, self_cpu_s=view.self_cpu_s + 0.05)
-    for short, expected in ((replace(preempted, median_call_cpu_s=2e-6), OVERHEAD_BOUND), (preempted, MEMORY_BOUND)):
-        operators = replace(result.operators, step_operators=[mm, add, short])
-        assert verdict(replace(result, operators=operators))[0] == expected, "by the median where known, else the mean"
+    assert verdict(result)[0] == OVERHEAD_BOUND, "short calls alone"
+    heavy_among_short = replace(view, calls=60, median_call_cpu_s=2e-6)  # the same time, in a few heavy calls
+    operators = replace(result.operators, step_operators=[mm, add, heavy_among_short])
+    assert verdict(replace(result, operators=operators))[0] == MEMORY_BOUND
 
 
 def test_on_a_gpu_overhead_is_the_gpu_idle_waiting_for_the_host():
@@ -141,6 +142,16 @@ def test_on_a_gpu_overhead_is_the_gpu_idle_waiting_for_the_host():
 def test_a_rule_below_its_threshold_says_so():
     assert str(Rule("x", 0.2, 0.5, False, MEMORY_BOUND)) == "x 20.0% < 50%: memory-bound"
     assert str(Rule("x", 0.7, 0.5, False, MEMORY_BOUND)) == "x 70.0% ≥ 50%: not memory-bound"
+
+
+def test_workers_that_sleep_or_wait_on_io_do_not_saturate_the_cores_by_their_wall_time():
+    """Two workers loading each batch for twice a step, asleep (I/O, a remote store): the tree used half a core."""
+    waiting = profile_result(wait_share=0.95, num_workers=2, loading_s=2 * LOOP_S)
+    assert saturation_finding(waiting, 2) is not None, "without the CPU reading, the stage times are all there is"
+    read = replace(waiting, cpu=CpuLoad(SystemReport(25.9, [22.2, 29.6], 0.5), threads=2))
+    assert saturation_finding(read, 2) is None, "the reading says 0.5 of 2 cores"
+    busy = replace(waiting, cpu=CpuLoad(SystemReport(97.0, [96.0, 98.0], 1.9), threads=2))
+    assert "2 cores are saturated" in saturation_finding(busy, 2) and "1.9 cores' worth" in saturation_finding(busy, 2)
 
 
 def test_workers_and_the_model_step_that_fill_the_cores_are_flagged_as_sharing_them():
