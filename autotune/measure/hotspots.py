@@ -118,6 +118,12 @@ class Hotspots:
         """``function``'s self time as a share of all the time profiled."""
         return function.self_s / self.total_s if self.total_s > 0 else 0.0
 
+    def cost_share(self, function: HotFunction) -> float:
+        """The share of all the time profiled that ``function`` costs: for the user's own, with what it calls (done
+        once, offline, its calls go too); for a library's, its self time."""
+        spent = function.cumulative_s if function.own else function.self_s
+        return min(1.0, spent / self.total_s) if self.total_s > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

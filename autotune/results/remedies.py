@@ -181,7 +181,7 @@ def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]
     hotspots, found = result.hotspots, figures(result)
     advice = []
     for function in [f for f in hotspots.functions if hotspots.share(f) >= HOT_FUNCTION_SHARE][:_MOST_HOT]:
-        share = hotspots.share(function)
+        share = hotspots.cost_share(function)
         gain = found.loop_s / step_after(found.loading_s * share)
         if gain >= MIN_GAIN:
             advice.append(_hot_advice(function, share, gain, result.operators.device))
@@ -274,7 +274,7 @@ def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -
         action += "; or move this transform to the GPU, on the batch after it is copied"
     return Advice(
         action,
-        f"{share:.0%} of loading time is {function.name}{called}",
+        f"{share:.0%} of loading time is {function.name}{' and what it calls' if function.own else ''}{called}",
         f"up to {gain:.2f}x if it cost nothing",
         gain,
         location=where,

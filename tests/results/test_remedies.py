@@ -8,7 +8,7 @@ import pytest
 
 from autotune.measure.page_faults import PageFaults
 from autotune.records import TrialRecord
-from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, verdict
+from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
 from autotune.results.profile import ProfileRecord
 from autotune.results.remedies import Advice, Tried, _with_tried, advise
 from autotune.results.tried import tries_of, twins, values_of
@@ -61,6 +61,17 @@ def test_a_hot_library_function_gets_its_call_site_and_an_action_by_what_it_does
     assert decode.action.startswith("cache decoded samples")
     assert resize.gain > decode.gain, "ranked by the share of loading each takes"
     assert not [a for a in advice if "tiny" in a.why], "a function under the hot share is no advice"
+
+
+def test_the_users_own_hot_function_is_bounded_by_what_it_costs_with_what_it_calls():
+    """Done once, offline, a __getitem__'s loop goes with the math.sin calls it makes: 97 % of loading, not its 70 %
+    self time (the step left is bounded by what removing all of it leaves)."""
+    own = replace(hot("__getitem__", 0.7, own=True), cumulative_s=0.97)
+    result = profile_result(wait_share=0.95, functions=[own, hot("math.sin", 0.27), hot("elsewhere", 0.03)])
+    (advice,) = [a for a in advise(result, DATA_BOUND, KNOBS, 8, None) if a.action.startswith("make __getitem__")]
+    assert advice.why == "97% of loading time is __getitem__ and what it calls"
+    found = figures(result)
+    assert advice.gain == pytest.approx(found.loop_s / (found.loop_s - found.loading_s * 0.97), rel=0.05)
 
 
 def test_with_workers_that_keep_up_no_more_workers_are_advised():
