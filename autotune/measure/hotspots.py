@@ -51,8 +51,18 @@ _SMALLEST_SHARE = 0.002
 Key = tuple[str, int, str]
 _AUTOTUNE = str(Path(__file__).resolve().parent.parent)
 _AUTOTUNE_PARENT = str(Path(_AUTOTUNE).parent)
+# The standard library and the installed packages, of this environment and of the Python it was made from (a
+# virtual environment's platstdlib is its own). Not all of sys.base_prefix: a system Python's is /usr, under which
+# the user's code may live (/usr/src/app).
 _LIBRARY_ROOTS = tuple(
-    {str(Path(sysconfig.get_paths()[name]).resolve()) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    {
+        str(Path(paths[name]).resolve())
+        for paths in (
+            sysconfig.get_paths(),
+            sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix}),
+        )
+        for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
 )
 # "<built-in method torch.conv2d>" is torch.conv2d; "<method 'resize' of 'ImagingCore' objects>" ImagingCore.resize.
 _BUILTIN = re.compile(r"<(?:built-in )?(?:method|function) '?([\w.]+)'?(?: of '([\w.]+)' objects)?>")
@@ -303,7 +313,7 @@ def is_own_code(path: str) -> bool:
     resolved = str(Path(path).resolve())
     if resolved.startswith(_AUTOTUNE + os.sep) or "site-packages" in resolved or "dist-packages" in resolved:
         return False
-    return not resolved.startswith(tuple(root + os.sep for root in _LIBRARY_ROOTS) + (sys.base_prefix + os.sep,))
+    return not resolved.startswith(tuple(root + os.sep for root in _LIBRARY_ROOTS))
 
 
 def shown_path(path: str) -> str:

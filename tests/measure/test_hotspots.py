@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from autotune.measure.hotspots import Hotspots, collect_hotspots
+from autotune.measure.hotspots import Hotspots, collect_hotspots, is_own_code
 from autotune.measure.loading import InstrumentedData
 from autotune.results.remedies import HOT_FUNCTION_SHARE, called_from
 from tests.fixtures.profiled import ResizedPictures, SlowTransformFeatures
@@ -89,3 +93,10 @@ def test_the_profilers_own_switching_is_not_a_hot_function():
     hotspots = _hotspots(SlowTransformFeatures(rounds=2), workers=0)
     assert not [f for f in hotspots.functions if "lsprof" in f.name]
     assert Hotspots.from_dict(hotspots.to_dict()) == hotspots
+
+
+def test_the_users_code_under_a_system_pythons_prefix_is_theirs_and_the_standard_library_is_not(monkeypatch):
+    """A system Python's sys.base_prefix is /usr, under which an app may live (/usr/src/app in many images)."""
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    assert is_own_code("/usr/src/app/data.py")
+    assert not any(is_own_code(module.__file__) for module in (os, json, json.decoder, np, torch))
