@@ -48,6 +48,9 @@ OPTIMIZER_SHARE = 0.10
 MIN_GAIN = 1.02
 _MOST_HOT = 3
 _MOST_SITES = 3  # call sites named for one hot function; the rest counted
+# The DataLoader's own functions (its default collate stacking a batch, its fetcher): nothing to do offline or cache;
+# the collate advice speaks for collating.
+_DATALOADER_OWN = "torch.utils.data."
 _RESIZE = re.compile(r"resize|interpolate|crop|thumbnail|rescale|scale|warp|affine|grid_sample", re.I)
 _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuffer|unpickle", re.I)
 
@@ -180,7 +183,8 @@ def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]
     ``step_after(seconds of loading a batch saved)``."""
     hotspots, found = result.hotspots, figures(result)
     advice = []
-    for function in [f for f in hotspots.functions if hotspots.share(f) >= HOT_FUNCTION_SHARE][:_MOST_HOT]:
+    hot = [f for f in hotspots.functions if not f.name.startswith(_DATALOADER_OWN)]
+    for function in [f for f in hot if hotspots.share(f) >= HOT_FUNCTION_SHARE][:_MOST_HOT]:
         share = hotspots.cost_share(function)
         gain = found.loop_s / step_after(found.loading_s * share)
         if gain >= MIN_GAIN:

@@ -74,6 +74,13 @@ def test_the_users_own_hot_function_is_bounded_by_what_it_costs_with_what_it_cal
     assert advice.gain == pytest.approx(found.loop_s / (found.loop_s - found.loading_s * 0.97), rel=0.05)
 
 
+def test_the_dataloaders_own_collate_is_no_work_to_do_offline():
+    stack = hot("torch.utils.data._utils.collate.collate_tensor_fn → torch.stack", 0.6, call_site=None)
+    result = profile_result(wait_share=0.6, functions=[stack, hot("PIL.Image.resize", 0.4)])
+    advised = [a.action for a in advise(result, DATA_BOUND, KNOBS, 8, None)]
+    assert not [a for a in advised if "collate_tensor_fn" in a] and any(a.startswith("resize offline") for a in advised)
+
+
 def test_with_workers_that_keep_up_no_more_workers_are_advised():
     result = profile_result(wait_share=0.4, loading_s=0.05, num_workers=4)
     assert not [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 4}, 8, None) if a.knob]
