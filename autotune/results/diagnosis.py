@@ -282,9 +282,8 @@ def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
     loading_cores = found.loading_s / found.loop_s
     # The cores the process tree used, as read; from the stage times (busy as long as it is not waiting: a worker
     # that sleeps or waits on I/O reads busy) only in a profile without the reading.
-    cores = min(loading_cores, workers) + working / found.loop_s
-    if result.cpu is not None:
-        cores = result.cpu.system.process_tree_cores
+    read = result.cpu.system.process_tree_cores if result.cpu is not None else None
+    cores = read if read is not None else min(loading_cores, workers) + working / found.loop_s
     if cores < SATURATED_CORES * cpu_count:
         return None
     behind = loading_cores > workers
