@@ -198,7 +198,10 @@ class Confirmation:
             f"rounds of processes of their own (samples/s per round). Baseline: {rounds}."
         ]
         if self.cut:
-            parts.append(f"study.budget_s left no time for more rounds: the verdict is that of {self.rounds}.")
+            parts.append(
+                f"It stopped there (study.budget_s left no time for more rounds, or the run was stopped): the verdict "
+                f"is that of {self.rounds}; the same command again goes on from them."
+            )
         elif planned and self.winner and not self.failure:
             parts.append("The race was decided early: more rounds could not change the verdict beyond run noise.")
         for finalist in self.finalists:

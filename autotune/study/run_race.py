@@ -47,16 +47,18 @@ def run_race(
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
     the baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
-    store the outcome in the study. A stored race still current (``Confirmation.is_current``) of the same planned
-    rounds is reused, unless study.budget_s cut it short or a baseline run failed it (a fault of that run, which a
-    later run measures anew). A round starts only where ``affords`` it: a race left without one has no winner, so
-    nothing unproven is recommended; each starts with ``new_draw``. None without finalists or rounds to race."""
+    store the outcome in the study, and each round as it ends (as a race ``cut`` short, until the last). A stored race
+    still current (``Confirmation.is_current``) of the same planned rounds is reused; one study.budget_s or a stopped
+    run cut short goes on from its rounds; one a baseline run failed is raced anew (a fault of that run). A round
+    starts only where ``affords`` it: a race left without one has no winner, so nothing unproven is recommended; each
+    starts with ``new_draw``. None without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
     stored = results.confirmation
     current = stored and stored.is_current(results.baseline, results.trials)
-    if current and not stored.cut and not stored.failure and stored.planned_rounds == rounds:
+    resumable = current and not stored.failure and stored.planned_rounds == rounds
+    if resumable and not stored.cut:
         return stored
     base = results.baseline.result
     finalists = [
@@ -64,12 +66,18 @@ def run_race(
         for p in picks
     ]
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
+    trials = [record.label for record in results.trials if record.result.ok]
+
+    def store(confirmation: Confirmation) -> None:
+        confirmation = replace(confirmation, trials=trials)
+        study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
+
     confirmation = race(
-        finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw
-    )
-    confirmation = replace(confirmation, trials=[record.label for record in results.trials if record.result.ok])
-    study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
-    return confirmation
+        finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
+        start=stored if resumable else None, on_round=store,
+    )  # fmt: skip
+    store(confirmation)
+    return replace(confirmation, trials=trials)
 
 
 def race(
@@ -84,6 +92,8 @@ def race(
     reference: Finalist | None = None,
     affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
+    start: Confirmation | None = None,
+    on_round: Callable[[Confirmation], None] | None = None,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
@@ -92,16 +102,22 @@ def race(
     ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
     ``affords`` it (study.budget_s), and with ``new_draw``: the rounds are independent draws of the process layout,
-    which decides how fast some pipelines run (``Launcher.new_draw``)."""
-    baseline_runs: list[float] = []
-    failure, cut, disturbed = None, False, {}
+    which decides how fast some pipelines run (``Launcher.new_draw``). The race goes on from the rounds of
+    ``start`` (a race of these finalists cut short: each round stands on its own pairs of runs); ``on_round`` is
+    given the race after each round that is not its last, as a race cut short there."""
+    baseline_runs: list[float] = list(start.baseline_throughputs) if start else []
+    failure, cut, disturbed = None, False, dict(start.disturbed) if start else {}
+    if start:
+        finalists = [replace(f, throughputs=list(f.throughputs)) for f in start.finalists]
+        if reference is not None:
+            reference = next(f for f in finalists if f.label == reference.label)
 
     def counted(name: str, result: TrialResult) -> None:
         if result.ok and result.measurement.system.disturbed:
             disturbed[name] = result.measurement.system.disturbance
         on_run(name, result)
 
-    for index in range(1, rounds + 1):
+    for index in range(len(baseline_runs) + 1, rounds + 1):
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
             break
@@ -120,6 +136,8 @@ def race(
             slowed and ends is decided
         ):
             break
+        if on_round is not None and index < rounds:
+            on_round(Confirmation(baseline_runs, finalists, None, rounds, True, disturbed))
     return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed)
 
 

@@ -42,10 +42,10 @@ def run_trim(
     (``all_undone``), until a race's winner is the configuration it started from; store the races in the study as they
     run.
     The races of a stored trim of the same winner and rounds (``is_trim_of``, as the summary's) are reused up to the
-    first that is not ``settled``, which is raced again: a later run goes on from a race that study.budget_s cut
-    short (stored, with or without rounds), that a failed run ended, or that the configuration it started from left
-    (its run failed, or it lost a round to the baseline), or that a run stopped in (each race is stored before it
-    runs, as one not run yet). Nothing to do without a winner changing two knobs or more.
+    first that is not ``settled``: a race that study.budget_s or a stopped run cut short goes on from its rounds
+    (each race is stored before it runs, as one not run yet, and after each round); one that a failed run ended, or
+    that the configuration it started from left (its run failed, or it lost a round to the baseline), is raced
+    again. Nothing to do without a winner changing two knobs or more.
     A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
@@ -54,7 +54,7 @@ def run_trim(
     rounds = trim_rounds(confirmation)
     effective = accumulated_to(results.batch_policy, baseline)
     stored = results.trim if is_trim_of(results.trim, confirmation) else []
-    done = list(itertools.takewhile(settled, stored))  # one not settled is raced again
+    done = list(itertools.takewhile(settled, stored))  # the first not settled goes on or is raced again
     races: list[Confirmation] = []
     before_race = {winner.label: winner.median, "baseline": confirmation.baseline_median}
     current, pending = winner, list(KNOBS)
@@ -65,12 +65,17 @@ def run_trim(
             break
         name = f"trim-{len(races) + 1}"
         entrants = [leader, *undone.values(), *all_undone(current, baseline, undone if races else {}, effective)]
-        ran = done[len(races)] if len(races) < len(done) else None
-        if ran is None or [f.label for f in ran.finalists] != [f.label for f in entrants]:
-            # Stored first as a race not run yet (as study.budget_s leaves one): a run stopped in it keeps the races
-            # before it, and the trim stays unsettled.
-            _store(study, results, [*races, Confirmation([], entrants, planned_rounds=rounds, cut=True)])
-            ran = race(entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw)
+        ran = stored[len(races)] if len(races) < len(stored) else None
+        same = ran is not None and [f.label for f in ran.finalists] == [f.label for f in entrants]
+        if not same or len(races) >= len(done):
+            start = ran if same and len(races) == len(done) and _goes_on(ran) else None
+            # Stored first as a race not run yet (as study.budget_s leaves one), then as each round ends: a run
+            # stopped in it keeps the races and rounds before, and the trim stays unsettled.
+            _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
+            ran = race(
+                entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw, start,
+                lambda partial: _store(study, results, [*races, partial]),
+            )  # fmt: skip
         races.append(ran)
         new = trimmed_to(races[-1])
         if new is None or new.label == current.label:
@@ -80,6 +85,12 @@ def run_trim(
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
     _store(study, results, races)
     return races
+
+
+def _goes_on(race: Confirmation) -> bool:
+    """Whether a later run goes on from the rounds of ``race``, a trim race not settled: it was cut short (by
+    study.budget_s or a stopped run), not ended by a failed run or by the configuration it started from leaving."""
+    return race.cut and race.failure is None and race.finalists[0].dropped is None
 
 
 def _store(study: optuna.Study, results: StudyResults, races: list[Confirmation]) -> None:

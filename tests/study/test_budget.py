@@ -181,7 +181,9 @@ def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_recomm
     cut, names = raced(tmp_path / "budget", single, re_runs, affords=one_round)
     assert cut.rounds == 1 and cut.planned_rounds == 3 and len(names) == 2 and cut.cut
     assert steps == [(2, "confirm rounds 1 to 3"), (2, "confirm rounds 2 to 3")], "the baseline and the finalist"
-    assert "study.budget_s left no time for more rounds: the verdict is that of 1." in cut.describe()
+    assert "study.budget_s left no time for more rounds, or the run was stopped): the verdict is that of 1;" in (
+        cut.describe()
+    )
     assert "decided early" not in cut.describe()
 
     (tmp_path / "none").mkdir()
@@ -202,16 +204,58 @@ def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_recomm
     assert "read 2.00x in a single run" in said.rest and "none is recommended unproven" in left.describe()
 
 
-def test_a_race_the_budget_cut_short_is_run_again_by_a_later_run(tmp_path):
+def test_a_race_the_budget_cut_short_goes_on_from_its_rounds_in_a_later_run(tmp_path):
     single, re_runs = {16: 100.0, 32: 104.0}, {16: [100] * 6, 32: [104] * 6}
     study_dir = tmp_path / "study"
     study_dir.mkdir()
     cut, _ = raced(study_dir, single, re_runs, affords=lambda runs, step: "rounds 1" in step)
     study = open_study(settings(study_dir), META)
-    assert load_results(study).confirmation.cut
+    assert load_results(study).confirmation.cut and cut.rounds == 1
     measure = FakeMeasure()
     again = run_race(study, load_results(study), 3, measure, lambda name, result: None)
-    assert measure.calls and not again.cut and again.rounds > cut.rounds, "not reused: raced anew, to its end"
+    assert not again.cut and again.rounds == 3 and again.baseline_throughputs[0] == cut.baseline_throughputs[0]
+    assert {name.split("-")[1] for name, _ in measure.calls} == {"2", "3"}, "round 1 is not run again"
+    assert load_results(study).confirmation == again
+
+
+class StopsIn:
+    """Runs as ``measure`` does, until the first run of a name starting with ``prefix``: there Ctrl-C."""
+
+    def __init__(self, measure, prefix: str):
+        self.measure, self.prefix = measure, prefix
+
+    def __call__(self, knobs, name, on_progress=None):
+        if name.startswith(self.prefix):
+            raise KeyboardInterrupt
+        return self.measure(knobs, name, on_progress)
+
+
+def test_a_race_a_stopped_run_cut_short_keeps_its_rounds_and_goes_on_from_them(tmp_path):
+    single = {16: 100.0, 32: 104.0}
+    raced(tmp_path, single, {16: [100] * 3, 32: [104] * 3}, rounds=1)  # a race of other rounds, replaced below
+    study = open_study(settings(tmp_path), META)
+    with pytest.raises(KeyboardInterrupt):
+        run_race(study, load_results(study), 3, StopsIn(FakeMeasure(), "confirm-2-"), lambda name, result: None)
+    stopped = load_results(study).confirmation
+    assert stopped.cut and stopped.rounds == 1 and stopped.planned_rounds == 3, "round 1 kept, as a race cut short"
+    assert "or the run was stopped): the verdict is that of 1; the same command again goes on" in stopped.describe()
+    measure = FakeMeasure()
+    again = run_race(study, load_results(study), 3, measure, lambda name, result: None)
+    assert measure.calls and all(name.startswith(("confirm-2-", "confirm-3-")) for name, _ in measure.calls)
+    assert not again.cut and again.rounds >= 2 and again.baseline_throughputs[0] == stopped.baseline_throughputs[0]
+
+
+def test_a_trim_race_a_stopped_run_cut_short_goes_on_from_its_rounds(tmp_path):
+    study, confirmation, pipeline = tuned(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_trim(study, load_results(study), confirmation, StopsIn(pipeline, "trim-1-2-"), lambda name, result: None)
+    (stopped,) = load_results(study).trim
+    assert stopped.cut and stopped.rounds == 1, "its first round kept"
+    runs_before = len(pipeline.names)
+    again = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert not again[0].cut and again[0].rounds >= 2
+    assert not any(name.startswith("trim-1-1-") for name in pipeline.names[runs_before:]), "round 1 not run again"
+    assert summarise(load_results(study)).changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
 
 
 def test_a_trim_race_that_does_not_fit_is_left_out_and_the_winner_keeps_its_changes(tmp_path):
