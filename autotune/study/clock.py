@@ -101,6 +101,8 @@ class RunClock:
         if result.wall_s > 0 and result.timing is not None:
             with self._lock:
                 self._take(result, result.wall_s / self.repeats, screened)
+                if screened and costly(result.knobs):
+                    self._costly.append(result.wall_s / self.repeats)
 
     def _take(self, result: TrialResult, wall_s: float, screened: bool) -> None:
         self._runs[screened].append(wall_s)

@@ -219,19 +219,26 @@ def _search(
     pruner = _pruner(settings, known)  # this thread's: a slot's trials are judged on what its own thread read
     repeats = failures_in_a_row = dropped_in_a_row = 0
     draw = random.Random(f"{settings.seed}:{threading.current_thread().name}")  # each slot draws its own
+    # Configurations this run leaves to a later one because they do not fit the budget where a plain trial still
+    # does (a compile trial, whose time no measurement foretells): the search goes on without them.
+    skipped: set[str] = set()
     while (seen := _look(study, settings, machine)).counted + len(seen.running) < n_trials:
         if INTERRUPT.is_set():
             raise KeyboardInterrupt
         known.clear()  # in place: the pruner reads it; other tuners of the study add to it
         known.update(seen.known)
         ran_out, done = seen.ran_out, seen.counted
-        taken = set(known) | seen.in_flight
+        taken = set(known) | seen.in_flight | skipped
         if _exhausted(space, taken, ran_out):
+            if skipped:
+                return _out_of_budget(settings)
             too_big = " or need no less memory than one that ran out" if ran_out else ""
             return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
         if time.monotonic() >= deadline:
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
+            if skipped:
+                return _out_of_budget(settings)
             return StopReason("the sampler keeps proposing measured configurations")
         # Trials already waiting (enqueued by the user) go first, then what this machine owes (``_Seen.owed``),
         # then the guide's proposal; without a guide, the sampler proposes, or, once it keeps repeating itself, a
@@ -239,9 +246,11 @@ def _search(
         # the same, the proposal filling in what it leaves open; the proposal comes again next time.
         proposal = None
         if not seen.waiting:
-            proposal = seen.owed[0] if seen.owed else None
+            proposal = next((owed for owed in seen.owed if config_key(owed.knobs) not in skipped), None)
             if proposal is None and propose is not None:
                 proposal = propose(_observations(known), taken, ran_out)
+                if proposal is None and skipped:
+                    return _out_of_budget(settings)
                 if proposal is None:
                     return StopReason(
                         f"converged: corrected by the {len(known)} configurations measured (the baseline included), "
@@ -251,7 +260,11 @@ def _search(
                 proposal = Proposal(_draw_untried(space, taken, ran_out, draw))
         # After the guide had its say: a search it ended is converged, whatever time is left.
         if affords is not None and not affords(done, proposal.knobs if proposal is not None else None):  # a compile?
-            return _out_of_budget(settings)
+            if proposal is None or not affords(done, None):
+                return _out_of_budget(settings)
+            skipped.add(config_key(proposal.knobs))
+            repeats += 1
+            continue
         try:
             with proposing(study, proposal.knobs if proposal is not None else None):
                 trial = study.ask()
@@ -274,7 +287,11 @@ def _search(
                 continue
             if proposal is None and affords is not None and not affords(done, knobs):  # the sampler's own draw
                 _left_for_later(study, trial, key)
-                return _out_of_budget(settings)
+                if not affords(done, None):
+                    return _out_of_budget(settings)
+                skipped.add(key)
+                repeats += 1
+                continue
             # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
             with heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
                 trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight

@@ -11,8 +11,10 @@ import pytest
 
 from autotune import app
 from autotune.config.load import load_settings
+from autotune.config.settings import StudySettings
+from autotune.knobs import KNOBS, costly
 from autotune.measure.recorder import WindowPlan
-from autotune.records import TRIM_ATTR, on_machine
+from autotune.records import TRIM_ATTR, config_key, on_machine
 from autotune.report.document import headline
 from autotune.report.recommended import recommendation
 from autotune.report.tuner_time import budget_lines
@@ -21,13 +23,14 @@ from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
+from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.trim import run_trim
 from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 from tests.study.test_trim import WINNER, tuned
-from tests.study.test_tuner import BASELINE, META, SPACE, FakeMeasure, raced, settings
+from tests.study.test_tuner import BASELINE, FIXED, META, SPACE, FakeMeasure, raced, settings
 
 
 def measured(wall_s: float, startup_s: float = 0.0, batch_size: int = 16, step_s: float = 0.1) -> TrialResult:
@@ -125,12 +128,30 @@ def test_a_proposal_that_costs_more_than_the_time_left_stops_the_search_before_o
     ensure_baseline(study, BASELINE, measure)
     proposed = next(knobs for knobs in SPACE.configurations() if knobs["batch_size"] == 32)
     asked = []
-    fits = lambda done, knobs: asked.append(knobs) or knobs is None  # noqa: E731  (the proposal does not fit)
+    fits = lambda done, knobs: asked.append(knobs) and False  # noqa: E731  (nor does a plain trial fit)
     propose = lambda *seen: Proposal(proposed)  # noqa: E731
     budget = settings(tmp_path, n_trials=5, budget_s=60.0)
     stop = tune(study, SPACE, budget, measure, lambda e: None, propose, None, fits)
-    assert asked == [proposed] and stop.message.startswith("study.budget_s=60: the time left is kept")
+    assert asked == [proposed, None] and stop.message.startswith("study.budget_s=60: the time left is kept")
     assert len(study.trials) == 0 and counted_trials(study) == 0, "no trial asked of Optuna, none measured"
+
+
+def test_a_proposal_that_does_not_fit_where_a_plain_trial_does_is_passed_over_for_the_next(tmp_path):
+    study = open_study(settings(tmp_path, n_trials=2), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    dear = next(knobs for knobs in SPACE.configurations() if knobs["batch_size"] == 32)
+    proposed = []
+
+    def guide(seen, taken, ran_out):  # the dear configuration first, then the first not taken
+        untaken = (knobs for knobs in [dear, *SPACE.configurations()] if config_key(knobs) not in taken)
+        proposed.append(next(untaken))
+        return Proposal(proposed[-1])
+
+    fits = lambda done, knobs: knobs != dear  # noqa: E731
+    tune(study, SPACE, settings(tmp_path, n_trials=2, budget_s=60.0), measure, lambda e: None, guide, None, fits)
+    assert proposed[0] == dear and counted_trials(study) == 2, "passed over, and two others measured"
+    assert dear not in [knobs for _, knobs in measure.calls[1:]] and proposed.count(dear) == 1, "not proposed again"
 
 
 def test_a_search_the_guide_ended_is_converged_not_cut_by_the_budget(tmp_path):
@@ -145,17 +166,28 @@ def test_a_search_the_guide_ended_is_converged_not_cut_by_the_budget(tmp_path):
 
 
 def test_a_draw_of_the_sampler_that_does_not_fit_is_left_to_a_later_run_which_measures_it_first(tmp_path):
-    study = open_study(settings(tmp_path, n_trials=5), META)
+    study = open_study(settings(tmp_path, n_trials=2), META)
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
     drawn = []
-    fits = lambda done, knobs: knobs is None or drawn.append(knobs)  # noqa: E731  (no draw fits)
-    stop = tune(study, SPACE, settings(tmp_path, n_trials=5, budget_s=60.0), measure, lambda e: None, affords=fits)
-    assert stop.message.startswith("study.budget_s=60") and counted_trials(study) == 0 and len(drawn) == 1
-    assert summarise(load_results(study)).is_baseline, "reported: nothing measured beside the baseline"
+    fits = lambda done, knobs: knobs is None or bool(drawn) or drawn.append(knobs)  # noqa: E731  (the first draw)
+    tune(study, SPACE, settings(tmp_path, n_trials=2, budget_s=60.0), measure, lambda e: None, affords=fits)
+    assert counted_trials(study) == 2 and drawn[0] not in [knobs for _, knobs in measure.calls], "the others ran"
     runs_before = len(measure.calls)
-    tune(study, SPACE, settings(tmp_path, n_trials=1), measure, lambda e: None)  # a later run, without a budget
-    assert measure.calls[runs_before][1] == drawn[0] and counted_trials(study) == 1, "owed: measured first"
+    tune(study, SPACE, settings(tmp_path, n_trials=3), measure, lambda e: None)  # a later run, without a budget
+    assert measure.calls[runs_before][1] == drawn[0] and counted_trials(study) == 3, "owed: measured first"
+
+
+def test_nothing_measured_beside_the_baseline_is_reported_as_such(tmp_path):
+    study = open_study(settings(tmp_path, n_trials=5), META)
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    nothing_fits = lambda done, knobs: False  # noqa: E731
+    stop = tune(
+        study, SPACE, settings(tmp_path, n_trials=5, budget_s=60.0), measure, lambda e: None, affords=nothing_fits
+    )
+    assert stop.message.startswith("study.budget_s=60") and counted_trials(study) == 0
+    assert summarise(load_results(study)).is_baseline, "reported: nothing measured beside the baseline"
 
 
 def test_a_compile_trial_is_expected_as_the_longest_so_far_or_before_one_as_a_trial_may_take():
@@ -329,3 +361,27 @@ def test_a_run_within_its_budget_says_nothing_was_left_out():
         "study.budget_s=60 (75 s used, 15 s over: a step took longer than expected): nothing left out"
     ]
     assert budget_lines(TunerTime([replace(run, budget_s=None)])) == []
+
+
+def test_a_resumed_run_expects_a_compile_trial_as_long_as_its_stored_ones():
+    compiled = {**NEUTRAL_KNOBS, "batch_size": 16, "compile": "default"}
+    live, resumed = RunClock(budget_s=120.0, trial_timeout_s=300.0), RunClock(budget_s=120.0, trial_timeout_s=300.0)
+    live.count(measured(6.0))
+    with live.stage("search"):
+        live.count(replace(measured(41.0), knobs=compiled))
+    resumed.expect(measured(6.0))
+    resumed.expect(replace(measured(41.0), knobs=compiled), screened=True)  # the same trial, stored
+    assert resumed.trial_s(compiled) == live.trial_s(compiled) == 41.0, "not measure.trial_timeout_s (300 s)"
+
+
+def test_a_compile_draw_that_does_not_fit_is_left_for_later_and_the_plain_trials_that_fit_are_measured(tmp_path):
+    varied = {"batch_size": [16, 32, 64], "compile": ["off", "default"]}
+    space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
+    budget = StudySettings("s", f"sqlite:///{tmp_path}/study.db", n_trials=2, timeout_s=None, seed=3, budget_s=60.0)
+    study = open_study(budget, {**META, "space": space.candidates})
+    measure = FakeMeasure()
+    ensure_baseline(study, BASELINE, measure)
+    plain_only = lambda done, knobs: knobs is None or not costly(knobs)  # noqa: E731 (a compile trial: 300 s)
+    tune(study, space, budget, measure, lambda e: None, affords=plain_only)  # its sampler draws a compile second
+    assert counted_trials(study) == 2, "two plain configurations fit: measured, whatever the sampler drew"
+    assert not any(costly(knobs) for _, knobs in measure.calls), "no compile trial ran"
