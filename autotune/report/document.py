@@ -192,7 +192,7 @@ def headline(summary: Summary) -> Headline:
             " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end (cut "
             "by study.budget_s, a failed run, a round the recommendation lost to the baseline there, or a run stopped "
             "before or in it); running the study again goes on with it."
-            if summary.untrimmed
+            if summary.untrimmed and summary.confirmed  # unconfirmed: "single runs" above says more
             else ""
         )
         + (

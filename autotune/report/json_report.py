@@ -38,7 +38,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "confirmation": _race(summary.confirmation) if summary.confirmation else None,
         "trim": [_trim_race(race) for race in summary.trim],
         "no_difference": summary.no_difference,
-        "untrimmed": summary.untrimmed,  # confirmed, two changes or more, and the trim did not run to its end
+        "untrimmed": summary.untrimmed,  # two changes or more, not all shown to matter (``Summary.untrimmed``)
         "baseline": {
             "knobs": base.result.knobs,
             "throughput_sps": summary.baseline_throughput,

@@ -114,13 +114,13 @@ class Summary:
 
     @property
     def untrimmed(self) -> bool:
-        """Whether the recommendation, confirmed and changing two knobs or more, stands without a whole trim (left
-        out or cut short by study.budget_s, ended by a failed run, stopped before or in it, or still running in
-        another tuner): some of its changes may do nothing. A later run races the trim's last race
-        again."""
-        if not self.confirmed or len(self.changed_knobs()) < 2:
+        """Whether the recommendation, changing two knobs or more, stands without a whole trim: unconfirmed (no race
+        re-measured it, so no trim ran), or confirmed with its trim left out or cut short by study.budget_s, ended by
+        a failed run, stopped before or in it, or still running in another tuner. Some of its changes may do
+        nothing; a later run goes on with the trim."""
+        if len(self.changed_knobs()) < 2:
             return False
-        return not self.trim_ended
+        return not self.confirmed or not self.trim_ended
 
     @property
     def speedup(self) -> float:

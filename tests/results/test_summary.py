@@ -226,3 +226,11 @@ def test_a_trim_of_other_rounds_which_the_trim_would_not_go_on_from_does_not_dec
     assert summary.proof is now
     same_rounds = summarise(replace(results_with(winner), confirmation=replace(now, planned_rounds=3), trim=[old]))
     assert same_rounds.recommended.label == "0 without num_threads", "of these rounds it stands"
+
+
+def test_a_recommendation_no_race_re_measured_is_untrimmed_where_it_changes_two_knobs_or_more():
+    # study.confirm_rounds=0: single runs pick it; no trim ran, so not every change was shown to matter.
+    two = summarise(results_with(trial("0", 200.0, batch_size=32, num_threads=1)))
+    assert not two.confirmed and two.recommended.label == "0" and two.untrimmed
+    one = summarise(results_with(trial("0", 200.0, batch_size=32)))
+    assert one.recommended.label == "0" and not one.untrimmed, "a single change: nothing to trim"
