@@ -29,6 +29,7 @@ from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
 from autotune.results.race import MAX_FINALISTS, round_of, run_name
 from autotune.results.summary import summarise
+from autotune.results.tuner_time import PROBE_STEP, SEARCH_TRIAL_STEP
 from autotune.study.clock import SEARCH, RunClock, span
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.guide import Guide, guide_from_record
@@ -153,7 +154,7 @@ def _tune(
 
         def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's first round after it
             trial_s = clock.screen_s() if knobs is None else clock.trial_s(knobs)
-            step = span("search trial", done + 1, settings.study.n_trials)
+            step = span(SEARCH_TRIAL_STEP, done + 1, settings.study.n_trials)
             if knobs is not None and costly(knobs):
                 step += f" (the next proposed: {' '.join(f'{k}={v}' for k, v in costly_values(knobs).items())})"
             return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
@@ -225,10 +226,10 @@ def _guide(
     then = clock.screen_s() + _race_round_s(settings, clock, baseline, 1)
     timing = baseline.timing
     expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s(), timing.compute_s / timing.samples)
-    if not stored and not clock.affords(expected + then, "the probe"):
+    if not stored and not clock.affords(expected + then, PROBE_STEP):
         return None
     with clock.stage("probe"):
-        again = lambda: clock.affords(expected + then, "the probe run again (its timings drifted)")  # noqa: E731
+        again = lambda: clock.affords(expected + then, f"{PROBE_STEP} run again (its timings drifted)")  # noqa: E731
         probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine, again)
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None

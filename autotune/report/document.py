@@ -168,6 +168,12 @@ def headline(summary: Summary) -> Headline:
             "Keep your current settings.",
             f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
         )
+    if summary.is_baseline and summary.budget_left_out and len(summary.ranked) == 1:
+        return Headline(
+            "No recommendation yet.",
+            f"study.budget_s left time to measure the baseline ({base.throughput:.1f} samples/s) alone, and left out "
+            f"{'; '.join(summary.budget_left_out)}: run the same command with a larger study.budget_s to search.",
+        )
     if summary.is_baseline and summary.stopped_before_race_end and len(summary.ranked) == 1:
         return Headline(
             "No recommendation yet.",
@@ -342,6 +348,8 @@ def _why_keep(summary: Summary) -> str:
             f"The fastest configuration measured ({max(measured):.1f} samples/s) is within {TIE_TOLERANCE:.0%} of "
             f"{at}: a tie within noise, which is no reason to change anything."
         )
+    if summary.budget_left_out:
+        text += f" study.budget_s left out {'; '.join(summary.budget_left_out)}: a larger budget may find a faster one."
     faster = [r for r in others if not r.result.ok and r.result.timing and r.result.timing.throughput > base.throughput]
     if faster:
         text += f" {len(faster)} faster configuration(s) could not be recommended: infeasible or stopped (below)."

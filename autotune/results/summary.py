@@ -34,7 +34,8 @@ class Summary:
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, which are not recommended from their single runs. ``stopped_before_race_end``: the study's last run
     stopped (interrupted, a fault) before its race ended, as its record of the tuner's time says (no trim stage):
-    running it again races.
+    running it again races. ``budget_left_out``: the steps of the search study.budget_s left out of the study's last run
+    (in words, ``RunTime.search_left_out``).
     """
 
     ranked: list[TrialRecord]
@@ -47,6 +48,7 @@ class Summary:
     ruled_out: frozenset[str] = frozenset()
     trim_ended: bool = False
     stopped_before_race_end: bool = False
+    budget_left_out: tuple[str, ...] = ()
 
     @property
     def races(self) -> list[Confirmation]:
@@ -207,6 +209,7 @@ def summarise(results: StudyResults) -> Summary:
         ruled_out,
         trim_ended,
         stopped_before_race_end,
+        tuple(runs[-1].search_left_out) if runs else (),
     )
 
 

@@ -63,6 +63,11 @@ def run_attr(machine: str, run: str) -> str:
     return f"{on_machine(TUNER_TIME_ATTR, machine)}#{run}"
 
 
+# How the steps of the search are named in ``RunTime.left_out``: the probe, and search trials (``study/clock.span``).
+PROBE_STEP, SEARCH_TRIAL_STEP = "the probe", "search trial"
+SEARCH_STEPS = (PROBE_STEP, SEARCH_TRIAL_STEP)
+
+
 @dataclass(frozen=True)
 class RunTime:
     """One run's time as measured: it started at ``started_at`` (seconds since the epoch) and lasted ``wall_s`` up to
@@ -78,6 +83,11 @@ class RunTime:
     finished: bool = False
     budget_s: float | None = None
     left_out: list[str] = field(default_factory=list)
+
+    @property
+    def search_left_out(self) -> list[str]:
+        """Of ``left_out``, the steps of the search: the probe and search trials (``SEARCH_STEPS``)."""
+        return [step for step in self.left_out if step.startswith(SEARCH_STEPS)]
 
     def seconds(self) -> dict[str, dict[str, float]]:
         """Stage (TUNER: outside the stages) → phase → seconds, the tuner's own work included: all of it sums to

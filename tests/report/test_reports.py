@@ -229,8 +229,8 @@ def test_a_batch_change_carries_a_learning_rate_suggestion_into_recommended_yaml
     )
     files = write_reports(results, summarise(results), tmp_path)
     training = yaml.safe_load(files["recommended.yaml"].read_text())["training"]
-    assert training["learning_rate"] == {"baseline": 0.01, "suggested": 0.04}
-    assert "linear scaling rule" in training["note"]
+    assert training["learning_rate"] == {"rule": "linear", "baseline": 0.01, "suggested": 0.04}
+    assert "linear scaling rule (assumed: autotune does not know the optimizer)" in training["note"]
 
 
 def test_every_row_says_the_gradient_accumulation_steps_it_trains_with(tmp_path):
@@ -343,6 +343,17 @@ def test_a_run_stopped_after_its_baseline_alone_has_no_recommendation_yet_not_a_
     assert line.lead == "No recommendation yet." and "run the same command again to resume" in line.rest
     finished = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, {}, {}, finished=True)]))
     assert headline(summarise(finished)).lead == "Keep your current settings.", "n_trials=0: the baseline is all"
+
+
+def test_a_search_the_budget_cut_short_with_nothing_faster_yet_says_what_it_left_out():
+    cut = RunTime(0.0, 30.0, {}, {}, True, 30.0, ["search trials 3 to 8 (~40 s needed, 9 s left)", "the profiles (x)"])
+    results = replace(results_with(trial("0", 90.0, batch_size=32)), tuner_time=TunerTime([cut]))
+    line = headline(summarise(results))
+    assert line.lead == "Keep your current settings." and line.rest.endswith(
+        "study.budget_s left out search trials 3 to 8 (~40 s needed, 9 s left): a larger budget may find a faster one."
+    ), line.rest
+    whole = replace(results, tuner_time=TunerTime([replace(cut, left_out=["the profiles (x)"])]))
+    assert "study.budget_s" not in headline(summarise(whole)).rest, "the search ran to its end"
 
 
 def test_a_run_stopped_before_its_race_says_its_recommendation_is_not_raced_yet():

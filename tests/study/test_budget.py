@@ -348,6 +348,9 @@ def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left
     assert said.startswith("study.budget_s=0.01 (") and " left out: the probe (~" in said
     assert "search trials 1 to 3" in said
     assert said in files["report.md"].read_text()
+    lead = files["report.md"].read_text().splitlines()[2]
+    assert lead.startswith("**No recommendation yet.** study.budget_s left time to measure the baseline"), lead
+    assert "left out the probe (~" in lead and "the profiles" not in lead, "the search's steps, not the profiles"
 
 
 def test_what_is_left_out_is_named_by_its_steps():
