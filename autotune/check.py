@@ -17,10 +17,9 @@ from typing import Any, TextIO
 
 from autotune.app import inspect_run
 from autotune.benchmark import baseline_note, both_ends, measure_rounds, trained_as_tuned
-from autotune.config.keys import BATCH_POLICIES
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
-from autotune.knobs import KNOBS, changed
+from autotune.knobs import BATCH_POLICIES, KNOBS, changed
 from autotune.measure.environment import machine_fingerprint
 from autotune.measure.stats import RatioInterval
 from autotune.report.check import print_check, verdict_line, write_check

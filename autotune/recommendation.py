@@ -19,6 +19,7 @@ The file is read with ``yaml.safe_load``: nothing in it is imported or executed.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS, REQUIRED, Target, TrainingSetup, changed
+from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, Target, TrainingSetup, changed
+from autotune.knobs._base import parse_int
 from autotune.measure.environment import describe_machine, machine_fingerprint
 
 if TYPE_CHECKING:  # the training script's process has torch; the tuner's, which writes the file, imports none
@@ -35,6 +37,18 @@ if TYPE_CHECKING:  # the training script's process has torch; the tuner's, which
 
 # The layout of recommended.yaml. Raise it when a key changes meaning or goes; a new optional key keeps it.
 SCHEMA_VERSION = 1
+
+# How a learning rate follows a batch ``ratio`` times the baseline's, by rule: the linear scaling rule for SGD, with
+# or without momentum (Goyal et al., 2017, "Accurate, Large Minibatch SGD"), the square-root scaling rule for
+# adaptive optimizers, Adam's family (Malladi et al., 2022, "On the SDEs and Scaling Rules for Adaptive Gradient
+# Algorithms").
+LEARNING_RATE_RULES = {"linear": float, "square-root": math.sqrt}
+
+
+def batch_scale(ratio: float, rule: str) -> float:
+    """What a learning rate is multiplied by for a batch ``ratio`` times the baseline's: ``ratio`` by the linear
+    scaling rule, its square root by the square-root scaling rule (``LEARNING_RATE_RULES``)."""
+    return LEARNING_RATE_RULES[rule](ratio)
 
 
 class MachineMismatchWarning(UserWarning):
@@ -58,13 +72,14 @@ class Measured:
 class Training:
     """How to train with the recommended batch size: under ``batch_policy`` "fixed_effective" accumulate
     ``accumulation_steps`` micro-batches per optimizer step; under "free" the batch changes training and the
-    learning rate scales with it (the linear scaling rule)."""
+    learning rate scales with it by ``learning_rate_rule`` (``batch_scale``: "linear" or "square-root")."""
 
     batch_policy: str
     accumulation_steps: int
     note: str
     baseline_learning_rate: float | None = None
     suggested_learning_rate: float | None = None
+    learning_rate_rule: str = "linear"
 
 
 @dataclass(frozen=True)
@@ -104,10 +119,22 @@ class Recommendation:
         return self.training.accumulation_steps
 
     def learning_rate(self, learning_rate: float) -> float:
-        """``learning_rate``, the baseline's, scaled with the batch size where it changes training."""
+        """``learning_rate``, the baseline's, for the recommended batch: as given under batch_policy
+        "fixed_effective" (each optimizer step sees the baseline's batch), else scaled by the file's rule
+        (``batch_scale``; linear where the file names none). As given, with a warning, where the file records no
+        baseline batch size to scale from (older autotunes wrote none)."""
         if self.training.batch_policy == "fixed_effective":
             return learning_rate
-        return learning_rate * self.batch_size / self.baseline["batch_size"]
+        before = self.baseline.get("batch_size")
+        if before is None:
+            warnings.warn(
+                "the recommendation records no baseline batch size (baseline.batch_size): the learning rate is "
+                f"returned as given; scale it for batch {self.batch_size} yourself, or run autotune again",
+                UserWarning,
+                stacklevel=2,
+            )
+            return learning_rate
+        return learning_rate * batch_scale(self.batch_size / before, self.training.learning_rate_rule)
 
     def apply_process_settings(self) -> None:
         """Set what holds for the whole process: torch's threads, cuDNN autotuning, the allocator. Call it first."""
@@ -198,11 +225,11 @@ class Recommendation:
                 "note": training.note,
             },
         }
-        if training.suggested_learning_rate is not None:
-            document["training"]["learning_rate"] = {
-                "baseline": training.baseline_learning_rate,
-                "suggested": training.suggested_learning_rate,
-            }
+        if training.batch_policy == "free":  # the rule is what ``learning_rate`` scales by, with or without a rate
+            rate: dict[str, Any] = {"rule": training.learning_rate_rule}
+            if training.suggested_learning_rate is not None:
+                rate |= {"baseline": training.baseline_learning_rate, "suggested": training.suggested_learning_rate}
+            document["training"]["learning_rate"] = rate
         return document
 
     @classmethod
@@ -217,33 +244,18 @@ class Recommendation:
                 f"{version!r} was written by a newer autotune than this one (it reads up to {SCHEMA_VERSION}); "
                 "upgrade autotune",
             )
-        knobs = _complete({name: _parse(name, value, source) for name, value in document["knobs"].items()}, source)
-        throughput, memory = document.get("throughput", {}), document.get("peak_memory_mb", {})
-        training = document.get("training", {})
-        learning_rate = training.get("learning_rate", {})
+        given = _section(document, "knobs", source)
+        knobs = _complete({name: _parse(name, value, source) for name, value in given.items()}, source)
         return cls(
             knobs=knobs,
-            baseline=dict(document.get("baseline", {})),
+            baseline=_baseline(document, source),
             pipeline=document.get("pipeline", ""),
             study=document.get("study", ""),
             device=document.get("device", "cpu"),
-            machine=dict(document.get("machine") or {}),
-            measured=Measured(
-                throughput.get("recommended", 0.0),
-                throughput.get("baseline", 0.0),
-                throughput.get("speedup", 1.0),
-                throughput.get("method", ""),
-                memory.get("recommended", 0.0),
-                memory.get("baseline", 0.0),
-            ),
-            training=Training(
-                training.get("batch_policy", "free"),
-                training.get("gradient_accumulation_steps", 1),
-                training.get("note", ""),
-                learning_rate.get("baseline"),
-                learning_rate.get("suggested"),
-            ),
-            no_difference=dict(document.get("no_difference") or {}),
+            machine=dict(_section(document, "machine", source, null_too=True)),
+            measured=_measured(document, source),
+            training=_training(document, source),
+            no_difference=dict(_section(document, "no_difference", source, null_too=True)),
             untrimmed=bool(document.get("untrimmed", False)),
             schema_version=version,
         )
@@ -265,6 +277,68 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
     recommendation = Recommendation.from_document(document, str(path))
     _warn_if_elsewhere(recommendation, str(path), machine)
     return recommendation
+
+
+def _section(parent: dict[str, Any], key: str, source: str, null_too: bool = False) -> dict[str, Any]:
+    """The mapping at ``key`` (dotted, its last part in ``parent``): {} where absent (files from before it existed),
+    and where null if ``null_too``; ConfigError naming ``key`` where it is anything else."""
+    value = parent.get(key.rsplit(".", 1)[-1], {})
+    if value is None and null_too:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {key}", f"expected a mapping, got {value!r}; use the file as autotune wrote it")
+    return value
+
+
+def _baseline(document: dict[str, Any], source: str) -> dict[str, Any]:
+    """The baseline's knob values as written; its batch size, where given, checked: the learning rate scales from it."""
+    baseline = dict(_section(document, "baseline", source))
+    if "batch_size" in baseline:
+        baseline["batch_size"] = _count(baseline["batch_size"], "baseline.batch_size", source)
+    return baseline
+
+
+def _measured(document: dict[str, Any], source: str) -> Measured:
+    throughput = _section(document, "throughput", source)
+    memory = _section(document, "peak_memory_mb", source)
+    return Measured(
+        throughput.get("recommended", 0.0),
+        throughput.get("baseline", 0.0),
+        throughput.get("speedup", 1.0),
+        throughput.get("method", ""),
+        memory.get("recommended", 0.0),
+        memory.get("baseline", 0.0),
+    )
+
+
+def _training(document: dict[str, Any], source: str) -> Training:
+    """The training section; an absent key at what older autotunes meant: batch_policy "free", one step per optimizer
+    step, the linear rule."""
+    training = _section(document, "training", source)
+    learning_rate = _section(training, "training.learning_rate", source)
+    return Training(
+        _choice(training.get("batch_policy", "free"), "training.batch_policy", source, BATCH_POLICIES),
+        _count(training.get("gradient_accumulation_steps", 1), "training.gradient_accumulation_steps", source),
+        training.get("note", ""),
+        learning_rate.get("baseline"),
+        learning_rate.get("suggested"),
+        _choice(learning_rate.get("rule", "linear"), "training.learning_rate.rule", source, tuple(LEARNING_RATE_RULES)),
+    )
+
+
+def _choice(value: Any, key: str, source: str, choices: tuple[str, ...]) -> str:
+    if isinstance(value, str) and value in choices:
+        return value
+    raise ConfigError(
+        f"{source}: {key}", f"expected one of {', '.join(choices)}, got {value!r}; use the file as autotune wrote it"
+    )
+
+
+def _count(value: Any, key: str, source: str) -> int:
+    try:
+        return parse_int(value, minimum=1)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {key}", f"{exc}; use the file as autotune wrote it") from None
 
 
 def _parse(name: str, value: Any, source: str, null_too: bool = False) -> Any:

@@ -34,7 +34,7 @@ WORKERS = {
 }
 
 
-def recommendation(knobs=None, machine=None, policy="free", **changes) -> Recommendation:
+def recommendation(knobs=None, machine=None, policy="free", training=None, **changes) -> Recommendation:
     return Recommendation(
         knobs=dict(knobs or WORKERS),
         baseline={**NEUTRAL_KNOBS, "batch_size": 16},
@@ -43,7 +43,7 @@ def recommendation(knobs=None, machine=None, policy="free", **changes) -> Recomm
         device="cpu",
         machine=machine_fingerprint(describe_machine()) if machine is None else machine,
         measured=Measured(300.0, 200.0, 1.5, "medians of 3 interleaved rounds", 500.0, 400.0),
-        training=Training(policy, 2 if policy == "fixed_effective" else 1, "note"),
+        training=training or Training(policy, 2 if policy == "fixed_effective" else 1, "note"),
         **changes,
     )
 
@@ -110,6 +110,30 @@ def test_the_learning_rate_follows_the_batch_only_where_it_changes_training():
     assert fixed.learning_rate(0.1) == 0.1 and fixed.accumulation_steps == 2
 
 
+def test_the_learning_rate_follows_the_rule_the_file_records(tmp_path):
+    adam = recommendation(
+        knobs={**WORKERS, "batch_size": 64}, training=Training("free", 1, "note", 1e-3, 2e-3, "square-root")
+    )
+    document = adam.to_document()
+    assert document["training"]["learning_rate"] == {"rule": "square-root", "baseline": 1e-3, "suggested": 2e-3}
+    loaded = autotune.load_recommended(written(tmp_path, document))
+    assert loaded == adam and loaded.learning_rate(1e-3) == pytest.approx(2e-3), "batch 16 -> 64: sqrt(4) = 2"
+
+
+def test_a_file_without_a_rule_scales_linearly(tmp_path):
+    document = recommendation().to_document()
+    document["training"]["learning_rate"] = {"baseline": 0.1, "suggested": 0.2}  # as autotune wrote it before the rule
+    assert autotune.load_recommended(written(tmp_path, document)).learning_rate(0.1) == pytest.approx(0.2)
+
+
+def test_a_file_without_a_baseline_leaves_the_learning_rate_as_given_with_a_warning(tmp_path):
+    path = written(tmp_path, {"pipeline": "mymodel", "knobs": {"batch_size": 8}})
+    with pytest.warns(MachineMismatchWarning, match="older autotune"):
+        loaded = autotune.load_recommended(path)
+    with pytest.warns(UserWarning, match="records no baseline batch size"):
+        assert loaded.learning_rate(0.1) == 0.1
+
+
 def test_a_file_from_another_machine_is_read_with_a_warning_naming_what_differs(tmp_path):
     elsewhere = {**machine_fingerprint(describe_machine()), "cpu_model": "Some Other CPU", "cpu_flags": ["avx512_bf16"]}
     path = written(tmp_path, recommendation(machine=elsewhere).to_document())
@@ -144,6 +168,41 @@ def test_a_file_that_cannot_be_used_is_refused_naming_the_key(tmp_path, document
     with pytest.raises(ConfigError, match=message) as raised:
         autotune.load_recommended(path)
     assert raised.value.key == f"{path}: {key}" if key else raised.value.key == path
+
+
+@pytest.mark.parametrize(
+    "document, key",
+    [
+        ({"knobs": None}, "knobs"),
+        ({"knobs": [1]}, "knobs"),
+        ({"knobs": {"batch_size": 8}, "training": None}, "training"),
+        ({"knobs": {"batch_size": 8}, "throughput": None}, "throughput"),
+        ({"knobs": {"batch_size": 8}, "peak_memory_mb": [1.0]}, "peak_memory_mb"),
+        ({"knobs": {"batch_size": 8}, "baseline": None}, "baseline"),
+        ({"knobs": {"batch_size": 8}, "baseline": {"batch_size": 0}}, "baseline.batch_size"),
+        (
+            {"knobs": {"batch_size": 8}, "training": {"gradient_accumulation_steps": 0}},
+            "training.gradient_accumulation_steps",
+        ),
+        (
+            {"knobs": {"batch_size": 8}, "training": {"gradient_accumulation_steps": -2}},
+            "training.gradient_accumulation_steps",
+        ),
+        (
+            {"knobs": {"batch_size": 8}, "training": {"gradient_accumulation_steps": 1.5}},
+            "training.gradient_accumulation_steps",
+        ),
+        ({"knobs": {"batch_size": 8}, "training": {"batch_policy": "fixed-effective"}}, "training.batch_policy"),
+        ({"knobs": {"batch_size": 8}, "training": {"learning_rate": 0.1}}, "training.learning_rate"),
+        ({"knobs": {"batch_size": 8}, "training": {"learning_rate": {"rule": "cubic"}}}, "training.learning_rate.rule"),
+    ],
+)
+def test_a_malformed_section_is_refused_naming_it(tmp_path, document, key):
+    path = written(tmp_path, {"schema_version": SCHEMA_VERSION, **document})
+    with pytest.raises(ConfigError) as raised:
+        autotune.load_recommended(path)
+    assert raised.value.key == f"{path}: {key}"
+    assert "\n" not in str(raised.value)
 
 
 def test_nothing_in_the_file_is_executed(tmp_path):

@@ -10,14 +10,13 @@ from typing import Any
 from autotune.config.settings import MeasureSettings, ScreenPlan, Settings, StudySettings
 from autotune.config.values import CoreSets, CountOrAuto, ImportPath, KnobCandidates, KnobValue, Plain, Values
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS, REQUIRED
+from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS
 
 MODES = ("tune", "selfcheck", "benchmark", "check", "report", "profile")
 DEVICES = ("auto", "cpu", "cuda")
-BATCH_POLICIES = ("free", "fixed_effective")
 OBJECTIVES = (("throughput",), ("throughput", "peak_memory"))
 
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs._base import REQUIRED, Knob, Role, SearchContext, Target, TrainingSetup, accumulated_to
+from autotune.knobs._base import (
+    BATCH_POLICIES,
+    REQUIRED,
+    Knob,
+    Role,
+    SearchContext,
+    Target,
+    TrainingSetup,
+    accumulated_to,
+)
 from autotune.knobs.amp import AmpKnob
 from autotune.knobs.batch_size import BatchSizeKnob
 from autotune.knobs.channels_last import ChannelsLastKnob
@@ -134,6 +143,7 @@ __all__ = [
     "Target",
     "TrainingSetup",
     "accumulated_to",
+    "BATCH_POLICIES",
     "apply_knobs",
     "changed",
     "changes_numerics",

@@ -94,6 +94,10 @@ class SearchContext:
         return accumulated_to(self.batch_policy, self.baseline)
 
 
+# search.batch_policy's values: the batch size varies, or is a micro-batch of the baseline's (``accumulated_to``).
+BATCH_POLICIES = ("free", "fixed_effective")
+
+
 def accumulated_to(batch_policy: str, baseline: dict[str, Any]) -> int | None:
     """The batch gradients are accumulated up to under ``batch_policy``: the ``baseline``'s with "fixed_effective"
     (each trial's batch a micro-batch of it), else None (every batch a step)."""

@@ -15,7 +15,8 @@ class BatchSizeKnob(Knob):
     description = (
         "Samples per DataLoader batch. Larger batches use the hardware better but change training dynamics; "
         "with search.batch_policy=fixed_effective it is a micro-batch and gradients accumulate up to the "
-        "baseline's batch size, so training is unchanged."
+        "baseline's batch size: the same effective batch and learning rate, but layers that compute statistics "
+        "over the batch (BatchNorm) see micro-batches."
     )
 
     def parse(self, value: Any) -> int:

@@ -45,7 +45,8 @@ def render_recommended(results: StudyResults, summary: Summary) -> str:
 
 
 def _training(advice: BatchAdvice) -> Training:
-    """How to train with the recommended batch: accumulation steps, and a learning rate where it changes."""
+    """How to train with the recommended batch: accumulation steps, a learning rate where it changes, and the rule
+    it scales by (the optimizer's), which ``Recommendation.learning_rate`` applies in the training script."""
     changed = advice.suggested_learning_rate is not None and advice.batch_size != advice.baseline_batch_size
     return Training(
         batch_policy=advice.policy,
@@ -53,6 +54,7 @@ def _training(advice: BatchAdvice) -> Training:
         note=advice.describe(),
         baseline_learning_rate=advice.learning_rate if changed else None,
         suggested_learning_rate=advice.suggested_learning_rate if changed else None,
+        learning_rate_rule=advice.rule,
     )
 
 
