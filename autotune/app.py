@@ -225,7 +225,8 @@ def _guide(
     # The probe is of use only with a trial to steer and the race's first round after it.
     then = clock.screen_s() + _race_round_s(settings, clock, baseline, 1)
     timing = baseline.timing
-    expected = expected_probe_s(probe_plan(space, settings.baseline), clock.run_s(), timing.compute_s / timing.samples)
+    plan = probe_plan(space, settings.baseline)
+    expected = expected_probe_s(plan, clock.unmeasured_s(baseline), timing.compute_s / timing.samples)
     if not stored and not clock.affords(expected + then, PROBE_STEP):
         return None
     with clock.stage("probe"):

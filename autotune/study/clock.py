@@ -185,6 +185,13 @@ class RunClock:
             keys = set(self._full) | set(self._screened)
         return max((seconds for key in keys if (seconds := self._measured_s(key)) is not None), default=self.run_s())
 
+    def unmeasured_s(self, result: TrialResult) -> float:
+        """The seconds of a process of ``result``'s pipeline outside any warm-up and window (its start, build and
+        end), as ``result``'s took: what a probe process adds to its own timings; ``run_s`` where unknown."""
+        timing = result.timing
+        seconds = result.wall_s / self.repeats - (timing.warmup_s + timing.window_s if timing else 0.0)
+        return seconds if result.wall_s > 0 and seconds > 0 else self.run_s()
+
     def screen_s(self) -> float:
         """The seconds a search trial not proposed yet is expected to take: ``repeats`` processes of ``run_s``."""
         return self.repeats * self.run_s(screen=True)

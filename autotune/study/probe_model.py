@@ -241,9 +241,9 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> P
     return ProbePlan(loaders, computes, **timing)
 
 
-def expected_probe_s(plan: ProbePlan, run_s: float, sample_compute_s: float) -> float:
-    """What the probe of ``plan`` is expected to take, for study.budget_s: a process like a run of the pipeline
-    (``run_s``: its start, build and window); every loader setting timed for ``plan.seconds`` and as long again for
+def expected_probe_s(plan: ProbePlan, process_s: float, sample_compute_s: float) -> float:
+    """What the probe of ``plan`` is expected to take, for study.budget_s: a process of the pipeline (``process_s``:
+    its start and build, as the baseline's took); every loader setting timed for ``plan.seconds`` and as long again for
     its workers' start; every model-step setting (the first three times: once untimed, once again at the end to see
     that the machine's speed held) for ``plan.min_steps`` steps or
     ``plan.seconds``, whichever is longer, after ``plan.warmup_steps``, and ``plan.seconds`` to copy the model, each
@@ -254,7 +254,7 @@ def expected_probe_s(plan: ProbePlan, run_s: float, sample_compute_s: float) -> 
         return max(plan.seconds, plan.min_steps * step_s) + plan.warmup_steps * step_s + plan.seconds
 
     anchor = plan.computes[0]
-    return run_s + 2 * plan.seconds * len(plan.loaders) + sum(map(compute_s, [anchor, *plan.computes, anchor]))
+    return process_s + 2 * plan.seconds * len(plan.loaders) + sum(map(compute_s, [anchor, *plan.computes, anchor]))
 
 
 def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:

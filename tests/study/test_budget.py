@@ -388,3 +388,11 @@ def test_a_compile_draw_that_does_not_fit_is_left_for_later_and_the_plain_trials
     tune(study, space, budget, measure, lambda e: None, affords=plain_only)  # its sampler draws a compile second
     assert counted_trials(study) == 2, "two plain configurations fit: measured, whatever the sampler drew"
     assert not any(costly(knobs) for _, knobs in measure.calls), "no compile trial ran"
+
+
+def test_a_probe_process_is_expected_to_add_the_baselines_start_and_build_not_its_warm_up_and_window():
+    clock = RunClock(budget_s=60.0)
+    baseline = measured(6.0, startup_s=1.5, step_s=0.3)  # a warm-up of 1 s and a window of 3 s
+    clock.count(baseline)
+    assert clock.unmeasured_s(baseline) == pytest.approx(2.0), "6 s less the 1 s warm-up and the 3 s window"
+    assert clock.unmeasured_s(replace(baseline, wall_s=0.0)) == clock.run_s() == 6.0, "a run without its wall time"
