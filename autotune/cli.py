@@ -30,6 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from autotune import app, benchmark, check, diagnose, rerender, selfcheck
 from autotune.config.load import is_report, load_report_study, load_settings, unknown_key
+from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
@@ -346,7 +347,19 @@ def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None
     _write_record(data, output_dir)
     modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run, "check": check.run}
     modes["profile"] = diagnose.run
+    if (note := unbounded_note(settings)) is not None:
+        print(note, file=sys.stdout, flush=True)
     modes[settings.mode](settings, output_dir, out=sys.stdout)  # the redacted stream: defaults were bound before
+
+
+def unbounded_note(settings: Settings) -> str | None:
+    """What to say where study.budget_s is set for a mode it does not bound (it bounds a tuning run only)."""
+    if settings.study.budget_s is None or settings.mode == "tune":
+        return None
+    return (
+        f"autotune: study.budget_s={settings.study.budget_s:g} bounds a tuning run only: mode={settings.mode} runs "
+        "to its end"
+    )
 
 
 def _write_record(data: dict, output_dir: Path) -> None:

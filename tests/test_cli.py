@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +23,7 @@ import torch
 import yaml
 
 from autotune import app, cli
+from autotune.config.load import load_settings
 from autotune.knobs import KNOBS
 from autotune.records import META_ATTR
 from autotune.results.race import TIE_TOLERANCE
@@ -34,6 +36,7 @@ from tests.conftest import (
     imports_torch,
     processes_mentioning,
     run_cli,
+    tiny_config,
 )
 
 TINY = [
@@ -771,3 +774,11 @@ def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path,
         missing = cli_here(["mode=report", "study.name=mine", f"study.storage={url}"], cwd=tmp_path)
         assert missing.returncode == 2 and "study.name: no study 'mine'" in missing.stderr
     assert not list(tmp_path.glob("none.*")), "no storage made where there was none"
+
+
+def test_a_budget_given_to_a_mode_it_does_not_bound_is_said_to_be_unused():
+    settings = load_settings(tiny_config(study={"budget_s": 60}), "tiny")
+    assert cli.unbounded_note(settings) is None, "a tuning run: bounded"
+    note = cli.unbounded_note(replace(settings, mode="benchmark"))
+    assert note == "autotune: study.budget_s=60 bounds a tuning run only: mode=benchmark runs to its end"
+    assert cli.unbounded_note(replace(settings, mode="check", study=replace(settings.study, budget_s=None))) is None
