@@ -11,7 +11,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -197,14 +197,36 @@ class RunClock:
         return self.repeats * self.run_s(screen=True)
 
     def trial_s(self, knobs: dict) -> float:
-        """The seconds the search trial of ``knobs`` is expected to take: ``screen_s``; where it turns on a costly knob
+        """The seconds the search trial of ``knobs`` is expected to take: ``screen_s``, or longer where its batch
+        steps longer than those measured (``_screened_at_batch_s``); where it turns on a costly knob
         (torch.compile, whose compile time no measurement foretells), as long as the longest such trial so far, or,
         before one, as long as a trial may take (``trial_timeout_s``)."""
         if not costly(knobs):
-            return self.screen_s()
+            batch = knobs.get("batch_size")
+            return max(self.screen_s(), self.repeats * self._screened_at_batch_s(batch) if batch else 0.0)
         with self._lock:
             longest = max(self._costly, default=self._trial_timeout_s)
         return self.screen_s() if longest is None else self.repeats * longest
+
+    def _screened_at_batch_s(self, batch_size: int) -> float:
+        """What a search trial of batch ``batch_size`` is expected to take where search trials ran: the median one's
+        time outside its warm-up and window, and its warm-up and window, each at least its steps at the step time the
+        median sample time measured gives this batch (a batch 16 times larger steps 16 times longer; the window no
+        longer than ``max_time_s``); 0.0 before one ran."""
+        with self._lock:
+            screened = [r for r in self._screened.values() if r.timing is not None and r.timing.steps]
+        if not screened:
+            return 0.0
+
+        def median(of: Callable[[TrialResult], float]) -> float:
+            return statistics.median(map(of, screened))
+
+        step_s = batch_size * median(lambda r: r.timing.window_s / r.timing.steps / r.knobs["batch_size"])
+        warmup_s = max(median(lambda r: r.timing.warmup_s), median(lambda r: r.timing.warmup_steps) * step_s)
+        window_s = max(
+            median(lambda r: r.timing.window_s), min(self._plan.max_time_s, median(lambda r: r.timing.steps) * step_s)
+        )
+        return median(lambda r: r.wall_s - r.timing.warmup_s - r.timing.window_s) + warmup_s + window_s
 
     def record(self, finished: bool = False) -> RunTime:
         """What was measured so far; ``finished``: the run reached its end."""

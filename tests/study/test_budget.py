@@ -396,3 +396,14 @@ def test_a_probe_process_is_expected_to_add_the_baselines_start_and_build_not_it
     clock.count(baseline)
     assert clock.unmeasured_s(baseline) == pytest.approx(2.0), "6 s less the 1 s warm-up and the 3 s window"
     assert clock.unmeasured_s(replace(baseline, wall_s=0.0)) == clock.run_s() == 6.0, "a run without its wall time"
+
+
+def test_a_search_trial_of_a_larger_batch_is_expected_to_step_as_much_longer():
+    clock = RunClock(budget_s=60.0)
+    clock.count(measured(6.0, batch_size=16, step_s=0.1))  # the baseline
+    with clock.stage("search"):
+        clock.count(measured(3.0, batch_size=16, step_s=0.1))  # 8 steps to warm up in 1 s, 10 timed of 0.1 s
+    small, big = ({**NEUTRAL_KNOBS, "batch_size": batch} for batch in (16, 256))
+    assert clock.trial_s(small) == 3.0, "as measured"
+    assert clock.trial_s(big) == pytest.approx(1.0 + 8 * 1.6 + 10 * 1.6), "as many steps, each 16 times longer"
+    assert clock.trial_s({**small, "batch_size": 8}) == 3.0, "no shorter than measured"
