@@ -63,7 +63,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     and other machines join it (``autotune/study/sharing.py``), the reports covering this machine's results."""
     # The run's time, and its budget, from here to its reports, waiting for another tuner's lock included.
     measure = settings.measure
-    clock = RunClock(settings.study.budget_s, measure.repeats, measure.plan, measure.trial_timeout_s)
+    clock = RunClock(
+        settings.study.budget_s, measure.repeats, measure.plan, measure.trial_timeout_s, measure.screen_plan
+    )
     with one_tuner(settings.study.storage, settings.study.name):
         # A database server that cannot be reached is refused before the pipeline's code runs (the inspection:
         # seconds); a file (SQLite, a journal) is created only once the input is known good.
@@ -155,8 +157,9 @@ def _tune(
         def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's first round after it
             trial_s = clock.screen_s() if knobs is None else clock.trial_s(knobs)
             step = span(SEARCH_TRIAL_STEP, done + 1, settings.study.n_trials)
-            if knobs is not None and costly(knobs):
-                step += f" (the next proposed: {' '.join(f'{k}={v}' for k, v in costly_values(knobs).items())})"
+            if knobs is not None:  # a proposal that does not fit is passed over (``tuner._search``): named once
+                named = costly_values(knobs) if costly(knobs) else {"batch_size": knobs["batch_size"]}
+                step = f"{SEARCH_TRIAL_STEP} of {' '.join(f'{k}={v}' for k, v in named.items())}"
             return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
 
         screens = [r.screen for r in runners]

@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # the training script's process has torch; the tuner's, which
     import torch
 
 # The layout of recommended.yaml. Raise it when a key changes meaning or goes; a new optional key keeps it.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: training.learning_rate.rule (an older autotune would scale every rate linearly)
+MACHINE_SCHEMA = 1  # the first layout that says which machine measured the recommendation
 
 # How a learning rate follows a batch ``ratio`` times the baseline's, by rule: the linear scaling rule for SGD, with
 # or without momentum (Goyal et al., 2017, "Accurate, Large Minibatch SGD"), the square-root scaling rule for
@@ -371,7 +372,7 @@ def _complete(given: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dict[str, Any] | None) -> None:
-    if recommendation.schema_version < SCHEMA_VERSION:
+    if recommendation.schema_version < MACHINE_SCHEMA:
         warnings.warn(
             f"{source} was written by an older autotune (schema {recommendation.schema_version}, this one writes "
             f"{SCHEMA_VERSION}): its knobs are applied, but it does not say which machine measured them",

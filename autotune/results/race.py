@@ -29,8 +29,9 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   once every variant has left it (``alone``): a run's noise can make two equal configurations look TIE_TOLERANCE
   apart in one round. The recommendation's figures are the medians of the race of most rounds it won
   (``proof_of``). A stored trim stands for the race's winner and rounds (``is_trim_of``); one of its races not
-  ``settled`` (cut by study.budget_s, ended by a failed run, or left by the configuration it started from, which
-  lost a round to the baseline there) is raced again by a later run.
+  ``settled`` goes on from its rounds in a later run where study.budget_s or a stopped run cut it short, and is
+  raced again where a failed run ended it or the configuration it started from left it (it lost a round to the
+  baseline there).
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class Confirmation:
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a race that was decided earlier ran fewer, and so did one ``cut`` short by
-    study.budget_s (its verdict is that of the rounds it ran). ``disturbed`` names the runs it counted though other
+    study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by round: the summary
+    takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the runs it counted though other
     processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``: the labels of the measured
     trials it was about (None in a race stored before they were kept).
     """

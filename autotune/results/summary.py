@@ -183,6 +183,8 @@ def summarise(results: StudyResults) -> Summary:
     trim_ended = False
     runs = results.tuner_time.runs if results.tuner_time else []
     stopped_before_race_end = bool(runs) and not runs[-1].finished and not AFTER_RACE & runs[-1].stages.keys()
+    if confirmation is not None and confirmation.cut and stopped_before_race_end:
+        confirmation = None  # stored round by round, a race stopped (or still running) decides nothing yet
     if confirmation is None:
         candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline

@@ -31,8 +31,9 @@ class RunClock:
     """The clock of one run, started when it is made. ``stage`` times a stage; ``count`` adds a trial process's
     phases to the stage running it; once ``attach``ed to the study, every stage's end stores the record.
     ``budget_s`` (study.budget_s; None: unbounded) bounds the run: see ``affords``; a run of a configuration is
-    ``repeats`` processes (measure.repeats) with the full window ``plan`` (measure.plan), none longer than
-    ``trial_timeout_s`` (measure.trial_timeout_s)."""
+    ``repeats`` processes (measure.repeats) with the full window ``plan`` (measure.plan), a search trial's with
+    ``screen_plan`` (measure.screen_plan; None: a search trial is expected as long as those measured, whatever its
+    batch), none longer than ``trial_timeout_s`` (measure.trial_timeout_s)."""
 
     def __init__(
         self,
@@ -40,9 +41,11 @@ class RunClock:
         repeats: int = 1,
         plan: WindowPlan | None = None,
         trial_timeout_s: float | None = None,
+        screen_plan: WindowPlan | None = None,
     ) -> None:
         self.started_at, self._start = time.time(), time.monotonic()
         self.budget_s, self.repeats, self._plan = budget_s, repeats, plan or WindowPlan()
+        self._screen_plan = screen_plan
         self._trial_timeout_s = trial_timeout_s
         self._costly: list[float] = []  # the wall times of this run's search trials that turned on a costly knob
         self.left_out: list[str] = []  # the steps the budget left out, in words
@@ -130,7 +133,8 @@ class RunClock:
         if seconds <= left:
             return True
         with self._lock:
-            self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
+            if not any(said.startswith(f"{step} (~") for said in self.left_out):  # each step said once
+                self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
         return False
 
     def run_of_s(self, knobs: dict) -> float:
@@ -210,21 +214,23 @@ class RunClock:
 
     def _screened_at_batch_s(self, batch_size: int) -> float:
         """What a search trial of batch ``batch_size`` is expected to take where search trials ran: the median one's
-        time outside its warm-up and window, and its warm-up and window, each at least its steps at the step time the
-        median sample time measured gives this batch (a batch 16 times larger steps 16 times longer; the window no
-        longer than ``max_time_s``); 0.0 before one ran."""
+        time outside its warm-up and window, then a warm-up and a window as the median ones, or as ``screen_plan``
+        makes them at the step time the median sample time measured gives this batch where longer (a batch 16 times
+        larger steps 16 times longer: its warm-up's least steps, and its window's, each take longer); 0.0 before one
+        ran, or without a ``screen_plan``."""
         with self._lock:
             screened = [r for r in self._screened.values() if r.timing is not None and r.timing.steps]
-        if not screened:
+        plan = self._screen_plan
+        if not screened or plan is None:
             return 0.0
 
         def median(of: Callable[[TrialResult], float]) -> float:
             return statistics.median(map(of, screened))
 
         step_s = batch_size * median(lambda r: r.timing.window_s / r.timing.steps / r.knobs["batch_size"])
-        warmup_s = max(median(lambda r: r.timing.warmup_s), median(lambda r: r.timing.warmup_steps) * step_s)
+        warmup_s = max(median(lambda r: r.timing.warmup_s), plan.warmup.min_steps * step_s)
         window_s = max(
-            median(lambda r: r.timing.window_s), min(self._plan.max_time_s, median(lambda r: r.timing.steps) * step_s)
+            median(lambda r: r.timing.window_s), min(plan.max_time_s, max(plan.min_time_s, plan.min_steps * step_s))
         )
         return median(lambda r: r.wall_s - r.timing.warmup_s - r.timing.window_s) + warmup_s + window_s
 

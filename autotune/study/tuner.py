@@ -149,8 +149,9 @@ def tune(
     With ``propose`` (the probe's guide), each trial measures the configuration it proposes and tuning stops once it
     proposes none; without, Optuna's sampler proposes. A configuration measured before (the baseline included) is
     not measured again: the proposal is answered from the stored result and does not count as a trial. Tuning also
-    stops at ``settings.timeout_s``, where ``affords`` says the next trial (or the one proposed, or the sampler's
-    draw, which a later run then measures first) does not fit in study.budget_s, when the space is exhausted, and,
+    stops at ``settings.timeout_s``, where ``affords`` says the next trial does not fit in study.budget_s (a
+    proposal or a draw of the sampler that does not fit where a plain trial still does is passed over, the draw left
+    to a later run, which measures it first), when the space is exhausted, and,
     aborted, after ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect
     trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``), or as many dropped in a row
     because another tuner took this one for dead (``_taken_for_dead``). A configuration that needs
@@ -285,7 +286,7 @@ def _search(
                 _not_measured(study, trial, key, bound)
                 repeats += 1
                 continue
-            if proposal is None and affords is not None and not affords(done, knobs):  # the sampler's own draw
+            if key in skipped or (proposal is None and affords is not None and not affords(done, knobs)):  # too dear
                 _left_for_later(study, trial, key)
                 if not affords(done, None):
                     return _out_of_budget(settings)

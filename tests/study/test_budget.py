@@ -55,6 +55,8 @@ def test_a_step_fits_where_its_expected_time_fits_in_what_is_left():
     assert clock.affords_round([small, unmeasured], "a round") and clock.left_out == [], "1 + 2 s"
     assert not clock.affords_round([small, {**NEUTRAL_KNOBS, "batch_size": 64}], "a slow one's round")
     assert clock.left_out == ["a slow one's round (~31 s needed, 10 s left)"]
+    assert not clock.affords_round([small, {**NEUTRAL_KNOBS, "batch_size": 64}], "a slow one's round")
+    assert len(clock.left_out) == 1, "a step passed over again is said once"
     assert RunClock(budget_s=None).affords(1e9, "x"), "no budget: everything fits"
     assert clock.record().left_out == clock.left_out and clock.record().budget_s == 10.0
 
@@ -271,6 +273,10 @@ def test_a_race_a_stopped_run_cut_short_keeps_its_rounds_and_goes_on_from_them(t
     stopped = load_results(study).confirmation
     assert stopped.cut and stopped.rounds == 1 and stopped.planned_rounds == 3, "round 1 kept, as a race cut short"
     assert "or the run was stopped): the verdict is that of 1; the same command again goes on" in stopped.describe()
+    in_race = TunerTime([RunTime(0.0, 30.0, {"search": 20.0, "race": 9.0}, {}, finished=False)])
+    summary = summarise(replace(load_results(study), tuner_time=in_race))
+    assert summary.confirmation is None and not summary.confirmed, "one round of a stopped race proves nothing"
+    assert summary.stopped_before_race_end, "the headline says no race has re-measured it yet"
     measure = FakeMeasure()
     again = run_race(study, load_results(study), 3, measure, lambda name, result: None)
     assert measure.calls and all(name.startswith(("confirm-2-", "confirm-3-")) for name, _ in measure.calls)
@@ -399,7 +405,7 @@ def test_a_probe_process_is_expected_to_add_the_baselines_start_and_build_not_it
 
 
 def test_a_search_trial_of_a_larger_batch_is_expected_to_step_as_much_longer():
-    clock = RunClock(budget_s=60.0)
+    clock = RunClock(budget_s=60.0, screen_plan=WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0))
     clock.count(measured(6.0, batch_size=16, step_s=0.1))  # the baseline
     with clock.stage("search"):
         clock.count(measured(3.0, batch_size=16, step_s=0.1))  # 8 steps to warm up in 1 s, 10 timed of 0.1 s
@@ -407,3 +413,15 @@ def test_a_search_trial_of_a_larger_batch_is_expected_to_step_as_much_longer():
     assert clock.trial_s(small) == 3.0, "as measured"
     assert clock.trial_s(big) == pytest.approx(1.0 + 8 * 1.6 + 10 * 1.6), "as many steps, each 16 times longer"
     assert clock.trial_s({**small, "batch_size": 8}) == 3.0, "no shorter than measured"
+
+
+def test_a_search_trial_of_fast_steps_is_expected_to_hold_its_window_by_its_seconds_not_its_steps():
+    # 10 ms steps at batch 16: the 1.5 s window held 150 of them; at batch 128 (80 ms steps) it holds 19.
+    clock = RunClock(budget_s=600.0, screen_plan=WindowPlan(min_steps=10, min_time_s=1.5, max_time_s=30.0))
+    fast = replace(measured(3.0, batch_size=16, step_s=0.01), wall_s=3.0)
+    timing = replace(fast.timing, steps=150, window_s=1.5, warmup_s=0.08, warmup_steps=8)
+    clock.count(replace(fast, measurement=replace(fast.measurement, timing=timing)))  # the baseline
+    with clock.stage("search"):
+        clock.count(replace(fast, measurement=replace(fast.measurement, timing=timing)))
+    expected = (3.0 - 0.08 - 1.5) + 8 * 0.08 + max(1.5, 10 * 0.08)
+    assert clock.trial_s({**NEUTRAL_KNOBS, "batch_size": 128}) == pytest.approx(expected)
