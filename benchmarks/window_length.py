@@ -1,0 +1,94 @@
+"""Window length: how a race's paired ratio (a configuration over the baseline, one round) varies with the timed
+window's ``measure.min_steps``, and what each run costs.
+
+    .venv/bin/python -m benchmarks.window_length [--rounds 8] [--steps 30 10] [--pipeline mymodel]
+        [--knob batch_size=128 --knob num_workers=2 ...]
+
+Each round runs the baseline and the configuration (the baseline with ``--knob``s) once per window, every run a
+fresh trial process (a race's runs are forked, which reads the same: docs/benchmarks.md section 5), the order
+rotating from round to round. Per window: the geometric mean of the
+rounds' ratios with its 95 % interval, the standard deviation of their logarithms (what a race must see through:
+the fewer steps, the cheaper a run, but a noisier ratio needs more rounds for the same verdict) and the mean seconds
+a run took. Without ``--knob``, the README's recommendation for ``mymodel``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune.measure.stats import ratio_interval
+from autotune.trial.result import TrialRequest
+from autotune.trial.runner import run_trial
+from benchmarks.common import announce_machine, knob_values, settings_for
+
+README_RECOMMENDATION = [
+    "batch_size=128",
+    "num_workers=2",
+    "prefetch_factor=2",
+    "persistent_workers=true",
+    "num_threads=1",
+    "channels_last=true",
+    "amp=bf16",
+    "set_to_none=false",
+]
+
+
+def requests(pipeline: str, knobs: dict[str, Any], steps: list[int]) -> dict[tuple[str, int], TrialRequest]:
+    """The baseline's and the configuration's trial request for each window of ``steps`` minimum steps."""
+    found = {}
+    for min_steps in steps:
+        settings = settings_for(pipeline, [f"measure.min_steps={min_steps}"])
+        measure = settings.measure
+        for label, values in (("baseline", settings.baseline), ("configuration", settings.baseline | knobs)):
+            found[label, min_steps] = TrialRequest(
+                settings.pipeline, values, "cpu", measure.plan, measure.memory_interval_s
+            )
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", default="mymodel")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--steps", type=int, nargs="+", default=[30, 10], help="measure.min_steps of each window")
+    parser.add_argument("--knob", action="append", help="NAME=VALUE of the configuration (repeat)")
+    args = parser.parse_args()
+    announce_machine()
+    runs = requests(args.pipeline, knob_values(args.knob or README_RECOMMENDATION), args.steps)
+    throughputs: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
+    seconds: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
+    keys = list(runs)
+    with tempfile.TemporaryDirectory() as workdir:
+        for index in range(args.rounds):
+            shift = index % len(keys)
+            for label, min_steps in keys[shift:] + keys[:shift]:
+                start = time.monotonic()
+                result = run_trial(runs[label, min_steps], 600, Path(workdir), f"round{index + 1}-{label}-{min_steps}")
+                if not result.ok:
+                    raise SystemExit(f"round {index + 1}, {label}, min_steps={min_steps}: {result.failure}")
+                seconds[label, min_steps].append(time.monotonic() - start)
+                throughputs[label, min_steps].append(result.timing.throughput)
+                print(f"round {index + 1} {label} min_steps={min_steps}: {result.timing.throughput:.1f} samples/s, "
+                      f"{result.timing.steps} steps, {seconds[label, min_steps][-1]:.1f} s", flush=True)  # fmt: skip
+    for min_steps in args.steps:
+        pairs = zip(throughputs["configuration", min_steps], throughputs["baseline", min_steps], strict=True)
+        ratios = [configuration / baseline for configuration, baseline in pairs]
+        interval = ratio_interval(ratios)
+        spread = statistics.stdev(math.log(ratio) for ratio in ratios)
+        cost = statistics.fmean(seconds["baseline", min_steps] + seconds["configuration", min_steps])
+        print(
+            f"min_steps={min_steps}: ratio {interval.geomean:.3f} ({interval.low:.3f}-{interval.high:.3f}), "
+            f"SD of log ratio {spread:.3f}, {cost:.1f} s a run (baseline "
+            f"{statistics.fmean(seconds['baseline', min_steps]):.1f}, configuration "
+            f"{statistics.fmean(seconds['configuration', min_steps]):.1f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
