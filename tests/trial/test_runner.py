@@ -284,6 +284,15 @@ def test_a_request_is_written_though_another_trials_end_removed_its_folder_meanw
     assert removed and path.read_text() == "{}" and path.parent == folder
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raising KeyboardInterrupt in this process, as in a terminal: a process started in the background by a
+    shell without job control inherits SIGINT ignored, and Python then keeps it so."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 class _StoppedTwice:
     """A trial whose watch a Ctrl-C ends, and whose end another Ctrl-C comes in the middle of."""
 
@@ -302,7 +311,7 @@ class _StoppedTwice:
         return None
 
 
-def test_a_second_ctrl_c_while_a_trial_is_ended_is_raised_once_it_has_ended(tmp_path, monkeypatch):
+def test_a_second_ctrl_c_while_a_trial_is_ended_is_raised_once_it_has_ended(tmp_path, monkeypatch, ctrl_c_raises):
     trial = _StoppedTwice()
     launcher = Scripted("")
     monkeypatch.setattr(launcher, "start", lambda *args: trial)
@@ -324,7 +333,7 @@ class _StuckInTheKernel(_StoppedTwice):
         return None
 
 
-def test_a_third_ctrl_c_while_a_trial_is_ended_is_delivered_at_once():
+def test_a_third_ctrl_c_while_a_trial_is_ended_is_delivered_at_once(ctrl_c_raises):
     trial = _StuckInTheKernel()
     with pytest.raises(KeyboardInterrupt):
         with runner.signals_held():
