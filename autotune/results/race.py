@@ -111,10 +111,10 @@ class Confirmation:
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a race that was decided earlier ran fewer, and so did one ``cut`` short by
-    study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by round: the summary
-    takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the runs it counted though other
-    processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``: the labels of the measured
-    trials it was about (None in a race stored before they were kept).
+    study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by round: the
+    summary takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the runs it
+    counted though other processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``: the
+    labels of the measured trials it was about (None in a race stored before they were kept).
     """
 
     baseline_throughputs: list[float]
