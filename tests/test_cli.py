@@ -548,23 +548,24 @@ def test_a_storage_password_is_never_shown(tmp_path, cli_here):
     assert all("s3cret" not in p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("signum, says", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM")])
 @pytest.mark.slow
-def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(tmp_path, signum, says):
+def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(tmp_path):
+    """SIGTERM in a tuner of its own; Ctrl-C and SIGHUP take the same path (KeyboardInterrupt), checked below."""
     tuner = start_long_trial(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    tuner.send_signal(signum)
+    tuner.send_signal(signal.SIGTERM)
     stdout, stderr = tuner.communicate(timeout=60)
-    assert tuner.returncode == 128 + signum, stderr
-    assert stderr.strip().endswith(f"autotune: error: {says}")
+    assert tuner.returncode == 128 + signal.SIGTERM, stderr
+    assert stderr.strip().endswith("autotune: error: stopped by SIGTERM")
     assert "Stopped: interrupted" in stdout
     _, _, rows = read_outputs(tmp_path / "out")
     assert [r["trial"] for r in rows] == ["baseline"], "the interrupted trial is not reported as measured"
     assert processes_mentioning(str(tmp_path)) == [], "the running trial and its workers are gone"
 
 
-def test_sighup_stops_a_run_as_sigterm_does(tmp_path, cli_here, monkeypatch):
-    """A closed terminal's SIGHUP takes SIGTERM's path (a real tuner stopped above), checked in this process."""
-    signum = signal.SIGHUP
+@pytest.mark.parametrize("signum, says", [(signal.SIGHUP, "stopped by SIGHUP"), (signal.SIGINT, "interrupted")])
+def test_sighup_and_ctrl_c_stop_a_run_as_sigterm_does(tmp_path, cli_here, monkeypatch, signum, says):
+    """A closed terminal's SIGHUP takes SIGTERM's path (a real tuner stopped above), and so does Ctrl-C, Python's
+    own KeyboardInterrupt, checked in this process."""
 
     def signalled() -> None:
         os.kill(os.getpid(), signum)
@@ -572,16 +573,17 @@ def test_sighup_stops_a_run_as_sigterm_does(tmp_path, cli_here, monkeypatch):
         pytest.fail("the signal did not stop the run")
 
     def not_handled(*_) -> None:
-        pytest.fail("the command line left SIGHUP to this test's handler")
+        pytest.fail(f"the command line left {signal.Signals(signum).name} to this test's handler")
 
     monkeypatch.setattr(cli, "_hydra_main", signalled)
-    before = signal.signal(signum, not_handled)
+    # SIGINT raises as in a terminal (a shell's background job inherits it ignored): the command line keeps Python's.
+    before = signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else not_handled)
     try:
         proc = cli_here(["pipeline=tiny"], cwd=tmp_path)
     finally:
         signal.signal(signum, before)
     assert proc.returncode == 128 + signum
-    assert proc.stderr.strip() == f"autotune: error: stopped by {signal.Signals(signum).name}"
+    assert proc.stderr.strip() == f"autotune: error: {says}"
 
 
 @pytest.mark.parametrize("where", ["write_reports", "close"])
