@@ -37,7 +37,7 @@ from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
 from autotune.study.profiles import profile_tuned
 from autotune.study.run_race import run_race
-from autotune.study.sharing import finishing
+from autotune.study.sharing import Turn, finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, open_storage
@@ -162,17 +162,25 @@ def _tune(
                 step = f"{SEARCH_TRIAL_STEP} of {' '.join(f'{k}={v}' for k, v in named.items())}"
             return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
 
+        def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
+            return clock.affords(_race_round_s(settings, clock, baseline, settings.study.n_trials), AWAIT_STEP)
+
         screens = [r.screen for r in runners]
         with clock.stage(SEARCH, len(places)):
-            stop = tune_in_slots(study, space, settings.study, screens, show, propose, machine, next_trial_fits)
+            stop = tune_in_slots(
+                study, space, settings.study, screens, show, propose, machine, next_trial_fits, others_awaited
+            )
         if not stop.aborted:
             searched, stop = stop, StopReason("interrupted", aborted=True)  # until the race and what follows end
             for idle in runners[1:]:  # the race runs in the first slot alone
                 idle.close()
-            with finishing(study, settings.study, machine) as after_another:
-                if after_another:
-                    print("[race] after another tuner of this machine: what it stored is reused", file=out)
-                _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
+            with finishing(study, settings.study, machine, others_awaited) as turn:
+                if turn is Turn.LEFT:
+                    print("[race] left to the tuner of this machine ending the study (study.budget_s)", file=out)
+                else:
+                    if turn is Turn.AFTER_ANOTHER:
+                        print("[race] after another tuner of this machine: what it stored is reused", file=out)
+                    _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
             stop = searched
     except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
         stop = StopReason(str(error), aborted=True)
@@ -238,6 +246,11 @@ def _guide(
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None
     return guide_from_record(probe, space, settings.baseline, cores, runner.device, ctx.torch_threads)
+
+
+# What study.budget_s left out when a tuner of a shared study stopped waiting for the others of its machine to end
+# their searches and trials (``sharing.await_others``) or the study (``sharing.finishing``), in the reports' words.
+AWAIT_STEP = "the wait for the other tuners of this machine"
 
 
 def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:

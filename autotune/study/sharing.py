@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import Enum
 from typing import Any
 
 import optuna
@@ -47,11 +48,18 @@ _FIRST_SEEN: dict[tuple[str, int, object], float] = {}
 _BLOCKED: dict[str, float] = {}
 
 
-def await_others(study: optuna.Study, settings: StudySettings, machine: str, deadline: float) -> bool:
+def await_others(
+    study: optuna.Study,
+    settings: StudySettings,
+    machine: str,
+    deadline: float,
+    waits: Callable[[], bool] = lambda: True,
+) -> bool:
     """Wait while other tuners of the study search on ``machine`` (``searching``) or measure configurations there
-    (the race must see every one), failing the trials and ending the searches of tuners that died. Returns whether
-    the search must go on: a trial waited for ended interrupted (failed here, by another tuner, or by its own on
-    Ctrl-C), and its configuration is owed (``tuner._owed``)."""
+    (the race must see every one), failing the trials and ending the searches of tuners that died, and as long as
+    ``waits()`` (study.budget_s still affords the race after them: past it, ending the study is left to them).
+    Returns whether the search must go on: a trial waited for ended interrupted (failed here, by another tuner, or
+    by its own on Ctrl-C), and its configuration is owed (``tuner._owed``)."""
     if not is_shared(settings.storage):
         return False
     awaited: set[int] = set()
@@ -60,6 +68,8 @@ def await_others(study: optuna.Study, settings: StudySettings, machine: str, dea
         measuring = measuring_now(running := running_trials(study), machine)
         if not measuring and not _searching_others(study, machine, seen):
             break
+        if not waits():
+            return False
         awaited |= {trial.number for trial in measuring}
         if fail_stale_trials(study, running):
             continue
@@ -122,7 +132,7 @@ def description(study: optuna.Study, meta: dict[str, Any], settings: StudySettin
     while (stored := study.user_attrs.get(META_ATTR)) is None:
         claim = _claim(study, name)
         if claim is None:
-            _await_claim(study, name, _DESCRIBED_POLL_S)
+            _await_claim(study, name, poll_s=_DESCRIBED_POLL_S)
             continue
         with _holding(study, claim, settings.heartbeat_s):
             if study.user_attrs.get(META_ATTR) is None:  # else stored by a tuner whose claim ended meanwhile
@@ -255,22 +265,35 @@ def beat(trial: optuna.Trial, interval_s: float) -> None:
     trial.set_user_attr(ALIVE_ATTR, [time.time(), interval_s])
 
 
+class Turn(Enum):
+    """A tuner's turn at ending the study on its machine (``finishing``)."""
+
+    FIRST = "first"  # no other tuner held it before
+    AFTER_ANOTHER = "after another"  # another held it first: what it stored is reused
+    LEFT = "left to another"  # another holds it, and study.budget_s left no time to wait
+
+
 @contextmanager
-def finishing(study: optuna.Study, settings: StudySettings, machine: str) -> Iterator[bool]:
+def finishing(
+    study: optuna.Study, settings: StudySettings, machine: str, waits: Callable[[], bool] = lambda: True
+) -> Iterator[Turn]:
     """Hold, while inside, the right to end the study on ``machine`` (its race, trim and profiles, run where its
-    finalists were measured); whether another tuner held it first. On a shared study the tuners of a machine hold it
+    finalists were measured), unless the turn is ``Turn.LEFT``. On a shared study the tuners of a machine hold it
     in turn, a claim (``claimed``) with a heartbeat, each waiting for the one before to end, however it ended (done,
-    stopped, or no longer heard): each does what the ones before left undone, and reuses what they stored. Alone on
-    its study, a tuner holds it at once."""
+    stopped, or no longer heard), as long as ``waits()``: each does what the ones before left undone, and reuses
+    what they stored. Alone on its study, a tuner holds it at once."""
     if not is_shared(settings.storage):
-        yield False
+        yield Turn.FIRST
         return
-    name, waited = f"{study.study_name}#finishing@{machine}", False
+    name, turn = f"{study.study_name}#finishing@{machine}", Turn.FIRST
     while (claim := _claim(study, name)) is None:
-        _await_claim(study, name)
-        waited = True
+        if not waits():
+            yield Turn.LEFT
+            return
+        _await_claim(study, name, waits)
+        turn = Turn.AFTER_ANOTHER
     with _holding(study, claim, settings.heartbeat_s):
-        yield waited
+        yield turn
 
 
 @contextmanager
@@ -313,9 +336,11 @@ def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float])
     return heard
 
 
-def _await_claim(study: optuna.Study, name: str, poll_s: float = _AWAIT_POLL_S) -> None:
-    """Wait for the claim ``name`` to end, looking every ``poll_s``: its holder ends it, or is not heard of for
-    ``STALE_BEATS`` heartbeats (the claim is then ended here)."""
+def _await_claim(
+    study: optuna.Study, name: str, waits: Callable[[], bool] = lambda: True, poll_s: float = _AWAIT_POLL_S
+) -> None:
+    """Wait for the claim ``name`` to end, looking every ``poll_s``, as long as ``waits()``: its holder ends it, or
+    is not heard of for ``STALE_BEATS`` heartbeats (the claim is then ended here)."""
     storage, seen = study._storage, {}  # claim id -> when first seen: a claim made meanwhile is another's
     while True:
         try:
@@ -326,6 +351,8 @@ def _await_claim(study: optuna.Study, name: str, poll_s: float = _AWAIT_POLL_S) 
         now = time.time()
         if _unheard(beat, seen.setdefault(claim, now), now, _blocked_until(study, now)):
             _end_claim(study, claim)
+            return
+        if not waits():
             return
         if INTERRUPT.wait(poll_s):
             raise KeyboardInterrupt

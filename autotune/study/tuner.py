@@ -142,6 +142,7 @@ def tune(
     propose: ProposeFn | None = None,
     machine: str | None = None,
     affords: AffordsFn | None = None,
+    waits: Callable[[], bool] = lambda: True,
 ) -> StopReason:
     """Run trials on ``machine`` (a ``machine_id``; None: this one) until the study holds ``settings.n_trials``
     configurations measured there.
@@ -160,14 +161,15 @@ def tune(
 
     Other tuners may share the study (``storage.is_shared``): what they measured on the same machine counts here, a
     configuration one of them is measuring is not measured again, and tuning ends once theirs are done too (a trial
-    of a tuner that died is failed by its missing heartbeats and its configuration measured again).
+    of a tuner that died is failed by its missing heartbeats and its configuration measured again), or once
+    ``waits()`` no longer holds (study.budget_s: ending the study is then left to them).
     """
     deadline = time.monotonic() + settings.timeout_s if settings.timeout_s is not None else float("inf")
     machine = machine or this_machine_id()
     while True:
         with searching(study, settings, machine):
             stop = _search(study, space, settings, run, on_trial, machine, propose, deadline, affords)
-        if stop.aborted or not await_others(study, settings, machine, deadline):
+        if stop.aborted or not await_others(study, settings, machine, deadline, waits):
             return stop
 
 
@@ -180,17 +182,19 @@ def tune_in_slots(
     propose: ProposeFn | None = None,
     machine: str | None = None,
     affords: AffordsFn | None = None,
+    waits: Callable[[], bool] = lambda: True,
 ) -> StopReason:
     """``tune`` with a trial at a time in each slot of ``runs`` (``study.parallel``: each runs its trials on its own
     GPU or cores), the slots sharing the study as tuners of a shared study do. The outcome is the first stop that
     aborted, else the first slot's. Ctrl-C, or a slot's error, stops every slot's trial (``runner.INTERRUPT``)."""
     if len(runs) == 1:
-        return tune(study, space, settings, runs[0], on_trial, propose, machine, affords)
+        return tune(study, space, settings, runs[0], on_trial, propose, machine, affords, waits)
     INTERRUPT.clear()
     try:
         with ThreadPoolExecutor(len(runs), thread_name_prefix="autotune-slot") as pool:
             futures = [
-                pool.submit(tune, study, space, settings, run, on_trial, propose, machine, affords) for run in runs
+                pool.submit(tune, study, space, settings, run, on_trial, propose, machine, affords, waits)
+                for run in runs
             ]
             try:
                 wait(futures, return_when=FIRST_EXCEPTION)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +15,7 @@ from autotune import app
 from autotune.config.load import load_settings
 from autotune.config.settings import StudySettings
 from autotune.knobs import KNOBS, costly
+from autotune.measure.environment import this_machine_id
 from autotune.measure.recorder import WindowPlan
 from autotune.records import TRIM_ATTR, config_key, on_machine
 from autotune.report.document import headline
@@ -23,8 +26,10 @@ from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
+from autotune.study.sharing import finishing, searching
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
+from autotune.study.storage import open_storage
 from autotune.study.trim import run_trim
 from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
@@ -357,6 +362,38 @@ def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left
     lead = files["report.md"].read_text().splitlines()[2]
     assert lead.startswith("**No recommendation yet.** study.budget_s left time to measure the baseline"), lead
     assert "left out the probe (~" in lead and "the profiles" not in lead, "the search's steps, not the profiles"
+
+
+@pytest.mark.slow
+def test_a_run_over_its_budget_on_a_shared_study_leaves_its_end_to_the_tuner_of_its_machine_still_at_it(tmp_path):
+    """Another tuner of the machine searches and ends the study (both claims held, until released): a run whose
+    budget is spent waits for neither, writes its reports and says what its budget left out."""
+    fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
+    config = tiny_config(study={"n_trials": 2, "budget_s": 0.01, "heartbeat_s": 0.2}, search=fixed)
+    settings_ = load_settings(config, "tiny")
+    settings_ = replace(settings_, study=replace(settings_.study, storage=f"journal://{tmp_path}/study.log"))
+    release, held = threading.Event(), threading.Event()
+
+    def other() -> None:  # its claims alone: the study is made by the run, as the first tuner to open it
+        study = SimpleNamespace(study_name=settings_.study.name, _storage=open_storage(settings_.study.storage))
+        machine = this_machine_id()
+        with searching(study, settings_.study, machine), finishing(study, settings_.study, machine):
+            held.set()
+            release.wait(120)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        assert held.wait(10)
+        out = io.StringIO()
+        files = app.run(settings_, tmp_path / "out", out)
+        assert thread.is_alive(), "it did not wait for the other tuner"
+    finally:
+        release.set()
+        thread.join()
+    (run,) = json.loads(files["report.json"].read_text())["tuner_time"]["runs"]
+    assert [step.split(" (~")[0] for step in run["left_out"]] == ["search trials 1 to 2", app.AWAIT_STEP]
+    assert "[race] left to the tuner of this machine ending the study (study.budget_s)" in out.getvalue()
 
 
 def test_what_is_left_out_is_named_by_its_steps():

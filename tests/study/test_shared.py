@@ -37,12 +37,14 @@ from autotune.records import (
 from autotune.results.model import load_results
 from autotune.study import sharing
 from autotune.study.sharing import (
+    Turn,
     _await_claim,
     _claim_name,
     claimed,
     fail_interrupted_trials,
     fail_stale_trials,
     finishing,
+    searching,
 )
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
@@ -496,8 +498,8 @@ def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_en
 
     def first() -> None:
         with contextlib.suppress(KeyboardInterrupt):
-            with finishing(open_study(settings, META), settings, machine) as after_another:
-                held.append(("first", after_another))
+            with finishing(open_study(settings, META), settings, machine) as turn:
+                held.append(("first", turn))
                 time.sleep(1.0)
                 ended.append(time.monotonic())
                 if first_ends == "stopped":  # Ctrl-C, SIGTERM (a cluster's time limit), a storage fault
@@ -506,11 +508,50 @@ def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_en
     holder, ended = threading.Thread(target=first), []
     holder.start()
     time.sleep(0.3)
-    with finishing(open_study(settings, META), settings, machine) as after_another:
-        held.append(("second", after_another))
+    with finishing(open_study(settings, META), settings, machine) as turn:
+        held.append(("second", turn))
         assert ended, "held until the first ended (it holds for 1 s; this one came at 0.3 s), not beside it"
     holder.join()
-    assert held == [("first", False), ("second", True)], "the second waited, then did what was left"
+    assert held == [("first", Turn.FIRST), ("second", Turn.AFTER_ANOTHER)], "the second waited, did what was left"
+
+
+def test_a_tuner_whose_budget_is_spent_leaves_the_study_to_the_tuners_of_its_machine_still_at_it(tmp_path):
+    """study.budget_s bounds the whole run: past it (``waits()`` no longer holds), a tuner waits neither for another
+    tuner's search nor for another ending the study; without it, it waits for both (the tests above)."""
+    settings, machine = journal(tmp_path, n_trials=2, heartbeat_s=0.1), this_machine_id()
+    ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
+    release, held = threading.Event(), threading.Event()
+
+    def other(holds) -> None:  # searches, or ends the study, until released
+        with holds(open_study(settings, META), settings, machine):
+            held.set()
+            release.wait(60)
+
+    for holds in (searching, finishing):
+        release.clear()
+        held.clear()
+        thread = threading.Thread(target=other, args=(holds,))
+        thread.start()
+        assert held.wait(10)
+        began = time.monotonic()
+
+        def waits(spent: float = began + 0.5) -> bool:
+            return time.monotonic() < spent
+
+        try:
+            study = open_study(settings, META)
+            if holds is searching:
+                stop = tune(study, SPACE, settings, SlowMeasure(0), lambda event: None, waits=waits)
+                assert not stop.aborted and counted_trials(study) == 2
+            else:
+                with finishing(study, settings, machine, waits) as turn:
+                    assert turn is Turn.LEFT
+            assert thread.is_alive() and time.monotonic() - began < 0.5 + 2 * sharing._AWAIT_POLL_S
+        finally:
+            release.set()
+            thread.join()
+    with finishing(open_study(settings, META), settings, machine, lambda: False) as turn:
+        assert turn is Turn.FIRST, "a turn nobody holds is taken, the budget spent or not"
 
 
 def test_a_tuner_that_died_ending_the_study_is_taken_over(tmp_path):
@@ -518,8 +559,8 @@ def test_a_tuner_that_died_ending_the_study_is_taken_over(tmp_path):
     study = open_study(settings, META)
     claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#finishing@{this_machine_id()}")
     study._storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # then it died
-    with finishing(study, settings, this_machine_id()) as after_another:
-        assert after_another
+    with finishing(study, settings, this_machine_id()) as turn:
+        assert turn is Turn.AFTER_ANOTHER
 
 
 def test_no_tuner_races_while_another_of_its_machine_searches_whatever_stopped_its_own_search(tmp_path):
