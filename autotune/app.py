@@ -29,7 +29,7 @@ from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
 from autotune.results.race import MAX_FINALISTS, round_of, run_name
 from autotune.results.summary import summarise
-from autotune.results.tuner_time import PROBE_STEP, SEARCH_TRIAL_STEP
+from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP
 from autotune.study.clock import SEARCH, RunClock, span
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.guide import Guide, guide_from_record
@@ -163,7 +163,7 @@ def _tune(
             return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
 
         def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
-            return clock.affords(_race_round_s(settings, clock, baseline, settings.study.n_trials), AWAIT_STEP)
+            return clock.fits(_race_round_s(settings, clock, baseline, settings.study.n_trials))
 
         screens = [r.screen for r in runners]
         with clock.stage(SEARCH, len(places)):
@@ -176,7 +176,8 @@ def _tune(
                 idle.close()
             with finishing(study, settings.study, machine, others_awaited) as turn:
                 if turn is Turn.LEFT:
-                    print("[race] left to the tuner of this machine ending the study (study.budget_s)", file=out)
+                    clock.leave_out(LEFT_TO_OTHERS_STEP)
+                    print(f"[race] study.budget_s left out {LEFT_TO_OTHERS_STEP}", file=out)
                 else:
                     if turn is Turn.AFTER_ANOTHER:
                         print("[race] after another tuner of this machine: what it stored is reused", file=out)
@@ -246,11 +247,6 @@ def _guide(
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None
     return guide_from_record(probe, space, settings.baseline, cores, runner.device, ctx.torch_threads)
-
-
-# What study.budget_s left out when a tuner of a shared study stopped waiting for the others of its machine to end
-# their searches and trials (``sharing.await_others``) or the study (``sharing.finishing``), in the reports' words.
-AWAIT_STEP = "the wait for the other tuners of this machine"
 
 
 def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:

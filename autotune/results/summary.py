@@ -33,9 +33,10 @@ class Summary:
     rounds it won (``proof``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, which are not recommended from their single runs. ``stopped_before_race_end``: the study's last run
-    stopped (interrupted, a fault) before its race ended, as its record of the tuner's time says (no trim stage):
-    running it again races. ``budget_left_out``: the steps of the search study.budget_s left out of the study's last run
-    (in words, ``RunTime.search_left_out``).
+    stopped (interrupted, a fault) before its race ended, as its record of the tuner's time says (no trim stage), or
+    left the study's end to another tuner still at it (``RunTime.left_to_others``): running it again races.
+    ``budget_left_out``: the steps of the search study.budget_s left out of the study's last run (in words,
+    ``RunTime.search_left_out``).
     """
 
     ranked: list[TrialRecord]
@@ -182,7 +183,10 @@ def summarise(results: StudyResults) -> Summary:
     trim: list[Confirmation] = []
     trim_ended = False
     runs = results.tuner_time.runs if results.tuner_time else []
-    stopped_before_race_end = bool(runs) and not runs[-1].finished and not AFTER_RACE & runs[-1].stages.keys()
+    last = runs[-1] if runs else None  # stopped, or its end left to another tuner still at it: the race undecided
+    stopped_before_race_end = (
+        last is not None and (not last.finished or last.left_to_others) and not AFTER_RACE & last.stages.keys()
+    )
     if confirmation is not None and confirmation.cut and stopped_before_race_end:
         confirmation = None  # stored round by round, a race stopped (or still running) decides nothing yet
     if confirmation is None:

@@ -66,6 +66,9 @@ def run_attr(machine: str, run: str) -> str:
 # How the steps of the search are named in ``RunTime.left_out``: the probe, and search trials (``study/clock.span``).
 PROBE_STEP, SEARCH_TRIAL_STEP = "the probe", "search trial"
 SEARCH_STEPS = (PROBE_STEP, SEARCH_TRIAL_STEP)
+# What a tuner of a shared study left, its budget spent, to another of its machine still searching, measuring or ending
+# the study (``sharing.finishing``: ``Turn.LEFT``).
+LEFT_TO_OTHERS_STEP = "the race, trim and profiles (another tuner of this machine is still at the study)"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,11 @@ class RunTime:
     finished: bool = False
     budget_s: float | None = None
     left_out: list[str] = field(default_factory=list)
+
+    @property
+    def left_to_others(self) -> bool:
+        """Whether this run left the study's end to another tuner of its machine (``LEFT_TO_OTHERS_STEP``)."""
+        return LEFT_TO_OTHERS_STEP in self.left_out
 
     @property
     def search_left_out(self) -> list[str]:

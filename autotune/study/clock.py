@@ -127,15 +127,25 @@ class RunClock:
         ``screen_s``), fits in what is left of ``budget_s``; one that does not is left out, and said so in the reports
         (``left_out``). Without a budget, and before the first measuring process (the baseline always runs), every
         step fits. A step that takes longer than expected ends the run past the budget by its overrun."""
-        if self.budget_s is None or not self.run_s():
+        if self.fits(seconds):
             return True
         left = self.budget_s - (time.monotonic() - self._start)
-        if seconds <= left:
-            return True
         with self._lock:
             if not any(said.startswith(f"{step} (~") for said in self.left_out):  # each step said once
                 self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
         return False
+
+    def fits(self, seconds: float) -> bool:
+        """Whether ``seconds`` fit in what is left of ``budget_s`` (``affords``'s rule, nothing said)."""
+        if self.budget_s is None or not self.run_s():
+            return True
+        return seconds <= self.budget_s - (time.monotonic() - self._start)
+
+    def leave_out(self, step: str) -> None:
+        """Say that the budget left out ``step`` (words of its own, no time: ``tuner_time.LEFT_TO_OTHERS_STEP``)."""
+        with self._lock:
+            if step not in self.left_out:
+                self.left_out.append(step)
 
     def run_of_s(self, knobs: dict) -> float:
         """What one full-window process of the configuration ``knobs`` is expected to take: its own such processes'

@@ -285,15 +285,36 @@ def finishing(
     if not is_shared(settings.storage):
         yield Turn.FIRST
         return
-    name, turn = f"{study.study_name}#finishing@{machine}", Turn.FIRST
-    while (claim := _claim(study, name)) is None:
-        if not waits():
-            yield Turn.LEFT
-            return
-        _await_claim(study, name, waits)
-        turn = Turn.AFTER_ANOTHER
+    claim, turn = _turn(study, f"{study.study_name}#finishing@{machine}", machine, waits)
+    if claim is None:
+        yield turn
+        return
     with _holding(study, claim, settings.heartbeat_s):
         yield turn
+
+
+def _turn(study: optuna.Study, name: str, machine: str, waits: Callable[[], bool]) -> tuple[int | None, Turn]:
+    """The claim ``name`` on ending the study and the turn it is. Once ``waits()`` no longer holds, a tuner leaves
+    the study's end (``Turn.LEFT``, no claim) to another of ``machine`` still searching, measuring or holding it: the
+    race must see every configuration, and run alone."""
+    turn = Turn.FIRST
+    while waits() or not _others_at_it(study, machine):
+        if (claim := _claim(study, name)) is not None:
+            return claim, turn
+        if not waits():
+            break
+        _await_claim(study, name, waits)
+        turn = Turn.AFTER_ANOTHER
+    return None, Turn.LEFT
+
+
+def _others_at_it(study: optuna.Study, machine: str) -> bool:
+    """Whether another tuner searches on ``machine`` or measures a configuration there (a dead one's trial failed
+    first)."""
+    running = running_trials(study)
+    if fail_stale_trials(study, running):
+        running = running_trials(study)
+    return bool(measuring_now(running, machine)) or _searching_others(study, machine, {})
 
 
 @contextmanager

@@ -23,13 +23,13 @@ from autotune.report.recommended import recommendation
 from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
-from autotune.results.tuner_time import RunTime, TunerTime
+from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, RunTime, TunerTime
 from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
-from autotune.study.sharing import finishing, searching
+from autotune.study.sharing import searching
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.storage import open_storage
+from autotune.study.storage import load_study, open_storage
 from autotune.study.trim import run_trim
 from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
@@ -365,19 +365,19 @@ def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left
 
 
 @pytest.mark.slow
-def test_a_run_over_its_budget_on_a_shared_study_leaves_its_end_to_the_tuner_of_its_machine_still_at_it(tmp_path):
-    """Another tuner of the machine searches and ends the study (both claims held, until released): a run whose
-    budget is spent waits for neither, writes its reports and says what its budget left out."""
+def test_a_run_over_its_budget_on_a_shared_study_leaves_its_end_to_the_tuner_of_its_machine_still_searching(tmp_path):
+    """Another tuner of the machine searches (its claim held until released): a run whose budget is spent neither
+    waits for it nor ends the study while it searches (the race must see its trials, and run alone); it writes its
+    reports, says what its budget left out, and recommends nothing a race has not re-measured."""
     fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
     config = tiny_config(study={"n_trials": 2, "budget_s": 0.01, "heartbeat_s": 0.2}, search=fixed)
     settings_ = load_settings(config, "tiny")
     settings_ = replace(settings_, study=replace(settings_.study, storage=f"journal://{tmp_path}/study.log"))
     release, held = threading.Event(), threading.Event()
 
-    def other() -> None:  # its claims alone: the study is made by the run, as the first tuner to open it
+    def other() -> None:  # its claim alone: the study is made by the run, as the first tuner to open it
         study = SimpleNamespace(study_name=settings_.study.name, _storage=open_storage(settings_.study.storage))
-        machine = this_machine_id()
-        with searching(study, settings_.study, machine), finishing(study, settings_.study, machine):
+        with searching(study, settings_.study, this_machine_id()):
             held.set()
             release.wait(120)
 
@@ -391,9 +391,13 @@ def test_a_run_over_its_budget_on_a_shared_study_leaves_its_end_to_the_tuner_of_
     finally:
         release.set()
         thread.join()
-    (run,) = json.loads(files["report.json"].read_text())["tuner_time"]["runs"]
-    assert [step.split(" (~")[0] for step in run["left_out"]] == ["search trials 1 to 2", app.AWAIT_STEP]
-    assert "[race] left to the tuner of this machine ending the study (study.budget_s)" in out.getvalue()
+    report = json.loads(files["report.json"].read_text())
+    (run,) = report["tuner_time"]["runs"]
+    assert [step.split(" (~")[0] for step in run["left_out"]] == ["search trials 1 to 2", LEFT_TO_OTHERS_STEP]
+    assert f"[race] study.budget_s left out {LEFT_TO_OTHERS_STEP}" in out.getvalue()
+    assert "[confirm" not in out.getvalue() and "[profile" not in out.getvalue(), "nothing of the study's end ran"
+    study = load_study(settings_.study.name, settings_.study.storage)
+    assert summarise(load_results(study, this_machine_id())).stopped_before_race_end, "its race undecided"
 
 
 def test_what_is_left_out_is_named_by_its_steps():

@@ -517,7 +517,8 @@ def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_en
 
 def test_a_tuner_whose_budget_is_spent_leaves_the_study_to_the_tuners_of_its_machine_still_at_it(tmp_path):
     """study.budget_s bounds the whole run: past it (``waits()`` no longer holds), a tuner waits neither for another
-    tuner's search nor for another ending the study; without it, it waits for both (the tests above)."""
+    tuner's search nor for another ending the study, and leaves the study's end to either; without it, it waits for
+    both (the tests above)."""
     settings, machine = journal(tmp_path, n_trials=2, heartbeat_s=0.1), this_machine_id()
     ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
     release, held = threading.Event(), threading.Event()
@@ -543,9 +544,8 @@ def test_a_tuner_whose_budget_is_spent_leaves_the_study_to_the_tuners_of_its_mac
             if holds is searching:
                 stop = tune(study, SPACE, settings, SlowMeasure(0), lambda event: None, waits=waits)
                 assert not stop.aborted and counted_trials(study) == 2
-            else:
-                with finishing(study, settings, machine, waits) as turn:
-                    assert turn is Turn.LEFT
+            with finishing(study, settings, machine, waits) as turn:  # the race must see the other's trials
+                assert turn is Turn.LEFT
             assert thread.is_alive() and time.monotonic() - began < 0.5 + 2 * sharing._AWAIT_POLL_S
         finally:
             release.set()
