@@ -183,7 +183,9 @@ def summarise(results: StudyResults) -> Summary:
     trim: list[Confirmation] = []
     trim_ended = False
     runs = results.tuner_time.runs if results.tuner_time else []
-    last = runs[-1] if runs else None  # stopped, or its end left to another tuner still at it: the race undecided
+    # The last run to end the study, or try: one that left it to another tuner still at it (started before or after
+    # it) says nothing of the race unless no other run did.
+    last = next((run for run in reversed(runs) if not run.left_to_others), runs[-1] if runs else None)
     stopped_before_race_end = (
         last is not None and (not last.finished or last.left_to_others) and not AFTER_RACE & last.stages.keys()
     )
@@ -215,7 +217,7 @@ def summarise(results: StudyResults) -> Summary:
         ruled_out,
         trim_ended,
         stopped_before_race_end,
-        tuple(runs[-1].search_left_out) if runs else (),
+        tuple(last.search_left_out) if last else (),
     )
 
 

@@ -17,7 +17,7 @@ from autotune.report.document import _machine, headline
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
-from autotune.results.tuner_time import RunTime, TunerTime
+from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, RunTime, TunerTime
 from autotune.trial.result import Failure, FailureKind
 from tests.results.test_summary import failed, results_with, trial
 
@@ -371,6 +371,19 @@ def test_a_run_stopped_before_its_race_says_its_recommendation_is_not_raced_yet(
     profiles = {"race": 0.0, "trim": 0.0, "profiles": 9.0}  # confirm_rounds=0: no race to run again
     after = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, profiles, {}, finished=False)]))
     assert "No race has re-measured" not in headline(summarise(after)).rest, "stopped after its race ended"
+
+
+def test_a_run_that_left_the_studys_end_to_another_tuner_leaves_the_race_to_that_tuners_run():
+    """A tuner past its budget leaves the race to another of its machine (``LEFT_TO_OTHERS_STEP``), which may have
+    started before it: the race is undecided while that one has not ended it, and that one's verdict stands after."""
+    left = RunTime(50.0, 30.0, {"search": 9.0}, {}, True, 30.0, [LEFT_TO_OTHERS_STEP])
+    searching = RunTime(0.0, 20.0, {"search": 9.0}, {}, finished=False)
+    ended = RunTime(0.0, 90.0, {"search": 9.0, "race": 9.0, "trim": 9.0}, {}, True, 200.0, ["trim round 2 (~9 s…)"])
+    base = results_with(trial("0", 200.0, num_workers=1), baseline_throughput=100.0)
+    alone = summarise(replace(base, tuner_time=TunerTime([left])))
+    assert alone.stopped_before_race_end and "No race has re-measured" in headline(alone).rest
+    assert summarise(replace(base, tuner_time=TunerTime([searching, left]))).stopped_before_race_end
+    assert not summarise(replace(base, tuner_time=TunerTime([ended, left]))).stopped_before_race_end
 
 
 def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_not_the_rank(tmp_path):
