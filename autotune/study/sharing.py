@@ -48,12 +48,17 @@ _FIRST_SEEN: dict[tuple[str, int, object], float] = {}
 _BLOCKED: dict[str, float] = {}
 
 
+def always() -> bool:
+    """A tuner's ``waits`` without study.budget_s: it waits for the others as long as they take."""
+    return True
+
+
 def await_others(
     study: optuna.Study,
     settings: StudySettings,
     machine: str,
     deadline: float,
-    waits: Callable[[], bool] = lambda: True,
+    waits: Callable[[], bool] = always,
 ) -> bool:
     """Wait while other tuners of the study search on ``machine`` (``searching``) or measure configurations there
     (the race must see every one), failing the trials and ending the searches of tuners that died, and as long as
@@ -270,12 +275,12 @@ class Turn(Enum):
 
     FIRST = "first"  # no other tuner held it before
     AFTER_ANOTHER = "after another"  # another held it first: what it stored is reused
-    LEFT = "left to another"  # another holds it, and study.budget_s left no time to wait
+    LEFT = "left to another"  # another still searches, measures or holds it, and study.budget_s left no time to wait
 
 
 @contextmanager
 def finishing(
-    study: optuna.Study, settings: StudySettings, machine: str, waits: Callable[[], bool] = lambda: True
+    study: optuna.Study, settings: StudySettings, machine: str, waits: Callable[[], bool] = always
 ) -> Iterator[Turn]:
     """Hold, while inside, the right to end the study on ``machine`` (its race, trim and profiles, run where its
     finalists were measured), unless the turn is ``Turn.LEFT``. On a shared study the tuners of a machine hold it
@@ -358,7 +363,7 @@ def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float])
 
 
 def _await_claim(
-    study: optuna.Study, name: str, waits: Callable[[], bool] = lambda: True, poll_s: float = _AWAIT_POLL_S
+    study: optuna.Study, name: str, waits: Callable[[], bool] = always, poll_s: float = _AWAIT_POLL_S
 ) -> None:
     """Wait for the claim ``name`` to end, looking every ``poll_s``, as long as ``waits()``: its holder ends it, or
     is not heard of for ``STALE_BEATS`` heartbeats (the claim is then ended here)."""

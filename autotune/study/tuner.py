@@ -47,7 +47,7 @@ from autotune.records import (
 )
 from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
-from autotune.study.sharing import await_others, beat, claimed, heartbeat, measuring_now, searching
+from autotune.study.sharing import always, await_others, beat, claimed, heartbeat, measuring_now, searching
 from autotune.study.space import SearchSpace, out_of_memory_bound
 from autotune.study.storage import is_shared
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -142,7 +142,7 @@ def tune(
     propose: ProposeFn | None = None,
     machine: str | None = None,
     affords: AffordsFn | None = None,
-    waits: Callable[[], bool] = lambda: True,
+    waits: Callable[[], bool] = always,
 ) -> StopReason:
     """Run trials on ``machine`` (a ``machine_id``; None: this one) until the study holds ``settings.n_trials``
     configurations measured there.
@@ -182,7 +182,7 @@ def tune_in_slots(
     propose: ProposeFn | None = None,
     machine: str | None = None,
     affords: AffordsFn | None = None,
-    waits: Callable[[], bool] = lambda: True,
+    waits: Callable[[], bool] = always,
 ) -> StopReason:
     """``tune`` with a trial at a time in each slot of ``runs`` (``study.parallel``: each runs its trials on its own
     GPU or cores), the slots sharing the study as tuners of a shared study do. The outcome is the first stop that
