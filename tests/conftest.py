@@ -137,7 +137,7 @@ def tiny_config(**overrides) -> dict:
             "warmup_tolerance": 0.15,
             "warmup_min_time_s": None,
             "min_steps": 3,
-            "min_time_s": 0.2,
+            "min_time_s": 0.05,
             "max_time_s": 5.0,
             "screen_min_steps": None,
             "screen_min_time_s": None,

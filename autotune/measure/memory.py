@@ -265,7 +265,15 @@ def _rss_and_pss(pid: int) -> tuple[int, int]:
 
 
 def _pss_available(pid: int) -> bool:
-    try:
-        return hasattr(psutil.Process(pid).memory_full_info(), "pss")
-    except (psutil.AccessDenied, NotImplementedError, psutil.NoSuchProcess):
-        return False
+    """Whether this process may read ``pid``'s PSS (psutil reads ``smaps_rollup``, else ``smaps``): the kernel checks
+    the permission as the file is opened, and walks the process's page tables only as it is read (a torch
+    process's: ~20 ms, MACHINE.md), so it is opened, not read."""
+    for name in ("smaps_rollup", "smaps"):
+        try:
+            with open(f"/proc/{pid}/{name}", "rb"):
+                return True
+        except FileNotFoundError:
+            continue
+        except OSError:  # PermissionError; ESRCH for a process that ended meanwhile
+            return False
+    return False

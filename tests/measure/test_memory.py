@@ -171,3 +171,29 @@ def test_the_tree_of_a_process_that_is_gone_is_empty():
     assert tree.read_cheap().total > 0
     _stop(child)
     assert tree.pids() == [] and tree.read_cheap().total == 0
+
+
+def test_pss_is_read_where_the_kernel_gives_it_found_out_without_a_read(monkeypatch):
+    # A read walks the process's page tables (~20 ms for a torch process): whether PSS is readable is known by
+    # opening the file, as every trial's tree is made.
+    def no_read(self):
+        raise AssertionError("read to find out whether PSS is readable")
+
+    monkeypatch.setattr(memory.psutil.Process, "memory_full_info", no_read)
+    assert ProcessTree(os.getpid()).metric == "pss"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert ProcessTree(gone.pid).metric == "rss"
+
+
+def test_a_tree_whose_smaps_cannot_be_opened_is_read_by_its_rss(monkeypatch):
+    real_open = open
+
+    def denied(path, *args, **kwargs):
+        if str(path).startswith("/proc/") and "smaps" in str(path):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", denied)
+    tree = ProcessTree(os.getpid())
+    assert tree.metric == "rss" and tree.read_full().pss is None and tree.read_full().total > 0

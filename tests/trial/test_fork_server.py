@@ -9,16 +9,18 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 from autotune import app
 from autotune.app import TrialRunner
 from autotune.config.load import load_settings
 from autotune.study.clock import RunClock
-from autotune.trial import launch, reaper
+from autotune.trial import launch, reaper, worker
 from autotune.trial import runner as runner_module
 from autotune.trial.launch import ForkServer, FreshLauncher
 from autotune.trial.result import FailureKind, TrialResult
@@ -102,7 +104,17 @@ def test_a_trial_ends_without_the_interpreters_teardown_but_with_its_exit_handle
     assert result.ok, result.failure
     log = (tmp_path / f"{kind}.log").read_text()
     assert "a ChattyCNN was built" in log and "C says hello" in log, "the buffered output was flushed"
-    assert "a ChattyCNN says goodbye" in log, "the exit handlers ran"
+    assert "a ChattyCNN says goodbye; its finalizer too" in log, "the exit handlers ran, the user's finalizers too"
+
+
+def test_a_trial_leaves_torchs_operator_libraries_registered_at_exit_and_every_other_finalizer_to_run():
+    library = torch.library.Library("autotune_exit_test", "FRAGMENT")
+    users = weakref.finalize(library, print, "cleaned up")
+    worker._skip_torch_teardown()
+    torchs = [f for f in list(weakref.finalize._registry) if (f.peek() or (0, 0))[1] is torch.library._del_library]
+    assert torchs and not any(f.atexit for f in torchs), "unregistering an operator at exit measures nothing"
+    assert users.atexit
+    users.detach()
 
 
 @pytest.mark.slow
