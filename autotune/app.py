@@ -17,7 +17,7 @@ from optuna.storages import BaseStorage
 from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
 from autotune.files import file_name
-from autotune.knobs import SearchContext, accumulated_to, costly, costly_values
+from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values
 from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
@@ -307,6 +307,21 @@ def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = N
     if refused:
         raise ConfigError(refused.key, refused.problem)
     return result.inspection
+
+
+def unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, object]) -> tuple[str, str] | None:
+    """The first change of ``knobs`` from ``settings.baseline`` (a recommendation, measured as it is) that cannot
+    run on this machine and pipeline (``Knob.unavailable_reason``: what the search would have left out here), or the
+    first knob that cannot run beside the others (``conflict``), with why; None where all can."""
+    ctx = _search_context(settings, facts)
+    for name, knob in KNOBS.items():
+        value = knobs[name]
+        if value is None or value == settings.baseline[name] or not knob.active(knobs):
+            continue
+        reason = knob.unavailable_reason(value, ctx)
+        if reason:
+            return name, reason
+    return conflict(knobs, accumulated_to(settings.batch_policy, settings.baseline))
 
 
 def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...] | None = None) -> SearchContext:

@@ -14,11 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import TrialRunner, inspect_run
+from autotune.app import TrialRunner, inspect_run, unrunnable
 from autotune.config.settings import Settings
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
 from autotune.knobs import accumulated_to, changed, conflict
+from autotune.pipeline.facts import Inspection
 from autotune.recommendation import MachineMismatchWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
@@ -44,6 +45,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         except ConfigError as exc:
             raise ConfigError("recommended", str(exc)) from exc
     settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
+    refuse_unrunnable(settings, facts, recommendation.knobs, "recommended", f"{settings.recommended}: knobs")
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
     notes += as_tuned_note
     if recommendation.pipeline and recommendation.pipeline != settings.pipeline.name:
@@ -75,7 +77,27 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     finally:
         files = write_benchmark(benchmark, output_dir)
         print_benchmark(benchmark, files, out)
+    recommended = next(entry for entry in entries if entry.kind == "recommended")
+    if benchmark.interval(recommended) is None:
+        raise NotMeasuredError(
+            f"benchmark of {settings.recommended}: not measured: {len(benchmark.ratios(recommended))} of "
+            f"{benchmark.rounds} rounds ran both the baseline and the recommendation (an interval needs two); "
+            f"why, in {files['benchmark.md']}"
+        )
     return files
+
+
+def refuse_unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, Any], key: str, where: str) -> None:
+    """ConfigError naming ``key`` where a change of the recommendation ``knobs`` (from ``where``) cannot run here
+    (``unrunnable``): every run of it would fail, and the rounds measure nothing."""
+    found = unrunnable(settings, facts, knobs)
+    if found:
+        name, reason = found
+        raise ConfigError(
+            key,
+            f"{where}.{name}={knobs[name]} cannot run here ({reason}); measure it against the baseline and on the "
+            "kind of machine it was tuned for, or tune again here",
+        )
 
 
 def configurations(

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.app import inspect_run
-from autotune.benchmark import baseline_note, both_ends, measure_rounds, trained_as_tuned
+from autotune.benchmark import baseline_note, both_ends, measure_rounds, refuse_unrunnable, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import BATCH_POLICIES, KNOBS, changed
 from autotune.measure.environment import machine_fingerprint
 from autotune.measure.stats import RatioInterval
+from autotune.recommendation import complete_knobs
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
@@ -62,6 +63,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
             f"it already runs the recommendation in {tuned.path}, so there is no speedup to measure; keep it at the "
             "baseline the recommendation was tuned against (baseline.knobs in report.json)",
         )
+    settings, as_tuned_note = trained_as_tuned(settings, tuned.batch_policy)
+    refuse_unrunnable(settings, facts, tuned.knobs, "against", f"{tuned.path}: recommended.knobs")
     print(
         f"autotune check: pipeline '{settings.pipeline.name}' on {device}; the recommendation in {tuned.path} "
         f"({tuned.speedup:.2f}x when tuned) against the baseline, {settings.check_rounds} interleaved rounds",
@@ -69,7 +72,6 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         flush=True,
     )
     machine = facts.machine
-    settings, as_tuned_note = trained_as_tuned(settings, tuned.batch_policy)
     notes = _notes(tuned, settings, machine) + as_tuned_note
     for note in notes:
         print(f"note: {note}", file=out)
@@ -88,6 +90,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     check = Check(tuned.speedup, settings.check_tolerance, benchmark, tuned.speedup_interval)
     try:
         measure_rounds(settings, check.benchmark, output_dir / "check", out)
+    except BaseException:  # an interrupt, an error: the rounds that ran are kept, and decide nothing
+        check = replace(check, stopped=True)
+        raise
     finally:
         path = write_check(check, output_dir)
         print_check(check, path, out)
@@ -120,10 +125,19 @@ def load_tuned(path: str | None) -> Tuned:
         baseline=_knobs(baseline, f"{path}: baseline.knobs"),
         speedup=float(speedup),
         pipeline=str(_get(data, "pipeline") or ""),
-        machine=_get(data, "machine") or {},
+        machine=_machine(_get(data, "machine"), path),
         batch_policy=_batch_policy(_get(data, "training", "policy"), path),  # BatchAdvice's
         speedup_interval=_interval(_get(data, "speedup_interval"), path),
     )
+
+
+def _machine(value: Any, path: str) -> dict[str, Any]:
+    """The machine the report was measured on ({} where it says none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError("against", f"{path}: machine: expected the mapping autotune writes, got {value!r}")
+    return value
 
 
 def _interval(value: Any, path: str) -> RatioInterval | None:
@@ -157,16 +171,17 @@ def _get(data: Any, *keys: str) -> Any:
 
 
 def _knobs(node: Any, where: str) -> dict[str, Any]:
-    """Every knob of the registry from ``node``, each value parsed; one the registry lacks, or misses, is an error:
-    the recommendation was tuned by another autotune, and is re-tuned to be checked by this one."""
+    """Every knob of the registry from ``node``, each value parsed; a knob added since the report was written takes
+    what a trial runs when it is unset, as in recommended.yaml (``complete_knobs``). One the registry lacks is an
+    error: the recommendation was tuned by another autotune, and is re-tuned to be checked by this one."""
     if not isinstance(node, dict):
         raise ConfigError("against", f"{where}: expected a mapping of knob values, got {node!r}")
-    unknown, missing = [n for n in node if n not in KNOBS], [n for n in KNOBS if n not in node]
-    if unknown or missing:
-        parts = [f"knobs this one lacks: {', '.join(unknown)}"] if unknown else []
-        parts += [f"without this one's knobs {', '.join(missing)}"] if missing else []
+    unknown = [n for n in node if n not in KNOBS]
+    if unknown:
         raise ConfigError(
-            "against", f"{where}: written by another autotune ({'; '.join(parts)}); tune again with this one"
+            "against",
+            f"{where}: written by another autotune (knobs this one lacks: {', '.join(unknown)}); tune again with "
+            "this one",
         )
     parsed = {}
     for name, value in node.items():
@@ -174,7 +189,10 @@ def _knobs(node: Any, where: str) -> dict[str, Any]:
             parsed[name] = None if value is None else KNOBS[name].parse(value)
         except ValueError as exc:
             raise ConfigError("against", f"{where}.{name}: {exc}") from None
-    return parsed
+    try:
+        return complete_knobs(parsed, where)
+    except ConfigError as exc:
+        raise ConfigError("against", str(exc)) from None
 
 
 def _notes(tuned: Tuned, settings: Settings, machine: dict[str, Any]) -> list[str]:

@@ -44,3 +44,9 @@ class RegressionError(AutotuneError):
     could not be measured in enough rounds to tell."""
 
     exit_code = 1
+
+
+class NotMeasuredError(AutotuneError):
+    """mode=benchmark could not measure the recommendation and the baseline in enough rounds for an interval."""
+
+    exit_code = 1

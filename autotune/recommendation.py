@@ -246,7 +246,7 @@ class Recommendation:
                 "upgrade autotune",
             )
         given = _section(document, "knobs", source)
-        knobs = _complete({name: _parse(name, value, source) for name, value in given.items()}, source)
+        knobs = complete_knobs({name: _parse(name, value, source) for name, value in given.items()}, source)
         return cls(
             knobs=knobs,
             baseline=_baseline(document, source),
@@ -353,7 +353,7 @@ def _parse(name: str, value: Any, source: str, null_too: bool = False) -> Any:
         raise ConfigError(f"{source}: knobs.{name}", str(exc)) from None
 
 
-def _complete(given: dict[str, Any], source: str) -> dict[str, Any]:
+def complete_knobs(given: dict[str, Any], source: str) -> dict[str, Any]:
     """Every knob's value: the file's, else what a trial runs when the knob is unset (a file from before the knob
     existed), None where the knob does not apply (worker options without workers)."""
     knobs: dict[str, Any] = {}

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import benchmark as benchmark_mode
 from autotune.benchmark import configurations, trained_as_tuned
 from autotune.config.load import load_settings
+from autotune.errors import ConfigError, NotMeasuredError
 from tests.conftest import NEUTRAL_KNOBS, tiny_config
 
 
@@ -52,3 +60,61 @@ def test_no_entry_runs_cuda_graphs_over_accumulated_micro_batches():
     labels = [entry.label for entry in configurations(baseline, recommended, effective_batch_size=32)]
     assert "baseline + batch_size" not in labels and "recommended - compile" not in labels, "micro-batch 16 of 32"
     assert "baseline + batch_size" in [entry.label for entry in configurations(baseline, recommended)]
+
+
+def _recommended_yaml(tmp_path: Path, knobs: dict, policy: str = "free") -> Path:
+    baseline = {**NEUTRAL_KNOBS, "batch_size": 16}  # tests/conf/pipeline/tiny.yaml's
+    document = {
+        "schema_version": 1,
+        "pipeline": "tiny",
+        "knobs": {**baseline, **knobs},
+        "baseline": baseline,
+        "training": {"batch_policy": policy},
+    }
+    path = tmp_path / "recommended.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _benchmark(path: Path, output_dir: Path, out: io.StringIO):
+    config = {**tiny_config(), "mode": "benchmark", "recommended": str(path)}
+    return benchmark_mode.run(load_settings(config, "tiny"), output_dir, out)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "policy", "message"),
+    [
+        ({"amp": "fp16"}, "free", "knobs.amp=fp16 cannot run here (fp16 autocast with loss scaling needs a GPU"),
+        (
+            {"batch_size": 32},
+            "fixed_effective",
+            "knobs.batch_size=32 cannot run here (with search.batch_policy=fixed_effective a micro-batch must divide "
+            "the baseline's 16)",
+        ),
+    ],
+)
+def test_a_recommendation_that_cannot_run_here_is_refused_before_any_round(
+    tmp_path, monkeypatch, knobs, policy, message
+):
+    monkeypatch.setattr(benchmark_mode, "measure_rounds", None)  # called, it would fail the test
+    out = io.StringIO()
+    with pytest.raises(ConfigError) as error:
+        _benchmark(_recommended_yaml(tmp_path, knobs, policy), tmp_path / "out", out)
+    assert str(error.value).startswith("recommended: ") and message in str(error.value)
+    assert not (tmp_path / "out" / "benchmark.json").exists()
+
+
+def test_a_benchmark_whose_recommendation_never_ran_fails_after_writing_its_record(tmp_path, monkeypatch):
+    def the_recommendation_crashes(settings, benchmark, workdir, out):
+        for entry in benchmark.entries:
+            ran = entry.kind == "baseline"
+            entry.throughputs.extend([100.0 if ran else None] * benchmark.rounds)
+            entry.peak_memory_mb.extend([100.0 if ran else None] * benchmark.rounds)
+            entry.failures.extend([] if ran else ["round 1: crashed"])
+
+    monkeypatch.setattr(benchmark_mode, "measure_rounds", the_recommendation_crashes)
+    with pytest.raises(NotMeasuredError) as error:
+        _benchmark(_recommended_yaml(tmp_path, {"batch_size": 32}), tmp_path / "out", io.StringIO())
+    assert error.value.exit_code == 1
+    assert "not measured: 0 of 5 rounds ran both the baseline and the recommendation" in str(error.value)
+    assert (tmp_path / "out" / "benchmark.json").exists()

@@ -14,6 +14,7 @@ from autotune import check as check_mode
 from autotune.benchmark import both_ends
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError, RegressionError
+from autotune.knobs import KNOBS
 from autotune.measure.stats import RatioInterval, t95
 from autotune.report.check import verdict_line
 from autotune.results.advice import BatchAdvice
@@ -83,11 +84,25 @@ def test_a_gain_recorded_loosely_counts_its_own_noise_and_one_recorded_tightly_d
     tight = RatioInterval(1.5, 1.4, 1.6, 3)  # Welch's degrees of freedom may exceed the check's: it never tightens
     assert not check(1.5, [110.0, 130.0], (100.0, 100.0)).regressed
     assert not check(1.5, [110.0, 130.0], (100.0, 100.0), before_interval=tight).regressed
-    # By hand: the logarithm 1.80 / 1.5043 = 0.1795 against Welch's bound t(df) * sqrt(se_now^2 + se_before^2).
+    # By hand: the logarithm 2.00 / 1.5043 = 0.2848 against Welch's bound t(df) * sqrt(se_now^2 + se_before^2).
     se_now = math.log(loose.now.high / loose.now.low) / (2 * t95(2))
     se_before = math.log(8.0 / 0.5) / (2 * t95(1))
     df = (se_now**2 + se_before**2) ** 2 / (se_now**4 / 2 + se_before**4 / 1)
     assert loose.noise == pytest.approx(t95(math.floor(df)) * math.hypot(se_now, se_before))
+
+
+def test_a_loosely_recorded_gain_excuses_a_fall_only_as_far_as_its_noise_explains_one_not_the_tolerance_on_top():
+    # The README's tune: 1.82x (1.32-2.51) over 3 rounds. 1.20x now, tightly, fell by more than that noise explains
+    # (the logarithm 1.82 / 1.20 = 0.42 against 0.32), though not from the floor's 1.64x by more (0.31).
+    recorded = RatioInterval(1.82, 1.32, 2.51, 3)
+    fell = check(1.82, [120.0, 119.5, 120.5, 119.8, 120.2], base_runs=(100.0,) * 5, before_interval=recorded)
+    assert fell.regressed and fell.verdict == "regressed"
+    assert verdict_line(fell).startswith("regressed: 1.20x now") and "fell further than the noise of both" in (
+        verdict_line(fell)
+    )
+    near = check(1.82, [150.0, 149.5, 150.5, 149.8, 150.2], base_runs=(100.0,) * 5, before_interval=recorded)
+    assert near.now.high < near.floor and not near.regressed, "1.50x: the recorded noise explains the fall"
+    assert verdict_line(near).startswith("holds within the noise: 1.50x now")
 
 
 def test_a_speedup_that_held_passes_and_a_zero_tolerance_still_allows_the_noise():
@@ -182,10 +197,7 @@ def run_check(against: Path | None, output_dir: Path, out: io.StringIO) -> Path 
             lambda path: report(path.parent, recommended={**RECOMMENDED, "flash": True}),
             "recommended.knobs: written by another autotune (knobs this one lacks: flash); tune again with this one",
         ),
-        (
-            lambda path: report(path.parent, baseline={k: v for k, v in BASELINE.items() if k != "amp"}),
-            "baseline.knobs: written by another autotune (without this one's knobs amp); tune again",
-        ),
+        (lambda path: report(path.parent, machine="my laptop"), "report.json: machine: expected the mapping autotune"),
         (lambda path: report(path.parent, recommended={**RECOMMENDED, "amp": "fp8"}), "recommended.knobs.amp: expect"),
         (lambda path: report(path.parent, speedup=None), "speedup: expected a number > 0, got None"),
         (
@@ -204,6 +216,21 @@ def test_an_unusable_against_names_the_key_before_anything_is_printed(tmp_path, 
         run_check(path, tmp_path / "out", out)
     assert str(error.value).startswith("against: ") and message in str(error.value)
     assert out.getvalue() == "" and not (tmp_path / "out").exists()
+
+
+def test_a_report_written_before_a_knob_existed_is_checked_with_the_knob_unset_as_recommended_yaml_is(tmp_path):
+    older = {name: value for name, value in RECOMMENDED.items() if name != "malloc"}
+    tuned = check_mode.load_tuned(str(report(tmp_path, recommended=older, baseline=older | BASELINE)))
+    assert tuned.knobs == RECOMMENDED and tuned.knobs["malloc"] == KNOBS["malloc"].baseline_default
+
+
+def test_a_recommendation_that_cannot_run_here_is_refused_before_any_round(tmp_path, monkeypatch):
+    monkeypatch.setattr(check_mode, "measure_rounds", None)  # called, it would fail the test
+    against = report(tmp_path, training={"policy": "fixed_effective"})  # micro-batch 32 of the baseline's 16
+    with pytest.raises(ConfigError) as error:
+        run_check(against, tmp_path / "out", io.StringIO())
+    assert str(error.value).startswith(f"against: {against}: recommended.knobs.batch_size=32 cannot run here (with ")
+    assert not (tmp_path / "out" / "check.json").exists()
 
 
 def test_a_baseline_that_already_runs_the_recommendation_is_refused(tmp_path):
@@ -247,6 +274,22 @@ def test_a_regression_raises_after_check_json_is_written(tmp_path, monkeypatch):
     assert f"note: {against} was tuned for pipeline 'other', checked here on 'tiny'" in out.getvalue()
 
 
+def test_a_check_stopped_mid_way_decides_nothing_and_check_json_says_it_stopped(tmp_path, monkeypatch):
+    def two_rounds_then_ctrl_c(settings, benchmark, workdir, out):
+        measured([150.0, 152.0], (100.0, 101.0))(settings, benchmark, workdir, out)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(check_mode, "measure_rounds", two_rounds_then_ctrl_c)
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        run_check(report(tmp_path, speedup=1.5), tmp_path / "out", out)
+    record = json.loads((tmp_path / "out" / "check.json").read_text())
+    assert record["verdict"] == "stopped" and record["stopped"] is True
+    assert Check.from_dict(record).verdict == "stopped" and not Check.from_dict(record).passed
+    assert "verdict: stopped after 2 of 5 rounds: no verdict against the floor of 1.35x" in out.getvalue()
+    assert "holds" not in out.getvalue()
+
+
 def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):
     monkeypatch.setattr(check_mode, "measure_rounds", measured([150.0, 157.0, 146.0]))
     out = io.StringIO()
@@ -267,7 +310,8 @@ def test_the_recommendation_trains_as_it_was_tuned_whatever_the_commands_batch_p
     monkeypatch.setattr(check_mode, "measure_rounds", measure)
     out = io.StringIO()
     tuned = BatchAdvice("fixed_effective", baseline_batch_size=16, batch_size=8, accumulation_steps=2)
-    run_check(report(tmp_path, training=tuned.to_dict()), tmp_path / "out", out)  # as report.json holds it
+    micro = {**BASELINE, "batch_size": 8}
+    run_check(report(tmp_path, recommended=micro, training=tuned.to_dict()), tmp_path / "out", out)  # as report.json
     assert policies == ["fixed_effective"], "micro-batches accumulated to the baseline's batch, as tuned"
     assert "note: trained as tuned: search.batch_policy=fixed_effective (the tuning run's), not free" in out.getvalue()
     with pytest.raises(ConfigError, match="training.policy: expected one of free, fixed_effective"):

@@ -1,10 +1,10 @@
 """What ``mode=check`` measured: a tuning run's recommendation against the baseline again, and whether its speedup held.
 
 Its rule is written here once (``Check.regressed``): the speedup now is the geometric mean of the recommendation's
-per-round ratios to the baseline, with its 95 % interval (``Benchmark.interval``); it regressed when it lies below
-the speedup the tuning run recorded, less the tolerance, by more than the noise of both measurements allows (the
-tuning run's own interval counts: a gain read from few noisy rounds, and picked as the fastest, reads high). A
-check passes only when there is an interval and no regression.
+per-round ratios to the baseline, with its 95 % interval (``Benchmark.interval``); it regressed when its interval lies
+below the speedup the tuning run recorded, less the tolerance, and it fell from that speedup by more than the noise
+of both measurements allows (the tuning run's own interval counts: a gain read from few noisy rounds, and picked as
+the fastest, reads high). A check passes only when its rounds ended, with an interval and no regression.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from autotune.results.benchmark import Benchmark, Entry
 
 # Rounds an interval needs: each of the two configurations measured, and both in the same rounds (ratio_interval).
 MIN_ROUNDS = 2
-# holds: the interval reaches the floor; regressed: it lies below it; not measured: no interval.
-VERDICTS = ("holds", "regressed", "not measured")
+# holds: no regression; regressed: ``Check.regressed``; not measured: no interval; stopped: before its last round.
+VERDICTS = ("holds", "regressed", "not measured", "stopped")
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,14 @@ class Check:
     """A check of a recommendation whose tuning run recorded the speedup ``before`` over the baseline (with its 95 %
     interval ``before_interval``, None where it had none), measured again in ``benchmark`` (its entries: the
     baseline, then the recommendation; ``benchmark.recommended``: the report.json's path), allowed to fall by
-    ``tolerance`` (a fraction of ``before``) beyond the measured noise."""
+    ``tolerance`` (a fraction of ``before``) beyond the measured noise; ``stopped``: its rounds did not all run (an
+    interrupt, an error), so it decides nothing."""
 
     before: float
     tolerance: float
     benchmark: Benchmark
     before_interval: RatioInterval | None = None
+    stopped: bool = False
 
     @property
     def recommended(self) -> Entry:
@@ -50,18 +52,19 @@ class Check:
 
     @property
     def regressed(self) -> bool:
-        """The rule: the speedup regressed when the upper bound of its 95 % interval now lies below
-        ``before * (1 - tolerance)`` and, where the tuning run recorded an interval, its logarithm lies below the
-        floor's by more than the 95 % bound of the difference of the two measurements (Welch's t on the
-        logarithms, each one's standard error read from its interval): the tuning run's noise only loosens the
-        gate. A fall the noise could explain is no regression; without an interval now there is no verdict
+        """The rule: the speedup regressed when the upper bound of its 95 % interval now lies below the floor,
+        ``before * (1 - tolerance)``, and its logarithm lies below ``before``'s by more than the 95 % bound of the
+        difference of the two measurements (Welch's t on the logarithms, each one's standard error read from its
+        interval; without a recorded interval, the first condition implies the second). So a fall beyond the
+        tolerance fails unless the tuning run's own noise could explain a fall at all: that noise loosens the gate
+        only as far as it explains, not by the tolerance on top. Without an interval now there is no verdict
         (``verdict``: not measured, which fails the check as well)."""
         now = self.now
-        return now is not None and now.high < self.floor and math.log(self.floor / now.geomean) > self.noise
+        return now is not None and now.high < self.floor and math.log(self.before / now.geomean) > self.noise
 
     @property
     def noise(self) -> float:
-        """How far below the floor, in logarithms, the speedup now may read by the two measurements' noise alone;
+        """How far below ``before``, in logarithms, the speedup now may read by the two measurements' noise alone;
         infinite without an interval now."""
         now = self.now
         if now is None:
@@ -80,6 +83,8 @@ class Check:
     @property
     def verdict(self) -> str:
         """One of VERDICTS."""
+        if self.stopped:
+            return "stopped"
         if self.now is None:
             return "not measured"
         return "regressed" if self.regressed else "holds"
@@ -102,6 +107,7 @@ class Check:
             "floor": self.floor,
             "now": asdict(now) if now else None,
             "verdict": self.verdict,
+            "stopped": self.stopped,
             "benchmark": self.benchmark.to_dict(),
         }
 
@@ -113,6 +119,7 @@ class Check:
             data["tolerance"],
             Benchmark.from_dict(data["benchmark"]),
             RatioInterval(**interval) if interval else None,
+            data.get("stopped", False),
         )
 
 
