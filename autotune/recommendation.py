@@ -239,7 +239,11 @@ class Recommendation:
         if not isinstance(document, dict) or "knobs" not in document:
             raise ConfigError(source, "not a recommended.yaml written by autotune (it has no 'knobs:')")
         version = document.get("schema_version", 0)
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ConfigError(
+                f"{source}: schema_version", f"expected a whole number, as autotune writes, got {version!r}"
+            )
+        if version > SCHEMA_VERSION:
             raise ConfigError(
                 f"{source}: schema_version",
                 f"{version!r} was written by a newer autotune than this one (it reads up to {SCHEMA_VERSION}); "
@@ -379,6 +383,8 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
             MachineMismatchWarning,
             stacklevel=3,
         )
+        return
+    if not recommendation.machine:  # written without one: nothing to compare
         return
     here = machine_fingerprint(describe_machine() if machine is None else machine)  # described only when compared
     differs = {

@@ -142,6 +142,12 @@ def test_a_file_from_another_machine_is_read_with_a_warning_naming_what_differs(
     assert "cpu_flags" in str(caught[0].message) and loaded.knobs == WORKERS
 
 
+def test_a_file_that_names_no_machine_is_applied_without_a_warning(tmp_path, recwarn):
+    document = {"schema_version": SCHEMA_VERSION, "machine": {}, "knobs": {"batch_size": 8}}
+    assert autotune.load_recommended(written(tmp_path, document)).knobs["batch_size"] == 8
+    assert not [w for w in recwarn if issubclass(w.category, MachineMismatchWarning)]
+
+
 def test_a_file_from_an_older_autotune_is_applied_with_unset_knobs_at_their_defaults(tmp_path):
     path = written(tmp_path, {"pipeline": "mymodel", "knobs": {"batch_size": 8, "num_workers": 0, "amp": "bf16"}})
     with pytest.warns(MachineMismatchWarning, match="older autotune"):
@@ -154,6 +160,7 @@ def test_a_file_from_an_older_autotune_is_applied_with_unset_knobs_at_their_defa
     "document, key, message",
     [
         ({"schema_version": SCHEMA_VERSION + 1, "knobs": {}}, "schema_version", "newer autotune"),
+        ({"schema_version": str(SCHEMA_VERSION), "knobs": {}}, "schema_version", "expected a whole number"),
         ({"knobs": {"batch_size": 8, "warp_drive": True}}, "knobs.warp_drive", "no such knob"),
         ({"knobs": {"batch_size": 8, "amp": "fp8"}}, "knobs.amp", "expected one of off, bf16, fp16"),
         ({"knobs": {"num_workers": 0}}, "knobs.batch_size", "missing"),
