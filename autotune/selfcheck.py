@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.app import TrialRunner, inspect_run
+from autotune.benchmark import trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.files import file_name
 from autotune.measure.environment import machine_id
@@ -29,7 +30,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     """Check the harness against the plain loop and write selfcheck.json into ``output_dir``."""
     facts = inspect_run(settings, output_dir)
     device = facts.device
-    configurations, source = _configurations(settings, machine_id(facts.machine))
+    configurations, source, batch_policy = _configurations(settings, machine_id(facts.machine))
+    settings, as_tuned_note = trained_as_tuned(settings, batch_policy)
     rounds = settings.selfcheck_rounds
     print(
         f"autotune selfcheck: pipeline '{settings.pipeline.name}' on {device}; {source}; "
@@ -37,6 +39,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         file=out,
         flush=True,
     )
+    for note in as_tuned_note:
+        print(f"note: {note}", file=out)
     runner = TrialRunner(settings, device, output_dir / "selfcheck")
     runs: dict[str, dict[str, list]] = {}
     try:
@@ -106,24 +110,26 @@ def _run_once(runner: TrialRunner, index: int, label: str, knobs: dict, plain: b
     print(f"[round {index} {label} {'plain loop' if plain else 'autotune'}] {shown}", file=out, flush=True)
 
 
-def _configurations(settings: Settings, here: str) -> tuple[dict[str, dict[str, Any]], str]:
-    """The configurations to check (label → knobs), and where they come from, in words; ``here``: this machine's
-    id, whose results the study's pick is."""
-    baseline = {"baseline": settings.baseline}
+def _configurations(settings: Settings, here: str) -> tuple[dict[str, dict[str, Any]], str, str]:
+    """The configurations to check (label → knobs), where they come from, in words, and the batch policy they train
+    with (the study's, as its pick was measured; else the command's); ``here``: this machine's id, whose results the
+    study's pick is."""
+    baseline, own = {"baseline": settings.baseline}, settings.batch_policy
     name, storage = settings.study.name, settings.study.storage
     try:
         study = load_study(name, storage)
     except KeyError:
-        return baseline, f"the baseline only: no study '{name}' in {redact_url(storage)} (tune first to check its pick)"
+        where = f"no study '{name}' in {redact_url(storage)} (tune first to check its pick)"
+        return baseline, f"the baseline only: {where}", own
     stored = study.user_attrs.get(META_ATTR, {})
     if stored.get("pipeline") != settings.pipeline.to_dict() or stored.get("baseline") != settings.baseline:
-        return baseline, f"the baseline only: study '{name}' was tuned with another pipeline or baseline"
+        return baseline, f"the baseline only: study '{name}' was tuned with another pipeline or baseline", own
     results = load_results(study, here=here)
     if results.baseline is None or not results.baseline.result.ok:
-        return baseline, f"the baseline only: study '{name}' has no measured baseline"
+        return baseline, f"the baseline only: study '{name}' has no measured baseline", own
     summary = summarise(results)
     if summary.is_baseline:
-        return baseline, f"the baseline, which study '{name}' recommends keeping"
+        return baseline, f"the baseline, which study '{name}' recommends keeping", own
     label = f"recommended (trial {summary.recommended.label})"
     checked = {**baseline, label: summary.recommended.result.knobs}
-    return checked, f"the baseline and the recommendation of study '{name}'"
+    return checked, f"the baseline and the recommendation of study '{name}'", results.batch_policy

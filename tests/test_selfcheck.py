@@ -8,14 +8,38 @@ from types import SimpleNamespace
 
 from autotune import selfcheck
 from autotune.measure.environment import this_machine_id
+from autotune.records import META_ATTR
 from autotune.selfcheck import _configurations
 
 
 def test_without_a_tuned_study_only_the_baseline_is_checked(tiny_settings, tmp_path):
     settings = replace(tiny_settings, study=replace(tiny_settings.study, storage=f"sqlite:///{tmp_path}/none.db"))
-    configurations, source = _configurations(settings, this_machine_id())
+    configurations, source, policy = _configurations(settings, this_machine_id())
     assert configurations == {"baseline": settings.baseline}
-    assert source.startswith("the baseline only: no study 'tiny'")
+    assert source.startswith("the baseline only: no study 'tiny'") and policy == settings.batch_policy
+
+
+def test_the_studys_pick_is_checked_training_as_it_was_tuned(tiny_settings, monkeypatch):
+    # A study tuned under search.batch_policy=fixed_effective measured micro-batches accumulated to the baseline's
+    # batch: checked without the command's saying so, the pick would be timed as another loop.
+    meta = {"pipeline": tiny_settings.pipeline.to_dict(), "baseline": tiny_settings.baseline}
+    micro = {**tiny_settings.baseline, "batch_size": 8}
+    baseline_ok = SimpleNamespace(result=SimpleNamespace(ok=True))
+    monkeypatch.setattr(selfcheck, "load_study", lambda name, storage: SimpleNamespace(user_attrs={META_ATTR: meta}))
+    monkeypatch.setattr(
+        selfcheck,
+        "load_results",
+        lambda study, here: SimpleNamespace(baseline=baseline_ok, batch_policy="fixed_effective"),
+    )
+    monkeypatch.setattr(
+        selfcheck,
+        "summarise",
+        lambda results: SimpleNamespace(
+            is_baseline=False, recommended=SimpleNamespace(label="3", result=SimpleNamespace(knobs=micro))
+        ),
+    )
+    configurations, _, policy = _configurations(tiny_settings, this_machine_id())
+    assert configurations["recommended (trial 3)"] == micro and policy == "fixed_effective"
 
 
 def test_each_configuration_runs_the_harness_first_in_one_round_and_the_plain_loop_first_in_the_next(monkeypatch):
