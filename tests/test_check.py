@@ -342,9 +342,13 @@ def test_the_command_line_gate_fails_a_speedup_that_fell(tmp_path, cli_here):
     assert [len(entry["throughputs"]) for entry in record["benchmark"]["entries"]] == [3, 3]
 
 
-def test_the_gains_interval_is_read_from_report_json_and_none_where_it_had_none(tmp_path):
+def test_the_gains_interval_is_read_from_report_json_and_none_where_it_had_none(tmp_path, monkeypatch):
     interval = {"geomean": 1.5, "low": 1.2, "high": 1.9, "n": 3}
     assert check_mode.load_tuned(str(report(tmp_path, speedup_interval=interval))).speedup_interval == RatioInterval(
         **interval
     )
     assert check_mode.load_tuned(str(report(tmp_path))).speedup_interval is None
+    monkeypatch.setattr(check_mode, "measure_rounds", measured([150.0, 157.0, 146.0]))
+    out = io.StringIO()
+    run_check(report(tmp_path, speedup_interval=interval), tmp_path / "out", out)
+    assert "before:  1.50x the baseline, 95 % interval 1.20-1.90 over 3 rounds, as recorded in" in out.getvalue()

@@ -19,7 +19,8 @@ def write_check(check: Check, out_dir: Path) -> Path:
 
 def print_check(check: Check, path: Path, out: TextIO) -> None:
     """The speedup before and now, and the verdict."""
-    print(f"\nbefore:  {check.before:.2f}x the baseline, as recorded in {check.benchmark.recommended}", file=out)
+    before = f"{check.before:.2f}x the baseline{_recorded(check)}"
+    print(f"\nbefore:  {before}, as recorded in {check.benchmark.recommended}", file=out)
     print(f"now:     {now_line(check)}", file=out)
     print(f"verdict: {verdict_line(check)}", file=out)
     print(f"  check.json  {path}", file=out)
@@ -36,8 +37,7 @@ def now_line(check: Check) -> str:
 def verdict_line(check: Check) -> str:
     """The verdict in one line, naming before, now and the tolerance."""
     tolerance = f"{check.tolerance * 100:g} %"
-    was = check.before_interval
-    recorded = f", 95 % interval {was.low:.2f}-{was.high:.2f} over {was.n} rounds" if was else ""
+    recorded = _recorded(check)
     limit = f"the floor of {check.floor:.2f}x ({check.before:.2f}x before{recorded}, less the tolerance of {tolerance})"
     now = check.now
     if check.stopped:
@@ -46,7 +46,7 @@ def verdict_line(check: Check) -> str:
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
     speedup = f"{now.geomean:.2f}x now (95 % interval {now.low:.2f}-{now.high:.2f})"
-    noise = "the noise of both measurements" if was else "the noise"
+    noise = "the noise of both measurements" if check.before_interval else "the noise"
     if check.regressed:
         return f"regressed: {speedup} lies below {limit}, and fell further than {noise} allows"
     if now.high < check.floor:
@@ -62,6 +62,12 @@ def verdict_line(check: Check) -> str:
             "check.rounds would tell)"
         )
     return f"holds: {speedup} reaches {limit}"
+
+
+def _recorded(check: Check) -> str:
+    """The recorded speedup's interval, as a clause (empty where the tuning run had none)."""
+    was = check.before_interval
+    return f", 95 % interval {was.low:.2f}-{was.high:.2f} over {was.n} rounds" if was else ""
 
 
 def _shortfall(check: Check) -> str:
