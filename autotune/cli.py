@@ -220,6 +220,12 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
         return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
     if isinstance(exc, SearchPathException) and (folder := re.search(r"directory '(.*)' not found", str(exc))):
         return ConfigError("-cd", f"no folder {folder[1]}; give the folder that holds your pipeline/ configs")
+    if isinstance(exc, ValueError) and (kind := _GROUP_VALUE.match(str(exc))):
+        return ConfigError(
+            "pipeline",
+            f"the name reads as {_YAML_READS.get(kind[1], kind[1])} in YAML, not as a config name: quote it "
+            "(pipeline=\"'1'\"), or leave pipeline out where the mode needs none",
+        )
     if isinstance(exc, OverrideParseException):
         key = exc.override.partition("=")[0].lstrip("+~")
         return ConfigError(key, f"cannot parse the override {exc.override!r}: {_one_line(exc.message)}")
@@ -235,6 +241,11 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
         f"internal error: {type(exc).__name__}: {_one_line(str(exc))} (set AUTOTUNE_DEBUG=1 for the traceback)"
     )
 
+
+# Hydra's refusal of a config group's value that YAML reads as other than a name (pipeline=1, =true, =null); its only
+# config group of autotune's is pipeline.
+_GROUP_VALUE = re.compile(r"^Config group override must be a string or a list\. Got (\w+)")
+_YAML_READS = {"int": "a number", "float": "a number", "bool": "true or false", "NoneType": "null"}
 
 # Hydra's refusals of an override that adds (+) or removes (~) a key, which it raises without a cause to read the key
 # from (hydra/_internal/config_loader_impl.py): its message, and what to say instead.
@@ -304,6 +315,7 @@ def _run(cfg: DictConfig) -> None:
         earlier = record.read_bytes()  # of a run in the folder before
     choice = runtime.choices.get("pipeline")
     try:
+        _refuse_pipeline_list(HydraConfig.get().overrides.task)
         _refuse_shadowed_pipeline(choice, runtime.config_sources)
         _run_mode(data, choice, output_dir)
     except OSError as exc:
@@ -319,6 +331,18 @@ def _run(cfg: DictConfig) -> None:
         else:  # refused input leaves the folder's earlier run as it was
             write_atomic(record, earlier)
         raise
+
+
+def _refuse_pipeline_list(overrides: list[str]) -> None:
+    """Refuse ``pipeline=[a,b]``: Hydra merges the files into one config that is none of them."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") == "pipeline" and value.startswith("["):
+            raise ConfigError(
+                "pipeline",
+                f"give one pipeline name, not a list ({value}); to tune several, one run each: --multirun "
+                f"pipeline={value.strip('[]')}",
+            )
 
 
 def _refuse_shadowed_pipeline(choice: str | None, sources: list) -> None:

@@ -202,6 +202,13 @@ BAD_INPUTS = [
         "pipeline.model._target_: cannot import 'nowhere.Net'",
     ),
     (["pipeline=mymodel", "pipeline.dataset.length=0"], "pipeline.dataset: SyntheticImages is empty (length 0)"),
+    (["pipeline=1"], "pipeline: the name reads as a number in YAML, not as a config name: quote it"),
+    (["pipeline=null"], "pipeline: the name reads as null in YAML"),
+    (["pipeline=[mymodel,images]"], "pipeline: give one pipeline name, not a list ([mymodel,images]); to tune several"),
+    (
+        ["-cd", "tests/conf", "pipeline=tiny", "pipeline.model._target_=tests.fixtures.inspection.NeedsHidden"],
+        "pipeline.model: tests.fixtures.inspection.NeedsHidden needs an argument the config does not give",
+    ),
     (
         ["pipeline=mymodel", "pipeline.collate_fn={_target_:tests.fixtures.batches.collate_userdict}"],
         "pipeline.step: a batch is a UserDict of keys 'pixel_values', 'labels', not (input, target), which autotune's",

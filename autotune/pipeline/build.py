@@ -32,7 +32,7 @@ def build_component(spec: PipelineSpec, key: str) -> Any:
     node = spec.components.get(key)
     if node is None:
         return None
-    partial = key in ("optimizer", "collate_fn", "step") or (key == "loss" and _is_loss_function(node))
+    partial = applied_partially(key, node)
     try:
         return instantiate(node, _partial_=partial) if partial else instantiate(node)
     except Exception as exc:
@@ -40,6 +40,11 @@ def build_component(spec: PipelineSpec, key: str) -> Any:
         raise ConfigError(
             f"pipeline.{key}", f"building {node.get('_target_')} failed: {type(cause).__name__}: {cause}"
         ) from exc
+
+
+def applied_partially(key: str, node: dict[str, Any]) -> bool:
+    """Whether component ``key`` is built partially applied, the rest of its arguments given as it is called."""
+    return key in ("optimizer", "collate_fn", "step") or (key == "loss" and _is_loss_function(node))
 
 
 def _is_loss_function(node: dict[str, Any]) -> bool:
@@ -63,8 +68,15 @@ def _is_loss_function(node: dict[str, Any]) -> bool:
 
 def build_pipeline(spec: PipelineSpec) -> Pipeline:
     """Instantiate every component of ``spec``."""
+    model = build_component(spec, "model")
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(
+            "pipeline.model",
+            f"{spec.components['model']['_target_']} built a {type(model).__name__}, not a torch.nn.Module: name the "
+            "module's class, or a function that returns one",
+        )
     return Pipeline(
-        model=build_component(spec, "model"),
+        model=model,
         dataset=build_component(spec, "dataset"),
         loss_fn=build_component(spec, "loss"),
         optimizer_factory=build_component(spec, "optimizer"),

@@ -25,7 +25,7 @@ from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
 from autotune.measure.environment import describe_machine, gpu_name
-from autotune.pipeline.build import build_component
+from autotune.pipeline.build import applied_partially, build_component
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.spec import PipelineSpec
 
@@ -85,6 +85,12 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     one collated input, and find which optimizer implementations can run on ``device``."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        raise ConfigError(
+            "pipeline.dataset",
+            f"{type(dataset).__name__} is an IterableDataset: autotune needs a map-style Dataset (__getitem__ and "
+            "__len__), whose batches it can shuffle and size",
+        )
     try:
         length = len(dataset)
     except TypeError as exc:
@@ -210,15 +216,17 @@ def import_targets(spec: PipelineSpec) -> None:
 
 
 def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
-    """Refuse an argument the config gives that ``target`` does not take (a misspelt keyword), before a trial
-    builds it: its failure there would be the baseline's."""
+    """Refuse an argument the config gives that ``target`` does not take (a misspelt keyword), or, where it is built
+    whole, one it requires that the config does not give, before a trial builds it: its failure there would be the
+    baseline's."""
     given = {name: value for name, value in node.items() if not name.startswith("_")}  # not _target_, _partial_, ...
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # one without a signature to read: building it says
         return
+    whole = not node.get("_partial_") and not applied_partially(key, node)
     try:
-        signature.bind_partial(*node.get("_args_", []), **given)
+        (signature.bind if whole else signature.bind_partial)(*node.get("_args_", []), **given)
     except TypeError as exc:
         by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         taken = [name for name, parameter in signature.parameters.items() if parameter.kind in by_keyword]
@@ -226,8 +234,15 @@ def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
         hints = [f"did you mean pipeline.{key}.{found[0]} for {name}?" for name, found in close if found]
         raise ConfigError(
             f"pipeline.{key}",
-            f"{node['_target_']} does not take these arguments: {exc}" + "".join(f"; {h}" for h in hints),
+            f"{node['_target_']} {_fault(exc)}: {exc}" + "".join(f"; {h}" for h in hints),
         ) from None
+
+
+def _fault(exc: TypeError) -> str:
+    """What a signature's refusal of the config's arguments means, in words."""
+    if str(exc).startswith("missing a required argument"):
+        return "needs an argument the config does not give (add it under the component)"
+    return "does not take these arguments"
 
 
 @contextmanager

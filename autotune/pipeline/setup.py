@@ -129,15 +129,16 @@ class Trainer:
 
     def _loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self.pipeline.step_fn is not None:
-            loss = self.pipeline.step_fn(model, batch, self.pipeline.loss_fn)
-            if not isinstance(loss, torch.Tensor):
-                raise TypeError(
-                    f"pipeline.step returned a {type(loss).__name__}, not the loss tensor: return the loss alone "
-                    "(autotune calls backward() and steps the optimizer)"
-                )
-            return loss
-        inputs, targets = batch
-        return self.pipeline.loss_fn(model(inputs), targets)
+            loss, source = self.pipeline.step_fn(model, batch, self.pipeline.loss_fn), "pipeline.step"
+        else:
+            inputs, targets = batch
+            loss, source = self.pipeline.loss_fn(model(inputs), targets), "pipeline.loss"
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(
+                f"{source} returned a {type(loss).__name__}, not the loss tensor: return the loss alone, as a tensor "
+                "(autotune calls backward() and steps the optimizer)"
+            )
+        return loss
 
 
 def loss_problem(loss: float, reference: float | None, tolerance: float) -> str | None:

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from autotune.errors import ConfigError
 from autotune.pipeline.build import build_pipeline
-from autotune.pipeline.inspect import optimizer_options
+from autotune.pipeline.inspect import inspect_pipeline, optimizer_options
 from autotune.pipeline.setup import Trainer, _worker_kill_signal, loss_problem
 from tests.conftest import NEUTRAL_KNOBS, trial_request
 
@@ -154,3 +155,47 @@ def test_a_dataloader_worker_killed_by_any_signal_is_named_by_it(exitcode, name)
     epoch = SimpleNamespace(_workers=[SimpleNamespace(exitcode=None), SimpleNamespace(exitcode=exitcode)])
     found = _worker_kill_signal(epoch)
     assert found == name if name is None else found.startswith(name)  # then the C library's description
+
+
+def _with(component: str, node: dict):
+    request = trial_request()
+    return replace(request.pipeline, components={**request.pipeline.components, component: node})
+
+
+@pytest.mark.parametrize(
+    ("component", "node", "message"),
+    [
+        (
+            "dataset",
+            {"_target_": "tests.fixtures.inspection.SizedStream"},
+            "SizedStream is an IterableDataset: autotune",
+        ),
+        (
+            "model",
+            {"_target_": "tests.fixtures.inspection.NeedsHidden"},
+            "tests.fixtures.inspection.NeedsHidden needs an argument the config does not give (add it under the "
+            "component): missing a required argument: 'hidden'",
+        ),
+    ],
+)
+def test_a_component_that_cannot_be_built_as_configured_is_refused_before_any_trial(component, node, message):
+    with pytest.raises(ConfigError) as refused:
+        inspect_pipeline(_with(component, node))
+    assert str(refused.value).startswith(f"pipeline.{component}: ") and message in str(refused.value)
+    inspect_pipeline(_with("model", {"_target_": "tests.fixtures.inspection.NeedsHidden", "hidden": 3}))
+
+
+def test_a_model_target_that_builds_no_module_is_named_when_the_trial_builds_it():
+    with pytest.raises(ConfigError, match=r"^pipeline.model: tests.fixtures.inspection.build_a_function built a "):
+        build_pipeline(_with("model", {"_target_": "tests.fixtures.inspection.build_a_function"}))
+
+
+def test_a_loss_that_returns_a_float_is_told_what_pipeline_loss_must_return():
+    trainer = Trainer(
+        build_pipeline(_with("loss", {"_target_": "tests.fixtures.inspection.float_loss"})),
+        {**NEUTRAL_KNOBS, "batch_size": 8},
+        torch.device("cpu"),
+        None,
+    )
+    with pytest.raises(TypeError, match=r"^pipeline.loss returned a float, not the loss tensor"):
+        trainer.train_step(trainer.to_device(next(trainer.batches())))
