@@ -55,9 +55,14 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     """Check ``settings.against``'s recommendation, write check.json into ``output_dir`` and return its path (None
     where the recommendation changes nothing); raise RegressionError where the check fails."""
     tuned = load_tuned(settings.against)
+    if tuned.changes_nothing:  # nothing to measure, so no process runs and no check.json is written
+        print(
+            f"autotune check: nothing to gate: the tuning run in {tuned.path} recommended the baseline itself", file=out
+        )
+        return None
     facts = inspect_run(settings, output_dir)
     device = facts.device
-    if not tuned.changes_nothing and not changed(tuned.knobs, settings.baseline):
+    if not changed(tuned.knobs, settings.baseline):
         raise ConfigError(
             "pipeline.baseline",
             f"it already runs the recommendation in {tuned.path}, so there is no speedup to measure; keep it at the "
@@ -75,9 +80,6 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     notes = _notes(tuned, settings, machine) + as_tuned_note
     for note in notes:
         print(f"note: {note}", file=out)
-    if tuned.changes_nothing:
-        print("nothing to gate: the tuning run recommended the baseline itself (no changes)", file=out)
-        return None
     benchmark = Benchmark(
         pipeline=settings.pipeline.name,
         device=device,
