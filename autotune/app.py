@@ -310,17 +310,16 @@ def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = N
 
 
 def unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, object]) -> tuple[str, str] | None:
-    """The first change of ``knobs`` from ``settings.baseline`` (a recommendation, measured as it is) that cannot
-    run on this machine and pipeline (``Knob.unavailable_reason``: what the search would have left out here), or the
-    first knob that cannot run beside the others (``conflict``), with why; None where all can."""
-    ctx = _search_context(settings, facts)
-    for name, knob in KNOBS.items():
-        value = knobs[name]
-        if value is None or value == settings.baseline[name] or not knob.active(knobs):
-            continue
-        reason = knob.unavailable_reason(value, ctx)
+    """The first knob of ``knobs`` (a recommendation, measured as it is) with which no run here can train, with why:
+    a batch size the batch knob rules out on this pipeline (under fixed_effective, a micro-batch that does not divide
+    the baseline's batch; one larger than the dataset), or a knob that cannot run beside the others (``conflict``).
+    None where it can run. The other knobs' ``unavailable_reason`` says what the search leaves out as not worth
+    trying here (bf16 emulated, pinned memory without a GPU): such a value still runs, and is measured."""
+    batch = knobs["batch_size"]
+    if batch != settings.baseline["batch_size"]:
+        reason = KNOBS["batch_size"].unavailable_reason(batch, _search_context(settings, facts))
         if reason:
-            return name, reason
+            return "batch_size", reason
     return conflict(knobs, accumulated_to(settings.batch_policy, settings.baseline))
 
 

@@ -19,7 +19,7 @@ from autotune.app import inspect_run
 from autotune.benchmark import baseline_note, both_ends, measure_rounds, refuse_unrunnable, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
-from autotune.knobs import BATCH_POLICIES, KNOBS, changed
+from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, changed
 from autotune.measure.environment import machine_fingerprint
 from autotune.measure.stats import RatioInterval
 from autotune.recommendation import complete_knobs
@@ -179,6 +179,9 @@ def _knobs(node: Any, where: str) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise ConfigError("against", f"{where}: expected a mapping of knob values, got {node!r}")
     unknown = [n for n in node if n not in KNOBS]
+    required = [name for name, knob in KNOBS.items() if knob.baseline_default is REQUIRED and name not in node]
+    if required:
+        raise ConfigError("against", f"{where}.{required[0]}: missing; autotune writes it in every report.json")
     if unknown:
         raise ConfigError(
             "against",
@@ -193,8 +196,8 @@ def _knobs(node: Any, where: str) -> dict[str, Any]:
             raise ConfigError("against", f"{where}.{name}: {exc}") from None
     try:
         return complete_knobs(parsed, where)
-    except ConfigError as exc:
-        raise ConfigError("against", str(exc)) from None
+    except ConfigError as exc:  # a null where the knob takes none: named as this file's key
+        raise ConfigError("against", f"{where}.{exc.key.rpartition('knobs.')[2]}: {exc.problem}") from None
 
 
 def _notes(tuned: Tuned, settings: Settings, machine: dict[str, Any]) -> list[str]:

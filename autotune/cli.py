@@ -221,10 +221,11 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
     if isinstance(exc, SearchPathException) and (folder := re.search(r"directory '(.*)' not found", str(exc))):
         return ConfigError("-cd", f"no folder {folder[1]}; give the folder that holds your pipeline/ configs")
     if isinstance(exc, ValueError) and (kind := _GROUP_VALUE.match(str(exc))):
+        group, value = _group_given_no_name(sys.argv[1:])
         return ConfigError(
-            "pipeline",
+            group,
             f"the name reads as {_YAML_READS.get(kind[1], kind[1])} in YAML, not as a config name: quote it "
-            "(pipeline=\"'1'\"), or leave pipeline out where the mode needs none",
+            f"({group}=\"'{value}'\"), or leave it out where the mode needs none",
         )
     if isinstance(exc, OverrideParseException):
         key = exc.override.partition("=")[0].lstrip("+~")
@@ -242,8 +243,24 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
     )
 
 
-# Hydra's refusal of a config group's value that YAML reads as other than a name (pipeline=1, =true, =null); its only
-# config group of autotune's is pipeline.
+def _group_given_no_name(args: list[str]) -> tuple[str, str]:
+    """The config group (``pipeline``, ``hydra/job_logging``) an override gives a value YAML reads as no name, and
+    that value."""
+    for arg in args:
+        key, equals, value = arg.partition("=")
+        if equals and "." not in key and not isinstance(_yaml_value(value), (str, list)):
+            return key.lstrip("+~"), value
+    return "pipeline", "NAME"
+
+
+def _yaml_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+# Hydra's refusal of a config group's value that YAML reads as other than a name (pipeline=1, =true, =null).
 _GROUP_VALUE = re.compile(r"^Config group override must be a string or a list\. Got (\w+)")
 _YAML_READS = {"int": "a number", "float": "a number", "bool": "true or false", "NoneType": "null"}
 

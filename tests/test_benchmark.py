@@ -84,7 +84,7 @@ def _benchmark(path: Path, output_dir: Path, out: io.StringIO):
 @pytest.mark.parametrize(
     ("knobs", "policy", "message"),
     [
-        ({"amp": "fp16"}, "free", "knobs.amp=fp16 cannot run here (fp16 autocast with loss scaling needs a GPU"),
+        ({"batch_size": 100000}, "free", "knobs.batch_size=100000 cannot run here (100000 is larger than the dataset"),
         (
             {"batch_size": 32},
             "fixed_effective",
@@ -93,7 +93,7 @@ def _benchmark(path: Path, output_dir: Path, out: io.StringIO):
         ),
     ],
 )
-def test_a_recommendation_that_cannot_run_here_is_refused_before_any_round(
+def test_a_recommendation_that_cannot_train_here_is_refused_before_any_round(
     tmp_path, monkeypatch, knobs, policy, message
 ):
     monkeypatch.setattr(benchmark_mode, "measure_rounds", None)  # called, it would fail the test
@@ -118,3 +118,14 @@ def test_a_benchmark_whose_recommendation_never_ran_fails_after_writing_its_reco
     assert error.value.exit_code == 1
     assert "not measured: 0 of 5 rounds ran both the baseline and the recommendation" in str(error.value)
     assert (tmp_path / "out" / "benchmark.json").exists()
+
+
+def test_a_recommendation_the_search_would_not_try_here_is_measured_all_the_same(tmp_path, monkeypatch):
+    # Pinned memory without a GPU, cuDNN on a CPU: left out of a search here, as worth nothing; they run all the same.
+    measured = []
+    monkeypatch.setattr(benchmark_mode, "measure_rounds", lambda settings, bench, workdir, out: measured.append(1))
+    with pytest.raises(NotMeasuredError):  # the stand-in measures nothing
+        _benchmark(
+            _recommended_yaml(tmp_path, {"pin_memory": True, "cudnn_benchmark": True}), tmp_path / "out", io.StringIO()
+        )
+    assert measured == [1]

@@ -217,14 +217,16 @@ def import_targets(spec: PipelineSpec) -> None:
 
 def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
     """Refuse an argument the config gives that ``target`` does not take (a misspelt keyword), or, where it is built
-    whole, one it requires that the config does not give, before a trial builds it: its failure there would be the
-    baseline's."""
+    whole and not wrapped, one it requires that the config does not give, before a trial builds it: its failure
+    there would be the baseline's."""
     given = {name: value for name, value in node.items() if not name.startswith("_")}  # not _target_, _partial_, ...
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # one without a signature to read: building it says
         return
-    whole = not node.get("_partial_") and not applied_partially(key, node)
+    # A missing argument is refused only where the signature is the target's own: a decorator (functools.wraps)
+    # shows the wrapped function's, whose arguments the wrapper may supply.
+    whole = not node.get("_partial_") and not applied_partially(key, node) and not hasattr(target, "__wrapped__")
     try:
         (signature.bind if whole else signature.bind_partial)(*node.get("_args_", []), **given)
     except TypeError as exc:

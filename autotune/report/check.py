@@ -41,18 +41,19 @@ def verdict_line(check: Check) -> str:
     limit = f"the floor of {check.floor:.2f}x ({check.before:.2f}x before{recorded}, less the tolerance of {tolerance})"
     now = check.now
     if check.stopped:
-        ran = min(measured_rounds(entry) for entry in check.benchmark.entries)
+        ran = min(len(entry.throughputs) for entry in check.benchmark.entries)  # failed runs too
         return f"stopped after {ran} of {check.benchmark.rounds} rounds: no verdict against {limit}"
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
     speedup = f"{now.geomean:.2f}x now (95 % interval {now.low:.2f}-{now.high:.2f})"
     noise = "the noise of both measurements" if check.before_interval else "the noise"
     if check.regressed:
-        return f"regressed: {speedup} lies below {limit}, and fell further than {noise} allows"
+        return f"regressed: {speedup} lies below {limit}, further than {noise} allows"
     if now.high < check.floor:
         return (
-            f"holds within the noise: {speedup} lies below {limit}, but the tuning run's gain was measured so "
-            f"loosely that its noise could explain the fall (more study.confirm_rounds sharpen it)"
+            f"holds within the noise: {speedup} lies below {limit}, but the tuning run's gain was measured too "
+            "loosely to tell this fall from its noise: a gate on it is loose (tune with more study.confirm_rounds "
+            "for a sharper one)"
         )
     if now.geomean < check.floor:
         return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it"

@@ -183,6 +183,7 @@ def test_a_component_that_cannot_be_built_as_configured_is_refused_before_any_tr
         inspect_pipeline(_with(component, node))
     assert str(refused.value).startswith(f"pipeline.{component}: ") and message in str(refused.value)
     inspect_pipeline(_with("model", {"_target_": "tests.fixtures.inspection.NeedsHidden", "hidden": 3}))
+    inspect_pipeline(_with("model", {"_target_": "tests.fixtures.inspection.build_with_hidden"}))  # its decorator's
 
 
 def test_a_model_target_that_builds_no_module_is_named_when_the_trial_builds_it():
