@@ -57,10 +57,8 @@ class Check:
         ``before * (1 - tolerance)`` and, where the tuning run recorded an interval, its logarithm lies below the
         floor's by more than the 95 % bound of the difference of the two measurements (Welch's t on the
         logarithms, each one's standard error read from its interval): the tuning run's noise only loosens the
-        gate. A fall the noise could explain is no regression (a test of the floor against both noises; testing
-        the fall from ``before`` instead failed a fall within the tolerance in 5-12 % of simulated checks of a
-        race's pick); without an interval now there is no verdict (``verdict``: not measured, which fails the
-        check as well)."""
+        gate. A fall the noise could explain is no regression; without an interval now there is no verdict
+        (``verdict``: not measured, which fails the check as well)."""
         now = self.now
         return now is not None and now.high < self.floor and math.log(self.floor / now.geomean) > self.noise
 
