@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,22 @@ from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.system import signal_name
 from autotune.pipeline.build import Pipeline
 
+# Where the fp32 eager loss draws random numbers (dropout, noise drawn in the model or the step), it is drawn under
+# this many seeds: a step that draws other numbers, as a compiled one does, is held to their mean, allowed their range
+# beyond measure.loss_tolerance (``loss_problem``). The range of eight draws spans ~2.8 standard deviations.
+REFERENCE_SEEDS = 8
 # A trial whose loss scaler skipped more than this share of its window's optimizer steps measured no training.
 MAX_SKIPPED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ReferenceLoss:
+    """The fp32 eager loss a first training step is checked against: under the step's seed or, where the loss draws
+    random numbers, the mean of REFERENCE_SEEDS seeds' and their ``spread`` (the largest less the smallest; None
+    where it draws none)."""
+
+    loss: float
+    spread: float | None = None
 
 
 class Trainer:
@@ -121,9 +136,23 @@ class Trainer:
         scaler = self.setup.grad_scaler
         return ScaleReading(scaler.get_scale(), self.optimizer_steps) if scaler is not None else None
 
-    def reference_loss(self, batch: Any) -> float:
-        """The loss of the uncompiled model in fp32 on ``batch``, without gradients: what the first
-        training step's loss should be, whatever the precision and compile knobs."""
+    def reference_loss(self, batch: Any, seed: int) -> ReferenceLoss:
+        """The loss of the uncompiled model in fp32 on ``batch`` under ``seed``, without gradients: what the first
+        training step's loss should be, whatever the precision and compile knobs. Where it draws random numbers
+        (the default generator moved), it is drawn under REFERENCE_SEEDS seeds from ``seed`` on: their mean and
+        range."""
+        device = self.setup.device
+        torch.manual_seed(seed)
+        before = _random_state(device)
+        losses = [self._fp32_eager_loss(batch)]
+        if all(map(torch.equal, before, _random_state(device))):
+            return ReferenceLoss(losses[0])
+        for other in range(seed + 1, seed + REFERENCE_SEEDS):
+            torch.manual_seed(other)
+            losses.append(self._fp32_eager_loss(batch))
+        return ReferenceLoss(statistics.fmean(losses), max(losses) - min(losses))
+
+    def _fp32_eager_loss(self, batch: Any) -> float:
         with torch.no_grad():
             return float(self._loss(self.pipeline.model, batch))
 
@@ -141,20 +170,36 @@ class Trainer:
         return loss
 
 
-def loss_problem(loss: float, reference: float | None, tolerance: float) -> str | None:
-    """What is wrong with a training loss: not finite, or further than ``tolerance`` (relative) from
-    ``reference``, the fp32 eager loss (None: finiteness only). None when it is fine."""
+def loss_problem(loss: float, reference: float | None, tolerance: float, spread: float | None = None) -> str | None:
+    """What is wrong with a training loss: not finite, or further from ``reference``, the fp32 eager loss (None:
+    finiteness only), than ``tolerance`` of it plus ``spread``, the range its own random numbers move it over
+    (``ReferenceLoss``). None when it is fine."""
     if not math.isfinite(loss):
         return f"the loss is {loss}, not a finite number"
     if reference is None or not math.isfinite(reference):
         return None
-    difference = abs(loss - reference) / max(abs(reference), 1e-6)
-    if difference > tolerance:
-        return (
-            f"the first step's loss {loss:.6g} differs from the fp32 eager loss {reference:.6g} by "
-            f"{difference:.3g} (relative), more than measure.loss_tolerance={tolerance:g}"
-        )
-    return None
+    scale = max(abs(reference), 1e-6)
+    difference = abs(loss - reference)
+    if difference <= tolerance * scale + (spread or 0.0):
+        return None
+    problem = (
+        f"the first step's loss {loss:.6g} differs from the fp32 eager loss {reference:.6g} by "
+        f"{difference / scale:.3g} (relative), more than measure.loss_tolerance={tolerance:g}"
+    )
+    if spread is None:
+        return problem
+    return (
+        f"{problem} beyond the {spread:.3g} the loss's own random numbers move it (the fp32 loss is the mean of "
+        f"{REFERENCE_SEEDS} seeds', and ranged that far)"
+    )
+
+
+def _random_state(device: torch.device) -> list[torch.Tensor]:
+    """The states of the random generators a step on ``device`` draws from: the CPU's, and the device's own."""
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[
     row.update(
         first_loss=check.first_loss if check else None,
         fp32_first_loss=check.fp32_loss if check else None,
+        fp32_first_loss_spread=check.fp32_spread if check else None,
         wall_s=result.wall_s,
         failure_kind=result.failure.kind.value if result.failure else None,
         failure_reason=result.failure.message if result.failure else None,

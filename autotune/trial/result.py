@@ -184,7 +184,9 @@ class TrialRequest:
 @dataclass(frozen=True)
 class LossCheck:
     """The evidence of the correctness guard: the first training step's loss and, under amp or compile, the fp32
-    eager loss of the same weights, batch and seed it was compared with (None: the step was fp32 eager itself); with
+    eager loss of the same weights, batch and seed it was compared with (None: the step was fp32 eager itself), and
+    where that loss draws random numbers, the range it took over several seeds (``fp32_spread``; its mean is
+    ``fp32_loss``: ``pipeline.setup.ReferenceLoss``); with
     fp16's loss scaler, the timed window's optimizer steps and how many of them it skipped, at least
     (``pipeline.setup.skipped_steps``; None without a scaler)."""
 
@@ -192,6 +194,7 @@ class LossCheck:
     fp32_loss: float | None = None
     optimizer_steps: int | None = None
     skipped_steps: int | None = None
+    fp32_spread: float | None = None
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
                 prof.transferred()
                 if index == 0:  # warm-up steps, never timed
                     loss, check = _first_step(trainer, batch, request)
-                    problem = loss_problem(check.first_loss, check.fp32_loss, request.loss_tolerance)
+                    problem = loss_problem(check.first_loss, check.fp32_loss, request.loss_tolerance, check.fp32_spread)
                 else:
                     loss = trainer.train_step(batch)
                 if prof.recorder.before_window:  # the last untimed step's reading is the window's start
@@ -116,14 +116,13 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
 def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.Tensor, LossCheck]:
     """The first training step, and its loss beside the fp32 eager loss of the same weights, batch and random
     seed (computed where a knob changes the arithmetic, such as amp or compile: otherwise the step is fp32 eager
-    itself)."""
-    reference = None
-    if changes_numerics(request.knobs):
-        torch.manual_seed(_SEED)
-        reference = trainer.reference_loss(batch)
+    itself; over several seeds where the loss draws random numbers, ``Trainer.reference_loss``)."""
+    reference = trainer.reference_loss(batch, _SEED) if changes_numerics(request.knobs) else None
     torch.manual_seed(_SEED)
     loss = trainer.train_step(batch)
-    return loss, LossCheck(loss.detach().item(), reference)
+    if reference is None:
+        return loss, LossCheck(loss.detach().item())
+    return loss, LossCheck(loss.detach().item(), reference.loss, fp32_spread=reference.spread)
 
 
 def _skipped_steps(

@@ -13,12 +13,12 @@ import torch
 from autotune.errors import ConfigError
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.inspect import inspect_pipeline, optimizer_options
-from autotune.pipeline.setup import Trainer, _worker_kill_signal, loss_problem
+from autotune.pipeline.setup import REFERENCE_SEEDS, Trainer, _worker_kill_signal, loss_problem
 from tests.conftest import NEUTRAL_KNOBS, trial_request
 
 
-def _trainer(effective_batch_size=None, **knobs) -> Trainer:
-    request = trial_request()
+def _trainer(effective_batch_size=None, model="tiny.TinyCNN", **knobs) -> Trainer:
+    request = trial_request(model)
     values = {**NEUTRAL_KNOBS, "batch_size": 8, **knobs}
     return Trainer(build_pipeline(request.pipeline), values, torch.device("cpu"), effective_batch_size)
 
@@ -113,12 +113,46 @@ def test_optimizer_impl_reaches_the_optimizer():
         (math.nan, None, "not a finite number"),
         (math.inf, 1.0, "not a finite number"),
         (1.04, 1.0, None),
-        (1.2, 1.0, "differs from the fp32 eager loss 1 by 0.2 (relative)"),
+        (1.2, 1.0, "differs from the fp32 eager loss 1 by 0.2 (relative), more than measure.loss_tolerance=0.05"),
     ],
 )
 def test_loss_problem(loss, reference, problem):
     found = loss_problem(loss, reference, 0.05)
     assert found == problem if problem is None else problem in found
+
+
+@pytest.mark.parametrize(
+    ("loss", "spread", "problem"),
+    [
+        (1.2, 0.2, None),  # 0.05 of the reference and the 0.2 its draws ranged over: 0.25
+        (0.76, 0.2, None),
+        (1.3, 0.2, "by 0.3 (relative), more than measure.loss_tolerance=0.05 beyond the 0.2 the loss's own random"),
+        (1.06, 0.0, "by 0.06 (relative)"),  # the draws of a loss that draws random numbers came out the same
+    ],
+)
+def test_a_loss_that_draws_random_numbers_may_differ_by_their_range_beyond_the_tolerance(loss, spread, problem):
+    found = loss_problem(loss, 1.0, 0.05, spread)
+    assert found == problem if problem is None else problem in found
+
+
+def test_the_reference_loss_is_one_fp32_step_where_the_loss_draws_no_random_numbers():
+    trainer = _trainer()
+    batch = trainer.to_device(next(trainer.batches()))
+    reference = trainer.reference_loss(batch, 0)
+    assert reference.spread is None
+    assert reference.loss == trainer._fp32_eager_loss(batch)
+
+
+def test_the_reference_loss_of_a_loss_that_draws_random_numbers_is_the_mean_and_range_of_its_seeds():
+    trainer = _trainer(model="tiny.NoisyCNN")
+    batch = trainer.to_device(next(trainer.batches()))
+    losses = []
+    for seed in range(3, 3 + REFERENCE_SEEDS):
+        torch.manual_seed(seed)
+        losses.append(trainer._fp32_eager_loss(batch))
+    reference = trainer.reference_loss(batch, 3)
+    assert reference.loss == pytest.approx(sum(losses) / len(losses))
+    assert reference.spread == pytest.approx(max(losses) - min(losses)) and reference.spread > 0.1 * reference.loss
 
 
 def test_optimizer_options_follow_the_constructor():
