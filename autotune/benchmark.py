@@ -71,6 +71,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         machine=facts.machine,
         entries=entries,
         notes=notes,
+        batch_policy=settings.batch_policy,
     )
     try:
         measure_rounds(settings, benchmark, output_dir / "benchmark", out)

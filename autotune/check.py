@@ -2,7 +2,9 @@
 
 The recommendation in a report.json runs against the baseline (``pipeline.baseline``) for ``check.rounds``
 interleaved rounds, as mode=benchmark measures (``measure_rounds``), so the machine's drift cancels; the speedup now
-is held against the one the report recorded. The record is saved to check.json before anything is rendered from it.
+is held against the one the report recorded, or against the one an earlier check measured (its check.json, where it
+held: over more rounds than the tuning run's race, a sharper reference). The record is saved to check.json before
+anything is rendered from it.
 Its rule: ``autotune/results/check.py``. A regression, or a configuration that ran in too few rounds to tell, raises
 RegressionError (exit 1).
 """
@@ -27,14 +29,18 @@ from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
 
-_NO_AGAINST = "mode=check re-measures a tuning run's recommendation: give against=PATH/report.json"
+_NO_AGAINST = (
+    "mode=check re-measures a tuning run's recommendation: give against=PATH/report.json (or the check.json of a "
+    "check of it that held)"
+)
 
 
 @dataclass(frozen=True)
 class Tuned:
     """What a tuning run's report.json (at ``path``) says: the recommended knobs, the baseline's it was tuned
     against, the speedup it measured (and its 95 % interval, where it had one), the pipeline and machine it measured
-    them for, and how it trained (its ``batch_policy``)."""
+    them for, and how it trained (its ``batch_policy``). From a check.json, the same as that check measured them
+    (``measured``: "checked"; ``where``: the key of the recommended knobs in the file)."""
 
     path: str
     knobs: dict[str, Any]
@@ -44,6 +50,8 @@ class Tuned:
     machine: dict[str, Any]
     batch_policy: str = "free"
     speedup_interval: RatioInterval | None = None
+    measured: str = "tuned"
+    where: str = "recommended.knobs"
 
     @property
     def changes_nothing(self) -> bool:
@@ -69,10 +77,11 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
             "baseline the recommendation was tuned against (baseline.knobs in report.json)",
         )
     settings, as_tuned_note = trained_as_tuned(settings, tuned.batch_policy)
-    refuse_unrunnable(settings, facts, tuned.knobs, "against", f"{tuned.path}: recommended.knobs")
+    refuse_unrunnable(settings, facts, tuned.knobs, "against", f"{tuned.path}: {tuned.where}")
     print(
         f"autotune check: pipeline '{settings.pipeline.name}' on {device}; the recommendation in {tuned.path} "
-        f"({tuned.speedup:.2f}x when tuned) against the baseline, {settings.check_rounds} interleaved rounds",
+        f"({tuned.speedup:.2f}x when {tuned.measured}) against the baseline, {settings.check_rounds} interleaved "
+        "rounds",
         file=out,
         flush=True,
     )
@@ -88,6 +97,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         machine=machine,
         entries=both_ends(settings.baseline, tuned.knobs),
         notes=notes,
+        batch_policy=settings.batch_policy,
     )
     check = Check(tuned.speedup, settings.check_tolerance, benchmark, tuned.speedup_interval)
     try:
@@ -104,7 +114,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
 
 
 def load_tuned(path: str | None) -> Tuned:
-    """The report.json at ``path``; ConfigError naming ``against`` where there is none, or it cannot be used here."""
+    """The report.json (or check.json, ``checked``) at ``path``; ConfigError naming ``against`` where there is none,
+    or it cannot be used here."""
     if not path:
         raise ConfigError("against", _NO_AGAINST)
     try:
@@ -113,6 +124,8 @@ def load_tuned(path: str | None) -> Tuned:
         raise ConfigError("against", f"cannot read {path} ({exc.strerror}); pass a tuning run's report.json") from exc
     except ValueError as exc:
         raise ConfigError("against", f"{path} is not JSON ({exc}); pass a tuning run's report.json") from exc
+    if isinstance(data, dict) and "benchmark" in data and "verdict" in data:
+        return checked(data, path)
     recommended, baseline = (_get(data, section, "knobs") for section in ("recommended", "baseline"))
     speedup = _get(data, "speedup")
     if recommended is None or baseline is None:
@@ -127,18 +140,56 @@ def load_tuned(path: str | None) -> Tuned:
         baseline=_knobs(baseline, f"{path}: baseline.knobs"),
         speedup=float(speedup),
         pipeline=str(_get(data, "pipeline") or ""),
-        machine=_machine(_get(data, "machine"), path),
-        batch_policy=_batch_policy(_get(data, "training", "policy"), path),  # BatchAdvice's
+        machine=_machine(_get(data, "machine"), f"{path}: machine"),
+        batch_policy=_batch_policy(_get(data, "training", "policy"), f"{path}: training.policy"),  # BatchAdvice's
         speedup_interval=_interval(_get(data, "speedup_interval"), path),
     )
 
 
-def _machine(value: Any, path: str) -> dict[str, Any]:
+def checked(data: dict[str, Any], path: str) -> Tuned:
+    """What the check.json ``data`` (at ``path``) measured, as the reference of a later check: the speedup now and its
+    interval, the configurations it ran and how they trained. Only a check that held: one that regressed measured
+    the fall a gate on it would let pass, and one stopped or not measured has no interval."""
+    try:
+        record = Check.from_dict(data)
+        entries = record.benchmark.entries
+        recommended, baseline = record.recommended, record.benchmark.baseline
+    except (KeyError, TypeError, IndexError) as exc:
+        raise ConfigError("against", f"{path} is not a check.json written by autotune ({exc!r})") from None
+    if record.verdict != "holds":
+        raise ConfigError(
+            "against",
+            f"{path}: its verdict is {record.verdict}: gate against a check that held, or against the report.json "
+            f"it checked ({record.benchmark.recommended})",
+        )
+    policy = record.benchmark.batch_policy
+    if policy is None or [entry.kind for entry in entries] != ["baseline", "recommended"]:
+        raise ConfigError(
+            "against",
+            f"{path}: written by an earlier autotune, which did not record how its runs trained: gate against the "
+            f"report.json it checked ({record.benchmark.recommended}), or check again and use that check.json",
+        )
+    where = "benchmark.entries[1].knobs"
+    return Tuned(
+        path=path,
+        knobs=_knobs(recommended.knobs, f"{path}: {where}"),
+        baseline=_knobs(baseline.knobs, f"{path}: benchmark.entries[0].knobs"),
+        speedup=record.now.geomean,
+        pipeline=record.benchmark.pipeline,
+        machine=_machine(record.benchmark.machine, f"{path}: benchmark.machine"),
+        batch_policy=_batch_policy(policy, f"{path}: benchmark.batch_policy"),
+        speedup_interval=record.now,
+        measured="checked",
+        where=where,
+    )
+
+
+def _machine(value: Any, where: str) -> dict[str, Any]:
     """The machine the report was measured on ({} where it says none)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError("against", f"{path}: machine: expected the mapping autotune writes, got {value!r}")
+        raise ConfigError("against", f"{where}: expected the mapping autotune writes, got {value!r}")
     return value
 
 
@@ -156,12 +207,12 @@ def _interval(value: Any, path: str) -> RatioInterval | None:
     return interval
 
 
-def _batch_policy(value: Any, path: str) -> str:
+def _batch_policy(value: Any, where: str) -> str:
     """The tuning run's batch policy ("free" where the report says none)."""
     if value is None:
         return "free"
     if value not in BATCH_POLICIES:
-        raise ConfigError("against", f"{path}: training.policy: expected one of {', '.join(BATCH_POLICIES)}")
+        raise ConfigError("against", f"{where}: expected one of {', '.join(BATCH_POLICIES)}")
     return value
 
 

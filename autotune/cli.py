@@ -71,7 +71,8 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
                        left out (benchmark.md, benchmark.json, benchmark.html)
   mode=check against=PATH/report.json [check.tolerance=0.10] [check.rounds=5]
                        a regression gate: the recommendation of a tuning run against the baseline again,
-                       interleaved; exits 1 when its speedup fell beyond the tolerance and the noise (check.json)
+                       interleaved; exits 1 when its speedup fell beyond the tolerance and the noise (check.json);
+                       against=PATH/check.json: against the speedup a check that held measured
   mode=profile [++pipeline.baseline.KNOB=VALUE]
                        the baseline taken apart in one process: where each step's time goes, hot functions of the
                        data pipeline, a profiler trace; what limits it and what to change (profile.md, profile.json,

@@ -162,7 +162,7 @@ def test_the_check_settings_are_read_with_defaults():
         ({"check": {"tolerance": -0.1, "rounds": 5}}, "check.tolerance: expected a number >= 0 and < 1, got -0.1"),
         ({"check": {"tolerance": 0.1, "rounds": 1}}, "check.rounds: expected an integer >= 2, got 1"),
         ({"check": {"tolerance": 0.1, "round": 5}}, "check.round: unknown key; did you mean check.rounds?"),
-        ({"against": 3}, "against: expected the path of a tuning run's report.json, got 3"),
+        ({"against": 3}, "against: expected the path of a tuning run's report.json (or of a check.json that held)"),
     ],
 )
 def test_bad_check_settings_name_the_key(changes, message):
@@ -362,3 +362,68 @@ def test_the_gains_interval_is_read_from_report_json_and_none_where_it_had_none(
     out = io.StringIO()
     run_check(report(tmp_path, speedup_interval=interval), tmp_path / "out", out)
     assert "before:  1.50x the baseline, 95 % interval 1.20-1.90 over 3 rounds, as recorded in" in out.getvalue()
+
+
+def test_a_check_that_held_is_the_sharper_reference_of_a_later_check(tmp_path, monkeypatch):
+    # Tuned loosely (1.82x, 1.32-2.51 over 3 rounds), a fall to 1.20x holds within the noise; checked once over 5
+    # tight rounds (1.50x), the same fall regresses against that check.json, which trains as the tuning run did.
+    policies = []
+
+    def measure(runs):
+        def record(settings, benchmark, workdir, out):
+            policies.append(settings.batch_policy)
+            measured(runs, (100.0,) * 5)(settings, benchmark, workdir, out)
+
+        return record
+
+    micro = {**BASELINE, "batch_size": 8}
+    training = BatchAdvice("fixed_effective", baseline_batch_size=16, batch_size=8, accumulation_steps=2).to_dict()
+    loose = {"geomean": 1.82, "low": 1.32, "high": 2.51, "n": 3}
+    against = report(tmp_path, speedup=1.82, recommended=micro, training=training, speedup_interval=loose)
+    monkeypatch.setattr(check_mode, "measure_rounds", measure([150.0, 151.0, 149.0, 150.5, 149.5]))
+    sharp = run_check(against, tmp_path / "sharp", io.StringIO())
+    record = json.loads(sharp.read_text())
+    assert record["verdict"] == "holds" and record["benchmark"]["batch_policy"] == "fixed_effective"
+
+    fell = [120.0, 119.5, 120.5, 119.8, 120.2]
+    monkeypatch.setattr(check_mode, "measure_rounds", measure(fell))
+    assert run_check(against, tmp_path / "loose", io.StringIO()), "1.20x holds within the loose report's noise"
+    out = io.StringIO()
+    with pytest.raises(RegressionError, match=r"regressed: 1\.20x now .* floor of 1\.35x \(1\.50x before, 95 % inter"):
+        run_check(sharp, tmp_path / "again", out)
+    assert f"the recommendation in {sharp} (1.50x when checked)" in out.getvalue()
+    assert (
+        f"before:  1.50x the baseline, 95 % interval 1.49-1.51 over 5 rounds, as recorded in {sharp}" in out.getvalue()
+    )
+    assert policies == ["fixed_effective"] * 3, "the check of the check trains as the tuning run did"
+    assert json.loads((tmp_path / "again" / "check.json").read_text())["benchmark"]["recommended"] == str(sharp)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda record: record | {"before": 2.0},  # the same rounds against a floor of 1.80x
+            "its verdict is regressed: gate against a check that held, or against the report.json it checked",
+        ),
+        (lambda record: record | {"stopped": True}, "its verdict is stopped: gate against a check that held"),
+        (
+            lambda record: (
+                record | {"benchmark": {k: v for k, v in record["benchmark"].items() if k != "batch_policy"}}
+            ),
+            "written by an earlier autotune, which did not record how its runs trained",
+        ),
+        (lambda record: record | {"benchmark": {"entries": []}}, "is not a check.json written by autotune"),
+    ],
+)
+def test_a_check_json_that_cannot_be_a_reference_names_against(tmp_path, change, message):
+    held = check(1.5, [150.0, 157.0, 146.0])
+    assert held.verdict == "holds"
+    path = tmp_path / "check.json"
+    record = json.loads(json.dumps(replace(held, benchmark=replace(held.benchmark, batch_policy="free")).to_dict()))
+    path.write_text(json.dumps(record))
+    assert check_mode.load_tuned(str(path)).speedup == pytest.approx(held.now.geomean), "as written, it is one"
+    path.write_text(json.dumps(change(record)))
+    with pytest.raises(ConfigError) as error:
+        check_mode.load_tuned(str(path))
+    assert str(error.value).startswith(f"against: {path}") and message in str(error.value)

@@ -142,7 +142,12 @@ _MODES = (
     _setting("recommended", Plain(str, null=True, what="the path of a recommended.yaml"), Settings, "recommended"),
     _setting("check.tolerance", _number(0, maximum=1, below=True), Settings, "check_tolerance"),
     _setting("check.rounds", _integer(2), Settings, "check_rounds"),
-    _setting("against", Plain(str, null=True, what="the path of a tuning run's report.json"), Settings, "against"),
+    _setting(
+        "against",
+        Plain(str, null=True, what="the path of a tuning run's report.json (or of a check.json that held)"),
+        Settings,
+        "against",
+    ),
     # A leak's trend needs a few readings per third of the sample (autotune/results/diagnosis.py): 6 steps at least.
     _setting("profile.steps", _integer(6), Settings, "profile_steps"),
     _setting("profile.trace_steps", _integer(1), Settings, "profile_trace_steps"),

@@ -119,10 +119,10 @@ class Settings:
     steps = the baseline's batch size). ``mode`` is "tune"; "selfcheck": the harness against a plain loop
     for ``selfcheck_rounds`` interleaved rounds; "benchmark": the recommendation in the file ``recommended``
     against the baseline, with each change's share, for ``benchmark_rounds`` interleaved rounds; or "check": the
-    recommendation in the report.json ``against`` against the baseline for ``check_rounds`` interleaved rounds,
-    failing where its speedup fell more than ``check_tolerance`` (a fraction) beyond the noise; or "profile": the
-    baseline taken apart in one profiling run (``profile_steps`` steps timed stage by stage, ``profile_trace_steps``
-    under torch.profiler, ``profile_batches`` batches loaded under cProfile)."""
+    recommendation in the report.json (or a check.json) ``against`` against the baseline for ``check_rounds``
+    interleaved rounds, failing where its speedup fell more than ``check_tolerance`` (a fraction) beyond the noise;
+    or "profile": the baseline taken apart in one profiling run (``profile_steps`` steps timed stage by stage,
+    ``profile_trace_steps`` under torch.profiler, ``profile_batches`` batches loaded under cProfile)."""
 
     pipeline: PipelineSpec
     baseline: dict[str, Any]

@@ -51,9 +51,9 @@ def verdict_line(check: Check) -> str:
         return f"regressed: {speedup} lies below {limit}, further than {noise} allows"
     if now.high < check.floor:
         return (
-            f"holds within the noise: {speedup} lies below {limit}, but the tuning run's gain was measured too "
-            "loosely to tell this fall from its noise: a gate on it is loose (tune with more study.confirm_rounds "
-            "for a sharper one)"
+            f"holds within the noise: {speedup} lies below {limit}, but the gain before was measured too loosely to "
+            "tell this fall from its noise: a gate on it is loose (for a sharper one, gate against the check.json of "
+            "a check of more check.rounds that held, or tune with more study.confirm_rounds)"
         )
     if now.geomean < check.floor:
         return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it"

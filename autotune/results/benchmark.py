@@ -49,7 +49,8 @@ class Entry:
 class Benchmark:
     """A benchmark of the recommendation in ``recommended`` (a path) for ``pipeline`` on ``device``, ``rounds``
     interleaved rounds; ``entries`` start with the baseline. ``notes`` say what the reader should know (the file
-    measured on another machine, tuned against another baseline)."""
+    measured on another machine, tuned against another baseline). ``batch_policy``: how its runs trained (as the
+    recommendation was tuned: search.batch_policy; None in a record written before it was kept)."""
 
     pipeline: str
     device: str
@@ -58,6 +59,7 @@ class Benchmark:
     machine: dict[str, Any]
     entries: list[Entry]
     notes: list[str] = field(default_factory=list)
+    batch_policy: str | None = None
 
     @property
     def baseline(self) -> Entry:
