@@ -210,40 +210,38 @@ class Leak:
 
 
 def leaks(result: ProfileResult) -> list[Leak]:
-    """The memory series that grew as a leak grows: by ``LEAK_MIN_MB`` and ``LEAK_MIN_SHARE`` at least, steadily."""
-    series = {
-        f"host memory of the training process and its workers ({result.memory.metric.upper()})": result.memory.tree_mb
-    }
-    if result.memory.cuda_allocated_mb is not None:
-        series["CUDA memory allocated"] = result.memory.cuda_allocated_mb
-    found = []
-    for what, readings in series.items():
-        leak = _leak(what, readings)
-        if leak is not None:
-            found.append(leak)
-    return found
+    """The memory series that grew as a leak grows: by ``LEAK_MIN_MB`` and ``LEAK_MIN_SHARE`` at least over the
+    sample, steadily (host memory first)."""
+    cuda = result.memory.cuda_allocated_mb
+    found = [_host_leak(result), _leak("CUDA memory allocated", cuda) if cuda is not None else None]
+    return [leak for leak in found if leak is not None]
+
+
+_HOST_MEMORY = "host memory of the training process and its workers ({})"
+# Fewer readings than this make no line worth reading a leak from.
+_LEAK_MIN_READINGS = 6
 
 
 def _leak(what: str, readings: list[float]) -> Leak | None:
-    third = len(readings) // 3
-    if third < 2:
+    """A leak of ``readings`` (memory after each step), read from the straight line through them: what it grew from
+    the first step to the last, from where it started."""
+    if len(readings) < _LEAK_MIN_READINGS:
         return None
-    start, end = statistics.median(readings[:third]), statistics.median(readings[-third:])
-    slope, fit = _line(readings)
-    grew = end - start
+    slope, start, fit = _line(readings)
+    grew = slope * (len(readings) - 1)
     if grew < LEAK_MIN_MB or grew < LEAK_MIN_SHARE * start or fit < LEAK_MIN_FIT:
         return None
-    return Leak(what, len(readings), start, end, slope, fit)
+    return Leak(what, len(readings), start, start + grew, slope, fit)
 
 
-def _line(values: list[float]) -> tuple[float, float]:
-    """The least-squares slope of ``values`` against their index, and R² (0 for a flat series)."""
+def _line(values: list[float]) -> tuple[float, float, float]:
+    """The least-squares slope and intercept of ``values`` against their index, and R² (0 for a flat series)."""
     steps = list(range(len(values)))
     slope, intercept = statistics.linear_regression(steps, values)
     mean = statistics.fmean(values)
     total = sum((v - mean) ** 2 for v in values)
     residual = sum((v - (slope * x + intercept)) ** 2 for x, v in zip(steps, values, strict=True))
-    return slope, (1 - residual / total) if total > 0 else 0.0
+    return slope, intercept, (1 - residual / total) if total > 0 else 0.0
 
 
 def verdict(result: ProfileResult) -> tuple[str, list[Rule]]:
@@ -311,7 +309,9 @@ def fault_finding(result: ProfileResult) -> str | None:
     fresh = _fresh_mb_per_step(result)
     if faults.kernel_share < FAULT_KERNEL_SHARE or fresh < FAULT_MIN_MB_PER_STEP:
         return None
-    received = " beyond the batch its workers send" if result.stages.num_workers else ""
+    beyond = [" the batch its workers send"] if result.stages.num_workers else []
+    beyond += [" what its memory keeps growing by"] if _host_leak(result) else []
+    received = f" beyond{' and'.join(beyond)}" if beyond else ""
     return (
         f"the training process faults in {fresh:.0f} MB of fresh pages a step or more{received} "
         f"({faults.minor_faults // max(faults.steps, 1)} faults) and spends {faults.kernel_share:.0%} of its CPU time "
@@ -321,9 +321,16 @@ def fault_finding(result: ProfileResult) -> str | None:
 
 
 def _fresh_mb_per_step(result: ProfileResult) -> float:
-    """Megabytes of fresh pages a step, less a batch where workers send it (in a new shared-memory block)."""
+    """Megabytes of fresh pages a step, less a batch where workers send it (in a new shared-memory block), and less
+    what a host-memory leak keeps a step (``leaks``): pages kept are faulted in once, which no allocator setting
+    saves."""
     received = result.sample_bytes * result.stages.batch_size if result.stages.num_workers else 0
-    return result.faults.mb_per_step - received / 2**20
+    leak = _host_leak(result)
+    return result.faults.mb_per_step - received / 2**20 - (leak.per_step_mb if leak else 0.0)
+
+
+def _host_leak(result: ProfileResult) -> Leak | None:
+    return _leak(_HOST_MEMORY.format(result.memory.metric.upper()), result.memory.tree_mb)
 
 
 def contention_finding(result: ProfileResult) -> str | None:

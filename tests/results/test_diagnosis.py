@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from autotune.measure.measurement import SystemReport
+from autotune.measure.page_faults import PageFaults
 from autotune.measure.profiling import CpuLoad, ProfilePlan, ProfileResult
 from autotune.measure.system import CpuUsage
 from autotune.pipeline.build import Pipeline
@@ -109,6 +110,27 @@ def test_memory_that_rises_once_and_stays_is_no_leak():
     step = [300.0] * 3 + [400.0] * 27  # a cache filled at the start
     assert leaks(profile_result(tree_mb=step)) == []
     assert leaks(profile_result(tree_mb=[300.0 + 5 * i for i in range(30)]))
+
+
+def test_a_leak_is_what_memory_grew_over_the_whole_sample():
+    # 2.5 MB a step over 30 steps: 72.5 MB from the first step to the last (the medians of the first and last thirds
+    # are 50 MB apart, under LEAK_MIN_MB); 2 MB a step, 58 MB, is under it.
+    (leak,) = leaks(profile_result(tree_mb=[250.0 + 2.5 * i for i in range(30)]))
+    assert (leak.start_mb, leak.end_mb, leak.per_step_mb) == pytest.approx((250.0, 322.5, 2.5))
+    assert "grew from 250 to 322 MB over 30 steps, 2.50 MB a step" in str(leak)
+    assert leaks(profile_result(tree_mb=[250.0 + 2.0 * i for i in range(30)])) == []
+
+
+def test_the_fresh_pages_a_leak_keeps_are_no_allocators_fault():
+    # 16 MB of fresh pages a step, all of them kept by a 16 MB-a-step leak: no allocator setting saves them.
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
+    leaking = profile_result(tree_mb=[300.0 + 16 * i for i in range(30)], faults=faulting)
+    assert leaks(leaking) and fault_finding(leaking) is None
+    churning = profile_result(tree_mb=[300.0 + 8 * i for i in range(30)], faults=faulting)  # half of them kept
+    assert "faults in 8 MB of fresh pages a step or more beyond what its memory keeps growing by" in fault_finding(
+        churning
+    )
+    assert fault_finding(profile_result(faults=faulting)).startswith("the training process faults in 16 MB")
 
 
 def test_the_first_rule_that_holds_decides_and_each_names_its_figure_and_threshold():
