@@ -87,10 +87,16 @@ class Tried:
         pairs = "one pair" if len(ratios) == 1 else f"median of {len(ratios)} pairs"
         return f": {statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
 
-    def settled(self, knob: str, knobs: dict[str, Any]) -> bool:
-        """Whether ``knobs`` already make the recommendation's change of ``knob``: the tuner's races chose that
-        value by measuring it, so advice to set another is not given."""
-        return self.recommended is not None and knob in self.recommended and knobs.get(knob) == self.recommended[knob]
+    def settled(self, knob: str, knobs: dict[str, Any], value: Any) -> bool:
+        """Whether ``knobs`` already make the recommendation's change of ``knob`` and the study measured ``value``
+        too: the tuner chose among the values it measured, so advice to set another of them is not given (a value
+        it never measured, such as a batch beyond its largest, is)."""
+        return (
+            self.recommended is not None
+            and knob in self.recommended
+            and knobs.get(knob) == self.recommended[knob]
+            and value in self.values.get(knob, [])
+        )
 
 
 def twin_key(knob: str, before: Any, after: Any) -> str:
@@ -128,7 +134,8 @@ def advise(
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
     not: ``sixteen_bit``, on glibc or not: ``glibc``), ranked: a leak first, then by expected gain, those without an
     estimate last. ``tried`` is the stored study of the pipeline (None where there is none: the advice then says
-    nothing of it); a knob whose recommended value ``knobs`` already run gets no advice."""
+    nothing of it); a knob whose recommended value ``knobs`` already run gets no advice to set another value the
+    study measured (``Tried.settled``)."""
     found = figures(result)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
@@ -145,7 +152,7 @@ def advise(
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked += _allocator(result, found, knobs) if glibc else []
     ranked.sort(key=lambda a: -(a.gain or 0.0))
-    ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs)]
+    ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a))]
     return [_with_tried(a, tried, knobs) for a in advice + ranked]
 
 

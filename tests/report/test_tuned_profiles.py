@@ -86,14 +86,25 @@ def test_advice_for_the_recommendation_leaves_out_the_knobs_it_changed_and_says_
     _, profiles, _ = _profiled(tmp_path, FakeProfiler())
     recommended = profiles.recommended
     advised = {a.knob: a for a in recommended.diagnosis.advice if a.knob}
-    assert "batch_size" not in advised, "the recommendation changed batch_size: its races chose 64"
+    measured = recommended.tried.values["batch_size"]
+    assert 128 not in measured and advised["batch_size"].action.startswith("set batch_size=128")
+    assert advised["batch_size"].tried == (
+        f"not tried by the tuner: study 's' measured batch_size at {', '.join(map(str, measured))}"
+    ), "a batch beyond the largest the tuner measured is advised, though the recommendation changed batch_size"
+    chose = replace(recommended.tried, values={**recommended.tried.values, "batch_size": [*measured, 128]})
+    assert "batch_size" not in {a.knob for a in replace(recommended, tried=chose).diagnosis.advice}, (
+        "the recommendation changed batch_size: its races chose 64 over the 128 it measured too"
+    )
     assert advised["compile"].tried == "not tried by the tuner: study 's' measured compile at off"
     without = replace(recommended, tried=replace(recommended.tried, recommended=None))
     assert "batch_size" in {a.knob for a in without.diagnosis.advice}, "advised where the tuner did not settle it"
     tried = Tried("s", {"amp": ["off", "bf16"], "num_workers": [0, 2]}, {"num_workers": 2})
     assert tried.says("amp", "bf16") == "the tuner measured amp=bf16 and did not recommend it (study 's')"
     assert tried.says("num_workers", 2) == "the tuner recommends num_workers=2 (study 's')"
-    assert tried.settled("num_workers", {"num_workers": 2}) and not tried.settled("num_workers", {"num_workers": 0})
+    assert tried.settled("num_workers", {"num_workers": 2}, 0) and not tried.settled(
+        "num_workers", {"num_workers": 0}, 2
+    )
+    assert not tried.settled("num_workers", {"num_workers": 2}, 4), "4 workers never measured"
 
 
 def test_a_resumed_run_reuses_the_stored_profiles(tmp_path):
