@@ -84,7 +84,7 @@ def _tune(
     ctx = _search_context(settings, facts, cores)
     check_baseline(settings.baseline, ctx)
     space = build_space(settings.search, ctx)
-    described = {**facts.machine, **({"cpu_count": len(cores)} if cores else {})}
+    described = {**facts.machine, **({"cpu_count": len(cores), "torch_threads": len(cores)} if cores else {})}
     machine = machine_id(described)
     meta = _study_meta(settings, device, space)
     study = open_study(settings.study, meta, described, storage, facts.pipeline.code)

@@ -138,8 +138,16 @@ class Recommendation:
         return learning_rate * batch_scale(self.batch_size / before, self.training.learning_rate_rule)
 
     def apply_process_settings(self) -> None:
-        """Set what holds for the whole process: torch's threads, cuDNN autotuning, the allocator. Call it first."""
+        """Set what holds for the whole process: torch's threads, cuDNN autotuning, the allocator. Call it first.
+        ``num_threads: null`` ran at torch's default of the measuring machine (``machine.torch_threads``): on a
+        machine like it (``machine_fingerprint``), that count is set too, whatever the script set before."""
         self._setup(Target.PROCESS, device=self.device)
+        measured = self.machine.get("torch_threads")
+        if self.knobs.get("num_threads") is None and isinstance(measured, int) and measured > 0:
+            if machine_fingerprint(describe_machine()) == machine_fingerprint(self.machine):
+                import torch
+
+                torch.set_num_threads(measured)
 
     def dataloader_kwargs(self) -> dict[str, Any]:
         """batch_size, num_workers and the worker options, pin_memory: keyword arguments for ``DataLoader``."""

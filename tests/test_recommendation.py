@@ -97,6 +97,23 @@ def test_process_settings_set_torchs_threads():
         torch.set_num_threads(threads)
 
 
+def test_num_threads_null_runs_the_measured_default_on_a_machine_like_the_measuring_one():
+    threads = torch.get_num_threads()
+    null, here = {**WORKERS, "num_threads": None}, machine_fingerprint(describe_machine())
+    try:
+        torch.set_num_threads(1)  # as a training script may, before it applies the file
+        recommendation(knobs=null, machine=here | {"torch_threads": 3}).apply_process_settings()
+        assert torch.get_num_threads() == 3, "torch's default where the runs were measured"
+        torch.set_num_threads(1)
+        elsewhere = here | {"cpu_count": here["cpu_count"] + 1, "torch_threads": 3}
+        recommendation(knobs=null, machine=elsewhere).apply_process_settings()
+        assert torch.get_num_threads() == 1, "another machine's default is not this one's"
+        recommendation(knobs=null, machine=here).apply_process_settings()  # a file that does not record it
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_without_a_recommended_change_nothing_is_applied():
     rec = recommendation(knobs=NEUTRAL_KNOBS)
     with rec.autocast("cpu"):

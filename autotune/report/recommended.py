@@ -20,7 +20,8 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
         pipeline=results.pipeline,
         study=results.study_name,
         device=results.device,
-        machine=machine_fingerprint(results.machine),
+        # torch's default threads there: what num_threads: null ran with (not part of the machine's identity)
+        machine=machine_fingerprint(results.machine) | {"torch_threads": results.machine.get("torch_threads")},
         measured=Measured(
             throughput=round(summary.recommended_throughput, 2),
             baseline_throughput=round(summary.baseline_throughput, 2),

@@ -56,6 +56,7 @@ def test_reports_are_written_and_consistent(tmp_path):
     recommended = yaml.safe_load(files["recommended.yaml"].read_text())
     assert recommended["knobs"] == {**recommended["baseline"], "num_workers": 1}
     assert set(recommended["knobs"]) == set(KNOBS)
+    assert recommended["machine"]["torch_threads"] == 2, "what num_threads: null ran with"
     assert recommended["throughput"] == {
         "recommended": 120.0,
         "baseline": 100.0,
