@@ -195,7 +195,8 @@ class ProfileResult:
     bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples, and the pages the
     training process faulted in over the stage-timed steps (None in a profile stored before they were read), and the
     CPU the machine's other processes used over those steps, beside the training process's threads (``cpu``; None in a
-    profile stored before it was read)."""
+    profile stored before it was read), and the implementation switches (foreach, fused) the pipeline's optimizer takes
+    here (``optimizer_options``; None in a profile stored before they were read)."""
 
     stages: StageTiming
     memory: MemoryTrend
@@ -207,6 +208,7 @@ class ProfileResult:
     cuda_allocations: list[CudaAllocation] | None = None
     faults: PageFaults | None = None
     cpu: CpuLoad | None = None
+    optimizer_options: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -225,4 +227,5 @@ class ProfileResult:
             cuda_allocations=[CudaAllocation(**a) for a in allocations] if allocations is not None else None,
             faults=PageFaults.from_dict(faults) if faults is not None else None,
             cpu=CpuLoad.from_dict(cpu) if cpu is not None else None,
+            optimizer_options=data.get("optimizer_options"),
         )

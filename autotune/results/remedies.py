@@ -322,17 +322,23 @@ def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
                 knob="compile",
             )
         )
-    return advice + _optimizer(found, knobs)
+    return advice + _optimizer(result, found, knobs)
 
 
-def _optimizer(found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+def _optimizer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+    """A foreach (else a fused) optimizer step where the step takes OPTIMIZER_SHARE or more, and the pipeline's
+    optimizer takes one (``ProfileResult.optimizer_options``; foreach where the profile did not read them)."""
     share = found.optimizer_s / found.loop_s
     if share < OPTIMIZER_SHARE or knobs.get("optimizer_impl") not in (None, "default"):
+        return []
+    options = result.optimizer_options
+    impl = next((name for name in ("foreach", "fused") if options is None or name in options), None)
+    if impl is None:
         return []
     gain = found.loop_s / (found.loop_s - found.optimizer_s)
     return [
         Advice(
-            "set optimizer_impl=foreach",
+            f"set optimizer_impl={impl}",
             f"the optimizer step takes {share:.0%} of the step (≥ {OPTIMIZER_SHARE:.0%}), one operator per parameter",
             f"up to {gain:.2f}x if it cost nothing",
             gain,
@@ -377,7 +383,7 @@ def _arithmetic(
                 knob="compile",
             )
         )
-    return advice + _optimizer(found, knobs)
+    return advice + _optimizer(result, found, knobs)
 
 
 def _elementwise(result: ProfileResult) -> str:

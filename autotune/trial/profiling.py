@@ -28,6 +28,7 @@ from autotune.measure.stages import time_stages
 from autotune.measure.system import CpuUsageMeter
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
+from autotune.pipeline.inspect import optimizer_options
 from autotune.pipeline.setup import Trainer
 
 _ALLOCATION_STEPS = 2
@@ -78,6 +79,7 @@ def run_profile(
         cuda_allocations=allocations,
         faults=faulting.faults,
         cpu=cpu,
+        optimizer_options=sorted(optimizer_options(pipeline.optimizer_factory, str(device))),
     )
 
 

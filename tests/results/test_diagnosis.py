@@ -104,6 +104,7 @@ def test_a_step_that_faults_in_fresh_pages_is_flagged_with_its_pages_and_kernel_
     assert fault_finding(profiled(FirstFeatures(), InMemoryFeatures(), 4, tmp_path)) is None
     assert fault_finding(replace(faulting, faults=None)) is None, "a profile stored before faults were read"
     assert ProfileResult.from_dict(faulting.to_dict()) == faulting
+    assert "foreach" in faulting.optimizer_options, "SGD takes foreach: read in the profiling run"
 
 
 def test_memory_that_rises_once_and_stays_is_no_leak():

@@ -96,6 +96,16 @@ def test_an_overhead_bound_step_is_told_to_batch_more_and_compile():
     assert next(a for a in advice if a.knob == "batch_size").action == "set batch_size=32"
 
 
+@pytest.mark.parametrize(
+    ("options", "advised"), [(None, "foreach"), (["foreach", "fused"], "foreach"), (["fused"], "fused"), ([], None)]
+)
+def test_a_costly_optimizer_step_is_told_to_take_an_implementation_its_optimizer_has(options, advised):
+    # A profile stored before the options were read: foreach; an optimizer that takes neither: nothing to set.
+    result = replace(profile_result(small_operators=0.8, optimizer_share=0.2), optimizer_options=options)
+    actions = [a.action for a in advise(result, OVERHEAD_BOUND, KNOBS, 8, None) if a.knob == "optimizer_impl"]
+    assert actions == ([f"set optimizer_impl={advised}"] if advised else [])
+
+
 def test_a_leak_comes_first_and_gc_pauses_are_advised_with_their_share():
     result = profile_result(tree_mb=[300.0 + 5 * i for i in range(30)], gc_share=0.05)
     advice = advise(result, verdict(result)[0], KNOBS, 8, None)
