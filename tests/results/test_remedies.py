@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import PageFaults
+from autotune.measure.profiling import CpuLoad
 from autotune.records import TrialRecord
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
 from autotune.results.profile import ProfileRecord
@@ -94,6 +96,16 @@ def test_an_overhead_bound_step_is_told_to_batch_more_and_compile():
     assert {a.knob for a in advice} == {"batch_size", "compile", "optimizer_impl"}
     assert [a.gain for a in advice] == sorted((a.gain for a in advice), reverse=True)
     assert next(a for a in advice if a.knob == "batch_size").action == "set batch_size=32"
+
+
+def test_a_step_that_waits_on_no_core_is_not_told_to_compile_but_to_batch_more():
+    # The model step sleeps: its time is outside operators, but the process used 0.02 cores: compile cannot cut it.
+    waiting = profile_result(small_operators=0.8, optimizer_share=0.0)
+    system = SystemReport(20.0, [20.0, 20.0], process_tree_cores=0.02)
+    asleep = replace(waiting, cpu=CpuLoad(system, threads=2))
+    assert {a.knob for a in advise(asleep, OVERHEAD_BOUND, KNOBS, 2, None)} == {"batch_size"}
+    busy = replace(asleep, cpu=CpuLoad(replace(system, process_tree_cores=1.0), threads=2))
+    assert {a.knob for a in advise(busy, OVERHEAD_BOUND, KNOBS, 2, None)} == {"batch_size", "compile"}
 
 
 @pytest.mark.parametrize(
