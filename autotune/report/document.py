@@ -32,7 +32,7 @@ _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
     ("step_iqr_ms", "step interquartile range (ms)"),
     ("data_stall_fraction", "data wait share"),
-    ("transfer_ms_per_step", "host-to-device per step (ms)"),
+    ("transfer_ms_per_step", "to device and input layout per step (ms)"),
     ("compile_s", "compile (s)"),
     ("process_tree_cores", "CPU cores busy (process tree)"),
     ("gpu_utilization_percent", "GPU utilisation (%)"),

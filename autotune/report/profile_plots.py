@@ -16,7 +16,7 @@ STAGE_COLOURS = {
     "collating": "#ff9896",
     "the DataLoader's own work": "#ffbb78",
     "waiting for data": "#ff7f0e",
-    "host-to-device": "#9467bd",
+    "to device and layout": "#9467bd",
     "forward": "#1f77b4",
     "loss and backward": "#6baed6",
     "optimizer step": "#2ca02c",
@@ -35,7 +35,7 @@ def stage_segments(stages: StageTiming) -> dict[str, float]:
     }
     segments = split if stages.num_workers == 0 else {"waiting for data": wait}
     segments |= {
-        "host-to-device": stages.mean("transfer_s") * 1e3,
+        "to device and layout": stages.mean("transfer_s") * 1e3,  # the copy, and channels_last's conversion
         "forward": stages.mean("forward_s") * 1e3,
         "loss and backward": stages.mean("backward_s") * 1e3,
         "optimizer step": stages.mean("optimizer_s") * 1e3,
