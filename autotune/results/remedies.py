@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from autotune.knobs import KNOBS
-from autotune.measure.hotspots import CallSite, HotFunction
+from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import (
     DATA_BOUND,
@@ -40,6 +40,10 @@ from autotune.results.diagnosis import (
 HOT_FUNCTION_SHARE = 0.15
 # Collating 30 % of loading or more: the samples are costly to stack (Python objects, uneven shapes).
 COLLATE_SHARE = 0.30
+# Collating that is mostly copying tensors into the batch (``torch.stack``, as cProfile names it under its caller):
+# the samples are tensors already, and their bytes are what costs.
+COPY_SHARE = 0.5
+_BATCH_COPIES = ("→ torch.stack", "→ torch.cat")
 # Host-to-device copies taking 10 % of the step or more: pinned memory makes them asynchronous.
 TRANSFER_SHARE = 0.10
 # The optimizer step taking 10 % of the step or more: a foreach or fused step launches far fewer operators.
@@ -199,15 +203,30 @@ def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]
     collate = hotspots.collate_share
     gain = found.loop_s / step_after(found.loading_s * collate)
     if collate >= COLLATE_SHARE and gain >= MIN_GAIN:
-        advice.append(
-            Advice(
-                "make samples cheap to collate: tensors of one shape per field, no Python lists or dicts of scalars",
-                f"collating takes {collate:.0%} of loading (≥ {COLLATE_SHARE:.0%})",
-                f"up to {gain:.2f}x if collating cost nothing",
-                gain,
-            )
-        )
+        advice.append(_collate_advice(hotspots, collate, gain))
     return advice
+
+
+def _collate_advice(hotspots: Hotspots, collate: float, gain: float) -> Advice:
+    """Costly collating: of Python objects, or (``COPY_SHARE`` of it copying tensors into the batch) of samples
+    that are tensors already, whose bytes are the cost."""
+    why = f"collating takes {collate:.0%} of loading (≥ {COLLATE_SHARE:.0%})"
+    effect = f"up to {gain:.2f}x if collating cost nothing"
+    copying = sum(f.self_s for f in hotspots.functions if f.name.endswith(_BATCH_COPIES))
+    if hotspots.collate_s > 0 and copying >= COPY_SHARE * hotspots.collate_s:
+        return Advice(
+            "store samples smaller (at the size and dtype the model takes), or load in workers: the samples are "
+            "tensors already, and collating copies their bytes into the batch",
+            f"{why}, {copying / hotspots.collate_s:.0%} of it copying tensors into the batch (torch.stack)",
+            effect,
+            gain,
+        )
+    return Advice(
+        "make samples cheap to collate: tensors of one shape per field, no Python lists or dicts of scalars",
+        why,
+        effect,
+        gain,
+    )
 
 
 def _workers(found: Figures, knobs: dict[str, Any], cpu_count: int, saturated: bool) -> list[Advice]:

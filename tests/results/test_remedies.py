@@ -162,6 +162,14 @@ def test_costly_collating_is_advised_with_its_share_of_loading():
     assert not [a for a in advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, None) if "collate" in a.action]
 
 
+def test_collating_samples_that_are_tensors_already_is_told_their_bytes_cost_not_their_types():
+    stacking = hot("torch.utils.data._utils.collate.collate_tensor_fn → torch.stack", 0.4)
+    result = profile_result(wait_share=0.6, collate_share=0.5, functions=[stacking, hot("data.py:__getitem__", 0.6)])
+    (copy,) = [a for a in advise(result, DATA_BOUND, KNOBS, 8, None) if "collat" in a.action]
+    assert copy.action.startswith("store samples smaller") and "tensors already" in copy.action
+    assert copy.why == "collating takes 36% of loading (≥ 30%), 80% of it copying tensors into the batch (torch.stack)"
+
+
 def test_where_workers_and_training_saturate_the_cores_cheaper_loading_is_advised_in_proportion():
     # a 100 ms step; a worker loads each batch for 160 ms (60 % of it decoding), training works 97 ms: 257 ms of work
     functions = [hot("PIL.ImageFile.load", 0.6), hot("numpy.asarray", 0.4)]
