@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import statistics
 import time
 import warnings
@@ -14,6 +15,7 @@ import torch
 
 import autotune
 from autotune.errors import AutotuneError
+from autotune.measure.gpu import DeviceTimeline
 from autotune.measure.measurement import Measurement
 from autotune.measure.memory import ProcessTree
 from autotune.measure.profiler import Profiler, batch_len, prepared_ahead
@@ -233,16 +235,20 @@ def test_on_cuda_the_window_waits_for_the_device_once_whatever_its_length(fake_c
         assert phases.count(WARMUP) == prof.result.timing.warmup_steps, "warm-up is not timed"
 
 
-def test_on_cuda_events_time_about_50_steps_a_second_however_short_the_steps(fake_cuda, monkeypatch):
-    # Each sampled step creates and records four events on the host, inside the window: their share of the window
-    # must not grow as steps get shorter. The rule is DeviceTimeline's (tests/measure/test_gpu.py); here, that the
-    # profiler feeds it the warm-up's step time. A loaded machine can slow the warm-up's steps against the
-    # window's, hence a bound of twice the rate; sampling every step would read about 28 times it.
-    created = []
-    monkeypatch.setattr(torch.cuda, "Event", lambda **options: created.append(1) or FakeCudaEvent(**options))
+def test_on_cuda_the_steps_sampled_follow_the_warm_ups_step_time(fake_cuda, monkeypatch):
+    # Each sampled step creates and records four events on the host, inside the window: DeviceTimeline's rule
+    # (tests/measure/test_gpu.py, without clocks) keeps their share small from the warm-up's settled step time. Here,
+    # that the profiler feeds it that time, and samples the window's steps by it, whatever the machine's load made of
+    # the steps' lengths.
+    fed = []
+    start = DeviceTimeline.start
+    monkeypatch.setattr(DeviceTimeline, "start", lambda self, step_s: fed.append(step_s) or start(self, step_s))
     prof = fake_cuda.loop(400, 0.0, 0.0005)
-    events, window_s = len(created), prof.result.timing.window_s
-    assert 4 <= events <= 4 * (100 * window_s + 2), f"{events} events in a window of {window_s:.2f} s"
+    assert fed == [prof.recorder.settled_step_s] and 0 < fed[0] < DeviceTimeline.spacing_s
+    steps, probability = prof.result.timing.steps, fed[0] / DeviceTimeline.spacing_s
+    sampled, expected = len(prof._timeline.steps), 1 + (steps - 1) * probability
+    spread = 5 * math.sqrt(steps * probability * (1 - probability)) + 1
+    assert abs(sampled - expected) <= spread, f"{sampled} of {steps} steps sampled, {expected:.0f} expected"
 
 
 def test_on_cuda_steps_that_repeat_a_pattern_are_sampled_in_each_of_its_phases(fake_cuda):
