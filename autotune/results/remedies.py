@@ -51,11 +51,14 @@ OPTIMIZER_SHARE = 0.10
 # An expected effect under 2 % is within a profiling run's noise: no advice.
 MIN_GAIN = 1.02
 _MOST_HOT = 3
+# Loading read busier than this share of its time: the CPU reading's resolution (10 ms clock ticks) allows no less.
+_MIN_BUSY = 0.05
 _MOST_SITES = 3  # call sites named for one hot function; the rest counted
 # The DataLoader's own functions (its default collate stacking a batch, its fetcher): nothing to do offline or cache;
 # the collate advice speaks for collating.
 _DATALOADER_OWN = "torch.utils.data."
 _RESIZE = re.compile(r"resize|interpolate|crop|thumbnail|rescale|scale|warp|affine|grid_sample", re.I)
+_WAITS = re.compile(r"(?:^|\.)(?:sleep|select|poll|epoll|recv\w*|wait|acquire)\b|socket", re.I)
 _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuffer|unpickle", re.I)
 
 
@@ -144,7 +147,7 @@ def advise(
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
-        ranked += _workers(found, knobs, cpu_count, saturated=saturation_finding(result, cpu_count) is not None)
+        ranked += _workers(result, found, knobs, cpu_count)
         ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, knobs["num_workers"]))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
         demand = found.loading_s + found.loop_s - found.wait_s
@@ -229,29 +232,49 @@ def _collate_advice(hotspots: Hotspots, collate: float, gain: float) -> Advice:
     )
 
 
-def _workers(found: Figures, knobs: dict[str, Any], cpu_count: int, saturated: bool) -> list[Advice]:
-    """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step, at
-    most one a core and none where loading and the step already fill the cores (another would take a core from the
+def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_count: int) -> list[Advice]:
+    """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step: as many
+    as the cores hold, each busy its share of the time (``_loading_busy``: a worker waiting on I/O or asleep takes
+    no core), and none where loading and the step already fill the cores (another would take a core from the
     step); none, where workers keep up and the loop still waits for their batches to be passed to it."""
     workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
-    needed = math.ceil(found.loading_s / rest) if rest > 0 else 1
+    needed = math.ceil(found.loading_s / rest - 1e-9) if rest > 0 else 1  # 4.000000000000001 workers are 4
     if workers >= needed and workers > 0:
         return _no_workers(found, workers)
-    count = max(workers + 1, min(needed, cpu_count))
-    if count > cpu_count or saturated:
+    busy = _loading_busy(result, found)
+    held = cpu_count if busy >= 1 else max(cpu_count, math.floor(cpu_count / busy))
+    count = max(workers + 1, min(needed, held))
+    if count > held or saturation_finding(result, cpu_count) is not None:
         return []
     gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
     shared = f"; on {cpu_count} cores the workers and training's threads share them" if cpu_count <= 4 else ""
+    waiting = (
+        f"; loading keeps a core busy {busy:.0%} of its time (the rest it waits), so more workers than cores"
+        if count > cpu_count
+        else ""
+    )
     return [
         Advice(
             f"set num_workers={count}",
             f"a batch takes {found.loading_s * 1e3:.1f} ms to load in one process and the rest of the step "
-            f"{rest * 1e3:.1f} ms; {needed} worker(s) would keep up",
+            f"{rest * 1e3:.1f} ms; {needed} worker(s) would keep up{waiting}",
             f"up to {gain:.2f}x: loading in {count} worker(s) beside training{shared}",
             gain,
             knob="num_workers",
         )
     ]
+
+
+def _loading_busy(result: ProfileResult, found: Figures) -> float:
+    """The share of its time loading keeps a core busy, at most 1, from the CPU the process tree used over the
+    stage-timed steps less a core for the training process while it is not waiting for data; 1 for a profile
+    without the reading. Training on more threads than one leaves loading less: the share errs high, so fewer
+    workers."""
+    tree = result.cpu.system.process_tree_cores if result.cpu is not None else None
+    if tree is None or found.loading_s <= 0:
+        return 1.0
+    loading_cpu_s = tree * found.loop_s - (found.loop_s - found.wait_s)
+    return min(1.0, max(loading_cpu_s / found.loading_s, _MIN_BUSY))
 
 
 def _no_workers(found: Figures, workers: int) -> list[Advice]:
@@ -294,6 +317,11 @@ def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -
     called = f", called from {called_from(function)}" if function.call_site else ""
     if function.own:
         action = f"make {function.name} cheaper: vectorise its Python, or do its work once (in __init__, offline)"
+    elif _WAITS.search(function.name):
+        action = (
+            f"loading waits in {function.name} (I/O, a sleep, a lock): more workers overlap the waiting, or cache "
+            "what it waits for"
+        )
     elif _RESIZE.search(function.name):
         action = "resize offline: store the samples at the size the model takes"
     elif _DECODE.search(function.name):

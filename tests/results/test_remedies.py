@@ -45,6 +45,27 @@ def test_on_two_cores_at_most_two_workers_are_advised_and_the_sharing_said():
     assert "share them" in workers.effect
 
 
+def test_loading_that_waits_more_than_it_works_is_told_to_take_more_workers_than_cores():
+    # Loading a batch takes 80 ms and the rest of the step 20 ms: four workers keep up. The process tree used 0.3
+    # cores: a core for the 20 ms of training, 10 ms of loading's 80: each worker busy 12.5 %, two cores hold 16.
+    def advised(tree_cores):
+        system = SystemReport(30.0, [30.0, 30.0], process_tree_cores=tree_cores)
+        result = replace(profile_result(wait_share=0.8), cpu=CpuLoad(system, threads=1))
+        return [a for a in advise(result, DATA_BOUND, KNOBS, 2, None) if a.knob == "num_workers"]
+
+    (waiting,) = advised(0.3)
+    assert waiting.action == "set num_workers=4" and waiting.gain == pytest.approx(LOOP_S / 0.02)
+    assert "loading keeps a core busy 13% of its time (the rest it waits), so more workers than cores" in waiting.why
+    (working,) = advised(1.0)
+    assert working.action == "set num_workers=2", "loading on a core all its time: two cores hold two"
+
+
+def test_a_hot_function_that_waits_is_told_to_overlap_its_waiting():
+    result = profile_result(wait_share=0.6, functions=[hot("time.sleep", 0.7), hot("data.py:__getitem__", 0.3)])
+    (sleep,) = [a for a in advise(result, DATA_BOUND, KNOBS, 8, None) if "time.sleep" in a.why]
+    assert sleep.action.startswith("loading waits in time.sleep (I/O, a sleep, a lock): more workers overlap")
+
+
 def test_whether_the_tuner_tried_the_knob_comes_from_the_stored_study():
     tried = Tried("mine", {"num_workers": [0, 2]})
     (workers,) = advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, tried)
