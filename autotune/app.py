@@ -228,9 +228,9 @@ def _guide(
     clock: RunClock,
 ) -> Guide | None:
     """The probe's guide to the search, the probe run once per study and machine; None where the search is not
-    steered by it: the probe is off or left out by study.budget_s, nothing is to be searched, or the study has two
-    objectives (a front explored with TPE)."""
-    searching = settings.study.n_trials > 0 and space.size > 1
+    steered by it: the probe is off or left out by study.budget_s, nothing is to be searched (or the stored trials
+    are all study.n_trials asks for), or the study has two objectives (a front explored with TPE)."""
+    searching = space.size > 1 and counted_trials(study, machine) < settings.study.n_trials  # trials still to run
     if not settings.study.probe or not searching or settings.study.multi_objective:
         return None
     stored = on_machine(PROBE_ATTR, machine) in study.user_attrs

@@ -172,8 +172,9 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path, cli_here):
 def test_running_a_finished_study_again_re_renders_without_measuring(tmp_path, cli_here):
     args = [*TINY, "study.n_trials=1", "study.confirm_rounds=0"]
     assert cli_here([*args, f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path).returncode == 0
-    proc = cli_here([*args, f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path)
-    assert proc.returncode == 0 and "[trial" not in proc.stdout
+    probed = [arg for arg in args if arg != "study.probe=false"]  # no trial left to steer: nothing to probe either
+    proc = cli_here([*probed, f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path)
+    assert proc.returncode == 0 and "[trial" not in proc.stdout and "[probe" not in proc.stdout, proc.stdout
     assert (tmp_path / "a" / "trials.csv").read_text() == (tmp_path / "b" / "trials.csv").read_text()
 
 
