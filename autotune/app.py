@@ -273,9 +273,10 @@ def _finish(
     affords = clock.affords_round
     with clock.stage("race"):
         rounds = settings.study.confirm_rounds
-        race = run_race(study, load_results(study, machine), rounds, measured, show, affords, runner.new_draw)
+        note = partial(print, file=out, flush=True)
+        race = run_race(study, load_results(study, machine), rounds, measured, show, affords, runner.new_draw, note)
     with clock.stage("trim"):
-        run_trim(study, load_results(study, machine), race, measured, show, affords, runner.new_draw)
+        run_trim(study, load_results(study, machine), race, measured, show, affords, runner.new_draw, note)
     # What limits each, profiled after every timed run.
     if settings.study.diagnose and clock.affords(2 * clock.run_s(), "the profiles (study.diagnose)"):
         shown = partial(print_tuned_profile, out=out)

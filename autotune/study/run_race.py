@@ -44,14 +44,15 @@ def run_race(
     on_run: Callable[[str, TrialResult], None],
     affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
     the baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
     store the outcome in the study, and each round as it ends (as a race ``cut`` short, until the last). A stored race
     still current (``Confirmation.is_current``) of the same planned rounds is reused; one study.budget_s or a stopped
-    run cut short goes on from its rounds; one a baseline run failed is raced anew (a fault of that run). A round
-    starts only where ``affords`` it: a race left without one has no winner, so nothing unproven is recommended; each
-    starts with ``new_draw``. None without finalists or rounds to race."""
+    run cut short goes on from its rounds; one a baseline run failed, or planned for other rounds, is raced anew
+    (``on_note`` is told why). A round starts only where ``affords`` it: a race left without one has no winner, so
+    nothing unproven is recommended; each starts with ``new_draw``. None without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
@@ -60,6 +61,14 @@ def run_race(
     resumable = current and not stored.failure and stored.planned_rounds == rounds
     if resumable and not stored.cut:
         return stored
+    if current and not resumable and on_note is not None:
+        planned = stored.planned_rounds or stored.rounds
+        why = (
+            f"a baseline run failed in it ({stored.failure})"
+            if stored.failure
+            else f"it was planned for {planned} rounds, study.confirm_rounds={rounds} now"
+        )
+        on_note(f"[race] the stored race is run anew: {why}")
     base = results.baseline.result
     finalists = [
         Finalist(p.label, p.result.knobs, count_changes(p.result.knobs, base.knobs), p.result.peak_memory_mb)

@@ -36,6 +36,7 @@ def run_trim(
     on_run: Callable[[str, TrialResult], None],
     affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), each alone and all at once
@@ -46,7 +47,8 @@ def run_trim(
     (each race is stored before it runs, as one not run yet, and after each round); one that a failed run ended, or
     that the configuration it started from left (its run failed, or it lost a round to the baseline), is raced
     again. Nothing to do without a winner changing two knobs or more.
-    A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do."""
+    A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do. ``on_note`` is
+    told of each stored race raced again, and why."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or count_changes(winner.knobs, baseline) < 2:
@@ -69,6 +71,8 @@ def run_trim(
         same = ran is not None and [f.label for f in ran.finalists] == [f.label for f in entrants]
         if not same or len(races) >= len(done):
             start = ran if same and len(races) == len(done) and _goes_on(ran) else None
+            if same and start is None and len(races) == len(done) and on_note is not None:
+                on_note(f"[trim] the stored race {name} is raced again: {_why_again(ran)}")
             # Stored first as a race not run yet (as study.budget_s leaves one), then as each round ends: a run
             # stopped in it keeps the races and rounds before, and the trim stays unsettled.
             _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
@@ -91,6 +95,14 @@ def _goes_on(race: Confirmation) -> bool:
     """Whether a later run goes on from the rounds of ``race``, a trim race not settled: it was cut short (by
     study.budget_s or a stopped run), not ended by a failed run or by the configuration it started from leaving."""
     return race.cut and race.failure is None and race.finalists[0].dropped is None
+
+
+def _why_again(race: Confirmation) -> str:
+    """Why a stored trim race that is not ``settled`` is raced again (``_goes_on`` is false for it)."""
+    if race.failure is not None:
+        return f"a baseline run failed in it ({race.failure})"
+    reference = race.finalists[0]
+    return f"trial {reference.label}, the configuration it started from, left it ({reference.dropped})"
 
 
 def _store(study: optuna.Study, results: StudyResults, races: list[Confirmation]) -> None:

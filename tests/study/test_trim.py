@@ -273,9 +273,13 @@ def test_a_trim_race_the_winner_left_losing_a_round_to_the_baseline_is_raced_aga
     run_trim(study, load_results(study), confirmation, own_run_slow, lambda name, result: None)
     summary = summarise(load_results(study))
     assert summary.recommended.label == confirmation.winner.label and summary.untrimmed, "its proof stands"
-    runs = len(pipeline.names)
-    run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    runs, notes = len(pipeline.names), []
+    run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, on_note=notes.append)
     assert len(pipeline.names) > runs and not summarise(load_results(study)).untrimmed, "raced again"
+    assert notes == [
+        f"[trim] the stored race trim-1 is raced again: trial {confirmation.winner.label}, the configuration it "
+        "started from, left it (slower than the baseline in round 1)"
+    ]
 
 
 def test_a_trim_stopped_in_its_second_race_keeps_its_first_and_is_not_taken_for_ended(tmp_path):

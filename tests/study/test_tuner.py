@@ -318,9 +318,12 @@ def test_a_race_a_failed_baseline_run_ended_is_run_again_by_a_later_run(tmp_path
     failed, _ = raced(tmp_path, single, {16: [100], 32: [120] * 3})  # the baseline's second run fails
     assert failed.failure and failed.winner is None
     study = open_study(settings(tmp_path), META)
-    measure = NoisyMeasure({16: [100] * 3, 32: [120] * 3})
-    again = run_race(study, load_results(study), 3, measure, lambda name, result: None)
+    measure, notes = NoisyMeasure({16: [100] * 3, 32: [120] * 3}), []
+    again = run_race(study, load_results(study), 3, measure, lambda name, result: None, on_note=notes.append)
     assert measure.names and again.failure is None and again.winner is not None
+    assert notes == [f"[race] the stored race is run anew: a baseline run failed in it ({failed.failure})"]
+    run_race(study, load_results(study), 2, NoisyMeasure({16: [100] * 2, 32: [120] * 2}), print, on_note=notes.append)
+    assert notes[-1] == "[race] the stored race is run anew: it was planned for 3 rounds, study.confirm_rounds=2 now"
 
 
 def label_of(confirmation, batch):
