@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
 from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.measure.system import signal_name
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
@@ -138,21 +140,33 @@ def signals_held():
 
 # The folder of a trial folder holding the requests of the trials running: only this user can open it.
 _REQUESTS = ".requests"
+_REQUEST_SUFFIX = ".request.json"
 
 
 def _write_private(folder: Path, name: str, text: str) -> Path:
     """``text`` in a new file in ``folder``, both only this user can read: a request holds the pipeline's config,
-    whose arguments may hold a credential (a dataset URL's password)."""
+    whose arguments may hold a credential (a dataset URL's password). Its name holds this process's pid: the
+    requests of a tuner that died without deleting them (``kill -9``) are deleted here (``_remove_orphans``)."""
     while True:
         folder.mkdir(mode=0o700, exist_ok=True)
         try:
             folder.chmod(0o700)  # one left by an older run, or made under another umask
-            fd, path = tempfile.mkstemp(prefix=f"{name}.", suffix=".request.json", dir=folder)  # mode 0600
+            _remove_orphans(folder)
+            prefix = f"{name}.{os.getpid()}."
+            fd, path = tempfile.mkstemp(prefix=prefix, suffix=_REQUEST_SUFFIX, dir=folder)  # mode 0600
         except FileNotFoundError:  # another trial's end removed the folder, then empty, in between: made again
             continue
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         return Path(path)
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Delete the requests in ``folder`` whose tuner (the pid in their name) no longer runs."""
+    for path in folder.glob(f"*{_REQUEST_SUFFIX}"):
+        parts = path.name.removesuffix(_REQUEST_SUFFIX).rsplit(".", 2)
+        if len(parts) == 3 and parts[1].isdigit() and not psutil.pid_exists(int(parts[1])):
+            path.unlink(missing_ok=True)
 
 
 def _remove_private(path: Path) -> None:

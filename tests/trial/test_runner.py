@@ -296,6 +296,16 @@ def test_a_request_is_written_though_another_trials_end_removed_its_folder_meanw
     assert removed and path.read_text() == "{}" and path.parent == folder
 
 
+def test_the_requests_a_dead_tuner_left_are_deleted_by_the_next_trial_and_a_running_tuners_kept(tmp_path):
+    folder = tmp_path / ".requests"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = _write_private(folder, "trial-2.1", "{}")  # as a tuner killed with kill -9 leaves its trial's request
+    orphan = left.rename(folder / left.name.replace(f".{os.getpid()}.", f".{int(dead.stdout)}.", 1))
+    running = _write_private(folder, "trial-3", "{}")  # this process's: a tuner still running
+    path = _write_private(folder, "trial-4", "{}")
+    assert not orphan.exists() and running.exists() and path.exists()
+
+
 @pytest.fixture
 def ctrl_c_raises():
     """SIGINT raising KeyboardInterrupt in this process, as in a terminal: a process started in the background by a
