@@ -128,6 +128,11 @@ def changes_numerics(values: dict[str, Any]) -> bool:
     return any(KNOBS[name].changes_numerics and values[name] != KNOBS[name].baseline_default for name in KNOBS)
 
 
+def redraws_random(values: dict[str, Any]) -> bool:
+    """Whether ``values`` set a knob whose step draws other random numbers than eager's of the same seed."""
+    return any(KNOBS[name].redraws_random and values[name] != KNOBS[name].baseline_default for name in KNOBS)
+
+
 __all__ = [
     "BASELINE_DEFAULTS",
     "REQUIRED",
@@ -147,5 +152,6 @@ __all__ = [
     "apply_knobs",
     "changed",
     "changes_numerics",
+    "redraws_random",
     "costly",
 ]

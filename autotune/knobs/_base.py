@@ -117,8 +117,9 @@ class Knob(ABC):
     (``Role``); ``baseline_default`` the value a baseline that does not set it runs (PyTorch's own default, or
     REQUIRED); ``applies_to`` what ``apply`` changes (``Target``s); ``costly`` whether turning it on costs long
     one-off work in warm-up (compiling); ``changes_numerics``
-    whether its values change the arithmetic, so that a trial's first loss is checked against fp32. Knobs are
-    stateless singletons.
+    whether its values change the arithmetic, so that a trial's first loss is checked against fp32; ``redraws_random``
+    whether a step under its values draws other random numbers than the eager step of the same seed (dropout masks
+    compiled: the check then allows the loss's own spread). Knobs are stateless singletons.
     """
 
     name: ClassVar[str]
@@ -129,6 +130,7 @@ class Knob(ABC):
     preferred: ClassVar[Any] = None
     costly: ClassVar[bool] = False
     changes_numerics: ClassVar[bool] = False
+    redraws_random: ClassVar[bool] = False
     # Its values by the memory training keeps with them, least first, where they are so ordered (a value later
     # needs no less, so one earlier may fit where it ran out); None: they change no memory the training keeps.
     memory_order: ClassVar[tuple[Any, ...] | None] = None

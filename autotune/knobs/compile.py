@@ -16,6 +16,7 @@ class CompileKnob(ChoiceKnob):
     baseline_default = "off"
     costly = True  # one compile costs more than the whole probe
     changes_numerics = True
+    redraws_random = True  # inductor draws its own random numbers (dropout masks), not eager's of the same seed
     description = "torch.compile the model with this mode. Costs compile time up front; may or may not pay back."
     choices = ("off", "default", "reduce-overhead", "max-autotune")
 

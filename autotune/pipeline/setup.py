@@ -16,9 +16,10 @@ from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.system import signal_name
 from autotune.pipeline.build import Pipeline
 
-# Where the fp32 eager loss draws random numbers (dropout, noise drawn in the model or the step), it is drawn under
-# this many seeds: a step that draws other numbers, as a compiled one does, is held to their mean, allowed their range
-# beyond measure.loss_tolerance (``loss_problem``). The range of eight draws spans ~2.8 standard deviations.
+# Where the fp32 eager loss draws random numbers from torch's default generator (dropout, noise drawn in the model or
+# the step) and the step draws other numbers than eager's of the same seed (compiled: ``redraws_random``), the
+# reference is drawn under this many seeds, and the step held to their mean, allowed their range beyond
+# measure.loss_tolerance (``loss_problem``). The range of eight draws spans ~2.8 standard deviations.
 REFERENCE_SEEDS = 8
 # A trial whose loss scaler skipped more than this share of its window's optimizer steps measured no training.
 MAX_SKIPPED_SHARE = 0.5
@@ -26,9 +27,9 @@ MAX_SKIPPED_SHARE = 0.5
 
 @dataclass(frozen=True)
 class ReferenceLoss:
-    """The fp32 eager loss a first training step is checked against: under the step's seed or, where the loss draws
-    random numbers, the mean of REFERENCE_SEEDS seeds' and their ``spread`` (the largest less the smallest; None
-    where it draws none)."""
+    """The fp32 eager loss a first training step is checked against: under the step's seed or, where the step draws
+    other random numbers than it and it draws any, the mean of REFERENCE_SEEDS seeds' and their ``spread`` (the
+    largest less the smallest; None where it is the one seed's)."""
 
     loss: float
     spread: float | None = None
@@ -136,16 +137,16 @@ class Trainer:
         scaler = self.setup.grad_scaler
         return ScaleReading(scaler.get_scale(), self.optimizer_steps) if scaler is not None else None
 
-    def reference_loss(self, batch: Any, seed: int) -> ReferenceLoss:
+    def reference_loss(self, batch: Any, seed: int, redrawn: bool = False) -> ReferenceLoss:
         """The loss of the uncompiled model in fp32 on ``batch`` under ``seed``, without gradients: what the first
-        training step's loss should be, whatever the precision and compile knobs. Where it draws random numbers
-        (the default generator moved), it is drawn under REFERENCE_SEEDS seeds from ``seed`` on: their mean and
-        range."""
+        training step's loss should be, whatever the precision and compile knobs. Where the step draws other random
+        numbers (``redrawn``) and this loss draws any (the default generator moved), it is drawn under
+        REFERENCE_SEEDS seeds from ``seed`` on: their mean and range."""
         device = self.setup.device
         torch.manual_seed(seed)
         before = _random_state(device)
         losses = [self._fp32_eager_loss(batch)]
-        if all(map(torch.equal, before, _random_state(device))):
+        if not redrawn or all(map(torch.equal, before, _random_state(device))):
             return ReferenceLoss(losses[0])
         for other in range(seed + 1, seed + REFERENCE_SEEDS):
             torch.manual_seed(other)

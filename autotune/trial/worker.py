@@ -28,7 +28,7 @@ import psutil
 import torch
 
 from autotune.files import write_atomic
-from autotune.knobs import changes_numerics, costly
+from autotune.knobs import changes_numerics, costly, redraws_random
 from autotune.measure.profiler import Profiler, prepared_ahead
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.inspect import read_facts
@@ -116,8 +116,10 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
 def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.Tensor, LossCheck]:
     """The first training step, and its loss beside the fp32 eager loss of the same weights, batch and random
     seed (computed where a knob changes the arithmetic, such as amp or compile: otherwise the step is fp32 eager
-    itself; over several seeds where the loss draws random numbers, ``Trainer.reference_loss``)."""
-    reference = trainer.reference_loss(batch, _SEED) if changes_numerics(request.knobs) else None
+    itself; over several seeds where the loss draws random numbers and the step draws others, compiled:
+    ``Trainer.reference_loss``)."""
+    redrawn = redraws_random(request.knobs)
+    reference = trainer.reference_loss(batch, _SEED, redrawn) if changes_numerics(request.knobs) else None
     torch.manual_seed(_SEED)
     loss = trainer.train_step(batch)
     if reference is None:

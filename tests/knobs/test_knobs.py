@@ -22,6 +22,7 @@ from autotune.knobs import (
     changes_numerics,
     costly,
     malloc,
+    redraws_random,
 )
 from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
@@ -74,6 +75,7 @@ def test_knob_contract(name):
     if knob.role is Role.WORKER_OPTION:
         assert knob.parse(knob.preferred) == knob.preferred, "the value steered configurations take"
     assert isinstance(knob.costly, bool) and isinstance(knob.changes_numerics, bool)
+    assert isinstance(knob.redraws_random, bool) and (knob.changes_numerics or not knob.redraws_random)
 
 
 @pytest.mark.parametrize("name", list(KNOBS))
@@ -108,6 +110,7 @@ def test_the_numerics_guard_and_the_compile_time_follow_the_knobs_facts():
     assert not changes_numerics(NEUTRAL) and not costly(NEUTRAL)
     assert changes_numerics({**NEUTRAL, "amp": "bf16"}) and not costly({**NEUTRAL, "amp": "bf16"})
     assert changes_numerics({**NEUTRAL, "compile": "default"}) and costly({**NEUTRAL, "compile": "default"})
+    assert redraws_random({**NEUTRAL, "compile": "default"}) and not redraws_random({**NEUTRAL, "amp": "bf16"})
 
 
 def test_malloc_keep_sets_glibcs_thresholds_as_its_environment_variables_say(monkeypatch):

@@ -138,21 +138,23 @@ def test_a_loss_that_draws_random_numbers_may_differ_by_their_range_beyond_the_t
 def test_the_reference_loss_is_one_fp32_step_where_the_loss_draws_no_random_numbers():
     trainer = _trainer()
     batch = trainer.to_device(next(trainer.batches()))
-    reference = trainer.reference_loss(batch, 0)
+    reference = trainer.reference_loss(batch, 0, redrawn=True)
     assert reference.spread is None
     assert reference.loss == trainer._fp32_eager_loss(batch)
 
 
-def test_the_reference_loss_of_a_loss_that_draws_random_numbers_is_the_mean_and_range_of_its_seeds():
+def test_the_reference_loss_of_a_loss_that_draws_random_numbers_for_a_step_that_draws_others_is_over_its_seeds():
     trainer = _trainer(model="tiny.NoisyCNN")
     batch = trainer.to_device(next(trainer.batches()))
     losses = []
     for seed in range(3, 3 + REFERENCE_SEEDS):
         torch.manual_seed(seed)
         losses.append(trainer._fp32_eager_loss(batch))
-    reference = trainer.reference_loss(batch, 3)
+    reference = trainer.reference_loss(batch, 3, redrawn=True)
     assert reference.loss == pytest.approx(sum(losses) / len(losses))
     assert reference.spread == pytest.approx(max(losses) - min(losses)) and reference.spread > 0.1 * reference.loss
+    same_draws = trainer.reference_loss(batch, 3)  # a step that draws the same numbers (amp): its seed's own loss
+    assert same_draws.spread is None and same_draws.loss == losses[0]
 
 
 def test_optimizer_options_follow_the_constructor():
