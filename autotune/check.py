@@ -74,7 +74,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         raise ConfigError(
             "pipeline.baseline",
             f"it already runs the recommendation in {tuned.path}, so there is no speedup to measure; keep it at the "
-            "baseline the recommendation was tuned against (baseline.knobs in report.json)",
+            f"baseline the recommendation was measured against (the baseline's knobs in {tuned.path})",
         )
     settings, as_tuned_note = trained_as_tuned(settings, tuned.batch_policy)
     refuse_unrunnable(settings, facts, tuned.knobs, "against", f"{tuned.path}: {tuned.where}")
@@ -148,26 +148,33 @@ def load_tuned(path: str | None) -> Tuned:
 
 def checked(data: dict[str, Any], path: str) -> Tuned:
     """What the check.json ``data`` (at ``path``) measured, as the reference of a later check: the speedup now and its
-    interval, the configurations it ran and how they trained. Only a check that held: one that regressed measured
-    the fall a gate on it would let pass, and one stopped or not measured has no interval."""
+    interval, the configurations it ran and how they trained. Only a check that held, its speedup at its floor or
+    above: one that regressed, or held only within the noise below its floor, measured a fall a gate on it would let
+    pass, and one stopped or not measured has no interval."""
     try:
         record = Check.from_dict(data)
         entries = record.benchmark.entries
         recommended, baseline = record.recommended, record.benchmark.baseline
     except (KeyError, TypeError, IndexError) as exc:
         raise ConfigError("against", f"{path} is not a check.json written by autotune ({exc!r})") from None
+    checked_file = f"the file it checked ({record.benchmark.recommended})"
     if record.verdict != "holds":
         raise ConfigError(
             "against",
-            f"{path}: its verdict is {record.verdict}: gate against a check that held, or against the report.json "
-            f"it checked ({record.benchmark.recommended})",
+            f"{path}: its verdict is {record.verdict}: gate against a check that held, or against {checked_file}",
+        )
+    if record.now.geomean < record.floor:
+        raise ConfigError(
+            "against",
+            f"{path}: its speedup, {record.now.geomean:.2f}x, lies below its floor of {record.floor:.2f}x (it held "
+            f"within the noise only): gate against {checked_file}",
         )
     policy = record.benchmark.batch_policy
     if policy is None or [entry.kind for entry in entries] != ["baseline", "recommended"]:
         raise ConfigError(
             "against",
-            f"{path}: written by an earlier autotune, which did not record how its runs trained: gate against the "
-            f"report.json it checked ({record.benchmark.recommended}), or check again and use that check.json",
+            f"{path}: written by an earlier autotune, which did not record how its runs trained: gate against "
+            f"{checked_file}, or check again and use that check.json",
         )
     where = "benchmark.entries[1].knobs"
     return Tuned(
