@@ -42,7 +42,15 @@ from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, open_storage
 from autotune.study.trim import run_trim
-from autotune.study.tuner import RunFn, StopReason, TrialEvent, counted_trials, ensure_baseline, tune_in_slots
+from autotune.study.tuner import (
+    RunFn,
+    StopReason,
+    TrialEvent,
+    counted_trials,
+    ensure_baseline,
+    search_left,
+    tune_in_slots,
+)
 from autotune.trial import runner as trial_runner
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher
 from autotune.trial.placement import UNPINNED, Slot, slots
@@ -228,9 +236,9 @@ def _guide(
     clock: RunClock,
 ) -> Guide | None:
     """The probe's guide to the search, the probe run once per study and machine; None where the search is not
-    steered by it: the probe is off or left out by study.budget_s, nothing is to be searched (or the stored trials
-    are all study.n_trials asks for), or the study has two objectives (a front explored with TPE)."""
-    searching = space.size > 1 and counted_trials(study, machine) < settings.study.n_trials  # trials still to run
+    steered by it: the probe is off or left out by study.budget_s, nothing is to be searched (or nothing is left to:
+    ``search_left``), or the study has two objectives (a front explored with TPE)."""
+    searching = space.size > 1 and search_left(study, settings.study, space, machine)
     if not settings.study.probe or not searching or settings.study.multi_objective:
         return None
     stored = on_machine(PROBE_ATTR, machine) in study.user_attrs

@@ -170,7 +170,8 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path, cli_here):
 
 @pytest.mark.slow
 def test_running_a_finished_study_again_re_renders_without_measuring(tmp_path, cli_here):
-    args = [*TINY, "study.n_trials=1", "study.confirm_rounds=0"]
+    # Its two configurations measured: the search ended though study.n_trials allows more.
+    args = [*TINY, *fixed_search(batch_size=[16, 32]), "study.n_trials=10", "study.confirm_rounds=0"]
     assert cli_here([*args, f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path).returncode == 0
     probed = [arg for arg in args if arg != "study.probe=false"]  # no trial left to steer: nothing to probe either
     proc = cli_here([*probed, f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path)

@@ -426,6 +426,15 @@ def _draw_untried(
     return rng.choice(list(_untried(space, taken, ran_out)))
 
 
+def search_left(study: optuna.Study, settings: StudySettings, space: SearchSpace, machine: str) -> bool:
+    """Whether ``tune`` would start a trial on ``machine``: the study's trials measured and running there are fewer
+    than study.n_trials, and a configuration of ``space`` is left untried (as its loop reads them)."""
+    seen = _look(study, settings, machine)
+    if seen.counted + len(seen.running) >= settings.n_trials:
+        return False
+    return not _exhausted(space, set(seen.known) | seen.in_flight, seen.ran_out)
+
+
 def _untried(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> Iterator[dict[str, Any]]:
     """The configurations of ``space`` neither ``taken`` (measured, or being measured) nor needing no less memory than
     one of ``ran_out``."""
