@@ -50,8 +50,10 @@ MEMORY_BOUND_SHARE = 0.50
 LEAK_MIN_MB = 64.0
 # and at least this share of where it started,
 LEAK_MIN_SHARE = 0.10
-# steadily: a straight line through memory after each step fits this well (R²), as it does for a leak, not a jump.
+# steadily: a straight line through memory after each step fits this well (R²), as it does for a leak, not a jump,
 LEAK_MIN_FIT = 0.8
+# and still growing at the end: over the last third, at this share of the line's slope at least.
+LEAK_LATE_SHARE = 0.5
 # Collections pausing the training process 2 % of its time or more are worth a line of code (gc.freeze).
 GC_PAUSE_SHARE = 0.02
 # A training process that spends 5 % of its CPU time in the kernel while faulting in a megabyte of fresh pages a step
@@ -224,14 +226,16 @@ _LEAK_MIN_READINGS = 6
 
 def _leak(what: str, readings: list[float]) -> Leak | None:
     """A leak of ``readings`` (memory after each step), read from the straight line through them: what it grew from
-    the first step to the last, from where it started."""
+    the first step to the last, from where it started, still growing over the last third (LEAK_LATE_SHARE of the
+    line's slope: memory that rose and levelled off is no leak)."""
     if len(readings) < _LEAK_MIN_READINGS:
         return None
     slope, start, fit = _line(readings)
+    late, _, _ = _line(readings[-(len(readings) // 3) :])
     grew = slope * (len(readings) - 1)
-    if grew < LEAK_MIN_MB or grew < LEAK_MIN_SHARE * start or fit < LEAK_MIN_FIT:
+    if grew < LEAK_MIN_MB or grew < LEAK_MIN_SHARE * start or fit < LEAK_MIN_FIT or late < LEAK_LATE_SHARE * slope:
         return None
-    return Leak(what, len(readings), start, start + grew, slope, fit)
+    return Leak(what, len(readings), readings[0], readings[-1], slope, fit)
 
 
 def _line(values: list[float]) -> tuple[float, float, float]:
@@ -310,7 +314,7 @@ def fault_finding(result: ProfileResult) -> str | None:
     if faults.kernel_share < FAULT_KERNEL_SHARE or fresh < FAULT_MIN_MB_PER_STEP:
         return None
     beyond = [" the batch its workers send"] if result.stages.num_workers else []
-    beyond += [" what its memory keeps growing by"] if _host_leak(result) else []
+    beyond += [" what its memory keeps growing by"] if result.stages.num_workers == 0 and _host_leak(result) else []
     received = f" beyond{' and'.join(beyond)}" if beyond else ""
     return (
         f"the training process faults in {fresh:.0f} MB of fresh pages a step or more{received} "
@@ -321,11 +325,11 @@ def fault_finding(result: ProfileResult) -> str | None:
 
 
 def _fresh_mb_per_step(result: ProfileResult) -> float:
-    """Megabytes of fresh pages a step, less a batch where workers send it (in a new shared-memory block), and less
-    what a host-memory leak keeps a step (``leaks``): pages kept are faulted in once, which no allocator setting
-    saves."""
+    """Megabytes of fresh pages a step, less a batch where workers send it (in a new shared-memory block), and,
+    without workers (the host memory read is then the training process's alone), less what a leak keeps a step
+    (``leaks``): pages kept are faulted in once, which no allocator setting saves."""
     received = result.sample_bytes * result.stages.batch_size if result.stages.num_workers else 0
-    leak = _host_leak(result)
+    leak = _host_leak(result) if result.stages.num_workers == 0 else None
     return result.faults.mb_per_step - received / 2**20 - (leak.per_step_mb if leak else 0.0)
 
 

@@ -120,6 +120,8 @@ def test_a_leak_is_what_memory_grew_over_the_whole_sample():
     assert (leak.start_mb, leak.end_mb, leak.per_step_mb) == pytest.approx((250.0, 322.5, 2.5))
     assert "grew from 250 to 322 MB over 30 steps, 2.50 MB a step" in str(leak)
     assert leaks(profile_result(tree_mb=[250.0 + 2.0 * i for i in range(30)])) == []
+    levelled = [300.0 + 80 * min(i, 15) / 15 for i in range(30)]  # 80 MB over 15 steps, then flat: R² 0.82
+    assert leaks(profile_result(tree_mb=levelled)) == [], "memory that rose and levelled off"
 
 
 def test_the_fresh_pages_a_leak_keeps_are_no_allocators_fault():
@@ -132,6 +134,11 @@ def test_the_fresh_pages_a_leak_keeps_are_no_allocators_fault():
         churning
     )
     assert fault_finding(profile_result(faults=faulting)).startswith("the training process faults in 16 MB")
+    # With workers the tree's leak may be theirs, and the faults are the training process's own: not subtracted.
+    workers = replace(profile_result(tree_mb=leaking.memory.tree_mb, faults=faulting, num_workers=2), sample_bytes=1)
+    assert fault_finding(workers).startswith(
+        "the training process faults in 16 MB of fresh pages a step or more beyond"
+    )
 
 
 def test_the_first_rule_that_holds_decides_and_each_names_its_figure_and_threshold():
