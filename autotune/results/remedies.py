@@ -51,8 +51,11 @@ OPTIMIZER_SHARE = 0.10
 # An expected effect under 2 % is within a profiling run's noise: no advice.
 MIN_GAIN = 1.02
 _MOST_HOT = 3
-# Loading read busier than this share of its time: the CPU reading's resolution (10 ms clock ticks) allows no less.
+# Loading read busy under this share of its time is under the CPU reading's resolution (10 ms clock ticks): unknown.
 _MIN_BUSY = 0.05
+# Workers beyond the cores, where loading waits more than it works: at most this many a core (each holds the dataset
+# object and its prefetched batches, memory the profile does not weigh).
+WORKERS_A_CORE = 4
 _MOST_SITES = 3  # call sites named for one hot function; the rest counted
 # The DataLoader's own functions (its default collate stacking a batch, its fetcher): nothing to do offline or cache;
 # the collate advice speaks for collating.
@@ -242,7 +245,7 @@ def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_c
     if workers >= needed and workers > 0:
         return _no_workers(found, workers)
     busy = _loading_busy(result, found)
-    held = cpu_count if busy >= 1 else max(cpu_count, math.floor(cpu_count / busy))
+    held = cpu_count if busy >= 1 else min(max(cpu_count, math.floor(cpu_count / busy)), WORKERS_A_CORE * cpu_count)
     count = max(workers + 1, min(needed, held))
     if count > held or saturation_finding(result, cpu_count) is not None:
         return []
@@ -268,13 +271,13 @@ def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_c
 def _loading_busy(result: ProfileResult, found: Figures) -> float:
     """The share of its time loading keeps a core busy, at most 1, from the CPU the process tree used over the
     stage-timed steps less a core for the training process while it is not waiting for data; 1 for a profile
-    without the reading. Training on more threads than one leaves loading less: the share errs high, so fewer
-    workers."""
+    without the reading, or one that reads it under ``_MIN_BUSY``. Training on more threads than one leaves loading
+    less: the share errs high, so fewer workers."""
     tree = result.cpu.system.process_tree_cores if result.cpu is not None else None
     if tree is None or found.loading_s <= 0:
         return 1.0
-    loading_cpu_s = tree * found.loop_s - (found.loop_s - found.wait_s)
-    return min(1.0, max(loading_cpu_s / found.loading_s, _MIN_BUSY))
+    busy = (tree * found.loop_s - (found.loop_s - found.wait_s)) / found.loading_s
+    return 1.0 if busy < _MIN_BUSY else min(1.0, busy)  # under the reading's resolution: unknown, one a core
 
 
 def _no_workers(found: Figures, workers: int) -> list[Advice]:

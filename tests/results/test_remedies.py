@@ -58,6 +58,17 @@ def test_loading_that_waits_more_than_it_works_is_told_to_take_more_workers_than
     assert "loading keeps a core busy 13% of its time (the rest it waits), so more workers than cores" in waiting.why
     (working,) = advised(1.0)
     assert working.action == "set num_workers=2", "loading on a core all its time: two cores hold two"
+    (unknown,) = advised(0.2)  # 0 ms of loading on a core: under the reading's resolution, taken as all of it
+    assert unknown.action == "set num_workers=2"
+
+
+def test_workers_beyond_the_cores_are_at_most_four_a_core():
+    # Loading a batch takes 99 ms, the rest of the step 1 ms: 99 workers would keep up. The tree used 0.109 cores:
+    # 1 ms of training and 9.9 ms of loading's 99 on a core, 10 %: two cores would hold 20.
+    system = SystemReport(30.0, [30.0, 30.0], process_tree_cores=0.109)
+    waiting = replace(profile_result(wait_share=0.99), cpu=CpuLoad(system, threads=1))
+    (workers,) = [a for a in advise(waiting, DATA_BOUND, KNOBS, 2, None) if a.knob == "num_workers"]
+    assert workers.action == "set num_workers=8"
 
 
 def test_a_hot_function_that_waits_is_told_to_overlap_its_waiting():
