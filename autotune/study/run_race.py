@@ -62,13 +62,7 @@ def run_race(
     if resumable and not stored.cut:
         return stored
     if current and not resumable and on_note is not None:
-        planned = stored.planned_rounds or stored.rounds
-        why = (
-            f"a baseline run failed in it ({stored.failure})"
-            if stored.failure
-            else f"it was planned for {planned} rounds, study.confirm_rounds={rounds} now"
-        )
-        on_note(f"[race] the stored race is run anew: {why}")
+        on_note(f"[race] the stored race is run anew: {_why_anew(stored, rounds)}")
     base = results.baseline.result
     finalists = [
         Finalist(p.label, p.result.knobs, count_changes(p.result.knobs, base.knobs), p.result.peak_memory_mb)
@@ -87,6 +81,15 @@ def run_race(
     )  # fmt: skip
     store(confirmation)
     return replace(confirmation, trials=trials)
+
+
+def _why_anew(stored: Confirmation, rounds: int) -> str:
+    """Why a stored race still current is not reused for a race of ``rounds`` rounds."""
+    if stored.failure:
+        return f"a baseline run failed in it ({stored.failure})"
+    if stored.planned_rounds is None:
+        return "it was stored by an earlier autotune, which did not record the rounds it planned"
+    return f"it was planned for {stored.planned_rounds} rounds, study.confirm_rounds={rounds} now"
 
 
 def race(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from optuna.trial import TrialState
@@ -18,7 +19,7 @@ from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, META_ATT
 from autotune.results import race as race_module
 from autotune.results.model import load_results
 from autotune.study import run_race as run_race_module
-from autotune.study.run_race import run_race
+from autotune.study.run_race import _why_anew, run_race
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.tuner import _REPEATS_BEFORE_UNTRIED, _draw_untried, counted_trials, ensure_baseline, tune
@@ -324,6 +325,8 @@ def test_a_race_a_failed_baseline_run_ended_is_run_again_by_a_later_run(tmp_path
     assert notes == [f"[race] the stored race is run anew: a baseline run failed in it ({failed.failure})"]
     run_race(study, load_results(study), 2, NoisyMeasure({16: [100] * 2, 32: [120] * 2}), print, on_note=notes.append)
     assert notes[-1] == "[race] the stored race is run anew: it was planned for 3 rounds, study.confirm_rounds=2 now"
+    unplanned = replace(load_results(study).confirmation, planned_rounds=None)
+    assert _why_anew(unplanned, 2) == "it was stored by an earlier autotune, which did not record the rounds it planned"
 
 
 def label_of(confirmation, batch):
