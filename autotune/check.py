@@ -130,7 +130,9 @@ def load_tuned(path: str | None) -> Tuned:
     speedup = _get(data, "speedup")
     if recommended is None or baseline is None:
         raise ConfigError(
-            "against", f"{path} is not a report.json written by autotune (no recommended.knobs or baseline.knobs)"
+            "against",
+            f"{path} is neither a report.json nor a check.json written by autotune (no recommended.knobs or "
+            "baseline.knobs, no benchmark and verdict)",
         )
     if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not speedup > 0:
         raise ConfigError("against", f"{path}: speedup: expected a number > 0, got {speedup!r}")

@@ -194,7 +194,7 @@ def run_check(against: Path | None, output_dir: Path, out: io.StringIO) -> Path 
         (None, "against: mode=check re-measures a tuning run's recommendation: give against=PATH/report.json"),
         (lambda path: None, "against: cannot read"),
         (lambda path: path.write_text("knobs: {}"), "report.json is not JSON (Expecting value"),
-        (lambda path: path.write_text('{"knobs": {}}'), "is not a report.json written by autotune (no recommended"),
+        (lambda path: path.write_text('{"knobs": {}}'), "is neither a report.json nor a check.json written by"),
         (
             lambda path: report(path.parent, recommended={**RECOMMENDED, "flash": True}),
             "recommended.knobs: written by another autotune (knobs this one lacks: flash); tune again with this one",
