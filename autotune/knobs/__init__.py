@@ -120,17 +120,26 @@ def costly(values: dict[str, Any]) -> bool:
 
 def costly_values(values: dict[str, Any]) -> dict[str, Any]:
     """The costly knobs ``values`` turn on (``costly``), with their values."""
-    return {name: values[name] for name in KNOBS if KNOBS[name].costly and values[name] != KNOBS[name].baseline_default}
+    return _set_away(values, "costly")
 
 
 def changes_numerics(values: dict[str, Any]) -> bool:
     """Whether ``values`` set a knob that changes the arithmetic away from its baseline default (fp32 eager)."""
-    return any(KNOBS[name].changes_numerics and values[name] != KNOBS[name].baseline_default for name in KNOBS)
+    return bool(_set_away(values, "changes_numerics"))
 
 
 def redraws_random(values: dict[str, Any]) -> bool:
     """Whether ``values`` set a knob whose step draws other random numbers than eager's of the same seed."""
-    return any(KNOBS[name].redraws_random and values[name] != KNOBS[name].baseline_default for name in KNOBS)
+    return bool(_set_away(values, "redraws_random"))
+
+
+def _set_away(values: dict[str, Any], trait: str) -> dict[str, Any]:
+    """The knobs with ``trait`` (a flag of ``Knob``) that ``values`` set away from their baseline default."""
+    return {
+        name: values[name]
+        for name, knob in KNOBS.items()
+        if getattr(knob, trait) and values[name] != knob.baseline_default
+    }
 
 
 __all__ = [

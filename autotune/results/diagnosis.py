@@ -310,11 +310,12 @@ def fault_finding(result: ProfileResult) -> str | None:
     faults = result.faults
     if faults is None:
         return None
-    fresh = _fresh_mb_per_step(result)
+    leak = _host_leak(result) if result.stages.num_workers == 0 else None
+    fresh = _fresh_mb_per_step(result, leak)
     if faults.kernel_share < FAULT_KERNEL_SHARE or fresh < FAULT_MIN_MB_PER_STEP:
         return None
     beyond = [" the batch its workers send"] if result.stages.num_workers else []
-    beyond += [" what its memory keeps growing by"] if result.stages.num_workers == 0 and _host_leak(result) else []
+    beyond += [" what its memory keeps growing by"] if leak else []
     received = f" beyond{' and'.join(beyond)}" if beyond else ""
     return (
         f"the training process faults in {fresh:.0f} MB of fresh pages a step or more{received} "
@@ -324,12 +325,11 @@ def fault_finding(result: ProfileResult) -> str | None:
     )
 
 
-def _fresh_mb_per_step(result: ProfileResult) -> float:
-    """Megabytes of fresh pages a step, less a batch where workers send it (in a new shared-memory block), and,
-    without workers (the host memory read is then the training process's alone), less what a leak keeps a step
-    (``leaks``): pages kept are faulted in once, which no allocator setting saves."""
+def _fresh_mb_per_step(result: ProfileResult, leak: Leak | None) -> float:
+    """Megabytes of fresh pages a step, less a batch where workers send it (in a new shared-memory block), and less
+    what ``leak`` keeps a step (taken without workers only: the host memory read is then the training process's
+    alone): pages kept are faulted in once, which no allocator setting saves."""
     received = result.sample_bytes * result.stages.batch_size if result.stages.num_workers else 0
-    leak = _host_leak(result) if result.stages.num_workers == 0 else None
     return result.faults.mb_per_step - received / 2**20 - (leak.per_step_mb if leak else 0.0)
 
 

@@ -273,7 +273,7 @@ def _loading_busy(result: ProfileResult, found: Figures) -> float:
     stage-timed steps less a core for the training process while it is not waiting for data; 1 for a profile
     without the reading, or one that reads it under ``_MIN_BUSY``. Training on more threads than one leaves loading
     less: the share errs high, so fewer workers."""
-    tree = result.cpu.system.process_tree_cores if result.cpu is not None else None
+    tree = _tree_cores(result)
     if tree is None or found.loading_s <= 0:
         return 1.0
     busy = (tree * found.loop_s - (found.loop_s - found.wait_s)) / found.loading_s
@@ -381,10 +381,15 @@ def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
 def _idle_s(result: ProfileResult, found: Figures) -> float:
     """Of a step but its wait for data, the time the process tree was on no core, at least: what its CPU time (read
     over the stage-timed steps) leaves of the step; 0 for a profile without the reading."""
-    tree = result.cpu.system.process_tree_cores if result.cpu is not None else None
+    tree = _tree_cores(result)
     if tree is None:
         return 0.0
     return max(0.0, found.loop_s * (1 - tree) - found.wait_s)
+
+
+def _tree_cores(result: ProfileResult) -> float | None:
+    """The cores' worth of CPU the process tree used over the stage-timed steps; None for a profile without it."""
+    return result.cpu.system.process_tree_cores if result.cpu is not None else None
 
 
 def _optimizer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
