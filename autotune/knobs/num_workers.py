@@ -21,14 +21,21 @@ class NumWorkersKnob(Knob):
 
     def default_candidates(self, ctx: SearchContext) -> list[int]:
         """0 to 4 workers, then steps of about 1.5x (6, 8, 12, 16, 24, ...) up to one per usable CPU core, the
-        core count itself and the baseline's count: not every count, as the probe times each, and neighbouring counts
-        that many cores up differ little."""
+        core count itself, ``beyond_cores`` and the baseline's count: not every count, as the probe times each, and
+        neighbouring counts that many cores up differ little."""
         ladder = {0, 1, 2, 3, 4} | {factor * 2**power for power in range(1, 16) for factor in (2, 3)}
-        counts = {count for count in ladder if count <= ctx.cpu_count} | {ctx.cpu_count}
+        counts = {count for count in ladder if count <= ctx.cpu_count} | {ctx.cpu_count, beyond_cores(ctx.cpu_count)}
         baseline = ctx.baseline.get("num_workers")
-        if isinstance(baseline, int) and 0 <= baseline <= ctx.cpu_count:
+        if isinstance(baseline, int) and 0 <= baseline <= beyond_cores(ctx.cpu_count):
             counts.add(baseline)
         return sorted(counts)
 
     def apply(self, value: int, setup) -> None:
         setup.loader_kwargs["num_workers"] = value
+
+
+def beyond_cores(cores: int) -> int:
+    """The one worker count searched beyond ``cores``: twice them, at most 32 more. Loading that waits (files, the
+    network) rather than computes leaves cores idle that more workers fill; the probe reads the CPU loading takes
+    and predicts them faster only then (``autotune/study/probe_model.py``)."""
+    return min(2 * cores, cores + 32)

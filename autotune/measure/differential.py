@@ -8,21 +8,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.measure.gpu import synchronize
 
 
-def loader_throughput(
-    loader: Iterable[Any], samples_per_batch: int, seconds: float, clock: Callable[[], float] = time.perf_counter
-) -> float:
+@dataclass(frozen=True)
+class LoaderRate:
+    """How fast a DataLoader alone yields samples, and the CPU seconds a sample took meanwhile (None: not read):
+    below the seconds a sample takes a worker, loading waits (for files, the network) rather than computes, and
+    more workers than cores can overlap the waits."""
+
+    samples_per_s: float
+    cpu_s_per_sample: float | None = None
+
+
+def loader_rate(
+    loader: Iterable[Any],
+    samples_per_batch: int,
+    seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_seconds: Callable[[], float] | None = None,
+) -> LoaderRate:
     """Samples per second ``loader`` yields (``samples_per_batch`` a batch: its batch size, every batch full),
     consumed as fast as it can produce them, timed from its first batch (so worker start-up is not counted) for at
     least ``seconds`` or to the end of the epoch where it runs out; a loader of one batch an epoch is timed over its
-    next epoch, as training goes on to it."""
+    next epoch, as training goes on to it. ``cpu_seconds()``, read at the same two ends while the workers live,
+    gives the CPU a sample took."""
     batches = iter(loader)
     if next(batches, None) is None:
         raise ValueError("the DataLoader yields no batch; cannot time it")
+    cpu_start = cpu_seconds() if cpu_seconds else None
     start = clock()
     samples = 0
     for _ in range(2):
@@ -30,11 +47,16 @@ def loader_throughput(
             samples += samples_per_batch
             elapsed = clock() - start
             if elapsed >= seconds:
-                return samples / elapsed
+                return _rate(samples, elapsed, cpu_seconds, cpu_start)
         if samples:
-            return samples / (clock() - start)
+            return _rate(samples, clock() - start, cpu_seconds, cpu_start)
         batches = iter(loader)
     raise ValueError("the DataLoader yields no batch in its second epoch; cannot time it")
+
+
+def _rate(samples: int, elapsed: float, cpu_seconds: Callable[[], float] | None, cpu_start: float | None) -> LoaderRate:
+    cpu = (cpu_seconds() - cpu_start) / samples if cpu_seconds and cpu_start is not None else None
+    return LoaderRate(samples / elapsed, cpu)
 
 
 def step_throughput(

@@ -78,10 +78,14 @@ class SystemReport:
     SATURATED_PERCENT: ClassVar[float] = 90.0
 
     @property
+    def busy_cores(self) -> float:
+        """Cores' worth of CPU that every process used, of the cores the measured tree may run on."""
+        return self.cpu_total_percent / 100 * len(self.cpu_per_core_percent)
+
+    @property
     def other_processes_cores(self) -> float:
         """Cores' worth of CPU that processes outside the measured tree used, of the cores it may run on."""
-        machine_cores = self.cpu_total_percent / 100 * len(self.cpu_per_core_percent)
-        return max(0.0, machine_cores - self.process_tree_cores)
+        return max(0.0, self.busy_cores - self.process_tree_cores)
 
     @property
     def cores_taken(self) -> bool:

@@ -7,10 +7,13 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import psutil
 
 from autotune.measure.memory import tree_pids
+
+T = TypeVar("T")
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -29,6 +32,16 @@ def tree_cpu_seconds(root: int) -> float:
         reaped = getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
         total += times.user + times.system + reaped
     return total
+
+
+def busy_core_seconds() -> float:
+    """CPU time the cores this process may run on (its affinity) have spent busy so far, whoever ran on them: idle
+    and waiting for I/O are not busy; time a hypervisor took (steal) is, as no process here could use it."""
+    idle = ("idle", "iowait")
+    return sum(
+        sum(value for field, value in core._asdict().items() if field not in idle and not field.startswith("guest"))
+        for core in _usable(psutil.cpu_times(percpu=True))
+    )
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class CpuUsageMeter:
         )
 
 
-def _usable(per_core: list[float]) -> list[float]:
+def _usable(per_core: list[T]) -> list[T]:
     """The entries of ``per_core`` (indexed by CPU number) for the CPUs this process may run on."""
     if not hasattr(os, "sched_getaffinity"):
         return per_core

@@ -269,14 +269,15 @@ def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_c
 
 
 def _loading_busy(result: ProfileResult, found: Figures) -> float:
-    """The share of its time loading keeps a core busy, at most 1, from the CPU the process tree used over the
-    stage-timed steps less a core for the training process while it is not waiting for data; 1 for a profile
+    """The share of its time loading keeps a core busy, at most 1, from the CPU the cores spent busy over the
+    stage-timed steps (the process tree's and any other process's: on a busy machine loading cannot be told waiting,
+    and reads as busy) less a core for the training process while it is not waiting for data; 1 for a profile
     without the reading, or one that reads it under ``_MIN_BUSY``. Training on more threads than one leaves loading
     less: the share errs high, so fewer workers."""
-    tree = _tree_cores(result)
-    if tree is None or found.loading_s <= 0:
+    if result.cpu is None or found.loading_s <= 0:
         return 1.0
-    busy = (tree * found.loop_s - (found.loop_s - found.wait_s)) / found.loading_s
+    machine = result.cpu.system.busy_cores
+    busy = (machine * found.loop_s - (found.loop_s - found.wait_s)) / found.loading_s
     return 1.0 if busy < _MIN_BUSY else min(1.0, busy)  # under the reading's resolution: unknown, one a core
 
 

@@ -5,9 +5,11 @@ The prediction is a guide, not a result: rankings and the recommendation come on
 measured runs. On a CPU without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
 workers, or on a GPU, which computes while the host loads the next batch, they overlap (min(L, C)), and on a
 CPU workers and compute also share the cores: a sample then needs at least
-(loading CPU time + threads x compute time) / cores, and compute threads beyond the cores the workers
-leave free are counted as gaining nothing (oversubscribed OpenMP threads measured worse, never better;
-where the model step was not timed with the free thread count, compute is scaled down in proportion).
+(loading CPU time + threads x compute time) / cores, the loading CPU time as the probe read it for that loader
+setting (loading that waits for files or the network takes less CPU than its time: workers beyond the cores then
+overlap the waits), and compute threads beyond the cores the workers keep busy are counted as gaining nothing
+(oversubscribed OpenMP threads measured worse, never better; where the model step was not timed with the free
+thread count, compute is scaled down in proportion).
 Compute settings are timed one knob at a time around the anchor (the baseline, made to fit the space) and
 combined as independent factors; the knobs that act on activations (PER_BATCH_KNOBS) are timed at every batch
 size, as their effect changes with it. A knob whose every value changes the model step by less than 3 % is left
@@ -20,6 +22,7 @@ every setting raised (``ProbeModel.raised``), would raise the same in a trial: t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -144,7 +147,8 @@ class ProbeModel:
                 threads = free
         seconds = max(1 / loading, 1 / compute)
         if threads is not None:
-            seconds = max(seconds, (self._loading_cpu_s(knobs["batch_size"]) + threads / compute) / self.cores)
+            loading_cpu = self._loading_cpu_s(knobs["batch_size"], knobs["num_workers"])
+            seconds = max(seconds, (loading_cpu + threads / compute) / self.cores)
         return 1 / seconds
 
     def free_threads(self, knobs: dict[str, Any]) -> int | None:
@@ -152,7 +156,7 @@ class ProbeModel:
         (its cores are oversubscribed); None where they are not, or the core count is unknown."""
         if self.cores is None or knobs["num_workers"] == 0:
             return None
-        free = max(1, self.cores - knobs["num_workers"])
+        free = max(1, self.cores - self._cores_loading(knobs))
         return free if self._threads(knobs) > free else None
 
     def _threads(self, knobs: dict[str, Any]) -> int:
@@ -172,11 +176,30 @@ class ProbeModel:
         ]
         return all(abs(factor - 1) < _NEGLIGIBLE for factor in factors)
 
-    def _loading_cpu_s(self, batch_size: int) -> float:
-        """CPU seconds per sample of loading, from the loader timed with the fewest workers."""
+    def _loading_cpu_s(self, batch_size: int, num_workers: int) -> float:
+        """CPU seconds per sample of loading with ``num_workers``: as the probe read it for that setting, else (a
+        probe stored before it read it) from the loader timed with the fewest workers, as if its workers were busy
+        all the time."""
+        measured = self._loader_cpu(batch_size, num_workers)
+        if measured is not None:
+            return measured
         timed = [s for s in self.plan.loaders if s["batch_size"] == batch_size]
         fewest = min(timed, key=lambda s: s["num_workers"])
         return max(fewest["num_workers"], 1) / self.loader(batch_size, fewest["num_workers"])
+
+    def _loader_cpu(self, batch_size: int, num_workers: int) -> float | None:
+        if not self.result.loader_cpu:
+            return None
+        return self.result.loader_cpu[self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})]
+
+    def _cores_loading(self, knobs: dict[str, Any]) -> int:
+        """The cores ``knobs``' workers keep busy: their count, or fewer where the probe read loading waiting (the
+        CPU it used while its loader ran alone at full speed, rounded up)."""
+        workers = knobs["num_workers"]
+        cpu = self._loader_cpu(knobs["batch_size"], workers)
+        if cpu is None:
+            return workers
+        return min(workers, math.ceil(cpu * self.loader(knobs["batch_size"], workers)))
 
     def _compute_of(self, knobs: dict[str, Any]) -> float:
         return _timed(self.result.compute_throughputs[self.plan.computes.index(knobs)])

@@ -9,16 +9,19 @@ import gc
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader
 
-from autotune.measure.differential import loader_throughput, step_throughput
+from autotune.measure.differential import LoaderRate, loader_rate, step_throughput
+from autotune.measure.system import busy_core_seconds
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
 from autotune.trial.exceptions import exception_text, is_out_of_memory
 from autotune.trial.result import Half, ProbeFailure, ProbeOutOfMemory, ProbePlan, ProbeResult
+
+T = TypeVar("T")
 
 
 def run_probe(
@@ -31,6 +34,8 @@ def run_probe(
         guard.time("loader", index, partial(_time_loader, pipeline, setting, plan.seconds))
         for index, setting in enumerate(plan.loaders)
     ]
+    rates = [rate.samples_per_s if rate else None for rate in loaders]
+    cpu = [rate.cpu_s_per_sample if rate else None for rate in loaders]
     cached: dict[int, Any] = {}
     threads = torch.get_num_threads()  # this process's default, on the cores it is pinned to (study.cpu_sets)
 
@@ -48,7 +53,7 @@ def run_probe(
     guard.time("compute", None, partial(compute, plan.computes[0]))
     computes = [guard.time("compute", index, partial(compute, knobs)) for index, knobs in enumerate(plan.computes)]
     again = guard.time("compute", None, partial(compute, plan.computes[0]))  # did the machine's speed hold?
-    return ProbeResult(loaders, computes, guard.out_of_memory, guard.failed, again)
+    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu)
 
 
 class _Guard:
@@ -60,7 +65,7 @@ class _Guard:
         self.out_of_memory: list[ProbeOutOfMemory] = []
         self.failed: list[ProbeFailure] = []
 
-    def time(self, half: Half, index: int | None, timing: Callable[[], float]) -> float | None:
+    def time(self, half: Half, index: int | None, timing: Callable[[], T]) -> T | None:
         """``timing()``, or None where it raised (recorded unless ``index`` is None: an untimed run)."""
         try:
             return timing()
@@ -93,9 +98,13 @@ def _loader(pipeline: Pipeline, batch_size: int, num_workers: int) -> DataLoader
     )
 
 
-def _time_loader(pipeline: Pipeline, setting: dict[str, Any], seconds: float) -> float:
+def _time_loader(pipeline: Pipeline, setting: dict[str, Any], seconds: float) -> LoaderRate:
+    """The loader of ``setting`` alone, and the cores' busy time a sample took: this process's and its workers',
+    and any other process's, so a busy machine reads as loading that computes (workers beyond the cores are then not
+    predicted faster) rather than as loading that waits."""
     batch_size = setting["batch_size"]
-    return loader_throughput(_loader(pipeline, batch_size, setting["num_workers"]), batch_size, seconds)
+    loader = _loader(pipeline, batch_size, setting["num_workers"])
+    return loader_rate(loader, batch_size, seconds, cpu_seconds=busy_core_seconds)
 
 
 def _time_compute(

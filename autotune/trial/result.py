@@ -56,13 +56,16 @@ class ProbeResult:
     for a setting that ran out of memory, which ``out_of_memory`` lists with its error, or raised anything else,
     which ``failed`` lists (a model that cannot take channels_last: the other settings still steer the search).
     ``anchor_again``: the first model step setting timed once more after all the others (None: it did not run),
-    which tells whether the machine's speed held while the probe ran."""
+    which tells whether the machine's speed held while the probe ran. ``loader_cpu``: the cores' busy seconds a
+    sample took each loader setting (``LoaderRate``, ``probe._time_loader``), None where not read (empty: a probe
+    stored before they were)."""
 
     loader_throughputs: list[float | None] = field(default_factory=list)
     compute_throughputs: list[float | None] = field(default_factory=list)
     out_of_memory: list[ProbeOutOfMemory] = field(default_factory=list)
     failed: list[ProbeFailure] = field(default_factory=list)
     anchor_again: float | None = None
+    loader_cpu: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,7 +75,12 @@ class ProbeResult:
         out_of_memory = [ProbeOutOfMemory(**entry) for entry in data.get("out_of_memory", [])]
         failed = [ProbeFailure(**entry) for entry in data.get("failed", [])]
         return cls(
-            data["loader_throughputs"], data["compute_throughputs"], out_of_memory, failed, data.get("anchor_again")
+            data["loader_throughputs"],
+            data["compute_throughputs"],
+            out_of_memory,
+            failed,
+            data.get("anchor_again"),
+            data.get("loader_cpu", []),
         )
 
 

@@ -48,8 +48,9 @@ def test_on_two_cores_at_most_two_workers_are_advised_and_the_sharing_said():
 def test_loading_that_waits_more_than_it_works_is_told_to_take_more_workers_than_cores():
     # Loading a batch takes 80 ms and the rest of the step 20 ms: four workers keep up. The process tree used 0.3
     # cores: a core for the 20 ms of training, 10 ms of loading's 80: each worker busy 12.5 %, two cores hold 16.
-    def advised(tree_cores):
-        system = SystemReport(30.0, [30.0, 30.0], process_tree_cores=tree_cores)
+    def advised(tree_cores, others=0.0):
+        percent = (tree_cores + others) / 2 * 100  # the machine's two cores, busy with the tree and the others
+        system = SystemReport(percent, [percent, percent], process_tree_cores=tree_cores)
         result = replace(profile_result(wait_share=0.8), cpu=CpuLoad(system, threads=1))
         return [a for a in advise(result, DATA_BOUND, KNOBS, 2, None) if a.knob == "num_workers"]
 
@@ -60,12 +61,15 @@ def test_loading_that_waits_more_than_it_works_is_told_to_take_more_workers_than
     assert working.action == "set num_workers=2", "loading on a core all its time: two cores hold two"
     (unknown,) = advised(0.2)  # 0 ms of loading on a core: under the reading's resolution, taken as all of it
     assert unknown.action == "set num_workers=2"
+    # Other processes kept the cores busy: loading off a core may have waited for one, not for I/O.
+    (crowded,) = advised(0.3, others=1.5)
+    assert crowded.action == "set num_workers=2", "a busy machine cannot tell loading waiting"
 
 
 def test_workers_beyond_the_cores_are_at_most_four_a_core():
     # Loading a batch takes 99 ms, the rest of the step 1 ms: 99 workers would keep up. The tree used 0.109 cores:
     # 1 ms of training and 9.9 ms of loading's 99 on a core, 10 %: two cores would hold 20.
-    system = SystemReport(30.0, [30.0, 30.0], process_tree_cores=0.109)
+    system = SystemReport(5.45, [5.45, 5.45], process_tree_cores=0.109)
     waiting = replace(profile_result(wait_share=0.99), cpu=CpuLoad(system, threads=1))
     (workers,) = [a for a in advise(waiting, DATA_BOUND, KNOBS, 2, None) if a.knob == "num_workers"]
     assert workers.action == "set num_workers=8"

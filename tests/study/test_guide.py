@@ -328,3 +328,21 @@ def test_without_a_predictable_measurement_the_probe_is_taken_as_it_is():
     unpredictable = Observation({**BASELINE, "batch_size": 8}, 50.0)  # a batch size the probe never timed
     knobs, predicted = propose(g, unpredictable)
     assert knobs == WORKERS_BEST and predicted == pytest.approx(300.0)
+
+
+@pytest.mark.parametrize(("waits", "workers"), [(True, 4), (False, 2)])
+def test_workers_beyond_the_cores_are_proposed_only_where_the_probe_read_loading_waiting(waits, workers):
+    # 2 cores; one worker loads 100 samples/s, each more adds as much (4 workers: 400/s, of which 2 cores hold
+    # 200 where loading computes). The model step: 400 samples/s at 1 thread, 500 at 2.
+    varied = {"batch_size": [16], "num_workers": [0, 2, 4], "num_threads": [1, 2]}
+    space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+    rates = [100.0 * max(s["num_workers"], 1) for s in plan.loaders]
+    # Waiting, a sample takes 1 ms of CPU; computing, a worker's whole time (10 ms a sample).
+    cpu = [0.001 if waits else 0.01 for _ in plan.loaders]
+    computes = [400.0 if k["num_threads"] == 1 else 500.0 for k in plan.computes]
+    g = Guide(ProbeModel(plan, ProbeResult(rates, computes, loader_cpu=cpu), cores=2), space, BASELINE)
+    knobs, predicted = propose(g, observed(g, BASELINE))
+    assert knobs["num_workers"] == workers
+    # Waiting, 4 workers hold 1 core (0.4 cores' worth, rounded up): one thread computes beside them, at 400/s
+    assert predicted == pytest.approx(400.0 if waits else 1 / ((0.01 + 1 / 400) / 2))

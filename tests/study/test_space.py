@@ -31,7 +31,7 @@ def test_defaults_on_a_two_core_cpu_with_image_input():
     space = build_space(ALL_DEFAULT, cpu_context())
     expected = {
         "batch_size": [16, 32, 64, 128],
-        "num_workers": [0, 1, 2],
+        "num_workers": [0, 1, 2, 4],
         "prefetch_factor": [2, 4],
         "persistent_workers": [False, True],
         "pin_memory": [False],
@@ -64,13 +64,15 @@ def test_batch_sizes_fit_the_dataset_and_keep_an_odd_baseline():
 
 
 def test_num_workers_follow_the_core_count():
-    assert build_space(ALL_DEFAULT, cpu_context(cpu_count=4)).candidates["num_workers"] == [0, 1, 2, 3, 4]
-    assert build_space(ALL_DEFAULT, cpu_context(cpu_count=2)).candidates["num_workers"] == [0, 1, 2]
+    assert build_space(ALL_DEFAULT, cpu_context(cpu_count=4)).candidates["num_workers"] == [0, 1, 2, 3, 4, 8]
+    assert build_space(ALL_DEFAULT, cpu_context(cpu_count=2)).candidates["num_workers"] == [0, 1, 2, 4]
 
 
-def test_many_cores_get_a_ladder_of_worker_counts_with_the_baseline_and_the_core_count():
+def test_many_cores_get_a_ladder_of_worker_counts_with_the_baseline_the_core_count_and_twice_it():
     many = cpu_context(cpu_count=20, baseline={**cpu_context().baseline, "num_workers": 10})
-    assert build_space(ALL_DEFAULT, many).candidates["num_workers"] == [0, 1, 2, 3, 4, 6, 8, 10, 12, 16, 20]
+    assert build_space(ALL_DEFAULT, many).candidates["num_workers"] == [0, 1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 40]
+    huge = build_space(ALL_DEFAULT, cpu_context(cpu_count=64)).candidates["num_workers"]
+    assert huge[-2:] == [64, 96], "at most 32 workers beyond the cores"
 
 
 def test_overrides_replace_defaults_and_a_single_value_fixes_a_knob():

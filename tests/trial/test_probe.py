@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+from collections import namedtuple
 from dataclasses import replace
 
 import pytest
 import torch
 
-from autotune.measure.differential import loader_throughput, step_throughput
+from autotune.measure import system
+from autotune.measure.differential import LoaderRate, loader_rate, step_throughput
 from autotune.pipeline.build import build_pipeline
 from autotune.trial import probe as probe_module
 from autotune.trial.probe import release_memory, run_probe
@@ -26,10 +29,13 @@ def test_run_probe_times_every_setting_in_plan_order():
     assert all(rate > 0 for rate in result.loader_throughputs + result.compute_throughputs)
     assert len(result.loader_throughputs) == 2 and len(result.compute_throughputs) == 2
     with pytest.MonkeyPatch.context() as patch:  # each setting's figure tells which setting it is
-        patch.setattr(probe_module, "_time_loader", lambda _, kind, s: kind["batch_size"] + kind["num_workers"])
+        patch.setattr(
+            probe_module, "_time_loader", lambda _, kind, s: LoaderRate(kind["batch_size"] + kind["num_workers"], 0.5)
+        )
         patch.setattr(probe_module, "_time_compute", lambda _, knobs, *args: 100.0 + knobs["channels_last"])
         result = run_probe(pipeline, plan, torch.device("cpu"), None)
     assert result.loader_throughputs == [8, 17] and result.compute_throughputs == [100.0, 101.0]
+    assert result.loader_cpu == [0.5, 0.5]
     assert result.anchor_again == 100.0, "the first model step setting, timed again last"
 
 
@@ -67,18 +73,40 @@ def test_a_batch_size_that_fills_one_batch_an_epoch_is_timed_like_the_others():
     assert all(rate > 0 for rate in result.loader_throughputs) and not result.out_of_memory
 
 
-def test_loader_throughput_counts_samples_after_the_first_batch():
+def test_loader_rate_counts_samples_after_the_first_batch_and_the_cpu_they_took():
     batches = [torch.zeros(4, 1)] * 100
     # each clock read advances 0.1 s: one read at the start and one per batch after the first
-    assert loader_throughput(batches, 4, 0.5, FakeClock(0.1)) == pytest.approx(4 / 0.1)
+    assert loader_rate(batches, 4, 0.5, FakeClock(0.1)).samples_per_s == pytest.approx(4 / 0.1)
+    # 5 batches of 4 samples timed; the CPU clock read at the two ends: 0.4 CPU-seconds for 20 samples
+    rate = loader_rate(batches, 4, 0.5, FakeClock(0.1), cpu_seconds=FakeClock(0.4))
+    assert rate.cpu_s_per_sample == pytest.approx(0.4 / 20)
+    assert loader_rate(batches, 4, 0.5, FakeClock(0.1)).cpu_s_per_sample is None
 
 
-def test_loader_throughput_times_a_loader_of_one_batch_an_epoch_over_its_next_epoch():
+def test_loader_rate_times_a_loader_of_one_batch_an_epoch_over_its_next_epoch():
     # a dataset of 250 samples at batch 128 (drop_last): one batch an epoch, which must not end the probe
     # clock reads: the start, after the one timed batch, at the epoch's end: 4 samples in 0.2 s
-    assert loader_throughput([torch.zeros(4, 1)], 4, 1.0, FakeClock(0.1)) == pytest.approx(4 / 0.2)
+    assert loader_rate([torch.zeros(4, 1)], 4, 1.0, FakeClock(0.1)).samples_per_s == pytest.approx(4 / 0.2)
     with pytest.raises(ValueError, match="yields no batch"):
-        loader_throughput([], 4, 1.0)
+        loader_rate([], 4, 1.0)
+
+
+def test_the_probe_reads_the_cores_busy_time_a_sample_of_each_loader_setting_took():
+    plan = ProbePlan([{"batch_size": 8, "num_workers": 0}, {"batch_size": 8, "num_workers": 2}], [NEUTRAL_KNOBS], 0.1)
+    result = run_probe(build_pipeline(trial_request().pipeline), plan, torch.device("cpu"), None)
+    cores = len(os.sched_getaffinity(0))
+    for rate, cpu in zip(result.loader_throughputs, result.loader_cpu, strict=True):
+        assert 0 < rate * cpu <= cores + 0.2, "busy at most every core it may run on (0.01 s a core's resolution)"
+
+
+def test_the_cores_busy_time_is_every_processs_on_the_cores_this_one_may_run_on_waiting_for_io_left_out(monkeypatch):
+    fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+    times = namedtuple("scputimes", fields)
+    # guest time is counted in user time already; idle and iowait are cores free to run on
+    per_core = [times(1.0, 0.5, 2.0, 100.0, 7.0, 0.25, 0.25, 1.0, 0.5, 0.5), times(*[1000.0] * 10)]
+    monkeypatch.setattr(system.psutil, "cpu_times", lambda percpu: per_core)
+    monkeypatch.setattr(system.os, "sched_getaffinity", lambda pid: {0})
+    assert system.busy_core_seconds() == pytest.approx(1.0 + 0.5 + 2.0 + 0.25 + 0.25 + 1.0)
 
 
 def test_step_throughput_times_steps_after_warm_up():
