@@ -18,6 +18,7 @@ _EXPORTS = {
     "Measurement": "autotune.measure.measurement",
     "Profiler": "autotune.measure.profiler",
     "Recommendation": "autotune.recommendation",
+    "UntrimmedWarning": "autotune.recommendation",
     "WarmupPolicy": "autotune.measure.warmup",
     "WindowPlan": "autotune.measure.recorder",
     "load_recommended": "autotune.recommendation",

@@ -20,7 +20,7 @@ from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
 from autotune.knobs import accumulated_to, changed, conflict
 from autotune.pipeline.facts import Inspection
-from autotune.recommendation import MachineMismatchWarning, load_recommended
+from autotune.recommendation import MachineMismatchWarning, UntrimmedWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
 from autotune.results.benchmark import Benchmark, Entry
@@ -40,6 +40,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     device = facts.device
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MachineMismatchWarning)
+        warnings.simplefilter("always", UntrimmedWarning)
         try:
             recommendation = load_recommended(settings.recommended, facts.machine)
         except ConfigError as exc:
@@ -78,7 +79,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     finally:
         files = write_benchmark(benchmark, output_dir)
         print_benchmark(benchmark, files, out)
-    recommended = next(entry for entry in entries if entry.kind == "recommended")
+    recommended = benchmark.recommendation
     if benchmark.interval(recommended) is None:
         raise NotMeasuredError(
             f"benchmark of {settings.recommended}: not measured: {len(benchmark.ratios(recommended))} of "

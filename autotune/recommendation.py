@@ -56,6 +56,10 @@ class MachineMismatchWarning(UserWarning):
     """The recommendation was measured on a different machine or software than this one."""
 
 
+class UntrimmedWarning(UserWarning):
+    """The recommendation's trim did not run to its end: not every change in it was shown to matter."""
+
+
 @dataclass(frozen=True)
 class Measured:
     """What the recommended knobs measured against the baseline's: samples/s (the race's medians where a race ran,
@@ -276,8 +280,9 @@ class Recommendation:
 
 def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) -> Recommendation:
     """The recommendation in ``path`` (a recommended.yaml). Warns (MachineMismatchWarning) where it was measured
-    on another machine or torch than this one (``machine``, ``describe_machine``'s; None: described here); raises
-    ConfigError naming the key where the file cannot be used."""
+    on another machine or torch than this one (``machine``, ``describe_machine``'s; None: described here), and
+    (UntrimmedWarning) where its trim was cut short; raises ConfigError naming the key where the file cannot be
+    used."""
     path = Path(path)
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -289,6 +294,13 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
         raise ConfigError(str(path), f"is not valid YAML: {exc}") from exc
     recommendation = Recommendation.from_document(document, str(path))
     _warn_if_elsewhere(recommendation, str(path), machine)
+    if recommendation.untrimmed:
+        warnings.warn(
+            f"{path}: untrimmed: its trim was cut short (by study.budget_s or a stopped run), so not every change in "
+            "it was shown to matter; run the study again to finish it, or mode=benchmark to measure each change",
+            UntrimmedWarning,
+            stacklevel=2,
+        )
     return recommendation
 
 

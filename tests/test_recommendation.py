@@ -55,7 +55,7 @@ def written(tmp_path, document) -> str:
 
 
 def test_a_written_recommendation_reads_back_the_same_without_a_warning(tmp_path):
-    original = recommendation(no_difference={"set_to_none": False}, untrimmed=True)
+    original = recommendation(no_difference={"set_to_none": False})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = autotune.load_recommended(written(tmp_path, original.to_document()))
@@ -63,6 +63,12 @@ def test_a_written_recommendation_reads_back_the_same_without_a_warning(tmp_path
     assert loaded.changes == {
         name: (original.baseline[name], value) for name, value in WORKERS.items() if original.baseline[name] != value
     }
+
+
+def test_an_untrimmed_recommendation_reads_back_with_a_warning_that_not_every_change_was_shown_to_matter(tmp_path):
+    original = recommendation(untrimmed=True)
+    with pytest.warns(autotune.UntrimmedWarning, match="not every change in it was shown to matter; run the study"):
+        assert autotune.load_recommended(written(tmp_path, original.to_document())) == original
 
 
 def test_each_method_applies_its_knobs_as_the_trials_did():

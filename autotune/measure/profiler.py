@@ -146,9 +146,9 @@ class Profiler:
         progress = self.recorder.progress()
         steps, elapsed = (progress.steps, progress.elapsed_s) if progress else (0, 0.0)
         return (
-            f"the loop ended before the timed window was complete ({steps} of {self.plan.min_steps} steps, "
-            f"{elapsed:.1f} of {self.plan.min_time_s:g} s): the figures rest on a shorter window than asked; "
-            "loop over more epochs until prof.done"
+            f"the loop ended before the timed window was complete ({steps} steps in {elapsed:.1f} s; the plan asks "
+            f"for {self.plan.min_steps} steps and {self.plan.min_time_s:g} s at least): the figures rest on a shorter "
+            "window than asked; loop over more epochs until prof.done"
         )
 
     def _take_start_readings(self) -> None:

@@ -61,7 +61,7 @@ def print_benchmark(benchmark: Benchmark, files: dict[str, Path], out: TextIO) -
 
 
 def _headline(benchmark: Benchmark) -> Headline:
-    recommended = next((e for e in benchmark.entries if e.kind == "recommended"), None)
+    recommended = benchmark.recommendation
     interval = benchmark.interval(recommended) if recommended else None
     if interval is None:
         both = len(benchmark.ratios(recommended)) if recommended else 0
@@ -74,8 +74,13 @@ def _headline(benchmark: Benchmark) -> Headline:
     )
 
 
+# A change left out of the recommendation, by the verdict of that against the recommendation, paired by round.
+_LEFT_OUT = {"loss": "the change matters", "within noise": "not shown to matter", "gain": "faster without it"}
+
+
 def _shares(benchmark: Benchmark) -> list[Section]:
-    """Each change's share: what it gives alone on top of the baseline, and what leaving it out costs."""
+    """Each change's share: what it gives alone on top of the baseline, and what leaving it out does to the
+    recommendation (paired round by round with it: whether the change matters)."""
     knobs = dict.fromkeys(e.knob for e in benchmark.entries if e.knob)
     if not knobs:
         return []
@@ -83,20 +88,28 @@ def _shares(benchmark: Benchmark) -> list[Section]:
     for knob in knobs:
         alone = next((e for e in benchmark.entries if e.kind == "alone" and e.knob == knob), None)
         without = next((e for e in benchmark.entries if e.kind == "without" and e.knob == knob), None)
-        lines.append(
-            f"{knob}: alone {_ratio(benchmark, alone)}; leaving it out of the recommendation: "
-            f"{_ratio(benchmark, without)}"
-        )
+        left_out = _ratio(benchmark, without, benchmark.recommendation, "the recommendation", _LEFT_OUT)
+        lines.append(f"{knob}: alone {_ratio(benchmark, alone)}; left out, {left_out}")
     return [Section("Each change's share", bullets=lines)]
 
 
-def _ratio(benchmark: Benchmark, entry: Entry | None) -> str:
+def _ratio(
+    benchmark: Benchmark,
+    entry: Entry | None,
+    reference: Entry | None = None,
+    name: str = "the baseline",
+    verdicts: dict[str, str] | None = None,
+) -> str:
+    """``entry`` against ``reference`` (the baseline where None), called ``name``, with its verdict (in the words of
+    ``verdicts``, where given)."""
     if entry is None:
         return "not measured (it applies only together with another change)"
-    interval = benchmark.interval(entry)
+    interval = benchmark.interval(entry, reference)
     if interval is None:
         return "too few rounds"
-    return f"{interval.geomean:.2f}x the baseline ({interval.low:.2f}-{interval.high:.2f}, {benchmark.verdict(entry)})"
+    verdict = benchmark.verdict(entry, reference)
+    words = (verdicts or {}).get(verdict, verdict)
+    return f"{interval.geomean:.2f}x {name} ({interval.low:.2f}-{interval.high:.2f}, {words})"
 
 
 def _row(benchmark: Benchmark, entry: Entry) -> list[str]:

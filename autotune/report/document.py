@@ -187,9 +187,11 @@ def headline(summary: Summary) -> Headline:
     left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
     proof = summary.proof
     by_medians = " by medians" if summary.gain_interval else ""
+    geomean = " (the geometric mean of the paired rounds' ratios)" if summary.gain_interval else ""
     slowed = proof.slowed_runs(None) + proof.slowed_runs(proof.winner.label) if proof else 0
     return Headline(
-        f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput, {gain_interval(summary)}",
+        f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
+        f"{gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{by_medians}, {how}) by "
         f"changing {changes}. Peak {_memory_kind(base)}memory {base.result.peak_memory_mb:.0f} → "
         f"{rec.result.peak_memory_mb:.0f} MB."

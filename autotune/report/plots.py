@@ -325,7 +325,7 @@ def benchmark_ratios(benchmark: Benchmark) -> Plot | None:
     rows = [(label, interval, verdict) for label, interval, verdict in rows if interval is not None]
     if not rows:
         return None
-    recommended = next((benchmark.interval(e) for e in benchmark.entries if e.kind == "recommended"), None)
+    recommended = benchmark.interval(benchmark.recommendation) if benchmark.recommendation else None
 
     def draw(ax: Axes) -> None:
         ax.axvline(1, color=BASELINE, linewidth=1)

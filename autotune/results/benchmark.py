@@ -4,7 +4,9 @@ Its rules are written here once. A configuration's ratio to the baseline is the 
 ratios (each round runs every configuration once, in processes of their own, so pairing by round cancels the machine's
 slower drifts), with Student's t 95 % interval on their logarithms (``ratio_interval``). The verdict: a gain when
 the interval lies above 1, a loss when it lies below, within noise when it spans 1, and too few rounds where fewer
-than two rounds ran both the configuration and the baseline (a run that failed, or one stopped).
+than two rounds ran both the configuration and the baseline (a run that failed, or one stopped). A change left
+out of the recommendation is measured against the recommendation too, by the same rule: a loss there is a change
+that matters; within noise, one not shown to.
 """
 
 from __future__ import annotations
@@ -65,17 +67,22 @@ class Benchmark:
     def baseline(self) -> Entry:
         return self.entries[0]
 
-    def ratios(self, entry: Entry) -> list[float]:
-        """``entry``'s samples/s over the baseline's, round by round, where both ran."""
-        pairs = zip(entry.throughputs, self.baseline.throughputs, strict=False)
+    @property
+    def recommendation(self) -> Entry | None:
+        return next((entry for entry in self.entries if entry.kind == "recommended"), None)
+
+    def ratios(self, entry: Entry, reference: Entry | None = None) -> list[float]:
+        """``entry``'s samples/s over ``reference``'s (the baseline's where None), round by round, where both ran."""
+        pairs = zip(entry.throughputs, (reference or self.baseline).throughputs, strict=False)
         return [a / b for a, b in pairs if a is not None and b is not None]
 
-    def interval(self, entry: Entry) -> RatioInterval | None:
-        return ratio_interval(self.ratios(entry))
+    def interval(self, entry: Entry, reference: Entry | None = None) -> RatioInterval | None:
+        return ratio_interval(self.ratios(entry, reference))
 
-    def verdict(self, entry: Entry) -> str:
-        """gain, loss, within noise (the interval spans 1), or too few rounds (for an interval: the module's rule)."""
-        interval = self.interval(entry)
+    def verdict(self, entry: Entry, reference: Entry | None = None) -> str:
+        """gain, loss, within noise (the interval spans 1), or too few rounds (for an interval: the module's rule),
+        against ``reference`` (the baseline where None)."""
+        interval = self.interval(entry, reference)
         if interval is None:
             return "too few rounds"
         if interval.low > 1:
@@ -99,10 +106,16 @@ class Benchmark:
                 verdict=self.verdict(entry),
                 memory_change=self.memory_change(entry),
             )
+            if entry.kind == "without" and self.recommendation is not None:
+                against = self.interval(entry, self.recommendation)
+                row.update(
+                    to_recommended=asdict(against) if against else None,
+                    to_recommended_verdict=self.verdict(entry, self.recommendation),
+                )
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Benchmark:
-        derived = ("ratios", "interval", "verdict", "memory_change")
+        derived = ("ratios", "interval", "verdict", "memory_change", "to_recommended", "to_recommended_verdict")
         entries = [Entry(**{k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
         return cls(**{**data, "entries": entries})

@@ -34,7 +34,7 @@ def test_a_gain_proven_over_paired_rounds_carries_their_95_percent_interval(tmp_
     console, markdown, page, report = _reported(tmp_path, Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)]))
     interval = ratio_interval([w / b for w, b in zip(winner, baseline, strict=True)])
     bounds = f"{interval.low:.2f}-{interval.high:.2f}x"
-    said = f"1.19x the baseline's throughput, 95 % interval {bounds} over 3 paired rounds"
+    said = f"1.19x the baseline's throughput (the geometric mean of the paired rounds' ratios), 95 % interval {bounds}"
     assert interval.low < 1.19 < interval.high
     assert said in console and said in markdown and escape(said) in page
     assert report["speedup_rounds"] == 3

@@ -62,3 +62,25 @@ def test_the_record_is_written_first_and_reads_back(tmp_path):
     document = benchmark_document(record)
     assert document.headline.lead == "The recommendation: 1.50x the baseline (gain)."
     assert [section.heading for section in document.sections][:2] == ["Configurations", "Each change's share"]
+
+
+@pytest.mark.parametrize(
+    ("without_runs", "said"),
+    [
+        ([120.0, 125.0, 118.0], "0.80x the recommendation (0.80-0.80, the change matters)"),
+        ([149.0, 157.0, 148.0], "1.00x the recommendation (0.98-1.02, not shown to matter)"),
+    ],
+)
+def test_a_change_left_out_is_judged_against_the_recommendation_paired_by_round(without_runs, said):
+    # Both left-out configurations read well above the baseline (a gain against it): only the pairing with the
+    # recommendation tells a change that matters from one that does not.
+    record = benchmark([150.0, 156.0, 147.0])
+    record.entries.append(Entry("recommended - amp", "without", "amp", {"batch_size": 32}, without_runs, [1.0] * 3))
+    assert record.verdict(record.entries[-1]) == "gain"
+    (share,) = [s for s in benchmark_document(record).sections if s.heading == "Each change's share"]
+    assert (
+        share.bullets[-1] == f"amp: alone not measured (it applies only together with another change); left out, {said}"
+    )
+    row = json.loads(json.dumps(record.to_dict()))["entries"][-1]
+    assert row["to_recommended_verdict"] == ("loss" if "matters" in said else "within noise")
+    assert Benchmark.from_dict(record.to_dict()) == record

@@ -62,7 +62,9 @@ def test_a_hang_is_killed_at_the_timeout_with_its_workers(tmp_path):
     result = run_trial(request(dataset="HangingImages", num_workers=2), 8, tmp_path, "hangs")
     assert result.failure.kind is FailureKind.TIMEOUT
     assert result.failure.message == "timeout after 8 s"
-    assert 8 <= result.wall_s < 15
+    # Killed at the timeout, not at the end of the hang (an hour): the wall time also holds the fork server's start
+    # where this is a worker's first trial, seconds longer under load.
+    assert 8 <= result.wall_s < 20
     assert processes_mentioning(str(tmp_path / "hangs.log")) == [], "no orphaned worker survives"
 
 
