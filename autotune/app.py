@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -145,7 +146,7 @@ def _tune(
     if not baseline.ok:
         raise BaselineFailedError(
             f"the baseline (pipeline.baseline) failed, so there is nothing to tune: {baseline.failure}. "
-            f"Log: {output_dir / 'trials' / 'baseline.log'}"
+            f"{remedy(baseline.failure.message)}Log: {output_dir / 'trials' / 'baseline.log'}"
         )
 
     def show(event: TrialEvent) -> None:
@@ -254,7 +255,7 @@ def _guide(
         probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine, again)
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None
-    return guide_from_record(probe, space, settings.baseline, cores, runner.device, ctx.torch_threads)
+    return guide_from_record(probe, space, settings.baseline, cores, runner.device, ctx.torch_threads, ctx.cpu_count)
 
 
 def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:
@@ -330,6 +331,26 @@ def unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, object]) 
         if reason:
             return "batch_size", reason
     return conflict(knobs, accumulated_to(settings.batch_policy, settings.baseline))
+
+
+# torch's words for a pipeline whose pieces do not fit autotune's own step, and the key that fits them.
+_REMEDIES = (
+    (
+        re.compile(r"must be Tensor, not (tuple|list|dict)"),
+        "A model output or batch input that is not a tensor (a tuple, a list, a dict): give pipeline.step, a function "
+        "fn(model, batch, loss_fn) -> loss that unpacks it (README: 'Tune your own pipeline'). ",
+    ),
+    (
+        re.compile(r"stack expects each tensor to be equal size"),
+        "Samples of different shapes cannot be stacked into a batch: give pipeline.collate_fn, a function that pads "
+        "them (or crop them to one shape in the dataset). ",
+    ),
+)
+
+
+def remedy(message: str) -> str:
+    """What to change, where a failure's ``message`` says a pipeline's pieces do not fit autotune's own step; ""."""
+    return next((fix for words, fix in _REMEDIES if words.search(message)), "")
 
 
 def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...] | None = None) -> SearchContext:

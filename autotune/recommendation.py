@@ -57,7 +57,7 @@ class MachineMismatchWarning(UserWarning):
 
 
 class UntrimmedWarning(UserWarning):
-    """The recommendation's trim did not run to its end: not every change in it was shown to matter."""
+    """Not every change of the recommendation was shown to matter: its trim did not run to its end, or did not run."""
 
 
 @dataclass(frozen=True)
@@ -296,8 +296,9 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
     _warn_if_elsewhere(recommendation, str(path), machine)
     if recommendation.untrimmed:
         warnings.warn(
-            f"{path}: untrimmed: its trim was cut short (by study.budget_s or a stopped run), so not every change in "
-            "it was shown to matter; run the study again to finish it, or mode=benchmark to measure each change",
+            f"{path}: untrimmed: not every change in it was shown to matter (the trim, which undoes each in turn, "
+            "did not run to its end, or no race ran: study.budget_s, a stopped run, study.confirm_rounds=0); "
+            "mode=benchmark measures each change",
             UntrimmedWarning,
             stacklevel=2,
         )

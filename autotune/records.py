@@ -131,6 +131,39 @@ class OutOfMemory:
         return cls(result.knobs, record_name(label), result.failure.message)
 
 
+# How torch names an exception it carries back from a DataLoader worker process.
+IN_A_WORKER = "in DataLoader worker process"
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """An exception a trial (``shown_by``: "trial 3") raised in a DataLoader worker process, while no configuration
+    with workers has run (``workers_ran``): a dataset that cannot load in a worker (it refuses, or holds a handle
+    that does not survive the fork) fails every configuration with workers alike. A probe's failure is not one: it
+    reads the dataset in its own process before forking its workers, as no trial does."""
+
+    shown_by: str
+    message: str
+
+    @classmethod
+    def of_trial(cls, label: int | str, result: TrialResult) -> WorkerFailure | None:
+        """What trial ``label``'s ``result`` shows, if it failed with an exception raised in one of its workers
+        (shared memory running out is out of memory, not this: ``is_out_of_memory``)."""
+        failure = result.failure
+        if failure is None or failure.kind is not FailureKind.EXCEPTION or IN_A_WORKER not in failure.message:
+            return None
+        return cls(record_name(label), failure.message)
+
+
+def workers_ran(result: TrialResult) -> bool:
+    """Whether ``result``'s configuration loaded batches in DataLoader workers: it has workers and was measured,
+    stopped as slower (pruned), or ended by a verdict on its speed, memory or loss, not by an exception, a signal or
+    a timeout (which may come before its workers load anything)."""
+    if (result.knobs.get("num_workers") or 0) == 0:
+        return False
+    return result.failure is None or not result.failure.kind.is_fault
+
+
 @dataclass(frozen=True)
 class ProbeRecord:
     """The differential probe's outcome, stored once per study: its plan and timings, and the DataLoader alone and
@@ -168,6 +201,14 @@ class ProbeRecord:
             setting = ", ".join(f"{name}={value}" for name, value in named.items())
             found.append(OutOfMemory(knobs, f"the probe's {what} at {setting}", entry.message))
         return found
+
+    @property
+    def workers_ran(self) -> bool:
+        """Whether a setting of the probe's DataLoader with workers yielded batches."""
+        if self.result is None:
+            return False
+        rates = self.result.loader_throughputs
+        return any(rate is not None and self.plan.loaders[i]["num_workers"] > 0 for i, rate in enumerate(rates))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,6 +8,8 @@ machine of docs/benchmarks.md, and the training process holds ~700 MB.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from PIL import Image
@@ -39,3 +41,20 @@ class CachedImages(Dataset):
         picture = picture.resize((self.image_size, self.image_size), Image.Resampling.BILINEAR)
         pixels = np.asarray(picture, dtype=np.float32).transpose(2, 0, 1) / 255.0
         return torch.from_numpy((pixels - 0.5) / 0.25), torch.tensor(int(self.labels[which]))
+
+
+class WaitingImages(Dataset):
+    """Small synthetic images, each read after a wait of ``wait_ms`` (a slow disk, a network store): the loading's time
+    is spent waiting, not on a core, so more DataLoader workers than cores overlap the waits."""
+
+    def __init__(self, length: int = 4096, image_size: int = 32, wait_ms: float = 4.0, seed: int = 0) -> None:
+        self.length, self.image_size, self.wait_s, self.seed = length, image_size, wait_ms / 1000, seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.wait_s)
+        generator = torch.Generator().manual_seed(self.seed + index)
+        pixels = torch.rand(3, self.image_size, self.image_size, generator=generator)
+        return pixels, torch.tensor(index % 10)

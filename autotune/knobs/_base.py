@@ -108,9 +108,9 @@ class Knob(ABC):
     """One tunable setting, and every fact about it.
 
     A knob validates values (``parse``), proposes candidates for a machine and pipeline
-    (``default_candidates``), says why a value cannot run here (``unavailable_reason``) and
-    applies a value to a training setup (``apply``). A knob that only means something given the
-    values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
+    (``default_candidates``), says why a value cannot run here (``unavailable_reason``) or is not worth searching
+    (``wasteful_reason``) and applies a value to a training setup (``apply``). A knob that only means something
+    given the values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
     ``active``; an inactive knob's value is None and it is never searched. A value that cannot run beside other
     knobs' values (CUDA graphs with gradients kept across steps) says so in ``conflict``: no configuration the search
     proposes, and no baseline, holds one. ``role`` is how the search treats it
@@ -145,6 +145,11 @@ class Knob(ABC):
 
     def unavailable_reason(self, value: Any, ctx: SearchContext) -> str | None:
         """Why ``value`` cannot run here, or None when it can."""
+        return None
+
+    def wasteful_reason(self, value: Any, ctx: SearchContext) -> str | None:
+        """Why searching ``value`` here can only waste trials (it runs, and is never the faster for it), or None.
+        The search refuses such a value given to it; a recommendation holding one is measured all the same."""
         return None
 
     def resolve(self, value: Any, ctx: SearchContext) -> Any:

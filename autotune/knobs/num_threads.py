@@ -6,6 +6,10 @@ from typing import Any
 
 from autotune.knobs._base import Knob, Role, SearchContext, Target, parse_int
 
+# More threads a core than this is refused in a search: threads beyond the cores only take turns, and a count this
+# far beyond is a slip, not a list shared with a machine of more cores (docs/scaling.md).
+THREADS_A_CORE = 4
+
 
 class NumThreadsKnob(Knob):
     name = "num_threads"
@@ -24,6 +28,14 @@ class NumThreadsKnob(Knob):
         """Powers of two up to the usable cores, and the core count itself."""
         powers = {2**k for k in range(ctx.cpu_count.bit_length())}
         return sorted(powers | {ctx.cpu_count})
+
+    def wasteful_reason(self, value: int | None, ctx: SearchContext) -> str | None:
+        if value is not None and value > THREADS_A_CORE * ctx.cpu_count:
+            return (
+                f"{value} threads on the {ctx.cpu_count} cores trials run on is more than {THREADS_A_CORE} a core: "
+                "threads beyond the cores only take turns on them"
+            )
+        return None
 
     def resolve(self, value: int | None, ctx: SearchContext) -> int | None:
         return ctx.torch_threads if value is None else value

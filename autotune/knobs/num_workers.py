@@ -6,6 +6,10 @@ from typing import Any
 
 from autotune.knobs._base import Knob, Role, SearchContext, Target, parse_int
 
+# Workers beyond the cores, where loading waits more than it works: at most this many a core (each holds the dataset
+# object and its prefetched batches); more is not searched, nor advised.
+WORKERS_A_CORE = 4
+
 
 class NumWorkersKnob(Knob):
     name = "num_workers"
@@ -29,6 +33,15 @@ class NumWorkersKnob(Knob):
         if isinstance(baseline, int) and 0 <= baseline <= beyond_cores(ctx.cpu_count):
             counts.add(baseline)
         return sorted(counts)
+
+    def wasteful_reason(self, value: int, ctx: SearchContext) -> str | None:
+        if value > WORKERS_A_CORE * ctx.cpu_count:
+            return (
+                f"{value} workers on the {ctx.cpu_count} cores trials run on is more than {WORKERS_A_CORE} a core, "
+                "which even loading that waits on files or the network does not fill: more only add processes and "
+                "memory"
+            )
+        return None
 
     def apply(self, value: int, setup) -> None:
         setup.loader_kwargs["num_workers"] = value

@@ -16,9 +16,9 @@ from autotune.measure.gpu import synchronize
 
 @dataclass(frozen=True)
 class LoaderRate:
-    """How fast a DataLoader alone yields samples, and the CPU seconds a sample took meanwhile (None: not read):
-    below the seconds a sample takes a worker, loading waits (for files, the network) rather than computes, and
-    more workers than cores can overlap the waits."""
+    """How fast a DataLoader alone yields samples, and the CPU seconds a sample took its processes meanwhile (None:
+    not read): below the seconds a sample takes a worker, loading waits (for files, the network) rather than
+    computes, and more workers than cores can overlap the waits."""
 
     samples_per_s: float
     cpu_s_per_sample: float | None = None

@@ -44,6 +44,23 @@ def busy_core_seconds() -> float:
     )
 
 
+class OthersMeter:
+    """The cores' worth of CPU other processes than this one and its descendants used on the cores it may run on,
+    from its making to ``cores()``: over an interval of seconds, as the machine's counters are kept by the tick
+    (and, on an idle core, late), so that shorter ones read past the cores there are."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._start = self._reading()
+
+    def cores(self) -> float:
+        wall, machine, tree = (now - then for now, then in zip(self._reading(), self._start, strict=True))
+        return max(0.0, (machine - tree) / wall) if wall > 0 else 0.0
+
+    def _reading(self) -> tuple[float, float, float]:
+        return self._clock(), busy_core_seconds(), tree_cpu_seconds(os.getpid())
+
+
 @dataclass(frozen=True)
 class CpuUsage:
     """``per_core_percent``: the busy share of each core this process may run on (its affinity: in a container

@@ -210,9 +210,15 @@ def import_targets(spec: PipelineSpec) -> None:
         if not callable(found):
             raise ConfigError(
                 f"pipeline.{key}._target_",
-                f"'{target}' is a {type(found).__name__}, not a class or function to call: name what builds the {key}",
+                f"'{target}' is {_a(type(found).__name__)}, not a class or function to call: name what builds the "
+                f"{key}",
             )
         _check_arguments(key, node, found)
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an int", "a float"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:

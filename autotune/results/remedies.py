@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from autotune.knobs import KNOBS
+from autotune.knobs.num_workers import WORKERS_A_CORE
 from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import (
@@ -53,9 +54,6 @@ MIN_GAIN = 1.02
 _MOST_HOT = 3
 # Loading read busy under this share of its time is under the CPU reading's resolution (10 ms clock ticks): unknown.
 _MIN_BUSY = 0.05
-# Workers beyond the cores, where loading waits more than it works: at most this many a core (each holds the dataset
-# object and its prefetched batches, memory the profile does not weigh).
-WORKERS_A_CORE = 4
 _MOST_SITES = 3  # call sites named for one hot function; the rest counted
 # The DataLoader's own functions (its default collate stacking a batch, its fetcher): nothing to do offline or cache;
 # the collate advice speaks for collating.

@@ -13,8 +13,9 @@ were never measured gets no prediction until its "twin" is measured: the best co
 untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest). Before
 that, the best configuration's neighbouring batch sizes are measured: the probe's loader timings are short, and
 batch size is the knob it predicts least well. A configuration that needs no less memory than one that ran out
-(in the probe or a trial: ``space.needs_no_less_memory``) is never proposed; nor is one whose model step setting
-raised in the probe (``ProbeModel.raised``): its trial would fail the same way.
+(in the probe or a trial: ``space.needs_no_less_memory``) is never proposed, nor one with workers after an exception
+in a DataLoader worker while none with workers ran (``space.ruled_out``), nor one whose model step setting raised in
+the probe (``ProbeModel.raised``): its trial would fail the same way.
 
 This is how the search uses the structure of the problem rather than only black-box sampling: the first
 trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
@@ -30,9 +31,9 @@ from functools import cached_property
 from typing import Any
 
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, LOADER_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS, costly
-from autotune.records import OutOfMemory, ProbeRecord, config_key
+from autotune.records import ProbeRecord, config_key
 from autotune.study.probe_model import ProbeModel, anchor_knobs, worker_option
-from autotune.study.space import SearchSpace, out_of_memory_bound
+from autotune.study.space import KnownFailure, SearchSpace, ruled_out
 from autotune.study.tuner import Observation, Proposal
 
 # A configuration predicted within this fraction of the best measured one is still worth a trial: about one run's
@@ -52,22 +53,23 @@ class Guide:
     baseline: dict[str, Any]
 
     def propose(
-        self, observations: list[Observation], measured: set[str], ran_out: list[OutOfMemory]
+        self, observations: list[Observation], measured: set[str], failed: list[KnownFailure]
     ) -> Proposal | None:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
         throughput so far or comes within WORTH_MEASURING of it (a compiled one must beat it by WORTH_MEASURING:
         each costs a compile); any, while nothing measured is feasible; else
         the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
         prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
-        (``config_key``) of every configuration measured or failed, so none is proposed twice; none that needs no
-        less memory than one of ``ran_out``, or whose model step raised in the probe, is proposed at all."""
+        (``config_key``) of every configuration measured or failed, so none is proposed twice; none that one of
+        ``failed`` rules out (``ruled_out``: out of memory, a failure in a DataLoader worker), or whose model step
+        raised in the probe, is proposed at all."""
 
         def may_measure(knobs: dict[str, Any]) -> bool:
-            # A trial is not spent on a failure already known: out of memory (bounded by memory), or the probe's
-            # model step raising at this very setting (a forward that rejects the batch size, say).
+            # A trial is not spent on a failure already known: out of memory (bounded by memory), one in a DataLoader
+            # worker, or the probe's model step raising at this very setting (a forward that rejects the batch size).
             return (
                 config_key(knobs) not in measured
-                and out_of_memory_bound(knobs, ran_out) is None
+                and ruled_out(knobs, failed) is None
                 and self.probe_model.raised(knobs) is None
             )
 
@@ -248,9 +250,10 @@ def guide_from_record(
     cores: int | None,
     device: str,
     default_threads: int | None = None,
+    host_cores: int | None = None,
 ) -> Guide | None:
     """The guide for a stored probe record (``probe_model.probe_once``), or None when the probe failed or did not
-    run; ``cores`` and ``default_threads`` as ``ProbeModel`` takes them."""
+    run; ``cores``, ``default_threads`` and ``host_cores`` as ``ProbeModel`` takes them."""
     if record is None or not record.ok:
         return None
-    return Guide(ProbeModel.from_record(record, cores, device, default_threads), space, baseline)
+    return Guide(ProbeModel.from_record(record, cores, device, default_threads, host_cores), space, baseline)

@@ -32,6 +32,7 @@ import optuna
 
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS
 from autotune.measure.environment import this_machine_id
+from autotune.measure.measurement import SystemReport
 from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
 from autotune.study.space import SearchSpace
 from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
@@ -52,6 +53,9 @@ _LOADING_ONLY = ("num_workers", *WORKER_OPTIONS)
 # probe beside a test suite read settings up to 7x slow). Read faster last says nothing: a process's model step
 # speeds up as it warms (466.8 then 861.1 samples/s on a quiet machine).
 DRIFT = 0.5
+# Workers beyond the host's cores are predicted faster than those within only where the probe read their loader
+# keeping under this share of the cores busy (the rest waiting for files or the network).
+WAITING_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -59,13 +63,15 @@ class ProbeModel:
     """A probe's plan and result, and what they predict. ``cores``: the CPU cores training runs on, when
     compute runs on them too (None on a GPU); ``device``: where the model step runs ("cpu" or "cuda");
     ``default_threads``: the compute threads num_threads=None starts (torch's default here, one per physical core
-    or as OMP_NUM_THREADS says; None: one per core)."""
+    or as OMP_NUM_THREADS says; None: one per core); ``host_cores``: the CPU cores the DataLoader's workers run on,
+    on a GPU too (None: unknown)."""
 
     plan: ProbePlan
     result: ProbeResult
     cores: int | None = None
     device: str = "cpu"
     default_threads: int | None = None
+    host_cores: int | None = None
 
     def loader(self, batch_size: int, num_workers: int) -> float:
         index = self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})
@@ -119,16 +125,21 @@ class ProbeModel:
 
     @classmethod
     def from_record(
-        cls, record: ProbeRecord, cores: int | None = None, device: str = "cpu", default_threads: int | None = None
+        cls,
+        record: ProbeRecord,
+        cores: int | None = None,
+        device: str = "cpu",
+        default_threads: int | None = None,
+        host_cores: int | None = None,
     ) -> ProbeModel:
         """The model of a successful probe's record."""
-        return cls(record.plan, record.result, cores, device, default_threads)
+        return cls(record.plan, record.result, cores, device, default_threads, host_cores)
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float:
         """Predicted samples/s of ``knobs`` (knobs the probe does not time count as at the anchor), with the model
         step ``compute_scale`` times as fast as timed. Raises ValueError where a needed setting was not timed or ran
         out of memory."""
-        loading = self.loader(knobs["batch_size"], knobs["num_workers"])
+        loading = self._loading(knobs["batch_size"], knobs["num_workers"])
         compute = self.compute(knobs) * compute_scale
         if knobs["num_workers"] == 0 and self.device == "cpu":
             return 1 / (1 / loading + 1 / compute)
@@ -150,6 +161,26 @@ class ProbeModel:
             loading_cpu = self._loading_cpu_s(knobs["batch_size"], knobs["num_workers"])
             seconds = max(seconds, (loading_cpu + threads / compute) / self.cores)
         return 1 / seconds
+
+    def _loading(self, batch_size: int, num_workers: int) -> float:
+        """The loader's samples/s with ``num_workers``: as timed, but beyond the host's cores no faster than the
+        fastest count timed within them, unless the probe read that loader leaving cores idle (``_waits``): two
+        timings of a quarter second differ by more than the cores beyond the first can add where loading computes."""
+        rate = self.loader(batch_size, num_workers)
+        if self.host_cores is None or num_workers <= self.host_cores or self._waits(batch_size, num_workers):
+            return rate
+        within = [
+            self.result.loader_throughputs[index]
+            for index, setting in enumerate(self.plan.loaders)
+            if setting["batch_size"] == batch_size and setting["num_workers"] <= self.host_cores
+        ]
+        return min(rate, max((r for r in within if r is not None), default=rate))
+
+    def _waits(self, batch_size: int, num_workers: int) -> bool:
+        """Whether the probe read the loader with ``num_workers`` keeping under ``WAITING_SHARE`` of the host's cores
+        busy: loading that waits for files or the network, which more workers overlap."""
+        cpu = self._loader_cpu(batch_size, num_workers)
+        return cpu is not None and cpu * self.loader(batch_size, num_workers) < WAITING_SHARE * self.host_cores
 
     def free_threads(self, knobs: dict[str, Any]) -> int | None:
         """The cores ``knobs``' workers leave free for compute threads, where it asks for more threads than that
@@ -188,7 +219,10 @@ class ProbeModel:
         return max(fewest["num_workers"], 1) / self.loader(batch_size, fewest["num_workers"])
 
     def _loader_cpu(self, batch_size: int, num_workers: int) -> float | None:
-        if not self.result.loader_cpu:
+        """The CPU seconds a sample took loading with ``num_workers``, as the probe read it; None where it did not,
+        or where other processes kept the cores busy meanwhile (loading off a core may then have waited for one)."""
+        others = self.result.loader_others_cores
+        if not self.result.loader_cpu or others is None or others >= SystemReport.BUSY_OTHERS_CORES:
             return None
         return self.result.loader_cpu[self.plan.loaders.index({"batch_size": batch_size, "num_workers": num_workers})]
 

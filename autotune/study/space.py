@@ -1,8 +1,10 @@
 """The search space: candidate values per knob, derived from the machine and pipeline or given by the user.
 
 The space is conditional: a knob that does not apply given the knobs before it (e.g. prefetch_factor
-with num_workers=0) is not sampled and takes the value None, so every configuration it yields can run. What ran out
-of memory bounds it: a configuration that needs no less memory is not measured (``needs_no_less_memory``).
+with num_workers=0) is not sampled and takes the value None, so every configuration it yields can run. What failed
+bounds it (``ruled_out``): a configuration that needs no less memory than one that ran out is not measured
+(``needs_no_less_memory``), nor, after an exception in a DataLoader worker and before any configuration with workers
+ran, one with workers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS, Knob, SearchContext, Target, conflict
-from autotune.records import OutOfMemory
+from autotune.records import OutOfMemory, WorkerFailure
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,10 @@ def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> Sear
             values = [v for v in knob.default_candidates(ctx) if knob.unavailable_reason(v, ctx) is None]
         else:
             for value in given:
-                reason = knob.unavailable_reason(value, ctx)
-                if reason:
+                if reason := knob.unavailable_reason(value, ctx):
                     raise ConfigError(f"search.{name}", f"{value!r} cannot run here: {reason}")
+                if reason := knob.wasteful_reason(value, ctx):
+                    raise ConfigError(f"search.{name}", f"{value!r} is not worth a trial here: {reason}")
             values = list(given)
         if not values:
             raise ConfigError(f"search.{name}", "no candidate value can run on this machine for this pipeline")
@@ -201,7 +204,27 @@ def needs_no_less_memory(knobs: dict[str, Any], ran_out: dict[str, Any]) -> bool
     return all(knobs[name] == ran_out[name] for name in _STEP_MEMORY_KNOBS if name in ran_out)
 
 
-def out_of_memory_bound(knobs: dict[str, Any], ran_out: list[OutOfMemory]) -> OutOfMemory | None:
-    """The first of ``ran_out`` that ``knobs`` needs no less memory than (``needs_no_less_memory``), if any: the
-    evidence that ``knobs`` would run out of memory too."""
-    return next((found for found in ran_out if needs_no_less_memory(knobs, found.knobs)), None)
+# What rules a configuration out without measuring it: a configuration that ran out of memory (one that needs no less
+# would too), or a failure raised in a DataLoader worker (one with workers would fail alike).
+KnownFailure = OutOfMemory | WorkerFailure
+
+
+def ruled_out(knobs: dict[str, Any], known: list[KnownFailure]) -> KnownFailure | None:
+    """The first of ``known`` that shows ``knobs`` would fail, if any: one that ran out of memory where ``knobs``
+    needs no less memory (``needs_no_less_memory``); a failure in a DataLoader worker where ``knobs`` has workers."""
+    for found in known:
+        if isinstance(found, WorkerFailure) and knobs["num_workers"] > 0:
+            return found
+        if isinstance(found, OutOfMemory) and needs_no_less_memory(knobs, found.knobs):
+            return found
+    return None
+
+
+def why_ruled_out(found: KnownFailure) -> str:
+    """Why a configuration ``found`` rules out was not measured, for its trial."""
+    if isinstance(found, WorkerFailure):
+        return (
+            f"not measured: it loads in DataLoader workers, and {found.shown_by} failed in one ({found.message}) "
+            "while no configuration with workers ran; search.num_workers=[0] leaves them out"
+        )
+    return f"not measured: it needs no less memory than {found.shown_by}, which ran out ({found.message})"

@@ -39,16 +39,18 @@ from autotune.records import (
     TUNER_ATTR,
     OutOfMemory,
     ProbeRecord,
+    WorkerFailure,
     config_key,
     interrupted,
     measured_trials,
     metric_attrs,
     on_machine,
+    workers_ran,
 )
 from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.sharing import always, await_others, beat, claimed, heartbeat, measuring_now, searching
-from autotune.study.space import SearchSpace, out_of_memory_bound
+from autotune.study.space import KnownFailure, SearchSpace, ruled_out, why_ruled_out
 from autotune.study.storage import is_shared
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from autotune.trial.runner import INTERRUPT, ProgressFn
@@ -91,7 +93,7 @@ class Proposal:
 
 # What was measured so far, the keys of every configuration tried and what ran out of memory in; the next proposal
 # out, or None when nothing left is worth measuring.
-ProposeFn = Callable[[list[Observation], set[str], list[OutOfMemory]], Proposal | None]
+ProposeFn = Callable[[list[Observation], set[str], list[KnownFailure]], Proposal | None]
 
 
 @dataclass(frozen=True)
@@ -232,13 +234,13 @@ def _search(
             raise KeyboardInterrupt
         known.clear()  # in place: the pruner reads it; other tuners of the study add to it
         known.update(seen.known)
-        ran_out, done = seen.ran_out, seen.counted
+        failed, done = seen.failed, seen.counted
         taken = set(known) | seen.in_flight | skipped
-        if _exhausted(space, taken, ran_out):
+        if _exhausted(space, taken, failed):
             if skipped:
                 return _out_of_budget(settings)
-            too_big = " or need no less memory than one that ran out" if ran_out else ""
-            return StopReason(f"all {space.size} configurations of the search space are measured{too_big}")
+            ruled = " or ruled out by a failure (out of memory, or in a DataLoader worker)" if failed else ""
+            return StopReason(f"all {space.size} configurations of the search space are measured{ruled}")
         if time.monotonic() >= deadline:
             return StopReason(f"study.timeout_s={timeout_s:g} reached")
         if repeats >= _MAX_REPEATED_PROPOSALS:
@@ -253,7 +255,7 @@ def _search(
         if not seen.waiting:
             proposal = next((owed for owed in seen.owed if config_key(owed.knobs) not in skipped), None)
             if proposal is None and propose is not None:
-                proposal = propose(_observations(known), taken, ran_out)
+                proposal = propose(_observations(known), taken, failed)
                 if proposal is None and skipped:
                     return _out_of_budget(settings)
                 if proposal is None:
@@ -262,7 +264,7 @@ def _search(
                         "the probe predicts none of the others faster than the best"
                     )
             if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
-                proposal = Proposal(_draw_untried(space, taken, ran_out, draw))
+                proposal = Proposal(_draw_untried(space, taken, failed, draw))
         # After the guide had its say: a search it ended is converged, whatever time is left.
         if affords is not None and not affords(done, proposal.knobs if proposal is not None else None):  # a compile?
             if proposal is None or not affords(done, None):
@@ -286,8 +288,8 @@ def _search(
                 _tell(study, trial, known[key])
                 repeats += 1
                 continue
-            if (bound := out_of_memory_bound(knobs, ran_out)) is not None:
-                _not_measured(study, trial, key, bound)
+            if (found := ruled_out(knobs, failed)) is not None:
+                _not_measured(study, trial, key, found)
                 repeats += 1
                 continue
             if key in skipped or (proposal is None and affords is not None and not affords(done, knobs)):  # too dear
@@ -363,7 +365,7 @@ class _Seen:
 
     known: dict[str, _Outcome]
     counted: int
-    ran_out: list[OutOfMemory]
+    failed: list[KnownFailure]
     running: list[optuna.trial.FrozenTrial]
     owed: list[Proposal]
     waiting: bool
@@ -379,10 +381,11 @@ def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
     trials, attrs = study.get_trials(deepcopy=False), study.user_attrs
     measured = measured_trials(study, machine, trials)
     running = measuring_now(trials, machine)
-    known = _known_outcomes(attrs, trials, measured, settings, machine)
+    failed = _known_failures(attrs, measured, machine)
+    known = _known_outcomes(attrs, trials, measured, settings, machine, failed)
     owed = _owed(trials, machine, set(known) | {t.user_attrs[CONFIG_ATTR] for t in running})
     waiting = any(t.state is TrialState.WAITING for t in trials)
-    return _Seen(known, len(measured), _out_of_memory(attrs, measured, machine), running, owed, waiting)
+    return _Seen(known, len(measured), failed, running, owed, waiting)
 
 
 def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str]) -> list[Proposal]:
@@ -409,21 +412,21 @@ def counted_trials(study: optuna.Study, machine: str | None = None) -> int:
     return len(measured_trials(study, machine or this_machine_id()))
 
 
-def _exhausted(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> bool:
+def _exhausted(space: SearchSpace, taken: set[str], failed: list[KnownFailure]) -> bool:
     """Whether no configuration of ``space`` is left untried (``_untried``)."""
-    return next(_untried(space, taken, ran_out), None) is None
+    return next(_untried(space, taken, failed), None) is None
 
 
 def _draw_untried(
-    space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory], rng: random.Random
+    space: SearchSpace, taken: set[str], failed: list[KnownFailure], rng: random.Random
 ) -> dict[str, Any]:
     """A configuration drawn at random from ``_untried`` (there must be one): drawn from the whole space until one
     is untried, or, where nearly all are tried, chosen from the list of those that are not."""
     for _ in range(_UNTRIED_DRAWS):
         knobs = space.draw(rng)
-        if knobs is not None and _is_untried(knobs, taken, ran_out):
+        if knobs is not None and _is_untried(knobs, taken, failed):
             return knobs
-    return rng.choice(list(_untried(space, taken, ran_out)))
+    return rng.choice(list(_untried(space, taken, failed)))
 
 
 def search_left(study: optuna.Study, settings: StudySettings, space: SearchSpace, machine: str) -> bool:
@@ -432,27 +435,24 @@ def search_left(study: optuna.Study, settings: StudySettings, space: SearchSpace
     seen = _look(study, settings, machine)
     if seen.counted + len(seen.running) >= settings.n_trials:
         return False
-    return not _exhausted(space, set(seen.known) | seen.in_flight, seen.ran_out)
+    return not _exhausted(space, set(seen.known) | seen.in_flight, seen.failed)
 
 
-def _untried(space: SearchSpace, taken: set[str], ran_out: list[OutOfMemory]) -> Iterator[dict[str, Any]]:
-    """The configurations of ``space`` neither ``taken`` (measured, or being measured) nor needing no less memory than
-    one of ``ran_out``."""
-    return (knobs for knobs in space.configurations() if _is_untried(knobs, taken, ran_out))
+def _untried(space: SearchSpace, taken: set[str], failed: list[KnownFailure]) -> Iterator[dict[str, Any]]:
+    """The configurations of ``space`` neither ``taken`` (measured, or being measured) nor ruled out by one of
+    ``failed`` (``ruled_out``)."""
+    return (knobs for knobs in space.configurations() if _is_untried(knobs, taken, failed))
 
 
-def _is_untried(knobs: dict[str, Any], taken: set[str], ran_out: list[OutOfMemory]) -> bool:
-    return config_key(knobs) not in taken and not out_of_memory_bound(knobs, ran_out)
+def _is_untried(knobs: dict[str, Any], taken: set[str], failed: list[KnownFailure]) -> bool:
+    return config_key(knobs) not in taken and not ruled_out(knobs, failed)
 
 
-def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, bound: OutOfMemory) -> None:
-    """Tell Optuna that ``trial`` of configuration ``key`` is pruned without a measurement, as it needs no less memory
-    than ``bound``, which ran out; the reason is kept on the trial."""
+def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, found: KnownFailure) -> None:
+    """Tell Optuna that ``trial`` of configuration ``key`` is pruned without a measurement, as ``found`` shows it
+    would fail (``ruled_out``); the reason is kept on the trial."""
     trial.set_user_attr(CONFIG_ATTR, key)
-    trial.set_user_attr(
-        NOT_MEASURED_ATTR,
-        f"not measured: it needs no less memory than {bound.shown_by}, which ran out ({bound.message})",
-    )
+    trial.set_user_attr(NOT_MEASURED_ATTR, why_ruled_out(found))
     _told(study, trial, state=TrialState.PRUNED)
 
 
@@ -468,13 +468,21 @@ def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
     _told(study, trial, state=TrialState.FAIL)
 
 
-def _out_of_memory(attrs: dict[str, Any], measured: Measured, machine: str) -> list[OutOfMemory]:
-    """What ran out of memory on ``machine``: the probe's settings (in the study's ``attrs``), then the trials'
-    (of ``measured``)."""
-    probe = attrs.get(on_machine(PROBE_ATTR, machine))
-    found = ProbeRecord.from_dict(probe).out_of_memory if probe is not None else []
-    shown = (OutOfMemory.of_trial(trial.number, result) for trial, result in measured)
-    return [*found, *(entry for entry in shown if entry is not None)]
+def _known_failures(attrs: dict[str, Any], measured: Measured, machine: str) -> list[KnownFailure]:
+    """What failed on ``machine`` in a way that rules out configurations unmeasured (``ruled_out``): what ran out of
+    memory, the probe's settings (in the study's ``attrs``) then the trials' (of ``measured``); and the first trial's
+    exception raised in a DataLoader worker, while no configuration with workers loaded a batch: not the baseline,
+    not the probe's DataLoader alone, not a trial (``workers_ran``)."""
+    stored = attrs.get(on_machine(PROBE_ATTR, machine))
+    probe = ProbeRecord.from_dict(stored) if stored is not None else None
+    found: list[KnownFailure] = [*(probe.out_of_memory if probe else [])]
+    found += [entry for trial, result in measured if (entry := OutOfMemory.of_trial(trial.number, result))]
+    baseline = attrs.get(on_machine(BASELINE_ATTR, machine))
+    results = [result for _, result in measured] + ([TrialResult.from_dict(baseline)] if baseline else [])
+    if (probe is not None and probe.workers_ran) or any(map(workers_ran, results)):
+        return found
+    in_workers = (WorkerFailure.of_trial(trial.number, result) for trial, result in measured)
+    return found + [entry for entry in in_workers if entry][:1]
 
 
 def within_budget(result: TrialResult, settings: StudySettings) -> TrialResult:
@@ -621,9 +629,10 @@ def _known_outcomes(
     measured: Measured,
     settings: StudySettings,
     machine: str,
+    failed: list[KnownFailure],
 ) -> dict[str, _Outcome]:
     """Configurations measured on ``machine`` (the baseline, in the study's ``attrs``, and ``measured``), and those of
-    ``trials`` not measured for needing no less memory than one that ran out → what Optuna was told about them."""
+    ``trials`` not measured as what ``failed`` still rules out (``ruled_out``) → what Optuna was told about them."""
     known: dict[str, _Outcome] = {}
     baseline = attrs.get(on_machine(BASELINE_ATTR, machine))
     if baseline is not None:
@@ -636,5 +645,6 @@ def _known_outcomes(
     for trial in trials:
         kept = trial.user_attrs
         if trial.state is TrialState.PRUNED and NOT_MEASURED_ATTR in kept and kept.get(MACHINE_ATTR) == machine:
-            known.setdefault(kept[CONFIG_ATTR], _Outcome(trial.number, TrialState.PRUNED))
+            if ruled_out(json.loads(kept[CONFIG_ATTR]), failed):  # a failure in a worker no longer rules out once
+                known.setdefault(kept[CONFIG_ATTR], _Outcome(trial.number, TrialState.PRUNED))  # workers ran
     return known

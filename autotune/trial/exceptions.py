@@ -6,11 +6,18 @@ import re
 
 import torch
 
+from autotune.errors import AutotuneError
+
 _MESSAGE_LIMIT = 500
 # A RuntimeError names a failed allocation when its message says memory ran out ("out of memory", "can't allocate
-# memory", "cannot allocate memory") or carries a CUDA library's allocation status (*_ALLOC_FAILED,
-# *_ALLOCATION_FAILED: cuBLAS, cuDNN, cuFFT, cuSOLVER, cuRAND).
-_ALLOCATION_FAILED = re.compile(r"out of memory|(can't|cannot) allocate memory|_ALLOC(ATION)?_FAILED", re.I)
+# memory", "cannot allocate memory"), carries a CUDA library's allocation status (*_ALLOC_FAILED,
+# *_ALLOCATION_FAILED: cuBLAS, cuDNN, cuFFT, cuSOLVER, cuRAND), or says shared memory, where DataLoader workers put
+# their batches, is full ("unable to write to file </torch_...>: No space left on device").
+_ALLOCATION_FAILED = re.compile(
+    r"out of memory|(can't|cannot) allocate memory|_ALLOC(ATION)?_FAILED|unable to (write to file|open shared memory "
+    r"object) </torch_",
+    re.I,
+)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -29,8 +36,10 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def exception_text(exc: BaseException) -> str:
     """``exc`` as one line, "Type: message", at most 500 characters; an error re-raised from a DataLoader worker
-    carries its traceback, of which the first and last lines are kept."""
+    carries its traceback, of which the first and last lines are kept. autotune's own errors, which name the key
+    they are about (a pipeline component that failed to build), go without their type."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     if len(lines) > 1 and "Traceback" in str(exc):
         lines = [lines[0].rstrip("."), lines[-1]]
-    return f"{type(exc).__name__}: {': '.join(lines)}"[:_MESSAGE_LIMIT]
+    kind = "" if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: "
+    return f"{kind}{': '.join(lines)}"[:_MESSAGE_LIMIT]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -15,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.measure.differential import LoaderRate, loader_rate, step_throughput
-from autotune.measure.system import busy_core_seconds
+from autotune.measure.system import OthersMeter, tree_cpu_seconds
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
 from autotune.trial.exceptions import exception_text, is_out_of_memory
@@ -30,10 +31,12 @@ def run_probe(
     """Time every setting of ``plan`` on ``pipeline`` in this process; one that runs out of memory or raises is
     recorded (``ProbeResult.out_of_memory``, ``ProbeResult.failed``) and the others are timed all the same."""
     guard = _Guard(device)
+    others = OthersMeter()
     loaders = [
         guard.time("loader", index, partial(_time_loader, pipeline, setting, plan.seconds))
         for index, setting in enumerate(plan.loaders)
     ]
+    others_cores = others.cores()
     rates = [rate.samples_per_s if rate else None for rate in loaders]
     cpu = [rate.cpu_s_per_sample if rate else None for rate in loaders]
     cached: dict[int, Any] = {}
@@ -53,7 +56,7 @@ def run_probe(
     guard.time("compute", None, partial(compute, plan.computes[0]))
     computes = [guard.time("compute", index, partial(compute, knobs)) for index, knobs in enumerate(plan.computes)]
     again = guard.time("compute", None, partial(compute, plan.computes[0]))  # did the machine's speed hold?
-    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu)
+    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores)
 
 
 class _Guard:
@@ -99,12 +102,10 @@ def _loader(pipeline: Pipeline, batch_size: int, num_workers: int) -> DataLoader
 
 
 def _time_loader(pipeline: Pipeline, setting: dict[str, Any], seconds: float) -> LoaderRate:
-    """The loader of ``setting`` alone, and the cores' busy time a sample took: this process's and its workers',
-    and any other process's, so a busy machine reads as loading that computes (workers beyond the cores are then not
-    predicted faster) rather than as loading that waits."""
+    """The loader of ``setting`` alone, and the CPU time a sample took this process and its workers."""
     batch_size = setting["batch_size"]
     loader = _loader(pipeline, batch_size, setting["num_workers"])
-    return loader_rate(loader, batch_size, seconds, cpu_seconds=busy_core_seconds)
+    return loader_rate(loader, batch_size, seconds, cpu_seconds=partial(tree_cpu_seconds, os.getpid()))
 
 
 def _time_compute(

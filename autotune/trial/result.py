@@ -56,9 +56,11 @@ class ProbeResult:
     for a setting that ran out of memory, which ``out_of_memory`` lists with its error, or raised anything else,
     which ``failed`` lists (a model that cannot take channels_last: the other settings still steer the search).
     ``anchor_again``: the first model step setting timed once more after all the others (None: it did not run),
-    which tells whether the machine's speed held while the probe ran. ``loader_cpu``: the cores' busy seconds a
-    sample took each loader setting (``LoaderRate``, ``probe._time_loader``), None where not read (empty: a probe
-    stored before they were)."""
+    which tells whether the machine's speed held while the probe ran. ``loader_cpu``: the CPU seconds a sample took
+    each loader setting's processes (``LoaderRate``), None where not read (empty: a probe stored before they were);
+    ``loader_others_cores``: the cores' worth other processes used while the loader settings were timed (None: not
+    read), beside which the CPU readings do not tell loading that waits for files from loading that waits for a
+    core."""
 
     loader_throughputs: list[float | None] = field(default_factory=list)
     compute_throughputs: list[float | None] = field(default_factory=list)
@@ -66,6 +68,7 @@ class ProbeResult:
     failed: list[ProbeFailure] = field(default_factory=list)
     anchor_again: float | None = None
     loader_cpu: list[float | None] = field(default_factory=list)
+    loader_others_cores: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +84,7 @@ class ProbeResult:
             failed,
             data.get("anchor_again"),
             data.get("loader_cpu", []),
+            data.get("loader_others_cores"),
         )
 
 

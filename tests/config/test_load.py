@@ -201,6 +201,9 @@ def test_the_targets_are_imported_where_the_facts_are_read_naming_the_key(tmp_pa
     assert refused == Refusal(
         "pipeline.loss._target_", "'math.pi' is a float, not a class or function to call: name what builds the loss"
     )
+    config = {**tiny_config(), "pipeline": _pipeline(loss={"_target_": "errno.EINTR"})}
+    refused = read_facts(load_settings(config, "tiny").pipeline, "cpu").refused
+    assert refused.problem.startswith("'errno.EINTR' is an int, not a class or function to call")
 
 
 @pytest.mark.slow

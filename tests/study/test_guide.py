@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autotune.knobs import KNOBS
@@ -341,8 +343,16 @@ def test_workers_beyond_the_cores_are_proposed_only_where_the_probe_read_loading
     # Waiting, a sample takes 1 ms of CPU; computing, a worker's whole time (10 ms a sample).
     cpu = [0.001 if waits else 0.01 for _ in plan.loaders]
     computes = [400.0 if k["num_threads"] == 1 else 500.0 for k in plan.computes]
-    g = Guide(ProbeModel(plan, ProbeResult(rates, computes, loader_cpu=cpu), cores=2), space, BASELINE)
+    quiet = ProbeResult(rates, computes, loader_cpu=cpu, loader_others_cores=0.02)
+    g = Guide(ProbeModel(plan, quiet, cores=2), space, BASELINE)
     knobs, predicted = propose(g, observed(g, BASELINE))
     assert knobs["num_workers"] == workers
     # Waiting, 4 workers hold 1 core (0.4 cores' worth, rounded up): one thread computes beside them, at 400/s
     assert predicted == pytest.approx(400.0 if waits else 1 / ((0.01 + 1 / 400) / 2))
+    # Other processes busy while the loaders were timed: loading off a core may have waited for one, not for I/O.
+    crowded = Guide(ProbeModel(plan, replace(quiet, loader_others_cores=0.8), cores=2), space, BASELINE)
+    assert propose(crowded, observed(crowded, BASELINE))[0]["num_workers"] == 2
+    # On a GPU the model step takes no core, and loading alone decides: 4 workers on 2 cores read faster than 2 by
+    # their quarter-second timings count only where loading waits.
+    on_gpu = Guide(ProbeModel(plan, quiet, device="cuda", host_cores=2), space, BASELINE)
+    assert propose(on_gpu, observed(on_gpu, BASELINE))[0]["num_workers"] == workers

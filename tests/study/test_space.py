@@ -160,6 +160,19 @@ def test_any_batch_size_list_is_kept_or_refused_naming_the_value(values):
         assert space.size == expected_size(space)
 
 
+@pytest.mark.parametrize(
+    ("name", "values", "refused"),
+    [
+        ("num_threads", [1, 2, 8, 9], "9 threads on the 2 cores trials run on is more than 4 a core"),
+        ("num_workers", [0, 8, 9], "9 workers on the 2 cores trials run on is more than 4 a core"),
+    ],
+)
+def test_values_that_run_but_only_waste_trials_here_are_refused_naming_the_key(name, values, refused):
+    with pytest.raises(ConfigError, match=f"^search.{name}: {values[-1]} is not worth a trial here: {refused}"):
+        build_space({**ALL_DEFAULT, name: values}, cpu_context(cpu_count=2))
+    assert build_space({**ALL_DEFAULT, name: values[:-1]}, cpu_context(cpu_count=2)).candidates[name] == values[:-1]
+
+
 @st.composite
 def contexts(draw) -> object:
     """A machine and a pipeline such as a user brings: any device, core count, dataset, input and baseline batch."""

@@ -1,0 +1,121 @@
+"""A dataset that cannot load in a DataLoader worker: one failure in a worker rules out every configuration with
+workers until one of them runs, as an out-of-memory rules out what needs as much memory."""
+
+from __future__ import annotations
+
+from autotune.knobs import KNOBS
+from autotune.measure.environment import this_machine_id
+from autotune.records import NOT_MEASURED_ATTR, PROBE_ATTR, ProbeRecord, on_machine
+from autotune.study.space import SearchSpace
+from autotune.study.start import open_study
+from autotune.study.tuner import ensure_baseline, tune
+from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbePlan, ProbeResult, TrialResult
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement
+from tests.study.test_tuner import META, settings
+
+BASE = {**NEUTRAL_KNOBS, "batch_size": 16}
+VARIED = {"batch_size": [16, 32], "num_workers": [0, 2], "prefetch_factor": [2], "persistent_workers": [False]}
+SPACE = SearchSpace({name: VARIED.get(name, [BASE[name]]) for name in KNOBS})
+IN_A_WORKER = (
+    "RuntimeError: Caught RuntimeError in DataLoader worker process 0: RuntimeError: this dataset cannot load in a "
+    "worker"
+)
+WITH_WORKERS = {"batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": False}
+
+
+def loads_only_in_the_training_process(calls: list, fails=lambda knobs: knobs["num_workers"] > 0):
+    def run(knobs, name, on_progress):
+        calls.append(knobs)
+        if fails(knobs):
+            return TrialResult(knobs, failure=Failure(FailureKind.EXCEPTION, IN_A_WORKER))
+        return TrialResult(knobs, measurement=fake_measurement(10.0 * knobs["batch_size"]))
+
+    return run
+
+
+def test_one_failure_in_a_worker_rules_out_every_configuration_with_workers(tmp_path):
+    study = open_study(settings(tmp_path), META)
+    calls: list = []
+    ensure_baseline(study, BASE, loads_only_in_the_training_process(calls))
+    study.enqueue_trial(WITH_WORKERS)
+    study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})  # as a sampler would, sooner or later
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=20), loads_only_in_the_training_process(calls), print)
+    assert [knobs["num_workers"] for knobs in calls].count(2) == 1, "the second configuration with workers not run"
+    assert {(k["batch_size"], k["num_workers"]) for k in calls} == {(16, 0), (32, 0), (32, 2)}
+    assert reason.message.startswith("all 4 configurations of the search space are measured or ruled out")
+    failed = next(t for t in study.trials if t.params.get("num_workers") == 2 and NOT_MEASURED_ATTR not in t.user_attrs)
+    (skipped,) = [t.user_attrs[NOT_MEASURED_ATTR] for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
+    assert skipped == (
+        f"not measured: it loads in DataLoader workers, and trial {failed.number} failed in one ({IN_A_WORKER}) while "
+        "no configuration with workers ran; search.num_workers=[0] leaves them out"
+    )
+
+
+def test_a_failure_in_a_worker_after_one_with_workers_ran_rules_nothing_out(tmp_path):
+    # Workers load at batch 16 and fail at batch 32 (a sample the batch reaches, say): not the dataset refusing
+    # workers, so the other configuration with workers is measured too.
+    study = open_study(settings(tmp_path), META)
+    calls: list = []
+    at_32 = loads_only_in_the_training_process(calls, fails=lambda k: k["num_workers"] > 0 and k["batch_size"] == 32)
+    ensure_baseline(study, BASE, at_32)
+    study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})
+    study.enqueue_trial(WITH_WORKERS)
+    tune(study, SPACE, settings(tmp_path, n_trials=20), at_32, print)
+    assert sorted((k["batch_size"], k["num_workers"]) for k in calls) == [(16, 0), (16, 2), (32, 0), (32, 2)]
+    assert not [t for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
+
+
+def test_workers_that_loaded_anywhere_keep_a_later_failure_in_a_worker_from_ruling_them_out(tmp_path):
+    # The baseline loads with 2 workers at batch 16, a trial at batch 32 fails in one (a sample it reaches, say): the
+    # dataset loads in workers, so batch 64 with workers is measured.
+    space = SearchSpace({name: {**VARIED, "batch_size": [16, 32, 64]}.get(name, [BASE[name]]) for name in KNOBS})
+    study = open_study(settings(tmp_path), META)
+    calls: list = []
+    at_32 = loads_only_in_the_training_process(calls, fails=lambda k: k["num_workers"] > 0 and k["batch_size"] == 32)
+    ensure_baseline(study, {**BASE, **WITH_WORKERS, "batch_size": 16}, at_32)
+    study.enqueue_trial(WITH_WORKERS)
+    study.enqueue_trial({**WITH_WORKERS, "batch_size": 64})
+    tune(study, space, settings(tmp_path, n_trials=2), at_32, print)
+    assert [(k["batch_size"], k["num_workers"]) for k in calls[1:]] == [(32, 2), (64, 2)]
+
+
+def test_a_configuration_ruled_out_by_a_failure_in_a_worker_is_tried_once_workers_have_loaded(tmp_path):
+    # (32, 2) fails in a worker and rules out (16, 2); then workers are seen loading (here the probe's, stored for
+    # the machine): (16, 2) is untried again, not a configuration the study already knows.
+    study = open_study(settings(tmp_path), META)
+    calls: list = []
+    at_32 = loads_only_in_the_training_process(calls, fails=lambda k: k["num_workers"] > 0 and k["batch_size"] == 32)
+    ensure_baseline(study, BASE, at_32)
+    study.enqueue_trial(WITH_WORKERS)
+    study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})
+    tune(study, SPACE, settings(tmp_path, n_trials=2), at_32, print)
+    (ruled,) = [t for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
+    assert ruled.params["batch_size"] == 16 and ruled.params["num_workers"] == 2
+    study.set_user_attr(on_machine(PROBE_ATTR, this_machine_id()), probe_of_workers_loading().to_dict())
+    before = len(calls)
+    study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})
+    tune(study, SPACE, settings(tmp_path, n_trials=3), at_32, print)
+    assert [(k["batch_size"], k["num_workers"]) for k in calls[before:]] == [(16, 2)]
+
+
+def probe_of_workers_loading(rates=(500.0, 900.0)) -> ProbeRecord:
+    loaders = [{"batch_size": 16, "num_workers": w} for w in (0, 2)]
+    failed = [ProbeFailure("loader", 1, IN_A_WORKER)] if rates[1] is None else []
+    return ProbeRecord(10.0, ProbePlan(loaders, [BASE]), ProbeResult(list(rates), [100.0], failed=failed))
+
+
+def test_the_probes_loader_failing_in_a_worker_rules_nothing_out_and_its_workers_loading_counts(tmp_path):
+    # The probe reads the dataset in its own process before it forks its workers, as no trial does: a handle opened
+    # there may fail in them where a trial's workers load. Its loaders that ran with workers show workers load.
+    assert not probe_of_workers_loading((500.0, None)).workers_ran
+    loaded = probe_of_workers_loading()
+    assert loaded.workers_ran
+    study = open_study(settings(tmp_path), META)
+    calls: list = []
+    at_32 = loads_only_in_the_training_process(calls, fails=lambda k: k["num_workers"] > 0 and k["batch_size"] == 32)
+    ensure_baseline(study, BASE, at_32)
+    study.set_user_attr(on_machine(PROBE_ATTR, this_machine_id()), loaded.to_dict())
+    study.enqueue_trial(WITH_WORKERS)
+    study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})
+    tune(study, SPACE, settings(tmp_path, n_trials=2), at_32, print)
+    assert [(k["batch_size"], k["num_workers"]) for k in calls[1:]] == [(32, 2), (16, 2)]
