@@ -6,10 +6,11 @@ measured runs. On a CPU without workers, loading and compute run one after the o
 workers, or on a GPU, which computes while the host loads the next batch, they overlap (min(L, C)), and on a
 CPU workers and compute also share the cores: a sample then needs at least
 (loading CPU time + threads x compute time) / cores, the loading CPU time as the probe read it for that loader
-setting (loading that waits for files or the network takes less CPU than its time: workers beyond the cores then
-overlap the waits), and compute threads beyond the cores the workers keep busy are counted as gaining nothing
+setting (loading that waits for files or the network takes less CPU than its time), and compute threads beyond the
+cores the workers keep busy are counted as gaining nothing
 (oversubscribed OpenMP threads measured worse, never better; where the model step was not timed with the free
-thread count, compute is scaled down in proportion).
+thread count, compute is scaled down in proportion). Workers beyond the host's cores, on a GPU too, are predicted no
+faster than the most within them unless the probe read their loader leaving cores idle (``WAITING_SHARE``).
 Compute settings are timed one knob at a time around the anchor (the baseline, made to fit the space) and
 combined as independent factors; the knobs that act on activations (PER_BATCH_KNOBS) are timed at every batch
 size, as their effect changes with it. A knob whose every value changes the model step by less than 3 % is left
@@ -208,9 +209,9 @@ class ProbeModel:
         return all(abs(factor - 1) < _NEGLIGIBLE for factor in factors)
 
     def _loading_cpu_s(self, batch_size: int, num_workers: int) -> float:
-        """CPU seconds per sample of loading with ``num_workers``: as the probe read it for that setting, else (a
-        probe stored before it read it) from the loader timed with the fewest workers, as if its workers were busy
-        all the time."""
+        """CPU seconds per sample of loading with ``num_workers``: as the probe read it for that setting, else (not
+        read, or not to be trusted: ``_loader_cpu``) from the loader timed with the fewest workers, as if its
+        workers were busy all the time."""
         measured = self._loader_cpu(batch_size, num_workers)
         if measured is not None:
             return measured
