@@ -35,7 +35,7 @@ def loader_rate(
     consumed as fast as it can produce them, timed from its first batch (so worker start-up is not counted) for at
     least ``seconds`` or to the end of the epoch where it runs out; a loader of one batch an epoch is timed over its
     next epoch, as training goes on to it. ``cpu_seconds()``, read at the same two ends while the workers live,
-    gives the CPU a sample took."""
+    gives the CPU a sample took (over ``CPU_MIN_WINDOW_S`` at least)."""
     batches = iter(loader)
     if next(batches, None) is None:
         raise ValueError("the DataLoader yields no batch; cannot time it")
@@ -54,9 +54,14 @@ def loader_rate(
     raise ValueError("the DataLoader yields no batch in its second epoch; cannot time it")
 
 
+# A process's CPU time is kept by the 10 ms tick: over a shorter timing (an epoch that ends sooner) it reads 0 or a
+# tick, so no CPU figure is kept.
+CPU_MIN_WINDOW_S = 0.1
+
+
 def _rate(samples: int, elapsed: float, cpu_seconds: Callable[[], float] | None, cpu_start: float | None) -> LoaderRate:
-    cpu = (cpu_seconds() - cpu_start) / samples if cpu_seconds and cpu_start is not None else None
-    return LoaderRate(samples / elapsed, cpu)
+    timed = cpu_seconds is not None and cpu_start is not None and elapsed >= CPU_MIN_WINDOW_S
+    return LoaderRate(samples / elapsed, (cpu_seconds() - cpu_start) / samples if timed else None)
 
 
 def step_throughput(
