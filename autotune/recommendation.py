@@ -297,8 +297,8 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
     if recommendation.untrimmed:
         warnings.warn(
             f"{path}: untrimmed: not every change in it was shown to matter (the trim, which undoes each in turn, "
-            "did not run to its end, or no race ran: study.budget_s, a stopped run, study.confirm_rounds=0); "
-            "mode=benchmark measures each change",
+            "did not run to its end, or no race ran: study.budget_s, a failed or stopped run, another tuner still "
+            "at it, study.confirm_rounds=0); mode=benchmark measures each change",
             UntrimmedWarning,
             stacklevel=2,
         )

@@ -157,11 +157,13 @@ class WorkerFailure:
 
 def workers_ran(result: TrialResult) -> bool:
     """Whether ``result``'s configuration loaded batches in DataLoader workers: it has workers and was measured,
-    stopped as slower (pruned), or ended by a verdict on its speed, memory or loss, not by an exception, a signal or
-    a timeout (which may come before its workers load anything)."""
+    stopped as slower (pruned), or found incorrect, or ran out of memory with a measurement kept (over a budget):
+    not ended by an exception, a signal, a timeout or a kill for memory, which may come before its workers load."""
     if (result.knobs.get("num_workers") or 0) == 0:
         return False
-    return result.failure is None or not result.failure.kind.is_fault
+    failure = result.failure
+    loaded = (FailureKind.PRUNED, FailureKind.INCORRECT)
+    return failure is None or failure.kind in loaded or result.measurement is not None
 
 
 @dataclass(frozen=True)

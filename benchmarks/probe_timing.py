@@ -59,7 +59,8 @@ def main() -> None:
             for which in order:
                 plan = probe_plan(space, settings.baseline, **timings[which])
                 result = runner.probe(plan)
-                probes[which].append(_predictions(ProbeModel(plan, result.probe, ctx.cpu_count), configurations))
+                model = ProbeModel(plan, result.probe, ctx.cpu_count, host_cores=ctx.cpu_count)
+                probes[which].append(_predictions(model, configurations))
                 walls[which].append(result.wall_s)
                 print(f"round {index + 1}: {which}, {len(plan.loaders) + len(plan.computes)} settings, "
                       f"{result.wall_s:.1f} s")  # fmt: skip

@@ -10,7 +10,7 @@ setting (loading that waits for files or the network takes less CPU than its tim
 cores the workers keep busy are counted as gaining nothing
 (oversubscribed OpenMP threads measured worse, never better; where the model step was not timed with the free
 thread count, compute is scaled down in proportion). Workers beyond the host's cores, on a GPU too, are predicted no
-faster than the most within them unless the probe read their loader leaving cores idle (``WAITING_SHARE``).
+faster than the most within them unless the probe read that loader leaving cores idle (``WAITING_SHARE``).
 Compute settings are timed one knob at a time around the anchor (the baseline, made to fit the space) and
 combined as independent factors; the knobs that act on activations (PER_BATCH_KNOBS) are timed at every batch
 size, as their effect changes with it. A knob whose every value changes the model step by less than 3 % is left
@@ -54,9 +54,11 @@ _LOADING_ONLY = ("num_workers", *WORKER_OPTIONS)
 # probe beside a test suite read settings up to 7x slow). Read faster last says nothing: a process's model step
 # speeds up as it warms (466.8 then 861.1 samples/s on a quiet machine).
 DRIFT = 0.5
-# Workers beyond the host's cores are predicted faster than those within only where the probe read their loader
-# keeping under this share of the cores busy (the rest waiting for files or the network).
+# Workers beyond the host's cores are predicted faster than those within only where the probe read the loader with
+# the most workers within them keeping under this share of the cores busy (the rest waiting for files or the network).
 WAITING_SHARE = 0.75
+# Below this many cores' worth a loader's reading is taken as this (a tick or two): the gain it allows stays bounded.
+_MIN_BUSY_CORES = 0.05
 
 
 @dataclass(frozen=True)
@@ -164,24 +166,31 @@ class ProbeModel:
         return 1 / seconds
 
     def _loading(self, batch_size: int, num_workers: int) -> float:
-        """The loader's samples/s with ``num_workers``: as timed, but beyond the host's cores no faster than the
-        fastest count timed within them, unless the probe read that loader leaving cores idle (``_waits``): two
-        timings of a quarter second differ by more than the cores beyond the first can add where loading computes."""
+        """The loader's samples/s with ``num_workers``: as timed within the host's cores; beyond them no faster than
+        the most workers timed within them (``_within``) where that loader kept the cores busy, and no faster than
+        it would be with every core as busy where it left cores idle (loading that waits: more workers fill them).
+        Two timings of a quarter second differ by more than the cores beyond can add where loading computes."""
         rate = self.loader(batch_size, num_workers)
-        if self.host_cores is None or num_workers <= self.host_cores or self._waits(batch_size, num_workers):
+        if self.host_cores is None or num_workers <= self.host_cores:
             return rate
-        within = [
-            self.result.loader_throughputs[index]
-            for index, setting in enumerate(self.plan.loaders)
-            if setting["batch_size"] == batch_size and setting["num_workers"] <= self.host_cores
-        ]
-        return min(rate, max((r for r in within if r is not None), default=rate))
+        within = self._within(batch_size)
+        if within is None:
+            return rate
+        within_rate = self.loader(batch_size, within)
+        cpu = self._loader_cpu(batch_size, within)
+        busy = cpu * within_rate if cpu is not None else None
+        if busy is None or busy >= WAITING_SHARE * self.host_cores:
+            return min(rate, within_rate)
+        return min(rate, within_rate * self.host_cores / max(busy, _MIN_BUSY_CORES))
 
-    def _waits(self, batch_size: int, num_workers: int) -> bool:
-        """Whether the probe read the loader with ``num_workers`` keeping under ``WAITING_SHARE`` of the host's cores
-        busy: loading that waits for files or the network, which more workers overlap."""
-        cpu = self._loader_cpu(batch_size, num_workers)
-        return cpu is not None and cpu * self.loader(batch_size, num_workers) < WAITING_SHARE * self.host_cores
+    def _within(self, batch_size: int) -> int | None:
+        """The most workers the probe's loader ran with at ``batch_size`` within the host's cores, or None."""
+        ran = [
+            setting["num_workers"]
+            for setting, rate in zip(self.plan.loaders, self.result.loader_throughputs, strict=True)
+            if setting["batch_size"] == batch_size and setting["num_workers"] <= self.host_cores and rate is not None
+        ]
+        return max(ran, default=None)
 
     def free_threads(self, knobs: dict[str, Any]) -> int | None:
         """The cores ``knobs``' workers leave free for compute threads, where it asks for more threads than that
@@ -215,8 +224,12 @@ class ProbeModel:
         measured = self._loader_cpu(batch_size, num_workers)
         if measured is not None:
             return measured
-        timed = [s for s in self.plan.loaders if s["batch_size"] == batch_size]
-        fewest = min(timed, key=lambda s: s["num_workers"])
+        ran = [
+            setting
+            for setting, rate in zip(self.plan.loaders, self.result.loader_throughputs, strict=True)
+            if setting["batch_size"] == batch_size and rate is not None
+        ]
+        fewest = min(ran or [{"batch_size": batch_size, "num_workers": num_workers}], key=lambda s: s["num_workers"])
         return max(fewest["num_workers"], 1) / self.loader(batch_size, fewest["num_workers"])
 
     def _loader_cpu(self, batch_size: int, num_workers: int) -> float | None:

@@ -470,9 +470,9 @@ def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
 
 def _known_failures(attrs: dict[str, Any], measured: Measured, machine: str) -> list[KnownFailure]:
     """What failed on ``machine`` in a way that rules out configurations unmeasured (``ruled_out``): what ran out of
-    memory, the probe's settings (in the study's ``attrs``) then the trials' (of ``measured``); and the first trial's
-    exception raised in a DataLoader worker, while no configuration with workers loaded a batch: not the baseline,
-    not the probe's DataLoader alone, not a trial (``workers_ran``)."""
+    memory, the probe's settings (in the study's ``attrs``) then the trials' (of ``measured``); and, from two trials'
+    exceptions raised in DataLoader workers on, the second, while no configuration with workers loaded a batch: not
+    the baseline, not the probe's DataLoader alone, not a trial (``workers_ran``)."""
     stored = attrs.get(on_machine(PROBE_ATTR, machine))
     probe = ProbeRecord.from_dict(stored) if stored is not None else None
     found: list[KnownFailure] = [*(probe.out_of_memory if probe else [])]
@@ -481,8 +481,8 @@ def _known_failures(attrs: dict[str, Any], measured: Measured, machine: str) -> 
     results = [result for _, result in measured] + ([TrialResult.from_dict(baseline)] if baseline else [])
     if (probe is not None and probe.workers_ran) or any(map(workers_ran, results)):
         return found
-    in_workers = (WorkerFailure.of_trial(trial.number, result) for trial, result in measured)
-    return found + [entry for entry in in_workers if entry][:1]
+    in_workers = [entry for trial, result in measured if (entry := WorkerFailure.of_trial(trial.number, result))]
+    return found + in_workers[1:2]  # the second: one may be a sample the others never reach, or a passing fault
 
 
 def within_budget(result: TrialResult, settings: StudySettings) -> TrialResult:

@@ -14,8 +14,8 @@ _MESSAGE_LIMIT = 500
 # *_ALLOCATION_FAILED: cuBLAS, cuDNN, cuFFT, cuSOLVER, cuRAND), or says shared memory, where DataLoader workers put
 # their batches, is full ("unable to write to file </torch_...>: No space left on device").
 _ALLOCATION_FAILED = re.compile(
-    r"out of memory|(can't|cannot) allocate memory|_ALLOC(ATION)?_FAILED|unable to (write to file|open shared memory "
-    r"object) </torch_",
+    r"out of memory|(can't|cannot) allocate memory|_ALLOC(ATION)?_FAILED|"
+    r"unable to (write to file|open shared memory object) </torch_[^>]*>[^:]*: No space left on device",
     re.I,
 )
 

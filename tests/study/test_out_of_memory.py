@@ -86,6 +86,9 @@ def test_an_allocation_failure_of_any_allocator_is_out_of_memory(exc):
         RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"),
         RuntimeError("Expected all tensors to be on the same device"),
         ValueError("the model ran out of memory-mapped shards"),
+        RuntimeError(  # the file handles DataLoader workers pass batches by ran out: not memory
+            "unable to open shared memory object </torch_31_2107318574_0> in read-write mode: Too many open files (24)"
+        ),
     ],
 )
 def test_other_errors_are_exceptions(exc):

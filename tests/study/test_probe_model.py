@@ -315,3 +315,22 @@ def test_a_torch_default_thread_count_the_probe_did_not_time_is_predicted_at_the
     plan = probe_plan(space, baseline)
     result = ProbeResult([100.0] * len(plan.loaders), [400.0] * len(plan.computes))
     assert ProbeModel(plan, result, cores=12, default_threads=6).compute(baseline) == pytest.approx(400.0)
+
+
+@pytest.mark.parametrize(
+    ("busy_within", "four_workers"),
+    [(0.8, 500.0), (1.0, 500.0), (1.6, 250.0), (None, 250.0)],
+)
+def test_workers_beyond_the_cores_are_predicted_faster_only_as_far_as_the_idle_cores_allow(busy_within, four_workers):
+    # 2 cores. 2 workers load 250 samples/s keeping `busy_within` cores busy; 4 workers were timed at 500. Loading
+    # half waiting (1 core busy) may double with every core busy; at 1.6 of 2 cores it computes: no faster than 2.
+    varied = {"batch_size": [16], "num_workers": [0, 2, 4]}
+    space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+    rates = {0: 125.0, 2: 250.0, 4: 500.0}
+    cpu = [None if busy_within is None else busy_within / 250.0 for _ in plan.loaders]
+    result = ProbeResult([rates[s["num_workers"]] for s in plan.loaders], [1000.0] * len(plan.computes))
+    result = replace(result, loader_cpu=cpu, loader_others_cores=0.0)
+    model = ProbeModel(plan, result, device="cuda", host_cores=2)
+    assert model._loading(16, 4) == pytest.approx(four_workers)
+    assert model._loading(16, 2) == 250.0, "within the cores: as timed"

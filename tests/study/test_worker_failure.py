@@ -1,4 +1,4 @@
-"""A dataset that cannot load in a DataLoader worker: one failure in a worker rules out every configuration with
+"""A dataset that cannot load in a DataLoader worker: two failures in workers rule out every configuration with
 workers until one of them runs, as an out-of-memory rules out what needs as much memory."""
 
 from __future__ import annotations
@@ -33,20 +33,26 @@ def loads_only_in_the_training_process(calls: list, fails=lambda knobs: knobs["n
     return run
 
 
-def test_one_failure_in_a_worker_rules_out_every_configuration_with_workers(tmp_path):
+THREE_BATCHES = SearchSpace({name: {**VARIED, "batch_size": [16, 32, 64]}.get(name, [BASE[name]]) for name in KNOBS})
+
+
+def test_two_failures_in_workers_rule_out_every_configuration_with_workers(tmp_path):
+    # One failure may be a sample the other configurations never reach, or a passing fault: the second rules out.
     study = open_study(settings(tmp_path), META)
     calls: list = []
     ensure_baseline(study, BASE, loads_only_in_the_training_process(calls))
-    study.enqueue_trial(WITH_WORKERS)
-    study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})  # as a sampler would, sooner or later
-    reason = tune(study, SPACE, settings(tmp_path, n_trials=20), loads_only_in_the_training_process(calls), print)
-    assert [knobs["num_workers"] for knobs in calls].count(2) == 1, "the second configuration with workers not run"
-    assert {(k["batch_size"], k["num_workers"]) for k in calls} == {(16, 0), (32, 0), (32, 2)}
-    assert reason.message.startswith("all 4 configurations of the search space are measured or ruled out")
-    failed = next(t for t in study.trials if t.params.get("num_workers") == 2 and NOT_MEASURED_ATTR not in t.user_attrs)
+    for batch in (32, 16, 64):  # as a sampler would, sooner or later
+        study.enqueue_trial({**WITH_WORKERS, "batch_size": batch})
+    reason = tune(
+        study, THREE_BATCHES, settings(tmp_path, n_trials=20), loads_only_in_the_training_process(calls), print
+    )
+    assert [(k["batch_size"], k["num_workers"]) for k in calls if k["num_workers"]] == [(32, 2), (16, 2)]
+    assert {(k["batch_size"], k["num_workers"]) for k in calls if not k["num_workers"]} == {(16, 0), (32, 0), (64, 0)}
+    assert reason.message.startswith("all 6 configurations of the search space are measured or ruled out")
+    second = next(t for t in study.trials if t.params.get("num_workers") == 2 and t.params["batch_size"] == 16)
     (skipped,) = [t.user_attrs[NOT_MEASURED_ATTR] for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
     assert skipped == (
-        f"not measured: it loads in DataLoader workers, and trial {failed.number} failed in one ({IN_A_WORKER}) while "
+        f"not measured: it loads in DataLoader workers, and trial {second.number} failed in one ({IN_A_WORKER}) while "
         "no configuration with workers ran; search.num_workers=[0] leaves them out"
     )
 
@@ -79,22 +85,22 @@ def test_workers_that_loaded_anywhere_keep_a_later_failure_in_a_worker_from_ruli
     assert [(k["batch_size"], k["num_workers"]) for k in calls[1:]] == [(32, 2), (64, 2)]
 
 
-def test_a_configuration_ruled_out_by_a_failure_in_a_worker_is_tried_once_workers_have_loaded(tmp_path):
-    # (32, 2) fails in a worker and rules out (16, 2); then workers are seen loading (here the probe's, stored for
-    # the machine): (16, 2) is untried again, not a configuration the study already knows.
+def test_a_configuration_ruled_out_by_failures_in_workers_is_tried_once_workers_have_loaded(tmp_path):
+    # (32, 2) and (64, 2) fail in a worker and rule out (16, 2); then workers are seen loading (here the probe's,
+    # stored for the machine): (16, 2) is untried again, not a configuration the study already knows.
     study = open_study(settings(tmp_path), META)
     calls: list = []
-    at_32 = loads_only_in_the_training_process(calls, fails=lambda k: k["num_workers"] > 0 and k["batch_size"] == 32)
-    ensure_baseline(study, BASE, at_32)
-    study.enqueue_trial(WITH_WORKERS)
-    study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})
-    tune(study, SPACE, settings(tmp_path, n_trials=2), at_32, print)
+    above_16 = loads_only_in_the_training_process(calls, fails=lambda k: k["num_workers"] > 0 and k["batch_size"] > 16)
+    ensure_baseline(study, BASE, above_16)
+    for batch in (32, 64, 16):
+        study.enqueue_trial({**WITH_WORKERS, "batch_size": batch})
+    tune(study, THREE_BATCHES, settings(tmp_path, n_trials=3), above_16, print)
     (ruled,) = [t for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
     assert ruled.params["batch_size"] == 16 and ruled.params["num_workers"] == 2
     study.set_user_attr(on_machine(PROBE_ATTR, this_machine_id()), probe_of_workers_loading().to_dict())
     before = len(calls)
     study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})
-    tune(study, SPACE, settings(tmp_path, n_trials=3), at_32, print)
+    tune(study, THREE_BATCHES, settings(tmp_path, n_trials=4), above_16, print)
     assert [(k["batch_size"], k["num_workers"]) for k in calls[before:]] == [(16, 2)]
 
 
