@@ -380,15 +380,9 @@ def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
 def _idle_s(result: ProfileResult, found: Figures) -> float:
     """Of a step but its wait for data, the time the process tree was on no core, at least: what its CPU time (read
     over the stage-timed steps) leaves of the step; 0 for a profile without the reading."""
-    tree = _tree_cores(result)
-    if tree is None:
+    if result.cpu is None:
         return 0.0
-    return max(0.0, found.loop_s * (1 - tree) - found.wait_s)
-
-
-def _tree_cores(result: ProfileResult) -> float | None:
-    """The cores' worth of CPU the process tree used over the stage-timed steps; None for a profile without it."""
-    return result.cpu.system.process_tree_cores if result.cpu is not None else None
+    return max(0.0, found.loop_s * (1 - result.cpu.system.process_tree_cores) - found.wait_s)
 
 
 def _optimizer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:

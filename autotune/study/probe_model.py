@@ -167,13 +167,13 @@ class ProbeModel:
 
     def _loading(self, batch_size: int, num_workers: int) -> float:
         """The loader's samples/s with ``num_workers``: as timed within the host's cores; beyond them no faster than
-        the most workers timed within them (``_within``) where that loader kept the cores busy, and no faster than
+        the most workers timed within them where that loader kept the cores busy, and no faster than
         it would be with every core as busy where it left cores idle (loading that waits: more workers fill them).
         Two timings of a quarter second differ by more than the cores beyond can add where loading computes."""
         rate = self.loader(batch_size, num_workers)
         if self.host_cores is None or num_workers <= self.host_cores:
             return rate
-        within = self._within(batch_size)
+        within = max((w for w in self._workers_ran(batch_size) if w <= self.host_cores), default=None)
         if within is None:
             return rate
         within_rate = self.loader(batch_size, within)
@@ -183,14 +183,13 @@ class ProbeModel:
             return min(rate, within_rate)
         return min(rate, within_rate * self.host_cores / max(busy, _MIN_BUSY_CORES))
 
-    def _within(self, batch_size: int) -> int | None:
-        """The most workers the probe's loader ran with at ``batch_size`` within the host's cores, or None."""
-        ran = [
+    def _workers_ran(self, batch_size: int) -> list[int]:
+        """The worker counts the probe's loader ran with at ``batch_size`` (timed: not out of memory, not raised)."""
+        return [
             setting["num_workers"]
             for setting, rate in zip(self.plan.loaders, self.result.loader_throughputs, strict=True)
-            if setting["batch_size"] == batch_size and setting["num_workers"] <= self.host_cores and rate is not None
+            if setting["batch_size"] == batch_size and rate is not None
         ]
-        return max(ran, default=None)
 
     def free_threads(self, knobs: dict[str, Any]) -> int | None:
         """The cores ``knobs``' workers leave free for compute threads, where it asks for more threads than that
@@ -224,13 +223,8 @@ class ProbeModel:
         measured = self._loader_cpu(batch_size, num_workers)
         if measured is not None:
             return measured
-        ran = [
-            setting
-            for setting, rate in zip(self.plan.loaders, self.result.loader_throughputs, strict=True)
-            if setting["batch_size"] == batch_size and rate is not None
-        ]
-        fewest = min(ran or [{"batch_size": batch_size, "num_workers": num_workers}], key=lambda s: s["num_workers"])
-        return max(fewest["num_workers"], 1) / self.loader(batch_size, fewest["num_workers"])
+        fewest = min(self._workers_ran(batch_size), default=num_workers)
+        return max(fewest, 1) / self.loader(batch_size, fewest)
 
     def _loader_cpu(self, batch_size: int, num_workers: int) -> float | None:
         """The CPU seconds a sample took loading with ``num_workers``, as the probe read it; None where it did not,

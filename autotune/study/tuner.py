@@ -381,8 +381,10 @@ def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
     trials, attrs = study.get_trials(deepcopy=False), study.user_attrs
     measured = measured_trials(study, machine, trials)
     running = measuring_now(trials, machine)
-    failed = _known_failures(attrs, measured, machine)
-    known = _known_outcomes(attrs, trials, measured, settings, machine, failed)
+    stored = attrs.get(on_machine(BASELINE_ATTR, machine))
+    baseline = TrialResult.from_dict(stored) if stored is not None else None
+    failed = _known_failures(attrs, baseline, measured, machine)
+    known = _known_outcomes(baseline, trials, measured, settings, machine, failed)
     owed = _owed(trials, machine, set(known) | {t.user_attrs[CONFIG_ATTR] for t in running})
     waiting = any(t.state is TrialState.WAITING for t in trials)
     return _Seen(known, len(measured), failed, running, owed, waiting)
@@ -468,7 +470,9 @@ def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
     _told(study, trial, state=TrialState.FAIL)
 
 
-def _known_failures(attrs: dict[str, Any], measured: Measured, machine: str) -> list[KnownFailure]:
+def _known_failures(
+    attrs: dict[str, Any], baseline: TrialResult | None, measured: Measured, machine: str
+) -> list[KnownFailure]:
     """What failed on ``machine`` in a way that rules out configurations unmeasured (``ruled_out``): what ran out of
     memory, the probe's settings (in the study's ``attrs``) then the trials' (of ``measured``); and, from two trials'
     exceptions raised in DataLoader workers on, the second, while no configuration with workers loaded a batch: not
@@ -477,8 +481,7 @@ def _known_failures(attrs: dict[str, Any], measured: Measured, machine: str) -> 
     probe = ProbeRecord.from_dict(stored) if stored is not None else None
     found: list[KnownFailure] = [*(probe.out_of_memory if probe else [])]
     found += [entry for trial, result in measured if (entry := OutOfMemory.of_trial(trial.number, result))]
-    baseline = attrs.get(on_machine(BASELINE_ATTR, machine))
-    results = [result for _, result in measured] + ([TrialResult.from_dict(baseline)] if baseline else [])
+    results = [result for _, result in measured] + ([baseline] if baseline is not None else [])
     if (probe is not None and probe.workers_ran) or any(map(workers_ran, results)):
         return found
     in_workers = [entry for trial, result in measured if (entry := WorkerFailure.of_trial(trial.number, result))]
@@ -624,20 +627,18 @@ def _told(
 
 
 def _known_outcomes(
-    attrs: dict[str, Any],
+    baseline: TrialResult | None,
     trials: list[optuna.trial.FrozenTrial],
     measured: Measured,
     settings: StudySettings,
     machine: str,
     failed: list[KnownFailure],
 ) -> dict[str, _Outcome]:
-    """Configurations measured on ``machine`` (the baseline, in the study's ``attrs``, and ``measured``), and those of
+    """Configurations measured on ``machine`` (its ``baseline``, where stored, and ``measured``), and those of
     ``trials`` not measured as what ``failed`` still rules out (``ruled_out``) → what Optuna was told about them."""
     known: dict[str, _Outcome] = {}
-    baseline = attrs.get(on_machine(BASELINE_ATTR, machine))
     if baseline is not None:
-        result = TrialResult.from_dict(baseline)
-        known[config_key(result.knobs)] = _outcome(BASELINE_LABEL, result, settings)
+        known[config_key(baseline.knobs)] = _outcome(BASELINE_LABEL, baseline, settings)
     for trial, result in measured:
         readings = trial.intermediate_values
         pruned_at = readings[max(readings)] if readings else None
