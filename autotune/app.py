@@ -25,7 +25,7 @@ from autotune.pipeline.facts import Inspection
 from autotune.records import PROBE_ATTR, on_machine, study_machines
 from autotune.redact import redact_url
 from autotune.report import write_reports
-from autotune.report.console import format_probe, format_result, print_summary
+from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
 from autotune.results.race import MAX_FINALISTS, round_of, run_name
@@ -150,6 +150,10 @@ def _tune(
         )
 
     def show(event: TrialEvent) -> None:
+        if event.not_measured is not None:  # no trial of the count: its number alone
+            line = format_not_measured(event.knobs, baseline, event.not_measured)
+            print(f"[trial #{event.number}] {line}", file=out, flush=True)
+            return
         line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, baseline)
         print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
 

@@ -82,6 +82,33 @@ def measured_trials(
     return found
 
 
+@dataclass(frozen=True)
+class NotMeasured:
+    """A configuration the search ruled out unmeasured (``NOT_MEASURED`` on its trial): the number of the first trial
+    that did, its knobs, and why (``space.why_ruled_out``: what failure showed that it would fail)."""
+
+    label: str
+    knobs: dict[str, Any]
+    reason: str
+
+
+def not_measured_trials(
+    study: optuna.Study, machine: str, trials: list[FrozenTrial] | None = None
+) -> list[NotMeasured]:
+    """The configurations ruled out unmeasured on ``machine``, in trial order, each once, but those measured since
+    (a failure in a worker rules out only until a configuration with workers loads). ``trials``: as read already."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    seen = {config_key(result.knobs) for _, result in measured_trials(study, machine, trials)}
+    found = []
+    for trial in trials:
+        attrs = trial.user_attrs
+        key = attrs.get(CONFIG_ATTR)
+        if NOT_MEASURED_ATTR in attrs and attrs.get(MACHINE_ATTR) == machine and key not in seen:
+            seen.add(key)
+            found.append(NotMeasured(str(trial.number), json.loads(key), attrs[NOT_MEASURED_ATTR]))
+    return found
+
+
 def interrupted(trial: FrozenTrial) -> bool:
     """Whether ``trial`` was failed as interrupted (INTERRUPTED: its tuner was stopped or died while it ran). The mark
     is written before the trial is failed, by another tuner where it takes the trial's for dead, which its tuner may

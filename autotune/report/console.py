@@ -25,6 +25,11 @@ def format_knobs(knobs: dict[str, Any], baseline: dict[str, Any] | None = None) 
     return " ".join(shown) or "the baseline's settings"
 
 
+def format_not_measured(knobs: dict[str, Any], baseline: TrialResult, reason: str) -> str:
+    """``knobs -> not measured: reason``, the knobs that differ from ``baseline``'s: a configuration ruled out."""
+    return f"{format_knobs(knobs, baseline.knobs)} -> not measured: {reason}"
+
+
 def format_result(
     result: TrialResult, baseline: TrialResult | None = None, reference: TrialResult | None = None, ratio: bool = True
 ) -> str:

@@ -123,6 +123,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         ),
         *_importance(results),
         *_failures(summary),
+        *_not_measured(results),
         *_tuner_time(results),
         Section("How it was measured", paragraphs=[_method(results)]),
         Section("Machine", bullets=[*_machine(results.machine, results.device), *_other_machines(results)]),
@@ -493,6 +494,19 @@ def _failures(summary: Summary) -> list[Section]:
     ]
     headers = ["trial", "state", "changes from the baseline", "samples/s", "reason"]
     return [Section("Pruned, infeasible and failed configurations", table=_table(headers, rows))]
+
+
+def _not_measured(results: StudyResults) -> list[Section]:
+    """The configurations the search ruled out unmeasured, and why: the trial numbers the ranking skips."""
+    if not results.not_measured:
+        return []
+    rows = [[n.label, _changes_from(results.baseline, n.knobs), n.reason] for n in results.not_measured]
+    text = (
+        "What a failure showed would fail too was not run: a configuration needing no less memory than one that ran "
+        "out, or loading in DataLoader workers after two trials failed in one while no configuration with workers ran."
+    )
+    table = _table(["trial", "changes from the baseline", "why not measured"], rows)
+    return [Section("Not measured", paragraphs=[text], table=table)]
 
 
 def _tuner_time(results: StudyResults) -> list[Section]:

@@ -55,6 +55,9 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "importance": results.importance,  # Optuna's, of each knob the trials varied; {} below IMPORTANCE_MIN_TRIALS
         "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],
+        "not_measured": [  # configurations ruled out by a failure, unmeasured, and why
+            {"trial": ruled.label, "knobs": ruled.knobs, "reason": ruled.reason} for ruled in results.not_measured
+        ],
         "profiles": profiles_data(profiles) if (profiles := current_profiles(results.profiles, summary)) else None,
         "tuner_time": tuner_time_data(results.tuner_time) if results.tuner_time else None,
     }

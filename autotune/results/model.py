@@ -19,9 +19,11 @@ from autotune.records import (
     PROBE_ATTR,
     PROFILES_ATTR,
     TRIM_ATTR,
+    NotMeasured,
     ProbeRecord,
     TrialRecord,
     measured_trials,
+    not_measured_trials,
     on_machine,
     study_machines,
 )
@@ -48,7 +50,8 @@ class StudyResults:
     that took more than one value among the completed trials, for reaching the best throughputs (``knob_importance``;
     empty below IMPORTANCE_MIN_TRIALS);
     ``profiles`` the baseline and the recommendation profiled after the race (None where they were not);
-    ``tuner_time`` where each run's time went (None: a study of an earlier autotune).
+    ``tuner_time`` where each run's time went (None: a study of an earlier autotune). ``not_measured``: the
+    configurations the search ruled out unmeasured (out of memory, failures in DataLoader workers) and why.
     ``machine`` describes the machine (its ``machine_id``) whose results these are; ``other_machines`` those the
     study holds results of too, never ranked with these (``load_results`` of each reports them).
     """
@@ -72,6 +75,7 @@ class StudyResults:
     machine_id: str = ""
     other_machines: dict[str, dict[str, Any]] = field(default_factory=dict)
     tuner_time: TunerTime | None = None
+    not_measured: list[NotMeasured] = field(default_factory=list)
 
     @property
     def records(self) -> list[TrialRecord]:
@@ -89,7 +93,8 @@ def load_results(study: optuna.Study, machine: str | None = None, here: str | No
     meta = attrs[META_ATTR]
     baseline, probe = (attrs.get(on_machine(name, machine)) for name in (BASELINE_ATTR, PROBE_ATTR))
     confirmation = attrs.get(on_machine(CONFIRMATION_ATTR, machine))
-    measured = measured_trials(study, machine)
+    every = study.get_trials(deepcopy=False)
+    measured = measured_trials(study, machine, every)
     trials = [TrialRecord(str(t.number), result, t.user_attrs.get(PREDICTED_ATTR)) for t, result in measured]
     return StudyResults(
         study_name=study.study_name,
@@ -111,6 +116,7 @@ def load_results(study: optuna.Study, machine: str | None = None, here: str | No
         machine_id=machine,
         other_machines={other: about for other, about in machines.items() if other != machine},
         tuner_time=load_tuner_time(attrs, machine),
+        not_measured=not_measured_trials(study, machine, every),
     )
 
 

@@ -221,10 +221,10 @@ def ruled_out(knobs: dict[str, Any], known: list[KnownFailure]) -> KnownFailure 
 
 
 def why_ruled_out(found: KnownFailure) -> str:
-    """Why a configuration ``found`` rules out was not measured, for its trial."""
+    """Why a configuration ``found`` rules out was not measured, for its trial and the reports."""
     if isinstance(found, WorkerFailure):
         return (
-            f"not measured: it loads in DataLoader workers, and {found.shown_by} failed in one ({found.message}) "
+            f"it loads in DataLoader workers, and {found.shown_by} failed in one ({found.message}) "
             "while no configuration with workers ran; search.num_workers=[0] leaves them out"
         )
-    return f"not measured: it needs no less memory than {found.shown_by}, which ran out ({found.message})"
+    return f"it needs no less memory than {found.shown_by}, which ran out ({found.message})"

@@ -99,13 +99,16 @@ ProposeFn = Callable[[list[Observation], set[str], list[KnownFailure]], Proposal
 @dataclass(frozen=True)
 class TrialEvent:
     """A finished tuning trial, for progress display. ``index`` counts from 1 to ``total``. ``result`` is None where
-    the trial was dropped, unmeasured or its result lost, and ``dropped`` says why."""
+    the trial was dropped, unmeasured or its result lost, and ``dropped`` says why; or where its configuration
+    (``knobs``) was ruled out unmeasured, and ``not_measured`` says why (``space.why_ruled_out``)."""
 
     number: int
     index: int
     total: int
     result: TrialResult | None
     dropped: str | None = None
+    knobs: dict[str, Any] | None = None
+    not_measured: str | None = None
 
 
 def ensure_baseline(
@@ -289,7 +292,8 @@ def _search(
                 repeats += 1
                 continue
             if (found := ruled_out(knobs, failed)) is not None:
-                _not_measured(study, trial, key, found)
+                _not_measured(study, trial, key, found)  # known from then on: proposed again, a duplicate
+                on_trial(TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=why_ruled_out(found)))
                 repeats += 1
                 continue
             if key in skipped or (proposal is None and affords is not None and not affords(done, knobs)):  # too dear

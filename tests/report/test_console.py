@@ -13,7 +13,7 @@ from autotune.config.load import load_settings
 from autotune.measure.measurement import SystemReport
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
-from autotune.report.console import format_probe, format_result, print_summary
+from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.results.model import StudyResults
 from autotune.results.race import round_of, run_name
 from autotune.results.summary import summarise
@@ -30,6 +30,12 @@ def test_a_run_says_its_multiple_of_the_baseline_but_the_baseline_run_again_does
     assert "120.0 samples/s (1.20x)" in format_result(faster, baseline)
     again = format_result(baseline, baseline)
     assert again.startswith("the baseline's settings -> 100.0 samples/s,") and "x)" not in again
+
+
+def test_a_configuration_ruled_out_says_what_it_changes_and_why_it_was_not_measured():
+    baseline = sample_results().baseline.result
+    line = format_not_measured({**baseline.knobs, "batch_size": 128}, baseline, "it needs no less memory than trial 2")
+    assert line == "batch_size=128 -> not measured: it needs no less memory than trial 2"
 
 
 def test_the_summary_marks_unranked_rows_with_a_dash():

@@ -11,7 +11,7 @@ import yaml
 
 from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine
-from autotune.records import ProbeRecord, TrialRecord
+from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.document import _machine, headline
 from autotune.results.model import StudyResults
@@ -84,6 +84,20 @@ def test_reports_are_written_and_consistent(tmp_path):
     assert "num_workers 0 → 1" in markdown
     assert "## Pruned, infeasible and failed configurations" in markdown and "timeout after 5 s" in markdown
     assert "Test CPU" in markdown
+
+
+def test_the_configurations_ruled_out_unmeasured_are_listed_with_why_in_every_report_but_the_ranking(tmp_path):
+    results = sample_results()
+    why = "it needs no less memory than trial 2, which ran out (OutOfMemoryError: CUDA out of memory)"
+    ruled = NotMeasured("4", {**results.baseline.result.knobs, "batch_size": 64}, why)
+    files = write_reports(replace(results, not_measured=[ruled]), summarise(results), tmp_path)
+    report = json.loads(files["report.json"].read_text())
+    assert report["not_measured"] == [{"trial": "4", "knobs": ruled.knobs, "reason": why}]
+    assert "4" not in [t["trial"] for t in report["trials"]], "not measured: not ranked"
+    markdown = files["report.md"].read_text()
+    section = markdown.split("## Not measured", 1)[1]
+    assert "| 4 | batch_size=64 | " + why + " |" in section
+    assert "Not measured" in files["report.html"].read_text()
 
 
 def test_the_headline_says_when_to_keep_the_baseline():

@@ -179,12 +179,12 @@ def test_once_a_trial_runs_out_of_memory_the_search_measures_no_configuration_th
     ran_out = next(t for t in study.trials if t.user_attrs.get("failure", "").startswith("out_of_memory"))
     skipped = [t for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
     assert len(skipped) == 1 and skipped[0].state is TrialState.PRUNED and skipped[0].params["batch_size"] == 128
-    assert skipped[0].user_attrs[NOT_MEASURED_ATTR] == (
-        f"not measured: it needs no less memory than trial {ran_out.number}, which ran out (OutOfMemoryError: CUDA "
-        "out of memory)"
-    )
+    why = f"it needs no less memory than trial {ran_out.number}, which ran out (OutOfMemoryError: CUDA out of memory)"
+    assert skipped[0].user_attrs[NOT_MEASURED_ATTR] == why
     results = load_results(study)
     assert counted_trials(study) == len(results.trials) == 6, "what was not measured is no trial"
+    (shown,) = results.not_measured  # for the reports, each configuration once
+    assert (shown.label, shown.knobs["batch_size"], shown.reason) == (str(skipped[0].number), 128, why)
     limit = batch_limit(results)
     fits = next(r.label for r in results.trials if r.result.knobs["batch_size"] == 64)
     assert limit.fits == BatchEvidence(64, f"trial {fits}")

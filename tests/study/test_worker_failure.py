@@ -6,9 +6,10 @@ from __future__ import annotations
 from autotune.knobs import KNOBS
 from autotune.measure.environment import this_machine_id
 from autotune.records import NOT_MEASURED_ATTR, PROBE_ATTR, ProbeRecord, on_machine
+from autotune.results.model import load_results
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.tuner import ensure_baseline, tune
+from autotune.study.tuner import TrialEvent, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbePlan, ProbeResult, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.study.test_tuner import META, settings
@@ -41,20 +42,26 @@ def test_two_failures_in_workers_rule_out_every_configuration_with_workers(tmp_p
     study = open_study(settings(tmp_path), META)
     calls: list = []
     ensure_baseline(study, BASE, loads_only_in_the_training_process(calls))
-    for batch in (32, 16, 64):  # as a sampler would, sooner or later
+    for batch in (32, 16, 64, 64):  # as a sampler would, sooner or later, and again
         study.enqueue_trial({**WITH_WORKERS, "batch_size": batch})
+    events: list[TrialEvent] = []
     reason = tune(
-        study, THREE_BATCHES, settings(tmp_path, n_trials=20), loads_only_in_the_training_process(calls), print
+        study, THREE_BATCHES, settings(tmp_path, n_trials=20), loads_only_in_the_training_process(calls), events.append
     )
     assert [(k["batch_size"], k["num_workers"]) for k in calls if k["num_workers"]] == [(32, 2), (16, 2)]
     assert {(k["batch_size"], k["num_workers"]) for k in calls if not k["num_workers"]} == {(16, 0), (32, 0), (64, 0)}
     assert reason.message.startswith("all 6 configurations of the search space are measured or ruled out")
     second = next(t for t in study.trials if t.params.get("num_workers") == 2 and t.params["batch_size"] == 16)
-    (skipped,) = [t.user_attrs[NOT_MEASURED_ATTR] for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
-    assert skipped == (
-        f"not measured: it loads in DataLoader workers, and trial {second.number} failed in one ({IN_A_WORKER}) while "
+    skipped = [t for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
+    why = (
+        f"it loads in DataLoader workers, and trial {second.number} failed in one ({IN_A_WORKER}) while "
         "no configuration with workers ran; search.num_workers=[0] leaves them out"
     )
+    assert [t.user_attrs[NOT_MEASURED_ATTR] for t in skipped] == [why], "proposed again: a duplicate of it"
+    (told,) = [event for event in events if event.not_measured]  # on the console once
+    assert (told.number, told.knobs["batch_size"], told.not_measured) == (skipped[0].number, 64, why)
+    (listed,) = load_results(study).not_measured
+    assert (listed.label, listed.reason) == (str(skipped[0].number), why)
 
 
 def test_a_failure_in_a_worker_after_one_with_workers_ran_rules_nothing_out(tmp_path):
@@ -97,11 +104,13 @@ def test_a_configuration_ruled_out_by_failures_in_workers_is_tried_once_workers_
     tune(study, THREE_BATCHES, settings(tmp_path, n_trials=3), above_16, print)
     (ruled,) = [t for t in study.trials if NOT_MEASURED_ATTR in t.user_attrs]
     assert ruled.params["batch_size"] == 16 and ruled.params["num_workers"] == 2
+    assert [n.label for n in load_results(study).not_measured] == [str(ruled.number)]
     study.set_user_attr(on_machine(PROBE_ATTR, this_machine_id()), probe_of_workers_loading().to_dict())
     before = len(calls)
     study.enqueue_trial({**WITH_WORKERS, "batch_size": 16})
     tune(study, THREE_BATCHES, settings(tmp_path, n_trials=4), above_16, print)
     assert [(k["batch_size"], k["num_workers"]) for k in calls[before:]] == [(16, 2)]
+    assert load_results(study).not_measured == [], "measured since: no longer listed as not measured"
 
 
 def probe_of_workers_loading(rates=(500.0, 900.0)) -> ProbeRecord:
