@@ -9,7 +9,7 @@ from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
 from autotune.report.document import headline, ranked_basis
 from autotune.report.profiles import current_profiles, summary_lines
-from autotune.report.rows import ranked_frame
+from autotune.report.rows import marked, ranked_frame
 from autotune.report.tuner_time import budget_lines, tuner_time_line
 from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary
@@ -90,6 +90,7 @@ def print_summary(
     varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
     frame["rank"] = frame["rank"].astype(object).fillna("-")  # to_string's na_rep skips nullable integers
+    frame["trial"] = [marked(label, summary) for label in frame["trial"]]
     print(f"\n{status}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(ranked_basis(summary), file=out)

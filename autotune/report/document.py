@@ -18,7 +18,7 @@ from autotune.report import plots
 from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
 from autotune.report.profiles import current_profiles, describe, side_by_side_rows, sides
-from autotune.report.rows import ranked_rows, record_row
+from autotune.report.rows import marked, ranked_rows, record_row
 from autotune.report.tuner_time import budget_lines, covers
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
@@ -408,8 +408,7 @@ def _interval(row: dict[str, Any]) -> str:
 def _ranked(summary: Summary) -> Table:
     rows = [_with_changes(row, summary) for row in ranked_rows(summary) if row["state"] == "complete"]
     for row in rows:
-        if row["trial"] == summary.recommended.label and not summary.is_baseline:
-            row["trial"] = f"{row['trial']} (recommended)"
+        row["trial"] = marked(row["trial"], summary)
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
 
 

@@ -113,6 +113,12 @@ def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
     ]
 
 
+def marked(label: str, summary: Summary) -> str:
+    """A ranked row's trial ``label``, marked where it is the recommendation (which the races chose, whatever its
+    rank: a search trial's row is its single screening run)."""
+    return f"{label} (recommended)" if label == summary.recommended.label and not summary.is_baseline else label
+
+
 def ranked_frame(summary: Summary) -> pd.DataFrame:
     """The ranked rows as a table; knob columns keep their values as given (1 stays 1 beside a null)."""
     rows = ranked_rows(summary)

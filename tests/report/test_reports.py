@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import replace
 
 import yaml
@@ -13,6 +14,7 @@ from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
+from autotune.report.console import print_summary
 from autotune.report.document import _machine, headline
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
@@ -417,6 +419,9 @@ def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_no
     ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
     assert "| 2 | 3 (recommended) |" in ranked and "(recommended)" not in ranked.replace("3 (recommended)", "")
     assert "chosen by the races above, not by this rank" in ranked
+    out = io.StringIO()
+    print_summary(summary, {}, "done", out)  # the terminal's table alike
+    assert re.search(r"^ +2 +3 \(recommended\) ", out.getvalue(), re.M) and out.getvalue().count("(recommended)") == 1
 
 
 def test_a_winner_that_lost_a_trim_round_to_the_baseline_is_untrimmed_and_the_headline_says_so():
