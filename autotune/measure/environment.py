@@ -5,9 +5,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -25,10 +28,63 @@ _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"
 
 
 def usable_cpu_count() -> int:
-    """CPU cores this process may run on (affinity and cgroup-pinned sets respected where the OS tells)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """CPU cores this process may use: those it may run on (its affinity, which cgroup-pinned sets set), and no more
+    than its cgroup's CPU quota, rounded up (a container's ``--cpus``, a Kubernetes CPU limit: the kernel lets its
+    threads run on every core but throttles them once they used that many cores' time)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def cgroup_cpu_quota(membership: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU quota, in cores, of this process's cgroup (``membership`` names it, under the cgroup file system at
+    ``root``) and of the cgroups above it, the smallest: cgroup v2's ``cpu.max``, v1's ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``; None without one, or where the files cannot be read. In a container whose cgroup
+    namespace hides the path, the cgroup mounted at ``root`` is its own."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    quotas = []
+    for line in filter(lambda line: line.count(":") >= 2, lines):  # "id:controllers:path"
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2, one hierarchy
+            quotas += _quotas(root, path, _v2_quota)
+        elif "cpu" in controllers.split(","):
+            mount = next((root / name for name in (controllers, "cpu", "cpu,cpuacct") if (root / name).is_dir()), None)
+            quotas += _quotas(mount, path, _v1_quota) if mount else []
+    return min(quotas, default=None)
+
+
+def _quotas(mount: Path, path: str, read: Callable[[Path], float | None]) -> list[float]:
+    """The quotas ``read`` finds in cgroup ``path`` under ``mount`` and each cgroup above it (the mount's own where
+    the path is not there)."""
+    here = mount / path.lstrip("/")
+    if not here.is_dir():
+        here = mount
+    found = []
+    for level in [here, *here.parents]:
+        if quota := read(level):
+            found.append(quota)
+        if level == mount:
+            break
+    return found
+
+
+def _v2_quota(cgroup: Path) -> float | None:
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(cgroup: Path) -> float | None:
+    try:
+        quota = int((cgroup / "cpu.cfs_quota_us").read_text())
+        return None if quota <= 0 else quota / int((cgroup / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def describe_machine(device: str | None = None) -> dict[str, Any]:

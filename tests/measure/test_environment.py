@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
 import pynvml
+import pytest
 import torch
 
 from autotune.app import other_thread_variables
 from autotune.measure import environment
-from autotune.measure.environment import describe_machine, machine_fingerprint, machine_id
+from autotune.measure.environment import cgroup_cpu_quota, describe_machine, machine_fingerprint, machine_id
 
 
 def test_machines_differing_in_what_throughput_depends_on_get_other_ids_and_hosts_alike_one():
@@ -59,3 +66,85 @@ def test_a_measurement_names_the_gpu_its_device_names_not_the_first(monkeypatch)
     )
     assert environment.describe_machine("cuda:1")["gpu"] == "GPU B"
     assert environment.describe_machine("cpu")["gpu"] == environment.describe_machine()["gpu"] == "GPU A"
+
+
+def cgroups(tmp_path, membership: str, files: dict[str, str]):
+    """A fake /proc/self/cgroup saying ``membership`` and a cgroup file system of ``files`` (path → text)."""
+    for name, text in files.items():
+        (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / name).write_text(text)
+    (tmp_path / "cgroup").write_text(membership)
+    return tmp_path / "cgroup", tmp_path / "fs"
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "cores"),
+    [
+        # cgroup v2: the smallest quota of the process's cgroup and those above it
+        (
+            "0::/pod/ctr\n",
+            {"cpu.max": "max 100000", "pod/cpu.max": "150000 100000", "pod/ctr/cpu.max": "max 100000"},
+            1.5,
+        ),
+        ("0::/pod/ctr\n", {"pod/cpu.max": "400000 100000", "pod/ctr/cpu.max": "50000 100000"}, 0.5),
+        ("0::/a\n", {"a/cpu.max": "max 100000"}, None),
+        # a container's cgroup namespace: the path is the host's, the mount the container's own cgroup
+        ("0::/docker/abc\n", {"cpu.max": "200000 100000"}, 2.0),
+        # cgroup v1, its cpu controller mounted with cpuacct
+        (
+            "4:memory:/x\n3:cpu,cpuacct:/x\n0::/\n",
+            {"cpu,cpuacct/x/cpu.cfs_quota_us": "250000\n", "cpu,cpuacct/x/cpu.cfs_period_us": "100000\n"},
+            2.5,
+        ),
+        ("1:cpu:/x\n", {"cpu/x/cpu.cfs_quota_us": "-1\n", "cpu/x/cpu.cfs_period_us": "100000\n"}, None),
+        # what cannot be read says nothing
+        ("1:cpu:/x\n", {"cpu/x/cpu.cfs_quota_us": "garbage\n"}, None),
+        ("not a cgroup line\n", {}, None),
+    ],
+)
+def test_the_cpu_quota_is_the_smallest_of_the_cgroup_and_those_above_it(tmp_path, membership, files, cores):
+    assert cgroup_cpu_quota(*cgroups(tmp_path, membership, files)) == cores
+
+
+def test_without_a_cgroup_file_there_is_no_quota(tmp_path):
+    assert cgroup_cpu_quota(tmp_path / "missing", tmp_path) is None
+
+
+@pytest.mark.parametrize(("quota", "cores"), [(None, 2), (0.5, 1), (1.5, 2), (8.0, 2)])
+def test_the_usable_cores_are_the_affinitys_at_most_the_quota_rounded_up(monkeypatch, quota, cores):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(environment, "cgroup_cpu_quota", lambda: quota)
+    assert environment.usable_cpu_count() == cores
+
+
+def _cpu_cgroup_root() -> Path | None:
+    """Where a cgroup of the CPU controller may be made here: cgroup v1's cpu mount, or v2's root with cpu enabled."""
+    v1, v2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+    if (v1 / "cpu.cfs_quota_us").exists() and os.access(v1, os.W_OK):
+        return v1
+    enabled = v2 / "cgroup.subtree_control"
+    if enabled.exists() and "cpu" in enabled.read_text().split() and os.access(v2, os.W_OK):
+        return v2
+    return None
+
+
+@pytest.mark.skipif(_cpu_cgroup_root() is None, reason="no cgroup CPU controller this test may write to")
+def test_a_process_in_a_cgroup_with_half_a_core_of_quota_uses_one_core(tmp_path):
+    mount = _cpu_cgroup_root()
+    group = mount / f"autotune-test-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot make a cgroup here: {error}")
+    try:
+        if mount.name == "cpu":
+            (group / "cpu.cfs_quota_us").write_text("50000")
+        else:
+            (group / "cpu.max").write_text("50000 100000")
+        read = "from autotune.measure.environment import usable_cpu_count as u; print(u())"
+        shell = f'echo $$ > {group / "cgroup.procs"} && exec "{sys.executable}" -c "{read}"'
+        proc = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "1"
+    finally:
+        group.rmdir()
