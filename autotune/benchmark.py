@@ -18,14 +18,13 @@ from autotune.app import TrialRunner, inspect_run, unrunnable
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
-from autotune.knobs import accumulated_to, changed, conflict
+from autotune.knobs import accumulated_to, changed, conflict, undo
 from autotune.pipeline.facts import Inspection
 from autotune.recommendation import MachineMismatchWarning, UntrimmedWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
 from autotune.results.benchmark import Benchmark, Entry
 from autotune.study.disturbed import again_if_disturbed
-from autotune.study.trim import undo
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
 
@@ -154,13 +153,16 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
     def timed(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
         return runner.check(knobs, name, plain=False)
 
+    rounds = range(1, benchmark.rounds + 1)
+    said = {_run_name(index, entry): _run_label(index, entry) for index in rounds for entry in benchmark.entries}
+
     def show_disturbed(name: str, result: TrialResult) -> None:
         busy = result.measurement.system.disturbance
         shown = f"{result.timing.throughput:.1f} samples/s, other processes busy ({busy}): measured again"
-        print(f"[{name}] {shown}", file=out, flush=True)
+        print(f"[{said.get(name, name)}] {shown}", file=out, flush=True)
 
     run = again_if_disturbed(timed, show_disturbed) if settings.study.remeasure_disturbed else timed
-    for index in range(1, benchmark.rounds + 1):
+    for index in rounds:
         runner.new_draw()
         _round(run, index, benchmark.entries, settings.baseline, out)
 
@@ -169,7 +171,7 @@ def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any
     """Every configuration once, starting one further along each round."""
     shift = (index - 1) % len(entries)
     for entry in entries[shift:] + entries[:shift]:
-        result = run(entry.knobs, file_name(f"round{index}-{entry.label}"), None)
+        result = run(entry.knobs, _run_name(index, entry), None)
         if result.ok:
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)
@@ -184,7 +186,17 @@ def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any
             entry.failures.append(f"round {index}: {result.failure}")
             shown = f"FAILED {result.failure}"
         changes = format_knobs(entry.knobs, baseline)
-        print(f"[round {index} {entry.label}] {changes} -> {shown}", file=out, flush=True)
+        print(f"[{_run_label(index, entry)}] {changes} -> {shown}", file=out, flush=True)
+
+
+def _run_name(index: int, entry: Entry) -> str:
+    """The name of ``entry``'s run of round ``index``: its log and result files'."""
+    return file_name(f"round{index}-{entry.label}")
+
+
+def _run_label(index: int, entry: Entry) -> str:
+    """``entry``'s run of round ``index`` on the console, whether measured once or again."""
+    return f"round {index} {entry.label}"
 
 
 def baseline_note(tuned_against: dict[str, Any], baseline: dict[str, Any]) -> list[str]:

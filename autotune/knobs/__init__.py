@@ -112,6 +112,24 @@ def _comes_with_another(name: str, value: Any, values: dict[str, Any], baseline:
     return baseline.get(name) is None and value == knob.baseline_default
 
 
+def undo(knobs: dict[str, Any], baseline: dict[str, Any], name: str, options_too: bool = True) -> dict[str, Any]:
+    """``knobs`` with ``name`` back at the baseline's value: knobs that then no longer apply are None (no worker
+    options without workers); one that applies again takes the baseline's value where ``options_too`` (the user's
+    worker options back with their workers), else its default, as does one that applies where the baseline's does
+    not."""
+    undone: dict[str, Any] = {}
+    for other, knob in KNOBS.items():
+        value = baseline[other] if other == name else knobs[other]
+        if not knob.active(undone):
+            value = None
+        elif options_too and not knob.active(knobs) and baseline[other] is not None:
+            value = baseline[other]
+        elif value is None and knob.baseline_default is not REQUIRED:
+            value = knob.baseline_default
+        undone[other] = value
+    return undone
+
+
 def costly(values: dict[str, Any]) -> bool:
     """Whether ``values`` turn on a costly knob (torch.compile): long one-off work in warm-up, reported as compile
     time, that the search spends only where it may pay."""

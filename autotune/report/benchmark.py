@@ -81,16 +81,16 @@ _LEFT_OUT = {"loss": "the change matters", "within noise": "not shown to matter"
 def _shares(benchmark: Benchmark) -> list[Section]:
     """Each change's share: what it gives alone on top of the baseline, and what leaving it out does to the
     recommendation (paired round by round with it: whether the change matters)."""
-    knobs = dict.fromkeys(e.knob for e in benchmark.entries if e.knob)
-    if not knobs:
-        return []
     lines = []
-    for knob in knobs:
-        alone = next((e for e in benchmark.entries if e.kind == "alone" and e.knob == knob), None)
-        without = next((e for e in benchmark.entries if e.kind == "without" and e.knob == knob), None)
+    for knob in benchmark.changes:
+        alone, without = benchmark.share(knob)
+        on_its_own = _ratio(benchmark, alone) + (
+            " (that is the recommendation)" if alone is not None and alone.kind == "recommended" else ""
+        )
         left_out = _ratio(benchmark, without, benchmark.recommendation, "the recommendation", _LEFT_OUT)
-        lines.append(f"{knob}: alone {_ratio(benchmark, alone)}; left out, {left_out}")
-    return [Section("Each change's share", bullets=lines)]
+        left_out += " (that is the baseline)" if without is benchmark.baseline else ""
+        lines.append(f"{knob}: alone {on_its_own}; left out, {left_out}")
+    return [Section("Each change's share", bullets=lines)] if lines else []
 
 
 def _ratio(

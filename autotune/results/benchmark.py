@@ -15,6 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.knobs import changed, undo
 from autotune.measure.stats import RatioInterval, ratio_interval
 
 # What an entry is: the two ends, or one change from the recommendation on top of the baseline, or left out of it.
@@ -71,6 +72,26 @@ class Benchmark:
     def recommendation(self) -> Entry | None:
         return next((entry for entry in self.entries if entry.kind == "recommended"), None)
 
+    @property
+    def changes(self) -> list[str]:
+        """The knobs the recommendation changes from the baseline (``knobs.changed``), whose shares are measured."""
+        rec = self.recommendation
+        return list(changed(rec.knobs, self.baseline.knobs)) if rec is not None else []
+
+    def share(self, knob: str) -> tuple[Entry | None, Entry | None]:
+        """The entries measuring ``knob``'s change alone on top of the baseline and the recommendation without it:
+        where one is an end, that end (alone, the recommendation; left out, the baseline: workers left out take
+        their options along); None where there is none (alone, an option of workers without them is the baseline:
+        it applies only with another change; or values that cannot run together)."""
+        base, rec = self.baseline, self.recommendation
+        alone = next((e for e in self.entries if e.kind == "alone" and e.knob == knob), None)
+        without = next((e for e in self.entries if e.kind == "without" and e.knob == knob), None)
+        if rec is not None and alone is None and undo(base.knobs, rec.knobs, knob, options_too=False) == rec.knobs:
+            alone = rec
+        if rec is not None and without is None and undo(rec.knobs, base.knobs, knob) == base.knobs:
+            without = base
+        return alone, without
+
     def ratios(self, entry: Entry, reference: Entry | None = None) -> list[float]:
         """``entry``'s samples/s over ``reference``'s (the baseline's where None), round by round, where both ran."""
         pairs = zip(entry.throughputs, (reference or self.baseline).throughputs, strict=False)
@@ -112,10 +133,14 @@ class Benchmark:
                     to_recommended=asdict(against) if against else None,
                     to_recommended_verdict=self.verdict(entry, self.recommendation),
                 )
+        data["shares"] = {  # the entry measuring each change alone and left out (``share``), by its label
+            knob: dict(zip(("alone", "without"), (e.label if e else None for e in self.share(knob)), strict=True))
+            for knob in self.changes
+        }
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Benchmark:
         derived = ("ratios", "interval", "verdict", "memory_change", "to_recommended", "to_recommended_verdict")
         entries = [Entry(**{k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
-        return cls(**{**data, "entries": entries})
+        return cls(**{**{k: v for k, v in data.items() if k != "shares"}, "entries": entries})

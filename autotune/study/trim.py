@@ -9,7 +9,7 @@ from typing import Any
 
 import optuna
 
-from autotune.knobs import KNOBS, REQUIRED, accumulated_to, conflict
+from autotune.knobs import KNOBS, accumulated_to, conflict, undo
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import (
@@ -159,21 +159,3 @@ def variants(
         ):
             found[name] = Finalist(f"{finalist.label} without {name}", knobs, changes, None)
     return found
-
-
-def undo(knobs: dict[str, Any], baseline: dict[str, Any], name: str, options_too: bool = True) -> dict[str, Any]:
-    """``knobs`` with ``name`` back at the baseline's value: knobs that then no longer apply are None (no worker
-    options without workers); one that applies again takes the baseline's value where ``options_too`` (the user's
-    worker options back with their workers), else its default, as does one that applies where the baseline's does
-    not."""
-    undone: dict[str, Any] = {}
-    for other, knob in KNOBS.items():
-        value = baseline[other] if other == name else knobs[other]
-        if not knob.active(undone):
-            value = None
-        elif options_too and not knob.active(knobs) and baseline[other] is not None:
-            value = baseline[other]
-        elif value is None and knob.baseline_default is not REQUIRED:
-            value = knob.baseline_default
-        undone[other] = value
-    return undone

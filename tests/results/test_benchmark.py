@@ -3,20 +3,50 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from autotune.benchmark import both_ends, configurations
 from autotune.report.benchmark import benchmark_document, benchmark_table, write_benchmark
 from autotune.results.benchmark import Benchmark, Entry
+from tests.conftest import NEUTRAL_KNOBS
+
+BASE = {**NEUTRAL_KNOBS, "batch_size": 16}
+BIGGER = {**BASE, "batch_size": 32}
 
 
 def benchmark(recommended_runs, base_runs=(100.0, 104.0, 98.0)) -> Benchmark:
     entries = [
-        Entry("baseline", "baseline", None, {"batch_size": 16}, list(base_runs), [400.0, 410.0, 405.0]),
-        Entry("recommended", "recommended", None, {"batch_size": 32}, list(recommended_runs), [500.0] * 3),
-        Entry("baseline + batch_size", "alone", "batch_size", {"batch_size": 32}, [None, 150.0, 149.0], [None, 1, 1]),
+        Entry("baseline", "baseline", None, BASE, list(base_runs), [400.0, 410.0, 405.0]),
+        Entry("recommended", "recommended", None, BIGGER, list(recommended_runs), [500.0] * 3),
+        Entry("baseline + batch_size", "alone", "batch_size", BIGGER, [None, 150.0, 149.0], [None, 1, 1]),
     ]
     return Benchmark("p", "cpu", 3, "recommended.yaml", {"cpu_model": "Test CPU"}, entries)
+
+
+def test_a_change_whose_alone_or_left_out_is_an_end_is_judged_by_that_ends_runs():
+    # One change: alone it is the recommendation, left out the baseline; workers left out take their options along
+    # (the baseline), and an option of workers alone does not apply (not measured).
+    workers = {**BASE, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    for recommended, knob in ((BIGGER, "batch_size"), (workers, "num_workers")):
+        ends = both_ends(BASE, recommended)
+        runs = dict(zip([e.label for e in ends], ([100.0, 104.0, 98.0], [150.0, 156.0, 147.0]), strict=True))
+        entries = [
+            replace(e, throughputs=runs.get(e.label, [120.0, 121.0, 119.0])) for e in configurations(BASE, recommended)
+        ]
+        record = Benchmark("p", "cpu", 3, "recommended.yaml", {}, entries)
+        alone, without = record.share(knob)
+        assert without is record.baseline and (alone is record.recommendation) == (knob == "batch_size")
+        (share,) = [s for s in benchmark_document(record).sections if s.heading == "Each change's share"]
+        line = next(bullet for bullet in share.bullets if bullet.startswith(f"{knob}:"))
+        assert "left out, 0.67x the recommendation (0.67-0.67, the change matters) (that is the baseline)" in line
+        assert ("(that is the recommendation)" in line) == (knob == "batch_size")
+        assert json.loads(json.dumps(record.to_dict()))["shares"][knob] == {"alone": alone.label, "without": "baseline"}
+    assert share.bullets[-1] == (
+        "persistent_workers: alone not measured (it applies only together with another change); "
+        "left out, 0.79x the recommendation (0.75-0.84, the change matters)"
+    )
 
 
 def test_ratios_are_paired_by_round_and_skip_a_failed_run():
@@ -75,12 +105,12 @@ def test_a_change_left_out_is_judged_against_the_recommendation_paired_by_round(
     # Both left-out configurations read well above the baseline (a gain against it): only the pairing with the
     # recommendation tells a change that matters from one that does not.
     record = benchmark([150.0, 156.0, 147.0])
-    record.entries.append(Entry("recommended - amp", "without", "amp", {"batch_size": 32}, without_runs, [1.0] * 3))
+    record.entries[1] = replace(record.entries[1], knobs={**BIGGER, "amp": "bf16"})
+    record.entries.append(Entry("baseline + amp", "alone", "amp", {**BASE, "amp": "bf16"}, [101.0] * 3, [1.0] * 3))
+    record.entries.append(Entry("recommended - amp", "without", "amp", BIGGER, without_runs, [1.0] * 3))
     assert record.verdict(record.entries[-1]) == "gain"
     (share,) = [s for s in benchmark_document(record).sections if s.heading == "Each change's share"]
-    assert (
-        share.bullets[-1] == f"amp: alone not measured (it applies only together with another change); left out, {said}"
-    )
+    assert share.bullets[-1] == f"amp: alone 1.00x the baseline (0.93-1.08, within noise); left out, {said}"
     row = json.loads(json.dumps(record.to_dict()))["entries"][-1]
     assert row["to_recommended_verdict"] == ("loss" if "matters" in said else "within noise")
     assert Benchmark.from_dict(record.to_dict()) == record

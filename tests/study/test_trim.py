@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from autotune.knobs import KNOBS
+from autotune.knobs import KNOBS, undo
 from autotune.measure.environment import this_machine_id
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.report.document import headline
@@ -18,7 +18,7 @@ from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.trim import run_trim, undo, undo_next, variants
+from autotune.study.trim import run_trim, undo_next, variants
 from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
