@@ -108,7 +108,8 @@ def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> Sear
             for value in given:
                 if reason := knob.unavailable_reason(value, ctx):
                     raise ConfigError(f"search.{name}", f"{value!r} cannot run here: {reason}")
-                if reason := knob.wasteful_reason(value, ctx):
+                # The baseline's own value is measured however wasteful: it is what the user runs today.
+                if value != ctx.baseline.get(name) and (reason := knob.wasteful_reason(value, ctx)):
                     raise ConfigError(f"search.{name}", f"{value!r} is not worth a trial here: {reason}")
             values = list(given)
         if not values:

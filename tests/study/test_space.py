@@ -171,6 +171,8 @@ def test_values_that_run_but_only_waste_trials_here_are_refused_naming_the_key(n
     with pytest.raises(ConfigError, match=f"^search.{name}: {values[-1]} is not worth a trial here: {refused}"):
         build_space({**ALL_DEFAULT, name: values}, cpu_context(cpu_count=2))
     assert build_space({**ALL_DEFAULT, name: values[:-1]}, cpu_context(cpu_count=2)).candidates[name] == values[:-1]
+    own = cpu_context(cpu_count=2, baseline={**NEUTRAL_KNOBS, name: values[-1]})  # what the user runs today
+    assert build_space({**ALL_DEFAULT, name: values}, own).candidates[name] == values, "the baseline's own is measured"
 
 
 @st.composite
