@@ -100,7 +100,7 @@ ProposeFn = Callable[[list[Observation], set[str], list[KnownFailure]], Proposal
 class TrialEvent:
     """A finished tuning trial, for progress display. ``index`` counts from 1 to ``total``. ``result`` is None where
     the trial was dropped, unmeasured or its result lost, and ``dropped`` says why; or where its configuration
-    (``knobs``) was ruled out unmeasured, and ``not_measured`` says why (``space.why_ruled_out``)."""
+    (``knobs``) was ruled out unmeasured or left for a later run, and ``not_measured`` says why."""
 
     number: int
     index: int
@@ -300,6 +300,9 @@ def _search(
                 _left_for_later(study, trial, key)
                 if not affords(done, None):
                     return _out_of_budget(settings)
+                if key not in skipped:
+                    later = f"left for a later run: it does not fit study.budget_s={settings.budget_s:g}"
+                    on_trial(TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=later))
                 skipped.add(key)
                 repeats += 1
                 continue

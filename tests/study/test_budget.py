@@ -432,9 +432,13 @@ def test_a_compile_draw_that_does_not_fit_is_left_for_later_and_the_plain_trials
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
     plain_only = lambda done, knobs: knobs is None or not costly(knobs)  # noqa: E731 (a compile trial: 300 s)
-    tune(study, space, budget, measure, lambda e: None, affords=plain_only)  # its sampler draws a compile second
+    events: list = []
+    tune(study, space, budget, measure, events.append, affords=plain_only)  # its sampler draws a compile second
     assert counted_trials(study) == 2, "two plain configurations fit: measured, whatever the sampler drew"
     assert not any(costly(knobs) for _, knobs in measure.calls), "no compile trial ran"
+    told = [(event.knobs["compile"], event.not_measured) for event in events if event.not_measured]
+    assert told and set(told) == {("default", "left for a later run: it does not fit study.budget_s=60")}
+    assert len(told) == len({config_key(event.knobs) for event in events if event.not_measured}), "each said once"
 
 
 def test_a_probe_process_is_expected_to_add_the_baselines_start_and_build_not_its_warm_up_and_window():
