@@ -57,7 +57,7 @@ class Guide:
     ) -> Proposal | None:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
         throughput so far or comes within WORTH_MEASURING of it (a compiled one must beat it by WORTH_MEASURING:
-        each costs a compile); any, while nothing measured is feasible; else
+        each costs a compile); any, while nothing measured is feasible or corrects the probe's predictions; else
         the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
         prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
         (``config_key``) of every configuration measured or failed, so none is proposed twice; none that one of
@@ -80,7 +80,14 @@ class Guide:
             for knobs in self.candidates
             if may_measure(knobs) and (value := ratios.predict(knobs)) is not None
         ]
-        worth = [(value, knobs) for value, knobs in predicted if best is None or _worth_measuring(knobs, value, best)]
+        # Until a measured configuration corrects the probe (the baseline is one, unless the space lacks its
+        # batch size), its predictions are as timed, perhaps on a machine busy then: the best of them is measured.
+        corrected = bool(ratios.ratios)
+        worth = [
+            (value, knobs)
+            for value, knobs in predicted
+            if best is None or not corrected or _worth_measuring(knobs, value, best)
+        ]
         value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None:
             return Proposal(knobs, value)

@@ -332,6 +332,18 @@ def test_without_a_predictable_measurement_the_probe_is_taken_as_it_is():
     assert knobs == WORKERS_BEST and predicted == pytest.approx(300.0)
 
 
+def test_while_nothing_measured_corrects_the_probe_its_best_prediction_is_measured_however_low():
+    # search.batch_size=[32] with a baseline of 16: the probe times no setting of the baseline, so nothing measured
+    # corrects it; a probe read on a busy machine predicts every configuration below the baseline's measurement.
+    g = guide(loader_scale=0.1, compute_scale=0.1)
+    baseline_outside = Observation({**BASELINE, "batch_size": 8}, 500.0)
+    knobs, predicted = propose(g, baseline_outside)
+    assert knobs == WORKERS_BEST and predicted == pytest.approx(30.0), "the best prediction, far below 500"
+    measured = Observation(WORKERS_BEST, 600.0)  # 20x its prediction: the others of its group are corrected by it
+    knobs, _ = propose(g, baseline_outside, measured)
+    assert knobs == {**WORKERS_BEST, "batch_size": 16}, "the search goes on as usual: the best's batch neighbour"
+
+
 @pytest.mark.parametrize(("waits", "workers"), [(True, 4), (False, 2)])
 def test_workers_beyond_the_cores_are_proposed_only_where_the_probe_read_loading_waiting(waits, workers):
     # 2 cores; one worker loads 100 samples/s, each more adds as much (4 workers: 400/s, of which 2 cores hold
