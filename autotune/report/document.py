@@ -24,7 +24,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
-from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to
+from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to, unsettled
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 
@@ -198,9 +198,8 @@ def headline(summary: Summary) -> Headline:
         f"{rec.result.peak_memory_mb:.0f} MB."
         + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
         + (
-            " Not every change was shown to matter: the trim, which undoes each in turn, did not run to its end (cut "
-            "by study.budget_s, a failed run, a round the recommendation lost to the baseline there, or a run stopped "
-            "before or in it); running the study again goes on with it."
+            f" Not every change was shown to matter, as the trim that undoes each in turn did not end: "
+            f"{summary.trim_open}. Running the study again goes on with it."
             if summary.untrimmed and summary.confirmed  # unconfirmed: "single runs" above says more
             else ""
         )
@@ -286,13 +285,11 @@ def _trim_race(race: Confirmation) -> str:
     """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
     a variant it does not leave in place (``trimmed_to``), why."""
     reference = race.finalists[0].label
-    text = race.describe(kept=f"trial {reference}, with every change,")
+    text = race.describe(trim=True)
     if race.winner is None or race.winner is race.finalists[0] or trimmed_to(race) is not None:
         return text
-    return text + (
-        f" Nothing is undone: trial {reference}, the configuration the variants were made from, did not run every "
-        "round, or ran faster than the winner beyond noise, so no variant was shown to cost nothing."
-    )
+    why = unsettled(race) or f"trial {reference}, the configuration it started from, ran faster beyond noise"
+    return text + f" Nothing is undone, as no variant was shown to cost nothing: {why}."
 
 
 def _present(*found: Plot | None) -> list[Plot]:

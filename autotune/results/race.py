@@ -8,7 +8,8 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   not one that changes more knobs than a simpler trial worth racing without beating its run by TIE_TOLERANCE. A
   stored race stands for the trials measured when it ran (``Confirmation.is_current``).
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
-  (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``).
+  (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs other processes
+  did not slow).
 - Ending early (``decided``): when more rounds could not change the verdict (DECISIVE_GAIN), on a round no run of
   which other processes slowed (``run_race.race``): a gain read against a slowed run is not decided by it.
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
@@ -186,18 +187,26 @@ class Confirmation:
         """``finalist``'s median over the baseline's, of the rounds it ran (one that left the race ran the first)."""
         return finalist.median / statistics.median(self.baseline_throughputs[: len(finalist.throughputs)])
 
-    def describe(self, kept: str = "the baseline") -> str:
-        """One paragraph for reports; ``kept``: what stays where no finalist wins (a trim race: its reference)."""
+    def describe(self, trim: bool = False) -> str:
+        """One paragraph for reports, of the finalists' race or (``trim``) a trim race: its first finalist, the
+        configuration it started from, and its variants, which ends early by ``alone``."""
+        reference = self.finalists[0].label
+        kept = f"trial {reference}, with every change," if trim else "the baseline"
+        entrants = (
+            f"Trial {reference} and {_count(len(self.finalists) - 1, 'variant')} of it"
+            if trim
+            else _count(len(self.finalists), "finalist").capitalize()
+        )
         if self.cut and not self.rounds:
             return (
-                f"study.budget_s left no time to race the {len(self.finalists)} finalist(s) against the baseline, so "
-                "none is recommended unproven."
+                f"study.budget_s left no time to race {entrants[0].lower()}{entrants[1:]} against the baseline, so "
+                + ("nothing is undone." if trim else "none is recommended unproven.")
             )
         rounds = ", ".join(f"{value:.1f}" for value in self.baseline_throughputs) or "none"
         planned = f" of {self.planned_rounds} planned" if (self.planned_rounds or 0) > self.rounds else ""
         parts = [
-            f"{len(self.finalists)} finalist(s) re-measured against the baseline in {self.rounds}{planned} interleaved "
-            f"rounds of processes of their own (samples/s per round). Baseline: {rounds}."
+            f"{entrants}, re-measured against the baseline in {self.rounds}{planned} interleaved rounds of processes "
+            f"of their own (samples/s per round). Baseline: {rounds}."
         ]
         if self.cut:
             parts.append(
@@ -205,7 +214,8 @@ class Confirmation:
                 f"is that of {self.rounds}; the same command again goes on from them."
             )
         elif planned and self.winner and not self.failure:
-            parts.append("The race was decided early: more rounds could not change the verdict beyond run noise.")
+            early = "every other entrant had left it" if trim else "more rounds could not change the verdict"
+            parts.append(f"The race ended early: {early}.")
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
             ratio = f" (median {self.ratio(finalist):.2f}x)" if finalist.throughputs else ""
@@ -277,6 +287,10 @@ def wins_needed(rounds: int) -> int:
     return rounds
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _wins_in_words(rounds: int) -> str:
     needed = wins_needed(rounds)
     return "every round" if needed == rounds else f"at least {needed} of {rounds} rounds"
@@ -322,15 +336,26 @@ def proof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
 
 
 def settled(race: Confirmation) -> bool:
-    """Whether a trim race tested its variants to its end: not cut short by study.budget_s, and both the baseline
-    and the configuration it started from ran every round (a failed run of either leaves its changes untested)."""
+    """Whether a trim race tested its variants to its end (``unsettled`` finds no reason it did not)."""
+    return unsettled(race) is None
+
+
+def unsettled(race: Confirmation) -> str | None:
+    """Why a trim race did not test its variants to its end, in words: a baseline run failed, the configuration it
+    started from left it (a failed run, a round lost to the baseline) or missed a round, or it was cut short (by
+    study.budget_s or a stopped run); None where it did."""
     reference = race.finalists[0]
-    return (
-        not race.cut
-        and race.failure is None
-        and reference.dropped is None
-        and len(reference.throughputs) == race.rounds
-    )
+    if race.failure is not None:
+        return f"a baseline run failed in it ({race.failure})"
+    if reference.dropped is not None:
+        return f"trial {reference.label}, the configuration it started from, left it ({reference.dropped})"
+    if len(reference.throughputs) != race.rounds:
+        return f"trial {reference.label}, the configuration it started from, did not run every round"
+    if race.cut and not race.rounds:
+        return "it did not start (study.budget_s left no time for it, or the run stopped)"
+    if race.cut:
+        return f"it stopped after {race.rounds} of {race.planned_rounds} rounds (study.budget_s, or the run stopped)"
+    return None
 
 
 def alone(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
@@ -415,9 +440,10 @@ def unprovable(finalist: Finalist, baseline_runs: list[float], rounds: int) -> b
     return rounds_lost(finalist, baseline_runs) > rounds - wins_needed(rounds)
 
 
-def lagging(finalist: Finalist, leader: Finalist, margin: float = RACE_MARGIN) -> bool:
-    """Whether ``finalist``'s median so far is ``margin`` or more behind the leader's."""
-    return finalist.median < leader.median * (1 - margin)
+def lagging(runs: list[float], leader_runs: list[float], margin: float = RACE_MARGIN) -> bool:
+    """Whether a finalist's median so far is ``margin`` or more behind the leader's, of their runs other processes
+    did not slow (a load slows configurations unalike: one whose every run was slowed stays for the next round)."""
+    return bool(runs and leader_runs) and statistics.median(runs) < statistics.median(leader_runs) * (1 - margin)
 
 
 def decided(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:

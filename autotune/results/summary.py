@@ -13,11 +13,13 @@ from autotune.results.race import (
     choose_candidate,
     is_trim_of,
     proof_of,
-    settled,
     trimmed_to,
+    unsettled,
 )
 from autotune.results.tuner_time import STAGES
 
+# Why a trim did not end, where none of its races ran.
+NO_TRIM = "it did not run"
 # The stages a run enters only once its race ended: a run stopped with none of them stopped before its race ended.
 AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
 
@@ -27,10 +29,10 @@ class Summary:
     """The ranking (fastest first, failed last) and the recommendation against the baseline.
 
     ``confirmation`` is the re-measurement of the finalists, when one was made; ``trim`` the races of its winner
-    against its changes undone, ``trim_ended`` whether the last of them ended as planned (``settled``: not cut short or
-    left out by study.budget_s, not ended by a failed run, not left by the configuration it started from; False where
-    none ran). Where a race proved the recommendation, the throughputs and speedup are the medians of the race of most
-    rounds it won (``proof``) rather than single runs.
+    against its changes undone, ``trim_open`` why they did not end as planned: why the last is ``unsettled`` (cut
+    short or left out by study.budget_s or a stopped run, ended by a failed run, left by the configuration it started
+    from), or that none ran; None where they ended. Where a race proved the recommendation, the throughputs and
+    speedup are the medians of the race of most rounds it won (``proof``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, which are not recommended from their single runs. ``stopped_before_race_end``: the study's last run
     stopped (interrupted, a fault) before its race ended, as its record of the tuner's time says (no trim stage), or
@@ -47,7 +49,7 @@ class Summary:
     batch_policy: str = "free"
     trim: list[Confirmation] = field(default_factory=list)
     ruled_out: frozenset[str] = frozenset()
-    trim_ended: bool = False
+    trim_open: str | None = NO_TRIM
     stopped_before_race_end: bool = False
     budget_left_out: tuple[str, ...] = ()
 
@@ -119,11 +121,11 @@ class Summary:
     def untrimmed(self) -> bool:
         """Whether the recommendation, changing two knobs or more, stands without a whole trim: unconfirmed (no race
         re-measured it, so no trim ran), or confirmed with its trim left out or cut short by study.budget_s, ended by
-        a failed run, stopped before or in it, or still running in another tuner. Some of its changes may do
-        nothing; a later run goes on with the trim."""
+        a failed run, stopped before or in it, left by the recommendation (``trim_open`` says which), or still
+        running in another tuner. Some of its changes may do nothing; a later run goes on with the trim."""
         if len(self.changed_knobs()) < 2:
             return False
-        return not self.confirmed or not self.trim_ended
+        return not self.confirmed or self.trim_open is not None
 
     @property
     def speedup(self) -> float:
@@ -181,7 +183,7 @@ def summarise(results: StudyResults) -> Summary:
         ruled_out = _ruled_out(confirmation)
         confirmation = None
     trim: list[Confirmation] = []
-    trim_ended = False
+    trim_open: str | None = NO_TRIM
     runs = results.tuner_time.runs if results.tuner_time else []
     # The last run to end the study, or try: one that left it to another tuner still at it (started before or after
     # it) says nothing of the race unless no other run did.
@@ -200,7 +202,7 @@ def summarise(results: StudyResults) -> Summary:
         recommended = next(r for r in results.trials if r.label == winner.label)
         if is_trim_of(results.trim, confirmation):  # else about an older winner, or other rounds
             trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
-            trim_ended = settled(results.trim[-1])
+            trim_open = unsettled(results.trim[-1])
         final = next((left for race in reversed(trim) if (left := trimmed_to(race))), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
@@ -215,7 +217,7 @@ def summarise(results: StudyResults) -> Summary:
         results.batch_policy,
         trim,
         ruled_out,
-        trim_ended,
+        trim_open,
         stopped_before_race_end,
         tuple(last.search_left_out) if last else (),
     )

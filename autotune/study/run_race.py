@@ -142,10 +142,10 @@ def race(
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)
         if failure:
             break
-        _drop(racing, baseline_runs, rounds, index, reference)
-        slowed = any(run.startswith(f"{name}-{index}-") for run in disturbed)
+        _drop(racing, baseline_runs, rounds, index, reference, lambda f: _quiet(f, name, disturbed))
+        round_slowed = any(run.startswith(f"{name}-{index}-") for run in disturbed)
         if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race) and not (
-            slowed and ends is decided
+            round_slowed and ends is decided
         ):
             break
         if on_round is not None and index < rounds:
@@ -191,10 +191,15 @@ def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[
 
 
 def _drop(
-    racing: list[Finalist], baseline_runs: list[float], rounds: int, index: int, reference: Finalist | None
+    racing: list[Finalist],
+    baseline_runs: list[float],
+    rounds: int,
+    index: int,
+    reference: Finalist | None,
+    quiet: Callable[[Finalist], list[float]],
 ) -> None:
     """Drop the finalists that can no longer be proven against the baseline, then those lagging the leader (or the
-    ``reference``)."""
+    ``reference``) by their ``quiet`` runs (those other processes did not slow)."""
     allowed = rounds - wins_needed(rounds)
     for finalist in racing:
         if finalist.dropped is None and unprovable(finalist, baseline_runs, rounds):
@@ -206,5 +211,15 @@ def _drop(
     leader = reference if reference in running else max(running, key=lambda f: f.median, default=None)
     margin = TRIM_MARGIN if reference else RACE_MARGIN
     for finalist in running:
-        if lagging(finalist, leader, margin):
+        if lagging(quiet(finalist), quiet(leader), margin):
             finalist.dropped = f"more than {margin:.0%} behind trial {leader.label} after round {index}"
+
+
+def _quiet(finalist: Finalist, name: str, disturbed: dict[str, str]) -> list[float]:
+    """``finalist``'s runs in race ``name`` that other processes did not slow (``disturbed``: the slowed runs' names;
+    each finalist's runs are its rounds', from round 1)."""
+    return [
+        throughput
+        for round_index, throughput in enumerate(finalist.throughputs, 1)
+        if run_name(f"{name}-{round_index}", finalist.label) not in disturbed
+    ]

@@ -22,6 +22,7 @@ from autotune.results.race import (
     settled,
     trim_rounds,
     trimmed_to,
+    unsettled,
 )
 from autotune.study.run_race import AffordsRoundFn, NewDrawFn, race
 from autotune.study.tuner import RunFn
@@ -72,7 +73,7 @@ def run_trim(
         if not same or len(races) >= len(done):
             start = ran if same and len(races) == len(done) and _goes_on(ran) else None
             if same and start is None and len(races) == len(done) and on_note is not None:
-                on_note(f"[trim] the stored race {name} is raced again: {_why_again(ran)}")
+                on_note(f"[trim] the stored race {name} is raced again: {unsettled(ran)}")
             # Stored first as a race not run yet (as study.budget_s leaves one), then as each round ends: a run
             # stopped in it keeps the races and rounds before, and the trim stays unsettled.
             _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
@@ -95,14 +96,6 @@ def _goes_on(race: Confirmation) -> bool:
     """Whether a later run goes on from the rounds of ``race``, a trim race not settled: it was cut short (by
     study.budget_s or a stopped run), not ended by a failed run or by the configuration it started from leaving."""
     return race.cut and race.failure is None and race.finalists[0].dropped is None
-
-
-def _why_again(race: Confirmation) -> str:
-    """Why a stored trim race that is not ``settled`` is raced again (``_goes_on`` is false for it)."""
-    if race.failure is not None:
-        return f"a baseline run failed in it ({race.failure})"
-    reference = race.finalists[0]
-    return f"trial {reference.label}, the configuration it started from, left it ({reference.dropped})"
 
 
 def _store(study: optuna.Study, results: StudyResults, races: list[Confirmation]) -> None:

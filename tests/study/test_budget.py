@@ -223,7 +223,7 @@ def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_recomm
     assert "study.budget_s left no time for more rounds, or the run was stopped): the verdict is that of 1;" in (
         cut.describe()
     )
-    assert "decided early" not in cut.describe()
+    assert "ended early" not in cut.describe()
 
     (tmp_path / "none").mkdir()
     study = open_study(settings(tmp_path / "none"), META)

@@ -127,6 +127,22 @@ def test_a_trim_race_every_variant_left_ends_though_its_round_was_slowed():
     assert len(runs.names) == 3, "no round 2: more rounds of the reference alone could not change the trim"
 
 
+def test_a_variant_whose_own_run_was_slowed_does_not_leave_for_lagging_on_that_round():
+    reference = Finalist("1", {**BASELINE, "batch_size": 32}, 2, 100.0)
+    variant = Finalist("1 without amp", {**BASELINE, "batch_size": 32, "amp": "off"}, 1, None)
+    runs = Runs(
+        {
+            **{f"trim-1-{i}-baseline": run_of(40.0) for i in (1, 2, 3)},
+            **{f"trim-1-{i}-trial-1": run_of(130.0) for i in (1, 2, 3)},
+            "trim-1-1-trial-1-without-amp": run_of(60.0, disturbed=True),  # slowed: over 25 % behind, it stays
+            **{f"trim-1-{i}-trial-1-without-amp": run_of(130.0) for i in (2, 3)},
+        }
+    )
+    trim = race([reference, variant], BASELINE, {}, 3, "trim-1", runs, lambda name, result: None, alone, reference)
+    assert variant.dropped is None and trim.rounds == 3, "its quiet rounds tell: it ties"
+    assert trim.disturbed == {"trim-1-1-trial-1-without-amp": BUSY.disturbance}
+
+
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
     finalist = Finalist("1", {**BASELINE, "batch_size": 32}, 1, 100.0)
     runs = Runs(

@@ -145,7 +145,7 @@ def test_a_trim_race_a_failed_baseline_run_ended_keeps_the_winner_and_is_run_aga
     (failed,) = run_trim(study, load_results(study), confirmation, baseline_fails, lambda name, result: None)
     assert failed.failure and failed.winner is None
     kept = f"trial {confirmation.winner.label}, with every change,"
-    assert failed.describe(kept=kept).endswith(f"so {kept} is kept.")
+    assert failed.describe(trim=True).endswith(f"so {kept} is kept.")
     assert summarise(load_results(study)).recommended.label == confirmation.winner.label
     assert summarise(load_results(study)).untrimmed, "said: some of its changes may do nothing"
 
@@ -169,7 +169,7 @@ def test_a_trim_race_whose_winners_own_first_run_failed_keeps_every_change_says_
     summary = summarise(load_results(study))
     assert summary.recommended.label == confirmation.winner.label and summary.no_difference == {}
     assert summary.untrimmed, "its changes were not tested: said"
-    assert "running the study again goes on with it" in headline(summary).rest
+    assert "Running the study again goes on with it" in headline(summary).rest
     assert undone_changes(summary) is None, "no picture: no ratio to the winner's own runs (it drew none)"
     runs = len(pipeline.names)
     (again,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
