@@ -95,6 +95,12 @@ class Tried:
         pairs = "one pair" if len(ratios) == 1 else f"median of {len(ratios)} pairs"
         return f": {statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
 
+    def slower(self, knob: str, now: Any, value: Any) -> bool:
+        """Whether the study measured changing ``knob`` from ``now`` to ``value`` slower, by the median of its pairs
+        measured alike but for it (``twins``)."""
+        ratios = self.twins.get(twin_key(knob, now, value), [])
+        return bool(ratios) and statistics.median(ratios) < 1
+
     def settled(self, knob: str, knobs: dict[str, Any], value: Any) -> bool:
         """Whether ``knobs`` already make the recommendation's change of ``knob`` and the study measured ``value``
         too: the tuner chose among the values it measured, so advice to set another of them is not given (a value
@@ -141,9 +147,9 @@ def advise(
 ) -> list[Advice]:
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
     not: ``sixteen_bit``, on glibc or not: ``glibc``), ranked: a leak first, then by expected gain, those without an
-    estimate last. ``tried`` is the stored study of the pipeline (None where there is none: the advice then says
-    nothing of it); a knob whose recommended value ``knobs`` already run gets no advice to set another value the
-    study measured (``Tried.settled``)."""
+    estimate next, those the study measured slower (``Tried.slower``) last. ``tried`` is the stored study of the
+    pipeline (None where there is none: the advice then says nothing of it); a knob whose recommended value ``knobs``
+    already run gets no advice to set another value the study measured (``Tried.settled``)."""
     found = figures(result)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
@@ -159,9 +165,19 @@ def advise(
         ranked += _arithmetic(result, found, knobs, verdict, sixteen_bit)
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked += _allocator(result, found, knobs) if glibc else []
-    ranked.sort(key=lambda a: -(a.gain or 0.0))
     ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a))]
+    # Advice the study measured slower, alike but for its knob, comes last: the estimate reads one profile, the
+    # study measured the change itself.
+    ranked.sort(key=lambda a: (_measured_slower(a, tried, knobs), -(a.gain or 0.0)))
     return [_with_tried(a, tried, knobs) for a in advice + ranked]
+
+
+def _measured_slower(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> bool:
+    return (
+        advice.knob is not None
+        and tried is not None
+        and tried.slower(advice.knob, knobs.get(advice.knob), _suggested(advice))
+    )
 
 
 def _with_tried(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> Advice:

@@ -259,6 +259,19 @@ def test_what_the_tuner_measured_of_an_advised_change_is_said_beside_it():
     assert tried.says("num_workers", 2, 4).endswith("(study 'mine')"), "2 against 4 workers was not measured"
 
 
+def test_advice_the_study_measured_slower_comes_last_whatever_its_estimate():
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
+    result = profile_result(faults=faulting, gc_share=0.01)
+    first = [a.knob for a in advise(result, "", KNOBS, 8, None)]
+    assert first == ["amp", "malloc", "compile"], "by their estimates; compile has none"
+    measured_slower = Tried("mine", {"malloc": ["default", "keep"]}, {}, {"malloc=default->keep": [0.72]})
+    ranked = advise(result, "", KNOBS, 8, measured_slower)
+    assert [a.knob for a in ranked] == ["amp", "compile", "malloc"], "after those without an estimate too"
+    assert "0.72x the same with malloc=default" in ranked[-1].tried, "and says why"
+    faster = Tried("mine", {"malloc": ["default", "keep"]}, {}, {"malloc=default->keep": [1.1]})
+    assert [a.knob for a in advise(result, "", KNOBS, 8, faster)] == first
+
+
 def test_sixteen_bits_are_credited_only_with_the_products_share_of_the_whole_model_step():
     result = profile_result(wait_share=0.0, compute_share=0.8)  # the operators fill the step: products 80 % of it
     ops = result.operators
