@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune.files import write_atomic
-from autotune.results.check import MIN_ROUNDS, Check, measured_rounds
+from autotune.results.check import MAX_ROUNDS_TO_TELL, MIN_ROUNDS, Check, measured_rounds
 
 _NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}
 
@@ -56,13 +56,21 @@ def verdict_line(check: Check) -> str:
             "a check of more check.rounds that held, or tune with more study.confirm_rounds)"
         )
     if now.geomean < check.floor:
-        return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it"
+        return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it ({_to_tell(check)})"
     if now.low < check.floor:
         return (
-            f"holds within the noise: {speedup} reaches {limit}, but its interval reaches below it too (more "
-            "check.rounds would tell)"
+            f"holds within the noise: {speedup} reaches {limit}, but its interval reaches below it too "
+            f"({_to_tell(check)})"
         )
     return f"holds: {speedup} reaches {limit}"
+
+
+def _to_tell(check: Check) -> str:
+    """Which rounds would tell the speedup now from the floor, in words (``Check.rounds_to_tell``)."""
+    rounds = check.rounds_to_tell
+    if rounds is None:
+        return f"it is too close to the floor for {MAX_ROUNDS_TO_TELL} rounds to tell"
+    return f"at this noise about check.rounds={rounds} would tell"
 
 
 def _recorded(check: Check) -> str:

@@ -19,6 +19,8 @@ from autotune.results.benchmark import Benchmark, Entry
 
 # Rounds an interval needs: each of the two configurations measured, and both in the same rounds (ratio_interval).
 MIN_ROUNDS = 2
+# The most rounds ``Check.rounds_to_tell`` names: beyond it, the speedup now sits too close to the floor to tell.
+MAX_ROUNDS_TO_TELL = 30
 # holds: no regression; regressed: ``Check.regressed``; not measured: no interval; stopped: before its last round.
 VERDICTS = ("holds", "regressed", "not measured", "stopped")
 
@@ -79,6 +81,19 @@ class Check:
         # One part gives n - 1 exactly, which floating point may read a hair below: floored, a wider t than the
         # interval's own, and an interval wholly below the floor would hold.
         return t95(max(1, math.floor(df + 1e-9))) * math.sqrt(variance)
+
+    @property
+    def rounds_to_tell(self) -> int | None:
+        """About how many rounds an interval as noisy as this one now needs to lie wholly on one side of the floor
+        (the spread of its rounds' ratios kept, the gap to the floor as read): where it reaches across the floor and
+        at most MAX_ROUNDS_TO_TELL would do; else None."""
+        now = self.now
+        if now is None or not now.low < self.floor < now.high:
+            return None
+        gap, spread = abs(math.log(now.geomean / self.floor)), _standard_error(now) * math.sqrt(now.n)
+        return next(
+            (n for n in range(now.n + 1, MAX_ROUNDS_TO_TELL + 1) if t95(n - 1) * spread / math.sqrt(n) < gap), None
+        )
 
     @property
     def verdict(self) -> str:
