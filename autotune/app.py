@@ -64,6 +64,7 @@ from autotune.trial.runner import (
     shared_fork_server,
     signals_held,
 )
+from autotune.words import count
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -100,11 +101,16 @@ def _tune(
     clock.attach(study, machine)
     print(
         f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "
-        f"{redact_url(settings.study.storage)}; {space.size} configurations, up to {settings.study.n_trials} trials",
+        f"{redact_url(settings.study.storage)}; {count(space.size, 'configuration')}, up to "
+        f"{count(settings.study.n_trials, 'trial')}",
         file=out,
     )
     if stored := counted_trials(study, machine):
-        print(f"resuming: {stored} trial(s) of this study are stored and are not measured again", file=out)
+        print(
+            f"resuming: {count(stored, 'trial')} of this study stored {'is' if stored == 1 else 'are'} not "
+            "measured again",
+            file=out,
+        )
     elif other := other_thread_variables(study_machines(study), described):
         print(
             f"note: the study holds this machine's results under other thread variables ({other}); they are kept "
@@ -155,7 +161,7 @@ def _tune(
             print(f"[trial #{event.number}] {line}", file=out, flush=True)
             return
         line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, baseline)
-        print(f"[trial {event.index}/{event.total} #{event.number}] {line}", file=out, flush=True)
+        print(f"[trial {event.number}, {event.index} of {event.total}] {line}", file=out, flush=True)
 
     def show_confirmation(name: str, result: TrialResult) -> None:
         print(f"[{name}] {race_line(name, result)}", file=out, flush=True)

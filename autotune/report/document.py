@@ -27,6 +27,7 @@ from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
 from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to, unsettled
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
+from autotune.words import count
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -352,7 +353,9 @@ def _why_keep(summary: Summary) -> str:
         text += f" study.budget_s left out {'; '.join(summary.budget_left_out)}: a larger budget may find a faster one."
     faster = [r for r in others if not r.result.ok and r.result.timing and r.result.timing.throughput > base.throughput]
     if faster:
-        text += f" {len(faster)} faster configuration(s) could not be recommended: infeasible or stopped (below)."
+        text += (
+            f" {count(len(faster), 'faster configuration')} could not be recommended: infeasible or stopped (below)."
+        )
     if ruled_out:
         named = ", ".join(f"trial {r.label} ({r.throughput / base.throughput:.2f}x in one run)" for r in ruled_out)
         them = "them" if len(ruled_out) > 1 else "it"

@@ -46,6 +46,7 @@ from typing import Any
 from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.trial.result import TrialResult
+from autotune.words import count
 
 # A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by 6-20 %
 # on our build machines (docs/benchmarks.md).
@@ -193,9 +194,9 @@ class Confirmation:
         reference = self.finalists[0].label
         kept = f"trial {reference}, with every change," if trim else "the baseline"
         entrants = (
-            f"Trial {reference} and {_count(len(self.finalists) - 1, 'variant')} of it"
+            f"Trial {reference} and {count(len(self.finalists) - 1, 'variant')} of it"
             if trim
-            else _count(len(self.finalists), "finalist").capitalize()
+            else count(len(self.finalists), "finalist").capitalize()
         )
         if self.cut and not self.rounds:
             return (
@@ -285,10 +286,6 @@ def wins_needed(rounds: int) -> int:
         if sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2**rounds <= PROOF_LEVEL:
             return wins
     return rounds
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _wins_in_words(rounds: int) -> str:

@@ -107,10 +107,14 @@ def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> Sear
         else:
             for value in given:
                 if reason := knob.unavailable_reason(value, ctx):
-                    raise ConfigError(f"search.{name}", f"{value!r} cannot run here: {reason}")
+                    raise ConfigError(
+                        f"search.{name}", f"{value!r} cannot run here: {reason}; leave it out of the list"
+                    )
                 # The baseline's own value is measured however wasteful: it is what the user runs today.
                 if value != ctx.baseline.get(name) and (reason := knob.wasteful_reason(value, ctx)):
-                    raise ConfigError(f"search.{name}", f"{value!r} is not worth a trial here: {reason}")
+                    raise ConfigError(
+                        f"search.{name}", f"{value!r} is not worth a trial here: {reason}; leave it out of the list"
+                    )
             values = list(given)
         if not values:
             raise ConfigError(f"search.{name}", "no candidate value can run on this machine for this pipeline")
@@ -163,7 +167,8 @@ def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
     if baseline["batch_size"] > ctx.dataset_len:
         raise ConfigError(
             "pipeline.baseline.batch_size",
-            f"{baseline['batch_size']} is larger than the dataset ({ctx.dataset_len} samples), so no full batch exists",
+            f"{baseline['batch_size']} is larger than the dataset ({ctx.dataset_len} samples), so no full batch "
+            "exists: set the batch size your training uses, at most the dataset's size",
         )
 
 

@@ -54,6 +54,7 @@ from autotune.study.space import KnownFailure, SearchSpace, ruled_out, why_ruled
 from autotune.study.storage import is_shared
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from autotune.trial.runner import INTERRUPT, ProgressFn
+from autotune.words import count
 
 # The trials that measured a configuration on a machine, with their results (``records.measured_trials``).
 Measured = list[tuple[optuna.trial.FrozenTrial, TrialResult]]
@@ -263,8 +264,8 @@ def _search(
                     return _out_of_budget(settings)
                 if proposal is None:
                     return StopReason(
-                        f"converged: corrected by the {len(known)} configurations measured (the baseline included), "
-                        "the probe predicts none of the others faster than the best"
+                        f"converged: corrected by the {count(len(known), 'configuration')} measured (the baseline "
+                        "included), the probe predicts none of the others faster than the best"
                     )
             if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
                 proposal = Proposal(_draw_untried(space, taken, failed, draw))

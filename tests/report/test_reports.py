@@ -332,11 +332,11 @@ def test_keeping_the_baseline_says_why_in_each_case():
         ),
     )
     assert why(trial("0", 90.0, num_workers=1), over_budget).endswith(
-        "1 faster configuration(s) could not be recommended: infeasible or stopped (below)."
+        "1 faster configuration could not be recommended: infeasible or stopped (below)."
     )
     assert why(over_budget) == (
         "No configuration other than the baseline (100.0 samples/s) was measured to the end and feasible (see "
-        "below). 1 faster configuration(s) could not be recommended: infeasible or stopped (below)."
+        "below). 1 faster configuration could not be recommended: infeasible or stopped (below)."
     )
 
 
