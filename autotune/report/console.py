@@ -87,10 +87,10 @@ def print_summary(
     recommendation where ``profiles`` (the study's) are of these two, the files written, then where the tuner's
     time went (where the study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
+    frame["trial"] = [marked(row, summary) for row in frame.to_dict("records")]
     varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
     frame["rank"] = frame["rank"].astype(object).fillna("-")  # to_string's na_rep skips nullable integers
-    frame["trial"] = [marked(label, summary) for label in frame["trial"]]
     print(f"\n{status}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(ranked_basis(summary), file=out)

@@ -18,7 +18,7 @@ from autotune.report import plots
 from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
 from autotune.report.profiles import current_profiles, describe, side_by_side_rows, sides
-from autotune.report.rows import marked, ranked_rows, record_row
+from autotune.report.rows import busy_note, marked, ranked_rows, record_row
 from autotune.report.tuner_time import budget_lines, covers
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
@@ -408,7 +408,7 @@ def _interval(row: dict[str, Any]) -> str:
 def _ranked(summary: Summary) -> Table:
     rows = [_with_changes(row, summary) for row in ranked_rows(summary) if row["state"] == "complete"]
     for row in rows:
-        row["trial"] = marked(row["trial"], summary)
+        row["trial"] = marked(row, summary)
     return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
 
 
@@ -416,8 +416,8 @@ def ranked_basis(summary: Summary) -> str:
     """What the rank below rests on, and where the recommendation comes from when it is not the rank."""
     basis = "Ranked by each configuration's own run (a search trial's is its shorter screening window)."
     if summary.confirmed:
-        return f"{basis} The recommendation is chosen by the races above, not by this rank."
-    return basis
+        basis += " The recommendation is chosen by the races above, not by this rank."
+    return basis + busy_note([row for row in ranked_rows(summary) if row["state"] == "complete"])
 
 
 def _with_changes(row: dict[str, Any], summary: Summary) -> dict[str, Any]:

@@ -34,6 +34,7 @@ MEASUREMENT_COLUMNS = [
     "cpu_percent",
     "process_tree_cores",
     "other_processes_cores",
+    "other_processes_busy",
     "gpu_utilization_percent",
     "gflops_per_sample",
     "achieved_gflops_per_s",
@@ -99,6 +100,7 @@ def _measurement_columns(m, baseline_throughput: float) -> dict[str, Any]:
         "cpu_percent": system.cpu_total_percent,
         "process_tree_cores": system.process_tree_cores,
         "other_processes_cores": system.other_processes_cores,
+        "other_processes_busy": system.disturbed,  # they competed for its cores: it may read low
         "gpu_utilization_percent": system.gpu_utilization_percent,
         "gflops_per_sample": flops / 1e9 if flops is not None else None,
         "achieved_gflops_per_s": compute.achieved_flops_per_s / 1e9 if flops is not None else None,
@@ -113,10 +115,20 @@ def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
     ]
 
 
-def marked(label: str, summary: Summary) -> str:
-    """A ranked row's trial ``label``, marked where it is the recommendation (which the races chose, whatever its
-    rank: a search trial's row is its single screening run)."""
-    return f"{label} (recommended)" if label == summary.recommended.label and not summary.is_baseline else label
+def marked(row: dict[str, Any], summary: Summary) -> str:
+    """A ranked row's trial label, marked where it is the recommendation (which the races chose, whatever its rank:
+    a search trial's row is its single screening run) and where other processes competed for its cores (it may read
+    low: ``busy_note``)."""
+    label = row["trial"]
+    recommended = " (recommended)" if label == summary.recommended.label and not summary.is_baseline else ""
+    return f"{label}{recommended}{' (busy)' if row['other_processes_busy'] else ''}"
+
+
+def busy_note(rows: list[dict[str, Any]]) -> str:
+    """What "(busy)" in the ranked rows means, where a row has it."""
+    if not any(row["other_processes_busy"] for row in rows):
+        return ""
+    return " (busy): other processes competed for its cores while it ran, so it may read low."
 
 
 def ranked_frame(summary: Summary) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import yaml
 
 from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine
+from autotune.measure.measurement import SystemReport
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
@@ -425,6 +426,25 @@ def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_no
     out = io.StringIO()
     print_summary(summary, {}, "done", out)  # the terminal's table alike
     assert re.search(r"^ +2 +3 \(recommended\) ", out.getvalue(), re.M) and out.getvalue().count("(recommended)") == 1
+    assert "(busy)" not in report + out.getvalue(), "no run was slowed"
+
+
+def test_the_ranked_table_marks_a_configuration_other_processes_slowed_and_says_what_that_means(tmp_path):
+    slowed = trial("0", 130.0, num_workers=1)
+    busy = SystemReport(100.0, [100.0, 100.0], 1.0)  # both cores busy, the run's tree on one of them
+    slowed = TrialRecord("0", replace(slowed.result, measurement=replace(slowed.result.measurement, system=busy)))
+    assert slowed.result.measurement.system.disturbed
+    results = replace(results_with(slowed, trial("3", 120.0, batch_size=32)), machine=MACHINE, measure=MEASURE)
+    summary = summarise(results)
+    report = write_reports(results, summary, tmp_path)["report.md"].read_text()
+    ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
+    assert "| 1 | 0 (recommended) (busy) |" in ranked and "| 2 | 3 |" in ranked
+    assert "(busy): other processes competed for its cores while it ran, so it may read low." in ranked
+    out = io.StringIO()
+    print_summary(summary, {}, "done", out)
+    assert (
+        re.search(r"^ +1 +0 \(recommended\) \(busy\) ", out.getvalue(), re.M) and "so it may read low" in out.getvalue()
+    )
 
 
 def test_a_winner_that_lost_a_trim_round_to_the_baseline_is_untrimmed_and_the_headline_says_so():
