@@ -158,7 +158,7 @@ def _tune(
     def show(event: TrialEvent) -> None:
         if event.not_measured is not None:  # no trial of the count: its number alone
             line = format_not_measured(event.knobs, baseline, event.not_measured)
-            print(f"[trial #{event.number}] {line}", file=out, flush=True)
+            print(f"[trial {event.number}] {line}", file=out, flush=True)
             return
         line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, baseline)
         print(f"[trial {event.number}, {event.index} of {event.total}] {line}", file=out, flush=True)
