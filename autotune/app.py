@@ -64,7 +64,7 @@ from autotune.trial.runner import (
     shared_fork_server,
     signals_held,
 )
-from autotune.words import count
+from autotune.words import counted
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -101,13 +101,13 @@ def _tune(
     clock.attach(study, machine)
     print(
         f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "
-        f"{redact_url(settings.study.storage)}; {count(space.size, 'configuration')}, up to "
-        f"{count(settings.study.n_trials, 'trial')}",
+        f"{redact_url(settings.study.storage)}; {counted(space.size, 'configuration')}, up to "
+        f"{counted(settings.study.n_trials, 'trial')}",
         file=out,
     )
     if stored := counted_trials(study, machine):
         print(
-            f"resuming: {count(stored, 'trial')} of this study stored {'is' if stored == 1 else 'are'} not "
+            f"resuming: {counted(stored, 'trial')} of this study stored {'is' if stored == 1 else 'are'} not "
             "measured again",
             file=out,
         )

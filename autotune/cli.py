@@ -35,6 +35,7 @@ from autotune.errors import AutotuneError, ConfigError
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
 from autotune.redact import RedactedStream, Secrets, redact_url
+from autotune.words import counted
 
 # Signals that stop a run in order, as Ctrl-C does: Slurm, Kubernetes and systemd send SIGTERM; a closed terminal
 # SIGHUP. The run ends as an interrupted one (trial stopped and marked, reports written), exiting 128 + the signal.
@@ -108,7 +109,7 @@ def main() -> None:
     if _FAILED_JOBS:
         jobs = ", ".join(f"#{job}" for job in _FAILED_JOBS)
         _fail(
-            f"{len(_FAILED_JOBS)} multirun job(s) failed: {jobs} (each said why above)",
+            f"{counted(len(_FAILED_JOBS), 'multirun job')} failed: {jobs} (each said why above)",
             next(iter(_FAILED_JOBS.values())),
         )
 

@@ -18,7 +18,7 @@ from autotune.report.console import print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.study.storage import load_study
-from autotune.words import count
+from autotune.words import counted
 
 
 def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -42,7 +42,7 @@ def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> 
         written = write_reports(results, summary, folder)
         on = f", measured on {results.machine.get('cpu_model')} (machine {machine})" if len(machines) > 1 else ""
         print(f"autotune: the reports of study '{name}' ({redact_url(storage)}){on}, rendered from storage", file=out)
-        stored = f"Rendered from the study: {count(len(results.trials), 'trial')} stored"
+        stored = f"Rendered from the study: {counted(len(results.trials), 'trial')} stored"
         print_summary(summary, written, stored, out, results.profiles, results.tuner_time)
         files |= {f"{machine}/{kind}" if len(machines) > 1 else kind: path for kind, path in written.items()}
     return files

@@ -24,7 +24,7 @@ from autotune.results.model import load_results
 from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.results.summary import summarise
 from autotune.study.storage import load_study
-from autotune.words import count
+from autotune.words import counted
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -36,7 +36,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     rounds = settings.selfcheck_rounds
     print(
         f"autotune selfcheck: pipeline '{settings.pipeline.name}' on {device}; {source}; "
-        f"{rounds} rounds of {count(len(configurations), 'configuration')}, each timed by autotune and by a plain loop",
+        f"{rounds} rounds of {counted(len(configurations), 'configuration')}, each timed by autotune and by a plain "
+        "loop",
         file=out,
         flush=True,
     )

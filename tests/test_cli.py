@@ -549,7 +549,7 @@ def test_a_multirun_job_that_fails_leaves_the_others_running_and_the_sweep_exits
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert "autotune: error: study.n_trials: expected an integer >= 0, got -1 (multirun job #0)" in lines
-    assert lines[-1] == "autotune: error: 1 multirun job(s) failed: #0 (each said why above)"
+    assert lines[-1] == "autotune: error: 1 multirun job failed: #0 (each said why above)"
     assert (tmp_path / "multi" / "1" / "report.json").exists(), "job #1 ran after #0 failed"
 
 

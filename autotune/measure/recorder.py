@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from autotune.errors import AutotuneError
 from autotune.measure.stats import block_throughput_ci, quartiles
 from autotune.measure.warmup import WarmupPolicy, excess_time
+from autotune.words import counted
 
 WARMUP, DRAIN, WINDOW, DONE = "warmup", "drain", "window", "done"
 
@@ -209,8 +210,8 @@ class StepRecorder:
         """
         if not self._samples and self.phase == DRAIN:
             raise AutotuneError(
-                f"no timed step: the loop ended {self._drain_left} step(s) before its window, still using up the "
-                "batches the DataLoader's workers loaded while the window's start was read; loop over more epochs"
+                f"no timed step: the loop ended {counted(self._drain_left, 'step')} before its window, still using up "
+                "the batches the DataLoader's workers loaded while the window's start was read; loop over more epochs"
             )
         if not self._samples:
             raise AutotuneError(

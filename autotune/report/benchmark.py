@@ -13,6 +13,7 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
 from autotune.results.benchmark import Benchmark, Entry
+from autotune.words import counted
 
 _HEADERS = ["configuration", "samples/s (median)", "vs baseline (paired)", "95 % interval", "verdict", "peak memory"]
 
@@ -116,8 +117,8 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
     interval = benchmark.interval(entry)
     median = f"{entry.median:.1f}" if entry.median is not None else "-"
     memory = benchmark.memory_change(entry)
-    notes = [f"{len(entry.failures)} run(s) failed"] if entry.failures else []
-    notes += [f"{len(entry.disturbed)} run(s) slowed by other processes"] if entry.disturbed else []
+    notes = [f"{counted(len(entry.failures), 'run')} failed"] if entry.failures else []
+    notes += [f"{counted(len(entry.disturbed), 'run')} slowed by other processes"] if entry.disturbed else []
     label = entry.label + (f" ({'; '.join(notes)})" if notes else "")
     if entry is benchmark.baseline:
         peak = f"{entry.median_peak_mb:.0f} MB" if entry.median_peak_mb is not None else "-"

@@ -27,7 +27,7 @@ from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
 from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to, unsettled
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
-from autotune.words import count
+from autotune.words import counted
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -354,7 +354,7 @@ def _why_keep(summary: Summary) -> str:
     faster = [r for r in others if not r.result.ok and r.result.timing and r.result.timing.throughput > base.throughput]
     if faster:
         text += (
-            f" {count(len(faster), 'faster configuration')} could not be recommended: infeasible or stopped (below)."
+            f" {counted(len(faster), 'faster configuration')} could not be recommended: infeasible or stopped (below)."
         )
     if ruled_out:
         named = ", ".join(f"trial {r.label} ({r.throughput / base.throughput:.2f}x in one run)" for r in ruled_out)
@@ -439,7 +439,8 @@ def _probe(results: StudyResults) -> list[Section]:
         f"model step alone (on a cached batch) {compute:.1f} samples/s: {slower} is the slower half. From such "
         f"timings ({probe.wall_s:.1f} s in all) the probe predicted each configuration's throughput; each trial "
         "measured the configuration predicted fastest, its prediction corrected by the trials measured before it, "
-        "until none left was predicted to beat the best (no prediction: a twin of the best with a knob the probe "
+        "until none left was predicted to beat the best or come within a run's noise of it, or study.n_trials ran "
+        "out (no prediction: a twin of the best with a knob the probe "
         "does not time, such as torch.compile). The prediction only orders the search; every figure in this report "
         "is measured."
     )

@@ -9,6 +9,7 @@ from typing import TextIO
 from autotune.files import write_atomic
 from autotune.report.console import format_knobs
 from autotune.results.selfcheck import AGREEMENT, ConfigurationCheck, SelfCheck
+from autotune.words import counted
 
 
 def write_selfcheck(check: SelfCheck, out_dir: Path) -> dict[str, Path]:
@@ -21,13 +22,13 @@ def format_check(check: ConfigurationCheck, baseline: dict | None) -> str:
     changed = f" ({format_knobs(check.knobs, baseline)})" if baseline is not None else ""
     interval = check.interval
     if interval is None:
-        ratio = f"{len(check.ratios)} complete round(s): too few for an interval"
+        ratio = f"{counted(len(check.ratios), 'complete round')}: too few for an interval"
     else:
         ratio = (
             f"harness / plain loop {interval.geomean:.3f} (95 % interval {interval.low:.3f}-{interval.high:.3f}, "
             f"{interval.n} rounds)"
         )
-    failed = f"; {len(check.failures)} run(s) failed: {check.failures[0]}" if check.failures else ""
+    failed = f"; {counted(len(check.failures), 'run')} failed: {check.failures[0]}" if check.failures else ""
     return f"{check.label}{changed}: {ratio}: {check.verdict}{failed}"
 
 

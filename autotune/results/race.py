@@ -46,7 +46,7 @@ from typing import Any
 from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.trial.result import TrialResult
-from autotune.words import count
+from autotune.words import counted
 
 # A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by 6-20 %
 # on our build machines (docs/benchmarks.md).
@@ -194,9 +194,9 @@ class Confirmation:
         reference = self.finalists[0].label
         kept = f"trial {reference}, with every change," if trim else "the baseline"
         entrants = (
-            f"Trial {reference} and {count(len(self.finalists) - 1, 'variant')} of it"
+            f"Trial {reference} and {counted(len(self.finalists) - 1, 'variant')} of it"
             if trim
-            else count(len(self.finalists), "finalist").capitalize()
+            else counted(len(self.finalists), "finalist").capitalize()
         )
         if self.cut and not self.rounds:
             return (

@@ -5,8 +5,8 @@ Each expected effect is an upper bound from the profiled step's stages: a step o
 ``wait_s`` for data does the rest in ``loop_s - wait_s``; loading a batch takes ``loading_s`` in one process, so
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
-shortens it in proportion. One is not a bound: keeping freed memory (``malloc``) saves the kernel's share of the
-step's working time, and more where fresh pages also cost cache misses.
+shortens it in proportion. Keeping freed memory (``malloc``) saves at most the kernel's share of the step's working
+time: its page faults are a part of that share, which holds the kernel's other work too.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from autotune.results.diagnosis import (
     leaks,
     saturation_finding,
 )
+from autotune.words import counted
 
 # A function that takes 15 % of loading or more is worth changing on its own.
 HOT_FUNCTION_SHARE = 0.15
@@ -274,8 +275,8 @@ def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_c
         Advice(
             f"set num_workers={count}",
             f"a batch takes {found.loading_s * 1e3:.1f} ms to load in one process and the rest of the step "
-            f"{rest * 1e3:.1f} ms; {needed} worker(s) would keep up{waiting}",
-            f"up to {gain:.2f}x: loading in {count} worker(s) beside training{shared}",
+            f"{rest * 1e3:.1f} ms; {counted(needed, 'worker')} would keep up{waiting}",
+            f"up to {gain:.2f}x: loading in {counted(count, 'worker')} beside training{shared}",
             gain,
             knob="num_workers",
         )
@@ -304,7 +305,7 @@ def _no_workers(found: Figures, workers: int) -> list[Advice]:
     return [
         Advice(
             "set num_workers=0",
-            f"{workers} worker(s) load a batch in {found.loading_s * 1e3:.1f} ms, within the rest of the step "
+            f"{counted(workers, 'worker')} load a batch in {found.loading_s * 1e3:.1f} ms, within the rest of the step "
             f"({rest * 1e3:.1f} ms), yet the loop waits {handoff * 1e3:.1f} ms a step for batches to be passed "
             "between processes",
             f"up to {gain:.2f}x: loading in the training process, {found.loading_s * 1e3:.1f} ms a batch",
@@ -446,7 +447,7 @@ def _arithmetic(
             Advice(
                 "set channels_last=True",
                 "convolutions run faster on NHWC tensors on most hardware",
-                "measured by the tuner only",
+                "depends on the model and the hardware: only a measurement tells",
                 knob="channels_last",
             )
         )
@@ -455,7 +456,7 @@ def _arithmetic(
             Advice(
                 "set compile=default",
                 f"torch.compile fuses elementwise operators, each a pass over memory ({_elementwise(result)})",
-                "measured by the tuner only: it depends on the model",
+                "depends on the model: only a measurement tells",
                 knob="compile",
             )
         )
@@ -507,9 +508,9 @@ def _garbage(result: ProfileResult, found: Figures) -> list[Advice]:
 
 def _allocator(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
     """Keep freed memory (``malloc=keep``, glibc) where the step faults in fresh pages and the kernel's time shows
-    it: the step then saves the kernel's share of its working time (CPU time summed over threads is not wall time:
-    its share is), or more where fresh pages also cost cache misses; blocks over 32 MiB are mapped fresh whatever
-    glibc is told."""
+    it: the step then saves at most the kernel's share of its working time (CPU time summed over threads is not wall
+    time: its share is), of which the faults are a part; blocks over 32 MiB are mapped fresh whatever glibc is
+    told."""
     finding = fault_finding(result)
     if finding is None or knobs.get("malloc") == "keep":
         return []
@@ -520,7 +521,8 @@ def _allocator(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> 
             "set malloc=keep: glibc's allocator then keeps freed blocks up to 32 MiB for the next step (more resident "
             "memory)",
             finding,
-            (f"about {gain:.2f}x, " if gain else "") + "the kernel's share of the step's working time",
+            (f"up to {gain:.2f}x, " if gain else "") + "if the kernel's whole share of the step's working time were "
+            "its page faults",
             gain,
             knob="malloc",
         )

@@ -54,7 +54,7 @@ from autotune.study.space import KnownFailure, SearchSpace, ruled_out, why_ruled
 from autotune.study.storage import is_shared
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from autotune.trial.runner import INTERRUPT, ProgressFn
-from autotune.words import count
+from autotune.words import counted
 
 # The trials that measured a configuration on a machine, with their results (``records.measured_trials``).
 Measured = list[tuple[optuna.trial.FrozenTrial, TrialResult]]
@@ -264,7 +264,7 @@ def _search(
                     return _out_of_budget(settings)
                 if proposal is None:
                     return StopReason(
-                        f"converged: corrected by the {count(len(known), 'configuration')} measured (the baseline "
+                        f"converged: corrected by the {counted(len(known), 'configuration')} measured (the baseline "
                         "included), the probe predicts none of the others faster than the best"
                     )
             if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
@@ -340,7 +340,20 @@ def _search(
                 f"stopped rather than spend the budget (study.max_consecutive_failures)",
                 aborted=True,
             )
-    return StopReason(f"study.n_trials={n_trials} trials measured")
+    measured = f"study.n_trials={n_trials}: {counted(n_trials, 'trial')} measured"
+    return StopReason(measured + _unconverged(study, settings, machine, propose, skipped))
+
+
+def _unconverged(
+    study: optuna.Study, settings: StudySettings, machine: str, propose: ProposeFn | None, skipped: set[str]
+) -> str:
+    """Where the guided search stopped at study.n_trials with more to measure (``skipped`` aside: left to a later
+    run by study.budget_s), what to do, as a clause."""
+    seen = _look(study, settings, machine)
+    taken = set(seen.known) | seen.in_flight | skipped
+    if propose is None or propose(_observations(seen.known), taken, seen.failed) is None:
+        return ""
+    return ", before the guided search converged: it has more to measure, and a larger study.n_trials goes on from here"
 
 
 def _taken_for_dead(settings: StudySettings, trials: str) -> str:

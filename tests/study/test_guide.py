@@ -247,6 +247,23 @@ def test_the_tuner_measures_what_the_guide_proposes_and_stops_when_it_converges(
     assert len(trials) < 8, "stopped before the budget: nothing left was predicted faster"
 
 
+def test_a_search_study_n_trials_stopped_before_it_converged_says_so_and_a_larger_one_goes_on(tmp_path):
+    g = guide()
+
+    def measure(knobs, name, on_progress):
+        return TrialResult(knobs=knobs, measurement=fake_measurement(g.probe_model.predict(knobs)))
+
+    study = open_study(settings(tmp_path, n_trials=1), META)
+    ensure_baseline(study, BASELINE, measure)
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=1), measure, print, g.propose)
+    assert reason.message == (
+        "study.n_trials=1: 1 trial measured, before the guided search converged: it has more to measure, and a larger "
+        "study.n_trials goes on from here"
+    )
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=20), measure, print, g.propose)
+    assert reason.message.startswith("converged") and len(load_results(study).trials) == 2, "its batch neighbour"
+
+
 def test_on_resume_an_interrupted_trial_runs_before_the_guide_proposes_again(tmp_path):
     g = guide()
     study = open_study(settings(tmp_path, n_trials=8), META)
