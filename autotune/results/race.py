@@ -157,18 +157,48 @@ class Confirmation:
 
     @property
     def winner(self) -> Finalist | None:
+        ranking = self._fastest_proven()
+        if ranking is None:
+            return None
+        _, tied = ranking
+        return min(tied, key=lambda f: (f.changes, f.peak_memory_mb, -f.median))
+
+    def _fastest_proven(self) -> tuple[Finalist, list[Finalist]] | None:
+        """The proven finalist no other proven one beats with the highest median, and those tied with it (itself
+        included); None where none is proven."""
         proven = [f for f in self.finalists if self.proven(f)]
         if not proven:
             return None
         # A median and the rounds won may disagree: one another proven finalist beats is not the leader.
         unbeaten = [f for f in proven if not any(beats(other, f) for other in proven)] or proven
-        leader = max(unbeaten, key=lambda f: f.median)
-        tied = [f for f in unbeaten if not beats(leader, f)]
-        return min(tied, key=lambda f: (f.changes, f.peak_memory_mb, -f.median))
+        fastest = max(unbeaten, key=lambda f: f.median)
+        return fastest, [f for f in unbeaten if not beats(fastest, f)]
 
     @property
     def confirmed(self) -> bool:
         return self.winner is not None
+
+    def why_won(self) -> str:
+        """Why the winner won, in words: the fastest by median, or tied within noise with it (``beats``) and
+        changing fewer knobs, or as many and using less memory; nothing where it was the only one proven."""
+        winner = self.winner
+        fastest, _ = self._fastest_proven()
+        proven = [f for f in self.finalists if self.proven(f)]
+        if winner is fastest:
+            higher = [f for f in proven if f.median > winner.median]
+            if higher:
+                return (
+                    f"trial {higher[0].label} read a higher median, but this one beat it in most rounds and by more "
+                    f"than {TIE_TOLERANCE:.0%} round by round"
+                )
+            return "the fastest by median of those proven" if len(proven) > 1 else ""
+        with_fastest = f"tied within {TIE_TOLERANCE:.0%} with trial {fastest.label}, faster by median, "
+        if winner.changes < fastest.changes:
+            return with_fastest + f"it changes fewer knobs ({winner.changes} against {fastest.changes})"
+        return with_fastest + (
+            f"it changes as many knobs and uses less memory ({winner.peak_memory_mb:.0f} against "
+            f"{fastest.peak_memory_mb:.0f} MB)"
+        )
 
     @property
     def leader(self) -> Finalist | None:
@@ -228,8 +258,7 @@ class Confirmation:
         elif self.winner:
             parts.append(
                 f"Trial {self.winner.label} is confirmed: {self.speedup:.2f}x by medians (a win in {wins} and at "
-                f"least {MIN_GAIN:.0%} gain; of the finalists the fastest did not beat in most rounds and by more "
-                f"than {TIE_TOLERANCE:.0%} round by round, the one with fewest changes, then least memory)."
+                f"least {MIN_GAIN:.0%} gain){'; ' + why if (why := self.why_won()) else ''}."
             )
         else:
             parts.append(f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain, so {kept} is kept.")

@@ -18,6 +18,9 @@ def confirmation(*finalists, baseline=(100, 101, 99), failure=None):
 def test_a_win_in_every_round_with_enough_gain_is_confirmed():
     result = confirmation(finalist("3", [110, 108, 112]))
     assert result.confirmed and result.winner.label == "3" and result.speedup == pytest.approx(110 / 100)
+    assert result.describe().endswith("is confirmed: 1.10x by medians (a win in every round and at least 2% gain)."), (
+        "alone, nothing to say of the others"
+    )
 
 
 def test_one_lost_round_is_not_confirmed():
@@ -38,8 +41,16 @@ def test_a_finalist_with_a_higher_median_but_a_lost_round_is_not_proven():
 def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins():
     tied = [finalist("3", [130, 131, 129], changes=4), finalist("5", [128, 129, 128], changes=2, memory=300)]
     assert confirmation(*tied).winner.label == "5"
+    assert confirmation(*tied).why_won() == (
+        "tied within 3% with trial 3, faster by median, it changes fewer knobs (2 against 4)"
+    ), "the rule that decided, not every rule"
     same_changes = [finalist("3", [130, 131, 129], memory=200), finalist("5", [128, 129, 128], memory=100)]
     assert confirmation(*same_changes).winner.label == "5"
+    assert (
+        confirmation(*same_changes)
+        .why_won()
+        .endswith("it changes as many knobs and uses less memory (100 against 200 MB)")
+    )
     clearly_faster = [finalist("3", [140, 141, 139], changes=4), finalist("5", [128, 129, 128], changes=2)]
     assert confirmation(*clearly_faster).winner.label == "3", "more than 3 % faster is not a tie"
 
@@ -50,7 +61,9 @@ def test_one_finalist_beats_another_by_its_per_round_ratios_not_by_winning_every
     result = confirmation(faster, leaner, baseline=[100] * 6)
     assert paired_ratio(faster.throughputs, leaner.throughputs) == pytest.approx(1.0652, abs=1e-4)
     assert result.winner.label == "3", "6.5 % ahead round by round is beyond a tie, one lost round or not"
-    assert "did not beat in most rounds and by more than 3% round by round" in result.describe()
+    assert result.describe().endswith(
+        "(a win in at least 5 of 6 rounds and at least 2% gain); the fastest by median of those proven."
+    )
     lucky = finalist("3", [140, 127], changes=2, memory=500)  # 7.8 % ahead by geometric mean, behind in round 2
     assert confirmation(lucky, finalist("5", [130, 129], changes=2, memory=400), baseline=[100, 100]).winner.label == (
         "5"
@@ -62,6 +75,9 @@ def test_a_finalist_another_proven_one_beats_round_by_round_does_not_win_on_its_
     fast = finalist("b", [119, 125, 118], changes=2)  # won two rounds of three, 3.2 % faster by paired ratios
     result = confirmation(lean, fast, baseline=(105, 108, 100))
     assert result.winner.label == "b"
+    assert result.why_won() == (
+        "trial a read a higher median, but this one beat it in most rounds and by more than 3% round by round"
+    )
 
 
 def test_finalists_within_three_percent_round_by_round_are_tied_and_the_leaner_wins():
