@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TextIO
 
+import pandas as pd
+
 from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
 from autotune.report.document import headline, ranked_basis
@@ -88,9 +90,11 @@ def print_summary(
     time went (where the study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
     frame["trial"] = [marked(row, summary) for row in frame.to_dict("records")]
+    states = list(frame["state"])
     varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
-    frame["rank"] = frame["rank"].astype(object).fillna("-")  # to_string's na_rep skips nullable integers
+    # Unranked (pruned, infeasible, failed): its state in place of a rank (to_string's na_rep skips nullable integers).
+    frame["rank"] = [state if pd.isna(rank) else rank for rank, state in zip(frame["rank"], states, strict=True)]
     print(f"\n{status}.", file=out)
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(ranked_basis(summary), file=out)

@@ -38,14 +38,14 @@ def test_a_configuration_ruled_out_says_what_it_changes_and_why_it_was_not_measu
     assert line == "batch_size=128 -> not measured: it needs no less memory than trial 2"
 
 
-def test_the_summary_marks_unranked_rows_with_a_dash():
+def test_the_summary_names_the_state_of_an_unranked_row_in_place_of_its_rank():
     results = sample_results()
     out = io.StringIO()
     print_summary(summarise(results), {}, "done", out)
     table = out.getvalue()
     assert "<NA>" not in table
     failed_row = next(line for line in table.splitlines() if line.split()[1:2] == ["1"])
-    assert failed_row.split()[0] == "-"
+    assert failed_row.split()[0] == "failed"
     assert "Ranked by each configuration's own run" in table, "its speedup column is a single run's, said so"
 
 

@@ -422,7 +422,7 @@ def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_no
     report = write_reports(results, summary, tmp_path)["report.md"].read_text()
     ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
     assert "| 2 | 3 (recommended) |" in ranked and "(recommended)" not in ranked.replace("3 (recommended)", "")
-    assert "chosen by the races above, not by this rank" in ranked
+    assert "chosen by the races, not by this rank" in ranked
     out = io.StringIO()
     print_summary(summary, {}, "done", out)  # the terminal's table alike
     assert re.search(r"^ +2 +3 \(recommended\) ", out.getvalue(), re.M) and out.getvalue().count("(recommended)") == 1
