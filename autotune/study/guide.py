@@ -10,8 +10,10 @@ does not time (``UNTIMED_KNOBS``); without a measurement in its group, by those 
 knob (a compiled one, say) is predicted as its plain form (measured, or predicted as above) times the factor by
 which that change moved the measured twins of the same kind. A configuration whose untimed values
 were never measured gets no prediction until its "twin" is measured: the best configuration so far with one
-untimed knob changed, tried once the timed knobs have converged (compile last, as it is the costliest). Before
-that, the best configuration's neighbouring batch sizes are measured: the probe's loader timings are short, and
+untimed knob changed. A cheap knob's first twin is tried once nothing is predicted to beat the best, before the
+configurations predicted within noise below it (its effect carries over to every configuration; theirs rarely beats
+the best); compile's once the timed knobs have converged (last, as it is the costliest), after the best
+configuration's neighbouring batch sizes: the probe's loader timings are short, and
 batch size is the knob it predicts least well. A configuration that needs no less memory than one that ran out
 (in the probe or a trial: ``space.needs_no_less_memory``) is never proposed, nor one with workers after an exception
 in a DataLoader worker while none with workers ran (``space.ruled_out``), nor one whose model step setting raised in
@@ -56,8 +58,9 @@ class Guide:
         self, observations: list[Observation], measured: set[str], failed: list[KnownFailure]
     ) -> Proposal | None:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
-        throughput so far or comes within WORTH_MEASURING of it (a compiled one must beat it by WORTH_MEASURING:
-        each costs a compile); any, while nothing measured is feasible or corrects the probe's predictions; else
+        throughput so far (a compiled one by WORTH_MEASURING: each costs a compile), or any while nothing measured
+        is feasible or corrects the probe's predictions; else the best's first twin by a cheap untimed knob whose
+        effect no measurement shows yet; else the highest predicted within WORTH_MEASURING below the best; else
         the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
         prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
         (``config_key``) of every configuration measured or failed, so none is proposed twice; none that one of
@@ -88,6 +91,17 @@ class Guide:
             for value, knobs in predicted
             if best is None or not corrected or _worth_measuring(knobs, value, best)
         ]
+        ahead = [(value, knobs) for value, knobs in worth if best is None or not corrected or value > best.throughput]
+        # A cheap untimed knob's first twin tells its effect on every configuration: it goes before configurations
+        # only predicted within noise below the best, which rarely turn out faster.
+        unknown = (
+            [knobs for knobs in self._twins(best, ratios) if not costly(knobs) and ratios.untimed_factor(knobs) is None]
+            if best is not None
+            else []
+        )
+        first = next((knobs for knobs in unknown if may_measure(knobs)), None)
+        if not ahead and first is not None:
+            return Proposal(first, None)
         value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None:
             return Proposal(knobs, value)
@@ -192,7 +206,7 @@ class _Ratios:
 
     def predict(self, knobs: dict[str, Any], compute_scale: float = 1.0) -> float | None:
         plain = self._plain(knobs)
-        factor = None if plain == knobs else self._untimed_factor(knobs)
+        factor = None if plain == knobs else self.untimed_factor(knobs)
         if factor is not None:
             # the plain form's own measurement where there is one (unless asked about a faster model step)
             measured = self.measured.get(config_key(plain)) if compute_scale == 1.0 else None
@@ -206,7 +220,7 @@ class _Ratios:
         """``knobs`` with the untimed knobs at the values the probe ran with."""
         return {**knobs, **{name: self.anchor[name] for name in UNTIMED_KNOBS}}
 
-    def _untimed_factor(self, knobs: dict[str, Any]) -> float | None:
+    def untimed_factor(self, knobs: dict[str, Any]) -> float | None:
         """The median measured ratio twin / plain partner over the measured twins with ``knobs``' untimed values
         whose plain partner was measured too; None without such a pair. Where a compiled twin lost to its plain
         partner, every other compiled configuration is expected to lose likewise, whatever the probe predicted

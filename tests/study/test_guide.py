@@ -190,6 +190,19 @@ def test_configurations_predicted_within_noise_of_the_best_are_measured_too():
     assert knobs["num_workers"] == 2, "75 is over 5 % below 80: only the best's batch neighbour is left to check"
 
 
+def test_a_cheap_untimed_knobs_first_twin_goes_before_configurations_predicted_within_noise_below_the_best():
+    space = SearchSpace({name: {**VARIED, "malloc": ["default", "keep"]}.get(name, [FIXED[name]]) for name in KNOBS})
+    g = guide(space)
+    batch_32 = {**BASELINE, "batch_size": 32}
+    best = Observation(WORKERS_BEST, 78.0)  # batch 32 without workers is predicted 75: within noise below it
+    twin, predicted = propose(g, observed(g, BASELINE), best)
+    assert twin == {**WORKERS_BEST, "malloc": "keep"} and predicted is None, "its effect: unknown until measured"
+    kept = Observation(twin, 78.0 * 1.1)  # malloc=keep: 10 % faster, which now predicts every configuration
+    knobs, predicted = propose(g, observed(g, BASELINE), best, kept)
+    assert knobs == {**batch_32, "malloc": "keep"} and predicted == pytest.approx(75.0 * 1.1)
+    assert propose(g, observed(g, BASELINE), best, Observation(twin, 70.0))[0] == batch_32, "no twin twice"
+
+
 def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
     space = SearchSpace({name: {**VARIED, "set_to_none": [True, False]}.get(name, [FIXED[name]]) for name in KNOBS})
     plan = probe_plan(space, BASELINE)
