@@ -28,6 +28,7 @@ from autotune.results.diagnosis import (
     DATA_BOUND,
     MEMORY_BOUND,
     OVERHEAD_BOUND,
+    SATURATED_CORES,
     Figures,
     fault_finding,
     figures,
@@ -265,7 +266,7 @@ def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_c
     if count > held or saturation_finding(result, cpu_count) is not None:
         return []
     gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
-    shared = f"; on {cpu_count} cores the workers and training's threads share them" if cpu_count <= 4 else ""
+    shared = _sharing(result, cpu_count)
     waiting = (
         f"; loading keeps a core busy {busy:.0%} of its time (the rest it waits), so more workers than cores"
         if count > cpu_count
@@ -281,6 +282,21 @@ def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_c
             knob="num_workers",
         )
     ]
+
+
+def _sharing(result: ProfileResult, cpu_count: int) -> str:
+    """On a few cores, that workers share them with training's threads, as a clause: where the profiled process tree
+    kept them busy already (``SATURATED_CORES``), the bound above holds only once training takes fewer threads (it
+    takes workers as having cores of their own)."""
+    if cpu_count > 4:
+        return ""
+    tree = result.cpu.system.process_tree_cores if result.cpu is not None else None
+    if tree is None or tree < SATURATED_CORES * cpu_count:
+        return f"; on {cpu_count} cores the workers and training's threads share them"
+    return (
+        f"; the profiled run kept {tree:.1f} of the {cpu_count} cores busy already, so the workers take them from "
+        "training's threads: this holds only with fewer of those (num_threads), which the tuner measures with it"
+    )
 
 
 def _loading_busy(result: ProfileResult, found: Figures) -> float:
@@ -509,12 +525,13 @@ def _garbage(result: ProfileResult, found: Figures) -> list[Advice]:
 def _allocator(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
     """Keep freed memory (``malloc=keep``, glibc) where the step faults in fresh pages and the kernel's time shows
     it: the step then saves at most the kernel's share of its working time (CPU time summed over threads is not wall
-    time: its share is), of which the faults are a part; blocks over 32 MiB are mapped fresh whatever glibc is
-    told."""
+    time: its share is), of which the faults are a part; the whole step without workers, as loading then runs in the
+    training process too; blocks over 32 MiB are mapped fresh whatever glibc is told."""
     finding = fault_finding(result)
     if finding is None or knobs.get("malloc") == "keep":
         return []
-    left = found.loop_s - result.faults.kernel_share * (found.loop_s - found.wait_s)
+    working = found.loop_s if result.stages.num_workers == 0 else found.loop_s - found.wait_s
+    left = found.loop_s - result.faults.kernel_share * working
     gain = found.loop_s / left if left > 0 else None
     return [
         Advice(
