@@ -362,7 +362,10 @@ def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -
     elif _DECODE.search(function.name):
         action = "cache decoded samples (in memory, or on disk decoded), so each is decoded once, not every epoch"
     else:
-        action = f"do the work of {function.name} once, offline, or cache its result"
+        action = (
+            f"do the work of {function.name} once, offline, or cache its result (not where its input is drawn at "
+            "random: an augmentation)"
+        )
     if device == "cuda" and not function.own:
         action += "; or move this transform to the GPU, on the batch after it is copied"
     return Advice(
