@@ -65,7 +65,9 @@ def test_a_speedup_above_the_floor_whose_interval_reaches_below_it_holds_within_
     assert verdict_line(record).endswith(
         "but its interval reaches below it too (at this noise about check.rounds=5 would tell)"
     ), "the rounds' spread kept: 2.78 (t, 4 df) x 0.13 / sqrt(5) < log(1.64 / 1.35), 4 rounds not yet"
-    assert verdict_line(check(1.5, [180.0, 178.0, 183.0])).startswith("holds: "), "its interval above the floor"
+    assert verdict_line(check(1.5, [180.0, 178.0, 183.0])).startswith(
+        "holds: 1.79x now (95 % interval 1.61-2.00) lies above the floor of 1.35x"
+    ), "its whole interval above the floor"
 
 
 def test_without_a_recorded_interval_an_interval_wholly_below_the_floor_regresses():

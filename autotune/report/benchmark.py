@@ -15,7 +15,14 @@ from autotune.report.plots import benchmark_ratios
 from autotune.results.benchmark import Benchmark, Entry
 from autotune.words import counted
 
-_HEADERS = ["configuration", "samples/s (median)", "vs baseline (paired)", "95 % interval", "verdict", "peak memory"]
+_HEADERS = [
+    "configuration",
+    "samples/s (median)",
+    "vs baseline (paired)",
+    "95 % interval",
+    "verdict vs baseline",
+    "peak memory",
+]
 
 
 def write_benchmark(benchmark: Benchmark, out_dir: Path) -> dict[str, Path]:
@@ -57,6 +64,8 @@ def benchmark_table(benchmark: Benchmark) -> Table:
 def print_benchmark(benchmark: Benchmark, files: dict[str, Path], out: TextIO) -> None:
     print(f"\n{_headline(benchmark)}\n", file=out)
     print(markdown_table(benchmark_table(benchmark)), file=out)
+    if shares := _share_lines(benchmark):
+        print("\nEach change's share:", *(f"  {line}" for line in shares), sep="\n", file=out)
     for name, path in files.items():
         print(f"  {name:<17} {path}", file=out)
 
@@ -80,6 +89,11 @@ _LEFT_OUT = {"loss": "the change matters", "within noise": "not shown to matter"
 
 
 def _shares(benchmark: Benchmark) -> list[Section]:
+    lines = _share_lines(benchmark)
+    return [Section("Each change's share", bullets=lines)] if lines else []
+
+
+def _share_lines(benchmark: Benchmark) -> list[str]:
     """Each change's share: what it gives alone on top of the baseline, and what leaving it out does to the
     recommendation (paired round by round with it: whether the change matters)."""
     lines = []
@@ -91,7 +105,7 @@ def _shares(benchmark: Benchmark) -> list[Section]:
         left_out = _ratio(benchmark, without, benchmark.recommendation, "the recommendation", _LEFT_OUT)
         left_out += " (that is the baseline)" if without is benchmark.baseline else ""
         lines.append(f"{knob}: alone {on_its_own}; left out, {left_out}")
-    return [Section("Each change's share", bullets=lines)] if lines else []
+    return lines
 
 
 def _ratio(
@@ -129,5 +143,5 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
         f"{interval.geomean:.2f}" if interval else "-",
         f"{interval.low:.2f}-{interval.high:.2f}" if interval else "-",
         benchmark.verdict(entry),
-        f"{memory - 1:+.0%}" if memory is not None else "-",
+        f"{round((memory - 1) * 100):+d}%" if memory is not None else "-",
     ]

@@ -62,7 +62,7 @@ def verdict_line(check: Check) -> str:
             f"holds within the noise: {speedup} reaches {limit}, but its interval reaches below it too "
             f"({_to_tell(check)})"
         )
-    return f"holds: {speedup} reaches {limit}"
+    return f"holds: {speedup} lies above {limit}, its whole interval too"
 
 
 def _to_tell(check: Check) -> str:

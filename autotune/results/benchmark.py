@@ -124,7 +124,7 @@ class Benchmark:
             row.update(
                 ratios=self.ratios(entry),
                 interval=asdict(interval) if interval else None,
-                verdict=self.verdict(entry),
+                verdict=None if entry is self.baseline else self.verdict(entry),  # the baseline against itself
                 memory_change=self.memory_change(entry),
             )
             if entry.kind == "without" and self.recommendation is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 
 import pytest
 
 from autotune.benchmark import both_ends, configurations
-from autotune.report.benchmark import benchmark_document, benchmark_table, write_benchmark
+from autotune.report.benchmark import benchmark_document, benchmark_table, print_benchmark, write_benchmark
 from autotune.results.benchmark import Benchmark, Entry
 from tests.conftest import NEUTRAL_KNOBS
 
@@ -111,6 +112,9 @@ def test_a_change_left_out_is_judged_against_the_recommendation_paired_by_round(
     assert record.verdict(record.entries[-1]) == "gain"
     (share,) = [s for s in benchmark_document(record).sections if s.heading == "Each change's share"]
     assert share.bullets[-1] == f"amp: alone 1.00x the baseline (0.93-1.08, within noise); left out, {said}"
+    out = io.StringIO()
+    print_benchmark(record, {}, out)  # the terminal says it too: its table's verdicts are against the baseline
+    assert "Each change's share:\n" in out.getvalue() and f"  {share.bullets[-1]}\n" in out.getvalue()
     row = json.loads(json.dumps(record.to_dict()))["entries"][-1]
     assert row["to_recommended_verdict"] == ("loss" if "matters" in said else "within noise")
     assert Benchmark.from_dict(record.to_dict()) == record
