@@ -47,11 +47,11 @@ def main() -> None:
 
     result = prof.result
     timing = result.timing
-    bounds = "-".join(
-        "?" if v is None else f"{v:.1f}" for v in (timing.throughput_ci95_low, timing.throughput_ci95_high)
-    )
+    ends = (timing.throughput_ci95_low, timing.throughput_ci95_high)
+    bounds = "-".join("?" if v is None else f"{v:.1f}" for v in ends)
+    untold = ", ? where the window cannot tell" if None in ends else ""
     print(
-        f"{timing.throughput:.1f} samples/s (95% CI {bounds}, ? where the window cannot tell)"
+        f"{timing.throughput:.1f} samples/s (95% CI {bounds}{untold})"
         f" after {timing.warmup_steps} warm-up steps; waiting for data {timing.data_stall_fraction:.0%} of the time"
     )
     print(
