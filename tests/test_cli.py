@@ -769,6 +769,8 @@ def test_benchmark_measures_the_recommendation_and_each_changes_share(tmp_path, 
     ]
     for entry in record["entries"]:
         assert len(entry["throughputs"]) == 2 and all(value > 0 for value in entry["throughputs"])
+    assert record["entries"][0]["verdict"] is None, "the baseline is not judged against itself"
+    for entry in record["entries"][1:]:
         assert entry["verdict"] in ("gain", "loss", "within noise") and entry["interval"]["n"] == 2
     page = (tmp_path / "out" / "benchmark.html").read_text()
     assert "Each change&#x27;s share" in page and "recommended - set_to_none" in page
