@@ -91,17 +91,17 @@ class Guide:
             for value, knobs in predicted
             if best is None or not corrected or _worth_measuring(knobs, value, best)
         ]
-        ahead = [(value, knobs) for value, knobs in worth if best is None or not corrected or value > best.throughput]
         # A cheap untimed knob's first twin tells its effect on every configuration: it goes before configurations
         # only predicted within noise below the best, which rarely turn out faster.
-        unknown = (
-            [knobs for knobs in self._twins(best, ratios) if not costly(knobs) and ratios.untimed_factor(knobs) is None]
-            if best is not None
-            else []
-        )
-        first = next((knobs for knobs in unknown if may_measure(knobs)), None)
-        if not ahead and first is not None:
-            return Proposal(first, None)
+        ahead = worth if best is None or not corrected else [pair for pair in worth if pair[0] > best.throughput]
+        if best is not None and not ahead:
+            unknown = (
+                knobs
+                for knobs in self._twins(best, ratios)
+                if not costly(knobs) and ratios.untimed_factor(knobs) is None and may_measure(knobs)
+            )
+            if (first := next(unknown, None)) is not None:
+                return Proposal(first, None)
         value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None:
             return Proposal(knobs, value)

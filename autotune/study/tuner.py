@@ -341,15 +341,12 @@ def _search(
                 aborted=True,
             )
     measured = f"study.n_trials={n_trials}: {counted(n_trials, 'trial')} measured"
-    return StopReason(measured + _unconverged(study, settings, machine, propose, skipped))
+    return StopReason(measured + _unconverged(seen, propose, skipped))
 
 
-def _unconverged(
-    study: optuna.Study, settings: StudySettings, machine: str, propose: ProposeFn | None, skipped: set[str]
-) -> str:
-    """Where the guided search stopped at study.n_trials with more to measure (``skipped`` aside: left to a later
-    run by study.budget_s), what to do, as a clause."""
-    seen = _look(study, settings, machine)
+def _unconverged(seen: _Seen, propose: ProposeFn | None, skipped: set[str]) -> str:
+    """Where the guided search stopped at study.n_trials with more to measure in what it has ``seen`` last
+    (``skipped`` aside: left to a later run by study.budget_s), what to do, as a clause."""
     taken = set(seen.known) | seen.in_flight | skipped
     if propose is None or propose(_observations(seen.known), taken, seen.failed) is None:
         return ""
