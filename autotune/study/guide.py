@@ -121,26 +121,29 @@ class Guide:
 
     @cached_property
     def candidates(self) -> list[dict[str, Any]]:
-        """Every configuration worth predicting: loader and compute knobs varied (compute knobs the probe found
-        negligible kept at the anchor), every untimed value, worker options at their preferred values; none whose
-        compute threads oversubscribe the cores where the space holds the same with fewer threads (``_fewer_threads``:
-        that one instead)."""
+        """Every configuration worth predicting: loader and compute knobs varied (a compute knob's value only where
+        the probe told it apart from the anchor's, ``ProbeModel.told_apart``), every untimed value, worker options
+        at their preferred values; none whose compute threads oversubscribe the cores where the space holds the same
+        with fewer threads (``_fewer_threads``: that one instead)."""
         anchor = {**anchor_knobs(self.space, self.baseline), **self._held}
-        varied = [
-            name
-            for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED_KNOBS)
-            if len(self.space.candidates[name]) > 1
-            and not (name in COMPUTE_KNOBS and self.probe_model.negligible(name))
-        ]
+        values_of = {
+            name: [
+                value
+                for value in values
+                if name not in COMPUTE_KNOBS or value == anchor[name] or self.probe_model.told_apart(name, value)
+            ]
+            for name, values in self.space.candidates.items()
+        }
+        varied = [name for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED_KNOBS) if len(values_of[name]) > 1]
         found = []
-        for values in itertools.product(*(self.space.candidates[name] for name in varied)):
+        for values in itertools.product(*(values_of[name] for name in varied)):
             knobs = {**anchor, **dict(zip(varied, values, strict=True))}
             if knobs["num_workers"] > 0:
                 knobs.update({name: worker_option(self.space, name) for name in WORKER_OPTIONS})
             if (fewer := self._fewer_threads(knobs)) is not None:
                 if "num_threads" in varied:
                     continue  # the same with fewer threads is a candidate of its own
-                knobs = fewer  # threads held (negligible): as many as the workers leave cores free cost nothing
+                knobs = fewer  # threads held (none told apart): as many as the workers leave cores free cost nothing
             if knobs != self.baseline and self.space.contains(knobs):
                 found.append(knobs)
         return found

@@ -13,9 +13,10 @@ thread count, compute is scaled down in proportion). Workers beyond the host's c
 faster than the most within them unless the probe read that loader leaving cores idle (``WAITING_SHARE``).
 Compute settings are timed one knob at a time around the anchor (the baseline, made to fit the space) and
 combined as independent factors; the knobs that act on activations (PER_BATCH_KNOBS) are timed at every batch
-size, as their effect changes with it. A knob whose every value changes the model step by less than 3 % is left
-at the anchor's value when choosing. torch.compile is not probed (one compile costs more than the whole
-probe): the guide tries it on the best configuration found, where the model step limits throughput. A setting
+size, as their effect changes with it. The anchor is timed again before each knob's settings: a value whose effect
+lies within the spread of those timings (or under 3 %) is not chosen (``ProbeModel.told_apart``). torch.compile
+is not probed (one compile costs more than the whole probe): the guide tries it on the best configuration found,
+where the model step limits throughput. A setting
 that ran out of memory in the probe predicts nothing: no configuration that needs it is predicted. One that raised
 predicts nothing either, and a configuration whose model step is that very setting, or of a batch size at which
 every setting raised (``ProbeModel.raised``), would raise the same in a trial: the guide does not propose it.
@@ -23,7 +24,9 @@ every setting raised (``ProbeModel.raised``), would raise the same in a trial: t
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -40,8 +43,10 @@ from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
 
 # Knobs the probe leaves at their default: one compile costs more than the whole probe.
 _COSTLY = tuple(name for name in UNTIMED_KNOBS if KNOBS[name].costly)
-# A compute knob whose values all change the model step by less than this is not worth a trial of its own.
+# A compute knob's value that changes the model step by less than this is not worth a trial of its own.
 _NEGLIGIBLE = 0.03
+# How often a knob's value that changes nothing is told apart from the anchor's by the probe's noise (two-sided).
+FALSE_ALARM = 0.05
 # Each half of the pipeline, timed alone with the baseline's settings, bounds the whole: a probe whose loader or model
 # step alone ran slower than this fraction of the measured baseline contradicts it (the machine was busy while the
 # probe ran). Runs of one configuration vary by up to ~1.8x, so only a gap beyond that counts.
@@ -206,15 +211,78 @@ class ProbeModel:
     def _timed_threads(self, threads: int) -> bool:
         return any(k["num_threads"] == threads for k in self.plan.computes)
 
-    def negligible(self, name: str) -> bool:
-        """Whether every timed value of compute knob ``name`` changed the model step by less than 3 % (where it and
-        its partner at the anchor's value ran: not out of memory)."""
-        anchor = self.plan.computes[0]
-        pairs = [(k, {**k, name: anchor[name]}) for k in self.plan.computes if k[name] != anchor[name]]
-        factors = [
-            self._compute_of(k) / self._compute_of(base) for k, base in pairs if self._ran(k) and self._ran(base)
+    @cached_property
+    def _anchor_timings(self) -> list[float] | None:
+        """The anchor's timings in order: the first, one before each knob's settings, the last; None where the
+        probe has fewer than three, or one of them did not run."""
+        repeats = self.result.anchor_repeats
+        timings = [self.result.compute_throughputs[0], *repeats, self.result.anchor_again]
+        if len(timings) < 3 or len(repeats) != len(self.plan.anchor_before) or not all(timings):
+            return None
+        return timings
+
+    @cached_property
+    def noise(self) -> float | None:
+        """One model step timing's noise, the standard deviation of its log, from the changes between the anchor's
+        successive timings (drift between them counted as noise: a cautious reading); None without three."""
+        anchor = self._anchor_timings
+        if anchor is None:
+            return None
+        changes = [math.log(after / before) for before, after in itertools.pairwise(anchor)]
+        return math.sqrt(sum(change * change for change in changes) / (2 * len(changes)))
+
+    @cached_property
+    def _rates(self) -> list[float | None]:
+        """The model step settings' samples/s with the machine's drift taken out: each divided by the geometric mean
+        of the anchor's timings before and after its knob's settings, and multiplied by that of all of them, at
+        which the anchor itself stands. As timed where the probe has no three anchor timings (``_anchor_timings``).
+        The machine's speed moves by a third within seconds on a shared host: a setting timed in a fast moment
+        would otherwise read as a gain."""
+        raw = self.result.compute_throughputs
+        anchor = self._anchor_timings
+        if anchor is None:
+            return list(raw)
+        overall = statistics.geometric_mean(anchor)
+        bounds = [0, *self.plan.anchor_before, len(raw)]
+        levels = [
+            math.sqrt(anchor[group] * anchor[group + 1])
+            for group in range(len(bounds) - 1)
+            for _ in range(bounds[group], bounds[group + 1])
         ]
-        return all(abs(factor - 1) < _NEGLIGIBLE for factor in factors)
+        rates = [None if rate is None else rate * overall / level for rate, level in zip(raw, levels, strict=True)]
+        return [overall, *rates[1:]]
+
+    def _variance(self, index: int) -> float:
+        """The variance of the log of compute setting ``index``'s rate (``_rates``): the anchor's, the mean of all
+        its timings; another's, its own timing's and its level's, the mean of two."""
+        noise = self.noise or 0.0
+        anchor = self._anchor_timings
+        return noise**2 / len(anchor) if index == 0 and anchor else 1.5 * noise**2
+
+    def told_apart(self, name: str, value: Any) -> bool:
+        """Whether the probe read compute knob ``name`` at ``value`` apart from the anchor's value: its factor (the
+        model step with ``value`` over the step without, at each batch size where both ran, ``_rates``), at one
+        batch size or by their geometric mean, beyond what the probe's noise (``noise``) gives such a ratio at a
+        FALSE_ALARM rate, and by more than 3 %; or ``value`` ran at a batch size where the anchor's value ran out of
+        memory. A value told apart by noise alone would send the search to trials, and the trim to races, that
+        change nothing."""
+        computes = self.plan.computes
+        anchor = computes[0]
+        pairs = [(k, {**k, name: anchor[name]}) for k in computes if k[name] == value != anchor[name]]
+        ran = [(computes.index(k), computes.index(base)) for k, base in pairs if self._ran(k) and self._ran(base)]
+        if len(ran) < len([k for k, _ in pairs if self._ran(k)]):
+            return True  # it ran where the anchor's value did not
+        if not ran:
+            return False
+        logs = [math.log(self._rates[i] / self._rates[base]) for i, base in ran]
+        sds = [math.sqrt(self._variance(i) + self._variance(base)) for i, base in ran]
+        floor = math.log(1 + _NEGLIGIBLE)
+        # Of n factors, one strays n times as often as a given one: its bound is Bonferroni's.
+        one = _bound(FALSE_ALARM / len(ran))
+        mean_sd = math.sqrt(sum(sd * sd for sd in sds)) / len(ran)
+        return any(abs(log) > max(floor, one * sd) for log, sd in zip(logs, sds, strict=True)) or abs(
+            statistics.mean(logs)
+        ) > max(floor, _bound(FALSE_ALARM) * mean_sd)
 
     def _loading_cpu_s(self, batch_size: int, num_workers: int) -> float:
         """CPU seconds per sample of loading with ``num_workers``: as the probe read it for that setting, else (not
@@ -244,7 +312,7 @@ class ProbeModel:
         return min(workers, math.ceil(cpu * self.loader(knobs["batch_size"], workers)))
 
     def _compute_of(self, knobs: dict[str, Any]) -> float:
-        return _timed(self.result.compute_throughputs[self.plan.computes.index(knobs)])
+        return _timed(self._rates[self.plan.computes.index(knobs)])
 
     def _ran(self, knobs: dict[str, Any]) -> bool:
         """Whether the compute setting ``knobs`` was timed, not out of memory."""
@@ -278,6 +346,11 @@ class ProbeModel:
         return {batch: failed[found[0]] for batch, found in at.items() if all(index in failed for index in found)}
 
 
+def _bound(false_alarm: float) -> float:
+    """How many standard deviations a normal reading strays beyond, either way, at the rate ``false_alarm``."""
+    return statistics.NormalDist().inv_cdf(1 - false_alarm / 2)
+
+
 def _step_key(knobs: dict[str, Any]) -> str:
     """The identity of ``knobs``' model step: every knob but those only loading runs with (``_LOADING_ONLY``)."""
     return config_key({name: value for name, value in knobs.items() if name not in _LOADING_ONLY})
@@ -299,18 +372,20 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> P
     loaders = [{"batch_size": b, "num_workers": w} for b in candidates["batch_size"] for w in candidates["num_workers"]]
     anchor = anchor_knobs(space, baseline)
     others = [{**anchor, "batch_size": b} for b in candidates["batch_size"] if b != anchor["batch_size"]]
-    computes = [anchor, *others]
+    computes, anchor_before = [anchor, *others], []
     for name in COMPUTE_KNOBS:
         bases = [anchor, *others] if name in PER_BATCH_KNOBS else [anchor]
-        computes += [{**base, name: value} for base in bases for value in candidates[name] if value != anchor[name]]
-    return ProbePlan(loaders, computes, **timing)
+        group = [{**base, name: value} for base in bases for value in candidates[name] if value != anchor[name]]
+        anchor_before += [len(computes)] if group else []
+        computes += group
+    return ProbePlan(loaders, computes, anchor_before=anchor_before, **timing)
 
 
 def expected_probe_s(plan: ProbePlan, process_s: float, sample_compute_s: float) -> float:
     """What the probe of ``plan`` is expected to take, for study.budget_s: a process of the pipeline (``process_s``:
     its start and build, as the baseline's took); every loader setting timed for ``plan.seconds`` and as long again for
-    its workers' start; every model-step setting (the first three times: once untimed, once again at the end to see
-    that the machine's speed held) for ``plan.min_steps`` steps or
+    its workers' start; every model-step setting (the first again: once untimed, before each index of
+    ``plan.anchor_before``, and at the end to see that the machine's speed held) for ``plan.min_steps`` steps or
     ``plan.seconds``, whichever is longer, after ``plan.warmup_steps``, and ``plan.seconds`` to copy the model, each
     step taking the baseline's compute time a sample (``sample_compute_s``) times its batch."""
 
@@ -319,7 +394,11 @@ def expected_probe_s(plan: ProbePlan, process_s: float, sample_compute_s: float)
         return max(plan.seconds, plan.min_steps * step_s) + plan.warmup_steps * step_s + plan.seconds
 
     anchor = plan.computes[0]
-    return process_s + 2 * plan.seconds * len(plan.loaders) + sum(map(compute_s, [anchor, *plan.computes, anchor]))
+    return (
+        process_s
+        + 2 * plan.seconds * len(plan.loaders)
+        + sum(map(compute_s, [anchor, *plan.computes, *[anchor] * len(plan.anchor_before), anchor]))
+    )
 
 
 def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:

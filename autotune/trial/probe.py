@@ -53,10 +53,15 @@ def run_probe(
 
     # The first model step timed in a process is slow (allocator, oneDNN primitives, lazy imports): time the
     # anchor once untimed, so it does not read low and inflate every factor measured against it.
-    guard.time("compute", None, partial(compute, plan.computes[0]))
-    computes = [guard.time("compute", index, partial(compute, knobs)) for index, knobs in enumerate(plan.computes)]
-    again = guard.time("compute", None, partial(compute, plan.computes[0]))  # did the machine's speed hold?
-    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores)
+    anchor = partial(compute, plan.computes[0])
+    guard.time("compute", None, anchor)
+    computes, repeats = [], []
+    for index, knobs in enumerate(plan.computes):
+        if index in plan.anchor_before:  # the anchor's spread over the probe is its noise
+            repeats.append(guard.time("compute", None, anchor))
+        computes.append(guard.time("compute", index, partial(compute, knobs)))
+    again = guard.time("compute", None, anchor)  # did the machine's speed hold?
+    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores, repeats)
 
 
 class _Guard:

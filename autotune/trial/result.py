@@ -20,7 +20,9 @@ LAUNCHED_AT_ENV = "AUTOTUNE_LAUNCHED_AT"  # the wall-clock time the tuner asked 
 @dataclass(frozen=True)
 class ProbePlan:
     """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
-    ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least.
+    ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least. The first
+    compute setting (the anchor) is timed again before each index of ``anchor_before``: the spread of its timings
+    is the probe's own noise, against which it tells a knob's effect (``ProbeModel.told_apart``).
 
     The defaults are the shortest measured to agree with a longer probe as well as that one agrees with itself
     (``benchmarks/probe_timing.py``, docs/benchmarks.md section 9): the probe steers, the trials measure."""
@@ -30,6 +32,7 @@ class ProbePlan:
     seconds: float = 0.25
     warmup_steps: int = 1
     min_steps: int = 2
+    anchor_before: list[int] = field(default_factory=list)
 
 
 Half = Literal["loader", "compute"]
@@ -56,7 +59,8 @@ class ProbeResult:
     for a setting that ran out of memory, which ``out_of_memory`` lists with its error, or raised anything else,
     which ``failed`` lists (a model that cannot take channels_last: the other settings still steer the search).
     ``anchor_again``: the first model step setting timed once more after all the others (None: it did not run),
-    which tells whether the machine's speed held while the probe ran. ``loader_cpu``: the CPU seconds a sample took
+    which tells whether the machine's speed held while the probe ran; ``anchor_repeats``: it timed again before
+    each index of ``ProbePlan.anchor_before`` (None where it did not run). ``loader_cpu``: the CPU seconds a sample took
     each loader setting's processes (``LoaderRate``), None where not read (empty: a probe stored before they were);
     ``loader_others_cores``: the cores' worth other processes used while the loader settings were timed (None: not
     read), beside which the CPU readings do not tell loading that waits for files from loading that waits for a
@@ -69,6 +73,7 @@ class ProbeResult:
     anchor_again: float | None = None
     loader_cpu: list[float | None] = field(default_factory=list)
     loader_others_cores: float | None = None
+    anchor_repeats: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +90,7 @@ class ProbeResult:
             data.get("anchor_again"),
             data.get("loader_cpu", []),
             data.get("loader_others_cores"),
+            data.get("anchor_repeats", []),
         )
 
 

@@ -203,7 +203,7 @@ def test_a_cheap_untimed_knobs_first_twin_goes_before_configurations_predicted_w
     assert propose(g, observed(g, BASELINE), best, Observation(twin, 70.0))[0] == batch_32, "no twin twice"
 
 
-def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
+def test_compute_knob_values_the_probe_did_not_tell_apart_are_kept_at_the_anchors():
     space = SearchSpace({name: {**VARIED, "set_to_none": [True, False]}.get(name, [FIXED[name]]) for name in KNOBS})
     plan = probe_plan(space, BASELINE)
 
@@ -212,7 +212,7 @@ def test_compute_knobs_the_probe_found_negligible_are_kept_at_the_anchor():
 
     g = Guide(ProbeModel(plan, ProbeResult([loader_rate(x) for x in plan.loaders], [rate(k) for k in plan.computes])),
               space, BASELINE)  # fmt: skip
-    assert g.probe_model.negligible("set_to_none") and not g.probe_model.negligible("amp")
+    assert not g.probe_model.told_apart("set_to_none", False) and g.probe_model.told_apart("amp", "bf16")
     assert g.candidates and all(knobs["set_to_none"] is True for knobs in g.candidates)
     assert BASELINE not in g.candidates and all(space.contains(knobs) for knobs in g.candidates)
 
@@ -326,14 +326,14 @@ def test_no_trial_oversubscribes_the_cores_where_the_same_with_fewer_threads_can
     assert any(k["num_workers"] == 2 for k in only_two.candidates), "no fewer threads to try instead: kept"
 
 
-def test_threads_the_probe_found_negligible_still_leave_workers_their_cores():
+def test_threads_the_probe_did_not_tell_apart_still_leave_workers_their_cores():
     # A model step alike at 1 and 2 threads holds num_threads at the anchor's 2; with workers, it takes the one
     # thread they leave free (which costs nothing), where every configuration with workers was dropped for it.
     plan = probe_plan(SPACE, BASELINE)
     loading = [50.0 if s["num_workers"] == 0 else 800.0 for s in plan.loaders]
     result = ProbeResult(loading, [2000.0] * len(plan.computes))
     g = Guide(ProbeModel(plan, result, cores=2), SPACE, BASELINE)
-    assert g.probe_model.negligible("num_threads")
+    assert not g.probe_model.told_apart("num_threads", 1)
     with_workers = [k for k in g.candidates if k["num_workers"] == 2]
     assert with_workers and all(k["num_threads"] == 1 for k in with_workers)
     assert all(k["num_threads"] == 2 for k in g.candidates if k["num_workers"] == 0), "held where nothing competes"

@@ -101,8 +101,96 @@ def test_a_knob_whose_gain_depends_on_the_batch_size_is_predicted_with_the_gain_
     )
     assert s.compute({**BASELINE, "amp": "bf16"}) == pytest.approx(200 * 0.8)
     assert s.compute({**BASELINE, "batch_size": 32, "amp": "bf16"}) == pytest.approx(300 * 1.4)
-    assert not s.negligible("amp")
-    assert s.negligible("num_threads"), "timed at batch 32 too, it is compared with the anchor at batch 32"
+    assert s.told_apart("amp", "bf16")
+    assert not s.told_apart("num_threads", 1), "timed at batch 32 too, it is compared with the anchor at batch 32"
+
+
+def with_anchor_timings(plan, rates, *anchor_timings):
+    """A probe of ``plan`` whose model step settings read ``rates`` and whose anchor read ``anchor_timings``: first,
+    before each knob's settings, and last."""
+    first, *repeats, again = anchor_timings
+    result = ProbeResult([loader_rate(x) for x in plan.loaders], [first, *rates[1:]], anchor_again=again)
+    return ProbeModel(plan, replace(result, anchor_repeats=repeats))
+
+
+def scaled(plan, knob, value, factor):
+    """``compute_rate`` of every setting of ``plan``, those with ``knob`` at ``value`` ``factor`` times as fast as
+    the same setting at the anchor's value; ``factor`` may be a function of the batch size."""
+    anchor = plan.computes[0]
+    by_batch = factor if callable(factor) else lambda _: factor
+    return [
+        compute_rate({**k, knob: anchor[knob]}) * (by_batch(k["batch_size"]) if k[knob] == value else 1.0)
+        for k in plan.computes
+    ]
+
+
+def swinging(count, k):
+    """``count`` anchor timings swinging k times above and below 200 samples/s in turn: the machine's speed
+    unchanged from one knob's settings to the next (each between a high and a low timing: 200), its noise
+    sqrt(2) log k."""
+    return [200.0 * k ** (-1) ** i for i in range(count)]
+
+
+def test_a_knob_is_told_apart_only_beyond_the_noise_of_the_anchors_own_timings():
+    space = SearchSpace({name: {**VARIED, "set_to_none": [True, False]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+    assert len(plan.anchor_before) == 3 and plan.computes[plan.anchor_before[-1]]["set_to_none"] is False
+    steady, noisy = swinging(5, 1.005), swinging(5, 1.1)  # the last: one factor's 95 % bound +-41 %
+
+    def told(factor, anchor_timings, knob="set_to_none", value=False):
+        return with_anchor_timings(plan, scaled(plan, knob, value, factor), *anchor_timings).told_apart(knob, value)
+
+    assert with_anchor_timings(plan, scaled(plan, "amp", "bf16", 1.0), *noisy).noise == pytest.approx(0.1348, abs=1e-4)
+    assert told(1.2, steady), "20 % faster, the anchor's own timings within 1 %"
+    assert not told(1.02, steady), "2 % faster: under 3 %, not worth a trial"
+    assert not told(1.2, noisy), "20 % faster, the anchor's own timings 20 % apart"
+    assert told(1.6, noisy) and told(0.6, noisy), "beyond that noise, faster or slower"
+    assert told(0.5, noisy, "amp", "bf16"), "half as fast at both batch sizes"
+
+
+def test_a_knob_is_told_apart_by_its_factors_mean_over_the_batch_sizes_or_by_one_of_them():
+    plan = probe_plan(SPACE, BASELINE)
+    # Noise 0.096: bounds one of two factors at +-33 % (batch 16) and +-45 % (Bonferroni's), their mean at +-23 %.
+    anchor_timings = swinging(4, 1.07)
+
+    def told(at_16, at_32):
+        rates = scaled(plan, "amp", "bf16", lambda batch: {16: at_16, 32: at_32}[batch])
+        return with_anchor_timings(plan, rates, *anchor_timings).told_apart("amp", "bf16")
+
+    assert told(0.4, 0.4)
+    assert told(1.3, 1.3), "+30 % at both: their mean lies beyond the noise"
+    assert not told(1.2, 0.9), "+20 % at one, -10 % at the other: within it"
+    assert told(1.45, 0.7), "+45 % at the anchor's batch size: beyond the noise"
+
+
+def test_the_machines_drift_through_the_probe_is_taken_out_of_each_knobs_factor():
+    # The machine runs 1.5x as fast from the amp settings on (the anchor too): bf16, which changes nothing, read
+    # 1.5x the anchor as timed.
+    plan = probe_plan(SPACE, BASELINE)
+    first_amp = plan.anchor_before[1]
+    rates = [rate * (1.5 if i >= first_amp else 1.0) for i, rate in enumerate(scaled(plan, "amp", "bf16", 1.0))]
+    drifted = with_anchor_timings(plan, rates, 200.0, 200.0, 300.0, 300.0)
+    bf16 = {**plan.computes[0], "amp": "bf16"}
+    assert drifted.compute(bf16) / drifted.compute(plan.computes[0]) == pytest.approx(1.0)
+    stored_before = ProbeModel(plan, replace(drifted.result, anchor_repeats=[]))  # no anchor timings between knobs
+    assert stored_before.compute(bf16) / stored_before.compute(plan.computes[0]) == pytest.approx(1.5)
+
+
+def test_a_probe_without_three_anchor_timings_tells_a_knob_apart_beyond_3_percent():
+    plan = probe_plan(SPACE, BASELINE)
+    stored = ProbeModel(plan, ProbeResult([loader_rate(x) for x in plan.loaders], scaled(plan, "amp", "bf16", 1.04)))
+    assert stored.noise is None and stored.told_apart("amp", "bf16")
+    within = replace(stored.result, compute_throughputs=scaled(plan, "amp", "bf16", 1.02))
+    assert not ProbeModel(plan, within).told_apart("amp", "bf16")
+
+
+def test_a_value_that_ran_where_the_anchors_value_ran_out_of_memory_is_told_apart():
+    plan = probe_plan(SPACE, BASELINE)
+    anchor_32 = plan.computes.index({**plan.computes[0], "batch_size": 32})
+    rates = [None if i == anchor_32 else rate for i, rate in enumerate(scaled(plan, "amp", "bf16", 1.0))]
+    out_of_memory = [ProbeOutOfMemory("compute", anchor_32, "out of memory")]
+    s = ProbeModel(plan, ProbeResult([loader_rate(x) for x in plan.loaders], rates, out_of_memory))
+    assert s.told_apart("amp", "bf16"), "no faster at batch 16, yet the only way to batch 32"
 
 
 def test_a_probe_record_from_before_per_batch_timing_predicts_with_the_anchor_batch_factor():
@@ -263,12 +351,13 @@ def test_without_a_timed_thread_count_oversubscribed_compute_is_scaled_down_with
 
 def test_the_probes_expected_time_grows_with_the_model_steps_time_at_each_batch_size():
     plan = probe_plan(SPACE, BASELINE)  # 0.25 s a setting; at least 2 steps after 1 untimed one
-    settings = len(plan.loaders) + len(plan.computes) + 2  # the first model step setting again, first and last
+    again = 2 + len(plan.anchor_before)  # the first model step setting again: first, before each knob's, last
+    settings = len(plan.loaders) + len(plan.computes) + again
     assert expected_probe_s(plan, 10.0, sample_compute_s=1e-6) == pytest.approx(10.0 + 2 * 0.25 * settings, abs=1e-3)
     slow = expected_probe_s(plan, 10.0, sample_compute_s=0.01)  # a step of 16 samples takes 0.16 s, of 32 0.32 s
     anchor = plan.computes[0]
-    steps = sum(3 * 0.01 * knobs["batch_size"] for knobs in [anchor, *plan.computes, anchor])
-    assert slow == pytest.approx(10.0 + 2 * 0.25 * len(plan.loaders) + 0.25 * (len(plan.computes) + 2) + steps)
+    steps = sum(3 * 0.01 * knobs["batch_size"] for knobs in [*[anchor] * again, *plan.computes])
+    assert slow == pytest.approx(10.0 + 2 * 0.25 * len(plan.loaders) + 0.25 * (len(plan.computes) + again) + steps)
 
 
 def test_torch_default_threads_are_its_own_count_not_one_per_logical_core():

@@ -37,6 +37,13 @@ def test_run_probe_times_every_setting_in_plan_order():
     assert result.loader_throughputs == [8, 17] and result.compute_throughputs == [100.0, 101.0]
     assert result.loader_cpu == [0.5, 0.5]
     assert result.anchor_again == 100.0, "the first model step setting, timed again last"
+    timed = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(probe_module, "_time_compute", lambda _, knobs, *args: timed.append(knobs) or 100.0 + len(timed))
+        result = run_probe(pipeline, replace(plan, anchor_before=[1]), torch.device("cpu"), None)
+    assert timed == [computes[0], computes[0], computes[0], computes[1], computes[0]], "again before index 1"
+    assert result.compute_throughputs == [102.0, 104.0] and result.anchor_repeats == [103.0]
+    assert result.anchor_again == 105.0
 
 
 def test_the_probe_gives_back_the_thread_count_it_started_with_not_the_one_torch_was_imported_with():
