@@ -1,23 +1,23 @@
 """Choose each next trial from the probe's predictions corrected by what the trials measured, and stop the
 search once no configuration left is predicted to beat the best one measured (or to come within noise of it).
 
-The probe (``probe_model.ProbeModel``) predicts a configuration from the DataLoader and the model step timed apart.
-It misses what only the whole pipeline shows: handing batches between processes, workers and compute
-competing for caches, torch.compile. So every prediction is scaled by the measured/predicted ratio of the
-measured configurations in its group: the same number of workers and the same values of the knobs the probe
-does not time (``UNTIMED_KNOBS``); without a measurement in its group, by those with the same worker setting
-(with or without workers), then by all with the same untimed values. A configuration that changes an untimed
-knob (a compiled one, say) is predicted as its plain form (measured, or predicted as above) times the factor by
-which that change moved the measured twins of the same kind. A configuration whose untimed values
-were never measured gets no prediction until its "twin" is measured: the best configuration so far with one
-untimed knob changed. A cheap knob's first twin is tried once nothing is predicted to beat the best, before the
-configurations predicted within noise below it (its effect carries over to every configuration; theirs rarely beats
-the best); compile's once the timed knobs have converged (last, as it is the costliest), after the best
-configuration's neighbouring batch sizes: the probe's loader timings are short, and
-batch size is the knob it predicts least well. A configuration that needs no less memory than one that ran out
-(in the probe or a trial: ``space.needs_no_less_memory``) is never proposed, nor one with workers after an exception
-in a DataLoader worker while none with workers ran (``space.ruled_out``), nor one whose model step setting raised in
-the probe (``ProbeModel.raised``): its trial would fail the same way.
+The probe (``probe_model.ProbeModel``) predicts a configuration from the DataLoader and the model step timed apart. It
+misses what only the whole pipeline shows: handing batches between processes, workers and compute competing for caches,
+torch.compile. So every prediction is scaled by the measured/predicted ratio of the measured configurations in its
+group: the same number of workers and the same values of the knobs the probe does not time (``UNTIMED_KNOBS``); without
+a measurement in its group, by those with the same worker setting (with or without workers), then by all with the same
+untimed values. A configuration that changes an untimed knob (a compiled one, say) is predicted as its plain form
+(measured, or predicted as above) times the factor by which that change moved the measured twins of the same kind. A
+configuration whose untimed values were never measured gets no prediction until its "twin" is measured: the best
+configuration so far with one untimed knob changed. A cheap knob's first twin is tried once nothing is predicted to beat
+the best, before the configurations predicted within noise below it (its effect carries over to every configuration;
+theirs rarely beats the best); compile's once the timed knobs have converged (last, as it is the costliest), after the
+best configuration's neighbouring batch sizes: the probe's loader timings are short, and batch size is the knob it
+predicts least well. A compute knob's value whose model step the probe read faster but within its noise is no candidate
+(``ProbeModel.told_apart``): it is measured once, on the best, after its neighbouring batch sizes. A configuration that
+needs no less memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is never proposed,
+nor one with workers after an exception in a DataLoader worker while none with workers ran (``space.ruled_out``), nor
+one whose model step setting raised in the probe (``ProbeModel.raised``): its trial would fail the same way.
 
 This is how the search uses the structure of the problem rather than only black-box sampling: the first
 trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
@@ -61,8 +61,9 @@ class Guide:
         throughput so far (a compiled one by WORTH_MEASURING: each costs a compile), or any while nothing measured
         is feasible or corrects the probe's predictions; else the best's first twin by a cheap untimed knob whose
         effect no measurement shows yet; else the highest predicted within WORTH_MEASURING below the best; else
-        the first unmeasured check of the best: its neighbouring batch sizes, then its worthwhile twins (a twin's
-        prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
+        the first unmeasured check of the best: its neighbouring batch sizes, its compute knobs at values the probe
+        read faster within its noise (``_doubtful_twins``), then its worthwhile twins by an untimed knob (such a
+        twin's prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
         (``config_key``) of every configuration measured or failed, so none is proposed twice; none that one of
         ``failed`` rules out (``ruled_out``: out of memory, a failure in a DataLoader worker), or whose model step
         raised in the probe, is proposed at all."""
@@ -105,7 +106,11 @@ class Guide:
         value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None:
             return Proposal(knobs, value)
-        checks = [*self._batch_neighbours(best), *self._twins(best, ratios)] if best is not None else []
+        checks = (
+            [*self._batch_neighbours(best), *self._doubtful_twins(best), *self._twins(best, ratios)]
+            if best is not None
+            else []
+        )
         check = next((knobs for knobs in checks if may_measure(knobs)), None)
         return Proposal(check, ratios.predict(check)) if check is not None else None
 
@@ -168,6 +173,22 @@ class Guide:
         near = [sizes[i] for i in (index - 1, index + 1) if 0 <= i < len(sizes)]
         neighbours = [{**best.knobs, "batch_size": size} for size in near]
         return [knobs for knobs in neighbours if self.space.contains(knobs)]
+
+    def _doubtful_twins(self, best: Observation) -> list[dict[str, Any]]:
+        """The best configuration with one compute knob at a value whose model step the probe read faster than the
+        best's (by more than 3 %) but could not tell apart from its noise (``ProbeModel.told_apart``): no candidate,
+        as a change that does nothing would enter every trial, yet measured once on the best, as a gain the noise
+        hid would be lost."""
+        anchor = self.probe_model.plan.computes[0]
+        twins = []
+        for name in COMPUTE_KNOBS:
+            for value in self.space.candidates[name]:
+                twin = {**best.knobs, name: value}
+                if value in (best.knobs[name], anchor[name]) or self.probe_model.told_apart(name, value):
+                    continue
+                if self.space.contains(twin) and self.probe_model.faster_step(twin, best.knobs):
+                    twins.append(twin)
+        return twins
 
     def _twins(self, best: Observation, ratios: _Ratios) -> list[dict[str, Any]]:
         """The best configuration with one untimed knob changed, where that is worth a trial."""

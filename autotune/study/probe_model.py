@@ -284,6 +284,14 @@ class ProbeModel:
             statistics.mean(logs)
         ) > max(floor, _bound(FALSE_ALARM) * mean_sd)
 
+    def faster_step(self, knobs: dict[str, Any], than: dict[str, Any]) -> bool:
+        """Whether the probe reads ``knobs``' model step faster than ``than``'s by more than 3 % (False where it did
+        not time a setting either needs)."""
+        try:
+            return self.compute(knobs) > self.compute(than) * (1 + _NEGLIGIBLE)
+        except ValueError:
+            return False
+
     def _loading_cpu_s(self, batch_size: int, num_workers: int) -> float:
         """CPU seconds per sample of loading with ``num_workers``: as the probe read it for that setting, else (not
         read, or not to be trusted: ``_loader_cpu``) from the loader timed with the fewest workers, as if its

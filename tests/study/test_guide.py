@@ -16,7 +16,17 @@ from autotune.study.start import open_study
 from autotune.study.tuner import Observation, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbeResult, TrialResult
 from tests.conftest import fake_measurement
-from tests.study.test_probe_model import BASELINE, FIXED, SPACE, VARIED, compute_rate, loader_rate
+from tests.study.test_probe_model import (
+    BASELINE,
+    FIXED,
+    SPACE,
+    VARIED,
+    compute_rate,
+    loader_rate,
+    scaled,
+    swinging,
+    with_anchor_timings,
+)
 from tests.study.test_tuner import META, left_measuring, settings
 
 WORKERS_BEST = {**BASELINE, "batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
@@ -215,6 +225,24 @@ def test_compute_knob_values_the_probe_did_not_tell_apart_are_kept_at_the_anchor
     assert not g.probe_model.told_apart("set_to_none", False) and g.probe_model.told_apart("amp", "bf16")
     assert g.candidates and all(knobs["set_to_none"] is True for knobs in g.candidates)
     assert BASELINE not in g.candidates and all(space.contains(knobs) for knobs in g.candidates)
+
+
+@pytest.mark.parametrize("factor, twin", [(1.2, True), (0.8, False)])
+def test_a_compute_value_the_probe_read_within_its_noise_is_measured_once_on_the_best(factor, twin):
+    # set_to_none=False read 20 % faster (or slower) while the anchor's own timings swung 20 %: it could be noise, so
+    # it enters no trial of its own; read faster, it is measured once on the best, after the best's batch neighbours.
+    space = SearchSpace({name: {**VARIED, "set_to_none": [True, False]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+    g = Guide(with_anchor_timings(plan, scaled(plan, "set_to_none", False, factor), *swinging(5, 1.1)), space, BASELINE)
+    assert not g.probe_model.told_apart("set_to_none", False)
+    assert g.candidates and all(knobs["set_to_none"] is True for knobs in g.candidates)
+    best = observed(g, WORKERS_BEST, ratio=1.1)
+    neighbour = observed(g, {**WORKERS_BEST, "batch_size": 16})
+    proposal = propose(g, observed(g, BASELINE), best, neighbour)
+    assert (proposal[0] if proposal else None) == ({**WORKERS_BEST, "set_to_none": False} if twin else None)
+    if twin:
+        measured = observed(g, {**WORKERS_BEST, "set_to_none": False})
+        assert propose(g, observed(g, BASELINE), best, neighbour, measured) is None, "once"
 
 
 @pytest.mark.parametrize("held", [{"num_workers": [2]}, {"compile": ["default"]}])
