@@ -1,26 +1,25 @@
 """The differential probe's model: predict every configuration's throughput from the DataLoader and the
 model step timed apart (``guide.py`` corrects the predictions with measured trials and chooses from them).
 
-The prediction is a guide, not a result: rankings and the recommendation come only from full
-measured runs. On a CPU without workers, loading and compute run one after the other (1/(1/L + 1/C)); with
-workers, or on a GPU, which computes while the host loads the next batch, they overlap (min(L, C)), and on a
-CPU workers and compute also share the cores: a sample then needs at least
-(loading CPU time + threads x compute time) / cores, the loading CPU time as the probe read it for that loader
-setting (loading that waits for files or the network takes less CPU than its time), and compute threads beyond the
-cores the workers keep busy are counted as gaining nothing
-(oversubscribed OpenMP threads measured worse, never better; where the model step was not timed with the free
-thread count, compute is scaled down in proportion). Workers beyond the host's cores, on a GPU too, are predicted no
-faster than the most within them unless the probe read that loader leaving cores idle (``WAITING_SHARE``).
-Compute settings are timed one knob at a time around the anchor (the baseline, made to fit the space) and
-combined as independent factors; the knobs that act on activations (PER_BATCH_KNOBS) are timed at every batch
-size, as their effect changes with it. The anchor is timed again before each knob's settings: a value whose effect
-lies within the spread of those timings (or under 3 %) is not chosen (``ProbeModel.told_apart``). torch.compile
-is not probed (one compile costs more than the whole probe): the guide tries it on the best configuration found,
-where the model step limits throughput. A setting
-that ran out of memory in the probe predicts nothing: no configuration that needs it is predicted. One that raised
-predicts nothing either, and a configuration whose model step is that very setting, or of a batch size at which
-every setting raised (``ProbeModel.raised``), would raise the same in a trial: the guide does not propose it.
-"""
+The prediction is a guide, not a result: rankings and the recommendation come only from full measured runs. On a CPU
+without workers, loading and compute run one after the other (1/(1/L + 1/C)); with workers, or on a GPU, which
+computes while the host loads the next batch, they overlap (min(L, C)), and on a CPU workers and compute also share
+the cores: a sample then needs at least (loading CPU time + threads x compute time) / cores, the loading CPU time as
+the probe read it for that loader setting (loading that waits for files or the network takes less CPU than its time),
+and compute threads beyond the cores the workers keep busy are counted as gaining nothing (oversubscribed OpenMP
+threads measured worse, never better; where the model step was not timed with the free thread count, compute is scaled
+down in proportion). Workers beyond the host's cores, on a GPU too, are predicted no faster than the most within them
+unless the probe read that loader leaving cores idle (``WAITING_SHARE``). Compute settings are timed one knob at a
+time around the anchor (the baseline, made to fit the space) and combined as independent factors; the knobs that act
+on activations (PER_BATCH_KNOBS) are timed at every batch size, as their effect changes with it. The anchor is timed
+again before each knob's settings: each setting is read against the anchor's timings around it (the machine's drift
+taken out), and a value whose effect lies within the noise those timings show (or under 3 %) is no candidate
+(``ProbeModel.told_apart``; the guide measures it once, on the best, where it reads faster). torch.compile is not
+probed (one compile costs more than the whole probe): the guide tries it on the best configuration found, where the
+model step limits throughput. A setting that ran out of memory in the probe predicts nothing: no configuration that
+needs it is predicted. One that raised predicts nothing either, and a configuration whose model step is that very
+setting, or of a batch size at which every setting raised (``ProbeModel.raised``), would raise the same in a trial:
+the guide does not propose it."""
 
 from __future__ import annotations
 
