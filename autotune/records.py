@@ -198,7 +198,8 @@ class ProbeRecord:
     """The differential probe's outcome, stored once per study: its plan and timings, and the DataLoader alone and
     the model step alone at the baseline (samples/s); where it failed or contradicted the baseline's measurement,
     why (``failure``), with its plan and timings if it ran (the settings that ran out of memory still count).
-    ``wall_s``: how long it took."""
+    ``wall_s``: how long it took; ``timing_noise``: the standard deviation of the log of one model step timing, as
+    the anchor's timings showed it (``ProbeModel.noise``; None: not known)."""
 
     wall_s: float
     plan: ProbePlan | None = None
@@ -206,6 +207,7 @@ class ProbeRecord:
     baseline_loader_sps: float | None = None
     baseline_compute_sps: float | None = None
     failure: str | None = None
+    timing_noise: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -252,6 +254,7 @@ class ProbeRecord:
             baseline_loader_sps=data.get("baseline_loader_sps"),
             baseline_compute_sps=data.get("baseline_compute_sps"),
             failure=data.get("failure"),
+            timing_noise=data.get("timing_noise"),
         )
 
 

@@ -457,7 +457,7 @@ def probe_once(
             reason = f"it {failed} at the baseline's own settings, from which it predicts every configuration"
             record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
         else:
-            record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute)
+            record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute, timing_noise=probe_model.noise)
             record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
         if drift:
             reason = (

@@ -86,6 +86,14 @@ def test_the_probe_line_says_how_many_of_its_settings_raised_and_the_first_error
     assert "raised" not in format_probe(replace(record, result=ProbeResult([900.0], [500.0, 510.0])))
 
 
+def test_the_probe_line_says_how_much_one_model_step_timing_varies_where_the_probe_read_it():
+    plan = ProbePlan([{"batch_size": 8, "num_workers": 0}], [{"batch_size": 8}])
+    record = ProbeRecord(3.0, plan, ProbeResult([900.0], [500.0]), 900.0, 500.0)
+    assert "varies" not in format_probe(record)
+    line = format_probe(replace(record, timing_noise=0.1))
+    assert "model step alone 500.0 samples/s; one model step timing varies by up to 22% here; trials follow" in line
+
+
 @pytest.mark.slow
 def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_ran_before_it(tmp_path):
     fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}

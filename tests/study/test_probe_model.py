@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -231,6 +232,21 @@ def test_the_probe_runs_once_per_study_and_its_record_rebuilds_the_model(tmp_pat
     rebuilt = ProbeModel.from_record(record)
     knobs = {**BASELINE, "num_workers": 2, "batch_size": 32}
     assert rebuilt.predict(knobs) == probe_model().predict(knobs)
+
+
+def test_the_stored_probe_keeps_the_noise_its_anchor_timings_showed(tmp_path):
+    def with_repeats(plan):
+        result = run_probe(plan)
+        timings = swinging(len(plan.anchor_before) + 2, 1.1)
+        probe = replace(result.probe, anchor_repeats=timings[1:-1], anchor_again=timings[-1])
+        return replace(result, probe=replace(probe, compute_throughputs=[timings[0], *probe.compute_throughputs[1:]]))
+
+    record = probe_once(open_study(settings(tmp_path), META), SPACE, BASELINE, with_repeats, 90.0)
+    assert record.timing_noise == pytest.approx(math.sqrt(2) * math.log(1.1))
+    assert ProbeRecord.from_dict(record.to_dict()) == record
+    (tmp_path / "other").mkdir()
+    stored_before = open_study(settings(tmp_path / "other"), META)  # a probe without anchor timings between knobs
+    assert probe_once(stored_before, SPACE, BASELINE, run_probe, 90.0).timing_noise is None
 
 
 def test_a_failed_probe_is_recorded(tmp_path):
