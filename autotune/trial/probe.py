@@ -57,7 +57,7 @@ def run_probe(
     guard.time("compute", None, anchor)
     computes, repeats = [], []
     for index, knobs in enumerate(plan.computes):
-        if index in plan.anchor_before:  # the anchor's spread over the probe is its noise
+        if index in plan.anchor_before:  # the anchor around each knob's settings: the probe's drift and noise
             repeats.append(guard.time("compute", None, anchor))
         computes.append(guard.time("compute", index, partial(compute, knobs)))
     again = guard.time("compute", None, anchor)  # did the machine's speed hold?

@@ -21,8 +21,8 @@ LAUNCHED_AT_ENV = "AUTOTUNE_LAUNCHED_AT"  # the wall-clock time the tuner asked 
 class ProbePlan:
     """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
     ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least. The first
-    compute setting (the anchor) is timed again before each index of ``anchor_before``: the spread of its timings
-    is the probe's own noise, against which it tells a knob's effect (``ProbeModel.told_apart``).
+    compute setting (the anchor) is timed again before each index of ``anchor_before``: its timings show the
+    probe's drift and noise, against which it tells a knob's effect (``ProbeModel.told_apart``).
 
     The defaults are the shortest measured to agree with a longer probe as well as that one agrees with itself
     (``benchmarks/probe_timing.py``, docs/benchmarks.md section 9): the probe steers, the trials measure."""
