@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -180,28 +181,30 @@ class Guide:
         as a change that does nothing would enter every trial, yet measured once on the best, as a gain the noise
         hid would be lost."""
         anchor = self.probe_model.plan.computes[0]
-        twins = []
-        for name in COMPUTE_KNOBS:
-            for value in self.space.candidates[name]:
-                twin = {**best.knobs, name: value}
-                if value in (best.knobs[name], anchor[name]) or self.probe_model.told_apart(name, value):
-                    continue
-                if self.space.contains(twin) and self.probe_model.faster_step(twin, best.knobs):
-                    twins.append(twin)
-        return twins
+        return [
+            twin
+            for name, value, twin in self._one_changed(best, COMPUTE_KNOBS)
+            if value != anchor[name]
+            and not self.probe_model.told_apart(name, value)
+            and self.probe_model.faster_step(twin, best.knobs)
+        ]
 
     def _twins(self, best: Observation, ratios: _Ratios) -> list[dict[str, Any]]:
         """The best configuration with one untimed knob changed, where that is worth a trial."""
-        twins = []
-        for name in UNTIMED_KNOBS:
+        return [
+            twin
+            for name, _, twin in self._one_changed(best, UNTIMED_KNOBS)
+            if not KNOBS[name].costly or self._compile_may_pay(best, ratios)
+        ]
+
+    def _one_changed(self, best: Observation, names: tuple[str, ...]) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+        """Each knob of ``names`` at each other value of the space, and the best configuration with that one change
+        where the space holds it."""
+        for name in names:
             for value in self.space.candidates[name]:
                 twin = {**best.knobs, name: value}
-                if value == best.knobs[name] or not self.space.contains(twin):
-                    continue
-                if KNOBS[name].costly and not self._compile_may_pay(best, ratios):
-                    continue
-                twins.append(twin)
-        return twins
+                if value != best.knobs[name] and self.space.contains(twin):
+                    yield name, value, twin
 
     def _compile_may_pay(self, best: Observation, ratios: _Ratios) -> bool:
         """Whether the best configuration, its model step COMPILE_UPSIDE times faster, is predicted to beat itself
