@@ -1,6 +1,6 @@
 """How long the probe must time each setting (#23): probes timed as ``--variant`` says against probes timed as
-``--reference`` says (each a list of ProbePlan's timing fields, ``seconds=S warmup_steps=N min_steps=N``; the
-reference's default: ProbePlan's defaults), interleaved, each in a fresh process, on the example pipeline's default
+``--reference`` says (each a list of ProbePlan's timing fields, ``seconds=S warmup_steps=N min_steps=N far_slower=F``;
+the reference's default: ProbePlan's defaults), interleaved, each in a fresh process, on the example pipeline's default
 search space.
 
 What the probe is for is a ranking: the guide proposes the configurations it predicts fastest. So two probes A and
@@ -13,6 +13,8 @@ high.
 
     .venv/bin/python -m benchmarks.probe_timing --rounds 3 --reference seconds=0.5 warmup_steps=3 min_steps=3 \
         --variant seconds=0.25 warmup_steps=1 min_steps=2      # results: benchmarks/results/probe_timing.json
+    .venv/bin/python -m benchmarks.probe_timing --rounds 3 --reference far_slower=inf --variant far_slower=3 \
+        --results benchmarks/results/probe_far_slower.json     # every setting timed against the default
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from autotune.trial.result import ProbePlan
 from benchmarks.common import settings_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "probe_timing.json"
-TIMING = ("seconds", "warmup_steps", "min_steps")
+TIMING = ("seconds", "warmup_steps", "min_steps", "far_slower")
 
 
 def main() -> None:
@@ -43,6 +45,7 @@ def main() -> None:
     parser.add_argument("--reference", nargs="+", default=[])
     parser.add_argument("--variant", nargs="+", required=True)
     parser.add_argument("--pipeline", default="mymodel")
+    parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     timings = {"reference": _timing(args.reference), "variant": _timing(args.variant)}
     settings = settings_for(args.pipeline, ["measure.device=cpu"])
@@ -76,7 +79,7 @@ def main() -> None:
         "reference against reference": _summary(references),
         "variant against reference": _summary(crossed),
     }
-    RESULTS.write_text(json.dumps(record, indent=1) + "\n")
+    args.results.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({key: value for key, value in record.items() if key != "cpu"}, indent=1))
 
 

@@ -9,17 +9,18 @@ the probe read it for that loader setting (loading that waits for files or the n
 and compute threads beyond the cores the workers keep busy are counted as gaining nothing (oversubscribed OpenMP
 threads measured worse, never better; where the model step was not timed with the free thread count, compute is scaled
 down in proportion). Workers beyond the host's cores, on a GPU too, are predicted no faster than the most within them
-unless the probe read that loader leaving cores idle (``WAITING_SHARE``). Compute settings are timed one knob at a
-time around the anchor (the baseline, made to fit the space) and combined as independent factors; the knobs that act
-on activations (PER_BATCH_KNOBS) are timed at every batch size, as their effect changes with it. The anchor is timed
-again before each knob's settings: each setting is read against the anchor's timings around it (the machine's drift
-taken out), and a value whose effect lies within the noise those timings show (or under 3 %) is no candidate
-(``ProbeModel.told_apart``; the guide measures it once, on the best, where it reads faster). torch.compile is not
-probed (one compile costs more than the whole probe): the guide tries it on the best configuration found, where the
-model step limits throughput. A setting that ran out of memory in the probe predicts nothing: no configuration that
-needs it is predicted. One that raised predicts nothing either, and a configuration whose model step is that very
-setting, or of a batch size at which every setting raised (``ProbeModel.raised``), would raise the same in a trial:
-the guide does not propose it."""
+unless the probe read that loader leaving cores idle (``WAITING_SHARE``). Compute settings are timed one knob at a time
+around the anchor (the baseline, made to fit the space) and combined as independent factors; the knobs that act on
+activations (PER_BATCH_KNOBS) are timed at every batch size, as their effect changes with it (a value read
+``ProbePlan.far_slower`` times slower at the anchor's batch size is not: its factor there stands for all). The anchor is
+timed again before each knob's settings: each setting is read against the anchor's timings around it (the machine's
+drift taken out), and a value whose effect lies within the noise those timings show (or under 3 %) is no candidate
+(``ProbeModel.told_apart``; the guide measures it once, on the best, where it reads faster). torch.compile is not probed
+(one compile costs more than the whole probe): the guide tries it on the best configuration found, where the model step
+limits throughput. A setting that ran out of memory in the probe predicts nothing: no configuration that needs it is
+predicted. One that raised predicts nothing either, and a configuration whose model step is that very setting, or of a
+batch size at which every setting raised (``ProbeModel.raised``), would raise the same in a trial: the guide does not
+propose it."""
 
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ class ProbeModel:
 
     def _factor(self, name: str, value: Any, at_batch: dict[str, Any]) -> float:
         """How much setting ``name`` to ``value`` sped up the model step: timed at ``at_batch``'s batch size where
-        it was, both ways (PER_BATCH_KNOBS; not where either ran out of memory there), else at the anchor's."""
+        it was, both ways (PER_BATCH_KNOBS; not where either ran out of memory there or was not timed as far slower),
+        else at the anchor's."""
         changed_there = {**at_batch, name: value}
         timed_there = changed_there in self.plan.computes and self._ran(changed_there) and self._ran(at_batch)
         base = at_batch if timed_there else self.plan.computes[0]

@@ -1,6 +1,7 @@
 """The differential probe, run in a trial subprocess: each loader setting timed alone, each compute
-setting timed on a cached batch; a setting that runs out of memory is recorded as such and the others are still
-timed. Its plan and result: ``trial/result.py``."""
+setting timed on a cached batch (not at other batch sizes where it read far slower at the anchor's:
+``ProbePlan.far_slower``); a setting that runs out of memory is recorded as such and the others are still timed.
+Its plan and result: ``trial/result.py``."""
 
 from __future__ import annotations
 
@@ -55,13 +56,33 @@ def run_probe(
     # anchor once untimed, so it does not read low and inflate every factor measured against it.
     anchor = partial(compute, plan.computes[0])
     guard.time("compute", None, anchor)
-    computes, repeats = [], []
+    computes: list[float | None] = []
+    repeats: list[float | None] = []
+    skipped: list[int] = []
     for index, knobs in enumerate(plan.computes):
         if index in plan.anchor_before:  # the anchor around each knob's settings: the probe's drift and noise
             repeats.append(guard.time("compute", None, anchor))
+        if _far_slower(plan, computes, index, [*computes[:1], *repeats]):
+            skipped.append(index)
+            computes.append(None)
+            continue
         computes.append(guard.time("compute", index, partial(compute, knobs)))
     again = guard.time("compute", None, anchor)  # did the machine's speed hold?
-    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores, repeats)
+    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores, repeats, skipped)
+
+
+def _far_slower(plan: ProbePlan, timed: list[float | None], index: int, anchor_timings: list[float | None]) -> bool:
+    """Whether model step setting ``index`` of ``plan`` (``timed`` up to it) is at a batch size other than the
+    anchor's and its own values read more than ``plan.far_slower`` times slower than the anchor's latest timing at
+    the anchor's batch size."""
+    settings = plan.computes
+    anchor = settings[0]
+    there = {**settings[index], "batch_size": anchor["batch_size"]}
+    if there in (settings[index], anchor) or there not in settings[:index]:
+        return False
+    rate = timed[settings.index(there)]
+    latest = next((timing for timing in reversed(anchor_timings) if timing is not None), None)
+    return rate is not None and latest is not None and rate * plan.far_slower < latest
 
 
 class _Guard:

@@ -22,7 +22,11 @@ class ProbePlan:
     """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
     ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least. The first
     compute setting (the anchor) is timed again before each index of ``anchor_before``: its timings show the
-    probe's drift and noise, against which it tells a knob's effect (``ProbeModel.told_apart``).
+    probe's drift and noise, against which it tells a knob's effect (``ProbeModel.told_apart``). A setting whose own
+    values read more than ``far_slower`` times slower than the anchor at the anchor's batch size is not timed at the
+    other batch sizes: no batch size makes it a candidate (the anchor's noise is tens of percent, not a factor of
+    three) and its slow steps would take most of the probe (bf16 without bf16 units: ~0.1x on a CPU); the model reads
+    its factor at the anchor's batch size for all (``ProbeModel._factor``).
 
     The defaults are the shortest measured to agree with a longer probe as well as that one agrees with itself
     (``benchmarks/probe_timing.py``, docs/benchmarks.md section 9): the probe steers, the trials measure."""
@@ -33,6 +37,7 @@ class ProbePlan:
     warmup_steps: int = 1
     min_steps: int = 2
     anchor_before: list[int] = field(default_factory=list)
+    far_slower: float = 3.0
 
 
 Half = Literal["loader", "compute"]
@@ -64,7 +69,8 @@ class ProbeResult:
     each loader setting's processes (``LoaderRate``), None where not read (empty: a probe stored before they were);
     ``loader_others_cores``: the cores' worth other processes used while the loader settings were timed (None: not
     read), beside which the CPU readings do not tell loading that waits for files from loading that waits for a
-    core."""
+    core. ``skipped``: the compute settings not timed (None), as they read far slower at the anchor's batch size
+    (``ProbePlan.far_slower``)."""
 
     loader_throughputs: list[float | None] = field(default_factory=list)
     compute_throughputs: list[float | None] = field(default_factory=list)
@@ -74,6 +80,7 @@ class ProbeResult:
     loader_cpu: list[float | None] = field(default_factory=list)
     loader_others_cores: float | None = None
     anchor_repeats: list[float | None] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,6 +98,7 @@ class ProbeResult:
             data.get("loader_cpu", []),
             data.get("loader_others_cores"),
             data.get("anchor_repeats", []),
+            data.get("skipped", []),
         )
 
 

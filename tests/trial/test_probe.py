@@ -46,6 +46,26 @@ def test_run_probe_times_every_setting_in_plan_order():
     assert result.anchor_again == 105.0
 
 
+@pytest.mark.parametrize(("factor", "skipped"), [(0.3, [3]), (0.4, [])])
+def test_a_value_over_three_times_slower_at_the_anchors_batch_size_is_not_timed_at_the_others(factor, skipped):
+    pipeline = build_pipeline(trial_request().pipeline)
+    at = [{**NEUTRAL_KNOBS, "batch_size": size} for size in (8, 16)]
+    computes = [*at, *({**k, "channels_last": True} for k in at)]
+    plan = ProbePlan([{"batch_size": 8, "num_workers": 0}], computes, 0.05, anchor_before=[2])
+    timed = []
+
+    def rate(_, knobs, *args):
+        timed.append(knobs)
+        return 100.0 * (factor if knobs["channels_last"] else 1.0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(probe_module, "_time_compute", rate)
+        result = run_probe(pipeline, plan, torch.device("cpu"), None)
+    assert result.skipped == skipped and (result.compute_throughputs[3] is None) == bool(skipped)
+    assert (computes[3] in timed) != bool(skipped) and computes[2] in timed, "always timed at the anchor's batch size"
+    assert ProbeResult.from_dict(result.to_dict()) == result
+
+
 def test_the_probe_gives_back_the_thread_count_it_started_with_not_the_one_torch_was_imported_with():
     # A trial pinned to one core (study.cpu_sets) starts with one thread: its settings at num_threads=None run so.
     pipeline = build_pipeline(trial_request().pipeline)
