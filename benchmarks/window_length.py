@@ -1,7 +1,7 @@
 """Window length: how a race's paired ratio (a configuration over the baseline, one round) varies with the timed
-window's ``measure.min_steps``, and what each run costs.
+window's ``measure.min_steps`` and ``measure.min_time_s``, and what each run costs.
 
-    .venv/bin/python -m benchmarks.window_length [--rounds 8] [--steps 30 10] [--pipeline mymodel]
+    .venv/bin/python -m benchmarks.window_length [--rounds 8] [--windows 30:4 10:4] [--pipeline mymodel]
         [--knob batch_size=128 --knob num_workers=2 ...]
 
 Each round runs the baseline and the configuration (the baseline with ``--knob``s) once per window, every run a
@@ -39,14 +39,16 @@ README_RECOMMENDATION = [
 ]
 
 
-def requests(pipeline: str, knobs: dict[str, Any], steps: list[int]) -> dict[tuple[str, int], TrialRequest]:
-    """The baseline's and the configuration's trial request for each window of ``steps`` minimum steps."""
+def requests(pipeline: str, knobs: dict[str, Any], windows: list[str]) -> dict[tuple[str, str], TrialRequest]:
+    """The baseline's and the configuration's trial request for each window of ``windows``, each
+    ``MIN_STEPS:MIN_TIME_S``."""
     found = {}
-    for min_steps in steps:
-        settings = settings_for(pipeline, [f"measure.min_steps={min_steps}"])
+    for window in windows:
+        min_steps, min_time_s = window.split(":")
+        settings = settings_for(pipeline, [f"measure.min_steps={min_steps}", f"measure.min_time_s={min_time_s}"])
         measure = settings.measure
         for label, values in (("baseline", settings.baseline), ("configuration", settings.baseline | knobs)):
-            found[label, min_steps] = TrialRequest(
+            found[label, window] = TrialRequest(
                 settings.pipeline, values, "cpu", measure.plan, measure.memory_interval_s
             )
     return found
@@ -56,37 +58,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default="mymodel")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--steps", type=int, nargs="+", default=[30, 10], help="measure.min_steps of each window")
+    parser.add_argument("--windows", nargs="+", default=["30:4", "10:4"], help="MIN_STEPS:MIN_TIME_S of each window")
     parser.add_argument("--knob", action="append", help="NAME=VALUE of the configuration (repeat)")
     args = parser.parse_args()
     announce_machine()
-    runs = requests(args.pipeline, knob_values(args.knob or README_RECOMMENDATION), args.steps)
-    throughputs: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
-    seconds: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
+    runs = requests(args.pipeline, knob_values(args.knob or README_RECOMMENDATION), args.windows)
+    throughputs: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+    seconds: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
     keys = list(runs)
     with tempfile.TemporaryDirectory() as workdir:
         for index in range(args.rounds):
             shift = index % len(keys)
-            for label, min_steps in keys[shift:] + keys[:shift]:
+            for label, window in keys[shift:] + keys[:shift]:
                 start = time.monotonic()
-                result = run_trial(runs[label, min_steps], 600, Path(workdir), f"round{index + 1}-{label}-{min_steps}")
+                result = run_trial(runs[label, window], 600, Path(workdir), f"round{index + 1}-{label}-{window}")
                 if not result.ok:
-                    raise SystemExit(f"round {index + 1}, {label}, min_steps={min_steps}: {result.failure}")
-                seconds[label, min_steps].append(time.monotonic() - start)
-                throughputs[label, min_steps].append(result.timing.throughput)
-                print(f"round {index + 1} {label} min_steps={min_steps}: {result.timing.throughput:.1f} samples/s, "
-                      f"{result.timing.steps} steps, {seconds[label, min_steps][-1]:.1f} s", flush=True)  # fmt: skip
-    for min_steps in args.steps:
-        pairs = zip(throughputs["configuration", min_steps], throughputs["baseline", min_steps], strict=True)
+                    raise SystemExit(f"round {index + 1}, {label}, window {window}: {result.failure}")
+                seconds[label, window].append(time.monotonic() - start)
+                throughputs[label, window].append(result.timing.throughput)
+                print(f"round {index + 1} {label} window {window}: {result.timing.throughput:.1f} samples/s, "
+                      f"{result.timing.steps} steps, {seconds[label, window][-1]:.1f} s", flush=True)  # fmt: skip
+    for window in args.windows:
+        pairs = zip(throughputs["configuration", window], throughputs["baseline", window], strict=True)
         ratios = [configuration / baseline for configuration, baseline in pairs]
         interval = ratio_interval(ratios)
         spread = statistics.stdev(math.log(ratio) for ratio in ratios)
-        cost = statistics.fmean(seconds["baseline", min_steps] + seconds["configuration", min_steps])
+        cost = statistics.fmean(seconds["baseline", window] + seconds["configuration", window])
         print(
-            f"min_steps={min_steps}: ratio {interval.geomean:.3f} ({interval.low:.3f}-{interval.high:.3f}), "
-            f"SD of log ratio {spread:.3f}, {cost:.1f} s a run (baseline "
-            f"{statistics.fmean(seconds['baseline', min_steps]):.1f}, configuration "
-            f"{statistics.fmean(seconds['configuration', min_steps]):.1f})"
+            f"window {window}: ratio {interval.geomean:.3f} ({interval.low:.3f}-{interval.high:.3f}), "
+            f"SD of log ratio {spread:.3f}, medians {statistics.median(throughputs['configuration', window]):.1f} "
+            f"and {statistics.median(throughputs['baseline', window]):.1f} samples/s, {cost:.1f} s a run (baseline "
+            f"{statistics.fmean(seconds['baseline', window]):.1f}, configuration "
+            f"{statistics.fmean(seconds['configuration', window]):.1f})"
         )
 
 
