@@ -7,6 +7,8 @@ results' typed records, a layer below it).
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -232,6 +234,14 @@ class ProbeRecord:
             setting = ", ".join(f"{name}={value}" for name, value in named.items())
             found.append(OutOfMemory(knobs, f"the probe's {what} at {setting}", entry.message))
         return found
+
+    @property
+    def timing_spread(self) -> float | None:
+        """How far one model step timing strays from its mean, either way, 95 % of the time, as a fraction (from
+        ``timing_noise``); None where not known."""
+        if self.timing_noise is None:
+            return None
+        return math.exp(statistics.NormalDist().inv_cdf(0.975) * self.timing_noise) - 1
 
     @property
     def workers_ran(self) -> bool:

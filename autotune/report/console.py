@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -71,9 +70,8 @@ def format_probe(probe: ProbeRecord) -> str:
         return f"the differential probe failed ({probe.failure}); the search goes on without it"
     failed = probe.result.failed if probe.result else []
     raised = f"; {len(failed)} of its settings raised (first: {failed[0].message})" if failed else ""
-    noise = ""
-    if probe.timing_noise is not None:  # the 95 % bound of one timing
-        noise = f"; one model step timing varies by up to {math.exp(1.96 * probe.timing_noise) - 1:.0%} here"
+    spread = probe.timing_spread
+    noise = f"; one model step timing varies by up to {spread:.0%} here" if spread is not None else ""
     return (
         f"at the baseline the DataLoader alone gives {probe.baseline_loader_sps:.1f} samples/s and the model "
         f"step alone {probe.baseline_compute_sps:.1f} samples/s{noise}; trials follow its predictions{raised} "
