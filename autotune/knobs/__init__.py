@@ -152,11 +152,12 @@ def redraws_random(values: dict[str, Any]) -> bool:
 
 
 def _set_away(values: dict[str, Any], trait: str) -> dict[str, Any]:
-    """The knobs with ``trait`` (a flag of ``Knob``) that ``values`` set away from their baseline default."""
+    """The knobs with ``trait`` (a flag of ``Knob``) that ``values`` set away from their baseline default (one
+    ``values`` lacks is at its default)."""
     return {
         name: values[name]
         for name, knob in KNOBS.items()
-        if getattr(knob, trait) and values[name] != knob.baseline_default
+        if getattr(knob, trait) and values.get(name, knob.baseline_default) != knob.baseline_default
     }
 
 
