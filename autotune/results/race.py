@@ -5,8 +5,8 @@ other, in rounds of processes of their own, the order rotating each round (``aut
 
 - Finalists (``select_finalists``): the trials whose single run beat the baseline's and came within FINALIST_WINDOW
   of the fastest, at most three, the simplest one tied with the fastest (``choose_candidate``) always among them;
-  not one that changes more knobs than a simpler trial worth racing without beating its run by TIE_TOLERANCE; and
-  a compiled finalist's plain twin, beyond the three, where it beat the baseline. A
+  not one that changes more knobs than a simpler trial worth racing without beating its run by TIE_TOLERANCE; where
+  every finalist compiles, each one's plain twin too, beyond the three, where it beat the baseline. A
   stored race stands for the trials measured when it ran (``Confirmation.is_current``).
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
   (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs other processes
@@ -52,7 +52,7 @@ from autotune.words import counted
 # A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by 6-20 %
 # on our build machines (docs/benchmarks.md).
 FINALIST_WINDOW = 0.15
-# At most this many finalists race the baseline (and a compiled finalist's plain twin: ``select_finalists``).
+# At most this many finalists race the baseline (and, where they all compile, their plain twins: ``select_finalists``).
 MAX_FINALISTS = 3
 # A finalist whose median falls this far behind the leader's leaves: about twice one run's noise.
 RACE_MARGIN = 0.10
@@ -426,9 +426,10 @@ def choose_candidate(baseline: TrialRecord, trials: list[TrialRecord]) -> TrialR
 def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: int = MAX_FINALISTS) -> list[TrialRecord]:
     """The trials worth re-measuring before recommending one: those whose single run beat the baseline's and
     came within FINALIST_WINDOW of the fastest, fastest first, at most ``limit``; the simplest one tied with
-    the fastest (``choose_candidate``) is always among them; and, beyond ``limit``, a compiled finalist's plain twin
-    (the same without the costly knob) where its run beat the baseline's: one lucky compiled run would otherwise push
-    it out of the window, and where the compiled one fails to prove its gain nothing that beat the baseline is left.
+    the fastest (``choose_candidate``) is always among them. Where every finalist compiles, each one's plain twin (the
+    same without the costly knob) races too, beyond ``limit``, where its run beat the baseline's: one lucky compiled
+    run would otherwise push it out of the window, and where compile fails to prove its gain nothing that beat the
+    baseline would be left to race.
 
     Left out: a trial that changes more knobs than a simpler one worth racing and whose run did not beat that one's
     by TIE_TOLERANCE. The race's tie rule could recommend it only if it beat the simpler one by that much in every
@@ -450,8 +451,10 @@ def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: in
     simplest = choose_candidate(baseline, trials)
     if simplest is not None and simplest not in finalists:
         finalists = [*finalists[: limit - 1], simplest]
-    plain = [twin for f in finalists if (twin := _plain_twin(f, measured)) is not None and twin not in finalists]
-    return [*finalists, *plain]
+    if not all(costly_values(f.result.knobs) for f in finalists):
+        return finalists
+    plain = [twin for f in finalists if (twin := _plain_twin(f, measured)) is not None]
+    return [*finalists, *[twin for i, twin in enumerate(plain) if twin not in plain[:i]]]
 
 
 def _plain_twin(record: TrialRecord, measured: list[TrialRecord]) -> TrialRecord | None:

@@ -97,16 +97,17 @@ def test_a_finalist_that_did_not_outrun_a_simpler_one_by_a_tie_is_not_raced():
     assert [r.label for r in finalists_of(results_with(clearly, plain, other))] == ["3", "1", "2"]
 
 
-def test_a_compiled_finalists_plain_twin_races_too_where_it_beat_the_baseline_even_beyond_the_window():
+def test_where_every_finalist_compiles_its_plain_twin_races_too_where_it_beat_the_baseline_beyond_the_window():
     compiled = trial("0", 160.0, batch_size=32, compile="default")
     plain = trial("1", 134.0, batch_size=32)  # 16 % behind its compiled twin: outside the window
-    others = [trial(str(i), 150.0 - i, batch_size=64, num_workers=i) for i in (2, 3, 4)]
     assert [r.label for r in finalists_of(results_with(compiled, plain))] == ["0", "1"]
-    labels = [r.label for r in finalists_of(results_with(compiled, plain, *others))]
-    assert len(labels) == 4 and labels[0] == "0" and labels[-1] == "1", "three in the window, and the plain twin"
     slower = trial("1", 95.0, batch_size=32)  # slower than the baseline: no fallback
     assert [r.label for r in finalists_of(results_with(compiled, slower))] == ["0"]
     assert [r.label for r in finalists_of(results_with(trial("5", 160.0, batch_size=32), plain))] == ["5"]
+    other = trial("6", 140.0, amp="bf16")  # in the window, not compiled: it races, the plain twin does not
+    assert [r.label for r in finalists_of(results_with(compiled, plain, other))] == ["0", "6"]
+    both = [compiled, trial("7", 150.0, batch_size=64, compile="default"), plain, trial("8", 120.0, batch_size=64)]
+    assert [r.label for r in finalists_of(results_with(*both))] == ["0", "7", "1", "8"], "beyond the three"
 
 
 def test_only_a_trial_worth_racing_leaves_out_one_that_changes_more():
