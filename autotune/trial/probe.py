@@ -58,17 +58,13 @@ def run_probe(
     guard.time("compute", None, anchor)
     computes: list[float | None] = []
     repeats: list[float | None] = []
-    skipped: list[int] = []
     for index, knobs in enumerate(plan.computes):
         if index in plan.anchor_before:  # the anchor around each knob's settings: the probe's drift and noise
             repeats.append(guard.time("compute", None, anchor))
-        if _far_slower(plan, computes, index, [*computes[:1], *repeats]):
-            skipped.append(index)
-            computes.append(None)
-            continue
-        computes.append(guard.time("compute", index, partial(compute, knobs)))
+        far_slower = _far_slower(plan, computes, index, [*computes[:1], *repeats])
+        computes.append(None if far_slower else guard.time("compute", index, partial(compute, knobs)))
     again = guard.time("compute", None, anchor)  # did the machine's speed hold?
-    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores, repeats, skipped)
+    return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores, repeats)
 
 
 def _far_slower(plan: ProbePlan, timed: list[float | None], index: int, anchor_timings: list[float | None]) -> bool:

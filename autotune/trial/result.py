@@ -69,8 +69,7 @@ class ProbeResult:
     each loader setting's processes (``LoaderRate``), None where not read (empty: a probe stored before they were);
     ``loader_others_cores``: the cores' worth other processes used while the loader settings were timed (None: not
     read), beside which the CPU readings do not tell loading that waits for files from loading that waits for a
-    core. ``skipped``: the compute settings not timed (None), as they read far slower at the anchor's batch size
-    (``ProbePlan.far_slower``)."""
+    core."""
 
     loader_throughputs: list[float | None] = field(default_factory=list)
     compute_throughputs: list[float | None] = field(default_factory=list)
@@ -80,7 +79,13 @@ class ProbeResult:
     loader_cpu: list[float | None] = field(default_factory=list)
     loader_others_cores: float | None = None
     anchor_repeats: list[float | None] = field(default_factory=list)
-    skipped: list[int] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> list[int]:
+        """The compute settings not timed (None, yet neither out of memory nor raised): their own values read far
+        slower at the anchor's batch size (``ProbePlan.far_slower``)."""
+        told = {entry.index for entry in [*self.out_of_memory, *self.failed] if entry.half == "compute"}
+        return [index for index, rate in enumerate(self.compute_throughputs) if rate is None and index not in told]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +103,6 @@ class ProbeResult:
             data.get("loader_cpu", []),
             data.get("loader_others_cores"),
             data.get("anchor_repeats", []),
-            data.get("skipped", []),
         )
 
 

@@ -209,7 +209,7 @@ def test_a_value_the_probe_did_not_time_at_a_batch_size_as_far_slower_is_predict
     rates = [compute_rate({**k, "amp": "off"}) * (0.1 if k["amp"] == "bf16" else 1.0) for k in plan.computes]
     skipped = [i for i, k in enumerate(plan.computes) if k["amp"] == "bf16" and k["batch_size"] == 32]
     timed = [None if i in skipped else rate for i, rate in enumerate(rates)]
-    s = ProbeModel(plan, ProbeResult([loader_rate(x) for x in plan.loaders], timed, skipped=skipped))
+    s = ProbeModel(plan, ProbeResult([loader_rate(x) for x in plan.loaders], timed))
     assert skipped and s.compute({**BASELINE, "batch_size": 32, "amp": "bf16"}) == pytest.approx(300 * 0.1)
     assert s.told_apart("amp", "bf16")
     assert s.compute({**BASELINE, "batch_size": 32}) == pytest.approx(300), "the anchor there was timed"
