@@ -69,14 +69,15 @@ _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuff
 class Tried:
     """What a stored tuning study measured: its name, per knob the values its configurations ran with, the
     changes its recommendation makes to the baseline (``recommended``: knob → value; None where the study has no
-    recommendation to read), and per change of one knob (``twin_key``: ``KNOB=FROM->TO``) the throughput of each
+    recommendation to read), per change of one knob (``twin_key``: ``KNOB=FROM->TO``) the throughput of each
     configuration it measured with TO over that of one it measured alike but for that knob, at FROM (``twins``:
-    single runs)."""
+    single runs), and the changes its trim raced and left out, no faster beyond noise (``left_out``: knob → value)."""
 
     study: str
     values: dict[str, list[Any]]
     recommended: dict[str, Any] | None = None
     twins: dict[str, list[float]] = field(default_factory=dict)
+    left_out: dict[str, Any] = field(default_factory=dict)
 
     def says(self, knob: str, value: Any, now: Any = None) -> str:
         """Whether the study measured ``knob`` at ``value``, and recommends it, in words; and what changing it from
@@ -84,6 +85,11 @@ class Tried:
         seen = self.values.get(knob, [])
         if self.recommended is not None and knob in self.recommended and self.recommended[knob] == value:
             return f"the tuner recommends {knob}={value} (study '{self.study}')"
+        if self.left_out_of_recommendation(knob, value):
+            return (
+                f"the tuner raced {knob}={value} on its recommendation and left it out, no faster beyond noise "
+                f"(study '{self.study}')"
+            )
         if value in seen:
             unused = " and did not recommend it" if self.recommended is not None else ""
             return f"the tuner measured {knob}={value}{unused} (study '{self.study}'){self._twins(knob, now, value)}"
@@ -103,13 +109,23 @@ class Tried:
         ratios = self.twins.get(twin_key(knob, now, value), [])
         return bool(ratios) and statistics.median(ratios) < 1
 
+    def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
+        """Whether the study's trim raced setting ``knob`` to ``value`` on its recommendation and left it out."""
+        return knob in self.left_out and self.left_out[knob] == value
+
     def settled(self, knob: str, knobs: dict[str, Any], value: Any) -> bool:
-        """Whether ``knobs`` already make the recommendation's change of ``knob`` and the study measured ``value``
-        too: the tuner chose among the values it measured, so advice to set another of them is not given (a value
-        it never measured, such as a batch beyond its largest, is)."""
+        """Whether the study's races already chose, for a configuration of ``knobs``, against setting ``knob`` to
+        ``value`` (no advice to set it is then given): ``knobs`` make the recommendation's change of ``knob`` and
+        the study measured ``value`` too (the tuner chose among the values it measured; a value it never measured,
+        such as a batch beyond its largest, is advised), or ``knobs`` make every change of the recommendation and
+        its trim left ``value`` out."""
+        if self.recommended is None:
+            return False
+        runs_recommendation = all(knobs.get(name) == after for name, after in self.recommended.items())
+        if runs_recommendation and self.left_out_of_recommendation(knob, value):
+            return True
         return (
-            self.recommended is not None
-            and knob in self.recommended
+            knob in self.recommended
             and knobs.get(knob) == self.recommended[knob]
             and value in self.values.get(knob, [])
         )

@@ -14,14 +14,17 @@ from autotune.trial.result import FailureKind
 
 def tries_of(results: StudyResults) -> Tried:
     """What study ``results`` measured, per knob, the changes its recommendation makes (None without a measured
-    baseline, which a recommendation needs), and its configurations measured alike but for one knob (``twins``)."""
+    baseline, which a recommendation needs), its configurations measured alike but for one knob (``twins``) and the
+    changes its trim left out."""
     measured = [record for record in results.records if record.result.ok]
     # A pruned trial ran its values too, until it read clearly slower: they were tried.
     tried = [r for r in results.records if r.result.ok or r.result.failure.kind is FailureKind.PRUNED]
-    recommended = None
+    recommended, left_out = None, {}
     if results.baseline is not None and results.baseline.result.ok:
-        recommended = {name: after for name, (_, after) in summarise(results).changed_knobs().items()}
-    return Tried(results.study_name, values_of(tried), recommended, twins(measured))
+        summary = summarise(results)
+        recommended = {name: after for name, (_, after) in summary.changed_knobs().items()}
+        left_out = summary.no_difference
+    return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out)
 
 
 def values_of(measured: list[TrialRecord]) -> dict[str, list]:

@@ -12,12 +12,14 @@ from autotune.measure.profiling import CpuLoad
 from autotune.records import TrialRecord
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
 from autotune.results.profile import ProfileRecord
+from autotune.results.race import Confirmation, Finalist
 from autotune.results.remedies import Advice, Tried, _with_tried, advise
 from autotune.results.tried import tries_of, twins, values_of
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.results.profile_records import LOOP_S, hot, profile_result
 from tests.results.test_summary import BASELINE, results_with, trial
+from tests.study.test_tuner import fake_result
 
 KNOBS = {**NEUTRAL_KNOBS, "batch_size": 16}
 
@@ -325,3 +327,23 @@ def test_a_value_a_pruned_trial_ran_was_tried_but_a_failed_trials_was_not():
     tried = tries_of(results_with(trial("0", 120.0, num_workers=1), pruned, crashed))
     assert tried.values["num_workers"] == [BASELINE["num_workers"], 1, 2]
     assert tried.says("num_workers", 2).startswith("the tuner measured num_workers=2 and did not recommend it")
+
+
+def test_a_change_the_trim_left_out_of_the_recommendation_is_not_advised_for_it():
+    """The trim raced malloc=keep on the recommendation (paired rounds, no faster): the profile's estimate, an upper
+    bound, does not advise it for the recommendation; for the baseline it is advised with what the trim found."""
+    winner = trial("0", 200.0, num_threads=1, malloc="keep")
+    knobs = winner.result.knobs
+    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 2, 100.0, [200.0] * 3)], None, 3, trials=["0"])
+    plain = {**knobs, "malloc": "default"}
+    free = Finalist("0 without malloc", plain, 1, 90.0, [201.0, 199.0, 200.0], result=fake_result(plain, 200.0))
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 2, 100.0, [200.0] * 3), free], None, 3)
+    tried = tries_of(replace(results_with(winner), confirmation=proven, trim=[race]))
+    assert tried.recommended == {"num_threads": 1} and tried.left_out == {"malloc": "keep"}
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
+    result = profile_result(faults=faulting, gc_share=0.01)
+    assert "malloc" not in [a.knob for a in advise(result, "", plain, 8, tried)]
+    (at_baseline,) = [a for a in advise(result, "", BASELINE, 8, tried) if a.knob == "malloc"]
+    assert at_baseline.tried == (
+        "the tuner raced malloc=keep on its recommendation and left it out, no faster beyond noise (study 's')"
+    )
