@@ -23,17 +23,20 @@ other, in rounds of processes of their own, the order rotating each round (``aut
 - Only the changes that matter (``autotune/study/trim.py``): a winner changing two knobs or more races again, by the
   rules above, against itself with each change undone in turn (``undo``), the baseline racing too. A change whose
   undoing costs nothing beyond noise goes back to the baseline's value (``trimmed_to``: the race's winner, where the
-  configuration it started from ran every round and does not beat it); the new winner races the variants undoing
-  the changes whose undoing also tied with the configuration they were made from (``undo_next``), each alone and,
-  two or more, all at once (``all_undone``: tied, it wins by fewest changes), until the winner of a race is the
-  configuration it started from. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration
-  it was made from (not the leader: a lucky variant must not push out the others), and the race ends early only
-  once every variant has left it (``alone``): a run's noise can make two equal configurations look TIE_TOLERANCE
-  apart in one round. The recommendation's figures are the medians of the race of most rounds it won
-  (``proof_of``). A stored trim stands for the race's winner and rounds (``is_trim_of``); one of its races not
-  ``settled`` goes on from its rounds in a later run where study.budget_s or a stopped run cut it short, and is
-  raced again where a failed run ended it or the configuration it started from left it (it lost a round to the
-  baseline there).
+  configuration it started from ran every round and does not beat it); the new winner races the variants undoing the
+  changes whose undoing also tied with the configuration they were made from (``undo_next``), each alone and, two or
+  more, all at once (``all_undone``: tied, it wins by fewest changes), until the winner of a race is the configuration
+  it started from. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it was made from
+  (not the leader: a lucky variant must not push out the others), or once that configuration beats it whatever the
+  rounds left read, unless one reads the variant faster (``beaten_for_good``: each round so far by TIE_TOLERANCE; the
+  change it undid is kept, as ``beats`` would keep it after the last round). The race ends early only once every
+  variant has left it (``alone``: a run's noise can make two equal configurations look TIE_TOLERANCE apart in one
+  round), and only where the configuration it started from won a race of the rounds planned (``gain_bounded``); else
+  it and the baseline run the rounds left. The recommendation's figures are the medians of the race of most rounds it
+  won (``proof_of``). A stored trim stands for the race's winner and rounds (``is_trim_of``); one of its races not
+  ``settled`` goes on from its rounds in a later run where study.budget_s or a stopped run cut it short, and is raced
+  again where a failed run ended it or the configuration it started from left it (it lost a round to the baseline
+  there).
 """
 
 from __future__ import annotations
@@ -303,6 +306,21 @@ def beats(faster: Finalist, other: Finalist) -> bool:
     return won > len(pairs) / 2 and paired_ratio(faster.throughputs, other.throughputs) > 1 + TIE_TOLERANCE
 
 
+def beaten_for_good(faster: Finalist, other: Finalist, rounds: int) -> bool:
+    """Whether ``faster`` beats ``other`` (``beats``) over ``rounds`` rounds whatever the rounds still to run read,
+    unless one reads ``other`` faster: it won every round so far, more than half of ``rounds``, each by more than
+    TIE_TOLERANCE, and by more than TIE_TOLERANCE by the geometric mean over all ``rounds`` were the rest ties. Each
+    round by the tolerance: at a run's noise, two rounds won by chance would often keep a change that does nothing
+    (``benchmarks/trim_model.py``)."""
+    pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
+    clear = all(a > b * (1 + TIE_TOLERANCE) for a, b in pairs)
+    return (
+        clear
+        and len(pairs) > rounds / 2
+        and sum(math.log(a / b) for a, b in pairs) > rounds * math.log(1 + TIE_TOLERANCE)
+    )
+
+
 def paired_ratio(runs: list[float], others: list[float]) -> float:
     """The geometric mean of the per-round ratios ``runs[i] / others[i]`` (over the rounds both ran)."""
     pairs = list(zip(runs, others, strict=False))
@@ -388,6 +406,20 @@ def unsettled(race: Confirmation) -> str | None:
 def alone(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
     """Whether at most one finalist is still running: the trim's races end early only then."""
     return len(running) <= 1
+
+
+def never(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
+    """A race that ends only after its rounds: a trim race from a configuration whose gain has no interval of the
+    rounds planned yet (``gain_bounded``)."""
+    return False
+
+
+def gain_bounded(label: str, races: list[Confirmation], rounds: int) -> bool:
+    """Whether ``label`` won one of ``races`` over ``rounds`` rounds or more: its gain then has the interval of the
+    rounds planned (``Summary.proof``), so a trim race from it ends once every variant has left it (``alone``); else
+    it and the baseline run the rounds left (``never``): the recommendation's gain must not rest on fewer rounds than
+    study.confirm_rounds because a race ended early."""
+    return any(race.winner is not None and race.winner.label == label and race.rounds >= rounds for race in races)
 
 
 def _before(before_race: dict[str, float], label: str) -> list[float]:

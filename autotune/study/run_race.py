@@ -16,9 +16,11 @@ from autotune.results.race import (
     TRIM_MARGIN,
     Confirmation,
     Finalist,
+    beaten_for_good,
     count_changes,
     decided,
     lagging,
+    paired_ratio,
     rounds_lost,
     run_name,
     select_finalists,
@@ -28,6 +30,7 @@ from autotune.results.race import (
 from autotune.study.clock import span
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
+from autotune.words import counted
 
 # Whether a round of these configurations (their knobs, and the step in words) fits in study.budget_s
 # (``RunClock.affords_round``).
@@ -112,7 +115,8 @@ def race(
     ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the
     next round without one decides);
     ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
-    RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN. A round starts only where
+    RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten by it for good
+    (``beaten_for_good``). A round starts only where
     ``affords`` it (study.budget_s), and with ``new_draw``: the rounds are independent draws of the process layout,
     which decides how fast some pipelines run (``Launcher.new_draw``). The race goes on from the rounds of
     ``start`` (a race of these finalists cut short: each round stands on its own pairs of runs); ``on_round`` is
@@ -199,7 +203,8 @@ def _drop(
     quiet: Callable[[Finalist], list[float]],
 ) -> None:
     """Drop the finalists that can no longer be proven against the baseline, then those lagging the leader (or the
-    ``reference``) by their ``quiet`` runs (those other processes did not slow)."""
+    ``reference``) by their ``quiet`` runs (those other processes did not slow), and those the ``reference`` has
+    beaten for good (``beaten_for_good``)."""
     allowed = rounds - wins_needed(rounds)
     for finalist in racing:
         if finalist.dropped is None and unprovable(finalist, baseline_runs, rounds):
@@ -213,6 +218,12 @@ def _drop(
     for finalist in running:
         if lagging(quiet(finalist), quiet(leader), margin):
             finalist.dropped = f"more than {margin:.0%} behind trial {leader.label} after round {index}"
+        elif reference is not None and index < rounds and beaten_for_good(reference, finalist, rounds):
+            ratio = paired_ratio(reference.throughputs, finalist.throughputs)
+            finalist.dropped = (
+                f"trial {reference.label} ran {ratio:.2f}x its speed by round {index}: beaten whatever the "
+                f"{counted(rounds - index, 'round')} left read, but one reading it faster"
+            )
 
 
 def _quiet(finalist: Finalist, name: str, disturbed: dict[str, str]) -> list[float]:

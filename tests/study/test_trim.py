@@ -13,7 +13,7 @@ from autotune.records import TRIM_ATTR, on_machine
 from autotune.report.document import headline
 from autotune.report.plots import undone_changes
 from autotune.results.model import load_results
-from autotune.results.race import Finalist, alone, is_trim_of, run_name
+from autotune.results.race import Finalist, alone, is_trim_of, run_name, trimmed_to
 from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
@@ -74,9 +74,15 @@ def test_each_change_gives_one_variant_and_a_default_that_was_never_changed_give
     assert [f.changes for f in found.values()] == [1, 2, 2], "prefetch_factor at PyTorch's default is no change"
 
 
-def test_a_trim_race_every_variant_left_after_one_round_leaves_the_gain_to_the_race_of_more_rounds(tmp_path):
-    # Two finalists alike (1.6 x 1.4) race two rounds; undoing any change of the winner costs over 25 %, so every
-    # variant leaves its trim race after one round.
+@pytest.mark.parametrize("planned", [2, 3])
+def test_a_trim_race_every_variant_left_after_one_round_ends_there_only_where_the_gain_has_its_rounds(
+    tmp_path, planned
+):
+    """Two finalists alike (1.6 x 1.4) race two rounds; undoing any change of the winner costs over 25 %, so every
+    variant leaves its trim race after one round. Planned for two, the race gave the winner's gain its rounds and
+    the trim race ends there; planned for three, it ended early, decided, so the winner and the baseline run the
+    trim race's rounds: the gain is not stated from two."""
+
     class Alike(Pipeline):
         def __call__(self, knobs, name, on_progress=None):
             self.names.append(name)
@@ -91,14 +97,19 @@ def test_a_trim_race_every_variant_left_after_one_round_leaves_the_gain_to_the_r
         study.enqueue_trial(trial)
     space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], layout[name], bf16[name]])) for name in KNOBS})
     tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
-    confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None)
+    confirmation = run_race(study, load_results(study), planned, pipeline, lambda name, result: None)
     assert confirmation.rounds == 2 and confirmation.winner is not None
     draws = []
     (trim,) = run_trim(study, load_results(study), confirmation, pipeline, print, new_draw=lambda: draws.append(1))
-    assert trim.rounds == 1 and trim.winner.label == confirmation.winner.label
+    assert trim.winner.label == confirmation.winner.label
+    assert all(len(variant.throughputs) == 1 for variant in trim.finalists[1:])
     assert len(draws) == trim.rounds, "each round a new draw of the process layout, as the race's"
     summary = summarise(load_results(study))
-    assert summary.proof == confirmation and summary.gain_interval is not None
+    assert summary.gain_interval is not None
+    if planned == 2:
+        assert trim.rounds == 1 and summary.proof == confirmation
+    else:
+        assert trim.rounds == 3 and summary.proof == trim
 
 
 def test_no_variant_is_the_baselines_own_configuration_which_races_as_the_baseline():
@@ -228,6 +239,34 @@ def test_a_lucky_variant_does_not_push_the_others_out_of_a_trim_race():
     w, a, b = (Finalist(label, knobs[label], 2 if label == "w" else 1, 1.0) for label in ("w", "a", "b"))
     result = race([w, a, b], knobs["base"], {}, 3, "trim-1", run, lambda name, r: None, ends=alone, reference=w)
     assert a.dropped is None and b.dropped is None and result.rounds == 3
+
+
+def test_a_variant_its_origin_has_beaten_whatever_the_last_round_reads_leaves_the_trim_race_before_it():
+    """Beaten in both of the first two of three rounds, by 10 % and 9 %: whatever the third reads, short of the
+    variant faster, its origin beats it (``beats``), so it runs no third round; one beaten by 4 % and 2 % could still
+    tie and runs it, as does one tied."""
+    runs = {
+        "w": iter([100, 101, 99]),
+        "beaten": iter([90, 92, 91]),
+        "close": iter([96, 99, 100]),
+        "tied": iter([99, 102, 100]),
+        "base": iter([50] * 3),
+    }
+    knobs = {label: {"batch_size": index} for index, label in enumerate(runs)}
+
+    def run(config, name, on_progress=None):
+        label = next(label for label, value in knobs.items() if value == config)
+        return TrialResult(knobs=config, measurement=fake_measurement(next(runs[label])))
+
+    w, beaten, close, tied = (
+        Finalist(label, knobs[label], 2 if label == "w" else 1, 1.0) for label in runs if label != "base"
+    )
+    result = race([w, beaten, close, tied], knobs["base"], {}, 3, "trim-1", run, lambda n, r: None, alone, w)
+    assert beaten.throughputs == [90, 92] and beaten.dropped == (
+        "trial w ran 1.10x its speed by round 2: beaten whatever the 1 round left read, but one reading it faster"
+    )
+    assert close.dropped is None and tied.dropped is None and result.rounds == 3
+    assert trimmed_to(result) is tied, "the change the tied variant undid goes; the beaten one's stays"
 
 
 def test_a_change_that_tied_with_its_origin_is_undone_next_even_when_a_lucky_variant_won():
