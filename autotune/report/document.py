@@ -227,11 +227,14 @@ def _memory_kind(record: TrialRecord) -> str:
 def gain_interval(summary: Summary) -> str:
     """The recommendation's gain's 95 % interval in words, or why it has none: a figure a user will quote carries its
     uncertainty, and one resting on single runs or one round says so."""
-    interval = summary.gain_interval
+    interval, proof = summary.gain_interval, summary.proof
     if interval is not None:
-        spans = " (it spans 1x: more study.confirm_rounds would tell)" if interval.low <= 1 else ""
+        more = "more study.confirm_rounds would tell"
+        if proof.rounds < (proof.planned_rounds or 0) and not proof.cut:  # decided: more planned would end there too
+            more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
+        spans = f" (it spans 1x: {more})" if interval.low <= 1 else ""
         return f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds{spans}"
-    if summary.proof is not None:
+    if proof is not None:
         return "one race round: no interval"
     return "single runs: no interval"
 

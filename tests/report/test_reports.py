@@ -462,11 +462,17 @@ def test_a_winner_that_lost_a_trim_round_to_the_baseline_is_untrimmed_and_the_he
     ), "the actual cause, not every possible one"
 
 
-def test_a_gain_whose_interval_spans_one_says_more_rounds_would_tell():
+def test_a_gain_whose_interval_spans_one_says_what_more_rounds_would_come_from():
     confirmation = Confirmation([100.0, 100.0], [Finalist("0", {}, 1, 100.0, [150.0, 101.0])])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     text = headline(summarise(results)).lead
     assert "over 2 paired rounds (it spans 1x: more study.confirm_rounds would tell)" in text, text
+    ended_early = replace(confirmation, planned_rounds=3)
+    text = headline(summarise(StudyResults(**{**results.__dict__, "confirmation": ended_early}))).lead
+    assert (
+        "over 2 paired rounds (it spans 1x: the race ended early on its verdict; mode=benchmark measures the gain "
+        "over more rounds)" in text
+    ), "more planned rounds would end there too"
 
 
 def test_a_gpu_studys_peak_memory_is_named_the_gpus_and_the_method_states_the_screening_window(tmp_path):
