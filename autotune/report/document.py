@@ -230,7 +230,7 @@ def gain_interval(summary: Summary) -> str:
     interval, proof = summary.gain_interval, summary.proof
     if interval is not None:
         more = "more study.confirm_rounds would tell"
-        if proof.rounds < (proof.planned_rounds or 0) and not proof.cut:  # decided: more planned would end there too
+        if proof.ended_early:
             more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
         spans = f" (it spans 1x: {more})" if interval.low <= 1 else ""
         return f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds{spans}"

@@ -222,6 +222,12 @@ class Confirmation:
         """``finalist``'s median over the baseline's, of the rounds it ran (one that left the race ran the first)."""
         return finalist.median / statistics.median(self.baseline_throughputs[: len(finalist.throughputs)])
 
+    @property
+    def ended_early(self) -> bool:
+        """Whether the race's own rules ended it before its planned rounds (not study.budget_s or a stopped run, which
+        leave it ``cut``, nor a failed baseline run): more rounds planned would have ended it there too."""
+        return self.rounds < (self.planned_rounds or 0) and not self.cut and not self.failure
+
     def describe(self, trim: bool = False) -> str:
         """One paragraph for reports, of the finalists' race or (``trim``) a trim race: its first finalist, the
         configuration it started from, and its variants, which ends early by ``alone``."""
@@ -248,7 +254,7 @@ class Confirmation:
                 f"It stopped there (study.budget_s left no time for more rounds, or the run was stopped): the verdict "
                 f"is that of {self.rounds}; the same command again goes on from them."
             )
-        elif planned and self.winner and not self.failure:
+        elif self.ended_early and self.winner:
             early = "every other entrant had left it" if trim else "more rounds could not change the verdict"
             parts.append(f"The race ended early: {early}.")
         for finalist in self.finalists:
