@@ -11,8 +11,11 @@ other, in rounds of processes of their own, the order rotating each round (``aut
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
   (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs other processes
   did not slow).
-- Ending early (``decided``): when more rounds could not change the verdict (DECISIVE_GAIN), on a round no run of
-  which other processes slowed (``run_race.race``): a gain read against a slowed run is not decided by it.
+- The verdict early (``decided``): when more rounds could not change it (DECISIVE_GAIN), on a round no run of which
+  other processes slowed (``run_race.race``): a gain read against a slowed run is not decided by it. The other
+  finalists then leave, and the winner and the baseline run the rounds left (``run_race._leave_to``), so that the
+  gain stated has the interval of study.confirm_rounds rounds; the proof is that of the rounds up to the verdict
+  (``Confirmation.decided_after``).
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
   PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians.
 - Ties (``beats``): a finalist is faster than another when it won most of their rounds and by more than
@@ -31,12 +34,11 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   rounds left read, unless one reads the variant faster (``beaten_for_good``: each round so far by TIE_TOLERANCE; the
   change it undid is kept, as ``beats`` would keep it after the last round). The race ends early only once every
   variant has left it (``alone``: a run's noise can make two equal configurations look TIE_TOLERANCE apart in one
-  round), and only where the configuration it started from won a race of the rounds planned (``gain_bounded``); else
-  it and the baseline run the rounds left. The recommendation's figures are the medians of the race of most rounds it
-  won (``proof_of``). A stored trim stands for the race's winner and rounds (``is_trim_of``); one of its races not
-  ``settled`` goes on from its rounds in a later run where study.budget_s or a stopped run cut it short, and is raced
-  again where a failed run ended it or the configuration it started from left it (it lost a round to the baseline
-  there).
+  round); the configuration it started from won the race before over the rounds planned. The recommendation's
+  figures are the medians of the race of most rounds it won (``proof_of``). A stored trim stands for the race's
+  winner and rounds (``is_trim_of``); one of its races not ``settled`` goes on from its rounds in a later run where
+  study.budget_s or a stopped run cut it short, and is raced again where a failed run ended it or the configuration
+  it started from left it (it lost a round to the baseline there).
 """
 
 from __future__ import annotations
@@ -116,11 +118,14 @@ class Confirmation:
     the one using least memory. No winner means: keep the baseline. A single
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
-    how many rounds were asked for; a race that was decided earlier ran fewer, and so did one ``cut`` short by
-    study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by round: the
-    summary takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the runs it
-    counted though other processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``: the
-    labels of the measured trials it was about (None in a race stored before they were kept).
+    how many rounds were asked for; a trim race every variant left ran fewer (``ended_early``), and so did one
+    ``cut`` short by study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by
+    round: the summary takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the
+    runs it counted though other processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``:
+    the labels of the measured trials it was about (None in a race stored before they were kept). ``decided_after``:
+    the round after which its verdict was in (``decided``); the rounds after it, of its winner and the baseline
+    alone, give the gain the interval of the planned rounds and do not take the verdict back (the winner is proven
+    by the rounds up to it), but a failed run still does.
     """
 
     baseline_throughputs: list[float]
@@ -130,6 +135,7 @@ class Confirmation:
     cut: bool = False
     disturbed: dict[str, str] = field(default_factory=dict)
     trials: list[str] | None = None
+    decided_after: int | None = None
 
     @property
     def rounds(self) -> int:
@@ -153,11 +159,14 @@ class Confirmation:
         return statistics.median(self.baseline_throughputs)
 
     def proven(self, finalist: Finalist) -> bool:
-        """Whether ``finalist`` beat the baseline in enough rounds (``wins_needed``) and by ``MIN_GAIN`` by medians."""
+        """Whether ``finalist`` ran every round and beat the baseline in enough of those up to the verdict
+        (``wins_needed``; ``decided_after``, else all) and by ``MIN_GAIN`` by their medians."""
         if self.failure or finalist.dropped or not self.rounds or len(finalist.throughputs) != self.rounds:
             return False
-        wins = sum(f > b for f, b in zip(finalist.throughputs, self.baseline_throughputs, strict=True))
-        return wins >= wins_needed(self.rounds) and finalist.median >= self.baseline_median * (1 + MIN_GAIN)
+        proving = self.decided_after or self.rounds
+        runs, base = finalist.throughputs[:proving], self.baseline_throughputs[:proving]
+        wins = sum(f > b for f, b in zip(runs, base, strict=True))
+        return wins >= wins_needed(proving) and statistics.median(runs) >= statistics.median(base) * (1 + MIN_GAIN)
 
     @property
     def winner(self) -> Finalist | None:
@@ -257,12 +266,17 @@ class Confirmation:
         elif self.ended_early and self.winner:
             early = "every other entrant had left it" if trim else "more rounds could not change the verdict"
             parts.append(f"The race ended early: {early}.")
+        elif self.decided_after and self.decided_after < self.rounds:
+            parts.append(
+                f"Its verdict was in after round {self.decided_after} (more rounds could not change it): the other "
+                "finalists left, and the rounds after it give the gain its interval."
+            )
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
             ratio = f" (median {self.ratio(finalist):.2f}x)" if finalist.throughputs else ""
             left = f", dropped: {finalist.dropped}" if finalist.dropped else ""
             parts.append(f"Trial {finalist.label}: {runs}{ratio}{left}.")
-        wins = _wins_in_words(self.rounds)
+        wins = _wins_in_words(self.decided_after or self.rounds) + (" up to the verdict" if self.decided_after else "")
         if self.failure:
             parts.append(f"Re-measuring the baseline failed ({self.failure}), so {kept} is kept.")
         elif self.winner:
@@ -282,7 +296,8 @@ class Confirmation:
         finalists = [Finalist.from_dict(finalist) for finalist in data["finalists"]]
         rounds, failure, planned = data["baseline_throughputs"], data.get("failure"), data.get("planned_rounds")
         disturbed, trials = data.get("disturbed", {}), data.get("trials")
-        return cls(rounds, finalists, failure, planned, data.get("cut", False), disturbed, trials)
+        cut, decided_after = data.get("cut", False), data.get("decided_after")
+        return cls(rounds, finalists, failure, planned, cut, disturbed, trials, decided_after)
 
 
 def run_name(prefix: str, label: str | None) -> str:
@@ -412,20 +427,6 @@ def unsettled(race: Confirmation) -> str | None:
 def alone(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
     """Whether at most one finalist is still running: the trim's races end early only then."""
     return len(running) <= 1
-
-
-def never(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
-    """A race that ends only after its rounds: a trim race from a configuration whose gain has no interval of the
-    rounds planned yet (``gain_bounded``)."""
-    return False
-
-
-def gain_bounded(label: str, races: list[Confirmation], rounds: int) -> bool:
-    """Whether ``label`` won one of ``races`` over ``rounds`` rounds or more: its gain then has the interval of the
-    rounds planned (``Summary.proof``), so a trim race from it ends once every variant has left it (``alone``); else
-    it and the baseline run the rounds left (``never``): the recommendation's gain must not rest on fewer rounds than
-    study.confirm_rounds because a race ended early."""
-    return any(race.winner is not None and race.winner.label == label and race.rounds >= rounds for race in races)
 
 
 def _before(before_race: dict[str, float], label: str) -> list[float]:

@@ -109,12 +109,15 @@ def race(
     new_draw: NewDrawFn | None = None,
     start: Confirmation | None = None,
     on_round: Callable[[Confirmation], None] | None = None,
+    bound_gain: bool = True,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
-    ``name``-ROUND-…. The race ends early when ``ends(running finalists, baseline runs, before_race)``, by default
+    ``name``-ROUND-…. The verdict is in when ``ends(running finalists, baseline runs, before_race)``, by default
     ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the
-    next round without one decides);
-    ``before_race`` holds throughputs measured before the race. A finalist lagging the leader by
+    next round without one decides); the race then ends, or with ``bound_gain`` its winner so far and the baseline
+    run the rounds left, the other finalists leaving (``_leave_to``), for the interval of the gain it states
+    (``Confirmation.decided_after``). ``before_race`` holds throughputs measured before the race. A finalist lagging
+    the leader by
     RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten by it for good
     (``beaten_for_good``). A round starts only where
     ``affords`` it (study.budget_s), and with ``new_draw``: the rounds are independent draws of the process layout,
@@ -123,6 +126,7 @@ def race(
     given the race after each round that is not its last, as a race cut short there."""
     baseline_runs: list[float] = list(start.baseline_throughputs) if start else []
     failure, cut, disturbed = None, False, dict(start.disturbed) if start else {}
+    decided_after = start.decided_after if start else None
     if start:
         finalists = [replace(f, throughputs=list(f.throughputs)) for f in start.finalists]
         if reference is not None:
@@ -146,15 +150,20 @@ def race(
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)
         if failure:
             break
-        _drop(racing, baseline_runs, rounds, index, reference, lambda f: _quiet(f, name, disturbed))
-        round_slowed = any(run.startswith(f"{name}-{index}-") for run in disturbed)
-        if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race) and not (
-            round_slowed and ends is decided
-        ):
-            break
+        if decided_after is None:
+            _drop(racing, baseline_runs, rounds, index, reference, lambda f: _quiet(f, name, disturbed))
+            round_slowed = any(run.startswith(f"{name}-{index}-") for run in disturbed)
+            if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race) and not (
+                round_slowed and ends is decided
+            ):
+                verdict = Confirmation(baseline_runs, finalists)
+                if not bound_gain or index == rounds or verdict.winner is None:
+                    break
+                _leave_to(verdict, index)
+                decided_after = index
         if on_round is not None and index < rounds:
-            on_round(Confirmation(baseline_runs, finalists, None, rounds, True, disturbed))
-    return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed)
+            on_round(Confirmation(baseline_runs, finalists, None, rounds, True, disturbed, decided_after=decided_after))
+    return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed, decided_after=decided_after)
 
 
 def _run_round(
@@ -224,6 +233,15 @@ def _drop(
                 f"trial {reference.label} ran {ratio:.2f}x its speed by round {index}: beaten whatever the "
                 f"{counted(rounds - index, 'round')} left read, but one reading it faster"
             )
+
+
+def _leave_to(verdict: Confirmation, index: int) -> None:
+    """Every finalist still racing but ``verdict``'s winner (the race's after round ``index``) leaves, saying why."""
+    chosen, why = verdict.winner, verdict.why_won()
+    reason = f"the race was decided for trial {chosen.label} after round {index}" + (f" ({why})" if why else "")
+    for finalist in verdict.finalists:
+        if finalist.dropped is None and finalist is not chosen:
+            finalist.dropped = reason
 
 
 def _quiet(finalist: Finalist, name: str, disturbed: dict[str, str]) -> list[float]:

@@ -18,9 +18,7 @@ from autotune.results.race import (
     alone,
     beats,
     count_changes,
-    gain_bounded,
     is_trim_of,
-    never,
     settled,
     trim_rounds,
     trimmed_to,
@@ -50,8 +48,9 @@ def run_trim(
     (each race is stored before it runs, as one not run yet, and after each round); one that a failed run ended, or
     that the configuration it started from left (its run failed, or it lost a round to the baseline), is raced
     again. Nothing to do without a winner changing two knobs or more.
-    A race ends early once every variant has left it (``alone``), where the configuration it started from won a
-    race of the rounds planned (``gain_bounded``); else it and the baseline run the rounds left.
+    A race ends early once every variant has left it (``alone``): the configuration it started from has the gain's
+    interval of the rounds planned from the race before (the finalists' race runs its winner's rounds out; a trim
+    race whose variant won ran them all).
     A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do. ``on_note`` is
     told of each stored race raced again, and why."""
     winner = confirmation.winner if confirmation else None
@@ -81,10 +80,10 @@ def run_trim(
             # Stored first as a race not run yet (as study.budget_s leaves one), then as each round ends: a run
             # stopped in it keeps the races and rounds before, and the trim stays unsettled.
             _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
-            ends = alone if gain_bounded(current.label, [confirmation, *races], rounds) else never
             ran = race(
-                entrants, baseline, before_race, rounds, name, run, on_run, ends, leader, affords, new_draw, start,
+                entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw, start,
                 lambda partial: _store(study, results, [*races, partial]),
+                bound_gain=False,
             )  # fmt: skip
         races.append(ran)
         new = trimmed_to(races[-1])

@@ -18,6 +18,7 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import CONFIG_ATTR, DUPLICATE_ATTR, MACHINE_ATTR, META_ATTR, config_key
 from autotune.results import race as race_module
 from autotune.results.model import load_results
+from autotune.results.race import Confirmation
 from autotune.study import run_race as run_race_module
 from autotune.study.run_race import _why_anew, run_race
 from autotune.study.space import SearchSpace
@@ -262,10 +263,11 @@ def test_the_finalists_race_the_baseline_once_and_the_fastest_proven_wins(tmp_pa
     fastest = max((r for r in load_results(study).trials if r.result.ok), key=lambda r: r.throughput)
     assert [f.label for f in confirmation.finalists] == [fastest.label], "the others are over 10 % slower"
     assert confirmation.winner.label == fastest.label and confirmation.confirmed
-    assert runs == ["confirm-1-baseline", f"confirm-1-trial-{fastest.label}"], "4x the baseline: decided at once"
+    trial = f"trial-{fastest.label}"
+    assert runs == ["confirm-1-baseline", f"confirm-1-{trial}", f"confirm-2-{trial}", "confirm-2-baseline"]
     assert load_results(study).confirmation == confirmation, "stored in the study"
     assert run_race(study, load_results(study), 2, measure, print) == confirmation
-    assert len(measure.calls) == calls_before + 2, "a stored confirmation is reused, not re-measured"
+    assert len(measure.calls) == calls_before + 4, "a stored confirmation is reused, not re-measured"
 
 
 class NoisyMeasure:
@@ -341,30 +343,51 @@ def test_a_finalist_slower_than_its_single_run_said_loses_the_race_to_one_that_h
     assert confirmation.winner.label == label_of(confirmation, 64)
     dropped = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 32).dropped
     assert dropped == f"more than 10% behind trial {label_of(confirmation, 64)} after round 1"
-    assert len(names) == 3 + 2, "round 1: baseline and both finalists; round 2 the baseline and the leader, decided"
+    assert len(names) == 3 + 2 + 2, "round 1: baseline and both finalists; rounds 2 and 3 the baseline and the leader"
 
 
-def test_a_race_ends_early_once_decided(tmp_path):
-    confirmation, names = raced(tmp_path, {16: 100.0, 32: 118.0}, {16: [100, 101], 32: [115, 116]}, rounds=3)
-    assert confirmation.confirmed and (confirmation.rounds, confirmation.planned_rounds) == (2, 3)
-    assert len(names) == 4, "the third round could not change the verdict: 10 % clear in every run"
-    assert "in 2 of 3 planned interleaved rounds" in confirmation.describe()
+def test_a_race_decided_early_runs_its_winner_and_the_baseline_for_the_rounds_left(tmp_path):
+    confirmation, names = raced(tmp_path, {16: 100.0, 32: 118.0}, {16: [100, 101, 99], 32: [115, 116, 114]}, rounds=3)
+    assert confirmation.confirmed and (confirmation.rounds, confirmation.planned_rounds) == (3, 3)
+    assert len(names) == 6, "decided after round 2 (10 % clear in every run), the gain's interval takes the third"
+    assert "in 3 interleaved rounds" in confirmation.describe() and not confirmation.ended_early
+    assert confirmation.decided_after == 2 and "Its verdict was in after round 2" in confirmation.describe()
 
 
-def test_a_race_ends_after_one_round_when_two_runs_a_side_are_20_percent_apart(tmp_path):
-    confirmation, names = raced(tmp_path, {16: 100.0, 32: 150.0}, {16: [101], 32: [148]}, rounds=3)
-    assert confirmation.confirmed and confirmation.rounds == 1 and len(names) == 2
-    (tmp_path / "close").mkdir()
-    _, names = raced(tmp_path / "close", {16: 100.0, 32: 118.0}, {16: [100, 100], 32: [150, 150]}, rounds=3)
-    assert len(names) == 4, "the trial's own run was under 20 % clear: a second round is needed"
+def test_a_round_after_the_verdict_bounds_the_gain_and_does_not_take_the_verdict_back(tmp_path):
+    confirmation, _ = raced(tmp_path, {16: 100.0, 32: 118.0}, {16: [100, 101, 120], 32: [115, 116, 114]}, rounds=3)
+    assert confirmation.rounds == 3 and confirmation.decided_after == 2 and confirmation.confirmed
+    assert "a win in every round up to the verdict" in confirmation.describe()
+    assert Confirmation.from_dict(confirmation.to_dict()) == confirmation
+    (tmp_path / "failed").mkdir()
+    confirmation, _ = raced(tmp_path / "failed", {16: 100.0, 32: 118.0}, {16: [100, 101, 100], 32: [115, 116]})
+    assert confirmation.rounds == 3 and not confirmation.confirmed, "the winner's run failed in round 3"
 
 
-def test_a_race_of_several_finalists_ends_early_once_one_leads_beyond_a_tie(tmp_path):
-    single = {16: 100.0, 32: 118.0, 64: 110.0}
-    re_runs = {16: [100, 101], 32: [117, 118], 64: [108, 109]}  # 64 stays within 10 % of the leader
+def test_a_race_is_decided_after_one_round_when_two_runs_a_side_are_20_percent_apart(tmp_path):
+    single, re_runs = {16: 100.0, 32: 150.0, 64: 140.0}, {16: [101] * 3, 32: [148] * 3, 64: [138]}
     confirmation, names = raced(tmp_path, single, re_runs, rounds=3)
-    assert len(names) == 2 * 3, "after round 2 the leader's slowest run beats the other's fastest by over 3 %"
-    assert confirmation.winner.label == label_of(confirmation, 32)
+    assert confirmation.confirmed and confirmation.rounds == 3 and len(names) == 3 + 2 + 2
+    second = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 64)
+    assert second.dropped.startswith(f"the race was decided for trial {confirmation.winner.label} after round 1")
+    (tmp_path / "close").mkdir()
+    single, re_runs = {16: 100.0, 32: 118.0, 64: 110.0}, {16: [100] * 3, 32: [150] * 3, 64: [140] * 2}
+    confirmation, names = raced(tmp_path / "close", single, re_runs, rounds=3)
+    assert len(names) == 3 + 3 + 2, "the leader's own run was under 20 % clear: a second round is needed"
+    second = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 64)
+    assert "after round 2" in second.dropped
+
+
+def test_a_race_of_several_finalists_is_decided_once_one_leads_beyond_a_tie(tmp_path):
+    single = {16: 100.0, 32: 118.0, 64: 110.0}
+    re_runs = {16: [100, 101, 100], 32: [117, 118, 119], 64: [108, 109]}  # 64 stays within 10 % of the leader
+    confirmation, names = raced(tmp_path, single, re_runs, rounds=3)
+    assert len(names) == 2 * 3 + 2, "after round 2 the leader's slowest run beats the other's fastest by over 3 %"
+    winner = confirmation.winner.label
+    assert winner == label_of(confirmation, 32)
+    other = next(f for f in confirmation.finalists if f.label != winner)
+    why = "the fastest by median of those proven"
+    assert other.dropped == f"the race was decided for trial {winner} after round 2 ({why})"
 
 
 def test_a_race_goes_on_while_a_close_second_could_still_win_it(tmp_path):
@@ -375,12 +398,12 @@ def test_a_race_goes_on_while_a_close_second_could_still_win_it(tmp_path):
     assert confirmation.winner is not None
 
 
-def test_a_race_ends_after_round_2_once_every_finalist_left_clearly_beats_the_baseline(tmp_path):
+def test_a_race_is_decided_after_round_2_once_every_finalist_left_clearly_beats_the_baseline(tmp_path):
     single = {16: 100.0, 32: 150.0, 64: 148.0}
     re_runs = {16: [100, 101, 100], 32: [150, 151, 149], 64: [147, 149, 148]}  # within a tie of each other
     confirmation, names = raced(tmp_path, single, re_runs, rounds=3)
-    assert len(names) == 2 * 3, "a third round could not tell two finalists 1 % apart"
-    assert confirmation.winner is not None and confirmation.rounds == 2
+    assert len(names) == 2 * 3 + 2, "a third round could not tell two finalists 1 % apart: the winner's alone"
+    assert confirmation.winner is not None and confirmation.rounds == 3
     (tmp_path / "one").mkdir()
     single = {16: 100.0, 32: 113.0, 64: 112.0}
     _, names = raced(tmp_path / "one", single, {16: [100, 101, 100], 32: [112, 113, 112], 64: [111, 108, 112]})
