@@ -71,13 +71,16 @@ class Tried:
     changes its recommendation makes to the baseline (``recommended``: knob → value; None where the study has no
     recommendation to read), per change of one knob (``twin_key``: ``KNOB=FROM->TO``) the throughput of each
     configuration it measured with TO over that of one it measured alike but for that knob, at FROM (``twins``:
-    single runs), and the changes its trim raced and left out, no faster beyond noise (``left_out``: knob → value)."""
+    single runs), the changes its trim raced and left out, no faster beyond noise (``left_out``: knob → value), and
+    the samples/s of the DataLoader alone its probe read per batch size and worker count (``loaders``, by
+    ``loader_key``)."""
 
     study: str
     values: dict[str, list[Any]]
     recommended: dict[str, Any] | None = None
     twins: dict[str, list[float]] = field(default_factory=dict)
     left_out: dict[str, Any] = field(default_factory=dict)
+    loaders: dict[str, float] = field(default_factory=dict)
 
     def says(self, knob: str, value: Any, now: Any = None) -> str:
         """Whether the study measured ``knob`` at ``value``, and recommends it, in words; and what changing it from
@@ -131,6 +134,11 @@ class Tried:
         )
 
 
+def loader_key(batch_size: int, num_workers: int) -> str:
+    """``Tried.loaders``' key of the DataLoader at ``batch_size`` with ``num_workers`` workers."""
+    return f"batch_size={batch_size} num_workers={num_workers}"
+
+
 def twin_key(knob: str, before: Any, after: Any) -> str:
     """``Tried.twins``' key of ``knob`` changed from ``before`` to ``after``."""
     return f"{knob}={before}->{after}"
@@ -172,7 +180,7 @@ def advise(
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
-        ranked += _workers(result, found, knobs, cpu_count)
+        ranked += _workers(result, found, knobs, cpu_count, tried)
         ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, knobs["num_workers"]))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
         demand = found.loading_s + found.loop_s - found.wait_s
@@ -267,21 +275,27 @@ def _collate_advice(hotspots: Hotspots, collate: float, gain: float) -> Advice:
     )
 
 
-def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_count: int) -> list[Advice]:
+def _workers(
+    result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_count: int, tried: Tried | None
+) -> list[Advice]:
     """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step: as many
     as the cores hold, each busy its share of the time (``_loading_busy``: a worker waiting on I/O or asleep takes
     no core), and none where loading and the step already fill the cores (another would take a core from the
-    step); none, where workers keep up and the loop still waits for their batches to be passed to it."""
+    step); none, where workers keep up and the loop still waits for their batches to be passed to it. Either no
+    faster than the DataLoader alone with those workers, as the study's probe read it (``_loader_bound``)."""
     workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
     needed = math.ceil(found.loading_s / rest - 1e-9) if rest > 0 else 1  # 4.000000000000001 workers are 4
     if workers >= needed and workers > 0:
-        return _no_workers(found, workers)
+        return _no_workers(found, workers, _loader_bound(tried, knobs["batch_size"], 0, found))
     busy = _loading_busy(result, found)
     held = cpu_count if busy >= 1 else min(max(cpu_count, math.floor(cpu_count / busy)), WORKERS_A_CORE * cpu_count)
     count = max(workers + 1, min(needed, held))
     if count > held or saturation_finding(result, cpu_count) is not None:
         return []
     gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
+    gain, loader = _within(gain, _loader_bound(tried, knobs["batch_size"], count, found))
+    if gain < MIN_GAIN:
+        return []
     shared = _sharing(result, cpu_count)
     waiting = (
         f"; loading keeps a core busy {busy:.0%} of its time (the rest it waits), so more workers than cores"
@@ -293,11 +307,26 @@ def _workers(result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_c
             f"set num_workers={count}",
             f"a batch takes {found.loading_s * 1e3:.1f} ms to load in one process and the rest of the step "
             f"{rest * 1e3:.1f} ms; {counted(needed, 'worker')} would keep up{waiting}",
-            f"up to {gain:.2f}x: loading in {counted(count, 'worker')} beside training{shared}",
+            f"up to {gain:.2f}x: loading in {counted(count, 'worker')} beside training{loader}{shared}",
             gain,
             knob="num_workers",
         )
     ]
+
+
+def _loader_bound(tried: Tried | None, batch_size: int, workers: int, found: Figures) -> tuple[float, str] | None:
+    """The most a step at ``batch_size`` loading with ``workers`` workers can gain over the profiled one: its
+    DataLoader alone, as the study's probe read it (a pipeline yields batches no faster than its loader, and passing
+    them between processes can cost more than loading them), with that in words; None where the probe did not."""
+    rate = tried.loaders.get(loader_key(batch_size, workers)) if tried is not None else None
+    if rate is None:
+        return None
+    return found.loop_s * rate / batch_size, f" (its DataLoader alone yields {rate:,.0f} samples/s: the study's probe)"
+
+
+def _within(gain: float, bound: tuple[float, str] | None) -> tuple[float, str]:
+    """``gain``, or the ``bound`` where it is lower, with its words."""
+    return (bound[0], bound[1]) if bound is not None and bound[0] < gain else (gain, "")
 
 
 def _sharing(result: ProfileResult, cpu_count: int) -> str:
@@ -328,10 +357,11 @@ def _loading_busy(result: ProfileResult, found: Figures) -> float:
     return 1.0 if busy < _MIN_BUSY else min(1.0, busy)  # under the reading's resolution: unknown, one a core
 
 
-def _no_workers(found: Figures, workers: int) -> list[Advice]:
-    """Loading in the training process, where passing batches from workers costs more than loading them there."""
+def _no_workers(found: Figures, workers: int, bound: tuple[float, str] | None) -> list[Advice]:
+    """Loading in the training process, where passing batches from workers costs more than loading them there (no
+    faster than ``bound``: ``_loader_bound``)."""
     rest, handoff = found.loop_s - found.wait_s, _handoff(found, workers)
-    gain = found.loop_s / (rest + found.loading_s)
+    gain, loader = _within(found.loop_s / (rest + found.loading_s), bound)
     if gain < MIN_GAIN:
         return []
     return [
@@ -340,7 +370,7 @@ def _no_workers(found: Figures, workers: int) -> list[Advice]:
             f"{counted(workers, 'worker')} load a batch in {found.loading_s * 1e3:.1f} ms, within the rest of the step "
             f"({rest * 1e3:.1f} ms), yet the loop waits {handoff * 1e3:.1f} ms a step for batches to be passed "
             "between processes",
-            f"up to {gain:.2f}x: loading in the training process, {found.loading_s * 1e3:.1f} ms a batch",
+            f"up to {gain:.2f}x: loading in the training process, {found.loading_s * 1e3:.1f} ms a batch{loader}",
             gain,
             knob="num_workers",
         )

@@ -7,7 +7,7 @@ import itertools
 from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
-from autotune.results.remedies import Tried, twin_key
+from autotune.results.remedies import Tried, loader_key, twin_key
 from autotune.results.summary import summarise
 from autotune.trial.result import FailureKind
 
@@ -15,7 +15,7 @@ from autotune.trial.result import FailureKind
 def tries_of(results: StudyResults) -> Tried:
     """What study ``results`` measured, per knob, the changes its recommendation makes (None without a measured
     baseline, which a recommendation needs), its configurations measured alike but for one knob (``twins``) and the
-    changes its trim left out."""
+    changes its trim left out, and the DataLoader alone as its probe read it (``loaders``)."""
     measured = [record for record in results.records if record.result.ok]
     # A pruned trial ran its values too, until it read clearly slower: they were tried.
     tried = [r for r in results.records if r.result.ok or r.result.failure.kind is FailureKind.PRUNED]
@@ -24,7 +24,7 @@ def tries_of(results: StudyResults) -> Tried:
         summary = summarise(results)
         recommended = {name: after for name, (_, after) in summary.changed_knobs().items()}
         left_out = summary.no_difference
-    return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out)
+    return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out, loaders(results))
 
 
 def values_of(measured: list[TrialRecord]) -> dict[str, list]:
@@ -47,3 +47,13 @@ def twins(measured: list[TrialRecord]) -> dict[str, list[float]]:
             ((knob, (was, now)),) = change.items()
             found.setdefault(twin_key(knob, was, now), []).append(after.throughput / before.throughput)
     return found
+
+
+def loaders(results: StudyResults) -> dict[str, float]:
+    """The samples/s of the DataLoader alone, per batch size and worker count (``loader_key``), as the study's probe
+    read them on this machine (none where it did not run)."""
+    probe = results.probe
+    if probe is None or probe.result is None:
+        return {}
+    timed = zip(probe.plan.loaders, probe.result.loader_throughputs, strict=True)
+    return {loader_key(s["batch_size"], s["num_workers"]): rate for s, rate in timed if rate is not None}

@@ -9,13 +9,13 @@ import pytest
 from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import PageFaults
 from autotune.measure.profiling import CpuLoad
-from autotune.records import TrialRecord
+from autotune.records import ProbeRecord, TrialRecord
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
 from autotune.results.profile import ProfileRecord
 from autotune.results.race import Confirmation, Finalist
-from autotune.results.remedies import Advice, Tried, _with_tried, advise
+from autotune.results.remedies import Advice, Tried, _with_tried, advise, loader_key
 from autotune.results.tried import tries_of, twins, values_of
-from autotune.trial.result import Failure, FailureKind, TrialResult
+from autotune.trial.result import Failure, FailureKind, ProbePlan, ProbeResult, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.results.profile_records import LOOP_S, hot, profile_result
 from tests.results.test_summary import BASELINE, results_with, trial
@@ -95,6 +95,33 @@ def test_whether_the_tuner_tried_the_knob_comes_from_the_stored_study():
     assert workers.tried == "the tuner measured num_workers=2 (study 'mine')"
     (workers,) = advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, Tried("mine", {"num_workers": [0]}))
     assert workers.tried == "not tried by the tuner: study 'mine' measured num_workers at 0"
+
+
+def test_advice_to_take_workers_is_bounded_by_the_dataloader_with_them_as_the_probe_read_it():
+    """A step of 100 ms at batch 16 (160 samples/s) waits 60 ms for data: two workers would leave 40 ms (2.50x),
+    were the DataLoader with them to yield 400 samples/s. Passing batches between processes can cost more."""
+
+    def workers_advice(rate):
+        tried = Tried("mine", {"num_workers": [0]}, loaders={} if rate is None else {loader_key(16, 2): rate})
+        return [a for a in advise(profile_result(wait_share=0.6), DATA_BOUND, KNOBS, 8, tried) if a.knob]
+
+    assert [a.gain for a in workers_advice(None)] == [pytest.approx(2.5)], "no probe reading: the profile's bound"
+    assert [a.gain for a in workers_advice(1000.0)] == [pytest.approx(2.5)], "the loader keeps up"
+    (bounded,) = workers_advice(200.0)
+    assert bounded.gain == pytest.approx(1.25) and bounded.action == "set num_workers=2"
+    assert bounded.effect == (
+        "up to 1.25x: loading in 2 workers beside training (its DataLoader alone yields 200 samples/s: the study's "
+        "probe)"
+    )
+    assert workers_advice(150.0) == [], "the DataLoader with 2 workers is slower than the step runs now"
+
+
+def test_the_loaders_the_probe_read_are_what_the_study_tried():
+    plan = ProbePlan([{"batch_size": 16, "num_workers": 0}, {"batch_size": 16, "num_workers": 2}], [KNOBS])
+    probe = ProbeRecord(3.0, plan, ProbeResult([900.0, None], [500.0]), 900.0, 500.0)
+    tried = tries_of(replace(results_with(), probe=probe))
+    assert tried.loaders == {loader_key(16, 0): 900.0}, "a setting that did not run reads nothing"
+    assert tries_of(results_with()).loaders == {}, "no probe"
 
 
 def test_a_hot_library_function_gets_its_call_site_and_an_action_by_what_it_does():
@@ -231,6 +258,9 @@ def test_workers_that_keep_up_while_the_loop_waits_for_their_batches_are_told_to
     advice = advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 8, None)
     assert [a.action for a in advice] == ["set num_workers=0"], "faster loading would not shorten the wait"
     assert advice[0].gain == pytest.approx(0.1 / (0.043 + 0.009)) and "passed between processes" in advice[0].why
+    slow_loader = Tried("mine", {"num_workers": [1]}, loaders={loader_key(16, 0): 240.0})  # 1.5x the step's 160
+    (bounded,) = advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 8, slow_loader)
+    assert bounded.gain == pytest.approx(1.5) and "its DataLoader alone yields 240 samples/s" in bounded.effect
 
 
 def test_a_knob_advised_true_or_false_is_found_among_the_values_the_tuner_measured():
