@@ -286,14 +286,14 @@ def _workers(
     workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
     needed = math.ceil(found.loading_s / rest - 1e-9) if rest > 0 else 1  # 4.000000000000001 workers are 4
     if workers >= needed and workers > 0:
-        return _no_workers(found, workers, _loader_bound(tried, knobs["batch_size"], 0, found))
+        return _no_workers(found, workers, _loader_bound(tried, result.stages.batch_size, 0, found))
     busy = _loading_busy(result, found)
     held = cpu_count if busy >= 1 else min(max(cpu_count, math.floor(cpu_count / busy)), WORKERS_A_CORE * cpu_count)
     count = max(workers + 1, min(needed, held))
     if count > held or saturation_finding(result, cpu_count) is not None:
         return []
     gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
-    gain, loader = _within(gain, _loader_bound(tried, knobs["batch_size"], count, found))
+    gain, loader = _within(gain, _loader_bound(tried, result.stages.batch_size, count, found))
     if gain < MIN_GAIN:
         return []
     shared = _sharing(result, cpu_count)
