@@ -13,11 +13,13 @@ configuration so far with one untimed knob changed. A cheap knob's first twin is
 the best, before the configurations predicted within noise below it (its effect carries over to every configuration;
 theirs rarely beats the best); compile's once the timed knobs have converged (last, as it is the costliest), after the
 best configuration's neighbouring batch sizes: the probe's loader timings are short, and batch size is the knob it
-predicts least well. A compute knob's value whose model step the probe read faster but within its noise is no candidate
-(``ProbeModel.told_apart``): it is measured once, on the best, after its neighbouring batch sizes. A configuration that
-needs no less memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is never proposed,
-nor one with workers after an exception in a DataLoader worker while none with workers ran (``space.ruled_out``), nor
-one whose model step setting raised in the probe (``ProbeModel.raised``): its trial would fail the same way.
+predicts least well; so are those of the fastest configuration of each other worker count whose run came within one
+run's noise of the best (``_rivals``): one low run would otherwise write off its group. A compute knob's value whose
+model step the probe read faster but within its noise is no candidate (``ProbeModel.told_apart``): it is measured once,
+on the best, after its neighbouring batch sizes. A configuration that needs no less memory than one that ran out (in the
+probe or a trial: ``space.needs_no_less_memory``) is never proposed, nor one with workers after an exception in a
+DataLoader worker while none with workers ran (``space.ruled_out``), nor one whose model step setting raised in the
+probe (``ProbeModel.raised``): its trial would fail the same way.
 
 This is how the search uses the structure of the problem rather than only black-box sampling: the first
 trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
@@ -42,6 +44,9 @@ from autotune.study.tuner import Observation, Proposal
 # A configuration predicted within this fraction of the best measured one is still worth a trial: about one run's
 # noise, so a lucky reading of the best, or a prediction a little off, does not end the search too soon.
 WORTH_MEASURING = 0.05
+# A measured configuration of another worker count this close below the best may be the faster one: about one run's
+# noise (6-20 % on our build machines, docs/benchmarks.md).
+RIVAL_WINDOW = 0.15
 # How much torch.compile could at most speed up the model step, for deciding whether a compile twin is worth its
 # compile time: where even a step this much faster cannot beat the best (data-bound), compile is not tried.
 COMPILE_UPSIDE = 2.0
@@ -62,12 +67,12 @@ class Guide:
         throughput so far (a compiled one by WORTH_MEASURING: each costs a compile), or any while nothing measured
         is feasible or corrects the probe's predictions; else the best's first twin by a cheap untimed knob whose
         effect no measurement shows yet; else the highest predicted within WORTH_MEASURING below the best; else
-        the first unmeasured check of the best: its neighbouring batch sizes, its compute knobs at values the probe
-        read faster within its noise (``_doubtful_twins``), then its worthwhile twins by an untimed knob (such a
-        twin's prediction is unknown until one of its kind is measured); else None. ``measured`` holds the keys
-        (``config_key``) of every configuration measured or failed, so none is proposed twice; none that one of
-        ``failed`` rules out (``ruled_out``: out of memory, a failure in a DataLoader worker), or whose model step
-        raised in the probe, is proposed at all."""
+        the first unmeasured check of the best: its neighbouring batch sizes, those of its rivals (``_rivals``),
+        its compute knobs at values the probe read faster within its noise (``_doubtful_twins``), then its
+        worthwhile twins by an untimed knob (such a twin's prediction is unknown until one of its kind is
+        measured); else None. ``measured`` holds the keys (``config_key``) of every configuration measured or
+        failed, so none is proposed twice; none that one of ``failed`` rules out (``ruled_out``: out of memory,
+        a failure in a DataLoader worker), or whose model step raised in the probe, is proposed at all."""
 
         def may_measure(knobs: dict[str, Any]) -> bool:
             # A trial is not spent on a failure already known: out of memory (bounded by memory), one in a DataLoader
@@ -108,7 +113,12 @@ class Guide:
         if knobs is not None:
             return Proposal(knobs, value)
         checks = (
-            [*self._batch_neighbours(best), *self._doubtful_twins(best), *self._twins(best, ratios)]
+            [
+                *self._batch_neighbours(best),
+                *(knobs for rival in _rivals(best, observations) for knobs in self._batch_neighbours(rival)),
+                *self._doubtful_twins(best),
+                *self._twins(best, ratios),
+            ]
             if best is not None
             else []
         )
@@ -273,6 +283,16 @@ class _Ratios:
         )
         probed = all(knobs[name] == self.anchor[name] for name in UNTIMED_KNOBS)
         return next((statistics.median(group) for group in groups if group), 1.0 if probed else None)
+
+
+def _rivals(best: Observation, observations: list[Observation]) -> list[Observation]:
+    """The fastest feasible configuration measured with each worker count other than the best's, where its run came
+    within RIVAL_WINDOW of the best's: one run's noise could hide that it is the faster. Its neighbouring batch sizes
+    are checked too, as the best's are: the probe predicts batch size least well, and with workers differently (each
+    batch passes between processes), and a group's correction, read off one run, carries that run's noise to all."""
+    others = [o for o in observations if o.feasible and o.knobs["num_workers"] != best.knobs["num_workers"]]
+    fastest = {o.knobs["num_workers"]: o for o in sorted(others, key=lambda o: o.throughput)}  # the last one stays
+    return [o for o in fastest.values() if o.throughput >= best.throughput * (1 - RIVAL_WINDOW)]
 
 
 def _worth_measuring(knobs: dict[str, Any], predicted: float, best: Observation) -> bool:
