@@ -326,7 +326,7 @@ def _loader_bound(tried: Tried | None, batch_size: int, workers: int, found: Fig
 
 def _within(gain: float, bound: tuple[float, str] | None) -> tuple[float, str]:
     """``gain``, or the ``bound`` where it is lower, with its words."""
-    return (bound[0], bound[1]) if bound is not None and bound[0] < gain else (gain, "")
+    return bound if bound is not None and bound[0] < gain else (gain, "")
 
 
 def _sharing(result: ProfileResult, cpu_count: int) -> str:
