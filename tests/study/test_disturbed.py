@@ -116,6 +116,20 @@ def test_a_race_is_not_decided_on_a_round_other_processes_slowed():
     assert second.dropped == "the race was decided for trial 1 after round 2 (the fastest by median of those proven)"
 
 
+def test_a_race_stopped_after_its_verdict_goes_on_with_its_winner_alone():
+    winner = Finalist("1", {**BASELINE, "batch_size": 32}, 1, 100.0, [130.0])
+    left = "the race was decided for trial 1 after round 1"
+    second = Finalist("2", {**BASELINE, "batch_size": 64}, 1, 100.0, [120.0], dropped=left)
+    stopped = Confirmation([40.0], [winner, second], planned_rounds=3, cut=True, decided_after=1)
+    rounds = {
+        f"confirm-{i}-{who}": run_of(value) for i in (2, 3) for who, value in (("baseline", 40.0), ("trial-1", 50.0))
+    }
+    runs = Runs(rounds)
+    confirmation = race([winner, second], BASELINE, {}, 3, "confirm", runs, print, start=stopped)
+    assert sorted(runs.names) == sorted(rounds), "rounds 2 and 3 of the winner and the baseline, nothing else"
+    assert confirmation.decided_after == 1 and confirmation.winner.label == "1", "its verdict stands"
+
+
 def test_a_trim_race_every_variant_left_ends_though_its_round_was_slowed():
     reference = Finalist("1", {**BASELINE, "batch_size": 32}, 2, 100.0)
     variant = Finalist("1 without amp", {**BASELINE, "batch_size": 32, "amp": "off"}, 1, None)
