@@ -268,8 +268,8 @@ class Confirmation:
             parts.append(f"The race ended early: {early}.")
         elif self.decided_after and self.decided_after < self.rounds:
             parts.append(
-                f"Its verdict was in after round {self.decided_after} (more rounds could not change it): the other "
-                "finalists left, and the rounds after it give the gain its interval."
+                f"Its verdict was in after round {self.decided_after} (more rounds could not change it); the rounds "
+                "after it, of its winner and the baseline alone, give the gain its interval."
             )
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
