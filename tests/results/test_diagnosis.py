@@ -70,10 +70,16 @@ def profiled(model, dataset, batch_size: int, tmp_path, steps: int = 9, **knobs)
 )
 def test_a_pipeline_built_to_one_bottleneck_is_classified_by_it(model, dataset, batch_size, expected, tmp_path):
     # 30 steps: the tiny model's take ~3 ms, and over 9 one descheduling of the training process while it fetched
-    # a batch (a loaded machine) could lift the wait above DATA_BOUND_WAIT.
-    result = profiled(model(), dataset(), batch_size, tmp_path, steps=30)
-    decided, rules = verdict(result)
-    assert decided == expected, [str(rule) for rule in rules]
+    # a batch (a loaded machine) could lift the wait above DATA_BOUND_WAIT. A second profile where the first reads
+    # otherwise: on a host other work loads (a test suite's other workers), a stall within 30 steps of ~3 ms moved the
+    # tiny model's host overhead from ~89 % to 26 % of its step once in dozens of runs; a wrong rule fails both.
+    readings = []
+    for _ in range(2):
+        decided, rules = verdict(profiled(model(), dataset(), batch_size, tmp_path, steps=30))
+        readings.append([str(rule) for rule in rules])
+        if decided == expected:
+            break
+    assert decided == expected, readings
 
 
 def test_a_leaking_dataset_is_flagged_with_its_evidence_and_a_clean_one_is_not(tmp_path):
