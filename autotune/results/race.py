@@ -163,10 +163,15 @@ class Confirmation:
         (``wins_needed``; ``decided_after``, else all) and by ``MIN_GAIN`` by their medians."""
         if self.failure or finalist.dropped or not self.rounds or len(finalist.throughputs) != self.rounds:
             return False
-        proving = self.decided_after or self.rounds
+        proving = self.verdict_rounds
         runs, base = finalist.throughputs[:proving], self.baseline_throughputs[:proving]
         wins = sum(f > b for f, b in zip(runs, base, strict=True))
         return wins >= wins_needed(proving) and statistics.median(runs) >= statistics.median(base) * (1 + MIN_GAIN)
+
+    @property
+    def verdict_rounds(self) -> int:
+        """The rounds the verdict rests on: those up to ``decided_after``, else all."""
+        return self.decided_after or self.rounds
 
     @property
     def winner(self) -> Finalist | None:
@@ -276,7 +281,7 @@ class Confirmation:
             ratio = f" (median {self.ratio(finalist):.2f}x)" if finalist.throughputs else ""
             left = f", dropped: {finalist.dropped}" if finalist.dropped else ""
             parts.append(f"Trial {finalist.label}: {runs}{ratio}{left}.")
-        wins = _wins_in_words(self.decided_after or self.rounds) + (" up to the verdict" if self.decided_after else "")
+        wins = _wins_in_words(self.verdict_rounds) + (" up to the verdict" if self.decided_after else "")
         if self.failure:
             parts.append(f"Re-measuring the baseline failed ({self.failure}), so {kept} is kept.")
         elif self.winner:

@@ -113,17 +113,16 @@ def race(
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The verdict is in when ``ends(running finalists, baseline runs, before_race)``, by default
-    ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the
-    next round without one decides); the race then ends, or with ``bound_gain`` its winner so far and the baseline
-    run the rounds left, the other finalists leaving (``_leave_to``), for the interval of the gain it states
+    ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the next
+    round without one decides); the race then ends, or with ``bound_gain`` its winner so far and the baseline run
+    the rounds left, the other finalists leaving (``_leave_to``), for the interval of the gain it states
     (``Confirmation.decided_after``). ``before_race`` holds throughputs measured before the race. A finalist lagging
-    the leader by
-    RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten by it for good
-    (``beaten_for_good``). A round starts only where
-    ``affords`` it (study.budget_s), and with ``new_draw``: the rounds are independent draws of the process layout,
-    which decides how fast some pipelines run (``Launcher.new_draw``). The race goes on from the rounds of
-    ``start`` (a race of these finalists cut short: each round stands on its own pairs of runs); ``on_round`` is
-    given the race after each round that is not its last, as a race cut short there."""
+    the leader by RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten by it for good
+    (``beaten_for_good``). A round starts only where ``affords`` it (study.budget_s), and with ``new_draw``: the
+    rounds are independent draws of the process layout, which decides how fast some pipelines run
+    (``Launcher.new_draw``). The race goes on from the rounds of ``start`` (a race of these finalists cut short:
+    each round stands on its own pairs of runs); ``on_round`` is given the race after each round that is not its
+    last, as a race cut short there."""
     baseline_runs: list[float] = list(start.baseline_throughputs) if start else []
     failure, cut, disturbed = None, False, dict(start.disturbed) if start else {}
     decided_after = start.decided_after if start else None
