@@ -201,7 +201,8 @@ class ProbeRecord:
     the model step alone at the baseline (samples/s); where it failed or contradicted the baseline's measurement,
     why (``failure``), with its plan and timings if it ran (the settings that ran out of memory still count).
     ``wall_s``: how long it took; ``timing_noise``: the standard deviation of the log of one model step timing, as
-    the anchor's timings showed it (``ProbeModel.noise``; None: not known)."""
+    the anchor's timings showed it (``ProbeModel.noise``; None: not known); ``timing_move``: the most the machine's
+    speed moved between two of them, as a fraction (``ProbeModel.largest_move``; None: not known)."""
 
     wall_s: float
     plan: ProbePlan | None = None
@@ -210,6 +211,7 @@ class ProbeRecord:
     baseline_compute_sps: float | None = None
     failure: str | None = None
     timing_noise: float | None = None
+    timing_move: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -265,6 +267,7 @@ class ProbeRecord:
             baseline_compute_sps=data.get("baseline_compute_sps"),
             failure=data.get("failure"),
             timing_noise=data.get("timing_noise"),
+            timing_move=data.get("timing_move"),
         )
 
 

@@ -72,6 +72,8 @@ def format_probe(probe: ProbeRecord) -> str:
     raised = f"; {len(failed)} of its settings raised (first: {failed[0].message})" if failed else ""
     spread = probe.timing_spread
     noise = f"; one model step timing varies by up to {spread:.0%} here" if spread is not None else ""
+    if spread is not None and probe.timing_move is not None and probe.timing_move > spread:
+        noise += f", the machine's speed moved by up to {probe.timing_move:.0%} while it ran"
     return (
         f"at the baseline the DataLoader alone gives {probe.baseline_loader_sps:.1f} samples/s and the model "
         f"step alone {probe.baseline_compute_sps:.1f} samples/s{noise}; trials follow its predictions{raised} "

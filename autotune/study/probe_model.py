@@ -62,6 +62,9 @@ DRIFT = 0.5
 # Workers beyond the host's cores are predicted faster than those within only where the probe read the loader with
 # the most workers within them keeping under this share of the cores busy (the rest waiting for files or the network).
 WAITING_SHARE = 0.75
+# The median change between two timings of one setting, |log(a / b)|, in standard deviations of one timing's log (of
+# a normal difference of two: a half-normal's median, sqrt(2) x 0.674).
+_MEDIAN_CHANGE = statistics.NormalDist().inv_cdf(0.75) * math.sqrt(2)
 # Below this many cores' worth a loader's reading is taken as this (a tick or two): the gain it allows stays bounded.
 _MIN_BUSY_CORES = 0.05
 
@@ -212,8 +215,8 @@ class ProbeModel:
     def _timed_threads(self, threads: int) -> bool:
         return any(k["num_threads"] == threads for k in self.plan.computes)
 
-    @cached_property
-    def _anchor_timings(self) -> list[float] | None:
+    @property
+    def anchor_timings(self) -> list[float] | None:
         """The anchor's timings in order: the first, one before each knob's settings, the last; None where the
         probe has fewer than three, or one of them did not run."""
         repeats = self.result.anchor_repeats
@@ -224,41 +227,67 @@ class ProbeModel:
 
     @cached_property
     def noise(self) -> float | None:
-        """One model step timing's noise, the standard deviation of its log, from the changes between the anchor's
-        successive timings (drift between them counted as noise: a cautious reading); None without three."""
-        anchor = self._anchor_timings
+        """One model step timing's noise while the machine holds its speed, the standard deviation of its log: from
+        the median change between the anchor's successive timings (``_MEDIAN_CHANGE``), so that the machine's speed
+        moving once (by a third within seconds on a shared host) is not taken for every timing's noise; a setting
+        timed while it moved counts the move (``_variance``). None without three anchor timings."""
+        anchor = self.anchor_timings
         if anchor is None:
             return None
-        changes = [math.log(after / before) for before, after in itertools.pairwise(anchor)]
-        return math.sqrt(sum(change * change for change in changes) / (2 * len(changes)))
+        return statistics.median(abs(math.log(after / before)) for before, after in itertools.pairwise(anchor)) / (
+            _MEDIAN_CHANGE
+        )
+
+    @cached_property
+    def largest_move(self) -> float | None:
+        """The most the anchor's timing changed from one to the next, as a fraction of the slower of the two (the
+        machine's speed moving, or a timing's noise); None without three anchor timings."""
+        anchor = self.anchor_timings
+        if anchor is None:
+            return None
+        return max(max(a, b) / min(a, b) for a, b in itertools.pairwise(anchor)) - 1
+
+    @cached_property
+    def _brackets(self) -> list[tuple[float, float]] | None:
+        """For each model step setting, the anchor's timings before and after its knob's settings (for the
+        anchor's own settings, its first timing and the next); None without three anchor timings."""
+        anchor = self.anchor_timings
+        if anchor is None:
+            return None
+        bounds = [0, *self.plan.anchor_before, len(self.result.compute_throughputs)]
+        return [(anchor[g], anchor[g + 1]) for g in range(len(bounds) - 1) for _ in range(bounds[g], bounds[g + 1])]
 
     @cached_property
     def _rates(self) -> list[float | None]:
         """The model step settings' samples/s with the machine's drift taken out: each divided by the geometric mean
-        of the anchor's timings before and after its knob's settings, and multiplied by that of all of them, at
-        which the anchor itself stands. As timed where the probe has no three anchor timings (``_anchor_timings``).
-        The machine's speed moves by a third within seconds on a shared host: a setting timed in a fast moment
-        would otherwise read as a gain."""
+        of the anchor's timings before and after its knob's settings (``_brackets``), and multiplied by that of all
+        of them, at which the anchor itself stands. As timed where the probe has no three anchor timings. The
+        machine's speed moves by a third within seconds on a shared host: a setting timed in a fast moment would
+        otherwise read as a gain."""
         raw = self.result.compute_throughputs
-        anchor = self._anchor_timings
-        if anchor is None:
+        brackets = self._brackets
+        if brackets is None:
             return list(raw)
-        overall = statistics.geometric_mean(anchor)
-        bounds = [0, *self.plan.anchor_before, len(raw)]
-        levels = [
-            math.sqrt(anchor[group] * anchor[group + 1])
-            for group in range(len(bounds) - 1)
-            for _ in range(bounds[group], bounds[group + 1])
+        overall = statistics.geometric_mean(self.anchor_timings)
+        rates = [
+            None if rate is None else rate * overall / math.sqrt(before * after)
+            for rate, (before, after) in zip(raw, brackets, strict=True)
         ]
-        rates = [None if rate is None else rate * overall / level for rate, level in zip(raw, levels, strict=True)]
         return [overall, *rates[1:]]
 
     def _variance(self, index: int) -> float:
         """The variance of the log of compute setting ``index``'s rate (``_rates``): the anchor's, the mean of all
-        its timings; another's, its own timing's and its level's, the mean of two."""
+        its timings; another's, its own timing's, its level's (the mean of two timings) and, where the anchor's
+        timings around it differ, the square of half their change: it may have been timed anywhere in that move (a
+        cautious reading, as if the move's half were one standard deviation)."""
         noise = self.noise or 0.0
-        anchor = self._anchor_timings
-        return noise**2 / len(anchor) if index == 0 and anchor else 1.5 * noise**2
+        brackets = self._brackets
+        if brackets is None:
+            return 0.0
+        if index == 0:
+            return noise**2 / len(self.anchor_timings)
+        before, after = brackets[index]
+        return 1.5 * noise**2 + (math.log(after / before) / 2) ** 2
 
     def told_apart(self, name: str, value: Any) -> bool:
         """Whether the probe read compute knob ``name`` at ``value`` apart from the anchor's value: its factor (the
@@ -459,7 +488,15 @@ def probe_once(
             reason = f"it {failed} at the baseline's own settings, from which it predicts every configuration"
             record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
         else:
-            record = ProbeRecord(result.wall_s, plan, result.probe, loading, compute, timing_noise=probe_model.noise)
+            record = ProbeRecord(
+                result.wall_s,
+                plan,
+                result.probe,
+                loading,
+                compute,
+                timing_noise=probe_model.noise,
+                timing_move=probe_model.largest_move,
+            )
             record = _contradicted(record, _timed_as_baseline(anchor, workers, baseline), baseline_sps)
         if drift:
             reason = (

@@ -92,6 +92,9 @@ def test_the_probe_line_says_how_much_one_model_step_timing_varies_where_the_pro
     assert "varies" not in format_probe(record)
     line = format_probe(replace(record, timing_noise=0.1))
     assert "model step alone 500.0 samples/s; one model step timing varies by up to 22% here; trials follow" in line
+    moved = format_probe(replace(record, timing_noise=0.01, timing_move=0.5))
+    assert "varies by up to 2% here, the machine's speed moved by up to 50% while it ran; trials follow" in moved
+    assert "moved" not in format_probe(replace(record, timing_noise=0.1, timing_move=0.2)), "within the noise"
 
 
 @pytest.mark.slow
