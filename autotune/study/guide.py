@@ -15,9 +15,10 @@ theirs rarely beats the best); compile's once the timed knobs have converged (la
 best configuration's neighbouring batch sizes: the probe's loader timings are short, and batch size is the knob it
 predicts least well; so are those of the fastest configuration of each other worker count whose run came within one
 run's noise of the best (``_rivals``): one low run would otherwise write off its group. A compute knob's value whose
-model step the probe read faster but within its noise is no candidate (``ProbeModel.told_apart``): it is measured once,
-on the best, after its neighbouring batch sizes. A configuration that needs no less memory than one that ran out (in the
-probe or a trial: ``space.needs_no_less_memory``) is never proposed, nor one with workers after an exception in a
+model step the probe read faster but within its noise is no candidate (``ProbeModel.told_apart``): it is measured on the
+best, as a cheap untimed knob's first twin is, where no measured configuration holds it yet, and on the best the search
+converged to, after its neighbouring batch sizes. A configuration that needs no less memory than one that ran out (in
+the probe or a trial: ``space.needs_no_less_memory``) is never proposed, nor one with workers after an exception in a
 DataLoader worker while none with workers ran (``space.ruled_out``), nor one whose model step setting raised in the
 probe (``ProbeModel.raised``): its trial would fail the same way.
 
@@ -66,7 +67,8 @@ class Guide:
         """The unmeasured configuration with the highest corrected prediction, if it beats the best feasible
         throughput so far (a compiled one by WORTH_MEASURING: each costs a compile), or any while nothing measured
         is feasible or corrects the probe's predictions; else the best's first twin by a cheap untimed knob whose
-        effect no measurement shows yet; else the highest predicted within WORTH_MEASURING below the best; else
+        effect no measurement shows yet; else its first doubtful twin (``_doubtful_twins``) whose value no measured
+        configuration holds; else the highest predicted within WORTH_MEASURING below the best; else
         the first unmeasured check of the best: its neighbouring batch sizes, those of its rivals (``_rivals``),
         its compute knobs at values the probe read faster within its noise (``_doubtful_twins``), then its
         worthwhile twins by an untimed knob (such a twin's prediction is unknown until one of its kind is
@@ -98,8 +100,10 @@ class Guide:
             for value, knobs in predicted
             if best is None or not corrected or _worth_measuring(knobs, value, best)
         ]
-        # A cheap untimed knob's first twin tells its effect on every configuration: it goes before configurations
-        # only predicted within noise below the best, which rarely turn out faster.
+        # A cheap untimed knob's first twin tells its effect on every configuration, a doubtful twin's (a compute
+        # value the probe read faster within its noise) whether the noise hid a gain: each goes before
+        # configurations only predicted within noise below the best, which rarely turn out faster, and which could
+        # spend study.n_trials before the checks of a converged search.
         ahead = worth if best is None or not corrected else [pair for pair in worth if pair[0] > best.throughput]
         if best is not None and not ahead:
             unknown = (
@@ -109,6 +113,13 @@ class Guide:
             )
             if (first := next(unknown, None)) is not None:
                 return Proposal(first, None)
+            doubtful = (
+                twin
+                for twin in self._doubtful_twins(best)
+                if may_measure(twin) and not _value_measured(twin, best.knobs, observations)
+            )
+            if (first := next(doubtful, None)) is not None:
+                return Proposal(first, ratios.predict(first))
         value, knobs = max(worth, key=lambda pair: pair[0], default=(0.0, None))
         if knobs is not None:
             return Proposal(knobs, value)
@@ -222,6 +233,12 @@ class Guide:
         faster = ratios.predict(best.knobs, compute_scale=COMPILE_UPSIDE)
         plain = ratios.predict(best.knobs)
         return faster is not None and plain is not None and faster > plain * (1 + WORTH_MEASURING)
+
+
+def _value_measured(twin: dict[str, Any], best: dict[str, Any], observations: list[Observation]) -> bool:
+    """Whether a measured configuration holds the values by which ``twin`` differs from ``best``."""
+    changed = {name: value for name, value in twin.items() if best[name] != value}
+    return any(all(o.knobs[name] == value for name, value in changed.items()) for o in observations)
 
 
 class _Ratios:
