@@ -215,7 +215,7 @@ class ProbeModel:
     def _timed_threads(self, threads: int) -> bool:
         return any(k["num_threads"] == threads for k in self.plan.computes)
 
-    @property
+    @cached_property
     def anchor_timings(self) -> list[float] | None:
         """The anchor's timings in order: the first, one before each knob's settings, the last; None where the
         probe has fewer than three, or one of them did not run."""
@@ -231,21 +231,23 @@ class ProbeModel:
         the median change between the anchor's successive timings (``_MEDIAN_CHANGE``), so that the machine's speed
         moving once (by a third within seconds on a shared host) is not taken for every timing's noise; a setting
         timed while it moved counts the move (``_variance``). None without three anchor timings."""
-        anchor = self.anchor_timings
-        if anchor is None:
-            return None
-        return statistics.median(abs(math.log(after / before)) for before, after in itertools.pairwise(anchor)) / (
-            _MEDIAN_CHANGE
-        )
+        changes = self._anchor_changes
+        return None if changes is None else statistics.median(changes) / _MEDIAN_CHANGE
 
     @cached_property
     def largest_move(self) -> float | None:
         """The most the anchor's timing changed from one to the next, as a fraction of the slower of the two (the
         machine's speed moving, or a timing's noise); None without three anchor timings."""
+        changes = self._anchor_changes
+        return None if changes is None else math.exp(max(changes)) - 1
+
+    @cached_property
+    def _anchor_changes(self) -> list[float] | None:
+        """|log(after / before)| of each of the anchor's successive timings; None without three."""
         anchor = self.anchor_timings
         if anchor is None:
             return None
-        return max(max(a, b) / min(a, b) for a, b in itertools.pairwise(anchor)) - 1
+        return [abs(math.log(after / before)) for before, after in itertools.pairwise(anchor)]
 
     @cached_property
     def _brackets(self) -> list[tuple[float, float]] | None:
