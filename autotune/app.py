@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -16,7 +17,7 @@ import optuna
 from optuna.storages import BaseStorage
 
 from autotune.config.settings import Settings
-from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError
+from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError, stop_signal
 from autotune.files import file_name
 from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values
 from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
@@ -206,6 +207,8 @@ def _tune(
         stop = StopReason(str(error), aborted=True)
         raise
     finally:
+        if isinstance(stopping := sys.exc_info()[1], KeyboardInterrupt) and stop_signal(stopping) != signal.SIGINT:
+            stop = StopReason(f"by {stop_signal(stopping).name}", aborted=True)  # Ctrl-C's stays "interrupted"
         with signals_held():  # a stop signal now is delivered once the servers are ended and the reports written
             for each in runners:
                 each.close()

@@ -29,9 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from autotune import app, benchmark, check, diagnose, rerender, selfcheck
-from autotune.config.load import is_report, load_report_study, load_settings, unknown_key
+from autotune.config.load import NO_PIPELINE, is_report, load_report_study, load_settings, unknown_key
 from autotune.config.settings import Settings
-from autotune.errors import AutotuneError, ConfigError
+from autotune.errors import AutotuneError, ConfigError, Stopped, stop_signal
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
 from autotune.redact import RedactedStream, Secrets, redact_url
@@ -112,14 +112,6 @@ def main() -> None:
             f"{counted(len(_FAILED_JOBS), 'multirun job')} failed: {jobs} (each said why above)",
             next(iter(_FAILED_JOBS.values())),
         )
-
-
-class Stopped(KeyboardInterrupt):
-    """A stop signal other than SIGINT, raised in the main thread so the run stops as on Ctrl-C."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def _stop(signum: int, frame) -> None:
@@ -203,9 +195,8 @@ def report_errors(func: Callable[[], None], where: str = "") -> None:
     try:
         func()
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-        reason = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        _fail(reason, 128 + signum)
+        signum = stop_signal(exc)
+        _fail("interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}", 128 + signum)
     except Exception as exc:
         if os.environ.get("AUTOTUNE_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
@@ -291,7 +282,7 @@ def _composition_error(exc: Exception) -> ConfigError:
     key = getattr(cause, "full_key", None)
     message = _one_line(str(exc))
     if "You must specify 'pipeline'" in message:
-        return ConfigError("pipeline", "no pipeline chosen; run e.g. python -m autotune pipeline=mymodel")
+        return ConfigError("pipeline", NO_PIPELINE)
     for refusal, problem in _OVERRIDE_REFUSALS:
         if found := refusal.search(message):
             return ConfigError(found["key"], problem.format(**found.groupdict()))

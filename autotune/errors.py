@@ -1,4 +1,7 @@
-"""The library's exceptions: everything autotune raises on purpose derives from AutotuneError."""
+"""The library's exceptions: everything autotune raises on purpose derives from AutotuneError; a stop signal is a
+KeyboardInterrupt, as Ctrl-C's is."""
+
+import signal
 
 
 class AutotuneError(Exception):
@@ -50,3 +53,16 @@ class NotMeasuredError(AutotuneError):
     """mode=benchmark could not measure the recommendation and the baseline in enough rounds for an interval."""
 
     exit_code = 1
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal other than SIGINT (SIGTERM, SIGHUP), raised in the main thread so the run stops as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_signal(stop: KeyboardInterrupt) -> signal.Signals:
+    """The signal that raised ``stop``: SIGINT (Ctrl-C: Python's own KeyboardInterrupt) unless it is ``Stopped``."""
+    return signal.Signals(stop.signum if isinstance(stop, Stopped) else signal.SIGINT)

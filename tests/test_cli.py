@@ -211,7 +211,8 @@ def test_samples_of_different_shapes_are_told_to_give_pipeline_collate_fn():
 
 BAD_INPUTS = [
     (["pipeline=nosuch"], "pipeline: no config named 'nosuch'; available: images, mymodel, tabular_mlp, trans"),
-    ([], "pipeline: no pipeline chosen"),
+    ([], "pipeline: no pipeline chosen; add pipeline=NAME: e.g. python -m autotune pipeline=mymodel, or with mode=b"),
+    (["mode=benchmark", "recommended=r.yaml"], "pipeline: no pipeline chosen; add pipeline=NAME"),
     (["pipeline=mymodel", "search.batch_size=[32"], "search.batch_size: cannot parse the override 'search.batch_siz"),
     (["pipeline=mymodel", "study.n_trails=3"], "study.n_trails: unknown key; did you mean study.n_trials?"),
     (["pipeline=mymodel", "search.flash=[true]"], "search.flash: unknown knob; expected one of: batch_size"),
@@ -587,7 +588,7 @@ def test_a_stop_signal_stops_the_trial_writes_the_reports_and_exits_128_plus_it(
     stdout, stderr = tuner.communicate(timeout=60)
     assert tuner.returncode == 128 + signal.SIGTERM, stderr
     assert stderr.strip().endswith("autotune: error: stopped by SIGTERM")
-    assert "Stopped: interrupted" in stdout
+    assert "Stopped: by SIGTERM." in stdout, "the summary names the signal, as the error line does"
     _, _, rows = read_outputs(tmp_path / "out")
     assert [r["trial"] for r in rows] == ["baseline"], "the interrupted trial is not reported as measured"
     assert processes_mentioning(str(tmp_path)) == [], "the running trial and its workers are gone"

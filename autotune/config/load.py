@@ -19,12 +19,17 @@ from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS, Pip
 
 _COMPONENTS = (*REQUIRED_COMPONENTS, *OPTIONAL_COMPONENTS)
 _COMPONENT_PATHS = frozenset(f"pipeline.{name}" for name in _COMPONENTS)
+# What a command without pipeline=NAME is told (a tuning run's, or a benchmark's or check's of its recommendation).
+NO_PIPELINE = (
+    "no pipeline chosen; add pipeline=NAME: e.g. python -m autotune pipeline=mymodel, or with mode=benchmark or "
+    "mode=check the pipeline the recommendation was tuned for"
+)
 
 
 def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settings:
     """Turn the composed config into Settings; ``pipeline_choice`` is the pipeline file's name."""
     if config.get("pipeline") is None:
-        raise ConfigError("pipeline", "no pipeline chosen; run e.g. python -m autotune pipeline=mymodel")
+        raise ConfigError("pipeline", NO_PIPELINE)
     values = _values(config, "")
     spec = _pipeline_spec(config["pipeline"], values.get("pipeline.name") or pipeline_choice)
     study = _build(StudySettings, values)

@@ -210,11 +210,11 @@ class Confirmation:
                     f"than {TIE_TOLERANCE:.0%} round by round"
                 )
             return "the fastest by median of those proven" if len(proven) > 1 else ""
-        with_fastest = f"tied within {TIE_TOLERANCE:.0%} with trial {fastest.label}, faster by median, "
+        tied = f"trial {fastest.label} read a higher median but is tied with it within {TIE_TOLERANCE:.0%}, and "
         if winner.changes < fastest.changes:
-            return with_fastest + f"it changes fewer knobs ({winner.changes} against {fastest.changes})"
-        return with_fastest + (
-            f"it changes as many knobs and uses less memory ({winner.peak_memory_mb:.0f} against "
+            return tied + f"this one changes fewer knobs ({winner.changes} against {fastest.changes})"
+        return tied + (
+            f"this one changes as many knobs and uses less memory ({winner.peak_memory_mb:.0f} against "
             f"{fastest.peak_memory_mb:.0f} MB)"
         )
 

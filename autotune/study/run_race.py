@@ -13,6 +13,7 @@ from autotune.records import CONFIRMATION_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import (
     RACE_MARGIN,
+    TIE_TOLERANCE,
     TRIM_MARGIN,
     Confirmation,
     Finalist,
@@ -229,8 +230,9 @@ def _drop(
         elif reference is not None and index < rounds and beaten_for_good(reference, finalist, rounds):
             ratio = paired_ratio(reference.throughputs, finalist.throughputs)
             finalist.dropped = (
-                f"trial {reference.label} ran {ratio:.2f}x its speed by round {index}: beaten whatever the "
-                f"{counted(rounds - index, 'round')} left read, but one reading it faster"
+                f"trial {reference.label} ran {ratio:.2f}x its speed in rounds 1-{index}, each by more than "
+                f"{TIE_TOLERANCE:.0%}: only the {counted(rounds - index, 'round')} left reading this one faster could "
+                "change that"
             )
 
 

@@ -42,14 +42,14 @@ def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins()
     tied = [finalist("3", [130, 131, 129], changes=4), finalist("5", [128, 129, 128], changes=2, memory=300)]
     assert confirmation(*tied).winner.label == "5"
     assert confirmation(*tied).why_won() == (
-        "tied within 3% with trial 3, faster by median, it changes fewer knobs (2 against 4)"
+        "trial 3 read a higher median but is tied with it within 3%, and this one changes fewer knobs (2 against 4)"
     ), "the rule that decided, not every rule"
     same_changes = [finalist("3", [130, 131, 129], memory=200), finalist("5", [128, 129, 128], memory=100)]
     assert confirmation(*same_changes).winner.label == "5"
     assert (
         confirmation(*same_changes)
         .why_won()
-        .endswith("it changes as many knobs and uses less memory (100 against 200 MB)")
+        .endswith("this one changes as many knobs and uses less memory (100 against 200 MB)")
     )
     clearly_faster = [finalist("3", [140, 141, 139], changes=4), finalist("5", [128, 129, 128], changes=2)]
     assert confirmation(*clearly_faster).winner.label == "3", "more than 3 % faster is not a tie"
