@@ -24,8 +24,8 @@ class WindowPlan:
     micro-batches of one optimizer step under gradient accumulation: the window then holds whole optimizer steps,
     whichever micro-batch it starts at). ``warmup`` decides when it starts."""
 
-    min_steps: int = 30
-    min_time_s: float = 4.0
+    min_steps: int = 15
+    min_time_s: float = 2.0
     max_time_s: float = 30.0
     warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
     step_multiple: int = 1

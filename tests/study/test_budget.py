@@ -112,7 +112,9 @@ def test_a_run_of_several_repeats_and_a_resumed_run_are_expected_alike():
     assert live.run_of_s(NEUTRAL_KNOBS | {"batch_size": 16}) == pytest.approx(2.0)
     resumed.expect(measured(15.0, startup_s=0.1, batch_size=128, step_s=0.5), screened=True)  # a stored trial
     stored = resumed.run_of_s(NEUTRAL_KNOBS | {"batch_size": 128})
-    assert stored == pytest.approx(5.0 - 0.1 - 5.0 + 30 * 0.5), "its stored search trial's, as a full window"
+    assert stored == pytest.approx(5.0 - 0.1 - 5.0 + WindowPlan().min_steps * 0.5), (
+        "its stored search trial's, as a full window"
+    )
     old = RunClock(budget_s=10.0)
     old.expect(measured(0.0))  # stored without a wall time: says nothing
     assert old.run_s() == 0.0
