@@ -1,17 +1,19 @@
 """Memory of a process tree (a process and its descendants, e.g. DataLoader workers), read two ways.
 
 A **cheap read** takes every process's resident set (RSS, ``/proc/PID/statm``): about 15 µs a process. A **full
-read** adds its proportional set (PSS, ``/proc/PID/smaps_rollup``), which splits each page between the processes
-sharing it, so that forked workers' pages count once; but the kernel walks the process's page tables for it, under
-the memory-map lock the training loop needs, which takes 8-11 ms on a 600 MB torch process. Inside a timed window
-only cheap reads may run (``docs/benchmarks.md``, harness costs); a full read outside it tells each process's
-shared excess (RSS - PSS), which turns the cheap reads of the same processes into PSS estimates (``pss_estimate``).
+read** adds what the process holds of its own (``_rss_and_own``): its proportional set (PSS,
+``/proc/PID/smaps_rollup``), which splits each page between the processes sharing it, so that forked workers' pages
+count once, less its file pages (the libraries' code, mapped files). Those the kernel shares with every process on
+the machine that maps the same files, whose PSS halves when one more process maps them (a process that imported
+torch: 71 MB of file pages alone, 36 beside a second one), and reclaims under pressure: counted, a trial would read
+lower whenever another torch process runs. A full read costs the kernel a walk of the process's page tables, under the
+memory-map lock the training loop needs: 8-11 ms on a 600 MB torch process. Inside a timed window only cheap reads may
+run (``docs/benchmarks.md``, harness costs); a full read outside it tells each process's excess (RSS less what it
+holds of its own), which turns the cheap reads of the same processes into estimates (``pss_estimate``).
 
-A trial forked from the fork server shares the pages of its imports with that server: the anonymous ones (heap,
-Python's objects), which PSS would charge half to the server, and the libraries' file pages the imports touched,
-which the server holds and a forked trial never faults in (a fresh trial touches them as it imports). A full read
-adds the server's share of both back (``TreeReading.lent``), so that a forked trial reads what the same trial reads
-as a fresh process.
+A trial forked from the fork server shares the anonymous pages of its imports with that server (heap, Python's
+objects), which PSS would charge half to the server. A full read adds the server's share back
+(``TreeReading.lent``), so that a forked trial reads what the same trial reads as a fresh process.
 
 Where ``/proc`` is missing (not Linux), both reads fall back to psutil, and to RSS where the OS reports no PSS.
 """
@@ -43,9 +45,10 @@ class MemoryBudget:
 
 @dataclass(frozen=True)
 class TreeReading:
-    """One reading of a process tree at ``time``: bytes resident per pid, and PSS per pid for a full read
-    (None for a cheap one, and where the OS reports no PSS); ``lent``: for a full read of a forked tree, the fork
-    server's PSS share of the pages of its imports, which a fresh process would hold alone (``_lent_pss``)."""
+    """One reading of a process tree at ``time``: bytes resident per pid, and for a full read what each holds of its
+    own (``pss``: PSS less file pages, ``_rss_and_own``; None for a cheap read, and where the OS reports no PSS);
+    ``lent``: for a full read of a forked tree, the fork server's PSS share of the anonymous pages of its imports,
+    which a fresh process would hold alone (``_lent_pss``)."""
 
     time: float
     rss: dict[int, int]
@@ -54,7 +57,8 @@ class TreeReading:
 
     @property
     def total(self) -> int:
-        """The tree's bytes: PSS (and the pages lent) where this is a full read with PSS, else RSS."""
+        """The tree's bytes: what its processes hold of their own (and the pages lent) where this is a full read with
+        PSS, else RSS."""
         return self.lent + sum((self.rss if self.pss is None else self.pss).values())
 
 
@@ -77,17 +81,18 @@ class ProcessTree:
         return TreeReading(self._clock(), _each(self.pids(), self._rss))
 
     def read_full(self) -> TreeReading:
-        """RSS and PSS of every process in the tree: milliseconds per process, for outside a timed window."""
+        """RSS and what each process of the tree holds of its own: milliseconds per process, for outside a timed
+        window."""
         pids = self.pids()
         if self.metric == "rss":
             return TreeReading(self._clock(), _each(pids, self._rss))
-        both = _each(pids, _rss_and_pss)
+        both = _each(pids, _rss_and_own)
         rss, pss = {p: r for p, (r, _) in both.items()}, {p: s for p, (_, s) in both.items()}
         return TreeReading(self._clock(), rss, pss, self._lent())
 
     def _lent(self) -> int:
-        """The fork server's PSS share of the pages of its imports (``_lent_pss``): a fresh process would hold them
-        alone."""
+        """The fork server's PSS share of the anonymous pages of its imports (``_lent_pss``): a fresh process would
+        hold them alone."""
         if self.lender is None:
             return 0
         try:
@@ -161,20 +166,17 @@ def peak_estimate(cheap: list[TreeReading], full: list[TreeReading], root: int, 
 
 def _lent_pss(pid: int) -> int:
     """What fork server ``pid`` holds of the pages a trial forked from it would hold alone as a fresh process: its
-    PSS share of the anonymous pages it shares (its heap, Python's objects, a library's relocated data), and of the
-    file pages it maps (the libraries its imports touched: a forked trial faults in only those it runs, where a
-    fresh one touches them all as it imports; measured on a server that imported torch, a forked trial read 243 MB
-    with the anonymous share alone, 313 with the file pages too, a fresh one 312).
+    PSS share of the anonymous pages it shares (its heap, Python's objects, a library's relocated data). With it, a
+    forked trial's peak reads within 2 % of a fresh one's (``benchmarks/forked.py``, docs/benchmarks.md section 5).
 
     From ``/proc/PID/smaps_rollup`` where it reports ``Pss_Anon`` (Linux 5.8 and later), less the private dirty
     pages (an anonymous page is dirty; a fork server writes to no file): one read of ~10 ms, where summing the
     mappings of ``/proc/PID/smaps`` takes ~35 ms for a server that imported torch."""
     fields = _rollup(pid)
     if "Pss_Anon" in fields:
-        return max(0, fields["Pss_Anon"] - fields["Private_Dirty"]) + fields.get("Pss_File", 0)
+        return max(0, fields["Pss_Anon"] - fields["Private_Dirty"])
     maps = psutil.Process(pid).memory_maps(grouped=True)
-    shared_anonymous = sum(max(0, m.pss - m.private_clean - m.private_dirty) for m in maps if _anonymous(m.path))
-    return shared_anonymous + sum(m.pss for m in maps if m.path.startswith("/"))
+    return sum(max(0, m.pss - m.private_clean - m.private_dirty) for m in maps if _anonymous(m.path))
 
 
 def _rollup(pid: int) -> dict[str, int]:
@@ -259,7 +261,12 @@ def _proc_children(pid: int) -> list[int] | None:
     return children
 
 
-def _rss_and_pss(pid: int) -> tuple[int, int]:
+def _rss_and_own(pid: int) -> tuple[int, int]:
+    """``pid``'s resident bytes and what it holds of its own: its PSS less its file pages (``Pss_File`` of
+    ``/proc/PID/smaps_rollup``, Linux 5.8 and later; before that, its whole PSS, as psutil reads it)."""
+    fields = _rollup(pid)
+    if "Pss_File" in fields:
+        return fields["Rss"], fields["Pss"] - fields["Pss_File"]
     info = psutil.Process(pid).memory_full_info()
     return info.rss, info.pss
 

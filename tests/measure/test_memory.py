@@ -122,17 +122,27 @@ def test_a_forked_tree_counts_the_share_its_lender_holds_of_their_common_pages(l
     assert ProcessTree(child, lender=2**22 + 1)._lent() == 0, "a lender that is gone lends nothing"
 
 
-def test_a_forked_tree_counts_the_file_pages_its_lender_touched_as_a_fresh_process_touches_its_libraries(tmp_path):
-    # A fork server's imports touch its libraries' pages; a trial forked from it faults in only those it runs.
+def test_a_files_pages_count_in_no_reading_so_another_process_mapping_them_changes_none(tmp_path):
+    # The kernel shares a file's pages (a library's code) with every process mapping it, and PSS splits them between
+    # those: counted, a trial would read lower whenever another process maps the same torch.
     library = tmp_path / "library.so"
     library.write_bytes(b"\1" * 50 * MIB)
     lender = _start(FORK_WITH_FILE.format(path=str(library)))
     try:
-        if memory._rollup(lender.pid).get("Pss_File", 50 * MIB) < 50 * MIB:
+        tree = ProcessTree(lender.pid)
+        if tree.read_full().pss is None or "Pss_File" not in memory._rollup(lender.pid):
+            pytest.skip("this kernel's smaps_rollup has no Pss_File")
+        if memory._rollup(lender.pid)["Pss_File"] < 50 * MIB:
             pytest.skip("the file's pages are not file pages here (a tmpfs)")
-        child = ProcessTree(lender.pid).pids()[1]
-        lent = ProcessTree(child, lender=lender.pid)._lent()
-        assert 50 <= lent / MIB <= 75, "the file's 50 MiB the child never touched, and a share of the interpreter's"
+        alone = tree.read_full().total
+        assert alone < 50 * MIB, "the file's 50 MiB are not the process's own"
+        other = _start(FORK_WITH_FILE.format(path=str(library)))  # another process maps the file and touches it all
+        try:
+            assert abs(tree.read_full().total - alone) < 2 * MIB, "the other process changes nothing"
+        finally:
+            _stop(other)
+        child = tree.pids()[1]
+        assert ProcessTree(child, lender=lender.pid)._lent() < 25 * MIB, "nor does the file count as lent"
     finally:
         _stop(lender)
 
