@@ -175,8 +175,10 @@ def _lent_pss(pid: int) -> int:
     fields = _rollup(pid)
     if "Pss_Anon" in fields:
         return max(0, fields["Pss_Anon"] - fields["Private_Dirty"])
+    # Before Linux 5.8 a tree's reads count its file pages (``_rss_and_own``): so does its server's share then.
     maps = psutil.Process(pid).memory_maps(grouped=True)
-    return sum(max(0, m.pss - m.private_clean - m.private_dirty) for m in maps if _anonymous(m.path))
+    shared_anonymous = sum(max(0, m.pss - m.private_clean - m.private_dirty) for m in maps if _anonymous(m.path))
+    return shared_anonymous + sum(m.pss for m in maps if m.path.startswith("/"))
 
 
 def _rollup(pid: int) -> dict[str, int]:
