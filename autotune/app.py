@@ -43,7 +43,7 @@ from autotune.study.sharing import Turn, finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, open_storage
-from autotune.study.trim import run_trim
+from autotune.study.trim import run_trim, will_trim
 from autotune.study.tuner import (
     RunFn,
     StopReason,
@@ -296,7 +296,9 @@ def _finish(
     with clock.stage("race"):
         rounds = settings.study.confirm_rounds
         note = partial(print, file=out, flush=True)
-        race = run_race(study, load_results(study, machine), rounds, measured, show, affords, runner.new_draw, note)
+        results = load_results(study, machine)
+        trimmed = partial(will_trim, results, fits=lambda configs: clock.fits(rounds * clock.round_s(configs)))
+        race = run_race(study, results, rounds, measured, show, affords, runner.new_draw, note, trimmed)
     with clock.stage("trim"):
         run_trim(study, load_results(study, machine), race, measured, show, affords, runner.new_draw, note)
     # What limits each, profiled after every timed run.

@@ -15,7 +15,8 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   other processes slowed (``run_race.race``): a gain read against a slowed run is not decided by it. The other
   finalists then leave, and the winner and the baseline run the rounds left (``run_race._leave_to``), so that the
   gain stated has the interval of study.confirm_rounds rounds; the proof is that of the rounds up to the verdict
-  (``Confirmation.decided_after``).
+  (``Confirmation.decided_after``). A winner the trim will race (``trim.will_trim``) does not: the race ends there,
+  and the trim's first race runs them.
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
   PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians.
 - Ties (``beats``): a finalist is faster than another when it won most of their rounds and by more than
@@ -34,8 +35,9 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   rounds left read, unless one reads the variant faster (``beaten_for_good``: each round so far by TIE_TOLERANCE; the
   change it undid is kept, as ``beats`` would keep it after the last round). The race ends early only once every
   variant has left it (``alone``: a run's noise can make two equal configurations look TIE_TOLERANCE apart in one
-  round); the configuration it started from won the race before over the rounds planned. The recommendation's
-  figures are the medians of the race of most rounds it won (``proof_of``). A stored trim stands for the race's
+  round), or, where the configuration it started from ran fewer rounds before (the finalists' race, ended at its
+  verdict), that configuration and the baseline run the rounds left. The recommendation's figures are the medians
+  of the race of most rounds it won (``proof_of``). A stored trim stands for the race's
   winner and rounds (``is_trim_of``); one of its races not ``settled`` goes on from its rounds in a later run where
   study.budget_s or a stopped run cut it short, and is raced again where a failed run ended it or the configuration
   it started from left it (it lost a round to the baseline there).
@@ -269,12 +271,18 @@ class Confirmation:
                 f"is that of {self.rounds}; the same command again goes on from them."
             )
         elif self.ended_early and self.winner:
-            early = "every other entrant had left it" if trim else "more rounds could not change the verdict"
+            early = (
+                "every other entrant had left it"
+                if trim
+                else "more rounds could not change the verdict, and the trim re-measures its winner over the rounds "
+                "planned"
+            )
             parts.append(f"The race ended early: {early}.")
-        elif self.decided_after and self.decided_after < self.rounds:
+        elif self.decided_after and self.decided_after < self.rounds and self.winner:
+            verdict = "every variant had left it" if trim else "its verdict was in (more rounds could not change it)"
             parts.append(
-                f"Its verdict was in after round {self.decided_after} (more rounds could not change it); the rounds "
-                "after it, of its winner and the baseline alone, give the gain its interval."
+                f"After round {self.decided_after} {verdict}; the rounds after it, of trial {self.winner.label} and "
+                "the baseline alone, give the gain its interval."
             )
         for finalist in self.finalists:
             runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
@@ -430,7 +438,7 @@ def unsettled(race: Confirmation) -> str | None:
 
 
 def alone(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
-    """Whether at most one finalist is still running: the trim's races end early only then."""
+    """Whether at most one finalist is still running: the trim's races are decided only then."""
     return len(running) <= 1
 
 

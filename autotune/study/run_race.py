@@ -49,10 +49,13 @@ def run_race(
     affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
     on_note: Callable[[str], None] | None = None,
+    trimmed: Callable[[Finalist], bool] | None = None,
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
     the baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
-    store the outcome in the study, and each round as it ends (as a race ``cut`` short, until the last). A stored race
+    store the outcome in the study, and each round as it ends (as a race ``cut`` short, until the last). A verdict's
+    winner runs the rounds left with the baseline unless ``trimmed`` says the trim will race it
+    (``autotune/study/trim.py``: its first race runs them). A stored race
     still current (``Confirmation.is_current``) of the same planned rounds is reused; one study.budget_s or a stopped
     run cut short goes on from its rounds; one a baseline run failed, or planned for other rounds, is raced anew
     (``on_note`` is told why). A round starts only where ``affords`` it: a race left without one has no winner, so
@@ -82,6 +85,7 @@ def run_race(
     confirmation = race(
         finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
         start=stored if resumable else None, on_round=store,
+        runs_out=lambda winner: trimmed is None or not trimmed(winner),
     )  # fmt: skip
     store(confirmation)
     return replace(confirmation, trials=trials)
@@ -110,13 +114,13 @@ def race(
     new_draw: NewDrawFn | None = None,
     start: Confirmation | None = None,
     on_round: Callable[[Confirmation], None] | None = None,
-    bound_gain: bool = True,
+    runs_out: Callable[[Finalist], bool] = lambda winner: True,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The verdict is in when ``ends(running finalists, baseline runs, before_race)``, by default
     ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the next
-    round without one decides); the race then ends, or with ``bound_gain`` its winner so far and the baseline run
-    the rounds left, the other finalists leaving (``_leave_to``), for the interval of the gain it states
+    round without one decides); the race then ends, or where ``runs_out(its winner so far)`` the winner and the
+    baseline run the rounds left, the other finalists leaving (``_leave_to``), for the interval of the gain it states
     (``Confirmation.decided_after``). ``before_race`` holds throughputs measured before the race. A finalist lagging
     the leader by RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten by it for good
     (``beaten_for_good``). A round starts only where ``affords`` it (study.budget_s), and with ``new_draw``: the
@@ -157,7 +161,7 @@ def race(
                 round_slowed and ends is decided
             ):
                 verdict = Confirmation(baseline_runs, finalists)
-                if not bound_gain or index == rounds or verdict.winner is None:
+                if index == rounds or verdict.winner is None or not runs_out(verdict.winner):
                     break
                 _leave_to(verdict, index)
                 decided_after = index

@@ -48,14 +48,14 @@ def run_trim(
     (each race is stored before it runs, as one not run yet, and after each round); one that a failed run ended, or
     that the configuration it started from left (its run failed, or it lost a round to the baseline), is raced
     again. Nothing to do without a winner changing two knobs or more.
-    A race ends early once every variant has left it (``alone``): the configuration it started from has the gain's
-    interval of the rounds planned from the race before (the finalists' race runs its winner's rounds out; a trim
-    race whose variant won ran them all).
+    Every variant gone (``alone``), a race ends, or, where the configuration it started from ran fewer rounds before
+    (the finalists' race ended at its verdict: ``will_trim``), that configuration and the baseline run the rounds
+    left, for the gain's interval (a trim race whose variant won ran them all).
     A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do. ``on_note`` is
     told of each stored race raced again, and why."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
-    if winner is None or count_changes(winner.knobs, baseline) < 2:
+    if winner is None or not will_trim(results, winner):
         return []
     rounds = trim_rounds(confirmation)
     effective = accumulated_to(results.batch_policy, baseline)
@@ -82,8 +82,7 @@ def run_trim(
             _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
             ran = race(
                 entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw, start,
-                lambda partial: _store(study, results, [*races, partial]),
-                bound_gain=False,
+                lambda partial: _store(study, results, [*races, partial]), _runs_out(current, rounds),
             )  # fmt: skip
         races.append(ran)
         new = trimmed_to(races[-1])
@@ -94,6 +93,27 @@ def run_trim(
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
     _store(study, results, races)
     return races
+
+
+def will_trim(
+    results: StudyResults, winner: Finalist, fits: Callable[[list[dict[str, Any]]], bool] | None = None
+) -> bool:
+    """Whether ``run_trim`` races ``winner``, the finalists' race's: it changes two knobs or more, one of which can
+    be undone (``variants``), and, where ``fits`` is given (study.budget_s), its first race (the configurations of
+    a round) fits. The finalists' race then ends at its verdict (``run_race``): the trim's first race re-measures
+    the winner against the baseline over the rounds planned, and a race that ran them out too would measure it twice."""
+    baseline = results.baseline.result.knobs
+    if count_changes(winner.knobs, baseline) < 2:
+        return False
+    undone = variants(winner, baseline, list(KNOBS), accumulated_to(results.batch_policy, baseline))
+    return bool(undone) and (fits is None or fits([baseline, winner.knobs, *(v.knobs for v in undone.values())]))
+
+
+def _runs_out(reference: Finalist, rounds: int) -> Callable[[Finalist], bool]:
+    """A trim race's ``runs_out`` (``run_race.race``): once every variant has left, ``reference``, the configuration it
+    started from, runs the rounds left with the baseline where it ran fewer than ``rounds`` before; no variant does."""
+    short = len(reference.throughputs) < rounds
+    return lambda winner: short and winner.label == reference.label
 
 
 def _goes_on(race: Confirmation) -> bool:

@@ -140,7 +140,7 @@ def test_a_trim_race_every_variant_left_ends_though_its_round_was_slowed():
             "trim-1-1-trial-1-without-amp": run_of(60.0),  # over 25 % behind the reference: it leaves
         }
     )
-    race([reference, variant], BASELINE, {}, 3, "trim-1", runs, print, alone, reference, bound_gain=False)
+    race([reference, variant], BASELINE, {}, 3, "trim-1", runs, print, alone, reference, runs_out=lambda winner: False)
     assert len(runs.names) == 3, "no round 2: more rounds of the reference alone could not change the trim"
 
 

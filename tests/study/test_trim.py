@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
@@ -18,7 +19,7 @@ from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.trim import run_trim, undo_next, variants
+from autotune.study.trim import run_trim, undo_next, variants, will_trim
 from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
@@ -115,6 +116,54 @@ def test_a_race_decided_early_gives_its_winner_the_rounds_planned_so_a_trim_race
     summary = summarise(load_results(study))
     assert summary.gain_interval is not None and summary.gain_interval.n == planned
     assert summary.proof == confirmation
+
+
+@pytest.mark.parametrize("planned", [3, 4])
+def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_trims_first_race_runs_its_rounds_out(
+    tmp_path, planned
+):
+    """As above, but the race is told the trim will race its winner (``will_trim``): it ends after round 2 and the
+    trim's first race, every variant gone after round 1, runs the winner and the baseline to the rounds planned;
+    the gain's interval is that race's, and no round of the winner is measured for nothing."""
+
+    class Alike(Pipeline):
+        def __call__(self, knobs, name, on_progress=None):
+            self.names.append(name)
+            gains = (knobs["batch_size"] == 64, knobs["channels_last"], knobs["amp"] == "bf16")
+            value = 100.0 * (1.6 if gains[0] else 1.0) * (1.4 if gains[1] else 1.0) * (1.4 if gains[2] else 1.0)
+            return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
+
+    layout, bf16 = {**BASELINE, "batch_size": 64, "channels_last": True}, {**BASELINE, "batch_size": 64, "amp": "bf16"}
+    study, pipeline = open_study(settings(tmp_path), META), Alike()
+    ensure_baseline(study, BASELINE, pipeline)
+    for trial in (layout, bf16):
+        study.enqueue_trial(trial)
+    space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], layout[name], bf16[name]])) for name in KNOBS})
+    tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
+    results = load_results(study)
+    trimmed = partial(will_trim, results)
+    confirmation = run_race(study, results, planned, pipeline, lambda name, result: None, trimmed=trimmed)
+    assert confirmation.rounds == 2 and confirmation.ended_early and confirmation.winner is not None
+    assert "the trim re-measures its winner over the rounds planned" in confirmation.describe()
+    pipeline.names.clear()
+    (trim,) = run_trim(study, load_results(study), confirmation, pipeline, print)
+    assert trim.rounds == planned and trim.decided_after == 1 and trim.winner.label == confirmation.winner.label
+    assert all(len(variant.throughputs) == 1 for variant in trim.finalists[1:])
+    assert len(pipeline.names) == 1 + len(trim.finalists) + 2 * (planned - 1), "rounds 2 on: the winner, the baseline"
+    assert "After round 1 every variant had left it" in trim.describe(trim=True)
+    summary = summarise(load_results(study))
+    assert summary.proof == trim and summary.gain_interval is not None and summary.gain_interval.n == planned
+
+
+def test_the_trim_races_a_winner_of_two_changes_or_more_one_of_which_can_be_undone_where_its_first_race_fits(tmp_path):
+    study, confirmation, _ = tuned(tmp_path)
+    results, winner = load_results(study), confirmation.winner
+    assert will_trim(results, winner) and not will_trim(results, winner, fits=lambda configurations: False)
+    seen = []
+    will_trim(results, winner, fits=lambda configurations: seen.append(configurations) or True)
+    assert seen == [[BASELINE, WINNER, *(v.knobs for v in variants(winner, BASELINE, list(KNOBS)).values())]]
+    one_change = replace(winner, knobs={**BASELINE, "amp": "bf16"}, changes=1)
+    assert not will_trim(results, one_change)
 
 
 def test_no_variant_is_the_baselines_own_configuration_which_races_as_the_baseline():

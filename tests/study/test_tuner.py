@@ -351,7 +351,7 @@ def test_a_race_decided_early_runs_its_winner_and_the_baseline_for_the_rounds_le
     assert confirmation.confirmed and (confirmation.rounds, confirmation.planned_rounds) == (3, 3)
     assert len(names) == 6, "decided after round 2 (10 % clear in every run), the gain's interval takes the third"
     assert "in 3 interleaved rounds" in confirmation.describe() and not confirmation.ended_early
-    assert confirmation.decided_after == 2 and "Its verdict was in after round 2" in confirmation.describe()
+    assert confirmation.decided_after == 2 and "After round 2 its verdict was in" in confirmation.describe()
 
 
 def test_a_round_after_the_verdict_bounds_the_gain_and_does_not_take_the_verdict_back(tmp_path):
