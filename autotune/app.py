@@ -207,8 +207,9 @@ def _tune(
         stop = StopReason(str(error), aborted=True)
         raise
     finally:
-        if isinstance(stopping := sys.exc_info()[1], KeyboardInterrupt) and stop_signal(stopping) != signal.SIGINT:
-            stop = StopReason(f"by {stop_signal(stopping).name}", aborted=True)  # Ctrl-C's stays "interrupted"
+        stopping = sys.exc_info()[1]
+        if isinstance(stopping, KeyboardInterrupt) and (signum := stop_signal(stopping)) != signal.SIGINT:
+            stop = StopReason(f"by {signum.name}", aborted=True)  # Ctrl-C's stays "interrupted"
         with signals_held():  # a stop signal now is delivered once the servers are ended and the reports written
             for each in runners:
                 each.close()
