@@ -472,3 +472,22 @@ def test_a_search_trial_of_fast_steps_is_expected_to_hold_its_window_by_its_seco
         clock.count(replace(fast, measurement=replace(fast.measurement, timing=timing)))
     expected = (3.0 - 0.08 - 1.5) + 8 * 0.08 + max(1.5, 10 * 0.08)
     assert clock.trial_s({**NEUTRAL_KNOBS, "batch_size": 128}) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("budget_s", "trims"), [(None, True), (1000.0, True), (10.0, False)])
+def test_the_race_ends_at_its_verdict_only_where_the_trims_first_race_fits_the_budget(
+    tmp_path, monkeypatch, budget_s, trims
+):
+    """The winner has three changes: the trim's first race is it, its three variants and the baseline, three rounds
+    of five 2 s runs (30 s). Where that does not fit, the race runs its winner's rounds out itself."""
+    study, confirmation, _ = tuned(tmp_path)
+    told = []
+    monkeypatch.setattr(app, "run_race", lambda *args: told.append(args[-1]) or confirmation)
+    monkeypatch.setattr(app, "run_trim", lambda *args: [])
+    clock = RunClock(budget_s=budget_s)
+    clock.count(measured(2.0))
+    full = SimpleNamespace(study=replace(settings(tmp_path), confirm_rounds=3, diagnose=False))
+    runner = SimpleNamespace(new_draw=lambda: None)
+    app._finish(study, this_machine_id(), full, runner, None, tmp_path, print, io.StringIO(), clock)
+    (trimmed,) = told
+    assert trimmed(confirmation.winner) is trims

@@ -346,7 +346,7 @@ def test_a_finalist_slower_than_its_single_run_said_loses_the_race_to_one_that_h
     assert len(names) == 3 + 2 + 2, "round 1: baseline and both finalists; rounds 2 and 3 the baseline and the leader"
 
 
-def test_a_race_decided_early_runs_its_winner_and_the_baseline_for_the_rounds_left(tmp_path):
+def test_a_race_decided_early_runs_its_winner_and_the_baseline_for_the_rounds_left_where_no_trim_races_it(tmp_path):
     confirmation, names = raced(tmp_path, {16: 100.0, 32: 118.0}, {16: [100, 101, 99], 32: [115, 116, 114]}, rounds=3)
     assert confirmation.confirmed and (confirmation.rounds, confirmation.planned_rounds) == (3, 3)
     assert len(names) == 6, "decided after round 2 (10 % clear in every run), the gain's interval takes the third"
