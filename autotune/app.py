@@ -298,7 +298,7 @@ def _finish(
         rounds = settings.study.confirm_rounds
         note = partial(print, file=out, flush=True)
         results = load_results(study, machine)
-        trimmed = partial(will_trim, results, fits=lambda configs: clock.fits(rounds * clock.round_s(configs)))
+        trimmed = partial(will_trim, results, rounds=rounds, fits=lambda runs: clock.fits(rounds * clock.round_s(runs)))
         race = run_race(study, results, rounds, measured, show, affords, runner.new_draw, note, trimmed)
     with clock.stage("trim"):
         run_trim(study, load_results(study, machine), race, measured, show, affords, runner.new_draw, note)

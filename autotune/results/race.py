@@ -120,7 +120,8 @@ class Confirmation:
     the one using least memory. No winner means: keep the baseline. A single
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
-    how many rounds were asked for; a trim race every variant left ran fewer (``ended_early``), and so did one
+    how many rounds were asked for; a trim race every variant left ran fewer (``ended_early``), as did a finalists'
+    race ended at its verdict for the trim to race its winner (``trim.will_trim``), and so did one
     ``cut`` short by study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by
     round: the summary takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the
     runs it counted though other processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``:
@@ -274,8 +275,8 @@ class Confirmation:
             early = (
                 "every other entrant had left it"
                 if trim
-                else "more rounds could not change the verdict, and the trim re-measures its winner over the rounds "
-                "planned"
+                else "more rounds could not change the verdict, and the trim's races re-measure its winner against "
+                "the baseline"
             )
             parts.append(f"The race ended early: {early}.")
         elif self.decided_after and self.decided_after < self.rounds and self.winner:
@@ -399,13 +400,13 @@ def is_trim_of(trim: list[Confirmation], confirmation: Confirmation) -> bool:
     summary recommends from them; else they stand for nothing. A race recorded without its plan (none that
     ``run_trim`` stored: it always records one) is taken as planned for these rounds."""
     winner = confirmation.winner
-    rounds = trim_rounds(confirmation)
-    return (
-        bool(trim)
-        and winner is not None
-        and trim[0].finalists[0].label == winner.label
-        and (trim[0].planned_rounds or rounds) == rounds
-    )
+    return winner is not None and trim_started_from(trim, winner.label, trim_rounds(confirmation))
+
+
+def trim_started_from(trim: list[Confirmation], label: str, rounds: int) -> bool:
+    """Whether the stored trim races ``trim`` started from trial ``label`` and were planned for ``rounds`` rounds (one
+    recorded without its plan is taken as planned for these): ``is_trim_of``'s rule."""
+    return bool(trim) and trim[0].finalists[0].label == label and (trim[0].planned_rounds or rounds) == rounds
 
 
 def proof_of(label: str, races: list[Confirmation]) -> Confirmation | None:

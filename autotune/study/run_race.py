@@ -121,7 +121,8 @@ def race(
     ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the next
     round without one decides); the race then ends, or where ``runs_out(its winner so far)`` the winner and the
     baseline run the rounds left, the other finalists leaving (``_leave_to``), for the interval of the gain it states
-    (``Confirmation.decided_after``). ``before_race`` holds throughputs measured before the race. A finalist lagging
+    (``Confirmation.decided_after``); a finalist left alone that ``runs_out`` and is not proven yet races on, for a
+    later round may prove it. ``before_race`` holds throughputs measured before the race. A finalist lagging
     the leader by RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten by it for good
     (``beaten_for_good``). A round starts only where ``affords`` it (study.budget_s), and with ``new_draw``: the
     rounds are independent draws of the process layout, which decides how fast some pipelines run
@@ -157,14 +158,15 @@ def race(
         if decided_after is None:
             _drop(racing, baseline_runs, rounds, index, reference, lambda f: _quiet(f, name, disturbed))
             round_slowed = any(run.startswith(f"{name}-{index}-") for run in disturbed)
-            if ends([f for f in finalists if f.dropped is None], baseline_runs, before_race) and not (
-                round_slowed and ends is decided
-            ):
-                verdict = Confirmation(baseline_runs, finalists)
-                if index == rounds or verdict.winner is None or not runs_out(verdict.winner):
+            running = [f for f in finalists if f.dropped is None]
+            if ends(running, baseline_runs, before_race) and not (round_slowed and ends is decided):
+                verdict, lone = Confirmation(baseline_runs, finalists), running[0] if len(running) == 1 else None
+                if verdict.winner is not None and index < rounds and runs_out(verdict.winner):
+                    _leave_to(verdict, index)
+                    decided_after = index
+                elif verdict.winner is not None or lone is None or not runs_out(lone):
                     break
-                _leave_to(verdict, index)
-                decided_after = index
+                # else the one left, to run the rounds out, is not proven yet: a later round may prove it
         if on_round is not None and index < rounds:
             on_round(Confirmation(baseline_runs, finalists, None, rounds, True, disturbed, decided_after=decided_after))
     return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed, decided_after=decided_after)

@@ -21,6 +21,7 @@ from autotune.results.race import (
     is_trim_of,
     settled,
     trim_rounds,
+    trim_started_from,
     trimmed_to,
     unsettled,
 )
@@ -55,7 +56,7 @@ def run_trim(
     told of each stored race raced again, and why."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
-    if winner is None or not will_trim(results, winner):
+    if winner is None or not _undoable(results, winner):
         return []
     rounds = trim_rounds(confirmation)
     effective = accumulated_to(results.batch_policy, baseline)
@@ -96,17 +97,31 @@ def run_trim(
 
 
 def will_trim(
-    results: StudyResults, winner: Finalist, fits: Callable[[list[dict[str, Any]]], bool] | None = None
+    results: StudyResults,
+    winner: Finalist,
+    rounds: int,
+    fits: Callable[[list[dict[str, Any]]], bool] | None = None,
 ) -> bool:
-    """Whether ``run_trim`` races ``winner``, the finalists' race's: it changes two knobs or more, one of which can
-    be undone (``variants``), and, where ``fits`` is given (study.budget_s), its first race (the configurations of
-    a round) fits. The finalists' race then ends at its verdict (``run_race``): the trim's first race re-measures
-    the winner against the baseline over the rounds planned, and a race that ran them out too would measure it twice."""
+    """Whether the trim's first race will race ``winner``, the finalists' race's, anew over ``rounds`` rounds: it
+    changes two knobs or more, one of which can be undone (``variants``); no stored first race of it stands
+    (``run_trim`` reuses one that ran to its end as it ran); and, where ``fits`` is given (study.budget_s), the
+    race's configurations, a round of them, fit. The finalists' race then ends at its verdict (``run_race``): that
+    trim race re-measures the winner against the baseline over the rounds planned, and a race that ran them out too
+    would measure it twice."""
+    stored = results.trim
+    if trim_started_from(stored, winner.label, rounds) and settled(stored[0]):
+        return False
+    undone = _undoable(results, winner)
+    baseline = results.baseline.result.knobs
+    return bool(undone) and (fits is None or fits([baseline, winner.knobs, *(v.knobs for v in undone.values())]))
+
+
+def _undoable(results: StudyResults, winner: Finalist) -> dict[str, Finalist]:
+    """``winner``'s variants (``variants``) where it changes two knobs or more: what the trim's first race races."""
     baseline = results.baseline.result.knobs
     if count_changes(winner.knobs, baseline) < 2:
-        return False
-    undone = variants(winner, baseline, list(KNOBS), accumulated_to(results.batch_policy, baseline))
-    return bool(undone) and (fits is None or fits([baseline, winner.knobs, *(v.knobs for v in undone.values())]))
+        return {}
+    return variants(winner, baseline, list(KNOBS), accumulated_to(results.batch_policy, baseline))
 
 
 def _runs_out(reference: Finalist, rounds: int) -> Callable[[Finalist], bool]:

@@ -23,6 +23,7 @@ from autotune.study.trim import run_trim, undo_next, variants, will_trim
 from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
+from tests.study.test_disturbed import Runs, run_of
 from tests.study.test_tuner import META, settings
 
 BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}
@@ -141,10 +142,10 @@ def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_tri
     space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], layout[name], bf16[name]])) for name in KNOBS})
     tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
     results = load_results(study)
-    trimmed = partial(will_trim, results)
+    trimmed = partial(will_trim, results, rounds=planned)
     confirmation = run_race(study, results, planned, pipeline, lambda name, result: None, trimmed=trimmed)
     assert confirmation.rounds == 2 and confirmation.ended_early and confirmation.winner is not None
-    assert "the trim re-measures its winner over the rounds planned" in confirmation.describe()
+    assert "the trim's races re-measure its winner against the baseline" in confirmation.describe()
     pipeline.names.clear()
     (trim,) = run_trim(study, load_results(study), confirmation, pipeline, print)
     assert trim.rounds == planned and trim.decided_after == 1 and trim.winner.label == confirmation.winner.label
@@ -156,14 +157,36 @@ def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_tri
 
 
 def test_the_trim_races_a_winner_of_two_changes_or_more_one_of_which_can_be_undone_where_its_first_race_fits(tmp_path):
-    study, confirmation, _ = tuned(tmp_path)
+    study, confirmation, pipeline = tuned(tmp_path)
     results, winner = load_results(study), confirmation.winner
-    assert will_trim(results, winner) and not will_trim(results, winner, fits=lambda configurations: False)
+    assert will_trim(results, winner, 3) and not will_trim(results, winner, 3, fits=lambda configurations: False)
     seen = []
-    will_trim(results, winner, fits=lambda configurations: seen.append(configurations) or True)
+    will_trim(results, winner, 3, fits=lambda configurations: seen.append(configurations) or True)
     assert seen == [[BASELINE, WINNER, *(v.knobs for v in variants(winner, BASELINE, list(KNOBS)).values())]]
     one_change = replace(winner, knobs={**BASELINE, "amp": "bf16"}, changes=1)
-    assert not will_trim(results, one_change)
+    assert not will_trim(results, one_change, 3)
+    run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert not will_trim(load_results(study), winner, 3), "its stored first race is reused as it ran, not raced anew"
+    assert will_trim(load_results(study), winner, 5), "one planned for other rounds is raced anew"
+
+
+def test_a_trim_race_whose_origin_is_left_alone_unproven_races_on_and_runs_the_rounds_out_once_proven():
+    """Every variant leaves after round 1, where the configuration the race started from (one round before it, as
+    a finalists' race ended at its verdict leaves it) beat the baseline by 1 %, short of a proof: the race goes on,
+    proves it in round 2, and runs it and the baseline to the rounds planned."""
+    reference = Finalist("1", {**BASELINE, "batch_size": 64}, 2, 100.0)
+    variant = Finalist("1 without amp", {**BASELINE, "batch_size": 64, "amp": "off"}, 1, None)
+    runs = Runs(
+        {
+            **{f"trim-1-{i}-baseline": run_of(100.0) for i in (1, 2, 3)},
+            "trim-1-1-trial-1": run_of(101.0),
+            "trim-1-1-trial-1-without-amp": run_of(60.0),  # over 15 % behind the reference: it leaves
+            **{f"trim-1-{i}-trial-1": run_of(130.0) for i in (2, 3)},
+        }
+    )
+    trim = race([reference, variant], BASELINE, {}, 3, "trim-1", runs, print, alone, reference, runs_out=lambda f: True)
+    assert trim.rounds == 3 and trim.decided_after == 2 and trim.winner is reference
+    assert len(runs.names) == 3 + 2 + 2
 
 
 def test_no_variant_is_the_baselines_own_configuration_which_races_as_the_baseline():
