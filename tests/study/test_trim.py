@@ -65,6 +65,28 @@ def tuned(tmp_path, winner=WINNER):
     return study, confirmation, pipeline
 
 
+class Alike(Pipeline):
+    """Batch 64, ``channels_last`` and bf16 each make a gain (1.6, 1.4, 1.4)."""
+
+    def __call__(self, knobs, name, on_progress=None):
+        self.names.append(name)
+        gains = (knobs["batch_size"] == 64, knobs["channels_last"], knobs["amp"] == "bf16")
+        value = 100.0 * (1.6 if gains[0] else 1.0) * (1.4 if gains[1] else 1.0) * (1.4 if gains[2] else 1.0)
+        return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
+
+
+def alike_finalists(tmp_path):
+    """A study of two trials alike (batch 64 with ``channels_last``, batch 64 with bf16), and its pipeline."""
+    layout, bf16 = {**BASELINE, "batch_size": 64, "channels_last": True}, {**BASELINE, "batch_size": 64, "amp": "bf16"}
+    study, pipeline = open_study(settings(tmp_path), META), Alike()
+    ensure_baseline(study, BASELINE, pipeline)
+    for trial in (layout, bf16):
+        study.enqueue_trial(trial)
+    space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], layout[name], bf16[name]])) for name in KNOBS})
+    tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
+    return study, pipeline
+
+
 def test_undoing_a_change_puts_back_the_baselines_value_and_what_follows_from_it():
     workers = {**BASELINE, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
     assert undo(workers, BASELINE, "num_workers") == BASELINE, "no worker options without workers"
@@ -91,20 +113,7 @@ def test_a_race_decided_early_gives_its_winner_the_rounds_planned_so_a_trim_race
     third round of the race (the other finalist leaves): the gain is not stated from two, and the trim race ends
     after its first round."""
 
-    class Alike(Pipeline):
-        def __call__(self, knobs, name, on_progress=None):
-            self.names.append(name)
-            gains = (knobs["batch_size"] == 64, knobs["channels_last"], knobs["amp"] == "bf16")
-            value = 100.0 * (1.6 if gains[0] else 1.0) * (1.4 if gains[1] else 1.0) * (1.4 if gains[2] else 1.0)
-            return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
-
-    layout, bf16 = {**BASELINE, "batch_size": 64, "channels_last": True}, {**BASELINE, "batch_size": 64, "amp": "bf16"}
-    study, pipeline = open_study(settings(tmp_path), META), Alike()
-    ensure_baseline(study, BASELINE, pipeline)
-    for trial in (layout, bf16):
-        study.enqueue_trial(trial)
-    space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], layout[name], bf16[name]])) for name in KNOBS})
-    tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
+    study, pipeline = alike_finalists(tmp_path)
     confirmation = run_race(study, load_results(study), planned, pipeline, lambda name, result: None)
     assert confirmation.rounds == planned and confirmation.winner is not None
     (other,) = [f for f in confirmation.finalists if f is not confirmation.winner]
@@ -127,20 +136,7 @@ def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_tri
     trim's first race, every variant gone after round 1, runs the winner and the baseline to the rounds planned;
     the gain's interval is that race's, and no round of the winner is measured for nothing."""
 
-    class Alike(Pipeline):
-        def __call__(self, knobs, name, on_progress=None):
-            self.names.append(name)
-            gains = (knobs["batch_size"] == 64, knobs["channels_last"], knobs["amp"] == "bf16")
-            value = 100.0 * (1.6 if gains[0] else 1.0) * (1.4 if gains[1] else 1.0) * (1.4 if gains[2] else 1.0)
-            return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
-
-    layout, bf16 = {**BASELINE, "batch_size": 64, "channels_last": True}, {**BASELINE, "batch_size": 64, "amp": "bf16"}
-    study, pipeline = open_study(settings(tmp_path), META), Alike()
-    ensure_baseline(study, BASELINE, pipeline)
-    for trial in (layout, bf16):
-        study.enqueue_trial(trial)
-    space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], layout[name], bf16[name]])) for name in KNOBS})
-    tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
+    study, pipeline = alike_finalists(tmp_path)
     results = load_results(study)
     trimmed = partial(will_trim, results, rounds=planned)
     confirmation = run_race(study, results, planned, pipeline, lambda name, result: None, trimmed=trimmed)
