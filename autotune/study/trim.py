@@ -104,10 +104,10 @@ def will_trim(
 ) -> bool:
     """Whether the trim's first race will race ``winner``, the finalists' race's, anew over ``rounds`` rounds: it
     changes two knobs or more, one of which can be undone (``variants``); no stored first race of it stands
-    (``run_trim`` reuses one that ran to its end as it ran); and, where ``fits`` is given (study.budget_s), the
-    race's configurations, a round of them, fit. The finalists' race then ends at its verdict (``run_race``): that
-    trim race re-measures the winner against the baseline over the rounds planned, and a race that ran them out too
-    would measure it twice."""
+    (``run_trim`` reuses one that ran to its end as it ran); and ``fits``, where given (study.budget_s), says that
+    race fits, told the configurations of one of its rounds. The finalists' race then ends at its verdict
+    (``run_race``): that trim race re-measures the winner against the baseline over the rounds planned, and a race
+    that ran them out too would measure it twice."""
     stored = results.trim
     if trim_started_from(stored, winner.label, rounds) and settled(stored[0]):
         return False
