@@ -265,10 +265,11 @@ def _proc_children(pid: int) -> list[int] | None:
 
 def _rss_and_own(pid: int) -> tuple[int, int]:
     """``pid``'s resident bytes and what it holds of its own: its PSS less its file pages (``Pss_File`` of
-    ``/proc/PID/smaps_rollup``, Linux 5.8 and later; before that, its whole PSS, as psutil reads it)."""
+    ``/proc/PID/smaps_rollup``, Linux 5.8 and later; before that, its whole PSS; without the rollup, as psutil reads
+    it from every mapping)."""
     fields = _rollup(pid)
-    if "Pss_File" in fields:
-        return fields["Rss"], fields["Pss"] - fields["Pss_File"]
+    if "Pss" in fields:
+        return fields["Rss"], fields["Pss"] - fields.get("Pss_File", 0)
     info = psutil.Process(pid).memory_full_info()
     return info.rss, info.pss
 
