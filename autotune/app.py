@@ -20,6 +20,7 @@ from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError, stop_signal
 from autotune.files import file_name
 from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values
+from autotune.measure.core_speed import CoreGauge
 from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
@@ -406,6 +407,10 @@ class TrialRunner:
         self.settings, self.device, self.workdir, self.clock = settings, device, workdir, clock
         self.budget = settings.study.watched_budget(device)  # what a running trial's host tree is held to
         measure = settings.measure
+        # The cores its trials run on, read around each (``TrialResult.core_speed``); not where the trials of other
+        # slots may run on them too (several GPUs' slots), as a reading beside a running trial reads it.
+        alone = slot.cores is not None or not own_server
+        self.gauge = CoreGauge(slot.cores) if measure.core_speed and alone else None
         self.own_server = ForkServer() if measure.fork_trials and own_server else None
         self.launcher = self.own_server or (shared_fork_server() if measure.fork_trials else FreshLauncher())
         self._servers_started = self.launcher.servers_started  # what the clock was told of so far
@@ -453,6 +458,7 @@ class TrialRunner:
             on_progress,
             self.launcher,
             self._count,
+            self.gauge,
         )
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
@@ -477,7 +483,8 @@ class TrialRunner:
         budget where ``watched``."""
         budget = self.budget if watched else None
         timeout_s = self.settings.measure.trial_timeout_s
-        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher or self.launcher)
+        launcher = launcher or self.launcher
+        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher, gauge=self.gauge)
         self._count(result)
         return result
 

@@ -157,8 +157,7 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
     said = {_run_name(index, entry): _run_label(index, entry) for index in rounds for entry in benchmark.entries}
 
     def show_disturbed(name: str, result: TrialResult) -> None:
-        busy = result.measurement.system.disturbance
-        shown = f"{result.timing.throughput:.1f} samples/s, other processes busy ({busy}): measured again"
+        shown = f"{result.timing.throughput:.1f} samples/s, {result.disturbance}: measured again"
         print(f"[{said.get(name, name)}] {shown}", file=out, flush=True)
 
     run = again_if_disturbed(timed, show_disturbed) if settings.study.remeasure_disturbed else timed
@@ -176,10 +175,9 @@ def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)
             shown = f"{result.timing.throughput:.1f} samples/s, peak {result.peak_memory_mb:.0f} MB"
-            if result.measurement.system.disturbed:
-                busy = result.measurement.system.disturbance
-                entry.disturbed.append(f"round {index}: {busy}")
-                shown += f", other processes busy ({busy}): may read low"
+            if result.disturbed:
+                entry.disturbed.append(f"round {index}: {result.disturbance}")
+                shown += f", {result.disturbance}: may read low"
         else:
             entry.throughputs.append(None)
             entry.peak_memory_mb.append(None)

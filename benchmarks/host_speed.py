@@ -9,7 +9,8 @@ processes (``SystemReport.disturbed``) cannot see.
 Prints the loop's median, its 10th-90th percentiles, and each episode of samples slower than ``--slow`` times the
 median (slow samples less than ``--gap`` seconds apart are one episode): its length, how many of its samples were
 slow, the worst, the share of that sample's wall time that was its own CPU time (about 1: the core itself ran slower;
-well below 1: the process waited) and the steal the kernel counted in the episode."""
+well below 1: the process waited) and the steal the kernel counted in the episode. The loop is the one the tuner
+times its cores with around each run (``autotune/measure/core_speed.py``), ``LOOP`` long."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from autotune.measure.core_speed import loop_s
 from autotune.measure.environment import describe_machine
 
 LOOP = 300_000  # about 7 ms on the Xeon of 2026-12-03
@@ -42,11 +44,9 @@ def steal_ticks() -> int:
 
 
 def sample(start: float) -> Sample:
-    steal, wall, cpu = steal_ticks(), time.perf_counter(), time.process_time()
-    total = 0
-    for i in range(LOOP):
-        total += i
-    return Sample(wall - start, time.perf_counter() - wall, time.process_time() - cpu, steal_ticks() - steal)
+    steal, at, cpu = steal_ticks(), time.perf_counter(), time.process_time()
+    wall_s = loop_s(LOOP)
+    return Sample(at - start, wall_s, time.process_time() - cpu, steal_ticks() - steal)
 
 
 def episodes(samples: list[Sample], slow: float, gap_s: float) -> list[list[Sample]]:

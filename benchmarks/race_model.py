@@ -44,8 +44,6 @@ from benchmarks.efficiency import TARGET_RATIO
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_FILES = [RESULTS / f"efficiency-2026-11-22-run{n}.json" for n in (8, 9, 10, 11, 12, 13)]
-# A simulated run's measurement, as the race reads it: no other process slowed it.
-UNDISTURBED = SimpleNamespace(system=SimpleNamespace(disturbed=False))
 
 
 @dataclass(frozen=True)
@@ -207,7 +205,7 @@ def simulate_study(
             timing=timing,
             peak_memory_mb=config.memory_mb,
             failure=None,
-            measurement=UNDISTURBED,
+            disturbed=False,  # nothing beside the simulated run slowed it
         )
 
     def screened(config: Config, label: str) -> TrialRecord:

@@ -34,7 +34,7 @@ from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, count_changes
 from autotune.study import run_race
 from autotune.study.trim import run_trim
-from benchmarks.race_model import DEFAULT_FILES, UNDISTURBED, Noise, UnstoredStudy, fit_noise
+from benchmarks.race_model import DEFAULT_FILES, Noise, UnstoredStudy, fit_noise
 
 # A change costing at least this much when undone matters: the trim should keep it.
 MATTERS = 0.02
@@ -161,7 +161,7 @@ def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Ran
         effect = round_effects.setdefault(round_key, rng.gauss(0.0, noise.round_sd))
         throughput = scenario.relative(knobs) * math.exp(effect + noise.run(rng))
         return SimpleNamespace(knobs=knobs, ok=True, timing=SimpleNamespace(throughput=throughput),
-                               peak_memory_mb=100.0, failure=None, to_dict=dict, measurement=UNDISTURBED)  # fmt: skip
+                               peak_memory_mb=100.0, failure=None, to_dict=dict, disturbed=False)  # fmt: skip
 
     def measure(knobs: dict[str, Any], name: str, _progress: Any) -> Any:
         nonlocal runs

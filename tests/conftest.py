@@ -99,6 +99,7 @@ FAST_MEASURE = [
     "measure.fork_trials=true",  # tests check what happens, not how fast: 0.02 s a trial instead of ~3 s
     "study.diagnose=false",  # no profiling runs after the race: tests/test_profile.py runs them
     "study.remeasure_disturbed=false",  # as many runs however busy the machine: tests/study/test_disturbed.py
+    "measure.core_speed=false",  # ~60 ms a run; read where tests/measure/test_core_speed.py asks
 ]
 
 
@@ -147,6 +148,7 @@ def tiny_config(**overrides) -> dict:
             "loss_tolerance": 0.05,
             "compile_cache_dir": None,
             "fork_trials": True,
+            "core_speed": False,
         },
     }
     for section, values in overrides.items():

@@ -134,6 +134,7 @@ _MEASURE = (
     _setting("measure.loss_tolerance", _POSITIVE, MeasureSettings, "loss_tolerance"),
     _setting("measure.compile_cache_dir", Plain(str, null=True), MeasureSettings, "compile_cache_dir"),
     _setting("measure.fork_trials", Plain(bool), MeasureSettings, "fork_trials"),
+    _setting("measure.core_speed", Plain(bool), MeasureSettings, "core_speed"),
 )
 _MODES = (
     _setting("mode", Plain(str, choices=MODES), Settings, "mode"),

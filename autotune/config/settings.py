@@ -99,7 +99,8 @@ class MeasureSettings:
     torch.compile trials of a study share the cache in ``compile_cache_dir``/STUDY (None: torch's default).
     ``fork_trials``: each trial forked from a fork server that imported torch once (``autotune/trial/zygote.py``),
     not a fresh interpreter: it starts in milliseconds, and reads what a fresh one reads (``benchmarks/forked.py``);
-    each round of an interleaved comparison forks from a new server (``Launcher.new_draw``)."""
+    each round of an interleaved comparison forks from a new server (``Launcher.new_draw``). ``core_speed``: the
+    tuner times its cores just before and after every run (``autotune/measure/core_speed.py``)."""
 
     device: str
     plan: WindowPlan
@@ -110,6 +111,7 @@ class MeasureSettings:
     loss_tolerance: float = 0.05
     compile_cache_dir: str | None = None
     fork_trials: bool = True
+    core_speed: bool = True
 
 
 @dataclass(frozen=True)

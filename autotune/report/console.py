@@ -54,9 +54,8 @@ def format_result(
     runs = result.repeat_throughputs or []
     if len(runs) > 1:
         compile_note += f", median of {len(runs)} runs ({min(runs):.1f}-{max(runs):.1f})"
-    system = result.measurement.system
-    if system.disturbed:
-        compile_note += f", other processes busy ({system.disturbance}): may read low"
+    if result.disturbed:
+        compile_note += f", {result.disturbance}: may read low"
     return (
         f"{knobs} -> {result.timing.throughput:.1f} samples/s{speedup}, "
         f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.knobs import KNOBS, changed
+from autotune.measure.core_speed import CoreSpeed
 from autotune.measure.environment import thread_variables
 from autotune.measure.measurement import SystemReport
 from autotune.measure.warmup import WarmupPolicy
@@ -211,7 +212,7 @@ def headline(summary: Summary) -> Headline:
             else ""
         )
         + (
-            f" {slowed} of the runs it stands on {'was' if slowed == 1 else 'were'} slowed by other processes: see "
+            f" {slowed} of the runs it stands on {'was' if slowed == 1 else 'were'} disturbed: see "
             "'Measured on a busy machine'."
             if slowed
             else ""
@@ -543,36 +544,36 @@ def _phases_in_words(seconds: dict[str, float]) -> str:
 
 
 def _busy_machine(summary: Summary) -> list[Section]:
-    """A warning naming the runs other processes slowed down, if any were: the search's and the races'."""
+    """A warning naming the runs something beside them slowed down, if any were: the search's and the races'."""
     measured = [r for r in summary.ranked if r.result.measurement is not None]
-    busy = [r for r in measured if r.result.measurement.system.disturbed]
+    busy = [r for r in measured if r.result.disturbed]
     raced = _disturbed_race_runs(summary)
     paragraphs = []
     if busy:
-        named = ", ".join(
-            f"{'the baseline' if r is summary.baseline else f'trial {r.label}'} "
-            f"({r.result.measurement.system.disturbance})"
-            for r in busy
+        named = "; ".join(
+            f"{'the baseline' if r is summary.baseline else f'trial {r.label}'}: {r.result.disturbance}" for r in busy
         )
         paragraphs.append(
             f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
             "measured while other processes competed for its cores (nearly all busy, at least "
             f"{SystemReport.BUSY_OTHERS_CORES:g} cores' worth of them taken by others on average) or computed on "
-            f"its GPU: {named}. Their throughput may read low and the ranking may be off; close other work and run "
-            "the study again (a new study.name measures everything afresh)."
+            f"its GPU, or while its cores ran {CoreSpeed.SLOW:g}x slower than usual or more, read just before and "
+            f"after its run: {named}. Their throughput may read low and the ranking may be off; close other work "
+            "and run the study again (a new study.name measures everything afresh)."
         )
     if raced:
-        named = ", ".join(f"{name} ({disturbance})" for name, disturbance in raced.items())
+        named = "; ".join(f"{name}: {disturbance}" for name, disturbance in raced.items())
         paragraphs.append(
-            f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that other processes slowed: "
-            f"{named}. A load slows configurations unalike, so the recommendation and its gain may be off: close "
-            "other work and check them (mode=check) on a quiet machine."
+            f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
+            f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "
+            "recommendation and its gain may be off: close other work and check them (mode=check) on a quiet "
+            "machine."
         )
     return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
 
 
 def _disturbed_race_runs(summary: Summary) -> dict[str, str]:
-    """The races' runs (the finalists' and the trim's) counted though other processes slowed them."""
+    """The races' runs (the finalists' and the trim's) counted though something beside them slowed them."""
     return {name: disturbance for race in summary.races for name, disturbance in race.disturbed.items()}
 
 

@@ -57,6 +57,8 @@ def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[
         fp32_first_loss=check.fp32_loss if check else None,
         fp32_first_loss_spread=check.fp32_spread if check else None,
         wall_s=result.wall_s,
+        cores_slowdown=result.core_speed.slowdown if result.core_speed else None,  # around the run: CoreSpeed
+        disturbance=result.disturbance,
         failure_kind=result.failure.kind.value if result.failure else None,
         failure_reason=result.failure.message if result.failure else None,
     )
@@ -117,18 +119,18 @@ def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
 
 def marked(row: dict[str, Any], summary: Summary) -> str:
     """A ranked row's trial label, marked where it is the recommendation (which the races chose, whatever its rank:
-    a search trial's row is its single screening run) and where other processes competed for its cores (it may read
-    low: ``busy_note``)."""
+    a search trial's row is its single screening run) and where something disturbed its run (it may read low:
+    ``busy_note``)."""
     label = row["trial"]
     recommended = " (recommended)" if label == summary.recommended.label and not summary.is_baseline else ""
-    return f"{label}{recommended}{' (busy)' if row['other_processes_busy'] else ''}"
+    return f"{label}{recommended}{' (busy)' if row['disturbance'] else ''}"
 
 
 def busy_note(rows: list[dict[str, Any]]) -> str:
     """What "(busy)" in the ranked rows means, where a row has it."""
-    if not any(row["other_processes_busy"] for row in rows):
+    if not any(row["disturbance"] for row in rows):
         return ""
-    return " (busy): other processes competed for its cores while it ran, so it may read low."
+    return " (busy): other processes competed for its cores or its GPU, or its cores ran slow, so it may read low."
 
 
 def ranked_frame(summary: Summary) -> pd.DataFrame:

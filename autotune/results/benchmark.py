@@ -26,7 +26,7 @@ KINDS = ("baseline", "recommended", "alone", "without")
 class Entry:
     """One configuration of the benchmark: ``kind`` (KINDS) and the ``knob`` it is about (alone, without), its knob
     values, and per round its samples/s and peak memory (None where that run failed), a line per failure, and one
-    per run counted though other processes slowed it (``autotune/study/disturbed.py``)."""
+    per run counted though something beside it slowed it (``autotune/study/disturbed.py``)."""
 
     label: str
     kind: str

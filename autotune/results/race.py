@@ -9,10 +9,10 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   every finalist compiles, each one's plain twin too, beyond the three, where it beat the baseline. A
   stored race stands for the trials measured when it ran (``Confirmation.is_current``).
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
-  (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs other processes
-  did not slow).
-- The verdict early (``decided``): when more rounds could not change it (DECISIVE_GAIN), on a round no run of which
-  other processes slowed (``run_race.race``): a gain read against a slowed run is not decided by it. The other
+  (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs not disturbed,
+  ``TrialResult.disturbed``).
+- The verdict early (``decided``): when more rounds could not change it (DECISIVE_GAIN), on a round none of whose runs
+  was disturbed (``run_race.race``): a gain read against a slowed run is not decided by it. The other
   finalists then leave, and the winner and the baseline run the rounds left (``run_race._leave_to``), so that the
   gain stated has the interval of study.confirm_rounds rounds; the proof is that of the rounds up to the verdict
   (``Confirmation.decided_after``). A winner the trim will race (``trim.will_trim``) does not: the race ends there,
@@ -124,7 +124,7 @@ class Confirmation:
     race ended at its verdict for the trim to race its winner (``trim.will_trim``), and so did one
     ``cut`` short by study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by
     round: the summary takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the
-    runs it counted though other processes slowed them (``autotune/study/disturbed.py``), with how much. ``trials``:
+    runs it counted though something beside them slowed them (``autotune/study/disturbed.py``), and how. ``trials``:
     the labels of the measured trials it was about (None in a race stored before they were kept). ``decided_after``:
     the round after which its verdict was in (``decided``); the rounds after it, of its winner and the baseline
     alone, give the gain the interval of the planned rounds and do not take the verdict back (the winner is proven
@@ -153,7 +153,7 @@ class Confirmation:
         return [f.label for f in self.finalists] == [r.label for r in select_finalists(baseline, trials)]
 
     def slowed_runs(self, label: str | None) -> int:
-        """How many runs of ``label`` (None: the baseline) the race counted though other processes slowed them."""
+        """How many runs of ``label`` (None: the baseline) the race counted though something beside them slowed them."""
         ends = _run_suffix(label)
         return sum(name.endswith(ends) for name in self.disturbed)
 
@@ -537,8 +537,8 @@ def unprovable(finalist: Finalist, baseline_runs: list[float], rounds: int) -> b
 
 
 def lagging(runs: list[float], leader_runs: list[float], margin: float = RACE_MARGIN) -> bool:
-    """Whether a finalist's median so far is ``margin`` or more behind the leader's, of their runs other processes
-    did not slow (a load slows configurations unalike: one whose every run was slowed stays for the next round)."""
+    """Whether a finalist's median so far is ``margin`` or more behind the leader's, of their runs not
+    disturbed (a load slows configurations unalike: one whose every run was slowed stays for the next round)."""
     return bool(runs and leader_runs) and statistics.median(runs) < statistics.median(leader_runs) * (1 - margin)
 
 

@@ -118,14 +118,14 @@ def race(
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The verdict is in when ``ends(running finalists, baseline runs, before_race)``, by default
-    ``decided``, but not on a round with a run other processes slowed (its figures are the ones to doubt: the next
-    round without one decides); the race then ends, or where ``runs_out(its winner so far)`` the winner and the
-    baseline run the rounds left, the other finalists leaving (``_leave_to``), for the interval of the gain it states
-    (``Confirmation.decided_after``); a finalist left alone that ``runs_out`` and is not proven yet races on, for a
-    later round may prove it. ``before_race`` holds throughputs measured before the race. A finalist lagging
-    the leader by RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten by it for good
-    (``beaten_for_good``). A round starts only where ``affords`` it (study.budget_s), and with ``new_draw``: the
-    rounds are independent draws of the process layout, which decides how fast some pipelines run
+    ``decided``, but not on a round with a disturbed run (``TrialResult.disturbed``: its figures are the ones to
+    doubt: the next round without one decides); the race then ends, or where ``runs_out(its winner so far)`` the
+    winner and the baseline run the rounds left, the other finalists leaving (``_leave_to``), for the interval of
+    the gain it states (``Confirmation.decided_after``); a finalist left alone that ``runs_out`` and is not proven
+    yet races on, for a later round may prove it. ``before_race`` holds throughputs measured before the race. A
+    finalist lagging the leader by RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten
+    by it for good (``beaten_for_good``). A round starts only where ``affords`` it (study.budget_s), and with
+    ``new_draw``: the rounds are independent draws of the process layout, which decides how fast some pipelines run
     (``Launcher.new_draw``). The race goes on from the rounds of ``start`` (a race of these finalists cut short:
     each round stands on its own pairs of runs); ``on_round`` is given the race after each round that is not its
     last, as a race cut short there."""
@@ -138,8 +138,8 @@ def race(
             reference = next(f for f in finalists if f.label == reference.label)
 
     def counted(name: str, result: TrialResult) -> None:
-        if result.ok and result.measurement.system.disturbed:
-            disturbed[name] = result.measurement.system.disturbance
+        if result.disturbed:
+            disturbed[name] = result.disturbance
         on_run(name, result)
 
     for index in range(len(baseline_runs) + 1, rounds + 1):
@@ -218,7 +218,7 @@ def _drop(
     quiet: Callable[[Finalist], list[float]],
 ) -> None:
     """Drop the finalists that can no longer be proven against the baseline, then those lagging the leader (or the
-    ``reference``) by their ``quiet`` runs (those other processes did not slow), and those the ``reference`` has
+    ``reference``) by their ``quiet`` runs (those not disturbed), and those the ``reference`` has
     beaten for good (``beaten_for_good``)."""
     allowed = rounds - wins_needed(rounds)
     for finalist in racing:
@@ -252,7 +252,7 @@ def _leave_to(verdict: Confirmation, index: int) -> None:
 
 
 def _quiet(finalist: Finalist, name: str, disturbed: dict[str, str]) -> list[float]:
-    """``finalist``'s runs in race ``name`` that other processes did not slow (``disturbed``: the slowed runs' names;
+    """``finalist``'s runs in race ``name`` that were not disturbed (``disturbed``: the slowed runs' names;
     each finalist's runs are its rounds', from round 1)."""
     return [
         throughput

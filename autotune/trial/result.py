@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
+from autotune.measure.core_speed import CoreSpeed
 from autotune.measure.measurement import Measurement
 from autotune.measure.profiling import ProfilePlan, ProfileResult
 from autotune.measure.recorder import Timing, WindowPlan, window_plan_from_dict
@@ -236,6 +237,8 @@ class TrialResult:
     With repeated runs, the median run is kept and ``repeat_throughputs`` lists every run's throughput.
     ``loss_check`` is what the correctness guard compared (None where no step ran). A probe's result is in
     ``probe``, the plain loop's in ``plain``, an inspection's in ``inspection``, a profiling run's in ``profile``.
+    ``core_speed``: the cores read around its process by the tuner (None: not read, as where trials at once share
+    cores).
     """
 
     knobs: dict[str, Any]
@@ -250,10 +253,30 @@ class TrialResult:
     plain: PlainRun | None = None
     inspection: Inspection | None = None
     profile: ProfileResult | None = None
+    core_speed: CoreSpeed | None = None
 
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether something beside the run may have slowed it, so that its figures may read low: other processes
+        took its cores or shared its GPU (``SystemReport.disturbed``), or the cores ran slow around it
+        (``CoreSpeed.slow``). A failed run is not disturbed: it has no figures."""
+        if not self.ok or self.measurement is None:
+            return False
+        return self.measurement.system.disturbed or bool(self.core_speed and self.core_speed.slow)
+
+    @property
+    def disturbance(self) -> str | None:
+        """What disturbed the run, in words ("other processes busy (0.8 cores)": ``SystemReport.disturbance``;
+        "the cores ran 1.4x slow": ``CoreSpeed.disturbance``); None where nothing did or it failed."""
+        if not self.ok or self.measurement is None:
+            return None
+        busy = self.measurement.system.disturbance
+        speed = self.core_speed.disturbance if self.core_speed else None
+        return "; ".join(filter(None, [busy and f"other processes busy ({busy})", speed])) or None
 
     @property
     def timing(self) -> Timing | None:
@@ -291,6 +314,7 @@ class TrialResult:
             "plain": self.plain.to_dict() if self.plain else None,
             "inspection": self.inspection.to_dict() if self.inspection else None,
             "profile": self.profile.to_dict() if self.profile else None,
+            "core_speed": asdict(self.core_speed) if self.core_speed else None,
         }
 
     @classmethod
@@ -311,6 +335,7 @@ class TrialResult:
             plain=PlainRun.from_dict(data["plain"]) if data.get("plain") else None,
             inspection=Inspection.from_dict(data["inspection"]) if data.get("inspection") else None,
             profile=ProfileResult.from_dict(data["profile"]) if data.get("profile") else None,
+            core_speed=CoreSpeed(**data["core_speed"]) if data.get("core_speed") else None,
         )
 
     def with_wall_time(self, wall_s: float) -> TrialResult:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from autotune.measure.core_speed import CoreGauge
 from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.measure.system import signal_name
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
@@ -57,10 +58,12 @@ def run_trial(
     budget: MemoryBudget | None = None,
     on_progress: ProgressFn | None = None,
     launcher: Launcher | None = None,
+    gauge: CoreGauge | None = None,
 ) -> TrialResult:
     """Run ``request`` in its own process, started by ``launcher`` (by default a fresh interpreter; or forked from
     this process's fork server, ``shared_fork_server``); its output goes to ``workdir/NAME.log``. The request file
-    the trial reads is private and deleted once the trial ended (``_write_private``).
+    the trial reads is private and deleted once the trial ended (``_write_private``). ``gauge`` reads the cores just
+    before the process starts and just after it ended (``TrialResult.core_speed``).
 
     The process leads its own process group, so on timeout, interrupt, exit, its memory
     (process tree, PSS) crossing ``budget``, or ``on_progress`` giving a reason to stop
@@ -76,6 +79,7 @@ def run_trial(
         stale.unlink(missing_ok=True)
     log_path = workdir / f"{name}.log"
     argv = [str(request_path), str(result_path), str(progress_path)]
+    before = gauge.before() if gauge else None
     start = time.monotonic()
     try:
         proc = (launcher or DEFAULT_LAUNCHER()).start(argv, log_path, _worker_env(request))
@@ -90,8 +94,9 @@ def run_trial(
     finally:
         _remove_private(request_path)
     wall_s = time.monotonic() - start
+    speed = gauge.after(before) if gauge and before is not None else None
     if stopped is not None:
-        return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s)
+        return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s, core_speed=speed)
     if result_path.exists():  # this run's (a stale one was deleted above), and whole (written by a rename)
         if returncode != 0:
             _note(
@@ -99,8 +104,9 @@ def run_trial(
                 f"the trial's process ended after it wrote its result ({_ending(returncode)}); the result is kept",
             )
         result = TrialResult.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
-        return result.with_wall_time(wall_s)
-    return TrialResult(knobs=request.knobs, failure=_exit_failure(returncode, log_path), wall_s=wall_s)
+        return replace(result, wall_s=wall_s, core_speed=speed)
+    failure = _exit_failure(returncode, log_path)
+    return TrialResult(knobs=request.knobs, failure=failure, wall_s=wall_s, core_speed=speed)
 
 
 @contextlib.contextmanager
@@ -206,9 +212,11 @@ def run_repeated(
     on_progress: ProgressFn | None = None,
     launcher: Launcher | None = None,
     on_run: Callable[[TrialResult], None] | None = None,
+    gauge: CoreGauge | None = None,
 ) -> TrialResult:
     """Run ``request`` in ``repeats`` processes of its own, one after another, and keep the median run; ``on_run``
-    is told each run's own result as it ends (its own wall time: the tuner accounts for each process).
+    is told each run's own result as it ends (its own wall time: the tuner accounts for each process); ``gauge``
+    reads the cores around each (``run_trial``).
 
     Run-to-run variation between processes is larger than within one, so the median of a few
     processes is what makes a figure repeatable: each run after the first draws a process layout of its own
@@ -223,7 +231,7 @@ def run_repeated(
             launcher.new_draw()
         # Only the first run can be pruned: a pruner compares one run's progress with the best results.
         pruned_by = on_progress if index == 0 else None
-        run = run_trial(request, timeout_s, workdir, run_name, budget, pruned_by, launcher)
+        run = run_trial(request, timeout_s, workdir, run_name, budget, pruned_by, launcher, gauge)
         if on_run is not None:
             on_run(run)
         runs.append(run)

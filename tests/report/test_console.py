@@ -10,6 +10,7 @@ import pytest
 
 from autotune import app
 from autotune.config.load import load_settings
+from autotune.measure.core_speed import CoreSpeed
 from autotune.measure.measurement import SystemReport
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
@@ -72,9 +73,21 @@ def test_a_run_slowed_by_other_processes_says_so_on_the_terminal_and_in_the_repo
     markdown = write_reports(busy_study, summarise(busy_study), tmp_path)["report.md"].read_text()
     assert "## Measured on a busy machine" in markdown
     assert "1 of the 3 measured configurations was measured while other processes competed for its cores" in markdown
-    assert ": trial 0 (0.8 cores)." in markdown
+    assert ": trial 0: other processes busy (0.8 cores)." in markdown
     quiet = write_reports(results, summarise(results), tmp_path / "quiet")["report.md"].read_text()
     assert "busy machine" not in quiet
+
+
+def test_a_run_around_which_the_cores_ran_slow_says_so_on_the_terminal_and_in_the_report(tmp_path):
+    results = sample_results()
+    record = results.trials[0]
+    slow = TrialRecord(record.label, replace(record.result, core_speed=CoreSpeed([7.0, 9.8], [7.1, 7.0], 7.0)))
+    kept = TrialRecord(record.label, replace(record.result, core_speed=CoreSpeed([7.0, 8.4], [7.1, 7.0], 7.0)))
+    assert ", the cores ran 1.4x slow: may read low (" in format_result(slow.result)
+    assert "may read low" not in format_result(kept.result), "1.2x: within what a quiet host's readings vary"
+    slowed = StudyResults(**{**results.__dict__, "trials": [slow, *results.trials[1:]]})
+    markdown = write_reports(slowed, summarise(slowed), tmp_path)["report.md"].read_text()
+    assert ": trial 0: the cores ran 1.4x slow." in markdown and " (busy) |" in markdown
 
 
 def test_the_probe_line_says_how_many_of_its_settings_raised_and_the_first_error():

@@ -175,13 +175,14 @@ def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not
 
 def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_and_the_headline_says_so(tmp_path):
     finalist, other = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0]), Finalist("2", {}, 1, 100.0, [90.0])
-    slowed = {"confirm-2-baseline": "2.0 of 2 cores busy", "confirm-1-trial-2": "1.0 cores"}
+    slowed = {"confirm-2-baseline": "other processes busy (1.0 cores)", "confirm-1-trial-2": "the cores ran 1.4x slow"}
     confirmation = Confirmation([100.0, 98.0, 102.0], [finalist, other], disturbed=slowed, trials=["0", "2"])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     files = write_reports(results, summarise(results), tmp_path)
     markdown = files["report.md"].read_text()
-    assert "1 of the runs it stands on was slowed by other processes" in markdown, "not trial 2's"
-    assert "## Measured on a busy machine" in markdown and "confirm-2-baseline (2.0 of 2 cores busy)" in markdown
+    assert "1 of the runs it stands on was disturbed" in markdown, "not trial 2's"
+    assert "## Measured on a busy machine" in markdown and "confirm-2-baseline: other processes busy (1.0" in markdown
+    assert "confirm-1-trial-2: the cores ran 1.4x slow." in markdown
     assert json.loads(files["report.json"].read_text())["confirmation"]["disturbed"] == slowed
 
 
@@ -439,7 +440,7 @@ def test_the_ranked_table_marks_a_configuration_other_processes_slowed_and_says_
     report = write_reports(results, summary, tmp_path)["report.md"].read_text()
     ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
     assert "| 1 | 0 (recommended) (busy) |" in ranked and "| 2 | 3 |" in ranked
-    assert "(busy): other processes competed for its cores while it ran, so it may read low." in ranked
+    assert "(busy): other processes competed for its cores or its GPU, or its cores ran slow, so it may" in ranked
     out = io.StringIO()
     print_summary(summary, {}, "done", out)
     assert (

@@ -1,4 +1,4 @@
-"""A run that other processes disturbed, where one run decides (the baseline, a race's rounds), is measured again."""
+"""A run that something beside it disturbed, where one run decides (the baseline, a race's rounds), is run again."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from autotune import app
 from autotune.benchmark import both_ends, measure_rounds
 from autotune.config.load import load_settings
+from autotune.measure.core_speed import CoreSpeed
 from autotune.measure.measurement import SystemReport
 from autotune.results.benchmark import Benchmark
 from autotune.results.race import Confirmation, Finalist, alone
@@ -59,6 +60,13 @@ def test_a_disturbed_run_is_measured_once_more_and_the_second_stands(second, sta
     assert runs.names == ["baseline", "baseline-again"] and told == ["baseline"]
 
 
+def test_a_run_around_which_the_cores_ran_slow_is_measured_once_more_as_a_busy_one_is():
+    slowed = replace(run_of(50.0), core_speed=CoreSpeed([9.8, 7.0], [7.0, 7.0], 7.0))
+    runs = Runs({"baseline": slowed, "baseline-again": run_of(100.0)})
+    measured, told = measured_by(runs)
+    assert measured(BASELINE, "baseline").timing.throughput == 100.0 and told == ["baseline"]
+
+
 @pytest.mark.parametrize("first", [run_of(100.0), run_of(None)], ids=["quiet", "failed"])
 def test_a_quiet_run_or_a_failed_one_is_measured_once(first):
     runs = Runs({"baseline": first})
@@ -100,7 +108,8 @@ def test_a_race_names_the_runs_it_counted_though_they_were_disturbed():
     runs = Runs({"confirm-1-baseline": busy, "confirm-1-baseline-again": busy, "confirm-1-trial-1": run_of(130.0)})
     measured, _ = measured_by(runs)
     confirmation = race([finalist], BASELINE, {}, 1, "confirm", measured, lambda name, result: None)
-    assert confirmation.disturbed == {"confirm-1-baseline": BUSY.disturbance}, "the run counted: the second"
+    counted = {"confirm-1-baseline": f"other processes busy ({BUSY.disturbance})"}
+    assert confirmation.disturbed == counted, "the run counted: the second"
     assert Confirmation.from_dict(confirmation.to_dict()) == confirmation
 
 
@@ -157,7 +166,7 @@ def test_a_variant_whose_own_run_was_slowed_does_not_leave_for_lagging_on_that_r
     )
     trim = race([reference, variant], BASELINE, {}, 3, "trim-1", runs, lambda name, result: None, alone, reference)
     assert variant.dropped is None and trim.rounds == 3, "its quiet rounds tell: it ties"
-    assert trim.disturbed == {"trim-1-1-trial-1-without-amp": BUSY.disturbance}
+    assert trim.disturbed == {"trim-1-1-trial-1-without-amp": f"other processes busy ({BUSY.disturbance})"}
 
 
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
@@ -182,7 +191,7 @@ def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_rou
 def test_a_tuning_run_measures_its_disturbed_baseline_again_and_says_so_unless_told_not_to(
     tmp_path, monkeypatch, remeasure
 ):
-    monkeypatch.setattr(SystemReport, "disturbed", property(lambda self: True))  # every run, as on a busy machine
+    monkeypatch.setattr(SystemReport, "cores_taken", property(lambda self: True))  # every run, as on a busy machine
     study = {"n_trials": 0, "storage": f"sqlite:///{tmp_path}/s.db", "remeasure_disturbed": remeasure}
     out = io.StringIO()
     app.run(load_settings(tiny_config(study=study), "tiny"), tmp_path / "out", out=out)
@@ -192,7 +201,7 @@ def test_a_tuning_run_measures_its_disturbed_baseline_again_and_says_so_unless_t
 
 
 def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(SystemReport, "disturbed", property(lambda self: True))
+    monkeypatch.setattr(SystemReport, "cores_taken", property(lambda self: True))
     settings = load_settings(tiny_config(study={"remeasure_disturbed": True}), "tiny")
     entries = both_ends(settings.baseline, {**settings.baseline, "batch_size": 32})
     benchmark = Benchmark("tiny", "cpu", 2, "recommended.yaml", {}, entries)

@@ -229,7 +229,7 @@ def test_a_process_that_started_a_fork_server_is_counted_as_a_new_draw(tmp_path,
     trials = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path, clock=clock)
     monkeypatch.setattr(trials.launcher, "servers_started", trials.launcher.servers_started)  # the process's server
 
-    def started(request, timeout_s, workdir, name, budget, launcher):  # a server's start, then a fork from it
+    def started(request, timeout_s, workdir, name, budget, launcher, gauge):  # a server's start, then a fork from it
         launcher.servers_started += name == "first"
         return TrialResult(knobs={}, startup_s=3.0 if name == "first" else 0.01)
 
@@ -243,7 +243,7 @@ def test_a_process_that_started_a_fork_server_is_counted_as_a_new_draw(tmp_path,
 def test_the_plain_loop_that_judges_the_harness_starts_fresh_where_trials_are_forked(tmp_path, monkeypatch, plain):
     monkeypatch.setattr(runner_module, "JUDGE_LAUNCHER", SHIPPED_JUDGE_LAUNCHER)  # the tests' own forks it
     started = []
-    monkeypatch.setattr(app, "run_trial", lambda *args, launcher: started.append(launcher) or TrialResult(knobs={}))
+    monkeypatch.setattr(app, "run_trial", lambda *a, launcher, **_: started.append(launcher) or TrialResult(knobs={}))
     trials = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
     trials.check(dict(trials.request.knobs), "check", plain)
     assert type(started[0]) is (FreshLauncher if plain else ForkServer)

@@ -8,8 +8,11 @@ import sys
 
 import pytest
 
+from autotune.app import TrialRunner
+from autotune.config.load import load_settings
 from autotune.errors import ConfigError
-from autotune.trial.placement import CPUS_ENV, UNPINNED, slots
+from autotune.trial.placement import CPUS_ENV, UNPINNED, Slot, slots
+from tests.conftest import tiny_config
 
 
 def test_one_trial_at_a_time_runs_unpinned_on_a_cpu_and_on_a_gpu():
@@ -74,3 +77,17 @@ def test_a_trial_pins_itself_to_its_cores_with_one_torch_thread_and_compile_thre
 def test_core_sets_on_a_gpu_are_refused_naming_the_key():
     with pytest.raises(ConfigError, match=r"^study.cpu_sets: pins trials on a CPU"):
         slots(2, [[0], [1]], "cuda", 1, {0, 1})
+
+
+def test_a_slot_reads_the_cores_its_trials_run_on_unless_other_slots_trials_share_them(tmp_path):
+    settings = load_settings(tiny_config(measure={"core_speed": True}), "tiny")
+    pinned = Slot({CPUS_ENV: "1"}, (1,), "cores 1")
+    gpu = Slot({"CUDA_VISIBLE_DEVICES": "0"}, name="GPU 0")
+    alone, own = TrialRunner(settings, "cpu", tmp_path), TrialRunner(settings, "cpu", tmp_path, pinned, True)
+    assert alone.gauge.cores is None and own.gauge.cores == (1,)
+    shared = TrialRunner(settings, "cuda", tmp_path, gpu, True)
+    assert shared.gauge is None, "a reading beside another slot's running trial would read it"
+    unread = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
+    assert unread.gauge is None, "measure.core_speed=false"
+    for runner in (alone, own, shared, unread):
+        runner.close()

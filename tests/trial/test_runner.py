@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.measure import core_speed
+from autotune.measure.core_speed import CoreGauge, CoreSpeed
 from autotune.measure.memory import MemoryBudget
 from autotune.trial import runner
 from autotune.trial.launch import FreshLauncher, _FreshProcess, open_log
@@ -42,6 +44,21 @@ def test_a_good_trial_reports_a_measurement(tmp_path):
     assert result.measurement.system.gpu_note == "NVML not read: the pipeline runs on cpu"
     assert result.wall_s > timing.window_s
     assert TrialResult.from_dict(result.to_dict()) == result
+
+
+@pytest.mark.parametrize("model", ["TinyCNN", "AbortOnChannelsLast"], ids=["measured", "crashed"])
+def test_a_gauge_reads_the_cores_before_the_trials_process_starts_and_after_it_ended(tmp_path, model):
+    seen = []
+
+    def read(cores):
+        seen.append(((tmp_path / "gauged.log").exists(), (tmp_path / "gauged.result.json").exists()))
+        return [7.0 if len(seen) <= core_speed.FIRST_READINGS + 1 else 9.8]
+
+    result = run_trial(request(model, channels_last=True), 120, tmp_path, "gauged", gauge=CoreGauge((0,), read))
+    assert seen[: core_speed.FIRST_READINGS + 1] == [(False, False)] * (core_speed.FIRST_READINGS + 1)
+    assert seen[-1] == (True, model == "TinyCNN") and len(seen) == core_speed.FIRST_READINGS + 2
+    assert result.core_speed == CoreSpeed([7.0], [9.8], 7.0) and result.ok == (model == "TinyCNN")
+    assert result.disturbed == result.ok, "a slow reading disturbs a run with figures, not a failed one"
 
 
 def test_an_exception_in_the_dataset_is_a_failure_with_its_message(tmp_path):
