@@ -24,6 +24,8 @@ LOOP = 220_000  # about 5 ms on the Xeon of 2026-12-04: a reading of two cores t
 REPEATS = 3
 # Readings a gauge takes before its first run's, so that its usual speed does not rest on one run's readings.
 FIRST_READINGS = 4
+# The most cores one reading times (~15 ms each): on a machine of many, each reading takes the next ones in turn.
+CORES_A_READING = 4
 
 
 def loop_s(loop: int = LOOP) -> float:
@@ -34,13 +36,13 @@ def loop_s(loop: int = LOOP) -> float:
     return time.perf_counter() - start
 
 
-def core_times_ms(cores: Iterable[int] | None = None) -> list[float]:
-    """The median of ``REPEATS`` timings of ``loop_s`` on each of ``cores`` (None: every core this thread may use),
-    in ms, the calling thread pinned to each in turn; its own affinity is restored afterwards."""
+def core_times_ms(cores: Iterable[int]) -> list[float]:
+    """The median of ``REPEATS`` timings of ``loop_s`` on each of ``cores``, in ms, the calling thread pinned to
+    each in turn; its own affinity is restored afterwards."""
     mine = os.sched_getaffinity(0)
     times = []
     try:
-        for core in sorted(mine if cores is None else cores):
+        for core in cores:
             os.sched_setaffinity(0, {core})
             times.append(statistics.median(loop_s() for _ in range(REPEATS)) * 1e3)
     finally:
@@ -77,21 +79,22 @@ class CoreSpeed:
 
 
 class CoreGauge:
-    """Reads ``cores`` (None: every core of the thread that reads) around runs and keeps every core time it read:
-    their median is the usual speed each run's readings are judged against. ``read`` takes a reading of the
-    cores (``core_times_ms`` by default)."""
+    """Reads ``cores`` (None: every core this process may use) around runs, ``CORES_A_READING`` of them a
+    reading, each reading the next ones in turn, and keeps every core time it read: their median is the usual speed
+    each run's readings are judged against. ``read`` times the cores it is given (``core_times_ms`` by default)."""
 
     def __init__(
-        self, cores: Iterable[int] | None = None, read: Callable[[Iterable[int] | None], list[float]] = core_times_ms
+        self, cores: Iterable[int] | None = None, read: Callable[[list[int]], list[float]] = core_times_ms
     ) -> None:
-        self.cores = None if cores is None else tuple(cores)
+        self.cores = tuple(sorted(os.sched_getaffinity(0) if cores is None else cores))
         self._read = read
         self._times: list[float] = []
+        self._next = 0
 
     def before(self) -> list[float]:
         """A reading just before a run's process starts (the first run's follows ``FIRST_READINGS`` more)."""
         for _ in range(FIRST_READINGS if not self._times else 0):
-            self._times += self._read(self.cores)
+            self._reading()
         return self._reading()
 
     def after(self, before_ms: list[float]) -> CoreSpeed:
@@ -99,6 +102,9 @@ class CoreGauge:
         return CoreSpeed(before_ms, self._reading(), statistics.median(self._times))
 
     def _reading(self) -> list[float]:
-        times = self._read(self.cores)
+        count = min(CORES_A_READING, len(self.cores))
+        cores = [self.cores[(self._next + index) % len(self.cores)] for index in range(count)]
+        self._next = (self._next + count) % len(self.cores)
+        times = self._read(cores)
         self._times += times
         return times
