@@ -407,10 +407,10 @@ class TrialRunner:
         self.settings, self.device, self.workdir, self.clock = settings, device, workdir, clock
         self.budget = settings.study.watched_budget(device)  # what a running trial's host tree is held to
         measure = settings.measure
-        # The cores its trials run on, read around each (``TrialResult.core_speed``); not where the trials of other
-        # slots may run on them too (several GPUs' slots), as a reading beside a running trial reads it.
-        alone = slot.cores is not None or not own_server
-        self.gauge = CoreGauge(slot.cores) if measure.core_speed and alone else None
+        # The cores its runs use, read around each run where one run decides (``run``, ``check``: TrialResult.
+        # core_speed); not around the search's (``screen``), which in several slots run beside each other's: a reading
+        # beside another slot's trial, or beside its thread's Python, reads them.
+        self.gauge = CoreGauge(slot.cores) if measure.core_speed else None
         self.own_server = ForkServer() if measure.fork_trials and own_server else None
         self.launcher = self.own_server or (shared_fork_server() if measure.fork_trials else FreshLauncher())
         self._servers_started = self.launcher.servers_started  # what the clock was told of so far
@@ -439,14 +439,16 @@ class TrialRunner:
 
     def run(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
         """Knob values and a trial name in, a TrialResult out (the median of measure.repeats runs)."""
-        return self._repeated(replace(self.request, knobs=knobs), name, on_progress)
+        return self._repeated(replace(self.request, knobs=knobs), name, on_progress, self.gauge)
 
     def screen(self, knobs: dict, name: str, on_progress: ProgressFn | None = None) -> TrialResult:
         """As ``run``, with the shorter window of a search trial (measure.screen_*)."""
         request = replace(self.request, knobs=knobs, plan=self.settings.measure.screen_plan)
         return self._repeated(request, name, on_progress)
 
-    def _repeated(self, request: TrialRequest, name: str, on_progress: ProgressFn | None) -> TrialResult:
+    def _repeated(
+        self, request: TrialRequest, name: str, on_progress: ProgressFn | None, gauge: CoreGauge | None = None
+    ) -> TrialResult:
         measure = self.settings.measure
         return run_repeated(
             request,
@@ -458,14 +460,15 @@ class TrialRunner:
             on_progress,
             self.launcher,
             self._count,
-            self.gauge,
+            gauge,
         )
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
         """``knobs`` with the full window in one process, timed by the harness or by the plain loop, which starts as
         ``trial_runner.JUDGE_LAUNCHER`` says whether or not trials fork."""
         request = replace(self.request, knobs=knobs, plain=plain)
-        return self.trial(request, name, launcher=trial_runner.JUDGE_LAUNCHER() if plain else self.launcher)
+        launcher = trial_runner.JUDGE_LAUNCHER() if plain else self.launcher
+        return self.trial(request, name, launcher=launcher, gauge=self.gauge)
 
     def probe(self, plan: ProbePlan) -> TrialResult:
         """The differential probe of ``plan``, in one process."""
@@ -477,14 +480,19 @@ class TrialRunner:
         return self.trial(replace(self.request, inspect=True), "inspect", watched=False)
 
     def trial(
-        self, request: TrialRequest, name: str, watched: bool = True, launcher: Launcher | None = None
+        self,
+        request: TrialRequest,
+        name: str,
+        watched: bool = True,
+        launcher: Launcher | None = None,
+        gauge: CoreGauge | None = None,
     ) -> TrialResult:
         """``request`` in one process (started by ``launcher``, by default the runner's), held to the run's memory
-        budget where ``watched``."""
+        budget where ``watched``, its cores read around it by ``gauge`` where given."""
         budget = self.budget if watched else None
         timeout_s = self.settings.measure.trial_timeout_s
         launcher = launcher or self.launcher
-        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher, gauge=self.gauge)
+        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher, gauge=gauge)
         self._count(result)
         return result
 

@@ -9,8 +9,8 @@ processes (``SystemReport.disturbed``) cannot see.
 Prints the loop's median, its 10th-90th percentiles, and each episode of samples slower than ``--slow`` times the
 median (slow samples less than ``--gap`` seconds apart are one episode): its length, how many of its samples were
 slow, the worst, the share of that sample's wall time that was its own CPU time (about 1: the core itself ran slower;
-well below 1: the process waited) and the steal the kernel counted in the episode. The loop is the one the tuner
-times its cores with around each run (``autotune/measure/core_speed.py``), ``LOOP`` long."""
+well below 1: the process waited) and the steal the kernel counted in the episode. The loop is the tuner's
+(``autotune/measure/core_speed.loop_s``), counting to ``LOOP`` here."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ class StudySettings:
     ``cpu_sets`` (``autotune/trial/placement.py``).
     ``diagnose`` profiles the baseline and the recommendation after the race (``autotune/study/profiles.py``).
     ``budget_s`` bounds the whole run: a step starts only where it fits (``RunClock.affords``).
-    ``remeasure_disturbed`` measures again a run of the baseline, a race, mode=benchmark or mode=check that other
-    processes disturbed (``autotune/study/disturbed.py``).
+    ``remeasure_disturbed`` measures again a run of the baseline, a race, mode=benchmark or mode=check that something
+    beside it disturbed (``TrialResult.disturbed``, ``autotune/study/disturbed.py``).
     """
 
     name: str

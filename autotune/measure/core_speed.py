@@ -18,13 +18,13 @@ import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
-LOOP = 220_000  # about 5 ms on the Xeon of 2026-12-04: a reading of two cores takes ~30 ms
+LOOP = 220_000  # about 5 ms on the Xeon of 2026-12-04: a core's reading, three of them, takes ~15 ms
 REPEATS = 3
-# Readings a gauge takes before its first run's, so that its usual speed does not rest on one run's readings.
+# Readings of a core before the first run it is read around, so that its usual speed rests on more than one run's.
 FIRST_READINGS = 4
-# The most cores one reading times (~15 ms each): on a machine of many, each reading takes the next ones in turn.
+# The most cores read around one run (~15 ms each, twice): on a machine of many, each run reads the next ones in turn.
 CORES_A_READING = 4
 
 
@@ -52,21 +52,23 @@ def core_times_ms(cores: Iterable[int]) -> list[float]:
 
 @dataclass(frozen=True)
 class CoreSpeed:
-    """The cores a run used, read just before its process started (``before_ms``) and just after it ended
-    (``after_ms``): per core, ``core_times_ms``; ``usual_ms``: the median of every core time the tuner read so far.
-    A core time ``SLOW`` times the usual or more says the cores ran slow around the run; a quiet host's readings
-    stay within a few per cent of their median (docs/benchmarks.md, Known limits)."""
+    """The ``cores`` read around a run, just before its process started (``before_ms``) and just after it ended
+    (``after_ms``), each a ``core_times_ms``, beside each core's usual time (``usual_ms``: the median of every time
+    the gauge read on it so far). A core time ``SLOW`` times its usual or more says the cores ran slow around the
+    run; a quiet host's stay within a few per cent of it (docs/benchmarks.md section 13). Each core is judged against
+    its own: a machine's cores need not run alike (a hybrid CPU's efficiency cores)."""
 
+    cores: list[int]
     before_ms: list[float]
     after_ms: list[float]
-    usual_ms: float
+    usual_ms: list[float]
 
     SLOW: ClassVar[float] = 1.3
 
     @property
     def slowdown(self) -> float:
-        """The slowest core time around the run, as a multiple of the usual one."""
-        return max([*self.before_ms, *self.after_ms]) / self.usual_ms
+        """The slowest core time around the run, as a multiple of that core's usual one."""
+        return max(max(b, a) / u for b, a, u in zip(self.before_ms, self.after_ms, self.usual_ms, strict=True))
 
     @property
     def slow(self) -> bool:
@@ -78,33 +80,53 @@ class CoreSpeed:
         return f"the cores ran {self.slowdown:.1f}x slow" if self.slow else None
 
 
+class Reading(NamedTuple):
+    """A reading before a run: the cores read, and their times in ms."""
+
+    cores: list[int]
+    times_ms: list[float]
+
+
 class CoreGauge:
-    """Reads ``cores`` (None: every core this process may use) around runs, ``CORES_A_READING`` of them a
-    reading, each reading the next ones in turn, and keeps every core time it read: their median is the usual speed
-    each run's readings are judged against. ``read`` times the cores it is given (``core_times_ms`` by default)."""
+    """Reads the cores of the runs it is given (``cores``; None: every core this process may use) around each, at
+    most ``CORES_A_READING`` of them a run, the next ones in turn, and keeps every time it read on each core: their
+    median is the core's usual speed, against which each run's readings are judged; a core is read
+    ``FIRST_READINGS`` times more before the first run it is read around. ``read`` times the cores it is given
+    (``core_times_ms`` by default); a reading the OS refuses (a core taken from this process) is no reading."""
 
     def __init__(
         self, cores: Iterable[int] | None = None, read: Callable[[list[int]], list[float]] = core_times_ms
     ) -> None:
         self.cores = tuple(sorted(os.sched_getaffinity(0) if cores is None else cores))
         self._read = read
-        self._times: list[float] = []
+        self._history: dict[int, list[float]] = {}
         self._next = 0
 
-    def before(self) -> list[float]:
-        """A reading just before a run's process starts (the first run's follows ``FIRST_READINGS`` more)."""
-        for _ in range(FIRST_READINGS if not self._times else 0):
-            self._reading()
-        return self._reading()
-
-    def after(self, before_ms: list[float]) -> CoreSpeed:
-        """A reading just after the run's process ended, with ``before_ms`` judged against the usual speed."""
-        return CoreSpeed(before_ms, self._reading(), statistics.median(self._times))
-
-    def _reading(self) -> list[float]:
+    def before(self) -> Reading | None:
+        """The next cores in turn, read just before a run's process starts."""
         count = min(CORES_A_READING, len(self.cores))
         cores = [self.cores[(self._next + index) % len(self.cores)] for index in range(count)]
         self._next = (self._next + count) % len(self.cores)
-        times = self._read(cores)
-        self._times += times
+        while any(len(self._history.get(core, [])) < FIRST_READINGS for core in cores):
+            if self._take(cores) is None:
+                return None
+        times = self._take(cores)
+        return Reading(cores, times) if times is not None else None
+
+    def after(self, before: Reading | None) -> CoreSpeed | None:
+        """The cores of ``before`` read again just after the run's process ended, judged against their usual
+        speed; None where either reading was refused."""
+        after = self._take(before.cores) if before is not None else None
+        if after is None:
+            return None
+        usual = [statistics.median(self._history[core]) for core in before.cores]
+        return CoreSpeed(before.cores, before.times_ms, after, usual)
+
+    def _take(self, cores: list[int]) -> list[float] | None:
+        try:
+            times = self._read(cores)
+        except OSError:
+            return None
+        for core, time_ms in zip(cores, times, strict=True):
+            self._history.setdefault(core, []).append(time_ms)
         return times

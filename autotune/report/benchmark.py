@@ -132,7 +132,7 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
     median = f"{entry.median:.1f}" if entry.median is not None else "-"
     memory = benchmark.memory_change(entry)
     notes = [f"{counted(len(entry.failures), 'run')} failed"] if entry.failures else []
-    notes += [f"{counted(len(entry.disturbed), 'run')} slowed by other processes"] if entry.disturbed else []
+    notes += [f"{counted(len(entry.disturbed), 'run')} disturbed"] if entry.disturbed else []
     label = entry.label + (f" ({'; '.join(notes)})" if notes else "")
     if entry is benchmark.baseline:
         peak = f"{entry.median_peak_mb:.0f} MB" if entry.median_peak_mb is not None else "-"

@@ -72,6 +72,7 @@ def run_trial(
     the tuner stopped it.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    before = gauge.before() if gauge else None
     request_path = _write_private(workdir / _REQUESTS, name, json.dumps(request.to_dict(), indent=1))
     result_path = workdir / f"{name}.result.json"
     progress_path = workdir / f"{name}.progress.jsonl"
@@ -79,7 +80,6 @@ def run_trial(
         stale.unlink(missing_ok=True)
     log_path = workdir / f"{name}.log"
     argv = [str(request_path), str(result_path), str(progress_path)]
-    before = gauge.before() if gauge else None
     start = time.monotonic()
     try:
         proc = (launcher or DEFAULT_LAUNCHER()).start(argv, log_path, _worker_env(request))
@@ -94,7 +94,7 @@ def run_trial(
     finally:
         _remove_private(request_path)
     wall_s = time.monotonic() - start
-    speed = gauge.after(before) if gauge and before is not None else None
+    speed = gauge.after(before) if gauge else None
     if stopped is not None:
         return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s, core_speed=speed)
     if result_path.exists():  # this run's (a stale one was deleted above), and whole (written by a rename)

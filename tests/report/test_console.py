@@ -81,8 +81,9 @@ def test_a_run_slowed_by_other_processes_says_so_on_the_terminal_and_in_the_repo
 def test_a_run_around_which_the_cores_ran_slow_says_so_on_the_terminal_and_in_the_report(tmp_path):
     results = sample_results()
     record = results.trials[0]
-    slow = TrialRecord(record.label, replace(record.result, core_speed=CoreSpeed([7.0, 9.8], [7.1, 7.0], 7.0)))
-    kept = TrialRecord(record.label, replace(record.result, core_speed=CoreSpeed([7.0, 8.4], [7.1, 7.0], 7.0)))
+    read = lambda slowest: CoreSpeed([0, 1], [7.0, slowest], [7.1, 7.0], [7.0, 7.0])  # noqa: E731
+    slow = TrialRecord(record.label, replace(record.result, core_speed=read(9.8)))
+    kept = TrialRecord(record.label, replace(record.result, core_speed=read(8.4)))
     assert ", the cores ran 1.4x slow: may read low (" in format_result(slow.result)
     assert "may read low" not in format_result(kept.result), "1.2x: within what a quiet host's readings vary"
     slowed = StudyResults(**{**results.__dict__, "trials": [slow, *results.trials[1:]]})

@@ -81,7 +81,7 @@ def test_a_benchmark_stopped_in_its_first_rounds_says_how_many_ran_and_judges_no
 def test_the_baselines_row_counts_its_runs_other_processes_slowed_as_every_rows_does():
     record = benchmark([150.0, 156.0, 147.0])
     record.entries[0].disturbed.append("round 2: 1.9 cores")
-    assert benchmark_table(record).rows[0][0] == "baseline (1 run slowed by other processes)"
+    assert benchmark_table(record).rows[0][0] == "baseline (1 run disturbed)"
 
 
 def test_the_record_is_written_first_and_reads_back(tmp_path):

@@ -61,7 +61,7 @@ def test_a_disturbed_run_is_measured_once_more_and_the_second_stands(second, sta
 
 
 def test_a_run_around_which_the_cores_ran_slow_is_measured_once_more_as_a_busy_one_is():
-    slowed = replace(run_of(50.0), core_speed=CoreSpeed([9.8, 7.0], [7.0, 7.0], 7.0))
+    slowed = replace(run_of(50.0), core_speed=CoreSpeed([0, 1], [9.8, 7.0], [7.0, 7.0], [7.0, 7.0]))
     runs = Runs({"baseline": slowed, "baseline-again": run_of(100.0)})
     measured, told = measured_by(runs)
     assert measured(BASELINE, "baseline").timing.throughput == 100.0 and told == ["baseline"]

@@ -8,11 +8,14 @@ import sys
 
 import pytest
 
+from autotune import app
 from autotune.app import TrialRunner
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError
+from autotune.trial import runner
 from autotune.trial.placement import CPUS_ENV, UNPINNED, Slot, slots
-from tests.conftest import tiny_config
+from autotune.trial.result import ProbePlan, TrialResult
+from tests.conftest import fake_measurement, tiny_config
 
 
 def test_one_trial_at_a_time_runs_unpinned_on_a_cpu_and_on_a_gpu():
@@ -79,15 +82,23 @@ def test_core_sets_on_a_gpu_are_refused_naming_the_key():
         slots(2, [[0], [1]], "cuda", 1, {0, 1})
 
 
-def test_a_slot_reads_the_cores_its_trials_run_on_unless_other_slots_trials_share_them(tmp_path):
+def test_the_runs_where_one_decides_are_read_on_their_slots_cores_the_searchs_are_not(tmp_path, monkeypatch):
+    given = {}
+
+    def run_trial(request, timeout_s, workdir, name, budget=None, on_progress=None, launcher=None, gauge=None):
+        given[name] = gauge
+        return TrialResult({}, measurement=fake_measurement(100.0))
+
+    monkeypatch.setattr(app, "run_trial", run_trial)  # check, probe
+    monkeypatch.setattr(runner, "run_trial", run_trial)  # run, screen: through run_repeated
     settings = load_settings(tiny_config(measure={"core_speed": True}), "tiny")
-    pinned = Slot({CPUS_ENV: "1"}, (1,), "cores 1")
-    gpu = Slot({"CUDA_VISIBLE_DEVICES": "0"}, name="GPU 0")
-    alone, own = TrialRunner(settings, "cpu", tmp_path), TrialRunner(settings, "cpu", tmp_path, pinned, True)
-    assert alone.gauge.cores == tuple(sorted(os.sched_getaffinity(0))) and own.gauge.cores == (1,)
-    shared = TrialRunner(settings, "cuda", tmp_path, gpu, True)
-    assert shared.gauge is None, "a reading beside another slot's running trial would read it"
-    unread = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
-    assert unread.gauge is None, "measure.core_speed=false"
-    for runner in (alone, own, shared, unread):
-        runner.close()
+    pinned = TrialRunner(settings, "cpu", tmp_path, Slot({CPUS_ENV: "1"}, (1,), "cores 1"), True)
+    pinned.run({}, "run")
+    pinned.screen({}, "screen")  # several slots' search trials run beside each other: a reading would read them
+    pinned.check({}, "check", plain=False)
+    pinned.probe(ProbePlan([], []))
+    assert given["run"].cores == (1,) and given["check"] is given["run"]
+    assert given["screen"] is None and given["probe"] is None
+    assert TrialRunner(settings, "cpu", tmp_path).gauge.cores == tuple(sorted(os.sched_getaffinity(0)))
+    assert TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path).gauge is None, "measure.core_speed"
+    pinned.close()

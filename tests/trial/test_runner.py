@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from autotune.measure import core_speed
@@ -48,16 +49,18 @@ def test_a_good_trial_reports_a_measurement(tmp_path):
 
 @pytest.mark.parametrize("model", ["TinyCNN", "AbortOnChannelsLast"], ids=["measured", "crashed"])
 def test_a_gauge_reads_the_cores_before_the_trials_process_starts_and_after_it_ended(tmp_path, model):
-    seen = []
+    seen, first = [], core_speed.FIRST_READINGS
+    before = set(psutil.Process().children(recursive=True))  # a fork server of earlier tests, say
 
     def read(cores):
-        seen.append(((tmp_path / "gauged.log").exists(), (tmp_path / "gauged.result.json").exists()))
-        return [7.0 if len(seen) <= core_speed.FIRST_READINGS + 1 else 9.8]
+        trials = set(psutil.Process().children(recursive=True)) - before  # the fresh trial's process, until reaped
+        seen.append((bool(trials), (tmp_path / "gauged.result.json").exists()))
+        return [7.0 if len(seen) <= first + 1 else 9.8]
 
-    result = run_trial(request(model, channels_last=True), 120, tmp_path, "gauged", gauge=CoreGauge((0,), read))
-    assert seen[: core_speed.FIRST_READINGS + 1] == [(False, False)] * (core_speed.FIRST_READINGS + 1)
-    assert seen[-1] == (True, model == "TinyCNN") and len(seen) == core_speed.FIRST_READINGS + 2
-    assert result.core_speed == CoreSpeed([7.0], [9.8], 7.0) and result.ok == (model == "TinyCNN")
+    gauged = request(model, channels_last=True)
+    result = run_trial(gauged, 120, tmp_path, "gauged", launcher=FreshLauncher(), gauge=CoreGauge((0,), read))
+    assert seen == [(False, False)] * (first + 1) + [(False, model == "TinyCNN")], "no process of the trial's there"
+    assert result.core_speed == CoreSpeed([0], [7.0], [9.8], [7.0]) and result.ok == (model == "TinyCNN")
     assert result.disturbed == result.ok, "a slow reading disturbs a run with figures, not a failed one"
 
 
