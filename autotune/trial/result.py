@@ -237,8 +237,8 @@ class TrialResult:
     With repeated runs, the median run is kept and ``repeat_throughputs`` lists every run's throughput.
     ``loss_check`` is what the correctness guard compared (None where no step ran). A probe's result is in
     ``probe``, the plain loop's in ``plain``, an inspection's in ``inspection``, a profiling run's in ``profile``.
-    ``core_speed``: the cores read around its process by the tuner (None: not read, as where trials at once share
-    cores).
+    ``core_speed``: the cores read around its process by the tuner (None: not read: a search trial, the probe, the
+    inspection, or measure.core_speed=false).
     """
 
     knobs: dict[str, Any]
