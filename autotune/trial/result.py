@@ -264,9 +264,7 @@ class TrialResult:
         """Whether something beside the run may have slowed it, so that its figures may read low: other processes
         took its cores or shared its GPU (``SystemReport.disturbed``), or the cores ran slow around it
         (``CoreSpeed.slow``). A failed run is not disturbed: it has no figures."""
-        if not self.ok or self.measurement is None:
-            return False
-        return self.measurement.system.disturbed or bool(self.core_speed and self.core_speed.slow)
+        return self.disturbance is not None
 
     @property
     def disturbance(self) -> str | None:
