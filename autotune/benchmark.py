@@ -23,6 +23,7 @@ from autotune.pipeline.facts import Inspection
 from autotune.recommendation import MachineMismatchWarning, UntrimmedWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
+from autotune.report.rows import disturbance_words
 from autotune.results.benchmark import Benchmark, Entry
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.tuner import RunFn
@@ -157,7 +158,7 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
     said = {_run_name(index, entry): _run_label(index, entry) for index in rounds for entry in benchmark.entries}
 
     def show_disturbed(name: str, result: TrialResult) -> None:
-        shown = f"{result.timing.throughput:.1f} samples/s, {result.disturbance}: measured again"
+        shown = f"{result.timing.throughput:.1f} samples/s, {disturbance_words(result.disturbance)}: measured again"
         print(f"[{said.get(name, name)}] {shown}", file=out, flush=True)
 
     run = again_if_disturbed(timed, show_disturbed) if settings.study.remeasure_disturbed else timed
@@ -175,9 +176,9 @@ def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)
             shown = f"{result.timing.throughput:.1f} samples/s, peak {result.peak_memory_mb:.0f} MB"
-            if result.disturbed:
-                entry.disturbed.append(f"round {index}: {result.disturbance}")
-                shown += f", {result.disturbance}: may read low"
+            if result.disturbance:
+                entry.disturbed[index] = result.disturbance
+                shown += f", {disturbance_words(result.disturbance)}: may read low"
         else:
             entry.throughputs.append(None)
             entry.peak_memory_mb.append(None)

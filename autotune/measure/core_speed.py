@@ -75,11 +75,6 @@ class CoreSpeed:
     def slow(self) -> bool:
         return self.slowdown >= self.SLOW
 
-    @property
-    def disturbance(self) -> str | None:
-        """The slowdown in words ("the cores ran 1.4x slow"); None where they kept their speed."""
-        return f"the cores ran {self.slowdown:.1f}x slow" if self.slow else None
-
 
 class Reading(NamedTuple):
     """A reading before a run: the cores read, and their times in ms."""

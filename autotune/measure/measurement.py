@@ -99,18 +99,6 @@ class SystemReport:
         may be low. Any process on the GPU counts: NVML does not say how much of the GPU each one took."""
         return self.cores_taken or bool(self.gpu_other_processes)
 
-    @property
-    def disturbance(self) -> str | None:
-        """What disturbed the window, in words: the cores others took ("0.8 cores"), the processes beside it on the
-        GPU ("1 other process on the GPU"), or both; None where nothing did."""
-        found = []
-        if self.cores_taken:
-            found.append(f"{self.other_processes_cores:.1f} cores")
-        if self.gpu_other_processes:
-            count = self.gpu_other_processes
-            found.append(f"{count} other process{'es' if count > 1 else ''} on the GPU")
-        return "; ".join(found) or None
-
 
 @dataclass(frozen=True)
 class Measurement:

@@ -11,7 +11,7 @@ from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
 from autotune.report.document import headline, ranked_basis
 from autotune.report.profiles import current_profiles, summary_lines
-from autotune.report.rows import marked, ranked_frame
+from autotune.report.rows import disturbance_words, marked, ranked_frame
 from autotune.report.tuner_time import budget_lines, tuner_time_line
 from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary
@@ -54,8 +54,8 @@ def format_result(
     runs = result.repeat_throughputs or []
     if len(runs) > 1:
         compile_note += f", median of {len(runs)} runs ({min(runs):.1f}-{max(runs):.1f})"
-    if result.disturbed:
-        compile_note += f", {result.disturbance}: may read low"
+    if result.disturbance:
+        compile_note += f", {disturbance_words(result.disturbance)}: may read low"
     return (
         f"{knobs} -> {result.timing.throughput:.1f} samples/s{speedup}, "
         f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"

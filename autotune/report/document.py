@@ -19,7 +19,7 @@ from autotune.report import plots
 from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
 from autotune.report.profiles import current_profiles, describe, side_by_side_rows, sides
-from autotune.report.rows import busy_note, marked, ranked_rows, record_row
+from autotune.report.rows import busy_note, disturbance_words, marked, ranked_rows, record_row
 from autotune.report.tuner_time import budget_lines, covers
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
@@ -28,6 +28,7 @@ from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
 from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to, unsettled
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
+from autotune.trial.result import Disturbance
 from autotune.words import counted
 
 _BEFORE_AFTER_METRICS = [
@@ -550,9 +551,7 @@ def _busy_machine(summary: Summary) -> list[Section]:
     raced = _disturbed_race_runs(summary)
     paragraphs = []
     if busy:
-        named = "; ".join(
-            f"{'the baseline' if r is summary.baseline else f'trial {r.label}'}: {r.result.disturbance}" for r in busy
-        )
+        named = "; ".join(f"{_run_label(r, summary)}: {disturbance_words(r.result.disturbance)}" for r in busy)
         paragraphs.append(
             f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
             "measured while other processes competed for its cores (nearly all busy, at least "
@@ -562,7 +561,7 @@ def _busy_machine(summary: Summary) -> list[Section]:
             "and run the study again (a new study.name measures everything afresh)."
         )
     if raced:
-        named = "; ".join(f"{name}: {disturbance}" for name, disturbance in raced.items())
+        named = "; ".join(f"{name}: {disturbance_words(disturbance)}" for name, disturbance in raced.items())
         paragraphs.append(
             f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
             f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "
@@ -572,7 +571,11 @@ def _busy_machine(summary: Summary) -> list[Section]:
     return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
 
 
-def _disturbed_race_runs(summary: Summary) -> dict[str, str]:
+def _run_label(record: TrialRecord, summary: Summary) -> str:
+    return "the baseline" if record is summary.baseline else f"trial {record.label}"
+
+
+def _disturbed_race_runs(summary: Summary) -> dict[str, Disturbance]:
     """The races' runs (the finalists' and the trim's) counted though something beside them slowed them."""
     return {name: disturbance for race in summary.races for name, disturbance in race.disturbed.items()}
 

@@ -9,7 +9,7 @@ import pandas as pd
 from autotune.knobs import KNOBS
 from autotune.records import TrialRecord
 from autotune.results.summary import Summary
-from autotune.trial.result import FailureKind
+from autotune.trial.result import Disturbance, FailureKind
 
 MEASUREMENT_COLUMNS = [
     "throughput_sps",
@@ -58,7 +58,7 @@ def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[
         fp32_first_loss_spread=check.fp32_spread if check else None,
         wall_s=result.wall_s,
         cores_slowdown=result.core_speed.slowdown if result.core_speed else None,  # around the run: CoreSpeed
-        disturbance=result.disturbance,
+        disturbance=disturbance_words(result.disturbance) if result.disturbance else None,
         failure_kind=result.failure.kind.value if result.failure else None,
         failure_reason=result.failure.message if result.failure else None,
     )
@@ -107,6 +107,19 @@ def _measurement_columns(m, baseline_throughput: float) -> dict[str, Any]:
         "gflops_per_sample": flops / 1e9 if flops is not None else None,
         "achieved_gflops_per_s": compute.achieved_flops_per_s / 1e9 if flops is not None else None,
     }
+
+
+def disturbance_words(disturbance: Disturbance) -> str:
+    """What disturbed a run, in words: "other processes busy (0.8 cores)", "1 other process on the GPU", "the cores
+    ran 1.4x slow", joined by "; "."""
+    found = []
+    if disturbance.others_cores is not None:
+        found.append(f"other processes busy ({disturbance.others_cores:.1f} cores)")
+    if count := disturbance.gpu_processes:
+        found.append(f"{count} other process{'es' if count > 1 else ''} on the GPU")
+    if disturbance.cores_slowdown is not None:
+        found.append(f"the cores ran {disturbance.cores_slowdown:.1f}x slow")
+    return "; ".join(found)
 
 
 def ranked_rows(summary: Summary) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from autotune.knobs import changed, undo
 from autotune.measure.stats import RatioInterval, ratio_interval
+from autotune.trial.result import Disturbance
 
 # What an entry is: the two ends, or one change from the recommendation on top of the baseline, or left out of it.
 KINDS = ("baseline", "recommended", "alone", "without")
@@ -25,8 +26,8 @@ KINDS = ("baseline", "recommended", "alone", "without")
 @dataclass(frozen=True)
 class Entry:
     """One configuration of the benchmark: ``kind`` (KINDS) and the ``knob`` it is about (alone, without), its knob
-    values, and per round its samples/s and peak memory (None where that run failed), a line per failure, and one
-    per run counted though something beside it slowed it (``autotune/study/disturbed.py``)."""
+    values, and per round its samples/s and peak memory (None where that run failed), a line per failure, and by
+    round what slowed a run counted though something beside it slowed it (``autotune/study/disturbed.py``)."""
 
     label: str
     kind: str
@@ -35,7 +36,17 @@ class Entry:
     throughputs: list[float | None] = field(default_factory=list)
     peak_memory_mb: list[float | None] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    disturbed: list[str] = field(default_factory=list)
+    disturbed: dict[int, Disturbance] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Entry:
+        """``data`` as ``Benchmark.to_dict`` wrote it; earlier versions stored the disturbed runs as lines of words
+        ("round 2: 0.8 cores")."""
+        stored = data.get("disturbed") or {}
+        if isinstance(stored, list):
+            stored = dict(line.removeprefix("round ").split(": ", 1) for line in stored)
+        disturbed = {int(index): Disturbance.from_dict(value) for index, value in stored.items()}
+        return cls(**{**data, "disturbed": disturbed})
 
     @property
     def median(self) -> float | None:
@@ -142,5 +153,5 @@ class Benchmark:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Benchmark:
         derived = ("ratios", "interval", "verdict", "memory_change", "to_recommended", "to_recommended_verdict")
-        entries = [Entry(**{k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
+        entries = [Entry.from_dict({k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
         return cls(**{**{k: v for k, v in data.items() if k != "shares"}, "entries": entries})

@@ -53,7 +53,7 @@ from typing import Any
 
 from autotune.knobs import KNOBS, changed, costly_values
 from autotune.records import TrialRecord
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Disturbance, TrialResult
 from autotune.words import counted
 
 # A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by 6-20 %
@@ -136,7 +136,7 @@ class Confirmation:
     failure: str | None = None
     planned_rounds: int | None = None
     cut: bool = False
-    disturbed: dict[str, str] = field(default_factory=dict)
+    disturbed: dict[str, Disturbance] = field(default_factory=dict)
     trials: list[str] | None = None
     decided_after: int | None = None
 
@@ -303,13 +303,18 @@ class Confirmation:
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**_fields(self), "finalists": [finalist.to_dict() for finalist in self.finalists]}
+        return {
+            **_fields(self),
+            "finalists": [finalist.to_dict() for finalist in self.finalists],
+            "disturbed": {name: disturbance.to_dict() for name, disturbance in self.disturbed.items()},
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Confirmation:
         finalists = [Finalist.from_dict(finalist) for finalist in data["finalists"]]
         rounds, failure, planned = data["baseline_throughputs"], data.get("failure"), data.get("planned_rounds")
-        disturbed, trials = data.get("disturbed", {}), data.get("trials")
+        disturbed = {name: Disturbance.from_dict(value) for name, value in data.get("disturbed", {}).items()}
+        trials = data.get("trials")
         cut, decided_after = data.get("cut", False), data.get("decided_after")
         return cls(rounds, finalists, failure, planned, cut, disturbed, trials, decided_after)
 

@@ -3,6 +3,7 @@ measurement or the failure): plain, JSON-serialisable data. It imports no torch:
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
@@ -229,6 +230,36 @@ class LossCheck:
 
 
 @dataclass(frozen=True)
+class Disturbance:
+    """What slowed a run from beside it, so that its figures may read low (``TrialResult.disturbance``): the cores'
+    worth of CPU other processes took of its nearly saturated cores (``others_cores``: ``SystemReport.cores_taken``),
+    the other processes computing on its GPU (``gpu_processes``), how many times slower than usual its cores ran
+    around it (``cores_slowdown``: ``CoreSpeed.slow``); each None where that did not happen."""
+
+    others_cores: float | None = None
+    gpu_processes: int | None = None
+    cores_slowdown: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | str) -> Disturbance:
+        """``data`` as ``to_dict`` wrote it, or as earlier versions stored it: in words ("0.8 cores", "1 other
+        process on the GPU", "the cores ran 1.4x slow", joined by "; ")."""
+        if not isinstance(data, str):
+            return cls(**data)
+        cores = re.search(r"([\d.]+) cores\b", data)
+        gpu = re.search(r"(\d+) other process", data)
+        slow = re.search(r"ran ([\d.]+)x slow", data)
+        return cls(
+            float(cores.group(1)) if cores else None,
+            int(gpu.group(1)) if gpu else None,
+            float(slow.group(1)) if slow else None,
+        )
+
+
+@dataclass(frozen=True)
 class TrialResult:
     """One trial's outcome: a measurement, or a failure with its reason.
 
@@ -267,14 +298,17 @@ class TrialResult:
         return self.disturbance is not None
 
     @property
-    def disturbance(self) -> str | None:
-        """What disturbed the run, in words ("other processes busy (0.8 cores)": ``SystemReport.disturbance``;
-        "the cores ran 1.4x slow": ``CoreSpeed.disturbance``); None where nothing did or it failed."""
+    def disturbance(self) -> Disturbance | None:
+        """What disturbed the run (``Disturbance``); None where nothing did or it failed."""
         if not self.ok or self.measurement is None:
             return None
-        busy = self.measurement.system.disturbance
-        speed = self.core_speed.disturbance if self.core_speed else None
-        return "; ".join(filter(None, [busy and f"other processes busy ({busy})", speed])) or None
+        system = self.measurement.system
+        found = Disturbance(
+            others_cores=system.other_processes_cores if system.cores_taken else None,
+            gpu_processes=system.gpu_other_processes or None,
+            cores_slowdown=self.core_speed.slowdown if self.core_speed and self.core_speed.slow else None,
+        )
+        return found if found != Disturbance() else None
 
     @property
     def timing(self) -> Timing | None:

@@ -16,7 +16,7 @@ from autotune.config.load import load_settings
 from autotune.measure import core_speed
 from autotune.measure.core_speed import CoreGauge, CoreSpeed, core_times_ms
 from autotune.results.model import load_results
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Disturbance, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 
@@ -39,17 +39,17 @@ def test_a_reading_gives_the_affinity_back_when_it_raises(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("before", "after", "slow", "words"),
+    ("before", "after", "slow", "slowdown"),
     [
-        ([7.0, 7.2], [7.1, 6.9], False, None),
-        ([7.0, 8.9], [7.1, 6.9], False, None),  # 1.27x: beyond a quiet host's spread, short of slow
-        ([7.0, 7.2], [9.4, 6.9], True, "the cores ran 1.3x slow"),
-        ([10.5, 7.2], [7.1, 6.9], True, "the cores ran 1.5x slow"),
+        ([7.0, 7.2], [7.1, 6.9], False, 7.2 / 7.0),
+        ([7.0, 8.9], [7.1, 6.9], False, 8.9 / 7.0),  # 1.27x: beyond a quiet host's spread, short of slow
+        ([7.0, 7.2], [9.4, 6.9], True, 9.4 / 7.0),
+        ([10.5, 7.2], [7.1, 6.9], True, 10.5 / 7.0),
     ],
 )
-def test_a_run_whose_cores_read_slow_before_or_after_it_ran_slow(before, after, slow, words):
+def test_a_run_whose_cores_read_slow_before_or_after_it_ran_slow(before, after, slow, slowdown):
     speed = CoreSpeed([0, 1], before, after, [7.0, 7.0])
-    assert speed.slow is slow and speed.disturbance == words
+    assert speed.slow is slow and speed.slowdown == pytest.approx(slowdown)
 
 
 class Readings:
@@ -110,12 +110,12 @@ def test_a_run_is_disturbed_by_other_processes_or_by_slow_cores_and_says_which()
     assert not run.disturbed and run.disturbance is None
     assert not replace(run, core_speed=CoreSpeed([0, 1], [7.0, 7.0], [7.0, 7.0], [7.0, 7.0])).disturbed
     slowed = replace(run, core_speed=slow)
-    assert slowed.disturbed and slowed.disturbance == "the cores ran 1.4x slow"
+    assert slowed.disturbed and slowed.disturbance == Disturbance(cores_slowdown=pytest.approx(1.4))
     busy = replace(
         run.measurement, system=replace(run.measurement.system, cpu_total_percent=100.0, process_tree_cores=1.2)
     )
     both = replace(slowed, measurement=busy)
-    assert both.disturbance == "other processes busy (0.8 cores); the cores ran 1.4x slow"
+    assert both.disturbance == Disturbance(others_cores=pytest.approx(0.8), cores_slowdown=pytest.approx(1.4))
     assert TrialResult.from_dict(both.to_dict()) == both
     failed = TrialResult(knobs=NEUTRAL_KNOBS, core_speed=slow)
     assert not failed.disturbed, "a failed run has no figures to doubt"

@@ -222,9 +222,9 @@ def test_other_processes_on_the_gpu_disturb_a_run_like_a_busy_cpu():
     assert not SystemReport(**quiet_cpu, gpu_other_processes=0).disturbed
     assert not SystemReport(**quiet_cpu).disturbed, "not listed is not disturbed"
     shared = SystemReport(**quiet_cpu, gpu_other_processes=2)
-    assert shared.disturbed and shared.disturbance == "2 other processes on the GPU"
+    assert shared.disturbed and not shared.cores_taken
     both = SystemReport(100.0, [100.0, 100.0], 1.2, gpu_other_processes=1)
-    assert both.disturbance == "0.8 cores; 1 other process on the GPU"
+    assert both.disturbed and both.cores_taken and both.other_processes_cores == pytest.approx(0.8)
 
 
 @needs_gpu

@@ -40,10 +40,9 @@ def test_on_cuda_the_limiting_memory_is_the_gpus_peak_reserved(fake_cuda, monkey
 
 def test_a_process_beside_the_run_on_its_gpu_disturbs_the_measurement(fake_cuda, monkeypatch):  # noqa: F811
     quiet = measure_on_cuda(fake_cuda, monkeypatch, pids=[os.getpid()]).system
-    assert quiet.gpu_other_processes == 0 and "GPU" not in (quiet.disturbance or "")  # the CPU may be busy here
+    assert quiet.gpu_other_processes == 0  # the CPU may be busy here: not asserted
     shared = measure_on_cuda(fake_cuda, monkeypatch, pids=[os.getpid(), os.getppid()]).system
     assert shared.gpu_other_processes == 1 and shared.disturbed
-    assert shared.disturbance.endswith("1 other process on the GPU")
 
 
 def test_a_gpu_without_utilisation_figures_is_measured_without_them(fake_cuda, monkeypatch):  # noqa: F811

@@ -22,7 +22,7 @@ def test_a_run_beside_another_process_on_its_gpu_is_named_in_the_report(tmp_path
     study = StudyResults(**{**results.__dict__, "trials": trials})
     markdown = write_reports(study, summarise(study), tmp_path)["report.md"].read_text()
     assert "## Measured on a busy machine" in markdown
-    assert "its run: trial 0: other processes busy (2 other processes on the GPU)." in markdown
+    assert "its run: trial 0: 2 other processes on the GPU." in markdown
 
 
 def test_the_method_says_a_gpu_run_warmed_up_for_at_least_its_minimum_time(tmp_path):

@@ -21,7 +21,7 @@ from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, RunTime, TunerTime
-from autotune.trial.result import Failure, FailureKind
+from autotune.trial.result import Disturbance, Failure, FailureKind
 from tests.results.test_summary import failed, results_with, trial
 
 MACHINE = {
@@ -175,7 +175,7 @@ def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not
 
 def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_and_the_headline_says_so(tmp_path):
     finalist, other = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0]), Finalist("2", {}, 1, 100.0, [90.0])
-    slowed = {"confirm-2-baseline": "other processes busy (1.0 cores)", "confirm-1-trial-2": "the cores ran 1.4x slow"}
+    slowed = {"confirm-2-baseline": Disturbance(others_cores=1.0), "confirm-1-trial-2": Disturbance(cores_slowdown=1.4)}
     confirmation = Confirmation([100.0, 98.0, 102.0], [finalist, other], disturbed=slowed, trials=["0", "2"])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     files = write_reports(results, summarise(results), tmp_path)
@@ -183,7 +183,20 @@ def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_an
     assert "1 of the runs it stands on was disturbed" in markdown, "not trial 2's"
     assert "## Measured on a busy machine" in markdown and "confirm-2-baseline: other processes busy (1.0" in markdown
     assert "confirm-1-trial-2: the cores ran 1.4x slow." in markdown
-    assert json.loads(files["report.json"].read_text())["confirmation"]["disturbed"] == slowed
+    stored = json.loads(files["report.json"].read_text())["confirmation"]
+    assert Confirmation.from_dict(stored).disturbed == slowed
+
+
+def test_a_race_an_earlier_version_stored_with_its_disturbed_runs_in_words_renders_them_as_todays_do(tmp_path):
+    finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
+    stored = Confirmation([100.0, 98.0, 102.0], [finalist], trials=["0", "2"]).to_dict()
+    words = {"confirm-2-baseline": "0.8 cores", "confirm-3-trial-0": "1 other process on the GPU"}
+    confirmation = Confirmation.from_dict({**stored, "disturbed": words})
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    assert "confirm-2-baseline: other processes busy (0.8 cores); confirm-3-trial-0: 1 other process on the GPU." in (
+        markdown
+    )
 
 
 def test_a_trim_race_whose_variant_won_without_its_reference_running_every_round_undoes_nothing_and_says_so(tmp_path):

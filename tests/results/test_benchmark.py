@@ -11,6 +11,7 @@ import pytest
 from autotune.benchmark import both_ends, configurations
 from autotune.report.benchmark import benchmark_document, benchmark_table, print_benchmark, write_benchmark
 from autotune.results.benchmark import Benchmark, Entry
+from autotune.trial.result import Disturbance
 from tests.conftest import NEUTRAL_KNOBS
 
 BASE = {**NEUTRAL_KNOBS, "batch_size": 16}
@@ -80,12 +81,19 @@ def test_a_benchmark_stopped_in_its_first_rounds_says_how_many_ran_and_judges_no
 
 def test_the_baselines_row_counts_its_runs_other_processes_slowed_as_every_rows_does():
     record = benchmark([150.0, 156.0, 147.0])
-    record.entries[0].disturbed.append("round 2: 1.9 cores")
+    record.entries[0].disturbed[2] = Disturbance(others_cores=1.9)
     assert benchmark_table(record).rows[0][0] == "baseline (1 run disturbed)"
+
+
+def test_the_runs_an_earlier_version_stored_in_words_read_back_as_what_slowed_them():
+    stored = {"label": "baseline", "kind": "baseline", "knob": None, "knobs": BASE, "throughputs": [100.0, 90.0]}
+    entry = Entry.from_dict({**stored, "disturbed": ["round 2: 1.9 cores", "round 3: the cores ran 1.4x slow"]})
+    assert entry.disturbed == {2: Disturbance(others_cores=1.9), 3: Disturbance(cores_slowdown=1.4)}
 
 
 def test_the_record_is_written_first_and_reads_back(tmp_path):
     record = benchmark([150.0, 156.0, 147.0])
+    record.entries[1].disturbed[3] = Disturbance(gpu_processes=1, cores_slowdown=1.5)
     files = write_benchmark(record, tmp_path)
     assert list(files) == ["benchmark.json", "benchmark.md", "benchmark.html"]
     assert Benchmark.from_dict(json.loads(files["benchmark.json"].read_text())) == record

@@ -16,7 +16,7 @@ from autotune.results.benchmark import Benchmark
 from autotune.results.race import Confirmation, Finalist, alone
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.run_race import race
-from autotune.trial.result import Failure, FailureKind, TrialResult
+from autotune.trial.result import Disturbance, Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}
@@ -108,7 +108,7 @@ def test_a_race_names_the_runs_it_counted_though_they_were_disturbed():
     runs = Runs({"confirm-1-baseline": busy, "confirm-1-baseline-again": busy, "confirm-1-trial-1": run_of(130.0)})
     measured, _ = measured_by(runs)
     confirmation = race([finalist], BASELINE, {}, 1, "confirm", measured, lambda name, result: None)
-    counted = {"confirm-1-baseline": f"other processes busy ({BUSY.disturbance})"}
+    counted = {"confirm-1-baseline": Disturbance(others_cores=1.0)}
     assert confirmation.disturbed == counted, "the run counted: the second"
     assert Confirmation.from_dict(confirmation.to_dict()) == confirmation
 
@@ -166,7 +166,7 @@ def test_a_variant_whose_own_run_was_slowed_does_not_leave_for_lagging_on_that_r
     )
     trim = race([reference, variant], BASELINE, {}, 3, "trim-1", runs, lambda name, result: None, alone, reference)
     assert variant.dropped is None and trim.rounds == 3, "its quiet rounds tell: it ties"
-    assert trim.disturbed == {"trim-1-1-trial-1-without-amp": f"other processes busy ({BUSY.disturbance})"}
+    assert trim.disturbed == {"trim-1-1-trial-1-without-amp": Disturbance(others_cores=1.0)}
 
 
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
