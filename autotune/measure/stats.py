@@ -88,3 +88,11 @@ def ratio_interval(ratios: Sequence[float]) -> RatioInterval | None:
     logs = [math.log(ratio) for ratio in ratios]
     mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return RatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))
+
+
+def quiet_rounds(ratios: dict[int, float], slowed: set[int]) -> dict[int, float]:
+    """The paired rounds' ``ratios`` (by round) a gain is stated from: those of the rounds not ``slowed`` (something
+    beside one of the two runs slowed it: its ratio reads what the load did), where two or more are, as an interval
+    needs; else all of them, and the reports name the slowed runs."""
+    quiet = {index: ratio for index, ratio in ratios.items() if index not in slowed}
+    return quiet if len(quiet) >= 2 else ratios

@@ -192,7 +192,7 @@ def headline(summary: Summary) -> Headline:
     proof = summary.proof
     by_medians = " by medians" if summary.gain_interval else ""
     geomean = " (the geometric mean of the paired rounds' ratios)" if summary.gain_interval else ""
-    slowed = proof.slowed_runs(None) + proof.slowed_runs(proof.winner.label) if proof else 0
+    slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
         f"{gain_interval(summary)}",
@@ -235,7 +235,10 @@ def gain_interval(summary: Summary) -> str:
         if proof.ended_early:
             more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
         spans = f" (it spans 1x: {more})" if interval.low <= 1 else ""
-        return f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds{spans}"
+        return (
+            f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds"
+            f"{summary.left_out_note}{spans}"
+        )
     if proof is not None:
         return "one race round: no interval"
     return "single runs: no interval"

@@ -91,7 +91,7 @@ def before_after(summary: Summary) -> Plot:
     how = f"medians of {proof.rounds} interleaved rounds (dots: each round)" if proof else "single runs"
     gain = "the paired rounds' geometric mean" if summary.gain_interval else "their ratio"
     caption = (
-        f"Throughput before and after, {how}: {summary.speedup:.2f}x by {gain}"
+        f"Throughput before and after, {how}: {summary.speedup:.2f}x by {gain}{summary.left_out_note}"
         + ("" if proof else ", the bar's whisker the 95 % interval within its run")
         + "."
     )

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.knobs import changed, undo
-from autotune.measure.stats import RatioInterval, ratio_interval
+from autotune.measure.stats import RatioInterval, quiet_rounds, ratio_interval
 from autotune.trial.result import Disturbance
 
 # What an entry is: the two ends, or one change from the recommendation on top of the baseline, or left out of it.
@@ -104,9 +104,12 @@ class Benchmark:
         return alone, without
 
     def ratios(self, entry: Entry, reference: Entry | None = None) -> list[float]:
-        """``entry``'s samples/s over ``reference``'s (the baseline's where None), round by round, where both ran."""
-        pairs = zip(entry.throughputs, (reference or self.baseline).throughputs, strict=False)
-        return [a / b for a, b in pairs if a is not None and b is not None]
+        """``entry``'s samples/s over ``reference``'s (the baseline's where None), round by round, where both ran,
+        of the rounds in which something beside them slowed neither run (``quiet_rounds``)."""
+        other = reference or self.baseline
+        pairs = enumerate(zip(entry.throughputs, other.throughputs, strict=False), start=1)
+        ratios = {index: a / b for index, (a, b) in pairs if a is not None and b is not None}
+        return list(quiet_rounds(ratios, set(entry.disturbed) | set(other.disturbed)).values())
 
     def interval(self, entry: Entry, reference: Entry | None = None) -> RatioInterval | None:
         return ratio_interval(self.ratios(entry, reference))

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.knobs import KNOBS, changed, costly_values
+from autotune.measure.stats import quiet_rounds
 from autotune.records import TrialRecord
 from autotune.trial.result import Disturbance, TrialResult
 from autotune.words import counted
@@ -152,10 +153,20 @@ class Confirmation:
             return True
         return [f.label for f in self.finalists] == [r.label for r in select_finalists(baseline, trials)]
 
-    def slowed_runs(self, label: str | None) -> int:
-        """How many runs of ``label`` (None: the baseline) the race counted though something beside them slowed them."""
+    def slowed_rounds(self, label: str | None) -> set[int]:
+        """The rounds in which the race counted a run of ``label`` (None: the baseline) though something beside it
+        slowed it (its name: RACE-ROUND, then ``label``'s suffix)."""
         ends = _run_suffix(label)
-        return sum(name.endswith(ends) for name in self.disturbed)
+        return {int(name.removesuffix(ends).rsplit("-", 1)[1]) for name in self.disturbed if name.endswith(ends)}
+
+    def gain_ratios(self, label: str) -> dict[int, float]:
+        """Finalist ``label``'s throughput over the baseline's, by round (from 1), of the rounds a gain is stated from
+        (``quiet_rounds``: not those in which something beside one of the two runs slowed it, where two or more
+        rounds are left)."""
+        finalist = next(f for f in self.finalists if f.label == label)
+        pairs = enumerate(zip(finalist.throughputs, self.baseline_throughputs, strict=False), start=1)
+        ratios = {index: run / base for index, (run, base) in pairs}
+        return quiet_rounds(ratios, self.slowed_rounds(None) | self.slowed_rounds(label))
 
     @property
     def baseline_median(self) -> float:

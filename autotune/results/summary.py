@@ -17,6 +17,7 @@ from autotune.results.race import (
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
+from autotune.words import rounds_named
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
@@ -93,7 +94,7 @@ class Summary:
         if interval is None:
             return "the ratio of the two throughputs"
         return (
-            f"the geometric mean of {interval.n} paired rounds' ratios, 95 % interval "
+            f"the geometric mean of {interval.n} paired rounds' ratios{self.left_out_note}, 95 % interval "
             f"{interval.low:.2f}-{interval.high:.2f}x"
         )
 
@@ -101,12 +102,30 @@ class Summary:
     def gain_interval(self) -> RatioInterval | None:
         """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
         round by round, in the race that proved it (``proof``: each round ran the two close together, so pairing them
-        cancels the machine's slower drifts), with Student's t interval; None without a race or with one round."""
+        cancels the machine's slower drifts), with Student's t interval; None without a race or with one round. A
+        round in which something beside one of the two runs slowed it is left out where two rounds or more are left
+        (``Confirmation.gain_ratios``: ``gain_rounds_left_out``)."""
+        proof = self.proof
+        return ratio_interval(list(proof.gain_ratios(proof.winner.label).values())) if proof else None
+
+    @property
+    def gain_rounds_left_out(self) -> list[int]:
+        """The rounds of ``proof`` left out of ``gain_interval``, as something beside a run of the recommendation or
+        the baseline slowed it."""
         proof = self.proof
         if proof is None:
-            return None
-        rounds = zip(proof.winner.throughputs, proof.baseline_throughputs, strict=True)
-        return ratio_interval([winner / baseline for winner, baseline in rounds])
+            return []
+        kept = proof.gain_ratios(proof.winner.label)
+        return [index for index in range(1, len(proof.baseline_throughputs) + 1) if index not in kept]
+
+    @property
+    def left_out_note(self) -> str:
+        """``gain_rounds_left_out`` in words, to follow the paired rounds counted: " (round 2 left out: a run of it
+        was slowed)"; empty where none was."""
+        left = self.gain_rounds_left_out
+        if not left:
+            return ""
+        return f" ({rounds_named(left)} left out: a run of {'it' if len(left) == 1 else 'each'} was slowed)"
 
     @property
     def no_difference(self) -> dict[str, object]:

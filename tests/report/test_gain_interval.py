@@ -8,6 +8,7 @@ import json
 from html import escape
 
 import pytest
+import yaml
 
 from autotune.measure.stats import ratio_interval
 from autotune.report import write_reports
@@ -15,6 +16,7 @@ from autotune.report.console import print_summary
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
+from autotune.trial.result import Disturbance
 from tests.report.test_reports import sample_results
 
 
@@ -66,3 +68,33 @@ def test_the_headline_gain_is_the_centre_of_its_interval_when_the_machine_drifts
     assert report["speedup"] == pytest.approx(interval.geomean) and interval.low < interval.geomean < interval.high
     assert f"{interval.geomean:.2f}x the baseline's throughput" in console
     assert "(210.0 vs 150.0 samples/s by medians," in markdown
+
+
+def test_a_round_whose_run_something_beside_it_slowed_is_left_out_of_the_gain_and_the_headline_says_so(tmp_path):
+    # Round 2's baseline run read 5x slow (the cores ran 3.5x slow): with it the paired geometric mean read 4.2x.
+    baseline, winner = [100.0, 20.0, 100.0], [242.0, 250.0, 263.0]
+    slowed = {"confirm-2-baseline": Disturbance(cores_slowdown=3.5)}
+    confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=slowed)
+    console, markdown, page, report = _reported(tmp_path, confirmation)
+    interval = ratio_interval([2.42, 2.63])
+    said = f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over 2 paired rounds (round 2 left out: a run of it"
+    assert report["speedup"] == pytest.approx(interval.geomean) and report["speedup_interval"]["n"] == 2
+    assert f"{interval.geomean:.2f}x the baseline's throughput" in console and said in console and said in markdown
+    assert "1 of the runs it stands on was disturbed" in markdown
+    method = yaml.safe_load((tmp_path / "recommended.yaml").read_text())["throughput"]["method"]
+    assert "paired rounds' ratios (round 2 left out: a run of it was slowed)" in method
+
+
+@pytest.mark.parametrize(
+    ("baseline", "slowed", "rounds"),
+    [
+        ([100.0, 20.0], {"confirm-2-baseline"}, 2),  # one quiet round would leave no interval: both count
+        ([20.0, 100.0, 20.0], {"confirm-1-baseline", "confirm-3-trial-0"}, 3),
+    ],
+)
+def test_where_fewer_than_two_rounds_would_be_left_every_round_counts(tmp_path, baseline, slowed, rounds):
+    winner = [250.0] * len(baseline)
+    disturbed = dict.fromkeys(slowed, Disturbance(others_cores=1.0))
+    confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=disturbed)
+    console, _, _, report = _reported(tmp_path, confirmation)
+    assert report["speedup_interval"]["n"] == rounds and "left out" not in console

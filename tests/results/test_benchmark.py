@@ -126,3 +126,11 @@ def test_a_change_left_out_is_judged_against_the_recommendation_paired_by_round(
     row = json.loads(json.dumps(record.to_dict()))["entries"][-1]
     assert row["to_recommended_verdict"] == ("loss" if "matters" in said else "within noise")
     assert Benchmark.from_dict(record.to_dict()) == record
+
+
+def test_a_round_in_which_something_slowed_either_run_is_left_out_of_the_ratio_where_two_rounds_are_left():
+    record = benchmark([150.0, 156.0, 147.0], base_runs=(100.0, 30.0, 98.0))
+    record.entries[0].disturbed[2] = Disturbance(cores_slowdown=3.3)
+    assert record.ratios(record.recommendation) == pytest.approx([1.5, 147 / 98])
+    record.entries[1].disturbed[3] = Disturbance(others_cores=1.0)  # one quiet round left: no interval from it
+    assert record.ratios(record.recommendation) == pytest.approx([1.5, 5.2, 147 / 98])
