@@ -195,8 +195,9 @@ class ProfileResult:
     bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples, and the pages the
     training process faulted in over the stage-timed steps (None in a profile stored before they were read), and the
     CPU the machine's other processes used over those steps, beside the training process's threads (``cpu``; None in a
-    profile stored before it was read), and the implementation switches (foreach, fused) the pipeline's optimizer takes
-    here (``optimizer_options``; None in a profile stored before they were read)."""
+    profile stored before it was read), the implementation switches (foreach, fused) the pipeline's optimizer takes
+    here (``optimizer_options``; None in a profile stored before they were read), and the dimensions of a batch's input
+    tensor (``input_ndim``: None where it is no tensor, or in a profile stored before it was read)."""
 
     stages: StageTiming
     memory: MemoryTrend
@@ -209,6 +210,7 @@ class ProfileResult:
     faults: PageFaults | None = None
     cpu: CpuLoad | None = None
     optimizer_options: list[str] | None = None
+    input_ndim: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,4 +230,5 @@ class ProfileResult:
             faults=PageFaults.from_dict(faults) if faults is not None else None,
             cpu=CpuLoad.from_dict(cpu) if cpu is not None else None,
             optimizer_options=data.get("optimizer_options"),
+            input_ndim=data.get("input_ndim"),
         )

@@ -115,7 +115,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     options = optimizer_options(build_component(spec, "optimizer"), device)
-    return PipelineFacts(length, _input_ndim(batch), options, user_code(spec))
+    return PipelineFacts(length, input_ndim(batch), options, user_code(spec))
 
 
 # A package the targets come from with more modules loaded than this is a library (a source build of torch on
@@ -291,6 +291,8 @@ def _fused_runs_on_cpu(factory) -> bool:
     return True
 
 
-def _input_ndim(batch) -> int | None:
+def input_ndim(batch) -> int | None:
+    """The dimensions of ``batch``'s input tensor (its first item, where it is a tuple or list); None where that is no
+    tensor."""
     first = batch[0] if isinstance(batch, (tuple, list)) else batch
     return first.dim() if isinstance(first, torch.Tensor) else None

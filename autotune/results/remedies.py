@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from autotune.knobs import KNOBS
+from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.knobs.num_workers import WORKERS_A_CORE
 from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
 from autotune.measure.profiling import ProfileResult
@@ -507,7 +508,8 @@ def _arithmetic(
                 knob="amp",
             )
         )
-    if any("conv" in op.name for op in result.operators.step_operators) and not knobs.get("channels_last"):
+    convolutions = any("conv" in op.name for op in result.operators.step_operators)
+    if convolutions and not knobs.get("channels_last") and ChannelsLastKnob.takes(result.input_ndim):
         advice.append(
             Advice(
                 "set channels_last=True",

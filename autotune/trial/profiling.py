@@ -28,7 +28,7 @@ from autotune.measure.stages import time_stages
 from autotune.measure.system import CpuUsageMeter
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
-from autotune.pipeline.inspect import optimizer_options
+from autotune.pipeline.inspect import input_ndim, optimizer_options
 from autotune.pipeline.setup import Trainer
 
 _ALLOCATION_STEPS = 2
@@ -80,6 +80,7 @@ def run_profile(
         faults=faulting.faults,
         cpu=cpu,
         optimizer_options=sorted(optimizer_options(pipeline.optimizer_factory, str(device))),
+        input_ndim=input_ndim(first.batch),
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import PageFaults
-from autotune.measure.profiling import CpuLoad
+from autotune.measure.profiling import CpuLoad, OperatorStat, ProfileResult
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
 from autotune.results.profile import ProfileRecord
@@ -377,3 +377,15 @@ def test_a_change_the_trim_left_out_of_the_recommendation_is_not_advised_for_it(
     assert at_baseline.tried == (
         "the tuner raced malloc=keep on its recommendation and left it out, no faster beyond noise (study 's')"
     )
+
+
+@pytest.mark.parametrize(("ndim", "advised"), [(4, True), (3, False), (2, False), (None, False)])
+def test_channels_last_is_advised_for_convolutions_only_where_the_inputs_can_go_channels_last(ndim, advised):
+    result = profile_result(wait_share=0.0)
+    ops = result.operators
+    convolution = OperatorStat("aten::mkldnn_convolution", 10, ops.step_operators[0].self_cpu_s)
+    convolved = replace(result, operators=replace(ops, step_operators=[convolution, *ops.step_operators]))
+    profiled = replace(convolved, input_ndim=ndim)
+    knobs = [a.knob for a in advise(profiled, COMPUTE_BOUND, KNOBS, 8, None)]
+    assert ("channels_last" in knobs) is advised, knobs
+    assert ProfileResult.from_dict(profiled.to_dict()) == profiled
