@@ -10,7 +10,9 @@ that name would replace ``autotune.profile()``, the public profiler of a user's 
 
 from __future__ import annotations
 
+import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -47,11 +49,20 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     plan = profile_plan(settings, workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json")
     tried = stored_tries(settings, machine_id(facts.machine))
     record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, tried, facts.machine)
+    record = replace(record, tune_command=tune_command(sys.argv[1:]))
     files = write_profile(record, output_dir)
     print_profile(record, files, out)
     if record.result is None:
         raise BaselineFailedError(f"the profiling run failed: {record.failure}. Log: {workdir / (LABEL + '.log')}")
     return files
+
+
+def tune_command(argv: list[str]) -> str:
+    """The command that tunes the pipeline ``argv`` (mode=profile's arguments, secrets masked by the CLI) profiles:
+    the same arguments (its -cd, study.storage, study.name, pipeline overrides) without the mode, the profile's
+    settings and its run directory."""
+    kept = [arg for arg in argv if not arg.startswith(("mode=", "profile.", "hydra.run.dir="))]
+    return shlex.join(["python", "-m", "autotune", *kept])
 
 
 def stored_tries(settings: Settings, here: str) -> Tried | None:

@@ -28,12 +28,17 @@ def test_the_baseline_is_profiled_in_a_subprocess_and_its_diagnosis_saved_then_r
     monkeypatch.setattr(app.TrialRunner, "trial", lambda me, req, *a, **k: sent.append(req) or trial(me, req, *a, **k))
     settings = _settings(tmp_path)
     assert settings.mode == "profile" and (settings.profile_steps, settings.profile_batches) == (8, 3)
+    given = ["-cd", "my conf", "mode=profile", "pipeline=tiny", "study.storage=sqlite:///s.db", "profile.steps=8"]
+    monkeypatch.setattr("sys.argv", ["autotune", *given, "hydra.run.dir=out"])
     out = io.StringIO()
     files = diagnose.run(settings, tmp_path, out)
     assert set(files) == {"profile.json", "profile.md", "profile.html"}
     saved = json.loads(files["profile.json"].read_text())
     record = ProfileRecord.from_dict(saved)
     assert record.result is not None and record.result.stages.steps == 8 and record.tried is None
+    command = "python -m autotune -cd 'my conf' pipeline=tiny study.storage=sqlite:///s.db"
+    assert record.tune_command == command, "the tuning command keeps what names the config and the study"
+    assert f"{command} measures them" in record.diagnosis.findings[-1]
     assert saved["diagnosis"]["verdict"] == record.diagnosis.verdict and record.diagnosis.advice
     trace = tmp_path / "profile" / "tiny.pt.trace.json"
     assert record.result.operators.trace_file == str(trace) and json.loads(trace.read_text())["traceEvents"]

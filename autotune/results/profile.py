@@ -40,8 +40,9 @@ class Diagnosis:
 class ProfileRecord:
     """One profiled configuration (``label``: "baseline", or what gave it) of ``pipeline`` on ``device``: its
     ``knobs``, the machine, what the run found (``result``; None where it failed, with ``failure`` saying why), the
-    trace file it wrote, what the stored study ``study`` tried (``tried``; None where there is no such study), and
-    how long the profiling run took (``wall_s``, process start to exit)."""
+    trace file it wrote, what the stored study ``study`` tried (``tried``; None where there is no such study), how
+    long the profiling run took (``wall_s``, process start to exit), and the command that would tune the pipeline
+    so profiled (``tune_command``: mode=profile's own arguments but the mode; None: a tuning run's profile)."""
 
     pipeline: str
     device: str
@@ -53,6 +54,7 @@ class ProfileRecord:
     failure: str | None = None
     tried: Tried | None = None
     wall_s: float | None = None
+    tune_command: str | None = None
 
     @property
     def diagnosis(self) -> Diagnosis | None:
@@ -69,9 +71,10 @@ class ProfileRecord:
         advice = advise(self.result, decided, self.knobs, cores, self.tried, sixteen_bit, runs_glibc(self.machine))
         if self.tried is None and any(a.knob for a in advice):
             named = f" study.name={self.study}" if self.study != self.pipeline else ""
+            command = self.tune_command or f"python -m autotune pipeline={self.pipeline}{named}"
             findings.append(
                 f"no stored study '{self.study}' says whether the tuner tried the knobs advised: "
-                f"python -m autotune pipeline={self.pipeline}{named} measures them"
+                f"{command} measures them"
             )
         figures = [tried_rules[0].gist] + ([tried_rules[-1].gist] if len(tried_rules) > 1 else [])
         gist = f"{decided} ({', '.join(figures)})"
