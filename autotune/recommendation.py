@@ -291,7 +291,9 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
             str(path), f"cannot read it ({exc.strerror}); pass the recommended.yaml autotune wrote"
         ) from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(str(path), f"is not valid YAML: {exc}") from exc
+        raise ConfigError(
+            str(path), f"is not valid YAML ({_where(exc)}); pass the recommended.yaml autotune wrote"
+        ) from exc
     recommendation = Recommendation.from_document(document, str(path))
     _warn_if_elsewhere(recommendation, str(path), machine)
     if recommendation.untrimmed:
@@ -303,6 +305,13 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
             stacklevel=2,
         )
     return recommendation
+
+
+def _where(error: yaml.YAMLError) -> str:
+    """Where and what the YAML error is, on one line: "line 3, column 1: could not find expected ':'"."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
 
 
 def _section(parent: dict[str, Any], key: str, source: str, null_too: bool = False) -> dict[str, Any]:

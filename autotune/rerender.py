@@ -17,7 +17,7 @@ from autotune.report import write_reports
 from autotune.report.console import print_summary
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
-from autotune.study.storage import load_study
+from autotune.study.storage import load_study, study_names
 from autotune.words import counted
 
 
@@ -28,7 +28,9 @@ def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> 
     try:
         study = load_study(name, storage)
     except KeyError:
-        raise ConfigError("study.name", f"no study '{name}' in {redact_url(storage)}") from None
+        names = study_names(storage)
+        held = f"; it holds {', '.join(names[:10])}{', …' if len(names) > 10 else ''}" if names else "; it holds none"
+        raise ConfigError("study.name", f"no study '{name}' in {redact_url(storage)}{held}") from None
     machines = [machine for machine in study_machines(study) if on_machine(BASELINE_ATTR, machine) in study.user_attrs]
     if META_ATTR not in study.user_attrs or not machines:
         made = META_ATTR in study.user_attrs

@@ -805,10 +805,14 @@ def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path,
     assert again == tuned and "rendered from storage" in proc.stdout
     assert not (tmp_path / "again" / "trials").exists(), "nothing measured"
     missing = cli_here(["mode=report", "study.name=nope", storage, f"hydra.run.dir={tmp_path}/x"], cwd=tmp_path)
-    assert missing.returncode == 2 and "study.name: no study 'nope'" in missing.stderr
+    assert (
+        missing.returncode == 2
+        and f"study.name: no study 'nope' in sqlite:///{tmp_path}/studies.db; it holds mine" in (missing.stderr)
+    )
     for url in (f"sqlite:///{tmp_path}/none.db", f"journal:///{tmp_path}/none.log"):
         missing = cli_here(["mode=report", "study.name=mine", f"study.storage={url}"], cwd=tmp_path)
         assert missing.returncode == 2 and "study.name: no study 'mine'" in missing.stderr
+        assert "; it holds none" in missing.stderr
     assert not list(tmp_path.glob("none.*")), "no storage made where there was none"
 
 

@@ -249,3 +249,11 @@ def test_nothing_in_the_file_is_executed(tmp_path):
 def test_a_missing_file_names_itself(tmp_path):
     with pytest.raises(ConfigError, match="cannot read it"):
         autotune.load_recommended(tmp_path / "nope.yaml")
+
+
+def test_a_file_that_is_no_yaml_is_one_line_naming_where_it_fails(tmp_path):
+    path = tmp_path / "report.md"
+    path.write_text("# Report\n\nRecommended: 2.0x\n| a | b |\n|---|---|\n- [x]: {y\n")
+    with pytest.raises(ConfigError, match=r"is not valid YAML \(line \d+, column \d+: .+\); pass the recommended") as e:
+        autotune.load_recommended(path)
+    assert "\n" not in str(e.value)

@@ -70,7 +70,9 @@ def format_probe(probe: ProbeRecord) -> str:
     failed = probe.result.failed if probe.result else []
     raised = f"; {len(failed)} of its settings raised (first: {failed[0].message})" if failed else ""
     spread = probe.timing_spread
-    noise = f"; one model step timing varies by up to {spread:.0%} here" if spread is not None else ""
+    noise = ""
+    if spread is not None:
+        noise = f"; one model step timing varies by {'under 1%' if spread < 0.005 else f'up to {spread:.0%}'} here"
     if spread is not None and probe.timing_move is not None and probe.timing_move > spread:
         noise += f", the machine's speed moved by up to {probe.timing_move:.0%} while it ran"
     return (

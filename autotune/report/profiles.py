@@ -12,6 +12,7 @@ from autotune.report.profile_plots import STAGE_COLOURS, stage_segments
 from autotune.results.profile import ProfileRecord, TunedProfiles
 from autotune.results.remedies import Advice, called_from
 from autotune.results.summary import Summary
+from autotune.words import counted
 
 # Stages under this (ms per step) in every configuration are left out of the table.
 _SHOWN_MS = 0.05
@@ -105,7 +106,7 @@ def _column(record: ProfileRecord) -> dict[str, str]:
     }
     if stages.num_workers:
         loading_ms = (stages.mean("fetch_s") + stages.mean("collate_s")) * 1e3
-        column["a worker loads a batch (ms)"] = f"{loading_ms:.1f} ({stages.num_workers} workers)"
+        column["a worker loads a batch (ms)"] = f"{loading_ms:.1f} ({counted(stages.num_workers, 'worker')})"
     return column
 
 

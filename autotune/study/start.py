@@ -98,7 +98,8 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings, c
         raise StudyMismatchError(
             f"study.name: the code of the pipeline's modules changed since study '{study.study_name}' measured it "
             f"({', '.join(edited[:4])}{', …' if len(edited) > 4 else ''}): its figures are the old code's; pass "
-            "study.name=NEW_NAME to measure the code as it is, or undo the edit"
+            "study.name=NEW_NAME to measure the code as it is, or undo the edit (mode=report renders the study as "
+            "stored)"
         )
     if (known := {**code, **measured_with}) != measured_with:  # modules first read now, or a study from before
         study.set_user_attr(META_ATTR, {**stored, "code": known})
@@ -147,9 +148,15 @@ def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") 
         if isinstance(before, dict) and isinstance(after, dict):
             found += _differences(before, after, f"{path}.")
         elif json.dumps(before, sort_keys=True) != json.dumps(after, sort_keys=True):  # as the fingerprint reads them
-            values = f"{json.dumps(before)} → {json.dumps(after)}"
-            found.append(f"{path} {values}" if len(values) <= 60 else path)
+            values, key = f"{json.dumps(before)} → {json.dumps(after)}", _config_key(path)
+            found.append(f"{key} {values}" if len(values) <= 60 else key)
     return found
+
+
+def _config_key(path: str) -> str:
+    """The config key of a description's dotted ``path``: a pipeline's components are stored under "components", which
+    the user's keys do not name (``pipeline.model.channels``)."""
+    return "pipeline." + path.removeprefix("pipeline.components.") if path.startswith("pipeline.components.") else path
 
 
 def _fingerprint(meta: dict[str, Any]) -> str:

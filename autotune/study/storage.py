@@ -155,6 +155,16 @@ def load_study(name: str, url: str) -> optuna.Study:
         return optuna.load_study(study_name=name, storage=_storage(url, writing=False))
 
 
+def study_names(url: str) -> list[str]:
+    """The names of the studies ``url`` holds, sorted ([] where its file does not exist: none is made)."""
+    path = sqlite_file(url) or journal_file(url)
+    if path is not None and not path.exists():
+        return []
+    with opening(url):
+        _check_sqlite(url, writing=False)
+        return sorted(optuna.get_all_study_names(storage=_storage(url, writing=False)))
+
+
 @contextmanager
 def opening(url: str) -> Iterator[None]:
     """A failure inside as a ConfigError naming study.storage, and its cause where known (a storage fault, or any

@@ -109,6 +109,7 @@ def test_the_probe_line_says_how_much_one_model_step_timing_varies_where_the_pro
     moved = format_probe(replace(record, timing_noise=0.01, timing_move=0.5))
     assert "varies by up to 2% here, the machine's speed moved by up to 50% while it ran; trials follow" in moved
     assert "moved" not in format_probe(replace(record, timing_noise=0.1, timing_move=0.2)), "within the noise"
+    assert "one model step timing varies by under 1% here;" in format_probe(replace(record, timing_noise=0.001))
 
 
 @pytest.mark.slow

@@ -206,6 +206,14 @@ def test_mode_report_of_a_study_whose_baseline_failed_says_so(tmp_path):
         rerender.run("s", settings(tmp_path).storage, tmp_path / "out")
 
 
+def test_a_refusal_names_a_pipelines_component_by_the_key_the_user_sets_it_with(tmp_path):
+    pipeline = {"name": "p", "components": {"model": {"_target_": "m.Net", "channels": 128}}}
+    ensure_baseline(open_study(settings(tmp_path), {**META, "pipeline": pipeline}), BASELINE, FakeMeasure())
+    narrower = {**pipeline, "components": {"model": {"_target_": "m.Net", "channels": 32}}}
+    with pytest.raises(StudyMismatchError, match=r": pipeline.model.channels 128 → 32; set them back"):
+        open_study(settings(tmp_path), {**META, "pipeline": narrower})
+
+
 def test_a_refusal_names_a_number_written_another_way_as_the_fingerprint_tells_them_apart(tmp_path):
     ensure_baseline(open_study(settings(tmp_path), {**META, "measure": {"lr": 1}}), BASELINE, FakeMeasure())
     with pytest.raises(StudyMismatchError, match=r": measure.lr 1 → 1.0; set them back"):
