@@ -159,7 +159,8 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
 
     def show_disturbed(name: str, result: TrialResult) -> None:
         shown = f"{result.timing.throughput:.1f} samples/s, {disturbance_words(result.disturbance)}: measured again"
-        print(f"[{said.get(name, name)}] {shown}", file=out, flush=True)
+        changes = format_knobs(result.knobs, settings.baseline)
+        print(f"[{said.get(name, name)}] {changes} -> {shown}", file=out, flush=True)
 
     run = again_if_disturbed(timed, show_disturbed) if settings.study.remeasure_disturbed else timed
     for index in rounds:

@@ -213,7 +213,7 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     again = sorted(path.name for path in tmp_path.glob("*-again.result.json"))
     assert again == ["round1-baseline-again.result.json"], "the load lasted: nothing more is measured again"
     said = out.getvalue().splitlines()
-    assert said[0].startswith("[round 1 baseline] ") and said[0].endswith("measured again"), "as the round's own line"
+    assert said[0].startswith("[round 1 baseline] the baseline's settings -> ") and said[0].endswith("measured again")
     assert said[1].startswith("[round 1 baseline] the baseline's settings -> ")
     assert [len(entry.disturbed) for entry in entries] == [2, 2], "each run counted though slowed, named"
     counted = [line for line in said if line.startswith("[round ") and not line.endswith("measured again")]
