@@ -55,6 +55,12 @@ class NotMeasuredError(AutotuneError):
     exit_code = 1
 
 
+class HarnessDisagreesError(AutotuneError):
+    """mode=selfcheck found the harness and the plain loop apart beyond AGREEMENT for a configuration."""
+
+    exit_code = 1
+
+
 class Stopped(KeyboardInterrupt):
     """A stop signal other than SIGINT (SIGTERM, SIGHUP), raised in the main thread so the run stops as on Ctrl-C."""
 

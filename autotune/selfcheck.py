@@ -15,13 +15,14 @@ from typing import Any, TextIO
 from autotune.app import TrialRunner, inspect_run
 from autotune.benchmark import trained_as_tuned
 from autotune.config.settings import Settings
+from autotune.errors import HarnessDisagreesError
 from autotune.files import file_name
 from autotune.measure.environment import machine_id
 from autotune.records import META_ATTR
 from autotune.redact import redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
 from autotune.results.model import load_results
-from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
+from autotune.results.selfcheck import AGREEMENT, ConfigurationCheck, SelfCheck
 from autotune.results.summary import summarise
 from autotune.study.storage import load_study
 from autotune.words import counted
@@ -58,7 +59,23 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         )
         files = write_selfcheck(check, output_dir)
         print_selfcheck(check, files, out)
+    fail_if_disagreeing(check)
     return files
+
+
+def fail_if_disagreeing(check: SelfCheck) -> None:
+    """Raise HarnessDisagreesError (exit 1) where a configuration's verdict is disagree: the figures the harness
+    reads for it are not what the plain loop reads (agree or unresolved: exit 0)."""
+    apart = [c for c in check.configurations if c.verdict == "disagree"]
+    if apart:
+        named = "; ".join(
+            f"{c.label}: harness / plain {c.interval.geomean:.3f} (95 % interval {c.interval.low:.3f}-"
+            f"{c.interval.high:.3f})"
+            for c in apart
+        )
+        raise HarnessDisagreesError(
+            f"selfcheck: the harness and the plain loop disagree beyond {AGREEMENT:.0%}: {named}"
+        )
 
 
 def check_configurations(

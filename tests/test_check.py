@@ -62,8 +62,9 @@ def test_a_speedup_above_the_floor_whose_interval_reaches_below_it_holds_within_
     assert record.now.low < record.floor < record.now.geomean, "1.64x now, interval 0.52-5.2x, floor 1.35x"
     assert record.passed
     assert verdict_line(record).startswith("holds within the noise: 1.64x now"), "not: holds"
+    assert ") lies above the floor of 1.35x" in verdict_line(record)
     assert verdict_line(record).endswith(
-        "but its interval reaches below it too (at this noise about check.rounds=5 would tell)"
+        "but its interval reaches below it (at this noise about check.rounds=5 would tell)"
     ), "the rounds' spread kept: 2.78 (t, 4 df) x 0.13 / sqrt(5) < log(1.64 / 1.35), 4 rounds not yet"
     assert verdict_line(check(1.5, [180.0, 178.0, 183.0])).startswith(
         "holds: 1.79x now (95 % interval 1.61-2.00) lies above the floor of 1.35x"

@@ -6,9 +6,13 @@ import io
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
+
 from autotune import selfcheck
+from autotune.errors import HarnessDisagreesError
 from autotune.measure.environment import this_machine_id
 from autotune.records import META_ATTR
+from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.selfcheck import _configurations
 
 
@@ -53,3 +57,16 @@ def test_each_configuration_runs_the_harness_first_in_one_round_and_the_plain_lo
         firsts[(1, "baseline")] != firsts[(2, "baseline")] and firsts[(1, "recommended")] != firsts[(2, "recommended")]
     )
     assert firsts[(1, "baseline")] != firsts[(1, "recommended")], "and from one configuration to the next"
+
+
+def test_a_configuration_the_harness_and_the_plain_loop_disagree_on_fails_the_selfcheck_with_exit_1():
+    agree = ConfigurationCheck("baseline", {}, [100.0, 101.0, 99.0], [100.0, 100.5, 99.5])
+    apart = ConfigurationCheck("recommended (trial 3)", {}, [90.0, 91.0, 89.0], [100.0, 100.5, 99.5])
+    unresolved = ConfigurationCheck("recommended (trial 4)", {}, [90.0, 110.0], [100.0, 100.0])
+    check = SelfCheck("tiny", "cpu", 3, "the baseline", {}, [agree, unresolved])
+    selfcheck.fail_if_disagreeing(check)  # agree and unresolved: exit 0
+    with pytest.raises(
+        HarnessDisagreesError, match=r"disagree beyond 3%: recommended \(trial 3\): harness / plain 0.9"
+    ) as e:
+        selfcheck.fail_if_disagreeing(replace(check, configurations=[agree, apart]))
+    assert e.value.exit_code == 1 and "baseline" not in str(e.value)

@@ -59,7 +59,7 @@ def verdict_line(check: Check) -> str:
         return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it ({_to_tell(check)})"
     if now.low < check.floor:
         return (
-            f"holds within the noise: {speedup} reaches {limit}, but its interval reaches below it too "
+            f"holds within the noise: {speedup} lies above {limit}, but its interval reaches below it "
             f"({_to_tell(check)})"
         )
     return f"holds: {speedup} lies above {limit}, its whole interval too"

@@ -25,7 +25,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
-from autotune.results.race import TIE_TOLERANCE, Confirmation, trimmed_to, unsettled
+from autotune.results.race import TIE_TOLERANCE, Confirmation, Finalist, trimmed_to, unsettled
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 from autotune.trial.result import Disturbance
@@ -295,10 +295,33 @@ def _trim_race(race: Confirmation) -> str:
     a variant it does not leave in place (``trimmed_to``), why."""
     reference = race.finalists[0].label
     text = race.describe(trim=True)
-    if race.winner is None or race.winner is race.finalists[0] or trimmed_to(race) is not None:
+    if (new := trimmed_to(race)) is not None:
+        return f"{text} {_trim_outcome(race, new)}"
+    if race.winner is None or race.winner is race.finalists[0]:
         return text
     why = unsettled(race) or f"trial {reference}, the configuration it started from, ran faster beyond noise"
     return text + f" Nothing is undone, as no variant was shown to cost nothing: {why}."
+
+
+def _trim_outcome(race: Confirmation, new: Finalist) -> str:
+    """What a settled trim race did to each change it undid alone, in words: kept where its variant left (undoing
+    it cost throughput), left out where it is ``new``'s, the race's winner; a variant tied too is raced again on top
+    of ``new`` (``trim.undo_next``), or, where nothing was undone, stays."""
+    reference = race.finalists[0]
+    outcome: dict[str, list[str]] = {"costs": [], "unshown": [], "left out": [], "tied": []}
+    for variant in race.finalists[1:]:
+        undone = variant.label.removeprefix(f"{reference.label} without ").split(" without ")
+        if variant is new:
+            outcome["left out"] += undone
+        elif len(undone) == 1:
+            outcome["costs" if variant.dropped else "unshown" if new is reference else "tied"] += undone
+    said = {
+        "costs": "Kept, as undoing it cost throughput",
+        "unshown": "Kept, as undoing it was not shown to cost nothing",
+        "left out": "Left out, as fast without",
+        "tied": "As fast without too, so undone on top of that in the next race",
+    }
+    return " ".join(f"{said[key]}: {', '.join(names)}." for key, names in outcome.items() if names)
 
 
 def _present(*found: Plot | None) -> list[Plot]:

@@ -208,15 +208,30 @@ def throughput_by_batch(summary: Summary) -> Plot | None:
         return None
 
     def draw(ax: Axes) -> None:
-        for record in measured:
-            colour = _colour(record, summary)
-            ax.scatter(record.result.knobs["batch_size"], record.throughput, color=colour, zorder=3)
+        ends = (summary.baseline, summary.recommended)
+        for record in [r for r in measured if r not in ends] + [r for r in ends if r in measured]:  # the ends on top
+            ringed = record is summary.recommended and not summary.is_baseline
+            ax.scatter(
+                record.result.knobs["batch_size"],
+                record.throughput,
+                color="none" if ringed else _colour(record, summary),
+                edgecolors=_colour(record, summary),
+                s=120 if ringed else 36,
+                linewidths=2 if ringed else 1,
+                zorder=3,
+            )
+        sizes = sorted({r.result.knobs["batch_size"] for r in measured})
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(size) for size in sizes])
+        ax.minorticks_off()
         ax.set_xlabel("batch size" + (" (micro-batch)" if summary.batch_policy == "fixed_effective" else ""))
         ax.set_ylabel("samples/s")
         ax.grid(alpha=0.3)
 
-    caption = "Throughput against batch size, one dot per configuration (grey: baseline, dark blue: recommended)."
+    caption = (
+        "Throughput against batch size, one dot per configuration (grey: the baseline, a dark blue ring: the "
+        "recommendation, light blue: the other trials)."
+    )
     return Plot(caption, draw)
 
 
@@ -244,7 +259,12 @@ def time_split(summary: Summary, limit: int = 8) -> Plot:
         ax.set_xlabel("ms per sample (shorter is faster)")
         legend_below(ax)
 
-    caption = "Where each configuration's time went: per sample, waiting for data against everything else."
+    which = (
+        "each configuration's"
+        if len(measured) == len(ranked)
+        else (f"the {limit} fastest configurations', the baseline's and the recommendation's")
+    )
+    caption = f"Where {which} time went: per sample, waiting for data against everything else."
     return Plot(caption, draw, height=1.0 + 0.35 * len(measured))
 
 

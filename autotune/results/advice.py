@@ -44,7 +44,7 @@ class BatchAdvice:
     def describe(self) -> str:
         before, after = self.baseline_batch_size, self.batch_size
         if before == after:  # under fixed_effective too: one micro-batch per step is the baseline's batch
-            return f"Batch size unchanged ({before}): training is the same."
+            return f"Batch size unchanged ({before}): the batch per optimizer step and its learning rate stay."
         if self.policy == "fixed_effective":
             return (
                 f"Micro-batches of {after} with {self.accumulation_steps} gradient-accumulation steps make the "

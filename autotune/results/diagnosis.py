@@ -93,8 +93,12 @@ class Rule:
 
     @property
     def gist(self) -> str:
-        """The figure in a few words ("waiting for data 60%")."""
-        return f"{self.name.partition(', of ')[0]} {self.value:.0%}"
+        """The figure in a few words ("waiting for data 60%"), to a tenth of a per cent where whole ones would read as
+        its threshold ("29.7%", not the "30%" it falls short of)."""
+        shown = f"{self.value:.0%}"
+        if shown == f"{self.threshold:.0%}":
+            shown = f"{self.value:.1%}"
+        return f"{self.name.partition(', of ')[0]} {shown}"
 
     def __str__(self) -> str:
         relation = ("≥" if self.at_least else "<") if self.holds else ("<" if self.at_least else "≥")

@@ -215,6 +215,24 @@ def test_a_trim_race_whose_variant_won_without_its_reference_running_every_round
     assert (race["winner"], race["trimmed_to"]) == ("0 without amp", None)
 
 
+def test_a_settled_trim_race_says_which_change_it_kept_which_it_left_out_and_which_it_races_again(tmp_path):
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])])
+    reference = Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])
+    workers = Finalist("0 without num_workers", {}, 2, 100.0, [100.0], "more than 15% behind trial 0 after round 1")
+    sample = sample_results()
+    first_run = sample.trials[0].result
+    amp = Finalist("0 without amp", first_run.knobs, 2, 100.0, [150.0, 150.0, 150.0], result=first_run)
+    malloc = Finalist("0 without malloc", {}, 2, 110.0, [150.0, 151.0, 150.0])
+    trim = [Confirmation([100.0, 98.0, 102.0], [reference, workers, amp, malloc], planned_rounds=3)]
+    results = StudyResults(**{**sample.__dict__, "confirmation": confirmation, "trim": trim})
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    said = (
+        "Kept, as undoing it cost throughput: num_workers. Left out, as fast without: amp. As fast without too, so "
+        "undone on top of that in the next race: malloc."
+    )
+    assert said in markdown, markdown.split("## Only the changes that matter")[1][:3000]
+
+
 def test_keeping_the_baseline_after_a_stale_race_names_the_trial_it_did_not_prove():
     lucky = trial("0", 115.0, batch_size=64)
     dropped = Finalist("0", lucky.result.knobs, 1, 100.0, [100.0], "slower than the baseline in round 1")

@@ -180,6 +180,11 @@ def test_a_rule_below_its_threshold_says_so():
     assert str(Rule("x", 0.7, 0.5, False, MEMORY_BOUND)) == "x 70.0% ≥ 50%: not memory-bound"
 
 
+@pytest.mark.parametrize(("value", "said"), [(0.297, "29.7%"), (0.304, "30.4%"), (0.29, "29%"), (0.61, "61%")])
+def test_a_rules_gist_never_reads_as_the_threshold_it_falls_short_of_or_just_passes(value, said):
+    assert Rule("waiting for data, of the step", value, 0.3, True, DATA_BOUND).gist == f"waiting for data {said}"
+
+
 def test_workers_that_sleep_or_wait_on_io_do_not_saturate_the_cores_by_their_wall_time():
     """Two workers loading each batch for twice a step, asleep (I/O, a remote store): the tree used half a core."""
     waiting = profile_result(wait_share=0.95, num_workers=2, loading_s=2 * LOOP_S)
