@@ -25,7 +25,16 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
-from autotune.results.race import TIE_TOLERANCE, Confirmation, Finalist, trimmed_to, unsettled
+from autotune.results.race import (
+    FINALIST_WINDOW,
+    MAX_FINALISTS,
+    TIE_TOLERANCE,
+    Confirmation,
+    Finalist,
+    finalist_choice,
+    trimmed_to,
+    unsettled,
+)
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 from autotune.trial.result import Disturbance
@@ -102,7 +111,7 @@ class Document:
 
 def build_document(results: StudyResults, summary: Summary) -> Document:
     sections = [
-        *([Section("Confirmation", paragraphs=[summary.confirmation.describe()])] if summary.confirmation else []),
+        *_confirmation(results, summary),
         *_trim(summary),
         *_busy_machine(summary),
         Section(
@@ -274,6 +283,23 @@ def _profiles(results: StudyResults, summary: Summary) -> list[Section]:
             plots=[paired_stage_bars(ran)] if ran else [],
         )
     ]
+
+
+def _confirmation(results: StudyResults, summary: Summary) -> list[Section]:
+    """The finalists' race, and the trials left out of it though their runs came near the fastest, with why."""
+    race = summary.confirmation
+    if race is None:
+        return []
+    finalists, left_out = finalist_choice(results.baseline, results.trials)
+    paragraphs = [race.describe()]
+    if left_out and [f.label for f in finalists] == [f.label for f in race.finalists]:  # the race of these trials
+        named = "; ".join(f"trial {label} ({why})" for label, why in left_out.items())
+        paragraphs.append(
+            f"Left out of the race, though their runs came within {FINALIST_WINDOW:.0%} of the fastest: {named}. "
+            f"In the race a trial that changes more knobs wins a tie only by beating the simpler one by "
+            f"{TIE_TOLERANCE:.0%} in every round, and at most {MAX_FINALISTS} finalists race."
+        )
+    return [Section("Confirmation", paragraphs=paragraphs)]
 
 
 def _trim(summary: Summary) -> list[Section]:

@@ -504,26 +504,45 @@ def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: in
     by TIE_TOLERANCE. The race's tie rule could recommend it only if it beat the simpler one by that much in every
     round, and its own run already did not; racing it would cost a run per round (a compiled one, its compile).
     """
+    return finalist_choice(baseline, trials, limit)[0]
+
+
+def finalist_choice(
+    baseline: TrialRecord, trials: list[TrialRecord], limit: int = MAX_FINALISTS
+) -> tuple[list[TrialRecord], dict[str, str]]:
+    """``select_finalists``'s finalists, and why each other trial whose run came within FINALIST_WINDOW of the
+    fastest was left out, by label: a simpler one worth racing its run did not beat by TIE_TOLERANCE, or the
+    ``limit``."""
     if not baseline.result.ok:
-        return []
+        return [], {}
     measured = [r for r in trials if r.result.ok and r.throughput > baseline.throughput]
     if not measured:
-        return []
+        return [], {}
     fastest = max(r.throughput for r in measured)
     near = [r for r in measured if r.throughput >= fastest * (1 - FINALIST_WINDOW)]
     base = baseline.result.knobs
     worth: list[TrialRecord] = []  # simplest first: only a trial worth racing leaves out one that changes more
+    left_out: dict[str, str] = {}
     for record in sorted(near, key=lambda r: (count_changes(r.result.knobs, base), -r.throughput)):
-        if not _outdone_by_simpler(record, worth, base):
+        simpler = _outdone_by_simpler(record, worth, base)
+        if simpler is None:
             worth.append(record)
+        else:
+            left_out[record.label] = (
+                f"it changes more knobs than trial {simpler.label} and its run did not beat that one's by "
+                f"{TIE_TOLERANCE:.0%}"
+            )
     finalists = sorted(worth, key=lambda r: -r.throughput)[:limit]
     simplest = choose_candidate(baseline, trials)
     if simplest is not None and simplest not in finalists:
         finalists = [*finalists[: limit - 1], simplest]
-    if not all(costly_values(f.result.knobs) for f in finalists):
-        return finalists
-    plain = [twin for f in finalists if (twin := _plain_twin(f, measured)) is not None]
-    return [*finalists, *[twin for i, twin in enumerate(plain) if twin not in plain[:i]]]
+    if all(costly_values(f.result.knobs) for f in finalists):
+        plain = [twin for f in finalists if (twin := _plain_twin(f, measured)) is not None]
+        finalists = [*finalists, *[twin for i, twin in enumerate(plain) if twin not in plain[:i]]]
+    for record in worth:
+        if record not in finalists:
+            left_out[record.label] = f"at most {limit} finalists race, the fastest runs first"
+    return finalists, {label: why for label, why in left_out.items() if label not in {f.label for f in finalists}}
 
 
 def _plain_twin(record: TrialRecord, measured: list[TrialRecord]) -> TrialRecord | None:
@@ -536,10 +555,12 @@ def _plain_twin(record: TrialRecord, measured: list[TrialRecord]) -> TrialRecord
     return next((other for other in measured if other.result.knobs == plain), None)
 
 
-def _outdone_by_simpler(record: TrialRecord, worth: list[TrialRecord], base: dict[str, object]) -> bool:
+def _outdone_by_simpler(record: TrialRecord, worth: list[TrialRecord], base: dict[str, object]) -> TrialRecord | None:
+    """The first trial of ``worth`` that changes fewer knobs than ``record`` and whose run ``record``'s did not beat
+    by TIE_TOLERANCE; None where there is none."""
     changes = count_changes(record.result.knobs, base)
     simpler = [other for other in worth if count_changes(other.result.knobs, base) < changes]
-    return any(record.throughput <= other.throughput * (1 + TIE_TOLERANCE) for other in simpler)
+    return next((other for other in simpler if record.throughput <= other.throughput * (1 + TIE_TOLERANCE)), None)
 
 
 def rounds_lost(finalist: Finalist, baseline_runs: list[float]) -> int:

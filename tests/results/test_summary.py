@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 
 from autotune.records import TrialRecord
+from autotune.report.document import _confirmation
 from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist, select_finalists
+from autotune.results.race import Confirmation, Finalist, finalist_choice, select_finalists
 from autotune.results.summary import summarise
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
@@ -95,6 +96,25 @@ def test_a_finalist_that_did_not_outrun_a_simpler_one_by_a_tie_is_not_raced():
     assert [r.label for r in finalists_of(results_with(compiled, plain, beyond_window))] == ["1"]
     clearly = trial("3", 155.0, batch_size=32, compile="default")  # 5 % faster than the plain run: raced
     assert [r.label for r in finalists_of(results_with(clearly, plain, other))] == ["3", "1", "2"]
+
+
+def test_the_trials_near_the_fastest_left_out_of_the_race_are_named_with_why():
+    compiled = trial("0", 150.0, batch_size=32, compile="default")
+    plain = trial("1", 147.0, batch_size=32)
+    others = [trial(str(n), 140.0 - n, batch_size=size) for n, size in ((2, 64), (3, 128), (4, 256))]
+    results = results_with(compiled, plain, *others)
+    finalists, left_out = finalist_choice(results.baseline, results.trials)
+    assert [r.label for r in finalists] == ["1", "2", "3"] == [r.label for r in finalists_of(results)]
+    assert left_out == {
+        "0": "it changes more knobs than trial 1 and its run did not beat that one's by 3%",
+        "4": "at most 3 finalists race, the fastest runs first",
+    }
+    race = Confirmation([100.0], [Finalist(f.label, f.result.knobs, 1, 100.0, [150.0]) for f in finalists])
+    raced = replace(results, confirmation=race)
+    (section,) = _confirmation(raced, summarise(raced))
+    assert section.paragraphs[1].startswith(
+        "Left out of the race, though their runs came within 15% of the fastest: trial 0 (it changes more knobs"
+    )
 
 
 def test_where_every_finalist_compiles_its_plain_twin_races_too_where_it_beat_the_baseline_beyond_the_window():
