@@ -421,10 +421,14 @@ def _why_keep(summary: Summary) -> str:
 
 
 def format_cell(value: Any) -> str:
+    """A table's cell: a number to a tenth from 10 up (as samples/s are said everywhere), to three significant
+    digits below (2.08, 0.247), zero as 0."""
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        size = abs(value)
+        decimals = 0 if value == 0 else 1 if size >= 10 else 2 if size >= 1 else 3
+        return f"{value:.{decimals}f}"
     return str(value)
 
 

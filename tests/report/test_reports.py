@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import replace
 
+import pytest
 import yaml
 
 from autotune.knobs import KNOBS
@@ -16,7 +17,7 @@ from autotune.measure.measurement import SystemReport
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
-from autotune.report.document import _machine, headline
+from autotune.report.document import _machine, format_cell, headline
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
@@ -522,3 +523,10 @@ def test_a_gpu_studys_peak_memory_is_named_the_gpus_and_the_method_states_the_sc
     assert "screening one: at least 10 steps and 1.5 s" in markdown
     cpu = write_reports(results, summarise(results), tmp_path / "cpu")["report.md"].read_text()
     assert "Peak GPU memory" not in cpu and "Peak memory is the GPU's" not in cpu
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"), [(2.076, "2.08"), (0.0, "0"), (13.24, "13.2"), (757.49, "757.5"), (0.2471, "0.247"), (None, "")]
+)
+def test_a_table_cell_gives_a_number_to_about_three_significant_digits_and_samples_per_second_to_a_tenth(value, cell):
+    assert format_cell(value) == cell
