@@ -20,7 +20,7 @@ STAGE_COLOURS = {
     "forward": "#1f77b4",
     "loss and backward": "#6baed6",
     "optimizer step": "#2ca02c",
-    "the loop's own": "#c7c7c7",
+    "the rest of the step (zeroing gradients, the loop itself)": "#c7c7c7",
 }
 
 
@@ -40,7 +40,9 @@ def stage_segments(stages: StageTiming) -> dict[str, float]:
         "loss and backward": stages.mean("backward_s") * 1e3,
         "optimizer step": stages.mean("optimizer_s") * 1e3,
     }
-    segments["the loop's own"] = max(0.0, stages.loop_s * 1e3 - sum(segments.values()))
+    segments["the rest of the step (zeroing gradients, the loop itself)"] = max(
+        0.0, stages.loop_s * 1e3 - sum(segments.values())
+    )
     return segments
 
 
