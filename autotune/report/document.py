@@ -195,7 +195,9 @@ def headline(summary: Summary) -> Headline:
         )
     if summary.is_baseline:
         return Headline("Keep your current settings.", _why_keep(summary))
-    changes = ", ".join(f"{name} {before} → {after}" for name, (before, after) in summary.changed_knobs().items())
+    changes = ", ".join(
+        f"{name} {_value(before)} → {_value(after)}" for name, (before, after) in summary.changed_knobs().items()
+    )
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
     proof = summary.proof
@@ -228,6 +230,11 @@ def headline(summary: Summary) -> Headline:
             else ""
         ),
     )
+
+
+def _value(value: Any) -> str:
+    """A knob's value in a sentence: None, a knob left unset (PyTorch's default), as "default"."""
+    return "default" if value is None else str(value)
 
 
 def _memory_kind(record: TrialRecord) -> str:

@@ -342,6 +342,11 @@ def test_before_and_after_shows_the_throughputs_the_headline_states(tmp_path):
     assert "Throughput: medians of 3 interleaved re-measurements" in markdown
 
 
+def test_the_headline_says_default_for_a_knob_the_baseline_leaves_unset():
+    rest = headline(summarise(results_with(trial("0", 150.0, num_threads=1, channels_last=True)))).rest
+    assert "by changing num_threads default → 1, channels_last False → True." in rest, rest
+
+
 def test_keeping_the_baseline_says_why_in_each_case():
     def why(*trials):
         return headline(summarise(results_with(*trials))).rest
