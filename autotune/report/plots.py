@@ -259,11 +259,8 @@ def time_split(summary: Summary, limit: int = 8) -> Plot:
         ax.set_xlabel("ms per sample (shorter is faster)")
         legend_below(ax)
 
-    which = (
-        "each configuration's"
-        if len(measured) == len(ranked)
-        else (f"the {limit} fastest configurations', the baseline's and the recommendation's")
-    )
+    some = f"the {limit} fastest configurations', the baseline's and the recommendation's"
+    which = "each configuration's" if len(measured) == len(ranked) else some
     caption = f"Where {which} time went: per sample, waiting for data against everything else."
     return Plot(caption, draw, height=1.0 + 0.35 * len(measured))
 

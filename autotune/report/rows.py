@@ -58,7 +58,7 @@ def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[
         fp32_first_loss_spread=check.fp32_spread if check else None,
         wall_s=result.wall_s,
         cores_slowdown=result.core_speed.slowdown if result.core_speed else None,  # around the run: CoreSpeed
-        disturbance=disturbance_words(result.disturbance) if result.disturbance else None,
+        disturbance=disturbance_words(slowed) if (slowed := result.disturbance) else None,
         failure_kind=result.failure.kind.value if result.failure else None,
         failure_reason=result.failure.message if result.failure else None,
     )

@@ -542,7 +542,8 @@ def finalist_choice(
     for record in worth:
         if record not in finalists:
             left_out[record.label] = f"at most {limit} finalists race, the fastest runs first"
-    return finalists, {label: why for label, why in left_out.items() if label not in {f.label for f in finalists}}
+    racing = {f.label for f in finalists}
+    return finalists, {label: why for label, why in left_out.items() if label not in racing}
 
 
 def _plain_twin(record: TrialRecord, measured: list[TrialRecord]) -> TrialRecord | None:

@@ -147,22 +147,29 @@ def create_study(url: str, storage: optuna.storages.BaseStorage | None = None, *
 def load_study(name: str, url: str) -> optuna.Study:
     """Study ``name`` of ``url``, as ``create_study`` opens it, for reading; KeyError where there is no such study
     (and no file made where there is no such file)."""
-    path = sqlite_file(url) or journal_file(url)
-    if path is not None and not path.exists():
-        raise KeyError(name)
-    with opening(url):
-        _check_sqlite(url, writing=False)
-        return optuna.load_study(study_name=name, storage=_storage(url, writing=False))
+    with _reading(url) as storage:
+        if storage is None:
+            raise KeyError(name)
+        return optuna.load_study(study_name=name, storage=storage)
 
 
 def study_names(url: str) -> list[str]:
     """The names of the studies ``url`` holds, sorted ([] where its file does not exist: none is made)."""
+    with _reading(url) as storage:
+        return sorted(optuna.get_all_study_names(storage=storage)) if storage is not None else []
+
+
+@contextmanager
+def _reading(url: str) -> Iterator[optuna.storages.BaseStorage | None]:
+    """``url``'s storage, checked and opened for reading, its failures as ``opening`` says; None where its file does
+    not exist (none is made)."""
     path = sqlite_file(url) or journal_file(url)
     if path is not None and not path.exists():
-        return []
+        yield None
+        return
     with opening(url):
         _check_sqlite(url, writing=False)
-        return sorted(optuna.get_all_study_names(storage=_storage(url, writing=False)))
+        yield _storage(url, writing=False)
 
 
 @contextmanager
