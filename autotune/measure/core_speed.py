@@ -23,8 +23,11 @@ from typing import ClassVar, NamedTuple
 
 LOOP = 220_000  # about 5 ms on the Xeon of 2026-12-04: a core's reading, three of them, takes ~15 ms
 REPEATS = 3
-# Readings of a core before the first run it is read around, so that its usual speed rests on more than one run's.
-FIRST_READINGS = 4
+# The times a core must have been read, each at a moment of its own, before a run is judged against its usual speed.
+# Readings taken back to back catch a host in one state: one whose cores flip between two speeds every few seconds
+# (an AMD EPYC of 2026-12-04 read 20 or 32 ms by turns, idle) would judge every run of the other state slow against
+# a usual speed taken at one moment (docs/benchmarks.md section 13).
+MOMENTS = 4
 # The most cores read around one run (~15 ms each, twice): on a machine of many, each run reads the next ones in turn.
 CORES_A_READING = 4
 
@@ -55,14 +58,17 @@ def core_times_ms(cores: Iterable[int]) -> list[float]:
 class CoreSpeed:
     """The ``cores`` read around a run, just before its process started (``before_ms``) and just after it ended
     (``after_ms``), each a ``core_times_ms``, beside each core's usual time (``usual_ms``: the median of every time
-    the gauge read on it so far). A core time ``SLOW`` times its usual or more says the cores ran slow around the
-    run; a quiet host's stay within a few per cent of it (docs/benchmarks.md section 13). Each core is judged against
-    its own: a machine's cores need not run alike (a hybrid CPU's efficiency cores)."""
+    the gauge read on it so far, ``readings`` times on the least read core, this run's two included). A core time
+    ``SLOW`` times its usual or more says the cores ran slow around the run; a quiet host's stay within a few per cent
+    of it (docs/benchmarks.md section 13). Each core is judged against its own: a machine's cores need not run alike
+    (a hybrid CPU's efficiency cores). Records stored before ``readings`` was kept were judged: they read
+    ``MOMENTS``."""
 
     cores: list[int]
     before_ms: list[float]
     after_ms: list[float]
     usual_ms: list[float]
+    readings: int = MOMENTS
 
     SLOW: ClassVar[float] = 1.3
 
@@ -73,7 +79,9 @@ class CoreSpeed:
 
     @property
     def slow(self) -> bool:
-        return self.slowdown >= self.SLOW
+        """Whether the cores read ``SLOW`` times their usual time or more, a usual time read at ``MOMENTS`` moments
+        at least: before that it is not known."""
+        return self.readings >= MOMENTS and self.slowdown >= self.SLOW
 
 
 class Reading(NamedTuple):
@@ -86,8 +94,8 @@ class Reading(NamedTuple):
 class CoreGauge:
     """Reads the cores of the runs it is given (``cores``; None: every core this process may use) around each, at
     most ``CORES_A_READING`` of them a run, the next ones in turn, and keeps every time it read on each core: their
-    median is the core's usual speed, against which each run's readings are judged; a core is read
-    ``FIRST_READINGS`` times more before the first run it is read around. ``read`` times the cores it is given
+    median is the core's usual speed, against which each run's readings are judged once it rests on ``MOMENTS``
+    readings. ``read`` times the cores it is given
     (``core_times_ms`` by default); a reading the OS refuses (a core taken from this process) is no reading."""
 
     def __init__(
@@ -103,9 +111,6 @@ class CoreGauge:
         count = min(CORES_A_READING, len(self.cores))
         cores = [self.cores[(self._next + index) % len(self.cores)] for index in range(count)]
         self._next = (self._next + count) % len(self.cores)
-        while any(len(self._history.get(core, [])) < FIRST_READINGS for core in cores):
-            if self._take(cores) is None:
-                return None
         times = self._take(cores)
         return Reading(cores, times) if times is not None else None
 
@@ -116,7 +121,8 @@ class CoreGauge:
         if after is None:
             return None
         usual = [statistics.median(self._history[core]) for core in before.cores]
-        return CoreSpeed(before.cores, before.times_ms, after, usual)
+        readings = min(len(self._history[core]) for core in before.cores)
+        return CoreSpeed(before.cores, before.times_ms, after, usual, readings)
 
     def _take(self, cores: list[int]) -> list[float] | None:
         try:

@@ -63,36 +63,45 @@ class Readings:
         return [self.times[core].pop(0) for core in cores]
 
 
-def test_each_core_is_judged_against_the_median_of_every_time_read_on_it_the_first_run_after_a_few_more():
-    first = core_speed.FIRST_READINGS
+def test_each_core_is_judged_against_the_median_of_every_time_read_on_it():
     # core 2 runs at 7 ms, core 3 (an efficiency core) at 11: each against its own
-    readings = Readings(c2=[7.0] * first + [7.1, 7.2, 9.8, 7.0], c3=[11.0] * first + [11.2, 10.9, 11.0, 11.0])
+    readings = Readings(c2=[7.0, 7.0, 7.1, 7.2, 9.8, 7.0], c3=[11.0, 11.0, 11.2, 10.9, 11.0, 11.0])
     gauge = CoreGauge((2, 3), read=readings)
+    gauge.after(gauge.before())
     quiet = gauge.after(gauge.before())
-    assert len(readings.asked) == first + 2 and all(cores == [2, 3] for cores in readings.asked)
-    assert quiet == CoreSpeed([2, 3], [7.1, 11.2], [7.2, 10.9], [7.0, 11.0]) and not quiet.slow
+    assert len(readings.asked) == 4 and all(cores == [2, 3] for cores in readings.asked), "once before, once after"
+    assert quiet == CoreSpeed([2, 3], [7.1, 11.2], [7.2, 10.9], [7.05, 11.0], 4) and not quiet.slow
     slowed = gauge.after(gauge.before())
-    assert len(readings.asked) == first + 4, "a reading before and one after each later run"
-    assert slowed.before_ms == [9.8, 11.0] and slowed.slow and slowed.usual_ms == [7.0, 11.0]
+    assert slowed.before_ms == [9.8, 11.0] and slowed.slow and slowed.usual_ms == [7.05, 11.0]
+
+
+def test_no_run_is_judged_before_its_cores_were_read_at_enough_moments():
+    # A host that flips between two speeds, read first in its fast state: against those two readings alone the
+    # slow state reads 1.6x; its usual speed is not known yet
+    gauge = CoreGauge((0,), read=Readings(c0=[20.0, 20.0] + [32.0] * 8))
+    first, second = gauge.after(gauge.before()), gauge.after(gauge.before())
+    assert (first.readings, second.readings) == (2, core_speed.MOMENTS)
+    assert first.slowdown == pytest.approx(1.0) and not first.slow
+    assert second.slowdown == pytest.approx(32 / 26) and not second.slow, "judged once four times are known"
+    assert not any(gauge.after(gauge.before()).slow for _ in range(3)), "the slow state is its usual one"
+    assert CoreSpeed([0], [32.0], [32.0], [20.0]).slow, "a record stored before readings was kept was judged"
 
 
 def test_the_usual_speed_follows_every_time_read_this_runs_included():
-    first = core_speed.FIRST_READINGS
-    gauge = CoreGauge((0,), read=Readings(c0=[7.0] * first + [8.0] * 4 + [10.2, 8.0]))
-    for _ in range(2):
+    gauge = CoreGauge((0,), read=Readings(c0=[7.0] * 2 + [8.0] * 4 + [10.2, 8.0]))
+    for _ in range(3):
         gauge.after(gauge.before())
-    third = gauge.after(gauge.before())
-    # against the first readings' 7.0, 1.46x; without this run's readings, 7.5 and 1.36x
-    assert third.usual_ms == [8.0] and not third.slow
+    fourth = gauge.after(gauge.before())
+    # against the first run's 7.0, 1.46x; without this run's readings, 8.0 and 1.275x
+    assert fourth.usual_ms == [8.0] and not fourth.slow
 
 
-def test_on_a_machine_of_many_cores_each_run_is_read_on_a_few_the_next_ones_in_turn(monkeypatch):
-    monkeypatch.setattr(core_speed, "FIRST_READINGS", 1)
+def test_on_a_machine_of_many_cores_each_run_is_read_on_a_few_the_next_ones_in_turn():
     asked = []
     gauge = CoreGauge(range(6), read=lambda cores: asked.append(cores) or [7.0] * len(cores))
     gauge.after(gauge.before())
     gauge.after(gauge.before())
-    assert asked == [[0, 1, 2, 3]] * 3 + [[4, 5, 0, 1]] * 3, "cores 4 and 5 read once more before their first run"
+    assert asked == [[0, 1, 2, 3]] * 2 + [[4, 5, 0, 1]] * 2
     assert CoreGauge().cores == tuple(sorted(os.sched_getaffinity(0))), "by default every core it may use"
 
 

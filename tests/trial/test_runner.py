@@ -16,7 +16,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.measure import core_speed
 from autotune.measure.core_speed import CoreGauge, CoreSpeed
 from autotune.measure.memory import MemoryBudget
 from autotune.trial import runner
@@ -49,18 +48,20 @@ def test_a_good_trial_reports_a_measurement(tmp_path):
 
 @pytest.mark.parametrize("model", ["TinyCNN", "AbortOnChannelsLast"], ids=["measured", "crashed"])
 def test_a_gauge_reads_the_cores_before_the_trials_process_starts_and_after_it_ended(tmp_path, model):
-    seen, first = [], core_speed.FIRST_READINGS
+    seen = []
     before = set(psutil.Process().children(recursive=True))  # a fork server of earlier tests, say
 
     def read(cores):
         trials = set(psutil.Process().children(recursive=True)) - before  # the fresh trial's process, until reaped
         seen.append((bool(trials), (tmp_path / "gauged.result.json").exists()))
-        return [7.0 if len(seen) <= first + 1 else 9.8]
+        return [7.0 if len(seen) <= 3 else 9.8]
 
+    gauge = CoreGauge((0,), read)
+    gauge.after(gauge.before())  # an earlier run, read at two moments: the usual speed is known from this run on
     gauged = request(model, channels_last=True)
-    result = run_trial(gauged, 120, tmp_path, "gauged", launcher=FreshLauncher(), gauge=CoreGauge((0,), read))
-    assert seen == [(False, False)] * (first + 1) + [(False, model == "TinyCNN")], "no process of the trial's there"
-    assert result.core_speed == CoreSpeed([0], [7.0], [9.8], [7.0]) and result.ok == (model == "TinyCNN")
+    result = run_trial(gauged, 120, tmp_path, "gauged", launcher=FreshLauncher(), gauge=gauge)
+    assert seen[2:] == [(False, False), (False, model == "TinyCNN")], "no process of the trial's there"
+    assert result.core_speed == CoreSpeed([0], [7.0], [9.8], [7.0], 4) and result.ok == (model == "TinyCNN")
     assert result.disturbed == result.ok, "a slow reading disturbs a run with figures, not a failed one"
 
 
