@@ -51,12 +51,14 @@ def alive(pid: int, tag: str) -> bool:
 
 
 def run_detaching(variant, ending, launcher, tmp_path, tag, timeout_s) -> None:
-    """A trial whose dataset detaches a process, ended as ``ending`` says; the process ran, and is gone after."""
+    """A trial whose dataset detaches a process, ended as ``ending`` says (a hanging one by a timeout of
+    ``timeout_s``); the process ran, and is gone after."""
     unrelated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         pid_file = tmp_path / "detached.pid"
         req = detaching(variant, tag, pid_file, hang=ending == "timeout")
-        result = run_trial(req, timeout_s, tmp_path, "t", launcher=launcher)
+        # One that exits has the time a slow host's fresh process under the suite's load needs (over 10 s seen)
+        result = run_trial(req, timeout_s if ending == "timeout" else 120, tmp_path, "t", launcher=launcher)
         if ending == "timeout":
             assert result.failure.kind is FailureKind.TIMEOUT, result.failure
         else:
