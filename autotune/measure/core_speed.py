@@ -95,8 +95,8 @@ class CoreGauge:
     """Reads the cores of the runs it is given (``cores``; None: every core this process may use) around each, at
     most ``CORES_A_READING`` of them a run, the next ones in turn, and keeps every time it read on each core: their
     median is the core's usual speed, against which each run's readings are judged once it rests on ``MOMENTS``
-    readings. ``read`` times the cores it is given
-    (``core_times_ms`` by default); a reading the OS refuses (a core taken from this process) is no reading."""
+    readings. ``read`` times the cores it is given (``core_times_ms`` by default); a reading the OS refuses (a core
+    taken from this process) is no reading."""
 
     def __init__(
         self, cores: Iterable[int] | None = None, read: Callable[[list[int]], list[float]] = core_times_ms
