@@ -40,7 +40,9 @@ V1, V2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
 @dataclass(frozen=True)
 class Run:
     """One run: when it started and ended (s from the start), the seconds of it that were throttled, its
-    throughput (None: failed) and what the reading around it said (its slowdown, and whether it was flagged)."""
+    throughput (None: failed), what the reading around it said (its slowdown, and whether it was flagged) and the
+    window's own 95 % interval of throughput (batch means), low and high, as multiples of its throughput (None: no
+    interval, or no upper bound)."""
 
     start_s: float
     end_s: float
@@ -48,6 +50,8 @@ class Run:
     throughput: float | None
     slowdown: float | None
     flagged: bool
+    ci_low: float | None = None
+    ci_high: float | None = None
 
 
 class Throttle:
@@ -109,7 +113,9 @@ def measure(runner: TrialRunner, knobs: dict, count: int, throttle: Throttle) ->
         end = time.monotonic()
         speed, throughput = result.core_speed, result.timing.throughput if result.ok else None
         read = (speed.slowdown, speed.slow) if speed else (None, False)
-        runs.append(Run(start - begin, end - begin, throttle.overlap_s(start, end), throughput, *read))
+        interval = (result.timing.throughput_ci95_low, result.timing.throughput_ci95_high) if result.ok else ()
+        within = [bound / throughput if bound is not None else None for bound in interval]
+        runs.append(Run(start - begin, end - begin, throttle.overlap_s(start, end), throughput, *read, *within))
         print(runs[-1], flush=True)
     return runs
 
