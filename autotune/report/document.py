@@ -250,7 +250,10 @@ def gain_interval(summary: Summary) -> str:
         more = "more study.confirm_rounds would tell"
         if proof.ended_early:
             more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
-        spans = f" (it spans 1x: {more})" if interval.low <= 1 else ""
+        # A proof (rounds won) beside an interval spanning 1x reads as a contradiction unless both are named.
+        won = sum(ratio > 1 for ratio in proof.gain_ratios(proof.winner.label).values())
+        spread = f"the recommendation ran faster in {won} of them, by amounts too far apart to bound the gain"
+        spans = f" (it spans 1x: {spread}; {more})" if interval.low <= 1 else ""
         return (
             f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds"
             f"{summary.left_out_note}{spans}"

@@ -504,12 +504,16 @@ def test_a_gain_whose_interval_spans_one_says_what_more_rounds_would_come_from()
     confirmation = Confirmation([100.0, 100.0], [Finalist("0", {}, 1, 100.0, [150.0, 101.0])])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     text = headline(summarise(results)).lead
-    assert "over 2 paired rounds (it spans 1x: more study.confirm_rounds would tell)" in text, text
+    assert (
+        "over 2 paired rounds (it spans 1x: the recommendation ran faster in 2 of them, by amounts too far apart to "
+        "bound the gain; more study.confirm_rounds would tell)" in text
+    ), text
     ended_early = replace(confirmation, planned_rounds=3)
     text = headline(summarise(StudyResults(**{**results.__dict__, "confirmation": ended_early}))).lead
     assert (
-        "over 2 paired rounds (it spans 1x: the race ended early on its verdict; mode=benchmark measures the gain "
-        "over more rounds)" in text
+        "over 2 paired rounds (it spans 1x: the recommendation ran faster in 2 of them, by amounts too far apart to "
+        "bound the gain; the race ended early on its verdict; mode=benchmark measures the gain over more rounds)"
+        in text
     ), "more planned rounds would end there too"
 
 
