@@ -734,9 +734,11 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
     draws = []
     monkeypatch.setattr(app.TrialRunner, "new_draw", lambda runner: draws.append(1))
     proc = cli_here(check, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
     assert len(draws) == 2, "each round a new draw of the process layout"
     record = json.loads((tmp_path / "check" / "selfcheck.json").read_text())
+    # Two rounds on a busy machine may read the loops apart: exit 1 says so (HarnessDisagreesError), as documented
+    disagree = any(c["verdict"] == "disagree" for c in record["configurations"])
+    assert proc.returncode == (1 if disagree else 0), proc.stderr
     labels = [c["label"] for c in record["configurations"]]
     assert labels == ["baseline", "recommended (trial 0)"], f"the study picked no trial:\n{tune.stdout}"
     for configuration in record["configurations"]:
