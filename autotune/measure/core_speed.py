@@ -24,9 +24,9 @@ from typing import ClassVar, NamedTuple
 LOOP = 220_000  # about 5 ms on the Xeon of 2026-12-04: a core's reading, three of them, takes ~15 ms
 REPEATS = 3
 # The times a core must have been read, each at a moment of its own, before a run is judged against its usual speed.
-# Readings taken back to back catch a host in one state: one whose cores flip between two speeds every few seconds
-# (an AMD EPYC of 2026-12-04 read 20 or 32 ms by turns, idle) would judge every run of the other state slow against
-# a usual speed taken at one moment (docs/benchmarks.md section 13).
+# Readings taken back to back catch a host in one state: where the cores flip between two speeds every few seconds,
+# every run of the other state would read slow against a usual speed taken at one moment (docs/benchmarks.md
+# section 13).
 MOMENTS = 4
 # The most cores read around one run (~15 ms each, twice): on a machine of many, each run reads the next ones in turn.
 CORES_A_READING = 4
