@@ -156,6 +156,7 @@ def _uuids(index: int) -> list[str]:
 
 @dataclass
 class _SampledStep:
+    index: int  # its place among the window's steps
     previous_end: Any
     ready: Any = None
     transferred: Any = None
@@ -186,6 +187,7 @@ class DeviceTimeline:
     seed: int = 0
     steps: list[_SampledStep] = field(default_factory=list)
     _current: _SampledStep | None = None
+    _seen: int = 0
     _probability: float = 1.0
     _draws: random.Random = field(default_factory=random.Random)
 
@@ -193,7 +195,8 @@ class DeviceTimeline:
         """The window starts after warm-up steps of ``step_s`` each: its first step is sampled."""
         self._probability = 1.0 if step_s >= self.spacing_s else step_s / self.spacing_s
         self._draws.seed(self.seed)
-        self._current = _SampledStep(previous_end=self._record())
+        self._seen = 0
+        self._current = _SampledStep(0, previous_end=self._record())
 
     def batch_ready(self) -> None:
         if self._current is not None:
@@ -211,8 +214,9 @@ class DeviceTimeline:
             self._current.samples = samples
             self.steps.append(self._current)
             self._current = None
+        self._seen += 1
         if self._draws.random() < self._probability:
-            self._current = _SampledStep(previous_end=end or self._record())
+            self._current = _SampledStep(self._seen, previous_end=end or self._record())
 
     def _record(self) -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
@@ -220,7 +224,8 @@ class DeviceTimeline:
         return event
 
     def split(self) -> StepSplit | None:
-        """The sampled steps' wait, transfer and compute times; call after synchronising. None without any."""
+        """The sampled steps' wait, transfer and compute times, and their places among the window's steps; call
+        after synchronising. None without any."""
         waits, transfers, computes, samples = [], [], [], []
         for step in self.steps:
             ready = step.ready or step.previous_end
@@ -229,4 +234,4 @@ class DeviceTimeline:
             transfers.append(ready.elapsed_time(transferred) / 1000)
             computes.append(transferred.elapsed_time(step.end) / 1000)
             samples.append(step.samples)
-        return StepSplit(waits, transfers, computes, samples) if samples else None
+        return StepSplit(waits, transfers, computes, samples, [step.index for step in self.steps]) if samples else None

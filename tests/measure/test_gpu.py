@@ -37,7 +37,8 @@ class FakeNvml:
         monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", self.rates)
         monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda handle: SimpleNamespace(used=512 * 2**20))
         monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", self.processes)
-        properties = SimpleNamespace(uuid=cuda_uuid, name="Fake GPU")  # name: a real GPU's machine description reads it
+        # A real GPU's machine description reads the name, and cuDNN's first version check the capability.
+        properties = SimpleNamespace(uuid=cuda_uuid, name="Fake GPU", major=9, minor=0)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties)
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import random
+import statistics
 from dataclasses import replace
 
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.measure.recorder import DONE, DRAIN, WARMUP, WINDOW, StepRecorder, WindowPlan
+from autotune.measure.recorder import (
+    DONE,
+    DRAIN,
+    WARMUP,
+    WINDOW,
+    StepRecorder,
+    StepSplit,
+    WindowPlan,
+    sampled_total,
+)
 from autotune.measure.warmup import WarmupPolicy
 
 
@@ -174,3 +185,65 @@ def test_nothing_is_drained_without_batches_loaded_ahead_nor_once_the_window_has
     run(recorder, clock, [(0.0, 0.0, 0.1)], until_done=False)
     recorder.drain(3)
     assert recorder.phase == WINDOW, "a window under way is not interrupted"
+
+
+def test_a_total_known_on_a_sample_of_steps_is_the_hosts_total_corrected_by_the_sample():
+    # The device sat idle for a batch on 5 % of steps, 50 ms each; the host read each wait with the device's work
+    # still queued when it began (up to 2 ms). One step in twenty sampled at random: the sample alone mostly held
+    # none of the long waits or two of them; corrected host readings stay within a quarter of the total.
+    draws = random.Random(7)
+    idle = [0.05 if draws.random() < 0.05 else 0.0 for _ in range(400)]
+    host = [wait + draws.uniform(0.0, 0.002) for wait in idle]
+    errors, scaled_errors = [], []
+    for _ in range(200):
+        indices = [i for i in range(len(idle)) if draws.random() < 0.05] or [0]
+        sampled = [idle[i] for i in indices]
+        errors.append(sampled_total(host, sampled, indices) / sum(idle) - 1)
+        scaled_errors.append(statistics.fmean(sampled) * len(idle) / sum(idle) - 1)
+    assert abs(statistics.fmean(errors)) < 0.02, "unbiased"
+    assert max(map(abs, errors)) < 0.25
+    assert sum(abs(error) > 0.25 for error in scaled_errors) > 100, "where a sample alone is off by more"
+
+
+def bursts(stall_s: float, cycle_steps: int, step_s: float, offset: int):
+    """A loop whose loader stalls ``stall_s`` before every ``cycle_steps``-th batch (an epoch boundary; workers whose
+    batches come in waves) and has the others ready at once, each step computing ``step_s``; ``offset`` steps into
+    its cycle at the start."""
+    for k in itertools.count(offset):
+        yield (stall_s if k % cycle_steps == 0 else 0.0), 0.0, step_s
+
+
+@pytest.mark.parametrize("offset", range(1, 16, 3))
+def test_a_window_of_a_loop_that_stalls_for_its_loader_holds_whole_cycles_whatever_its_phase(offset):
+    # A 0.4 s stall, then 16 steps of 10 ms: 16 x 8 samples every 0.56 s. A window ended at the first step past its
+    # minimum time mostly ends just after a stall, which takes most of the time; started anywhere but just after
+    # one, it held a stall more than bursts and read up to a quarter low.
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP)
+    timing = run(StepRecorder(plan, clock), clock, bursts(0.4, 16, 0.01, offset)).timing()
+    assert timing.throughput == pytest.approx(16 * 8 / 0.56)
+    assert timing.steps == 32 and timing.data_stall_fraction == pytest.approx(0.8 / 1.12)
+
+
+def test_a_window_whose_loop_stalled_once_or_stopped_stalling_ends_at_its_usual_step():
+    # A one-off stall (a collection, one slow read) or stalls that stop coming say nothing of a cycle to align to.
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP)
+    fast, stall = (0.0, 0.0, 0.01), (0.1, 0.0, 0.01)
+    for stalls in ([fast] * 4 + [stall], [fast] * 4 + [stall, *[fast] * 4, stall]):
+        clock = FakeClock()
+        timing = run(StepRecorder(plan, clock), clock, itertools.chain(stalls, itertools.repeat(fast))).timing()
+        assert timing.window_s == pytest.approx(1.0, abs=0.01), stalls
+
+
+def test_under_gradient_accumulation_a_window_ends_on_whole_optimizer_steps_stalls_or_not():
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, step_multiple=4, warmup=FAST_WARMUP)
+    timing = run(StepRecorder(plan, clock), clock, bursts(0.4, 16, 0.01, 5)).timing()
+    assert timing.steps % 4 == 0 and timing.window_s < 1.0 + 4 * 0.41
+
+
+def test_a_device_sample_of_a_window_started_later_keeps_its_steps_from_there():
+    split = StepSplit([0.1, 0.2, 0.3], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [8, 8, 4], indices=[0, 3, 5])
+    later = split.from_step(3)
+    assert later.indices == [0, 2] and later.waits == [0.2, 0.3] and later.samples == [8, 4]
+    assert split.from_step(6) is None
