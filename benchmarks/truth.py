@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -47,6 +48,26 @@ CASES = {
         "mymodel",
         {**WORKERS, "channels_last": True, "optimizer_impl": "fused", "set_to_none": False},
         [],
+    ),
+    # The example's pick on a many-core GPU host (an H200's 16 cores): a worker a core, and at batch 128 their
+    # prefetch holds a whole 32-batch epoch, which comes in bursts between stalls. An 8 s window: the plain loop's
+    # own figure varies with where in that cycle its window starts and ends, less the more cycles it holds.
+    "mymodel/worker-a-core": (
+        "mymodel",
+        {"batch_size": 128, "num_workers": os.cpu_count(), "prefetch_factor": 2, "persistent_workers": True},
+        ["measure.min_time_s=8"],
+    ),
+    # The same cycle on any machine: 16 workers whose samples wait 3 ms each (a slow store, no core used) and a step
+    # on 8-pixel images that outruns them; 8 s windows, for the plain loop's sake (above).
+    "mymodel/bursty-workers": (
+        "mymodel",
+        {"batch_size": 128, "num_workers": 16, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 1},
+        [
+            "pipeline.dataset._target_=benchmarks.workloads.WaitingImages",
+            "+pipeline.dataset.wait_ms=3",
+            "+pipeline.dataset.image_size=8",
+            "measure.min_time_s=8",
+        ],
     ),
     "transformer_lm/baseline": ("transformer_lm", {}, []),
     "transformer_lm/batch64-1thread": ("transformer_lm", {"batch_size": 64, "num_threads": 1}, []),
