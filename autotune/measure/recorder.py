@@ -118,6 +118,7 @@ class StepRecorder:
         self._drain_left = 0
         self._drain_times: list[float] = []
         self._waited: list[tuple[int, float, float]] = []  # long waits: (the step's place, the wait, the step's end)
+        self._long_wait_s = math.inf  # STALL settled steps, once warm-up has settled
         self._trimmed = 0  # the window's first steps left out, to start it just after a stall
 
     @property
@@ -179,6 +180,7 @@ class StepRecorder:
             self.warmup_settled = policy.is_stable(self.warmup_times)
             self.phase, self.window_start = WINDOW, now
             self._warmup_compile_s = excess_time(self.warmup_times, self.settled_step_s)
+            self._long_wait_s = STALL * self.settled_step_s if self.settled_step_s > 0 else math.inf
 
     def _end_drain_step(self, now: float) -> None:
         self._drain_times.append(now - self._step_start)
@@ -195,7 +197,7 @@ class StepRecorder:
         self._samples.append(samples)
         self._window_samples += samples
         self.window_end = now
-        if self.settled_step_s > 0 and ready - self._step_start > STALL * self.settled_step_s:
+        if ready - self._step_start > self._long_wait_s:
             self._waited.append((len(self._samples) - 1, ready - self._step_start, now))
         elapsed, steps, plan = now - self.window_start, len(self._samples), self.plan
         if steps % plan.step_multiple:
