@@ -18,9 +18,11 @@ from autotune.words import counted
 WARMUP, DRAIN, WINDOW, DONE = "warmup", "drain", "window", "done"
 # A step whose wait for its batch is over STALL times the warm-up's settled step, and at least half the longest such
 # wait of the window, stalled for its loader: an epoch boundary, or workers whose batches come in bursts. Where a
-# window holds two stalls or more, its edges fall just after stalls (``StepRecorder._end_on_stalls``), and it waits
-# for the next stall up to STALL_PATIENCE times the longest gap between its stalls.
+# window holds two stalls or more, taking STALL_SHARE of its time or more (less cannot move its figure by more, where
+# the OS's hiccups would pass for stalls), its edges fall just after stalls (``StepRecorder._end_on_stalls``), and it
+# waits for the next stall up to STALL_PATIENCE times the longest gap between its stalls.
 STALL = 3.0
+STALL_SHARE = 0.05
 STALL_PATIENCE = 1.5
 
 
@@ -212,23 +214,24 @@ class StepRecorder:
 
         A loop that stalls now and then (at epoch boundaries; where workers' batches come in bursts) runs in cycles
         of stall and burst, and a window ended at the first step past its minimum time mostly ends just after a
-        stall, which takes most of the time: started anywhere else, it holds a stall more than bursts, and reads
-        low (0.89x a plain loop's figure, 6 of 6 rounds, for 16 workers that prefetch a whole epoch). So where the
-        window holds two stalls or more, it runs from the end of its first stalled step to the end of a later one at
-        least ``min_time_s`` and ``min_steps`` apart: whole cycles. It waits for that stall no longer than
-        STALL_PATIENCE times the longest gap between its stalls so far; then, and under gradient accumulation, it
-        ends here.
+        stall, which takes most of the time: its figure then depends on where in the cycle it started (0.89x and
+        1.03x a plain loop's in two series of rounds, for 16 workers that prefetch a whole epoch). So where the
+        window holds two stalls or more that take STALL_SHARE of it, it runs from the end of its first stalled step
+        to the end of a later one at least ``min_time_s`` and ``min_steps`` apart: whole cycles. It waits for that
+        stall no longer than STALL_PATIENCE times the longest gap between its stalls so far; then, and under
+        gradient accumulation, it ends here.
         """
         plan, longest = self.plan, max((wait for _, wait, _ in self._waited), default=0.0)
-        stalls = [(step, ended) for step, wait, ended in self._waited if wait >= longest / 2]
-        if plan.step_multiple > 1 or len(stalls) < 2:
+        stalls = [(step, wait, ended) for step, wait, ended in self._waited if wait >= longest / 2]
+        stalled_s = sum(wait for _, wait, _ in stalls)
+        if plan.step_multiple > 1 or len(stalls) < 2 or stalled_s < STALL_SHARE * (now - self.window_start):
             self.phase = DONE
             return
-        (first, ended), last = stalls[0], len(self._samples) - 1
-        if stalls[-1][0] == last and now - ended >= plan.min_time_s and last - first >= plan.min_steps:
-            self._start_after_step(first, ended)
+        (first, _, started), last = stalls[0], len(self._samples) - 1
+        if stalls[-1][0] == last and now - started >= plan.min_time_s and last - first >= plan.min_steps:
+            self._start_after_step(first, started)
             self.phase = DONE
-        elif now - stalls[-1][1] > STALL_PATIENCE * max(b[1] - a[1] for a, b in itertools.pairwise(stalls)):
+        elif now - stalls[-1][2] > STALL_PATIENCE * max(b[2] - a[2] for a, b in itertools.pairwise(stalls)):
             self.phase = DONE
 
     def _start_after_step(self, step: int, ended: float) -> None:

@@ -239,9 +239,9 @@ def fake_cuda(monkeypatch) -> FakeCuda:
 
 def test_on_cuda_the_window_waits_for_the_device_once_whatever_its_length(fake_cuda):
     for steps in (10, 100):
-        prof = fake_cuda.loop(steps, 0.0, 0.0)
+        prof = fake_cuda.loop(steps, 0.0, 0.001)
         phases = fake_cuda.sync_phases
-        assert prof.result.timing.steps == steps
+        assert prof.result.timing.steps >= steps, "a window that aligns to stalls (the OS's, here) may run longer"
         assert phases.count(WINDOW) == 0, "no synchronisation while the window runs"
         assert phases.count(DONE) == 1, "one, when it ends"
         assert phases.count(WARMUP) == prof.result.timing.warmup_steps, "warm-up is not timed"

@@ -235,6 +235,15 @@ def test_a_window_whose_loop_stalled_once_or_stopped_stalling_ends_at_its_usual_
         assert timing.window_s == pytest.approx(1.0, abs=0.01), stalls
 
 
+def test_hiccups_that_take_a_small_share_of_the_window_do_not_hold_it():
+    # Two 35 ms pauses of the OS in a 2 s window of 10 ms steps, the second on the step that ends it: long waits,
+    # but 3.5 % of the window. Aligned to, they would have held the window for 3 s more, to move its figure by less.
+    clock, fast, hiccup = FakeClock(), (0.0, 0.0, 0.01), (0.035, 0.0, 0.01)
+    plan = WindowPlan(min_steps=10, min_time_s=2.0, max_time_s=30.0, warmup=FAST_WARMUP)
+    steps = itertools.chain([fast] * 7, [hiccup], [fast] * 187, [hiccup], itertools.repeat(fast))
+    assert run(StepRecorder(plan, clock), clock, steps).timing().window_s == pytest.approx(2.01)
+
+
 def test_under_gradient_accumulation_a_window_ends_on_whole_optimizer_steps_stalls_or_not():
     clock = FakeClock()
     plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, step_multiple=4, warmup=FAST_WARMUP)
