@@ -3,13 +3,16 @@
 It shares no measurement code with the harness (no Profiler, no Trainer, no sampler): it builds the pipeline,
 applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up (a number of
 steps, and on CUDA a second) it counts steps until the window is as long as the harness's would be, reading the
-clock after each step as a loop that stops on time does; on a GPU it waits for the device only at the window's two
-ends. ``mode=selfcheck`` and ``benchmarks/truth.py`` compare the harness with it.
+clock after each step as a loop that stops on time does, or, where an epoch is shorter than that, whole epochs; on a
+GPU it waits for the device only at the window's two ends. ``mode=selfcheck`` and ``benchmarks/truth.py`` compare
+the harness with it.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from typing import Any
 
 import torch
@@ -28,7 +31,13 @@ def run_plain(
     """Train ``pipeline`` with ``knobs`` for at least ``plan.warmup.min_steps`` untimed steps and the device's
     minimum warm-up time (a GPU's clocks ramp up over the first second), then time a window of at least
     ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``), ending on a whole number
-    of optimizer steps where micro-batches accumulate to ``effective_batch_size``."""
+    of optimizer steps where micro-batches accumulate to ``effective_batch_size``.
+
+    Where an epoch takes no longer than the window's minimum time (at the pace of the warm-up's last epoch's worth
+    of steps) and micro-batches do not accumulate, the window times whole epochs, from an epoch's first batch to a
+    later epoch's last step: a loader that stalls at epoch boundaries, or whose workers deliver in waves within an
+    epoch, then counts its stalls as often as a long run does, wherever the warm-up ended.
+    """
     setup = TrainingSetup(model=pipeline.model.to(device), device=device)
     apply_knobs(knobs, setup)
     model = setup.model.train()
@@ -38,6 +47,7 @@ def run_plain(
     )
     batch_size = knobs["batch_size"]
     accumulate = (effective_batch_size or batch_size) // batch_size
+    epoch_steps = _length(loader) if accumulate == 1 else None
 
     def loss_of(batch):
         if pipeline.step_fn is not None:
@@ -45,10 +55,21 @@ def run_plain(
         inputs, targets = batch
         return pipeline.loss_fn(model(inputs), targets)
 
+    def finished(timed: int, boundaries: int) -> PlainRun:
+        _wait_for(device)
+        window_s = time.perf_counter() - start
+        return PlainRun(timed * batch_size / window_s, timed * batch_size, timed, window_s, warmup, boundaries)
+
     warmup_steps, warmup_s = plan.warmup.min_steps, plan.warmup.on(device.type).min_time_s
-    warmup, step, start, boundaries, began = None, 0, None, 0, time.perf_counter()
+    warmup, step, start, boundaries, whole_epochs, began = None, 0, None, 0, None, time.perf_counter()
+    ends = deque([began], maxlen=(epoch_steps or 0) + 1)  # the warm-up's last epoch's worth of step ends
     while True:
-        if start is not None:
+        if start is None and whole_epochs:
+            _wait_for(device)
+            warmup, start = step, time.perf_counter()
+        elif start is not None:
+            if whole_epochs and step - warmup >= plan.min_steps and time.perf_counter() - start >= plan.min_time_s:
+                return finished(step - warmup, boundaries)
             boundaries += 1
         for batch in loader:
             batch = to_device(batch, setup)
@@ -68,19 +89,28 @@ def run_plain(
                 else:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
+            now = time.perf_counter()
             if start is None:
-                if step >= warmup_steps and time.perf_counter() - began >= warmup_s:
-                    _wait_for(device)
-                    warmup, start = step, time.perf_counter()
+                ends.append(now)
+                if whole_epochs is None and step >= warmup_steps and now - began >= warmup_s:
+                    pace = (ends[-1] - ends[0]) / (len(ends) - 1) if epoch_steps else math.inf
+                    whole_epochs = epoch_steps is not None and epoch_steps * pace <= plan.min_time_s
+                    if not whole_epochs:
+                        _wait_for(device)
+                        warmup, start = step, time.perf_counter()
             else:
-                timed, elapsed = step - warmup, time.perf_counter() - start
-                long_enough = elapsed >= plan.max_time_s or (timed >= plan.min_steps and elapsed >= plan.min_time_s)
-                if long_enough and timed % accumulate == 0:  # whole optimizer steps, as the harness times
-                    _wait_for(device)
-                    window_s = time.perf_counter() - start
-                    return PlainRun(
-                        timed * batch_size / window_s, timed * batch_size, timed, window_s, warmup, boundaries
-                    )
+                timed, elapsed = step - warmup, now - start
+                long_enough = timed >= plan.min_steps and elapsed >= plan.min_time_s and not whole_epochs
+                if elapsed >= plan.max_time_s or (long_enough and timed % accumulate == 0):
+                    return finished(timed, boundaries)
+
+
+def _length(loader: DataLoader) -> int | None:
+    """The steps of an epoch of ``loader``; None where its dataset has no length."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def _wait_for(device: torch.device) -> None:

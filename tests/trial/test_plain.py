@@ -17,12 +17,22 @@ from tests.conftest import NEUTRAL_KNOBS, trial_request
 PLAN = WindowPlan(min_steps=12, min_time_s=0.1, max_time_s=10.0, warmup=WarmupPolicy(min_steps=3))
 
 
-def test_the_plain_loop_times_its_window_across_epoch_boundaries():
-    request = trial_request(length=64)  # 4 steps an epoch at batch 16
-    run = run_plain(build_pipeline(request.pipeline), request.knobs, torch.device("cpu"), PLAN, None)
-    assert run.warmup_steps == 3 and run.steps >= 12 and run.window_s >= 0.1
+def test_the_plain_loop_times_whole_epochs_where_one_is_shorter_than_its_window():
+    # A loader that stalls at epoch boundaries then counts its stalls as a long run does, wherever warm-up ended.
+    request = trial_request(length=64)  # 4 steps an epoch at batch 16, milliseconds each
+    pipeline = build_pipeline(request.pipeline)
+    run_plain(pipeline, request.knobs, torch.device("cpu"), PLAN, None)  # a process's first steps take seconds
+    run = run_plain(pipeline, request.knobs, torch.device("cpu"), PLAN, None)
+    assert run.warmup_steps == 4, "3 steps of warm-up, then the rest of the epoch"
+    assert run.steps >= 12 and run.steps % 4 == 0 and run.window_s >= 0.1
     assert run.samples == 16 * run.steps and run.throughput == run.samples / run.window_s
-    assert run.epoch_boundaries >= 2, "12 steps of 4-step epochs started 3 steps in"
+    assert run.epoch_boundaries == run.steps // 4 - 1
+
+
+def test_the_plain_loop_times_its_window_from_its_warm_ups_end_where_an_epoch_is_longer():
+    request = trial_request(length=16000)  # 1000 steps an epoch
+    run = run_plain(build_pipeline(request.pipeline), request.knobs, torch.device("cpu"), PLAN, None)
+    assert run.warmup_steps == 3 and run.steps >= 12 and run.epoch_boundaries == 0
 
 
 def test_the_plain_loop_applies_the_knobs_and_accumulates_micro_batches():
