@@ -50,15 +50,15 @@ CASES = {
         [],
     ),
     # The example's pick on a many-core GPU host (an H200's 16 cores): a worker a core, and at batch 128 their
-    # prefetch holds a whole 32-batch epoch, which comes in bursts between stalls. An 8 s window: the plain loop's
-    # own figure varies with where in that cycle its window starts and ends, less the more cycles it holds.
+    # prefetch holds a whole 32-batch epoch, which comes in bursts between stalls. 8 s windows: a round holds more
+    # cycles, so its figure varies less.
     "mymodel/worker-a-core": (
         "mymodel",
         {"batch_size": 128, "num_workers": os.cpu_count(), "prefetch_factor": 2, "persistent_workers": True},
         ["measure.min_time_s=8"],
     ),
     # The same cycle on any machine: 16 workers whose samples wait 3 ms each (a slow store, no core used) and a step
-    # on 8-pixel images that outruns them; 8 s windows, for the plain loop's sake (above).
+    # on 8-pixel images that outruns them; 8 s windows, as above.
     "mymodel/bursty-workers": (
         "mymodel",
         {"batch_size": 128, "num_workers": 16, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 1},
