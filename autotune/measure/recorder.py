@@ -337,7 +337,8 @@ def _split_of_window(host: StepSplit, device: StepSplit | None, window_s: float)
     """The window's data wait and transfer time, each within the window: the host's marks of its steps, scaled to
     the window, or with ``device``'s sample of them, ``sampled_total`` of each."""
     if device is None:
-        share = window_s / sum(host.durations()) if sum(host.durations()) > 0 else 0.0
+        hosts_s = sum(host.durations())
+        share = window_s / hosts_s if hosts_s > 0 else 0.0
         return sum(host.waits) * share, sum(host.transfers) * share
     wait = min(max(sampled_total(host.waits, device.waits, device.indices), 0.0), window_s)
     transfer = min(max(sampled_total(host.transfers, device.transfers, device.indices), 0.0), window_s - wait)

@@ -10,7 +10,6 @@ the harness with it.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from typing import Any
@@ -93,15 +92,15 @@ def run_plain(
             if start is None:
                 ends.append(now)
                 if whole_epochs is None and step >= warmup_steps and now - began >= warmup_s:
-                    pace = (ends[-1] - ends[0]) / (len(ends) - 1) if epoch_steps else math.inf
-                    whole_epochs = epoch_steps is not None and epoch_steps * pace <= plan.min_time_s
+                    epoch_s = epoch_steps and epoch_steps * (ends[-1] - ends[0]) / (len(ends) - 1)  # at their pace
+                    whole_epochs = bool(epoch_s) and epoch_s <= plan.min_time_s
                     if not whole_epochs:
                         _wait_for(device)
                         warmup, start = step, time.perf_counter()
             else:
                 timed, elapsed = step - warmup, now - start
                 long_enough = timed >= plan.min_steps and elapsed >= plan.min_time_s and not whole_epochs
-                if elapsed >= plan.max_time_s or (long_enough and timed % accumulate == 0):
+                if (elapsed >= plan.max_time_s or long_enough) and timed % accumulate == 0:  # whole optimizer steps
                     return finished(timed, boundaries)
 
 
