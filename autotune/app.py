@@ -142,7 +142,9 @@ def _tune(
     def show_disturbed(name: str, result: TrialResult) -> None:
         print(f"[{name}] {race_line(name, result)}; measured again", file=out, flush=True)
 
-    measured = again_if_disturbed(runner.run, show_disturbed) if settings.study.remeasure_disturbed else runner.run
+    measured = runner.run
+    if settings.study.remeasure_disturbed:
+        measured = again_if_disturbed(runner.run, show_disturbed, partial(print, file=out, flush=True))
     with clock.stage("baseline"):
         baseline, reused = ensure_baseline(study, settings.baseline, measured, machine)
     reference.append(baseline)

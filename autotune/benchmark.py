@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import warnings
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -162,7 +163,9 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
         changes = format_knobs(result.knobs, settings.baseline)
         print(f"[{said.get(name, name)}] {changes} -> {shown}", file=out, flush=True)
 
-    run = again_if_disturbed(timed, show_disturbed) if settings.study.remeasure_disturbed else timed
+    run = timed
+    if settings.study.remeasure_disturbed:
+        run = again_if_disturbed(timed, show_disturbed, partial(print, file=out, flush=True))
     for index in rounds:
         runner.new_draw()
         _round(run, index, benchmark.entries, settings.baseline, out)

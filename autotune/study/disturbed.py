@@ -8,6 +8,13 @@ second run is disturbed too, the load is taken to last and no run is measured ag
 doubling every run would not end it. The runs counted disturbed are named in the reports (a race's:
 ``Confirmation.disturbed``), since a load slows configurations unalike (one of two threads loses more to a busy core
 than one of one).
+
+The cores' reading is tested as it goes: where a run was measured again for it alone and the second run, undisturbed,
+read under ``NOT_SLOWED`` times the first's throughput, the reading found no slowdown that single runs' noise does
+not hide (a second run it flags too may share a lasting slowdown, and tells nothing). After ``FALSE_ALARMS`` such in
+a row, the cores' reading alone has no run measured again (the runs still say what it read): on a host whose cores
+flip between two speeds every few seconds, faster than a run lasts, its readings at a run's edges say nothing of the
+run between them, and measuring again would only lengthen the study (docs/benchmarks.md section 13).
 """
 
 from __future__ import annotations
@@ -16,27 +23,42 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.study.tuner import RunFn
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Disturbance, TrialResult
 
 # Told of a disturbed run, its name and result, before it is measured again as NAME-again.
 OnDisturbedFn = Callable[[str, TrialResult], None]
+# A slowdown the cores' reading flags (1.3x or more) that lasted through a run would leave the second run this many
+# times faster at least; a single run's figure varies 6-20 % between processes.
+NOT_SLOWED = 1.10
+FALSE_ALARMS = 2
 
 
-def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn) -> RunFn:
-    """``run``, measuring a run that other processes disturbed once more, as ``NAME-again`` (the module's rule)."""
+def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn, on_note: Callable[[str], None] | None = None) -> RunFn:
+    """``run``, measuring a run that something beside it disturbed once more, as ``NAME-again`` (the module's rules);
+    ``on_note`` is told once where the cores' reading alone stops having runs measured again."""
     lasting = False
+    false_alarms = 0
 
     def measured(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
-        nonlocal lasting
+        nonlocal lasting, false_alarms
         first = run(knobs, name, on_progress)
         if not first.disturbed:
             lasting = lasting and not first.ok
             return first
-        if lasting:
+        cores_alone = first.disturbance == Disturbance(cores_slowdown=first.disturbance.cores_slowdown)
+        if lasting or (cores_alone and false_alarms >= FALSE_ALARMS):
             return first
         on_disturbed(name, first)
         second = run(knobs, f"{name}-again", on_progress)
         lasting = second.disturbed
+        if cores_alone and second.ok and not second.disturbed:
+            false_alarms = false_alarms + 1 if second.timing.throughput < NOT_SLOWED * first.timing.throughput else 0
+            if false_alarms == FALSE_ALARMS and on_note is not None:
+                on_note(
+                    f"[cores] the cores' readings foretold no slow run here ({FALSE_ALARMS} runs measured again for "
+                    f"them in a row read under {NOT_SLOWED:g}x the first, undisturbed): runs they flag are no longer "
+                    "measured again"
+                )
         return second if second.ok else first
 
     return measured

@@ -67,6 +67,45 @@ def test_a_run_around_which_the_cores_ran_slow_is_measured_once_more_as_a_busy_o
     assert measured(BASELINE, "baseline").timing.throughput == 100.0 and told == ["baseline"]
 
 
+def cores_slow(throughput: float) -> TrialResult:
+    """A run around which the cores read 1.4x slow, nothing else beside it."""
+    return replace(run_of(throughput), core_speed=CoreSpeed([0, 1], [9.8, 7.0], [7.0, 7.0], [7.0, 7.0]))
+
+
+def test_the_cores_reading_alone_stops_having_runs_measured_again_once_it_foretold_no_slow_run_twice_in_a_row():
+    # Each second run reads under NOT_SLOWED times its first: the flag found nothing beyond single runs' noise.
+    runs = Runs({"a": cores_slow(100.0), "a-again": run_of(105.0), "b": cores_slow(100.0), "b-again": run_of(95.0)})
+    runs.by_name |= {"c": cores_slow(100.0), "d": replace(run_of(100.0, disturbed=True)), "d-again": run_of(100.0)}
+    notes = []
+    measured = again_if_disturbed(runs, lambda name, result: None, notes.append)
+    for name in "abcd":
+        measured(BASELINE, name)
+    assert runs.names == ["a", "a-again", "b", "b-again", "c", "d", "d-again"], "other processes still count"
+    assert len(notes) == 1 and notes[0].startswith("[cores] the cores' readings foretold no slow run here")
+
+
+def test_a_second_run_the_cores_reading_flags_too_is_no_evidence_against_it():
+    # A slowdown lasting through both runs reads alike in both: the reading may have been right.
+    runs = Runs({name: cores_slow(100.0) for name in ("a", "a-again", "b", "b-again", "c", "c-again")})
+    runs.by_name |= {"q": run_of(100.0), "r": run_of(100.0)}  # quiet runs between end each lasting load
+    notes = []
+    measured = again_if_disturbed(runs, lambda name, result: None, notes.append)
+    for name in "aqbrc":
+        measured(BASELINE, name)
+    assert runs.names == ["a", "a-again", "q", "b", "b-again", "r", "c", "c-again"] and notes == []
+
+
+def test_a_run_measured_again_that_reads_faster_beyond_noise_keeps_the_cores_reading_heeded():
+    second = {"a-again": run_of(100.0), "b-again": run_of(150.0), "c-again": run_of(100.0)}  # b's alarm was true
+    runs = Runs({name: cores_slow(100.0) for name in "abcd"} | second | {"d-again": run_of(100.0)})
+    notes = []
+    measured = again_if_disturbed(runs, lambda name, result: None, notes.append)
+    for name in "abcd":
+        measured(BASELINE, name)
+    assert runs.names == ["a", "a-again", "b", "b-again", "c", "c-again", "d", "d-again"]
+    assert len(notes) == 1, "told after d: c and d foretold nothing, in a row"
+
+
 @pytest.mark.parametrize("first", [run_of(100.0), run_of(None)], ids=["quiet", "failed"])
 def test_a_quiet_run_or_a_failed_one_is_measured_once(first):
     runs = Runs({"baseline": first})
