@@ -1,5 +1,6 @@
 """Window length: how a race's paired ratio (a configuration over the baseline, one round) varies with the timed
-window's ``measure.min_steps`` and ``measure.min_time_s``, and what each run costs.
+window's ``measure.min_steps`` and ``measure.min_time_s`` (and the warm-up's ``measure.warmup_min_steps``, where a
+window gives it), and what each run costs.
 
     .venv/bin/python -m benchmarks.window_length [--rounds 8] [--windows 30:4 10:4] [--pipeline mymodel]
         [--knob batch_size=128 --knob num_workers=2 ...]
@@ -41,11 +42,13 @@ README_RECOMMENDATION = [
 
 def requests(pipeline: str, knobs: dict[str, Any], windows: list[str]) -> dict[tuple[str, str], TrialRequest]:
     """The baseline's and the configuration's trial request for each window of ``windows``, each
-    ``MIN_STEPS:MIN_TIME_S``."""
+    ``MIN_STEPS:MIN_TIME_S`` or ``MIN_STEPS:MIN_TIME_S:WARMUP_MIN_STEPS``."""
     found = {}
     for window in windows:
-        min_steps, min_time_s = window.split(":")
-        settings = settings_for(pipeline, [f"measure.min_steps={min_steps}", f"measure.min_time_s={min_time_s}"])
+        keys = ("measure.min_steps", "measure.min_time_s", "measure.warmup_min_steps")
+        given = window.split(":")
+        overrides = [f"{key}={value}" for key, value in zip(keys[: len(given)], given, strict=True)]
+        settings = settings_for(pipeline, overrides)
         measure = settings.measure
         for label, values in (("baseline", settings.baseline), ("configuration", settings.baseline | knobs)):
             found[label, window] = TrialRequest(
@@ -58,7 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default="mymodel")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--windows", nargs="+", default=["30:4", "10:4"], help="MIN_STEPS:MIN_TIME_S of each window")
+    parser.add_argument("--windows", nargs="+", default=["30:4", "10:4"], help="MIN_STEPS:MIN_TIME_S[:WARMUP_STEPS]")
     parser.add_argument("--knob", action="append", help="NAME=VALUE of the configuration (repeat)")
     args = parser.parse_args()
     announce_machine()
@@ -77,7 +80,8 @@ def main() -> None:
                 seconds[label, window].append(time.monotonic() - start)
                 throughputs[label, window].append(result.timing.throughput)
                 print(f"round {index + 1} {label} window {window}: {result.timing.throughput:.1f} samples/s, "
-                      f"{result.timing.steps} steps, {seconds[label, window][-1]:.1f} s", flush=True)  # fmt: skip
+                      f"{result.timing.warmup_steps} + {result.timing.steps} steps, "
+                      f"{seconds[label, window][-1]:.1f} s", flush=True)  # fmt: skip
     for window in args.windows:
         pairs = zip(throughputs["configuration", window], throughputs["baseline", window], strict=True)
         ratios = [configuration / baseline for configuration, baseline in pairs]

@@ -129,8 +129,8 @@ class StepRecorder:
 
     @property
     def settled_step_s(self) -> float:
-        """The warm-up's typical step as it ended: the median of its last ``span`` steps (0.0 before any)."""
-        recent = self.warmup_times[-self.plan.warmup.span :]
+        """The warm-up's typical step as it ended: the median of its last ``compared`` steps (0.0 before any)."""
+        recent = self.warmup_times[-self.plan.warmup.compared :]
         return statistics.median(recent) if recent else 0.0
 
     @property

@@ -16,7 +16,8 @@ class WarmupPolicy:
     """Warm-up ends at the first step where the median of the last ``span`` step times is within
     ``tolerance`` of the median of the ``span`` before them, after at least ``min_steps`` steps and
     ``min_time_s`` seconds; it ends anyway after ``max_steps`` steps once ``min_time_s`` has passed (and is then
-    marked as not settled).
+    marked as not settled). ``span`` None: half of ``min_steps`` (at least 1), so that the fewest steps warm-up takes
+    are the two spans compared.
 
     ``min_time_s`` None means: decided by the device (``on``): ``CUDA_WARMUP_MIN_TIME_S`` on CUDA, whose clocks
     ramp up while millisecond steps already look settled; 0 on a CPU, whose frequency follows load within
@@ -25,7 +26,7 @@ class WarmupPolicy:
 
     min_steps: int = 8
     max_steps: int = 60
-    span: int = 4
+    span: int | None = None
     tolerance: float = 0.15
     min_time_s: float | None = None
 
@@ -37,11 +38,17 @@ class WarmupPolicy:
 
     def is_stable(self, step_times: Sequence[float]) -> bool:
         """Whether the most recent step times have settled (and warm-up has lasted ``min_time_s``)."""
-        if len(step_times) < max(self.min_steps, 2 * self.span) or not self._long_enough(step_times):
+        span = self.compared
+        if len(step_times) < max(self.min_steps, 2 * span) or not self._long_enough(step_times):
             return False
-        recent = statistics.median(step_times[-self.span :])
-        before = statistics.median(step_times[-2 * self.span : -self.span])
+        recent = statistics.median(step_times[-span:])
+        before = statistics.median(step_times[-2 * span : -span])
         return abs(recent - before) <= self.tolerance * before
+
+    @property
+    def compared(self) -> int:
+        """How many step times each median of ``is_stable`` takes: ``span``, or half of ``min_steps``."""
+        return self.span or max(1, self.min_steps // 2)
 
     def gives_up(self, step_times: Sequence[float]) -> bool:
         """Whether warm-up must end without having settled."""

@@ -29,3 +29,12 @@ def test_gives_up_at_the_step_cap():
 
 def test_excess_time_is_what_exceeds_the_typical_step():
     assert excess_time([10.0, 2.0, 0.5, 1.0], typical_step_s=1.0) == 10.0
+
+
+def test_without_a_span_each_median_takes_half_the_minimum_steps():
+    assert [WarmupPolicy(min_steps=n).compared for n in (8, 4, 3, 1)] == [4, 2, 1, 1]
+    # A mymodel step on 2 cores after its first (workers starting, the loss checked): medians of 2 settle at step 5.
+    policy = WarmupPolicy(min_steps=4, tolerance=0.15)
+    steps = [2.95, 0.84, 0.49, 0.53, 0.61]
+    assert not policy.is_stable(steps[:4]) and policy.is_stable(steps)
+    assert not WarmupPolicy(min_steps=8, tolerance=0.15).is_stable(steps + [0.51, 0.53, 0.58]), "4 against 4"
