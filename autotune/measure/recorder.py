@@ -274,17 +274,17 @@ class StepRecorder:
                 f"(warm-up needs at least {self.plan.warmup.min_steps} steps and step times that settle)"
             )
         host = StepSplit(self._waits, self._transfers, self._computes, self._samples)
+        host_durations = host.durations()
         device = device.from_step(self._trimmed) if device is not None and self._trimmed else device
-        split = device or host
-        durations = split.durations()
+        durations = device.durations() if device is not None else host_durations
         window_s = self.window_end - self.window_start
         samples = sum(self._samples)
         q1, median, q3 = quartiles(durations)
         # The interval rests on the host's marks of every step, in order: blocks of consecutive steps (whole
         # optimizer steps) whose times add up to the window's. A device's sample of steps has no such order, and
         # mostly misses a loop's rare long steps: its interval could lie wholly above the window's throughput.
-        low, high = block_throughput_ci(host.durations(), host.samples, step_multiple=self.plan.step_multiple)
-        data_wait_s, transfer_s = _split_of_window(host, device, window_s)
+        low, high = block_throughput_ci(host_durations, host.samples, step_multiple=self.plan.step_multiple)
+        data_wait_s, transfer_s = _split_of_window(host, sum(host_durations), device, window_s)
         return Timing(
             steps=len(self._samples),
             samples=samples,
@@ -333,12 +333,11 @@ class StepSplit:
         return StepSplit(waits, transfers, computes, samples, [self.indices[k] - first for k in kept])
 
 
-def _split_of_window(host: StepSplit, device: StepSplit | None, window_s: float) -> tuple[float, float]:
-    """The window's data wait and transfer time, each within the window: the host's marks of its steps, scaled to
-    the window, or with ``device``'s sample of them, ``sampled_total`` of each."""
+def _split_of_window(host: StepSplit, host_s: float, device: StepSplit | None, window_s: float) -> tuple[float, float]:
+    """The window's data wait and transfer time, each within the window: the host's marks of its steps (``host_s``
+    in all), scaled to the window, or with ``device``'s sample of them, ``sampled_total`` of each."""
     if device is None:
-        hosts_s = sum(host.durations())
-        share = window_s / hosts_s if hosts_s > 0 else 0.0
+        share = window_s / host_s if host_s > 0 else 0.0
         return sum(host.waits) * share, sum(host.transfers) * share
     wait = min(max(sampled_total(host.waits, device.waits, device.indices), 0.0), window_s)
     transfer = min(max(sampled_total(host.transfers, device.transfers, device.indices), 0.0), window_s - wait)
