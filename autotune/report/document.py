@@ -648,9 +648,8 @@ def _disturbed_race_runs(summary: Summary) -> dict[str, Disturbance]:
 
 def _method(results: StudyResults) -> str:
     plan = results.measure
-    warmup = plan["warmup"]
-    min_time_s = WarmupPolicy(**warmup).on(results.device.split(":")[0]).min_time_s
-    lasting = f" and at least {min_time_s:g} s" if min_time_s else ""
+    warmup = WarmupPolicy(**plan["warmup"]).on(results.device.split(":")[0])
+    lasting = f" and at least {warmup.min_time_s:g} s" if warmup.min_time_s else ""
     repeats = plan.get("repeats", 1)
     screen = plan.get("screen")
     screened = (
@@ -673,8 +672,8 @@ def _method(results: StudyResults) -> str:
     )
     return (
         f"Each configuration ran in a process of its own on {results.device}. Warm-up (compilation happens here and "
-        f"is reported as compile s) lasted until the median of the last {warmup['span']} step times was within "
-        f"{warmup['tolerance']:.0%} of the {warmup['span']} before ({warmup['min_steps']} to {warmup['max_steps']} "
+        f"is reported as compile s) lasted until the median of the last {warmup.compared} step times was within "
+        f"{warmup.tolerance:.0%} of the {warmup.compared} before ({warmup.min_steps} to {warmup.max_steps} "
         f"steps{lasting}; the warm-up steps counted include those run after it to use up the batches DataLoader "
         "workers loaded while the window's start was read), then a timed window of at least "
         f"{plan['min_steps']} steps and {plan['min_time_s']:g} s "

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 import yaml
@@ -14,6 +14,7 @@ import yaml
 from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine
 from autotune.measure.measurement import SystemReport
+from autotune.measure.warmup import WarmupPolicy
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
@@ -39,7 +40,7 @@ MACHINE = {
     "torch_threads": 2,
 }
 MEASURE = {
-    "warmup": {"min_steps": 8, "max_steps": 60, "span": 4, "tolerance": 0.15},
+    "warmup": asdict(WarmupPolicy()),  # as stored: its span None, the two medians' steps left to the policy
     "min_steps": 30,
     "min_time_s": 4.0,
     "max_time_s": 30.0,
@@ -88,6 +89,7 @@ def test_reports_are_written_and_consistent(tmp_path):
     assert "num_workers 0 → 1" in markdown
     assert "## Pruned, infeasible and failed configurations" in markdown and "timeout after 5 s" in markdown
     assert "Test CPU" in markdown
+    assert "the median of the last 4 step times was within 15% of the 4 before (8 to 60 steps" in markdown
 
 
 def test_the_configurations_ruled_out_unmeasured_are_listed_with_why_in_every_report_but_the_ranking(tmp_path):
