@@ -22,6 +22,7 @@ from autotune.results.tuner_time import PHASE_WORDS, PHASES, STAGE_WORDS, TunerT
 
 if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn (``png``): a refused input exits ~0.7 s sooner
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 BASELINE, RECOMMENDED, OTHER = "#7f7f7f", "#1f77b4", "#9ecae1"
 STATE_STYLE = {  # marker, colour, legend label
@@ -34,6 +35,7 @@ STATE_STYLE = {  # marker, colour, legend label
 # throughput: the picture shows no number that was not measured.
 UNREAD_LABEL = {"pruned": "pruned (no reading kept: on the axis)", "failed": "failed (no reading: on the axis)"}
 WIDTH_IN, DPI = 8.0, 110
+LEGEND_COLUMNS = 4
 
 
 @dataclass(frozen=True)
@@ -48,18 +50,34 @@ class Plot:
 
 def png(plot: Plot) -> bytes:
     """``plot`` as a PNG image (matplotlib's Agg canvas: no display, no global pyplot state)."""
+    buffer = io.BytesIO()
+    figure_of(plot).savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def figure_of(plot: Plot) -> Figure:
+    """``plot`` drawn on a figure of its own, WIDTH_IN wide."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(WIDTH_IN, plot.height), dpi=DPI, layout="constrained")
     plot.draw(figure.subplots())
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return figure
 
 
 def legend_below(ax: Axes) -> None:
-    """The legend under the picture, where it hides no data (constrained layout makes room for it)."""
-    ax.figure.legend(loc="outside lower center", ncols=4, fontsize="small", frameon=False)
+    """The legend under the picture, where it hides no data (constrained layout makes room for it), in as many
+    columns, up to LEGEND_COLUMNS, as the picture's width holds; the picture grows by the rows that fewer columns
+    add, so that its plot keeps its size."""
+    figure = ax.figure
+    planned = None
+    for columns in range(LEGEND_COLUMNS, 0, -1):
+        legend = figure.legend(loc="outside lower center", ncols=columns, fontsize="small", frameon=False)
+        extent = legend.get_window_extent()
+        planned = extent.height if planned is None else planned
+        if columns == 1 or extent.width <= figure.bbox.width:
+            break
+        legend.remove()
+    figure.set_figheight(figure.get_figheight() + (extent.height - planned) / figure.dpi)
 
 
 def name_of(record: TrialRecord, summary: Summary) -> str:

@@ -303,7 +303,7 @@ def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
         f"the {cpu_count} cores are saturated: each {found.loop_s * 1e3:.0f} ms step, a worker loads a batch for "
         f"{found.loading_s * 1e3:.0f} ms while the training process works {working * 1e3:.0f} ms{ahead}, "
         f"{cores:.1f} cores' worth (≥ {SATURATED_CORES:.0%} of {cpu_count}): loading and the model step slow each "
-        "other, and more workers or threads cannot help; cheaper loading or a cheaper model step can"
+        "other, and more workers or threads cannot help; cheaper loading or a cheaper model step can help"
     )
 
 

@@ -108,6 +108,20 @@ def test_undone_changes_draws_the_statistic_the_trim_decides_by_and_its_decision
     assert (undone.get_color(), undone.get_label()) == (plots.BASELINE, "undone: no difference")
 
 
+def test_a_legend_too_wide_for_four_columns_takes_fewer_inside_the_picture_which_grows_by_the_rows_they_add():
+    # Without workers, every stage of the training process: eight labels, one of them long (two rows of four).
+    seconds = dict(wait_s=[0.05] * 2, transfer_s=[0.01] * 2, forward_s=[0.05] * 2, optimizer_s=[0.01] * 2)
+    stages = StageTiming(2, 32, 0, 1.0, **seconds, step_s=[0.2] * 2, fetch_s=[0.02] * 2, collate_s=[0.01] * 2)
+    plot = paired_stage_bars({"baseline": stages})
+    figure = plots.figure_of(plot)
+    figure.draw_without_rendering()
+    (legend,) = figure.legends
+    extent = legend.get_window_extent()
+    assert len(legend.get_texts()) == 8
+    assert 0 <= extent.x0 and extent.x1 <= figure.bbox.width
+    assert figure.get_figheight() > plot.height, "three rows of three take a row more than two of four"
+
+
 def test_the_profiling_picture_claims_no_race():
     stages = StageTiming(2, 16, 0, 1.0, *([[0.01, 0.01]] * 7))
     caption = paired_stage_bars({"baseline": stages, "recommendation": stages}).caption
