@@ -461,8 +461,10 @@ def _before_after(summary: Summary) -> Table:
 
 
 def _shown(key: str, *rows: dict[str, Any]) -> bool:
-    """Every metric, but the host's peak where it is the peak every decision used (on a CPU)."""
-    return key != "host_peak_memory_mb" or any(row[key] != row["peak_memory_mb"] for row in rows)
+    """Every metric read for either configuration (not the GPU's on a CPU), but the host's peak where it is the
+    peak every decision used (on a CPU)."""
+    read = any(row[key] is not None for row in rows)
+    return read and (key != "host_peak_memory_mb" or any(row[key] != row["peak_memory_mb"] for row in rows))
 
 
 def _run_and_interval(row: dict[str, Any]) -> str:

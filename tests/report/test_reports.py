@@ -19,6 +19,7 @@ from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
 from autotune.report.document import _machine, format_cell, headline
+from autotune.report.markdown import render_markdown
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
@@ -254,6 +255,22 @@ def test_a_trim_race_without_a_winner_keeps_its_reference_and_says_so(tmp_path):
     markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
     section = markdown.split("## Only the changes that matter")[1].split("\n## ")[0]
     assert "so trial 0, with every change, is kept" in section and "the baseline is kept" not in section
+
+
+def test_before_and_after_leaves_out_the_rows_read_for_neither_configuration():
+    results = sample_results()
+    on_cpu = markdown_of(results)
+    assert "| achieved GFLOP/s |" in on_cpu
+    assert "GPU utilisation" not in on_cpu and "CUDA peak allocated" not in on_cpu, "a CPU reads neither"
+
+    measurement = results.baseline.result.measurement
+    busy_gpu = replace(measurement, system=replace(measurement.system, gpu_utilization_percent=87.0))
+    baseline = replace(results.baseline, result=replace(results.baseline.result, measurement=busy_gpu))
+    assert "| GPU utilisation (%) | 87.0 |  |" in markdown_of(replace(results, baseline=baseline))
+
+
+def markdown_of(results: StudyResults) -> str:
+    return render_markdown(results, summarise(results))
 
 
 def test_probe_pareto_and_training_sections(tmp_path):
