@@ -162,7 +162,7 @@ class Confirmation:
     def gain_ratios(self, label: str) -> dict[int, float]:
         """Finalist ``label``'s throughput over the baseline's, by round (from 1), of the rounds a gain is stated from
         (``quiet_rounds``: not those in which something beside one of the two runs slowed it, where two or more
-        rounds are left)."""
+        rounds, and at least half of them, are left)."""
         finalist = next(f for f in self.finalists if f.label == label)
         pairs = enumerate(zip(finalist.throughputs, self.baseline_throughputs, strict=False), start=1)
         ratios = {index: run / base for index, (run, base) in pairs}

@@ -103,8 +103,8 @@ class Summary:
         """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
         round by round, in the race that proved it (``proof``: each round ran the two close together, so pairing them
         cancels the machine's slower drifts), with Student's t interval; None without a race or with one round. A
-        round in which something beside one of the two runs slowed it is left out where two rounds or more are left
-        (``Confirmation.gain_ratios``: ``gain_rounds_left_out``)."""
+        round in which something beside one of the two runs slowed it is left out where two rounds or more, and at
+        least half of them, are left (``Confirmation.gain_ratios``: ``gain_rounds_left_out``)."""
         proof = self.proof
         return ratio_interval(list(proof.gain_ratios(proof.winner.label).values())) if proof else None
 
