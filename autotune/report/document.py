@@ -488,8 +488,9 @@ def _ranked(summary: Summary) -> Table:
 def ranked_basis(summary: Summary) -> str:
     """What the rank below rests on, and where the recommendation comes from when it is not the rank."""
     basis = (
-        "Ranked by each configuration's own run (a search trial's is its shorter screening window; one first measured "
-        "in a race, its first race run), its speedup against the baseline's own run, not its round's."
+        "Ranked by each configuration's own run (for a search trial, its run in the shorter screening window; for "
+        "one first measured in a race, its first race run), its speedup against the baseline's own run, not against "
+        "the baseline's run of the same round."
     )
     if summary.confirmed:
         basis += " The recommendation is chosen by the races, not by this rank."
