@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune.files import write_atomic
-from autotune.report.document import Document, Headline, Section, Table
+from autotune.report.document import Document, Headline, Section, Table, machine_lines
 from autotune.report.html_report import to_html
 from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
@@ -52,7 +52,7 @@ def benchmark_document(benchmark: Benchmark) -> Document:
         ),
         *_shares(benchmark),
         Section("How it was measured", paragraphs=[method]),
-        Section("Machine", bullets=[f"{key}: {value}" for key, value in benchmark.machine.items()]),
+        Section("Machine", bullets=machine_lines(benchmark.machine, benchmark.device)),
     ]
     return Document(f"autotune benchmark: {benchmark.pipeline}", _headline(benchmark), sections)
 

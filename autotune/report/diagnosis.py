@@ -12,7 +12,7 @@ from autotune.files import write_atomic
 from autotune.measure.hotspots import Hotspots
 from autotune.measure.profiling import OperatorProfile, ProfileResult
 from autotune.report.console import format_knobs
-from autotune.report.document import Document, Headline, Link, Section, Table
+from autotune.report.document import Document, Headline, Link, Section, Table, machine_lines
 from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_segments
@@ -45,7 +45,7 @@ def write_profile(record: ProfileRecord, out_dir: Path) -> dict[str, Path]:
 def profile_document(record: ProfileRecord, out_dir: Path) -> Document:
     """The profile as a report document; links are relative to ``out_dir``, where the pages are written."""
     title = f"autotune profile: {record.pipeline} ({record.label})"
-    machine = Section("Machine", bullets=[f"{key}: {value}" for key, value in record.machine.items()])
+    machine = Section("Machine", bullets=machine_lines(record.machine, record.device))
     configuration = Section("Configuration", paragraphs=[format_knobs(record.knobs)])
     diagnosis, result = record.diagnosis, record.result
     if diagnosis is None or result is None:

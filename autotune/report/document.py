@@ -138,7 +138,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         *_not_measured(results),
         *_tuner_time(results),
         Section("How it was measured", paragraphs=[_method(results)]),
-        Section("Machine", bullets=[*_machine(results.machine, results.device), *_other_machines(results)]),
+        Section("Machine", bullets=[*machine_lines(results.machine, results.device), *_other_machines(results)]),
     ]
     return Document(f"autotune report: {results.pipeline}", headline(summary), sections)
 
@@ -707,14 +707,20 @@ def _other_machines(results: StudyResults) -> list[str]:
     ]
 
 
-def _machine(machine: dict[str, Any], device: str) -> list[str]:
+def machine_lines(machine: dict[str, Any], device: str) -> list[str]:
+    """The machine a report's figures were measured on (``describe_machine``'s description), a line per part, in
+    words; "?" for what a description stored by an earlier version lacks."""
+
+    def of(key: str) -> Any:
+        return machine.get(key, "?")
+
     return [
-        f"CPU: {machine['cpu_model']} ({machine['cpu_count']} usable cores, {machine['physical_cores']} physical; "
+        f"CPU: {of('cpu_model')} ({of('cpu_count')} usable cores, {of('physical_cores')} physical; "
         f"flags: {', '.join(machine.get('cpu_flags') or ['none of note'])})",
-        f"Memory: {machine['memory_gb']} GB",
+        f"Memory: {of('memory_gb')} GB",
         f"GPU: {machine.get('gpu') or 'none'}; device used: {device}",
-        f"torch {machine['torch']} (CUDA {machine['cuda'] or 'none'}, cuDNN {machine['cudnn'] or 'none'}), "
-        f"Python {machine['python']}, {machine['torch_threads']} torch threads"
+        f"torch {of('torch')} (CUDA {machine.get('cuda') or 'none'}, cuDNN {machine.get('cudnn') or 'none'}), "
+        f"Python {of('python')}, {of('torch_threads')} torch threads"
         + (f" (by {variables})" if (variables := thread_variables(machine)) else ""),
-        f"Platform: {machine['platform']}",
+        f"Platform: {of('platform')}",
     ]

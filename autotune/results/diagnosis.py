@@ -325,7 +325,7 @@ def fault_finding(result: ProfileResult) -> str | None:
         f"the training process faults in {fresh:.0f} MB of fresh pages a step or more{received} "
         f"({faults.minor_faults // max(faults.steps, 1)} faults) and spends {faults.kernel_share:.0%} of its CPU time "
         f"in the kernel (≥ {FAULT_MIN_MB_PER_STEP:g} MB and {FAULT_KERNEL_SHARE:.0%}), as when memory freed in a step "
-        "is given back to the kernel and mapped and zeroed again in the next"
+        "is given back to the kernel and mapped and zeroed again in the next step"
     )
 
 

@@ -21,10 +21,12 @@ from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.benchmark import benchmark_document, write_benchmark
-from autotune.report.document import build_document
+from autotune.report.diagnosis import profile_document
+from autotune.report.document import build_document, machine_lines
 from autotune.report.plots import png
 from autotune.results.benchmark import Benchmark, Entry
 from autotune.results.model import StudyResults, knob_importance, load_results
+from autotune.results.profile import ProfileRecord
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.study.run_race import run_race
@@ -145,6 +147,17 @@ def test_the_benchmark_page_draws_each_configuration_against_the_baseline():
     (plot,) = document.sections[0].plots
     assert "green, a gain" in plot.caption
     assert Image.open(io.BytesIO(png(plot))).format == "PNG"
+
+
+def test_the_benchmark_and_profile_pages_describe_the_machine_as_the_study_report_does(tmp_path):
+    benchmark = replace(sample_benchmark(), machine=MACHINE)
+    profile = ProfileRecord("p", "cpu", "baseline", dict(BASELINE), MACHINE, "p", None, failure="it crashed")
+    for document in (benchmark_document(benchmark), profile_document(profile, tmp_path)):
+        (machine,) = [section for section in document.sections if section.heading == "Machine"]
+        assert machine.bullets == machine_lines(MACHINE, "cpu")
+        assert machine.bullets[0] == "CPU: Test CPU (2 usable cores, 1 physical; flags: none of note)"
+    older = machine_lines({"cpu_model": "Old CPU"}, "cpu")  # a description stored by an earlier version
+    assert older[0] == "CPU: Old CPU (? usable cores, ? physical; flags: none of note)"
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from autotune.measure.warmup import WarmupPolicy
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
-from autotune.report.document import _machine, format_cell, headline
+from autotune.report.document import format_cell, headline, machine_lines
 from autotune.report.markdown import render_markdown
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
@@ -411,8 +411,8 @@ def test_keeping_the_baseline_because_the_race_failed_says_so():
 
 def test_the_machine_section_names_the_thread_variables_the_trials_ran_under():
     machine = {**describe_machine(), "torch_threads": 1, "thread_env": {"OMP_NUM_THREADS": "1"}}
-    assert any(line.endswith("1 torch threads (by OMP_NUM_THREADS=1)") for line in _machine(machine, "cpu"))
-    assert any(line.endswith("1 torch threads") for line in _machine({**machine, "thread_env": {}}, "cpu"))
+    assert any(line.endswith("1 torch threads (by OMP_NUM_THREADS=1)") for line in machine_lines(machine, "cpu"))
+    assert any(line.endswith("1 torch threads") for line in machine_lines({**machine, "thread_env": {}}, "cpu"))
 
 
 def test_a_run_stopped_after_its_baseline_alone_has_no_recommendation_yet_not_a_verdict():
