@@ -6,6 +6,7 @@ renderers escape for their format.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -634,10 +635,20 @@ def _busy_machine(summary: Summary) -> list[Section]:
         paragraphs.append(
             f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
             f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "
-            "recommendation and its gain may be off: close other work and check them (mode=check) on a quiet "
-            "machine."
+            f"recommendation and its gain may be off: {_quieter(raced.values())}."
         )
     return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
+
+
+def _quieter(disturbances: Iterable[Disturbance]) -> str:
+    """What to do about runs slowed by ``disturbances``: where only the cores ran slow, nothing on this machine
+    slowed them (the host did: another tenant on its cores, a lower clock), so closing work here cannot help."""
+    if all(d.others_cores is None and not d.gpu_processes for d in disturbances):
+        return (
+            "the cores ran slow by the host's doing (another tenant on its cores, a lower clock), not by work here, so "
+            "check them (mode=check) when the host runs steadier, or on another"
+        )
+    return "close other work and check them (mode=check) on a quiet machine"
 
 
 def _run_label(record: TrialRecord, summary: Summary) -> str:

@@ -191,6 +191,22 @@ def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_an
     assert Confirmation.from_dict(stored).disturbed == slowed
 
 
+@pytest.mark.parametrize(
+    ("slowed", "advice"),
+    [
+        ({"confirm-2-baseline": Disturbance(cores_slowdown=1.6)}, "by the host's doing"),
+        ({"confirm-2-baseline": Disturbance(others_cores=1.0, cores_slowdown=1.6)}, "close other work"),
+    ],
+)
+def test_races_slowed_only_by_the_host_are_not_told_to_close_other_work(tmp_path, slowed, advice):
+    finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
+    confirmation = Confirmation([100.0, 98.0, 102.0], [finalist], disturbed=slowed, trials=["0"])
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    assert advice in busy and ("close other work" in busy) == (advice == "close other work")
+
+
 def test_a_race_an_earlier_version_stored_with_its_disturbed_runs_in_words_renders_them_as_todays_do(tmp_path):
     finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
     stored = Confirmation([100.0, 98.0, 102.0], [finalist], trials=["0", "2"]).to_dict()
