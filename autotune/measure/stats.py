@@ -96,7 +96,7 @@ def quiet_rounds(ratios: dict[int, float], slowed: set[int]) -> dict[int, float]
     needs, and at least half of them; else all of them, and the reports name the slowed runs.
     Where most rounds were slowed, slowed is how this machine runs, not a passing load, and what it costs a run is
     small beside what leaving most rounds out costs the interval (Student's t for 95 % over two rounds is 12.7, over
-    five 2.8): on a host whose cores' reading flagged most runs, the flagged ones read 0.93x the same configuration's
+    five 2.8): on a host whose cores' reading flagged most runs, the flagged ones read 0.94x the same configuration's
     others (docs/benchmarks.md, section 13)."""
     quiet = {index: ratio for index, ratio in ratios.items() if index not in slowed}
     return quiet if len(quiet) >= 2 and 2 * len(quiet) >= len(ratios) else ratios

@@ -645,8 +645,8 @@ def _quieter(disturbances: Iterable[Disturbance]) -> str:
     slowed them (the host did: another tenant on its cores, a lower clock), so closing work here cannot help."""
     if all(d.others_cores is None and not d.gpu_processes for d in disturbances):
         return (
-            "the cores ran slow by the host's doing (another tenant on its cores, a lower clock), not by work here, so "
-            "check them (mode=check) when the host runs steadier, or on another"
+            "the cores ran slow while nothing else here was busy, by the host's doing (another tenant on its cores, a "
+            "lower clock), so check them (mode=check) when the host runs steadier, or on another machine"
         )
     return "close other work and check them (mode=check) on a quiet machine"
 
