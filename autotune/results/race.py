@@ -224,7 +224,8 @@ class Confirmation:
                     f"than {TIE_TOLERANCE:.0%} round by round"
                 )
             return "the fastest by median of those proven" if len(proven) > 1 else ""
-        tied = f"trial {fastest.label} read a higher median but is tied with it within {TIE_TOLERANCE:.0%}, and "
+        missed = _not_beaten(fastest, winner)
+        tied = f"trial {fastest.label} read a higher median but did not beat it beyond noise ({missed}), and "
         if winner.changes < fastest.changes:
             return tied + f"this one changes fewer knobs ({winner.changes} against {fastest.changes})"
         return tied + (
@@ -355,6 +356,15 @@ def beats(faster: Finalist, other: Finalist) -> bool:
     pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
     won = sum(a > b for a, b in pairs)
     return won > len(pairs) / 2 and paired_ratio(faster.throughputs, other.throughputs) > 1 + TIE_TOLERANCE
+
+
+def _not_beaten(faster: Finalist, other: Finalist) -> str:
+    """Which condition of ``beats`` ``faster`` missed against ``other``, in words."""
+    pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
+    won = sum(a > b for a, b in pairs)
+    if won <= len(pairs) / 2:
+        return f"it read faster in {won} of the {len(pairs)} rounds both ran"
+    return f"within {TIE_TOLERANCE:.0%} by the paired rounds' ratios"
 
 
 def beaten_for_good(faster: Finalist, other: Finalist, rounds: int) -> bool:

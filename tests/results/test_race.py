@@ -42,8 +42,13 @@ def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins()
     tied = [finalist("3", [130, 131, 129], changes=4), finalist("5", [128, 129, 128], changes=2, memory=300)]
     assert confirmation(*tied).winner.label == "5"
     assert confirmation(*tied).why_won() == (
-        "trial 3 read a higher median but is tied with it within 3%, and this one changes fewer knobs (2 against 4)"
+        "trial 3 read a higher median but did not beat it beyond noise (within 3% by the paired rounds' ratios), and "
+        "this one changes fewer knobs (2 against 4)"
     ), "the rule that decided, not every rule"
+    split = [finalist("3", [127, 160, 136], changes=4), finalist("5", [128, 129, 137], changes=2)]  # 7 % by ratios
+    assert confirmation(*split).winner.label == "5"
+    said = confirmation(*split).why_won()
+    assert "did not beat it beyond noise (it read faster in 1 of the 3 rounds both ran)" in said
     same_changes = [finalist("3", [130, 131, 129], memory=200), finalist("5", [128, 129, 128], memory=100)]
     assert confirmation(*same_changes).winner.label == "5"
     assert (
