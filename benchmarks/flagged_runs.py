@@ -7,7 +7,8 @@ something beside them slowed, ``Entry.disturbed``). For each configuration with 
 not flag (``CoreSpeed.slow``; runs other processes slowed are left out), each flagged run is set against the median of
 those, and each unflagged run against the median of the others: were the flags right, the first read low and the
 second about 1. It also counts the paired comparisons (each configuration against the baseline and against the
-recommendation) in which fewer than half the rounds were quiet: where ``quiet_rounds`` takes every round.
+recommendation) whose ratio keeps a slowed round: where too few rounds stayed quiet for ``quiet_rounds`` to leave
+the slowed ones out.
 """
 
 from __future__ import annotations
@@ -38,15 +39,16 @@ def against_unflagged(entry: Entry) -> tuple[list[float], list[float]]:
 
 
 def thin_comparisons(record: Benchmark) -> tuple[int, int]:
-    """How many paired comparisons of ``record`` had fewer than half their rounds quiet, of how many."""
+    """How many paired comparisons of ``record`` state their ratio from rounds of which one was slowed (too few
+    stayed quiet for ``quiet_rounds`` to leave the slowed out: ``Benchmark.ratios``), of how many."""
     pairs = [(entry, other) for entry in record.entries[1:] for other in (record.baseline, record.recommendation)]
     pairs = [(entry, other) for entry, other in pairs if other is not None and entry is not other]
-    thin = 0
+    kept = 0
     for entry, other in pairs:
-        rounds = [i for i, (a, b) in enumerate(zip(entry.throughputs, other.throughputs, strict=True), 1) if a and b]
         slowed = set(entry.disturbed) | set(other.disturbed)
-        thin += 2 * len([i for i in rounds if i not in slowed]) < len(rounds)
-    return thin, len(pairs)
+        both = [i for i, (a, b) in enumerate(zip(entry.throughputs, other.throughputs, strict=True), 1) if a and b]
+        kept += bool(slowed & set(both)) and len(record.ratios(entry, other)) == len(both)
+    return kept, len(pairs)
 
 
 def spread(ratios: list[float]) -> dict[str, float] | None:
@@ -77,7 +79,7 @@ def main() -> None:
     found = {
         "flagged": spread(slow),
         "unflagged": spread(rest),
-        "comparisons_under_half_quiet": thin,
+        "comparisons_keeping_slowed_rounds": thin,
         "comparisons": total,
     }
     for kind in ("flagged", "unflagged"):
@@ -87,7 +89,7 @@ def main() -> None:
                 f"{kind}: {figures['runs']} runs, {figures['geomean']:.3f}x the same configuration's unflagged runs "
                 f"(geometric mean; {figures['min']:.2f}-{figures['max']:.2f})"
             )
-    print(f"paired comparisons with fewer than half their rounds quiet: {thin} of {total}")
+    print(f"paired comparisons whose ratio keeps a slowed round: {thin} of {total}")
     if args.results:
         args.results.write_text(json.dumps({"files": [str(p) for p in args.files], **found}, indent=2) + "\n")
 

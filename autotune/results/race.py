@@ -353,18 +353,22 @@ def _fields(record: Finalist | Confirmation) -> dict[str, Any]:
 def beats(faster: Finalist, other: Finalist) -> bool:
     """Whether ``faster`` is faster than ``other`` beyond noise: it won more than half of the rounds they both ran,
     and by more than TIE_TOLERANCE by the geometric mean of their per-round ratios."""
-    pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
-    won = sum(a > b for a, b in pairs)
-    return won > len(pairs) / 2 and paired_ratio(faster.throughputs, other.throughputs) > 1 + TIE_TOLERANCE
+    won, rounds = _rounds_won(faster, other)
+    return won > rounds / 2 and paired_ratio(faster.throughputs, other.throughputs) > 1 + TIE_TOLERANCE
 
 
 def _not_beaten(faster: Finalist, other: Finalist) -> str:
     """Which condition of ``beats`` ``faster`` missed against ``other``, in words."""
-    pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
-    won = sum(a > b for a, b in pairs)
-    if won <= len(pairs) / 2:
-        return f"it read faster in {won} of the {len(pairs)} rounds both ran"
+    won, rounds = _rounds_won(faster, other)
+    if won <= rounds / 2:
+        return f"it read faster in {won} of the {rounds} rounds both ran"
     return f"within {TIE_TOLERANCE:.0%} by the paired rounds' ratios"
+
+
+def _rounds_won(faster: Finalist, other: Finalist) -> tuple[int, int]:
+    """The rounds ``faster`` read faster than ``other`` in, of the rounds both ran."""
+    pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
+    return sum(a > b for a, b in pairs), len(pairs)
 
 
 def beaten_for_good(faster: Finalist, other: Finalist, rounds: int) -> bool:

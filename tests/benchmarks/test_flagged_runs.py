@@ -22,7 +22,7 @@ def test_a_flagged_run_is_set_against_the_unflagged_median_and_one_other_process
     assert against_unflagged(entry("x", [100.0, 50.0], {2: Disturbance(cores_slowdown=2.0)})) == ([], [])
 
 
-def test_a_comparison_is_thin_where_fewer_than_half_its_rounds_are_quiet():
+def test_a_comparison_keeps_its_slowed_rounds_where_fewer_than_half_stayed_quiet():
     baseline = entry("baseline", [100.0] * 5, {1: Disturbance(cores_slowdown=1.5)})
     thin = entry("recommended", [150.0] * 5, {2: Disturbance(cores_slowdown=1.5), 3: Disturbance(cores_slowdown=1.5)})
     assert thin_comparisons(Benchmark("p", "cpu", 5, "r.yaml", {}, [baseline, thin])) == (1, 1)
