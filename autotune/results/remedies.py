@@ -72,7 +72,8 @@ class Tried:
     changes its recommendation makes to the baseline (``recommended``: knob → value; None where the study has no
     recommendation to read), per change of one knob (``twin_key``: ``KNOB=FROM->TO``) the throughput of each
     configuration it measured with TO over that of one it measured alike but for that knob, at FROM (``twins``:
-    single runs), the changes its trim raced and left out, no faster beyond noise (``left_out``: knob → value), and
+    single runs), the changes its races raced with the recommendation's changes and left out, no faster beyond noise
+    (``left_out``: knob → value), and
     the samples/s of the DataLoader alone its probe read per batch size and worker count (``loaders``, by
     ``loader_key``)."""
 
@@ -91,8 +92,8 @@ class Tried:
             return f"the tuner recommends {knob}={value} (study '{self.study}')"
         if self.left_out_of_recommendation(knob, value):
             return (
-                f"the tuner raced {knob}={value} on its recommendation and left it out, no faster beyond noise "
-                f"(study '{self.study}')"
+                f"the tuner raced {knob}={value} with its recommendation's changes and left it out, no faster beyond "
+                f"noise (study '{self.study}')"
             )
         if value in seen:
             unused = " and did not recommend it" if self.recommended is not None else ""
@@ -114,7 +115,8 @@ class Tried:
         return bool(ratios) and statistics.median(ratios) < 1
 
     def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
-        """Whether the study's trim raced setting ``knob`` to ``value`` on its recommendation and left it out."""
+        """Whether the study's races raced setting ``knob`` to ``value`` with its recommendation's changes and left it
+        out."""
         return knob in self.left_out and self.left_out[knob] == value
 
     def settled(self, knob: str, knobs: dict[str, Any], value: Any) -> bool:
@@ -122,7 +124,7 @@ class Tried:
         ``value`` (no advice to set it is then given): ``knobs`` make the recommendation's change of ``knob`` and
         the study measured ``value`` too (the tuner chose among the values it measured; a value it never measured,
         such as a batch beyond its largest, is advised), or ``knobs`` make every change of the recommendation and
-        its trim left ``value`` out."""
+        its races left ``value`` out (``left_out``)."""
         if self.recommended is None:
             return False
         runs_recommendation = all(knobs.get(name) == after for name, after in self.recommended.items())

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
+from autotune.results.race import beats
 from autotune.results.remedies import Tried, loader_key, twin_key
 from autotune.results.summary import summarise
 from autotune.trial.result import FailureKind
@@ -14,8 +16,9 @@ from autotune.trial.result import FailureKind
 
 def tries_of(results: StudyResults) -> Tried:
     """What study ``results`` measured, per knob, the changes its recommendation makes (None without a measured
-    baseline, which a recommendation needs), its configurations measured alike but for one knob (``twins``) and the
-    changes its trim left out, and the DataLoader alone as its probe read it (``loaders``)."""
+    baseline, which a recommendation needs), its configurations measured alike but for one knob (``twins``), the
+    changes its races left out (the trim's, and the finalists' race's: ``raced_out``), and the DataLoader alone as its
+    probe read it (``loaders``)."""
     measured = [record for record in results.records if record.result.ok]
     # A pruned trial ran its values too, until it read clearly slower: they were tried.
     tried = [r for r in results.records if r.result.ok or r.result.failure.kind is FailureKind.PRUNED]
@@ -23,8 +26,28 @@ def tries_of(results: StudyResults) -> Tried:
     if results.baseline is not None and results.baseline.result.ok:
         summary = summarise(results)
         recommended = {name: after for name, (_, after) in summary.changed_knobs().items()}
-        left_out = summary.no_difference
+        left_out = {**raced_out(results), **summary.no_difference}
     return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out, loaders(results))
+
+
+def raced_out(results: StudyResults) -> dict[str, Any]:
+    """The changes the finalists' race raced on its winner one at a time and left out: knob → value, for each
+    finalist alike the winner but for that knob, at a value other than the baseline's, that did not beat it beyond
+    noise (``beats``) in the rounds both ran. The recommendation is that winner less the changes its trim found to
+    make no difference: such a finalist ran every change the recommendation makes, and its own gained nothing."""
+    race = results.confirmation
+    winner = race.winner if race is not None else None
+    if winner is None:
+        return {}
+    baseline = results.baseline.result.knobs
+    found: dict[str, Any] = {}
+    for finalist in race.finalists:
+        change = changed(finalist.knobs, winner.knobs)
+        if len(change) == 1 and finalist.throughputs and not beats(finalist, winner):
+            ((knob, (_, value)),) = change.items()
+            if value != baseline.get(knob):
+                found[knob] = value
+    return found
 
 
 def values_of(measured: list[TrialRecord]) -> dict[str, list]:

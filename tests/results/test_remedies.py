@@ -375,8 +375,35 @@ def test_a_change_the_trim_left_out_of_the_recommendation_is_not_advised_for_it(
     assert "malloc" not in [a.knob for a in advise(result, "", plain, 8, tried)]
     (at_baseline,) = [a for a in advise(result, "", BASELINE, 8, tried) if a.knob == "malloc"]
     assert at_baseline.tried == (
-        "the tuner raced malloc=keep on its recommendation and left it out, no faster beyond noise (study 's')"
+        "the tuner raced malloc=keep with its recommendation's changes and left it out, no faster beyond noise "
+        "(study 's')"
     )
+
+
+def test_a_change_the_finalists_race_raced_on_its_winner_and_left_out_is_not_advised_for_the_recommendation():
+    """The race raced the winner with malloc=keep added (a finalist tied with it, changing more): the profile's
+    estimate does not advise malloc=keep for the recommendation. A finalist that beat the winner's runs, or that
+    changes two knobs more, or none that ran, settles nothing."""
+    knobs = {**BASELINE, "num_threads": 1}
+    keeping = {**knobs, "malloc": "keep"}
+    winner = Finalist("0", knobs, 1, 100.0, [200.0, 204.0, 198.0])
+
+    def raced(*others: Finalist) -> Tried:
+        race = Confirmation([100.0] * 3, [winner, *others], None, 3, trials=["0", "1"])
+        return tries_of(replace(results_with(trial("0", 200.0, num_threads=1)), confirmation=race))
+
+    tied = Finalist("1", keeping, 2, 110.0, [203.0, 199.0, 199.0])
+    tried = raced(tied)
+    assert tried.recommended == {"num_threads": 1} and tried.left_out == {"malloc": "keep"}
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
+    result = profile_result(faults=faulting, gc_share=0.01)
+    assert "malloc" not in [a.knob for a in advise(result, "", knobs, 8, tried)]
+    (at_baseline,) = [a for a in advise(result, "", BASELINE, 8, tried) if a.knob == "malloc"]
+    assert at_baseline.tried.startswith("the tuner raced malloc=keep with its recommendation's changes")
+    assert raced(replace(tied, throughputs=[230.0, 231.0, 228.0])).left_out == {}, "it beat the winner"
+    assert raced(replace(tied, throughputs=[])).left_out == {}, "its first run failed: it raced no round"
+    two_more = Finalist("1", {**keeping, "channels_last": True}, 3, 110.0, [203.0, 199.0, 199.0])
+    assert raced(two_more).left_out == {}, "two changes added: neither is measured alone"
 
 
 @pytest.mark.parametrize(("ndim", "advised"), [(4, True), (3, False), (2, False), (None, False)])
