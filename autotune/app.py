@@ -8,7 +8,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TextIO
@@ -85,9 +85,57 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         return _tune(settings, output_dir, out, clock, storage)
 
 
+@dataclass(frozen=True)
+class _Opened:
+    """What a run knows before it measures: the pipeline's facts, the slots its trials run in, the search's context
+    and space, and the study it stores into, of this ``machine``."""
+
+    facts: Inspection
+    places: list[Slot]
+    ctx: SearchContext
+    space: SearchSpace
+    machine: str
+    study: optuna.Study
+
+
 def _tune(
     settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, storage: BaseStorage | None
 ) -> dict[str, Path]:
+    """Open the study, measure the baseline, search and finish; whatever stopped it, end the trial servers, save the
+    run's time and write the reports of what the study stored."""
+    opened = _open(settings, output_dir, out, clock, storage)
+    device, places = opened.facts.device, opened.places
+    runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
+    if len(places) > 1:
+        end_shared_fork_server()  # the inspection's: each slot forks from a server of its own
+    lines = _RunLines(out)
+    measured = runners[0].run  # the baseline, the probe and the race run in the first slot
+    if settings.study.remeasure_disturbed:
+        measured = again_if_disturbed(runners[0].run, lines.measured_again, lines.note)
+    baseline = _measure_baseline(opened, settings, measured, output_dir, lines, clock)
+    stop = StopReason("interrupted", aborted=True)  # until the search, the race and what follows end
+    try:
+        stop = _search_and_finish(opened, settings, runners, measured, baseline, output_dir, lines, clock)
+    except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
+        stop = StopReason(str(error), aborted=True)
+        raise
+    finally:
+        stopping = sys.exc_info()[1]
+        if isinstance(stopping, KeyboardInterrupt) and (signum := stop_signal(stopping)) != signal.SIGINT:
+            stop = StopReason(f"by {signum.name}", aborted=True)  # Ctrl-C's stays "interrupted"
+        with signals_held():  # a stop signal now is delivered once the servers are ended and the reports written
+            for each in runners:
+                each.close()
+            clock.save(finished=not stop.aborted)  # the run's time ends here: what follows renders what it stored
+            files = _report(opened.study, opened.machine, output_dir, stop, out)
+    if stop.aborted:
+        raise StudyAbortedError(f"tuning stopped early: {stop.message}; the reports cover what was measured")
+    return files
+
+
+def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, storage: BaseStorage | None) -> _Opened:
+    """Inspect the pipeline, check the baseline against the search's context, build the space and open the study;
+    say so, and what the study already holds of this machine."""
     with clock.stage("inspect"):
         facts = inspect_run(settings, output_dir, clock)
     device = facts.device
@@ -98,8 +146,7 @@ def _tune(
     space = build_space(settings.search, ctx)
     described = {**facts.machine, **({"cpu_count": len(cores), "torch_threads": len(cores)} if cores else {})}
     machine = machine_id(described)
-    meta = _study_meta(settings, device, space)
-    study = open_study(settings.study, meta, described, storage, facts.pipeline.code)
+    study = open_study(settings.study, _study_meta(settings, device, space), described, storage, facts.pipeline.code)
     clock.attach(study, machine)
     print(
         f"autotune: pipeline '{settings.pipeline.name}' on {device}; study '{settings.study.name}' in "
@@ -120,35 +167,53 @@ def _tune(
             f"({thread_variables(described) or 'none set'})",
             file=out,
         )
+    return _Opened(facts, places, ctx, space, machine, study)
 
-    runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
-    runner = runners[0]  # the baseline, the probe and the race run in the first slot
-    if len(places) > 1:
-        end_shared_fork_server()  # the inspection's: each slot forks from a server of its own
 
-    reference: list[TrialResult] = []  # the baseline, once measured: what speedups are against
+class _RunLines:
+    """The lines a run prints as its runs end. A speedup is against the baseline, once measured (``baseline``); a
+    race run's against its own round's baseline run where that ran before it: the race pairs runs by round, and the
+    first baseline run is minutes and machine states away."""
 
-    round_baselines: dict[str, TrialResult] = {}  # each race round's baseline run, once it ran
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.baseline: TrialResult | None = None
+        self._round_baselines: dict[str, TrialResult] = {}  # each race round's baseline run, once it ran
 
-    def race_line(name: str, result: TrialResult) -> str:
-        """A run's line; a race run's speedup is against its own round's baseline run where that ran before it: the
-        race pairs runs by round, and the first baseline run is minutes and machine states away."""
+    def note(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def race_run(self, name: str, result: TrialResult) -> None:
+        self.note(f"[{name}] {self._race_line(name, result)}")
+
+    def measured_again(self, name: str, result: TrialResult) -> None:
+        self.note(f"[{name}] {self._race_line(name, result)}; measured again")
+
+    def trial(self, event: TrialEvent) -> None:
+        if event.not_measured is not None:  # no trial of the count: its number alone
+            self.note(f"[trial {event.number}] {format_not_measured(event.knobs, self.baseline, event.not_measured)}")
+            return
+        line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, self.baseline)
+        self.note(f"[trial {event.number}, {event.index} of {event.total}] {line}")
+
+    def _race_line(self, name: str, result: TrialResult) -> str:
         prefix = round_of(name)
         if name == run_name(prefix, None):
-            round_baselines[prefix] = result
-        against = round_baselines.get(prefix)
-        return format_result(result, reference[0] if reference else None, against, ratio=against is not None)
+            self._round_baselines[prefix] = result
+        against = self._round_baselines.get(prefix)
+        return format_result(result, self.baseline, against, ratio=against is not None)
 
-    def show_disturbed(name: str, result: TrialResult) -> None:
-        print(f"[{name}] {race_line(name, result)}; measured again", file=out, flush=True)
 
-    measured = runner.run
-    if settings.study.remeasure_disturbed:
-        measured = again_if_disturbed(runner.run, show_disturbed, partial(print, file=out, flush=True))
+def _measure_baseline(
+    opened: _Opened, settings: Settings, measured: RunFn, output_dir: Path, lines: _RunLines, clock: RunClock
+) -> TrialResult:
+    """The baseline, measured or, in a resumed run, read from the study (whose runs then tell ``clock`` what this
+    run's will take); a failed one ends the run, as there is nothing to tune."""
+    study, machine = opened.study, opened.machine
     with clock.stage("baseline"):
         baseline, reused = ensure_baseline(study, settings.baseline, measured, machine)
-    reference.append(baseline)
-    print(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}", file=out, flush=True)
+    lines.note(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}")
+    lines.baseline = baseline
     if reused:  # a resumed run: what it stored is what its runs are expected to take
         clock.expect(baseline)
         for record in load_results(study, machine).trials:
@@ -158,69 +223,56 @@ def _tune(
             f"the baseline (pipeline.baseline) failed, so there is nothing to tune: {baseline.failure}. "
             f"{remedy(baseline.failure.message)}Log: {output_dir / 'trials' / 'baseline.log'}"
         )
+    return baseline
 
-    def show(event: TrialEvent) -> None:
-        if event.not_measured is not None:  # no trial of the count: its number alone
-            line = format_not_measured(event.knobs, baseline, event.not_measured)
-            print(f"[trial {event.number}] {line}", file=out, flush=True)
-            return
-        line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, baseline)
-        print(f"[trial {event.number}, {event.index} of {event.total}] {line}", file=out, flush=True)
 
-    def show_confirmation(name: str, result: TrialResult) -> None:
-        print(f"[{name}] {race_line(name, result)}", file=out, flush=True)
+def _search_and_finish(
+    opened: _Opened,
+    settings: Settings,
+    runners: list[TrialRunner],
+    measured: RunFn,
+    baseline: TrialResult,
+    output_dir: Path,
+    lines: _RunLines,
+    clock: RunClock,
+) -> StopReason:
+    """The search, in every slot, then, unless it stopped the run, the race, the trim and the profiles (``_finish``)
+    in the first slot alone, where this tuner's turn comes (``finishing``); why the search stopped."""
+    study, machine, places, out = opened.study, opened.machine, opened.places, lines.out
+    guide = _guide(study, opened.space, settings, opened.ctx, runners[0], baseline, machine, out, clock)
+    if len(places) > 1:
+        print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
 
-    stop = StopReason("interrupted", aborted=True)
-    try:
-        guide = _guide(study, space, settings, ctx, runner, baseline, machine, out, clock)
-        propose = guide.propose if guide else None
-        if len(places) > 1:
-            print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
+    def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's first round after it
+        trial_s = clock.screen_s() if knobs is None else clock.trial_s(knobs)
+        step = span(SEARCH_TRIAL_STEP, done + 1, settings.study.n_trials)
+        if knobs is not None:  # a proposal that does not fit is passed over (``tuner._search``): named once
+            named = costly_values(knobs) if costly(knobs) else {"batch_size": knobs["batch_size"]}
+            step = f"{SEARCH_TRIAL_STEP} of {' '.join(f'{k}={v}' for k, v in named.items())}"
+        return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
 
-        def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's first round after it
-            trial_s = clock.screen_s() if knobs is None else clock.trial_s(knobs)
-            step = span(SEARCH_TRIAL_STEP, done + 1, settings.study.n_trials)
-            if knobs is not None:  # a proposal that does not fit is passed over (``tuner._search``): named once
-                named = costly_values(knobs) if costly(knobs) else {"batch_size": knobs["batch_size"]}
-                step = f"{SEARCH_TRIAL_STEP} of {' '.join(f'{k}={v}' for k, v in named.items())}"
-            return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
+    def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
+        return clock.fits(_race_round_s(settings, clock, baseline, settings.study.n_trials))
 
-        def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
-            return clock.fits(_race_round_s(settings, clock, baseline, settings.study.n_trials))
-
-        screens = [r.screen for r in runners]
-        with clock.stage(SEARCH, len(places)):
-            stop = tune_in_slots(
-                study, space, settings.study, screens, show, propose, machine, next_trial_fits, others_awaited
-            )
-        if not stop.aborted:
-            searched, stop = stop, StopReason("interrupted", aborted=True)  # until the race and what follows end
-            for idle in runners[1:]:  # the race runs in the first slot alone
-                idle.close()
-            with finishing(study, settings.study, machine, others_awaited) as turn:
-                if turn is Turn.LEFT:
-                    clock.leave_out(LEFT_TO_OTHERS_STEP)
-                    print(f"[race] study.budget_s left out {LEFT_TO_OTHERS_STEP}", file=out)
-                else:
-                    if turn is Turn.AFTER_ANOTHER:
-                        print("[race] after another tuner of this machine: what it stored is reused", file=out)
-                    _finish(study, machine, settings, runner, measured, output_dir, show_confirmation, out, clock)
-            stop = searched
-    except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
-        stop = StopReason(str(error), aborted=True)
-        raise
-    finally:
-        stopping = sys.exc_info()[1]
-        if isinstance(stopping, KeyboardInterrupt) and (signum := stop_signal(stopping)) != signal.SIGINT:
-            stop = StopReason(f"by {signum.name}", aborted=True)  # Ctrl-C's stays "interrupted"
-        with signals_held():  # a stop signal now is delivered once the servers are ended and the reports written
-            for each in runners:
-                each.close()
-            clock.save(finished=not stop.aborted)  # the run's time ends here: what follows renders what it stored
-            files = _report(study, machine, output_dir, stop, out)
-    if stop.aborted:
-        raise StudyAbortedError(f"tuning stopped early: {stop.message}; the reports cover what was measured")
-    return files
+    screens = [r.screen for r in runners]
+    propose = guide.propose if guide else None
+    with clock.stage(SEARCH, len(places)):
+        searched = tune_in_slots(
+            study, opened.space, settings.study, screens, lines.trial, propose, machine, next_trial_fits, others_awaited
+        )
+    if searched.aborted:
+        return searched
+    for idle in runners[1:]:  # the race runs in the first slot alone
+        idle.close()
+    with finishing(study, settings.study, machine, others_awaited) as turn:
+        if turn is Turn.LEFT:
+            clock.leave_out(LEFT_TO_OTHERS_STEP)
+            print(f"[race] study.budget_s left out {LEFT_TO_OTHERS_STEP}", file=out)
+        else:
+            if turn is Turn.AFTER_ANOTHER:
+                print("[race] after another tuner of this machine: what it stored is reused", file=out)
+            _finish(study, machine, settings, runners[0], measured, output_dir, lines.race_run, out, clock)
+    return searched
 
 
 def _report(study: optuna.Study, machine: str, output_dir: Path, stop: StopReason, out: TextIO) -> dict[str, Path]:
