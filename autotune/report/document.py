@@ -6,6 +6,7 @@ renderers escape for their format.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from autotune.report import plots
 from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
 from autotune.report.profiles import current_profiles, describe, side_by_side_rows, sides
-from autotune.report.rows import busy_note, disturbance_words, marked, ranked_rows, record_row
+from autotune.report.rows import NAMED_RUNS, busy_note, marked, ranked_rows, record_row, slowed_in_words
 from autotune.report.tuner_time import budget_lines, covers
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
@@ -33,6 +34,7 @@ from autotune.results.race import (
     Confirmation,
     Finalist,
     finalist_choice,
+    round_of,
     trimmed_to,
     unsettled,
 )
@@ -621,7 +623,8 @@ def _busy_machine(summary: Summary) -> list[Section]:
     raced = _disturbed_race_runs(summary)
     paragraphs = []
     if busy:
-        named = "; ".join(f"{_run_label(r, summary)}: {disturbance_words(r.result.disturbance)}" for r in busy)
+        named = slowed_in_words({_run_label(r, summary): r.result.disturbance for r in busy})
+        named += ", each marked (busy) in the ranking" if len(busy) > NAMED_RUNS else ""
         paragraphs.append(
             f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
             "measured while other processes competed for its cores (nearly all busy, at least "
@@ -631,7 +634,11 @@ def _busy_machine(summary: Summary) -> list[Section]:
             "and run the study again (a new study.name measures everything afresh)."
         )
     if raced:
-        named = "; ".join(f"{name}: {disturbance_words(disturbance)}" for name, disturbance in raced.items())
+        named = slowed_in_words(raced)
+        if len(raced) > NAMED_RUNS:
+            by_race = Counter(round_of(name).rsplit("-", 1)[0] for name in raced)
+            counts = ", ".join(f"{race} {count}" for race, count in by_race.items())
+            named += f" (by race: {counts}; report.json names each, under its race's `disturbed`)"
         paragraphs.append(
             f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
             f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "

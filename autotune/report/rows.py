@@ -11,6 +11,9 @@ from autotune.records import TrialRecord
 from autotune.results.summary import Summary
 from autotune.trial.result import Disturbance, FailureKind
 
+# Up to this many slowed runs are named one by one in a report's text; more are counted (report.json names each).
+NAMED_RUNS = 5
+
 MEASUREMENT_COLUMNS = [
     "throughput_sps",
     "throughput_ci95_low",
@@ -120,6 +123,30 @@ def disturbance_words(disturbance: Disturbance) -> str:
     if disturbance.cores_slowdown is not None:
         found.append(f"the cores ran {disturbance.cores_slowdown:.1f}x slow")
     return "; ".join(found)
+
+
+def slowed_in_words(slowed: dict[str, Disturbance]) -> str:
+    """The runs ``slowed`` (by name) and what slowed them: each named, where they are up to NAMED_RUNS; else counted
+    by what slowed them, with how much."""
+    if len(slowed) <= NAMED_RUNS:
+        return "; ".join(f"{name}: {disturbance_words(disturbance)}" for name, disturbance in slowed.items())
+    return _kinds(list(slowed.values()))
+
+
+def _kinds(disturbances: list[Disturbance]) -> str:
+    """What slowed ``disturbances``' runs, by kind, each with how many runs and the span of how much."""
+    slow = [d.cores_slowdown for d in disturbances if d.cores_slowdown is not None]
+    busy = [d.others_cores for d in disturbances if d.others_cores is not None]
+    on_gpu = [d.gpu_processes for d in disturbances if d.gpu_processes]
+    found = [f"the cores ran {_span(slow)}x slow in {len(slow)} of them"] if slow else []
+    found += [f"other processes busy ({_span(busy)} cores) in {len(busy)} of them"] if busy else []
+    found += [f"other processes on the GPU in {len(on_gpu)} of them"] if on_gpu else []
+    return ", ".join(found)
+
+
+def _span(values: list[float]) -> str:
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def ranked_rows(summary: Summary) -> list[dict[str, Any]]:

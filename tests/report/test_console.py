@@ -78,6 +78,15 @@ def test_a_run_slowed_by_other_processes_says_so_on_the_terminal_and_in_the_repo
     assert "busy machine" not in quiet
 
 
+def test_many_runs_slowed_by_other_processes_are_counted_and_marked_in_the_ranking_not_each_named(tmp_path):
+    records = [busy(trial(str(i), 100.0 + i, batch_size=2**i)) for i in range(6)]
+    busy_study = StudyResults(**{**sample_results().__dict__, "trials": records})
+    markdown = write_reports(busy_study, summarise(busy_study), tmp_path)["report.md"].read_text()
+    assert ("6 of the 7 measured configurations were measured while other processes competed for its cores") in markdown
+    assert ": other processes busy (0.8 cores) in 6 of them, each marked (busy) in the ranking." in markdown
+    assert "trial 3: other processes" not in markdown
+
+
 def test_a_run_around_which_the_cores_ran_slow_says_so_on_the_terminal_and_in_the_report(tmp_path):
     results = sample_results()
     record = results.trials[0]

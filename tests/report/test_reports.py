@@ -20,6 +20,7 @@ from autotune.report import write_reports
 from autotune.report.console import print_summary
 from autotune.report.document import format_cell, headline, machine_lines
 from autotune.report.markdown import render_markdown
+from autotune.report.rows import NAMED_RUNS, slowed_in_words
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
@@ -189,6 +190,24 @@ def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_an
     assert "confirm-1-trial-2: the cores ran 1.4x slow." in markdown
     stored = json.loads(files["report.json"].read_text())["confirmation"]
     assert Confirmation.from_dict(stored).disturbed == slowed
+
+
+def test_many_slowed_race_runs_are_counted_by_race_and_by_what_slowed_them_not_each_named(tmp_path):
+    finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
+    slowed = {f"confirm-{i}-trial-0": Disturbance(cores_slowdown=1.4 + i / 10) for i in (1, 2, 3)}
+    slowed |= {f"confirm-{i}-baseline": Disturbance(others_cores=0.8) for i in (1, 2)}
+    slowed |= {"trim-1-1-trial-0-without-amp": Disturbance(cores_slowdown=2.0, others_cores=1.2)}
+    confirmation = Confirmation([100.0, 98.0, 102.0], [finalist], disturbed=slowed, trials=["0"])
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    assert (
+        "The races counted 6 runs that something beside them slowed: the cores ran 1.5-2.0x slow in 4 of them, "
+        "other processes busy (0.8-1.2 cores) in 3 of them (by race: confirm 5, trim-1 1; report.json names each"
+    ) in busy
+    assert "confirm-1-trial-0" not in busy
+    few = dict(list(slowed.items())[:NAMED_RUNS])
+    assert slowed_in_words(few).count(": ") == NAMED_RUNS, "up to NAMED_RUNS, each is named"
 
 
 @pytest.mark.parametrize(
