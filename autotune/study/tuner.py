@@ -24,6 +24,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from autotune.config.settings import STALE_BEATS, StudySettings
+from autotune.knobs import changed
 from autotune.measure.environment import this_machine_id
 from autotune.records import (
     BASELINE_ATTR,
@@ -348,9 +349,29 @@ def _unconverged(seen: _Seen, propose: ProposeFn | None, skipped: set[str]) -> s
     """Where the guided search stopped at study.n_trials with more to measure in what it has ``seen`` last
     (``skipped`` aside: left to a later run by study.budget_s), what to do, as a clause."""
     taken = set(seen.known) | seen.in_flight | skipped
-    if propose is None or propose(_observations(seen.known), taken, seen.failed) is None:
+    proposal = propose(_observations(seen.known), taken, seen.failed) if propose is not None else None
+    if proposal is None:
         return ""
-    return ", before the guided search converged: it has more to measure, and a larger study.n_trials goes on from here"
+    return (
+        f", before the guided search converged: next it would measure {_next_in_words(proposal, seen.known)}; a "
+        "larger study.n_trials goes on from here"
+    )
+
+
+def _next_in_words(proposal: Proposal, known: dict[str, _Outcome]) -> str:
+    """The configuration ``proposal`` would measure, as the fastest feasible one measured (of ``known``) changed,
+    and how fast it is predicted against that one's run, so that the user can judge whether to go on."""
+    measured = [(outcome.feasible_throughput, key, outcome) for key, outcome in known.items()]
+    fastest = max((entry for entry in measured if entry[0] is not None), key=lambda entry: entry[0], default=None)
+    if fastest is None:
+        return "another configuration"
+    throughput, key, best = fastest
+    named = "the baseline" if best.label == BASELINE_LABEL else f"trial {best.label}"
+    changes = ", ".join(f"{name}={after}" for name, (_, after) in changed(proposal.knobs, json.loads(key)).items())
+    if proposal.predicted is None:
+        return f"{named} with {changes} (a check: the probe does not time that change)"
+    ratio = proposal.predicted / throughput
+    return f"{named} with {changes} (predicted at {ratio:.2f}x {named}'s {throughput:.1f} samples/s)"
 
 
 def _taken_for_dead(settings: StudySettings, trials: str) -> str:

@@ -5,15 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from optuna.trial import TrialState
 
 from autotune.knobs import KNOBS
-from autotune.records import PREDICTED_ATTR, ProbeRecord, config_key
+from autotune.records import BASELINE_LABEL, PREDICTED_ATTR, ProbeRecord, config_key
 from autotune.results.model import load_results
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.probe_model import ProbeModel, probe_plan
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.tuner import Observation, ensure_baseline, tune
+from autotune.study.tuner import Observation, Proposal, _next_in_words, _Outcome, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbeResult, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_probe_model import (
@@ -330,8 +331,13 @@ def test_a_search_study_n_trials_stopped_before_it_converged_says_so_and_a_large
     ensure_baseline(study, BASELINE, measure)
     reason = tune(study, SPACE, settings(tmp_path, n_trials=1), measure, print, g.propose)
     assert reason.message == (
-        "study.n_trials=1: 1 trial measured, before the guided search converged: it has more to measure, and a larger "
-        "study.n_trials goes on from here"
+        "study.n_trials=1: 1 trial measured, before the guided search converged: next it would measure trial 0 with "
+        "batch_size=16 (predicted at 0.67x trial 0's 300.0 samples/s); a larger study.n_trials goes on from here"
+    ), "what it would measure next, against the fastest so far: the user judges whether to go on"
+    check = Proposal({**BASELINE, "malloc": "keep"})
+    known = {config_key(BASELINE): _Outcome(BASELINE_LABEL, TrialState.COMPLETE, [100.0])}
+    assert _next_in_words(check, known) == (
+        "the baseline with malloc=keep (a check: the probe does not time that change)"
     )
     reason = tune(study, SPACE, settings(tmp_path, n_trials=20), measure, print, g.propose)
     assert reason.message.startswith("converged") and len(load_results(study).trials) == 2, "its batch neighbour"
