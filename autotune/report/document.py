@@ -636,15 +636,20 @@ def _busy_machine(summary: Summary) -> list[Section]:
     if raced:
         named = slowed_in_words(raced)
         if len(raced) > NAMED_RUNS:
-            by_race = Counter(round_of(name).rsplit("-", 1)[0] for name in raced)
-            counts = ", ".join(f"{race} {count}" for race, count in by_race.items())
-            named += f" (by race: {counts}; report.json names each, under its race's `disturbed`)"
+            by_race = Counter(_race_words(round_of(name).rsplit("-", 1)[0]) for name in raced)
+            counts = ", ".join(f"{count} in {race}" for race, count in by_race.items())
+            named += f" ({counts}; report.json names each, under its race's `disturbed`)"
         paragraphs.append(
             f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
             f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "
             f"recommendation and its gain may be off: {_quieter(raced.values())}."
         )
     return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
+
+
+def _race_words(race: str) -> str:
+    """A race by the prefix of its runs' names ("confirm", "trim-2"), in words."""
+    return "the finalists' race" if race == "confirm" else f"trim race {race.removeprefix('trim-')}"
 
 
 def _quieter(disturbances: Iterable[Disturbance]) -> str:

@@ -134,7 +134,8 @@ def slowed_in_words(slowed: dict[str, Disturbance]) -> str:
 
 
 def _kinds(disturbances: list[Disturbance]) -> str:
-    """What slowed ``disturbances``' runs, by kind, each with how many runs and the span of how much."""
+    """What slowed ``disturbances``' runs, by kind, each with how many runs (a run slowed two ways counts under both)
+    and, for the cores and other processes' CPU, the span of how much."""
     slow = [d.cores_slowdown for d in disturbances if d.cores_slowdown is not None]
     busy = [d.others_cores for d in disturbances if d.others_cores is not None]
     on_gpu = [d.gpu_processes for d in disturbances if d.gpu_processes]

@@ -10,7 +10,7 @@ from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race import beats
 from autotune.results.remedies import Tried, loader_key, twin_key
-from autotune.results.summary import summarise
+from autotune.results.summary import Summary, summarise
 from autotune.trial.result import FailureKind
 
 
@@ -26,27 +26,29 @@ def tries_of(results: StudyResults) -> Tried:
     if results.baseline is not None and results.baseline.result.ok:
         summary = summarise(results)
         recommended = {name: after for name, (_, after) in summary.changed_knobs().items()}
-        left_out = {**raced_out(results), **summary.no_difference}
+        left_out = {**raced_out(summary), **summary.no_difference}
     return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out, loaders(results))
 
 
-def raced_out(results: StudyResults) -> dict[str, Any]:
-    """The changes the finalists' race raced on its winner one at a time and left out: knob → value, for each
-    finalist alike the winner but for that knob, at a value other than the baseline's, that did not beat it beyond
-    noise (``beats``) in the rounds both ran. The recommendation is that winner less the changes its trim found to
-    make no difference: such a finalist ran every change the recommendation makes, and its own gained nothing."""
-    race = results.confirmation
-    winner = race.winner if race is not None else None
+def raced_out(summary: Summary) -> dict[str, Any]:
+    """The changes the finalists' race the recommendation comes from (``Summary.confirmation``) raced on its winner
+    one at a time and left out: knob → value, for each finalist alike the winner but for that knob, at a value other
+    than the baseline's, that did not beat it beyond noise (``beats``) in the rounds both ran (one at least: a
+    finalist that lagged, or whose run failed, left early); the first such finalist of a knob where several are. The
+    recommendation is that winner less the changes its trim found to make no difference: such a finalist ran every
+    change the recommendation makes, and its own gained nothing."""
+    race = summary.confirmation
+    winner = race.winner if race is not None and not summary.is_baseline else None
     if winner is None:
         return {}
-    baseline = results.baseline.result.knobs
+    baseline = summary.baseline.result.knobs
     found: dict[str, Any] = {}
     for finalist in race.finalists:
         change = changed(finalist.knobs, winner.knobs)
         if len(change) == 1 and finalist.throughputs and not beats(finalist, winner):
             ((knob, (_, value)),) = change.items()
             if value != baseline.get(knob):
-                found[knob] = value
+                found.setdefault(knob, value)
     return found
 
 

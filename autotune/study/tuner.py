@@ -367,11 +367,12 @@ def _next_in_words(proposal: Proposal, known: dict[str, _Outcome]) -> str:
         return "another configuration"
     throughput, key, best = fastest
     named = "the baseline" if best.label == BASELINE_LABEL else f"trial {best.label}"
+    named_as = f"{named}'s configuration"
     changes = ", ".join(f"{name}={after}" for name, (_, after) in changed(proposal.knobs, json.loads(key)).items())
     if proposal.predicted is None:
-        return f"{named} with {changes} (a check: the probe does not time that change)"
+        return f"{named_as} with {changes} (a check: the probe does not time that change)"
     ratio = proposal.predicted / throughput
-    return f"{named} with {changes} (predicted at {ratio:.2f}x {named}'s {throughput:.1f} samples/s)"
+    return f"{named_as} with {changes} (predicted at {ratio:.2f}x {named}'s {throughput:.1f} samples/s)"
 
 
 def _taken_for_dead(settings: StudySettings, trials: str) -> str:

@@ -382,15 +382,17 @@ def test_a_change_the_trim_left_out_of_the_recommendation_is_not_advised_for_it(
 
 def test_a_change_the_finalists_race_raced_on_its_winner_and_left_out_is_not_advised_for_the_recommendation():
     """The race raced the winner with malloc=keep added (a finalist tied with it, changing more): the profile's
-    estimate does not advise malloc=keep for the recommendation. A finalist that beat the winner's runs, or that
-    changes two knobs more, or none that ran, settles nothing."""
+    estimate does not advise malloc=keep for the recommendation. A finalist faster than the winner beyond noise (its
+    third run failed, so it is not proven), one that changes two knobs more, one that raced no round, or a race the
+    recommendation does not come from (a trial measured since), settles nothing."""
     knobs = {**BASELINE, "num_threads": 1}
     keeping = {**knobs, "malloc": "keep"}
     winner = Finalist("0", knobs, 1, 100.0, [200.0, 204.0, 198.0])
+    trials = [trial("0", 200.0, num_threads=1), trial("1", 201.0, num_threads=1, malloc="keep")]
 
-    def raced(*others: Finalist) -> Tried:
-        race = Confirmation([100.0] * 3, [winner, *others], None, 3, trials=["0", "1"])
-        return tries_of(replace(results_with(trial("0", 200.0, num_threads=1)), confirmation=race))
+    def raced(other: Finalist, *later: TrialRecord) -> Tried:
+        race = Confirmation([100.0] * 3, [winner, other], None, 3, trials=["0", "1"])
+        return tries_of(replace(results_with(*trials, *later), confirmation=race))
 
     tied = Finalist("1", keeping, 2, 110.0, [203.0, 199.0, 199.0])
     tried = raced(tied)
@@ -400,10 +402,14 @@ def test_a_change_the_finalists_race_raced_on_its_winner_and_left_out_is_not_adv
     assert "malloc" not in [a.knob for a in advise(result, "", knobs, 8, tried)]
     (at_baseline,) = [a for a in advise(result, "", BASELINE, 8, tried) if a.knob == "malloc"]
     assert at_baseline.tried.startswith("the tuner raced malloc=keep with its recommendation's changes")
-    assert raced(replace(tied, throughputs=[230.0, 231.0, 228.0])).left_out == {}, "it beat the winner"
-    assert raced(replace(tied, throughputs=[])).left_out == {}, "its first run failed: it raced no round"
+    failed = replace(tied, throughputs=[230.0, 231.0], dropped="round 3 failed: signal: SIGKILL")
+    assert raced(failed).left_out == {}, "faster than the winner in both rounds they both ran"
+    assert raced(replace(tied, throughputs=[], dropped="round 1 failed")).left_out == {}, "it raced no round"
     two_more = Finalist("1", {**keeping, "channels_last": True}, 3, 110.0, [203.0, 199.0, 199.0])
     assert raced(two_more).left_out == {}, "two changes added: neither is measured alone"
+    since = trial("2", 300.0, batch_size=64)
+    assert raced(tied, since).recommended == {"batch_size": 64}, "the race is stale: trial 2 ran since"
+    assert raced(tied, since).left_out == {}, "the recommendation does not come from that race"
 
 
 @pytest.mark.parametrize(("ndim", "advised"), [(4, True), (3, False), (2, False), (None, False)])

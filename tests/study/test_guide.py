@@ -331,13 +331,14 @@ def test_a_search_study_n_trials_stopped_before_it_converged_says_so_and_a_large
     ensure_baseline(study, BASELINE, measure)
     reason = tune(study, SPACE, settings(tmp_path, n_trials=1), measure, print, g.propose)
     assert reason.message == (
-        "study.n_trials=1: 1 trial measured, before the guided search converged: next it would measure trial 0 with "
-        "batch_size=16 (predicted at 0.67x trial 0's 300.0 samples/s); a larger study.n_trials goes on from here"
+        "study.n_trials=1: 1 trial measured, before the guided search converged: next it would measure trial 0's "
+        "configuration with batch_size=16 (predicted at 0.67x trial 0's 300.0 samples/s); a larger study.n_trials "
+        "goes on from here"
     ), "what it would measure next, against the fastest so far: the user judges whether to go on"
     check = Proposal({**BASELINE, "malloc": "keep"})
     known = {config_key(BASELINE): _Outcome(BASELINE_LABEL, TrialState.COMPLETE, [100.0])}
     assert _next_in_words(check, known) == (
-        "the baseline with malloc=keep (a check: the probe does not time that change)"
+        "the baseline's configuration with malloc=keep (a check: the probe does not time that change)"
     )
     reason = tune(study, SPACE, settings(tmp_path, n_trials=20), measure, print, g.propose)
     assert reason.message.startswith("converged") and len(load_results(study).trials) == 2, "its batch neighbour"
