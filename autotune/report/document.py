@@ -33,6 +33,7 @@ from autotune.results.race import (
     TIE_TOLERANCE,
     Confirmation,
     Finalist,
+    beats,
     finalist_choice,
     round_of,
     trimmed_to,
@@ -343,9 +344,10 @@ def _trim_race(race: Confirmation) -> str:
 
 
 def _trim_outcome(race: Confirmation, new: Finalist) -> str:
-    """What a settled trim race did to each change it undid alone, in words: kept where its variant left (undoing
-    it cost throughput), left out where it is ``new``'s, the race's winner; a variant tied too is raced again on top
-    of ``new`` (``trim.undo_next``), or, where nothing was undone, stays."""
+    """What a settled trim race did to each change it undid alone, in words: left out where its variant is ``new``,
+    the race's winner; kept where its variant left or the configuration it was made from beat it beyond noise
+    (undoing it cost throughput); else undone again on top of ``new`` (``undone_again``), or, where nothing was
+    undone, kept as not shown to cost nothing."""
     reference = race.finalists[0]
     outcome: dict[str, list[str]] = {"costs": [], "unshown": [], "left out": [], "tied": []}
     for variant in race.finalists[1:]:
@@ -353,7 +355,8 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
         if variant is new:
             outcome["left out"] += undone
         elif len(undone) == 1:
-            outcome["costs" if variant.dropped else "unshown" if new is reference else "tied"] += undone
+            costs = variant.dropped is not None or beats(reference, variant)
+            outcome["costs" if costs else "unshown" if new is reference else "tied"] += undone
     said = {
         "costs": "Kept, as undoing it cost throughput",
         "unshown": "Kept, as undoing it was not shown to cost nothing",

@@ -357,6 +357,14 @@ def beats(faster: Finalist, other: Finalist) -> bool:
     return won > rounds / 2 and paired_ratio(faster.throughputs, other.throughputs) > 1 + TIE_TOLERANCE
 
 
+def undone_again(reference: Finalist, variant: Finalist, new: Finalist) -> bool:
+    """Whether a trim race of ``reference`` against its variants, won by ``new``, leaves ``variant``'s change to be
+    undone again on top of ``new`` (``trim.undo_next``): ``variant`` is not ``new``, stayed in the race, and
+    ``reference``, the configuration it was made from, did not beat it beyond noise (``beats``), as ``new`` did not.
+    Against ``new`` itself a lucky winner's runs would keep a change that made no difference."""
+    return variant is not new and variant.dropped is None and not beats(reference, variant)
+
+
 def _not_beaten(faster: Finalist, other: Finalist) -> str:
     """Which condition of ``beats`` ``faster`` missed against ``other``, in words."""
     won, rounds = _rounds_won(faster, other)

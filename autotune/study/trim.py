@@ -16,13 +16,13 @@ from autotune.results.race import (
     Confirmation,
     Finalist,
     alone,
-    beats,
     count_changes,
     is_trim_of,
     settled,
     trim_rounds,
     trim_started_from,
     trimmed_to,
+    undone_again,
     unsettled,
 )
 from autotune.study.run_race import AffordsRoundFn, NewDrawFn, race
@@ -144,13 +144,8 @@ def _store(study: optuna.Study, results: StudyResults, races: list[Confirmation]
 def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -> list[str]:
     """The changes the next race may undo on top of ``new``, the winner of a race of ``reference`` against its
     variants ``undone`` (by the knob undone): those whose undoing cost nothing beyond noise against ``reference``,
-    the configuration they were made from, as ``new``'s did. Against ``new`` itself a lucky winner's runs would keep
-    a change that made no difference."""
-    return [
-        knob
-        for knob, variant in undone.items()
-        if variant is not new and variant.dropped is None and not beats(reference, variant)
-    ]
+    the configuration they were made from, as ``new``'s did (``undone_again``)."""
+    return [knob for knob, variant in undone.items() if undone_again(reference, variant, new)]
 
 
 def all_undone(
