@@ -33,10 +33,10 @@ from autotune.results.race import (
     TIE_TOLERANCE,
     Confirmation,
     Finalist,
-    beats,
     finalist_choice,
     round_of,
     trimmed_to,
+    undone_again,
     unsettled,
 )
 from autotune.results.summary import Summary
@@ -355,8 +355,8 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
         if variant is new:
             outcome["left out"] += undone
         elif len(undone) == 1:
-            costs = variant.dropped is not None or beats(reference, variant)
-            outcome["costs" if costs else "unshown" if new is reference else "tied"] += undone
+            kept = not undone_again(reference, variant, new)  # it left, or the reference beat it beyond noise
+            outcome["costs" if kept else "unshown" if new is reference else "tied"] += undone
     said = {
         "costs": "Kept, as undoing it cost throughput",
         "unshown": "Kept, as undoing it was not shown to cost nothing",
