@@ -6,7 +6,6 @@ renderers escape for their format.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,6 @@ from autotune.results.race import (
     Confirmation,
     Finalist,
     finalist_choice,
-    round_of,
     trimmed_to,
     undone_again,
     unsettled,
@@ -639,9 +637,8 @@ def _busy_machine(summary: Summary) -> list[Section]:
     if raced:
         named = slowed_in_words(raced)
         if len(raced) > NAMED_RUNS:
-            by_race = Counter(_race_words(round_of(name).rsplit("-", 1)[0]) for name in raced)
-            counts = ", ".join(f"{count} in {race}" for race, count in by_race.items())
-            named += f" ({counts}; report.json names each, under its race's `disturbed`)"
+            by_race = [f"{len(r.disturbed)} in {_race_named(i)}" for i, r in enumerate(summary.races) if r.disturbed]
+            named += f" ({', '.join(by_race)}; report.json names each, under its race's `disturbed`)"
         paragraphs.append(
             f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
             f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "
@@ -650,9 +647,9 @@ def _busy_machine(summary: Summary) -> list[Section]:
     return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
 
 
-def _race_words(race: str) -> str:
-    """A race by the prefix of its runs' names ("confirm", "trim-2"), in words."""
-    return "the finalists' race" if race == "confirm" else f"trim race {race.removeprefix('trim-')}"
+def _race_named(index: int) -> str:
+    """``Summary.races``' race at ``index`` in words: the finalists' race first, then the trim's, from 1."""
+    return "the finalists' race" if index == 0 else f"trim race {index}"
 
 
 def _quieter(disturbances: Iterable[Disturbance]) -> str:

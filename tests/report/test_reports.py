@@ -197,9 +197,11 @@ def test_many_slowed_race_runs_are_counted_by_race_and_by_what_slowed_them_not_e
     finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
     slowed = {f"confirm-{i}-trial-0": Disturbance(cores_slowdown=1.4 + i / 10) for i in (1, 2, 3)}
     slowed |= {f"confirm-{i}-baseline": Disturbance(others_cores=0.8) for i in (1, 2)}
-    slowed |= {"trim-1-1-trial-0-without-amp": Disturbance(cores_slowdown=2.0, others_cores=1.2)}
+    trimmed = {"trim-1-1-trial-0-without-amp": Disturbance(cores_slowdown=2.0, others_cores=1.2)}
     confirmation = Confirmation([100.0, 98.0, 102.0], [finalist], disturbed=slowed, trials=["0"])
-    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    variant = Finalist("0 without amp", {}, 0, 100.0, [90.0, 91.0, 89.0])
+    trim = [Confirmation([100.0, 98.0, 102.0], [finalist, variant], disturbed=trimmed)]
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation, "trim": trim})
     markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
     busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
     assert (
@@ -208,7 +210,7 @@ def test_many_slowed_race_runs_are_counted_by_race_and_by_what_slowed_them_not_e
         "names each"
     ) in busy
     assert "confirm-1-trial-0" not in busy
-    few = dict(list(slowed.items())[:NAMED_RUNS])
+    few = dict(list((slowed | trimmed).items())[:NAMED_RUNS])
     assert slowed_in_words(few).count(": ") == NAMED_RUNS, "up to NAMED_RUNS, each is named"
 
 
