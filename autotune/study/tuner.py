@@ -226,123 +226,217 @@ def _search(
     affords: AffordsFn | None = None,
 ) -> StopReason:
     """``tune``'s trials, until one of its ends (the others' trials still running aside)."""
-    n_trials, timeout_s = settings.n_trials, settings.timeout_s
-    known: dict[str, _Outcome] = {}
-    pruner = _pruner(settings, known)  # this thread's: a slot's trials are judged on what its own thread read
-    repeats = failures_in_a_row = dropped_in_a_row = 0
-    draw = random.Random(f"{settings.seed}:{threading.current_thread().name}")  # each slot draws its own
-    # Configurations this run leaves to a later one because they do not fit the budget where a plain trial still
-    # does (a compile trial, whose time no measurement foretells): the search goes on without them.
-    skipped: set[str] = set()
-    while (seen := _look(study, settings, machine)).counted + len(seen.running) < n_trials:
+    slot = _Slot(study, space, settings, run, on_trial, machine, propose, deadline, affords)
+    while (seen := _look(study, settings, machine)).counted + len(seen.running) < settings.n_trials:
         if INTERRUPT.is_set():
             raise KeyboardInterrupt
-        known.clear()  # in place: the pruner reads it; other tuners of the study add to it
-        known.update(seen.known)
-        failed, done = seen.failed, seen.counted
-        taken = set(known) | seen.in_flight | skipped
-        if _exhausted(space, taken, failed):
-            if skipped:
-                return _out_of_budget(settings)
-            ruled = " or ruled out by a failure (out of memory, or in a DataLoader worker)" if failed else ""
-            return StopReason(f"all {space.size} configurations of the search space are measured{ruled}")
-        if time.monotonic() >= deadline:
-            return StopReason(f"study.timeout_s={timeout_s:g} reached")
-        if repeats >= _MAX_REPEATED_PROPOSALS:
-            if skipped:
-                return _out_of_budget(settings)
-            return StopReason("the sampler keeps proposing measured configurations")
-        # Trials already waiting (enqueued by the user) go first, then what this machine owes (``_Seen.owed``),
-        # then the guide's proposal; without a guide, the sampler proposes, or, once it keeps repeating itself, a
-        # configuration drawn from those untried. A trial the user enqueued since ``_look`` is asked for first all
-        # the same, the proposal filling in what it leaves open; the proposal comes again next time.
-        proposal = None
-        if not seen.waiting:
-            proposal = next((owed for owed in seen.owed if config_key(owed.knobs) not in skipped), None)
-            if proposal is None and propose is not None:
-                proposal = propose(_observations(known), taken, failed)
-                if proposal is None and skipped:
-                    return _out_of_budget(settings)
-                if proposal is None:
-                    return StopReason(
-                        f"converged: corrected by the {counted(len(known), 'configuration')} measured (the baseline "
-                        "included), the probe predicts none of the others faster than the best"
-                    )
-            if proposal is None and repeats >= _REPEATS_BEFORE_UNTRIED:
-                proposal = Proposal(_draw_untried(space, taken, failed, draw))
-        # After the guide had its say: a search it ended is converged, whatever time is left.
-        if affords is not None and not affords(done, proposal.knobs if proposal is not None else None):  # a compile?
-            if proposal is None or not affords(done, None):
-                return _out_of_budget(settings)
-            skipped.add(config_key(proposal.knobs))
-            repeats += 1
-            continue
         try:
-            with proposing(study, proposal.knobs if proposal is not None else None):
-                trial = study.ask()
-                if is_shared(settings.storage):  # heard of from its start: a tuner stopped before its measurement
-                    beat(trial, settings.heartbeat_s)  # leaves a trial the next to open the study fails
-                knobs = space.sample(trial)
+            slot.step(seen)
+        except _Stop as stop:
+            return stop.reason
+    measured = f"study.n_trials={settings.n_trials}: {counted(settings.n_trials, 'trial')} measured"
+    return StopReason(measured + _unconverged(seen, propose, slot.skipped))
+
+
+class _Stop(Exception):
+    """Raised by a step of ``_Slot``: the search ends, for ``reason``."""
+
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(reason.message)
+        self.reason = reason
+
+
+@dataclass
+class _Slot:
+    """One thread's search (a slot of study.parallel, or the only one): what ``_search`` was given, and what it
+    counts from step to step. ``known`` is what the study holds, read afresh each step and updated in place, as the
+    pruner reads it: a slot's trials are judged on what its own thread read. ``skipped``: configurations this run
+    leaves to a later one because they do not fit study.budget_s where a plain trial still does (a compile trial,
+    whose time no measurement foretells); the search goes on without them. ``repeats``: proposals in a row of
+    configurations measured or not to measure."""
+
+    study: optuna.Study
+    space: SearchSpace
+    settings: StudySettings
+    run: RunFn
+    on_trial: Callable[[TrialEvent], None]
+    machine: str
+    propose: ProposeFn | None
+    deadline: float
+    affords: AffordsFn | None
+    known: dict[str, _Outcome] = field(default_factory=dict)
+    skipped: set[str] = field(default_factory=set)
+    repeats: int = 0
+    failures_in_a_row: int = 0
+    dropped_in_a_row: int = 0
+
+    def __post_init__(self) -> None:
+        self.pruner = _pruner(self.settings, self.known)
+        self.draw = random.Random(f"{self.settings.seed}:{threading.current_thread().name}")  # each slot its own
+
+    def step(self, seen: _Seen) -> None:
+        """One trial, or one proposal passed over, from what the study holds now (``seen``); ``_Stop`` to end."""
+        self.known.clear()
+        self.known.update(seen.known)
+        taken = set(self.known) | seen.in_flight | self.skipped
+        self._check_ends(seen, taken)
+        proposal = self._proposal(seen, taken)
+        if not self._fits(seen.counted, proposal):
+            return
+        try:
+            with proposing(self.study, proposal.knobs if proposal is not None else None):
+                trial = self.study.ask()
+                if is_shared(self.settings.storage):  # heard of from its start: a tuner stopped before its
+                    beat(trial, self.settings.heartbeat_s)  # measurement leaves a trial the next to open fails
+                knobs = self.space.sample(trial)
             key = config_key(knobs)
-            trial.set_user_attr(MACHINE_ATTR, machine)
-            trial.set_user_attr(TUNER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
-            if proposal is not None and proposal.predicted is not None and knobs == proposal.knobs:
-                trial.set_user_attr(PREDICTED_ATTR, proposal.predicted)
-            if key in known:
-                trial.set_user_attr(DUPLICATE_ATTR, known[key].label)
-                _tell(study, trial, known[key])
-                repeats += 1
-                continue
-            if (found := ruled_out(knobs, failed)) is not None:
-                _not_measured(study, trial, key, found)  # known from then on: proposed again, a duplicate
-                on_trial(TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=why_ruled_out(found)))
-                repeats += 1
-                continue
-            if key in skipped or (proposal is None and affords is not None and not affords(done, knobs)):  # too dear
-                _left_for_later(study, trial, key)
-                if not affords(done, None):
-                    return _out_of_budget(settings)
-                if key not in skipped:
-                    later = f"left for a later run: it does not fit study.budget_s={settings.budget_s:g}"
-                    on_trial(TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=later))
-                skipped.add(key)
-                repeats += 1
-                continue
-            # Its heartbeat first: a trial in flight is always heard of at its tuner's own interval.
-            with heartbeat(trial, settings.heartbeat_s if is_shared(settings.storage) else None):
-                trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
-                with claimed(study, trial, machine, key, take_over=is_shared(settings.storage)) as mine:
-                    given_way = _given_way(study, settings, machine, trial.number, key) if mine else "another tuner"
-                    if given_way:
-                        trial.set_user_attr(DUPLICATE_ATTR, given_way)
-                        _told(study, trial, state=TrialState.PRUNED)
-                        repeats += 1
-                        continue
-                    repeats = 0
-                    result, outcome = _measure_trial(study, trial, knobs, run, settings, pruner)
+            self._mark(trial, proposal, knobs)
+            if self._answered(trial, knobs, key, seen, proposal):
+                self.repeats += 1
+                return
+            measured = self._measure(trial, knobs, key)
         except UpdateFinishedTrialError:  # another tuner took this one for dead and failed the trial: it is dropped
-            dropped_in_a_row += 1
-            on_trial(TrialEvent(trial.number, done + 1, n_trials, None, _taken_for_dead(settings, "it")))
-            if dropped_in_a_row >= settings.max_consecutive_failures:  # a cause that lasts (clocks apart) drops each
-                return StopReason(  # trial again, its configuration owed and measured anew, for ever
-                    f"the last {dropped_in_a_row} trials were dropped: {_taken_for_dead(settings, 'each')} "
+            self._dropped(trial, seen.counted)
+            return
+        if measured is None:
+            self.repeats += 1
+            return
+        self.dropped_in_a_row = 0
+        result, self.known[key] = measured
+        self._counted(trial, result, seen.counted)
+
+    def _check_ends(self, seen: _Seen, taken: set[str]) -> None:
+        """``_Stop`` where the space is exhausted, study.timeout_s is reached or the sampler keeps repeating itself
+        (where the budget passed proposals over, the stop is the budget's)."""
+        if _exhausted(self.space, taken, seen.failed):
+            if self.skipped:
+                raise _Stop(_out_of_budget(self.settings))
+            ruled = " or ruled out by a failure (out of memory, or in a DataLoader worker)" if seen.failed else ""
+            raise _Stop(StopReason(f"all {self.space.size} configurations of the search space are measured{ruled}"))
+        if time.monotonic() >= self.deadline:
+            raise _Stop(StopReason(f"study.timeout_s={self.settings.timeout_s:g} reached"))
+        if self.repeats >= _MAX_REPEATED_PROPOSALS:
+            if self.skipped:
+                raise _Stop(_out_of_budget(self.settings))
+            raise _Stop(StopReason("the sampler keeps proposing measured configurations"))
+
+    def _proposal(self, seen: _Seen, taken: set[str]) -> Proposal | None:
+        """What to measure next. Trials already waiting (enqueued by the user) go first (None), then what this machine
+        owes (``_Seen.owed``), then the guide's proposal (``_Stop`` where it has none: converged); without a guide,
+        the sampler proposes (None), or, once it keeps repeating itself, a configuration drawn from those untried. A
+        trial the user enqueued since ``_look`` is asked for first all the same, the proposal filling in what it
+        leaves open; the proposal comes again next time."""
+        if seen.waiting:
+            return None
+        proposal = next((owed for owed in seen.owed if config_key(owed.knobs) not in self.skipped), None)
+        if proposal is None and self.propose is not None:
+            proposal = self.propose(_observations(self.known), taken, seen.failed)
+            if proposal is None and self.skipped:
+                raise _Stop(_out_of_budget(self.settings))
+            if proposal is None:
+                raise _Stop(
+                    StopReason(
+                        f"converged: corrected by the {counted(len(self.known), 'configuration')} measured (the "
+                        "baseline included), the probe predicts none of the others faster than the best"
+                    )
+                )
+        if proposal is None and self.repeats >= _REPEATS_BEFORE_UNTRIED:
+            proposal = Proposal(_draw_untried(self.space, taken, seen.failed, self.draw))
+        return proposal
+
+    def _fits(self, done: int, proposal: Proposal | None) -> bool:
+        """Whether ``proposal`` fits in study.budget_s after ``done`` trials; one that does not (a compile?) where a
+        plain trial still does is passed over (False); ``_Stop`` where neither does. Asked after the guide had its
+        say: a search it ended is converged, whatever time is left."""
+        if self.affords is None or self.affords(done, proposal.knobs if proposal is not None else None):
+            return True
+        if proposal is None or not self.affords(done, None):
+            raise _Stop(_out_of_budget(self.settings))
+        self.skipped.add(config_key(proposal.knobs))
+        self.repeats += 1
+        return False
+
+    def _mark(self, trial: optuna.Trial, proposal: Proposal | None, knobs: dict[str, Any]) -> None:
+        """Keep on ``trial`` its machine, its tuner and, where it measures ``proposal``, the probe's prediction."""
+        trial.set_user_attr(MACHINE_ATTR, self.machine)
+        trial.set_user_attr(TUNER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
+        if proposal is not None and proposal.predicted is not None and knobs == proposal.knobs:
+            trial.set_user_attr(PREDICTED_ATTR, proposal.predicted)
+
+    def _answered(
+        self, trial: optuna.Trial, knobs: dict[str, Any], key: str, seen: _Seen, proposal: Proposal | None
+    ) -> bool:
+        """Whether ``trial``, of ``knobs``, is answered without a measurement: a configuration measured before (told
+        its stored outcome), one a failure rules out (pruned), or one too dear for study.budget_s (left for a later
+        run; ``_Stop`` where no plain trial fits either)."""
+        if key in self.known:
+            trial.set_user_attr(DUPLICATE_ATTR, self.known[key].label)
+            _tell(self.study, trial, self.known[key])
+            return True
+        done, n_trials = seen.counted, self.settings.n_trials
+        if (found := ruled_out(knobs, seen.failed)) is not None:
+            _not_measured(self.study, trial, key, found)  # known from then on: proposed again, a duplicate
+            self.on_trial(
+                TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=why_ruled_out(found))
+            )
+            return True
+        if key in self.skipped or (proposal is None and self.affords is not None and not self.affords(done, knobs)):
+            _left_for_later(self.study, trial, key)
+            if not self.affords(done, None):
+                raise _Stop(_out_of_budget(self.settings))
+            if key not in self.skipped:
+                later = f"left for a later run: it does not fit study.budget_s={self.settings.budget_s:g}"
+                self.on_trial(TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=later))
+            self.skipped.add(key)
+            return True
+        return False
+
+    def _measure(self, trial: optuna.Trial, knobs: dict[str, Any], key: str) -> tuple[TrialResult, _Outcome] | None:
+        """Measure ``knobs`` as ``trial``, its heartbeat first (a trial in flight is always heard of at its tuner's
+        own interval); None where it gives way (``_given_way``: pruned, a duplicate)."""
+        shared = is_shared(self.settings.storage)
+        with heartbeat(trial, self.settings.heartbeat_s if shared else None):
+            trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
+            with claimed(self.study, trial, self.machine, key, take_over=shared) as mine:
+                given_way = (
+                    _given_way(self.study, self.settings, self.machine, trial.number, key) if mine else "another tuner"
+                )
+                if given_way:
+                    trial.set_user_attr(DUPLICATE_ATTR, given_way)
+                    _told(self.study, trial, state=TrialState.PRUNED)
+                    return None
+                self.repeats = 0
+                return _measure_trial(self.study, trial, knobs, self.run, self.settings, self.pruner)
+
+    def _dropped(self, trial: optuna.Trial, done: int) -> None:
+        """Count ``trial``, dropped; ``_Stop`` after study.max_consecutive_failures in a row: a cause that lasts
+        (clocks apart) drops each trial again, its configuration owed and measured anew, for ever."""
+        self.dropped_in_a_row += 1
+        self.on_trial(
+            TrialEvent(trial.number, done + 1, self.settings.n_trials, None, _taken_for_dead(self.settings, "it"))
+        )
+        if self.dropped_in_a_row >= self.settings.max_consecutive_failures:
+            raise _Stop(
+                StopReason(
+                    f"the last {self.dropped_in_a_row} trials were dropped: {_taken_for_dead(self.settings, 'each')} "
                     "(study.max_consecutive_failures)",
                     aborted=True,
                 )
-            continue
-        dropped_in_a_row = 0
-        known[key] = outcome
-        on_trial(TrialEvent(trial.number, done + 1, n_trials, result))
-        broken = result.failure is not None and result.failure.kind.is_fault
-        failures_in_a_row = failures_in_a_row + 1 if broken else 0
-        if failures_in_a_row >= settings.max_consecutive_failures:
-            return StopReason(
-                f"the last {failures_in_a_row} trials all failed (the last with {result.failure}); "
-                f"stopped rather than spend the budget (study.max_consecutive_failures)",
-                aborted=True,
             )
-    measured = f"study.n_trials={n_trials}: {counted(n_trials, 'trial')} measured"
-    return StopReason(measured + _unconverged(seen, propose, skipped))
+
+    def _counted(self, trial: optuna.Trial, result: TrialResult, done: int) -> None:
+        """Report ``trial``, measured: ``result``; ``_Stop`` after study.max_consecutive_failures faults in a row."""
+        self.on_trial(TrialEvent(trial.number, done + 1, self.settings.n_trials, result))
+        broken = result.failure is not None and result.failure.kind.is_fault
+        self.failures_in_a_row = self.failures_in_a_row + 1 if broken else 0
+        if self.failures_in_a_row >= self.settings.max_consecutive_failures:
+            raise _Stop(
+                StopReason(
+                    f"the last {self.failures_in_a_row} trials all failed (the last with {result.failure}); "
+                    f"stopped rather than spend the budget (study.max_consecutive_failures)",
+                    aborted=True,
+                )
+            )
 
 
 def _unconverged(seen: _Seen, propose: ProposeFn | None, skipped: set[str]) -> str:
