@@ -17,7 +17,7 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_segments
 from autotune.results.profile import Diagnosis, ProfileRecord
-from autotune.results.remedies import called_from
+from autotune.results.remedies import called_from, first_to_follow
 
 PERFETTO = "https://ui.perfetto.dev"
 _METHOD = (
@@ -72,7 +72,7 @@ def profile_document(record: ProfileRecord, out_dir: Path) -> Document:
 
 
 def _headline(diagnosis: Diagnosis) -> Headline:
-    first = diagnosis.advice[0] if diagnosis.advice else None
+    first = first_to_follow(diagnosis.advice)
     rest = f"Decided by {diagnosis.rules[-1]}." if diagnosis.rules else ""
     if first is not None:
         rest += f" First: {first.action} ({first.effect})."

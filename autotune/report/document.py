@@ -285,7 +285,8 @@ def _profiles(results: StudyResults, summary: Summary) -> list[Section]:
     )
     advice = last.diagnosis.advice if last.diagnosis else []
     if advice:
-        lead += f" Below the table: what to change next in the {name}, most effective first."
+        slower = ", then what the tuner measured slower" if any(a.measured_slower for a in advice) else ""
+        lead += f" Below the table: what to change next in the {name}, most effective first{slower}."
     return [
         Section(
             "What limits each: the baseline and the recommendation profiled",

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 from autotune.measure.hotspots import Hotspots
 from autotune.report.profile_plots import STAGE_COLOURS, stage_segments
 from autotune.results.profile import ProfileRecord, TunedProfiles
-from autotune.results.remedies import Advice, called_from
+from autotune.results.remedies import Advice, called_from, first_to_follow
 from autotune.results.summary import Summary
 from autotune.words import counted
 
@@ -46,14 +46,28 @@ def print_tuned_profile(record: ProfileRecord, stored: bool, out: TextIO) -> Non
 
 
 def summary_lines(profiles: TunedProfiles) -> list[str]:
-    """The terminal summary's lines: each verdict in a few words, then the last configuration's first advice."""
+    """The terminal summary's lines: each verdict in a few words, then the last configuration's advice to follow
+    next (``first_to_follow``), or that all its advice was measured slower by the study."""
     named = sides(profiles)
     lines = ["What limits it: " + " → ".join(f"{name} {gist(record)}" for name, record in named.items())]
     name, last = list(named.items())[-1]
     diagnosis = last.diagnosis
     if diagnosis and diagnosis.advice:
-        lines.append(f"Next, for the {name}: {describe(diagnosis.advice[0])}")
+        first = first_to_follow(diagnosis.advice)
+        lines.append(f"Next, for the {name}: " + (describe(first) if first else f"{_ALL_SLOWER} (see the report)"))
     return lines
+
+
+# What stands for the advice to follow next where the study measured every piece of it slower.
+_ALL_SLOWER = "nothing that the tuner did not measure slower"
+
+
+def _first_advice(advice: list[Advice]) -> str:
+    """The advice to follow next (``first_to_follow``) in a line; empty without advice."""
+    if not advice:
+        return ""
+    first = first_to_follow(advice)
+    return describe(first) if first else f"{_ALL_SLOWER} (listed below the table)"
 
 
 def describe(advice: Advice) -> str:
@@ -102,7 +116,7 @@ def _column(record: ProfileRecord) -> dict[str, str]:
         **{f"  {stage}": f"{ms:.1f} ({ms / step_ms:.0%})" for stage, ms in stage_segments(stages).items()},
         "hottest in loading": hottest(result.hotspots),
         "findings": "; ".join(diagnosis.findings),
-        "first advice": describe(diagnosis.advice[0]) if diagnosis.advice else "",
+        "first advice": _first_advice(diagnosis.advice),
     }
     if stages.num_workers:
         loading_ms = (stages.mean("fetch_s") + stages.mean("collate_s")) * 1e3

@@ -151,7 +151,9 @@ def twin_key(knob: str, before: Any, after: Any) -> str:
 class Advice:
     """One thing to change: ``action``, the measurement behind it (``why``), its expected ``effect`` and, where
     the measurements give one, the speedup it can bring at most (``gain``, the ranking's key); the ``knob`` that
-    does it (and whether the tuner ``tried`` it), or the user's code ``location`` to change."""
+    does it (and whether the tuner ``tried`` it), or the user's code ``location`` to change. ``measured_slower``: the
+    stored study measured the change slower, alike but for its knob (``Tried.slower``): it is ranked last, and is
+    never the advice to follow next (``first_to_follow``)."""
 
     action: str
     why: str
@@ -160,6 +162,7 @@ class Advice:
     knob: str | None = None
     tried: str | None = None
     location: str | None = None
+    measured_slower: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,7 +216,13 @@ def _with_tried(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> A
     if advice.knob is None or tried is None:
         return advice
     said = tried.says(advice.knob, _suggested(advice), knobs.get(advice.knob))
-    return Advice(**{**asdict(advice), "tried": said})
+    return Advice(**{**asdict(advice), "tried": said, "measured_slower": _measured_slower(advice, tried, knobs)})
+
+
+def first_to_follow(advice: list[Advice]) -> Advice | None:
+    """The advice to follow next of ``advice`` (ranked, as ``advise`` gives it): the first the study did not measure
+    slower; None where there is none."""
+    return next((a for a in advice if not a.measured_slower), None)
 
 
 def _suggested(advice: Advice) -> Any:

@@ -81,6 +81,20 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     assert "What limits it: baseline data-bound (waiting for data 60%) → recommended host-overhead-bound" in said
     assert "Next, for the recommended: set compile=default" in said
 
+    slower = replace(profiles.recommended.tried, twins={"compile=off->default": [0.88]})
+    measured = replace(profiles, recommended=replace(profiles.recommended, tried=slower))
+    advice = measured.recommended.diagnosis.advice
+    assert advice[-1].knob == "compile" and advice[-1].measured_slower, "the study measured it 0.88x: last"
+    out = io.StringIO()
+    print_summary(summary, {}, "done", out, measured)
+    assert "Next, for the recommended: set compile=default" not in out.getvalue(), "not next: measured slower"
+    assert f"Next, for the recommended: {advice[0].action}" in out.getvalue()
+    only = replace(measured.recommended, tried=replace(slower, values={**slower.values, "batch_size": [128]}))
+    assert [a.knob for a in only.diagnosis.advice] == ["compile"], "batch 128 measured: the compile advice alone"
+    out = io.StringIO()
+    print_summary(summary, {}, "done", out, replace(measured, recommended=only))
+    assert "Next, for the recommended: nothing that the tuner did not measure slower (see the report)" in out.getvalue()
+
 
 def test_advice_for_the_recommendation_leaves_out_the_knobs_it_changed_and_says_what_the_tuner_measured(tmp_path):
     _, profiles, _ = _profiled(tmp_path, FakeProfiler())

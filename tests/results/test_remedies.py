@@ -13,7 +13,7 @@ from autotune.records import ProbeRecord, TrialRecord
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
 from autotune.results.profile import ProfileRecord
 from autotune.results.race import Confirmation, Finalist
-from autotune.results.remedies import Advice, Tried, _with_tried, advise, loader_key
+from autotune.results.remedies import Advice, Tried, _with_tried, advise, first_to_follow, loader_key
 from autotune.results.tried import tries_of, twins, values_of
 from autotune.trial.result import Failure, FailureKind, ProbePlan, ProbeResult, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
@@ -307,6 +307,8 @@ def test_advice_the_study_measured_slower_comes_last_whatever_its_estimate():
     ranked = advise(result, "", KNOBS, 8, measured_slower)
     assert [a.knob for a in ranked] == ["amp", "compile", "malloc"], "after those without an estimate too"
     assert "0.72x the same with malloc=default" in ranked[-1].tried, "and says why"
+    assert [a.measured_slower for a in ranked] == [False, False, True], "and is marked so"
+    assert first_to_follow(ranked).knob == "amp" and first_to_follow(ranked[-1:]) is None, "never the one to follow"
     faster = Tried("mine", {"malloc": ["default", "keep"]}, {}, {"malloc=default->keep": [1.1]})
     assert [a.knob for a in advise(result, "", KNOBS, 8, faster)] == first
 
