@@ -65,7 +65,7 @@ class OthersMeter:
 class CpuUsage:
     """``per_core_percent``: the busy share of each core this process may run on (its affinity: in a container
     pinned to some cores, the other tenants' cores are left out); ``tree_cores``: cores' worth of CPU the process
-    tree used (2.0 = two cores fully busy)."""
+    tree used (2.0 = two cores fully busy), at most those cores."""
 
     total_percent: float
     per_core_percent: list[float]
@@ -90,11 +90,10 @@ class CpuUsageMeter:
         elapsed_s = self._clock() - self._start
         per_core = _usable(psutil.cpu_percent(percpu=True))
         tree = tree_cpu_seconds(self._root) - self._tree_start
-        return CpuUsage(
-            total_percent=sum(per_core) / len(per_core),
-            per_core_percent=per_core,
-            tree_cores=tree / elapsed_s if elapsed_s > 0 else 0.0,
-        )
+        # CPU time is counted in clock ticks (10 ms) per process: over a short interval (a profile's stage-timed
+        # steps may take a tenth of a second) the reading can exceed the cores the tree may run on, which it cannot.
+        cores = min(tree / elapsed_s, len(per_core)) if elapsed_s > 0 else 0.0
+        return CpuUsage(total_percent=sum(per_core) / len(per_core), per_core_percent=per_core, tree_cores=cores)
 
 
 def _usable(per_core: list[T]) -> list[T]:

@@ -27,6 +27,15 @@ def test_a_child_that_exits_during_the_interval_is_still_counted():
     assert 0 <= usage.total_percent <= 100
 
 
+def test_the_tree_never_reads_busier_than_the_cores_it_may_run_on():
+    ticks = iter([0.0, 0.01])  # an interval shorter than the CPU time spent in it, as a clock tick can make it
+    meter = CpuUsageMeter(os.getpid(), clock=lambda: next(ticks))
+    meter.start()
+    subprocess.run([sys.executable, "-c", BURN.format(seconds=0.2)], check=True)
+    usage = meter.stop()
+    assert usage.tree_cores == len(os.sched_getaffinity(0)), "0.2 CPU-s over 0.01 s: every core, no more"
+
+
 def test_only_the_cores_this_process_may_run_on_are_counted(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 3})  # a container pinned to CPUs 1 and 3
     assert _usable([10.0, 20.0, 30.0, 40.0]) == [20.0, 40.0]
