@@ -21,6 +21,7 @@ from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError
 from autotune.files import file_name
 from autotune.measure.environment import machine_id
+from autotune.measure.profiling import ProfilePlan
 from autotune.records import META_ATTR
 from autotune.report.diagnosis import print_profile, write_profile
 from autotune.results.model import load_results
@@ -39,7 +40,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     device = facts.device
     print(
         f"autotune profile: pipeline '{settings.pipeline.name}' on {device}; the {LABEL}'s configuration taken apart "
-        f"in one process ({settings.profile_steps} steps by stage and as many for memory, "
+        f"in one process ({settings.profile_steps} steps by stage, more to fill {ProfilePlan.min_time_s:g} s, "
+        f"{settings.profile_steps} for memory, "
         f"{settings.profile_trace_steps} traced, {settings.profile_batches} batches under cProfile)",
         file=out,
         flush=True,

@@ -111,13 +111,13 @@ def bare(request: TrialRequest, warmup_steps: int, steps: int) -> BareRun:
     for _ in range(warmup_steps):
         trainer.train_step(trainer.to_device(next(batches)))
     synchronize(device)
-    with FaultWatch(steps) as watch:
+    with FaultWatch() as watch:
         start = time.perf_counter()
         for _ in range(steps):
             trainer.train_step(trainer.to_device(next(batches)))
         synchronize(device)
         seconds = time.perf_counter() - start
-    faults = watch.faults
+    faults = watch.over(steps)
     return BareRun(steps * request.knobs["batch_size"] / seconds, faults.minor_faults, faults.kernel_share)
 
 

@@ -35,7 +35,7 @@ def test_the_baseline_is_profiled_in_a_subprocess_and_its_diagnosis_saved_then_r
     assert set(files) == {"profile.json", "profile.md", "profile.html"}
     saved = json.loads(files["profile.json"].read_text())
     record = ProfileRecord.from_dict(saved)
-    assert record.result is not None and record.result.stages.steps == 8 and record.tried is None
+    assert record.result is not None and record.result.stages.steps >= 8 and record.tried is None  # or to 0.5 s
     command = "python -m autotune -cd 'my conf' pipeline=tiny study.storage=sqlite:///s.db"
     assert record.tune_command == command, "the tuning command keeps what names the config and the study"
     assert f"{command} measures them" in record.diagnosis.findings[-1]

@@ -46,19 +46,20 @@ class PageFaults:
 
 
 class FaultWatch:
-    """``with FaultWatch(steps) as watch:`` around ``steps`` training steps; ``watch.faults`` holds them after."""
-
-    def __init__(self, steps: int) -> None:
-        self.steps = steps
-        self.faults: PageFaults | None = None
+    """``with FaultWatch() as watch:`` around a block of training steps; ``watch.over(steps)`` after it: the block's
+    page faults over its ``steps`` steps."""
 
     def __enter__(self) -> FaultWatch:
         self._start = _usage()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        minor, user, system = (end - start for end, start in zip(_usage(), self._start, strict=True))
-        self.faults = PageFaults(self.steps, minor, user, system, os.sysconf("SC_PAGE_SIZE"))
+        self._delta = tuple(end - start for end, start in zip(_usage(), self._start, strict=True))
+
+    def over(self, steps: int) -> PageFaults:
+        """What the block faulted in, it having run ``steps`` training steps."""
+        minor, user, system = self._delta
+        return PageFaults(steps, minor, user, system, os.sysconf("SC_PAGE_SIZE"))
 
 
 def _usage() -> tuple[int, float, float]:

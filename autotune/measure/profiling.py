@@ -16,12 +16,17 @@ from autotune.measure.page_faults import PageFaults
 @dataclass(frozen=True)
 class ProfilePlan:
     """A profiling run: ``warmup_steps`` untimed steps, then ``steps`` steps timed stage by stage (garbage
-    collection and page faults watched), as many with memory read after each, ``trace_steps`` steps under
-    torch.profiler (its trace written to ``trace_file``),
+    collection, page faults and the cores busy watched), more where they took under ``min_time_s`` (up to
+    ``max_steps``: each step's stages are kept), ``steps`` with
+    memory read after each, ``trace_steps`` steps under torch.profiler (its trace written to ``trace_file``),
     and ``hot_batches`` batches loaded under cProfile."""
 
     trace_file: str
     steps: int = 30
+    # CPU time is counted in clock ticks (10 ms) per process: the cores busy over a tenth of a second, as 30 steps of
+    # a small model take, are read to a core or worse; over half a second, to a few per cent.
+    min_time_s: float = 0.5
+    max_steps: int = 500
     trace_steps: int = 5
     hot_batches: int = 10
     warmup_steps: int = 5

@@ -39,15 +39,18 @@ def time_stages(
     steps: int,
     device: torch.device,
     num_workers: int,
+    min_time_s: float = 0.0,
+    max_steps: int = 0,
 ) -> StageTiming:
-    """Run ``steps`` training steps on ``batches`` (from a DataLoader with ``num_workers`` workers) and time each
-    stage, nothing between the steps that a training loop would not run."""
+    """Run ``steps`` training steps on ``batches`` (from a DataLoader with ``num_workers`` workers), more until they
+    took ``min_time_s`` or ran ``max_steps``, and time each stage, nothing between the steps that a training loop
+    would not run."""
     marks = _Marks(device)
     columns: dict[str, list[float]] = {key: [] for key in ("wait", "transfer", "forward", "optimizer", "step")}
     made: list[Instrumented] = []
     with marks.hooked(parts.model, parts.optimizer):
         start = time.perf_counter()
-        for _ in range(steps):
+        while len(made) < steps or (len(made) < max_steps and time.perf_counter() - start < min_time_s):
             before = time.perf_counter()
             item = next(batches)
             ready = time.perf_counter()
@@ -69,7 +72,7 @@ def time_stages(
             made.append(item)
         wall_s = time.perf_counter() - start
     return StageTiming(
-        steps=steps,
+        steps=len(made),
         batch_size=made[0].samples,
         num_workers=num_workers,
         wall_s=wall_s,

@@ -50,8 +50,8 @@ def run_profile(
         first = _train(trainer, batches, plan.warmup_steps)
         meter = CpuUsageMeter(os.getpid())  # as a trial reads its window: the machine's cores and this process tree's
         meter.start()
-        with GcWatch() as watch, FaultWatch(plan.steps) as faulting:
-            stages = time_stages(trainer, batches, plan.steps, device, workers)
+        with GcWatch() as watch, FaultWatch() as faulting:
+            stages = time_stages(trainer, batches, plan.steps, device, workers, plan.min_time_s, plan.max_steps)
         usage = meter.stop()
         system = SystemReport(usage.total_percent, usage.per_core_percent, usage.tree_cores)
         cpu = CpuLoad(system, threads=torch.get_num_threads())  # the compute threads, as the num_threads knob left them
@@ -77,7 +77,7 @@ def run_profile(
         sample_bytes=_bytes(first.batch) // first.samples,
         dataset_len=len(pipeline.dataset),
         cuda_allocations=allocations,
-        faults=faulting.faults,
+        faults=faulting.over(stages.steps),
         cpu=cpu,
         optimizer_options=sorted(optimizer_options(pipeline.optimizer_factory, str(device))),
         input_ndim=input_ndim(first.batch),

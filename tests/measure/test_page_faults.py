@@ -21,9 +21,9 @@ def touch_fresh_pages(megabytes: int) -> None:
 
 def test_pages_touched_in_the_block_are_counted():
     touch_fresh_pages(64)  # before it: not counted
-    with FaultWatch(steps=2) as watch:
+    with FaultWatch() as watch:
         touch_fresh_pages(32)
-    faults = watch.faults
+    faults = watch.over(steps=2)
     pages = 32 * MB // mmap.PAGESIZE
     assert pages <= faults.minor_faults < 1.5 * pages, "the 32 MB touched in it, not the 64 before"
     assert faults.mb_per_step == pytest.approx(16, rel=0.5) and faults.page_bytes == mmap.PAGESIZE

@@ -56,6 +56,16 @@ def test_each_stage_is_timed_every_step_and_they_add_up_to_the_loop():
     assert not trainer.model._forward_hooks and not trainer.optimizer._optimizer_step_post_hooks, "hooks removed"
 
 
+def test_steps_go_on_past_their_number_until_they_took_the_least_time():
+    trainer = _trainer(TinyImages(64), TinyCNN())
+    batches = trainer.batches()
+    stages = time_stages(trainer, batches, 2, CPU, 0, min_time_s=0.3, max_steps=10_000)
+    assert stages.steps > 2 and stages.wall_s >= 0.3, "tiny steps: more than 2 to fill 0.3 s"
+    assert len(stages.step_s) == len(stages.fetch_s) == stages.steps
+    assert time_stages(trainer, batches, 2, CPU, 0, min_time_s=60, max_steps=5).steps == 5, "at most max_steps"
+    batches.close()
+
+
 def test_with_workers_fetching_is_timed_in_the_workers():
     trainer = _trainer(SlowTransformFeatures(rounds=20), torch.nn.Linear(64, 4), workers=2)
     batches = trainer.batches()
