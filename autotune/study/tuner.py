@@ -346,12 +346,15 @@ class _Slot:
 
     def _fits(self, done: int, proposal: Proposal | None) -> bool:
         """Whether ``proposal`` fits in study.budget_s after ``done`` trials; one that does not (a compile?) where a
-        plain trial still does is passed over (False); ``_Stop`` where neither does. Asked after the guide had its
-        say: a search it ended is converged, whatever time is left."""
-        if self.affords is None or self.affords(done, proposal.knobs if proposal is not None else None):
+        plain trial still does is passed over (False); ``_Stop`` where no plain trial does (no proposal takes less:
+        the budget's list says the trials left out, not the proposal too). Asked after the guide had its say: a
+        search it ended is converged, whatever time is left."""
+        if self.affords is None:
             return True
-        if proposal is None or not self.affords(done, None):
+        if not self.affords(done, None):
             raise _Stop(_out_of_budget(self.settings))
+        if proposal is None or self.affords(done, proposal.knobs):
+            return True
         self.skipped.add(config_key(proposal.knobs))
         self.repeats += 1
         return False
