@@ -21,7 +21,7 @@ from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
 from autotune.knobs import accumulated_to, changed, conflict, undo
 from autotune.pipeline.facts import Inspection
-from autotune.recommendation import MachineMismatchWarning, UntrimmedWarning, load_recommended
+from autotune.recommendation import MachineMismatchWarning, Recommendation, UntrimmedWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
 from autotune.report.rows import disturbance_words
@@ -39,22 +39,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         )
     facts = inspect_run(settings, output_dir)
     device = facts.device
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", MachineMismatchWarning)
-        warnings.simplefilter("always", UntrimmedWarning)
-        try:
-            recommendation = load_recommended(settings.recommended, facts.machine)
-        except ConfigError as exc:
-            raise ConfigError("recommended", str(exc)) from exc
-    settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
-    refuse_unrunnable(settings, facts, recommendation.knobs, "recommended", f"{settings.recommended}: knobs")
-    notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
-    notes += as_tuned_note
-    if recommendation.pipeline and recommendation.pipeline != settings.pipeline.name:
-        notes.append(
-            f"{settings.recommended} was tuned for pipeline '{recommendation.pipeline}', measured here on "
-            f"'{settings.pipeline.name}'"
-        )
+    settings, recommendation, notes = recommendation_to_measure(settings, facts)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
     entries = configurations(settings.baseline, recommendation.knobs, effective)
     print(
@@ -88,6 +73,30 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             f"why, in {files['benchmark.md']}"
         )
     return files
+
+
+def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Settings, Recommendation, list[str]]:
+    """``settings.recommended`` loaded (a ConfigError naming the key where it cannot be, or a change of it cannot run
+    here: ``refuse_unrunnable``), ``settings`` training as it was tuned (``trained_as_tuned``), and the notes a run
+    measuring it states: tuned on another machine, not trimmed, against another baseline or pipeline, trained as
+    tuned."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MachineMismatchWarning)
+        warnings.simplefilter("always", UntrimmedWarning)
+        try:
+            recommendation = load_recommended(settings.recommended, facts.machine)
+        except ConfigError as exc:
+            raise ConfigError("recommended", str(exc)) from exc
+    settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
+    refuse_unrunnable(settings, facts, recommendation.knobs, "recommended", f"{settings.recommended}: knobs")
+    notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
+    notes += as_tuned_note
+    if recommendation.pipeline and recommendation.pipeline != settings.pipeline.name:
+        notes.append(
+            f"{settings.recommended} was tuned for pipeline '{recommendation.pipeline}', measured here on "
+            f"'{settings.pipeline.name}'"
+        )
+    return settings, recommendation, notes
 
 
 def refuse_unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, Any], key: str, where: str) -> None:

@@ -62,9 +62,9 @@ recommended.yaml, report.md, report.html, report.json and trials.csv into Hydra'
   study.budget_s=S     bound the whole run to S seconds; the reports say what it left out
   search.KNOB=[a,b]    candidates for a knob (a one-element list fixes it; default: derived from the machine)
   hydra.run.dir=DIR    where the reports go
-  mode=selfcheck [selfcheck.rounds=5]
-                       time the baseline and the study's recommendation by autotune and by a plain training
-                       loop, interleaved, and say whether the two agree (selfcheck.json)
+  mode=selfcheck [selfcheck.rounds=5] [recommended=PATH]
+                       time the baseline and the study's recommendation (or PATH's) by autotune and by a plain
+                       training loop, interleaved, and say whether the two agree (selfcheck.json)
   mode=report study.name=NAME
                        render every report of a stored study again, from the study alone
   mode=benchmark recommended=PATH [benchmark.rounds=5]
@@ -381,19 +381,29 @@ def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None
     _write_record(data, output_dir)
     modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run, "check": check.run}
     modes["profile"] = diagnose.run
-    if (note := unbounded_note(settings)) is not None:
+    for note in unused_notes(settings):
         print(note, file=sys.stdout, flush=True)
     modes[settings.mode](settings, output_dir, out=sys.stdout)  # the redacted stream: defaults were bound before
 
 
-def unbounded_note(settings: Settings) -> str | None:
-    """What to say where study.budget_s is set for a mode it does not bound (it bounds a tuning run only)."""
-    if settings.study.budget_s is None or settings.mode == "tune":
-        return None
-    return (
-        f"autotune: study.budget_s={settings.study.budget_s:g} bounds a tuning run only: mode={settings.mode} runs "
-        "to its end"
-    )
+# The keys that some modes read and the others do not, and those modes.
+_READ_BY = {"recommended": ("benchmark", "selfcheck"), "against": ("check",)}
+
+
+def unused_notes(settings: Settings) -> list[str]:
+    """What to say of keys given that the mode does not use: study.budget_s (it bounds a tuning run only), and
+    recommended= and against= (``_READ_BY``)."""
+    notes = []
+    if settings.study.budget_s is not None and settings.mode != "tune":
+        notes.append(
+            f"autotune: study.budget_s={settings.study.budget_s:g} bounds a tuning run only: mode={settings.mode} "
+            "runs to its end"
+        )
+    for key, modes in _READ_BY.items():
+        if getattr(settings, key) is not None and settings.mode not in modes:
+            readers = " and ".join(f"mode={mode}" for mode in modes)
+            notes.append(f"autotune: {key}= is read by {readers} only: mode={settings.mode} does not use it")
+    return notes
 
 
 def _write_record(data: dict, output_dir: Path) -> None:

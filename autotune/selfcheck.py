@@ -1,6 +1,7 @@
 """``mode=selfcheck``: does autotune's harness read what a plain training loop reads, for this pipeline here?
 
-The baseline, and the configuration the stored study recommends (when there is one), run in processes of their own,
+The baseline, and the configuration the stored study recommends (when there is one; or the recommended.yaml the
+command names, ``recommended=PATH``), run in processes of their own,
 each once timed by a trial (the harness, with the full window) and once by the plain loop that judges it
 (``autotune/trial/plain.py``, a fresh interpreter), for ``selfcheck.rounds`` rounds; the order alternates from run
 to run, so neither loop always goes first. The record is saved to selfcheck.json before it is printed.
@@ -13,11 +14,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.app import TrialRunner, inspect_run
-from autotune.benchmark import trained_as_tuned
+from autotune.benchmark import recommendation_to_measure, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import HarnessDisagreesError
 from autotune.files import file_name
 from autotune.measure.environment import machine_id
+from autotune.pipeline.facts import Inspection
 from autotune.records import META_ATTR
 from autotune.redact import redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
@@ -32,8 +34,11 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     """Check the harness against the plain loop and write selfcheck.json into ``output_dir``."""
     facts = inspect_run(settings, output_dir)
     device = facts.device
-    configurations, source, batch_policy = _configurations(settings, machine_id(facts.machine))
-    settings, as_tuned_note = trained_as_tuned(settings, batch_policy)
+    if settings.recommended:
+        settings, configurations, source, notes = _of_file(settings, facts)
+    else:
+        configurations, source, batch_policy = _configurations(settings, machine_id(facts.machine))
+        settings, notes = trained_as_tuned(settings, batch_policy)
     rounds = settings.selfcheck_rounds
     print(
         f"autotune selfcheck: pipeline '{settings.pipeline.name}' on {device}; {source}; "
@@ -42,7 +47,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         file=out,
         flush=True,
     )
-    for note in as_tuned_note:
+    for note in notes:
         print(f"note: {note}", file=out)
     runner = TrialRunner(settings, device, output_dir / "selfcheck")
     runs: dict[str, dict[str, list]] = {}
@@ -127,6 +132,17 @@ def _run_once(runner: TrialRunner, index: int, label: str, knobs: dict, plain: b
     else:
         runs["harness"].append(result.timing.throughput if result.ok else None)
     print(f"[round {index} {label} {'plain loop' if plain else 'autotune'}] {shown}", file=out, flush=True)
+
+
+def _of_file(settings: Settings, facts: Inspection) -> tuple[Settings, dict[str, dict[str, Any]], str, list[str]]:
+    """The configurations to check where the command names a recommended.yaml (``recommended=PATH``): the baseline
+    and that recommendation (``recommendation_to_measure``: ``settings`` training as it was tuned, and its notes),
+    where it changes the baseline; where they come from, in words."""
+    settings, recommendation, notes = recommendation_to_measure(settings, facts)
+    if recommendation.knobs == settings.baseline:
+        return settings, {"baseline": settings.baseline}, f"the baseline, which {settings.recommended} keeps", notes
+    checked = {"baseline": settings.baseline, "recommended": recommendation.knobs}
+    return settings, checked, f"the baseline and the recommendation of {settings.recommended}", notes
 
 
 def _configurations(settings: Settings, here: str) -> tuple[dict[str, dict[str, Any]], str, str]:

@@ -820,7 +820,20 @@ def test_mode_report_renders_a_stored_study_without_its_pipelines_code(tmp_path,
 
 def test_a_budget_given_to_a_mode_it_does_not_bound_is_said_to_be_unused():
     settings = load_settings(tiny_config(study={"budget_s": 60}), "tiny")
-    assert cli.unbounded_note(settings) is None, "a tuning run: bounded"
-    note = cli.unbounded_note(replace(settings, mode="benchmark"))
-    assert note == "autotune: study.budget_s=60 bounds a tuning run only: mode=benchmark runs to its end"
-    assert cli.unbounded_note(replace(settings, mode="check", study=replace(settings.study, budget_s=None))) is None
+    assert cli.unused_notes(settings) == [], "a tuning run: bounded"
+    notes = cli.unused_notes(replace(settings, mode="benchmark"))
+    assert notes == ["autotune: study.budget_s=60 bounds a tuning run only: mode=benchmark runs to its end"]
+    assert cli.unused_notes(replace(settings, mode="check", study=replace(settings.study, budget_s=None))) == []
+
+
+def test_a_recommendation_or_a_report_given_to_a_mode_that_does_not_read_it_is_said_to_be_unused():
+    settings = load_settings(tiny_config(), "tiny")
+    given = replace(settings, recommended="tuned/recommended.yaml", against="tuned/report.json")
+    assert cli.unused_notes(given) == [
+        "autotune: recommended= is read by mode=benchmark and mode=selfcheck only: mode=tune does not use it",
+        "autotune: against= is read by mode=check only: mode=tune does not use it",
+    ]
+    assert cli.unused_notes(replace(given, mode="selfcheck")) == [
+        "autotune: against= is read by mode=check only: mode=selfcheck does not use it"
+    ]
+    assert cli.unused_notes(replace(given, mode="check", recommended=None)) == []

@@ -9,11 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from autotune import selfcheck
+from autotune.config.load import load_settings
 from autotune.errors import HarnessDisagreesError
 from autotune.measure.environment import this_machine_id
 from autotune.records import META_ATTR
 from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.selfcheck import _configurations
+from tests.conftest import tiny_config
+from tests.test_benchmark import _recommended_yaml
 
 
 def test_without_a_tuned_study_only_the_baseline_is_checked(tiny_settings, tmp_path):
@@ -44,6 +47,28 @@ def test_the_studys_pick_is_checked_training_as_it_was_tuned(tiny_settings, monk
     )
     configurations, _, policy = _configurations(tiny_settings, this_machine_id())
     assert configurations["recommended (trial 3)"] == micro and policy == "fixed_effective"
+
+
+def test_a_recommended_yaml_the_command_names_is_checked_training_as_it_was_tuned(tmp_path, monkeypatch):
+    checked = []
+    monkeypatch.setattr(
+        selfcheck,
+        "check_configurations",
+        lambda runner, configurations, rounds, out, runs: checked.append(configurations),
+    )
+    path = _recommended_yaml(tmp_path, {"batch_size": 8}, "fixed_effective")
+    config = {**tiny_config(), "mode": "selfcheck", "recommended": str(path)}
+    out = io.StringIO()
+    selfcheck.run(load_settings(config, "tiny"), tmp_path / "out", out)
+    (configurations,) = checked
+    assert list(configurations) == ["baseline", "recommended"] and configurations["recommended"]["batch_size"] == 8
+    said = out.getvalue()
+    assert f"the baseline and the recommendation of {path}" in said
+    assert "note: trained as tuned: search.batch_policy=fixed_effective" in said, "micro-batches of 8 to 16"
+    keeps = _recommended_yaml(tmp_path, {})
+    config = {**config, "recommended": str(keeps)}
+    selfcheck.run(load_settings(config, "tiny"), tmp_path / "out2", io.StringIO())
+    assert list(checked[-1]) == ["baseline"], "a recommendation to keep the baseline: the baseline alone"
 
 
 def test_each_configuration_runs_the_harness_first_in_one_round_and_the_plain_loop_first_in_the_next(monkeypatch):
