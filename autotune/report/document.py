@@ -157,9 +157,13 @@ def _training(results: StudyResults, summary: Summary) -> list[str]:
 
 def headline(summary: Summary) -> Headline:
     """What to change and what it gained, or that the baseline is best."""
-    base, rec = summary.baseline, summary.recommended
-    confirmation = summary.confirmation
-    if summary.is_baseline and confirmation and confirmation.cut and not confirmation.rounds:
+    return _keep(summary) if summary.is_baseline else _recommended(summary)
+
+
+def _keep(summary: Summary) -> Headline:
+    """The headline where the baseline stays: why, and what to do about it where the run can go on."""
+    base, confirmation = summary.baseline, summary.confirmation
+    if confirmation and confirmation.cut and not confirmation.rounds:
         best = next(r for r in summary.ranked if r.label == confirmation.finalists[0].label)
         return Headline(
             "Keep your current settings.",
@@ -167,7 +171,7 @@ def headline(summary: Summary) -> Headline:
             f"{best.label}, read {best.throughput / base.throughput:.2f}x in a single run), so none is recommended "
             "unproven.",
         )
-    if summary.is_baseline and confirmation and confirmation.leader and not confirmation.failure:
+    if confirmation and confirmation.leader and not confirmation.failure:
         leader = confirmation.leader
         rounds = len(leader.throughputs)
         return Headline(
@@ -177,61 +181,70 @@ def headline(summary: Summary) -> Headline:
             f"round{'s' if rounds > 1 else ''}"
             + (f", then left the race: {leader.dropped}." if leader.dropped else "."),
         )
-    if summary.is_baseline and confirmation:
+    if confirmation:
         reason = confirmation.failure or "every finalist's run failed"
         return Headline(
             "Keep your current settings.",
             f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
         )
-    if summary.is_baseline and summary.budget_left_out and len(summary.ranked) == 1:
+    if summary.budget_left_out and len(summary.ranked) == 1:
         return Headline(
             "No recommendation yet.",
             f"study.budget_s left time to measure the baseline ({base.throughput:.1f} samples/s) alone, and left out "
             f"{'; '.join(summary.budget_left_out)}: run the same command with a larger study.budget_s to search.",
         )
-    if summary.is_baseline and summary.stopped_before_race_end and len(summary.ranked) == 1:
+    if summary.stopped_before_race_end and len(summary.ranked) == 1:
         return Headline(
             "No recommendation yet.",
             f"The run stopped after measuring the baseline ({base.throughput:.1f} samples/s) alone; run the same "
             "command again to resume from what the study stored.",
         )
-    if summary.is_baseline:
-        return Headline("Keep your current settings.", _why_keep(summary))
+    return Headline("Keep your current settings.", _why_keep(summary))
+
+
+def _recommended(summary: Summary) -> Headline:
+    """The headline of a recommendation: its gain with the interval, its changes, its memory, and what it rests on."""
+    base, rec = summary.baseline, summary.recommended
     changes = ", ".join(
         f"{name} {_value(before)} → {_value(after)}" for name, (before, after) in summary.changed_knobs().items()
     )
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
-    left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
-    proof = summary.proof
     by_medians = " by medians" if summary.gain_interval else ""
     geomean = " (the geometric mean of the paired rounds' ratios)" if summary.gain_interval else ""
-    slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
         f"{gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{by_medians}, {how}) by "
         f"changing {changes}. Peak {_memory_kind(base)}memory {base.result.peak_memory_mb:.0f} → "
-        f"{rec.result.peak_memory_mb:.0f} MB."
-        + (f" Tried and left out, no faster beyond noise: {left_out}." if left_out else "")
-        + (
+        f"{rec.result.peak_memory_mb:.0f} MB." + "".join(_caveats(summary)),
+    )
+
+
+def _caveats(summary: Summary) -> list[str]:
+    """The sentences after a recommendation's figures: what its races left out, a trim not ended, a race not run yet,
+    and runs it stands on that something beside them slowed."""
+    said = []
+    left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
+    if left_out:
+        said.append(f" Tried and left out, no faster beyond noise: {left_out}.")
+    if summary.untrimmed and summary.confirmed:  # unconfirmed: "single runs" says more
+        said.append(
             f" Not every change was shown to matter, as the trim that undoes each in turn did not end: "
             f"{summary.trim_open}. Running the study again goes on with it."
-            if summary.untrimmed and summary.confirmed  # unconfirmed: "single runs" above says more
-            else ""
         )
-        + (
+    if summary.stopped_before_race_end and not summary.confirmed:
+        said.append(
             " No race has re-measured it against the baseline yet (the study's last run stopped before its race "
             "ended, or another tuner of the study still searches): run the same command again to resume."
-            if summary.stopped_before_race_end and not summary.confirmed
-            else ""
         )
-        + (
+    proof = summary.proof
+    slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0
+    if slowed:
+        said.append(
             f" {slowed} of the runs it stands on {'was' if slowed == 1 else 'were'} disturbed: see "
             "'Measured on a busy machine'."
-            if slowed
-            else ""
-        ),
-    )
+        )
+    return said
 
 
 def _value(value: Any) -> str:
