@@ -400,7 +400,7 @@ def unused_notes(settings: Settings) -> list[str]:
             "runs to its end"
         )
     for key, modes in _READ_BY.items():
-        if getattr(settings, key) is not None and settings.mode not in modes:
+        if getattr(settings, key) and settings.mode not in modes:
             readers = " and ".join(f"mode={mode}" for mode in modes)
             notes.append(f"autotune: {key}= is read by {readers} only: mode={settings.mode} does not use it")
     return notes

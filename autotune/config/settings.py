@@ -119,11 +119,12 @@ class Settings:
     """Everything one autotune run needs. ``search`` maps knob name to candidates, None = derived;
     ``batch_policy`` is "free" (batch size varies) or "fixed_effective" (micro-batch x accumulation
     steps = the baseline's batch size). ``mode`` is "tune"; "selfcheck": the harness against a plain loop
-    for ``selfcheck_rounds`` interleaved rounds; "benchmark": the recommendation in the file ``recommended``
+    for ``selfcheck_rounds`` interleaved rounds (the study's recommendation, or the one in the file ``recommended``);
+    "benchmark": the recommendation in the file ``recommended``
     against the baseline, with each change's share, for ``benchmark_rounds`` interleaved rounds; or "check": the
     recommendation in the report.json (or a check.json) ``against`` against the baseline for ``check_rounds``
     interleaved rounds, failing where its speedup fell more than ``check_tolerance`` (a fraction) beyond the noise;
-    or "profile": the baseline taken apart in one profiling run (``profile_steps`` steps timed stage by stage,
+    or "profile": the baseline taken apart in one profiling run (``profile_steps`` steps timed stage by stage or more,
     ``profile_trace_steps`` under torch.profiler, ``profile_batches`` batches loaded under cProfile)."""
 
     pipeline: PipelineSpec

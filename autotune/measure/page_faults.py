@@ -49,6 +49,9 @@ class FaultWatch:
     """``with FaultWatch() as watch:`` around a block of training steps; ``watch.over(steps)`` after it: the block's
     page faults over its ``steps`` steps."""
 
+    def __init__(self) -> None:
+        self._delta: tuple[float, ...] | None = None
+
     def __enter__(self) -> FaultWatch:
         self._start = _usage()
         return self
@@ -57,7 +60,9 @@ class FaultWatch:
         self._delta = tuple(end - start for end, start in zip(_usage(), self._start, strict=True))
 
     def over(self, steps: int) -> PageFaults:
-        """What the block faulted in, it having run ``steps`` training steps."""
+        """What the block faulted in, it having run ``steps`` training steps (after the block only)."""
+        if self._delta is None:
+            raise RuntimeError("FaultWatch.over is read after its with-block")
         minor, user, system = self._delta
         return PageFaults(steps, minor, user, system, os.sysconf("SC_PAGE_SIZE"))
 

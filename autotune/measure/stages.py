@@ -46,11 +46,12 @@ def time_stages(
     took ``min_time_s`` or ran ``max_steps``, and time each stage, nothing between the steps that a training loop
     would not run."""
     marks = _Marks(device)
-    columns: dict[str, list[float]] = {key: [] for key in ("wait", "transfer", "forward", "optimizer", "step")}
-    made: list[Instrumented] = []
+    keys = ("wait", "transfer", "forward", "optimizer", "step", "fetch", "collate")
+    columns: dict[str, list[float]] = {key: [] for key in keys}
+    samples, timed = 0, columns["step"]  # what making each batch cost is kept, not the batch: it would stay in memory
     with marks.hooked(parts.model, parts.optimizer):
         start = time.perf_counter()
-        while len(made) < steps or (len(made) < max_steps and time.perf_counter() - start < min_time_s):
+        while len(timed) < steps or (len(timed) < max_steps and time.perf_counter() - start < min_time_s):
             before = time.perf_counter()
             item = next(batches)
             ready = time.perf_counter()
@@ -67,13 +68,15 @@ def time_stages(
                 ("forward", marks.forward_s),
                 ("optimizer", marks.optimizer_s),
                 ("step", done - transferred),
+                ("fetch", item.fetch_s),
+                ("collate", item.collate_s),
             ):
                 columns[key].append(value)
-            made.append(item)
+            samples = samples or item.samples
         wall_s = time.perf_counter() - start
     return StageTiming(
-        steps=len(made),
-        batch_size=made[0].samples,
+        steps=len(timed),
+        batch_size=samples,
         num_workers=num_workers,
         wall_s=wall_s,
         wait_s=columns["wait"],
@@ -81,8 +84,8 @@ def time_stages(
         forward_s=columns["forward"],
         optimizer_s=columns["optimizer"],
         step_s=columns["step"],
-        fetch_s=[item.fetch_s for item in made],
-        collate_s=[item.collate_s for item in made],
+        fetch_s=columns["fetch"],
+        collate_s=columns["collate"],
     )
 
 

@@ -16,6 +16,7 @@ from autotune.report.document import Document, Headline, Link, Section, Table, m
 from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_segments
+from autotune.report.profiles import ALL_MEASURED_SLOWER
 from autotune.results.profile import Diagnosis, ProfileRecord
 from autotune.results.remedies import called_from, first_to_follow
 
@@ -25,7 +26,8 @@ _METHOD = (
     "{steps} steps timed stage by stage (waiting for the DataLoader, copying to the device, the model's forward "
     "pass through its forward hooks, the optimizer step through its step hooks, the loss and backward pass "
     "between them; fetching and collating timed in the process that does them, worker or training process), "
-    "memory read and garbage collections timed (gc.callbacks) over the same steps; then {trace} steps under "
+    "garbage collections timed (gc.callbacks) over the same steps; then memory read after each of {memory} more; "
+    "then {trace} steps under "
     "torch.profiler (one skipped, one of warm-up, {trace} recorded); then {batches} batches loaded under cProfile, "
     "in the workers where there are workers. On a GPU every stage boundary waits for the device, so the stages "
     "run one after another rather than overlapped as in training. The verdict's rules and thresholds: "
@@ -62,7 +64,10 @@ def profile_document(record: ProfileRecord, out_dir: Path) -> Document:
             "How it was profiled",
             paragraphs=[
                 _METHOD.format(
-                    steps=result.stages.steps, trace=result.operators.active_steps, batches=result.hotspots.batches
+                    steps=result.stages.steps,
+                    memory=len(result.memory.tree_mb),
+                    trace=result.operators.active_steps,
+                    batches=result.hotspots.batches,
                 )
             ],
         ),
@@ -76,6 +81,8 @@ def _headline(diagnosis: Diagnosis) -> Headline:
     rest = f"Decided by {diagnosis.rules[-1]}." if diagnosis.rules else ""
     if first is not None:
         rest += f" First: {first.action} ({first.effect})."
+    elif diagnosis.advice:
+        rest += f" First: {ALL_MEASURED_SLOWER} (the table below lists it)."
     return Headline(f"{diagnosis.verdict.capitalize()}.", rest.strip())
 
 

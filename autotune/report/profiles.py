@@ -53,21 +53,21 @@ def summary_lines(profiles: TunedProfiles) -> list[str]:
     name, last = list(named.items())[-1]
     diagnosis = last.diagnosis
     if diagnosis and diagnosis.advice:
-        first = first_to_follow(diagnosis.advice)
-        lines.append(f"Next, for the {name}: " + (describe(first) if first else f"{_ALL_SLOWER} (see the report)"))
+        see = "" if first_to_follow(diagnosis.advice) else " (see the report)"
+        lines.append(f"Next, for the {name}: {to_follow(diagnosis.advice)}{see}")
     return lines
 
 
 # What stands for the advice to follow next where the study measured every piece of it slower.
-_ALL_SLOWER = "nothing that the tuner did not measure slower"
+ALL_MEASURED_SLOWER = "nothing that the tuner did not measure slower"
 
 
-def _first_advice(advice: list[Advice]) -> str:
-    """The advice to follow next (``first_to_follow``) in a line; empty without advice."""
+def to_follow(advice: list[Advice]) -> str:
+    """The advice to follow next (``first_to_follow``) in a line, or ``ALL_MEASURED_SLOWER``; empty without advice."""
     if not advice:
         return ""
     first = first_to_follow(advice)
-    return describe(first) if first else f"{_ALL_SLOWER} (listed below the table)"
+    return describe(first) if first else ALL_MEASURED_SLOWER
 
 
 def describe(advice: Advice) -> str:
@@ -116,7 +116,7 @@ def _column(record: ProfileRecord) -> dict[str, str]:
         **{f"  {stage}": f"{ms:.1f} ({ms / step_ms:.0%})" for stage, ms in stage_segments(stages).items()},
         "hottest in loading": hottest(result.hotspots),
         "findings": "; ".join(diagnosis.findings),
-        "first advice": _first_advice(diagnosis.advice),
+        "first advice": to_follow(diagnosis.advice),
     }
     if stages.num_workers:
         loading_ms = (stages.mean("fetch_s") + stages.mean("collate_s")) * 1e3

@@ -346,9 +346,10 @@ class _Slot:
 
     def _fits(self, done: int, proposal: Proposal | None) -> bool:
         """Whether ``proposal`` fits in study.budget_s after ``done`` trials; one that does not (a compile?) where a
-        plain trial still does is passed over (False); ``_Stop`` where no plain trial does (no proposal takes less:
-        the budget's list says the trials left out, not the proposal too). Asked after the guide had its say: a
-        search it ended is converged, whatever time is left."""
+        plain trial still does is passed over (False); ``_Stop`` where no plain trial does, the proposal not asked
+        for (``RunClock.trial_s``: a plain one takes no less; a compile one, as long as the longest compile trial,
+        no less in practice), so that the budget's list names the trials left out once. Asked after the guide had
+        its say: a search it ended is converged, whatever time is left."""
         if self.affords is None:
             return True
         if not self.affords(done, None):

@@ -10,7 +10,8 @@ from dataclasses import replace
 from autotune.config.load import load_settings
 from autotune.report import write_reports
 from autotune.report.console import print_summary
-from autotune.report.profiles import current_profiles
+from autotune.report.diagnosis import profile_document
+from autotune.report.profiles import current_profiles, side_by_side_rows
 from autotune.results.model import load_results
 from autotune.results.profile import TunedProfiles
 from autotune.results.remedies import Tried
@@ -94,6 +95,11 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     out = io.StringIO()
     print_summary(summary, {}, "done", out, replace(measured, recommended=only))
     assert "Next, for the recommended: nothing that the tuner did not measure slower (see the report)" in out.getvalue()
+    headers, rows = side_by_side_rows(replace(measured, recommended=only))
+    first = next(row for row in rows if row[0] == "first advice")
+    assert first[headers.index("recommended")] == "nothing that the tuner did not measure slower"
+    headline = profile_document(only, tmp_path / "doc").headline
+    assert "First: nothing that the tuner did not measure slower (the table below lists it)." in headline.rest
 
 
 def test_advice_for_the_recommendation_leaves_out_the_knobs_it_changed_and_says_what_the_tuner_measured(tmp_path):

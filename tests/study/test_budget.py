@@ -131,7 +131,7 @@ def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
     assert stop.message == "study.budget_s=60: the time left is kept for what follows" and not stop.aborted
 
 
-def test_a_proposal_that_costs_more_than_the_time_left_stops_the_search_before_optuna_is_asked(tmp_path):
+def test_where_no_plain_trial_fits_the_search_stops_before_the_proposal_or_optuna_is_asked(tmp_path):
     study = open_study(settings(tmp_path, n_trials=5), META)
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
