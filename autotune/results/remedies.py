@@ -73,9 +73,10 @@ class Tried:
     recommendation to read), per change of one knob (``twin_key``: ``KNOB=FROM->TO``) the throughput of each
     configuration it measured with TO over that of one it measured alike but for that knob, at FROM (``twins``:
     single runs), the changes its races raced with the recommendation's changes and left out, no faster beyond noise
-    (``left_out``: knob → value), and
+    (``left_out``: knob → value),
     the samples/s of the DataLoader alone its probe read per batch size and worker count (``loaders``, by
-    ``loader_key``)."""
+    ``loader_key``), and the values its recommendation keeps from the baseline (``kept``: knob → value; the whole
+    baseline where it recommends keeping it)."""
 
     study: str
     values: dict[str, list[Any]]
@@ -83,6 +84,7 @@ class Tried:
     twins: dict[str, list[float]] = field(default_factory=dict)
     left_out: dict[str, Any] = field(default_factory=dict)
     loaders: dict[str, float] = field(default_factory=dict)
+    kept: dict[str, Any] = field(default_factory=dict)
 
     def says(self, knob: str, value: Any, now: Any = None) -> str:
         """Whether the study measured ``knob`` at ``value``, and recommends it, in words; and what changing it from
@@ -90,6 +92,8 @@ class Tried:
         seen = self.values.get(knob, [])
         if self.recommended is not None and knob in self.recommended and self.recommended[knob] == value:
             return f"the tuner recommends {knob}={value} (study '{self.study}')"
+        if knob in self.kept and self.kept[knob] == value:
+            return f"the tuner's recommendation keeps {knob}={value} (study '{self.study}')"
         if self.left_out_of_recommendation(knob, value):
             return (
                 f"the tuner raced {knob}={value} with its recommendation's changes and left it out, no faster beyond "

@@ -16,18 +16,19 @@ from autotune.trial.result import FailureKind
 
 def tries_of(results: StudyResults) -> Tried:
     """What study ``results`` measured, per knob, the changes its recommendation makes (None without a measured
-    baseline, which a recommendation needs), its configurations measured alike but for one knob (``twins``), the
-    changes its races left out (the trim's, and the finalists' race's: ``raced_out``), and the DataLoader alone as its
-    probe read it (``loaders``)."""
+    baseline, which a recommendation needs) and the values it keeps, its configurations measured alike but for one
+    knob (``twins``), the changes its races left out (the trim's, and the finalists' race's: ``raced_out``), and the
+    DataLoader alone as its probe read it (``loaders``)."""
     measured = [record for record in results.records if record.result.ok]
     # A pruned trial ran its values too, until it read clearly slower: they were tried.
     tried = [r for r in results.records if r.result.ok or r.result.failure.kind is FailureKind.PRUNED]
-    recommended, left_out = None, {}
+    recommended, left_out, kept = None, {}, {}
     if results.baseline is not None and results.baseline.result.ok:
         summary = summarise(results)
         recommended = {name: after for name, (_, after) in summary.changed_knobs().items()}
         left_out = {**raced_out(summary), **summary.no_difference}
-    return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out, loaders(results))
+        kept = {name: value for name, value in summary.recommended.result.knobs.items() if name not in recommended}
+    return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out, loaders(results), kept)
 
 
 def raced_out(summary: Summary) -> dict[str, Any]:

@@ -361,6 +361,18 @@ def test_a_value_a_pruned_trial_ran_was_tried_but_a_failed_trials_was_not():
     assert tried.says("num_workers", 2).startswith("the tuner measured num_workers=2 and did not recommend it")
 
 
+def test_a_value_the_recommendation_keeps_from_the_baseline_is_said_to_be_kept():
+    # A profile of other settings than the baseline's (mode=profile ++pipeline.baseline.num_workers=2) is advised
+    # back to no workers: the tuner did measure that, and recommends it by leaving it as it was.
+    tried = tries_of(results_with(trial("0", 150.0, batch_size=64)))
+    assert tried.recommended == {"batch_size": 64} and tried.kept["num_workers"] == BASELINE["num_workers"]
+    workers = BASELINE["num_workers"]
+    assert tried.says("num_workers", workers, 2) == (
+        f"the tuner's recommendation keeps num_workers={workers} (study '{tried.study}')"
+    )
+    assert tried.says("batch_size", 64).startswith("the tuner recommends batch_size=64")
+
+
 def test_a_change_the_trim_left_out_of_the_recommendation_is_not_advised_for_it():
     """The trim raced malloc=keep on the recommendation (paired rounds, no faster): the profile's estimate, an upper
     bound, does not advise it for the recommendation; for the baseline it is advised with what the trim found."""
