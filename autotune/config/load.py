@@ -76,13 +76,20 @@ def unknown_key(section: str, name: str, present: Iterable[str] = ()) -> ConfigE
         return ConfigError(key, f"not a pipeline key: {name} is top-level; give it on the command line as {top}=VALUE")
     if section in _TREE and section not in _COMPONENT_PATHS:
         allowed = list(_TREE[section])
-        hint = did_you_mean(name, list(dict.fromkeys([*allowed, *present])), section)
+        hint = did_you_mean(name, list(dict.fromkeys([*allowed, *present])), section) or _elsewhere(name)
         what = "knob" if section == "search" else "key"
         return ConfigError(key, f"unknown {what}; {hint}expected one of: {', '.join(allowed)}")
     hint = did_you_mean(name, list(present), section).strip()
     return ConfigError(
         key, f"unknown key; {hint or f'check the spelling, or add a key the file lacks with +{key}=VALUE'}"
     )
+
+
+def _elsewhere(name: str) -> str:
+    """``"did you mean GROUP.NAME? "`` where ``name`` is a key of the table in another mapping (device=cuda for
+    measure.device=cuda, n_trials=20 for study.n_trials=20), or ``""``."""
+    found = [key for key in KEYS if key.rsplit(".", 1)[-1] == name and "." in key]
+    return f"did you mean {' or '.join(found)}? " if found else ""
 
 
 def _settable(path: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotune.config.load import did_you_mean, load_settings
+from autotune.config.load import did_you_mean, load_settings, unknown_key
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.pipeline.facts import Refusal
@@ -169,6 +169,14 @@ def test_amp_candidates_are_valid_names_or_a_config_error(values):
 def test_a_suggestion_only_for_a_close_misspelling():
     assert did_you_mean("n_trails", ["n_trials", "seed"], "study") == "did you mean study.n_trials? "
     assert did_you_mean("num_threads", ["batch_size", "num_workers"], "pipeline.baseline") == "", "a different key"
+
+
+def test_a_key_of_another_group_is_named_with_its_group():
+    assert str(unknown_key("", "device")).startswith("device: unknown key; did you mean measure.device? expected")
+    rounds = str(unknown_key("", "rounds"))
+    assert "did you mean selfcheck.rounds or benchmark.rounds or check.rounds?" in rounds
+    assert "did you mean study.n_trials?" in str(unknown_key("search", "n_trials")), "a knob's group for a study key"
+    assert "did you mean" not in str(unknown_key("", "devices")), "no key of that name"
 
 
 def _raising_module(tmp_path, monkeypatch, name: str) -> dict:
