@@ -4,7 +4,7 @@ of any error."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -76,7 +76,7 @@ def unknown_key(section: str, name: str, present: Iterable[str] = ()) -> ConfigE
         return ConfigError(key, f"not a pipeline key: {name} is top-level; give it on the command line as {top}=VALUE")
     if section in _TREE and section not in _COMPONENT_PATHS:
         allowed = list(_TREE[section])
-        hint = did_you_mean(name, list(dict.fromkeys([*allowed, *present])), section) or _elsewhere(name)
+        hint = did_you_mean(name, list(dict.fromkeys([*allowed, *present])), section, _elsewhere(section, name))
         what = "knob" if section == "search" else "key"
         return ConfigError(key, f"unknown {what}; {hint}expected one of: {', '.join(allowed)}")
     hint = did_you_mean(name, list(present), section).strip()
@@ -85,11 +85,11 @@ def unknown_key(section: str, name: str, present: Iterable[str] = ()) -> ConfigE
     )
 
 
-def _elsewhere(name: str) -> str:
-    """``"did you mean GROUP.NAME? "`` where ``name`` is a key of the table in another mapping (device=cuda for
-    measure.device=cuda, n_trials=20 for study.n_trials=20), or ``""``."""
-    found = [key for key in KEYS if key.rsplit(".", 1)[-1] == name and "." in key]
-    return f"did you mean {' or '.join(found)}? " if found else ""
+def _elsewhere(section: str, name: str) -> list[str]:
+    """The keys and mappings of the table named ``name`` in another mapping than ``section`` (device=cuda for
+    measure.device=cuda, n_trials=20 for study.n_trials=20, model= for pipeline.model)."""
+    here = f"{section}.{name}" if section else name
+    return [key for key in dict.fromkeys([*KEYS, *_TREE]) if key != here and key.rsplit(".", 1)[-1] == name]
 
 
 def _settable(path: str) -> str:
@@ -101,10 +101,13 @@ def _settable(path: str) -> str:
     return path
 
 
-def did_you_mean(name: str, known: list[str], section: str) -> str:
-    """``"did you mean SECTION.KEY? "`` for the key of ``known`` closest to the misspelt ``name``, or ``""``."""
+def did_you_mean(name: str, known: list[str], section: str, elsewhere: Sequence[str] = ()) -> str:
+    """``"did you mean SECTION.KEY? "`` for the key of ``known`` closest to the misspelt ``name``, and the keys
+    ``elsewhere`` (of other mappings: ``_elsewhere``) beside it; ``""`` where there are none."""
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)  # 0.6 offers num_workers for num_threads
-    return f"did you mean {section + '.' if section else ''}{close[0]}? " if close else ""
+    named = [f"{section + '.' if section else ''}{key}" for key in close]
+    named += [key for key in elsewhere if key not in named]
+    return f"did you mean {' or '.join(named)}? " if named else ""
 
 
 def _tree() -> dict[str, dict[str, bool]]:

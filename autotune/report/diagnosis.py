@@ -82,7 +82,7 @@ def _headline(diagnosis: Diagnosis) -> Headline:
     if first is not None:
         rest += f" First: {first.action} ({first.effect})."
     elif diagnosis.advice:
-        rest += f" First: {ALL_MEASURED_SLOWER} (the table below lists it)."
+        rest += f" First: {ALL_MEASURED_SLOWER} (the table below lists what it measured)."
     return Headline(f"{diagnosis.verdict.capitalize()}.", rest.strip())
 
 

@@ -53,8 +53,7 @@ def summary_lines(profiles: TunedProfiles) -> list[str]:
     name, last = list(named.items())[-1]
     diagnosis = last.diagnosis
     if diagnosis and diagnosis.advice:
-        see = "" if first_to_follow(diagnosis.advice) else " (see the report)"
-        lines.append(f"Next, for the {name}: {to_follow(diagnosis.advice)}{see}")
+        lines.append(f"Next, for the {name}: {to_follow(diagnosis.advice, ' (see the report)')}")
     return lines
 
 
@@ -62,12 +61,13 @@ def summary_lines(profiles: TunedProfiles) -> list[str]:
 ALL_MEASURED_SLOWER = "nothing that the tuner did not measure slower"
 
 
-def to_follow(advice: list[Advice]) -> str:
-    """The advice to follow next (``first_to_follow``) in a line, or ``ALL_MEASURED_SLOWER``; empty without advice."""
+def to_follow(advice: list[Advice], where: str = "") -> str:
+    """The advice to follow next (``first_to_follow``) in a line, or ``ALL_MEASURED_SLOWER`` and ``where`` the
+    advice is listed; empty without advice."""
     if not advice:
         return ""
     first = first_to_follow(advice)
-    return describe(first) if first else ALL_MEASURED_SLOWER
+    return describe(first) if first else ALL_MEASURED_SLOWER + where
 
 
 def describe(advice: Advice) -> str:

@@ -93,7 +93,9 @@ class Tried:
         if self.recommended is not None and knob in self.recommended and self.recommended[knob] == value:
             return f"the tuner recommends {knob}={value} (study '{self.study}')"
         if knob in self.kept and self.kept[knob] == value:
-            return f"the tuner's recommendation keeps {knob}={value} (study '{self.study}')"
+            return (
+                f"the tuner's recommendation keeps {knob}={value} (study '{self.study}'){self._twins(knob, now, value)}"
+            )
         if self.left_out_of_recommendation(knob, value):
             return (
                 f"the tuner raced {knob}={value} with its recommendation's changes and left it out, no faster beyond "

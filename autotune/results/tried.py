@@ -27,7 +27,8 @@ def tries_of(results: StudyResults) -> Tried:
         summary = summarise(results)
         recommended = {name: after for name, (_, after) in summary.changed_knobs().items()}
         left_out = {**raced_out(summary), **summary.no_difference}
-        kept = {name: value for name, value in summary.recommended.result.knobs.items() if name not in recommended}
+        baseline = summary.baseline.result.knobs
+        kept = {name: value for name, value in summary.recommended.result.knobs.items() if baseline.get(name) == value}
     return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out, loaders(results), kept)
 
 

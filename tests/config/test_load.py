@@ -177,6 +177,7 @@ def test_a_key_of_another_group_is_named_with_its_group():
     assert "did you mean selfcheck.rounds or benchmark.rounds or check.rounds?" in rounds
     assert "did you mean study.n_trials?" in str(unknown_key("search", "n_trials")), "a knob's group for a study key"
     assert "did you mean" not in str(unknown_key("", "devices")), "no key of that name"
+    assert "did you mean mode or pipeline.model?" in str(unknown_key("", "model")), "a close key, and a mapping"
 
 
 def _raising_module(tmp_path, monkeypatch, name: str) -> dict:

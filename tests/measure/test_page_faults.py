@@ -33,3 +33,9 @@ def test_pages_touched_in_the_block_are_counted():
 
 def test_no_cpu_time_no_kernel_share():
     assert PageFaults(steps=1, minor_faults=0, user_s=0.0, system_s=0.0, page_bytes=4096).kernel_share == 0.0
+
+
+def test_the_faults_are_read_after_the_block_only():
+    watch = FaultWatch()
+    with pytest.raises(RuntimeError, match="after its with-block"):
+        watch.over(steps=1)

@@ -99,7 +99,10 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     first = next(row for row in rows if row[0] == "first advice")
     assert first[headers.index("recommended")] == "nothing that the tuner did not measure slower"
     headline = profile_document(only, tmp_path / "doc").headline
-    assert "First: nothing that the tuner did not measure slower (the table below lists it)." in headline.rest
+    assert (
+        "First: nothing that the tuner did not measure slower (the table below lists what it measured)."
+        in headline.rest
+    )
 
 
 def test_advice_for_the_recommendation_leaves_out_the_knobs_it_changed_and_says_what_the_tuner_measured(tmp_path):

@@ -371,6 +371,17 @@ def test_a_value_the_recommendation_keeps_from_the_baseline_is_said_to_be_kept()
         f"the tuner's recommendation keeps num_workers={workers} (study '{tried.study}')"
     )
     assert tried.says("batch_size", 64).startswith("the tuner recommends batch_size=64")
+    twin = Tried(
+        "mine", {"num_workers": [0, 2]}, {"batch_size": 64}, {"num_workers=2->0": [0.8]}, kept={"num_workers": 0}
+    )
+    assert twin.says("num_workers", 0, 2) == (
+        "the tuner's recommendation keeps num_workers=0 (study 'mine'): 0.80x the same with num_workers=2 (one pair "
+        "of single runs)"
+    ), "with what it measured of the change"
+    workers = tries_of(results_with(trial("0", 150.0, num_workers=4, prefetch_factor=2)))  # 2 fails here
+    assert workers.recommended["num_workers"] == 4 and "prefetch_factor" not in workers.kept, "it comes with workers"
+    keep = tries_of(results_with(trial("0", 90.0, batch_size=64)))
+    assert keep.recommended == {} and keep.kept == BASELINE, "keeping the baseline keeps every value of it"
 
 
 def test_a_change_the_trim_left_out_of_the_recommendation_is_not_advised_for_it():
