@@ -44,15 +44,23 @@ from tests.fixtures.profiled import (
 from tests.results.profile_records import LOOP_S, profile_result
 
 
-def profiled(model, dataset, batch_size: int, tmp_path, steps: int = 9, **knobs) -> ProfileResult:
-    """A short profiling run of ``model`` on ``dataset``, in this process."""
+def profiled(
+    model, dataset, batch_size: int, tmp_path, steps: int = 9, min_time_s: float = 0.0, **knobs
+) -> ProfileResult:
+    """A short profiling run of ``model`` on ``dataset``, in this process: ``steps`` steps timed (more to fill
+    ``min_time_s``, as ``ProfilePlan`` has it)."""
     torch.manual_seed(0)
     pipeline = Pipeline(
         model, dataset, torch.nn.CrossEntropyLoss(), functools.partial(torch.optim.SGD, lr=0.01), None, None
     )
     plan = ProfilePlan(
-        str(tmp_path / "t.pt.trace.json"), steps=steps, trace_steps=2, hot_batches=3, warmup_steps=2, min_time_s=0.0
-    )  # the steps asked, however short: the rules are tested on their figures
+        str(tmp_path / "t.pt.trace.json"),
+        steps=steps,
+        trace_steps=2,
+        hot_batches=3,
+        warmup_steps=2,
+        min_time_s=min_time_s,
+    )
     knobs = {**NEUTRAL_KNOBS, "batch_size": batch_size, "num_threads": 1, **knobs}  # no thread waits on a busy core
     threads = torch.get_num_threads()
     try:
@@ -71,13 +79,14 @@ def profiled(model, dataset, batch_size: int, tmp_path, steps: int = 9, **knobs)
     ids=["slow transform", "large matrix products", "tiny model on tiny batches"],
 )
 def test_a_pipeline_built_to_one_bottleneck_is_classified_by_it(model, dataset, batch_size, expected, tmp_path):
-    # 30 steps: the tiny model's take ~3 ms, and over 9 one descheduling of the training process while it fetched
-    # a batch (a loaded machine) could lift the wait above DATA_BOUND_WAIT. A second profile where the first reads
-    # otherwise: on a host other work loads (a test suite's other workers), a stall within 30 steps of ~3 ms moved the
-    # tiny model's host overhead from ~89 % to 26 % of its step once in dozens of runs; a wrong rule fails both.
+    # As a profiling run times them: 30 steps, more to fill half a second (the tiny model's take ~3 ms: over 30, one
+    # descheduling of the training process on a loaded machine moved its host overhead from ~89 % to 26-46 % of its
+    # step now and then). A second profile where the first reads otherwise; a wrong rule fails both.
     readings = []
     for _ in range(2):
-        decided, rules = verdict(profiled(model(), dataset(), batch_size, tmp_path, steps=30))
+        decided, rules = verdict(
+            profiled(model(), dataset(), batch_size, tmp_path, steps=30, min_time_s=ProfilePlan.min_time_s)
+        )
         readings.append([str(rule) for rule in rules])
         if decided == expected:
             break
