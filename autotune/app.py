@@ -7,11 +7,13 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import optuna
 from optuna.storages import BaseStorage
@@ -468,6 +470,7 @@ class TrialRunner:
         self.own_server = ForkServer() if measure.fork_trials and own_server else None
         self.launcher = self.own_server or (shared_fork_server() if measure.fork_trials else FreshLauncher())
         self._servers_started = self.launcher.servers_started  # what the clock was told of so far
+        self._since = time.monotonic()  # when the process running now started, or the last counted one ended
         study_dir = file_name(settings.study.name)
         self.request = TrialRequest(
             pipeline=settings.pipeline,
@@ -504,18 +507,19 @@ class TrialRunner:
         self, request: TrialRequest, name: str, on_progress: ProgressFn | None, gauge: CoreGauge | None = None
     ) -> TrialResult:
         measure = self.settings.measure
-        return run_repeated(
-            request,
-            measure.repeats,
-            measure.trial_timeout_s,
-            self.workdir,
-            name,
-            self.budget,
-            on_progress,
-            self.launcher,
-            self._count,
-            gauge,
-        )
+        with self._stops_counted(request.knobs):
+            return run_repeated(
+                request,
+                measure.repeats,
+                measure.trial_timeout_s,
+                self.workdir,
+                name,
+                self.budget,
+                on_progress,
+                self.launcher,
+                self._count,
+                gauge,
+            )
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
         """``knobs`` with the full window in one process, timed by the harness or by the plain loop, which starts as
@@ -546,14 +550,27 @@ class TrialRunner:
         budget = self.budget if watched else None
         timeout_s = self.settings.measure.trial_timeout_s
         launcher = launcher or self.launcher
-        result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher, gauge=gauge)
+        with self._stops_counted(request.knobs):
+            result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher, gauge=gauge)
         self._count(result)
         return result
 
     def _count(self, result: TrialResult) -> None:
         started, self._servers_started = self._servers_started, self.launcher.servers_started
+        self._since = time.monotonic()
         if self.clock is not None:
             self.clock.count(result, drew=self._servers_started != started)
+
+    @contextmanager
+    def _stops_counted(self, knobs: dict[str, Any]) -> Iterator[None]:
+        """A process of ``knobs`` stopped with the run (Ctrl-C, a signal: KeyboardInterrupt) counted as a stopped
+        trial from its start, or the end of the last process counted in the block, not as the tuner's own work."""
+        self._since = time.monotonic()
+        try:
+            yield
+        except KeyboardInterrupt:
+            self._count(TrialResult(knobs=knobs, wall_s=time.monotonic() - self._since))
+            raise
 
 
 def _window(plan: WindowPlan) -> dict:

@@ -23,8 +23,8 @@ STAGES = ("inspect", "baseline", "probe", "search", "race", "trim", "profiles")
 TUNER = "tuner"
 # The phases of a trial process, then the tuner's own work. "other": what a process spent after its build outside
 # warm-up and windows (DataLoader shutdown, the FLOP count, memory reads, exit; the inspect's reading of the facts);
-# "stopped": processes the tuner stopped (pruned, timed out, over the memory budget) or that crashed, of which no
-# breakdown came back.
+# "stopped": processes the tuner stopped (pruned, timed out, over the memory budget, or with the run: Ctrl-C) or
+# that crashed, of which no breakdown came back.
 PHASES = ("startup", "build", "warmup", "compile", "windows", "probing", "profiling", "other", "stopped", TUNER)
 PHASE_WORDS = {
     "startup": "start-up",

@@ -99,6 +99,26 @@ def test_the_tuners_own_work_is_what_remains_of_each_stage_and_of_the_run():
     assert both.stages() == {"baseline": 4.0, "search": 6.5, "tuner": 1.5}
 
 
+def test_a_trial_stopped_with_the_run_counts_as_a_stopped_trial_not_the_tuners_own_work(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "run_trial", interrupted)  # a check, the probe, the inspect
+    monkeypatch.setattr(app, "run_repeated", interrupted)  # a search, race or trim run
+    clock = RunClock()
+    runner = app.TrialRunner(_settings(tmp_path), "cpu", tmp_path / "trials", clock=clock)
+    for stage, run in (
+        ("race", runner.run),
+        ("search", runner.screen),
+        ("probe", lambda knobs, name: runner.probe(None)),
+    ):
+        with pytest.raises(KeyboardInterrupt), clock.stage(stage):
+            run(NEUTRAL_KNOBS | {"batch_size": 16}, "stopped")
+        processes = clock.record().processes[stage]
+        assert set(processes) == {"stopped"} and processes["stopped"] == pytest.approx(0.2, abs=0.1), stage
+
+
 @pytest.mark.slow
 def test_a_run_stopped_in_its_race_says_so_and_is_not_recorded_as_finished(tmp_path, monkeypatch):
     """Ctrl-C or SIGTERM (the CLI raises KeyboardInterrupt) after the search: the run is stopped, not finished, so its
