@@ -203,26 +203,22 @@ def advise(
         ranked += _arithmetic(result, found, knobs, verdict, sixteen_bit)
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked += _allocator(result, found, knobs) if glibc else []
-    ranked = [a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a))]
+    unsettled = (
+        a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a))
+    )
+    told = [_with_tried(a, tried, knobs) for a in unsettled]
     # Advice the study measured slower, alike but for its knob, comes last: the estimate reads one profile, the
     # study measured the change itself.
-    ranked.sort(key=lambda a: (_measured_slower(a, tried, knobs), -(a.gain or 0.0)))
-    return [_with_tried(a, tried, knobs) for a in advice + ranked]
-
-
-def _measured_slower(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> bool:
-    return (
-        advice.knob is not None
-        and tried is not None
-        and tried.slower(advice.knob, knobs.get(advice.knob), _suggested(advice))
-    )
+    return advice + sorted(told, key=lambda a: (a.measured_slower, -(a.gain or 0.0)))  # a leak's has no knob
 
 
 def _with_tried(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> Advice:
+    """``advice`` with what the study ``tried`` says of its change, and whether it measured it slower."""
     if advice.knob is None or tried is None:
         return advice
-    said = tried.says(advice.knob, _suggested(advice), knobs.get(advice.knob))
-    return Advice(**{**asdict(advice), "tried": said, "measured_slower": _measured_slower(advice, tried, knobs)})
+    value, now = _suggested(advice), knobs.get(advice.knob)
+    said, slower = tried.says(advice.knob, value, now), tried.slower(advice.knob, now, value)
+    return Advice(**{**asdict(advice), "tried": said, "measured_slower": slower})
 
 
 def first_to_follow(advice: list[Advice]) -> Advice | None:
