@@ -441,6 +441,7 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
         # A trial process starts with the inspection's (read before the user's code ran), or, pinned, one per core.
         torch_threads=len(cores) if cores else facts.machine["torch_threads"],
         gpu_visible=bool(facts.devices.cuda),
+        repeats_in_workers=pipeline.repeats_in_workers,
     )
 
 

@@ -74,19 +74,22 @@ class SearchContext:
     accepts and can run here. With ``batch_policy`` "fixed_effective", the batch size is a micro-batch
     and gradients are accumulated up to the baseline's batch size. ``torch_threads`` is the intra-op thread
     count torch starts with in a fresh process here (None: unknown). ``gpu_visible``: whether the trials see a GPU
-    (the DataLoader pins memory where one is, whatever device the model runs on).
+    (the DataLoader pins memory where one is, whatever device the model runs on). ``dataset_len`` is None for a
+    stream with no length; ``repeats_in_workers``: the dataset is a stream that gives every DataLoader worker the
+    same samples (``PipelineFacts``).
     """
 
     device: str
     cpu_count: int
     bf16_supported: bool
-    dataset_len: int
+    dataset_len: int | None
     input_ndim: int | None
     baseline: dict[str, Any]
     optimizer_options: frozenset[str] = frozenset()
     batch_policy: str = "free"
     torch_threads: int | None = None
     gpu_visible: bool = False
+    repeats_in_workers: bool = False
 
     @property
     def effective_batch_size(self) -> int | None:

@@ -24,18 +24,19 @@ class BatchSizeKnob(Knob):
 
     def default_candidates(self, ctx: SearchContext) -> list[int]:
         """Free: the baseline and the powers of two from half of it to four times it, that fit the dataset.
-        Fixed effective: the baseline divided by 1, 2, 4 and 8, where that divides evenly."""
+        Fixed effective: the baseline divided by 1, 2, 4 and 8, where that divides evenly. A stream with no length
+        bounds none."""
         base = ctx.baseline["batch_size"]
         if ctx.batch_policy == "fixed_effective":
             return sorted({base // d for d in (1, 2, 4, 8) if base % d == 0})
         powers = {2**k for k in range(0, 17) if base / 2 <= 2**k <= base * 4}
-        return sorted(b for b in powers | {base} if b <= ctx.dataset_len)
+        return sorted(b for b in powers | {base} if ctx.dataset_len is None or b <= ctx.dataset_len)
 
     def unavailable_reason(self, value: int, ctx: SearchContext) -> str | None:
         base = ctx.baseline["batch_size"]
         if ctx.batch_policy == "fixed_effective" and base % value != 0:
             return f"with search.batch_policy=fixed_effective a micro-batch must divide the baseline's {base}"
-        if value > ctx.dataset_len:
+        if ctx.dataset_len is not None and value > ctx.dataset_len:
             return f"{value} is larger than the dataset ({ctx.dataset_len} samples)"
         return None
 

@@ -34,6 +34,11 @@ class NumWorkersKnob(Knob):
             counts.add(baseline)
         return sorted(counts)
 
+    def unavailable_reason(self, value: int, ctx: SearchContext) -> str | None:
+        if value > 1 and ctx.repeats_in_workers:
+            return repeated_stream(value)
+        return None
+
     def wasteful_reason(self, value: int, ctx: SearchContext) -> str | None:
         if value > WORKERS_A_CORE * ctx.cpu_count:
             return (
@@ -52,3 +57,12 @@ def beyond_cores(cores: int) -> int:
     network) rather than computes leaves cores idle that more workers fill; the probe reads the CPU loading takes
     and predicts them faster only then (``autotune/study/probe_model.py``)."""
     return min(2 * cores, cores + 32)
+
+
+def repeated_stream(workers: int) -> str:
+    """Why ``workers`` DataLoader workers cannot load a stream that gives each of them the same samples."""
+    return (
+        f"the dataset, an IterableDataset, gives every DataLoader worker the same samples, so {workers} workers would "
+        f"train on each sample {workers} times an epoch; split the stream across workers by "
+        "torch.utils.data.get_worker_info() (PyTorch's IterableDataset documentation) to have more than one"
+    )

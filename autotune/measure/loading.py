@@ -1,10 +1,11 @@
 """The data pipeline's two stages timed where they run, batch by batch.
 
-A DataLoader fetches a batch's samples (``__getitem__``, or ``__getitems__`` where the dataset has it) and collates
-them in the process that makes the batch: a worker, or the training process without workers. ``InstrumentedData``
-wraps the dataset and the collate function so that each batch carries what making it cost in that process
-(``Instrumented``), and, with ``profile``, cProfile's statistics of that work: the figures travel back with the
-batch through the DataLoader's own queue, from any worker, with no file or side channel.
+A DataLoader fetches a batch's samples (``__getitem__``, or ``__getitems__`` where the dataset has it; the next ones
+of a stream) and collates them in the process that makes the batch: a worker, or the training process without
+workers. ``InstrumentedData`` (``InstrumentedStream`` for a stream: ``instrumented``) wraps the dataset and the
+collate function so that each batch carries what making it cost in that process (``Instrumented``), and, with
+``profile``, cProfile's statistics of that work: the figures travel back with the batch through the DataLoader's own
+queue, from any worker, with no file or side channel.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import cProfile
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from torch.utils.data import default_collate
+from torch.utils.data import IterableDataset, default_collate
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from autotune.measure.hotspots import Stats
@@ -96,3 +97,24 @@ class InstrumentedData:
                 self._profiler.disable()
             if fetching:
                 self._fetch_s += time.perf_counter() - start
+
+
+class InstrumentedStream(InstrumentedData, IterableDataset):
+    """``InstrumentedData`` for a stream (an IterableDataset): fetching is drawing its next sample. Each worker
+    iterates its own copy, as it would the stream itself."""
+
+    def __iter__(self) -> Iterator[Any]:
+        samples = self._run(iter, self.dataset, fetching=True)
+        while True:
+            try:
+                sample = self._run(next, samples, fetching=True)
+            except StopIteration:
+                return
+            self._samples += 1
+            yield sample
+
+
+def instrumented(dataset: Any, collate_fn: Callable | None, profile: bool = False) -> InstrumentedData:
+    """``dataset`` and ``collate_fn`` timed, as ``InstrumentedData`` or, for a stream, ``InstrumentedStream``."""
+    kind = InstrumentedStream if isinstance(dataset, IterableDataset) else InstrumentedData
+    return kind(dataset, collate_fn, profile)

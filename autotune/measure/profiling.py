@@ -197,12 +197,14 @@ class CpuLoad:
 class ProfileResult:
     """A profiling run's findings: each stage's time, memory after each step, the garbage collector's pauses, the
     profiler's operators, the data pipeline's hot functions, on a GPU its largest allocations (else None), the
-    bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples, and the pages the
-    training process faulted in over the stage-timed steps (None in a profile stored before they were read), and the
-    CPU the machine's other processes used over those steps, beside the training process's threads (``cpu``; None in a
-    profile stored before it was read), the implementation switches (foreach, fused) the pipeline's optimizer takes
-    here (``optimizer_options``; None in a profile stored before they were read), and the dimensions of a batch's input
-    tensor (``input_ndim``: None where it is no tensor, or in a profile stored before it was read)."""
+    bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples (None: a stream with
+    no length), and the pages the training process faulted in over the stage-timed steps (None in a profile stored
+    before they were read), and the CPU the machine's other processes used over those steps, beside the training
+    process's threads (``cpu``; None in a profile stored before it was read), the implementation switches (foreach,
+    fused) the pipeline's optimizer takes here (``optimizer_options``; None in a profile stored before they were
+    read), and the dimensions of a batch's input tensor (``input_ndim``: None where it is no tensor, or in a profile
+    stored before it was read); ``repeats_in_workers``: the dataset is a stream that gives every DataLoader worker the
+    same samples (``pipeline/streams.py``)."""
 
     stages: StageTiming
     memory: MemoryTrend
@@ -210,12 +212,13 @@ class ProfileResult:
     operators: OperatorProfile
     hotspots: Hotspots
     sample_bytes: int
-    dataset_len: int
+    dataset_len: int | None
     cuda_allocations: list[CudaAllocation] | None = None
     faults: PageFaults | None = None
     cpu: CpuLoad | None = None
     optimizer_options: list[str] | None = None
     input_ndim: int | None = None
+    repeats_in_workers: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -236,4 +239,5 @@ class ProfileResult:
             cpu=CpuLoad.from_dict(cpu) if cpu is not None else None,
             optimizer_options=data.get("optimizer_options"),
             input_ndim=data.get("input_ndim"),
+            repeats_in_workers=data.get("repeats_in_workers", False),
         )

@@ -13,12 +13,15 @@ class PipelineFacts:
     """``input_ndim`` counts the batch dimension; None when the input is not a tensor.
     ``optimizer_options`` are the implementation switches ("foreach", "fused") the optimizer takes. ``code``: the
     user's modules the pipeline imported (not the standard library's, an installed package's or autotune's), each
-    by name with a digest of its source: a study measured one version of them."""
+    by name with a digest of its source: a study measured one version of them. ``dataset_len`` is None for a stream
+    (an IterableDataset) with no length; ``repeats_in_workers`` is True for a stream that gives every DataLoader
+    worker the same samples (``pipeline/streams.py``)."""
 
-    dataset_len: int
+    dataset_len: int | None
     input_ndim: int | None
     optimizer_options: frozenset[str] = frozenset()
     code: dict[str, str] = field(default_factory=dict)
+    repeats_in_workers: bool = False
 
 
 @dataclass(frozen=True)

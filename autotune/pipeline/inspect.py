@@ -28,6 +28,7 @@ from autotune.measure.environment import describe_machine, gpu_name
 from autotune.pipeline.build import applied_partially, build_component
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.spec import PipelineSpec
+from autotune.pipeline.streams import dataset_length, is_stream, repeats_in_workers
 
 
 def device_facts() -> DeviceFacts:
@@ -82,32 +83,14 @@ def bf16_native(device: str) -> bool:
 
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     """Import every component's target (``import_targets``), build the dataset, check it is usable, read the shape of
-    one collated input, and find which optimizer implementations can run on ``device``."""
+    one collated input, and find which optimizer implementations can run on ``device``. A stream (an
+    IterableDataset) may have no length; whether its DataLoader workers would repeat one another is read too."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
-    if isinstance(dataset, torch.utils.data.IterableDataset):
-        raise ConfigError(
-            "pipeline.dataset",
-            f"{type(dataset).__name__} is an IterableDataset: autotune needs a map-style Dataset (__getitem__ and "
-            "__len__), whose batches it can shuffle and size",
-        )
-    try:
-        length = len(dataset)
-    except TypeError as exc:
-        raise ConfigError(
-            "pipeline.dataset", f"len() of {type(dataset).__name__} failed ({exc}): autotune needs a map-style Dataset"
-        ) from None
-    except Exception as exc:
-        raise ConfigError("pipeline.dataset", f"len() of {type(dataset).__name__} failed: {exc}") from None
-    if length == 0:
-        raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty (length 0)")
+    stream = is_stream(dataset)
+    length = _length(dataset)
     collate = build_component(spec, "collate_fn") or default_collate
-    try:
-        batch = collate([dataset[0]])
-    except Exception as exc:
-        raise ConfigError(
-            "pipeline.dataset", f"reading and collating sample 0 failed: {type(exc).__name__}: {exc}"
-        ) from exc
+    batch = _first_batch(dataset, collate, stream)
     if spec.components.get("step") is None and not _is_input_target(batch):
         raise ConfigError(
             "pipeline.step",
@@ -115,7 +98,54 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     options = optimizer_options(build_component(spec, "optimizer"), device)
-    return PipelineFacts(length, input_ndim(batch), options, user_code(spec))
+    repeats = stream and _repeats_in_workers(dataset)
+    return PipelineFacts(length, input_ndim(batch), options, user_code(spec), repeats_in_workers=repeats)
+
+
+def _length(dataset: Any) -> int | None:
+    """``dataset_length``: a ConfigError where a map-style dataset has none, or a dataset is empty."""
+    try:
+        length = dataset_length(dataset)
+    except TypeError as exc:
+        raise ConfigError(
+            "pipeline.dataset",
+            f"len() of {type(dataset).__name__} failed ({exc}): autotune needs a map-style Dataset (__getitem__ and "
+            "__len__) or an IterableDataset",
+        ) from None
+    except Exception as exc:
+        raise ConfigError("pipeline.dataset", f"len() of {type(dataset).__name__} failed: {exc}") from None
+    if length == 0:
+        raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty (length 0)")
+    return length
+
+
+def _first_batch(dataset: Any, collate: Any, stream: bool) -> Any:
+    """Sample 0 of a map-style dataset, or a stream's first, collated alone."""
+    what = "its first sample" if stream else "sample 0"
+    try:
+        sample = next(iter(dataset), _NOTHING) if stream else dataset[0]
+        if sample is _NOTHING:
+            raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty: iterating it yields nothing")
+        return collate([sample])
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            "pipeline.dataset", f"reading and collating {what} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+_NOTHING = object()
+
+
+def _repeats_in_workers(dataset: Any) -> bool:
+    try:
+        return repeats_in_workers(dataset)
+    except Exception as exc:
+        raise ConfigError(
+            "pipeline.dataset",
+            f"iterating {type(dataset).__name__} in two DataLoader workers failed: {type(exc).__name__}: {exc}",
+        ) from exc
 
 
 # A package the targets come from with more modules loaded than this is a library (a source build of torch on

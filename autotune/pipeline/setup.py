@@ -15,6 +15,7 @@ from autotune.batches import to_device
 from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.system import signal_name
 from autotune.pipeline.build import Pipeline
+from autotune.pipeline.streams import is_stream, shuffles
 
 # Where the fp32 eager loss draws random numbers from torch's default generator (dropout, noise drawn in the model or
 # the step) and the step draws other numbers than eager's of the same seed (compiled: ``redraws_random``), the
@@ -62,10 +63,11 @@ class Trainer:
         self.model.train()
 
     def loader(self) -> DataLoader:
-        """A shuffling DataLoader with the knobs' settings; full batches only, so shapes stay fixed."""
+        """A DataLoader with the knobs' settings, shuffling where the dataset is map-style (``shuffles``); full batches
+        only, so shapes stay fixed."""
         return DataLoader(
             self.pipeline.dataset,
-            shuffle=True,
+            shuffle=shuffles(self.pipeline.dataset),
             drop_last=True,
             collate_fn=self.pipeline.collate_fn,
             **self.setup.loader_kwargs,
@@ -95,7 +97,8 @@ class Trainer:
                 yielded = True
                 yield batch
             if not yielded:
-                raise ValueError("the DataLoader produced no batch: batch_size is larger than the dataset")
+                share = " (a stream: than each worker's share of it)" if is_stream(self.pipeline.dataset) else ""
+                raise ValueError(f"the DataLoader produced no batch: batch_size is larger than the dataset{share}")
 
     def to_device(self, batch: Any) -> Any:
         """The batch on the training device, image inputs in the knobs' memory layout."""

@@ -316,16 +316,22 @@ def _workers(
         if count > cpu_count
         else ""
     )
+    split = count > 1 and result.repeats_in_workers
+    unsplit = f"; the stream gives every worker all its samples: unsplit, each trains {count} times" if split else ""
     return [
         Advice(
-            f"set num_workers={count}",
+            f"{SPLIT_STREAM if split else ''}set num_workers={count}",
             f"a batch takes {found.loading_s * 1e3:.1f} ms to load in one process and the rest of the step "
-            f"{rest * 1e3:.1f} ms; {counted(needed, 'worker')} would keep up{waiting}",
+            f"{rest * 1e3:.1f} ms; {counted(needed, 'worker')} would keep up{waiting}{unsplit}",
             f"up to {gain:.2f}x: loading in {counted(count, 'worker')} beside training{loader}{shared}",
             gain,
             knob="num_workers",
         )
     ]
+
+
+# Where the dataset is a stream that gives every worker the same samples, more than one worker needs it split first.
+SPLIT_STREAM = "split the stream across workers (torch.utils.data.get_worker_info()), then "
 
 
 def _loader_bound(tried: Tried | None, batch_size: int, workers: int, found: Figures) -> tuple[float, str] | None:

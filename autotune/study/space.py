@@ -19,6 +19,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS, Knob, SearchContext, Target, conflict
+from autotune.knobs.num_workers import repeated_stream
 from autotune.records import OutOfMemory, WorkerFailure
 
 
@@ -163,13 +164,17 @@ def _check_given_values_run(search: dict[str, list[Any] | None], space: SearchSp
 
 
 def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
-    """Reject a baseline that cannot produce a single batch (training with full batches only)."""
-    if baseline["batch_size"] > ctx.dataset_len:
+    """Reject a baseline that cannot produce a single batch (training with full batches only), or whose DataLoader
+    workers each load the same samples of a stream."""
+    if ctx.dataset_len is not None and baseline["batch_size"] > ctx.dataset_len:
         raise ConfigError(
             "pipeline.baseline.batch_size",
             f"{baseline['batch_size']} is larger than the dataset ({ctx.dataset_len} samples), so no full batch "
             "exists: set the batch size your training uses, at most the dataset's size",
         )
+    workers = baseline.get("num_workers") or 0
+    if workers > 1 and ctx.repeats_in_workers:
+        raise ConfigError("pipeline.baseline.num_workers", f"{workers}: {repeated_stream(workers)}, or set 0 or 1")
 
 
 # The knobs that change what a training step keeps in memory: those applied to the model, its precision or its

@@ -21,6 +21,7 @@ from autotune.batches import to_device
 from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.build import Pipeline
+from autotune.pipeline.streams import is_stream, shuffles
 from autotune.trial.result import PlainRun
 
 
@@ -42,7 +43,11 @@ def run_plain(
     model = setup.model.train()
     optimizer = pipeline.optimizer_factory(pipeline.model.parameters(), **setup.optimizer_kwargs)
     loader = DataLoader(
-        pipeline.dataset, shuffle=True, drop_last=True, collate_fn=pipeline.collate_fn, **setup.loader_kwargs
+        pipeline.dataset,
+        shuffle=shuffles(pipeline.dataset),
+        drop_last=True,
+        collate_fn=pipeline.collate_fn,
+        **setup.loader_kwargs,
     )
     batch_size = knobs["batch_size"]
     accumulate = (effective_batch_size or batch_size) // batch_size
@@ -105,7 +110,10 @@ def run_plain(
 
 
 def _length(loader: DataLoader) -> int | None:
-    """The steps of an epoch of ``loader``; None where its dataset has no length."""
+    """The steps of an epoch of ``loader``; None where its dataset has no length, or is a stream, whose workers each
+    drop their own last part-batch, so that len() may count more steps than an epoch has."""
+    if is_stream(loader.dataset):
+        return None
     try:
         return len(loader)
     except TypeError:

@@ -20,6 +20,7 @@ from autotune.measure.differential import LoaderRate, loader_rate, step_throughp
 from autotune.measure.system import OthersMeter, tree_cpu_seconds
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.setup import Trainer
+from autotune.pipeline.streams import shuffles
 from autotune.trial.exceptions import exception_text, is_out_of_memory
 from autotune.trial.result import Half, ProbeFailure, ProbeOutOfMemory, ProbePlan, ProbeResult
 
@@ -117,7 +118,7 @@ def _loader(pipeline: Pipeline, batch_size: int, num_workers: int) -> DataLoader
         pipeline.dataset,
         batch_size=batch_size,
         num_workers=num_workers,
-        shuffle=True,
+        shuffle=shuffles(pipeline.dataset),
         drop_last=True,
         collate_fn=pipeline.collate_fn,
     )

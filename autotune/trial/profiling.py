@@ -20,7 +20,7 @@ from autotune.measure.gc_pauses import GcWatch
 from autotune.measure.gpu import synchronize
 from autotune.measure.growth import MemoryTrendRecorder
 from autotune.measure.hotspots import collect_hotspots
-from autotune.measure.loading import Instrumented, InstrumentedData
+from autotune.measure.loading import Instrumented, instrumented
 from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import FaultWatch
 from autotune.measure.profiling import CpuLoad, MemoryTrend, ProfilePlan, ProfileResult
@@ -30,6 +30,7 @@ from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.inspect import input_ndim, optimizer_options
 from autotune.pipeline.setup import Trainer
+from autotune.pipeline.streams import dataset_length, is_stream, repeats_in_workers
 
 _ALLOCATION_STEPS = 2
 
@@ -42,7 +43,7 @@ def run_profile(
     effective_batch_size: int | None = None,
 ) -> ProfileResult:
     """Profile ``pipeline`` with ``knobs`` applied on ``device`` as ``plan`` says, in this process."""
-    data = InstrumentedData(pipeline.dataset, pipeline.collate_fn)
+    data = instrumented(pipeline.dataset, pipeline.collate_fn)
     trainer = Trainer(replace(pipeline, dataset=data, collate_fn=data.collate), knobs, device, effective_batch_size)
     workers = knobs["num_workers"]
     batches = trainer.batches()
@@ -75,12 +76,13 @@ def run_profile(
         operators=operators,
         hotspots=hotspots,
         sample_bytes=_bytes(first.batch) // first.samples,
-        dataset_len=len(pipeline.dataset),
+        dataset_len=dataset_length(pipeline.dataset),
         cuda_allocations=allocations,
         faults=faulting.over(stages.steps),
         cpu=cpu,
         optimizer_options=sorted(optimizer_options(pipeline.optimizer_factory, str(device))),
         input_ndim=input_ndim(first.batch),
+        repeats_in_workers=is_stream(pipeline.dataset) and repeats_in_workers(pipeline.dataset),
     )
 
 

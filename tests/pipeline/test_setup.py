@@ -202,11 +202,6 @@ def _with(component: str, node: dict):
     ("component", "node", "message"),
     [
         (
-            "dataset",
-            {"_target_": "tests.fixtures.inspection.SizedStream"},
-            "SizedStream is an IterableDataset: autotune",
-        ),
-        (
             "model",
             {"_target_": "tests.fixtures.inspection.NeedsHidden"},
             "tests.fixtures.inspection.NeedsHidden needs an argument the config does not give (add it under the "

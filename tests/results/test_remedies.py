@@ -40,6 +40,19 @@ def test_a_data_bound_step_is_told_how_many_workers_keep_up_and_what_that_gains(
     assert not any("no stored study" in line for line in said.findings)
 
 
+def test_a_stream_that_every_worker_reads_whole_is_told_to_split_before_it_takes_workers():
+    result = replace(profile_result(wait_share=0.6), repeats_in_workers=True)
+    (workers,) = advise(result, DATA_BOUND, KNOBS, 8, None)
+    assert workers.action == (
+        "split the stream across workers (torch.utils.data.get_worker_info()), then set num_workers=2"
+    )
+    assert workers.why.endswith("the stream gives every worker all its samples: unsplit, each trains 2 times")
+    said = _with_tried(workers, Tried("mine", {"num_workers": [0, 1]}), KNOBS)
+    assert said.tried == "not tried by the tuner: study 'mine' measured num_workers at 0, 1"
+    (one,) = advise(replace(result, stages=replace(result.stages, num_workers=0)), DATA_BOUND, KNOBS, 1, None)
+    assert one.action == "set num_workers=1", "one worker reads the stream once: nothing to split"
+
+
 def test_on_two_cores_at_most_two_workers_are_advised_and_the_sharing_said():
     # loading a batch takes 80 ms, the rest of the step 20 ms: four workers would keep up, two cores hold two.
     (workers,) = advise(profile_result(wait_share=0.8), DATA_BOUND, KNOBS, 2, None)
