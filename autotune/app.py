@@ -135,6 +135,12 @@ def _tune(
     return files
 
 
+STREAM_NOTE = (
+    "the dataset is a stream that gives every DataLoader worker the same samples, so 0 and 1 worker are searched; "
+    "split it across workers by torch.utils.data.get_worker_info() to have more searched (docs/settings.md)"
+)
+
+
 def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, storage: BaseStorage | None) -> _Opened:
     """Inspect the pipeline, check the baseline against the search's context, build the space and open the study;
     say so, and what the study already holds of this machine."""
@@ -156,6 +162,8 @@ def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, st
         f"{counted(settings.study.n_trials, 'trial')}",
         file=out,
     )
+    if facts.pipeline.repeats_in_workers:
+        print(f"note: {STREAM_NOTE}", file=out)
     if stored := counted_trials(study, machine):
         print(
             f"resuming: {counted(stored, 'trial')} of this study stored {'is' if stored == 1 else 'are'} not "

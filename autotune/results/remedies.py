@@ -317,7 +317,7 @@ def _workers(
         else ""
     )
     split = count > 1 and result.repeats_in_workers
-    unsplit = f"; the stream gives every worker all its samples: unsplit, each trains {count} times" if split else ""
+    unsplit = f"; unsplit, the stream gives each of the {count} workers all its samples" if split else ""
     return [
         Advice(
             f"{SPLIT_STREAM if split else ''}set num_workers={count}",

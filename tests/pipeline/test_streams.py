@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from autotune.app import STREAM_NOTE
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.measure.loading import InstrumentedStream, instrumented
@@ -145,3 +146,15 @@ def test_a_stream_is_tuned_with_its_workers_raced_and_profiled_as_a_map_style_da
     rows = json.loads((tmp_path / "out" / "report.json").read_text())["trials"]
     measured = {(row["batch_size"], row["num_workers"]) for row in rows}  # pruned ones too: a busy machine's
     assert measured == {(16, 0), (16, 2), (32, 0), (32, 2)}, "the baseline and the space's three others"
+
+
+@pytest.mark.slow
+def test_a_tune_of_a_stream_that_every_worker_reads_whole_says_so_and_measures_at_most_one_worker(tmp_path, cli_here):
+    args = ["-cd", str(TEST_CONF), "pipeline=tiny", *FAST_MEASURE, "study.probe=false", "study.confirm_rounds=0"]
+    args += ["pipeline.dataset._target_=tests.fixtures.streams.WholeStream", "study.n_trials=3"]
+    args += fixed_search(batch_size=[16], num_workers=None, prefetch_factor=[2], persistent_workers=[True])
+    proc = cli_here([*args, f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"\nnote: {STREAM_NOTE}\n" in proc.stdout
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["trials"]
+    assert {row["num_workers"] for row in rows} == {0, 1}, "the space's two configurations"

@@ -46,7 +46,7 @@ def test_a_stream_that_every_worker_reads_whole_is_told_to_split_before_it_takes
     assert workers.action == (
         "split the stream across workers (torch.utils.data.get_worker_info()), then set num_workers=2"
     )
-    assert workers.why.endswith("the stream gives every worker all its samples: unsplit, each trains 2 times")
+    assert workers.why.endswith("unsplit, the stream gives each of the 2 workers all its samples")
     said = _with_tried(workers, Tried("mine", {"num_workers": [0, 1]}), KNOBS)
     assert said.tried == "not tried by the tuner: study 'mine' measured num_workers at 0, 1"
     (one,) = advise(replace(result, stages=replace(result.stages, num_workers=0)), DATA_BOUND, KNOBS, 1, None)
