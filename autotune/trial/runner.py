@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from autotune.files import write_atomic
 from autotune.measure.core_speed import CoreGauge
 from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.measure.system import signal_name
@@ -104,7 +105,9 @@ def run_trial(
                 f"the trial's process ended after it wrote its result ({_ending(returncode)}); the result is kept",
             )
         result = TrialResult.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
-        return replace(result, wall_s=wall_s, core_speed=speed)
+        seen = replace(result, wall_s=wall_s, core_speed=speed)
+        write_atomic(result_path, json.dumps(seen.to_dict()))  # the file in trials/ says what the tuner saw
+        return seen
     failure = _exit_failure(returncode, log_path)
     return TrialResult(knobs=request.knobs, failure=failure, wall_s=wall_s, core_speed=speed)
 

@@ -44,6 +44,8 @@ def test_a_good_trial_reports_a_measurement(tmp_path):
     assert result.measurement.system.gpu_note == "NVML not read: the pipeline runs on cpu"
     assert result.wall_s > timing.window_s
     assert TrialResult.from_dict(result.to_dict()) == result
+    stored = json.loads((tmp_path / "good.result.json").read_text())
+    assert TrialResult.from_dict(stored) == result, "the file in trials/ holds the wall time the tuner saw"
 
 
 @pytest.mark.parametrize("model", ["TinyCNN", "AbortOnChannelsLast"], ids=["measured", "crashed"])
