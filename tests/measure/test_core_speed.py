@@ -137,6 +137,7 @@ def test_a_tuning_run_reads_the_cores_around_the_runs_where_one_decides_not_the_
     rows = pandas.read_csv(tmp_path / "out" / "trials.csv").set_index("trial")["cores_slowdown"]
     assert rows["baseline"] > 0 and rows.drop("baseline").isna().all(), rows
     stored = TrialResult.from_dict(json.loads((tmp_path / "out" / "trials" / "baseline.result.json").read_text()))
-    assert stored.core_speed is None, "the trial's own file: the tuner reads the cores, outside the trial"
+    # The tuner reads the cores outside the trial (tests/trial/test_runner.py), then writes what it saw into the file.
+    assert stored.core_speed is not None and stored.wall_s > 0
     results = load_results(optuna.load_study(study_name="tiny", storage=study["storage"]))
     assert results.baseline.result.core_speed.usual_ms[0] > 0, "stored with the study: reports re-render from it"
