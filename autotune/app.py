@@ -22,6 +22,7 @@ from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError, stop_signal
 from autotune.files import file_name
 from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values
+from autotune.knobs.num_workers import SPLIT_STREAM
 from autotune.measure.core_speed import CoreGauge
 from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
 from autotune.measure.recorder import WindowPlan
@@ -136,8 +137,8 @@ def _tune(
 
 
 STREAM_NOTE = (
-    "the dataset is a stream that gives every DataLoader worker the same samples, so 0 and 1 worker are searched; "
-    "split it across workers by torch.utils.data.get_worker_info() to have more searched (docs/settings.md)"
+    "the dataset is a stream that gives every DataLoader worker the same samples, so at most one worker is searched; "
+    f"{SPLIT_STREAM} to have more (docs/settings.md)"
 )
 
 
@@ -150,7 +151,6 @@ def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, st
     places = slots(settings.study.parallel, settings.study.cpu_sets, device, len(facts.devices.cuda))
     cores = places[0].cores  # every slot's size: each run of the study is pinned alike
     ctx = _search_context(settings, facts, cores)
-    check_baseline(settings.baseline, ctx)
     space = build_space(settings.search, ctx)
     described = {**facts.machine, **({"cpu_count": len(cores), "torch_threads": len(cores)} if cores else {})}
     machine = machine_id(described)
@@ -380,7 +380,8 @@ def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = N
     which would hold the GPU for the whole study and, in exclusive-process mode, block every trial. It costs one
     trial process: the pipeline's imports and build, and its first sample.
 
-    A configuration error found there is raised as it was (the key it names; exit 2). A crash, hang or other failure
+    A configuration error found there is raised as it was (the key it names; exit 2), as is a baseline the facts
+    rule out (``check_baseline``). A crash, hang or other failure
     is one line naming the pipeline (exit 1), its log kept as trials/inspect.log in ``output_dir``; a run that
     stops at neither leaves nothing there. ``clock`` counts its process, where given.
     """
@@ -397,20 +398,22 @@ def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = N
     refused = result.inspection.refused
     if refused:
         raise ConfigError(refused.key, refused.problem)
+    check_baseline(settings.baseline, _search_context(settings, result.inspection))
     return result.inspection
 
 
 def unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, object]) -> tuple[str, str] | None:
     """The first knob of ``knobs`` (a recommendation, measured as it is) with which no run here can train, with why:
     a batch size the batch knob rules out on this pipeline (under fixed_effective, a micro-batch that does not divide
-    the baseline's batch; one larger than the dataset), or a knob that cannot run beside the others (``conflict``).
-    None where it can run. The other knobs' ``unavailable_reason`` says what the search leaves out as not worth
-    trying here (bf16 emulated, pinned memory without a GPU): such a value still runs, and is measured."""
-    batch = knobs["batch_size"]
-    if batch != settings.baseline["batch_size"]:
-        reason = KNOBS["batch_size"].unavailable_reason(batch, _search_context(settings, facts))
-        if reason:
-            return "batch_size", reason
+    the baseline's batch; one larger than the dataset), workers that would each read the same samples of a stream, or
+    a knob that cannot run beside the others (``conflict``). None where it can run. The other knobs'
+    ``unavailable_reason`` says what the search leaves out as not worth trying here (bf16 emulated, pinned memory
+    without a GPU): such a value still runs, and is measured."""
+    ctx = _search_context(settings, facts)
+    for name in ("batch_size", "num_workers"):
+        value = knobs[name]
+        if value != settings.baseline.get(name) and (reason := KNOBS[name].unavailable_reason(value, ctx)):
+            return name, reason
     return conflict(knobs, accumulated_to(settings.batch_policy, settings.baseline))
 
 

@@ -2,7 +2,7 @@
 
     rec = autotune.load_recommended("outputs/.../recommended.yaml")
     rec.apply_process_settings()
-    loader = DataLoader(dataset, shuffle=True, drop_last=True, **rec.dataloader_kwargs())
+    loader = DataLoader(dataset, shuffle=True, drop_last=True, **rec.dataloader_kwargs())  # a stream: no shuffle
     model = rec.prepare_model(model.to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=rec.learning_rate(0.1), **rec.optimizer_kwargs())
     for batch in loader:

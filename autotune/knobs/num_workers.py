@@ -59,10 +59,14 @@ def beyond_cores(cores: int) -> int:
     return min(2 * cores, cores + 32)
 
 
+# What makes more than one worker load a stream (an IterableDataset) that gives each the same samples.
+SPLIT_STREAM = "split the stream across workers by torch.utils.data.get_worker_info()"
+
+
 def repeated_stream(workers: int) -> str:
     """Why ``workers`` DataLoader workers cannot load a stream that gives each of them the same samples."""
     return (
         f"the dataset, an IterableDataset, gives every DataLoader worker the same samples, so {workers} workers would "
-        f"train on each sample {workers} times an epoch; split the stream across workers by "
-        "torch.utils.data.get_worker_info() (PyTorch's IterableDataset documentation) to have more than one"
+        f"train on each sample {workers} times an epoch; {SPLIT_STREAM} (PyTorch's IterableDataset documentation) to "
+        "have more than one"
     )

@@ -2,7 +2,7 @@
 
 A DataLoader fetches a batch's samples (``__getitem__``, or ``__getitems__`` where the dataset has it; the next ones
 of a stream) and collates them in the process that makes the batch: a worker, or the training process without
-workers. ``InstrumentedData`` (``InstrumentedStream`` for a stream: ``instrumented``) wraps the dataset and the
+workers. ``InstrumentedData`` (``InstrumentedStream`` for a stream) wraps the dataset and the
 collate function so that each batch carries what making it cost in that process (``Instrumented``), and, with
 ``profile``, cProfile's statistics of that work: the figures travel back with the batch through the DataLoader's own
 queue, from any worker, with no file or side channel.
@@ -109,12 +109,8 @@ class InstrumentedStream(InstrumentedData, IterableDataset):
             try:
                 sample = self._run(next, samples, fetching=True)
             except StopIteration:
+                # The samples drawn since the last batch make none (drop_last): what they cost is no batch's.
+                self._fetch_s, self._samples, self._profiler = 0.0, 0, None
                 return
             self._samples += 1
             yield sample
-
-
-def instrumented(dataset: Any, collate_fn: Callable | None, profile: bool = False) -> InstrumentedData:
-    """``dataset`` and ``collate_fn`` timed, as ``InstrumentedData`` or, for a stream, ``InstrumentedStream``."""
-    kind = InstrumentedStream if isinstance(dataset, IterableDataset) else InstrumentedData
-    return kind(dataset, collate_fn, profile)

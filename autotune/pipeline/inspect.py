@@ -98,7 +98,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     options = optimizer_options(build_component(spec, "optimizer"), device)
-    repeats = stream and _repeats_in_workers(dataset)
+    repeats = stream and repeats_in_workers(dataset)
     return PipelineFacts(length, input_ndim(batch), options, user_code(spec), repeats_in_workers=repeats)
 
 
@@ -136,16 +136,6 @@ def _first_batch(dataset: Any, collate: Any, stream: bool) -> Any:
 
 
 _NOTHING = object()
-
-
-def _repeats_in_workers(dataset: Any) -> bool:
-    try:
-        return repeats_in_workers(dataset)
-    except Exception as exc:
-        raise ConfigError(
-            "pipeline.dataset",
-            f"iterating {type(dataset).__name__} in two DataLoader workers failed: {type(exc).__name__}: {exc}",
-        ) from exc
 
 
 # A package the targets come from with more modules loaded than this is a library (a source build of torch on

@@ -4,6 +4,8 @@ shuffle it, it may have no length, and each DataLoader worker iterates the whole
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,35 +37,47 @@ def dataset_length(dataset: Any) -> int | None:
 
 def repeats_in_workers(dataset: Any) -> bool:
     """Whether the stream ``dataset`` gives every DataLoader worker the same samples: its first sample in a second
-    worker equals its first in the first (workers hand over their samples in turn). A stream that splits itself
-    across workers, or draws each worker's samples from that worker's own random seed, differs there."""
-    samples = iter(DataLoader(dataset, batch_size=None, num_workers=2))
+    worker equals its first in the first (workers hand over their samples in turn), both workers seeded alike, so
+    that random augmentation does not hide a stream each reads whole. A stream that splits itself across workers
+    differs there; one of random samples alone, from torch's, Python's or NumPy's generator, reads as repeated.
+
+    A stream that fails in a worker reads as not repeated: its trials with workers fail alike, and a failure in a
+    DataLoader worker rules out every configuration with workers (``study/space.py``), as a map-style dataset's
+    does."""
+    samples = iter(DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=_same_seed))
     try:
-        first = next(samples, None)
-        second = next(samples, None)
+        first, second = next(samples, None), next(samples, None)
+    except Exception:
+        return False
     finally:
-        del samples  # stops the workers
+        samples._shutdown_workers()  # at once, though an exception's traceback still holds the iterator
     return first is not None and second is not None and same_sample(first, second)
 
 
+def _same_seed(worker_id: int) -> None:
+    torch.manual_seed(0)
+    random.seed(0)
+    numpy.random.seed(0)
+
+
 def same_sample(a: Any, b: Any) -> bool:
-    """Whether samples ``a`` and ``b`` hold the same values: tensors of one shape and equal elements, containers of
-    equal items, arrays alike, or equal plain values."""
+    """Whether samples ``a`` and ``b`` hold the same values: tensors of one shape and dtype and equal elements (NaN
+    equal to NaN), containers or dataclasses of such items, or equal plain values."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and a.shape == b.shape
-            and a.dtype == b.dtype
-            and torch.equal(a, b)
-        )
-    if isinstance(a, numpy.ndarray) or isinstance(b, numpy.ndarray):
-        return isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray) and numpy.array_equal(a, b)
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and _same_tensor(a, b)
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same_sample(a[key], b[key]) for key in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same_sample(x, y) for x, y in zip(a, b, strict=True))
+    if dataclasses.is_dataclass(a) and not isinstance(a, type) and type(a) is type(b):
+        return all(same_sample(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
     try:
         return bool(a == b)
-    except Exception:  # values with no truth to their comparison (an array's elementwise ==)
+    except Exception:  # values with no truth to their comparison
         return False
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))

@@ -99,7 +99,7 @@ def _stage_table(result: ProfileResult) -> Table:
     step_ms = stages.loop_s * 1e3
     rows = [[stage, f"{ms:.2f}", f"{ms / step_ms:.0%}"] for stage, ms in stage_segments(stages).items()]
     if stages.num_workers:
-        for name, field in (("fetching samples (__getitem__)", "fetch_s"), ("collating", "collate_s")):
+        for name, field in (("fetching samples", "fetch_s"), ("collating", "collate_s")):
             ms = stages.mean(field) * 1e3
             rows.append([f"{name}, per batch in a worker of {stages.num_workers}", f"{ms:.2f}", "in parallel"])
     rows.append(["step", f"{step_ms:.2f}", "100%"])

@@ -22,7 +22,7 @@ import yaml
 
 from autotune.knobs import KNOBS
 from autotune.knobs.channels_last import ChannelsLastKnob
-from autotune.knobs.num_workers import WORKERS_A_CORE
+from autotune.knobs.num_workers import SPLIT_STREAM, WORKERS_A_CORE
 from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import (
@@ -320,7 +320,7 @@ def _workers(
     unsplit = f"; unsplit, the stream gives each of the {count} workers all its samples" if split else ""
     return [
         Advice(
-            f"{SPLIT_STREAM if split else ''}set num_workers={count}",
+            f"{SPLIT_STREAM + ', then ' if split else ''}set num_workers={count}",
             f"a batch takes {found.loading_s * 1e3:.1f} ms to load in one process and the rest of the step "
             f"{rest * 1e3:.1f} ms; {counted(needed, 'worker')} would keep up{waiting}{unsplit}",
             f"up to {gain:.2f}x: loading in {counted(count, 'worker')} beside training{loader}{shared}",
@@ -328,10 +328,6 @@ def _workers(
             knob="num_workers",
         )
     ]
-
-
-# Where the dataset is a stream that gives every worker the same samples, more than one worker needs it split first.
-SPLIT_STREAM = "split the stream across workers (torch.utils.data.get_worker_info()), then "
 
 
 def _loader_bound(tried: Tried | None, batch_size: int, workers: int, found: Figures) -> tuple[float, str] | None:

@@ -20,7 +20,7 @@ from autotune.measure.gc_pauses import GcWatch
 from autotune.measure.gpu import synchronize
 from autotune.measure.growth import MemoryTrendRecorder
 from autotune.measure.hotspots import collect_hotspots
-from autotune.measure.loading import Instrumented, instrumented
+from autotune.measure.loading import Instrumented, InstrumentedData, InstrumentedStream
 from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import FaultWatch
 from autotune.measure.profiling import CpuLoad, MemoryTrend, ProfilePlan, ProfileResult
@@ -43,7 +43,9 @@ def run_profile(
     effective_batch_size: int | None = None,
 ) -> ProfileResult:
     """Profile ``pipeline`` with ``knobs`` applied on ``device`` as ``plan`` says, in this process."""
-    data = instrumented(pipeline.dataset, pipeline.collate_fn)
+    data = (InstrumentedStream if is_stream(pipeline.dataset) else InstrumentedData)(
+        pipeline.dataset, pipeline.collate_fn
+    )
     trainer = Trainer(replace(pipeline, dataset=data, collate_fn=data.collate), knobs, device, effective_batch_size)
     workers = knobs["num_workers"]
     batches = trainer.batches()

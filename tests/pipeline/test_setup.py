@@ -202,6 +202,12 @@ def _with(component: str, node: dict):
     ("component", "node", "message"),
     [
         (
+            "dataset",
+            {"_target_": "tests.fixtures.inspection.NoLength"},
+            "len() of NoLength failed (object of type 'NoLength' has no len()): autotune needs a map-style Dataset "
+            "(__getitem__ and __len__) or an IterableDataset",
+        ),
+        (
             "model",
             {"_target_": "tests.fixtures.inspection.NeedsHidden"},
             "tests.fixtures.inspection.NeedsHidden needs an argument the config does not give (add it under the "

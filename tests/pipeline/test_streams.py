@@ -3,19 +3,23 @@ than one DataLoader worker only where it splits itself across them."""
 
 from __future__ import annotations
 
+import io
 import json
+import multiprocessing
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-import numpy
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from autotune import benchmark as benchmark_mode
+from autotune import diagnose as diagnose_mode
 from autotune.app import STREAM_NOTE
+from autotune.config.load import load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
-from autotune.measure.loading import InstrumentedStream, instrumented
+from autotune.measure.loading import InstrumentedStream
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.inspect import inspect_pipeline
 from autotune.pipeline.setup import Trainer
@@ -24,9 +28,25 @@ from autotune.study.space import build_space, check_baseline
 from autotune.trial.plain import run_plain
 from autotune.trial.probe import run_probe
 from autotune.trial.result import ProbePlan
-from tests.conftest import FAST_MEASURE, NEUTRAL_KNOBS, TEST_CONF, cpu_context, fixed_search, trial_request
-from tests.fixtures.streams import SplitStream, WholeStream
+from tests.conftest import (
+    FAST_MEASURE,
+    NEUTRAL_KNOBS,
+    TEST_CONF,
+    cpu_context,
+    fixed_search,
+    tiny_config,
+    trial_request,
+)
+from tests.fixtures.streams import AugmentedWholeStream, SplitStream, WholeStream, WorkerHatingStream
+from tests.fixtures.tiny import TinyImages
+from tests.test_benchmark import _recommended_yaml
 from tests.trial.test_plain import PLAN
+
+
+@dataclass
+class Pair:
+    tensor: torch.Tensor
+    name: str
 
 
 def _spec(dataset: str, length: int = 64):
@@ -50,8 +70,11 @@ def test_an_empty_stream_is_refused_naming_the_dataset():
 
 def test_workers_repeat_a_stream_where_their_first_samples_are_the_same():
     assert repeats_in_workers(WholeStream(8)) and not repeats_in_workers(SplitStream(8))
+    assert repeats_in_workers(AugmentedWholeStream(8)), "each worker seeded alike: the noise does not hide it"
     assert repeats_in_workers(WholeStream(1)), "one sample, which each worker yields"
     assert not repeats_in_workers(SplitStream(1)), "the second worker has nothing to yield: nothing repeated"
+    assert not repeats_in_workers(WorkerHatingStream(8)), "its trials with workers fail, and rule those out"
+    assert not multiprocessing.active_children(), "the check's workers are gone, after a failure too"
 
 
 @pytest.mark.parametrize(
@@ -64,9 +87,10 @@ def test_workers_repeat_a_stream_where_their_first_samples_are_the_same():
         ({"x": torch.ones(2), "y": 1}, {"x": torch.ones(2), "y": 2}, False),
         ((torch.zeros(1), "a"), [torch.zeros(1), "a"], True),
         ((torch.zeros(1),), (torch.zeros(1), 0), False),
-        (numpy.arange(3), numpy.arange(3), True),
-        (numpy.arange(3), numpy.arange(1, 4), False),
-        (numpy.arange(3), torch.arange(3), False),
+        (torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0]), True),
+        (torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]), False),
+        (Pair(torch.ones(2), "a"), Pair(torch.ones(2), "a"), True),
+        (Pair(torch.ones(2), "a"), Pair(torch.zeros(2), "a"), False),
         ("text", "text", True),
     ],
 )
@@ -74,16 +98,23 @@ def test_samples_are_the_same_where_every_value_in_them_is(a, b, same):
     assert same_sample(a, b) is same
 
 
-def test_a_trainer_reads_a_stream_in_its_own_order_epoch_after_epoch_each_sample_once_an_epoch():
+def _key(image: torch.Tensor) -> float:
+    """A TinyImages sample by its first pixel, drawn from a generator seeded by its index: one value a sample."""
+    return round(float(image[0, 0, 0]), 6)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_trainer_reads_a_stream_in_its_own_order_epoch_after_epoch_each_sample_once_an_epoch(persistent):
     pipeline = build_pipeline(_spec("streams.SplitStream", length=32))
-    knobs = {**NEUTRAL_KNOBS, "batch_size": 4, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    knobs = {**NEUTRAL_KNOBS, "batch_size": 4, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": persistent}
     batches = Trainer(pipeline, knobs, torch.device("cpu")).batches()
     try:
-        epochs = [torch.cat([next(batches)[1] for _ in range(8)]) for _ in range(2)]
+        epochs = [[_key(image) for _ in range(8) for image in next(batches)[0]] for _ in range(3)]
     finally:
         batches.close()
-    expected = torch.tensor([index % 4 for index in range(32)])  # TinyImages' labels, in the stream's order
-    assert all(torch.equal(epoch.sort().values, expected.sort().values) for epoch in epochs)
+    samples = [_key(TinyImages(32)[index][0]) for index in range(32)]
+    assert all(sorted(epoch) == sorted(samples) for epoch in epochs), "every sample once an epoch, three epochs"
+    assert epochs[0][:8] == [samples[index] for index in (0, 2, 4, 6, 1, 3, 5, 7)], "the workers' batches in turn"
 
 
 def test_a_stream_whose_workers_each_hold_less_than_a_batch_says_so():
@@ -94,21 +125,27 @@ def test_a_stream_whose_workers_each_hold_less_than_a_batch_says_so():
         next(batches)
 
 
-def test_the_plain_loop_times_a_stream_by_its_window_as_its_epochs_length_is_unknown():
-    pipeline = build_pipeline(_spec("streams.SplitStream", length=64))
-    knobs = {**NEUTRAL_KNOBS, "batch_size": 16, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
-    run = run_plain(pipeline, knobs, torch.device("cpu"), PLAN, None)
-    assert run.warmup_steps == 3 and run.steps >= 12 and run.samples == 16 * run.steps
+def test_the_plain_loop_times_a_stream_by_its_window_though_it_says_its_length():
+    # 4 steps an epoch: a map-style dataset's would be timed in whole epochs, its warm-up run to an epoch's end.
+    pipeline = build_pipeline(_spec("inspection.SizedStream"))
+    run = run_plain(pipeline, {**NEUTRAL_KNOBS, "batch_size": 4}, torch.device("cpu"), PLAN, None)
+    assert run.warmup_steps == 3 and run.steps >= 12 and run.samples == 4 * run.steps
 
 
 def test_a_stream_is_timed_batch_by_batch_in_the_worker_that_draws_it():
-    data = instrumented(SplitStream(32), None)
-    assert isinstance(data, InstrumentedStream)
+    data = InstrumentedStream(SplitStream(32), None)
     loader = DataLoader(data, batch_size=4, num_workers=2, collate_fn=data.collate)
     items = list(loader)
     assert len(items) == 8 and all(item.samples == 4 and item.fetch_s > 0 for item in items)
     assert {item.pid for item in items}.isdisjoint({os.getpid()}) and len({item.pid for item in items}) == 2
     assert sorted(torch.cat([item.batch[1] for item in items]).tolist()) == sorted(i % 4 for i in range(32))
+
+
+def test_the_samples_of_a_part_batch_a_stream_drops_are_counted_in_no_batch():
+    data = InstrumentedStream(SplitStream(10), None)
+    loader = DataLoader(data, batch_size=4, drop_last=True, collate_fn=data.collate)
+    epochs = [[item.samples for item in loader] for _ in range(2)]
+    assert epochs == [[4, 4], [4, 4]], "the 2 samples left over each epoch join no batch of the next"
 
 
 def test_workers_that_would_repeat_a_stream_are_not_searched_and_a_baseline_with_them_is_refused():
@@ -158,3 +195,21 @@ def test_a_tune_of_a_stream_that_every_worker_reads_whole_says_so_and_measures_a
     assert f"\nnote: {STREAM_NOTE}\n" in proc.stdout
     rows = json.loads((tmp_path / "out" / "report.json").read_text())["trials"]
     assert {row["num_workers"] for row in rows} == {0, 1}, "the space's two configurations"
+
+
+def test_every_mode_refuses_workers_that_would_each_read_a_stream_whole(tmp_path, monkeypatch):
+    """The baseline's, in the inspection every mode runs; a recommendation's, before mode=benchmark's rounds."""
+    monkeypatch.setattr(benchmark_mode, "measure_rounds", None)  # called, it would fail the test
+    whole = {"_target_": "tests.fixtures.streams.WholeStream", "length": 64}
+    workers = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    config = tiny_config(pipeline={**tiny_config()["pipeline"], "dataset": whole})
+    with pytest.raises(ConfigError, match=r"^recommended: .*knobs.num_workers=2 cannot run here \(the dataset, an "):
+        recommended = _recommended_yaml(tmp_path, workers)
+        benchmark_mode.run(
+            load_settings({**config, "mode": "benchmark", "recommended": str(recommended)}, "tiny"),
+            tmp_path / "out",
+            io.StringIO(),
+        )
+    config["pipeline"]["baseline"] = {**config["pipeline"]["baseline"], **workers}
+    with pytest.raises(ConfigError, match=r"^pipeline.baseline.num_workers: 2: the dataset, an IterableDataset"):
+        diagnose_mode.run(load_settings({**config, "mode": "profile"}, "tiny"), tmp_path / "out", io.StringIO())

@@ -44,7 +44,7 @@ def test_a_stream_that_every_worker_reads_whole_is_told_to_split_before_it_takes
     result = replace(profile_result(wait_share=0.6), repeats_in_workers=True)
     (workers,) = advise(result, DATA_BOUND, KNOBS, 8, None)
     assert workers.action == (
-        "split the stream across workers (torch.utils.data.get_worker_info()), then set num_workers=2"
+        "split the stream across workers by torch.utils.data.get_worker_info(), then set num_workers=2"
     )
     assert workers.why.endswith("unsplit, the stream gives each of the 2 workers all its samples")
     said = _with_tried(workers, Tried("mine", {"num_workers": [0, 1]}), KNOBS)
