@@ -69,6 +69,12 @@ CASES = {
             "measure.min_time_s=8",
         ],
     ),
+    # A pick of the tuner on 2 cores with bf16 (the Xeon model 167): 4 workers for 2 cores at batch 128, one thread.
+    "mymodel/four-workers": (
+        "mymodel",
+        {**WORKERS, "batch_size": 128, "num_workers": 4, "channels_last": True, "amp": "bf16"},
+        [],
+    ),
     "transformer_lm/baseline": ("transformer_lm", {}, []),
     "transformer_lm/batch64-1thread": ("transformer_lm", {"batch_size": 64, "num_threads": 1}, []),
     # Persistent workers across epoch boundaries where the model step, not loading, is the work: 11 steps an epoch.
