@@ -68,5 +68,5 @@ def repeated_stream(workers: int) -> str:
     return (
         f"the dataset, an IterableDataset, gives every DataLoader worker the same samples, so {workers} workers would "
         f"train on each sample {workers} times an epoch; {SPLIT_STREAM} (PyTorch's IterableDataset documentation) to "
-        "have more than one"
+        "have more than one (a stream of random samples: draw them from a generator seeded by get_worker_info().seed)"
     )

@@ -1,6 +1,6 @@
-"""Where loading data spends its time: cProfile over the dataset's ``__getitem__`` and the collate function, in the
-process that runs them (each DataLoader worker profiles its own batches: ``autotune.measure.loading``), summed
-over a sample of batches.
+"""Where loading data spends its time: cProfile over the dataset's ``__getitem__`` (a stream's next sample) and the
+collate function, in the process that runs them (each DataLoader worker profiles its own batches:
+``autotune.measure.loading``), summed over a sample of batches.
 
 A hot function is one with much self time (time in its own code, not in what it calls). Where it is a library's
 (PIL, NumPy, torch, the standard library), its **call sites** are the lines of the user's own code that lead to it,

@@ -88,6 +88,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     import_targets(spec)
     dataset = build_component(spec, "dataset")
     stream = is_stream(dataset)
+    repeats = stream and repeats_in_workers(dataset)  # before this process reads it: workers start as a trial's do
     length = _length(dataset)
     collate = build_component(spec, "collate_fn") or default_collate
     batch = _first_batch(dataset, collate, stream)
@@ -98,7 +99,6 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     options = optimizer_options(build_component(spec, "optimizer"), device)
-    repeats = stream and repeats_in_workers(dataset)
     return PipelineFacts(length, input_ndim(batch), options, user_code(spec), repeats_in_workers=repeats)
 
 

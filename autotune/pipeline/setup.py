@@ -97,7 +97,8 @@ class Trainer:
                 yielded = True
                 yield batch
             if not yielded:
-                share = " (a stream: than each worker's share of it)" if is_stream(self.pipeline.dataset) else ""
+                split = is_stream(self.pipeline.dataset) and self.setup.loader_kwargs.get("num_workers")
+                share = " (a stream: than each worker's share of it)" if split else ""
                 raise ValueError(f"the DataLoader produced no batch: batch_size is larger than the dataset{share}")
 
     def to_device(self, batch: Any) -> Any:

@@ -26,10 +26,10 @@ def shuffles(dataset: Any) -> bool:
 
 
 def dataset_length(dataset: Any) -> int | None:
-    """``len(dataset)``; None for a stream that has no length (a map-style dataset without one raises TypeError)."""
+    """``len(dataset)``; None for a stream that has none (a map-style dataset's len() raises as it does)."""
     try:
         return len(dataset)
-    except TypeError:
+    except Exception:  # a stream needs no length, whatever len() raises for it
         if is_stream(dataset):
             return None
         raise
@@ -44,7 +44,10 @@ def repeats_in_workers(dataset: Any) -> bool:
     A stream that fails in a worker reads as not repeated: its trials with workers fail alike, and a failure in a
     DataLoader worker rules out every configuration with workers (``study/space.py``), as a map-style dataset's
     does."""
-    samples = iter(DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=_same_seed))
+    try:  # starting them pickles the stream where workers are spawned, not forked
+        samples = iter(DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=_same_seed))
+    except Exception:
+        return False
     try:
         first, second = next(samples, None), next(samples, None)
     except Exception:

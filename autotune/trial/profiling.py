@@ -43,9 +43,9 @@ def run_profile(
     effective_batch_size: int | None = None,
 ) -> ProfileResult:
     """Profile ``pipeline`` with ``knobs`` applied on ``device`` as ``plan`` says, in this process."""
-    data = (InstrumentedStream if is_stream(pipeline.dataset) else InstrumentedData)(
-        pipeline.dataset, pipeline.collate_fn
-    )
+    stream = is_stream(pipeline.dataset)
+    repeats = stream and repeats_in_workers(pipeline.dataset)  # before this process reads it, as the inspection does
+    data = (InstrumentedStream if stream else InstrumentedData)(pipeline.dataset, pipeline.collate_fn)
     trainer = Trainer(replace(pipeline, dataset=data, collate_fn=data.collate), knobs, device, effective_batch_size)
     workers = knobs["num_workers"]
     batches = trainer.batches()
@@ -84,7 +84,7 @@ def run_profile(
         cpu=cpu,
         optimizer_options=sorted(optimizer_options(pipeline.optimizer_factory, str(device))),
         input_ndim=input_ndim(first.batch),
-        repeats_in_workers=is_stream(pipeline.dataset) and repeats_in_workers(pipeline.dataset),
+        repeats_in_workers=repeats,
     )
 
 
