@@ -381,9 +381,9 @@ def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = N
     trial process: the pipeline's imports and build, and its first sample.
 
     A configuration error found there is raised as it was (the key it names; exit 2), as is a baseline the facts
-    rule out (``check_baseline``). A crash, hang or other failure
-    is one line naming the pipeline (exit 1), its log kept as trials/inspect.log in ``output_dir``; a run that
-    stops at neither leaves nothing there. ``clock`` counts its process, where given.
+    rule out (``check_baseline``). A crash, hang or other failure is one line naming the pipeline (exit 1), its log
+    kept as trials/inspect.log in ``output_dir``; a run that stops at neither leaves nothing there. ``clock`` counts
+    its process, where given.
     """
     with tempfile.TemporaryDirectory(prefix="autotune-inspect-") as scratch:
         result = TrialRunner(settings, settings.measure.device, Path(scratch), clock=clock).inspect()

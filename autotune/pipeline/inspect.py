@@ -124,15 +124,14 @@ def _first_batch(dataset: Any, collate: Any, stream: bool) -> Any:
     what = "its first sample" if stream else "sample 0"
     try:
         sample = next(iter(dataset), _NOTHING) if stream else dataset[0]
-        if sample is _NOTHING:
-            raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty: iterating it yields nothing")
-        return collate([sample])
-    except ConfigError:
-        raise
+        batch = None if sample is _NOTHING else collate([sample])
     except Exception as exc:
         raise ConfigError(
             "pipeline.dataset", f"reading and collating {what} failed: {type(exc).__name__}: {exc}"
         ) from exc
+    if sample is _NOTHING:
+        raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty: iterating it yields nothing")
+    return batch
 
 
 _NOTHING = object()
