@@ -20,6 +20,7 @@ from autotune.config.load import load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.measure.loading import InstrumentedStream
+from autotune.pipeline import streams
 from autotune.pipeline.build import build_pipeline
 from autotune.pipeline.inspect import inspect_pipeline
 from autotune.pipeline.setup import Trainer
@@ -78,6 +79,17 @@ def test_workers_repeat_a_stream_where_their_first_samples_are_the_same():
     assert not repeats_in_workers(SplitStream(1)), "the second worker has nothing to yield: nothing repeated"
     assert not repeats_in_workers(WorkerHatingStream(8)), "its trials with workers fail, and rule those out"
     assert not multiprocessing.active_children(), "the check's workers are gone, after a failure too"
+
+
+def test_workers_that_cannot_start_read_as_not_repeating_the_stream(monkeypatch):
+    """Spawned, not forked, workers pickle the stream: one holding a lock cannot start them."""
+
+    class Unstartable(DataLoader):
+        def __iter__(self):
+            raise TypeError("cannot pickle '_thread.lock' object")
+
+    monkeypatch.setattr(streams, "DataLoader", Unstartable)
+    assert not repeats_in_workers(WholeStream(8)), "its trials with workers fail, and rule those out"
 
 
 @pytest.mark.parametrize(
