@@ -1,10 +1,10 @@
 """``mode=selfcheck``: does autotune's harness read what a plain training loop reads, for this pipeline here?
 
 The baseline, and the configuration the stored study recommends (when there is one; or the recommended.yaml the
-command names, ``recommended=PATH``), run in processes of their own,
-each once timed by a trial (the harness, with the full window) and once by the plain loop that judges it
-(``autotune/trial/plain.py``, a fresh interpreter), for ``selfcheck.rounds`` rounds; the order alternates from run
-to run, so neither loop always goes first. The record is saved to selfcheck.json before it is printed.
+command names, ``recommended=PATH``), run in processes of their own, each once timed by a trial (the harness, with
+the full window) and once by the plain loop that judges it (``autotune/trial/plain.py``, a fresh interpreter), for
+``selfcheck.rounds`` rounds; the order alternates from run to run, so neither loop always goes first. The record is
+saved to selfcheck.json before it is printed.
 """
 
 from __future__ import annotations

@@ -120,8 +120,8 @@ class Settings:
     ``batch_policy`` is "free" (batch size varies) or "fixed_effective" (micro-batch x accumulation
     steps = the baseline's batch size). ``mode`` is "tune"; "selfcheck": the harness against a plain loop
     for ``selfcheck_rounds`` interleaved rounds (the study's recommendation, or the one in the file ``recommended``);
-    "benchmark": the recommendation in the file ``recommended``
-    against the baseline, with each change's share, for ``benchmark_rounds`` interleaved rounds; or "check": the
+    "benchmark": the recommendation in the file ``recommended`` against the baseline, with each change's share, for
+    ``benchmark_rounds`` interleaved rounds; or "check": the
     recommendation in the report.json (or a check.json) ``against`` against the baseline for ``check_rounds``
     interleaved rounds, failing where its speedup fell more than ``check_tolerance`` (a fraction) beyond the noise;
     or "profile": the baseline taken apart in one profiling run (``profile_steps`` steps timed stage by stage or more,

@@ -87,11 +87,10 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     IterableDataset) may have no length; whether its DataLoader workers would repeat one another is read too."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
-    stream = is_stream(dataset)
-    repeats = stream and repeats_in_workers(dataset)  # before this process reads it: workers start as a trial's do
+    repeats = repeats_in_workers(dataset)  # before this process reads it: workers start as a trial's do
     length = _length(dataset)
     collate = build_component(spec, "collate_fn") or default_collate
-    batch = _first_batch(dataset, collate, stream)
+    batch = _first_batch(dataset, collate)
     if spec.components.get("step") is None and not _is_input_target(batch):
         raise ConfigError(
             "pipeline.step",
@@ -119,8 +118,9 @@ def _length(dataset: Any) -> int | None:
     return length
 
 
-def _first_batch(dataset: Any, collate: Any, stream: bool) -> Any:
+def _first_batch(dataset: Any, collate: Any) -> Any:
     """Sample 0 of a map-style dataset, or a stream's first, collated alone."""
+    stream = is_stream(dataset)
     what = "its first sample" if stream else "sample 0"
     try:
         sample = next(iter(dataset), _NOTHING) if stream else dataset[0]

@@ -36,14 +36,16 @@ def dataset_length(dataset: Any) -> int | None:
 
 
 def repeats_in_workers(dataset: Any) -> bool:
-    """Whether the stream ``dataset`` gives every DataLoader worker the same samples: its first sample in a second
+    """Whether ``dataset`` is a stream that gives every DataLoader worker the same samples: its first sample in a second
     worker equals its first in the first (workers hand over their samples in turn), both workers seeded alike, so
     that random augmentation does not hide a stream each reads whole. A stream that splits itself across workers
     differs there; one of random samples alone, from torch's, Python's or NumPy's generator, reads as repeated.
 
     A stream that fails in a worker reads as not repeated: its trials with workers fail alike, and a failure in a
     DataLoader worker rules out every configuration with workers (``study/space.py``), as a map-style dataset's
-    does."""
+    does. A map-style dataset's workers each load the indices the DataLoader hands them: not repeated."""
+    if not is_stream(dataset):
+        return False
     try:  # starting them pickles the stream where workers are spawned, not forked
         samples = iter(DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=_same_seed))
     except Exception:

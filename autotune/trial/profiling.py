@@ -43,9 +43,10 @@ def run_profile(
     effective_batch_size: int | None = None,
 ) -> ProfileResult:
     """Profile ``pipeline`` with ``knobs`` applied on ``device`` as ``plan`` says, in this process."""
-    stream = is_stream(pipeline.dataset)
-    repeats = stream and repeats_in_workers(pipeline.dataset)  # before this process reads it, as the inspection does
-    data = (InstrumentedStream if stream else InstrumentedData)(pipeline.dataset, pipeline.collate_fn)
+    repeats = repeats_in_workers(pipeline.dataset)  # before this process reads it, as the inspection does
+    data = (InstrumentedStream if is_stream(pipeline.dataset) else InstrumentedData)(
+        pipeline.dataset, pipeline.collate_fn
+    )
     trainer = Trainer(replace(pipeline, dataset=data, collate_fn=data.collate), knobs, device, effective_batch_size)
     workers = knobs["num_workers"]
     batches = trainer.batches()
