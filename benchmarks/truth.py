@@ -75,6 +75,18 @@ CASES = {
         {**WORKERS, "batch_size": 128, "num_workers": 4, "channels_last": True, "amp": "bf16"},
         [],
     ),
+    # The example's pick on the Xeon model 167 (2026-12-05): 2 workers for 2 cores, restarted each epoch (64 steps,
+    # ~15 s), and the same with persistent workers: a window shorter than an epoch may hold no boundary.
+    "mymodel/pick": (
+        "mymodel",
+        {"batch_size": 64, "num_workers": 2, "num_threads": 1, "channels_last": True, "amp": "bf16"},
+        [],
+    ),
+    "mymodel/pick-persistent": (
+        "mymodel",
+        {**WORKERS, "batch_size": 64, "channels_last": True, "amp": "bf16"},
+        [],
+    ),
     "transformer_lm/baseline": ("transformer_lm", {}, []),
     "transformer_lm/batch64-1thread": ("transformer_lm", {"batch_size": 64, "num_threads": 1}, []),
     # Persistent workers across epoch boundaries where the model step, not loading, is the work: 11 steps an epoch.

@@ -31,13 +31,32 @@ class WindowPlan:
     """When the timed window ends: once it has ``min_steps`` steps and ``min_time_s`` seconds, or at
     ``max_time_s`` whatever the step count; in either case on a multiple of ``step_multiple`` steps (the
     micro-batches of one optimizer step under gradient accumulation: the window then holds whole optimizer steps,
-    whichever micro-batch it starts at). ``warmup`` decides when it starts."""
+    whichever micro-batch it starts at). ``warmup`` decides when it starts. ``epoch_steps``: the steps of an epoch of
+    a loader whose workers may stall it at an epoch's start; where ``whole_epochs`` says so, the window then ends
+    on a whole number of epochs' steps, the first past its minimum steps and time."""
 
     min_steps: int = 15
     min_time_s: float = 2.0
     max_time_s: float = 30.0
     warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
     step_multiple: int = 1
+    epoch_steps: int | None = None
+
+    def whole_epochs(self, epoch_steps: int | None, step_s: float) -> int:
+        """How many whole epochs of ``epoch_steps`` steps a window holds at ``step_s`` seconds a step: the fewest
+        that make ``min_steps`` and ``min_time_s``, where they take at most half of ``max_time_s`` (room for the pace
+        to halve); 0 where they take longer, where micro-batches accumulate, or where the epoch's length is unknown:
+        the window then ends by its steps and time alone.
+
+        An epoch's start can stall the loop (workers start again, or refill their queue from empty), and a window
+        shorter than an epoch mostly holds no start: one of whole epochs' steps, wherever it starts, holds as many
+        starts as epochs, as training does (``docs/measurement.md``)."""
+        finite = math.isfinite(self.min_time_s) and math.isfinite(self.max_time_s)
+        if not epoch_steps or step_s <= 0 or self.step_multiple > 1 or not finite:
+            return 0
+        epoch_s = epoch_steps * step_s
+        epochs = max(1, math.ceil(self.min_steps / epoch_steps), math.ceil(self.min_time_s / epoch_s))
+        return epochs if epochs * epoch_s <= self.max_time_s / 2 else 0
 
     @classmethod
     def unbounded(cls, warmup: WarmupPolicy | None = None) -> WindowPlan:
@@ -58,7 +77,8 @@ class Timing:
     say, or for the high end, where it has no upper bound); run-to-run variation is larger and only repeated runs
     show it. ``transfer_s`` is host-to-device copy and input layout conversion; ``data_stall_fraction`` is the
     share of the window spent waiting for data. ``warmup_steps`` and ``warmup_s`` count every untimed step before
-    the window: the warm-up's and those drained after it (``StepRecorder.drain``).
+    the window: the warm-up's and those drained after it (``StepRecorder.drain``). ``epochs``: the whole epochs'
+    steps the window held (``WindowPlan.whole_epochs``; 0: it ended by its steps and time).
     """
 
     steps: int
@@ -79,6 +99,7 @@ class Timing:
     warmup_s: float
     warmup_settled: bool
     compile_s: float
+    epochs: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,7 @@ class StepRecorder:
         self._waited: list[tuple[int, float, float]] = []  # long waits: (the step's place, the wait, the step's end)
         self._long_wait_s = math.inf  # STALL settled steps, once warm-up has settled
         self._trimmed = 0  # the window's first steps left out, to start it just after a stall
+        self._whole_epochs = False  # whether the window ends on whole epochs' steps
 
     @property
     def done(self) -> bool:
@@ -183,6 +205,7 @@ class StepRecorder:
             self.phase, self.window_start = WINDOW, now
             self._warmup_compile_s = excess_time(self.warmup_times, self.settled_step_s)
             self._long_wait_s = STALL * self.settled_step_s if self.settled_step_s > 0 else math.inf
+            self._whole_epochs = self.plan.whole_epochs(self.plan.epoch_steps, self.settled_step_s) > 0
 
     def _end_drain_step(self, now: float) -> None:
         self._drain_times.append(now - self._step_start)
@@ -207,7 +230,10 @@ class StepRecorder:
         if elapsed >= plan.max_time_s:
             self.phase = DONE
         elif steps >= plan.min_steps and elapsed >= plan.min_time_s:
-            self._end_on_stalls(now)
+            if not self._whole_epochs:
+                self._end_on_stalls(now)
+            elif steps % plan.epoch_steps == 0:
+                self.phase = DONE
 
     def _end_on_stalls(self, now: float) -> None:
         """End the window, which is long enough, where its edges fall just after stalls for the loader.
@@ -304,7 +330,13 @@ class StepRecorder:
             warmup_s=sum(self.warmup_times) + sum(self._drain_times),
             warmup_settled=self.warmup_settled,
             compile_s=excess_time(self.warmup_times, median) if compiling else 0.0,
+            epochs=self._epochs_timed(),
         )
+
+    def _epochs_timed(self) -> int:
+        """The whole epochs' steps the window held; 0 where it did not end on them (or ended at ``max_time_s``)."""
+        steps, epoch = len(self._samples), self.plan.epoch_steps
+        return steps // epoch if self._whole_epochs and steps % epoch == 0 else 0
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,17 @@ def dataset_length(dataset: Any) -> int | None:
         raise
 
 
+def epoch_steps(loader: DataLoader) -> int | None:
+    """The steps of an epoch of ``loader``; None where its dataset has no length, or is a stream, whose workers each
+    drop their own last part-batch, so that len() may count more steps than an epoch has."""
+    if is_stream(loader.dataset):
+        return None
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
 def repeats_in_workers(dataset: Any) -> bool:
     """Whether ``dataset`` is a stream that gives every DataLoader worker the same samples: its first sample in a second
     worker equals its first in the first (workers hand over their samples in turn), both workers seeded alike, so

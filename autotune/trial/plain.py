@@ -21,7 +21,7 @@ from autotune.batches import to_device
 from autotune.knobs import TrainingSetup, apply_knobs
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.build import Pipeline
-from autotune.pipeline.streams import is_stream, shuffles
+from autotune.pipeline.streams import epoch_steps, shuffles
 from autotune.trial.result import PlainRun
 
 
@@ -33,10 +33,11 @@ def run_plain(
     ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``), ending on a whole number
     of optimizer steps where micro-batches accumulate to ``effective_batch_size``.
 
-    Where an epoch takes no longer than the window's minimum time (at the pace of the warm-up's last epoch's worth
-    of steps) and micro-batches do not accumulate, the window times whole epochs, from an epoch's first batch to a
-    later epoch's last step: a loader that stalls at epoch boundaries, or whose workers deliver in waves within an
-    epoch, then counts its stalls as often as a long run does, wherever the warm-up ended.
+    Where a window of whole epochs is short enough (``WindowPlan.whole_epochs``, at the pace of the warm-up's last
+    epoch's worth of steps) and micro-batches do not accumulate, the window times whole epochs, from an epoch's
+    first batch to the last step of the first epoch that ends past its minimum steps and time: a loader that stalls
+    at epoch boundaries, or whose workers deliver in waves within an epoch, then counts its stalls as often as a long
+    run does, wherever the warm-up ended.
     """
     setup = TrainingSetup(model=pipeline.model.to(device), device=device)
     apply_knobs(knobs, setup)
@@ -51,7 +52,7 @@ def run_plain(
     )
     batch_size = knobs["batch_size"]
     accumulate = (effective_batch_size or batch_size) // batch_size
-    epoch_steps = _length(loader) if accumulate == 1 else None
+    steps_per_epoch = epoch_steps(loader) if accumulate == 1 else None
 
     def loss_of(batch):
         if pipeline.step_fn is not None:
@@ -66,14 +67,14 @@ def run_plain(
 
     warmup_steps, warmup_s = plan.warmup.min_steps, plan.warmup.on(device.type).min_time_s
     warmup, step, start, boundaries, whole_epochs, began = None, 0, None, 0, None, time.perf_counter()
-    ends = deque([began], maxlen=(epoch_steps or 0) + 1)  # the warm-up's last epoch's worth of step ends
+    ends = deque([began], maxlen=(steps_per_epoch or 0) + 1)  # the warm-up's last epoch's worth of step ends
     while True:
         if start is None and whole_epochs:
             _wait_for(device)
             warmup, start = step, time.perf_counter()
-        elif start is not None:
-            if whole_epochs and step - warmup >= plan.min_steps and time.perf_counter() - start >= plan.min_time_s:
-                return finished(step - warmup, boundaries)
+        elif whole_epochs and step - warmup >= plan.min_steps and time.perf_counter() - start >= plan.min_time_s:
+            return finished(step - warmup, boundaries)
+        if start is not None:  # an epoch begins inside the window
             boundaries += 1
         for batch in loader:
             batch = to_device(batch, setup)
@@ -97,8 +98,8 @@ def run_plain(
             if start is None:
                 ends.append(now)
                 if whole_epochs is None and step >= warmup_steps and now - began >= warmup_s:
-                    epoch_s = epoch_steps and epoch_steps * (ends[-1] - ends[0]) / (len(ends) - 1)  # at their pace
-                    whole_epochs = bool(epoch_s) and epoch_s <= plan.min_time_s
+                    pace_s = (ends[-1] - ends[0]) / max(1, len(ends) - 1)  # the warm-up's last epoch's worth of steps
+                    whole_epochs = plan.whole_epochs(steps_per_epoch, pace_s)
                     if not whole_epochs:
                         _wait_for(device)
                         warmup, start = step, time.perf_counter()
@@ -107,17 +108,6 @@ def run_plain(
                 long_enough = timed >= plan.min_steps and elapsed >= plan.min_time_s and not whole_epochs
                 if (elapsed >= plan.max_time_s or long_enough) and timed % accumulate == 0:  # whole optimizer steps
                     return finished(timed, boundaries)
-
-
-def _length(loader: DataLoader) -> int | None:
-    """The steps of an epoch of ``loader``; None where its dataset has no length, or is a stream, whose workers each
-    drop their own last part-batch, so that len() may count more steps than an epoch has."""
-    if is_stream(loader.dataset):
-        return None
-    try:
-        return len(loader)
-    except TypeError:
-        return None
 
 
 def _wait_for(device: torch.device) -> None:

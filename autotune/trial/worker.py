@@ -40,6 +40,7 @@ from autotune.pipeline.setup import (
     skipped_problem,
     skipped_steps,
 )
+from autotune.pipeline.streams import epoch_steps
 from autotune.trial.exceptions import exception_text, is_out_of_memory
 from autotune.trial.placement import pin_from_env
 from autotune.trial.plain import run_plain
@@ -85,7 +86,9 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
     # collate function may lay out in any way (a tuple of images, a list of sequences, a flattened pack).
     samples = request.knobs["batch_size"]
     try:
-        plan = replace(request.plan, step_multiple=trainer.accumulation_steps)
+        # An epoch's start stalls the loop only where workers load its batches; without them it starts at once.
+        stalling = epoch_steps(loader) if loader.num_workers else None
+        plan = replace(request.plan, step_multiple=trainer.accumulation_steps, epoch_steps=stalling)
         with Profiler("trial", device, plan, request.memory_interval_s, compiling) as prof:
             for index, batch in enumerate(prof.wrap(batches, prepared_ahead(loader))):
                 batch = trainer.to_device(batch)

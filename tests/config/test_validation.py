@@ -24,7 +24,8 @@ BUILT = {
     Settings: {"pipeline", "baseline", "search", "study", "measure"},
     StudySettings: set(),
     MeasureSettings: {"plan", "screen_plan"},
-    WindowPlan: {"warmup", "step_multiple"},  # step_multiple: each trial's, from its gradient accumulation
+    # step_multiple and epoch_steps: each trial's, from its gradient accumulation and its loader
+    WindowPlan: {"warmup", "step_multiple", "epoch_steps"},
     WarmupPolicy: {"span"},
     ScreenPlan: set(),
 }

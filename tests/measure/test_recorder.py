@@ -251,6 +251,46 @@ def test_under_gradient_accumulation_a_window_ends_on_whole_optimizer_steps_stal
     assert timing.steps % 4 == 0 and timing.window_s < 1.0 + 4 * 0.41
 
 
+@pytest.mark.parametrize("offset", [1, 30, 62, 97])
+def test_a_window_of_a_loader_whose_epochs_start_with_a_stall_holds_whole_epochs_wherever_it_starts(offset):
+    # 100 steps of 10 ms an epoch, its first batch after a 0.4 s stall (workers start again or refill their queue).
+    # A 1 s window ended by its time mostly held no stall and read 1.4x a long run's figure; one of whole epochs'
+    # steps holds one stall an epoch, as training does.
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=100)
+    timing = run(StepRecorder(plan, clock), clock, bursts(0.4, 100, 0.01, offset)).timing()
+    assert timing.epochs == 1 and timing.steps == 100
+    assert timing.throughput == pytest.approx(100 * 8 / 1.4)
+    longer = replace(plan, min_time_s=1.5)
+    timing = run(StepRecorder(longer, clock), clock, bursts(0.4, 100, 0.01, offset)).timing()
+    assert timing.epochs == 2 and timing.steps == 200 and timing.throughput == pytest.approx(100 * 8 / 1.4)
+
+
+def test_a_window_of_whole_epochs_ends_on_the_first_epochs_end_past_its_minimum_time_whatever_the_pace():
+    # Warm-up settles at 20 ms a step (2 epochs of 50 steps for 1.2 s), then the steps take 10 ms: 2 epochs are 1 s.
+    clock, slow, fast = FakeClock(), (0.0, 0.0, 0.02), (0.0, 0.0, 0.01)
+    plan = WindowPlan(min_steps=10, min_time_s=1.2, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=50)
+    timing = run(StepRecorder(plan, clock), clock, itertools.chain([slow] * 2, itertools.repeat(fast))).timing()
+    assert timing.epochs == 3 and timing.steps == 150 and timing.window_s == pytest.approx(1.5)
+
+
+def test_a_window_of_epochs_too_long_to_time_whole_ends_by_its_steps_and_time():
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=1600)
+    timing = run(StepRecorder(plan, clock), clock, steady(0.0, 0.0, 0.01)).timing()
+    assert timing.epochs == 0 and timing.window_s == pytest.approx(1.0, abs=0.01), "16 s an epoch: over half of 30 s"
+
+
+def test_whole_epochs_are_the_fewest_that_fill_the_window_where_they_take_half_its_longest_time_at_most():
+    plan = WindowPlan(min_steps=15, min_time_s=2.0, max_time_s=30.0)
+    assert plan.whole_epochs(100, 0.01) == 2, "2 s at 1 s an epoch"
+    assert plan.whole_epochs(4, 0.1) == 5, "at least 15 steps: 20"
+    assert plan.whole_epochs(100, 0.15) == 1 and plan.whole_epochs(100, 0.151) == 0, "15 s is half of 30 s"
+    assert plan.whole_epochs(None, 0.01) == 0, "a stream's length is unknown"
+    assert replace(plan, step_multiple=4).whole_epochs(100, 0.01) == 0, "micro-batches end windows on their own"
+    assert WindowPlan.unbounded().whole_epochs(100, 0.01) == 0
+
+
 def test_a_device_sample_of_a_window_started_later_keeps_its_steps_from_there():
     split = StepSplit([0.1, 0.2, 0.3], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [8, 8, 4], indices=[0, 3, 5])
     later = split.from_step(3)

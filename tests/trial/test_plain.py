@@ -26,12 +26,13 @@ def test_the_plain_loop_times_whole_epochs_where_one_is_shorter_than_its_window(
     assert run.warmup_steps == 4, "3 steps of warm-up, then the rest of the epoch"
     assert run.steps >= 12 and run.steps % 4 == 0 and run.window_s >= 0.1
     assert run.samples == 16 * run.steps and run.throughput == run.samples / run.window_s
-    assert run.epoch_boundaries == run.steps // 4 - 1
+    assert run.epoch_boundaries == run.steps // 4, "the first epoch's start is in the window too"
 
 
-def test_the_plain_loop_times_its_window_from_its_warm_ups_end_where_an_epoch_is_longer():
-    request = trial_request(length=16000)  # 1000 steps an epoch
-    run = run_plain(build_pipeline(request.pipeline), request.knobs, torch.device("cpu"), PLAN, None)
+def test_the_plain_loop_times_its_window_from_its_warm_ups_end_where_an_epoch_is_too_long_to_time_whole():
+    request = trial_request(length=16000)  # 1000 steps an epoch, over half of the longest window
+    plan = replace(PLAN, max_time_s=0.2)
+    run = run_plain(build_pipeline(request.pipeline), request.knobs, torch.device("cpu"), plan, None)
     assert run.warmup_steps == 3 and run.steps >= 12 and run.epoch_boundaries == 0
 
 
@@ -81,6 +82,16 @@ def test_a_plain_request_runs_the_plain_loop_in_the_trial_worker():
     result = run_request(replace(request, plain=True, plan=PLAN))
     assert result.ok and result.measurement is None and result.plain.steps >= 12
     assert type(result).from_dict(result.to_dict()) == result
+
+
+def test_the_harness_times_whole_epochs_of_a_loader_with_workers_where_one_is_short_and_not_without_workers():
+    request = trial_request(length=64)  # 4 steps an epoch at batch 16, milliseconds each
+    workers = {**request.knobs, "num_workers": 1, "prefetch_factor": 2, "persistent_workers": True}
+    result = run_request(replace(request, plan=PLAN, knobs=workers))
+    assert result.ok, result.failure
+    assert result.timing.epochs >= 3 and result.timing.steps == 4 * result.timing.epochs, "12 steps at least"
+    result = run_request(replace(request, plan=PLAN))
+    assert result.ok and result.timing.epochs == 0, "without workers an epoch starts without a stall"
 
 
 def test_the_harness_times_whole_optimizer_steps_where_micro_batches_accumulate():
