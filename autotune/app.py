@@ -586,8 +586,9 @@ class TrialRunner:
 
 
 def _window(plan: WindowPlan) -> dict:
-    """A window's settings, without what each trial sets for itself (``step_multiple``: its accumulation)."""
-    return {name: value for name, value in asdict(plan).items() if name != "step_multiple"}
+    """A window's settings, without what each trial sets for itself (``step_multiple``: its accumulation;
+    ``epoch_steps``: its loader's)."""
+    return {name: value for name, value in asdict(plan).items() if name not in ("step_multiple", "epoch_steps")}
 
 
 def other_thread_variables(machines: dict[str, dict], described: dict) -> str | None:

@@ -686,6 +686,18 @@ def _disturbed_race_runs(summary: Summary) -> dict[str, Disturbance]:
     return {name: disturbance for race in summary.races for name, disturbance in race.disturbed.items()}
 
 
+def _whole_epochs(results: StudyResults) -> str:
+    """How many of the study's windows ended on whole epochs, in words ("" where none did)."""
+    timings = [r.result.timing for r in [results.baseline, *results.trials] if r is not None and r.result.timing]
+    whole = sum(timing.epochs > 0 for timing in timings)
+    if not whole:
+        return ""
+    return (
+        f" {whole} of {len(timings)} trials' windows ended on whole epochs (DataLoader workers whose epochs were short "
+        "enough: docs/measurement.md), so that they held the stalls of the epochs' starts as often as training does."
+    )
+
+
 def _method(results: StudyResults) -> str:
     plan = results.measure
     warmup = WarmupPolicy(**plan["warmup"]).on(results.device.split(":")[0])
@@ -717,12 +729,10 @@ def _method(results: StudyResults) -> str:
         f"steps{lasting}; the warm-up steps counted include those run after it to use up the batches DataLoader "
         "workers loaded while the window's start was read), then a timed window of at least "
         f"{plan['min_steps']} steps and {plan['min_time_s']:g} s "
-        f"(at most {plan['max_time_s']:g} s), ending on whole epochs where DataLoader workers load the batches and "
-        f"whole epochs take at most {plan['max_time_s'] / 2:g} s, so that it holds their starts' stalls as often as "
-        f"training does.{screened} Each trial ran the loop a user runs: one DataLoader over its "
-        "epochs, nothing waiting for a GPU inside the window but its end. Throughput is samples in the window divided "
-        "by its wall time; data wait is the share of the window spent blocked on the next batch (on a GPU: the device "
-        f"idle before a batch, from CUDA events). {peak}The "
+        f"(at most {plan['max_time_s']:g} s).{_whole_epochs(results)}{screened} Each trial ran the loop a user "
+        "runs: one DataLoader over its epochs, nothing waiting for a GPU inside the window but its end. Throughput "
+        "is samples in the window divided by its wall time; data wait is the share of the window spent blocked on "
+        f"the next batch (on a GPU: the device idle before a batch, from CUDA events). {peak}The "
         f"{'host' if gpu else 'peak'} memory sums the trial's process tree (DataLoader workers included) "
         "using PSS where the OS provides it, so shared pages are not counted twice: PSS is read outside the window; "
         "inside it, where such a read would slow the loop, resident sizes are sampled and corrected by the shared "

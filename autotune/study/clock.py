@@ -165,6 +165,8 @@ class RunClock:
             return None
         plan, step_s = self._plan, timing.window_s / timing.steps
         window_s = min(plan.max_time_s, max(plan.min_time_s, plan.min_steps * step_s))
+        if timing.epochs:  # a full window ends on whole epochs too
+            window_s = max(window_s, timing.window_s)
         return screened.wall_s - (screened.startup_s or 0.0) - timing.window_s + window_s + startup
 
     def draw_s(self) -> float:

@@ -3,7 +3,7 @@
 It shares no measurement code with the harness (no Profiler, no Trainer, no sampler): it builds the pipeline,
 applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up (a number of
 steps, and on CUDA a second) it counts steps until the window is as long as the harness's would be, reading the
-clock after each step as a loop that stops on time does, or, where an epoch is shorter than that, whole epochs; on a
+clock after each step as a loop that stops on time does, or, where epochs are short, whole epochs; on a
 GPU it waits for the device only at the window's two ends. ``mode=selfcheck`` and ``benchmarks/truth.py`` compare
 the harness with it.
 """
@@ -33,8 +33,8 @@ def run_plain(
     ``plan.min_steps`` steps and ``plan.min_time_s`` seconds (at most ``plan.max_time_s``), ending on a whole number
     of optimizer steps where micro-batches accumulate to ``effective_batch_size``.
 
-    Where a window of whole epochs is short enough (``WindowPlan.whole_epochs``, at the pace of the warm-up's last
-    epoch's worth of steps) and micro-batches do not accumulate, the window times whole epochs, from an epoch's
+    Where a window of whole epochs is short enough (``WindowPlan.whole_epochs``, at the pace of the warm-up's steps
+    after its first) and micro-batches do not accumulate, the window times whole epochs, from an epoch's
     first batch to the last step of the first epoch that ends past its minimum steps and time: a loader that stalls
     at epoch boundaries, or whose workers deliver in waves within an epoch, then counts its stalls as often as a long
     run does, wherever the warm-up ended.
@@ -67,7 +67,7 @@ def run_plain(
 
     warmup_steps, warmup_s = plan.warmup.min_steps, plan.warmup.on(device.type).min_time_s
     warmup, step, start, boundaries, whole_epochs, began = None, 0, None, 0, None, time.perf_counter()
-    ends = deque([began], maxlen=(steps_per_epoch or 0) + 1)  # the warm-up's last epoch's worth of step ends
+    last, paces = began, deque(maxlen=steps_per_epoch or 1)  # the warm-up's step times after its first
     while True:
         if start is None and whole_epochs:
             _wait_for(device)
@@ -96,10 +96,11 @@ def run_plain(
                 optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
             now = time.perf_counter()
             if start is None:
-                ends.append(now)
+                if step > 1:
+                    paces.append(now - last)
+                last = now
                 if whole_epochs is None and step >= warmup_steps and now - began >= warmup_s:
-                    pace_s = (ends[-1] - ends[0]) / max(1, len(ends) - 1)  # the warm-up's last epoch's worth of steps
-                    whole_epochs = plan.whole_epochs(steps_per_epoch, pace_s)
+                    whole_epochs = plan.whole_epochs(steps_per_epoch, list(paces))
                     if not whole_epochs:
                         _wait_for(device)
                         warmup, start = step, time.perf_counter()

@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autotune.app import _window
 from autotune.config.load import did_you_mean, load_settings, unknown_key
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
+from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Refusal
 from autotune.pipeline.inspect import read_facts
 from tests.conftest import NEUTRAL_KNOBS, REPO, TEST_CONF, tiny_config
@@ -26,6 +29,14 @@ def test_a_valid_config_becomes_settings():
     assert settings.search == {name: None for name in KNOBS}
     assert settings.measure.plan.min_steps == 3
     assert settings.measure.screen_plan == settings.measure.plan, "no screen_* keys: search trials use the window"
+
+
+def test_what_a_trial_sets_in_its_window_for_itself_is_not_in_the_studys_settings():
+    # A study is resumed only under the settings it was created with: a field each trial sets (its accumulation, its
+    # loader's epoch) must not change them, or every study stored before the field came would be refused.
+    plan = WindowPlan()
+    assert _window(replace(plan, step_multiple=4, epoch_steps=32)) == _window(plan)
+    assert set(_window(plan)) == {"min_steps", "min_time_s", "max_time_s", "warmup"}
 
 
 def test_search_trials_are_screened_with_a_shorter_window():

@@ -274,6 +274,14 @@ def test_a_window_of_whole_epochs_ends_on_the_first_epochs_end_past_its_minimum_
     assert timing.epochs == 3 and timing.steps == 150 and timing.window_s == pytest.approx(1.5)
 
 
+def test_a_window_whose_whole_epochs_take_longer_than_foreseen_ends_as_any_other_by_half_its_longest_time():
+    # Warm-up paced 10 ms a step (1 s an epoch of 100), then 200 ms: whole epochs would take 20 s.
+    clock, fast, slow = FakeClock(), (0.0, 0.0, 0.01), (0.0, 0.0, 0.2)
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=100)
+    timing = run(StepRecorder(plan, clock), clock, itertools.chain([fast] * 3, itertools.repeat(slow))).timing()
+    assert timing.epochs == 0 and timing.window_s == pytest.approx(15.0, abs=0.21)
+
+
 def test_a_window_of_epochs_too_long_to_time_whole_ends_by_its_steps_and_time():
     clock = FakeClock()
     plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=1600)
@@ -283,12 +291,15 @@ def test_a_window_of_epochs_too_long_to_time_whole_ends_by_its_steps_and_time():
 
 def test_whole_epochs_are_the_fewest_that_fill_the_window_where_they_take_half_its_longest_time_at_most():
     plan = WindowPlan(min_steps=15, min_time_s=2.0, max_time_s=30.0)
-    assert plan.whole_epochs(100, 0.01) == 2, "2 s at 1 s an epoch"
-    assert plan.whole_epochs(4, 0.1) == 5, "at least 15 steps: 20"
-    assert plan.whole_epochs(100, 0.15) == 1 and plan.whole_epochs(100, 0.151) == 0, "15 s is half of 30 s"
-    assert plan.whole_epochs(None, 0.01) == 0, "a stream's length is unknown"
-    assert replace(plan, step_multiple=4).whole_epochs(100, 0.01) == 0, "micro-batches end windows on their own"
-    assert WindowPlan.unbounded().whole_epochs(100, 0.01) == 0
+    assert plan.whole_epochs(100, [0.01] * 8) == 2, "2 s at 1 s an epoch"
+    assert plan.whole_epochs(4, [0.1] * 8) == 5, "at least 15 steps: 20"
+    assert plan.whole_epochs(100, [0.15] * 8) == 1 and plan.whole_epochs(100, [0.151] * 8) == 0, "15 s: half of 30"
+    waves = [0.02, 0.02, 0.02, 0.3] * 2  # workers that deliver in waves: the median step hides the waits
+    assert plan.whole_epochs(200, waves) == 0 and plan.whole_epochs(40, waves) == 1, "paced by the mean: 0.09 s"
+    assert plan.whole_epochs(2, [1.0] * 8 + [0.01] * 2) == 100, "paced by the last epoch's worth (by all: 8)"
+    assert plan.whole_epochs(None, [0.01] * 8) == 0, "a stream's length is unknown"
+    assert replace(plan, step_multiple=4).whole_epochs(100, [0.01] * 8) == 0, "micro-batches end windows themselves"
+    assert WindowPlan.unbounded().whole_epochs(100, [0.01] * 8) == 0
 
 
 def test_a_device_sample_of_a_window_started_later_keeps_its_steps_from_there():

@@ -596,6 +596,20 @@ def test_a_gpu_studys_peak_memory_is_named_the_gpus_and_the_method_states_the_sc
     assert "Peak GPU memory" not in cpu and "Peak memory is the GPU's" not in cpu
 
 
+def test_the_method_says_how_many_windows_ended_on_whole_epochs_where_any_did(tmp_path):
+    results = sample_results()
+    trial = results.trials[0]
+    measurement = trial.result.measurement
+    whole = replace(measurement, timing=replace(measurement.timing, epochs=2))
+    first = replace(trial, result=replace(trial.result, measurement=whole))
+    epochs = replace(results, trials=[first, *results.trials[1:]])
+    markdown = write_reports(epochs, summarise(epochs), tmp_path)["report.md"].read_text()
+    measured = sum(r.result.timing is not None for r in [results.baseline, *results.trials])
+    assert f"1 of {measured} trials' windows ended on whole epochs" in markdown
+    plain = write_reports(results, summarise(results), tmp_path / "none")["report.md"].read_text()
+    assert "whole epochs" not in plain, "a study none of whose windows did (one stored before the rule) says nothing"
+
+
 @pytest.mark.parametrize(
     ("value", "cell"), [(2.076, "2.08"), (0.0, "0"), (13.24, "13.2"), (757.49, "757.5"), (0.2471, "0.247"), (None, "")]
 )
