@@ -87,6 +87,11 @@ CASES = {
         {**WORKERS, "batch_size": 64, "channels_last": True, "amp": "bf16"},
         [],
     ),
+    "mymodel/pick-persistent-keep": (
+        "mymodel",
+        {**WORKERS, "batch_size": 64, "channels_last": True, "amp": "bf16", "malloc": "keep"},
+        [],
+    ),
     "transformer_lm/baseline": ("transformer_lm", {}, []),
     "transformer_lm/batch64-1thread": ("transformer_lm", {"batch_size": 64, "num_threads": 1}, []),
     # Persistent workers across epoch boundaries where the model step, not loading, is the work: 11 steps an epoch.
