@@ -48,6 +48,7 @@ from autotune.pipeline.setup import Trainer
 from autotune.trial.result import TrialRequest
 from autotune.trial.runner import run_trial
 from benchmarks.common import announce_machine, knob_values, settings_for
+from benchmarks.truth import CASES as TRUTH_CASES
 
 RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
 TARGET = 0.98
@@ -61,19 +62,7 @@ CASES = {
         {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 1},
     ),
     "tiny-steps": ("tabular_mlp", {}, {}),
-    "pick-persistent": (
-        "mymodel",
-        {},
-        {
-            "batch_size": 64,
-            "num_workers": 2,
-            "prefetch_factor": 2,
-            "persistent_workers": True,
-            "num_threads": 1,
-            "channels_last": True,
-            "amp": "bf16",
-        },
-    ),
+    "pick-persistent": ("mymodel", {}, TRUTH_CASES["mymodel/pick-persistent"][1]),
 }
 
 
