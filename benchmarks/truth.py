@@ -76,7 +76,7 @@ CASES = {
         [],
     ),
     # The example's pick on the Xeon model 167 (2026-12-05): 2 workers for 2 cores, restarted each epoch (64 steps,
-    # ~15 s), and the same with persistent workers: a window shorter than an epoch may hold no boundary.
+    # ~7 s), and the same with persistent workers: a window shorter than an epoch may hold no boundary.
     "mymodel/pick": (
         "mymodel",
         {"batch_size": 64, "num_workers": 2, "num_threads": 1, "channels_last": True, "amp": "bf16"},

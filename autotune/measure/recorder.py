@@ -43,19 +43,21 @@ class WindowPlan:
     step_multiple: int = 1
     epoch_steps: int | None = None
 
-    def whole_epochs(self, epoch_steps: int | None, step_times: Sequence[float]) -> int:
+    def whole_epochs(self, step_times: Sequence[float]) -> int:
         """How many whole epochs of ``epoch_steps`` steps a window holds at the pace of ``step_times`` (the warm-up's
-        after its first step, which waited for the loader to start: their mean over the last epoch's worth, waits for
-        data included, as a loader whose workers deliver in waves is paced by its waits): the fewest that make
-        ``min_steps`` and ``min_time_s``, where they take at most half of ``max_time_s`` (room for the pace to
-        halve); 0 where they take longer, where micro-batches accumulate, or where the epoch's length is unknown:
-        the window then ends by its steps and time alone.
+        after its first step, which waited for the loader to start: their mean over the last epoch's worth, and at
+        least the warm-up's ``compared`` steps, waits for data included, as a loader whose workers deliver in waves is
+        paced by its waits): the fewest that make ``min_steps`` and ``min_time_s``, where they take at most half of
+        ``max_time_s`` (room for the pace to halve); 0 where they take longer, where micro-batches accumulate, or
+        where the epoch's length is unknown: the window then ends by its steps and time alone. (With ``min_time_s``
+        over half of ``max_time_s``, never.)
 
         An epoch's start can stall the loop (workers start again, or refill their queue from empty), and a window
         shorter than an epoch mostly holds no start: one of whole epochs' steps, wherever it starts, holds as many
         starts as epochs, as training does (``docs/measurement.md``)."""
         finite = math.isfinite(self.min_time_s) and math.isfinite(self.max_time_s)
-        step_s = statistics.fmean(step_times[-epoch_steps:]) if epoch_steps and step_times else 0.0
+        epoch_steps, paced = self.epoch_steps, max(self.epoch_steps or 0, self.warmup.compared)
+        step_s = statistics.fmean(step_times[-paced:]) if epoch_steps and step_times else 0.0
         if not epoch_steps or step_s <= 0 or self.step_multiple > 1 or not finite:
             return 0
         epoch_s = epoch_steps * step_s
@@ -147,7 +149,7 @@ class StepRecorder:
         self._waited: list[tuple[int, float, float]] = []  # long waits: (the step's place, the wait, the step's end)
         self._long_wait_s = math.inf  # STALL settled steps, once warm-up has settled
         self._trimmed = 0  # the window's first steps left out, to start it just after a stall
-        self._whole_epochs = False  # whether the window is to end on whole epochs' steps
+        self._ends_on_epochs = False  # whether the window is to end on whole epochs' steps
         self._epochs = 0  # the whole epochs' steps it ended on (0: it ended otherwise)
 
     @property
@@ -210,7 +212,7 @@ class StepRecorder:
             self.phase, self.window_start = WINDOW, now
             self._warmup_compile_s = excess_time(self.warmup_times, self.settled_step_s)
             self._long_wait_s = STALL * self.settled_step_s if self.settled_step_s > 0 else math.inf
-            self._whole_epochs = self.plan.whole_epochs(self.plan.epoch_steps, self.warmup_times[1:]) > 0
+            self._ends_on_epochs = self.plan.whole_epochs(self.warmup_times[1:]) > 0
 
     def _end_drain_step(self, now: float) -> None:
         self._drain_times.append(now - self._step_start)
@@ -235,7 +237,7 @@ class StepRecorder:
         if elapsed >= plan.max_time_s:
             self.phase = DONE
         elif steps >= plan.min_steps and elapsed >= plan.min_time_s:
-            if not self._whole_epochs or elapsed >= plan.max_time_s / 2:  # whole epochs took longer than foreseen
+            if not self._ends_on_epochs or elapsed >= plan.max_time_s / 2:  # whole epochs took longer than foreseen
                 self._end_on_stalls(now)
             elif steps % plan.epoch_steps == 0:
                 self.phase, self._epochs = DONE, steps // plan.epoch_steps

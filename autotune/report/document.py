@@ -686,15 +686,17 @@ def _disturbed_race_runs(summary: Summary) -> dict[str, Disturbance]:
     return {name: disturbance for race in summary.races for name, disturbance in race.disturbed.items()}
 
 
-def _whole_epochs(results: StudyResults) -> str:
-    """How many of the study's windows ended on whole epochs, in words ("" where none did)."""
+def _windows_of_whole_epochs(results: StudyResults) -> str:
+    """How many of the windows of the baseline and the search ended on whole epochs, in words ("" where none
+    did)."""
     timings = [r.result.timing for r in [results.baseline, *results.trials] if r is not None and r.result.timing]
     whole = sum(timing.epochs > 0 for timing in timings)
     if not whole:
         return ""
     return (
-        f" {whole} of {len(timings)} trials' windows ended on whole epochs (DataLoader workers whose epochs were short "
-        "enough: docs/measurement.md), so that they held the stalls of the epochs' starts as often as training does."
+        f" {whole} of the {len(timings)} windows of the baseline and the search ended on whole epochs (DataLoader "
+        "workers whose epochs were short enough: docs/measurement.md), so that they held the stalls of the epochs' "
+        "starts as often as training does."
     )
 
 
@@ -729,10 +731,10 @@ def _method(results: StudyResults) -> str:
         f"steps{lasting}; the warm-up steps counted include those run after it to use up the batches DataLoader "
         "workers loaded while the window's start was read), then a timed window of at least "
         f"{plan['min_steps']} steps and {plan['min_time_s']:g} s "
-        f"(at most {plan['max_time_s']:g} s).{_whole_epochs(results)}{screened} Each trial ran the loop a user "
-        "runs: one DataLoader over its epochs, nothing waiting for a GPU inside the window but its end. Throughput "
-        "is samples in the window divided by its wall time; data wait is the share of the window spent blocked on "
-        f"the next batch (on a GPU: the device idle before a batch, from CUDA events). {peak}The "
+        f"(at most {plan['max_time_s']:g} s).{_windows_of_whole_epochs(results)}{screened} Each trial ran the loop "
+        "a user runs: one DataLoader over its epochs, nothing waiting for a GPU inside the window but its end. "
+        "Throughput is samples in the window divided by its wall time; data wait is the share of the window spent "
+        f"blocked on the next batch (on a GPU: the device idle before a batch, from CUDA events). {peak}The "
         f"{'host' if gpu else 'peak'} memory sums the trial's process tree (DataLoader workers included) "
         "using PSS where the OS provides it, so shared pages are not counted twice: PSS is read outside the window; "
         "inside it, where such a read would slow the loop, resident sizes are sampled and corrected by the shared "

@@ -1,6 +1,7 @@
 """The judge of every figure: a training loop as a user writes it, timed with two clock reads.
 
-It shares no measurement code with the harness (no Profiler, no Trainer, no sampler): it builds the pipeline,
+It shares no measurement code with the harness (no Profiler, no Trainer, no sampler), only the rule of which windows
+hold whole epochs (``WindowPlan.whole_epochs``), so that both time the same span: it builds the pipeline,
 applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up (a number of
 steps, and on CUDA a second) it counts steps until the window is as long as the harness's would be, reading the
 clock after each step as a loop that stops on time does, or, where epochs are short, whole epochs; on a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -100,13 +102,15 @@ def run_plain(
                     paces.append(now - last)
                 last = now
                 if whole_epochs is None and step >= warmup_steps and now - began >= warmup_s:
-                    whole_epochs = plan.whole_epochs(steps_per_epoch, list(paces))
+                    whole_epochs = replace(plan, epoch_steps=steps_per_epoch).whole_epochs(list(paces))
                     if not whole_epochs:
                         _wait_for(device)
                         warmup, start = step, time.perf_counter()
             else:
                 timed, elapsed = step - warmup, now - start
-                long_enough = timed >= plan.min_steps and elapsed >= plan.min_time_s and not whole_epochs
+                # Whole epochs that take longer than foreseen end as any other window from half of max_time_s on.
+                past_epochs = not whole_epochs or elapsed >= plan.max_time_s / 2
+                long_enough = timed >= plan.min_steps and elapsed >= plan.min_time_s and past_epochs
                 if (elapsed >= plan.max_time_s or long_enough) and timed % accumulate == 0:  # whole optimizer steps
                     return finished(timed, boundaries)
 

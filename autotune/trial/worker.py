@@ -87,8 +87,8 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
     samples = request.knobs["batch_size"]
     try:
         # An epoch's start stalls the loop only where workers load its batches; without them it starts at once.
-        stalling = epoch_steps(loader) if loader.num_workers else None
-        plan = replace(request.plan, step_multiple=trainer.accumulation_steps, epoch_steps=stalling)
+        epoch_length = epoch_steps(loader) if loader.num_workers else None
+        plan = replace(request.plan, step_multiple=trainer.accumulation_steps, epoch_steps=epoch_length)
         with Profiler("trial", device, plan, request.memory_interval_s, compiling) as prof:
             for index, batch in enumerate(prof.wrap(batches, prepared_ahead(loader))):
                 batch = trainer.to_device(batch)

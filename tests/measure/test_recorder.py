@@ -174,6 +174,17 @@ def test_drained_steps_after_warm_up_are_not_timed_and_the_window_starts_after_t
     assert timing.warmup_steps == 2 + 3 and timing.warmup_s == pytest.approx(0.2 + 0.45), "untimed, not unaccounted"
 
 
+def test_a_window_of_whole_epochs_counts_its_steps_from_the_end_of_the_drain():
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=5, min_time_s=0.0, max_time_s=10.0, warmup=FAST_WARMUP, epoch_steps=7)
+    recorder = StepRecorder(plan, clock)
+    run(recorder, clock, [(0.0, 0.0, 0.1)] * 2, until_done=False)
+    recorder.drain(3)
+    run(recorder, clock, itertools.repeat((0.0, 0.0, 0.1)))
+    timing = recorder.timing()
+    assert timing.epochs == 1 and timing.steps == 7 and timing.warmup_steps == 2 + 3
+
+
 def test_nothing_is_drained_without_batches_loaded_ahead_nor_once_the_window_has_steps():
     clock = FakeClock()
     plan = WindowPlan(min_steps=5, min_time_s=0.0, max_time_s=10.0, warmup=FAST_WARMUP)
@@ -291,15 +302,22 @@ def test_a_window_of_epochs_too_long_to_time_whole_ends_by_its_steps_and_time():
 
 def test_whole_epochs_are_the_fewest_that_fill_the_window_where_they_take_half_its_longest_time_at_most():
     plan = WindowPlan(min_steps=15, min_time_s=2.0, max_time_s=30.0)
-    assert plan.whole_epochs(100, [0.01] * 8) == 2, "2 s at 1 s an epoch"
-    assert plan.whole_epochs(4, [0.1] * 8) == 5, "at least 15 steps: 20"
-    assert plan.whole_epochs(100, [0.15] * 8) == 1 and plan.whole_epochs(100, [0.151] * 8) == 0, "15 s: half of 30"
+
+    def whole(epoch_steps, step_times, **changes):
+        return replace(plan, epoch_steps=epoch_steps, **changes).whole_epochs(step_times)
+
+    assert whole(100, [0.01] * 8) == 2, "2 s at 1 s an epoch"
+    assert whole(4, [0.1] * 8) == 5, "at least 15 steps: 20"
+    assert whole(100, [0.15] * 8) == 1 and whole(100, [0.151] * 8) == 0, "15 s: half of 30"
     waves = [0.02, 0.02, 0.02, 0.3] * 2  # workers that deliver in waves: the median step hides the waits
-    assert plan.whole_epochs(200, waves) == 0 and plan.whole_epochs(40, waves) == 1, "paced by the mean: 0.09 s"
-    assert plan.whole_epochs(2, [1.0] * 8 + [0.01] * 2) == 100, "paced by the last epoch's worth (by all: 8)"
-    assert plan.whole_epochs(None, [0.01] * 8) == 0, "a stream's length is unknown"
-    assert replace(plan, step_multiple=4).whole_epochs(100, [0.01] * 8) == 0, "micro-batches end windows themselves"
-    assert WindowPlan.unbounded().whole_epochs(100, [0.01] * 8) == 0
+    assert whole(200, waves) == 0 and whole(40, waves) == 1, "paced by the mean: 0.09 s"
+    assert whole(8, [1.0] * 8 + [0.01] * 8) == 25, "paced by the last epoch's worth (by all: 2)"
+    steps = [1.0] * 8 + [0.25] * 3 + [1.0]
+    assert whole(1, steps, min_steps=1) == 5, "and at least the warm-up's compared steps (by the last alone: 2)"
+    assert whole(None, [0.01] * 8) == 0, "a stream's length is unknown"
+    assert whole(100, [0.01] * 8, step_multiple=4) == 0, "micro-batches end windows themselves"
+    assert whole(100, [0.01] * 8, min_time_s=16.0, max_time_s=30.0) == 0, "over half of max_time_s at any pace"
+    assert replace(WindowPlan.unbounded(), epoch_steps=100).whole_epochs([0.01] * 8) == 0
 
 
 def test_a_device_sample_of_a_window_started_later_keeps_its_steps_from_there():

@@ -605,7 +605,7 @@ def test_the_method_says_how_many_windows_ended_on_whole_epochs_where_any_did(tm
     epochs = replace(results, trials=[first, *results.trials[1:]])
     markdown = write_reports(epochs, summarise(epochs), tmp_path)["report.md"].read_text()
     measured = sum(r.result.timing is not None for r in [results.baseline, *results.trials])
-    assert f"1 of {measured} trials' windows ended on whole epochs" in markdown
+    assert f"1 of the {measured} windows of the baseline and the search ended on whole epochs" in markdown
     plain = write_reports(results, summarise(results), tmp_path / "none")["report.md"].read_text()
     assert "whole epochs" not in plain, "a study none of whose windows did (one stored before the rule) says nothing"
 

@@ -86,6 +86,17 @@ def test_a_configuration_is_expected_to_run_as_long_as_it_ran_or_its_search_tria
     assert clock.run_of_s(variant) == clock.run_s(), "unmeasured, on its own: the median"
 
 
+def test_a_search_trial_timed_over_whole_epochs_is_expected_to_run_as_many_as_the_full_window_takes():
+    plan = WindowPlan(min_steps=15, min_time_s=2.0, max_time_s=30.0)
+    clock = RunClock(budget_s=60.0, plan=plan)
+    trial = measured(5.0, batch_size=128)
+    timing = replace(trial.timing, steps=14, window_s=1.4, epochs=2)  # 2 epochs of 7 steps of 0.1 s
+    with clock.stage("search"):
+        clock.count(replace(trial, measurement=replace(trial.measurement, timing=timing)))
+    full = 3 * 7 * 0.1  # 3 epochs: the fewest past 15 steps and 2 s
+    assert clock.run_of_s({**NEUTRAL_KNOBS, "batch_size": 128}) == pytest.approx(5.0 - 1.4 + full)
+
+
 def test_each_repeat_after_the_first_is_a_new_draw_and_fresh_trials_draw_nothing():
     repeated = RunClock(budget_s=60.0, repeats=3)
     for _ in range(3):  # run_repeated: each process from a new server

@@ -84,16 +84,6 @@ def test_a_plain_request_runs_the_plain_loop_in_the_trial_worker():
     assert type(result).from_dict(result.to_dict()) == result
 
 
-def test_the_harness_times_whole_epochs_of_a_loader_with_workers_where_one_is_short_and_not_without_workers():
-    request = trial_request(length=64)  # 4 steps an epoch at batch 16, milliseconds each
-    workers = {**request.knobs, "num_workers": 1, "prefetch_factor": 2, "persistent_workers": True}
-    result = run_request(replace(request, plan=PLAN, knobs=workers))
-    assert result.ok, result.failure
-    assert result.timing.epochs >= 3 and result.timing.steps == 4 * result.timing.epochs, "12 steps at least"
-    result = run_request(replace(request, plan=PLAN))
-    assert result.ok and result.timing.epochs == 0, "without workers an epoch starts without a stall"
-
-
 def test_the_harness_times_whole_optimizer_steps_where_micro_batches_accumulate():
     request = trial_request(length=64)
     result = run_request(replace(request, plan=replace(PLAN, min_steps=13), effective_batch_size=64))  # 4 a step

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autotune.measure.profiler import Profiler
-from autotune.measure.recorder import DONE, StepRecorder
-from autotune.trial.worker import measure_training
+from autotune.measure.recorder import DONE, StepRecorder, WindowPlan
+from autotune.measure.warmup import WarmupPolicy
+from autotune.trial.worker import measure_training, run_request
 from tests.conftest import trial_request
+
+WHOLE_EPOCHS_PLAN = WindowPlan(min_steps=12, min_time_s=0.1, max_time_s=10.0, warmup=WarmupPolicy(min_steps=3))
 
 
 def test_flops_are_counted_after_the_window_as_a_step_before_it_would_change_what_follows(monkeypatch):
@@ -32,3 +37,13 @@ def test_a_trial_uses_up_untimed_what_its_dataloaders_workers_load_ahead(monkeyp
     assert prepared == [6], "two workers, three batches each"
     assert len(drained) == 1 and 1 <= drained[0] <= 6
     assert result.measurement.timing.warmup_steps >= 2 + drained[0]
+
+
+def test_the_harness_times_whole_epochs_of_a_loader_with_workers_where_one_is_short_and_not_without_workers():
+    request = trial_request(length=64)  # 4 steps an epoch at batch 16, milliseconds each
+    workers = {**request.knobs, "num_workers": 1, "prefetch_factor": 2, "persistent_workers": True}
+    result = run_request(replace(request, plan=WHOLE_EPOCHS_PLAN, knobs=workers))
+    assert result.ok, result.failure
+    assert result.timing.epochs >= 3 and result.timing.steps == 4 * result.timing.epochs, "12 steps at least"
+    result = run_request(replace(request, plan=WHOLE_EPOCHS_PLAN))
+    assert result.ok and result.timing.epochs == 0, "without workers an epoch starts without a stall"
