@@ -166,8 +166,8 @@ class RunClock:
         plan, step_s = self._plan, timing.window_s / timing.steps
         window_s = min(plan.max_time_s, max(plan.min_time_s, plan.min_steps * step_s))
         if timing.epochs:  # a full window ends on whole epochs too, as many as its minimum time takes
-            epochs = replace(plan, epoch_steps=timing.steps // timing.epochs).whole_epochs([step_s])
-            window_s = max(window_s, epochs * timing.steps // timing.epochs * step_s)
+            epoch = timing.steps // timing.epochs
+            window_s = max(window_s, replace(plan, epoch_steps=epoch).whole_epochs([step_s]) * epoch * step_s)
         return screened.wall_s - (screened.startup_s or 0.0) - timing.window_s + window_s + startup
 
     def draw_s(self) -> float:

@@ -12,7 +12,6 @@ the harness with it.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import replace
 from typing import Any
 
@@ -69,7 +68,7 @@ def run_plain(
 
     warmup_steps, warmup_s = plan.warmup.min_steps, plan.warmup.on(device.type).min_time_s
     warmup, step, start, boundaries, whole_epochs, began = None, 0, None, 0, None, time.perf_counter()
-    last, paces = began, deque(maxlen=steps_per_epoch or 1)  # the warm-up's step times after its first
+    last, paces = began, []  # the warm-up's step times after its first
     while True:
         if start is None and whole_epochs:
             _wait_for(device)
@@ -102,7 +101,7 @@ def run_plain(
                     paces.append(now - last)
                 last = now
                 if whole_epochs is None and step >= warmup_steps and now - began >= warmup_s:
-                    whole_epochs = replace(plan, epoch_steps=steps_per_epoch).whole_epochs(list(paces))
+                    whole_epochs = replace(plan, epoch_steps=steps_per_epoch).whole_epochs(paces)
                     if not whole_epochs:
                         _wait_for(device)
                         warmup, start = step, time.perf_counter()
