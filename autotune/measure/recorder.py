@@ -56,9 +56,11 @@ class WindowPlan:
         shorter than an epoch mostly holds no start: one of whole epochs' steps, wherever it starts, holds as many
         starts as epochs, as training does (``docs/measurement.md``)."""
         finite = math.isfinite(self.min_time_s) and math.isfinite(self.max_time_s)
-        epoch_steps, paced = self.epoch_steps, max(self.epoch_steps or 0, self.warmup.compared)
-        step_s = statistics.fmean(step_times[-paced:]) if epoch_steps and step_times else 0.0
-        if not epoch_steps or step_s <= 0 or self.step_multiple > 1 or not finite:
+        epoch_steps = self.epoch_steps
+        if not epoch_steps or not step_times or self.step_multiple > 1 or not finite:
+            return 0
+        step_s = statistics.fmean(step_times[-max(epoch_steps, self.warmup.compared) :])
+        if step_s <= 0:
             return 0
         epoch_s = epoch_steps * step_s
         epochs = max(1, math.ceil(self.min_steps / epoch_steps), math.ceil(self.min_time_s / epoch_s))

@@ -1,7 +1,7 @@
 """The judge of every figure: a training loop as a user writes it, timed with two clock reads.
 
 It shares no measurement code with the harness (no Profiler, no Trainer, no sampler), only the rule of which windows
-hold whole epochs (``WindowPlan.whole_epochs``), so that both time the same span: it builds the pipeline,
+hold whole epochs (``WindowPlan.whole_epochs``): it builds the pipeline,
 applies the knobs as the knobs say, and runs one DataLoader epoch after epoch. After a fixed warm-up (a number of
 steps, and on CUDA a second) it counts steps until the window is as long as the harness's would be, reading the
 clock after each step as a loop that stops on time does, or, where epochs are short, whole epochs; on a
@@ -53,7 +53,9 @@ def run_plain(
     )
     batch_size = knobs["batch_size"]
     accumulate = (effective_batch_size or batch_size) // batch_size
-    steps_per_epoch = epoch_steps(loader) if accumulate == 1 else None
+    # Whole epochs for any loader, workers or not (the harness: only with workers, whose epochs' starts stall): a
+    # window of whole epochs is what a long run keeps, and where nothing stalls it reads as the harness's.
+    whole_epochs_plan = replace(plan, epoch_steps=epoch_steps(loader), step_multiple=accumulate)
 
     def loss_of(batch):
         if pipeline.step_fn is not None:
@@ -101,7 +103,7 @@ def run_plain(
                     paces.append(now - last)
                 last = now
                 if whole_epochs is None and step >= warmup_steps and now - began >= warmup_s:
-                    whole_epochs = replace(plan, epoch_steps=steps_per_epoch).whole_epochs(paces)
+                    whole_epochs = whole_epochs_plan.whole_epochs(paces)
                     if not whole_epochs:
                         _wait_for(device)
                         warmup, start = step, time.perf_counter()
