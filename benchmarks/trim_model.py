@@ -31,7 +31,7 @@ from typing import Any
 from autotune.knobs import BASELINE_DEFAULTS, KNOBS, changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist, count_changes
+from autotune.results.race import Confirmation, Finalist, count_changes, trim_path
 from autotune.study import run_race
 from autotune.study.trim import run_trim
 from benchmarks.race_model import DEFAULT_FILES, Noise, UnstoredStudy, fit_noise
@@ -140,6 +140,33 @@ SCENARIOS = {
         {"num_workers": 0.55, "num_threads": 0.56, "channels_last": 0.89, "amp": 0.90},
         baseline_relative=0.53,
     ),
+    # The same Xeon in windows of whole epochs (2026-12-05): a race's winner whose trim undid malloc, batch 128 and
+    # persistent workers one race at a time, each within noise, and whose pick re-measured 0.888 (0.863-0.915) of it
+    # (benchmarks.picks, 6 rounds: without malloc 0.954, then batch 32 with persistent workers 0.920); undoing
+    # each of the other four, from its trim's first race (3 rounds, the medians over the winner's).
+    "mymodel on a Xeon with AMX, whole epochs (7 changes, all matter)": Scenario(
+        MYMODEL_BASELINE,
+        _winner_with(
+            batch_size=128,
+            num_workers=2,
+            prefetch_factor=2,
+            persistent_workers=True,
+            num_threads=1,
+            channels_last=True,
+            amp="bf16",
+            malloc="keep",
+        ),
+        {
+            "num_workers": 0.54,
+            "num_threads": 0.76,
+            "channels_last": 0.89,
+            "amp": 0.86,
+            "malloc": 0.954,
+            "batch_size": 0.964,
+            "persistent_workers": 0.965,
+        },
+        baseline_relative=0.50,
+    ),
 }
 
 
@@ -176,7 +203,7 @@ def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Ran
     baseline = TrialRecord("baseline", SimpleNamespace(knobs=scenario.baseline))
     results = StudyResults("model", "model", "cpu", {}, {}, {}, baseline)
     trim = run_trim(UnstoredStudy(), results, confirmation, measure, lambda name, result: None)
-    final = next((race.winner for race in reversed(trim) if race.winner), winner).knobs
+    final = next((step.left for step in reversed(trim_path(trim)) if step.left), winner).knobs
     if confirmation.winner is None:
         final = scenario.baseline
     return Outcome(runs, scenario.relative(final), *scenario.score(set(changed(final, scenario.baseline))))

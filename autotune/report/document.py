@@ -32,8 +32,9 @@ from autotune.results.race import (
     TIE_TOLERANCE,
     Confirmation,
     Finalist,
+    TrimStep,
     finalist_choice,
-    trimmed_to,
+    trim_path,
     undone_again,
     unsettled,
 )
@@ -336,36 +337,50 @@ def _trim(summary: Summary) -> list[Section]:
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
     )
-    paragraphs = [lead, *(_trim_race(race) for race in summary.trim)]
+    steps = trim_path(summary.trim)
+    paragraphs = [lead, *(_trim_race(race, step) for race, step in zip(summary.trim, steps, strict=True))]
     return [
         Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))
     ]
 
 
-def _trim_race(race: Confirmation) -> str:
+def _trim_race(race: Confirmation, step: TrimStep) -> str:
     """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
-    a variant it does not leave in place (``trimmed_to``), why."""
+    a variant it does not leave in place (``trimmed_to``, ``trim_path``: ``step``), why."""
     reference = race.finalists[0].label
     text = race.describe(trim=True)
-    if (new := trimmed_to(race)) is not None:
-        return f"{text} {_trim_outcome(race, new)}"
+    if step.left is not None:
+        return f"{text} {_trim_outcome(race, step.left)}"
     if race.winner is None or race.winner is race.finalists[0]:
         return text
+    if step.drifted:
+        return text + (
+            f" Nothing is undone: with the races before, the trim's result would lie {step.behind - 1:.1%} behind "
+            f"the race's winner by the paired rounds, beyond the {TIE_TOLERANCE:.0%} a trim may give up."
+        )
     why = unsettled(race) or f"trial {reference}, the configuration it started from, ran faster beyond noise"
     return text + f" Nothing is undone, as no variant was shown to cost nothing: {why}."
 
 
 def _trim_outcome(race: Confirmation, new: Finalist) -> str:
     """What a settled trim race did to each change it undid alone, in words: left out where its variant is ``new``,
-    the race's winner; kept where its variant left or the configuration it was made from beat it beyond noise
-    (undoing it cost throughput); else undone again on top of ``new`` (``undone_again``), or, where nothing was
-    undone, kept as not shown to cost nothing."""
+    the race's winner, or undoes only changes ``new`` undoes too (the race's variant undoing several at once: said
+    where undoing it alone read slower); kept where its variant left or the configuration it was made from beat it
+    beyond noise (undoing it cost throughput); else undone again on top of ``new`` (``undone_again``), or, where
+    nothing was undone, kept as not shown to cost nothing."""
     reference = race.finalists[0]
-    outcome: dict[str, list[str]] = {"costs": [], "unshown": [], "left out": [], "tied": []}
+
+    def undone_by(variant: Finalist) -> list[str]:
+        return variant.label.removeprefix(f"{reference.label} without ").split(" without ")
+
+    left_out = set(undone_by(new)) if new is not reference else set()
+    outcome: dict[str, list[str]] = {"costs": [], "unshown": [], "left out": [], "together": [], "tied": []}
     for variant in race.finalists[1:]:
-        undone = variant.label.removeprefix(f"{reference.label} without ").split(" without ")
+        undone = undone_by(variant)
         if variant is new:
             outcome["left out"] += undone
+        elif left_out.issuperset(undone):  # said as left out with new's
+            outcome["together"] += [] if undone_again(reference, variant, new) else undone
         elif len(undone) == 1:
             kept = not undone_again(reference, variant, new)  # it left, or the reference beat it beyond noise
             outcome["costs" if kept else "unshown" if new is reference else "tied"] += undone
@@ -373,6 +388,7 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
         "costs": "Kept, as undoing it cost throughput",
         "unshown": "Kept, as undoing it was not shown to cost nothing",
         "left out": "Left out, as fast without",
+        "together": "Left out with the others, though undone alone it read slower beyond noise",
         "tied": "As fast without too, so undone on top of that in the next race",
     }
     return " ".join(f"{said[key]}: {', '.join(names)}." for key, names in outcome.items() if names)

@@ -14,7 +14,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, trimmed_to
+from autotune.results.race import Confirmation, TrimStep, trim_path
 from autotune.results.summary import Summary
 
 
@@ -36,7 +36,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "peak_memory_mb": rec.result.peak_memory_mb,
         },
         "confirmation": _race(summary.confirmation) if summary.confirmation else None,
-        "trim": [_trim_race(race) for race in summary.trim],
+        "trim": [_trim_race(race, step) for race, step in zip(summary.trim, trim_path(summary.trim), strict=True)],
         "no_difference": summary.no_difference,
         "untrimmed": summary.untrimmed,  # two changes or more, not all shown to matter (``Summary.untrimmed``)
         "baseline": {
@@ -71,10 +71,11 @@ def _race(race: Confirmation) -> dict[str, Any]:
     return {**data, "confirmed": race.confirmed, "winner": race.winner.label if race.winner else None}
 
 
-def _trim_race(race: Confirmation) -> dict[str, Any]:
-    """A trim race as ``_race``, with what it left in place of the configuration it started from (None: nothing)."""
-    left = trimmed_to(race)
-    return {**_race(race), "trimmed_to": left.label if left else None}
+def _trim_race(race: Confirmation, step: TrimStep) -> dict[str, Any]:
+    """A trim race as ``_race``, with what it left in place of the configuration it started from (None: nothing)
+    and how far the trim's result would lie behind the race's winner by then (``trim_path``)."""
+    left = step.left
+    return {**_race(race), "trimmed_to": left.label if left else None, "behind_race_winner": step.behind}
 
 
 def render_json(results: StudyResults, summary: Summary) -> str:

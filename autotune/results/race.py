@@ -30,7 +30,9 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   configuration it started from ran every round and does not beat it); the new winner races the variants undoing the
   changes whose undoing also tied with the configuration they were made from (``undo_next``), each alone and, two or
   more, all at once (``all_undone``: tied, it wins by fewest changes), until the winner of a race is the configuration
-  it started from. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it was made from
+  it started from, or until the changes undone so far would cost more than TIE_TOLERANCE against the race's winner by
+  the product of the paired ratios along the trim's races (``trim_path``: that race leaves nothing in place, and the
+  trim ends). A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it was made from
   (not the leader: a lucky variant must not push out the others), or once that configuration beats it whatever the
   rounds left read, unless one reads the variant faster (``beaten_for_good``: each round so far by TIE_TOLERANCE; the
   change it undid is kept, as ``beats`` would keep it after the last round). The race ends early only once every
@@ -424,6 +426,38 @@ def trimmed_to(race: Confirmation) -> Finalist | None:
         return None
     reference = race.finalists[0]
     return winner if winner is reference or not beats(reference, winner) else None
+
+
+@dataclass(frozen=True)
+class TrimStep:
+    """What one race of a trim left in place of the configuration it started from (``left``: None where nothing),
+    and ``behind``: how far the trim's result would lie behind the race's winner (the configuration the trim started
+    from) by the product of the paired ratios of each race's leavings to the configuration it started from, this
+    race's winner counted where it is a variant (``trim_path``)."""
+
+    left: Finalist | None
+    behind: float
+
+    @property
+    def drifted(self) -> bool:
+        """Whether the race's own verdict (``trimmed_to``) was refused for lying beyond TIE_TOLERANCE behind."""
+        return self.left is None and self.behind > 1 + TIE_TOLERANCE
+
+
+def trim_path(races: list[Confirmation]) -> list[TrimStep]:
+    """What each of a trim's races left in place of the configuration it started from (``trimmed_to``), where the
+    trim's result then stays within TIE_TOLERANCE of the race's winner by the product of the paired ratios along the
+    races: changes undone one race at a time, each within noise of the configuration it was undone from, must not add
+    up to a loss beyond noise. A race after one that left nothing in place leaves nothing (the trim ended there)."""
+    steps: list[TrimStep] = []
+    behind = 1.0
+    for race in races:
+        new = trimmed_to(race) if not steps or steps[-1].left is not None else None
+        if new is not None and new is not race.finalists[0]:
+            behind *= paired_ratio(race.finalists[0].throughputs, new.throughputs)
+            new = new if behind <= 1 + TIE_TOLERANCE else None
+        steps.append(TrimStep(new, behind))
+    return steps
 
 
 def trim_rounds(confirmation: Confirmation) -> int:

@@ -13,7 +13,7 @@ from autotune.results.race import (
     choose_candidate,
     is_trim_of,
     proof_of,
-    trimmed_to,
+    trim_path,
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
@@ -222,7 +222,10 @@ def summarise(results: StudyResults) -> Summary:
         if is_trim_of(results.trim, confirmation):  # else about an older winner, or other rounds
             trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
             trim_open = unsettled(results.trim[-1])
-        final = next((left for race in reversed(trim) if (left := trimmed_to(race))), winner)
+        steps = trim_path(trim)
+        ended = next((index for index, step in enumerate(steps, 1) if step.left is None), len(trim))
+        trim = trim[:ended]  # a race stored after one that left nothing (by older rules) is no step of the trim
+        final = next((step.left for step in reversed(steps[:ended]) if step.left), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed

@@ -19,9 +19,9 @@ from autotune.results.race import (
     count_changes,
     is_trim_of,
     settled,
+    trim_path,
     trim_rounds,
     trim_started_from,
-    trimmed_to,
     undone_again,
     unsettled,
 )
@@ -86,7 +86,7 @@ def run_trim(
                 lambda partial: _store(study, results, [*races, partial]), _runs_out(current, rounds),
             )  # fmt: skip
         races.append(ran)
-        new = trimmed_to(races[-1])
+        new = trim_path(races)[-1].left
         if new is None or new.label == current.label:
             break
         raced = dict(zip(undone, races[-1].finalists[1 : len(undone) + 1], strict=True))  # the race's own

@@ -280,6 +280,49 @@ def test_a_settled_trim_race_says_which_change_it_kept_which_it_left_out_and_whi
     assert undo_next(reference, {"malloc": malloc, "num_threads": threads}, amp) == ["malloc"], "as the trim does"
 
 
+def test_a_variant_undoing_several_changes_that_won_leaves_out_each_and_says_where_one_alone_read_slower(tmp_path):
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 4, 100.0, [150.0, 151.0, 149.0])])
+    reference = Finalist("0", {}, 4, 100.0, [150.0, 151.0, 149.0])
+    slower = Finalist("0 without malloc", {}, 3, 100.0, [140.0, 141.0], "beaten for good")
+    tied = Finalist("0 without batch_size", {}, 3, 100.0, [150.0, 149.0, 150.0])
+    sample = sample_results()
+    run = sample.trials[0].result
+    both = Finalist("0 without malloc without batch_size", run.knobs, 2, 100.0, [149.0, 150.0, 150.0], result=run)
+    trim = [Confirmation([100.0, 98.0, 102.0], [reference, slower, tied, both], planned_rounds=3)]
+    results = StudyResults(**{**sample.__dict__, "confirmation": confirmation, "trim": trim})
+    files = write_reports(results, summarise(results), tmp_path)
+    said = (
+        "Left out, as fast without: malloc, batch_size. Left out with the others, though undone alone it read slower "
+        "beyond noise: malloc."
+    )
+    markdown = files["report.md"].read_text()
+    assert said in markdown and "Kept" not in markdown.split("## Only the changes that matter")[1].split("\n## ")[0]
+    (race,) = json.loads(files["report.json"].read_text())["trim"]
+    assert race["trimmed_to"] == both.label and race["behind_race_winner"] == pytest.approx(150 / 149.66, rel=1e-3)
+
+
+def test_a_trim_race_whose_winner_would_put_the_trim_beyond_noise_behind_the_races_winner_undoes_nothing(tmp_path):
+    confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 4, 100.0, [150.0, 151.0, 149.0])])
+    run = sample_results().trials[0].result
+    undone = Finalist("0 without malloc", run.knobs, 3, 100.0, [146.0] * 3, result=run)
+    first = [Finalist("0", {}, 4, 100.0, [150.0] * 3), undone]
+    reference = replace(undone, throughputs=[146.0] * 3)
+    second = [reference, Finalist("0 without malloc without batch_size", {}, 2, 100.0, [142.0] * 3)]
+    trim = [Confirmation([100.0] * 3, first, planned_rounds=3), Confirmation([100.0] * 3, second, planned_rounds=3)]
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation, "trim": trim})
+    summary = summarise(results)
+    assert summary.recommended.label == "0 without malloc"
+    files = write_reports(results, summary, tmp_path)
+    assert (
+        "Nothing is undone: with the races before, the trim's result would lie 5.6% behind the race's winner by the "
+        "paired rounds, beyond the 3% a trim may give up." in files["report.md"].read_text()
+    )
+    assert [race["trimmed_to"] for race in json.loads(files["report.json"].read_text())["trim"]] == [
+        "0 without malloc",
+        None,
+    ]
+
+
 def test_keeping_the_baseline_after_a_stale_race_names_the_trial_it_did_not_prove():
     lucky = trial("0", 115.0, batch_size=64)
     dropped = Finalist("0", lucky.result.knobs, 1, 100.0, [100.0], "slower than the baseline in round 1")

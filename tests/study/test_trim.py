@@ -300,6 +300,31 @@ def test_changes_that_each_did_nothing_are_undone_together_in_the_next_race(tmp_
     assert summary.no_difference == {"set_to_none": False, "optimizer_impl": "foreach", "malloc": "keep"}
 
 
+class SmallGains(Pipeline):
+    """Batch 64 and bf16 make the gain; ``set_to_none=False``, ``optimizer_impl=foreach`` and ``malloc=keep`` each
+    2.5 %, within TIE_TOLERANCE alone; no wobble."""
+
+    def __call__(self, knobs, name, on_progress=None):
+        self.names.append(name)
+        small = (not knobs["set_to_none"], knobs["optimizer_impl"] == "foreach", knobs["malloc"] == "keep")
+        value = 100.0 * (1.6 if knobs["batch_size"] == 64 else 1.0) * (1.25 if knobs["amp"] == "bf16" else 1.0)
+        return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * 1.025 ** sum(small)))
+
+
+def test_small_gains_undone_one_race_at_a_time_stop_before_they_add_up_to_a_loss_beyond_noise(tmp_path):
+    winner = {**WINNER, "set_to_none": False, "optimizer_impl": "foreach", "malloc": "keep"}
+    study, pipeline = open_study(settings(tmp_path), META), SmallGains()
+    ensure_baseline(study, BASELINE, pipeline)
+    study.enqueue_trial(winner)
+    tune(study, space_to(winner), settings(tmp_path, n_trials=1), pipeline, lambda e: None)
+    confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None)
+    trims = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    assert len(trims) == 2 and trimmed_to(trims[1]) is not None, "the second race's own verdict undoes one more"
+    summary = summarise(load_results(study))
+    assert len(summary.no_difference) == 1, "two would leave the trim 5 % behind the race's winner"
+    assert summary.recommended.throughput == pytest.approx(confirmation.winner.median / 1.025)
+
+
 def test_a_lucky_variant_does_not_push_the_others_out_of_a_trim_race():
     """Variants leave once TRIM_MARGIN behind the configuration they were made from, not behind the leader."""
     runs = {"w": iter([100, 101, 99]), "a": iter([125, 100, 100]), "b": iter([95, 100, 101]), "base": iter([50] * 3)}
