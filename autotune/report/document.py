@@ -29,6 +29,7 @@ from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
 from autotune.results.race import (
     FINALIST_WINDOW,
     MAX_FINALISTS,
+    MIN_GAIN,
     TIE_TOLERANCE,
     Confirmation,
     Finalist,
@@ -347,18 +348,19 @@ def _trim(summary: Summary) -> list[Section]:
 def _trim_race(race: Confirmation, step: TrimStep) -> str:
     """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
     a variant it does not leave in place (``trimmed_to``, ``trim_path``: ``step``), why."""
-    reference = race.finalists[0].label
+    reference = race.finalists[0]
     text = race.describe(trim=True)
+    if step.refused is not None:
+        return text + (
+            f" Trial {step.refused.label} is not taken: with the races before, the trim's result would lie "
+            f"{step.refused_behind - 1:.1%} behind the race's winner by the paired rounds, and a trim gives back less "
+            f"than the {MIN_GAIN:.0%} gain a change is recommended for; nothing is undone."
+        )
     if step.left is not None:
         return f"{text} {_trim_outcome(race, step.left)}"
-    if race.winner is None or race.winner is race.finalists[0]:
+    if race.winner is None or race.winner is reference:
         return text
-    if step.drifted:
-        return text + (
-            f" Nothing is undone: with the races before, the trim's result would lie {step.behind - 1:.1%} behind "
-            f"the race's winner by the paired rounds, beyond the {TIE_TOLERANCE:.0%} a trim may give up."
-        )
-    why = unsettled(race) or f"trial {reference}, the configuration it started from, ran faster beyond noise"
+    why = unsettled(race) or f"trial {reference.label}, the configuration it started from, ran faster beyond noise"
     return text + f" Nothing is undone, as no variant was shown to cost nothing: {why}."
 
 

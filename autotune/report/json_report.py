@@ -72,10 +72,16 @@ def _race(race: Confirmation) -> dict[str, Any]:
 
 
 def _trim_race(race: Confirmation, step: TrimStep) -> dict[str, Any]:
-    """A trim race as ``_race``, with what it left in place of the configuration it started from (None: nothing)
-    and how far the trim's result would lie behind the race's winner by then (``trim_path``)."""
-    left = step.left
-    return {**_race(race), "trimmed_to": left.label if left else None, "behind_race_winner": step.behind}
+    """A trim race as ``_race``, with what it left in place of the configuration it started from (None: nothing),
+    how far the trim's result lies behind the race's winner by then, and the race's own verdict where that bound
+    refused it (``trim_path``)."""
+    left, refused = step.left, step.refused
+    return {
+        **_race(race),
+        "trimmed_to": left.label if left else None,
+        "behind_race_winner": step.behind,
+        "refused": {"trial": refused.label, "behind_race_winner": step.refused_behind} if refused else None,
+    }
 
 
 def render_json(results: StudyResults, summary: Summary) -> str:

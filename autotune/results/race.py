@@ -30,9 +30,10 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   configuration it started from ran every round and does not beat it); the new winner races the variants undoing the
   changes whose undoing also tied with the configuration they were made from (``undo_next``), each alone and, two or
   more, all at once (``all_undone``: tied, it wins by fewest changes), until the winner of a race is the configuration
-  it started from, or until the changes undone so far would cost more than TIE_TOLERANCE against the race's winner by
-  the product of the paired ratios along the trim's races (``trim_path``: that race leaves nothing in place, and the
-  trim ends). A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it was made from
+  it started from. What a race leaves in place must leave the changes undone so far costing less than MIN_GAIN
+  against the race's winner by the product of the paired ratios along the trim's races (``trim_path``: else nothing
+  is undone, and the trim ends): ties add up, and a trim gives back less than the smallest gain a change is
+  recommended for. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it was made from
   (not the leader: a lucky variant must not push out the others), or once that configuration beats it whatever the
   rounds left read, unless one reads the variant faster (``beaten_for_good``: each round so far by TIE_TOLERANCE; the
   change it undid is kept, as ``beats`` would keep it after the last round). The race ends early only once every
@@ -430,33 +431,39 @@ def trimmed_to(race: Confirmation) -> Finalist | None:
 
 @dataclass(frozen=True)
 class TrimStep:
-    """What one race of a trim left in place of the configuration it started from (``left``: None where nothing),
-    and ``behind``: how far the trim's result would lie behind the race's winner (the configuration the trim started
-    from) by the product of the paired ratios of each race's leavings to the configuration it started from, this
-    race's winner counted where it is a variant (``trim_path``)."""
+    """What one race of a trim left in place of the configuration it started from (``left``: None where nothing, the
+    configuration itself where nothing was undone), and ``behind``: how far the trim's result then lies behind the
+    race's winner (the configuration the trim started from) by the product of the paired ratios along the races
+    (``trim_path``). ``refused``: the race's own verdict (``trimmed_to``) where that bound refused it, and how far
+    behind it would have put the trim's result."""
 
     left: Finalist | None
     behind: float
-
-    @property
-    def drifted(self) -> bool:
-        """Whether the race's own verdict (``trimmed_to``) was refused for lying beyond TIE_TOLERANCE behind."""
-        return self.left is None and self.behind > 1 + TIE_TOLERANCE
+    refused: Finalist | None = None
+    refused_behind: float | None = None
 
 
 def trim_path(races: list[Confirmation]) -> list[TrimStep]:
-    """What each of a trim's races left in place of the configuration it started from (``trimmed_to``), where the
-    trim's result then stays within TIE_TOLERANCE of the race's winner by the product of the paired ratios along the
-    races: changes undone one race at a time, each within noise of the configuration it was undone from, must not add
-    up to a loss beyond noise. A race after one that left nothing in place leaves nothing (the trim ended there)."""
+    """What each of a trim's races left in place of the configuration it started from: its verdict (``trimmed_to``)
+    where the trim's result then stays less than MIN_GAIN behind the race's winner by the product of the paired
+    ratios along the races, else that configuration itself (nothing undone: the trim ends there). Changes undone one
+    race at a time, each within noise of the configuration it was undone from, must not add up to a loss: a trim
+    gives back less than the smallest gain a change is recommended for. A race after one that left nothing leaves
+    nothing (the trim ended there)."""
     steps: list[TrimStep] = []
     behind = 1.0
     for race in races:
-        new = trimmed_to(race) if not steps or steps[-1].left is not None else None
-        if new is not None and new is not race.finalists[0]:
-            behind *= paired_ratio(race.finalists[0].throughputs, new.throughputs)
-            new = new if behind <= 1 + TIE_TOLERANCE else None
-        steps.append(TrimStep(new, behind))
+        verdict = trimmed_to(race) if not steps or steps[-1].left is not None else None
+        reference = race.finalists[0]
+        if verdict is None or verdict is reference:
+            steps.append(TrimStep(verdict, behind))
+            continue
+        after = behind * paired_ratio(reference.throughputs, verdict.throughputs)
+        if after < 1 + MIN_GAIN:
+            behind = after
+            steps.append(TrimStep(verdict, behind))
+        else:
+            steps.append(TrimStep(reference, behind, verdict, after))
     return steps
 
 

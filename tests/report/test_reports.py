@@ -301,26 +301,31 @@ def test_a_variant_undoing_several_changes_that_won_leaves_out_each_and_says_whe
     assert race["trimmed_to"] == both.label and race["behind_race_winner"] == pytest.approx(150 / 149.66, rel=1e-3)
 
 
-def test_a_trim_race_whose_winner_would_put_the_trim_beyond_noise_behind_the_races_winner_undoes_nothing(tmp_path):
+def test_a_trim_race_whose_verdict_would_give_back_a_gain_with_the_races_before_undoes_nothing_and_says_so(tmp_path):
     confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 4, 100.0, [150.0, 151.0, 149.0])])
     run = sample_results().trials[0].result
-    undone = Finalist("0 without malloc", run.knobs, 3, 100.0, [146.0] * 3, result=run)
+    undone = Finalist("0 without malloc", run.knobs, 3, 100.0, [148.0] * 3, result=run)
     first = [Finalist("0", {}, 4, 100.0, [150.0] * 3), undone]
-    reference = replace(undone, throughputs=[146.0] * 3)
-    second = [reference, Finalist("0 without malloc without batch_size", {}, 2, 100.0, [142.0] * 3)]
+    second = [
+        replace(undone, throughputs=[148.0] * 3),
+        Finalist("0 without malloc without batch_size", {}, 2, 100.0, [146.0] * 3),
+    ]
     trim = [Confirmation([100.0] * 3, first, planned_rounds=3), Confirmation([100.0] * 3, second, planned_rounds=3)]
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation, "trim": trim})
     summary = summarise(results)
     assert summary.recommended.label == "0 without malloc"
     files = write_reports(results, summary, tmp_path)
     assert (
-        "Nothing is undone: with the races before, the trim's result would lie 5.6% behind the race's winner by the "
-        "paired rounds, beyond the 3% a trim may give up." in files["report.md"].read_text()
+        "Trial 0 without malloc without batch_size is not taken: with the races before, the trim's result would lie "
+        "2.7% behind the race's winner by the paired rounds, and a trim gives back less than the 2% gain a change is "
+        "recommended for; nothing is undone." in files["report.md"].read_text()
     )
-    assert [race["trimmed_to"] for race in json.loads(files["report.json"].read_text())["trim"]] == [
-        "0 without malloc",
-        None,
-    ]
+    races = json.loads(files["report.json"].read_text())["trim"]
+    assert [race["trimmed_to"] for race in races] == ["0 without malloc", "0 without malloc"]
+    assert races[1]["refused"] == {
+        "trial": "0 without malloc without batch_size",
+        "behind_race_winner": pytest.approx(150 / 146),
+    }
 
 
 def test_keeping_the_baseline_after_a_stale_race_names_the_trial_it_did_not_prove():

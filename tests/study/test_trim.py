@@ -302,16 +302,16 @@ def test_changes_that_each_did_nothing_are_undone_together_in_the_next_race(tmp_
 
 class SmallGains(Pipeline):
     """Batch 64 and bf16 make the gain; ``set_to_none=False``, ``optimizer_impl=foreach`` and ``malloc=keep`` each
-    2.5 %, within TIE_TOLERANCE alone; no wobble."""
+    1.5 %, within TIE_TOLERANCE alone; no wobble."""
 
     def __call__(self, knobs, name, on_progress=None):
         self.names.append(name)
         small = (not knobs["set_to_none"], knobs["optimizer_impl"] == "foreach", knobs["malloc"] == "keep")
         value = 100.0 * (1.6 if knobs["batch_size"] == 64 else 1.0) * (1.25 if knobs["amp"] == "bf16" else 1.0)
-        return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * 1.025 ** sum(small)))
+        return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * 1.015 ** sum(small)))
 
 
-def test_small_gains_undone_one_race_at_a_time_stop_before_they_add_up_to_a_loss_beyond_noise(tmp_path):
+def test_small_gains_undone_one_race_at_a_time_stop_before_they_add_up_to_a_gain_given_back(tmp_path):
     winner = {**WINNER, "set_to_none": False, "optimizer_impl": "foreach", "malloc": "keep"}
     study, pipeline = open_study(settings(tmp_path), META), SmallGains()
     ensure_baseline(study, BASELINE, pipeline)
@@ -321,8 +321,8 @@ def test_small_gains_undone_one_race_at_a_time_stop_before_they_add_up_to_a_loss
     trims = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert len(trims) == 2 and trimmed_to(trims[1]) is not None, "the second race's own verdict undoes one more"
     summary = summarise(load_results(study))
-    assert len(summary.no_difference) == 1, "two would leave the trim 5 % behind the race's winner"
-    assert summary.recommended.throughput == pytest.approx(confirmation.winner.median / 1.025)
+    assert len(summary.no_difference) == 1, "two would leave the trim 3 % behind the race's winner"
+    assert summary.recommended.throughput == pytest.approx(confirmation.winner.median / 1.015)
 
 
 def test_a_lucky_variant_does_not_push_the_others_out_of_a_trim_race():
