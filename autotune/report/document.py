@@ -336,7 +336,8 @@ def _trim(summary: Summary) -> list[Section]:
         return []
     lead = (
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
-        "undoing costs nothing beyond noise is not recommended (rules: autotune/results/race.py)."
+        "undoing costs nothing beyond noise is not recommended, as long as the changes so undone give back less than "
+        f"{MIN_GAIN:.0%} of the race's winner (rules: autotune/results/race.py)."
     )
     steps = trim_path(summary.trim)
     paragraphs = [lead, *(_trim_race(race, step) for race, step in zip(summary.trim, steps, strict=True))]
@@ -352,9 +353,9 @@ def _trim_race(race: Confirmation, step: TrimStep) -> str:
     text = race.describe(trim=True)
     if step.refused is not None:
         return text + (
-            f" Trial {step.refused.label} is not taken: with the races before, the trim's result would lie "
-            f"{step.refused_behind - 1:.1%} behind the race's winner by the paired rounds, and a trim gives back less "
-            f"than the {MIN_GAIN:.0%} gain a change is recommended for; nothing is undone."
+            f" Trial {step.refused.label} is not taken: with the races before, the race's winner would run "
+            f"{step.refused_behind - 1:.1%} faster than it by the paired rounds, and a trim gives back less than the "
+            f"{MIN_GAIN:.0%} gain a change is recommended for; nothing is undone."
         )
     if step.left is not None:
         return f"{text} {_trim_outcome(race, step.left)}"
@@ -367,9 +368,9 @@ def _trim_race(race: Confirmation, step: TrimStep) -> str:
 def _trim_outcome(race: Confirmation, new: Finalist) -> str:
     """What a settled trim race did to each change it undid alone, in words: left out where its variant is ``new``,
     the race's winner, or undoes only changes ``new`` undoes too (the race's variant undoing several at once: said
-    where undoing it alone read slower); kept where its variant left or the configuration it was made from beat it
-    beyond noise (undoing it cost throughput); else undone again on top of ``new`` (``undone_again``), or, where
-    nothing was undone, kept as not shown to cost nothing."""
+    where undoing it alone was not shown to cost nothing); kept where its variant left or the configuration it was
+    made from beat it beyond noise (undoing it cost throughput); else undone again on top of ``new``
+    (``undone_again``), or, where nothing was undone, kept as not shown to cost nothing."""
     reference = race.finalists[0]
 
     def undone_by(variant: Finalist) -> list[str]:
@@ -390,7 +391,7 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
         "costs": "Kept, as undoing it cost throughput",
         "unshown": "Kept, as undoing it was not shown to cost nothing",
         "left out": "Left out, as fast without",
-        "together": "Left out with the others, though undone alone it read slower beyond noise",
+        "together": "Left out with the others, though undoing it alone was not shown to cost nothing",
         "tied": "As fast without too, so undone on top of that in the next race",
     }
     return " ".join(f"{said[key]}: {', '.join(names)}." for key, names in outcome.items() if names)

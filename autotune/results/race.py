@@ -432,38 +432,41 @@ def trimmed_to(race: Confirmation) -> Finalist | None:
 @dataclass(frozen=True)
 class TrimStep:
     """What one race of a trim left in place of the configuration it started from (``left``: None where nothing, the
-    configuration itself where nothing was undone), and ``behind``: how far the trim's result then lies behind the
-    race's winner (the configuration the trim started from) by the product of the paired ratios along the races
-    (``trim_path``). ``refused``: the race's own verdict (``trimmed_to``) where that bound refused it, and how far
-    behind it would have put the trim's result."""
+    configuration itself where nothing was undone), and ``behind``: how much faster than the trim's result the race's
+    winner (the configuration the trim started from) then runs, by the product of the paired ratios along the races
+    (``trim_path``). ``ends``: the trim ends at this race (it left nothing, or nothing was undone). ``refused``: the
+    race's own verdict (``trimmed_to``) where that bound refused it, and how much faster the race's winner would have
+    run than it."""
 
     left: Finalist | None
     behind: float
+    ends: bool
     refused: Finalist | None = None
     refused_behind: float | None = None
 
 
 def trim_path(races: list[Confirmation]) -> list[TrimStep]:
     """What each of a trim's races left in place of the configuration it started from: its verdict (``trimmed_to``)
-    where the trim's result then stays less than MIN_GAIN behind the race's winner by the product of the paired
-    ratios along the races, else that configuration itself (nothing undone: the trim ends there). Changes undone one
-    race at a time, each within noise of the configuration it was undone from, must not add up to a loss: a trim
-    gives back less than the smallest gain a change is recommended for. A race after one that left nothing leaves
-    nothing (the trim ended there)."""
+    where the race's winner then runs less than MIN_GAIN faster than the trim's result by the product of the paired
+    ratios along the races, else that configuration itself (nothing undone). Changes undone one race at a time, each
+    within noise of the configuration it was undone from, must not add up to a loss: a trim gives back less than the
+    smallest gain a change is recommended for. The trim ends at a race that left nothing or undid nothing; a race
+    after it, or one not started from what the race before left, leaves nothing."""
     steps: list[TrimStep] = []
     behind = 1.0
     for race in races:
-        verdict = trimmed_to(race) if not steps or steps[-1].left is not None else None
         reference = race.finalists[0]
+        goes_on = not steps or (not steps[-1].ends and steps[-1].left.label == reference.label)
+        verdict = trimmed_to(race) if goes_on else None
         if verdict is None or verdict is reference:
-            steps.append(TrimStep(verdict, behind))
+            steps.append(TrimStep(verdict, behind, ends=True))
             continue
         after = behind * paired_ratio(reference.throughputs, verdict.throughputs)
         if after < 1 + MIN_GAIN:
             behind = after
-            steps.append(TrimStep(verdict, behind))
+            steps.append(TrimStep(verdict, behind, ends=False))
         else:
-            steps.append(TrimStep(reference, behind, verdict, after))
+            steps.append(TrimStep(reference, behind, True, verdict, after))
     return steps
 
 

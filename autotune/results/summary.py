@@ -223,9 +223,10 @@ def summarise(results: StudyResults) -> Summary:
             trim = [race for race in results.trim if race.rounds or not race.cut]  # none run: left out, not a race
             trim_open = unsettled(results.trim[-1])
         steps = trim_path(trim)
-        ended = next((index for index, step in enumerate(steps, 1) if step.left is None), len(trim))
-        trim = trim[:ended]  # a race stored after one that left nothing (by older rules) is no step of the trim
-        final = next((step.left for step in reversed(steps[:ended]) if step.left), winner)
+        ended = next((index for index, step in enumerate(steps, 1) if step.ends), None)
+        if ended is not None:  # the races stored after the one the trim ended at are no steps of it
+            trim, steps, trim_open = trim[:ended], steps[:ended], unsettled(trim[ended - 1])
+        final = next((step.left for step in reversed(steps) if step.left), winner)
         if final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed

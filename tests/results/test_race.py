@@ -133,12 +133,12 @@ def test_ties_within_noise_one_race_after_another_must_not_add_up_to_a_gain_give
     assert [trimmed_to(race).label for race in races] == ["w without a", "w without a without b"], "each a tie"
     first, second = trim_path(races)
     assert first.left.label == "w without a" and first.behind == pytest.approx(1.015) and first.refused is None
-    assert second.left.label == "w without a", "nothing undone: the configuration it started from stays"
+    assert second.left.label == "w without a" and second.ends, "nothing undone: the configuration it started from stays"
     assert second.refused.label == "w without a without b" and second.refused_behind == pytest.approx(1.015**2)
     assert second.behind == pytest.approx(1.015)
 
 
-def test_a_variant_that_read_faster_leaves_room_for_a_later_tie_and_the_trim_ends_at_the_first_race_undoing_nothing():
+def test_a_variant_that_read_faster_leaves_room_for_a_later_tie_and_the_trim_ends_at_a_race_undoing_nothing():
     faster = confirmation(finalist("w", [110, 110, 110], changes=3), finalist("w without a", [112.2] * 3, changes=2))
     second = trim_race("w without a", "w without a without b")
     steps = trim_path([faster, second])
@@ -147,9 +147,11 @@ def test_a_variant_that_read_faster_leaves_room_for_a_later_tie_and_the_trim_end
 
     kept = confirmation(finalist("w", [150, 151, 149], changes=3), finalist("w without a", [110] * 3, changes=2))
     after = trim_path([kept, trim_race("w", "w without b")])
-    assert after[0].left.label == "w" and after[1].left.label == "w without b", "the configuration itself: no drift"
+    assert after[0].left.label == "w" and after[0].ends and after[1].left is None, "nothing undone: the trim ended"
     ended = trim_path([confirmation(finalist("w", [150], changes=3, dropped="round 2 failed")), second])
     assert [step.left for step in ended] == [None, None] and ended[0].refused is None
+    elsewhere = trim_path([trim_race("w", "w without a"), trim_race("v", "v without b")])
+    assert elsewhere[1].left is None, "a race not started from what the race before left is no step of the trim"
 
 
 def test_a_trim_race_leaves_a_variant_only_where_it_was_shown_to_cost_nothing_against_its_reference():
