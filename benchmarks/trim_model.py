@@ -98,6 +98,17 @@ def _winner_with(**values: Any) -> dict[str, Any]:
     return MYMODEL_BASELINE | values
 
 
+# The example's winner on an Intel Xeon with AMX (2026-12-03).
+AMX_WINNER = _winner_with(
+    num_workers=2,
+    prefetch_factor=2,
+    persistent_workers=True,
+    num_threads=1,
+    channels_last=True,
+    amp="bf16",
+    malloc="keep",
+)
+
 # Undoing each of the README winner's changes, from section 7's benchmark (tuned/recommended.yaml at d8c746c, 5
 # rounds): without workers 1.08x against 1.96x, without one thread 1.47x, without channels_last 1.73x, without
 # malloc=keep 1.69x, without batch 64 1.94x; persistent workers: est. (the README's trim kept them).
@@ -128,15 +139,7 @@ SCENARIOS = {
     # first race, 3 rounds, over the winner's): bf16 0.90x, channels_last 0.89x, workers 0.55x, one thread 0.56x.
     "mymodel on a Xeon with AMX (6 changes, 4 matter)": Scenario(
         MYMODEL_BASELINE,
-        _winner_with(
-            num_workers=2,
-            prefetch_factor=2,
-            persistent_workers=True,
-            num_threads=1,
-            channels_last=True,
-            amp="bf16",
-            malloc="keep",
-        ),
+        AMX_WINNER,
         {"num_workers": 0.55, "num_threads": 0.56, "channels_last": 0.89, "amp": 0.90},
         baseline_relative=0.53,
     ),
@@ -146,16 +149,7 @@ SCENARIOS = {
     # each of the other four, from its trim's first race (3 rounds, the medians over the winner's).
     "mymodel on a Xeon with AMX, whole epochs (7 changes, all matter)": Scenario(
         MYMODEL_BASELINE,
-        _winner_with(
-            batch_size=128,
-            num_workers=2,
-            prefetch_factor=2,
-            persistent_workers=True,
-            num_threads=1,
-            channels_last=True,
-            amp="bf16",
-            malloc="keep",
-        ),
+        AMX_WINNER | {"batch_size": 128},
         {
             "num_workers": 0.54,
             "num_threads": 0.76,
