@@ -34,6 +34,7 @@ from autotune.results.race import (
     Confirmation,
     Finalist,
     TrimStep,
+    beats,
     finalist_choice,
     trim_path,
     undone_again,
@@ -368,9 +369,9 @@ def _trim_race(race: Confirmation, step: TrimStep) -> str:
 def _trim_outcome(race: Confirmation, new: Finalist) -> str:
     """What a settled trim race did to each change it undid alone, in words: left out where its variant is ``new``,
     the race's winner, or undoes only changes ``new`` undoes too (the race's variant undoing several at once: said
-    where undoing it alone was not shown to cost nothing); kept where its variant left or the configuration it was
-    made from beat it beyond noise (undoing it cost throughput); else undone again on top of ``new``
-    (``undone_again``), or, where nothing was undone, kept as not shown to cost nothing."""
+    where undoing it alone was not shown to cost nothing); kept where the configuration it was made from beat it
+    beyond noise (undoing it cost throughput), or where it left the race unbeaten (a failed run) or nothing was undone
+    (not shown to cost nothing); else undone again on top of ``new`` (``undone_again``)."""
     reference = race.finalists[0]
 
     def undone_by(variant: Finalist) -> list[str]:
@@ -384,9 +385,11 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
             outcome["left out"] += undone
         elif left_out.issuperset(undone):  # said as left out with new's
             outcome["together"] += [] if undone_again(reference, variant, new) else undone
-        elif len(undone) == 1:
-            kept = not undone_again(reference, variant, new)  # it left, or the reference beat it beyond noise
-            outcome["costs" if kept else "unshown" if new is reference else "tied"] += undone
+        elif len(undone) == 1 and beats(reference, variant):
+            outcome["costs"] += undone
+        elif len(undone) == 1:  # it left the race unbeaten (a failed run, say), or tied where nothing was undone
+            tied = undone_again(reference, variant, new) and new is not reference
+            outcome["tied" if tied else "unshown"] += undone
     said = {
         "costs": "Kept, as undoing it cost throughput",
         "unshown": "Kept, as undoing it was not shown to cost nothing",

@@ -269,12 +269,15 @@ def test_a_settled_trim_race_says_which_change_it_kept_which_it_left_out_and_whi
     # Beaten in every round, by 3.4 % by the paired ratios (``beats``), though it never fell far enough behind to
     # leave: not undone again (``trim.undo_next``), so not "as fast without".
     threads = Finalist("0 without num_threads", {}, 2, 110.0, [145.0, 146.0, 144.0])
-    trim = [Confirmation([100.0, 98.0, 102.0], [reference, workers, amp, malloc, threads], planned_rounds=3)]
+    failed = Finalist("0 without channels_last", {}, 2, 110.0, [], "round 1 failed: signal: SIGKILL")
+    finalists = [reference, workers, amp, malloc, threads, failed]
+    trim = [Confirmation([100.0, 98.0, 102.0], finalists, planned_rounds=3)]
     results = StudyResults(**{**sample.__dict__, "confirmation": confirmation, "trim": trim})
     markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
     said = (
-        "Kept, as undoing it cost throughput: num_workers, num_threads. Left out, as fast without: amp. As fast "
-        "without too, so undone on top of that in the next race: malloc."
+        "Kept, as undoing it cost throughput: num_workers, num_threads. Kept, as undoing it was not shown to cost "
+        "nothing: channels_last. Left out, as fast without: amp. As fast without too, so undone on top of that in the "
+        "next race: malloc."
     )
     assert said in markdown, markdown.split("## Only the changes that matter")[1][:3000]
     assert undo_next(reference, {"malloc": malloc, "num_threads": threads}, amp) == ["malloc"], "as the trim does"
