@@ -2,7 +2,7 @@
 nothing, and how often it keeps what matters, when runs vary the way re-measurements on this machine vary.
 
     .venv/bin/python -m benchmarks.trim_model [--studies 2000] [--rounds 3] [--pipeline images] [--run-sd SD]
-        [--trim-margin 0.25] [--seed 0] [FILE ...]
+        [--trim-margin 0.25] [--trim-bound inf] [--seed 0] [FILE ...]
 
 A model, not a measurement, like ``benchmarks.race_model`` (whose noise it fits to the same files): it drives
 autotune's own ``run_trim`` with simulated runs, so that rules of the trim can be compared in seconds; only a real
@@ -30,6 +30,7 @@ from typing import Any
 
 from autotune.knobs import BASELINE_DEFAULTS, KNOBS, changed
 from autotune.records import TrialRecord
+from autotune.results import race as race_rules
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, count_changes, trim_path
 from autotune.study import run_race
@@ -213,6 +214,9 @@ def main() -> None:
     parser.add_argument(
         "--trim-margin", type=float, help="how far behind a variant leaves the trim's race (TRIM_MARGIN) instead"
     )
+    parser.add_argument(
+        "--trim-bound", type=float, help="what a trim may give back (TRIM_BOUND) instead; inf: no bound"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     noise = fit_noise([json.loads(path.read_text(encoding="utf-8")) for path in args.files], args.pipeline)
@@ -222,6 +226,8 @@ def main() -> None:
     print(f"noise of {args.pipeline} (log SD): round {noise.round_sd:.3f}, run {noise.run_sd:.3f} ({tails})")
     if args.trim_margin is not None:
         run_race.TRIM_MARGIN = args.trim_margin  # read by the race at each round
+    if args.trim_bound is not None:
+        race_rules.TRIM_BOUND = args.trim_bound  # read by trim_path at each call
     rng = random.Random(args.seed)
     for name, scenario in SCENARIOS.items():
         outcomes = [simulate_trim(scenario, noise, args.rounds, rng) for _ in range(args.studies)]

@@ -29,8 +29,8 @@ from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
 from autotune.results.race import (
     FINALIST_WINDOW,
     MAX_FINALISTS,
-    MIN_GAIN,
     TIE_TOLERANCE,
+    TRIM_BOUND,
     Confirmation,
     Finalist,
     TrimStep,
@@ -338,25 +338,27 @@ def _trim(summary: Summary) -> list[Section]:
     lead = (
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended, as long as the changes so undone give back less than "
-        f"{MIN_GAIN:.0%} of the race's winner (rules: autotune/results/race.py)."
+        f"{TRIM_BOUND:.0%} of it (rules: autotune/results/race.py)."
     )
     steps = trim_path(summary.trim)
-    paragraphs = [lead, *(_trim_race(race, step) for race, step in zip(summary.trim, steps, strict=True))]
+    winner = summary.trim[0].finalists[0].label
+    paragraphs = [lead, *(_trim_race(race, step, winner) for race, step in zip(summary.trim, steps, strict=True))]
     return [
         Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))
     ]
 
 
-def _trim_race(race: Confirmation, step: TrimStep) -> str:
+def _trim_race(race: Confirmation, step: TrimStep, winner: str) -> str:
     """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
-    a variant it does not leave in place (``trimmed_to``, ``trim_path``: ``step``), why."""
+    a variant it does not leave in place (``trimmed_to``, ``trim_path``: ``step``), why. ``winner``: the finalists'
+    race's, which the trim started from."""
     reference = race.finalists[0]
     text = race.describe(trim=True)
     if step.refused is not None:
         return text + (
-            f" Trial {step.refused.label} is not taken: with the races before, the race's winner would run "
-            f"{step.refused_behind - 1:.1%} faster than it by the paired rounds, and a trim gives back less than the "
-            f"{MIN_GAIN:.0%} gain a change is recommended for; nothing is undone."
+            f" Trial {step.refused.label} is not taken: trial {winner}, the finalists' race's winner, would run "
+            f"{step.refused_behind - 1:.1%} faster than it by the product of the trim's paired ratios, and a trim "
+            f"gives back less than {TRIM_BOUND:.0%}, the smallest gain a change is recommended for; nothing is undone."
         )
     if step.left is not None:
         return f"{text} {_trim_outcome(race, step.left)}"
@@ -378,22 +380,29 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
         return variant.label.removeprefix(f"{reference.label} without ").split(" without ")
 
     left_out = set(undone_by(new)) if new is not reference else set()
-    outcome: dict[str, list[str]] = {"costs": [], "unshown": [], "left out": [], "together": [], "tied": []}
+    outcome: dict[str, list[str]] = {
+        key: [] for key in ("costs", "unshown", "left out", "together costs", "together", "tied")
+    }
     for variant in race.finalists[1:]:
         undone = undone_by(variant)
         if variant is new:
             outcome["left out"] += undone
         elif left_out.issuperset(undone):  # said as left out with new's
-            outcome["together"] += [] if undone_again(reference, variant, new) else undone
+            costs = beats(reference, variant)
+            outcome["together costs" if costs else "together"] += (
+                [] if undone_again(reference, variant, new) else undone
+            )
         elif len(undone) == 1 and beats(reference, variant):
             outcome["costs"] += undone
         elif len(undone) == 1:  # it left the race unbeaten (a failed run, say), or tied where nothing was undone
-            tied = undone_again(reference, variant, new) and new is not reference
+            # undone again only where the next race can race it: run_trim races a configuration of two changes or more
+            tied = undone_again(reference, variant, new) and new is not reference and new.changes >= 2
             outcome["tied" if tied else "unshown"] += undone
     said = {
         "costs": "Kept, as undoing it cost throughput",
         "unshown": "Kept, as undoing it was not shown to cost nothing",
         "left out": "Left out, as fast without",
+        "together costs": "Left out with the others, though undoing it alone cost throughput",
         "together": "Left out with the others, though undoing it alone was not shown to cost nothing",
         "tied": "As fast without too, so undone on top of that in the next race",
     }

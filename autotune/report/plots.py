@@ -16,7 +16,7 @@ from autotune.records import BASELINE_LABEL, TrialRecord
 from autotune.report.rows import record_state
 from autotune.results.benchmark import Benchmark
 from autotune.results.model import StudyResults
-from autotune.results.race import MIN_GAIN, TIE_TOLERANCE, Finalist, paired_ratio
+from autotune.results.race import TIE_TOLERANCE, TRIM_BOUND, Finalist, paired_ratio
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, PHASES, STAGE_WORDS, TunerTime
 
@@ -163,7 +163,8 @@ def undone_changes(summary: Summary) -> Plot | None:
         "diamond, their geometric mean, by which with the rounds won the trim decides (autotune/results/race.py). "
         "Grey: undone, it made no difference; blue: kept. A change is undone only where undoing it did not lose most "
         "rounds by more than the grey band, nor cost in a later race undoing it with others, nor, with the changes "
-        f"undone before it, give back {MIN_GAIN:.0%} or more of the race's winner (trim_path), its race not cut short."
+        f"undone before it, give back {TRIM_BOUND:.0%} or more of the finalists' race's winner (trim_path), its "
+        "race not cut short."
     )
     return Plot(caption, draw, height=1.2 + 0.4 * len(rows))
 

@@ -30,7 +30,7 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   configuration it started from ran every round and does not beat it); the new winner races the variants undoing the
   changes whose undoing also tied with the configuration they were made from (``undo_next``), each alone and, two or
   more, all at once (``all_undone``: tied, it wins by fewest changes), until the winner of a race is the configuration
-  it started from. What a race leaves in place must leave the changes undone so far costing less than MIN_GAIN
+  it started from. What a race leaves in place must leave the changes undone so far costing less than TRIM_BOUND
   against the race's winner by the product of the paired ratios along the trim's races (``trim_path``: else nothing
   is undone, and the trim ends): ties add up, and a trim gives back less than the smallest gain a change is
   recommended for. A variant leaves such a race once it falls TRIM_MARGIN behind the configuration it was made from
@@ -81,6 +81,9 @@ TIE_TOLERANCE = 0.03
 # and its median beats the baseline's by MIN_GAIN.
 PROOF_LEVEL = 0.125
 MIN_GAIN = 0.02
+# A trim gives back less than this of the finalists' race's winner, by the product of its races' paired ratios
+# (``trim_path``): less than the smallest gain a change is recommended for.
+TRIM_BOUND = MIN_GAIN
 
 
 @dataclass
@@ -447,7 +450,7 @@ class TrimStep:
 
 def trim_path(races: list[Confirmation]) -> list[TrimStep]:
     """What each of a trim's races left in place of the configuration it started from: its verdict (``trimmed_to``)
-    where the race's winner then runs less than MIN_GAIN faster than the trim's result by the product of the paired
+    where the race's winner then runs less than TRIM_BOUND faster than the trim's result by the product of the paired
     ratios along the races, else that configuration itself (nothing undone). Changes undone one race at a time, each
     within noise of the configuration it was undone from, must not add up to a loss: a trim gives back less than the
     smallest gain a change is recommended for. The trim ends at a race that left nothing or undid nothing; a race
@@ -462,7 +465,7 @@ def trim_path(races: list[Confirmation]) -> list[TrimStep]:
             steps.append(TrimStep(verdict, behind, ends=True))
             continue
         after = behind * paired_ratio(reference.throughputs, verdict.throughputs)
-        if after < 1 + MIN_GAIN:
+        if after < 1 + TRIM_BOUND:
             behind = after
             steps.append(TrimStep(verdict, behind, ends=False))
         else:

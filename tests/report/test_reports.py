@@ -18,7 +18,7 @@ from autotune.measure.warmup import WarmupPolicy
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
-from autotune.report.document import format_cell, headline, machine_lines
+from autotune.report.document import _trim_outcome, format_cell, headline, machine_lines
 from autotune.report.markdown import render_markdown
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
 from autotune.results.model import StudyResults
@@ -295,8 +295,8 @@ def test_a_variant_undoing_several_changes_that_won_leaves_out_each_and_says_whe
     results = StudyResults(**{**sample.__dict__, "confirmation": confirmation, "trim": trim})
     files = write_reports(results, summarise(results), tmp_path)
     said = (
-        "Left out, as fast without: malloc, batch_size. Left out with the others, though undoing it alone was not "
-        "shown to cost nothing: malloc."
+        "Left out, as fast without: malloc, batch_size. Left out with the others, though undoing it alone cost "
+        "throughput: malloc."
     )
     markdown = files["report.md"].read_text()
     assert said in markdown and "Kept" not in markdown.split("## Only the changes that matter")[1].split("\n## ")[0]
@@ -319,9 +319,9 @@ def test_a_trim_race_whose_verdict_would_give_back_a_gain_with_the_races_before_
     assert summary.recommended.label == "0 without malloc"
     files = write_reports(results, summary, tmp_path)
     assert (
-        "Trial 0 without malloc without batch_size is not taken: with the races before, the race's winner would run "
-        "2.7% faster than it by the paired rounds, and a trim gives back less than the 2% gain a change is "
-        "recommended for; nothing is undone." in files["report.md"].read_text()
+        "Trial 0 without malloc without batch_size is not taken: trial 0, the finalists' race's winner, would run 2.7% "
+        "faster than it by the product of the trim's paired ratios, and a trim gives back less than 2%, the smallest "
+        "gain a change is recommended for; nothing is undone." in files["report.md"].read_text()
     )
     races = json.loads(files["report.json"].read_text())["trim"]
     assert [race["trimmed_to"] for race in races] == ["0 without malloc", "0 without malloc"]
@@ -342,6 +342,17 @@ def test_a_stored_trim_that_went_on_after_a_race_the_bound_now_refuses_ends_ther
     summary = summarise(results)
     assert summary.recommended.label == "0" and summary.no_difference == {}
     assert summary.trim == [first] and summary.trim_open is None, "the trim ended at its first race"
+
+
+def test_a_tie_left_where_the_trims_next_race_cannot_undo_it_is_kept_not_promised_to_a_next_race():
+    reference = Finalist("7", {}, 2, 100.0, [150.0, 151.0, 149.0])
+    one = Finalist("7 without a", {}, 1, 100.0, [150.0, 150.0, 150.0])
+    other = Finalist("7 without b", {}, 1, 110.0, [149.0, 151.0, 150.0])
+    race = Confirmation([100.0] * 3, [reference, one, other], planned_rounds=3)
+    assert race.winner is one and one.changes == 1, "a configuration of one change: the trim races it no further"
+    assert _trim_outcome(race, one) == (
+        "Kept, as undoing it was not shown to cost nothing: b. Left out, as fast without: a."
+    )
 
 
 def test_keeping_the_baseline_after_a_stale_race_names_the_trial_it_did_not_prove():
