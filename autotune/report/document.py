@@ -36,7 +36,6 @@ from autotune.results.race import (
     TrimStep,
     beats,
     finalist_choice,
-    trim_path,
     undone_again,
     unsettled,
 )
@@ -340,8 +339,7 @@ def _trim(summary: Summary) -> list[Section]:
         "undoing costs nothing beyond noise is not recommended, as long as the changes so undone give back less than "
         f"{TRIM_BOUND:.0%} of it (rules: autotune/results/race.py)."
     )
-    steps = trim_path(summary.trim)
-    winner = summary.trim[0].finalists[0].label
+    winner, steps = summary.trim[0].finalists[0].label, summary.trim_steps
     paragraphs = [lead, *(_trim_race(race, step, winner) for race, step in zip(summary.trim, steps, strict=True))]
     return [
         Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))

@@ -14,7 +14,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, TrimStep, trim_path
+from autotune.results.race import Confirmation, TrimStep
 from autotune.results.summary import Summary
 
 
@@ -36,7 +36,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "peak_memory_mb": rec.result.peak_memory_mb,
         },
         "confirmation": _race(summary.confirmation) if summary.confirmation else None,
-        "trim": [_trim_race(race, step) for race, step in zip(summary.trim, trim_path(summary.trim), strict=True)],
+        "trim": [_trim_race(race, step) for race, step in zip(summary.trim, summary.trim_steps, strict=True)],
         "no_difference": summary.no_difference,
         "untrimmed": summary.untrimmed,  # two changes or more, not all shown to matter (``Summary.untrimmed``)
         "baseline": {

@@ -10,6 +10,7 @@ from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race import (
     Confirmation,
+    TrimStep,
     choose_candidate,
     is_trim_of,
     proof_of,
@@ -53,6 +54,11 @@ class Summary:
     trim_open: str | None = NO_TRIM
     stopped_before_race_end: bool = False
     budget_left_out: tuple[str, ...] = ()
+
+    @property
+    def trim_steps(self) -> list[TrimStep]:
+        """What each of ``trim``'s races left in place, by the trim's rules (``trim_path``), one a race."""
+        return trim_path(self.trim)
 
     @property
     def races(self) -> list[Confirmation]:
