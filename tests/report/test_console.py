@@ -135,13 +135,14 @@ def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_r
     runs = dict(
         re.findall(r"^\[((?:confirm|trim)-[^\]]+)\] .*?-> ([\d.]+ samples/s(?: \([\d.]+x\))?)", out.getvalue(), re.M)
     )
-    assert "confirm-1-baseline" in runs, out.getvalue()
+    console = out.getvalue()
+    assert "confirm-1-baseline" in runs, console
     for name, said in runs.items():
         prefix = round_of(name)
         ratio = re.search(r"\(([\d.]+)x\)", said)
         order = list(runs)
         before = run_name(prefix, None) in order[: order.index(name)]
-        assert (ratio is not None) == (before and name != run_name(prefix, None)), (name, said)
+        assert (ratio is not None) == (before and name != run_name(prefix, None)), (name, said, console)
         if ratio:
             own = float(said.split()[0]) / float(runs[run_name(prefix, None)].split()[0])
-            assert float(ratio.group(1)) == pytest.approx(own, rel=0.002, abs=0.006), name  # printed rounded
+            assert float(ratio.group(1)) == pytest.approx(own, rel=0.002, abs=0.006), (name, console)  # printed rounded
