@@ -364,9 +364,12 @@ def _finish(
         note = partial(print, file=out, flush=True)
         results = load_results(study, machine)
         trimmed = partial(will_trim, results, rounds=rounds, fits=lambda runs: clock.fits(rounds * clock.round_s(runs)))
-        race = run_race(study, results, rounds, measured, show, affords, runner.new_draw, note, trimmed)
+        race = run_race(
+            study, results, rounds, measured, show, affords, runner.new_draw, note, trimmed, round_s=clock.round_s
+        )
     with clock.stage("trim"):
-        run_trim(study, load_results(study, machine), race, measured, show, affords, runner.new_draw, note)
+        trim_results = load_results(study, machine)
+        run_trim(study, trim_results, race, measured, show, affords, runner.new_draw, note, clock.round_s)
     # What limits each, profiled after every timed run.
     if settings.study.diagnose and clock.affords(2 * clock.run_s(), "the profiles (study.diagnose)"):
         shown = partial(print_tuned_profile, out=out)

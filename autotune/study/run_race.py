@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import optuna
@@ -38,6 +39,8 @@ from autotune.words import counted
 AffordsRoundFn = Callable[[list[dict[str, Any]], str], bool]
 # Called before each round: the runs from there on draw a process layout of their own (``TrialRunner.new_draw``).
 NewDrawFn = Callable[[], None]
+# The seconds a round of these configurations is expected to take (``RunClock.round_s``).
+RoundSecondsFn = Callable[[list[dict[str, Any]]], float]
 
 
 def run_race(
@@ -50,6 +53,7 @@ def run_race(
     new_draw: NewDrawFn | None = None,
     on_note: Callable[[str], None] | None = None,
     trimmed: Callable[[Finalist], bool] | None = None,
+    round_s: RoundSecondsFn | None = None,
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
     the baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
@@ -59,7 +63,9 @@ def run_race(
     still current (``Confirmation.is_current``) of the same planned rounds is reused; one study.budget_s or a stopped
     run cut short goes on from its rounds; one a baseline run failed, or planned for other rounds, is raced anew
     (``on_note`` is told why). A round starts only where ``affords`` it: a race left without one has no winner, so
-    nothing unproven is recommended; each starts with ``new_draw``. None without finalists or rounds to race."""
+    nothing unproven is recommended; each starts with ``new_draw``. ``on_note`` is told what the race runs, with
+    what a round is expected to take where ``round_s`` says (``announce``). None without finalists or rounds to
+    race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
@@ -82,13 +88,43 @@ def run_race(
         confirmation = replace(confirmation, trials=trials)
         study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
 
+    start = stored if resumable else None
+    racing = f"{'trials' if len(finalists) > 1 else 'trial'} {' and '.join(f.label for f in finalists)}"
+    configurations = [base.knobs, *(f.knobs for f in finalists)]
+    on_start = partial(
+        announce, on_note, "race", f"{racing} against the baseline", configurations, rounds, start, round_s
+    )
     confirmation = race(
         finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
-        start=stored if resumable else None, on_round=store,
-        runs_out=lambda winner: trimmed is None or not trimmed(winner),
+        start=start, on_round=store,
+        runs_out=lambda winner: trimmed is None or not trimmed(winner), on_start=on_start,
     )  # fmt: skip
     store(confirmation)
     return replace(confirmation, trials=trials)
+
+
+def announce(
+    on_note: Callable[[str], None] | None,
+    tag: str,
+    entrants: str,
+    configurations: list[dict[str, Any]],
+    rounds: int,
+    start: Confirmation | None,
+    round_s: RoundSecondsFn | None,
+) -> None:
+    """Tell ``on_note`` what a race is about to run: ``entrants`` in words, the rounds of ``rounds`` left after
+    those of ``start`` (the race it goes on from), each of ``configurations`` in turn, and where ``round_s`` is
+    given, what a round is expected to take: a race can last minutes, and its runs' lines alone do not say how
+    many follow."""
+    if on_note is None:
+        return
+    ran = len(start.baseline_throughputs) if start else 0
+    more = f" more after round {ran}" if ran else ""
+    pace = f" (about {round_s(configurations):.0f} s a round)" if round_s is not None else ""
+    on_note(
+        f"[{tag}] {entrants}: the {len(configurations)} in turn for up to {counted(rounds - ran, 'round')}{more}"
+        f"{pace}; it ends once decided"
+    )
 
 
 def _why_anew(stored: Confirmation, rounds: int) -> str:
@@ -115,6 +151,7 @@ def race(
     start: Confirmation | None = None,
     on_round: Callable[[Confirmation], None] | None = None,
     runs_out: Callable[[Finalist], bool] = lambda winner: True,
+    on_start: Callable[[], None] | None = None,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The verdict is in when ``ends(running finalists, baseline runs, before_race)``, by default
@@ -128,7 +165,7 @@ def race(
     ``new_draw``: the rounds are independent draws of the process layout, which decides how fast some pipelines run
     (``Launcher.new_draw``). The race goes on from the rounds of ``start`` (a race of these finalists cut short:
     each round stands on its own pairs of runs); ``on_round`` is given the race after each round that is not its
-    last, as a race cut short there."""
+    last, as a race cut short there; ``on_start`` is called before the first round it runs."""
     baseline_runs: list[float] = list(start.baseline_throughputs) if start else []
     failure, cut, disturbed = None, False, dict(start.disturbed) if start else {}
     decided_after = start.decided_after if start else None
@@ -142,7 +179,8 @@ def race(
             disturbed[name] = result.disturbance
         on_run(name, result)
 
-    for index in range(len(baseline_runs) + 1, rounds + 1):
+    first = len(baseline_runs) + 1
+    for index in range(first, rounds + 1):
         racing = [f for f in finalists if f.dropped is None]
         if not racing:
             break
@@ -150,6 +188,8 @@ def race(
         if affords is not None and not affords(entrants, span(f"{name} round", index, rounds)):
             cut = True
             break
+        if on_start is not None and index == first:
+            on_start()
         if new_draw is not None:
             new_draw()
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)

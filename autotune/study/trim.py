@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import optuna
@@ -25,9 +26,10 @@ from autotune.results.race import (
     undone_again,
     unsettled,
 )
-from autotune.study.run_race import AffordsRoundFn, NewDrawFn, race
+from autotune.study.run_race import AffordsRoundFn, NewDrawFn, RoundSecondsFn, announce, race
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
+from autotune.words import counted
 
 
 def run_trim(
@@ -39,6 +41,7 @@ def run_trim(
     affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
     on_note: Callable[[str], None] | None = None,
+    round_s: RoundSecondsFn | None = None,
 ) -> list[Confirmation]:
     """Race the race's winner against its variants (``undo``), the baseline racing too; then the new winner against
     its variants undoing the changes whose undoing also tied (``undo_next``), each alone and all at once
@@ -53,7 +56,7 @@ def run_trim(
     (the finalists' race ended at its verdict: ``will_trim``), that configuration and the baseline run the rounds
     left, for the gain's interval (a trim race whose variant won ran them all).
     A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do. ``on_note`` is
-    told of each stored race raced again, and why."""
+    told of each stored race raced again, and why, and what each race runs (``announce``, with ``round_s``)."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     if winner is None or not _undoable(results, winner):
@@ -81,9 +84,13 @@ def run_trim(
             # Stored first as a race not run yet (as study.budget_s leaves one), then as each round ends: a run
             # stopped in it keeps the races and rounds before, and the trim stays unsettled.
             _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
+            together = len(entrants) - 1 - len(undone)
+            words = _entrants_words(leader, len(undone), together, bool(races))
+            configurations = [baseline, *(entrant.knobs for entrant in entrants)]
             ran = race(
                 entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw, start,
-                lambda partial: _store(study, results, [*races, partial]), _runs_out(current, rounds),
+                lambda so_far: _store(study, results, [*races, so_far]), _runs_out(current, rounds),
+                partial(announce, on_note, name, words, configurations, rounds, start, round_s),
             )  # fmt: skip
         races.append(ran)
         new = trim_path(races)[-1].left
@@ -94,6 +101,20 @@ def run_trim(
         current, before_race = new, {new.label: new.median, "baseline": races[-1].baseline_median}
     _store(study, results, races)
     return races
+
+
+def _entrants_words(leader: Finalist, alone: int, together: int, tied: bool) -> str:
+    """What a trim race races, in words: ``leader`` against its variants, ``alone`` of which undo one of its
+    changes each (all of them, or where ``tied``, a race after the first, those whose undoing tied in the race
+    before) and ``together`` those changes at once."""
+    if not tied:
+        undone = "each change undone"
+    else:
+        undone = f"{'the changes' if alone > 1 else 'the change'} whose undoing also tied undone"
+        undone += (", each alone" if alone > 1 else "") + (" and all at once" if together else "")
+    return (
+        f"trial {leader.label} against itself with {undone} ({counted(alone + together, 'variant')}), the baseline too"
+    )
 
 
 def will_trim(

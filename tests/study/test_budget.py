@@ -264,10 +264,15 @@ def test_a_race_the_budget_cut_short_goes_on_from_its_rounds_in_a_later_run(tmp_
     cut, _ = raced(study_dir, single, re_runs, affords=lambda runs, step: "rounds 1" in step)
     study = open_study(settings(study_dir), META)
     assert load_results(study).confirmation.cut and cut.rounds == 1
-    measure = FakeMeasure()
-    again = run_race(study, load_results(study), 3, measure, lambda name, result: None)
+    measure, notes = FakeMeasure(), []
+    per_run = lambda configurations: 12.0 * len(configurations)  # noqa: E731
+    again = run_race(study, load_results(study), 3, measure, lambda n, r: None, on_note=notes.append, round_s=per_run)
     assert not again.cut and again.rounds == 3 and again.baseline_throughputs[0] == cut.baseline_throughputs[0]
     assert {name.split("-")[1] for name, _ in measure.calls} == {"2", "3"}, "round 1 is not run again"
+    assert notes == [
+        "[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1 (about 24 s a "
+        "round); it ends once decided"
+    ]
     assert load_results(study).confirmation == again
 
 
@@ -335,12 +340,21 @@ def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
     # channels_last and set_to_none=False do nothing: undoing either ties, so a second race undoes the other.
     study, confirmation, pipeline = tuned(tmp_path, {**WINNER, "channels_last": True})
     first_only = lambda runs, step: not step.startswith("trim-2")  # noqa: E731
-    cut = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, first_only)
+    notes, skip = [], lambda name, result: None  # noqa: E731
+    cut = run_trim(study, load_results(study), confirmation, pipeline, skip, first_only, None, notes.append)
     assert [race.cut for race in cut] == [False, True]
+    assert notes == [
+        "[trim-1] trial 0 against itself with each change undone (4 variants), the baseline too: the 6 in turn for up "
+        "to 3 rounds; it ends once decided"
+    ], "the second race, which the budget left no time for, is not said to run"
     assert summarise(load_results(study)).untrimmed, "its first race's pick is recommended, not trimmed to its end"
-    runs_before = len(pipeline.names)
-    again = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    runs_before, notes = len(pipeline.names), []
+    again = run_trim(study, load_results(study), confirmation, pipeline, lambda n, r: None, on_note=notes.append)
     assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
+    assert notes == [
+        "[trim-2] trial 0 without set_to_none against itself with the change whose undoing also tied undone (1 "
+        "variant), the baseline too: the 3 in turn for up to 3 rounds; it ends once decided"
+    ], "the second race, once it runs"
     assert not summarise(load_results(study)).untrimmed
     assert all(name.startswith("trim-2-") for name in pipeline.names[runs_before:]), pipeline.names[runs_before:]
     assert summarise(load_results(study)).changed_knobs() == {"batch_size": (16, 64), "amp": ("off", "bf16")}
@@ -494,8 +508,8 @@ def test_the_race_ends_at_its_verdict_only_where_the_trims_first_race_fits_the_b
     of five 2 s runs (30 s). Where that does not fit, the race runs its winner's rounds out itself."""
     study, confirmation, _ = tuned(tmp_path)
     told = []
-    monkeypatch.setattr(app, "run_race", lambda *args: told.append(args[-1]) or confirmation)
-    monkeypatch.setattr(app, "run_trim", lambda *args: [])
+    monkeypatch.setattr(app, "run_race", lambda *args, **kwargs: told.append(args[-1]) or confirmation)
+    monkeypatch.setattr(app, "run_trim", lambda *args, **kwargs: [])
     clock = RunClock(budget_s=budget_s)
     clock.count(measured(2.0))
     full = SimpleNamespace(study=replace(settings(tmp_path), confirm_rounds=3, diagnose=False))

@@ -414,10 +414,11 @@ def test_a_trim_race_the_winner_left_losing_a_round_to_the_baseline_is_raced_aga
     runs, notes = len(pipeline.names), []
     run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, on_note=notes.append)
     assert len(pipeline.names) > runs and not summarise(load_results(study)).untrimmed, "raced again"
-    assert notes == [
+    assert notes[0] == (
         f"[trim] the stored race trim-1 is raced again: trial {confirmation.winner.label}, the configuration it "
         "started from, left it (slower than the baseline in round 1)"
-    ]
+    )
+    assert notes[1].startswith("[trim-1] trial "), "then what it races"
 
 
 def test_a_trim_stopped_in_its_second_race_keeps_its_first_and_is_not_taken_for_ended(tmp_path):
@@ -436,3 +437,28 @@ def test_a_trim_stopped_in_its_second_race_keeps_its_first_and_is_not_taken_for_
     races = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert pipeline.names and not [name for name in pipeline.names if name.startswith("trim-1-")], pipeline.names
     assert len(races) >= 2 and not summarise(load_results(study)).untrimmed
+
+
+def test_each_trim_race_says_what_it_races_and_how_long_a_round_takes_before_its_first_run(tmp_path):
+    # set_to_none=False, channels_last and the foreach optimizer do nothing: each ties undone, so the second race
+    # undoes the two left, each alone and both at once.
+    study, confirmation, pipeline = tuned(tmp_path, {**WINNER, "channels_last": True, "optimizer_impl": "foreach"})
+    said = []
+
+    def run(knobs, name, on_progress=None):
+        said.append(name)
+        return pipeline(knobs, name, on_progress)
+
+    per_run = lambda configurations: 10.0 * len(configurations)  # noqa: E731
+    races = run_trim(study, load_results(study), confirmation, run, lambda n, r: None, None, None, said.append, per_run)
+    assert len(races) >= 2
+    first, second = (said.index(f"trim-{race}-1-baseline") for race in (1, 2))
+    assert said[first - 1] == (
+        "[trim-1] trial 0 against itself with each change undone (5 variants), the baseline too: the 7 in turn for up "
+        "to 3 rounds (about 70 s a round); it ends once decided"
+    )
+    assert said[second - 1].startswith(f"[trim-2] trial {races[1].finalists[0].label} against itself with the changes")
+    assert said[second - 1].endswith(
+        "whose undoing also tied undone, each alone and all at once (3 variants), the baseline too: the 5 in turn for "
+        "up to 3 rounds (about 50 s a round); it ends once decided"
+    )
