@@ -6,8 +6,11 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def listed(items: list[str]) -> str:
+    """``items`` in words: "a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def rounds_named(rounds: list[int]) -> str:
     """Rounds by number, in words: "round 2", "rounds 1 and 3", "rounds 1, 2 and 4"."""
-    if len(rounds) == 1:
-        return f"round {rounds[0]}"
-    return f"rounds {', '.join(map(str, rounds[:-1]))} and {rounds[-1]}"
+    return f"{'round' if len(rounds) == 1 else 'rounds'} {listed([str(r) for r in rounds])}"

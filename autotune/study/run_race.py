@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import optuna
@@ -32,7 +31,7 @@ from autotune.results.race import (
 from autotune.study.clock import span
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
-from autotune.words import counted
+from autotune.words import counted, listed
 
 # Whether a round of these configurations (their knobs, and the step in words) fits in study.budget_s
 # (``RunClock.affords_round``).
@@ -88,15 +87,13 @@ def run_race(
         confirmation = replace(confirmation, trials=trials)
         study.set_user_attr(on_machine(CONFIRMATION_ATTR, results.machine_id), confirmation.to_dict())
 
-    start = stored if resumable else None
-    racing = f"{'trials' if len(finalists) > 1 else 'trial'} {' and '.join(f.label for f in finalists)}"
-    configurations = [base.knobs, *(f.knobs for f in finalists)]
-    on_start = partial(
-        announce, on_note, "race", f"{racing} against the baseline", configurations, rounds, start, round_s
-    )
+    def on_start(racing: list[Finalist], first: int) -> None:
+        named = f"{'trials' if len(racing) > 1 else 'trial'} {listed([f.label for f in racing])} against the baseline"
+        announce(on_note, "[race]", named, [base.knobs, *(f.knobs for f in racing)], rounds, first, round_s)
+
     confirmation = race(
         finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
-        start=start, on_round=store,
+        start=stored if resumable else None, on_round=store,
         runs_out=lambda winner: trimmed is None or not trimmed(winner), on_start=on_start,
     )  # fmt: skip
     store(confirmation)
@@ -109,22 +106,19 @@ def announce(
     entrants: str,
     configurations: list[dict[str, Any]],
     rounds: int,
-    start: Confirmation | None,
+    first: int,
     round_s: RoundSecondsFn | None,
 ) -> None:
-    """Tell ``on_note`` what a race is about to run: ``entrants`` in words, the rounds of ``rounds`` left after
-    those of ``start`` (the race it goes on from), each of ``configurations`` in turn, and where ``round_s`` is
-    given, what a round is expected to take: a race can last minutes, and its runs' lines alone do not say how
-    many follow."""
+    """Tell ``on_note``, after ``tag``, what a race is about to run from its round ``first`` of ``rounds``:
+    ``entrants`` in words, ``configurations`` in turn each round, and where ``round_s`` knows it, what a round is
+    expected to take: a race can last minutes, and its runs' lines alone do not say how many follow."""
     if on_note is None:
         return
-    ran = len(start.baseline_throughputs) if start else 0
-    more = f" more after round {ran}" if ran else ""
-    pace = f" (about {round_s(configurations):.0f} s a round)" if round_s is not None else ""
-    on_note(
-        f"[{tag}] {entrants}: the {len(configurations)} in turn for up to {counted(rounds - ran, 'round')}{more}"
-        f"{pace}; it ends once decided"
-    )
+    more = f" more after round {first - 1}" if first > 1 else ""
+    expected_s = round_s(configurations) if round_s is not None else 0.0
+    pace = f" (about {expected_s:.0f} s a round)" if expected_s > 0 else ""  # 0: nothing timed to tell by
+    left = counted(rounds - first + 1, "round")
+    on_note(f"{tag} {entrants}: the {len(configurations)} in turn for up to {left}{more}{pace}")
 
 
 def _why_anew(stored: Confirmation, rounds: int) -> str:
@@ -151,7 +145,7 @@ def race(
     start: Confirmation | None = None,
     on_round: Callable[[Confirmation], None] | None = None,
     runs_out: Callable[[Finalist], bool] = lambda winner: True,
-    on_start: Callable[[], None] | None = None,
+    on_start: Callable[[list[Finalist], int], None] | None = None,
 ) -> Confirmation:
     """Up to ``rounds`` rounds of ``finalists`` and the ``baseline`` knobs, by the race's rules; each run is named
     ``name``-ROUND-…. The verdict is in when ``ends(running finalists, baseline runs, before_race)``, by default
@@ -165,7 +159,8 @@ def race(
     ``new_draw``: the rounds are independent draws of the process layout, which decides how fast some pipelines run
     (``Launcher.new_draw``). The race goes on from the rounds of ``start`` (a race of these finalists cut short:
     each round stands on its own pairs of runs); ``on_round`` is given the race after each round that is not its
-    last, as a race cut short there; ``on_start`` is called before the first round it runs."""
+    last, as a race cut short there; ``on_start`` is told the finalists racing and the round's number before the
+    first round it runs."""
     baseline_runs: list[float] = list(start.baseline_throughputs) if start else []
     failure, cut, disturbed = None, False, dict(start.disturbed) if start else {}
     decided_after = start.decided_after if start else None
@@ -189,7 +184,7 @@ def race(
             cut = True
             break
         if on_start is not None and index == first:
-            on_start()
+            on_start(racing, index)
         if new_draw is not None:
             new_draw()
         failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)

@@ -84,13 +84,11 @@ def run_trim(
             # Stored first as a race not run yet (as study.budget_s leaves one), then as each round ends: a run
             # stopped in it keeps the races and rounds before, and the trim stays unsettled.
             _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
-            together = len(entrants) - 1 - len(undone)
-            words = _entrants_words(leader, len(undone), together, bool(races))
-            configurations = [baseline, *(entrant.knobs for entrant in entrants)]
+            singles = {variant.label for variant in undone.values()}
+            announced = partial(_announce, on_note, name, singles, baseline, rounds, round_s, len(races))
             ran = race(
                 entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw, start,
-                lambda so_far: _store(study, results, [*races, so_far]), _runs_out(current, rounds),
-                partial(announce, on_note, name, words, configurations, rounds, start, round_s),
+                lambda so_far: _store(study, results, [*races, so_far]), _runs_out(current, rounds), announced,
             )  # fmt: skip
         races.append(ran)
         new = trim_path(races)[-1].left
@@ -103,18 +101,32 @@ def run_trim(
     return races
 
 
-def _entrants_words(leader: Finalist, alone: int, together: int, tied: bool) -> str:
-    """What a trim race races, in words: ``leader`` against its variants, ``alone`` of which undo one of its
-    changes each (all of them, or where ``tied``, a race after the first, those whose undoing tied in the race
-    before) and ``together`` those changes at once."""
-    if not tied:
-        undone = "each change undone"
+def _announce(
+    on_note: Callable[[str], None] | None,
+    name: str,
+    singles: set[str],
+    baseline: dict[str, Any],
+    rounds: int,
+    round_s: RoundSecondsFn | None,
+    before: int,
+    racing: list[Finalist],
+    first: int,
+) -> None:
+    """``announce`` for trim race ``name``, with ``before`` races before it, racing ``racing``: the configuration it
+    started from against its variants, those undoing one change (labelled in ``singles``) and the one undoing them
+    all at once."""
+    leader, variants = racing[0], racing[1:]
+    one_each = sum(1 for variant in variants if variant.label in singles)
+    if not before:
+        changes = "each change undone"
+    elif one_each > 1:
+        changes = f"the changes that tied in trim-{before} undone, each alone"
+        changes += " and all at once" if one_each < len(variants) else ""
     else:
-        undone = f"{'the changes' if alone > 1 else 'the change'} whose undoing also tied undone"
-        undone += (", each alone" if alone > 1 else "") + (" and all at once" if together else "")
-    return (
-        f"trial {leader.label} against itself with {undone} ({counted(alone + together, 'variant')}), the baseline too"
-    )
+        changes = f"the change that tied in trim-{before} undone"
+    entrants = f"{name}: trial {leader.label} against itself with {changes} ({counted(len(variants), 'variant')})"
+    configurations = [baseline, *(finalist.knobs for finalist in racing)]
+    announce(on_note, "[trim]", f"{entrants}, the baseline too", configurations, rounds, first, round_s)
 
 
 def will_trim(

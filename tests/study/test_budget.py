@@ -270,10 +270,22 @@ def test_a_race_the_budget_cut_short_goes_on_from_its_rounds_in_a_later_run(tmp_
     assert not again.cut and again.rounds == 3 and again.baseline_throughputs[0] == cut.baseline_throughputs[0]
     assert {name.split("-")[1] for name, _ in measure.calls} == {"2", "3"}, "round 1 is not run again"
     assert notes == [
-        "[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1 (about 24 s a "
-        "round); it ends once decided"
+        "[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1 (about 24 s a round)"
     ]
     assert load_results(study).confirmation == again
+
+
+def test_a_race_going_on_after_a_cut_says_it_races_only_the_finalists_still_racing(tmp_path):
+    # Trial 1 (batch 64) lags trial 0 (batch 32) by far in round 1 and leaves; the budget then cuts the race.
+    single, re_runs = {16: 100.0, 32: 140.0, 64: 135.0}, {16: [100] * 6, 32: [140] * 6, 64: [100] * 6}
+    cut, _ = raced(tmp_path, single, re_runs, affords=lambda runs, step: "rounds 1" in step)
+    assert cut.cut and cut.rounds == 1 and [f.dropped is not None for f in cut.finalists] == [False, True]
+    study, notes = open_study(settings(tmp_path), META), []
+    nothing_timed = lambda configurations: 0.0  # noqa: E731 (a resumed run that timed no run yet)
+    run_race(
+        study, load_results(study), 3, FakeMeasure(), lambda n, r: None, None, None, notes.append, None, nothing_timed
+    )
+    assert notes == ["[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1"]
 
 
 class StopsIn:
@@ -344,16 +356,16 @@ def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
     cut = run_trim(study, load_results(study), confirmation, pipeline, skip, first_only, None, notes.append)
     assert [race.cut for race in cut] == [False, True]
     assert notes == [
-        "[trim-1] trial 0 against itself with each change undone (4 variants), the baseline too: the 6 in turn for up "
-        "to 3 rounds; it ends once decided"
+        "[trim] trim-1: trial 0 against itself with each change undone (4 variants), the baseline too: the 6 in turn "
+        "for up to 3 rounds"
     ], "the second race, which the budget left no time for, is not said to run"
     assert summarise(load_results(study)).untrimmed, "its first race's pick is recommended, not trimmed to its end"
     runs_before, notes = len(pipeline.names), []
     again = run_trim(study, load_results(study), confirmation, pipeline, lambda n, r: None, on_note=notes.append)
     assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
     assert notes == [
-        "[trim-2] trial 0 without set_to_none against itself with the change whose undoing also tied undone (1 "
-        "variant), the baseline too: the 3 in turn for up to 3 rounds; it ends once decided"
+        "[trim] trim-2: trial 0 without set_to_none against itself with the change that tied in trim-1 undone (1 "
+        "variant), the baseline too: the 3 in turn for up to 3 rounds"
     ], "the second race, once it runs"
     assert not summarise(load_results(study)).untrimmed
     assert all(name.startswith("trim-2-") for name in pipeline.names[runs_before:]), pipeline.names[runs_before:]
