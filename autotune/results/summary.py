@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
@@ -69,8 +69,16 @@ class Summary:
     def proof(self) -> Confirmation | None:
         """Of the races the recommendation won (the finalists' race or one of the trim), the one of most rounds, the
         last of those: a trim race that every variant left after one round does not stand for the recommendation's
-        gain over more rounds."""
-        return None if self.is_baseline else proof_of(self.recommended.label, self.races)
+        gain over more rounds. A trim race whose verdict the trim refused (``TrimStep.refused``) counts as the race of
+        the configuration it kept, which it started from, against the baseline alone: the finalists' race ended at
+        its verdict where the trim's first race was to run the rounds left."""
+        if self.is_baseline:
+            return None
+        trim = [
+            replace(race, finalists=race.finalists[:1]) if step.refused is not None else race
+            for race, step in zip(self.trim, self.trim_steps, strict=True)
+        ]
+        return proof_of(self.recommended.label, [self.confirmation, *trim] if self.confirmation else [])
 
     @property
     def confirmed(self) -> bool:

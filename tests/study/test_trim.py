@@ -418,7 +418,7 @@ def test_a_trim_race_the_winner_left_losing_a_round_to_the_baseline_is_raced_aga
         f"[trim] the stored race trim-1 is raced again: trial {confirmation.winner.label}, the configuration it "
         "started from, left it (slower than the baseline in round 1)"
     )
-    assert notes[1].startswith("[trim-1] trial "), "then what it races"
+    assert notes[1].startswith("[trim] trim-1: trial "), "then what it races"
 
 
 def test_a_trim_stopped_in_its_second_race_keeps_its_first_and_is_not_taken_for_ended(tmp_path):
@@ -454,11 +454,39 @@ def test_each_trim_race_says_what_it_races_and_how_long_a_round_takes_before_its
     assert len(races) >= 2
     first, second = (said.index(f"trim-{race}-1-baseline") for race in (1, 2))
     assert said[first - 1] == (
-        "[trim-1] trial 0 against itself with each change undone (5 variants), the baseline too: the 7 in turn for up "
-        "to 3 rounds (about 70 s a round); it ends once decided"
+        "[trim] trim-1: trial 0 against itself with each change undone (5 variants), the baseline too: the 7 in turn "
+        "for up to 3 rounds (about 70 s a round)"
     )
-    assert said[second - 1].startswith(f"[trim-2] trial {races[1].finalists[0].label} against itself with the changes")
-    assert said[second - 1].endswith(
-        "whose undoing also tied undone, each alone and all at once (3 variants), the baseline too: the 5 in turn for "
-        "up to 3 rounds (about 50 s a round); it ends once decided"
+    assert said[second - 1] == (
+        f"[trim] trim-2: trial {races[1].finalists[0].label} against itself with the changes that tied in trim-1 "
+        "undone, each alone and all at once (3 variants), the baseline too: the 5 in turn for up to 3 rounds (about "
+        "50 s a round)"
     )
+
+
+class OneSmallGain(Pipeline):
+    """Batch 64 and bf16 make the gain; ``malloc=keep`` 2.5 %, within TIE_TOLERANCE but over TRIM_BOUND; no wobble."""
+
+    def __call__(self, knobs, name, on_progress=None):
+        self.names.append(name)
+        value = 100.0 * (1.6 if knobs["batch_size"] == 64 else 1.0) * (1.25 if knobs["amp"] == "bf16" else 1.0)
+        return TrialResult(
+            knobs=dict(knobs), measurement=fake_measurement(value * (1.025 if knobs["malloc"] == "keep" else 1.0))
+        )
+
+
+def test_a_trim_race_whose_verdict_is_refused_proves_the_configuration_it_kept_over_its_rounds(tmp_path):
+    winner = {**BASELINE, "batch_size": 64, "amp": "bf16", "malloc": "keep"}
+    study, pipeline = open_study(settings(tmp_path), META), OneSmallGain()
+    ensure_baseline(study, BASELINE, pipeline)
+    study.enqueue_trial(winner)
+    tune(study, space_to(winner), settings(tmp_path, n_trials=1), pipeline, lambda e: None)
+    trimmed = partial(will_trim, load_results(study), rounds=3)
+    confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None, trimmed=trimmed)
+    assert confirmation.rounds < 3, "the race ends at its verdict: the trim's first race runs the rounds left"
+    (trim,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    summary = summarise(load_results(study))
+    assert summary.trim_steps[0].refused is not None, "undoing malloc=keep ties, but gives back 2.5 %"
+    assert summary.recommended.label == confirmation.winner.label
+    assert summary.proof.rounds == trim.rounds == 3 and summary.proof.winner.label == confirmation.winner.label
+    assert summary.proof.baseline_throughputs == trim.baseline_throughputs, "the trim's rounds, against the baseline"
