@@ -16,6 +16,7 @@ import torch
 from autotune.measure.gpu import DeviceTimeline, GpuReading, Nvml, cuda_peaks_mb, reset_cuda_peaks, synchronize
 from autotune.measure.measurement import SystemReport
 from tests.measure.conftest import tree_tasks
+from tests.measure.test_profiler import host_slowness
 
 CPU = torch.device("cpu")
 CUDA0 = torch.device("cuda", 0)
@@ -215,7 +216,8 @@ def test_counting_the_gpus_other_processes_costs_microseconds_per_thread_of_the_
         costs.append(time.thread_time() - cpu)
     nvml.close()
     tasks = tree_tasks(os.getpid())
-    assert min(costs) <= NVML_READ_BUDGET_S + NVML_READ_BUDGET_PER_TASK_S * tasks, f"{tasks} threads"
+    budget_s = (NVML_READ_BUDGET_S + NVML_READ_BUDGET_PER_TASK_S * tasks) * host_slowness()  # as the host runs
+    assert min(costs) <= budget_s, f"{tasks} threads"
 
 
 def test_other_processes_on_the_gpu_disturb_a_run_like_a_busy_cpu():

@@ -127,6 +127,7 @@ def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_r
     config = tiny_config(
         study={"n_trials": 2, "confirm_rounds": 2, "probe": False}, search={**fixed, "batch_size": [32, 64]}
     )
+    config["pipeline"]["model"] = {"_target_": "tests.fixtures.tiny.StepBoundCNN"}
     config["pipeline"]["baseline"] = {"batch_size": 2}  # slower than either trial however busy the machine: a race
     settings = load_settings(config, "tiny")
     settings = replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/study.db"))

@@ -24,6 +24,7 @@ from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, RunTime, TunerTime
+from autotune.study import clock as clock_module
 from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
 from autotune.study.sharing import searching
@@ -46,7 +47,9 @@ def measured(wall_s: float, startup_s: float = 0.0, batch_size: int = 16, step_s
     return TrialResult(knobs, replace(measurement, timing=timing), wall_s=wall_s, startup_s=startup_s)
 
 
-def test_a_step_fits_where_its_expected_time_fits_in_what_is_left():
+def test_a_step_fits_where_its_expected_time_fits_in_what_is_left(monkeypatch):
+    stopped = SimpleNamespace(monotonic=lambda: 1000.0, time=lambda: 1.7e9)  # "10 s left" on however slow a host
+    monkeypatch.setattr(clock_module, "time", stopped)
     clock = RunClock(budget_s=10.0)
     assert clock.affords(1e9, "anything"), "before the first measured run (the baseline) every step fits"
     for wall_s, batch_size in ((1.0, 16), (2.0, 32), (30.0, 64)):

@@ -283,8 +283,8 @@ def test_a_tuner_waiting_on_a_trial_that_ends_interrupted_measures_its_configura
 
 
 def test_a_live_tuners_trial_is_not_failed_by_a_tuner_that_joins_while_it_runs(tmp_path):
-    # Stale after a second without a beat: longer than a loaded machine's hiccup in the heartbeat's thread.
-    settings = journal(tmp_path, n_trials=1, heartbeat_s=0.25)
+    # Stale after 2 s without a beat: longer than a loaded machine's hiccup in the heartbeat's thread.
+    settings = journal(tmp_path, n_trials=1, heartbeat_s=0.5)
     ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
     first = threading.Thread(target=tuner, args=(settings, SlowMeasure(3 * STALE_BEATS * settings.heartbeat_s)))
     first.start()
