@@ -36,6 +36,7 @@ from autotune.results.race import (
     TrimStep,
     beats,
     finalist_choice,
+    started_alone,
     undone_again,
     unsettled,
 )
@@ -330,6 +331,10 @@ def _confirmation(results: StudyResults, summary: Summary) -> list[Section]:
     return [Section("Confirmation", paragraphs=paragraphs)]
 
 
+# Where the trim keeps the configuration a trim race started from though a variant won it (``proof_of``).
+_PROVES_KEPT = " Its rounds of trial {} against the baseline give the recommendation's gain."
+
+
 def _trim(summary: Summary) -> list[Section]:
     """The races of the winner against its changes undone, one paragraph each."""
     if not summary.trim:
@@ -340,7 +345,11 @@ def _trim(summary: Summary) -> list[Section]:
         f"{TRIM_BOUND:.0%} of it (rules: autotune/results/race.py)."
     )
     winner, steps = summary.trim[0].finalists[0].label, summary.trim_steps
-    paragraphs = [lead, *(_trim_race(race, step, winner) for race, step in zip(summary.trim, steps, strict=True))]
+    paragraphs = [lead]
+    for race, step in zip(summary.trim, steps, strict=True):
+        proves_kept = summary.proof == started_alone(race)  # a variant won it, yet the trim kept it: ``proof_of``
+        kept = _PROVES_KEPT.format(race.finalists[0].label) if proves_kept else ""
+        paragraphs.append(_trim_race(race, step, winner) + kept)
     return [
         Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))
     ]

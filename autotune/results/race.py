@@ -40,7 +40,8 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   variant has left it (``alone``: a run's noise can make two equal configurations look TIE_TOLERANCE apart in one
   round), or, where the configuration it started from ran fewer rounds before (the finalists' race, ended at its
   verdict), that configuration and the baseline run the rounds left. The recommendation's figures are the medians
-  of the race of most rounds it won (``proof_of``). A stored trim stands for the race's
+  of the race of most rounds it won, a trim race counting as won by the configuration it started from against the
+  baseline alone too (``proof_of``). A stored trim stands for the race's
   winner and rounds (``is_trim_of``); one of its races not ``settled`` goes on from its rounds in a later run where
   study.budget_s or a stopped run cut it short, and is raced again where a failed run ended it or the configuration
   it started from left it (it lost a round to the baseline there).
@@ -51,7 +52,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from autotune.knobs import KNOBS, changed, costly_values
@@ -494,9 +495,26 @@ def trim_started_from(trim: list[Confirmation], label: str, rounds: int) -> bool
     return bool(trim) and trim[0].finalists[0].label == label and (trim[0].planned_rounds or rounds) == rounds
 
 
+def started_alone(race: Confirmation) -> Confirmation:
+    """``race`` with the configuration it started from (its first finalist) alone against the baseline."""
+    return replace(race, finalists=race.finalists[:1])
+
+
+def _as_proof(race: Confirmation) -> list[Confirmation]:
+    """What a trim race stands as for ``proof_of``: itself, and where the configuration it started from did not win
+    it, that configuration alone against the baseline (``started_alone``)."""
+    reference, winner = race.finalists[0], race.winner
+    return [race] if winner is not None and winner.label == reference.label else [race, started_alone(race)]
+
+
 def proof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
-    """Of ``races``, those ``label`` won, the one of most rounds, the last of those (``Summary.proof``)."""
-    won = [race for race in races if race.winner and race.winner.label == label]
+    """Of ``races`` (the finalists' race, then the trim's), those ``label`` won, the one of most rounds, the last of
+    those (``Summary.proof``). A trim race also stands as the race of the configuration it started from against the
+    baseline alone: where the trim keeps that configuration though a variant won (its verdict refused by TRIM_BOUND,
+    or the race cut short), its rounds against the baseline still prove it, and the finalists' race, which ended at
+    its verdict for the trim's first race to run the rounds left, may hold fewer."""
+    candidates = [each for race in races[1:] for each in _as_proof(race)]
+    won = [race for race in races[:1] + candidates if race.winner and race.winner.label == label]
     return max(reversed(won), key=lambda race: race.rounds) if won else None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
@@ -34,7 +34,7 @@ class Summary:
     against its changes undone, ``trim_open`` why they did not end as planned: why the last is ``unsettled`` (cut
     short or left out by study.budget_s or a stopped run, ended by a failed run, left by the configuration it started
     from), or that none ran; None where they ended. Where a race proved the recommendation, the throughputs and
-    speedup are the medians of the race of most rounds it won (``proof``) rather than single runs.
+    speedup are the medians of the race of most rounds it won (``proof``: ``proof_of``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, which are not recommended from their single runs. ``stopped_before_race_end``: the study's last run
     stopped (interrupted, a fault) before its race ended, as its record of the tuner's time says (no trim stage), or
@@ -69,16 +69,8 @@ class Summary:
     def proof(self) -> Confirmation | None:
         """Of the races the recommendation won (the finalists' race or one of the trim), the one of most rounds, the
         last of those: a trim race that every variant left after one round does not stand for the recommendation's
-        gain over more rounds. A trim race whose verdict the trim refused (``TrimStep.refused``) counts as the race of
-        the configuration it kept, which it started from, against the baseline alone: the finalists' race ended at
-        its verdict where the trim's first race was to run the rounds left."""
-        if self.is_baseline:
-            return None
-        trim = [
-            replace(race, finalists=race.finalists[:1]) if step.refused is not None else race
-            for race, step in zip(self.trim, self.trim_steps, strict=True)
-        ]
-        return proof_of(self.recommended.label, [self.confirmation, *trim] if self.confirmation else [])
+        gain over more rounds; a trim race also proves the configuration it started from (``proof_of``)."""
+        return None if self.is_baseline else proof_of(self.recommended.label, self.races)
 
     @property
     def confirmed(self) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import random
 import statistics
 import time
 import warnings
@@ -223,8 +222,8 @@ class FakeCuda:
 
     def loop(self, steps: int, load_s: float | list[float], compute_s: float | list[float]) -> Profiler:
         """A loop on 'cuda' whose batches take ``load_s`` to arrive and whose steps take ``compute_s`` (each a list:
-        the times in turn, over and over), on a virtual clock: the profiler's own marks take no time, and the steps
-        sampled on the device are drawn by a seeded generator."""
+        the times in turn, over and over), on a virtual clock: the profiler's own marks take no time (the steps
+        sampled on the device are drawn by ``DeviceTimeline``'s seeded generator)."""
         computes = itertools.cycle(compute_s if isinstance(compute_s, list) else [compute_s])
         loads = itertools.cycle(load_s if isinstance(load_s, list) else [load_s])
         self.clock = clock = VirtualClock()
@@ -237,7 +236,6 @@ class FakeCuda:
         self.sync_phases.clear()
         plan = WindowPlan(min_steps=steps, min_time_s=0.0, max_time_s=60.0, warmup=QUICK)
         self.profiler = Profiler(device="cuda", plan=plan, clock=clock)
-        self.profiler._timeline._draws = random.Random(0)
         with self.profiler as prof:
             for _ in prof.wrap(batches()):
                 prof.transferred()

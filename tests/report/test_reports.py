@@ -321,7 +321,8 @@ def test_a_trim_race_whose_verdict_would_give_back_a_gain_with_the_races_before_
     assert (
         "Trial 0 without malloc without batch_size is not taken: trial 0, the finalists' race's winner, would run 2.7% "
         "faster than it by the product of the trim's paired ratios, and a trim gives back less than 2%, the smallest "
-        "gain a change is recommended for; nothing is undone." in files["report.md"].read_text()
+        "gain a change is recommended for; nothing is undone. Its rounds of trial 0 without malloc against the "
+        "baseline give the recommendation's gain." in files["report.md"].read_text()
     )
     races = json.loads(files["report.json"].read_text())["trim"]
     assert [race["trimmed_to"] for race in races] == ["0 without malloc", "0 without malloc"]
@@ -342,6 +343,8 @@ def test_a_stored_trim_that_went_on_after_a_race_the_bound_now_refuses_ends_ther
     summary = summarise(results)
     assert summary.recommended.label == "0" and summary.no_difference == {}
     assert summary.trim == [first] and summary.trim_open is None, "the trim ended at its first race"
+    markdown = write_reports(results, summary, tmp_path)["report.md"].read_text()
+    assert "nothing is undone. Its rounds of trial 0 against the baseline give the recommendation's gain." in markdown
 
 
 def test_a_tie_left_where_the_trims_next_race_cannot_undo_it_is_kept_not_promised_to_a_next_race():

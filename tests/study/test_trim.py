@@ -19,7 +19,7 @@ from autotune.results.summary import summarise
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.trim import run_trim, undo_next, variants, will_trim
+from autotune.study.trim import _announce, run_trim, undo_next, variants, will_trim
 from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
@@ -475,7 +475,9 @@ class OneSmallGain(Pipeline):
         )
 
 
-def test_a_trim_race_whose_verdict_is_refused_proves_the_configuration_it_kept_over_its_rounds(tmp_path):
+def small_gain_raced(tmp_path):
+    """A study whose winner's ``malloc=keep`` gives 2.5 %, its race ended at its verdict for the trim to run the
+    rounds left: the study, the race, the pipeline."""
     winner = {**BASELINE, "batch_size": 64, "amp": "bf16", "malloc": "keep"}
     study, pipeline = open_study(settings(tmp_path), META), OneSmallGain()
     ensure_baseline(study, BASELINE, pipeline)
@@ -484,9 +486,39 @@ def test_a_trim_race_whose_verdict_is_refused_proves_the_configuration_it_kept_o
     trimmed = partial(will_trim, load_results(study), rounds=3)
     confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None, trimmed=trimmed)
     assert confirmation.rounds < 3, "the race ends at its verdict: the trim's first race runs the rounds left"
+    return study, confirmation, pipeline
+
+
+def test_a_trim_race_whose_verdict_is_refused_proves_the_configuration_it_kept_over_its_rounds(tmp_path):
+    study, confirmation, pipeline = small_gain_raced(tmp_path)
     (trim,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     summary = summarise(load_results(study))
     assert summary.trim_steps[0].refused is not None, "undoing malloc=keep ties, but gives back 2.5 %"
     assert summary.recommended.label == confirmation.winner.label
     assert summary.proof.rounds == trim.rounds == 3 and summary.proof.winner.label == confirmation.winner.label
     assert summary.proof.baseline_throughputs == trim.baseline_throughputs, "the trim's rounds, against the baseline"
+
+
+def test_a_trim_race_cut_short_while_a_variant_led_proves_the_configuration_it_started_from_over_its_rounds(tmp_path):
+    study, confirmation, pipeline = small_gain_raced(tmp_path)
+    before_round_3 = lambda runs, step: not step.startswith("trim-1 round 3")  # noqa: E731 (study.budget_s)
+    (trim,) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, before_round_3)
+    summary = summarise(load_results(study))
+    assert trim.cut and trim.rounds == 2 and trim.winner.label != confirmation.winner.label, "a variant led"
+    assert summary.recommended.label == confirmation.winner.label and summary.untrimmed
+    assert summary.proof.rounds == 2 > confirmation.rounds and summary.proof.winner.label == confirmation.winner.label
+
+
+def test_a_trim_race_going_on_names_the_variants_still_racing():
+    leader = Finalist("0 without a", {"batch_size": 64}, 3, None)
+    single, together = (Finalist(f"0 without a without {knob}", {}, 2, None) for knob in ("b", "b without c"))
+    said = []
+    for racing in ([leader, single, together], [leader, together], [leader, single]):
+        _announce(said.append, "trim-2", {single.label, "0 without a without c"}, {}, 3, None, 1, racing, 2)
+    assert [line.split(": ")[1].split(", the baseline")[0] for line in said] == [
+        "trial 0 without a against itself with the changes that tied in trim-1 undone, one alone and all at once "
+        "(2 variants)",
+        "trial 0 without a against itself with the changes that tied in trim-1 undone, all at once (1 variant)",
+        "trial 0 without a against itself with the change that tied in trim-1 undone (1 variant)",
+    ]
+    assert said[0].endswith("the 4 in turn for up to 2 rounds more after round 1")
