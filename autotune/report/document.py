@@ -344,10 +344,10 @@ def _trim(summary: Summary) -> list[Section]:
         "undoing costs nothing beyond noise is not recommended, as long as the changes so undone give back less than "
         f"{TRIM_BOUND:.0%} of it (rules: autotune/results/race.py)."
     )
-    winner, steps = summary.trim[0].finalists[0].label, summary.trim_steps
+    winner, steps, proof = summary.trim[0].finalists[0].label, summary.trim_steps, summary.proof
     paragraphs = [lead]
     for race, step in zip(summary.trim, steps, strict=True):
-        proves_kept = summary.proof == started_alone(race)  # a variant won it, yet the trim kept it: ``proof_of``
+        proves_kept = proof == started_alone(race)  # a variant won it, yet the trim kept it: ``proof_of``
         kept = _PROVES_KEPT.format(race.finalists[0].label) if proves_kept else ""
         paragraphs.append(_trim_race(race, step, winner) + kept)
     return [

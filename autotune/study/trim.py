@@ -118,13 +118,14 @@ def _announce(
     leader, variants = racing[0], racing[1:]
     one_each = sum(1 for variant in variants if variant.label in singles)
     together = len(variants) > one_each  # the variant undoing them all at once races too
-    ways = [{0: "", 1: "one alone"}.get(one_each, "each alone"), "all at once" if together else ""]
+    ways = ["each alone"] if one_each > 1 else ["one alone"] if one_each else []
+    ways += ["all at once"] if together else []
     if not before:
         changes = "each change undone"
     elif one_each == 1 and not together:
         changes = f"the change that tied in trim-{before} undone"
     else:
-        changes = f"the changes that tied in trim-{before} undone, {' and '.join(way for way in ways if way)}"
+        changes = f"the changes that tied in trim-{before} undone, {' and '.join(ways)}"
     entrants = f"{name}: trial {leader.label} against itself with {changes} ({counted(len(variants), 'variant')})"
     configurations = [baseline, *(finalist.knobs for finalist in racing)]
     announce(on_note, "[trim]", f"{entrants}, the baseline too", configurations, rounds, first, round_s)
