@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP
 from autotune.study.clock import SEARCH, RunClock, span
 from autotune.study.disturbed import again_if_disturbed
+from autotune.study.forecast import forecast
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
@@ -266,9 +268,15 @@ def _search_and_finish(
 
     screens = [r.screen for r in runners]
     propose = guide.propose if guide else None
+    foretell = _foretelling(settings, clock, baseline, len(places), lines.note)
+
+    def on_trial(event: TrialEvent) -> None:
+        lines.trial(event)
+        foretell(event)
+
     with clock.stage(SEARCH, len(places)):
         searched = tune_in_slots(
-            study, opened.space, settings.study, screens, lines.trial, propose, machine, next_trial_fits, others_awaited
+            study, opened.space, settings.study, screens, on_trial, propose, machine, next_trial_fits, others_awaited
         )
     if searched.aborted:
         return searched
@@ -283,6 +291,33 @@ def _search_and_finish(
                 print("[race] after another tuner of this machine: what it stored is reused", file=out)
             _finish(study, machine, settings, runners[0], measured, output_dir, lines.race_run, out, clock)
     return searched
+
+
+def _foretelling(
+    settings: Settings, clock: RunClock, baseline: TrialResult, slots: int, note: Callable[[str], None]
+) -> Callable[[TrialEvent], None]:
+    """Told of each search trial, says once, after the first measured in this run, what the rest of the run is
+    expected to take (``forecast``): until then nothing measured says how long a trial takes."""
+    said = threading.Lock()
+
+    def foretell(event: TrialEvent) -> None:
+        if event.result is None or not event.result.ok or not said.acquire(blocking=False):
+            return
+        rounds = settings.study.confirm_rounds
+        expected = forecast(
+            clock,
+            baseline.knobs,
+            event.result.knobs,
+            f"trial {event.number}",
+            event.total - event.index,
+            rounds,
+            min(MAX_FINALISTS, settings.study.n_trials),
+            slots,
+            settings.study.diagnose,
+        )
+        note(f"[time] {expected.said(clock.left_s())}")
+
+    return foretell
 
 
 def _report(study: optuna.Study, machine: str, output_dir: Path, stop: StopReason, out: TextIO) -> dict[str, Path]:

@@ -129,7 +129,7 @@ class RunClock:
         step fits. A step that takes longer than expected ends the run past the budget by its overrun."""
         if self.fits(seconds):
             return True
-        left = self.budget_s - (time.monotonic() - self._start)
+        left = self.left_s()
         with self._lock:
             if not any(said.startswith(f"{step} (~") for said in self.left_out):  # each step said once
                 self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
@@ -139,7 +139,11 @@ class RunClock:
         """Whether ``seconds`` fit in what is left of ``budget_s`` (``affords``'s rule, nothing said)."""
         if self.budget_s is None or not self.run_s():
             return True
-        return seconds <= self.budget_s - (time.monotonic() - self._start)
+        return seconds <= self.left_s()
+
+    def left_s(self) -> float | None:
+        """What is left of ``budget_s`` (negative past it); None without a budget."""
+        return None if self.budget_s is None else self.budget_s - (time.monotonic() - self._start)
 
     def leave_out(self, step: str) -> None:
         """Say that the budget left out ``step`` (words of its own, no time: ``tuner_time.LEFT_TO_OTHERS_STEP``)."""
