@@ -34,7 +34,7 @@ from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
-from autotune.results.race import MAX_FINALISTS, round_of, run_name
+from autotune.results.race import MAX_FINALISTS, Finalist, count_changes, round_of, run_name
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP
 from autotune.study.clock import SEARCH, RunClock, span
@@ -49,7 +49,7 @@ from autotune.study.sharing import Turn, finishing
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, open_storage
-from autotune.study.trim import run_trim, will_trim
+from autotune.study.trim import first_race, run_trim, will_trim
 from autotune.study.tuner import (
     RunFn,
     StopReason,
@@ -298,24 +298,28 @@ def _foretelling(
 ) -> Callable[[TrialEvent], None]:
     """Told of each search trial, says once, after the first measured in this run, what the rest of the run is
     expected to take (``forecast``): until then nothing measured says how long a trial takes."""
-    said = threading.Lock()
+    once = threading.Lock()  # taken by the first measured trial's slot, never given back: one line
 
     def foretell(event: TrialEvent) -> None:
-        if event.result is None or not event.result.ok or not said.acquire(blocking=False):
+        if event.result is None or not event.result.ok or not once.acquire(blocking=False):
             return
-        rounds = settings.study.confirm_rounds
+        first = f"trial {event.number}"
         expected = forecast(
             clock,
-            baseline.knobs,
-            event.result.knobs,
-            f"trial {event.number}",
-            event.total - event.index,
-            rounds,
-            min(MAX_FINALISTS, settings.study.n_trials),
-            slots,
-            settings.study.diagnose,
+            first=first,
+            trials_left=event.total - event.index,
+            rounds=settings.study.confirm_rounds,
+            race_round_s=_race_round_s(settings, clock, baseline, settings.study.n_trials),
+            trim_round=first_race(
+                Finalist(first, event.result.knobs, count_changes(event.result.knobs, baseline.knobs), None),
+                baseline.knobs,
+                settings.batch_policy,
+            ),
+            slots=slots,
+            profiles=settings.study.diagnose,
         )
-        note(f"[time] {expected.said(clock.left_s())}")
+        if said := expected.said(clock.left_s()):
+            note(f"[time] {said}")
 
     return foretell
 
@@ -406,7 +410,7 @@ def _finish(
         trim_results = load_results(study, machine)
         run_trim(study, trim_results, race, measured, show, affords, runner.new_draw, note, clock.round_s)
     # What limits each, profiled after every timed run.
-    if settings.study.diagnose and clock.affords(2 * clock.run_s(), "the profiles (study.diagnose)"):
+    if settings.study.diagnose and clock.affords(clock.profiles_s(), "the profiles (study.diagnose)"):
         shown = partial(print_tuned_profile, out=out)
         with clock.stage("profiles"):
             profile_tuned(study, load_results(study, machine), runner, settings, output_dir / "profile", shown)

@@ -200,6 +200,11 @@ class RunClock:
         """``affords`` for a round of ``configurations`` (``round_s``)."""
         return self.affords(self.round_s(configurations), step)
 
+    def profiles_s(self) -> float:
+        """What the profiles of the baseline and the recommendation (study.diagnose) are expected to take: two
+        processes of the median full-window run's length."""
+        return 2 * self.run_s()
+
     def slowest_s(self) -> float:
         """The longest full-window process expected of a configuration measured so far (``run_of_s``)."""
         with self._lock:

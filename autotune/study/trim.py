@@ -59,7 +59,7 @@ def run_trim(
     told of each stored race raced again, and why, and what each race runs (``announce``, with ``round_s``)."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
-    if winner is None or not _undoable(results, winner):
+    if winner is None or not _undoable(winner, baseline, results.batch_policy):
         return []
     rounds = trim_rounds(confirmation)
     effective = accumulated_to(results.batch_policy, baseline)
@@ -146,17 +146,22 @@ def will_trim(
     stored = results.trim
     if trim_started_from(stored, winner.label, rounds) and settled(stored[0]):
         return False
-    undone = _undoable(results, winner)
-    baseline = results.baseline.result.knobs
-    return bool(undone) and (fits is None or fits([baseline, winner.knobs, *(v.knobs for v in undone.values())]))
+    entrants = first_race(winner, results.baseline.result.knobs, results.batch_policy)
+    return bool(entrants) and (fits is None or fits(entrants))
 
 
-def _undoable(results: StudyResults, winner: Finalist) -> dict[str, Finalist]:
+def first_race(winner: Finalist, baseline: dict[str, Any], batch_policy: str) -> list[dict[str, Any]]:
+    """The configurations of a round of the trim's first race of ``winner`` (``baseline``'s, under search.batch_policy
+    ``batch_policy``): the baseline, ``winner`` and its variants (``_undoable``); none where it has none."""
+    undone = _undoable(winner, baseline, batch_policy)
+    return [baseline, winner.knobs, *(variant.knobs for variant in undone.values())] if undone else []
+
+
+def _undoable(winner: Finalist, baseline: dict[str, Any], batch_policy: str) -> dict[str, Finalist]:
     """``winner``'s variants (``variants``) where it changes two knobs or more: what the trim's first race races."""
-    baseline = results.baseline.result.knobs
     if count_changes(winner.knobs, baseline) < 2:
         return {}
-    return variants(winner, baseline, list(KNOBS), accumulated_to(results.batch_policy, baseline))
+    return variants(winner, baseline, list(KNOBS), accumulated_to(batch_policy, baseline))
 
 
 def _runs_out(reference: Finalist, rounds: int) -> Callable[[Finalist], bool]:

@@ -139,7 +139,7 @@ def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_r
     console = out.getvalue()
     assert "confirm-1-baseline" in runs, console
     lines = console.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("[trial ") and " samples/s" in line)
+    first = next(i for i, line in enumerate(lines) if re.match(r"\[trial .*-> [\d.]+ samples/s", line))
     foretold = [i for i, line in enumerate(lines) if line.startswith("[time] up to about ")]
     assert foretold == [first + 1], f"the rest foretold once, after the first measured trial:\n{console}"
     for name, said in runs.items():
