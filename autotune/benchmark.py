@@ -9,6 +9,7 @@ anything is rendered from it. Its rules: ``autotune/results/benchmark.py``.
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from dataclasses import replace
 from functools import partial
@@ -29,6 +30,7 @@ from autotune.results.benchmark import Benchmark, Entry
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.tuner import RunFn
 from autotune.trial.result import TrialResult
+from autotune.words import counted, duration
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -176,8 +178,18 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
     if settings.study.remeasure_disturbed:
         run = again_if_disturbed(timed, show_disturbed, partial(print, file=out, flush=True))
     for index in rounds:
+        began = time.monotonic()
         runner.new_draw()
         _round(run, index, benchmark.entries, settings.baseline, out)
+        if index == 1 and benchmark.rounds > 1:
+            print(f"[time] {_rest_after_first(time.monotonic() - began, benchmark.rounds)}", file=out, flush=True)
+
+
+def _rest_after_first(round_s: float, rounds: int) -> str:
+    """What the rounds after the first of ``rounds`` are expected to take, in words, the first having taken
+    ``round_s``: each round runs the same configurations."""
+    left = rounds - 1
+    return f"round 1 took {round_s:.0f} s: about {duration(left * round_s)} more for the {counted(left, 'round')} left"
 
 
 def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any], out: TextIO) -> None:

@@ -14,3 +14,8 @@ def listed(items: list[str]) -> str:
 def rounds_named(rounds: list[int]) -> str:
     """Rounds by number, in words: "round 2", "rounds 1 and 3", "rounds 1, 2 and 4"."""
     return f"{'round' if len(rounds) == 1 else 'rounds'} {listed([str(r) for r in rounds])}"
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads a wait: "45 s", from a minute and a half on "3 min"."""
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"

@@ -129,3 +129,8 @@ def test_a_recommendation_the_search_would_not_try_here_is_measured_all_the_same
             _recommended_yaml(tmp_path, {"pin_memory": True, "cudnn_benchmark": True}), tmp_path / "out", io.StringIO()
         )
     assert measured == [1]
+
+
+def test_after_its_first_round_a_benchmark_says_what_the_rounds_left_will_take():
+    assert benchmark_mode._rest_after_first(71.2, 5) == "round 1 took 71 s: about 5 min more for the 4 rounds left"
+    assert benchmark_mode._rest_after_first(20.0, 2) == "round 1 took 20 s: about 20 s more for the 1 round left"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.study.clock import RunClock
-from autotune.words import counted
+from autotune.words import counted, duration
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Forecast:
             if budget_left_s is None
             else f"study.budget_s leaves {max(budget_left_s, 0.0):.0f} s of it"
         )
-        return f"up to about {_duration(self.total_s)} more: {'; '.join([', '.join(steps), *caveats, bound])}"
+        return f"up to about {duration(self.total_s)} more: {'; '.join([', '.join(steps), *caveats, bound])}"
 
 
 def forecast(
@@ -99,7 +99,3 @@ def forecast(
         profiles_s=clock.profiles_s() if profiles else 0.0,
         first=first,
     )
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"

@@ -257,3 +257,7 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     assert [len(entry.disturbed) for entry in entries] == [2, 2], "each run counted though slowed, named"
     counted = [line for line in said if line.startswith("[round ") and not line.endswith("measured again")]
     assert len(counted) == 4 and all("other processes busy" in line for line in counted), out.getvalue()
+    foretold = [index for index, line in enumerate(said) if line.startswith("[time] round 1 took ")]
+    last_of_first = max(index for index, line in enumerate(said) if line.startswith("[round 1 "))
+    assert foretold == [last_of_first + 1], f"the rest foretold once, after round 1:\n{out.getvalue()}"
+    assert said[foretold[0]].endswith(" more for the 1 round left")
