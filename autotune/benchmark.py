@@ -158,7 +158,8 @@ def trained_as_tuned(settings: Settings, batch_policy: str) -> tuple[Settings, l
 def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out: TextIO) -> None:
     """Fill ``benchmark``'s entries: ``benchmark.rounds`` rounds, each configuration once a round in a process of its
     own with the full window (its log and result in ``workdir``), the order rotating, each round a new draw of the
-    process layout (``TrialRunner.new_draw``). Each run is added as it ends, so the record holds every run that ended
+    process layout (``TrialRunner.new_draw``); after the first of two or more, a line says what the rounds left will
+    take. Each run is added as it ends, so the record holds every run that ended
     when this is interrupted. A run that something beside it disturbed is measured again (``study.remeasure_disturbed``:
     ``autotune/study/disturbed.py``)."""
     runner = TrialRunner(settings, benchmark.device, workdir)

@@ -39,6 +39,7 @@ class Forecast:
 
     @property
     def total_s(self) -> float:
+        """The seconds of the whole rest, every step run to its planned end."""
         search_s = math.ceil(self.trials / self.slots) * self.trial_s
         return search_s + self.rounds * (self.race_round_s + self.trim_round_s) + self.profiles_s
 

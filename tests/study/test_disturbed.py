@@ -261,3 +261,7 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     last_of_first = max(index for index, line in enumerate(said) if line.startswith("[round 1 "))
     assert foretold == [last_of_first + 1], f"the rest foretold once, after round 1:\n{out.getvalue()}"
     assert said[foretold[0]].endswith(" more for the 1 round left")
+    alone = Benchmark("tiny", "cpu", 1, "recommended.yaml", {}, both_ends(settings.baseline, settings.baseline))
+    single = io.StringIO()
+    measure_rounds(settings, alone, tmp_path / "single", single)
+    assert "[round 1 " in single.getvalue() and "[time]" not in single.getvalue(), "one round: nothing left to foretell"
