@@ -319,6 +319,7 @@ def _foretelling(
             profiles=settings.study.diagnose,
         )
         if said := expected.said(clock.left_s()):
+            clock.foretell(expected.total_s)
             note(f"[time] {said}")
 
     return foretell

@@ -12,7 +12,7 @@ from autotune.records import ProbeRecord
 from autotune.report.document import headline, ranked_basis
 from autotune.report.profiles import current_profiles, summary_lines
 from autotune.report.rows import disturbance_words, marked, ranked_frame
-from autotune.report.tuner_time import budget_lines, tuner_time_line
+from autotune.report.tuner_time import budget_lines, forecast_lines, tuner_time_line
 from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import TunerTime
@@ -109,4 +109,5 @@ def print_summary(
     for name, path in files.items():
         print(f"  {name:<17} {path}", file=out)
     if tuner_time is not None:
-        print("\n".join([tuner_time_line(tuner_time), *budget_lines(tuner_time)]), file=out)
+        lines = [*forecast_lines(tuner_time), tuner_time_line(tuner_time), *budget_lines(tuner_time)]
+        print("\n".join(lines), file=out)

@@ -21,7 +21,7 @@ from autotune.report.plots import Plot
 from autotune.report.profile_plots import paired_stage_bars
 from autotune.report.profiles import current_profiles, describe, side_by_side_rows, sides
 from autotune.report.rows import NAMED_RUNS, busy_note, marked, ranked_rows, record_row, slowed_in_words
-from autotune.report.tuner_time import budget_lines, covers
+from autotune.report.tuner_time import budget_lines, covers, forecast_lines
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
@@ -661,7 +661,7 @@ def _tuner_time(results: StudyResults) -> list[Section]:
     ]
     rows.append(["all", split.wall_s, "100%", _phases_in_words(split.phases())])
     table = _table(["stage", "seconds", "share", "of which (seconds)"], rows)
-    paragraphs = [text, *budget_lines(split)]
+    paragraphs = [text, *forecast_lines(split), *budget_lines(split)]
     return [Section("Where the tuner's time went", paragraphs=paragraphs, table=table, plots=[plots.tuner_time(split)])]
 
 

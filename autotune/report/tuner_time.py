@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
@@ -31,6 +32,23 @@ def budget_lines(split: TunerTime) -> list[str]:
         late = f", {over:.0f} s over: a step took longer than expected" if over >= 0.5 else ""
         head = f"study.budget_s={run.budget_s:g}{of_run} ({run.wall_s:.0f} s used{late})"
         lines.append(f"{head} left out: {'; '.join(run.left_out)}" if run.left_out else f"{head}: nothing left out")
+    return lines
+
+
+def forecast_lines(split: TunerTime) -> list[str]:
+    """For each run that foretold its rest (``RunTime.foretold``), a line: what it foretold, and what the rest took;
+    a run stopped before its end says so."""
+    lines = []
+    for run in split.runs:
+        if run.foretold is None:
+            continue
+        of_run = f" (run of {_when(run.started_at)})" if len(split.runs) > 1 else ""
+        took_s = run.wall_s - run.foretold.at_s
+        head = f"foretold {run.foretold.at_s:.0f} s in{of_run}: up to about {run.foretold.rest_s:.0f} s more"
+        if run.finished:
+            lines.append(f"{head}; the rest took {took_s:.0f} s ({took_s / run.foretold.rest_s:.2f} of it)")
+        else:
+            lines.append(f"{head}; the run stopped {took_s:.0f} s later, before its end")
     return lines
 
 
@@ -67,6 +85,7 @@ def tuner_time_data(split: TunerTime) -> dict[str, Any]:
                 "finished": run.finished,
                 "budget_s": run.budget_s,
                 "left_out": run.left_out,
+                "foretold": asdict(run.foretold) if run.foretold else None,
             }
             for run in split.runs
         ],

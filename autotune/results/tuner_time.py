@@ -72,12 +72,21 @@ LEFT_TO_OTHERS_STEP = "the race, trim and profiles (another tuner of this machin
 
 
 @dataclass(frozen=True)
+class Foretold:
+    """What a run foretold of its rest (``autotune/study/forecast.py``): ``at_s`` seconds into it, ``rest_s`` more."""
+
+    at_s: float
+    rest_s: float
+
+
+@dataclass(frozen=True)
 class RunTime:
     """One run's time as measured: it started at ``started_at`` (seconds since the epoch) and lasted ``wall_s`` up to
     its last record; ``stages``: each stage's wall time; ``processes``: stage → phase → seconds of its trial
     processes (with ``study.parallel`` trials at once, each counts its share: its seconds over the slots).
     ``finished``: the run reached its end (False: stopped, or still going when last stored). ``budget_s``: its
-    study.budget_s, and ``left_out``: the steps that budget left out, in words."""
+    study.budget_s, and ``left_out``: the steps that budget left out, in words. ``foretold``: what it said its rest
+    would take, once its first search trial was measured (None: it said nothing)."""
 
     started_at: float
     wall_s: float
@@ -86,6 +95,7 @@ class RunTime:
     finished: bool = False
     budget_s: float | None = None
     left_out: list[str] = field(default_factory=list)
+    foretold: Foretold | None = None
 
     @property
     def left_to_others(self) -> bool:
@@ -113,7 +123,8 @@ class RunTime:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunTime:
-        return cls(**data)
+        foretold = data.get("foretold")  # a record stored before forecasts has none
+        return cls(**{**data, "foretold": Foretold(**foretold) if foretold else None})
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import optuna
 from autotune.knobs import costly
 from autotune.measure.recorder import WindowPlan
 from autotune.records import config_key
-from autotune.results.tuner_time import TUNER, RunTime, process_phases, run_attr
+from autotune.results.tuner_time import TUNER, Foretold, RunTime, process_phases, run_attr
 from autotune.study.storage import StorageFaultError
 from autotune.trial.result import TrialResult
 
@@ -65,6 +65,7 @@ class RunClock:
         self._lock = threading.Lock()  # the slots of study.parallel count their trials from threads of their own
         self._study: optuna.Study | None = None
         self._machine = ""
+        self._foretold: Foretold | None = None
 
     def attach(self, study: optuna.Study, machine: str) -> None:
         """Store the record in ``study``, of ``machine``, from now on."""
@@ -144,6 +145,11 @@ class RunClock:
     def left_s(self) -> float | None:
         """What is left of ``budget_s`` (negative past it); None without a budget."""
         return None if self.budget_s is None else self.budget_s - (time.monotonic() - self._start)
+
+    def foretell(self, rest_s: float) -> None:
+        """Keep, in the run's record, that the run said now its rest would take ``rest_s`` (``forecast``)."""
+        with self._lock:
+            self._foretold = Foretold(time.monotonic() - self._start, rest_s)
 
     def leave_out(self, step: str) -> None:
         """Say that the budget left out ``step`` (words of its own, no time: ``tuner_time.LEFT_TO_OTHERS_STEP``)."""
@@ -261,9 +267,9 @@ class RunClock:
         with self._lock:
             stages = dict(self._stages)
             processes = {stage: dict(parts) for stage, parts in self._processes.items()}
-            left_out = list(self.left_out)
+            left_out, foretold = list(self.left_out), self._foretold
         wall_s = time.monotonic() - self._start
-        return RunTime(self.started_at, wall_s, stages, processes, finished, self.budget_s, left_out)
+        return RunTime(self.started_at, wall_s, stages, processes, finished, self.budget_s, left_out, foretold)
 
     def save(self, finished: bool = False) -> None:
         """Store the record in the attached study (nothing before ``attach``). Called as an error propagates (from a

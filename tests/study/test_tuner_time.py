@@ -12,7 +12,8 @@ import pytest
 
 from autotune import app, rerender
 from autotune.config.load import load_settings
-from autotune.results.tuner_time import RunTime, TunerTime, process_phases
+from autotune.report.tuner_time import forecast_lines
+from autotune.results.tuner_time import Foretold, RunTime, TunerTime, process_phases
 from autotune.study.clock import RunClock
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
@@ -60,11 +61,15 @@ def test_a_tuning_runs_time_adds_up_by_stage_and_phase_and_mode_report_renders_i
     assert [run["finished"] for run in spent["runs"]] == [True]
     last = out.getvalue().rstrip().splitlines()[-1]
     assert last.startswith(f"where the tuner's {wall:.0f} s went: ") and "; by stage: " in last, last
+    (foretold,) = [run["foretold"] for run in spent["runs"]]
+    assert 0 < foretold["at_s"] < wall and foretold["rest_s"] > 0, "said after the first search trial, stored"
+    compared = out.getvalue().rstrip().splitlines()[-2]
+    assert compared.startswith(f"foretold {foretold['at_s']:.0f} s in: up to about ") and "; the rest took " in compared
 
     again = io.StringIO()
     rendered = rerender.run(settings.study.name, settings.study.storage, tmp_path / "again", again)
     assert json.loads(rendered["report.json"].read_text())["tuner_time"] == spent
-    assert again.getvalue().rstrip().splitlines()[-1] == last
+    assert again.getvalue().rstrip().splitlines()[-2:] == [compared, last], "rendered from the study alone"
     page = rendered["report.html"].read_text()
     assert "<h2>Where the tuner&#x27;s time went</h2>" in page and f"Where the tuner&#x27;s {wall:.0f} s went" in page
 
@@ -122,6 +127,22 @@ def test_a_trial_stopped_with_the_run_counts_as_a_stopped_trial_not_the_tuners_o
 
 
 @pytest.mark.slow
+def test_what_a_run_foretold_is_set_beside_what_its_rest_took_and_a_record_without_one_reads_as_none():
+    run = RunTime(0.0, 130.0, {}, {}, finished=True, foretold=Foretold(30.0, 125.0))
+    assert RunTime.from_dict(run.to_dict()) == run
+    stopped = replace(run, finished=False)
+    assert forecast_lines(TunerTime([run])) == [
+        "foretold 30 s in: up to about 125 s more; the rest took 100 s (0.80 of it)"
+    ]
+    assert forecast_lines(TunerTime([stopped])) == [
+        "foretold 30 s in: up to about 125 s more; the run stopped 100 s later, before its end"
+    ]
+    older = {key: value for key, value in run.to_dict().items() if key != "foretold"}
+    assert RunTime.from_dict(older).foretold is None and forecast_lines(TunerTime([RunTime.from_dict(older)])) == []
+    two = forecast_lines(TunerTime([run, replace(run, started_at=100.0)]))
+    assert len(two) == 2 and all(" (run of 1970-01-01 00:0" in line for line in two), "each run named"
+
+
 def test_a_run_stopped_in_its_race_says_so_and_is_not_recorded_as_finished(tmp_path, monkeypatch):
     """Ctrl-C or SIGTERM (the CLI raises KeyboardInterrupt) after the search: the run is stopped, not finished, so its
     single-run recommendation says no race has re-measured it."""
