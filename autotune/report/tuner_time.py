@@ -37,7 +37,7 @@ def budget_lines(split: TunerTime) -> list[str]:
 
 def forecast_lines(split: TunerTime) -> list[str]:
     """For each run that foretold its rest (``RunTime.foretold``), a line: what it foretold, and what the rest took;
-    a run stopped before its end says so."""
+    one whose record ends before its end (stopped, or still going) says so."""
     lines = []
     for run in split.runs:
         if run.foretold is None:
@@ -45,10 +45,10 @@ def forecast_lines(split: TunerTime) -> list[str]:
         of_run = f" (run of {_when(run.started_at)})" if len(split.runs) > 1 else ""
         took_s = run.wall_s - run.foretold.at_s
         head = f"foretold {run.foretold.at_s:.0f} s in{of_run}: up to about {run.foretold.rest_s:.0f} s more"
-        if run.finished:
+        if not run.finished:
+            lines.append(f"{head}; its record ends {took_s:.0f} s later, before the run's end")
+        elif run.foretold.rest_s > 0:
             lines.append(f"{head}; the rest took {took_s:.0f} s ({took_s / run.foretold.rest_s:.2f} of it)")
-        else:
-            lines.append(f"{head}; the run stopped {took_s:.0f} s later, before its end")
     return lines
 
 
