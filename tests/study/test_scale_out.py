@@ -44,7 +44,8 @@ def start_tuner(storage: str, study: str, core: int, out, tmp_path) -> subproces
         str(TEST_CONF),
         "pipeline=tiny",
         *FAST_MEASURE,
-        "measure.min_time_s=1.0",  # long enough to be killed mid-trial
+        "measure.min_time_s=1.0",
+        "measure.screen_min_time_s=1.0",  # the search trial killed (FAST_MEASURE's 0.05 s ends before the kill)
         *fixed_search(batch_size=[8, 16, 32, 64]),
         "pipeline.model._target_=tests.fixtures.tiny.StepBoundCNN",
         "pipeline.baseline.batch_size=2",  # slower than every candidate however loaded the machine: the race runs
