@@ -90,6 +90,20 @@ def test_a_forked_trial_counts_the_pages_it_shares_with_the_server_as_its_own(se
 
 
 @pytest.mark.slow
+def test_a_forked_trials_garbage_collector_walks_the_objects_a_fresh_ones_does(server, tmp_path):
+    # A frozen object is skipped by every collection: a full one, ~0.1 s after torch's imports in the user's
+    # process, would cost a forked trial and its DataLoader workers almost nothing.
+    seen = {}
+    for name, launcher in (("forked", server), ("fresh", FreshLauncher())):
+        result = run_trial(request(model="GcReportingCNN"), 120, tmp_path, name, launcher=launcher)
+        assert result.ok, result.failure
+        line = next(line for line in (tmp_path / f"{name}.log").read_text().splitlines() if "frozen=" in line)
+        seen[name] = dict(field.split("=") for field in line.split())
+    assert seen["forked"]["frozen"] == seen["fresh"]["frozen"] == "0", seen
+    assert 0.9 <= int(seen["forked"]["tracked"]) / int(seen["fresh"]["tracked"]) <= 1.1, seen
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["forked", "fresh"])
 def test_a_trial_ends_without_the_interpreters_teardown_but_with_its_exit_handlers_and_its_output(
     kind, tmp_path, monkeypatch
