@@ -63,6 +63,7 @@ class Profiler:
         self._memory_interval_s = memory_interval_s
         self._last_batch: Any = None
         self._flops_per_sample: float | None = None
+        self._flops_note = "FLOPs not counted (Profiler.count_flops was not called)"
         self._full_reads: list[TreeReading] = []
         self._timeline = DeviceTimeline(self.device) if self.device.type == "cuda" else None
         self._prepared = 0
@@ -138,9 +139,17 @@ class Profiler:
 
         Call it once the window is done (``prof.done``): it is a step the loop would not run, and a step run before
         the window can change the speed of those after it (it changes what the memory allocator holds). The memory
-        figures are those of the loop up to the window's end, without it.
+        figures are those of the loop up to the window's end, without it. A step that raises here (an eager step
+        needs more memory than a compiled one, and the loop's memory is still held) leaves the FLOPs uncounted, with
+        a note why: the loop it follows ran, and its figures stand.
         """
-        self._flops_per_sample = count_flops(run_step) / samples
+        try:
+            self._flops_per_sample = count_flops(run_step) / samples
+        except Exception as error:  # noqa: BLE001  (whatever the extra step raised, the loop's figures stand)
+            said = str(error).strip().splitlines()[:1]
+            self._flops_note = (
+                f"FLOPs not counted: the eager step run to count them raised {': '.join([type(error).__name__, *said])}"
+            )
 
     def _short_window_warning(self) -> str:
         progress = self.recorder.progress()
@@ -218,7 +227,7 @@ class Profiler:
 
     def _compute_report(self, throughput: float) -> ComputeReport:
         if self._flops_per_sample is None:
-            return ComputeReport(note="FLOPs not counted (Profiler.count_flops was not called)")
+            return ComputeReport(note=self._flops_note)
         return ComputeReport(self._flops_per_sample, self._flops_per_sample * throughput)
 
     def _system_report(self) -> SystemReport:

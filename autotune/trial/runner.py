@@ -80,7 +80,8 @@ def run_trial(
     for stale in (result_path, progress_path):
         stale.unlink(missing_ok=True)
     log_path = workdir / f"{name}.log"
-    argv = [str(request_path), str(result_path), str(progress_path)]
+    # The trial writes its progress, inside the window, only where the tuner reads it (pruning).
+    argv = [str(request_path), str(result_path), *([str(progress_path)] if on_progress else [])]
     start = time.monotonic()
     try:
         proc = (launcher or DEFAULT_LAUNCHER()).start(argv, log_path, _worker_env(request))

@@ -88,6 +88,25 @@ def test_a_bounded_plan_says_when_the_window_is_done(monkeypatch):
     assert prof.result.compute.flops_per_sample is None and "not counted" in prof.result.compute.note
 
 
+def test_a_flop_counting_step_that_runs_out_of_memory_leaves_the_loops_figures_and_says_why(monkeypatch):
+    # The step counted is eager and runs beside the loop's memory: a batch that trained compiled may not fit it.
+    monkeypatch.setattr(recorder, "STALL", math.inf)
+    plan = WindowPlan(min_steps=5, min_time_s=0.0, max_time_s=60.0, warmup=QUICK)
+
+    def eager_step():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore lines")
+
+    with autotune.profile(plan=plan) as prof:
+        train(prof, steps=1000, count_flops=False)
+        prof.count_flops(eager_step, samples=16)
+    assert prof.result.timing.steps == 5 and prof.result.timing.throughput > 0
+    assert prof.result.compute.flops_per_sample is None
+    assert prof.result.compute.note == (
+        "FLOPs not counted: the eager step run to count them raised OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 2.00 GiB"
+    )
+
+
 def test_a_loop_that_ends_before_a_bounded_window_is_complete_warns():
     plan = WindowPlan(min_steps=50, min_time_s=0.0, max_time_s=60.0, warmup=QUICK)
     with pytest.warns(

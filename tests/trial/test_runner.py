@@ -188,6 +188,15 @@ def test_progress_is_reported_and_a_pruner_stops_the_trial(tmp_path, server):
     assert not processes_mentioning(str(tmp_path / "pruned.log"))
 
 
+@pytest.mark.slow
+def test_a_trial_whose_progress_nobody_reads_writes_none_in_its_window(tmp_path, server):
+    # Progress is written from 1 s of a window on, every 0.5 s: this 3 s window would write some.
+    timed = replace(request(model="faults.SlowCNN"), plan=replace(request().plan, min_time_s=3, max_time_s=6))
+    result = run_trial(timed, 120, tmp_path, "unread", launcher=server)
+    assert result.ok and result.timing.window_s >= 3, result.failure
+    assert not (tmp_path / "unread.progress.jsonl").exists()
+
+
 def test_a_pruned_compile_trial_reports_its_compile_time(tmp_path):
     points = [{"steps": 5, "throughput": 10.0, "compile_s": 12.34}]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(point) + "\n" for point in points))
