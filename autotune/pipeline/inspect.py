@@ -233,6 +233,37 @@ def import_targets(spec: PipelineSpec) -> None:
                 f"{key}",
             )
         _check_arguments(key, node, found)
+        _check_role(key, node, found)
+
+
+# How the components a function stands for are called: (config's _args_ first, then) these arguments.
+_CALLED_WITH = {"step": ("model", "batch", "loss_fn"), "collate_fn": ("samples",)}
+
+
+def _check_role(key: str, node: dict[str, Any], target: Any) -> None:
+    """Refuse, before a trial runs it, a model target that is a class but not a ``torch.nn.Module``, and a step or
+    collate function that cannot take the arguments it is called with (``_CALLED_WITH``): either would fail the
+    baseline, one trial and seconds later."""
+    if key == "model" and inspect.isclass(target) and not issubclass(target, torch.nn.Module):
+        raise ConfigError(
+            "pipeline.model._target_",
+            f"'{node['_target_']}' is a class but not a torch.nn.Module: name the module's class, or a function that "
+            "returns one",
+        )
+    arguments = _CALLED_WITH.get(key)
+    if arguments is None or node.get("_partial_") is False:
+        return
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # one without a signature to read: calling it says
+        return
+    given = {name: value for name, value in node.items() if not name.startswith("_")}
+    try:
+        signature.bind(*node.get("_args_", []), *arguments, **given)
+    except TypeError as exc:
+        raise ConfigError(
+            f"pipeline.{key}", f"{node['_target_']} cannot be called as {key}({', '.join(arguments)}): {exc}"
+        ) from None
 
 
 def _a(noun: str) -> str:

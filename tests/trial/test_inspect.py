@@ -184,3 +184,50 @@ def test_a_crash_there_is_one_line_naming_the_pipeline_and_its_signal(tmp_path):
 def test_a_hang_there_is_stopped_at_the_trial_timeout(tmp_path):
     with pytest.raises(BaselineFailedError, match=r"in a subprocess failed: timeout: timeout after 4 s\. Log: "):
         app.inspect_run(settings_with("tests.fixtures.inspection.HangingLengthImages", timeout_s=4), tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("component", "node", "refusal"),
+    [
+        (
+            "model",
+            {"_target_": "collections.OrderedDict"},
+            Refusal(
+                "pipeline.model._target_",
+                "'collections.OrderedDict' is a class but not a torch.nn.Module: name the module's class, or a "
+                "function that returns one",
+            ),
+        ),
+        (
+            "step",
+            {"_target_": "tests.fixtures.batches.collate_pair"},
+            Refusal(
+                "pipeline.step",
+                "tests.fixtures.batches.collate_pair cannot be called as step(model, batch, loss_fn): too many "
+                "positional arguments",
+            ),
+        ),
+        (
+            "collate_fn",
+            {"_target_": "tests.fixtures.batches.step_pair"},
+            Refusal(
+                "pipeline.collate_fn",
+                "tests.fixtures.batches.step_pair cannot be called as collate_fn(samples): missing a required "
+                "argument: 'batch'",
+            ),
+        ),
+    ],
+    ids=["model-not-a-module", "step-of-two-arguments", "collate-of-three"],
+)
+def test_a_component_that_cannot_play_its_part_is_refused_before_any_trial(component, node, refusal):
+    config = tiny_config()
+    config["pipeline"][component] = node
+    assert read_facts(load_settings(config, "tiny").pipeline, "cpu").refused == refusal
+
+
+def test_a_step_or_collate_function_taking_the_arguments_it_is_called_with_passes():
+    config = tiny_config()
+    config["pipeline"]["step"] = {"_target_": "tests.fixtures.batches.step_pair"}
+    config["pipeline"]["collate_fn"] = {"_target_": "tests.fixtures.batches.collate_pair"}
+    facts = read_facts(load_settings(config, "tiny").pipeline, "cpu")
+    assert facts.refused is None, facts.refused
