@@ -1,5 +1,7 @@
 """Small helpers for the words the tool prints."""
 
+import math
+
 
 def counted(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1 ("1 trial", "3 trials")."""
@@ -19,3 +21,44 @@ def rounds_named(rounds: list[int]) -> str:
 def duration(seconds: float) -> str:
     """``seconds`` as a person reads a wait: "45 s", from a minute and a half on "3 min"."""
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+# Decimals a ratio is printed to, and the most that telling its bounds apart may take.
+RATIO_DECIMALS, MOST_DECIMALS = 2, 6
+
+
+def ratio_bounds(low: float, high: float) -> str:
+    """A ratio's interval, "low-high": each bound to RATIO_DECIMALS, more where fewer would print it on 1 or on the
+    other side of 1 from where it lies, or the two alike though they differ (up to MOST_DECIMALS): "1.20-1.90",
+    "0.996-1.05", "1.003-1.004". The verdict beside an interval (gain, loss, spans 1x) must read true of its figures."""
+    for decimals in range(RATIO_DECIMALS, MOST_DECIMALS + 1):
+        shown = [_ratio_sided(bound, decimals) for bound in (low, high)]
+        if shown[0] != shown[1] or low == high:
+            break
+    return "-".join(shown)
+
+
+def _ratio_sided(value: float, decimals: int) -> str:
+    """``value`` to ``decimals`` decimals, more (up to MOST_DECIMALS) where fewer would print it on 1 or on the other
+    side of 1 from where it lies."""
+    for more in range(decimals, MOST_DECIMALS + 1):
+        shown = f"{value:.{more}f}"
+        if _side_of_one(float(shown)) == _side_of_one(value):
+            break
+    return shown
+
+
+def _side_of_one(value: float) -> int:
+    return (value > 1) - (value < 1)
+
+
+def percents(shares: dict[str, float]) -> dict[str, int]:
+    """``shares`` (fractions of a whole) as whole percents that add up to their sum rounded, by largest remainder:
+    each rounded down, then one more to those that lost most until the sum is reached. Rounded one by one, parts of
+    a whole can add up to 99 % or 101 % beside its 100 %."""
+    exact = {name: share * 100 for name, share in shares.items()}
+    whole = {name: math.floor(value) for name, value in exact.items()}
+    short = round(sum(exact.values())) - sum(whole.values())
+    for name in sorted(exact, key=lambda name: whole[name] - exact[name])[:short]:
+        whole[name] += 1
+    return whole

@@ -13,7 +13,7 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
 from autotune.results.benchmark import Benchmark, Entry
-from autotune.words import counted
+from autotune.words import counted, ratio_bounds
 
 _HEADERS = [
     "configuration",
@@ -77,10 +77,10 @@ def _headline(benchmark: Benchmark) -> Headline:
         both = len(benchmark.ratios(recommended)) if recommended else 0
         done = f"{both} of {benchmark.rounds} rounds measured both the baseline and the recommendation"
         return Headline("No verdict.", f"{done}: an interval needs two (failures, if any, in the table).")
-    verdict = benchmark.verdict(recommended)
+    verdict, bounds = benchmark.verdict(recommended), ratio_bounds(interval.low, interval.high)
     return Headline(
         f"The recommendation: {interval.geomean:.2f}x the baseline ({verdict}).",
-        f"95 % interval {interval.low:.2f}-{interval.high:.2f} over {interval.n} paired rounds on {benchmark.device}.",
+        f"95 % interval {bounds} over {interval.n} paired rounds on {benchmark.device}.",
     )
 
 
@@ -124,7 +124,7 @@ def _ratio(
         return "too few rounds"
     verdict = benchmark.verdict(entry, reference)
     words = (verdicts or {}).get(verdict, verdict)
-    return f"{interval.geomean:.2f}x {name} ({interval.low:.2f}-{interval.high:.2f}, {words})"
+    return f"{interval.geomean:.2f}x {name} ({ratio_bounds(interval.low, interval.high)}, {words})"
 
 
 def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
@@ -141,7 +141,7 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
         label,
         median,
         f"{interval.geomean:.2f}" if interval else "-",
-        f"{interval.low:.2f}-{interval.high:.2f}" if interval else "-",
+        ratio_bounds(interval.low, interval.high) if interval else "-",
         benchmark.verdict(entry),
         f"{round((memory - 1) * 100):+d}%" if memory is not None else "-",
     ]

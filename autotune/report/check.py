@@ -8,6 +8,7 @@ from typing import TextIO
 
 from autotune.files import write_atomic
 from autotune.results.check import MAX_ROUNDS_TO_TELL, MIN_ROUNDS, Check, measured_rounds
+from autotune.words import ratio_bounds
 
 _NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}
 
@@ -31,7 +32,8 @@ def now_line(check: Check) -> str:
     now = check.now
     if now is None:
         return f"no interval: {_shortfall(check)}"
-    return f"{now.geomean:.2f}x the baseline, 95 % interval {now.low:.2f}-{now.high:.2f} over {now.n} paired rounds"
+    bounds = ratio_bounds(now.low, now.high)
+    return f"{now.geomean:.2f}x the baseline, 95 % interval {bounds} over {now.n} paired rounds"
 
 
 def verdict_line(check: Check) -> str:
@@ -45,7 +47,7 @@ def verdict_line(check: Check) -> str:
         return f"stopped after {ran} of {check.benchmark.rounds} rounds: no verdict against {limit}"
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
-    speedup = f"{now.geomean:.2f}x now (95 % interval {now.low:.2f}-{now.high:.2f})"
+    speedup = f"{now.geomean:.2f}x now (95 % interval {ratio_bounds(now.low, now.high)})"
     noise = "the noise of both measurements" if check.before_interval else "the noise"
     if check.regressed:
         return f"regressed: {speedup} lies below {limit}, further than {noise} allows"
@@ -76,7 +78,7 @@ def _to_tell(check: Check) -> str:
 def _recorded(check: Check) -> str:
     """The recorded speedup's interval, as a clause (empty where the tuning run had none)."""
     was = check.before_interval
-    return f", 95 % interval {was.low:.2f}-{was.high:.2f} over {was.n} rounds" if was else ""
+    return f", 95 % interval {ratio_bounds(was.low, was.high)} over {was.n} rounds" if was else ""
 
 
 def _shortfall(check: Check) -> str:

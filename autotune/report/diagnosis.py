@@ -15,7 +15,7 @@ from autotune.report.console import format_knobs
 from autotune.report.document import Document, Headline, Link, Section, Table, machine_lines
 from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
-from autotune.report.profile_plots import memory_trend, stage_bars, stage_segments
+from autotune.report.profile_plots import memory_trend, stage_bars, stage_percents, stage_segments
 from autotune.report.profiles import ALL_MEASURED_SLOWER
 from autotune.results.profile import Diagnosis, ProfileRecord
 from autotune.results.remedies import called_from, first_to_follow
@@ -97,7 +97,8 @@ def _advice_table(diagnosis: Diagnosis) -> Table:
 def _stage_table(result: ProfileResult) -> Table:
     stages = result.stages
     step_ms = stages.loop_s * 1e3
-    rows = [[stage, f"{ms:.2f}", f"{ms / step_ms:.0%}"] for stage, ms in stage_segments(stages).items()]
+    share = stage_percents(stages)
+    rows = [[stage, f"{ms:.2f}", f"{share[stage]}%"] for stage, ms in stage_segments(stages).items()]
     if stages.num_workers:
         for name, field in (("fetching samples", "fetch_s"), ("collating", "collate_s")):
             ms = stages.mean(field) * 1e3

@@ -27,6 +27,7 @@ from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
 from autotune.results.race import (
+    BEATS_WORDS,
     FINALIST_WINDOW,
     MAX_FINALISTS,
     TIE_TOLERANCE,
@@ -43,7 +44,7 @@ from autotune.results.race import (
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 from autotune.trial.result import Disturbance
-from autotune.words import counted
+from autotune.words import counted, percents, ratio_bounds
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -142,7 +143,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         *_failures(summary),
         *_not_measured(results),
         *_tuner_time(results),
-        Section("How it was measured", paragraphs=[_method(results)]),
+        Section("How it was measured", paragraphs=[_method(results, summary)]),
         Section("Machine", bullets=[*machine_lines(results.machine, results.device), *_other_machines(results)]),
     ]
     return Document(f"autotune report: {results.pipeline}", headline(summary), sections)
@@ -273,7 +274,7 @@ def gain_interval(summary: Summary) -> str:
         spread = f"the recommendation ran faster in {won} of them, by amounts too far apart to bound the gain"
         spans = f" (it spans 1x: {spread}; {more})" if interval.low <= 1 else ""
         return (
-            f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over {interval.n} paired rounds"
+            f"95 % interval {ratio_bounds(interval.low, interval.high)}x over {interval.n} paired rounds"
             f"{summary.left_out_note}{spans}"
         )
     if proof is not None:
@@ -325,8 +326,8 @@ def _confirmation(results: StudyResults, summary: Summary) -> list[Section]:
         named = "; ".join(f"trial {label} ({why})" for label, why in left_out.items())
         paragraphs.append(
             f"Left out of the race, though their runs came within {FINALIST_WINDOW:.0%} of the fastest: {named}. "
-            f"In the race a trial that changes more knobs wins a tie only by beating the simpler one by "
-            f"{TIE_TOLERANCE:.0%} in every round, and at most {MAX_FINALISTS} finalists race."
+            f"In the race a trial that changes more knobs wins over a simpler one only by beating it {BEATS_WORDS}, "
+            f"and at most {MAX_FINALISTS} finalists race."
         )
     return [Section("Confirmation", paragraphs=paragraphs)]
 
@@ -655,9 +656,10 @@ def _tuner_time(results: StudyResults) -> list[Section]:
         "trials (pruned, timed out or crashed: no breakdown comes back), and the tuner's own work between them "
         "(what remains of the stage's time). With several trials at once (study.parallel) each counts its share."
     )
+    stage_shares = percents(shares(split.stages()))
     rows = [
-        [STAGE_WORDS.get(stage, stage), sum(parts.values()), f"{share:.0%}", _phases_in_words(parts)]
-        for (stage, parts), share in zip(split.by_stage().items(), shares(split.stages()).values(), strict=True)
+        [STAGE_WORDS.get(stage, stage), sum(parts.values()), f"{stage_shares[stage]}%", _phases_in_words(parts)]
+        for stage, parts in split.by_stage().items()
     ]
     rows.append(["all", split.wall_s, "100%", _phases_in_words(split.phases())])
     table = _table(["stage", "seconds", "share", "of which (seconds)"], rows)
@@ -738,7 +740,7 @@ def _windows_of_whole_epochs(results: StudyResults) -> str:
     )
 
 
-def _method(results: StudyResults) -> str:
+def _method(results: StudyResults, summary: Summary) -> str:
     plan = results.measure
     warmup = WarmupPolicy(**plan["warmup"]).on(results.device.split(":")[0])
     lasting = f" and at least {warmup.min_time_s:g} s" if warmup.min_time_s else ""
@@ -757,11 +759,12 @@ def _method(results: StudyResults) -> str:
         if gpu
         else ""
     )
-    repeated = (
-        f"Each figure is the median of {repeats} runs, each in a process of its own."
+    each = (
+        f"the median of {repeats} runs, each in a process of its own"
         if repeats > 1
-        else "Each figure is one measurement: differences of a few percent can be run-to-run noise."
+        else "one measurement: differences of a few percent can be run-to-run noise"
     )
+    repeated = f"Each figure of a trial's own run (the ranking, the tables of trials) is {each}.{_of_rounds(summary)}"
     return (
         f"Each configuration ran in a process of its own on {results.device}. Warm-up (compilation happens here and "
         f"is reported as compile s) lasted until the median of the last {warmup.compared} step times was within "
@@ -779,6 +782,19 @@ def _method(results: StudyResults) -> str:
         "pages a PSS read of the same processes found, and the training process's high-water mark catches peaks "
         f"between. {repeated}"
     )
+
+
+def _of_rounds(summary: Summary) -> str:
+    """Which figures are medians of a race's interleaved rounds, as a sentence ("" where no race ran a round): the
+    races', and the headline's where a race confirmed the recommendation."""
+    if not any(race.rounds for race in summary.races):
+        return ""
+    if summary.confirmed:
+        return (
+            " The races' figures and the headline's throughputs are medians of their interleaved rounds, its gain the "
+            "geometric mean of the rounds' paired ratios."
+        )
+    return " The races' figures are medians of their interleaved rounds."
 
 
 def _other_machines(results: StudyResults) -> list[str]:

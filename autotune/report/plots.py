@@ -16,7 +16,7 @@ from autotune.records import BASELINE_LABEL, TrialRecord
 from autotune.report.rows import record_state
 from autotune.results.benchmark import Benchmark
 from autotune.results.model import StudyResults
-from autotune.results.race import TIE_TOLERANCE, TRIM_BOUND, Finalist, paired_ratio
+from autotune.results.race import TIE_TOLERANCE, TRIM_BOUND, Confirmation, Finalist, beats, paired_ratio, settled
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, PHASES, STAGE_WORDS, TunerTime
 
@@ -34,6 +34,13 @@ STATE_STYLE = {  # marker, colour, legend label
 # Where a configuration has no reading (failed, or pruned without one on record) it is marked on the x axis, at no
 # throughput: the picture shows no number that was not measured.
 UNREAD_LABEL = {"pruned": "pruned (no reading kept: on the axis)", "failed": "failed (no reading: on the axis)"}
+# What the trim found of undoing a change (``_found``): the diamond's colour and legend label.
+FOUND_STYLE = {
+    "undone": (BASELINE, "undone: no difference"),
+    "costs": (RECOMMENDED, "kept: undoing it costs"),
+    "tied": ("#ff7f0e", "kept, though undoing it tied"),
+    "unsettled": ("#9467bd", "kept: not settled (a failed run, a race cut short)"),
+}
 WIDTH_IN, DPI = 8.0, 110
 LEGEND_COLUMNS = 4
 
@@ -126,15 +133,14 @@ def _run_interval(ax: Axes, y: int, record: TrialRecord) -> None:
 
 def undone_changes(summary: Summary) -> Plot | None:
     """Each trim race's variants against the configuration they were made from: the ratio round by round and the
-    paired geometric mean the trim decides by (``beats``), marked kept or undone as the trim decided
-    (``Summary.no_difference``)."""
+    paired geometric mean the trim decides by (``beats``), marked by what the trim found (``_found``)."""
     trim = summary.trim
     rows = [
         (
             variant.label,
             [v / r for v, r in zip(variant.throughputs, race.finalists[0].throughputs, strict=False)],
             paired_ratio(variant.throughputs, race.finalists[0].throughputs),
-            _undone(variant, race.finalists[0], summary.no_difference),
+            _found(race, variant, summary.no_difference),
         )
         for race in trim
         for variant in race.finalists[1:]
@@ -147,12 +153,12 @@ def undone_changes(summary: Summary) -> Plot | None:
         tied = f"tied by the geometric mean (±{TIE_TOLERANCE:.0%})"
         ax.axvspan(1 / (1 + TIE_TOLERANCE), 1 + TIE_TOLERANCE, color="#eeeeee", label=tied)
         ax.axvline(1, color=BASELINE, linewidth=1)
-        legend: set[bool] = set()
-        for y, (_, ratios, geomean, undone) in enumerate(rows):
+        legend: set[str] = set()
+        for y, (_, ratios, geomean, found) in enumerate(rows):
             ax.plot(ratios, [y] * len(ratios), "o", color=OTHER, markersize=5, label=None if y else "a round")
-            label = None if undone in legend else ("undone: no difference" if undone else "kept: undoing it costs")
-            ax.plot([geomean], [y], "D", color=BASELINE if undone else RECOMMENDED, label=label, zorder=3)
-            legend.add(undone)
+            colour, label = FOUND_STYLE[found]
+            ax.plot([geomean], [y], "D", color=colour, label=None if found in legend else label, zorder=3)
+            legend.add(found)
         ax.set_yticks(range(len(rows)), [label for label, *_ in rows])
         ax.set_ylim(len(rows) - 0.5, -0.5)  # the first on top, with room around each row
         ax.set_xlabel("throughput / the configuration it was made from")
@@ -161,18 +167,28 @@ def undone_changes(summary: Summary) -> Plot | None:
     caption = (
         "Each change undone in turn, against the configuration it was made from: dots, each round's ratio; a "
         "diamond, their geometric mean, by which with the rounds won the trim decides (autotune/results/race.py). "
-        "Grey: undone, it made no difference; blue: kept. A change is undone only where undoing it did not lose most "
-        "rounds by more than the grey band, nor cost in a later race undoing it with others, nor, with the changes "
-        f"undone before it, give back {TRIM_BOUND:.0%} or more of the finalists' race's winner (trim_path), its "
-        "race not cut short."
+        "Grey: undone, it made no difference; blue: kept, as the configuration it was made from beat it (most rounds "
+        "and beyond the grey band); orange: kept though undoing it tied, the trim not taking it (undone with the "
+        f"changes undone before it, it would give back {TRIM_BOUND:.0%} or more of the finalists' race's winner: "
+        "trim_path) or leaving it to a later race, which did not undo it or did not run; purple: kept, as its race or "
+        "its run did not end (a failed run, a race cut short): not shown either way."
     )
     return Plot(caption, draw, height=1.2 + 0.4 * len(rows))
 
 
-def _undone(variant: Finalist, reference: Finalist, no_difference: dict[str, object]) -> bool:
-    """Whether the changes ``variant`` undid from ``reference`` are among those the trim undid (``no_difference``)."""
+def _found(race: Confirmation, variant: Finalist, no_difference: dict[str, object]) -> str:
+    """What the trim found of undoing ``variant``'s changes from the configuration ``race`` started from (a key of
+    FOUND_STYLE): "undone" where the trim undid them all (``no_difference``); else "costs" where that configuration
+    beats it (``beats``), "tied" where it does not and the variant ran every round of a ``settled`` race, else
+    "unsettled" (a failed run, the race cut short or left by that configuration)."""
+    reference = race.finalists[0]
     undid = changed(variant.knobs, reference.knobs)  # as the summary counts changes: not the options that follow
-    return bool(undid) and all(name in no_difference for name in undid)
+    if undid and all(name in no_difference for name in undid):
+        return "undone"
+    if beats(reference, variant):
+        return "costs"
+    ran = variant.dropped is None and len(variant.throughputs) == race.rounds
+    return "tied" if ran and settled(race) else "unsettled"
 
 
 def trials_in_order(results: StudyResults, summary: Summary) -> Plot:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from autotune.measure.profiling import MemoryTrend, StageTiming
 from autotune.report.plots import BASELINE, Plot, legend_below
+from autotune.words import percents
 
 if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn (``plots.png``), not by every command
     from matplotlib.axes import Axes
@@ -44,6 +45,13 @@ def stage_segments(stages: StageTiming) -> dict[str, float]:
         0.0, stages.loop_s * 1e3 - sum(segments.values())
     )
     return segments
+
+
+def stage_percents(stages: StageTiming) -> dict[str, int]:
+    """``stage_segments``' stages in whole percents of the step, adding up as their shares do (``percents``): to
+    100 % where they fill the step."""
+    step_ms = stages.loop_s * 1e3
+    return percents({stage: ms / step_ms for stage, ms in stage_segments(stages).items()})
 
 
 def stage_bars(stages: StageTiming) -> Plot:

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from autotune.measure.hotspots import Hotspots
-from autotune.report.profile_plots import STAGE_COLOURS, stage_segments
+from autotune.report.profile_plots import STAGE_COLOURS, stage_percents, stage_segments
 from autotune.results.profile import ProfileRecord, TunedProfiles
 from autotune.results.remedies import Advice, called_from, first_to_follow
 from autotune.results.summary import Summary
@@ -109,11 +109,11 @@ def _column(record: ProfileRecord) -> dict[str, str]:
     if diagnosis is None or result is None:
         return column
     stages = result.stages
-    step_ms = stages.loop_s * 1e3
+    step_ms, share = stages.loop_s * 1e3, stage_percents(stages)
     column |= {
         "decided by": diagnosis.rules[-1],
         "a step (ms)": f"{step_ms:.1f} ({stages.batch_size} samples, {step_ms / stages.batch_size:.2f} ms a sample)",
-        **{f"  {stage}": f"{ms:.1f} ({ms / step_ms:.0%})" for stage, ms in stage_segments(stages).items()},
+        **{f"  {stage}": f"{ms:.1f} ({share[stage]}%)" for stage, ms in stage_segments(stages).items()},
         "hottest in loading": hottest(result.hotspots),
         "findings": "; ".join(diagnosis.findings),
         "first advice": to_follow(diagnosis.advice),

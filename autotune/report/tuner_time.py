@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, TunerTime, shares
+from autotune.words import percents
 
 # A phase or stage under this share of the run is left out of the console's one line (the reports list every one).
 _SHOWN_SHARE = 0.005
@@ -53,8 +54,10 @@ def forecast_lines(split: TunerTime) -> list[str]:
 
 
 def _largest(share: dict[str, float], words: dict[str, str]) -> str:
-    shown = sorted((item for item in share.items() if item[1] >= _SHOWN_SHARE), key=lambda item: -item[1])
-    return ", ".join(f"{words.get(name, name)} {value * 100:.0f} %" for name, value in shown)
+    """The shares of at least _SHOWN_SHARE, largest first, in whole percents of the whole (``percents``)."""
+    whole = percents(share)
+    shown = sorted((name for name, value in share.items() if value >= _SHOWN_SHARE), key=lambda name: -share[name])
+    return ", ".join(f"{words.get(name, name)} {whole[name]} %" for name in shown)
 
 
 def covers(split: TunerTime) -> str:

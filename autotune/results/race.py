@@ -78,6 +78,8 @@ DECISIVE_GAIN = 0.10
 TRIM_MARGIN = 0.15
 # Two finalists closer than this (geometric mean of their per-round ratios) are tied: about one run's noise.
 TIE_TOLERANCE = 0.03
+# What ``beats`` asks of the faster of two finalists, in words.
+BEATS_WORDS = f"in most rounds and by more than {TIE_TOLERANCE:.0%} by the geometric mean of the per-round ratios"
 # A finalist is proven when one no faster than the baseline would win as many rounds by chance at most this often,
 # and its median beats the baseline's by MIN_GAIN.
 PROOF_LEVEL = 0.125
@@ -123,9 +125,9 @@ class Confirmation:
 
     A finalist is proven when it beat the baseline in enough rounds (``wins_needed``: every round of up to 5) and
     the ratio of medians is at least ``MIN_GAIN`` above 1. Among proven finalists no other proven one beats, the
-    fastest by median is the leader; those it does not beat beyond noise (``beats``: most rounds, and
-    ``TIE_TOLERANCE`` round by round) are tied with it, and of the tied the one that changes fewest knobs wins, then
-    the one using least memory. No winner means: keep the baseline. A single
+    fastest by median is the leader; those it does not beat beyond noise (``beats``: most rounds, and by
+    ``TIE_TOLERANCE`` by the geometric mean of the per-round ratios) are tied with it, and of the tied the one that
+    changes fewest knobs wins, then the one using least memory. No winner means: keep the baseline. A single
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a trim race every variant left ran fewer (``ended_early``), as did a finalists'
@@ -226,10 +228,7 @@ class Confirmation:
         if winner is fastest:
             higher = [f for f in proven if f.median > winner.median]
             if higher:
-                return (
-                    f"trial {higher[0].label} read a higher median, but this one beat it in most rounds and by more "
-                    f"than {TIE_TOLERANCE:.0%} round by round"
-                )
+                return _outrun(winner, higher, proven)
             return "the fastest by median of those proven" if len(proven) > 1 else ""
         missed = _not_beaten(fastest, winner)
         tied = f"trial {fastest.label} read a higher median but did not beat it beyond noise ({missed}), and "
@@ -280,15 +279,17 @@ class Confirmation:
                 + ("nothing is undone." if trim else "none is recommended unproven.")
             )
         rounds = ", ".join(f"{value:.1f}" for value in self.baseline_throughputs) or "none"
-        planned = f" of {self.planned_rounds} planned" if (self.planned_rounds or 0) > self.rounds else ""
+        ran = counted(self.rounds, "interleaved round")
+        if (self.planned_rounds or 0) > self.rounds:
+            ran = f"{self.rounds} of {counted(self.planned_rounds, 'planned interleaved round')}"
         parts = [
-            f"{entrants}, re-measured against the baseline in {self.rounds}{planned} interleaved rounds of processes "
-            f"of their own (samples/s per round). Baseline: {rounds}."
+            f"{entrants}, re-measured against the baseline in {ran} of processes of their own (samples/s per round). "
+            f"Baseline: {rounds}."
         ]
         if self.cut:
             parts.append(
                 f"It stopped there (study.budget_s left no time for more rounds, or the run was stopped): the verdict "
-                f"is that of {self.rounds}; the same command again goes on from them."
+                f"is that of {counted(self.rounds, 'round')}; the same command again goes on from them."
             )
         elif self.ended_early and self.winner:
             early = (
@@ -318,8 +319,27 @@ class Confirmation:
                 f"least {MIN_GAIN:.0%} gain){'; ' + why if (why := self.why_won()) else ''}."
             )
         else:
-            parts.append(f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain, so {kept} is kept.")
+            parts.append(f"{self._why_none(wins)}, so {kept} is kept.")
         return " ".join(parts)
+
+    def _why_none(self, wins: str) -> str:
+        """Why no finalist is proven, in words (``wins``: the rounds a proof needs): the finalists that won every
+        round they ran by MIN_GAIN by medians but left the race, and why each left (a failed run, say); else that
+        none won ``wins`` by MIN_GAIN."""
+        left = [f for f in self.finalists if f.dropped and self._won_all(f)]
+        if not left:
+            return f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain"
+        named = "; ".join(
+            f"trial {f.label} won every round it ran, {self.ratio(f):.2f}x by medians, but left the race ({f.dropped})"
+            for f in left
+        )
+        return f"No finalist is proven: {named}"
+
+    def _won_all(self, finalist: Finalist) -> bool:
+        """Whether ``finalist`` beat the baseline in every round it ran, and by MIN_GAIN by their medians."""
+        pairs = list(zip(finalist.throughputs, self.baseline_throughputs, strict=False))
+        won = bool(pairs) and all(run > base for run, base in pairs)
+        return won and self.ratio(finalist) >= 1 + MIN_GAIN
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -370,6 +390,23 @@ def undone_again(reference: Finalist, variant: Finalist, new: Finalist) -> bool:
     ``reference``, the configuration it was made from, did not beat it beyond noise (``beats``), as ``new`` did not.
     Against ``new`` itself a lucky winner's runs would keep a change that made no difference."""
     return variant is not new and variant.dropped is None and not beats(reference, variant)
+
+
+def _outrun(winner: Finalist, higher: list[Finalist], proven: list[Finalist]) -> str:
+    """Why ``winner`` won over the proven finalists of ``higher`` median, in words: each is beaten (``beats``) by
+    ``winner`` or by another proven finalist, and ``winner`` has the highest median of those none beats. Only a
+    finalist that beats another is said to."""
+    said = []
+    for other in higher:
+        by = winner if beats(winner, other) else next(f for f in proven if beats(f, other))
+        said.append(f"trial {other.label} read a higher median, but {_named(by, winner)} beat it {BEATS_WORDS}")
+    if any(not beats(winner, other) for other in higher):
+        said.append("this one has the highest median of those no other proven finalist beats")
+    return "; ".join(said)
+
+
+def _named(finalist: Finalist, winner: Finalist) -> str:
+    return "this one" if finalist is winner else f"trial {finalist.label}"
 
 
 def _not_beaten(faster: Finalist, other: Finalist) -> str:
@@ -588,8 +625,9 @@ def select_finalists(baseline: TrialRecord, trials: list[TrialRecord], limit: in
     baseline would be left to race.
 
     Left out: a trial that changes more knobs than a simpler one worth racing and whose run did not beat that one's
-    by TIE_TOLERANCE. The race's tie rule could recommend it only if it beat the simpler one by that much in every
-    round, and its own run already did not; racing it would cost a run per round (a compiled one, its compile).
+    by TIE_TOLERANCE. The race's tie rule could recommend it only where it beat the simpler one (``beats``: most
+    rounds, and by more than TIE_TOLERANCE by the geometric mean of the per-round ratios), and its own run already did
+    not by that much; racing it would cost a run per round (a compiled one, its compile).
     """
     return finalist_choice(baseline, trials, limit)[0]
 

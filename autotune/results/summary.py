@@ -18,7 +18,7 @@ from autotune.results.race import (
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
-from autotune.words import rounds_named
+from autotune.words import ratio_bounds, rounds_named
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
@@ -101,7 +101,7 @@ class Summary:
             return "the ratio of the two throughputs"
         return (
             f"the geometric mean of {interval.n} paired rounds' ratios{self.left_out_note}, 95 % interval "
-            f"{interval.low:.2f}-{interval.high:.2f}x"
+            f"{ratio_bounds(interval.low, interval.high)}x"
         )
 
     @property

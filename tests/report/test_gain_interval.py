@@ -12,12 +12,15 @@ import yaml
 
 from autotune.measure.stats import ratio_interval
 from autotune.report import write_reports
+from autotune.report.check import now_line, verdict_line
 from autotune.report.console import print_summary
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
 from autotune.trial.result import Disturbance
+from autotune.words import ratio_bounds
 from tests.report.test_reports import sample_results
+from tests.test_check import check
 
 
 def _reported(tmp_path, confirmation: Confirmation | None) -> tuple[str, str, str, dict]:
@@ -98,3 +101,30 @@ def test_where_fewer_than_two_rounds_would_be_left_every_round_counts(tmp_path, 
     confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=disturbed)
     console, _, _, report = _reported(tmp_path, confirmation)
     assert report["speedup_interval"]["n"] == rounds and "left out" not in console
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "said"),
+    [
+        (1.20, 1.90, "1.20-1.90"),
+        (1.0031, 1.0045, "1.003-1.004"),  # a gain: not "1.00-1.00"
+        (0.996, 1.05, "0.996-1.05"),  # spans 1: not "1.00-1.05"
+        (1.0031, 1.0034, "1.0031-1.0034"),
+        (0.9, 0.9, "0.90-0.90"),
+    ],
+)
+def test_an_intervals_bounds_print_apart_and_each_on_its_side_of_one(low, high, said):
+    assert ratio_bounds(low, high) == said
+
+
+def test_a_gain_interval_reaching_just_below_one_prints_its_low_end_below_one(tmp_path):
+    baseline, winner = [100.0] * 3, [102.5, 101.0, 103.0]  # ratios 1.025, 1.01, 1.03: 95 % interval 0.996-1.05
+    console, markdown, _, _ = _reported(tmp_path, Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)]))
+    said = "95 % interval 0.996-1.05x over 3 paired rounds (it spans 1x"
+    assert said in console and said in markdown
+
+
+def test_the_checks_lines_print_an_intervals_bounds_apart():
+    record = check(1.0, [100.35, 104.4, 98.4], tolerance=0.5)  # 1.0031-1.0045
+    assert now_line(record) == "1.00x the baseline, 95 % interval 1.003-1.005 over 3 paired rounds"
+    assert "(95 % interval 1.003-1.005)" in verdict_line(record)

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from autotune.measure.profiling import StageTiming
 from autotune.records import TrialRecord
 from autotune.report import plots
-from autotune.report.profile_plots import paired_stage_bars
+from autotune.report.profile_plots import paired_stage_bars, stage_percents
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
 from autotune.study.pruner import SlowerThanBestPruner
@@ -126,3 +126,32 @@ def test_the_profiling_picture_claims_no_race():
     stages = StageTiming(2, 16, 0, 1.0, *([[0.01, 0.01]] * 7))
     caption = paired_stage_bars({"baseline": stages, "recommendation": stages}).caption
     assert "race" not in caption, "an unconfirmed recommendation has none, and the ranking is by single runs"
+
+
+def test_a_steps_stages_in_whole_percents_add_up_to_the_step():
+    # Waiting, forward, and loss and backward a third of the step each: 33 % each, rounded one by one, sum to 99.
+    thirds = StageTiming(1, 16, 1, 0.03, [0.01], [0.0], [0.01], [0.0], [0.02], [0.0], [0.0])
+    shares = stage_percents(thirds)
+    assert sum(shares.values()) == 100
+    assert [shares[s] for s in ("waiting for data", "forward", "loss and backward")] == [34, 33, 33]
+
+
+def test_undone_changes_labels_a_change_kept_though_its_undoing_tied_and_one_not_settled_apart_from_one_that_costs():
+    winner = trial("0", 200.0, batch_size=32, num_threads=1, amp="bf16")
+    knobs = winner.result.knobs
+    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3)], None, 3, trials=["0"])
+    no_threads = {**knobs, "num_threads": BASELINE["num_threads"]}
+    no_amp = {**knobs, "amp": BASELINE["amp"]}
+    # 2.6 % slower by the paired ratios: a tie, but undoing it would give back TRIM_BOUND or more (trim_path).
+    tied = Finalist("0 without num_threads", no_threads, 2, 90.0, [195.0] * 3, result=fake_result(no_threads, 195.0))
+    failed = Finalist("0 without amp", no_amp, 2, 90.0, [199.0], "round 2 failed: x", fake_result(no_amp, 199.0))
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), tied, failed], None, 3)
+    summary = summarise(replace(results_with(winner), confirmation=proven, trim=[race]))
+    assert summary.no_difference == {} and summary.trim_steps[0].refused is tied
+    ax = drawn(plots.undone_changes(summary))
+    diamonds = [line for line in ax.lines if line.get_marker() == "D"]
+    assert [(d.get_color(), d.get_label()) for d in diamonds] == [
+        plots.FOUND_STYLE["tied"],
+        plots.FOUND_STYLE["unsettled"],
+    ]
+    assert "kept: undoing it costs" not in [d.get_label() for d in diamonds], "neither was shown to cost"

@@ -18,15 +18,17 @@ from autotune.measure.warmup import WarmupPolicy
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
-from autotune.report.document import _trim_outcome, format_cell, headline, machine_lines
+from autotune.report.document import _trim_outcome, build_document, format_cell, headline, machine_lines
 from autotune.report.markdown import render_markdown
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
+from autotune.report.tuner_time import tuner_time_line
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, RunTime, TunerTime
 from autotune.study.trim import undo_next
 from autotune.trial.result import Disturbance, Failure, FailureKind
+from autotune.words import percents
 from tests.results.test_summary import failed, results_with, trial
 
 MACHINE = {
@@ -693,3 +695,28 @@ def test_the_method_says_how_many_windows_ended_on_whole_epochs_where_any_did(tm
 )
 def test_a_table_cell_gives_a_number_to_about_three_significant_digits_and_samples_per_second_to_a_tenth(value, cell):
     assert format_cell(value) == cell
+
+
+def test_shares_of_a_whole_add_up_to_it_in_the_report_and_on_the_terminal():
+    assert percents({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}) == {"a": 34, "b": 33, "c": 33}, "not 33 + 33 + 33 = 99"
+    thirds = TunerTime([RunTime(0.0, 30.0, {"baseline": 10.0, "search": 10.0}, {}, finished=True)])  # and outside
+    results = replace(sample_results(), tuner_time=thirds)
+    (section,) = [s for s in build_document(results, summarise(results)).sections if s.heading.startswith("Where the")]
+    stages = {row[0]: row[2] for row in section.table.rows}
+    assert stages == {"baseline": "34%", "search": "33%", "outside the stages": "33%", "all": "100%"}
+    line = tuner_time_line(thirds)
+    assert line.endswith("by stage: baseline 34 %, search 33 %, outside the stages 33 %"), line
+
+
+def test_the_method_says_which_figures_are_single_runs_and_which_medians_of_rounds():
+    confirmation = Confirmation([100.0] * 3, [Finalist("0", {}, 1, 100.0, [120.0] * 3)])
+    raced = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
+    (method,) = [s for s in build_document(raced, summarise(raced)).sections if s.heading == "How it was measured"]
+    assert method.paragraphs[0].endswith(
+        "Each figure of a trial's own run (the ranking, the tables of trials) is one measurement: differences of a "
+        "few percent can be run-to-run noise. The races' figures and the headline's throughputs are medians of their "
+        "interleaved rounds, its gain the geometric mean of the rounds' paired ratios."
+    )
+    plain = sample_results()
+    (unraced,) = [s for s in build_document(plain, summarise(plain)).sections if s.heading == "How it was measured"]
+    assert "run-to-run noise." in unraced.paragraphs[0] and "races' figures" not in unraced.paragraphs[0]

@@ -106,7 +106,7 @@ def test_the_record_is_written_first_and_reads_back(tmp_path):
 @pytest.mark.parametrize(
     ("without_runs", "said"),
     [
-        ([120.0, 125.0, 118.0], "0.80x the recommendation (0.80-0.80, the change matters)"),
+        ([120.0, 125.0, 118.0], "0.80x the recommendation (0.798-0.805, the change matters)"),  # bounds told apart
         ([149.0, 157.0, 148.0], "1.00x the recommendation (0.98-1.02, not shown to matter)"),
     ],
 )
@@ -146,3 +146,13 @@ def test_where_most_rounds_were_slowed_every_round_counts():
     assert record.verdict(record.recommendation) == "gain"
     del record.entries[0].disturbed[3]  # three quiet rounds of five: the slowed ones are left out
     assert record.ratios(record.recommendation) == pytest.approx([160 / 104, 150 / 98, 145 / 101])
+
+
+def test_an_interval_whose_bounds_differ_or_lie_either_side_of_one_never_prints_them_alike():
+    tight = benchmark([100.35, 104.4, 98.4])  # a gain of 1.0031-1.0045: "1.00-1.00" to two decimals
+    assert tight.verdict(tight.recommendation) == "gain"
+    assert "95 % interval 1.003-1.005 over 3 paired rounds" in str(benchmark_document(tight).headline)
+    assert benchmark_table(tight).rows[1][3] == "1.003-1.005"
+    spanning = benchmark([102.5, 105.04, 100.94])  # 0.996-1.05: "1.00" beside "within noise" would read as a gain
+    assert spanning.verdict(spanning.recommendation) == "within noise"
+    assert benchmark_table(spanning).rows[1][3] == "0.996-1.05"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.results.race import Confirmation, Finalist, paired_ratio, trim_path, trimmed_to, wins_needed
+from autotune.results.race import Confirmation, Finalist, beats, paired_ratio, trim_path, trimmed_to, wins_needed
 
 
 def finalist(label, runs, changes=1, memory=100.0, dropped=None):
@@ -81,7 +81,20 @@ def test_a_finalist_another_proven_one_beats_round_by_round_does_not_win_on_its_
     result = confirmation(lean, fast, baseline=(105, 108, 100))
     assert result.winner.label == "b"
     assert result.why_won() == (
-        "trial a read a higher median, but this one beat it in most rounds and by more than 3% round by round"
+        "trial a read a higher median, but this one beat it in most rounds and by more than 3% by the geometric mean "
+        "of the per-round ratios"
+    )
+
+
+def test_a_winner_is_said_to_beat_only_a_finalist_it_beats():
+    a = finalist("a", [170, 170, 201, 190, 190])
+    b = finalist("b", [200, 200, 200, 150, 150])  # the highest median; a beats it, c does not
+    c = finalist("c", [195] * 5)  # beats a
+    result = confirmation(a, b, c, baseline=[100] * 5)
+    assert result.winner is c and beats(a, b) and beats(c, a) and not beats(c, b)
+    assert result.why_won() == (
+        "trial b read a higher median, but trial a beat it in most rounds and by more than 3% by the geometric mean "
+        "of the per-round ratios; this one has the highest median of those no other proven finalist beats"
     )
 
 
@@ -109,6 +122,33 @@ def test_with_many_rounds_one_lost_round_does_not_undo_a_proof():
 def test_a_dropped_finalist_cannot_win():
     result = confirmation(finalist("3", [130], dropped="slower than the baseline in round 2"))
     assert not result.confirmed and "dropped: slower than the baseline" in result.describe()
+
+
+def test_a_finalist_that_won_every_round_it_ran_but_left_for_a_failed_run_is_said_to_have_left_for_it():
+    failed = finalist("3", [130, 131], dropped="round 3 failed: signal: SIGKILL")
+    said = confirmation(failed, baseline=[100, 101, 99]).describe()
+    assert said.endswith(
+        "No finalist is proven: trial 3 won every round it ran, 1.30x by medians, but left the race (round 3 failed: "
+        "signal: SIGKILL), so the baseline is kept."
+    ), "not that no finalist won every round"
+    lost = finalist("3", [130, 99], dropped="slower than the baseline in round 2")
+    assert (
+        confirmation(lost, baseline=[100, 101, 99])
+        .describe()
+        .endswith("No finalist won every round with at least 2% gain, so the baseline is kept.")
+    )
+
+
+def test_the_rounds_a_race_ran_are_counted_in_words():
+    one = Confirmation([100.0], [finalist("3", [110])])
+    assert "re-measured against the baseline in 1 interleaved round of processes of their own" in one.describe()
+    cut = Confirmation([100.0, 101.0], [finalist("3", [110, 111])], None, 5, cut=True)
+    said = cut.describe()
+    assert "in 2 of 5 planned interleaved rounds of processes" in said
+    assert "the verdict is that of 2 rounds; the same command again goes on from them" in said
+    assert (
+        "the verdict is that of 1 round;" in Confirmation([100.0], [finalist("3", [110])], None, 5, cut=True).describe()
+    )
 
 
 def test_a_failed_baseline_re_measurement_confirms_nothing():

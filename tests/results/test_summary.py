@@ -115,6 +115,10 @@ def test_the_trials_near_the_fastest_left_out_of_the_race_are_named_with_why():
     assert section.paragraphs[1].startswith(
         "Left out of the race, though their runs came within 15% of the fastest: trial 0 (it changes more knobs"
     )
+    assert (
+        "In the race a trial that changes more knobs wins over a simpler one only by beating it in most rounds and by "
+        "more than 3% by the geometric mean of the per-round ratios" in section.paragraphs[1]
+    ), "the race's rule (beats), not 3 % in every round"
 
 
 def test_where_every_finalist_compiles_its_plain_twin_races_too_where_it_beat_the_baseline_beyond_the_window():
