@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, QuotedString
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException, SearchPathException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -34,6 +35,7 @@ from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, ConfigError, Stopped, stop_signal
 from autotune.files import write_atomic
 from autotune.knobs import KNOBS
+from autotune.recommendation import read_recommended
 from autotune.redact import RedactedStream, Secrets, redact_url
 from autotune.words import counted
 
@@ -50,6 +52,12 @@ _SECRETS = Secrets()
 # once all have run.
 _FAILED_JOBS: dict[int, int] = {}
 _IN_THIS_PROCESS = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # Hydra's launcher of -m's jobs
+# The folder this run writes into (hydra.run.dir; under -m, hydra.sweep.dir) and those of its parents that did not
+# exist before Hydra made them for this run (NewFolders): refused input removes these alone, where it left them
+# empty; a folder that was there before stays, empty or not (the user's own, the current directory).
+_NEW_FOLDERS: list[Path] = []
+# What AUTOTUNE_DEBUG is set to where it asks for no tracebacks (in any case; unset or empty too).
+_OFF = ("", "0", "false", "no", "off")
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
 
@@ -116,6 +124,53 @@ def main() -> None:
 
 def _stop(signum: int, frame) -> None:
     raise Stopped(signum)
+
+
+class NewFolders(Callback):
+    """Hydra's callback (conf/config.yaml: hydra.callbacks) that notes, before Hydra makes them, which of the run's
+    folder (a multirun's: the sweep's) and its parents do not exist yet (``_NEW_FOLDERS``); at a multirun's end, it
+    removes a sweep folder this run made that its jobs, each refused, left holding nothing but Hydra's
+    multirun.yaml."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _note_new_folders(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _note_new_folders(config, "hydra.sweep.dir")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(os.path.abspath(str(config.hydra.sweep.dir)))
+        record = sweep / "multirun.yaml"
+        with contextlib.suppress(OSError):
+            if _made_by_this_run(sweep) and [path.name for path in sweep.iterdir()] == [record.name]:
+                record.unlink()
+        _remove_new_folders(sweep)
+
+
+def _note_new_folders(config: DictConfig, key: str) -> None:
+    """Note the folder at ``key`` and its parents that do not exist yet (none where it cannot be resolved: Hydra says
+    why next)."""
+    folder = OmegaConf.select(config, key, throw_on_resolution_failure=False)
+    _NEW_FOLDERS.clear()
+    if folder is not None:
+        path = Path(os.path.abspath(str(folder)))
+        _NEW_FOLDERS.extend(path for path in (path, *path.parents) if not path.exists())
+
+
+def _made_by_this_run(folder: Path) -> bool:
+    """Whether ``folder`` is one this run made (``_NEW_FOLDERS``), or lies in one."""
+    return any(folder == new or new in folder.parents for new in _NEW_FOLDERS)
+
+
+def _remove_new_folders(folder: Path) -> None:
+    """Remove ``folder`` and its parents, from the deepest, while each is one this run made and is empty."""
+    for path in (folder, *folder.parents):
+        if not _made_by_this_run(path):
+            return
+        try:
+            path.rmdir()
+        except OSError:  # not empty
+            return
 
 
 def flags_first(args: list[str]) -> list[str]:
@@ -198,7 +253,7 @@ def report_errors(func: Callable[[], None], where: str = "") -> None:
         signum = stop_signal(exc)
         _fail("interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}", 128 + signum)
     except Exception as exc:
-        if os.environ.get("AUTOTUNE_DEBUG", "") not in ("", "0"):
+        if os.environ.get("AUTOTUNE_DEBUG", "").strip().lower() not in _OFF:
             traceback.print_exc()
         error = as_autotune_error(exc)
         _fail(str(error) + where, error.exit_code)
@@ -221,8 +276,7 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
             f"({group}=\"'{value}'\"), or leave it out where the mode needs none",
         )
     if isinstance(exc, OverrideParseException):
-        key = exc.override.partition("=")[0].lstrip("+~")
-        return ConfigError(key, f"cannot parse the override {exc.override!r}: {_one_line(exc.message)}")
+        return _parse_error(exc)
     if isinstance(exc, (HydraException, OmegaConfBaseException)):
         return _composition_error(exc)
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
@@ -234,6 +288,25 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
     return AutotuneError(
         f"internal error: {type(exc).__name__}: {_one_line(str(exc))} (set AUTOTUNE_DEBUG=1 for the traceback)"
     )
+
+
+def _parse_error(exc: OverrideParseException) -> ConfigError:
+    """The refusal of an override Hydra cannot parse, naming its key; where its value holds a character that Hydra's
+    grammar takes only inside quotes (a letter beyond ASCII, '#') and parses once quoted, how to quote it."""
+    name, _, value = exc.override.partition("=")
+    problem = _one_line(exc.message)
+    # Hydra's lexer finds no token for a character that only a quoted value holds
+    if exc.message.startswith("LexerNoViableAltException") and _parses(f"{name}={_quoted(value)}"):
+        problem = f"quote a value with a letter beyond ASCII or a character such as '#': {name}=\"{_quoted(value)}\""
+    return ConfigError(name.lstrip("+~"), f"cannot parse the override {exc.override!r}: {problem}")
+
+
+def _parses(override: str) -> bool:
+    try:
+        OverridesParser.create().parse_override(override)
+    except HydraException:
+        return False
+    return True
 
 
 def _group_given_no_name(args: list[str]) -> tuple[str, str]:
@@ -277,6 +350,11 @@ _OVERRIDE_REFUSALS = (
 )
 
 
+# OmegaConf's refusal of a key a mapping lacks: one of the config's (in struct mode), or one of a structured config's
+# (Hydra's own: "Key 'dri' not in 'RunDir'").
+_NOT_IN = re.compile(r"Key '.*' (is not in struct|not in '\w+')")
+
+
 def _composition_error(exc: Exception) -> ConfigError:
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
     key = getattr(cause, "full_key", None)
@@ -286,7 +364,7 @@ def _composition_error(exc: Exception) -> ConfigError:
     for refusal, problem in _OVERRIDE_REFUSALS:
         if found := refusal.search(message):
             return ConfigError(found["key"], problem.format(**found.groupdict()))
-    if key and "not in struct" in str(cause):
+    if key and _NOT_IN.search(str(cause)):
         section, _, name = key.rpartition(".")
         if name == "pipeline" and not section:
             return ConfigError("pipeline", "no pipeline chosen for the pipeline.* keys; add pipeline=NAME before them")
@@ -313,18 +391,13 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def _run(cfg: DictConfig) -> None:
     runtime = HydraConfig.get().runtime
-    try:
-        data = OmegaConf.to_container(_unmasked(cfg), resolve=True)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
-    for text in _strings(data):
-        _SECRETS.add(text)  # passwords from a config file or ${oc.env:VAR}, for the console
     output_dir = Path(runtime.output_dir)
     record, earlier = output_dir / "config.yaml", None
     with contextlib.suppress(OSError):
         earlier = record.read_bytes()  # of a run in the folder before
     choice = runtime.choices.get("pipeline")
     try:
+        data = _resolved(cfg)
         _refuse_pipeline_list(HydraConfig.get().overrides.task)
         _refuse_shadowed_pipeline(choice, runtime.config_sources)
         _run_mode(data, choice, output_dir)
@@ -341,6 +414,18 @@ def _run(cfg: DictConfig) -> None:
         else:  # refused input leaves the folder's earlier run as it was
             write_atomic(record, earlier)
         raise
+
+
+def _resolved(cfg: DictConfig) -> dict:
+    """``cfg`` as plain data, its interpolations resolved (ConfigError naming the key of one that cannot be), its
+    passwords (from a config file or ${oc.env:VAR}) learnt for the console."""
+    try:
+        data = OmegaConf.to_container(_unmasked(cfg), resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
+    for text in _strings(data):
+        _SECRETS.add(text)
+    return data
 
 
 def _refuse_pipeline_list(overrides: list[str]) -> None:
@@ -378,6 +463,7 @@ def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None
         rerender.run(name, storage, output_dir, out=sys.stdout)
         return
     settings = load_settings(data, pipeline_choice)
+    _refuse_unusable_recommendation(settings)
     _write_record(data, output_dir)
     modes = {"tune": app.run, "selfcheck": selfcheck.run, "benchmark": benchmark.run, "check": check.run}
     modes["profile"] = diagnose.run
@@ -406,6 +492,16 @@ def unused_notes(settings: Settings) -> list[str]:
     return notes
 
 
+def _refuse_unusable_recommendation(settings: Settings) -> None:
+    """Read recommended= in a mode that reads it, before that mode reads the pipeline's facts (seconds, in a process
+    of its own): a file that cannot be used (missing, not UTF-8, malformed) is refused at once, naming the key."""
+    if settings.recommended and settings.mode in _READ_BY["recommended"]:
+        try:
+            read_recommended(settings.recommended)
+        except ConfigError as exc:
+            raise ConfigError("recommended", str(exc)) from exc
+
+
 def _write_record(data: dict, output_dir: Path) -> None:
     """The run's config.yaml: the first file of the run folder, so one that cannot be written is the folder's."""
     try:
@@ -415,13 +511,13 @@ def _write_record(data: dict, output_dir: Path) -> None:
 
 
 def _discard_unused(output_dir: Path) -> None:
-    """Remove the run folder Hydra made for input that was refused, if nothing is in it but the config record this
-    run wrote."""
+    """Remove what this run left for input that was refused: the config record it wrote where nothing else is in the
+    run folder, then the folders it made (``_remove_new_folders``)."""
     record = output_dir / "config.yaml"
     with contextlib.suppress(OSError):
         if [p.name for p in output_dir.iterdir()] == [record.name] and record.read_text().startswith(_RECORD_HEADER):
             record.unlink()
-        output_dir.rmdir()  # only if empty
+    _remove_new_folders(output_dir)
 
 
 def _config_record(data: dict) -> str:

@@ -148,7 +148,7 @@ class Recommendation:
         self._setup(Target.PROCESS, device=self.device)
         measured = self.machine.get("torch_threads")
         if self.knobs.get("num_threads") is None and isinstance(measured, int) and measured > 0:
-            if machine_fingerprint(describe_machine()) == machine_fingerprint(self.machine):
+            if machine_fingerprint(_described_here(self.device)) == machine_fingerprint(self.machine):
                 import torch
 
                 torch.set_num_threads(measured)
@@ -263,17 +263,18 @@ class Recommendation:
             )
         given = _section(document, "knobs", source)
         knobs = complete_knobs({name: _parse(name, value, source) for name, value in given.items()}, source)
+        baseline = _baseline(document, source)
         return cls(
             knobs=knobs,
-            baseline=_baseline(document, source),
+            baseline=baseline,
             pipeline=document.get("pipeline", ""),
             study=document.get("study", ""),
             device=document.get("device", "cpu"),
             machine=dict(_section(document, "machine", source, null_too=True)),
             measured=_measured(document, source),
-            training=_training(document, source),
+            training=_training(document, source, knobs["batch_size"], baseline.get("batch_size")),
             no_difference=dict(_section(document, "no_difference", source, null_too=True)),
-            untrimmed=bool(document.get("untrimmed", False)),
+            untrimmed=_flag(document.get("untrimmed", False), "untrimmed", source),
             schema_version=version,
         )
 
@@ -284,17 +285,7 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
     (UntrimmedWarning) where its trim was cut short; raises ConfigError naming the key where the file cannot be
     used."""
     path = Path(path)
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(
-            str(path), f"cannot read it ({exc.strerror}); pass the recommended.yaml autotune wrote"
-        ) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(
-            str(path), f"is not valid YAML ({_where(exc)}); pass the recommended.yaml autotune wrote"
-        ) from exc
-    recommendation = Recommendation.from_document(document, str(path))
+    recommendation = read_recommended(path)
     _warn_if_elsewhere(recommendation, str(path), machine)
     if recommendation.untrimmed:
         warnings.warn(
@@ -305,6 +296,26 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
             stacklevel=2,
         )
     return recommendation
+
+
+def read_recommended(path: str | Path) -> Recommendation:
+    """The recommendation in ``path`` (a recommended.yaml), read without a word on where it was measured: ConfigError
+    naming the key where the file cannot be used (or naming the file, where it cannot be read as YAML text)."""
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            str(path), f"cannot read it ({exc.strerror}); pass the recommended.yaml autotune wrote"
+        ) from exc
+    except UnicodeDecodeError as exc:  # autotune writes UTF-8
+        raise ConfigError(
+            str(path), f"is not UTF-8 text (byte {exc.start}: {exc.reason}); pass the recommended.yaml autotune wrote"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            str(path), f"is not valid YAML ({_where(exc)}); pass the recommended.yaml autotune wrote"
+        ) from exc
+    return Recommendation.from_document(document, str(path))
 
 
 def _where(error: yaml.YAMLError) -> str:
@@ -346,19 +357,51 @@ def _measured(document: dict[str, Any], source: str) -> Measured:
     )
 
 
-def _training(document: dict[str, Any], source: str) -> Training:
+def _training(document: dict[str, Any], source: str, batch_size: int, baseline_batch_size: int | None) -> Training:
     """The training section; an absent key at what older autotunes meant: batch_policy "free", one step per optimizer
-    step, the linear rule."""
+    step, the linear rule. Gradient accumulation steps given must agree with the batch policy (``_accumulation``)."""
     training = _section(document, "training", source)
     learning_rate = _section(training, "training.learning_rate", source)
+    policy = _choice(training.get("batch_policy", "free"), "training.batch_policy", source, BATCH_POLICIES)
     return Training(
-        _choice(training.get("batch_policy", "free"), "training.batch_policy", source, BATCH_POLICIES),
-        _count(training.get("gradient_accumulation_steps", 1), "training.gradient_accumulation_steps", source),
+        policy,
+        _accumulation(training, policy, batch_size, baseline_batch_size, source),
         training.get("note", ""),
         learning_rate.get("baseline"),
         learning_rate.get("suggested"),
         _choice(learning_rate.get("rule", "linear"), "training.learning_rate.rule", source, tuple(LEARNING_RATE_RULES)),
     )
+
+
+def _accumulation(
+    training: dict[str, Any], policy: str, batch_size: int, baseline_batch_size: int | None, source: str
+) -> int:
+    """``training.gradient_accumulation_steps`` (1 where absent), checked where given against ``policy``, as the
+    trials trained: under "free" every batch steps the optimizer; under "fixed_effective" that many micro-batches of
+    ``batch_size`` make the baseline's batch (where the file records it)."""
+    key = "training.gradient_accumulation_steps"
+    steps = _count(training.get("gradient_accumulation_steps", 1), key, source)
+    if "gradient_accumulation_steps" not in training:
+        return steps
+    if policy == "free" and steps != 1:
+        raise ConfigError(
+            f"{source}: {key}",
+            f"expected 1 under batch_policy free (every batch steps the optimizer), got {steps}; use the file as "
+            "autotune wrote it",
+        )
+    if policy == "fixed_effective" and baseline_batch_size not in (None, batch_size * steps):
+        raise ConfigError(
+            f"{source}: {key}",
+            "under batch_policy fixed_effective knobs.batch_size x it is baseline.batch_size, but "
+            f"{batch_size} x {steps} != {baseline_batch_size}; use the file as autotune wrote it",
+        )
+    return steps
+
+
+def _flag(value: Any, key: str, source: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{source}: {key}", f"expected true or false, got {value!r}; use the file as autotune wrote it")
 
 
 def _choice(value: Any, key: str, source: str, choices: tuple[str, ...]) -> str:
@@ -416,7 +459,8 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
         return
     if not recommendation.machine:  # written without one: nothing to compare
         return
-    here = machine_fingerprint(describe_machine() if machine is None else machine)  # described only when compared
+    # described only when compared
+    here = machine_fingerprint(_described_here(recommendation.device) if machine is None else machine)
     differs = {
         key: (value, here[key])
         for key, value in machine_fingerprint(recommendation.machine).items()
@@ -430,3 +474,14 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
             MachineMismatchWarning,
             stacklevel=3,
         )
+
+
+def _described_here(device: str) -> dict[str, Any]:
+    """This machine (``describe_machine``), its GPU the one the file's ``device`` names (on a machine of mixed GPUs,
+    the one the recommendation was measured on), or the current one where this process has no GPU of that index
+    (CUDA_VISIBLE_DEVICES numbers the GPUs it shows from 0)."""
+    import torch
+
+    parsed = torch.device(device)
+    shown = parsed.type == "cuda" and (parsed.index or 0) < torch.cuda.device_count()
+    return describe_machine(device if shown else None)

@@ -22,8 +22,9 @@ import pytest
 import torch
 import yaml
 
-from autotune import app, cli
+from autotune import app, benchmark, cli, selfcheck
 from autotune.config.load import load_settings
+from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.records import META_ATTR
 from tests.conftest import (
@@ -261,7 +262,7 @@ BAD_INPUTS = [
     ),
     (["pipeline=mymodel", "measure.trial_timeout_s=0"], "measure.trial_timeout_s: expected a number > 0, got 0"),
     (["pipeline=mymodel", "measure.trial_timeout_s=0.5"], "measure.trial_timeout_s: must be >= measure.min_time_s"),
-    (["pipeline=mymodel", "study.heartbeat_s=1e-300"], "study.heartbeat_s: expected a number >= 0.01, got 1e-300"),
+    (["pipeline=mymodel", "study.heartbeat_s=1e-300"], "study.heartbeat_s: expected a number >= 0.01 and <= "),
     (["pipelin=mymodel"], "pipelin: unknown key; did you mean pipeline?"),
     (["pipeline.baseline.batch_size=64"], "pipeline: no pipeline chosen for the pipeline.* keys; add pipeline=NAME"),
     (["pipeline=mymodel", "search.num_workers=[-1]"], "search.num_workers: expected an integer >= 0, got -1"),
@@ -300,6 +301,25 @@ BAD_INPUTS = [
     (
         ["pipeline=mymodel", "mode=benchmark", "recommended=/nonexistent/recommended.yaml"],
         "recommended: /nonexistent/recommended.yaml: cannot read it",
+    ),
+    (
+        ["pipeline=mymodel", "measure.warmup_min_time_s=301"],
+        "measure.warmup_min_time_s: must be <= measure.trial_timeout_s, but got warmup_min_time_s=301 > trial_timeou",
+    ),
+    (["pipeline=mymodel", "study.heartbeat_s=1e10"], "study.heartbeat_s: expected a number >= 0.01 and <= 922337"),
+    (["pipeline=mymodel", "measure.memory_interval_s=1e10"], "measure.memory_interval_s: expected a number >= 0.01"),
+    (
+        ["pipeline=modèle"],
+        "pipeline: cannot parse the override 'pipeline=modèle': quote a value with a letter beyond ASCII or a "
+        "character such as '#': pipeline=\"'modèle'\"",
+    ),
+    (["pipeline=mymodel", "study.name=a#b"], "study.name: cannot parse the override 'study.name=a#b': quote a value"),
+    (["pipeline=mymodel", "hydra.run.dri=x"], "hydra.run.dri: unknown key; did you mean hydra.run.dir? expected one"),
+    (["mode=report", "study.name=x", "measure.min_time_s=-1"], "measure.min_time_s: expected a number >= 0, got -1"),
+    (["mode=report", "study.name=x", "search.amp=[fp8]"], "search.amp: expected one of off, bf16, fp16, got 'fp8'"),
+    (  # resolved by the run, once Hydra made its folder
+        ["pipeline=mymodel", "study.name=${oc.env:AUTOTUNE_TEST_UNSET}"],
+        "study.name: KeyError raised while resolving interpolation: \"Environment variable 'AUTOTUNE_TEST_UNSET'",
     ),
 ]
 
@@ -353,6 +373,55 @@ def test_input_refused_in_a_run_folder_used_before_leaves_that_runs_files_as_the
     proc = cli_here([*bad, f"study.storage=sqlite:///{tmp_path}/s.db"], cwd=tmp_path)
     assert proc.returncode == 2 and "pipeline.baseline.batch_size" in proc.stderr, proc.stderr
     assert {path.name: path.read_bytes() for path in earlier.iterdir()} == files
+
+
+@pytest.mark.parametrize("run_dir", ["given", "current"])
+def test_refused_input_leaves_a_folder_that_was_there_before_the_run(tmp_path, cli_here, run_dir):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    args = [*TINY, "study.n_trials=-1", f"hydra.run.dir={mine if run_dir == 'given' else '.'}"]
+    proc = cli_here(args, cwd=mine)
+    assert proc.returncode == 2 and proc.stderr.startswith("autotune: error: study.n_trials"), proc.stderr
+    assert mine.is_dir() and not any(mine.iterdir()), "the user's folder, as it was"
+
+
+def test_refused_input_leaves_no_folder_the_run_made(tmp_path, cli_here):
+    # Hydra's defaults: outputs/DATE/TIME, and under -m multirun/DATE/TIME with its multirun.yaml
+    assert cli_here([*TINY, "study.n_trials=-1"], cwd=tmp_path).returncode == 2
+    assert cli_here(["-m", *TINY, "study.n_trials=-1,-2"], cwd=tmp_path).returncode == 2
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("mode", ["benchmark", "selfcheck"])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "cannot read it (No such file or directory)"), (b"\xff\xfe", "is not UTF-8 text (byte 0: invalid st")],
+)
+def test_a_recommendation_that_cannot_be_read_is_refused_before_the_pipeline_is_inspected(
+    tmp_path, cli_here, monkeypatch, mode, content, problem
+):
+    for module in (benchmark, selfcheck):  # a process of its own that builds the pipeline, seconds
+        monkeypatch.setattr(module, "inspect_run", lambda *args: pytest.fail("the pipeline was inspected"))
+    path = tmp_path / "recommended.yaml"
+    if content is not None:
+        path.write_bytes(content)
+    args = [*TINY, f"mode={mode}", f"recommended={path}", f"hydra.run.dir={tmp_path}/out"]
+    proc = cli_here(args, cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"autotune: error: recommended: {path}: {problem}"), proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("1", True), ("yes", True), ("0", False), ("false", False), ("No", False)]
+)
+def test_the_debug_switch_is_off_for_the_words_of_off(monkeypatch, capsys, value, shown):
+    def refused() -> None:
+        raise ConfigError("study.n_trials", "expected an integer >= 0, got -1")
+
+    monkeypatch.setenv("AUTOTUNE_DEBUG", value)
+    with pytest.raises(SystemExit):
+        cli.report_errors(refused)
+    assert ("Traceback" in capsys.readouterr().err) == shown
 
 
 @pytest.mark.slow

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
 import yaml
 
 import autotune
+from autotune import recommendation as recommendation_module
 from autotune.errors import ConfigError
 from autotune.measure.environment import describe_machine, machine_fingerprint
 from autotune.recommendation import (
@@ -225,6 +227,20 @@ def test_a_file_that_cannot_be_used_is_refused_naming_the_key(tmp_path, document
             "training.gradient_accumulation_steps",
         ),
         ({"knobs": {"batch_size": 8}, "training": {"batch_policy": "fixed-effective"}}, "training.batch_policy"),
+        ({"knobs": {"batch_size": 8}, "untrimmed": "false"}, "untrimmed"),
+        ({"knobs": {"batch_size": 8}, "untrimmed": 0}, "untrimmed"),
+        (  # under batch_policy free every batch steps the optimizer
+            {"knobs": {"batch_size": 8}, "training": {"gradient_accumulation_steps": 2}},
+            "training.gradient_accumulation_steps",
+        ),
+        (  # 8 x 4 is not the baseline's 16
+            {
+                "knobs": {"batch_size": 8},
+                "baseline": {"batch_size": 16},
+                "training": {"batch_policy": "fixed_effective", "gradient_accumulation_steps": 4},
+            },
+            "training.gradient_accumulation_steps",
+        ),
         ({"knobs": {"batch_size": 8}, "training": {"learning_rate": 0.1}}, "training.learning_rate"),
         ({"knobs": {"batch_size": 8}, "training": {"learning_rate": {"rule": "cubic"}}}, "training.learning_rate.rule"),
     ],
@@ -235,6 +251,36 @@ def test_a_malformed_section_is_refused_naming_it(tmp_path, document, key):
         autotune.load_recommended(path)
     assert raised.value.key == f"{path}: {key}"
     assert "\n" not in str(raised.value)
+
+
+def test_accumulation_steps_that_agree_with_the_batch_policy_are_read(tmp_path):
+    fixed = {"batch_policy": "fixed_effective", "gradient_accumulation_steps": 2}
+    document = {"knobs": {"batch_size": 8}, "baseline": {"batch_size": 16}, "training": fixed}
+    path = written(tmp_path, {"schema_version": SCHEMA_VERSION, **document})
+    assert autotune.load_recommended(path).accumulation_steps == 2, "micro-batches of 8 make the baseline's 16"
+    del document["training"]["gradient_accumulation_steps"]
+    path = written(tmp_path, {"schema_version": SCHEMA_VERSION, **document})
+    assert autotune.load_recommended(path).accumulation_steps == 1, "absent: as older autotunes meant"
+
+
+@pytest.mark.parametrize(("gpus", "described"), [(2, "cuda:1"), (1, None)])
+def test_this_machine_is_described_with_the_gpu_the_file_was_measured_on(tmp_path, monkeypatch, gpus, described):
+    # On a machine of mixed GPUs, the one of the trials names it; where this process has no GPU of that index
+    # (CUDA_VISIBLE_DEVICES), the current one does.
+    here, devices = machine_fingerprint(describe_machine()), []
+    monkeypatch.setattr(recommendation_module, "describe_machine", lambda device=None: devices.append(device) or here)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    measured = here | {"torch_threads": 3}  # compared where num_threads is null
+    tuned = replace(recommendation(knobs={**WORKERS, "num_threads": None}, machine=measured), device="cuda:1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        autotune.load_recommended(written(tmp_path, tuned.to_document()))
+    threads = torch.get_num_threads()
+    try:
+        tuned.apply_process_settings()
+    finally:
+        torch.set_num_threads(threads)
+    assert devices == [described, described]
 
 
 def test_nothing_in_the_file_is_executed(tmp_path):

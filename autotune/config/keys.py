@@ -4,6 +4,7 @@ config and builds Settings from these rows alone: a key without a row is refused
 
 from __future__ import annotations
 
+import threading
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
@@ -70,6 +71,9 @@ def _number(minimum: float, **bounds: Any) -> Plain:
 
 
 _POSITIVE = _number(0, above=True)
+# The period of a thread's loop, which waits it out (Event.wait): not a loop that never sleeps, nor a wait longer
+# than threading.TIMEOUT_MAX, which Event.wait refuses (OverflowError) in that thread, mid-run.
+_PERIOD = _number(0.01, maximum=threading.TIMEOUT_MAX)
 _POSITIVE_OR_NULL = _number(0, above=True, null=True)
 _PIPELINE = (
     *(Key(f"pipeline.{name}._target_", ImportPath(), required=True) for name in REQUIRED_COMPONENTS),
@@ -107,7 +111,7 @@ _STUDY = (
     _setting("study.probe", Plain(bool), StudySettings, "probe"),
     _setting("study.diagnose", Plain(bool), StudySettings, "diagnose"),
     _setting("study.remeasure_disturbed", Plain(bool), StudySettings, "remeasure_disturbed"),
-    _setting("study.heartbeat_s", _number(0.01), StudySettings, "heartbeat_s"),  # not a loop that never sleeps
+    _setting("study.heartbeat_s", _PERIOD, StudySettings, "heartbeat_s"),
     _setting("study.parallel", CountOrAuto(), StudySettings, "parallel"),
     _setting("study.cpu_sets", CoreSets(), StudySettings, "cpu_sets"),
 )
@@ -120,7 +124,14 @@ _MEASURE = (
     _setting("measure.warmup_min_steps", _integer(1), WarmupPolicy, "min_steps"),
     _setting("measure.warmup_max_steps", _integer(1), WarmupPolicy, "max_steps", at_least="measure.warmup_min_steps"),
     _setting("measure.warmup_tolerance", _POSITIVE, WarmupPolicy, "tolerance"),
-    _setting("measure.warmup_min_time_s", _number(0, null=True), WarmupPolicy, "min_time_s"),
+    # a warm-up longer than the trial's timeout would time out every trial
+    _setting(
+        "measure.warmup_min_time_s",
+        _number(0, null=True),
+        WarmupPolicy,
+        "min_time_s",
+        at_most="measure.trial_timeout_s",
+    ),
     _setting("measure.min_steps", _integer(1), WindowPlan, "min_steps"),
     _setting("measure.min_time_s", _number(0), WindowPlan, "min_time_s"),
     _setting("measure.max_time_s", _POSITIVE, WindowPlan, "max_time_s", at_least="measure.min_time_s"),
@@ -129,7 +140,7 @@ _MEASURE = (
         "measure.screen_min_time_s", _number(0, null=True), ScreenPlan, "min_time_s", at_most="measure.max_time_s"
     ),
     _setting("measure.trial_timeout_s", _POSITIVE, MeasureSettings, "trial_timeout_s", at_least="measure.min_time_s"),
-    _setting("measure.memory_interval_s", _number(0.01), MeasureSettings, "memory_interval_s"),
+    _setting("measure.memory_interval_s", _PERIOD, MeasureSettings, "memory_interval_s"),
     _setting("measure.repeats", _integer(1), MeasureSettings, "repeats"),
     _setting("measure.loss_tolerance", _POSITIVE, MeasureSettings, "loss_tolerance"),
     _setting("measure.compile_cache_dir", Plain(str, null=True), MeasureSettings, "compile_cache_dir"),

@@ -51,8 +51,10 @@ def is_report(config: dict[str, Any]) -> bool:
 
 
 def load_report_study(config: dict[str, Any]) -> tuple[str, str]:
-    """The study mode=report re-renders: (name, storage URL); the name must be given, as no pipeline is."""
-    values = _values(_mapping(config.get("study"), "study"), "study")
+    """The study mode=report re-renders: (name, storage URL); the name must be given, as no pipeline is. Every other
+    key is validated as in the other modes, but a pipeline's, which mode=report reads none of: a bad value is refused
+    wherever it is given, not ignored."""
+    values = _values(config, "", unread="pipeline")
     if not values["study.name"]:
         raise ConfigError("study.name", "mode=report re-renders a stored study: give study.name=NAME")
     return values["study.name"], values["study.storage"]
@@ -66,8 +68,13 @@ def unknown_key(section: str, name: str, present: Iterable[str] = ()) -> ConfigE
 
     A key of the table that the file leaves unset is no typo: it is added with ``+KEY=VALUE``. A top-level key
     written inside the pipeline (``search:`` in a pipeline's file) is said to be top-level. Another key of a mapping
-    the table governs is unknown, with the keys it takes; elsewhere it may be a key the file lacks."""
+    the table governs is unknown, with the keys it takes; so is one of Hydra's own (``hydra.*``), whose mappings
+    hold only the keys Hydra reads (one added with ``+`` changes nothing); elsewhere it may be a key the file lacks."""
     key = f"{section}.{name}" if section else name
+    if section.partition(".")[0] == "hydra":
+        hint = did_you_mean(name, list(present), section)
+        listed = f"expected one of: {', '.join(present)}" if present else "check the spelling"
+        return ConfigError(key, f"unknown key; {hint}{listed}")
     if key in KEYS or key in _TREE:
         where = "the pipeline's file" if key.startswith("pipeline.") else "the config"
         return ConfigError(key, f"not set in {where}; add it with +{_settable(key)}=VALUE")
@@ -102,12 +109,19 @@ def _settable(path: str) -> str:
 
 
 def did_you_mean(name: str, known: list[str], section: str, elsewhere: Sequence[str] = ()) -> str:
-    """``"did you mean SECTION.KEY? "`` for the key of ``known`` closest to the misspelt ``name``, and the keys
-    ``elsewhere`` (of other mappings: ``_elsewhere``) beside it; ``""`` where there are none."""
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)  # 0.6 offers num_workers for num_threads
+    """``"did you mean SECTION.KEY? "`` for the key of ``known`` closest to the misspelt ``name`` (or ``name`` with
+    two neighbouring letters swapped), and the keys ``elsewhere`` (of other mappings: ``_elsewhere``) beside it;
+    ``""`` where there are none."""
+    # 0.6 offers num_workers for num_threads; a swap scores below 0.8 in a short name (dri for dir: 0.67)
+    close = [key for key in known if _swapped(name, key)][:1] or difflib.get_close_matches(name, known, 1, 0.8)
     named = [f"{section + '.' if section else ''}{key}" for key in close]
     named += [key for key in elsewhere if key not in named]
     return f"did you mean {' or '.join(named)}? " if named else ""
+
+
+def _swapped(name: str, key: str) -> bool:
+    """Whether ``key`` is ``name`` with two neighbouring characters swapped."""
+    return any(key == f"{name[:i]}{name[i + 1]}{name[i]}{name[i + 2 :]}" for i in range(len(name) - 1))
 
 
 def _tree() -> dict[str, dict[str, bool]]:
@@ -125,11 +139,12 @@ def _tree() -> dict[str, dict[str, bool]]:
 _TREE = _tree()
 
 
-def _values(node: dict[str, Any], path: str) -> dict[str, Any]:
+def _values(node: dict[str, Any], path: str, unread: str | None = None) -> dict[str, Any]:
     """The parsed value of every key of the table given in the mapping ``node`` at ``path``, and the default of every
-    key under ``path`` left out that fills a field; ConfigError naming the first key refused."""
+    key under ``path`` left out that fills a field; ConfigError naming the first key refused. ``unread``: a key of
+    ``node`` the mode reads nothing under (mode=report's pipeline), neither checked nor required."""
     found: dict[str, Any] = {}
-    _walk(node, path, found)
+    _walk(node, path, found, unread)
     prefix = f"{path}." if path else ""
     for key in KEYS.values():
         if key.into and key.path.startswith(prefix) and key.path not in found:
@@ -138,12 +153,14 @@ def _values(node: dict[str, Any], path: str) -> dict[str, Any]:
     return found
 
 
-def _walk(node: dict[str, Any], path: str, found: dict[str, Any]) -> None:
+def _walk(node: dict[str, Any], path: str, found: dict[str, Any], unread: str | None = None) -> None:
     children = _TREE[path]
     if path not in _COMPONENT_PATHS:  # a component's other keys are the arguments of its _target_
         _check_known(node, path)
     for name, required in children.items():
         full = f"{path}.{name}" if path else name
+        if name == unread:
+            continue
         if full in KEYS and name in node:
             found[full] = KEYS[full].parse(node[name])
         elif node.get(name) is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autotune.app import _window
-from autotune.config.load import did_you_mean, load_settings, unknown_key
+from autotune.config.load import did_you_mean, load_report_study, load_settings, unknown_key
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.measure.recorder import WindowPlan
@@ -74,6 +75,12 @@ BAD_CONFIGS = [
         "measure.warmup_max_steps: must be >= measure.warmup_min_steps",
     ),
     (tiny_config(measure={"warmup_tolerance": 0}), "measure.warmup_tolerance: expected a number > 0"),
+    (
+        tiny_config(measure={"warmup_min_time_s": 61}),
+        "measure.warmup_min_time_s: must be <= measure.trial_timeout_s, but got warmup_min_time_s=61 > trial_timeout",
+    ),
+    (tiny_config(study={"heartbeat_s": 1e10}), "study.heartbeat_s: expected a number >= 0.01 and <= "),
+    (tiny_config(measure={"memory_interval_s": 1e10}), "measure.memory_interval_s: expected a number >= 0.01 and <="),
     ({**tiny_config(), "pipeline": _pipeline(optimizer="DROP")}, "pipeline.optimizer: is missing"),
     (
         {**tiny_config(), "pipeline": _pipeline(optimzer={"_target_": "torch.optim.SGD"})},
@@ -180,6 +187,23 @@ def test_amp_candidates_are_valid_names_or_a_config_error(values):
 def test_a_suggestion_only_for_a_close_misspelling():
     assert did_you_mean("n_trails", ["n_trials", "seed"], "study") == "did you mean study.n_trials? "
     assert did_you_mean("num_threads", ["batch_size", "num_workers"], "pipeline.baseline") == "", "a different key"
+    assert did_you_mean("dri", ["dir"], "hydra.run") == "did you mean hydra.run.dir? ", "two letters swapped"
+
+
+def test_a_key_hydra_does_not_have_is_unknown_not_to_be_added():
+    refusal = str(unknown_key("hydra.run", "dri", ["dir"]))
+    assert refusal == "hydra.run.dri: unknown key; did you mean hydra.run.dir? expected one of: dir"
+
+
+def test_mode_report_refuses_a_bad_value_of_any_key_but_the_pipelines():
+    config = {**tiny_config(study={"name": "tuned"}), "mode": "report"}
+    assert load_report_study({**config, "pipeline": None}) == ("tuned", "sqlite:///autotune.db"), "it reads none"
+    for section, values, refused in [
+        ("measure", {"min_time_s": -1}, "measure.min_time_s: expected a number >= 0, got -1"),
+        ("search", {"amp": ["fp8"]}, "search.amp: expected one of off, bf16, fp16, got 'fp8'"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{re.escape(refused)}$"):
+            load_report_study({**config, section: {**config[section], **values}})
 
 
 def test_a_key_of_another_group_is_named_with_its_group():

@@ -48,7 +48,7 @@ from tests.conftest import REPO
 @pytest.mark.slow
 def test_the_script_trains_with_every_knob_applied(tmp_path, knobs, applied):
     path = tmp_path / "recommended.yaml"
-    training = {"gradient_accumulation_steps": 2, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}
+    training = {"gradient_accumulation_steps": 1, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}
     baseline = {"batch_size": 8, "num_workers": 0}
     document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": baseline, "training": training}
     path.write_text(yaml.safe_dump(document))

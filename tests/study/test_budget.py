@@ -311,7 +311,8 @@ def test_a_race_a_stopped_run_cut_short_keeps_its_rounds_and_goes_on_from_them(t
         run_race(study, load_results(study), 3, StopsIn(FakeMeasure(), "confirm-2-"), lambda name, result: None)
     stopped = load_results(study).confirmation
     assert stopped.cut and stopped.rounds == 1 and stopped.planned_rounds == 3, "round 1 kept, as a race cut short"
-    assert "or the run was stopped): the verdict is that of 1 round; the same command again goes on" in stopped.describe()
+    said = stopped.describe()
+    assert "or the run was stopped): the verdict is that of 1 round; the same command again goes on" in said
     in_race = TunerTime([RunTime(0.0, 30.0, {"search": 20.0, "race": 9.0}, {}, finished=False)])
     summary = summarise(replace(load_results(study), tuner_time=in_race))
     assert summary.confirmation is None and not summary.confirmed, "one round of a stopped race proves nothing"
