@@ -289,6 +289,14 @@ class StepRecorder:
         throughput = self._window_samples / elapsed if elapsed > 0 else 0.0
         return Progress(len(self._samples), elapsed, throughput, self._warmup_compile_s if compiling else 0.0)
 
+    def progress_to_judge(self, compiling: bool = False) -> Progress | None:
+        """``progress``, where a figure over the window so far can be judged (pruning): in a window of whole epochs,
+        not before it holds an epoch's steps. Over part of an epoch it holds the stall of an epoch's start or not, by
+        where the window began: one just past such a stall reads a fraction of the loop's speed."""
+        if self._ends_on_epochs and len(self._samples) < (self.plan.epoch_steps or 0):
+            return None
+        return self.progress(compiling)
+
     def timing(self, compiling: bool = False, device: StepSplit | None = None) -> Timing:
         """Summarise the window; with ``compiling``, warm-up time beyond a typical step is compile time.
 

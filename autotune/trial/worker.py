@@ -166,7 +166,7 @@ def _progress_writer(path: Path | None, after_s: float, compiling: bool):
         if path is None or now - last[0] < _PROGRESS_INTERVAL_S:
             return
         last[0] = now
-        progress = prof.recorder.progress(compiling)
+        progress = prof.recorder.progress_to_judge(compiling)
         if progress is None or progress.elapsed_s < after_s:
             return
         with open(path, "a", encoding="utf-8") as out:

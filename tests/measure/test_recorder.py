@@ -277,6 +277,33 @@ def test_a_window_of_a_loader_whose_epochs_start_with_a_stall_holds_whole_epochs
     assert timing.epochs == 2 and timing.steps == 200 and timing.throughput == pytest.approx(100 * 8 / 1.4)
 
 
+def test_a_window_of_whole_epochs_is_judged_only_once_it_holds_an_epochs_steps():
+    # The window starts 3 steps before an epoch's 0.4 s stall: just past it, the figure so far reads a fraction of
+    # the loop's. A pruner judging that reading would stop a configuration as fast as any.
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=100)
+    recorder, readings = StepRecorder(plan, clock), []
+    recorder.start()
+    for data_s, transfer_s, compute_s in bursts(0.4, 100, 0.01, 97):
+        clock.now += data_s
+        recorder.batch_ready()
+        clock.now += transfer_s
+        recorder.batch_transferred()
+        clock.now += compute_s
+        recorder.step_done(8)
+        if recorder.progress() is not None:
+            readings.append((recorder.progress(), recorder.progress_to_judge()))
+        if recorder.done:
+            break
+    final = recorder.timing().throughput
+    assert min(seen.throughput for seen, _ in readings[:20]) < 0.5 * final, "the hazard: a reading just past the stall"
+    judged = [(seen.steps, judge.throughput) for seen, judge in readings if judge is not None]
+    assert judged and judged[0][0] == 100 and all(t == pytest.approx(final) for _, t in judged)
+    unbounded = StepRecorder(WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP), clock)
+    run(unbounded, clock, steady(0.0, 0.0, 0.01))
+    assert unbounded.progress_to_judge() == unbounded.progress(), "no epochs to wait for: judged as read"
+
+
 def test_a_window_of_whole_epochs_ends_on_the_first_epochs_end_past_its_minimum_time_whatever_the_pace():
     # Warm-up settles at 20 ms a step (2 epochs of 50 steps for 1.2 s), then the steps take 10 ms: 2 epochs are 1 s.
     clock, slow, fast = FakeClock(), (0.0, 0.0, 0.02), (0.0, 0.0, 0.01)
