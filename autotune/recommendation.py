@@ -468,12 +468,18 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
     }
     if differs:
         listed = "; ".join(f"{key} {then!r} there, {now!r} here" for key, (then, now) in differs.items())
+        # A study pinned by study.cpu_sets describes the machine as the cores of its slot
+        where = "on other cores" if set(differs) <= _CORE_KEYS else "on another machine"
         warnings.warn(
-            f"{source} was measured on another machine ({listed}): its gains may not hold here: "
-            "re-run autotune on this machine",
+            f"{source} was measured {where} ({listed}): its gains may not hold here: re-run autotune on this machine "
+            "as you train on it",
             MachineMismatchWarning,
             stacklevel=3,
         )
+
+
+# The parts of a machine's description that a study pinned to some of its cores (study.cpu_sets) reads as that many.
+_CORE_KEYS = {"cpu_count", "torch_threads"}
 
 
 def _described_here(device: str) -> dict[str, Any]:

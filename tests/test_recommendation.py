@@ -167,6 +167,16 @@ def test_a_file_from_another_machine_is_read_with_a_warning_naming_what_differs(
     with pytest.warns(MachineMismatchWarning, match="cpu_model 'Some Other CPU' there") as caught:
         loaded = autotune.load_recommended(path)
     assert "cpu_flags" in str(caught[0].message) and loaded.knobs == WORKERS
+    assert "measured on another machine" in str(caught[0].message)
+
+
+def test_a_file_measured_on_some_of_this_machines_cores_is_said_to_be_so_not_from_another_machine(tmp_path):
+    here = machine_fingerprint(describe_machine())
+    pinned = {**here, "cpu_count": here["cpu_count"] + 1, "torch_threads": here["cpu_count"] + 1}  # study.cpu_sets
+    path = written(tmp_path, recommendation(machine=pinned).to_document())
+    with pytest.warns(MachineMismatchWarning, match="was measured on other cores \\(cpu_count") as caught:
+        autotune.load_recommended(path)
+    assert "another machine" not in str(caught[0].message)
 
 
 def test_a_file_that_names_no_machine_is_applied_without_a_warning(tmp_path, recwarn):

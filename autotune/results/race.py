@@ -234,10 +234,8 @@ class Confirmation:
         tied = f"trial {fastest.label} read a higher median but did not beat it beyond noise ({missed}), and "
         if winner.changes < fastest.changes:
             return tied + f"this one changes fewer knobs ({winner.changes} against {fastest.changes})"
-        return tied + (
-            f"this one changes as many knobs and uses less memory ({winner.peak_memory_mb:.0f} against "
-            f"{fastest.peak_memory_mb:.0f} MB)"
-        )
+        less, more = _apart(winner.peak_memory_mb, fastest.peak_memory_mb)
+        return tied + f"this one changes as many knobs and uses less memory ({less} against {more} MB)"
 
     @property
     def leader(self) -> Finalist | None:
@@ -403,6 +401,16 @@ def _outrun(winner: Finalist, higher: list[Finalist], proven: list[Finalist]) ->
     if any(not beats(winner, other) for other in higher):
         said.append("this one has the highest median of those no other proven finalist beats")
     return "; ".join(said)
+
+
+def _apart(low: float, high: float) -> tuple[str, str]:
+    """``low`` and ``high`` (MB) to whole numbers, or to as many decimals (up to 2) as print them apart."""
+    shown = (f"{low:.0f}", f"{high:.0f}")
+    for decimals in (1, 2):
+        if shown[0] != shown[1]:
+            break
+        shown = (f"{low:.{decimals}f}", f"{high:.{decimals}f}")
+    return shown
 
 
 def _named(finalist: Finalist, winner: Finalist) -> str:

@@ -56,6 +56,8 @@ def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins()
         .why_won()
         .endswith("this one changes as many knobs and uses less memory (100 against 200 MB)")
     )
+    close = [finalist("3", [130, 131, 129], memory=362.4), finalist("5", [128, 129, 128], memory=361.9)]
+    assert confirmation(*close).why_won().endswith("uses less memory (361.9 against 362.4 MB)"), "not 362 against 362"
     clearly_faster = [finalist("3", [140, 141, 139], changes=4), finalist("5", [128, 129, 128], changes=2)]
     assert confirmation(*clearly_faster).winner.label == "3", "more than 3 % faster is not a tie"
 
