@@ -8,6 +8,7 @@ import re
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -120,8 +121,21 @@ class ImportPath(Values):
             raise ValueError(f"expected a dotted import path, got {shown(value)}")
         top = value.partition(".")[0]
         if not _findable(top):
-            raise ValueError(f"cannot import '{value}': no module '{top}' in the current directory or on PYTHONPATH")
+            raise ValueError(
+                f"cannot import '{value}': no module '{top}' in the current directory or on PYTHONPATH{_shipped(top)}"
+            )
         return value
+
+
+# autotune's checkout, where the shipped example pipelines' code (``examples``) lives beside the package.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def _shipped(top: str) -> str:
+    """Where the checkout holds ``top`` (the shipped pipelines' ``examples``), how to reach it; else nothing."""
+    if (_CHECKOUT / top / "__init__.py").is_file():
+        return f" (it is in autotune's checkout: run from {_CHECKOUT}, or add it to PYTHONPATH)"
+    return ""
 
 
 def _findable(module: str) -> bool:

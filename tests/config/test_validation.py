@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from autotune.config import values
 from autotune.config.keys import KEYS
 from autotune.config.load import load_settings
 from autotune.config.settings import MeasureSettings, ScreenPlan, Settings, StudySettings
@@ -95,3 +96,11 @@ def _named_by(path: str) -> set[str | None]:
     """The keys a refusal of a value of ``path`` may name: its own, or one it is ordered against."""
     key = KEYS[path]
     return {path, key.at_least, key.at_most} | {k.path for k in KEYS.values() if path in (k.at_least, k.at_most)}
+
+
+def test_a_shipped_pipeline_run_away_from_the_checkout_is_told_where_its_code_is(monkeypatch):
+    monkeypatch.setattr(values, "_findable", lambda module: False)  # as from a directory outside the checkout
+    with pytest.raises(ValueError, match=rf"no module 'examples' .*\(it is in autotune's checkout: run from {REPO}"):
+        values.ImportPath().parse("examples.mymodel.SmallCNN")
+    with pytest.raises(ValueError, match=r"no module 'mypkg' in the current directory or on PYTHONPATH$"):
+        values.ImportPath().parse("mypkg.Net")
