@@ -139,19 +139,23 @@ class NewFolders(Callback):
         _note_new_folders(config, "hydra.sweep.dir")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep = Path(os.path.abspath(str(config.hydra.sweep.dir)))
+        if not _NEW_FOLDERS:
+            return
+        sweep = _NEW_FOLDERS[0]  # the deepest: the sweep's folder itself
         record = sweep / "multirun.yaml"
         with contextlib.suppress(OSError):
-            if _made_by_this_run(sweep) and [path.name for path in sweep.iterdir()] == [record.name]:
+            if [path.name for path in sweep.iterdir()] == [record.name]:
                 record.unlink()
         _remove_new_folders(sweep)
 
 
 def _note_new_folders(config: DictConfig, key: str) -> None:
     """Note the folder at ``key`` and its parents that do not exist yet (none where it cannot be resolved: Hydra says
-    why next)."""
-    folder = OmegaConf.select(config, key, throw_on_resolution_failure=False)
+    why next). Hydra's own config is set first, as Hydra sets it before it makes the folder: a folder named by
+    ``${hydra:...}`` resolves only then."""
     _NEW_FOLDERS.clear()
+    HydraConfig.instance().set_config(config)
+    folder = OmegaConf.select(config, key, throw_on_resolution_failure=False)
     if folder is not None:
         path = Path(os.path.abspath(str(folder)))
         _NEW_FOLDERS.extend(path for path in (path, *path.parents) if not path.exists())
@@ -162,10 +166,12 @@ def _made_by_this_run(folder: Path) -> bool:
     return any(folder == new or new in folder.parents for new in _NEW_FOLDERS)
 
 
-def _remove_new_folders(folder: Path) -> None:
-    """Remove ``folder`` and its parents, from the deepest, while each is one this run made and is empty."""
-    for path in (folder, *folder.parents):
-        if not _made_by_this_run(path):
+def _remove_new_folders(folder: Path, own: bool = False) -> None:
+    """Remove ``folder`` and its parents, from the deepest, while each is one this run made and is empty; with
+    ``own``, ``folder`` is taken to be this run's whatever was noted (a multirun job's, which Hydra makes for the job,
+    in whichever process its launcher runs it)."""
+    for index, path in enumerate((folder, *folder.parents)):
+        if not (own and index == 0) and not _made_by_this_run(path):
             return
         try:
             path.rmdir()
@@ -517,7 +523,7 @@ def _discard_unused(output_dir: Path) -> None:
     with contextlib.suppress(OSError):
         if [p.name for p in output_dir.iterdir()] == [record.name] and record.read_text().startswith(_RECORD_HEADER):
             record.unlink()
-    _remove_new_folders(output_dir)
+    _remove_new_folders(output_dir, own=HydraConfig.get().mode == RunMode.MULTIRUN)
 
 
 def _config_record(data: dict) -> str:

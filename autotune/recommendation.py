@@ -488,6 +488,9 @@ def _described_here(device: str) -> dict[str, Any]:
     (CUDA_VISIBLE_DEVICES numbers the GPUs it shows from 0)."""
     import torch
 
-    parsed = torch.device(device)
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):  # a device the file names that torch does not know: compared as this one
+        return describe_machine(None)
     shown = parsed.type == "cuda" and (parsed.index or 0) < torch.cuda.device_count()
     return describe_machine(device if shown else None)

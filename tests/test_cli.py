@@ -389,7 +389,15 @@ def test_refused_input_leaves_no_folder_the_run_made(tmp_path, cli_here):
     # Hydra's defaults: outputs/DATE/TIME, and under -m multirun/DATE/TIME with its multirun.yaml
     assert cli_here([*TINY, "study.n_trials=-1"], cwd=tmp_path).returncode == 2
     assert cli_here(["-m", *TINY, "study.n_trials=-1,-2"], cwd=tmp_path).returncode == 2
+    # a folder named by Hydra's own config, resolved only once Hydra has set it
+    assert cli_here([*TINY, "study.n_trials=-1", "hydra.run.dir=out/${hydra:job.name}"], cwd=tmp_path).returncode == 2
     assert not any(tmp_path.iterdir())
+    # a sweep folder the user made stays; the jobs' folders Hydra made in it go
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    args = ["-m", *TINY, "study.n_trials=-1,-2", f"hydra.sweep.dir={sweep}"]
+    assert cli_here(args, cwd=tmp_path).returncode == 2
+    assert [path.name for path in sweep.iterdir()] == ["multirun.yaml"]
 
 
 @pytest.mark.parametrize("mode", ["benchmark", "selfcheck"])

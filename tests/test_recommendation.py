@@ -179,6 +179,12 @@ def test_a_file_measured_on_some_of_this_machines_cores_is_said_to_be_so_not_fro
     assert "another machine" not in str(caught[0].message)
 
 
+def test_a_file_naming_a_device_torch_does_not_know_is_compared_with_this_machine_not_refused(tmp_path, recwarn):
+    path = written(tmp_path, {**recommendation().to_document(), "device": "gpu"})  # edited by hand
+    assert autotune.load_recommended(path).device == "gpu"
+    assert not [w for w in recwarn if issubclass(w.category, MachineMismatchWarning)]
+
+
 def test_a_file_that_names_no_machine_is_applied_without_a_warning(tmp_path, recwarn):
     document = {"schema_version": SCHEMA_VERSION, "machine": {}, "knobs": {"batch_size": 8}}
     assert autotune.load_recommended(written(tmp_path, document)).knobs["batch_size"] == 8

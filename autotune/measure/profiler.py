@@ -145,7 +145,7 @@ class Profiler:
         """
         try:
             self._flops_per_sample = count_flops(run_step) / samples
-        except Exception as error:  # noqa: BLE001  (whatever the extra step raised, the loop's figures stand)
+        except Exception as error:  # whatever the extra step raised, the loop's figures stand
             said = str(error).strip().splitlines()[:1]
             self._flops_note = (
                 f"FLOPs not counted: the eager step run to count them raised {': '.join([type(error).__name__, *said])}"

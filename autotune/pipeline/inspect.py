@@ -251,15 +251,15 @@ def _check_role(key: str, node: dict[str, Any], target: Any) -> None:
             "returns one",
         )
     arguments = _CALLED_WITH.get(key)
-    if arguments is None or node.get("_partial_") is False:
+    # A decorator (functools.wraps) shows the wrapped function's signature, whose arguments the wrapper may supply.
+    if arguments is None or hasattr(target, "__wrapped__"):
         return
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # one without a signature to read: calling it says
         return
-    given = {name: value for name, value in node.items() if not name.startswith("_")}
     try:
-        signature.bind(*node.get("_args_", []), *arguments, **given)
+        signature.bind(*node.get("_args_", []), *arguments, **_given(node))
     except TypeError as exc:
         raise ConfigError(
             f"pipeline.{key}", f"{node['_target_']} cannot be called as {key}({', '.join(arguments)}): {exc}"
@@ -275,7 +275,7 @@ def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
     """Refuse an argument the config gives that ``target`` does not take (a misspelt keyword), or, where it is built
     whole and not wrapped, one it requires that the config does not give, before a trial builds it: its failure
     there would be the baseline's."""
-    given = {name: value for name, value in node.items() if not name.startswith("_")}  # not _target_, _partial_, ...
+    given = _given(node)
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # one without a signature to read: building it says
@@ -294,6 +294,11 @@ def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
             f"pipeline.{key}",
             f"{node['_target_']} {_fault(exc)}: {exc}" + "".join(f"; {h}" for h in hints),
         ) from None
+
+
+def _given(node: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments a component's config gives its target: its keys but ``_target_``, ``_partial_``, ..."""
+    return {name: value for name, value in node.items() if not name.startswith("_")}
 
 
 def _fault(exc: TypeError) -> str:

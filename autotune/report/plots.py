@@ -39,7 +39,7 @@ FOUND_STYLE = {
     "undone": (BASELINE, "undone: no difference"),
     "costs": (RECOMMENDED, "kept: undoing it costs"),
     "tied": ("#ff7f0e", "kept, though undoing it tied"),
-    "unsettled": ("#9467bd", "kept: not settled (a failed run, a race cut short)"),
+    "unsettled": ("#9467bd", "kept: not settled (it left early, a run failed, the race was cut short)"),
 }
 WIDTH_IN, DPI = 8.0, 110
 LEGEND_COLUMNS = 4
@@ -170,8 +170,8 @@ def undone_changes(summary: Summary) -> Plot | None:
         "Grey: undone, it made no difference; blue: kept, as the configuration it was made from beat it (most rounds "
         "and beyond the grey band); orange: kept though undoing it tied, the trim not taking it (undone with the "
         f"changes undone before it, it would give back {TRIM_BOUND:.0%} or more of the finalists' race's winner: "
-        "trim_path) or leaving it to a later race, which did not undo it or did not run; purple: kept, as its race or "
-        "its run did not end (a failed run, a race cut short): not shown either way."
+        "trim_path) or leaving it to a later race, which did not undo it or did not run; purple: kept, as its run or "
+        "its race did not run to the end (it left early, a run failed, the race was cut short): not shown either way."
     )
     return Plot(caption, draw, height=1.2 + 0.4 * len(rows))
 

@@ -10,9 +10,6 @@ from typing import Any
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, TunerTime, shares
 from autotune.words import percents
 
-# A phase or stage under this share of the run is left out of the console's one line (the reports list every one).
-_SHOWN_SHARE = 0.005
-
 
 def tuner_time_line(split: TunerTime) -> str:
     """One line: the run's wall time, its share by phase then by stage, largest first."""
@@ -54,9 +51,10 @@ def forecast_lines(split: TunerTime) -> list[str]:
 
 
 def _largest(share: dict[str, float], words: dict[str, str]) -> str:
-    """The shares of at least _SHOWN_SHARE, largest first, in whole percents of the whole (``percents``)."""
+    """The shares that come to a whole percent or more of the whole (``percents``), largest first: the console's one
+    line leaves out the rest (the reports list every one)."""
     whole = percents(share)
-    shown = sorted((name for name, value in share.items() if value >= _SHOWN_SHARE), key=lambda name: -share[name])
+    shown = sorted((name for name in share if whole[name] >= 1), key=lambda name: -share[name])
     return ", ".join(f"{words.get(name, name)} {whole[name]} %" for name in shown)
 
 

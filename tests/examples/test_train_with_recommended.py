@@ -63,3 +63,28 @@ def test_the_script_trains_with_every_knob_applied(tmp_path, knobs, applied):
     assert "samples/s" in proc.stdout and f"batch_size 8 -> {knobs['batch_size']}" in proc.stdout
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("applied: ")]
     assert line.endswith(applied), "as torch reports it in the script's process"
+
+
+@pytest.mark.slow
+def test_the_script_accumulates_gradients_where_the_batch_policy_keeps_the_effective_batch(tmp_path):
+    path = tmp_path / "recommended.yaml"
+    knobs = {"batch_size": 4, "num_workers": 0, "pin_memory": False, "channels_last": False, "amp": "off"}
+    training = {
+        "batch_policy": "fixed_effective",
+        "gradient_accumulation_steps": 2,
+        "learning_rate": {"baseline": 0.01, "suggested": 0.01},
+    }
+    baseline = {"batch_size": 8, "num_workers": 0}
+    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": baseline, "training": training}
+    path.write_text(yaml.safe_dump(document))
+    proc = subprocess.run(
+        [sys.executable, "examples/train_with_recommended.py", "--recommended", str(path), "--steps", "4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("applied: ")]
+    assert line.endswith("batch=4 precision=fp32 layout=nchw optimizer=default lr=0.01"), line
+    assert "device=cpu steps=4 loss=" in proc.stdout, "two optimizer steps of two micro-batches each"

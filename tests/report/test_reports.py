@@ -706,6 +706,8 @@ def test_shares_of_a_whole_add_up_to_it_in_the_report_and_on_the_terminal():
     assert stages == {"baseline": "34%", "search": "33%", "outside the stages": "33%", "all": "100%"}
     line = tuner_time_line(thirds)
     assert line.endswith("by stage: baseline 34 %, search 33 %, outside the stages 33 %"), line
+    sliver = TunerTime([RunTime(0.0, 100.0, {"baseline": 49.7, "search": 49.7, "race": 0.6}, {}, finished=True)])
+    assert tuner_time_line(sliver).endswith("by stage: baseline 50 %, search 50 %"), "no stage said to be 0 %"
 
 
 def test_the_method_says_which_figures_are_single_runs_and_which_medians_of_rounds():

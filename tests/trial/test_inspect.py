@@ -217,7 +217,7 @@ def test_a_hang_there_is_stopped_at_the_trial_timeout(tmp_path):
             ),
         ),
     ],
-    ids=["model-not-a-module", "step-of-two-arguments", "collate-of-three"],
+    ids=["model-not-a-module", "step-of-one-argument", "collate-of-three"],
 )
 def test_a_component_that_cannot_play_its_part_is_refused_before_any_trial(component, node, refusal):
     config = tiny_config()
@@ -225,9 +225,11 @@ def test_a_component_that_cannot_play_its_part_is_refused_before_any_trial(compo
     assert read_facts(load_settings(config, "tiny").pipeline, "cpu").refused == refusal
 
 
-def test_a_step_or_collate_function_taking_the_arguments_it_is_called_with_passes():
+@pytest.mark.parametrize("step", ["step_pair", "decorated_step"], ids=["plain", "decorated"])
+def test_a_step_or_collate_function_taking_the_arguments_it_is_called_with_passes(step):
+    # A decorator's wrapper shows the wrapped function's signature, whose arguments it may supply itself.
     config = tiny_config()
-    config["pipeline"]["step"] = {"_target_": "tests.fixtures.batches.step_pair"}
+    config["pipeline"]["step"] = {"_target_": f"tests.fixtures.batches.{step}"}
     config["pipeline"]["collate_fn"] = {"_target_": "tests.fixtures.batches.collate_pair"}
     facts = read_facts(load_settings(config, "tiny").pipeline, "cpu")
     assert facts.refused is None, facts.refused
