@@ -113,6 +113,19 @@ def test_a_fall_a_loosely_recorded_gain_cannot_tell_from_its_noise_holds_saying_
     assert sharp.regressed, "recorded over more rounds, the same fall regresses"
 
 
+def test_rounds_to_tell_a_fall_count_the_tuning_runs_noise_which_more_rounds_now_do_not_shrink():
+    # 1.55x now (1.45-1.66) below the floor of 1.64x by 0.055 in logarithms; the recorded 1.82x (1.32-2.51) alone
+    # is noise of 0.32: no number of rounds now can regress it, so none is promised.
+    recorded = RatioInterval(1.82, 1.32, 2.51, 3)
+    near = check(1.82, [150.0, 160.0, 155.0], base_runs=(100.0,) * 3, before_interval=recorded)
+    assert near.now.low < near.floor < near.now.high and near.loose_gate and near.rounds_to_tell is None
+    line = verdict_line(near)
+    assert "no number of rounds now can tell this fall from that noise, and a gate on it is loose" in line, line
+    assert "would tell" not in line
+    sharp = check(1.82, [150.0, 160.0, 155.0], (100.0,) * 3, before_interval=RatioInterval(1.82, 1.8, 1.84, 5))
+    assert not sharp.loose_gate and sharp.rounds_to_tell is not None, "a tight record: rounds now can tell"
+
+
 def test_a_speedup_that_held_passes_and_a_zero_tolerance_still_allows_the_noise():
     assert check(1.5, [150.0, 157.0, 146.0]).passed
     assert check(1.5, [150.0, 157.0, 146.0], tolerance=0.0).passed

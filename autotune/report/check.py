@@ -57,6 +57,13 @@ def verdict_line(check: Check) -> str:
             "tell this fall from its noise: a gate on it is loose (for a sharper one, gate against the check.json of "
             "a check of more check.rounds that held, or tune with more study.confirm_rounds)"
         )
+    if check.loose_gate:
+        return (
+            f"holds within the noise: {speedup} lies below {limit}, its interval reaching it, by less than the gain "
+            "before was measured to: no number of rounds now can tell this fall from that noise, and a gate on it is "
+            "loose (for a sharper one, gate against the check.json of a check of more check.rounds that held, or tune "
+            "with more study.confirm_rounds)"
+        )
     if now.geomean < check.floor:
         return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it ({_to_tell(check)})"
     if now.low < check.floor:

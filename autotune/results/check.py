@@ -71,28 +71,41 @@ class Check:
         now = self.now
         if now is None:
             return math.inf
-        parts = [(_standard_error(now), now.n)]
-        if self.before_interval is not None:
-            parts.append((_standard_error(self.before_interval), self.before_interval.n))
-        variance = sum(error**2 for error, _ in parts)
-        if variance == 0:
-            return 0.0
-        df = variance**2 / sum(error**4 / (n - 1) for error, n in parts)  # Welch-Satterthwaite
-        # One part gives n - 1 exactly, which floating point may read a hair below: floored, a wider t than the
-        # interval's own, and an interval wholly below the floor would hold.
-        return t95(max(1, math.floor(df + 1e-9))) * math.sqrt(variance)
+        return _bound([(_standard_error(now), now.n), *self._before_part()])
+
+    def _before_part(self) -> list[tuple[float, int]]:
+        """The tuning run's standard error and rounds, where it recorded an interval."""
+        before = self.before_interval
+        return [(_standard_error(before), before.n)] if before is not None else []
+
+    @property
+    def loose_gate(self) -> bool:
+        """Whether the speedup now lies below the floor by no more than the tuning run's noise alone: however many
+        rounds run now, it cannot regress (``regressed``)."""
+        now = self.now
+        if now is None or now.geomean >= self.floor or self.before_interval is None:
+            return False
+        return math.log(self.floor / now.geomean) <= _bound(self._before_part())
 
     @property
     def rounds_to_tell(self) -> int | None:
-        """About how many rounds an interval as noisy as this one now needs to lie wholly on one side of the floor
-        (the spread of its rounds' ratios kept, the gap to the floor as read): where it reaches across the floor and
-        at most MAX_ROUNDS_TO_TELL would do; else None."""
+        """About how many rounds an interval as noisy as this one now needs for a verdict beyond doubt (the spread
+        of its rounds' ratios kept, the gap to the floor as read): above the floor, to lie wholly above it; below,
+        to lie below it by more than the noise of both measurements (``regressed``), which the tuning run's part
+        keeps however many rounds run now. Where the interval reaches across the floor and at most
+        MAX_ROUNDS_TO_TELL would do; else None."""
         now = self.now
         if now is None or not now.low < self.floor < now.high:
             return None
         gap, spread = abs(math.log(now.geomean / self.floor)), _standard_error(now) * math.sqrt(now.n)
+        before = self._before_part() if now.geomean < self.floor else []
         return next(
-            (n for n in range(now.n + 1, MAX_ROUNDS_TO_TELL + 1) if t95(n - 1) * spread / math.sqrt(n) < gap), None
+            (
+                n
+                for n in range(now.n + 1, MAX_ROUNDS_TO_TELL + 1)
+                if _bound([(spread / math.sqrt(n), n), *before]) < gap
+            ),
+            None,
         )
 
     @property
@@ -136,6 +149,18 @@ class Check:
             RatioInterval(**interval) if interval else None,
             data.get("stopped", False),
         )
+
+
+def _bound(parts: list[tuple[float, int]]) -> float:
+    """The 95 % bound of a sum of independent means' errors, each (standard error, rounds): Welch's t on the
+    combined error."""
+    variance = sum(error**2 for error, _ in parts)
+    if variance == 0:
+        return 0.0
+    df = variance**2 / sum(error**4 / (n - 1) for error, n in parts)  # Welch-Satterthwaite
+    # One part gives n - 1 exactly, which floating point may read a hair below: floored, a wider t than the
+    # interval's own, and an interval wholly below the floor would hold.
+    return t95(max(1, math.floor(df + 1e-9))) * math.sqrt(variance)
 
 
 def _standard_error(interval: RatioInterval) -> float:
