@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond 30, 1.96 is within 4 %).
+# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond 30: ``t95``'s expansion).
 _T95 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
@@ -15,11 +15,18 @@ _T95 = (
 )  # fmt: skip
 
 
+_Z975 = 1.959964  # the normal distribution's 97.5th percentile
+
+
 def t95(degrees_of_freedom: int) -> float:
-    """The 97.5th percentile of Student's t distribution."""
+    """The 97.5th percentile of Student's t distribution: from the table up to 30 degrees of freedom, beyond by the
+    Cornish-Fisher expansion of the normal's in 1/df (within 0.01 % of the exact value from 30 on)."""
     if degrees_of_freedom < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {degrees_of_freedom}")
-    return _T95[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T95) else 1.96
+    if degrees_of_freedom <= len(_T95):
+        return _T95[degrees_of_freedom - 1]
+    z, df = _Z975, degrees_of_freedom
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float, float]:

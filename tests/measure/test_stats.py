@@ -13,7 +13,10 @@ def test_quartiles():
 
 
 def test_t_quantiles():
-    assert t95(1) == 12.706 and t95(9) == 2.262 and t95(100) == 1.96
+    assert t95(1) == 12.706 and t95(9) == 2.262
+    # beyond the table, against exact quantiles (scipy.stats.t.ppf(0.975, df)): not the normal's 1.96, up to 4 % low
+    exact = {31: 2.0395, 40: 2.0211, 100: 1.9840, 1000: 1.9623}
+    assert all(t95(df) == pytest.approx(value, abs=2e-4) for df, value in exact.items())
     with pytest.raises(ValueError):
         t95(0)
 
