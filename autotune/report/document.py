@@ -483,7 +483,10 @@ def _why_keep(summary: Summary) -> str:
     if ruled_out:
         named = ", ".join(f"trial {r.label} ({r.throughput / base.throughput:.2f}x in one run)" for r in ruled_out)
         them = "them" if len(ruled_out) > 1 else "it"
-        text += f" An earlier race re-measured {named} and did not prove {them}; the trials since were not raced."
+        text += (
+            f" A race re-measured {named} and did not prove {them}; that race did not end the study (trials were "
+            "measured after it, or it was stopped): the same command again races."
+        )
     return text
 
 

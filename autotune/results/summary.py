@@ -36,9 +36,10 @@ class Summary:
     from), or that none ran; None where they ended. Where a race proved the recommendation, the throughputs and
     speedup are the medians of the race of most rounds it won (``proof``: ``proof_of``) rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
-    not prove, which are not recommended from their single runs. ``stopped_before_race_end``: the study's last run
-    stopped (interrupted, a fault) before its race ended, as its record of the tuner's time says (no trim stage), or
-    left the study's end to another tuner still at it (``RunTime.left_to_others``): running it again races.
+    not prove, or a race stopped before its end dropped, which are not recommended from their single runs.
+    ``stopped_before_race_end``: the study's last run stopped (interrupted, a fault) before its race ended, as its
+    record of the tuner's time says (no trim stage), or left the study's end to another tuner still at it
+    (``RunTime.left_to_others``): running it again races.
     ``budget_left_out``: the steps of the search study.budget_s left out of the study's last run (in words,
     ``RunTime.search_left_out``).
     """
@@ -195,7 +196,8 @@ def summarise(results: StudyResults) -> Summary:
     """Rank every record (fastest first; pruned, infeasible and failed last) and recommend: the winner of the
     confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
     from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (``is_current``) ran
-    and did not prove. A recommendation is never a change that re-measured no faster.
+    and did not prove, and those a race stopped before its end dropped. A recommendation is never a change that
+    re-measured no faster.
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")
@@ -217,7 +219,8 @@ def summarise(results: StudyResults) -> Summary:
         last is not None and (not last.finished or last.left_to_others) and not AFTER_RACE & last.stages.keys()
     )
     if confirmation is not None and confirmation.cut and stopped_before_race_end:
-        confirmation = None  # stored round by round, a race stopped (or still running) decides nothing yet
+        # Stored round by round, a race stopped (or still running) decides nothing yet, but those it dropped left
+        ruled_out, confirmation = _left(confirmation), None
     if confirmation is None:
         candidates = [r for r in results.trials if r.label not in ruled_out]
         recommended = choose_candidate(results.baseline, candidates) or results.baseline
@@ -250,6 +253,14 @@ def summarise(results: StudyResults) -> Summary:
         stopped_before_race_end,
         tuple(last.search_left_out) if last else (),
     )
+
+
+def _left(race: Confirmation) -> frozenset[str]:
+    """The finalists ``race``, stopped before its end, dropped (they lost a round to the baseline, fell behind, or
+    a run of theirs failed): none where its baseline never ran or failed."""
+    if not race.rounds or race.failure:
+        return frozenset()
+    return frozenset(f.label for f in race.finalists if f.dropped)
 
 
 def _ruled_out(stale: Confirmation) -> frozenset[str]:

@@ -465,7 +465,7 @@ def probe_once(
     a probe that fails, whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION), or that
     ran out of memory or raised at the baseline's own settings, is recorded as failed and the search goes on
     without it. One whose timings drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted
-    again, or with no time to, it is recorded as failed."""
+    again, it is recorded as failed; with no time to, it is failed for this run alone, not stored."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
     stored = study.user_attrs.get(attr)
     if stored is not None:
@@ -510,6 +510,8 @@ def probe_once(
     stored = study.user_attrs.get(attr)
     if stored is not None:
         return ProbeRecord.from_dict(stored)
+    if drift and not again:  # the budget's doing, not the probe's: a later run, with time, probes anew
+        return record
     study.set_user_attr(attr, record.to_dict())
     return record
 

@@ -13,6 +13,7 @@ import optuna
 from autotune.config.settings import StudySettings
 from autotune.errors import StudyMismatchError
 from autotune.measure.environment import describe_machine, machine_id
+from autotune.measure.warmup import WarmupPolicy
 from autotune.records import BASELINE_ATTR, MACHINE_ATTR, META_ATTR, on_machine
 from autotune.study.proposing import ProposingSampler
 from autotune.study.sharing import description, fail_interrupted_trials, fail_stale_trials, running_trials
@@ -83,7 +84,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings, c
         if stored is None or _holds_nothing(study, settings):
             study.set_user_attr(META_ATTR, described)
             stored = described
-    if stored.get("fingerprint") != fingerprint and not _stored_before(stored, meta):
+    if stored.get("fingerprint") != fingerprint and not _stored_before(stored, meta) and not _alike(stored, meta):
         kept = {key: value for key, value in stored.items() if key != "code"}
         differences = _differences(kept, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
         derived = " (a search space not given is derived from the machine, by the rules of the autotune that runs)"
@@ -125,6 +126,23 @@ def _stored_before(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
     missing = [key for key in _KEPT_SINCE if key not in stored]
     rest = {key: value for key, value in meta.items() if key not in missing}
     return bool(missing) and stored.get("fingerprint") == _fingerprint(rest)
+
+
+def _alike(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
+    """Whether ``stored`` describes the settings of ``meta``, written as an earlier autotune wrote them: a warm-up's
+    ``span`` of 4 where now None (half its ``min_steps``: 4 at the default of 8) compares the same step times."""
+    kept = {key: value for key, value in stored.items() if key not in ("fingerprint", "code")}
+    return _fingerprint(_spans_filled(kept)) == _fingerprint(_spans_filled(json.loads(json.dumps(meta, default=str))))
+
+
+def _spans_filled(node: Any) -> Any:
+    """``node`` with each warm-up policy's ``span`` of None as the span it stands for (``WarmupPolicy.compared``)."""
+    if not isinstance(node, dict):
+        return node
+    filled = {key: _spans_filled(value) for key, value in node.items()}
+    if "span" in filled and filled["span"] is None and isinstance(filled.get("min_steps"), int):
+        filled["span"] = WarmupPolicy(min_steps=filled["min_steps"]).compared
+    return filled
 
 
 def _holds_nothing(study: optuna.Study, settings: StudySettings) -> bool:

@@ -12,6 +12,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, finalist_choice, select_finalists
 from autotune.results.summary import summarise
+from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_tuner import BASELINE, fake_result
@@ -217,6 +218,19 @@ def test_a_trim_race_cut_short_by_the_budget_after_a_round_undoes_nothing():
     summary = summarise(results)
     assert summary.recommended.label == "0" and summary.no_difference == {}
     assert summary.untrimmed
+
+
+def test_a_race_stopped_before_its_end_rules_out_the_finalists_it_dropped():
+    # Trial 1, the fastest single run, lost round 1 to the baseline and left; the run was stopped in round 2. The
+    # race decides nothing yet, but trial 1 is no pick from its single run.
+    fast, next_best = trial("1", 150.0, batch_size=32, num_threads=1), trial("2", 130.0, batch_size=32)
+    dropped = Finalist("1", fast.result.knobs, 2, 100.0, [80.0], "slower than the baseline in round 1")
+    going = Finalist("2", next_best.result.knobs, 1, 100.0, [131.0])
+    stopped = Confirmation([100.0], [dropped, going], None, 3, cut=True)
+    in_race = TunerTime([RunTime(0.0, 30.0, {"search": 20.0, "race": 9.0}, {}, finished=False)])
+    summary = summarise(replace(results_with(fast, next_best), confirmation=stopped, tuner_time=in_race))
+    assert summary.confirmation is None and summary.stopped_before_race_end
+    assert summary.recommended.label == "2" and summary.ruled_out == {"1"}
 
 
 def test_from_single_runs_no_change_is_recommended_that_is_itself_tied_with_the_baseline():

@@ -342,6 +342,8 @@ def test_a_probe_whose_machine_changed_speed_runs_again_and_twice_fails(tmp_path
     assert len(calls) == 1 and no_time.failure.startswith("its timings drifted and study.budget_s left no time"), (
         "no second run past the budget"
     )
+    later = probe_once(short, SPACE, BASELINE, drifting(190.0), 90.0)
+    assert later.ok, "the budget's failure was not stored: a later run, the machine steady, probes anew"
     (tmp_path / "warm").mkdir()
     warmer = probe_once(open_study(settings(tmp_path / "warm"), META), SPACE, BASELINE, drifting(400.0), 90.0)
     assert warmer.ok and warmer.wall_s == 1.0, "faster last: a process's model step speeds up as it warms"

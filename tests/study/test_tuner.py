@@ -220,6 +220,17 @@ def test_a_refusal_names_a_number_written_another_way_as_the_fingerprint_tells_t
         open_study(settings(tmp_path), {**META, "measure": {"lr": 1.0}})
 
 
+def test_a_study_whose_warm_up_span_an_earlier_autotune_wrote_out_resumes_and_another_span_is_refused(tmp_path):
+    # Earlier autotunes stored the span 4 itself; now None stands for half of min_steps: the same comparison.
+    warmup = {"min_steps": 8, "max_steps": 60, "tolerance": 0.15, "min_time_s": None}
+    ensure_baseline(
+        open_study(settings(tmp_path), {**META, "measure": {"warmup": {**warmup, "span": 4}}}), BASELINE, FakeMeasure()
+    )
+    assert open_study(settings(tmp_path), {**META, "measure": {"warmup": {**warmup, "span": None}}})
+    with pytest.raises(StudyMismatchError, match=r"measure.warmup.span 4 → null; set them back"):
+        open_study(settings(tmp_path), {**META, "measure": {"warmup": {**warmup, "min_steps": 4, "span": None}}})
+
+
 def test_a_study_whose_baseline_failed_takes_the_mended_settings_of_the_next_run(tmp_path):
     def fails(knobs, name, on_progress=None):
         return TrialResult(knobs=knobs, failure=Failure(FailureKind.EXCEPTION, "TypeError: my_loss() missing 2"))
