@@ -124,6 +124,12 @@ def test_rounds_to_tell_a_fall_count_the_tuning_runs_noise_which_more_rounds_now
     assert "would tell" not in line
     sharp = check(1.82, [150.0, 160.0, 155.0], (100.0,) * 3, before_interval=RatioInterval(1.82, 1.8, 1.84, 5))
     assert not sharp.loose_gate and sharp.rounds_to_tell is not None, "a tight record: rounds now can tell"
+    # Welch's degrees of freedom grow with the rounds now: the two measurements' bound can fall below the tuning
+    # run's alone, so a fall within that can still be told, here in 7 rounds
+    middling = check(2.0, [130.0, 170.0, 150.0], (100.0,) * 3, before_interval=RatioInterval(2.0, 1.6, 2.5, 3))
+    assert math.log(middling.floor / middling.now.geomean) < t95(2) * math.log(2.5 / 1.6) / (2 * t95(2))
+    assert not middling.loose_gate and middling.rounds_to_tell == 7
+    assert "at this noise about check.rounds=7 would tell" in verdict_line(middling)
 
 
 def test_a_speedup_that_held_passes_and_a_zero_tolerance_still_allows_the_noise():

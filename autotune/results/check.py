@@ -19,6 +19,8 @@ from autotune.results.benchmark import Benchmark, Entry
 
 # Rounds an interval needs: each of the two configurations measured, and both in the same rounds (ratio_interval).
 MIN_ROUNDS = 2
+# Rounds beyond which ``Check.loose_gate`` takes no number of rounds now to tell a fall from the noise.
+RESOLVABLE_ROUNDS = 10_000
 # The most rounds ``Check.rounds_to_tell`` names: beyond it, the speedup now sits too close to the floor to tell.
 MAX_ROUNDS_TO_TELL = 30
 # holds: no regression; regressed: ``Check.regressed``; not measured: no interval; stopped: before its last round.
@@ -80,33 +82,36 @@ class Check:
 
     @property
     def loose_gate(self) -> bool:
-        """Whether the speedup now lies below the floor by no more than the tuning run's noise alone: however many
-        rounds run now, it cannot regress (``regressed``)."""
+        """Whether the speedup now lies below the floor by too little for any number of rounds now to tell it from
+        the two measurements' noise (up to RESOLVABLE_ROUNDS): the tuning run's part stays however many run, so it
+        cannot regress (``regressed``)."""
         now = self.now
         if now is None or now.geomean >= self.floor or self.before_interval is None:
             return False
-        return math.log(self.floor / now.geomean) <= _bound(self._before_part())
+        return self._first_telling(RESOLVABLE_ROUNDS) is None
 
     @property
     def rounds_to_tell(self) -> int | None:
         """About how many rounds an interval as noisy as this one now needs for a verdict beyond doubt (the spread
         of its rounds' ratios kept, the gap to the floor as read): above the floor, to lie wholly above it; below,
-        to lie below it by more than the noise of both measurements (``regressed``), which the tuning run's part
-        keeps however many rounds run now. Where the interval reaches across the floor and at most
-        MAX_ROUNDS_TO_TELL would do; else None."""
+        to lie wholly below it and by more than the noise of both measurements (``regressed``). Where the interval
+        reaches across the floor and at most MAX_ROUNDS_TO_TELL would do; else None."""
         now = self.now
         if now is None or not now.low < self.floor < now.high:
             return None
+        return self._first_telling(MAX_ROUNDS_TO_TELL)
+
+    def _first_telling(self, most: int) -> int | None:
+        """The fewest rounds, more than now's and at most ``most``, that would tell the speedup now from the floor
+        at the spread of its rounds' ratios (``rounds_to_tell``); None where none would."""
+        now = self.now
         gap, spread = abs(math.log(now.geomean / self.floor)), _standard_error(now) * math.sqrt(now.n)
         before = self._before_part() if now.geomean < self.floor else []
-        return next(
-            (
-                n
-                for n in range(now.n + 1, MAX_ROUNDS_TO_TELL + 1)
-                if _bound([(spread / math.sqrt(n), n), *before]) < gap
-            ),
-            None,
-        )
+        for n in range(now.n + 1, most + 1):
+            alone = t95(n - 1) * spread / math.sqrt(n)  # now's own interval, on one side of the floor
+            if alone < gap and _bound([(spread / math.sqrt(n), n), *before]) < gap:
+                return n
+        return None
 
     @property
     def verdict(self) -> str:
