@@ -648,7 +648,7 @@ def other_thread_variables(machines: dict[str, dict], described: dict) -> str | 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
     # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
     # under others would rank trials judged by two rules. Unset ones are left out, but the record is kept even empty:
-    # a study made before budgets were kept has none (``start._stored_before``), and resumes under any.
+    # a study made before budgets were kept has none (``start._alike``), and resumes under any.
     budgets = {
         "memory_budget_mb": settings.study.memory_budget_mb,
         "host_memory_budget_mb": settings.study.host_memory_budget_mb,

@@ -84,9 +84,9 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings, c
         if stored is None or _holds_nothing(study, settings):
             study.set_user_attr(META_ATTR, described)
             stored = described
-    if stored.get("fingerprint") != fingerprint and not _stored_before(stored, meta) and not _alike(stored, meta):
-        kept = {key: value for key, value in stored.items() if key != "code"}
-        differences = _differences(kept, json.loads(json.dumps(meta, default=str))) or ["how it was described"]
+    if stored.get("fingerprint") != fingerprint and not _alike(stored, meta):
+        left_out = _not_kept(stored)
+        differences = _differences(_as_now(stored, left_out), _as_now(meta, left_out)) or ["how it was described"]
         derived = " (a search space not given is derived from the machine, by the rules of the autotune that runs)"
         derived = derived if "space." in " ".join(differences) else ""
         raise StudyMismatchError(
@@ -120,29 +120,29 @@ def _edited(stored: dict[str, str], now: dict[str, str]) -> list[str]:
 _KEPT_SINCE = ("study",)
 
 
-def _stored_before(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
-    """Whether ``stored`` describes a study made before autotune kept some of ``_KEPT_SINCE`` that matches ``meta``
-    in all else: it resumes under the budgets given now."""
-    missing = [key for key in _KEPT_SINCE if key not in stored]
-    rest = {key: value for key, value in meta.items() if key not in missing}
-    return bool(missing) and stored.get("fingerprint") == _fingerprint(rest)
-
-
 def _alike(stored: dict[str, Any], meta: dict[str, Any]) -> bool:
-    """Whether ``stored`` describes the settings of ``meta``, written as an earlier autotune wrote them: a warm-up's
-    ``span`` of 4 where now None (half its ``min_steps``: 4 at the default of 8) compares the same step times."""
-    kept = {key: value for key, value in stored.items() if key not in ("fingerprint", "code")}
-    return _fingerprint(_spans_filled(kept)) == _fingerprint(_spans_filled(json.loads(json.dumps(meta, default=str))))
+    """Whether ``stored`` describes the settings of ``meta`` as an earlier autotune wrote them (``_as_now``): it
+    resumes (where it lacks the budgets, under those given now)."""
+    left_out = _not_kept(stored)
+    return _fingerprint(_as_now(stored, left_out)) == _fingerprint(_as_now(meta, left_out))
 
 
-def _spans_filled(node: Any) -> Any:
-    """``node`` with each warm-up policy's ``span`` of None as the span it stands for (``WarmupPolicy.compared``)."""
-    if not isinstance(node, dict):
-        return node
-    filled = {key: _spans_filled(value) for key, value in node.items()}
-    if "span" in filled and filled["span"] is None and isinstance(filled.get("min_steps"), int):
-        filled["span"] = WarmupPolicy(min_steps=filled["min_steps"]).compared
-    return filled
+def _not_kept(stored: dict[str, Any]) -> set[str]:
+    """The keys of ``_KEPT_SINCE`` that ``stored``, written by an earlier autotune, lacks."""
+    return {key for key in _KEPT_SINCE if key not in stored}
+
+
+def _as_now(described: dict[str, Any], left_out: set[str]) -> dict[str, Any]:
+    """``described`` (a stored description, or this run's) as this autotune writes it, to compare: without its
+    fingerprint, its code and the keys ``left_out``, each measure warm-up's ``span`` of None written as the span it
+    stands for (``WarmupPolicy.compared``: 4 at the default, which earlier autotunes wrote out)."""
+    plain = json.loads(json.dumps(described, default=str))
+    plain = {key: value for key, value in plain.items() if key not in {"fingerprint", "code", *left_out}}
+    measure = plain.get("measure") or {}
+    for warmup in measure.get("warmup"), (measure.get("screen") or {}).get("warmup"):
+        if isinstance(warmup, dict) and warmup.get("span") is None and isinstance(warmup.get("min_steps"), int):
+            warmup["span"] = WarmupPolicy(min_steps=warmup["min_steps"]).compared
+    return plain
 
 
 def _holds_nothing(study: optuna.Study, settings: StudySettings) -> bool:

@@ -172,6 +172,17 @@ def test_a_study_made_before_its_memory_budgets_were_kept_resumes_under_those_gi
     assert open_study(settings(tmp_path), described)
     with pytest.raises(StudyMismatchError, match="measure.repeats"):
         open_study(settings(tmp_path), {**described, "measure": {**described["measure"], "repeats": 3}})
+    # older still, its warm-up's span written out as well: the fixed 4 is half of the default min_steps, 8
+    now = {
+        **described,
+        "measure": {**described["measure"], "warmup": {**described["measure"]["warmup"], "min_steps": 8}},
+    }
+    assert now["measure"]["warmup"]["span"] is None
+    oldest = {key: value for key, value in now.items() if key != "study"}
+    oldest["measure"] = {**now["measure"], "warmup": {**now["measure"]["warmup"], "span": 4}}
+    (tmp_path / "oldest").mkdir()
+    ensure_baseline(open_study(settings(tmp_path / "oldest"), oldest), BASELINE, FakeMeasure())
+    assert open_study(settings(tmp_path / "oldest"), now)
 
 
 def test_what_each_trial_sets_for_itself_is_no_setting_of_the_study():
@@ -227,8 +238,15 @@ def test_a_study_whose_warm_up_span_an_earlier_autotune_wrote_out_resumes_and_an
         open_study(settings(tmp_path), {**META, "measure": {"warmup": {**warmup, "span": 4}}}), BASELINE, FakeMeasure()
     )
     assert open_study(settings(tmp_path), {**META, "measure": {"warmup": {**warmup, "span": None}}})
-    with pytest.raises(StudyMismatchError, match=r"measure.warmup.span 4 → null; set them back"):
+    with pytest.raises(StudyMismatchError, match=r": measure.warmup.min_steps 8 → 4; measure.warmup.span 4 → 2; set"):
         open_study(settings(tmp_path), {**META, "measure": {"warmup": {**warmup, "min_steps": 4, "span": None}}})
+    # a span the user's pipeline takes is its own argument, compared as given
+    spanned = {"name": "p", "components": {"model": {"_target_": "m.Net", "span": 4, "min_steps": 8}}}
+    (tmp_path / "p").mkdir()
+    ensure_baseline(open_study(settings(tmp_path / "p"), {**META, "pipeline": spanned}), BASELINE, FakeMeasure())
+    unset = {**spanned, "components": {"model": {"_target_": "m.Net", "span": None, "min_steps": 8}}}
+    with pytest.raises(StudyMismatchError, match=r"pipeline.model.span 4 → null"):
+        open_study(settings(tmp_path / "p"), {**META, "pipeline": unset})
 
 
 def test_a_study_whose_baseline_failed_takes_the_mended_settings_of_the_next_run(tmp_path):
