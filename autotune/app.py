@@ -28,7 +28,7 @@ from autotune.measure.core_speed import CoreGauge
 from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
-from autotune.records import PROBE_ATTR, on_machine, study_machines
+from autotune.records import study_machines
 from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
@@ -42,7 +42,7 @@ from autotune.study.disturbed import again_if_disturbed
 from autotune.study.forecast import forecast
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
-from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan
+from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan, stored_probe
 from autotune.study.profiles import profile_tuned
 from autotune.study.run_race import run_race
 from autotune.study.sharing import Turn, finishing
@@ -361,7 +361,7 @@ def _guide(
     searching = space.size > 1 and search_left(study, settings.study, space, machine)
     if not settings.study.probe or not searching or settings.study.multi_objective:
         return None
-    stored = on_machine(PROBE_ATTR, machine) in study.user_attrs
+    stored = stored_probe(study, machine) is not None
     # The probe is of use only with a trial to steer and the race's first round after it.
     then = clock.screen_s() + _race_round_s(settings, clock, baseline, 1)
     timing = baseline.timing

@@ -202,7 +202,8 @@ class ProbeRecord:
     why (``failure``), with its plan and timings if it ran (the settings that ran out of memory still count).
     ``wall_s``: how long it took; ``timing_noise``: the standard deviation of the log of one model step timing, as
     the anchor's timings showed it (``ProbeModel.noise``; None: not known); ``timing_move``: the most the machine's
-    speed moved between two of them, as a fraction (``ProbeModel.largest_move``; None: not known)."""
+    speed moved between two of them, as a fraction (``ProbeModel.largest_move``; None: not known). ``retry``: it
+    failed for want of time to run again (study.budget_s), not by what it read: a later run probes anew."""
 
     wall_s: float
     plan: ProbePlan | None = None
@@ -212,6 +213,7 @@ class ProbeRecord:
     failure: str | None = None
     timing_noise: float | None = None
     timing_move: float | None = None
+    retry: bool = False
 
     @property
     def ok(self) -> bool:
@@ -268,6 +270,7 @@ class ProbeRecord:
             failure=data.get("failure"),
             timing_noise=data.get("timing_noise"),
             timing_move=data.get("timing_move"),
+            retry=data.get("retry", False),
         )
 
 

@@ -465,11 +465,11 @@ def probe_once(
     a probe that fails, whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION), or that
     ran out of memory or raised at the baseline's own settings, is recorded as failed and the search goes on
     without it. One whose timings drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted
-    again, it is recorded as failed; with no time to, it is failed for this run alone, not stored."""
+    again, it is recorded as failed; with no time to, as failed for now (``ProbeRecord.retry``): a later run
+    probes anew."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
-    stored = study.user_attrs.get(attr)
-    if stored is not None:
-        return ProbeRecord.from_dict(stored)
+    if (stored := stored_probe(study, machine)) is not None:
+        return stored
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
     again = False
@@ -506,14 +506,18 @@ def probe_once(
                 f"first model step setting read {drift[0]:.1f} then {drift[1]:.1f} samples/s; the machine slowed "
                 "while it ran"
             )
-            record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
-    stored = study.user_attrs.get(attr)
-    if stored is not None:
-        return ProbeRecord.from_dict(stored)
-    if drift and not again:  # the budget's doing, not the probe's: a later run, with time, probes anew
-        return record
+            record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason, retry=not again)
+    if (stored := stored_probe(study, machine)) is not None:
+        return stored
     study.set_user_attr(attr, record.to_dict())
     return record
+
+
+def stored_probe(study: optuna.Study, machine: str | None = None) -> ProbeRecord | None:
+    """The probe ``study`` holds for ``machine`` (None: this one), but one to run again (``ProbeRecord.retry``)."""
+    stored = study.user_attrs.get(on_machine(PROBE_ATTR, machine or this_machine_id()))
+    record = ProbeRecord.from_dict(stored) if stored is not None else None
+    return None if record is None or record.retry else record
 
 
 def _drift(result: TrialResult) -> tuple[float, float] | None:

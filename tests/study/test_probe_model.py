@@ -342,8 +342,11 @@ def test_a_probe_whose_machine_changed_speed_runs_again_and_twice_fails(tmp_path
     assert len(calls) == 1 and no_time.failure.startswith("its timings drifted and study.budget_s left no time"), (
         "no second run past the budget"
     )
+    kept = ProbeRecord.from_dict(short.user_attrs[on_machine(PROBE_ATTR, this_machine_id())])
+    assert kept.retry and not kept.ok, "stored, its out-of-memory settings counted, but to be run again"
     later = probe_once(short, SPACE, BASELINE, drifting(190.0), 90.0)
-    assert later.ok, "the budget's failure was not stored: a later run, the machine steady, probes anew"
+    assert later.ok and not later.retry, "a later run, the machine steady, probes anew"
+    assert probe_once(short, SPACE, BASELINE, counted, 90.0) == later and len(calls) == 1, "then it stands"
     (tmp_path / "warm").mkdir()
     warmer = probe_once(open_study(settings(tmp_path / "warm"), META), SPACE, BASELINE, drifting(400.0), 90.0)
     assert warmer.ok and warmer.wall_s == 1.0, "faster last: a process's model step speeds up as it warms"
