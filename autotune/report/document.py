@@ -237,9 +237,16 @@ def _caveats(summary: Summary) -> list[str]:
             f"{summary.trim_open}. Running the study again goes on with it."
         )
     if summary.stopped_before_race_end and not summary.confirmed:
+        left = sorted(summary.ruled_out)
+        dropped = (
+            f" (it dropped {', '.join(f'trial {label}' for label in left)}, which {'is' if len(left) == 1 else 'are'} "
+            "not recommended from single runs)"
+            if left
+            else ""
+        )
         said.append(
-            " No race has re-measured it against the baseline yet (the study's last run stopped before its race "
-            "ended, or another tuner of the study still searches): run the same command again to resume."
+            f" No race has proven it against the baseline yet{dropped}: the study's last run stopped before its race "
+            "ended, or another tuner of the study still searches; run the same command again to resume."
         )
     proof = summary.proof
     slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0

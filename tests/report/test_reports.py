@@ -564,14 +564,14 @@ def test_a_run_stopped_before_its_race_says_its_recommendation_is_not_raced_yet(
     )
     line = headline(summarise(stopped))
     assert line.lead.startswith("Recommended (trial 0)") and "single runs" in line.rest
-    assert "No race has re-measured it against the baseline yet" in line.rest
+    assert "No race has proven it against the baseline yet" in line.rest
     finished = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, {}, {}, finished=True)]))
-    assert "No race has re-measured" not in headline(summarise(finished)).rest, "confirm_rounds=0 ran to its end"
+    assert "No race has proven" not in headline(summarise(finished)).rest, "confirm_rounds=0 ran to its end"
     in_race = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, {"race": 9.0}, {}, finished=False)]))
-    assert "No race has re-measured it against the baseline yet" in headline(summarise(in_race)).rest
+    assert "No race has proven it against the baseline yet" in headline(summarise(in_race)).rest
     profiles = {"race": 0.0, "trim": 0.0, "profiles": 9.0}  # confirm_rounds=0: no race to run again
     after = replace(stopped, tuner_time=TunerTime([RunTime(0.0, 30.0, profiles, {}, finished=False)]))
-    assert "No race has re-measured" not in headline(summarise(after)).rest, "stopped after its race ended"
+    assert "No race has proven" not in headline(summarise(after)).rest, "stopped after its race ended"
 
 
 def test_a_run_that_left_the_studys_end_to_another_tuner_leaves_the_race_to_that_tuners_run():
@@ -582,7 +582,7 @@ def test_a_run_that_left_the_studys_end_to_another_tuner_leaves_the_race_to_that
     ended = RunTime(0.0, 90.0, {"search": 9.0, "race": 9.0, "trim": 9.0}, {}, True, 200.0, ["trim round 2 (~9 s…)"])
     base = results_with(trial("0", 200.0, num_workers=1), baseline_throughput=100.0)
     alone = summarise(replace(base, tuner_time=TunerTime([left])))
-    assert alone.stopped_before_race_end and "No race has re-measured" in headline(alone).rest
+    assert alone.stopped_before_race_end and "No race has proven" in headline(alone).rest
     assert summarise(replace(base, tuner_time=TunerTime([searching, left]))).stopped_before_race_end
     assert not summarise(replace(base, tuner_time=TunerTime([ended, left]))).stopped_before_race_end
 

@@ -158,4 +158,4 @@ def test_a_run_stopped_in_its_race_says_so_and_is_not_recorded_as_finished(tmp_p
     assert "Stopped: interrupted" in out.getvalue()
     report = json.loads((tmp_path / "tuned" / "report.json").read_text())
     assert [run["finished"] for run in report["tuner_time"]["runs"]] == [False]
-    assert "No race has re-measured it" in (tmp_path / "tuned" / "report.md").read_text()
+    assert "No race has proven it" in (tmp_path / "tuned" / "report.md").read_text()
