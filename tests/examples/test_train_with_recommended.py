@@ -11,6 +11,25 @@ import yaml
 from tests.conftest import REPO
 
 
+def trained(tmp_path, knobs, training) -> tuple[str, str]:
+    """The example script run for 4 steps on a recommended.yaml of ``knobs`` and ``training`` (a baseline of batch 8):
+    its output, and its line of what it applied."""
+    path = tmp_path / "recommended.yaml"
+    baseline = {"batch_size": 8, "num_workers": 0}
+    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": baseline, "training": training}
+    path.write_text(yaml.safe_dump(document))
+    proc = subprocess.run(
+        [sys.executable, "examples/train_with_recommended.py", "--recommended", str(path), "--steps", "4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("applied: ")]
+    return proc.stdout, line
+
+
 @pytest.mark.parametrize(
     "knobs, applied",
     [
@@ -47,44 +66,20 @@ from tests.conftest import REPO
 )
 @pytest.mark.slow
 def test_the_script_trains_with_every_knob_applied(tmp_path, knobs, applied):
-    path = tmp_path / "recommended.yaml"
     training = {"gradient_accumulation_steps": 1, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}
-    baseline = {"batch_size": 8, "num_workers": 0}
-    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": baseline, "training": training}
-    path.write_text(yaml.safe_dump(document))
-    proc = subprocess.run(
-        [sys.executable, "examples/train_with_recommended.py", "--recommended", str(path), "--steps", "4"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "samples/s" in proc.stdout and f"batch_size 8 -> {knobs['batch_size']}" in proc.stdout
-    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("applied: ")]
+    output, line = trained(tmp_path, knobs, training)
+    assert "samples/s" in output and f"batch_size 8 -> {knobs['batch_size']}" in output
     assert line.endswith(applied), "as torch reports it in the script's process"
 
 
 @pytest.mark.slow
 def test_the_script_accumulates_gradients_where_the_batch_policy_keeps_the_effective_batch(tmp_path):
-    path = tmp_path / "recommended.yaml"
     knobs = {"batch_size": 4, "num_workers": 0, "pin_memory": False, "channels_last": False, "amp": "off"}
     training = {
         "batch_policy": "fixed_effective",
         "gradient_accumulation_steps": 2,
         "learning_rate": {"baseline": 0.01, "suggested": 0.01},
     }
-    baseline = {"batch_size": 8, "num_workers": 0}
-    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": baseline, "training": training}
-    path.write_text(yaml.safe_dump(document))
-    proc = subprocess.run(
-        [sys.executable, "examples/train_with_recommended.py", "--recommended", str(path), "--steps", "4"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("applied: ")]
+    output, line = trained(tmp_path, knobs, training)
     assert line.endswith("batch=4 precision=fp32 layout=nchw optimizer=default lr=0.01"), line
-    assert "device=cpu steps=4 loss=" in proc.stdout, "two optimizer steps of two micro-batches each"
+    assert "device=cpu steps=4 loss=" in output, "two optimizer steps of two micro-batches each"
