@@ -295,7 +295,8 @@ def _workers(
     """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step: as many
     as the cores hold, each busy its share of the time (``_loading_busy``: a worker waiting on I/O or asleep takes
     no core), and none where loading and the step already fill the cores (another would take a core from the
-    step); none, where workers keep up and the loop still waits for their batches to be passed to it. Either no
+    step); none, where workers keep up and the loop still waits for their batches to be passed to it. The step it
+    foresees is no shorter than loading's CPU time and training's (a core while it computes) over the cores. Either no
     faster than the DataLoader alone with those workers, as the study's probe read it (``_loader_bound``)."""
     workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
     needed = math.ceil(found.loading_s / rest - 1e-9) if rest > 0 else 1  # 4.000000000000001 workers are 4
@@ -306,7 +307,10 @@ def _workers(
     count = max(workers + 1, min(needed, held))
     if count > held or saturation_finding(result, cpu_count) is not None:
         return []
-    gain = found.loop_s / (max(rest, found.loading_s / count) + _handoff(found, workers))
+    # The cores must hold loading's CPU time and training's, at least a core's while it computes: a step takes no
+    # less than the two over the cores, whatever the workers.
+    cpu_bound = (found.loading_s * busy + rest) / cpu_count
+    gain = found.loop_s / (max(rest, found.loading_s / count, cpu_bound) + _handoff(found, workers))
     gain, loader = _within(gain, _loader_bound(tried, result.stages.batch_size, count, found))
     if gain < MIN_GAIN:
         return []
