@@ -265,16 +265,27 @@ def _call_line(function: Key, callee: Key) -> int:
     return min(lines, default=function[1])
 
 
+# What cProfile names a function after: a def, a lambda, or a comprehension or generator expression (its own code
+# object, which starts at its opening bracket: a generator that is a call's sole argument, at the call's).
+_CODE_NODES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+    ast.GeneratorExp,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+)
+
+
 @functools.lru_cache(maxsize=64)
 def _definition(path: str, line: int) -> ast.AST | None:
+    """The node in ``path`` whose code object starts at ``line`` (``_CODE_NODES``); None where none does."""
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node.lineno == line:
-            return node
-    return None
+    return next((node for node in ast.walk(tree) if isinstance(node, _CODE_NODES) and node.lineno == line), None)
 
 
 def _callee_name(key: Key) -> str:

@@ -16,7 +16,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from autotune.measure import loading
-from autotune.measure.hotspots import Hotspots, collect_hotspots, is_own_code
+from autotune.measure.hotspots import Hotspots, _call_line, collect_hotspots, is_own_code
 from autotune.measure.loading import InstrumentedData
 from autotune.results.remedies import HOT_FUNCTION_SHARE, called_from
 from tests.fixtures.profiled import ResizedPictures, SlowTransformFeatures
@@ -106,3 +106,17 @@ def test_the_users_code_under_a_system_pythons_prefix_is_theirs_and_the_standard
     monkeypatch.setattr(sys, "base_prefix", "/usr")
     assert is_own_code("/usr/src/app/data.py")
     assert not any(is_own_code(module.__file__) for module in (os, json, json.decoder, np, torch))
+
+
+def test_a_call_inside_a_generator_expression_is_placed_on_its_own_line(tmp_path):
+    # A generator that is a call's sole argument starts its code object at that call's line, not the line of the
+    # call inside it (examples/mymodel.py's interpolate, inside sum(...)).
+    path = tmp_path / "rendering.py"
+    path.write_text("def render(xs):\n    return sum(\n        lib(x)\n        for x in xs\n    )\n")
+    generator = next(
+        const
+        for const in compile(path.read_text(), str(path), "exec").co_consts[0].co_consts
+        if hasattr(const, "co_firstlineno")
+    )
+    assert (generator.co_name, generator.co_firstlineno) == ("<genexpr>", 2)
+    assert _call_line((str(path), 2, "<genexpr>"), ("elsewhere.py", 1, "lib")) == 3
