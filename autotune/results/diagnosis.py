@@ -69,8 +69,14 @@ SATURATED_CORES = 0.9
 # (``SystemReport.cores_taken``), over a window this long at least. The reading counts the OS's 10 ms clock ticks:
 # over half a second its error, a tick or two a process and a core, stays well under SystemReport.BUSY_OTHERS_CORES.
 CONTENTION_MIN_WINDOW_S = 0.5
-# Matrix products and convolutions: the operators whose time goes to arithmetic.
-_COMPUTE_OPERATOR = re.compile(r"aten::\w*(conv|mm|matmul|linear|scaled_dot_product|einsum|rnn|lstm|gru)", re.I)
+# Matrix products and convolutions, attention's kernels among them: the operators whose time goes to arithmetic (not
+# resampling: upsample_bilinear2d and its kin move memory, "linear" in their names notwithstanding).
+_COMPUTE_OPERATOR = re.compile(
+    r"aten::(?!\w*upsample)\w*(conv|mm|matmul|linear|scaled_dot_product|attention|einsum|rnn|lstm|gru)", re.I
+)
+# torch.compile's graphs: Inductor's fused kernels record no operators of their own, so their time is the graph's
+# range's own, work of no class the rules can tell, not host overhead.
+_COMPILED_GRAPH = re.compile(r"CompiledFxGraph")
 # Random number generation (dropout's masks) is arithmetic too on a CPU, not memory traffic: on one thread of the
 # 2-core EPYC of docs/profile.md, bernoulli_ wrote 0.3 GB/s (12 ns an element) where a copy of the same tensors
 # (1 to 16 MB) moved 10 to 40 GB/s. (On a GPU, counter-based generators keep pace with memory: not counted there.)
@@ -157,9 +163,12 @@ def figures(result: ProfileResult) -> Figures:
 
 
 def _overhead_of(op: OperatorStat, small: float) -> float:
-    """The host time of ``op``'s calls that is overhead: all of it for what is not an aten operator; for one whose
-    typical call is ``small``, its calls at that typical cost (a few heavy calls among many tiny ones, an add_ on
-    activations among an optimizer's on scalars, are work, not overhead); none for the rest."""
+    """The host time of ``op``'s calls that is overhead: all of it for what is not an aten operator, but a compiled
+    graph's (``_COMPILED_GRAPH``: its kernels' work); for one whose typical call is ``small``, its calls at that
+    typical cost (a few heavy calls among many tiny ones, an add_ on activations among an optimizer's on scalars, are
+    work, not overhead); none for the rest."""
+    if _COMPILED_GRAPH.search(op.name):
+        return 0.0
     if not op.name.startswith("aten::"):
         return op.self_cpu_s
     if op.typical_call_cpu_s >= small:

@@ -12,7 +12,7 @@ import torch
 
 from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import PageFaults
-from autotune.measure.profiling import CpuLoad, ProfilePlan, ProfileResult
+from autotune.measure.profiling import CpuLoad, OperatorStat, ProfilePlan, ProfileResult
 from autotune.measure.system import CpuUsage
 from autotune.pipeline.build import Pipeline
 from autotune.results.diagnosis import (
@@ -24,6 +24,7 @@ from autotune.results.diagnosis import (
     Rule,
     contention_finding,
     fault_finding,
+    is_compute_operator,
     leaks,
     saturation_finding,
     verdict,
@@ -180,6 +181,33 @@ def test_short_operators_are_overhead_at_their_typical_calls_cost_and_heavy_call
     heavy_among_short = replace(view, calls=60, median_call_cpu_s=2e-6)  # the same time, in a few heavy calls
     operators = replace(result.operators, step_operators=[mm, add, heavy_among_short])
     assert verdict(replace(result, operators=operators))[0] == MEMORY_BOUND
+
+
+def test_a_compiled_graphs_own_time_is_its_kernels_work_not_host_overhead():
+    # Inductor's fused CPU kernels record no operators: their time is the self time of the graph's range.
+    result = profile_result(wait_share=0.1)
+    mm, add, view = result.operators.step_operators
+    graph = OperatorStat("## Call CompiledFxGraph fabc123 ##", 10, 4 * (mm.self_cpu_s + add.self_cpu_s))
+    operators = replace(result.operators, step_operators=[mm, add, view, graph])
+    assert verdict(replace(result, operators=operators))[0] == COMPUTE_BOUND, "not host-overhead-bound"
+
+
+@pytest.mark.parametrize(
+    ("name", "arithmetic"),
+    [
+        ("aten::linear", True),
+        ("aten::addmm", True),
+        ("aten::mkldnn_convolution", True),
+        ("aten::_flash_attention_forward", True),
+        ("aten::_efficient_attention_backward", True),
+        ("aten::upsample_bilinear2d", False),
+        ("aten::_upsample_bilinear2d_aa", False),
+        ("aten::upsample_linear1d", False),
+        ("aten::add", False),
+    ],
+)
+def test_matrix_products_convolutions_and_attention_are_arithmetic_and_resampling_is_not(name, arithmetic):
+    assert is_compute_operator(name, "cuda") is arithmetic
 
 
 def test_on_a_gpu_overhead_is_the_gpu_idle_waiting_for_the_host():
