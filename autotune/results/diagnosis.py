@@ -207,8 +207,9 @@ def rules(result: ProfileResult) -> list[Rule]:
 
 @dataclass(frozen=True)
 class Leak:
-    """Memory that grew over the sampled steps: ``start_mb`` to ``end_mb`` (medians of the first and last thirds of
-    the readings) of ``what``, ``per_step_mb`` by a straight line's slope, which fits with ``fit`` (R²)."""
+    """Memory that grew over the sampled steps: ``start_mb`` to ``end_mb`` (a straight line's through the readings,
+    at the first step and the last: one noisy reading moves them little) of ``what``, ``per_step_mb`` by that line's
+    slope, which fits with ``fit`` (R²)."""
 
     what: str
     steps: int
@@ -248,7 +249,7 @@ def _leak(what: str, readings: list[float]) -> Leak | None:
     grew = slope * (len(readings) - 1)
     if grew < LEAK_MIN_MB or grew < LEAK_MIN_SHARE * start or fit < LEAK_MIN_FIT or late < LEAK_LATE_SHARE * slope:
         return None
-    return Leak(what, len(readings), readings[0], readings[-1], slope, fit)
+    return Leak(what, len(readings), start, start + grew, slope, fit)
 
 
 def _line(values: list[float]) -> tuple[float, float, float]:
