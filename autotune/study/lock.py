@@ -37,7 +37,6 @@ def one_tuner(storage: str, name: str) -> Iterator[None]:
     if database is None:
         yield
         return
-    database = database.resolve()  # one file however it is reached: through a link to it, or to a folder above
     path = lock_file(database, name)
     with _locked(path, storage, name, fcntl.LOCK_EX) as handle:
         try:

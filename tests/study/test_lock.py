@@ -41,16 +41,6 @@ def test_a_second_tuner_of_the_same_study_is_refused_naming_the_key_and_the_hold
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "no lock file is left behind"
 
 
-def test_a_database_reached_through_a_link_is_locked_as_the_file_it_is(tmp_path):
-    (tmp_path / "real").mkdir()
-    (tmp_path / "link").symlink_to(tmp_path / "real")
-    with one_tuner(f"sqlite:///{tmp_path}/real/autotune.db", "mine"):
-        with pytest.raises(ConfigError, match=r"study.name: another autotune \(pid \d+\) is tuning"):
-            with one_tuner(f"sqlite:///{tmp_path}/link/autotune.db", "mine"):
-                pass
-    assert not any((tmp_path / "real").iterdir()), "no lock file is left behind"
-
-
 def test_a_tuner_that_opened_the_lock_file_as_its_holder_removed_it_holds_the_study_alone(tmp_path, monkeypatch):
     """Its holder removes the file on its way out, holding it: a tuner that opened it just before locks a file no
     longer there, which the next tuner makes anew."""
