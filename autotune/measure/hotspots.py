@@ -22,7 +22,7 @@ import re
 import sys
 import sysconfig
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -251,41 +251,58 @@ def call_sites(key: Key, stats: dict[Key, tuple]) -> list[CallSite]:
 
 
 def _call_line(function: Key, callee: Key) -> int:
-    """The first line in ``function``'s source that calls a function named as ``callee`` is (cProfile does not say
-    which of several); its definition line where none does (or the source cannot be read)."""
+    """The first line in ``function``'s own source (not that of a function, lambda or comprehension nested in it, a
+    code object of its own) that calls a function named as ``callee`` is (cProfile does not say which of several);
+    its definition line where none does (or the source cannot be read)."""
     name = _callee_name(callee)
-    definition = _definition(function[0], function[1])
+    definition = _definition(*function)
     if definition is None:
         return function[1]
     lines = [
         node.lineno
-        for node in ast.walk(definition)
+        for node in _own_nodes(definition)
         if isinstance(node, ast.Call) and name in (getattr(node.func, "attr", None), getattr(node.func, "id", None))
     ]
     return min(lines, default=function[1])
 
 
-# What cProfile names a function after: a def, a lambda, or a comprehension or generator expression (its own code
-# object, which starts at its opening bracket: a generator that is a call's sole argument, at the call's).
-_CODE_NODES = (
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.Lambda,
-    ast.GeneratorExp,
-    ast.ListComp,
-    ast.SetComp,
-    ast.DictComp,
-)
+def _own_nodes(definition: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of ``definition``'s body, not descending into the code objects nested in it, but for a nested
+    comprehension's first iterable, which the enclosing code evaluates."""
+    for child in ast.iter_child_nodes(definition):
+        yield child
+        if not isinstance(child, _CODE_NODES):
+            yield from _own_nodes(child)
+        elif generators := getattr(child, "generators", None):
+            yield generators[0].iter
+            yield from _own_nodes(generators[0].iter)
+
+
+# What cProfile names a code object, by the node it is made from: a def by its name; a lambda, a generator expression
+# or (before Python 3.12, which inlines them: PEP 709) a comprehension by its kind, starting at its opening bracket
+# (a generator that is a call's sole argument: at the call's).
+_KIND_NAMES: dict[type, str] = {ast.Lambda: "<lambda>", ast.GeneratorExp: "<genexpr>"}
+if sys.version_info < (3, 12):
+    _KIND_NAMES |= {ast.ListComp: "<listcomp>", ast.SetComp: "<setcomp>", ast.DictComp: "<dictcomp>"}
+_CODE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, *_KIND_NAMES)
 
 
 @functools.lru_cache(maxsize=64)
-def _definition(path: str, line: int) -> ast.AST | None:
-    """The node in ``path`` whose code object starts at ``line`` (``_CODE_NODES``); None where none does."""
+def _definition(path: str, line: int, name: str) -> ast.AST | None:
+    """The node in ``path`` of the code object cProfile names ``name`` at ``line`` (``_CODE_NODES``); None where none
+    is."""
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return None
-    return next((node for node in ast.walk(tree) if isinstance(node, _CODE_NODES) and node.lineno == line), None)
+    return next((node for node in ast.walk(tree) if _named(node) == name and node.lineno == line), None)
+
+
+def _named(node: ast.AST) -> str | None:
+    """What cProfile names the code object of ``node``; None where ``node`` makes none."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return node.name
+    return _KIND_NAMES.get(type(node))
 
 
 def _callee_name(key: Key) -> str:

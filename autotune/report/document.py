@@ -239,7 +239,8 @@ def _caveats(summary: Summary) -> list[str]:
     if summary.stopped_before_race_end and not summary.confirmed:
         left = sorted(summary.ruled_out)
         named = ", ".join(f"trial {label}" for label in left)
-        dropped = f" (the race, stopped, dropped {named}: no pick from single runs)" if left else ""
+        them = "it" if len(left) == 1 else "them"
+        dropped = f" (a race re-measured {named} and did not prove {them})" if left else ""
         said.append(
             f" No race has proven it against the baseline yet{dropped}: the study's last run stopped before its race "
             "ended, or another tuner of the study still searches; run the same command again to resume."

@@ -16,7 +16,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from autotune.measure import loading
-from autotune.measure.hotspots import Hotspots, _call_line, collect_hotspots, is_own_code
+from autotune.measure.hotspots import Hotspots, _call_line, _definition, collect_hotspots, is_own_code
 from autotune.measure.loading import InstrumentedData
 from autotune.results.remedies import HOT_FUNCTION_SHARE, called_from
 from tests.fixtures.profiled import ResizedPictures, SlowTransformFeatures
@@ -120,3 +120,12 @@ def test_a_call_inside_a_generator_expression_is_placed_on_its_own_line(tmp_path
     )
     assert (generator.co_name, generator.co_firstlineno) == ("<genexpr>", 2)
     assert _call_line((str(path), 2, "<genexpr>"), ("elsewhere.py", 1, "lib")) == 3
+    # each code object's own calls: a lambda on the generator's line is not it, and the function's own call is not
+    # the generator's, whose first iterable the function evaluates
+    path.write_text(
+        "def render(xs):\n    total = map(lambda v: v, (\n        lib(x) for x in load(xs)))\n    return lib(total)\n"
+    )
+    _definition.cache_clear()
+    assert _call_line((str(path), 2, "<genexpr>"), ("elsewhere.py", 1, "lib")) == 3
+    assert _call_line((str(path), 1, "render"), ("elsewhere.py", 1, "lib")) == 4
+    assert _call_line((str(path), 1, "render"), ("elsewhere.py", 1, "load")) == 3

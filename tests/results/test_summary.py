@@ -232,7 +232,7 @@ def test_a_race_stopped_before_its_end_rules_out_the_finalists_it_dropped():
     assert summary.confirmation is None and summary.stopped_before_race_end
     assert summary.recommended.label == "2" and summary.ruled_out == {"1"}
     said = headline(summary).rest
-    assert "No race has proven it against the baseline yet (the race, stopped, dropped trial 1: no pick" in said
+    assert "No race has proven it against the baseline yet (a race re-measured trial 1 and did not prove it)" in said
 
 
 def test_from_single_runs_no_change_is_recommended_that_is_itself_tied_with_the_baseline():
