@@ -30,6 +30,7 @@ from autotune.results.race import (
     BEATS_WORDS,
     FINALIST_WINDOW,
     MAX_FINALISTS,
+    MIN_GAIN,
     TIE_TOLERANCE,
     TRIM_BOUND,
     Confirmation,
@@ -41,7 +42,7 @@ from autotune.results.race import (
     undone_again,
     unsettled,
 )
-from autotune.results.summary import Summary
+from autotune.results.summary import Overruled, Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 from autotune.trial.result import Disturbance
 from autotune.words import counted, percents, ratio_bounds
@@ -175,6 +176,8 @@ def _keep(summary: Summary) -> Headline:
             f"{best.label}, read {best.throughput / base.throughput:.2f}x in a single run), so none is recommended "
             "unproven.",
         )
+    if summary.overruled is not None:
+        return Headline("Keep your current settings.", _overruled(summary.overruled, summary.races))
     if confirmation and confirmation.leader and not confirmation.failure:
         leader = confirmation.leader
         rounds = len(leader.throughputs)
@@ -204,6 +207,18 @@ def _keep(summary: Summary) -> Headline:
             "command again to resume from what the study stored.",
         )
     return Headline("Keep your current settings.", _why_keep(summary))
+
+
+def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
+    """Why a configuration that won a race is not recommended: a longer race of the trim did not prove it."""
+    won = max((race for race in races if race.winner and race.winner.label == overruled.label), key=lambda r: r.rounds)
+    judged = overruled.race
+    return (
+        f"Trial {overruled.label} won a race against the baseline ({won.ratio(won.winner):.2f}x by medians of "
+        f"{counted(won.rounds, 'round')}), but the trim's race {overruled.number} re-measured it against the "
+        f"baseline in {counted(judged.rounds, 'round')} and read {overruled.speedup:.2f}x by medians, not proven "
+        f"faster by {MIN_GAIN:.0%}: the most rounds measuring it decide, so none is recommended."
+    )
 
 
 def _recommended(summary: Summary) -> Headline:

@@ -15,7 +15,7 @@ from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, TrimStep
-from autotune.results.summary import Summary
+from autotune.results.summary import Overruled, Summary
 
 
 def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
@@ -39,6 +39,8 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "trim": [_trim_race(race, step) for race, step in zip(summary.trim, summary.trim_steps, strict=True)],
         "no_difference": summary.no_difference,
         "untrimmed": summary.untrimmed,  # two changes or more, not all shown to matter (``Summary.untrimmed``)
+        # a race's winner a longer trim race did not prove (``Summary.overruled``): the baseline is kept
+        "overruled": _overruled(summary.overruled) if summary.overruled else None,
         "baseline": {
             "knobs": base.result.knobs,
             "throughput_sps": summary.baseline_throughput,
@@ -92,3 +94,12 @@ def render_json(results: StudyResults, summary: Summary) -> str:
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
     """The row with a value that is not a finite number (a metric this run could not measure) as null."""
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+
+
+def _overruled(overruled: Overruled) -> dict[str, Any]:
+    return {
+        "trial": overruled.label,
+        "trim_race": overruled.number,
+        "rounds": overruled.race.rounds,
+        "speedup": overruled.speedup,
+    }

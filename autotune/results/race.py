@@ -137,8 +137,8 @@ class Confirmation:
     runs it counted though something beside them slowed them (``autotune/study/disturbed.py``), and how. ``trials``:
     the labels of the measured trials it was about (None in a race stored before they were kept). ``decided_after``:
     the round after which its verdict was in (``decided``); the rounds after it, of its winner and the baseline
-    alone, give the gain the interval of the planned rounds and do not take the verdict back (the winner is proven
-    by the rounds up to it), but a failed run still does.
+    alone, give the gain the interval of the planned rounds: the winner's proof is the rounds won up to the verdict,
+    but rounds after it that pull its median under ``MIN_GAIN`` take the proof back, as a failed run does.
     """
 
     baseline_throughputs: list[float]
@@ -183,13 +183,18 @@ class Confirmation:
 
     def proven(self, finalist: Finalist) -> bool:
         """Whether ``finalist`` ran every round and beat the baseline in enough of those up to the verdict
-        (``wins_needed``; ``decided_after``, else all) and by ``MIN_GAIN`` by their medians."""
+        (``wins_needed``; ``decided_after``, else all) and by ``MIN_GAIN`` by their medians, those of the rounds up
+        to the verdict and those of every round: rounds run after a verdict that lost what it rested on leave no
+        proof."""
         if self.failure or finalist.dropped or not self.rounds or len(finalist.throughputs) != self.rounds:
             return False
         proving = self.verdict_rounds
         runs, base = finalist.throughputs[:proving], self.baseline_throughputs[:proving]
         wins = sum(f > b for f, b in zip(runs, base, strict=True))
-        return wins >= wins_needed(proving) and statistics.median(runs) >= statistics.median(base) * (1 + MIN_GAIN)
+        return wins >= wins_needed(proving) and all(
+            statistics.median(mine) >= statistics.median(theirs) * (1 + MIN_GAIN)
+            for mine, theirs in ((runs, base), (finalist.throughputs, self.baseline_throughputs))
+        )
 
     @property
     def verdict_rounds(self) -> int:
@@ -546,21 +551,41 @@ def started_alone(race: Confirmation) -> Confirmation:
 
 
 def _as_proof(race: Confirmation) -> list[Confirmation]:
-    """What a trim race stands as for ``proof_of``: itself, and where the configuration it started from did not win
+    """What a trim race stands as for ``judge_of``: itself, and where the configuration it started from did not win
     it, that configuration alone against the baseline (``started_alone``)."""
     reference, winner = race.finalists[0], race.winner
     return [race] if winner is not None and winner.label == reference.label else [race, started_alone(race)]
 
 
 def proof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
-    """Of ``races`` (the finalists' race, then the trim's), those ``label`` won, the one of most rounds, the last of
-    those (``Summary.proof``). A trim race also stands as the race of the configuration it started from against the
-    baseline alone: where the trim keeps that configuration though a variant won (its verdict refused by TRIM_BOUND,
-    or the race cut short), its rounds against the baseline still prove it, and the finalists' race, which ended at
-    its verdict for the trim's first race to run the rounds left, may hold fewer."""
-    candidates = [each for race in races[1:] for each in _as_proof(race)]
-    won = [race for race in races[:1] + candidates if race.winner and race.winner.label == label]
-    return max(reversed(won), key=lambda race: race.rounds) if won else None
+    """The race that proves ``label`` (``Summary.proof``): its judge (``judge_of``), where ``label`` won it; else
+    None. A trim race also stands as the race of the configuration it started from against the baseline alone: where
+    the trim keeps that configuration though a variant won (its verdict refused by TRIM_BOUND, or the race cut short),
+    its rounds against the baseline still prove it, and the finalists' race, which ended at its verdict for the
+    trim's first race to run the rounds left, may hold fewer."""
+    judge = judge_of(label, races)
+    return judge if judge is not None and _won_by(judge, label) else None
+
+
+def judge_of(label: str, races: list[Confirmation]) -> Confirmation | None:
+    """Of ``races`` (the finalists' race, then the trim's), the one that measured ``label`` against the baseline in
+    most rounds, ``label`` running every round of it and no baseline run failing; of those of most rounds, one
+    ``label`` won, the last of those. A trim race also stands as the race of the configuration it started from
+    against the baseline alone (``started_alone``). A recommendation is judged on the most rounds measuring it: a
+    longer race it did not win is not outweighed by a shorter one it did."""
+    views = races[:1] + [each for race in races[1:] for each in _as_proof(race)]
+    measuring = [race for race in views if _ran_throughout(race, label)]
+    return max(reversed(measuring), key=lambda race: (race.rounds, _won_by(race, label)), default=None)
+
+
+def _ran_throughout(race: Confirmation, label: str) -> bool:
+    """Whether ``label`` ran every round of ``race``, of one round or more that no failed baseline run ended."""
+    runs = next((f for f in race.finalists if f.label == label and f.dropped is None), None)
+    return runs is not None and race.rounds > 0 and race.failure is None and len(runs.throughputs) == race.rounds
+
+
+def _won_by(race: Confirmation, label: str) -> bool:
+    return race.winner is not None and race.winner.label == label
 
 
 def settled(race: Confirmation) -> bool:

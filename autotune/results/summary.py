@@ -13,7 +13,9 @@ from autotune.results.race import (
     TrimStep,
     choose_candidate,
     is_trim_of,
+    judge_of,
     proof_of,
+    started_alone,
     trim_path,
     unsettled,
 )
@@ -24,6 +26,22 @@ from autotune.words import ratio_bounds, rounds_named
 NO_TRIM = "it did not run"
 # The stages a run enters only once its race ended: a run stopped with none of them stopped before its race ended.
 AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
+
+
+@dataclass(frozen=True)
+class Overruled:
+    """A configuration that won a race (the finalists' race's winner, or what its trim left), and the trim's race
+    ``number`` (from 1) that re-measured it against the baseline in more rounds and did not prove it (``judge_of``):
+    ``race``, that race or the configuration it started from alone against the baseline."""
+
+    label: str
+    race: Confirmation
+    number: int
+
+    @property
+    def speedup(self) -> float:
+        """Its median over the baseline's in ``race``."""
+        return self.race.ratio(next(f for f in self.race.finalists if f.label == self.label))
 
 
 @dataclass(frozen=True)
@@ -41,7 +59,9 @@ class Summary:
     record of the tuner's time says (no trim stage), or left the study's end to another tuner still at it
     (``RunTime.left_to_others``): running it again races.
     ``budget_left_out``: the steps of the search study.budget_s left out of the study's last run (in words,
-    ``RunTime.search_left_out``).
+    ``RunTime.search_left_out``). ``overruled``: where the race's winner, or what its trim left, won a race but the
+    race that re-measured it in most rounds (``judge_of``: a trim race) did not prove it, that race: the baseline is
+    kept.
     """
 
     ranked: list[TrialRecord]
@@ -55,6 +75,7 @@ class Summary:
     trim_open: str | None = NO_TRIM
     stopped_before_race_end: bool = False
     budget_left_out: tuple[str, ...] = ()
+    overruled: Overruled | None = None
 
     @property
     def trim_steps(self) -> list[TrimStep]:
@@ -206,6 +227,7 @@ def summarise(results: StudyResults) -> Summary:
     ranked = sorted(measured, key=lambda r: -r.throughput) + failed
     confirmation = results.confirmation
     ruled_out: frozenset[str] = frozenset()
+    overruled: Overruled | None = None
     if confirmation is not None and not confirmation.is_current(results.baseline, results.trials):
         ruled_out = _ruled_out(confirmation)
         confirmation = None
@@ -236,7 +258,9 @@ def summarise(results: StudyResults) -> Summary:
         if ended is not None:  # the races stored after the one the trim ended at are no steps of it
             trim, steps, trim_open = trim[:ended], steps[:ended], unsettled(trim[ended - 1])
         final = next((step.left for step in reversed(steps) if step.left), winner)
-        if final.label != winner.label:
+        if proof_of(final.label, [confirmation, *trim]) is None:
+            recommended, overruled = results.baseline, _overruled(final.label, confirmation, trim)
+        elif final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
     pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
@@ -252,7 +276,16 @@ def summarise(results: StudyResults) -> Summary:
         trim_open,
         stopped_before_race_end,
         tuple(last.search_left_out) if last else (),
+        overruled,
     )
+
+
+def _overruled(label: str, confirmation: Confirmation, trim: list[Confirmation]) -> Overruled:
+    """``label``'s judge (``judge_of``), which did not prove it, as an ``Overruled``: a race of the trim, for the
+    finalists' race proves its own winner and holds no variant of it."""
+    race = judge_of(label, [confirmation, *trim])
+    number = next(index for index, each in enumerate(trim, 1) if race in (each, started_alone(each)))
+    return Overruled(label, race, number)
 
 
 def _left(race: Confirmation) -> frozenset[str]:

@@ -38,6 +38,15 @@ def test_a_finalist_with_a_higher_median_but_a_lost_round_is_not_proven():
     assert result.winner.label == "5", "trial 3 lost round 2 to the baseline"
 
 
+def test_a_winner_whose_rounds_after_the_verdict_pull_its_median_under_the_gain_is_not_proven():
+    # Decided after round 1, then four rounds lost by 10 %: the verdict's round alone would confirm a slowdown.
+    later_lost = Confirmation([100.0] * 5, [finalist("7", [125, 90, 90, 90, 90])], planned_rounds=5, decided_after=1)
+    assert not later_lost.confirmed
+    assert "so the baseline is kept" in later_lost.describe()
+    held = Confirmation([100.0] * 5, [finalist("7", [125, 104, 99, 106, 103])], planned_rounds=5, decided_after=1)
+    assert held.confirmed, "a round lost after the verdict, its median still 2 % up: the proof stands"
+
+
 def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins():
     tied = [finalist("3", [130, 131, 129], changes=4), finalist("5", [128, 129, 128], changes=2, memory=300)]
     assert confirmation(*tied).winner.label == "5"

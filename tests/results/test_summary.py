@@ -8,6 +8,7 @@ import pytest
 
 from autotune.records import TrialRecord
 from autotune.report.document import _confirmation, headline
+from autotune.report.json_report import report_data
 from autotune.results.advice import batch_advice
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation, Finalist, finalist_choice, select_finalists
@@ -287,3 +288,27 @@ def test_a_recommendation_no_race_re_measured_is_untrimmed_where_it_changes_two_
     assert not two.confirmed and two.recommended.label == "0" and two.untrimmed
     one = summarise(results_with(trial("0", 200.0, batch_size=32)))
     assert one.recommended.label == "0" and not one.untrimmed, "a single change: nothing to trim"
+
+
+def test_a_winner_a_longer_trim_race_re_measured_no_faster_is_not_recommended_on_its_shorter_race():
+    # The finalists' race ended at its verdict after 2 rounds (1.31x) for the trim; the trim's race, its variant gone
+    # after round 1, ran trial 0 and the baseline 5 rounds and read 1.01x by medians: the longer race decides.
+    winner = trial("0", 200.0, batch_size=32, num_threads=1)
+    knobs = winner.result.knobs
+    verdict = Confirmation([100.0] * 2, [Finalist("0", knobs, 2, 100.0, [131.0, 131.0])], None, 5, decided_after=2)
+    undone = {**knobs, "num_threads": BASELINE["num_threads"]}
+    gone = Finalist("0 without num_threads", undone, 1, 90.0, [80.0], "behind")
+    reference = Finalist("0", knobs, 2, 100.0, [125.0, 101.0, 100.5, 101.0, 101.5])
+    faded = Confirmation([100.0] * 5, [reference, gone], None, 5, decided_after=1)
+    results = replace(results_with(winner), confirmation=verdict, trim=[faded])
+    summary = summarise(results)
+    assert summary.is_baseline and summary.proof is None
+    stored = report_data(results, summary)["overruled"]
+    assert stored == {"trial": "0", "trim_race": 1, "rounds": 5, "speedup": pytest.approx(1.01)}
+    assert summary.overruled.label == "0" and summary.overruled.number == 1
+    said = headline(summary).rest
+    assert "Trial 0 won a race against the baseline (1.31x by medians of 2 rounds)" in said
+    assert "race 1 re-measured it against the baseline in 5 rounds and read 1.01x by medians" in said
+    held = replace(faded, finalists=[replace(reference, throughputs=[125.0, 104.0, 103.0, 105.0, 103.5]), gone])
+    kept = summarise(replace(results_with(winner), confirmation=verdict, trim=[held]))
+    assert kept.recommended.label == "0" and kept.proof == held and kept.speedup > 1.03
