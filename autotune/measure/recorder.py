@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autotune.errors import AutotuneError
 from autotune.measure.stats import block_throughput_ci, quartiles
@@ -153,6 +153,7 @@ class StepRecorder:
         self._trimmed = 0  # the window's first steps left out, to start it just after a stall
         self._ends_on_epochs = False  # whether the window is to end on whole epochs' steps
         self._epochs = 0  # the whole epochs' steps it ended on (0: it ended otherwise)
+        self._at_last_epoch: Progress | None = None  # a window of whole epochs at its last whole epoch's end
 
     @property
     def done(self) -> bool:
@@ -234,6 +235,8 @@ class StepRecorder:
         if ready - self._step_start > self._long_wait_s:
             self._waited.append((len(self._samples) - 1, ready - self._step_start, now))
         elapsed, steps, plan = now - self.window_start, len(self._samples), self.plan
+        if self._ends_on_epochs and steps % plan.epoch_steps == 0:
+            self._at_last_epoch = _progress(steps, self._window_samples, elapsed)
         if steps % plan.step_multiple:
             return
         if elapsed >= plan.max_time_s:
@@ -279,23 +282,36 @@ class StepRecorder:
         self._window_samples = sum(self._samples)
         self.window_start, self._trimmed = ended, kept
 
+    @property
+    def trimmed_steps(self) -> int:
+        """How many of the window's first steps were left out of it once it ended, to start it just after a stall
+        (``_end_on_stalls``): untimed, as drained. Whole optimizer steps: a window of accumulated micro-batches is
+        never trimmed."""
+        return self._trimmed
+
     def progress(self, compiling: bool = False) -> Progress | None:
         """The timed window so far, or None before it has a step. Constant time: it runs inside the window.
         With ``compiling``, the compile time is the warm-up's excess over its settled steps (the final timing
         measures it against the window's median step instead)."""
         if not self._samples:
             return None
-        elapsed = self.window_end - self.window_start
-        throughput = self._window_samples / elapsed if elapsed > 0 else 0.0
-        return Progress(len(self._samples), elapsed, throughput, self._warmup_compile_s if compiling else 0.0)
+        return self._with_compile(
+            _progress(len(self._samples), self._window_samples, self.window_end - self.window_start), compiling
+        )
 
     def progress_to_judge(self, compiling: bool = False) -> Progress | None:
-        """``progress``, where a figure over the window so far can be judged (pruning): in a window of whole epochs,
-        not before it holds an epoch's steps. Over part of an epoch it holds the stall of an epoch's start or not, by
-        where the window began: one just past such a stall reads a fraction of the loop's speed."""
-        if self._ends_on_epochs and len(self._samples) < (self.plan.epoch_steps or 0):
-            return None
-        return self.progress(compiling)
+        """``progress`` over the part of the window so far that can be judged (pruning): in a window of whole epochs,
+        up to the end of its last whole epoch's steps (None before the first). Whole epochs' steps, wherever they
+        start, hold one epoch start an epoch, as the finished window does; the steps past them hold such a start (a
+        stall) or not by where the window began, so a figure over them too reads high or low by chance: one just
+        past a stall, a fraction of the loop's speed."""
+        if not self._ends_on_epochs:
+            return self.progress(compiling)
+        return self._with_compile(self._at_last_epoch, compiling) if self._at_last_epoch else None
+
+    def _with_compile(self, progress: Progress, compiling: bool) -> Progress:
+        """``progress`` with the warm-up's compile time where ``compiling``."""
+        return replace(progress, compile_s=self._warmup_compile_s) if compiling else progress
 
     def timing(self, compiling: bool = False, device: StepSplit | None = None) -> Timing:
         """Summarise the window; with ``compiling``, warm-up time beyond a typical step is compile time.
@@ -375,6 +391,11 @@ class StepSplit:
             [values[k] for k in kept] for values in (self.waits, self.transfers, self.computes, self.samples)
         )
         return StepSplit(waits, transfers, computes, samples, [self.indices[k] - first for k in kept])
+
+
+def _progress(steps: int, samples: int, elapsed_s: float) -> Progress:
+    """``steps`` timed steps of ``samples`` samples in all over ``elapsed_s`` seconds."""
+    return Progress(steps, elapsed_s, samples / elapsed_s if elapsed_s > 0 else 0.0)
 
 
 def _split_of_window(host: StepSplit, host_s: float, device: StepSplit | None, window_s: float) -> tuple[float, float]:

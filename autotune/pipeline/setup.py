@@ -215,19 +215,23 @@ class ScaleReading:
     steps: int
 
 
-def skipped_steps(before: ScaleReading, after: ScaleReading) -> int:
-    """How many of the optimizer steps between two readings the GradScaler skipped, at least.
+def skipped_steps(before: ScaleReading, after: ScaleReading, left_out: int = 0) -> int:
+    """How many of the optimizer steps between two readings, but for the first ``left_out`` of them, the GradScaler
+    skipped, at least.
 
     A skipped step (its gradients overflowed) halves the scale (the backoff factor of the amp knob's scaler,
     PyTorch's default), and the scale doubles only after 2000 steps in a row that were not skipped (its
     growth_interval), so a scale 2**k lower means k more skips than growths. Two reads of the scale at the window's
-    edges count this without reading anything inside it, where each read would wait for the device.
+    edges count this without reading anything inside it, where each read would wait for the device. The first
+    ``left_out`` steps after the first read, those a window left out of its start once it had ended
+    (``StepRecorder.trimmed_steps``), are not counted: they may hold up to as many of the skips, so the rest are
+    the window's own, at least.
     """
     steps = after.steps - before.steps
     if before.scale <= 0:  # a scale at zero stays there: every step's gradients are 0 x inf, not finite, skipped
-        return steps
+        return steps - left_out
     lowest = max(after.scale, 2.0**-150)  # float32's last halving before zero
-    return max(0, min(steps, round(math.log2(before.scale / lowest))))
+    return max(0, min(steps, round(math.log2(before.scale / lowest))) - left_out)
 
 
 def skipped_problem(skipped: int, steps: int) -> str | None:

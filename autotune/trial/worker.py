@@ -110,7 +110,7 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
             prof.count_flops(partial(trainer.train_step, batch, eager=True), samples)
     finally:
         batches.close()
-    check, scaler_problem = _skipped_steps(check, start, end)
+    check, scaler_problem = _skipped_steps(check, start, end, prof.recorder.trimmed_steps)
     problem = problem or loss_problem(loss.detach().item(), None, request.loss_tolerance) or scaler_problem
     failure = Failure(FailureKind.INCORRECT, problem) if problem else None
     return TrialResult(knobs=request.knobs, measurement=prof.result, failure=failure, build_s=build_s, loss_check=check)
@@ -131,10 +131,12 @@ def _first_step(trainer: Trainer, batch, request: TrialRequest) -> tuple[torch.T
 
 
 def _skipped_steps(
-    check: LossCheck, start: ScaleReading | None, end: ScaleReading | None
+    check: LossCheck, start: ScaleReading | None, end: ScaleReading | None, left_out: int
 ) -> tuple[LossCheck, str | None]:
     """``check`` with the timed window's optimizer steps and how many of them fp16's loss scaler skipped, and the
-    problem where it skipped most; ``check`` and None without a scaler.
+    problem where it skipped most; ``check`` and None without a scaler. The window's first ``left_out`` steps, which
+    it left out of its start once it had ended (``StepRecorder.trimmed_steps``), ran after the first read and are not
+    its own.
 
     The scale is read at the window's edges only: on CUDA a read waits for the device, which an untimed step before
     the window may (a warm-up step does anyway, ``Profiler.step``) and a window step must not (``skipped_steps``
@@ -142,7 +144,7 @@ def _skipped_steps(
     """
     if start is None or end is None:
         return check, None
-    steps, skipped = end.steps - start.steps, skipped_steps(start, end)
+    steps, skipped = end.steps - start.steps - left_out, skipped_steps(start, end, left_out)
     return replace(check, optimizer_steps=steps, skipped_steps=skipped), skipped_problem(skipped, steps)
 
 

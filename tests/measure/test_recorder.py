@@ -236,6 +236,17 @@ def test_a_window_of_a_loop_that_stalls_for_its_loader_holds_whole_cycles_whatev
     assert timing.steps == 32 and timing.data_stall_fraction == pytest.approx(0.8 / 1.12)
 
 
+@pytest.mark.parametrize(("loop", "trimmed"), [(bursts(0.4, 16, 0.01, 1), 14), (steady(0.0, 0.0, 0.01), 0)])
+def test_the_steps_left_out_of_a_window_to_start_it_after_a_stall_are_counted(loop, trimmed):
+    # Whoever counts what happened over the window's steps (the loss scaler's skips) leaves these out too. Warmed up
+    # over the cycle's steps 1 and 2, the window ran 14 steps to its first stall's end, and started after them.
+    clock, driven = FakeClock(), itertools.count()
+    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP)
+    recorder = run(StepRecorder(plan, clock), clock, (step for step, _ in zip(loop, driven, strict=False)))
+    assert recorder.trimmed_steps == trimmed
+    assert len(recorder.warmup_times) + recorder.trimmed_steps + recorder.timing().steps == next(driven)
+
+
 def test_a_window_whose_loop_stalled_once_or_stopped_stalling_ends_at_its_usual_step():
     # A one-off stall (a collection, one slow read) or stalls that stop coming say nothing of a cycle to align to.
     plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP)
@@ -277,14 +288,16 @@ def test_a_window_of_a_loader_whose_epochs_start_with_a_stall_holds_whole_epochs
     assert timing.epochs == 2 and timing.steps == 200 and timing.throughput == pytest.approx(100 * 8 / 1.4)
 
 
-def test_a_window_of_whole_epochs_is_judged_only_once_it_holds_an_epochs_steps():
-    # The window starts 3 steps before an epoch's 0.4 s stall: just past it, the figure so far reads a fraction of
-    # the loop's. A pruner judging that reading would stop a configuration as fast as any.
+@pytest.mark.parametrize(("offset", "min_time_s", "epochs"), [(97, 1.0, 1), (97, 1.5, 2), (30, 1.5, 2)])
+def test_a_window_of_whole_epochs_is_judged_over_its_whole_epochs_so_far(offset, min_time_s, epochs):
+    # Epochs of 100 steps of 10 ms, each after a 0.4 s stall. Started 3 steps before a stall, the figure so far
+    # reads a fraction of the loop's just past it; over 1.5 epochs it holds two stalls (reads 0.91x) or, started 70
+    # steps before one, one (1.1x). A pruner judging such readings would stop a configuration as fast as any.
     clock = FakeClock()
-    plan = WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=100)
+    plan = WindowPlan(min_steps=10, min_time_s=min_time_s, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=100)
     recorder, readings = StepRecorder(plan, clock), []
     recorder.start()
-    for data_s, transfer_s, compute_s in bursts(0.4, 100, 0.01, 97):
+    for data_s, transfer_s, compute_s in bursts(0.4, 100, 0.01, offset):
         clock.now += data_s
         recorder.batch_ready()
         clock.now += transfer_s
@@ -296,12 +309,24 @@ def test_a_window_of_whole_epochs_is_judged_only_once_it_holds_an_epochs_steps()
         if recorder.done:
             break
     final = recorder.timing().throughput
-    assert min(seen.throughput for seen, _ in readings[:20]) < 0.5 * final, "the hazard: a reading just past the stall"
-    judged = [(seen.steps, judge.throughput) for seen, judge in readings if judge is not None]
-    assert judged and judged[0][0] == 100 and all(t == pytest.approx(final) for _, t in judged)
+    assert recorder.timing().epochs == epochs and final == pytest.approx(100 * 8 / 1.4)
+    assert any(abs(seen.throughput / final - 1) > 0.05 for seen, _ in readings), "the hazard: part of an epoch"
+    judged = [judge for _, judge in readings if judge is not None]
+    assert {judge.steps for judge in judged} == {100 * epoch for epoch in range(1, epochs + 1)}
+    assert all(judge.throughput == pytest.approx(final) for judge in judged)
     unbounded = StepRecorder(WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0, warmup=FAST_WARMUP), clock)
     run(unbounded, clock, steady(0.0, 0.0, 0.01))
     assert unbounded.progress_to_judge() == unbounded.progress(), "no epochs to wait for: judged as read"
+
+
+def test_a_window_of_whole_epochs_is_judged_with_the_warm_ups_compile_time():
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=10, min_time_s=0.5, max_time_s=30.0, warmup=FAST_WARMUP, epoch_steps=20)
+    steps = itertools.chain([(0.0, 0.0, 3.0)], itertools.repeat((0.0, 0.0, 0.01), 35))
+    recorder = run(StepRecorder(plan, clock), clock, steps, until_done=False)
+    judged, seen = recorder.progress_to_judge(compiling=True), recorder.progress(compiling=True)
+    assert judged.steps == 20 and seen.steps > 20
+    assert judged.compile_s == seen.compile_s > 2.9 and recorder.progress_to_judge().compile_s == 0.0
 
 
 def test_a_window_of_whole_epochs_ends_on_the_first_epochs_end_past_its_minimum_time_whatever_the_pace():

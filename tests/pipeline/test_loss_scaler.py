@@ -46,6 +46,20 @@ def test_skipped_steps_are_counted_from_the_scale_at_the_windows_edges(before, a
     assert skipped_steps(before, after) == skipped
 
 
+@pytest.mark.parametrize(
+    ("before", "after", "left_out", "skipped"),
+    [
+        (ScaleReading(65536.0, 10), ScaleReading(2.0**-14, 40), 5, 25),  # every step halved it: the window's 25 too
+        (ScaleReading(1024.0, 0), ScaleReading(256.0, 30), 5, 0),  # two skips, both maybe among the 5 left out
+        (ScaleReading(1024.0, 0), ScaleReading(64.0, 30), 2, 2),  # four skips, two at least in the window
+        (ScaleReading(0.0, 0), ScaleReading(0.0, 100), 20, 80),  # a scale at zero skips every step
+    ],
+)
+def test_skips_are_counted_over_the_windows_steps_not_those_left_out_of_its_start(before, after, left_out, skipped):
+    # A window trimmed to start just after a stall (StepRecorder.trimmed_steps) starts after the scale's first read.
+    assert skipped_steps(before, after, left_out) == skipped
+
+
 def test_a_window_that_skipped_more_than_half_its_steps_has_a_problem():
     assert skipped_problem(0, 40) is None
     assert skipped_problem(20, 40) is None

@@ -7,7 +7,9 @@ from dataclasses import replace
 from autotune.measure.profiler import Profiler
 from autotune.measure.recorder import DONE, StepRecorder, WindowPlan
 from autotune.measure.warmup import WarmupPolicy
-from autotune.trial.worker import measure_training, run_request
+from autotune.pipeline.setup import ScaleReading
+from autotune.trial.result import LossCheck
+from autotune.trial.worker import _skipped_steps, measure_training, run_request
 from tests.conftest import trial_request
 
 WHOLE_EPOCHS_PLAN = WindowPlan(min_steps=12, min_time_s=0.1, max_time_s=10.0, warmup=WarmupPolicy(min_steps=3))
@@ -47,3 +49,11 @@ def test_the_harness_times_whole_epochs_of_a_loader_with_workers_where_one_is_sh
     assert result.timing.epochs >= 3 and result.timing.steps == 4 * result.timing.epochs, "12 steps at least"
     result = run_request(replace(request, plan=WHOLE_EPOCHS_PLAN))
     assert result.ok and result.timing.epochs == 0, "without workers an epoch starts without a stall"
+
+
+def test_the_steps_a_window_left_out_of_its_start_are_not_counted_as_its_optimizer_steps():
+    # Trimmed once it ended (StepRecorder.trimmed_steps), the window's first 10 steps ran after the scale's first
+    # read: they are not the window's, nor is a skip among them (one halving: at most one of theirs).
+    start, end = ScaleReading(2.0**16, steps=10), ScaleReading(2.0**15, steps=110)
+    check, problem = _skipped_steps(LossCheck(first_loss=1.0), start, end, left_out=10)
+    assert (check.optimizer_steps, check.skipped_steps, problem) == (90, 0, None)
