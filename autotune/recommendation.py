@@ -181,10 +181,12 @@ class Recommendation:
         return torch.autocast(torch.device(device).type, dtype=dtype)
 
     def grad_scaler(self, device: str | torch.device) -> torch.amp.GradScaler:
-        """A GradScaler, enabled only for fp16 (a disabled one passes the loss and the step through)."""
+        """A new GradScaler for one training, enabled only for fp16 (a disabled one passes the loss and the step
+        through). Its scale and growth tracker are that training's state, so each call makes another: call it once
+        per training, as for the optimizer."""
         import torch
 
-        scaler = self._setup(Target.PRECISION, device=device).grad_scaler
+        scaler = self._apply(Target.PRECISION, torch.nn.Module(), torch.device(device)).grad_scaler
         return scaler or torch.amp.GradScaler(torch.device(device).type, enabled=False)
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:

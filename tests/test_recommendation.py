@@ -98,6 +98,19 @@ def test_each_method_applies_its_knobs_as_the_trials_did():
     assert model.weight.grad is not None and not model.weight.grad.any(), "set_to_none=False zeroes the gradients"
 
 
+def test_each_training_gets_a_new_grad_scaler_not_the_state_of_one_trained_before():
+    rec = recommendation({**WORKERS, "amp": "fp16"})
+    first = rec.grad_scaler("cpu")
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    first.scale((weight * torch.tensor([1.0, float("inf")])).sum()).backward()
+    first.step(optimizer)  # its gradients overflowed: skipped, and the scale halved
+    first.update()
+    second = rec.grad_scaler("cpu")
+    assert first.get_scale() == second.get_scale() / 2
+    assert second is not first and second.is_enabled() and second.get_scale() == 65536.0
+
+
 def test_process_settings_set_torchs_threads():
     threads = torch.get_num_threads()
     try:
