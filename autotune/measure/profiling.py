@@ -75,9 +75,11 @@ class StageTiming:
     ``batch_size`` samples each, loaded by ``num_workers`` workers (0: the training process).
 
     ``wait_s`` is the training process blocked on the DataLoader (without workers, that is where fetching and
-    collating happen); ``step_s`` the whole training step, of which ``forward_s`` and ``optimizer_s`` (0 where
-    gradient accumulation skipped it); the rest of it is the loss and the backward pass. ``fetch_s`` and
-    ``collate_s`` are each batch's, in the process that made it. ``wall_s`` is the whole sample, loop included.
+    collating happen); ``transfer_s`` the copy to the device and the conversion of image inputs to the model's memory
+    layout after it (channels_last's: one stage, as the training loop does them); ``step_s`` the whole training
+    step, of which ``forward_s`` and ``optimizer_s`` (0 where gradient accumulation skipped it); the rest of it is
+    the loss and the backward pass. ``fetch_s`` and ``collate_s`` are each batch's, in the process that made it.
+    ``wall_s`` is the whole sample, loop included.
     """
 
     steps: int

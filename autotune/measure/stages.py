@@ -1,11 +1,12 @@
 """Where a training step's time goes, stage by stage, over a sample of steps of a profiling run.
 
-The training process's stages are read off its clock: waiting for the next batch, the copy to the device, the
-model's forward pass (its forward hooks), the optimizer step (its step hooks) and, between them, the loss and the
-backward pass. The data pipeline's stages, fetching samples and collating them, are timed where they run, worker
-or training process, and arrive with each batch (``autotune.measure.loading``). On a GPU every stage boundary waits
-for the device, so that each stage holds its own device time: the stages then run one after another, not
-overlapped as in training, which is why no figure the tuner ranks comes from a profiling run.
+The training process's stages are read off its clock: waiting for the next batch, the copy to the device (with the
+conversion of image inputs to the model's memory layout, channels_last's, which follows it), the model's forward
+pass (its forward hooks), the optimizer step (its step hooks) and, between them, the loss and the backward pass.
+The data pipeline's stages, fetching samples and collating them, are timed where they run, worker or training
+process, and arrive with each batch (``autotune.measure.loading``). On a GPU every stage boundary waits for the
+device, so that each stage holds its own device time: the stages then run one after another, not overlapped as in
+training, which is why no figure the tuner ranks comes from a profiling run.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ The verdict is the first of these that holds, each a measured figure against a t
    for the host); on a CPU, ``OVERHEAD_BOUND_SHARE`` or more of the model step is the host's own work (Python between
    operators, autograd's and the optimizer's bookkeeping, operators too short to be more than their dispatch);
 3. **memory-bound**: less than ``MEMORY_BOUND_SHARE`` of the operators' time is arithmetic: matrix products and
-   convolutions, and on a CPU random number generation (the rest, elementwise operators, normalisation, copies, is
-   limited by memory bandwidth);
+   convolutions, and on a CPU random number generation (the rest, elementwise operators, normalisation, copies and a
+   compiled graph's own fused kernels, is limited by memory bandwidth);
 4. **compute-bound**: otherwise.
 
 Beside the verdict, findings: other processes busy on the cores while the steps were timed (first: every figure
@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass
 
 from autotune.measure.measurement import SystemReport
-from autotune.measure.profiling import OperatorStat, ProfileResult
+from autotune.measure.profiling import OperatorProfile, OperatorStat, ProfileResult
 
 DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
     "data-bound",
@@ -69,13 +69,18 @@ SATURATED_CORES = 0.9
 # (``SystemReport.cores_taken``), over a window this long at least. The reading counts the OS's 10 ms clock ticks:
 # over half a second its error, a tick or two a process and a core, stays well under SystemReport.BUSY_OTHERS_CORES.
 CONTENTION_MIN_WINDOW_S = 0.5
-# Matrix products and convolutions, attention's kernels among them: the operators whose time goes to arithmetic (not
-# resampling: upsample_bilinear2d and its kin move memory, "linear" in their names notwithstanding).
-_COMPUTE_OPERATOR = re.compile(
-    r"aten::(?!\w*upsample)\w*(conv|mm|matmul|linear|scaled_dot_product|attention|einsum|rnn|lstm|gru)", re.I
-)
-# torch.compile's graphs: Inductor's fused kernels record no operators of their own, so their time is the graph's
-# range's own, work of no class the rules can tell, not host overhead.
+# Matrix products and convolutions, attention's and recurrent layers' kernels among them: the operators whose time
+# goes to arithmetic, told by a whole word of the operator's name (its parts between underscores), as a substring
+# would take aten::cummax for a product and aten::_convert_indices_from_coo_to_csr for a convolution. Resampling is
+# none: upsample_bilinear2d, upsample_linear1d and their kin move memory, and their words are "bilinear2d" and
+# "linear1d", not a linear layer's.
+_CONVOLUTION_WORD = re.compile(r"conv(?:olution|[123]d)?")
+_PRODUCT_WORD = re.compile(r"(?:b?add)?b?mm|matmul|(?:bi|tri)?linear|einsum|attention|rnn|lstm|gru")
+# torch.compile's graphs: Inductor leaves matrix products and convolutions to aten's kernels, which the profiler
+# records as operators inside the graph's range; its own fused kernels (elementwise operators, normalisation,
+# reductions) record none, so their time is the range's own: operators' time of the memory-bound class, not host
+# overhead. (Under max-autotune, products Inductor writes as its own templates count there too: a profile cannot
+# tell them apart.)
 _COMPILED_GRAPH = re.compile(r"CompiledFxGraph")
 # Random number generation (dropout's masks) is arithmetic too on a CPU, not memory traffic: on one thread of the
 # 2-core EPYC of docs/profile.md, bernoulli_ wrote 0.3 GB/s (12 ns an element) where a copy of the same tensors
@@ -135,14 +140,14 @@ class Figures:
 def figures(result: ProfileResult) -> Figures:
     """The figures of ``result`` the rules and the advice read."""
     stages, ops = result.stages, result.operators
-    aten = [op for op in ops.step_operators if op.name.startswith("aten::")]
+    classified = classified_operators(ops)
     on_device = ops.device == "cuda"
     time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
     small = max(SMALL_OPERATOR_S, SMALL_OPERATOR_DISPATCHES * ops.dispatch_s)
     overhead = ops.outside_operators_s + sum(_overhead_of(op, small) for op in ops.step_operators)
-    operator_time = sum(time_of(op) for op in aten) or float("inf")
-    compute = sum(time_of(op) for op in aten if is_compute_operator(op.name, ops.device))
-    products = sum(time_of(op) for op in aten if _COMPUTE_OPERATOR.match(op.name))
+    operator_time = sum(time_of(op) for op in classified) or float("inf")
+    compute = sum(time_of(op) for op in classified if is_compute_operator(op.name, ops.device))
+    products = sum(time_of(op) for op in classified if _is_product(op.name))
     step_s = ops.step_s or float("inf")
     return Figures(
         loop_s=stages.loop_s,
@@ -162,6 +167,12 @@ def figures(result: ProfileResult) -> Figures:
     )
 
 
+def classified_operators(ops: OperatorProfile) -> list[OperatorStat]:
+    """The operators of the training step whose time the rules split into arithmetic and memory traffic: aten's, and
+    compiled graphs' own (``_COMPILED_GRAPH``: Inductor's fused kernels, of the memory-bound class)."""
+    return [op for op in ops.step_operators if op.name.startswith("aten::") or _COMPILED_GRAPH.search(op.name)]
+
+
 def _overhead_of(op: OperatorStat, small: float) -> float:
     """The host time of ``op``'s calls that is overhead: all of it for what is not an aten operator, but a compiled
     graph's (``_COMPILED_GRAPH``: its kernels' work); for one whose typical call is ``small``, its calls at that
@@ -179,7 +190,25 @@ def _overhead_of(op: OperatorStat, small: float) -> float:
 def is_compute_operator(name: str, device: str) -> bool:
     """Whether operator ``name`` spends its time on arithmetic on a ``device`` ("cpu" or "cuda"): a matrix product
     or a convolution; on a CPU, random number generation too."""
-    return bool(_COMPUTE_OPERATOR.match(name) or (device != "cuda" and _RANDOM_OPERATOR.match(name)))
+    return _is_product(name) or bool(device != "cuda" and _RANDOM_OPERATOR.match(name))
+
+
+def is_convolution(name: str) -> bool:
+    """Whether operator ``name`` is a convolution (``aten::conv2d``, ``aten::cudnn_convolution``,
+    ``mkldnn::_convolution_pointwise``, as a compiled graph calls it)."""
+    return any(_CONVOLUTION_WORD.fullmatch(word) for word in _words(name))
+
+
+def _is_product(name: str) -> bool:
+    """Whether operator ``name`` is a matrix product or a convolution (``_PRODUCT_WORD``, ``_CONVOLUTION_WORD``)."""
+    return is_convolution(name) or any(_PRODUCT_WORD.fullmatch(word) for word in _words(name))
+
+
+def _words(name: str) -> list[str]:
+    """The words of operator ``name`` after its namespace ("aten::_conv_depthwise2d" → conv, depthwise2d); none for
+    a name without a namespace, which is a range recorded around operators, not one."""
+    _, namespace, operator = name.lower().rpartition("::")
+    return [word for word in operator.split("_") if word] if namespace else []
 
 
 def rules(result: ProfileResult) -> list[Rule]:
@@ -331,9 +360,10 @@ def fault_finding(result: ProfileResult) -> str | None:
     beyond = [" the batch its workers send"] if result.stages.num_workers else []
     beyond += [" what its memory keeps growing by"] if leak else []
     received = f" beyond{' and'.join(beyond)}" if beyond else ""
+    pages = round(fresh * 2**20 / faults.page_bytes)  # those megabytes' faults: the batch's and a leak's left out too
     return (
         f"the training process faults in {fresh:.0f} MB of fresh pages a step or more{received} "
-        f"({faults.minor_faults // max(faults.steps, 1)} faults) and spends {faults.kernel_share:.0%} of its CPU time "
+        f"({pages} faults) and spends {faults.kernel_share:.0%} of its CPU time "
         f"in the kernel (≥ {FAULT_MIN_MB_PER_STEP:g} MB and {FAULT_KERNEL_SHARE:.0%}), as when memory freed in a step "
         "is given back to the kernel and mapped and zeroed again in the next step"
     )

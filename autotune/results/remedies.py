@@ -5,8 +5,9 @@ Each expected effect is an upper bound from the profiled step's stages: a step o
 ``wait_s`` for data does the rest in ``loop_s - wait_s``; loading a batch takes ``loading_s`` in one process, so
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
-shortens it in proportion. Keeping freed memory (``malloc``) saves at most the kernel's share of the step's working
-time: its page faults are a part of that share, which holds the kernel's other work too.
+shortens it in proportion, down to training's work alone spread over the cores its compute threads can use.
+Keeping freed memory (``malloc``) saves at most the kernel's share of the step's working time: its page faults are
+a part of that share, which holds the kernel's other work too.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from autotune.results.diagnosis import (
     OVERHEAD_BOUND,
     SATURATED_CORES,
     Figures,
+    classified_operators,
     fault_finding,
     figures,
     gc_finding,
     is_compute_operator,
+    is_convolution,
     leaks,
     saturation_finding,
 )
@@ -195,12 +198,11 @@ def advise(
         ranked += _workers(result, found, knobs, cpu_count, tried)
         ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, knobs["num_workers"]))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
-        demand = found.loading_s + found.loop_s - found.wait_s
-        ranked += _cheaper_loading(result, lambda saved: found.loop_s * (demand - saved) / demand)
+        ranked += _cheaper_loading(result, lambda saved: _saturated_step(result, found, saved, cpu_count))
     if verdict == OVERHEAD_BOUND:
         ranked += _overhead(result, found, knobs)
     elif verdict != DATA_BOUND:
-        ranked += _arithmetic(result, found, knobs, verdict, sixteen_bit)
+        ranked += _arithmetic(result, found, knobs, verdict, sixteen_bit, tried)
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked += _allocator(result, found, knobs) if glibc else []
     unsettled = (
@@ -247,6 +249,18 @@ def _loop_with_loading(found: Figures, saved_s: float, workers: int) -> float:
 def _handoff(found: Figures, workers: int) -> float:
     """What a loop with ``workers`` workers waits beyond their loading: passing batches between processes."""
     return max(0.0, found.loop_s - max(found.loop_s - found.wait_s, found.loading_s / workers)) if workers else 0.0
+
+
+def _saturated_step(result: ProfileResult, found: Figures, saved_s: float, cpu_count: int) -> float:
+    """The step where workers and training saturate the ``cpu_count`` cores, had loading a batch cost ``saved_s``
+    less: the cores do loading's work and training's, so it shortens in proportion to the work saved; but no shorter
+    than training's work alone (its part of the cores' time) spread over the cores its compute threads can use (all
+    of them in a profile without the reading), as loading that cost nothing would leave it."""
+    rest = found.loop_s - found.wait_s
+    demand = found.loading_s + rest
+    threads = result.cpu.threads if result.cpu is not None else cpu_count
+    training_alone = found.loop_s * rest / demand * cpu_count / min(max(threads, 1), cpu_count)
+    return max(found.loop_s * (demand - saved_s) / demand, training_alone)
 
 
 def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]) -> list[Advice]:
@@ -510,7 +524,12 @@ def _optimizer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> 
 
 
 def _arithmetic(
-    result: ProfileResult, found: Figures, knobs: dict[str, Any], verdict: str, sixteen_bit: bool
+    result: ProfileResult,
+    found: Figures,
+    knobs: dict[str, Any],
+    verdict: str,
+    sixteen_bit: bool,
+    tried: Tried | None,
 ) -> list[Advice]:
     rest = found.loop_s - found.wait_s
     advice = []
@@ -520,14 +539,14 @@ def _arithmetic(
         what = "matrix products run in 16 bits" if verdict != MEMORY_BOUND else "tensors move half the bytes"
         advice.append(
             Advice(
-                "set amp=bf16 (fp16 on GPUs without bf16)",
+                _amp_action(result, tried),
                 f"{what}; on hardware with 16-bit units (GPUs, CPUs with avx512_bf16 or AMX)",
                 f"up to {found.loop_s / (found.loop_s - halved):.2f}x if that time halved",
                 found.loop_s / (found.loop_s - halved),
                 knob="amp",
             )
         )
-    convolutions = any("conv" in op.name for op in result.operators.step_operators)
+    convolutions = any(is_convolution(op.name) for op in result.operators.step_operators)
     if convolutions and not knobs.get("channels_last") and ChannelsLastKnob.takes(result.input_ndim):
         advice.append(
             Advice(
@@ -549,28 +568,48 @@ def _arithmetic(
     return advice + _optimizer(result, found, knobs)
 
 
+def _amp_action(result: ProfileResult, tried: Tried | None) -> str:
+    """The advice to compute in 16 bits, its value the one the study could try: fp16 on a GPU where it measured
+    fp16 and no bf16 (the tuner leaves bf16 out on a GPU that only emulates it, ``AmpKnob.unavailable_reason``),
+    else bf16, or fp16 on a GPU without it (a profile without a study cannot tell which GPU it ran on)."""
+    measured = tried.values.get("amp", []) if tried is not None else []
+    if result.operators.device == "cuda" and "fp16" in measured and "bf16" not in measured:
+        return "set amp=fp16 (this GPU's study measured fp16, not bf16)"
+    return "set amp=bf16 (fp16 on GPUs without bf16)"
+
+
 def _elementwise(result: ProfileResult) -> str:
     """The step's three largest operators that are not arithmetic (``is_compute_operator``), with their shares."""
     ops = result.operators
     on_device = ops.device == "cuda"
     time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
-    aten = [op for op in ops.step_operators if op.name.startswith("aten::")]
-    total = sum(time_of(op) for op in aten) or 1.0
-    arithmetic = [op for op in aten if is_compute_operator(op.name, ops.device)]
-    others = sorted((op for op in aten if op not in arithmetic), key=time_of, reverse=True)[:3]
+    classified = classified_operators(ops)
+    total = sum(time_of(op) for op in classified) or 1.0
+    arithmetic = [op for op in classified if is_compute_operator(op.name, ops.device)]
+    others = sorted((op for op in classified if op not in arithmetic), key=time_of, reverse=True)[:3]
     return "the largest: " + ", ".join(f"{op.name} {time_of(op) / total:.0%}" for op in others)
 
 
 def _transfer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+    """Pinned memory, where the stage that copies batches to the GPU takes ``TRANSFER_SHARE`` of the step or more.
+    With channels_last that stage converts the inputs' layout on the GPU too (``autotune.batches.move``), which
+    pinning leaves: its share is then the copy's and the conversion's, and the gain the most were both to overlap."""
     share = found.transfer_s / found.loop_s
     if result.operators.device != "cuda" or share < TRANSFER_SHARE or knobs.get("pin_memory"):
         return []
     gain = found.loop_s / (found.loop_s - found.transfer_s)
+    converting = bool(knobs.get("channels_last"))
+    what = (
+        "copying batches to the GPU and converting them to channels_last take"
+        if converting
+        else "copying batches to the GPU takes"
+    )
+    left = ", less what the layout conversion takes (pinning leaves it)" if converting else ""
     return [
         Advice(
             "set pin_memory=True",
-            f"copying batches to the GPU takes {share:.0%} of the step (≥ {TRANSFER_SHARE:.0%})",
-            f"up to {gain:.2f}x when the copies overlap the step",
+            f"{what} {share:.0%} of the step (≥ {TRANSFER_SHARE:.0%})",
+            f"up to {gain:.2f}x when the copies overlap the step{left}",
             gain,
             knob="pin_memory",
         )

@@ -24,7 +24,9 @@ from autotune.results.diagnosis import (
     Rule,
     contention_finding,
     fault_finding,
+    figures,
     is_compute_operator,
+    is_convolution,
     leaks,
     saturation_finding,
     verdict,
@@ -164,6 +166,14 @@ def test_the_fresh_pages_a_leak_keeps_are_no_allocators_fault():
     )
 
 
+def test_the_faults_of_a_fault_finding_count_the_pages_its_megabytes_do():
+    # 4000 faults of 4 KiB a step, 15.6 MB; half a batch of 16 samples of 512 KiB, 8 MB, arrives from workers
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
+    result = replace(profile_result(faults=faulting, num_workers=2), sample_bytes=2**19)
+    line = fault_finding(result)
+    assert "faults in 8 MB of fresh pages a step or more beyond the batch its workers send (1952 faults)" in line
+
+
 def test_the_first_rule_that_holds_decides_and_each_names_its_figure_and_threshold():
     data_bound, rules = verdict(profile_result(wait_share=0.4))
     assert data_bound == DATA_BOUND and [str(r) for r in rules] == [
@@ -187,13 +197,21 @@ def test_short_operators_are_overhead_at_their_typical_calls_cost_and_heavy_call
     assert verdict(replace(result, operators=operators))[0] == MEMORY_BOUND
 
 
-def test_a_compiled_graphs_own_time_is_its_kernels_work_not_host_overhead():
-    # Inductor's fused CPU kernels record no operators: their time is the self time of the graph's range.
+def test_a_compiled_graphs_own_time_is_its_fused_kernels_memory_traffic_not_host_overhead():
+    # Inductor's fused CPU kernels record no operators: their time is the self time of the graph's range, which holds
+    # the aten products it calls (recorded as operators) beside them.
     result = profile_result(wait_share=0.1)
     mm, add, view = result.operators.step_operators
     graph = OperatorStat("## Call CompiledFxGraph fabc123 ##", 10, 4 * (mm.self_cpu_s + add.self_cpu_s))
-    operators = replace(result.operators, step_operators=[mm, add, view, graph])
-    assert verdict(replace(result, operators=operators))[0] == COMPUTE_BOUND, "not host-overhead-bound"
+    step_s = 10 * result.operators.step_s  # the operators half the step, the graph's kernels among them
+    compiled = replace(
+        result, operators=replace(result.operators, step_s=step_s, step_operators=[mm, add, view, graph])
+    )
+    operators_s = mm.self_cpu_s + add.self_cpu_s + view.self_cpu_s + graph.self_cpu_s
+    found = figures(compiled)
+    assert found.compute_share == pytest.approx(mm.self_cpu_s / operators_s), "the graph's kernels: memory traffic"
+    assert found.operator_share == pytest.approx(operators_s / step_s) == pytest.approx(0.5)
+    assert verdict(compiled)[0] == MEMORY_BOUND, "not host-overhead-bound, nor compute-bound on its products alone"
 
 
 @pytest.mark.parametrize(
@@ -201,17 +219,51 @@ def test_a_compiled_graphs_own_time_is_its_kernels_work_not_host_overhead():
     [
         ("aten::linear", True),
         ("aten::addmm", True),
+        ("aten::mm", True),
+        ("aten::bmm", True),
+        ("aten::baddbmm", True),
+        ("aten::_scaled_mm", True),
+        ("aten::matmul", True),
+        ("aten::einsum", True),
+        ("aten::_trilinear", True),
+        ("aten::conv2d", True),
+        ("aten::_conv_depthwise2d", True),
+        ("aten::convolution_backward", True),
         ("aten::mkldnn_convolution", True),
+        ("aten::_scaled_dot_product_flash_attention", True),
         ("aten::_flash_attention_forward", True),
         ("aten::_efficient_attention_backward", True),
+        ("aten::_cudnn_rnn", True),
+        ("aten::lstm", True),
         ("aten::upsample_bilinear2d", False),
         ("aten::_upsample_bilinear2d_aa", False),
         ("aten::upsample_linear1d", False),
+        ("aten::upsample_trilinear3d", False),
         ("aten::add", False),
+        ("aten::cummax", False),
+        ("aten::_convert_indices_from_coo_to_csr", False),
+        ("aten::_convert_weight_to_int4pack", False),
+        ("## forward conv block ##", False),
     ],
 )
 def test_matrix_products_convolutions_and_attention_are_arithmetic_and_resampling_is_not(name, arithmetic):
     assert is_compute_operator(name, "cuda") is arithmetic
+
+
+@pytest.mark.parametrize(
+    ("name", "convolution"),
+    [
+        ("aten::conv2d", True),
+        ("aten::cudnn_convolution", True),
+        ("aten::slow_conv_transpose2d", True),
+        ("mkldnn::_convolution_pointwise", True),
+        ("aten::_convert_indices_from_coo_to_csr", False),
+        ("aten::mm", False),
+        ("## forward conv block ##", False),
+    ],
+)
+def test_a_convolution_is_told_by_a_whole_word_of_its_name(name, convolution):
+    assert is_convolution(name) is convolution
 
 
 def test_on_a_gpu_overhead_is_the_gpu_idle_waiting_for_the_host():

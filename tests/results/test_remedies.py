@@ -467,3 +467,49 @@ def test_channels_last_is_advised_for_convolutions_only_where_the_inputs_can_go_
     knobs = [a.knob for a in advise(profiled, COMPUTE_BOUND, KNOBS, 8, None)]
     assert ("channels_last" in knobs) is advised, knobs
     assert ProfileResult.from_dict(profiled.to_dict()) == profiled
+
+
+def test_where_saturated_cores_are_freed_training_takes_no_less_than_its_work_on_the_cores_its_threads_use():
+    # a 100 ms step on 2 cores: a worker loads each batch for 160 ms (60 % decoding), training works 97 ms; the cores'
+    # 200 ms hold both, training's part 75.5 ms: on one thread it takes that alone, however little loading costs
+    functions = [hot("PIL.ImageFile.load", 0.6), hot("numpy.asarray", 0.4)]
+    saturated = profile_result(wait_share=0.03, loading_s=0.16, num_workers=2, functions=functions)
+
+    def decode_gain(threads: int) -> float:
+        result = replace(saturated, cpu=CpuLoad(SystemReport(99.0, [99.0, 99.0], 1.98), threads=threads))
+        advice = advise(result, verdict(result)[0], {**KNOBS, "num_workers": 2}, 2, None)
+        return next(a.gain for a in advice if a.location)
+
+    assert decode_gain(threads=1) == pytest.approx(0.257 / (2 * 0.097)), "training's 75.5 ms on its one core"
+    assert decode_gain(threads=2) == pytest.approx(0.257 / (0.257 - 0.096)), "on both cores: in proportion"
+
+
+def test_on_a_gpu_whose_study_measured_fp16_and_no_bf16_the_amp_advice_sets_fp16_and_reads_what_it_measured():
+    result = profile_result(wait_share=0.0, device_busy=0.9)
+    fp16_only = Tried("s", {"amp": ["off", "fp16"]}, {"amp": "fp16"})
+    (amp,) = [a for a in advise(result, COMPUTE_BOUND, KNOBS, 8, fp16_only) if a.knob == "amp"]
+    assert amp.action.startswith("set amp=fp16") and amp.tried == "the tuner recommends amp=fp16 (study 's')"
+    both = Tried("s", {"amp": ["off", "bf16", "fp16"]}, {"amp": "bf16"})
+    (amp,) = [a for a in advise(result, COMPUTE_BOUND, KNOBS, 8, both) if a.knob == "amp"]
+    assert amp.action.startswith("set amp=bf16") and amp.tried == "the tuner recommends amp=bf16 (study 's')"
+    on_cpu = profile_result(wait_share=0.0)
+    (amp,) = [a for a in advise(on_cpu, COMPUTE_BOUND, KNOBS, 8, Tried("s", {"amp": ["off"]})) if a.knob == "amp"]
+    assert amp.action.startswith("set amp=bf16"), "a CPU takes no fp16"
+
+
+def test_a_transfer_stage_that_converts_to_channels_last_is_said_to_hold_the_conversion_beside_the_copy():
+    result = profile_result(transfer_share=0.2, device_busy=0.9)
+    (copy,) = [a for a in advise(result, COMPUTE_BOUND, KNOBS, 8, None) if a.knob == "pin_memory"]
+    assert copy.why == "copying batches to the GPU takes 20% of the step (≥ 10%)"
+    converted = {**KNOBS, "channels_last": True}
+    (both,) = [a for a in advise(result, COMPUTE_BOUND, converted, 8, None) if a.knob == "pin_memory"]
+    assert both.why == "copying batches to the GPU and converting them to channels_last take 20% of the step (≥ 10%)"
+    assert both.effect.endswith("less what the layout conversion takes (pinning leaves it)")
+
+
+def test_an_operator_whose_name_merely_holds_conv_gets_no_channels_last_advice():
+    result = replace(profile_result(wait_share=0.0), input_ndim=4)
+    ops = result.operators
+    converting = OperatorStat("aten::_convert_indices_from_coo_to_csr", 10, ops.step_operators[0].self_cpu_s)
+    sparse = replace(result, operators=replace(ops, step_operators=[converting, *ops.step_operators]))
+    assert "channels_last" not in [a.knob for a in advise(sparse, COMPUTE_BOUND, KNOBS, 8, None)]
