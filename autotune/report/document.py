@@ -30,7 +30,6 @@ from autotune.results.race import (
     BEATS_WORDS,
     FINALIST_WINDOW,
     MAX_FINALISTS,
-    MIN_GAIN,
     TIE_TOLERANCE,
     TRIM_BOUND,
     Confirmation,
@@ -181,12 +180,18 @@ def _keep(summary: Summary) -> Headline:
     if confirmation and confirmation.leader and not confirmation.failure:
         leader = confirmation.leader
         rounds = len(leader.throughputs)
+        taken_back = "".join(
+            f" The race's verdict for trial {f.label} was taken back: {confirmation.shortfall(f)}."
+            for f in confirmation.finalists
+            if confirmation.faded(f)
+        )
         return Headline(
             "Keep your current settings.",
             f"The fastest trials were not proven faster when re-measured against the baseline: the best, trial "
             f"{leader.label}, measured {confirmation.speedup:.2f}x by medians of {rounds} interleaved "
             f"round{'s' if rounds > 1 else ''}"
-            + (f", then left the race: {leader.dropped}." if leader.dropped else "."),
+            + (f", then left the race: {leader.dropped}." if leader.dropped else ".")
+            + taken_back,
         )
     if confirmation:
         reason = confirmation.failure or "every finalist's run failed"
@@ -210,15 +215,21 @@ def _keep(summary: Summary) -> Headline:
 
 
 def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
-    """Why a configuration that won a race is not recommended: a longer race of the trim did not prove it."""
+    """Why a configuration that won a race is not recommended: a longer race of the trim did not prove it, and
+    where that race did not end, that the same command goes on with it."""
     won = max((race for race in races if race.winner and race.winner.label == overruled.label), key=lambda r: r.rounds)
+    which = "the finalists' race" if won is races[0] else "a race of the trim"
     judged = overruled.race
-    return (
-        f"Trial {overruled.label} won a race against the baseline ({won.ratio(won.winner):.2f}x by medians of "
-        f"{counted(won.rounds, 'round')}), but the trim's race {overruled.number} re-measured it against the "
-        f"baseline in {counted(judged.rounds, 'round')} and read {overruled.speedup:.2f}x by medians, not proven "
-        f"faster by {MIN_GAIN:.0%}: the most rounds measuring it decide, so none is recommended."
+    said = (
+        f"Trial {overruled.label} won {which} against the baseline ({won.ratio(won.winner):.2f}x by medians of "
+        f"{counted(won.rounds, 'round')}), but the trim's race {overruled.number} re-measured it against the baseline "
+        f"in more ({counted(overruled.rounds, 'round')}, {overruled.speedup:.2f}x by medians) and did not prove it: "
+        f"{judged.shortfall(overruled.finalist)}. The most rounds measuring it decide, so the baseline is kept."
     )
+    if (open_for := unsettled(judged)) is not None:
+        why = "" if overruled.finalist.dropped else f" ({open_for})"  # its leaving is said above
+        said += f" That race did not end{why}: the same command again goes on with it."
+    return said
 
 
 def _recommended(summary: Summary) -> Headline:
@@ -353,6 +364,11 @@ def _confirmation(results: StudyResults, summary: Summary) -> list[Section]:
 
 # Where the trim keeps the configuration a trim race started from though a variant won it (``proof_of``).
 _PROVES_KEPT = " Its rounds of trial {} against the baseline give the recommendation's gain."
+# Where a trim race measured the configuration it started from in the most rounds and did not prove it (``judge_of``).
+_OVERRULES = (
+    " These are the most rounds that measured trial {} against the baseline, and they did not prove it: the baseline "
+    "is kept (the headline says why)."
+)
 
 
 def _trim(summary: Summary) -> list[Section]:
@@ -366,9 +382,12 @@ def _trim(summary: Summary) -> list[Section]:
     )
     winner, steps, proof = summary.trim[0].finalists[0].label, summary.trim_steps, summary.proof
     paragraphs = [lead]
-    for race, step in zip(summary.trim, steps, strict=True):
+    overruled = summary.overruled
+    for number, (race, step) in enumerate(zip(summary.trim, steps, strict=True), 1):
         proves_kept = proof == started_alone(race)  # a variant won it, yet the trim kept it: ``proof_of``
         kept = _PROVES_KEPT.format(race.finalists[0].label) if proves_kept else ""
+        if overruled is not None and overruled.number == number:
+            kept = _OVERRULES.format(overruled.label)
         paragraphs.append(_trim_race(race, step, winner) + kept)
     return [
         Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))

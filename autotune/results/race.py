@@ -14,11 +14,12 @@ other, in rounds of processes of their own, the order rotating each round (``aut
 - The verdict early (``decided``): when more rounds could not change it (DECISIVE_GAIN), on a round none of whose runs
   was disturbed (``run_race.race``): a gain read against a slowed run is not decided by it. The other
   finalists then leave, and the winner and the baseline run the rounds left (``run_race._leave_to``), so that the
-  gain stated has the interval of study.confirm_rounds rounds; the proof is that of the rounds up to the verdict
-  (``Confirmation.decided_after``). A winner the trim will race (``trim.will_trim``) does not: the race ends there,
-  and the trim's first race runs them.
+  gain stated has the interval of study.confirm_rounds rounds; the proof is the rounds won up to the verdict, which
+  the rounds after it take back where they pull the winner's median under MIN_GAIN (``Confirmation.decided_after``,
+  ``Confirmation.faded``; the finalists that left at the verdict do not come back). A winner the trim will race
+  (``trim.will_trim``) does not: the race ends there, and the trim's first race runs them.
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
-  PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians.
+  PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians, those of the rounds up to the verdict and of all.
 - Ties (``beats``): a finalist is faster than another when it won most of their rounds and by more than
   TIE_TOLERANCE by the geometric mean of the per-round ratios; otherwise they are tied within noise.
 - The winner (``Confirmation.winner``): of the proven finalists that no other proven finalist beats, the fastest by
@@ -39,9 +40,10 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   change it undid is kept, as ``beats`` would keep it after the last round). The race ends early only once every
   variant has left it (``alone``: a run's noise can make two equal configurations look TIE_TOLERANCE apart in one
   round), or, where the configuration it started from ran fewer rounds before (the finalists' race, ended at its
-  verdict), that configuration and the baseline run the rounds left. The recommendation's figures are the medians
-  of the race of most rounds it won, a trim race counting as won by the configuration it started from against the
-  baseline alone too (``proof_of``). A stored trim stands for the race's
+  verdict), that configuration and the baseline run the rounds left. The recommendation is judged on the race
+  that measured it against the baseline in most rounds, a trim race counting as the race of the configuration it
+  started from against the baseline alone too (``judge_of``); its figures are that race's medians, and where it did
+  not win that race, the baseline is kept (``proof_of``). A stored trim stands for the race's
   winner and rounds (``is_trim_of``); one of its races not ``settled`` goes on from its rounds in a later run where
   study.budget_s or a stopped run cut it short, and is raced again where a failed run ended it or the configuration
   it started from left it (it lost a round to the baseline there).
@@ -182,19 +184,43 @@ class Confirmation:
         return statistics.median(self.baseline_throughputs)
 
     def proven(self, finalist: Finalist) -> bool:
-        """Whether ``finalist`` ran every round and beat the baseline in enough of those up to the verdict
-        (``wins_needed``; ``decided_after``, else all) and by ``MIN_GAIN`` by their medians, those of the rounds up
-        to the verdict and those of every round: rounds run after a verdict that lost what it rested on leave no
-        proof."""
-        if self.failure or finalist.dropped or not self.rounds or len(finalist.throughputs) != self.rounds:
-            return False
-        proving = self.verdict_rounds
-        runs, base = finalist.throughputs[:proving], self.baseline_throughputs[:proving]
-        wins = sum(f > b for f, b in zip(runs, base, strict=True))
-        return wins >= wins_needed(proving) and all(
-            statistics.median(mine) >= statistics.median(theirs) * (1 + MIN_GAIN)
-            for mine, theirs in ((runs, base), (finalist.throughputs, self.baseline_throughputs))
+        """Whether ``finalist`` ran every round, beat the baseline in enough of those up to the verdict
+        (``wins_needed``; ``decided_after``, else all) and by ``MIN_GAIN`` by their medians, and by ``MIN_GAIN`` by
+        the medians of every round too: rounds after a verdict that lost what it rested on leave no proof
+        (``shortfall`` says what it missed)."""
+        return self.shortfall(finalist) is None
+
+    def shortfall(self, finalist: Finalist) -> str | None:
+        """What keeps ``finalist`` from being proven (``proven``), in words; None where nothing does."""
+        missed = self._verdict_shortfall(finalist)
+        if missed is not None or self.ratio(finalist) >= 1 + MIN_GAIN:
+            return missed
+        return (
+            f"it won the rounds up to the verdict (round {self.verdict_rounds}), but the rounds after it put its "
+            f"median over all {self.rounds} at {self.ratio(finalist):.2f}x, under the {MIN_GAIN:.0%} a change must gain"
         )
+
+    def faded(self, finalist: Finalist) -> bool:
+        """Whether ``finalist`` was proven by the rounds up to the verdict and not by every round (``shortfall``)."""
+        return self._verdict_shortfall(finalist) is None and not self.proven(finalist)
+
+    def _verdict_shortfall(self, finalist: Finalist) -> str | None:
+        """What keeps ``finalist`` from being proven by the rounds up to the verdict, in words; None where nothing."""
+        if self.failure:
+            return f"a baseline run failed ({self.failure})"
+        if finalist.dropped:
+            return f"it left the race ({finalist.dropped})"
+        if not self.rounds or len(finalist.throughputs) != self.rounds:
+            return "it did not run every round"
+        proving, upto = self.verdict_rounds, " up to the verdict" if self.decided_after else ""
+        runs, base = finalist.throughputs[:proving], self.baseline_throughputs[:proving]
+        wins, needed = sum(f > b for f, b in zip(runs, base, strict=True)), wins_needed(proving)
+        if wins < needed:
+            return f"it won {wins} of the {counted(proving, 'round')}{upto}, where {needed} are needed"
+        ratio = statistics.median(runs) / statistics.median(base)
+        if ratio < 1 + MIN_GAIN:
+            return f"it read {ratio:.2f}x by medians of the rounds{upto}, under the {MIN_GAIN:.0%} a change must gain"
+        return None
 
     @property
     def verdict_rounds(self) -> int:
@@ -330,13 +356,15 @@ class Confirmation:
         round they ran by MIN_GAIN by medians but left the race, and why each left (a failed run, say); else that
         none won ``wins`` by MIN_GAIN."""
         left = [f for f in self.finalists if f.dropped and self._won_all(f)]
-        if not left:
+        faded = [f for f in self.finalists if self.faded(f)]
+        if not left and not faded:
             return f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain"
-        named = "; ".join(
+        named = [
             f"trial {f.label} won every round it ran, {self.ratio(f):.2f}x by medians, but left the race ({f.dropped})"
             for f in left
-        )
-        return f"No finalist is proven: {named}"
+        ]
+        named += [f"trial {f.label}'s verdict was taken back: {self.shortfall(f)}" for f in faded]
+        return f"No finalist is proven: {'; '.join(named)}"
 
     def _won_all(self, finalist: Finalist) -> bool:
         """Whether ``finalist`` beat the baseline in every round it ran, and by MIN_GAIN by their medians."""
@@ -569,19 +597,28 @@ def proof_of(label: str, races: list[Confirmation]) -> Confirmation | None:
 
 def judge_of(label: str, races: list[Confirmation]) -> Confirmation | None:
     """Of ``races`` (the finalists' race, then the trim's), the one that measured ``label`` against the baseline in
-    most rounds, ``label`` running every round of it and no baseline run failing; of those of most rounds, one
-    ``label`` won, the last of those. A trim race also stands as the race of the configuration it started from
-    against the baseline alone (``started_alone``). A recommendation is judged on the most rounds measuring it: a
-    longer race it did not win is not outweighed by a shorter one it did."""
+    most rounds (``measured_rounds``); of those of most rounds, one ``label`` won, the last of those. A trim race also
+    stands as the race of the configuration it started from against the baseline alone (``started_alone``). A
+    recommendation is judged on the most rounds measuring it: a longer race it did not win is not outweighed by a
+    shorter one it did."""
     views = races[:1] + [each for race in races[1:] for each in _as_proof(race)]
-    measuring = [race for race in views if _ran_throughout(race, label)]
-    return max(reversed(measuring), key=lambda race: (race.rounds, _won_by(race, label)), default=None)
+    measuring = [race for race in views if measured_rounds(race, label)]
+    return max(reversed(measuring), key=lambda race: (measured_rounds(race, label), _won_by(race, label)), default=None)
 
 
-def _ran_throughout(race: Confirmation, label: str) -> bool:
-    """Whether ``label`` ran every round of ``race``, of one round or more that no failed baseline run ended."""
-    runs = next((f for f in race.finalists if f.label == label and f.dropped is None), None)
-    return runs is not None and race.rounds > 0 and race.failure is None and len(runs.throughputs) == race.rounds
+def measured_rounds(race: Confirmation, label: str) -> int:
+    """The rounds in which ``race`` measured ``label`` against the baseline, as ``judge_of`` counts them: every round,
+    where it ran them all; the rounds it ran, where it left having lost more of them to the baseline than a proof
+    over the race's planned rounds allows (``unprovable``); else none (it left for a failed run, or lagging, which say
+    nothing of it against the baseline; or a baseline run failed, which ends the race without a verdict)."""
+    finalist = next((f for f in race.finalists if f.label == label), None)
+    if finalist is None or race.failure or not race.rounds:
+        return 0
+    ran = len(finalist.throughputs)
+    if finalist.dropped is None:
+        return race.rounds if ran == race.rounds else 0
+    lost = unprovable(finalist, race.baseline_throughputs[:ran], race.planned_rounds or race.rounds)
+    return ran if lost else 0
 
 
 def _won_by(race: Confirmation, label: str) -> bool:

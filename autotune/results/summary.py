@@ -10,10 +10,12 @@ from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race import (
     Confirmation,
+    Finalist,
     TrimStep,
     choose_candidate,
     is_trim_of,
     judge_of,
+    measured_rounds,
     proof_of,
     started_alone,
     trim_path,
@@ -31,17 +33,28 @@ AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
 @dataclass(frozen=True)
 class Overruled:
     """A configuration that won a race (the finalists' race's winner, or what its trim left), and the trim's race
-    ``number`` (from 1) that re-measured it against the baseline in more rounds and did not prove it (``judge_of``):
-    ``race``, that race or the configuration it started from alone against the baseline."""
+    ``number`` (from 1) that re-measured it against the baseline in more rounds and did not prove it (``judge_of``:
+    it fell short, or left having lost rounds to the baseline): ``race``, that race or the configuration it started
+    from alone against the baseline."""
 
     label: str
     race: Confirmation
     number: int
 
     @property
+    def finalist(self) -> Finalist:
+        """Its runs in ``race``."""
+        return next(f for f in self.race.finalists if f.label == self.label)
+
+    @property
     def speedup(self) -> float:
-        """Its median over the baseline's in ``race``."""
-        return self.race.ratio(next(f for f in self.race.finalists if f.label == self.label))
+        """Its median over the baseline's in ``race``, of the rounds it ran."""
+        return self.race.ratio(self.finalist)
+
+    @property
+    def rounds(self) -> int:
+        """The rounds of ``race`` that measured it (``measured_rounds``)."""
+        return measured_rounds(self.race, self.label)
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,8 @@ class Summary:
     against its changes undone, ``trim_open`` why they did not end as planned: why the last is ``unsettled`` (cut
     short or left out by study.budget_s or a stopped run, ended by a failed run, left by the configuration it started
     from), or that none ran; None where they ended. Where a race proved the recommendation, the throughputs and
-    speedup are the medians of the race of most rounds it won (``proof``: ``proof_of``) rather than single runs.
+    speedup are the medians of the race that measured it in most rounds (``proof``: ``proof_of``) rather than single
+    runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, or a race stopped before its end dropped, which are not recommended from their single runs.
     ``stopped_before_race_end``: the study's last run stopped (interrupted, a fault) before its race ended, as its
@@ -89,9 +103,9 @@ class Summary:
 
     @property
     def proof(self) -> Confirmation | None:
-        """Of the races the recommendation won (the finalists' race or one of the trim), the one of most rounds, the
-        last of those: a trim race that every variant left after one round does not stand for the recommendation's
-        gain over more rounds; a trim race also proves the configuration it started from (``proof_of``)."""
+        """The race that measured the recommendation against the baseline in most rounds (the finalists' race or one
+        of the trim; of those, one it won), where it won it (``proof_of``): a trim race also proves the configuration
+        it started from; None for the baseline or a recommendation from single runs."""
         return None if self.is_baseline else proof_of(self.recommended.label, self.races)
 
     @property

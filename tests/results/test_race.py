@@ -42,7 +42,12 @@ def test_a_winner_whose_rounds_after_the_verdict_pull_its_median_under_the_gain_
     # Decided after round 1, then four rounds lost by 10 %: the verdict's round alone would confirm a slowdown.
     later_lost = Confirmation([100.0] * 5, [finalist("7", [125, 90, 90, 90, 90])], planned_rounds=5, decided_after=1)
     assert not later_lost.confirmed
-    assert "so the baseline is kept" in later_lost.describe()
+    said = later_lost.describe()
+    assert (
+        "trial 7's verdict was taken back: it won the rounds up to the verdict (round 1), but the rounds after it put"
+        in said
+    )
+    assert "its median over all 5 at 0.90x, under the 2% a change must gain, so the baseline is kept" in said
     held = Confirmation([100.0] * 5, [finalist("7", [125, 104, 99, 106, 103])], planned_rounds=5, decided_after=1)
     assert held.confirmed, "a round lost after the verdict, its median still 2 % up: the proof stands"
 

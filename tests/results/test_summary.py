@@ -290,25 +290,68 @@ def test_a_recommendation_no_race_re_measured_is_untrimmed_where_it_changes_two_
     assert one.recommended.label == "0" and not one.untrimmed, "a single change: nothing to trim"
 
 
-def test_a_winner_a_longer_trim_race_re_measured_no_faster_is_not_recommended_on_its_shorter_race():
-    # The finalists' race ended at its verdict after 2 rounds (1.31x) for the trim; the trim's race, its variant gone
-    # after round 1, ran trial 0 and the baseline 5 rounds and read 1.01x by medians: the longer race decides.
+def _verdict_and_trim(*reference_runs: float, baseline_runs: list[float], **race) -> tuple[StudyResults, Finalist]:
+    """Trial 0 (two changes) won the finalists' race at its verdict after 1 round (1.31x), which ended there for the
+    trim; the trim's race 1, planned for 5 rounds, ran it with ``reference_runs`` (its variant gone after round 1)."""
     winner = trial("0", 200.0, batch_size=32, num_threads=1)
     knobs = winner.result.knobs
-    verdict = Confirmation([100.0] * 2, [Finalist("0", knobs, 2, 100.0, [131.0, 131.0])], None, 5, decided_after=2)
+    verdict = Confirmation([100.0], [Finalist("0", knobs, 2, 100.0, [131.0])], None, 5)
     undone = {**knobs, "num_threads": BASELINE["num_threads"]}
     gone = Finalist("0 without num_threads", undone, 1, 90.0, [80.0], "behind")
-    reference = Finalist("0", knobs, 2, 100.0, [125.0, 101.0, 100.5, 101.0, 101.5])
-    faded = Confirmation([100.0] * 5, [reference, gone], None, 5, decided_after=1)
-    results = replace(results_with(winner), confirmation=verdict, trim=[faded])
+    reference = Finalist("0", knobs, 2, 100.0, list(reference_runs), race.pop("dropped", None))
+    trim = Confirmation(baseline_runs, [reference, gone], None, 5, **race)
+    return replace(results_with(winner), confirmation=verdict, trim=[trim]), reference
+
+
+def test_a_winner_a_longer_trim_race_re_measured_no_faster_is_not_recommended_on_its_shorter_race():
+    # The trim's race ran trial 0 and the baseline 5 rounds and read 1.01x by medians: the longer race decides.
+    results, reference = _verdict_and_trim(125.0, 101.0, 100.5, 101.0, 101.5, baseline_runs=[100.0] * 5)
     summary = summarise(results)
     assert summary.is_baseline and summary.proof is None
+    assert summary.overruled.label == "0" and summary.overruled.number == 1
     stored = report_data(results, summary)["overruled"]
     assert stored == {"trial": "0", "trim_race": 1, "rounds": 5, "speedup": pytest.approx(1.01)}
-    assert summary.overruled.label == "0" and summary.overruled.number == 1
     said = headline(summary).rest
-    assert "Trial 0 won a race against the baseline (1.31x by medians of 2 rounds)" in said
-    assert "race 1 re-measured it against the baseline in 5 rounds and read 1.01x by medians" in said
-    held = replace(faded, finalists=[replace(reference, throughputs=[125.0, 104.0, 103.0, 105.0, 103.5]), gone])
-    kept = summarise(replace(results_with(winner), confirmation=verdict, trim=[held]))
-    assert kept.recommended.label == "0" and kept.proof == held and kept.speedup > 1.03
+    assert "Trial 0 won the finalists' race against the baseline (1.31x by medians of 1 round)" in said
+    assert "race 1 re-measured it against the baseline in more (5 rounds, 1.01x by medians) and did not prove" in said
+    assert "it: it read 1.01x by medians of the rounds, under the 2% a change must gain. The most rounds" in said
+    assert "did not end" not in said
+    held = replace(reference, throughputs=[125.0, 104.0, 103.0, 105.0, 103.5])
+    kept = summarise(
+        replace(results, trim=[replace(results.trim[0], finalists=[held, *results.trim[0].finalists[1:]])])
+    )
+    assert kept.recommended.label == "0" and kept.proof.rounds == 5 and kept.speedup > 1.03
+
+
+def test_a_trim_race_the_winner_left_having_lost_more_rounds_than_the_first_race_it_won_keeps_the_baseline():
+    # It lost round 2 of the trim's race and left it: 2 rounds against the baseline, one lost, outweigh the 1 it won.
+    dropped = "slower than the baseline in round 2"
+    results, _ = _verdict_and_trim(125.0, 95.0, baseline_runs=[100.0] * 2, dropped=dropped)
+    summary = summarise(results)
+    assert summary.is_baseline and summary.overruled.rounds == 2
+    said = headline(summary).rest
+    assert f"did not prove it: it left the race ({dropped})" in said
+    assert "That race did not end: the same command again goes on with it." in said
+
+
+def test_a_trim_race_cut_short_that_did_not_prove_the_winner_says_what_it_missed_and_that_it_goes_on():
+    # Cut by study.budget_s after 3 of 5 rounds, one of them lost: 3 rounds need 3 wins (5 would allow none lost).
+    results, _ = _verdict_and_trim(125.0, 99.0, 130.0, baseline_runs=[100.0] * 3, cut=True)
+    summary = summarise(results)
+    assert summary.is_baseline
+    said = headline(summary).rest
+    assert "did not prove it: it won 2 of the 3 rounds, where 3 are needed" in said
+    assert "That race did not end (it stopped after 3 of 5 rounds" in said
+
+
+def test_a_verdict_the_rounds_after_it_took_back_keeps_the_baseline_and_the_headline_says_so():
+    # Trial 0 was decided after round 1 and trial 1 left; rounds 2-5 put trial 0 at 1.00x by medians.
+    fast, next_best = trial("0", 130.0, batch_size=64), trial("1", 115.0, batch_size=32)
+    faded = Finalist("0", fast.result.knobs, 1, 100.0, [130.0, 99.0, 100.0, 101.0, 100.5])
+    left = Finalist("1", next_best.result.knobs, 1, 100.0, [115.0], "the race was decided for trial 0 after round 1")
+    race = Confirmation([100.0] * 5, [faded, left], None, 5, decided_after=1)
+    summary = summarise(replace(results_with(fast, next_best), confirmation=race))
+    assert summary.is_baseline and summary.overruled is None
+    said = headline(summary).rest
+    assert "The race's verdict for trial 0 was taken back: it won the rounds up to the verdict (round 1)" in said
+    assert "put its median over all 5 at 1.00x" in said
