@@ -26,7 +26,8 @@ class Key:
     """One key of the config: its dotted ``path`` and the ``values`` it takes; ``into`` is the dataclass and the
     field it fills (None for the keys the loader gathers into one setting: a pipeline's and the knobs'). A key
     ``required`` must be given; one left out takes its field's default (``default``). Its value must not fall below
-    that of the key ``at_least`` names, nor rise above that of ``at_most``'s."""
+    that of the key ``at_least`` names, nor rise above that of ``at_most``'s, and must stay below that of
+    ``below``'s."""
 
     path: str
     values: Values
@@ -34,6 +35,7 @@ class Key:
     required: bool = False
     at_least: str | None = None
     at_most: str | None = None
+    below: str | None = None
 
     def parse(self, value: Any) -> Any:
         """``value`` parsed; a ConfigError naming this key, in one line, where it is refused."""
@@ -124,13 +126,9 @@ _MEASURE = (
     _setting("measure.warmup_min_steps", _integer(1), WarmupPolicy, "min_steps"),
     _setting("measure.warmup_max_steps", _integer(1), WarmupPolicy, "max_steps", at_least="measure.warmup_min_steps"),
     _setting("measure.warmup_tolerance", _POSITIVE, WarmupPolicy, "tolerance"),
-    # a warm-up longer than the trial's timeout would time out every trial
+    # a warm-up as long as the trial's timeout leaves no time to measure: every trial would time out
     _setting(
-        "measure.warmup_min_time_s",
-        _number(0, null=True),
-        WarmupPolicy,
-        "min_time_s",
-        at_most="measure.trial_timeout_s",
+        "measure.warmup_min_time_s", _number(0, null=True), WarmupPolicy, "min_time_s", below="measure.trial_timeout_s"
     ),
     _setting("measure.min_steps", _integer(1), WindowPlan, "min_steps"),
     _setting("measure.min_time_s", _number(0), WindowPlan, "min_time_s"),

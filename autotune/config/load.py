@@ -4,6 +4,7 @@ of any error."""
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -185,20 +186,27 @@ def _check_known(node: dict, path: str) -> None:
             raise unknown_key(path, key if isinstance(key, str) and key.isprintable() else shown(key))  # on one line
 
 
+# The orders a key may keep with another (``Key``): the field that names the other key, the test its value passes
+# against the other's, the rule as a refusal states it, and the sign between two values that break it.
+_ORDERS = (
+    ("at_least", operator.ge, ">=", "<"),
+    ("at_most", operator.le, "<=", ">"),
+    ("below", operator.lt, "<", ">="),
+)
+
+
 def _check_order(values: dict[str, Any]) -> None:
-    """Refuse a value below that of its key's ``at_least``, or above that of its ``at_most``, naming its key."""
+    """Refuse a value below that of its key's ``at_least``, above that of its ``at_most``, or not below that of its
+    ``below``, naming its key."""
     for key in KEYS.values():
         value = values.get(key.path)
-        low = values.get(key.at_least) if key.at_least else None
-        high = values.get(key.at_most) if key.at_most else None
-        if value is not None and low is not None and value < low:
-            raise ConfigError(
-                key.path, f"must be >= {key.at_least}, but got {_pair(key.path, value, key.at_least, low, '<')}"
-            )
-        if value is not None and high is not None and value > high:
-            raise ConfigError(
-                key.path, f"must be <= {key.at_most}, but got {_pair(key.path, value, key.at_most, high, '>')}"
-            )
+        for order, holds, rule, broken in _ORDERS:
+            other = getattr(key, order)
+            bound = values.get(other) if other else None
+            if value is not None and bound is not None and not holds(value, bound):
+                raise ConfigError(
+                    key.path, f"must be {rule} {other}, but got {_pair(key.path, value, other, bound, broken)}"
+                )
 
 
 def _pair(path: str, value: Any, other: str, other_value: Any, sign: str) -> str:

@@ -77,7 +77,11 @@ BAD_CONFIGS = [
     (tiny_config(measure={"warmup_tolerance": 0}), "measure.warmup_tolerance: expected a number > 0"),
     (
         tiny_config(measure={"warmup_min_time_s": 61}),
-        "measure.warmup_min_time_s: must be <= measure.trial_timeout_s, but got warmup_min_time_s=61 > trial_timeout",
+        "measure.warmup_min_time_s: must be < measure.trial_timeout_s, but got warmup_min_time_s=61 >= trial_timeout",
+    ),
+    (  # a warm-up that takes the whole timeout leaves no time to measure
+        tiny_config(measure={"warmup_min_time_s": 60}),
+        "measure.warmup_min_time_s: must be < measure.trial_timeout_s, but got warmup_min_time_s=60 >= trial_timeout",
     ),
     (tiny_config(study={"heartbeat_s": 1e10}), "study.heartbeat_s: expected a number >= 0.01 and <= "),
     (tiny_config(measure={"memory_interval_s": 1e10}), "measure.memory_interval_s: expected a number >= 0.01 and <="),

@@ -94,8 +94,11 @@ def _with(path: str, value) -> dict:
 
 def _named_by(path: str) -> set[str | None]:
     """The keys a refusal of a value of ``path`` may name: its own, or one it is ordered against."""
-    key = KEYS[path]
-    return {path, key.at_least, key.at_most} | {k.path for k in KEYS.values() if path in (k.at_least, k.at_most)}
+    return {path, *_ordered_against(KEYS[path])} | {key.path for key in KEYS.values() if path in _ordered_against(key)}
+
+
+def _ordered_against(key) -> set[str | None]:
+    return {key.at_least, key.at_most, key.below}
 
 
 def test_a_shipped_pipeline_run_away_from_the_checkout_is_told_where_its_code_is(monkeypatch):
