@@ -150,11 +150,11 @@ def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, st
     with clock.stage("inspect"):
         facts = inspect_run(settings, output_dir, clock)
     device = facts.device
-    places = slots(settings.study.parallel, settings.study.cpu_sets, device, len(facts.devices.cuda))
+    places = _slots(settings, facts)
     cores = places[0].cores  # every slot's size: each run of the study is pinned alike
     ctx = _search_context(settings, facts, cores)
     space = build_space(settings.search, ctx)
-    described = {**facts.machine, **({"cpu_count": len(cores), "torch_threads": len(cores)} if cores else {})}
+    described = _pinned(facts.machine, cores)
     machine = machine_id(described)
     study = open_study(settings.study, _study_meta(settings, device, space), described, storage, facts.pipeline.code)
     clock.attach(study, machine)
@@ -180,6 +180,24 @@ def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, st
             file=out,
         )
     return _Opened(facts, places, ctx, space, machine, study)
+
+
+def study_machine_id(settings: Settings, facts: Inspection) -> str:
+    """The id a tuning run of ``settings`` stores this machine's results under (``machine_id``): the machine its
+    runs see, pinned to cores of one of ``study.cpu_sets`` where given; what another mode reads of the study must be
+    looked up under it."""
+    return machine_id(_pinned(facts.machine, _slots(settings, facts)[0].cores))
+
+
+def _slots(settings: Settings, facts: Inspection) -> list[Slot]:
+    """Where a tuning run of ``settings`` runs its trials on the machine of ``facts`` (``trial/placement.py``)."""
+    return slots(settings.study.parallel, settings.study.cpu_sets, facts.device, len(facts.devices.cuda))
+
+
+def _pinned(machine: dict, cores: tuple[int, ...] | None) -> dict:
+    """``machine`` (``describe_machine``) as a run pinned to ``cores`` sees it (None: unpinned): as many cores, and
+    as many torch threads, as it is pinned to."""
+    return {**machine, **({"cpu_count": len(cores), "torch_threads": len(cores)} if cores else {})}
 
 
 class _RunLines:
@@ -589,8 +607,9 @@ class TrialRunner:
 
     def inspect(self) -> TrialResult:
         """The facts of the devices and the pipeline (``read_facts``) in one process, ``device`` being the one
-        asked for (measure.device)."""
-        return self.trial(replace(self.request, inspect=True), "inspect", watched=False)
+        asked for (measure.device). It compiles nothing, so it is given no compile cache: torch makes the cache's
+        folder as it imports, and a run the facts refuse must leave none behind."""
+        return self.trial(replace(self.request, inspect=True, compile_cache_dir=None), "inspect", watched=False)
 
     def trial(
         self,
@@ -648,13 +667,17 @@ def other_thread_variables(machines: dict[str, dict], described: dict) -> str | 
 def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
     # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
     # under others would rank trials judged by two rules. Unset ones are left out, but the record is kept even empty:
-    # a study made before budgets were kept has none (``start._alike``), and resumes under any.
+    # a study made before budgets were kept has none (``start._alike``), and resumes under any. Settings that change
+    # no stored figure stay out, so that a study resumes under any of them: study.prune_margin (which trials a later
+    # search stops early, not what a measured one read), measure.fork_trials (a forked trial reads what a fresh one
+    # does), measure.core_speed and study.remeasure_disturbed (which runs are read again, not what a run reads).
     budgets = {
         "memory_budget_mb": settings.study.memory_budget_mb,
         "host_memory_budget_mb": settings.study.host_memory_budget_mb,
     }
     set_budgets = {key: float(value) for key, value in budgets.items() if value is not None}  # 500 is 500.0
-    return {"study": set_budgets} | {
+    return {
+        "study": set_budgets,
         "pipeline": settings.pipeline.to_dict(),
         "baseline": settings.baseline,
         "batch_policy": settings.batch_policy,

@@ -16,11 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from autotune.app import TrialRunner, inspect_run
+from autotune.app import TrialRunner, inspect_run, study_machine_id
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError
 from autotune.files import file_name
-from autotune.measure.environment import machine_id
 from autotune.measure.profiling import ProfilePlan
 from autotune.records import META_ATTR
 from autotune.report.diagnosis import print_profile, write_profile
@@ -49,7 +48,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     workdir = output_dir / "profile"
     runner = TrialRunner(settings, device, workdir)
     plan = profile_plan(settings, workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json")
-    tried = stored_tries(settings, machine_id(facts.machine))
+    tried = stored_tries(settings, study_machine_id(settings, facts))
     record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, tried, facts.machine)
     record = replace(record, tune_command=tune_command(sys.argv[1:]))
     files = write_profile(record, output_dir)

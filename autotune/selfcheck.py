@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import TrialRunner, inspect_run
+from autotune.app import TrialRunner, inspect_run, study_machine_id
 from autotune.benchmark import recommendation_to_measure, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import HarnessDisagreesError
 from autotune.files import file_name
-from autotune.measure.environment import machine_id
 from autotune.pipeline.facts import Inspection
 from autotune.records import META_ATTR
 from autotune.redact import redact_url
@@ -37,7 +36,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     if settings.recommended:
         settings, configurations, source, notes = _of_file(settings, facts)
     else:
-        configurations, source, batch_policy = _configurations(settings, machine_id(facts.machine))
+        configurations, source, batch_policy = _configurations(settings, study_machine_id(settings, facts))
         settings, notes = trained_as_tuned(settings, batch_policy)
     rounds = settings.selfcheck_rounds
     print(

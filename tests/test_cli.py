@@ -304,7 +304,7 @@ BAD_INPUTS = [
     ),
     (
         ["pipeline=mymodel", "measure.warmup_min_time_s=301"],
-        "measure.warmup_min_time_s: must be <= measure.trial_timeout_s, but got warmup_min_time_s=301 > trial_timeou",
+        "measure.warmup_min_time_s: must be < measure.trial_timeout_s, but got warmup_min_time_s=301 >= trial_timeo",
     ),
     (["pipeline=mymodel", "study.heartbeat_s=1e10"], "study.heartbeat_s: expected a number >= 0.01 and <= 922337"),
     (["pipeline=mymodel", "measure.memory_interval_s=1e10"], "measure.memory_interval_s: expected a number >= 0.01"),
@@ -398,6 +398,15 @@ def test_refused_input_leaves_no_folder_the_run_made(tmp_path, cli_here):
     args = ["-m", *TINY, "study.n_trials=-1,-2", f"hydra.sweep.dir={sweep}"]
     assert cli_here(args, cwd=tmp_path).returncode == 2
     assert [path.name for path in sweep.iterdir()] == ["multirun.yaml"]
+
+
+def test_input_the_pipelines_facts_refuse_leaves_no_compile_cache(tmp_path, cli_here):
+    # The cache's folder is relative to the current folder, and torch makes it as it imports: the inspection's must
+    # not, as a run refused there leaves nothing it made.
+    args = [*TINY, "pipeline.baseline.batch_size=100000", "measure.compile_cache_dir=.autotune-cache"]
+    proc = cli_here([*args, f"hydra.run.dir={tmp_path}/out", f"study.storage=sqlite:///{tmp_path}/s.db"], cwd=tmp_path)
+    assert proc.returncode == 2 and "pipeline.baseline.batch_size: 100000 is larger" in proc.stderr, proc.stderr
+    assert not any(tmp_path.iterdir()), "no run folder, no study file, no compile cache"
 
 
 @pytest.mark.parametrize("mode", ["benchmark", "selfcheck"])

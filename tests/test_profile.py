@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from autotune import app, diagnose, rerender
 from autotune.config.load import load_settings
 from autotune.errors import BaselineFailedError, ConfigError
+from autotune.measure.environment import describe_machine, machine_id
+from autotune.pipeline.facts import DeviceFacts, Inspection
 from autotune.results.profile import ProfileRecord
 from autotune.trial.result import TrialRequest, TrialResult
 from tests.conftest import tiny_config
@@ -96,3 +99,25 @@ def test_a_tuning_run_with_study_diagnose_false_profiles_nothing(tmp_path):
     out = io.StringIO()
     files = app.run(_settings(tmp_path, "tune", {"n_trials": 0, "diagnose": False}), tmp_path, out)
     assert "[profile" not in out.getvalue() and json.loads(files["report.json"].read_text())["profiles"] is None
+
+
+def test_what_the_study_tried_is_looked_up_under_the_machine_its_pinned_runs_were_stored_under(tmp_path, monkeypatch):
+    # A study run with study.cpu_sets stores its results under the machine as a run pinned to one set sees it.
+    core = min(os.sched_getaffinity(0))
+    settings = _settings(tmp_path, study={"cpu_sets": [[core]]})
+    machine = {**describe_machine(), "cpu_count": 8, "torch_threads": 8}
+    looked_up = []
+
+    def stored_tries(settings, here):
+        looked_up.append(here)
+        raise _Looked
+
+    monkeypatch.setattr(diagnose, "inspect_run", lambda *_: Inspection(DeviceFacts(), device="cpu", machine=machine))
+    monkeypatch.setattr(diagnose, "stored_tries", stored_tries)
+    with pytest.raises(_Looked):
+        diagnose.run(settings, tmp_path, io.StringIO())
+    assert looked_up == [machine_id({**machine, "cpu_count": 1, "torch_threads": 1})] != [machine_id(machine)]
+
+
+class _Looked(Exception):
+    """Raised once the study's tries were looked up: the profile itself is not the test's."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -11,7 +12,8 @@ import pytest
 from autotune import selfcheck
 from autotune.config.load import load_settings
 from autotune.errors import HarnessDisagreesError
-from autotune.measure.environment import this_machine_id
+from autotune.measure.environment import describe_machine, machine_id, this_machine_id
+from autotune.pipeline.facts import DeviceFacts, Inspection
 from autotune.records import META_ATTR
 from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.selfcheck import _configurations
@@ -47,6 +49,27 @@ def test_the_studys_pick_is_checked_training_as_it_was_tuned(tiny_settings, monk
     )
     configurations, _, policy = _configurations(tiny_settings, this_machine_id())
     assert configurations["recommended (trial 3)"] == micro and policy == "fixed_effective"
+
+
+def test_the_studys_pick_is_looked_up_under_the_machine_its_pinned_runs_were_stored_under(
+    tiny_settings, tmp_path, monkeypatch
+):
+    # A study run with study.cpu_sets stores its results under the machine as a run pinned to one set sees it.
+    core = min(os.sched_getaffinity(0))
+    settings = replace(tiny_settings, study=replace(tiny_settings.study, cpu_sets=((core,),)))
+    machine = {**describe_machine(), "cpu_count": 8, "torch_threads": 8}
+    facts = Inspection(devices=DeviceFacts(), device="cpu", machine=machine)
+    looked_up = []
+
+    def configurations(settings, here):
+        looked_up.append(here)
+        return {"baseline": settings.baseline}, "the baseline only", settings.batch_policy
+
+    monkeypatch.setattr(selfcheck, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr(selfcheck, "_configurations", configurations)
+    monkeypatch.setattr(selfcheck, "check_configurations", lambda runner, configurations, rounds, out, runs: [])
+    selfcheck.run(settings, tmp_path / "out", io.StringIO())
+    assert looked_up == [machine_id({**machine, "cpu_count": 1, "torch_threads": 1})] != [machine_id(machine)]
 
 
 def test_a_recommended_yaml_the_command_names_is_checked_training_as_it_was_tuned(tmp_path, monkeypatch):

@@ -129,20 +129,28 @@ def _claim(study: optuna.Study, name: str) -> int | None:
 
 def description(study: optuna.Study, meta: dict[str, Any], settings: StudySettings) -> dict[str, Any]:
     """The description of what ``study`` tunes (META): the one stored, else ``meta``, stored here where this tuner is
-    the first to describe the study. Of tuners making it at once, exactly one describes it, the one whose claim is
-    made (``_claim``), held with a heartbeat and ended once the description is stored; the others wait for the claim
-    to end (``_await_claim``: a holder no longer heard died, and its claim is ended) and, finding no description,
-    claim it again."""
-    name = f"{study.study_name}{_DESCRIBING}{study._study_id}"
-    while (stored := study.user_attrs.get(META_ATTR)) is None:
-        claim = _claim(study, name)
-        if claim is None:
-            _await_claim(study, name, poll_s=_DESCRIBED_POLL_S)
-            continue
-        with _holding(study, claim, settings.heartbeat_s):
-            if study.user_attrs.get(META_ATTR) is None:  # else stored by a tuner whose claim ended meanwhile
-                study.set_user_attr(META_ATTR, meta)
+    the first to describe the study. Of tuners making it at once, exactly one describes it: each stores it only
+    while it holds the study's description (``describing``), and only where no tuner before it did."""
+    if (stored := study.user_attrs.get(META_ATTR)) is not None:
+        return stored
+    with describing(study, settings):
+        if (stored := study.user_attrs.get(META_ATTR)) is None:  # else stored by a tuner that held it meanwhile
+            study.set_user_attr(META_ATTR, meta)
+            stored = meta
     return stored
+
+
+@contextmanager
+def describing(study: optuna.Study, settings: StudySettings) -> Iterator[None]:
+    """Hold, while inside, the right to write ``study``'s description (META), which a tuner reads, changes and writes
+    back: of two tuners changing it at once, the second reads what the first wrote, rather than writing over it. The
+    right is a claim (``_claim``) held with a heartbeat and ended however the holder ends; a tuner waits for the
+    claim of another to end (``_await_claim``: a holder no longer heard died, and its claim is ended)."""
+    name = f"{study.study_name}{_DESCRIBING}{study._study_id}"
+    while (claim := _claim(study, name)) is None:
+        _await_claim(study, name, poll_s=_DESCRIBED_POLL_S)
+    with _holding(study, claim, settings.heartbeat_s):
+        yield
 
 
 def _end_claim(study: optuna.Study, claim: int) -> None:

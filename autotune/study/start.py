@@ -3,9 +3,11 @@ sampler every study gets; one made with other settings is refused, naming what d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import warnings
+from dataclasses import fields
 from typing import Any
 
 import optuna
@@ -16,7 +18,7 @@ from autotune.measure.environment import describe_machine, machine_id
 from autotune.measure.warmup import WarmupPolicy
 from autotune.records import BASELINE_ATTR, MACHINE_ATTR, META_ATTR, on_machine
 from autotune.study.proposing import ProposingSampler
-from autotune.study.sharing import description, fail_interrupted_trials, fail_stale_trials, running_trials
+from autotune.study.sharing import describing, description, fail_interrupted_trials, fail_stale_trials, running_trials
 from autotune.study.storage import create_study, is_shared, opening
 
 _DIRECTIONS = {"throughput": "maximize", "peak_memory": "minimize"}
@@ -69,7 +71,7 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings, c
     ``sharing.description``), or in one that holds no measurement and no other tuner can join (its baseline failed:
     the user mends the config and runs again); refuse a stored one made with other settings; fail what a killed run
     left (on a shared storage, what a dead tuner left: the others' trials run on). The pipeline's ``code`` is
-    compared apart (``_edited``)."""
+    compared apart (``_check_code``), and the modules the study lacks added to it (``_add_code``)."""
     fingerprint = _fingerprint(meta)
     described = {**meta, "fingerprint": fingerprint, **({"code": code} if code else {})}
     if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's
@@ -94,20 +96,37 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings, c
             f"{'; '.join(differences[:4])}{'; …' if len(differences) > 4 else ''}{derived}; set them back, or pass "
             "study.name=NEW_NAME to start another study"
         )
-    measured_with = stored.get("code") or {}
-    if edited := _edited(measured_with, code):
+    _check_code(study, stored, code)
+    if not code.keys() <= (stored.get("code") or {}).keys():  # modules first read now, or a study from before
+        _add_code(study, code, settings)
+    if is_shared(settings.storage):
+        fail_stale_trials(study)
+    else:
+        fail_interrupted_trials(study, running_trials(study))
+
+
+def _check_code(study: optuna.Study, stored: dict[str, Any], code: dict[str, str]) -> None:
+    """Refuse the pipeline's ``code`` where a module the description ``stored`` measured was edited (``_edited``)."""
+    if edited := _edited(stored.get("code") or {}, code):
         raise StudyMismatchError(
             f"study.name: the code of the pipeline's modules changed since study '{study.study_name}' measured it "
             f"({', '.join(edited[:4])}{', …' if len(edited) > 4 else ''}): its figures are the old code's; pass "
             "study.name=NEW_NAME to measure the code as it is, or undo the edit (mode=report renders the study as "
             "stored)"
         )
-    if (known := {**code, **measured_with}) != measured_with:  # modules first read now, or a study from before
-        study.set_user_attr(META_ATTR, {**stored, "code": known})
-    if is_shared(settings.storage):
-        fail_stale_trials(study)
-    else:
-        fail_interrupted_trials(study, running_trials(study))
+
+
+def _add_code(study: optuna.Study, code: dict[str, str], settings: StudySettings) -> None:
+    """Add to the study's description the modules of ``code`` it lacks, checked against it as it is stored now. On a
+    shared storage, read and written while this tuner holds the description (``sharing.describing``): two tuners
+    joining at once each add to what the other wrote, and the second finds an edit of a module the first added.
+    A SQLite study has one tuner (``autotune/study/lock.py``), which writes alone."""
+    with describing(study, settings) if is_shared(settings.storage) else contextlib.nullcontext():
+        stored = study.user_attrs[META_ATTR]
+        _check_code(study, stored, code)
+        measured_with = stored.get("code") or {}
+        if (known := {**code, **measured_with}) != measured_with:
+            study.set_user_attr(META_ATTR, {**stored, "code": known})
 
 
 def _edited(stored: dict[str, str], now: dict[str, str]) -> list[str]:
@@ -171,10 +190,16 @@ def _differences(stored: dict[str, Any], now: dict[str, Any], prefix: str = "") 
     return found
 
 
+# The names of StudySettings' fields: one a description keeps at its top level (objectives) is set as study.NAME.
+_STUDY_KEYS = frozenset(field.name for field in fields(StudySettings))
+
+
 def _config_key(path: str) -> str:
     """The config key of a description's dotted ``path``: a pipeline's components are stored under "components", which
-    the user's keys do not name (``pipeline.model.channels``)."""
-    return "pipeline." + path.removeprefix("pipeline.components.") if path.startswith("pipeline.components.") else path
+    the user's keys do not name (``pipeline.model.channels``); a study's setting at the top level is under study."""
+    if path.startswith("pipeline.components."):
+        return "pipeline." + path.removeprefix("pipeline.components.")
+    return f"study.{path}" if path in _STUDY_KEYS else path
 
 
 def _fingerprint(meta: dict[str, Any]) -> str:
