@@ -7,6 +7,10 @@ Other storages are shared on purpose by the scale-out work and are not locked he
 
 A study's lock file is ``lock_file``; autotune before it locked ``DB.NAME.lock`` (``_legacy_file``), which a tuner
 also locks, so that a tuner of either version is refused while one of the other tunes the study.
+
+The lock files lie beside the database file as reached through each link to it (``_lock_places``): beside its
+resolved path, which every tuner of one file locks whichever link it was given, and beside the path as given, which
+autotune before locked alone, so that a tuner of that version given the same link is refused too.
 """
 
 from __future__ import annotations
@@ -32,11 +36,30 @@ from autotune.redact import redact_url
 @contextmanager
 def one_tuner(storage: str, name: str) -> Iterator[None]:
     """Hold study ``name`` in ``storage`` for this process; ConfigError naming ``study.name`` (and the holder's pid)
-    where another process holds it."""
+    where another process holds it. Its locks are taken in the order of ``_lock_places``, each at once or refused,
+    never waited for, so no two tuners wait on each other; two tuners of this autotune meet at the first."""
     database = sqlite_file(storage)
     if database is None:
         yield
         return
+    with contextlib.ExitStack() as held:
+        for place in _lock_places(database):
+            held.enter_context(_held_beside(place, storage, name))
+        yield
+
+
+def _lock_places(database: Path) -> list[Path]:
+    """The paths of ``database`` beside which a tuner locks its studies: where the file itself is a link, its resolved
+    path first, then the path as given; else the path as given alone (through a linked folder above it, the lock
+    files beside it are those beside the resolved path)."""
+    resolved = database.resolve()
+    return [database] if database.parent.resolve() / database.name == resolved else [resolved, database]
+
+
+@contextmanager
+def _held_beside(database: Path, storage: str, name: str) -> Iterator[None]:
+    """Hold study ``name``'s lock file beside ``database`` (``lock_file``), and its legacy one (``_legacy_held``),
+    while inside, writing this process's pid into it; ConfigError naming ``study.name`` where another holds either."""
     path = lock_file(database, name)
     with _locked(path, storage, name, fcntl.LOCK_EX) as handle:
         try:

@@ -88,6 +88,38 @@ def test_a_tuner_of_the_previous_version_and_this_one_never_tune_one_study_at_on
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "no lock file is left behind"
 
 
+def test_tuners_reaching_one_database_file_through_a_link_never_tune_one_study_at_once(tmp_path):
+    real, elsewhere = tmp_path / "real", tmp_path / "elsewhere"
+    real.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "autotune.db").symlink_to(real / "autotune.db")
+    direct, linked = f"sqlite:///{real}/autotune.db", f"sqlite:///{elsewhere}/autotune.db"
+    for first, second in ((linked, direct), (direct, linked)):
+        with one_tuner(first, "mine"), pytest.raises(ConfigError, match=r"^study.name: another autotune \(pid"):
+            with one_tuner(second, "mine"):
+                pass
+    # the previous version, given the link, locked beside it alone
+    with open(lock_file(elsewhere / "autotune.db", "mine"), "a+", encoding="utf-8") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242")
+        held.flush()
+        with pytest.raises(ConfigError, match=r"^study.name: another autotune \(pid 4242\)"):
+            with one_tuner(linked, "mine"):
+                pass
+    lock_file(elsewhere / "autotune.db", "mine").unlink()  # as that version leaves
+    assert [p.name for p in real.iterdir()] == [] and [p.name for p in elsewhere.iterdir()] == ["autotune.db"]
+
+
+def test_a_tuner_reaching_the_database_through_a_linked_folder_takes_its_lock_once(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    with one_tuner(f"sqlite:///{tmp_path}/linked/autotune.db", "mine"):
+        with pytest.raises(ConfigError, match=r"^study.name: another autotune \(pid \d+\) is tuning"):
+            with one_tuner(f"sqlite:///{tmp_path}/real/autotune.db", "mine"):
+                pass
+    assert not any((tmp_path / "real").iterdir()), "no lock file is left behind"
+
+
 def test_only_sqlite_files_are_locked(tmp_path):
     assert sqlite_file(f"sqlite:///{tmp_path}/a.db") == tmp_path / "a.db"
     assert sqlite_file("sqlite:///relative.db") == Path.cwd() / "relative.db"
