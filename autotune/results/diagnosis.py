@@ -77,11 +77,14 @@ CONTENTION_MIN_WINDOW_S = 0.5
 _CONVOLUTION_WORD = re.compile(r"conv(?:olution|[123]d)?")
 _PRODUCT_WORD = re.compile(r"(?:b?add)?b?mm|matmul|(?:bi|tri)?linear|einsum|attention|rnn|lstm|gru")
 # torch.compile's graphs: Inductor leaves matrix products and convolutions to aten's kernels, which the profiler
-# records as operators inside the graph's range; its own fused kernels (elementwise operators, normalisation,
-# reductions) record none, so their time is the range's own: operators' time of the memory-bound class, not host
-# overhead. (Under max-autotune, products Inductor writes as its own templates count there too: a profile cannot
-# tell them apart.)
+# records as operators inside the graph's range. Its own fused C++ kernels (elementwise operators, normalisation,
+# reductions) record none on a CPU, so their time is the range's own: operators' time of the memory-bound class, not
+# host overhead. Its Triton kernels are recorded by name on a GPU, their device time theirs (``_COMPILED_KERNEL``).
 _COMPILED_GRAPH = re.compile(r"CompiledFxGraph")
+# Inductor's kernels recorded under their own names (triton_* on a GPU, cpp_fused_* where its C++ kernel profiling is
+# on): told by the words of the name as an operator is, triton_tem_fused_mm_0 (a max-autotune template) a product,
+# triton_poi_fused_add_relu_0 memory traffic. A Triton kernel's host time is its launch: overhead.
+_COMPILED_KERNEL = re.compile(r"(?:triton|cpp_fused)_")
 # Random number generation (dropout's masks) is arithmetic too on a CPU, not memory traffic: on one thread of the
 # 2-core EPYC of docs/profile.md, bernoulli_ wrote 0.3 GB/s (12 ns an element) where a copy of the same tensors
 # (1 to 16 MB) moved 10 to 40 GB/s. (On a GPU, counter-based generators keep pace with memory: not counted there.)
@@ -168,9 +171,14 @@ def figures(result: ProfileResult) -> Figures:
 
 
 def classified_operators(ops: OperatorProfile) -> list[OperatorStat]:
-    """The operators of the training step whose time the rules split into arithmetic and memory traffic: aten's, and
-    compiled graphs' own (``_COMPILED_GRAPH``: Inductor's fused kernels, of the memory-bound class)."""
-    return [op for op in ops.step_operators if op.name.startswith("aten::") or _COMPILED_GRAPH.search(op.name)]
+    """The operators of the training step whose time the rules split into arithmetic and memory traffic: aten's,
+    compiled graphs' own (``_COMPILED_GRAPH``: Inductor's fused kernels, of the memory-bound class) and Inductor's
+    kernels recorded by name (``_COMPILED_KERNEL``)."""
+    return [
+        op
+        for op in ops.step_operators
+        if op.name.startswith("aten::") or _COMPILED_GRAPH.search(op.name) or _COMPILED_KERNEL.match(op.name)
+    ]
 
 
 def _overhead_of(op: OperatorStat, small: float) -> float:
@@ -178,7 +186,7 @@ def _overhead_of(op: OperatorStat, small: float) -> float:
     graph's (``_COMPILED_GRAPH``: its kernels' work); for one whose typical call is ``small``, its calls at that
     typical cost (a few heavy calls among many tiny ones, an add_ on activations among an optimizer's on scalars, are
     work, not overhead); none for the rest."""
-    if _COMPILED_GRAPH.search(op.name):
+    if _COMPILED_GRAPH.search(op.name) or op.name.startswith("cpp_fused_"):
         return 0.0
     if not op.name.startswith("aten::"):
         return op.self_cpu_s
@@ -194,8 +202,7 @@ def is_compute_operator(name: str, device: str) -> bool:
 
 
 def is_convolution(name: str) -> bool:
-    """Whether operator ``name`` is a convolution (``aten::conv2d``, ``aten::cudnn_convolution``,
-    ``mkldnn::_convolution_pointwise``, as a compiled graph calls it)."""
+    """Whether operator ``name`` is a convolution (``aten::conv2d``, ``aten::cudnn_convolution``)."""
     return any(_CONVOLUTION_WORD.fullmatch(word) for word in _words(name))
 
 
@@ -205,10 +212,12 @@ def _is_product(name: str) -> bool:
 
 
 def _words(name: str) -> list[str]:
-    """The words of operator ``name`` after its namespace ("aten::_conv_depthwise2d" → conv, depthwise2d); none for
-    a name without a namespace, which is a range recorded around operators, not one."""
+    """The words of operator ``name`` after its namespace ("aten::_conv_depthwise2d" → conv, depthwise2d), or of an
+    Inductor kernel's name (``_COMPILED_KERNEL``); none for another name without a namespace, which is a range
+    recorded around operators, not one."""
     _, namespace, operator = name.lower().rpartition("::")
-    return [word for word in operator.split("_") if word] if namespace else []
+    named = namespace or _COMPILED_KERNEL.match(name)
+    return [word for word in operator.split("_") if word] if named else []
 
 
 def rules(result: ProfileResult) -> list[Rule]:

@@ -255,12 +255,14 @@ def _saturated_step(result: ProfileResult, found: Figures, saved_s: float, cpu_c
     """The step where workers and training saturate the ``cpu_count`` cores, had loading a batch cost ``saved_s``
     less: the cores do loading's work and training's, so it shortens in proportion to the work saved; but no shorter
     than training's work alone (its part of the cores' time) spread over the cores its compute threads can use (all
-    of them in a profile without the reading), as loading that cost nothing would leave it."""
+    of them in a profile without the reading), as loading that cost nothing would leave it, and which is no longer than
+    training took with loading beside it (where workers take more of the cores than loading's time says, the share
+    overstates training's)."""
     rest = found.loop_s - found.wait_s
     demand = found.loading_s + rest
     threads = result.cpu.threads if result.cpu is not None else cpu_count
     training_alone = found.loop_s * rest / demand * cpu_count / min(max(threads, 1), cpu_count)
-    return max(found.loop_s * (demand - saved_s) / demand, training_alone)
+    return max(found.loop_s * (demand - saved_s) / demand, min(training_alone, rest))
 
 
 def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]) -> list[Advice]:
@@ -574,7 +576,7 @@ def _amp_action(result: ProfileResult, tried: Tried | None) -> str:
     else bf16, or fp16 on a GPU without it (a profile without a study cannot tell which GPU it ran on)."""
     measured = tried.values.get("amp", []) if tried is not None else []
     if result.operators.device == "cuda" and "fp16" in measured and "bf16" not in measured:
-        return "set amp=fp16 (this GPU's study measured fp16, not bf16)"
+        return "set amp=fp16 (the study measured fp16, not bf16)"
     return "set amp=bf16 (fp16 on GPUs without bf16)"
 
 

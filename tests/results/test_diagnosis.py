@@ -214,6 +214,19 @@ def test_a_compiled_graphs_own_time_is_its_fused_kernels_memory_traffic_not_host
     assert verdict(compiled)[0] == MEMORY_BOUND, "not host-overhead-bound, nor compute-bound on its products alone"
 
 
+def test_inductors_kernels_recorded_by_name_on_a_gpu_are_told_by_their_names_words_and_their_launch_is_overhead():
+    # On a GPU each Triton kernel is recorded under its name, its device time its own: a max-autotune template's
+    # matrix product is arithmetic, a fused pointwise kernel memory traffic.
+    result = profile_result(wait_share=0.1, device_busy=0.9)
+    mm, add, view = result.operators.step_operators
+    template = OperatorStat("triton_tem_fused_mm_0", 10, 1e-5, mm.self_device_s)
+    pointwise = OperatorStat("triton_poi_fused_add_relu_1", 10, 1e-5, add.self_device_s)
+    compiled = replace(result, operators=replace(result.operators, step_operators=[view, template, pointwise]))
+    assert figures(compiled).compute_share == pytest.approx(figures(result).compute_share)
+    launches = 2e-5 / result.operators.step_s
+    assert figures(compiled).overhead_share == pytest.approx(figures(result).overhead_share + launches)
+
+
 @pytest.mark.parametrize(
     ("name", "arithmetic"),
     [

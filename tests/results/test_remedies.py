@@ -484,11 +484,23 @@ def test_where_saturated_cores_are_freed_training_takes_no_less_than_its_work_on
     assert decode_gain(threads=2) == pytest.approx(0.257 / (0.257 - 0.096)), "on both cores: in proportion"
 
 
+def test_where_workers_take_more_of_the_cores_than_loadings_time_says_cheaper_loading_still_gains():
+    # 16 saturated cores, training on one thread: loading's 300 ms a batch against training's 90 ms puts training's
+    # share of the cores' time above the 90 ms it took beside loading, a floor over the step measured.
+    functions = [hot("PIL.ImageFile.load", 0.6), hot("numpy.asarray", 0.4)]
+    saturated = profile_result(wait_share=0.1, loading_s=0.3, num_workers=8, functions=functions)
+    busy = CpuLoad(SystemReport(99.0, [99.0] * 16, 15.9), threads=1)
+    result = replace(saturated, cpu=busy)
+    advice = advise(result, verdict(result)[0], {**KNOBS, "num_workers": 8}, 16, None)
+    assert next(a.gain for a in advice if a.location) > 1.0
+
+
 def test_on_a_gpu_whose_study_measured_fp16_and_no_bf16_the_amp_advice_sets_fp16_and_reads_what_it_measured():
     result = profile_result(wait_share=0.0, device_busy=0.9)
     fp16_only = Tried("s", {"amp": ["off", "fp16"]}, {"amp": "fp16"})
     (amp,) = [a for a in advise(result, COMPUTE_BOUND, KNOBS, 8, fp16_only) if a.knob == "amp"]
-    assert amp.action.startswith("set amp=fp16") and amp.tried == "the tuner recommends amp=fp16 (study 's')"
+    assert amp.action == "set amp=fp16 (the study measured fp16, not bf16)"
+    assert amp.tried == "the tuner recommends amp=fp16 (study 's')"
     both = Tried("s", {"amp": ["off", "bf16", "fp16"]}, {"amp": "bf16"})
     (amp,) = [a for a in advise(result, COMPUTE_BOUND, KNOBS, 8, both) if a.knob == "amp"]
     assert amp.action.startswith("set amp=bf16") and amp.tried == "the tuner recommends amp=bf16 (study 's')"
