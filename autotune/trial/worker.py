@@ -159,8 +159,10 @@ def training_device(name: str) -> torch.device:
 
 def _progress_writer(path: Path | None, after_s: float, compiling: bool):
     """A function that appends the window's progress to ``path``, every 0.5 s once the window is ``after_s`` old
-    (with the compile time, so that a trial pruned before its end still reports it)."""
-    last = [0.0]
+    (with the compile time, so that a trial pruned before its end still reports it), where it holds steps the last
+    point did not: a window of whole epochs is judged only at an epoch's end (``progress_to_judge``), and the tuner
+    reports each point to Optuna by its steps, which takes a step once."""
+    last, written = [0.0], [0]
 
     def report(prof: Profiler) -> None:
         # Called after every step, inside the timed window: all but this clock check runs at most every 0.5 s.
@@ -169,8 +171,9 @@ def _progress_writer(path: Path | None, after_s: float, compiling: bool):
             return
         last[0] = now
         progress = prof.recorder.progress_to_judge(compiling)
-        if progress is None or progress.elapsed_s < after_s:
+        if progress is None or progress.elapsed_s < after_s or progress.steps == written[0]:
             return
+        written[0] = progress.steps
         with open(path, "a", encoding="utf-8") as out:
             point = {"steps": progress.steps, "throughput": progress.throughput, "compile_s": progress.compile_s}
             out.write(json.dumps(point) + "\n")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 from autotune.measure.profiler import Profiler
-from autotune.measure.recorder import DONE, StepRecorder, WindowPlan
+from autotune.measure.recorder import DONE, Progress, StepRecorder, WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.setup import ScaleReading
+from autotune.trial import worker
 from autotune.trial.result import LossCheck
 from autotune.trial.worker import _skipped_steps, measure_training, run_request
 from tests.conftest import trial_request
@@ -57,3 +60,15 @@ def test_the_steps_a_window_left_out_of_its_start_are_not_counted_as_its_optimiz
     start, end = ScaleReading(2.0**16, steps=10), ScaleReading(2.0**15, steps=110)
     check, problem = _skipped_steps(LossCheck(first_loss=1.0), start, end, left_out=10)
     assert (check.optimizer_steps, check.skipped_steps, problem) == (90, 0, None)
+
+
+def test_a_progress_point_is_written_only_where_it_holds_steps_the_last_did_not(tmp_path, monkeypatch):
+    # A window of whole epochs is judged at an epoch's end only: Optuna takes a step once and warns at a repeat.
+    monkeypatch.setattr(worker, "_PROGRESS_INTERVAL_S", 0.0)
+    judged = [Progress(20, 2.0, 10.0), Progress(20, 2.0, 10.0), Progress(40, 4.0, 10.0)]
+    prof = SimpleNamespace(recorder=SimpleNamespace(progress_to_judge=lambda compiling: judged.pop(0)))
+    path = tmp_path / "progress.jsonl"
+    report = worker._progress_writer(path, after_s=1.0, compiling=False)
+    for _ in range(3):
+        report(prof)
+    assert [json.loads(line)["steps"] for line in path.read_text().splitlines()] == [20, 40]
