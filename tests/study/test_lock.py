@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import subprocess
 import sys
@@ -70,13 +71,20 @@ def test_studies_whose_names_make_one_file_name_are_locked_apart(tmp_path):
         pass
 
 
-def test_a_tuner_of_the_previous_version_and_this_one_never_tune_one_study_at_once(tmp_path):
-    """That version locked ``DB.NAME.lock`` alone, exclusively."""
-    storage, previous = f"sqlite:///{tmp_path}/autotune.db", tmp_path / "autotune.db.my_study.lock"
-    with open(previous, "a+", encoding="utf-8") as held:
+@contextlib.contextmanager
+def _held_by_pid_4242(path):
+    """``path`` locked as a tuner of pid 4242 holds its lock file."""
+    with open(path, "a+", encoding="utf-8") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("4242")
         held.flush()
+        yield
+
+
+def test_a_tuner_of_the_previous_version_and_this_one_never_tune_one_study_at_once(tmp_path):
+    """That version locked ``DB.NAME.lock`` alone, exclusively."""
+    storage, previous = f"sqlite:///{tmp_path}/autotune.db", tmp_path / "autotune.db.my_study.lock"
+    with _held_by_pid_4242(previous):
         with pytest.raises(ConfigError, match=r"^study.name: another autotune \(pid 4242\) is tuning study 'my study'"):
             with one_tuner(storage, "my study"):
                 pass
@@ -99,10 +107,7 @@ def test_tuners_reaching_one_database_file_through_a_link_never_tune_one_study_a
             with one_tuner(second, "mine"):
                 pass
     # the previous version, given the link, locked beside it alone
-    with open(lock_file(elsewhere / "autotune.db", "mine"), "a+", encoding="utf-8") as held:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        held.write("4242")
-        held.flush()
+    with _held_by_pid_4242(lock_file(elsewhere / "autotune.db", "mine")):
         with pytest.raises(ConfigError, match=r"^study.name: another autotune \(pid 4242\)"):
             with one_tuner(linked, "mine"):
                 pass
