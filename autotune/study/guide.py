@@ -19,8 +19,8 @@ model step the probe read faster but within its noise is no candidate (``ProbeMo
 best, as a cheap untimed knob's first twin is, where no measured configuration holds it yet, and on the best the search
 converged to, after its neighbouring batch sizes. A configuration that needs no less memory than one that ran out (in
 the probe or a trial: ``space.needs_no_less_memory``) is never proposed, nor one with workers after an exception in a
-DataLoader worker while none with workers ran (``space.ruled_out``), nor one whose model step setting raised in the
-probe (``ProbeModel.raised``): its trial would fail the same way.
+DataLoader worker while none with workers ran (``space.ruled_out``), nor one whose loader or model step setting raised
+in the probe (``ProbeModel.raised``): its trial would fail the same way.
 
 This is how the search uses the structure of the problem rather than only black-box sampling: the first
 trials are the predicted best, every measurement corrects the predictions of its neighbours, and the search
@@ -74,11 +74,13 @@ class Guide:
         worthwhile twins by an untimed knob (such a twin's prediction is unknown until one of its kind is
         measured); else None. ``measured`` holds the keys (``config_key``) of every configuration measured or
         failed, so none is proposed twice; none that one of ``failed`` rules out (``ruled_out``: out of memory,
-        a failure in a DataLoader worker), or whose model step raised in the probe, is proposed at all."""
+        a failure in a DataLoader worker), or whose loader or model step setting raised in the probe, is proposed
+        at all."""
 
         def may_measure(knobs: dict[str, Any]) -> bool:
             # A trial is not spent on a failure already known: out of memory (bounded by memory), one in a DataLoader
-            # worker, or the probe's model step raising at this very setting (a forward that rejects the batch size).
+            # worker, or the probe's loader or model step raising at this very setting (a stream too short for a
+            # batch in each worker, a forward that rejects the batch size).
             return (
                 config_key(knobs) not in measured
                 and ruled_out(knobs, failed) is None
@@ -148,10 +150,11 @@ class Guide:
 
     @cached_property
     def candidates(self) -> list[dict[str, Any]]:
-        """Every configuration worth predicting: loader and compute knobs varied (a compute knob's value only where
-        the probe told it apart from the anchor's, ``ProbeModel.told_apart``), every untimed value, worker options
-        at their preferred values; none whose compute threads oversubscribe the cores where the space holds the same
-        with fewer threads (``_fewer_threads``: that one instead)."""
+        """Every configuration worth predicting, once each: loader and compute knobs varied (a compute knob's value
+        only where the probe told it apart from the anchor's, ``ProbeModel.told_apart``), every untimed value, worker
+        options at their preferred values; none whose compute threads oversubscribe the cores where the space holds
+        the same with fewer threads (``_fewer_threads``): that one instead, unless its thread count is a candidate
+        value of its own (it is then among the configurations already)."""
         anchor = {**anchor_knobs(self.space, self.baseline), **self._held}
         values_of = {
             name: [
@@ -162,18 +165,20 @@ class Guide:
             for name, values in self.space.candidates.items()
         }
         varied = [name for name in (*LOADER_KNOBS, *COMPUTE_KNOBS, *UNTIMED_KNOBS) if len(values_of[name]) > 1]
-        found = []
+        found: dict[str, dict[str, Any]] = {}
         for values in itertools.product(*(values_of[name] for name in varied)):
             knobs = {**anchor, **dict(zip(varied, values, strict=True))}
             if knobs["num_workers"] > 0:
                 knobs.update({name: worker_option(self.space, name) for name in WORKER_OPTIONS})
             if (fewer := self._fewer_threads(knobs)) is not None:
-                if "num_threads" in varied:
+                if fewer["num_threads"] in values_of["num_threads"]:
                     continue  # the same with fewer threads is a candidate of its own
-                knobs = fewer  # threads held (none told apart): as many as the workers leave cores free cost nothing
+                # A thread count the probe did not tell apart from the anchor's is no candidate, yet as many threads
+                # as the workers leave cores free cost nothing beside them: this form stands for the oversubscribed.
+                knobs = fewer
             if knobs != self.baseline and self.space.contains(knobs):
-                found.append(knobs)
-        return found
+                found.setdefault(config_key(knobs), knobs)
+        return list(found.values())
 
     def _fewer_threads(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
         """``knobs`` with only the compute threads its workers leave cores free, where it asks for more and the

@@ -129,6 +129,30 @@ def test_a_batch_size_whose_model_step_raised_in_the_probe_is_never_proposed():
     assert all(knobs["batch_size"] != 128 for knobs in proposed)
 
 
+def test_a_loader_setting_that_raised_in_the_probe_is_never_proposed():
+    # A stream that splits itself across workers: with 2 workers each holds too few samples for a batch of 128, so
+    # the probe's DataLoader at (128, 2 workers) raised. Batch 128 with 2 workers was proposed as the best's batch
+    # neighbour all the same, to fail the same way; without workers it loads, and is still checked.
+    space = SearchSpace({name: {**VARIED, "batch_size": [16, 32, 128]}.get(name, [FIXED[name]]) for name in KNOBS})
+    plan = probe_plan(space, BASELINE)
+    no_batch = plan.loaders.index({"batch_size": 128, "num_workers": 2})
+    error = "ValueError: the DataLoader yields no batch; cannot time it"
+    result = ProbeResult(
+        [None if i == no_batch else loader_rate(s) for i, s in enumerate(plan.loaders)],
+        [compute_rate(k) for k in plan.computes],
+        failed=[ProbeFailure("loader", no_batch, error)],
+    )
+    g = Guide(ProbeModel(plan, result), space, BASELINE)
+    best = observed(g, WORKERS_BEST, ratio=2.0)
+    observations = [observed(g, BASELINE), best, Observation({**BASELINE, "batch_size": 32}, 1.0)]
+    proposed = []
+    while (proposal := g.propose(observations, {config_key(o.knobs) for o in observations}, [])) is not None:
+        proposed.append(proposal.knobs)
+        observations.append(Observation(proposal.knobs, 1.0))
+    assert {**WORKERS_BEST, "batch_size": 16} in proposed, "the smaller neighbour is still checked"
+    assert not any(k["batch_size"] == 128 and k["num_workers"] == 2 for k in proposed)
+
+
 def test_the_best_to_beat_must_be_feasible():
     g = guide()
     over_budget = observed(g, WORKERS_BEST, ratio=2.0, feasible=False)
@@ -465,3 +489,25 @@ def test_workers_beyond_the_cores_are_proposed_only_where_the_probe_read_loading
     # their quarter-second timings count only where loading waits.
     on_gpu = Guide(ProbeModel(plan, quiet, device="cuda", host_cores=2), space, BASELINE)
     assert propose(on_gpu, observed(on_gpu, BASELINE))[0]["num_workers"] == workers
+
+
+def test_threads_the_workers_leave_free_are_a_candidate_where_that_count_was_not_told_apart():
+    # 4 cores, the baseline at torch's default (4 threads). The model step runs 2x slower at 1 thread and alike at 2
+    # and 4, so 2 threads is no candidate of its own; a worker loads 500 samples/s. With 2 workers, 4 threads take the
+    # 2 cores left free: that form was dropped for a "candidate of its own" that was none, and the search converged
+    # at 500 with 2 workers and 1 thread, short of the 1000 that 2 workers and 2 threads give.
+    varied = {"batch_size": [16], "num_workers": [0, 1, 2, 4], "num_threads": [1, 2, None]}
+    space = SearchSpace({name: varied.get(name, [FIXED[name]]) for name in KNOBS})
+    baseline = {**BASELINE, "num_threads": None}
+    plan = probe_plan(space, baseline)
+    loading = [500.0 * max(s["num_workers"], 1) for s in plan.loaders]
+    result = ProbeResult(loading, [500.0 if k["num_threads"] == 1 else 1000.0 for k in plan.computes])
+    g = Guide(ProbeModel(plan, result, cores=4), space, baseline)
+    assert not g.probe_model.told_apart("num_threads", 2) and g.probe_model.told_apart("num_threads", 1)
+    two_workers = {**baseline, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "num_threads": 2}
+    assert two_workers in g.candidates
+    assert len({config_key(k) for k in g.candidates}) == len(g.candidates), "each configuration once"
+    observations = [observed(g, baseline)]
+    while (proposal := g.propose(observations, {config_key(o.knobs) for o in observations}, [])) is not None:
+        observations.append(observed(g, proposal.knobs))
+    assert max(o.throughput for o in observations) == pytest.approx(1000.0)
