@@ -18,9 +18,9 @@ drift taken out), and a value whose effect lies within the noise those timings s
 (``ProbeModel.told_apart``; the guide measures it once, on the best, where it reads faster). torch.compile is not probed
 (one compile costs more than the whole probe): the guide tries it on the best configuration found, where the model step
 limits throughput. A setting that ran out of memory in the probe predicts nothing: no configuration that needs it is
-predicted. One that raised predicts nothing either, and a configuration whose model step is that very setting, or of a
-batch size at which every setting raised (``ProbeModel.raised``), would raise the same in a trial: the guide does not
-propose it."""
+predicted. One that raised predicts nothing either, and a configuration whose loader or model step is that very
+setting, or of a batch size at which every model step setting raised (``ProbeModel.raised``), would raise the same in a
+trial: the guide does not propose it."""
 
 from __future__ import annotations
 
@@ -359,12 +359,26 @@ class ProbeModel:
         return self.result.compute_throughputs[self.plan.computes.index(knobs)] is not None
 
     def raised(self, knobs: dict[str, Any]) -> str | None:
-        """The error the probe's model step raised with ``knobs``' own setting, where it timed that exact setting
-        (every knob equal but the workers and their options, ``_LOADING_ONLY``) and it raised, or where every setting
-        it timed at ``knobs``' batch size raised (a forward that rejects the batch, whatever else is set); else None.
-        A trial of ``knobs`` would raise the same. Out of memory is not counted here: ``ProbeRecord.out_of_memory``
-        bounds every configuration needing no less memory."""
-        return self._raised.get(_step_key(knobs)) or self._raised_at_batch.get(knobs["batch_size"])
+        """The error the probe raised with ``knobs``' own loader setting (its batch size and workers: a stream that
+        gives each worker too few samples for a batch), or its own model step setting, where it timed that exact
+        setting (every knob equal but the workers and their options, ``_LOADING_ONLY``) and it raised, or where every
+        model step setting it timed at ``knobs``' batch size raised (a forward that rejects the batch, whatever else
+        is set); else None. A trial of ``knobs`` would raise the same. Out of memory is not counted here:
+        ``ProbeRecord.out_of_memory`` bounds every configuration needing no less memory."""
+        return (
+            self._loader_raised.get(_loader_key(knobs))
+            or self._raised.get(_step_key(knobs))
+            or self._raised_at_batch.get(knobs["batch_size"])
+        )
+
+    @cached_property
+    def _loader_raised(self) -> dict[tuple[int, int], str]:
+        """The loader settings that raised, by ``_loader_key``: their error."""
+        return {
+            _loader_key(self.plan.loaders[entry.index]): entry.message
+            for entry in self.result.failed
+            if entry.half == "loader"
+        }
 
     @cached_property
     def _failed(self) -> dict[int, str]:
@@ -389,6 +403,11 @@ class ProbeModel:
 def _bound(false_alarm: float) -> float:
     """How many standard deviations a normal reading strays beyond, either way, at the rate ``false_alarm``."""
     return statistics.NormalDist().inv_cdf(1 - false_alarm / 2)
+
+
+def _loader_key(knobs: dict[str, Any]) -> tuple[int, int]:
+    """The identity of ``knobs``' loader setting as the probe times it (``ProbePlan.loaders``)."""
+    return knobs["batch_size"], knobs["num_workers"]
 
 
 def _step_key(knobs: dict[str, Any]) -> str:

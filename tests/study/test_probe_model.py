@@ -93,6 +93,22 @@ def test_a_configuration_of_a_batch_size_at_which_every_probed_model_step_raised
     assert one_ran.raised(two_changes) is None, "a setting at batch 32 ran: the others may too"
 
 
+def test_a_configuration_raised_where_the_probe_saw_its_loader_setting_raise():
+    plan = probe_plan(SPACE, BASELINE)
+    no_batch = plan.loaders.index({"batch_size": 32, "num_workers": 2})
+    error = "ValueError: the DataLoader yields no batch; cannot time it"
+    result = ProbeResult(
+        [None if i == no_batch else loader_rate(s) for i, s in enumerate(plan.loaders)],
+        [compute_rate(k) for k in plan.computes],
+        failed=[ProbeFailure("loader", no_batch, error)],
+    )
+    s = ProbeModel(plan, result)
+    with_workers = {**BASELINE, "batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    assert s.raised(with_workers) == s.raised({**with_workers, "amp": "bf16", "prefetch_factor": 4}) == error
+    assert s.raised({**with_workers, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None}) is None
+    assert s.raised({**with_workers, "batch_size": 16}) is None
+
+
 def bf16_pays_at_batch_32(knobs):
     rate = 200.0 * (1.5 if knobs["batch_size"] == 32 else 1.0)
     return rate * ({16: 0.8, 32: 1.4}[knobs["batch_size"]] if knobs["amp"] == "bf16" else 1.0)
