@@ -25,9 +25,14 @@ class NumThreadsKnob(Knob):
         return None if value is None else parse_int(value, minimum=1)
 
     def default_candidates(self, ctx: SearchContext) -> list[int]:
-        """Powers of two up to the usable cores, and the core count itself."""
-        powers = {2**k for k in range(ctx.cpu_count.bit_length())}
-        return sorted(powers | {ctx.cpu_count})
+        """Powers of two up to the usable cores, the core count itself, and the baseline's count where it sets one
+        worth a search (``wasteful_reason``): the probe times the model step around the baseline's own settings
+        where the space holds them, so its timings bound the baseline's."""
+        counts = {2**k for k in range(ctx.cpu_count.bit_length())} | {ctx.cpu_count}
+        baseline = ctx.baseline.get(self.name)
+        if isinstance(baseline, int) and baseline >= 1 and self.wasteful_reason(baseline, ctx) is None:
+            counts.add(baseline)
+        return sorted(counts)
 
     def wasteful_reason(self, value: int | None, ctx: SearchContext) -> str | None:
         if value is not None and value > THREADS_A_CORE * ctx.cpu_count:
