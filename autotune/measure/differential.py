@@ -72,18 +72,30 @@ def step_throughput(
     warmup_steps: int,
     min_steps: int,
     clock: Callable[[], float] = time.perf_counter,
+    step_multiple: int = 1,
 ) -> float:
     """Samples per second of ``step()`` (one training step on a batch already on the device), run back to
     back after ``warmup_steps`` untimed steps, for at least ``seconds`` and ``min_steps`` steps. On a GPU the steps
-    queue up as in a training loop; the device is waited for only at the two ends."""
-    for _ in range(warmup_steps):
+    queue up as in a training loop; the device is waited for only at the two ends.
+
+    Under gradient accumulation a step is a micro-batch and ``step_multiple`` of them make one optimizer step, taken
+    with the last (``step`` starts at the first of a cycle): the warm-up and the timed steps are then each whole
+    cycles, so the timing holds as many optimizer steps as training does for its micro-batches (a few micro-batches
+    timed alone, without one, would read too fast), and the warm-up takes the first, which sets up the optimizer's
+    state."""
+    for _ in range(_whole_cycles(warmup_steps, step_multiple)):
         step()
     synchronize(device)
     start = clock()
     steps, elapsed = 0, 0.0
-    while steps < min_steps or elapsed < seconds:
+    while steps < min_steps or elapsed < seconds or steps % step_multiple:
         step()
         steps += 1
         elapsed = clock() - start
     synchronize(device)
     return steps * samples_per_step / (clock() - start)
+
+
+def _whole_cycles(steps: int, step_multiple: int) -> int:
+    """``steps`` rounded up to whole cycles of ``step_multiple`` steps."""
+    return -(-steps // step_multiple) * step_multiple

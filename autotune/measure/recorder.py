@@ -153,7 +153,8 @@ class StepRecorder:
         self._trimmed = 0  # the window's first steps left out, to start it just after a stall
         self._ends_on_epochs = False  # whether the window is to end on whole epochs' steps
         self._epochs = 0  # the whole epochs' steps it ended on (0: it ended otherwise)
-        self._at_last_epoch: Progress | None = None  # a window of whole epochs at its last whole epoch's end
+        self._judged_every = 1  # the steps of the window's whole parts: an epoch's, an optimizer step's, or one
+        self._at_last_whole: tuple[int, int, float] | None = None  # (steps, samples, seconds) at its last one's end
 
     @property
     def done(self) -> bool:
@@ -216,6 +217,7 @@ class StepRecorder:
             self._warmup_compile_s = excess_time(self.warmup_times, self.settled_step_s)
             self._long_wait_s = STALL * self.settled_step_s if self.settled_step_s > 0 else math.inf
             self._ends_on_epochs = self.plan.whole_epochs(self.warmup_times[1:]) > 0
+            self._judged_every = self.plan.epoch_steps if self._ends_on_epochs else self.plan.step_multiple
 
     def _end_drain_step(self, now: float) -> None:
         self._drain_times.append(now - self._step_start)
@@ -235,8 +237,8 @@ class StepRecorder:
         if ready - self._step_start > self._long_wait_s:
             self._waited.append((len(self._samples) - 1, ready - self._step_start, now))
         elapsed, steps, plan = now - self.window_start, len(self._samples), self.plan
-        if self._ends_on_epochs and steps % plan.epoch_steps == 0:
-            self._at_last_epoch = _progress(steps, self._window_samples, elapsed)
+        if steps % self._judged_every == 0:  # kept cheap: it runs inside the window
+            self._at_last_whole = (steps, self._window_samples, elapsed)
         if steps % plan.step_multiple:
             return
         if elapsed >= plan.max_time_s:
@@ -281,6 +283,7 @@ class StepRecorder:
             del steps[:kept]
         self._window_samples = sum(self._samples)
         self.window_start, self._trimmed = ended, kept
+        self._at_last_whole = (len(self._samples), self._window_samples, self.window_end - ended)
 
     @property
     def trimmed_steps(self) -> int:
@@ -300,14 +303,16 @@ class StepRecorder:
         )
 
     def progress_to_judge(self, compiling: bool = False) -> Progress | None:
-        """``progress`` over the part of the window so far that can be judged (pruning): in a window of whole epochs,
-        up to the end of its last whole epoch's steps (None before the first). Whole epochs' steps, wherever they
-        start, hold one epoch start an epoch, as the finished window does; the steps past them hold such a start (a
-        stall) or not by where the window began, so a figure over them too reads high or low by chance: one just
-        past a stall, a fraction of the loop's speed."""
-        if not self._ends_on_epochs:
-            return self.progress(compiling)
-        return self._with_compile(self._at_last_epoch, compiling) if self._at_last_epoch else None
+        """``progress`` over the part of the window so far that can be judged (pruning): up to the end of its last
+        whole part (None before the first), of an epoch's steps in a window of whole epochs, of an optimizer step's
+        micro-batches under gradient accumulation, else of one step. Whole epochs' steps, wherever they start, hold
+        one epoch start an epoch, as the finished window does; the steps past them hold such a start (a stall) or not
+        by where the window began, so a figure over them too reads high or low by chance: one just past a stall, a
+        fraction of the loop's speed. Likewise micro-batches past the last whole optimizer step hold no optimizer
+        step, and read fast."""
+        if self._at_last_whole is None:
+            return None
+        return self._with_compile(_progress(*self._at_last_whole), compiling)
 
     def _with_compile(self, progress: Progress, compiling: bool) -> Progress:
         """``progress`` with the warm-up's compile time where ``compiling``."""

@@ -134,9 +134,18 @@ def _time_loader(pipeline: Pipeline, setting: dict[str, Any], seconds: float) ->
 def _time_compute(
     pipeline: Pipeline, knobs: dict[str, Any], batch: Any, device: torch.device, plan: ProbePlan, effective: int | None
 ) -> float:
-    """The model step alone with ``knobs``, on a copy of the model so settings do not leak between runs."""
+    """The model step alone with ``knobs``, on a copy of the model so settings do not leak between runs; with
+    micro-batches accumulated up to ``effective``, over whole optimizer steps (the fresh trainer starts a cycle)."""
     fresh = replace(pipeline, model=copy.deepcopy(pipeline.model))
     trainer = Trainer(fresh, knobs, device, effective)
     on_device = trainer.to_device(batch)
     step = partial(trainer.train_step, on_device)
-    return step_throughput(step, knobs["batch_size"], device, plan.seconds, plan.warmup_steps, plan.min_steps)
+    return step_throughput(
+        step,
+        knobs["batch_size"],
+        device,
+        plan.seconds,
+        plan.warmup_steps,
+        plan.min_steps,
+        step_multiple=trainer.accumulation_steps,
+    )

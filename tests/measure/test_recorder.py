@@ -120,6 +120,24 @@ def test_a_window_of_accumulated_micro_batches_ends_on_a_whole_optimizer_step(en
     assert timing.steps == 8, "two whole optimizer steps of four micro-batches, not five micro-batches"
 
 
+def test_an_accumulating_window_is_judged_over_its_whole_optimizer_steps_so_far():
+    # Accumulation 4: three micro-steps of 10 ms, then one of 30 ms that also steps the optimizer. A figure read
+    # after a micro-step short of a whole optimizer step leaves the long one out, or holds one more, by chance.
+    clock = FakeClock()
+    plan = WindowPlan(min_steps=100, min_time_s=0.0, max_time_s=100.0, warmup=FAST_WARMUP, step_multiple=4)
+    recorder, judged = StepRecorder(plan, clock), []
+    pattern = itertools.cycle([(0.0, 0.0, 0.01)] * 3 + [(0.0, 0.0, 0.03)])
+    recorder.start()
+    for data_s, transfer_s, compute_s in itertools.islice(pattern, 80):
+        clock.now += data_s + transfer_s + compute_s
+        recorder.step_done(32)
+        if recorder.progress() is not None:
+            judged.append(recorder.progress_to_judge())
+    assert judged[:3] == [None] * 3, "no whole optimizer step yet"
+    assert {judge.steps for judge in judged[3:]} == set(range(4, len(judged) + 1, 4))
+    assert all(judge.throughput == pytest.approx(4 * 32 / 0.06) for judge in judged[3:])
+
+
 def test_a_noise_free_accumulating_loop_has_a_point_interval():
     # Accumulation 4: every fourth micro-step also steps the optimizer. Blocks of 5 or 6 micro-steps would hold one
     # or two optimizer steps, and the interval would come from where their boundaries fall (1831-2511 samples/s).
@@ -245,6 +263,7 @@ def test_the_steps_left_out_of_a_window_to_start_it_after_a_stall_are_counted(lo
     recorder = run(StepRecorder(plan, clock), clock, (step for step, _ in zip(loop, driven, strict=False)))
     assert recorder.trimmed_steps == trimmed
     assert len(recorder.warmup_times) + recorder.trimmed_steps + recorder.timing().steps == next(driven)
+    assert recorder.progress_to_judge() == recorder.progress(), "the window as it ended, trimmed or not"
 
 
 def test_a_window_whose_loop_stalled_once_or_stopped_stalling_ends_at_its_usual_step():

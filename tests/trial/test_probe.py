@@ -76,7 +76,7 @@ def test_the_probe_gives_back_the_thread_count_it_started_with_not_the_one_torch
     try:
         plan = ProbePlan([{"batch_size": 8, "num_workers": 0}], threads, 0.02)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(probe_module, "step_throughput", lambda *args: seen.append(torch.get_num_threads()) or 1.0)
+            patch.setattr(probe_module, "step_throughput", lambda *a, **k: seen.append(torch.get_num_threads()) or 1.0)
             run_probe(pipeline, plan, torch.device("cpu"), None)
     finally:
         torch.set_num_threads(started)
@@ -155,6 +155,37 @@ def test_step_throughput_times_steps_after_warm_up():
 
     rate = step_throughput(step, 8, torch.device("cpu"), 0.3, warmup_steps=2, min_steps=3, clock=lambda: now[0])
     assert rate == pytest.approx(8 / 0.1) and len(steps) == 2 + 3
+
+
+def test_under_gradient_accumulation_step_throughput_times_whole_optimizer_steps():
+    # Micro-batches of 8 take 0.01 s; every 32nd also steps the optimizer, 0.3 s more: 8 x 32 / 0.62 samples/s. Timed
+    # for 0.25 s after one warm-up step, 25 micro-batches without an optimizer step read 800 samples/s.
+    now, steps = [0.0], []
+
+    def step():
+        steps.append(1)
+        now[0] += 0.01 + (0.3 if len(steps) % 32 == 0 else 0.0)
+
+    rate = step_throughput(
+        step, 8, torch.device("cpu"), 0.25, warmup_steps=1, min_steps=2, clock=lambda: now[0], step_multiple=32
+    )
+    assert rate == pytest.approx(8 * 32 / 0.62) and len(steps) == 32 + 32, "one cycle to warm up, one timed"
+
+
+def test_the_probe_times_a_micro_batch_over_whole_optimizer_steps(monkeypatch):
+    pipeline = build_pipeline(trial_request().pipeline)
+    plan = ProbePlan([{"batch_size": 8, "num_workers": 0}], [{**NEUTRAL_KNOBS, "batch_size": 8}], 0.01)
+    optimizer_steps = []
+    timed = probe_module.step_throughput
+
+    def counted(step, *args, **kwargs):
+        rate = timed(step, *args, **kwargs)
+        optimizer_steps.append(step.func.__self__.optimizer_steps)
+        return rate
+
+    monkeypatch.setattr(probe_module, "step_throughput", counted)
+    run_probe(pipeline, plan, torch.device("cpu"), 32)
+    assert optimizer_steps and all(count >= 2 for count in optimizer_steps), "4 micro-batches a step: warm-up, timed"
 
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
