@@ -330,13 +330,16 @@ class _Slot:
             return None
         proposal = next((owed for owed in seen.owed if config_key(owed.knobs) not in self.skipped), None)
         if proposal is None and self.propose is not None:
-            proposal = self.propose(_observations(self.known), taken, seen.failed)
+            observations = _observations(self.known)
+            proposal = self.propose(observations, taken, seen.failed)
             if proposal is None and self.skipped:
                 raise _Stop(_out_of_budget(self.settings))
             if proposal is None:
+                # Only a configuration measured corrects the predictions: not one that failed, nor one ruled out
+                # unmeasured by another's failure (known, so that it is not proposed again).
                 raise _Stop(
                     StopReason(
-                        f"converged: corrected by the {counted(len(self.known), 'configuration')} measured (the "
+                        f"converged: corrected by the {counted(len(observations), 'configuration')} measured (the "
                         "baseline included), the probe predicts none of the others faster than the best"
                     )
                 )

@@ -589,3 +589,20 @@ def test_each_trial_shows_its_knobs_as_params_and_its_figures_as_attributes(tmp_
             assert 0 <= trial.user_attrs["data_wait_share"] <= 1 and "failure" not in trial.user_attrs
         else:
             assert "RuntimeError: boom" in trial.user_attrs["failure"] and "throughput_sps" not in trial.user_attrs
+
+
+def test_a_converged_search_counts_the_configurations_measured_not_those_ruled_out_unmeasured(tmp_path):
+    # Batch 32 without workers runs out of memory, which rules out batch 32 with a worker unmeasured: neither
+    # measured a throughput, so only the baseline corrected the probe's predictions.
+    def measure(knobs, name, on_progress=None):
+        if knobs["batch_size"] == 32:
+            return TrialResult(knobs, failure=Failure(FailureKind.OUT_OF_MEMORY, "OutOfMemoryError: out of memory"))
+        return fake_result(knobs)
+
+    study = open_study(settings(tmp_path), META)
+    ensure_baseline(study, BASELINE, measure)
+    for workers in (0, 1):
+        study.enqueue_trial({"batch_size": 32, "num_workers": workers})
+    reason = tune(study, SPACE, settings(tmp_path, n_trials=10), measure, print, lambda *seen: None)
+    assert reason.message.startswith("converged: corrected by the 1 configuration measured (the baseline included)")
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.PRUNED], "out of memory, ruled out"
