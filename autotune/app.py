@@ -475,7 +475,7 @@ def unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, object]) 
         value = knobs[name]
         if value != settings.baseline.get(name) and (reason := KNOBS[name].unavailable_reason(value, ctx)):
             return name, reason
-    return conflict(knobs, accumulated_to(settings.batch_policy, settings.baseline))
+    return conflict(knobs, accumulated_to(settings.batch_policy, settings.baseline), ctx.device)
 
 
 # torch's words for a pipeline whose pieces do not fit autotune's own step, and the key that fits them.
@@ -514,6 +514,7 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
         torch_threads=len(cores) if cores else facts.machine["torch_threads"],
         gpu_visible=bool(facts.devices.cuda),
         repeats_in_workers=pipeline.repeats_in_workers,
+        channels_last_refused=pipeline.channels_last_refused,
     )
 
 

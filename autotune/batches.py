@@ -17,6 +17,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from autotune.errors import AutotuneError
+from autotune.knobs.channels_last import ChannelsLastKnob
 
 if TYPE_CHECKING:
     from autotune.knobs import TrainingSetup
@@ -28,11 +29,13 @@ def move(
     non_blocking: bool = False,
     memory_format: torch.memory_format | None = None,
 ) -> Any:
-    """``batch`` on ``device``, each container rebuilt as its own type, 4-D float tensors in ``memory_format`` (None:
-    as they come); ``non_blocking`` copies asynchronously (from pinned memory). The batch given is left as it was."""
+    """``batch`` on ``device``, each container rebuilt as its own type, the tensors the channels_last knob takes
+    (``ChannelsLastKnob.takes``: 4-D floating ones) in ``memory_format`` (None: as they come); ``non_blocking``
+    copies asynchronously (from pinned memory). The batch given is left as it was."""
     if isinstance(batch, torch.Tensor):
         batch = batch.to(device, non_blocking=non_blocking)
-        if batch.dim() == 4 and batch.is_floating_point() and memory_format not in (None, torch.contiguous_format):
+        converted = memory_format not in (None, torch.contiguous_format)
+        if converted and ChannelsLastKnob.takes(batch.dim(), batch.is_floating_point()):
             batch = batch.contiguous(memory_format=memory_format)
         return batch
     if callable(getattr(batch, "to", None)):

@@ -1,7 +1,7 @@
 """recommended.yaml as an API: what autotune recommends, read back into a training script.
 
     rec = autotune.load_recommended("outputs/.../recommended.yaml")
-    rec.apply_process_settings()
+    rec.apply_process_settings()  # once the model and the dataset are built
     loader = DataLoader(dataset, shuffle=True, drop_last=True, **rec.dataloader_kwargs())  # a stream: no shuffle
     model = rec.prepare_model(model.to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=rec.learning_rate(0.1), **rec.optimizer_kwargs())
@@ -142,9 +142,11 @@ class Recommendation:
         return learning_rate * batch_scale(self.batch_size / before, self.training.learning_rate_rule)
 
     def apply_process_settings(self) -> None:
-        """Set what holds for the whole process: torch's threads, cuDNN autotuning, the allocator. Call it first.
-        ``num_threads: null`` ran at torch's default of the measuring machine (``machine.torch_threads``): on a
-        machine like it (``machine_fingerprint``), that count is set too, whatever the script set before."""
+        """Set what holds for the whole process: torch's threads, cuDNN autotuning, the allocator. Call it once the
+        model and the dataset are built, before the DataLoader, as a trial applies it: their code may set threads or
+        cuDNN itself, and the values measured are those set after it. ``num_threads: null`` ran at torch's default
+        of the measuring machine (``machine.torch_threads``): on a machine like it (``machine_fingerprint``), that
+        count is set too, whatever the script set before."""
         self._setup(Target.PROCESS, device=self.device)
         measured = self.machine.get("torch_threads")
         if self.knobs.get("num_threads") is None and isinstance(measured, int) and measured > 0:

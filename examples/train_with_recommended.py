@@ -29,9 +29,10 @@ def main() -> None:
     rec = autotune.load_recommended(args.recommended)  # autotune
     device = torch.device(rec.device)  # the device it was tuned on: its knobs were measured there
     print("changes:", ", ".join(f"{name} {old} -> {new}" for name, (old, new) in rec.changes.items()) or "none")
-    rec.apply_process_settings()  # autotune: threads, allocator, cuDNN
-    loader = DataLoader(SyntheticImages(length=4096), shuffle=True, drop_last=True, **rec.dataloader_kwargs())
-    model = rec.prepare_model(SmallCNN(num_classes=10).to(device))  # autotune: memory layout, compile
+    dataset, model = SyntheticImages(length=4096), SmallCNN(num_classes=10).to(device)
+    rec.apply_process_settings()  # autotune: threads, allocator, cuDNN; once the model and dataset are built
+    loader = DataLoader(dataset, shuffle=True, drop_last=True, **rec.dataloader_kwargs())
+    model = rec.prepare_model(model)  # autotune: memory layout, compile
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=rec.learning_rate(0.01),

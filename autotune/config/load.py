@@ -13,7 +13,7 @@ from autotune.config.keys import KEYS
 from autotune.config.settings import MeasureSettings, ScreenPlan, Settings, StudySettings
 from autotune.config.values import shown
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS, Knob, conflict
+from autotune.knobs import KNOBS, Knob
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.spec import OPTIONAL_COMPONENTS, REQUIRED_COMPONENTS, PipelineSpec
@@ -228,7 +228,9 @@ def _pipeline_spec(pipeline: dict[str, Any], name: str | None) -> PipelineSpec:
 
 def _baseline(values: dict[str, Any]) -> dict[str, Any]:
     """The baseline's knob values, in registry order: a knob left out runs its default; one that does not apply given
-    the knobs before it (worker options without workers) is None, and may not be set to anything else."""
+    the knobs before it (worker options without workers) is None, and may not be set to anything else. Values that
+    cannot run together (``conflict``: some on a GPU alone) are refused once the device is known, by
+    ``autotune.study.space.check_baseline``."""
     parsed: dict[str, Any] = {}
     for name, knob in KNOBS.items():
         key = f"pipeline.baseline.{name}"
@@ -239,9 +241,6 @@ def _baseline(values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(key, f"{knob.inactive_because}; remove it or set it to null")
         else:
             parsed[name] = None
-    found = conflict(parsed)
-    if found:
-        raise ConfigError(f"pipeline.baseline.{found[0]}", found[1])
     return parsed
 
 

@@ -75,11 +75,13 @@ BASELINE_DEFAULTS = {
 _CONFLICTING = tuple(name for name, knob in KNOBS.items() if type(knob).conflict is not Knob.conflict)
 
 
-def conflict(knobs: dict[str, Any], effective_batch_size: int | None = None) -> tuple[str, str] | None:
+def conflict(
+    knobs: dict[str, Any], effective_batch_size: int | None = None, device: str | None = None
+) -> tuple[str, str] | None:
     """The first knob of ``knobs`` (a configuration, or the knobs chosen so far) whose value cannot run beside the
-    others (``Knob.conflict``), and why; None when none conflicts."""
+    others on ``device`` (``Knob.conflict``), and why; None when none conflicts."""
     for name in _CONFLICTING:
-        reason = KNOBS[name].conflict(knobs[name], knobs, effective_batch_size) if name in knobs else None
+        reason = KNOBS[name].conflict(knobs[name], knobs, effective_batch_size, device) if name in knobs else None
         if reason:
             return name, reason
     return None

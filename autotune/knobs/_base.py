@@ -76,7 +76,8 @@ class SearchContext:
     count torch starts with in a fresh process here (None: unknown). ``gpu_visible``: whether the trials see a GPU
     (the DataLoader pins memory where one is, whatever device the model runs on). ``dataset_len`` is None for a
     stream with no length; ``repeats_in_workers``: the dataset is a stream that gives every DataLoader worker the
-    same samples (``PipelineFacts``).
+    same samples (``PipelineFacts``); ``channels_last_refused``: why the model cannot be converted to channels_last
+    (what torch raised: a 5-D parameter or buffer beside 4-D inputs), None where it can.
     """
 
     device: str
@@ -90,6 +91,7 @@ class SearchContext:
     torch_threads: int | None = None
     gpu_visible: bool = False
     repeats_in_workers: bool = False
+    channels_last_refused: str | None = None
 
     @property
     def effective_batch_size(self) -> int | None:
@@ -164,11 +166,14 @@ class Knob(ABC):
         """Whether this knob applies, given the values of the knobs before it in the registry."""
         return True
 
-    def conflict(self, value: Any, knobs: dict[str, Any], effective_batch_size: int | None = None) -> str | None:
+    def conflict(
+        self, value: Any, knobs: dict[str, Any], effective_batch_size: int | None = None, device: str | None = None
+    ) -> str | None:
         """Why ``value`` cannot run beside the other knobs' values in ``knobs`` (a configuration, or the knobs chosen
         so far: one not chosen yet is absent and conflicts with nothing), or None when it can.
         ``effective_batch_size`` is the batch gradients are accumulated up to (search.batch_policy=fixed_effective;
-        None: no accumulation)."""
+        None: no accumulation); ``device`` the kind of device it runs on, "cpu" or "cuda" (``SearchContext.device``;
+        None where it is not known, judged as a GPU, where more conflicts hold)."""
         return None
 
     inactive_because: ClassVar[str] = ""

@@ -13,17 +13,20 @@ class ChannelsLastKnob(BoolKnob):
     description = "Store 4-D image batches and conv weights channels-last (NHWC); often faster convolutions."
 
     @staticmethod
-    def takes(input_ndim: int | None) -> bool:
-        """Whether batches whose input tensor has ``input_ndim`` dimensions (None: not a tensor) can go channels-last:
-        4-D ones (N, C, H, W)."""
-        return input_ndim == 4
+    def takes(ndim: int | None, floating: bool = True) -> bool:
+        """Whether a batch's tensor of ``ndim`` dimensions (None: not a tensor) goes channels-last: a 4-D (N, C, H, W)
+        floating one, an image batch (an integer tensor holds indices or labels, which no convolution reads). Where
+        only the dimensions are known (the inspected input: ``SearchContext.input_ndim``), it is taken as floating."""
+        return ndim == 4 and floating
 
     def default_candidates(self, ctx: SearchContext) -> list[bool]:
-        return [False, True] if self.takes(ctx.input_ndim) else [False]
+        return [value for value in (False, True) if self.unavailable_reason(value, ctx) is None]
 
     def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
         if value and not self.takes(ctx.input_ndim):
             return f"needs 4-D input batches (N, C, H, W); this pipeline's input has {ctx.input_ndim} dimensions"
+        if value and ctx.channels_last_refused:
+            return f"the model cannot be converted to channels_last: {ctx.channels_last_refused}"
         return None
 
     def apply(self, value: bool, setup) -> None:

@@ -15,13 +15,15 @@ class PipelineFacts:
     user's modules the pipeline imported (not the standard library's, an installed package's or autotune's), each
     by name with a digest of its source: a study measured one version of them. ``dataset_len`` is None for a stream
     (an IterableDataset) with no length; ``repeats_in_workers`` is True for a stream that gives every DataLoader
-    worker the same samples (``pipeline/streams.py``)."""
+    worker the same samples (``pipeline/streams.py``); ``channels_last_refused`` is why the model cannot be converted to
+    channels_last where its inputs could go so (what torch raised), None where it can."""
 
     dataset_len: int | None
     input_ndim: int | None
     optimizer_options: frozenset[str] = frozenset()
     code: dict[str, str] = field(default_factory=dict)
     repeats_in_workers: bool = False
+    channels_last_refused: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from hydra.utils import get_object
 from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
+from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.measure.environment import describe_machine, gpu_name
 from autotune.pipeline.build import applied_partially, build_component
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
@@ -83,8 +84,9 @@ def bf16_native(device: str) -> bool:
 
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     """Import every component's target (``import_targets``), build the dataset, check it is usable, read the shape of
-    one collated input, and find which optimizer implementations can run on ``device``. A stream (an
-    IterableDataset) may have no length; whether its DataLoader workers would repeat one another is read too."""
+    one collated input and whether the model can go channels-last with it, check the optimizer steps without a
+    closure and find which of its implementations can run on ``device``. A stream (an IterableDataset) may have no
+    length; whether its DataLoader workers would repeat one another is read too."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
     repeats = repeats_in_workers(dataset)  # before this process reads it: workers start as a trial's do
@@ -97,8 +99,18 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             f"a batch is {_what_batch_is(batch)}, not (input, target), which autotune's own step takes: give "
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
-    options = optimizer_options(build_component(spec, "optimizer"), device)
-    return PipelineFacts(length, input_ndim(batch), options, user_code(spec), repeats_in_workers=repeats)
+    optimizer = build_component(spec, "optimizer")
+    _check_steps_without_closure(optimizer, spec)
+    options = optimizer_options(optimizer, device)
+    ndim = input_ndim(batch)
+    return PipelineFacts(
+        length,
+        ndim,
+        options,
+        user_code(spec),
+        repeats_in_workers=repeats,
+        channels_last_refused=channels_last_refused(spec, ndim),
+    )
 
 
 def _length(dataset: Any) -> int | None:
@@ -334,6 +346,51 @@ def optimizer_options(factory, device: str) -> frozenset[str]:
     if "fused" in options and torch.device(device).type != "cuda" and not _fused_runs_on_cpu(factory):
         options.discard("fused")
     return frozenset(options)
+
+
+def _check_steps_without_closure(factory, spec: PipelineSpec) -> None:
+    """Refuse an optimizer whose ``step`` requires an argument, a closure that evaluates the loss again
+    (torch.optim.LBFGS): a training step calls ``optimizer.step()`` with none (``pipeline/setup.py``), so the
+    baseline would fail with a TypeError. One that cannot be built on a lone parameter here is left to the trial."""
+    try:
+        step = inspect.signature(factory([torch.nn.Parameter(torch.zeros(1))]).step)
+    except Exception:  # its failure in the trial names it; nothing is read of it here
+        return
+    required = [
+        name
+        for name, parameter in step.parameters.items()
+        if parameter.default is parameter.empty
+        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    ]
+    if required:
+        raise ConfigError(
+            "pipeline.optimizer",
+            f"{spec.components['optimizer']['_target_']}.step() requires {', '.join(required)}: autotune steps the "
+            "optimizer as optimizer.step(), without a closure; choose one that steps without (torch.optim.SGD, Adam, "
+            "AdamW)",
+        )
+
+
+def channels_last_refused(spec: PipelineSpec, ndim: int | None) -> str | None:
+    """Why the model cannot be converted to channels_last where batches of ``ndim`` dimensions could go so
+    (``ChannelsLastKnob.takes``): what ``Module.to(memory_format=torch.channels_last)`` raises for it, as for a 5-D
+    parameter or buffer (a Conv3d's weight) beside 2-D convolutions; None where it converts, or inputs could not go
+    channels-last anyway. The model is built on the meta device, its tensors allocating nothing; one that cannot be
+    built there is taken to convert, and a channels_last trial tells."""
+    if not ChannelsLastKnob.takes(ndim):
+        return None
+    try:
+        with torch.device("meta"):
+            model = build_component(spec, "model")
+    except ConfigError:  # it cannot be built on the meta device (a model that reads its tensors' values)
+        return None
+    if not isinstance(model, torch.nn.Module):  # refused as it is built for a trial (``build_pipeline``)
+        return None
+    try:
+        model.to(memory_format=torch.channels_last)
+    except RuntimeError as exc:
+        return str(exc)
+    return None
 
 
 def _fused_runs_on_cpu(factory) -> bool:

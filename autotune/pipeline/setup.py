@@ -139,7 +139,9 @@ class Trainer:
         drained step, ``StepRecorder.drain``, is untimed too), or after it, never inside it.
         """
         scaler = self.setup.grad_scaler
-        return ScaleReading(scaler.get_scale(), self.optimizer_steps) if scaler is not None else None
+        if scaler is None:
+            return None
+        return ScaleReading(scaler.get_scale(), self.optimizer_steps, scaler.get_backoff_factor())
 
     def reference_loss(self, batch: Any, seed: int, redrawn: bool = False) -> ReferenceLoss:
         """The loss of the uncompiled model in fp32 on ``batch`` under ``seed``, without gradients: what the first
@@ -209,20 +211,22 @@ def _random_state(device: torch.device) -> list[torch.Tensor]:
 
 @dataclass(frozen=True)
 class ScaleReading:
-    """A GradScaler's scale after ``steps`` optimizer steps."""
+    """A GradScaler's scale after ``steps`` optimizer steps, and its ``backoff_factor``: what a skipped step
+    multiplies the scale by (``GradScaler.get_backoff_factor``)."""
 
     scale: float
     steps: int
+    backoff_factor: float
 
 
 def skipped_steps(before: ScaleReading, after: ScaleReading, left_out: int = 0) -> int:
     """How many of the optimizer steps between two readings, but for the first ``left_out`` of them, the GradScaler
     skipped, at least.
 
-    A skipped step (its gradients overflowed) halves the scale (the backoff factor of the amp knob's scaler,
-    PyTorch's default), and the scale doubles only after 2000 steps in a row that were not skipped (its
-    growth_interval), so a scale 2**k lower means k more skips than growths. Two reads of the scale at the window's
-    edges count this without reading anything inside it, where each read would wait for the device. The first
+    A skipped step (its gradients overflowed) multiplies the scale by the scaler's backoff factor (``ScaleReading``),
+    and only a growth raises it (after growth_interval steps in a row that were not skipped), so a scale lower by
+    the backoff factor to the power k means at least k skips. Two reads of the scale at the window's edges count
+    this without reading anything inside it, where each read would wait for the device. The first
     ``left_out`` steps after the first read, those a window left out of its start once it had ended
     (``StepRecorder.trimmed_steps``), are not counted: they may hold up to as many of the skips, so the rest are
     the window's own, at least.
@@ -230,8 +234,10 @@ def skipped_steps(before: ScaleReading, after: ScaleReading, left_out: int = 0) 
     steps = after.steps - before.steps
     if before.scale <= 0:  # a scale at zero stays there: every step's gradients are 0 x inf, not finite, skipped
         return steps - left_out
-    lowest = max(after.scale, 2.0**-150)  # float32's last halving before zero
-    return max(0, min(steps, round(math.log2(before.scale / lowest))) - left_out)
+    lowest = max(after.scale, 2.0**-150)  # a scale at zero fell below float32's smallest, 2**-149
+    # Whole backoffs only: a growth among the skips leaves a part of one.
+    backoffs = math.floor(math.log(before.scale / lowest) / -math.log(before.backoff_factor) + 1e-9)
+    return max(0, min(steps, backoffs) - left_out)
 
 
 def skipped_problem(skipped: int, steps: int) -> str | None:

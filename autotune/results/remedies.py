@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
-from autotune.knobs import KNOBS
+from autotune.knobs import KNOBS, SearchContext, conflict
 from autotune.knobs.channels_last import ChannelsLastKnob
+from autotune.knobs.compile import replays_cuda_graphs
 from autotune.knobs.num_workers import SPLIT_STREAM, WORKERS_A_CORE
 from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
 from autotune.measure.profiling import ProfileResult
@@ -185,13 +186,16 @@ def advise(
     tried: Tried | None,
     sixteen_bit: bool = True,
     glibc: bool = True,
+    effective_batch_size: int | None = None,
 ) -> list[Advice]:
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
-    not: ``sixteen_bit``, on glibc or not: ``glibc``), ranked: a leak first, then by expected gain, those without an
+    not: ``sixteen_bit``, on glibc or not: ``glibc``; gradients accumulated over micro-batches up to
+    ``effective_batch_size``, None: none), ranked: a leak first, then by expected gain, those without an
     estimate next, those the study measured slower (``Tried.slower``) last. ``tried`` is the stored study of the
     pipeline (None where there is none: the advice then says nothing of it); a knob whose recommended value ``knobs``
     already run gets no advice to set another value the study measured (``Tried.settled``)."""
     found = figures(result)
+    ctx = _context(result, knobs, cpu_count, sixteen_bit)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
@@ -200,9 +204,9 @@ def advise(
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
         ranked += _cheaper_loading(result, lambda saved: _saturated_step(result, found, saved, cpu_count))
     if verdict == OVERHEAD_BOUND:
-        ranked += _overhead(result, found, knobs)
+        ranked += _overhead(result, found, knobs, ctx, effective_batch_size)
     elif verdict != DATA_BOUND:
-        ranked += _arithmetic(result, found, knobs, verdict, sixteen_bit, tried)
+        ranked += _arithmetic(result, found, knobs, ctx, verdict, tried)
     ranked += _transfer(result, found, knobs) + _garbage(result, found)
     ranked += _allocator(result, found, knobs) if glibc else []
     unsettled = (
@@ -459,13 +463,33 @@ def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -
     )
 
 
-def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
+def _context(result: ProfileResult, knobs: dict[str, Any], cpu_count: int, sixteen_bit: bool) -> SearchContext:
+    """What the knobs decide their values by, as ``result`` read it, ``knobs`` (the profiled configuration, which
+    the advice changes) standing for the baseline; foreach for the optimizer's switches where the profile did not
+    read them."""
+    options = result.optimizer_options
+    return SearchContext(
+        device=result.operators.device,
+        cpu_count=cpu_count,
+        bf16_supported=sixteen_bit,
+        dataset_len=result.dataset_len,
+        input_ndim=result.input_ndim,
+        baseline=knobs,
+        optimizer_options=frozenset(["foreach"] if options is None else options),
+        repeats_in_workers=result.repeats_in_workers,
+    )
+
+
+def _overhead(
+    result: ProfileResult, found: Figures, knobs: dict[str, Any], ctx: SearchContext, effective_batch_size: int | None
+) -> list[Advice]:
     rest = found.loop_s - found.wait_s
     overhead = found.overhead_share * rest
     arithmetic = rest - overhead
     doubled = 2 * rest / (overhead + 2 * arithmetic)  # twice the samples a step for the same fixed overhead
-    device = result.operators.device
-    mode = "reduce-overhead" if device == "cuda" else "default"
+    device = ctx.device
+    mode = _compile_mode(knobs, ctx, effective_batch_size)
+    graphs = replays_cuda_graphs(mode, device)
     # Compiling cuts work done on a core (dispatch, the forward's Python), not waiting: on a CPU, the time a step the
     # training process and its workers were on no core at all (a sleep, I/O, a lock) is out of its reach.
     removable = max(0.0, overhead - (_idle_s(result, found) if device != "cuda" else 0.0))
@@ -479,20 +503,33 @@ def _overhead(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
             knob="batch_size",
         )
     ]
-    # Compiled, a step keeps the overhead compiling cuts (on a GPU, by CUDA graphs: reduce-overhead's alone).
-    compiled = knobs.get("compile") not in (None, "off") and (device != "cuda" or knobs["compile"] == mode)
+    # Compiled, a step keeps the overhead compiling cuts (where ``mode`` replays CUDA graphs, by them: its own alone).
+    compiled = knobs.get("compile") not in (None, "off") and (not graphs or knobs["compile"] == mode)
     if not compiled and gone >= MIN_GAIN:
         advice.append(
             Advice(
                 f"set compile={mode}",
                 "torch.compile fuses small operators"
-                + (" and replays the step as a CUDA graph, one launch a step" if device == "cuda" else ""),
+                + (" and replays the step as a CUDA graph, one launch a step" if graphs else ""),
                 f"up to {gone:.2f}x if the overhead went",
                 gone,
                 knob="compile",
             )
         )
-    return advice + _optimizer(result, found, knobs)
+    return advice + _optimizer(found, knobs, ctx)
+
+
+def _compile_mode(knobs: dict[str, Any], ctx: SearchContext, effective_batch_size: int | None) -> str:
+    """The compile knob's candidate here that cuts the most per-step overhead and can run beside ``knobs``
+    (``conflict``: no CUDA graphs beside gradients kept across steps or accumulated): its candidates go from least
+    to most compiling (reduce-overhead's CUDA graphs last, on a GPU), and its least, default, runs beside any."""
+    modes = [mode for mode in KNOBS["compile"].default_candidates(ctx) if mode != "off"]
+    runs = (
+        mode
+        for mode in reversed(modes)
+        if conflict({**knobs, "compile": mode}, effective_batch_size, ctx.device) is None
+    )
+    return next(runs, modes[0])
 
 
 def _idle_s(result: ProfileResult, found: Figures) -> float:
@@ -503,21 +540,31 @@ def _idle_s(result: ProfileResult, found: Figures) -> float:
     return max(0.0, found.loop_s * (1 - result.cpu.system.process_tree_cores) - found.wait_s)
 
 
-def _optimizer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> list[Advice]:
-    """A foreach (else a fused) optimizer step where the step takes OPTIMIZER_SHARE or more, and the pipeline's
-    optimizer takes one (``ProfileResult.optimizer_options``; foreach where the profile did not read them)."""
+def _optimizer(found: Figures, knobs: dict[str, Any], ctx: SearchContext) -> list[Advice]:
+    """Another implementation of the optimizer step where it takes OPTIMIZER_SHARE or more of the step and runs
+    PyTorch's default: foreach, else fused, the first the pipeline's optimizer takes here (``ctx.optimizer_options``)
+    that is not what the default already runs (``OptimizerImplKnob.resolve``: foreach on a GPU, so fused there)."""
     share = found.optimizer_s / found.loop_s
     if share < OPTIMIZER_SHARE or knobs.get("optimizer_impl") not in (None, "default"):
         return []
-    options = result.optimizer_options
-    impl = next((name for name in ("foreach", "fused") if options is None or name in options), None)
+    knob = KNOBS["optimizer_impl"]
+    runs = knob.resolve("default", ctx)
+    impl = next(
+        (
+            name
+            for name in ("foreach", "fused")
+            if knob.unavailable_reason(name, ctx) is None and knob.resolve(name, ctx) != runs
+        ),
+        None,
+    )
     if impl is None:
         return []
     gain = found.loop_s / (found.loop_s - found.optimizer_s)
     return [
         Advice(
             f"set optimizer_impl={impl}",
-            f"the optimizer step takes {share:.0%} of the step (≥ {OPTIMIZER_SHARE:.0%}), one operator per parameter",
+            f"the optimizer step takes {share:.0%} of the step (≥ {OPTIMIZER_SHARE:.0%}), run as {runs} (PyTorch's "
+            "default here)",
             f"up to {gain:.2f}x if it cost nothing",
             gain,
             knob="optimizer_impl",
@@ -529,13 +576,13 @@ def _arithmetic(
     result: ProfileResult,
     found: Figures,
     knobs: dict[str, Any],
+    ctx: SearchContext,
     verdict: str,
-    sixteen_bit: bool,
     tried: Tried | None,
 ) -> list[Advice]:
     rest = found.loop_s - found.wait_s
     advice = []
-    if knobs.get("amp") in (None, "off") and sixteen_bit:  # emulated bf16 is slower than fp32
+    if knobs.get("amp") in (None, "off") and ctx.bf16_supported:  # emulated bf16 is slower than fp32
         share = found.product_share if verdict != MEMORY_BOUND else 1 - found.compute_share  # of the operators'
         halved = share * found.operator_share * rest / 2
         what = "matrix products run in 16 bits" if verdict != MEMORY_BOUND else "tensors move half the bytes"
@@ -567,7 +614,7 @@ def _arithmetic(
                 knob="compile",
             )
         )
-    return advice + _optimizer(result, found, knobs)
+    return advice + _optimizer(found, knobs, ctx)
 
 
 def _amp_action(result: ProfileResult, tried: Tried | None) -> str:

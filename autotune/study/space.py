@@ -27,10 +27,12 @@ from autotune.records import OutOfMemory, WorkerFailure
 class SearchSpace:
     """Candidate values for every knob, in registry order; a knob with one candidate is fixed. No configuration of
     the space holds a conflict (``Knob.conflict``), judged with gradients accumulated up to
-    ``effective_batch_size`` (search.batch_policy=fixed_effective; None: no accumulation)."""
+    ``effective_batch_size`` (search.batch_policy=fixed_effective; None: no accumulation) on ``device``, the kind
+    of device the trials run on (None: not known, judged as a GPU)."""
 
     candidates: dict[str, list[Any]]
     effective_batch_size: int | None = None
+    device: str | None = None
 
     @cached_property
     def size(self) -> int:
@@ -84,7 +86,7 @@ class SearchSpace:
 
     def conflict(self, knobs: dict[str, Any]) -> tuple[str, str] | None:
         """The first knob of ``knobs`` whose value cannot run beside the others in this space, and why."""
-        return conflict(knobs, self.effective_batch_size)
+        return conflict(knobs, self.effective_batch_size, self.device)
 
     def _extend(self, chosen: dict[str, Any], rest: list[str]) -> Iterator[dict[str, Any]]:
         if not rest:
@@ -120,7 +122,7 @@ def build_space(search: dict[str, list[Any] | None], ctx: SearchContext) -> Sear
         if not values:
             raise ConfigError(f"search.{name}", "no candidate value can run on this machine for this pipeline")
         candidates[name] = _one_spelling(knob, values, ctx)
-    space = SearchSpace(candidates, ctx.effective_batch_size)
+    space = SearchSpace(candidates, ctx.effective_batch_size, ctx.device)
     _check_given_values_run(search, space)
     return space
 
@@ -164,8 +166,13 @@ def _check_given_values_run(search: dict[str, list[Any] | None], space: SearchSp
 
 
 def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
-    """Reject a baseline that cannot produce a single batch (training with full batches only), or whose DataLoader
-    workers each load the same samples of a stream."""
+    """Reject a baseline that cannot produce a single batch (training with full batches only), whose DataLoader
+    workers each load the same samples of a stream, or with a knob whose value cannot run beside the others on the
+    device the trials run on (``conflict``: judged here, where measure.device=auto is resolved, as CUDA graphs
+    conflict on a GPU alone)."""
+    found = conflict(baseline, device=ctx.device)
+    if found:
+        raise ConfigError(f"pipeline.baseline.{found[0]}", found[1])
     if ctx.dataset_len is not None and baseline["batch_size"] > ctx.dataset_len:
         raise ConfigError(
             "pipeline.baseline.batch_size",

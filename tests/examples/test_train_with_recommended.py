@@ -83,3 +83,30 @@ def test_the_script_accumulates_gradients_where_the_batch_policy_keeps_the_effec
     output, line = trained(tmp_path, knobs, training)
     assert line.endswith("batch=4 precision=fp32 layout=nchw optimizer=default lr=0.01"), line
     assert "device=cpu steps=4 loss=" in output, "two optimizer steps of two micro-batches each"
+
+
+# The example with a model whose constructor sets torch's threads, as some models' do.
+_MODEL_SETS_THREADS = """
+import sys, torch
+sys.argv = ["train_with_recommended.py", *sys.argv[1:]]
+import examples.train_with_recommended as example
+class ThreadSetting(example.SmallCNN):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        torch.set_num_threads(3)
+example.SmallCNN = ThreadSetting
+example.main()
+"""
+
+
+@pytest.mark.slow
+def test_the_process_settings_are_applied_after_the_model_is_built_as_a_trial_applies_them(tmp_path):
+    # A trial builds the model and the dataset, then applies every knob: the threads measured are the recommended 1.
+    path = tmp_path / "recommended.yaml"
+    knobs = {"batch_size": 8, "num_workers": 0, "num_threads": 1}
+    document = {"pipeline": "mymodel", "device": "cpu", "knobs": knobs, "baseline": {"batch_size": 8}, "training": {}}
+    path.write_text(yaml.safe_dump(document))
+    command = [sys.executable, "-c", _MODEL_SETS_THREADS, "--recommended", str(path), "--steps", "2"]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "applied: threads=1 " in proc.stdout, proc.stdout

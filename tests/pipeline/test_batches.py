@@ -17,6 +17,7 @@ from autotune.batches import batch_len, move, to_device
 from autotune.config.load import load_settings
 from autotune.errors import AutotuneError, ConfigError
 from autotune.knobs import TrainingSetup
+from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.measure.recorder import WindowPlan
 from autotune.measure.warmup import WarmupPolicy
 from autotune.pipeline.build import build_pipeline
@@ -65,6 +66,20 @@ def test_a_tensor_moves_and_4d_float_inputs_take_the_memory_format():
     labels = move(torch.zeros(4, 3, 8, 8, dtype=torch.long), META, memory_format=CHANNELS_LAST)
     assert on_meta(labels) and labels.is_contiguous(), "integer tensors keep their layout"
     assert move(images(), META).is_contiguous(), "no layout asked: none changed"
+
+
+def test_which_tensors_take_the_memory_format_is_the_channels_last_knobs_rule(monkeypatch):
+    asked = []
+
+    def takes(ndim, floating=True):
+        asked.append((ndim, floating))
+        return ndim == 4 and not floating  # a rule no tensor's layout follows but by asking it
+
+    monkeypatch.setattr(ChannelsLastKnob, "takes", staticmethod(takes))
+    images_moved = move(images(), META, memory_format=CHANNELS_LAST)
+    labels_moved = move(torch.zeros(4, 3, 8, 8, dtype=torch.long), META, memory_format=CHANNELS_LAST)
+    assert asked == [(4, True), (4, False)]
+    assert images_moved.is_contiguous() and labels_moved.is_contiguous(memory_format=CHANNELS_LAST)
 
 
 def test_a_userdict_keeps_its_type_and_attributes_and_the_original_is_left_as_it_was():

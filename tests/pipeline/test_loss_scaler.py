@@ -17,6 +17,11 @@ from tests.conftest import NEUTRAL_KNOBS, trial_request
 FP16 = {"amp": "fp16"}  # the amp knob's GradScaler, on whatever device the trial runs (here the CPU)
 
 
+def halving(scale: float, steps: int) -> ScaleReading:
+    """A reading of a scaler whose skipped step halves its scale (PyTorch's default backoff factor)."""
+    return ScaleReading(scale, steps, backoff_factor=0.5)
+
+
 def _trainer(model: str = "tiny.TinyCNN", **knobs) -> Trainer:
     request = trial_request(model=model)
     values = {**NEUTRAL_KNOBS, "batch_size": 8, **knobs}
@@ -33,13 +38,13 @@ def _steps(trainer: Trainer, count: int) -> None:
 @pytest.mark.parametrize(
     ("before", "after", "skipped"),
     [
-        (ScaleReading(65536.0, 10), ScaleReading(65536.0, 40), 0),  # nothing overflowed
-        (ScaleReading(65536.0, 10), ScaleReading(2.0**-14, 40), 30),  # every step halved it
-        (ScaleReading(1024.0, 0), ScaleReading(256.0, 30), 2),  # two skips
-        (ScaleReading(1024.0, 0), ScaleReading(1024.0, 3000), 0),  # a skip and a growth (2000 steps): at least none
-        (ScaleReading(1024.0, 0), ScaleReading(4096.0, 5000), 0),  # grew twice
-        (ScaleReading(2.0**-100, 0), ScaleReading(0.0, 100), 50),  # fell to zero: 50 halvings, at least
-        (ScaleReading(0.0, 0), ScaleReading(0.0, 100), 100),  # a scale at zero skips every step
+        (halving(65536.0, 10), halving(65536.0, 40), 0),  # nothing overflowed
+        (halving(65536.0, 10), halving(2.0**-14, 40), 30),  # every step halved it
+        (halving(1024.0, 0), halving(256.0, 30), 2),  # two skips
+        (halving(1024.0, 0), halving(1024.0, 3000), 0),  # a skip and a growth (2000 steps): at least none
+        (halving(1024.0, 0), halving(4096.0, 5000), 0),  # grew twice
+        (halving(2.0**-100, 0), halving(0.0, 100), 50),  # fell to zero: 50 halvings, at least
+        (halving(0.0, 0), halving(0.0, 100), 100),  # a scale at zero skips every step
     ],
 )
 def test_skipped_steps_are_counted_from_the_scale_at_the_windows_edges(before, after, skipped):
@@ -49,15 +54,27 @@ def test_skipped_steps_are_counted_from_the_scale_at_the_windows_edges(before, a
 @pytest.mark.parametrize(
     ("before", "after", "left_out", "skipped"),
     [
-        (ScaleReading(65536.0, 10), ScaleReading(2.0**-14, 40), 5, 25),  # every step halved it: the window's 25 too
-        (ScaleReading(1024.0, 0), ScaleReading(256.0, 30), 5, 0),  # two skips, both maybe among the 5 left out
-        (ScaleReading(1024.0, 0), ScaleReading(64.0, 30), 2, 2),  # four skips, two at least in the window
-        (ScaleReading(0.0, 0), ScaleReading(0.0, 100), 20, 80),  # a scale at zero skips every step
+        (halving(65536.0, 10), halving(2.0**-14, 40), 5, 25),  # every step halved it: the window's 25 too
+        (halving(1024.0, 0), halving(256.0, 30), 5, 0),  # two skips, both maybe among the 5 left out
+        (halving(1024.0, 0), halving(64.0, 30), 2, 2),  # four skips, two at least in the window
+        (halving(0.0, 0), halving(0.0, 100), 20, 80),  # a scale at zero skips every step
     ],
 )
 def test_skips_are_counted_over_the_windows_steps_not_those_left_out_of_its_start(before, after, left_out, skipped):
     # A window trimmed to start just after a stall (StepRecorder.trimmed_steps) starts after the scale's first read.
     assert skipped_steps(before, after, left_out) == skipped
+
+
+def test_skips_are_counted_by_the_scalers_own_backoff_factor():
+    quartering = ScaleReading(1024.0, 0, backoff_factor=0.25), ScaleReading(64.0, 30, backoff_factor=0.25)
+    assert skipped_steps(*quartering) == 2, "1024 -> 64 is two quarterings"
+    trainer = _trainer(model="inspection.OverflowingCNN", **FP16)
+    trainer.setup.grad_scaler.set_backoff_factor(0.25)
+    before = trainer.scale_reading()
+    _steps(trainer, 2)
+    after = trainer.scale_reading()
+    assert (before.backoff_factor, after.backoff_factor) == (0.25, 0.25), "read from the scaler, not assumed"
+    assert after.scale == before.scale / 16 and skipped_steps(before, after) == 2
 
 
 def test_a_window_that_skipped_more_than_half_its_steps_has_a_problem():

@@ -209,6 +209,16 @@ def test_a_costly_optimizer_step_is_told_to_take_an_implementation_its_optimizer
     assert actions == ([f"set optimizer_impl={advised}"] if advised else [])
 
 
+@pytest.mark.parametrize(("options", "advised"), [(["foreach", "fused"], "fused"), (["foreach"], None), (None, None)])
+def test_on_a_gpu_the_optimizer_advice_is_never_the_foreach_its_default_runs(options, advised):
+    # PyTorch's default is foreach for CUDA parameters: setting it changes nothing; fused is the step left to take.
+    gpu = profile_result(small_operators=0.8, optimizer_share=0.2, device_busy=0.2)
+    result = replace(gpu, optimizer_options=options)
+    advice = [a for a in advise(result, OVERHEAD_BOUND, KNOBS, 8, None) if a.knob == "optimizer_impl"]
+    assert [a.action for a in advice] == ([f"set optimizer_impl={advised}"] if advised else [])
+    assert all("run as foreach" in a.why for a in advice)
+
+
 def test_a_leak_comes_first_and_gc_pauses_are_advised_with_their_share():
     result = profile_result(tree_mb=[300.0 + 5 * i for i in range(30)], gc_share=0.05)
     advice = advise(result, verdict(result)[0], KNOBS, 8, None)
@@ -363,6 +373,27 @@ def test_a_compiled_step_is_not_told_to_compile_but_on_a_gpu_to_replay_cuda_grap
         for a in advise(on_gpu, OVERHEAD_BOUND, {**KNOBS, "compile": "reduce-overhead"}, 8, None)
         if a.knob == "compile"
     ]
+
+
+@pytest.mark.parametrize(
+    ("knobs", "effective_batch_size", "advised"),
+    [
+        ({**KNOBS, "set_to_none": True}, None, "set compile=reduce-overhead"),
+        ({**KNOBS, "set_to_none": False}, None, "set compile=default"),  # gradients kept: no CUDA graphs
+        ({**KNOBS, "set_to_none": True}, 32, "set compile=default"),  # micro-batches of 16 accumulated to 32
+        ({**KNOBS, "set_to_none": False, "compile": "default"}, None, None),  # compiled as far as it can run
+    ],
+)
+def test_on_a_gpu_the_compile_advice_is_a_mode_that_runs_beside_the_profiled_knobs(
+    knobs, effective_batch_size, advised
+):
+    on_gpu = profile_result(small_operators=0.8, device_busy=0.2)
+    advice = advise(on_gpu, OVERHEAD_BOUND, knobs, 8, None, effective_batch_size=effective_batch_size)
+    assert [a.action for a in advice if a.knob == "compile"] == ([advised] if advised else [])
+    graphs = [a for a in advice if a.action == "set compile=reduce-overhead"]
+    assert all("CUDA graph" in a.why for a in graphs) and not any(
+        "CUDA graph" in a.why for a in advice if a.knob == "compile" and a not in graphs
+    )
 
 
 def test_on_one_core_fully_used_a_worker_that_costs_more_than_it_loads_is_told_to_go():

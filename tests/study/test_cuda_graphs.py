@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
-from autotune.study.space import build_space, conflict
+from autotune.study.space import build_space, check_baseline, conflict
 from tests.conftest import NEUTRAL_KNOBS, cpu_context, tiny_config
 
 ALL_DEFAULT = dict.fromkeys(KNOBS)
@@ -86,12 +86,14 @@ def test_a_users_list_that_combines_them_only_in_part_keeps_what_runs():
     assert pairs == {("off", True), ("off", False), (RO, True)}
 
 
-def test_a_baseline_with_cuda_graphs_and_gradients_kept_is_refused_naming_the_key():
-    baseline = {"batch_size": 16, "compile": RO, "set_to_none": False}
+def test_a_baseline_with_cuda_graphs_and_gradients_kept_is_refused_on_a_gpu_naming_the_key():
+    baseline = {**NEUTRAL_KNOBS, "batch_size": 16, "compile": RO, "set_to_none": False}
     with pytest.raises(ConfigError, match=r"^pipeline.baseline.compile: CUDA graphs \(compile=reduce-overhead\)"):
-        load_settings(tiny_config(pipeline={**tiny_config()["pipeline"], "baseline": baseline}), "tiny")
+        check_baseline(baseline, gpu_context(baseline=baseline))
     safe = {**baseline, "set_to_none": True}
-    assert load_settings(tiny_config(pipeline={**tiny_config()["pipeline"], "baseline": safe}), "tiny")
+    check_baseline(safe, gpu_context(baseline=safe))
+    loaded = load_settings(tiny_config(pipeline={**tiny_config()["pipeline"], "baseline": baseline}), "tiny")
+    assert loaded.baseline["set_to_none"] is False, "judged once the device is known: a CPU runs no graph"
 
 
 def test_a_conflict_is_the_compile_knobs_and_waits_for_the_knobs_it_reads():

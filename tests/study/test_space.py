@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import optuna
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autotune import app
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
+from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
 from autotune.study.space import build_space, check_baseline
 from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
@@ -52,6 +55,34 @@ def test_defaults_on_a_gpu_offer_pinned_memory_and_fp16():
     assert space.candidates["pin_memory"] == [False, True]
     assert space.candidates["amp"] == ["off", "fp16"]
     assert "reduce-overhead" in space.candidates["compile"]
+
+
+def test_reduce_overhead_on_a_cpu_is_default_one_candidate_spelled_as_the_baseline_spells_it():
+    given = {**ALL_DEFAULT, "compile": ["off", "default", "reduce-overhead"]}
+    assert build_space(given, cpu_context()).candidates["compile"] == ["off", "default"], "no CUDA graphs to replay"
+    graphs = {**NEUTRAL_KNOBS, "compile": "reduce-overhead"}
+    assert build_space(given, cpu_context(baseline=graphs)).candidates["compile"] == ["off", "reduce-overhead"]
+    on_gpu = build_space(given, cpu_context(device="cuda")).candidates["compile"]
+    assert on_gpu == ["off", "default", "reduce-overhead"]
+
+
+def test_cuda_graph_modes_conflict_with_gradients_kept_across_steps_on_a_gpu_alone():
+    kept = {**NEUTRAL_KNOBS, "compile": "max-autotune", "set_to_none": False}
+    check_baseline(kept, cpu_context(baseline=kept))  # a CPU replays no CUDA graph: max-autotune runs beside it
+    with pytest.raises(ConfigError, match=r"^pipeline.baseline.compile: CUDA graphs \(compile=max-autotune\)"):
+        check_baseline(kept, cpu_context(device="cuda", baseline=kept))
+    given = {**ALL_DEFAULT, "compile": ["max-autotune"], "set_to_none": [False]}
+    assert build_space(given, cpu_context()).size > 0
+    with pytest.raises(ConfigError, match="^search.compile: 'max-autotune' runs in no configuration"):
+        build_space(given, cpu_context(device="cuda"))
+
+
+def test_a_recommendation_with_cuda_graph_modes_and_gradients_kept_runs_on_a_cpu_alone(tiny_settings):
+    kept = {**NEUTRAL_KNOBS, "batch_size": 16, "compile": "max-autotune", "set_to_none": False}
+    cpu = Inspection(DeviceFacts(), "cpu", True, PipelineFacts(256, 4), machine={"cpu_count": 2, "torch_threads": 2})
+    assert app.unrunnable(tiny_settings, cpu, kept) is None
+    gpu = replace(cpu, devices=DeviceFacts(("a GPU",)), device="cuda:0")
+    assert app.unrunnable(tiny_settings, gpu, kept)[0] == "compile"
 
 
 def test_channels_last_only_for_4d_input():

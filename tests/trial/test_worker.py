@@ -57,7 +57,7 @@ def test_the_harness_times_whole_epochs_of_a_loader_with_workers_where_one_is_sh
 def test_the_steps_a_window_left_out_of_its_start_are_not_counted_as_its_optimizer_steps():
     # Trimmed once it ended (StepRecorder.trimmed_steps), the window's first 10 steps ran after the scale's first
     # read: they are not the window's, nor is a skip among them (one halving: at most one of theirs).
-    start, end = ScaleReading(2.0**16, steps=10), ScaleReading(2.0**15, steps=110)
+    start, end = ScaleReading(2.0**16, 10, backoff_factor=0.5), ScaleReading(2.0**15, 110, backoff_factor=0.5)
     check, problem = _skipped_steps(LossCheck(first_loss=1.0), start, end, left_out=10)
     assert (check.optimizer_steps, check.skipped_steps, problem) == (90, 0, None)
 

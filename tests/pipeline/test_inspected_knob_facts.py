@@ -1,0 +1,86 @@
+"""What the inspection reads of the model and the optimizer before any trial: a model that cannot go channels-last
+leaves channels_last out of the search, with why; an optimizer whose step needs a closure is refused naming its key."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from autotune import app
+from autotune.config.load import load_settings
+from autotune.errors import ConfigError
+from autotune.knobs import KNOBS
+from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
+from autotune.pipeline.inspect import inspect_pipeline
+from autotune.study.space import build_space
+from tests.conftest import cpu_context, tiny_config
+
+ALL_DEFAULT = dict.fromkeys(KNOBS)
+
+
+class VolumeBeside(nn.Module):
+    """A 2-D convolution over the 4-D image batch beside a Conv3d: its 5-D weight cannot go channels_last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.image = nn.Conv2d(3, 4, 3)
+        self.volume = nn.Conv3d(1, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.image(x).mean(dim=(2, 3))
+
+
+class DepthBuffer(nn.Module):
+    """A 2-D convolution holding a 5-D buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.image = nn.Conv2d(3, 4, 3)
+        self.register_buffer("depth", torch.zeros(1, 1, 2, 2, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.image(x).mean(dim=(2, 3))
+
+
+def _spec(model: str | None = None, optimizer: str | None = None):
+    config = tiny_config()
+    if model:
+        config["pipeline"]["model"] = {"_target_": model}
+    if optimizer:
+        config["pipeline"]["optimizer"] = {"_target_": optimizer, "_partial_": True, "lr": 0.1}
+    return load_settings(config, "tiny").pipeline
+
+
+@pytest.mark.parametrize("model", [VolumeBeside, DepthBuffer], ids=["parameter", "buffer"])
+def test_a_model_with_a_5d_tensor_beside_4d_inputs_leaves_channels_last_out_with_why(model):
+    facts = inspect_pipeline(_spec(f"{__name__}.{model.__name__}"))
+    assert facts.input_ndim == 4 and "rank 4" in facts.channels_last_refused, "what torch raised converting it"
+    ctx = cpu_context(channels_last_refused=facts.channels_last_refused)
+    assert build_space(ALL_DEFAULT, ctx).candidates["channels_last"] == [False]
+    with pytest.raises(ConfigError, match=r"^search.channels_last: True cannot run here: the model cannot be conv"):
+        build_space({**ALL_DEFAULT, "channels_last": [False, True]}, ctx)
+
+
+def test_a_model_that_converts_keeps_channels_last_in_the_search():
+    facts = inspect_pipeline(_spec())
+    assert facts.channels_last_refused is None
+    assert build_space(ALL_DEFAULT, cpu_context()).candidates["channels_last"] == [False, True]
+
+
+def test_the_search_context_carries_what_the_inspection_read_of_channels_last(tiny_settings):
+    refused = PipelineFacts(256, 4, channels_last_refused="required rank 4 tensor to use channels_last format")
+    facts = Inspection(DeviceFacts(), "cpu", True, refused, machine={"cpu_count": 2, "torch_threads": 2})
+    ctx = app._search_context(tiny_settings, facts)
+    assert ctx.channels_last_refused == refused.channels_last_refused
+    assert Inspection.from_dict(facts.to_dict()) == facts, "as the subprocess hands it to the tuner"
+
+
+def test_an_optimizer_whose_step_needs_a_closure_is_refused_naming_the_key():
+    with pytest.raises(ConfigError) as error:
+        inspect_pipeline(_spec(optimizer="torch.optim.LBFGS"))
+    assert str(error.value) == (
+        "pipeline.optimizer: torch.optim.LBFGS.step() requires closure: autotune steps the optimizer as "
+        "optimizer.step(), without a closure; choose one that steps without (torch.optim.SGD, Adam, AdamW)"
+    )
+    assert inspect_pipeline(_spec(optimizer="torch.optim.AdamW")).optimizer_options, "a closure it may take: passes"
