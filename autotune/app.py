@@ -182,11 +182,30 @@ def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, st
     return _Opened(facts, places, ctx, space, machine, study)
 
 
+def study_slot(settings: Settings, facts: Inspection) -> Slot:
+    """The slot a tuning run of ``settings`` measures its baseline and race in, the first of its slots (``_slots``).
+    A mode that measures what the study measured (mode=check, benchmark, selfcheck, profile) runs its trials there
+    too: a study tuned pinned to 2 cores (``study.cpu_sets``), its baseline checked on every core, would read a
+    regression that is only the other cores."""
+    return _slots(settings, facts)[0]
+
+
+def study_runner(settings: Settings, facts: Inspection, workdir: Path) -> TrialRunner:
+    """A runner of trials in the study's first slot (``study_slot``), on the device of ``facts``, its logs and
+    results in ``workdir``."""
+    return TrialRunner(settings, facts.device, workdir, study_slot(settings, facts))
+
+
+def study_machine(settings: Settings, facts: Inspection) -> dict:
+    """The machine of ``facts`` as a run in the study's first slot sees it (``study_slot``): what a tuning run of
+    ``settings`` stores its results under, and what another mode's record says it measured on."""
+    return _pinned(facts.machine, study_slot(settings, facts).cores)
+
+
 def study_machine_id(settings: Settings, facts: Inspection) -> str:
-    """The id a tuning run of ``settings`` stores this machine's results under (``machine_id``): the machine its
-    runs see, pinned to cores of one of ``study.cpu_sets`` where given; what another mode reads of the study must be
-    looked up under it."""
-    return machine_id(_pinned(facts.machine, _slots(settings, facts)[0].cores))
+    """The id a tuning run of ``settings`` stores this machine's results under (``machine_id`` of
+    ``study_machine``): what another mode reads of the study must be looked up under it."""
+    return machine_id(study_machine(settings, facts))
 
 
 def _slots(settings: Settings, facts: Inspection) -> list[Slot]:

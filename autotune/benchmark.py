@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import TrialRunner, inspect_run, unrunnable
+from autotune.app import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
@@ -29,6 +29,7 @@ from autotune.report.rows import disturbance_words
 from autotune.results.benchmark import Benchmark, Entry
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.tuner import RunFn
+from autotune.trial.placement import UNPINNED, Slot
 from autotune.trial.result import TrialResult
 from autotune.words import counted, duration
 
@@ -57,13 +58,13 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         device=device,
         rounds=settings.benchmark_rounds,
         recommended=str(settings.recommended),
-        machine=facts.machine,
+        machine=study_machine(settings, facts),
         entries=entries,
         notes=notes,
         batch_policy=settings.batch_policy,
     )
     try:
-        measure_rounds(settings, benchmark, output_dir / "benchmark", out)
+        measure_rounds(settings, benchmark, output_dir / "benchmark", out, study_slot(settings, facts))
     finally:
         files = write_benchmark(benchmark, output_dir)
         print_benchmark(benchmark, files, out)
@@ -86,7 +87,7 @@ def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Se
         warnings.simplefilter("always", MachineMismatchWarning)
         warnings.simplefilter("always", UntrimmedWarning)
         try:
-            recommendation = load_recommended(settings.recommended, facts.machine)
+            recommendation = load_recommended(settings.recommended, study_machine(settings, facts))
         except ConfigError as exc:
             raise ConfigError("recommended", str(exc)) from exc
     settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
@@ -155,14 +156,14 @@ def trained_as_tuned(settings: Settings, batch_policy: str) -> tuple[Settings, l
     return replace(settings, batch_policy=batch_policy), [note]
 
 
-def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out: TextIO) -> None:
+def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out: TextIO, slot: Slot = UNPINNED) -> None:
     """Fill ``benchmark``'s entries: ``benchmark.rounds`` rounds, each configuration once a round in a process of its
-    own with the full window (its log and result in ``workdir``), the order rotating, each round a new draw of the
-    process layout (``TrialRunner.new_draw``); after the first of two or more, a line says what the rounds left will
-    take. Each run is added as it ends, so the record holds every run that ended
-    when this is interrupted. A run that something beside it disturbed is measured again (``study.remeasure_disturbed``:
-    ``autotune/study/disturbed.py``)."""
-    runner = TrialRunner(settings, benchmark.device, workdir)
+    own with the full window (its log and result in ``workdir``) in ``slot`` (the study's first: ``study_slot``, so
+    that the runs are pinned as the tuning run's were), the order rotating, each round a new draw of the process
+    layout (``TrialRunner.new_draw``); after the first of two or more, a line says what the rounds left will take.
+    Each run is added as it ends, so the record holds every run that ended when this is interrupted. A run that
+    something beside it disturbed is measured again (``study.remeasure_disturbed``: ``autotune/study/disturbed.py``)."""
+    runner = TrialRunner(settings, benchmark.device, workdir, slot)
 
     def timed(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
         return runner.check(knobs, name, plain=False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import inspect_run
+from autotune.app import inspect_run, study_machine, study_slot
 from autotune.benchmark import baseline_note, both_ends, measure_rounds, refuse_unrunnable, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
@@ -85,7 +85,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         file=out,
         flush=True,
     )
-    machine = facts.machine
+    machine = study_machine(settings, facts)  # as the tuning run's report.json says it, pinned to as many cores
     notes = _notes(tuned, settings, machine) + as_tuned_note
     for note in notes:
         print(f"note: {note}", file=out)
@@ -101,7 +101,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     )
     check = Check(tuned.speedup, settings.check_tolerance, benchmark, tuned.speedup_interval)
     try:
-        measure_rounds(settings, check.benchmark, output_dir / "check", out)
+        measure_rounds(settings, check.benchmark, output_dir / "check", out, study_slot(settings, facts))
     except BaseException:  # an interrupt, an error: the rounds that ran are kept, and decide nothing
         check = replace(check, stopped=True)
         raise

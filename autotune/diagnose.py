@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from autotune.app import TrialRunner, inspect_run, study_machine_id
+from autotune.app import inspect_run, study_machine, study_machine_id, study_runner
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError
 from autotune.files import file_name
@@ -46,10 +46,11 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         flush=True,
     )
     workdir = output_dir / "profile"
-    runner = TrialRunner(settings, device, workdir)
+    runner = study_runner(settings, facts, workdir)
     plan = profile_plan(settings, workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json")
     tried = stored_tries(settings, study_machine_id(settings, facts))
-    record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, tried, facts.machine)
+    machine = study_machine(settings, facts)
+    record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, tried, machine)
     record = replace(record, tune_command=tune_command(sys.argv[1:]))
     files = write_profile(record, output_dir)
     print_profile(record, files, out)

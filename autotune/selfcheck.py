@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import TrialRunner, inspect_run, study_machine_id
+from autotune.app import TrialRunner, inspect_run, study_machine, study_machine_id, study_runner
 from autotune.benchmark import recommendation_to_measure, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import HarnessDisagreesError
@@ -48,7 +48,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     )
     for note in notes:
         print(f"note: {note}", file=out)
-    runner = TrialRunner(settings, device, output_dir / "selfcheck")
+    runner = study_runner(settings, facts, output_dir / "selfcheck")
     runs: dict[str, dict[str, list]] = {}
     try:
         check_configurations(runner, configurations, rounds, out, runs)
@@ -58,7 +58,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             device=device,
             rounds=rounds,
             source=source,
-            machine=facts.machine,
+            machine=study_machine(settings, facts),
             configurations=_checks(configurations, runs),
         )
         files = write_selfcheck(check, output_dir)

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import io
+import json
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
+from autotune import app
 from autotune import benchmark as benchmark_mode
 from autotune.benchmark import configurations, trained_as_tuned
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError, NotMeasuredError
-from tests.conftest import NEUTRAL_KNOBS, tiny_config
+from autotune.measure.environment import describe_machine
+from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
+from autotune.trial.placement import CPUS_ENV
+from autotune.trial.result import TrialResult
+from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 
 def test_each_change_alone_and_left_out_once_each():
@@ -105,7 +112,7 @@ def test_a_recommendation_that_cannot_train_here_is_refused_before_any_round(
 
 
 def test_a_benchmark_whose_recommendation_never_ran_fails_after_writing_its_record(tmp_path, monkeypatch):
-    def the_recommendation_crashes(settings, benchmark, workdir, out):
+    def the_recommendation_crashes(settings, benchmark, workdir, out, slot):
         for entry in benchmark.entries:
             ran = entry.kind == "baseline"
             entry.throughputs.extend([100.0 if ran else None] * benchmark.rounds)
@@ -123,7 +130,9 @@ def test_a_benchmark_whose_recommendation_never_ran_fails_after_writing_its_reco
 def test_a_recommendation_the_search_would_not_try_here_is_measured_all_the_same(tmp_path, monkeypatch):
     # Pinned memory without a GPU, cuDNN on a CPU: left out of a search here, as worth nothing; they run all the same.
     measured = []
-    monkeypatch.setattr(benchmark_mode, "measure_rounds", lambda settings, bench, workdir, out: measured.append(1))
+    monkeypatch.setattr(
+        benchmark_mode, "measure_rounds", lambda settings, bench, workdir, out, slot: measured.append(1)
+    )
     with pytest.raises(NotMeasuredError):  # the stand-in measures nothing
         _benchmark(
             _recommended_yaml(tmp_path, {"pin_memory": True, "cudnn_benchmark": True}), tmp_path / "out", io.StringIO()
@@ -134,3 +143,25 @@ def test_a_recommendation_the_search_would_not_try_here_is_measured_all_the_same
 def test_after_its_first_round_a_benchmark_says_what_the_rounds_left_will_take():
     assert benchmark_mode._rest_after_first(71.2, 5) == "round 1 took 71 s: about 5 min more for the 4 rounds left"
     assert benchmark_mode._rest_after_first(20.0, 2) == "round 1 took 20 s: about 20 s more for the 1 round left"
+
+
+def test_a_benchmark_runs_in_the_studys_first_slot_pinned_as_its_tuning_run_was(tmp_path, monkeypatch):
+    # A study tuned with study.cpu_sets measured every run on one set: its recommendation measured against a baseline
+    # on every core would read a regression that is only the other cores.
+    core = min(os.sched_getaffinity(0))
+    machine = {**describe_machine(), "cpu_count": 8, "torch_threads": 8}
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=machine)
+    placements = []
+
+    def run_trial(request, *args, **kwargs):
+        placements.append(request.placement)
+        return TrialResult(knobs=request.knobs, measurement=fake_measurement(100.0))
+
+    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr(app, "run_trial", run_trial)
+    config = {**tiny_config(study={"cpu_sets": [[core]]}), "mode": "benchmark"}
+    config["recommended"] = str(_recommended_yaml(tmp_path, {"batch_size": 32}))
+    files = benchmark_mode.run(load_settings(config, "tiny"), tmp_path / "out", io.StringIO())
+    assert placements and all(placement == {CPUS_ENV: str(core)} for placement in placements)
+    recorded = json.loads(files["benchmark.json"].read_text())["machine"]
+    assert (recorded["cpu_count"], recorded["torch_threads"]) == (1, 1), "the machine as its pinned runs see it"

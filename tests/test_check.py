@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,11 +17,14 @@ from autotune.benchmark import both_ends
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import KNOBS
+from autotune.measure.environment import describe_machine
 from autotune.measure.stats import RatioInterval, t95
+from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
 from autotune.report.check import verdict_line
 from autotune.results.advice import BatchAdvice
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
+from autotune.trial.placement import CPUS_ENV
 from tests.conftest import FAST_MEASURE, NEUTRAL_KNOBS, TEST_CONF, tiny_config
 
 BASELINE = {**NEUTRAL_KNOBS, "batch_size": 16}  # tests/conf/pipeline/tiny.yaml's
@@ -283,7 +287,7 @@ def test_a_recommendation_of_the_baseline_itself_is_not_measured(tmp_path, monke
 def measured(recommended_runs, base_runs=BASE_RUNS):
     """A stand-in for measure_rounds: the rounds' samples/s, no processes."""
 
-    def measure(settings, benchmark, workdir, out):
+    def measure(settings, benchmark, workdir, out, slot=None):
         for entry, runs in zip(benchmark.entries, (base_runs, recommended_runs), strict=True):
             entry.throughputs.extend(runs)
             entry.peak_memory_mb.extend(None if run is None else 100.0 for run in runs)
@@ -308,7 +312,7 @@ def test_a_regression_raises_after_check_json_is_written(tmp_path, monkeypatch):
 
 
 def test_a_check_stopped_mid_way_decides_nothing_and_check_json_says_it_stopped(tmp_path, monkeypatch):
-    def two_rounds_then_ctrl_c(settings, benchmark, workdir, out):
+    def two_rounds_then_ctrl_c(settings, benchmark, workdir, out, slot):
         measured([150.0, 152.0], (100.0, 101.0))(settings, benchmark, workdir, out)
         raise KeyboardInterrupt
 
@@ -338,7 +342,7 @@ def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):
 def test_the_recommendation_trains_as_it_was_tuned_whatever_the_commands_batch_policy(tmp_path, monkeypatch):
     policies = []
 
-    def measure(settings, benchmark, workdir, out):
+    def measure(settings, benchmark, workdir, out, slot=None):
         policies.append(settings.batch_policy)
         measured([150.0, 157.0, 146.0])(settings, benchmark, workdir, out)
 
@@ -398,7 +402,7 @@ def test_a_check_that_held_is_the_sharper_reference_of_a_later_check(tmp_path, m
     policies = []
 
     def measure(runs):
-        def record(settings, benchmark, workdir, out):
+        def record(settings, benchmark, workdir, out, slot):
             policies.append(settings.batch_policy)
             measured(runs, (100.0,) * 5)(settings, benchmark, workdir, out)
 
@@ -459,3 +463,27 @@ def test_a_check_json_that_cannot_be_a_reference_names_against(tmp_path, change,
     with pytest.raises(ConfigError) as error:
         check_mode.load_tuned(str(path))
     assert str(error.value).startswith(f"against: {path}") and message in str(error.value)
+
+
+def test_a_check_runs_in_the_studys_first_slot_and_compares_the_machine_as_its_pinned_runs_see_it(
+    tmp_path, monkeypatch
+):
+    # Tuned with study.cpu_sets, report.json describes the machine as one set's cores: the check runs there too, and
+    # the machine it compares is the same, not one "with other cores".
+    core = min(os.sched_getaffinity(0))
+    machine = {**describe_machine(), "cpu_count": 8, "torch_threads": 8}
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=machine)
+    slots = []
+
+    def measure(settings, benchmark, workdir, out, slot=None):  # None: the rounds were given no slot
+        slots.append(slot)
+        measured([150.0, 157.0, 146.0])(settings, benchmark, workdir, out)
+
+    monkeypatch.setattr(check_mode, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr(check_mode, "measure_rounds", measure)
+    against = report(tmp_path, machine={**machine, "cpu_count": 1, "torch_threads": 1})
+    config = {**tiny_config(study={"cpu_sets": [[core]]}), "mode": "check", "against": str(against)}
+    out = io.StringIO()
+    check_mode.run(load_settings(config, "tiny"), tmp_path / "out", out)
+    assert "another machine" not in out.getvalue(), out.getvalue()
+    assert [(slot.env, slot.cores) for slot in slots if slot] == [({CPUS_ENV: str(core)}, (core,))]

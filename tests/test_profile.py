@@ -15,6 +15,7 @@ from autotune.errors import BaselineFailedError, ConfigError
 from autotune.measure.environment import describe_machine, machine_id
 from autotune.pipeline.facts import DeviceFacts, Inspection
 from autotune.results.profile import ProfileRecord
+from autotune.trial.placement import CPUS_ENV
 from autotune.trial.result import TrialRequest, TrialResult
 from tests.conftest import tiny_config
 
@@ -121,3 +122,20 @@ def test_what_the_study_tried_is_looked_up_under_the_machine_its_pinned_runs_wer
 
 class _Looked(Exception):
     """Raised once the study's tries were looked up: the profile itself is not the test's."""
+
+
+def test_a_profile_runs_in_the_studys_first_slot_and_advises_on_its_cores(tmp_path, monkeypatch):
+    core = min(os.sched_getaffinity(0))
+    settings = _settings(tmp_path, study={"cpu_sets": [[core]]})
+    machine = {**describe_machine(), "cpu_count": 8, "torch_threads": 8}
+    given = []
+
+    def profile_configuration(runner, settings, knobs, label, plan, tried, machine):
+        given.append((runner.request.placement, machine["cpu_count"]))
+        raise _Looked
+
+    monkeypatch.setattr(diagnose, "inspect_run", lambda *_: Inspection(DeviceFacts(), device="cpu", machine=machine))
+    monkeypatch.setattr(diagnose, "profile_configuration", profile_configuration)
+    with pytest.raises(_Looked):
+        diagnose.run(settings, tmp_path, io.StringIO())
+    assert given == [({CPUS_ENV: str(core)}, 1)], "pinned as the tuning run's were, its advice on as many cores"

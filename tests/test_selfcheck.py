@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 from dataclasses import replace
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from autotune.pipeline.facts import DeviceFacts, Inspection
 from autotune.records import META_ATTR
 from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.selfcheck import _configurations
+from autotune.trial.placement import CPUS_ENV
 from tests.conftest import tiny_config
 from tests.test_benchmark import _recommended_yaml
 
@@ -118,3 +120,22 @@ def test_a_configuration_the_harness_and_the_plain_loop_disagree_on_fails_the_se
     ) as e:
         selfcheck.fail_if_disagreeing(replace(check, configurations=[agree, apart]))
     assert e.value.exit_code == 1 and "baseline" not in str(e.value)
+
+
+def test_a_selfcheck_runs_in_the_studys_first_slot_pinned_as_its_tuning_run_was(tiny_settings, tmp_path, monkeypatch):
+    core = min(os.sched_getaffinity(0))
+    settings = replace(tiny_settings, study=replace(tiny_settings.study, cpu_sets=((core,),)))
+    machine = {**describe_machine(), "cpu_count": 8, "torch_threads": 8}
+    facts = Inspection(devices=DeviceFacts(), device="cpu", machine=machine)
+    runners = []
+    monkeypatch.setattr(selfcheck, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr(
+        selfcheck, "_configurations", lambda settings, here: ({"baseline": {}}, "the baseline only", "free")
+    )
+    monkeypatch.setattr(
+        selfcheck, "check_configurations", lambda runner, configurations, rounds, out, runs: runners.append(runner)
+    )
+    files = selfcheck.run(settings, tmp_path / "out", io.StringIO())
+    assert [runner.request.placement for runner in runners] == [{CPUS_ENV: str(core)}]
+    recorded = json.loads(files["selfcheck.json"].read_text())["machine"]
+    assert (recorded["cpu_count"], recorded["torch_threads"]) == (1, 1), "the machine as its pinned runs see it"

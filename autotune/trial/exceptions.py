@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import torch
 
@@ -21,17 +22,30 @@ _ALLOCATION_FAILED = re.compile(
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc``, or an exception it was raised from, says an allocation failed, of any allocator:
+    """Whether ``exc``, or an exception behind it (``_chained``), says an allocation failed, of any allocator:
     ``MemoryError`` (the host), ``torch.OutOfMemoryError`` (an accelerator's caching allocator), or a RuntimeError
     naming an allocation failure (``_ALLOCATION_FAILED``): a configuration too big for the memory, not a fault."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, (MemoryError, torch.OutOfMemoryError)):
-            return True
-        if isinstance(cause, RuntimeError) and _ALLOCATION_FAILED.search(str(cause)):
-            return True
-        cause = cause.__cause__
-    return False
+    return any(
+        isinstance(each, (MemoryError, torch.OutOfMemoryError))
+        or (isinstance(each, RuntimeError) and _ALLOCATION_FAILED.search(str(each)) is not None)
+        for each in _chained(exc)
+    )
+
+
+def _chained(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception behind it, each once: those it was raised from (``__cause__``) and those being
+    handled as it was raised (``__context__``), which user code that catches an out of memory and raises its own
+    error without ``from`` (or ``from None``, which hides it from the traceback only) leaves it. A chain may loop
+    (an exception re-raised while it is handled), so each is visited once."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        each = pending.pop()
+        if each is None or id(each) in seen:
+            continue
+        seen.add(id(each))
+        yield each
+        pending += [each.__context__, each.__cause__]
 
 
 def exception_text(exc: BaseException) -> str:

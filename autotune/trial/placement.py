@@ -8,6 +8,7 @@ run of the study, baseline and race included, is pinned to a set of that size, s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -99,18 +100,31 @@ def _core_slots(parallel: int | str, cpu_sets: list[list[int]], usable: set[int]
 
 
 def pin_from_env() -> None:
-    """In a trial process: pin it to the cores ``CPUS_ENV`` names, with the thread counts a process started on those
-    cores gets (torch's: one per core; Inductor's compile threads), before anything else runs; nothing where it is
-    not set."""
+    """In a trial process: pin every thread of it to the cores ``CPUS_ENV`` names (``_pin_every_thread``), with the
+    thread counts a process started on those cores gets (torch's: one per core, as an unset num_threads then runs;
+    Inductor's compile threads), before anything else runs; nothing where it is not set."""
     given = os.environ.get(CPUS_ENV)
     if not given:
         return
     import torch  # the trial's: the tuner's process, which places the trials, never imports torch
 
     cores = {int(core) for core in given.split(",")}
-    os.sched_setaffinity(0, cores)
+    _pin_every_thread(cores)
     torch.set_num_threads(len(cores))
     _count_compile_threads()
+
+
+def _pin_every_thread(cores: set[int]) -> None:
+    """Pin every thread of this process to ``cores``: an affinity is a thread's, and threads started before the
+    pinning (a fresh trial's imports start some: OpenBLAS's pool as numpy is imported) would keep every core. A new
+    thread takes its creator's, so threads are listed again until no new one appeared; one that ended meanwhile is
+    passed over. The pools' sizes, counted at their start on every core, stay as they are (torch's is set again)."""
+    pinned: set[int] = set()
+    while unpinned := {int(task) for task in os.listdir("/proc/self/task")} - pinned:
+        for thread in unpinned:
+            with contextlib.suppress(ProcessLookupError):  # it ended since it was listed
+                os.sched_setaffinity(thread, cores)
+        pinned |= unpinned
 
 
 def _count_compile_threads() -> None:

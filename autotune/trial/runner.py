@@ -18,10 +18,11 @@ import psutil
 
 from autotune.files import write_atomic
 from autotune.measure.core_speed import CoreGauge
-from autotune.measure.memory import MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
+from autotune.measure.memory import FORK_SERVER_ENV, MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.measure.system import signal_name
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
 from autotune.trial.log_cap import LogCap
+from autotune.trial.placement import CPUS_ENV
 from autotune.trial.reaper import TRIAL_TOKEN_ENV, new_token
 from autotune.trial.result import (
     LAUNCHED_AT_ENV,
@@ -46,6 +47,12 @@ _FULL_READ_EVERY_S = 5.0
 # shares nothing with a forked trial. The test suite forks both.
 DEFAULT_LAUNCHER: Callable[[], Launcher] = FreshLauncher
 JUDGE_LAUNCHER: Callable[[], Launcher] = FreshLauncher
+
+# What autotune sets in a trial's environment for that trial alone. Found in the tuner's own environment (autotune
+# run inside a trial, or in a CI job started from one), it is another run's, and a trial must not inherit it: a fresh
+# trial would take a fork server it was not forked from for the one lending it pages (its memory counting an unrelated
+# process's), or pin itself to cores its slot does not name.
+_TRIAL_ONLY_ENV = (TUNER_PID_ENV, LAUNCHED_AT_ENV, TRIAL_TOKEN_ENV, FORK_SERVER_ENV, CPUS_ENV)
 
 # Called with (timed steps so far, throughput so far); returns a reason to stop the trial, or None.
 ProgressFn = Callable[[int, float], str | None]
@@ -376,11 +383,11 @@ def _last_line(log_path: Path) -> str:
 
 
 def _worker_env(request: TrialRequest) -> dict[str, str]:
-    """The tuner's environment, with the current directory importable as it is for the tuner, the tuner's pid
-    (the trial exits if the tuner dies), the time it is launched (its start-up time is read from it), a token of its
-    own (what it starts ends with it), its placement (its GPU or cores) and torch.compile's caches where the request
-    says."""
-    env = dict(os.environ)
+    """The tuner's environment less what another run set for its trial alone (``_TRIAL_ONLY_ENV``), with the current
+    directory importable as it is for the tuner, the tuner's pid (the trial exits if the tuner dies), the time it is
+    launched (its start-up time is read from it), a token of its own (what it starts ends with it), its placement (its
+    GPU or cores) and torch.compile's caches where the request says."""
+    env = {name: value for name, value in os.environ.items() if name not in _TRIAL_ONLY_ENV}
     paths = [os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env[TUNER_PID_ENV] = str(os.getpid())

@@ -236,11 +236,22 @@ def run_request(request: TrialRequest, progress_path: Path | None = None) -> Tri
         return TrialResult(knobs=request.knobs, failure=describe_exception(exc))
 
 
+# The signals that kill a DataLoader worker as memory runs out, with what most likely sent them: the kernel's
+# out-of-memory killer sends SIGKILL; a worker writing a batch to shared memory (/dev/shm) that is full gets SIGBUS
+# (torch's own message says its workers may be out of shared memory). More or larger batches ahead (batch size,
+# workers, prefetch) need more of it: a verdict on the configuration, not a fault.
+_WORKER_OUT_OF_MEMORY = {
+    "SIGKILL": "most likely by the kernel's out-of-memory killer",
+    "SIGBUS": "most likely as shared memory (/dev/shm), where workers hand over their batches, ran out",
+}
+
+
 def describe_exception(exc: BaseException) -> Failure:
-    """A typed, one-line reason for an exception; out of memory, of any allocator (``is_out_of_memory``), is a
-    verdict on the configuration, not a fault."""
-    if isinstance(exc, WorkerKilledError) and exc.signal_name == "SIGKILL":
-        return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, most likely by the kernel's out-of-memory killer")
+    """A typed, one-line reason for an exception; out of memory, of any allocator (``is_out_of_memory``), or a
+    DataLoader worker killed as memory ran out (``_WORKER_OUT_OF_MEMORY``), is a verdict on the configuration, not a
+    fault."""
+    if isinstance(exc, WorkerKilledError) and exc.signal_name in _WORKER_OUT_OF_MEMORY:
+        return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, {_WORKER_OUT_OF_MEMORY[exc.signal_name]}")
     if isinstance(exc, WorkerKilledError):
         return Failure(FailureKind.SIGNAL, str(exc))
     kind = FailureKind.OUT_OF_MEMORY if is_out_of_memory(exc) else FailureKind.EXCEPTION

@@ -11,22 +11,24 @@ Once its imports are done it writes ``{"ready": N}`` (its pid) to stdout. Orders
 ``{"argv": [...], "log": PATH, "env": {...}, "cwd": PATH}`` (a relative path is the order's ``cwd``'s); for each, one
 trial is forked and its pid written as ``{"pid": N}``, then, as soon as it is reaped, ``{"exit": N, "code": C}`` (C
 as ``Popen.returncode``: negative for a signal), and, once its orphans are ended, ``{"ended": N}``. Trials run one at
-a time. End of stdin (the tuner exited, however it exited) ends the server.
+a time. End of stdin (the tuner exited, however it exited) ends the server; a reply that cannot be written (the
+tuner was killed: a broken pipe) is dropped, and the server goes on to that end.
 
 The server is a child subreaper (``reaper``): a process a trial detached is adopted by the server once its parent
-dies, and every such orphan is killed and reaped before the next order is read, so its child list holds nothing but
-the running trial and what it left. A trial dies with the server (``die_with_parent``): a server that died
-mid-trial leaves nothing running that no one waits for.
+dies, and every such orphan is killed and reaped before the next order is read, and as the server ends however it
+ends (but killed), so its child list holds nothing but the running trial and what it left. A trial dies with the
+server (``die_with_parent``): a server that died mid-trial leaves nothing running that no one waits for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import sys
 import traceback
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import torch._dynamo  # noqa: F401  (imported by every torch.optim optimizer: ~1 s a trial would pay)
 
@@ -46,21 +48,32 @@ def main() -> int:
     base_path = [entry for entry in sys.path[1:] if entry not in _python_path(os.environ)]
     os.chdir("/")  # each trial runs in the directory its order names; the server holds on to none
     become_subreaper()
-    control_out.write(json.dumps({"ready": os.getpid()}) + "\n")
-    for line in control_in:
-        order = json.loads(line)
-        server, pid = os.getpid(), os.fork()
-        if pid == 0:
-            die_with_parent(server)
-            _run_child(order, base_path, (control_in.fileno(), control_out.fileno(), devnull))
-        control_out.write(json.dumps({"pid": pid}) + "\n")
-        _, status = os.waitpid(pid, 0)
-        # Reported as it is reaped, before its orphans are ended (up to END_S): the tuner must not count that time
-        # against the trial's timeout, nor signal the trial's pid, free for another process from now on.
-        control_out.write(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
+    _tell(control_out, {"ready": os.getpid()})
+    try:
+        for line in control_in:
+            order = json.loads(line)
+            server, pid = os.getpid(), os.fork()
+            if pid == 0:
+                die_with_parent(server)
+                _run_child(order, base_path, (control_in.fileno(), control_out.fileno(), devnull))
+            _tell(control_out, {"pid": pid})
+            _, status = os.waitpid(pid, 0)
+            # Reported as it is reaped, before its orphans are ended (up to END_S): the tuner must not count that
+            # time against the trial's timeout, nor signal the trial's pid, free for another process from now on.
+            _tell(control_out, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+            end_children()
+            _tell(control_out, {"ended": pid})
+    finally:  # however the server ends, the orphans it adopted go with it: no subreaper is left to end them
         end_children()
-        control_out.write(json.dumps({"ended": pid}) + "\n")
     return 0
+
+
+def _tell(control_out: TextIO, message: dict) -> None:
+    """Write ``message`` to the tuner, as one JSON line; nothing where the tuner is gone (killed: a broken pipe). The
+    server then goes on as if it were there: it reaps the trial, which ends with its tuner, ends its orphans, and
+    ends at the end of its input, which the tuner's end closed."""
+    with contextlib.suppress(OSError):
+        control_out.write(json.dumps(message) + "\n")
 
 
 def _run_child(order: dict, base_path: list[str], inherited: tuple[int, ...]) -> NoReturn:

@@ -37,6 +37,12 @@ def worker_killed(tmp_path_factory) -> TrialResult:
     return run(request(dataset="faults.WorkerKillingImages", num_workers=1), workdir, "wkill")
 
 
+@pytest.fixture(scope="module")
+def worker_bus_error(tmp_path_factory) -> TrialResult:
+    workdir = tmp_path_factory.mktemp("worker_bus_error")
+    return run(request(dataset="shared_memory.SharedMemoryFullImages", num_workers=1), workdir, "wbus")
+
+
 def test_a_segfault_is_reported_as_sigsegv(segfault):
     result, _ = segfault
     assert result.failure.kind is FailureKind.SIGNAL
@@ -55,6 +61,15 @@ def test_a_dataloader_worker_killed_by_sigkill_is_reported_like_a_killed_trial(w
     assert worker_killed.failure.kind is FailureKind.OUT_OF_MEMORY
     assert worker_killed.failure.message == (
         "a DataLoader worker was killed by SIGKILL, most likely by the kernel's out-of-memory killer"
+    )
+
+
+def test_a_dataloader_worker_killed_by_sigbus_is_out_of_memory_in_shared_memory(worker_bus_error):
+    # A worker writing its batch to a full /dev/shm dies of SIGBUS: more or larger batches ahead need more of it.
+    assert worker_bus_error.failure.kind is FailureKind.OUT_OF_MEMORY, worker_bus_error.failure
+    assert worker_bus_error.failure.message == (
+        "a DataLoader worker was killed by SIGBUS, most likely as shared memory (/dev/shm), where workers hand over "
+        "their batches, ran out"
     )
 
 

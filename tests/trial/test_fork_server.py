@@ -484,3 +484,66 @@ def test_a_forked_trial_reaped_as_it_is_stopped_is_not_signalled_by_its_pid(serv
         patch.setattr(os, "kill", lambda pid, sig: signalled.append(pid))
         assert proc.kill() == 1
     assert proc.pid not in signalled, "its pid may be another process's"
+
+
+# The zygote, its trial one that leaves a process in a session of its own that never execs (so it carries no trial's
+# token), then waits for the test's word to end.
+ORPHAN_LEAVING = """
+import os, sys, time
+from autotune.trial import worker, zygote
+
+def leave_an_orphan(argv):
+    pid_file, release = argv
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(pid_file + ".tmp", "w") as out:
+                out.write(str(os.getpid()))
+            os.rename(pid_file + ".tmp", pid_file)
+            time.sleep(600)
+        os._exit(0)
+    while not os.path.exists(release):
+        time.sleep(0.01)
+    os._exit(0)
+
+worker.run = leave_an_orphan
+sys.exit(zygote.main())
+"""
+
+
+@pytest.mark.slow
+def test_a_server_whose_tuner_was_killed_still_ends_the_orphans_of_its_trial(tmp_path):
+    # kill -9 of the tuner closes its ends of the server's pipes: the server's report of the trial's end meets a broken
+    # pipe, and it must end what the trial left before it ends itself (no subreaper is left to end them after it).
+    pid_file, release = tmp_path / "orphan.pid", tmp_path / "release"
+    server = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_LEAVING],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    orphan = None
+    try:
+        assert "ready" in json.loads(server.stdout.readline())
+        order = {"argv": [str(pid_file), str(release)], "log": "t.log", "env": {}, "cwd": str(tmp_path)}
+        server.stdin.write((json.dumps(order) + "\n").encode())
+        server.stdin.flush()
+        assert "pid" in json.loads(server.stdout.readline())
+        deadline = time.monotonic() + 30
+        while not pid_file.exists():
+            assert time.monotonic() < deadline, "the trial never left its orphan"
+            time.sleep(0.01)
+        orphan = psutil.Process(int(pid_file.read_text()))
+        server.stdout.close()  # the tuner killed: its ends of the pipes close
+        server.stdin.close()
+        release.touch()  # the trial ends, which the server can tell no one
+        server.wait(timeout=30)
+        orphan.wait(timeout=10)  # raises if the orphan outlives its server
+        assert server.returncode == 0, "the server ends at the end of its input, not of the broken pipe"
+    finally:
+        if orphan is not None and orphan.is_running():
+            orphan.kill()
+        server.kill()
+        server.wait()

@@ -77,6 +77,28 @@ def test_a_trial_pins_itself_to_its_cores_with_one_torch_thread_and_compile_thre
     assert out.split() == ["[0]", "1", "False", str(min(32, len(os.sched_getaffinity(0)))), "1"]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores to tell one from all")
+def test_a_trial_pins_every_thread_started_before_it_pinned_itself():
+    # A fresh trial's imports start threads (OpenBLAS's pool with numpy) before the worker pins it: an affinity is a
+    # thread's, and they would keep every core.
+    core = min(os.sched_getaffinity(0))
+    code = (
+        "import os, threading, numpy; from autotune.trial.placement import pin_from_env; "
+        "started = threading.Event(); threading.Thread(target=started.wait, daemon=True).start(); pin_from_env(); "
+        "print(sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir('/proc/self/task')}), "
+        "len(os.listdir('/proc/self/task')) > 1)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, CPUS_ENV: str(core)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.split() == [f"[({core},)]", "True"], "every thread on the trial's core"
+
+
 def test_core_sets_on_a_gpu_are_refused_naming_the_key():
     with pytest.raises(ConfigError, match=r"^study.cpu_sets: pins trials on a CPU"):
         slots(2, [[0], [1]], "cuda", 1, {0, 1})

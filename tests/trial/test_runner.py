@@ -17,9 +17,10 @@ import psutil
 import pytest
 
 from autotune.measure.core_speed import CoreGauge, CoreSpeed
-from autotune.measure.memory import MemoryBudget
+from autotune.measure.memory import FORK_SERVER_ENV, MemoryBudget, fork_server_of
 from autotune.trial import runner
 from autotune.trial.launch import FreshLauncher, _FreshProcess, open_log
+from autotune.trial.placement import CPUS_ENV
 from autotune.trial.result import TUNER_PID_ENV, FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import _ProgressReader, _worker_env, _write_private, run_repeated, run_trial
 from tests.conftest import fake_measurement, processes_mentioning, trial_request
@@ -203,6 +204,17 @@ def test_a_pruned_compile_trial_reports_its_compile_time(tmp_path):
     failure = _ProgressReader(tmp_path / "p.jsonl", lambda steps, throughput: "clearly slower").check()
     assert failure.kind is FailureKind.PRUNED and failure.message == "clearly slower; its compile took 12.3 s"
     assert failure.reading == 10.0, "the running reading it was stopped at, for the pictures"
+
+
+def test_a_trial_inherits_none_of_the_variables_another_run_set_for_its_own_trial(monkeypatch):
+    # autotune run inside a trial, or in a CI job started from one: the tuner's environment holds that trial's.
+    monkeypatch.setenv(FORK_SERVER_ENV, str(os.getppid()))  # a process that lends this trial nothing
+    monkeypatch.setenv(CPUS_ENV, "0")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    fresh = _worker_env(request())
+    assert fork_server_of(fresh) is None, "a fresh trial counts no unrelated process's pages as lent to it"
+    assert CPUS_ENV not in fresh and fresh["OMP_NUM_THREADS"] == "3", "the user's own variables are kept"
+    assert _worker_env(replace(request(), placement={CPUS_ENV: "1"}))[CPUS_ENV] == "1", "its slot's cores"
 
 
 @pytest.mark.slow
