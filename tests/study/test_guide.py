@@ -23,6 +23,7 @@ from tests.study.test_probe_model import (
     SPACE,
     VARIED,
     compute_rate,
+    loader_raised,
     loader_rate,
     scaled,
     swinging,
@@ -135,14 +136,7 @@ def test_a_loader_setting_that_raised_in_the_probe_is_never_proposed():
     # neighbour all the same, to fail the same way; without workers it loads, and is still checked.
     space = SearchSpace({name: {**VARIED, "batch_size": [16, 32, 128]}.get(name, [FIXED[name]]) for name in KNOBS})
     plan = probe_plan(space, BASELINE)
-    no_batch = plan.loaders.index({"batch_size": 128, "num_workers": 2})
-    error = "ValueError: the DataLoader yields no batch; cannot time it"
-    result = ProbeResult(
-        [None if i == no_batch else loader_rate(s) for i, s in enumerate(plan.loaders)],
-        [compute_rate(k) for k in plan.computes],
-        failed=[ProbeFailure("loader", no_batch, error)],
-    )
-    g = Guide(ProbeModel(plan, result), space, BASELINE)
+    g = Guide(ProbeModel(plan, loader_raised(plan, {"batch_size": 128, "num_workers": 2})), space, BASELINE)
     best = observed(g, WORKERS_BEST, ratio=2.0)
     observations = [observed(g, BASELINE), best, Observation({**BASELINE, "batch_size": 32}, 1.0)]
     proposed = []

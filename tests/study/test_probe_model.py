@@ -35,6 +35,21 @@ def compute_rate(knobs):
     return rate * (0.5 if knobs["amp"] == "bf16" else 1.0) * (0.9 if knobs["num_threads"] == 1 else 1.0)
 
 
+# What the probe's DataLoader raises where its workers' share of a stream holds too few samples for a batch.
+NO_BATCH = "ValueError: the DataLoader yields no batch; cannot time it"
+
+
+def loader_raised(plan, setting: dict) -> ProbeResult:
+    """The probe's timings of ``plan`` at ``loader_rate`` and ``compute_rate``, but its DataLoader at ``setting``
+    (batch size and workers), which raised ``NO_BATCH``."""
+    no_batch = plan.loaders.index(setting)
+    return ProbeResult(
+        [None if i == no_batch else loader_rate(s) for i, s in enumerate(plan.loaders)],
+        [compute_rate(k) for k in plan.computes],
+        failed=[ProbeFailure("loader", no_batch, NO_BATCH)],
+    )
+
+
 def probe_model() -> ProbeModel:
     plan = probe_plan(SPACE, BASELINE)
     result = ProbeResult([loader_rate(s) for s in plan.loaders], [compute_rate(k) for k in plan.computes])
@@ -95,14 +110,8 @@ def test_a_configuration_of_a_batch_size_at_which_every_probed_model_step_raised
 
 def test_a_configuration_raised_where_the_probe_saw_its_loader_setting_raise():
     plan = probe_plan(SPACE, BASELINE)
-    no_batch = plan.loaders.index({"batch_size": 32, "num_workers": 2})
-    error = "ValueError: the DataLoader yields no batch; cannot time it"
-    result = ProbeResult(
-        [None if i == no_batch else loader_rate(s) for i, s in enumerate(plan.loaders)],
-        [compute_rate(k) for k in plan.computes],
-        failed=[ProbeFailure("loader", no_batch, error)],
-    )
-    s = ProbeModel(plan, result)
+    s = ProbeModel(plan, loader_raised(plan, {"batch_size": 32, "num_workers": 2}))
+    error = NO_BATCH
     with_workers = {**BASELINE, "batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
     assert s.raised(with_workers) == s.raised({**with_workers, "amp": "bf16", "prefetch_factor": 4}) == error
     assert s.raised({**with_workers, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None}) is None
