@@ -22,7 +22,7 @@ from optuna.storages import BaseStorage
 from autotune.config.settings import Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError, stop_signal
 from autotune.files import file_name
-from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values
+from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values, device_kind
 from autotune.knobs.num_workers import SPLIT_STREAM
 from autotune.measure.core_speed import CoreGauge
 from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
@@ -305,7 +305,7 @@ def _search_and_finish(
 
     screens = [r.screen for r in runners]
     propose = guide.propose if guide else None
-    foretell = _foretelling(settings, clock, baseline, len(places), lines.note)
+    foretell = _foretelling(settings, clock, baseline, len(places), opened.ctx.device, lines.note)
 
     def on_trial(event: TrialEvent) -> None:
         lines.trial(event)
@@ -331,7 +331,7 @@ def _search_and_finish(
 
 
 def _foretelling(
-    settings: Settings, clock: RunClock, baseline: TrialResult, slots: int, note: Callable[[str], None]
+    settings: Settings, clock: RunClock, baseline: TrialResult, slots: int, device: str, note: Callable[[str], None]
 ) -> Callable[[TrialEvent], None]:
     """Told of each search trial, says once, after the first measured in this run, what the rest of the run is
     expected to take (``forecast``): until then nothing measured says how long a trial takes."""
@@ -351,6 +351,7 @@ def _foretelling(
                 Finalist(first, event.result.knobs, count_changes(event.result.knobs, baseline.knobs), None),
                 baseline.knobs,
                 settings.batch_policy,
+                device,
             ),
             slots=slots,
             profiles=settings.study.diagnose,
@@ -403,7 +404,8 @@ def _guide(
     then = clock.screen_s() + _race_round_s(settings, clock, baseline, 1)
     timing = baseline.timing
     plan = probe_plan(space, settings.baseline)
-    expected = expected_probe_s(plan, clock.unmeasured_s(baseline), timing.compute_s / timing.samples)
+    effective = accumulated_to(settings.batch_policy, settings.baseline)
+    expected = expected_probe_s(plan, clock.unmeasured_s(baseline), timing.compute_s / timing.samples, effective)
     if not stored and not clock.affords(expected + then, PROBE_STEP):
         return None
     with clock.stage("probe"):
@@ -521,7 +523,7 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
     """What the knobs decide by; ``cores``: the cores each trial is pinned to (None: all of the tuner's)."""
     pipeline = facts.pipeline
     return SearchContext(
-        device=facts.device.partition(":")[0],  # knobs decide by the kind of device; trials run on cuda:N itself
+        device=device_kind(facts.device),
         cpu_count=len(cores) if cores else facts.machine["cpu_count"],  # as a trial process sees them
         bf16_supported=facts.bf16_native,
         dataset_len=pipeline.dataset_len,

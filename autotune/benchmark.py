@@ -20,7 +20,7 @@ from autotune.app import TrialRunner, inspect_run, study_machine, study_slot, un
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
-from autotune.knobs import accumulated_to, changed, conflict, undo
+from autotune.knobs import accumulated_to, changed, conflict, device_kind, undo
 from autotune.pipeline.facts import Inspection
 from autotune.recommendation import MachineMismatchWarning, Recommendation, UntrimmedWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
@@ -44,7 +44,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     device = facts.device
     settings, recommendation, notes = recommendation_to_measure(settings, facts)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
-    entries = configurations(settings.baseline, recommendation.knobs, effective)
+    entries = configurations(settings.baseline, recommendation.knobs, effective, device_kind(device))
     print(
         f"autotune benchmark: pipeline '{settings.pipeline.name}' on {device}; {settings.benchmark_rounds} rounds of "
         f"{len(entries)} configurations: the baseline, the recommendation, each change alone and left out",
@@ -116,13 +116,13 @@ def refuse_unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, An
 
 
 def configurations(
-    baseline: dict[str, Any], recommended: dict[str, Any], effective_batch_size: int | None = None
+    baseline: dict[str, Any], recommended: dict[str, Any], effective_batch_size: int | None, device: str
 ) -> list[Entry]:
     """The baseline, the recommendation, then for each change the baseline with it alone and the recommendation
     without it, each measured on its own (with two changes, one's alone is the other's without); one that is the
     baseline or the recommendation is not measured again (with one change, alone is the recommendation; an option
     of workers alone, without workers, is the baseline); none whose values cannot run together at
-    ``effective_batch_size`` (micro-batches accumulated to it: ``conflict``)."""
+    ``effective_batch_size`` (micro-batches accumulated to it) on a ``device`` of that kind (``conflict``)."""
     ends = both_ends(baseline, recommended)
     entries = list(ends)
     for knob in changed(recommended, baseline):
@@ -133,7 +133,7 @@ def configurations(
         entries += [
             c
             for c in candidates
-            if conflict(c.knobs, effective_batch_size) is None and all(c.knobs != end.knobs for end in ends)
+            if conflict(c.knobs, effective_batch_size, device) is None and all(c.knobs != end.knobs for end in ends)
         ]
     return entries
 

@@ -24,7 +24,7 @@ from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, changed
 from autotune.measure.environment import machine_fingerprint
 from autotune.measure.stats import RatioInterval
-from autotune.recommendation import complete_knobs
+from autotune.recommendation import complete_knobs, measured_where
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
@@ -269,9 +269,8 @@ def _notes(tuned: Tuned, settings: Settings, machine: dict[str, Any]) -> list[st
             f"{tuned.path} was tuned for pipeline '{tuned.pipeline}', checked here on '{settings.pipeline.name}'"
         )
     here, there = machine_fingerprint(machine), machine_fingerprint(tuned.machine)
-    differs = [f"{key} {there[key]!r} there, {here[key]!r} here" for key in here if there[key] != here[key]]
+    differs = [key for key in here if there[key] != here[key]]
     if tuned.machine and differs:
-        notes.append(
-            f"{tuned.path} was measured on another machine ({'; '.join(differs)}): its speedup may differ here"
-        )
+        listed = "; ".join(f"{key} {there[key]!r} there, {here[key]!r} here" for key in differs)
+        notes.append(f"{tuned.path} was measured {measured_where(differs)} ({listed}): its speedup may differ here")
     return notes + baseline_note(tuned.baseline, settings.baseline)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -472,8 +473,7 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
     }
     if differs:
         listed = "; ".join(f"{key} {then!r} there, {now!r} here" for key, (then, now) in differs.items())
-        # A study pinned by study.cpu_sets describes the machine as the cores of its slot
-        where = "on other cores" if set(differs) <= _CORE_KEYS else "on another machine"
+        where = measured_where(differs)
         warnings.warn(
             f"{source} was measured {where} ({listed}): its gains may not hold here: re-run autotune on this machine "
             "as you train on it",
@@ -484,6 +484,13 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
 
 # The parts of a machine's description that a study pinned to some of its cores (study.cpu_sets) reads as that many.
 _CORE_KEYS = {"cpu_count", "torch_threads"}
+
+
+def measured_where(differs: Iterable[str]) -> str:
+    """Where a record whose machine description ``differs`` from this one's in those keys was measured, in words: "on
+    other cores" where only the cores differ (a study pinned by study.cpu_sets describes the machine as the cores of
+    its slot), else "on another machine"."""
+    return "on other cores" if set(differs) <= _CORE_KEYS else "on another machine"
 
 
 def _described_here(device: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 def test_each_change_alone_and_left_out_once_each():
     recommended = {**NEUTRAL_KNOBS, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "amp": "bf16"}
-    entries = configurations(NEUTRAL_KNOBS, recommended)
+    entries = configurations(NEUTRAL_KNOBS, recommended, None, "cpu")
     assert [(e.kind, e.knob) for e in entries] == [
         ("baseline", None),
         ("recommended", None),
@@ -40,14 +40,14 @@ def test_each_change_alone_and_left_out_once_each():
 
 
 def test_one_change_is_the_recommendation_alone():
-    entries = configurations(NEUTRAL_KNOBS, {**NEUTRAL_KNOBS, "amp": "bf16"})
+    entries = configurations(NEUTRAL_KNOBS, {**NEUTRAL_KNOBS, "amp": "bf16"}, None, "cpu")
     assert [e.label for e in entries] == ["baseline", "recommended"]
 
 
 def test_a_recommendation_without_workers_measured_with_them_has_the_users_worker_options_back():
     own = {**NEUTRAL_KNOBS, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
     recommended = {**own, "num_workers": 0, "prefetch_factor": None, "persistent_workers": None, "amp": "bf16"}
-    entries = {(e.kind, e.knob): e.knobs for e in configurations(own, recommended)}
+    entries = {(e.kind, e.knob): e.knobs for e in configurations(own, recommended, None, "cpu")}
     assert len(entries) == 6, "two changes: num_workers (its options go with it) and amp"
     assert entries[("without", "num_workers")] == {**own, "amp": "bf16"}
 
@@ -64,9 +64,10 @@ def test_a_recommendation_is_benchmarked_with_the_batch_policy_it_was_tuned_with
 def test_no_entry_runs_cuda_graphs_over_accumulated_micro_batches():
     baseline = {**NEUTRAL_KNOBS, "batch_size": 32, "compile": "reduce-overhead"}
     recommended = {**baseline, "batch_size": 16, "compile": "off", "amp": "bf16"}
-    labels = [entry.label for entry in configurations(baseline, recommended, effective_batch_size=32)]
+    labels = [entry.label for entry in configurations(baseline, recommended, 32, "cuda")]
     assert "baseline + batch_size" not in labels and "recommended - compile" not in labels, "micro-batch 16 of 32"
-    assert "baseline + batch_size" in [entry.label for entry in configurations(baseline, recommended)]
+    assert "baseline + batch_size" in [entry.label for entry in configurations(baseline, recommended, None, "cuda")]
+    assert "recommended - compile" in [entry.label for entry in configurations(baseline, recommended, 32, "cpu")]
 
 
 def _recommended_yaml(tmp_path: Path, knobs: dict, policy: str = "free") -> Path:

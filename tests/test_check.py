@@ -487,3 +487,14 @@ def test_a_check_runs_in_the_studys_first_slot_and_compares_the_machine_as_its_p
     check_mode.run(load_settings(config, "tiny"), tmp_path / "out", out)
     assert "another machine" not in out.getvalue(), out.getvalue()
     assert [(slot.env, slot.cores) for slot in slots if slot] == [({CPUS_ENV: str(core)}, (core,))]
+
+
+def test_a_report_whose_machine_differs_in_its_cores_alone_was_measured_on_other_cores(tmp_path):
+    # A study pinned by study.cpu_sets describes the machine as its slot's cores; checked unpinned, only they differ.
+    here = describe_machine()
+    tuned = check_mode.load_tuned(str(report(tmp_path, machine={**here, "cpu_count": 1, "torch_threads": 1})))
+    settings = load_settings(tiny_config(), "tiny")
+    (note,) = [n for n in check_mode._notes(tuned, settings, here) if "measured" in n]
+    assert "was measured on other cores (cpu_count 1 there" in note
+    elsewhere = check_mode.load_tuned(str(report(tmp_path, machine={**here, "cpu_model": "another CPU"})))
+    assert any("measured on another machine" in n for n in check_mode._notes(elsewhere, settings, here))

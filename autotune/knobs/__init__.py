@@ -75,11 +75,11 @@ BASELINE_DEFAULTS = {
 _CONFLICTING = tuple(name for name, knob in KNOBS.items() if type(knob).conflict is not Knob.conflict)
 
 
-def conflict(
-    knobs: dict[str, Any], effective_batch_size: int | None = None, device: str | None = None
-) -> tuple[str, str] | None:
+def conflict(knobs: dict[str, Any], effective_batch_size: int | None, device: str | None) -> tuple[str, str] | None:
     """The first knob of ``knobs`` (a configuration, or the knobs chosen so far) whose value cannot run beside the
-    others on ``device`` (``Knob.conflict``), and why; None when none conflicts."""
+    others with gradients accumulated up to ``effective_batch_size`` (None: none) on ``device``, a kind of device
+    (``device_kind``; None: not known, judged as a GPU), ``Knob.conflict``, and why; None when none conflicts. Every
+    caller names both: a rule judged without them would refuse configurations that run (on a CPU, no CUDA graphs)."""
     for name in _CONFLICTING:
         reason = KNOBS[name].conflict(knobs[name], knobs, effective_batch_size, device) if name in knobs else None
         if reason:
@@ -185,3 +185,8 @@ __all__ = [
     "redraws_random",
     "costly",
 ]
+
+
+def device_kind(device: str) -> str:
+    """The kind of ``device`` the knobs decide by ("cpu", "cuda"): trials run on cuda:N itself."""
+    return device.partition(":")[0]

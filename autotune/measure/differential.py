@@ -83,7 +83,7 @@ def step_throughput(
     cycles, so the timing holds as many optimizer steps as training does for its micro-batches (a few micro-batches
     timed alone, without one, would read too fast), and the warm-up takes the first, which sets up the optimizer's
     state."""
-    for _ in range(_whole_cycles(warmup_steps, step_multiple)):
+    for _ in range(whole_cycles(warmup_steps, step_multiple)):
         step()
     synchronize(device)
     start = clock()
@@ -96,6 +96,6 @@ def step_throughput(
     return steps * samples_per_step / (clock() - start)
 
 
-def _whole_cycles(steps: int, step_multiple: int) -> int:
+def whole_cycles(steps: int, step_multiple: int) -> int:
     """``steps`` rounded up to whole cycles of ``step_multiple`` steps."""
     return -(-steps // step_multiple) * step_multiple

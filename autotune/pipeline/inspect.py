@@ -388,7 +388,7 @@ def channels_last_refused(spec: PipelineSpec, ndim: int | None) -> str | None:
         return None
     try:
         model.to(memory_format=torch.channels_last)
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:  # ValueError: a lazy module's parameters, before its first forward
         return str(exc)
     return None
 

@@ -42,7 +42,9 @@ class ProfileRecord:
     ``knobs``, the machine, what the run found (``result``; None where it failed, with ``failure`` saying why), the
     trace file it wrote, what the stored study ``study`` tried (``tried``; None where there is no such study), how
     long the profiling run took (``wall_s``, process start to exit), and the command that would tune the pipeline
-    so profiled (``tune_command``: mode=profile's own arguments but the mode; None: a tuning run's profile)."""
+    so profiled (``tune_command``: mode=profile's own arguments but the mode; None: a tuning run's profile), and
+    the batch its gradients are accumulated up to (``effective_batch_size``: search.batch_policy=fixed_effective's;
+    None: none, or a record saved before it was kept), which the advice's configurations must run beside."""
 
     pipeline: str
     device: str
@@ -55,6 +57,7 @@ class ProfileRecord:
     tried: Tried | None = None
     wall_s: float | None = None
     tune_command: str | None = None
+    effective_batch_size: int | None = None
 
     @property
     def diagnosis(self) -> Diagnosis | None:
@@ -68,7 +71,16 @@ class ProfileRecord:
         lines = (gc_finding(self.result), saturation_finding(self.result, cores), fault_finding(self.result))
         findings += [line for line in lines if line]
         sixteen_bit = has_16_bit_units(self.machine, self.device)
-        advice = advise(self.result, decided, self.knobs, cores, self.tried, sixteen_bit, runs_glibc(self.machine))
+        advice = advise(
+            self.result,
+            decided,
+            self.knobs,
+            cores,
+            self.tried,
+            sixteen_bit,
+            runs_glibc(self.machine),
+            self.effective_batch_size,
+        )
         if self.tried is None and any(a.knob for a in advice):
             named = f" study.name={self.study}" if self.study != self.pipeline else ""
             command = self.tune_command or f"python -m autotune pipeline={self.pipeline}{named}"

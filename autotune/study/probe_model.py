@@ -35,6 +35,7 @@ from typing import Any
 import optuna
 
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS
+from autotune.measure.differential import whole_cycles
 from autotune.measure.environment import this_machine_id
 from autotune.measure.measurement import SystemReport
 from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
@@ -440,17 +441,23 @@ def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> P
     return ProbePlan(loaders, computes, anchor_before=anchor_before, **timing)
 
 
-def expected_probe_s(plan: ProbePlan, process_s: float, sample_compute_s: float) -> float:
+def expected_probe_s(
+    plan: ProbePlan, process_s: float, sample_compute_s: float, effective_batch_size: int | None = None
+) -> float:
     """What the probe of ``plan`` is expected to take, for study.budget_s: a process of the pipeline (``process_s``:
     its start and build, as the baseline's took); every loader setting timed for ``plan.seconds`` and as long again for
     its workers' start; every model-step setting (the first again: once untimed, before each index of
     ``plan.anchor_before``, and at the end to see that the machine's speed held) for ``plan.min_steps`` steps or
     ``plan.seconds``, whichever is longer, after ``plan.warmup_steps``, and ``plan.seconds`` to copy the model, each
-    step taking the baseline's compute time a sample (``sample_compute_s``) times its batch."""
+    step taking the baseline's compute time a sample (``sample_compute_s``) times its batch; with micro-batches
+    accumulated up to ``effective_batch_size``, each count of steps rounded up to whole optimizer steps, as the probe
+    times them (``step_throughput``)."""
 
     def compute_s(knobs: dict[str, Any]) -> float:
         step_s = sample_compute_s * knobs["batch_size"]
-        return max(plan.seconds, plan.min_steps * step_s) + plan.warmup_steps * step_s + plan.seconds
+        cycle = (effective_batch_size or knobs["batch_size"]) // knobs["batch_size"]
+        timed = max(plan.seconds, whole_cycles(plan.min_steps, cycle) * step_s)
+        return timed + whole_cycles(plan.warmup_steps, cycle) * step_s + plan.seconds
 
     anchor = plan.computes[0]
     return (

@@ -17,6 +17,7 @@ import optuna
 
 from autotune.config.settings import Settings
 from autotune.files import file_name
+from autotune.knobs import accumulated_to
 from autotune.measure.profiling import ProfilePlan
 from autotune.records import PROFILES_ATTR, on_machine
 from autotune.results.model import StudyResults
@@ -75,6 +76,7 @@ def profile_configuration(
         failure=str(result.failure) if result.failure else None,
         tried=tried,
         wall_s=result.wall_s,
+        effective_batch_size=accumulated_to(settings.batch_policy, settings.baseline),
     )
 
 

@@ -170,7 +170,7 @@ def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
     workers each load the same samples of a stream, or with a knob whose value cannot run beside the others on the
     device the trials run on (``conflict``: judged here, where measure.device=auto is resolved, as CUDA graphs
     conflict on a GPU alone)."""
-    found = conflict(baseline, device=ctx.device)
+    found = conflict(baseline, None, ctx.device)
     if found:
         raise ConfigError(f"pipeline.baseline.{found[0]}", found[1])
     if ctx.dataset_len is not None and baseline["batch_size"] > ctx.dataset_len:

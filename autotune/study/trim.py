@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 
-from autotune.knobs import KNOBS, accumulated_to, conflict, undo
+from autotune.knobs import KNOBS, accumulated_to, conflict, device_kind, undo
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.race import (
@@ -59,7 +59,8 @@ def run_trim(
     told of each stored race raced again, and why, and what each race runs (``announce``, with ``round_s``)."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
-    if winner is None or not _undoable(winner, baseline, results.batch_policy):
+    device = device_kind(results.device)
+    if winner is None or not _undoable(winner, baseline, results.batch_policy, device):
         return []
     rounds = trim_rounds(confirmation)
     effective = accumulated_to(results.batch_policy, baseline)
@@ -70,11 +71,15 @@ def run_trim(
     current, pending = winner, list(KNOBS)
     while current.changes >= 2:
         leader = Finalist(current.label, current.knobs, current.changes, current.peak_memory_mb, result=current.result)
-        undone = variants(current, baseline, pending, effective)
+        undone = variants(current, baseline, pending, effective, device)
         if not undone:
             break
         name = f"trim-{len(races) + 1}"
-        entrants = [leader, *undone.values(), *all_undone(current, baseline, undone if races else {}, effective)]
+        entrants = [
+            leader,
+            *undone.values(),
+            *all_undone(current, baseline, undone if races else {}, effective, device),
+        ]
         ran = stored[len(races)] if len(races) < len(stored) else None
         same = ran is not None and [f.label for f in ran.finalists] == [f.label for f in entrants]
         if not same or len(races) >= len(done):
@@ -146,22 +151,23 @@ def will_trim(
     stored = results.trim
     if trim_started_from(stored, winner.label, rounds) and settled(stored[0]):
         return False
-    entrants = first_race(winner, results.baseline.result.knobs, results.batch_policy)
+    entrants = first_race(winner, results.baseline.result.knobs, results.batch_policy, device_kind(results.device))
     return bool(entrants) and (fits is None or fits(entrants))
 
 
-def first_race(winner: Finalist, baseline: dict[str, Any], batch_policy: str) -> list[dict[str, Any]]:
+def first_race(winner: Finalist, baseline: dict[str, Any], batch_policy: str, device: str) -> list[dict[str, Any]]:
     """The configurations of a round of the trim's first race of ``winner`` (``baseline``'s, under search.batch_policy
-    ``batch_policy``): the baseline, ``winner`` and its variants (``_undoable``); none where it has none."""
-    undone = _undoable(winner, baseline, batch_policy)
+    ``batch_policy``, on a ``device`` of that kind): the baseline, ``winner`` and its variants (``_undoable``); none
+    where it has none."""
+    undone = _undoable(winner, baseline, batch_policy, device)
     return [baseline, winner.knobs, *(variant.knobs for variant in undone.values())] if undone else []
 
 
-def _undoable(winner: Finalist, baseline: dict[str, Any], batch_policy: str) -> dict[str, Finalist]:
+def _undoable(winner: Finalist, baseline: dict[str, Any], batch_policy: str, device: str) -> dict[str, Finalist]:
     """``winner``'s variants (``variants``) where it changes two knobs or more: what the trim's first race races."""
     if count_changes(winner.knobs, baseline) < 2:
         return {}
-    return variants(winner, baseline, list(KNOBS), accumulated_to(batch_policy, baseline))
+    return variants(winner, baseline, list(KNOBS), accumulated_to(batch_policy, baseline), device)
 
 
 def _runs_out(reference: Finalist, rounds: int) -> Callable[[Finalist], bool]:
@@ -189,7 +195,11 @@ def undo_next(reference: Finalist, undone: dict[str, Finalist], new: Finalist) -
 
 
 def all_undone(
-    finalist: Finalist, baseline: dict[str, Any], undone: dict[str, Finalist], effective_batch_size: int | None = None
+    finalist: Finalist,
+    baseline: dict[str, Any],
+    undone: dict[str, Finalist],
+    effective_batch_size: int | None,
+    device: str,
 ) -> list[Finalist]:
     """``finalist`` with all the changes of its variants ``undone`` (by the knob undone) undone at once, where there
     are two or more: the changes whose undoing each cost nothing in the race before. Where it ties with
@@ -201,16 +211,17 @@ def all_undone(
     for name in undone:
         knobs = undo(knobs, baseline, name)
     changes = count_changes(knobs, baseline)
-    if changes == 0 or conflict(knobs, effective_batch_size) or any(knobs == other.knobs for other in undone.values()):
+    if changes == 0 or conflict(knobs, effective_batch_size, device) or any(knobs == o.knobs for o in undone.values()):
         return []
     return [Finalist(" without ".join([finalist.label, *undone]), knobs, changes, None)]
 
 
 def variants(
-    finalist: Finalist, baseline: dict[str, Any], names: list[str], effective_batch_size: int | None = None
+    finalist: Finalist, baseline: dict[str, Any], names: list[str], effective_batch_size: int | None, device: str
 ) -> dict[str, Finalist]:
     """``finalist`` with each change from ``baseline`` among ``names`` undone in turn, by the knob undone (the same
-    configuration once; none whose values cannot run together at ``effective_batch_size``, ``conflict``; not the
+    configuration once; none whose values cannot run together at ``effective_batch_size`` on a ``device`` of that
+    kind, ``conflict``; not the
     baseline's own, which races in every round as the baseline)."""
     found: dict[str, Finalist] = {}
     for name in names:
@@ -221,7 +232,7 @@ def variants(
         if (
             knobs != finalist.knobs
             and changes > 0
-            and conflict(knobs, effective_batch_size) is None
+            and conflict(knobs, effective_batch_size, device) is None
             and all(knobs != other.knobs for other in found.values())
         ):
             found[name] = Finalist(f"{finalist.label} without {name}", knobs, changes, None)

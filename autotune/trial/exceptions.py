@@ -13,10 +13,13 @@ _MESSAGE_LIMIT = 500
 # A RuntimeError names a failed allocation when its message says memory ran out ("out of memory", "can't allocate
 # memory", "cannot allocate memory"), carries a CUDA library's allocation status (*_ALLOC_FAILED,
 # *_ALLOCATION_FAILED: cuBLAS, cuDNN, cuFFT, cuSOLVER, cuRAND), or says shared memory, where DataLoader workers put
-# their batches, is full ("unable to write to file </torch_...>: No space left on device").
+# their batches, is full ("unable to write to file </torch_...>: No space left on device"; a worker killed by
+# SIGBUS, as the DataLoader words it: "It is possible that dataloader's workers are out of shared memory", as a
+# trial's worker killed so is: ``worker._WORKER_OUT_OF_MEMORY``).
 _ALLOCATION_FAILED = re.compile(
     r"out of memory|(can't|cannot) allocate memory|_ALLOC(ATION)?_FAILED|"
-    r"unable to (write to file|open shared memory object) </torch_[^>]*>[^:]*: No space left on device",
+    r"unable to (write to file|open shared memory object) </torch_[^>]*>[^:]*: No space left on device|"
+    r"workers are out of shared memory",
     re.I,
 )
 

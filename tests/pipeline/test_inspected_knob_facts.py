@@ -43,6 +43,18 @@ class DepthBuffer(nn.Module):
         return self.image(x).mean(dim=(2, 3))
 
 
+class LazyHead(nn.Module):
+    """A 2-D convolution and a lazy linear head, whose weight has no shape until the first forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.image = nn.Conv2d(3, 4, 3)
+        self.head = nn.LazyLinear(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.image(x).flatten(1))
+
+
 def _spec(model: str | None = None, optimizer: str | None = None):
     config = tiny_config()
     if model:
@@ -60,6 +72,12 @@ def test_a_model_with_a_5d_tensor_beside_4d_inputs_leaves_channels_last_out_with
     assert build_space(ALL_DEFAULT, ctx).candidates["channels_last"] == [False]
     with pytest.raises(ConfigError, match=r"^search.channels_last: True cannot run here: the model cannot be conv"):
         build_space({**ALL_DEFAULT, "channels_last": [False, True]}, ctx)
+
+
+def test_a_model_with_a_lazy_module_is_inspected_and_leaves_channels_last_out_with_why():
+    # Module.to(memory_format=...) raises ValueError on a lazy module's parameters: as in a trial, before any forward.
+    facts = inspect_pipeline(_spec(f"{__name__}.LazyHead"))
+    assert "uninitialized parameter" in facts.channels_last_refused
 
 
 def test_a_model_that_converts_keeps_channels_last_in_the_search():

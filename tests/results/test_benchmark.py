@@ -35,7 +35,8 @@ def test_a_change_whose_alone_or_left_out_is_an_end_is_judged_by_that_ends_runs(
         ends = both_ends(BASE, recommended)
         runs = dict(zip([e.label for e in ends], ([100.0, 104.0, 98.0], [150.0, 156.0, 147.0]), strict=True))
         entries = [
-            replace(e, throughputs=runs.get(e.label, [120.0, 121.0, 119.0])) for e in configurations(BASE, recommended)
+            replace(e, throughputs=runs.get(e.label, [120.0, 121.0, 119.0]))
+            for e in configurations(BASE, recommended, None, "cpu")
         ]
         record = Benchmark("p", "cpu", 3, "recommended.yaml", {}, entries)
         alone, without = record.share(knob)

@@ -396,6 +396,20 @@ def test_on_a_gpu_the_compile_advice_is_a_mode_that_runs_beside_the_profiled_kno
     )
 
 
+def test_a_profiled_micro_batch_is_advised_the_compile_mode_that_runs_beside_its_accumulation():
+    # The record keeps the batch the study accumulated gradients up to: CUDA graphs cannot run over micro-batches.
+    on_gpu = profile_result(small_operators=0.8, device_busy=0.2)
+    record = ProfileRecord("p", "cuda", "recommended", {**KNOBS, "batch_size": 16}, {}, "p", on_gpu)
+    accumulated = replace(record, effective_batch_size=32)
+    assert ProfileRecord.from_dict(accumulated.to_dict()) == accumulated
+
+    def compile_advice(profiled: ProfileRecord) -> list[str]:
+        return [a.action for a in profiled.diagnosis.advice if a.knob == "compile"]
+
+    assert compile_advice(record) == ["set compile=reduce-overhead"]
+    assert compile_advice(accumulated) == ["set compile=default"]
+
+
 def test_on_one_core_fully_used_a_worker_that_costs_more_than_it_loads_is_told_to_go():
     result = profile_result(wait_share=0.5, loading_s=0.04, num_workers=1)
     (fewer,) = [a for a in advise(result, DATA_BOUND, {**KNOBS, "num_workers": 1}, 1, None) if a.knob == "num_workers"]

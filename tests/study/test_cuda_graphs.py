@@ -98,11 +98,12 @@ def test_a_baseline_with_cuda_graphs_and_gradients_kept_is_refused_on_a_gpu_nami
 
 def test_a_conflict_is_the_compile_knobs_and_waits_for_the_knobs_it_reads():
     chosen_so_far = {"batch_size": 8, "compile": RO}
-    assert conflict(chosen_so_far) is None, "set_to_none not chosen yet"
-    assert conflict({**chosen_so_far, "set_to_none": False})[0] == "compile"
-    assert conflict(chosen_so_far, effective_batch_size=32)[0] == "compile"
-    assert conflict({**chosen_so_far, "compile": "default", "set_to_none": False}, effective_batch_size=32) is None
-    assert conflict({**chosen_so_far, "compile": "max-autotune", "set_to_none": False})[0] == "compile", "graphs too"
+    assert conflict(chosen_so_far, None, "cuda") is None, "set_to_none not chosen yet"
+    assert conflict({**chosen_so_far, "set_to_none": False}, None, "cuda")[0] == "compile"
+    assert conflict(chosen_so_far, 32, "cuda")[0] == "compile"
+    assert conflict({**chosen_so_far, "compile": "default", "set_to_none": False}, 32, "cuda") is None
+    assert conflict({**chosen_so_far, "compile": "max-autotune", "set_to_none": False}, None, "cuda")[0] == "compile"
+    assert conflict({**chosen_so_far, "set_to_none": False}, 32, "cpu") is None, "a CPU replays no CUDA graphs"
 
 
 @settings(max_examples=40, deadline=None)

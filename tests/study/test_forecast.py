@@ -29,7 +29,7 @@ def _clock() -> RunClock:
 
 
 def _trim_round(knobs: dict) -> list[dict]:
-    return first_race(Finalist("trial 0", knobs, 0, None), BASELINE, "free")
+    return first_race(Finalist("trial 0", knobs, 0, None), BASELINE, "free", "cpu")
 
 
 def test_the_rest_is_every_search_trial_left_then_each_races_planned_rounds_and_the_profiles():

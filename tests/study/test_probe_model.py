@@ -443,6 +443,23 @@ def test_the_probes_expected_time_grows_with_the_model_steps_time_at_each_batch_
     assert slow == pytest.approx(10.0 + 2 * 0.25 * len(plan.loaders) + 0.25 * (len(plan.computes) + again) + steps)
 
 
+def test_under_accumulation_the_probes_expected_time_counts_whole_optimizer_steps():
+    # A setting is 2 timed steps (0.25 s at least) after 1 untimed; accumulated to 64, micro-batches of 16 take 4 a
+    # cycle (4 untimed, 4 timed) and of 32 take 2 (2 untimed, 2 timed).
+    plan = probe_plan(SPACE, BASELINE)
+    anchor = plan.computes[0]
+    timed = [*[anchor] * (2 + len(plan.anchor_before)), *plan.computes]
+
+    def setting_s(batch: int, untimed: int, steps: int) -> float:
+        return max(0.25, steps * 0.01 * batch) + untimed * 0.01 * batch + 0.25
+
+    cycles = {16: (4, 4), 32: (2, 2)}
+    more = sum(setting_s(k["batch_size"], *cycles[k["batch_size"]]) - setting_s(k["batch_size"], 1, 2) for k in timed)
+    plain = expected_probe_s(plan, 10.0, sample_compute_s=0.01)
+    assert expected_probe_s(plan, 10.0, sample_compute_s=0.01, effective_batch_size=64) == pytest.approx(plain + more)
+    assert more > 0
+
+
 def test_torch_default_threads_are_its_own_count_not_one_per_logical_core():
     # 8 logical cores where torch starts 4 threads (one per physical core): 4 workers leave the 4 it runs free.
     varied = {"batch_size": [16], "num_workers": [0, 4], "num_threads": [1, 2, None, 8]}

@@ -99,7 +99,7 @@ def test_undoing_a_change_puts_back_the_baselines_value_and_what_follows_from_it
 
 def test_each_change_gives_one_variant_and_a_default_that_was_never_changed_gives_none():
     workers = {**BASELINE, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "amp": "bf16"}
-    found = variants(Finalist("7", workers, 3, 100.0), BASELINE, list(KNOBS))
+    found = variants(Finalist("7", workers, 3, 100.0), BASELINE, list(KNOBS), None, "cpu")
     assert list(found) == ["num_workers", "persistent_workers", "amp"]
     assert [f.changes for f in found.values()] == [1, 2, 2], "prefetch_factor at PyTorch's default is no change"
 
@@ -158,7 +158,9 @@ def test_the_trim_races_a_winner_of_two_changes_or_more_one_of_which_can_be_undo
     assert will_trim(results, winner, 3) and not will_trim(results, winner, 3, fits=lambda configurations: False)
     seen = []
     will_trim(results, winner, 3, fits=lambda configurations: seen.append(configurations) or True)
-    assert seen == [[BASELINE, WINNER, *(v.knobs for v in variants(winner, BASELINE, list(KNOBS)).values())]]
+    assert seen == [
+        [BASELINE, WINNER, *(v.knobs for v in variants(winner, BASELINE, list(KNOBS), None, "cpu").values())]
+    ]
     one_change = replace(winner, knobs={**BASELINE, "amp": "bf16"}, changes=1)
     assert not will_trim(results, one_change, 3)
     run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
@@ -187,7 +189,7 @@ def test_a_trim_race_whose_origin_is_left_alone_unproven_races_on_and_runs_the_r
 
 def test_no_variant_is_the_baselines_own_configuration_which_races_as_the_baseline():
     workers = {**BASELINE, "num_workers": 2, "persistent_workers": True}
-    found = variants(Finalist("7", workers, 2, 100.0), BASELINE, list(KNOBS))
+    found = variants(Finalist("7", workers, 2, 100.0), BASELINE, list(KNOBS), None, "cpu")
     assert [f.label for f in found.values()] == ["7 without persistent_workers"]
 
 
@@ -380,10 +382,13 @@ def test_a_change_that_tied_with_its_origin_is_undone_next_even_when_a_lucky_var
 def test_no_variant_undoes_a_change_into_values_that_cannot_run_together():
     baseline = {**BASELINE, "set_to_none": False}
     graphs = {**baseline, "compile": "reduce-overhead", "set_to_none": True}
-    found = variants(Finalist("3", graphs, 2, 100.0), baseline, list(KNOBS))
+    found = variants(Finalist("3", graphs, 2, 100.0), baseline, list(KNOBS), None, "cuda")
     assert list(found) == ["compile"], "set_to_none=False beside CUDA graphs is no configuration to race"
+    assert len(variants(Finalist("3", graphs, 2, 100.0), baseline, list(KNOBS), None, "cpu")) == 2, "no graphs on a CPU"
     micro = {**BASELINE, "batch_size": 8, "compile": "off", "amp": "bf16"}
-    found = variants(Finalist("4", micro, 3, 100.0), {**BASELINE, "compile": "reduce-overhead"}, list(KNOBS), 16)
+    found = variants(
+        Finalist("4", micro, 3, 100.0), {**BASELINE, "compile": "reduce-overhead"}, list(KNOBS), 16, "cuda"
+    )
     assert "compile" not in found and "batch_size" in found, "CUDA graphs over micro-batches accumulated to 16"
 
 

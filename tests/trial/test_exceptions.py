@@ -35,3 +35,12 @@ def test_a_chain_that_loops_is_followed_once():
     assert not is_out_of_memory(first)
     second.__cause__ = MemoryError()
     assert is_out_of_memory(first)
+
+
+def test_a_dataloader_whose_worker_was_killed_out_of_shared_memory_is_out_of_memory():
+    # As the probe's DataLoader raises it, where a trial's worker killed by SIGBUS is out of memory too.
+    killed = RuntimeError(
+        "DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's workers are "
+        "out of shared memory. Please try to raise your shared memory limit."
+    )
+    assert is_out_of_memory(killed)
