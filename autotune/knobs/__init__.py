@@ -14,6 +14,7 @@ from autotune.knobs._base import (
     Target,
     TrainingSetup,
     accumulated_to,
+    whole_cycles,
 )
 from autotune.knobs.amp import AmpKnob
 from autotune.knobs.batch_size import BatchSizeKnob
@@ -184,6 +185,8 @@ __all__ = [
     "changes_numerics",
     "redraws_random",
     "costly",
+    "device_kind",
+    "whole_cycles",
 ]
 
 

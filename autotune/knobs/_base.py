@@ -109,6 +109,11 @@ def accumulated_to(batch_policy: str, baseline: dict[str, Any]) -> int | None:
     return baseline["batch_size"] if batch_policy == "fixed_effective" else None
 
 
+def whole_cycles(steps: int, step_multiple: int) -> int:
+    """``steps`` rounded up to whole cycles of ``step_multiple`` steps: micro-batches to whole optimizer steps."""
+    return -(-steps // step_multiple) * step_multiple
+
+
 class Knob(ABC):
     """One tunable setting, and every fact about it.
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.knobs import whole_cycles
 from autotune.measure.gpu import synchronize
 
 
@@ -94,8 +95,3 @@ def step_throughput(
         elapsed = clock() - start
     synchronize(device)
     return steps * samples_per_step / (clock() - start)
-
-
-def whole_cycles(steps: int, step_multiple: int) -> int:
-    """``steps`` rounded up to whole cycles of ``step_multiple`` steps."""
-    return -(-steps // step_multiple) * step_multiple

@@ -34,8 +34,7 @@ from typing import Any
 
 import optuna
 
-from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS
-from autotune.measure.differential import whole_cycles
+from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS, whole_cycles
 from autotune.measure.environment import this_machine_id
 from autotune.measure.measurement import SystemReport
 from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
