@@ -11,7 +11,7 @@ from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
 from autotune.report.document import headline, ranked_basis
 from autotune.report.profiles import current_profiles, summary_lines
-from autotune.report.rows import disturbance_words, marked, ranked_frame
+from autotune.report.rows import disturbance_words, marked, ranked_frame, ranked_rows
 from autotune.report.tuner_time import budget_lines, forecast_lines, tuner_time_line
 from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary
@@ -94,7 +94,8 @@ def print_summary(
     recommendation where ``profiles`` (the study's) are of these two, the files written, then where the tuner's
     time went (where the study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
-    frame["trial"] = [marked(row, summary) for row in frame.to_dict("records")]
+    # Marked from the rows themselves, not the frame's records: the frame turns a clean row's None into NaN, truthy.
+    frame["trial"] = [marked(row, summary) for row in ranked_rows(summary)]
     states = list(frame["state"])
     varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]

@@ -16,7 +16,7 @@ from autotune.report.document import Document, Headline, Link, Section, Table, m
 from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_percents, stage_segments
-from autotune.report.profiles import ALL_MEASURED_SLOWER
+from autotune.report.profiles import ALL_MEASURED_NO_GAIN
 from autotune.results.profile import Diagnosis, ProfileRecord
 from autotune.results.remedies import called_from, first_to_follow
 
@@ -82,7 +82,7 @@ def _headline(diagnosis: Diagnosis) -> Headline:
     if first is not None:
         rest += f" First: {first.action} ({first.effect})."
     elif diagnosis.advice:
-        rest += f" First: {ALL_MEASURED_SLOWER} (the table below lists what it measured)."
+        rest += f" First: {ALL_MEASURED_NO_GAIN} (the table below lists what it measured)."
     return Headline(f"{diagnosis.verdict.capitalize()}.", rest.strip())
 
 

@@ -30,6 +30,7 @@ from autotune.results.race import (
     BEATS_WORDS,
     FINALIST_WINDOW,
     MAX_FINALISTS,
+    MIN_GAIN,
     TIE_TOLERANCE,
     TRIM_BOUND,
     Confirmation,
@@ -332,8 +333,9 @@ def _profiles(results: StudyResults, summary: Summary) -> list[Section]:
     )
     advice = last.diagnosis.advice if last.diagnosis else []
     if advice:
-        slower = ", then what the tuner measured slower" if any(a.measured_slower for a in advice) else ""
-        lead += f" Below the table: what to change next in the {name}, most effective first{slower}."
+        no_gain = any(a.measured_no_gain for a in advice)
+        last_ones = f", then what the tuner measured gaining under {MIN_GAIN:.0%}" if no_gain else ""
+        lead += f" Below the table: what to change next in the {name}, most effective first{last_ones}."
     return [
         Section(
             "What limits each: the baseline and the recommendation profiled",
@@ -550,8 +552,11 @@ def _before_after(summary: Summary) -> Table:
     if summary.batch_policy == "fixed_effective":
         rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
     rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
-    if summary.confirmed:  # the row above is the race's medians; the interval belongs to a single run of each
-        rows.append(["a single run (samples/s, 95% CI)", *(_run_and_interval(r) for r in (before, after))])
+    if summary.confirmed:
+        # The row above is the race's medians; the interval is one run's step-to-step (batch means) interval, which
+        # the same configuration's other runs fall outside: said so, lest it read as the throughput's across runs.
+        single_run = "a single run (samples/s; its steps' 95% range: runs vary more)"
+        rows.append([single_run, *(_run_and_interval(r) for r in (before, after))])
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS if _shown(key, before, after)]

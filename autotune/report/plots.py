@@ -41,6 +41,20 @@ FOUND_STYLE = {
     "tied": ("#ff7f0e", "kept, though undoing it tied"),
     "unsettled": ("#9467bd", "kept: not settled (it left early, a run failed, the race was cut short)"),
 }
+# What the trim found, in the caption's words: each said only where the picture has it, by its diamond's colour.
+FOUND_WORDS = {
+    "undone": "Grey: undone, it made no difference.",
+    "costs": "Blue: kept, as the configuration it was made from beat it (most rounds and beyond the grey band).",
+    "tied": (
+        "Orange: kept though undoing it tied, as undoing it with the changes undone before it would give back "
+        f"{TRIM_BOUND:.0%} or more of the finalists' race's winner, or as a later race was to decide it and did not "
+        "undo it or did not run."
+    ),
+    "unsettled": (
+        "Purple: kept, as its run or its race did not run to the end (it left early, a run failed, the race was cut "
+        "short): not shown either way."
+    ),
+}
 WIDTH_IN, DPI = 8.0, 110
 LEGEND_COLUMNS = 4
 
@@ -164,14 +178,14 @@ def undone_changes(summary: Summary) -> Plot | None:
         ax.set_xlabel("throughput / the configuration it was made from")
         legend_below(ax)
 
-    caption = (
-        "Each change undone in turn, against the configuration it was made from: dots, each round's ratio; a "
-        "diamond, their geometric mean, by which with the rounds won the trim decides (autotune/results/race.py). "
-        "Grey: undone, it made no difference; blue: kept, as the configuration it was made from beat it (most rounds "
-        "and beyond the grey band); orange: kept though undoing it tied, the trim not taking it (undone with the "
-        f"changes undone before it, it would give back {TRIM_BOUND:.0%} or more of the finalists' race's winner: "
-        "trim_path) or leaving it to a later race, which did not undo it or did not run; purple: kept, as its run or "
-        "its race did not run to the end (it left early, a run failed, the race was cut short): not shown either way."
+    shown = {found for *_, found in rows}
+    caption = " ".join(
+        [
+            "Each change undone in turn, against the configuration it was made from: dots, each round's ratio; a "
+            "diamond, their geometric mean, by which with the rounds won the trim decides (rules: "
+            "docs/how-it-decides.md).",
+            *(words for found, words in FOUND_WORDS.items() if found in shown),
+        ]
     )
     return Plot(caption, draw, height=1.2 + 0.4 * len(rows))
 

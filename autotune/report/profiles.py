@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from autotune.measure.hotspots import Hotspots
 from autotune.report.profile_plots import STAGE_COLOURS, stage_percents, stage_segments
 from autotune.results.profile import ProfileRecord, TunedProfiles
+from autotune.results.race import MIN_GAIN
 from autotune.results.remedies import Advice, called_from, first_to_follow
 from autotune.results.summary import Summary
 from autotune.words import counted
@@ -47,7 +48,7 @@ def print_tuned_profile(record: ProfileRecord, stored: bool, out: TextIO) -> Non
 
 def summary_lines(profiles: TunedProfiles) -> list[str]:
     """The terminal summary's lines: each verdict in a few words, then the last configuration's advice to follow
-    next (``first_to_follow``), or that all its advice was measured slower by the study."""
+    next (``first_to_follow``), or that the study measured all its advice gaining less than a change must."""
     named = sides(profiles)
     lines = ["What limits it: " + " → ".join(f"{name} {gist(record)}" for name, record in named.items())]
     name, last = list(named.items())[-1]
@@ -57,17 +58,18 @@ def summary_lines(profiles: TunedProfiles) -> list[str]:
     return lines
 
 
-# What stands for the advice to follow next where the study measured every piece of it slower.
-ALL_MEASURED_SLOWER = "nothing that the tuner did not measure slower"
+# What stands for the advice to follow next where the study measured every piece of it gaining less than the races
+# ask of a change (``Advice.measured_no_gain``).
+ALL_MEASURED_NO_GAIN = f"only changes the tuner measured gaining under {MIN_GAIN:.0%}"
 
 
 def to_follow(advice: list[Advice], where: str = "") -> str:
-    """The advice to follow next (``first_to_follow``) in a line, or ``ALL_MEASURED_SLOWER`` and ``where`` the
+    """The advice to follow next (``first_to_follow``) in a line, or ``ALL_MEASURED_NO_GAIN`` and ``where`` the
     advice is listed; empty without advice."""
     if not advice:
         return ""
     first = first_to_follow(advice)
-    return describe(first) if first else ALL_MEASURED_SLOWER + where
+    return describe(first) if first else ALL_MEASURED_NO_GAIN + where
 
 
 def describe(advice: Advice) -> str:

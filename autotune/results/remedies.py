@@ -27,6 +27,7 @@ from autotune.knobs.compile import replays_cuda_graphs
 from autotune.knobs.num_workers import SPLIT_STREAM, WORKERS_A_CORE
 from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
 from autotune.measure.profiling import ProfileResult
+from autotune.results import race
 from autotune.results.diagnosis import (
     DATA_BOUND,
     MEMORY_BOUND,
@@ -118,11 +119,12 @@ class Tried:
         pairs = "one pair" if len(ratios) == 1 else f"median of {len(ratios)} pairs"
         return f": {statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
 
-    def slower(self, knob: str, now: Any, value: Any) -> bool:
-        """Whether the study measured changing ``knob`` from ``now`` to ``value`` slower, by the median of its pairs
-        measured alike but for it (``twins``)."""
+    def no_gain(self, knob: str, now: Any, value: Any) -> bool:
+        """Whether the study measured changing ``knob`` from ``now`` to ``value`` gaining less than the races ask of a
+        change (``race.MIN_GAIN``), by the median of its pairs measured alike but for it (``twins``): slower, or
+        within the noise of a single run."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
-        return bool(ratios) and statistics.median(ratios) < 1
+        return bool(ratios) and statistics.median(ratios) < 1 + race.MIN_GAIN
 
     def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
         """Whether the study's races raced setting ``knob`` to ``value`` with its recommendation's changes and left it
@@ -161,9 +163,9 @@ def twin_key(knob: str, before: Any, after: Any) -> str:
 class Advice:
     """One thing to change: ``action``, the measurement behind it (``why``), its expected ``effect`` and, where
     the measurements give one, the speedup it can bring at most (``gain``, the ranking's key); the ``knob`` that
-    does it (and whether the tuner ``tried`` it), or the user's code ``location`` to change. ``measured_slower``: the
-    stored study measured the change slower, alike but for its knob (``Tried.slower``): it is ranked last, and is
-    never the advice to follow next (``first_to_follow``)."""
+    does it (and whether the tuner ``tried`` it), or the user's code ``location`` to change. ``measured_no_gain``: the
+    stored study measured the change, alike but for its knob, gaining less than a change must (``Tried.no_gain``):
+    it is ranked last, and is never the advice to follow next (``first_to_follow``)."""
 
     action: str
     why: str
@@ -172,7 +174,7 @@ class Advice:
     knob: str | None = None
     tried: str | None = None
     location: str | None = None
-    measured_slower: bool = False
+    measured_no_gain: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,9 +193,10 @@ def advise(
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
     not: ``sixteen_bit``, on glibc or not: ``glibc``; gradients accumulated over micro-batches up to
     ``effective_batch_size``, None: none), ranked: a leak first, then by expected gain, those without an
-    estimate next, those the study measured slower (``Tried.slower``) last. ``tried`` is the stored study of the
-    pipeline (None where there is none: the advice then says nothing of it); a knob whose recommended value ``knobs``
-    already run gets no advice to set another value the study measured (``Tried.settled``)."""
+    estimate next, those the study measured gaining less than a change must (``Tried.no_gain``) last. ``tried`` is
+    the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
+    recommended value ``knobs`` already run gets no advice to set another value the study measured
+    (``Tried.settled``)."""
     found = figures(result)
     ctx = _context(result, knobs, cpu_count, sixteen_bit)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
@@ -213,24 +216,25 @@ def advise(
         a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a))
     )
     told = [_with_tried(a, tried, knobs) for a in unsettled]
-    # Advice the study measured slower, alike but for its knob, comes last: the estimate reads one profile, the
-    # study measured the change itself.
-    return advice + sorted(told, key=lambda a: (a.measured_slower, -(a.gain or 0.0)))  # a leak's has no knob
+    # Advice the study measured, alike but for its knob, gaining less than a change must comes last: the estimate
+    # reads one profile, the study measured the change itself.
+    return advice + sorted(told, key=lambda a: (a.measured_no_gain, -(a.gain or 0.0)))  # a leak's has no knob
 
 
 def _with_tried(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> Advice:
-    """``advice`` with what the study ``tried`` says of its change, and whether it measured it slower."""
+    """``advice`` with what the study ``tried`` says of its change, and whether it measured it gaining less than a
+    change must (``Tried.no_gain``)."""
     if advice.knob is None or tried is None:
         return advice
     value, now = _suggested(advice), knobs.get(advice.knob)
-    said, slower = tried.says(advice.knob, value, now), tried.slower(advice.knob, now, value)
-    return Advice(**{**asdict(advice), "tried": said, "measured_slower": slower})
+    said, no_gain = tried.says(advice.knob, value, now), tried.no_gain(advice.knob, now, value)
+    return Advice(**{**asdict(advice), "tried": said, "measured_no_gain": no_gain})
 
 
 def first_to_follow(advice: list[Advice]) -> Advice | None:
     """The advice to follow next of ``advice`` (ranked, as ``advise`` gives it): the first the study did not measure
-    slower; None where there is none."""
-    return next((a for a in advice if not a.measured_slower), None)
+    gaining less than a change must (``Advice.measured_no_gain``); None where there is none."""
+    return next((a for a in advice if not a.measured_no_gain), None)
 
 
 def _suggested(advice: Advice) -> Any:

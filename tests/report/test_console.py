@@ -151,3 +151,13 @@ def test_a_race_runs_speedup_is_against_its_own_rounds_baseline_run_where_that_r
         if ratio:
             own = float(said.split()[0]) / float(runs[run_name(prefix, None)].split()[0])
             assert float(ratio.group(1)) == pytest.approx(own, rel=0.002, abs=0.006), (name, console)  # printed rounded
+
+
+def test_the_summary_marks_only_the_run_that_was_busy_not_the_clean_rows_beside_it():
+    results = sample_results()
+    busy_study = StudyResults(**{**results.__dict__, "trials": [busy(results.trials[0]), *results.trials[1:]]})
+    out = io.StringIO()
+    print_summary(summarise(busy_study), {}, "done", out)
+    table = out.getvalue().split("Ranked by")[0]
+    marked_rows = [line for line in table.splitlines() if "(busy)" in line]
+    assert len(marked_rows) == 1 and " 0 (recommended) (busy) " in marked_rows[0], out.getvalue()

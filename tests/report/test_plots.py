@@ -108,6 +108,19 @@ def test_undone_changes_draws_the_statistic_the_trim_decides_by_and_its_decision
     assert (undone.get_color(), undone.get_label()) == (plots.BASELINE, "undone: no difference")
 
 
+def test_undone_changes_caption_names_only_the_colours_in_its_picture_in_plain_words():
+    winner = trial("0", 200.0, batch_size=32, num_threads=1, amp="bf16")
+    knobs = winner.result.knobs
+    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3)], None, 3, trials=["0"])
+    no_amp = {**knobs, "amp": BASELINE["amp"]}
+    free = Finalist("0 without amp", no_amp, 2, 90.0, [201.0, 199.0, 200.0], result=fake_result(no_amp, 200.0))
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), free], None, 3)
+    caption = plots.undone_changes(summarise(replace(results_with(winner), confirmation=proven, trim=[race]))).caption
+    assert "Grey: undone, it made no difference." in caption and "(rules: docs/how-it-decides.md)" in caption
+    for absent in ("Blue", "Orange", "Purple", "orange", "purple", "trim_path", "race.py"):
+        assert absent not in caption, f"{absent}: not in this picture, or not the user's to use"
+
+
 def test_a_legend_too_wide_for_four_columns_takes_fewer_inside_the_picture_which_grows_by_the_rows_they_add():
     # Without workers, every stage of the training process: eight labels, one of them long (two rows of four).
     seconds = dict(wait_s=[0.05] * 2, transfer_s=[0.01] * 2, forward_s=[0.05] * 2, optimizer_s=[0.01] * 2)
@@ -155,3 +168,6 @@ def test_undone_changes_labels_a_change_kept_though_its_undoing_tied_and_one_not
         plots.FOUND_STYLE["unsettled"],
     ]
     assert "kept: undoing it costs" not in [d.get_label() for d in diamonds], "neither was shown to cost"
+    caption = plots.undone_changes(summary).caption
+    assert "Orange: kept though undoing it tied" in caption and "Purple: kept" in caption
+    assert "Grey" not in caption and "Blue" not in caption

@@ -85,7 +85,7 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     slower = replace(profiles.recommended.tried, twins={"compile=off->default": [0.88]})
     measured = replace(profiles, recommended=replace(profiles.recommended, tried=slower))
     advice = measured.recommended.diagnosis.advice
-    assert advice[-1].knob == "compile" and advice[-1].measured_slower, "the study measured it 0.88x: last"
+    assert advice[-1].knob == "compile" and advice[-1].measured_no_gain, "the study measured it 0.88x: last"
     out = io.StringIO()
     print_summary(summary, {}, "done", out, measured)
     assert "Next, for the recommended: set compile=default" not in out.getvalue(), "not next: measured slower"
@@ -94,13 +94,15 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     assert [a.knob for a in only.diagnosis.advice] == ["compile"], "batch 128 measured: the compile advice alone"
     out = io.StringIO()
     print_summary(summary, {}, "done", out, replace(measured, recommended=only))
-    assert "Next, for the recommended: nothing that the tuner did not measure slower (see the report)" in out.getvalue()
+    assert (
+        "Next, for the recommended: only changes the tuner measured gaining under 2% (see the report)" in out.getvalue()
+    )
     headers, rows = side_by_side_rows(replace(measured, recommended=only))
     first = next(row for row in rows if row[0] == "first advice")
-    assert first[headers.index("recommended")] == "nothing that the tuner did not measure slower"
+    assert first[headers.index("recommended")] == "only changes the tuner measured gaining under 2%"
     headline = profile_document(only, tmp_path / "doc").headline
     assert (
-        "First: nothing that the tuner did not measure slower (the table below lists what it measured)."
+        "First: only changes the tuner measured gaining under 2% (the table below lists what it measured)."
         in headline.rest
     )
 

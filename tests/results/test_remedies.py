@@ -337,10 +337,23 @@ def test_advice_the_study_measured_slower_comes_last_whatever_its_estimate():
     ranked = advise(result, "", KNOBS, 8, measured_slower)
     assert [a.knob for a in ranked] == ["amp", "compile", "malloc"], "after those without an estimate too"
     assert "0.72x the same with malloc=default" in ranked[-1].tried, "and says why"
-    assert [a.measured_slower for a in ranked] == [False, False, True], "and is marked so"
+    assert [a.measured_no_gain for a in ranked] == [False, False, True], "and is marked so"
     assert first_to_follow(ranked).knob == "amp" and first_to_follow(ranked[-1:]) is None, "never the one to follow"
     faster = Tried("mine", {"malloc": ["default", "keep"]}, {}, {"malloc=default->keep": [1.1]})
     assert [a.knob for a in advise(result, "", KNOBS, 8, faster)] == first
+
+
+def test_advice_the_study_measured_within_the_gain_a_change_must_show_comes_last_and_is_not_followed_first():
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
+    result = profile_result(faults=faulting, gc_share=0.01)
+    assert [a.knob for a in advise(result, "", KNOBS, 8, None)][:2] == ["amp", "malloc"], "amp's estimate first"
+    amp_alike = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.01]})
+    ranked = advise(result, "", KNOBS, 8, amp_alike)
+    assert [a.knob for a in ranked] == ["malloc", "compile", "amp"], "1.01x: under the 2 % a change must gain"
+    assert ranked[-1].measured_no_gain and "1.01x the same with amp=off" in ranked[-1].tried
+    assert first_to_follow(ranked).knob == "malloc" and first_to_follow(ranked[-1:]) is None
+    gained = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.03]})
+    assert advise(result, "", KNOBS, 8, gained)[0].knob == "amp", "3 % is a gain: its estimate ranks it"
 
 
 def test_sixteen_bits_are_credited_only_with_the_products_share_of_the_whole_model_step():
