@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.storages import BaseStorage
 
-from autotune.config.settings import Settings
+from autotune.config.settings import STALE_BEATS, Settings
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError, stop_signal
 from autotune.files import file_name
 from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values, device_kind
@@ -34,6 +34,7 @@ from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
 from autotune.results.model import load_results
+from autotune.results.profile import ProfileRecord
 from autotune.results.race import MAX_FINALISTS, Finalist, count_changes, round_of, run_name
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP
@@ -45,7 +46,7 @@ from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan, stored_probe
 from autotune.study.profiles import profile_tuned
 from autotune.study.run_race import run_race
-from autotune.study.sharing import Turn, finishing
+from autotune.study.sharing import Turn, finishing, never
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, open_storage
@@ -319,15 +320,39 @@ def _search_and_finish(
         return searched
     for idle in runners[1:]:  # the race runs in the first slot alone
         idle.close()
-    with finishing(study, settings.study, machine, others_awaited) as turn:
+    if searched.left_to_others:
+        _leave_to_others(clock, out, f"{_TAKEN_FOR_DEAD} while it searched, and may race without its trials")
+        return searched
+    with finishing(study, settings.study, machine, others_awaited) as (turn, lost):
         if turn is Turn.LEFT:
             clock.leave_out(LEFT_TO_OTHERS_STEP)
             print(f"[race] study.budget_s left out {LEFT_TO_OTHERS_STEP}", file=out)
         else:
             if turn is Turn.AFTER_ANOTHER:
                 print("[race] after another tuner of this machine: what it stored is reused", file=out)
-            _finish(study, machine, settings, runners[0], measured, output_dir, lines.race_run, out, clock)
+            try:
+                _finish(study, machine, settings, runners[0], measured, output_dir, lines.race_run, out, clock, lost)
+            except _TurnTaken:
+                _leave_to_others(clock, out, f"{_TAKEN_FOR_DEAD} and took its turn at it")
     return searched
+
+
+# Why a tuner of a shared study leaves the study's end to another (``sharing.finishing``, ``sharing.searching``).
+_TAKEN_FOR_DEAD = (
+    f"another tuner took this one for dead, not hearing of it for {STALE_BEATS} heartbeats (paused, suspended, or its "
+    "clock behind)"
+)
+
+
+class _TurnTaken(Exception):
+    """Raised at ``_finish``'s next step once another tuner took this one's turn at ending the study: what this one
+    would measure and store then would race beside that tuner's and overwrite it."""
+
+
+def _leave_to_others(clock: RunClock, out: TextIO, why: str) -> None:
+    """Leave the study's end to another tuner of this machine (``LEFT_TO_OTHERS_STEP``), saying ``why``."""
+    clock.leave_out(LEFT_TO_OTHERS_STEP)
+    print(f"[race] left out {LEFT_TO_OTHERS_STEP}: {why}", file=out, flush=True)
 
 
 def _foretelling(
@@ -433,27 +458,47 @@ def _finish(
     show: Callable[[str, TrialResult], None],
     out: TextIO,
     clock: RunClock,
+    lost: Callable[[], bool] = never,
 ) -> None:
     """The end of a study on ``machine``: the finalists' race and the trim of the winner's changes, their runs by
     ``measured`` (``study.remeasure_disturbed``), and the profiles of the baseline and the recommendation
-    (``study.diagnose``), each stored in the study and timed by ``clock``."""
-    affords = clock.affords_round
+    (``study.diagnose``), each stored in the study and timed by ``clock``. Once ``lost()`` (another tuner took the
+    turn: ``finishing``), it raises _TurnTaken at its next step: before each stage and round, and after each run,
+    before what it measured is stored."""
+
+    def keep_turn() -> None:
+        if lost():
+            raise _TurnTaken
+
+    def affords(configurations: list[dict[str, Any]], step: str) -> bool:
+        keep_turn()
+        return clock.affords_round(configurations, step)
+
+    def shown(name: str, result: TrialResult) -> None:
+        show(name, result)
+        keep_turn()
+
+    def profiled(record: ProfileRecord, stored: bool) -> None:
+        print_tuned_profile(record, stored, out=out)
+        keep_turn()
+
     with clock.stage("race"):
         rounds = settings.study.confirm_rounds
         note = partial(print, file=out, flush=True)
         results = load_results(study, machine)
         trimmed = partial(will_trim, results, rounds=rounds, fits=lambda runs: clock.fits(rounds * clock.round_s(runs)))
         race = run_race(
-            study, results, rounds, measured, show, affords, runner.new_draw, note, trimmed, round_s=clock.round_s
+            study, results, rounds, measured, shown, affords, runner.new_draw, note, trimmed, round_s=clock.round_s
         )
+    keep_turn()
     with clock.stage("trim"):
         trim_results = load_results(study, machine)
-        run_trim(study, trim_results, race, measured, show, affords, runner.new_draw, note, clock.round_s)
+        run_trim(study, trim_results, race, measured, shown, affords, runner.new_draw, note, clock.round_s)
     # What limits each, profiled after every timed run.
     if settings.study.diagnose and clock.affords(clock.profiles_s(), "the profiles (study.diagnose)"):
-        shown = partial(print_tuned_profile, out=out)
+        keep_turn()
         with clock.stage("profiles"):
-            profile_tuned(study, load_results(study, machine), runner, settings, output_dir / "profile", shown)
+            profile_tuned(study, load_results(study, machine), runner, settings, output_dir / "profile", profiled)
 
 
 def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = None) -> Inspection:

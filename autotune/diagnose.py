@@ -70,7 +70,8 @@ def tune_command(argv: list[str]) -> str:
 def stored_tries(settings: Settings, here: str) -> Tried | None:
     """What the stored study of this pipeline measured on this machine (``here``, its id), per knob, and what it
     recommends; None where there is no such study (or it tuned another pipeline, whose tries say nothing of this
-    one)."""
+    one), or where it measured nothing on this machine: another machine's tries and recommendation are not this
+    one's, and the profile then says that no stored study says what the tuner tried, and how to tune here."""
     try:
         study = load_study(settings.study.name, settings.study.storage)
     except KeyError:
@@ -78,4 +79,5 @@ def stored_tries(settings: Settings, here: str) -> Tried | None:
     stored = study.user_attrs.get(META_ATTR, {})
     if stored.get("pipeline") != settings.pipeline.to_dict():
         return None
-    return tries_of(load_results(study, here=here))
+    results = load_results(study, here)
+    return tries_of(results) if results.records else None

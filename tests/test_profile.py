@@ -12,12 +12,13 @@ import pytest
 from autotune import app, diagnose, rerender
 from autotune.config.load import load_settings
 from autotune.errors import BaselineFailedError, ConfigError
-from autotune.measure.environment import describe_machine, machine_id
+from autotune.measure.environment import describe_machine, machine_id, this_machine_id
 from autotune.pipeline.facts import DeviceFacts, Inspection
 from autotune.results.profile import ProfileRecord
 from autotune.trial.placement import CPUS_ENV
 from autotune.trial.result import TrialRequest, TrialResult
 from tests.conftest import tiny_config
+from tests.test_selfcheck import measured_elsewhere
 
 
 def _settings(tmp_path, mode="profile", study=None, **pipeline):
@@ -118,6 +119,13 @@ def test_what_the_study_tried_is_looked_up_under_the_machine_its_pinned_runs_wer
     with pytest.raises(_Looked):
         diagnose.run(settings, tmp_path, io.StringIO())
     assert looked_up == [machine_id({**machine, "cpu_count": 1, "torch_threads": 1})] != [machine_id(machine)]
+
+
+def test_a_study_measured_on_another_machine_only_says_nothing_of_what_was_tried_here(tiny_settings, tmp_path):
+    settings = measured_elsewhere(tiny_settings, tmp_path)
+    assert diagnose.stored_tries(settings, this_machine_id()) is None, "another machine's tries are not this one's"
+    elsewhere = machine_id({**describe_machine(), "cpu_count": 999})
+    assert diagnose.stored_tries(settings, elsewhere) is not None, "on that machine, they are"
 
 
 class _Looked(Exception):

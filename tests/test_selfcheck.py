@@ -12,14 +12,18 @@ import pytest
 
 from autotune import selfcheck
 from autotune.config.load import load_settings
+from autotune.config.settings import Settings
 from autotune.errors import HarnessDisagreesError
 from autotune.measure.environment import describe_machine, machine_id, this_machine_id
 from autotune.pipeline.facts import DeviceFacts, Inspection
 from autotune.records import META_ATTR
 from autotune.results.selfcheck import ConfigurationCheck, SelfCheck
 from autotune.selfcheck import _configurations
+from autotune.study.start import open_study
+from autotune.study.tuner import ensure_baseline
 from autotune.trial.placement import CPUS_ENV
 from tests.conftest import tiny_config
+from tests.study.test_tuner import fake_result
 from tests.test_benchmark import _recommended_yaml
 
 
@@ -28,6 +32,24 @@ def test_without_a_tuned_study_only_the_baseline_is_checked(tiny_settings, tmp_p
     configurations, source, policy = _configurations(settings, this_machine_id())
     assert configurations == {"baseline": settings.baseline}
     assert source.startswith("the baseline only: no study 'tiny'") and policy == settings.batch_policy
+
+
+def measured_elsewhere(settings: Settings, tmp_path) -> Settings:
+    """``settings`` naming a study of its pipeline and baseline whose baseline was measured on another machine alone
+    (one of other cores), and nothing on this one."""
+    settings = replace(settings, study=replace(settings.study, storage=f"sqlite:///{tmp_path}/elsewhere.db"))
+    meta = {"pipeline": settings.pipeline.to_dict(), "baseline": settings.baseline, "space": {}, "device": "cpu"}
+    other = {**describe_machine(), "cpu_count": 999}
+    study = open_study(settings.study, {**meta, "measure": {}}, machine=other)
+    ensure_baseline(study, settings.baseline, lambda knobs, name, on_progress: fake_result(knobs), machine_id(other))
+    return settings
+
+
+def test_a_study_measured_on_another_machine_only_has_no_pick_to_check_here(tiny_settings, tmp_path):
+    settings = measured_elsewhere(tiny_settings, tmp_path)
+    configurations, source, _ = _configurations(settings, this_machine_id())
+    assert configurations == {"baseline": settings.baseline}
+    assert source == "the baseline only: study 'tiny' has no baseline measured on this machine"
 
 
 def test_the_studys_pick_is_checked_training_as_it_was_tuned(tiny_settings, monkeypatch):

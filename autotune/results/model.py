@@ -83,12 +83,12 @@ class StudyResults:
         return ([self.baseline] if self.baseline else []) + self.trials
 
 
-def load_results(study: optuna.Study, machine: str | None = None, here: str | None = None) -> StudyResults:
-    """Read every result ``study`` stores of ``machine`` (a ``machine_id``; None: this machine where the study has
-    measured it, else the first it has: ``choose_machine``, told ``here``); repeats and interrupted trials are left
-    out."""
+def load_results(study: optuna.Study, machine: str | None = None) -> StudyResults:
+    """Read every result ``study`` stores of ``machine`` (a ``machine_id``: none where it measured nothing there;
+    None: this machine where the study has measured it, else the first it has, as mode=report renders a study
+    whatever machine it was measured on: ``choose_machine``); repeats and interrupted trials are left out."""
     machines = study_machines(study)
-    machine = machine or choose_machine(machines, here)
+    machine = machine or choose_machine(machines)
     attrs = study.user_attrs  # read once: each read is a query of the storage and a deep copy
     meta = attrs[META_ATTR]
     baseline, probe = (attrs.get(on_machine(name, machine)) for name in (BASELINE_ATTR, PROBE_ATTR))
@@ -124,12 +124,12 @@ def _profiles(stored: dict[str, Any] | None) -> TunedProfiles | None:
     return TunedProfiles.from_dict(stored) if stored is not None else None
 
 
-def choose_machine(machines: dict[str, dict[str, Any]], here: str | None = None) -> str:
-    """This machine's id (``here``, else described here, which imports torch, only where ``machines`` offer a
-    choice) where ``machines`` has it, else the first of them ("" for none)."""
+def choose_machine(machines: dict[str, dict[str, Any]]) -> str:
+    """This machine's id (described here, which imports torch, only where ``machines`` offer a choice) where
+    ``machines`` has it, else the first of them ("" for none)."""
     if len(machines) < 2:
         return next(iter(machines), "")
-    here = here or this_machine_id()
+    here = this_machine_id()
     return here if here in machines else next(iter(machines), "")
 
 

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
+from functools import partial
 from typing import Any
 
 import optuna
@@ -289,21 +290,22 @@ class Turn(Enum):
 @contextmanager
 def finishing(
     study: optuna.Study, settings: StudySettings, machine: str, waits: Callable[[], bool] = always
-) -> Iterator[Turn]:
+) -> Iterator[tuple[Turn, Callable[[], bool]]]:
     """Hold, while inside, the right to end the study on ``machine`` (its race, trim and profiles, run where its
-    finalists were measured), unless the turn is ``Turn.LEFT``. On a shared study the tuners of a machine hold it
-    in turn, a claim (``claimed``) with a heartbeat, each waiting for the one before to end, however it ended (done,
-    stopped, or no longer heard), as long as ``waits()``: each does what the ones before left undone, and reuses
-    what they stored. Alone on its study, a tuner holds it at once."""
+    finalists were measured), unless the turn is ``Turn.LEFT``: the turn, and whether it was lost (``_holding``:
+    another tuner took this one for dead and took the turn; the study's end is then left to it). On a shared study
+    the tuners of a machine hold it in turn, a claim (``claimed``) with a heartbeat, each waiting for the one before
+    to end, however it ended (done, stopped, or no longer heard), as long as ``waits()``: each does what the ones
+    before left undone, and reuses what they stored. Alone on its study, a tuner holds it at once, and for good."""
     if not is_shared(settings.storage):
-        yield Turn.FIRST
+        yield Turn.FIRST, never
         return
     claim, turn = _turn(study, f"{study.study_name}#finishing@{machine}", machine, waits)
     if claim is None:
-        yield turn
+        yield turn, never
         return
-    with _holding(study, claim, settings.heartbeat_s):
-        yield turn
+    with _holding(study, claim, settings.heartbeat_s) as lost:
+        yield turn, lost
 
 
 def _turn(study: optuna.Study, name: str, machine: str, waits: Callable[[], bool]) -> tuple[int | None, Turn]:
@@ -330,29 +332,48 @@ def _others_at_it(study: optuna.Study, machine: str) -> bool:
     return bool(measuring_now(running, machine)) or _searching_others(study, machine, {})
 
 
+def never() -> bool:
+    """Whether a claim nobody can take was lost (``_holding``): never. A tuner alone on its study, or one holding
+    none, has such a claim."""
+    return False
+
+
 @contextmanager
-def _holding(study: optuna.Study, claim: int, interval_s: float) -> Iterator[None]:
+def _holding(study: optuna.Study, claim: int, interval_s: float) -> Iterator[Callable[[], bool]]:
     """Hold ``claim`` while inside, with a heartbeat every ``interval_s`` (the others end a claim no longer heard),
-    and end it however the holder ends."""
+    and end it however the holder ends. Yields whether the claim was lost, looked up at each call: another tuner,
+    not hearing of this one for ``STALE_BEATS`` heartbeats (it was paused or suspended, or its clock is behind), took
+    it for dead and ended the claim (``_await_claim``, ``_searching_others``), and may be doing its work now. A
+    heartbeat to a claim gone fails unsaid (``_beating``); the holder learns it at its next step by asking."""
     storage = study._storage
     try:
         with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), interval_s]), interval_s):
-            yield
+            yield partial(_gone, storage, claim)
     finally:
         _end_claim(study, claim)
 
 
+def _gone(storage: optuna.storages.BaseStorage, claim: int) -> bool:
+    """Whether ``claim`` was ended: a shared storage never gives its id to another claim."""
+    try:
+        storage.get_study_user_attrs(claim)
+    except KeyError:
+        return True
+    return False
+
+
 @contextmanager
-def searching(study: optuna.Study, settings: StudySettings, machine: str) -> Iterator[None]:
+def searching(study: optuna.Study, settings: StudySettings, machine: str) -> Iterator[Callable[[], bool]]:
     """While inside, tell the other tuners of the study on ``machine`` that this one is searching (a claim of its
     own, with a heartbeat): they wait for its search to end before one of them races (``await_others``), whatever
-    each one's own limits stopped its search. Alone on its study, there is no one to tell."""
+    each one's own limits stopped its search. Yields whether the claim was lost (``_holding``: the others may race
+    without this one's trials). Alone on its study, there is no one to tell."""
     if not is_shared(settings.storage):
-        yield
+        yield never
         return
     claim = _claim(study, f"{study.study_name}{_SEARCHING}{machine}:{uuid.uuid4().hex}")
-    with _holding(study, claim, settings.heartbeat_s):
-        yield
+    with _holding(study, claim, settings.heartbeat_s) as lost:
+        yield lost
 
 
 def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float]) -> bool:

@@ -134,10 +134,13 @@ def ensure_baseline(
 
 @dataclass(frozen=True)
 class StopReason:
-    """Why tuning stopped; ``aborted`` when it stopped because something is wrong."""
+    """Why tuning stopped; ``aborted`` when it stopped because something is wrong; ``left_to_others`` when another
+    tuner took this one's search for dead (``sharing.searching``) and may be ending the study without its trials:
+    this tuner then does not race, leaving the study's end to the others."""
 
     message: str
     aborted: bool = False
+    left_to_others: bool = False
 
 
 def tune(
@@ -169,13 +172,17 @@ def tune(
     Other tuners may share the study (``storage.is_shared``): what they measured on the same machine counts here, a
     configuration one of them is measuring is not measured again, and tuning ends once theirs are done too (a trial
     of a tuner that died is failed by its missing heartbeats and its configuration measured again), or once
-    ``waits()`` no longer holds (study.budget_s: ending the study is then left to them).
+    ``waits()`` no longer holds (study.budget_s: ending the study is then left to them), or, left to them too
+    (``StopReason.left_to_others``), once this one finds that another took it for dead and ended its search's claim.
     """
     deadline = time.monotonic() + settings.timeout_s if settings.timeout_s is not None else float("inf")
     machine = machine or this_machine_id()
     while True:
-        with searching(study, settings, machine):
+        with searching(study, settings, machine) as lost:
             stop = _search(study, space, settings, run, on_trial, machine, propose, deadline, affords)
+            taken_for_dead = lost()  # looked up while the claim is held: once out, it is ended
+        if taken_for_dead:
+            return replace(stop, left_to_others=True)
         if stop.aborted or not await_others(study, settings, machine, deadline, waits):
             return stop
 
@@ -211,7 +218,8 @@ def tune_in_slots(
                 raise
     finally:
         INTERRUPT.clear()
-    return next((stop for stop in stops if stop.aborted), stops[0])
+    stop = next((stop for stop in stops if stop.aborted), stops[0])
+    return replace(stop, left_to_others=any(each.left_to_others for each in stops))
 
 
 def _search(

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from dataclasses import asdict, replace
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -19,7 +20,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import rerender
+from autotune import app, rerender
 from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.errors import StudyMismatchError
 from autotune.measure.environment import describe_machine, machine_id, this_machine_id
@@ -36,6 +37,7 @@ from autotune.records import (
 )
 from autotune.results.model import load_results
 from autotune.study import sharing
+from autotune.study.clock import RunClock
 from autotune.study.sharing import (
     Turn,
     _await_claim,
@@ -52,7 +54,10 @@ from autotune.study.storage import StorageFaultError, create_study, is_shared
 from autotune.study.tuner import Proposal, StopReason, _look, counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import fake_measurement
+from tests.study.test_trim import BASELINE as TRIM_BASELINE
+from tests.study.test_trim import WINNER, Pipeline, space_to
 from tests.study.test_tuner import BASELINE, SPACE, fake_result, left_measuring
+from tests.study.test_tuner import settings as tuner_settings
 
 # What is tuned, with a measurement plan the reports can describe.
 META = {"pipeline": {"name": "p"}, "space": SPACE.candidates, "device": "cpu", "measure": asdict(WindowPlan())}
@@ -498,7 +503,7 @@ def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_en
 
     def first() -> None:
         with contextlib.suppress(KeyboardInterrupt):
-            with finishing(open_study(settings, META), settings, machine) as turn:
+            with finishing(open_study(settings, META), settings, machine) as (turn, _):
                 held.append(("first", turn))
                 time.sleep(1.0)
                 ended.append(time.monotonic())
@@ -508,7 +513,7 @@ def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_en
     holder, ended = threading.Thread(target=first), []
     holder.start()
     time.sleep(0.3)
-    with finishing(open_study(settings, META), settings, machine) as turn:
+    with finishing(open_study(settings, META), settings, machine) as (turn, _):
         held.append(("second", turn))
         assert ended, "held until the first ended (it holds for 1 s; this one came at 0.3 s), not beside it"
     holder.join()
@@ -544,13 +549,13 @@ def test_a_tuner_whose_budget_is_spent_leaves_the_study_to_the_tuners_of_its_mac
             if holds is searching:
                 stop = tune(study, SPACE, settings, SlowMeasure(0), lambda event: None, waits=waits)
                 assert not stop.aborted and counted_trials(study) == 2
-            with finishing(study, settings, machine, waits) as turn:  # the race must see the other's trials
+            with finishing(study, settings, machine, waits) as (turn, _):  # the race must see the other's trials
                 assert turn is Turn.LEFT
             assert thread.is_alive() and time.monotonic() - began < 0.5 + 2 * sharing._AWAIT_POLL_S
         finally:
             release.set()
             thread.join()
-    with finishing(open_study(settings, META), settings, machine, lambda: False) as turn:
+    with finishing(open_study(settings, META), settings, machine, lambda: False) as (turn, _):
         assert turn is Turn.FIRST, "a turn nobody holds is taken, the budget spent or not"
 
 
@@ -559,8 +564,74 @@ def test_a_tuner_that_died_ending_the_study_is_taken_over(tmp_path):
     study = open_study(settings, META)
     claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], f"s#finishing@{this_machine_id()}")
     study._storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), settings.heartbeat_s])  # then it died
-    with finishing(study, settings, this_machine_id()) as turn:
+    with finishing(study, settings, this_machine_id()) as (turn, _):
         assert turn is Turn.AFTER_ANOTHER
+
+
+def test_a_tuner_paused_past_the_stale_time_learns_that_another_took_its_turn(tmp_path, monkeypatch):
+    """SIGSTOP, Ctrl-Z, a suspended laptop: the tuner ending the study is not heard of for longer than the stale
+    time, and the next tuner of its machine takes its turn. Woken, it must learn so, not race beside that one."""
+    settings, machine = journal(tmp_path, heartbeat_s=0.1), this_machine_id()
+    paused, study = threading.Event(), open_study(settings, META)
+    write = study._storage.set_study_user_attr
+
+    def beats_unless_paused(claim, key, value) -> None:
+        if not (paused.is_set() and key == ALIVE_ATTR):
+            write(claim, key, value)
+
+    monkeypatch.setattr(study._storage, "set_study_user_attr", beats_unless_paused)
+    with finishing(study, settings, machine) as (turn, lost):
+        assert turn is Turn.FIRST and not lost()
+        time.sleep(STALE_BEATS * settings.heartbeat_s)
+        assert not lost(), "a holder heard of keeps its turn however long it holds it"
+        paused.set()
+        with finishing(open_study(settings, META), settings, machine) as (taken, _):
+            assert taken is Turn.AFTER_ANOTHER, "the other took the paused one for dead"
+            paused.clear()  # it wakes
+            assert lost(), "it learns that its turn was taken"
+
+
+def test_a_tuner_whose_search_was_taken_for_dead_leaves_the_race_to_the_others(tmp_path):
+    """Another tuner that took this one's search for dead (it was paused) may race without its trials: this one's
+    search ends, and it does not race (``StopReason.left_to_others``)."""
+    settings = journal(tmp_path, n_trials=3, heartbeat_s=0.1)
+    study = open_study(settings, META)
+    ensure_baseline(study, BASELINE, SlowMeasure(0))
+    other = open_study(settings, META)
+
+    def taken_for_dead(knobs, name, on_progress=None):  # another tuner ends this one's search claim meanwhile
+        for summary in other._storage.get_all_studies():
+            if summary.study_name.startswith(f"s{sharing._SEARCHING}"):
+                other._storage.delete_study(summary._study_id)
+        return fake_result(knobs)
+
+    stop = tune(study, SPACE, settings, taken_for_dead, lambda event: None)
+    assert stop.left_to_others and not stop.aborted
+    alone = tune(open_study(settings, META), SPACE, settings, SlowMeasure(0), lambda event: None)
+    assert not alone.left_to_others, "a search whose claim was kept races"
+
+
+def test_a_tuner_whose_turn_was_taken_stops_at_its_next_step_and_stores_nothing_more(tmp_path):
+    """Its next step: after the run it was in when it woke, before its race's round is stored, or the trim."""
+    study = open_study(tuner_settings(tmp_path), META)
+    pipeline = Pipeline()
+    ensure_baseline(study, TRIM_BASELINE, pipeline)
+    study.enqueue_trial(WINNER)
+    tune(study, space_to(WINNER), tuner_settings(tmp_path, n_trials=1), pipeline, lambda event: None)
+    full = SimpleNamespace(study=replace(tuner_settings(tmp_path), confirm_rounds=3, diagnose=False))
+    runner, ran = SimpleNamespace(new_draw=lambda: None), []
+
+    def show(name: str, result: TrialResult) -> None:
+        ran.append(name)
+
+    def lost() -> bool:  # the turn taken while its first run ran
+        return bool(ran)
+
+    with pytest.raises(app._TurnTaken):
+        app._finish(study, this_machine_id(), full, runner, pipeline, tmp_path, show, io.StringIO(), RunClock(), lost)
+    assert len(ran) == 1, "no run after it learnt"
+    results = load_results(study)
+    assert results.confirmation is None and results.trim == [], "nothing stored over the other tuner's race"
 
 
 def test_no_tuner_races_while_another_of_its_machine_searches_whatever_stopped_its_own_search(tmp_path):
