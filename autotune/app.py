@@ -37,7 +37,7 @@ from autotune.results.model import load_results
 from autotune.results.profile import ProfileRecord
 from autotune.results.race import MAX_FINALISTS, Finalist, count_changes, round_of, run_name
 from autotune.results.summary import summarise
-from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP
+from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP, TAKEN_OVER_STEP
 from autotune.study.clock import SEARCH, RunClock, span
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.forecast import forecast
@@ -350,9 +350,9 @@ class _TurnTaken(Exception):
 
 
 def _leave_to_others(clock: RunClock, out: TextIO, why: str) -> None:
-    """Leave the study's end to another tuner of this machine (``LEFT_TO_OTHERS_STEP``), saying ``why``."""
-    clock.leave_out(LEFT_TO_OTHERS_STEP)
-    print(f"[race] left out {LEFT_TO_OTHERS_STEP}: {why}", file=out, flush=True)
+    """Leave the study's end to the tuner that took this one for dead (``TAKEN_OVER_STEP``), saying ``why``."""
+    clock.leave_out(TAKEN_OVER_STEP)
+    print(f"[race] left out the race, trim and profiles: {why}", file=out, flush=True)
 
 
 def _foretelling(
@@ -463,12 +463,17 @@ def _finish(
     """The end of a study on ``machine``: the finalists' race and the trim of the winner's changes, their runs by
     ``measured`` (``study.remeasure_disturbed``), and the profiles of the baseline and the recommendation
     (``study.diagnose``), each stored in the study and timed by ``clock``. Once ``lost()`` (another tuner took the
-    turn: ``finishing``), it raises _TurnTaken at its next step: before each stage and round, and after each run,
-    before what it measured is stored."""
+    turn: ``finishing``), it raises _TurnTaken at its next step: before each stage, round and run, and after each
+    run, before what it measured is stored (a run slowed, as the other tuner's runs beside it may slow it, is
+    measured again first: ``again_if_disturbed``)."""
 
     def keep_turn() -> None:
         if lost():
             raise _TurnTaken
+
+    def measured_in_turn(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
+        keep_turn()
+        return measured(knobs, name, on_progress)
 
     def affords(configurations: list[dict[str, Any]], step: str) -> bool:
         keep_turn()
@@ -487,13 +492,12 @@ def _finish(
         note = partial(print, file=out, flush=True)
         results = load_results(study, machine)
         trimmed = partial(will_trim, results, rounds=rounds, fits=lambda runs: clock.fits(rounds * clock.round_s(runs)))
-        race = run_race(
-            study, results, rounds, measured, shown, affords, runner.new_draw, note, trimmed, round_s=clock.round_s
-        )
+        in_turn, draw = measured_in_turn, runner.new_draw
+        race = run_race(study, results, rounds, in_turn, shown, affords, draw, note, trimmed, round_s=clock.round_s)
     keep_turn()
     with clock.stage("trim"):
         trim_results = load_results(study, machine)
-        run_trim(study, trim_results, race, measured, shown, affords, runner.new_draw, note, clock.round_s)
+        run_trim(study, trim_results, race, measured_in_turn, shown, affords, runner.new_draw, note, clock.round_s)
     # What limits each, profiled after every timed run.
     if settings.study.diagnose and clock.affords(clock.profiles_s(), "the profiles (study.diagnose)"):
         keep_turn()

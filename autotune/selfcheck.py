@@ -160,7 +160,8 @@ def _configurations(settings: Settings, here: str) -> tuple[dict[str, dict[str, 
         return baseline, f"the baseline only: study '{name}' was tuned with another pipeline or baseline", own
     results = load_results(study, here)  # a pick measured on another machine is not this one's
     if results.baseline is None or not results.baseline.result.ok:
-        return baseline, f"the baseline only: study '{name}' has no baseline measured on this machine", own
+        measured = "failed its baseline" if results.baseline else "has no baseline measured"
+        return baseline, f"the baseline only: study '{name}' {measured} on this machine", own
     summary = summarise(results)
     if summary.is_baseline:
         return baseline, f"the baseline, which study '{name}' recommends keeping", own

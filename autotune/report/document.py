@@ -555,7 +555,7 @@ def _before_after(summary: Summary) -> Table:
     if summary.confirmed:
         # The row above is the race's medians; the interval is one run's step-to-step (batch means) interval, which
         # the same configuration's other runs fall outside: said so, lest it read as the throughput's across runs.
-        single_run = "a single run (samples/s; its steps' 95% range: runs vary more)"
+        single_run = "a single run (samples/s, 95% CI within that run: runs vary more)"
         rows.append([single_run, *(_run_and_interval(r) for r in (before, after))])
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])

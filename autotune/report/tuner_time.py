@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, TunerTime, shares
+from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, TAKEN_OVER_STEP, TunerTime, shares
 from autotune.words import percents
 
 
@@ -20,16 +20,20 @@ def tuner_time_line(split: TunerTime) -> str:
 
 
 def budget_lines(split: TunerTime) -> list[str]:
-    """For each run held to study.budget_s, a line: the time it used, and what the budget left out of it."""
+    """For each run held to study.budget_s, a line: the time it used, and what the budget left out of it; for each
+    run another tuner took for dead, a line saying what it left to that tuner (``TAKEN_OVER_STEP``)."""
     lines = []
     for run in split.runs:
+        of_run = f" (run of {_when(run.started_at)})" if len(split.runs) > 1 else ""
+        if TAKEN_OVER_STEP in run.left_out:
+            lines.append(f"the run{of_run} left out {TAKEN_OVER_STEP}")
         if run.budget_s is None:
             continue
-        of_run = f" (run of {_when(run.started_at)})" if len(split.runs) > 1 else ""
         over = run.wall_s - run.budget_s
         late = f", {over:.0f} s over: a step took longer than expected" if over >= 0.5 else ""
         head = f"study.budget_s={run.budget_s:g}{of_run} ({run.wall_s:.0f} s used{late})"
-        lines.append(f"{head} left out: {'; '.join(run.left_out)}" if run.left_out else f"{head}: nothing left out")
+        left = [step for step in run.left_out if step != TAKEN_OVER_STEP]
+        lines.append(f"{head} left out: {'; '.join(left)}" if left else f"{head}: nothing left out")
     return lines
 
 

@@ -69,6 +69,9 @@ SEARCH_STEPS = (PROBE_STEP, SEARCH_TRIAL_STEP)
 # What a tuner of a shared study left, its budget spent, to another of its machine still searching, measuring or ending
 # the study (``sharing.finishing``: ``Turn.LEFT``).
 LEFT_TO_OTHERS_STEP = "the race, trim and profiles (another tuner of this machine is still at the study)"
+# What a run left to the tuner that took it for dead (not heard of: paused, suspended, or its clock behind) and took
+# its turn: not study.budget_s's doing (``RunTime.left_to_others``).
+TAKEN_OVER_STEP = "the race, trim and profiles (another tuner took this one for dead and took its turn)"
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,9 @@ class RunTime:
 
     @property
     def left_to_others(self) -> bool:
-        """Whether this run left the study's end to another tuner of its machine (``LEFT_TO_OTHERS_STEP``)."""
-        return LEFT_TO_OTHERS_STEP in self.left_out
+        """Whether this run left the study's end to another tuner of its machine (``LEFT_TO_OTHERS_STEP``), or to one
+        that took it for dead (``TAKEN_OVER_STEP``)."""
+        return LEFT_TO_OTHERS_STEP in self.left_out or TAKEN_OVER_STEP in self.left_out
 
     @property
     def search_left_out(self) -> list[str]:

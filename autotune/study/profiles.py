@@ -96,11 +96,12 @@ def profile_tuned(
     summary = summarise(results)
     tried = tries_of(results)
     stored = results.profiles
+    effective = accumulated_to(settings.batch_policy, settings.baseline)
 
     def one(knobs: dict[str, Any], label: str, before: ProfileRecord | None) -> ProfileRecord:
         reused = before is not None and before.knobs == knobs and before.result is not None
-        if reused:
-            record = replace(before, tried=tried)
+        if reused:  # with the batch accumulated to, which a profile stored before it was kept lacks
+            record = replace(before, tried=tried, effective_batch_size=effective)
         else:
             plan = profile_plan(settings, trace_dir / f"{file_name(settings.pipeline.name)}-{label}.pt.trace.json")
             plan = replace(

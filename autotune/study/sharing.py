@@ -154,6 +154,11 @@ def describing(study: optuna.Study, settings: StudySettings) -> Iterator[None]:
         yield
 
 
+# The claims this process holds (``_holding``): alive whatever their last beat reads, as a suspended machine's wall
+# clock jumps past the beat its heartbeat thread has not written yet; a slot never ends a sibling slot's.
+_HELD: set[int] = set()
+
+
 def _end_claim(study: optuna.Study, claim: int) -> None:
     try:
         study._storage.delete_study(claim)
@@ -173,7 +178,11 @@ def _end_orphan_claims(study: optuna.Study) -> None:
         if summary.study_name.startswith(measuring):
             if _orphaned(summary.study_name, summary.user_attrs.get("trial"), running):
                 _end_claim(study, summary._study_id)
-        elif summary.study_name.startswith(heard) and _unheard(summary.user_attrs.get(ALIVE_ATTR), now, now, blocked):
+        elif (
+            summary.study_name.startswith(heard)
+            and summary._study_id not in _HELD
+            and _unheard(summary.user_attrs.get(ALIVE_ATTR), now, now, blocked)
+        ):
             _end_claim(study, summary._study_id)
 
 
@@ -346,19 +355,25 @@ def _holding(study: optuna.Study, claim: int, interval_s: float) -> Iterator[Cal
     it for dead and ended the claim (``_await_claim``, ``_searching_others``), and may be doing its work now. A
     heartbeat to a claim gone fails unsaid (``_beating``); the holder learns it at its next step by asking."""
     storage = study._storage
+    _HELD.add(claim)
     try:
         with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), interval_s]), interval_s):
             yield partial(_gone, storage, claim)
     finally:
+        _HELD.discard(claim)
         _end_claim(study, claim)
 
 
 def _gone(storage: optuna.storages.BaseStorage, claim: int) -> bool:
-    """Whether ``claim`` was ended: a shared storage never gives its id to another claim."""
+    """Whether ``claim`` was ended: a shared storage never gives its id to another claim. A lookup the storage fails
+    for another reason (a fault, passing or not) says nothing of the claim: not gone; a lasting fault is met by the
+    tuner's next write, and said, as a heartbeat's is (``_beating``)."""
     try:
         storage.get_study_user_attrs(claim)
     except KeyError:
         return True
+    except Exception:  # noqa: BLE001  (any fault of the storage: the claim's fate is unknown)
+        return False
     return False
 
 
@@ -384,7 +399,8 @@ def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float])
     for summary in study._storage.get_all_studies():
         if summary.study_name.startswith(prefix):
             beat = summary.user_attrs.get(ALIVE_ATTR)
-            if _unheard(beat, seen.setdefault(summary._study_id, now), now, blocked):
+            mine = summary._study_id in _HELD  # a sibling slot's: it searches
+            if not mine and _unheard(beat, seen.setdefault(summary._study_id, now), now, blocked):
                 _end_claim(study, summary._study_id)
             else:
                 heard = True

@@ -139,6 +139,13 @@ def test_a_resumed_run_reuses_the_stored_profiles(tmp_path):
     again = profile_tuned(study, load_results(study), runner, settings, tmp_path, lambda *said: told.append(said))
     assert runner.names == [] and again == first and told == [(first.baseline, True), (first.recommended, True)]
     assert TunedProfiles.from_dict(again.to_dict()) == again
+    config = tiny_config()
+    config["search"]["batch_policy"] = "fixed_effective"
+    accumulated = load_settings(config, "tiny")
+    reused = profile_tuned(study, load_results(study), runner, accumulated, tmp_path, lambda *said: None)
+    assert runner.names == [] and reused.baseline.effective_batch_size == accumulated.baseline["batch_size"], (
+        "a profile stored before it kept the batch accumulated to is reused with it"
+    )
 
 
 def test_a_profiling_run_that_fails_is_recorded_with_its_reason_and_the_reports_still_render(tmp_path):

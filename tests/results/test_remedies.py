@@ -347,13 +347,19 @@ def test_advice_the_study_measured_within_the_gain_a_change_must_show_comes_last
     faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
     result = profile_result(faults=faulting, gc_share=0.01)
     assert [a.knob for a in advise(result, "", KNOBS, 8, None)][:2] == ["amp", "malloc"], "amp's estimate first"
-    amp_alike = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.01]})
+    amp_alike = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.01, 0.99, 1.012]})
     ranked = advise(result, "", KNOBS, 8, amp_alike)
     assert [a.knob for a in ranked] == ["malloc", "compile", "amp"], "1.01x: under the 2 % a change must gain"
-    assert ranked[-1].measured_no_gain and "1.01x the same with amp=off" in ranked[-1].tried
+    assert ranked[-1].measured_no_gain and "1.01x the same with amp=off (median of 3 pairs" in ranked[-1].tried
     assert first_to_follow(ranked).knob == "malloc" and first_to_follow(ranked[-1:]) is None
-    gained = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.03]})
+    gained = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.03, 1.05]})
     assert advise(result, "", KNOBS, 8, gained)[0].knob == "amp", "3 % is a gain: its estimate ranks it"
+    printed_as_gain = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.016, 1.017]})
+    assert not advise(result, "", KNOBS, 8, printed_as_gain)[0].measured_no_gain, "1.02x as printed: no less"
+    one_pair = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [1.01]})
+    assert advise(result, "", KNOBS, 8, one_pair)[0].knob == "amp", "one pair of single runs tells no small gain"
+    slower = Tried("mine", {"amp": ["off", "bf16"]}, {}, {"amp=off->bf16": [0.95]})
+    assert advise(result, "", KNOBS, 8, slower)[-1].knob == "amp", "but one that read slower"
 
 
 def test_sixteen_bits_are_credited_only_with_the_products_share_of_the_whole_model_step():

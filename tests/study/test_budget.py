@@ -23,7 +23,7 @@ from autotune.report.recommended import recommendation
 from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
-from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, RunTime, TunerTime
+from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, TAKEN_OVER_STEP, RunTime, TunerTime
 from autotune.study import clock as clock_module
 from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
@@ -455,6 +455,16 @@ def test_a_run_within_its_budget_says_nothing_was_left_out():
         "study.budget_s=60 (75 s used, 15 s over: a step took longer than expected): nothing left out"
     ]
     assert budget_lines(TunerTime([replace(run, budget_s=None)])) == []
+
+
+def test_a_run_another_tuner_took_for_dead_says_so_not_that_the_budget_left_its_race_out():
+    taken = RunTime(0.0, 42.4, {}, {}, True, budget_s=60.0, left_out=[TAKEN_OVER_STEP])
+    assert taken.left_to_others
+    assert budget_lines(TunerTime([taken])) == [
+        f"the run left out {TAKEN_OVER_STEP}",
+        "study.budget_s=60 (42 s used): nothing left out",
+    ]
+    assert budget_lines(TunerTime([replace(taken, budget_s=None)])) == [f"the run left out {TAKEN_OVER_STEP}"]
 
 
 def test_a_resumed_run_expects_a_compile_trial_as_long_as_its_stored_ones():

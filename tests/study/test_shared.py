@@ -708,3 +708,16 @@ def test_a_dead_tuners_search_claim_is_ended_by_the_next_to_open_the_study(tmp_p
     study._storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time() - 10, settings.heartbeat_s])  # then it died
     open_study(settings, META)
     assert not [s for s in study._storage.get_all_studies() if s.study_name.startswith("s#searching@")]
+
+
+def test_a_slot_never_ends_the_search_claim_of_a_sibling_slot_of_its_own_process(tmp_path):
+    """After a suspend the wall clock has jumped past a beat the heartbeat thread has not written yet: another slot
+    of the same tuner, looking, must not take its sibling for dead (the tuner would leave its race to no one)."""
+    settings, machine = journal(tmp_path, heartbeat_s=60.0), this_machine_id()
+    study = open_study(settings, META)
+    with searching(study, settings, machine) as lost:
+        (claim,) = [s for s in study._storage.get_all_studies() if sharing._SEARCHING in s.study_name]
+        study._storage.set_study_user_attr(claim._study_id, ALIVE_ATTR, [time.time() - 3600, 60.0])  # as if asleep
+        assert sharing._searching_others(study, machine, {}), "its sibling searches"
+        sharing._end_orphan_claims(study)
+        assert not lost(), "nor is it ended as an orphan"
