@@ -320,9 +320,8 @@ def _search_and_finish(
         return searched
     for idle in runners[1:]:  # the race runs in the first slot alone
         idle.close()
-    if searched.left_to_others:
-        _leave_to_others(clock, out, f"{_TAKEN_FOR_DEAD} while it searched, and may race without its trials")
-        return searched
+    if searched.left_to_others:  # the others no longer wait for its search: its turn comes as theirs do
+        print(f"[search] {_TAKEN_FOR_DEAD} while it searched: it ended its search, and races in its turn", file=out)
     with finishing(study, settings.study, machine, others_awaited) as (turn, lost):
         if turn is Turn.LEFT:
             clock.leave_out(LEFT_TO_OTHERS_STEP)

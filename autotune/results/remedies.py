@@ -122,12 +122,12 @@ class Tried:
     def no_gain(self, knob: str, now: Any, value: Any) -> bool:
         """Whether the study measured changing ``knob`` from ``now`` to ``value`` gaining less than the races ask of a
         change (``race.MIN_GAIN``), by the median of two pairs or more measured alike but for it (``twins``), as
-        ``_twins`` prints it; by one pair, only where it read slower: one pair of single runs, which vary by several
-        per cent, does not tell a small gain from none."""
+        ``_twins`` prints it; by one pair, only where it read slower by as much: one pair of single runs, which vary by
+        several per cent, tells neither a small gain nor a small loss from none."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
         if not ratios:
             return False
-        floor = 1 + race.MIN_GAIN if len(ratios) > 1 else 1.0
+        floor = 1 + race.MIN_GAIN if len(ratios) > 1 else 1 - race.MIN_GAIN
         return round(statistics.median(ratios), 2) < floor
 
     def left_out_of_recommendation(self, knob: str, value: Any) -> bool:

@@ -88,8 +88,9 @@ class RunTime:
     its last record; ``stages``: each stage's wall time; ``processes``: stage → phase → seconds of its trial
     processes (with ``study.parallel`` trials at once, each counts its share: its seconds over the slots).
     ``finished``: the run reached its end (False: stopped, or still going when last stored). ``budget_s``: its
-    study.budget_s, and ``left_out``: the steps that budget left out, in words. ``foretold``: what it said its rest
-    would take, once its first search trial was measured (None: it said nothing)."""
+    study.budget_s, and ``left_out``: the steps that budget left out, or left to another tuner (``left_to_others``),
+    in words. ``foretold``: what it said its rest would take, once its first search trial was measured (None: it
+    said nothing)."""
 
     started_at: float
     wall_s: float

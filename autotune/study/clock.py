@@ -48,7 +48,7 @@ class RunClock:
         self._screen_plan = screen_plan
         self._trial_timeout_s = trial_timeout_s
         self._costly: list[float] = []  # the wall times of this run's search trials that turned on a costly knob
-        self.left_out: list[str] = []  # the steps the budget left out, in words
+        self.left_out: list[str] = []  # the steps the budget left out, or left to another tuner, in words
         # The wall time of each measuring process of this run, by whether it screened (a search trial's shorter
         # window) or ran the full window (the baseline's and the races').
         self._runs: dict[bool, list[float]] = {True: [], False: []}
@@ -152,7 +152,8 @@ class RunClock:
             self._foretold = Foretold(time.monotonic() - self._start, rest_s)
 
     def leave_out(self, step: str) -> None:
-        """Say that the budget left out ``step`` (words of its own, no time: ``tuner_time.LEFT_TO_OTHERS_STEP``)."""
+        """Say that the budget, or another tuner, left out ``step`` (words of its own, no time:
+        ``tuner_time.LEFT_TO_OTHERS_STEP``, ``tuner_time.TAKEN_OVER_STEP``)."""
         with self._lock:
             if step not in self.left_out:
                 self.left_out.append(step)

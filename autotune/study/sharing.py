@@ -154,9 +154,11 @@ def describing(study: optuna.Study, settings: StudySettings) -> Iterator[None]:
         yield
 
 
-# The claims this process holds (``_holding``): alive whatever their last beat reads, as a suspended machine's wall
-# clock jumps past the beat its heartbeat thread has not written yet; a slot never ends a sibling slot's.
+# The claims this process holds (``_holding``) and the trials it beats (``heartbeat``): alive whatever their last
+# beat reads, as a suspended machine's wall clock jumps past the beat its heartbeat thread has not written yet; a
+# slot never ends a sibling slot's claim, nor fails its trial.
 _HELD: set[int] = set()
+_BEATING: set[int] = set()
 
 
 def _end_claim(study: optuna.Study, claim: int) -> None:
@@ -240,7 +242,12 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     now = time.time()
     running = running_trials(study) if running is None else running
     blocked = _blocked_until(study, now)
-    stale = [t for t in running if _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now, blocked)]
+    stale = [
+        t
+        for t in running
+        if t._trial_id not in _BEATING
+        and _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now, blocked)
+    ]
     return fail_interrupted_trials(study, stale)
 
 
@@ -278,8 +285,12 @@ def heartbeat(trial: optuna.Trial, interval_s: float | None) -> Iterator[None]:
     if interval_s is None:
         yield
         return
-    with _beating(lambda: beat(trial, interval_s), interval_s):
-        yield
+    _BEATING.add(trial._trial_id)
+    try:
+        with _beating(lambda: beat(trial, interval_s), interval_s):
+            yield
+    finally:
+        _BEATING.discard(trial._trial_id)
 
 
 def beat(trial: optuna.Trial, interval_s: float) -> None:

@@ -480,7 +480,7 @@ def test_before_and_after_shows_the_throughputs_the_headline_states(tmp_path):
     assert "| throughput (samples/s) | 100.0 | 111.0 |" in markdown, "the medians, not the single runs (100, 120)"
     single_run = "| a single run (samples/s, 95% CI within that run: runs vary more) | 100.0 (98.0 – 102.0) |"
     assert single_run + " 120.0 (117.6 – 122.4) |" in markdown, (
-        "the interval beside the run it belongs to, not beside the race's median, and said to be its steps' range"
+        "the interval beside the run it belongs to, not beside the race's median, and said to be that run's own"
     )
     assert "Throughput: medians of 3 interleaved re-measurements" in markdown
 

@@ -591,9 +591,9 @@ def test_a_tuner_paused_past_the_stale_time_learns_that_another_took_its_turn(tm
             assert lost(), "it learns that its turn was taken"
 
 
-def test_a_tuner_whose_search_was_taken_for_dead_leaves_the_race_to_the_others(tmp_path):
-    """Another tuner that took this one's search for dead (it was paused) may race without its trials: this one's
-    search ends, and it does not race (``StopReason.left_to_others``)."""
+def test_a_tuner_whose_search_was_taken_for_dead_ends_its_search(tmp_path):
+    """Another tuner that took this one's search for dead (it was paused) no longer waits for it: this one's search
+    ends (``StopReason.left_to_others``), and it races in its turn as any tuner of its machine."""
     settings = journal(tmp_path, n_trials=3, heartbeat_s=0.1)
     study = open_study(settings, META)
     ensure_baseline(study, BASELINE, SlowMeasure(0))
@@ -710,9 +710,10 @@ def test_a_dead_tuners_search_claim_is_ended_by_the_next_to_open_the_study(tmp_p
     assert not [s for s in study._storage.get_all_studies() if s.study_name.startswith("s#searching@")]
 
 
-def test_a_slot_never_ends_the_search_claim_of_a_sibling_slot_of_its_own_process(tmp_path):
+def test_a_slot_never_ends_the_search_claim_or_fails_the_trial_of_a_sibling_slot_of_its_own_process(tmp_path):
     """After a suspend the wall clock has jumped past a beat the heartbeat thread has not written yet: another slot
-    of the same tuner, looking, must not take its sibling for dead (the tuner would leave its race to no one)."""
+    of the same tuner, looking, must not take its sibling for dead (its trial would be measured again, its search
+    left)."""
     settings, machine = journal(tmp_path, heartbeat_s=60.0), this_machine_id()
     study = open_study(settings, META)
     with searching(study, settings, machine) as lost:
@@ -721,3 +722,8 @@ def test_a_slot_never_ends_the_search_claim_of_a_sibling_slot_of_its_own_process
         assert sharing._searching_others(study, machine, {}), "its sibling searches"
         sharing._end_orphan_claims(study)
         assert not lost(), "nor is it ended as an orphan"
+    trial = study.ask()
+    with sharing.heartbeat(trial, 60.0):
+        study._storage.set_trial_user_attr(trial._trial_id, ALIVE_ATTR, [time.time() - 3600, 60.0])  # as if asleep
+        assert sharing.fail_stale_trials(study) == [], "its sibling's trial runs"
+    assert sharing.fail_stale_trials(study) == [trial.number], "one no slot of it beats is another's, and dead"
