@@ -548,7 +548,7 @@ def _table(headers: list[str], rows: list[list[Any]]) -> Table:
 
 def _before_after(summary: Summary) -> Table:
     before, after = (record_row(r, None, summary) for r in (summary.baseline, summary.recommended))
-    rows = [[name, before[name], after[name]] for name in KNOBS]
+    rows = [[name, _value(before[name]), _value(after[name])] for name in KNOBS]  # unset: "default", as said above
     if summary.batch_policy == "fixed_effective":
         rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
     rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])

@@ -483,6 +483,7 @@ def test_before_and_after_shows_the_throughputs_the_headline_states(tmp_path):
         "the interval beside the run it belongs to, not beside the race's median, and said to be that run's own"
     )
     assert "Throughput: medians of 3 interleaved re-measurements" in markdown
+    assert "| prefetch_factor | default |" in markdown, "an unset knob as the headline says it, not a blank cell"
 
 
 def test_the_headline_says_default_for_a_knob_the_baseline_leaves_unset():
