@@ -625,11 +625,16 @@ def _probe(results: StudyResults) -> list[Section]:
         "is measured."
     )
     rows = [
-        [r.label, _changes_from(results.baseline, r.result.knobs), r.predicted_sps, r.throughput]
+        [r.label, _changes_from(results.baseline, r.result.knobs), _predicted(r.predicted_sps), r.throughput]
         for r in results.trials
     ]
     table = _table(["trial", "changes from the baseline", "predicted samples/s", "measured samples/s"], rows)
     return [Section(heading, paragraphs=[text], table=table)]
+
+
+def _predicted(sps: float | None) -> float | str:
+    """A trial's predicted throughput, or why there is none: a twin of the best by a knob the probe does not time."""
+    return "none (an untimed knob)" if sps is None else sps
 
 
 def _changes_from(baseline, knobs: dict[str, Any]) -> str:

@@ -411,6 +411,7 @@ def test_probe_pareto_and_training_sections(tmp_path):
     assert "## Where the time goes (differential probe)" in markdown
     assert "DataLoader alone delivered 80.0 samples/s" in markdown and "the DataLoader is the slower half" in markdown
     assert "| 0 | num_workers=1 | 130.0 | 120.0 |" in markdown, "predicted beside measured"
+    assert "| 1 |" in markdown and "| none (an untimed knob) |" in markdown, "a trial not predicted says why"
     assert "## Pareto front: throughput against peak memory" in markdown
     assert "## Training" in markdown and "Batch size unchanged" in markdown
     data = json.loads(files["report.json"].read_text())
