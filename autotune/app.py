@@ -114,14 +114,14 @@ def _tune(
     runners = [TrialRunner(settings, device, output_dir / "trials", slot, len(places) > 1, clock) for slot in places]
     if len(places) > 1:
         end_shared_fork_server()  # the inspection's: each slot forks from a server of its own
-    lines = _RunLines(out)
+    lines, turn = _RunLines(out), _Turn()
     measured = runners[0].run  # the baseline, the probe and the race run in the first slot
     if settings.study.remeasure_disturbed:
-        measured = again_if_disturbed(runners[0].run, lines.measured_again, lines.note)
+        measured = again_if_disturbed(runners[0].run, partial(_measured_again, lines, turn), lines.note)
     baseline = _measure_baseline(opened, settings, measured, output_dir, lines, clock)
     stop = StopReason("interrupted", aborted=True)  # until the search, the race and what follows end
     try:
-        stop = _search_and_finish(opened, settings, runners, measured, baseline, output_dir, lines, clock)
+        stop = _search_and_finish(opened, settings, runners, measured, baseline, output_dir, lines, clock, turn)
     except AutotuneError as error:  # e.g. a storage fault: the summary names it, as the error line will
         stop = StopReason(str(error), aborted=True)
         raise
@@ -285,9 +285,11 @@ def _search_and_finish(
     output_dir: Path,
     lines: _RunLines,
     clock: RunClock,
+    hold: _Turn,
 ) -> StopReason:
     """The search, in every slot, then, unless it stopped the run, the race, the trim and the profiles (``_finish``)
-    in the first slot alone, where this tuner's turn comes (``finishing``); why the search stopped."""
+    in the first slot alone, where this tuner's turn comes (``finishing``), its runs measured again only while it
+    holds that turn (``hold``); why the search stopped."""
     study, machine, places, out = opened.study, opened.machine, opened.places, lines.out
     guide = _guide(study, opened.space, settings, opened.ctx, runners[0], baseline, machine, out, clock)
     if len(places) > 1:
@@ -329,8 +331,10 @@ def _search_and_finish(
         else:
             if turn is Turn.AFTER_ANOTHER:
                 print("[race] after another tuner of this machine: what it stored is reused", file=out)
+            show = lines.race_run
             try:
-                _finish(study, machine, settings, runners[0], measured, output_dir, lines.race_run, out, clock, lost)
+                with hold.held(lost):
+                    _finish(study, machine, settings, runners[0], measured, output_dir, show, out, clock, lost)
             except _TurnTaken:
                 _leave_to_others(clock, out, f"{_TAKEN_FOR_DEAD} and took its turn at it")
     return searched
@@ -346,6 +350,35 @@ _TAKEN_FOR_DEAD = (
 class _TurnTaken(Exception):
     """Raised at ``_finish``'s next step once another tuner took this one's turn at ending the study: what this one
     would measure and store then would race beside that tuner's and overwrite it."""
+
+
+class _Turn:
+    """This tuner's hold on its turn at ending the study, as a run about to be measured again asks it (``keep``):
+    whether it was lost (``finishing``) while ``_finish`` holds it (``held``), else never."""
+
+    def __init__(self) -> None:
+        self._lost: Callable[[], bool] = never
+
+    @contextmanager
+    def held(self, lost: Callable[[], bool]) -> Iterator[None]:
+        """Ask ``lost`` while inside."""
+        self._lost = lost
+        try:
+            yield
+        finally:
+            self._lost = never
+
+    def keep(self) -> None:
+        """Raise _TurnTaken where the turn was lost."""
+        if self._lost():
+            raise _TurnTaken
+
+
+def _measured_again(lines: _RunLines, turn: _Turn, name: str, result: TrialResult) -> None:
+    """Told of run ``name``, slowed, before it is measured again (``again_if_disturbed``): not where this tuner's turn
+    was taken (the other tuner's runs beside it may have slowed it), else said."""
+    turn.keep()
+    lines.measured_again(name, result)
 
 
 def _leave_to_others(clock: RunClock, out: TextIO, why: str) -> None:
@@ -462,9 +495,8 @@ def _finish(
     """The end of a study on ``machine``: the finalists' race and the trim of the winner's changes, their runs by
     ``measured`` (``study.remeasure_disturbed``), and the profiles of the baseline and the recommendation
     (``study.diagnose``), each stored in the study and timed by ``clock``. Once ``lost()`` (another tuner took the
-    turn: ``finishing``), it raises _TurnTaken at its next step: before each stage, round and run, and after each
-    run, before what it measured is stored (a run slowed, as the other tuner's runs beside it may slow it, is
-    measured again first: ``again_if_disturbed``)."""
+    turn: ``finishing``), it raises _TurnTaken at its next step: before each stage, round and run (a run measured
+    again too: ``_measured_again``), and after each run, before what it measured is stored."""
 
     def keep_turn() -> None:
         if lost():

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from dataclasses import asdict, replace
+from functools import partial
 from types import SimpleNamespace
 
 import optuna
@@ -24,6 +25,7 @@ from autotune import app, rerender
 from autotune.config.settings import STALE_BEATS, StudySettings
 from autotune.errors import StudyMismatchError
 from autotune.measure.environment import describe_machine, machine_id, this_machine_id
+from autotune.measure.measurement import SystemReport
 from autotune.measure.recorder import WindowPlan
 from autotune.records import (
     ALIVE_ATTR,
@@ -38,6 +40,7 @@ from autotune.records import (
 from autotune.results.model import load_results
 from autotune.study import sharing
 from autotune.study.clock import RunClock
+from autotune.study.disturbed import again_if_disturbed
 from autotune.study.sharing import (
     Turn,
     _await_claim,
@@ -727,3 +730,20 @@ def test_a_slot_never_ends_the_search_claim_or_fails_the_trial_of_a_sibling_slot
         study._storage.set_trial_user_attr(trial._trial_id, ALIVE_ATTR, [time.time() - 3600, 60.0])  # as if asleep
         assert sharing.fail_stale_trials(study) == [], "its sibling's trial runs"
     assert sharing.fail_stale_trials(study) == [trial.number], "one no slot of it beats is another's, and dead"
+
+
+def test_a_run_slowed_as_the_turn_was_taken_is_not_measured_again(tmp_path):
+    """The other tuner's runs beside it slow it: measured again, it would run beside that tuner's race once more."""
+    lines, turn, names = app._RunLines(io.StringIO()), app._Turn(), []
+
+    def slowed(knobs, name, on_progress=None):
+        names.append(name)
+        busy = SystemReport(100.0, [100.0, 100.0], 1.0)  # other processes took a whole core
+        return TrialResult(knobs, measurement=replace(fake_measurement(100.0), system=busy))
+
+    measured = again_if_disturbed(slowed, partial(app._measured_again, lines, turn))
+    with turn.held(lambda: True), pytest.raises(app._TurnTaken):
+        measured({}, "confirm-1-baseline")
+    assert names == ["confirm-1-baseline"], "not measured again"
+    measured({}, "baseline")
+    assert names[1:] == ["baseline", "baseline-again"], "outside the turn's hold, measured again as ever"
