@@ -50,7 +50,7 @@ from autotune.words import counted, percents, ratio_bounds
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
     ("step_iqr_ms", "step interquartile range (ms)"),
-    ("data_stall_fraction", "data wait share"),
+    ("data_stall_fraction", "data wait"),
     ("transfer_ms_per_step", "to device and input layout per step (ms)"),
     ("compile_s", "compile (s)"),
     ("process_tree_cores", "CPU cores busy (process tree)"),
@@ -559,8 +559,21 @@ def _before_after(summary: Summary) -> Table:
         rows.append([single_run, *(_run_and_interval(r) for r in (before, after))])
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
-    rows += [[title, before[key], after[key]] for key, title in _BEFORE_AFTER_METRICS if _shown(key, before, after)]
+    rows += [
+        [title, _metric(key, before[key]), _metric(key, after[key])]
+        for key, title in _BEFORE_AFTER_METRICS
+        if _shown(key, before, after)
+    ]
     return _table(["", "baseline", "recommended"], rows)
+
+
+# Shares of the step, said in per cent as the console and the headline say them ("data wait 66%").
+_PERCENT_KEYS = frozenset({"data_stall_fraction"})
+
+
+def _metric(key: str, value: Any) -> Any:
+    """A row's figure ``key`` as a table shows it: a share in per cent, else as read."""
+    return f"{value:.0%}" if key in _PERCENT_KEYS and value is not None else value
 
 
 def _shown(key: str, *rows: dict[str, Any]) -> bool:
@@ -585,7 +598,8 @@ def _ranked(summary: Summary) -> Table:
     rows = [_with_changes(row, summary) for row in ranked_rows(summary) if row["state"] == "complete"]
     for row in rows:
         row["trial"] = marked(row, summary)
-    return _table([title for _, title in _RANKED_COLUMNS], [[row[key] for key, _ in _RANKED_COLUMNS] for row in rows])
+    cells = [[_metric(key, row[key]) for key, _ in _RANKED_COLUMNS] for row in rows]
+    return _table([title for _, title in _RANKED_COLUMNS], cells)
 
 
 def ranked_basis(summary: Summary) -> str:

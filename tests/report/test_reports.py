@@ -485,6 +485,7 @@ def test_before_and_after_shows_the_throughputs_the_headline_states(tmp_path):
     )
     assert "Throughput: medians of 3 interleaved re-measurements" in markdown
     assert "| prefetch_factor | default |" in markdown, "an unset knob as the headline says it, not a blank cell"
+    assert re.search(r"\| data wait \| \d+% \| \d+% \|", markdown), "a share in per cent, as the console says it"
 
 
 def test_the_headline_says_default_for_a_knob_the_baseline_leaves_unset():
