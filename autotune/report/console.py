@@ -18,7 +18,13 @@ from autotune.results.summary import Summary
 from autotune.results.tuner_time import TunerTime
 from autotune.trial.result import FailureKind, TrialResult
 
-_MEASURED_COLUMNS = ["throughput_sps", "speedup", "data_stall_fraction", "peak_memory_mb"]
+# The measured columns of the ranked table, as the report's ranking names them (trials.csv keeps the field names).
+_MEASURED_COLUMNS = {
+    "throughput_sps": "samples/s",
+    "speedup": "vs baseline",
+    "data_stall_fraction": "data wait",
+    "peak_memory_mb": "peak MB",
+}
 
 
 def format_knobs(knobs: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
@@ -99,6 +105,9 @@ def print_summary(
     states = list(frame["state"])
     varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
+    waits = frame["data_stall_fraction"]
+    frame["data_stall_fraction"] = [None if pd.isna(share) else f"{share:.0%}" for share in waits]  # as said above
+    frame = frame.rename(columns=_MEASURED_COLUMNS)
     # Unranked (pruned, infeasible, failed): its state in place of a rank (to_string's na_rep skips nullable integers).
     frame["rank"] = [state if pd.isna(rank) else rank for rank, state in zip(frame["rank"], states, strict=True)]
     print(f"\n{status}.", file=out)

@@ -161,3 +161,11 @@ def test_the_summary_marks_only_the_run_that_was_busy_not_the_clean_rows_beside_
     table = out.getvalue().split("Ranked by")[0]
     marked_rows = [line for line in table.splitlines() if "(busy)" in line]
     assert len(marked_rows) == 1 and " 0 (recommended) (busy) " in marked_rows[0], out.getvalue()
+
+
+def test_the_summary_table_names_its_figures_as_the_report_does_and_says_the_data_wait_in_per_cent():
+    out = io.StringIO()
+    print_summary(summarise(sample_results()), {}, "done", out)
+    header = next(line for line in out.getvalue().splitlines() if line.lstrip().startswith("rank"))
+    assert all(title in header for title in ("samples/s", "vs baseline", "data wait", "peak MB")), header
+    assert "throughput_sps" not in out.getvalue() and re.search(r" \d+% ", out.getvalue()), out.getvalue()
