@@ -353,11 +353,11 @@ class _TurnTaken(Exception):
 
 
 class _Turn:
-    """This tuner's hold on its turn at ending the study, as a run about to be measured again asks it (``keep``):
-    whether it was lost (``finishing``) while ``_finish`` holds it (``held``), else never."""
+    """This tuner's hold on its turn at ending the study, as a run about to be measured again or ``_finish``'s next
+    step asks it (``keep``): whether it was lost (``finishing``: ``lost``, or while ``held``), else never."""
 
-    def __init__(self) -> None:
-        self._lost: Callable[[], bool] = never
+    def __init__(self, lost: Callable[[], bool] = never) -> None:
+        self._lost = lost
 
     @contextmanager
     def held(self, lost: Callable[[], bool]) -> Iterator[None]:
@@ -498,9 +498,7 @@ def _finish(
     turn: ``finishing``), it raises _TurnTaken at its next step: before each stage, round and run (a run measured
     again too: ``_measured_again``), and after each run, before what it measured is stored."""
 
-    def keep_turn() -> None:
-        if lost():
-            raise _TurnTaken
+    keep_turn = _Turn(lost).keep
 
     def measured_in_turn(knobs: dict[str, Any], name: str, on_progress=None) -> TrialResult:
         keep_turn()

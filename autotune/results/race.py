@@ -602,8 +602,8 @@ def judge_of(label: str, races: list[Confirmation]) -> Confirmation | None:
     recommendation is judged on the most rounds measuring it: a longer race it did not win is not outweighed by a
     shorter one it did."""
     views = races[:1] + [each for race in races[1:] for each in _as_proof(race)]
-    measuring = [race for race in views if measured_rounds(race, label)]
-    return max(reversed(measuring), key=lambda race: (measured_rounds(race, label), _won_by(race, label)), default=None)
+    measuring = [(rounds, _won_by(race, label), race) for race in views if (rounds := measured_rounds(race, label))]
+    return max(reversed(measuring), key=lambda judged: judged[:2], default=(0, False, None))[2]
 
 
 def measured_rounds(race: Confirmation, label: str) -> int:
