@@ -90,12 +90,16 @@ class Link:
 
 @dataclass(frozen=True)
 class Section:
+    """A part of a report under its ``heading``; its ``subsections`` follow its own content, each under a heading one
+    level down (a trim race under "Only the changes that matter")."""
+
     heading: str
     paragraphs: list[str] = field(default_factory=list)
     table: Table | None = None
     bullets: list[str] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
+    subsections: list[Section] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -361,7 +365,100 @@ def _confirmation(results: StudyResults, summary: Summary) -> list[Section]:
             f"In the race a trial that changes more knobs wins over a simpler one only by beating it {BEATS_WORDS}, "
             f"and at most {MAX_FINALISTS} finalists race."
         )
-    return [Section("Confirmation", paragraphs=paragraphs)]
+    table = rounds_table(race)
+    return [Section("Confirmation", paragraphs=[*paragraphs, *_rounds_key([table])], table=table)]
+
+
+# A round an entrant did not run: it had left the race, or the race ended first.
+_NOT_RUN = "–"
+
+
+def rounds_table(race: Confirmation) -> Table | None:
+    """``race``'s runs round by round: a row for the baseline and for each entrant, a column for each round (a run's
+    samples/s; in brackets its ratio to the baseline's run of that round, and "busy" where the race counted it though
+    something beside it slowed it; "failed" where it failed), then the median (in brackets ``Confirmation.ratio``);
+    the last row names each round's fastest. None where no round ran."""
+    entrants: list[Finalist | None] = [None, *race.finalists]  # None: the baseline
+    runs = [_runs_by_round(race, entrant) for entrant in entrants]
+    rounds = range(1, max(max(by_round, default=0) for by_round in runs) + 1)
+    if not rounds:
+        return None
+    rows = []
+    for entrant, by_round in zip(entrants, runs, strict=True):
+        slowed = race.slowed_rounds(entrant.label if entrant else None)
+        against = {} if entrant is None else runs[0]  # the baseline's runs, which the ratios are to
+        cells = [_run_cell(by_round.get(n), against.get(n), n in slowed) for n in rounds]
+        rows.append([_entrant_named(entrant), *cells, _median_cell(race, entrant)])
+    fastest = [_fastest(entrants, runs, n) for n in rounds]
+    return Table(["", *(f"round {n}" for n in rounds), "median"], [*rows, ["fastest", *fastest, ""]])
+
+
+def _runs_by_round(race: Confirmation, entrant: Finalist | None) -> dict[int, float | str]:
+    """``entrant``'s runs in ``race`` (None: the baseline's) by round, from 1: samples/s, or "failed" in the round its
+    run failed (the baseline's ends the race: the round after its last run)."""
+    throughputs = race.baseline_throughputs if entrant is None else entrant.throughputs
+    runs: dict[int, float | str] = dict(enumerate(throughputs, 1))
+    if entrant is None and race.failure:
+        runs[len(throughputs) + 1] = "failed"
+    if entrant is not None and entrant.failed_round is not None:
+        runs[entrant.failed_round] = "failed"
+    return runs
+
+
+def _entrant_named(entrant: Finalist | None) -> str:
+    return "baseline" if entrant is None else f"trial {entrant.label}"
+
+
+def _run_cell(run: float | str | None, baseline_run: float | str | None, slowed: bool) -> str:
+    """A round's cell: ``run``'s samples/s, with its ratio to ``baseline_run`` where that is a run's, and "busy" where
+    ``slowed``; else what stands in its place ("failed", or not run)."""
+    if run is None:
+        return _NOT_RUN
+    if isinstance(run, str):
+        return run
+    notes = [] if baseline_run is None or isinstance(baseline_run, str) else [f"{run / baseline_run:.2f}x"]
+    notes += ["busy"] if slowed else []
+    return format_cell(float(run)) + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _median_cell(race: Confirmation, entrant: Finalist | None) -> str:
+    """``entrant``'s median over the rounds it ran (None: the baseline's), with its ratio to the baseline's
+    (``Confirmation.ratio``)."""
+    if entrant is None:
+        return format_cell(float(race.baseline_median)) if race.rounds else _NOT_RUN
+    if not entrant.throughputs:
+        return _NOT_RUN
+    return f"{format_cell(float(entrant.median))} ({race.ratio(entrant):.2f}x)"
+
+
+def _fastest(entrants: list[Finalist | None], runs: list[dict[int, float | str]], n: int) -> str:
+    """Which of ``entrants`` (their ``runs``) ran fastest in round ``n``, named as their rows are; all of those tied."""
+    timed = {
+        _entrant_named(entrant): run
+        for entrant, by_round in zip(entrants, runs, strict=True)
+        if not isinstance(run := by_round.get(n, ""), str)
+    }
+    top = max(timed.values(), default=None)
+    return ", ".join(name for name, run in timed.items() if run == top) or _NOT_RUN
+
+
+def _rounds_key(tables: list[Table | None]) -> list[str]:
+    """What the cells of races' ``tables`` (``rounds_table``) mean, as a paragraph; none where no round ran."""
+    shown = [table for table in tables if table is not None]
+    if not shown:
+        return []
+    cells = [cell for table in shown for row in table.rows[:-1] for cell in row[1:]]  # not the row of the fastest
+    which = "Each race's table gives it" if len(shown) > 1 else "The table below gives the race"
+    key = (
+        f"{which} round by round: each run's samples/s and, in brackets, its ratio to the baseline's run of that "
+        "round; each entrant's median over the rounds it ran, and its ratio to the baseline's median over those "
+        "rounds; and each round's fastest."
+    )
+    if any("busy" in cell for cell in cells):
+        key += " A run marked busy was counted though something beside it slowed it (Measured on a busy machine)."
+    if _NOT_RUN in cells:
+        key += f" A dash ({_NOT_RUN}): not run, as it had left the race or the race had ended."
+    return [key]
 
 
 # Where the trim keeps the configuration a trim race started from though a variant won it (``proof_of``).
@@ -374,7 +471,8 @@ _OVERRULES = (
 
 
 def _trim(summary: Summary) -> list[Section]:
-    """The races of the winner against its changes undone, one paragraph each."""
+    """The races of the winner against its changes undone, each under a heading of its own: its verdict in words,
+    its runs in a table."""
     if not summary.trim:
         return []
     lead = (
@@ -383,37 +481,44 @@ def _trim(summary: Summary) -> list[Section]:
         f"{TRIM_BOUND:.0%} of it (rules: autotune/results/race.py)."
     )
     winner, steps, proof = summary.trim[0].finalists[0].label, summary.trim_steps, summary.proof
-    paragraphs = [lead]
     overruled = summary.overruled
+    races = []
     for number, (race, step) in enumerate(zip(summary.trim, steps, strict=True), 1):
         proves_kept = proof == started_alone(race)  # a variant won it, yet the trim kept it: ``proof_of``
         kept = _PROVES_KEPT.format(race.finalists[0].label) if proves_kept else ""
         if overruled is not None and overruled.number == number:
             kept = _OVERRULES.format(overruled.label)
-        paragraphs.append(_trim_race(race, step, winner) + kept)
+        left = (_trim_left(race, step, winner) + kept).strip()
+        paragraphs = [race.describe(trim=True), *([left] if left else [])]
+        races.append(Section(_race_named(number).capitalize(), paragraphs=paragraphs, table=rounds_table(race)))
     return [
-        Section("Only the changes that matter", paragraphs=paragraphs, plots=_present(plots.undone_changes(summary)))
+        Section(
+            "Only the changes that matter",
+            paragraphs=[lead, *_rounds_key([race.table for race in races])],
+            plots=_present(plots.undone_changes(summary)),
+            subsections=races,
+        )
     ]
 
 
-def _trim_race(race: Confirmation, step: TrimStep, winner: str) -> str:
-    """A trim race's paragraph: where no finalist wins, its reference stays, with every change; where its winner is
-    a variant it does not leave in place (``trimmed_to``, ``trim_path``: ``step``), why. ``winner``: the finalists'
-    race's, which the trim started from."""
+def _trim_left(race: Confirmation, step: TrimStep, winner: str) -> str:
+    """What a trim race left in place of the configuration it started from, in words, where its verdict
+    (``Confirmation.describe``) does not say it: where its winner is a variant it does not leave in place
+    (``trimmed_to``, ``trim_path``: ``step``), why; where it leaves one, what became of each change
+    (``_trim_outcome``). ``winner``: the finalists' race's, which the trim started from."""
     reference = race.finalists[0]
-    text = race.describe(trim=True)
     if step.refused is not None:
-        return text + (
-            f" Trial {step.refused.label} is not taken: trial {winner}, the finalists' race's winner, would run "
+        return (
+            f"Trial {step.refused.label} is not taken: trial {winner}, the finalists' race's winner, would run "
             f"{step.refused_behind - 1:.1%} faster than it by the product of the trim's paired ratios, and a trim "
             f"gives back less than {TRIM_BOUND:.0%}, the smallest gain a change is recommended for; nothing is undone."
         )
     if step.left is not None:
-        return f"{text} {_trim_outcome(race, step.left)}"
+        return _trim_outcome(race, step.left)
     if race.winner is None or race.winner is reference:
-        return text
+        return ""
     why = unsettled(race) or f"trial {reference.label}, the configuration it started from, ran faster beyond noise"
-    return text + f" Nothing is undone, as no variant was shown to cost nothing: {why}."
+    return f"Nothing is undone, as no variant was shown to cost nothing: {why}."
 
 
 def _trim_outcome(race: Confirmation, new: Finalist) -> str:

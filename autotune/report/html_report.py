@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from autotune.report.document import Document, Table, build_document
+from autotune.report.document import Document, Section, Table, build_document
 from autotune.report.plots import Plot, png
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #222; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; } h3 { font-size: 1rem; margin-top: 1.5rem; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ccc; padding: .25rem .5rem; text-align: left; }
 th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
@@ -31,22 +31,30 @@ def to_html(document: Document) -> str:
         f'<p class="headline"><strong>{escape(document.headline.lead)}</strong> {escape(document.headline.rest)}</p>',
     ]
     for section in document.sections:
-        body.append(f"<h2>{escape(section.heading)}</h2>")
-        body += [f"<p>{escape(paragraph)}</p>" for paragraph in section.paragraphs]
-        body += [_figure(plot) for plot in section.plots]
-        if section.table:
-            body.append(_table(section.table))
-        if section.bullets:
-            body.append("<ul>" + "".join(f"<li>{escape(bullet)}</li>" for bullet in section.bullets) + "</ul>")
-        if section.links:
-            items = "".join(f'<li><a href="{escape(link.href)}">{escape(link.text)}</a></li>' for link in section.links)
-            body.append(f"<ul>{items}</ul>")
+        body += _section(section, level=2)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(document.title)}</title><style>{_STYLE}</style></head>\n<body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
     )
+
+
+def _section(section: Section, level: int) -> list[str]:
+    """``section``'s elements under an ``h{level}`` heading, then its subsections' one level down."""
+    body = [f"<h{level}>{escape(section.heading)}</h{level}>"]
+    body += [f"<p>{escape(paragraph)}</p>" for paragraph in section.paragraphs]
+    body += [_figure(plot) for plot in section.plots]
+    if section.table:
+        body.append(_table(section.table))
+    if section.bullets:
+        body.append("<ul>" + "".join(f"<li>{escape(bullet)}</li>" for bullet in section.bullets) + "</ul>")
+    if section.links:
+        items = "".join(f'<li><a href="{escape(link.href)}">{escape(link.text)}</a></li>' for link in section.links)
+        body.append(f"<ul>{items}</ul>")
+    for subsection in section.subsections:
+        body += _section(subsection, level + 1)
+    return body
 
 
 def _table(table: Table) -> str:

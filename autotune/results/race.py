@@ -94,7 +94,8 @@ TRIM_BOUND = MIN_GAIN
 @dataclass
 class Finalist:
     """A configuration re-measured in the confirmation race. ``changes`` counts the knobs it changes from the
-    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early.
+    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early, and
+    ``failed_round`` which round's run failed where that is why.
     ``result`` is the first run of a configuration that is no trial of the study (a variant of the winner with one
     change undone), so that it can be recommended with its measurement; its peak memory is that run's."""
 
@@ -105,6 +106,7 @@ class Finalist:
     throughputs: list[float] = field(default_factory=list)
     dropped: str | None = None
     result: TrialResult | None = None
+    failed_round: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**_fields(self), "result": self.result.to_dict() if self.result else None}
@@ -293,8 +295,10 @@ class Confirmation:
         return self.rounds < (self.planned_rounds or 0) and not self.cut and not self.failure
 
     def describe(self, trim: bool = False) -> str:
-        """One paragraph for reports, of the finalists' race or (``trim``) a trim race: its first finalist, the
-        configuration it started from, and its variants, which ends early by ``alone``."""
+        """The verdict of the finalists' race or (``trim``) a trim race (its first finalist, the configuration it
+        started from, and its variants, which ends early by ``alone``) in words, for reports: what raced, how it
+        ended, why each entrant that left did, and who won or why none did. Its runs, round by round, are not in
+        it: the reports give them in a table."""
         reference = self.finalists[0].label
         kept = f"trial {reference}, with every change," if trim else "the baseline"
         entrants = (
@@ -307,14 +311,10 @@ class Confirmation:
                 f"study.budget_s left no time to race {entrants[0].lower()}{entrants[1:]} against the baseline, so "
                 + ("nothing is undone." if trim else "none is recommended unproven.")
             )
-        rounds = ", ".join(f"{value:.1f}" for value in self.baseline_throughputs) or "none"
         ran = counted(self.rounds, "interleaved round")
         if (self.planned_rounds or 0) > self.rounds:
             ran = f"{self.rounds} of {counted(self.planned_rounds, 'planned interleaved round')}"
-        parts = [
-            f"{entrants}, re-measured against the baseline in {ran} of processes of their own (samples/s per round). "
-            f"Baseline: {rounds}."
-        ]
+        parts = [f"{entrants}, re-measured against the baseline in {ran} of processes of their own."]
         if self.cut:
             parts.append(
                 f"It stopped there (study.budget_s left no time for more rounds, or the run was stopped): the verdict "
@@ -334,11 +334,9 @@ class Confirmation:
                 f"After round {self.decided_after} {verdict}; the rounds after it, of trial {self.winner.label} and "
                 "the baseline alone, give the gain its interval."
             )
-        for finalist in self.finalists:
-            runs = ", ".join(f"{value:.1f}" for value in finalist.throughputs) or "none"
-            ratio = f" (median {self.ratio(finalist):.2f}x)" if finalist.throughputs else ""
-            left = f", dropped: {finalist.dropped}" if finalist.dropped else ""
-            parts.append(f"Trial {finalist.label}: {runs}{ratio}{left}.")
+        parts += [
+            f"Trial {finalist.label} dropped: {finalist.dropped}." for finalist in self.finalists if finalist.dropped
+        ]
         wins = _wins_in_words(self.verdict_rounds) + (" up to the verdict" if self.decided_after else "")
         if self.failure:
             parts.append(f"Re-measuring the baseline failed ({self.failure}), so {kept} is kept.")

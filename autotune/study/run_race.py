@@ -237,7 +237,8 @@ def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[
     result = run(finalist.knobs, name, None)
     on_run(name, result)
     if not result.ok:
-        finalist.dropped = f"round {len(finalist.throughputs) + 1} failed: {result.failure}"
+        finalist.failed_round = len(finalist.throughputs) + 1
+        finalist.dropped = f"round {finalist.failed_round} failed: {result.failure}"
         return
     if finalist.peak_memory_mb is None:  # a variant that is no trial: its first run stands for it
         finalist.peak_memory_mb, finalist.result = result.peak_memory_mb, result

@@ -18,7 +18,14 @@ from autotune.measure.warmup import WarmupPolicy
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
-from autotune.report.document import _trim_outcome, build_document, format_cell, headline, machine_lines
+from autotune.report.document import (
+    _trim_outcome,
+    build_document,
+    format_cell,
+    headline,
+    machine_lines,
+    rounds_table,
+)
 from autotune.report.markdown import render_markdown
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
 from autotune.report.tuner_time import tuner_time_line
@@ -170,7 +177,8 @@ def test_a_finalist_whose_race_run_failed_is_named_with_why_it_left_and_its_gain
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     said = headline(summarise(results)).rest
     assert "trial 0, measured 1.50x by medians of 1 interleaved round, then left the race: round 2 failed" in said
-    assert "Trial 0: 150.0 (median 1.50x), dropped: round 2 failed" in confirmation.describe()
+    assert "Trial 0 dropped: round 2 failed: exception: RuntimeError." in confirmation.describe()
+    assert rounds_table(confirmation).rows[1] == ["trial 0", "150.0 (1.50x)", "failed", "150.0 (1.50x)"]
 
 
 def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not_hold():

@@ -488,7 +488,7 @@ def test_a_failing_finalist_is_dropped_with_its_reason_and_the_race_goes_on(tmp_
     single = {16: 100.0, 32: 130.0, 99: 125.0}
     confirmation, _ = raced(tmp_path, single, {16: [100, 100, 100], 32: [130, 131, 129]})
     failed = next(f for f in confirmation.finalists if f.knobs["batch_size"] == 99)
-    assert failed.dropped == "round 1 failed: out_of_memory: out of memory"
+    assert failed.dropped == "round 1 failed: out_of_memory: out of memory" and failed.failed_round == 1
     assert confirmation.winner.knobs["batch_size"] == 32
 
 
