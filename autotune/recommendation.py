@@ -46,6 +46,17 @@ MACHINE_SCHEMA = 1  # the first layout that says which machine measured the reco
 # Algorithms").
 LEARNING_RATE_RULES = {"linear": float, "square-root": math.sqrt}
 
+# Where a training script applies the knobs of each target, and the calls of a ``Recommendation`` (named ``rec``)
+# that do: each of them applies the knobs of its target (``Knob.applies_to``). recommended.yaml's comments say so.
+APPLIED_BY: dict[Target, str] = {
+    Target.PROCESS: "to the process: rec.apply_process_settings()",
+    Target.LOADER: "to the DataLoader: rec.dataloader_kwargs()",
+    Target.BATCH: "to each batch: rec.to_device(batch, device)",
+    Target.MODEL: "to the model: rec.prepare_model(model)",
+    Target.PRECISION: "to the forward pass and the loss: rec.autocast(device), rec.grad_scaler(device)",
+    Target.OPTIMIZER: "to the optimizer: rec.optimizer_kwargs(), rec.zero_grad(optimizer)",
+}
+
 
 def batch_scale(ratio: float, rule: str) -> float:
     """What a learning rate is multiplied by for a batch ``ratio`` times the baseline's: ``ratio`` by the linear

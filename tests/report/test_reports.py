@@ -172,7 +172,7 @@ def test_an_unconfirmed_trial_is_not_recommended(tmp_path):
 
 
 def test_a_finalist_whose_race_run_failed_is_named_with_why_it_left_and_its_gain_over_the_rounds_it_ran():
-    finalist = Finalist("0", {}, 1, 100.0, [150.0], dropped="round 2 failed: exception: RuntimeError")
+    finalist = Finalist("0", {}, 1, 100.0, [150.0], dropped="round 2 failed: exception: RuntimeError", failed_round=2)
     confirmation = Confirmation([100.0, 200.0], [finalist], planned_rounds=3)
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     said = headline(summarise(results)).rest
