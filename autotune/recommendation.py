@@ -5,12 +5,16 @@
     loader = DataLoader(dataset, shuffle=True, drop_last=True, **rec.dataloader_kwargs())  # a stream: no shuffle
     model = rec.prepare_model(model.to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=rec.learning_rate(0.1), **rec.optimizer_kwargs())
-    for batch in loader:
+    scaler = rec.grad_scaler(device)  # loss scaling for fp16; a pass-through otherwise
+    for step, batch in enumerate(loader):
         inputs, targets = rec.to_device(batch, device)
         with rec.autocast(device):
-            loss = loss_fn(model(inputs), targets)
-        ...
-        rec.zero_grad(optimizer)
+            loss = loss_fn(model(inputs), targets) / rec.accumulation_steps
+        scaler.scale(loss).backward()
+        if (step + 1) % rec.accumulation_steps == 0:  # micro-batches accumulated to the batch the study kept
+            scaler.step(optimizer)
+            scaler.update()
+            rec.zero_grad(optimizer)
 
 Every method applies the knobs through the same ``Knob.apply`` the trials ran, so the script runs what was measured.
 The file is read with ``yaml.safe_load``: nothing in it is imported or executed.
@@ -31,7 +35,7 @@ import yaml
 from autotune.errors import ConfigError
 from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, Target, TrainingSetup, changed
 from autotune.knobs._base import parse_int
-from autotune.measure.environment import describe_machine, machine_fingerprint
+from autotune.measure.environment import HARDWARE_KEYS, describe_machine, machine_fingerprint
 
 if TYPE_CHECKING:  # the training script's process has torch; the tuner's, which writes the file, imports none
     import torch
@@ -499,9 +503,13 @@ _CORE_KEYS = {"cpu_count", "torch_threads"}
 
 def measured_where(differs: Iterable[str]) -> str:
     """Where a record whose machine description ``differs`` from this one's in those keys was measured, in words: "on
-    other cores" where only the cores differ (a study pinned by study.cpu_sets describes the machine as the cores of
-    its slot), else "on another machine"."""
-    return "on other cores" if set(differs) <= _CORE_KEYS else "on another machine"
+    another machine" where its hardware differs (``HARDWARE_KEYS``), "on other cores" where only the cores do (a
+    study pinned by study.cpu_sets describes the machine as the cores of its slot), else "with other software or
+    thread settings" (torch, CUDA, the driver, thread variables)."""
+    differs = set(differs)
+    if differs & set(HARDWARE_KEYS):
+        return "on another machine"
+    return "on other cores" if differs <= _CORE_KEYS else "with other software or thread settings"
 
 
 def _described_here(device: str) -> dict[str, Any]:

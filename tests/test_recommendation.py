@@ -19,6 +19,7 @@ from autotune.recommendation import (
     Measured,
     Recommendation,
     Training,
+    measured_where,
 )
 from tests.conftest import NEUTRAL_KNOBS
 
@@ -190,6 +191,22 @@ def test_a_file_measured_on_some_of_this_machines_cores_is_said_to_be_so_not_fro
     with pytest.warns(MachineMismatchWarning, match="was measured on other cores \\(cpu_count") as caught:
         autotune.load_recommended(path)
     assert "another machine" not in str(caught[0].message)
+
+
+def test_a_file_measured_under_other_software_here_is_said_to_be_so_not_from_another_machine(tmp_path):
+    here = machine_fingerprint(describe_machine())
+    upgraded = {**here, "torch": "0.0.1", "thread_env": {"OMP_NUM_THREADS": "3"}}
+    path = written(tmp_path, recommendation(machine=upgraded).to_document())
+    with pytest.warns(MachineMismatchWarning, match="measured with other software or thread settings") as caught:
+        autotune.load_recommended(path)
+    assert "another machine" not in str(caught[0].message)
+
+
+def test_where_hardware_differs_the_record_is_from_another_machine_whatever_else_differs():
+    assert measured_where(["torch", "gpu"]) == "on another machine"
+    assert measured_where(["cpu_count", "cpu_model"]) == "on another machine"
+    assert measured_where(["cpu_count", "torch_threads"]) == "on other cores"
+    assert measured_where(["cpu_count", "cuda"]) == "with other software or thread settings"
 
 
 def test_a_file_naming_a_device_torch_does_not_know_is_compared_with_this_machine_not_refused(tmp_path, recwarn):

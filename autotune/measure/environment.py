@@ -23,6 +23,8 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS
 # num_threads knob's null, is theirs, unless the trial is pinned (study.cpu_sets), which sets it to the count of its
 # cores (``placement.pin_from_env``; cpu_count and torch_threads then describe those cores: ``app.study_machine``).
 MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "gpu_driver", "cuda", "torch", "thread_env")
+# Of MACHINE_KEYS, those of the hardware: where one differs, the machine is another one (not its software).
+HARDWARE_KEYS = ("cpu_model", "cpu_flags", "gpu")
 # CPU features that change which knobs win: bf16 autocast runs in hardware only with avx512_bf16 or AMX.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
