@@ -19,7 +19,8 @@ class ProfilePlan:
     collection, page faults and the cores busy watched), more where they took under ``min_time_s`` (up to
     ``max_steps``: each step's stages are kept), ``steps`` with
     memory read after each, ``trace_steps`` steps under torch.profiler (its trace written to ``trace_file``),
-    and ``hot_batches`` batches loaded under cProfile."""
+    and ``hot_batches`` batches loaded under cProfile. Under gradient accumulation the stage-timed and the traced
+    steps are whole cycles of micro-batches, their counts rounded up to one (``time_stages``, ``trace_steps``)."""
 
     trace_file: str
     steps: int = 30
@@ -77,8 +78,9 @@ class StageTiming:
     ``wait_s`` is the training process blocked on the DataLoader (without workers, that is where fetching and
     collating happen); ``transfer_s`` the copy to the device and the conversion of image inputs to the model's memory
     layout after it (channels_last's: one stage, as the training loop does them); ``step_s`` the whole training
-    step, of which ``forward_s`` and ``optimizer_s`` (0 where gradient accumulation skipped it); the rest of it is
-    the loss and the backward pass. ``fetch_s`` and ``collate_s`` are each batch's, in the process that made it.
+    step, of which ``forward_s`` and ``optimizer_s`` (0 where gradient accumulation skipped it: the steps are then
+    whole cycles of micro-batches, so that the mean holds the optimizer's share); the rest of it is the loss and the
+    backward pass. ``fetch_s`` and ``collate_s`` are each batch's, in the process that made it.
     ``wall_s`` is the whole sample, loop included.
     """
 
@@ -142,12 +144,13 @@ class OperatorStat:
 
 @dataclass(frozen=True)
 class OperatorProfile:
-    """What torch.profiler saw over ``active_steps`` steps, exported to ``trace_file``: the ``top`` operators of the
-    whole steps by self time (the device's where there is one, else the host's), every operator that ran inside the
-    training step (``step_operators``), the training step's wall time (``step_s``) and, of it, the time the host spent
-    outside any operator (``outside_operators_s``: Python and the framework between operators), totals over the
-    active steps. ``device`` is "cpu" or "cuda"; ``dispatch_s``: what one call of a trivial operator cost on the host
-    right after the trace (its dispatch alone, and whatever slowed the host then)."""
+    """What torch.profiler saw over ``active_steps`` steps (whole cycles of micro-batches under gradient
+    accumulation), exported to ``trace_file``: the ``top`` operators of the whole steps by self time (the device's
+    where there is one, else the host's), every operator that ran inside the training step (``step_operators``), the
+    training step's wall time (``step_s``) and, of it, the time the host spent outside any operator
+    (``outside_operators_s``: Python and the framework between operators), totals over the active steps. ``device``
+    is "cpu" or "cuda"; ``dispatch_s``: what one call of a trivial operator cost on the host right after the trace
+    (its dispatch alone, and whatever slowed the host then)."""
 
     active_steps: int
     trace_file: str

@@ -28,6 +28,8 @@ class StepParts(Protocol):
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
+    # Batches a cycle of gradient accumulation takes, the optimizer stepping on its last (1: every batch a step).
+    accumulation_steps: int
 
     def to_device(self, batch: Any) -> Any: ...
 
@@ -45,14 +47,24 @@ def time_stages(
 ) -> StageTiming:
     """Run ``steps`` training steps on ``batches`` (from a DataLoader with ``num_workers`` workers), more until they
     took ``min_time_s`` or ran ``max_steps``, and time each stage, nothing between the steps that a training loop
-    would not run."""
+    would not run.
+
+    The steps are whole cycles of ``parts.accumulation_steps`` (``max_steps`` rounded up to one): under gradient
+    accumulation a step is a micro-batch and the optimizer steps once a cycle, so a sample that ends inside a cycle
+    holds more or fewer optimizer steps than training does for its micro-batches, and the optimizer's share reads
+    wrong."""
     marks = _Marks(device)
     keys = ("wait", "transfer", "forward", "optimizer", "step", "fetch", "collate")
     columns: dict[str, list[float]] = {key: [] for key in keys}
     samples, timed = 0, columns["step"]  # what making each batch cost is kept, not the batch: it would stay in memory
+    cycle = parts.accumulation_steps
     with marks.hooked(parts.model, parts.optimizer):
         start = time.perf_counter()
-        while len(timed) < steps or (len(timed) < max_steps and time.perf_counter() - start < min_time_s):
+        while (
+            len(timed) < steps
+            or (len(timed) < max_steps and time.perf_counter() - start < min_time_s)
+            or len(timed) % cycle
+        ):
             before = time.perf_counter()
             item = next(batches)
             ready = time.perf_counter()

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from autotune.knobs import whole_cycles
 from autotune.measure.gpu import synchronize
 from autotune.measure.loading import Instrumented
 from autotune.measure.profiling import OperatorProfile, OperatorStat
@@ -35,7 +36,12 @@ def trace_steps(
     parts: StepParts, batches: Iterator[Instrumented], device: torch.device, active: int, path: Path
 ) -> OperatorProfile:
     """Profile training steps on ``batches`` (one skipped, one of warm-up, ``active`` recorded) and export the
-    trace to ``path`` (name it ``*.pt.trace.json``, the name TensorBoard's plugin looks for)."""
+    trace to ``path`` (name it ``*.pt.trace.json``, the name TensorBoard's plugin looks for).
+
+    ``active`` is rounded up to whole cycles of ``parts.accumulation_steps``: under gradient accumulation a step is a
+    micro-batch and the optimizer steps once a cycle, which part of a cycle may hold or miss (its operators then
+    weigh more or less than in training, or are missing)."""
+    active = whole_cycles(active, parts.accumulation_steps)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     path.parent.mkdir(parents=True, exist_ok=True)
     with profile(
