@@ -334,7 +334,8 @@ def _search_and_finish(
             show = lines.race_run
             try:
                 with hold.held(lost):
-                    _finish(study, machine, settings, runners[0], measured, output_dir, show, out, clock, lost)
+                    refused = opened.ctx.channels_last_refused
+                    _finish(study, machine, settings, runners[0], measured, output_dir, show, out, clock, lost, refused)
             except _TurnTaken:
                 _leave_to_others(clock, out, f"{_TAKEN_FOR_DEAD} and took its turn at it")
     return searched
@@ -491,12 +492,14 @@ def _finish(
     out: TextIO,
     clock: RunClock,
     lost: Callable[[], bool] = never,
+    channels_last_refused: str | None = None,
 ) -> None:
     """The end of a study on ``machine``: the finalists' race and the trim of the winner's changes, their runs by
     ``measured`` (``study.remeasure_disturbed``), and the profiles of the baseline and the recommendation
-    (``study.diagnose``), each stored in the study and timed by ``clock``. Once ``lost()`` (another tuner took the
-    turn: ``finishing``), it raises _TurnTaken at its next step: before each stage, round and run (a run measured
-    again too: ``_measured_again``), and after each run, before what it measured is stored."""
+    (``study.diagnose``; their advice honours the inspection's ``channels_last_refused``), each stored in the study
+    and timed by ``clock``. Once ``lost()`` (another tuner took the turn: ``finishing``), it raises _TurnTaken at its
+    next step: before each stage, round and run (a run measured again too: ``_measured_again``), and after each run,
+    before what it measured is stored."""
 
     keep_turn = _Turn(lost).keep
 
@@ -531,7 +534,8 @@ def _finish(
     if settings.study.diagnose and clock.affords(clock.profiles_s(), "the profiles (study.diagnose)"):
         keep_turn()
         with clock.stage("profiles"):
-            profile_tuned(study, load_results(study, machine), runner, settings, output_dir / "profile", profiled)
+            found = load_results(study, machine)
+            profile_tuned(study, found, runner, settings, output_dir / "profile", profiled, channels_last_refused)
 
 
 def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = None) -> Inspection:

@@ -50,7 +50,10 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     plan = profile_plan(settings, workdir / f"{file_name(settings.pipeline.name)}.pt.trace.json")
     tried = stored_tries(settings, study_machine_id(settings, facts))
     machine = study_machine(settings, facts)
-    record = profile_configuration(runner, settings, settings.baseline, LABEL, plan, tried, machine)
+    refused = facts.pipeline.channels_last_refused
+    record = profile_configuration(
+        runner, settings, settings.baseline, LABEL, plan, tried, machine, channels_last_refused=refused
+    )
     record = replace(record, tune_command=tune_command(sys.argv[1:]))
     files = write_profile(record, output_dir)
     print_profile(record, files, out)

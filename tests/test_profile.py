@@ -6,6 +6,7 @@ import io
 import json
 import os
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,12 +14,24 @@ from autotune import app, diagnose, rerender
 from autotune.config.load import load_settings
 from autotune.errors import BaselineFailedError, ConfigError
 from autotune.measure.environment import describe_machine, machine_id, this_machine_id
-from autotune.pipeline.facts import DeviceFacts, Inspection
+from autotune.measure.profiling import OperatorStat
+from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
+from autotune.results.model import load_results
 from autotune.results.profile import ProfileRecord
+from autotune.study.clock import RunClock
+from autotune.study.profiles import profile_tuned
+from autotune.study.trim import run_trim
 from autotune.trial.placement import CPUS_ENV
 from autotune.trial.result import TrialRequest, TrialResult
-from tests.conftest import tiny_config
+from tests.conftest import NEUTRAL_KNOBS, tiny_config
+from tests.report.test_tuned_profiles import FakeProfiler
+from tests.results.profile_records import profile_result
+from tests.study.test_trim import tuned
+from tests.study.test_tuner import settings as tuner_settings
 from tests.test_selfcheck import measured_elsewhere
+
+# What torch raises converting a model with a 5-D weight (a Conv3d's) to channels_last: the inspection's refusal.
+REFUSAL = "required rank 4 tensor to use channels_last format"
 
 
 def _settings(tmp_path, mode="profile", study=None, **pipeline):
@@ -138,12 +151,76 @@ def test_a_profile_runs_in_the_studys_first_slot_and_advises_on_its_cores(tmp_pa
     machine = {**describe_machine(), "cpu_count": 8, "torch_threads": 8}
     given = []
 
-    def profile_configuration(runner, settings, knobs, label, plan, tried, machine):
+    def profile_configuration(runner, settings, knobs, label, plan, tried, machine, **_):
         given.append((runner.request.placement, machine["cpu_count"]))
         raise _Looked
 
-    monkeypatch.setattr(diagnose, "inspect_run", lambda *_: Inspection(DeviceFacts(), device="cpu", machine=machine))
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=machine)
+    monkeypatch.setattr(diagnose, "inspect_run", lambda *_: facts)
     monkeypatch.setattr(diagnose, "profile_configuration", profile_configuration)
     with pytest.raises(_Looked):
         diagnose.run(settings, tmp_path, io.StringIO())
     assert given == [({CPUS_ENV: str(core)}, 1)], "pinned as the tuning run's were, its advice on as many cores"
+
+
+def _convolving(**fields) -> ProfileRecord:
+    """A compute-bound profile of convolutions over 4-D inputs, whose advice sets channels_last where it can."""
+    result = profile_result(wait_share=0.0)
+    ops = result.operators
+    convolution = OperatorStat("aten::mkldnn_convolution", 10, ops.step_operators[0].self_cpu_s)
+    convolved = replace(result, operators=replace(ops, step_operators=[convolution, *ops.step_operators]), input_ndim=4)
+    knobs = {**NEUTRAL_KNOBS, "batch_size": 16}
+    return ProfileRecord("mine", "cpu", "baseline", knobs, {"cpu_count": 8}, "mine", convolved, **fields)
+
+
+def _advised(record: ProfileRecord) -> list[str | None]:
+    return [advice.knob for advice in record.diagnosis.advice]
+
+
+def test_the_profiles_advice_leaves_out_channels_last_where_the_inspection_found_the_model_cannot_go_so():
+    assert "channels_last" in _advised(_convolving()), "a model that converts is advised it"
+    refused = _convolving(channels_last_refused=REFUSAL)
+    assert "channels_last" not in _advised(refused)
+    assert ProfileRecord.from_dict(json.loads(json.dumps(refused.to_dict()))) == refused, "saved with it, read back"
+
+
+def test_mode_profile_records_the_refusal_the_inspection_read(tmp_path):
+    # A Conv3d beside 4-D image batches: the inspection (its subprocess) refuses channels_last; the record says why.
+    settings = _settings(tmp_path, model={"_target_": "tests.pipeline.test_inspected_knob_facts.VolumeBeside"})
+    files = diagnose.run(settings, tmp_path, io.StringIO())
+    record = ProfileRecord.from_dict(json.loads(files["profile.json"].read_text()))
+    assert record.channels_last_refused == REFUSAL, "what torch raised, as the inspection read it"
+    assert "channels_last" not in _advised(record)
+
+
+def _trimmed(tmp_path):
+    """A study after its race and trim, nothing profiled yet."""
+    study, confirmation, pipeline = tuned(tmp_path)
+    run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    return study
+
+
+@pytest.mark.parametrize("stored_before", [False, True], ids=["run", "stored before the refusal was kept"])
+def test_a_tuning_runs_profiles_carry_its_inspections_refusal(tmp_path, stored_before):
+    study, settings = _trimmed(tmp_path), load_settings(tiny_config(), "tiny")
+    if stored_before:
+        profile_tuned(study, load_results(study), FakeProfiler(), settings, tmp_path, lambda *_: None)
+    runner = FakeProfiler()
+    profiles = profile_tuned(study, load_results(study), runner, settings, tmp_path, lambda *_: None, REFUSAL)
+    assert len(runner.names) == (0 if stored_before else 2), "a stored profile is reused, as a resumed run does"
+    assert profiles.baseline.channels_last_refused == REFUSAL == profiles.recommended.channels_last_refused
+    assert load_results(study).profiles == profiles, "stored with it"
+
+
+def test_a_tuning_run_profiles_with_the_refusal_its_inspection_read(tmp_path, monkeypatch):
+    study, confirmation, _ = tuned(tmp_path)
+    given = []
+    monkeypatch.setattr(app, "run_race", lambda *args, **kwargs: confirmation)
+    monkeypatch.setattr(app, "run_trim", lambda *args, **kwargs: [])
+    monkeypatch.setattr(app, "profile_tuned", lambda *args: given.append(args[-1]))
+    full = SimpleNamespace(study=replace(tuner_settings(tmp_path), diagnose=True))
+    runner = SimpleNamespace(new_draw=lambda: None)
+    app._finish(
+        study, this_machine_id(), full, runner, None, tmp_path, print, io.StringIO(), RunClock(), lambda: False, REFUSAL
+    )
+    assert given == [REFUSAL]

@@ -29,9 +29,19 @@ class ChannelsLastKnob(BoolKnob):
             return f"the model cannot be converted to channels_last: {ctx.channels_last_refused}"
         return None
 
+    @staticmethod
+    def convert(model):
+        """``model`` in the channels-last layout, as a trial of channels_last=True runs it. What it raises for a model
+        that cannot go so (RuntimeError: a 5-D parameter or buffer, a Conv3d's weight; ValueError: a lazy module's
+        parameters before its first forward) is why the inspection leaves the knob out
+        (``PipelineFacts.channels_last_refused``)."""
+        import torch
+
+        return model.to(memory_format=torch.channels_last)
+
     def apply(self, value: bool, setup) -> None:
         import torch
 
         if value:
-            setup.model = setup.model.to(memory_format=torch.channels_last)
+            setup.model = self.convert(setup.model)
             setup.input_memory_format = torch.channels_last

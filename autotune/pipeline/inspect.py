@@ -373,10 +373,15 @@ def _check_steps_without_closure(factory, spec: PipelineSpec) -> None:
 
 def channels_last_refused(spec: PipelineSpec, ndim: int | None) -> str | None:
     """Why the model cannot be converted to channels_last where batches of ``ndim`` dimensions could go so
-    (``ChannelsLastKnob.takes``): what ``Module.to(memory_format=torch.channels_last)`` raises for it, as for a 5-D
-    parameter or buffer (a Conv3d's weight) beside 2-D convolutions; None where it converts, or inputs could not go
-    channels-last anyway. The model is built on the meta device, its tensors allocating nothing; one that cannot be
-    built there is taken to convert, and a channels_last trial tells."""
+    (``ChannelsLastKnob.takes``): what the knob's conversion (``ChannelsLastKnob.convert``) raises for it, as for a
+    5-D parameter or buffer (a Conv3d's weight) beside 2-D convolutions; None where it converts, or inputs could not
+    go channels-last anyway.
+
+    This is the inspection's one build of the model: the search space this fact decides is fixed before any trial
+    builds the real one, each in a process of its own. It is built on the meta device, where its ``__init__`` runs
+    (a weight file it loads is read; one it downloads is then cached for the trials) but its tensors allocate nothing
+    and its initialisers compute nothing; not at all where inputs cannot go channels-last. One that cannot be built
+    there is taken to convert, and a channels_last trial tells."""
     if not ChannelsLastKnob.takes(ndim):
         return None
     try:
@@ -387,8 +392,8 @@ def channels_last_refused(spec: PipelineSpec, ndim: int | None) -> str | None:
     if not isinstance(model, torch.nn.Module):  # refused as it is built for a trial (``build_pipeline``)
         return None
     try:
-        model.to(memory_format=torch.channels_last)
-    except (RuntimeError, ValueError) as exc:  # ValueError: a lazy module's parameters, before its first forward
+        ChannelsLastKnob.convert(model)
+    except (RuntimeError, ValueError) as exc:
         return str(exc)
     return None
 

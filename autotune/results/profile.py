@@ -44,7 +44,10 @@ class ProfileRecord:
     long the profiling run took (``wall_s``, process start to exit), and the command that would tune the pipeline
     so profiled (``tune_command``: mode=profile's own arguments but the mode; None: a tuning run's profile), and
     the batch its gradients are accumulated up to (``effective_batch_size``: search.batch_policy=fixed_effective's;
-    None: none, or a record saved before it was kept), which the advice's configurations must run beside."""
+    None: none, or a record saved before it was kept), which the advice's configurations must run beside; and why
+    the inspection found the model cannot go channels-last (``channels_last_refused``:
+    ``PipelineFacts.channels_last_refused``; None: it can, or a record saved before it was kept), which the advice
+    honours."""
 
     pipeline: str
     device: str
@@ -58,6 +61,7 @@ class ProfileRecord:
     wall_s: float | None = None
     tune_command: str | None = None
     effective_batch_size: int | None = None
+    channels_last_refused: str | None = None
 
     @property
     def diagnosis(self) -> Diagnosis | None:
@@ -80,6 +84,7 @@ class ProfileRecord:
             sixteen_bit,
             runs_glibc(self.machine),
             self.effective_batch_size,
+            self.channels_last_refused,
         )
         if self.tried is None and any(a.knob for a in advice):
             named = f" study.name={self.study}" if self.study != self.pipeline else ""

@@ -22,7 +22,6 @@ from typing import Any
 import yaml
 
 from autotune.knobs import KNOBS, SearchContext, conflict
-from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.knobs.compile import replays_cuda_graphs
 from autotune.knobs.num_workers import SPLIT_STREAM, WORKERS_A_CORE
 from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
@@ -193,16 +192,18 @@ def advise(
     sixteen_bit: bool = True,
     glibc: bool = True,
     effective_batch_size: int | None = None,
+    channels_last_refused: str | None = None,
 ) -> list[Advice]:
     """The advice for ``result`` (profiled with ``knobs`` on a machine of ``cpu_count`` cores, with 16-bit units or
     not: ``sixteen_bit``, on glibc or not: ``glibc``; gradients accumulated over micro-batches up to
-    ``effective_batch_size``, None: none), ranked: a leak first, then by expected gain, those without an
+    ``effective_batch_size``, None: none; a model the inspection found cannot go channels-last:
+    ``channels_last_refused``, why, None: it can), ranked: a leak first, then by expected gain, those without an
     estimate next, those the study measured gaining less than a change must (``Tried.no_gain``) last. ``tried`` is
     the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
     recommended value ``knobs`` already run gets no advice to set another value the study measured
     (``Tried.settled``)."""
     found = figures(result)
-    ctx = _context(result, knobs, cpu_count, sixteen_bit)
+    ctx = _context(result, knobs, cpu_count, sixteen_bit, channels_last_refused)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
@@ -471,10 +472,12 @@ def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -
     )
 
 
-def _context(result: ProfileResult, knobs: dict[str, Any], cpu_count: int, sixteen_bit: bool) -> SearchContext:
-    """What the knobs decide their values by, as ``result`` read it, ``knobs`` (the profiled configuration, which
-    the advice changes) standing for the baseline; foreach for the optimizer's switches where the profile did not
-    read them."""
+def _context(
+    result: ProfileResult, knobs: dict[str, Any], cpu_count: int, sixteen_bit: bool, channels_last_refused: str | None
+) -> SearchContext:
+    """What the knobs decide their values by, as ``result`` read it and the inspection found the model
+    (``channels_last_refused``), ``knobs`` (the profiled configuration, which the advice changes) standing for the
+    baseline; foreach for the optimizer's switches where the profile did not read them."""
     options = result.optimizer_options
     return SearchContext(
         device=result.operators.device,
@@ -485,6 +488,7 @@ def _context(result: ProfileResult, knobs: dict[str, Any], cpu_count: int, sixte
         baseline=knobs,
         optimizer_options=frozenset(["foreach"] if options is None else options),
         repeats_in_workers=result.repeats_in_workers,
+        channels_last_refused=channels_last_refused,
     )
 
 
@@ -604,7 +608,8 @@ def _arithmetic(
             )
         )
     convolutions = any(is_convolution(op.name) for op in result.operators.step_operators)
-    if convolutions and not knobs.get("channels_last") and ChannelsLastKnob.takes(result.input_ndim):
+    # The knob says where it can run: inputs that go channels-last, a model that converts.
+    if convolutions and not knobs.get("channels_last") and KNOBS["channels_last"].unavailable_reason(True, ctx) is None:
         advice.append(
             Advice(
                 "set channels_last=True",

@@ -60,10 +60,13 @@ def profile_configuration(
     tried: Tried | None,
     machine: dict[str, Any],
     name: str | None = None,
+    channels_last_refused: str | None = None,
 ) -> ProfileRecord:
     """``knobs`` (the configuration called ``label``) taken apart in one profiling run of ``runner`` as ``plan``
     says, a trial named ``name`` (``label`` where None); the record says why where the run failed. ``tried``: what
-    the stored study measured (None: no such study); ``machine``: the machine's description (``Inspection.machine``)."""
+    the stored study measured (None: no such study); ``machine``: the machine's description (``Inspection.machine``);
+    ``channels_last_refused``: why the inspection found the model cannot go channels-last
+    (``PipelineFacts.channels_last_refused``; None: it can), which the advice honours."""
     result = runner.trial(replace(runner.request, knobs=knobs, profile=plan), name or label)
     return ProfileRecord(
         pipeline=settings.pipeline.name,
@@ -77,6 +80,7 @@ def profile_configuration(
         tried=tried,
         wall_s=result.wall_s,
         effective_batch_size=accumulated_to(settings.batch_policy, settings.baseline),
+        channels_last_refused=channels_last_refused,
     )
 
 
@@ -87,12 +91,13 @@ def profile_tuned(
     settings: Settings,
     trace_dir: Path,
     on_profile: Callable[[ProfileRecord, bool], None],
+    channels_last_refused: str | None = None,
 ) -> TunedProfiles:
     """Profile the baseline and the recommendation of ``results`` (the study after its race and trim; the baseline
     alone where it is recommended), each trace written into ``trace_dir``, and store both in ``study`` for its
     machine. Each run is ``settings.profile_*``'s, shortened to ``TUNED_*``. A stored profile of the same
-    configuration that ran is reused (a resumed run), with what the study tried now; ``on_profile(record, stored)``
-    is told of each."""
+    configuration that ran is reused (a resumed run), with what the study tried now and this run's inspection's
+    ``channels_last_refused`` (``profile_configuration``); ``on_profile(record, stored)`` is told of each."""
     summary = summarise(results)
     tried = tries_of(results)
     stored = results.profiles
@@ -100,8 +105,10 @@ def profile_tuned(
 
     def one(knobs: dict[str, Any], label: str, before: ProfileRecord | None) -> ProfileRecord:
         reused = before is not None and before.knobs == knobs and before.result is not None
-        if reused:  # with the batch accumulated to, which a profile stored before it was kept lacks
-            record = replace(before, tried=tried, effective_batch_size=effective)
+        if reused:  # with the batch accumulated to and the refusal, which a profile stored before they were kept lacks
+            record = replace(
+                before, tried=tried, effective_batch_size=effective, channels_last_refused=channels_last_refused
+            )
         else:
             plan = profile_plan(settings, trace_dir / f"{file_name(settings.pipeline.name)}-{label}.pt.trace.json")
             plan = replace(
@@ -111,7 +118,7 @@ def profile_tuned(
                 hot_batches=min(plan.hot_batches, TUNED_BATCHES),
             )
             record = profile_configuration(
-                runner, settings, knobs, label, plan, tried, results.machine, f"profile-{label}"
+                runner, settings, knobs, label, plan, tried, results.machine, f"profile-{label}", channels_last_refused
             )
         on_profile(record, reused)
         return record

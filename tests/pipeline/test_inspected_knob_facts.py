@@ -1,5 +1,6 @@
 """What the inspection reads of the model and the optimizer before any trial: a model that cannot go channels-last
-leaves channels_last out of the search, with why; an optimizer whose step needs a closure is refused naming its key."""
+leaves channels_last out of the search, with why (the model built once, on the meta device); an optimizer whose step
+needs a closure is refused naming its key."""
 
 from __future__ import annotations
 
@@ -55,6 +56,19 @@ class LazyHead(nn.Module):
         return self.head(self.image(x).flatten(1))
 
 
+class Counted(nn.Module):
+    """A 2-D convolution that writes a line to ``log`` each time it is built: the device its weight is on."""
+
+    def __init__(self, log: str) -> None:
+        super().__init__()
+        self.image = nn.Conv2d(3, 4, 3)
+        with open(log, "a") as built:
+            built.write(f"{self.image.weight.device.type}\n")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.image(x).mean(dim=(2, 3))
+
+
 def _spec(model: str | None = None, optimizer: str | None = None):
     config = tiny_config()
     if model:
@@ -84,6 +98,24 @@ def test_a_model_that_converts_keeps_channels_last_in_the_search():
     facts = inspect_pipeline(_spec())
     assert facts.channels_last_refused is None
     assert build_space(ALL_DEFAULT, cpu_context()).candidates["channels_last"] == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("dataset", "builds"),
+    [("tests.fixtures.tiny.TinyImages", ["meta"]), ("tests.fixtures.profiled.InMemoryFeatures", [])],
+    ids=["4-D images", "2-D features"],
+)
+def test_the_inspection_builds_the_model_once_on_the_meta_device_and_only_where_inputs_can_go_channels_last(
+    tmp_path, dataset, builds
+):
+    # In the inspection's subprocess, as a run starts it: the model's __init__ runs at most once, allocating nothing.
+    log = tmp_path / "built"
+    config = tiny_config()
+    config["pipeline"]["model"] = {"_target_": f"{__name__}.Counted", "log": str(log)}
+    config["pipeline"]["dataset"] = {"_target_": dataset}
+    facts = app.inspect_run(load_settings(config, "tiny"), tmp_path)
+    assert facts.pipeline.channels_last_refused is None
+    assert (log.read_text().split() if log.exists() else []) == builds
 
 
 def test_the_search_context_carries_what_the_inspection_read_of_channels_last(tiny_settings):
