@@ -10,7 +10,9 @@ also locks, so that a tuner of either version is refused while one of the other 
 
 The lock files lie beside the database file as reached through each link to it (``_lock_places``): beside its
 resolved path, which every tuner of one file locks whichever link it was given, and beside the path as given, which
-autotune before locked alone, so that a tuner of that version given the same link is refused too.
+autotune before locked alone, so that a tuner of that version given the same link is refused too. A file has as many
+resolved paths as hard links, beside none of which another's lock files lie: a tuner also locks the study on the
+database file itself (``_file_held``), which the kernel knows by its device and inode, whichever path opened it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,8 +39,9 @@ from autotune.redact import redact_url
 @contextmanager
 def one_tuner(storage: str, name: str) -> Iterator[None]:
     """Hold study ``name`` in ``storage`` for this process; ConfigError naming ``study.name`` (and the holder's pid)
-    where another process holds it. Its locks are taken in the order of ``_lock_places``, each at once or refused,
-    never waited for, so no two tuners wait on each other; two tuners of this autotune meet at the first."""
+    where another process holds it. Its locks are taken in the order of ``_lock_places``, then the file's own
+    (``_file_held``), each at once or refused, never waited for, so no two tuners wait on each other; two tuners of
+    this autotune meet at the first, or, given two hard links to one file, at the file's own."""
     database = sqlite_file(storage)
     if database is None:
         yield
@@ -45,6 +49,7 @@ def one_tuner(storage: str, name: str) -> Iterator[None]:
     with contextlib.ExitStack() as held:
         for place in _lock_places(database):
             held.enter_context(_held_beside(place, storage, name))
+        held.enter_context(_file_held(database, storage, name))
         yield
 
 
@@ -71,6 +76,52 @@ def _held_beside(database: Path, storage: str, name: str) -> Iterator[None]:
                 yield
         finally:  # still held: a tuner that opened it meanwhile finds it gone (``_locked``)
             path.unlink(missing_ok=True)
+
+
+# Where in the database file the locks of its studies lie (``_file_held``): from 2**62 on, far past the bytes SQLite
+# locks (from 2**30), and the file's end; each study at a byte of its own, picked by a hash of its name.
+_STUDY_BYTES = 1 << 62
+
+
+@contextmanager
+def _file_held(database: Path, storage: str, name: str) -> Iterator[None]:
+    """Hold study ``name`` on the file ``database`` itself while inside, whichever path reaches it (a hard link's
+    too): an open file description lock on the study's byte of it (``_study_byte``), which SQLite never locks, and
+    the kernel releases when its holder exits, however it exits; ConfigError naming ``study.name`` where another
+    holds it (such a lock keeps no pid). Nothing to hold where this user cannot open the file for writing: it is not
+    there yet (SQLite makes it once the run's input is known good: a hard link made to it while this tuner runs is
+    not covered), or it cannot be tuned (``storage.open_storage`` refuses it). Elsewhere than Linux (no such locks)
+    the lock files alone hold it. Its descriptor is closed as the tuner ends, its study at rest: a close drops the
+    process's POSIX locks on the file, SQLite's."""
+    handle = _opened_to_lock(database)
+    if handle is None:
+        yield
+        return
+    try:
+        try:
+            fcntl.fcntl(handle, fcntl.F_OFD_SETLK, _study_byte(name))
+        except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another holds it
+            raise _held_by_another(storage, name, holder="") from None
+        yield
+    finally:
+        os.close(handle)
+
+
+def _opened_to_lock(database: Path) -> int | None:
+    """A descriptor of the file ``database`` open for writing, as its locks need (``_file_held``); None where it
+    cannot be opened so, or where there are no such locks."""
+    if not hasattr(fcntl, "F_OFD_SETLK"):
+        return None
+    try:
+        return os.open(database, os.O_RDWR)
+    except OSError:
+        return None
+
+
+def _study_byte(name: str) -> bytes:
+    """The ``struct flock`` that write-locks study ``name``'s byte of the database file (``_STUDY_BYTES``)."""
+    byte = _STUDY_BYTES + int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big")
+    return struct.pack("hhqqi0q", fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0)  # type, whence, start, length, pid
 
 
 def lock_file(database: Path, name: str) -> Path:
@@ -114,17 +165,22 @@ def _locked(path: Path, storage: str, name: str, operation: int) -> TextIO:
             handle.seek(0)
             holder = handle.read().strip()
             handle.close()
-            raise ConfigError(
-                "study.name",
-                f"another autotune{f' (pid {holder})' if holder else ''} is tuning study '{name}' in "
-                f"{redact_url(storage)}; wait for it to end, or choose another study.name",
-            ) from None
+            raise _held_by_another(storage, name, holder) from None
         except BaseException:
             handle.close()
             raise
         if _is_at(handle, path):
             return handle
         handle.close()
+
+
+def _held_by_another(storage: str, name: str, holder: str) -> ConfigError:
+    """The refusal of study ``name`` in ``storage``, which another process holds: ``holder``, its pid ("": unknown)."""
+    return ConfigError(
+        "study.name",
+        f"another autotune{f' (pid {holder})' if holder else ''} is tuning study '{name}' in "
+        f"{redact_url(storage)}; wait for it to end, or choose another study.name",
+    )
 
 
 def _open(path: Path, storage: str) -> TextIO:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from enum import Enum
 from functools import partial
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import optuna
 from optuna.exceptions import DuplicatedStudyError
@@ -39,11 +40,14 @@ from autotune.trial.runner import INTERRUPT
 _AWAIT_POLL_S = 2.0
 # How often a tuner making a study looks whether the claim of the tuner describing it ended (its write takes ms).
 _DESCRIBED_POLL_S = 0.05
-# When this process first saw each running trial (by study name, trial number and recorded start, which tell
-# apart the trials of studies of one name in other storages): what a trial's silence counts from before its first
-# heartbeat. Not the recorded start itself: Optuna writes the writer's local time, without its zone, and a tuner in
-# another zone would read it hours off and fail a live trial.
-_FIRST_SEEN: dict[tuple[str, int, object], float] = {}
+# What this process read of a heartbeat (None: none yet) and since when, on its own monotonic clock, it reads it
+# unchanged (``_watched``): a silence no other machine's clock can shorten or stretch (``_unheard``).
+_Watch = tuple[Any, float]
+# The watches of each study's running trials, by trial id: forgotten with the study (held weakly), and kept only for
+# the trials running at the last look (``_trial_watches``). Before a trial's first heartbeat its silence counts from
+# there, not from its recorded start: Optuna writes the writer's local time, without its zone, and a tuner in another
+# zone would read it hours off and fail a live trial.
+_WATCHED: WeakKeyDictionary[optuna.Study, dict[int, _Watch]] = WeakKeyDictionary()
 # Until when, by what this process saw, the writes to each journal file were blocked by a stuck lock (by the lock's
 # path: ``storage.journal_lock``): a tuner's silence counts from then at the earliest, as its heartbeats waited too.
 _BLOCKED: dict[str, float] = {}
@@ -69,7 +73,7 @@ def await_others(
     if not is_shared(settings.storage):
         return False
     awaited: set[int] = set()
-    seen: dict[int, float] = {}
+    seen: dict[int, _Watch] = {}
     while True:
         measuring = measuring_now(running := running_trials(study), machine)
         if not measuring and not _searching_others(study, machine, seen):
@@ -156,9 +160,10 @@ def describing(study: optuna.Study, settings: StudySettings) -> Iterator[None]:
 
 # The claims this process holds (``_holding``) and the trials it beats (``heartbeat``): alive whatever their last
 # beat reads, as a suspended machine's wall clock jumps past the beat its heartbeat thread has not written yet; a
-# slot never ends a sibling slot's claim, nor fails its trial.
-_HELD: set[int] = set()
-_BEATING: set[int] = set()
+# slot never ends a sibling slot's claim, nor fails its trial. By storage and id: an id is its storage's own, and a
+# claim or trial of another storage this process opens may have the same.
+_HELD: set[tuple[optuna.storages.BaseStorage, int]] = set()
+_BEATING: set[tuple[optuna.storages.BaseStorage, int]] = set()
 
 
 def _end_claim(study: optuna.Study, claim: int) -> None:
@@ -182,8 +187,8 @@ def _end_orphan_claims(study: optuna.Study) -> None:
                 _end_claim(study, summary._study_id)
         elif (
             summary.study_name.startswith(heard)
-            and summary._study_id not in _HELD
-            and _unheard(summary.user_attrs.get(ALIVE_ATTR), now, now, blocked)
+            and (study._storage, summary._study_id) not in _HELD
+            and _unheard(summary.user_attrs.get(ALIVE_ATTR), 0.0, now, blocked)  # not watched: its beat's time tells
         ):
             _end_claim(study, summary._study_id)
 
@@ -236,35 +241,55 @@ def measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list[
 
 def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTrial] | None = None) -> list[int]:
     """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``:
-    a trial's heartbeats, or before its first, from when this process first saw it), and end their claims: their
-    configurations are then owed (``tuner._owed``); returns their numbers. Tuners' clocks are compared: keep them in
-    sync (NTP), as a stale trial is unheard of for a minute by default, far beyond any skew that matters."""
-    now = time.time()
+    by a trial's last heartbeat, or by how long this process has watched it unchanged, none included), and end their
+    claims: their configurations are then owed (``tuner._owed``); returns their numbers."""
+    now, clock = time.time(), time.monotonic()
     running = running_trials(study) if running is None else running
     blocked = _blocked_until(study, now)
+    watched = _trial_watches(study, running, clock)
     stale = [
         t
         for t in running
-        if t._trial_id not in _BEATING
-        and _unheard(t.user_attrs.get(ALIVE_ATTR), _first_seen(study, t, now), now, blocked)
+        if (study._storage, t._trial_id) not in _BEATING
+        and _unheard(t.user_attrs.get(ALIVE_ATTR), watched[t._trial_id], now, blocked)
     ]
     return fail_interrupted_trials(study, stale)
 
 
-def _first_seen(study: optuna.Study, trial: optuna.trial.FrozenTrial, now: float) -> float:
-    return _FIRST_SEEN.setdefault((study.study_name, trial.number, trial.datetime_start), now)
+def _trial_watches(study: optuna.Study, running: list[optuna.trial.FrozenTrial], clock: float) -> dict[int, float]:
+    """How long this process has watched the last heartbeat of each of ``running``, the trials of ``study`` running
+    now, unchanged (``_watched``), by trial id, at its monotonic ``clock``; those no longer running are forgotten."""
+    before = _WATCHED.get(study, {})
+    watches = {t._trial_id: before[t._trial_id] for t in running if t._trial_id in before}
+    _WATCHED[study] = watches
+    return {t._trial_id: _watched(watches, t._trial_id, t.user_attrs.get(ALIVE_ATTR), clock) for t in running}
+
+
+def _watched(watches: dict[int, _Watch], key: int, beat: Any, clock: float) -> float:
+    """How long, at this process's monotonic ``clock``, the heartbeat ``key`` has read ``beat`` unchanged, by what
+    ``watches`` holds of it, which this updates: 0 where ``beat`` is not what was read there before."""
+    seen = watches.get(key)
+    if seen is None or seen[0] != beat:
+        watches[key] = seen = (beat, clock)
+    return clock - seen[1]
 
 
 def running_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
-def _unheard(beat: list[float] | None, since: float, now: float, blocked: float) -> bool:
-    """The rule of a dead tuner: by ``now``, it missed ``STALE_BEATS`` of its heartbeats (``beat``: the last one's
-    time and the tuner's interval; None: none yet, counted from ``since`` at the default interval), counted from
-    ``blocked`` at the earliest, until when the study's writes were blocked (``_blocked_until``)."""
-    heard, every = beat or (since, StudySettings.heartbeat_s)
-    return now - max(heard, blocked) > STALE_BEATS * every
+def _unheard(beat: list[float] | None, watched_s: float, now: float, blocked: float) -> bool:
+    """The rule of a dead tuner: it missed ``STALE_BEATS`` of its heartbeats (``beat``: the last one's time, by the
+    beating tuner's clock, and its interval; None: none yet, at the default interval), by either of two counts, each
+    from ``blocked`` at the earliest, until when the study's writes were blocked (``_blocked_until``): by this
+    process's clock ``now`` against the beat's time (a tuner that starts after a crash takes an old trial at once),
+    or by the ``watched_s`` this process has watched the beat unchanged on its monotonic clock (``_watched``), which
+    no other clock moves: a dead tuner whose clock was ahead left a beat in the future here, and is unheard all the
+    same. A live tuner whose clock is behind is taken for dead by the first count: keep the clocks in sync (NTP)."""
+    every = beat[1] if beat else StudySettings.heartbeat_s
+    unblocked_s = now - blocked
+    by_its_time = beat is not None and min(now - beat[0], unblocked_s) > STALE_BEATS * every
+    return by_its_time or min(watched_s, unblocked_s) > STALE_BEATS * every
 
 
 def _blocked_until(study: optuna.Study, now: float) -> float:
@@ -285,17 +310,18 @@ def heartbeat(trial: optuna.Trial, interval_s: float | None) -> Iterator[None]:
     if interval_s is None:
         yield
         return
-    _BEATING.add(trial._trial_id)
+    beating = (trial.storage, trial._trial_id)
+    _BEATING.add(beating)
     try:
         with _beating(lambda: beat(trial, interval_s), interval_s):
             yield
     finally:
-        _BEATING.discard(trial._trial_id)
+        _BEATING.discard(beating)
 
 
 def beat(trial: optuna.Trial, interval_s: float) -> None:
     """One heartbeat of ``trial``, which a tuner beats every ``interval_s``: from its first, any tuner judges it by
-    the beats' own times (``_unheard``), not by when it first saw it."""
+    the beats' own times, and by how long it has watched the last unchanged (``_unheard``)."""
     trial.set_user_attr(ALIVE_ATTR, [time.time(), interval_s])
 
 
@@ -366,12 +392,12 @@ def _holding(study: optuna.Study, claim: int, interval_s: float) -> Iterator[Cal
     it for dead and ended the claim (``_await_claim``, ``_searching_others``), and may be doing its work now. A
     heartbeat to a claim gone fails unsaid (``_beating``); the holder learns it at its next step by asking."""
     storage = study._storage
-    _HELD.add(claim)
+    _HELD.add((storage, claim))
     try:
         with _beating(lambda: storage.set_study_user_attr(claim, ALIVE_ATTR, [time.time(), interval_s]), interval_s):
             yield partial(_gone, storage, claim)
     finally:
-        _HELD.discard(claim)
+        _HELD.discard((storage, claim))
         _end_claim(study, claim)
 
 
@@ -402,16 +428,16 @@ def searching(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
         yield lost
 
 
-def _searching_others(study: optuna.Study, machine: str, seen: dict[int, float]) -> bool:
+def _searching_others(study: optuna.Study, machine: str, seen: dict[int, _Watch]) -> bool:
     """Whether another tuner searches on ``machine`` (``searching``), ending the claims of those no longer heard;
-    ``seen``: when the caller first saw each claim (a claim's silence counts from there before its first beat)."""
-    prefix, now, heard = f"{study.study_name}{_SEARCHING}{machine}:", time.time(), False
+    ``seen``: what the caller watched of each claim's heartbeat, by claim id (``_watched``), which this updates."""
+    prefix, now, clock, heard = f"{study.study_name}{_SEARCHING}{machine}:", time.time(), time.monotonic(), False
     blocked = _blocked_until(study, now)
     for summary in study._storage.get_all_studies():
         if summary.study_name.startswith(prefix):
             beat = summary.user_attrs.get(ALIVE_ATTR)
-            mine = summary._study_id in _HELD  # a sibling slot's: it searches
-            if not mine and _unheard(beat, seen.setdefault(summary._study_id, now), now, blocked):
+            mine = (study._storage, summary._study_id) in _HELD  # a sibling slot's: it searches
+            if not mine and _unheard(beat, _watched(seen, summary._study_id, beat, clock), now, blocked):
                 _end_claim(study, summary._study_id)
             else:
                 heard = True
@@ -423,15 +449,15 @@ def _await_claim(
 ) -> None:
     """Wait for the claim ``name`` to end, looking every ``poll_s``, as long as ``waits()``: its holder ends it, or
     is not heard of for ``STALE_BEATS`` heartbeats (the claim is then ended here)."""
-    storage, seen = study._storage, {}  # claim id -> when first seen: a claim made meanwhile is another's
+    storage, seen = study._storage, {}  # what was watched of each claim, by id: a claim made meanwhile is another's
     while True:
         try:
             claim = storage.get_study_id_from_name(name)
             beat = storage.get_study_user_attrs(claim).get(ALIVE_ATTR)
         except KeyError:
             return
-        now = time.time()
-        if _unheard(beat, seen.setdefault(claim, now), now, _blocked_until(study, now)):
+        now, clock = time.time(), time.monotonic()
+        if _unheard(beat, _watched(seen, claim, beat, clock), now, _blocked_until(study, now)):
             _end_claim(study, claim)
             return
         if not waits():
