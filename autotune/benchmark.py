@@ -79,10 +79,11 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
 
 
 def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Settings, Recommendation, list[str]]:
-    """``settings.recommended`` loaded (a ConfigError naming the key where it cannot be, or a change of it cannot run
-    here: ``refuse_unrunnable``), ``settings`` training as it was tuned (``trained_as_tuned``), and the notes a run
-    measuring it states: tuned on another machine, not trimmed, against another baseline or pipeline, trained as
-    tuned."""
+    """``settings.recommended`` loaded (a ConfigError naming the key where it cannot be, where it was tuned on another
+    kind of device: ``refuse_other_device``, where the baseline already runs it: ``refuse_same_as_baseline``, or
+    where a change of it cannot run here: ``refuse_unrunnable``), ``settings`` training as it was tuned
+    (``trained_as_tuned``), and the notes a run measuring it states: tuned on another machine, not trimmed, against
+    another baseline or pipeline, trained as tuned."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MachineMismatchWarning)
         warnings.simplefilter("always", UntrimmedWarning)
@@ -90,6 +91,9 @@ def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Se
             recommendation = load_recommended(settings.recommended, study_machine(settings, facts))
         except ConfigError as exc:
             raise ConfigError("recommended", str(exc)) from exc
+    where = str(settings.recommended)
+    refuse_other_device(recommendation.device, facts.device, where)
+    refuse_same_as_baseline(settings, recommendation.knobs, recommendation.baseline, "recommended", where)
     settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
     refuse_unrunnable(settings, facts, recommendation.knobs, "recommended", f"{settings.recommended}: knobs")
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
@@ -100,6 +104,39 @@ def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Se
             f"'{settings.pipeline.name}'"
         )
     return settings, recommendation, notes
+
+
+def refuse_other_device(tuned_on: str | None, device: str, where: str) -> None:
+    """ConfigError naming measure.device where the recommendation in ``where`` was measured on another kind of device
+    (``tuned_on``, as the file says; None where it does not) than ``device``, the one this run measures on: its gain
+    over the baseline is a gain on that kind (a CPU recommendation's, measured on a GPU, gates nothing it promised).
+    Another GPU of the same kind (cuda:1 against cuda) is measured: the machine's note says which GPU differs."""
+    if tuned_on is None or device_kind(tuned_on) == device_kind(device):
+        return
+    raise ConfigError(
+        "measure.device",
+        f"{where} was measured on {tuned_on}, and this run would measure it on {device}: set "
+        f"measure.device={device_kind(tuned_on)} to measure it on the kind of device it was tuned on",
+    )
+
+
+def refuse_same_as_baseline(
+    settings: Settings, knobs: dict[str, Any], tuned_against: dict[str, Any], key: str, where: str
+) -> None:
+    """ConfigError where the recommendation ``knobs`` (from the file ``where``, tuned against the baseline
+    ``tuned_against``; empty where the file does not say) is the baseline measured here (``pipeline.baseline``):
+    every round would measure one configuration twice, its speedup 1 by construction. Named ``key`` (the file's)
+    where the recommendation is the baseline it was tuned against, a tuning run that kept its baseline; else
+    pipeline.baseline, which already runs it."""
+    if changed(knobs, settings.baseline):
+        return
+    if tuned_against and not changed(knobs, tuned_against):
+        raise ConfigError(key, f"{where} recommends the baseline it was tuned against: there is no speedup to measure")
+    raise ConfigError(
+        "pipeline.baseline",
+        f"it already runs the recommendation in {where}, so there is no speedup to measure; keep it at the baseline "
+        f"the recommendation was measured against (the baseline's knobs in {where})",
+    )
 
 
 def refuse_unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, Any], key: str, where: str) -> None:

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.app import inspect_run, study_machine, study_slot
-from autotune.benchmark import baseline_note, both_ends, measure_rounds, refuse_unrunnable, trained_as_tuned
+from autotune.benchmark import (
+    baseline_note,
+    both_ends,
+    measure_rounds,
+    refuse_other_device,
+    refuse_same_as_baseline,
+    refuse_unrunnable,
+    trained_as_tuned,
+)
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, changed
@@ -38,9 +46,11 @@ _NO_AGAINST = (
 @dataclass(frozen=True)
 class Tuned:
     """What a tuning run's report.json (at ``path``) says: the recommended knobs, the baseline's it was tuned
-    against, the speedup it measured (and its 95 % interval, where it had one), the pipeline and machine it measured
-    them for, and how it trained (its ``batch_policy``). From a check.json, the same as that check measured them
-    (``measured``: "checked"; ``where``: the key of the recommended knobs in the file)."""
+    against, the speedup it measured (and its 95 % interval, where it had one; the rounds it was measured in,
+    ``speedup_rounds``: 0 for single runs, None where the file does not say), the pipeline, machine and device it
+    measured them on (None: the file does not say), and how it trained (its ``batch_policy``). From a check.json, the
+    same as that check measured them (``measured``: "checked"; ``where``: the key of the recommended knobs in the
+    file)."""
 
     path: str
     knobs: dict[str, Any]
@@ -50,6 +60,8 @@ class Tuned:
     machine: dict[str, Any]
     batch_policy: str = "free"
     speedup_interval: RatioInterval | None = None
+    speedup_rounds: int | None = None
+    device: str | None = None
     measured: str = "tuned"
     where: str = "recommended.knobs"
 
@@ -70,12 +82,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         return None
     facts = inspect_run(settings, output_dir)
     device = facts.device
-    if not changed(tuned.knobs, settings.baseline):
-        raise ConfigError(
-            "pipeline.baseline",
-            f"it already runs the recommendation in {tuned.path}, so there is no speedup to measure; keep it at the "
-            f"baseline the recommendation was measured against (the baseline's knobs in {tuned.path})",
-        )
+    refuse_other_device(tuned.device, device, tuned.path)
+    refuse_same_as_baseline(settings, tuned.knobs, tuned.baseline, "against", tuned.path)
     settings, as_tuned_note = trained_as_tuned(settings, tuned.batch_policy)
     refuse_unrunnable(settings, facts, tuned.knobs, "against", f"{tuned.path}: {tuned.where}")
     print(
@@ -99,7 +107,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
         notes=notes,
         batch_policy=settings.batch_policy,
     )
-    check = Check(tuned.speedup, settings.check_tolerance, benchmark, tuned.speedup_interval)
+    check = Check(
+        tuned.speedup, settings.check_tolerance, benchmark, tuned.speedup_interval, before_rounds=tuned.speedup_rounds
+    )
     try:
         measure_rounds(settings, check.benchmark, output_dir / "check", out, study_slot(settings, facts))
     except BaseException:  # an interrupt, an error: the rounds that ran are kept, and decide nothing
@@ -145,6 +155,8 @@ def load_tuned(path: str | None) -> Tuned:
         machine=_machine(_get(data, "machine"), f"{path}: machine"),
         batch_policy=_batch_policy(_get(data, "training", "policy"), f"{path}: training.policy"),  # BatchAdvice's
         speedup_interval=_interval(_get(data, "speedup_interval"), path),
+        speedup_rounds=_rounds(_get(data, "speedup_rounds"), f"{path}: speedup_rounds"),
+        device=_device(_get(data, "device"), f"{path}: device"),
     )
 
 
@@ -188,6 +200,8 @@ def checked(data: dict[str, Any], path: str) -> Tuned:
         machine=_machine(record.benchmark.machine, f"{path}: benchmark.machine"),
         batch_policy=_batch_policy(policy, f"{path}: benchmark.batch_policy"),
         speedup_interval=record.now,
+        speedup_rounds=record.now.n,
+        device=_device(record.benchmark.device, f"{path}: benchmark.device"),
         measured="checked",
         where=where,
     )
@@ -214,6 +228,22 @@ def _interval(value: Any, path: str) -> RatioInterval | None:
     if not valid:
         raise ConfigError("against", f"{path}: speedup_interval: expected geomean, low, high and n >= 2, got {value!r}")
     return interval
+
+
+def _rounds(value: Any, where: str) -> int | None:
+    """The rounds the speedup was measured in, as report.json records them (None: an earlier autotune's)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("against", f"{where}: expected a whole number >= 0, got {value!r}")
+    return value
+
+
+def _device(value: Any, where: str) -> str | None:
+    """The device the speedup was measured on (None where the file does not say)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError("against", f"{where}: expected the device autotune writes (cpu, cuda:0), got {value!r}")
 
 
 def _batch_policy(value: Any, where: str) -> str:

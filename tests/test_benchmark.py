@@ -17,6 +17,8 @@ from autotune.config.load import load_settings
 from autotune.errors import ConfigError, NotMeasuredError
 from autotune.measure.environment import describe_machine
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
+from autotune.report.benchmark import benchmark_document
+from autotune.results.benchmark import Benchmark
 from autotune.trial.placement import CPUS_ENV
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
@@ -166,3 +168,70 @@ def test_a_benchmark_runs_in_the_studys_first_slot_pinned_as_its_tuning_run_was(
     assert placements and all(placement == {CPUS_ENV: str(core)} for placement in placements)
     recorded = json.loads(files["benchmark.json"].read_text())["machine"]
     assert (recorded["cpu_count"], recorded["torch_threads"]) == (1, 1), "the machine as its pinned runs see it"
+
+
+def test_only_another_kind_of_device_is_refused_naming_measure_device():
+    benchmark_mode.refuse_other_device("cuda:1", "cuda", "recommended.yaml")  # another GPU: the machine note says
+    benchmark_mode.refuse_other_device(None, "cuda", "report.json")  # a file that does not say
+    with pytest.raises(ConfigError) as error:
+        benchmark_mode.refuse_other_device("cpu", "cuda:0", "recommended.yaml")
+    assert str(error.value) == (
+        "measure.device: recommended.yaml was measured on cpu, and this run would measure it on cuda:0: set "
+        "measure.device=cpu to measure it on the kind of device it was tuned on"
+    )
+
+
+def _refused(tmp_path: Path, monkeypatch, path: Path) -> str:
+    """The refusal of a benchmark of ``path``: before any round and before any file is written."""
+    monkeypatch.setattr(benchmark_mode, "measure_rounds", None)  # called, it would fail the test
+    with pytest.raises(ConfigError) as error:
+        _benchmark(path, tmp_path / "out", io.StringIO())
+    assert not (tmp_path / "out" / "benchmark.json").exists()
+    return str(error.value)
+
+
+def test_a_recommendation_tuned_on_another_kind_of_device_is_refused(tmp_path, monkeypatch):
+    path = _recommended_yaml(tmp_path, {"batch_size": 32})
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "device": "cuda"}))
+    assert _refused(tmp_path, monkeypatch, path).startswith(f"measure.device: {path} was measured on cuda, and this")
+
+
+def test_a_baseline_that_already_runs_the_recommendation_is_refused_as_check_refuses_it(tmp_path, monkeypatch):
+    # Every round would measure one configuration twice: "1.00x within noise".
+    path = _recommended_yaml(tmp_path, {"batch_size": 16})  # tests/conf/pipeline/tiny.yaml's baseline
+    path.write_text(
+        yaml.safe_dump({**yaml.safe_load(path.read_text()), "baseline": {**NEUTRAL_KNOBS, "batch_size": 8}})
+    )
+    assert _refused(tmp_path, monkeypatch, path).startswith("pipeline.baseline: it already runs the recommendation in")
+    kept = _recommended_yaml(tmp_path, {})  # a tuning run that kept its baseline
+    assert _refused(tmp_path, monkeypatch, kept) == (
+        f"recommended: {kept} recommends the baseline it was tuned against: there is no speedup to measure"
+    )
+
+
+def test_a_share_left_out_as_a_conflict_says_the_conflict():
+    # On CUDA, compile=reduce-overhead alone keeps the baseline's set_to_none=false, and the recommendation without
+    # set_to_none the same: CUDA graphs overwrite the gradients kept; neither runs, and the share says why.
+    baseline = {**NEUTRAL_KNOBS, "batch_size": 32, "set_to_none": False}
+    recommended = {**baseline, "compile": "reduce-overhead", "set_to_none": True}
+    entries = configurations(baseline, recommended, None, "cuda")
+    assert [entry.label for entry in entries] == [
+        "baseline",
+        "recommended",
+        "recommended - compile",
+        "baseline + set_to_none",
+    ]
+    for entry in entries:
+        entry.throughputs.extend([100.0, 101.0, 99.0] if entry.kind == "baseline" else [150.0, 152.0, 149.0])
+    (share,) = [
+        section
+        for section in benchmark_document(Benchmark("tiny", "cuda", 3, "recommended.yaml", {}, entries)).sections
+        if section.heading == "Each change's share"
+    ]
+    conflict = (
+        "not measured: it cannot run on cuda, where CUDA graphs (compile=reduce-overhead) overwrite the gradients of "
+        "one step with the next step's, and set_to_none=false keeps them from one step to the next"
+    )
+    assert share.bullets[0].startswith(f"compile: alone {conflict}; left out, ")
+    assert share.bullets[1].endswith(f"; left out, {conflict}")
+    assert "applies only together" not in " ".join(share.bullets)

@@ -32,14 +32,17 @@ RECOMMENDED = {**BASELINE, "batch_size": 32}
 BASE_RUNS = (100.0, 104.0, 98.0)
 
 
-def check(before, recommended_runs, base_runs=BASE_RUNS, tolerance=0.10, before_interval=None) -> Check:
-    """A check of ``before`` (with its interval) whose rounds measured these samples/s (None: the run failed)."""
+def check(
+    before, recommended_runs, base_runs=BASE_RUNS, tolerance=0.10, before_interval=None, before_rounds=None
+) -> Check:
+    """A check of ``before`` (with its interval, in its rounds) whose rounds measured these samples/s (None: the run
+    failed)."""
     entries = both_ends(BASELINE, RECOMMENDED)
     for entry, runs in zip(entries, (base_runs, recommended_runs), strict=True):
         entry.throughputs.extend(runs)
         entry.failures.extend(f"round {i + 1}: crashed" for i, run in enumerate(runs) if run is None)
     benchmark = Benchmark("tiny", "cpu", len(base_runs), "report.json", {}, entries)
-    return Check(before, tolerance, benchmark, before_interval)
+    return Check(before, tolerance, benchmark, before_interval, before_rounds=before_rounds)
 
 
 # The rule.
@@ -50,11 +53,11 @@ def test_a_speedup_that_fell_beyond_the_tolerance_and_the_noise_regressed():
     assert record.now.high < record.floor == pytest.approx(1.8)
     assert record.regressed and record.verdict == "regressed" and not record.passed
     line = verdict_line(record)
-    assert line.startswith("regressed: 1.50x now") and "1.80x (2.00x before, less the tolerance of 10 %)" in line
+    assert line.startswith("regressed: 1.50x now") and "1.80x (2.00x before, with no interval, counted as one" in line
 
 
 def test_a_fall_within_the_noise_holds():
-    record = check(1.5, [120.0, 151.0, 127.0])
+    record = check(1.5, [120.0, 151.0, 127.0], before_interval=RatioInterval(1.5, 1.49, 1.51, 5))
     assert record.now.geomean < record.floor < record.now.high, "below the floor, but the noise could explain it"
     assert not record.regressed and record.verdict == "holds" and record.passed
     assert verdict_line(record).startswith("holds within the noise: 1.31x now"), "not: reaches the floor"
@@ -75,10 +78,11 @@ def test_a_speedup_above_the_floor_whose_interval_reaches_below_it_holds_within_
     ), "its whole interval above the floor"
 
 
-def test_without_a_recorded_interval_an_interval_wholly_below_the_floor_regresses():
-    # Welch's degrees of freedom of one measurement are n - 1 exactly; read a hair below and floored, the gate used a
-    # wider t than the interval's own and let this fall hold.
-    record = check(2.0, [168.4, 168.9, 169.3, 140.3, 144.2], base_runs=(100.0,) * 5)
+def test_against_a_gain_recorded_without_noise_an_interval_wholly_below_the_floor_regresses():
+    # Welch's degrees of freedom of one measurement (the other's error nil) are n - 1 exactly; read a hair below and
+    # floored, the gate used a wider t than the interval's own and let this fall hold.
+    exact = RatioInterval(2.0, 2.0, 2.0, 5)
+    record = check(2.0, [168.4, 168.9, 169.3, 140.3, 144.2], base_runs=(100.0,) * 5, before_interval=exact)
     assert record.now.high < record.floor, "1.40-1.77x against a floor of 1.80x"
     assert record.verdict == "regressed"
 
@@ -110,7 +114,7 @@ def test_a_fall_a_loosely_recorded_gain_cannot_tell_from_its_noise_holds_saying_
     fell = check(1.82, [120.0, 119.5, 120.5, 119.8, 120.2], base_runs=(100.0,) * 5, before_interval=recorded)
     assert fell.now.high < fell.floor and not fell.regressed and fell.passed
     assert verdict_line(fell).startswith("holds within the noise: 1.20x now")
-    assert "measured too loosely to tell this fall from its noise: a gate on it is loose" in verdict_line(fell)
+    assert "no number of rounds now can tell this fall from that noise, and a gate on it is loose" in verdict_line(fell)
     sharp = check(
         1.82, [120.0, 119.5, 120.5, 119.8, 120.2], (100.0,) * 5, before_interval=RatioInterval(1.82, 1.7, 1.95, 5)
     )
@@ -134,6 +138,45 @@ def test_rounds_to_tell_a_fall_count_the_tuning_runs_noise_which_more_rounds_now
     assert math.log(middling.floor / middling.now.geomean) < t95(2) * math.log(2.5 / 1.6) / (2 * t95(2))
     assert not middling.loose_gate and middling.rounds_to_tell == 7
     assert "at this noise about check.rounds=7 would tell" in verdict_line(middling)
+
+
+def test_a_gain_recorded_from_single_runs_is_gated_no_more_strictly_than_one_recorded_over_two_rounds():
+    # 1.80x recorded, 1.55x (1.52-1.58) now: over 2 or 3 recorded rounds it holds within the noise; recorded from
+    # single runs (no interval) it regressed, the least reliable record making the strictest gate.
+    now = [155.0, 152.0, 158.0, 154.0, 156.0]
+    for recorded in (RatioInterval(1.8, 1.45, 2.23, 2), RatioInterval(1.8, 1.6, 2.02, 3)):
+        assert check(1.8, now, (100.0,) * 5, before_interval=recorded).passed
+    single = check(1.8, now, (100.0,) * 5, before_rounds=0)
+    assert single.now.high < single.floor and single.passed and single.loose_gate
+    line = verdict_line(single)
+    assert "(1.80x before, from single runs, counted as one round as noisy as a round now, less the tol" in line
+    assert "from one round, as noisy as a round now" in verdict_line(replace(single, before_rounds=1))
+    # Against a two-round record as noisy as the rounds now, one from single runs holds wherever it holds.
+    for rounds in (2, 3, 5):
+        for spread in (0.005, 0.02, 0.08):
+            for speedup in (1.2, 1.4, 1.5, 1.55, 1.6):
+                runs = [100.0 * speedup * math.exp(spread * (-1) ** i * (1 + i / 4)) for i in range(rounds)]
+                single = check(1.8, runs, (100.0,) * rounds, before_rounds=0)
+                error = math.log(single.now.high / single.now.low) / (2 * t95(rounds - 1)) * math.sqrt(rounds / 2)
+                half = math.exp(t95(1) * error)
+                two = check(1.8, runs, (100.0,) * rounds, before_interval=RatioInterval(1.8, 1.8 / half, 1.8 * half, 2))
+                assert single.passed or not two.passed, (rounds, spread, speedup)
+    assert check(1.8, [100.0, 101.0, 99.0], before_rounds=0).regressed, "a fall far beyond one round's noise"
+
+
+def test_a_fall_wholly_below_the_floor_within_the_noise_says_how_many_rounds_would_tell():
+    # 1.80x (1.45-2.23, 2 rounds) recorded, 1.26x (1.22-1.30) over 5 rounds now: wholly below the floor of 1.62x, by
+    # less than the two measurements' noise, which 6 rounds at this spread would tell: the gate is not loose.
+    record = check(
+        1.8, [122.3, 129.8, 126.0, 124.1, 127.9], (100.0,) * 5, before_interval=RatioInterval(1.8, 1.45, 2.23, 2)
+    )
+    assert record.now.high < record.floor and not record.regressed and record.passed
+    assert not record.loose_gate and record.rounds_to_tell == 6
+    assert verdict_line(record) == (
+        "holds within the noise: 1.26x now (95 % interval 1.22-1.30) lies below the floor of 1.62x (1.80x before, 95 % "
+        "interval 1.45-2.23 over 2 rounds, less the tolerance of 10 %), but by less than the noise of both "
+        "measurements (at this noise about check.rounds=6 would tell)"
+    )
 
 
 def test_a_speedup_that_held_passes_and_a_zero_tolerance_still_allows_the_noise():
@@ -306,7 +349,10 @@ def test_a_regression_raises_after_check_json_is_written(tmp_path, monkeypatch):
         run_check(against, tmp_path / "out", out)
     assert error.value.exit_code == 1
     assert str(error.value).startswith(f"check of {against}: regressed: 1.50x now")
-    assert "2.00x before, less the tolerance of 10 %" in str(error.value)
+    assert (
+        "2.00x before, with no interval, counted as one round as noisy as a round now, less the tolerance of 10 %"
+        in (str(error.value))
+    )
     assert shown and shown[0].verdict == "regressed", "check.json was written before it was printed"
     assert f"note: {against} was tuned for pipeline 'other', checked here on 'tiny'" in out.getvalue()
 
@@ -393,6 +439,36 @@ def test_the_gains_interval_is_read_from_report_json_and_none_where_it_had_none(
     out = io.StringIO()
     run_check(report(tmp_path, speedup_interval=interval), tmp_path / "out", out)
     assert "before:  1.50x the baseline, 95 % interval 1.20-1.90 over 3 rounds, as recorded in" in out.getvalue()
+
+
+def test_the_rounds_the_gain_was_recorded_in_are_read_from_report_json_and_said(tmp_path, monkeypatch):
+    assert check_mode.load_tuned(str(report(tmp_path, speedup_rounds=0))).speedup_rounds == 0
+    assert check_mode.load_tuned(str(report(tmp_path))).speedup_rounds is None, "an earlier autotune's"
+    with pytest.raises(ConfigError, match=r"^against: .*report\.json: speedup_rounds: expected a whole number >= 0"):
+        check_mode.load_tuned(str(report(tmp_path, speedup_rounds="3")))
+    monkeypatch.setattr(check_mode, "measure_rounds", measured([150.0, 157.0, 146.0]))
+    out = io.StringIO()
+    path = run_check(report(tmp_path, speedup_rounds=1), tmp_path / "out", out)
+    assert "before:  1.50x the baseline, from one round, as noisy as a round now, as recorded in" in out.getvalue()
+    assert json.loads(path.read_text())["before_rounds"] == 1
+
+
+@pytest.mark.parametrize("source", ["report", "check"])
+def test_a_gain_measured_on_another_kind_of_device_is_refused_naming_measure_device(tmp_path, monkeypatch, source):
+    # Tuned with measure.device=cpu on a machine with a GPU, then checked with measure.device=auto (cuda there): the
+    # CPU recommendation's gain was gated on the GPU. Here the other way round: a GPU's gain, checked on the CPU.
+    monkeypatch.setattr(check_mode, "measure_rounds", None)  # called, it would fail the test
+    against = report(tmp_path, device="cuda:0")
+    if source == "check":
+        held = check(1.5, [150.0, 157.0, 146.0])
+        record = replace(held, benchmark=replace(held.benchmark, device="cuda", batch_policy="free"))
+        against = tmp_path / "check.json"
+        against.write_text(json.dumps(record.to_dict()))
+    with pytest.raises(ConfigError) as error:
+        run_check(against, tmp_path / "out", io.StringIO())
+    assert str(error.value).startswith(f"measure.device: {against} was measured on cuda")
+    assert "this run would measure it on cpu: set measure.device=cuda" in str(error.value)
+    assert not (tmp_path / "out" / "check.json").exists()
 
 
 def test_a_check_that_held_is_the_sharper_reference_of_a_later_check(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune.files import write_atomic
+from autotune.knobs import accumulated_to, conflict, device_kind, undo
 from autotune.report.document import Document, Headline, Section, Table, machine_lines
 from autotune.report.html_report import to_html
 from autotune.report.markdown import markdown_table, to_markdown
@@ -99,26 +100,42 @@ def _share_lines(benchmark: Benchmark) -> list[str]:
     lines = []
     for knob in benchmark.changes:
         alone, without = benchmark.share(knob)
-        on_its_own = _ratio(benchmark, alone) + (
-            " (that is the recommendation)" if alone is not None and alone.kind == "recommended" else ""
-        )
-        left_out = _ratio(benchmark, without, benchmark.recommendation, "the recommendation", _LEFT_OUT)
-        left_out += " (that is the baseline)" if without is benchmark.baseline else ""
+        if alone is None:
+            on_its_own = _not_measured(benchmark, knob, "alone")
+        else:
+            on_its_own = _ratio(benchmark, alone)
+            on_its_own += " (that is the recommendation)" if alone.kind == "recommended" else ""
+        if without is None:
+            left_out = _not_measured(benchmark, knob, "without")
+        else:
+            left_out = _ratio(benchmark, without, benchmark.recommendation, "the recommendation", _LEFT_OUT)
+            left_out += " (that is the baseline)" if without is benchmark.baseline else ""
         lines.append(f"{knob}: alone {on_its_own}; left out, {left_out}")
     return lines
 
 
+def _not_measured(benchmark: Benchmark, knob: str, kind: str) -> str:
+    """Why ``knob``'s change has no entry of ``kind`` (alone on top of the baseline, or the recommendation
+    ``without`` it), in words: its values cannot run together on the benchmark's kind of device, in the conflict's own
+    words (``knobs.conflict``, by which ``configurations`` left it out); else, alone, it is the baseline itself: an
+    option that applies only together with another change (``Benchmark.share``)."""
+    base, rec = benchmark.baseline.knobs, benchmark.recommendation.knobs
+    knobs = undo(base, rec, knob, options_too=False) if kind == "alone" else undo(rec, base, knob)
+    found = conflict(knobs, accumulated_to(benchmark.batch_policy, base), device_kind(benchmark.device))
+    if found is None:
+        return "not measured (it applies only together with another change)"
+    return f"not measured: it cannot run on {benchmark.device}, where {found[1]}"
+
+
 def _ratio(
     benchmark: Benchmark,
-    entry: Entry | None,
+    entry: Entry,
     reference: Entry | None = None,
     name: str = "the baseline",
     verdicts: dict[str, str] | None = None,
 ) -> str:
     """``entry`` against ``reference`` (the baseline where None), called ``name``, with its verdict (in the words of
     ``verdicts``, where given)."""
-    if entry is None:
-        return "not measured (it applies only together with another change)"
     interval = benchmark.interval(entry, reference)
     if interval is None:
         return "too few rounds"

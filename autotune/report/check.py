@@ -11,6 +11,8 @@ from autotune.results.check import MAX_ROUNDS_TO_TELL, MIN_ROUNDS, Check, measur
 from autotune.words import ratio_bounds
 
 _NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}
+# What a recorded speedup with no interval came from, by report.json's speedup_rounds (None: it does not say).
+_NO_INTERVAL = {0: "from single runs", None: "with no interval"}
 
 
 def write_check(check: Check, out_dir: Path) -> Path:
@@ -48,24 +50,19 @@ def verdict_line(check: Check) -> str:
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
     speedup = f"{now.geomean:.2f}x now (95 % interval {ratio_bounds(now.low, now.high)})"
-    noise = "the noise of both measurements" if check.before_interval else "the noise"
     if check.regressed:
-        return f"regressed: {speedup} lies below {limit}, further than {noise} allows"
-    if now.high < check.floor:
-        return (
-            f"holds within the noise: {speedup} lies below {limit}, but the gain before was measured too loosely to "
-            "tell this fall from its noise: a gate on it is loose (for a sharper one, gate against the check.json of "
-            "a check of more check.rounds that held, or tune with more study.confirm_rounds)"
-        )
+        return f"regressed: {speedup} lies below {limit}, further than the noise of both measurements allows"
+    reaching = ", its interval reaching it" if now.high >= check.floor else ""
     if check.loose_gate:
         return (
-            f"holds within the noise: {speedup} lies below {limit}, its interval reaching it, by less than the gain "
-            "before was measured to: no number of rounds now can tell this fall from that noise, and a gate on it is "
-            "loose (for a sharper one, gate against the check.json of a check of more check.rounds that held, or tune "
-            "with more study.confirm_rounds)"
+            f"holds within the noise: {speedup} lies below {limit}{reaching}, by less than the gain before was "
+            "measured to: no number of rounds now can tell this fall from that noise, and a gate on it is loose (for a "
+            "sharper one, gate against the check.json of a check of more check.rounds that held, or tune with more "
+            "study.confirm_rounds)"
         )
     if now.geomean < check.floor:
-        return f"holds within the noise: {speedup} lies below {limit}, its interval reaching it ({_to_tell(check)})"
+        within = reaching or ", but by less than the noise of both measurements"
+        return f"holds within the noise: {speedup} lies below {limit}{within} ({_to_tell(check)})"
     if now.low < check.floor:
         return (
             f"holds within the noise: {speedup} lies above {limit}, but its interval reaches below it "
@@ -83,9 +80,16 @@ def _to_tell(check: Check) -> str:
 
 
 def _recorded(check: Check) -> str:
-    """The recorded speedup's interval, as a clause (empty where the tuning run had none)."""
+    """The recorded speedup's interval, as a clause; where the tuning run had none, that it counts as one round
+    (``Check.before_noise``), from what (report.json's ``speedup_rounds``)."""
     was = check.before_interval
-    return f", 95 % interval {ratio_bounds(was.low, was.high)} over {was.n} rounds" if was else ""
+    if was is not None:
+        return f", 95 % interval {ratio_bounds(was.low, was.high)} over {was.n} rounds"
+    rounds = check.before_rounds
+    if rounds == 1:
+        return ", from one round, as noisy as a round now"
+    source = _NO_INTERVAL.get(rounds) or f"from {rounds} rounds with no interval"
+    return f", {source}, counted as one round as noisy as a round now"
 
 
 def _shortfall(check: Check) -> str:

@@ -3,9 +3,9 @@
 Its rule is written here once (``Check.regressed``): the speedup now is the geometric mean of the recommendation's
 per-round ratios to the baseline, with its 95 % interval (``Benchmark.interval``); it regressed when it lies below
 the speedup the tuning run recorded, less the tolerance, by more than the noise of both measurements allows (the
-tuning run's own interval counts: a gain read from few noisy rounds, and picked as the fastest, reads high; so a
-loosely recorded gain makes a loose gate). A check passes only when its rounds ended, with an interval and no
-regression.
+tuning run's own noise counts: a gain read from few noisy rounds, and picked as the fastest, reads high; so a
+loosely recorded gain makes a loose gate, and one recorded with no interval, from one round, the loosest:
+``Check.before_noise``). A check passes only when its rounds ended, with an interval and no regression.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ VERDICTS = ("holds", "regressed", "not measured", "stopped")
 @dataclass(frozen=True)
 class Check:
     """A check of a recommendation whose tuning run recorded the speedup ``before`` over the baseline (with its 95 %
-    interval ``before_interval``, None where it had none), measured again in ``benchmark`` (its entries: the
-    baseline, then the recommendation; ``benchmark.recommended``: the report.json's path), allowed to fall by
+    interval ``before_interval``, None where it had none; in ``before_rounds`` rounds, report.json's
+    ``speedup_rounds``: 0 for single runs, None where it does not say), measured again in ``benchmark`` (its entries:
+    the baseline, then the recommendation; ``benchmark.recommended``: the report.json's path), allowed to fall by
     ``tolerance`` (a fraction of ``before``) beyond the measured noise; ``stopped``: its rounds did not all run (an
     interrupt, an error), so it decides nothing."""
 
@@ -40,6 +41,7 @@ class Check:
     benchmark: Benchmark
     before_interval: RatioInterval | None = None
     stopped: bool = False
+    before_rounds: int | None = None
 
     @property
     def recommended(self) -> Entry:
@@ -58,11 +60,10 @@ class Check:
     @property
     def regressed(self) -> bool:
         """The rule: the speedup regressed when the upper bound of its 95 % interval now lies below
-        ``before * (1 - tolerance)`` and, where the tuning run recorded an interval, its logarithm lies below the
-        floor's by more than the 95 % bound of the difference of the two measurements (Welch's t on the
-        logarithms, each one's standard error read from its interval): the tuning run's noise only loosens the
-        gate. A fall the noise could explain is no regression; without an interval now there is no verdict
-        (``verdict``: not measured, which fails the check as well)."""
+        ``before * (1 - tolerance)`` and its logarithm lies below the floor's by more than the 95 % bound of the
+        difference of the two measurements (``noise``: Welch's t on the logarithms), the tuning run's noise as
+        ``before_noise`` reads it: it only loosens the gate. A fall the noise could explain is no regression; without
+        an interval now there is no verdict (``verdict``: not measured, which fails the check as well)."""
         now = self.now
         return now is not None and now.high < self.floor and math.log(self.floor / now.geomean) > self.noise
 
@@ -73,12 +74,19 @@ class Check:
         now = self.now
         if now is None:
             return math.inf
-        return _bound([(_standard_error(now), now.n), *self._before_part()])
+        return _bound([(_standard_error(now), now.n - 1), self.before_noise(_spread(now))])
 
-    def _before_part(self) -> list[tuple[float, int]]:
-        """The tuning run's standard error and rounds, where it recorded an interval."""
+    def before_noise(self, spread: float) -> tuple[float, int]:
+        """The recorded speedup's standard error, in logarithms, and its degrees of freedom: read from its interval
+        where the tuning run recorded one; else it is one round (single runs, or one round of a race) as noisy as a
+        round now (``spread``: the standard deviation of a round's logarithm, from the rounds now), known no better
+        than from the fewest rounds an interval takes (MIN_ROUNDS). So a record from single runs is never held more
+        strictly than a record of two rounds as noisy, which would have an interval: the least reliable record must
+        not make the strictest gate."""
         before = self.before_interval
-        return [(_standard_error(before), before.n)] if before is not None else []
+        if before is None:
+            return spread, MIN_ROUNDS - 1
+        return _standard_error(before), before.n - 1
 
     @property
     def loose_gate(self) -> bool:
@@ -86,7 +94,7 @@ class Check:
         the two measurements' noise (up to RESOLVABLE_ROUNDS): the tuning run's part stays however many run, so it
         cannot regress (``regressed``)."""
         now = self.now
-        if now is None or now.geomean >= self.floor or self.before_interval is None:
+        if now is None or now.geomean >= self.floor:
             return False
         return self._first_telling(RESOLVABLE_ROUNDS) is None
 
@@ -94,10 +102,11 @@ class Check:
     def rounds_to_tell(self) -> int | None:
         """About how many rounds an interval as noisy as this one now needs for a verdict beyond doubt (the spread
         of its rounds' ratios kept, the gap to the floor as read): above the floor, to lie wholly above it; below,
-        to lie wholly below it and by more than the noise of both measurements (``regressed``). Where the interval
-        reaches across the floor and at most MAX_ROUNDS_TO_TELL would do; else None."""
+        to lie wholly below it and by more than the noise of both measurements (``regressed``). Where the verdict
+        is in doubt (the interval reaches across the floor, or lies below it by less than that noise) and at most
+        MAX_ROUNDS_TO_TELL would do; else None."""
         now = self.now
-        if now is None or not now.low < self.floor < now.high:
+        if now is None or now.low >= self.floor or self.regressed:
             return None
         return self._first_telling(MAX_ROUNDS_TO_TELL)
 
@@ -105,11 +114,11 @@ class Check:
         """The fewest rounds, more than now's and at most ``most``, that would tell the speedup now from the floor
         at the spread of its rounds' ratios (``rounds_to_tell``); None where none would."""
         now = self.now
-        gap, spread = abs(math.log(now.geomean / self.floor)), _standard_error(now) * math.sqrt(now.n)
-        before = self._before_part() if now.geomean < self.floor else []
+        gap, spread = abs(math.log(now.geomean / self.floor)), _spread(now)
+        before = [self.before_noise(spread)] if now.geomean < self.floor else []
         for n in range(now.n + 1, most + 1):
             alone = t95(n - 1) * spread / math.sqrt(n)  # now's own interval, on one side of the floor
-            if alone < gap and _bound([(spread / math.sqrt(n), n), *before]) < gap:
+            if alone < gap and _bound([(spread / math.sqrt(n), n - 1), *before]) < gap:
                 return n
         return None
 
@@ -141,6 +150,7 @@ class Check:
             "now": asdict(now) if now else None,
             "verdict": self.verdict,
             "stopped": self.stopped,
+            "before_rounds": self.before_rounds,
             "benchmark": self.benchmark.to_dict(),
         }
 
@@ -153,19 +163,26 @@ class Check:
             Benchmark.from_dict(data["benchmark"]),
             RatioInterval(**interval) if interval else None,
             data.get("stopped", False),
+            data.get("before_rounds"),
         )
 
 
 def _bound(parts: list[tuple[float, int]]) -> float:
-    """The 95 % bound of a sum of independent means' errors, each (standard error, rounds): Welch's t on the
-    combined error."""
+    """The 95 % bound of a sum of independent means' errors, each (standard error, degrees of freedom): Welch's t on
+    the combined error. A recorded gain with no interval, its error read from the rounds now (``before_noise``), is
+    counted as independent of them: its one degree of freedom keeps the bound at least as wide."""
     variance = sum(error**2 for error, _ in parts)
     if variance == 0:
         return 0.0
-    df = variance**2 / sum(error**4 / (n - 1) for error, n in parts)  # Welch-Satterthwaite
-    # One part gives n - 1 exactly, which floating point may read a hair below: floored, a wider t than the
-    # interval's own, and an interval wholly below the floor would hold.
+    df = variance**2 / sum(error**4 / degrees for error, degrees in parts)  # Welch-Satterthwaite
+    # One part alone (the other's error nil) gives its own degrees exactly, which floating point may read a hair
+    # below: floored, a wider t than the interval's own, and an interval wholly below the floor would hold.
     return t95(max(1, math.floor(df + 1e-9))) * math.sqrt(variance)
+
+
+def _spread(interval: RatioInterval) -> float:
+    """The standard deviation of one round's logarithm behind ``interval``, read back from it."""
+    return _standard_error(interval) * math.sqrt(interval.n)
 
 
 def _standard_error(interval: RatioInterval) -> float:
