@@ -20,13 +20,13 @@ from autotune.app import TrialRunner, inspect_run, study_machine, study_slot, un
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
-from autotune.knobs import accumulated_to, changed, conflict, device_kind, undo
+from autotune.knobs import accumulated_to, changed, conflict, device_kind
 from autotune.pipeline.facts import Inspection
 from autotune.recommendation import MachineMismatchWarning, Recommendation, UntrimmedWarning, load_recommended
 from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
 from autotune.report.rows import disturbance_words
-from autotune.results.benchmark import Benchmark, Entry
+from autotune.results.benchmark import Benchmark, Entry, share_knobs
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.tuner import RunFn
 from autotune.trial.placement import UNPINNED, Slot
@@ -164,8 +164,8 @@ def configurations(
     entries = list(ends)
     for knob in changed(recommended, baseline):
         candidates = [
-            Entry(f"baseline + {knob}", "alone", knob, undo(baseline, recommended, knob, options_too=False)),
-            Entry(f"recommended - {knob}", "without", knob, undo(recommended, baseline, knob)),
+            Entry(f"baseline + {knob}", "alone", knob, share_knobs(baseline, recommended, knob, "alone")),
+            Entry(f"recommended - {knob}", "without", knob, share_knobs(baseline, recommended, knob, "without")),
         ]
         entries += [
             c

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune.files import write_atomic
-from autotune.knobs import accumulated_to, conflict, device_kind, undo
+from autotune.knobs import accumulated_to, conflict, device_kind
 from autotune.report.document import Document, Headline, Section, Table, machine_lines
 from autotune.report.html_report import to_html
 from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
-from autotune.results.benchmark import Benchmark, Entry
+from autotune.results.benchmark import Benchmark, Entry, share_knobs
 from autotune.words import counted, ratio_bounds
 
 _HEADERS = [
@@ -120,8 +120,9 @@ def _not_measured(benchmark: Benchmark, knob: str, kind: str) -> str:
     words (``knobs.conflict``, by which ``configurations`` left it out); else, alone, it is the baseline itself: an
     option that applies only together with another change (``Benchmark.share``)."""
     base, rec = benchmark.baseline.knobs, benchmark.recommendation.knobs
-    knobs = undo(base, rec, knob, options_too=False) if kind == "alone" else undo(rec, base, knob)
-    found = conflict(knobs, accumulated_to(benchmark.batch_policy, base), device_kind(benchmark.device))
+    found = conflict(
+        share_knobs(base, rec, knob, kind), accumulated_to(benchmark.batch_policy, base), device_kind(benchmark.device)
+    )
     if found is None:
         return "not measured (it applies only together with another change)"
     return f"not measured: it cannot run on {benchmark.device}, where {found[1]}"

@@ -97,9 +97,9 @@ class Benchmark:
         base, rec = self.baseline, self.recommendation
         alone = next((e for e in self.entries if e.kind == "alone" and e.knob == knob), None)
         without = next((e for e in self.entries if e.kind == "without" and e.knob == knob), None)
-        if rec is not None and alone is None and undo(base.knobs, rec.knobs, knob, options_too=False) == rec.knobs:
+        if rec is not None and alone is None and share_knobs(base.knobs, rec.knobs, knob, "alone") == rec.knobs:
             alone = rec
-        if rec is not None and without is None and undo(rec.knobs, base.knobs, knob) == base.knobs:
+        if rec is not None and without is None and share_knobs(base.knobs, rec.knobs, knob, "without") == base.knobs:
             without = base
         return alone, without
 
@@ -158,3 +158,12 @@ class Benchmark:
         derived = ("ratios", "interval", "verdict", "memory_change", "to_recommended", "to_recommended_verdict")
         entries = [Entry.from_dict({k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
         return cls(**{**{k: v for k, v in data.items() if k != "shares"}, "entries": entries})
+
+
+def share_knobs(baseline: dict[str, Any], recommended: dict[str, Any], knob: str, kind: str) -> dict[str, Any]:
+    """The knobs measuring ``knob``'s share of the recommendation, of ``kind``: "alone", the baseline with its change
+    alone (options of workers not taken along: alone they apply only with another change); "without", the
+    recommendation with it undone (undone workers take their options along)."""
+    if kind == "alone":
+        return undo(baseline, recommended, knob, options_too=False)
+    return undo(recommended, baseline, knob)
