@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from autotune.trial import job_control
+from autotune.trial.placement import pinned_cores, starting_on
 from autotune.trial.reaper import TRIAL_TOKEN_ENV, Strays, disown, start_owned
 
 WORKER_MODULE = "autotune.trial.worker"
@@ -65,17 +67,19 @@ class FreshLauncher:
 
 
 def _start_worker(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
-    """``python -m autotune.trial.worker ARGV``, in a session of its own, its output into ``log_path``."""
+    """``python -m autotune.trial.worker ARGV``, in a session of its own, its output into ``log_path``, on the cores
+    ``env`` pins it to from its start, before its imports size their thread pools (``placement.starting_on``)."""
     log = open_log(log_path)
     try:
-        return subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, *argv],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
+        with starting_on(pinned_cores(env)):
+            return subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE, *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
     finally:
         os.close(log)
 
@@ -125,10 +129,15 @@ class ForkServer:
     A forked trial inherits its server's memory layout (address-space randomisation, Python's hash seed, the heap),
     which decides for one whether glibc's malloc faults freed memory in again at every step: every trial of one
     server draws the same layout, where fresh processes draw one each (``docs/benchmarks.md``, Known limits).
-    Comparisons whose rounds must be independent draws call ``new_draw`` between them."""
+    Comparisons whose rounds must be independent draws call ``new_draw`` between them.
+
+    A server starts on the cores its trials are pinned to (``placement.starting_on``): its imports size the thread
+    pools (OpenMP's, OpenBLAS's) its trials inherit. A trial pinned otherwise than the running server (the study's
+    first slot after the unpinned inspection) starts a new one."""
 
     def __init__(self) -> None:
         self._server: subprocess.Popen | None = None
+        self._cores: frozenset[int] | None = None  # those the running server started on
         self._broken = False
         self.servers_started = 0
 
@@ -169,26 +178,29 @@ class ForkServer:
             self._server = None
 
     def _running(self, env: dict[str, str]) -> subprocess.Popen | None:
-        if self._server is not None and self._server.poll() is not None:
+        if self._server is not None and (self._server.poll() is not None or self._cores != pinned_cores(env)):
             self.close()
         if self._server is None and not self._broken:
             self._start_server(env)
         return self._server
 
     def _start_server(self, env: dict[str, str]) -> None:
-        """Start a server and wait until it is ready to fork: its imports are no order's reply time."""
-        self._server = start_owned(
-            lambda: subprocess.Popen(
-                [sys.executable, "-m", "autotune.trial.zygote"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C at the terminal is the tuner's to handle, not the server's
-                # Without the first trial's token: the server, and every trial it forks (whose /proc/PID/environ is
-                # the server's), would carry it and be killed as that trial's strays.
-                env={name: value for name, value in env.items() if name != TRIAL_TOKEN_ENV},
+        """Start a server on the cores ``env`` pins its trials to, and wait until it is ready to fork: its imports are
+        no order's reply time."""
+        self._cores = pinned_cores(env)
+        with starting_on(self._cores):
+            self._server = start_owned(
+                lambda: subprocess.Popen(
+                    [sys.executable, "-m", "autotune.trial.zygote"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # Ctrl-C at the terminal is the tuner's to handle, not the server's
+                    # Without the first trial's token: the server, and every trial it forks (whose /proc/PID/environ
+                    # is the server's), would carry it and be killed as that trial's strays.
+                    env={name: value for name, value in env.items() if name != TRIAL_TOKEN_ENV},
+                )
             )
-        )
         # Replies are read unbuffered: select() sees the pipe, not a reader's buffer, so a trial's end read
         # ahead with its pid (a trial that ended before its pid was read) would seem to run until its timeout.
         self._server.stdout = self._server.stdout.detach()
@@ -210,10 +222,10 @@ class ForkServer:
 
 
 def _reply(server: subprocess.Popen, seconds: float, key: str) -> Any:
-    """``key``'s value in the server's next line; ValueError saying why where none came within ``seconds``,
-    KeyError or TypeError where the line is not what the server says."""
-    answered, _, _ = select.select([server.stdout], [], [], seconds)
-    if not answered:
+    """``key``'s value in the server's next line; ValueError saying why where none came within ``seconds`` (the time
+    the tuner was stopped left out: the server was stopped with it, ``job_control``), KeyError or TypeError where the
+    line is not what the server says."""
+    if not job_control.readable_within(server.stdout, seconds):
         raise ValueError(f"no answer within {seconds:g} s")
     line = server.stdout.readline()
     if not line:

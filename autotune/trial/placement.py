@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from autotune.errors import ConfigError
@@ -99,26 +100,52 @@ def _core_slots(parallel: int | str, cpu_sets: list[list[int]], usable: set[int]
     return [Slot({CPUS_ENV: ",".join(map(str, cores))}, cores, f"cores {','.join(map(str, cores))}") for cores in sets]
 
 
+def pinned_cores(env: Mapping[str, str]) -> frozenset[int] | None:
+    """The cores the environment ``env`` pins a trial to (``CPUS_ENV``); None where it pins it to none."""
+    given = env.get(CPUS_ENV)
+    return frozenset(int(core) for core in given.split(",")) if given else None
+
+
+@contextlib.contextmanager
+def starting_on(cores: frozenset[int] | None) -> Iterator[None]:
+    """A process this thread starts in the block starts on ``cores`` (where None, on this thread's): a new process
+    takes the affinity of the thread that forks it, and its libraries size their thread pools from it as they load
+    (OpenMP's, torch's default thread count; OpenBLAS's as numpy is imported): one pinned after its imports keeps
+    pools sized for every core. Only this thread's affinity changes, and for the block alone: the tuner's other
+    threads (study.parallel's slots) start their trials on their own cores."""
+    if cores is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)  # this thread's
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def pin_from_env() -> None:
     """In a trial process: pin every thread of it to the cores ``CPUS_ENV`` names (``_pin_every_thread``), with the
     thread counts a process started on those cores gets (torch's: one per core, as an unset num_threads then runs;
-    Inductor's compile threads), before anything else runs; nothing where it is not set."""
-    given = os.environ.get(CPUS_ENV)
-    if not given:
+    Inductor's compile threads), before anything else runs; nothing where it is not set. The launchers start a trial,
+    and the fork server a trial is forked from, on its cores already (``starting_on``), so that the pools its imports
+    start are sized to them too; this holds the trial to them however it was started."""
+    cores = pinned_cores(os.environ)
+    if cores is None:
         return
     import torch  # the trial's: the tuner's process, which places the trials, never imports torch
 
-    cores = {int(core) for core in given.split(",")}
     _pin_every_thread(cores)
     torch.set_num_threads(len(cores))
     _count_compile_threads()
 
 
-def _pin_every_thread(cores: set[int]) -> None:
+def _pin_every_thread(cores: frozenset[int]) -> None:
     """Pin every thread of this process to ``cores``: an affinity is a thread's, and threads started before the
-    pinning (a fresh trial's imports start some: OpenBLAS's pool as numpy is imported) would keep every core. A new
-    thread takes its creator's, so threads are listed again until no new one appeared; one that ended meanwhile is
-    passed over. The pools' sizes, counted at their start on every core, stay as they are (torch's is set again)."""
+    pinning (in a trial not started on its cores, its imports start some: OpenBLAS's pool as numpy is imported) would
+    keep every core. A new thread takes its creator's, so threads are listed again until no new one appeared; one that
+    ended meanwhile is passed over. The pools' sizes, counted at their start, stay as they are (torch's is set
+    again)."""
     pinned: set[int] = set()
     while unpinned := {int(task) for task in os.listdir("/proc/self/task")} - pinned:
         for thread in unpinned:
@@ -129,8 +156,8 @@ def _pin_every_thread(cores: set[int]) -> None:
 
 def _count_compile_threads() -> None:
     """Inductor's compile threads counted again, by Inductor's own rule, where Inductor was imported before the
-    pinning: a trial forked from the fork server (which imports it with torch._dynamo) would keep the count its
-    server made on every core of the tuner. Where it is not imported, its import counts them on the pinned cores."""
+    pinning: a trial forked from a fork server (which imports it with torch._dynamo) started on other cores would keep
+    the count that server made. Where it is not imported, its import counts them on the pinned cores."""
     config = sys.modules.get("torch._inductor.config")
     if config is not None:
         config.compile_threads = config.decide_compile_threads()  # which honours TORCHINDUCTOR_COMPILE_THREADS

@@ -41,7 +41,7 @@ from autotune.pipeline.setup import (
     skipped_steps,
 )
 from autotune.pipeline.streams import epoch_steps
-from autotune.trial.exceptions import exception_text, is_out_of_memory
+from autotune.trial.exceptions import exception_text, is_out_of_memory, worker_bus_error
 from autotune.trial.placement import pin_from_env
 from autotune.trial.plain import run_plain
 from autotune.trial.probe import run_probe
@@ -236,26 +236,27 @@ def run_request(request: TrialRequest, progress_path: Path | None = None) -> Tri
         return TrialResult(knobs=request.knobs, failure=describe_exception(exc))
 
 
-# The signals that kill a DataLoader worker as memory runs out, with what most likely sent them: the kernel's
-# out-of-memory killer sends SIGKILL; a worker writing a batch to shared memory (/dev/shm) that is full gets SIGBUS
-# (torch's own message says its workers may be out of shared memory). More or larger batches ahead (batch size,
-# workers, prefetch) need more of it: a verdict on the configuration, not a fault.
-_WORKER_OUT_OF_MEMORY = {
-    "SIGKILL": "most likely by the kernel's out-of-memory killer",
-    "SIGBUS": "most likely as shared memory (/dev/shm), where workers hand over their batches, ran out",
-}
-
-
 def describe_exception(exc: BaseException) -> Failure:
     """A typed, one-line reason for an exception; out of memory, of any allocator (``is_out_of_memory``), or a
-    DataLoader worker killed as memory ran out (``_WORKER_OUT_OF_MEMORY``), is a verdict on the configuration, not a
+    DataLoader worker killed as memory ran out (``_killed_worker``), is a verdict on the configuration, not a
     fault."""
-    if isinstance(exc, WorkerKilledError) and exc.signal_name in _WORKER_OUT_OF_MEMORY:
-        return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, {_WORKER_OUT_OF_MEMORY[exc.signal_name]}")
     if isinstance(exc, WorkerKilledError):
-        return Failure(FailureKind.SIGNAL, str(exc))
+        return _killed_worker(exc)
     kind = FailureKind.OUT_OF_MEMORY if is_out_of_memory(exc) else FailureKind.EXCEPTION
     return Failure(kind, exception_text(exc))
+
+
+def _killed_worker(exc: WorkerKilledError) -> Failure:
+    """Why a DataLoader worker was killed, by its signal: SIGKILL most likely by the kernel's out-of-memory killer,
+    where more or larger batches ahead (batch size, workers, prefetch) need more memory: out of memory; SIGBUS as
+    ``worker_bus_error`` reads the evidence; another signal, a fault."""
+    if exc.signal_name == "SIGKILL":
+        return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, most likely by the kernel's out-of-memory killer")
+    if exc.signal_name == "SIGBUS":
+        bus_error = worker_bus_error()
+        kind = FailureKind.OUT_OF_MEMORY if bus_error.out_of_memory else FailureKind.SIGNAL
+        return Failure(kind, f"{exc}, {bus_error.cause}")
+    return Failure(FailureKind.SIGNAL, str(exc))
 
 
 def _exit_with_parent() -> None:

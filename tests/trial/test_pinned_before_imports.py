@@ -1,0 +1,62 @@
+"""A pinned trial starts on its cores, before its imports size their thread pools from the cores they see: a fresh
+one as its process starts, a forked one as its fork server does."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from autotune.trial import launch
+from autotune.trial.launch import ForkServer, FreshLauncher
+from autotune.trial.placement import CPUS_ENV
+from autotune.trial.runner import _worker_env
+from tests.conftest import REPO
+from tests.trial.test_runner import request
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two usable cores to tell one from all",
+)
+CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+
+
+def pinned_env() -> dict[str, str]:
+    """A trial's environment, pinned to ``CORE``."""
+    return _worker_env(replace(request(), placement={CPUS_ENV: str(CORE)}))
+
+
+@pytest.mark.slow
+def test_a_fresh_trial_starts_on_its_cores_and_its_imports_size_torchs_pool_to_them(tmp_path, monkeypatch):
+    # Pinned only after its imports, it read all the tuner's cores at its start and torch's pool had one per core.
+    monkeypatch.setattr(launch, "WORKER_MODULE", "tests.trial.pools_at_start")
+    everywhere = os.sched_getaffinity(0)
+    out = tmp_path / "pools.json"
+    proc = FreshLauncher().start([str(out)], tmp_path / "t.log", {**pinned_env(), "PYTHONPATH": str(REPO)})
+    assert proc.exited_within(60) and proc.kill() == 0, (tmp_path / "t.log").read_text()
+    assert json.loads(out.read_text()) == {"started_on": [CORE], "torch_threads": 1}
+    assert os.sched_getaffinity(0) == everywhere, "the tuner's thread is back on its cores"
+
+
+@pytest.mark.slow
+def test_a_fork_server_starts_on_its_trials_cores_and_a_trial_pinned_otherwise_gets_a_new_one(tmp_path):
+    # A forked trial inherits the pools its server's imports sized: the study's first slot, pinned, follows the
+    # inspection, unpinned, on the same server.
+    server = ForkServer()
+    argv = [str(tmp_path / "missing.json"), str(tmp_path / "out.json")]  # a trial that ends at once
+    try:
+        unpinned = server.start(argv, tmp_path / "a.log", _worker_env(request()))
+        assert unpinned.exited_within(60) and unpinned.kill() == 1
+        assert os.sched_getaffinity(unpinned.lender) == os.sched_getaffinity(0)
+        pinned = server.start(argv, tmp_path / "b.log", pinned_env())
+        assert pinned.exited_within(60) and pinned.kill() == 1
+        assert pinned.lender != unpinned.lender, "a new server for the pinned trial"
+        assert os.sched_getaffinity(pinned.lender) == {CORE}, "started on the trial's core, before its imports"
+        again = server.start(argv, tmp_path / "c.log", pinned_env())
+        assert again.exited_within(60) and again.kill() == 1
+        assert again.lender == pinned.lender, "the same server while the trials' cores stay the same"
+        assert server.servers_started == 2
+    finally:
+        server.close()
