@@ -6,9 +6,10 @@ The verdict is the first of these that holds, each a measured figure against a t
 2. **host-overhead-bound**: on a GPU, its kernels are busy less than ``DEVICE_BUSY_MIN`` of the model step (it waits
    for the host); on a CPU, ``OVERHEAD_BOUND_SHARE`` or more of the model step is the host's own work (Python between
    operators, autograd's and the optimizer's bookkeeping, operators too short to be more than their dispatch);
-3. **memory-bound**: less than ``MEMORY_BOUND_SHARE`` of the operators' time is arithmetic: matrix products and
+3. **memory-bound**: less than ``MEMORY_BOUND_SHARE`` of the operators' work is arithmetic: matrix products and
    convolutions, and on a CPU random number generation (the rest, elementwise operators, normalisation, copies and a
-   compiled graph's own fused kernels, is limited by memory bandwidth);
+   compiled graph's own fused kernels, is limited by memory bandwidth); on a CPU, the operators' work is their time
+   less what rule 2 counted as overhead (``work_time``), so that no time counts twice;
 4. **compute-bound**: otherwise.
 
 Beside the verdict, findings: other processes busy on the cores while the steps were timed (first: every figure
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from autotune.measure.measurement import SystemReport
@@ -86,7 +88,7 @@ _COMPILED_GRAPH = re.compile(r"CompiledFxGraph")
 # triton_poi_fused_add_relu_0 memory traffic. A Triton kernel's host time is its launch: overhead.
 _COMPILED_KERNEL = re.compile(r"(?:triton|cpp_fused)_")
 # Random number generation (dropout's masks) is arithmetic too on a CPU, not memory traffic: on one thread of the
-# 2-core EPYC of docs/profile.md, bernoulli_ wrote 0.3 GB/s (12 ns an element) where a copy of the same tensors
+# 2-core Xeon of docs/profile.md, bernoulli_ wrote 0.3 GB/s (12 ns an element) where a copy of the same tensors
 # (1 to 16 MB) moved 10 to 40 GB/s. (On a GPU, counter-based generators keep pace with memory: not counted there.)
 _RANDOM_OPERATOR = re.compile(r"aten::(bernoulli|uniform|normal|random|exponential|geometric|cauchy|log_normal)_?$")
 
@@ -135,9 +137,16 @@ class Figures:
     model_step_s: float  # the training step under the profiler, per step
     overhead_share: float
     device_busy_share: float | None
-    compute_share: float  # arithmetic (``is_compute_operator``), of the operators' time
-    product_share: float  # matrix products and convolutions alone, of the operators' time: what 16 bits speed up
-    operator_share: float = 1.0  # the operators' time, of the profiled model step (the rest: overhead between them)
+    compute_share: float  # arithmetic (``is_compute_operator``), of the operators' work (``work_time``)
+    product_share: float  # matrix products and convolutions alone, of the operators' work: what 16 bits speed up
+    operator_share: float = 1.0  # the operators' work, of the profiled model step (the rest: overhead)
+
+    @property
+    def step_overhead_share(self) -> float:
+        """The share of the model step that is per-step overhead, as the verdict's rule 2 reads it: on a GPU the
+        device idle (``1 - device_busy_share``: waiting for the host to launch its kernels), else the host's own work
+        (``overhead_share``). What a larger batch amortises and compiling cuts."""
+        return self.overhead_share if self.device_busy_share is None else max(0.0, 1 - self.device_busy_share)
 
 
 def figures(result: ProfileResult) -> Figures:
@@ -145,9 +154,8 @@ def figures(result: ProfileResult) -> Figures:
     stages, ops = result.stages, result.operators
     classified = classified_operators(ops)
     on_device = ops.device == "cuda"
-    time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
-    small = max(SMALL_OPERATOR_S, SMALL_OPERATOR_DISPATCHES * ops.dispatch_s)
-    overhead = ops.outside_operators_s + sum(_overhead_of(op, small) for op in ops.step_operators)
+    time_of = work_time(ops)
+    overhead = ops.outside_operators_s + sum(_overhead_of(op, _small_call_s(ops)) for op in ops.step_operators)
     operator_time = sum(time_of(op) for op in classified) or float("inf")
     compute = sum(time_of(op) for op in classified if is_compute_operator(op.name, ops.device))
     products = sum(time_of(op) for op in classified if _is_product(op.name))
@@ -168,6 +176,21 @@ def figures(result: ProfileResult) -> Figures:
         product_share=products / operator_time,
         operator_share=min(1.0, operator_time / step_s) if math.isfinite(operator_time) else 0.0,
     )
+
+
+def work_time(ops: OperatorProfile) -> Callable[[OperatorStat], float]:
+    """The time an operator of ``ops`` spends on work, arithmetic or memory traffic (rule 3's split): on a GPU its
+    device time; on a CPU its host time less what rule 2 counts as host overhead (``_overhead_of``: the calls of an
+    operator whose typical call is its dispatch), which would otherwise count twice."""
+    if ops.device == "cuda":
+        return lambda op: op.self_device_s
+    small = _small_call_s(ops)
+    return lambda op: op.self_cpu_s - _overhead_of(op, small)
+
+
+def _small_call_s(ops: OperatorProfile) -> float:
+    """A call this short or shorter is mostly its dispatch (``SMALL_OPERATOR_S``, ``SMALL_OPERATOR_DISPATCHES``)."""
+    return max(SMALL_OPERATOR_S, SMALL_OPERATOR_DISPATCHES * ops.dispatch_s)
 
 
 def classified_operators(ops: OperatorProfile) -> list[OperatorStat]:

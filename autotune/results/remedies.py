@@ -6,6 +6,8 @@ Each expected effect is an upper bound from the profiled step's stages: a step o
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
 shortens it in proportion, down to training's work alone spread over the cores its compute threads can use.
+Workers that start again each epoch make an epoch's first batches wait far longer than the rest (``_restart_waits``):
+those waits are neither loading nor passing batches between processes, and are taken apart from both.
 Keeping freed memory (``malloc``) saves at most the kernel's share of the step's working time: its page faults are
 a part of that share, which holds the kernel's other work too.
 """
@@ -41,6 +43,7 @@ from autotune.results.diagnosis import (
     is_convolution,
     leaks,
     saturation_finding,
+    work_time,
 )
 from autotune.words import counted
 
@@ -56,8 +59,14 @@ _BATCH_COPIES = ("→ torch.stack", "→ torch.cat")
 TRANSFER_SHARE = 0.10
 # The optimizer step taking 10 % of the step or more: a foreach or fused step launches far fewer operators.
 OPTIMIZER_SHARE = 0.10
-# An expected effect under 2 % is within a profiling run's noise: no advice.
+# An expected effect under 2 % is within a profiling run's noise: no advice (every advice with a gain: ``advise``).
 MIN_GAIN = 1.02
+# A wait for data this many times the median wait or more, and no shorter than loading a batch in one process, is
+# workers starting again at an epoch's start, not a steady wait: nothing was loaded ahead of it (tabular_mlp with 2
+# workers that do not persist: 37 and 41 ms at the start of each 64-step epoch, against a median wait of 1 ms).
+RESTART_SPIKE = 10
+# Without an epoch to place them by (a stream without a length), such waits must be few: one step in ten at most.
+_RESTART_FEW = 0.1
 _MOST_HOT = 3
 # Loading read busy under this share of its time is under the CPU reading's resolution (10 ms clock ticks): unknown.
 _MIN_BUSY = 0.05
@@ -66,7 +75,13 @@ _MOST_SITES = 3  # call sites named for one hot function; the rest counted
 # the collate advice speaks for collating.
 _DATALOADER_OWN = "torch.utils.data."
 _RESIZE = re.compile(r"resize|interpolate|crop|thumbnail|rescale|scale|warp|affine|grid_sample", re.I)
-_WAITS = re.compile(r"(?:^|\.)(?:sleep|select|poll|epoll|recv\w*|wait|acquire)\b|socket", re.I)
+# Opening and reading a file (the io module's files, os.read) is I/O, whatever its name says: not decoding. (Its
+# in-memory streams, BytesIO and StringIO, are no I/O.)
+_WAITS = re.compile(
+    r"(?:^|\.)(?:sleep|select|poll|epoll|recv\w*|wait|acquire)\b|socket"
+    r"|(?:^|→ )(?:_?io\.(?:open\b|FileIO\.|Buffered\w+\.|TextIOWrapper\.)|(?:os|posix|nt)\.p?read)",
+    re.I,
+)
 _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuffer|unpickle", re.I)
 
 
@@ -112,22 +127,25 @@ class Tried:
         return f"not tried by the tuner: study '{self.study}' measured {knob} at {listed}"
 
     def _twins(self, knob: str, now: Any, value: Any) -> str:
+        measured = self.measured(knob, now, value)
+        return f": {measured}" if measured else ""
+
+    def measured(self, knob: str, now: Any, value: Any) -> str:
+        """What the study read of changing ``knob`` from ``now`` to ``value``, alike but for it (``twins``), in words
+        ("1.00x the same with num_workers=0 (one pair of single runs)"); "" where it measured no such pair."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
         if not ratios:
             return ""
         pairs = "one pair" if len(ratios) == 1 else f"median of {len(ratios)} pairs"
-        return f": {statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
+        return f"{statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
 
     def no_gain(self, knob: str, now: Any, value: Any) -> bool:
         """Whether the study measured changing ``knob`` from ``now`` to ``value`` gaining less than the races ask of a
-        change (``race.MIN_GAIN``), by the median of two pairs or more measured alike but for it (``twins``), as
-        ``_twins`` prints it; by one pair, only where it read slower by as much: one pair of single runs, which vary by
-        several per cent, tells neither a small gain nor a small loss from none."""
+        change (``race.MIN_GAIN``): the median of the pairs it measured alike but for it (``twins``; one pair or
+        more), as ``measured`` prints it. One pair of single runs varies by several per cent, but it measured the
+        change itself, on the whole pipeline: a profile's estimate is a bound, which it outranks."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
-        if not ratios:
-            return False
-        floor = 1 + race.MIN_GAIN if len(ratios) > 1 else 1 - race.MIN_GAIN
-        return round(statistics.median(ratios), 2) < floor
+        return bool(ratios) and round(statistics.median(ratios), 2) < 1 + race.MIN_GAIN
 
     def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
         """Whether the study's races raced setting ``knob`` to ``value`` with its recommendation's changes and left it
@@ -198,27 +216,33 @@ def advise(
     not: ``sixteen_bit``, on glibc or not: ``glibc``; gradients accumulated over micro-batches up to
     ``effective_batch_size``, None: none; a model the inspection found cannot go channels-last:
     ``channels_last_refused``, why, None: it can), ranked: a leak first, then by expected gain, those without an
-    estimate next, those the study measured gaining less than a change must (``Tried.no_gain``) last. ``tried`` is
+    estimate next, those the study measured gaining less than a change must (``Tried.no_gain``) last; any whose
+    expected gain is under ``MIN_GAIN`` left out. ``tried`` is
     the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
     recommended value ``knobs`` already run gets no advice to set another value the study measured
     (``Tried.settled``)."""
     found = figures(result)
     ctx = _context(result, knobs, cpu_count, sixteen_bit, channels_last_refused)
+    restarts = _restart_waits(result, found, knobs)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
-        ranked += _workers(result, found, knobs, cpu_count, tried)
-        ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, knobs["num_workers"]))
+        ranked += _workers(result, found, knobs, cpu_count, tried, restarts)
+        workers = knobs["num_workers"]
+        ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, workers, restarts))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
         ranked += _cheaper_loading(result, lambda saved: _saturated_step(result, found, saved, cpu_count))
     if verdict == OVERHEAD_BOUND:
         ranked += _overhead(result, found, knobs, ctx, effective_batch_size)
     elif verdict != DATA_BOUND:
         ranked += _arithmetic(result, found, knobs, ctx, verdict, tried)
-    ranked += _transfer(result, found, knobs) + _garbage(result, found)
+    ranked += _persistent(result, found, restarts) + _transfer(result, found, knobs) + _garbage(result, found)
     ranked += _allocator(result, found, knobs) if glibc else []
     unsettled = (
-        a for a in ranked if a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a))
+        a
+        for a in ranked
+        if (a.gain is None or a.gain >= MIN_GAIN)
+        and (a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a)))
     )
     told = [_with_tried(a, tried, knobs) for a in unsettled]
     # Advice the study measured, alike but for its knob, gaining less than a change must comes last: the estimate
@@ -228,12 +252,19 @@ def advise(
 
 def _with_tried(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> Advice:
     """``advice`` with what the study ``tried`` says of its change, and whether it measured it gaining less than a
-    change must (``Tried.no_gain``)."""
+    change must (``Tried.no_gain``): its effect then says that its "up to" is a bound the measurement did not bear
+    out."""
     if advice.knob is None or tried is None:
         return advice
     value, now = _suggested(advice), knobs.get(advice.knob)
     said, no_gain = tried.says(advice.knob, value, now), tried.no_gain(advice.knob, now, value)
-    return Advice(**{**asdict(advice), "tried": said, "measured_no_gain": no_gain})
+    effect = advice.effect
+    if no_gain and advice.gain is not None:
+        effect += (
+            f"; but a bound from this profile: measured, the change read {tried.measured(advice.knob, now, value)}, "
+            f"under the {race.MIN_GAIN:.0%} a change must gain"
+        )
+    return Advice(**{**asdict(advice), "effect": effect, "tried": said, "measured_no_gain": no_gain})
 
 
 def first_to_follow(advice: list[Advice]) -> Advice | None:
@@ -250,18 +281,84 @@ def _suggested(advice: Advice) -> Any:
     return KNOBS[advice.knob].parse(yaml.safe_load(value)) if value is not None else None
 
 
-def _loop_with_loading(found: Figures, saved_s: float, workers: int) -> float:
+def _loop_with_loading(found: Figures, saved_s: float, workers: int, restarts: _Restarts) -> float:
     """The step if loading a batch took ``saved_s`` less in one process, with ``workers`` workers (0: in the loop).
-    With workers, what the loop waits beyond their loading (passing batches between processes) stays."""
+    With workers, what the loop waits beyond their loading (passing batches between processes) stays, and so do the
+    waits of workers starting again (``restarts``), each shorter by the loading saved."""
     rest = found.loop_s - found.wait_s
     if workers == 0:
         return rest + max(0.0, found.wait_s - saved_s)
-    return max(rest, (found.loading_s - saved_s) / workers) + _handoff(found, workers)
+    loading = max(rest, (found.loading_s - saved_s) / workers)
+    return loading + _handoff(found, workers, restarts) + restarts.per_step_s(saved_s)
 
 
-def _handoff(found: Figures, workers: int) -> float:
-    """What a loop with ``workers`` workers waits beyond their loading: passing batches between processes."""
-    return max(0.0, found.loop_s - max(found.loop_s - found.wait_s, found.loading_s / workers)) if workers else 0.0
+def _handoff(found: Figures, workers: int, restarts: _Restarts) -> float:
+    """What a loop with ``workers`` workers waits beyond their loading, but for the waits of workers starting again
+    (``restarts``): passing batches between processes."""
+    if not workers:
+        return 0.0
+    steady = found.loop_s - restarts.per_step_s()
+    return max(0.0, steady - max(found.loop_s - found.wait_s, found.loading_s / workers))
+
+
+@dataclass(frozen=True)
+class _Restarts:
+    """The waits for data of workers starting again at an epoch's start (``waits``: ``_restart_waits``), among
+    ``steps`` stage-timed steps."""
+
+    waits: list[float]
+    steps: int
+
+    def per_step_s(self, saved_s: float = 0.0) -> float:
+        """Those waits a step, had loading a batch cost ``saved_s`` less: each waits for its batch's loading too."""
+        return sum(max(0.0, wait - saved_s) for wait in self.waits) / max(self.steps, 1)
+
+
+def _restart_waits(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> _Restarts:
+    """The waits for data that are workers starting again at an epoch's start, where they do not persist
+    (``num_workers`` > 0, ``persistent_workers`` not set): waits ``RESTART_SPIKE`` times the median wait or more, and
+    no shorter than loading a batch in one process (nothing was loaded ahead of them); where the dataset's length
+    gives the epoch (``dataset_len // batch_size`` steps: every batch is full), each fewer steps than there are workers
+    from the start of an epoch that the longest wait marks (the warm-up before the timed steps leaves where epochs
+    start among them unknown); without one, no more than ``_RESTART_FEW`` of the steps. None where any fails: those
+    are steady waits that vary."""
+    stages = result.stages
+    workers, none = stages.num_workers, _Restarts([], stages.steps)
+    if workers == 0 or knobs.get("persistent_workers") or not stages.wait_s:
+        return none
+    floor = max(RESTART_SPIKE * statistics.median(stages.wait_s), found.loading_s)
+    spikes = [step for step, wait in enumerate(stages.wait_s) if wait >= floor and wait > 0]
+    if not spikes:
+        return none
+    epoch = result.dataset_len // stages.batch_size if result.dataset_len else 0
+    if epoch:
+        start = max(spikes, key=lambda step: stages.wait_s[step])
+        placed = all(min((step - start) % epoch, (start - step) % epoch) < workers for step in spikes)
+    else:
+        placed = len(spikes) <= _RESTART_FEW * stages.steps
+    return _Restarts([stages.wait_s[step] for step in spikes], stages.steps) if placed else none
+
+
+def _persistent(result: ProfileResult, found: Figures, restarts: _Restarts) -> list[Advice]:
+    """Workers kept across epochs, where they start again at each (``restarts``): an epoch's first batches then wait
+    for their loading alone."""
+    if not restarts.waits:
+        return []
+    gain = found.loop_s / (found.loop_s - restarts.per_step_s(found.loading_s))
+    median = statistics.median(result.stages.wait_s)
+    waits = restarts.waits
+    return [
+        Advice(
+            "set persistent_workers=True",
+            f"{len(waits)} of the {restarts.steps} steps waited {min(waits) * 1e3:.0f} to "
+            f"{max(waits) * 1e3:.0f} ms for data against a median wait of {median * 1e3:.1f} ms (≥ {RESTART_SPIKE}"
+            f" times it and a batch's loading, {found.loading_s * 1e3:.1f} ms): workers that do not persist start "
+            "again at each epoch's start",
+            f"up to {gain:.2f}x if an epoch's first batches waited for their loading alone",
+            gain,
+            knob="persistent_workers",
+        )
+    ]
 
 
 def _saturated_step(result: ProfileResult, found: Figures, saved_s: float, cpu_count: int) -> float:
@@ -287,12 +384,10 @@ def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]
     for function in [f for f in hot if hotspots.share(f) >= HOT_FUNCTION_SHARE][:_MOST_HOT]:
         share = hotspots.cost_share(function)
         gain = found.loop_s / step_after(found.loading_s * share)
-        if gain >= MIN_GAIN:
-            advice.append(_hot_advice(function, share, gain, result.operators.device))
+        advice.append(_hot_advice(function, share, gain, result.operators.device))
     collate = hotspots.collate_share
-    gain = found.loop_s / step_after(found.loading_s * collate)
-    if collate >= COLLATE_SHARE and gain >= MIN_GAIN:
-        advice.append(_collate_advice(hotspots, collate, gain))
+    if collate >= COLLATE_SHARE:
+        advice.append(_collate_advice(hotspots, collate, found.loop_s / step_after(found.loading_s * collate)))
     return advice
 
 
@@ -319,18 +414,24 @@ def _collate_advice(hotspots: Hotspots, collate: float, gain: float) -> Advice:
 
 
 def _workers(
-    result: ProfileResult, found: Figures, knobs: dict[str, Any], cpu_count: int, tried: Tried | None
+    result: ProfileResult,
+    found: Figures,
+    knobs: dict[str, Any],
+    cpu_count: int,
+    tried: Tried | None,
+    restarts: _Restarts,
 ) -> list[Advice]:
     """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step: as many
     as the cores hold, each busy its share of the time (``_loading_busy``: a worker waiting on I/O or asleep takes
     no core), and none where loading and the step already fill the cores (another would take a core from the
     step); none, where workers keep up and the loop still waits for their batches to be passed to it. The step it
     foresees is no shorter than loading's CPU time and training's (a core while it computes) over the cores. Either no
-    faster than the DataLoader alone with those workers, as the study's probe read it (``_loader_bound``)."""
+    faster than the DataLoader alone with those workers, as the study's probe read it (``_loader_bound``). Workers
+    that start again each epoch (``restarts``) still do with more of them."""
     workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
     needed = math.ceil(found.loading_s / rest - 1e-9) if rest > 0 else 1  # 4.000000000000001 workers are 4
     if workers >= needed and workers > 0:
-        return _no_workers(found, workers, _loader_bound(tried, result.stages.batch_size, 0, found))
+        return _no_workers(found, workers, _loader_bound(tried, result.stages.batch_size, 0, found), restarts)
     busy = _loading_busy(result, found)
     held = cpu_count if busy >= 1 else min(max(cpu_count, math.floor(cpu_count / busy)), WORKERS_A_CORE * cpu_count)
     count = max(workers + 1, min(needed, held))
@@ -339,10 +440,9 @@ def _workers(
     # The cores must hold loading's CPU time and training's, at least a core's while it computes: a step takes no
     # less than the two over the cores, whatever the workers.
     cpu_bound = (found.loading_s * busy + rest) / cpu_count
-    gain = found.loop_s / (max(rest, found.loading_s / count, cpu_bound) + _handoff(found, workers))
+    waits = _handoff(found, workers, restarts) + restarts.per_step_s()
+    gain = found.loop_s / (max(rest, found.loading_s / count, cpu_bound) + waits)
     gain, loader = _within(gain, _loader_bound(tried, result.stages.batch_size, count, found))
-    if gain < MIN_GAIN:
-        return []
     shared = _sharing(result, cpu_count)
     waiting = (
         f"; loading keeps a core busy {busy:.0%} of its time (the rest it waits), so more workers than cores"
@@ -406,19 +506,19 @@ def _loading_busy(result: ProfileResult, found: Figures) -> float:
     return 1.0 if busy < _MIN_BUSY else min(1.0, busy)  # under the reading's resolution: unknown, one a core
 
 
-def _no_workers(found: Figures, workers: int, bound: tuple[float, str] | None) -> list[Advice]:
-    """Loading in the training process, where passing batches from workers costs more than loading them there (no
-    faster than ``bound``: ``_loader_bound``)."""
-    rest, handoff = found.loop_s - found.wait_s, _handoff(found, workers)
+def _no_workers(found: Figures, workers: int, bound: tuple[float, str] | None, restarts: _Restarts) -> list[Advice]:
+    """Loading in the training process, where passing batches from workers, and their starting again each epoch
+    (``restarts``), cost more than loading them there (no faster than ``bound``: ``_loader_bound``)."""
+    rest, handoff = found.loop_s - found.wait_s, _handoff(found, workers, restarts)
     gain, loader = _within(found.loop_s / (rest + found.loading_s), bound)
-    if gain < MIN_GAIN:
-        return []
+    restarting = restarts.per_step_s()
+    again = f", and {restarting * 1e3:.1f} ms for them to start again at an epoch's start" if restarting else ""
     return [
         Advice(
             "set num_workers=0",
             f"{counted(workers, 'worker')} load a batch in {found.loading_s * 1e3:.1f} ms, within the rest of the step "
             f"({rest * 1e3:.1f} ms), yet the loop waits {handoff * 1e3:.1f} ms a step for batches to be passed "
-            "between processes",
+            f"between processes{again}",
             f"up to {gain:.2f}x: loading in the training process, {found.loading_s * 1e3:.1f} ms a batch{loader}",
             gain,
             knob="num_workers",
@@ -495,10 +595,7 @@ def _context(
 def _overhead(
     result: ProfileResult, found: Figures, knobs: dict[str, Any], ctx: SearchContext, effective_batch_size: int | None
 ) -> list[Advice]:
-    rest = found.loop_s - found.wait_s
-    overhead = found.overhead_share * rest
-    arithmetic = rest - overhead
-    doubled = 2 * rest / (overhead + 2 * arithmetic)  # twice the samples a step for the same fixed overhead
+    overhead = found.step_overhead_share * (found.loop_s - found.wait_s)
     device = ctx.device
     mode = _compile_mode(knobs, ctx, effective_batch_size)
     graphs = replays_cuda_graphs(mode, device)
@@ -506,18 +603,10 @@ def _overhead(
     # training process and its workers were on no core at all (a sleep, I/O, a lock) is out of its reach.
     removable = max(0.0, overhead - (_idle_s(result, found) if device != "cuda" else 0.0))
     gone = found.loop_s / (found.loop_s - removable)
-    advice = [
-        Advice(
-            f"set batch_size={2 * knobs['batch_size']}",
-            f"{found.overhead_share:.0%} of the model step is per-step overhead, paid once a batch whatever its size",
-            f"up to {doubled:.2f}x per sample at twice the batch (it changes training: scale the learning rate)",
-            doubled,
-            knob="batch_size",
-        )
-    ]
+    advice = [_larger_batch(found, knobs["batch_size"], overhead, device, effective_batch_size)]
     # Compiled, a step keeps the overhead compiling cuts (where ``mode`` replays CUDA graphs, by them: its own alone).
     compiled = knobs.get("compile") not in (None, "off") and (not graphs or knobs["compile"] == mode)
-    if not compiled and gone >= MIN_GAIN:
+    if not compiled:
         advice.append(
             Advice(
                 f"set compile={mode}",
@@ -529,6 +618,40 @@ def _overhead(
             )
         )
     return advice + _optimizer(found, knobs, ctx)
+
+
+def _larger_batch(
+    found: Figures, batch: int, overhead_s: float, device: str, effective_batch_size: int | None
+) -> Advice:
+    """A larger batch than ``batch``, for a step that pays ``overhead_s`` of per-step overhead: the rest of the whole
+    step (loading, copies, the operators' work) grows with the batch and the overhead does not, so a batch ``k``
+    times as large takes ``overhead_s + k (step - overhead_s)`` for ``k`` times the samples. Twice the batch; under
+    search.batch_policy=fixed_effective (gradients accumulated up to ``effective_batch_size``) a micro-batch must
+    divide the effective batch (``BatchSizeKnob.unavailable_reason``): the smallest that does, at twice ``batch`` or
+    more (fewer accumulation steps, training unchanged); at the effective batch already, twice it is a new baseline
+    batch, which that policy does not try (no knob)."""
+    effective = effective_batch_size or 0
+    divisors = (size for size in range(2 * batch, effective + 1) if effective % size == 0)
+    larger = next(divisors, effective) if batch < effective else 2 * batch
+    times = larger / batch
+    gain = times * found.loop_s / (overhead_s + times * (found.loop_s - overhead_s))
+    idle = " (the GPU idle, waiting for the host)" if device == "cuda" else ""
+    share = found.step_overhead_share
+    why = f"{share:.0%} of the model step is per-step overhead{idle}, paid once a batch whatever its size"
+    if batch < effective:
+        effect = (
+            f"up to {gain:.2f}x per sample at micro-batches of {larger}, {effective // larger} to the effective batch "
+            f"of {effective} (fewer accumulation steps: training unchanged but for batch statistics)"
+        )
+        return Advice(f"set batch_size={larger}", why, effect, gain, knob="batch_size")
+    effect = f"up to {gain:.2f}x per sample at twice the batch (it changes training: scale the learning rate)"
+    if effective:
+        action = (
+            f"set pipeline.baseline.batch_size={larger}: a new baseline batch, beyond the effective batch of "
+            f"{effective} that search.batch_policy=fixed_effective keeps"
+        )
+        return Advice(action, why, effect, gain)
+    return Advice(f"set batch_size={larger}", why, effect, gain, knob="batch_size")
 
 
 def _compile_mode(knobs: dict[str, Any], ctx: SearchContext, effective_batch_size: int | None) -> str:
@@ -641,10 +764,10 @@ def _amp_action(result: ProfileResult, tried: Tried | None) -> str:
 
 
 def _elementwise(result: ProfileResult) -> str:
-    """The step's three largest operators that are not arithmetic (``is_compute_operator``), with their shares."""
+    """The step's three largest operators that are not arithmetic (``is_compute_operator``), with their shares of
+    the operators' work (``work_time``, as the verdict splits it)."""
     ops = result.operators
-    on_device = ops.device == "cuda"
-    time_of = (lambda op: op.self_device_s) if on_device else (lambda op: op.self_cpu_s)
+    time_of = work_time(ops)
     classified = classified_operators(ops)
     total = sum(time_of(op) for op in classified) or 1.0
     arithmetic = [op for op in classified if is_compute_operator(op.name, ops.device)]
