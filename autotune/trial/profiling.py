@@ -2,7 +2,8 @@
 tuner. Its phases run one after another on one pipeline, each apart from the others so that none distorts
 another's figures: warm-up, stage timing (garbage collection, page faults and the machine's CPU watched), memory
 after each of as many steps, a torch.profiler trace, on a GPU the largest allocations, then loading alone under
-cProfile (which slows it, so it runs last and times nothing)."""
+cProfile (which slows it, so it runs last and times nothing). Under gradient accumulation every phase that trains
+runs whole cycles of micro-batches, each with its optimizer step."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
+from autotune.knobs import whole_cycles
 from autotune.measure.cuda_memory import largest_cuda_allocations
 from autotune.measure.gc_pauses import GcWatch
 from autotune.measure.gpu import synchronize
@@ -32,6 +34,8 @@ from autotune.pipeline.inspect import input_ndim, optimizer_options
 from autotune.pipeline.setup import Trainer
 from autotune.pipeline.streams import dataset_length, is_stream, repeats_in_workers
 
+# Steps run with CUDA's allocations recorded (rounded up to a whole cycle under gradient accumulation, as ``_train``
+# runs steps: a cycle's allocations, its optimizer step's included).
 _ALLOCATION_STEPS = 2
 
 
@@ -91,7 +95,11 @@ def run_profile(
 
 def _memory_trend(trainer: Trainer, batches: Iterator[Instrumented], steps: int, device: torch.device) -> MemoryTrend:
     """Memory after each of ``steps`` untimed steps, apart from the timed ones: the DataLoader's workers go on
-    loading while it is read (PSS: milliseconds a process), which would hand a timed step batches loaded for free."""
+    loading while it is read (PSS: milliseconds a process), which would hand a timed step batches loaded for free.
+
+    Under gradient accumulation each step is a whole cycle, so that memory is read at the same point of every cycle:
+    the gradients live from a cycle's first backward pass to its optimizer step (freed there with set_to_none), and
+    readings within cycles would rise and fall by their size, moving the leak rule's line."""
     memory = MemoryTrendRecorder(device)
     for _ in range(steps):
         _train(trainer, batches, 1)
@@ -100,8 +108,10 @@ def _memory_trend(trainer: Trainer, batches: Iterator[Instrumented], steps: int,
 
 
 def _train(trainer: Trainer, batches: Iterator[Instrumented], steps: int) -> Instrumented:
-    """``steps`` training steps (at least one), untimed; the last batch loaded."""
-    for _ in range(max(1, steps)):
+    """``steps`` training steps (at least one), untimed, rounded up to whole cycles of ``trainer.accumulation_steps``
+    micro-batches, so that they hold an optimizer step and the allocations of a whole cycle (a warm-up without one
+    would leave the optimizer's first, its lazy state and compiling, to the timed steps); the last batch loaded."""
+    for _ in range(whole_cycles(max(1, steps), trainer.accumulation_steps)):
         item = next(batches)
         trainer.train_step(trainer.to_device(item.batch))
     synchronize(trainer.setup.device)
