@@ -51,7 +51,8 @@ class CudaAllocation:
 class MemoryTrend:
     """After each step: the memory of the training process and its DataLoader workers (``tree_mb``, by ``metric``:
     "pss" where the OS reports it, else "rss"), and on a GPU what CUDA's allocator has allocated
-    (``cuda_allocated_mb``, else None).
+    (``cuda_allocated_mb``, else None). Under gradient accumulation a reading follows each whole cycle, of
+    ``steps_apart`` micro-batches (1: every step).
 
     PSS, not RSS: a forked worker shares its parent's pages, freed ones included, and a leak that fills those counts
     in the worker's RSS from the start, so RSS would not grow; PSS moves each page to the worker that writes it. Its
@@ -61,6 +62,7 @@ class MemoryTrend:
     tree_mb: list[float]
     cuda_allocated_mb: list[float] | None = None
     metric: str = "pss"
+    steps_apart: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

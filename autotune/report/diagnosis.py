@@ -10,7 +10,7 @@ from typing import TextIO
 
 from autotune.files import write_atomic
 from autotune.measure.hotspots import Hotspots
-from autotune.measure.profiling import OperatorProfile, ProfileResult
+from autotune.measure.profiling import MemoryTrend, OperatorProfile, ProfileResult
 from autotune.report.console import format_knobs
 from autotune.report.document import Document, Headline, Link, Section, Table, machine_lines
 from autotune.report.html_report import to_html
@@ -26,7 +26,7 @@ _METHOD = (
     "{steps} steps timed stage by stage (waiting for the DataLoader, copying to the device, the model's forward "
     "pass through its forward hooks, the optimizer step through its step hooks, the loss and backward pass "
     "between them; fetching and collating timed in the process that does them, worker or training process), "
-    "garbage collections timed (gc.callbacks) over the same steps; then memory read after each of {memory} more; "
+    "garbage collections timed (gc.callbacks) over the same steps; then memory read after each of {memory}; "
     "then {trace} steps under "
     "torch.profiler (one skipped, one of warm-up, {trace} recorded); then {batches} batches loaded under cProfile, "
     "in the workers where there are workers. On a GPU every stage boundary waits for the device, so the stages "
@@ -65,7 +65,7 @@ def profile_document(record: ProfileRecord, out_dir: Path) -> Document:
             paragraphs=[
                 _METHOD.format(
                     steps=result.stages.steps,
-                    memory=len(result.memory.tree_mb),
+                    memory=_readings(result.memory, "more "),
                     trace=result.operators.active_steps,
                     batches=result.hotspots.batches,
                 )
@@ -163,11 +163,19 @@ def _operator_section(ops: OperatorProfile, out_dir: Path) -> Section:
     )
 
 
+def _readings(memory: MemoryTrend, more: str = "") -> str:
+    """What ``memory`` was read after, in words: its steps, or under gradient accumulation its whole cycles."""
+    count = len(memory.tree_mb)
+    if memory.steps_apart == 1:
+        return f"{count} {more}steps"
+    return f"{count} {more}whole cycles of {memory.steps_apart} micro-batches (gradients accumulated)"
+
+
 def _memory_section(result: ProfileResult) -> Section:
     memory, gc = result.memory, result.gc
     lines = [
         f"host memory ({memory.metric.upper()} of the training process and its workers) after each of "
-        f"{len(memory.tree_mb)} steps: "
+        f"{_readings(memory)}: "
         f"{memory.tree_mb[0]:.0f} MB first, {max(memory.tree_mb):.0f} MB at most, {memory.tree_mb[-1]:.0f} MB last",
         f"garbage collection: {sum(gc.collections)} collections (generations 0/1/2: "
         f"{'/'.join(map(str, gc.collections))}), {gc.total_s * 1e3:.1f} ms paused in all ({gc.share:.1%} of "
@@ -175,7 +183,7 @@ def _memory_section(result: ProfileResult) -> Section:
     ]
     if memory.cuda_allocated_mb:
         lines.append(
-            f"CUDA allocated after each step: {memory.cuda_allocated_mb[0]:.0f} MB first, "
+            f"CUDA allocated after each of the same {_readings(memory)}: {memory.cuda_allocated_mb[0]:.0f} MB first, "
             f"{memory.cuda_allocated_mb[-1]:.0f} MB last"
         )
     table = None

@@ -290,7 +290,8 @@ def leaks(result: ProfileResult) -> list[Leak]:
     """The memory series that grew as a leak grows: by ``LEAK_MIN_MB`` and ``LEAK_MIN_SHARE`` at least over the
     sample, steadily (host memory first)."""
     cuda = result.memory.cuda_allocated_mb
-    found = [_host_leak(result), _leak("CUDA memory allocated", cuda) if cuda is not None else None]
+    apart = result.memory.steps_apart
+    found = [_host_leak(result), _leak("CUDA memory allocated", cuda, apart) if cuda is not None else None]
     return [leak for leak in found if leak is not None]
 
 
@@ -299,10 +300,11 @@ _HOST_MEMORY = "host memory of the training process and its workers ({})"
 _LEAK_MIN_READINGS = 6
 
 
-def _leak(what: str, readings: list[float]) -> Leak | None:
-    """A leak of ``readings`` (memory after each step), read from the straight line through them: what it grew from
-    the first step to the last, from where it started, still growing over the last third (LEAK_LATE_SHARE of the
-    line's slope: memory that rose and levelled off is no leak)."""
+def _leak(what: str, readings: list[float], steps_apart: int) -> Leak | None:
+    """A leak of ``readings`` (memory after each of their steps, ``steps_apart`` steps apart: a whole cycle under
+    gradient accumulation), read from the straight line through them: what it grew from the first reading to the
+    last, from where it started, still growing over the last third (LEAK_LATE_SHARE of the line's slope: memory that
+    rose and levelled off is no leak); per step, of training's steps."""
     if len(readings) < _LEAK_MIN_READINGS:
         return None
     slope, start, fit = _line(readings)
@@ -310,7 +312,7 @@ def _leak(what: str, readings: list[float]) -> Leak | None:
     grew = slope * (len(readings) - 1)
     if grew < LEAK_MIN_MB or grew < LEAK_MIN_SHARE * start or fit < LEAK_MIN_FIT or late < LEAK_LATE_SHARE * slope:
         return None
-    return Leak(what, len(readings), start, start + grew, slope, fit)
+    return Leak(what, (len(readings) - 1) * steps_apart + 1, start, start + grew, slope / steps_apart, fit)
 
 
 def _line(values: list[float]) -> tuple[float, float, float]:
@@ -410,7 +412,8 @@ def _fresh_mb_per_step(result: ProfileResult, leak: Leak | None) -> float:
 
 
 def _host_leak(result: ProfileResult) -> Leak | None:
-    return _leak(_HOST_MEMORY.format(result.memory.metric.upper()), result.memory.tree_mb)
+    memory = result.memory
+    return _leak(_HOST_MEMORY.format(memory.metric.upper()), memory.tree_mb, memory.steps_apart)
 
 
 def contention_finding(result: ProfileResult) -> str | None:

@@ -104,7 +104,7 @@ def _memory_trend(trainer: Trainer, batches: Iterator[Instrumented], steps: int,
     for _ in range(steps):
         _train(trainer, batches, 1)
         memory.read()
-    return memory.trend()
+    return replace(memory.trend(), steps_apart=trainer.accumulation_steps)
 
 
 def _train(trainer: Trainer, batches: Iterator[Instrumented], steps: int) -> Instrumented:

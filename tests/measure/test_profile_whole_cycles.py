@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autotune.measure.loading import InstrumentedData
-from autotune.measure.profiling import ProfilePlan
+from autotune.measure.profiling import MemoryTrend, ProfilePlan
 from autotune.measure.stages import time_stages
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
@@ -96,10 +96,11 @@ def test_memory_is_read_once_a_cycle_at_the_same_point_of_each(phase, monkeypatc
             readings.append((trainer.optimizer_steps, _gradient_bytes(trainer.model)))
 
         def trend(self):
-            return None
+            return MemoryTrend([0.0] * len(readings))
 
     monkeypatch.setattr(profiling, "MemoryTrendRecorder", Recorder)
-    profiling._memory_trend(trainer, batches, 5, CPU)
+    trend = profiling._memory_trend(trainer, batches, 5, CPU)
+    assert trend.steps_apart == trainer.accumulation_steps == 4, "the readings say they are a cycle apart"
     batches.close()
     steps, held = zip(*readings, strict=True)
     assert len(readings) == 5

@@ -149,6 +149,15 @@ def test_a_leak_is_what_memory_grew_over_the_whole_sample():
     assert leaks(profile_result(tree_mb=levelled)) == [], "memory that rose and levelled off"
 
 
+def test_a_leak_read_once_a_cycle_of_accumulated_micro_batches_is_per_micro_batch():
+    # Readings 4 micro-batches apart (a whole cycle each): 10 MB a reading is 2.5 MB a step of training, over
+    # (30 - 1) * 4 + 1 steps; the fault rule subtracts the leak from its faults per step, so both count steps alike.
+    cycles = replace(profile_result().memory, tree_mb=[250.0 + 10 * i for i in range(30)], steps_apart=4)
+    (leak,) = leaks(replace(profile_result(), memory=cycles))
+    assert leak.per_step_mb == pytest.approx(2.5) and leak.steps == 117
+    assert "grew from 250 to 540 MB over 117 steps, 2.50 MB a step" in str(leak)
+
+
 def test_the_fresh_pages_a_leak_keeps_are_no_allocators_fault():
     # 16 MB of fresh pages a step, all of them kept by a 16 MB-a-step leak: no allocator setting saves them.
     faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
