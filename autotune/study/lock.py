@@ -12,16 +12,19 @@ The lock files lie beside the database file as reached through each link to it (
 resolved path, which every tuner of one file locks whichever link it was given, and beside the path as given, which
 autotune before locked alone, so that a tuner of that version given the same link is refused too. A file has as many
 resolved paths as hard links, beside none of which another's lock files lie: a tuner also locks the study on the
-database file itself (``_file_held``), which the kernel knows by its device and inode, whichever path opened it.
+database file itself (``_file_held``), which the kernel knows by its device and inode, whichever path opened it. That
+lock is Linux's; where the system, its kernel or the file system has none, the lock files alone hold the study.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 import struct
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,10 +41,10 @@ from autotune.redact import redact_url
 
 @contextmanager
 def one_tuner(storage: str, name: str) -> Iterator[None]:
-    """Hold study ``name`` in ``storage`` for this process; ConfigError naming ``study.name`` (and the holder's pid)
-    where another process holds it. Its locks are taken in the order of ``_lock_places``, then the file's own
-    (``_file_held``), each at once or refused, never waited for, so no two tuners wait on each other; two tuners of
-    this autotune meet at the first, or, given two hard links to one file, at the file's own."""
+    """Hold study ``name`` in ``storage`` for this process; ConfigError naming ``study.name`` (and the holder's pid,
+    where known) where another process holds it. Its locks are taken in the order of ``_lock_places``, then the
+    file's own (``_file_held``), each at once or refused, never waited for, so no two tuners wait on each other; two
+    tuners of this autotune meet at the first, or, given two hard links to one file, at the file's own."""
     database = sqlite_file(storage)
     if database is None:
         yield
@@ -81,6 +84,16 @@ def _held_beside(database: Path, storage: str, name: str) -> Iterator[None]:
 # Where in the database file the locks of its studies lie (``_file_held``): from 2**62 on, far past the bytes SQLite
 # locks (from 2**30), and the file's end; each study at a byte of its own, picked by a hash of its name.
 _STUDY_BYTES = 1 << 62
+# Linux's ``struct flock`` (a 64-bit ``off_t``): type, whence, start, length, pid.
+_FLOCK = "hhqqi0q"
+# The errors of a lock call where the kernel or the file system has no such locks (WSL1, proot, older gVisor and
+# Linux before 3.15 refuse F_OFD_SETLK; a network file system may refuse any lock): the lock files alone hold it then.
+_NO_SUCH_LOCKS = frozenset({errno.EINVAL, errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EOVERFLOW})
+# The descriptors this process opened on database files to lock them (``_file_held``), by the file's device and
+# inode, that hold no lock now: never closed, as a close drops every POSIX lock this process holds on the file,
+# SQLite's among them (a slot's transaction may still be open as a tuner ends), but taken again by the next tuner of
+# the file here. A file held open keeps its inode: no other file gets its key meanwhile.
+_IDLE: dict[tuple[int, int], list[int]] = {}
 
 
 @contextmanager
@@ -88,40 +101,81 @@ def _file_held(database: Path, storage: str, name: str) -> Iterator[None]:
     """Hold study ``name`` on the file ``database`` itself while inside, whichever path reaches it (a hard link's
     too): an open file description lock on the study's byte of it (``_study_byte``), which SQLite never locks, and
     the kernel releases when its holder exits, however it exits; ConfigError naming ``study.name`` where another
-    holds it (such a lock keeps no pid). Nothing to hold where this user cannot open the file for writing: it is not
-    there yet (SQLite makes it once the run's input is known good: a hard link made to it while this tuner runs is
-    not covered), or it cannot be tuned (``storage.open_storage`` refuses it). Elsewhere than Linux (no such locks)
-    the lock files alone hold it. Its descriptor is closed as the tuner ends, its study at rest: a close drops the
-    process's POSIX locks on the file, SQLite's."""
-    handle = _opened_to_lock(database)
-    if handle is None:
+    process holds it (``_file_locked_by_another``). Nothing to hold where the file cannot be locked so
+    (``_file_to_lock``: not there yet, as SQLite makes it once the run's input is known good, a hard link made to it
+    while this tuner runs then not covered; not writable by this user, which ``storage.open_storage`` refuses; not
+    on Linux), or where the kernel or its file system has no such locks (``_NO_SUCH_LOCKS``): the lock files alone
+    hold it then. The byte is unlocked as the tuner ends, and its descriptor kept for the next (``_IDLE``)."""
+    file = _file_to_lock(database)
+    if file is None:
         yield
         return
+    key, handle = file
     try:
+        locked = _took_study_byte(handle, storage, name)
         try:
-            fcntl.fcntl(handle, fcntl.F_OFD_SETLK, _study_byte(name))
-        except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another holds it
-            raise _held_by_another(storage, name, holder="") from None
-        yield
+            yield
+        finally:
+            if locked:  # an unlock, unlike a close, leaves the process's other locks on the file held
+                fcntl.fcntl(handle, fcntl.F_OFD_SETLK, _study_byte(name, fcntl.F_UNLCK))
     finally:
-        os.close(handle)
+        _IDLE.setdefault(key, []).append(handle)
 
 
-def _opened_to_lock(database: Path) -> int | None:
-    """A descriptor of the file ``database`` open for writing, as its locks need (``_file_held``); None where it
-    cannot be opened so, or where there are no such locks."""
-    if not hasattr(fcntl, "F_OFD_SETLK"):
+def _file_to_lock(database: Path) -> tuple[tuple[int, int], int] | None:
+    """The file ``database`` as its locks need it (``_file_held``): its device and inode, and a descriptor of it open
+    for writing, one of this process's idle ones (``_IDLE``) or one opened now; None where it cannot be opened so,
+    or elsewhere than Linux (another system may name F_OFD_SETLK, as some macOS Pythons do, with another
+    ``struct flock``)."""
+    if sys.platform != "linux" or not hasattr(fcntl, "F_OFD_SETLK"):
         return None
     try:
-        return os.open(database, os.O_RDWR)
+        there = os.stat(database)
     except OSError:
         return None
+    key = (there.st_dev, there.st_ino)
+    with contextlib.suppress(IndexError):
+        return key, _IDLE.get(key, []).pop()
+    try:
+        handle = os.open(database, os.O_RDWR)
+    except OSError:
+        return None
+    opened = os.fstat(handle)  # the file opened, whatever lay at the path as it was looked at
+    return (opened.st_dev, opened.st_ino), handle
 
 
-def _study_byte(name: str) -> bytes:
-    """The ``struct flock`` that write-locks study ``name``'s byte of the database file (``_STUDY_BYTES``)."""
+def _took_study_byte(handle: int, storage: str, name: str) -> bool:
+    """Lock study ``name``'s byte of the file open as ``handle``, at once or refused: whether it was locked (False:
+    the kernel or the file system has no such locks); ConfigError where another process holds it."""
+    try:
+        fcntl.fcntl(handle, fcntl.F_OFD_SETLK, _study_byte(name, fcntl.F_WRLCK))
+    except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another holds it
+        raise _file_locked_by_another(storage, name, _holder(handle, name)) from None
+    except OSError as exc:
+        if exc.errno in _NO_SUCH_LOCKS:
+            return False
+        raise
+    return True
+
+
+def _holder(handle: int, name: str) -> str:
+    """The pid of the process holding a POSIX lock over study ``name``'s byte of the file open as ``handle`` (a tool
+    locking the whole file), as the kernel tells it; "" where none is told: an open file description lock (another
+    autotune's) keeps none, and a lock let go meanwhile is no longer there."""
+    with contextlib.suppress(OSError):
+        kind, _, _, _, pid = struct.unpack(
+            _FLOCK, fcntl.fcntl(handle, fcntl.F_OFD_GETLK, _study_byte(name, fcntl.F_WRLCK))
+        )
+        if kind != fcntl.F_UNLCK and pid > 0:
+            return str(pid)
+    return ""
+
+
+def _study_byte(name: str, kind: int) -> bytes:
+    """The ``struct flock`` of study ``name``'s byte of the database file (``_STUDY_BYTES``), of lock ``kind``
+    (``F_WRLCK``, ``F_UNLCK``)."""
     byte = _STUDY_BYTES + int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big")
-    return struct.pack("hhqqi0q", fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0)  # type, whence, start, length, pid
+    return struct.pack(_FLOCK, kind, os.SEEK_SET, byte, 1, 0)
 
 
 def lock_file(database: Path, name: str) -> Path:
@@ -178,9 +232,25 @@ def _held_by_another(storage: str, name: str, holder: str) -> ConfigError:
     """The refusal of study ``name`` in ``storage``, which another process holds: ``holder``, its pid ("": unknown)."""
     return ConfigError(
         "study.name",
-        f"another autotune{f' (pid {holder})' if holder else ''} is tuning study '{name}' in "
+        f"another autotune{_pid_said(holder)} is tuning study '{name}' in "
         f"{redact_url(storage)}; wait for it to end, or choose another study.name",
     )
+
+
+def _file_locked_by_another(storage: str, name: str, holder: str) -> ConfigError:
+    """The refusal of study ``name`` in ``storage``, whose byte of the database file another process holds (``holder``,
+    its pid; "": unknown): an autotune given another link to the file, or a tool locking the whole file."""
+    return ConfigError(
+        "study.name",
+        f"the database file of {redact_url(storage)} is locked by another process{_pid_said(holder)}: an autotune "
+        f"tuning study '{name}' through another link to the file, or a tool locking the whole file; wait for it to "
+        "end, or, where it is an autotune, choose another study.name",
+    )
+
+
+def _pid_said(holder: str) -> str:
+    """`` (pid N)`` of a lock's ``holder``, its pid, where known ("": unknown)."""
+    return f" (pid {holder})" if holder else ""
 
 
 def _open(path: Path, storage: str) -> TextIO:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 import optuna
@@ -36,18 +36,27 @@ from autotune.records import (
 from autotune.study.storage import JOURNAL_LOCK_GRACE_S, is_shared, journal_lock
 from autotune.trial.runner import INTERRUPT
 
+if TYPE_CHECKING:  # what ``get_all_studies`` returns, which Optuna does not export
+    from optuna.study._frozen import FrozenStudy
+
 # How often a tuner whose search is done looks whether the others' trials on its machine have ended.
 _AWAIT_POLL_S = 2.0
 # How often a tuner making a study looks whether the claim of the tuner describing it ended (its write takes ms).
 _DESCRIBED_POLL_S = 0.05
 # What this process read of a heartbeat (None: none yet) and since when, on its own monotonic clock, it reads it
-# unchanged (``_watched``): a silence no other machine's clock can shorten or stretch (``_unheard``).
+# unchanged (``_watched``): a silence no other machine's clock can shorten or stretch (``_unheard``). The clock is
+# read after the storage read that saw the beat: a slow read is slow waiting (on a lock, the network, the disk) before
+# its data comes, and a clock read before it would count that wait as silence of a beat written meanwhile.
 _Watch = tuple[Any, float]
 # The watches of each study's running trials, by trial id: forgotten with the study (held weakly), and kept only for
-# the trials running at the last look (``_trial_watches``). Before a trial's first heartbeat its silence counts from
-# there, not from its recorded start: Optuna writes the writer's local time, without its zone, and a tuner in another
-# zone would read it hours off and fail a live trial.
+# the trials running at the last look (``_watches``). Before a trial's first heartbeat its silence counts from there,
+# not from its recorded start: Optuna writes the writer's local time, without its zone, and a tuner in another zone
+# would read it hours off and fail a live trial.
 _WATCHED: WeakKeyDictionary[optuna.Study, dict[int, _Watch]] = WeakKeyDictionary()
+# The watches of each study's claims held with a heartbeat (a search's, a description's), by claim id, kept as its
+# trials' are, for the claims there at the last look (``_claims``): whichever look of this process finds one, its
+# silence counts from the first that saw its last beat.
+_CLAIMS_WATCHED: WeakKeyDictionary[optuna.Study, dict[int, _Watch]] = WeakKeyDictionary()
 # Until when, by what this process saw, the writes to each journal file were blocked by a stuck lock (by the lock's
 # path: ``storage.journal_lock``): a tuner's silence counts from then at the earliest, as its heartbeats waited too.
 _BLOCKED: dict[str, float] = {}
@@ -73,10 +82,9 @@ def await_others(
     if not is_shared(settings.storage):
         return False
     awaited: set[int] = set()
-    seen: dict[int, _Watch] = {}
     while True:
         measuring = measuring_now(running := running_trials(study), machine)
-        if not measuring and not _searching_others(study, machine, seen):
+        if not measuring and not _searching_others(study, machine):
             break
         if not waits():
             return False
@@ -175,22 +183,35 @@ def _end_claim(study: optuna.Study, claim: int) -> None:
 
 def _end_orphan_claims(study: optuna.Study) -> None:
     """End every orphaned claim of the study (``_orphaned``), and the search and description claims of tuners no
-    longer heard."""
-    measuring = f"{study.study_name}{_MEASURING}"
-    heard = (f"{study.study_name}{_SEARCHING}", f"{study.study_name}{_DESCRIBING}")  # held with a heartbeat
-    claims = study._storage.get_all_studies()
-    running, now = running_trials(study), time.time()
-    blocked = _blocked_until(study, now)
+    longer heard (``_ended_if_unheard``)."""
+    measuring, now = f"{study.study_name}{_MEASURING}", time.time()
+    claims, watched = _claims(study)
+    running, blocked = running_trials(study), _blocked_until(study, now)
     for summary in claims:
         if summary.study_name.startswith(measuring):
             if _orphaned(summary.study_name, summary.user_attrs.get("trial"), running):
                 _end_claim(study, summary._study_id)
-        elif (
-            summary.study_name.startswith(heard)
-            and (study._storage, summary._study_id) not in _HELD
-            and _unheard(summary.user_attrs.get(ALIVE_ATTR), 0.0, now, blocked)  # not watched: its beat's time tells
-        ):
-            _end_claim(study, summary._study_id)
+        elif summary._study_id in watched:
+            _ended_if_unheard(study, summary, watched[summary._study_id], now, blocked)
+
+
+def _claims(study: optuna.Study) -> tuple[list[FrozenStudy], dict[int, float]]:
+    """The claims of ``study`` (every study of its storage, read now), and how long this process has watched the
+    heartbeat of each held with one (a search's, a description's) unchanged, by claim id (``_watched``)."""
+    claims = study._storage.get_all_studies()
+    heard = (f"{study.study_name}{_SEARCHING}", f"{study.study_name}{_DESCRIBING}")
+    beats = {s._study_id: s.user_attrs.get(ALIVE_ATTR) for s in claims if s.study_name.startswith(heard)}
+    return claims, _watches(_CLAIMS_WATCHED, study, beats, time.monotonic())
+
+
+def _ended_if_unheard(study: optuna.Study, claim: FrozenStudy, watched_s: float, now: float, blocked: float) -> bool:
+    """End ``claim``, held with a heartbeat, where its tuner is no longer heard (``_unheard``: by its last beat's
+    time, or ``watched_s`` unchanged), unless this process holds it (a sibling slot's). Whether it was ended."""
+    mine = (study._storage, claim._study_id) in _HELD
+    if mine or not _unheard(claim.user_attrs.get(ALIVE_ATTR), watched_s, now, blocked):
+        return False
+    _end_claim(study, claim._study_id)
+    return True
 
 
 def _end_if_orphaned(study: optuna.Study, name: str) -> bool:
@@ -243,10 +264,11 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``:
     by a trial's last heartbeat, or by how long this process has watched it unchanged, none included), and end their
     claims: their configurations are then owed (``tuner._owed``); returns their numbers."""
-    now, clock = time.time(), time.monotonic()
+    now = time.time()
     running = running_trials(study) if running is None else running
     blocked = _blocked_until(study, now)
-    watched = _trial_watches(study, running, clock)
+    beats = {t._trial_id: t.user_attrs.get(ALIVE_ATTR) for t in running}
+    watched = _watches(_WATCHED, study, beats, time.monotonic())
     stale = [
         t
         for t in running
@@ -256,13 +278,16 @@ def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTria
     return fail_interrupted_trials(study, stale)
 
 
-def _trial_watches(study: optuna.Study, running: list[optuna.trial.FrozenTrial], clock: float) -> dict[int, float]:
-    """How long this process has watched the last heartbeat of each of ``running``, the trials of ``study`` running
-    now, unchanged (``_watched``), by trial id, at its monotonic ``clock``; those no longer running are forgotten."""
-    before = _WATCHED.get(study, {})
-    watches = {t._trial_id: before[t._trial_id] for t in running if t._trial_id in before}
-    _WATCHED[study] = watches
-    return {t._trial_id: _watched(watches, t._trial_id, t.user_attrs.get(ALIVE_ATTR), clock) for t in running}
+def _watches(
+    kept: WeakKeyDictionary[optuna.Study, dict[int, _Watch]], study: optuna.Study, beats: dict[int, Any], clock: float
+) -> dict[int, float]:
+    """How long this process has watched each heartbeat of ``study`` in ``beats`` (what was read of it, by id)
+    unchanged (``_watched``), at its monotonic ``clock``, by what ``kept`` holds of ``study``'s, which this updates:
+    the watches of heartbeats no longer among ``beats`` are forgotten."""
+    before = kept.get(study, {})
+    watches = {key: before[key] for key in beats if key in before}
+    kept[study] = watches
+    return {key: _watched(watches, key, beat, clock) for key, beat in beats.items()}
 
 
 def _watched(watches: dict[int, _Watch], key: int, beat: Any, clock: float) -> float:
@@ -375,7 +400,7 @@ def _others_at_it(study: optuna.Study, machine: str) -> bool:
     running = running_trials(study)
     if fail_stale_trials(study, running):
         running = running_trials(study)
-    return bool(measuring_now(running, machine)) or _searching_others(study, machine, {})
+    return bool(measuring_now(running, machine)) or _searching_others(study, machine)
 
 
 def never() -> bool:
@@ -428,20 +453,15 @@ def searching(study: optuna.Study, settings: StudySettings, machine: str) -> Ite
         yield lost
 
 
-def _searching_others(study: optuna.Study, machine: str, seen: dict[int, _Watch]) -> bool:
-    """Whether another tuner searches on ``machine`` (``searching``), ending the claims of those no longer heard;
-    ``seen``: what the caller watched of each claim's heartbeat, by claim id (``_watched``), which this updates."""
-    prefix, now, clock, heard = f"{study.study_name}{_SEARCHING}{machine}:", time.time(), time.monotonic(), False
+def _searching_others(study: optuna.Study, machine: str) -> bool:
+    """Whether another tuner, or a sibling slot of this one, searches on ``machine`` (``searching``), ending the
+    claims of those no longer heard (``_ended_if_unheard``)."""
+    prefix, now = f"{study.study_name}{_SEARCHING}{machine}:", time.time()
+    claims, watched = _claims(study)
     blocked = _blocked_until(study, now)
-    for summary in study._storage.get_all_studies():
-        if summary.study_name.startswith(prefix):
-            beat = summary.user_attrs.get(ALIVE_ATTR)
-            mine = (study._storage, summary._study_id) in _HELD  # a sibling slot's: it searches
-            if not mine and _unheard(beat, _watched(seen, summary._study_id, beat, clock), now, blocked):
-                _end_claim(study, summary._study_id)
-            else:
-                heard = True
-    return heard
+    searches = [s for s in claims if s.study_name.startswith(prefix)]
+    heard = [s for s in searches if not _ended_if_unheard(study, s, watched[s._study_id], now, blocked)]
+    return bool(heard)
 
 
 def _await_claim(

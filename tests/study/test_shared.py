@@ -722,7 +722,7 @@ def test_a_slot_never_ends_the_search_claim_or_fails_the_trial_of_a_sibling_slot
     with searching(study, settings, machine) as lost:
         (claim,) = [s for s in study._storage.get_all_studies() if sharing._SEARCHING in s.study_name]
         study._storage.set_study_user_attr(claim._study_id, ALIVE_ATTR, [time.time() - 3600, 60.0])  # as if asleep
-        assert sharing._searching_others(study, machine, {}), "its sibling searches"
+        assert sharing._searching_others(study, machine), "its sibling searches"
         sharing._end_orphan_claims(study)
         assert not lost(), "nor is it ended as an orphan"
     trial = study.ask()

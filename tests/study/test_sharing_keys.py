@@ -32,7 +32,7 @@ def test_a_claim_held_in_one_storage_keeps_no_claim_of_the_same_id_in_another_al
         dead = other._storage.create_new_study([StudyDirection.MAXIMIZE], "s#searching@m:dead")
         assert dead == held, "the same id, in another storage"
         other._storage.set_study_user_attr(dead, ALIVE_ATTR, [HOUR_AGO, 60.0])  # then its tuner died
-        assert not sharing._searching_others(other, "m", {}), "the dead tuner's search is not waited for"
+        assert not sharing._searching_others(other, "m"), "the dead tuner's search is not waited for"
         assert [s.study_name for s in other._storage.get_all_studies()] == ["s"], "its claim ended"
 
 

@@ -121,7 +121,74 @@ def test_a_claim_a_dead_tuner_beat_by_a_clock_ahead_is_ended_by_a_tuner_watching
 
     searching = study._storage.create_new_study([StudyDirection.MAXIMIZE], "s#searching@m:dead")
     study._storage.set_study_user_attr(searching, ALIVE_ATTR, [clocks.time() + AHEAD, HEARTBEAT_S])
-    seen: dict = {}
-    assert sharing._searching_others(study, "m", seen), "first watched now"
+    assert sharing._searching_others(study, "m"), "first watched now"
     clocks.advance(STALE_S * 1.2)
-    assert not sharing._searching_others(study, "m", seen), "its search no longer waited for"
+    assert not sharing._searching_others(study, "m"), "its search no longer waited for"
+
+
+def test_a_claim_a_dead_tuner_beat_by_a_clock_ahead_is_watched_by_every_look_at_it(tmp_path, monkeypatch):
+    """Whichever look finds it (the study's end waited on, or left to the others past study.budget_s; the orphans
+    ended as a trial is failed), a claim's silence counts from the first look of this process at its last beat."""
+    study, clocks = _study(tmp_path, monkeypatch)
+    searching = study._storage.create_new_study([StudyDirection.MAXIMIZE], "s#searching@m:dead")
+    study._storage.set_study_user_attr(searching, ALIVE_ATTR, [clocks.time() + AHEAD, HEARTBEAT_S])
+    assert sharing._searching_others(study, "m"), "first watched now, while waiting for the others"
+    clocks.advance(STALE_S * 1.2)
+    assert not sharing._others_at_it(study, "m"), "past study.budget_s, its search is not left the study's end"
+
+    describing = study._storage.create_new_study([StudyDirection.MAXIMIZE], "s#describing@0")
+    study._storage.set_study_user_attr(describing, ALIVE_ATTR, [clocks.time() + AHEAD, HEARTBEAT_S])
+    sharing._end_orphan_claims(study)
+    clocks.advance(STALE_S * 0.6)
+    sharing._end_orphan_claims(study)
+    assert "s#describing@0" in [s.study_name for s in study._storage.get_all_studies()], "heard not long ago"
+    clocks.advance(STALE_S * 0.6)
+    sharing._end_orphan_claims(study)
+    assert [s.study_name for s in study._storage.get_all_studies()] == ["s"], "ended once watched silent"
+    sharing._end_orphan_claims(study)
+    assert sharing._CLAIMS_WATCHED[study] == {}, "only the claims there are watched"
+
+
+class SlowRead:
+    """A storage read that waits ``STALE_S`` twice over before it reads (a lock, the network), while the tuner it
+    reads beats, once; later reads are quick."""
+
+    def __init__(self, read, clocks: Clocks, beats) -> None:
+        self.read, self.clocks, self.beats, self.slow = read, clocks, beats, False
+
+    def __call__(self, *args):
+        if self.slow:
+            self.slow = False
+            self.clocks.advance(2 * STALE_S)
+            self.beats()
+        return self.read(*args)
+
+
+def test_a_trials_beat_written_during_a_slow_read_counts_as_heard_when_the_read_ends(tmp_path, monkeypatch):
+    study, clocks = _study(tmp_path, monkeypatch)
+    live = study.ask()
+    _beat(study, live, clocks.time())
+    read = SlowRead(sharing.running_trials, clocks, lambda: _beat(study, live, clocks.time()))
+    monkeypatch.setattr(sharing, "running_trials", read)
+    assert sharing.fail_stale_trials(study) == []
+    read.slow = True
+    assert sharing.fail_stale_trials(study) == [], "its new beat is first seen"
+    clocks.advance(HEARTBEAT_S / 2)
+    assert sharing.fail_stale_trials(study) == [], "half a beat later, it is not STALE_BEATS beats silent"
+
+
+def test_a_search_claims_beat_written_during_a_slow_read_counts_as_heard_when_the_read_ends(tmp_path, monkeypatch):
+    study, clocks = _study(tmp_path, monkeypatch)
+    claim = study._storage.create_new_study([StudyDirection.MAXIMIZE], "s#searching@m:live")
+    study._storage.set_study_user_attr(claim, ALIVE_ATTR, [clocks.time(), HEARTBEAT_S])
+
+    def beats() -> None:
+        study._storage.set_study_user_attr(claim, ALIVE_ATTR, [clocks.time(), HEARTBEAT_S])
+
+    read = SlowRead(study._storage.get_all_studies, clocks, beats)
+    monkeypatch.setattr(study._storage, "get_all_studies", read)
+    assert sharing._searching_others(study, "m")
+    read.slow = True
+    assert sharing._searching_others(study, "m"), "its new beat is first seen"
+    clocks.advance(HEARTBEAT_S / 2)
+    assert sharing._searching_others(study, "m"), "half a beat later, its search is still waited for"
