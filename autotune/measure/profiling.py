@@ -83,7 +83,9 @@ class StageTiming:
     step, of which ``forward_s`` and ``optimizer_s`` (0 where gradient accumulation skipped it: the steps are then
     whole cycles of micro-batches, so that the mean holds the optimizer's share); the rest of it is the loss and the
     backward pass. ``fetch_s`` and ``collate_s`` are each batch's, in the process that made it.
-    ``wall_s`` is the whole sample, loop included.
+    ``wall_s`` is the whole sample, loop included. ``epoch_starts``: the steps (their indices) whose batch began an
+    epoch, a fresh pass over the DataLoader, where workers that do not persist start again; None in a profile stored
+    before they were recorded (unknown).
     """
 
     steps: int
@@ -97,6 +99,7 @@ class StageTiming:
     step_s: list[float]
     fetch_s: list[float]
     collate_s: list[float]
+    epoch_starts: list[int] | None = None
 
     @property
     def backward_s(self) -> list[float]:
@@ -162,6 +165,12 @@ class OperatorProfile:
     top: list[OperatorStat] = field(default_factory=list)
     step_operators: list[OperatorStat] = field(default_factory=list)
     dispatch_s: float = 0.0
+
+    @property
+    def kernels_recorded(self) -> bool:
+        """Whether the trace holds the device time of the step's operators: on a GPU, where it recorded any kernel
+        (without CUPTI the profiler records none: every device time 0, which is no measurement); never off one."""
+        return self.device == "cuda" and any(op.self_device_s > 0 for op in self.step_operators)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -12,7 +12,7 @@ training, which is why no figure the tuner ranks comes from a profiling run.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -36,6 +36,18 @@ class StepParts(Protocol):
     def train_step(self, batch: Any) -> torch.Tensor: ...
 
 
+class EpochCounter:
+    """A DataLoader (``loader``) whose epochs are counted: each pass over it (``iter``, as a training loop's ``for
+    batch in loader`` and ``Trainer.batches`` begin one) adds one to ``begun``. Pass it where the loader goes."""
+
+    def __init__(self, loader: Iterable) -> None:
+        self.loader, self.begun = loader, 0
+
+    def __iter__(self) -> Iterator:
+        self.begun += 1
+        return iter(self.loader)
+
+
 def time_stages(
     parts: StepParts,
     batches: Iterator[Instrumented],
@@ -44,10 +56,12 @@ def time_stages(
     num_workers: int,
     min_time_s: float = 0.0,
     max_steps: int = 0,
+    epochs: EpochCounter | None = None,
 ) -> StageTiming:
     """Run ``steps`` training steps on ``batches`` (from a DataLoader with ``num_workers`` workers), more until they
     took ``min_time_s`` or ran ``max_steps``, and time each stage, nothing between the steps that a training loop
-    would not run.
+    would not run. ``epochs``: the DataLoader ``batches`` pass over, counted, to mark the steps whose batch began an
+    epoch (``StageTiming.epoch_starts``; None without it: unknown).
 
     The steps are whole cycles of ``parts.accumulation_steps`` (``max_steps`` rounded up to one): under gradient
     accumulation a step is a micro-batch and the optimizer steps once a cycle, so a sample that ends inside a cycle
@@ -57,6 +71,7 @@ def time_stages(
     keys = ("wait", "transfer", "forward", "optimizer", "step", "fetch", "collate")
     columns: dict[str, list[float]] = {key: [] for key in keys}
     samples, timed = 0, columns["step"]  # what making each batch cost is kept, not the batch: it would stay in memory
+    starts: list[int] = []
     cycle = parts.accumulation_steps
     with marks.hooked(parts.model, parts.optimizer):
         start = time.perf_counter()
@@ -65,9 +80,12 @@ def time_stages(
             or (len(timed) < max_steps and time.perf_counter() - start < min_time_s)
             or len(timed) % cycle
         ):
+            begun = epochs.begun if epochs is not None else 0
             before = time.perf_counter()
             item = next(batches)
             ready = time.perf_counter()
+            if epochs is not None and epochs.begun != begun:
+                starts.append(len(timed))
             batch = parts.to_device(item.batch)
             synchronize(device)
             transferred = time.perf_counter()
@@ -99,6 +117,7 @@ def time_stages(
         step_s=columns["step"],
         fetch_s=columns["fetch"],
         collate_s=columns["collate"],
+        epoch_starts=starts if epochs is not None else None,
     )
 
 

@@ -12,6 +12,10 @@ The verdict is the first of these that holds, each a measured figure against a t
    less what rule 2 counted as overhead (``work_time``), so that no time counts twice;
 4. **compute-bound**: otherwise.
 
+On a GPU whose trace recorded no kernel (``OperatorProfile.kernels_recorded``: the profiler without CUPTI records
+every device time as 0), rules 2 and 3 read the host's times, as on a CPU, and say so: a device time of 0 there is
+no reading, not a device idle throughout.
+
 Beside the verdict, findings: other processes busy on the cores while the steps were timed (first: every figure
 after it may read slow), memory that grows step after step (a possible leak), garbage-collection pauses, cores
 saturated by loading and training together, and fresh pages faulted in every step.
@@ -136,16 +140,16 @@ class Figures:
     wait_share: float
     model_step_s: float  # the training step under the profiler, per step
     overhead_share: float
-    device_busy_share: float | None
+    device_busy_share: float | None  # None off a GPU, and on one whose trace recorded no kernel
     compute_share: float  # arithmetic (``is_compute_operator``), of the operators' work (``work_time``)
     product_share: float  # matrix products and convolutions alone, of the operators' work: what 16 bits speed up
     operator_share: float = 1.0  # the operators' work, of the profiled model step (the rest: overhead)
 
     @property
     def step_overhead_share(self) -> float:
-        """The share of the model step that is per-step overhead, as the verdict's rule 2 reads it: on a GPU the
-        device idle (``1 - device_busy_share``: waiting for the host to launch its kernels), else the host's own work
-        (``overhead_share``). What a larger batch amortises and compiling cuts."""
+        """The share of the model step that is per-step overhead, as the verdict's rule 2 reads it: on a GPU whose
+        kernels were recorded the device idle (``1 - device_busy_share``: waiting for the host to launch its
+        kernels), else the host's own work (``overhead_share``). What a larger batch amortises and compiling cuts."""
         return self.overhead_share if self.device_busy_share is None else max(0.0, 1 - self.device_busy_share)
 
 
@@ -153,7 +157,6 @@ def figures(result: ProfileResult) -> Figures:
     """The figures of ``result`` the rules and the advice read."""
     stages, ops = result.stages, result.operators
     classified = classified_operators(ops)
-    on_device = ops.device == "cuda"
     time_of = work_time(ops)
     overhead = ops.outside_operators_s + sum(_overhead_of(op, _small_call_s(ops)) for op in ops.step_operators)
     operator_time = sum(time_of(op) for op in classified) or float("inf")
@@ -171,7 +174,7 @@ def figures(result: ProfileResult) -> Figures:
         wait_share=stages.wait_share,
         model_step_s=ops.step_s / ops.active_steps,
         overhead_share=min(1.0, overhead / step_s),
-        device_busy_share=sum(op.self_device_s for op in ops.step_operators) / step_s if on_device else None,
+        device_busy_share=sum(op.self_device_s for op in ops.step_operators) / step_s if ops.kernels_recorded else None,
         compute_share=compute / operator_time,
         product_share=products / operator_time,
         operator_share=min(1.0, operator_time / step_s) if math.isfinite(operator_time) else 0.0,
@@ -180,9 +183,10 @@ def figures(result: ProfileResult) -> Figures:
 
 def work_time(ops: OperatorProfile) -> Callable[[OperatorStat], float]:
     """The time an operator of ``ops`` spends on work, arithmetic or memory traffic (rule 3's split): on a GPU its
-    device time; on a CPU its host time less what rule 2 counts as host overhead (``_overhead_of``: the calls of an
-    operator whose typical call is its dispatch), which would otherwise count twice."""
-    if ops.device == "cuda":
+    device time, where the trace recorded kernels (``kernels_recorded``); else its host time less what rule 2 counts
+    as host overhead (``_overhead_of``: the calls of an operator whose typical call is its dispatch), which would
+    otherwise count twice."""
+    if ops.kernels_recorded:
         return lambda op: op.self_device_s
     small = _small_call_s(ops)
     return lambda op: op.self_cpu_s - _overhead_of(op, small)
@@ -246,18 +250,27 @@ def _words(name: str) -> list[str]:
 def rules(result: ProfileResult) -> list[Rule]:
     """The verdict's rules in the order they are tried (the first that holds decides)."""
     found = figures(result)
-    on_cpu = result.operators.device != "cuda"
+    ops = result.operators
+    on_cpu = ops.device != "cuda"
     arithmetic = "matrix products and convolutions" + (" and random numbers" if on_cpu else "")
+    # A GPU's rules read the host's times where its trace recorded no kernel: said, as they then read no device.
+    host_read = " (no GPU kernel recorded: read on the host)" if not on_cpu and not ops.kernels_recorded else ""
     overhead = (
         Rule("the GPU busy, of the model step:", found.device_busy_share, DEVICE_BUSY_MIN, False, OVERHEAD_BOUND)
         if found.device_busy_share is not None
-        else Rule("host overhead, of the model step:", found.overhead_share, OVERHEAD_BOUND_SHARE, True, OVERHEAD_BOUND)
+        else Rule(
+            f"host overhead, of the model step{host_read}:",
+            found.overhead_share,
+            OVERHEAD_BOUND_SHARE,
+            True,
+            OVERHEAD_BOUND,
+        )
     )
     return [
         Rule("waiting for data, of the step:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND),
         overhead,
         Rule(
-            f"{arithmetic}, of the operators' time:",
+            f"{arithmetic}, of the operators' time{host_read}:",
             found.compute_share,
             MEMORY_BOUND_SHARE,
             False,

@@ -6,8 +6,9 @@ Each expected effect is an upper bound from the profiled step's stages: a step o
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
 shortens it in proportion, down to training's work alone spread over the cores its compute threads can use.
-Workers that start again each epoch make an epoch's first batches wait far longer than the rest (``_restart_waits``):
-those waits are neither loading nor passing batches between processes, and are taken apart from both.
+Workers that start again each epoch make the step that begins one wait longer than the rest (``_restarts``: the
+profile marks those steps): those waits are neither loading nor passing batches between processes, are taken apart
+from both, and count once an epoch, as a long run pays them, not as often as the timed steps happened to hold them.
 Keeping freed memory (``malloc``) saves at most the kernel's share of the step's working time: its page faults are
 a part of that share, which holds the kernel's other work too.
 """
@@ -18,7 +19,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -61,12 +62,6 @@ TRANSFER_SHARE = 0.10
 OPTIMIZER_SHARE = 0.10
 # An expected effect under 2 % is within a profiling run's noise: no advice (every advice with a gain: ``advise``).
 MIN_GAIN = 1.02
-# A wait for data this many times the median wait or more, and no shorter than loading a batch in one process, is
-# workers starting again at an epoch's start, not a steady wait: nothing was loaded ahead of it (tabular_mlp with 2
-# workers that do not persist: 37 and 41 ms at the start of each 64-step epoch, against a median wait of 1 ms).
-RESTART_SPIKE = 10
-# Without an epoch to place them by (a stream without a length), such waits must be few: one step in ten at most.
-_RESTART_FEW = 0.1
 _MOST_HOT = 3
 # Loading read busy under this share of its time is under the CPU reading's resolution (10 ms clock ticks): unknown.
 _MIN_BUSY = 0.05
@@ -141,11 +136,14 @@ class Tried:
 
     def no_gain(self, knob: str, now: Any, value: Any) -> bool:
         """Whether the study measured changing ``knob`` from ``now`` to ``value`` gaining less than the races ask of a
-        change (``race.MIN_GAIN``): the median of the pairs it measured alike but for it (``twins``; one pair or
-        more), as ``measured`` prints it. One pair of single runs varies by several per cent, but it measured the
-        change itself, on the whole pipeline: a profile's estimate is a bound, which it outranks."""
+        change (``race.MIN_GAIN``), by the median of two pairs or more measured alike but for it (``twins``), as
+        ``measured`` prints it; by one pair, only where it read slower by as much or more: single runs vary by 6 to
+        20 % (docs/profile.md), so one pair tells neither a small gain nor a small loss from none."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
-        return bool(ratios) and round(statistics.median(ratios), 2) < 1 + race.MIN_GAIN
+        if not ratios:
+            return False
+        median = round(statistics.median(ratios), 2)
+        return median < 1 + race.MIN_GAIN if len(ratios) > 1 else median <= 1 - race.MIN_GAIN
 
     def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
         """Whether the study's races raced setting ``knob`` to ``value`` with its recommendation's changes and left it
@@ -221,17 +219,17 @@ def advise(
     the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
     recommended value ``knobs`` already run gets no advice to set another value the study measured
     (``Tried.settled``)."""
-    found = figures(result)
+    restarts = _restarts(result, knobs)
+    found = _long_run(figures(result), restarts)
     ctx = _context(result, knobs, cpu_count, sixteen_bit, channels_last_refused)
-    restarts = _restart_waits(result, found, knobs)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
         ranked += _workers(result, found, knobs, cpu_count, tried, restarts)
         workers = knobs["num_workers"]
-        ranked += _cheaper_loading(result, lambda saved: _loop_with_loading(found, saved, workers, restarts))
+        ranked += _cheaper_loading(result, found, lambda saved: _loop_with_loading(found, saved, workers, restarts))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
-        ranked += _cheaper_loading(result, lambda saved: _saturated_step(result, found, saved, cpu_count))
+        ranked += _cheaper_loading(result, found, lambda saved: _saturated_step(result, found, saved, cpu_count))
     if verdict == OVERHEAD_BOUND:
         ranked += _overhead(result, found, knobs, ctx, effective_batch_size)
     elif verdict != DATA_BOUND:
@@ -303,58 +301,68 @@ def _handoff(found: Figures, workers: int, restarts: _Restarts) -> float:
 
 @dataclass(frozen=True)
 class _Restarts:
-    """The waits for data of workers starting again at an epoch's start (``waits``: ``_restart_waits``), among
-    ``steps`` stage-timed steps."""
+    """The waits for data of the timed steps that began an epoch where workers start again at each (``waits``:
+    ``_restarts``), among ``steps`` timed steps; epochs of ``epoch`` steps (None: a dataset without a length)."""
 
     waits: list[float]
     steps: int
+    epoch: int | None = None
 
     def per_step_s(self, saved_s: float = 0.0) -> float:
-        """Those waits a step, had loading a batch cost ``saved_s`` less: each waits for its batch's loading too."""
-        return sum(max(0.0, wait - saved_s) for wait in self.waits) / max(self.steps, 1)
+        """Those waits a step of a long run, had loading a batch cost ``saved_s`` less (each waits for its batch's
+        loading too): one an epoch where its length is known; else as often as the timed steps held them."""
+        lost = [max(0.0, wait - saved_s) for wait in self.waits]
+        if lost and self.epoch:
+            return statistics.fmean(lost) / self.epoch
+        return sum(lost) / max(self.steps, 1)
+
+    def in_window_s(self) -> float:
+        """Those waits a step of the timed steps, as their mean step holds them."""
+        return sum(self.waits) / max(self.steps, 1)
 
 
-def _restart_waits(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> _Restarts:
-    """The waits for data that are workers starting again at an epoch's start, where they do not persist
-    (``num_workers`` > 0, ``persistent_workers`` not set): waits ``RESTART_SPIKE`` times the median wait or more, and
-    no shorter than loading a batch in one process (nothing was loaded ahead of them); where the dataset's length
-    gives the epoch (``dataset_len // batch_size`` steps: every batch is full), each fewer steps than there are workers
-    from the start of an epoch that the longest wait marks (the warm-up before the timed steps leaves where epochs
-    start among them unknown); without one, no more than ``_RESTART_FEW`` of the steps. None where any fails: those
-    are steady waits that vary."""
+def _restarts(result: ProfileResult, knobs: dict[str, Any]) -> _Restarts:
+    """The waits of the timed steps that began an epoch (``StageTiming.epoch_starts``) of a DataLoader whose workers
+    start again there (``num_workers`` > 0, ``persistent_workers`` not set): nothing was loaded ahead of such a batch.
+    An epoch is ``dataset_len // batch_size`` steps (every batch is full). A long wait at another step is a steady
+    wait that varies (a stream opening its next file), however regular; a profile stored before the epochs' starts
+    were recorded has none known."""
     stages = result.stages
-    workers, none = stages.num_workers, _Restarts([], stages.steps)
-    if workers == 0 or knobs.get("persistent_workers") or not stages.wait_s:
-        return none
-    floor = max(RESTART_SPIKE * statistics.median(stages.wait_s), found.loading_s)
-    spikes = [step for step, wait in enumerate(stages.wait_s) if wait >= floor and wait > 0]
-    if not spikes:
-        return none
-    epoch = result.dataset_len // stages.batch_size if result.dataset_len else 0
-    if epoch:
-        start = max(spikes, key=lambda step: stages.wait_s[step])
-        placed = all(min((step - start) % epoch, (start - step) % epoch) < workers for step in spikes)
-    else:
-        placed = len(spikes) <= _RESTART_FEW * stages.steps
-    return _Restarts([stages.wait_s[step] for step in spikes], stages.steps) if placed else none
+    restarting = stages.num_workers > 0 and not knobs.get("persistent_workers")
+    starts = (stages.epoch_starts or []) if restarting else []
+    epoch = result.dataset_len // stages.batch_size if result.dataset_len else None
+    return _Restarts([stages.wait_s[step] for step in starts], stages.steps, epoch or None)
+
+
+def _long_run(found: Figures, restarts: _Restarts) -> Figures:
+    """``found`` as a long run reads them: the waits of workers starting again (``restarts``) once an epoch, not as
+    often as the timed steps held them (a window shorter than an epoch that holds one's start would pay it once a
+    window). What every advice's gain is reckoned from."""
+    if not restarts.waits:
+        return found
+    wait = found.wait_s - restarts.in_window_s() + restarts.per_step_s()
+    loop = found.loop_s - found.wait_s + wait
+    return replace(found, loop_s=loop, wait_s=wait, wait_share=wait / loop)
 
 
 def _persistent(result: ProfileResult, found: Figures, restarts: _Restarts) -> list[Advice]:
-    """Workers kept across epochs, where they start again at each (``restarts``): an epoch's first batches then wait
-    for their loading alone."""
-    if not restarts.waits:
+    """Workers kept across epochs, where they start again at each (``restarts``): an epoch's first batch then waits
+    for its loading alone."""
+    waits = restarts.waits
+    if not waits:
         return []
     gain = found.loop_s / (found.loop_s - restarts.per_step_s(found.loading_s))
     median = statistics.median(result.stages.wait_s)
-    waits = restarts.waits
+    least, most = f"{min(waits) * 1e3:.0f}", f"{max(waits) * 1e3:.0f}"
+    waited = f"{least} ms" if least == most else f"{least} to {most} ms"
+    often = f"once an epoch of {restarts.epoch} steps" if restarts.epoch else "as often as the timed steps held them"
     return [
         Advice(
             "set persistent_workers=True",
-            f"{len(waits)} of the {restarts.steps} steps waited {min(waits) * 1e3:.0f} to "
-            f"{max(waits) * 1e3:.0f} ms for data against a median wait of {median * 1e3:.1f} ms (≥ {RESTART_SPIKE}"
-            f" times it and a batch's loading, {found.loading_s * 1e3:.1f} ms): workers that do not persist start "
-            "again at each epoch's start",
-            f"up to {gain:.2f}x if an epoch's first batches waited for their loading alone",
+            f"{len(waits)} of the {restarts.steps} timed steps began an epoch and waited {waited} for data, against a "
+            f"median wait of {median * 1e3:.1f} ms: workers that do not persist start again at each epoch's start",
+            f"up to {gain:.2f}x if an epoch's first batch waited for its loading alone ({found.loading_s * 1e3:.1f} "
+            f"ms), {often}",
             gain,
             knob="persistent_workers",
         )
@@ -375,10 +383,10 @@ def _saturated_step(result: ProfileResult, found: Figures, saved_s: float, cpu_c
     return max(found.loop_s * (demand - saved_s) / demand, min(training_alone, rest))
 
 
-def _cheaper_loading(result: ProfileResult, step_after: Callable[[float], float]) -> list[Advice]:
+def _cheaper_loading(result: ProfileResult, found: Figures, step_after: Callable[[float], float]) -> list[Advice]:
     """The hot functions of loading and costly collating, each with the step it would leave if it cost nothing:
-    ``step_after(seconds of loading a batch saved)``."""
-    hotspots, found = result.hotspots, figures(result)
+    ``step_after(seconds of loading a batch saved)``, against the step of ``found``."""
+    hotspots = result.hotspots
     advice = []
     hot = [f for f in hotspots.functions if not f.name.startswith(_DATALOADER_OWN)]
     for function in [f for f in hot if hotspots.share(f) >= HOT_FUNCTION_SHARE][:_MOST_HOT]:
@@ -635,9 +643,9 @@ def _larger_batch(
     larger = next(divisors, effective) if batch < effective else 2 * batch
     times = larger / batch
     gain = times * found.loop_s / (overhead_s + times * (found.loop_s - overhead_s))
-    idle = " (the GPU idle, waiting for the host)" if device == "cuda" else ""
     share = found.step_overhead_share
-    why = f"{share:.0%} of the model step is per-step overhead{idle}, paid once a batch whatever its size"
+    read = _overhead_read(found, device)
+    why = f"{share:.0%} of the model step is per-step overhead{read}, paid once a batch whatever its size"
     if batch < effective:
         effect = (
             f"up to {gain:.2f}x per sample at micro-batches of {larger}, {effective // larger} to the effective batch "
@@ -652,6 +660,16 @@ def _larger_batch(
         )
         return Advice(action, why, effect, gain)
     return Advice(f"set batch_size={larger}", why, effect, gain, knob="batch_size")
+
+
+def _overhead_read(found: Figures, device: str) -> str:
+    """How the per-step overhead was read (``Figures.step_overhead_share``), in words, on a GPU: its kernels idle, or,
+    where the trace recorded none, the host's own work; nothing on a CPU."""
+    if device != "cuda":
+        return ""
+    if found.device_busy_share is not None:
+        return " (the GPU idle, waiting for the host)"
+    return " (the host's own work: the trace recorded no GPU kernel)"
 
 
 def _compile_mode(knobs: dict[str, Any], ctx: SearchContext, effective_batch_size: int | None) -> str:

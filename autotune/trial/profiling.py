@@ -26,7 +26,7 @@ from autotune.measure.loading import Instrumented, InstrumentedData, Instrumente
 from autotune.measure.measurement import SystemReport
 from autotune.measure.page_faults import FaultWatch
 from autotune.measure.profiling import CpuLoad, MemoryTrend, ProfilePlan, ProfileResult
-from autotune.measure.stages import time_stages
+from autotune.measure.stages import EpochCounter, time_stages
 from autotune.measure.system import CpuUsageMeter
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
@@ -53,13 +53,14 @@ def run_profile(
     )
     trainer = Trainer(replace(pipeline, dataset=data, collate_fn=data.collate), knobs, device, effective_batch_size)
     workers = knobs["num_workers"]
-    batches = trainer.batches()
+    epochs = EpochCounter(trainer.loader())  # marks the timed steps that began an epoch (workers start again there)
+    batches = trainer.batches(epochs)
     try:
         first = _train(trainer, batches, plan.warmup_steps)
         meter = CpuUsageMeter(os.getpid())  # as a trial reads its window: the machine's cores and this process tree's
         meter.start()
         with GcWatch() as watch, FaultWatch() as faulting:
-            stages = time_stages(trainer, batches, plan.steps, device, workers, plan.min_time_s, plan.max_steps)
+            stages = time_stages(trainer, batches, plan.steps, device, workers, plan.min_time_s, plan.max_steps, epochs)
         usage = meter.stop()
         system = SystemReport(usage.total_percent, usage.per_core_percent, usage.tree_cores)
         cpu = CpuLoad(system, threads=torch.get_num_threads())  # the compute threads, as the num_threads knob left them
