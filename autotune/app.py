@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -33,7 +33,7 @@ from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
-from autotune.results.model import load_results
+from autotune.results.model import StudyResults, load_results
 from autotune.results.profile import ProfileRecord
 from autotune.results.race import MAX_FINALISTS, Finalist, count_changes, round_of, run_name
 from autotune.results.summary import summarise
@@ -49,7 +49,7 @@ from autotune.study.run_race import run_race
 from autotune.study.sharing import Turn, finishing, never
 from autotune.study.space import SearchSpace, build_space, check_baseline
 from autotune.study.start import open_study
-from autotune.study.storage import StorageFaultError, is_server, open_storage
+from autotune.study.storage import StorageFaultError, is_server, is_shared, open_storage
 from autotune.study.trim import first_race, run_trim, will_trim
 from autotune.study.tuner import (
     RunFn,
@@ -117,7 +117,8 @@ def _tune(
     lines, turn = _RunLines(out), _Turn()
     measured = runners[0].run  # the baseline, the probe and the race run in the first slot
     if settings.study.remeasure_disturbed:
-        measured = again_if_disturbed(runners[0].run, partial(_measured_again, lines, turn), lines.note)
+        again_fits = lambda knobs, step: clock.affords(clock.again_s(knobs), step)  # noqa: E731
+        measured = again_if_disturbed(runners[0].run, partial(_measured_again, lines, turn), lines.note, again_fits)
     baseline = _measure_baseline(opened, settings, measured, output_dir, lines, clock)
     stop = StopReason("interrupted", aborted=True)  # until the search, the race and what follows end
     try:
@@ -295,16 +296,20 @@ def _search_and_finish(
     if len(places) > 1:
         print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
 
-    def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's first round after it
+    def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's planned rounds after it
         trial_s = clock.screen_s() if knobs is None else clock.trial_s(knobs)
         step = span(SEARCH_TRIAL_STEP, done + 1, settings.study.n_trials)
         if knobs is not None:  # a proposal that does not fit is passed over (``tuner._search``): named once
             named = costly_values(knobs) if costly(knobs) else {"batch_size": knobs["batch_size"]}
             step = f"{SEARCH_TRIAL_STEP} of {' '.join(f'{k}={v}' for k, v in named.items())}"
-        return clock.affords(trial_s + _race_round_s(settings, clock, baseline, done + 1), step)
+        return clock.affords(trial_s + _race_s(settings, clock, baseline, done + 1), step)
 
     def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
-        return clock.fits(_race_round_s(settings, clock, baseline, settings.study.n_trials))
+        return clock.fits(_race_s(settings, clock, baseline, settings.study.n_trials))
+
+    def awaiting_others() -> bool:  # the search's wait for them (``tuner.await_others``), timed as waiting
+        clock.awaited()
+        return others_awaited()
 
     screens = [r.screen for r in runners]
     propose = guide.propose if guide else None
@@ -316,7 +321,7 @@ def _search_and_finish(
 
     with clock.stage(SEARCH, len(places)):
         searched = tune_in_slots(
-            study, opened.space, settings.study, screens, on_trial, propose, machine, next_trial_fits, others_awaited
+            study, opened.space, settings.study, screens, on_trial, propose, machine, next_trial_fits, awaiting_others
         )
     if searched.aborted:
         return searched
@@ -324,7 +329,7 @@ def _search_and_finish(
         idle.close()
     if searched.left_to_others:  # the others no longer wait for its search: its turn comes as theirs do
         print(f"[search] {_TAKEN_FOR_DEAD} while it searched: it ended its search, and races in its turn", file=out)
-    with finishing(study, settings.study, machine, others_awaited) as (turn, lost):
+    with _finishing_timed(study, settings, machine, clock, others_awaited) as (turn, lost):
         if turn is Turn.LEFT:
             clock.leave_out(LEFT_TO_OTHERS_STEP)
             print(f"[race] study.budget_s left out {LEFT_TO_OTHERS_STEP}", file=out)
@@ -339,6 +344,18 @@ def _search_and_finish(
             except _TurnTaken:
                 _leave_to_others(clock, out, f"{_TAKEN_FOR_DEAD} and took its turn at it")
     return searched
+
+
+@contextmanager
+def _finishing_timed(
+    study: optuna.Study, settings: Settings, machine: str, clock: RunClock, waits: Callable[[], bool]
+) -> Iterator[tuple[Turn, Callable[[], bool]]]:
+    """``finishing``, its wait for the turns of the other tuners of a shared study timed as waiting for them
+    (``RunClock.waiting``); alone on its study, a tuner waits for no one."""
+    with ExitStack() as stack:
+        with clock.waiting() if is_shared(settings.study.storage) else nullcontext():
+            held = stack.enter_context(finishing(study, settings.study, machine, waits))
+        yield held
 
 
 # Why a tuner of a shared study leaves the study's end to another (``sharing.finishing``, ``sharing.searching``).
@@ -458,8 +475,8 @@ def _guide(
     if not settings.study.probe or not searching or settings.study.multi_objective:
         return None
     stored = stored_probe(study, machine) is not None
-    # The probe is of use only with a trial to steer and the race's first round after it.
-    then = clock.screen_s() + _race_round_s(settings, clock, baseline, 1)
+    # The probe is of use only with a trial to steer and the race's planned rounds after it.
+    then = clock.screen_s() + _race_s(settings, clock, baseline, 1)
     timing = baseline.timing
     plan = probe_plan(space, settings.baseline)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
@@ -475,10 +492,20 @@ def _guide(
 
 
 def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:
-    """What the race's first round is expected to take once ``trials`` trials are measured: the baseline and as many
+    """What a round of the race is expected to take once ``trials`` trials are measured: the baseline and as many
     finalists (MAX_FINALISTS at most), none of them known yet (0 without a race)."""
     finalists = min(MAX_FINALISTS, trials) if settings.study.confirm_rounds else 0
     return clock.round_s([baseline.knobs], unknown=finalists) if finalists else 0.0
+
+
+def _race_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:
+    """What the race is expected to take once ``trials`` trials are measured: its planned rounds
+    (study.confirm_rounds) of ``_race_round_s``. The search and the probe keep it back: a race the budget cut short
+    proves only what its planned rounds would (``Confirmation.proof_rounds``), so a budget buys fewer trials, not an
+    unproven pick. Nothing is kept back for the trim: without it the race's winner stands, proven, its changes
+    untrimmed (said so), and whether there is a trim, and of how many variants, is known only once the race has a
+    winner; the race ends at its verdict for the trim's first race only where that race fits (``will_trim``)."""
+    return settings.study.confirm_rounds * _race_round_s(settings, clock, baseline, trials)
 
 
 def _finish(
@@ -530,12 +557,26 @@ def _finish(
     with clock.stage("trim"):
         trim_results = load_results(study, machine)
         run_trim(study, trim_results, race, measured_in_turn, shown, affords, runner.new_draw, note, clock.round_s)
-    # What limits each, profiled after every timed run.
-    if settings.study.diagnose and clock.affords(clock.profiles_s(), "the profiles (study.diagnose)"):
+    if not settings.study.diagnose:
+        return
+    # What limits each, profiled after every timed run: the budget asked only of those still to be measured.
+    found = load_results(study, machine)
+    left = _profiles_left(found)
+    if not left or clock.affords(clock.profiles_s(left), "the profiles (study.diagnose)"):
         keep_turn()
         with clock.stage("profiles"):
-            found = load_results(study, machine)
             profile_tuned(study, found, runner, settings, output_dir / "profile", profiled, channels_last_refused)
+
+
+def _profiles_left(results: StudyResults) -> int:
+    """How many of the profiles ``profile_tuned`` makes of ``results`` (the baseline's, and the recommendation's
+    where it is not the baseline) it must measure: one the study holds of the same configuration, and that ran, it
+    reuses, at no cost (its rule)."""
+    summary, stored = summarise(results), results.profiles
+    sides = [(summary.baseline, stored.baseline if stored else None)]
+    if not summary.is_baseline:
+        sides.append((summary.recommended, stored.recommended if stored else None))
+    return sum(before is None or before.knobs != rec.result.knobs or before.result is None for rec, before in sides)
 
 
 def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = None) -> Inspection:
@@ -684,11 +725,12 @@ class TrialRunner:
         self, request: TrialRequest, name: str, on_progress: ProgressFn | None, gauge: CoreGauge | None = None
     ) -> TrialResult:
         measure = self.settings.measure
+        timeout_s = self._timeout_s()
         with self._stops_counted(request.knobs):
-            return run_repeated(
+            result = run_repeated(
                 request,
                 measure.repeats,
-                measure.trial_timeout_s,
+                timeout_s,
                 self.workdir,
                 name,
                 self.budget,
@@ -697,6 +739,7 @@ class TrialRunner:
                 self._count,
                 gauge,
             )
+        return self._ended_by(result, timeout_s)
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
         """``knobs`` with the full window in one process, timed by the harness or by the plain loop, which starts as
@@ -726,12 +769,26 @@ class TrialRunner:
         """``request`` in one process (started by ``launcher``, by default the runner's), held to the run's memory
         budget where ``watched``, its cores read around it by ``gauge`` where given."""
         budget = self.budget if watched else None
-        timeout_s = self.settings.measure.trial_timeout_s
+        timeout_s = self._timeout_s()
         launcher = launcher or self.launcher
         with self._stops_counted(request.knobs):
             result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher, gauge=gauge)
         self._count(result)
-        return result
+        return self._ended_by(result, timeout_s)
+
+    def _timeout_s(self) -> float:
+        """The timeout of a process starting now: measure.trial_timeout_s, or in a tuning run what its study.budget_s
+        has left where less (``RunClock.timeout_s``). Each of measure.repeats processes is given what was left as
+        the first started."""
+        timeout_s = self.settings.measure.trial_timeout_s
+        return timeout_s if self.clock is None else self.clock.timeout_s(timeout_s)
+
+    def _ended_by(self, result: TrialResult, timeout_s: float) -> TrialResult:
+        """``result``, of processes given ``timeout_s``, its reason saying where the budget's timeout ended it
+        (``RunClock.as_ended_by_budget``)."""
+        if self.clock is None:
+            return result
+        return self.clock.as_ended_by_budget(result, timeout_s, self.settings.measure.trial_timeout_s)
 
     def _count(self, result: TrialResult) -> None:
         started, self._servers_started = self._servers_started, self.launcher.servers_started

@@ -41,6 +41,7 @@ from autotune.results.race import (
     started_alone,
     undone_again,
     unsettled,
+    wins_in_words,
 )
 from autotune.results.summary import Overruled, Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
@@ -182,6 +183,8 @@ def _keep(summary: Summary) -> Headline:
         )
     if summary.overruled is not None:
         return Headline("Keep your current settings.", _overruled(summary.overruled, summary.races))
+    if confirmation and confirmation.leader and confirmation.short_of_rounds(confirmation.leader):
+        return Headline("Keep your current settings.", _cut_short(confirmation))
     if confirmation and confirmation.leader and not confirmation.failure:
         leader = confirmation.leader
         rounds = len(leader.throughputs)
@@ -217,6 +220,19 @@ def _keep(summary: Summary) -> Headline:
             "command again to resume from what the study stored.",
         )
     return Headline("Keep your current settings.", _why_keep(summary))
+
+
+def _cut_short(race: Confirmation) -> str:
+    """Why the baseline stays where study.budget_s cut the finalists' race short of the rounds a proof of its leader
+    needs (``Confirmation.short_of_rounds``), and that the same command goes on from the rounds stored."""
+    leader = race.leader
+    return (
+        f"study.budget_s left the race too few rounds to prove the fastest trials: the best, trial {leader.label}, "
+        f"measured {race.speedup:.2f}x by medians of {race.rounds} of the {race.proof_rounds} planned interleaved "
+        f"rounds, and a proof takes a win in {wins_in_words(race.proof_rounds)}, so none is recommended "
+        "unproven. The same command again goes on from the stored rounds (a larger study.budget_s leaves more for "
+        "them)."
+    )
 
 
 def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
@@ -823,8 +839,10 @@ def _tuner_time(results: StudyResults) -> list[Section]:
         "and, within each, by the phases of its trial processes: start-up (the interpreter and imports, or the fork), "
         "the pipeline's build, warm-up, compile, the timed windows, the probe's probing, the profiling runs' "
         "profiling, the rest of each process (DataLoader shutdown, the FLOP count, memory reads, exit), stopped "
-        "trials (pruned, timed out or crashed: no breakdown comes back), and the tuner's own work between them "
-        "(what remains of the stage's time). With several trials at once (study.parallel) each counts its share."
+        "trials (pruned, timed out or crashed: no breakdown comes back), waiting for other tuners of a shared study "
+        "(their trials and searches on this machine, their turn at the race), idle parallel slots (study.parallel: "
+        "a slot with nothing left to run while another's trial still ran), and the tuner's own work between them "
+        "(what remains of the stage's time). With several trials at once each counts its share."
     )
     stage_shares = percents(shares(split.stages()))
     rows = [

@@ -349,11 +349,15 @@ def importance(values: dict[str, float]) -> Plot | None:
     return Plot("Which knobs the throughput depended on, across the search's trials.", draw, 1.0 + 0.35 * len(names))
 
 
-# One colour a phase of the tuner's time: the measuring phases blue to green, fixed costs orange to red, the rest grey.
+# One colour a phase of the tuner's time: the measuring phases blue to green, fixed costs orange to red, waits and
+# idle slots pale, the rest grey.
 PHASE_COLOUR = dict(
     zip(
         PHASES,
-        ["#d62728", "#ff7f0e", "#bcbd22", "#9467bd", "#1f77b4", "#17becf", "#2ca02c", "#c7c7c7", "#8c564b", "#7f7f7f"],
+        [
+            *("#d62728", "#ff7f0e", "#bcbd22", "#9467bd", "#1f77b4", "#17becf", "#2ca02c", "#c7c7c7", "#8c564b"),
+            *("#c5b0d5", "#dbdb8d", "#7f7f7f"),
+        ],
         strict=True,
     )
 )
@@ -378,7 +382,7 @@ def tuner_time(split: TunerTime) -> Plot:
     runs = f" over its {len(split.runs)} runs" if len(split.runs) > 1 else ""
     caption = (
         f"Where the tuner's {split.wall_s:.0f} s went{runs}: each stage's time, split into its trial processes' "
-        "phases and the tuner's own work between them."
+        "phases, its waits for other tuners, its idle parallel slots and the tuner's own work between them."
     )
     return Plot(caption, draw, height=1.6 + 0.35 * len(by_stage))
 

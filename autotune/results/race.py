@@ -19,7 +19,10 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   ``Confirmation.faded``; the finalists that left at the verdict do not come back). A winner the trim will race
   (``trim.will_trim``) does not: the race ends there, and the trim's first race runs them.
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
-  PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians, those of the rounds up to the verdict and of all.
+  PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians, those of the rounds up to the verdict and of all. A
+  race cut short before its verdict (by study.budget_s or a stopped run) proves only by the wins its planned rounds
+  need (``Confirmation.proof_rounds``): one round the budget left proves nothing, and where the rounds it ran cannot
+  prove the finalist (``short_of_rounds``), the baseline is kept and the same command again goes on from them.
 - Ties (``beats``): a finalist is faster than another when it won most of their rounds and by more than
   TIE_TOLERANCE by the geometric mean of the per-round ratios; otherwise they are tied within noise.
 - The winner (``Confirmation.winner``): of the proven finalists that no other proven finalist beats, the fastest by
@@ -136,9 +139,10 @@ class Confirmation:
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a trim race every variant left ran fewer (``ended_early``), as did a finalists'
     race ended at its verdict for the trim to race its winner (``trim.will_trim``), and so did one
-    ``cut`` short by study.budget_s (its verdict is that of the rounds it ran) or by a stopped run (stored round by
-    round: the summary takes no verdict from it, and a later run goes on from its rounds). ``disturbed`` names the
-    runs it counted though something beside them slowed them (``autotune/study/disturbed.py``), and how. ``trials``:
+    ``cut`` short by study.budget_s (it proves only by the wins its planned rounds need: ``proof_rounds``) or by a
+    stopped run (stored round by round: the summary takes no verdict from it, and a later run goes on from its
+    rounds). ``disturbed`` names the runs it counted though something beside them slowed them
+    (``autotune/study/disturbed.py``), and how. ``trials``:
     the labels of the measured trials it was about (None in a race stored before they were kept). ``decided_after``:
     the round after which its verdict was in (``decided``); the rounds after it, of its winner and the baseline
     alone, give the gain the interval of the planned rounds: the winner's proof is the rounds won up to the verdict,
@@ -216,7 +220,12 @@ class Confirmation:
             return "it did not run every round"
         proving, upto = self.verdict_rounds, " up to the verdict" if self.decided_after else ""
         runs, base = finalist.throughputs[:proving], self.baseline_throughputs[:proving]
-        wins, needed = sum(f > b for f, b in zip(runs, base, strict=True)), wins_needed(proving)
+        wins, needed = sum(f > b for f, b in zip(runs, base, strict=True)), wins_needed(self.proof_rounds)
+        if wins < needed and self.proof_rounds > proving:
+            return (
+                f"it won {wins} of the {counted(proving, 'round')} it ran before the race was cut short "
+                f"(study.budget_s, or a stopped run), where a proof over the {self.proof_rounds} planned needs {needed}"
+            )
         if wins < needed:
             return f"it won {wins} of the {counted(proving, 'round')}{upto}, where {needed} are needed"
         ratio = statistics.median(runs) / statistics.median(base)
@@ -228,6 +237,28 @@ class Confirmation:
     def verdict_rounds(self) -> int:
         """The rounds the verdict rests on: those up to ``decided_after``, else all."""
         return self.decided_after or self.rounds
+
+    @property
+    def proof_rounds(self) -> int:
+        """The rounds whose ``wins_needed`` a proof takes: those the verdict rests on (``verdict_rounds``), but in a
+        race ``cut`` short before its verdict (study.budget_s, a stopped run), those it planned: the rounds it ran
+        prove only what the planned race would, so that a budget that leaves one round proves nothing by it (one
+        round's ``wins_needed`` is 1). A race decided early (``decided``) rests on its verdict, cut or not."""
+        if self.cut and self.decided_after is None and self.planned_rounds:
+            return max(self.planned_rounds, self.rounds)
+        return self.verdict_rounds
+
+    def short_of_rounds(self, finalist: Finalist) -> bool:
+        """Whether the race was cut short before it could prove ``finalist`` (``proof_rounds``): it ran every round,
+        read MIN_GAIN faster by medians and lost no more rounds to the baseline than a proof over the planned rounds
+        allows, but won fewer than that proof needs: only the rounds left out stand between it and a proof, so the
+        race says nothing of it against the baseline yet (``measured_rounds``)."""
+        if self.proof_rounds == self.verdict_rounds or self.failure or finalist.dropped:
+            return False
+        if not self.rounds or len(finalist.throughputs) != self.rounds or self.ratio(finalist) < 1 + MIN_GAIN:
+            return False
+        base, needed = self.baseline_throughputs, wins_needed(self.proof_rounds)
+        return self.rounds - rounds_lost(finalist, base) < needed and not unprovable(finalist, base, self.proof_rounds)
 
     @property
     def winner(self) -> Finalist | None:
@@ -316,9 +347,15 @@ class Confirmation:
             ran = f"{self.rounds} of {counted(self.planned_rounds, 'planned interleaved round')}"
         parts = [f"{entrants}, re-measured against the baseline in {ran} of processes of their own."]
         if self.cut:
+            proof = f"the verdict is that of {counted(self.verdict_rounds, 'round')}"
+            if self.proof_rounds > self.verdict_rounds:
+                proof = (
+                    f"a proof still counts the {self.proof_rounds} rounds planned (a win in "
+                    f"{wins_in_words(self.proof_rounds)}), not the {counted(self.rounds, 'round')} run"
+                )
             parts.append(
-                f"It stopped there (study.budget_s left no time for more rounds, or the run was stopped): the verdict "
-                f"is that of {counted(self.rounds, 'round')}; the same command again goes on from them."
+                "It stopped there (study.budget_s left no time for more rounds, or the run was stopped): "
+                f"{proof}; the same command again goes on from them."
             )
         elif self.ended_early and self.winner:
             early = (
@@ -337,7 +374,7 @@ class Confirmation:
         parts += [
             f"Trial {finalist.label} dropped: {finalist.dropped}." for finalist in self.finalists if finalist.dropped
         ]
-        wins = _wins_in_words(self.verdict_rounds) + (" up to the verdict" if self.decided_after else "")
+        wins = wins_in_words(self.proof_rounds) + (" up to the verdict" if self.decided_after else "")
         if self.failure:
             parts.append(f"Re-measuring the baseline failed ({self.failure}), so {kept} is kept.")
         elif self.winner:
@@ -351,17 +388,20 @@ class Confirmation:
 
     def _why_none(self, wins: str) -> str:
         """Why no finalist is proven, in words (``wins``: the rounds a proof needs): the finalists that won every
-        round they ran by MIN_GAIN by medians but left the race, and why each left (a failed run, say); else that
-        none won ``wins`` by MIN_GAIN."""
+        round they ran by MIN_GAIN by medians but left the race, and why each left (a failed run, say), those whose
+        verdict was taken back, and those the race was cut short of proving (``short_of_rounds``); else that none
+        won ``wins`` by MIN_GAIN."""
         left = [f for f in self.finalists if f.dropped and self._won_all(f)]
         faded = [f for f in self.finalists if self.faded(f)]
-        if not left and not faded:
+        short = [f for f in self.finalists if self.short_of_rounds(f)]
+        if not left and not faded and not short:
             return f"No finalist won {wins} with at least {MIN_GAIN:.0%} gain"
         named = [
             f"trial {f.label} won every round it ran, {self.ratio(f):.2f}x by medians, but left the race ({f.dropped})"
             for f in left
         ]
         named += [f"trial {f.label}'s verdict was taken back: {self.shortfall(f)}" for f in faded]
+        named += [f"trial {f.label} read {self.ratio(f):.2f}x by medians, but {self.shortfall(f)}" for f in short]
         return f"No finalist is proven: {'; '.join(named)}"
 
     def _won_all(self, finalist: Finalist) -> bool:
@@ -492,7 +532,9 @@ def wins_needed(rounds: int) -> int:
     return rounds
 
 
-def _wins_in_words(rounds: int) -> str:
+def wins_in_words(rounds: int) -> str:
+    """The wins a proof over ``rounds`` rounds takes (``wins_needed``), in words: "every round", or "at least 5 of 6
+    rounds"."""
     needed = wins_needed(rounds)
     return "every round" if needed == rounds else f"at least {needed} of {rounds} rounds"
 
@@ -608,13 +650,14 @@ def measured_rounds(race: Confirmation, label: str) -> int:
     """The rounds in which ``race`` measured ``label`` against the baseline, as ``judge_of`` counts them: every round,
     where it ran them all; the rounds it ran, where it left having lost more of them to the baseline than a proof
     over the race's planned rounds allows (``unprovable``); else none (it left for a failed run, or lagging, which say
-    nothing of it against the baseline; or a baseline run failed, which ends the race without a verdict)."""
+    nothing of it against the baseline; a baseline run failed, which ends the race without a verdict; or the race was
+    cut short before the rounds its proof needs, ``short_of_rounds``: not yet)."""
     finalist = next((f for f in race.finalists if f.label == label), None)
     if finalist is None or race.failure or not race.rounds:
         return 0
     ran = len(finalist.throughputs)
     if finalist.dropped is None:
-        return race.rounds if ran == race.rounds else 0
+        return race.rounds if ran == race.rounds and not race.short_of_rounds(finalist) else 0
     lost = unprovable(finalist, race.baseline_throughputs[:ran], race.planned_rounds or race.rounds)
     return ran if lost else 0
 

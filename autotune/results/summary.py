@@ -311,7 +311,9 @@ def _left(race: Confirmation) -> frozenset[str]:
 
 
 def _ruled_out(stale: Confirmation) -> frozenset[str]:
-    """The finalists ``stale`` measured and did not prove: none where its baseline never ran or failed."""
+    """The finalists ``stale`` measured and did not prove: none where its baseline never ran or failed, nor those it
+    was cut short of proving (``short_of_rounds``: it said nothing of them yet)."""
     if not stale.rounds or stale.failure:
         return frozenset()
-    return frozenset(f.label for f in stale.finalists if f.throughputs and not stale.proven(f))
+    unproven = [f for f in stale.finalists if f.throughputs and not stale.proven(f)]
+    return frozenset(f.label for f in unproven if not stale.short_of_rounds(f))

@@ -1,12 +1,13 @@
 """Where a tuning run's own time went: each stage of the run (the inspect subprocess, the baseline, the probe, the
 search, the race, the trim, the profiles), split into the phases of its trial processes (start-up, build, warm-up,
-compile, timed windows, the rest of each process) and the tuner's own work between them.
+compile, timed windows, the rest of each process), its waits for other tuners of a shared study, its parallel slots'
+idle time, and the tuner's own work between them.
 
-A run records what it measures (``RunTime``: each stage's wall time and its processes' phases, summed as they end;
-``autotune/study/clock.py`` times them) and stores it in the study as it goes, one record per run of the study on a
-machine; the tuner's own work is what remains of each stage's wall time, and of the run's outside its stages. The
-phases therefore add up to the run's wall time (from ``app.run`` to the reports, whose rendering follows), and a
-phase read from a trial that came out negative would show time counted twice.
+A run records what it measures (``RunTime``: each stage's wall time and its processes' phases, summed as they end,
+its waits and idle slots; ``autotune/study/clock.py`` times them) and stores it in the study as it goes, one record
+per run of the study on a machine; the tuner's own work is what remains of each stage's wall time, and of the run's
+outside its stages. The phases therefore add up to the run's wall time (from ``app.run`` to the reports, whose
+rendering follows), and a phase read from a trial that came out negative would show time counted twice.
 """
 
 from __future__ import annotations
@@ -21,11 +22,17 @@ from autotune.trial.result import TrialResult
 # The stages of a run, in order; TUNER is the run's time outside any of them (opening the study, reading results).
 STAGES = ("inspect", "baseline", "probe", "search", "race", "trim", "profiles")
 TUNER = "tuner"
-# The phases of a trial process, then the tuner's own work. "other": what a process spent after its build outside
-# warm-up and windows (DataLoader shutdown, the FLOP count, memory reads, exit; the inspect's reading of the facts);
-# "stopped": processes the tuner stopped (pruned, timed out, over the memory budget, or with the run: Ctrl-C) or
-# that crashed, of which no breakdown came back.
-PHASES = ("startup", "build", "warmup", "compile", "windows", "probing", "profiling", "other", "stopped", TUNER)
+# Waiting for other tuners of a shared study (their trials and searches on this machine, their turn at ending the
+# study: ``autotune/study/sharing.py``), and a parallel slot's idle time (study.parallel: nothing left to run in it
+# while another slot's process still runs). Neither is the tuner's own work.
+WAITING, IDLE = "waiting", "idle"
+# The phases of a trial process, the waits and idle slots, then the tuner's own work. "other": what a process spent
+# after its build outside warm-up and windows (DataLoader shutdown, the FLOP count, memory reads, exit; the inspect's
+# reading of the facts); "stopped": processes the tuner stopped (pruned, timed out, over the memory budget, or with
+# the run: Ctrl-C) or that crashed, of which no breakdown came back.
+PHASES = (
+    "startup", "build", "warmup", "compile", "windows", "probing", "profiling", "other", "stopped", WAITING, IDLE, TUNER
+)  # fmt: skip
 PHASE_WORDS = {
     "startup": "start-up",
     "build": "build",
@@ -36,6 +43,8 @@ PHASE_WORDS = {
     "profiling": "profiling",
     "other": "rest of trials",
     "stopped": "stopped trials",
+    WAITING: "waiting for other tuners",
+    IDLE: "idle parallel slots",
     TUNER: "the tuner's own work",
 }
 STAGE_WORDS = {**{stage: stage for stage in STAGES}, "inspect": "inspect subprocess", TUNER: "outside the stages"}
@@ -86,7 +95,8 @@ class Foretold:
 class RunTime:
     """One run's time as measured: it started at ``started_at`` (seconds since the epoch) and lasted ``wall_s`` up to
     its last record; ``stages``: each stage's wall time; ``processes``: stage → phase → seconds of its trial
-    processes (with ``study.parallel`` trials at once, each counts its share: its seconds over the slots).
+    processes, its waits for other tuners (``WAITING``) and its slots' idle time (``IDLE``) (with ``study.parallel``
+    trials at once, each counts its share: its seconds over the slots).
     ``finished``: the run reached its end (False: stopped, or still going when last stored). ``budget_s``: its
     study.budget_s, and ``left_out``: the steps that budget left out, or left to another tuner (``left_to_others``),
     in words. ``foretold``: what it said its rest would take, once its first search trial was measured (None: it

@@ -1,11 +1,13 @@
 """Times one tuning run as it goes, stage by stage and trial process by trial process, and stores what it measured
-in the study (``RunTime``, ``autotune/results/tuner_time.py``) at the end of every stage and of the run, so that a
-run stopped midway still says where its time went up to its last stage. It also holds the run to ``study.budget_s``
-(``RunClock.affords``: the budget's one rule), each step expected to take what this run measured of the
-configurations it runs (``RunClock.round_s``)."""
+in the study (``RunTime``, ``autotune/results/tuner_time.py``) after every process it counts, at the end of every
+stage and of the run, so that a run killed midway (``kill -9``, the OOM killer, a reboot) still says where its time
+went up to its last process. It also holds the run to ``study.budget_s`` (``RunClock.affords``: the budget's one
+rule), each step expected to take what this run measured of the configurations it runs (``RunClock.round_s``), and
+no process given longer than the budget has left (``RunClock.timeout_s``)."""
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -20,11 +22,14 @@ import optuna
 from autotune.knobs import costly
 from autotune.measure.recorder import WindowPlan
 from autotune.records import config_key
-from autotune.results.tuner_time import TUNER, Foretold, RunTime, process_phases, run_attr
+from autotune.results.tuner_time import IDLE, TUNER, WAITING, Foretold, RunTime, process_phases, run_attr
 from autotune.study.storage import StorageFaultError
-from autotune.trial.result import TrialResult
+from autotune.trial.result import FailureKind, TrialResult
 
 SEARCH = "search"  # the stage whose trials screen (a shorter window than the baseline's and the races')
+# Said after a timeout's reason where what study.budget_s had left, not measure.trial_timeout_s, set the timeout
+# (``RunClock.as_ended_by_budget``), and how it is known again (``ended_by_budget``).
+BUDGET_CUT = "all that study.budget_s had left"
 
 
 class RunClock:
@@ -61,8 +66,13 @@ class RunClock:
         self.run = f"{self.started_at:.3f}-{os.getpid()}"
         self._stages: dict[str, float] = {}
         self._processes: dict[str, dict[str, float]] = {}
-        self._current, self._slots = TUNER, 1
+        self._current, self._slots, self._began = TUNER, 1, 0.0
+        # In the running stage, by the thread of each slot: when its last counted process ended, and since when it has
+        # been waiting for other tuners (``awaited``), where it is (``_slot_phases``).
+        self._slot_ends: dict[int, float] = {}
+        self._waiting_since: dict[int, float] = {}
         self._lock = threading.Lock()  # the slots of study.parallel count their trials from threads of their own
+        self._saving = threading.Lock()  # one record stored at a time, each newer than the last
         self._study: optuna.Study | None = None
         self._machine = ""
         self._foretold: Foretold | None = None
@@ -74,29 +84,79 @@ class RunClock:
     @contextmanager
     def stage(self, name: str, slots: int = 1) -> Iterator[None]:
         """Time the stage ``name``, whose trial processes run ``slots`` at a time; store the record at its end."""
-        self._current, self._slots, began = name, slots, time.monotonic()
+        with self._lock:
+            self._current, self._slots, self._began = name, slots, time.monotonic()
+            self._slot_ends, self._waiting_since = {}, {}
         try:
             yield
         finally:
             with self._lock:
-                self._stages[name] = self._stages.get(name, 0.0) + time.monotonic() - began
+                ended = time.monotonic()
+                self._stages[name] = self._stages.get(name, 0.0) + ended - self._began
+                self._add(name, self._slot_phases(ended))
                 self._current, self._slots = TUNER, 1
             self.save()
 
     def count(self, result: TrialResult, drew: bool = False) -> None:
         """Add one trial process's phases to the running stage: with several at once, each its share of the stage's
-        wall time (its seconds over the slots), so that the stage's phases still add up to its wall time. ``drew``:
-        the process started a fork server first (``Launcher.servers_started``), whose start is in its start-up."""
+        wall time (its seconds over the slots), so that the stage's phases still add up to its wall time; then store
+        the record (``save``), so that a run killed in the stage keeps what its processes took. A wait for other
+        tuners before it (``awaited``) ends as it started. ``drew``: the process started a fork server first
+        (``Launcher.servers_started``), whose start is in its start-up."""
         with self._lock:
-            parts = self._processes.setdefault(self._current, {})
-            for phase, seconds in process_phases(result).items():
-                parts[phase] = parts.get(phase, 0.0) + seconds / self._slots
+            ended, slot = time.monotonic(), threading.get_ident()
+            phases = process_phases(result)
+            if (since := self._waiting_since.pop(slot, None)) is not None and ended - result.wall_s > since:
+                phases[WAITING] = ended - result.wall_s - since
+            self._add(self._current, {phase: seconds / self._slots for phase, seconds in phases.items()})
+            self._slot_ends[slot] = ended
             if result.startup_s is not None:
                 self._startups[drew].append(result.startup_s)
             if self._current == SEARCH and costly(result.knobs):
                 self._costly.append(result.wall_s)
             if result.timing is not None:
                 self._take(result, result.wall_s, self._current == SEARCH)
+        self.save()
+
+    def awaited(self) -> None:
+        """Say that the slot calling waits for other tuners of the study (their trials, their searches:
+        ``sharing.await_others`` asks its ``waits`` each time it looks): from the first such call on, until its next
+        process starts or the stage ends, its time is waiting, not the tuner's own work (``_slot_phases``)."""
+        with self._lock:
+            self._waiting_since.setdefault(threading.get_ident(), time.monotonic())
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Time a wait for other tuners (``sharing.finishing``: their turn at ending the study) as waiting, in the
+        running stage (outside any: the run's own)."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._add(self._current, {WAITING: (time.monotonic() - began) / self._slots})
+
+    def _add(self, stage: str, phases: dict[str, float]) -> None:
+        """Add ``phases`` (phase → seconds) to ``stage``'s (the lock held); a stage given none gets no entry."""
+        if not phases:
+            return
+        parts = self._processes.setdefault(stage, {})
+        for phase, seconds in phases.items():
+            parts[phase] = parts.get(phase, 0.0) + seconds
+
+    def _slot_phases(self, ended: float) -> dict[str, float]:
+        """What the running stage's slots spent neither in processes nor in the tuner's own work between them, up to
+        ``ended`` (the lock held), each slot's share over the slots: idle, a slot with nothing left to run while
+        another's process still ran (from its last process's end, or the stage's start, to the end of the stage's
+        last process); waiting, after that and to the stage's end, for other tuners (``awaited``). One slot is
+        never idle: the stage waits on what it runs."""
+        last = max(self._slot_ends.values(), default=self._began)
+        seen = self._slot_ends.keys() | self._waiting_since.keys()
+        unseen = max(0, self._slots - len(seen))  # slots that neither ran a process nor waited: idle throughout
+        idle = sum(last - self._slot_ends.get(slot, self._began) for slot in seen) + unseen * (last - self._began)
+        waiting = sum(max(0.0, ended - max(since, last)) for since in self._waiting_since.values())
+        spent = {IDLE: idle if self._slots > 1 else 0.0, WAITING: waiting}
+        return {phase: seconds / self._slots for phase, seconds in spent.items() if seconds > 0}
 
     def expect(self, result: TrialResult, screened: bool = False) -> None:
         """Take a stored run (its wall time over its ``repeats`` processes) as this run's own: a resumed run reuses
@@ -145,6 +205,25 @@ class RunClock:
     def left_s(self) -> float | None:
         """What is left of ``budget_s`` (negative past it); None without a budget."""
         return None if self.budget_s is None else self.budget_s - (time.monotonic() - self._start)
+
+    def timeout_s(self, trial_timeout_s: float) -> float:
+        """How long a trial process starting now may run: ``trial_timeout_s`` (measure.trial_timeout_s), or what is
+        left of ``budget_s`` where less (to a tenth of a second, down), so that no process runs the run past its
+        budget (a batch job's time limit ends the whole run, reports and all). Before the first measuring process, as
+        ``fits`` says: the inspection and the baseline always run."""
+        left = self.left_s()
+        if left is None or not self.run_s():
+            return trial_timeout_s
+        return min(trial_timeout_s, max(0.0, math.floor(left * 10) / 10))
+
+    def as_ended_by_budget(self, result: TrialResult, timeout_s: float, trial_timeout_s: float) -> TrialResult:
+        """``result``, of a process given ``timeout_s`` (``timeout_s``), its reason saying so (``ended_by_budget``)
+        where that timeout, what the budget had left, below ``trial_timeout_s``, ended it: not the user's timeout."""
+        failure = result.failure
+        if failure is None or failure.kind is not FailureKind.TIMEOUT or timeout_s >= trial_timeout_s:
+            return result
+        said = f"{BUDGET_CUT} of its {self.budget_s:g} s, not measure.trial_timeout_s={trial_timeout_s:g}"
+        return replace(result, failure=replace(failure, message=f"{failure.message}: {said}"))
 
     def foretell(self, rest_s: float) -> None:
         """Keep, in the run's record, that the run said now its rest would take ``rest_s`` (``forecast``)."""
@@ -207,10 +286,15 @@ class RunClock:
         """``affords`` for a round of ``configurations`` (``round_s``)."""
         return self.affords(self.round_s(configurations), step)
 
-    def profiles_s(self) -> float:
-        """What the profiles of the baseline and the recommendation (study.diagnose) are expected to take: two
-        processes of the median full-window run's length."""
-        return 2 * self.run_s()
+    def profiles_s(self, profiles: int = 2) -> float:
+        """What ``profiles`` profiles (study.diagnose: the baseline's and the recommendation's) are expected to take:
+        a process of the median full-window run's length each."""
+        return profiles * self.run_s()
+
+    def again_s(self, knobs: dict) -> float:
+        """What measuring the configuration ``knobs`` once more is expected to take (a disturbed run measured again:
+        ``study/disturbed.py``): its ``repeats`` processes (``run_of_s``)."""
+        return self.repeats * self.run_of_s(knobs)
 
     def slowest_s(self) -> float:
         """The longest full-window process expected of a configuration measured so far (``run_of_s``)."""
@@ -264,26 +348,42 @@ class RunClock:
         return median(lambda r: r.wall_s - r.timing.warmup_s - r.timing.window_s) + warmup_s + window_s
 
     def record(self, finished: bool = False) -> RunTime:
-        """What was measured so far; ``finished``: the run reached its end."""
+        """What was measured so far, the running stage's time up to now included; ``finished``: the run reached its
+        end."""
         with self._lock:
+            now = time.monotonic()
             stages = dict(self._stages)
+            if self._current != TUNER:
+                stages[self._current] = stages.get(self._current, 0.0) + now - self._began
             processes = {stage: dict(parts) for stage, parts in self._processes.items()}
             left_out, foretold = list(self.left_out), self._foretold
-        wall_s = time.monotonic() - self._start
-        return RunTime(self.started_at, wall_s, stages, processes, finished, self.budget_s, left_out, foretold)
+        return RunTime(
+            self.started_at, now - self._start, stages, processes, finished, self.budget_s, left_out, foretold
+        )
 
     def save(self, finished: bool = False) -> None:
-        """Store the record in the attached study (nothing before ``attach``). Called as an error propagates (from a
-        ``finally``: a stage's, the run's), it is best effort: a storage fault it meets is dropped, as the error
-        propagating (a storage fault itself, often the same) says why the run stopped, and the reports follow it."""
+        """Store the record in the attached study (nothing before ``attach``): after every counted process, at every
+        stage's end and at the run's. A write (a few milliseconds: SQLite, a journal file) is small beside a process
+        (a fork and a timed window: a second or more), and each one stored is what a killed run keeps. Called as an
+        error propagates (a ``finally``: a stage's, the run's; a process stopped with the run), it is best effort: a
+        storage fault it meets is dropped, as the error propagating (a storage fault itself, often the same) says why
+        the run stopped, and the reports follow it."""
         if self._study is None:
             return
         stopping = sys.exc_info()[1] is not None
         try:
-            self._study.set_user_attr(run_attr(self._machine, self.run), self.record(finished).to_dict())
+            with self._saving:  # the slots' threads save too: a record taken earlier is never stored over a later one
+                self._study.set_user_attr(run_attr(self._machine, self.run), self.record(finished).to_dict())
         except StorageFaultError:
             if not stopping:
                 raise
+
+
+def ended_by_budget(result: TrialResult) -> bool:
+    """Whether what study.budget_s had left, not measure.trial_timeout_s, ended ``result``'s process
+    (``RunClock.as_ended_by_budget``)."""
+    failure = result.failure
+    return failure is not None and failure.kind is FailureKind.TIMEOUT and BUDGET_CUT in failure.message
 
 
 def span(step: str, first: int, last: int) -> str:

@@ -3,11 +3,11 @@
 The baseline's run is the reference of every speedup, and a race (as the rounds of mode=benchmark and mode=check)
 compares one run of each entrant a round: a run that something beside it slowed (``TrialResult.disturbed``: other
 processes took cores the run needed or shared its GPU, or the cores ran slow around it) would let a passing load
-decide them. Such a run is measured once more and the second stands (the first where the second failed). Once a
-second run is disturbed too, the load is taken to last and no run is measured again until one runs undisturbed:
-doubling every run would not end it. The runs counted disturbed are named in the reports (a race's:
-``Confirmation.disturbed``), since a load slows configurations unalike (one of two threads loses more to a busy core
-than one of one).
+decide them. Such a run is measured once more and the second stands (the first where the second failed), where
+study.budget_s has time for it (else the first is counted, though disturbed). Once a second run is disturbed too, the
+load is taken to last and no run is measured again until one runs undisturbed: doubling every run would not end it.
+The runs counted disturbed are named in the reports (a race's: ``Confirmation.disturbed``), since a load slows
+configurations unalike (one of two threads loses more to a busy core than one of one).
 
 The cores' reading is tested as it goes: where a run was measured again for it alone and the second run, undisturbed,
 read under ``NOT_SLOWED`` times the first's throughput, the reading found no slowdown that single runs' noise does
@@ -27,15 +27,24 @@ from autotune.trial.result import Disturbance, TrialResult
 
 # Told of a disturbed run, its name and result, before it is measured again as NAME-again.
 OnDisturbedFn = Callable[[str, TrialResult], None]
+# Whether measuring a configuration (its knobs) once more fits in study.budget_s, the step named in words
+# (``RunClock.affords``).
+AffordsAgainFn = Callable[[dict[str, Any], str], bool]
 # A slowdown the cores' reading flags (1.3x or more) that lasted through a run would leave the second run this many
 # times faster at least; a single run's figure varies 6-20 % between processes.
 NOT_SLOWED = 1.10
 FALSE_ALARMS = 2
 
 
-def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn, on_note: Callable[[str], None] | None = None) -> RunFn:
-    """``run``, measuring a run that something beside it disturbed once more, as ``NAME-again`` (the module's rules);
-    ``on_note`` is told once where the cores' reading alone stops having runs measured again."""
+def again_if_disturbed(
+    run: RunFn,
+    on_disturbed: OnDisturbedFn,
+    on_note: Callable[[str], None] | None = None,
+    affords: AffordsAgainFn | None = None,
+) -> RunFn:
+    """``run``, measuring a run that something beside it disturbed once more, as ``NAME-again`` (the module's rules),
+    where ``affords`` it (study.budget_s; None: always); ``on_note`` is told once where the cores' reading alone stops
+    having runs measured again."""
     lasting = False
     false_alarms = 0
 
@@ -47,6 +56,8 @@ def again_if_disturbed(run: RunFn, on_disturbed: OnDisturbedFn, on_note: Callabl
             return first
         cores_alone = first.disturbance == Disturbance(cores_slowdown=first.disturbance.cores_slowdown)
         if lasting or (cores_alone and false_alarms >= FALSE_ALARMS):
+            return first
+        if affords is not None and not affords(knobs, f"{name} measured again (slowed)"):
             return first
         on_disturbed(name, first)
         second = run(knobs, f"{name}-again", on_progress)

@@ -28,9 +28,9 @@ from autotune.results.race import (
     unprovable,
     wins_needed,
 )
-from autotune.study.clock import span
+from autotune.study.clock import ended_by_budget, span
 from autotune.study.tuner import RunFn
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Disturbance, TrialResult
 from autotune.words import counted, listed
 
 # Whether a round of these configurations (their knobs, and the step in words) fits in study.budget_s
@@ -157,10 +157,12 @@ def race(
     finalist lagging the leader by RACE_MARGIN leaves; with a ``reference``, one lagging it by TRIM_MARGIN or beaten
     by it for good (``beaten_for_good``). A round starts only where ``affords`` it (study.budget_s), and with
     ``new_draw``: the rounds are independent draws of the process layout, which decides how fast some pipelines run
-    (``Launcher.new_draw``). The race goes on from the rounds of ``start`` (a race of these finalists cut short:
-    each round stands on its own pairs of runs); ``on_round`` is given the race after each round that is not its
-    last, as a race cut short there; ``on_start`` is told the finalists racing and the round's number before the
-    first round it runs."""
+    (``Launcher.new_draw``). A round in which study.budget_s ran out, a run ended by what it had left
+    (``clock.ended_by_budget``), is not counted: the race is cut before it, as where ``affords`` has no time for it
+    (and says so), not ended by a failed run, so that a later run goes on from the rounds before. The race goes on
+    from the rounds of ``start`` (a race of these finalists cut short: each round stands on its own pairs of runs);
+    ``on_round`` is given the race after each round that is not its last, as a race cut short there; ``on_start`` is
+    told the finalists racing and the round's number before the first round it runs."""
     baseline_runs: list[float] = list(start.baseline_throughputs) if start else []
     failure, cut, disturbed = None, False, dict(start.disturbed) if start else {}
     decided_after = start.decided_after if start else None
@@ -187,7 +189,14 @@ def race(
             on_start(racing, index)
         if new_draw is not None:
             new_draw()
-        failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)
+        try:
+            failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)
+        except _BudgetEnded:
+            _discard_round(f"{name}-{index}-", index, racing, baseline_runs, disturbed)
+            if affords is not None:  # said left out: nothing is left for the round now
+                affords(entrants, span(f"{name} round", index, rounds))
+            cut = True
+            break
         if failure:
             break
         if decided_after is None:
@@ -207,6 +216,25 @@ def race(
     return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed, decided_after=decided_after)
 
 
+class _BudgetEnded(Exception):
+    """Raised by a run of a round that what study.budget_s had left ended (``clock.ended_by_budget``)."""
+
+
+def _discard_round(
+    prefix: str, index: int, racing: list[Finalist], baseline_runs: list[float], disturbed: dict[str, Disturbance]
+) -> None:
+    """Take back what round ``index`` (its runs named ``prefix``…) added before study.budget_s ended it: its runs,
+    the drops of runs that failed in it, and the runs of it counted disturbed. Every finalist still racing ran each
+    round before."""
+    del baseline_runs[index - 1 :]
+    for finalist in racing:
+        del finalist.throughputs[index - 1 :]
+        if finalist.failed_round == index:
+            finalist.dropped = finalist.failed_round = None
+    for name in [name for name in disturbed if name.startswith(prefix)]:
+        del disturbed[name]
+
+
 def _run_round(
     prefix: str,
     baseline: dict[str, Any],
@@ -216,7 +244,8 @@ def _run_round(
     on_run: Callable[[str, TrialResult], None],
 ) -> str | None:
     """One round: the baseline and every racing finalist once, in an order rotated each round (so no one always
-    runs first, right after the search or the previous round). Returns why the baseline's run failed, if it did."""
+    runs first, right after the search or the previous round). Returns why the baseline's run failed, if it did;
+    raises _BudgetEnded where what study.budget_s had left ended a run."""
     order: list[Finalist | None] = [None, *racing]  # None: the baseline
     shift = len(baseline_runs) % len(order)
     for entrant in order[shift:] + order[:shift]:
@@ -226,6 +255,8 @@ def _run_round(
         name = run_name(prefix, None)
         result = run(baseline, name, None)
         on_run(name, result)
+        if ended_by_budget(result):
+            raise _BudgetEnded
         if not result.ok:
             return f"{name}: {result.failure}"
         baseline_runs.append(result.timing.throughput)
@@ -236,6 +267,8 @@ def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[
     name = run_name(prefix, finalist.label)
     result = run(finalist.knobs, name, None)
     on_run(name, result)
+    if ended_by_budget(result):
+        raise _BudgetEnded
     if not result.ok:
         finalist.failed_round = len(finalist.throughputs) + 1
         finalist.dropped = f"round {finalist.failed_round} failed: {result.failure}"

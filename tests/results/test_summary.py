@@ -335,12 +335,13 @@ def test_a_trim_race_the_winner_left_having_lost_more_rounds_than_the_first_race
 
 
 def test_a_trim_race_cut_short_that_did_not_prove_the_winner_says_what_it_missed_and_that_it_goes_on():
-    # Cut by study.budget_s after 3 of 5 rounds, one of them lost: 3 rounds need 3 wins (5 would allow none lost).
+    # Cut by study.budget_s after 3 of 5 rounds, one of them lost: a proof over the 5 planned allows none lost.
     results, _ = _verdict_and_trim(125.0, 99.0, 130.0, baseline_runs=[100.0] * 3, cut=True)
     summary = summarise(results)
     assert summary.is_baseline
     said = headline(summary).rest
-    assert "did not prove it: it won 2 of the 3 rounds, where 3 are needed" in said
+    assert "did not prove it: it won 2 of the 3 rounds it ran before the race was cut short" in said
+    assert "where a proof over the 5 planned needs 5" in said
     assert "That race did not end (it stopped after 3 of 5 rounds" in said
 
 

@@ -237,7 +237,7 @@ def test_a_race_round_that_does_not_fit_is_not_run_and_a_race_without_one_recomm
     cut, names = raced(tmp_path / "budget", single, re_runs, affords=one_round)
     assert cut.rounds == 1 and cut.planned_rounds == 3 and len(names) == 2 and cut.cut
     assert steps == [(2, "confirm rounds 1 to 3"), (2, "confirm rounds 2 to 3")], "the baseline and the finalist"
-    assert "study.budget_s left no time for more rounds, or the run was stopped): the verdict is that of 1 round;" in (
+    assert "or the run was stopped): a proof still counts the 3 rounds planned (a win in every round), not the 1" in (
         cut.describe()
     )
     assert "ended early" not in cut.describe()
@@ -312,7 +312,7 @@ def test_a_race_a_stopped_run_cut_short_keeps_its_rounds_and_goes_on_from_them(t
     stopped = load_results(study).confirmation
     assert stopped.cut and stopped.rounds == 1 and stopped.planned_rounds == 3, "round 1 kept, as a race cut short"
     said = stopped.describe()
-    assert "or the run was stopped): the verdict is that of 1 round; the same command again goes on" in said
+    assert "(a win in every round), not the 1 round run; the same command again goes on" in said
     in_race = TunerTime([RunTime(0.0, 30.0, {"search": 20.0, "race": 9.0}, {}, finished=False)])
     summary = summarise(replace(load_results(study), tuner_time=in_race))
     assert summary.confirmation is None and not summary.confirmed, "one round of a stopped race proves nothing"
