@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from autotune.trial import job_control
 from autotune.trial.placement import pinned_cores, starting_on
 from autotune.trial.reaper import TRIAL_TOKEN_ENV, Strays, disown, start_owned
 
@@ -222,10 +221,10 @@ class ForkServer:
 
 
 def _reply(server: subprocess.Popen, seconds: float, key: str) -> Any:
-    """``key``'s value in the server's next line; ValueError saying why where none came within ``seconds`` (the time
-    the tuner was stopped left out: the server was stopped with it, ``job_control``), KeyError or TypeError where the
-    line is not what the server says."""
-    if not job_control.readable_within(server.stdout, seconds):
+    """``key``'s value in the server's next line; ValueError saying why where none came within ``seconds``,
+    KeyError or TypeError where the line is not what the server says."""
+    answered, _, _ = select.select([server.stdout], [], [], seconds)
+    if not answered:
         raise ValueError(f"no answer within {seconds:g} s")
     line = server.stdout.readline()
     if not line:

@@ -112,16 +112,29 @@ def starting_on(cores: frozenset[int] | None) -> Iterator[None]:
     takes the affinity of the thread that forks it, and its libraries size their thread pools from it as they load
     (OpenMP's, torch's default thread count; OpenBLAS's as numpy is imported): one pinned after its imports keeps
     pools sized for every core. Only this thread's affinity changes, and for the block alone: the tuner's other
-    threads (study.parallel's slots) start their trials on their own cores."""
-    if cores is None:
+    threads (study.parallel's slots) start their trials on their own cores.
+
+    Where this thread cannot be moved to ``cores`` (none of them is usable any more: the container's cores shrank,
+    EINVAL), the process starts on this thread's cores and its own pinning (``pin_from_env``) fails it with that
+    error: a failed trial, where an error raised here would end the tuner. Where this thread cannot be moved back
+    (none of its cores usable any more), it keeps the cores it has."""
+    before = os.sched_getaffinity(0)  # this thread's
+    if cores is None or not _moved_to(cores):
         yield
         return
-    before = os.sched_getaffinity(0)  # this thread's
-    os.sched_setaffinity(0, cores)
     try:
         yield
     finally:
-        os.sched_setaffinity(0, before)
+        _moved_to(before)
+
+
+def _moved_to(cores: frozenset[int] | set[int]) -> bool:
+    """Whether this thread was moved to ``cores``: not where none of them is usable (EINVAL)."""
+    try:
+        os.sched_setaffinity(0, cores)
+    except OSError:
+        return False
+    return True
 
 
 def pin_from_env() -> None:

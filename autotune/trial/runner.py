@@ -7,7 +7,6 @@ import json
 import math
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -21,7 +20,6 @@ from autotune.files import write_atomic
 from autotune.measure.core_speed import CoreGauge
 from autotune.measure.memory import FORK_SERVER_ENV, MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.measure.system import signal_name
-from autotune.trial import job_control
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
 from autotune.trial.log_cap import LogCap
 from autotune.trial.placement import CPUS_ENV
@@ -80,45 +78,7 @@ def run_trial(
     (pruning), the whole group (its DataLoader workers included) is killed, and every process it detached from the
     group (``reaper``): nothing is left behind. A result the trial wrote is its result however it then exited, unless
     the tuner stopped it.
-
-    A job-control stop of this process (Ctrl-Z) stops the trial with it (``job_control``, installed here: every mode
-    runs its first trial from the main thread); its timeout counts only the time it could run. Its own clocks counted
-    the stop, so a run the stop came in that read figures by them (``_read_by_clock``) is run again, which is said on
-    stderr.
     """
-    job_control.install()
-    while True:
-        stopped_before = job_control.stopped_s()
-        result = _run_process(request, timeout_s, workdir, name, budget, on_progress, launcher, gauge)
-        if job_control.stopped_s() == stopped_before or not _read_by_clock(result):
-            return result
-        print(
-            f"autotune: {name} ran while the tuner was stopped, and its clocks counted the stop: it runs again",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def _read_by_clock(result: TrialResult) -> bool:
-    """Whether ``result`` holds what the trial read by its clocks: a measurement (kept by an incorrect one too), the
-    probe's, the plain loop's or a profile's timings, or the pruner's verdict on its running figure; not the facts
-    of an inspection, nor a failure, which a stop does not make."""
-    if result.failure is not None:
-        return result.failure.kind in (FailureKind.PRUNED, FailureKind.INCORRECT)
-    return result.inspection is None
-
-
-def _run_process(
-    request: TrialRequest,
-    timeout_s: float,
-    workdir: Path,
-    name: str,
-    budget: MemoryBudget | None,
-    on_progress: ProgressFn | None,
-    launcher: Launcher | None,
-    gauge: CoreGauge | None,
-) -> TrialResult:
-    """``run_trial``'s one process, from its start to its result."""
     workdir.mkdir(parents=True, exist_ok=True)
     before = gauge.before() if gauge else None
     request_path = _write_private(workdir / _REQUESTS, name, json.dumps(request.to_dict(), indent=1))
@@ -333,15 +293,14 @@ def _watch(
 
     Returns None when it exited by itself, else why it must be stopped.
     """
-    clock = job_control.unstopped_clock  # a stop of the tuner stopped the trial too: not the trial's time
-    deadline = clock() + timeout_s
+    deadline = time.monotonic() + timeout_s
     watch = _BudgetWatch(proc.pid, budget, proc.lender) if budget is not None else None
     while True:
         if INTERRUPT.is_set():
             raise KeyboardInterrupt
-        if proc.exited_within(max(0.0, min(_POLL_S, deadline - clock()))):
+        if proc.exited_within(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
             return None
-        if clock() >= deadline:
+        if time.monotonic() >= deadline:
             return Failure(FailureKind.TIMEOUT, f"timeout after {timeout_s:g} s")
         over = watch.over() if watch else None
         if over:

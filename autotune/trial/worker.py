@@ -249,7 +249,7 @@ def describe_exception(exc: BaseException) -> Failure:
 def _killed_worker(exc: WorkerKilledError) -> Failure:
     """Why a DataLoader worker was killed, by its signal: SIGKILL most likely by the kernel's out-of-memory killer,
     where more or larger batches ahead (batch size, workers, prefetch) need more memory: out of memory; SIGBUS as
-    ``worker_bus_error`` reads the evidence; another signal, a fault."""
+    ``worker_bus_error`` says by this torch; another signal, a fault."""
     if exc.signal_name == "SIGKILL":
         return Failure(FailureKind.OUT_OF_MEMORY, f"{exc}, most likely by the kernel's out-of-memory killer")
     if exc.signal_name == "SIGBUS":

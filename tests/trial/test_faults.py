@@ -9,18 +9,13 @@ import pytest
 import torch
 
 from autotune.trial import exceptions
-from autotune.trial.result import FailureKind, TrialRequest, TrialResult
+from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import run_trial
 from tests.conftest import processes_mentioning, trial_request
 
 TIMEOUT_S = 120
 COMPILE_TIMEOUT_S = 300  # a first torch.compile on this machine can take ~30 s
 request = trial_request
-
-
-def _shared_memory_filesystem() -> str | None:
-    found = exceptions._shared_memory()
-    return found[0] if found else None
 
 
 def run(req: TrialRequest, workdir: Path, name: str, timeout_s: float = TIMEOUT_S) -> TrialResult:
@@ -70,15 +65,12 @@ def test_a_dataloader_worker_killed_by_sigkill_is_reported_like_a_killed_trial(w
     )
 
 
-@pytest.mark.skipif(_shared_memory_filesystem() != "tmpfs", reason="reads /dev/shm as a tmpfs")
-def test_a_dataloader_worker_killed_by_sigbus_beside_a_tmpfs_is_a_fault_not_out_of_memory(worker_bus_error):
-    # A tmpfs reserves the shared memory a worker writes its batch to, and a full one raises an error (out of memory):
-    # a SIGBUS there is most likely a memory-mapped file cut short, a fault (the other cases: test_exceptions.py).
-    assert worker_bus_error.failure.kind is FailureKind.SIGNAL, worker_bus_error.failure
-    assert worker_bus_error.failure.message.startswith(
-        "a DataLoader worker was killed by SIGBUS, most likely as a memory-mapped file the dataset reads became "
-        "shorter than when it was mapped (truncated or replaced while in use): shared memory running out raises an "
-        "error instead (torch reserves each batch's in /dev/shm, a tmpfs with "
+def test_a_dataloader_worker_killed_by_sigbus_is_typed_by_the_trials_torch(worker_bus_error):
+    # Out of memory where that torch lets a full /dev/shm kill a worker, else a fault (test_exceptions.py: both).
+    cause = exceptions.worker_bus_error()  # this process's torch is the trial's
+    assert worker_bus_error.failure == Failure(
+        FailureKind.OUT_OF_MEMORY if cause.out_of_memory else FailureKind.SIGNAL,
+        f"a DataLoader worker was killed by SIGBUS, {cause.cause}",
     )
 
 

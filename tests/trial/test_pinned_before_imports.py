@@ -1,8 +1,10 @@
 """A pinned trial starts on its cores, before its imports size their thread pools from the cores they see: a fresh
-one as its process starts, a forked one as its fork server does."""
+one as its process starts, a forked one as its fork server does; one pinned to cores no longer usable fails, and the
+tuner runs on."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import replace
@@ -11,16 +13,20 @@ import pytest
 
 from autotune.trial import launch
 from autotune.trial.launch import ForkServer, FreshLauncher
-from autotune.trial.placement import CPUS_ENV
-from autotune.trial.runner import _worker_env
+from autotune.trial.placement import CPUS_ENV, starting_on
+from autotune.trial.result import FailureKind
+from autotune.trial.runner import _worker_env, run_trial
 from tests.conftest import REPO
 from tests.trial.test_runner import request
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs CPU affinity")
+two_cores = pytest.mark.skipif(
+    hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) < 2,
     reason="needs two usable cores to tell one from all",
 )
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+# A core this process may not use, as one the container no longer lets it use (its cores shrank).
+GONE = max(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else 0
 
 
 def pinned_env() -> dict[str, str]:
@@ -29,6 +35,7 @@ def pinned_env() -> dict[str, str]:
 
 
 @pytest.mark.slow
+@two_cores
 def test_a_fresh_trial_starts_on_its_cores_and_its_imports_size_torchs_pool_to_them(tmp_path, monkeypatch):
     # Pinned only after its imports, it read all the tuner's cores at its start and torch's pool had one per core.
     monkeypatch.setattr(launch, "WORKER_MODULE", "tests.trial.pools_at_start")
@@ -41,6 +48,7 @@ def test_a_fresh_trial_starts_on_its_cores_and_its_imports_size_torchs_pool_to_t
 
 
 @pytest.mark.slow
+@two_cores
 def test_a_fork_server_starts_on_its_trials_cores_and_a_trial_pinned_otherwise_gets_a_new_one(tmp_path):
     # A forked trial inherits the pools its server's imports sized: the study's first slot, pinned, follows the
     # inspection, unpinned, on the same server.
@@ -60,3 +68,42 @@ def test_a_fork_server_starts_on_its_trials_cores_and_a_trial_pinned_otherwise_g
         assert server.servers_started == 2
     finally:
         server.close()
+
+
+def test_a_thread_that_cannot_move_to_cores_no_longer_usable_starts_its_process_on_its_own():
+    everywhere = os.sched_getaffinity(0)
+    with starting_on(frozenset({GONE})):
+        assert os.sched_getaffinity(0) == everywhere
+    assert os.sched_getaffinity(0) == everywhere
+
+
+def test_a_thread_that_cannot_move_back_keeps_the_cores_it_has(monkeypatch):
+    everywhere, moves = os.sched_getaffinity(0), []
+
+    def move_once(pid: int, cores) -> None:  # the cores it came from no longer usable once it moved
+        moves.append(cores)
+        if len(moves) > 1:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        set_affinity(pid, cores)
+
+    set_affinity = os.sched_setaffinity
+    monkeypatch.setattr(os, "sched_setaffinity", move_once)
+    try:
+        with starting_on(frozenset({CORE})):
+            pass
+        assert os.sched_getaffinity(0) == {CORE} and moves == [{CORE}, everywhere]
+    finally:
+        set_affinity(0, everywhere)
+
+
+@pytest.mark.parametrize("launcher", [ForkServer, FreshLauncher])
+def test_a_trial_pinned_to_cores_no_longer_usable_fails_as_its_pinning_does_and_the_tuner_runs_on(tmp_path, launcher):
+    everywhere, started = os.sched_getaffinity(0), launcher()
+    try:
+        result = run_trial(replace(request(), placement={CPUS_ENV: str(GONE)}), 120, tmp_path, "gone", launcher=started)
+    finally:
+        if isinstance(started, ForkServer):
+            started.close()
+    assert result.failure.kind is FailureKind.NO_RESULT
+    assert result.failure.message.endswith("(OSError: [Errno 22] Invalid argument)"), result.failure
+    assert os.sched_getaffinity(0) == everywhere

@@ -316,6 +316,15 @@ def test_a_trial_killed_by_a_real_time_signal_is_a_signal_failure_not_the_studys
     assert result.failure.message == f"killed by signal {signal.SIGRTMIN + 1} ({signal.strsignal(signal.SIGRTMIN + 1)})"
 
 
+def test_a_trial_leaves_ctrl_z_to_the_kernel_which_stops_the_tuner_alone(tmp_path):
+    # The trial, in a session of its own, runs on. A tuner that stopped its trials with it left them stopped for ever
+    # where it was killed while stopped (kill -9; kill %1, whose SIGTERM comes before the SIGCONT).
+    stops = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+    assert [signal.getsignal(signum) for signum in stops] == [signal.SIG_DFL] * 3
+    run_trial(request(), 60, tmp_path, "t", launcher=Scripted("pass"))
+    assert [signal.getsignal(signum) for signum in stops] == [signal.SIG_DFL] * 3
+
+
 def test_a_result_written_before_the_trial_died_in_its_exit_handlers_is_kept(tmp_path):
     # A C extension's exit handler that crashes, or the user's cleanup that signals its own group: the measurement,
     # written whole, stands.
