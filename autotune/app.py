@@ -33,7 +33,7 @@ from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
-from autotune.results.model import StudyResults, load_results
+from autotune.results.model import load_results
 from autotune.results.profile import ProfileRecord
 from autotune.results.race import MAX_FINALISTS, Finalist, count_changes, round_of, run_name
 from autotune.results.summary import summarise
@@ -44,7 +44,7 @@ from autotune.study.forecast import forecast
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
 from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan, stored_probe
-from autotune.study.profiles import profile_tuned
+from autotune.study.profiles import profile_tuned, profiles_left
 from autotune.study.run_race import run_race
 from autotune.study.sharing import Turn, finishing, never
 from autotune.study.space import SearchSpace, build_space, check_baseline
@@ -561,22 +561,11 @@ def _finish(
         return
     # What limits each, profiled after every timed run: the budget asked only of those still to be measured.
     found = load_results(study, machine)
-    left = _profiles_left(found)
+    left = profiles_left(found)
     if not left or clock.affords(clock.profiles_s(left), "the profiles (study.diagnose)"):
         keep_turn()
         with clock.stage("profiles"):
             profile_tuned(study, found, runner, settings, output_dir / "profile", profiled, channels_last_refused)
-
-
-def _profiles_left(results: StudyResults) -> int:
-    """How many of the profiles ``profile_tuned`` makes of ``results`` (the baseline's, and the recommendation's
-    where it is not the baseline) it must measure: one the study holds of the same configuration, and that ran, it
-    reuses, at no cost (its rule)."""
-    summary, stored = summarise(results), results.profiles
-    sides = [(summary.baseline, stored.baseline if stored else None)]
-    if not summary.is_baseline:
-        sides.append((summary.recommended, stored.recommended if stored else None))
-    return sum(before is None or before.knobs != rec.result.knobs or before.result is None for rec, before in sides)
 
 
 def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = None) -> Inspection:

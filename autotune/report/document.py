@@ -387,25 +387,30 @@ def _confirmation(results: StudyResults, summary: Summary) -> list[Section]:
 
 # A round an entrant did not run: it had left the race, or the race ended first.
 _NOT_RUN = "–"
+# Said of an entrant's run in the round whose baseline run failed (it ran first, as the order rotates): no figure of
+# the race counts it (``Confirmation.paired``).
+_UNPAIRED = "unpaired"
 
 
 def rounds_table(race: Confirmation) -> Table | None:
     """``race``'s runs round by round: a row for the baseline and for each entrant, a column for each round (a run's
-    samples/s; in brackets its ratio to the baseline's run of that round, and "busy" where the race counted it though
-    something beside it slowed it; "failed" where it failed), then the median (in brackets ``Confirmation.ratio``);
-    the last row names each round's fastest. None where no round ran."""
+    samples/s; in brackets its ratio to the baseline's run of that round, or "unpaired" where the baseline's run of
+    that round failed, and "busy" where the race counted it though something beside it slowed it; "failed" where it
+    failed), then the median of the rounds the baseline ran (in brackets ``Confirmation.ratio``); the last row names
+    the fastest of each round the baseline ran. None where no round ran."""
     entrants: list[Finalist | None] = [None, *race.finalists]  # None: the baseline
     runs = [_runs_by_round(race, entrant) for entrant in entrants]
     rounds = range(1, max(max(by_round, default=0) for by_round in runs) + 1)
     if not rounds:
         return None
+    paired = range(1, race.rounds + 1)  # the rounds the baseline ran: the race's figures pair its runs with theirs
     rows = []
     for entrant, by_round in zip(entrants, runs, strict=True):
         slowed = race.slowed_rounds(entrant.label if entrant else None)
         against = {} if entrant is None else runs[0]  # the baseline's runs, which the ratios are to
-        cells = [_run_cell(by_round.get(n), against.get(n), n in slowed) for n in rounds]
+        cells = [_run_cell(by_round.get(n), against.get(n), n in slowed, n in paired) for n in rounds]
         rows.append([_entrant_named(entrant), *cells, _median_cell(race, entrant)])
-    fastest = [_fastest(entrants, runs, n) for n in rounds]
+    fastest = [_fastest(entrants, runs, n) if n in paired else _NOT_RUN for n in rounds]
     return Table(["", *(f"round {n}" for n in rounds), "median"], [*rows, ["fastest", *fastest, ""]])
 
 
@@ -425,26 +430,31 @@ def _entrant_named(entrant: Finalist | None) -> str:
     return "baseline" if entrant is None else f"trial {entrant.label}"
 
 
-def _run_cell(run: float | str | None, baseline_run: float | str | None, slowed: bool) -> str:
-    """A round's cell: ``run``'s samples/s, with its ratio to ``baseline_run`` where that is a run's, and "busy" where
-    ``slowed``; else what stands in its place ("failed", or not run)."""
+def _run_cell(run: float | str | None, baseline_run: float | str | None, slowed: bool, paired: bool) -> str:
+    """A round's cell: ``run``'s samples/s, with its ratio to ``baseline_run`` where that is a run's (None: the
+    baseline's own row), or "unpaired" where the round is not ``paired`` (the baseline's run of it failed), and
+    "busy" where ``slowed``; else what stands in its place ("failed", or not run)."""
     if run is None:
         return _NOT_RUN
     if isinstance(run, str):
         return run
-    notes = [] if baseline_run is None or isinstance(baseline_run, str) else [f"{run / baseline_run:.2f}x"]
+    if not paired:
+        notes = [_UNPAIRED]
+    else:
+        notes = [] if baseline_run is None else [f"{run / baseline_run:.2f}x"]
     notes += ["busy"] if slowed else []
     return format_cell(float(run)) + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _median_cell(race: Confirmation, entrant: Finalist | None) -> str:
-    """``entrant``'s median over the rounds it ran (None: the baseline's), with its ratio to the baseline's
-    (``Confirmation.ratio``)."""
+    """``entrant``'s median over the rounds it and the baseline ran (``Confirmation.paired_median``; None: the
+    baseline's), with its ratio to the baseline's over those rounds (``Confirmation.ratio``)."""
     if entrant is None:
         return format_cell(float(race.baseline_median)) if race.rounds else _NOT_RUN
-    if not entrant.throughputs:
+    median = race.paired_median(entrant)
+    if median is None:
         return _NOT_RUN
-    return f"{format_cell(float(entrant.median))} ({race.ratio(entrant):.2f}x)"
+    return f"{format_cell(float(median))} ({race.ratio(entrant):.2f}x)"
 
 
 def _fastest(entrants: list[Finalist | None], runs: list[dict[int, float | str]], n: int) -> str:
@@ -467,9 +477,15 @@ def _rounds_key(tables: list[Table | None]) -> list[str]:
     which = "Each race's table gives it" if len(shown) > 1 else "The table below gives the race"
     key = (
         f"{which} round by round: each run's samples/s and, in brackets, its ratio to the baseline's run of that "
-        "round; each entrant's median over the rounds it ran, and its ratio to the baseline's median over those "
-        "rounds; and each round's fastest."
+        "round; each entrant's median over the rounds it and the baseline ran, and its ratio to the baseline's median "
+        "over those rounds; and each round's fastest."
     )
+    if any(_UNPAIRED in cell for cell in cells):
+        key += (
+            f" A run marked {_UNPAIRED} ran in the round whose baseline run failed (before it, as the order rotates): "
+            "with no baseline run to pair it with, it has no ratio, its median leaves it out, and that round names no "
+            f"fastest ({_NOT_RUN})."
+        )
     if any("busy" in cell for cell in cells):
         key += " A run marked busy was counted though something beside it slowed it (Measured on a busy machine)."
     if _NOT_RUN in cells:
@@ -746,7 +762,10 @@ def _probe(results: StudyResults) -> list[Section]:
         return []
     heading = "Where the time goes (differential probe)"
     if not probe.ok:
-        return [Section(heading, paragraphs=[f"The probe failed ({probe.failure}); the search went on without it."])]
+        said = f"The probe failed ({probe.failure}); the search went on without it."
+        if probe.retry:  # study.budget_s left it no time, not what it read: ``ProbeRecord.retry``
+            said += " It failed for want of time (study.budget_s), not by what it read: a later run probes anew."
+        return [Section(heading, paragraphs=[said])]
     loading, compute = probe.baseline_loader_sps, probe.baseline_compute_sps
     slower = "the DataLoader" if loading < compute else "the model step"
     text = (

@@ -18,6 +18,8 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   the rounds after it take back where they pull the winner's median under MIN_GAIN (``Confirmation.decided_after``,
   ``Confirmation.faded``; the finalists that left at the verdict do not come back). A winner the trim will race
   (``trim.will_trim``) does not: the race ends there, and the trim's first race runs them.
+- Figures (``Confirmation.paired``): a finalist's ratio, wins and medians against the baseline are of the rounds
+  both ran; a run of the round whose baseline run failed (the finalist ran first there) counts in none of them.
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
   PROOF_LEVEL: every round of up to 5) and MIN_GAIN by medians, those of the rounds up to the verdict and of all. A
   race cut short before its verdict (by study.budget_s or a stopped run) proves only by the wins its planned rounds
@@ -117,7 +119,10 @@ class Finalist:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finalist:
         result = data.get("result")
-        return cls(**{**data, "result": TrialResult.from_dict(result) if result else None})
+        failed_round = data["failed_round"] if "failed_round" in data else _said_failed_round(data.get("dropped"))
+        return cls(
+            **{**data, "result": TrialResult.from_dict(result) if result else None, "failed_round": failed_round}
+        )
 
     @property
     def median(self) -> float | None:
@@ -181,13 +186,26 @@ class Confirmation:
         (``quiet_rounds``: not those in which something beside one of the two runs slowed it, where two or more
         rounds, and at least half of them, are left)."""
         finalist = next(f for f in self.finalists if f.label == label)
-        pairs = enumerate(zip(finalist.throughputs, self.baseline_throughputs, strict=False), start=1)
+        pairs = enumerate(zip(*self.paired(finalist), strict=True), start=1)
         ratios = {index: run / base for index, (run, base) in pairs}
         return quiet_rounds(ratios, self.slowed_rounds(None) | self.slowed_rounds(label))
 
     @property
     def baseline_median(self) -> float:
         return statistics.median(self.baseline_throughputs)
+
+    def paired(self, finalist: Finalist) -> tuple[list[float], list[float]]:
+        """``finalist``'s runs and the baseline's, of the rounds both ran: every figure of the race pairs its runs by
+        round. A finalist that left ran the first rounds; one that ran before the baseline in the round whose
+        baseline run failed (the order rotates) holds a run of a round the baseline never ran, which no figure
+        counts."""
+        both = min(len(finalist.throughputs), self.rounds)
+        return finalist.throughputs[:both], self.baseline_throughputs[:both]
+
+    def paired_median(self, finalist: Finalist) -> float | None:
+        """``finalist``'s median over the rounds the baseline ran too (``paired``); None where there is none."""
+        runs, _ = self.paired(finalist)
+        return statistics.median(runs) if runs else None
 
     def proven(self, finalist: Finalist) -> bool:
         """Whether ``finalist`` ran every round, beat the baseline in enough of those up to the verdict
@@ -303,9 +321,10 @@ class Confirmation:
 
     @property
     def leader(self) -> Finalist | None:
-        """The winner or, without one, the finalist with the highest median (for saying how close it came)."""
-        measured = [f for f in self.finalists if f.throughputs]
-        return self.winner or max(measured, key=lambda f: f.median, default=None)
+        """The winner or, without one, the finalist with the highest median of the rounds the baseline ran too
+        (``paired_median``; for saying how close it came)."""
+        measured = [f for f in self.finalists if self.paired_median(f) is not None]
+        return self.winner or max(measured, key=self.paired_median, default=None)
 
     @property
     def speedup(self) -> float | None:
@@ -316,8 +335,9 @@ class Confirmation:
         return self.ratio(leader)
 
     def ratio(self, finalist: Finalist) -> float:
-        """``finalist``'s median over the baseline's, of the rounds it ran (one that left the race ran the first)."""
-        return finalist.median / statistics.median(self.baseline_throughputs[: len(finalist.throughputs)])
+        """``finalist``'s median over the baseline's, of the rounds both ran (``paired``)."""
+        runs, base = self.paired(finalist)
+        return statistics.median(runs) / statistics.median(base)
 
     @property
     def ended_early(self) -> bool:
@@ -406,7 +426,7 @@ class Confirmation:
 
     def _won_all(self, finalist: Finalist) -> bool:
         """Whether ``finalist`` beat the baseline in every round it ran, and by MIN_GAIN by their medians."""
-        pairs = list(zip(finalist.throughputs, self.baseline_throughputs, strict=False))
+        pairs = list(zip(*self.paired(finalist), strict=True))
         won = bool(pairs) and all(run > base for run, base in pairs)
         return won and self.ratio(finalist) >= 1 + MIN_GAIN
 
@@ -425,6 +445,17 @@ class Confirmation:
         trials = data.get("trials")
         cut, decided_after = data.get("cut", False), data.get("decided_after")
         return cls(rounds, finalists, failure, planned, cut, disturbed, trials, decided_after)
+
+
+# How a race stored before ``Finalist.failed_round`` was kept says, in ``dropped``, which round's run failed.
+_FAILED_ROUND_SAID = re.compile(r"round (\d+) failed: ")
+
+
+def _said_failed_round(dropped: str | None) -> int | None:
+    """The round whose run failed, read from ``dropped`` as a race stored before ``Finalist.failed_round`` was kept
+    says it ("round N failed: ..."); None where it says no such thing."""
+    said = _FAILED_ROUND_SAID.match(dropped or "")
+    return int(said.group(1)) if said else None
 
 
 def run_name(prefix: str, label: str | None) -> str:

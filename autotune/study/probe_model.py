@@ -38,6 +38,7 @@ from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS,
 from autotune.measure.environment import this_machine_id
 from autotune.measure.measurement import SystemReport
 from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
+from autotune.study.clock import ended_by_budget
 from autotune.study.space import SearchSpace
 from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
 
@@ -491,7 +492,8 @@ def probe_once(
     ran out of memory or raised at the baseline's own settings, is recorded as failed and the search goes on
     without it. One whose timings drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted
     again, it is recorded as failed; with no time to, as failed for now (``ProbeRecord.retry``): a later run
-    probes anew."""
+    probes anew. So is one whose process what study.budget_s had left ended (``clock.ended_by_budget``): this run
+    searches without it, and a later run, with more budget, probes anew."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
     if (stored := stored_probe(study, machine)) is not None:
         return stored
@@ -502,8 +504,8 @@ def probe_once(
         first_s, again = result.wall_s, True
         result = run_probe(plan)
         result, drift = replace(result, wall_s=first_s + result.wall_s), _drift(result)
-    if not result.ok or result.probe is None:
-        record = ProbeRecord(result.wall_s, failure=str(result.failure))
+    if not result.ok or result.probe is None:  # ended by the budget: for want of time, not by what it read
+        record = ProbeRecord(result.wall_s, failure=str(result.failure), retry=ended_by_budget(result))
     else:
         probe_model = ProbeModel(plan, result.probe)
         anchor = anchor_knobs(space, baseline)

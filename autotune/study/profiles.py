@@ -84,6 +84,28 @@ def profile_configuration(
     )
 
 
+def reusable(before: ProfileRecord | None, knobs: dict[str, Any]) -> bool:
+    """Whether ``profile_tuned`` reuses ``before``, the profile the study holds of a side (the baseline, or the
+    recommendation), for a profile of ``knobs``: it is of the same configuration, and it ran."""
+    return before is not None and before.knobs == knobs and before.result is not None
+
+
+def profiles_left(results: StudyResults) -> int:
+    """How many of the profiles ``profile_tuned`` makes of ``results`` it must measure: those it cannot reuse
+    (``reusable``), which alone cost time."""
+    return sum(not reusable(before, knobs) for _, knobs, before in _sides(results))
+
+
+def _sides(results: StudyResults) -> list[tuple[str, dict[str, Any], ProfileRecord | None]]:
+    """What ``profile_tuned`` profiles of ``results``: the baseline, and the recommendation where it is not the
+    baseline; each its side's name, its knobs, and the profile the study holds of that side (None: none)."""
+    summary, stored = summarise(results), results.profiles
+    sides = [("baseline", summary.baseline.result.knobs, stored.baseline if stored else None)]
+    if not summary.is_baseline:
+        sides.append(("recommended", summary.recommended.result.knobs, stored.recommended if stored else None))
+    return sides
+
+
 def profile_tuned(
     study: optuna.Study,
     results: StudyResults,
@@ -98,13 +120,11 @@ def profile_tuned(
     machine. Each run is ``settings.profile_*``'s, shortened to ``TUNED_*``. A stored profile of the same
     configuration that ran is reused (a resumed run), with what the study tried now and this run's inspection's
     ``channels_last_refused`` (``profile_configuration``); ``on_profile(record, stored)`` is told of each."""
-    summary = summarise(results)
     tried = tries_of(results)
-    stored = results.profiles
     effective = accumulated_to(settings.batch_policy, settings.baseline)
 
     def one(knobs: dict[str, Any], label: str, before: ProfileRecord | None) -> ProfileRecord:
-        reused = before is not None and before.knobs == knobs and before.result is not None
+        reused = reusable(before, knobs)
         if reused:  # with the batch accumulated to and the refusal, which a profile stored before they were kept lacks
             record = replace(
                 before, tried=tried, effective_batch_size=effective, channels_last_refused=channels_last_refused
@@ -123,10 +143,7 @@ def profile_tuned(
         on_profile(record, reused)
         return record
 
-    baseline = one(summary.baseline.result.knobs, "baseline", stored.baseline if stored else None)
-    recommended = None
-    if not summary.is_baseline:
-        recommended = one(summary.recommended.result.knobs, "recommended", stored.recommended if stored else None)
-    profiles = TunedProfiles(baseline, recommended)
+    baseline, *recommended = (one(knobs, label, before) for label, knobs, before in _sides(results))
+    profiles = TunedProfiles(baseline, recommended[0] if recommended else None)
     study.set_user_attr(on_machine(PROFILES_ATTR, results.machine_id), profiles.to_dict())
     return profiles

@@ -48,6 +48,7 @@ from autotune.records import (
     on_machine,
     workers_ran,
 )
+from autotune.study.clock import ended_by_budget
 from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.study.sharing import always, await_others, beat, claimed, heartbeat, measuring_now, searching
@@ -162,9 +163,11 @@ def tune(
     not measured again: the proposal is answered from the stored result and does not count as a trial. Tuning also
     stops at ``settings.timeout_s``, where ``affords`` says the next trial does not fit in study.budget_s (a
     proposal or a draw of the sampler that does not fit where a plain trial still does is passed over, the draw left
-    to a later run, which measures it first), when the space is exhausted, and,
+    to a later run, which measures it first; so is a trial whose process what study.budget_s had left ended), when
+    the space is exhausted, and,
     aborted, after ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect
-    trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``), or as many dropped in a row
+    trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``; nor is a trial the budget
+    ended, which says nothing of its configuration), or as many dropped in a row
     because another tuner took this one for dead (``_taken_for_dead``). A configuration that needs
     no less memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured:
     Optuna is told it is pruned, with the reason, and it does not count as a trial either.
@@ -260,8 +263,8 @@ class _Slot:
     counts from step to step. ``known`` is what the study holds, read afresh each step and updated in place, as the
     pruner reads it: a slot's trials are judged on what its own thread read. ``skipped``: configurations this run
     leaves to a later one because they do not fit study.budget_s where a plain trial still does (a compile trial,
-    whose time no measurement foretells); the search goes on without them. ``repeats``: proposals in a row of
-    configurations measured or not to measure."""
+    whose time no measurement foretells), or whose process the budget ended; the search goes on without them.
+    ``repeats``: proposals in a row of configurations measured or not to measure."""
 
     study: optuna.Study
     space: SearchSpace
@@ -305,6 +308,9 @@ class _Slot:
             measured = self._measure(trial, knobs, key)
         except UpdateFinishedTrialError:  # another tuner took this one for dead and failed the trial: it is dropped
             self._dropped(trial, seen.counted)
+            return
+        except _EndedByBudget:
+            self._ended_by_budget(trial, knobs, key, seen.counted)
             return
         if measured is None:
             self.repeats += 1
@@ -408,7 +414,8 @@ class _Slot:
 
     def _measure(self, trial: optuna.Trial, knobs: dict[str, Any], key: str) -> tuple[TrialResult, _Outcome] | None:
         """Measure ``knobs`` as ``trial``, its heartbeat first (a trial in flight is always heard of at its tuner's
-        own interval); None where it gives way (``_given_way``: pruned, a duplicate)."""
+        own interval); None where it gives way (``_given_way``: pruned, a duplicate); _EndedByBudget where the budget
+        ended its process (``_measure_trial``)."""
         shared = is_shared(self.settings.storage)
         with heartbeat(trial, self.settings.heartbeat_s if shared else None):
             trial.set_user_attr(CONFIG_ATTR, key)  # measuring it: other tuners of the study see it in flight
@@ -422,6 +429,14 @@ class _Slot:
                     return None
                 self.repeats = 0
                 return _measure_trial(self.study, trial, knobs, self.run, self.settings, self.pruner)
+
+    def _ended_by_budget(self, trial: optuna.Trial, knobs: dict[str, Any], key: str, done: int) -> None:
+        """Report ``trial``, of ``knobs``, whose process what study.budget_s had left ended: left for a later run
+        (``_left_for_later``), and no fault (study.max_consecutive_failures counts none): the budget ran out, not the
+        configuration. The next step finds no time left (``_fits``)."""
+        self.skipped.add(key)
+        later = f"left for a later run: study.budget_s={self.settings.budget_s:g} ran out while it ran"
+        self.on_trial(TrialEvent(trial.number, done, self.settings.n_trials, None, knobs=knobs, not_measured=later))
 
     def _dropped(self, trial: optuna.Trial, done: int) -> None:
         """Count ``trial``, dropped; ``_Stop`` after study.max_consecutive_failures in a row: a cause that lasts
@@ -611,6 +626,11 @@ def _out_of_budget(settings: StudySettings) -> StopReason:
     return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
 
 
+class _EndedByBudget(Exception):
+    """Raised by ``_measure_trial`` where what study.budget_s had left ended the trial's process
+    (``clock.ended_by_budget``): the trial is left for a later run (``_left_for_later``)."""
+
+
 def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
     """Fail ``trial`` of configuration ``key`` unmeasured, as interrupted: the machine owes it (``_owed``), and a
     later run of the study, with the time for it, measures it first."""
@@ -729,7 +749,10 @@ def _measure_trial(
 ) -> tuple[TrialResult, _Outcome]:
     """Measure ``knobs`` as ``trial``, store the result on it and tell Optuna; a trial stopped by an exception
     (Ctrl-C) is marked interrupted. UpdateFinishedTrialError where another tuner took the trial for dead and failed
-    it meanwhile: its result is lost, and its configuration is measured again."""
+    it meanwhile: its result is lost, and its configuration is measured again. _EndedByBudget where what
+    study.budget_s had left ended its process: no timeout of the configuration's, so it is left for a later run
+    (``_left_for_later``), which measures it with the time for it, rather than stored as failed, never measured
+    again."""
     last_reading: list[float] = []
 
     def on_progress(steps: int, throughput: float) -> str | None:
@@ -744,6 +767,9 @@ def _measure_trial(
             trial.set_user_attr(INTERRUPTED_ATTR, True)
             _told(study, trial, state=TrialState.FAIL)
         raise
+    if ended_by_budget(result):
+        _left_for_later(study, trial, config_key(knobs))
+        raise _EndedByBudget
     result = within_budget(result, settings)
     outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
     trial.set_user_attr(RESULT_ATTR, result.to_dict())

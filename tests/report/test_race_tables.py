@@ -82,12 +82,13 @@ def test_a_failed_run_reads_failed_in_its_round_not_a_figure():
     failed = Finalist("2", {}, 1, 100.0, [110.0], "round 2 failed: signal: SIGKILL", failed_round=2)
     race = Confirmation([100.0, 98.0, 101.0], [Finalist("0", {}, 1, 100.0, [120.0, 119.0, 121.0]), failed], None, 3)
     assert rounds_table(race).rows[2] == ["trial 2", "110.0 (1.10x)", "failed", "–", "110.0 (1.10x)"]
-    # The baseline's run failed in round 2, after trial 0's: the race ended there, with no ratio for that run.
+    # The baseline's run failed in round 2, after trial 0's: the race ended there; that run has no pair, no ratio, and
+    # counts in no figure.
     ended = Confirmation([100.0], [Finalist("0", {}, 1, 100.0, [110.0, 112.0])], "confirm-2-baseline: signal: SIGKILL")
     assert rounds_table(ended).rows == [
         ["baseline", "100.0", "failed", "100.0"],
-        ["trial 0", "110.0 (1.10x)", "112.0", "111.0 (1.11x)"],
-        ["fastest", "trial 0", "trial 0", ""],
+        ["trial 0", "110.0 (1.10x)", "112.0 (unpaired)", "110.0 (1.10x)"],
+        ["fastest", "trial 0", "–", ""],
     ]
 
 
