@@ -38,7 +38,7 @@ from autotune.results.profile import ProfileRecord
 from autotune.results.race import MAX_FINALISTS, Finalist, count_changes, round_of, run_name
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP, TAKEN_OVER_STEP
-from autotune.study.clock import SEARCH, RunClock, span
+from autotune.study.clock import SEARCH, Kept, RunClock, span
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.forecast import forecast
 from autotune.study.guide import Guide, guide_from_record
@@ -117,8 +117,8 @@ def _tune(
     lines, turn = _RunLines(out), _Turn()
     measured = runners[0].run  # the baseline, the probe and the race run in the first slot
     if settings.study.remeasure_disturbed:
-        again_fits = lambda knobs, step: clock.affords(clock.again_s(knobs), step)  # noqa: E731
-        measured = again_if_disturbed(runners[0].run, partial(_measured_again, lines, turn), lines.note, again_fits)
+        again = partial(_measured_again, lines, turn)
+        measured = again_if_disturbed(runners[0].run, again, lines.note, clock.affords_again)
     baseline = _measure_baseline(opened, settings, measured, output_dir, lines, clock)
     stop = StopReason("interrupted", aborted=True)  # until the search, the race and what follows end
     try:
@@ -302,7 +302,9 @@ def _search_and_finish(
         if knobs is not None:  # a proposal that does not fit is passed over (``tuner._search``): named once
             named = costly_values(knobs) if costly(knobs) else {"batch_size": knobs["batch_size"]}
             step = f"{SEARCH_TRIAL_STEP} of {' '.join(f'{k}={v}' for k, v in named.items())}"
-        return clock.affords(trial_s + _race_s(settings, clock, baseline, done + 1), step)
+        several = knobs is None and done + 1 < settings.study.n_trials  # "search trials 3 to 8": a trial's time said
+        kept = _race_kept(settings, clock, baseline, done + 1)
+        return clock.affords(trial_s, step, kept, per="a trial" if several else "")
 
     def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
         return clock.fits(_race_s(settings, clock, baseline, settings.study.n_trials))
@@ -476,15 +478,16 @@ def _guide(
         return None
     stored = stored_probe(study, machine) is not None
     # The probe is of use only with a trial to steer and the race's planned rounds after it.
-    then = clock.screen_s() + _race_s(settings, clock, baseline, 1)
+    race = _race_kept(settings, clock, baseline, 1)
+    then = Kept(clock.screen_s() + race.seconds, "a search trial" + (f" and {race.what}" if race.seconds else ""))
     timing = baseline.timing
     plan = probe_plan(space, settings.baseline)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
     expected = expected_probe_s(plan, clock.unmeasured_s(baseline), timing.compute_s / timing.samples, effective)
-    if not stored and not clock.affords(expected + then, PROBE_STEP):
+    if not stored and not clock.affords(expected, PROBE_STEP, then):
         return None
     with clock.stage("probe"):
-        again = lambda: clock.affords(expected + then, f"{PROBE_STEP} run again (its timings drifted)")  # noqa: E731
+        again = lambda: clock.affords(expected, f"{PROBE_STEP} run again (its timings drifted)", then)  # noqa: E731
         probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine, again)
     print(f"[probe{', stored' if stored else ''}] {format_probe(probe)}", file=out, flush=True)
     cores = ctx.cpu_count if runner.device == "cpu" else None
@@ -506,6 +509,13 @@ def _race_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: 
     untrimmed (said so), and whether there is a trim, and of how many variants, is known only once the race has a
     winner; the race ends at its verdict for the trim's first race only where that race fits (``will_trim``)."""
     return settings.study.confirm_rounds * _race_round_s(settings, clock, baseline, trials)
+
+
+def _race_kept(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> Kept:
+    """``_race_s``, as what a search trial or the probe keeps back (``RunClock.affords``), named for the list of what
+    was left out: the race's planned rounds (none without a race)."""
+    rounds = counted(settings.study.confirm_rounds, "planned round")
+    return Kept(_race_s(settings, clock, baseline, trials), f"the race's {rounds}")
 
 
 def _finish(
@@ -714,7 +724,12 @@ class TrialRunner:
         self, request: TrialRequest, name: str, on_progress: ProgressFn | None, gauge: CoreGauge | None = None
     ) -> TrialResult:
         measure = self.settings.measure
-        timeout_s = self._timeout_s()
+        given: list[float] = []  # each process's timeout as it started: a failure ends the repeats, so the last's
+
+        def timeout_s() -> float:
+            given.append(self._timeout_s())
+            return given[-1]
+
         with self._stops_counted(request.knobs):
             result = run_repeated(
                 request,
@@ -728,7 +743,7 @@ class TrialRunner:
                 self._count,
                 gauge,
             )
-        return self._ended_by(result, timeout_s)
+        return self._ended_by(result, given[-1])
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
         """``knobs`` with the full window in one process, timed by the harness or by the plain loop, which starts as
@@ -767,8 +782,7 @@ class TrialRunner:
 
     def _timeout_s(self) -> float:
         """The timeout of a process starting now: measure.trial_timeout_s, or in a tuning run what its study.budget_s
-        has left where less (``RunClock.timeout_s``). Each of measure.repeats processes is given what was left as
-        the first started."""
+        has left where less (``RunClock.timeout_s``), each of measure.repeats processes as it starts."""
         timeout_s = self.settings.measure.trial_timeout_s
         return timeout_s if self.clock is None else self.clock.timeout_s(timeout_s)
 

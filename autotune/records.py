@@ -203,7 +203,9 @@ class ProbeRecord:
     ``wall_s``: how long it took; ``timing_noise``: the standard deviation of the log of one model step timing, as
     the anchor's timings showed it (``ProbeModel.noise``; None: not known); ``timing_move``: the most the machine's
     speed moved between two of them, as a fraction (``ProbeModel.largest_move``; None: not known). ``retry``: it
-    failed for want of time to run again (study.budget_s), not by what it read: a later run probes anew."""
+    failed for want of time (study.budget_s), not by what it read: its timings drifted and the budget left no time to
+    run it again, or the budget's cap on its timeout ended its process (``clock.ended_by_budget``); a later run probes
+    anew (``probe_model.stored_probe``)."""
 
     wall_s: float
     plan: ProbePlan | None = None

@@ -72,7 +72,8 @@ def format_result(
 def format_probe(probe: ProbeRecord) -> str:
     """What the differential probe found."""
     if not probe.ok:
-        return f"the differential probe failed ({probe.failure}); the search goes on without it"
+        later = "; a later run probes anew" if probe.retry else ""  # for want of time, not by what it read
+        return f"the differential probe failed ({probe.failure}); the search goes on without it{later}"
     failed = probe.result.failed if probe.result else []
     raised = f"; {len(failed)} of its settings raised (first: {failed[0].message})" if failed else ""
     spread = probe.timing_spread

@@ -183,7 +183,7 @@ def _keep(summary: Summary) -> Headline:
         )
     if summary.overruled is not None:
         return Headline("Keep your current settings.", _overruled(summary.overruled, summary.races))
-    if confirmation and confirmation.leader and confirmation.short_of_rounds(confirmation.leader):
+    if confirmation and any(confirmation.short_of_rounds(f) for f in confirmation.finalists):
         return Headline("Keep your current settings.", _cut_short(confirmation))
     if confirmation and confirmation.leader and not confirmation.failure:
         leader = confirmation.leader
@@ -223,12 +223,14 @@ def _keep(summary: Summary) -> Headline:
 
 
 def _cut_short(race: Confirmation) -> str:
-    """Why the baseline stays where study.budget_s cut the finalists' race short of the rounds a proof of its leader
-    needs (``Confirmation.short_of_rounds``), and that the same command goes on from the rounds stored."""
-    leader = race.leader
+    """Why the baseline stays where study.budget_s cut the finalists' race short of the rounds a proof of a finalist
+    needs (``Confirmation.short_of_rounds``), naming the best such (the leader, or where the leader left the race, the
+    best still racing), and that the same command goes on from the rounds stored."""
+    short = max((f for f in race.finalists if race.short_of_rounds(f)), key=race.ratio)
+    best = "the best" if short is race.leader else "the best still racing"
     return (
-        f"study.budget_s left the race too few rounds to prove the fastest trials: the best, trial {leader.label}, "
-        f"measured {race.speedup:.2f}x by medians of {race.rounds} of the {race.proof_rounds} planned interleaved "
+        f"study.budget_s left the race too few rounds to prove the fastest trials: {best}, trial {short.label}, "
+        f"measured {race.ratio(short):.2f}x by medians of {race.rounds} of the {race.proof_rounds} planned interleaved "
         f"rounds, and a proof takes a win in {wins_in_words(race.proof_rounds)}, so none is recommended "
         "unproven. The same command again goes on from the stored rounds (a larger study.budget_s leaves more for "
         "them)."

@@ -124,6 +124,12 @@ class Finalist:
             **{**data, "result": TrialResult.from_dict(result) if result else None, "failed_round": failed_round}
         )
 
+    def fail(self, failure: object) -> None:
+        """Drop it from the race: its run of the round after those it ran failed with ``failure``
+        (``_failed_in_round`` says why)."""
+        self.failed_round = len(self.throughputs) + 1
+        self.dropped = _failed_in_round(self.failed_round, failure)
+
     @property
     def median(self) -> float | None:
         return statistics.median(self.throughputs) if self.throughputs else None
@@ -447,13 +453,20 @@ class Confirmation:
         return cls(rounds, finalists, failure, planned, cut, disturbed, trials, decided_after)
 
 
-# How a race stored before ``Finalist.failed_round`` was kept says, in ``dropped``, which round's run failed.
+def _failed_in_round(index: int, failure: object) -> str:
+    """Why a finalist whose run of round ``index`` failed with ``failure`` left the race (``Finalist.dropped``), as
+    ``_said_failed_round`` reads it back."""
+    return f"round {index} failed: {failure}"
+
+
+# How ``_failed_in_round`` says, in ``dropped``, which round's run failed: read back from a race stored before
+# ``Finalist.failed_round`` was kept.
 _FAILED_ROUND_SAID = re.compile(r"round (\d+) failed: ")
 
 
 def _said_failed_round(dropped: str | None) -> int | None:
     """The round whose run failed, read from ``dropped`` as a race stored before ``Finalist.failed_round`` was kept
-    says it ("round N failed: ..."); None where it says no such thing."""
+    says it (``_failed_in_round``); None where it says no such thing."""
     said = _FAILED_ROUND_SAID.match(dropped or "")
     return int(said.group(1)) if said else None
 

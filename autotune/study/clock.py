@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import NamedTuple
 
 import optuna
 
@@ -30,6 +31,15 @@ SEARCH = "search"  # the stage whose trials screen (a shorter window than the ba
 # Said after a timeout's reason where what study.budget_s had left, not measure.trial_timeout_s, set the timeout
 # (``RunClock.as_ended_by_budget``), and how it is known again (``ended_by_budget``).
 BUDGET_CUT = "all that study.budget_s had left"
+
+
+class Kept(NamedTuple):
+    """Time a step must leave in study.budget_s for what has to follow it (``RunClock.affords``): ``seconds``, for
+    ``what`` (in words: the race's planned rounds after a search trial, the rest of the round a run measured again is
+    in)."""
+
+    seconds: float
+    what: str
 
 
 class RunClock:
@@ -76,6 +86,8 @@ class RunClock:
         self._study: optuna.Study | None = None
         self._machine = ""
         self._foretold: Foretold | None = None
+        # The configurations of the round ``affords_round`` last let start that no process has run yet (``count``).
+        self._round: list[dict] = []
 
     def attach(self, study: optuna.Study, machine: str) -> None:
         """Store the record in ``study``, of ``machine``, from now on."""
@@ -110,6 +122,7 @@ class RunClock:
                 phases[WAITING] = ended - result.wall_s - since
             self._add(self._current, {phase: seconds / self._slots for phase, seconds in phases.items()})
             self._slot_ends[slot] = ended
+            self._ran_in_round(result.knobs)
             if result.startup_s is not None:
                 self._startups[drew].append(result.startup_s)
             if self._current == SEARCH and costly(result.knobs):
@@ -183,17 +196,22 @@ class RunClock:
             runs = self._runs[screen] or self._runs[not screen]
             return statistics.median(runs) if runs else 0.0
 
-    def affords(self, seconds: float, step: str) -> bool:
+    def affords(self, seconds: float, step: str, kept: Kept | None = None, per: str = "") -> bool:
         """The budget's rule: a step starts only where the time it is expected to take, ``seconds`` (``round_s``,
-        ``screen_s``), fits in what is left of ``budget_s``; one that does not is left out, and said so in the reports
-        (``left_out``). Without a budget, and before the first measuring process (the baseline always runs), every
-        step fits. A step that takes longer than expected ends the run past the budget by its overrun."""
-        if self.fits(seconds):
+        ``screen_s``), and what it must leave for what has to follow it (``kept``), fit in what is left of
+        ``budget_s``; one that does not is left out, and said so in the reports (``left_out``), its own time (that of
+        one of the steps it names: ``per``, as "a trial") and what is kept back said apart. Without a budget, and
+        before the first measuring process (the baseline always runs), every step fits. A step that takes longer than
+        expected ends the run past the budget by its overrun."""
+        kept_s = kept.seconds if kept else 0.0
+        if self.fits(seconds + kept_s):
             return True
         left = self.left_s()
+        own = f"~{seconds:.0f} s" + (f" {per}" if per else "")
+        needed = f"{own}, and ~{kept_s:.0f} s kept back for {kept.what};" if kept_s else f"{own} needed,"
         with self._lock:
             if not any(said.startswith(f"{step} (~") for said in self.left_out):  # each step said once
-                self.left_out.append(f"{step} (~{seconds:.0f} s needed, {max(left, 0.0):.0f} s left)")
+                self.left_out.append(f"{step} ({needed} {max(left, 0.0):.0f} s left)")
         return False
 
     def fits(self, seconds: float) -> bool:
@@ -283,8 +301,34 @@ class RunClock:
         return self.repeats * sum(runs) + draws * self.draw_s()
 
     def affords_round(self, configurations: list[dict], step: str) -> bool:
-        """``affords`` for a round of ``configurations`` (``round_s``)."""
-        return self.affords(self.round_s(configurations), step)
+        """``affords`` for a round of ``configurations`` (``round_s``). A round it lets start is under way until each
+        of them ran (``count``): what its runs left are expected to take is kept back from a run measured again in it
+        (``affords_again``)."""
+        fits = self.affords(self.round_s(configurations), step)
+        with self._lock:
+            self._round = list(configurations) if fits else []
+        return fits
+
+    def _ran_in_round(self, knobs: dict) -> None:
+        """Take a process of ``knobs`` off the runs left of the round under way (the lock held): its configuration
+        ran (a run of several processes, measure.repeats, from its first)."""
+        key = config_key(knobs)
+        self._round = [left for left in self._round if config_key(left) != key]
+
+    def rest_of_round_s(self) -> float:
+        """What the runs left of the round under way (``affords_round``) are expected to take: a round of them
+        (``round_s``) but its first draw, made as the round started; 0.0 outside a round."""
+        with self._lock:
+            left = list(self._round)
+        return self.round_s(left) - self.draw_s() if left else 0.0
+
+    def affords_again(self, knobs: dict, step: str) -> bool:
+        """``affords`` for measuring the configuration ``knobs`` once more (``again_s``: a disturbed run,
+        ``study/disturbed.py``) as ``step``, in a round under way only with the rest of the round kept back
+        (``rest_of_round_s``): a run measured again that left the round's next run no time would have the budget
+        end that run, and with it the round (``run_race.race``), its proof cut short for one run's second look."""
+        rest_s = self.rest_of_round_s()
+        return self.affords(self.again_s(knobs), step, Kept(rest_s, "the rest of its round") if rest_s else None)
 
     def profiles_s(self, profiles: int = 2) -> float:
         """What ``profiles`` profiles (study.diagnose: the baseline's and the recommendation's) are expected to take:

@@ -4,7 +4,8 @@ The baseline's run is the reference of every speedup, and a race (as the rounds 
 compares one run of each entrant a round: a run that something beside it slowed (``TrialResult.disturbed``: other
 processes took cores the run needed or shared its GPU, or the cores ran slow around it) would let a passing load
 decide them. Such a run is measured once more and the second stands (the first where the second failed), where
-study.budget_s has time for it (else the first is counted, though disturbed). Once a second run is disturbed too, the
+study.budget_s has time for it and, in a round under way, for the rest of the round after it
+(``RunClock.affords_again``; else the first is counted, though disturbed). Once a second run is disturbed too, the
 load is taken to last and no run is measured again until one runs undisturbed: doubling every run would not end it.
 The runs counted disturbed are named in the reports (a race's: ``Confirmation.disturbed``), since a load slows
 configurations unalike (one of two threads loses more to a busy core than one of one).
@@ -28,7 +29,7 @@ from autotune.trial.result import Disturbance, TrialResult
 # Told of a disturbed run, its name and result, before it is measured again as NAME-again.
 OnDisturbedFn = Callable[[str, TrialResult], None]
 # Whether measuring a configuration (its knobs) once more fits in study.budget_s, the step named in words
-# (``RunClock.affords``).
+# (``RunClock.affords_again``).
 AffordsAgainFn = Callable[[dict[str, Any], str], bool]
 # A slowdown the cores' reading flags (1.3x or more) that lasted through a run would leave the second run this many
 # times faster at least; a single run's figure varies 6-20 % between processes.

@@ -270,8 +270,7 @@ def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[
     if ended_by_budget(result):
         raise _BudgetEnded
     if not result.ok:
-        finalist.failed_round = len(finalist.throughputs) + 1
-        finalist.dropped = f"round {finalist.failed_round} failed: {result.failure}"
+        finalist.fail(result.failure)
         return
     if finalist.peak_memory_mb is None:  # a variant that is no trial: its first run stands for it
         finalist.peak_memory_mb, finalist.result = result.peak_memory_mb, result

@@ -216,7 +216,7 @@ def end_shared_fork_server() -> None:
 def run_repeated(
     request: TrialRequest,
     repeats: int,
-    timeout_s: float,
+    timeout_s: float | Callable[[], float],
     workdir: Path,
     name: str,
     budget: MemoryBudget | None = None,
@@ -225,9 +225,10 @@ def run_repeated(
     on_run: Callable[[TrialResult], None] | None = None,
     gauge: CoreGauge | None = None,
 ) -> TrialResult:
-    """Run ``request`` in ``repeats`` processes of its own, one after another, and keep the median run; ``on_run``
-    is told each run's own result as it ends (its own wall time: the tuner accounts for each process); ``gauge``
-    reads the cores around each (``run_trial``).
+    """Run ``request`` in ``repeats`` processes of its own, one after another, and keep the median run; each is
+    given ``timeout_s``, or where it is a function, what it says as the process starts (a tuning run's study.budget_s
+    caps each by what is left then: ``TrialRunner._repeated``); ``on_run`` is told each run's own result as it ends
+    (its own wall time: the tuner accounts for each process); ``gauge`` reads the cores around each (``run_trial``).
 
     Run-to-run variation between processes is larger than within one, so the median of a few
     processes is what makes a figure repeatable: each run after the first draws a process layout of its own
@@ -242,7 +243,8 @@ def run_repeated(
             launcher.new_draw()
         # Only the first run can be pruned: a pruner compares one run's progress with the best results.
         pruned_by = on_progress if index == 0 else None
-        run = run_trial(request, timeout_s, workdir, run_name, budget, pruned_by, launcher, gauge)
+        given_s = timeout_s() if callable(timeout_s) else timeout_s
+        run = run_trial(request, given_s, workdir, run_name, budget, pruned_by, launcher, gauge)
         if on_run is not None:
             on_run(run)
         runs.append(run)

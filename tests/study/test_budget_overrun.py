@@ -39,8 +39,10 @@ def test_a_process_is_given_no_longer_than_the_budget_has_left_and_its_reason_sa
     now = [0.0]
     monkeypatch.setattr(clock_module, "time", SimpleNamespace(monotonic=lambda: now[0], time=lambda: 1.7e9))
     given = []
-    monkeypatch.setattr(
-        app, "run_repeated", lambda request, repeats, timeout_s, *rest: given.append(timeout_s) or timed_out(timeout_s)
+    monkeypatch.setattr(  # each process's timeout as it starts (``TrialRunner._repeated``)
+        app,
+        "run_repeated",
+        lambda request, repeats, timeout_s, *rest: given.append(timeout_s()) or timed_out(given[-1]),
     )
     monkeypatch.setattr(
         app, "run_trial", lambda request, timeout_s, *rest, **more: given.append(timeout_s) or timed_out(timeout_s)

@@ -54,8 +54,11 @@ def test_a_search_trial_starts_only_where_the_races_planned_rounds_fit_after_it(
     trial_s, round_s = clock.screen_s(), clock.round_s([baseline.knobs], unknown=3)
     now[0] = 600.0 - (trial_s + 2 * round_s)  # the trial and one round fit, not the race's three
     assert not fits(3, None), "the race's first round alone is not what the search keeps back"
-    needed, left = trial_s + 3 * round_s, trial_s + 2 * round_s
-    assert clock.left_out == [f"search trials 4 to 100 (~{needed:.0f} s needed, {left:.0f} s left)"]
+    kept, left = 3 * round_s, trial_s + 2 * round_s
+    assert clock.left_out == [  # a trial's time and the race's kept back, said apart
+        f"search trials 4 to 100 (~{trial_s:.0f} s a trial, and ~{kept:.0f} s kept back for the race's 3 planned "
+        f"rounds; {left:.0f} s left)"
+    ]
     now[0] = 600.0 - (trial_s + 3 * round_s) - 1.0
     assert fits(3, None), "the trial and the race's three rounds fit"
 
