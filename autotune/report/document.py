@@ -764,9 +764,9 @@ def _probe(results: StudyResults) -> list[Section]:
         return []
     heading = "Where the time goes (differential probe)"
     if not probe.ok:
-        said = f"The probe failed ({probe.failure}); the search went on without it."
-        if probe.retry:  # study.budget_s left it no time, not what it read: ``ProbeRecord.retry``
-            said += " It failed for want of time (study.budget_s), not by what it read: a later run probes anew."
+        said = f"The probe failed ({probe.failure}); any search trial went on without it."
+        if probe.retry:  # study.budget_s left it no time to end or to run again: ``ProbeRecord.retry``
+            said += " A later run probes anew."
         return [Section(heading, paragraphs=[said])]
     loading, compute = probe.baseline_loader_sps, probe.baseline_compute_sps
     slower = "the DataLoader" if loading < compute else "the model step"
