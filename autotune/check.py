@@ -12,6 +12,8 @@ RegressionError (exit 1).
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +34,7 @@ from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, changed
 from autotune.measure.environment import machine_fingerprint
 from autotune.measure.stats import RatioInterval
-from autotune.recommendation import complete_knobs, measured_where
+from autotune.recommendation import complete_knobs, measured_where, read_record
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
@@ -41,6 +43,8 @@ _NO_AGAINST = (
     "mode=check re-measures a tuning run's recommendation: give against=PATH/report.json (or the check.json of a "
     "check of it that held)"
 )
+# A record's field that this autotune's dataclasses do not take (their constructor's refusal): a newer autotune's.
+_UNKNOWN_FIELD = re.compile(r"unexpected keyword argument '(\w+)'")
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ def load_tuned(path: str | None) -> Tuned:
     if not path:
         raise ConfigError("against", _NO_AGAINST)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_record(path).decode("utf-8"))
     except OSError as exc:
         raise ConfigError("against", f"cannot read {path} ({exc.strerror}); pass a tuning run's report.json") from exc
     except ValueError as exc:
@@ -144,8 +148,8 @@ def load_tuned(path: str | None) -> Tuned:
             f"{path} is neither a report.json nor a check.json written by autotune (no recommended.knobs or "
             "baseline.knobs, no benchmark and verdict)",
         )
-    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not speedup > 0:
-        raise ConfigError("against", f"{path}: speedup: expected a number > 0, got {speedup!r}")
+    if not _positive(speedup):
+        raise ConfigError("against", f"{path}: speedup: expected a finite number > 0, got {speedup!r}")
     return Tuned(
         path=path,
         knobs=_knobs(recommended, f"{path}: recommended.knobs"),
@@ -154,7 +158,7 @@ def load_tuned(path: str | None) -> Tuned:
         pipeline=str(_get(data, "pipeline") or ""),
         machine=_machine(_get(data, "machine"), f"{path}: machine"),
         batch_policy=_batch_policy(_get(data, "training", "policy"), f"{path}: training.policy"),  # BatchAdvice's
-        speedup_interval=_interval(_get(data, "speedup_interval"), path),
+        speedup_interval=_interval(_get(data, "speedup_interval"), f"{path}: speedup_interval"),
         speedup_rounds=_rounds(_get(data, "speedup_rounds"), f"{path}: speedup_rounds"),
         device=_device(_get(data, "device"), f"{path}: device"),
     )
@@ -165,12 +169,9 @@ def checked(data: dict[str, Any], path: str) -> Tuned:
     interval, the configurations it ran and how they trained. Only a check that held, its speedup at its floor or
     above: one that regressed, or held only within the noise below its floor, measured a fall a gate on it would let
     pass, and one stopped or not measured has no interval."""
-    try:
-        record = Check.from_dict(data)
-        entries = record.benchmark.entries
-        recommended, baseline = record.recommended, record.benchmark.baseline
-    except (KeyError, TypeError, IndexError) as exc:
-        raise ConfigError("against", f"{path} is not a check.json written by autotune ({exc!r})") from None
+    record = _record(data, path)
+    entries = record.benchmark.entries
+    recommended, baseline = record.recommended, record.benchmark.baseline
     checked_file = f"the file it checked ({record.benchmark.recommended})"
     if record.verdict != "holds":
         raise ConfigError(
@@ -207,6 +208,61 @@ def checked(data: dict[str, Any], path: str) -> Tuned:
     )
 
 
+def _record(data: dict[str, Any], path: str) -> Check:
+    """The check.json ``data`` (at ``path``) as the record it holds, its values checked (``_refuse_unusable``);
+    ConfigError naming ``against`` where it is none autotune writes, or one a newer autotune wrote (a field this one
+    does not know)."""
+    try:
+        record = Check.from_dict(data)
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as exc:
+        if isinstance(exc, TypeError) and (field := _UNKNOWN_FIELD.search(str(exc))):
+            raise ConfigError(
+                "against",
+                f"{path} was written by a newer autotune than this one (it records '{field[1]}', which this one does "
+                "not know); upgrade autotune, or gate against the report.json it checked",
+            ) from None
+        raise ConfigError("against", f"{path} is not a check.json written by autotune ({exc!r})") from None
+    _refuse_unusable(record, path)
+    return record
+
+
+def _refuse_unusable(record: Check, path: str) -> None:
+    """Refuse a check.json (at ``path``) holding a value its verdict is computed from that autotune does not write:
+    the speedup before, the tolerance and the interval before, the baseline's and the recommendation's entries and
+    their runs' throughputs (each a finite number > 0, or null for a run that failed); ConfigError naming ``against``
+    and the field."""
+    if not _positive(record.before):
+        raise ConfigError("against", f"{path}: before: expected a finite number > 0, got {record.before!r}")
+    tolerance = record.tolerance
+    if not (_finite(tolerance) and 0 <= tolerance < 1):
+        raise ConfigError("against", f"{path}: tolerance: expected a number >= 0 and < 1, got {tolerance!r}")
+    if record.before_interval is not None and not _usable(record.before_interval):
+        raise ConfigError("against", f"{path}: before_interval: {_INTERVAL}, got {record.before_interval}")
+    entries = record.benchmark.entries
+    if len(entries) < 2:
+        raise ConfigError(
+            "against", f"{path}: benchmark.entries: expected the baseline's and the recommendation's, got {entries!r}"
+        )
+    for index, entry in enumerate(entries[:2]):
+        runs = entry.throughputs
+        if not isinstance(runs, list) or not all(run is None or _positive(run) for run in runs):
+            raise ConfigError(
+                "against",
+                f"{path}: benchmark.entries[{index}].throughputs: expected a list of finite numbers > 0 (null: a "
+                f"failed run), got {runs!r}",
+            )
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` is a number (not a bool) and finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value: Any) -> bool:
+    """Whether ``value`` is a finite number > 0."""
+    return _finite(value) and value > 0
+
+
 def _machine(value: Any, where: str) -> dict[str, Any]:
     """The machine the report was measured on ({} where it says none)."""
     if value is None:
@@ -216,18 +272,35 @@ def _machine(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _interval(value: Any, path: str) -> RatioInterval | None:
-    """The speedup's interval as report.json records it (None: it had none, one round or an earlier autotune)."""
+_INTERVAL = "expected geomean, low and high (finite, 0 < low <= geomean <= high) and a whole number n >= 2"
+
+
+def _interval(value: Any, where: str) -> RatioInterval | None:
+    """The speedup's interval as report.json records it at ``where`` (None: it had none, one round or an earlier
+    autotune)."""
     if value is None:
         return None
     try:
         interval = RatioInterval(**value)
-        valid = interval.n >= 2 and 0 < interval.low <= interval.geomean <= interval.high
     except TypeError:
-        valid = False
-    if not valid:
-        raise ConfigError("against", f"{path}: speedup_interval: expected geomean, low, high and n >= 2, got {value!r}")
+        interval = None
+    if interval is None or not _usable(interval):
+        raise ConfigError("against", f"{where}: {_INTERVAL}, got {value!r}")
     return interval
+
+
+def _usable(interval: RatioInterval) -> bool:
+    """Whether ``interval`` holds what autotune writes of one: three finite bounds in order above 0, and the whole
+    number of rounds (at least two) the noise of a gate on it is read from (Student's t)."""
+    bounds = (interval.low, interval.geomean, interval.high)
+    n = interval.n
+    return (
+        all(_finite(bound) for bound in bounds)
+        and 0 < interval.low <= interval.geomean <= interval.high
+        and isinstance(n, int)
+        and not isinstance(n, bool)
+        and n >= 2
+    )
 
 
 def _rounds(value: Any, where: str) -> int | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import re
 import signal
 import sys
@@ -271,6 +272,9 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
         return exc
     if isinstance(exc, MissingConfigException) and exc.options is not None:
         group, _, name = (exc.missing_cfg_file or "pipeline/").partition("/")
+        given = _config_dir(sys.argv[1:])
+        if group == "pipeline" and given and (refusal := _pipeline_folder_given(name, [Path(given)])):
+            return refusal
         return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
     if isinstance(exc, SearchPathException) and (folder := re.search(r"directory '(.*)' not found", str(exc))):
         return ConfigError("-cd", f"no folder {folder[1]}; give the folder that holds your pipeline/ configs")
@@ -405,6 +409,8 @@ def _run(cfg: DictConfig) -> None:
     try:
         data = _resolved(cfg)
         _refuse_pipeline_list(HydraConfig.get().overrides.task)
+        _refuse_pipeline_path(choice)
+        _refuse_pipeline_folder_given(choice, runtime.config_sources)
         _refuse_shadowed_pipeline(choice, runtime.config_sources)
         _run_mode(data, choice, output_dir)
     except OSError as exc:
@@ -444,6 +450,56 @@ def _refuse_pipeline_list(overrides: list[str]) -> None:
                 f"give one pipeline name, not a list ({value}); to tune several, one run each: --multirun "
                 f"pipeline={value.strip('[]')}",
             )
+
+
+def _refuse_pipeline_path(choice: str | None) -> None:
+    """Refuse a pipeline chosen by other than its config's name: NAME.yaml, or a path through a folder
+    (../pipeline/NAME, ./NAME). Hydra loads the file all the same (NAME.yaml from autotune's examples first, where one
+    has the name), while the choice names the study: one file would be tuned in a study of each spelling."""
+    if choice is None:
+        return
+    path = posixpath.normpath(posixpath.join("pipeline", choice.removesuffix(".yaml")))
+    name = path.removeprefix("pipeline/")
+    if name == path:  # outside pipeline/
+        raise ConfigError(
+            "pipeline",
+            f"pipeline={choice} leaves the pipeline/ folder; give a config of it by its name: pipeline=NAME for "
+            "pipeline/NAME.yaml",
+        )
+    if name != choice:
+        raise ConfigError(
+            "pipeline", f"give pipeline={name} (its config's name, which names its study), not pipeline={choice}"
+        )
+
+
+def _refuse_pipeline_folder_given(choice: str | None, sources: list) -> None:
+    """Refuse a run whose config folder (``-cd``, ``hydra.searchpath``) is the pipeline/ folder itself, holding the
+    chosen NAME.yaml: Hydra looks for pipeline/NAME.yaml under it, so it found autotune's example of that name."""
+    if choice is None:
+        return
+    shipped = (CONFIG_DIR / "pipeline" / f"{choice}.yaml").resolve()
+    folders = [Path(source.path) for source in sources if source.schema == "file"]
+    refusal = _pipeline_folder_given(choice, [f for f in folders if (f / f"{choice}.yaml").resolve() != shipped])
+    if refusal:
+        raise refusal
+
+
+def _pipeline_folder_given(name: str, folders: list[Path]) -> ConfigError | None:
+    """The refusal, naming ``-cd``, of the first of ``folders`` that holds NAME.yaml but no pipeline/NAME.yaml: the
+    pipeline/ folder given for the folder above it, which Hydra reads the pipeline/ folder of."""
+    for folder in folders:
+        if (folder / f"{name}.yaml").is_file() and not (folder / "pipeline" / f"{name}.yaml").exists():
+            above = Path(os.path.abspath(folder)).parent
+            return ConfigError(
+                "-cd",
+                f"{folder} holds {name}.yaml itself; give the folder that holds your pipeline/ folder: -cd {above}",
+            )
+    return None
+
+
+def _config_dir(args: list[str]) -> str | None:
+    """The config folder the command line ``args`` give (``-cd DIR``, ``--config-dir DIR``), None where none."""
+    return get_args_parser().parse_known_args(args)[0].config_dir
 
 
 def _refuse_shadowed_pipeline(choice: str | None, sources: list) -> None:

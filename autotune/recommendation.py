@@ -23,7 +23,10 @@ The file is read with ``yaml.safe_load``: nothing in it is imported or executed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
+import os
+import stat
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,6 +46,27 @@ if TYPE_CHECKING:  # the training script's process has torch; the tuner's, which
 # The layout of recommended.yaml. Raise it when a key changes meaning or goes; a new optional key keeps it.
 SCHEMA_VERSION = 2  # 2: training.learning_rate.rule (an older autotune would scale every rate linearly)
 MACHINE_SCHEMA = 1  # the first layout that says which machine measured the recommendation
+# The first layout that writes every section (``to_document``), and training's keys: a file of it or later without
+# one was cut short (a copy that stopped, a full disk) or edited. Read as a file from before the section existed, it
+# would run its missing knobs at their defaults.
+WHOLE_SCHEMA = 2
+_ALWAYS_WRITTEN = (
+    "pipeline",
+    "study",
+    "device",
+    "machine",
+    "knobs",
+    "baseline",
+    "no_difference",
+    "untrimmed",
+    "throughput",
+    "peak_memory_mb",
+    "training",
+)
+_TRAINING_WRITTEN = ("batch_policy", "gradient_accumulation_steps", "note")  # and learning_rate under "free"
+# The most bytes read of a file autotune wrote (recommended=, against=): far more than any it writes (a report.json
+# of a thousand trials holds a few MB), read whole before it is parsed.
+MAX_RECORD_BYTES = 64 * 2**20
 
 # How a learning rate follows a batch ``ratio`` times the baseline's, by rule: the linear scaling rule for SGD, with
 # or without momentum (Goyal et al., 2017, "Accurate, Large Minibatch SGD"), the square-root scaling rule for
@@ -267,7 +291,8 @@ class Recommendation:
 
     @classmethod
     def from_document(cls, document: Any, source: str = "recommended.yaml") -> Recommendation:
-        """Read a recommended.yaml document, checking its version and every knob value."""
+        """Read a recommended.yaml document, checking its version, every knob value and, in a layout that writes
+        every section (WHOLE_SCHEMA on), that none is missing."""
         if not isinstance(document, dict) or "knobs" not in document:
             raise ConfigError(source, "not a recommended.yaml written by autotune (it has no 'knobs:')")
         version = document.get("schema_version", 0)
@@ -284,7 +309,7 @@ class Recommendation:
         given = _section(document, "knobs", source)
         knobs = complete_knobs({name: _parse(name, value, source) for name, value in given.items()}, source)
         baseline = _baseline(document, source)
-        return cls(
+        recommendation = cls(
             knobs=knobs,
             baseline=baseline,
             pipeline=document.get("pipeline", ""),
@@ -297,6 +322,9 @@ class Recommendation:
             untrimmed=_flag(document.get("untrimmed", False), "untrimmed", source),
             schema_version=version,
         )
+        if version >= WHOLE_SCHEMA:  # its sections' values are checked first: a mangled one is named as such
+            _refuse_cut_short(document, version, source)
+        return recommendation
 
 
 def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) -> Recommendation:
@@ -322,7 +350,7 @@ def read_recommended(path: str | Path) -> Recommendation:
     """The recommendation in ``path`` (a recommended.yaml), read without a word on where it was measured: ConfigError
     naming the key where the file cannot be used (or naming the file, where it cannot be read as YAML text)."""
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        document = yaml.safe_load(read_record(path).decode("utf-8"))
     except OSError as exc:
         raise ConfigError(
             str(path), f"cannot read it ({exc.strerror}); pass the recommended.yaml autotune wrote"
@@ -336,6 +364,20 @@ def read_recommended(path: str | Path) -> Recommendation:
             str(path), f"is not valid YAML ({_where(exc)}); pass the recommended.yaml autotune wrote"
         ) from exc
     return Recommendation.from_document(document, str(path))
+
+
+def read_record(path: str | Path) -> bytes:
+    """The bytes of the file at ``path``, one autotune wrote (recommended=, against=); OSError, its ``strerror``
+    saying why, where it cannot be read, is no regular file (a FIFO or a device, which a read would wait on or never
+    finish: /dev/zero) or holds more than MAX_RECORD_BYTES."""
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting for a writer
+    with os.fdopen(handle, "rb") as file:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file, but a FIFO, a device or a folder")
+        data = file.read(MAX_RECORD_BYTES + 1)
+    if len(data) > MAX_RECORD_BYTES:
+        raise OSError(errno.EFBIG, f"over {MAX_RECORD_BYTES // 2**20} MiB, more than any file autotune writes")
+    return data
 
 
 def _where(error: yaml.YAMLError) -> str:
@@ -357,11 +399,28 @@ def _section(parent: dict[str, Any], key: str, source: str, null_too: bool = Fal
 
 
 def _baseline(document: dict[str, Any], source: str) -> dict[str, Any]:
-    """The baseline's knob values as written; its batch size, where given, checked: the learning rate scales from it."""
-    baseline = dict(_section(document, "baseline", source))
-    if "batch_size" in baseline:
-        baseline["batch_size"] = _count(baseline["batch_size"], "baseline.batch_size", source)
-    return baseline
+    """The baseline's knob values, each checked and every knob given as the recommendation's are (``complete_knobs``);
+    {} where the file records none (an older autotune's): nothing to compare the recommendation with."""
+    given = _section(document, "baseline", source)
+    if not given:
+        return {}
+    parsed = {name: _parse(name, value, source, section="baseline") for name, value in given.items()}
+    return complete_knobs(parsed, source, section="baseline")
+
+
+def _refuse_cut_short(document: dict[str, Any], version: int, source: str) -> None:
+    """Refuse a file of layout ``version`` (WHOLE_SCHEMA or later) without a section it always writes
+    (``_ALWAYS_WRITTEN``, ``_TRAINING_WRITTEN``), naming the first missing."""
+    training = document.get("training") or {}
+    written = [*_TRAINING_WRITTEN, *(["learning_rate"] if training.get("batch_policy") == "free" else [])]
+    missing = [key for key in _ALWAYS_WRITTEN if key not in document]
+    missing += [f"training.{key}" for key in written if key not in training]
+    if missing:
+        raise ConfigError(
+            f"{source}: {missing[0]}",
+            f"missing, which autotune writes in every recommended.yaml of schema_version {version}: the file was cut "
+            "short or edited; use the file as autotune wrote it",
+        )
 
 
 def _measured(document: dict[str, Any], source: str) -> Measured:
@@ -439,30 +498,30 @@ def _count(value: Any, key: str, source: str) -> int:
         raise ConfigError(f"{source}: {key}", f"{exc}; use the file as autotune wrote it") from None
 
 
-def _parse(name: str, value: Any, source: str, null_too: bool = False) -> Any:
-    """``value`` of knob ``name`` as the knob reads it; None stays None unless ``null_too`` (where the knob applies,
-    a switch refuses it)."""
+def _parse(name: str, value: Any, source: str, null_too: bool = False, section: str = "knobs") -> Any:
+    """``value`` of knob ``name`` (in ``section`` of the file) as the knob reads it; None stays None unless
+    ``null_too`` (where the knob applies, a switch refuses it)."""
     if name not in KNOBS:
-        raise ConfigError(f"{source}: knobs.{name}", f"this autotune has no such knob (it has {', '.join(KNOBS)})")
+        raise ConfigError(f"{source}: {section}.{name}", f"this autotune has no such knob (it has {', '.join(KNOBS)})")
     try:
         return None if value is None and not null_too else KNOBS[name].parse(value)
     except ValueError as exc:
-        raise ConfigError(f"{source}: knobs.{name}", str(exc)) from None
+        raise ConfigError(f"{source}: {section}.{name}", str(exc)) from None
 
 
-def complete_knobs(given: dict[str, Any], source: str) -> dict[str, Any]:
-    """Every knob's value: the file's, else what a trial runs when the knob is unset (a file from before the knob
-    existed), None where the knob does not apply (worker options without workers)."""
+def complete_knobs(given: dict[str, Any], source: str, section: str = "knobs") -> dict[str, Any]:
+    """Every knob's value (of ``section`` of the file): the file's, else what a trial runs when the knob is unset (a
+    file from before the knob existed), None where the knob does not apply (worker options without workers)."""
     knobs: dict[str, Any] = {}
     for name, knob in KNOBS.items():
         if not knob.active(knobs):
             knobs[name] = None
         elif name in given and given[name] is None:  # the knob's own verdict: num_threads' null is torch's default
-            knobs[name] = _parse(name, None, source, null_too=True)
+            knobs[name] = _parse(name, None, source, null_too=True, section=section)
         elif name in given:
             knobs[name] = given[name]
         elif knob.baseline_default is REQUIRED:
-            raise ConfigError(f"{source}: knobs.{name}", "missing; every recommendation sets it")
+            raise ConfigError(f"{source}: {section}.{name}", "missing; autotune always writes it")
         else:
             knobs[name] = knob.baseline_default
     return knobs

@@ -12,11 +12,12 @@ import yaml
 
 from autotune import app
 from autotune import benchmark as benchmark_mode
-from autotune.benchmark import configurations, trained_as_tuned
+from autotune.benchmark import baseline_note, configurations, trained_as_tuned
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError, NotMeasuredError
 from autotune.measure.environment import describe_machine
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
+from autotune.recommendation import MachineMismatchWarning, load_recommended
 from autotune.report.benchmark import benchmark_document
 from autotune.results.benchmark import Benchmark
 from autotune.trial.placement import CPUS_ENV
@@ -235,3 +236,17 @@ def test_a_share_left_out_as_a_conflict_says_the_conflict():
     assert share.bullets[0].startswith(f"compile: alone {conflict}; left out, ")
     assert share.bullets[1].endswith(f"; left out, {conflict}")
     assert "applies only together" not in " ".join(share.bullets)
+
+
+def test_a_recommendation_whose_baseline_leaves_a_knob_out_is_compared_with_it_at_its_default(tmp_path):
+    # Its worker options null, num_workers left out (edited): read as no workers, not compared knob by knob as
+    # written, where a worker option's verdict asks whether workers apply.
+    baseline = {name: value for name, value in NEUTRAL_KNOBS.items() if name != "num_workers"} | {"batch_size": 16}
+    path = tmp_path / "recommended.yaml"
+    path.write_text(yaml.safe_dump({"knobs": {**baseline, "batch_size": 32}, "baseline": baseline}))
+    with pytest.warns(MachineMismatchWarning, match="older autotune"):
+        tuned_against = load_recommended(path).baseline
+    here = {**NEUTRAL_KNOBS, "batch_size": 16, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": False}
+    assert baseline_note(tuned_against, here) == [
+        "the recommendation was tuned against another baseline (num_workers=0); measured here against pipeline.baseline"
+    ]

@@ -277,11 +277,17 @@ def run_check(against: Path | None, output_dir: Path, out: io.StringIO) -> Path 
             "report.json: baseline.knobs.batch_size: missing; autotune writes it in every report.json",
         ),
         (lambda path: report(path.parent, recommended={**RECOMMENDED, "amp": "fp8"}), "recommended.knobs.amp: expect"),
-        (lambda path: report(path.parent, speedup=None), "speedup: expected a number > 0, got None"),
+        (lambda path: report(path.parent, speedup=None), "speedup: expected a finite number > 0, got None"),
+        (lambda path: report(path.parent, speedup=math.inf), "speedup: expected a finite number > 0, got inf"),
         (
             lambda path: report(path.parent, speedup_interval={"geomean": 1.5, "low": 2.0, "high": 1.0, "n": 3}),
-            "speedup_interval: expected geomean, low, high and n >= 2",
+            "speedup_interval: expected geomean, low and high (finite, 0 < low <= geomean <= high) and a whole number",
         ),
+        (  # read as rounds by Student's t, after every round ran
+            lambda path: report(path.parent, speedup_interval={"geomean": 1.5, "low": 1.3, "high": 1.7, "n": 3.0}),
+            "speedup_interval: expected geomean, low and high (finite, 0 < low <= geomean <= high) and a whole number",
+        ),
+        (lambda path: os.mkfifo(path), "cannot read"),  # a read would wait for a writer
     ],
 )
 def test_an_unusable_against_names_the_key_before_anything_is_printed(tmp_path, write, message):
@@ -507,6 +513,13 @@ def test_a_check_that_held_is_the_sharper_reference_of_a_later_check(tmp_path, m
     assert json.loads((tmp_path / "again" / "check.json").read_text())["benchmark"]["recommended"] == str(sharp)
 
 
+def _entry(record: dict, index: int, **changes) -> dict:
+    """The check.json ``record`` with its entry ``index`` changed."""
+    entries = [dict(entry) for entry in record["benchmark"]["entries"]]
+    entries[index].update(changes)
+    return record | {"benchmark": {**record["benchmark"], "entries": entries}}
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -522,6 +535,27 @@ def test_a_check_that_held_is_the_sharper_reference_of_a_later_check(tmp_path, m
             "written by an earlier autotune, which did not record how its runs trained",
         ),
         (lambda record: record | {"benchmark": {"entries": []}}, "is not a check.json written by autotune"),
+        (lambda record: record | {"tolerance": "a"}, "tolerance: expected a number >= 0 and < 1, got 'a'"),
+        (lambda record: record | {"before": math.inf}, "before: expected a finite number > 0, got inf"),
+        (
+            lambda record: record | {"before_interval": {"geomean": 1.5, "low": 1.3, "high": 1.7, "n": 3.0}},
+            "before_interval: expected geomean, low and high (finite, 0 < low <= geomean <= high) and a whole number",
+        ),
+        (lambda record: _entry(record, 0, throughputs=[0.0, 0.0, 0.0]), "benchmark.entries[0].throughputs: expected"),
+        (lambda record: _entry(record, 1, throughputs=[-1.0, 1.0, 2.0]), "benchmark.entries[1].throughputs: expected"),
+        (lambda record: _entry(record, 0, throughputs=["a", "b", "c"]), "benchmark.entries[0].throughputs: expected"),
+        (lambda record: _entry(record, 0, disturbed=["bad"]), "is not a check.json written by autotune (ValueError"),
+        (
+            lambda record: (
+                record | {"benchmark": {**record["benchmark"], "entries": record["benchmark"]["entries"][:1]}}
+            ),
+            "benchmark.entries: expected the baseline's and the recommendation's",
+        ),
+        (
+            lambda record: record | {"benchmark": {**record["benchmark"], "newfield": 1}},
+            "was written by a newer autotune than this one (it records 'newfield', which this one does not know); "
+            "upgrade autotune, or gate against the report.json it checked",
+        ),
         (
             lambda record: record | {"before": 1.52, "tolerance": 0.0},  # 1.50x, its interval reaching 1.52x
             "its speedup, 1.50x, lies below its floor of 1.52x (it held within the noise only): gate against the file",

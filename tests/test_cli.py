@@ -245,6 +245,12 @@ BAD_INPUTS = [
     ),
     (["pipeline=mymodel", "study.storage=nosuchdb://x"], "study.storage: cannot open Optuna storage"),
     (["pipeline=mymodel", "study.name='a#b'"], "study.name: expected a printable name without '#', got 'a#b'"),
+    # the study's name by default: '#' marks autotune's own studies beside it
+    (["pipeline=mymodel", "pipeline.name='a#b'"], "pipeline.name: expected a printable name without '#', got 'a#b'"),
+    # one file, one study: Hydra loads it by each spelling, which would each name a study
+    (["pipeline=mymodel.yaml"], "pipeline: give pipeline=mymodel (its config's name, which names its study), not pip"),
+    (["pipeline=../pipeline/images"], "pipeline: give pipeline=images (its config's name, which names its study)"),
+    (["pipeline=./images"], "pipeline: give pipeline=images (its config's name, which names its study), not pipeli"),
     (["pipeline=mymodel", "study.n_trials=-1"], "study.n_trials: expected an integer >= 0, got -1"),
     (["pipeline=mymodel", "study.n_trials=many"], "study.n_trials: expected an integer >= 0, got 'many'"),
     (["pipeline=mymodel", "study.timeout_s=0"], "study.timeout_s: expected a number > 0 or null, got 0"),
@@ -412,7 +418,15 @@ def test_input_the_pipelines_facts_refuse_leaves_no_compile_cache(tmp_path, cli_
 @pytest.mark.parametrize("mode", ["benchmark", "selfcheck"])
 @pytest.mark.parametrize(
     ("content", "problem"),
-    [(None, "cannot read it (No such file or directory)"), (b"\xff\xfe", "is not UTF-8 text (byte 0: invalid st")],
+    [
+        (None, "cannot read it (No such file or directory)"),
+        (b"\xff\xfe", "is not UTF-8 text (byte 0: invalid st"),
+        (  # cut short after two of its knobs: the others would run at their defaults
+            b"schema_version: 2\npipeline: tiny\nstudy: tiny\ndevice: cpu\nmachine: {}\nknobs:\n  batch_size: 32\n"
+            b"  num_workers: 1\n",
+            "baseline: missing, which autotune writes in every recommended.yaml of schema_version 2: the file was cut",
+        ),
+    ],
 )
 def test_a_recommendation_that_cannot_be_read_is_refused_before_the_pipeline_is_inspected(
     tmp_path, cli_here, monkeypatch, mode, content, problem
@@ -493,6 +507,25 @@ def test_a_pipeline_of_the_users_folder_named_as_a_shipped_example_is_refused_no
     assert proc.returncode == 2, proc.stdout + proc.stderr
     said = f"pipeline: {tmp_path}/pipeline/mymodel.yaml has the name of autotune's example 'mymodel'"
     assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists(), "nothing left of the refused run"
+
+
+@pytest.mark.parametrize("name", ["mine", "mymodel"], ids=["own name", "an example's name"])
+def test_the_pipeline_folder_given_as_the_config_folder_is_refused_naming_the_folder_above(
+    tmp_path, cli_here, monkeypatch, name
+):
+    # Hydra reads DIR/pipeline/NAME.yaml: under the pipeline/ folder itself it finds none of the user's, so it found
+    # no config, or autotune's example of that name, which would have been tuned in the user's file's place.
+    monkeypatch.setattr(app, "run", lambda *args, **kwargs: pytest.fail("a pipeline was tuned"))
+    folder = tmp_path / "myconf" / "pipeline"
+    folder.mkdir(parents=True)
+    (folder / f"{name}.yaml").write_text((TEST_CONF / "pipeline" / "tiny.yaml").read_text())
+    proc = cli_here(["-cd", str(folder), f"pipeline={name}", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        f"autotune: error: -cd: {folder} holds {name}.yaml itself; give the folder that holds your pipeline/ folder: "
+        f"-cd {tmp_path / 'myconf'}"
+    )
     assert not (tmp_path / "out").exists(), "nothing left of the refused run"
 
 

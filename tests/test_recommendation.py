@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -216,8 +218,8 @@ def test_a_file_naming_a_device_torch_does_not_know_is_compared_with_this_machin
 
 
 def test_a_file_that_names_no_machine_is_applied_without_a_warning(tmp_path, recwarn):
-    document = {"schema_version": SCHEMA_VERSION, "machine": {}, "knobs": {"batch_size": 8}}
-    assert autotune.load_recommended(written(tmp_path, document)).knobs["batch_size"] == 8
+    document = {**recommendation().to_document(), "machine": {}}
+    assert autotune.load_recommended(written(tmp_path, document)).knobs == WORKERS
     assert not [w for w in recwarn if issubclass(w.category, MachineMismatchWarning)]
 
 
@@ -300,12 +302,12 @@ def test_a_malformed_section_is_refused_naming_it(tmp_path, document, key):
 
 
 def test_accumulation_steps_that_agree_with_the_batch_policy_are_read(tmp_path):
-    fixed = {"batch_policy": "fixed_effective", "gradient_accumulation_steps": 2}
+    fixed = {"batch_policy": "fixed_effective", "gradient_accumulation_steps": 2, "note": "accumulate"}
     document = {"knobs": {"batch_size": 8}, "baseline": {"batch_size": 16}, "training": fixed}
-    path = written(tmp_path, {"schema_version": SCHEMA_VERSION, **document})
+    path = written(tmp_path, {**recommendation().to_document(), **document})
     assert autotune.load_recommended(path).accumulation_steps == 2, "micro-batches of 8 make the baseline's 16"
     del document["training"]["gradient_accumulation_steps"]
-    path = written(tmp_path, {"schema_version": SCHEMA_VERSION, **document})
+    path = written(tmp_path, {"schema_version": 1, **document})
     assert autotune.load_recommended(path).accumulation_steps == 1, "absent: as older autotunes meant"
 
 
@@ -349,3 +351,51 @@ def test_a_file_that_is_no_yaml_is_one_line_naming_where_it_fails(tmp_path):
     with pytest.raises(ConfigError, match=r"is not valid YAML \(line \d+, column \d+: .+\); pass the recommended") as e:
         autotune.load_recommended(path)
     assert "\n" not in str(e.value)
+
+
+def test_a_file_cut_short_anywhere_is_refused_not_read_with_the_knobs_it_lost_at_their_defaults(tmp_path):
+    # A copy that stopped, a full disk: every line but the last is a file a truncation leaves, most of them YAML.
+    lines = yaml.safe_dump(recommendation().to_document(), sort_keys=False).splitlines(keepends=True)
+    path = tmp_path / "recommended.yaml"
+    for end in range(len(lines)):
+        path.write_text("".join(lines[:end]))
+        with pytest.raises(ConfigError):
+            autotune.load_recommended(path)
+    knobs = lines.index("knobs:\n")
+    path.write_text("".join(lines[: knobs + 3]))  # knobs: and two of them
+    with pytest.raises(ConfigError) as refused:
+        autotune.load_recommended(path)
+    assert str(refused.value) == (
+        f"{path}: baseline: missing, which autotune writes in every recommended.yaml of schema_version "
+        f"{SCHEMA_VERSION}: the file was cut short or edited; use the file as autotune wrote it"
+    )
+    path.write_text("".join(lines))
+    assert autotune.load_recommended(path) == recommendation(), "whole, it reads back"
+
+
+def test_a_baseline_is_read_as_every_knob_the_knobs_are_read_as(tmp_path):
+    # A knob left out takes the value a trial runs when it is unset: a worker option without workers none.
+    document = recommendation().to_document()
+    document["baseline"] = {"batch_size": 16, "prefetch_factor": None, "amp": "off"}
+    loaded = autotune.load_recommended(written(tmp_path, document))
+    assert loaded.baseline == {**NEUTRAL_KNOBS, "batch_size": 16}
+    document["baseline"] = {**NEUTRAL_KNOBS, "batch_size": 16, "num_workers": "two"}
+    with pytest.raises(ConfigError) as refused:
+        autotune.load_recommended(written(tmp_path, document))
+    assert refused.value.key == f"{tmp_path / 'recommended.yaml'}: baseline.num_workers"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "too large"])
+def test_a_file_that_would_be_read_without_end_or_is_too_large_is_refused_unread(tmp_path, monkeypatch, kind):
+    path = tmp_path / "recommended.yaml"
+    if kind == "fifo":  # opening it to read would wait for a writer
+        os.mkfifo(path)
+    elif kind == "device":  # read whole, it never ends
+        path = Path("/dev/zero")
+    else:
+        monkeypatch.setattr(recommendation_module, "MAX_RECORD_BYTES", 2**20)
+        path.write_text(yaml.safe_dump(recommendation().to_document()) + "#" * 2**20)
+    with pytest.raises(ConfigError) as refused:
+        autotune.load_recommended(path)
+    said = "over 1 MiB, more than any file autotune writes" if kind == "too large" else "not a regular file"
+    assert str(refused.value).startswith(f"{path}: cannot read it ({said}")

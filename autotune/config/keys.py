@@ -77,13 +77,16 @@ _POSITIVE = _number(0, above=True)
 # than threading.TIMEOUT_MAX, which Event.wait refuses (OverflowError) in that thread, mid-run.
 _PERIOD = _number(0.01, maximum=threading.TIMEOUT_MAX)
 _POSITIVE_OR_NULL = _number(0, above=True, null=True)
+# A study's name (study.name, or by default the pipeline's): '#' marks the studies autotune keeps beside a shared study
+# (its claims: autotune/study/sharing.py).
+STUDY_NAME = Plain(str, null=True, pattern="[^#]+", what="a printable name without '#'")
 _PIPELINE = (
     *(Key(f"pipeline.{name}._target_", ImportPath(), required=True) for name in REQUIRED_COMPONENTS),
     *(
         Key(f"pipeline.baseline.{name}", KnobValue(knob), required=knob.baseline_default is REQUIRED)
         for name, knob in KNOBS.items()
     ),
-    Key("pipeline.name", Plain(str, null=True)),  # null: the name of the pipeline's file
+    Key("pipeline.name", STUDY_NAME),  # null: the name of the pipeline's file
     *(Key(f"pipeline.{name}._target_", ImportPath()) for name in OPTIONAL_COMPONENTS),
 )
 _SEARCH = (
@@ -91,10 +94,7 @@ _SEARCH = (
     _setting("search.batch_policy", Plain(str, choices=BATCH_POLICIES), Settings, "batch_policy"),
 )
 _STUDY = (
-    # '#' marks the studies autotune keeps beside a shared study (its claims: autotune/study/sharing.py)
-    _setting(
-        "study.name", Plain(str, null=True, pattern="[^#]+", what="a printable name without '#'"), StudySettings, "name"
-    ),
+    _setting("study.name", STUDY_NAME, StudySettings, "name"),
     _setting("study.storage", Plain(str), StudySettings, "storage"),
     _setting("study.n_trials", _integer(0), StudySettings, "n_trials"),
     _setting("study.timeout_s", _POSITIVE_OR_NULL, StudySettings, "timeout_s"),

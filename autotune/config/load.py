@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.config.keys import KEYS
+from autotune.config.keys import KEYS, STUDY_NAME
 from autotune.config.settings import MeasureSettings, ScreenPlan, Settings, StudySettings
 from autotune.config.values import shown
 from autotune.errors import ConfigError
@@ -32,7 +32,7 @@ def load_settings(config: dict[str, Any], pipeline_choice: str | None) -> Settin
     if config.get("pipeline") is None:
         raise ConfigError("pipeline", NO_PIPELINE)
     values = _values(config, "")
-    spec = _pipeline_spec(config["pipeline"], values.get("pipeline.name") or pipeline_choice)
+    spec = _pipeline_spec(config["pipeline"], values.get("pipeline.name"), pipeline_choice)
     study = _build(StudySettings, values)
     plan = _build(WindowPlan, values, warmup=_build(WarmupPolicy, values))
     return _build(
@@ -220,7 +220,16 @@ def _build(owner: type, values: dict[str, Any], **built: Any) -> Any:
     return owner(**filled, **built)
 
 
-def _pipeline_spec(pipeline: dict[str, Any], name: str | None) -> PipelineSpec:
+def _pipeline_spec(pipeline: dict[str, Any], name: str | None, choice: str | None) -> PipelineSpec:
+    """The pipeline named ``name`` (pipeline.name, parsed), else by the name of its file (``choice``), which must make
+    a study's name as pipeline.name must (``STUDY_NAME``)."""
+    if not name and choice:
+        try:
+            name = STUDY_NAME.parse(choice)
+        except ValueError as exc:
+            raise ConfigError(
+                "pipeline", f"the file's name names the study: {exc}; rename the file, or give pipeline.name"
+            ) from None
     if not name:
         raise ConfigError("pipeline.name", "the pipeline has no name: choose it by pipeline=NAME or give pipeline.name")
     return PipelineSpec(name=name, components={key: pipeline.get(key) for key in _COMPONENTS})

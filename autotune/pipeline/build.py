@@ -66,17 +66,27 @@ def _is_loss_function(node: dict[str, Any]) -> bool:
     return len([p for p in unbound if p.name not in node]) >= 2
 
 
-def build_pipeline(spec: PipelineSpec) -> Pipeline:
-    """Instantiate every component of ``spec``."""
-    model = build_component(spec, "model")
+def checked_model(spec: PipelineSpec, model: Any) -> torch.nn.Module:
+    """``model``, built by ``spec``'s model target; a ConfigError naming pipeline.model where it is no
+    ``torch.nn.Module``."""
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(
             "pipeline.model",
-            f"{spec.components['model']['_target_']} built a {type(model).__name__}, not a torch.nn.Module: name the "
-            "module's class, or a function that returns one",
+            f"{spec.components['model']['_target_']} built {with_article(type(model).__name__)}, not a "
+            "torch.nn.Module: name the module's class, or a function that returns one",
         )
+    return model
+
+
+def with_article(noun: str) -> str:
+    """``noun`` with its indefinite article: "an int", "a float"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def build_pipeline(spec: PipelineSpec) -> Pipeline:
+    """Instantiate every component of ``spec``."""
     return Pipeline(
-        model=model,
+        model=checked_model(spec, build_component(spec, "model")),
         dataset=build_component(spec, "dataset"),
         loss_fn=build_component(spec, "loss"),
         optimizer_factory=build_component(spec, "optimizer"),

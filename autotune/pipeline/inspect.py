@@ -26,7 +26,7 @@ from torch.utils.data import default_collate
 from autotune.errors import ConfigError
 from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.measure.environment import describe_machine, gpu_name
-from autotune.pipeline.build import applied_partially, build_component
+from autotune.pipeline.build import applied_partially, build_component, checked_model, with_article
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.spec import PipelineSpec
 from autotune.pipeline.streams import dataset_length, is_stream, repeats_in_workers
@@ -84,15 +84,15 @@ def bf16_native(device: str) -> bool:
 
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     """Import every component's target (``import_targets``), build the dataset, check it is usable, read the shape of
-    one collated input and whether the model can go channels-last with it, check the optimizer steps without a
-    closure and find which of its implementations can run on ``device``. A stream (an IterableDataset) may have no
-    length; whether its DataLoader workers would repeat one another is read too."""
+    one collated input and whether the model can go channels-last with it (a model a function builds checked to be a
+    Module: ``model_on_meta``), check the optimizer builds with its options and steps without a closure, and find
+    which of its implementations can run on ``device``. A stream (an IterableDataset) may have no length; whether its
+    DataLoader workers would repeat one another is read too."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
     repeats = repeats_in_workers(dataset)  # before this process reads it: workers start as a trial's do
     length = _length(dataset)
-    collate = build_component(spec, "collate_fn") or default_collate
-    batch = _first_batch(dataset, collate)
+    batch = _first_batch(dataset, build_component(spec, "collate_fn"))
     if spec.components.get("step") is None and not _is_input_target(batch):
         raise ConfigError(
             "pipeline.step",
@@ -100,7 +100,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     optimizer = build_component(spec, "optimizer")
-    _check_steps_without_closure(optimizer, spec)
+    _check_steps_without_closure(_on_a_lone_parameter(optimizer, spec, device), spec)
     options = optimizer_options(optimizer, device)
     ndim = input_ndim(batch)
     return PipelineFacts(
@@ -109,7 +109,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
         options,
         user_code(spec),
         repeats_in_workers=repeats,
-        channels_last_refused=channels_last_refused(spec, ndim),
+        channels_last_refused=channels_last_refused(model_on_meta(spec, ndim), ndim),
     )
 
 
@@ -131,19 +131,27 @@ def _length(dataset: Any) -> int | None:
 
 
 def _first_batch(dataset: Any, collate: Any) -> Any:
-    """Sample 0 of a map-style dataset, or a stream's first, collated alone."""
+    """Sample 0 of a map-style dataset, or a stream's first, collated alone by ``collate`` (the pipeline's
+    collate_fn; None: PyTorch's default). A failure to read it names pipeline.dataset; to collate it, the pipeline's
+    collate_fn, or without one the dataset, whose samples PyTorch's default cannot collate."""
     stream = is_stream(dataset)
     what = "its first sample" if stream else "sample 0"
     try:
         sample = next(iter(dataset), _NOTHING) if stream else dataset[0]
-        batch = None if sample is _NOTHING else collate([sample])
     except Exception as exc:
-        raise ConfigError(
-            "pipeline.dataset", f"reading and collating {what} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise ConfigError("pipeline.dataset", f"reading {what} failed: {_raised(exc)}") from exc
     if sample is _NOTHING:
         raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty: iterating it yields nothing")
-    return batch
+    try:
+        return (collate or default_collate)([sample])
+    except Exception as exc:
+        key = "pipeline.collate_fn" if collate else "pipeline.dataset"
+        raise ConfigError(key, f"collating {what} failed: {_raised(exc)}") from exc
+
+
+def _raised(exc: BaseException) -> str:
+    """What ``exc`` says, on one line: its type and message."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 _NOTHING = object()
@@ -161,9 +169,7 @@ def user_code(spec: PipelineSpec) -> dict[str, str]:
     files under Python's own or installed packages' folders, symlinks not followed: an installer may link files from
     a cache) and autotune itself."""
     tops = {node["_target_"].partition(".")[0] for node in spec.components.values() if node}
-    installed = [Path(os.path.abspath(path)) for path in sysconfig.get_paths().values()]
-    installed += [Path(os.path.abspath(path)) for path in sys.path if Path(path).name in _INSTALLED]
-    installed.append(Path(os.path.abspath(__file__)).parent.parent)  # autotune itself
+    installed = _library_folders()
     found: dict[str, str] = {}
     for top in sorted(tops):
         modules = {name: module for name, module in list(sys.modules.items()) if name.partition(".")[0] == top}
@@ -177,6 +183,25 @@ def user_code(spec: PipelineSpec) -> dict[str, str]:
             with contextlib.suppress(OSError):
                 found[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return dict(sorted(found.items()))
+
+
+def _library_folders() -> list[Path]:
+    """The folders of code that is no pipeline's own: Python's, installed packages' (symlinks not followed: an
+    installer may link files from a cache) and autotune's."""
+    installed = [Path(os.path.abspath(path)) for path in sysconfig.get_paths().values()]
+    installed += [Path(os.path.abspath(path)) for path in sys.path if Path(path).name in _INSTALLED]
+    installed.append(Path(os.path.abspath(__file__)).parent.parent)  # autotune itself
+    return installed
+
+
+def _is_own_code(target: Any) -> bool:
+    """Whether ``target`` is defined by the pipeline's own code: its module's file lies in none of
+    ``_library_folders``."""
+    source = getattr(sys.modules.get(getattr(target, "__module__", None) or ""), "__file__", None)
+    if not source:
+        return False
+    path = Path(os.path.abspath(source))
+    return not any(path.is_relative_to(folder) for folder in _library_folders())
 
 
 def _is_input_target(batch: Any) -> bool:
@@ -207,7 +232,7 @@ def _why(target: str, exc: Exception) -> str:
     except Exception:
         cause = exc.__cause__ or exc
         missing = isinstance(cause, ModuleNotFoundError) and cause.name == module_name  # not a module it imports
-        return " ".join(f"{type(cause).__name__}: {cause}".split()) + (_closest_module(module_name) if missing else "")
+        return _raised(cause) + (_closest_module(module_name) if missing else "")
     close = difflib.get_close_matches(name, [found for found in dir(module) if not found.startswith("_")], n=1)
     return f"module '{module_name}' has no '{name}'" + (f"; did you mean '{module_name}.{close[0]}'?" if close else "")
 
@@ -241,8 +266,8 @@ def import_targets(spec: PipelineSpec) -> None:
         if not callable(found):
             raise ConfigError(
                 f"pipeline.{key}._target_",
-                f"'{target}' is {_a(type(found).__name__)}, not a class or function to call: name what builds the "
-                f"{key}",
+                f"'{target}' is {with_article(type(found).__name__)}, not a class or function to call: name what "
+                f"builds the {key}",
             )
         _check_arguments(key, node, found)
         _check_role(key, node, found)
@@ -276,11 +301,6 @@ def _check_role(key: str, node: dict[str, Any], target: Any) -> None:
         raise ConfigError(
             f"pipeline.{key}", f"{node['_target_']} cannot be called as {key}({', '.join(arguments)}): {exc}"
         ) from None
-
-
-def _a(noun: str) -> str:
-    """``noun`` with its indefinite article: "an int", "a float"."""
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _check_arguments(key: str, node: dict[str, Any], target: Any) -> None:
@@ -348,13 +368,32 @@ def optimizer_options(factory, device: str) -> frozenset[str]:
     return frozenset(options)
 
 
-def _check_steps_without_closure(factory, spec: PipelineSpec) -> None:
-    """Refuse an optimizer whose ``step`` requires an argument, a closure that evaluates the loss again
+# The lone parameters the inspection builds the optimizer on, in turn: a vector, and a matrix for one that takes
+# matrices alone (torch.optim.Muon).
+_LONE_SHAPES = ((1,), (1, 1))
+
+
+def _on_a_lone_parameter(factory, spec: PipelineSpec, device: str) -> torch.optim.Optimizer:
+    """The pipeline's optimizer built on a lone parameter on ``device`` (of the first of ``_LONE_SHAPES`` it takes);
+    a ConfigError naming pipeline.optimizer, with what it raised on the first, where it takes none: its options are
+    refused (Adam's lr=-1, SGD's nesterov with dampening), as they would be on the model's parameters in every trial."""
+    errors = []
+    for shape in _LONE_SHAPES:
+        try:
+            return factory([torch.nn.Parameter(torch.zeros(shape, device=device))])
+        except Exception as exc:
+            errors.append(exc)
+    target = spec.components["optimizer"]["_target_"]
+    raise ConfigError("pipeline.optimizer", f"building {target} failed: {_raised(errors[0])}") from errors[0]
+
+
+def _check_steps_without_closure(optimizer: torch.optim.Optimizer, spec: PipelineSpec) -> None:
+    """Refuse an ``optimizer`` whose ``step`` requires an argument, a closure that evaluates the loss again
     (torch.optim.LBFGS): a training step calls ``optimizer.step()`` with none (``pipeline/setup.py``), so the
-    baseline would fail with a TypeError. One that cannot be built on a lone parameter here is left to the trial."""
+    baseline would fail with a TypeError."""
     try:
-        step = inspect.signature(factory([torch.nn.Parameter(torch.zeros(1))]).step)
-    except Exception:  # its failure in the trial names it; nothing is read of it here
+        step = inspect.signature(optimizer.step)
+    except (TypeError, ValueError):  # no signature to read: its step in the trial says
         return
     required = [
         name
@@ -371,25 +410,35 @@ def _check_steps_without_closure(factory, spec: PipelineSpec) -> None:
         )
 
 
-def channels_last_refused(spec: PipelineSpec, ndim: int | None) -> str | None:
-    """Why the model cannot be converted to channels_last where batches of ``ndim`` dimensions could go so
-    (``ChannelsLastKnob.takes``): what the knob's conversion (``ChannelsLastKnob.convert``) raises for it, as for a
-    5-D parameter or buffer (a Conv3d's weight) beside 2-D convolutions; None where it converts, or inputs could not
-    go channels-last anyway.
+def model_on_meta(spec: PipelineSpec, ndim: int | None) -> torch.nn.Module | None:
+    """The inspection's one build of the model, where inputs of ``ndim`` dimensions can go channels-last (whether the
+    model can: ``channels_last_refused``) or its target is a function of the pipeline's own code (``_is_own_code``;
+    not a class, which ``_check_role`` checked is a Module's, nor a library's function, such as
+    ``from_pretrained``, whose build may read a large checkpoint): only calling it tells what it builds. None where
+    it is not built, or cannot be built on the meta device (a model that reads its tensors' values). A ConfigError
+    naming pipeline.model where it builds no ``torch.nn.Module`` (``checked_model``), as it would in every trial.
 
-    This is the inspection's one build of the model: the search space this fact decides is fixed before any trial
-    builds the real one, each in a process of its own. It is built on the meta device, where its ``__init__`` runs
-    (a weight file it loads is read; one it downloads is then cached for the trials) but its tensors allocate nothing
-    and its initialisers compute nothing; not at all where inputs cannot go channels-last. One that cannot be built
-    there is taken to convert, and a channels_last trial tells."""
-    if not ChannelsLastKnob.takes(ndim):
+    The search space these facts decide is fixed before any trial builds the real model, each in a process of its
+    own. It is built on the meta device, where its ``__init__`` runs (a weight file it loads is read; one it
+    downloads is then cached for the trials) but its tensors allocate nothing and its initialisers compute nothing."""
+    target = get_object(spec.components["model"]["_target_"])
+    if not ChannelsLastKnob.takes(ndim) and (inspect.isclass(target) or not _is_own_code(target)):
         return None
     try:
         with torch.device("meta"):
             model = build_component(spec, "model")
-    except ConfigError:  # it cannot be built on the meta device (a model that reads its tensors' values)
+    except ConfigError:
         return None
-    if not isinstance(model, torch.nn.Module):  # refused as it is built for a trial (``build_pipeline``)
+    return checked_model(spec, model)
+
+
+def channels_last_refused(model: torch.nn.Module | None, ndim: int | None) -> str | None:
+    """Why ``model`` (``model_on_meta``'s) cannot be converted to channels_last where batches of ``ndim``
+    dimensions could go so (``ChannelsLastKnob.takes``): what the knob's conversion (``ChannelsLastKnob.convert``)
+    raises for it, as for a 5-D parameter or buffer (a Conv3d's weight) beside 2-D convolutions; None where it
+    converts, or inputs could not go channels-last anyway. One not built is taken to convert, and a channels_last
+    trial tells."""
+    if model is None or not ChannelsLastKnob.takes(ndim):
         return None
     try:
         ChannelsLastKnob.convert(model)

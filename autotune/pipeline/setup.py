@@ -174,6 +174,17 @@ class Trainer:
                 f"{source} returned a {type(loss).__name__}, not the loss tensor: return the loss alone, as a tensor "
                 "(autotune calls backward() and steps the optimizer)"
             )
+        # What backward() would refuse in torch's words, said in the pipeline's: checked before it runs.
+        if loss.numel() != 1:
+            raise ValueError(
+                f"{source} returned a loss of shape {tuple(loss.shape)}, not one number: reduce it to one "
+                "(reduction='none' keeps a loss per sample: take their mean)"
+            )
+        if torch.is_grad_enabled() and not loss.requires_grad:
+            raise ValueError(
+                f"{source} returned a loss that does not require grad: return it as computed, not detached (.detach(), "
+                "torch.no_grad()), from a model with parameters that train (autotune calls backward())"
+            )
         return loss
 
 

@@ -75,7 +75,8 @@ CAUSES = (
     ),
 )
 # Only once the storage is open: one that cannot be opened had no connection to lose, and the driver's own words
-# (refused, no such host) say why.
+# (refused, no such host, timed out) say why. Once open, a connection the server dropped is replaced as it is taken
+# (``_engine_options``): one that cannot be made again, within CONNECT_TIMEOUT_S, is lost.
 CONNECTION_LOST = Cause(
     "connection lost",
     (
@@ -83,11 +84,28 @@ CONNECTION_LOST = Cause(
         "terminating connection",
         "connection refused",
         "could not connect",
+        "can't connect",
+        "timeout expired",
+        "timed out",
         "gone away",
         "lost connection",
     ),
     "check that its database server is up and this machine reaches it",
 )
+# The seconds a database server's driver may take to connect, where it takes a bound (``_CONNECT_TIMEOUT_ARG``):
+# without one, a server that does not answer (a host down, a firewall that drops packets) holds the tuner for the
+# system's TCP retries (minutes), or for ever where it accepted the connection and says nothing.
+CONNECT_TIMEOUT_S = 10
+# The keyword of that bound in each driver's connect() (by SQLAlchemy's name of the driver), which SQLAlchemy passes
+# it by (``connect_args``); MySQL Connector takes connect_timeout for its connection_timeout. SQLite needs none.
+_CONNECT_TIMEOUT_ARG = {
+    "psycopg": "connect_timeout",
+    "psycopg2": "connect_timeout",
+    "pg8000": "timeout",
+    "mysqldb": "connect_timeout",
+    "pymysql": "connect_timeout",
+    "mysqlconnector": "connect_timeout",
+}
 # What a message quotes (a study's, a database's or a file's name: the user's words, not the driver's), quoted as
 # PostgreSQL ("x"), MySQL and Python ('x') quote it; an apostrophe inside a word (can't) opens no quote.
 _QUOTED = re.compile(r"""(?<!\w)'[^']*'(?!\w)|(?<!\w)"[^"]*"(?!\w)""")
@@ -204,8 +222,11 @@ def _check_kept(url: str) -> None:
 
 def _check_sqlite(url: str, writing: bool) -> None:
     """Refuse a SQLite file that fails ``PRAGMA quick_check`` (the driver's own errors are raised as they are), and,
-    when ``writing``, one this user cannot write, or in a folder it cannot write (SQLite writes its journal there)."""
+    when ``writing``, one in a folder that does not exist (``_check_folder``), or one this user cannot write, or in a
+    folder it cannot write (SQLite writes its journal there)."""
     path = sqlite_file(url)
+    if path is not None and writing:
+        _check_folder(url, path, "SQLite file")
     if path is None or not path.is_file():
         return
     with closing(sqlite3.connect(path)) as connection:  # it rolls back what a killed writer left, as Optuna would
@@ -231,7 +252,7 @@ def _storage(url: str, writing: bool) -> optuna.storages.BaseStorage:
     operating-system error of a journal file."""
     if url.startswith(JOURNAL):
         return optuna.storages.JournalStorage(_JournalFile(url, writing))
-    storage = optuna.storages.RDBStorage(url)
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_options(url))
 
     def name_fault(context: ExceptionContext) -> None:
         if storage_cause(context.original_exception) is not None:
@@ -240,6 +261,25 @@ def _storage(url: str, writing: bool) -> optuna.storages.BaseStorage:
 
     event.listen(storage.engine, "handle_error", name_fault)
     return storage
+
+
+def _engine_options(url: str) -> dict[str, Any]:
+    """SQLAlchemy's engine options for a database server's ``url`` (none for SQLite, a file of this machine): each
+    connection tested as it is taken from the pool (``pool_pre_ping``: one the server dropped between two uses is
+    replaced, not failed on), and connecting bounded by CONNECT_TIMEOUT_S where the driver takes a bound and the URL
+    sets none itself."""
+    try:
+        parsed = make_url(url)
+        backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    except ArgumentError:  # not a URL, or no dialect SQLAlchemy has: Optuna's error names it
+        return {}
+    if backend == "sqlite":
+        return {}
+    options: dict[str, Any] = {"pool_pre_ping": True}
+    argument = _CONNECT_TIMEOUT_ARG.get(driver)
+    if argument and argument not in parsed.query:
+        options["connect_args"] = {argument: CONNECT_TIMEOUT_S}
+    return options
 
 
 def _fault(url: str, error: BaseException) -> StorageFaultError:
@@ -302,16 +342,27 @@ class _JournalFile(JournalFileBackend):
             raise _fault(self.url, exc) from exc
 
 
-def _check_journal(url: str, path: Path) -> None:
-    """Refuse a journal file in a folder that does not exist, or that this user cannot write, or in a folder it
-    cannot write (its lock is made there)."""
+def _check_folder(url: str, path: Path, what: str) -> None:
+    """Refuse the file ``path`` (``what``: a SQLite file, a journal file) of a storage ``url`` in a folder that does
+    not exist, saying where the path holds a ``~``, which no shell expanded inside the URL."""
     if not path.parent.is_dir():
-        home = " (~ is not expanded: give the path from /)" if "~" in str(path) else ""
         raise ConfigError(
             KEY,
-            f"no folder {path.parent} for the journal file of {redact_url(url)!r}{home}; make it, or give a file "
-            "in a folder that exists",
+            f"no folder {path.parent} for the {what} of {redact_url(url)!r}{unexpanded_home(path)}; make it, or give "
+            "a file in a folder that exists",
         )
+
+
+def unexpanded_home(path: Path | str) -> str:
+    """What to say of a storage file's ``path`` holding ``~``: a shell expands it in an argument of its own, not
+    inside a URL (sqlite:///~/s.db, journal://~/s.log), so it names a folder ``~``."""
+    return " (~ is not expanded: give the path from /)" if "~" in str(path) else ""
+
+
+def _check_journal(url: str, path: Path) -> None:
+    """Refuse a journal file in a folder that does not exist (``_check_folder``), or that this user cannot write, or
+    in a folder it cannot write (its lock is made there)."""
+    _check_folder(url, path, "journal file")
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(
             KEY, f"read-only: {redact_url(url)!r}: {path} cannot be written by this user; {READ_ONLY.advice}"

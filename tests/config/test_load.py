@@ -142,6 +142,20 @@ BAD_CONFIGS = [
 ]
 
 
+def test_a_pipeline_named_with_a_hash_by_its_key_or_its_file_is_refused_as_its_study_would_be():
+    # The pipeline's name is its study's by default; '#' marks the studies autotune keeps beside it.
+    with pytest.raises(ConfigError) as error:
+        load_settings({**tiny_config(), "pipeline": _pipeline(name="resnet #2")}, "tiny")
+    assert str(error.value) == "pipeline.name: expected a printable name without '#', got 'resnet #2'"
+    with pytest.raises(ConfigError) as error:
+        load_settings(tiny_config(), "resnet#2")
+    assert str(error.value) == (
+        "pipeline: the file's name names the study: expected a printable name without '#', got 'resnet#2'; rename "
+        "the file, or give pipeline.name"
+    )
+    assert load_settings({**tiny_config(), "pipeline": _pipeline(name="resnet")}, "resnet#2").study.name == "resnet"
+
+
 def test_worker_options_of_a_baseline_without_workers_are_not_applicable():
     settings = load_settings(tiny_config(), "tiny")
     assert settings.baseline["prefetch_factor"] is None and settings.baseline["persistent_workers"] is None

@@ -1,6 +1,6 @@
 """What the inspection reads of the model and the optimizer before any trial: a model that cannot go channels-last
 leaves channels_last out of the search, with why (the model built once, on the meta device); an optimizer whose step
-needs a closure is refused naming its key."""
+needs a closure, or whose options torch refuses, is refused naming its key."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_a_model_that_converts_keeps_channels_last_in_the_search():
     [("tests.fixtures.tiny.TinyImages", ["meta"]), ("tests.fixtures.profiled.InMemoryFeatures", [])],
     ids=["4-D images", "2-D features"],
 )
-def test_the_inspection_builds_the_model_once_on_the_meta_device_and_only_where_inputs_can_go_channels_last(
+def test_the_inspection_builds_a_model_class_once_on_the_meta_device_only_where_inputs_can_go_channels_last(
     tmp_path, dataset, builds
 ):
     # In the inspection's subprocess, as a run starts it: the model's __init__ runs at most once, allocating nothing.
@@ -134,3 +134,26 @@ def test_an_optimizer_whose_step_needs_a_closure_is_refused_naming_the_key():
         "optimizer.step(), without a closure; choose one that steps without (torch.optim.SGD, Adam, AdamW)"
     )
     assert inspect_pipeline(_spec(optimizer="torch.optim.AdamW")).optimizer_options, "a closure it may take: passes"
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"_target_": "torch.optim.Adam", "lr": -1}, "torch.optim.Adam failed: ValueError: Invalid learning rate: -1"),
+        (
+            {"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.9, "nesterov": True, "dampening": 0.5},
+            "torch.optim.SGD failed: ValueError: Nesterov momentum requires a momentum and zero dampening",
+        ),
+    ],
+    ids=["Adam lr=-1", "SGD nesterov with dampening"],
+)
+def test_an_optimizer_whose_options_torch_refuses_is_refused_naming_the_key(options, refusal):
+    config = tiny_config()
+    config["pipeline"]["optimizer"] = {**options, "_partial_": True}
+    with pytest.raises(ConfigError) as error:
+        inspect_pipeline(load_settings(config, "tiny").pipeline)
+    assert str(error.value) == f"pipeline.optimizer: building {refusal}"
+
+
+def test_an_optimizer_of_matrices_alone_is_built_on_a_matrix_not_refused():
+    assert inspect_pipeline(_spec(optimizer="torch.optim.Muon")).dataset_len == 256, "Muon takes no vector"

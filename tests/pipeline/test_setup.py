@@ -237,3 +237,82 @@ def test_a_loss_that_returns_a_float_is_told_what_pipeline_loss_must_return():
     )
     with pytest.raises(TypeError, match=r"^pipeline.loss returned a float, not the loss tensor"):
         trainer.train_step(trainer.to_device(next(trainer.batches())))
+
+
+def broken_collate(samples: list) -> None:
+    """A collate function that fails on any samples."""
+    raise ValueError("my collate is broken")
+
+
+class NoneSamples(torch.utils.data.Dataset):
+    """A dataset whose samples are None, which PyTorch's default collate refuses."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> None:
+        return None
+
+
+def test_a_collate_fn_that_fails_is_named_not_the_dataset_it_read():
+    with pytest.raises(ConfigError) as refused:
+        inspect_pipeline(_with("collate_fn", {"_target_": f"{__name__}.broken_collate"}))
+    assert str(refused.value) == "pipeline.collate_fn: collating sample 0 failed: ValueError: my collate is broken"
+    with pytest.raises(ConfigError) as refused:  # PyTorch's own collate cannot take what the dataset returns
+        inspect_pipeline(_with("dataset", {"_target_": f"{__name__}.NoneSamples"}))
+    assert str(refused.value).startswith("pipeline.dataset: collating sample 0 failed: TypeError: default_collate")
+
+
+@pytest.mark.parametrize("dataset", ["tests.fixtures.tiny.TinyImages", "tests.fixtures.profiled.InMemoryFeatures"])
+def test_a_model_factory_that_builds_no_module_is_refused_at_the_inspection(dataset):
+    # Whether inputs can go channels-last (4-D images) or not (2-D features): only calling the function tells.
+    spec = _with("model", {"_target_": "tests.fixtures.inspection.build_a_function"})
+    spec = replace(spec, components={**spec.components, "dataset": {"_target_": dataset}})
+    with pytest.raises(ConfigError) as refused:
+        inspect_pipeline(spec)
+    assert str(refused.value) == (
+        "pipeline.model: tests.fixtures.inspection.build_a_function built a builtin_function_or_method, not a "
+        "torch.nn.Module: name the module's class, or a function that returns one"
+    )
+
+
+def per_sample_step(model, batch, loss_fn):
+    """A step whose loss keeps one value a sample."""
+    inputs, targets = batch
+    return torch.nn.functional.cross_entropy(model(inputs), targets, reduction="none")
+
+
+def detached_step(model, batch, loss_fn):
+    """A step that returns its loss detached from the graph."""
+    inputs, targets = batch
+    return loss_fn(model(inputs), targets).detach()
+
+
+@pytest.mark.parametrize(
+    ("component", "node", "message"),
+    [
+        (
+            "loss",
+            {"_target_": "torch.nn.CrossEntropyLoss", "reduction": "none"},
+            "pipeline.loss returned a loss of shape (8,), not one number: reduce it to one (reduction='none' keeps "
+            "a loss per sample: take their mean)",
+        ),
+        (
+            "step",
+            {"_target_": f"{__name__}.per_sample_step"},
+            "pipeline.step returned a loss of shape (8,), not one number",
+        ),
+        (
+            "step",
+            {"_target_": f"{__name__}.detached_step"},
+            "pipeline.step returned a loss that does not require grad: return it as computed, not detached",
+        ),
+    ],
+)
+def test_a_loss_backward_cannot_take_is_told_in_the_pipelines_words(component, node, message):
+    trainer = Trainer(
+        build_pipeline(_with(component, node)), {**NEUTRAL_KNOBS, "batch_size": 8}, torch.device("cpu"), None
+    )
+    with pytest.raises(ValueError) as refused:
+        trainer.train_step(trainer.to_device(next(trainer.batches())))
+    assert str(refused.value).startswith(message)
