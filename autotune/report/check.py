@@ -13,6 +13,10 @@ from autotune.words import ratio_bounds
 _NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}
 # What a recorded speedup with no interval came from, by report.json's speedup_rounds (None: it does not say).
 _NO_INTERVAL = {0: "from single runs", None: "with no interval"}
+# What sharpens a gate the recorded gain's noise keeps loose, which rounds now do not shrink.
+_SHARPER = (
+    "gate against the check.json of a check of more check.rounds that held, or tune with more study.confirm_rounds"
+)
 
 
 def write_check(check: Check, out_dir: Path) -> Path:
@@ -57,8 +61,7 @@ def verdict_line(check: Check) -> str:
         return (
             f"holds within the noise: {speedup} lies below {limit}{reaching}, by less than the gain before was "
             "measured to: no number of rounds now can tell this fall from that noise, and a gate on it is loose (for a "
-            "sharper one, gate against the check.json of a check of more check.rounds that held, or tune with more "
-            "study.confirm_rounds)"
+            f"sharper one, {_SHARPER})"
         )
     if now.geomean < check.floor:
         within = reaching or ", but by less than the noise of both measurements"
@@ -72,11 +75,17 @@ def verdict_line(check: Check) -> str:
 
 
 def _to_tell(check: Check) -> str:
-    """Which rounds would tell the speedup now from the floor, in words (``Check.rounds_to_tell``)."""
+    """Which rounds would tell the speedup now from the floor, in words (``Check.rounds_to_tell``), or, where none
+    would, why: the recorded gain's noise (``Check.record_keeps_from_telling``), or the rounds' own."""
     rounds = check.rounds_to_tell
-    if rounds is None:
-        return f"it is too close to the floor for {MAX_ROUNDS_TO_TELL} rounds to tell"
-    return f"at this noise about check.rounds={rounds} would tell"
+    if rounds is not None:
+        return f"at this noise about check.rounds={rounds} would tell"
+    if check.record_keeps_from_telling:
+        return (
+            f"the gain before was measured too loosely for {MAX_ROUNDS_TO_TELL} rounds now to tell this fall from its "
+            f"noise; for a sharper gate, {_SHARPER}"
+        )
+    return f"it is too close to the floor for {MAX_ROUNDS_TO_TELL} rounds to tell"
 
 
 def _recorded(check: Check) -> str:

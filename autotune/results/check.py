@@ -4,8 +4,8 @@ Its rule is written here once (``Check.regressed``): the speedup now is the geom
 per-round ratios to the baseline, with its 95 % interval (``Benchmark.interval``); it regressed when it lies below
 the speedup the tuning run recorded, less the tolerance, by more than the noise of both measurements allows (the
 tuning run's own noise counts: a gain read from few noisy rounds, and picked as the fastest, reads high; so a
-loosely recorded gain makes a loose gate, and one recorded with no interval, from one round, the loosest:
-``Check.before_noise``). A check passes only when its rounds ended, with an interval and no regression.
+loosely recorded gain makes a loose gate; one recorded with no interval counts as one round as noisy as the rounds
+now: ``Check.before_noise``). A check passes only when its rounds ended, with an interval and no regression.
 """
 
 from __future__ import annotations
@@ -74,19 +74,23 @@ class Check:
         now = self.now
         if now is None:
             return math.inf
-        return _bound([(_standard_error(now), now.n - 1), self.before_noise(_spread(now))])
+        return _bound(self.before_noise(now.n, _spread(now)))
 
-    def before_noise(self, spread: float) -> tuple[float, int]:
-        """The recorded speedup's standard error, in logarithms, and its degrees of freedom: read from its interval
-        where the tuning run recorded one; else it is one round (single runs, or one round of a race) as noisy as a
-        round now (``spread``: the standard deviation of a round's logarithm, from the rounds now), known no better
-        than from the fewest rounds an interval takes (MIN_ROUNDS). So a record from single runs is never held more
-        strictly than a record of two rounds as noisy, which would have an interval: the least reliable record must
-        not make the strictest gate."""
+    def before_noise(self, rounds: int, spread: float) -> list[tuple[float, int]]:
+        """The errors, in logarithms, of the speedup now over ``rounds`` rounds (``spread``: the standard deviation of
+        a round's logarithm, from the rounds now) less the recorded one, as ``_bound`` combines them: one standard
+        error with its degrees of freedom for each independent estimate of a variance.
+        Where the tuning run recorded an interval, the recorded speedup's error is read from it, with its rounds'
+        degrees of freedom: two estimates, now's and its own. Where it recorded none (single runs, or one round of a
+        race), it is one observation as noisy as a round now, whose variance only the rounds now estimate: the
+        difference is a prediction, its error ``spread * sqrt(1 + 1 / rounds)``, with now's ``rounds - 1`` degrees
+        of freedom, one estimate. So more rounds now tighten the gate on it, down to the normal's bound of one
+        round's noise."""
+        now = spread / math.sqrt(rounds)
         before = self.before_interval
         if before is None:
-            return spread, MIN_ROUNDS - 1
-        return _standard_error(before), before.n - 1
+            return [(math.hypot(now, spread), rounds - 1)]
+        return [(now, rounds - 1), (_standard_error(before), before.n - 1)]
 
     @property
     def loose_gate(self) -> bool:
@@ -110,15 +114,26 @@ class Check:
             return None
         return self._first_telling(MAX_ROUNDS_TO_TELL)
 
-    def _first_telling(self, most: int) -> int | None:
+    @property
+    def record_keeps_from_telling(self) -> bool:
+        """Whether the recorded gain's noise, which rounds now do not shrink, is what leaves ``rounds_to_tell`` None:
+        the speedup now lies below the floor, by less than the noise of both measurements, and the rounds now alone
+        would lie wholly below it within MAX_ROUNDS_TO_TELL."""
+        now = self.now
+        if now is None or now.geomean >= self.floor or self.regressed or self.rounds_to_tell is not None:
+            return False
+        return self._first_telling(MAX_ROUNDS_TO_TELL, record=False) is not None
+
+    def _first_telling(self, most: int, record: bool = True) -> int | None:
         """The fewest rounds, more than now's and at most ``most``, that would tell the speedup now from the floor
-        at the spread of its rounds' ratios (``rounds_to_tell``); None where none would."""
+        at the spread of its rounds' ratios (``rounds_to_tell``), below it by the noise of both measurements, or
+        (``record`` False) of the rounds now alone; None where none would."""
         now = self.now
         gap, spread = abs(math.log(now.geomean / self.floor)), _spread(now)
-        before = [self.before_noise(spread)] if now.geomean < self.floor else []
+        below = record and now.geomean < self.floor
         for n in range(now.n + 1, most + 1):
             alone = t95(n - 1) * spread / math.sqrt(n)  # now's own interval, on one side of the floor
-            if alone < gap and _bound([(spread / math.sqrt(n), n - 1), *before]) < gap:
+            if alone < gap and (not below or _bound(self.before_noise(n, spread)) < gap):
                 return n
         return None
 
@@ -168,16 +183,18 @@ class Check:
 
 
 def _bound(parts: list[tuple[float, int]]) -> float:
-    """The 95 % bound of a sum of independent means' errors, each (standard error, degrees of freedom): Welch's t on
-    the combined error. A recorded gain with no interval, its error read from the rounds now (``before_noise``), is
-    counted as independent of them: its one degree of freedom keeps the bound at least as wide."""
+    """The 95 % bound of a sum of errors, each (standard error, degrees of freedom) of an independent estimate of a
+    variance: Welch's t on the combined error, at Welch-Satterthwaite's fractional degrees of freedom, and never below
+    a part's own bound. A sum is known no better than any part of it: a better-known part's error, grown, raises
+    Welch-Satterthwaite's degrees of freedom, and t falls faster than the sum's error grows, so that without the
+    parts' own bounds a noisier measurement would read a tighter bound (and turn a fall that holds into a
+    regression)."""
     variance = sum(error**2 for error, _ in parts)
     if variance == 0:
         return 0.0
     df = variance**2 / sum(error**4 / degrees for error, degrees in parts)  # Welch-Satterthwaite
-    # One part alone (the other's error nil) gives its own degrees exactly, which floating point may read a hair
-    # below: floored, a wider t than the interval's own, and an interval wholly below the floor would hold.
-    return t95(max(1, math.floor(df + 1e-9))) * math.sqrt(variance)
+    own = max(t95(degrees) * error for error, degrees in parts)
+    return max(own, t95(max(1.0, df)) * math.sqrt(variance))  # df >= its parts' fewest, but for floating point
 
 
 def _spread(interval: RatioInterval) -> float:
