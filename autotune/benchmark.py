@@ -43,6 +43,13 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     facts = inspect_run(settings, output_dir)
     device = facts.device
     settings, recommendation, notes = recommendation_to_measure(settings, facts)
+    where = str(settings.recommended)
+    if recommendation.baseline and not changed(recommendation.knobs, recommendation.baseline):
+        # a tuning run that kept its baseline: as mode=check, nothing to measure, and no file is written
+        print(f"autotune benchmark: nothing to measure: {where} recommends the baseline it was tuned against", file=out)
+        return {}
+    refuse_other_device(recommendation.device, device, where)
+    refuse_same_as_baseline(settings, recommendation.knobs, where)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
     entries = configurations(settings.baseline, recommendation.knobs, effective, device_kind(device))
     print(
@@ -79,11 +86,11 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
 
 
 def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Settings, Recommendation, list[str]]:
-    """``settings.recommended`` loaded (a ConfigError naming the key where it cannot be, where it was tuned on another
-    kind of device: ``refuse_other_device``, where the baseline already runs it: ``refuse_same_as_baseline``, or
-    where a change of it cannot run here: ``refuse_unrunnable``), ``settings`` training as it was tuned
-    (``trained_as_tuned``), and the notes a run measuring it states: tuned on another machine, not trimmed, against
-    another baseline or pipeline, trained as tuned."""
+    """``settings.recommended`` loaded (a ConfigError naming the key where it cannot be, or where a change of it
+    cannot run here: ``refuse_unrunnable``), ``settings`` training as it was tuned (``trained_as_tuned``), and the
+    notes a run measuring it states: tuned on another machine, not trimmed, against another baseline or pipeline,
+    trained as tuned. What a speedup's measure refuses beside (another kind of device, a baseline that already runs
+    it) is the caller's: mode=selfcheck checks the harness on any recommendation, its baseline's too."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MachineMismatchWarning)
         warnings.simplefilter("always", UntrimmedWarning)
@@ -91,9 +98,6 @@ def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Se
             recommendation = load_recommended(settings.recommended, study_machine(settings, facts))
         except ConfigError as exc:
             raise ConfigError("recommended", str(exc)) from exc
-    where = str(settings.recommended)
-    refuse_other_device(recommendation.device, facts.device, where)
-    refuse_same_as_baseline(settings, recommendation.knobs, recommendation.baseline, "recommended", where)
     settings, as_tuned_note = trained_as_tuned(settings, recommendation.training.batch_policy)
     refuse_unrunnable(settings, facts, recommendation.knobs, "recommended", f"{settings.recommended}: knobs")
     notes = [str(warning.message) for warning in caught] + baseline_note(recommendation.baseline, settings.baseline)
@@ -120,18 +124,13 @@ def refuse_other_device(tuned_on: str | None, device: str, where: str) -> None:
     )
 
 
-def refuse_same_as_baseline(
-    settings: Settings, knobs: dict[str, Any], tuned_against: dict[str, Any], key: str, where: str
-) -> None:
-    """ConfigError where the recommendation ``knobs`` (from the file ``where``, tuned against the baseline
-    ``tuned_against``; empty where the file does not say) is the baseline measured here (``pipeline.baseline``):
-    every round would measure one configuration twice, its speedup 1 by construction. Named ``key`` (the file's)
-    where the recommendation is the baseline it was tuned against, a tuning run that kept its baseline; else
-    pipeline.baseline, which already runs it."""
+def refuse_same_as_baseline(settings: Settings, knobs: dict[str, Any], where: str) -> None:
+    """ConfigError naming pipeline.baseline where it already runs the recommendation ``knobs`` (from the file
+    ``where``, which recommends a change from the baseline it was tuned against: a file that recommends that baseline
+    itself is nothing to measure, said before this is asked): every round would measure one configuration twice, its
+    speedup 1 by construction."""
     if changed(knobs, settings.baseline):
         return
-    if tuned_against and not changed(knobs, tuned_against):
-        raise ConfigError(key, f"{where} recommends the baseline it was tuned against: there is no speedup to measure")
     raise ConfigError(
         "pipeline.baseline",
         f"it already runs the recommendation in {where}, so there is no speedup to measure; keep it at the baseline "

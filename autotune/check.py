@@ -87,7 +87,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     facts = inspect_run(settings, output_dir)
     device = facts.device
     refuse_other_device(tuned.device, device, tuned.path)
-    refuse_same_as_baseline(settings, tuned.knobs, tuned.baseline, "against", tuned.path)
+    refuse_same_as_baseline(settings, tuned.knobs, tuned.path)
     settings, as_tuned_note = trained_as_tuned(settings, tuned.batch_policy)
     refuse_unrunnable(settings, facts, tuned.knobs, "against", f"{tuned.path}: {tuned.where}")
     print(

@@ -204,10 +204,17 @@ def test_a_baseline_that_already_runs_the_recommendation_is_refused_as_check_ref
         yaml.safe_dump({**yaml.safe_load(path.read_text()), "baseline": {**NEUTRAL_KNOBS, "batch_size": 8}})
     )
     assert _refused(tmp_path, monkeypatch, path).startswith("pipeline.baseline: it already runs the recommendation in")
+
+
+def test_a_recommendation_of_the_baseline_it_was_tuned_against_is_nothing_to_measure_as_check_says(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(benchmark_mode, "measure_rounds", None)  # called, it would fail the test
     kept = _recommended_yaml(tmp_path, {})  # a tuning run that kept its baseline
-    assert _refused(tmp_path, monkeypatch, kept) == (
-        f"recommended: {kept} recommends the baseline it was tuned against: there is no speedup to measure"
-    )
+    out = io.StringIO()
+    assert _benchmark(kept, tmp_path / "out", out) == {}
+    assert f"nothing to measure: {kept} recommends the baseline it was tuned against" in out.getvalue()
+    assert not (tmp_path / "out" / "benchmark.json").exists()
 
 
 def test_a_share_left_out_as_a_conflict_says_the_conflict():
