@@ -379,12 +379,22 @@ def _on_a_lone_parameter(factory, spec: PipelineSpec, device: str) -> torch.opti
     refused (Adam's lr=-1, SGD's nesterov with dampening), as they would be on the model's parameters in every trial."""
     errors = []
     for shape in _LONE_SHAPES:
+        parameter = torch.nn.Parameter(_zeros_on(shape, device))
         try:
-            return factory([torch.nn.Parameter(torch.zeros(shape, device=device))])
+            return factory([parameter])
         except Exception as exc:
             errors.append(exc)
     target = spec.components["optimizer"]["_target_"]
     raise ConfigError("pipeline.optimizer", f"building {target} failed: {_raised(errors[0])}") from errors[0]
+
+
+def _zeros_on(shape: tuple[int, ...], device: str) -> torch.Tensor:
+    """Zeros of ``shape`` on ``device``, or on the CPU where ``device`` holds none now: a device that fails is the
+    trial's to report, not the optimizer's (torch built without CUDA raises an AssertionError)."""
+    try:
+        return torch.zeros(shape, device=device)
+    except (RuntimeError, AssertionError):
+        return torch.zeros(shape)
 
 
 def _check_steps_without_closure(optimizer: torch.optim.Optimizer, spec: PipelineSpec) -> None:
