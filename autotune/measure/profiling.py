@@ -147,6 +147,11 @@ class OperatorStat:
         return self.median_call_cpu_s if self.median_call_cpu_s is not None else self.self_cpu_s / max(self.calls, 1)
 
 
+# The range ``trace.py`` records around the training step's closing wait for the GPU (its final synchronize), kept
+# among the step's operators under this name: the host waiting for the device, neither its overhead nor work.
+DEVICE_WAIT = "autotune: waiting for the device"
+
+
 @dataclass(frozen=True)
 class OperatorProfile:
     """What torch.profiler saw over ``active_steps`` steps (whole cycles of micro-batches under gradient

@@ -14,7 +14,10 @@ The verdict is the first of these that holds, each a measured figure against a t
 
 On a GPU whose trace recorded no kernel (``OperatorProfile.kernels_recorded``: the profiler without CUPTI records
 every device time as 0), rules 2 and 3 read the host's times, as on a CPU, and say so: a device time of 0 there is
-no reading, not a device idle throughout.
+no reading, not a device idle throughout. The host's wait for the GPU at the step's end is then neither overhead nor
+work: the trace times it apart (``DEVICE_WAIT``). In a trace that did not (``wait_told_apart``: one stored before it
+did), that wait reads as the host's overhead, a GPU-bound step as overhead-bound: rule 2 cannot be read, and the
+verdict past rule 1 is unknown (``STEP_UNKNOWN``), not a guess.
 
 Beside the verdict, findings: other processes busy on the cores while the steps were timed (first: every figure
 after it may read slow), memory that grows step after step (a possible leak), garbage-collection pauses, cores
@@ -31,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autotune.measure.measurement import SystemReport
-from autotune.measure.profiling import OperatorProfile, OperatorStat, ProfileResult
+from autotune.measure.profiling import DEVICE_WAIT, OperatorProfile, OperatorStat, ProfileResult
 
 DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
     "data-bound",
@@ -39,6 +42,8 @@ DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
     "memory-bound",
     "compute-bound",
 )
+# Not data-bound, and which of the model step's host overhead or the device's work limits it the profile cannot tell.
+STEP_UNKNOWN = "model-step-bound (host overhead or GPU work: unknown)"
 # Waiting for data 30 % of the step: removing the wait alone gains 1.4x, more than most changes to the model step.
 DATA_BOUND_WAIT = 0.30
 # Over half the model step in the host's own work: cutting that work gains more than faster arithmetic would.
@@ -99,28 +104,34 @@ _RANDOM_OPERATOR = re.compile(r"aten::(bernoulli|uniform|normal|random|exponenti
 
 @dataclass(frozen=True)
 class Rule:
-    """One figure against its threshold: ``holds`` when ``value`` is at least (``at_least``) or below it."""
+    """One figure against its threshold: ``holds`` when ``value`` is at least (``at_least``) or below it. A figure
+    the profile cannot give (``value`` None, ``name`` saying why) holds too: the verdict ends there, its own
+    (``STEP_UNKNOWN``), rather than go on from a guess."""
 
     name: str
-    value: float
+    value: float | None
     threshold: float
     at_least: bool
     verdict: str
 
     @property
     def holds(self) -> bool:
+        if self.value is None:
+            return True
         return self.value >= self.threshold if self.at_least else self.value < self.threshold
 
     @property
     def gist(self) -> str:
         """The figure in a few words ("waiting for data 60%"), to a tenth of a per cent where whole ones would read as
-        its threshold ("29.7%", not the "30%" it falls short of)."""
-        shown = f"{self.value:.0%}"
-        if shown == f"{self.threshold:.0%}":
+        its threshold ("29.7%", not the "30%" it falls short of); "unknown" where it cannot be read."""
+        shown = "unknown" if self.value is None else f"{self.value:.0%}"
+        if self.value is not None and shown == f"{self.threshold:.0%}":
             shown = f"{self.value:.1%}"
         return f"{self.name.partition(', of ')[0]} {shown}"
 
     def __str__(self) -> str:
+        if self.value is None:
+            return f"{self.name} unknown: {self.verdict}"
         relation = ("≥" if self.at_least else "<") if self.holds else ("<" if self.at_least else "≥")
         outcome = self.verdict if self.holds else f"not {self.verdict}"
         return f"{self.name} {self.value:.1%} {relation} {self.threshold:.0%}: {outcome}"
@@ -181,6 +192,13 @@ def figures(result: ProfileResult) -> Figures:
     )
 
 
+def wait_told_apart(ops: OperatorProfile) -> bool:
+    """Whether the host's overhead of ``ops`` holds none of the host's wait for the device: off a GPU there is none;
+    on one whose kernels were recorded rule 2 reads the device, not the host; else where the trace timed the wait
+    apart (``DEVICE_WAIT``), which a trace stored before it did lacks: its time outside operators holds the wait."""
+    return ops.device != "cuda" or ops.kernels_recorded or any(op.name == DEVICE_WAIT for op in ops.step_operators)
+
+
 def work_time(ops: OperatorProfile) -> Callable[[OperatorStat], float]:
     """The time an operator of ``ops`` spends on work, arithmetic or memory traffic (rule 3's split): on a GPU its
     device time, where the trace recorded kernels (``kernels_recorded``); else its host time less what rule 2 counts
@@ -212,8 +230,8 @@ def _overhead_of(op: OperatorStat, small: float) -> float:
     """The host time of ``op``'s calls that is overhead: all of it for what is not an aten operator, but a compiled
     graph's (``_COMPILED_GRAPH``: its kernels' work); for one whose typical call is ``small``, its calls at that
     typical cost (a few heavy calls among many tiny ones, an add_ on activations among an optimizer's on scalars, are
-    work, not overhead); none for the rest."""
-    if _COMPILED_GRAPH.search(op.name) or op.name.startswith("cpp_fused_"):
+    work, not overhead); none for the rest, nor for the host's wait for the device (``DEVICE_WAIT``)."""
+    if _COMPILED_GRAPH.search(op.name) or op.name.startswith("cpp_fused_") or op.name == DEVICE_WAIT:
         return 0.0
     if not op.name.startswith("aten::"):
         return op.self_cpu_s
@@ -255,6 +273,13 @@ def rules(result: ProfileResult) -> list[Rule]:
     arithmetic = "matrix products and convolutions" + (" and random numbers" if on_cpu else "")
     # A GPU's rules read the host's times where its trace recorded no kernel: said, as they then read no device.
     host_read = " (no GPU kernel recorded: read on the host)" if not on_cpu and not ops.kernels_recorded else ""
+    data = Rule("waiting for data, of the step:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND)
+    if not wait_told_apart(ops):
+        unread = (
+            "host overhead, of the model step (no GPU kernel recorded, and the host's wait for the GPU not timed "
+            "apart from it: a profile made before it was; profile again):"
+        )
+        return [data, Rule(unread, None, OVERHEAD_BOUND_SHARE, True, STEP_UNKNOWN)]
     overhead = (
         Rule("the GPU busy, of the model step:", found.device_busy_share, DEVICE_BUSY_MIN, False, OVERHEAD_BOUND)
         if found.device_busy_share is not None
@@ -267,7 +292,7 @@ def rules(result: ProfileResult) -> list[Rule]:
         )
     )
     return [
-        Rule("waiting for data, of the step:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND),
+        data,
         overhead,
         Rule(
             f"{arithmetic}, of the operators' time{host_read}:",

@@ -35,6 +35,7 @@ from autotune.results.diagnosis import (
     MEMORY_BOUND,
     OVERHEAD_BOUND,
     SATURATED_CORES,
+    STEP_UNKNOWN,
     Figures,
     classified_operators,
     fault_finding,
@@ -232,7 +233,7 @@ def advise(
         ranked += _cheaper_loading(result, found, lambda saved: _saturated_step(result, found, saved, cpu_count))
     if verdict == OVERHEAD_BOUND:
         ranked += _overhead(result, found, knobs, ctx, effective_batch_size)
-    elif verdict != DATA_BOUND:
+    elif verdict not in (DATA_BOUND, STEP_UNKNOWN):  # which limits the model step unknown: no guess
         ranked += _arithmetic(result, found, knobs, ctx, verdict, tried)
     ranked += _persistent(result, found, restarts) + _transfer(result, found, knobs) + _garbage(result, found)
     ranked += _allocator(result, found, knobs) if glibc else []
@@ -302,7 +303,7 @@ def _handoff(found: Figures, workers: int, restarts: _Restarts) -> float:
 @dataclass(frozen=True)
 class _Restarts:
     """The waits for data of the timed steps that began an epoch where workers start again at each (``waits``:
-    ``_restarts``), among ``steps`` timed steps; epochs of ``epoch`` steps (None: a dataset without a length)."""
+    ``_restarts``), among ``steps`` timed steps; epochs of ``epoch`` steps (None: unknown, ``_epoch``)."""
 
     waits: list[float]
     steps: int
@@ -323,15 +324,27 @@ class _Restarts:
 
 def _restarts(result: ProfileResult, knobs: dict[str, Any]) -> _Restarts:
     """The waits of the timed steps that began an epoch (``StageTiming.epoch_starts``) of a DataLoader whose workers
-    start again there (``num_workers`` > 0, ``persistent_workers`` not set): nothing was loaded ahead of such a batch.
-    An epoch is ``dataset_len // batch_size`` steps (every batch is full). A long wait at another step is a steady
-    wait that varies (a stream opening its next file), however regular; a profile stored before the epochs' starts
-    were recorded has none known."""
+    start again there (``num_workers`` > 0, ``persistent_workers`` not set): nothing was loaded ahead of such a batch;
+    epochs as long as ``_epoch`` says. A long wait at another step is a steady wait that varies (a stream opening its
+    next file), however regular; a profile stored before the epochs' starts were recorded has none known."""
     stages = result.stages
     restarting = stages.num_workers > 0 and not knobs.get("persistent_workers")
     starts = (stages.epoch_starts or []) if restarting else []
-    epoch = result.dataset_len // stages.batch_size if result.dataset_len else None
-    return _Restarts([stages.wait_s[step] for step in starts], stages.steps, epoch or None)
+    return _Restarts([stages.wait_s[step] for step in starts], stages.steps, _epoch(result))
+
+
+def _epoch(result: ProfileResult) -> int | None:
+    """The steps of an epoch of the profiled DataLoader: as measured, the spacing of the timed steps that began one
+    (``StageTiming.epoch_starts``) where two or more did; else, of a dataset with a length, its full batches (the
+    loader drops the last part-batch, so that its len() is ``dataset_len // batch_size``), but for a stream every
+    worker reads whole (``ProfileResult.repeats_in_workers``), whose epochs are as many times longer as it has
+    workers; else unknown (None)."""
+    starts = result.stages.epoch_starts or []
+    if len(starts) >= 2:
+        return (starts[-1] - starts[0]) // (len(starts) - 1)
+    if not result.dataset_len or result.repeats_in_workers:
+        return None
+    return result.dataset_len // result.stages.batch_size or None
 
 
 def _long_run(found: Figures, restarts: _Restarts) -> Figures:

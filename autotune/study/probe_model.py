@@ -38,8 +38,9 @@ from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS,
 from autotune.measure.environment import this_machine_id
 from autotune.measure.measurement import SystemReport
 from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
-from autotune.study.clock import ended_by_budget
+from autotune.study.clock import BUDGET_CUT, ended_by_budget
 from autotune.study.space import SearchSpace
+from autotune.study.tuner import capped_again
 from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
 
 # Knobs the probe leaves at their default: one compile costs more than the whole probe.
@@ -493,10 +494,13 @@ def probe_once(
     without it. One whose timings drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted
     again, it is recorded as failed; with no time to, as failed for now (``ProbeRecord.retry``): a later run
     probes anew. So is one whose process what study.budget_s had left ended (``clock.ended_by_budget``): this run
-    searches without it, and a later run, with more budget, probes anew."""
+    searches without it, and a later run, with more budget, probes anew; once only: where the probe it reruns was
+    ended so too (``_capped_before``), it is recorded as failed for good (``tuner.capped_again``), saying how to
+    probe it."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
     if (stored := stored_probe(study, machine)) is not None:
         return stored
+    capped_before = _capped_before(study, machine)
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
     again = False
@@ -505,7 +509,9 @@ def probe_once(
         result = run_probe(plan)
         result, drift = replace(result, wall_s=first_s + result.wall_s), _drift(result)
     if not result.ok or result.probe is None:  # ended by the budget: for want of time, not by what it read
-        record = ProbeRecord(result.wall_s, failure=str(result.failure), retry=ended_by_budget(result))
+        capped = ended_by_budget(result)
+        failure = capped_again(result.failure) if capped and capped_before else result.failure
+        record = ProbeRecord(result.wall_s, failure=str(failure), retry=capped and not capped_before)
     else:
         probe_model = ProbeModel(plan, result.probe)
         anchor = anchor_knobs(space, baseline)
@@ -545,6 +551,14 @@ def stored_probe(study: optuna.Study, machine: str | None = None) -> ProbeRecord
     stored = study.user_attrs.get(on_machine(PROBE_ATTR, machine or this_machine_id()))
     record = ProbeRecord.from_dict(stored) if stored is not None else None
     return None if record is None or record.retry else record
+
+
+def _capped_before(study: optuna.Study, machine: str | None) -> bool:
+    """Whether the probe ``study`` holds for ``machine`` (None: this one) is one to run again because what
+    study.budget_s had left ended its process (``ProbeRecord.retry``, its failure ``clock.ended_by_budget``'s)."""
+    stored = study.user_attrs.get(on_machine(PROBE_ATTR, machine or this_machine_id()))
+    record = ProbeRecord.from_dict(stored) if stored is not None else None
+    return record is not None and record.retry and BUDGET_CUT in (record.failure or "")
 
 
 def _drift(result: TrialResult) -> tuple[float, float] | None:

@@ -163,11 +163,11 @@ def tune(
     not measured again: the proposal is answered from the stored result and does not count as a trial. Tuning also
     stops at ``settings.timeout_s``, where ``affords`` says the next trial does not fit in study.budget_s (a
     proposal or a draw of the sampler that does not fit where a plain trial still does is passed over, the draw left
-    to a later run, which measures it first; so is a trial whose process what study.budget_s had left ended), when
-    the space is exhausted, and,
+    to a later run, which measures it first; so is a trial whose process what study.budget_s had left ended, once:
+    ended so again, it is stored as the timeout it is, ``capped_again``), when the space is exhausted, and,
     aborted, after ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect
     trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``; nor is a trial the budget
-    ended, which says nothing of its configuration), or as many dropped in a row
+    ended the first time, which says nothing of its configuration), or as many dropped in a row
     because another tuner took this one for dead (``_taken_for_dead``). A configuration that needs
     no less memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured:
     Optuna is told it is pruned, with the reason, and it does not count as a trial either.
@@ -263,8 +263,8 @@ class _Slot:
     counts from step to step. ``known`` is what the study holds, read afresh each step and updated in place, as the
     pruner reads it: a slot's trials are judged on what its own thread read. ``skipped``: configurations this run
     leaves to a later one because they do not fit study.budget_s where a plain trial still does (a compile trial,
-    whose time no measurement foretells), or whose process the budget ended; the search goes on without them.
-    ``repeats``: proposals in a row of configurations measured or not to measure."""
+    whose time no measurement foretells), or whose process the budget ended (the first time: ``_measure_trial``);
+    the search goes on without them. ``repeats``: proposals in a row of configurations measured or not to measure."""
 
     study: optuna.Study
     space: SearchSpace
@@ -428,7 +428,7 @@ class _Slot:
                     _told(self.study, trial, state=TrialState.PRUNED)
                     return None
                 self.repeats = 0
-                return _measure_trial(self.study, trial, knobs, self.run, self.settings, self.pruner)
+                return _measure_trial(self.study, trial, knobs, self.run, self.settings, self.pruner, self.machine)
 
     def _ended_by_budget(self, trial: optuna.Trial, knobs: dict[str, Any], key: str, done: int) -> None:
         """Report ``trial``, of ``knobs``, whose process what study.budget_s had left ended: left for a later run
@@ -631,6 +631,30 @@ class _EndedByBudget(Exception):
     (``clock.ended_by_budget``): the trial is left for a later run (``_left_for_later``)."""
 
 
+def capped_again(failure: Failure) -> Failure:
+    """``failure``, of a run what study.budget_s had left ended (``clock.ended_by_budget``) where a run of the same
+    configuration (or the probe) was ended so before, saying how to measure it: a budget always smaller than what it
+    needs (it hangs, or runs longer than any budget given) would otherwise leave it for a later run for ever."""
+    fix = (
+        "ended so in an earlier run too, so stored as the timeout it is: a larger study.budget_s (at least "
+        "measure.trial_timeout_s beside the baseline's time) or a smaller measure.trial_timeout_s measures it"
+    )
+    return replace(failure, message=f"{failure.message}; {fix}")
+
+
+def _capped_before(study: optuna.Study, machine: str, key: str) -> bool:
+    """Whether a trial of configuration ``key`` on ``machine`` was ended by what study.budget_s had left and left for
+    a later run (``_measure_trial`` keeps its result on it, which ``measured_trials`` does not count: interrupted)."""
+    return any(
+        interrupted(trial)
+        and trial.user_attrs.get(MACHINE_ATTR) == machine
+        and trial.user_attrs.get(CONFIG_ATTR) == key
+        and RESULT_ATTR in trial.user_attrs
+        and ended_by_budget(TrialResult.from_dict(trial.user_attrs[RESULT_ATTR]))
+        for trial in study.get_trials(deepcopy=False)
+    )
+
+
 def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
     """Fail ``trial`` of configuration ``key`` unmeasured, as interrupted: the machine owes it (``_owed``), and a
     later run of the study, with the time for it, measures it first."""
@@ -746,13 +770,15 @@ def _measure_trial(
     run: RunFn,
     settings: StudySettings,
     pruner: SlowerThanBestPruner | None,
+    machine: str,
 ) -> tuple[TrialResult, _Outcome]:
-    """Measure ``knobs`` as ``trial``, store the result on it and tell Optuna; a trial stopped by an exception
-    (Ctrl-C) is marked interrupted. UpdateFinishedTrialError where another tuner took the trial for dead and failed
-    it meanwhile: its result is lost, and its configuration is measured again. _EndedByBudget where what
+    """Measure ``knobs`` as ``trial`` on ``machine``, store the result on it and tell Optuna; a trial stopped by an
+    exception (Ctrl-C) is marked interrupted. UpdateFinishedTrialError where another tuner took the trial for dead and
+    failed it meanwhile: its result is lost, and its configuration is measured again. _EndedByBudget where what
     study.budget_s had left ended its process: no timeout of the configuration's, so it is left for a later run
-    (``_left_for_later``), which measures it with the time for it, rather than stored as failed, never measured
-    again."""
+    (``_left_for_later``, its result kept on the trial), which measures it with the time for it, rather than stored
+    as failed, never measured again; once only: ended so again (``_capped_before``), it is stored as the timeout it
+    is (``capped_again``), a fault."""
     last_reading: list[float] = []
 
     def on_progress(steps: int, throughput: float) -> str | None:
@@ -768,8 +794,11 @@ def _measure_trial(
             _told(study, trial, state=TrialState.FAIL)
         raise
     if ended_by_budget(result):
-        _left_for_later(study, trial, config_key(knobs))
-        raise _EndedByBudget
+        if not _capped_before(study, machine, config_key(knobs)):
+            trial.set_user_attr(RESULT_ATTR, result.to_dict())
+            _left_for_later(study, trial, config_key(knobs))
+            raise _EndedByBudget
+        result = replace(result, failure=capped_again(result.failure))
     result = within_budget(result, settings)
     outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
     trial.set_user_attr(RESULT_ATTR, result.to_dict())

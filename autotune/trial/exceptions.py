@@ -24,6 +24,9 @@ _ALLOCATION_FAILED = re.compile(
     r"unable to (write to file|open shared memory object) </torch_[^>]*>[^:]*: No space left on device",
     re.I,
 )
+# A release's major and minor version, its micro, a post-release's or a local build's suffix (".post1", "+cpu",
+# "-custom") after them; not a pre-release ("2.10.0a0", "2.10.0rc1", "2.10.0.dev20250101").
+_RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)*(?:[+-]|\.post|$)")
 # A DataLoader worker killed by SIGBUS, as the DataLoader words it ("... is killed by signal: Bus error. It is possible
 # that dataloader's workers are out of shared memory"), whatever the cause: ``worker_bus_error`` tells.
 _WORKER_BUS_ERROR = re.compile(r"killed by signal: Bus error", re.I)
@@ -71,9 +74,12 @@ def _chained(exc: BaseException) -> Iterator[BaseException]:
 def reserves_shared_memory_up_front() -> bool:
     """Whether this process's torch reserves each batch's shared memory before a DataLoader worker writes it (torch
     2.10 on, pytorch PR #161910): a full /dev/shm then raises the allocation error (``_ALLOCATION_FAILED``), where an
-    older torch's worker writing its batch there dies of SIGBUS. A pre-release of 2.10 counts as older: a SIGBUS
-    then taken for out of memory costs less than an out of memory taken for a fault."""
-    return torch.__version__ >= (2, 10)
+    older torch's worker writing its batch there dies of SIGBUS. Its release is read by ``_RELEASE``, not compared as
+    PEP 440 has it (a local build's "2.10.0-custom" is none, and the comparison raises: here, while an exception is
+    handled). A pre-release of 2.10, or a version read no release from, counts as older: a SIGBUS then taken for out
+    of memory costs less than an out of memory taken for a fault."""
+    release = _RELEASE.match(str(torch.__version__))
+    return release is not None and (int(release["major"]), int(release["minor"])) >= (2, 10)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ run of the study, baseline and race included, is pinned to a set of that size, s
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -115,9 +116,9 @@ def starting_on(cores: frozenset[int] | None) -> Iterator[None]:
     threads (study.parallel's slots) start their trials on their own cores.
 
     Where this thread cannot be moved to ``cores`` (none of them is usable any more: the container's cores shrank,
-    EINVAL), the process starts on this thread's cores and its own pinning (``pin_from_env``) fails it with that
-    error: a failed trial, where an error raised here would end the tuner. Where this thread cannot be moved back
-    (none of its cores usable any more), it keeps the cores it has."""
+    EINVAL), the process starts on this thread's cores and its own pinning (``pin_from_env``) fails it, naming
+    study.cpu_sets: a failed trial, where an error raised here would end the tuner. Where this thread cannot be moved
+    back (none of its cores usable any more), it keeps the cores it has."""
     before = os.sched_getaffinity(0)  # this thread's
     if cores is None or not _moved_to(cores):
         yield
@@ -142,13 +143,25 @@ def pin_from_env() -> None:
     thread counts a process started on those cores gets (torch's: one per core, as an unset num_threads then runs;
     Inductor's compile threads), before anything else runs; nothing where it is not set. The launchers start a trial,
     and the fork server a trial is forked from, on its cores already (``starting_on``), so that the pools its imports
-    start are sized to them too; this holds the trial to them however it was started."""
+    start are sized to them too; this holds the trial to them however it was started. A ConfigError naming
+    study.cpu_sets, the cores and those this process may use where none of them is usable now (EINVAL: the cores the
+    machine or its container lets it use shrank since the run began)."""
     cores = pinned_cores(os.environ)
     if cores is None:
         return
     import torch  # the trial's: the tuner's process, which places the trials, never imports torch
 
-    _pin_every_thread(cores)
+    try:
+        _pin_every_thread(cores)
+    except OSError as refused:
+        if refused.errno != errno.EINVAL:
+            raise
+        usable = sorted(os.sched_getaffinity(0))  # where it started instead: its tuner's cores (``starting_on``)
+        raise ConfigError(
+            "study.cpu_sets",
+            f"this trial's set, cores {sorted(cores)}, has none usable now: this process may use cores {usable} (the "
+            "cores the machine or its container lets it use shrank since the run began); give sets among those",
+        ) from refused
     torch.set_num_threads(len(cores))
     _count_compile_threads()
 

@@ -27,6 +27,7 @@ from typing import NoReturn
 import psutil
 import torch
 
+from autotune.errors import ConfigError
 from autotune.files import write_atomic
 from autotune.knobs import changes_numerics, costly, redraws_random
 from autotune.measure.profiler import Profiler, prepared_ahead
@@ -304,14 +305,27 @@ def _launched_at() -> float:
 def main(argv: list[str]) -> int:
     run_start = time.time()
     faulthandler.enable()  # a crash (SIGSEGV, SIGABRT) leaves the Python stack in the trial log
-    pin_from_env()
+    refused = _pinned()
     request_path, result_path, *progress = argv
     _exit_with_parent()
     request = TrialRequest.from_dict(json.loads(Path(request_path).read_text(encoding="utf-8")))
-    result = run_request(request, Path(progress[0]) if progress else None)
+    if refused is not None:
+        result = TrialResult(knobs=request.knobs, failure=refused)
+    else:
+        result = run_request(request, Path(progress[0]) if progress else None)
     result = replace(result, startup_s=run_start - _launched_at())
     write_atomic(result_path, json.dumps(result.to_dict()))
     return 0
+
+
+def _pinned() -> Failure | None:
+    """Pin this process to its cores (``pin_from_env``), before anything else runs; where none of them is usable
+    now, the trial's failure, naming study.cpu_sets, the cores and those usable (its ConfigError's words)."""
+    try:
+        pin_from_env()
+    except ConfigError as refused:
+        return describe_exception(refused)
+    return None
 
 
 # How long a trial's exit handlers may take once its result is written: one may wait for ever (a thread that never

@@ -5,7 +5,14 @@ from __future__ import annotations
 from autotune.measure.gc_pauses import GcPauses
 from autotune.measure.hotspots import HotFunction, Hotspots
 from autotune.measure.page_faults import PageFaults
-from autotune.measure.profiling import MemoryTrend, OperatorProfile, OperatorStat, ProfileResult, StageTiming
+from autotune.measure.profiling import (
+    DEVICE_WAIT,
+    MemoryTrend,
+    OperatorProfile,
+    OperatorStat,
+    ProfileResult,
+    StageTiming,
+)
 
 STEPS, LOOP_S = 10, 0.1
 
@@ -24,10 +31,13 @@ def profile_result(
     functions: list[HotFunction] | None = None,
     collate_share: float = 0.05,
     faults: PageFaults | None = None,
+    device_wait_s: float | None = 0.0,
 ) -> ProfileResult:
     """A profiled configuration whose step of ``LOOP_S`` waits ``wait_share`` of it for data; whose model step spends
     ``small_operators`` of its time in operators under 10 µs a call and splits the rest between matrix products
-    (``compute_share``) and elementwise operators; on a GPU (``device_busy`` given) busy that share of it."""
+    (``compute_share``) and elementwise operators; on a GPU (``device_busy`` given) busy that share of it, its host
+    waiting for it ``device_wait_s`` beyond, timed apart as the trace times it (``DEVICE_WAIT``; None: a trace
+    stored before it did)."""
     wait, transfer = wait_share * LOOP_S, transfer_share * LOOP_S
     step = LOOP_S - wait - transfer
     loading = wait if loading_s is None else loading_s
@@ -52,13 +62,15 @@ def profile_result(
         OperatorStat("aten::add", 10, work * (1 - compute_share), busy * (1 - compute_share)),
         OperatorStat("aten::view", max(1, int(traced * small_operators / 2e-6)), traced * small_operators),
     ]
+    on_gpu = device_busy is not None
+    waits = [OperatorStat(DEVICE_WAIT, 2, device_wait_s)] if on_gpu and device_wait_s is not None else []
     total = sum(f.self_s for f in functions or [])
     return ProfileResult(
         stages=stages,
         memory=MemoryTrend(tree_mb or [300.0] * STEPS),
         gc=GcPauses(wall_s=1.0, collections=[5, 0, 0], total_s=gc_share, longest_s=gc_share / 5),
         operators=OperatorProfile(
-            2, "t.pt.trace.json", "cuda" if device_busy is not None else "cpu", traced, 0.0, operators, operators
+            2, "t.pt.trace.json", "cuda" if on_gpu else "cpu", traced, 0.0, operators, operators + waits
         ),  # fmt: skip
         hotspots=Hotspots(
             4, 64, 1, num_workers, total or 1.0, 0.9 * (total or 1.0), collate_share * (total or 1.0), functions or []

@@ -227,7 +227,7 @@ def test_inductors_kernels_recorded_by_name_on_a_gpu_are_told_by_their_names_wor
     # On a GPU each Triton kernel is recorded under its name, its device time its own: a max-autotune template's
     # matrix product is arithmetic, a fused pointwise kernel memory traffic.
     result = profile_result(wait_share=0.1, device_busy=0.9)
-    mm, add, view = result.operators.step_operators
+    mm, add, view, _ = result.operators.step_operators  # the last: the host's wait for the GPU
     template = OperatorStat("triton_tem_fused_mm_0", 10, 1e-5, mm.self_device_s)
     pointwise = OperatorStat("triton_poi_fused_add_relu_1", 10, 1e-5, add.self_device_s)
     compiled = replace(result, operators=replace(result.operators, step_operators=[view, template, pointwise]))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.version import Version
 
-from autotune.trial import exceptions
-from autotune.trial.result import Failure, FailureKind, TrialRequest, TrialResult
+from autotune.trial.result import FailureKind, TrialRequest, TrialResult
 from autotune.trial.runner import run_trial
 from tests.conftest import processes_mentioning, trial_request
 
@@ -66,12 +66,15 @@ def test_a_dataloader_worker_killed_by_sigkill_is_reported_like_a_killed_trial(w
 
 
 def test_a_dataloader_worker_killed_by_sigbus_is_typed_by_the_trials_torch(worker_bus_error):
-    # Out of memory where that torch lets a full /dev/shm kill a worker, else a fault (test_exceptions.py: both).
-    cause = exceptions.worker_bus_error()  # this process's torch is the trial's
-    assert worker_bus_error.failure == Failure(
-        FailureKind.OUT_OF_MEMORY if cause.out_of_memory else FailureKind.SIGNAL,
-        f"a DataLoader worker was killed by SIGBUS, {cause.cause}",
-    )
+    # Out of memory where that torch lets a full /dev/shm kill a worker (before 2.10), else a fault: this process's
+    # torch is the trial's, its release read here by packaging, not by the rule under test (test_exceptions.py: both).
+    installed = Version(torch.__version__)
+    if installed.release[:2] >= (2, 10) and not installed.is_prerelease:
+        kind, cause = FailureKind.SIGNAL, "most likely a memory-mapped file the dataset reads became shorter than"
+    else:
+        kind, cause = FailureKind.OUT_OF_MEMORY, "most likely as shared memory (/dev/shm), where workers hand over"
+    assert worker_bus_error.failure.kind is kind
+    assert worker_bus_error.failure.message.startswith(f"a DataLoader worker was killed by SIGBUS, {cause}")
 
 
 @pytest.mark.slow

@@ -7,7 +7,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -25,8 +27,20 @@ two_cores = pytest.mark.skipif(
     reason="needs two usable cores to tell one from all",
 )
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-# A core this process may not use, as one the container no longer lets it use (its cores shrank).
-GONE = max(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else 0
+
+
+def _past_every_online_core() -> int:
+    """A core this machine has none of online, as one the container no longer lets a process use (its cores shrank):
+    past the last online CPU (where Linux lists them; else os.cpu_count()'s). A core past this process's affinity
+    alone may be usable: taskset narrows the affinity, not what the machine lets a process use."""
+    try:
+        online = Path("/sys/devices/system/cpu/online").read_text(encoding="ascii")
+    except OSError:
+        return os.cpu_count() or 1
+    return int(re.split(r"[-,]", online.strip())[-1]) + 1
+
+
+GONE = _past_every_online_core()
 
 
 def pinned_env() -> dict[str, str]:
@@ -97,13 +111,18 @@ def test_a_thread_that_cannot_move_back_keeps_the_cores_it_has(monkeypatch):
 
 
 @pytest.mark.parametrize("launcher", [ForkServer, FreshLauncher])
-def test_a_trial_pinned_to_cores_no_longer_usable_fails_as_its_pinning_does_and_the_tuner_runs_on(tmp_path, launcher):
+def test_a_trial_pinned_to_cores_no_longer_usable_fails_naming_the_key_and_the_cores_and_the_tuner_runs_on(
+    tmp_path, launcher
+):
     everywhere, started = os.sched_getaffinity(0), launcher()
     try:
         result = run_trial(replace(request(), placement={CPUS_ENV: str(GONE)}), 120, tmp_path, "gone", launcher=started)
     finally:
         if isinstance(started, ForkServer):
             started.close()
-    assert result.failure.kind is FailureKind.NO_RESULT
-    assert result.failure.message.endswith("(OSError: [Errno 22] Invalid argument)"), result.failure
+    assert result.failure.kind is FailureKind.EXCEPTION and result.failure.message == (
+        f"study.cpu_sets: this trial's set, cores [{GONE}], has none usable now: this process may use cores "
+        f"{sorted(everywhere)} (the cores the machine or its container lets it use shrank since the run began); give "
+        "sets among those"
+    ), result.failure
     assert os.sched_getaffinity(0) == everywhere
