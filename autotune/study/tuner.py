@@ -623,7 +623,10 @@ def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, found: Kno
 
 
 def _out_of_budget(settings: StudySettings) -> StopReason:
-    return StopReason(f"study.budget_s={settings.budget_s:g}: the time left is kept for what follows")
+    return StopReason(
+        f"study.budget_s={settings.budget_s:g}: the next search trial does not fit in what is left (the reports list "
+        "what it needed)"
+    )
 
 
 class _EndedByBudget(Exception):

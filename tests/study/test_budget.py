@@ -142,7 +142,8 @@ def test_the_search_stops_where_the_next_trial_does_not_fit(tmp_path):
     fits = lambda done, knobs: asked.append(done) or done < 2  # noqa: E731
     stop = tune(study, SPACE, settings(tmp_path, n_trials=5, budget_s=60.0), measure, lambda e: None, affords=fits)
     assert counted_trials(study) == 2 and asked[-1] == 2
-    assert stop.message == "study.budget_s=60: the time left is kept for what follows" and not stop.aborted
+    said = "study.budget_s=60: the next search trial does not fit in what is left (the reports list what it needed)"
+    assert stop.message == said and not stop.aborted
 
 
 def test_where_no_plain_trial_fits_the_search_stops_before_the_proposal_or_optuna_is_asked(tmp_path):
@@ -156,7 +157,7 @@ def test_where_no_plain_trial_fits_the_search_stops_before_the_proposal_or_optun
     budget = settings(tmp_path, n_trials=5, budget_s=60.0)
     stop = tune(study, SPACE, budget, measure, lambda e: None, propose, None, fits)
     assert asked == [None], "no plain trial fits: nor does the proposal, which takes no less (left out once)"
-    assert stop.message.startswith("study.budget_s=60: the time left is kept")
+    assert stop.message.startswith("study.budget_s=60: the next search trial does not fit")
     assert len(study.trials) == 0 and counted_trials(study) == 0, "no trial asked of Optuna, none measured"
 
 
@@ -398,7 +399,7 @@ def test_a_run_over_its_budget_measures_the_baseline_alone_and_says_what_it_left
         "the profiles (study.diagnose)",
     ]
     assert [row["trial"] for row in report["trials"]] == ["baseline"]
-    assert "Stopped: study.budget_s=0.01: the time left is kept for what follows." in out.getvalue()
+    assert "Stopped: study.budget_s=0.01: the next search trial does not fit in what is left" in out.getvalue()
     said = out.getvalue().rstrip().splitlines()[-1]
     assert said.startswith("study.budget_s=0.01 (") and " left out: the probe (~" in said
     assert "search trials 1 to 3" in said

@@ -44,7 +44,7 @@ def test_a_trial_the_budget_ended_is_left_for_a_later_run_which_measures_it_firs
     spent = lambda done, knobs: not measure.calls  # noqa: E731  (the capped process spent what the budget had left)
     budget = settings(tmp_path, n_trials=3, budget_s=60.0)
     stop = tune(study, SPACE, budget, measure, events.append, affords=spent)
-    assert stop.message.startswith("study.budget_s=60: the time left is kept") and not stop.aborted
+    assert stop.message.startswith("study.budget_s=60: the next search trial does not fit") and not stop.aborted
     (left,) = study.trials
     assert left.state is TrialState.FAIL and left.user_attrs[INTERRUPTED_ATTR], "owed to the machine, as interrupted"
     assert counted_trials(study) == 0, "no trial measured its configuration"
