@@ -259,9 +259,15 @@ def _open(path: Path, storage: str) -> TextIO:
     except OSError as exc:
         raise ConfigError(
             "study.storage",
-            f"cannot create {path} beside the database of {redact_url(storage)} ({exc.strerror}); give a file in a "
-            "folder that exists and this user can write",
+            f"cannot create {path}{unexpanded_home(path)} beside the database of {redact_url(storage)} "
+            f"({exc.strerror}); give a file in a folder that exists and this user can write",
         ) from exc
+
+
+def unexpanded_home(path: Path | str) -> str:
+    """What to say of a storage file's ``path`` holding ``~``: a shell expands it in an argument of its own, not
+    inside a URL (sqlite:///~/s.db, journal://~/s.log), so it names a folder ``~``."""
+    return " (~ is not expanded: give the path from /)" if "~" in str(path) else ""
 
 
 def _is_at(handle: TextIO, path: Path) -> bool:

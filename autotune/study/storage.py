@@ -35,7 +35,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.redact import redact_url
-from autotune.study.lock import sqlite_file
+from autotune.study.lock import sqlite_file, unexpanded_home
 
 KEY = "study.storage"
 JOURNAL = "journal://"
@@ -351,12 +351,6 @@ def _check_folder(url: str, path: Path, what: str) -> None:
             f"no folder {path.parent} for the {what} of {redact_url(url)!r}{unexpanded_home(path)}; make it, or give "
             "a file in a folder that exists",
         )
-
-
-def unexpanded_home(path: Path | str) -> str:
-    """What to say of a storage file's ``path`` holding ``~``: a shell expands it in an argument of its own, not
-    inside a URL (sqlite:///~/s.db, journal://~/s.log), so it names a folder ``~``."""
-    return " (~ is not expanded: give the path from /)" if "~" in str(path) else ""
 
 
 def _check_journal(url: str, path: Path) -> None:

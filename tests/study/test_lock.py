@@ -130,3 +130,11 @@ def test_only_sqlite_files_are_locked(tmp_path):
     assert sqlite_file("sqlite:///relative.db") == Path.cwd() / "relative.db"
     assert sqlite_file("sqlite://") is None and sqlite_file("sqlite:///:memory:") is None
     assert sqlite_file("postgresql://user:secret@db/optuna") is None and sqlite_file("not a url") is None
+
+
+def test_a_lock_beside_a_database_under_an_unexpanded_home_says_so(tmp_path, monkeypatch):
+    # sqlite:///~/x.db names a folder "~" where the tuner runs: the lock file beside it cannot be made
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as raised, one_tuner("sqlite:///~/x.db", "s"):
+        pass
+    assert "(~ is not expanded: give the path from /) beside the database of" in str(raised.value)
