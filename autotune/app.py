@@ -633,6 +633,17 @@ _REMEDIES = (
         "Samples of different shapes cannot be stacked into a batch: give pipeline.collate_fn, a function that pads "
         "them (or crop them to one shape in the dataset). ",
     ),
+    (
+        re.compile(r"Trying to backward through the graph a second time"),
+        "A step that calls loss.backward() (or optimizer.step()) itself: autotune calls backward() on the loss "
+        "pipeline.step returns, and steps the optimizer; return the loss without calling either (README: 'Tune your "
+        "own pipeline'). ",
+    ),
+    (
+        re.compile(r"optimizer got an empty parameter list"),
+        "A model without parameters: autotune builds pipeline.optimizer on the parameters of the model pipeline.model "
+        "builds; give a model with parameters that train. ",
+    ),
 )
 
 

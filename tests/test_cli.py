@@ -956,3 +956,17 @@ def test_a_recommendation_or_a_report_given_to_a_mode_that_does_not_read_it_is_s
         "autotune: against= is read by mode=check only: mode=selfcheck does not use it"
     ]
     assert cli.unused_notes(replace(given, mode="check", recommended=None)) == []
+
+
+def test_a_step_that_calls_backward_itself_and_a_model_without_parameters_are_told_what_to_change():
+    import torch  # torch's own words, as a trial's failure carries them
+
+    model = torch.nn.Linear(2, 1)
+    loss = model(torch.ones(1, 2)).sum()
+    loss.backward()  # the user's step did this, then autotune's calls backward() again
+    with pytest.raises(RuntimeError) as twice:
+        loss.backward()
+    assert app.remedy(f"RuntimeError: {twice.value}").startswith("A step that calls loss.backward() (or optimizer")
+    with pytest.raises(ValueError) as empty:
+        torch.optim.SGD([], lr=0.1)
+    assert app.remedy(f"ValueError: {empty.value}").startswith("A model without parameters: autotune builds")
