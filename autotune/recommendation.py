@@ -558,17 +558,19 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
 
 # The parts of a machine's description that a study pinned to some of its cores (study.cpu_sets) reads as that many.
 _CORE_KEYS = {"cpu_count", "torch_threads"}
+_SOFTWARE = "with other software or thread settings"
 
 
 def measured_where(differs: Iterable[str]) -> str:
     """Where a record whose machine description ``differs`` from this one's in those keys was measured, in words: "on
-    another machine" where its hardware differs (``HARDWARE_KEYS``), "on other cores" where only the cores do (a
-    study pinned by study.cpu_sets describes the machine as the cores of its slot), else "with other software or
-    thread settings" (torch, CUDA, the driver, thread variables)."""
+    another machine" where its hardware differs (``HARDWARE_KEYS``); else "on other cores" where the cores do (a
+    study pinned by study.cpu_sets describes the machine as the cores of its slot), and "with other software or
+    thread settings" where torch, CUDA, the driver or thread variables do, both where both do."""
     differs = set(differs)
     if differs & set(HARDWARE_KEYS):
         return "on another machine"
-    return "on other cores" if differs <= _CORE_KEYS else "with other software or thread settings"
+    said = [*(["on other cores"] if differs & _CORE_KEYS else []), *([_SOFTWARE] if differs - _CORE_KEYS else [])]
+    return " ".join(said)
 
 
 def _described_here(device: str) -> dict[str, Any]:

@@ -208,7 +208,8 @@ def test_where_hardware_differs_the_record_is_from_another_machine_whatever_else
     assert measured_where(["torch", "gpu"]) == "on another machine"
     assert measured_where(["cpu_count", "cpu_model"]) == "on another machine"
     assert measured_where(["cpu_count", "torch_threads"]) == "on other cores"
-    assert measured_where(["cpu_count", "cuda"]) == "with other software or thread settings"
+    assert measured_where(["cuda", "thread_env"]) == "with other software or thread settings"
+    assert measured_where(["cpu_count", "cuda"]) == "on other cores with other software or thread settings"
 
 
 def test_a_file_naming_a_device_torch_does_not_know_is_compared_with_this_machine_not_refused(tmp_path, recwarn):
