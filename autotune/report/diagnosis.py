@@ -83,7 +83,8 @@ def _headline(diagnosis: Diagnosis) -> Headline:
         rest += f" First: {first.action} ({first.effect})."
     elif diagnosis.advice:
         rest += f" First: {ALL_MEASURED_NO_GAIN} (the table below lists what it measured)."
-    return Headline(f"{diagnosis.verdict.capitalize()}.", rest.strip())
+    verdict = diagnosis.verdict
+    return Headline(f"{verdict[:1].upper()}{verdict[1:]}.", rest.strip())  # not capitalize(): it lowers "GPU"
 
 
 def _advice_table(diagnosis: Diagnosis) -> Table:

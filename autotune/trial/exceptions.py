@@ -26,7 +26,8 @@ _ALLOCATION_FAILED = re.compile(
 )
 # A release's major and minor version, its micro, a post-release's or a local build's suffix (".post1", "+cpu",
 # "-custom") after them; not a pre-release ("2.10.0a0", "2.10.0rc1", "2.10.0.dev20250101").
-_RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)*(?:[+-]|\.post|$)")
+# A torch version's major and minor, and whether a release follows them (not a pre-release: "a0", ".dev", "rc").
+_VERSION = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?P<release>(?:\.\d+)*(?:[+-]|\.post|$))?")
 # A DataLoader worker killed by SIGBUS, as the DataLoader words it ("... is killed by signal: Bus error. It is possible
 # that dataloader's workers are out of shared memory"), whatever the cause: ``worker_bus_error`` tells.
 _WORKER_BUS_ERROR = re.compile(r"killed by signal: Bus error", re.I)
@@ -74,12 +75,15 @@ def _chained(exc: BaseException) -> Iterator[BaseException]:
 def reserves_shared_memory_up_front() -> bool:
     """Whether this process's torch reserves each batch's shared memory before a DataLoader worker writes it (torch
     2.10 on, pytorch PR #161910): a full /dev/shm then raises the allocation error (``_ALLOCATION_FAILED``), where an
-    older torch's worker writing its batch there dies of SIGBUS. Its release is read by ``_RELEASE``, not compared as
+    older torch's worker writing its batch there dies of SIGBUS. Its release is read by ``_VERSION``, not compared as
     PEP 440 has it (a local build's "2.10.0-custom" is none, and the comparison raises: here, while an exception is
-    handled). A pre-release of 2.10, or a version read no release from, counts as older: a SIGBUS then taken for out
-    of memory costs less than an out of memory taken for a fault."""
-    release = _RELEASE.match(str(torch.__version__))
-    return release is not None and (int(release["major"]), int(release["minor"])) >= (2, 10)
+    handled). A pre-release of 2.10 itself, or a version read no number from, counts as older (a SIGBUS then taken
+    for out of memory costs less than an out of memory taken for a fault); a pre-release of a later one has it."""
+    version = _VERSION.match(str(torch.__version__))
+    if version is None:
+        return False
+    minor = (int(version["major"]), int(version["minor"]))
+    return minor > (2, 10) or (minor == (2, 10) and version["release"] is not None)
 
 
 @dataclass(frozen=True)

@@ -57,3 +57,11 @@ def test_a_gpu_trace_with_kernels_reads_the_gpu_busy_whether_or_not_the_wait_was
     old = profile_result(device_busy=0.3, device_wait_s=None)
     decided, rules = verdict(old)
     assert str(rules[1]).startswith("the GPU busy, of the model step: 30.0%") and decided != STEP_UNKNOWN
+
+
+def test_the_headline_of_an_unknown_step_verdict_keeps_gpu_in_capitals():
+    from autotune.report.diagnosis import _headline
+    from autotune.results.profile import Diagnosis
+
+    said = _headline(Diagnosis(STEP_UNKNOWN, [])).lead
+    assert said.startswith("Model-step-bound (host overhead or GPU work: unknown)"), said

@@ -24,6 +24,8 @@ from autotune.trial.worker import describe_exception
         ("2.9.1+cu121", False),
         ("2.10.0rc1", False),  # pre-releases of 2.10 count as older
         ("2.10.0.dev20250101", False),
+        ("2.11.0a0+git1234abc", True),  # a pre-release of a later one: nightlies, source builds, NGC containers
+        ("2.12.0.dev20251201+cu126", True),
         ("custom", False),  # no release read: older
         ("", False),
     ],
