@@ -474,27 +474,37 @@ def _refuse_pipeline_path(choice: str | None) -> None:
 
 def _refuse_pipeline_folder_given(choice: str | None, sources: list) -> None:
     """Refuse a run whose config folder (``-cd``, ``hydra.searchpath``) is the pipeline/ folder itself, holding the
-    chosen NAME.yaml: Hydra looks for pipeline/NAME.yaml under it, so it found autotune's example of that name."""
+    chosen NAME.yaml (``_pipeline_folder_given``): Hydra looks for pipeline/NAME.yaml under it, so it found
+    autotune's example of that name."""
     if choice is None:
         return
-    shipped = (CONFIG_DIR / "pipeline" / f"{choice}.yaml").resolve()
-    folders = [Path(source.path) for source in sources if source.schema == "file"]
-    refusal = _pipeline_folder_given(choice, [f for f in folders if (f / f"{choice}.yaml").resolve() != shipped])
+    refusal = _pipeline_folder_given(choice, [Path(source.path) for source in sources if source.schema == "file"])
     if refusal:
         raise refusal
 
 
 def _pipeline_folder_given(name: str, folders: list[Path]) -> ConfigError | None:
-    """The refusal, naming ``-cd``, of the first of ``folders`` that holds NAME.yaml but no pipeline/NAME.yaml: the
-    pipeline/ folder given for the folder above it, which Hydra reads the pipeline/ folder of."""
-    for folder in folders:
-        if (folder / f"{name}.yaml").is_file() and not (folder / "pipeline" / f"{name}.yaml").exists():
+    """The refusal, naming ``-cd``, of the first of the user's ``folders`` (autotune's own, ``_is_autotunes``, left
+    out) that holds NAME.yaml, where none holds pipeline/NAME.yaml: the pipeline/ folder given for the folder above
+    it, which Hydra reads the pipeline/ folder of. Where one holds pipeline/NAME.yaml, that is the file loaded (one
+    an example of autotune's shadows: ``_refuse_shadowed_pipeline``), and a NAME.yaml beside it is no pipeline's."""
+    theirs = [folder for folder in folders if not _is_autotunes(folder)]
+    if any((folder / "pipeline" / f"{name}.yaml").exists() for folder in theirs):
+        return None
+    for folder in theirs:
+        if (folder / f"{name}.yaml").is_file():
             above = Path(os.path.abspath(folder)).parent
             return ConfigError(
                 "-cd",
                 f"{folder} holds {name}.yaml itself; give the folder that holds your pipeline/ folder: -cd {above}",
             )
     return None
+
+
+def _is_autotunes(folder: Path) -> bool:
+    """Whether ``folder`` is autotune's own config folder (CONFIG_DIR, whose config.yaml is no pipeline) or its
+    pipeline/ folder of examples (one given as a user's folder loads the example the user named)."""
+    return folder.resolve() in (CONFIG_DIR, CONFIG_DIR / "pipeline")
 
 
 def _config_dir(args: list[str]) -> str | None:

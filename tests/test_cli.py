@@ -529,6 +529,30 @@ def test_the_pipeline_folder_given_as_the_config_folder_is_refused_naming_the_fo
     assert not (tmp_path / "out").exists(), "nothing left of the refused run"
 
 
+def test_a_pipeline_named_config_is_tuned_not_refused_for_autotunes_own_config_yaml(tmp_path, cli_here, monkeypatch):
+    # autotune's conf/ holds config.yaml, its own settings, beside no pipeline/config.yaml: no pipeline/ folder given.
+    tuned = []
+    monkeypatch.setattr(app, "run", lambda settings, *args, **kwargs: tuned.append(settings.pipeline.name))
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "config.yaml").write_text((TEST_CONF / "pipeline" / "tiny.yaml").read_text())
+    proc = cli_here(["-cd", str(tmp_path), "pipeline=config", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
+    assert proc.returncode == 0 and tuned == ["config"], proc.stderr
+
+
+def test_a_name_yaml_beside_a_folder_whose_pipeline_folder_holds_it_is_no_pipeline_folder_given(tmp_path):
+    # -cd A, where A holds an unrelated mine.yaml; hydra.searchpath B, whose pipeline/mine.yaml Hydra loads.
+    given, searched = tmp_path / "a", tmp_path / "b"
+    (searched / "pipeline").mkdir(parents=True)
+    given.mkdir()
+    (given / "mine.yaml").write_text("")
+    (searched / "pipeline" / "mine.yaml").write_text("")
+    sources = [SimpleNamespace(path=str(folder), schema="file") for folder in (cli.CONFIG_DIR, given, searched)]
+    assert cli._refuse_pipeline_folder_given("mine", sources) is None
+    (searched / "pipeline" / "mine.yaml").unlink()  # no source holds it: A stood for the folder above it
+    with pytest.raises(ConfigError, match=rf"^-cd: {given} holds mine.yaml itself; .*: -cd {tmp_path}$"):
+        cli._refuse_pipeline_folder_given("mine", sources)
+
+
 def test_autotunes_own_conf_given_as_the_users_folder_shadows_nothing():
     own = SimpleNamespace(path=str(REPO / "conf"), schema="file", provider="command-line")
     assert cli._refuse_shadowed_pipeline("mymodel", [own]) is None

@@ -8,6 +8,7 @@ import difflib
 import hashlib
 import importlib
 import inspect
+import itertools
 import logging
 import os
 import pkgutil
@@ -85,14 +86,14 @@ def bf16_native(device: str) -> bool:
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     """Import every component's target (``import_targets``), build the dataset, check it is usable, read the shape of
     one collated input and whether the model can go channels-last with it (a model a function builds checked to be a
-    Module: ``model_on_meta``), check the optimizer builds with its options and steps without a closure, and find
-    which of its implementations can run on ``device``. A stream (an IterableDataset) may have no length; whether its
-    DataLoader workers would repeat one another is read too."""
+    Module: ``model_on_meta``), check the optimizer builds with its options, is one and steps without a closure
+    (``_check_optimizer``), and find which of its implementations can run on ``device``. A stream (an
+    IterableDataset) may have no length; whether its DataLoader workers would repeat one another is read too."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
     repeats = repeats_in_workers(dataset)  # before this process reads it: workers start as a trial's do
     length = _length(dataset)
-    batch = _first_batch(dataset, build_component(spec, "collate_fn"))
+    batch = _first_batch(dataset, length, build_component(spec, "collate_fn"))
     if spec.components.get("step") is None and not _is_input_target(batch):
         raise ConfigError(
             "pipeline.step",
@@ -100,7 +101,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
             "pipeline.step, a function fn(model, batch, loss_fn) -> loss (README: 'Tune your own pipeline')",
         )
     optimizer = build_component(spec, "optimizer")
-    _check_steps_without_closure(_on_a_lone_parameter(optimizer, spec, device), spec)
+    _check_optimizer(optimizer, spec, device)
     options = optimizer_options(optimizer, device)
     ndim = input_ndim(batch)
     return PipelineFacts(
@@ -130,31 +131,56 @@ def _length(dataset: Any) -> int | None:
     return length
 
 
-def _first_batch(dataset: Any, collate: Any) -> Any:
-    """Sample 0 of a map-style dataset, or a stream's first, collated alone by ``collate`` (the pipeline's
-    collate_fn; None: PyTorch's default). A failure to read it names pipeline.dataset; to collate it, the pipeline's
-    collate_fn, or without one the dataset, whose samples PyTorch's default cannot collate."""
-    stream = is_stream(dataset)
-    what = "its first sample" if stream else "sample 0"
+def _first_batch(dataset: Any, length: int | None, collate: Any) -> Any:
+    """The first samples of ``dataset``, of ``length`` (``_first_samples``: two where it holds two), collated as one
+    batch by ``collate`` (the pipeline's collate_fn; None: PyTorch's default): two, as a collate may need an even
+    batch (timm's Mixup). A failure to collate them names the pipeline's collate_fn, or without one the dataset,
+    whose samples PyTorch's default cannot collate: pipeline.collate_fn is then the pipeline's to give."""
+    samples = _first_samples(dataset, length)
+    what = _which_samples(dataset, len(samples))
     try:
-        sample = next(iter(dataset), _NOTHING) if stream else dataset[0]
+        return (collate or default_collate)(samples)
     except Exception as exc:
-        raise ConfigError("pipeline.dataset", f"reading {what} failed: {_raised(exc)}") from exc
-    if sample is _NOTHING:
-        raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty: iterating it yields nothing")
-    try:
-        return (collate or default_collate)([sample])
-    except Exception as exc:
-        key = "pipeline.collate_fn" if collate else "pipeline.dataset"
-        raise ConfigError(key, f"collating {what} failed: {_raised(exc)}") from exc
+        if collate:
+            raise ConfigError("pipeline.collate_fn", f"collating {what} failed: {_raised(exc)}") from exc
+        raise ConfigError(
+            "pipeline.dataset",
+            f"collating {what} failed: {_raised(exc)}; PyTorch's default collate cannot batch its samples: give "
+            "pipeline.collate_fn, a function that collates a list of samples into a batch",
+        ) from exc
+
+
+def _first_samples(dataset: Any, length: int | None) -> list:
+    """Samples 0 and 1 of a map-style ``dataset`` of ``length`` (sample 0 alone where it holds one), or a stream's
+    first two (its first alone where it yields one). A ConfigError naming pipeline.dataset where reading one fails,
+    or a stream yields none."""
+    if is_stream(dataset):
+        try:
+            samples = list(itertools.islice(iter(dataset), 2))
+        except Exception as exc:
+            raise ConfigError("pipeline.dataset", f"reading its first samples failed: {_raised(exc)}") from exc
+        if not samples:
+            raise ConfigError("pipeline.dataset", f"{type(dataset).__name__} is empty: iterating it yields nothing")
+        return samples
+    samples = []
+    for index in range(min(2, length)):
+        try:
+            samples.append(dataset[index])
+        except Exception as exc:
+            raise ConfigError("pipeline.dataset", f"reading sample {index} failed: {_raised(exc)}") from exc
+    return samples
+
+
+def _which_samples(dataset: Any, count: int) -> str:
+    """The first ``count`` samples of ``dataset`` (one or two), as a message names them."""
+    if is_stream(dataset):
+        return "its first sample" if count == 1 else "its first two samples"
+    return "sample 0" if count == 1 else "samples 0 and 1"
 
 
 def _raised(exc: BaseException) -> str:
     """What ``exc`` says, on one line: its type and message."""
     return " ".join(f"{type(exc).__name__}: {exc}".split())
-
-
-_NOTHING = object()
 
 
 # A package the targets come from with more modules loaded than this is a library (a source build of torch on
@@ -368,24 +394,46 @@ def optimizer_options(factory, device: str) -> frozenset[str]:
     return frozenset(options)
 
 
-# The lone parameters the inspection builds the optimizer on, in turn: a vector, and a matrix for one that takes
-# matrices alone (torch.optim.Muon).
-_LONE_SHAPES = ((1,), (1, 1))
+# The test parameters the inspection builds the optimizer on, in turn: a vector and a matrix together, as a model
+# holds both (a factory may split them by shape: Muon for the matrices, AdamW for the rest, each refusing an empty
+# list), then each alone (torch.optim.Muon takes matrices alone).
+_TEST_SHAPES = (((1,), (1, 1)), ((1,),), ((1, 1),))
 
 
-def _on_a_lone_parameter(factory, spec: PipelineSpec, device: str) -> torch.optim.Optimizer:
-    """The pipeline's optimizer built on a lone parameter on ``device`` (of the first of ``_LONE_SHAPES`` it takes);
-    a ConfigError naming pipeline.optimizer, with what it raised on the first, where it takes none: its options are
-    refused (Adam's lr=-1, SGD's nesterov with dampening), as they would be on the model's parameters in every trial."""
+def _check_optimizer(factory, spec: PipelineSpec, device: str) -> None:
+    """Build the pipeline's optimizer on the first of ``_TEST_SHAPES`` it takes, on ``device``, and check what it
+    built is an optimizer (``_check_is_optimizer``) that steps without a closure (``_check_steps_without_closure``).
+    A ConfigError naming pipeline.optimizer where every try raised the same ValueError: torch validates an
+    optimizer's options so whatever its parameters (Adam's lr=-1, SGD's nesterov with dampening), as it would on the
+    model's in every trial. Other failures are left to the trial, which builds it on the model's own parameters."""
     errors = []
-    for shape in _LONE_SHAPES:
-        parameter = torch.nn.Parameter(_zeros_on(shape, device))
+    for shapes in _TEST_SHAPES:
         try:
-            return factory([parameter])
+            optimizer = factory([torch.nn.Parameter(_zeros_on(shape, device)) for shape in shapes])
         except Exception as exc:
             errors.append(exc)
-    target = spec.components["optimizer"]["_target_"]
-    raise ConfigError("pipeline.optimizer", f"building {target} failed: {_raised(errors[0])}") from errors[0]
+            continue
+        _check_is_optimizer(optimizer, spec)
+        _check_steps_without_closure(optimizer, spec)
+        return
+    if isinstance(errors[0], ValueError) and len({_raised(exc) for exc in errors}) == 1:
+        raise ConfigError(
+            "pipeline.optimizer",
+            f"building {spec.components['optimizer']['_target_']} failed: {_raised(errors[0])} (the inspection "
+            "built it on lone test parameters, a vector and a matrix, together and each alone: each try raised this)",
+        ) from errors[0]
+
+
+def _check_is_optimizer(optimizer: Any, spec: PipelineSpec) -> None:
+    """Refuse what the pipeline's optimizer factory built where it has no ``step`` or ``zero_grad`` (a list of
+    optimizers): a training step calls both (``pipeline/setup.py``)."""
+    if not all(callable(getattr(optimizer, name, None)) for name in ("step", "zero_grad")):
+        raise ConfigError(
+            "pipeline.optimizer",
+            f"{spec.components['optimizer']['_target_']} built {with_article(type(optimizer).__name__)}, not an "
+            "optimizer: autotune calls its step() and zero_grad(); name an optimizer's class, or a function that "
+            "returns one (several optimizers: one torch.optim.Optimizer that steps them all)",
+        )
 
 
 def _zeros_on(shape: tuple[int, ...], device: str) -> torch.Tensor:

@@ -180,6 +180,12 @@ class Trainer:
                 f"{source} returned a loss of shape {tuple(loss.shape)}, not one number: reduce it to one "
                 "(reduction='none' keeps a loss per sample: take their mean)"
             )
+        if not loss.is_floating_point():  # backward() takes a real floating-point loss alone
+            raise ValueError(
+                f"{source} returned a loss of dtype {loss.dtype}, not floating point: an integer tensor carries no "
+                "gradient; return the loss as computed (a float tensor), not rounded or cast (autotune calls "
+                "backward())"
+            )
         if torch.is_grad_enabled() and not loss.requires_grad:
             raise ValueError(
                 f"{source} returned a loss that does not require grad: return it as computed, not detached (.detach(), "

@@ -19,7 +19,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,15 +97,18 @@ CONNECTION_LOST = Cause(
 # system's TCP retries (minutes), or for ever where it accepted the connection and says nothing.
 CONNECT_TIMEOUT_S = 10
 # The keyword of that bound in each driver's connect() (by SQLAlchemy's name of the driver), which SQLAlchemy passes
-# it by (``connect_args``); MySQL Connector takes connect_timeout for its connection_timeout. SQLite needs none.
+# it by (``connect_args``): only drivers whose bound is on connecting alone. pg8000's ``timeout`` and MySQL
+# Connector's ``connection_timeout`` bound every read of the socket too, so a query or lock wait longer than the bound
+# would read as a connection lost: they get none. SQLite needs none.
 _CONNECT_TIMEOUT_ARG = {
     "psycopg": "connect_timeout",
     "psycopg2": "connect_timeout",
-    "pg8000": "timeout",
     "mysqldb": "connect_timeout",
     "pymysql": "connect_timeout",
-    "mysqlconnector": "connect_timeout",
 }
+# libpq's drivers, and the environment it may read a connect timeout from (``_libpq_bound_elsewhere``).
+_LIBPQ_DRIVERS = ("psycopg", "psycopg2")
+_LIBPQ_TIMEOUT_SOURCES = ("PGCONNECT_TIMEOUT", "PGSERVICE")
 # What a message quotes (a study's, a database's or a file's name: the user's words, not the driver's), quoted as
 # PostgreSQL ("x"), MySQL and Python ('x') quote it; an apostrophe inside a word (can't) opens no quote.
 _QUOTED = re.compile(r"""(?<!\w)'[^']*'(?!\w)|(?<!\w)"[^"]*"(?!\w)""")
@@ -266,8 +269,9 @@ def _storage(url: str, writing: bool) -> optuna.storages.BaseStorage:
 def _engine_options(url: str) -> dict[str, Any]:
     """SQLAlchemy's engine options for a database server's ``url`` (none for SQLite, a file of this machine): each
     connection tested as it is taken from the pool (``pool_pre_ping``: one the server dropped between two uses is
-    replaced, not failed on), and connecting bounded by CONNECT_TIMEOUT_S where the driver takes a bound and the URL
-    sets none itself."""
+    replaced, not failed on), and connecting bounded by CONNECT_TIMEOUT_S where the driver takes a bound on connecting
+    alone (``_CONNECT_TIMEOUT_ARG``) and neither the URL nor libpq's environment sets one
+    (``_libpq_bound_elsewhere``)."""
     try:
         parsed = make_url(url)
         backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
@@ -277,9 +281,17 @@ def _engine_options(url: str) -> dict[str, Any]:
         return {}
     options: dict[str, Any] = {"pool_pre_ping": True}
     argument = _CONNECT_TIMEOUT_ARG.get(driver)
-    if argument and argument not in parsed.query:
+    if argument and argument not in parsed.query and not _libpq_bound_elsewhere(driver, parsed.query):
         options["connect_args"] = {argument: CONNECT_TIMEOUT_S}
     return options
+
+
+def _libpq_bound_elsewhere(driver: str, query: Mapping[str, Any]) -> bool:
+    """Whether libpq, the ``driver``'s (psycopg, psycopg2), may read a connect timeout from other than the URL: the
+    environment's PGCONNECT_TIMEOUT, or a service file's (``service=`` in the URL's ``query``, or PGSERVICE)."""
+    if driver not in _LIBPQ_DRIVERS:
+        return False
+    return "service" in query or any(os.environ.get(name) for name in _LIBPQ_TIMEOUT_SOURCES)
 
 
 def _fault(url: str, error: BaseException) -> StorageFaultError:

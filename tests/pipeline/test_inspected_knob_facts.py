@@ -1,6 +1,7 @@
 """What the inspection reads of the model and the optimizer before any trial: a model that cannot go channels-last
 leaves channels_last out of the search, with why (the model built once, on the meta device); an optimizer whose step
-needs a closure, or whose options torch refuses, is refused naming its key."""
+needs a closure, whose options torch refuses, or that builds no optimizer, is refused naming its key; one that
+fails on the inspection's test parameters otherwise is left to the trial."""
 
 from __future__ import annotations
 
@@ -152,7 +153,53 @@ def test_an_optimizer_whose_options_torch_refuses_is_refused_naming_the_key(opti
     config["pipeline"]["optimizer"] = {**options, "_partial_": True}
     with pytest.raises(ConfigError) as error:
         inspect_pipeline(load_settings(config, "tiny").pipeline)
-    assert str(error.value) == f"pipeline.optimizer: building {refusal}"
+    assert str(error.value) == (
+        f"pipeline.optimizer: building {refusal} (the inspection built it on lone test parameters, a vector and a "
+        "matrix, together and each alone: each try raised this)"
+    )
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Muon for the matrices, AdamW for the rest, in one optimizer: each refuses an empty list of parameters."""
+
+    def __init__(self, params, lr: float = 0.02) -> None:
+        params = list(params)
+        self.muon = torch.optim.Muon([p for p in params if p.ndim == 2], lr=lr)
+        self.adam = torch.optim.AdamW([p for p in params if p.ndim != 2], lr=lr)
+        super().__init__(params, {})
+
+    def step(self, closure=None) -> None:
+        self.muon.step()
+        self.adam.step()
+
+
+def refuses_lone_parameters(params, lr: float = 0.1) -> torch.optim.Optimizer:
+    """An optimizer factory that needs more parameters than the inspection's, with a message of each try's own."""
+    params = list(params)
+    if len(params) < 3:
+        raise ValueError(f"expected the model's parameters, got {len(params)}")
+    return torch.optim.SGD(params, lr=lr)
+
+
+def optimizer_list(params, lr: float = 0.1) -> list:
+    """Returns a list of optimizers, not one."""
+    return [torch.optim.SGD(list(params), lr=lr)]
+
+
+@pytest.mark.parametrize("factory", [MuonWithAdamW, refuses_lone_parameters], ids=["split by shape", "other"])
+def test_an_optimizer_that_fails_on_test_parameters_but_not_alike_on_each_is_left_to_the_trial(factory):
+    # Only the same ValueError on every try is an option torch refuses whatever the parameters.
+    assert inspect_pipeline(_spec(optimizer=f"{__name__}.{factory.__name__}")).dataset_len == 256
+
+
+def test_an_optimizer_factory_that_builds_no_optimizer_is_refused_naming_the_key():
+    with pytest.raises(ConfigError) as error:
+        inspect_pipeline(_spec(optimizer=f"{__name__}.optimizer_list"))
+    assert str(error.value) == (
+        f"pipeline.optimizer: {__name__}.optimizer_list built a list, not an optimizer: autotune calls its step() and "
+        "zero_grad(); name an optimizer's class, or a function that returns one (several optimizers: one "
+        "torch.optim.Optimizer that steps them all)"
+    )
 
 
 def test_an_optimizer_of_matrices_alone_is_built_on_a_matrix_not_refused():

@@ -257,10 +257,42 @@ class NoneSamples(torch.utils.data.Dataset):
 def test_a_collate_fn_that_fails_is_named_not_the_dataset_it_read():
     with pytest.raises(ConfigError) as refused:
         inspect_pipeline(_with("collate_fn", {"_target_": f"{__name__}.broken_collate"}))
-    assert str(refused.value) == "pipeline.collate_fn: collating sample 0 failed: ValueError: my collate is broken"
+    assert str(refused.value) == (
+        "pipeline.collate_fn: collating samples 0 and 1 failed: ValueError: my collate is broken"
+    )
     with pytest.raises(ConfigError) as refused:  # PyTorch's own collate cannot take what the dataset returns
         inspect_pipeline(_with("dataset", {"_target_": f"{__name__}.NoneSamples"}))
-    assert str(refused.value).startswith("pipeline.dataset: collating sample 0 failed: TypeError: default_collate")
+    said = str(refused.value)
+    assert said.startswith("pipeline.dataset: collating samples 0 and 1 failed: TypeError: default_collate")
+    assert said.endswith(
+        "; PyTorch's default collate cannot batch its samples: give pipeline.collate_fn, a function that collates a "
+        "list of samples into a batch"
+    )
+
+
+def even_collate(samples: list):
+    """PyTorch's default collate of an even batch alone, as timm's Mixup mixes each sample with its mirror."""
+    if len(samples) % 2:
+        raise ValueError("Batch size should be even when using this")
+    return torch.utils.data.default_collate(samples)
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [{"_target_": "tests.fixtures.tiny.TinyImages"}, {"_target_": "tests.fixtures.streams.SplitStream"}],
+    ids=["map-style", "stream"],
+)
+def test_a_collate_fn_that_needs_an_even_batch_is_inspected_on_two_samples(dataset):
+    spec = _with("collate_fn", {"_target_": f"{__name__}.even_collate"})
+    spec = replace(spec, components={**spec.components, "dataset": dataset})
+    assert inspect_pipeline(spec).input_ndim == 4
+
+
+def test_a_dataset_of_one_sample_is_inspected_on_it_alone():
+    spec = _with("dataset", {"_target_": "tests.fixtures.tiny.TinyImages", "length": 1})
+    assert inspect_pipeline(spec).dataset_len == 1
+    spec = _with("dataset", {"_target_": "tests.fixtures.streams.SplitStream", "length": 1})
+    assert inspect_pipeline(spec).input_ndim == 4, "a stream that yields one sample"
 
 
 @pytest.mark.parametrize("dataset", ["tests.fixtures.tiny.TinyImages", "tests.fixtures.profiled.InMemoryFeatures"])
@@ -282,6 +314,12 @@ def per_sample_step(model, batch, loss_fn):
     return torch.nn.functional.cross_entropy(model(inputs), targets, reduction="none")
 
 
+def counting_step(model, batch, loss_fn):
+    """A step that returns the count of wrong predictions: a 0-d integer tensor."""
+    inputs, targets = batch
+    return (model(inputs).argmax(dim=1) != targets).sum()
+
+
 def detached_step(model, batch, loss_fn):
     """A step that returns its loss detached from the graph."""
     inputs, targets = batch
@@ -301,6 +339,12 @@ def detached_step(model, batch, loss_fn):
             "step",
             {"_target_": f"{__name__}.per_sample_step"},
             "pipeline.step returned a loss of shape (8,), not one number",
+        ),
+        (
+            "step",
+            {"_target_": f"{__name__}.counting_step"},
+            "pipeline.step returned a loss of dtype torch.int64, not floating point: an integer tensor carries no "
+            "gradient",
         ),
         (
             "step",

@@ -1,5 +1,6 @@
-"""A database server's connection bounded in time and tested as it is taken, and a SQLite file in a folder that does
-not exist named as such: what a user sees of a storage that cannot be reached."""
+"""A database server's connection bounded in time as it is made (not on every query, nor over libpq's own bound) and
+tested as it is taken, and a SQLite file in a folder that does not exist named as such: what a user sees of a storage
+that cannot be reached."""
 
 from __future__ import annotations
 
@@ -35,16 +36,41 @@ def test_a_database_server_that_never_answers_is_refused_within_the_connect_time
     ("url", "options"),
     [
         ("postgresql://u@db/a", {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}),
-        ("postgresql+pg8000://u@db/a", {"pool_pre_ping": True, "connect_args": {"timeout": 10}}),
         ("mysql+pymysql://u@db/a", {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}),
+        # a bound on every read of the socket too: a query or lock wait past it would read as a connection lost
+        ("postgresql+pg8000://u@db/a", {"pool_pre_ping": True}),
+        ("mysql+mysqlconnector://u@db/a", {"pool_pre_ping": True}),
         ("postgresql://u@db/a?connect_timeout=3", {"pool_pre_ping": True}),  # the URL's own bound stands
         ("oracle+oracledb://u@db/a", {"pool_pre_ping": True}),  # a driver whose bound autotune does not know
         ("sqlite:///studies.db", {}),  # a file of this machine: nothing to wait for, no connection to drop
         ("nosuchdb://x", {}),  # Optuna's error names it
     ],
 )
-def test_each_database_driver_gets_its_connect_timeout_and_connections_are_tested_as_taken(url, options):
+def test_each_database_driver_gets_its_connect_timeout_and_connections_are_tested_as_taken(monkeypatch, url, options):
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.delenv("PGSERVICE", raising=False)
     assert storage._engine_options(url) == options
+
+
+@pytest.mark.parametrize(
+    ("url", "environment"),
+    [
+        ("postgresql://u@db/a", {"PGCONNECT_TIMEOUT": "60"}),
+        ("postgresql+psycopg2://u@db/a", {"PGCONNECT_TIMEOUT": "60"}),
+        ("postgresql://u@db/a", {"PGSERVICE": "tuning"}),
+        ("postgresql:///a?service=tuning", {}),
+    ],
+    ids=["PGCONNECT_TIMEOUT", "psycopg2 and PGCONNECT_TIMEOUT", "PGSERVICE", "service= in the URL"],
+)
+def test_libpqs_own_connect_timeout_is_not_overridden(monkeypatch, url, environment):
+    # An explicit connect_timeout overrides libpq's environment and a service file's: each is left to stand.
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.delenv("PGSERVICE", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert storage._engine_options(url) == {"pool_pre_ping": True}
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "60")
+    assert "connect_args" in storage._engine_options("mysql+pymysql://u@db/a"), "libpq's environment is libpq's"
 
 
 @pytest.mark.parametrize(
