@@ -43,7 +43,7 @@ from autotune.study.disturbed import again_if_disturbed
 from autotune.study.forecast import forecast
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
-from autotune.study.probe_model import expected_probe_s, probe_once, probe_plan, stored_probe
+from autotune.study.probe_model import capped_probe_s, expected_probe_s, probe_once, probe_plan, stored_probe
 from autotune.study.profiles import profile_tuned, profiles_left
 from autotune.study.run_race import run_race
 from autotune.study.sharing import Turn, finishing, never
@@ -52,6 +52,7 @@ from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, is_shared, open_storage
 from autotune.study.trim import first_race, run_trim, will_trim
 from autotune.study.tuner import (
+    Proposal,
     RunFn,
     StopReason,
     TrialEvent,
@@ -296,7 +297,8 @@ def _search_and_finish(
     if len(places) > 1:
         print(f"[parallel] {len(places)} trials at once: {', '.join(slot.name for slot in places)}", file=out)
 
-    def next_trial_fits(done: int, knobs: dict | None) -> bool:  # and the race's planned rounds after it
+    def next_trial_fits(done: int, proposal: Proposal | None) -> bool:  # and the race's planned rounds after it
+        knobs = proposal.knobs if proposal is not None else None
         trial_s = clock.screen_s() if knobs is None else clock.trial_s(knobs)
         step = span(SEARCH_TRIAL_STEP, done + 1, settings.study.n_trials)
         if knobs is not None:  # a proposal that does not fit is passed over (``tuner._search``): named once
@@ -304,7 +306,8 @@ def _search_and_finish(
             step = f"{SEARCH_TRIAL_STEP} of {' '.join(f'{k}={v}' for k, v in named.items())}"
         several = knobs is None and done + 1 < settings.study.n_trials  # "search trials 3 to 8": a trial's time said
         kept = _race_kept(settings, clock, baseline, done + 1)
-        return clock.affords(trial_s, step, kept, per="a trial" if several else "")
+        capped_s = proposal.capped_s if proposal is not None else None  # the budget's cap ended its every run
+        return clock.affords(trial_s, step, kept, per="a trial" if several else "", capped_s=capped_s)
 
     def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
         return clock.fits(_race_s(settings, clock, baseline, settings.study.n_trials))
@@ -484,8 +487,8 @@ def _guide(
     plan = probe_plan(space, settings.baseline)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
     expected = expected_probe_s(plan, clock.unmeasured_s(baseline), timing.compute_s / timing.samples, effective)
-    if not stored and not clock.affords(expected, PROBE_STEP, then):
-        return None
+    if not stored and not clock.affords(expected, PROBE_STEP, then, capped_s=capped_probe_s(study, machine)):
+        return None  # said in the budget's list of what it left out: a capped probe's, that it needs more
     with clock.stage("probe"):
         again = lambda: clock.affords(expected, f"{PROBE_STEP} run again (its timings drifted)", then)  # noqa: E731
         probe = probe_once(study, space, settings.baseline, runner.probe, baseline.timing.throughput, machine, again)

@@ -26,7 +26,8 @@ from autotune.trial.result import FailureKind, ProbePlan, ProbeResult, TrialResu
 # measured; CLAIM: the id of its claim on that configuration; ALIVE: when its tuner last said it is alive, and how
 # often it says so; INTERRUPTED: its tuner was stopped or died while it ran; RESULT: its TrialResult; DUPLICATE: the
 # label of the trial that measured the same configuration, or why another tuner's trial stands for it; PREDICTED: the
-# guide's prediction; NOT_MEASURED: why it was told pruned without being measured).
+# guide's prediction; NOT_MEASURED: why it was told pruned without being measured; CAPPED: on a trial left for a later
+# run because study.budget_s's cap ended its run, the seconds it ran, all the budget had left as it started).
 META_ATTR = "autotune.meta"
 MACHINE_ATTR = "autotune.machine"
 TUNER_ATTR = "autotune.tuner"
@@ -44,6 +45,7 @@ RESULT_ATTR = "autotune.result"
 DUPLICATE_ATTR = "autotune.duplicate_of"
 PREDICTED_ATTR = "autotune.predicted_sps"
 NOT_MEASURED_ATTR = "autotune.not_measured"
+CAPPED_ATTR = "autotune.capped_s"
 BASELINE_LABEL = "baseline"
 # The states of trials that measured something: finished, failed (with a reason), or pruned.
 MEASURED_STATES = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
@@ -205,7 +207,8 @@ class ProbeRecord:
     speed moved between two of them, as a fraction (``ProbeModel.largest_move``; None: not known). ``retry``: it
     failed for want of time (study.budget_s), not by what it read: its timings drifted and the budget left no time to
     run it again, or the budget's cap on its timeout ended its process (``clock.ended_by_budget``); a later run probes
-    anew (``probe_model.stored_probe``)."""
+    anew (``probe_model.stored_probe``). ``capped_s``: in the latter case, the seconds it ran, all the budget had left
+    as it started: only a run that can give it more probes it again (``RunClock.affords``); None otherwise."""
 
     wall_s: float
     plan: ProbePlan | None = None
@@ -216,6 +219,7 @@ class ProbeRecord:
     timing_noise: float | None = None
     timing_move: float | None = None
     retry: bool = False
+    capped_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -273,6 +277,7 @@ class ProbeRecord:
             timing_noise=data.get("timing_noise"),
             timing_move=data.get("timing_move"),
             retry=data.get("retry", False),
+            capped_s=data.get("capped_s"),
         )
 
 

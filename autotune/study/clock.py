@@ -31,6 +31,10 @@ SEARCH = "search"  # the stage whose trials screen (a shorter window than the ba
 # Said after a timeout's reason where what study.budget_s had left, not measure.trial_timeout_s, set the timeout
 # (``RunClock.as_ended_by_budget``), and how it is known again (``ended_by_budget``).
 BUDGET_CUT = "all that study.budget_s had left"
+# A run the budget's cap ended (``ended_by_budget``) needs more than it ran, how much more unknown: one that runs it
+# again is expected to take this much of that at least (``RunClock.affords``), so that it gets clearly more, not a
+# second more that a run capped again would have spent for nothing.
+BEYOND_CAP = 1.25
 
 
 class Kept(NamedTuple):
@@ -196,21 +200,32 @@ class RunClock:
             runs = self._runs[screen] or self._runs[not screen]
             return statistics.median(runs) if runs else 0.0
 
-    def affords(self, seconds: float, step: str, kept: Kept | None = None, per: str = "") -> bool:
+    def affords(
+        self, seconds: float, step: str, kept: Kept | None = None, per: str = "", capped_s: float | None = None
+    ) -> bool:
         """The budget's rule: a step starts only where the time it is expected to take, ``seconds`` (``round_s``,
         ``screen_s``), and what it must leave for what has to follow it (``kept``), fit in what is left of
         ``budget_s``; one that does not is left out, and said so in the reports (``left_out``), its own time (that of
-        one of the steps it names: ``per``, as "a trial") and what is kept back said apart. Without a budget, and
-        before the first measuring process (the baseline always runs), every step fits. A step that takes longer than
-        expected ends the run past the budget by its overrun."""
+        one of the steps it names: ``per``, as "a trial") and what is kept back said apart. A configuration or probe
+        whose every stored run the budget's cap ended (``ended_by_budget``), the longest after ``capped_s``, is
+        expected to take more than that (``BEYOND_CAP``), never less than ``seconds``: a run runs it again only where
+        it can give it more, so each run of it gets more time than the last, until one ends it (measured, or at
+        measure.trial_timeout_s, the user's timeout). Without a budget, and before the first measuring process (the
+        baseline always runs), every step fits. A step that takes longer than expected ends the run past the budget by
+        its overrun."""
+        if capped_s is not None:
+            seconds = max(seconds, BEYOND_CAP * capped_s)
         kept_s = kept.seconds if kept else 0.0
         if self.fits(seconds + kept_s):
             return True
         left = self.left_s()
-        own = f"~{seconds:.0f} s" + (f" {per}" if per else "")
-        needed = f"{own}, and ~{kept_s:.0f} s kept back for {kept.what};" if kept_s else f"{own} needed,"
+        if capped_s is None:
+            own, alone = f"~{seconds:.0f} s" + (f" {per}" if per else ""), " needed,"
+        else:
+            own, alone = f"it ran {capped_s:.0f} s, all the budget had left, and needs more", ";"
+        needed = f"{own}, and ~{kept_s:.0f} s kept back for {kept.what};" if kept_s else own + alone
         with self._lock:
-            if not any(said.startswith(f"{step} (~") for said in self.left_out):  # each step said once
+            if not any(said.startswith(f"{step} (") for said in self.left_out):  # each step said once
                 self.left_out.append(f"{step} ({needed} {max(left, 0.0):.0f} s left)")
         return False
 

@@ -38,9 +38,8 @@ from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS,
 from autotune.measure.environment import this_machine_id
 from autotune.measure.measurement import SystemReport
 from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
-from autotune.study.clock import BUDGET_CUT, ended_by_budget
+from autotune.study.clock import ended_by_budget
 from autotune.study.space import SearchSpace
-from autotune.study.tuner import capped_again
 from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
 
 # Knobs the probe leaves at their default: one compile costs more than the whole probe.
@@ -493,14 +492,12 @@ def probe_once(
     ran out of memory or raised at the baseline's own settings, is recorded as failed and the search goes on
     without it. One whose timings drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted
     again, it is recorded as failed; with no time to, as failed for now (``ProbeRecord.retry``): a later run
-    probes anew. So is one whose process what study.budget_s had left ended (``clock.ended_by_budget``): this run
-    searches without it, and a later run, with more budget, probes anew; once only: where the probe it reruns was
-    ended so too (``_capped_before``), it is recorded as failed for good (``tuner.capped_again``), saying how to
-    probe it."""
+    probes anew. So is one whose process what study.budget_s had left ended (``clock.ended_by_budget``), how long
+    it ran kept (``ProbeRecord.capped_s``): this run searches without it, and only a later run that can give it more
+    probes anew (``capped_probe_s``, ``RunClock.affords``), each run of it given more than the last, so none loops."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
     if (stored := stored_probe(study, machine)) is not None:
         return stored
-    capped_before = _capped_before(study, machine)
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
     again = False
@@ -509,9 +506,11 @@ def probe_once(
         result = run_probe(plan)
         result, drift = replace(result, wall_s=first_s + result.wall_s), _drift(result)
     if not result.ok or result.probe is None:  # ended by the budget: for want of time, not by what it read
-        capped = ended_by_budget(result)
-        failure = capped_again(result.failure) if capped and capped_before else result.failure
-        record = ProbeRecord(result.wall_s, failure=str(failure), retry=capped and not capped_before)
+        # How long it ran, all the budget had left as it started; another tuner's stored since, where longer.
+        capped = [result.wall_s, capped_probe_s(study, machine) or 0.0] if ended_by_budget(result) else []
+        record = ProbeRecord(
+            result.wall_s, failure=str(result.failure), retry=bool(capped), capped_s=max(capped, default=None)
+        )
     else:
         probe_model = ProbeModel(plan, result.probe)
         anchor = anchor_knobs(space, baseline)
@@ -548,17 +547,21 @@ def probe_once(
 
 def stored_probe(study: optuna.Study, machine: str | None = None) -> ProbeRecord | None:
     """The probe ``study`` holds for ``machine`` (None: this one), but one to run again (``ProbeRecord.retry``)."""
-    stored = study.user_attrs.get(on_machine(PROBE_ATTR, machine or this_machine_id()))
-    record = ProbeRecord.from_dict(stored) if stored is not None else None
+    record = _probe_record(study, machine)
     return None if record is None or record.retry else record
 
 
-def _capped_before(study: optuna.Study, machine: str | None) -> bool:
-    """Whether the probe ``study`` holds for ``machine`` (None: this one) is one to run again because what
-    study.budget_s had left ended its process (``ProbeRecord.retry``, its failure ``clock.ended_by_budget``'s)."""
+def capped_probe_s(study: optuna.Study, machine: str | None = None) -> float | None:
+    """How long the probe ``study`` holds for ``machine`` (None: this one) ran before study.budget_s's cap ended it
+    (``ProbeRecord.capped_s``): a run probes anew only where it can give it more (``RunClock.affords``). None: it was
+    not ended so, or none is stored."""
+    record = _probe_record(study, machine)
+    return record.capped_s if record is not None else None
+
+
+def _probe_record(study: optuna.Study, machine: str | None) -> ProbeRecord | None:
     stored = study.user_attrs.get(on_machine(PROBE_ATTR, machine or this_machine_id()))
-    record = ProbeRecord.from_dict(stored) if stored is not None else None
-    return record is not None and record.retry and BUDGET_CUT in (record.failure or "")
+    return ProbeRecord.from_dict(stored) if stored is not None else None
 
 
 def _drift(result: TrialResult) -> tuple[float, float] | None:

@@ -29,6 +29,7 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import (
     BASELINE_ATTR,
     BASELINE_LABEL,
+    CAPPED_ATTR,
     CONFIG_ATTR,
     DUPLICATE_ATTR,
     INTERRUPTED_ATTR,
@@ -62,9 +63,6 @@ from autotune.words import counted
 Measured = list[tuple[optuna.trial.FrozenTrial, TrialResult]]
 # Knob values, a trial name and an optional progress callback (for pruning) in, a result out.
 RunFn = Callable[[dict[str, Any], str, ProgressFn | None], TrialResult]
-# Whether the next trial fits in study.budget_s (``RunClock.affords``): the number of trials measured, and the
-# knobs it is to measure where known before Optuna is asked (a proposal), else None.
-AffordsFn = Callable[[int, dict[str, Any] | None], bool]
 # Proposals of already measured configurations in a row after which the sampler is taken to have converged.
 _MAX_REPEATED_PROPOSALS = 100
 # Proposals of already measured configurations in a row after which an untried one is drawn instead: each repeat
@@ -88,10 +86,18 @@ class Observation:
 
 @dataclass(frozen=True)
 class Proposal:
-    """The next configuration to measure, and its predicted throughput (None where unknown)."""
+    """The next configuration to measure, and its predicted throughput (None where unknown). ``capped_s``: where
+    every run of it the machine stored was ended by study.budget_s's cap (owed: ``_owed``), the longest of them, in
+    seconds: it needs more (``RunClock.affords``); None otherwise."""
 
     knobs: dict[str, Any]
     predicted: float | None = None
+    capped_s: float | None = None
+
+
+# Whether the next trial fits in study.budget_s (``RunClock.affords``): the number of trials measured, and what it is
+# to measure where known before Optuna is asked (a proposal, or the sampler's draw), else None.
+AffordsFn = Callable[[int, Proposal | None], bool]
 
 
 # What was measured so far, the keys of every configuration tried and what ran out of memory in; the next proposal
@@ -163,11 +169,11 @@ def tune(
     not measured again: the proposal is answered from the stored result and does not count as a trial. Tuning also
     stops at ``settings.timeout_s``, where ``affords`` says the next trial does not fit in study.budget_s (a
     proposal or a draw of the sampler that does not fit where a plain trial still does is passed over, the draw left
-    to a later run, which measures it first; so is a trial whose process what study.budget_s had left ended, once:
-    ended so again, it is stored as the timeout it is, ``capped_again``), when the space is exhausted, and,
-    aborted, after ``settings.max_consecutive_failures`` failed trials in a row (pruned, out-of-memory and incorrect
-    trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``; nor is a trial the budget
-    ended the first time, which says nothing of its configuration), or as many dropped in a row
+    to a later run, which measures it first; so is a trial whose process what study.budget_s had left ended, and it
+    needs more than it ran: ``Proposal.capped_s``, so only a run that can give it more measures it), when the space is
+    exhausted, and, aborted, after ``settings.max_consecutive_failures`` failed trials in a row (pruned,
+    out-of-memory and incorrect trials are verdicts on their configuration, not failures: ``FailureKind.is_fault``;
+    nor is a trial the budget ended, which says nothing of its configuration), or as many dropped in a row
     because another tuner took this one for dead (``_taken_for_dead``). A configuration that needs
     no less memory than one that ran out (in the probe or a trial: ``space.needs_no_less_memory``) is not measured:
     Optuna is told it is pruned, with the reason, and it does not count as a trial either.
@@ -263,8 +269,9 @@ class _Slot:
     counts from step to step. ``known`` is what the study holds, read afresh each step and updated in place, as the
     pruner reads it: a slot's trials are judged on what its own thread read. ``skipped``: configurations this run
     leaves to a later one because they do not fit study.budget_s where a plain trial still does (a compile trial,
-    whose time no measurement foretells), or whose process the budget ended (the first time: ``_measure_trial``);
-    the search goes on without them. ``repeats``: proposals in a row of configurations measured or not to measure."""
+    whose time no measurement foretells, or one that needs more than the budget's cap gave it before), or whose
+    process the budget ended (``_measure_trial``); the search goes on without them. ``repeats``: proposals in a row
+    of configurations measured or not to measure."""
 
     study: optuna.Study
     space: SearchSpace
@@ -371,7 +378,7 @@ class _Slot:
             return True
         if not self.affords(done, None):
             raise _Stop(_out_of_budget(self.settings))
-        if proposal is None or self.affords(done, proposal.knobs):
+        if proposal is None or self.affords(done, proposal):
             return True
         self.skipped.add(config_key(proposal.knobs))
         self.repeats += 1
@@ -401,7 +408,8 @@ class _Slot:
                 TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=why_ruled_out(found))
             )
             return True
-        if key in self.skipped or (proposal is None and self.affords is not None and not self.affords(done, knobs)):
+        drawn = next((owed for owed in seen.owed if config_key(owed.knobs) == key), Proposal(knobs))  # its cap too
+        if key in self.skipped or (proposal is None and self.affords is not None and not self.affords(done, drawn)):
             _left_for_later(self.study, trial, key)
             if not self.affords(done, None):
                 raise _Stop(_out_of_budget(self.settings))
@@ -428,14 +436,17 @@ class _Slot:
                     _told(self.study, trial, state=TrialState.PRUNED)
                     return None
                 self.repeats = 0
-                return _measure_trial(self.study, trial, knobs, self.run, self.settings, self.pruner, self.machine)
+                return _measure_trial(self.study, trial, knobs, self.run, self.settings, self.pruner)
 
     def _ended_by_budget(self, trial: optuna.Trial, knobs: dict[str, Any], key: str, done: int) -> None:
-        """Report ``trial``, of ``knobs``, whose process what study.budget_s had left ended: left for a later run
-        (``_left_for_later``), and no fault (study.max_consecutive_failures counts none): the budget ran out, not the
-        configuration. The next step finds no time left (``_fits``)."""
+        """Report ``trial``, of ``knobs``, whose process what study.budget_s had left ended: left for a later run that
+        can give it more (``_left_for_later``, ``Proposal.capped_s``), and no fault (study.max_consecutive_failures
+        counts none): the budget ran out, not the configuration. The next step finds no time left (``_fits``)."""
         self.skipped.add(key)
-        later = f"left for a later run: study.budget_s={self.settings.budget_s:g} ran out while it ran"
+        later = (
+            f"left for a later run with more time for it: study.budget_s={self.settings.budget_s:g} ran out while it "
+            "ran"
+        )
         self.on_trial(TrialEvent(trial.number, done, self.settings.n_trials, None, knobs=knobs, not_measured=later))
 
     def _dropped(self, trial: optuna.Trial, done: int) -> None:
@@ -556,9 +567,11 @@ def _look(study: optuna.Study, settings: StudySettings, machine: str) -> _Seen:
 
 def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str]) -> list[Proposal]:
     """The configurations ``machine`` owes, oldest first: those its trials were measuring when their tuner died or was
-    stopped (failed, marked interrupted), neither measured there since nor ``taken`` (measured, or in flight). Any
-    tuner of the machine proposes them before anything new, tuners of other machines do not, and a tuner that dies
-    failing a trial loses nothing, as what is owed is read from the trials, not queued."""
+    stopped, or that study.budget_s left for a later run (failed, marked interrupted), neither measured there since
+    nor ``taken`` (measured, or in flight). Any tuner of the machine proposes them before anything new (where they
+    fit its budget: one whose runs the budget's cap ended, ``Proposal.capped_s``, needs more than the longest), tuners
+    of other machines do not, and a tuner that dies failing a trial loses nothing, as what is owed is read from the
+    trials, not queued."""
     owed: dict[str, Proposal] = {}
     for trial in trials:
         kept = trial.user_attrs
@@ -568,7 +581,10 @@ def _owed(trials: list[optuna.trial.FrozenTrial], machine: str, taken: set[str])
             and kept.get(CONFIG_ATTR) not in taken | {None}
             and DUPLICATE_ATTR not in kept
         ):
-            owed.setdefault(kept[CONFIG_ATTR], Proposal(json.loads(kept[CONFIG_ATTR]), kept.get(PREDICTED_ATTR)))
+            key = kept[CONFIG_ATTR]
+            first = owed.setdefault(key, Proposal(json.loads(key), kept.get(PREDICTED_ATTR)))
+            capped = [seconds for seconds in (first.capped_s, kept.get(CAPPED_ATTR)) if seconds is not None]
+            owed[key] = replace(first, capped_s=max(capped, default=None))
     return list(owed.values())
 
 
@@ -632,30 +648,6 @@ def _out_of_budget(settings: StudySettings) -> StopReason:
 class _EndedByBudget(Exception):
     """Raised by ``_measure_trial`` where what study.budget_s had left ended the trial's process
     (``clock.ended_by_budget``): the trial is left for a later run (``_left_for_later``)."""
-
-
-def capped_again(failure: Failure) -> Failure:
-    """``failure``, of a run what study.budget_s had left ended (``clock.ended_by_budget``) where a run of the same
-    configuration (or the probe) was ended so before, saying how to measure it: a budget always smaller than what it
-    needs (it hangs, or runs longer than any budget given) would otherwise leave it for a later run for ever."""
-    fix = (
-        "ended so in an earlier run too, so stored as the timeout it is: a larger study.budget_s (at least "
-        "measure.trial_timeout_s beside the baseline's time) or a smaller measure.trial_timeout_s measures it"
-    )
-    return replace(failure, message=f"{failure.message}; {fix}")
-
-
-def _capped_before(study: optuna.Study, machine: str, key: str) -> bool:
-    """Whether a trial of configuration ``key`` on ``machine`` was ended by what study.budget_s had left and left for
-    a later run (``_measure_trial`` keeps its result on it, which ``measured_trials`` does not count: interrupted)."""
-    return any(
-        interrupted(trial)
-        and trial.user_attrs.get(MACHINE_ATTR) == machine
-        and trial.user_attrs.get(CONFIG_ATTR) == key
-        and RESULT_ATTR in trial.user_attrs
-        and ended_by_budget(TrialResult.from_dict(trial.user_attrs[RESULT_ATTR]))
-        for trial in study.get_trials(deepcopy=False)
-    )
 
 
 def _left_for_later(study: optuna.Study, trial: optuna.Trial, key: str) -> None:
@@ -773,15 +765,15 @@ def _measure_trial(
     run: RunFn,
     settings: StudySettings,
     pruner: SlowerThanBestPruner | None,
-    machine: str,
 ) -> tuple[TrialResult, _Outcome]:
-    """Measure ``knobs`` as ``trial`` on ``machine``, store the result on it and tell Optuna; a trial stopped by an
-    exception (Ctrl-C) is marked interrupted. UpdateFinishedTrialError where another tuner took the trial for dead and
+    """Measure ``knobs`` as ``trial``, store the result on it and tell Optuna; a trial stopped by an exception
+    (Ctrl-C) is marked interrupted. UpdateFinishedTrialError where another tuner took the trial for dead and
     failed it meanwhile: its result is lost, and its configuration is measured again. _EndedByBudget where what
     study.budget_s had left ended its process: no timeout of the configuration's, so it is left for a later run
-    (``_left_for_later``, its result kept on the trial), which measures it with the time for it, rather than stored
-    as failed, never measured again; once only: ended so again (``_capped_before``), it is stored as the timeout it
-    is (``capped_again``), a fault."""
+    (``_left_for_later``), how long it ran kept on the trial (CAPPED_ATTR), rather than stored as failed, never
+    measured again. Only a run that can give it more than it ran measures it again (``Proposal.capped_s``): each
+    run of it gets more time than the last, until one ends it, measured or at measure.trial_timeout_s (a timeout of
+    its own, a fault)."""
     last_reading: list[float] = []
 
     def on_progress(steps: int, throughput: float) -> str | None:
@@ -797,11 +789,9 @@ def _measure_trial(
             _told(study, trial, state=TrialState.FAIL)
         raise
     if ended_by_budget(result):
-        if not _capped_before(study, machine, config_key(knobs)):
-            trial.set_user_attr(RESULT_ATTR, result.to_dict())
-            _left_for_later(study, trial, config_key(knobs))
-            raise _EndedByBudget
-        result = replace(result, failure=capped_again(result.failure))
+        trial.set_user_attr(CAPPED_ATTR, result.wall_s)  # all the budget had left as it started: its processes' time
+        _left_for_later(study, trial, config_key(knobs))
+        raise _EndedByBudget
     result = within_budget(result, settings)
     outcome = _outcome(trial.number, result, settings, last_reading[0] if last_reading else None)
     trial.set_user_attr(RESULT_ATTR, result.to_dict())

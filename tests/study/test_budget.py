@@ -173,7 +173,7 @@ def test_a_proposal_that_does_not_fit_where_a_plain_trial_does_is_passed_over_fo
         proposed.append(next(untaken))
         return Proposal(proposed[-1])
 
-    fits = lambda done, knobs: knobs != dear  # noqa: E731
+    fits = lambda done, proposal: proposal is None or proposal.knobs != dear  # noqa: E731
     tune(study, SPACE, settings(tmp_path, n_trials=2, budget_s=60.0), measure, lambda e: None, guide, None, fits)
     assert proposed[0] == dear and counted_trials(study) == 2, "passed over, and two others measured"
     assert dear not in [knobs for _, knobs in measure.calls[1:]] and proposed.count(dear) == 1, "not proposed again"
@@ -195,7 +195,7 @@ def test_a_draw_of_the_sampler_that_does_not_fit_is_left_to_a_later_run_which_me
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
     drawn = []
-    fits = lambda done, knobs: knobs is None or bool(drawn) or drawn.append(knobs)  # noqa: E731  (the first draw)
+    fits = lambda done, proposal: proposal is None or bool(drawn) or drawn.append(proposal.knobs)  # noqa: E731
     tune(study, SPACE, settings(tmp_path, n_trials=2, budget_s=60.0), measure, lambda e: None, affords=fits)
     assert counted_trials(study) == 2 and drawn[0] not in [knobs for _, knobs in measure.calls], "the others ran"
     runs_before = len(measure.calls)
@@ -486,7 +486,7 @@ def test_a_compile_draw_that_does_not_fit_is_left_for_later_and_the_plain_trials
     study = open_study(budget, {**META, "space": space.candidates})
     measure = FakeMeasure()
     ensure_baseline(study, BASELINE, measure)
-    plain_only = lambda done, knobs: knobs is None or not costly(knobs)  # noqa: E731 (a compile trial: 300 s)
+    plain_only = lambda done, proposal: proposal is None or not costly(proposal.knobs)  # noqa: E731 (compile: 300 s)
     events: list = []
     tune(study, space, budget, measure, events.append, affords=plain_only)  # its sampler draws a compile second
     assert counted_trials(study) == 2, "two plain configurations fit: measured, whatever the sampler drew"

@@ -1,5 +1,6 @@
 """A search trial or a probe whose process what study.budget_s had left ended (``clock.ended_by_budget``) is left for
-a later run, not stored as the configuration's failure: a later run with more budget measures it."""
+a later run, not stored as the configuration's failure, how long it ran kept: a later run with more budget measures
+it (``test_budget_capped_twice.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import replace
 from optuna.trial import TrialState
 
 from autotune.measure.environment import this_machine_id
-from autotune.records import INTERRUPTED_ATTR, PROBE_ATTR, ProbeRecord, on_machine
+from autotune.records import CAPPED_ATTR, INTERRUPTED_ATTR, PROBE_ATTR, ProbeRecord, on_machine
 from autotune.report.document import build_document
 from autotune.results.summary import summarise
 from autotune.study.clock import BUDGET_CUT, ended_by_budget
@@ -21,10 +22,11 @@ from tests.report.test_reports import sample_results
 from tests.study.test_tuner import BASELINE, META, SPACE, FakeMeasure, settings
 
 
-def capped(knobs) -> TrialResult:
-    """A run of ``knobs`` the budget's cap on its timeout ended, as ``RunClock.as_ended_by_budget`` says it."""
-    said = f"timeout after 4.5 s: {BUDGET_CUT} of its 60 s, not measure.trial_timeout_s=600"
-    result = TrialResult(knobs=knobs, failure=Failure(FailureKind.TIMEOUT, said), wall_s=4.5)
+def capped(knobs, ran_s: float = 4.5) -> TrialResult:
+    """A run of ``knobs`` the budget's cap on its timeout ended after ``ran_s``, as ``RunClock.as_ended_by_budget``
+    says it."""
+    said = f"timeout after {ran_s:g} s: {BUDGET_CUT} of its 60 s, not measure.trial_timeout_s=600"
+    result = TrialResult(knobs=knobs, failure=Failure(FailureKind.TIMEOUT, said), wall_s=ran_s)
     assert ended_by_budget(result)
     return result
 
@@ -41,14 +43,16 @@ def test_a_trial_the_budget_ended_is_left_for_a_later_run_which_measures_it_firs
     study = open_study(settings(tmp_path), META)
     ensure_baseline(study, BASELINE, FakeMeasure())
     measure, events = CappedFirst(), []
-    spent = lambda done, knobs: not measure.calls  # noqa: E731  (the capped process spent what the budget had left)
+    spent = lambda done, proposal: not measure.calls  # noqa: E731  (the capped process spent what the budget had left)
     budget = settings(tmp_path, n_trials=3, budget_s=60.0)
     stop = tune(study, SPACE, budget, measure, events.append, affords=spent)
     assert stop.message.startswith("study.budget_s=60: the next search trial does not fit") and not stop.aborted
     (left,) = study.trials
     assert left.state is TrialState.FAIL and left.user_attrs[INTERRUPTED_ATTR], "owed to the machine, as interrupted"
     assert counted_trials(study) == 0, "no trial measured its configuration"
-    assert [e.not_measured for e in events] == ["left for a later run: study.budget_s=60 ran out while it ran"]
+    assert left.user_attrs[CAPPED_ATTR] == 4.5, "how long it ran, all the budget had left: it needs more"
+    said = "left for a later run with more time for it: study.budget_s=60 ran out while it ran"
+    assert [e.not_measured for e in events] == [said]
     later = FakeMeasure()
     tune(study, SPACE, settings(tmp_path, n_trials=3), later, lambda e: None)  # with time for it
     assert later.calls[0][1] == measure.calls[0][1] and counted_trials(study) == 3, "measured first"
@@ -58,14 +62,14 @@ def test_a_trial_the_budget_ended_is_no_fault_of_its_configuration(tmp_path):
     study = open_study(settings(tmp_path), META)
     ensure_baseline(study, BASELINE, FakeMeasure())
     budget = settings(tmp_path, n_trials=2, budget_s=60.0, max_consecutive_failures=1)
-    stop = tune(study, SPACE, budget, CappedFirst(), lambda e: None, affords=lambda done, knobs: True)
+    stop = tune(study, SPACE, budget, CappedFirst(), lambda e: None, affords=lambda done, proposal: True)
     assert not stop.aborted and counted_trials(study) == 2, "not a failure in a row (study.max_consecutive_failures)"
 
 
 def test_a_probe_the_budget_ended_is_stored_failed_for_now_and_probed_anew_by_a_later_run(tmp_path):
     study = open_study(settings(tmp_path), META)
     record = probe_once(study, SPACE, BASELINE, lambda plan: capped(BASELINE), 100.0)
-    assert not record.ok and record.retry, "failed for now: the budget ran out, not the probe"
+    assert not record.ok and record.retry and record.capped_s == 4.5, "failed for now: the budget ran out"
     stored = ProbeRecord.from_dict(study.user_attrs[on_machine(PROBE_ATTR, this_machine_id())])
     assert stored.retry and stored_probe(study) is None, "a later run probes anew"
 

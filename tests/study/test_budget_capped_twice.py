@@ -1,93 +1,170 @@
-"""A configuration (or the probe) the budget's cap ended is left for a later run once: where a run of it the cap ended
-is already stored on the machine, the new one is stored as the timeout it is, a fault, saying how to measure it; a
-budget always smaller than what it needs (it hangs) would otherwise leave it for later in every run, for ever."""
+"""A configuration (or the probe) whose every run the budget's cap ended needs more than its longest such run: only a
+run that can give it more runs it again (``RunClock.affords``, ``Proposal.capped_s``, ``ProbeRecord.capped_s``); one
+that cannot leaves it owed, says so, and goes on without it. So each run of it gets more than the last, the same
+budget never loops on it, and no tuner of the machine stores it as a fault for want of time."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
+from types import SimpleNamespace
 
 from optuna.trial import TrialState
 
+from autotune import app
+from autotune.config.load import load_settings
 from autotune.measure.environment import this_machine_id
-from autotune.records import PROBE_ATTR, config_key, on_machine
-from autotune.study.probe_model import probe_once, stored_probe
+from autotune.records import CAPPED_ATTR, CONFIG_ATTR, config_key, interrupted
+from autotune.results.tuner_time import PROBE_STEP
+from autotune.study.clock import RunClock
+from autotune.study.probe_model import capped_probe_s, probe_once
 from autotune.study.start import open_study
 from autotune.study.tuner import counted_trials, ensure_baseline, tune
-from autotune.trial.result import FailureKind, TrialResult
-from tests.conftest import fake_measurement
+from autotune.trial.result import TrialResult
+from tests.conftest import fake_measurement, tiny_config
 from tests.study.test_budget_capped_trial import capped
 from tests.study.test_tuner import BASELINE, META, SPACE, FakeMeasure, settings
 
-FIX = "a larger study.budget_s (at least measure.trial_timeout_s beside the baseline's time) or a smaller"
+
+def clock_with(left_s: float) -> RunClock:
+    """A run's clock with ``left_s`` seconds of study.budget_s left and a run of 1 s measured (the budget applies)."""
+    clock = RunClock(budget_s=left_s)
+    clock.count(TrialResult(BASELINE, fake_measurement(100.0), wall_s=1.0))
+    return clock
+
+
+def fits(clock: RunClock):
+    """The search's budget check (``app`` ``next_trial_fits``): a search trial's time, a capped one's need."""
+    return lambda done, proposal: clock.affords(
+        clock.screen_s(), "search trial", capped_s=proposal.capped_s if proposal is not None else None
+    )
 
 
 class Hangs(FakeMeasure):
-    """The first configuration searched (kept in ``hung``, across runs) never finishes in time: the budget's cap ends
-    each of its runs; the others are measured."""
+    """The first configuration searched (kept in ``hung``, across runs) never finishes: the budget's cap ends each of
+    its runs after all ``clock`` had left; the others are measured."""
 
-    def __init__(self, hung: list[str]):
+    def __init__(self, hung: list[str], clock: RunClock):
         super().__init__()
-        self.hung = hung
+        self.hung, self.clock = hung, clock
 
     def __call__(self, knobs, name, on_progress=None):
         self.calls.append((name, dict(knobs)))
         self.hung[:] = self.hung or [config_key(knobs)]
-        return capped(knobs) if config_key(knobs) in self.hung else TrialResult(knobs, fake_measurement(100.0))
+        if config_key(knobs) in self.hung:
+            return capped(knobs, self.clock.left_s())
+        return TrialResult(knobs, fake_measurement(100.0))
 
 
-def one_run(study, tmp_path, hung, **more):
-    """A tuning run whose budget its first process spends (as a hung one does); its events and what it measured."""
-    measure, events = Hangs(hung), []
-    budget = settings(tmp_path, n_trials=3, budget_s=300.0, **more)
-    tune(study, SPACE, budget, measure, events.append, affords=lambda done, knobs: not measure.calls)
-    return events, measure.calls
+def one_run(study, tmp_path, hung, left_s, n_trials=2, **more):
+    """A tuning run of ``left_s`` seconds of budget: its measure, its clock and its stop."""
+    clock = clock_with(left_s)
+    measure = Hangs(hung, clock)
+    budget = settings(tmp_path, n_trials=n_trials, budget_s=left_s, **more)
+    stop = tune(study, SPACE, budget, measure, lambda e: None, affords=fits(clock))
+    return measure, clock, stop
 
 
-def test_a_configuration_the_budget_ended_twice_is_stored_as_a_timeout_naming_the_fix(tmp_path):
+def runs_of(study, key: str) -> list[float]:
+    """How long each run of configuration ``key`` the cap ended ran, as its trials keep it (CAPPED_ATTR)."""
+    return [
+        t.user_attrs[CAPPED_ATTR]
+        for t in study.trials
+        if t.user_attrs.get(CONFIG_ATTR) == key and CAPPED_ATTR in t.user_attrs
+    ]
+
+
+def no_fault(study, key: str) -> bool:
+    """Whether no trial of ``key`` is stored as its failure: each left for later (interrupted), none counted."""
+    of_it = [t for t in study.trials if t.user_attrs.get(CONFIG_ATTR) == key]
+    return all(interrupted(t) for t in of_it if t.state is TrialState.FAIL)
+
+
+def test_a_run_capped_needs_more_than_it_ran_never_less_than_the_usual_estimate_and_says_so():
+    clock = clock_with(100.0)
+    assert clock.affords(1.0, "search trial", capped_s=79.0), "~99 s of 100 s: a quarter more than it ran"
+    assert not clock.affords(1.0, "search trial of batch_size=32", capped_s=81.0), "~101 s of 100 s"
+    (said,) = clock.left_out
+    assert said.startswith("search trial of batch_size=32 (it ran 81 s, all the budget had left, and needs more; ")
+    assert said.endswith(" s left)")
+    assert not clock.affords(150.0, "another", capped_s=10.0), "never less than the usual estimate"
+
+
+def test_a_run_with_the_same_budget_leaves_a_capped_configuration_owed_and_measures_the_others(tmp_path):
     study, hung = open_study(settings(tmp_path), META), []
     ensure_baseline(study, BASELINE, FakeMeasure())
-    first, _ = one_run(study, tmp_path, hung)
-    assert [e.not_measured for e in first] == ["left for a later run: study.budget_s=300 ran out while it ran"]
-    (second,), calls = one_run(study, tmp_path, hung)
-    assert [config_key(calls[0][1])] == hung, "the later run measures it first"
-    failure = second.result.failure
-    assert failure.kind is FailureKind.TIMEOUT and FIX in failure.message, "a fault, its fix named"
-    assert counted_trials(study) == 1 and study.trials[-1].state is TrialState.FAIL
-    _, calls = one_run(study, tmp_path, hung)
-    assert [config_key(calls[0][1])] != hung, "stored: not left for later again, nor measured again"
+    one_run(study, tmp_path, hung, 300.0)
+    (key,) = hung
+    assert len(runs_of(study, key)) == 1 and runs_of(study, key)[0] >= 299, "the time it was given, kept typed"
+    measure, clock, stop = one_run(study, tmp_path, hung, 300.0, n_trials=4, max_consecutive_failures=1)
+    assert key not in [config_key(knobs) for _, knobs in measure.calls], "not measured again: no loop"
+    assert not stop.aborted and counted_trials(study) == 4, "the others measured"
+    assert no_fault(study, key) and len(runs_of(study, key)) == 1, "still owed, no fault"
+    assert any(" (it ran 300 s, all the budget had left, and needs more; " in said for said in clock.left_out)
 
 
-def test_a_configuration_the_budget_ended_twice_counts_as_a_failure_in_a_row(tmp_path):
+def test_a_run_with_a_larger_budget_measures_a_capped_configuration_first_with_more_time(tmp_path):
     study, hung = open_study(settings(tmp_path), META), []
     ensure_baseline(study, BASELINE, FakeMeasure())
-    one_run(study, tmp_path, hung, max_consecutive_failures=1)
-    measure = Hangs(hung)
-    budget = settings(tmp_path, n_trials=3, budget_s=300.0, max_consecutive_failures=1)
-    stop = tune(study, SPACE, budget, measure, lambda e: None, affords=lambda done, knobs: True)
-    assert stop.aborted and len(measure.calls) == 1, "a timeout, as before the budget's cap was told apart"
+    one_run(study, tmp_path, hung, 300.0)
+    (key,) = hung
+    measure, _, stop = one_run(study, tmp_path, hung, 400.0, n_trials=3, max_consecutive_failures=1)
+    assert config_key(measure.calls[0][1]) == key, "measured first"
+    assert not stop.aborted and no_fault(study, key), "ended by the cap again, with more time: still no fault"
+    first, second = runs_of(study, key)
+    assert second > first, "each run of it gets more time than the last"
+    measure, _, _ = one_run(study, tmp_path, hung, 400.0, n_trials=4)
+    assert key not in [config_key(knobs) for _, knobs in measure.calls], "400 s no longer gives it more"
+    hung.clear()  # a larger budget: it ends, measured
+    done = FakeMeasure()
+    tune(
+        study,
+        SPACE,
+        settings(tmp_path, n_trials=5, budget_s=600.0),
+        done,
+        lambda e: None,
+        affords=fits(clock_with(600.0)),
+    )
+    assert config_key(done.calls[0][1]) == key and counted_trials(study) == 5, "measured first, and counted"
 
 
-def test_a_probe_the_budget_ended_twice_is_stored_failed_for_good_naming_the_fix(tmp_path):
-    study, runs = open_study(settings(tmp_path), META), []
+def test_two_tuners_cannot_store_a_capped_configuration_as_a_fault(tmp_path):
+    """Tuner A's cap leaves X owed; tuner B of the machine, with less left than X ran, does not take it up (it did,
+    with a plain trial's expected time, and its own cap ended X again); with more left, it gives X more."""
+    study, hung = open_study(settings(tmp_path), META), []
+    ensure_baseline(study, BASELINE, FakeMeasure())
+    one_run(study, tmp_path, hung, 200.0)  # tuner A
+    (key,) = hung
+    b, _, stop = one_run(study, tmp_path, hung, 100.0, n_trials=3, max_consecutive_failures=1)  # tuner B
+    assert key not in [config_key(knobs) for _, knobs in b.calls] and not stop.aborted
+    c, _, stop = one_run(study, tmp_path, hung, 300.0, n_trials=4, max_consecutive_failures=1)  # tuner C
+    assert config_key(c.calls[0][1]) == key and not stop.aborted
+    assert no_fault(study, key) and len(runs_of(study, key)) == 2, "capped twice, each with more: owed, no fault"
 
-    def run_probe(plan):
-        runs.append(plan)
-        return capped(BASELINE)
 
-    first = probe_once(study, SPACE, BASELINE, run_probe, 100.0)
-    assert first.retry and FIX not in first.failure, "left for a later run, once"
-    second = probe_once(open_study(settings(tmp_path), META), SPACE, BASELINE, run_probe, 100.0)
-    assert not second.retry and FIX in second.failure and stored_probe(study) == second
-    assert probe_once(open_study(settings(tmp_path), META), SPACE, BASELINE, run_probe, 100.0) == second
-    assert len(runs) == 2, "not probed a third time"
-
-
-def test_a_probe_left_for_later_by_drift_and_then_capped_is_left_for_later(tmp_path):
-    """Only a probe the cap ended counts as capped before: one a drift left for later (no time to probe again) does
-    not."""
+def probe_guide(tmp_path, left_s: float, runs: list):
+    """``app._guide`` of a study whose stored probe the budget's cap ended after 200 s, in a run of ``left_s``
+    seconds left; its probes run are appended to ``runs``."""
+    config = tiny_config(study={"n_trials": 3, "probe": True, "budget_s": left_s})
+    loaded = load_settings(config, "tiny")
+    loaded = replace(loaded, study=replace(loaded.study, storage=f"sqlite:///{tmp_path}/study.db"))
     study = open_study(settings(tmp_path), META)
-    drifted = probe_once(study, SPACE, BASELINE, lambda plan: capped(BASELINE), 100.0)
-    as_drift = replace(drifted, failure="its timings drifted and study.budget_s left no time to probe again: ...")
-    study.set_user_attr(on_machine(PROBE_ATTR, this_machine_id()), as_drift.to_dict())
-    again = probe_once(study, SPACE, BASELINE, lambda plan: capped(BASELINE), 100.0)
-    assert again.retry and FIX not in again.failure
+    if capped_probe_s(study) is None:
+        probe_once(study, SPACE, BASELINE, lambda plan: capped(BASELINE, 200.0), 100.0)
+    baseline = TrialResult(loaded.baseline, fake_measurement(100.0), wall_s=1.0)
+    runner = SimpleNamespace(device="cpu", probe=lambda plan: runs.append(plan) or capped(BASELINE, left_s))
+    ctx = SimpleNamespace(cpu_count=4, torch_threads=4)
+    clock = clock_with(left_s)
+    app._guide(study, SPACE, loaded, ctx, runner, baseline, this_machine_id(), io.StringIO(), clock)
+    return clock, study
+
+
+def test_a_capped_probe_is_probed_again_only_by_a_run_that_can_give_it_more(tmp_path):
+    runs: list = []
+    clock, study = probe_guide(tmp_path, 200.0, runs)
+    assert runs == [], "the same budget: the search goes on without it"
+    (said,) = [s for s in clock.left_out if s.startswith(f"{PROBE_STEP} (")]
+    assert said.startswith(f"{PROBE_STEP} (it ran 200 s, all the budget had left, and needs more")
+    _, study = probe_guide(tmp_path, 400.0, runs)
+    assert len(runs) == 1, "more budget: probed anew"
+    assert capped_probe_s(study) > 200.0, "capped again with more time: left for a run that gives it more still"
