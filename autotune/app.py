@@ -638,14 +638,16 @@ _REMEDIES = (
     ),
     (
         re.compile(r"Trying to backward through the graph a second time"),
-        "A step that calls loss.backward() (or optimizer.step()) itself: autotune calls backward() on the loss "
-        "pipeline.step returns, and steps the optimizer; return the loss without calling either (README: 'Tune your "
-        "own pipeline'). ",
+        "A step that calls loss.backward() (or optimizer.step()) itself, or a model that keeps state from one batch "
+        "to the next (an RNN's hidden state) without .detach(): autotune calls backward() on the loss pipeline.step "
+        "returns, and steps the optimizer; return the loss without calling either, and detach kept state "
+        "(README: 'Tune your own pipeline'). ",
     ),
     (
         re.compile(r"optimizer got an empty parameter list"),
-        "A model without parameters: autotune builds pipeline.optimizer on the parameters of the model pipeline.model "
-        "builds; give a model with parameters that train. ",
+        "A model without parameters, or an optimizer factory that keeps none of them: autotune builds "
+        "pipeline.optimizer on the parameters of the model pipeline.model builds; give a model with parameters that "
+        "train. ",
     ),
 )
 
