@@ -134,13 +134,17 @@ def _length(dataset: Any) -> int | None:
 def _first_batch(dataset: Any, length: int | None, collate: Any) -> Any:
     """The first samples of ``dataset``, of ``length`` (``_first_samples``: two where it holds two), collated as one
     batch by ``collate`` (the pipeline's collate_fn; None: PyTorch's default): two, as a collate may need an even
-    batch (timm's Mixup). A failure to collate them names the pipeline's collate_fn, or without one the dataset,
+    batch (timm's Mixup), else the first alone (samples of different shapes, trained at batch size 1). A failure to
+    collate either names the pipeline's collate_fn, or without one the dataset,
     whose samples PyTorch's default cannot collate: pipeline.collate_fn is then the pipeline's to give."""
     samples = _first_samples(dataset, length)
-    what = _which_samples(dataset, len(samples))
     try:
         return (collate or default_collate)(samples)
     except Exception as exc:
+        if len(samples) == 2:  # a batch of one collates where two cannot (ragged samples at batch size 1): the
+            with contextlib.suppress(Exception):  # trials tell which larger batches fail
+                return (collate or default_collate)(samples[:1])
+        what = _which_samples(dataset, len(samples))
         if collate:
             raise ConfigError("pipeline.collate_fn", f"collating {what} failed: {_raised(exc)}") from exc
         raise ConfigError(
@@ -403,9 +407,10 @@ _TEST_SHAPES = (((1,), (1, 1)), ((1,),), ((1, 1),))
 def _check_optimizer(factory, spec: PipelineSpec, device: str) -> None:
     """Build the pipeline's optimizer on the first of ``_TEST_SHAPES`` it takes, on ``device``, and check what it
     built is an optimizer (``_check_is_optimizer``) that steps without a closure (``_check_steps_without_closure``).
-    A ConfigError naming pipeline.optimizer where every try raised the same ValueError: torch validates an
-    optimizer's options so whatever its parameters (Adam's lr=-1, SGD's nesterov with dampening), as it would on the
-    model's in every trial. Other failures are left to the trial, which builds it on the model's own parameters."""
+    A ConfigError naming pipeline.optimizer where every try raised the same error: torch checks an optimizer's
+    options whatever its parameters (Adam's lr=-1 a ValueError, lr="0.001" a TypeError), as it would on the model's in
+    every trial. Tries that fail differently (a factory splitting parameters by shape) are left to the trial, which
+    builds it on the model's own parameters."""
     errors = []
     for shapes in _TEST_SHAPES:
         try:
@@ -416,7 +421,7 @@ def _check_optimizer(factory, spec: PipelineSpec, device: str) -> None:
         _check_is_optimizer(optimizer, spec)
         _check_steps_without_closure(optimizer, spec)
         return
-    if isinstance(errors[0], ValueError) and len({_raised(exc) for exc in errors}) == 1:
+    if len({(type(exc), _raised(exc)) for exc in errors}) == 1:
         raise ConfigError(
             "pipeline.optimizer",
             f"building {spec.components['optimizer']['_target_']} failed: {_raised(errors[0])} (the inspection "

@@ -159,6 +159,15 @@ def test_an_optimizer_whose_options_torch_refuses_is_refused_naming_the_key(opti
     )
 
 
+def test_an_optimizer_option_of_the_wrong_type_is_refused_naming_the_key():
+    # lr: "0.001" quoted in YAML: torch's check raises a TypeError on every try, whatever the parameters
+    config = tiny_config()
+    config["pipeline"]["optimizer"] = {"_target_": "torch.optim.Adam", "lr": "0.001", "_partial_": True}
+    with pytest.raises(ConfigError) as error:
+        inspect_pipeline(load_settings(config, "tiny").pipeline)
+    assert str(error.value).startswith("pipeline.optimizer: building torch.optim.Adam failed: TypeError: ")
+
+
 class MuonWithAdamW(torch.optim.Optimizer):
     """Muon for the matrices, AdamW for the rest, in one optimizer: each refuses an empty list of parameters."""
 

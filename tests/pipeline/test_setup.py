@@ -288,6 +288,22 @@ def test_a_collate_fn_that_needs_an_even_batch_is_inspected_on_two_samples(datas
     assert inspect_pipeline(spec).input_ndim == 4
 
 
+class RaggedSamples(torch.utils.data.Dataset):
+    """Sequences of different lengths, which PyTorch's default collate batches one at a time only."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.ones(index + 1), torch.tensor(0)
+
+
+def test_samples_a_batch_of_one_alone_collates_are_inspected_alone_not_refused():
+    # Trained at batch size 1 they run; which larger batches fail, the trials tell.
+    spec = _with("dataset", {"_target_": f"{__name__}.RaggedSamples"})
+    assert inspect_pipeline(spec).input_ndim == 2, "a batch of one sequence"
+
+
 def test_a_dataset_of_one_sample_is_inspected_on_it_alone():
     spec = _with("dataset", {"_target_": "tests.fixtures.tiny.TinyImages", "length": 1})
     assert inspect_pipeline(spec).dataset_len == 1
