@@ -501,13 +501,15 @@ def probe_once(
     plan = probe_plan(space, baseline)
     result = run_probe(plan)
     again = False
+    ran_s = result.wall_s  # the last run's own, which the budget's cap may have ended
     if (drift := _drift(result)) and affords_again():  # once more: a burst of other work is often over
         first_s, again = result.wall_s, True
         result = run_probe(plan)
+        ran_s = result.wall_s
         result, drift = replace(result, wall_s=first_s + result.wall_s), _drift(result)
     if not result.ok or result.probe is None:  # ended by the budget: for want of time, not by what it read
-        # How long it ran, all the budget had left as it started; another tuner's stored since, where longer.
-        capped = [result.wall_s, capped_probe_s(study, machine) or 0.0] if ended_by_budget(result) else []
+        # How long its capped run ran, all the budget had left as it started; another tuner's since, where longer.
+        capped = [ran_s, capped_probe_s(study, machine) or 0.0] if ended_by_budget(result) else []
         record = ProbeRecord(
             result.wall_s, failure=str(result.failure), retry=bool(capped), capped_s=max(capped, default=None)
         )

@@ -87,3 +87,14 @@ def probe_said(results) -> str:
     """What the report says of ``results``' probe."""
     (section,) = [s for s in build_document(results, summarise(results)).sections if "probe" in s.heading]
     return section.paragraphs[0]
+
+
+def test_a_probe_capped_on_its_second_run_keeps_that_runs_time_not_both(tmp_path):
+    # The first run drifted (1 s), the second the budget's cap ended after 4.5 s: 4.5 s is all the budget had left.
+    from tests.study.test_probe_model import drifting
+
+    first = drifting(100.0)
+    runs = iter([first, lambda plan: capped(BASELINE)])
+    study = open_study(settings(tmp_path), META)
+    record = probe_once(study, SPACE, BASELINE, lambda plan: next(runs)(plan), 90.0)
+    assert record.retry and record.capped_s == 4.5 and record.wall_s == 5.5, "the cap is the capped run's own time"
