@@ -208,13 +208,13 @@ class RunClock:
         ``budget_s``; one that does not is left out, and said so in the reports (``left_out``), its own time (that of
         one of the steps it names: ``per``, as "a trial") and what is kept back said apart. A configuration or probe
         whose every stored run the budget's cap ended (``ended_by_budget``), the longest after ``capped_s``, is
-        expected to take more than that (``BEYOND_CAP``), never less than ``seconds``: a run runs it again only where
+        expected to take more than that (``_beyond``), never less than ``seconds``: a run runs it again only where
         it can give it more, so each run of it gets more time than the last, until one ends it (measured, or at
         measure.trial_timeout_s, the user's timeout). Without a budget, and before the first measuring process (the
         baseline always runs), every step fits. A step that takes longer than expected ends the run past the budget by
         its overrun."""
         if capped_s is not None:
-            seconds = max(seconds, BEYOND_CAP * capped_s)
+            seconds = max(seconds, self._beyond(capped_s))
         kept_s = kept.seconds if kept else 0.0
         if self.fits(seconds + kept_s):
             return True
@@ -222,12 +222,21 @@ class RunClock:
         if capped_s is None:
             own, alone = f"~{seconds:.0f} s" + (f" {per}" if per else ""), " needed,"
         else:
-            own, alone = f"it ran {capped_s:.0f} s, all the budget had left, and needs more", ";"
+            own, alone = f"it ran {capped_s:.0f} s, all the budget had left, and needs ~{seconds:.0f} s", ";"
         needed = f"{own}, and ~{kept_s:.0f} s kept back for {kept.what};" if kept_s else own + alone
         with self._lock:
             if not any(said.startswith(f"{step} (") for said in self.left_out):  # each step said once
                 self.left_out.append(f"{step} ({needed} {max(left, 0.0):.0f} s left)")
         return False
+
+    def _beyond(self, capped_s: float) -> float:
+        """What a run the budget's cap ended after ``capped_s`` must be given to run again: ``BEYOND_CAP`` times that,
+        but no more than its processes may take (``repeats`` of measure.trial_timeout_s), where the user's timeout
+        settles it either way."""
+        beyond = BEYOND_CAP * capped_s
+        if self._trial_timeout_s is None:
+            return beyond
+        return min(beyond, max(capped_s, self.repeats * self._trial_timeout_s))
 
     def fits(self, seconds: float) -> bool:
         """Whether ``seconds`` fit in what is left of ``budget_s`` (``affords``'s rule, nothing said)."""

@@ -16,7 +16,7 @@ from autotune.config.load import load_settings
 from autotune.measure.environment import this_machine_id
 from autotune.records import CAPPED_ATTR, CONFIG_ATTR, config_key, interrupted
 from autotune.results.tuner_time import PROBE_STEP
-from autotune.study.clock import RunClock
+from autotune.study.clock import Kept, RunClock
 from autotune.study.probe_model import capped_probe_s, probe_once
 from autotune.study.start import open_study
 from autotune.study.tuner import counted_trials, ensure_baseline, tune
@@ -85,9 +85,17 @@ def test_a_run_capped_needs_more_than_it_ran_never_less_than_the_usual_estimate_
     assert clock.affords(1.0, "search trial", capped_s=79.0), "~99 s of 100 s: a quarter more than it ran"
     assert not clock.affords(1.0, "search trial of batch_size=32", capped_s=81.0), "~101 s of 100 s"
     (said,) = clock.left_out
-    assert said.startswith("search trial of batch_size=32 (it ran 81 s, all the budget had left, and needs more; ")
+    assert said.startswith("search trial of batch_size=32 (it ran 81 s, all the budget had left, and needs ~101 s; ")
     assert said.endswith(" s left)")
     assert not clock.affords(150.0, "another", capped_s=10.0), "never less than the usual estimate"
+
+
+def test_a_run_capped_near_the_users_timeout_needs_no_more_than_its_processes_may_take():
+    # Capped after 90 s with measure.trial_timeout_s=95: a run that can give it 95 s settles it, measured or timed out.
+    clock = RunClock(budget_s=100.0, trial_timeout_s=95.0)
+    clock.count(TrialResult(BASELINE, fake_measurement(100.0), wall_s=1.0))
+    assert clock.affords(1.0, "search trial", capped_s=90.0), "~95 s of 99 s: not a quarter more, 112 s"
+    assert not clock.affords(1.0, "search trial", capped_s=90.0, kept=Kept(10.0, "the race")), "95 s and 10 kept"
 
 
 def test_a_run_with_the_same_budget_leaves_a_capped_configuration_owed_and_measures_the_others(tmp_path):
@@ -100,7 +108,7 @@ def test_a_run_with_the_same_budget_leaves_a_capped_configuration_owed_and_measu
     assert key not in [config_key(knobs) for _, knobs in measure.calls], "not measured again: no loop"
     assert not stop.aborted and counted_trials(study) == 4, "the others measured"
     assert no_fault(study, key) and len(runs_of(study, key)) == 1, "still owed, no fault"
-    assert any(" (it ran 300 s, all the budget had left, and needs more; " in said for said in clock.left_out)
+    assert any(" (it ran 300 s, all the budget had left, and needs ~" in said for said in clock.left_out)
 
 
 def test_a_run_with_a_larger_budget_measures_a_capped_configuration_first_with_more_time(tmp_path):
@@ -164,7 +172,7 @@ def test_a_capped_probe_is_probed_again_only_by_a_run_that_can_give_it_more(tmp_
     clock, study = probe_guide(tmp_path, 200.0, runs)
     assert runs == [], "the same budget: the search goes on without it"
     (said,) = [s for s in clock.left_out if s.startswith(f"{PROBE_STEP} (")]
-    assert said.startswith(f"{PROBE_STEP} (it ran 200 s, all the budget had left, and needs more")
+    assert said.startswith(f"{PROBE_STEP} (it ran 200 s, all the budget had left, and needs ~250 s")
     _, study = probe_guide(tmp_path, 400.0, runs)
     assert len(runs) == 1, "more budget: probed anew"
     assert capped_probe_s(study) > 200.0, "capped again with more time: left for a run that gives it more still"
