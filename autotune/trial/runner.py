@@ -116,8 +116,25 @@ def run_trial(
         seen = replace(result, wall_s=wall_s, core_speed=speed)
         write_atomic(result_path, json.dumps(seen.to_dict()))  # the file in trials/ says what the tuner saw
         return seen
+    if returncode is not None and -returncode in _JOB_STOP_SIGNALS:
+        _await_own_stop()
     failure = _exit_failure(returncode, log_path)
     return TrialResult(knobs=request.knobs, failure=failure, wall_s=wall_s, core_speed=speed)
+
+
+# Signals that stop a whole job at once (Slurm at its time limit, systemd's stop of a control group, a closed
+# terminal): a trial one killed was most likely stopped with its tuner, whose own stop may come a moment after.
+_JOB_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_OWN_STOP_GRACE_S = 1.0
+
+
+def _await_own_stop() -> None:
+    """Wait up to ``_OWN_STOP_GRACE_S`` for this tuner's own stop after a trial died of a job's stop signal: in the
+    main thread the stop's handler raises while it waits, in a slot's the stop sets INTERRUPT (KeyboardInterrupt
+    here). Either way the trial is then interrupted, measured again by a later run, not a fault of its
+    configuration; with no stop in that time, it is the fault it looks."""
+    if INTERRUPT.wait(_OWN_STOP_GRACE_S):
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

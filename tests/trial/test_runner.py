@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -420,3 +421,36 @@ def test_a_third_ctrl_c_while_a_trial_is_ended_is_delivered_at_once(ctrl_c_raise
             trial.kill()
     assert not trial.ended, "the tuner heard it before the end came"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _JobStopped(Exception):
+    """The tuner's own stop, as the CLI's handler raises it (``errors.Stopped``)."""
+
+
+def test_a_trial_killed_with_its_job_waits_for_the_tuners_own_stop_and_is_interrupted_not_a_fault(tmp_path):
+    # Slurm at its time limit signals every process of the job: the trial may die before the tuner's handler runs.
+    dies = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+
+    def stop(signum, frame):
+        raise _JobStopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        with pytest.raises(_JobStopped):
+            run_trial(request(), 60, tmp_path, "main", launcher=Scripted(dies))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    threading.Timer(0.3, runner.INTERRUPT.set).start()  # a slot's trial: the stop reaches it as INTERRUPT
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_trial(request(), 60, tmp_path, "slot", launcher=Scripted(dies))
+    finally:
+        runner.INTERRUPT.clear()
+
+
+def test_a_trial_killed_by_a_stop_signal_with_no_stop_of_the_tuner_after_is_the_fault_it_looks(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "_OWN_STOP_GRACE_S", 0.05)
+    dies = "import os, signal; os.kill(os.getpid(), signal.SIGHUP)"
+    result = run_trial(request(), 60, tmp_path, "t", launcher=Scripted(dies))
+    assert result.failure.kind is FailureKind.SIGNAL and result.failure.message == "killed by SIGHUP"
