@@ -81,8 +81,10 @@ APPLIED_BY: dict[Target, str] = {
     Target.LOADER: "to the DataLoader: rec.dataloader_kwargs()",
     Target.BATCH: "to each batch: rec.to_device(batch, device)",
     Target.MODEL: "to the model: rec.prepare_model(model)",
-    Target.PRECISION: "to the forward pass and the loss: rec.autocast(device), rec.grad_scaler(device)",
-    Target.OPTIMIZER: "to the optimizer: rec.optimizer_kwargs(), rec.zero_grad(optimizer)",
+    Target.PRECISION: "to the forward pass and the loss: rec.autocast(device), rec.grad_scaler(device) (fp16's loss "
+    "scaling)",
+    Target.OPTIMIZER: "to the optimizer: rec.optimizer_kwargs() (its implementation), rec.zero_grad(optimizer) "
+    "(set_to_none)",
 }
 
 

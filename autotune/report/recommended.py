@@ -26,7 +26,7 @@ FIELD_COMMENTS = {
     "compares its GPU.",
     "machine": "The machine and software that measured it: load_recommended warns (MachineMismatchWarning) where "
     "yours differs, as the gains may not hold there. torch_threads: torch's default thread count there, what "
-    "num_threads: null ran with.",
+    "num_threads: null ran with, which rec.apply_process_settings() sets on a machine like it.",
     "knobs": "The recommended value of every knob. In a training script, rec = autotune.load_recommended(this file); "
     "the calls named above each knob apply it as the trials did.",
     "baseline": "The knob values your pipeline ran before tuning (pipeline.baseline), the reference of every figure; "

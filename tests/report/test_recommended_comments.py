@@ -115,6 +115,16 @@ def test_every_target_names_calls_a_recommendation_has():
             assert inspect.isfunction(getattr(Recommendation, call, None)), f"{target}: rec.{call}"
 
 
+def test_a_target_of_several_calls_says_which_knob_each_applies():
+    # optimizer_impl goes through rec.optimizer_kwargs() alone, set_to_none through rec.zero_grad() alone
+    assert "rec.optimizer_kwargs() (its implementation)" in APPLIED_BY[Target.OPTIMIZER]
+    assert "rec.zero_grad(optimizer) (set_to_none)" in APPLIED_BY[Target.OPTIMIZER]
+    assert (
+        "torch_threads" in FIELD_COMMENTS["machine"]
+        and "rec.apply_process_settings() sets it" in FIELD_COMMENTS["machine"]
+    ), "num_threads: null is set to the measuring machine's default on a machine like it"
+
+
 def test_a_comment_never_runs_past_the_line_length():
     text, _ = rendered("a larger batch and its learning rate")
     assert all(len(line) <= 120 for line in text.splitlines() if line.lstrip().startswith("#"))
