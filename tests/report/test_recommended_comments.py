@@ -121,7 +121,7 @@ def test_a_target_of_several_calls_says_which_knob_each_applies():
     assert "rec.zero_grad(optimizer) (set_to_none)" in APPLIED_BY[Target.OPTIMIZER]
     assert (
         "torch_threads" in FIELD_COMMENTS["machine"]
-        and "rec.apply_process_settings() sets it" in FIELD_COMMENTS["machine"]
+        and "which rec.apply_process_settings() sets" in FIELD_COMMENTS["machine"]
     ), "num_threads: null is set to the measuring machine's default on a machine like it"
 
 
