@@ -81,7 +81,7 @@ RACE_MARGIN = 0.10
 DECISIVE_GAIN = 0.10
 # In the trim's races a variant leaves once its median falls this far behind the configuration it was made from, and
 # the change it undid is kept. Smaller, clear cases end sooner and a noisy round keeps more idle changes: the balance
-# of runs against idle changes kept (docs/how-it-decides.md, "The trim under noise").
+# of runs against idle changes kept (docs/benchmarks.md, section 14, "The trim under noise: a model").
 TRIM_MARGIN = 0.15
 # Two finalists closer than this (geometric mean of their per-round ratios) are tied: about one run's noise.
 TIE_TOLERANCE = 0.03
