@@ -12,7 +12,6 @@ RegressionError (exit 1).
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -30,11 +29,11 @@ from autotune.benchmark import (
     trained_as_tuned,
 )
 from autotune.config.settings import Settings
+from autotune.config.values import finite
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, changed
-from autotune.measure.environment import machine_fingerprint
 from autotune.measure.stats import RatioInterval
-from autotune.recommendation import complete_knobs, measured_where, read_record
+from autotune.recommendation import complete_knobs, measured_elsewhere, read_record
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
@@ -254,8 +253,8 @@ def _refuse_unusable(record: Check, path: str) -> None:
 
 
 def _finite(value: Any) -> bool:
-    """Whether ``value`` is a number (not a bool) and finite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether ``value`` is a number (not a bool) and finite (``values.finite``: an int no float holds is not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
 
 
 def _positive(value: Any) -> bool:
@@ -371,9 +370,7 @@ def _notes(tuned: Tuned, settings: Settings, machine: dict[str, Any]) -> list[st
         notes.append(
             f"{tuned.path} was tuned for pipeline '{tuned.pipeline}', checked here on '{settings.pipeline.name}'"
         )
-    here, there = machine_fingerprint(machine), machine_fingerprint(tuned.machine)
-    differs = [key for key in here if there[key] != here[key]]
-    if tuned.machine and differs:
-        listed = "; ".join(f"{key} {there[key]!r} there, {here[key]!r} here" for key in differs)
-        notes.append(f"{tuned.path} was measured {measured_where(differs)} ({listed}): its speedup may differ here")
+    where = measured_elsewhere(tuned.machine, machine) if tuned.machine else None
+    if where:
+        notes.append(f"{tuned.path} was measured {where}: its speedup may differ here")
     return notes + baseline_note(tuned.baseline, settings.baseline)

@@ -541,18 +541,12 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
     if not recommendation.machine:  # written without one: nothing to compare
         return
     # described only when compared
-    here = machine_fingerprint(_described_here(recommendation.device) if machine is None else machine)
-    differs = {
-        key: (value, here[key])
-        for key, value in machine_fingerprint(recommendation.machine).items()
-        if value != here[key]
-    }
-    if differs:
-        listed = "; ".join(f"{key} {then!r} there, {now!r} here" for key, (then, now) in differs.items())
-        where = measured_where(differs)
+    here = _described_here(recommendation.device) if machine is None else machine
+    where = measured_elsewhere(recommendation.machine, here)
+    if where:
         warnings.warn(
-            f"{source} was measured {where} ({listed}): its gains may not hold here: re-run autotune on this machine "
-            "as you train on it",
+            f"{source} was measured {where}: its gains may not hold here: re-run autotune on this machine as you "
+            "train on it",
             MachineMismatchWarning,
             stacklevel=3,
         )
@@ -561,6 +555,18 @@ def _warn_if_elsewhere(recommendation: Recommendation, source: str, machine: dic
 # The parts of a machine's description that a study pinned to some of its cores (study.cpu_sets) reads as that many.
 _CORE_KEYS = {"cpu_count", "torch_threads"}
 _SOFTWARE = "with other software or thread settings"
+
+
+def measured_elsewhere(there: dict[str, Any], here: dict[str, Any]) -> str | None:
+    """Where a record measured on the machine ``there`` (``describe_machine``) was measured, seen from ``here``, with
+    what differs: "on another machine (cpu_model 'X' there, 'Y' here; ...)" (``measured_where``); None where their
+    fingerprints (``machine_fingerprint``) agree."""
+    then, now = machine_fingerprint(there), machine_fingerprint(here)
+    differs = [key for key in now if then[key] != now[key]]
+    if not differs:
+        return None
+    listed = "; ".join(f"{key} {then[key]!r} there, {now[key]!r} here" for key in differs)
+    return f"{measured_where(differs)} ({listed})"
 
 
 def measured_where(differs: Iterable[str]) -> str:

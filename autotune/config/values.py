@@ -87,7 +87,7 @@ class Plain(Values):
             return value if isinstance(value, str) and value and value.isprintable() else _REFUSED
         if self.kind is int:
             return value if isinstance(value, int) else _REFUSED
-        return value if isinstance(value, (int, float)) and _finite(value) else _REFUSED
+        return value if isinstance(value, (int, float)) and finite(value) else _REFUSED
 
     def _allowed(self, value: Any) -> bool:
         if self.kind in (str, tuple):
@@ -100,7 +100,7 @@ class Plain(Values):
         return above_low and (high is None or (value < high if self.below else value <= high))
 
 
-def _finite(value: int | float) -> bool:
+def finite(value: int | float) -> bool:
     """Whether ``value`` is a finite float, or an int a float can hold (a larger one is no number a float-valued
     setting can use)."""
     try:

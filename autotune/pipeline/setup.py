@@ -174,7 +174,13 @@ class Trainer:
                 f"{source} returned a {type(loss).__name__}, not the loss tensor: return the loss alone, as a tensor "
                 "(autotune calls backward() and steps the optimizer)"
             )
-        # What backward() would refuse in torch's words, said in the pipeline's: checked before it runs.
+        if self._micro_steps == 0:  # the first step shows what a step returns; later ones, off the timed path
+            self._check_loss(loss, source)
+        return loss
+
+    @staticmethod
+    def _check_loss(loss: torch.Tensor, source: str) -> None:
+        """What backward() would refuse of ``loss`` in torch's words, said in the pipeline's (``source``)."""
         if loss.numel() != 1:
             raise ValueError(
                 f"{source} returned a loss of shape {tuple(loss.shape)}, not one number: reduce it to one "
@@ -191,7 +197,6 @@ class Trainer:
                 f"{source} returned a loss that does not require grad: return it as computed, not detached (.detach(), "
                 "torch.no_grad()), from a model with parameters that train (autotune calls backward())"
             )
-        return loss
 
 
 def loss_problem(loss: float, reference: float | None, tolerance: float, spread: float | None = None) -> str | None:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
-from autotune.report.document import headline, ranked_basis
+from autotune.report.document import RANKED_COLUMNS, headline, metric, ranked_basis
 from autotune.report.profiles import current_profiles, summary_lines
 from autotune.report.rows import disturbance_words, marked, ranked_frame, ranked_rows
 from autotune.report.tuner_time import budget_lines, forecast_lines, tuner_time_line
@@ -20,10 +20,9 @@ from autotune.trial.result import FailureKind, TrialResult
 
 # The measured columns of the ranked table, as the report's ranking names them (trials.csv keeps the field names).
 _MEASURED_COLUMNS = {
-    "throughput_sps": "samples/s",
-    "speedup": "vs baseline",
-    "data_stall_fraction": "data wait",
-    "peak_memory_mb": "peak MB",
+    key: title
+    for key, title in RANKED_COLUMNS
+    if key in ("throughput_sps", "speedup", "data_stall_fraction", "peak_memory_mb")
 }
 
 
@@ -106,8 +105,7 @@ def print_summary(
     states = list(frame["state"])
     varied = [name for name in KNOBS if frame[name].nunique(dropna=False) > 1]  # fixed knobs say nothing here
     frame = frame[["rank", "trial", *varied, *_MEASURED_COLUMNS]]
-    waits = frame["data_stall_fraction"]
-    frame["data_stall_fraction"] = [None if pd.isna(share) else f"{share:.0%}" for share in waits]  # as said above
+    frame["data_stall_fraction"] = [metric("data_stall_fraction", share) for share in frame["data_stall_fraction"]]
     frame = frame.rename(columns=_MEASURED_COLUMNS)
     # Unranked (pruned, infeasible, failed): its state in place of a rank (to_string's na_rep skips nullable integers).
     frame["rank"] = [state if pd.isna(rank) else rank for rank, state in zip(frame["rank"], states, strict=True)]

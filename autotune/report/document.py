@@ -62,7 +62,7 @@ _BEFORE_AFTER_METRICS = [
     ("window_memory_growth_mb", "memory growth in window (MB)"),
     ("cuda_peak_allocated_mb", "CUDA peak allocated (MB)"),
 ]
-_RANKED_COLUMNS = [
+RANKED_COLUMNS = [
     ("rank", "rank"),
     ("trial", "trial"),
     ("changes", "changes from the baseline"),
@@ -699,7 +699,7 @@ def _before_after(summary: Summary) -> Table:
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [
-        [title, _metric(key, before[key]), _metric(key, after[key])]
+        [title, metric(key, before[key]), metric(key, after[key])]
         for key, title in _BEFORE_AFTER_METRICS
         if _shown(key, before, after)
     ]
@@ -710,9 +710,11 @@ def _before_after(summary: Summary) -> Table:
 _PERCENT_KEYS = frozenset({"data_stall_fraction"})
 
 
-def _metric(key: str, value: Any) -> Any:
-    """A row's figure ``key`` as a table shows it: a share in per cent, else as read."""
-    return f"{value:.0%}" if key in _PERCENT_KEYS and value is not None else value
+def metric(key: str, value: Any) -> Any:
+    """A row's figure ``key`` as a table shows it: a share in per cent, else as read (None, or a frame's NaN: none)."""
+    if value is None or value != value:  # NaN is the one value not equal to itself
+        return None
+    return f"{value:.0%}" if key in _PERCENT_KEYS else value
 
 
 def _shown(key: str, *rows: dict[str, Any]) -> bool:
@@ -737,8 +739,8 @@ def _ranked(summary: Summary) -> Table:
     rows = [_with_changes(row, summary) for row in ranked_rows(summary) if row["state"] == "complete"]
     for row in rows:
         row["trial"] = marked(row, summary)
-    cells = [[_metric(key, row[key]) for key, _ in _RANKED_COLUMNS] for row in rows]
-    return _table([title for _, title in _RANKED_COLUMNS], cells)
+    cells = [[metric(key, row[key]) for key, _ in RANKED_COLUMNS] for row in rows]
+    return _table([title for _, title in RANKED_COLUMNS], cells)
 
 
 def ranked_basis(summary: Summary) -> str:

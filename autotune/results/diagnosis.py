@@ -169,7 +169,8 @@ def figures(result: ProfileResult) -> Figures:
     stages, ops = result.stages, result.operators
     classified = classified_operators(ops)
     time_of = work_time(ops)
-    overhead = ops.outside_operators_s + sum(_overhead_of(op, _small_call_s(ops)) for op in ops.step_operators)
+    small = _small_call_s(ops)
+    overhead = ops.outside_operators_s + sum(_overhead_of(op, small) for op in ops.step_operators)
     operator_time = sum(time_of(op) for op in classified) or float("inf")
     compute = sum(time_of(op) for op in classified if is_compute_operator(op.name, ops.device))
     products = sum(time_of(op) for op in classified if _is_product(op.name))

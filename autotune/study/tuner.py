@@ -408,8 +408,9 @@ class _Slot:
                 TrialEvent(trial.number, done, n_trials, None, knobs=knobs, not_measured=why_ruled_out(found))
             )
             return True
-        drawn = next((owed for owed in seen.owed if config_key(owed.knobs) == key), Proposal(knobs))  # its cap too
-        if key in self.skipped or (proposal is None and self.affords is not None and not self.affords(done, drawn)):
+        if key in self.skipped or (
+            proposal is None and self.affords is not None and not self.affords(done, _as_owed(seen, key, knobs))
+        ):
             _left_for_later(self.study, trial, key)
             if not self.affords(done, None):
                 raise _Stop(_out_of_budget(self.settings))
@@ -636,6 +637,12 @@ def _not_measured(study: optuna.Study, trial: optuna.Trial, key: str, found: Kno
     trial.set_user_attr(CONFIG_ATTR, key)
     trial.set_user_attr(NOT_MEASURED_ATTR, why_ruled_out(found))
     _told(study, trial, state=TrialState.PRUNED)
+
+
+def _as_owed(seen: _Seen, key: str, knobs: dict[str, Any]) -> Proposal:
+    """The sampler's draw ``knobs`` (configuration ``key``) as the machine owes it, with the time a capped run of it
+    took (``Proposal.capped_s``), or a plain proposal where it owes none."""
+    return next((owed for owed in seen.owed if config_key(owed.knobs) == key), Proposal(knobs))
 
 
 def _out_of_budget(settings: StudySettings) -> StopReason:

@@ -24,8 +24,6 @@ _ALLOCATION_FAILED = re.compile(
     r"unable to (write to file|open shared memory object) </torch_[^>]*>[^:]*: No space left on device",
     re.I,
 )
-# A release's major and minor version, its micro, a post-release's or a local build's suffix (".post1", "+cpu",
-# "-custom") after them; not a pre-release ("2.10.0a0", "2.10.0rc1", "2.10.0.dev20250101").
 # A torch version's major and minor, and whether a release follows them (not a pre-release: "a0", ".dev", "rc").
 _VERSION = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?P<release>(?:\.\d+)*(?:[+-]|\.post|$))?")
 # A DataLoader worker killed by SIGBUS, as the DataLoader words it ("... is killed by signal: Bus error. It is possible
@@ -49,7 +47,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 def _names_allocation_failure(message: str) -> bool:
     if _ALLOCATION_FAILED.search(message):
         return True
-    return _WORKER_BUS_ERROR.search(message) is not None and worker_bus_error().out_of_memory
+    return _WORKER_BUS_ERROR.search(message) is not None and not reserves_shared_memory_up_front()
 
 
 def _chained(exc: BaseException) -> Iterator[BaseException]:
