@@ -144,8 +144,9 @@ def pin_from_env() -> None:
     Inductor's compile threads), before anything else runs; nothing where it is not set. The launchers start a trial,
     and the fork server a trial is forked from, on its cores already (``starting_on``), so that the pools its imports
     start are sized to them too; this holds the trial to them however it was started. A ConfigError naming
-    study.cpu_sets, the cores and those this process may use where none of them is usable now (EINVAL: the cores the
-    machine or its container lets it use shrank since the run began)."""
+    study.cpu_sets, the cores and those this process may use where any of them is not usable now (the cores the
+    machine or its container lets it use shrank since the run began): with none (EINVAL) it cannot run there, and
+    with some gone it would run on fewer cores than its set and than the other trials' sets, its figure not theirs."""
     cores = pinned_cores(os.environ)
     if cores is None:
         return
@@ -157,13 +158,21 @@ def pin_from_env() -> None:
         if refused.errno != errno.EINVAL:
             raise
         usable = sorted(os.sched_getaffinity(0))  # where it started instead: its tuner's cores (``starting_on``)
-        raise ConfigError(
-            "study.cpu_sets",
-            f"this trial's set, cores {sorted(cores)}, has none usable now: this process may use cores {usable} (the "
-            "cores the machine or its container lets it use shrank since the run began); give sets among those",
-        ) from refused
+        raise _unusable(cores, f"none usable now: this process may use cores {usable}") from refused
+    if gone := sorted(cores - os.sched_getaffinity(0)):
+        kept = sorted(os.sched_getaffinity(0))
+        raise _unusable(cores, f"cores {gone} not usable now: it would run on cores {kept} alone")
     torch.set_num_threads(len(cores))
     _count_compile_threads()
+
+
+def _unusable(cores: frozenset[int], which: str) -> ConfigError:
+    """The error of a trial whose set ``cores`` has ``which`` of its cores usable now."""
+    return ConfigError(
+        "study.cpu_sets",
+        f"this trial's set, cores {sorted(cores)}, has {which} (the cores the machine or its container lets it use "
+        "shrank since the run began); give sets among those",
+    )
 
 
 def _pin_every_thread(cores: frozenset[int]) -> None:

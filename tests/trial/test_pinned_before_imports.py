@@ -126,3 +126,20 @@ def test_a_trial_pinned_to_cores_no_longer_usable_fails_naming_the_key_and_the_c
         "sets among those"
     ), result.failure
     assert os.sched_getaffinity(0) == everywhere
+
+
+@pytest.mark.parametrize("launcher", [ForkServer, FreshLauncher])
+def test_a_trial_pinned_to_a_set_of_which_some_cores_are_gone_fails_naming_them_not_runs_on_fewer(tmp_path, launcher):
+    everywhere, started = os.sched_getaffinity(0), launcher()
+    try:
+        placement = {CPUS_ENV: f"{CORE},{GONE}"}
+        result = run_trial(replace(request(), placement=placement), 120, tmp_path, "part", launcher=started)
+    finally:
+        if isinstance(started, ForkServer):
+            started.close()
+    assert result.failure.kind is FailureKind.EXCEPTION and result.failure.message == (
+        f"study.cpu_sets: this trial's set, cores {sorted({CORE, GONE})}, has cores [{GONE}] not usable now: it "
+        f"would run on cores [{CORE}] alone (the cores the machine or its container lets it use shrank since the "
+        "run began); give sets among those"
+    ), result.failure
+    assert os.sched_getaffinity(0) == everywhere
