@@ -213,7 +213,7 @@ def study_machine_id(settings: Settings, facts: Inspection) -> str:
 
 def _slots(settings: Settings, facts: Inspection) -> list[Slot]:
     """Where a tuning run of ``settings`` runs its trials on the machine of ``facts`` (``trial/placement.py``)."""
-    return slots(settings.study.parallel, settings.study.cpu_sets, facts.device, len(facts.devices.cuda))
+    return slots(settings.study.parallel, settings.study.cpu_sets, facts.device, facts.devices.cuda)
 
 
 def _pinned(machine: dict, cores: tuple[int, ...] | None) -> dict:

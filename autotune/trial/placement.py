@@ -38,12 +38,12 @@ def slots(
     parallel: int | str,
     cpu_sets: list[list[int]] | None,
     device: str,
-    gpus: int,
+    gpus: tuple[str, ...],
     usable: set[int] | None = None,
 ) -> list[Slot]:
     """The slots of a run: ``parallel`` trials at once ("auto": one per visible GPU on CUDA, one on a CPU) on
-    ``device``, with ``gpus`` GPUs visible and the tuner's ``usable`` cores (None: its affinity); ConfigError naming
-    the key where they cannot be had."""
+    ``device``, with the GPUs ``gpus`` visible (their names, in CUDA's order) and the tuner's ``usable`` cores (None:
+    its affinity); ConfigError naming the key where they cannot be had."""
     if cpu_sets is not None and device.startswith("cuda"):
         raise ConfigError("study.cpu_sets", "pins trials on a CPU; on a GPU, study.parallel runs one trial on each GPU")
     if cpu_sets is not None:
@@ -59,18 +59,27 @@ def slots(
     return [UNPINNED]
 
 
-def _gpu_slots(parallel: int | str, device: str, gpus: int) -> list[Slot]:
-    # "auto" is one trial per GPU the run may use: every visible one on cuda, the one named on cuda:N.
-    count = (gpus if device == "cuda" else 1) if parallel == "auto" else parallel
+def _gpu_slots(parallel: int | str, device: str, gpus: tuple[str, ...]) -> list[Slot]:
+    # "auto" is one trial per GPU the run may use: every visible one on cuda, the one named on cuda:N. Trials at once
+    # run on GPUs of one model only: on different ones the same configuration measures differently, and the search
+    # would rank GPUs, not configurations.
+    count = (len(gpus) if device == "cuda" else 1) if parallel == "auto" else parallel
     if count == 1:
         return [UNPINNED]
     if device != "cuda":
         raise ConfigError(
             "study.parallel", f"trials on several GPUs at once choose their GPU: use measure.device=cuda, not {device}"
         )
-    if count > gpus:
-        raise ConfigError("study.parallel", f"{count} trials at once need {count} GPUs; {gpus} are visible")
-    visible = _visible_gpus(gpus)
+    if count > len(gpus):
+        raise ConfigError("study.parallel", f"{count} trials at once need {count} GPUs; {len(gpus)} are visible")
+    if len(set(gpus[:count])) > 1:
+        models = ", ".join(f"cuda:{index} {name}" for index, name in enumerate(gpus[:count]))
+        raise ConfigError(
+            "study.parallel",
+            f"trials at once would run on GPUs of different models ({models}), which measure the same configuration "
+            "differently: make CUDA_VISIBLE_DEVICES list GPUs of one model, or keep 1",
+        )
+    visible = _visible_gpus(len(gpus))
     return [Slot({"CUDA_VISIBLE_DEVICES": visible[index]}, name=f"GPU {visible[index]}") for index in range(count)]
 
 

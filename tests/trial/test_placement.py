@@ -17,22 +17,24 @@ from autotune.trial.placement import CPUS_ENV, UNPINNED, Slot, slots
 from autotune.trial.result import ProbePlan, TrialResult
 from tests.conftest import fake_measurement, tiny_config
 
+H100 = ("NVIDIA H100 80GB HBM3",)  # the names of the visible GPUs, as the inspection reads them
+
 
 def test_one_trial_at_a_time_runs_unpinned_on_a_cpu_and_on_a_gpu():
-    assert slots(1, None, "cpu", 0, {0, 1}) == [UNPINNED]
-    assert slots("auto", None, "cpu", 0, {0, 1}) == [UNPINNED], "auto on a CPU: one, trials at once would distort"
-    assert slots("auto", None, "cuda", 1, {0, 1}) == [UNPINNED]
+    assert slots(1, None, "cpu", (), {0, 1}) == [UNPINNED]
+    assert slots("auto", None, "cpu", (), {0, 1}) == [UNPINNED], "auto on a CPU: one, trials at once would distort"
+    assert slots("auto", None, "cuda", H100, {0, 1}) == [UNPINNED]
 
 
 def test_several_trials_on_a_cpu_are_refused_without_core_sets_naming_the_key():
     with pytest.raises(ConfigError, match=r"^study.parallel: 2 trials at once on a CPU would distort .*cpu_sets"):
-        slots(2, None, "cpu", 0, {0, 1})
+        slots(2, None, "cpu", (), {0, 1})
 
 
 def test_core_sets_pin_one_trial_each_and_must_be_disjoint_equal_and_usable():
-    pinned = slots(2, [[0], [1]], "cpu", 0, {0, 1})
+    pinned = slots(2, [[0], [1]], "cpu", (), {0, 1})
     assert [slot.env for slot in pinned] == [{CPUS_ENV: "0"}, {CPUS_ENV: "1"}] and pinned[0].cores == (0,)
-    assert len(slots("auto", [[0, 1], [2, 3]], "cpu", 0, {0, 1, 2, 3})) == 2
+    assert len(slots("auto", [[0, 1], [2, 3]], "cpu", (), {0, 1, 2, 3})) == 2
     for sets, problem in [
         ([[0], [0]], "overlap"),
         ([[0], [1, 2]], "one size"),
@@ -40,22 +42,31 @@ def test_core_sets_pin_one_trial_each_and_must_be_disjoint_equal_and_usable():
         ([[0]], "1 sets for study.parallel=2"),
     ]:
         with pytest.raises(ConfigError, match=f"^study.cpu_sets: .*{problem}"):
-            slots(2, sets, "cpu", 0, {0, 1, 2})
+            slots(2, sets, "cpu", (), {0, 1, 2})
 
 
 def test_gpus_get_one_trial_each_by_cuda_visible_devices(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert [slot.env for slot in slots("auto", None, "cuda", 2, {0})] == [
+    assert [slot.env for slot in slots("auto", None, "cuda", H100 * 2, {0})] == [
         {"CUDA_VISIBLE_DEVICES": "0"},
         {"CUDA_VISIBLE_DEVICES": "1"},
     ]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b,GPU-c")
-    assert [slot.name for slot in slots(2, None, "cuda", 3, {0})] == ["GPU GPU-a", "GPU GPU-b"]
+    assert [slot.name for slot in slots(2, None, "cuda", H100 * 3, {0})] == ["GPU GPU-a", "GPU GPU-b"]
     with pytest.raises(ConfigError, match=r"^study.parallel: 4 trials at once need 4 GPUs; 3 are visible"):
-        slots(4, None, "cuda", 3, {0})
+        slots(4, None, "cuda", H100 * 3, {0})
     with pytest.raises(ConfigError, match=r"^study.parallel: .*measure.device=cuda, not cuda:1"):
-        slots(2, None, "cuda:1", 3, {0})
-    assert slots("auto", None, "cuda:1", 3, {0}) == [UNPINNED], "auto on the one GPU named: one trial at a time"
+        slots(2, None, "cuda:1", H100 * 3, {0})
+    assert slots("auto", None, "cuda:1", H100 * 3, {0}) == [UNPINNED], "auto on the one GPU named: one trial at a time"
+
+
+def test_trials_at_once_on_gpus_of_different_models_are_refused_naming_the_key_and_the_gpus(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    mixed = ("NVIDIA H100", "Tesla T4")
+    with pytest.raises(ConfigError, match=r"^study.parallel: .*\(cuda:0 NVIDIA H100, cuda:1 Tesla T4\).*one model"):
+        slots("auto", None, "cuda", mixed, {0})
+    assert len(slots(2, None, "cuda", H100 * 2 + ("Tesla T4",), {0})) == 2, "the two it runs on are of one model"
+    assert slots(1, None, "cuda", mixed, {0}) == [UNPINNED], "one at a time: nothing to compare across GPUs"
 
 
 @pytest.mark.slow
@@ -101,7 +112,7 @@ def test_a_trial_pins_every_thread_started_before_it_pinned_itself():
 
 def test_core_sets_on_a_gpu_are_refused_naming_the_key():
     with pytest.raises(ConfigError, match=r"^study.cpu_sets: pins trials on a CPU"):
-        slots(2, [[0], [1]], "cuda", 1, {0, 1})
+        slots(2, [[0], [1]], "cuda", H100, {0, 1})
 
 
 def test_the_runs_where_one_decides_are_read_on_their_slots_cores_the_searchs_are_not(tmp_path, monkeypatch):
