@@ -33,9 +33,10 @@ from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
+from autotune.results.finalist import Finalist, round_of, run_name
 from autotune.results.model import load_results
 from autotune.results.profile import ProfileRecord
-from autotune.results.race import MAX_FINALISTS, Finalist, count_changes, round_of, run_name
+from autotune.results.race_rules import MAX_FINALISTS, count_changes
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP, TAKEN_OVER_STEP
 from autotune.study.clock import SEARCH, Kept, RunClock, span

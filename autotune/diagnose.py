@@ -24,7 +24,7 @@ from autotune.measure.profiling import ProfilePlan
 from autotune.records import META_ATTR
 from autotune.report.diagnosis import print_profile, write_profile
 from autotune.results.model import load_results
-from autotune.results.remedies import Tried
+from autotune.results.remedy_model import Tried
 from autotune.results.tried import tries_of
 from autotune.study.profiles import profile_configuration, profile_plan
 from autotune.study.storage import load_study

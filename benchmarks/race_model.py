@@ -37,7 +37,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from autotune.records import TrialRecord
-from autotune.results import race
+from autotune.results import race_rules
 from autotune.results.model import StudyResults
 from autotune.study.run_race import run_race
 from benchmarks.efficiency import TARGET_RATIO
@@ -267,8 +267,8 @@ def main() -> None:
         "--finalist-window",
         type=float,
         nargs="+",
-        default=[race.FINALIST_WINDOW],
-        help="the finalists' window (FINALIST_WINDOW of autotune/results/race.py), one setting each",
+        default=[race_rules.FINALIST_WINDOW],
+        help="the finalists' window (FINALIST_WINDOW of autotune/results/race_rules.py), one setting each",
     )
     parser.add_argument("--picks", action="store_true", help="also print how often each configuration is picked")
     parser.add_argument("--seed", type=int, default=0)
@@ -280,7 +280,7 @@ def main() -> None:
         tails = f"t, {noise.tail_dof} d.o.f." if noise.tail_dof else "normal"
         print(f"{name}: noise (log SD) round {noise.round_sd:.3f}, run {noise.run_sd:.3f} ({tails})")
         for rounds, window in itertools.product(args.rounds, args.finalist_window):
-            race.FINALIST_WINDOW = window  # select_finalists reads it at each call
+            race_rules.FINALIST_WINDOW = window  # select_finalists reads it at each call
             outcomes = [simulate_study(scenario, noise, rounds, rng, args.screening_runs) for _ in range(args.studies)]
             figures = summarise(outcomes)
             print(

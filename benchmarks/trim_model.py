@@ -30,9 +30,12 @@ from typing import Any
 
 from autotune.knobs import BASELINE_DEFAULTS, KNOBS, changed
 from autotune.records import TrialRecord
-from autotune.results import race as race_rules
+from autotune.results import trim_rules
+from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist, count_changes, trim_path
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import count_changes
+from autotune.results.trim_rules import trim_path
 from autotune.study import run_race
 from autotune.study.trim import run_trim
 from benchmarks.race_model import DEFAULT_FILES, Noise, UnstoredStudy, fit_noise
@@ -227,7 +230,7 @@ def main() -> None:
     if args.trim_margin is not None:
         run_race.TRIM_MARGIN = args.trim_margin  # read by the race at each round
     if args.trim_bound is not None:
-        race_rules.TRIM_BOUND = args.trim_bound  # read by trim_path at each call
+        trim_rules.TRIM_BOUND = args.trim_bound  # read by trim_path at each call
     rng = random.Random(args.seed)
     for name, scenario in SCENARIOS.items():
         outcomes = [simulate_trim(scenario, noise, args.rounds, rng) for _ in range(args.studies)]

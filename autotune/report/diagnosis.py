@@ -17,8 +17,9 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_percents, stage_segments
 from autotune.report.profiles import ALL_MEASURED_NO_GAIN
+from autotune.results.loading_remedies import called_from
 from autotune.results.profile import Diagnosis, ProfileRecord
-from autotune.results.remedies import called_from, first_to_follow
+from autotune.results.remedies import first_to_follow
 
 PERFETTO = "https://ui.perfetto.dev"
 _METHOD = (

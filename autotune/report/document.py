@@ -25,25 +25,21 @@ from autotune.report.tuner_time import budget_lines, covers, forecast_lines
 from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
+from autotune.results.finalist import Finalist
 from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
-from autotune.results.race import (
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import (
     BEATS_WORDS,
     FINALIST_WINDOW,
     MAX_FINALISTS,
     MIN_GAIN,
     TIE_TOLERANCE,
-    TRIM_BOUND,
-    Confirmation,
-    Finalist,
-    TrimStep,
     beats,
     finalist_choice,
-    started_alone,
-    undone_again,
-    unsettled,
     wins_in_words,
 )
 from autotune.results.summary import Overruled, Summary
+from autotune.results.trim_rules import TRIM_BOUND, TrimStep, started_alone, undone_again, unsettled
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 from autotune.trial.result import Disturbance
 from autotune.words import counted, percents, ratio_bounds
@@ -512,7 +508,7 @@ def _trim(summary: Summary) -> list[Section]:
     lead = (
         "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
         "undoing costs nothing beyond noise is not recommended, as long as the changes so undone give back less than "
-        f"{TRIM_BOUND:.0%} of it (rules: autotune/results/race.py)."
+        f"{TRIM_BOUND:.0%} of it (rules: autotune/results/trim_rules.py)."
     )
     winner, steps, proof = summary.trim[0].finalists[0].label, summary.trim_steps, summary.proof
     overruled = summary.overruled

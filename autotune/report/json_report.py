@@ -14,8 +14,9 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, TrimStep
+from autotune.results.race import Confirmation
 from autotune.results.summary import Overruled, Summary
+from autotune.results.trim_rules import TrimStep
 
 
 def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:

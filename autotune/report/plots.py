@@ -15,9 +15,12 @@ from autotune.knobs import changed
 from autotune.records import BASELINE_LABEL, TrialRecord
 from autotune.report.rows import record_state
 from autotune.results.benchmark import Benchmark
+from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
-from autotune.results.race import TIE_TOLERANCE, TRIM_BOUND, Confirmation, Finalist, beats, paired_ratio, settled
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import TIE_TOLERANCE, beats, paired_ratio
 from autotune.results.summary import Summary
+from autotune.results.trim_rules import TRIM_BOUND, settled
 from autotune.results.tuner_time import PHASE_WORDS, PHASES, STAGE_WORDS, TunerTime
 
 if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn (``png``): a refused input exits ~0.7 s sooner

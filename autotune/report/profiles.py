@@ -9,9 +9,11 @@ from typing import Any, TextIO
 
 from autotune.measure.hotspots import Hotspots
 from autotune.report.profile_plots import STAGE_COLOURS, stage_percents, stage_segments
+from autotune.results.loading_remedies import called_from
 from autotune.results.profile import ProfileRecord, TunedProfiles
-from autotune.results.race import MIN_GAIN
-from autotune.results.remedies import Advice, called_from, first_to_follow
+from autotune.results.race_rules import MIN_GAIN
+from autotune.results.remedies import first_to_follow
+from autotune.results.remedy_model import Advice
 from autotune.results.summary import Summary
 from autotune.words import counted
 

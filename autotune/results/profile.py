@@ -16,7 +16,8 @@ from autotune.results.diagnosis import (
     saturation_finding,
     verdict,
 )
-from autotune.results.remedies import Advice, Tried, advise
+from autotune.results.remedies import advise
+from autotune.results.remedy_model import Advice, Tried
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
+from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
-from autotune.results.race import (
-    Confirmation,
-    Finalist,
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import choose_candidate
+from autotune.results.trim_rules import (
     TrimStep,
-    choose_candidate,
     is_trim_of,
     judge_of,
     measured_rounds,

@@ -8,8 +8,8 @@ from typing import Any
 from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
-from autotune.results.race import beats
-from autotune.results.remedies import Tried, loader_key, twin_key
+from autotune.results.race_rules import beats
+from autotune.results.remedy_model import Tried, loader_key, twin_key
 from autotune.results.summary import Summary, summarise
 from autotune.trial.result import FailureKind
 

@@ -22,7 +22,7 @@ from autotune.measure.profiling import ProfilePlan
 from autotune.records import PROFILES_ATTR, on_machine
 from autotune.results.model import StudyResults
 from autotune.results.profile import ProfileRecord, TunedProfiles
-from autotune.results.remedies import Tried
+from autotune.results.remedy_model import Tried
 from autotune.results.summary import summarise
 from autotune.results.tried import tries_of
 from autotune.trial.result import TrialRequest, TrialResult

@@ -1,5 +1,6 @@
 """Run the finalists' race: rounds of processes of their own, the baseline and the finalists still racing, stored
-in the study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotune/results/race.py``."""
+in the study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotune/results/race_rules.py``, its
+verdict in ``autotune/results/race.py``."""
 
 from __future__ import annotations
 
@@ -10,24 +11,23 @@ from typing import Any
 import optuna
 
 from autotune.records import CONFIRMATION_ATTR, on_machine
+from autotune.results.finalist import Finalist, run_name
 from autotune.results.model import StudyResults
-from autotune.results.race import (
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import (
     RACE_MARGIN,
     TIE_TOLERANCE,
-    TRIM_MARGIN,
-    Confirmation,
-    Finalist,
     beaten_for_good,
     count_changes,
     decided,
     lagging,
     paired_ratio,
     rounds_lost,
-    run_name,
     select_finalists,
     unprovable,
     wins_needed,
 )
+from autotune.results.trim_rules import TRIM_MARGIN
 from autotune.study.clock import ended_by_budget, span
 from autotune.study.tuner import RunFn
 from autotune.trial.result import Disturbance, TrialResult

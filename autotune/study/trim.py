@@ -1,5 +1,5 @@
 """Only the changes that matter: the race's winner, raced against itself with each of its changes undone in turn.
-The rules are the race's (``autotune/results/race.py``); this module builds the variants and runs the races."""
+The rules are the trim's (``autotune/results/trim_rules.py``); this module builds the variants and runs the races."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import optuna
 
 from autotune.knobs import KNOBS, accumulated_to, conflict, device_kind, undo
 from autotune.records import TRIM_ATTR, on_machine
+from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
-from autotune.results.race import (
-    Confirmation,
-    Finalist,
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import count_changes
+from autotune.results.trim_rules import (
     alone,
-    count_changes,
     is_trim_of,
     settled,
     trim_path,

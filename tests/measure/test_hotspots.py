@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from autotune.measure import loading
 from autotune.measure.hotspots import Hotspots, _call_line, _definition, collect_hotspots, is_own_code
 from autotune.measure.loading import InstrumentedData
-from autotune.results.remedies import HOT_FUNCTION_SHARE, called_from
+from autotune.results.loading_remedies import HOT_FUNCTION_SHARE, called_from
 from tests.fixtures.profiled import ResizedPictures, SlowTransformFeatures
 
 

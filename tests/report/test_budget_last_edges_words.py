@@ -9,7 +9,8 @@ from dataclasses import replace
 from autotune.records import ProbeRecord
 from autotune.report.console import format_probe
 from autotune.report.document import headline
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from tests.results.test_summary import results_with, trial

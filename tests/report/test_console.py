@@ -15,8 +15,8 @@ from autotune.measure.measurement import SystemReport
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
+from autotune.results.finalist import round_of, run_name
 from autotune.results.model import StudyResults
-from autotune.results.race import round_of, run_name
 from autotune.results.summary import summarise
 from autotune.trial.result import ProbeFailure, ProbePlan, ProbeResult
 from tests.conftest import NEUTRAL_KNOBS, tiny_config

@@ -14,8 +14,9 @@ from autotune.measure.stats import ratio_interval
 from autotune.report import write_reports
 from autotune.report.check import now_line, verdict_line
 from autotune.report.console import print_summary
+from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.trial.result import Disturbance
 from autotune.words import ratio_bounds

@@ -11,7 +11,8 @@ from autotune.measure.profiling import StageTiming
 from autotune.records import TrialRecord
 from autotune.report import plots
 from autotune.report.profile_plots import paired_stage_bars, stage_percents
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.trial.result import Failure, FailureKind, TrialResult

@@ -7,7 +7,8 @@ from dataclasses import replace
 from autotune.report.document import build_document, rounds_table
 from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.trial.result import Disturbance
 from tests.report.test_reports import sample_results

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autotune.report.document import build_document, rounds_table
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from tests.report.test_reports import sample_results
 

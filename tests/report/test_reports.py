@@ -29,8 +29,9 @@ from autotune.report.document import (
 from autotune.report.markdown import render_markdown
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
 from autotune.report.tuner_time import tuner_time_line
+from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, RunTime, TunerTime
 from autotune.study.trim import undo_next

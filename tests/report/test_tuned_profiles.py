@@ -14,7 +14,7 @@ from autotune.report.diagnosis import profile_document
 from autotune.report.profiles import current_profiles, side_by_side_rows
 from autotune.results.model import load_results
 from autotune.results.profile import TunedProfiles
-from autotune.results.remedies import Tried
+from autotune.results.remedy_model import Tried
 from autotune.results.summary import summarise
 from autotune.study.profiles import profile_tuned
 from autotune.study.trim import run_trim

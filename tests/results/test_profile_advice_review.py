@@ -12,7 +12,8 @@ import pytest
 from autotune.measure.page_faults import PageFaults
 from autotune.measure.profiling import OperatorStat, ProfileResult, StageTiming
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
-from autotune.results.remedies import MIN_GAIN, Tried, advise, first_to_follow
+from autotune.results.remedies import MIN_GAIN, advise, first_to_follow
+from autotune.results.remedy_model import Tried
 from tests.conftest import NEUTRAL_KNOBS
 from tests.results.profile_records import hot, profile_result
 

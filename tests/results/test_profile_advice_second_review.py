@@ -9,7 +9,8 @@ import pytest
 
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
-from autotune.results.remedies import MIN_GAIN, Tried, advise
+from autotune.results.remedies import MIN_GAIN, advise
+from autotune.results.remedy_model import Tried
 from tests.results.profile_records import hot, profile_result
 from tests.results.test_profile_advice_review import KNOBS, LOADING_S, REST_S, WORKERS, restarting
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.results.race import Confirmation, Finalist, beats, paired_ratio, trim_path, trimmed_to, wins_needed
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import beats, paired_ratio, wins_needed
+from autotune.results.trim_rules import trim_path, trimmed_to
 
 
 def finalist(label, runs, changes=1, memory=100.0, dropped=None):

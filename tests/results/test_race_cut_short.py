@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autotune.report.document import headline
-from autotune.results.race import Confirmation, Finalist, measured_rounds
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
+from autotune.results.trim_rules import measured_rounds
 from autotune.results.tuner_time import RunTime, TunerTime
 from tests.results.test_summary import results_with, trial
 

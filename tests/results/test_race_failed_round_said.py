@@ -3,7 +3,7 @@ which a race stored before ``Finalist.failed_round`` was kept is read back by.""
 
 from __future__ import annotations
 
-from autotune.results.race import Finalist
+from autotune.results.finalist import Finalist
 from autotune.study.run_race import race
 from tests.study.test_disturbed import BASELINE, Runs, run_of
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.results.race import Confirmation, Finalist
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
 
 ENDED = "confirm-2-baseline: signal: SIGKILL"
 

@@ -11,9 +11,11 @@ from autotune.measure.page_faults import PageFaults
 from autotune.measure.profiling import CpuLoad, OperatorStat, ProfileResult
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
+from autotune.results.finalist import Finalist
 from autotune.results.profile import ProfileRecord
-from autotune.results.race import Confirmation, Finalist
-from autotune.results.remedies import Advice, Tried, _with_tried, advise, first_to_follow, loader_key
+from autotune.results.race import Confirmation
+from autotune.results.remedies import _with_tried, advise, first_to_follow
+from autotune.results.remedy_model import Advice, Tried, loader_key
 from autotune.results.tried import tries_of, twins, values_of
 from autotune.trial.result import Failure, FailureKind, ProbePlan, ProbeResult, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement

@@ -10,8 +10,10 @@ from autotune.records import TrialRecord
 from autotune.report.document import _confirmation, headline
 from autotune.report.json_report import report_data
 from autotune.results.advice import batch_advice
+from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
-from autotune.results.race import Confirmation, Finalist, finalist_choice, select_finalists
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import finalist_choice, select_finalists
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import RunTime, TunerTime
 from autotune.trial.result import Failure, FailureKind, TrialResult

@@ -8,7 +8,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 from autotune import app
-from autotune.results.race import Finalist
+from autotune.results.finalist import Finalist
 from autotune.study import clock as clock_module
 from autotune.study.clock import Kept, RunClock, ended_by_budget
 from autotune.study.disturbed import again_if_disturbed

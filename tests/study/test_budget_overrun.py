@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from autotune import app
 from autotune.measure.environment import this_machine_id
 from autotune.records import PROFILES_ATTR, on_machine
+from autotune.results.finalist import Finalist
 from autotune.results.profile import ProfileRecord, TunedProfiles
-from autotune.results.race import Finalist
 from autotune.study import clock as clock_module
 from autotune.study.clock import RunClock, ended_by_budget
 from autotune.study.disturbed import again_if_disturbed

@@ -13,7 +13,9 @@ from autotune.config.load import load_settings
 from autotune.measure.core_speed import CoreSpeed
 from autotune.measure.measurement import SystemReport
 from autotune.results.benchmark import Benchmark
-from autotune.results.race import Confirmation, Finalist, alone
+from autotune.results.finalist import Finalist
+from autotune.results.race import Confirmation
+from autotune.results.trim_rules import alone
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.run_race import race
 from autotune.trial.result import Disturbance, Failure, FailureKind, TrialResult

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from autotune.measure.recorder import WindowPlan
-from autotune.results.race import Finalist
+from autotune.results.finalist import Finalist
 from autotune.study.clock import RunClock
 from autotune.study.forecast import forecast
 from autotune.study.trim import first_race

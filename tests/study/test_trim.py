@@ -13,9 +13,10 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import TRIM_ATTR, on_machine
 from autotune.report.document import headline
 from autotune.report.plots import undone_changes
+from autotune.results.finalist import Finalist, run_name
 from autotune.results.model import load_results
-from autotune.results.race import Finalist, alone, is_trim_of, run_name, trimmed_to
 from autotune.results.summary import summarise
+from autotune.results.trim_rules import alone, is_trim_of, trimmed_to
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study

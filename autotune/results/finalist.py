@@ -1,0 +1,87 @@
+"""A finalist of the race (``Finalist``): its record, and the names of the race's runs."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from autotune.trial.result import TrialResult
+
+
+@dataclass
+class Finalist:
+    """A configuration re-measured in the confirmation race. ``changes`` counts the knobs it changes from the
+    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early, and
+    ``failed_round`` which round's run failed where that is why.
+    ``result`` is the first run of a configuration that is no trial of the study (a variant of the winner with one
+    change undone), so that it can be recommended with its measurement; its peak memory is that run's."""
+
+    label: str
+    knobs: dict[str, Any]
+    changes: int
+    peak_memory_mb: float | None
+    throughputs: list[float] = field(default_factory=list)
+    dropped: str | None = None
+    result: TrialResult | None = None
+    failed_round: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**record_fields(self), "result": self.result.to_dict() if self.result else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finalist:
+        result = data.get("result")
+        failed_round = data["failed_round"] if "failed_round" in data else _said_failed_round(data.get("dropped"))
+        return cls(
+            **{**data, "result": TrialResult.from_dict(result) if result else None, "failed_round": failed_round}
+        )
+
+    def fail(self, failure: object) -> None:
+        """Drop it from the race: its run of the round after those it ran failed with ``failure``
+        (``_failed_in_round`` says why)."""
+        self.failed_round = len(self.throughputs) + 1
+        self.dropped = _failed_in_round(self.failed_round, failure)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.throughputs) if self.throughputs else None
+
+
+def _failed_in_round(index: int, failure: object) -> str:
+    """Why a finalist whose run of round ``index`` failed with ``failure`` left the race (``Finalist.dropped``), as
+    ``_said_failed_round`` reads it back."""
+    return f"round {index} failed: {failure}"
+
+
+# How ``_failed_in_round`` says, in ``dropped``, which round's run failed: read back from a race stored before
+# ``Finalist.failed_round`` was kept.
+_FAILED_ROUND_SAID = re.compile(r"round (\d+) failed: ")
+
+
+def _said_failed_round(dropped: str | None) -> int | None:
+    """The round whose run failed, read from ``dropped`` as a race stored before ``Finalist.failed_round`` was kept
+    says it (``_failed_in_round``); None where it says no such thing."""
+    said = _FAILED_ROUND_SAID.match(dropped or "")
+    return int(said.group(1)) if said else None
+
+
+def run_name(prefix: str, label: str | None) -> str:
+    """The name of a race run (its files' name): PREFIX-baseline, or PREFIX-trial-LABEL for finalist ``label``."""
+    return prefix + run_suffix(label)
+
+
+def round_of(name: str) -> str:
+    """The round (PREFIX) of race run ``name``, as ``run_name`` made it."""
+    return name.removesuffix("-baseline") if name.endswith("-baseline") else name.split("-trial-", 1)[0]
+
+
+def run_suffix(label: str | None) -> str:
+    """The end of the name of ``label``'s race runs (None: the baseline's), after their round (``run_name``)."""
+    return "-baseline" if label is None else "-trial-" + re.sub(r"[^\w.-]+", "-", label)
+
+
+def record_fields(record: object) -> dict[str, Any]:
+    """A record's fields, one level deep (``asdict`` would convert the nested records its caller converts itself)."""
+    return {item.name: getattr(record, item.name) for item in fields(record)}

@@ -1,0 +1,129 @@
+"""What advice is and what it is read against: one thing to change (``Advice``), and what a stored tuning study
+measured (``Tried``)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.results import race
+
+
+@dataclass(frozen=True)
+class Tried:
+    """What a stored tuning study measured: its name, per knob the values its configurations ran with, the
+    changes its recommendation makes to the baseline (``recommended``: knob → value; None where the study has no
+    recommendation to read), per change of one knob (``twin_key``: ``KNOB=FROM->TO``) the throughput of each
+    configuration it measured with TO over that of one it measured alike but for that knob, at FROM (``twins``:
+    single runs), the changes its races raced with the recommendation's changes and left out, no faster beyond noise
+    (``left_out``: knob → value),
+    the samples/s of the DataLoader alone its probe read per batch size and worker count (``loaders``, by
+    ``loader_key``), and the values its recommendation keeps from the baseline (``kept``: knob → value; the whole
+    baseline where it recommends keeping it)."""
+
+    study: str
+    values: dict[str, list[Any]]
+    recommended: dict[str, Any] | None = None
+    twins: dict[str, list[float]] = field(default_factory=dict)
+    left_out: dict[str, Any] = field(default_factory=dict)
+    loaders: dict[str, float] = field(default_factory=dict)
+    kept: dict[str, Any] = field(default_factory=dict)
+
+    def says(self, knob: str, value: Any, now: Any = None) -> str:
+        """Whether the study measured ``knob`` at ``value``, and recommends it, in words; and what changing it from
+        ``now`` to ``value`` read where the study measured both alike."""
+        seen = self.values.get(knob, [])
+        if self.recommended is not None and knob in self.recommended and self.recommended[knob] == value:
+            return f"the tuner recommends {knob}={value} (study '{self.study}')"
+        if knob in self.kept and self.kept[knob] == value:
+            return (
+                f"the tuner's recommendation keeps {knob}={value} (study '{self.study}'){self._twins(knob, now, value)}"
+            )
+        if self.left_out_of_recommendation(knob, value):
+            return (
+                f"the tuner raced {knob}={value} with its recommendation's changes and left it out, no faster beyond "
+                f"noise (study '{self.study}')"
+            )
+        if value in seen:
+            unused = " and did not recommend it" if self.recommended is not None else ""
+            return f"the tuner measured {knob}={value}{unused} (study '{self.study}'){self._twins(knob, now, value)}"
+        listed = ", ".join(map(str, seen)) or "no value"
+        return f"not tried by the tuner: study '{self.study}' measured {knob} at {listed}"
+
+    def _twins(self, knob: str, now: Any, value: Any) -> str:
+        measured = self.measured(knob, now, value)
+        return f": {measured}" if measured else ""
+
+    def measured(self, knob: str, now: Any, value: Any) -> str:
+        """What the study read of changing ``knob`` from ``now`` to ``value``, alike but for it (``twins``), in words
+        ("1.00x the same with num_workers=0 (one pair of single runs)"); "" where it measured no such pair."""
+        ratios = self.twins.get(twin_key(knob, now, value), [])
+        if not ratios:
+            return ""
+        pairs = "one pair" if len(ratios) == 1 else f"median of {len(ratios)} pairs"
+        return f"{statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
+
+    def no_gain(self, knob: str, now: Any, value: Any) -> bool:
+        """Whether the study measured changing ``knob`` from ``now`` to ``value`` gaining less than the races ask of a
+        change (``race.MIN_GAIN``), by the median of two pairs or more measured alike but for it (``twins``), as
+        ``measured`` prints it; by one pair, only where it read slower by as much or more: single runs vary by 6 to
+        20 % (docs/profile.md), so one pair tells neither a small gain nor a small loss from none."""
+        ratios = self.twins.get(twin_key(knob, now, value), [])
+        if not ratios:
+            return False
+        median = round(statistics.median(ratios), 2)
+        return median < 1 + race.MIN_GAIN if len(ratios) > 1 else median <= 1 - race.MIN_GAIN
+
+    def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
+        """Whether the study's races raced setting ``knob`` to ``value`` with its recommendation's changes and left it
+        out."""
+        return knob in self.left_out and self.left_out[knob] == value
+
+    def settled(self, knob: str, knobs: dict[str, Any], value: Any) -> bool:
+        """Whether the study's races already chose, for a configuration of ``knobs``, against setting ``knob`` to
+        ``value`` (no advice to set it is then given): ``knobs`` make the recommendation's change of ``knob`` and
+        the study measured ``value`` too (the tuner chose among the values it measured; a value it never measured,
+        such as a batch beyond its largest, is advised), or ``knobs`` make every change of the recommendation and
+        its races left ``value`` out (``left_out``)."""
+        if self.recommended is None:
+            return False
+        runs_recommendation = all(knobs.get(name) == after for name, after in self.recommended.items())
+        if runs_recommendation and self.left_out_of_recommendation(knob, value):
+            return True
+        return (
+            knob in self.recommended
+            and knobs.get(knob) == self.recommended[knob]
+            and value in self.values.get(knob, [])
+        )
+
+
+def loader_key(batch_size: int, num_workers: int) -> str:
+    """``Tried.loaders``' key of the DataLoader at ``batch_size`` with ``num_workers`` workers."""
+    return f"batch_size={batch_size} num_workers={num_workers}"
+
+
+def twin_key(knob: str, before: Any, after: Any) -> str:
+    """``Tried.twins``' key of ``knob`` changed from ``before`` to ``after``."""
+    return f"{knob}={before}->{after}"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One thing to change: ``action``, the measurement behind it (``why``), its expected ``effect`` and, where
+    the measurements give one, the speedup it can bring at most (``gain``, the ranking's key); the ``knob`` that
+    does it (and whether the tuner ``tried`` it), or the user's code ``location`` to change. ``measured_no_gain``: the
+    stored study measured the change, alike but for its knob, gaining less than a change must (``Tried.no_gain``):
+    it is ranked last, and is never the advice to follow next (``first_to_follow``)."""
+
+    action: str
+    why: str
+    effect: str
+    gain: float | None = None
+    knob: str | None = None
+    tried: str | None = None
+    location: str | None = None
+    measured_no_gain: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
