@@ -29,7 +29,7 @@ from autotune.trial.result import FailureKind, TrialResult
 
 SEARCH = "search"  # the stage whose trials screen (a shorter window than the baseline's and the races')
 # Said after a timeout's reason where what study.budget_s had left, not measure.trial_timeout_s, set the timeout
-# (``RunClock.as_ended_by_budget``), and how it is known again (``ended_by_budget``).
+# (``RunClock.as_ended_by_budget``): words for the user; the tuner reads ``Failure.budget_cut`` (``ended_by_budget``).
 BUDGET_CUT = "all that study.budget_s had left"
 # A run the budget's cap ended (``ended_by_budget``) needs more than it ran, how much more unknown: one that runs it
 # again is expected to take this much of that at least (``RunClock.affords``), so that it gets clearly more, not a
@@ -259,13 +259,14 @@ class RunClock:
         return min(trial_timeout_s, max(0.0, math.floor(left * 10) / 10))
 
     def as_ended_by_budget(self, result: TrialResult, timeout_s: float, trial_timeout_s: float) -> TrialResult:
-        """``result``, of a process given ``timeout_s`` (``timeout_s``), its reason saying so (``ended_by_budget``)
-        where that timeout, what the budget had left, below ``trial_timeout_s``, ended it: not the user's timeout."""
+        """``result``, of a process given ``timeout_s`` (``timeout_s``), marked ended by the budget
+        (``Failure.budget_cut``: ``ended_by_budget``), its reason saying so, where that timeout, what the budget had
+        left, below ``trial_timeout_s``, ended it: not the user's timeout."""
         failure = result.failure
         if failure is None or failure.kind is not FailureKind.TIMEOUT or timeout_s >= trial_timeout_s:
             return result
         said = f"{BUDGET_CUT} of its {self.budget_s:g} s, not measure.trial_timeout_s={trial_timeout_s:g}"
-        return replace(result, failure=replace(failure, message=f"{failure.message}: {said}"))
+        return replace(result, failure=replace(failure, message=f"{failure.message}: {said}", budget_cut=True))
 
     def foretell(self, rest_s: float) -> None:
         """Keep, in the run's record, that the run said now its rest would take ``rest_s`` (``forecast``)."""
@@ -449,9 +450,8 @@ class RunClock:
 
 def ended_by_budget(result: TrialResult) -> bool:
     """Whether what study.budget_s had left, not measure.trial_timeout_s, ended ``result``'s process
-    (``RunClock.as_ended_by_budget``)."""
-    failure = result.failure
-    return failure is not None and failure.kind is FailureKind.TIMEOUT and BUDGET_CUT in failure.message
+    (``RunClock.as_ended_by_budget``): its failure's ``budget_cut``, whatever its message says."""
+    return result.failure is not None and result.failure.budget_cut
 
 
 def span(step: str, first: int, last: int) -> str:

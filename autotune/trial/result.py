@@ -154,14 +154,29 @@ class FailureKind(str, Enum):
 @dataclass(frozen=True)
 class Failure:
     """Why a trial produced no measurement; ``reading``: a pruned trial's running throughput (samples/s) when it was
-    stopped, None otherwise."""
+    stopped, None otherwise; ``budget_cut``: a timeout that what study.budget_s had left set, not
+    measure.trial_timeout_s (``RunClock.as_ended_by_budget``), so no fault of the configuration's (the message says
+    so in words for the user; this is what the tuner reads: ``clock.ended_by_budget``)."""
 
     kind: FailureKind
     message: str
     reading: float | None = None
+    budget_cut: bool = False
 
     def __str__(self) -> str:
         return f"{self.kind.value}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "message": self.message,
+            "reading": self.reading,
+            "budget_cut": self.budget_cut,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Failure:
+        return cls(FailureKind(data["kind"]), data["message"], data.get("reading"), data.get("budget_cut", False))
 
 
 @dataclass(frozen=True)
@@ -330,13 +345,7 @@ class TrialResult:
         return {
             "knobs": self.knobs,
             "measurement": self.measurement.to_dict() if self.measurement else None,
-            "failure": {
-                "kind": self.failure.kind.value,
-                "message": self.failure.message,
-                "reading": self.failure.reading,
-            }
-            if self.failure
-            else None,
+            "failure": self.failure.to_dict() if self.failure else None,
             "wall_s": self.wall_s,
             "startup_s": self.startup_s,
             "build_s": self.build_s,
@@ -351,13 +360,10 @@ class TrialResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:
-        failure = data.get("failure")
         return cls(
             knobs=data["knobs"],
             measurement=Measurement.from_dict(data["measurement"]) if data.get("measurement") else None,
-            failure=Failure(FailureKind(failure["kind"]), failure["message"], failure.get("reading"))
-            if failure
-            else None,
+            failure=Failure.from_dict(data["failure"]) if data.get("failure") else None,
             wall_s=data.get("wall_s", 0.0),
             startup_s=data.get("startup_s"),
             build_s=data.get("build_s"),

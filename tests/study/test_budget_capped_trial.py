@@ -12,7 +12,7 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import CAPPED_ATTR, INTERRUPTED_ATTR, PROBE_ATTR, ProbeRecord, on_machine
 from autotune.report.document import build_document
 from autotune.results.summary import summarise
-from autotune.study.clock import BUDGET_CUT, ended_by_budget
+from autotune.study.clock import RunClock, ended_by_budget
 from autotune.study.probe_model import probe_once, stored_probe
 from autotune.study.start import open_study
 from autotune.study.tuner import counted_trials, ensure_baseline, tune
@@ -23,10 +23,10 @@ from tests.study.test_tuner import BASELINE, META, SPACE, FakeMeasure, settings
 
 
 def capped(knobs, ran_s: float = 4.5) -> TrialResult:
-    """A run of ``knobs`` the budget's cap on its timeout ended after ``ran_s``, as ``RunClock.as_ended_by_budget``
-    says it."""
-    said = f"timeout after {ran_s:g} s: {BUDGET_CUT} of its 60 s, not measure.trial_timeout_s=600"
-    result = TrialResult(knobs=knobs, failure=Failure(FailureKind.TIMEOUT, said), wall_s=ran_s)
+    """A run of ``knobs`` the budget's cap on its timeout ended after ``ran_s``, marked so by
+    ``RunClock.as_ended_by_budget`` (study.budget_s=60, measure.trial_timeout_s=600)."""
+    timed_out = TrialResult(knobs, failure=Failure(FailureKind.TIMEOUT, f"timeout after {ran_s:g} s"), wall_s=ran_s)
+    result = RunClock(budget_s=60.0).as_ended_by_budget(timed_out, ran_s, 600.0)
     assert ended_by_budget(result)
     return result
 

@@ -76,7 +76,7 @@ def test_a_round_the_budget_ran_out_in_is_not_counted_and_the_race_is_cut_before
         "confirm-1-baseline": run_of(100.0),
         "confirm-1-trial-0": run_of(110.0),
         "confirm-2-trial-0": run_of(111.0, disturbed=True),  # round 2 runs the finalist first
-        "confirm-2-baseline": timed_out(3.0, ": all that study.budget_s had left of its 60 s"),
+        "confirm-2-baseline": RunClock(budget_s=60.0).as_ended_by_budget(timed_out(3.0), 3.0, 600.0),
     }
     asked = []
     affords = lambda runs, step: asked.append(step) or True  # noqa: E731 (each round expected to fit)
