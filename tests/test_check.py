@@ -49,11 +49,11 @@ def check(
 
 
 def test_a_speedup_that_fell_beyond_the_tolerance_and_the_noise_regressed():
-    record = check(2.0, [150.0, 157.0, 146.0])
-    assert record.now.high < record.floor == pytest.approx(1.8)
+    record = check(3.0, [150.0, 157.0, 146.0])
+    assert record.now.high < record.floor == pytest.approx(2.7)
     assert record.regressed and record.verdict == "regressed" and not record.passed
     line = verdict_line(record)
-    assert line.startswith("regressed: 1.50x now") and "1.80x (2.00x before, with no interval, counted as one" in line
+    assert line.startswith("regressed: 1.50x now") and "2.70x (3.00x before, with no interval, counted as" in line
 
 
 def test_a_fall_within_the_noise_holds():
@@ -142,15 +142,16 @@ def test_rounds_to_tell_a_fall_count_the_tuning_runs_noise_which_more_rounds_now
 
 
 def test_a_gain_recorded_from_single_runs_is_one_round_predicted_at_the_rounds_now_degrees_of_freedom():
-    # 1.80x recorded from single runs, 1.55x (1.52-1.58) now over 5 rounds: the record is one round as noisy as a
-    # round now, whose noise the 5 rounds estimate (4 degrees of freedom): the fall lies beyond that prediction.
+    # 1.80x recorded from single runs, 1.55x (1.52-1.58) now over 5 rounds: the record is one run of each as noisy as
+    # its runs now (the baseline's steady), whose noise the 5 rounds estimate (4 degrees of freedom): the fall lies
+    # beyond that prediction.
     now = [155.0, 152.0, 158.0, 154.0, 156.0]
     for recorded in (RatioInterval(1.8, 1.45, 2.23, 2), RatioInterval(1.8, 1.6, 2.02, 3)):
         assert check(1.8, now, (100.0,) * 5, before_interval=recorded).passed
     single = check(1.8, now, (100.0,) * 5, before_rounds=0)
     assert single.now.high < single.floor and single.regressed
     line = verdict_line(single)
-    assert "(1.80x before, from single runs, counted as one round as noisy as a round now, less the tol" in line
+    assert "(1.80x before, from single runs, counted as one run of each as noisy as its runs now, less the tol" in line
     assert "from one round, as noisy as a round now" in verdict_line(replace(single, before_rounds=1))
     assert check(1.8, [100.0, 101.0, 99.0], before_rounds=0).regressed, "a fall far beyond one round's noise"
 
@@ -164,8 +165,8 @@ def test_a_fall_wholly_below_the_floor_within_the_noise_says_how_many_rounds_wou
     assert not record.loose_gate and record.rounds_to_tell == 7
     assert verdict_line(record) == (
         "holds within the noise: 1.62x now (95 % interval 1.54-1.70) lies below the floor of 1.80x (2.00x before, "
-        "from single runs, counted as one round as noisy as a round now, less the tolerance of 10 %), but by less "
-        "than the noise of both measurements (at this noise about check.rounds=7 would tell)"
+        "from single runs, counted as one run of each as noisy as its runs now, less the tolerance of 10 %), but by "
+        "less than the noise of both measurements (at this noise about check.rounds=7 would tell)"
     )
     assert check(2.0, runs * 2, (100.0,) * 10, before_rounds=0).regressed, "over 10 rounds the same fall regresses"
 
@@ -196,10 +197,10 @@ def test_too_few_rounds_for_an_interval_fail_and_say_which(recommended_runs, bas
 
 
 def test_the_record_round_trips_through_json():
-    record = check(2.0, [150.0, None, 146.0])
+    record = check(3.0, [150.0, None, 146.0])
     data = json.loads(json.dumps(record.to_dict()))
     assert Check.from_dict(data) == record
-    assert data["verdict"] == "regressed" and data["floor"] == pytest.approx(1.8) and data["now"]["n"] == 2
+    assert data["verdict"] == "regressed" and data["floor"] == pytest.approx(2.7) and data["now"]["n"] == 2
 
 
 # Settings and report.json.
@@ -341,14 +342,14 @@ def test_a_regression_raises_after_check_json_is_written(tmp_path, monkeypatch):
     monkeypatch.setattr(
         check_mode, "print_check", lambda record, path, out: shown.append(Check.from_dict(json.loads(path.read_text())))
     )
-    against, out = report(tmp_path, speedup=2.0, pipeline="other"), io.StringIO()
+    against, out = report(tmp_path, speedup=3.0, pipeline="other"), io.StringIO()
     with pytest.raises(RegressionError) as error:
         run_check(against, tmp_path / "out", out)
     assert error.value.exit_code == 1
     assert str(error.value).startswith(f"check of {against}: regressed: 1.50x now")
     assert (
-        "2.00x before, with no interval, counted as one round as noisy as a round now, less the tolerance of 10 %"
-        in (str(error.value))
+        "3.00x before, with no interval, counted as one run of each as noisy as its runs now, less the tolerance of "
+        "10 %" in (str(error.value))
     )
     assert shown and shown[0].verdict == "regressed", "check.json was written before it was printed"
     assert f"note: {against} was tuned for pipeline 'other', checked here on 'tiny'" in out.getvalue()
@@ -515,7 +516,7 @@ def _entry(record: dict, index: int, **changes) -> dict:
     ("change", "message"),
     [
         (
-            lambda record: record | {"before": 2.0},  # the same rounds against a floor of 1.80x
+            lambda record: record | {"before": 3.0},  # the same rounds against a floor of 2.70x
             "its verdict is regressed: gate against a check that held, or against the file it checked (report.json)",
         ),
         (lambda record: record | {"stopped": True}, "its verdict is stopped: gate against a check that held"),

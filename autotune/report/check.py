@@ -89,8 +89,9 @@ def _to_tell(check: Check) -> str:
 
 
 def _recorded(check: Check) -> str:
-    """The recorded speedup's interval, as a clause; where the tuning run had none, that it counts as one round
-    (``Check.before_noise``), from what (report.json's ``speedup_rounds``)."""
+    """The recorded speedup's interval, as a clause; where the tuning run had none, how it counts
+    (``Check.before_noise``: one round's noise for one round of a race, else one run's of each), from what
+    (report.json's ``speedup_rounds``)."""
     was = check.before_interval
     if was is not None:
         return f", 95 % interval {ratio_bounds(was.low, was.high)} over {was.n} rounds"
@@ -98,7 +99,7 @@ def _recorded(check: Check) -> str:
     if rounds == 1:
         return ", from one round, as noisy as a round now"
     source = _NO_INTERVAL.get(rounds) or f"from {rounds} rounds with no interval"
-    return f", {source}, counted as one round as noisy as a round now"
+    return f", {source}, counted as one run of each as noisy as its runs now"
 
 
 def _shortfall(check: Check) -> str:

@@ -4,14 +4,17 @@ Its rule is written here once (``Check.regressed``): the speedup now is the geom
 per-round ratios to the baseline, with its 95 % interval (``Benchmark.interval``); it regressed when it lies below
 the speedup the tuning run recorded, less the tolerance, by more than the noise of both measurements allows (the
 tuning run's own noise counts: a gain read from few noisy rounds, and picked as the fastest, reads high; so a
-loosely recorded gain makes a loose gate; one recorded with no interval counts as one round as noisy as the rounds
-now: ``Check.before_noise``). A check passes only when its rounds ended, with an interval and no regression.
+loosely recorded gain makes a loose gate; one recorded with no interval counts as one round, or one run of each, as
+noisy as those now: ``Check.before_noise``). A check passes only when its rounds ended, with an interval and no
+regression.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any
 
 from autotune.measure.stats import RatioInterval, t95
@@ -81,16 +84,25 @@ class Check:
         a round's logarithm, from the rounds now) less the recorded one, as ``_bound`` combines them: one standard
         error with its degrees of freedom for each independent estimate of a variance.
         Where the tuning run recorded an interval, the recorded speedup's error is read from it, with its rounds'
-        degrees of freedom: two estimates, now's and its own. Where it recorded none (single runs, or one round of a
-        race), it is one observation as noisy as a round now, whose variance only the rounds now estimate: the
-        difference is a prediction, its error ``spread * sqrt(1 + 1 / rounds)``, with now's ``rounds - 1`` degrees
-        of freedom, one estimate. So more rounds now tighten the gate on it, down to the normal's bound of one
-        round's noise."""
+        degrees of freedom: two estimates, now's and its own. Where it recorded none, it is one observation whose noise
+        only the rounds now estimate, so the difference is a prediction, one estimate at now's ``rounds - 1`` degrees
+        of freedom (its parts come from the same rounds: counted apart, Welch-Satterthwaite would count those degrees
+        twice and tighten the gate). The observation: of one round of a race (``before_rounds`` 1), a ratio as noisy
+        as a round's now; of single runs (0, or not said), one run of each taken apart, as noisy as one run of each
+        now (``run_spreads``), so the machine's drift across the rounds, which a round cancels and runs apart do not,
+        counts. So more rounds now tighten the gate on it, down to the normal's bound of the record's noise."""
         now = spread / math.sqrt(rounds)
         before = self.before_interval
-        if before is None:
-            return [(math.hypot(now, spread), rounds - 1)]
-        return [(now, rounds - 1), (_standard_error(before), before.n - 1)]
+        if before is not None:
+            return [(now, rounds - 1), (_standard_error(before), before.n - 1)]
+        record = spread if self.before_rounds == 1 else math.hypot(*self.run_spreads)
+        return [(math.hypot(now, record), rounds - 1)]
+
+    @cached_property  # ``before_noise`` reads it for each number of rounds ``_first_telling`` tries
+    def run_spreads(self) -> tuple[float, float]:
+        """The standard deviations of the logarithm of one run of the baseline and of the recommendation, each across
+        its runs now that ran (those a round's ratio leaves out as slowed too)."""
+        return _log_spread(self.benchmark.baseline), _log_spread(self.recommended)
 
     @property
     def loose_gate(self) -> bool:
@@ -105,10 +117,10 @@ class Check:
     @property
     def rounds_to_tell(self) -> int | None:
         """About how many rounds an interval as noisy as this one now needs for a verdict beyond doubt (the spread
-        of its rounds' ratios kept, the gap to the floor as read): above the floor, to lie wholly above it; below,
-        to lie wholly below it and by more than the noise of both measurements (``regressed``). Where the verdict
-        is in doubt (the interval reaches across the floor, or lies below it by less than that noise) and at most
-        MAX_ROUNDS_TO_TELL would do; else None."""
+        of its rounds' ratios and of its runs kept, the gap to the floor as read): above the floor, to lie wholly
+        above it; below, to lie wholly below it and by more than the noise of both measurements (``regressed``).
+        Where the verdict is in doubt (the interval reaches across the floor, or lies below it by less than that
+        noise) and at most MAX_ROUNDS_TO_TELL would do; else None."""
         now = self.now
         if now is None or now.low >= self.floor or self.regressed:
             return None
@@ -200,6 +212,11 @@ def _bound(parts: list[tuple[float, int]]) -> float:
 def _spread(interval: RatioInterval) -> float:
     """The standard deviation of one round's logarithm behind ``interval``, read back from it."""
     return _standard_error(interval) * math.sqrt(interval.n)
+
+
+def _log_spread(entry: Entry) -> float:
+    """The standard deviation of the logarithms of ``entry``'s runs that ran (at least two)."""
+    return statistics.stdev(math.log(value) for value in entry.throughputs if value is not None)
 
 
 def _standard_error(interval: RatioInterval) -> float:
