@@ -9,9 +9,10 @@ import pandas as pd
 
 from autotune.knobs import KNOBS
 from autotune.records import ProbeRecord
-from autotune.report.document import RANKED_COLUMNS, headline, metric, ranked_basis
+from autotune.report.headline import headline, metric
 from autotune.report.profiles import current_profiles, summary_lines
 from autotune.report.rows import disturbance_words, marked, ranked_frame, ranked_rows
+from autotune.report.study_document import RANKED_COLUMNS, ranked_basis
 from autotune.report.tuner_time import budget_lines, forecast_lines, tuner_time_line
 from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary

@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from autotune.report.document import Document, Section, Table, build_document
+from autotune.report.document import Document, Section, Table
 from autotune.report.plots import Plot, png
+from autotune.report.study_document import build_document
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 

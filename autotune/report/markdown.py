@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import html
 
-from autotune.report.document import Document, Section, Table, build_document
+from autotune.report.document import Document, Section, Table
+from autotune.report.study_document import build_document
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from autotune.records import ProbeRecord
 from autotune.report.console import format_probe
-from autotune.report.document import headline
+from autotune.report.headline import headline
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise

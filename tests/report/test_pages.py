@@ -22,8 +22,9 @@ from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.benchmark import benchmark_document, write_benchmark
 from autotune.report.diagnosis import profile_document
-from autotune.report.document import build_document, machine_lines
+from autotune.report.document import machine_lines
 from autotune.report.plots import png
+from autotune.report.study_document import build_document
 from autotune.results.benchmark import Benchmark, Entry
 from autotune.results.model import StudyResults, knob_importance, load_results
 from autotune.results.profile import ProfileRecord

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autotune.report.document import build_document, rounds_table
 from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
+from autotune.report.races import rounds_table
+from autotune.report.study_document import build_document
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise

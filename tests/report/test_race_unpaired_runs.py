@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autotune.report.document import build_document, rounds_table
+from autotune.report.races import rounds_table
+from autotune.report.study_document import build_document
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise

@@ -18,16 +18,12 @@ from autotune.measure.warmup import WarmupPolicy
 from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
-from autotune.report.document import (
-    _trim_outcome,
-    build_document,
-    format_cell,
-    headline,
-    machine_lines,
-    rounds_table,
-)
+from autotune.report.document import format_cell, machine_lines
+from autotune.report.headline import headline
 from autotune.report.markdown import render_markdown
+from autotune.report.races import _trim_outcome, rounds_table
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
+from autotune.report.study_document import build_document
 from autotune.report.tuner_time import tuner_time_line
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults

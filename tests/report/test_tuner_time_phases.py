@@ -8,7 +8,7 @@ from dataclasses import replace
 from matplotlib.figure import Figure
 
 from autotune.report import plots
-from autotune.report.document import build_document
+from autotune.report.study_document import build_document
 from autotune.report.tuner_time import tuner_time_data, tuner_time_line
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import IDLE, TUNER, WAITING, RunTime, TunerTime

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autotune.report.document import headline
+from autotune.report.headline import headline
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise

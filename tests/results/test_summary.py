@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from autotune.records import TrialRecord
-from autotune.report.document import _confirmation, headline
+from autotune.report.headline import headline
 from autotune.report.json_report import report_data
+from autotune.report.races import confirmation_sections
 from autotune.results.advice import batch_advice
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
@@ -115,7 +116,7 @@ def test_the_trials_near_the_fastest_left_out_of_the_race_are_named_with_why():
     }
     race = Confirmation([100.0], [Finalist(f.label, f.result.knobs, 1, 100.0, [150.0]) for f in finalists])
     raced = replace(results, confirmation=race)
-    (section,) = _confirmation(raced, summarise(raced))
+    (section,) = confirmation_sections(raced, summarise(raced))
     assert section.paragraphs[1].startswith(
         "Left out of the race, though their runs came within 15% of the fastest: trial 0 (it changes more knobs"
     )

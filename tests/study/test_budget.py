@@ -18,7 +18,7 @@ from autotune.knobs import KNOBS, costly
 from autotune.measure.environment import this_machine_id
 from autotune.measure.recorder import WindowPlan
 from autotune.records import TRIM_ATTR, config_key, on_machine
-from autotune.report.document import headline
+from autotune.report.headline import headline
 from autotune.report.recommended import recommendation
 from autotune.report.tuner_time import budget_lines
 from autotune.results.model import load_results

@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from autotune.measure.environment import this_machine_id
 from autotune.records import CAPPED_ATTR, INTERRUPTED_ATTR, PROBE_ATTR, ProbeRecord, on_machine
-from autotune.report.document import build_document
+from autotune.report.study_document import build_document
 from autotune.results.summary import summarise
 from autotune.study.clock import RunClock, ended_by_budget
 from autotune.study.probe_model import probe_once, stored_probe

@@ -7,7 +7,7 @@ import io
 from types import SimpleNamespace
 
 from autotune import app
-from autotune.report.document import headline
+from autotune.report.headline import headline
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import WAITING

@@ -11,7 +11,7 @@ import pytest
 from autotune.knobs import KNOBS, undo
 from autotune.measure.environment import this_machine_id
 from autotune.records import TRIM_ATTR, on_machine
-from autotune.report.document import headline
+from autotune.report.headline import headline
 from autotune.report.plots import undone_changes
 from autotune.results.finalist import Finalist, run_name
 from autotune.results.model import load_results

@@ -1,0 +1,291 @@
+"""The report's verdict: its headline (what to change and what it gains, with the gain's interval, or why the
+baseline stays) and the before-and-after table of the baseline against the recommendation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.knobs import KNOBS
+from autotune.records import TrialRecord
+from autotune.report.document import Headline, Table, format_cell, table_of
+from autotune.report.rows import record_row
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import TIE_TOLERANCE, wins_in_words
+from autotune.results.summary import Overruled, Summary
+from autotune.results.trim_rules import unsettled
+from autotune.words import counted, ratio_bounds
+
+_BEFORE_AFTER_METRICS = [
+    ("median_step_ms", "median step (ms)"),
+    ("step_iqr_ms", "step interquartile range (ms)"),
+    ("data_stall_fraction", "data wait"),
+    ("transfer_ms_per_step", "to device and input layout per step (ms)"),
+    ("compile_s", "compile (s)"),
+    ("process_tree_cores", "CPU cores busy (process tree)"),
+    ("gpu_utilization_percent", "GPU utilisation (%)"),
+    ("achieved_gflops_per_s", "achieved GFLOP/s"),
+    ("peak_memory_mb", "peak memory (MB; the GPU's on CUDA)"),
+    ("host_peak_memory_mb", "host peak memory (MB, process tree)"),
+    ("window_memory_growth_mb", "memory growth in window (MB)"),
+    ("cuda_peak_allocated_mb", "CUDA peak allocated (MB)"),
+]
+
+
+def headline(summary: Summary) -> Headline:
+    """What to change and what it gained, or that the baseline is best."""
+    return _keep(summary) if summary.is_baseline else _recommended(summary)
+
+
+def _keep(summary: Summary) -> Headline:
+    """The headline where the baseline stays: why, and what to do about it where the run can go on."""
+    base, confirmation = summary.baseline, summary.confirmation
+    if confirmation and confirmation.cut and not confirmation.rounds:
+        best = next(r for r in summary.ranked if r.label == confirmation.finalists[0].label)
+        return Headline(
+            "Keep your current settings.",
+            f"study.budget_s left no time to re-measure the fastest trials against the baseline (the best, trial "
+            f"{best.label}, read {best.throughput / base.throughput:.2f}x in a single run), so none is recommended "
+            "unproven.",
+        )
+    if summary.overruled is not None:
+        return Headline("Keep your current settings.", _overruled(summary.overruled, summary.races))
+    if confirmation and any(confirmation.short_of_rounds(f) for f in confirmation.finalists):
+        return Headline("Keep your current settings.", _cut_short(confirmation))
+    if confirmation and confirmation.leader and not confirmation.failure:
+        leader = confirmation.leader
+        rounds = len(leader.throughputs)
+        taken_back = "".join(
+            f" The race's verdict for trial {f.label} was taken back: {confirmation.shortfall(f)}."
+            for f in confirmation.finalists
+            if confirmation.faded(f)
+        )
+        return Headline(
+            "Keep your current settings.",
+            f"The fastest trials were not proven faster when re-measured against the baseline: the best, trial "
+            f"{leader.label}, measured {confirmation.speedup:.2f}x by medians of {rounds} interleaved "
+            f"round{'s' if rounds > 1 else ''}"
+            + (f", then left the race: {leader.dropped}." if leader.dropped else ".")
+            + taken_back,
+        )
+    if confirmation:
+        reason = confirmation.failure or "every finalist's run failed"
+        return Headline(
+            "Keep your current settings.",
+            f"The fastest trials could not be re-measured against the baseline ({reason}), so none is recommended.",
+        )
+    if summary.budget_left_out and len(summary.ranked) == 1:
+        return Headline(
+            "No recommendation yet.",
+            f"study.budget_s left time to measure the baseline ({base.throughput:.1f} samples/s) alone, and left out "
+            f"{'; '.join(summary.budget_left_out)}: run the same command with a larger study.budget_s to search.",
+        )
+    if summary.stopped_before_race_end and len(summary.ranked) == 1:
+        return Headline(
+            "No recommendation yet.",
+            f"The run stopped after measuring the baseline ({base.throughput:.1f} samples/s) alone; run the same "
+            "command again to resume from what the study stored.",
+        )
+    return Headline("Keep your current settings.", _why_keep(summary))
+
+
+def _cut_short(race: Confirmation) -> str:
+    """Why the baseline stays where study.budget_s cut the finalists' race short of the rounds a proof of a finalist
+    needs (``Confirmation.short_of_rounds``), naming the best such (the leader, or where the leader left the race, the
+    best still racing), and that the same command goes on from the rounds stored."""
+    short = max((f for f in race.finalists if race.short_of_rounds(f)), key=race.ratio)
+    best = "the best" if short is race.leader else "the best still racing"
+    return (
+        f"study.budget_s left the race too few rounds to prove the fastest trials: {best}, trial {short.label}, "
+        f"measured {race.ratio(short):.2f}x by medians of {race.rounds} of the {race.proof_rounds} planned interleaved "
+        f"rounds, and a proof takes a win in {wins_in_words(race.proof_rounds)}, so none is recommended "
+        "unproven. The same command again goes on from the stored rounds (a larger study.budget_s leaves more for "
+        "them)."
+    )
+
+
+def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
+    """Why a configuration that won a race is not recommended: a longer race of the trim did not prove it, and
+    where that race did not end, that the same command goes on with it."""
+    won = max((race for race in races if race.winner and race.winner.label == overruled.label), key=lambda r: r.rounds)
+    which = "the finalists' race" if won is races[0] else "a race of the trim"
+    judged = overruled.race
+    said = (
+        f"Trial {overruled.label} won {which} against the baseline ({won.ratio(won.winner):.2f}x by medians of "
+        f"{counted(won.rounds, 'round')}), but the trim's race {overruled.number} re-measured it against the baseline "
+        f"in more ({counted(overruled.rounds, 'round')}, {overruled.speedup:.2f}x by medians) and did not prove it: "
+        f"{judged.shortfall(overruled.finalist)}. The most rounds measuring it decide, so the baseline is kept."
+    )
+    if (open_for := unsettled(judged)) is not None:
+        why = "" if overruled.finalist.dropped else f" ({open_for})"  # its leaving is said above
+        said += f" That race did not end{why}: the same command again goes on with it."
+    return said
+
+
+def _recommended(summary: Summary) -> Headline:
+    """The headline of a recommendation: its gain with the interval, its changes, its memory, and what it rests on."""
+    base, rec = summary.baseline, summary.recommended
+    changes = ", ".join(
+        f"{name} {_value(before)} → {_value(after)}" for name, (before, after) in summary.changed_knobs().items()
+    )
+    how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
+    by_medians = " by medians" if summary.gain_interval else ""
+    geomean = " (the geometric mean of the paired rounds' ratios)" if summary.gain_interval else ""
+    return Headline(
+        f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
+        f"{gain_interval(summary)}",
+        f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{by_medians}, {how}) by "
+        f"changing {changes}. Peak {_memory_kind(base)}memory {base.result.peak_memory_mb:.0f} → "
+        f"{rec.result.peak_memory_mb:.0f} MB." + "".join(_caveats(summary)),
+    )
+
+
+def _caveats(summary: Summary) -> list[str]:
+    """The sentences after a recommendation's figures: what its races left out, a trim not ended, a race not run yet,
+    and runs it stands on that something beside them slowed."""
+    said = []
+    left_out = ", ".join(f"{name}={value}" for name, value in summary.no_difference.items())
+    if left_out:
+        said.append(f" Tried and left out, no faster beyond noise: {left_out}.")
+    if summary.untrimmed and summary.confirmed:  # unconfirmed: "single runs" says more
+        said.append(
+            f" Not every change was shown to matter, as the trim that undoes each in turn did not end: "
+            f"{summary.trim_open}. Running the study again goes on with it."
+        )
+    if summary.stopped_before_race_end and not summary.confirmed:
+        left = sorted(summary.ruled_out)
+        named = ", ".join(f"trial {label}" for label in left)
+        them = "it" if len(left) == 1 else "them"
+        dropped = f" (a race re-measured {named} and did not prove {them})" if left else ""
+        said.append(
+            f" No race has proven it against the baseline yet{dropped}: the study's last run stopped before its race "
+            "ended, or another tuner of the study still searches; run the same command again to resume."
+        )
+    proof = summary.proof
+    slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0
+    if slowed:
+        said.append(
+            f" {slowed} of the runs it stands on {'was' if slowed == 1 else 'were'} disturbed: see "
+            "'Measured on a busy machine'."
+        )
+    return said
+
+
+def _value(value: Any) -> str:
+    """A knob's value in a sentence: None, a knob left unset (PyTorch's default), as "default"."""
+    return "default" if value is None else str(value)
+
+
+def _memory_kind(record: TrialRecord) -> str:
+    """The word "GPU " where ``record``'s peak memory is the GPU's (``TrialResult.peak_memory_mb``), else nothing."""
+    return "GPU " if record.result.measurement.device.startswith("cuda") else ""
+
+
+def gain_interval(summary: Summary) -> str:
+    """The recommendation's gain's 95 % interval in words, or why it has none: a figure a user will quote carries its
+    uncertainty, and one resting on single runs or one round says so."""
+    interval, proof = summary.gain_interval, summary.proof
+    if interval is not None:
+        more = "more study.confirm_rounds would tell"
+        if proof.ended_early:
+            more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
+        # A proof (rounds won) beside an interval spanning 1x reads as a contradiction unless both are named.
+        won = sum(ratio > 1 for ratio in proof.gain_ratios(proof.winner.label).values())
+        spread = f"the recommendation ran faster in {won} of them, by amounts too far apart to bound the gain"
+        spans = f" (it spans 1x: {spread}; {more})" if interval.low <= 1 else ""
+        return (
+            f"95 % interval {ratio_bounds(interval.low, interval.high)}x over {interval.n} paired rounds"
+            f"{summary.left_out_note}{spans}"
+        )
+    if proof is not None:
+        return "one race round: no interval"
+    return "single runs: no interval"
+
+
+def _why_keep(summary: Summary) -> str:
+    """Why the baseline stays without a race: nothing else measured, nothing faster, or the baseline tied with the
+    fastest (``choose_candidate``); and any faster configuration that could not be recommended (infeasible: a
+    measurement with a failure; or one an earlier race measured no faster: ``Summary.ruled_out``)."""
+    base = summary.baseline
+    ruled_out = [r for r in summary.ranked if r.label in summary.ruled_out]
+    others = [r for r in summary.ranked if r is not base and r not in ruled_out]
+    measured = [r.throughput for r in others if r.result.ok]
+    at = f"the baseline ({base.throughput:.1f} samples/s)"
+    if not measured and ruled_out:
+        text = "No other configuration is left to recommend."
+    elif not measured:
+        ran_to_end = any(r.result.measurement is not None for r in others)  # but over the budget or inexact
+        ending = " to the end and feasible" if ran_to_end else " to the end" if others else ""
+        text = f"No configuration other than {at} was measured{ending}" + (" (see below)." if others else ".")
+    elif max(measured) <= base.throughput:
+        text = f"No configuration measured faster than {at}."
+    else:
+        text = (
+            f"The fastest configuration measured ({max(measured):.1f} samples/s) is within {TIE_TOLERANCE:.0%} of "
+            f"{at}: a tie within noise, which is no reason to change anything."
+        )
+    if summary.budget_left_out:
+        text += f" study.budget_s left out {'; '.join(summary.budget_left_out)}: a larger budget may find a faster one."
+    faster = [r for r in others if not r.result.ok and r.result.timing and r.result.timing.throughput > base.throughput]
+    if faster:
+        text += (
+            f" {counted(len(faster), 'faster configuration')} could not be recommended: infeasible or stopped (below)."
+        )
+    if ruled_out:
+        named = ", ".join(f"trial {r.label} ({r.throughput / base.throughput:.2f}x in one run)" for r in ruled_out)
+        them = "them" if len(ruled_out) > 1 else "it"
+        text += (
+            f" A race re-measured {named} and did not prove {them}; that race did not end the study (trials were "
+            "measured after it, or it was stopped): the same command again races."
+        )
+    return text
+
+
+def before_after_table(summary: Summary) -> Table:
+    """The baseline against the recommendation: each knob, the throughputs, and each metric read for either."""
+    before, after = (record_row(r, None, summary) for r in (summary.baseline, summary.recommended))
+    rows = [[name, _value(before[name]), _value(after[name])] for name in KNOBS]  # unset: "default", as said above
+    if summary.batch_policy == "fixed_effective":
+        rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
+    rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
+    if summary.confirmed:
+        # The row above is the race's medians; the interval is one run's step-to-step (batch means) interval, which
+        # the same configuration's other runs fall outside: said so, lest it read as the throughput's across runs.
+        single_run = "a single run (samples/s, 95% CI within that run: runs vary more)"
+        rows.append([single_run, *(_run_and_interval(r) for r in (before, after))])
+    else:
+        rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
+    rows += [
+        [title, metric(key, before[key]), metric(key, after[key])]
+        for key, title in _BEFORE_AFTER_METRICS
+        if _shown(key, before, after)
+    ]
+    return table_of(["", "baseline", "recommended"], rows)
+
+
+# Shares of the step, said in per cent as the console and the headline say them ("data wait 66%").
+_PERCENT_KEYS = frozenset({"data_stall_fraction"})
+
+
+def metric(key: str, value: Any) -> Any:
+    """A row's figure ``key`` as a table shows it: a share in per cent, else as read (None, or a frame's NaN: none)."""
+    if value is None or value != value:  # NaN is the one value not equal to itself
+        return None
+    return f"{value:.0%}" if key in _PERCENT_KEYS else value
+
+
+def _shown(key: str, *rows: dict[str, Any]) -> bool:
+    """Every metric read for either configuration (not the GPU's on a CPU), but the host's peak where it is the
+    peak every decision used (on a CPU)."""
+    read = any(row[key] is not None for row in rows)
+    return read and (key != "host_peak_memory_mb" or any(row[key] != row["peak_memory_mb"] for row in rows))
+
+
+def _run_and_interval(row: dict[str, Any]) -> str:
+    return f"{format_cell(row['throughput_sps'])} ({_interval(row)})"
+
+
+def _interval(row: dict[str, Any]) -> str:
+    low, high = row["throughput_ci95_low"], row["throughput_ci95_high"]
+    if low is None:
+        return "window too short to tell"
+    return f"{low:.1f} – {'no upper bound' if high is None else f'{high:.1f}'}"

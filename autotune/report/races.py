@@ -1,0 +1,307 @@
+"""The report's sections on the races: the finalists' race (Confirmation) and the trim's races (Only the changes that
+matter), each with its runs round by round (``rounds_table``), and the runs something beside them slowed (Measured on
+a busy machine)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from autotune.measure.core_speed import CoreSpeed
+from autotune.measure.measurement import SystemReport
+from autotune.records import TrialRecord
+from autotune.report import plots
+from autotune.report.document import Section, Table, format_cell, present
+from autotune.report.rows import NAMED_RUNS, slowed_in_words
+from autotune.results.finalist import Finalist
+from autotune.results.model import StudyResults
+from autotune.results.race import Confirmation
+from autotune.results.race_rules import BEATS_WORDS, FINALIST_WINDOW, MAX_FINALISTS, beats, finalist_choice
+from autotune.results.summary import Summary
+from autotune.results.trim_rules import TRIM_BOUND, TrimStep, started_alone, undone_again, unsettled
+from autotune.trial.result import Disturbance
+
+
+def confirmation_sections(results: StudyResults, summary: Summary) -> list[Section]:
+    """The finalists' race, and the trials left out of it though their runs came near the fastest, with why."""
+    race = summary.confirmation
+    if race is None:
+        return []
+    finalists, left_out = finalist_choice(results.baseline, results.trials)
+    paragraphs = [race.describe()]
+    if left_out and [f.label for f in finalists] == [f.label for f in race.finalists]:  # the race of these trials
+        named = "; ".join(f"trial {label} ({why})" for label, why in left_out.items())
+        paragraphs.append(
+            f"Left out of the race, though their runs came within {FINALIST_WINDOW:.0%} of the fastest: {named}. "
+            f"In the race a trial that changes more knobs wins over a simpler one only by beating it {BEATS_WORDS}, "
+            f"and at most {MAX_FINALISTS} finalists race."
+        )
+    table = rounds_table(race)
+    return [Section("Confirmation", paragraphs=[*paragraphs, *_rounds_key([table])], table=table)]
+
+
+# A round an entrant did not run: it had left the race, or the race ended first.
+_NOT_RUN = "–"
+
+
+# Said of an entrant's run in the round whose baseline run failed (it ran first, as the order rotates): no figure of
+# the race counts it (``Confirmation.paired``).
+_UNPAIRED = "unpaired"
+
+
+def rounds_table(race: Confirmation) -> Table | None:
+    """``race``'s runs round by round: a row for the baseline and for each entrant, a column for each round (a run's
+    samples/s; in brackets its ratio to the baseline's run of that round, or "unpaired" where the baseline's run of
+    that round failed, and "busy" where the race counted it though something beside it slowed it; "failed" where it
+    failed), then the median of the rounds the baseline ran (in brackets ``Confirmation.ratio``); the last row names
+    the fastest of each round the baseline ran. None where no round ran."""
+    entrants: list[Finalist | None] = [None, *race.finalists]  # None: the baseline
+    runs = [_runs_by_round(race, entrant) for entrant in entrants]
+    rounds = range(1, max(max(by_round, default=0) for by_round in runs) + 1)
+    if not rounds:
+        return None
+    paired = range(1, race.rounds + 1)  # the rounds the baseline ran: the race's figures pair its runs with theirs
+    rows = []
+    for entrant, by_round in zip(entrants, runs, strict=True):
+        slowed = race.slowed_rounds(entrant.label if entrant else None)
+        against = {} if entrant is None else runs[0]  # the baseline's runs, which the ratios are to
+        cells = [_run_cell(by_round.get(n), against.get(n), n in slowed, n in paired) for n in rounds]
+        rows.append([_entrant_named(entrant), *cells, _median_cell(race, entrant)])
+    fastest = [_fastest(entrants, runs, n) if n in paired else _NOT_RUN for n in rounds]
+    return Table(["", *(f"round {n}" for n in rounds), "median"], [*rows, ["fastest", *fastest, ""]])
+
+
+def _runs_by_round(race: Confirmation, entrant: Finalist | None) -> dict[int, float | str]:
+    """``entrant``'s runs in ``race`` (None: the baseline's) by round, from 1: samples/s, or "failed" in the round its
+    run failed (the baseline's ends the race: the round after its last run)."""
+    throughputs = race.baseline_throughputs if entrant is None else entrant.throughputs
+    runs: dict[int, float | str] = dict(enumerate(throughputs, 1))
+    if entrant is None and race.failure:
+        runs[len(throughputs) + 1] = "failed"
+    if entrant is not None and entrant.failed_round is not None:
+        runs[entrant.failed_round] = "failed"
+    return runs
+
+
+def _entrant_named(entrant: Finalist | None) -> str:
+    return "baseline" if entrant is None else f"trial {entrant.label}"
+
+
+def _run_cell(run: float | str | None, baseline_run: float | str | None, slowed: bool, paired: bool) -> str:
+    """A round's cell: ``run``'s samples/s, with its ratio to ``baseline_run`` where that is a run's (None: the
+    baseline's own row), or "unpaired" where the round is not ``paired`` (the baseline's run of it failed), and
+    "busy" where ``slowed``; else what stands in its place ("failed", or not run)."""
+    if run is None:
+        return _NOT_RUN
+    if isinstance(run, str):
+        return run
+    if not paired:
+        notes = [_UNPAIRED]
+    else:
+        notes = [] if baseline_run is None else [f"{run / baseline_run:.2f}x"]
+    notes += ["busy"] if slowed else []
+    return format_cell(float(run)) + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _median_cell(race: Confirmation, entrant: Finalist | None) -> str:
+    """``entrant``'s median over the rounds it and the baseline ran (``Confirmation.paired_median``; None: the
+    baseline's), with its ratio to the baseline's over those rounds (``Confirmation.ratio``)."""
+    if entrant is None:
+        return format_cell(float(race.baseline_median)) if race.rounds else _NOT_RUN
+    median = race.paired_median(entrant)
+    if median is None:
+        return _NOT_RUN
+    return f"{format_cell(float(median))} ({race.ratio(entrant):.2f}x)"
+
+
+def _fastest(entrants: list[Finalist | None], runs: list[dict[int, float | str]], n: int) -> str:
+    """Which of ``entrants`` (their ``runs``) ran fastest in round ``n``, named as their rows are; all of those tied."""
+    timed = {
+        _entrant_named(entrant): run
+        for entrant, by_round in zip(entrants, runs, strict=True)
+        if not isinstance(run := by_round.get(n, ""), str)
+    }
+    top = max(timed.values(), default=None)
+    return ", ".join(name for name, run in timed.items() if run == top) or _NOT_RUN
+
+
+def _rounds_key(tables: list[Table | None]) -> list[str]:
+    """What the cells of races' ``tables`` (``rounds_table``) mean, as a paragraph; none where no round ran."""
+    shown = [table for table in tables if table is not None]
+    if not shown:
+        return []
+    cells = [cell for table in shown for row in table.rows[:-1] for cell in row[1:]]  # not the row of the fastest
+    which = "Each race's table gives it" if len(shown) > 1 else "The table below gives the race"
+    key = (
+        f"{which} round by round: each run's samples/s and, in brackets, its ratio to the baseline's run of that "
+        "round; each entrant's median over the rounds it and the baseline ran, and its ratio to the baseline's median "
+        "over those rounds; and each round's fastest."
+    )
+    if any(_UNPAIRED in cell for cell in cells):
+        key += (
+            f" A run marked {_UNPAIRED} ran in the round whose baseline run failed (before it, as the order rotates): "
+            "with no baseline run to pair it with, it has no ratio, its median leaves it out, and that round names no "
+            f"fastest ({_NOT_RUN})."
+        )
+    if any("busy" in cell for cell in cells):
+        key += " A run marked busy was counted though something beside it slowed it (Measured on a busy machine)."
+    if _NOT_RUN in cells:
+        key += f" A dash ({_NOT_RUN}): not run, as it had left the race or the race had ended."
+    return [key]
+
+
+# Where the trim keeps the configuration a trim race started from though a variant won it (``proof_of``).
+_PROVES_KEPT = " Its rounds of trial {} against the baseline give the recommendation's gain."
+
+
+# Where a trim race measured the configuration it started from in the most rounds and did not prove it (``judge_of``).
+_OVERRULES = (
+    " These are the most rounds that measured trial {} against the baseline, and they did not prove it: the baseline "
+    "is kept (the headline says why)."
+)
+
+
+def trim_sections(summary: Summary) -> list[Section]:
+    """The races of the winner against its changes undone, each under a heading of its own: its verdict in words,
+    its runs in a table."""
+    if not summary.trim:
+        return []
+    lead = (
+        "The race's winner raced again against itself with each of its changes undone in turn: a change whose "
+        "undoing costs nothing beyond noise is not recommended, as long as the changes so undone give back less than "
+        f"{TRIM_BOUND:.0%} of it (rules: autotune/results/trim_rules.py)."
+    )
+    winner, steps, proof = summary.trim[0].finalists[0].label, summary.trim_steps, summary.proof
+    overruled = summary.overruled
+    races = []
+    for number, (race, step) in enumerate(zip(summary.trim, steps, strict=True), 1):
+        proves_kept = proof == started_alone(race)  # a variant won it, yet the trim kept it: ``proof_of``
+        kept = _PROVES_KEPT.format(race.finalists[0].label) if proves_kept else ""
+        if overruled is not None and overruled.number == number:
+            kept = _OVERRULES.format(overruled.label)
+        left = (_trim_left(race, step, winner) + kept).strip()
+        paragraphs = [race.describe(trim=True), *([left] if left else [])]
+        races.append(Section(_race_named(number).capitalize(), paragraphs=paragraphs, table=rounds_table(race)))
+    return [
+        Section(
+            "Only the changes that matter",
+            paragraphs=[lead, *_rounds_key([race.table for race in races])],
+            plots=present(plots.undone_changes(summary)),
+            subsections=races,
+        )
+    ]
+
+
+def _trim_left(race: Confirmation, step: TrimStep, winner: str) -> str:
+    """What a trim race left in place of the configuration it started from, in words, where its verdict
+    (``Confirmation.describe``) does not say it: where its winner is a variant it does not leave in place
+    (``trimmed_to``, ``trim_path``: ``step``), why; where it leaves one, what became of each change
+    (``_trim_outcome``). ``winner``: the finalists' race's, which the trim started from."""
+    reference = race.finalists[0]
+    if step.refused is not None:
+        return (
+            f"Trial {step.refused.label} is not taken: trial {winner}, the finalists' race's winner, would run "
+            f"{step.refused_behind - 1:.1%} faster than it by the product of the trim's paired ratios, and a trim "
+            f"gives back less than {TRIM_BOUND:.0%}, the smallest gain a change is recommended for; nothing is undone."
+        )
+    if step.left is not None:
+        return _trim_outcome(race, step.left)
+    if race.winner is None or race.winner is reference:
+        return ""
+    why = unsettled(race) or f"trial {reference.label}, the configuration it started from, ran faster beyond noise"
+    return f"Nothing is undone, as no variant was shown to cost nothing: {why}."
+
+
+def _trim_outcome(race: Confirmation, new: Finalist) -> str:
+    """What a settled trim race did to each change it undid alone, in words: left out where its variant is ``new``,
+    the race's winner, or undoes only changes ``new`` undoes too (the race's variant undoing several at once: said
+    where undoing it alone was not shown to cost nothing); kept where the configuration it was made from beat it
+    beyond noise (undoing it cost throughput), or where it left the race unbeaten (a failed run) or nothing was undone
+    (not shown to cost nothing); else undone again on top of ``new`` (``undone_again``)."""
+    reference = race.finalists[0]
+
+    def undone_by(variant: Finalist) -> list[str]:
+        return variant.label.removeprefix(f"{reference.label} without ").split(" without ")
+
+    left_out = set(undone_by(new)) if new is not reference else set()
+    outcome: dict[str, list[str]] = {
+        key: [] for key in ("costs", "unshown", "left out", "together costs", "together", "tied")
+    }
+    for variant in race.finalists[1:]:
+        undone = undone_by(variant)
+        if variant is new:
+            outcome["left out"] += undone
+        elif left_out.issuperset(undone):  # said as left out with new's
+            costs = beats(reference, variant)
+            outcome["together costs" if costs else "together"] += (
+                [] if undone_again(reference, variant, new) else undone
+            )
+        elif len(undone) == 1 and beats(reference, variant):
+            outcome["costs"] += undone
+        elif len(undone) == 1:  # it left the race unbeaten (a failed run, say), or tied where nothing was undone
+            # undone again only where the next race can race it: run_trim races a configuration of two changes or more
+            tied = undone_again(reference, variant, new) and new is not reference and new.changes >= 2
+            outcome["tied" if tied else "unshown"] += undone
+    said = {
+        "costs": "Kept, as undoing it cost throughput",
+        "unshown": "Kept, as undoing it was not shown to cost nothing",
+        "left out": "Left out, as fast without",
+        "together costs": "Left out with the others, though undoing it alone cost throughput",
+        "together": "Left out with the others, though undoing it alone was not shown to cost nothing",
+        "tied": "As fast without too, so undone on top of that in the next race",
+    }
+    return " ".join(f"{said[key]}: {', '.join(names)}." for key, names in outcome.items() if names)
+
+
+def busy_machine_sections(summary: Summary) -> list[Section]:
+    """A warning naming the runs something beside them slowed down, if any were: the search's and the races'."""
+    measured = [r for r in summary.ranked if r.result.measurement is not None]
+    busy = [r for r in measured if r.result.disturbed]
+    raced = _disturbed_race_runs(summary)
+    paragraphs = []
+    if busy:
+        named = slowed_in_words({_run_label(r, summary): r.result.disturbance for r in busy})
+        named += ", each marked (busy) in the ranking" if len(busy) > NAMED_RUNS else ""
+        paragraphs.append(
+            f"{len(busy)} of the {len(measured)} measured configurations {'was' if len(busy) == 1 else 'were'} "
+            "measured while other processes competed for its cores (nearly all busy, at least "
+            f"{SystemReport.BUSY_OTHERS_CORES:g} cores' worth of them taken by others on average) or computed on "
+            f"its GPU, or while its cores ran {CoreSpeed.SLOW:g}x slower than usual or more, read just before and "
+            f"after its run: {named}. Their throughput may read low and the ranking may be off; close other work "
+            "and run the study again (a new study.name measures everything afresh)."
+        )
+    if raced:
+        named = slowed_in_words(raced)
+        if len(raced) > NAMED_RUNS:
+            by_race = [f"{len(r.disturbed)} in {_race_named(i)}" for i, r in enumerate(summary.races) if r.disturbed]
+            named += f" ({', '.join(by_race)}; report.json names each, under its race's `disturbed`)"
+        paragraphs.append(
+            f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
+            f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "
+            f"recommendation and its gain may be off: {_quieter(raced.values())}."
+        )
+    return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
+
+
+def _race_named(index: int) -> str:
+    """``Summary.races``' race at ``index`` in words: the finalists' race first, then the trim's, from 1."""
+    return "the finalists' race" if index == 0 else f"trim race {index}"
+
+
+def _quieter(disturbances: Iterable[Disturbance]) -> str:
+    """What to do about runs slowed by ``disturbances``: where only the cores ran slow, nothing on this machine
+    slowed them (the host did: another tenant on its cores, a lower clock), so closing work here cannot help."""
+    if all(d.others_cores is None and not d.gpu_processes for d in disturbances):
+        return (
+            "the cores ran slow while nothing else here was busy, by the host's doing (another tenant on its cores, a "
+            "lower clock), so check them (mode=check) when the host runs steadier, or on another machine"
+        )
+    return "close other work and check them (mode=check) on a quiet machine"
+
+
+def _run_label(record: TrialRecord, summary: Summary) -> str:
+    return "the baseline" if record is summary.baseline else f"trial {record.label}"
+
+
+def _disturbed_race_runs(summary: Summary) -> dict[str, Disturbance]:
+    """The races' runs (the finalists' and the trim's) counted though something beside them slowed them."""
+    return {name: disturbance for race in summary.races for name, disturbance in race.disturbed.items()}
