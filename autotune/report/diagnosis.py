@@ -32,7 +32,7 @@ _METHOD = (
     "torch.profiler (one skipped, one of warm-up, {trace} recorded); then {batches} batches loaded under cProfile, "
     "in the workers where there are workers. On a GPU every stage boundary waits for the device, so the stages "
     "run one after another rather than overlapped as in training. The verdict's rules and thresholds: "
-    "autotune/results/diagnosis.py; the advice's: autotune/results/remedies.py."
+    "autotune/results/diagnosis.py; the advice's: autotune/results/remedies.py and the modules it names."
 )
 
 

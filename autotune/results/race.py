@@ -1,5 +1,6 @@
-"""The finalists' race's record and verdict (``Confirmation``): which finalist is proven, which won and why, in
-words. The rules it applies, and an overview of the race, are ``autotune/results/race_rules.py``'s."""
+"""The finalists' race's record and verdict (``Confirmation``): which finalist is proven and which won (the proof
+and the winner's rule are written here), and why, in words. The rules of who races and who leaves, and an overview of
+the race, are ``autotune/results/race_rules.py``'s."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from autotune.results import race
+from autotune.results import race_rules
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,14 @@ class Tried:
 
     def no_gain(self, knob: str, now: Any, value: Any) -> bool:
         """Whether the study measured changing ``knob`` from ``now`` to ``value`` gaining less than the races ask of a
-        change (``race.MIN_GAIN``), by the median of two pairs or more measured alike but for it (``twins``), as
+        change (``race_rules.MIN_GAIN``), by the median of two pairs or more measured alike but for it (``twins``), as
         ``measured`` prints it; by one pair, only where it read slower by as much or more: single runs vary by 6 to
         20 % (docs/profile.md), so one pair tells neither a small gain nor a small loss from none."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
         if not ratios:
             return False
         median = round(statistics.median(ratios), 2)
-        return median < 1 + race.MIN_GAIN if len(ratios) > 1 else median <= 1 - race.MIN_GAIN
+        return median < 1 + race_rules.MIN_GAIN if len(ratios) > 1 else median <= 1 - race_rules.MIN_GAIN
 
     def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
         """Whether the study's races raced setting ``knob`` to ``value`` with its recommendation's changes and left it

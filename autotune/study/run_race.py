@@ -1,6 +1,6 @@
 """Run the finalists' race: rounds of processes of their own, the baseline and the finalists still racing, stored
-in the study. Its rules (who races, who leaves, when it ends, who wins) are in ``autotune/results/race_rules.py``, its
-verdict in ``autotune/results/race.py``."""
+in the study. Its rules (who races, who leaves, when it ends) are in ``autotune/results/race_rules.py``, its verdict
+(who is proven, who wins) in ``autotune/results/race.py``."""
 
 from __future__ import annotations
 
