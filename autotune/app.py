@@ -64,7 +64,7 @@ from autotune.study.tuner import (
 )
 from autotune.trial import runner as trial_runner
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher
-from autotune.trial.placement import UNPINNED, Slot, slots
+from autotune.trial.placement import UNPINNED, Slot, refuse_mixed_gpus, slots
 from autotune.trial.result import ProbePlan, TrialRequest, TrialResult
 from autotune.trial.runner import (
     ProgressFn,
@@ -155,6 +155,7 @@ def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, st
         facts = inspect_run(settings, output_dir, clock)
     device = facts.device
     places = _slots(settings, facts)
+    refuse_mixed_gpus(places, device, facts.devices.cuda)
     cores = places[0].cores  # every slot's size: each run of the study is pinned alike
     ctx = _search_context(settings, facts, cores)
     space = build_space(settings.search, ctx)

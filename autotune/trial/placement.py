@@ -12,7 +12,7 @@ import contextlib
 import errno
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from autotune.errors import ConfigError
@@ -59,10 +59,24 @@ def slots(
     return [UNPINNED]
 
 
+def refuse_mixed_gpus(places: list[Slot], device: str, gpus: tuple[str, ...]) -> None:
+    """A ConfigError naming study.parallel where a tuning run's ``places`` (``slots``) run trials at once on GPUs of
+    different models (``gpus``: the visible GPUs' names, in CUDA's order, the first ones used): the same
+    configuration measures differently on each, and the search would rank GPUs, not configurations. A mode that runs
+    one trial at a time runs it in the first slot alone, whatever the others' GPUs."""
+    used = gpus[: len(places)]
+    if not device.startswith("cuda") or len(places) < 2 or len(set(used)) < 2:
+        return
+    names = ", ".join(f"GPU {visible} {name}" for visible, name in zip(_visible_gpus(len(gpus)), used, strict=False))
+    raise ConfigError(
+        "study.parallel",
+        f"trials at once would run on GPUs of different models ({names}), which measure the same configuration "
+        "differently: make CUDA_VISIBLE_DEVICES list GPUs of one model, or set study.parallel=1",
+    )
+
+
 def _gpu_slots(parallel: int | str, device: str, gpus: tuple[str, ...]) -> list[Slot]:
-    # "auto" is one trial per GPU the run may use: every visible one on cuda, the one named on cuda:N. Trials at once
-    # run on GPUs of one model only: on different ones the same configuration measures differently, and the search
-    # would rank GPUs, not configurations.
+    # "auto" is one trial per GPU the run may use: every visible one on cuda, the one named on cuda:N.
     count = (len(gpus) if device == "cuda" else 1) if parallel == "auto" else parallel
     if count == 1:
         return [UNPINNED]
@@ -72,13 +86,6 @@ def _gpu_slots(parallel: int | str, device: str, gpus: tuple[str, ...]) -> list[
         )
     if count > len(gpus):
         raise ConfigError("study.parallel", f"{count} trials at once need {count} GPUs; {len(gpus)} are visible")
-    if len(set(gpus[:count])) > 1:
-        models = ", ".join(f"cuda:{index} {name}" for index, name in enumerate(gpus[:count]))
-        raise ConfigError(
-            "study.parallel",
-            f"trials at once would run on GPUs of different models ({models}), which measure the same configuration "
-            "differently: make CUDA_VISIBLE_DEVICES list GPUs of one model, or keep 1",
-        )
     visible = _visible_gpus(len(gpus))
     return [Slot({"CUDA_VISIBLE_DEVICES": visible[index]}, name=f"GPU {visible[index]}") for index in range(count)]
 
@@ -166,11 +173,10 @@ def pin_from_env() -> None:
     except OSError as refused:
         if refused.errno != errno.EINVAL:
             raise
-        usable = sorted(os.sched_getaffinity(0))  # where it started instead: its tuner's cores (``starting_on``)
-        raise _unusable(cores, f"none usable now: this process may use cores {usable}") from refused
-    if gone := sorted(cores - os.sched_getaffinity(0)):
-        kept = sorted(os.sched_getaffinity(0))
-        raise _unusable(cores, f"cores {gone} not usable now: it would run on cores {kept} alone")
+        usable = os.sched_getaffinity(0)  # where it started instead: its tuner's cores (``starting_on``)
+        raise _unusable(cores, f"none usable now: this process may use cores {cores_text(usable)}") from refused
+    if gone := cores - os.sched_getaffinity(0):
+        raise _unusable(cores, f"cores {cores_text(gone)} not usable now: it would run on fewer cores than its set")
     torch.set_num_threads(len(cores))
     _count_compile_threads()
 
@@ -179,9 +185,21 @@ def _unusable(cores: frozenset[int], which: str) -> ConfigError:
     """The error of a trial whose set ``cores`` has ``which`` of its cores usable now."""
     return ConfigError(
         "study.cpu_sets",
-        f"this trial's set, cores {sorted(cores)}, has {which} (the cores the machine or its container lets it use "
-        "shrank since the run began); give sets among those",
+        f"this trial's set, cores {cores_text(cores)}, has {which} (the cores the machine or its container lets it "
+        "use shrank since the run began); give sets of the cores still usable",
     )
+
+
+def cores_text(cores: Iterable[int]) -> str:
+    """``cores`` in words, runs of consecutive ones as ranges ("0-3, 8, 10-11"): a set of a large machine's cores,
+    listed one by one, would push an error's cause and remedy past the length a trial's failure keeps."""
+    ordered, runs = sorted(cores), []
+    for core in ordered:
+        if runs and core == runs[-1][1] + 1:
+            runs[-1][1] = core
+        else:
+            runs.append([core, core])
+    return ", ".join(f"{first}" if first == last else f"{first}-{last}" for first, last in runs)
 
 
 def _pin_every_thread(cores: frozenset[int]) -> None:

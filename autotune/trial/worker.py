@@ -319,8 +319,8 @@ def main(argv: list[str]) -> int:
 
 
 def _pinned() -> Failure | None:
-    """Pin this process to its cores (``pin_from_env``), before anything else runs; where none of them is usable
-    now, the trial's failure, naming study.cpu_sets, the cores and those usable (its ConfigError's words)."""
+    """Pin this process to its cores (``pin_from_env``), before anything else runs; where any of them is not usable
+    now, the trial's failure, naming study.cpu_sets and the cores (its ConfigError's words)."""
     try:
         pin_from_env()
     except ConfigError as refused:

@@ -15,7 +15,7 @@ import pytest
 
 from autotune.trial import launch
 from autotune.trial.launch import ForkServer, FreshLauncher
-from autotune.trial.placement import CPUS_ENV, starting_on
+from autotune.trial.placement import CPUS_ENV, cores_text, starting_on
 from autotune.trial.result import FailureKind
 from autotune.trial.runner import _worker_env, run_trial
 from tests.conftest import REPO
@@ -121,9 +121,9 @@ def test_a_trial_pinned_to_cores_no_longer_usable_fails_naming_the_key_and_the_c
         if isinstance(started, ForkServer):
             started.close()
     assert result.failure.kind is FailureKind.EXCEPTION and result.failure.message == (
-        f"study.cpu_sets: this trial's set, cores [{GONE}], has none usable now: this process may use cores "
-        f"{sorted(everywhere)} (the cores the machine or its container lets it use shrank since the run began); give "
-        "sets among those"
+        f"study.cpu_sets: this trial's set, cores {GONE}, has none usable now: this process may use cores "
+        f"{cores_text(everywhere)} (the cores the machine or its container lets it use shrank since the run began); "
+        "give sets of the cores still usable"
     ), result.failure
     assert os.sched_getaffinity(0) == everywhere
 
@@ -138,8 +138,13 @@ def test_a_trial_pinned_to_a_set_of_which_some_cores_are_gone_fails_naming_them_
         if isinstance(started, ForkServer):
             started.close()
     assert result.failure.kind is FailureKind.EXCEPTION and result.failure.message == (
-        f"study.cpu_sets: this trial's set, cores {sorted({CORE, GONE})}, has cores [{GONE}] not usable now: it "
-        f"would run on cores [{CORE}] alone (the cores the machine or its container lets it use shrank since the "
-        "run began); give sets among those"
+        f"study.cpu_sets: this trial's set, cores {cores_text({CORE, GONE})}, has cores {GONE} not usable now: it "
+        "would run on fewer cores than its set (the cores the machine or its container lets it use shrank since the "
+        "run began); give sets of the cores still usable"
     ), result.failure
     assert os.sched_getaffinity(0) == everywhere
+
+
+def test_cores_are_written_as_ranges_so_a_large_machines_set_leaves_the_cause_and_remedy_in_the_failure():
+    assert cores_text({3, 0, 1, 2, 8, 10, 11}) == "0-3, 8, 10-11"
+    assert cores_text(range(64, 128)) == "64-127" and cores_text([5]) == "5"

@@ -13,7 +13,7 @@ from autotune.app import TrialRunner
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError
 from autotune.trial import runner
-from autotune.trial.placement import CPUS_ENV, UNPINNED, Slot, slots
+from autotune.trial.placement import CPUS_ENV, UNPINNED, Slot, refuse_mixed_gpus, slots
 from autotune.trial.result import ProbePlan, TrialResult
 from tests.conftest import fake_measurement, tiny_config
 
@@ -61,12 +61,17 @@ def test_gpus_get_one_trial_each_by_cuda_visible_devices(monkeypatch):
 
 
 def test_trials_at_once_on_gpus_of_different_models_are_refused_naming_the_key_and_the_gpus(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    mixed = ("NVIDIA H100", "Tesla T4")
-    with pytest.raises(ConfigError, match=r"^study.parallel: .*\(cuda:0 NVIDIA H100, cuda:1 Tesla T4\).*one model"):
-        slots("auto", None, "cuda", mixed, {0})
-    assert len(slots(2, None, "cuda", H100 * 2 + ("Tesla T4",), {0})) == 2, "the two it runs on are of one model"
-    assert slots(1, None, "cuda", mixed, {0}) == [UNPINNED], "one at a time: nothing to compare across GPUs"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1,0")
+    mixed = ("NVIDIA H100", "Tesla T4", "Tesla T4")
+    refused = r"^study.parallel: .*\(GPU 3 NVIDIA H100, GPU 1 Tesla T4, GPU 0 Tesla T4\).*, or set study.parallel=1$"
+    places = slots("auto", None, "cuda", mixed, {0})
+    assert len(places) == 3, "not refused where a mode runs one trial at a time, in the first slot (study_slot)"
+    with pytest.raises(ConfigError, match=refused):
+        refuse_mixed_gpus(places, "cuda", mixed)
+    alike = ("Tesla T4", "Tesla T4", "NVIDIA H100")
+    refuse_mixed_gpus(slots(2, None, "cuda", alike, {0}), "cuda", alike)  # the two it runs on are of one model
+    refuse_mixed_gpus(slots(1, None, "cuda", mixed, {0}), "cuda", mixed)  # one at a time: nothing to compare
+    refuse_mixed_gpus(slots(2, [[0], [1]], "cpu", mixed, {0, 1}), "cpu", mixed)  # trials on cores, not GPUs
 
 
 @pytest.mark.slow
