@@ -2,7 +2,9 @@
 
 The verdict is the first of these that holds, each a measured figure against a threshold:
 
-1. **data-bound**: the training process waits for data for ``DATA_BOUND_WAIT`` of each step or more;
+1. **data-bound**: the training process waits for data for ``DATA_BOUND_WAIT`` of each step or more, as a long run
+   waits (``autotune/results/epochs.py``: the waits at epochs' starts once an epoch, not as often as the timed steps
+   held them), the figure the advice reads too;
 2. **host-overhead-bound**: on a GPU, its kernels are busy less than ``DEVICE_BUSY_MIN`` of the model step (it waits
    for the host); on a CPU, ``OVERHEAD_BOUND_SHARE`` or more of the model step is the host's own work (Python between
    operators, autograd's and the optimizer's bookkeeping, operators too short to be more than their dispatch);
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 
 from autotune.measure.measurement import SystemReport
 from autotune.measure.profiling import DEVICE_WAIT, OperatorProfile, OperatorStat, ProfileResult
+from autotune.results.epochs import epoch_starts, long_run
 
 DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
     "data-bound",
@@ -139,7 +142,8 @@ class Rule:
 
 @dataclass(frozen=True)
 class Figures:
-    """The figures the rules read, per step of the profiled configuration, in seconds."""
+    """The figures the rules and the advice read, per step of the profiled configuration, in seconds: the step and
+    its wait for data as a long run reads them (``epochs.long_run``)."""
 
     loop_s: float
     wait_s: float
@@ -165,8 +169,10 @@ class Figures:
 
 
 def figures(result: ProfileResult) -> Figures:
-    """The figures of ``result`` the rules and the advice read."""
+    """The figures of ``result`` the rules and the advice read; its step and wait for data as a long run reads them
+    (``epochs.long_run``: the waits at epochs' starts once an epoch), the stages' other figures as timed."""
     stages, ops = result.stages, result.operators
+    loop_s, wait_s, wait_share = long_run(stages, epoch_starts(result))
     classified = classified_operators(ops)
     time_of = work_time(ops)
     small = _small_call_s(ops)
@@ -176,14 +182,14 @@ def figures(result: ProfileResult) -> Figures:
     products = sum(time_of(op) for op in classified if _is_product(op.name))
     step_s = ops.step_s or float("inf")
     return Figures(
-        loop_s=stages.loop_s,
-        wait_s=stages.mean("wait_s"),
+        loop_s=loop_s,
+        wait_s=wait_s,
         transfer_s=stages.mean("transfer_s"),
         forward_s=stages.mean("forward_s"),
         backward_s=stages.mean("backward_s"),
         optimizer_s=stages.mean("optimizer_s"),
         loading_s=stages.mean("fetch_s") + stages.mean("collate_s"),
-        wait_share=stages.wait_share,
+        wait_share=wait_share,
         model_step_s=ops.step_s / ops.active_steps,
         overhead_share=min(1.0, overhead / step_s),
         device_busy_share=sum(op.self_device_s for op in ops.step_operators) / step_s if ops.kernels_recorded else None,
@@ -274,7 +280,9 @@ def rules(result: ProfileResult) -> list[Rule]:
     arithmetic = "matrix products and convolutions" + (" and random numbers" if on_cpu else "")
     # A GPU's rules read the host's times where its trace recorded no kernel: said, as they then read no device.
     host_read = " (no GPU kernel recorded: read on the host)" if not on_cpu and not ops.kernels_recorded else ""
-    data = Rule("waiting for data, of the step:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND)
+    # Where a long run's wait differs from the timed steps' (an epoch's start among them), the rule says which it read.
+    once = "" if math.isclose(found.wait_share, result.stages.wait_share) else " (epoch starts' waits once an epoch)"
+    data = Rule(f"waiting for data, of the step{once}:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND)
     if not wait_told_apart(ops):
         unread = (
             "host overhead, of the model step (no GPU kernel recorded, and the host's wait for the GPU not timed "

@@ -6,9 +6,10 @@ Each expected effect is an upper bound from the profiled step's stages: a step o
 with ``n`` workers loading beside training a step takes the longer of the two, and without workers their sum. Where
 workers and training saturate the cores, a step takes as long as their work together, so loading that costs less
 shortens it in proportion, down to training's work alone spread over the cores its compute threads can use.
-Workers that start again each epoch make the step that begins one wait longer than the rest (``epoch_restarts``: the
-profile marks those steps): those waits are neither loading nor passing batches between processes, are taken apart
-from both, and count once an epoch, as a long run pays them, not as often as the timed steps happened to hold them.
+A DataLoader with workers begins each epoch with no batch loaded ahead (workers that do not persist start again),
+so the step that begins one waits longer than the rest (``autotune/results/epochs.py``: the profile marks those
+steps): those waits are neither loading nor passing batches between processes, are taken apart from both, and count
+once an epoch, as a long run pays them and as the verdict reads them (``diagnosis.figures``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import math
 import re
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.knobs.num_workers import SPLIT_STREAM, WORKERS_A_CORE
 from autotune.measure.hotspots import CallSite, HotFunction, Hotspots
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import SATURATED_CORES, Figures, saturation_finding
+from autotune.results.epochs import EpochStarts
 from autotune.results.remedy_model import Advice, Tried, loader_key
 from autotune.words import counted
 
@@ -53,99 +54,43 @@ _WAITS = re.compile(
 _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuffer|unpickle", re.I)
 
 
-def loop_with_loading(found: Figures, saved_s: float, workers: int, restarts: _Restarts) -> float:
+def loop_with_loading(found: Figures, saved_s: float, workers: int, starts: EpochStarts) -> float:
     """The step if loading a batch took ``saved_s`` less in one process, with ``workers`` workers (0: in the loop).
     With workers, what the loop waits beyond their loading (passing batches between processes) stays, and so do the
-    waits of workers starting again (``restarts``), each shorter by the loading saved."""
+    waits at epochs' starts (``starts``), each shorter by the loading saved."""
     rest = found.loop_s - found.wait_s
     if workers == 0:
         return rest + max(0.0, found.wait_s - saved_s)
     loading = max(rest, (found.loading_s - saved_s) / workers)
-    return loading + _handoff(found, workers, restarts) + restarts.per_step_s(saved_s)
+    return loading + _handoff(found, workers, starts) + starts.per_step_s(saved_s)
 
 
-def _handoff(found: Figures, workers: int, restarts: _Restarts) -> float:
-    """What a loop with ``workers`` workers waits beyond their loading, but for the waits of workers starting again
-    (``restarts``): passing batches between processes."""
+def _handoff(found: Figures, workers: int, starts: EpochStarts) -> float:
+    """What a loop with ``workers`` workers waits beyond their loading, but for the waits at epochs' starts
+    (``starts``): passing batches between processes."""
     if not workers:
         return 0.0
-    steady = found.loop_s - restarts.per_step_s()
+    steady = found.loop_s - starts.per_step_s()
     return max(0.0, steady - max(found.loop_s - found.wait_s, found.loading_s / workers))
 
 
-@dataclass(frozen=True)
-class _Restarts:
-    """The waits for data of the timed steps that began an epoch where workers start again at each (``waits``:
-    ``epoch_restarts``), among ``steps`` timed steps; epochs of ``epoch`` steps (None: unknown, ``_epoch``)."""
-
-    waits: list[float]
-    steps: int
-    epoch: int | None = None
-
-    def per_step_s(self, saved_s: float = 0.0) -> float:
-        """Those waits a step of a long run, had loading a batch cost ``saved_s`` less (each waits for its batch's
-        loading too): one an epoch where its length is known; else as often as the timed steps held them."""
-        lost = [max(0.0, wait - saved_s) for wait in self.waits]
-        if lost and self.epoch:
-            return statistics.fmean(lost) / self.epoch
-        return sum(lost) / max(self.steps, 1)
-
-    def in_window_s(self) -> float:
-        """Those waits a step of the timed steps, as their mean step holds them."""
-        return sum(self.waits) / max(self.steps, 1)
-
-
-def epoch_restarts(result: ProfileResult, knobs: dict[str, Any]) -> _Restarts:
-    """The waits of the timed steps that began an epoch (``StageTiming.epoch_starts``) of a DataLoader whose workers
-    start again there (``num_workers`` > 0, ``persistent_workers`` not set): nothing was loaded ahead of such a batch;
-    epochs as long as ``_epoch`` says. A long wait at another step is a steady wait that varies (a stream opening its
-    next file), however regular; a profile stored before the epochs' starts were recorded has none known."""
-    stages = result.stages
-    restarting = stages.num_workers > 0 and not knobs.get("persistent_workers")
-    starts = (stages.epoch_starts or []) if restarting else []
-    return _Restarts([stages.wait_s[step] for step in starts], stages.steps, _epoch(result))
-
-
-def _epoch(result: ProfileResult) -> int | None:
-    """The steps of an epoch of the profiled DataLoader: as measured, the spacing of the timed steps that began one
-    (``StageTiming.epoch_starts``) where two or more did; else, of a dataset with a length, its full batches (the
-    loader drops the last part-batch, so that its len() is ``dataset_len // batch_size``), but for a stream every
-    worker reads whole (``ProfileResult.repeats_in_workers``), whose epochs are as many times longer as it has
-    workers; else unknown (None)."""
-    starts = result.stages.epoch_starts or []
-    if len(starts) >= 2:
-        return (starts[-1] - starts[0]) // (len(starts) - 1)
-    if not result.dataset_len or result.repeats_in_workers:
-        return None
-    return result.dataset_len // result.stages.batch_size or None
-
-
-def long_run(found: Figures, restarts: _Restarts) -> Figures:
-    """``found`` as a long run reads them: the waits of workers starting again (``restarts``) once an epoch, not as
-    often as the timed steps held them (a window shorter than an epoch that holds one's start would pay it once a
-    window). What every advice's gain is reckoned from."""
-    if not restarts.waits:
-        return found
-    wait = found.wait_s - restarts.in_window_s() + restarts.per_step_s()
-    loop = found.loop_s - found.wait_s + wait
-    return replace(found, loop_s=loop, wait_s=wait, wait_share=wait / loop)
-
-
-def persistent_workers_advice(result: ProfileResult, found: Figures, restarts: _Restarts) -> list[Advice]:
-    """Workers kept across epochs, where they start again at each (``restarts``): an epoch's first batch then waits
-    for its loading alone."""
-    waits = restarts.waits
-    if not waits:
+def persistent_workers_advice(
+    result: ProfileResult, found: Figures, starts: EpochStarts, knobs: dict[str, Any]
+) -> list[Advice]:
+    """Workers kept across epochs, where ``knobs`` leave them starting again at each (the waits of ``starts``):
+    an epoch's first batch then waits for its loading alone."""
+    waits = starts.waits
+    if not waits or knobs.get("persistent_workers"):
         return []
-    gain = found.loop_s / (found.loop_s - restarts.per_step_s(found.loading_s))
+    gain = found.loop_s / (found.loop_s - starts.per_step_s(found.loading_s))
     median = statistics.median(result.stages.wait_s)
     least, most = f"{min(waits) * 1e3:.0f}", f"{max(waits) * 1e3:.0f}"
     waited = f"{least} ms" if least == most else f"{least} to {most} ms"
-    often = f"once an epoch of {restarts.epoch} steps" if restarts.epoch else "as often as the timed steps held them"
+    often = f"once an epoch of {starts.epoch} steps" if starts.epoch else "as often as the timed steps held them"
     return [
         Advice(
             "set persistent_workers=True",
-            f"{len(waits)} of the {restarts.steps} timed steps began an epoch and waited {waited} for data, against a "
+            f"{len(waits)} of the {starts.steps} timed steps began an epoch and waited {waited} for data, against a "
             f"median wait of {median * 1e3:.1f} ms: workers that do not persist start again at each epoch's start",
             f"up to {gain:.2f}x if an epoch's first batch waited for its loading alone ({found.loading_s * 1e3:.1f} "
             f"ms), {often}",
@@ -213,19 +158,19 @@ def num_workers_advice(
     knobs: dict[str, Any],
     cpu_count: int,
     tried: Tried | None,
-    restarts: _Restarts,
+    starts: EpochStarts,
 ) -> list[Advice]:
     """More DataLoader workers, where loading a batch in one process takes longer than the rest of the step: as many
     as the cores hold, each busy its share of the time (``_loading_busy``: a worker waiting on I/O or asleep takes
     no core), and none where loading and the step already fill the cores (another would take a core from the
     step); none, where workers keep up and the loop still waits for their batches to be passed to it. The step it
     foresees is no shorter than loading's CPU time and training's (a core while it computes) over the cores. Either no
-    faster than the DataLoader alone with those workers, as the study's probe read it (``_loader_bound``). Workers
-    that start again each epoch (``restarts``) still do with more of them."""
+    faster than the DataLoader alone with those workers, as the study's probe read it (``_loader_bound``). An epoch's
+    first batch (``starts``) still waits with more of them."""
     workers, rest = knobs["num_workers"], found.loop_s - found.wait_s
     needed = math.ceil(found.loading_s / rest - 1e-9) if rest > 0 else 1  # 4.000000000000001 workers are 4
     if workers >= needed and workers > 0:
-        return _no_workers(found, workers, _loader_bound(tried, result.stages.batch_size, 0, found), restarts)
+        return _no_workers(found, workers, _loader_bound(tried, result.stages.batch_size, 0, found), starts)
     busy = _loading_busy(result, found)
     held = cpu_count if busy >= 1 else min(max(cpu_count, math.floor(cpu_count / busy)), WORKERS_A_CORE * cpu_count)
     count = max(workers + 1, min(needed, held))
@@ -234,7 +179,7 @@ def num_workers_advice(
     # The cores must hold loading's CPU time and training's, at least a core's while it computes: a step takes no
     # less than the two over the cores, whatever the workers.
     cpu_bound = (found.loading_s * busy + rest) / cpu_count
-    waits = _handoff(found, workers, restarts) + restarts.per_step_s()
+    waits = _handoff(found, workers, starts) + starts.per_step_s()
     gain = found.loop_s / (max(rest, found.loading_s / count, cpu_bound) + waits)
     gain, loader = _within(gain, _loader_bound(tried, result.stages.batch_size, count, found))
     shared = _sharing(result, cpu_count)
@@ -300,13 +245,13 @@ def _loading_busy(result: ProfileResult, found: Figures) -> float:
     return 1.0 if busy < _MIN_BUSY else min(1.0, busy)  # under the reading's resolution: unknown, one a core
 
 
-def _no_workers(found: Figures, workers: int, bound: tuple[float, str] | None, restarts: _Restarts) -> list[Advice]:
-    """Loading in the training process, where passing batches from workers, and their starting again each epoch
-    (``restarts``), cost more than loading them there (no faster than ``bound``: ``_loader_bound``)."""
-    rest, handoff = found.loop_s - found.wait_s, _handoff(found, workers, restarts)
+def _no_workers(found: Figures, workers: int, bound: tuple[float, str] | None, starts: EpochStarts) -> list[Advice]:
+    """Loading in the training process, where passing batches from workers, and the waits at epochs' starts with no
+    batch loaded ahead (``starts``), cost more than loading them there (no faster than ``bound``: ``_loader_bound``)."""
+    rest, handoff = found.loop_s - found.wait_s, _handoff(found, workers, starts)
     gain, loader = _within(found.loop_s / (rest + found.loading_s), bound)
-    restarting = restarts.per_step_s()
-    again = f", and {restarting * 1e3:.1f} ms for them to start again at an epoch's start" if restarting else ""
+    at_starts = starts.per_step_s()
+    again = f", and {at_starts * 1e3:.1f} ms at epochs' starts, no batch loaded ahead there" if at_starts else ""
     return [
         Advice(
             "set num_workers=0",

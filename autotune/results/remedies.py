@@ -1,7 +1,8 @@
 """What to change, ranked by what the measurements say it can bring: a knob where a knob fixes the bottleneck
 (and whether the tuner tried it), the user's own code where none does.
 
-Each expected effect is an upper bound from the profiled step's stages, as a long run reads them (``long_run``);
+Each expected effect is an upper bound from the profiled step's stages, as a long run reads them and the verdict too
+(``diagnosis.figures``: the waits at epochs' starts once an epoch, ``autotune/results/epochs.py``);
 how the stages bound the advice on loading data: ``loading_remedies``, on the model step: ``step_remedies``.
 Keeping freed memory (``malloc``) saves at most the kernel's share of the step's working time: its page faults are
 a part of that share, which holds the kernel's other work too.
@@ -29,10 +30,9 @@ from autotune.results.diagnosis import (
     leaks,
     saturation_finding,
 )
+from autotune.results.epochs import epoch_starts
 from autotune.results.loading_remedies import (
     cheaper_loading_advice,
-    epoch_restarts,
-    long_run,
     loop_with_loading,
     num_workers_advice,
     persistent_workers_advice,
@@ -67,17 +67,14 @@ def advise(
     the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
     recommended value ``knobs`` already run gets no advice to set another value the study measured
     (``Tried.settled``)."""
-    restarts = epoch_restarts(result, knobs)
-    found = long_run(figures(result), restarts)
+    starts, found = epoch_starts(result), figures(result)
     ctx = search_context(result, knobs, cpu_count, sixteen_bit, channels_last_refused)
     advice: list[Advice] = [_leak_advice(str(leak)) for leak in leaks(result)]
     ranked: list[Advice] = []
     if verdict == DATA_BOUND:
-        ranked += num_workers_advice(result, found, knobs, cpu_count, tried, restarts)
+        ranked += num_workers_advice(result, found, knobs, cpu_count, tried, starts)
         workers = knobs["num_workers"]
-        ranked += cheaper_loading_advice(
-            result, found, lambda saved: loop_with_loading(found, saved, workers, restarts)
-        )
+        ranked += cheaper_loading_advice(result, found, lambda saved: loop_with_loading(found, saved, workers, starts))
     elif saturation_finding(result, cpu_count):  # loading takes the cores the model step needs
         ranked += cheaper_loading_advice(result, found, lambda saved: saturated_step(result, found, saved, cpu_count))
     if verdict == OVERHEAD_BOUND:
@@ -85,7 +82,9 @@ def advise(
     elif verdict not in (DATA_BOUND, STEP_UNKNOWN):  # which limits the model step unknown: no guess
         ranked += arithmetic_advice(result, found, knobs, ctx, verdict, tried)
     ranked += (
-        persistent_workers_advice(result, found, restarts) + _transfer(result, found, knobs) + _garbage(result, found)
+        persistent_workers_advice(result, found, starts, knobs)
+        + _transfer(result, found, knobs)
+        + _garbage(result, found)
     )
     ranked += _allocator(result, found, knobs) if glibc else []
     unsettled = (

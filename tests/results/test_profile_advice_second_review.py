@@ -33,8 +33,8 @@ def test_a_restart_costs_once_an_epoch_not_once_a_window_shorter_than_one():
     assert not persist_advice(one_restart(1000)), "220 ms beyond loading once in 1000 steps: 1.01x, under 2 %"
     result = one_restart(40)
     (persist,) = persist_advice(result)
-    raw = figures(result)
-    step = raw.loop_s - RESTART_S / 30 + RESTART_S / 40  # a long run's: the restart once in 40 steps
+    step = result.stages.loop_s - RESTART_S / 30 + RESTART_S / 40  # a long run's: the restart once in 40 steps
+    assert figures(result).loop_s == pytest.approx(step), "the step the verdict and the advice read"
     assert persist.gain == pytest.approx(step / (step - (RESTART_S - LOADING_S) / 40))
     assert persist.why.startswith("1 of the 30 timed steps began an epoch and waited 250 ms for data")
     assert persist.effect.endswith("once an epoch of 40 steps")
@@ -48,7 +48,7 @@ def test_every_gain_is_reckoned_from_a_step_that_pays_a_restart_once_an_epoch():
     waits[12] = RESTART_S
     result = restarting(waits, [12], dataset_len=16 * 40, functions=[hot("time.sleep", 1.0)])
     (sleep,) = [a for a in advise(result, DATA_BOUND, WORKERS, 8, None) if "time.sleep" in a.why]
-    step = figures(result).loop_s - RESTART_S / 30 + RESTART_S / 40
+    step = result.stages.loop_s - RESTART_S / 30 + RESTART_S / 40  # a long run's: the restart once in 40 steps
     steady = 29 * 0.001 / 30  # batches passed between processes
     # Sleeping cost nothing: the steady waits stay, the restart's a batch's loading shorter, once in 40 steps.
     assert sleep.gain == pytest.approx(step / (REST_S + steady + (RESTART_S - LOADING_S) / 40))

@@ -1,4 +1,4 @@
-"""The epoch a restart of workers is costed once in (``loading_remedies._epoch``): the spacing of the timed steps
+"""The epoch a restart of workers is costed once in (``epochs._epoch``): the spacing of the timed steps
 that began one where two or more did; else the dataset's full batches, but for a stream every worker reads whole,
 whose epochs are as many times longer as it has workers (unknown, as a stream without a length)."""
 
