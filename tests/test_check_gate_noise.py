@@ -1,6 +1,6 @@
-"""mode=check's gate against the recorded gain's noise: a gain recorded without an interval is one round whose noise
-the rounds now estimate (a prediction interval), the bound of both measurements' noise grows with either, and a
-verdict that no rounds would tell says why."""
+"""mode=check's gate against the recorded gain's noise: a gain recorded without an interval is one observation whose
+noise the rounds now estimate (a prediction interval; with the baseline's runs steady, as here, one round's), the
+bound of both measurements' noise grows with either, and a verdict that no rounds would tell says why."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def check(before: float, speedup: float, spread: float, rounds: int, before_inte
     return Check(before, 0.10, benchmark, before_interval, before_rounds=0 if before_interval is None else None)
 
 
-# A gain recorded from single runs: one round, its noise estimated by the rounds now.
+# A gain recorded from single runs: one run of each, its noise estimated by the rounds now (a steady baseline's: a
+# round's).
 
 
 def test_a_fall_far_beyond_one_rounds_noise_from_a_gain_recorded_from_single_runs_regresses():

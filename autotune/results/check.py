@@ -88,14 +88,17 @@ class Check:
         only the rounds now estimate, so the difference is a prediction, one estimate at now's ``rounds - 1`` degrees
         of freedom (its parts come from the same rounds: counted apart, Welch-Satterthwaite would count those degrees
         twice and tighten the gate). The observation: of one round of a race (``before_rounds`` 1), a ratio as noisy
-        as a round's now; of single runs (0, or not said), one run of each taken apart, as noisy as one run of each
-        now (``run_spreads``), so the machine's drift across the rounds, which a round cancels and runs apart do not,
-        counts. So more rounds now tighten the gate on it, down to the normal's bound of the record's noise."""
+        as a round's now; else (single runs: 0, not said, or a race whose winner and baseline paired in fewer than two
+        rounds, its medians unpaired), one run of each taken apart, as noisy as one run of each now (``run_spreads``),
+        so the machine's drift across the rounds, which a round cancels and runs apart do not, counts; and never
+        known better than a round's ratio (runs of the two that happened to move apart now read a smaller sum than
+        their ratios' spread). The drift counted is what the rounds now see: a slower or rarer one the tuning run met
+        is under-read. So more rounds now tighten the gate on it, down to the normal's bound of the record's noise."""
         now = spread / math.sqrt(rounds)
         before = self.before_interval
         if before is not None:
             return [(now, rounds - 1), (_standard_error(before), before.n - 1)]
-        record = spread if self.before_rounds == 1 else math.hypot(*self.run_spreads)
+        record = spread if self.before_rounds == 1 else max(spread, math.hypot(*self.run_spreads))
         return [(math.hypot(now, record), rounds - 1)]
 
     @cached_property  # ``before_noise`` reads it for each number of rounds ``_first_telling`` tries

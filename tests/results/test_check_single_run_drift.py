@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -87,3 +88,14 @@ def test_drift_the_rounds_show_loosens_a_single_run_record_and_not_one_round_of_
     assert single.now.high < single.floor and math.log(single.floor / single.now.geomean) == pytest.approx(0.12, 0.01)
     assert race.noise == pytest.approx(0.026, abs=0.001) and race.regressed
     assert single.noise == pytest.approx(0.27, abs=0.005) and single.passed
+
+
+def test_a_record_from_single_runs_is_never_known_better_than_one_round_of_a_race():
+    # The two configurations' runs moved apart now (their covariance negative): the sum of their spreads reads below
+    # their ratios' spread. Single runs, unpaired, are no better known than a paired round: the same verdict.
+    base, rec = [101.8, 101.1, 100.6], [146.8, 149.7, 147.9]
+    single, one_round = check(base, rec, 1.733, before_rounds=0), check(base, rec, 1.733, before_rounds=1)
+    ratios = [math.log(r / b) for b, r in zip(base, rec, strict=True)]
+    assert math.hypot(*single.run_spreads) < statistics.stdev(ratios), "the case in point"
+    assert not one_round.regressed and not single.regressed, "1.46x now against a floor of 1.56x: within the noise"
+    assert single.noise == pytest.approx(one_round.noise)
