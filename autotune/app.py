@@ -20,7 +20,14 @@ import optuna
 from optuna.storages import BaseStorage
 
 from autotune.config.settings import STALE_BEATS, Settings
-from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, StudyAbortedError, stop_signal
+from autotune.errors import (
+    AutotuneError,
+    BaselineFailedError,
+    ConfigError,
+    PlacementRefusedError,
+    StudyAbortedError,
+    stop_signal,
+)
 from autotune.files import file_name
 from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, costly, costly_values, device_kind
 from autotune.knobs.num_workers import SPLIT_STREAM
@@ -65,7 +72,7 @@ from autotune.study.tuner import (
 from autotune.trial import runner as trial_runner
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher
 from autotune.trial.placement import UNPINNED, Slot, refuse_mixed_gpus, slots
-from autotune.trial.result import ProbePlan, TrialRequest, TrialResult
+from autotune.trial.result import FailureKind, ProbePlan, TrialRequest, TrialResult
 from autotune.trial.runner import (
     ProgressFn,
     end_shared_fork_server,
@@ -761,7 +768,7 @@ class TrialRunner:
                 self._count,
                 gauge,
             )
-        return self._ended_by(result, given[-1])
+        return self._as_read(result, given[-1])
 
     def check(self, knobs: dict, name: str, plain: bool) -> TrialResult:
         """``knobs`` with the full window in one process, timed by the harness or by the plain loop, which starts as
@@ -796,7 +803,7 @@ class TrialRunner:
         with self._stops_counted(request.knobs):
             result = run_trial(request, timeout_s, self.workdir, name, budget, launcher=launcher, gauge=gauge)
         self._count(result)
-        return self._ended_by(result, timeout_s)
+        return self._as_read(result, timeout_s)
 
     def _timeout_s(self) -> float:
         """The timeout of a process starting now: measure.trial_timeout_s, or in a tuning run what its study.budget_s
@@ -804,9 +811,11 @@ class TrialRunner:
         timeout_s = self.settings.measure.trial_timeout_s
         return timeout_s if self.clock is None else self.clock.timeout_s(timeout_s)
 
-    def _ended_by(self, result: TrialResult, timeout_s: float) -> TrialResult:
-        """``result``, of processes given ``timeout_s``, its reason saying where the budget's timeout ended it
+    def _as_read(self, result: TrialResult, timeout_s: float) -> TrialResult:
+        """``result``, of processes given ``timeout_s``, as the run reads it: PlacementRefusedError where its process
+        refused its cores (``_refused_cores``); its reason saying where the budget's timeout ended it
         (``RunClock.as_ended_by_budget``)."""
+        _refused_cores(result)
         if self.clock is None:
             return result
         return self.clock.as_ended_by_budget(result, timeout_s, self.settings.measure.trial_timeout_s)
@@ -827,6 +836,16 @@ class TrialRunner:
         except KeyboardInterrupt:
             self._count(TrialResult(knobs=knobs, wall_s=time.monotonic() - self._since))
             raise
+
+
+def _refused_cores(result: TrialResult) -> None:
+    """PlacementRefusedError, with the failure's words (study.cpu_sets, the cores, the remedy), where ``result``'s
+    process refused the cores its slot pins it to (``FailureKind.PLACEMENT``): the machine's cores shrank under the
+    run, which says nothing of the configuration, so nothing of it is stored (a search trial is left for a later run,
+    as an interrupted one is: ``tuner._measure_trial``), and the run stops rather than go on, as every run in that
+    slot would be refused the same. Every run of every mode comes through a ``TrialRunner``, so each is judged so."""
+    if result.failure is not None and result.failure.kind is FailureKind.PLACEMENT:
+        raise PlacementRefusedError(result.failure.message)
 
 
 def _window(plan: WindowPlan) -> dict:

@@ -36,6 +36,15 @@ class StudyAbortedError(AutotuneError):
     exit_code = 1
 
 
+class PlacementRefusedError(AutotuneError):
+    """A trial's process refused the cores its slot pins it to (study.cpu_sets; ``FailureKind.PLACEMENT``): the cores
+    the machine lets the run use shrank since it began. The run stops, what it measured kept and reported; the message
+    names the key, the cores and the remedy. Exit 1, not a refused input's 2: the input was good when the run began,
+    and the run measured and stored what it could (``cli._run`` keeps its record)."""
+
+    exit_code = 1
+
+
 class StudyMismatchError(AutotuneError):
     """A stored study of the same name was created with different settings."""
 

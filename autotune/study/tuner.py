@@ -209,7 +209,8 @@ def tune_in_slots(
 ) -> StopReason:
     """``tune`` with a trial at a time in each slot of ``runs`` (``study.parallel``: each runs its trials on its own
     GPU or cores), the slots sharing the study as tuners of a shared study do. The outcome is the first stop that
-    aborted, else the first slot's. Ctrl-C, or a slot's error, stops every slot's trial (``runner.INTERRUPT``)."""
+    aborted, else the first slot's. Ctrl-C, or a slot's error, stops every slot's trial (``runner.INTERRUPT``) as it
+    comes, the error raised: not once the slots still searching end their search."""
     if len(runs) == 1:
         return tune(study, space, settings, runs[0], on_trial, propose, machine, affords, waits)
     INTERRUPT.clear()
@@ -220,7 +221,9 @@ def tune_in_slots(
                 for run in runs
             ]
             try:
-                wait(futures, return_when=FIRST_EXCEPTION)
+                ended, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                if failed := next((future for future in ended if future.exception() is not None), None):
+                    failed.result()  # raises its error now, not once the other slots end their search
                 stops = [future.result() for future in futures]
             except BaseException:
                 INTERRUPT.set()
@@ -774,13 +777,14 @@ def _measure_trial(
     pruner: SlowerThanBestPruner | None,
 ) -> tuple[TrialResult, _Outcome]:
     """Measure ``knobs`` as ``trial``, store the result on it and tell Optuna; a trial stopped by an exception
-    (Ctrl-C) is marked interrupted. UpdateFinishedTrialError where another tuner took the trial for dead and
-    failed it meanwhile: its result is lost, and its configuration is measured again. _EndedByBudget where what
-    study.budget_s had left ended its process: no timeout of the configuration's, so it is left for a later run
-    (``_left_for_later``), how long it ran kept on the trial (CAPPED_ATTR), rather than stored as failed, never
-    measured again. Only a run that can give it more than it ran measures it again (``Proposal.capped_s``): each
-    run of it gets more time than the last, until one ends it, measured or at measure.trial_timeout_s (a timeout of
-    its own, a fault)."""
+    (Ctrl-C; PlacementRefusedError, its process refusing its slot's cores: the run's, not the configuration's) is
+    marked interrupted, so that a later run measures it first (``_owed``). UpdateFinishedTrialError where another
+    tuner took the trial for dead and failed it meanwhile: its result is lost, and its configuration is measured
+    again. _EndedByBudget where what study.budget_s had left ended its process: no timeout of the configuration's, so
+    it is left for a later run (``_left_for_later``), how long it ran kept on the trial (CAPPED_ATTR), rather than
+    stored as failed, never measured again. Only a run that can give it more than it ran measures it again
+    (``Proposal.capped_s``): each run of it gets more time than the last, until one ends it, measured or at
+    measure.trial_timeout_s (a timeout of its own, a fault)."""
     last_reading: list[float] = []
 
     def on_progress(steps: int, throughput: float) -> str | None:

@@ -142,6 +142,9 @@ class FailureKind(str, Enum):
     NO_RESULT = "no_result"
     INCORRECT = "incorrect"  # the loss is not finite, or differs from fp32 beyond measure.loss_tolerance
     PRUNED = "pruned"  # stopped early: clearly slower than the best so far (not a fault)
+    # Its process refused the cores its slot pins it to (study.cpu_sets), which the machine no longer lets the run use:
+    # the run's, no verdict on the configuration, so no trial stores it (the tuner stops the run at it).
+    PLACEMENT = "placement"
 
     @property
     def is_fault(self) -> bool:

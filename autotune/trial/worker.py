@@ -320,11 +320,12 @@ def main(argv: list[str]) -> int:
 
 def _pinned() -> Failure | None:
     """Pin this process to its cores (``pin_from_env``), before anything else runs; where any of them is not usable
-    now, the trial's failure, naming study.cpu_sets and the cores (its ConfigError's words)."""
+    now, the trial's failure, a PLACEMENT one (the run's, not the configuration's: the tuner stops at it), naming
+    study.cpu_sets and the cores (its ConfigError's words)."""
     try:
         pin_from_env()
     except ConfigError as refused:
-        return describe_exception(refused)
+        return Failure(FailureKind.PLACEMENT, exception_text(refused))
     return None
 
 

@@ -1,6 +1,7 @@
 """A pinned trial starts on its cores, before its imports size their thread pools from the cores they see: a fresh
-one as its process starts, a forked one as its fork server does; one pinned to cores no longer usable fails, and the
-tuner runs on."""
+one as its process starts, a forked one as its fork server does; one pinned to cores no longer usable is refused,
+typed as the run's problem (PLACEMENT: the tuner stops at it, ``tests/study/test_placement_refused.py``), and the
+tuner's own thread keeps its cores."""
 
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def test_a_thread_that_cannot_move_back_keeps_the_cores_it_has(monkeypatch):
 
 
 @pytest.mark.parametrize("launcher", [ForkServer, FreshLauncher])
-def test_a_trial_pinned_to_cores_no_longer_usable_fails_naming_the_key_and_the_cores_and_the_tuner_runs_on(
+def test_a_trial_pinned_to_cores_no_longer_usable_is_refused_as_placement_naming_the_key_and_the_cores(
     tmp_path, launcher
 ):
     everywhere, started = os.sched_getaffinity(0), launcher()
@@ -120,7 +121,7 @@ def test_a_trial_pinned_to_cores_no_longer_usable_fails_naming_the_key_and_the_c
     finally:
         if isinstance(started, ForkServer):
             started.close()
-    assert result.failure.kind is FailureKind.EXCEPTION and result.failure.message == (
+    assert result.failure.kind is FailureKind.PLACEMENT and result.failure.message == (
         f"study.cpu_sets: this trial's set, cores {GONE}, has none usable now: this process may use cores "
         f"{cores_text(everywhere)} (the cores the machine or its container lets it use shrank since the run began); "
         "give sets of the cores still usable"
@@ -129,7 +130,9 @@ def test_a_trial_pinned_to_cores_no_longer_usable_fails_naming_the_key_and_the_c
 
 
 @pytest.mark.parametrize("launcher", [ForkServer, FreshLauncher])
-def test_a_trial_pinned_to_a_set_of_which_some_cores_are_gone_fails_naming_them_not_runs_on_fewer(tmp_path, launcher):
+def test_a_trial_pinned_to_a_set_of_which_some_cores_are_gone_is_refused_naming_them_not_runs_on_fewer(
+    tmp_path, launcher
+):
     everywhere, started = os.sched_getaffinity(0), launcher()
     try:
         placement = {CPUS_ENV: f"{CORE},{GONE}"}
@@ -137,7 +140,7 @@ def test_a_trial_pinned_to_a_set_of_which_some_cores_are_gone_fails_naming_them_
     finally:
         if isinstance(started, ForkServer):
             started.close()
-    assert result.failure.kind is FailureKind.EXCEPTION and result.failure.message == (
+    assert result.failure.kind is FailureKind.PLACEMENT and result.failure.message == (
         f"study.cpu_sets: this trial's set, cores {cores_text({CORE, GONE})}, has cores {GONE} not usable now: it "
         "would run on fewer cores than its set (the cores the machine or its container lets it use shrank since the "
         "run began); give sets of the cores still usable"
