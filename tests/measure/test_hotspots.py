@@ -43,12 +43,20 @@ class TwoResizes(Dataset):
         return torch.from_numpy(np.asarray(self.picture.resize((8, 8), Image.Resampling.NEAREST)).copy())
 
 
+@pytest.fixture
+def cpu_timed(monkeypatch):
+    """Profiles timed by each thread's CPU, not the wall clock: a pause of a busy host inside a cheap function must
+    not make it hot (a worker, forked, profiles so too)."""
+    monkeypatch.setattr(loading.cProfile, "Profile", partial(cProfile.Profile, time.thread_time))
+
+
 def _hotspots(dataset, workers: int, batches: int = 4) -> Hotspots:
     data = InstrumentedData(dataset, None, profile=True)
     loader = DataLoader(data, batch_size=4, num_workers=workers, collate_fn=data.collate)
     return collect_hotspots(iter(loader), batches, workers)
 
 
+@pytest.mark.usefixtures("cpu_timed")
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_deliberately_slow_function_of_the_dataset_is_the_hottest(workers):
     # ~2 ms a sample: far above what a fresh worker's first torch calls take on a busy machine (1.4 ms each, once)
@@ -60,6 +68,7 @@ def test_the_deliberately_slow_function_of_the_dataset_is_the_hottest(workers):
     assert "SlowTransformFeatures" not in hottest.name and hotspots.own[0].name.endswith("__getitem__")
 
 
+@pytest.mark.usefixtures("cpu_timed")
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_librarys_hot_function_is_named_with_the_line_of_the_users_code_that_calls_it(workers):
     hotspots = _hotspots(ResizedPictures(), workers)
@@ -71,10 +80,9 @@ def test_a_librarys_hot_function_is_named_with_the_line_of_the_users_code_that_c
     assert hottest.call_site == f"tests/fixtures/profiled.py:{line}" and hottest.caller == "__getitem__"
 
 
+@pytest.mark.usefixtures("cpu_timed")
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_library_function_called_from_two_lines_is_split_between_them_by_the_time_each_spends(workers, monkeypatch):
-    # Timed by the thread's CPU, not the wall clock: a pause of the host inside the cheap line must not make it costly.
-    monkeypatch.setattr(loading.cProfile, "Profile", partial(cProfile.Profile, time.thread_time))
+def test_a_library_function_called_from_two_lines_is_split_between_them_by_the_time_each_spends(workers):
     hotspots = _hotspots(TwoResizes(), workers, batches=8)
     resize = next(f for f in hotspots.functions if "resize" in f.name and not f.own)
     lines = {name: _line_of(getattr(TwoResizes, name), ".resize(") for name in ("_costly", "_cheap")}

@@ -415,7 +415,7 @@ def test_a_run_over_its_budget_on_a_shared_study_leaves_its_end_to_the_tuner_of_
     waits for it nor ends the study while it searches (the race must see its trials, and run alone); it writes its
     reports, says what its budget left out, and recommends nothing a race has not re-measured."""
     fixed = {name: [value] for name, value in NEUTRAL_KNOBS.items() if value is not None}
-    config = tiny_config(study={"n_trials": 2, "budget_s": 0.01, "heartbeat_s": 0.2}, search=fixed)
+    config = tiny_config(study={"n_trials": 2, "budget_s": 0.01}, search=fixed)  # the default heartbeat: none dies
     settings_ = load_settings(config, "tiny")
     settings_ = replace(settings_, study=replace(settings_.study, storage=f"journal://{tmp_path}/study.log"))
     release, held = threading.Event(), threading.Event()

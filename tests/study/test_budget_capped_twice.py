@@ -42,17 +42,19 @@ def fits(clock: RunClock):
 
 class Hangs(FakeMeasure):
     """The first configuration searched (kept in ``hung``, across runs) never finishes: the budget's cap ends each of
-    its runs after all ``clock`` had left; the others are measured."""
+    its runs after all ``clock`` had left (each such time kept in ``given``); the others are measured."""
 
     def __init__(self, hung: list[str], clock: RunClock):
         super().__init__()
         self.hung, self.clock = hung, clock
+        self.given: list[float] = []
 
     def __call__(self, knobs, name, on_progress=None):
         self.calls.append((name, dict(knobs)))
         self.hung[:] = self.hung or [config_key(knobs)]
         if config_key(knobs) in self.hung:
-            return capped(knobs, self.clock.left_s())
+            self.given.append(self.clock.left_s())
+            return capped(knobs, self.given[-1])
         return TrialResult(knobs, fake_measurement(100.0))
 
 
@@ -101,9 +103,9 @@ def test_a_run_capped_near_the_users_timeout_needs_no_more_than_its_processes_ma
 def test_a_run_with_the_same_budget_leaves_a_capped_configuration_owed_and_measures_the_others(tmp_path):
     study, hung = open_study(settings(tmp_path), META), []
     ensure_baseline(study, BASELINE, FakeMeasure())
-    one_run(study, tmp_path, hung, 300.0)
+    first, _, _ = one_run(study, tmp_path, hung, 300.0)
     (key,) = hung
-    assert len(runs_of(study, key)) == 1 and runs_of(study, key)[0] >= 299, "the time it was given, kept typed"
+    assert len(first.given) == 1 and runs_of(study, key) == first.given, "the time it was given, kept typed"
     measure, clock, stop = one_run(study, tmp_path, hung, 300.0, n_trials=4, max_consecutive_failures=1)
     assert key not in [config_key(knobs) for _, knobs in measure.calls], "not measured again: no loop"
     assert not stop.aborted and counted_trials(study) == 4, "the others measured"

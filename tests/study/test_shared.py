@@ -57,6 +57,7 @@ from autotune.study.storage import StorageFaultError, create_study, is_shared
 from autotune.study.tuner import Proposal, StopReason, _look, counted_trials, ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import fake_measurement
+from tests.study.test_sharing_skew import Clocks
 from tests.study.test_trim import BASELINE as TRIM_BASELINE
 from tests.study.test_trim import WINNER, Pipeline, space_to
 from tests.study.test_tuner import BASELINE, SPACE, fake_result, left_measuring
@@ -64,6 +65,10 @@ from tests.study.test_tuner import settings as tuner_settings
 
 # What is tuned, with a measurement plan the reports can describe.
 META = {"pipeline": {"name": "p"}, "space": SPACE.candidates, "device": "cpu", "measure": asdict(WindowPlan())}
+# The heartbeat of the tests where no tuner dies: a live one is taken for dead only once unheard for STALE_BEATS
+# beats (4 s), a stall a loaded host does not reach; the waits for the others it paces (each min(heartbeat_s,
+# sharing._AWAIT_POLL_S)) fit within those tests' durations and bounds.
+LIVE_HEARTBEAT_S = 1.0
 
 
 class SlowMeasure:
@@ -100,7 +105,7 @@ def test_a_journal_file_or_a_database_server_is_shared_and_a_sqlite_file_is_not(
 
 
 def test_two_tuners_on_one_study_share_out_its_trials_and_measure_each_configuration_once(tmp_path):
-    settings = journal(tmp_path, heartbeat_s=0.5)
+    settings = journal(tmp_path, heartbeat_s=LIVE_HEARTBEAT_S)
     ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))  # as a first tuner would have
     measure = SlowMeasure(0.3)
     threads = [threading.Thread(target=tuner, args=(settings, measure)) for _ in range(2)]
@@ -500,25 +505,34 @@ def test_a_trial_its_tuner_told_as_another_took_it_for_dead_is_counted(tmp_path,
 
 
 @pytest.mark.parametrize("first_ends", ["done", "stopped"])
-def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_ended(tmp_path, first_ends):
-    settings = journal(tmp_path, heartbeat_s=0.1)
+def test_the_tuners_of_a_machine_end_the_study_in_turn_however_the_one_before_ended(tmp_path, monkeypatch, first_ends):
+    settings = journal(tmp_path, heartbeat_s=LIVE_HEARTBEAT_S)
     machine, held = this_machine_id(), []
+    holds, waited = threading.Event(), threading.Event()
+    await_claim = sharing._await_claim
+
+    def awaits_the_first(*args, **kwargs) -> None:
+        waited.set()
+        await_claim(*args, **kwargs)
+
+    monkeypatch.setattr(sharing, "_await_claim", awaits_the_first)
 
     def first() -> None:
         with contextlib.suppress(KeyboardInterrupt):
             with finishing(open_study(settings, META), settings, machine) as (turn, _):
                 held.append(("first", turn))
-                time.sleep(1.0)
+                holds.set()
+                waited.wait(30)  # until the second waits for its turn, however slow the host
                 ended.append(time.monotonic())
                 if first_ends == "stopped":  # Ctrl-C, SIGTERM (a cluster's time limit), a storage fault
                     raise KeyboardInterrupt
 
     holder, ended = threading.Thread(target=first), []
     holder.start()
-    time.sleep(0.3)
+    assert holds.wait(30)
     with finishing(open_study(settings, META), settings, machine) as (turn, _):
         held.append(("second", turn))
-        assert ended, "held until the first ended (it holds for 1 s; this one came at 0.3 s), not beside it"
+        assert ended, "held until the first ended (it held the turn as this one came), not beside it"
     holder.join()
     assert held == [("first", Turn.FIRST), ("second", Turn.AFTER_ANOTHER)], "the second waited, did what was left"
 
@@ -527,7 +541,7 @@ def test_a_tuner_whose_budget_is_spent_leaves_the_study_to_the_tuners_of_its_mac
     """study.budget_s bounds the whole run: past it (``waits()`` no longer holds), a tuner waits neither for another
     tuner's search nor for another ending the study, and leaves the study's end to either; without it, it waits for
     both (the tests above)."""
-    settings, machine = journal(tmp_path, n_trials=2, heartbeat_s=0.1), this_machine_id()
+    settings, machine = journal(tmp_path, n_trials=2, heartbeat_s=LIVE_HEARTBEAT_S), this_machine_id()
     ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
     release, held = threading.Event(), threading.Event()
 
@@ -638,7 +652,7 @@ def test_a_tuner_whose_turn_was_taken_stops_at_its_next_step_and_stores_nothing_
 
 
 def test_no_tuner_races_while_another_of_its_machine_searches_whatever_stopped_its_own_search(tmp_path):
-    settings = journal(tmp_path, n_trials=4, heartbeat_s=0.2)
+    settings = journal(tmp_path, n_trials=4, heartbeat_s=LIVE_HEARTBEAT_S)
     ensure_baseline(open_study(settings, META), BASELINE, SlowMeasure(0))
     raced: list[int] = []
 
@@ -677,20 +691,22 @@ def test_a_tuner_stopped_before_its_trials_measurement_leaves_a_trial_the_next_t
     assert next_tuner.trials[left.number].state is TrialState.FAIL
 
 
-def test_a_trial_is_not_failed_while_a_dead_writer_holds_the_journal_files_lock(tmp_path):
+def test_a_trial_is_not_failed_while_a_dead_writer_holds_the_journal_files_lock(tmp_path, monkeypatch):
     # Its tuner's heartbeats wait for the lock too, until Optuna breaks it (30 s): silence counts from after.
     settings = journal(tmp_path, heartbeat_s=0.1)
     study = open_study(settings, META)
+    clocks = Clocks()  # the judge's clocks, moved by hand: no time passes between the two looks at the lock's end
+    monkeypatch.setattr(sharing, "time", clocks)
     live = study.ask()
-    live.set_user_attr(ALIVE_ATTR, [time.time(), settings.heartbeat_s])
+    live.set_user_attr(ALIVE_ATTR, [clocks.time(), settings.heartbeat_s])
     lock = tmp_path / "study.log.lock"
     lock.symlink_to(tmp_path / "gone")  # as Optuna's lock makes it, taken 5 s ago by a writer since killed
     os.utime(lock, (time.time() - 5, time.time() - 5), follow_symlinks=False)
-    time.sleep((STALE_BEATS + 1) * settings.heartbeat_s)
+    clocks.advance((STALE_BEATS + 1) * settings.heartbeat_s)
     assert fail_stale_trials(study) == [], "silent while its writes wait"
     lock.unlink()  # broken: the writes go on
     assert fail_stale_trials(study) == [], "silence counts from the lock's end"
-    time.sleep((STALE_BEATS + 1) * settings.heartbeat_s)
+    clocks.advance((STALE_BEATS + 1) * settings.heartbeat_s)
     assert fail_stale_trials(study) == [live.number], "and a tuner silent after it is dead"
 
 

@@ -88,8 +88,8 @@ def test_a_hang_is_killed_at_the_timeout_with_its_workers(tmp_path):
     assert result.failure.kind is FailureKind.TIMEOUT
     assert result.failure.message == "timeout after 8 s"
     # Killed at the timeout, not at the end of the hang (an hour): the wall time also holds the fork server's start
-    # where this is a worker's first trial, seconds longer under load.
-    assert 8 <= result.wall_s < 20
+    # where this is a worker's first trial, seconds, tens of them on a loaded host.
+    assert 8 <= result.wall_s < 60
     assert processes_mentioning(str(tmp_path / "hangs.log")) == [], "no orphaned worker survives"
 
 
@@ -250,18 +250,29 @@ def test_compile_trials_share_the_study_compile_cache(tmp_path, monkeypatch):
 
 def test_waiting_for_a_trial_wakes_the_tuner_a_few_times_a_second_not_every_few_ms(monkeypatch):
     # Each wake-up of the tuner takes a core's time from a trial whose threads fill the cores.
-    waits = []
+    # A poll far longer than the child lives: an exit noticed only at the next poll would come ~10 s late, so the
+    # bound on the lag can leave a loaded host's scheduling delays a second and still fail there.
+    monkeypatch.setattr(runner, "_POLL_S", 10.0)
+    waits, watcher = [], threading.get_ident()  # sleep and select are patched process-wide: count this thread's
     for module, name in ((time, "sleep"), (select, "select")):
         original = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *args, _original=original: waits.append(1) or _original(*args))
-    code = "import os, time; time.sleep(1.0); print(time.monotonic(), flush=True); os._exit(0)"
+
+        def counted(*args, _original=original):
+            if threading.get_ident() == watcher:
+                waits.append(1)
+            return _original(*args)
+
+        monkeypatch.setattr(module, name, counted)
+    code = "import os, time; time.sleep(0.5); print(time.monotonic(), flush=True); os._exit(0)"
     child = _FreshProcess(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True))
+    watched = time.monotonic()
     assert runner._watch(child, timeout_s=30, budget=None) is None
     noticed = time.monotonic()
     exited = float(child.proc.stdout.read())  # CLOCK_MONOTONIC: one clock for every process
     assert child.kill() == 0
-    assert noticed - exited < runner._POLL_S / 2, "the exit is noticed at once, not at the next poll"
-    assert len(waits) <= 1.5 / runner._POLL_S + 1, "one wait per poll"
+    assert noticed - exited < 1.0, "the exit is noticed at once, not at the next poll"
+    # Every wait but the last lasts a whole poll: however long the child took to start, no more waits than that.
+    assert len(waits) <= (noticed - watched) / runner._POLL_S + 1, "one wait per poll"
 
 
 def test_a_reaped_trial_process_is_not_signalled_by_its_pid_which_another_process_may_now_hold(monkeypatch):
