@@ -17,6 +17,8 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_percents, stage_segments
 from autotune.report.profiles import ALL_MEASURED_NO_GAIN
+from autotune.results.diagnosis import long_run_said
+from autotune.results.epochs import LONG_RUN
 from autotune.results.loading_remedies import called_from
 from autotune.results.profile import Diagnosis, ProfileRecord
 from autotune.results.remedies import first_to_follow
@@ -56,7 +58,12 @@ def profile_document(record: ProfileRecord, out_dir: Path) -> Document:
     sections = [
         Section("Verdict", paragraphs=diagnosis.rules, bullets=diagnosis.findings),
         Section("What to change, most effective first", table=_advice_table(diagnosis)),
-        Section("Where a step's time goes", table=_stage_table(result), plots=[stage_bars(result.stages)]),
+        Section(
+            "Where a step's time goes",
+            table=_stage_table(result),
+            bullets=_long_run_line(result),
+            plots=[stage_bars(result.stages)],
+        ),
         _hot_section(result.hotspots),
         _operator_section(result.operators, out_dir),
         _memory_section(result),
@@ -107,6 +114,13 @@ def _stage_table(result: ProfileResult) -> Table:
             rows.append([f"{name}, per batch in a worker of {stages.num_workers}", f"{ms:.2f}", "in parallel"])
     rows.append(["step", f"{step_ms:.2f}", "100%"])
     return Table(["stage", "ms per step", "share"], rows)
+
+
+def _long_run_line(result: ProfileResult) -> list[str]:
+    """Beside the timed steps' stages, a long run's step where it differs from theirs (``long_run_said``): the
+    verdict and the advice read it."""
+    said = long_run_said(result)
+    return [f"{LONG_RUN}: {said}"] if said else []
 
 
 def _hot_section(hotspots: Hotspots) -> Section:
@@ -205,6 +219,8 @@ def print_profile(record: ProfileRecord, files: dict[str, Path], out: TextIO) ->
         print(f"  verdict: {diagnosis.verdict}: {'; '.join(diagnosis.rules)}", file=out)
         segments = ", ".join(f"{stage} {ms:.1f}" for stage, ms in stage_segments(result.stages).items() if ms >= 0.05)
         print(f"  per step {result.stages.loop_s * 1e3:.1f} ms: {segments}", file=out)
+        for line in _long_run_line(result):
+            print(f"  {line}", file=out)
         hot = result.hotspots.functions[:1]
         for function in hot:
             site = f", called from {called_from(function, callers=False)}" if function.call_site else ""

@@ -9,6 +9,8 @@ from typing import Any, TextIO
 
 from autotune.measure.hotspots import Hotspots
 from autotune.report.profile_plots import STAGE_COLOURS, stage_percents, stage_segments
+from autotune.results.diagnosis import long_run_said
+from autotune.results.epochs import LONG_RUN
 from autotune.results.loading_remedies import called_from
 from autotune.results.profile import ProfileRecord, TunedProfiles
 from autotune.results.race_rules import MIN_GAIN
@@ -90,13 +92,14 @@ def hottest(hotspots: Hotspots) -> str:
 
 
 def side_by_side_rows(profiles: TunedProfiles) -> tuple[list[str], list[list[str]]]:
-    """The table's headers and rows: a column per configuration, a row per figure (stages in ms per step, with their
-    share of it); a row empty in every column is left out."""
+    """The table's headers and rows: a column per configuration, a row per figure (stages in ms per step of the timed
+    steps, with their share of it, and a long run's step where it differs: ``long_run_said``); a row empty in every
+    column is left out."""
     named = sides(profiles)
     columns = [_column(record) for record in named.values()]
     splits = [stage_segments(record.result.stages) for record in named.values() if record.result is not None]
     shown = [stage for stage in STAGE_COLOURS if any(split.get(stage, 0.0) >= _SHOWN_MS for split in splits)]
-    order = ["verdict", "decided by", "a step (ms)", *(f"  {stage}" for stage in shown), *_TAIL]
+    order = ["verdict", "decided by", "a step (ms)", *(f"  {stage}" for stage in shown), LONG_RUN, *_TAIL]
     rows = [[row, *(column.get(row, "") for column in columns)] for row in order]
     return ["", *named], [row for row in rows if any(row[1:])]
 
@@ -117,6 +120,7 @@ def _column(record: ProfileRecord) -> dict[str, str]:
     column |= {
         "decided by": diagnosis.rules[-1],
         "a step (ms)": f"{step_ms:.1f} ({stages.batch_size} samples, {step_ms / stages.batch_size:.2f} ms a sample)",
+        LONG_RUN: long_run_said(result) or "",
         **{f"  {stage}": f"{ms:.1f} ({share[stage]}%)" for stage, ms in stage_segments(stages).items()},
         "hottest in loading": hottest(result.hotspots),
         "findings": "; ".join(diagnosis.findings),

@@ -3,8 +3,9 @@
 The verdict is the first of these that holds, each a measured figure against a threshold:
 
 1. **data-bound**: the training process waits for data for ``DATA_BOUND_WAIT`` of each step or more, as a long run
-   waits (``autotune/results/epochs.py``: the waits at epochs' starts once an epoch, not as often as the timed steps
-   held them), the figure the advice reads too;
+   waits (``autotune/results/epochs.py``: what the waits at epochs' starts exceed the other steps' by, once an epoch,
+   not as often as the timed steps held them), the figure the advice reads too; where that differs from the timed
+   steps', every figure of the step says it is of ``LONG_RUN_STEP`` (``Figures.step_named``);
 2. **host-overhead-bound**: on a GPU, its kernels are busy less than ``DEVICE_BUSY_MIN`` of the model step (it waits
    for the host); on a CPU, ``OVERHEAD_BOUND_SHARE`` or more of the model step is the host's own work (Python between
    operators, autograd's and the optimizer's bookkeeping, operators too short to be more than their dispatch);
@@ -37,7 +38,8 @@ from dataclasses import dataclass
 
 from autotune.measure.measurement import SystemReport
 from autotune.measure.profiling import DEVICE_WAIT, OperatorProfile, OperatorStat, ProfileResult
-from autotune.results.epochs import epoch_starts, long_run
+from autotune.results.epochs import LONG_RUN_STEP, epoch_starts, long_run
+from autotune.words import listed
 
 DATA_BOUND, OVERHEAD_BOUND, MEMORY_BOUND, COMPUTE_BOUND = (
     "data-bound",
@@ -109,13 +111,15 @@ _RANDOM_OPERATOR = re.compile(r"aten::(bernoulli|uniform|normal|random|exponenti
 class Rule:
     """One figure against its threshold: ``holds`` when ``value`` is at least (``at_least``) or below it. A figure
     the profile cannot give (``value`` None, ``name`` saying why) holds too: the verdict ends there, its own
-    (``STEP_UNKNOWN``), rather than go on from a guess."""
+    (``STEP_UNKNOWN``), rather than go on from a guess. ``of``: what the figure is of, where its gist must say it
+    (``LONG_RUN_STEP``); "": what its name says, left out of the gist."""
 
     name: str
     value: float | None
     threshold: float
     at_least: bool
     verdict: str
+    of: str = ""
 
     @property
     def holds(self) -> bool:
@@ -125,12 +129,11 @@ class Rule:
 
     @property
     def gist(self) -> str:
-        """The figure in a few words ("waiting for data 60%"), to a tenth of a per cent where whole ones would read as
-        its threshold ("29.7%", not the "30%" it falls short of); "unknown" where it cannot be read."""
-        shown = "unknown" if self.value is None else f"{self.value:.0%}"
-        if self.value is not None and shown == f"{self.threshold:.0%}":
-            shown = f"{self.value:.1%}"
-        return f"{self.name.partition(', of ')[0]} {shown}"
+        """The figure in a few words ("waiting for data 60%", "waiting for data 7% of a long run's step": ``of``),
+        to a tenth of a per cent where whole ones would read as its threshold (``share_shown``); "unknown" where it
+        cannot be read."""
+        shown = "unknown" if self.value is None else share_shown(self.value, self.threshold)
+        return f"{self.name.partition(', of ')[0]} {shown}" + (f" of {self.of}" if self.of else "")
 
     def __str__(self) -> str:
         if self.value is None:
@@ -140,10 +143,18 @@ class Rule:
         return f"{self.name} {self.value:.1%} {relation} {self.threshold:.0%}: {outcome}"
 
 
+def share_shown(share: float, threshold: float) -> str:
+    """``share`` in whole per cents, or to a tenth where whole ones would read as ``threshold`` ("29.7%", not the
+    "30%" it falls short of)."""
+    shown = f"{share:.0%}"
+    return f"{share:.1%}" if shown == f"{threshold:.0%}" else shown
+
+
 @dataclass(frozen=True)
 class Figures:
     """The figures the rules and the advice read, per step of the profiled configuration, in seconds: the step and
-    its wait for data as a long run reads them (``epochs.long_run``)."""
+    its wait for data as a long run reads them (``epochs.long_run``; ``long_run``: where that differs from the timed
+    steps' own)."""
 
     loop_s: float
     wait_s: float
@@ -159,6 +170,13 @@ class Figures:
     compute_share: float  # arithmetic (``is_compute_operator``), of the operators' work (``work_time``)
     product_share: float  # matrix products and convolutions alone, of the operators' work: what 16 bits speed up
     operator_share: float = 1.0  # the operators' work, of the profiled model step (the rest: overhead)
+    long_run: bool = False  # loop_s and wait_s are a long run's, not the timed steps' own (``step_named``)
+
+    @property
+    def step_named(self) -> str:
+        """The step ``loop_s`` is, as a share of it is said to be of: "the step", or ``LONG_RUN_STEP`` where a long
+        run's differs from the timed steps' (a table of those beside it)."""
+        return LONG_RUN_STEP if self.long_run else "the step"
 
     @property
     def step_overhead_share(self) -> float:
@@ -172,7 +190,7 @@ def figures(result: ProfileResult) -> Figures:
     """The figures of ``result`` the rules and the advice read; its step and wait for data as a long run reads them
     (``epochs.long_run``: the waits at epochs' starts once an epoch), the stages' other figures as timed."""
     stages, ops = result.stages, result.operators
-    loop_s, wait_s, wait_share = long_run(stages, epoch_starts(result))
+    run = long_run(stages, epoch_starts(result))
     classified = classified_operators(ops)
     time_of = work_time(ops)
     small = _small_call_s(ops)
@@ -182,20 +200,38 @@ def figures(result: ProfileResult) -> Figures:
     products = sum(time_of(op) for op in classified if _is_product(op.name))
     step_s = ops.step_s or float("inf")
     return Figures(
-        loop_s=loop_s,
-        wait_s=wait_s,
+        loop_s=run.loop_s,
+        wait_s=run.wait_s,
         transfer_s=stages.mean("transfer_s"),
         forward_s=stages.mean("forward_s"),
         backward_s=stages.mean("backward_s"),
         optimizer_s=stages.mean("optimizer_s"),
         loading_s=stages.mean("fetch_s") + stages.mean("collate_s"),
-        wait_share=wait_share,
+        wait_share=run.wait_share,
         model_step_s=ops.step_s / ops.active_steps,
         overhead_share=min(1.0, overhead / step_s),
         device_busy_share=sum(op.self_device_s for op in ops.step_operators) / step_s if ops.kernels_recorded else None,
         compute_share=compute / operator_time,
         product_share=products / operator_time,
         operator_share=min(1.0, operator_time / step_s) if math.isfinite(operator_time) else 0.0,
+        long_run=run.differs,
+    )
+
+
+def long_run_said(result: ProfileResult) -> str | None:
+    """A long run's step and its wait's share in a line, with the epochs' starts that make it differ from the timed
+    steps' (``epochs.long_run``), for a table of those to be read beside: "26.3 ms a step, waiting 7% (step 12 began
+    an epoch and waited 250 ms, the others 1.0 ms: the excess counted once an epoch of 1000 steps)"; None where the
+    two do not differ."""
+    starts = epoch_starts(result)
+    run = long_run(result.stages, starts)
+    if not run.differs:
+        return None
+    at = [str(step) for step in starts.at]
+    began = f"step {at[0]} began an epoch" if len(at) == 1 else f"steps {listed(at)} began epochs"
+    return (
+        f"{run.loop_s * 1e3:.1f} ms a step, waiting {share_shown(run.wait_share, DATA_BOUND_WAIT)} ({began} and "
+        f"waited {starts.waited}, the others {starts.steady_s * 1e3:.1f} ms: the excess counted {starts.how_often})"
     )
 
 
@@ -281,8 +317,15 @@ def rules(result: ProfileResult) -> list[Rule]:
     # A GPU's rules read the host's times where its trace recorded no kernel: said, as they then read no device.
     host_read = " (no GPU kernel recorded: read on the host)" if not on_cpu and not ops.kernels_recorded else ""
     # Where a long run's wait differs from the timed steps' (an epoch's start among them), the rule says which it read.
-    once = "" if math.isclose(found.wait_share, result.stages.wait_share) else " (epoch starts' waits once an epoch)"
-    data = Rule(f"waiting for data, of the step{once}:", found.wait_share, DATA_BOUND_WAIT, True, DATA_BOUND)
+    once = " (epoch starts' waits once an epoch)" if found.long_run else ""
+    data = Rule(
+        f"waiting for data, of {found.step_named}{once}:",
+        found.wait_share,
+        DATA_BOUND_WAIT,
+        True,
+        DATA_BOUND,
+        of=LONG_RUN_STEP if found.long_run else "",
+    )
     if not wait_told_apart(ops):
         unread = (
             "host overhead, of the model step (no GPU kernel recorded, and the host's wait for the GPU not timed "
@@ -399,17 +442,18 @@ def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
     ``cpu_count`` cores busy or more (the process tree's CPU, where the profile read it): each slows the other. Each
     worker is one process: the workers keep at most as many cores busy as there are of them, however long a batch
     takes; where they load slower than the steps consume, the steps timed ran on batches loaded before them, which
-    the line says."""
+    the line says. It reads the timed steps' own step (the table's), over which the cores were read, not a long
+    run's (``figures``): the cores' reading holds the waits the timed steps held."""
     workers = result.stages.num_workers
     if workers == 0 or result.operators.device == "cuda":
         return None
-    found = figures(result)
-    working = found.loop_s - found.wait_s
-    loading_cores = found.loading_s / found.loop_s
+    found, step = figures(result), result.stages.loop_s
+    working = found.loop_s - found.wait_s  # the same in the timed steps and in a long run
+    loading_cores = found.loading_s / step
     # The cores the process tree used, as read; from the stage times (busy as long as it is not waiting: a worker
     # that sleeps or waits on I/O reads busy) only in a profile without the reading.
     read = result.cpu.system.process_tree_cores if result.cpu is not None else None
-    cores = read if read is not None else min(loading_cores, workers) + working / found.loop_s
+    cores = read if read is not None else min(loading_cores, workers) + working / step
     if cores < SATURATED_CORES * cpu_count:
         return None
     behind = loading_cores > workers
@@ -420,7 +464,7 @@ def saturation_finding(result: ProfileResult, cpu_count: int) -> str | None:
         else ""
     )
     return (
-        f"the {cpu_count} cores are saturated: each {found.loop_s * 1e3:.0f} ms step, a worker loads a batch for "
+        f"the {cpu_count} cores are saturated: each {step * 1e3:.0f} ms step, a worker loads a batch for "
         f"{found.loading_s * 1e3:.0f} ms while the training process works {working * 1e3:.0f} ms{ahead}, "
         f"{cores:.1f} cores' worth (≥ {SATURATED_CORES:.0%} of {cpu_count}): loading and the model step slow each "
         "other, and more workers or threads cannot help; cheaper loading or a cheaper model step can help"

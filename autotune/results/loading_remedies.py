@@ -8,8 +8,10 @@ workers and training saturate the cores, a step takes as long as their work toge
 shortens it in proportion, down to training's work alone spread over the cores its compute threads can use.
 A DataLoader with workers begins each epoch with no batch loaded ahead (workers that do not persist start again),
 so the step that begins one waits longer than the rest (``autotune/results/epochs.py``: the profile marks those
-steps): those waits are neither loading nor passing batches between processes, are taken apart from both, and count
-once an epoch, as a long run pays them and as the verdict reads them (``diagnosis.figures``).
+steps): what those waits exceed the other steps' wait by is neither loading nor passing batches between processes,
+is taken apart from both, and counts once an epoch, as a long run pays it and as the verdict reads it
+(``diagnosis.figures``); a changed step's epoch starts count by what they exceed its own steady wait
+(``EpochStarts.step_s``).
 """
 
 from __future__ import annotations
@@ -57,21 +59,21 @@ _DECODE = re.compile(r"decode|imread|jpeg|png|open|load|read|decompress|frombuff
 def loop_with_loading(found: Figures, saved_s: float, workers: int, starts: EpochStarts) -> float:
     """The step if loading a batch took ``saved_s`` less in one process, with ``workers`` workers (0: in the loop).
     With workers, what the loop waits beyond their loading (passing batches between processes) stays, and so do the
-    waits at epochs' starts (``starts``), each shorter by the loading saved."""
+    waits at epochs' starts (``starts``), each shorter by the loading saved, beyond the steady wait left."""
     rest = found.loop_s - found.wait_s
     if workers == 0:
         return rest + max(0.0, found.wait_s - saved_s)
-    loading = max(rest, (found.loading_s - saved_s) / workers)
-    return loading + _handoff(found, workers, starts) + starts.per_step_s(saved_s)
+    steady = max(rest, (found.loading_s - saved_s) / workers) + _handoff(found, workers, starts)
+    return starts.step_s(steady, rest, saved_s)
 
 
 def _handoff(found: Figures, workers: int, starts: EpochStarts) -> float:
-    """What a loop with ``workers`` workers waits beyond their loading, but for the waits at epochs' starts
-    (``starts``): passing batches between processes."""
+    """What a loop with ``workers`` workers waits beyond their loading, at the steps that began no epoch (their
+    steady wait, ``starts.steady_s``): passing batches between processes."""
     if not workers:
         return 0.0
-    steady = found.loop_s - starts.per_step_s()
-    return max(0.0, steady - max(found.loop_s - found.wait_s, found.loading_s / workers))
+    late = max(0.0, found.loading_s / workers - (found.loop_s - found.wait_s))  # the wait loading itself explains
+    return max(0.0, starts.steady_s - late)
 
 
 def persistent_workers_advice(
@@ -82,18 +84,16 @@ def persistent_workers_advice(
     waits = starts.waits
     if not waits or knobs.get("persistent_workers"):
         return []
-    gain = found.loop_s / (found.loop_s - starts.per_step_s(found.loading_s))
+    gain = found.loop_s / (found.loop_s - starts.kept_s(found.loading_s))
     median = statistics.median(result.stages.wait_s)
-    least, most = f"{min(waits) * 1e3:.0f}", f"{max(waits) * 1e3:.0f}"
-    waited = f"{least} ms" if least == most else f"{least} to {most} ms"
-    often = f"once an epoch of {starts.epoch} steps" if starts.epoch else "as often as the timed steps held them"
     return [
         Advice(
             "set persistent_workers=True",
-            f"{len(waits)} of the {starts.steps} timed steps began an epoch and waited {waited} for data, against a "
-            f"median wait of {median * 1e3:.1f} ms: workers that do not persist start again at each epoch's start",
+            f"{len(waits)} of the {starts.steps} timed steps began an epoch and waited {starts.waited} for data, "
+            f"against a median wait of {median * 1e3:.1f} ms: workers that do not persist start again at each "
+            "epoch's start",
             f"up to {gain:.2f}x if an epoch's first batch waited for its loading alone ({found.loading_s * 1e3:.1f} "
-            f"ms), {often}",
+            f"ms), {starts.how_often}",
             gain,
             knob="persistent_workers",
         )
@@ -179,8 +179,8 @@ def num_workers_advice(
     # The cores must hold loading's CPU time and training's, at least a core's while it computes: a step takes no
     # less than the two over the cores, whatever the workers.
     cpu_bound = (found.loading_s * busy + rest) / cpu_count
-    waits = _handoff(found, workers, starts) + starts.per_step_s()
-    gain = found.loop_s / (max(rest, found.loading_s / count, cpu_bound) + waits)
+    steady = max(rest, found.loading_s / count, cpu_bound) + _handoff(found, workers, starts)
+    gain = found.loop_s / starts.step_s(steady, rest)
     gain, loader = _within(gain, _loader_bound(tried, result.stages.batch_size, count, found))
     shared = _sharing(result, cpu_count)
     waiting = (
@@ -237,11 +237,12 @@ def _loading_busy(result: ProfileResult, found: Figures) -> float:
     stage-timed steps (the process tree's and any other process's: on a busy machine loading cannot be told waiting,
     and reads as busy) less a core for the training process while it is not waiting for data; 1 for a profile
     without the reading, or one that reads it under ``_MIN_BUSY``. Training on more threads than one leaves loading
-    less: the share errs high, so fewer workers."""
+    less: the share errs high, so fewer workers. The step and its wait are the timed steps', over which the cores were
+    read (not a long run's: ``epochs.long_run``)."""
     if result.cpu is None or found.loading_s <= 0:
         return 1.0
-    machine = result.cpu.system.busy_cores
-    busy = (machine * found.loop_s - (found.loop_s - found.wait_s)) / found.loading_s
+    machine, step_s = result.cpu.system.busy_cores, result.stages.loop_s
+    busy = (machine * step_s - (step_s - result.stages.mean("wait_s"))) / found.loading_s
     return 1.0 if busy < _MIN_BUSY else min(1.0, busy)  # under the reading's resolution: unknown, one a core
 
 

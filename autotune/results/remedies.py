@@ -2,7 +2,8 @@
 (and whether the tuner tried it), the user's own code where none does.
 
 Each expected effect is an upper bound from the profiled step's stages, as a long run reads them and the verdict too
-(``diagnosis.figures``: the waits at epochs' starts once an epoch, ``autotune/results/epochs.py``);
+(``diagnosis.figures``: the waits at epochs' starts once an epoch, ``autotune/results/epochs.py``), and a share of
+the step it states is of that step, said so where it differs from the timed steps' (``Figures.step_named``);
 how the stages bound the advice on loading data: ``loading_remedies``, on the model step: ``step_remedies``.
 Keeping freed memory (``malloc``) saves at most the kernel's share of the step's working time: its page faults are
 a part of that share, which holds the kernel's other work too.
@@ -148,7 +149,7 @@ def _transfer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
     return [
         Advice(
             "set pin_memory=True",
-            f"{what} {share:.0%} of the step (≥ {TRANSFER_SHARE:.0%})",
+            f"{what} {share:.0%} of {found.step_named} (≥ {TRANSFER_SHARE:.0%})",
             f"up to {gain:.2f}x when the copies overlap the step{left}",
             gain,
             knob="pin_memory",
@@ -157,10 +158,12 @@ def _transfer(result: ProfileResult, found: Figures, knobs: dict[str, Any]) -> l
 
 
 def _garbage(result: ProfileResult, found: Figures) -> list[Advice]:
+    """Collections kept out of the steps, where their pauses took ``diagnosis.GC_PAUSE_SHARE`` of the timed steps or
+    more: a long run's step (``found``) less the pauses a timed step held."""
     finding = gc_finding(result)
     if finding is None:
         return []
-    gain = 1 / (1 - result.gc.share)
+    gain = found.loop_s / (found.loop_s - result.gc.share * result.stages.loop_s)
     return [
         Advice(
             "call gc.freeze() once the dataset and model are built, or raise gc.set_threshold's first threshold",

@@ -51,7 +51,7 @@ def overhead_advice(
     graphs = replays_cuda_graphs(mode, device)
     # Compiling cuts work done on a core (dispatch, the forward's Python), not waiting: on a CPU, the time a step the
     # training process and its workers were on no core at all (a sleep, I/O, a lock) is out of its reach.
-    removable = max(0.0, overhead - (_idle_s(result, found) if device != "cuda" else 0.0))
+    removable = max(0.0, overhead - (_idle_s(result) if device != "cuda" else 0.0))
     gone = found.loop_s / (found.loop_s - removable)
     advice = [_larger_batch(found, knobs["batch_size"], overhead, device, effective_batch_size)]
     # Compiled, a step keeps the overhead compiling cuts (where ``mode`` replays CUDA graphs, by them: its own alone).
@@ -127,12 +127,14 @@ def _compile_mode(knobs: dict[str, Any], ctx: SearchContext, effective_batch_siz
     return next(runs, modes[0])
 
 
-def _idle_s(result: ProfileResult, found: Figures) -> float:
-    """Of a step but its wait for data, the time the process tree was on no core, at least: what its CPU time (read
-    over the stage-timed steps) leaves of the step; 0 for a profile without the reading."""
+def _idle_s(result: ProfileResult) -> float:
+    """Of a timed step but its wait for data, the time the process tree was on no core, at least: what its CPU time
+    (read over the stage-timed steps, so of their step, not a long run's) leaves of the step; 0 for a profile without
+    the reading."""
     if result.cpu is None:
         return 0.0
-    return max(0.0, found.loop_s * (1 - result.cpu.system.process_tree_cores) - found.wait_s)
+    stages = result.stages
+    return max(0.0, stages.loop_s * (1 - result.cpu.system.process_tree_cores) - stages.mean("wait_s"))
 
 
 def _optimizer(found: Figures, knobs: dict[str, Any], ctx: SearchContext) -> list[Advice]:
@@ -158,8 +160,8 @@ def _optimizer(found: Figures, knobs: dict[str, Any], ctx: SearchContext) -> lis
     return [
         Advice(
             f"set optimizer_impl={impl}",
-            f"the optimizer step takes {share:.0%} of the step (≥ {OPTIMIZER_SHARE:.0%}), run as {runs} (PyTorch's "
-            "default here)",
+            f"the optimizer step takes {share:.0%} of {found.step_named} (≥ {OPTIMIZER_SHARE:.0%}), run as {runs} "
+            "(PyTorch's default here)",
             f"up to {gain:.2f}x if it cost nothing",
             gain,
             knob="optimizer_impl",

@@ -15,6 +15,7 @@ from tests.results.profile_records import hot, profile_result
 from tests.results.test_profile_advice_review import KNOBS, LOADING_S, REST_S, WORKERS, restarting
 
 RESTART_S = 0.250  # one wait of workers starting again
+STEADY_S = 0.001  # every other step's wait
 
 
 def persist_advice(result: ProfileResult) -> list:
@@ -24,7 +25,7 @@ def persist_advice(result: ProfileResult) -> list:
 def one_restart(epoch: int | None, at: int = 12, steps: int = 30) -> ProfileResult:
     """``steps`` timed steps waiting 1 ms for data, but ``RESTART_S`` at step ``at``, which began an epoch of
     ``epoch`` steps (None: a stream without a length)."""
-    waits = [0.001] * steps
+    waits = [STEADY_S] * steps
     waits[at] = RESTART_S
     return restarting(waits, [at], dataset_len=16 * epoch if epoch else None)
 
@@ -33,7 +34,9 @@ def test_a_restart_costs_once_an_epoch_not_once_a_window_shorter_than_one():
     assert not persist_advice(one_restart(1000)), "220 ms beyond loading once in 1000 steps: 1.01x, under 2 %"
     result = one_restart(40)
     (persist,) = persist_advice(result)
-    step = result.stages.loop_s - RESTART_S / 30 + RESTART_S / 40  # a long run's: the restart once in 40 steps
+    # A long run's step: the other steps' (the rest and their steady wait), and what the restart waited beyond
+    # that wait once in 40 steps.
+    step = REST_S + STEADY_S + (RESTART_S - STEADY_S) / 40
     assert figures(result).loop_s == pytest.approx(step), "the step the verdict and the advice read"
     assert persist.gain == pytest.approx(step / (step - (RESTART_S - LOADING_S) / 40))
     assert persist.why.startswith("1 of the 30 timed steps began an epoch and waited 250 ms for data")
@@ -44,14 +47,14 @@ def test_a_restart_costs_once_an_epoch_not_once_a_window_shorter_than_one():
 
 
 def test_every_gain_is_reckoned_from_a_step_that_pays_a_restart_once_an_epoch():
-    waits = [0.001] * 30
+    waits = [STEADY_S] * 30
     waits[12] = RESTART_S
     result = restarting(waits, [12], dataset_len=16 * 40, functions=[hot("time.sleep", 1.0)])
     (sleep,) = [a for a in advise(result, DATA_BOUND, WORKERS, 8, None) if "time.sleep" in a.why]
-    step = result.stages.loop_s - RESTART_S / 30 + RESTART_S / 40  # a long run's: the restart once in 40 steps
-    steady = 29 * 0.001 / 30  # batches passed between processes
-    # Sleeping cost nothing: the steady waits stay, the restart's a batch's loading shorter, once in 40 steps.
-    assert sleep.gain == pytest.approx(step / (REST_S + steady + (RESTART_S - LOADING_S) / 40))
+    step = REST_S + STEADY_S + (RESTART_S - STEADY_S) / 40  # a long run's: the restart's excess once in 40 steps
+    # Sleeping cost nothing: the steady wait (batches passed between processes) stays, and the restart, a batch's
+    # loading shorter, counts beyond it once in 40 steps.
+    assert sleep.gain == pytest.approx(step / (REST_S + STEADY_S + (RESTART_S - LOADING_S - STEADY_S) / 40))
 
 
 def test_long_waits_where_no_epoch_began_are_no_restarts_however_regular():
