@@ -3,7 +3,8 @@
 The baseline (``pipeline.baseline``), the recommendation, each change alone on top of the baseline and the
 recommendation without each change run for ``benchmark.rounds`` rounds, each configuration once a round in a process
 of its own with the full window, the order rotating from round to round. The record is saved to benchmark.json before
-anything is rendered from it. Its rules: ``autotune/results/benchmark.py``.
+anything is rendered from it, also where the run stopped before its last round (an interrupt, an error:
+``measure_then_report``), which it then says. Its rules: ``autotune/results/benchmark.py``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from autotune.app import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
 from autotune.config.settings import Settings
@@ -32,6 +34,8 @@ from autotune.study.tuner import RunFn
 from autotune.trial.placement import UNPINNED, Slot
 from autotune.trial.result import TrialResult
 from autotune.words import counted, duration
+
+T = TypeVar("T")
 
 
 def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[str, Path]:
@@ -70,11 +74,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         notes=notes,
         batch_policy=settings.batch_policy,
     )
-    try:
-        measure_rounds(settings, benchmark, output_dir / "benchmark", out, study_slot(settings, facts))
-    finally:
-        files = write_benchmark(benchmark, output_dir)
-        print_benchmark(benchmark, files, out)
+    measure = partial(measure_rounds, settings, benchmark, output_dir / "benchmark", out, study_slot(settings, facts))
+    files = measure_then_report(measure, partial(_report, benchmark, output_dir, out))
     recommended = benchmark.recommendation
     if benchmark.interval(recommended) is None:
         raise NotMeasuredError(
@@ -82,6 +83,27 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             f"{benchmark.rounds} rounds ran both the baseline and the recommendation (an interval needs two); "
             f"why, in {files['benchmark.md']}"
         )
+    return files
+
+
+def measure_then_report(measure: Callable[[], object], report: Callable[[bool], T]) -> T:
+    """Run ``measure``, then ``report`` what it measured whatever happened, told whether the run stopped before its
+    last round: ``measure`` raised (an interrupt, an error), so the rounds that ran are reported and decide nothing,
+    and what it raised is raised on once they are."""
+    stopped = True
+    try:
+        measure()
+        stopped = False
+    finally:
+        reported = report(stopped)
+    return reported
+
+
+def _report(benchmark: Benchmark, output_dir: Path, out: TextIO, stopped: bool) -> dict[str, Path]:
+    """Write ``benchmark`` (``stopped`` before its last round or not) into ``output_dir``, then print it."""
+    benchmark = replace(benchmark, stopped=stopped)
+    files = write_benchmark(benchmark, output_dir)
+    print_benchmark(benchmark, files, out)
     return files
 
 

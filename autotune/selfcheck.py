@@ -4,17 +4,19 @@ The baseline, and the configuration the stored study recommends (when there is o
 command names, ``recommended=PATH``), run in processes of their own, each once timed by a trial (the harness, with
 the full window) and once by the plain loop that judges it (``autotune/trial/plain.py``, a fresh interpreter), for
 ``selfcheck.rounds`` rounds; the order alternates from run to run, so neither loop always goes first. The record is
-saved to selfcheck.json before it is printed.
+saved to selfcheck.json before it is printed, also where the run stopped before its last round (an interrupt, an
+error: ``measure_then_report``), which it then says, and decides nothing.
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
 from autotune.app import TrialRunner, inspect_run, study_machine, study_machine_id, study_runner
-from autotune.benchmark import recommendation_to_measure, trained_as_tuned
+from autotune.benchmark import measure_then_report, recommendation_to_measure, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import HarnessDisagreesError
 from autotune.files import file_name
@@ -50,9 +52,8 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         print(f"note: {note}", file=out)
     runner = study_runner(settings, facts, output_dir / "selfcheck")
     runs: dict[str, dict[str, list]] = {}
-    try:
-        check_configurations(runner, configurations, rounds, out, runs)
-    finally:
+
+    def report(stopped: bool) -> tuple[SelfCheck, dict[str, Path]]:
         check = SelfCheck(
             pipeline=settings.pipeline.name,
             device=device,
@@ -60,17 +61,22 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
             source=source,
             machine=study_machine(settings, facts),
             configurations=_checks(configurations, runs),
+            stopped=stopped,
         )
         files = write_selfcheck(check, output_dir)
         print_selfcheck(check, files, out)
+        return check, files
+
+    check, files = measure_then_report(partial(check_configurations, runner, configurations, rounds, out, runs), report)
     fail_if_disagreeing(check)
     return files
 
 
 def fail_if_disagreeing(check: SelfCheck) -> None:
     """Raise HarnessDisagreesError (exit 1) where a configuration's verdict is disagree: the figures the harness
-    reads for it are not what the plain loop reads (agree or unresolved: exit 0)."""
-    apart = [c for c in check.configurations if c.verdict == "disagree"]
+    reads for it are not what the plain loop reads (agree or unresolved: exit 0; a self-check stopped before its last
+    round decides nothing, as ``SelfCheck.verdict`` says)."""
+    apart = [c for c in check.configurations if check.verdict(c) == "disagree"]
     if apart:
         named = "; ".join(
             f"{c.label}: harness / plain {c.interval.geomean:.3f} (95 % interval {c.interval.low:.3f}-"

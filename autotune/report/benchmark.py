@@ -71,18 +71,30 @@ def print_benchmark(benchmark: Benchmark, files: dict[str, Path], out: TextIO) -
         print(f"  {name:<17} {path}", file=out)
 
 
+def stopped_words(complete_rounds: int, rounds: int) -> str:
+    """What a run of ``rounds`` rounds stopped after ``complete_rounds`` of them (an interrupt, an error) says of its
+    verdict, in every mode that measures in rounds: it decides nothing."""
+    return f"stopped after {complete_rounds} of {rounds} rounds: no verdict"
+
+
 def _headline(benchmark: Benchmark) -> Headline:
+    """The recommendation against the baseline; a benchmark stopped before its last round leads with that, its
+    figures the provisional ones of the rounds that ran."""
     recommended = benchmark.recommendation
     interval = benchmark.interval(recommended) if recommended else None
+    stopped = f"The benchmark {stopped_words(benchmark.complete_rounds, benchmark.rounds)}."
     if interval is None:
         both = len(benchmark.ratios(recommended)) if recommended else 0
         done = f"{both} of {benchmark.rounds} rounds measured both the baseline and the recommendation"
-        return Headline("No verdict.", f"{done}: an interval needs two (failures, if any, in the table).")
+        lead = stopped if benchmark.stopped else "No verdict."
+        return Headline(lead, f"{done}: an interval needs two (failures, if any, in the table).")
     verdict, bounds = benchmark.verdict(recommended), ratio_bounds(interval.low, interval.high)
-    return Headline(
-        f"The recommendation: {interval.geomean:.2f}x the baseline ({verdict}).",
-        f"95 % interval {bounds} over {interval.n} paired rounds on {benchmark.device}.",
-    )
+    figure = f"{interval.geomean:.2f}x the baseline ({verdict})"
+    measured = f"95 % interval {bounds} over {interval.n} paired rounds on {benchmark.device}"
+    if benchmark.stopped:
+        so_far = f"The rounds that ran read the recommendation at {figure}, {measured}"
+        return Headline(stopped, f"{so_far}: provisional, as is every verdict below.")
+    return Headline(f"The recommendation: {figure}.", f"{measured}.")
 
 
 # A change left out of the recommendation, by the verdict of that against the recommendation, paired by round.

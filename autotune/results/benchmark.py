@@ -6,7 +6,8 @@ slower drifts), with Student's t 95 % interval on their logarithms (``ratio_inte
 the interval lies above 1, a loss when it lies below, within noise when it spans 1, and too few rounds where fewer
 than two rounds ran both the configuration and the baseline (a run that failed, or one stopped). A change left
 out of the recommendation is measured against the recommendation too, by the same rule: a loss there is a change
-that matters; within noise, one not shown to.
+that matters; within noise, one not shown to. A benchmark stopped before its last round (``Benchmark.stopped``)
+decides nothing: its verdicts are what the rounds that ran read, provisional.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ class Benchmark:
     """A benchmark of the recommendation in ``recommended`` (a path) for ``pipeline`` on ``device``, ``rounds``
     interleaved rounds; ``entries`` start with the baseline. ``notes`` say what the reader should know (the file
     measured on another machine, tuned against another baseline). ``batch_policy``: how its runs trained (as the
-    recommendation was tuned: search.batch_policy; None in a record written before it was kept)."""
+    recommendation was tuned: search.batch_policy; None in a record written before it was kept). ``stopped``: its
+    rounds did not all run (an interrupt, an error), so its verdicts decide nothing (False in a record written before
+    it was kept)."""
 
     pipeline: str
     device: str
@@ -74,6 +77,7 @@ class Benchmark:
     entries: list[Entry]
     notes: list[str] = field(default_factory=list)
     batch_policy: str | None = None
+    stopped: bool = False
 
     @property
     def baseline(self) -> Entry:
@@ -82,6 +86,11 @@ class Benchmark:
     @property
     def recommendation(self) -> Entry | None:
         return next((entry for entry in self.entries if entry.kind == "recommended"), None)
+
+    @property
+    def complete_rounds(self) -> int:
+        """The rounds in which every configuration's run ended, failed ones too."""
+        return min((len(entry.throughputs) for entry in self.entries), default=0)
 
     @property
     def changes(self) -> list[str]:

@@ -1,7 +1,8 @@
 """What ``mode=selfcheck`` found: each configuration's throughput by the harness and by the plain loop, round by round.
 
 The rule it reports by is written here once: the harness agrees with the plain loop when the 95 % interval of their
-paired ratio lies within ``AGREEMENT`` of 1, and disagrees when it lies wholly outside that band.
+paired ratio lies within ``AGREEMENT`` of 1, and disagrees when it lies wholly outside that band. A self-check stopped
+before its last round decides nothing (``SelfCheck.verdict``), as a stopped ``mode=check`` does.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class ConfigurationCheck:
 
     @property
     def verdict(self) -> str:
-        """agree, disagree, or unresolved (the interval spans an edge of the band: more rounds would tell)."""
+        """What its rounds read: agree, disagree, or unresolved (the interval spans an edge of the band: more rounds
+        would tell); the self-check's verdict on it is ``SelfCheck.verdict``."""
         interval = self.interval
         if interval is None:
             return "unresolved"
@@ -50,7 +52,9 @@ class ConfigurationCheck:
 
 @dataclass(frozen=True)
 class SelfCheck:
-    """A self-check of ``pipeline`` on ``device``: ``source`` says where the checked configurations came from."""
+    """A self-check of ``pipeline`` on ``device``: ``source`` says where the checked configurations came from;
+    ``stopped``: its rounds did not all run (an interrupt, an error), so it decides nothing (False in a record written
+    before it was kept)."""
 
     pipeline: str
     device: str
@@ -58,12 +62,25 @@ class SelfCheck:
     source: str
     machine: dict[str, Any]
     configurations: list[ConfigurationCheck]
+    stopped: bool = False
+
+    @property
+    def complete_rounds(self) -> int:
+        """The rounds in which every configuration ran by both loops, failed runs too."""
+        return min((min(len(c.harness), len(c.plain)) for c in self.configurations), default=0)
+
+    def verdict(self, configuration: ConfigurationCheck) -> str:
+        """The verdict on ``configuration``: stopped where the self-check stopped before its last round (what the
+        rounds that ran read decides nothing), else what its rounds read (``ConfigurationCheck.verdict``)."""
+        return "stopped" if self.stopped else configuration.verdict
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for entry, check in zip(data["configurations"], self.configurations, strict=True):
             interval = check.interval
-            entry.update(ratios=check.ratios, interval=asdict(interval) if interval else None, verdict=check.verdict)
+            entry.update(
+                ratios=check.ratios, interval=asdict(interval) if interval else None, verdict=self.verdict(check)
+            )
         return data
 
     @classmethod
