@@ -23,6 +23,7 @@ from autotune.benchmark import (
     baseline_note,
     both_ends,
     measure_rounds,
+    measure_then_report,
     refuse_other_device,
     refuse_same_as_baseline,
     refuse_unrunnable,
@@ -113,17 +114,21 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     check = Check(
         tuned.speedup, settings.check_tolerance, benchmark, tuned.speedup_interval, before_rounds=tuned.speedup_rounds
     )
-    try:
-        measure_rounds(settings, check.benchmark, output_dir / "check", out, study_slot(settings, facts))
-    except BaseException:  # an interrupt, an error: the rounds that ran are kept, and decide nothing
-        check = replace(check, stopped=True)
-        raise
-    finally:
-        path = write_check(check, output_dir)
-        print_check(check, path, out)
+    slot = study_slot(settings, facts)
+    check, path = measure_then_report(
+        lambda: measure_rounds(settings, check.benchmark, output_dir / "check", out, slot),
+        lambda stopped: _report(replace(check, benchmark=replace(check.benchmark, stopped=stopped)), output_dir, out),
+    )
     if not check.passed:
         raise RegressionError(f"check of {tuned.path}: {verdict_line(check)}")
     return path
+
+
+def _report(check: Check, output_dir: Path, out: TextIO) -> tuple[Check, Path]:
+    """Write ``check`` into ``output_dir``, then print it; the check and its file."""
+    path = write_check(check, output_dir)
+    print_check(check, path, out)
+    return check, path
 
 
 def load_tuned(path: str | None) -> Tuned:

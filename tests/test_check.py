@@ -365,12 +365,15 @@ def test_a_check_stopped_mid_way_decides_nothing_and_check_json_says_it_stopped(
     with pytest.raises(KeyboardInterrupt):
         run_check(report(tmp_path, speedup=1.5), tmp_path / "out", out)
     record = json.loads((tmp_path / "out" / "check.json").read_text())
-    assert record["verdict"] == "stopped" and record["stopped"] is True
+    assert record["verdict"] == "stopped" and record["stopped"] is True and record["benchmark"]["stopped"] is True
     assert Check.from_dict(record).verdict == "stopped" and not Check.from_dict(record).passed
+    older = record | {"benchmark": {key: value for key, value in record["benchmark"].items() if key != "stopped"}}
+    assert Check.from_dict(older).stopped, "a check.json that kept it only at the top reads stopped"
     assert "verdict: stopped after 2 of 5 rounds: no verdict against the floor of 1.35x" in out.getvalue()
     assert "holds" not in out.getvalue()
     failed = check(1.5, [None, None], base_runs=(100.0, 101.0))
-    assert verdict_line(replace(failed, stopped=True)).startswith("stopped after 2 of 2 rounds"), "failed runs too"
+    stopped = replace(failed, benchmark=replace(failed.benchmark, stopped=True))
+    assert verdict_line(stopped).startswith("stopped after 2 of 2 rounds"), "failed runs too"
 
 
 def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune.files import write_atomic
+from autotune.report.benchmark import stopped_words
 from autotune.results.check import MAX_ROUNDS_TO_TELL, MIN_ROUNDS, Check, measured_rounds
 from autotune.words import ratio_bounds
 
@@ -49,8 +50,7 @@ def verdict_line(check: Check) -> str:
     limit = f"the floor of {check.floor:.2f}x ({check.before:.2f}x before{recorded}, less the tolerance of {tolerance})"
     now = check.now
     if check.stopped:
-        ran = min(len(entry.throughputs) for entry in check.benchmark.entries)  # failed runs too
-        return f"stopped after {ran} of {check.benchmark.rounds} rounds: no verdict against {limit}"
+        return f"{stopped_words(check.benchmark.complete_rounds, check.benchmark.rounds)} against {limit}"
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
     speedup = f"{now.geomean:.2f}x now (95 % interval {ratio_bounds(now.low, now.high)})"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -36,15 +36,19 @@ class Check:
     interval ``before_interval``, None where it had none; in ``before_rounds`` rounds, report.json's
     ``speedup_rounds``: 0 for single runs, None where it does not say), measured again in ``benchmark`` (its entries:
     the baseline, then the recommendation; ``benchmark.recommended``: the report.json's path), allowed to fall by
-    ``tolerance`` (a fraction of ``before``) beyond the measured noise; ``stopped``: its rounds did not all run (an
-    interrupt, an error), so it decides nothing."""
+    ``tolerance`` (a fraction of ``before``) beyond the measured noise."""
 
     before: float
     tolerance: float
     benchmark: Benchmark
     before_interval: RatioInterval | None = None
-    stopped: bool = False
     before_rounds: int | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether its rounds did not all run (an interrupt, an error: ``Benchmark.stopped``), so it decides
+        nothing."""
+        return self.benchmark.stopped
 
     @property
     def recommended(self) -> Entry:
@@ -187,12 +191,14 @@ class Check:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Check:
         interval = data.get("before_interval")
+        benchmark = Benchmark.from_dict(data["benchmark"])
+        if data.get("stopped"):  # a check.json written before its benchmark kept it
+            benchmark = replace(benchmark, stopped=True)
         return cls(
             data["before"],
             data["tolerance"],
-            Benchmark.from_dict(data["benchmark"]),
+            benchmark,
             RatioInterval(**interval) if interval else None,
-            data.get("stopped", False),
             data.get("before_rounds"),
         )
 
