@@ -33,6 +33,7 @@ from autotune.study.disturbed import again_if_disturbed
 from autotune.study.tuner import RunFn
 from autotune.trial.placement import UNPINNED, Slot
 from autotune.trial.result import TrialResult
+from autotune.trial.runner import signals_held
 from autotune.words import counted, duration
 
 T = TypeVar("T")
@@ -89,14 +90,20 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
 def measure_then_report(measure: Callable[[], object], report: Callable[[bool], T]) -> T:
     """Run ``measure``, then ``report`` what it measured whatever happened, told whether the run stopped before its
     last round: ``measure`` raised (an interrupt, an error), so the rounds that ran are reported and decide nothing,
-    and what it raised is raised on once they are."""
-    stopped = True
+    and what it raised is raised on once they are, its exit code standing where the report failed too (that failure
+    said on stderr). A stop signal while the report is written is delivered once it is (``signals_held``), as a
+    tuning run's is: raised there, it would leave the files half written."""
     try:
         measure()
-        stopped = False
-    finally:
-        reported = report(stopped)
-    return reported
+    except BaseException:
+        with signals_held():
+            try:
+                report(True)
+            except Exception as failed:
+                print(f"autotune: the rounds that ran could not all be reported: {failed}", file=sys.stderr)
+        raise
+    with signals_held():
+        return report(False)
 
 
 def _report(benchmark: Benchmark, output_dir: Path, out: TextIO, stopped: bool) -> dict[str, Path]:

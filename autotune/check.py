@@ -172,7 +172,7 @@ def checked(data: dict[str, Any], path: str) -> Tuned:
     """What the check.json ``data`` (at ``path``) measured, as the reference of a later check: the speedup now and its
     interval, the configurations it ran and how they trained. Only a check that held, its speedup at its floor or
     above: one that regressed, or held only within the noise below its floor, measured a fall a gate on it would let
-    pass, and one stopped or not measured has no interval."""
+    pass; one stopped decides nothing, and one not measured has no interval."""
     record = _record(data, path)
     entries = record.benchmark.entries
     recommended, baseline = record.recommended, record.benchmark.baseline

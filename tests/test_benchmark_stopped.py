@@ -41,10 +41,10 @@ def ctrl_c_at(call: int, read):
 @pytest.mark.parametrize(
     ("call", "headline"),
     [
-        (4, "The benchmark stopped after 1 of 5 rounds: no verdict. 1 of 5 rounds measured both"),  # in round 2
+        (4, "The benchmark stopped in round 2 of 5: no verdict. 1 of 5 rounds measured both"),  # in round 2
         (
             5,  # as round 3 starts
-            "The benchmark stopped after 2 of 5 rounds: no verdict. The rounds that ran read the recommendation at "
+            "The benchmark stopped in round 3 of 5: no verdict. The rounds that ran read the recommendation at "
             "1.50x the baseline (gain), 95 % interval 1.50-1.50 over 2 paired rounds on cpu: provisional, as is every "
             "verdict below.",
         ),
@@ -68,7 +68,7 @@ def test_a_benchmark_stopped_by_ctrl_c_keeps_its_rounds_and_says_on_every_page_t
     assert stored["stopped"] is True and Benchmark.from_dict(stored).stopped
     for page in ("benchmark.md", "benchmark.html"):
         said = " ".join((tmp_path / "out" / page).read_text().split())
-        assert "The benchmark stopped after" in said and "The recommendation:" not in said, page
+        assert "The benchmark stopped in round" in said and "The recommendation:" not in said, page
     assert headline in " ".join(out.getvalue().split())
 
 
@@ -97,7 +97,7 @@ def test_a_selfcheck_stopped_by_ctrl_c_decides_nothing_and_its_record_and_termin
     with pytest.raises(HarnessDisagreesError):
         selfcheck.fail_if_disagreeing(replace(record, stopped=False))
     said = out.getvalue()
-    assert "The self-check stopped after 2 of 3 rounds: no verdict; the figures above are provisional" in said
+    assert "The self-check stopped in round 3 of 3: no verdict; the figures above are provisional" in said
     assert "2 rounds): stopped\n" in said and "disagree" not in said
 
 
@@ -114,3 +114,20 @@ def test_a_record_written_before_stopped_was_kept_reads_as_not_stopped():
     written = check.to_dict()
     del written["stopped"]
     assert SelfCheck.from_dict(written) == check and not SelfCheck.from_dict(written).stopped
+
+
+def test_a_stop_keeps_its_own_exit_where_its_report_fails_too_and_says_so(capsys):
+    told: list[bool] = []
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    def failing(was_stopped: bool) -> None:
+        told.append(was_stopped)
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(KeyboardInterrupt):
+        benchmark_mode.measure_then_report(stopped, failing)
+    assert told == [True]
+    assert "could not all be reported: [Errno 28] No space left on device" in capsys.readouterr().err
+    assert benchmark_mode.measure_then_report(lambda: None, lambda was_stopped: was_stopped) is False

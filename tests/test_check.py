@@ -369,11 +369,11 @@ def test_a_check_stopped_mid_way_decides_nothing_and_check_json_says_it_stopped(
     assert Check.from_dict(record).verdict == "stopped" and not Check.from_dict(record).passed
     older = record | {"benchmark": {key: value for key, value in record["benchmark"].items() if key != "stopped"}}
     assert Check.from_dict(older).stopped, "a check.json that kept it only at the top reads stopped"
-    assert "verdict: stopped after 2 of 5 rounds: no verdict against the floor of 1.35x" in out.getvalue()
+    assert "verdict: stopped in round 3 of 5: no verdict against the floor of 1.35x" in out.getvalue()
     assert "holds" not in out.getvalue()
     failed = check(1.5, [None, None], base_runs=(100.0, 101.0))
     stopped = replace(failed, benchmark=replace(failed.benchmark, stopped=True))
-    assert verdict_line(stopped).startswith("stopped after 2 of 2 rounds"), "failed runs too"
+    assert verdict_line(stopped).startswith("stopped after its last round"), "failed runs too"
 
 
 def test_a_speedup_that_held_exits_0_with_before_and_now(tmp_path, monkeypatch):

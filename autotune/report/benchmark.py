@@ -73,8 +73,11 @@ def print_benchmark(benchmark: Benchmark, files: dict[str, Path], out: TextIO) -
 
 def stopped_words(complete_rounds: int, rounds: int) -> str:
     """What a run of ``rounds`` rounds stopped after ``complete_rounds`` of them (an interrupt, an error) says of its
-    verdict, in every mode that measures in rounds: it decides nothing."""
-    return f"stopped after {complete_rounds} of {rounds} rounds: no verdict"
+    verdict, in every mode that measures in rounds: it decides nothing. The round it stopped in, not a count of rounds
+    that ran: a pair of its configurations may have run in more rounds than all of them did (the order rotates)."""
+    if complete_rounds >= rounds:
+        return "stopped after its last round: no verdict"
+    return f"stopped in round {complete_rounds + 1} of {rounds}: no verdict"
 
 
 def _headline(benchmark: Benchmark) -> Headline:
