@@ -50,7 +50,7 @@ def forecast_lines(split: TunerTime) -> list[str]:
         if not run.finished:
             lines.append(f"{head}; its record ends {took_s:.0f} s later, before the run's end")
         elif run.foretold.rest_s > 0:
-            lines.append(f"{head}; the rest took {took_s:.0f} s ({took_s / run.foretold.rest_s:.2f} of it)")
+            lines.append(f"{head}; the rest took {took_s:.0f} s ({took_s / run.foretold.rest_s:.2f}x the forecast)")
     return lines
 
 

@@ -62,7 +62,7 @@ class Forecast:
         if self.trim_round_s:
             caveats = [
                 "the race ends at its verdict and a variant that falls behind leaves early",
-                "the trim may race again",
+                "the trim may race again, beyond this",
             ]
         else:
             caveats = ["a finalist that falls behind leaves early"] if self.race_round_s else []

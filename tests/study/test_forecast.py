@@ -57,8 +57,8 @@ def test_the_rest_is_every_search_trial_left_then_each_races_planned_rounds_and_
         "the trim's first race, where the winner changes what trial 0 does (3 variants, 3 rounds, ~35 s each)" in said
     )
     assert said.endswith(
-        "; the race ends at its verdict and a variant that falls behind leaves early; the trim may race again; "
-        "study.budget_s=SECONDS bounds it"
+        "; the race ends at its verdict and a variant that falls behind leaves early; the trim may race again, beyond "
+        "this; study.budget_s=SECONDS bounds it"
     )
     assert expected.said(99.6).endswith("study.budget_s leaves 100 s of it")
     assert expected.said(-5.0).endswith("study.budget_s leaves 0 s of it"), "past the budget: nothing left"

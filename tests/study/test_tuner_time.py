@@ -131,7 +131,7 @@ def test_what_a_run_foretold_is_set_beside_what_its_rest_took_and_a_record_witho
     assert RunTime.from_dict(run.to_dict()) == run
     stopped = replace(run, finished=False)
     assert forecast_lines(TunerTime([run])) == [
-        "foretold 30 s in: up to about 125 s more; the rest took 100 s (0.80 of it)"
+        "foretold 30 s in: up to about 125 s more; the rest took 100 s (0.80x the forecast)"
     ]
     assert forecast_lines(TunerTime([stopped])) == [
         "foretold 30 s in: up to about 125 s more; its record ends 100 s later, before the run's end"
