@@ -72,7 +72,8 @@ def describe(model, loader, optimizer, rec, device) -> str:
     with rec.autocast(device):
         precision = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else "fp32"
     layout = "channels_last" if next(model.parameters()).is_contiguous(memory_format=torch.channels_last) else "nchw"
-    update = next((name for name in ("fused", "foreach") if optimizer.defaults.get(name)), "default")
+    given = {name: optimizer.defaults.get(name) for name in ("fused", "foreach")}
+    update = next((name for name, on in given.items() if on), "for_loop" if given["foreach"] is False else "default")
     return (
         f"threads={torch.get_num_threads()} workers={loader.num_workers} batch={loader.batch_size} "
         f"precision={precision} layout={layout} optimizer={update} lr={optimizer.defaults['lr']}"

@@ -25,9 +25,9 @@ class MallocKnob(ChoiceKnob):
     description = (
         "glibc malloc (Linux): default returns large freed blocks to the OS and adapts when it does, so a training "
         "step's activations may land on fresh pages, faulted in again every step; keep reuses freed memory instead "
-        "(more resident memory). Apply it with rec.apply_process_settings() or the environment variables "
+        "(more resident memory). Apply it with rec.apply_process_settings(), or the environment variables "
         + " ".join(f"{key}={value}" for key, value in ENVIRONMENT.items())
-        + "."
+        + " set before Python starts (glibc reads them once, at start: os.environ in the script does nothing)."
     )
     choices = ("default", "keep")
     memory_order = ("default", "keep")  # keep holds the freed memory default returns
