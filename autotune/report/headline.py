@@ -129,14 +129,28 @@ def _recommended(summary: Summary) -> Headline:
     )
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     by_medians = " by medians" if summary.gain_interval else ""
-    geomean = " (the geometric mean of the paired rounds' ratios)" if summary.gain_interval else ""
+    geomean = f" ({_geomean_and_medians(summary)})" if summary.gain_interval else ""
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
         f"{gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{by_medians}, {how}) by "
         f"changing {changes}. Peak {_memory_kind(base)}memory {base.result.peak_memory_mb:.0f} → "
-        f"{rec.result.peak_memory_mb:.0f} MB." + "".join(_caveats(summary)),
+        f"{rec.result.peak_memory_mb:.0f} MB{_memory_runs(summary)}." + "".join(_caveats(summary)),
     )
+
+
+def _memory_runs(summary: Summary) -> str:
+    """Which runs the headline's peak memories are, where a race gave its throughputs: one run of each, as a race
+    keeps no run's memory (its throughputs are medians of its rounds)."""
+    return " (one run of each)" if summary.confirmed else ""
+
+
+def _geomean_and_medians(summary: Summary) -> str:
+    """What the headline's gain is, where a race's paired rounds give it, and the ratio of the medians it states
+    beside it where that reads otherwise: "the geometric mean of the paired rounds' ratios; 1.86x by the medians"."""
+    medians = summary.recommended_throughput / summary.baseline_throughput
+    said = "the geometric mean of the paired rounds' ratios"
+    return said if f"{medians:.2f}" == f"{summary.speedup:.2f}" else f"{said}; {medians:.2f}x by the medians"
 
 
 def _caveats(summary: Summary) -> list[str]:

@@ -238,7 +238,7 @@ def trials_in_order(results: StudyResults, summary: Summary) -> Plot:
         ax.set_ylabel("samples/s")
         legend_below(ax)
 
-    caption = "Every configuration's throughput in the order the study measured it" + (
+    caption = "Every configuration's throughput in its own run, in the order the study measured it" + (
         f"; last ('trim'), the recommendation, {summary.recommended.label}, which the trim measured after them."
         if variant
         else "."
@@ -266,7 +266,7 @@ def throughput_by_batch(summary: Summary) -> Plot | None:
             ringed = record is summary.recommended and not summary.is_baseline
             ax.scatter(
                 record.result.knobs["batch_size"],
-                record.throughput,
+                summary.standing(record).throughput,
                 color="none" if ringed else _colour(record, summary),
                 edgecolors=_colour(record, summary),
                 s=120 if ringed else 36,
@@ -282,7 +282,8 @@ def throughput_by_batch(summary: Summary) -> Plot | None:
         ax.grid(alpha=0.3)
 
     caption = (
-        "Throughput against batch size, one dot per configuration (grey: the baseline, a dark blue ring: the "
+        "Throughput against batch size, one dot per configuration at the samples/s the ranking gives it (a race's "
+        "median where a race measured it, else its own run; grey: the baseline, a dark blue ring: the "
         "recommendation, light blue: the other trials)."
     )
     return Plot(caption, draw)
@@ -314,7 +315,7 @@ def time_split(summary: Summary, limit: int = 8) -> Plot:
 
     some = f"the {limit} fastest configurations', the baseline's and the recommendation's"
     which = "each configuration's" if len(measured) == len(ranked) else some
-    caption = f"Where {which} time went: per sample, waiting for data against everything else."
+    caption = f"Where {which} time went in its own run: per sample, waiting for data against everything else."
     return Plot(caption, draw, height=1.0 + 0.35 * len(measured))
 
 

@@ -271,15 +271,38 @@ def busy_machine_sections(summary: Summary) -> list[Section]:
         )
     if raced:
         named = slowed_in_words(raced)
-        if len(raced) > NAMED_RUNS:
-            by_race = [f"{len(r.disturbed)} in {_race_named(i)}" for i, r in enumerate(summary.races) if r.disturbed]
-            named += f" ({', '.join(by_race)}; report.json names each, under its race's `disturbed`)"
+        where = _slowed_by_race(summary, counted=len(raced) > NAMED_RUNS)
+        named += f" ({where})" if where else ""
         paragraphs.append(
             f"The races counted {len(raced)} run{'s' if len(raced) > 1 else ''} that something beside "
             f"{'it' if len(raced) == 1 else 'them'} slowed: {named}. A load slows configurations unalike, so the "
             f"recommendation and its gain may be off: {_quieter(raced.values())}."
         )
     return [Section("Measured on a busy machine", paragraphs=paragraphs)] if paragraphs else []
+
+
+def _slowed_by_race(summary: Summary, counted: bool) -> str:
+    """Where ``counted`` (the runs are not each named), which races' runs were slowed ("all 8 in trim race 1", "2 in
+    the finalists' race, 1 in trim race 2"); and where a race proved the recommendation (``Summary.proof``), whether
+    its runs of the recommendation and the baseline, which give the gain, ran undisturbed."""
+    races = summary.races
+    disturbed = {index: len(race.disturbed) for index, race in enumerate(races) if race.disturbed}
+    said = []
+    if counted:
+        by_race = ", ".join(f"{count} in {_race_named(index)}" for index, count in disturbed.items())
+        said.append(f"all {by_race}" if len(disturbed) == 1 else by_race)
+    if (proof := summary.proof) is not None:
+        index = next(i for i, race in enumerate(races) if proof in (race, started_alone(race)))
+        gain_runs = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label))
+        gave = f"the race that gave the gain, {_race_named(index)},"
+        if gain_runs:
+            said.append(f"{gave} counted {gain_runs} of them among the recommendation's and the baseline's runs")
+        else:
+            which = " the recommendation and the baseline" if index in disturbed else ""
+            said.append(f"{gave} ran{which} undisturbed")
+    if counted:
+        said.append("report.json names each, under its race's `disturbed`")
+    return "; ".join(said)
 
 
 def _race_named(index: int) -> str:

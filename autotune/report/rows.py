@@ -14,11 +14,13 @@ from autotune.trial.result import Disturbance, FailureKind
 # Up to this many slowed runs are named one by one in a report's text; more are counted (report.json names each).
 NAMED_RUNS = 5
 
+# The figure a configuration is ranked by (``Summary.standing``): where it comes from, samples/s and the speedup.
+STANDING_COLUMNS = ["measured", "ranked_sps", "speedup"]
+
 MEASUREMENT_COLUMNS = [
     "throughput_sps",
     "throughput_ci95_low",
     "throughput_ci95_high",
-    "speedup",
     "mean_step_ms",
     "median_step_ms",
     "step_iqr_ms",
@@ -45,15 +47,19 @@ MEASUREMENT_COLUMNS = [
 
 
 def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[str, Any]:
-    """Knob values (and the gradient-accumulation steps they train with), state, and the measurement (or failure)
-    of one record of ``summary``, as flat plain values."""
+    """Knob values (and the gradient-accumulation steps they train with), state, the figure it is ranked by
+    (``STANDING_COLUMNS``: a race's where one measured it), and the measurement of its own run (or failure) of one
+    record of ``summary``, as flat plain values."""
     result = record.result
     row: dict[str, Any] = {"trial": record.label, "rank": rank, "state": record_state(record)}
     row.update({name: result.knobs[name] for name in KNOBS})
     row["gradient_accumulation_steps"] = summary.accumulation_steps(record)
-    row.update(dict.fromkeys(MEASUREMENT_COLUMNS))
+    row.update(dict.fromkeys([*STANDING_COLUMNS, *MEASUREMENT_COLUMNS]))
+    if result.ok:
+        standing = summary.standing(record)
+        row.update(measured=standing.measured, ranked_sps=standing.throughput, speedup=standing.speedup)
     if result.measurement:
-        row.update(_measurement_columns(result.measurement, summary.baseline.throughput))
+        row.update(_measurement_columns(result.measurement))
     check = result.loss_check
     row.update(
         first_loss=check.first_loss if check else None,
@@ -79,14 +85,13 @@ def record_state(record: TrialRecord) -> str:
     return "infeasible" if result.measurement is not None else "failed"
 
 
-def _measurement_columns(m, baseline_throughput: float) -> dict[str, Any]:
+def _measurement_columns(m) -> dict[str, Any]:
     timing, memory, compute, system = m.timing, m.memory, m.compute, m.system
     flops = compute.flops_per_sample
     return {
         "throughput_sps": timing.throughput,
         "throughput_ci95_low": timing.throughput_ci95_low,
         "throughput_ci95_high": timing.throughput_ci95_high,
-        "speedup": timing.throughput / baseline_throughput,
         "mean_step_ms": timing.mean_step_s * 1e3,
         "median_step_ms": timing.median_step_s * 1e3,
         "step_iqr_ms": timing.step_iqr_s * 1e3,
@@ -159,9 +164,8 @@ def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
 
 
 def marked(row: dict[str, Any], summary: Summary) -> str:
-    """A ranked row's trial label, marked where it is the recommendation (which the races chose, whatever its rank:
-    a search trial's row is its single screening run) and where something disturbed its run (it may read low:
-    ``busy_note``)."""
+    """A ranked row's trial label, marked where it is the recommendation and where something disturbed its own run
+    (it may read low: ``busy_note``)."""
     label = row["trial"]
     recommended = " (recommended)" if label == summary.recommended.label and not summary.is_baseline else ""
     return f"{label}{recommended}{' (busy)' if row['disturbance'] else ''}"

@@ -29,7 +29,8 @@ RANKED_COLUMNS = [
     ("rank", "rank"),
     ("trial", "trial"),
     ("changes", "changes from the baseline"),
-    ("throughput_sps", "samples/s"),
+    ("measured", "measured"),
+    ("ranked_sps", "samples/s"),
     ("speedup", "vs baseline"),
     ("mean_step_ms", "step ms"),
     ("data_stall_fraction", "data wait"),
@@ -154,14 +155,22 @@ def _ranked(summary: Summary) -> Table:
 
 
 def ranked_basis(summary: Summary) -> str:
-    """What the rank below rests on, and where the recommendation comes from when it is not the rank."""
-    basis = (
-        "Ranked by each configuration's own run (for a search trial, its run in the shorter screening window; for "
-        "one first measured in a race, its first race run), its speedup against the baseline's own run, not against "
-        "the baseline's run of the same round."
+    """What the rank below rests on (``Summary.ranked``, ``Summary.standing``)."""
+    own = (
+        "own run (for a search trial, its run in the shorter screening window), its speedup against the baseline's "
+        "own run"
     )
-    if summary.confirmed:
-        basis += " The recommendation is chosen by the races, not by this rank."
+    if any(race.rounds for race in summary.races):
+        lead = " first the recommendation," if summary.confirmed else ""
+        basis = (
+            f"The configurations a race measured come first,{lead} ranked by the race's figures (measured: "
+            "race, N rounds): the median of their runs over the rounds the baseline ran too and its ratio to the "
+            "baseline's median over those rounds, as the races' tables give them (of several races, the one that "
+            f"measured it in most rounds); then the others (measured: screening run), each by its {own}."
+        )
+    else:
+        basis = f"Ranked by each configuration's {own}."
+    basis += " The columns after vs baseline are each configuration's own run's."
     return basis + busy_note([row for row in ranked_rows(summary) if row["state"] == "complete"])
 
 

@@ -22,7 +22,7 @@ from autotune.results.trim_rules import (
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
-from autotune.words import ratio_bounds, rounds_named
+from autotune.words import counted, ratio_bounds, rounds_named
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
@@ -58,8 +58,19 @@ class Overruled:
 
 
 @dataclass(frozen=True)
+class Standing:
+    """The figure a configuration is ranked by (``Summary.standing``): ``throughput`` (samples/s) and ``speedup``
+    over the baseline, and ``measured``, where they come from in words ("race, 3 rounds", "screening run",
+    "baseline run")."""
+
+    throughput: float
+    speedup: float
+    measured: str
+
+
+@dataclass(frozen=True)
 class Summary:
-    """The ranking (fastest first, failed last) and the recommendation against the baseline.
+    """The ranking (``ranked``: by ``standing``, failed last) and the recommendation against the baseline.
 
     ``confirmation`` is the re-measurement of the finalists, when one was made; ``trim`` the races of its winner
     against its changes undone, ``trim_open`` why they did not end as planned: why the last is ``unsettled`` (cut
@@ -78,7 +89,7 @@ class Summary:
     kept.
     """
 
-    ranked: list[TrialRecord]
+    records: list[TrialRecord]
     baseline: TrialRecord
     recommended: TrialRecord
     confirmation: Confirmation | None = None
@@ -90,6 +101,54 @@ class Summary:
     stopped_before_race_end: bool = False
     budget_left_out: tuple[str, ...] = ()
     overruled: Overruled | None = None
+
+    @property
+    def ranked(self) -> list[TrialRecord]:
+        """``records`` (every measured configuration, then the failed), ranked by what the races established: those
+        a race measured first, the recommendation leading them, then by their race's speedup (``standing``); then the
+        others by their own runs (a search trial's screening run); the failed last, as stored."""
+        measured = [record for record in self.records if record.result.ok]
+        failed = [record for record in self.records if not record.result.ok]
+
+        def rank_key(record: TrialRecord) -> tuple[bool, bool, float]:
+            raced = self.race_of(record) is not None
+            leads = raced and record is self.recommended and not self.is_baseline
+            return not leads, not raced, -self.standing(record).speedup
+
+        return sorted(measured, key=rank_key) + failed
+
+    def race_of(self, record: TrialRecord) -> Confirmation | None:
+        """The race whose figures stand for ``record`` (``standing``): for the baseline, the race that proved the
+        recommendation (``proof``); else the race that measured it against the baseline in most rounds, as a
+        recommendation is judged (``judge_of``), or where none counts its rounds so (it left the race lagging), the
+        race in which it ran most rounds paired with the baseline's (the last of those); None where no race ran it."""
+        if record is self.baseline:
+            return self.proof
+        judge = judge_of(record.label, self.races)
+        if judge is not None:
+            return judge
+        ran = [
+            (len(race.paired(entrant)[0]), index, race)
+            for index, race in enumerate(self.races)
+            for entrant in race.finalists
+            if entrant.label == record.label
+        ]
+        return max((each for each in ran if each[0]), key=lambda each: each[:2], default=(0, 0, None))[2]
+
+    def standing(self, record: TrialRecord) -> Standing:
+        """The figure ``record`` is ranked by, one rule for every table and chart: from its race (``race_of``), its
+        median over the rounds it and the baseline ran and its ratio to the baseline's median over those rounds, as
+        the race's own table gives them (``Confirmation.paired_median``, ``Confirmation.ratio``); else its own run
+        against the baseline's own run."""
+        race = self.race_of(record)
+        if race is None:
+            own = "baseline run" if record is self.baseline else "screening run"
+            return Standing(record.throughput, record.throughput / self.baseline.throughput, own)
+        if record is self.baseline:
+            return Standing(race.baseline_median, 1.0, f"race, {counted(race.rounds, 'round')}")
+        entrant = next(f for f in race.finalists if f.label == record.label)
+        rounds = len(race.paired(entrant)[0])
+        return Standing(race.paired_median(entrant), race.ratio(entrant), f"race, {counted(rounds, 'round')}")
 
     @property
     def trim_steps(self) -> list[TrimStep]:
@@ -238,7 +297,7 @@ def summarise(results: StudyResults) -> Summary:
         raise ValueError("a summary needs a measured baseline")
     measured = [r for r in results.records if r.result.ok]
     failed = [r for r in results.records if not r.result.ok]
-    ranked = sorted(measured, key=lambda r: -r.throughput) + failed
+    records = sorted(measured, key=lambda r: -r.throughput) + failed
     confirmation = results.confirmation
     ruled_out: frozenset[str] = frozenset()
     overruled: Overruled | None = None
@@ -276,10 +335,10 @@ def summarise(results: StudyResults) -> Summary:
             recommended, overruled = results.baseline, _overruled(final.label, confirmation, trim)
         elif final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
-            ranked = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
-    pareto = pareto_front(ranked) if "peak_memory" in results.objectives else []
+            records = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
+    pareto = pareto_front(records) if "peak_memory" in results.objectives else []
     return Summary(
-        ranked,
+        records,
         results.baseline,
         recommended,
         confirmation,

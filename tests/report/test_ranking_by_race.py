@@ -1,0 +1,98 @@
+"""The ranking, the headline and the busy-machine section agree with the race that decided: a configuration a race
+measured is ranked by its race figures (the race's own table's median and paired ratio), the recommendation first;
+the headline names the ratio of its medians beside the paired rounds' geometric mean; the busy-machine section says
+which race's runs were slowed and whether the one that gave the gain ran undisturbed."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from matplotlib.figure import Figure
+
+from autotune.report import plots, write_reports
+from autotune.report.console import print_summary
+from autotune.report.headline import headline
+from autotune.results.finalist import Finalist
+from autotune.results.model import StudyResults
+from autotune.results.race import Confirmation
+from autotune.results.summary import summarise
+from autotune.trial.result import Disturbance
+from tests.report.test_reports import MACHINE, MEASURE
+from tests.results.test_summary import results_with, trial
+
+
+def raced_results() -> StudyResults:
+    """Trial 3 (one change) reads slowest of the trials in its own run, 120 against the baseline's 100, but wins
+    every round of the race (140, 120, 125 against 100, 90, 110); trial 0 left the race after one round; trial 5
+    was not raced. One run of trial 0 was slowed, none of trial 3 or the baseline."""
+    base = results_with(
+        trial("0", 130.0, num_workers=1), trial("3", 120.0, batch_size=32), trial("5", 125.0, num_workers=4)
+    )
+    finalists = [
+        Finalist("3", {}, 1, 100.0, [140.0, 120.0, 125.0]),
+        Finalist("0", {}, 1, 100.0, [101.0], dropped="its median fell 10 % behind the leader's"),
+    ]
+    slowed = {"confirm-1-trial-0": Disturbance(cores_slowdown=1.5)}
+    confirmation = Confirmation([100.0, 90.0, 110.0], finalists, disturbed=slowed, trials=["0", "3", "5"])
+    return StudyResults(**{**base.__dict__, "machine": MACHINE, "measure": MEASURE, "confirmation": confirmation})
+
+
+def test_the_raced_configurations_lead_the_ranking_by_their_race_figures_the_recommendation_first():
+    summary = summarise(raced_results())
+    assert summary.recommended.label == "3"
+    assert [r.label for r in summary.ranked] == ["3", "0", "baseline", "5"], "raced first, then the screening run"
+    figures = {r.label: summary.standing(r) for r in summary.ranked}
+    race = summary.confirmation
+    assert figures["3"].throughput == race.paired_median(race.finalists[0]) == 125.0
+    assert figures["3"].speedup == race.ratio(race.finalists[0]) == 1.25, "the race table's median ratio"
+    assert figures["3"].measured == "race, 3 rounds"
+    assert (figures["0"].throughput, figures["0"].measured) == (101.0, "race, 1 round"), "left lagging: its round"
+    assert (figures["baseline"].throughput, figures["baseline"].speedup) == (100.0, 1.0), "the proof's median"
+    assert (figures["5"].throughput, figures["5"].speedup, figures["5"].measured) == (125.0, 1.25, "screening run")
+
+
+def test_every_table_shows_the_figure_it_ranks_by(tmp_path):
+    results = raced_results()
+    summary = summarise(results)
+    files = write_reports(results, summary, tmp_path)
+    ranked = files["report.md"].read_text().split("## All configurations, fastest first")[1].split("\n## ")[0]
+    assert "| 1 | 3 (recommended) | batch_size=32 | race, 3 rounds | 125.0 | 1.25 |" in ranked
+    assert "| 4 | 5 | num_workers=4 | screening run | 125.0 | 1.25 |" in ranked
+    rows = list(csv.DictReader(files["trials.csv"].open()))
+    assert [(r["trial"], r["measured"], float(r["ranked_sps"])) for r in rows[:2]] == [
+        ("3", "race, 3 rounds", 125.0),
+        ("0", "race, 1 round", 101.0),
+    ]
+    assert float(rows[0]["throughput_sps"]) == 120.0, "its own run's figure stays beside it"
+    out = io.StringIO()
+    print_summary(summary, {}, "done", out)
+    first = next(line for line in out.getvalue().splitlines() if line.split()[:1] == ["1"])
+    assert "3 (recommended)" in first and "race, 3 rounds" in first and "125.00" in first
+
+
+def test_the_chart_by_batch_size_plots_the_ranking_figure():
+    summary = summarise(raced_results())
+    ax = Figure().subplots()
+    plots.throughput_by_batch(summary).draw(ax)
+    points = sorted(tuple(p) for c in ax.collections for p in c.get_offsets().tolist())
+    assert (32.0, 125.0) in points and (32.0, 120.0) not in points, "trial 3 at its race median"
+
+
+def test_the_headline_names_the_ratio_of_medians_beside_the_geometric_mean():
+    summary = summarise(raced_results())
+    said = str(headline(summary))
+    assert (
+        f"{summary.speedup:.2f}x the baseline's throughput (the geometric mean of the paired rounds' ratios; " in said
+    )
+    assert "1.25x by the medians)" in said and "(125.0 vs 100.0 samples/s by medians" in said
+
+
+def test_the_busy_machine_section_says_the_race_that_gave_the_gain_ran_its_runs_undisturbed(tmp_path):
+    results = raced_results()
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    assert (
+        "confirm-1-trial-0: the cores ran 1.5x slow (the race that gave the gain, the finalists' race, ran the "
+        "recommendation and the baseline undisturbed)"
+    ) in busy
