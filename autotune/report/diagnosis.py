@@ -17,7 +17,7 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.profile_plots import memory_trend, stage_bars, stage_percents, stage_segments
 from autotune.report.profiles import ALL_MEASURED_NO_GAIN
-from autotune.results.diagnosis import long_run_said
+from autotune.results.diagnosis import MEMORY_BOUND, long_run_said
 from autotune.results.epochs import LONG_RUN
 from autotune.results.loading_remedies import called_from
 from autotune.results.profile import Diagnosis, ProfileRecord
@@ -36,6 +36,14 @@ _METHOD = (
     "run one after another rather than overlapped as in training. The verdict's rules and thresholds: "
     "autotune/results/diagnosis.py; the advice's: autotune/results/remedies.py and the modules it names."
 )
+
+# A verdict's meaning where its name misleads a new reader, in a line after it on the page.
+_VERDICT_MEANS = {
+    MEMORY_BOUND: (
+        "Most of the operators' time is elementwise work limited by memory traffic (bandwidth), not by the RAM's "
+        "size: docs/profile.md, How it decides."
+    )
+}
 
 
 def write_profile(record: ProfileRecord, out_dir: Path) -> dict[str, Path]:
@@ -86,7 +94,8 @@ def profile_document(record: ProfileRecord, out_dir: Path) -> Document:
 
 def _headline(diagnosis: Diagnosis) -> Headline:
     first = first_to_follow(diagnosis.advice)
-    rest = f"Decided by {diagnosis.rules[-1]}." if diagnosis.rules else ""
+    rest = _VERDICT_MEANS.get(diagnosis.verdict, "")
+    rest += f" Decided by {diagnosis.rules[-1]}." if diagnosis.rules else ""
     if first is not None:
         rest += f" First: {first.action} ({first.effect})."
     elif diagnosis.advice:

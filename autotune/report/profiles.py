@@ -13,7 +13,7 @@ from autotune.results.diagnosis import long_run_said
 from autotune.results.epochs import LONG_RUN
 from autotune.results.loading_remedies import called_from
 from autotune.results.profile import ProfileRecord, TunedProfiles
-from autotune.results.race_rules import MIN_GAIN
+from autotune.results.race_rules import TIE_TOLERANCE
 from autotune.results.remedies import first_to_follow
 from autotune.results.remedy_model import Advice
 from autotune.results.summary import Summary
@@ -52,7 +52,7 @@ def print_tuned_profile(record: ProfileRecord, stored: bool, out: TextIO) -> Non
 
 def summary_lines(profiles: TunedProfiles) -> list[str]:
     """The terminal summary's lines: each verdict in a few words, then the last configuration's advice to follow
-    next (``first_to_follow``), or that the study measured all its advice gaining less than a change must."""
+    next (``first_to_follow``), or that the study measured all its advice no faster beyond noise."""
     named = sides(profiles)
     lines = ["What limits it: " + " → ".join(f"{name} {gist(record)}" for name, record in named.items())]
     name, last = list(named.items())[-1]
@@ -62,9 +62,9 @@ def summary_lines(profiles: TunedProfiles) -> list[str]:
     return lines
 
 
-# What stands for the advice to follow next where the study measured every piece of it gaining less than the races
-# ask of a change (``Advice.measured_no_gain``).
-ALL_MEASURED_NO_GAIN = f"only changes the tuner measured gaining under {MIN_GAIN:.0%}"
+# What stands for the advice to follow next where the study measured every piece of it no faster beyond noise
+# (``Advice.measured_no_gain``).
+ALL_MEASURED_NO_GAIN = f"only changes the tuner measured no faster beyond noise ({TIE_TOLERANCE:.0%})"
 
 
 def to_follow(advice: list[Advice], where: str = "") -> str:

@@ -20,7 +20,7 @@ from autotune.results.advice import batch_advice
 from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import IMPORTANCE_MIN_TRIALS, StudyResults
-from autotune.results.race_rules import MIN_GAIN
+from autotune.results.race_rules import TIE_TOLERANCE
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import PHASE_WORDS, STAGE_WORDS, shares
 from autotune.words import percents
@@ -104,7 +104,7 @@ def _profiles(results: StudyResults, summary: Summary) -> list[Section]:
     advice = last.diagnosis.advice if last.diagnosis else []
     if advice:
         no_gain = any(a.measured_no_gain for a in advice)
-        last_ones = f", then what the tuner measured gaining under {MIN_GAIN:.0%}" if no_gain else ""
+        last_ones = f", then what the tuner measured no faster beyond noise ({TIE_TOLERANCE:.0%})" if no_gain else ""
         lead += f" Below the table: what to change next in the {name}, most effective first{last_ones}."
     return [
         Section(

@@ -61,6 +61,8 @@ SMALL_OPERATOR_S = 10e-6
 SMALL_OPERATOR_DISPATCHES = 2
 # Less than half the operator time in matrix products and convolutions: the rest moves more bytes than it computes.
 MEMORY_BOUND_SHARE = 0.50
+# What the arithmetic's share (rule 3) is of: the operators' time, not the step's.
+OPERATORS_TIME = "the operators' time"
 # Allocator arenas and lazily built state add tens of MB over a run's first steps (the images example: 35 MB in 30
 # steps, levelling off); a leak keeps adding, at least this much over the sample,
 LEAK_MIN_MB = 64.0
@@ -112,7 +114,8 @@ class Rule:
     """One figure against its threshold: ``holds`` when ``value`` is at least (``at_least``) or below it. A figure
     the profile cannot give (``value`` None, ``name`` saying why) holds too: the verdict ends there, its own
     (``STEP_UNKNOWN``), rather than go on from a guess. ``of``: what the figure is of, where its gist must say it
-    (``LONG_RUN_STEP``); "": what its name says, left out of the gist."""
+    (``LONG_RUN_STEP``; ``OPERATORS_TIME``, not the step the other figures are of); "": what its name says, left out
+    of the gist."""
 
     name: str
     value: float | None
@@ -347,11 +350,12 @@ def rules(result: ProfileResult) -> list[Rule]:
         data,
         overhead,
         Rule(
-            f"{arithmetic}, of the operators' time{host_read}:",
+            f"{arithmetic}, of {OPERATORS_TIME}{host_read}:",
             found.compute_share,
             MEMORY_BOUND_SHARE,
             False,
             MEMORY_BOUND,
+            of=OPERATORS_TIME,
         ),
     ]
 

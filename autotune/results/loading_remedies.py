@@ -45,6 +45,8 @@ _MOST_SITES = 3  # call sites named for one hot function; the rest counted
 # The DataLoader's own functions (its default collate stacking a batch, its fetcher): nothing to do offline or cache;
 # the collate advice speaks for collating.
 _DATALOADER_OWN = "torch.utils.data."
+# Work done once, offline or cached, is the same work every epoch: not what an augmentation draws afresh each time.
+_NOT_RANDOM = "(not where its input or its parameters are drawn at random: an augmentation)"
 _RESIZE = re.compile(r"resize|interpolate|crop|thumbnail|rescale|scale|warp|affine|grid_sample", re.I)
 # Opening and reading a file (the io module's files, os.read) is I/O, whatever its name says: not decoding. (Its
 # in-memory streams, BytesIO and StringIO, are no I/O.)
@@ -293,14 +295,11 @@ def _hot_advice(function: HotFunction, share: float, gain: float, device: str) -
             "what it waits for"
         )
     elif _RESIZE.search(function.name):
-        action = "resize offline: store the samples at the size the model takes"
+        action = f"resize offline: store the samples at the size the model takes {_NOT_RANDOM}"
     elif _DECODE.search(function.name):
         action = "cache decoded samples (in memory, or on disk decoded), so each is decoded once, not every epoch"
     else:
-        action = (
-            f"do the work of {function.name} once, offline, or cache its result (not where its input is drawn at "
-            "random: an augmentation)"
-        )
+        action = f"do the work of {function.name} once, offline, or cache its result {_NOT_RANDOM}"
     if device == "cuda" and not function.own:
         action += "; or move this transform to the GPU, on the batch after it is copied"
     return Advice(

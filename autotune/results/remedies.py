@@ -19,7 +19,6 @@ import yaml
 
 from autotune.knobs import KNOBS
 from autotune.measure.profiling import ProfileResult
-from autotune.results import race_rules
 from autotune.results.diagnosis import (
     DATA_BOUND,
     OVERHEAD_BOUND,
@@ -63,7 +62,7 @@ def advise(
     not: ``sixteen_bit``, on glibc or not: ``glibc``; gradients accumulated over micro-batches up to
     ``effective_batch_size``, None: none; a model the inspection found cannot go channels-last:
     ``channels_last_refused``, why, None: it can), ranked: a leak first, then by expected gain, those without an
-    estimate next, those the study measured gaining less than a change must (``Tried.no_gain``) last; any whose
+    estimate next, those the study measured no faster beyond noise (``Tried.no_gain``) last; any whose
     expected gain is under ``MIN_GAIN`` left out. ``tried`` is
     the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
     recommended value ``knobs`` already run gets no advice to set another value the study measured
@@ -95,31 +94,30 @@ def advise(
         and (a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a)))
     )
     told = [_with_tried(a, tried, knobs) for a in unsettled]
-    # Advice the study measured, alike but for its knob, gaining less than a change must comes last: the estimate
-    # reads one profile, the study measured the change itself.
+    # Advice the study measured, alike but for its knob, no faster beyond noise comes last: the estimate reads one
+    # profile, the study measured the change itself.
     return advice + sorted(told, key=lambda a: (a.measured_no_gain, -(a.gain or 0.0)))  # a leak's has no knob
 
 
 def _with_tried(advice: Advice, tried: Tried | None, knobs: dict[str, Any]) -> Advice:
-    """``advice`` with what the study ``tried`` says of its change, and whether it measured it gaining less than a
-    change must (``Tried.no_gain``): its effect then says that its "up to" is a bound the measurement did not bear
-    out."""
+    """``advice`` with what the study ``tried`` says of its change, and whether it measured it no faster beyond noise
+    (``Tried.no_gain``): its effect then says that its "up to" is a bound the measurement did not bear out."""
     if advice.knob is None or tried is None:
         return advice
     value, now = _suggested(advice), knobs.get(advice.knob)
     said, no_gain = tried.says(advice.knob, value, now), tried.no_gain(advice.knob, now, value)
     effect = advice.effect
     if no_gain and advice.gain is not None:
+        read = tried.measured(advice.knob, now, value)
         effect += (
-            f"; but a bound from this profile: measured, the change read {tried.measured(advice.knob, now, value)}, "
-            f"under the {race_rules.MIN_GAIN:.0%} a change must gain"
+            f"; but a bound from this profile, which the study's measurement did not bear out: the change read {read}"
         )
     return Advice(**{**asdict(advice), "effect": effect, "tried": said, "measured_no_gain": no_gain})
 
 
 def first_to_follow(advice: list[Advice]) -> Advice | None:
-    """The advice to follow next of ``advice`` (ranked, as ``advise`` gives it): the first the study did not measure
-    gaining less than a change must (``Advice.measured_no_gain``); None where there is none."""
+    """The advice to follow next of ``advice`` (ranked, as ``advise`` gives it): the first whose change the study
+    did not measure no faster beyond noise (``Advice.measured_no_gain``); None where there is none."""
     return next((a for a in advice if not a.measured_no_gain), None)
 
 

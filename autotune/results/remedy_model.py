@@ -19,8 +19,9 @@ class Tried:
     single runs), the changes its races raced with the recommendation's changes and left out, no faster beyond noise
     (``left_out``: knob → value),
     the samples/s of the DataLoader alone its probe read per batch size and worker count (``loaders``, by
-    ``loader_key``), and the values its recommendation keeps from the baseline (``kept``: knob → value; the whole
-    baseline where it recommends keeping it)."""
+    ``loader_key``), the values its recommendation keeps from the baseline (``kept``: knob → value; the whole
+    baseline where it recommends keeping it), and per knob the values its races ran (``raced``: the finalists'
+    race's and its trim's; None in a profile stored before they were recorded: unknown)."""
 
     study: str
     values: dict[str, list[Any]]
@@ -29,10 +30,13 @@ class Tried:
     left_out: dict[str, Any] = field(default_factory=dict)
     loaders: dict[str, float] = field(default_factory=dict)
     kept: dict[str, Any] = field(default_factory=dict)
+    raced: dict[str, list[Any]] | None = None
 
     def says(self, knob: str, value: Any, now: Any = None) -> str:
         """Whether the study measured ``knob`` at ``value``, and recommends it, in words; and what changing it from
-        ``now`` to ``value`` read where the study measured both alike."""
+        ``now`` to ``value`` read where the study measured both alike. A value it measured but neither recommends
+        nor keeps is "not recommended" only where its races ran it (``raced``): else no race weighed it, and the
+        words say it was not raced."""
         seen = self.values.get(knob, [])
         if self.recommended is not None and knob in self.recommended and self.recommended[knob] == value:
             return f"the tuner recommends {knob}={value} (study '{self.study}')"
@@ -46,10 +50,17 @@ class Tried:
                 f"noise (study '{self.study}')"
             )
         if value in seen:
-            unused = " and did not recommend it" if self.recommended is not None else ""
-            return f"the tuner measured {knob}={value}{unused} (study '{self.study}'){self._twins(knob, now, value)}"
+            read = f" at {measured}" if (measured := self.measured(knob, now, value)) else ""
+            return f"the tuner measured {knob}={value}{read}{self._verdict(knob, value)} (study '{self.study}')"
         listed = ", ".join(map(str, seen)) or "no value"
         return f"not tried by the tuner: study '{self.study}' measured {knob} at {listed}"
+
+    def _verdict(self, knob: str, value: Any) -> str:
+        """What the study's races made of ``knob`` at ``value``, measured but not recommended, in words: "" where
+        it has no recommendation or did not record its races."""
+        if self.recommended is None or self.raced is None:
+            return ""
+        return " and did not recommend it" if value in self.raced.get(knob, []) else " and did not race it"
 
     def _twins(self, knob: str, now: Any, value: Any) -> str:
         measured = self.measured(knob, now, value)
@@ -57,23 +68,31 @@ class Tried:
 
     def measured(self, knob: str, now: Any, value: Any) -> str:
         """What the study read of changing ``knob`` from ``now`` to ``value``, alike but for it (``twins``), in words
-        ("1.00x the same with num_workers=0 (one pair of single runs)"); "" where it measured no such pair."""
+        ("1.00x the same settings with num_workers=0 (one pair of single runs)"; of two pairs or more, their median,
+        range, and "within noise" where the race would call it a tie: ``within_noise``); "" where it measured no such
+        pair."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
         if not ratios:
             return ""
-        pairs = "one pair" if len(ratios) == 1 else f"median of {len(ratios)} pairs"
-        return f"{statistics.median(ratios):.2f}x the same with {knob}={now} ({pairs} of single runs)"
+        median = statistics.median(ratios)
+        if len(ratios) == 1:
+            pairs = "one pair of single runs"
+        else:
+            noise = "; within noise" if within_noise(median) else ""
+            pairs = f"median of {len(ratios)} pairs of single runs, {min(ratios):.2f}x to {max(ratios):.2f}x{noise}"
+        return f"{median:.2f}x the same settings with {knob}={now} ({pairs})"
 
     def no_gain(self, knob: str, now: Any, value: Any) -> bool:
-        """Whether the study measured changing ``knob`` from ``now`` to ``value`` gaining less than the races ask of a
-        change (``race_rules.MIN_GAIN``), by the median of two pairs or more measured alike but for it (``twins``), as
-        ``measured`` prints it; by one pair, only where it read slower by as much or more: single runs vary by 6 to
-        20 % (docs/profile.md), so one pair tells neither a small gain nor a small loss from none."""
+        """Whether the study measured changing ``knob`` from ``now`` to ``value`` no faster beyond noise, as the
+        race calls a finalist faster (by more than ``race_rules.TIE_TOLERANCE``), by the median of two pairs or more
+        measured alike but for it (``twins``), as ``measured`` prints it; by one pair, only where it read slower by
+        ``race_rules.MIN_GAIN`` or more: single runs vary by 6 to 20 % (docs/profile.md), so one pair tells neither a
+        small gain nor a small loss from none."""
         ratios = self.twins.get(twin_key(knob, now, value), [])
         if not ratios:
             return False
         median = round(statistics.median(ratios), 2)
-        return median < 1 + race_rules.MIN_GAIN if len(ratios) > 1 else median <= 1 - race_rules.MIN_GAIN
+        return median <= 1 + race_rules.TIE_TOLERANCE if len(ratios) > 1 else median <= 1 - race_rules.MIN_GAIN
 
     def left_out_of_recommendation(self, knob: str, value: Any) -> bool:
         """Whether the study's races raced setting ``knob`` to ``value`` with its recommendation's changes and left it
@@ -98,6 +117,12 @@ class Tried:
         )
 
 
+def within_noise(ratio: float) -> bool:
+    """Whether ``ratio`` of two configurations' throughputs, as printed (to 0.01), is a tie by the race's rule: no
+    faster beyond ``race_rules.TIE_TOLERANCE`` either way."""
+    return 1 - race_rules.TIE_TOLERANCE <= round(ratio, 2) <= 1 + race_rules.TIE_TOLERANCE
+
+
 def loader_key(batch_size: int, num_workers: int) -> str:
     """``Tried.loaders``' key of the DataLoader at ``batch_size`` with ``num_workers`` workers."""
     return f"batch_size={batch_size} num_workers={num_workers}"
@@ -113,8 +138,8 @@ class Advice:
     """One thing to change: ``action``, the measurement behind it (``why``), its expected ``effect`` and, where
     the measurements give one, the speedup it can bring at most (``gain``, the ranking's key); the ``knob`` that
     does it (and whether the tuner ``tried`` it), or the user's code ``location`` to change. ``measured_no_gain``: the
-    stored study measured the change, alike but for its knob, gaining less than a change must (``Tried.no_gain``):
-    it is ranked last, and is never the advice to follow next (``first_to_follow``)."""
+    stored study measured the change, alike but for its knob, no faster beyond noise (``Tried.no_gain``): it is
+    ranked last, and is never the advice to follow next (``first_to_follow``)."""
 
     action: str
     why: str

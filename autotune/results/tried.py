@@ -17,19 +17,35 @@ from autotune.trial.result import FailureKind
 def tries_of(results: StudyResults) -> Tried:
     """What study ``results`` measured, per knob, the changes its recommendation makes (None without a measured
     baseline, which a recommendation needs) and the values it keeps, its configurations measured alike but for one
-    knob (``twins``), the changes its races left out (the trim's, and the finalists' race's: ``raced_out``), and the
-    DataLoader alone as its probe read it (``loaders``)."""
+    knob (``twins``), the changes its races left out (the trim's, and the finalists' race's: ``raced_out``), the
+    DataLoader alone as its probe read it (``loaders``), and the values its races ran (``raced_values``)."""
     measured = [record for record in results.records if record.result.ok]
     # A pruned trial ran its values too, until it read clearly slower: they were tried.
     tried = [r for r in results.records if r.result.ok or r.result.failure.kind is FailureKind.PRUNED]
-    recommended, left_out, kept = None, {}, {}
+    recommended, left_out, kept, raced = None, {}, {}, {}
     if results.baseline is not None and results.baseline.result.ok:
         summary = summarise(results)
         recommended = {name: after for name, (_, after) in summary.changed_knobs().items()}
         left_out = {**raced_out(summary), **summary.no_difference}
         baseline = summary.baseline.result.knobs
         kept = {name: value for name, value in summary.recommended.result.knobs.items() if baseline.get(name) == value}
-    return Tried(results.study_name, values_of(tried), recommended, twins(measured), left_out, loaders(results), kept)
+        raced = raced_values(summary)
+    return Tried(
+        results.study_name,
+        values_of([r.result.knobs for r in tried]),
+        recommended,
+        twins(measured),
+        left_out,
+        loaders(results),
+        kept,
+        raced,
+    )
+
+
+def raced_values(summary: Summary) -> dict[str, list]:
+    """Per knob, the values the finalists of the study's races (``Summary.races``: the finalists' race and its
+    trim's) ran with, of those that ran a round at least: a value only a single run measured no race weighed."""
+    return values_of([f.knobs for race in summary.races for f in race.finalists if f.throughputs])
 
 
 def raced_out(summary: Summary) -> dict[str, Any]:
@@ -54,11 +70,11 @@ def raced_out(summary: Summary) -> dict[str, Any]:
     return found
 
 
-def values_of(measured: list[TrialRecord]) -> dict[str, list]:
-    """Per knob, the values the records ran with, each once, in the order first met."""
+def values_of(configurations: list[dict[str, Any]]) -> dict[str, list]:
+    """Per knob, the values ``configurations`` (knob → value each) ran with, each once, in the order first met."""
     values: dict[str, list] = {}
-    for record in measured:
-        for knob, value in record.result.knobs.items():
+    for knobs in configurations:
+        for knob, value in knobs.items():
             if value not in values.setdefault(knob, []):
                 values[knob].append(value)
     return values

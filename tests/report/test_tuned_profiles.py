@@ -95,14 +95,15 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     out = io.StringIO()
     print_summary(summary, {}, "done", out, replace(measured, recommended=only))
     assert (
-        "Next, for the recommended: only changes the tuner measured gaining under 2% (see the report)" in out.getvalue()
+        "Next, for the recommended: only changes the tuner measured no faster beyond noise (3%) (see the report)"
+        in out.getvalue()
     )
     headers, rows = side_by_side_rows(replace(measured, recommended=only))
     first = next(row for row in rows if row[0] == "first advice")
-    assert first[headers.index("recommended")] == "only changes the tuner measured gaining under 2%"
+    assert first[headers.index("recommended")] == "only changes the tuner measured no faster beyond noise (3%)"
     headline = profile_document(only, tmp_path / "doc").headline
     assert (
-        "First: only changes the tuner measured gaining under 2% (the table below lists what it measured)."
+        "First: only changes the tuner measured no faster beyond noise (3%) (the table below lists what it measured)."
         in headline.rest
     )
 
@@ -123,7 +124,7 @@ def test_advice_for_the_recommendation_leaves_out_the_knobs_it_changed_and_says_
     assert advised["compile"].tried == "not tried by the tuner: study 's' measured compile at off"
     without = replace(recommended, tried=replace(recommended.tried, recommended=None))
     assert "batch_size" in {a.knob for a in without.diagnosis.advice}, "advised where the tuner did not settle it"
-    tried = Tried("s", {"amp": ["off", "bf16"], "num_workers": [0, 2]}, {"num_workers": 2})
+    tried = Tried("s", {"amp": ["off", "bf16"], "num_workers": [0, 2]}, {"num_workers": 2}, raced={"amp": ["bf16"]})
     assert tried.says("amp", "bf16") == "the tuner measured amp=bf16 and did not recommend it (study 's')"
     assert tried.says("num_workers", 2) == "the tuner recommends num_workers=2 (study 's')"
     assert tried.settled("num_workers", {"num_workers": 2}, 0) and not tried.settled(

@@ -192,8 +192,8 @@ def test_a_change_the_study_measured_slower_by_one_pair_comes_last_and_says_its_
         assert workers.knob == "num_workers" and workers.measured_no_gain
         assert workers.effect.startswith("up to 2.50x")
         assert workers.effect.endswith(
-            f"; but a bound from this profile: measured, the change read {ratio:.2f}x the same with num_workers=0 "
-            "(one pair of single runs), under the 2% a change must gain"
+            "; but a bound from this profile, which the study's measurement did not bear out: the change read "
+            f"{ratio:.2f}x the same settings with num_workers=0 (one pair of single runs)"
         )
         assert first_to_follow(advice).action.startswith("resize offline")
 

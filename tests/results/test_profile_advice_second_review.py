@@ -101,8 +101,9 @@ def test_a_gpu_trace_without_kernels_reads_the_hosts_overhead_and_says_so_not_a_
         ([0.99], False),  # one pair of single runs, which vary by 6 to 20 %: no small gain nor loss told from none
         ([0.98], True),
         ([0.90], True),
-        ([1.01, 1.00], True),  # two pairs or more: their median under the 2 % a change must gain
-        ([1.03, 1.02], False),
+        ([1.01, 1.00], True),  # two pairs or more: their median no faster beyond the race's 3 % of noise
+        ([1.03, 1.02], True),
+        ([1.05, 1.03], False),
     ],
 )
 def test_one_pair_counts_as_no_gain_only_where_it_read_2_percent_slower_or_more(ratios, no_gain):
@@ -119,11 +120,11 @@ def test_advice_one_pair_read_level_keeps_its_rank_and_one_it_read_slower_says_i
 
     advice, level = workers_advice(1.00)
     assert advice[0] is level and not level.measured_no_gain and level.effect.startswith("up to 2.50x")
-    assert "1.00x the same with num_workers=0 (one pair of single runs)" in level.tried
+    assert "1.00x the same settings with num_workers=0 (one pair of single runs)" in level.tried
     assert "a bound from this profile" not in level.effect
     advice, slower = workers_advice(0.97)
     assert advice[-1] is slower and slower.measured_no_gain and slower.gain >= MIN_GAIN
     assert slower.effect.endswith(
-        "; but a bound from this profile: measured, the change read 0.97x the same with num_workers=0 (one pair of "
-        "single runs), under the 2% a change must gain"
+        "; but a bound from this profile, which the study's measurement did not bear out: the change read 0.97x the "
+        "same settings with num_workers=0 (one pair of single runs)"
     )
