@@ -29,7 +29,7 @@ def tries_of(results: StudyResults) -> Tried:
         left_out = {**raced_out(summary), **summary.no_difference}
         baseline = summary.baseline.result.knobs
         kept = {name: value for name, value in summary.recommended.result.knobs.items() if baseline.get(name) == value}
-        raced = raced_values(summary)
+        raced = raced_values(results)
     return Tried(
         results.study_name,
         values_of([r.result.knobs for r in tried]),
@@ -42,10 +42,14 @@ def tries_of(results: StudyResults) -> Tried:
     )
 
 
-def raced_values(summary: Summary) -> dict[str, list]:
-    """Per knob, the values the finalists of the study's races (``Summary.races``: the finalists' race and its
-    trim's) ran with, of those that ran a round at least: a value only a single run measured no race weighed."""
-    return values_of([f.knobs for race in summary.races for f in race.finalists if f.throughputs])
+def raced_values(results: StudyResults) -> dict[str, list]:
+    """Per knob, the values the study's races ran (the finalists' race and its trim's, as stored: one stale, or
+    stopped, still weighed what it ran): a finalist's, and the baseline's, that ran in a round the race paired
+    (``Confirmation.paired``: a run of a round whose baseline run failed is weighed by no figure). A value only single
+    runs measured no race weighed."""
+    races = [race for race in (results.confirmation, *results.trim) if race is not None and race.rounds]
+    ran = [f.knobs for race in races for f in race.finalists if race.paired(f)[0]]
+    return values_of(ran + ([results.baseline.result.knobs] if races else []))
 
 
 def raced_out(summary: Summary) -> dict[str, Any]:

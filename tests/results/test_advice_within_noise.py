@@ -63,7 +63,7 @@ def test_the_values_a_study_raced_are_those_its_finalists_ran_a_round_with():
     never_ran = Finalist("2", {**BASELINE, "amp": "bf16"}, 1, 100.0, [], dropped="round 1 failed")
     race = Confirmation([100.0] * 3, [winner, never_ran], None, 3, trials=["0", "2"])
     tried = tries_of(replace(results_with(*trials), confirmation=race))
-    assert tried.raced["num_threads"] == [1] and "bf16" not in tried.raced["amp"]
+    assert 1 in tried.raced["num_threads"] and "bf16" not in tried.raced["amp"]
     assert tried.says("malloc", "keep").endswith("and did not race it (study 's')"), tried.says("malloc", "keep")
     assert tried.says("amp", "bf16").endswith("and did not race it (study 's')"), "it raced no round"
     lost = Finalist("1", {**BASELINE, "malloc": "keep"}, 1, 100.0, [150.0, 151.0, 149.0])
@@ -95,3 +95,17 @@ def test_the_memory_bound_gist_says_its_share_is_of_the_operators_time_and_the_p
     assert "not by the RAM's size: docs/profile.md" in headline.rest
     computed = replace(record, result=profile_result(wait_share=0.05, compute_share=0.8))
     assert profile_document(computed, tmp_path).headline.rest.startswith("Decided by"), "no gloss but memory-bound's"
+
+
+def test_a_race_that_no_longer_counts_still_raced_its_values_the_baseline_its_own_and_an_unpaired_run_none():
+    trials = [trial("0", 200.0, num_threads=1), trial("1", 150.0, malloc="keep"), trial("2", 190.0, amp="bf16")]
+    lost = Finalist("1", {**BASELINE, "malloc": "keep"}, 1, 100.0, [150.0, 151.0, 149.0])
+    winner = Finalist("0", {**BASELINE, "num_threads": 1}, 1, 100.0, [200.0, 204.0, 198.0])
+    stale = Confirmation([100.0] * 3, [winner, lost], None, 3, trials=["0", "1"])  # trial 2 measured after it
+    tried = tries_of(replace(results_with(*trials), confirmation=stale))
+    assert tried.says("malloc", "keep").endswith("and did not recommend it (study 's')"), "the race weighed it"
+    assert tried.says("num_threads", None, 1).endswith("and did not recommend it (study 's')"), "the baseline ran it"
+    # The baseline's run of round 1 failed after trial 1 ran in it: no figure weighs that run.
+    unpaired = Confirmation([], [replace(lost, throughputs=[150.0])], None, 0, trials=["0", "1", "2"])
+    tried = tries_of(replace(results_with(*trials), confirmation=unpaired))
+    assert tried.says("malloc", "keep").endswith("and did not race it (study 's')")
