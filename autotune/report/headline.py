@@ -130,19 +130,35 @@ def _recommended(summary: Summary) -> Headline:
     how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
     by_medians = " by medians" if summary.gain_interval else ""
     geomean = f" ({_geomean_and_medians(summary)})" if summary.gain_interval else ""
+    before, after, runs = _peak_memories(summary)
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
         f"{gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{by_medians}, {how}) by "
-        f"changing {changes}. Peak {_memory_kind(base)}memory {base.result.peak_memory_mb:.0f} → "
-        f"{rec.result.peak_memory_mb:.0f} MB{_memory_runs(summary)}." + "".join(_caveats(summary)),
+        f"changing {changes}. Peak {_memory_kind(base)}memory {before:.0f} → {after:.0f} MB{runs}."
+        + "".join(_caveats(summary)),
     )
 
 
-def _memory_runs(summary: Summary) -> str:
-    """Which runs the headline's peak memories are, where a race gave its throughputs: one run of each, as a race
-    keeps no run's memory (its throughputs are medians of its rounds)."""
-    return " (one run of each)" if summary.confirmed else ""
+def _peak_memories(summary: Summary) -> tuple[float, float, str]:
+    """The headline's peak memories of the baseline and the recommendation, and which runs they are (words to follow
+    them): the medians of their runs in the race that gave the gain (``Summary.proof``), as its throughputs are;
+    where that race kept none (one stored before races kept them), each one's own single run, "one run of each"
+    where a race gave the throughputs."""
+    proof = summary.proof
+    medians = (proof.baseline_median_peak_memory, proof.winner.median_peak_memory) if proof else (None, None)
+    if None not in medians:
+        runs = (proof.baseline_peak_memories, proof.winner.peak_memories)
+        return *medians, f" ({_medians_of(*(sum(memory is not None for memory in each) for each in runs))})"
+    single = (summary.baseline.result.peak_memory_mb, summary.recommended.result.peak_memory_mb)
+    return *single, " (one run of each)" if summary.confirmed else ""
+
+
+def _medians_of(baseline_runs: int, recommended_runs: int) -> str:
+    """Which race runs the headline's peak memories are the medians of, told how many of each read one."""
+    if baseline_runs == recommended_runs:
+        return f"medians of {counted(baseline_runs, 'race run')} each"
+    return f"medians of {baseline_runs} and {recommended_runs} race runs"
 
 
 def _geomean_and_medians(summary: Summary) -> str:

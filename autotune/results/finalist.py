@@ -13,8 +13,9 @@ from autotune.trial.result import TrialResult
 @dataclass
 class Finalist:
     """A configuration re-measured in the confirmation race. ``changes`` counts the knobs it changes from the
-    baseline; ``throughputs`` holds one run per round it took part in; ``dropped`` says why it left early, and
-    ``failed_round`` which round's run failed where that is why.
+    baseline; ``throughputs`` holds one run per round it took part in, and ``peak_memories`` each of those runs' peak
+    memory (``TrialResult.peak_memory_mb``; None where not read, or in a race stored before they were kept);
+    ``dropped`` says why it left early, and ``failed_round`` which round's run failed where that is why.
     ``result`` is the first run of a configuration that is no trial of the study (a variant of the winner with one
     change undone), so that it can be recommended with its measurement; its peak memory is that run's."""
 
@@ -26,6 +27,7 @@ class Finalist:
     dropped: str | None = None
     result: TrialResult | None = None
     failed_round: int | None = None
+    peak_memories: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {**record_fields(self), "result": self.result.to_dict() if self.result else None}
@@ -34,9 +36,9 @@ class Finalist:
     def from_dict(cls, data: dict[str, Any]) -> Finalist:
         result = data.get("result")
         failed_round = data["failed_round"] if "failed_round" in data else _said_failed_round(data.get("dropped"))
-        return cls(
-            **{**data, "result": TrialResult.from_dict(result) if result else None, "failed_round": failed_round}
-        )
+        memories = data.get("peak_memories", unread_memories(data.get("throughputs", [])))
+        read = {"result": TrialResult.from_dict(result) if result else None, "failed_round": failed_round}
+        return cls(**{**data, **read, "peak_memories": memories})
 
     def fail(self, failure: object) -> None:
         """Drop it from the race: its run of the round after those it ran failed with ``failure``
@@ -44,9 +46,32 @@ class Finalist:
         self.failed_round = len(self.throughputs) + 1
         self.dropped = _failed_in_round(self.failed_round, failure)
 
+    def record_run(self, result: TrialResult) -> None:
+        """Count ``result``, its run of the round after those it ran: its throughput and its peak memory."""
+        self.throughputs.append(result.timing.throughput)
+        self.peak_memories.append(result.peak_memory_mb)
+
     @property
     def median(self) -> float | None:
         return statistics.median(self.throughputs) if self.throughputs else None
+
+    @property
+    def median_peak_memory(self) -> float | None:
+        """The median of its runs' peak memories (``median_memory``)."""
+        return median_memory(self.peak_memories)
+
+
+def median_memory(peak_memories: list[float | None]) -> float | None:
+    """The median of the race runs' peak memories that were read; None where none was (a race stored before they
+    were kept)."""
+    read = [memory for memory in peak_memories if memory is not None]
+    return statistics.median(read) if read else None
+
+
+def unread_memories(throughputs: list[float]) -> list[None]:
+    """The peak memories of a race stored before they were kept, one a run of ``throughputs``: none read. Each run
+    keeps its place, so that the rounds a resumed race adds or takes back stay paired with their throughputs."""
+    return [None] * len(throughputs)
 
 
 def _failed_in_round(index: int, failure: object) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.measure.stats import quiet_rounds
 from autotune.records import TrialRecord
-from autotune.results.finalist import Finalist, record_fields, run_suffix
+from autotune.results.finalist import Finalist, median_memory, record_fields, run_suffix, unread_memories
 from autotune.results.race_rules import (
     BEATS_WORDS,
     MIN_GAIN,
@@ -49,6 +49,7 @@ class Confirmation:
     the round after which its verdict was in (``decided``); the rounds after it, of its winner and the baseline
     alone, give the gain the interval of the planned rounds: the winner's proof is the rounds won up to the verdict,
     but rounds after it that pull its median under ``MIN_GAIN`` take the proof back, as a failed run does.
+    ``baseline_peak_memories``: each baseline run's peak memory, as ``Finalist.peak_memories`` keeps a finalist's.
     """
 
     baseline_throughputs: list[float]
@@ -59,6 +60,7 @@ class Confirmation:
     disturbed: dict[str, Disturbance] = field(default_factory=dict)
     trials: list[str] | None = None
     decided_after: int | None = None
+    baseline_peak_memories: list[float | None] = field(default_factory=list)
 
     @property
     def rounds(self) -> int:
@@ -90,6 +92,11 @@ class Confirmation:
     @property
     def baseline_median(self) -> float:
         return statistics.median(self.baseline_throughputs)
+
+    @property
+    def baseline_median_peak_memory(self) -> float | None:
+        """The median of the baseline runs' peak memories (``median_memory``)."""
+        return median_memory(self.baseline_peak_memories)
 
     def paired(self, finalist: Finalist) -> tuple[list[float], list[float]]:
         """``finalist``'s runs and the baseline's, of the rounds both ran: every figure of the race pairs its runs by
@@ -341,7 +348,8 @@ class Confirmation:
         disturbed = {name: Disturbance.from_dict(value) for name, value in data.get("disturbed", {}).items()}
         trials = data.get("trials")
         cut, decided_after = data.get("cut", False), data.get("decided_after")
-        return cls(rounds, finalists, failure, planned, cut, disturbed, trials, decided_after)
+        memories = data.get("baseline_peak_memories", unread_memories(rounds))
+        return cls(rounds, finalists, failure, planned, cut, disturbed, trials, decided_after, memories)
 
 
 def _outrun(winner: Finalist, higher: list[Finalist], proven: list[Finalist]) -> str:

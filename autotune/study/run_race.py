@@ -40,6 +40,9 @@ AffordsRoundFn = Callable[[list[dict[str, Any]], str], bool]
 NewDrawFn = Callable[[], None]
 # The seconds a round of these configurations is expected to take (``RunClock.round_s``).
 RoundSecondsFn = Callable[[list[dict[str, Any]]], float]
+# The baseline's runs of a race so far, one a round: their throughputs and their peak memories
+# (``Confirmation.baseline_throughputs``, ``Confirmation.baseline_peak_memories``).
+BaselineRuns = tuple[list[float], list[float | None]]
 
 
 def run_race(
@@ -164,10 +167,13 @@ def race(
     ``on_round`` is given the race after each round that is not its last, as a race cut short there; ``on_start`` is
     told the finalists racing and the round's number before the first round it runs."""
     baseline_runs: list[float] = list(start.baseline_throughputs) if start else []
+    baseline_memories: list[float | None] = list(start.baseline_peak_memories) if start else []
     failure, cut, disturbed = None, False, dict(start.disturbed) if start else {}
     decided_after = start.decided_after if start else None
     if start:
-        finalists = [replace(f, throughputs=list(f.throughputs)) for f in start.finalists]
+        finalists = [
+            replace(f, throughputs=list(f.throughputs), peak_memories=list(f.peak_memories)) for f in start.finalists
+        ]
         if reference is not None:
             reference = next(f for f in finalists if f.label == reference.label)
 
@@ -190,9 +196,9 @@ def race(
         if new_draw is not None:
             new_draw()
         try:
-            failure = _run_round(f"{name}-{index}", baseline, racing, baseline_runs, run, counted)
+            failure = _run_round(f"{name}-{index}", baseline, racing, (baseline_runs, baseline_memories), run, counted)
         except _BudgetEnded:
-            _discard_round(f"{name}-{index}-", index, racing, baseline_runs, disturbed)
+            _discard_round(f"{name}-{index}-", index, racing, (baseline_runs, baseline_memories), disturbed)
             if affords is not None:  # said left out: nothing is left for the round now
                 affords(entrants, span(f"{name} round", index, rounds))
             cut = True
@@ -212,8 +218,16 @@ def race(
                     break
                 # else the one left, to run the rounds out, is not proven yet: a later round may prove it
         if on_round is not None and index < rounds:
-            on_round(Confirmation(baseline_runs, finalists, None, rounds, True, disturbed, decided_after=decided_after))
-    return Confirmation(baseline_runs, finalists, failure, rounds, cut, disturbed, decided_after=decided_after)
+            on_round(
+                Confirmation(
+                    baseline_runs, finalists, None, rounds, True, disturbed,
+                    decided_after=decided_after, baseline_peak_memories=baseline_memories,
+                )
+            )  # fmt: skip
+    return Confirmation(
+        baseline_runs, finalists, failure, rounds, cut, disturbed,
+        decided_after=decided_after, baseline_peak_memories=baseline_memories,
+    )  # fmt: skip
 
 
 class _BudgetEnded(Exception):
@@ -221,14 +235,14 @@ class _BudgetEnded(Exception):
 
 
 def _discard_round(
-    prefix: str, index: int, racing: list[Finalist], baseline_runs: list[float], disturbed: dict[str, Disturbance]
+    prefix: str, index: int, racing: list[Finalist], baseline_runs: BaselineRuns, disturbed: dict[str, Disturbance]
 ) -> None:
     """Take back what round ``index`` (its runs named ``prefix``…) added before study.budget_s ended it: its runs,
     the drops of runs that failed in it, and the runs of it counted disturbed. Every finalist still racing ran each
     round before."""
-    del baseline_runs[index - 1 :]
+    for kept in (*baseline_runs, *(f.throughputs for f in racing), *(f.peak_memories for f in racing)):
+        del kept[index - 1 :]
     for finalist in racing:
-        del finalist.throughputs[index - 1 :]
         if finalist.failed_round == index:
             finalist.dropped = finalist.failed_round = None
     for name in [name for name in disturbed if name.startswith(prefix)]:
@@ -239,15 +253,16 @@ def _run_round(
     prefix: str,
     baseline: dict[str, Any],
     racing: list[Finalist],
-    baseline_runs: list[float],
+    baseline_runs: BaselineRuns,
     run: RunFn,
     on_run: Callable[[str, TrialResult], None],
 ) -> str | None:
     """One round: the baseline and every racing finalist once, in an order rotated each round (so no one always
     runs first, right after the search or the previous round). Returns why the baseline's run failed, if it did;
     raises _BudgetEnded where what study.budget_s had left ended a run."""
+    throughputs, peak_memories = baseline_runs
     order: list[Finalist | None] = [None, *racing]  # None: the baseline
-    shift = len(baseline_runs) % len(order)
+    shift = len(throughputs) % len(order)
     for entrant in order[shift:] + order[:shift]:
         if entrant is not None:
             _run_finalist(entrant, prefix, run, on_run)
@@ -259,7 +274,8 @@ def _run_round(
             raise _BudgetEnded
         if not result.ok:
             return f"{name}: {result.failure}"
-        baseline_runs.append(result.timing.throughput)
+        throughputs.append(result.timing.throughput)
+        peak_memories.append(result.peak_memory_mb)
     return None
 
 
@@ -274,7 +290,7 @@ def _run_finalist(finalist: Finalist, prefix: str, run: RunFn, on_run: Callable[
         return
     if finalist.peak_memory_mb is None:  # a variant that is no trial: its first run stands for it
         finalist.peak_memory_mb, finalist.result = result.peak_memory_mb, result
-    finalist.throughputs.append(result.timing.throughput)
+    finalist.record_run(result)
 
 
 def _drop(
