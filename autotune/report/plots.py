@@ -296,11 +296,11 @@ def _colour(record: TrialRecord, summary: Summary) -> str:
 
 
 def time_split(summary: Summary, limit: int = 8) -> Plot:
-    """Time per sample of the fastest configurations, the baseline and the recommendation: waiting for data, and
+    """Time per sample of the first ranked configurations, the baseline and the recommendation: waiting for data, and
     the rest."""
     ranked = [r for r in summary.ranked if r.result.ok]
     shown = {r.label for r in ranked[:limit]} | {summary.baseline.label, summary.recommended.label}
-    measured = [r for r in ranked if r.label in shown]  # fastest first, the baseline and the recommendation always
+    measured = [r for r in ranked if r.label in shown]  # in rank, the baseline and the recommendation always
 
     def draw(ax: Axes) -> None:
         labels = [name_of(r, summary) for r in measured]
@@ -313,7 +313,7 @@ def time_split(summary: Summary, limit: int = 8) -> Plot:
         ax.set_xlabel("ms per sample (shorter is faster)")
         legend_below(ax)
 
-    some = f"the {limit} fastest configurations', the baseline's and the recommendation's"
+    some = f"the first {limit} ranked configurations', the baseline's and the recommendation's"
     which = "each configuration's" if len(measured) == len(ranked) else some
     caption = f"Where {which} time went in its own run: per sample, waiting for data against everything else."
     return Plot(caption, draw, height=1.0 + 0.35 * len(measured))

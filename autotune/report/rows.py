@@ -55,10 +55,9 @@ def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[
     row.update({name: result.knobs[name] for name in KNOBS})
     row["gradient_accumulation_steps"] = summary.accumulation_steps(record)
     row.update(dict.fromkeys([*STANDING_COLUMNS, *MEASUREMENT_COLUMNS]))
-    if result.ok:
+    if result.measurement:  # measured, though over the memory budget or pruned: its figure stands beside its state
         standing = summary.standing(record)
         row.update(measured=standing.measured, ranked_sps=standing.throughput, speedup=standing.speedup)
-    if result.measurement:
         row.update(_measurement_columns(result.measurement))
     check = result.loss_check
     row.update(
@@ -165,7 +164,7 @@ def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
 
 def marked(row: dict[str, Any], summary: Summary) -> str:
     """A ranked row's trial label, marked where it is the recommendation and where something disturbed its own run
-    (it may read low: ``busy_note``)."""
+    (which may read low, though the row shows a race's median: ``busy_note``)."""
     label = row["trial"]
     recommended = " (recommended)" if label == summary.recommended.label and not summary.is_baseline else ""
     return f"{label}{recommended}{' (busy)' if row['disturbance'] else ''}"
@@ -175,7 +174,11 @@ def busy_note(rows: list[dict[str, Any]]) -> str:
     """What "(busy)" in the ranked rows means, where a row has it."""
     if not any(row["disturbance"] for row in rows):
         return ""
-    return " (busy): other processes competed for its cores or its GPU, or its cores ran slow, so it may read low."
+    return (
+        " (busy): something slowed the configuration's own run (other processes on its cores or its GPU, or its cores"
+        " ran slow), so that run may read low; where the row shows a race's median, the mark is of that run, not of "
+        "the race."
+    )
 
 
 def ranked_frame(summary: Summary) -> pd.DataFrame:

@@ -58,7 +58,7 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         *_probe(results),
         *_pareto(summary),
         Section(
-            "All configurations, fastest first",
+            "All configurations, ranked",
             paragraphs=[ranked_basis(summary)],
             table=_ranked(summary),
             plots=present(plots.trials_in_order(results, summary), plots.throughput_by_batch(summary)),
@@ -155,23 +155,30 @@ def _ranked(summary: Summary) -> Table:
 
 
 def ranked_basis(summary: Summary) -> str:
-    """What the rank below rests on (``Summary.ranked``, ``Summary.standing``)."""
-    own = (
-        "own run (for a search trial, its run in the shorter screening window), its speedup against the baseline's "
-        "own run"
+    """What the rank below rests on (``Summary.ranked``, ``Summary.standing``, ``Summary.race_of``), in short."""
+    rows = [row for row in ranked_rows(summary) if row["state"] == "complete"]
+    own = "own run (measured: search run) against the baseline's run"
+    if summary.race_of(summary.baseline) is None:
+        return f"Ranked by each configuration's {own}." + busy_note(rows)
+    kept = "the baseline (kept) first, " if summary.is_baseline else "the recommendation first, "
+    lead = kept if summary.race_of(summary.recommended) is not None else ""
+    basis = (
+        f"Ranked first the configurations a race measured, {lead}by their race figures (measured: race, N rounds): "
+        "the median over the rounds the baseline ran too, and its ratio to the baseline's median there; "
+        f"{_race_sources(summary)}. Then the others, by their {own}. The columns after vs baseline are each "
+        "configuration's own run's."
     )
-    if any(race.rounds for race in summary.races):
-        lead = " first the recommendation," if summary.confirmed else ""
-        basis = (
-            f"The configurations a race measured come first,{lead} ranked by the race's figures (measured: "
-            "race, N rounds): the median of their runs over the rounds the baseline ran too and its ratio to the "
-            "baseline's median over those rounds, as the races' tables give them (of several races, the one that "
-            f"measured it in most rounds); then the others (measured: screening run), each by its {own}."
-        )
+    return basis + busy_note(rows)
+
+
+def _race_sources(summary: Summary) -> str:
+    """Which race gives whose figures (``Summary.race_of``), in words."""
+    race = "the finalists' race" if summary.race_of(summary.baseline) is summary.confirmation else "a trim race"
+    if summary.proof is not None:
+        whose = "the recommendation's and the baseline's (1.00) from the race that proved it"
     else:
-        basis = f"Ranked by each configuration's {own}."
-    basis += " The columns after vs baseline are each configuration's own run's."
-    return basis + busy_note([row for row in ranked_rows(summary) if row["state"] == "complete"])
+        whose = "the baseline's (1.00) from the race that measured it"
+    return f"{whose} ({race}), the other finalists' from the finalists' race, a trim variant's from its trim race"
 
 
 def _with_changes(row: dict[str, Any], summary: Summary) -> dict[str, Any]:
@@ -233,7 +240,10 @@ def _pareto(summary: Summary) -> list[Section]:
         for r in summary.pareto
     ]
     table = table_of(["trial", "samples/s", "vs baseline", "peak MB", "changes from the baseline"], rows)
-    intro = "No configuration is both faster and leaner than these (study.objectives=[throughput, peak_memory])."
+    intro = (
+        "No configuration is both faster and leaner than these (study.objectives=[throughput, peak_memory]), each by "
+        "its own run."
+    )
     section = Section(
         "Pareto front: throughput against peak memory", [intro], table, plots=present(plots.pareto(summary))
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
@@ -60,7 +61,7 @@ class Overruled:
 @dataclass(frozen=True)
 class Standing:
     """The figure a configuration is ranked by (``Summary.standing``): ``throughput`` (samples/s) and ``speedup``
-    over the baseline, and ``measured``, where they come from in words ("race, 3 rounds", "screening run",
+    over the baseline, and ``measured``, where they come from in words ("race, 3 rounds", "search run",
     "baseline run")."""
 
     throughput: float
@@ -102,48 +103,75 @@ class Summary:
     budget_left_out: tuple[str, ...] = ()
     overruled: Overruled | None = None
 
-    @property
+    @cached_property
     def ranked(self) -> list[TrialRecord]:
         """``records`` (every measured configuration, then the failed), ranked by what the races established: those
-        a race measured first, the recommendation leading them, then by their race's speedup (``standing``); then the
-        others by their own runs (a search trial's screening run); the failed last, as stored."""
+        a race measured first (``race_of``), the recommendation (the baseline, where it is kept) leading them, then
+        by their race's speedup (``standing``); then the others by their own runs; the failed last, as stored."""
         measured = [record for record in self.records if record.result.ok]
         failed = [record for record in self.records if not record.result.ok]
 
         def rank_key(record: TrialRecord) -> tuple[bool, bool, float]:
             raced = self.race_of(record) is not None
-            leads = raced and record is self.recommended and not self.is_baseline
-            return not leads, not raced, -self.standing(record).speedup
+            return not (raced and record is self.recommended), not raced, -self.standing(record).speedup
 
         return sorted(measured, key=rank_key) + failed
 
     def race_of(self, record: TrialRecord) -> Confirmation | None:
-        """The race whose figures stand for ``record`` (``standing``): for the baseline, the race that proved the
-        recommendation (``proof``); else the race that measured it against the baseline in most rounds, as a
-        recommendation is judged (``judge_of``), or where none counts its rounds so (it left the race lagging), the
-        race in which it ran most rounds paired with the baseline's (the last of those); None where no race ran it."""
-        if record is self.baseline:
+        """The race whose figures stand for ``record`` (``standing``), one rule so that no two races' figures reverse
+        one race's verdict: the recommendation's and the baseline's, the race that proved the recommendation (the
+        headline's: ``proof``); where none did, the baseline's is the race that measured it, the finalists' race (else
+        the race of most rounds); any other configuration's, the finalists' race where it ran rounds there paired
+        with the baseline's, else the race in which it ran most such rounds, the last of those (a trim variant: its
+        trim race); None where no race ran it."""
+        if self.proof is not None and (record is self.baseline or record is self.recommended):
             return self.proof
-        judge = judge_of(record.label, self.races)
-        if judge is not None:
-            return judge
-        ran = [
-            (len(race.paired(entrant)[0]), index, race)
-            for index, race in enumerate(self.races)
-            for entrant in race.finalists
-            if entrant.label == record.label
-        ]
-        return max((each for each in ran if each[0]), key=lambda each: each[:2], default=(0, 0, None))[2]
+        if record is self.baseline:
+            return self._baseline_race
+        return self._entrant_races.get(record.label)
+
+    @cached_property
+    def _baseline_race(self) -> Confirmation | None:
+        """The race that measured the baseline, where none proved a recommendation (``race_of``)."""
+        ran = [race for race in self.races if race.rounds]
+        if self.confirmation in ran:
+            return self.confirmation
+        return max(ran, key=lambda race: race.rounds, default=None)
+
+    @cached_property
+    def _entrant_races(self) -> dict[str, Confirmation]:
+        """Each configuration a race ran in rounds paired with the baseline's → its race by ``race_of``'s rule: the
+        finalists' race first, then most such rounds, then the last."""
+        best: dict[str, tuple[bool, int, int, Confirmation]] = {}
+        for index, race in enumerate(self.races):
+            for entrant in race.finalists:
+                rounds = len(race.paired(entrant)[0])
+                key = (race is self.confirmation, rounds, index, race)
+                if rounds and key[:3] > best.get(entrant.label, (False, 0, -1))[:3]:
+                    best[entrant.label] = key
+        return {label: key[3] for label, key in best.items()}
 
     def standing(self, record: TrialRecord) -> Standing:
         """The figure ``record`` is ranked by, one rule for every table and chart: from its race (``race_of``), its
         median over the rounds it and the baseline ran and its ratio to the baseline's median over those rounds, as
-        the race's own table gives them (``Confirmation.paired_median``, ``Confirmation.ratio``); else its own run
-        against the baseline's own run."""
+        the race's own table gives them (``Confirmation.paired_median``, ``Confirmation.ratio``; the baseline at
+        1.00); else its own run (measured, though over the memory budget or pruned) against the baseline's own
+        run."""
+        if record.label not in self._standings:
+            self._standings[record.label] = self._standing_of(record)
+        return self._standings[record.label]
+
+    @cached_property
+    def _standings(self) -> dict[str, Standing]:
+        """``standing``'s figures found so far, by label: each is found once."""
+        return {}
+
+    def _standing_of(self, record: TrialRecord) -> Standing:
         race = self.race_of(record)
         if race is None:
-            own = "baseline run" if record is self.baseline else "screening run"
-            return Standing(record.throughput, record.throughput / self.baseline.throughput, own)
+            own = "baseline run" if record is self.baseline else "search run"
+            throughput = record.result.timing.throughput
+            return Standing(throughput, throughput / self.baseline.throughput, own)
         if record is self.baseline:
             return Standing(race.baseline_median, 1.0, f"race, {counted(race.rounds, 'round')}")
         entrant = next(f for f in race.finalists if f.label == record.label)
@@ -160,7 +188,7 @@ class Summary:
         """The finalists' race and the trim's races, in the order they ran (none without a race)."""
         return [self.confirmation, *self.trim] if self.confirmation else []
 
-    @property
+    @cached_property
     def proof(self) -> Confirmation | None:
         """The race that measured the recommendation against the baseline in most rounds (the finalists' race or one
         of the trim; of those, one it won), where it won it (``proof_of``): a trim race also proves the configuration

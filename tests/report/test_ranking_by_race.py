@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 
 from matplotlib.figure import Figure
 
+from autotune.records import TrialRecord
 from autotune.report import plots, write_reports
 from autotune.report.console import print_summary
 from autotune.report.headline import headline
+from autotune.report.rows import ranked_rows
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
-from autotune.results.summary import summarise
-from autotune.trial.result import Disturbance
+from autotune.results.summary import Standing, summarise
+from autotune.trial.result import Disturbance, Failure, FailureKind
+from tests.report.test_plots import trim_variant_results
 from tests.report.test_reports import MACHINE, MEASURE
 from tests.results.test_summary import results_with, trial
+from tests.study.test_tuner import BASELINE, fake_result
 
 
 def raced_results() -> StudyResults:
@@ -41,7 +46,7 @@ def raced_results() -> StudyResults:
 def test_the_raced_configurations_lead_the_ranking_by_their_race_figures_the_recommendation_first():
     summary = summarise(raced_results())
     assert summary.recommended.label == "3"
-    assert [r.label for r in summary.ranked] == ["3", "0", "baseline", "5"], "raced first, then the screening run"
+    assert [r.label for r in summary.ranked] == ["3", "0", "baseline", "5"], "raced first, then the search run"
     figures = {r.label: summary.standing(r) for r in summary.ranked}
     race = summary.confirmation
     assert figures["3"].throughput == race.paired_median(race.finalists[0]) == 125.0
@@ -49,16 +54,16 @@ def test_the_raced_configurations_lead_the_ranking_by_their_race_figures_the_rec
     assert figures["3"].measured == "race, 3 rounds"
     assert (figures["0"].throughput, figures["0"].measured) == (101.0, "race, 1 round"), "left lagging: its round"
     assert (figures["baseline"].throughput, figures["baseline"].speedup) == (100.0, 1.0), "the proof's median"
-    assert (figures["5"].throughput, figures["5"].speedup, figures["5"].measured) == (125.0, 1.25, "screening run")
+    assert (figures["5"].throughput, figures["5"].speedup, figures["5"].measured) == (125.0, 1.25, "search run")
 
 
 def test_every_table_shows_the_figure_it_ranks_by(tmp_path):
     results = raced_results()
     summary = summarise(results)
     files = write_reports(results, summary, tmp_path)
-    ranked = files["report.md"].read_text().split("## All configurations, fastest first")[1].split("\n## ")[0]
+    ranked = files["report.md"].read_text().split("## All configurations, ranked")[1].split("\n## ")[0]
     assert "| 1 | 3 (recommended) | batch_size=32 | race, 3 rounds | 125.0 | 1.25 |" in ranked
-    assert "| 4 | 5 | num_workers=4 | screening run | 125.0 | 1.25 |" in ranked
+    assert "| 4 | 5 | num_workers=4 | search run | 125.0 | 1.25 |" in ranked
     rows = list(csv.DictReader(files["trials.csv"].open()))
     assert [(r["trial"], r["measured"], float(r["ranked_sps"])) for r in rows[:2]] == [
         ("3", "race, 3 rounds", 125.0),
@@ -96,3 +101,86 @@ def test_the_busy_machine_section_says_the_race_that_gave_the_gain_ran_its_runs_
         "confirm-1-trial-0: the cores ran 1.5x slow (the race that gave the gain, the finalists' race, ran the "
         "recommendation and the baseline undisturbed)"
     ) in busy
+
+
+def kept_baseline_results() -> StudyResults:
+    """Trials A and B raced, neither proven (A 0.90x, B 1.01x of the baseline's race median), so the baseline is
+    kept; C (1.30x by its search run) was not raced."""
+    base = results_with(
+        trial("A", 140.0, num_workers=1), trial("B", 135.0, num_workers=3), trial("C", 130.0, batch_size=32)
+    )
+    finalists = [Finalist("A", {}, 1, 100.0, [90.0, 88.0, 92.0]), Finalist("B", {}, 1, 100.0, [101.0, 99.0, 103.0])]
+    confirmation = Confirmation([100.0, 98.0, 102.0], finalists, planned_rounds=3, trials=["A", "B", "C"])
+    return StudyResults(**{**base.__dict__, "machine": MACHINE, "measure": MEASURE, "confirmation": confirmation})
+
+
+def test_a_kept_baseline_leads_the_raced_group_at_its_race_median():
+    summary = summarise(kept_baseline_results())
+    assert summary.is_baseline
+    assert [r.label for r in summary.ranked] == ["baseline", "B", "A", "C"], "what is recommended first, raced next"
+    assert summary.standing(summary.baseline) == Standing(100.0, 1.0, "race, 3 rounds"), "the finalists' race's"
+
+
+def trimmed_results() -> StudyResults:
+    """Trial 2 (two changes) won the finalists' race at 1.94x, trial 0 ran second at 1.80x; the trim raced trial 2
+    against it without num_threads in more rounds against another baseline median (120), tied at 200, and kept the
+    variant: trial 2 reads 1.67x there."""
+    two = trial("2", 180.0, batch_size=32, num_threads=1)
+    knobs = two.result.knobs
+    finalists = [Finalist("2", knobs, 2, 100.0, [194.0] * 3), Finalist("0", {}, 1, 100.0, [180.0] * 3)]
+    proven = Confirmation([100.0] * 3, finalists, None, 3, trials=["0", "2"])
+    undone = {**knobs, "num_threads": BASELINE["num_threads"]}
+    variant = Finalist("2 without num_threads", undone, 1, 90.0, [200.0] * 5, result=fake_result(undone, 190.0))
+    race = Confirmation([120.0] * 5, [Finalist("2", knobs, 2, 100.0, [200.0] * 5), variant])
+    base = results_with(two, trial("0", 170.0, num_workers=1))
+    return replace(base, machine=MACHINE, measure=MEASURE, confirmation=proven, trim=[race])
+
+
+def test_a_finalist_keeps_the_finalists_race_figures_so_that_race_s_order_stands():
+    summary = summarise(trimmed_results())
+    assert summary.recommended.label == "2 without num_threads"
+    assert [r.label for r in summary.ranked][:3] == ["2 without num_threads", "2", "0"], "2 beat 0 in their race"
+    figures = {r.label: summary.standing(r) for r in summary.ranked}
+    assert (figures["2"].speedup, figures["0"].speedup) == (1.94, 1.8), "both from the finalists' race"
+    assert figures["2 without num_threads"].speedup == 200.0 / 120.0, "the headline's race, the trim's"
+
+
+def test_the_ranking_s_words_say_what_it_rests_on(tmp_path):
+    results = kept_baseline_results()
+    summary = summarise(results)
+    markdown = write_reports(results, summary, tmp_path)["report.md"].read_text()
+    ranked = markdown.split("## All configurations, ranked\n")[1].split("\n## ")[0]
+    assert "the baseline (kept) first, by their race figures" in ranked
+    assert "the baseline's (1.00) from the race that measured it (the finalists' race)" in ranked
+    assert "| 4 | C | batch_size=32 | search run | 130.0 | 1.30 |" in ranked, "not a screening window"
+    assert "fastest" not in ranked
+    many = summarise(trim_variant_results(others=9))
+    assert "the first 8 ranked configurations'" in plots.time_split(many).caption
+
+
+def test_an_infeasible_configuration_keeps_its_own_run_s_figures(tmp_path):
+    over = trial("4", 150.0, batch_size=64)
+    over = TrialRecord("4", replace(over.result, failure=Failure(FailureKind.OUT_OF_MEMORY, "over the budget")))
+    results = replace(results_with(trial("0", 90.0, num_workers=1), over), machine=MACHINE, measure=MEASURE)
+    rows = list(csv.DictReader(write_reports(results, summarise(results), tmp_path)["trials.csv"].open()))
+    row = next(row for row in rows if row["trial"] == "4")
+    assert (row["state"], row["rank"], float(row["ranked_sps"]), float(row["speedup"])) == (
+        "infeasible",
+        "",
+        150.0,
+        1.5,
+    )
+    assert row["measured"] == "search run"
+
+
+def test_the_ranking_and_each_figure_are_found_once(monkeypatch):
+    summary = summarise(trimmed_results())
+    ranked_rows(summary)
+    calls = []
+    paired = Confirmation.paired
+    monkeypatch.setattr(
+        Confirmation, "paired", lambda race, finalist: calls.append(finalist.label) or paired(race, finalist)
+    )
+    assert summary.ranked is summary.ranked
+    ranked_rows(summary)
+    assert calls == [], "no race looked up again"

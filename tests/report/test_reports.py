@@ -612,9 +612,9 @@ def test_the_ranked_table_marks_the_recommendation_and_says_the_race_chose_it_no
     summary = summarise(results)
     assert [r.label for r in summary.ranked][:2] == ["3", "0"] and summary.recommended.label == "3"
     report = write_reports(results, summary, tmp_path)["report.md"].read_text()
-    ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
+    ranked = report.split("## All configurations, ranked")[1].split("\n## ")[0]
     assert "| 1 | 3 (recommended) |" in ranked and "(recommended)" not in ranked.replace("3 (recommended)", "")
-    assert "a race measured come first, first the recommendation" in ranked
+    assert "Ranked first the configurations a race measured, the recommendation first" in ranked
     out = io.StringIO()
     print_summary(summary, {}, "done", out)  # the terminal's table alike
     assert re.search(r"^ +1 +3 \(recommended\) ", out.getvalue(), re.M) and out.getvalue().count("(recommended)") == 1
@@ -629,13 +629,14 @@ def test_the_ranked_table_marks_a_configuration_other_processes_slowed_and_says_
     results = replace(results_with(slowed, trial("3", 120.0, batch_size=32)), machine=MACHINE, measure=MEASURE)
     summary = summarise(results)
     report = write_reports(results, summary, tmp_path)["report.md"].read_text()
-    ranked = report.split("## All configurations, fastest first")[1].split("\n## ")[0]
+    ranked = report.split("## All configurations, ranked")[1].split("\n## ")[0]
     assert "| 1 | 0 (recommended) (busy) |" in ranked and "| 2 | 3 |" in ranked
-    assert "(busy): other processes competed for its cores or its GPU, or its cores ran slow, so it may" in ranked
+    assert "(busy): something slowed the configuration's own run (other processes on its cores or its GPU" in ranked
     out = io.StringIO()
     print_summary(summary, {}, "done", out)
     assert (
-        re.search(r"^ +1 +0 \(recommended\) \(busy\) ", out.getvalue(), re.M) and "so it may read low" in out.getvalue()
+        re.search(r"^ +1 +0 \(recommended\) \(busy\) ", out.getvalue(), re.M)
+        and "so that run may read low" in out.getvalue()
     )
 
 
