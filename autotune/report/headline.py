@@ -145,13 +145,11 @@ def _peak_memories(summary: Summary) -> tuple[float, float, str]:
     them): the medians of their runs in the race that gave the gain (``Summary.proof``), as its throughputs are;
     where that race kept none (one stored before races kept them), each one's own single run, "one run of each"
     where a race gave the throughputs."""
-    proof = summary.proof
-    medians = (proof.baseline_median_peak_memory, proof.winner.median_peak_memory) if proof else (None, None)
-    if None not in medians:
-        runs = (proof.baseline_peak_memories, proof.winner.peak_memories)
-        return *medians, f" ({_medians_of(*(sum(memory is not None for memory in each) for each in runs))})"
-    single = (summary.baseline.result.peak_memory_mb, summary.recommended.result.peak_memory_mb)
-    return *single, " (one run of each)" if summary.confirmed else ""
+    figures = (summary.baseline_peak_memory_mb, summary.recommended_peak_memory_mb)
+    if summary.race_peak_memories:
+        runs = (summary.proof.baseline_peak_memories, summary.proof.winner.peak_memories)
+        return *figures, f" ({_medians_of(*(sum(memory is not None for memory in each) for each in runs))})"
+    return *figures, " (one run of each)" if summary.confirmed else ""
 
 
 def _medians_of(baseline_runs: int, recommended_runs: int) -> str:

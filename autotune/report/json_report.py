@@ -34,7 +34,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "knobs": rec.result.knobs,
             "changed": {name: {"before": b, "after": a} for name, (b, a) in summary.changed_knobs().items()},
             "throughput_sps": summary.recommended_throughput,
-            "peak_memory_mb": rec.result.peak_memory_mb,
+            "peak_memory_mb": summary.recommended_peak_memory_mb,  # of the runs throughput_sps is of
         },
         "confirmation": _race(summary.confirmation) if summary.confirmation else None,
         "trim": [_trim_race(race, step) for race, step in zip(summary.trim, summary.trim_steps, strict=True)],
@@ -45,7 +45,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "baseline": {
             "knobs": base.result.knobs,
             "throughput_sps": summary.baseline_throughput,
-            "peak_memory_mb": base.result.peak_memory_mb,
+            "peak_memory_mb": summary.baseline_peak_memory_mb,
         },
         "speedup": summary.speedup,
         # its 95 % interval from the paired rounds of the race that proved it; null with 0 rounds (single runs) or 1
@@ -56,7 +56,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "compile_payback": payback.to_dict() if (payback := compile_payback(results, summary)) else None,
         "pareto_front": [record.label for record in summary.pareto],
         "importance": results.importance,  # Optuna's, of each knob the trials varied; {} below IMPORTANCE_MIN_TRIALS
-        "memory_change": rec.result.peak_memory_mb / base.result.peak_memory_mb,
+        "memory_change": summary.recommended_peak_memory_mb / summary.baseline_peak_memory_mb,
         "trials": [_clean(row) for row in ranked_rows(summary)],
         "not_measured": [  # configurations ruled out by a failure, unmeasured, and why
             {"trial": ruled.label, "knobs": ruled.knobs, "reason": ruled.reason} for ruled in results.not_measured

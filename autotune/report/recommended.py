@@ -37,8 +37,9 @@ FIELD_COMMENTS = {
     "run to its end, or no race ran); load_recommended then warns (UntrimmedWarning).",
     "throughput": "Training samples/s with the recommended knobs and with the baseline's, and the speedup of one over "
     "the other; method says how they were measured.",
-    "peak_memory_mb": "Peak memory in MiB of a measured run of each: on a GPU what CUDA's caching allocator reserved, "
-    "on a CPU that of the training process and its DataLoader workers.",
+    "peak_memory_mb": "Peak memory in MiB of the runs the throughputs are of (the race's medians, else a run of each): "
+    "on a GPU what CUDA's caching allocator reserved, on a CPU that of the training process and its DataLoader "
+    "workers.",
     "training": "How to train with the recommended batch: the batch policy, the gradient accumulation steps (rec."
     "accumulation_steps) and, under batch_policy free, the rule rec.learning_rate(lr) scales your learning rate by.",
 }
@@ -62,8 +63,8 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
             baseline_throughput=round(summary.baseline_throughput, 2),
             speedup=round(summary.speedup, 3),
             method=f"{summary.throughput_basis}; the speedup: {summary.speedup_basis}",
-            peak_memory_mb=round(rec.result.peak_memory_mb, 1),
-            baseline_peak_memory_mb=round(base.result.peak_memory_mb, 1),
+            peak_memory_mb=round(summary.recommended_peak_memory_mb, 1),
+            baseline_peak_memory_mb=round(summary.baseline_peak_memory_mb, 1),
         ),
         training=_training(batch_advice(results, summary)),
         no_difference=dict(summary.no_difference),

@@ -349,7 +349,8 @@ def _method(results: StudyResults, summary: Summary) -> str:
         if repeats > 1
         else "one measurement: differences of a few percent can be run-to-run noise"
     )
-    repeated = f"Each figure of a trial's own run (the ranking, the tables of trials) is {each}.{_of_rounds(summary)}"
+    own = "Each figure of a trial's own run (the tables of trials; the ranking's search runs)"
+    repeated = f"{own} is {each}.{_of_rounds(summary)}"
     return (
         f"Each configuration ran in a process of its own on {results.device}. Warm-up (compilation happens here and "
         f"is reported as compile s) lasted until the median of the last {warmup.compared} step times was within "

@@ -44,7 +44,7 @@ from autotune.results.step_remedies import arithmetic_advice, overhead_advice, s
 # Host-to-device copies taking 10 % of the step or more: pinned memory makes them asynchronous.
 TRANSFER_SHARE = 0.10
 # An expected effect under 2 % is within a profiling run's noise: no advice (every advice with a gain: ``advise``).
-MIN_GAIN = 1.02
+MIN_EXPECTED_GAIN = 1.02
 
 
 def advise(
@@ -63,7 +63,7 @@ def advise(
     ``effective_batch_size``, None: none; a model the inspection found cannot go channels-last:
     ``channels_last_refused``, why, None: it can), ranked: a leak first, then by expected gain, those without an
     estimate next, those the study measured no faster beyond noise (``Tried.no_gain``) last; any whose
-    expected gain is under ``MIN_GAIN`` left out. ``tried`` is
+    expected gain is under ``MIN_EXPECTED_GAIN`` left out. ``tried`` is
     the stored study of the pipeline (None where there is none: the advice then says nothing of it); a knob whose
     recommended value ``knobs`` already run gets no advice to set another value the study measured
     (``Tried.settled``)."""
@@ -90,7 +90,7 @@ def advise(
     unsettled = (
         a
         for a in ranked
-        if (a.gain is None or a.gain >= MIN_GAIN)
+        if (a.gain is None or a.gain >= MIN_EXPECTED_GAIN)
         and (a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a)))
     )
     told = [_with_tried(a, tried, knobs) for a in unsettled]

@@ -208,6 +208,28 @@ class Summary:
         return self.proof.baseline_median if self.confirmed else self.baseline.throughput
 
     @property
+    def race_peak_memories(self) -> bool:
+        """Whether the peak memories below are the race's medians: the race that gave the gain (``proof``) kept its
+        runs' peak memories (one stored before races kept them did not)."""
+        proof = self.proof
+        return proof is not None and None not in (proof.baseline_median_peak_memory, proof.winner.median_peak_memory)
+
+    @property
+    def recommended_peak_memory_mb(self) -> float:
+        """The recommendation's peak memory (MiB), from the runs its throughput comes from: the median of its runs in
+        the race that gave the gain (``race_peak_memories``), else its own single run."""
+        if self.race_peak_memories:
+            return self.proof.winner.median_peak_memory
+        return self.recommended.result.peak_memory_mb
+
+    @property
+    def baseline_peak_memory_mb(self) -> float:
+        """The baseline's peak memory (MiB), as ``recommended_peak_memory_mb`` reads the recommendation's."""
+        if self.race_peak_memories:
+            return self.proof.baseline_median_peak_memory
+        return self.baseline.result.peak_memory_mb
+
+    @property
     def throughput_basis(self) -> str:
         """Where the two throughputs above come from, in words."""
         if self.confirmed and self.proof.rounds == 1:
@@ -315,8 +337,8 @@ def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
 
 
 def summarise(results: StudyResults) -> Summary:
-    """Rank every record (fastest first; pruned, infeasible and failed last) and recommend: the winner of the
-    confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
+    """Sort every record by its own run (failed last; the ranking is ``Summary.ranked``) and recommend: the winner of
+    the confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
     from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (``is_current``) ran
     and did not prove, and those a race stopped before its end dropped. A recommendation is never a change that
     re-measured no faster.

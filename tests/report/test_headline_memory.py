@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 
 from autotune.report.headline import headline
+from autotune.report.json_report import report_data
+from autotune.report.recommended import recommendation
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults, load_results
 from autotune.results.race import Confirmation
@@ -120,3 +122,15 @@ def test_the_trims_races_store_each_runs_peak_memory_and_the_headline_reads_the_
     assert summary.proof is stored.trim[-1]
     rounds = len(summary.proof.winner.throughputs)
     assert f"Peak memory 150 → 250 MB (medians of {rounds} race runs each)." in headline(summary).rest
+
+
+def test_report_json_and_recommended_yaml_give_the_headlines_peak_memories():
+    results = StudyResults(
+        **{**sample_results().__dict__, "confirmation": proving_race([310.0, 290.0, 350.0], [250.0, 270.0, 260.0])}
+    )
+    summary = summarise(results)
+    data = report_data(results, summary)
+    assert data["recommended"]["peak_memory_mb"] == 310.0 and data["baseline"]["peak_memory_mb"] == 260.0
+    assert data["memory_change"] == 310.0 / 260.0
+    measured = recommendation(results, summary).measured
+    assert (measured.peak_memory_mb, measured.baseline_peak_memory_mb) == (310.0, 260.0)

@@ -731,8 +731,9 @@ def test_the_method_says_which_figures_are_single_runs_and_which_medians_of_roun
     raced = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     (method,) = [s for s in build_document(raced, summarise(raced)).sections if s.heading == "How it was measured"]
     assert method.paragraphs[0].endswith(
-        "Each figure of a trial's own run (the ranking, the tables of trials) is one measurement: differences of a "
-        "few percent can be run-to-run noise. The races' figures and the headline's throughputs are medians of their "
+        "Each figure of a trial's own run (the tables of trials; the ranking's search runs) is one measurement: "
+        "differences of a few percent can be run-to-run noise. The races' figures and the headline's throughputs are "
+        "medians of their "
         "interleaved rounds, its gain the geometric mean of the rounds' paired ratios."
     )
     plain = sample_results()

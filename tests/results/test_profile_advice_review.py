@@ -12,7 +12,7 @@ import pytest
 from autotune.measure.page_faults import PageFaults
 from autotune.measure.profiling import OperatorStat, ProfileResult, StageTiming
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
-from autotune.results.remedies import MIN_GAIN, advise, first_to_follow
+from autotune.results.remedies import MIN_EXPECTED_GAIN, advise, first_to_follow
 from autotune.results.remedy_model import Tried
 from tests.conftest import NEUTRAL_KNOBS
 from tests.results.profile_records import hot, profile_result
@@ -90,7 +90,7 @@ def test_waits_of_workers_starting_again_are_no_handoff_so_cheaper_loading_still
     steady = (24 * 0.001 + 4 * 0.040) / 28  # the other steps' waits: batches passed between processes
     restarts = (0.120 - saved - steady) / EPOCH  # an epoch's start, its excess over them once an epoch
     assert sleep.gain == pytest.approx(found.loop_s / (REST_S + steady + restarts))
-    assert sleep.gain >= MIN_GAIN
+    assert sleep.gain >= MIN_EXPECTED_GAIN
 
 
 def test_only_the_waits_of_steps_that_began_an_epoch_of_workers_that_do_not_persist_are_restarts():
@@ -167,7 +167,7 @@ def test_no_advice_with_a_gain_under_the_minimum_is_listed_whatever_gives_it():
     assert not [a for a in advice if a.knob == "malloc"]
     for case in (sampled, loading, profile_result(small_operators=0.7), profile_result(device_busy=0.3)):
         decided, _ = verdict(case)
-        assert all(a.gain is None or a.gain >= MIN_GAIN for a in advise(case, decided, KNOBS, 4, None))
+        assert all(a.gain is None or a.gain >= MIN_EXPECTED_GAIN for a in advise(case, decided, KNOBS, 4, None))
 
 
 def test_on_a_gpu_the_overhead_advice_gains_on_the_kernels_idle_share():

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.measure.profiling import ProfileResult
 from autotune.results.diagnosis import COMPUTE_BOUND, DATA_BOUND, OVERHEAD_BOUND, figures, verdict
-from autotune.results.remedies import MIN_GAIN, advise
+from autotune.results.remedies import MIN_EXPECTED_GAIN, advise
 from autotune.results.remedy_model import Tried
 from tests.results.profile_records import hot, profile_result
 from tests.results.test_profile_advice_review import KNOBS, LOADING_S, REST_S, WORKERS, restarting
@@ -123,7 +123,7 @@ def test_advice_one_pair_read_level_keeps_its_rank_and_one_it_read_slower_says_i
     assert "1.00x the same settings with num_workers=0 (one pair of single runs)" in level.tried
     assert "a bound from this profile" not in level.effect
     advice, slower = workers_advice(0.97)
-    assert advice[-1] is slower and slower.measured_no_gain and slower.gain >= MIN_GAIN
+    assert advice[-1] is slower and slower.measured_no_gain and slower.gain >= MIN_EXPECTED_GAIN
     assert slower.effect.endswith(
         "; but a bound from this profile, which the study's measurement did not bear out: the change read 0.97x the "
         "same settings with num_workers=0 (one pair of single runs)"
