@@ -209,19 +209,19 @@ class Confirmation:
         """Why the winner won, in words: the fastest by median, or tied within noise with it (``beats``) and
         changing fewer knobs, or as many and using less memory; nothing where it was the only one proven."""
         winner = self.winner
-        fastest, _ = self._fastest_proven()
+        fastest, tied = self._fastest_proven()
         proven = [f for f in self.finalists if self.proven(f)]
         if winner is fastest:
             higher = [f for f in proven if f.median > winner.median]
             if higher:
                 return _outrun(winner, higher, proven)
+            if rival := next((f for f in tied if f is not winner), None):  # chosen among those tied with it
+                missed = why_not_beaten(winner, rival)
+                return f"tied within noise with trial {rival.label} ({missed}); this one {_chosen_over(winner, rival)}"
             return "the fastest by median of those proven" if len(proven) > 1 else ""
         missed = why_not_beaten(fastest, winner)
         tied = f"trial {fastest.label} read a higher median but did not beat it beyond noise ({missed}), and "
-        if winner.changes < fastest.changes:
-            return tied + f"this one changes fewer knobs ({winner.changes} against {fastest.changes})"
-        less, more = _apart(winner.peak_memory_mb, fastest.peak_memory_mb)
-        return tied + f"this one changes as many knobs and uses less memory ({less} against {more} MB)"
+        return tied + f"this one {_chosen_over(winner, fastest)}"
 
     @property
     def leader(self) -> Finalist | None:
@@ -350,6 +350,17 @@ class Confirmation:
         cut, decided_after = data.get("cut", False), data.get("decided_after")
         memories = data.get("baseline_peak_memories", unread_memories(rounds))
         return cls(rounds, finalists, failure, planned, cut, disturbed, trials, decided_after, memories)
+
+
+def _chosen_over(winner: Finalist, other: Finalist) -> str:
+    """Why ``winner`` was chosen over ``other``, tied with it within noise, by ``Confirmation.winner``'s order: fewer
+    knobs changed, then less memory, then the higher median."""
+    if winner.changes < other.changes:
+        return f"changes fewer knobs ({winner.changes} against {other.changes})"
+    if winner.peak_memory_mb < other.peak_memory_mb:
+        less, more = _apart(winner.peak_memory_mb, other.peak_memory_mb)
+        return f"changes as many knobs and uses less memory ({less} against {more} MB)"
+    return "changes as many knobs, uses no more memory and reads the higher median"
 
 
 def _outrun(winner: Finalist, higher: list[Finalist], proven: list[Finalist]) -> str:

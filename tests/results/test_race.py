@@ -221,3 +221,15 @@ def test_a_trim_race_leaves_a_variant_only_where_it_was_shown_to_cost_nothing_ag
     assert confirmation(failed, slower).winner is slower and trimmed_to(confirmation(failed, slower)) is None
     unproven = finalist("w", [150, 151, 98], changes=3)  # lost round 3 to the baseline, 36 % ahead of the variant
     assert confirmation(unproven, slower).winner is slower and trimmed_to(confirmation(unproven, slower)) is None
+
+
+def test_a_winner_chosen_among_finalists_tied_with_it_says_so_not_that_it_was_the_fastest():
+    # The reviewer's race: trial 2 read the higher median, 2.7 % over trial 0, each faster in one round: a tie, decided
+    # by the winner's order (fewer knobs, then less memory), which the words must say.
+    winner = finalist("2", [606.4, 620.0], changes=4, memory=364)
+    rival = finalist("0", [590.6, 622.0], changes=4, memory=513)
+    said = confirmation(winner, rival, baseline=[313.0, 313.0]).why_won()
+    assert said.startswith("tied within noise with trial 0 (it read faster in 1 of the 2 rounds both ran); "), said
+    assert said.endswith("this one changes as many knobs and uses less memory (364 against 513 MB)"), said
+    fewer = finalist("2", [606.4, 620.0], changes=3)
+    assert confirmation(fewer, rival, baseline=[313.0, 313.0]).why_won().endswith("changes fewer knobs (3 against 4)")
