@@ -271,7 +271,8 @@ def _why_keep(summary: Summary) -> str:
 def before_after_table(summary: Summary) -> Table:
     """The baseline against the recommendation: each knob, the throughputs, and each metric read for either."""
     before, after = (record_row(r, None, summary) for r in (summary.baseline, summary.recommended))
-    rows = [[name, _value(before[name]), _value(after[name])] for name in KNOBS]  # unset: "default", as said above
+    changes = summary.changed_knobs()
+    rows = [[name, _value(before[name]), _comes_with(name, after[name], before[name], changes)] for name in KNOBS]
     if summary.batch_policy == "fixed_effective":
         rows.append(["gradient accumulation steps", *(row["gradient_accumulation_steps"] for row in (before, after))])
     rows.append(["throughput (samples/s)", summary.baseline_throughput, summary.recommended_throughput])
@@ -288,6 +289,16 @@ def before_after_table(summary: Summary) -> Table:
         if _shown(key, before, after)
     ]
     return table_of(["", "baseline", "recommended"], rows)
+
+
+def _comes_with(name: str, after: Any, before: Any, changes: dict[str, tuple[Any, Any]]) -> Any:
+    """The recommendation's value of knob ``name`` in the before/after table (unset: "default", as said above),
+    marked where it differs from the baseline's but is no change of its own (``knobs.changed``: an option at its
+    default that another change makes apply, or that one ends)."""
+    shown = _value(after)
+    if after == before or name in changes:
+        return shown
+    return f"{shown} (comes with another change)"
 
 
 # Shares of the step, said in per cent as the console and the headline say them ("data wait 66%").

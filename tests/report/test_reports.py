@@ -19,7 +19,7 @@ from autotune.records import NotMeasured, ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import print_summary
 from autotune.report.document import format_cell, machine_lines
-from autotune.report.headline import headline
+from autotune.report.headline import before_after_table, headline
 from autotune.report.markdown import render_markdown
 from autotune.report.races import _trim_outcome, rounds_table
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
@@ -739,3 +739,13 @@ def test_the_method_says_which_figures_are_single_runs_and_which_medians_of_roun
     plain = sample_results()
     (unraced,) = [s for s in build_document(plain, summarise(plain)).sections if s.heading == "How it was measured"]
     assert "run-to-run noise." in unraced.paragraphs[0] and "races' figures" not in unraced.paragraphs[0]
+
+
+def test_the_before_after_table_marks_an_option_that_comes_with_another_change():
+    workers = trial("0", 120.0, num_workers=1, prefetch_factor=2, persistent_workers=False)
+    results = StudyResults(**{**results_with(workers).__dict__, "machine": MACHINE, "measure": MEASURE})
+    rows = {row[0]: row[1:] for row in before_after_table(summarise(results)).rows}
+    assert rows["num_workers"] == ["0", "1"], "a change of its own"
+    assert rows["prefetch_factor"][1] == "2 (comes with another change)"
+    assert rows["persistent_workers"][1] == "False (comes with another change)"
+    assert rows["amp"][1] == rows["amp"][0], "unchanged"
