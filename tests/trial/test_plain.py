@@ -30,8 +30,10 @@ def test_the_plain_loop_times_whole_epochs_where_one_is_shorter_than_its_window(
 
 
 def test_the_plain_loop_times_its_window_from_its_warm_ups_end_where_an_epoch_is_too_long_to_time_whole():
-    request = trial_request(length=16000)  # 1000 steps an epoch, over half of the longest window
-    plan = replace(PLAN, max_time_s=0.2)
+    # 1000 steps an epoch (10 s at 10 ms a step, seconds on any machine), over half of the longest window, which leaves
+    # room for min_steps' 12 steps on a loaded one (the cap, not the window's rule, would end them there).
+    request = trial_request(length=16000)
+    plan = replace(PLAN, max_time_s=2.0)
     run = run_plain(build_pipeline(request.pipeline), request.knobs, torch.device("cpu"), plan, None)
     assert run.warmup_steps == 3 and run.steps >= 12 and run.epoch_boundaries == 0
 
