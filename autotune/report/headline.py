@@ -213,13 +213,7 @@ def gain_interval(summary: Summary) -> str:
     uncertainty, and one resting on single runs or one round says so."""
     interval, proof = summary.gain_interval, summary.proof
     if interval is not None:
-        more = "more study.confirm_rounds would tell"
-        if proof.ended_early:
-            more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
-        # A proof (rounds won) beside an interval spanning 1x reads as a contradiction unless both are named.
-        won = sum(ratio > 1 for ratio in proof.gain_ratios(proof.winner.label).values())
-        spread = f"the recommendation ran faster in {won} of them, by amounts too far apart to bound the gain"
-        spans = f" (it spans 1x: {spread}; {more})" if interval.low <= 1 else ""
+        spans = f" (it spans 1x: {_why_unbounded(proof)})" if interval.low <= 1 else ""
         return (
             f"95 % interval {ratio_bounds(interval.low, interval.high)}x over {interval.n} paired rounds"
             f"{summary.left_out_note}{spans}"
@@ -227,6 +221,27 @@ def gain_interval(summary: Summary) -> str:
     if proof is not None:
         return "one race round: no interval"
     return "single runs: no interval"
+
+
+def _why_unbounded(proof: Confirmation) -> str:
+    """Why a proven gain's interval spans 1x, and what would bound it: a proof (rounds won) beside such an interval
+    reads as a contradiction unless both are named. Two rounds bound a gain only where they read almost alike (a 95 %
+    interval from two paired ratios is about 13 times as wide as their spread)."""
+    ratios = list(proof.gain_ratios(proof.winner.label).values())
+    won = sum(ratio > 1 for ratio in ratios)
+    if len(ratios) == 2:
+        read = " and ".join(f"{ratio:.2f}x" for ratio in ratios)
+        spread = (
+            f"the recommendation ran faster in {won} of them ({read}), and two rounds are too few to bound the gain"
+        )
+    else:
+        spread = f"the recommendation ran faster in {won} of them, by amounts too far apart to bound the gain"
+    more = "more study.confirm_rounds would tell"
+    if proof.cut and proof.planned_rounds:
+        more = f"study.budget_s ended the race after {proof.rounds} of its {proof.planned_rounds} rounds"
+    elif proof.ended_early:
+        more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
+    return f"{spread}; {more}"
 
 
 def _why_keep(summary: Summary) -> str:

@@ -663,16 +663,34 @@ def test_a_gain_whose_interval_spans_one_says_what_more_rounds_would_come_from()
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     text = headline(summarise(results)).lead
     assert (
-        "over 2 paired rounds (it spans 1x: the recommendation ran faster in 2 of them, by amounts too far apart to "
-        "bound the gain; more study.confirm_rounds would tell)" in text
+        "over 2 paired rounds (it spans 1x: the recommendation ran faster in 2 of them (1.50x and 1.01x), and two "
+        "rounds are too few to bound the gain; more study.confirm_rounds would tell)" in text
     ), text
     ended_early = replace(confirmation, planned_rounds=3)
     text = headline(summarise(StudyResults(**{**results.__dict__, "confirmation": ended_early}))).lead
     assert (
-        "over 2 paired rounds (it spans 1x: the recommendation ran faster in 2 of them, by amounts too far apart to "
-        "bound the gain; the race ended early on its verdict; mode=benchmark measures the gain over more rounds)"
-        in text
+        "two rounds are too few to bound the gain; the race ended early on its verdict; mode=benchmark measures the "
+        "gain over more rounds)" in text
     ), "more planned rounds would end there too"
+
+
+def test_a_gain_of_rounds_far_apart_says_so_and_one_cut_by_the_budget_names_it():
+    spread = Confirmation([100.0] * 3, [Finalist("0", {}, 1, 100.0, [160.0, 103.0, 104.0])])
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": spread})
+    text = headline(summarise(results)).lead
+    assert (
+        "over 3 paired rounds (it spans 1x: the recommendation ran faster in 3 of them, by amounts too far apart to "
+        "bound the gain; more study.confirm_rounds would tell)" in text
+    ), text
+    # Two rounds decided it (both clear of the baseline) and study.budget_s left no time for the third.
+    cut = Confirmation(
+        [100.0, 100.0], [Finalist("0", {}, 1, 100.0, [166.0, 186.0])], None, 3, cut=True, decided_after=2
+    )
+    text = headline(summarise(StudyResults(**{**results.__dict__, "confirmation": cut}))).lead
+    assert (
+        "(it spans 1x: the recommendation ran faster in 2 of them (1.66x and 1.86x), and two rounds are too few to "
+        "bound the gain; study.budget_s ended the race after 2 of its 3 rounds)" in text
+    ), text
 
 
 def test_a_gpu_studys_peak_memory_is_named_the_gpus_and_the_method_states_the_screening_window(tmp_path):
