@@ -123,7 +123,9 @@ class ProfileRecord:
 @dataclass(frozen=True)
 class TunedProfiles:
     """A tuning run's baseline and recommendation, each profiled after the race (``autotune/study/profiles.py``)
-    and stored in its study; ``recommended`` is None where the recommendation is to keep the baseline."""
+    and stored in its study, each as soon as it is made; ``recommended`` is None where the recommendation is to keep
+    the baseline, or where a run stopped before it profiled the recommendation (``about`` then finds these not of a
+    recommendation that changes something)."""
 
     baseline: ProfileRecord
     recommended: ProfileRecord | None = None

@@ -32,6 +32,9 @@ from autotune.trial.result import TrialRequest, TrialResult
 # takes 30, 5 and 10 by default, for a closer look).
 TUNED_STEPS, TUNED_TRACE_STEPS, TUNED_BATCHES = 15, 3, 5
 
+# What ``profile_tuned`` profiles of one side (``_sides``): its name, its knobs, and the profile the study holds of it.
+Side = tuple[str, dict[str, Any], ProfileRecord | None]
+
 
 class Runner(Protocol):
     """What runs a trial subprocess (``autotune.app.TrialRunner``): its base ``request`` and ``trial``."""
@@ -96,7 +99,7 @@ def profiles_left(results: StudyResults) -> int:
     return sum(not reusable(before, knobs) for _, knobs, before in _sides(results))
 
 
-def _sides(results: StudyResults) -> list[tuple[str, dict[str, Any], ProfileRecord | None]]:
+def _sides(results: StudyResults) -> list[Side]:
     """What ``profile_tuned`` profiles of ``results``: the baseline, and the recommendation where it is not the
     baseline; each its side's name, its knobs, and the profile the study holds of that side (None: none)."""
     summary, stored = summarise(results), results.profiles
@@ -116,10 +119,11 @@ def profile_tuned(
     channels_last_refused: str | None = None,
 ) -> TunedProfiles:
     """Profile the baseline and the recommendation of ``results`` (the study after its race and trim; the baseline
-    alone where it is recommended), each trace written into ``trace_dir``, and store both in ``study`` for its
-    machine. Each run is ``settings.profile_*``'s, shortened to ``TUNED_*``. A stored profile of the same
-    configuration that ran is reused (a resumed run), with what the study tried now and this run's inspection's
-    ``channels_last_refused`` (``profile_configuration``); ``on_profile(record, stored)`` is told of each."""
+    alone where it is recommended), each trace written into ``trace_dir``, and store each in ``study`` for its
+    machine as soon as it is made (``_made_so_far``). Each run is ``settings.profile_*``'s, shortened to
+    ``TUNED_*``. A stored profile of the same configuration that ran is reused (a resumed run), with what the study
+    tried now and this run's inspection's ``channels_last_refused`` (``profile_configuration``);
+    ``on_profile(record, stored)`` is told of each."""
     tried = tries_of(results)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
 
@@ -130,20 +134,40 @@ def profile_tuned(
                 before, tried=tried, effective_batch_size=effective, channels_last_refused=channels_last_refused
             )
         else:
-            plan = profile_plan(settings, trace_dir / f"{file_name(settings.pipeline.name)}-{label}.pt.trace.json")
-            plan = replace(
-                plan,
-                steps=min(plan.steps, TUNED_STEPS),
-                trace_steps=min(plan.trace_steps, TUNED_TRACE_STEPS),
-                hot_batches=min(plan.hot_batches, TUNED_BATCHES),
-            )
+            plan = _tuned_plan(settings, trace_dir, label)
             record = profile_configuration(
                 runner, settings, knobs, label, plan, tried, results.machine, f"profile-{label}", channels_last_refused
             )
         on_profile(record, reused)
         return record
 
-    baseline, *recommended = (one(knobs, label, before) for label, knobs, before in _sides(results))
-    profiles = TunedProfiles(baseline, recommended[0] if recommended else None)
-    study.set_user_attr(on_machine(PROFILES_ATTR, results.machine_id), profiles.to_dict())
+    sides = _sides(results)
+    made: list[ProfileRecord] = []
+    for label, knobs, before in sides:
+        made.append(one(knobs, label, before))
+        # Stored as soon as made: a run stopped or refused while it profiles the next side keeps this one for its
+        # resumption to reuse, rather than measure it again.
+        profiles = _made_so_far(made, sides)
+        study.set_user_attr(on_machine(PROFILES_ATTR, results.machine_id), profiles.to_dict())
     return profiles
+
+
+def _tuned_plan(settings: Settings, trace_dir: Path, label: str) -> ProfilePlan:
+    """A tuning run's profiling run of its side ``label``: ``settings.profile_*``'s, shortened to ``TUNED_*``, its
+    trace written into ``trace_dir``."""
+    plan = profile_plan(settings, trace_dir / f"{file_name(settings.pipeline.name)}-{label}.pt.trace.json")
+    return replace(
+        plan,
+        steps=min(plan.steps, TUNED_STEPS),
+        trace_steps=min(plan.trace_steps, TUNED_TRACE_STEPS),
+        hot_batches=min(plan.hot_batches, TUNED_BATCHES),
+    )
+
+
+def _made_so_far(made: list[ProfileRecord], sides: list[Side]) -> TunedProfiles:
+    """What the study holds once the first of ``sides`` (``_sides``) are profiled as ``made``: each side not yet made
+    is the profile the study held of it where still ``reusable``, else None. A recommendation so left None, of a
+    study that recommends a change, is not yet profiled: ``TunedProfiles.about`` finds these not of it, so no report
+    shows them, and ``profiles_left`` counts it."""
+    held = [before if reusable(before, knobs) else None for _, knobs, before in sides[len(made) :]]
+    return TunedProfiles(*made, *held)
