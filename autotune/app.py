@@ -683,6 +683,7 @@ def _search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...
         gpu_visible=bool(facts.devices.cuda),
         repeats_in_workers=pipeline.repeats_in_workers,
         channels_last_refused=pipeline.channels_last_refused,
+        optimizer_default=pipeline.optimizer_default,
     )
 
 

@@ -77,7 +77,9 @@ class SearchContext:
     (the DataLoader pins memory where one is, whatever device the model runs on). ``dataset_len`` is None for a
     stream with no length; ``repeats_in_workers``: the dataset is a stream that gives every DataLoader worker the
     same samples (``PipelineFacts``); ``channels_last_refused``: why the model cannot be converted to channels_last
-    (what torch raised: a 5-D parameter or buffer beside 4-D inputs), None where it can.
+    (what torch raised: a 5-D parameter or buffer beside 4-D inputs), None where it can; ``optimizer_default``: the
+    implementation the optimizer's default runs here, as the inspection saw it ("for_loop", "foreach" or "fused";
+    None: not seen).
     """
 
     device: str
@@ -92,6 +94,7 @@ class SearchContext:
     gpu_visible: bool = False
     repeats_in_workers: bool = False
     channels_last_refused: str | None = None
+    optimizer_default: str | None = None
 
     @property
     def effective_batch_size(self) -> int | None:

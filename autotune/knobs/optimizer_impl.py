@@ -22,10 +22,15 @@ class OptimizerImplKnob(ChoiceKnob):
         return [impl for impl in self.choices if impl != "for_loop" and self.unavailable_reason(impl, ctx) is None]
 
     def resolve(self, value: str, ctx: SearchContext) -> str:
-        """PyTorch's default is foreach for CUDA parameters and the loop otherwise."""
-        if value == "default":
-            return "foreach" if ctx.device == "cuda" else "for_loop"
-        return value
+        """default is what the optimizer's default step was seen to run here (``ctx.optimizer_default``): PyTorch
+        picks per optimizer (Adafactor loops on a GPU, where Adam takes foreach). Where that was not seen (facts or a
+        profile stored before it was read), PyTorch's rule for its common optimizers stands in: foreach for CUDA
+        parameters, the loop otherwise."""
+        if value != "default":
+            return value
+        if ctx.optimizer_default is not None:
+            return ctx.optimizer_default
+        return "foreach" if ctx.device == "cuda" else "for_loop"
 
     def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
         needs = "fused" if value == "fused" else "foreach" if value in ("for_loop", "foreach") else None

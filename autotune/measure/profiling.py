@@ -223,9 +223,11 @@ class ProfileResult:
     before they were read), and the CPU the machine's other processes used over those steps, beside the training
     process's threads (``cpu``; None in a profile stored before it was read), the implementation switches (foreach,
     fused) the pipeline's optimizer takes here (``optimizer_options``; None in a profile stored before they were
-    read), and the dimensions of a batch's input tensor (``input_ndim``: None where it is no tensor, or in a profile
-    stored before it was read); ``repeats_in_workers``: the dataset is a stream that gives every DataLoader worker the
-    same samples (``pipeline/streams.py``)."""
+    read), the implementation the optimizer's default runs here (``optimizer_default``, as the inspection's
+    ``PipelineFacts`` holds it; None where it was not seen, or in a profile stored before it was read), and the
+    dimensions of a batch's input tensor (``input_ndim``: None where it is no tensor, or in a profile stored before it
+    was read); ``repeats_in_workers``: the dataset is a stream that gives every DataLoader worker the same samples
+    (``pipeline/streams.py``)."""
 
     stages: StageTiming
     memory: MemoryTrend
@@ -240,6 +242,7 @@ class ProfileResult:
     optimizer_options: list[str] | None = None
     input_ndim: int | None = None
     repeats_in_workers: bool = False
+    optimizer_default: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -261,4 +264,5 @@ class ProfileResult:
             optimizer_options=data.get("optimizer_options"),
             input_ndim=data.get("input_ndim"),
             repeats_in_workers=data.get("repeats_in_workers", False),
+            optimizer_default=data.get("optimizer_default"),
         )

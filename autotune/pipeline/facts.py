@@ -16,7 +16,10 @@ class PipelineFacts:
     by name with a digest of its source: a study measured one version of them. ``dataset_len`` is None for a stream
     (an IterableDataset) with no length; ``repeats_in_workers`` is True for a stream that gives every DataLoader
     worker the same samples (``pipeline/streams.py``); ``channels_last_refused`` is why the model cannot be converted to
-    channels_last where its inputs could go so (what torch raised), None where it can."""
+    channels_last where its inputs could go so (what torch raised), None where it can. ``optimizer_default`` is the
+    implementation the optimizer's default runs on the trials' device, as one step of it showed ("for_loop",
+    "foreach" or "fused": ``optimizer_default`` in ``pipeline/inspect.py``); None where it was not seen, or in facts
+    stored before it was read."""
 
     dataset_len: int | None
     input_ndim: int | None
@@ -24,6 +27,7 @@ class PipelineFacts:
     code: dict[str, str] = field(default_factory=dict)
     repeats_in_workers: bool = False
     channels_last_refused: str | None = None
+    optimizer_default: str | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from hydra.utils import get_object
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
@@ -87,8 +88,9 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     """Import every component's target (``import_targets``), build the dataset, check it is usable, read the shape of
     one collated input and whether the model can go channels-last with it (a model a function builds checked to be a
     Module: ``model_on_meta``), check the optimizer builds with its options, is one and steps without a closure
-    (``_check_optimizer``), and find which of its implementations can run on ``device``. A stream (an
-    IterableDataset) may have no length; whether its DataLoader workers would repeat one another is read too."""
+    (``_check_optimizer``), find which of its implementations can run on ``device`` and which its default runs
+    there (``optimizer_default``). A stream (an IterableDataset) may have no length; whether its DataLoader workers
+    would repeat one another is read too."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
     repeats = repeats_in_workers(dataset)  # before this process reads it: workers start as a trial's do
@@ -111,6 +113,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
         user_code(spec),
         repeats_in_workers=repeats,
         channels_last_refused=channels_last_refused(model_on_meta(spec, ndim), ndim),
+        optimizer_default=optimizer_default(optimizer, device),
     )
 
 
@@ -411,22 +414,40 @@ def _check_optimizer(factory, spec: PipelineSpec, device: str) -> None:
     options whatever its parameters (Adam's lr=-1 a ValueError, lr="0.001" a TypeError), as it would on the model's in
     every trial. Tries that fail differently (a factory splitting parameters by shape) are left to the trial, which
     builds it on the model's own parameters."""
+    try:
+        optimizer = _built_on_test_parameters(factory, device)
+    except _NotBuilt as failed:
+        errors = failed.errors
+        if len({(type(exc), _raised(exc)) for exc in errors}) == 1:
+            raise ConfigError(
+                "pipeline.optimizer",
+                f"building {spec.components['optimizer']['_target_']} failed: {_raised(errors[0])} (the inspection "
+                "built it on lone test parameters, a vector and a matrix, together and each alone: each try raised "
+                "this)",
+            ) from errors[0]
+        return
+    _check_is_optimizer(optimizer, spec)
+    _check_steps_without_closure(optimizer, spec)
+
+
+class _NotBuilt(Exception):
+    """The optimizer factory built on none of ``_TEST_SHAPES``: ``errors`` holds each try's error, in turn."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        super().__init__("the optimizer built on none of the test parameters")
+        self.errors = errors
+
+
+def _built_on_test_parameters(factory, device: str) -> Any:
+    """What ``factory`` builds on the first of ``_TEST_SHAPES`` it takes, as parameters on ``device``; _NotBuilt
+    where it takes none."""
     errors = []
     for shapes in _TEST_SHAPES:
         try:
-            optimizer = factory([torch.nn.Parameter(_zeros_on(shape, device)) for shape in shapes])
+            return factory([torch.nn.Parameter(_zeros_on(shape, device)) for shape in shapes])
         except Exception as exc:
             errors.append(exc)
-            continue
-        _check_is_optimizer(optimizer, spec)
-        _check_steps_without_closure(optimizer, spec)
-        return
-    if len({(type(exc), _raised(exc)) for exc in errors}) == 1:
-        raise ConfigError(
-            "pipeline.optimizer",
-            f"building {spec.components['optimizer']['_target_']} failed: {_raised(errors[0])} (the inspection "
-            "built it on lone test parameters, a vector and a matrix, together and each alone: each try raised this)",
-        ) from errors[0]
+    raise _NotBuilt(errors)
 
 
 def _check_is_optimizer(optimizer: Any, spec: PipelineSpec) -> None:
@@ -471,6 +492,49 @@ def _check_steps_without_closure(optimizer: torch.optim.Optimizer, spec: Pipelin
             "optimizer as optimizer.step(), without a closure; choose one that steps without (torch.optim.SGD, Adam, "
             "AdamW)",
         )
+
+
+# The implementation a step ran, by the aten operators it called (their names' prefixes), the first that matches:
+# fused first, as a fused step also calls foreach operators (Adam's counts its steps with _foreach_add_).
+_IMPLEMENTATION_OPERATORS = (("fused", "_fused_"), ("foreach", "_foreach_"))
+
+
+class _OperatorsCalled(TorchDispatchMode):
+    """Records the name of every aten operator called under it (``_foreach_add_``), and runs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def optimizer_default(factory, device: str) -> str | None:
+    """The implementation ``factory``'s optimizer runs by default on ``device``, as one step of it shows: "fused"
+    where the step called a fused operator, else "foreach" where it called a foreach one, else "for_loop". PyTorch
+    picks it per optimizer and per call (Adam and SGD take foreach for CUDA parameters, Adafactor the loop there, and
+    Adam the loop too with a tensor lr), so it is seen, not assumed. The step runs on test parameters (as
+    ``_check_optimizer`` builds it) with gradients of ones. None where it cannot be seen: no test parameters build it,
+    they could not go on ``device``, it holds no ``param_groups`` or its step fails (the trial reports that)."""
+    try:
+        optimizer = _built_on_test_parameters(factory, device)
+    except _NotBuilt:
+        return None
+    parameters = [parameter for group in getattr(optimizer, "param_groups", ()) for parameter in group["params"]]
+    if not parameters or any(parameter.device.type != torch.device(device).type for parameter in parameters):
+        return None
+    for parameter in parameters:
+        parameter.grad = torch.ones_like(parameter)
+    called = _OperatorsCalled()
+    try:
+        with called:
+            optimizer.step()
+    except Exception:  # any failure means: not seen here
+        return None
+    ran = (impl for impl, prefix in _IMPLEMENTATION_OPERATORS if any(name.startswith(prefix) for name in called.names))
+    return next(ran, "for_loop")
 
 
 def model_on_meta(spec: PipelineSpec, ndim: int | None) -> torch.nn.Module | None:

@@ -39,6 +39,7 @@ def search_context(
         optimizer_options=frozenset(["foreach"] if options is None else options),
         repeats_in_workers=result.repeats_in_workers,
         channels_last_refused=channels_last_refused,
+        optimizer_default=result.optimizer_default,
     )
 
 
@@ -140,7 +141,8 @@ def _idle_s(result: ProfileResult) -> float:
 def _optimizer(found: Figures, knobs: dict[str, Any], ctx: SearchContext) -> list[Advice]:
     """Another implementation of the optimizer step where it takes OPTIMIZER_SHARE or more of the step and runs
     PyTorch's default: foreach, else fused, the first the pipeline's optimizer takes here (``ctx.optimizer_options``)
-    that is not what the default already runs (``OptimizerImplKnob.resolve``: foreach on a GPU, so fused there)."""
+    that is not what the default already runs (``OptimizerImplKnob.resolve``: foreach for most of PyTorch's on a GPU,
+    so fused there)."""
     share = found.optimizer_s / found.loop_s
     if share < OPTIMIZER_SHARE or knobs.get("optimizer_impl") not in (None, "default"):
         return []

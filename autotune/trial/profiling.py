@@ -30,7 +30,7 @@ from autotune.measure.stages import EpochCounter, time_stages
 from autotune.measure.system import CpuUsageMeter
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
-from autotune.pipeline.inspect import input_ndim, optimizer_options
+from autotune.pipeline.inspect import input_ndim, optimizer_default, optimizer_options
 from autotune.pipeline.setup import Trainer
 from autotune.pipeline.streams import dataset_length, is_stream, repeats_in_workers
 
@@ -91,6 +91,7 @@ def run_profile(
         optimizer_options=sorted(optimizer_options(pipeline.optimizer_factory, str(device))),
         input_ndim=input_ndim(first.batch),
         repeats_in_workers=repeats,
+        optimizer_default=optimizer_default(pipeline.optimizer_factory, str(device)),
     )
 
 

@@ -65,7 +65,12 @@ def test_the_facts_of_a_cpu_machine_and_the_pipeline():
     facts = read_facts(settings_with().pipeline, "auto")
     assert "tests.fixtures.tiny" in facts.pipeline.code, "the pipeline's own module, by a digest of its source"
     assert replace(facts, machine={}, pipeline=replace(facts.pipeline, code={})) == Inspection(
-        DeviceFacts(), "cpu", True, PipelineFacts(256, 4, frozenset({"foreach", "fused"})), refused=None, machine={}
+        DeviceFacts(),
+        "cpu",
+        True,
+        PipelineFacts(256, 4, frozenset({"foreach", "fused"}), optimizer_default="for_loop"),
+        refused=None,
+        machine={},
     )
     assert facts.machine == describe_machine(), "the machine as the subprocess describes it, for the tuner"
 
