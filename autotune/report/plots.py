@@ -39,14 +39,17 @@ STATE_STYLE = {  # marker, colour, legend label
 UNREAD_LABEL = {"pruned": "pruned (no reading kept: on the axis)", "failed": "failed (no reading: on the axis)"}
 # What the trim found of undoing a change (``_found``): the diamond's colour and legend label.
 FOUND_STYLE = {
-    "undone": (BASELINE, "undone: no difference"),
+    "undone": (BASELINE, "undone: undoing it cost nothing"),
     "costs": (RECOMMENDED, "kept: undoing it costs"),
     "tied": ("#ff7f0e", "kept, though undoing it tied"),
     "unsettled": ("#9467bd", "kept: not settled (it left early, a run failed, the race was cut short)"),
 }
 # What the trim found, in the caption's words: each said only where the picture has it, by its diamond's colour.
 FOUND_WORDS = {
-    "undone": "Grey: undone, it made no difference.",
+    "undone": (
+        "Grey: undone, as undoing it cost nothing beyond noise (a grey diamond right of the band: it ran faster "
+        "without it)."
+    ),
     "costs": "Blue: kept, as the configuration it was made from beat it (most rounds and beyond the grey band).",
     "tied": (
         "Orange: kept though undoing it tied, as undoing it with the changes undone before it would give back "
@@ -60,6 +63,10 @@ FOUND_WORDS = {
 }
 WIDTH_IN, DPI = 8.0, 110
 LEGEND_COLUMNS = 4
+# The trim chart's row labels break into lines of at most this many characters: a variant with several changes undone
+# has a long label, and one line of it would leave the plot narrower than its x label, which then passes the edge.
+ROW_LABEL_CHARS = 40
+ROW_IN, LINE_IN = 0.4, 0.18  # a row's height in the trim chart, and what each line of its label needs
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,7 @@ def undone_changes(summary: Summary) -> Plot | None:
     ]
     if not rows:
         return None
+    labels = [_row_label(label) for label, *_ in rows]
 
     def draw(ax: Axes) -> None:
         tied = f"tied by the geometric mean (±{TIE_TOLERANCE:.0%})"
@@ -176,7 +184,7 @@ def undone_changes(summary: Summary) -> Plot | None:
             colour, label = FOUND_STYLE[found]
             ax.plot([geomean], [y], "D", color=colour, label=None if found in legend else label, zorder=3)
             legend.add(found)
-        ax.set_yticks(range(len(rows)), [label for label, *_ in rows])
+        ax.set_yticks(range(len(rows)), labels)
         ax.set_ylim(len(rows) - 0.5, -0.5)  # the first on top, with room around each row
         ax.set_xlabel("throughput / the configuration it was made from")
         legend_below(ax)
@@ -190,7 +198,22 @@ def undone_changes(summary: Summary) -> Plot | None:
             *(words for found, words in FOUND_WORDS.items() if found in shown),
         ]
     )
-    return Plot(caption, draw, height=1.2 + 0.4 * len(rows))
+    row_in = max(ROW_IN, LINE_IN * max(label.count("\n") + 1 for label in labels))
+    return Plot(caption, draw, height=1.2 + row_in * len(rows))
+
+
+def _row_label(label: str) -> str:
+    """A trim variant's label ("7 without amp without num_threads") in lines of at most ROW_LABEL_CHARS where it can
+    be: broken only before a "without", so that each change's name stays whole and next to its "without"."""
+    first, *undone = label.split(" without ")
+    lines = [first]
+    for name in undone:
+        part = f"without {name}"
+        if len(lines[-1]) + 1 + len(part) <= ROW_LABEL_CHARS:
+            lines[-1] += f" {part}"
+        else:
+            lines.append(part)
+    return "\n".join(lines)
 
 
 def _found(race: Confirmation, variant: Finalist, no_difference: dict[str, object]) -> str:

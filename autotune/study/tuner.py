@@ -363,8 +363,9 @@ class _Slot:
                 # unmeasured by another's failure (known, so that it is not proposed again).
                 raise _Stop(
                     StopReason(
-                        f"converged: corrected by the {counted(len(observations), 'configuration')} measured (the "
-                        "baseline included), the probe predicts none of the others faster than the best"
+                        "converged: with the probe's predictions corrected by the "
+                        f"{counted(len(observations), 'configuration')} measured (the baseline included), none of the "
+                        "others is predicted faster than the best"
                     )
                 )
         if proposal is None and self.repeats >= _REPEATS_BEFORE_UNTRIED:

@@ -13,6 +13,7 @@ from autotune.report import plots
 from autotune.report.profile_plots import paired_stage_bars, stage_percents
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
+from autotune.results.race_rules import TIE_TOLERANCE
 from autotune.results.summary import summarise
 from autotune.study.pruner import SlowerThanBestPruner
 from autotune.trial.result import Failure, FailureKind, TrialResult
@@ -106,7 +107,7 @@ def test_undone_changes_draws_the_statistic_the_trim_decides_by_and_its_decision
     kept, undone = diamonds
     assert kept.get_xdata()[0] == pytest.approx((0.90 * 0.99 * 0.99) ** (1 / 3)), "the geometric mean, not the median"
     assert (kept.get_color(), kept.get_label()) == (plots.RECOMMENDED, "kept: undoing it costs")
-    assert (undone.get_color(), undone.get_label()) == (plots.BASELINE, "undone: no difference")
+    assert (undone.get_color(), undone.get_label()) == (plots.BASELINE, "undone: undoing it cost nothing")
 
 
 def test_undone_changes_caption_names_only_the_colours_in_its_picture_in_plain_words():
@@ -117,9 +118,49 @@ def test_undone_changes_caption_names_only_the_colours_in_its_picture_in_plain_w
     free = Finalist("0 without amp", no_amp, 2, 90.0, [201.0, 199.0, 200.0], result=fake_result(no_amp, 200.0))
     race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), free], None, 3)
     caption = plots.undone_changes(summarise(replace(results_with(winner), confirmation=proven, trim=[race]))).caption
-    assert "Grey: undone, it made no difference." in caption and "(rules: docs/how-it-decides.md)" in caption
+    assert "Grey: undone, as undoing it cost nothing beyond noise" in caption
+    assert "(rules: docs/how-it-decides.md)" in caption
     for absent in ("Blue", "Orange", "Purple", "orange", "purple", "trim_path", "race.py"):
         assert absent not in caption, f"{absent}: not in this picture, or not the user's to use"
+
+
+def test_a_change_whose_undoing_ran_faster_beyond_the_band_is_undone_in_words_true_of_it():
+    winner = trial("0", 200.0, batch_size=32, num_threads=1, amp="bf16")
+    knobs = winner.result.knobs
+    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3)], None, 3, trials=["0"])
+    no_amp = {**knobs, "amp": BASELINE["amp"]}
+    faster = Finalist("0 without amp", no_amp, 2, 90.0, [212.0, 210.0, 211.0], result=fake_result(no_amp, 211.0))
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), faster], None, 3)
+    summary = summarise(replace(results_with(winner), confirmation=proven, trim=[race]))
+    assert summary.no_difference == {"amp": "bf16"}, "undone: 5 % faster without it, beyond the band"
+    plot = plots.undone_changes(summary)
+    (diamond,) = [line for line in drawn(plot).lines if line.get_marker() == "D"]
+    assert diamond.get_xdata()[0] > 1 + TIE_TOLERANCE and diamond.get_color() == plots.BASELINE
+    assert "no difference" not in diamond.get_label() + plot.caption, "it made one: it ran faster without it"
+    assert "a grey diamond right of the band: it ran faster without it" in plot.caption
+
+
+def test_the_trim_charts_labels_lie_inside_its_picture_however_many_changes_a_variant_undid():
+    # A variant that undid three changes at once has a long label; on one line it left the plot narrower than its
+    # x label, which passed the picture's right edge.
+    winner = trial("0", 200.0, batch_size=32, num_threads=1, persistent_workers=True, channels_last=True)
+    knobs = winner.result.knobs
+    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3)], None, 3, trials=["0"])
+    undone = {**knobs, **{k: BASELINE[k] for k in ("num_threads", "persistent_workers", "channels_last")}}
+    label = "0 without num_threads without persistent_workers without channels_last"
+    variant = Finalist(label, undone, 3, 90.0, [199.0, 201.0, 200.0], result=fake_result(undone, 200.0))
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), variant], None, 3)
+    plot = plots.undone_changes(summarise(replace(results_with(winner), confirmation=proven, trim=[race])))
+    figure = plots.figure_of(plot)
+    figure.draw_without_rendering()  # lays the figure out as saving it does
+    (ax,) = figure.axes
+    for text in (ax.xaxis.label, *ax.get_yticklabels()):
+        extent = text.get_window_extent()
+        assert figure.bbox.x0 <= extent.x0 and extent.x1 <= figure.bbox.x1, text.get_text()
+        assert figure.bbox.y0 <= extent.y0 and extent.y1 <= figure.bbox.y1, text.get_text()
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "0 without num_threads\nwithout persistent_workers\nwithout channels_last"
+    ], "broken before a 'without', each change's name whole"
 
 
 def test_a_legend_too_wide_for_four_columns_takes_fewer_inside_the_picture_which_grows_by_the_rows_they_add():

@@ -604,5 +604,8 @@ def test_a_converged_search_counts_the_configurations_measured_not_those_ruled_o
     for workers in (0, 1):
         study.enqueue_trial({"batch_size": 32, "num_workers": workers})
     reason = tune(study, SPACE, settings(tmp_path, n_trials=10), measure, print, lambda *seen: None)
-    assert reason.message.startswith("converged: corrected by the 1 configuration measured (the baseline included)")
+    assert reason.message == (
+        "converged: with the probe's predictions corrected by the 1 configuration measured (the baseline included), "
+        "none of the others is predicted faster than the best"
+    )
     assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.PRUNED], "out of memory, ruled out"
