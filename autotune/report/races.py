@@ -19,6 +19,7 @@ from autotune.results.race_rules import BEATS_WORDS, FINALIST_WINDOW, MAX_FINALI
 from autotune.results.summary import Summary
 from autotune.results.trim_rules import TRIM_BOUND, TrimStep, started_alone, undone_again, unsettled
 from autotune.trial.result import Disturbance
+from autotune.words import listed
 
 
 def confirmation_sections(results: StudyResults, summary: Summary) -> list[Section]:
@@ -29,7 +30,7 @@ def confirmation_sections(results: StudyResults, summary: Summary) -> list[Secti
     finalists, left_out = finalist_choice(results.baseline, results.trials)
     paragraphs = [race.describe()]
     if left_out and [f.label for f in finalists] == [f.label for f in race.finalists]:  # the race of these trials
-        named = "; ".join(f"trial {label} ({why})" for label, why in left_out.items())
+        named = _left_out_words(left_out)
         paragraphs.append(
             f"Left out of the race, though their runs came within {FINALIST_WINDOW:.0%} of the fastest: {named}. "
             f"In the race a trial that changes more knobs wins over a simpler one only by beating it {BEATS_WORDS}, "
@@ -37,6 +38,23 @@ def confirmation_sections(results: StudyResults, summary: Summary) -> list[Secti
         )
     table = rounds_table(race)
     return [Section("Confirmation", paragraphs=[*paragraphs, *_rounds_key([table])], table=table)]
+
+
+def _left_out_words(left_out: dict[str, str]) -> str:
+    """The trials left out of the race (``finalist_choice``), those left out for the same reason named together:
+    "trials 6, 3 and 0 (each changes more knobs than trial 7 ...)"."""
+    by_why: dict[str, list[str]] = {}
+    for label, why in left_out.items():
+        by_why.setdefault(why, []).append(label)
+    return "; ".join(
+        f"trial {labels[0]} ({why})" if len(labels) == 1 else f"trials {listed(labels)} ({_each(why)})"
+        for why, labels in by_why.items()
+    )
+
+
+def _each(why: str) -> str:
+    """A reason said of one trial ("it changes ... its run"), said of each of several."""
+    return f"each {why.removeprefix('it ')}" if why.startswith("it ") else why
 
 
 # A round an entrant did not run: it had left the race, or the race ended first.

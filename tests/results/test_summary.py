@@ -126,6 +126,19 @@ def test_the_trials_near_the_fastest_left_out_of_the_race_are_named_with_why():
     ), "the race's rule (beats), not 3 % in every round"
 
 
+def test_trials_left_out_of_the_race_for_one_reason_are_named_together():
+    plain = trial("0", 147.0, batch_size=32)
+    heavier = [trial(str(n), 146.0 - n, batch_size=32, num_workers=n) for n in (1, 3, 4)]  # 2 fails (fake_result)
+    results = results_with(plain, *heavier)
+    race = Confirmation([100.0], [Finalist("0", plain.result.knobs, 1, 100.0, [150.0])])
+    raced = replace(results, confirmation=race)
+    (section,) = confirmation_sections(raced, summarise(raced))
+    assert (
+        "fastest: trials 1, 3 and 4 (each changes more knobs than trial 0 and its run did not beat that one's by 3%). "
+        in section.paragraphs[1]
+    ), section.paragraphs[1]
+
+
 def test_where_every_finalist_compiles_its_plain_twin_races_too_where_it_beat_the_baseline_beyond_the_window():
     compiled = trial("0", 160.0, batch_size=32, compile="default")
     plain = trial("1", 134.0, batch_size=32)  # 16 % behind its compiled twin: outside the window
