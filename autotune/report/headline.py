@@ -238,7 +238,8 @@ def _why_unbounded(proof: Confirmation) -> str:
         spread = f"the recommendation ran faster in {won} of them, by amounts too far apart to bound the gain"
     more = "more study.confirm_rounds would tell"
     if proof.cut and proof.planned_rounds:
-        more = f"study.budget_s ended the race after {proof.rounds} of its {proof.planned_rounds} rounds"
+        cut = f"{proof.rounds} of its {proof.planned_rounds} rounds"
+        more = f"the race was cut after {cut} (study.budget_s, or the run stopped)"
     elif proof.ended_early:
         more = "the race ended early on its verdict; mode=benchmark measures the gain over more rounds"
     return f"{spread}; {more}"
@@ -299,11 +300,21 @@ def before_after_table(summary: Summary) -> Table:
     else:
         rows.append(["throughput 95% CI (within its one run)", _interval(before), _interval(after)])
     rows += [
-        [title, metric(key, before[key]), metric(key, after[key])]
+        _metric_row(summary, key, title, before, after)
         for key, title in _BEFORE_AFTER_METRICS
         if _shown(key, before, after)
     ]
     return table_of(["", "baseline", "recommended"], rows)
+
+
+def _metric_row(summary: Summary, key: str, title: str, before: dict[str, Any], after: dict[str, Any]) -> list[Any]:
+    """A metric's row of the before/after table: each configuration's own run's figure, but the peak memory the
+    headline gives (``_peak_memories``: the race runs' medians, as the throughputs are) where the race kept them, so
+    that one report gives one figure for it."""
+    if key == "peak_memory_mb" and summary.race_peak_memories:
+        baseline, recommended, runs = _peak_memories(summary)
+        return [f"{title}{runs}", baseline, recommended]
+    return [title, metric(key, before[key]), metric(key, after[key])]
 
 
 def _comes_with(name: str, after: Any, before: Any, changes: dict[str, tuple[Any, Any]]) -> Any:

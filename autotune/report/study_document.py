@@ -47,8 +47,9 @@ def build_document(results: StudyResults, summary: Summary) -> Document:
         Section(
             "Before and after",
             paragraphs=[
-                f"Throughput: {summary.throughput_basis}, as in the recommendation above. Every other figure comes "
-                "from one measured run of each configuration (a search trial's run has the shorter screening window)."
+                f"Throughput{' and peak memory' if summary.race_peak_memories else ''}: {summary.throughput_basis}, "
+                "as in the recommendation above. Every other figure comes from one measured run of each configuration "
+                "(a search trial's run has the shorter screening window)."
             ],
             table=before_after_table(summary),
             plots=[plots.before_after(summary), plots.time_split(summary)],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from autotune.report.headline import headline
+from autotune.report.headline import before_after_table, headline
 from autotune.report.json_report import report_data
 from autotune.report.recommended import recommendation
 from autotune.results.finalist import Finalist
@@ -134,3 +134,14 @@ def test_report_json_and_recommended_yaml_give_the_headlines_peak_memories():
     assert data["memory_change"] == 310.0 / 260.0
     measured = recommendation(results, summary).measured
     assert (measured.peak_memory_mb, measured.baseline_peak_memory_mb) == (310.0, 260.0)
+
+
+def test_the_before_after_tables_peak_memory_is_the_headlines_and_says_so():
+    results = StudyResults(
+        **{**sample_results().__dict__, "confirmation": proving_race([310.0, 290.0, 350.0], [250.0, 270.0, 260.0])}
+    )
+    rows = {row[0]: row[1:] for row in before_after_table(summarise(results)).rows}
+    assert rows["peak memory (MB; the GPU's on CUDA) (medians of 3 race runs each)"] == ["260.0", "310.0"]
+    old = proving_race([None] * 3, [None] * 3)  # a race stored before races kept them: each one's own run
+    rows = {row[0]: row[1:] for row in before_after_table(summarise(replace(results, confirmation=old))).rows}
+    assert rows["peak memory (MB; the GPU's on CUDA)"] == ["100.0", "100.0"]

@@ -689,7 +689,7 @@ def test_a_gain_of_rounds_far_apart_says_so_and_one_cut_by_the_budget_names_it()
     text = headline(summarise(StudyResults(**{**results.__dict__, "confirmation": cut}))).lead
     assert (
         "(it spans 1x: the recommendation ran faster in 2 of them (1.66x and 1.86x), and two rounds are too few to "
-        "bound the gain; study.budget_s ended the race after 2 of its 3 rounds)" in text
+        "bound the gain; the race was cut after 2 of its 3 rounds (study.budget_s, or the run stopped))" in text
     ), text
 
 
