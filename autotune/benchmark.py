@@ -18,7 +18,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from autotune.app import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
 from autotune.config.settings import Settings
 from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
@@ -29,6 +28,7 @@ from autotune.report.benchmark import print_benchmark, write_benchmark
 from autotune.report.console import format_knobs
 from autotune.report.rows import disturbance_words
 from autotune.results.benchmark import Benchmark, Entry, share_knobs
+from autotune.runner import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.tuner import RunFn
 from autotune.trial.placement import UNPINNED, Slot

@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import inspect_run, study_machine, study_slot
 from autotune.benchmark import (
     baseline_note,
     both_ends,
@@ -38,6 +37,7 @@ from autotune.recommendation import complete_knobs, measured_elsewhere, read_rec
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
+from autotune.runner import inspect_run, study_machine, study_slot
 
 _NO_AGAINST = (
     "mode=check re-measures a tuning run's recommendation: give against=PATH/report.json (or the check.json of a "

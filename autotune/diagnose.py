@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from autotune.app import inspect_run, study_machine, study_machine_id, study_runner
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError
 from autotune.files import file_name
@@ -26,6 +25,7 @@ from autotune.report.diagnosis import print_profile, write_profile
 from autotune.results.model import load_results
 from autotune.results.remedy_model import Tried
 from autotune.results.tried import tries_of
+from autotune.runner import inspect_run, study_machine, study_machine_id, study_runner
 from autotune.study.profiles import profile_configuration, profile_plan
 from autotune.study.storage import load_study
 

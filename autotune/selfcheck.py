@@ -15,7 +15,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from autotune.app import TrialRunner, inspect_run, study_machine, study_machine_id, study_runner
 from autotune.benchmark import measure_then_report, recommendation_to_measure, trained_as_tuned
 from autotune.config.settings import Settings
 from autotune.errors import HarnessDisagreesError
@@ -27,6 +26,7 @@ from autotune.report.selfcheck import print_selfcheck, write_selfcheck
 from autotune.results.model import load_results
 from autotune.results.selfcheck import AGREEMENT, ConfigurationCheck, SelfCheck
 from autotune.results.summary import summarise
+from autotune.runner import TrialRunner, inspect_run, study_machine, study_machine_id, study_runner
 from autotune.study.storage import load_study
 from autotune.words import counted
 

@@ -21,9 +21,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from autotune.app import TrialRunner, _search_context
 from autotune.knobs import COMPUTE_KNOBS
 from autotune.measure.environment import describe_machine
+from autotune.runner import TrialRunner, search_context
 from autotune.study.probe_model import ProbeModel, probe_plan
 from autotune.study.space import build_space
 from autotune.trial.result import ProbeResult, probe_plan_from_dict
@@ -51,7 +51,7 @@ def _probe(pipeline: str, count: int) -> dict[str, Any]:
     probes = []
     with tempfile.TemporaryDirectory() as scratch:
         runner = TrialRunner(settings, "cpu", Path(scratch))
-        ctx = _search_context(settings, runner.inspect().inspection)
+        ctx = search_context(settings, runner.inspect().inspection)
         plan = probe_plan(build_space(settings.search, ctx), settings.baseline)
         for index in range(count):
             result = runner.probe(plan)

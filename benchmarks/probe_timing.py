@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotune.app import TrialRunner, _search_context
 from autotune.measure.environment import describe_machine
 from autotune.records import config_key
+from autotune.runner import TrialRunner, search_context
 from autotune.study.probe_model import ProbeModel, probe_plan
 from autotune.study.space import build_space
 from autotune.trial.result import ProbePlan
@@ -53,7 +53,7 @@ def main() -> None:
     walls: dict[str, list[float]] = {"reference": [], "variant": []}
     with tempfile.TemporaryDirectory() as scratch:
         runner = TrialRunner(settings, "cpu", Path(scratch))
-        ctx = _search_context(settings, runner.inspect().inspection)
+        ctx = search_context(settings, runner.inspect().inspection)
         space = build_space(settings.search, ctx)
         configurations = list(space.configurations())
         for index in range(args.rounds):

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autotune.app import TrialRunner
 from autotune.files import write_atomic
+from autotune.runner import TrialRunner
 from autotune.trial.runner import end_shared_fork_server
 from benchmarks.common import announce_machine, knob_values, settings_for
 

@@ -23,8 +23,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from autotune.app import TrialRunner
 from autotune.files import write_atomic
+from autotune.runner import TrialRunner
 from autotune.selfcheck import check_configurations
 from benchmarks.common import announce_machine, settings_for
 

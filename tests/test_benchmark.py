@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune import app
 from autotune import benchmark as benchmark_mode
 from autotune.benchmark import baseline_note, configurations, trained_as_tuned
 from autotune.config.load import load_settings
@@ -162,7 +161,7 @@ def test_a_benchmark_runs_in_the_studys_first_slot_pinned_as_its_tuning_run_was(
         return TrialResult(knobs=request.knobs, measurement=fake_measurement(100.0))
 
     monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
-    monkeypatch.setattr(app, "run_trial", run_trial)
+    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
     config = {**tiny_config(study={"cpu_sets": [[core]]}), "mode": "benchmark"}
     config["recommended"] = str(_recommended_yaml(tmp_path, {"batch_size": 32}))
     files = benchmark_mode.run(load_settings(config, "tiny"), tmp_path / "out", io.StringIO())

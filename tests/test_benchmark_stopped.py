@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune import app, selfcheck
 from autotune import benchmark as benchmark_mode
+from autotune import selfcheck
 from autotune.config.load import load_settings
 from autotune.errors import HarnessDisagreesError
 from autotune.measure.environment import describe_machine
@@ -58,7 +58,8 @@ def test_a_benchmark_stopped_by_ctrl_c_keeps_its_rounds_and_says_on_every_page_t
     read = ctrl_c_at(call, lambda knobs, plain: fake_measurement(150.0 if knobs["batch_size"] == 32 else 100.0))
     monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: FACTS)
     monkeypatch.setattr(
-        app, "run_trial", lambda request, *args, **kwargs: TrialResult(request.knobs, read(request.knobs, False))
+        "autotune.runner.run_trial",
+        lambda request, *args, **kwargs: TrialResult(request.knobs, read(request.knobs, False)),
     )
     config = {**tiny_config(), "mode": "benchmark", "recommended": str(_recommended_yaml(tmp_path, {"batch_size": 32}))}
     out = io.StringIO()

@@ -27,6 +27,7 @@ from autotune.config.load import load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.records import META_ATTR, measured_trials, study_machines
+from autotune.runner import TrialRunner, remedy
 from tests.conftest import (
     FAST_MEASURE,
     IMPORT_TIMES,
@@ -60,7 +61,7 @@ def read_outputs(out_dir):
 @pytest.mark.slow
 def test_a_tuning_run_writes_consistent_reports(tmp_path, cli_here, monkeypatch):
     draws = []
-    monkeypatch.setattr(app.TrialRunner, "new_draw", lambda runner: draws.append(1))
+    monkeypatch.setattr(TrialRunner, "new_draw", lambda runner: draws.append(1))
     proc = cli_here([*TINY, "study.n_trials=3", f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     rounds = {found[1] for found in re.finditer(r"^\[((confirm|trim-\d+)-\d+)-", proc.stdout, re.MULTILINE)}
@@ -215,10 +216,10 @@ def test_a_baseline_whose_model_returns_a_tuple_is_told_to_give_pipeline_step(tm
 
 def test_samples_of_different_shapes_are_told_to_give_pipeline_collate_fn():
     said = "RuntimeError: stack expects each tensor to be equal size, but got [13] at entry 0 and [8] at entry 1"
-    assert app.remedy(said).startswith(
+    assert remedy(said).startswith(
         "Samples of different shapes cannot be stacked into a batch: give pipeline.collate_fn"
     )
-    assert app.remedy("ValueError: sample 5 is corrupt") == ""
+    assert remedy("ValueError: sample 5 is corrupt") == ""
 
 
 BAD_INPUTS = [
@@ -775,7 +776,7 @@ def test_sighup_and_ctrl_c_stop_a_run_as_sigterm_does(tmp_path, cli_here, monkey
 @pytest.mark.parametrize("where", ["write_reports", "close"])
 @pytest.mark.slow
 def test_a_stop_signal_as_the_run_ends_stops_it_once_its_reports_are_written(tmp_path, cli_here, monkeypatch, where):
-    owner = app if where == "write_reports" else app.TrialRunner
+    owner = app if where == "write_reports" else TrialRunner
     unpatched = getattr(owner, where)
 
     def signalled_midway(*args):
@@ -886,7 +887,7 @@ def test_selfcheck_times_the_baseline_and_the_studys_pick_by_autotune_and_by_a_p
     assert tune.returncode == 0, tune.stderr
     check = [*slow_baseline, "mode=selfcheck", "selfcheck.rounds=2", f"hydra.run.dir={tmp_path}/check"]
     draws = []
-    monkeypatch.setattr(app.TrialRunner, "new_draw", lambda runner: draws.append(1))
+    monkeypatch.setattr(TrialRunner, "new_draw", lambda runner: draws.append(1))
     proc = cli_here(check, cwd=tmp_path)
     assert len(draws) == 2, "each round a new draw of the process layout"
     record = json.loads((tmp_path / "check" / "selfcheck.json").read_text())
@@ -1001,9 +1002,9 @@ def test_a_step_that_calls_backward_itself_and_a_model_without_parameters_are_to
     loss.backward()  # the user's step did this, then autotune's calls backward() again
     with pytest.raises(RuntimeError) as twice:
         loss.backward()
-    said = app.remedy(f"RuntimeError: {twice.value}")
+    said = remedy(f"RuntimeError: {twice.value}")
     assert said.startswith("A step that calls loss.backward() (or optimizer.step()) itself, or a model that keeps")
     with pytest.raises(ValueError) as empty:
         torch.optim.SGD([], lr=0.1)
-    said = app.remedy(f"ValueError: {empty.value}")
+    said = remedy(f"ValueError: {empty.value}")
     assert said.startswith("A model without parameters, or an optimizer factory that keeps none")

@@ -18,6 +18,7 @@ from autotune.measure.profiling import OperatorStat
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
 from autotune.results.model import load_results
 from autotune.results.profile import ProfileRecord
+from autotune.runner import TrialRunner
 from autotune.study.clock import RunClock
 from autotune.study.profiles import profile_tuned
 from autotune.study.trim import run_trim
@@ -42,8 +43,8 @@ def _settings(tmp_path, mode="profile", study=None, **pipeline):
 
 
 def test_the_baseline_is_profiled_in_a_subprocess_and_its_diagnosis_saved_then_rendered(tmp_path, monkeypatch):
-    sent, trial = [], app.TrialRunner.trial  # the request file a trial reads is deleted once it ended
-    monkeypatch.setattr(app.TrialRunner, "trial", lambda me, req, *a, **k: sent.append(req) or trial(me, req, *a, **k))
+    sent, trial = [], TrialRunner.trial  # the request file a trial reads is deleted once it ended
+    monkeypatch.setattr(TrialRunner, "trial", lambda me, req, *a, **k: sent.append(req) or trial(me, req, *a, **k))
     settings = _settings(tmp_path)
     assert settings.mode == "profile" and (settings.profile_steps, settings.profile_batches) == (8, 3)
     given = ["-cd", "my conf", "mode=profile", "pipeline=tiny", "study.storage=sqlite:///s.db", "profile.steps=8"]

@@ -3,7 +3,7 @@
 A core can run slower for seconds while the process on it keeps the CPU the whole time (a neighbour on the host's
 physical core, a lower clock): nothing inside a run, whose CPU readings show its process busy and no other, can see
 it, yet every figure of that run reads low (``benchmarks/host_speed.py`` measures such stretches). So the tuner
-reads the cores of each run where one run decides (``app.TrialRunner``) just before its process starts and just
+reads the cores of each run where one run decides (``runner.TrialRunner``) just before its process starts and just
 after it ended, when nothing of the run is left on them, and a run around which they read slow (``CoreSpeed.slow``)
 is counted as disturbed, as one that other processes slowed. A reading is the median of ``REPEATS`` timings of a
 loop of ~5 ms on each core: a core that gives the loop only part of each few milliseconds (a hypervisor's or a CPU

@@ -21,7 +21,7 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS
 # not hold (bf16 autocast wins with avx512_bf16 and loses ~40 % without it). thread_env: the thread variables
 # (OMP_NUM_THREADS, ...) the tuner ran under, which every trial inherits: torch's default thread count, the
 # num_threads knob's null, is theirs, unless the trial is pinned (study.cpu_sets), which sets it to the count of its
-# cores (``placement.pin_from_env``; cpu_count and torch_threads then describe those cores: ``app.study_machine``).
+# cores (``placement.pin_from_env``; cpu_count and torch_threads then describe those cores: ``runner.study_machine``).
 MACHINE_KEYS = ("cpu_model", "cpu_flags", "cpu_count", "gpu", "gpu_driver", "cuda", "torch", "thread_env")
 # Of MACHINE_KEYS, those of the hardware: where one differs, the machine is another one (not its software).
 HARDWARE_KEYS = ("cpu_model", "cpu_flags", "gpu")

@@ -37,7 +37,7 @@ Side = tuple[str, dict[str, Any], ProfileRecord | None]
 
 
 class Runner(Protocol):
-    """What runs a trial subprocess (``autotune.app.TrialRunner``): its base ``request`` and ``trial``."""
+    """What runs a trial subprocess (``autotune.runner.TrialRunner``): its base ``request`` and ``trial``."""
 
     request: TrialRequest
 

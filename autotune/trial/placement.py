@@ -133,9 +133,9 @@ def starting_on(cores: frozenset[int] | None) -> Iterator[None]:
 
     Where this thread cannot be moved to ``cores`` (none of them is usable any more: the container's cores shrank,
     EINVAL), the process starts on this thread's cores and its own pinning (``pin_from_env``) refuses them, naming
-    study.cpu_sets: a PLACEMENT result, at which the run stops with the key's line, its trial left for a later run
-    (``app._refused_cores``), where an error raised here would end the tuner as an internal error. Where this thread
-    cannot be moved back (none of its cores usable any more), it keeps the cores it has."""
+    study.cpu_sets: a PLACEMENT result, at which the run stops with the key's line, its trial left for a later
+    run (``autotune.runner._refused_cores``), where an error raised here would end the tuner as an internal error.
+    Where this thread cannot be moved back (none of its cores usable any more), it keeps the cores it has."""
     before = os.sched_getaffinity(0)  # this thread's
     if cores is None or not _moved_to(cores):
         yield

@@ -12,9 +12,9 @@ import pynvml
 import pytest
 import torch
 
-from autotune.app import other_thread_variables
 from autotune.measure import environment
 from autotune.measure.environment import cgroup_cpu_quota, describe_machine, machine_fingerprint, machine_id
+from autotune.runner import other_thread_variables
 
 
 def test_machines_differing_in_what_throughput_depends_on_get_other_ids_and_hosts_alike_one():

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from autotune import app
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
 from autotune.pipeline.inspect import inspect_pipeline
+from autotune.runner import inspect_run, search_context
 from autotune.study.space import build_space
 from tests.conftest import cpu_context, tiny_config
 
@@ -114,7 +114,7 @@ def test_the_inspection_builds_a_model_class_once_on_the_meta_device_only_where_
     config = tiny_config()
     config["pipeline"]["model"] = {"_target_": f"{__name__}.Counted", "log": str(log)}
     config["pipeline"]["dataset"] = {"_target_": dataset}
-    facts = app.inspect_run(load_settings(config, "tiny"), tmp_path)
+    facts = inspect_run(load_settings(config, "tiny"), tmp_path)
     assert facts.pipeline.channels_last_refused is None
     assert (log.read_text().split() if log.exists() else []) == builds
 
@@ -122,7 +122,7 @@ def test_the_inspection_builds_a_model_class_once_on_the_meta_device_only_where_
 def test_the_search_context_carries_what_the_inspection_read_of_channels_last(tiny_settings):
     refused = PipelineFacts(256, 4, channels_last_refused="required rank 4 tensor to use channels_last format")
     facts = Inspection(DeviceFacts(), "cpu", True, refused, machine={"cpu_count": 2, "torch_threads": 2})
-    ctx = app._search_context(tiny_settings, facts)
+    ctx = search_context(tiny_settings, facts)
     assert ctx.channels_last_refused == refused.channels_last_refused
     assert Inspection.from_dict(facts.to_dict()) == facts, "as the subprocess hands it to the tuner"
 

@@ -8,11 +8,11 @@ import functools
 
 import torch
 
-from autotune import app
 from autotune.measure.profiling import ProfilePlan
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
 from autotune.pipeline.inspect import inspect_pipeline, optimizer_default
+from autotune.runner import search_context
 from autotune.trial.profiling import run_profile
 from tests.conftest import NEUTRAL_KNOBS
 from tests.fixtures.tiny import TinyCNN, TinyImages
@@ -61,7 +61,7 @@ def test_the_inspection_reads_it_and_the_search_context_carries_it(tiny_settings
     facts = inspect_pipeline(_spec(optimizer="tests.pipeline.test_optimizer_default.ForeachSGD"))
     assert facts.optimizer_default == "foreach"
     inspection = Inspection(DeviceFacts(), "cpu", True, facts, machine={"cpu_count": 2, "torch_threads": 2})
-    assert app._search_context(tiny_settings, inspection).optimizer_default == "foreach"
+    assert search_context(tiny_settings, inspection).optimizer_default == "foreach"
 
 
 def test_the_facts_keep_it_through_the_subprocess_and_facts_stored_before_it_was_read_hold_none():

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from autotune import app
 from autotune.results.finalist import Finalist
+from autotune.runner import TrialRunner
 from autotune.study import clock as clock_module
 from autotune.study.clock import Kept, RunClock, ended_by_budget
 from autotune.study.disturbed import again_if_disturbed
@@ -83,7 +84,7 @@ def test_each_repeat_is_capped_by_what_the_budget_has_left_as_it_starts_and_one_
     clock = RunClock(budget_s=100.0, repeats=3, trial_timeout_s=30.0)
     clock.count(measured(20.0))
     now[0] = 60.0  # 40 s left: the first process is given the user's 30 s, the second what is left then
-    result = app.TrialRunner(settings, "cpu", tmp_path / "trials", clock=clock).run(BASELINE, "confirm-3-baseline")
+    result = TrialRunner(settings, "cpu", tmp_path / "trials", clock=clock).run(BASELINE, "confirm-3-baseline")
     assert given == [30.0, 15.0] and now[0] <= 100.0, "no process runs the run past its budget"
     assert ended_by_budget(result), "the cap, not measure.trial_timeout_s=30, ended the second"
     assert str(result.failure).endswith("all that study.budget_s had left of its 100 s, not measure.trial_timeout_s=30")

@@ -14,6 +14,7 @@ from autotune.measure.environment import this_machine_id
 from autotune.records import PROFILES_ATTR, on_machine
 from autotune.results.finalist import Finalist
 from autotune.results.profile import ProfileRecord, TunedProfiles
+from autotune.runner import TrialRunner
 from autotune.study import clock as clock_module
 from autotune.study.clock import RunClock, ended_by_budget
 from autotune.study.disturbed import again_if_disturbed
@@ -40,17 +41,17 @@ def test_a_process_is_given_no_longer_than_the_budget_has_left_and_its_reason_sa
     monkeypatch.setattr(clock_module, "time", SimpleNamespace(monotonic=lambda: now[0], time=lambda: 1.7e9))
     given = []
     monkeypatch.setattr(  # each process's timeout as it starts (``TrialRunner._repeated``)
-        app,
-        "run_repeated",
+        "autotune.runner.run_repeated",
         lambda request, repeats, timeout_s, *rest: given.append(timeout_s()) or timed_out(given[-1]),
     )
     monkeypatch.setattr(
-        app, "run_trial", lambda request, timeout_s, *rest, **more: given.append(timeout_s) or timed_out(timeout_s)
+        "autotune.runner.run_trial",
+        lambda request, timeout_s, *rest, **more: given.append(timeout_s) or timed_out(timeout_s),
     )
     settings_ = _settings(tmp_path)
     user_s = settings_.measure.trial_timeout_s
     clock = RunClock(budget_s=100.0, trial_timeout_s=user_s)
-    runner = app.TrialRunner(settings_, "cpu", tmp_path / "trials", clock=clock)
+    runner = TrialRunner(settings_, "cpu", tmp_path / "trials", clock=clock)
     first = runner.run(BASELINE, "baseline")
     assert given == [user_s] and not ended_by_budget(first), "before a run was measured: the baseline always runs"
     now[0] = 20.0
@@ -65,7 +66,7 @@ def test_a_process_is_given_no_longer_than_the_budget_has_left_and_its_reason_sa
         )
     roomy = RunClock(budget_s=10_000.0, trial_timeout_s=user_s)
     roomy.count(measured(20.0))
-    ran = app.TrialRunner(settings_, "cpu", tmp_path / "trials", clock=roomy).run(BASELINE, "trial")
+    ran = TrialRunner(settings_, "cpu", tmp_path / "trials", clock=roomy).run(BASELINE, "trial")
     assert given[-1] == user_s and not ended_by_budget(ran), "the user's timeout, where the budget has more"
     assert str(ran.failure) == f"timeout: timeout after {user_s:g} s"
 

@@ -16,6 +16,7 @@ from autotune.results.benchmark import Benchmark
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.results.trim_rules import alone
+from autotune.runner import TrialRunner
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.run_race import race
 from autotune.trial.result import Disturbance, Failure, FailureKind, TrialResult
@@ -247,7 +248,7 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     entries = both_ends(settings.baseline, {**settings.baseline, "batch_size": 32})
     benchmark = Benchmark("tiny", "cpu", 2, "recommended.yaml", {}, entries)
     out, draws = io.StringIO(), []
-    monkeypatch.setattr(app.TrialRunner, "new_draw", lambda runner: draws.append(1))
+    monkeypatch.setattr(TrialRunner, "new_draw", lambda runner: draws.append(1))
     measure_rounds(settings, benchmark, tmp_path, out)
     assert [len(entry.throughputs) for entry in entries] == [2, 2], "a run a round each, the second's kept"
     assert len(draws) == 2, "each round a new draw of the process layout"

@@ -17,9 +17,11 @@ from autotune.config.load import load_settings
 from autotune.errors import PlacementRefusedError
 from autotune.measure.environment import this_machine_id
 from autotune.records import CONFIG_ATTR, RESULT_ATTR, interrupted
+from autotune.runner import TrialRunner
 from autotune.study.start import open_study
 from autotune.study.storage import load_study
 from autotune.study.tuner import _owed, counted_trials, tune_in_slots
+from autotune.trial import runner as trial_runner
 from autotune.trial.result import Failure, FailureKind, ProbePlan, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, tiny_config
 from tests.study.test_tuner import META, SPACE, FakeMeasure, settings
@@ -44,7 +46,7 @@ def _settings(tmp_path):
 
 def _refusing(monkeypatch, names: str) -> None:
     """The runs whose name starts with ``names`` refused their cores; the others run as they do."""
-    real = app.run_repeated
+    real = trial_runner.run_repeated
 
     def run_repeated(request, repeats, timeout_s, workdir, name, *rest):
         if name.startswith(names):
@@ -52,7 +54,7 @@ def _refusing(monkeypatch, names: str) -> None:
             return _refused(request.knobs)
         return real(request, repeats, timeout_s, workdir, name, *rest)
 
-    monkeypatch.setattr(app, "run_repeated", run_repeated)
+    monkeypatch.setattr("autotune.runner.run_repeated", run_repeated)
 
 
 def test_a_search_trial_refused_its_cores_stops_the_run_with_the_keys_line_and_is_left_for_a_later_run(
@@ -88,8 +90,8 @@ def test_a_baseline_refused_its_cores_is_the_keys_error_not_a_failed_pipeline(tm
 
 def test_a_run_of_one_process_refused_its_cores_raises_the_keys_error(tmp_path, monkeypatch):
     # The probe, a profile, mode=check's and mode=benchmark's runs: each runs one process (``TrialRunner.trial``).
-    monkeypatch.setattr(app, "run_trial", lambda request, *args, **kwargs: _refused(request.knobs))
-    runner = app.TrialRunner(_settings(tmp_path), "cpu", tmp_path)
+    monkeypatch.setattr("autotune.runner.run_trial", lambda request, *args, **kwargs: _refused(request.knobs))
+    runner = TrialRunner(_settings(tmp_path), "cpu", tmp_path)
     with pytest.raises(PlacementRefusedError, match="^study.cpu_sets: this trial's set"):
         runner.probe(ProbePlan(loaders=[], computes=[]))
 

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from autotune import app, rerender
 from autotune.records import CONFIG_ATTR, INTERRUPTED_ATTR, MACHINE_ATTR, TUNER_ATTR, measured_trials, study_machines
+from autotune.runner import TrialRunner
 from autotune.study.storage import load_study
 from tests.conftest import FAST_MEASURE, REPO, TEST_CONF, fixed_search
 
@@ -150,10 +151,10 @@ def test_two_trials_at_once_each_on_its_own_core(tmp_path, cli_here, monkeypatch
         f"study.storage=sqlite:///{tmp_path}/study.db",
         f"hydra.run.dir={tmp_path}/out",
     ]
-    events, close, finish = [], app.TrialRunner.close, app._finish
+    events, close, finish = [], TrialRunner.close, app._finish
     # An idle fork server maps the libraries a trial maps and takes a share of its memory: none is left running.
     monkeypatch.setattr(app, "end_shared_fork_server", lambda: events.append("the inspection's server ended"))
-    monkeypatch.setattr(app.TrialRunner, "close", lambda runner: events.append("a slot's ended") or close(runner))
+    monkeypatch.setattr(TrialRunner, "close", lambda runner: events.append("a slot's ended") or close(runner))
     monkeypatch.setattr(app, "_finish", lambda *args: events.append("race") or finish(*args))
     proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotune import app
 from autotune.errors import ConfigError
 from autotune.knobs import KNOBS
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
+from autotune.runner import unrunnable
 from autotune.study.space import build_space, check_baseline
 from tests.conftest import NEUTRAL_KNOBS, cpu_context
 
@@ -80,9 +80,9 @@ def test_cuda_graph_modes_conflict_with_gradients_kept_across_steps_on_a_gpu_alo
 def test_a_recommendation_with_cuda_graph_modes_and_gradients_kept_runs_on_a_cpu_alone(tiny_settings):
     kept = {**NEUTRAL_KNOBS, "batch_size": 16, "compile": "max-autotune", "set_to_none": False}
     cpu = Inspection(DeviceFacts(), "cpu", True, PipelineFacts(256, 4), machine={"cpu_count": 2, "torch_threads": 2})
-    assert app.unrunnable(tiny_settings, cpu, kept) is None
+    assert unrunnable(tiny_settings, cpu, kept) is None
     gpu = replace(cpu, devices=DeviceFacts(("a GPU",)), device="cuda:0")
-    assert app.unrunnable(tiny_settings, gpu, kept)[0] == "compile"
+    assert unrunnable(tiny_settings, gpu, kept)[0] == "compile"
 
 
 def test_channels_last_only_for_4d_input():
@@ -215,7 +215,7 @@ def contexts(draw) -> object:
         device=draw(st.sampled_from(["cpu", "cuda"])),
         cpu_count=cores,
         bf16_supported=draw(st.booleans()),
-        dataset_len=draw(st.integers(batch, 100_000)),  # the baseline's batch fits, as app.check_baseline requires
+        dataset_len=draw(st.integers(batch, 100_000)),  # the baseline's batch fits, as check_baseline requires
         input_ndim=draw(st.sampled_from([None, 1, 2, 3, 4, 5])),
         baseline={**NEUTRAL_KNOBS, "batch_size": batch},
         optimizer_options=draw(st.sets(st.sampled_from(["foreach", "fused"])).map(frozenset)),

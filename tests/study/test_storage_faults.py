@@ -28,6 +28,7 @@ from autotune.errors import ConfigError
 from autotune.measure.environment import this_machine_id
 from autotune.records import RESULT_ATTR, config_key, metric_attrs
 from autotune.results.model import load_results
+from autotune.runner import TrialRunner
 from autotune.selfcheck import _configurations
 from autotune.study.clock import SEARCH, RunClock
 from autotune.study.lock import lock_file
@@ -416,7 +417,7 @@ def test_the_command_line_refuses_a_damaged_study_in_one_line(study_file, tmp_pa
 @pytest.mark.slow
 def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_reports(tmp_path, cli_here, monkeypatch):
     """From the first tuning trial on, the study's file cannot grow: SQLite's own "database or disk is full"."""
-    database, screen, filled = tmp_path / "studies.db", app.TrialRunner.screen, []
+    database, screen, filled = tmp_path / "studies.db", TrialRunner.screen, []
     args = [*TINY, "study.n_trials=3", f"study.storage=sqlite:///{database}", f"hydra.run.dir={tmp_path}/out"]
     with contextlib.ExitStack() as full:
 
@@ -425,7 +426,7 @@ def test_the_command_line_names_a_full_disk_mid_run_exits_1_and_writes_the_repor
                 filled.append(full.enter_context(disk_full_from_now(database)))
             return screen(self, *args, **kwargs)
 
-        monkeypatch.setattr(app.TrialRunner, "screen", screen_on_a_full_disk)
+        monkeypatch.setattr(TrialRunner, "screen", screen_on_a_full_disk)
         proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.splitlines() == [proc.stderr.strip()]
@@ -444,7 +445,7 @@ def test_the_command_line_names_a_storage_that_turned_read_only_mid_run_and_writ
     tmp_path, cli_here, monkeypatch
 ):
     """From the first tuning trial on, no write succeeds (a read-only remount), the run's record of its time neither."""
-    database, screen, turned = tmp_path / "studies.db", app.TrialRunner.screen, []
+    database, screen, turned = tmp_path / "studies.db", TrialRunner.screen, []
     args = [*TINY, "study.n_trials=3", f"study.storage=sqlite:///{database}", f"hydra.run.dir={tmp_path}/out"]
     with contextlib.ExitStack() as read_only:
 
@@ -453,7 +454,7 @@ def test_the_command_line_names_a_storage_that_turned_read_only_mid_run_and_writ
                 turned.append(read_only.enter_context(read_only_from_now()))
             return screen(self, *args, **kwargs)
 
-        monkeypatch.setattr(app.TrialRunner, "screen", screen_read_only)
+        monkeypatch.setattr(TrialRunner, "screen", screen_read_only)
         proc = cli_here(args, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     fault = proc.stderr.removeprefix("autotune: error: ").strip()

@@ -14,6 +14,7 @@ from autotune import app, rerender
 from autotune.config.load import load_settings
 from autotune.report.tuner_time import forecast_lines
 from autotune.results.tuner_time import Foretold, RunTime, TunerTime, process_phases
+from autotune.runner import TrialRunner
 from autotune.study.clock import RunClock
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
@@ -109,10 +110,10 @@ def test_a_trial_stopped_with_the_run_counts_as_a_stopped_trial_not_the_tuners_o
         time.sleep(0.2)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(app, "run_trial", interrupted)  # a check, the probe, the inspect
-    monkeypatch.setattr(app, "run_repeated", interrupted)  # a search, race or trim run
+    monkeypatch.setattr("autotune.runner.run_trial", interrupted)  # a check, the probe, the inspect
+    monkeypatch.setattr("autotune.runner.run_repeated", interrupted)  # a search, race or trim run
     clock = RunClock()
-    runner = app.TrialRunner(_settings(tmp_path), "cpu", tmp_path / "trials", clock=clock)
+    runner = TrialRunner(_settings(tmp_path), "cpu", tmp_path / "trials", clock=clock)
     for stage, run in (
         ("race", runner.run),
         ("search", runner.screen),

@@ -16,9 +16,8 @@ import psutil
 import pytest
 import torch
 
-from autotune import app
-from autotune.app import TrialRunner
 from autotune.config.load import load_settings
+from autotune.runner import TrialRunner
 from autotune.study.clock import RunClock
 from autotune.trial import launch, reaper, worker
 from autotune.trial import runner as runner_module
@@ -247,7 +246,7 @@ def test_a_process_that_started_a_fork_server_is_counted_as_a_new_draw(tmp_path,
         launcher.servers_started += name == "first"
         return TrialResult(knobs={}, startup_s=3.0 if name == "first" else 0.01)
 
-    monkeypatch.setattr(app, "run_trial", started)
+    monkeypatch.setattr("autotune.runner.run_trial", started)
     trials.trial(trials.request, "first")
     trials.trial(trials.request, "second")
     assert clock.draw_s() == pytest.approx(2.99)
@@ -257,7 +256,9 @@ def test_a_process_that_started_a_fork_server_is_counted_as_a_new_draw(tmp_path,
 def test_the_plain_loop_that_judges_the_harness_starts_fresh_where_trials_are_forked(tmp_path, monkeypatch, plain):
     monkeypatch.setattr(runner_module, "JUDGE_LAUNCHER", SHIPPED_JUDGE_LAUNCHER)  # the tests' own forks it
     started = []
-    monkeypatch.setattr(app, "run_trial", lambda *a, launcher, **_: started.append(launcher) or TrialResult(knobs={}))
+    monkeypatch.setattr(
+        "autotune.runner.run_trial", lambda *a, launcher, **_: started.append(launcher) or TrialResult(knobs={})
+    )
     trials = TrialRunner(load_settings(tiny_config(), "tiny"), "cpu", tmp_path)
     trials.check(dict(trials.request.knobs), "check", plain)
     assert type(started[0]) is (FreshLauncher if plain else ForkServer)

@@ -19,6 +19,7 @@ from autotune.knobs import KNOBS
 from autotune.measure.environment import describe_machine
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.inspect import read_facts, resolve_device
+from autotune.runner import TrialRunner, inspect_run, search_context
 from autotune.study.space import build_space
 from autotune.trial.result import TrialResult
 from autotune.trial.worker import run_request, training_device
@@ -93,12 +94,12 @@ def test_the_amp_knob_offers_bf16_only_where_the_subprocess_found_it_native(monk
     )
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: pytest.fail("CUDA read in the tuner"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("CUDA read in the tuner"))
-    ctx = app._search_context(tiny_settings, t4)
+    ctx = search_context(tiny_settings, t4)
     assert (ctx.device, ctx.bf16_supported) == ("cuda", False)
     space = build_space(dict.fromkeys(KNOBS), ctx)
     assert space.candidates["amp"] == ["off", "fp16"]
     a100 = replace(t4, devices=DeviceFacts((A100,)), device="cuda:0", bf16_native=True)
-    ctx = app._search_context(tiny_settings, a100)
+    ctx = search_context(tiny_settings, a100)
     assert ctx.device == "cuda", "knobs decide by the kind of device"
     assert build_space(dict.fromkeys(KNOBS), ctx).candidates["amp"] == ["off", "bf16", "fp16"]
 
@@ -135,7 +136,7 @@ def test_a_trial_on_cuda_n_makes_that_gpu_the_current_device(monkeypatch):
 
 
 def test_an_inspect_request_is_answered_by_the_worker_and_travels_as_json(tiny_settings):
-    request = replace(app.TrialRunner(tiny_settings, "auto", None).request, inspect=True)
+    request = replace(TrialRunner(tiny_settings, "auto", None).request, inspect=True)
     result = run_request(request)
     assert result.ok and result.inspection.device == "cpu" and result.inspection.pipeline.dataset_len == 256
     assert TrialResult.from_dict(result.to_dict()) == result
@@ -147,7 +148,7 @@ def test_an_inspect_request_is_answered_by_the_worker_and_travels_as_json(tiny_s
 def test_the_facts_are_read_in_a_subprocess_not_in_the_tuner(tmp_path):
     record = tmp_path / "pids"
     settings = settings_with("tests.fixtures.inspection.PidRecordingImages", record=str(record))
-    facts = app.inspect_run(settings, tmp_path / "out")
+    facts = inspect_run(settings, tmp_path / "out")
     assert facts.device == "cpu" and facts.pipeline.dataset_len == 256
     pids = {int(line) for line in record.read_text().split()}
     assert len(pids) == 1 and os.getpid() not in pids, "the user's dataset was built once, in another process"
@@ -166,17 +167,17 @@ def test_a_tuning_run_runs_the_users_code_only_in_subprocesses(tmp_path):
 
 def test_a_config_problem_found_there_is_the_same_one_line_error_with_its_exit_code(tmp_path):
     with pytest.raises(ConfigError) as error:
-        app.inspect_run(settings_with(length=0), tmp_path / "out")
+        inspect_run(settings_with(length=0), tmp_path / "out")
     assert str(error.value) == "pipeline.dataset: TinyImages is empty (length 0)"
     assert error.value.exit_code == 2 and error.value.key == "pipeline.dataset"
     with pytest.raises(ConfigError, match=r"^pipeline.dataset: len\(\) of TinyImages failed: "):
-        app.inspect_run(settings_with(length=-5), tmp_path / "out")
+        inspect_run(settings_with(length=-5), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_crash_there_is_one_line_naming_the_pipeline_and_its_signal(tmp_path):
     with pytest.raises(BaselineFailedError) as error:
-        app.inspect_run(settings_with("tests.fixtures.inspection.SegfaultingImages"), tmp_path / "out")
+        inspect_run(settings_with("tests.fixtures.inspection.SegfaultingImages"), tmp_path / "out")
     message = str(error.value)
     assert message.startswith("pipeline 'tiny': reading its facts (its modules, the devices, the dataset's length")
     assert "signal: killed by SIGSEGV (Fatal Python error: Segmentation fault)" in message
@@ -188,7 +189,7 @@ def test_a_crash_there_is_one_line_naming_the_pipeline_and_its_signal(tmp_path):
 @pytest.mark.slow
 def test_a_hang_there_is_stopped_at_the_trial_timeout(tmp_path):
     with pytest.raises(BaselineFailedError, match=r"in a subprocess failed: timeout: timeout after 4 s\. Log: "):
-        app.inspect_run(settings_with("tests.fixtures.inspection.HangingLengthImages", timeout_s=4), tmp_path / "out")
+        inspect_run(settings_with("tests.fixtures.inspection.HangingLengthImages", timeout_s=4), tmp_path / "out")
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ _TUNER = """
 import sys, tempfile
 from pathlib import Path
 import torch
-from autotune.app import inspect_run
+from autotune.runner import inspect_run
 from autotune.config.load import load_settings
 from tests.conftest import tiny_config
 settings = load_settings(tiny_config(measure={"device": "cuda"}), "tiny")

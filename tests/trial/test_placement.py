@@ -8,10 +8,9 @@ import sys
 
 import pytest
 
-from autotune import app
-from autotune.app import TrialRunner
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError
+from autotune.runner import TrialRunner
 from autotune.trial import runner
 from autotune.trial.placement import CPUS_ENV, UNPINNED, Slot, refuse_mixed_gpus, slots
 from autotune.trial.result import ProbePlan, TrialResult
@@ -127,7 +126,7 @@ def test_the_runs_where_one_decides_are_read_on_their_slots_cores_the_searchs_ar
         given[name] = gauge
         return TrialResult({}, measurement=fake_measurement(100.0))
 
-    monkeypatch.setattr(app, "run_trial", run_trial)  # check, probe
+    monkeypatch.setattr("autotune.runner.run_trial", run_trial)  # check, probe
     monkeypatch.setattr(runner, "run_trial", run_trial)  # run, screen: through run_repeated
     settings = load_settings(tiny_config(measure={"core_speed": True}), "tiny")
     pinned = TrialRunner(settings, "cpu", tmp_path, Slot({CPUS_ENV: "1"}, (1,), "cores 1"), True)
