@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import hashlib
 import importlib
 import inspect
@@ -385,20 +386,19 @@ def _quiet_hydra_logger():
 
 
 def optimizer_options(factory, device: str) -> frozenset[str]:
-    """The switches among foreach/fused that ``factory``'s optimizer accepts. On a CPU, fused is kept only
-    if one step of it runs (on a GPU, every optimizer that takes ``fused`` supports it). None where the pipeline's
-    optimizer config sets either itself (``fused: true``): the implementation is then the user's choice, which the
-    knob's values would contradict (foreach and fused cannot both be on) or repeat."""
+    """The switches among foreach/fused that ``factory``'s optimizer accepts and runs with on ``device``: each kept
+    only where the optimizer builds with it on and one step of it runs (``_runs_with``): torch refuses some pairings
+    only then (fused on a CPU without its kernels, foreach with a tensor lr), and a candidate that fails every trial
+    would be tried for nothing. None where the pipeline's optimizer config sets either itself (``fused: true``): the
+    implementation is then the user's choice, which the knob's values would contradict (foreach and fused cannot
+    both be on) or repeat."""
     try:
         parameters = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         return frozenset()
     if any(getattr(factory, "keywords", {}).get(name) is not None for name in ("foreach", "fused")):
         return frozenset()
-    options = {name for name in ("foreach", "fused") if name in parameters}
-    if "fused" in options and torch.device(device).type != "cuda" and not _fused_runs_on_cpu(factory):
-        options.discard("fused")
-    return frozenset(options)
+    return frozenset(name for name in ("foreach", "fused") if name in parameters and _runs_with(factory, name, device))
 
 
 # The test parameters the inspection builds the optimizer on, in turn: a vector and a matrix together, as a model
@@ -517,16 +517,16 @@ def optimizer_default(factory, device: str) -> str | None:
     picks it per optimizer and per call (Adam and SGD take foreach for CUDA parameters, Adafactor the loop there, and
     Adam the loop too with a tensor lr), so it is seen, not assumed. The step runs on test parameters (as
     ``_check_optimizer`` builds it) with gradients of ones. None where it cannot be seen: no test parameters build it,
-    they could not go on ``device``, it holds no ``param_groups`` or its step fails (the trial reports that)."""
+    they could not go on ``device``, it holds no ``param_groups`` or its step fails (the trial reports that). A step
+    that loops over its parameters but calls a foreach operator for some other end (a third-party optimizer clipping
+    by ``torch._foreach_norm``) reads foreach: the operators say what ran, not why."""
     try:
         optimizer = _built_on_test_parameters(factory, device)
     except _NotBuilt:
         return None
-    parameters = [parameter for group in getattr(optimizer, "param_groups", ()) for parameter in group["params"]]
+    parameters = _unit_gradients(optimizer)
     if not parameters or any(parameter.device.type != torch.device(device).type for parameter in parameters):
         return None
-    for parameter in parameters:
-        parameter.grad = torch.ones_like(parameter)
     called = _OperatorsCalled()
     try:
         with called:
@@ -574,14 +574,24 @@ def channels_last_refused(model: torch.nn.Module | None, ndim: int | None) -> st
     return None
 
 
-def _fused_runs_on_cpu(factory) -> bool:
-    weight = torch.nn.Parameter(torch.zeros(2))
-    weight.grad = torch.ones(2)
+def _runs_with(factory, option: str, device: str) -> bool:
+    """Whether ``factory``'s optimizer, built with ``option=True`` on the inspection's test parameters on ``device``
+    (``_built_on_test_parameters``), steps once."""
     try:
-        factory([weight], fused=True).step()
+        optimizer = _built_on_test_parameters(functools.partial(factory, **{option: True}), device)
+        _unit_gradients(optimizer)
+        optimizer.step()
     except Exception:  # any refusal means: not here
         return False
     return True
+
+
+def _unit_gradients(optimizer) -> list[torch.Tensor]:
+    """``optimizer``'s parameters (none where it holds no ``param_groups``), each given a gradient of ones."""
+    parameters = [parameter for group in getattr(optimizer, "param_groups", ()) for parameter in group["params"]]
+    for parameter in parameters:
+        parameter.grad = torch.ones_like(parameter)
+    return parameters
 
 
 def input_ndim(batch) -> int | None:

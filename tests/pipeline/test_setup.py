@@ -165,6 +165,13 @@ def test_optimizer_options_follow_the_constructor():
         assert optimizer_options(functools.partial(torch.optim.AdamW, lr=0.1, **chosen), "cpu") == frozenset()
 
 
+def test_an_implementation_the_optimizer_refuses_here_is_not_offered():
+    # torch refuses foreach with a tensor lr (capturable=False) when the optimizer is built: every trial of it would
+    # fail. fused with a tensor lr runs on a CPU, so it stays.
+    tensor_lr = functools.partial(torch.optim.Adam, lr=torch.tensor(0.01))
+    assert optimizer_options(tensor_lr, "cpu") == {"fused"}
+
+
 @pytest.mark.parametrize("persistent", [True, False])
 def test_one_dataloader_serves_every_epoch_so_persistent_workers_persist(persistent):
     spec = trial_request().pipeline
