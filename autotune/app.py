@@ -50,21 +50,14 @@ from autotune.study.lock import one_tuner
 from autotune.study.probe_model import capped_probe_s, expected_probe_s, probe_once, probe_plan, stored_probe
 from autotune.study.profiles import profile_tuned, profiles_left
 from autotune.study.run_race import run_race
+from autotune.study.search_state import Proposal, counted_trials, search_left
 from autotune.study.sharing import Turn, finishing, never
 from autotune.study.space import SearchSpace, build_space
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, is_shared, open_storage
+from autotune.study.trial_outcome import RunFn, TrialEvent
 from autotune.study.trim import first_race, run_trim, will_trim
-from autotune.study.tuner import (
-    Proposal,
-    RunFn,
-    StopReason,
-    TrialEvent,
-    counted_trials,
-    ensure_baseline,
-    search_left,
-    tune_in_slots,
-)
+from autotune.study.tuner import StopReason, ensure_baseline, tune_in_slots
 from autotune.trial.placement import Slot, refuse_mixed_gpus
 from autotune.trial.result import TrialResult
 from autotune.trial.runner import end_shared_fork_server, signals_held
@@ -271,7 +264,7 @@ def _search_and_finish(
     def others_awaited() -> bool:  # while the race after them fits: past the budget, they end the study
         return clock.fits(_race_s(settings, clock, baseline, settings.study.n_trials))
 
-    def awaiting_others() -> bool:  # the search's wait for them (``tuner.await_others``), timed as waiting
+    def awaiting_others() -> bool:  # the search's wait for them (``sharing.await_others``), timed as waiting
         clock.awaited()
         return others_awaited()
 

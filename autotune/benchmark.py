@@ -30,7 +30,7 @@ from autotune.report.rows import disturbance_words
 from autotune.results.benchmark import Benchmark, Entry, share_knobs
 from autotune.runner import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
 from autotune.study.disturbed import again_if_disturbed
-from autotune.study.tuner import RunFn
+from autotune.study.trial_outcome import RunFn
 from autotune.trial.placement import UNPINNED, Slot
 from autotune.trial.result import TrialResult
 from autotune.trial.runner import signals_held

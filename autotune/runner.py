@@ -323,8 +323,9 @@ def _refused_cores(result: TrialResult) -> None:
     """PlacementRefusedError, with the failure's words (study.cpu_sets, the cores, the remedy), where ``result``'s
     process refused the cores its slot pins it to (``FailureKind.PLACEMENT``): the machine's cores shrank under the
     run, which says nothing of the configuration, so nothing of it is stored (a search trial is left for a later run,
-    as an interrupted one is: ``tuner._measure_trial``), and the run stops rather than go on, as every run in that
-    slot would be refused the same. Every run of every mode comes through a ``TrialRunner``, so each is judged so."""
+    as an interrupted one is: ``trial_outcome.measure_trial``), and the run stops rather than go on, as every run in
+    that slot would be refused the same. Every run of every mode comes through a ``TrialRunner``, so each is judged
+    so."""
     if result.failure is not None and result.failure.kind is FailureKind.PLACEMENT:
         raise PlacementRefusedError(result.failure.message)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autotune.study.tuner import RunFn
+from autotune.study.trial_outcome import RunFn
 from autotune.trial.result import Disturbance, TrialResult
 
 # Told of a disturbed run, its name and result, before it is measured again as NAME-again.

@@ -39,8 +39,8 @@ from typing import Any
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, LOADER_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS, costly
 from autotune.records import ProbeRecord, config_key
 from autotune.study.probe_model import ProbeModel, anchor_knobs, worker_option
+from autotune.study.search_state import Observation, Proposal
 from autotune.study.space import KnownFailure, SearchSpace, ruled_out
-from autotune.study.tuner import Observation, Proposal
 
 # A configuration predicted within this fraction of the best measured one is still worth a trial: about one run's
 # noise, so a lucky reading of the best, or a prediction a little off, does not end the search too soon.

@@ -29,7 +29,7 @@ from autotune.results.race_rules import (
 )
 from autotune.results.trim_rules import TRIM_MARGIN
 from autotune.study.clock import ended_by_budget, span
-from autotune.study.tuner import RunFn
+from autotune.study.trial_outcome import RunFn
 from autotune.trial.result import Disturbance, TrialResult
 from autotune.words import counted, listed
 

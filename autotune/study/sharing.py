@@ -78,7 +78,7 @@ def await_others(
     (the race must see every one), failing the trials and ending the searches of tuners that died, and as long as
     ``waits()`` (study.budget_s still affords the race after them: past it, ending the study is left to them).
     Returns whether the search must go on: a trial waited for ended interrupted (failed here, by another tuner, or
-    by its own on Ctrl-C), and its configuration is owed (``tuner._owed``)."""
+    by its own on Ctrl-C), and its configuration is owed (``search_state._owed``)."""
     if not is_shared(settings.storage):
         return False
     awaited: set[int] = set()
@@ -263,7 +263,7 @@ def measuring_now(trials: list[optuna.trial.FrozenTrial], machine: str) -> list[
 def fail_stale_trials(study: optuna.Study, running: list[optuna.trial.FrozenTrial] | None = None) -> list[int]:
     """Fail the ``running`` trials (None: read them) of a shared study whose tuner is no longer heard (``_unheard``:
     by a trial's last heartbeat, or by how long this process has watched it unchanged, none included), and end their
-    claims: their configurations are then owed (``tuner._owed``); returns their numbers."""
+    claims: their configurations are then owed (``search_state._owed``); returns their numbers."""
     now = time.time()
     running = running_trials(study) if running is None else running
     blocked = _blocked_until(study, now)
@@ -513,8 +513,9 @@ def _beating(write: Callable[[], None], interval_s: float) -> Iterator[None]:
 
 def fail_interrupted_trials(study: optuna.Study, stale: list[optuna.trial.FrozenTrial]) -> list[int]:
     """Trials left running by a tuner that was killed: mark them failed and interrupted (their configurations are then
-    owed: ``tuner._owed``), and end the claims no running trial holds any longer (``_end_orphan_claims``: theirs among
-    them). Returns the numbers of those this tuner failed (another tuner of a shared study may fail one first)."""
+    owed: ``search_state._owed``), and end the claims no running trial holds any longer (``_end_orphan_claims``:
+    theirs among them). Returns the numbers of those this tuner failed (another tuner of a shared study may fail one
+    first)."""
     failed = []
     for trial in stale:
         try:  # marked on the trial itself before it is failed: a result it stored is then never counted

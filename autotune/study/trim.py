@@ -27,7 +27,7 @@ from autotune.results.trim_rules import (
     unsettled,
 )
 from autotune.study.run_race import AffordsRoundFn, NewDrawFn, RoundSecondsFn, announce, race
-from autotune.study.tuner import RunFn
+from autotune.study.trial_outcome import RunFn
 from autotune.trial.result import TrialResult
 from autotune.words import counted
 

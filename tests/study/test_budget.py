@@ -27,12 +27,13 @@ from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, TAKEN_OVER_STEP, Ru
 from autotune.study import clock as clock_module
 from autotune.study.clock import RunClock, span
 from autotune.study.run_race import run_race
+from autotune.study.search_state import Proposal, counted_trials
 from autotune.study.sharing import searching
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.storage import load_study, open_storage
 from autotune.study.trim import run_trim
-from autotune.study.tuner import Proposal, counted_trials, ensure_baseline, tune
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 from tests.study.test_trim import WINNER, tuned

@@ -14,8 +14,9 @@ from autotune.report.study_document import build_document
 from autotune.results.summary import summarise
 from autotune.study.clock import RunClock, ended_by_budget
 from autotune.study.probe_model import probe_once, stored_probe
+from autotune.study.search_state import counted_trials
 from autotune.study.start import open_study
-from autotune.study.tuner import counted_trials, ensure_baseline, tune
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
 from tests.report.test_reports import sample_results

@@ -18,8 +18,9 @@ from autotune.records import CAPPED_ATTR, CONFIG_ATTR, config_key, interrupted
 from autotune.results.tuner_time import PROBE_STEP
 from autotune.study.clock import Kept, RunClock
 from autotune.study.probe_model import capped_probe_s, probe_once
+from autotune.study.search_state import counted_trials
 from autotune.study.start import open_study
-from autotune.study.tuner import counted_trials, ensure_baseline, tune
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import fake_measurement, tiny_config
 from tests.study.test_budget_capped_trial import capped

@@ -12,9 +12,11 @@ from autotune.records import BASELINE_LABEL, PREDICTED_ATTR, ProbeRecord, config
 from autotune.results.model import load_results
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.probe_model import ProbeModel, probe_plan
+from autotune.study.search_state import Observation, Proposal
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.tuner import Observation, Proposal, _next_in_words, _Outcome, ensure_baseline, tune
+from autotune.study.trial_outcome import Outcome
+from autotune.study.tuner import _next_in_words, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbeResult, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_probe_model import (
@@ -354,7 +356,7 @@ def test_a_search_study_n_trials_stopped_before_it_converged_says_so_and_a_large
         "goes on from here"
     ), "what it would measure next, against the fastest so far: the user judges whether to go on"
     check = Proposal({**BASELINE, "malloc": "keep"})
-    known = {config_key(BASELINE): _Outcome(BASELINE_LABEL, TrialState.COMPLETE, [100.0])}
+    known = {config_key(BASELINE): Outcome(BASELINE_LABEL, TrialState.COMPLETE, [100.0])}
     assert _next_in_words(check, known) == (
         "the baseline's configuration with malloc=keep (a check: the probe does not time that change)"
     )

@@ -16,7 +16,8 @@ from autotune.records import DUPLICATE_ATTR, TrialRecord
 from autotune.report.recommended import recommendation
 from autotune.results.summary import summarise
 from autotune.study.start import open_study
-from autotune.study.tuner import ensure_baseline, tune, within_budget
+from autotune.study.trial_outcome import within_budget
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import FailureKind, TrialResult
 from autotune.trial.runner import _BudgetWatch
 from tests.conftest import fake_measurement, tiny_config

@@ -17,9 +17,10 @@ from autotune.results.batch_limit import BatchEvidence, batch_limit
 from autotune.results.model import load_results
 from autotune.study.guide import Guide
 from autotune.study.probe_model import ProbeModel, probe_once, probe_plan
+from autotune.study.search_state import Observation, counted_trials
 from autotune.study.space import SearchSpace, needs_no_less_memory
 from autotune.study.start import open_study
-from autotune.study.tuner import Observation, counted_trials, ensure_baseline, tune
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.exceptions import is_out_of_memory
 from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbeOutOfMemory, ProbeResult, TrialResult
 from autotune.trial.runner import run_trial

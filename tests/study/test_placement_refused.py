@@ -18,9 +18,10 @@ from autotune.errors import PlacementRefusedError
 from autotune.measure.environment import this_machine_id
 from autotune.records import CONFIG_ATTR, RESULT_ATTR, interrupted
 from autotune.runner import TrialRunner
+from autotune.study.search_state import _owed, counted_trials
 from autotune.study.start import open_study
 from autotune.study.storage import load_study
-from autotune.study.tuner import _owed, counted_trials, tune_in_slots
+from autotune.study.tuner import tune_in_slots
 from autotune.trial import runner as trial_runner
 from autotune.trial.result import Failure, FailureKind, ProbePlan, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, tiny_config

@@ -41,6 +41,7 @@ from autotune.results.model import load_results
 from autotune.study import sharing
 from autotune.study.clock import RunClock
 from autotune.study.disturbed import again_if_disturbed
+from autotune.study.search_state import Proposal, counted_trials, look
 from autotune.study.sharing import (
     Turn,
     _await_claim,
@@ -54,7 +55,7 @@ from autotune.study.sharing import (
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, create_study, is_shared
-from autotune.study.tuner import Proposal, StopReason, _look, counted_trials, ensure_baseline, tune
+from autotune.study.tuner import StopReason, ensure_baseline, tune
 from autotune.trial.result import TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_sharing_skew import Clocks
@@ -167,10 +168,10 @@ def test_a_dead_tuners_configuration_is_owed_once_its_claim_has_ended(tmp_path):
     settings = journal(tmp_path, n_trials=1, heartbeat_s=0.1)
     study = open_study(settings, META)
     key = _left_by_a_dead_tuner(study, settings)
-    assert [config_key(p.knobs) for p in _look(study, settings, this_machine_id()).owed] == [], "not before it fails"
+    assert [config_key(p.knobs) for p in look(study, settings, this_machine_id()).owed] == [], "not before it fails"
     assert len(fail_stale_trials(study)) == 1
     assert [name for name in _storage_names(study) if "#measuring" in name] == [], "a tuner taking it finds it free"
-    assert [config_key(p.knobs) for p in _look(study, settings, this_machine_id()).owed] == [key]
+    assert [config_key(p.knobs) for p in look(study, settings, this_machine_id()).owed] == [key]
 
 
 def test_a_dead_tuners_configuration_is_measured_again_on_its_machine_and_only_there(tmp_path):
@@ -292,7 +293,7 @@ def test_a_tuner_waiting_on_a_trial_that_ends_interrupted_measures_its_configura
     other.join()
     study = open_study(settings, META)
     assert counted_trials(study) == 2, "the interrupted trial's configuration measured by the tuner waiting on it"
-    assert _look(study, settings, this_machine_id()).owed == []
+    assert look(study, settings, this_machine_id()).owed == []
 
 
 def test_a_live_tuners_trial_is_not_failed_by_a_tuner_that_joins_while_it_runs(tmp_path):
@@ -457,7 +458,7 @@ def test_a_tuner_whose_trial_another_took_for_dead_drops_it_and_goes_on(tmp_path
     tune(study, SPACE, settings, measured if when == "measuring" else measure, lambda event: None)
     (dropped,) = [trial for trial in study.get_trials() if trial.number == taken[0].number]
     assert dropped.state is TrialState.FAIL and dropped.user_attrs[INTERRUPTED_ATTR]
-    assert counted_trials(study) == settings.n_trials and _look(study, settings, this_machine_id()).owed == []
+    assert counted_trials(study) == settings.n_trials and look(study, settings, this_machine_id()).owed == []
 
 
 def test_a_tuner_whose_every_trial_another_takes_for_dead_says_so_and_stops(tmp_path):
@@ -501,7 +502,7 @@ def test_a_trial_its_tuner_told_as_another_took_it_for_dead_is_counted(tmp_path,
     assert fail_interrupted_trials(other, other.get_trials(states=(TrialState.RUNNING,))) == []
     assert INTERRUPTED_ATTR in study.trials[trial.number].user_attrs, "marked all the same"
     assert [t.number for t, _ in measured_trials(study, this_machine_id())] == [trial.number]
-    assert _look(study, settings, this_machine_id()).owed == []
+    assert look(study, settings, this_machine_id()).owed == []
 
 
 @pytest.mark.parametrize("first_ends", ["done", "stopped"])

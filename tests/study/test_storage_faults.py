@@ -32,6 +32,7 @@ from autotune.runner import TrialRunner
 from autotune.selfcheck import _configurations
 from autotune.study.clock import SEARCH, RunClock
 from autotune.study.lock import lock_file
+from autotune.study.search_state import Proposal, counted_trials
 from autotune.study.start import open_study
 from autotune.study.storage import (
     StorageFaultError,
@@ -41,7 +42,7 @@ from autotune.study.storage import (
     opening,
     storage_cause,
 )
-from autotune.study.tuner import Proposal, StopReason, counted_trials, ensure_baseline, tune
+from autotune.study.tuner import StopReason, ensure_baseline, tune
 from tests.study.test_tuner import BASELINE, FIXED, META, SPACE, FakeMeasure, fake_result, settings
 from tests.test_cli import TINY
 

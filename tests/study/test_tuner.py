@@ -21,9 +21,10 @@ from autotune.results.model import load_results
 from autotune.results.race import Confirmation
 from autotune.study import run_race as run_race_module
 from autotune.study.run_race import _why_anew, run_race
+from autotune.study.search_state import counted_trials, draw_untried
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.tuner import _REPEATS_BEFORE_UNTRIED, _draw_untried, counted_trials, ensure_baseline, tune
+from autotune.study.tuner import _REPEATS_BEFORE_UNTRIED, ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
@@ -81,8 +82,8 @@ def test_an_untried_configuration_is_drawn_even_where_all_but_one_are_tried():
     rng = random.Random(0)
     for left in configurations:
         taken = {config_key(knobs) for knobs in configurations if knobs != left}
-        assert _draw_untried(SPACE, taken, [], rng) == left
-    drawn = {config_key(_draw_untried(SPACE, set(), [], rng)) for _ in range(200)}
+        assert draw_untried(SPACE, taken, [], rng) == left
+    drawn = {config_key(draw_untried(SPACE, set(), [], rng)) for _ in range(200)}
     assert drawn == {config_key(knobs) for knobs in configurations}, "at random, every one in turn"
 
 

@@ -9,7 +9,8 @@ from autotune.records import NOT_MEASURED_ATTR, PROBE_ATTR, ProbeRecord, on_mach
 from autotune.results.model import load_results
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.tuner import TrialEvent, ensure_baseline, tune
+from autotune.study.trial_outcome import TrialEvent
+from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, ProbeFailure, ProbePlan, ProbeResult, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
 from tests.study.test_tuner import META, settings
