@@ -45,8 +45,8 @@ def ctrl_c_at(call: int, read):
         (
             5,  # as round 3 starts
             "The benchmark stopped in round 3 of 5: no verdict. The rounds that ran read the recommendation at "
-            "1.50x the baseline (gain), 95 % interval 1.50-1.50 over 2 paired rounds on cpu: provisional, as is every "
-            "verdict below.",
+            "1.50x the baseline, 95 % interval 1.50-1.50 over 2 paired rounds on cpu: provisional, as are the "
+            "figures below.",
         ),
     ],
 )
@@ -67,6 +67,7 @@ def test_a_benchmark_stopped_by_ctrl_c_keeps_its_rounds_and_says_on_every_page_t
         benchmark_mode.run(load_settings(config, "tiny"), tmp_path / "out", out)
     stored = json.loads((tmp_path / "out" / "benchmark.json").read_text())
     assert stored["stopped"] is True and Benchmark.from_dict(stored).stopped
+    assert [entry["verdict"] for entry in stored["entries"]] == [None, "stopped"]
     for page in ("benchmark.md", "benchmark.html"):
         said = " ".join((tmp_path / "out" / page).read_text().split())
         assert "The benchmark stopped in round" in said and "The recommendation:" not in said, page

@@ -82,7 +82,7 @@ def stopped_words(complete_rounds: int, rounds: int) -> str:
 
 def _headline(benchmark: Benchmark) -> Headline:
     """The recommendation against the baseline; a benchmark stopped before its last round leads with that, its
-    figures the provisional ones of the rounds that ran."""
+    figures the provisional ones of the rounds that ran, with no verdict (``Benchmark.recorded_verdict``)."""
     recommended = benchmark.recommendation
     interval = benchmark.interval(recommended) if recommended else None
     stopped = f"The benchmark {stopped_words(benchmark.complete_rounds, benchmark.rounds)}."
@@ -91,13 +91,12 @@ def _headline(benchmark: Benchmark) -> Headline:
         done = f"{both} of {benchmark.rounds} rounds measured both the baseline and the recommendation"
         lead = stopped if benchmark.stopped else "No verdict."
         return Headline(lead, f"{done}: an interval needs two (failures, if any, in the table).")
-    verdict, bounds = benchmark.verdict(recommended), ratio_bounds(interval.low, interval.high)
-    figure = f"{interval.geomean:.2f}x the baseline ({verdict})"
+    figure, bounds = f"{interval.geomean:.2f}x the baseline", ratio_bounds(interval.low, interval.high)
     measured = f"95 % interval {bounds} over {interval.n} paired rounds on {benchmark.device}"
     if benchmark.stopped:
         so_far = f"The rounds that ran read the recommendation at {figure}, {measured}"
-        return Headline(stopped, f"{so_far}: provisional, as is every verdict below.")
-    return Headline(f"The recommendation: {figure}.", f"{measured}.")
+        return Headline(stopped, f"{so_far}: provisional, as are the figures below.")
+    return Headline(f"The recommendation: {figure} ({benchmark.verdict(recommended)}).", f"{measured}.")
 
 
 # A change left out of the recommendation, by the verdict of that against the recommendation, paired by round.
@@ -150,12 +149,12 @@ def _ratio(
     name: str = "the baseline",
     verdicts: dict[str, str] | None = None,
 ) -> str:
-    """``entry`` against ``reference`` (the baseline where None), called ``name``, with its verdict (in the words of
-    ``verdicts``, where given)."""
+    """``entry`` against ``reference`` (the baseline where None), called ``name``, with the benchmark's verdict on it
+    (``Benchmark.recorded_verdict``, in the words of ``verdicts``, where given)."""
     interval = benchmark.interval(entry, reference)
     if interval is None:
         return "too few rounds"
-    verdict = benchmark.verdict(entry, reference)
+    verdict = benchmark.recorded_verdict(entry, reference)
     words = (verdicts or {}).get(verdict, verdict)
     return f"{interval.geomean:.2f}x {name} ({ratio_bounds(interval.low, interval.high)}, {words})"
 
@@ -175,6 +174,6 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
         median,
         f"{interval.geomean:.2f}" if interval else "-",
         ratio_bounds(interval.low, interval.high) if interval else "-",
-        benchmark.verdict(entry),
+        benchmark.recorded_verdict(entry),
         f"{round((memory - 1) * 100):+d}%" if memory is not None else "-",
     ]

@@ -414,12 +414,13 @@ def tuner_time(split: TunerTime) -> Plot:
     return Plot(caption, draw, height=1.6 + 0.35 * len(by_stage))
 
 
-VERDICT_COLOUR = {"gain": "#2ca02c", "loss": "#d62728", "within noise": BASELINE}
+VERDICT_COLOUR = {"gain": "#2ca02c", "loss": "#d62728", "within noise": BASELINE, "stopped": OTHER}
 
 
 def benchmark_ratios(benchmark: Benchmark) -> Plot | None:
-    """Each configuration's ratio to the baseline with its 95 % interval, coloured by its verdict."""
-    rows = [(e.label, benchmark.interval(e), benchmark.verdict(e)) for e in benchmark.entries[1:]]
+    """Each configuration's ratio to the baseline with its 95 % interval, coloured by its verdict: all alike where
+    the benchmark stopped (``Benchmark.recorded_verdict``), its figures provisional."""
+    rows = [(e.label, benchmark.interval(e), benchmark.recorded_verdict(e)) for e in benchmark.entries[1:]]
     rows = [(label, interval, verdict) for label, interval, verdict in rows if interval is not None]
     if not rows:
         return None
@@ -437,8 +438,13 @@ def benchmark_ratios(benchmark: Benchmark) -> Plot | None:
         ax.invert_yaxis()
         ax.set_xlabel("throughput / the baseline's (paired rounds: geometric mean, 95 % interval)")
 
+    colours = (
+        "light blue: the benchmark stopped before its last round, so its figures are provisional and none has a verdict"
+        if benchmark.stopped
+        else "green, a gain; red, a loss; grey, within noise (the interval spans 1)"
+    )
     caption = (
-        "Each configuration against the baseline: green, a gain; red, a loss; grey, within noise (the interval "
-        "spans 1). Dotted: the recommendation, against which to read each change left out."
+        f"Each configuration against the baseline: {colours}. Dotted: the recommendation, against which to read each "
+        "change left out."
     )
     return Plot(caption, draw, height=1.0 + 0.4 * len(rows))

@@ -7,7 +7,8 @@ the interval lies above 1, a loss when it lies below, within noise when it spans
 than two rounds ran both the configuration and the baseline (a run that failed, or one stopped). A change left
 out of the recommendation is measured against the recommendation too, by the same rule: a loss there is a change
 that matters; within noise, one not shown to. A benchmark stopped before its last round (``Benchmark.stopped``)
-decides nothing: its verdicts are what the rounds that ran read, provisional.
+decides nothing: its record's verdict on each configuration is stopped (``Benchmark.recorded_verdict``), as a stopped
+self-check's is; its ratios and intervals are what the rounds that ran read, provisional.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ class Benchmark:
     interleaved rounds; ``entries`` start with the baseline. ``notes`` say what the reader should know (the file
     measured on another machine, tuned against another baseline). ``batch_policy``: how its runs trained (as the
     recommendation was tuned: search.batch_policy; None in a record written before it was kept). ``stopped``: its
-    rounds did not all run (an interrupt, an error), so its verdicts decide nothing (False in a record written before
-    it was kept)."""
+    rounds did not all run (an interrupt, an error), so it decides nothing (``recorded_verdict``; False in a record
+    written before it was kept)."""
 
     pipeline: str
     device: str
@@ -124,8 +125,9 @@ class Benchmark:
         return ratio_interval(self.ratios(entry, reference))
 
     def verdict(self, entry: Entry, reference: Entry | None = None) -> str:
-        """gain, loss, within noise (the interval spans 1), or too few rounds (for an interval: the module's rule),
-        against ``reference`` (the baseline where None)."""
+        """What its rounds read of ``entry`` against ``reference`` (the baseline where None): gain, loss, within noise
+        (the interval spans 1), or too few rounds (for an interval: the module's rule); the benchmark's verdict on it
+        is ``recorded_verdict``."""
         interval = self.interval(entry, reference)
         if interval is None:
             return "too few rounds"
@@ -134,6 +136,12 @@ class Benchmark:
         if interval.high < 1:
             return "loss"
         return "within noise"
+
+    def recorded_verdict(self, entry: Entry, reference: Entry | None = None) -> str:
+        """The benchmark's verdict on ``entry`` against ``reference`` (the baseline where None), as its record and
+        pages state it: stopped where the benchmark stopped before its last round (what the rounds that ran read
+        decides nothing, as in a stopped self-check: ``SelfCheck.verdict``), else what its rounds read (``verdict``)."""
+        return "stopped" if self.stopped else self.verdict(entry, reference)
 
     def memory_change(self, entry: Entry) -> float | None:
         """``entry``'s median peak memory over the baseline's."""
@@ -147,14 +155,14 @@ class Benchmark:
             row.update(
                 ratios=self.ratios(entry),
                 interval=asdict(interval) if interval else None,
-                verdict=None if entry is self.baseline else self.verdict(entry),  # the baseline against itself
+                verdict=None if entry is self.baseline else self.recorded_verdict(entry),  # the baseline against itself
                 memory_change=self.memory_change(entry),
             )
             if entry.kind == "without" and self.recommendation is not None:
                 against = self.interval(entry, self.recommendation)
                 row.update(
                     to_recommended=asdict(against) if against else None,
-                    to_recommended_verdict=self.verdict(entry, self.recommendation),
+                    to_recommended_verdict=self.recorded_verdict(entry, self.recommendation),
                 )
         data["shares"] = {  # the entry measuring each change alone and left out (``share``), by its label
             knob: dict(zip(("alone", "without"), (e.label if e else None for e in self.share(knob)), strict=True))

@@ -11,6 +11,7 @@ import pytest
 from autotune.benchmark import both_ends, configurations
 from autotune.report.benchmark import benchmark_document, benchmark_table, print_benchmark, write_benchmark
 from autotune.results.benchmark import Benchmark, Entry
+from autotune.results.check import Check
 from autotune.trial.result import Disturbance
 from tests.conftest import NEUTRAL_KNOBS
 
@@ -157,3 +158,65 @@ def test_an_interval_whose_bounds_differ_or_lie_either_side_of_one_never_prints_
     spanning = benchmark([102.5, 105.04, 100.94])  # 0.996-1.05: "1.00" beside "within noise" would read as a gain
     assert spanning.verdict(spanning.recommendation) == "within noise"
     assert benchmark_table(spanning).rows[1][3] == "0.996-1.05"
+
+
+def test_a_stopped_benchmark_states_stopped_for_each_verdict_its_figures_kept_and_a_finished_one_what_its_rounds_read(
+    tmp_path,
+):
+    finished = benchmark([150.0, 156.0, 147.0])
+    finished.entries[1] = replace(finished.entries[1], knobs={**BIGGER, "amp": "bf16"})
+    finished.entries.append(Entry("recommended - amp", "without", "amp", BIGGER, [120.0, 125.0, 118.0], [1.0] * 3))
+    stopped = replace(finished, stopped=True)
+    readings = ["gain", "gain", "gain"]  # the recommendation, alone and left out against the baseline
+    for record, verdicts, left_out in ((finished, readings, "loss"), (stopped, ["stopped"] * 3, "stopped")):
+        data = json.loads(json.dumps(record.to_dict()))
+        assert [row["verdict"] for row in data["entries"]] == [None, *verdicts]
+        assert data["entries"][-1]["to_recommended_verdict"] == left_out
+        assert [row[4] for row in benchmark_table(record).rows] == ["", *verdicts]
+        assert Benchmark.from_dict(data) == record
+    kept = ("ratios", "interval", "to_recommended")  # the rounds that ran: provisional figures
+    assert [{k: row.get(k) for k in kept} for row in stopped.to_dict()["entries"]] == [
+        {k: row.get(k) for k in kept} for row in finished.to_dict()["entries"]
+    ]
+    # A stopped benchmark.json an earlier version wrote, its verdicts the rounds' readings, reads as stopped.
+    assert Benchmark.from_dict({**finished.to_dict(), "stopped": True}) == stopped
+    write_benchmark(stopped, tmp_path)
+    out = io.StringIO()
+    print_benchmark(stopped, {}, out)
+    table = " ".join(line for line in out.getvalue().splitlines() if line.startswith("|"))
+    markdown = " ".join(line for line in (tmp_path / "benchmark.md").read_text().splitlines() if line.startswith("|"))
+    for said in (table, markdown):
+        assert said.count("| stopped |") == 3 and not {"gain", "loss", "noise"} & set(said.replace("|", " ").split())
+    assert "<td>stopped</td>" in (tmp_path / "benchmark.html").read_text()
+    assert "<td>gain</td>" not in (tmp_path / "benchmark.html").read_text()
+    assert "left out, 0.80x the recommendation (0.798-0.805, stopped)" in out.getvalue()
+    assert "provisional, as are the figures below." in out.getvalue()
+    assert not [word for word in ("gain", "loss", "noise", "matter") if word in out.getvalue()], "headline, shares"
+
+
+def test_a_stopped_check_keeps_its_own_verdict_and_its_benchmark_states_stopped_per_entry():
+    record = benchmark([150.0, 156.0, 147.0])
+    check = Check(1.5, 0.1, replace(record, entries=record.entries[:2], stopped=True))
+    data = json.loads(json.dumps(check.to_dict()))
+    assert data["verdict"] == "stopped" and [e["verdict"] for e in data["benchmark"]["entries"]] == [None, "stopped"]
+    assert Check.from_dict(data) == check and Check.from_dict(data).verdict == "stopped"
+    assert replace(check, benchmark=replace(check.benchmark, stopped=False)).verdict == "holds"
+
+
+def test_a_stopped_benchmarks_picture_draws_every_configuration_alike_and_says_why():
+    from matplotlib.figure import Figure
+
+    from autotune.report.plots import BASELINE, OTHER, RECOMMENDED, VERDICT_COLOUR, benchmark_ratios
+
+    def colours(record: Benchmark) -> set[str]:
+        ax = Figure().subplots()
+        benchmark_ratios(record).draw(ax)
+        return {line.get_color() for line in ax.get_lines()} - {BASELINE, RECOMMENDED}  # the lines at 1 and at it
+
+    finished = benchmark([150.0, 156.0, 147.0])
+    stopped = replace(finished, stopped=True)
+    assert colours(finished) == {VERDICT_COLOUR["gain"]} and colours(stopped) == {OTHER}
+    assert (
+        "provisional" in benchmark_ratios(stopped).caption and "green, a gain" not in benchmark_ratios(stopped).caption
+    )
+    assert "green, a gain" in benchmark_ratios(finished).caption
