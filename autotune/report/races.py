@@ -16,7 +16,7 @@ from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import BEATS_WORDS, FINALIST_WINDOW, MAX_FINALISTS, beats, finalist_choice
-from autotune.results.summary import Summary
+from autotune.results.summary import Summary, race_name
 from autotune.results.trim_rules import TRIM_BOUND, TrimStep, started_alone, undone_again, unsettled
 from autotune.trial.result import Disturbance
 from autotune.words import listed
@@ -198,7 +198,7 @@ def trim_sections(summary: Summary) -> list[Section]:
             kept = _OVERRULES.format(overruled.label)
         left = (_trim_left(race, step, winner) + kept).strip()
         paragraphs = [race.describe(trim=True), *([left] if left else [])]
-        races.append(Section(_race_named(number).capitalize(), paragraphs=paragraphs, table=rounds_table(race)))
+        races.append(Section(race_name(number).capitalize(), paragraphs=paragraphs, table=rounds_table(race)))
     return [
         Section(
             "Only the changes that matter",
@@ -307,12 +307,12 @@ def _slowed_by_race(summary: Summary, counted: bool) -> str:
     disturbed = {index: len(race.disturbed) for index, race in enumerate(races) if race.disturbed}
     said = []
     if counted:
-        by_race = ", ".join(f"{count} in {_race_named(index)}" for index, count in disturbed.items())
+        by_race = ", ".join(f"{count} in {race_name(index)}" for index, count in disturbed.items())
         said.append(f"all {by_race}" if len(disturbed) == 1 else by_race)
     if (proof := summary.proof) is not None:
-        index = next(i for i, race in enumerate(races) if proof in (race, started_alone(race)))
+        index = summary.race_index(proof)
         gain_runs = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label))
-        gave = f"the race that gave the gain, {_race_named(index)},"
+        gave = f"the race that gave the gain, {race_name(index)},"
         if gain_runs:
             said.append(f"{gave} counted {gain_runs} of them among the recommendation's and the baseline's runs")
         else:
@@ -321,11 +321,6 @@ def _slowed_by_race(summary: Summary, counted: bool) -> str:
     if counted:
         said.append("report.json names each, under its race's `disturbed`")
     return "; ".join(said)
-
-
-def _race_named(index: int) -> str:
-    """``Summary.races``' race at ``index`` in words: the finalists' race first, then the trim's, from 1."""
-    return "the finalists' race" if index == 0 else f"trim race {index}"
 
 
 def _quieter(disturbances: Iterable[Disturbance]) -> str:

@@ -164,22 +164,12 @@ def ranked_basis(summary: Summary) -> str:
     kept = "the baseline (kept) first, " if summary.is_baseline else "the recommendation first, "
     lead = kept if summary.race_of(summary.recommended) is not None else ""
     basis = (
-        f"Ranked first the configurations a race measured, {lead}by their race figures (measured: race, N rounds): "
-        "the median over the rounds the baseline ran too, and its ratio to the baseline's median there; "
-        f"{_race_sources(summary)}. Then the others, by their {own}. The columns after vs baseline are each "
+        f"Ranked first the configurations a race measured, {lead}by their figures in the race named under measured, "
+        "over the rounds counted there (those the baseline ran too): the median, and its ratio to the baseline's "
+        f"median over the same rounds. Then the others, by their {own}. The columns after vs baseline are each "
         "configuration's own run's."
     )
     return basis + busy_note(rows)
-
-
-def _race_sources(summary: Summary) -> str:
-    """Which race gives whose figures (``Summary.race_of``), in words."""
-    race = "the finalists' race" if summary.race_of(summary.baseline) is summary.confirmation else "a trim race"
-    if summary.proof is not None:
-        whose = "the recommendation's and the baseline's (1.00) from the race that proved it"
-    else:
-        whose = "the baseline's (1.00) from the race that measured it"
-    return f"{whose} ({race}), the other finalists' from the finalists' race, a trim variant's from its trim race"
 
 
 def _with_changes(row: dict[str, Any], summary: Summary) -> dict[str, Any]:

@@ -58,11 +58,17 @@ class Overruled:
         return measured_rounds(self.race, self.label)
 
 
+def race_name(index: int) -> str:
+    """``Summary.races``' race at ``index`` in words: the finalists' race first, then the trim's, from 1."""
+    return "the finalists' race" if index == 0 else f"trim race {index}"
+
+
 @dataclass(frozen=True)
 class Standing:
     """The figure a configuration is ranked by (``Summary.standing``): ``throughput`` (samples/s) and ``speedup``
-    over the baseline, and ``measured``, where they come from in words ("race, 3 rounds", "search run",
-    "baseline run")."""
+    over the baseline, and ``measured``, where they come from in words: the race and the rounds that count there
+    ("the finalists' race, 3 rounds", "trim race 1, 5 rounds": ``Summary.race_named``), "search run" or
+    "baseline run"."""
 
     throughput: float
     speedup: float
@@ -172,11 +178,21 @@ class Summary:
             own = "baseline run" if record is self.baseline else "search run"
             throughput = record.result.timing.throughput
             return Standing(throughput, throughput / self.baseline.throughput, own)
+        named = self.race_named(race)
         if record is self.baseline:
-            return Standing(race.baseline_median, 1.0, f"race, {counted(race.rounds, 'round')}")
+            return Standing(race.baseline_median, 1.0, f"{named}, {counted(race.rounds, 'round')}")
         entrant = next(f for f in race.finalists if f.label == record.label)
         rounds = len(race.paired(entrant)[0])
-        return Standing(race.paired_median(entrant), race.ratio(entrant), f"race, {counted(rounds, 'round')}")
+        return Standing(race.paired_median(entrant), race.ratio(entrant), f"{named}, {counted(rounds, 'round')}")
+
+    def race_named(self, race: Confirmation) -> str:
+        """``race`` in words, as the report's sections name it (``race_name``)."""
+        return race_name(self.race_index(race))
+
+    def race_index(self, race: Confirmation) -> int:
+        """Where ``race`` stands in ``races``; a trim race's configuration alone against the baseline
+        (``started_alone``, which may be ``proof``) stands where that race does."""
+        return next(index for index, each in enumerate(self.races) if race in (each, started_alone(each)))
 
     @property
     def trim_steps(self) -> list[TrimStep]:

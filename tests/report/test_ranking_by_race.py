@@ -20,6 +20,7 @@ from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.summary import Standing, summarise
+from autotune.results.trim_rules import started_alone
 from autotune.trial.result import Disturbance, Failure, FailureKind
 from tests.report.test_plots import trim_variant_results
 from tests.report.test_reports import MACHINE, MEASURE
@@ -51,8 +52,8 @@ def test_the_raced_configurations_lead_the_ranking_by_their_race_figures_the_rec
     race = summary.confirmation
     assert figures["3"].throughput == race.paired_median(race.finalists[0]) == 125.0
     assert figures["3"].speedup == race.ratio(race.finalists[0]) == 1.25, "the race table's median ratio"
-    assert figures["3"].measured == "race, 3 rounds"
-    assert (figures["0"].throughput, figures["0"].measured) == (101.0, "race, 1 round"), "left lagging: its round"
+    assert figures["3"].measured == "the finalists' race, 3 rounds"
+    assert (figures["0"].throughput, figures["0"].measured) == (101.0, "the finalists' race, 1 round"), "left lagging"
     assert (figures["baseline"].throughput, figures["baseline"].speedup) == (100.0, 1.0), "the proof's median"
     assert (figures["5"].throughput, figures["5"].speedup, figures["5"].measured) == (125.0, 1.25, "search run")
 
@@ -62,18 +63,18 @@ def test_every_table_shows_the_figure_it_ranks_by(tmp_path):
     summary = summarise(results)
     files = write_reports(results, summary, tmp_path)
     ranked = files["report.md"].read_text().split("## All configurations, ranked")[1].split("\n## ")[0]
-    assert "| 1 | 3 (recommended) | batch_size=32 | race, 3 rounds | 125.0 | 1.25 |" in ranked
+    assert "| 1 | 3 (recommended) | batch_size=32 | the finalists' race, 3 rounds | 125.0 | 1.25 |" in ranked
     assert "| 4 | 5 | num_workers=4 | search run | 125.0 | 1.25 |" in ranked
     rows = list(csv.DictReader(files["trials.csv"].open()))
     assert [(r["trial"], r["measured"], float(r["ranked_sps"])) for r in rows[:2]] == [
-        ("3", "race, 3 rounds", 125.0),
-        ("0", "race, 1 round", 101.0),
+        ("3", "the finalists' race, 3 rounds", 125.0),
+        ("0", "the finalists' race, 1 round", 101.0),
     ]
     assert float(rows[0]["throughput_sps"]) == 120.0, "its own run's figure stays beside it"
     out = io.StringIO()
     print_summary(summary, {}, "done", out)
     first = next(line for line in out.getvalue().splitlines() if line.split()[:1] == ["1"])
-    assert "3 (recommended)" in first and "race, 3 rounds" in first and "125.00" in first
+    assert "3 (recommended)" in first and "the finalists' race, 3 rounds" in first and "125.00" in first
 
 
 def test_the_chart_by_batch_size_plots_the_ranking_figure():
@@ -118,7 +119,7 @@ def test_a_kept_baseline_leads_the_raced_group_at_its_race_median():
     summary = summarise(kept_baseline_results())
     assert summary.is_baseline
     assert [r.label for r in summary.ranked] == ["baseline", "B", "A", "C"], "what is recommended first, raced next"
-    assert summary.standing(summary.baseline) == Standing(100.0, 1.0, "race, 3 rounds"), "the finalists' race's"
+    assert summary.standing(summary.baseline) == Standing(100.0, 1.0, "the finalists' race, 3 rounds")
 
 
 def trimmed_results() -> StudyResults:
@@ -145,13 +146,27 @@ def test_a_finalist_keeps_the_finalists_race_figures_so_that_race_s_order_stands
     assert figures["2 without num_threads"].speedup == 200.0 / 120.0, "the headline's race, the trim's"
 
 
+def test_each_raced_row_names_the_race_its_figure_comes_from():
+    """The recommendation (the trim's variant) and the baseline read the trim race that proved it, in its 5 rounds;
+    the other finalists the finalists' race, in its 3."""
+    summary = summarise(trimmed_results())
+    measured = {row["trial"]: row["measured"] for row in ranked_rows(summary)}
+    assert measured == {
+        "2 without num_threads": "trim race 1, 5 rounds",
+        "2": "the finalists' race, 3 rounds",
+        "0": "the finalists' race, 3 rounds",
+        "baseline": "trim race 1, 5 rounds",
+    }
+    assert summary.race_named(started_alone(summary.trim[0])) == "trim race 1", "its start alone: that race"
+
+
 def test_the_ranking_s_words_say_what_it_rests_on(tmp_path):
     results = kept_baseline_results()
     summary = summarise(results)
     markdown = write_reports(results, summary, tmp_path)["report.md"].read_text()
     ranked = markdown.split("## All configurations, ranked\n")[1].split("\n## ")[0]
-    assert "the baseline (kept) first, by their race figures" in ranked
-    assert "the baseline's (1.00) from the race that measured it (the finalists' race)" in ranked
+    assert "the baseline (kept) first, by their figures in the race named under measured" in ranked
+    assert "| 1 | baseline | none | the finalists' race, 3 rounds | 100.0 | 1.00 |" in ranked
     assert "| 4 | C | batch_size=32 | search run | 130.0 | 1.30 |" in ranked, "not a screening window"
     assert "fastest" not in ranked
     many = summarise(trim_variant_results(others=9))
