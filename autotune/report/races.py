@@ -37,7 +37,7 @@ def confirmation_sections(results: StudyResults, summary: Summary) -> list[Secti
             f"and at most {MAX_FINALISTS} finalists race."
         )
     table = rounds_table(race)
-    return [Section("Confirmation", paragraphs=[*paragraphs, *_rounds_key([table])], table=table)]
+    return [Section("The finalists' race", paragraphs=[*paragraphs, *_rounds_key([table])], table=table)]
 
 
 def _left_out_words(left_out: dict[str, str]) -> str:

@@ -30,7 +30,7 @@ def section(results, heading: str):
 def test_the_finalists_race_table_holds_its_stored_rounds_and_the_verdict_no_figure_of_a_round():
     race = finalists_race()
     results = replace(sample_results(), confirmation=replace(race, trials=["0", "2"]))
-    confirmation = section(results, "Confirmation")
+    confirmation = section(results, "The finalists' race")
     assert confirmation.table.headers == ["", "round 1", "round 2", "round 3", "median"]
     assert confirmation.table.rows == [
         ["baseline", "100.0", "98.0", "102.0", "100.0"],
@@ -99,14 +99,14 @@ def test_a_run_counted_though_slowed_is_marked_busy_and_the_key_says_what_that_m
     race = replace(finalists_race(), disturbed=slowed, trials=["0", "2"])
     table = rounds_table(race)
     assert table.rows[0][3] == "102.0 (busy)" and table.rows[1][2] == "119.0 (1.21x, busy)"
-    key = section(replace(sample_results(), confirmation=race), "Confirmation").paragraphs[-1]
+    key = section(replace(sample_results(), confirmation=race), "The finalists' race").paragraphs[-1]
     assert "A run marked busy was counted though something beside it slowed it" in key
 
 
 def test_a_race_that_ran_no_round_has_no_table_and_no_key():
     race = Confirmation([], [Finalist("0", {}, 1, 100.0, [])], None, 3, cut=True, trials=["0", "2"])
     assert rounds_table(race) is None
-    confirmation = section(replace(sample_results(), confirmation=race), "Confirmation")
+    confirmation = section(replace(sample_results(), confirmation=race), "The finalists' race")
     assert confirmation.table is None
     assert confirmation.paragraphs == [
         "study.budget_s left no time to race 1 finalist against the baseline, so none is recommended unproven."

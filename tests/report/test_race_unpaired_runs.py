@@ -23,7 +23,7 @@ def test_a_run_before_the_failed_baseline_run_is_unpaired_and_counts_in_no_figur
         ["fastest", "trial 2", "–", ""],
     ]
     results = replace(sample_results(), confirmation=race)
-    (section,) = [s for s in build_document(results, summarise(results)).sections if s.heading == "Confirmation"]
+    (section,) = [s for s in build_document(results, summarise(results)).sections if s.heading == "The finalists' race"]
     key = section.paragraphs[-1]
     assert "median over the rounds it and the baseline ran" in key
     assert "A run marked unpaired ran in the round whose baseline run failed" in key
