@@ -1,18 +1,18 @@
 """The command line: Hydra composes the config, errors become one line and an exit code.
 
 Set AUTOTUNE_DEBUG=1 to get full tracebacks instead.
+
+What it reads of its arguments before Hydra does is ``autotune/hydra_args.py``; how an error becomes one line,
+``autotune/cli_errors.py``; which pipeline choices it refuses, ``autotune/pipeline_choice.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
-import re
 import signal
 import sys
 import textwrap
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,24 +20,29 @@ from typing import Any
 import hydra
 import optuna
 import yaml
-from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, QuotedString
-from hydra.errors import HydraException, MissingConfigException, OverrideParseException, SearchPathException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from autotune import app, benchmark, check, diagnose, rerender, selfcheck
-from autotune.config.load import NO_PIPELINE, is_report, load_report_study, load_settings, unknown_key
+from autotune.cli_errors import fail, one_line, report_errors
+from autotune.config.load import is_report, load_report_study, load_settings
 from autotune.config.settings import Settings
-from autotune.errors import AutotuneError, ConfigError, Stopped, stop_signal
+from autotune.errors import AutotuneError, ConfigError, Stopped
 from autotune.files import write_atomic
+from autotune.hydra_args import flags_first, mask_override
 from autotune.knobs import KNOBS
+from autotune.pipeline_choice import (
+    CONFIG_DIR,
+    refuse_pipeline_folder_given,
+    refuse_pipeline_list,
+    refuse_pipeline_path,
+    refuse_shadowed_pipeline,
+)
 from autotune.recommendation import read_recommended
-from autotune.redact import RedactedStream, Secrets, redact_url
+from autotune.redact import RedactedStream, Secrets
 from autotune.words import counted
 
 # Signals that stop a run in order, as Ctrl-C does: Slurm, Kubernetes and systemd send SIGTERM; a closed terminal
@@ -57,9 +62,6 @@ _IN_THIS_PROCESS = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  
 # exist before Hydra made them for this run (NewFolders): refused input removes these alone, where it left them
 # empty; a folder that was there before stays, empty or not (the user's own, the current directory).
 _NEW_FOLDERS: list[Path] = []
-# What AUTOTUNE_DEBUG is set to where it asks for no tracebacks (in any case; unset or empty too).
-_OFF = ("", "0", "false", "no", "off")
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: python -m autotune [-cd DIR] pipeline=NAME [key=value ...]
 
 Measures the pipeline as configured (the baseline), tunes its knobs in isolated trials, and writes
@@ -117,7 +119,7 @@ def main() -> None:
     report_errors(_hydra_main)
     if _FAILED_JOBS:
         jobs = ", ".join(f"#{job}" for job in _FAILED_JOBS)
-        _fail(
+        fail(
             f"{counted(len(_FAILED_JOBS), 'multirun job')} failed: {jobs} (each said why above)",
             next(iter(_FAILED_JOBS.values())),
         )
@@ -180,207 +182,12 @@ def _remove_new_folders(folder: Path, own: bool = False) -> None:
             return
 
 
-def flags_first(args: list[str]) -> list[str]:
-    """``args`` with Hydra's flags (``-cd DIR``, ``-m``, ...) and their values moved before the overrides, in their
-    order: Hydra's parser takes no flag after an override (``pipeline=mine -cd ./myconf`` fails with "unrecognized
-    arguments")."""
-    nargs = {
-        option: action.nargs
-        for action in get_args_parser()._actions  # Hydra's own parser: its flags, and the values each takes
-        for option in action.option_strings
-    }
-    flags, overrides, without, index = [], [], [], 0
-    while index < len(args):
-        arg, index = args[index], index + 1
-        name = arg.partition("=")[0]
-        if name not in nargs:
-            overrides.append(arg)
-            continue
-        following = args[index] if index < len(args) and "=" not in arg else None
-        # An override (key=value) is never a flag's value: a flag missing its value goes last, to keep its own error.
-        value = following is not None and "=" not in following and not following.startswith("-")
-        if value and nargs[name] in (None, "?"):
-            flags += [arg, following]
-            index += 1
-        else:
-            (without if nargs[name] is None and "=" not in arg else flags).append(arg)
-    return [*flags, *overrides, *without]
-
-
-def mask_override(arg: str, secrets: Secrets) -> str:
-    """The command-line argument ``arg`` with the password of every URL in its value masked (``secrets`` keeps the
-    URL it stands for), written back in Hydra's override grammar."""
-    if redact_url(arg) == arg:
-        return arg
-    try:
-        override = OverridesParser.create().parse_override(arg)
-    except HydraException:  # Hydra will report the override it cannot parse: as masked
-        return secrets.add(arg)
-    value = override.value()
-    if isinstance(value, ChoiceSweep):
-        masked = ",".join(_as_override_value(choice, secrets) for choice in value.list)
-    elif isinstance(value, QuotedString | str | list | dict):
-        masked = _as_override_value(value, secrets)
-    else:  # a range, an interval, a glob: no value that is a URL
-        return arg
-    return f"{override.get_key_element()}={masked}"
-
-
-def _as_override_value(value: Any, secrets: Secrets) -> str:
-    """A value parsed from an override, in the override grammar again, its URLs masked."""
-    if isinstance(value, QuotedString | str):
-        return _quoted(secrets.add(getattr(value, "text", value)))
-    if isinstance(value, list):
-        return f"[{','.join(_as_override_value(item, secrets) for item in value)}]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{key}:{_as_override_value(item, secrets)}" for key, item in value.items()) + "}"
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
-
-
-def _quoted(text: str) -> str:
-    """``text`` as a quoted string of Hydra's override grammar, which unescapes backslashes before a quote only."""
-    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), text) + "'"
-
-
 def describe_knobs() -> str:
     """Every knob of the registry, its name and what it does, wrapped for a terminal."""
     return "\n".join(
         textwrap.fill(knob.description, width=110, initial_indent=f"  {name:<19}", subsequent_indent=" " * 21)
         for name, knob in KNOBS.items()
     )
-
-
-def report_errors(func: Callable[[], None], where: str = "") -> None:
-    """Run ``func``; any exception becomes one line on stderr (``where`` appended) and its exit code, after its
-    traceback where AUTOTUNE_DEBUG is set (the exit code stays: a script tells a refused input, 2, from a failure, 1,
-    either way)."""
-    try:
-        func()
-    except KeyboardInterrupt as exc:
-        signum = stop_signal(exc)
-        _fail("interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}", 128 + signum)
-    except Exception as exc:
-        if os.environ.get("AUTOTUNE_DEBUG", "").strip().lower() not in _OFF:
-            traceback.print_exc()
-        error = as_autotune_error(exc)
-        _fail(str(error) + where, error.exit_code)
-
-
-def as_autotune_error(exc: Exception) -> AutotuneError:
-    """Any exception as an AutotuneError with a one-line message; config problems exit 2."""
-    if isinstance(exc, AutotuneError):
-        return exc
-    if isinstance(exc, MissingConfigException) and exc.options is not None:
-        group, _, name = (exc.missing_cfg_file or "pipeline/").partition("/")
-        given = _config_dir(sys.argv[1:])
-        if group == "pipeline" and given and (refusal := _pipeline_folder_given(name, [Path(given)])):
-            return refusal
-        return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
-    if isinstance(exc, SearchPathException) and (folder := re.search(r"directory '(.*)' not found", str(exc))):
-        return ConfigError("-cd", f"no folder {folder[1]}; give the folder that holds your pipeline/ configs")
-    if isinstance(exc, ValueError) and (kind := _GROUP_VALUE.match(str(exc))):
-        group, value = _group_given_no_name(sys.argv[1:])
-        return ConfigError(
-            group,
-            f"the name reads as {_YAML_READS.get(kind[1], kind[1])} in YAML, not as a config name: quote it "
-            f"({group}=\"'{value}'\"), or leave it out where the mode needs none",
-        )
-    if isinstance(exc, OverrideParseException):
-        return _parse_error(exc)
-    if isinstance(exc, (HydraException, OmegaConfBaseException)):
-        return _composition_error(exc)
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        return ConfigError(f"{mark.name}:{mark.line + 1}:{mark.column + 1}", f"YAML syntax error: {exc.problem}")
-    if isinstance(exc, OSError) and exc.filename:
-        # Raised before the run starts, this is Hydra creating the output directory.
-        return ConfigError("hydra.run.dir", f"cannot create or write {exc.filename}: {exc.strerror}")
-    return AutotuneError(
-        f"internal error: {type(exc).__name__}: {_one_line(str(exc))} (set AUTOTUNE_DEBUG=1 for the traceback)"
-    )
-
-
-def _parse_error(exc: OverrideParseException) -> ConfigError:
-    """The refusal of an override Hydra cannot parse, naming its key; where its value holds a character that Hydra's
-    grammar takes only inside quotes (a letter beyond ASCII, '#') and parses once quoted, how to quote it."""
-    name, _, value = exc.override.partition("=")
-    problem = _one_line(exc.message)
-    # Hydra's lexer finds no token for a character that only a quoted value holds
-    if exc.message.startswith("LexerNoViableAltException") and _parses(f"{name}={_quoted(value)}"):
-        problem = f"quote a value with a letter beyond ASCII or a character such as '#': {name}=\"{_quoted(value)}\""
-    return ConfigError(name.lstrip("+~"), f"cannot parse the override {exc.override!r}: {problem}")
-
-
-def _parses(override: str) -> bool:
-    try:
-        OverridesParser.create().parse_override(override)
-    except HydraException:
-        return False
-    return True
-
-
-def _group_given_no_name(args: list[str]) -> tuple[str, str]:
-    """The config group (``pipeline``, ``hydra/job_logging``) an override gives a value YAML reads as no name, and
-    that value."""
-    for arg in args:
-        key, equals, value = arg.partition("=")
-        if equals and "." not in key and not isinstance(_yaml_value(value), (str, list)):
-            return key.lstrip("+~"), value
-    return "pipeline", "NAME"
-
-
-def _yaml_value(text: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-# Hydra's refusal of a config group's value that YAML reads as other than a name (pipeline=1, =true, =null).
-_GROUP_VALUE = re.compile(r"^Config group override must be a string or a list\. Got (\w+)")
-_YAML_READS = {"int": "a number", "float": "a number", "bool": "true or false", "NoneType": "null"}
-
-# Hydra's refusals of an override that adds (+) or removes (~) a key, which it raises without a cause to read the key
-# from (hydra/_internal/config_loader_impl.py): its message, and what to say instead.
-_OVERRIDE_REFUSALS = (
-    (
-        re.compile(r"^Could not append to config\. An item is already at '(?P<key>[^']+)'\."),
-        "already set; change it with {key}=VALUE (without the +), or ++{key}=VALUE sets it whether set or not",
-    ),
-    (
-        re.compile(r"^Could not delete from config\. '(?P<key>[^']+)' does not exist\.$"),
-        "not set, so ~{key} has nothing to remove",
-    ),
-    (
-        re.compile(
-            r"^Could not delete from config\. The value of '(?P<key>[^']+)' is (?P<value>.*) and not (?P<given>.*)\.$"
-        ),
-        "is {value}, not {given}; ~{key} without a value removes it whatever it is",
-    ),
-)
-
-
-# OmegaConf's refusal of a key a mapping lacks: one of the config's (in struct mode), or one of a structured config's
-# (Hydra's own: "Key 'dri' not in 'RunDir'").
-_NOT_IN = re.compile(r"Key '.*' (is not in struct|not in '\w+')")
-
-
-def _composition_error(exc: Exception) -> ConfigError:
-    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
-    key = getattr(cause, "full_key", None)
-    message = _one_line(str(exc))
-    if "You must specify 'pipeline'" in message:
-        return ConfigError("pipeline", NO_PIPELINE)
-    for refusal, problem in _OVERRIDE_REFUSALS:
-        if found := refusal.search(message):
-            return ConfigError(found["key"], problem.format(**found.groupdict()))
-    if key and _NOT_IN.search(str(cause)):
-        section, _, name = key.rpartition(".")
-        if name == "pipeline" and not section:
-            return ConfigError("pipeline", "no pipeline chosen for the pipeline.* keys; add pipeline=NAME before them")
-        parent = getattr(cause, "parent_node", None)
-        return unknown_key(section, name, [str(k) for k in parent] if isinstance(parent, DictConfig) else [])
-    return ConfigError(key or "", message)
 
 
 @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
@@ -408,10 +215,10 @@ def _run(cfg: DictConfig) -> None:
     choice = runtime.choices.get("pipeline")
     try:
         data = _resolved(cfg)
-        _refuse_pipeline_list(HydraConfig.get().overrides.task)
-        _refuse_pipeline_path(choice)
-        _refuse_pipeline_folder_given(choice, runtime.config_sources)
-        _refuse_shadowed_pipeline(choice, runtime.config_sources)
+        refuse_pipeline_list(HydraConfig.get().overrides.task)
+        refuse_pipeline_path(choice)
+        refuse_pipeline_folder_given(choice, runtime.config_sources)
+        refuse_shadowed_pipeline(choice, runtime.config_sources)
         _run_mode(data, choice, output_dir)
     except OSError as exc:
         if not exc.filename:
@@ -434,98 +241,10 @@ def _resolved(cfg: DictConfig) -> dict:
     try:
         data = OmegaConf.to_container(_unmasked(cfg), resolve=True)
     except OmegaConfBaseException as exc:
-        raise ConfigError(getattr(exc, "full_key", "") or "", _one_line(str(exc))) from exc
+        raise ConfigError(getattr(exc, "full_key", "") or "", one_line(str(exc))) from exc
     for text in _strings(data):
         _SECRETS.add(text)
     return data
-
-
-def _refuse_pipeline_list(overrides: list[str]) -> None:
-    """Refuse ``pipeline=[a,b]``: Hydra merges the files into one config that is none of them."""
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.lstrip("+~") == "pipeline" and value.startswith("["):
-            raise ConfigError(
-                "pipeline",
-                f"give one pipeline name, not a list ({value}); to tune several, one run each: --multirun "
-                f"pipeline={value.strip('[]')}",
-            )
-
-
-def _refuse_pipeline_path(choice: str | None) -> None:
-    """Refuse a pipeline chosen by other than its config's name: NAME.yaml, or a path through a folder
-    (../pipeline/NAME, ./NAME). Hydra loads the file all the same (NAME.yaml from autotune's examples first, where one
-    has the name), while the choice names the study: one file would be tuned in a study of each spelling."""
-    if choice is None:
-        return
-    path = posixpath.normpath(posixpath.join("pipeline", choice.removesuffix(".yaml")))
-    name = path.removeprefix("pipeline/")
-    if name == path:  # outside pipeline/
-        raise ConfigError(
-            "pipeline",
-            f"pipeline={choice} leaves the pipeline/ folder; give a config of it by its name: pipeline=NAME for "
-            "pipeline/NAME.yaml",
-        )
-    if name != choice:
-        raise ConfigError(
-            "pipeline", f"give pipeline={name} (its config's name, which names its study), not pipeline={choice}"
-        )
-
-
-def _refuse_pipeline_folder_given(choice: str | None, sources: list) -> None:
-    """Refuse a run whose config folder (``-cd``, ``hydra.searchpath``) is the pipeline/ folder itself, holding the
-    chosen NAME.yaml (``_pipeline_folder_given``): Hydra looks for pipeline/NAME.yaml under it, so it found
-    autotune's example of that name."""
-    if choice is None:
-        return
-    refusal = _pipeline_folder_given(choice, [Path(source.path) for source in sources if source.schema == "file"])
-    if refusal:
-        raise refusal
-
-
-def _pipeline_folder_given(name: str, folders: list[Path]) -> ConfigError | None:
-    """The refusal, naming ``-cd``, of the first of the user's ``folders`` (autotune's own, ``_is_autotunes``, left
-    out) that holds NAME.yaml, where none holds pipeline/NAME.yaml: the pipeline/ folder given for the folder above
-    it, which Hydra reads the pipeline/ folder of. Where one holds pipeline/NAME.yaml, that is the file loaded (one
-    an example of autotune's shadows: ``_refuse_shadowed_pipeline``), and a NAME.yaml beside it is no pipeline's."""
-    theirs = [folder for folder in folders if not _is_autotunes(folder)]
-    if any((folder / "pipeline" / f"{name}.yaml").exists() for folder in theirs):
-        return None
-    for folder in theirs:
-        if (folder / f"{name}.yaml").is_file():
-            above = Path(os.path.abspath(folder)).parent
-            return ConfigError(
-                "-cd",
-                f"{folder} holds {name}.yaml itself; give the folder that holds your pipeline/ folder: -cd {above}",
-            )
-    return None
-
-
-def _is_autotunes(folder: Path) -> bool:
-    """Whether ``folder`` is autotune's own config folder (CONFIG_DIR, whose config.yaml is no pipeline) or its
-    pipeline/ folder of examples (one given as a user's folder loads the example the user named)."""
-    return folder.resolve() in (CONFIG_DIR, CONFIG_DIR / "pipeline")
-
-
-def _config_dir(args: list[str]) -> str | None:
-    """The config folder the command line ``args`` give (``-cd DIR``, ``--config-dir DIR``), None where none."""
-    return get_args_parser().parse_known_args(args)[0].config_dir
-
-
-def _refuse_shadowed_pipeline(choice: str | None, sources: list) -> None:
-    """Refuse a pipeline of the user's config folder (``-cd``, ``hydra.searchpath``) that one of autotune's examples
-    of the same name shadows: Hydra searches autotune's conf/ first, so the example would be tuned in its place."""
-    shipped = CONFIG_DIR / "pipeline" / f"{choice}.yaml"
-    if choice is None or not shipped.exists():
-        return
-    for source in sources:
-        theirs = Path(source.path) / "pipeline" / f"{choice}.yaml"
-        if source.schema == "file" and theirs.exists() and theirs.resolve() != shipped.resolve():
-            raise ConfigError(
-                "pipeline",
-                f"{theirs} has the name of autotune's example {choice!r}, which would be loaded in its place; "
-                "rename your file and give its new name",
-            )
 
 
 def _run_mode(data: dict, pipeline_choice: str | None, output_dir: Path) -> None:
@@ -616,12 +335,3 @@ def _strings(data: Any) -> Iterator[str]:
             yield from _strings(value)
     elif isinstance(data, str):
         yield data
-
-
-def _fail(message: str, code: int) -> None:
-    print(f"autotune: error: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -23,9 +23,12 @@ import torch
 import yaml
 
 from autotune import app, benchmark, cli, selfcheck
+from autotune.cli_errors import report_errors
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError
+from autotune.hydra_args import flags_first
 from autotune.knobs import KNOBS
+from autotune.pipeline_choice import CONFIG_DIR, refuse_pipeline_folder_given, refuse_shadowed_pipeline
 from autotune.records import META_ATTR, measured_trials, study_machines
 from autotune.runner import TrialRunner, remedy
 from tests.conftest import (
@@ -463,7 +466,7 @@ def test_the_debug_switch_is_off_for_the_words_of_off(monkeypatch, capsys, value
 
     monkeypatch.setenv("AUTOTUNE_DEBUG", value)
     with pytest.raises(SystemExit):
-        cli.report_errors(refused)
+        report_errors(refused)
     assert ("Traceback" in capsys.readouterr().err) == shown
 
 
@@ -558,16 +561,16 @@ def test_a_name_yaml_beside_a_folder_whose_pipeline_folder_holds_it_is_no_pipeli
     given.mkdir()
     (given / "mine.yaml").write_text("")
     (searched / "pipeline" / "mine.yaml").write_text("")
-    sources = [SimpleNamespace(path=str(folder), schema="file") for folder in (cli.CONFIG_DIR, given, searched)]
-    assert cli._refuse_pipeline_folder_given("mine", sources) is None
+    sources = [SimpleNamespace(path=str(folder), schema="file") for folder in (CONFIG_DIR, given, searched)]
+    assert refuse_pipeline_folder_given("mine", sources) is None
     (searched / "pipeline" / "mine.yaml").unlink()  # no source holds it: A stood for the folder above it
     with pytest.raises(ConfigError, match=rf"^-cd: {given} holds mine.yaml itself; .*: -cd {tmp_path}$"):
-        cli._refuse_pipeline_folder_given("mine", sources)
+        refuse_pipeline_folder_given("mine", sources)
 
 
 def test_autotunes_own_conf_given_as_the_users_folder_shadows_nothing():
     own = SimpleNamespace(path=str(REPO / "conf"), schema="file", provider="command-line")
-    assert cli._refuse_shadowed_pipeline("mymodel", [own]) is None
+    assert refuse_shadowed_pipeline("mymodel", [own]) is None
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, cli_here):
@@ -712,8 +715,8 @@ def test_hydras_flags_may_come_after_the_overrides(tmp_path, cli_here):
     # Hydra's parser refuses them there ("unrecognized arguments"): a user writes mode=benchmark -cd ./myconf ...
     proc = cli_here(["pipeline=tiny", "study.n_trials=-1", "-cd", str(TEST_CONF), "--config-name=config"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("autotune: error: study.n_trials: expected an integer")
-    assert cli.flags_first(["pipeline=mine", "-cd"]) == ["pipeline=mine", "-cd"], "argparse's own: expected a value"
-    assert cli.flags_first(["a=1", "-m", "--cfg", "job", "--info", "config", "b=2", "--info"]) == [
+    assert flags_first(["pipeline=mine", "-cd"]) == ["pipeline=mine", "-cd"], "argparse's own: expected a value"
+    assert flags_first(["a=1", "-m", "--cfg", "job", "--info", "config", "b=2", "--info"]) == [
         "-m",
         "--cfg",
         "job",

@@ -13,7 +13,7 @@ from hydra.core.override_parser.types import ChoiceSweep
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from autotune.cli import mask_override
+from autotune.hydra_args import mask_override
 from autotune.redact import RedactedStream, Secrets, redact_url, url_secrets
 from tests.conftest import FAST_MEASURE, TEST_CONF, run_cli
 

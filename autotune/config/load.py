@@ -64,8 +64,8 @@ def load_report_study(config: dict[str, Any]) -> tuple[str, str]:
 def unknown_key(section: str, name: str, present: Iterable[str] = ()) -> ConfigError:
     """The refusal of the key ``name`` of the mapping at ``section`` ("": the top level) that the config does not
     hold: one rule for a key written in a file (``_walk``) and one given on the command line without ``+`` that the
-    composed config lacks (``autotune/cli.py``). ``present``: the keys the mapping holds, where the table does not
-    govern it (a component's arguments, Hydra's own keys).
+    composed config lacks (``autotune/cli_errors.py``). ``present``: the keys the mapping holds, where the table
+    does not govern it (a component's arguments, Hydra's own keys).
 
     A key of the table that the file leaves unset is no typo: it is added with ``+KEY=VALUE``. A top-level key
     written inside the pipeline (``search:`` in a pipeline's file) is said to be top-level. Another key of a mapping

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from autotune import app
-from autotune.cli import report_errors
+from autotune.cli_errors import report_errors
 from autotune.config.load import load_settings
 from autotune.errors import PlacementRefusedError
 from autotune.measure.environment import this_machine_id
