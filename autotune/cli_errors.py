@@ -165,9 +165,11 @@ def _composition_error(exc: Exception) -> ConfigError:
 
 
 def fail(message: str, code: int) -> None:
+    """Print ``message`` as autotune's one-line error and exit with ``code``."""
     print(f"autotune: error: {message}", file=sys.stderr)
     sys.exit(code)
 
 
 def one_line(text: str) -> str:
+    """``text`` with every run of whitespace, line breaks included, as one space."""
     return " ".join(text.split())
