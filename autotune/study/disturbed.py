@@ -3,7 +3,8 @@
 The baseline's run is the reference of every speedup, and a race (as the rounds of mode=benchmark and mode=check)
 compares one run of each entrant a round: a run that something beside it slowed (``TrialResult.disturbed``: other
 processes took cores the run needed or shared its GPU, or the cores ran slow around it) would let a passing load
-decide them. Such a run is measured once more and the second stands (the first where the second failed), where
+decide them. Such a run is measured once more and the second stands (the first where the second failed, or was
+slowed too and read slower: a load only slows a run), where
 study.budget_s has time for it and, in a round under way, for the rest of the round after it
 (``RunClock.affords_again``; else the first is counted, though disturbed). Once a second run is disturbed too, the
 load is taken to last and no run is measured again until one runs undisturbed: doubling every run would not end it.
@@ -71,6 +72,17 @@ def again_if_disturbed(
                     f"them in a row read under {NOT_SLOWED:g}x the first, undisturbed): runs they flag are no longer "
                     "measured again"
                 )
-        return second if second.ok else first
+        return _standing(first, second)
 
     return measured
+
+
+def _standing(first: TrialResult, second: TrialResult) -> TrialResult:
+    """Which of a disturbed run and the run measuring it again stands: the second, but the first where the second
+    failed, or where the second was disturbed too and read slower (a load only slows a run: of two slowed runs the
+    faster was slowed less)."""
+    if not second.ok:
+        return first
+    if second.disturbed and first.ok and first.timing.throughput > second.timing.throughput:
+        return first
+    return second
