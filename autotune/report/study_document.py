@@ -32,7 +32,7 @@ RANKED_COLUMNS = [
     ("measured", "measured"),
     ("ranked_sps", "samples/s"),
     ("speedup", "vs baseline"),
-    ("mean_step_ms", "step ms"),
+    ("mean_step_ms", "mean step ms"),
     ("data_stall_fraction", "data wait"),
     ("compile_s", "compile s"),
     ("peak_memory_mb", "peak MB"),

@@ -28,6 +28,8 @@ RESOLVABLE_ROUNDS = 10_000
 MAX_ROUNDS_TO_TELL = 30
 # holds: no regression; regressed: ``Check.regressed``; not measured: no interval; stopped: before its last round.
 VERDICTS = ("holds", "regressed", "not measured", "stopped")
+# check.json's keys computed from the others (``Check.to_dict``), which ``Check.from_dict`` does not read back.
+DERIVED_KEYS = ("floor", "now", "verdict", "stopped", "within_noise", "rounds_to_tell")
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,13 @@ class Check:
         return self.verdict == "holds"
 
     @property
+    def within_noise(self) -> bool:
+        """Whether it holds only within the noise: the verdict holds, but the interval now reaches below the floor
+        (the speedup now lies above it, or below it by less than the noise of both measurements), so more rounds
+        could yet tell otherwise (``rounds_to_tell``)."""
+        return self.verdict == "holds" and self.now.low < self.floor
+
+    @property
     def unmeasured(self) -> list[Entry]:
         """The configurations measured in fewer than MIN_ROUNDS rounds, which leave no interval."""
         return [entry for entry in self.benchmark.entries if measured_rounds(entry) < MIN_ROUNDS]
@@ -183,6 +192,9 @@ class Check:
             "floor": self.floor,
             "now": asdict(now) if now else None,
             "verdict": self.verdict,
+            "within_noise": self.within_noise,
+            # Only where it holds within the noise: elsewhere the verdict is clear, or none is given.
+            "rounds_to_tell": self.rounds_to_tell if self.within_noise else None,
             "stopped": self.stopped,
             "before_rounds": self.before_rounds,
             "benchmark": self.benchmark.to_dict(),
@@ -190,16 +202,14 @@ class Check:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Check:
-        interval = data.get("before_interval")
-        benchmark = Benchmark.from_dict(data["benchmark"])
+        """The record ``to_dict`` wrote, its DERIVED_KEYS dropped; TypeError naming a key it does not know."""
+        stored = {key: value for key, value in data.items() if key not in DERIVED_KEYS}
+        interval = stored.get("before_interval")
+        benchmark = Benchmark.from_dict(stored["benchmark"])
         if data.get("stopped"):  # a check.json written before its benchmark kept it
             benchmark = replace(benchmark, stopped=True)
         return cls(
-            data["before"],
-            data["tolerance"],
-            benchmark,
-            RatioInterval(**interval) if interval else None,
-            data.get("before_rounds"),
+            **{**stored, "benchmark": benchmark, "before_interval": RatioInterval(**interval) if interval else None}
         )
 
 
