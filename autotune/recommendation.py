@@ -83,8 +83,8 @@ APPLIED_BY: dict[Target, str] = {
     Target.MODEL: "to the model: rec.prepare_model(model)",
     Target.PRECISION: "to the forward pass and the loss: rec.autocast(device), rec.grad_scaler(device) (fp16's loss "
     "scaling)",
-    Target.OPTIMIZER: "to the optimizer: rec.optimizer_kwargs() (its implementation), rec.zero_grad(optimizer) "
-    "(set_to_none)",
+    Target.OPTIMIZER: "to the optimizer: rec.optimizer_kwargs()",
+    Target.GRADIENTS: "to each step's gradients: rec.zero_grad(optimizer)",
 }
 
 
@@ -235,7 +235,7 @@ class Recommendation:
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         """Clear the gradients as recommended (to None, or to zero)."""
-        optimizer.zero_grad(set_to_none=self._setup(Target.OPTIMIZER).zero_grad_to_none)
+        optimizer.zero_grad(set_to_none=self._setup(Target.GRADIENTS).zero_grad_to_none)
 
     def _setup(self, target: Target, model: Any = None, device: str | torch.device = "cpu") -> TrainingSetup:
         """A training setup with the knobs that apply to ``target`` applied (to a stand-in model where none is

@@ -37,7 +37,8 @@ class Target(Enum):
     BATCH = ("non_blocking_copy", "input_memory_format")  # how each batch goes to the device
     MODEL = ("model",)
     PRECISION = ("autocast_dtype", "grad_scaler")
-    OPTIMIZER = ("optimizer_kwargs", "zero_grad_to_none")
+    OPTIMIZER = ("optimizer_kwargs",)
+    GRADIENTS = ("zero_grad_to_none",)  # how each step clears them
 
     @property
     def fields(self) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from autotune.knobs._base import BoolKnob, Role, SearchContext, Target
 class SetToNoneKnob(BoolKnob):
     name = "set_to_none"
     role = Role.COMPUTE
-    applies_to = (Target.OPTIMIZER,)
+    applies_to = (Target.GRADIENTS,)
     baseline_default = True
     description = (
         "optimizer.zero_grad(set_to_none=...): true (PyTorch's default) frees gradients between steps, "

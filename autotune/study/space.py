@@ -184,11 +184,10 @@ def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
         raise ConfigError("pipeline.baseline.num_workers", f"{workers}: {repeated_stream(workers)}, or set 0 or 1")
 
 
-# The knobs that change what a training step keeps in memory: those applied to the model, its precision or its
-# optimizer.
-_STEP_MEMORY_KNOBS = tuple(
-    name for name, knob in KNOBS.items() if {Target.MODEL, Target.PRECISION, Target.OPTIMIZER} & set(knob.applies_to)
-)
+# The knobs that change what a training step keeps in memory: those applied to the model, its precision, its
+# optimizer or its gradients.
+_STEP_MEMORY = {Target.MODEL, Target.PRECISION, Target.OPTIMIZER, Target.GRADIENTS}
+_STEP_MEMORY_KNOBS = tuple(name for name, knob in KNOBS.items() if _STEP_MEMORY & set(knob.applies_to))
 _MEMORY_ORDERS = {name: knob.memory_order for name, knob in KNOBS.items() if knob.memory_order}
 
 

@@ -115,10 +115,10 @@ def test_every_target_names_calls_a_recommendation_has():
             assert inspect.isfunction(getattr(Recommendation, call, None)), f"{target}: rec.{call}"
 
 
-def test_a_target_of_several_calls_says_which_knob_each_applies():
+def test_each_knob_names_only_the_calls_that_apply_it():
     # optimizer_impl goes through rec.optimizer_kwargs() alone, set_to_none through rec.zero_grad() alone
-    assert "rec.optimizer_kwargs() (its implementation)" in APPLIED_BY[Target.OPTIMIZER]
-    assert "rec.zero_grad(optimizer) (set_to_none)" in APPLIED_BY[Target.OPTIMIZER]
+    assert KNOBS["optimizer_impl"].applies_to == (Target.OPTIMIZER,) and "zero_grad" not in APPLIED_BY[Target.OPTIMIZER]
+    assert KNOBS["set_to_none"].applies_to == (Target.GRADIENTS,) and "rec.zero_grad(" in APPLIED_BY[Target.GRADIENTS]
     assert (
         "torch_threads" in FIELD_COMMENTS["machine"]
         and "which rec.apply_process_settings() sets" in FIELD_COMMENTS["machine"]
