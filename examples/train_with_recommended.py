@@ -28,7 +28,8 @@ def main() -> None:
 
     rec = autotune.load_recommended(args.recommended)  # autotune
     device = torch.device(rec.device)  # the device it was tuned on: its knobs were measured there
-    print("changes:", ", ".join(f"{name} {old} -> {new}" for name, (old, new) in rec.changes.items()) or "none")
+    changes = [f"{name} {'default' if old is None else old} -> {new}" for name, (old, new) in rec.changes.items()]
+    print("changes:", ", ".join(changes) or "none")  # None: the knob left unset, PyTorch's default
     dataset, model = SyntheticImages(length=4096), SmallCNN(num_classes=10).to(device)
     rec.apply_process_settings()  # autotune: threads, allocator, cuDNN; once the model and dataset are built
     loader = DataLoader(dataset, shuffle=True, drop_last=True, **rec.dataloader_kwargs())

@@ -69,6 +69,7 @@ def test_the_script_trains_with_every_knob_applied(tmp_path, knobs, applied):
     training = {"gradient_accumulation_steps": 1, "learning_rate": {"baseline": 0.01, "suggested": 0.02}}
     output, line = trained(tmp_path, knobs, training)
     assert "samples/s" in output and f"batch_size 8 -> {knobs['batch_size']}" in output
+    assert "None ->" not in output, "a knob left unset reads 'default', as the reports say"
     assert line.endswith(applied), "as torch reports it in the script's process"
 
 
