@@ -61,7 +61,11 @@ def test_a_fall_within_the_noise_holds():
     assert record.now.geomean < record.floor < record.now.high, "below the floor, but the noise could explain it"
     assert not record.regressed and record.verdict == "holds" and record.passed
     assert verdict_line(record).startswith("holds within the noise: 1.31x now"), "not: reaches the floor"
-    assert verdict_line(record).endswith("(it is too close to the floor for 30 rounds to tell)"), "3 % from it"
+    assert verdict_line(record).endswith(
+        "(the speedup now lies too close to the floor for 30 rounds to tell whether it is below it)"
+    ), "3 % from it"
+    data = record.to_dict()
+    assert (data["within_noise"], data["rounds_to_tell"]) == (True, None), "no number of rounds up to 30 would tell"
 
 
 def test_a_speedup_above_the_floor_whose_interval_reaches_below_it_holds_within_the_noise():
@@ -73,9 +77,14 @@ def test_a_speedup_above_the_floor_whose_interval_reaches_below_it_holds_within_
     assert verdict_line(record).endswith(
         "but its interval reaches below it (at this noise about check.rounds=5 would tell)"
     ), "the rounds' spread kept: 2.78 (t, 4 df) x 0.13 / sqrt(5) < log(1.64 / 1.35), 4 rounds not yet"
-    assert verdict_line(check(1.5, [180.0, 178.0, 183.0])).startswith(
-        "holds: 1.79x now (95 % interval 1.61-2.00) lies above the floor of 1.35x"
-    ), "its whole interval above the floor"
+    data = record.to_dict()
+    assert (data["verdict"], data["within_noise"], data["rounds_to_tell"]) == ("holds", True, 5), "check.json says so"
+    clear = check(1.5, [180.0, 178.0, 183.0])
+    assert verdict_line(clear).startswith("holds: 1.79x now (95 % interval 1.61-2.00) lies above the floor of 1.35x"), (
+        "its whole interval above the floor"
+    )
+    data = clear.to_dict()
+    assert (data["verdict"], data["within_noise"], data["rounds_to_tell"]) == ("holds", False, None), "a clear pass"
 
 
 def test_against_a_gain_recorded_without_noise_an_interval_wholly_below_the_floor_regresses():
@@ -201,6 +210,10 @@ def test_the_record_round_trips_through_json():
     data = json.loads(json.dumps(record.to_dict()))
     assert Check.from_dict(data) == record
     assert data["verdict"] == "regressed" and data["floor"] == pytest.approx(2.7) and data["now"]["n"] == 2
+    assert data["within_noise"] is False and data["rounds_to_tell"] is None, "a regression is no doubt"
+    within = check(1.5, [180.0, 150.0], base_runs=(100.0, 100.0))
+    data = json.loads(json.dumps(within.to_dict()))
+    assert data["within_noise"] is True and Check.from_dict(data) == within, "its derived fields are not read back"
 
 
 # Settings and report.json.
@@ -550,6 +563,10 @@ def _entry(record: dict, index: int, **changes) -> dict:
             lambda record: record | {"benchmark": {**record["benchmark"], "newfield": 1}},
             "was written by a newer autotune than this one (it records 'newfield', which this one does not know); "
             "upgrade autotune, or gate against the report.json it checked",
+        ),
+        (
+            lambda record: record | {"newfield": 1},
+            "was written by a newer autotune than this one (it records 'newfield', which this one does not know)",
         ),
         (
             lambda record: record | {"before": 1.52, "tolerance": 0.0},  # 1.50x, its interval reaching 1.52x

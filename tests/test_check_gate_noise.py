@@ -118,4 +118,6 @@ def test_a_fall_the_recorded_gains_noise_keeps_from_telling_says_so():
     # Just above the floor, only the rounds now decide: too close to it for 30 of them to tell.
     close = check(2.0, 1.81, 0.16, 5)
     assert close.rounds_to_tell is None and not close.record_keeps_from_telling
-    assert verdict_line(close).endswith("(it is too close to the floor for 30 rounds to tell)")
+    assert verdict_line(close).endswith(
+        "(the speedup now lies too close to the floor for 30 rounds to tell whether it is above it)"
+    )

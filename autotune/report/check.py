@@ -56,6 +56,8 @@ def verdict_line(check: Check) -> str:
     speedup = f"{now.geomean:.2f}x now (95 % interval {ratio_bounds(now.low, now.high)})"
     if check.regressed:
         return f"regressed: {speedup} lies below {limit}, further than the noise of both measurements allows"
+    if not check.within_noise:
+        return f"holds: {speedup} lies above {limit}, its whole interval too"
     reaching = ", its interval reaching it" if now.high >= check.floor else ""
     if check.loose_gate:
         return (
@@ -66,12 +68,9 @@ def verdict_line(check: Check) -> str:
     if now.geomean < check.floor:
         within = reaching or ", but by less than the noise of both measurements"
         return f"holds within the noise: {speedup} lies below {limit}{within} ({_to_tell(check)})"
-    if now.low < check.floor:
-        return (
-            f"holds within the noise: {speedup} lies above {limit}, but its interval reaches below it "
-            f"({_to_tell(check)})"
-        )
-    return f"holds: {speedup} lies above {limit}, its whole interval too"
+    return (
+        f"holds within the noise: {speedup} lies above {limit}, but its interval reaches below it ({_to_tell(check)})"
+    )
 
 
 def _to_tell(check: Check) -> str:
@@ -85,7 +84,10 @@ def _to_tell(check: Check) -> str:
             f"the gain before was measured too loosely for {MAX_ROUNDS_TO_TELL} rounds now to tell this fall from its "
             f"noise; for a sharper gate, {_SHARPER}"
         )
-    return f"it is too close to the floor for {MAX_ROUNDS_TO_TELL} rounds to tell"
+    side = "below" if check.now.geomean < check.floor else "above"
+    return (
+        f"the speedup now lies too close to the floor for {MAX_ROUNDS_TO_TELL} rounds to tell whether it is {side} it"
+    )
 
 
 def _recorded(check: Check) -> str:
