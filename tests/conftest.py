@@ -215,7 +215,7 @@ def cpu_context(**changes) -> SearchContext:
         dataset_len=1000,
         input_ndim=4,
         baseline=dict(NEUTRAL_KNOBS),
-        optimizer_options=frozenset({"foreach", "fused"}),
+        optimizer_options=frozenset({"for_loop", "foreach", "fused"}),
     )
     fields.update(changes)
     return SearchContext(**fields)

@@ -71,7 +71,7 @@ class SearchContext:
     ``bf16_supported`` whether it computes in bfloat16 natively (a GPU that emulates it does not).
     ``baseline`` holds the knob values the user runs today; ``input_ndim`` is the number of
     dimensions of one batched input tensor (None when the input is not a tensor);
-    ``optimizer_options`` the implementation switches ("foreach", "fused") the pipeline's optimizer
+    ``optimizer_options`` the implementations ("for_loop", "foreach", "fused") the pipeline's optimizer
     accepts and can run here. With ``batch_policy`` "fixed_effective", the batch size is a micro-batch
     and gradients are accumulated up to the baseline's batch size. ``torch_threads`` is the intra-op thread
     count torch starts with in a fresh process here (None: unknown). ``gpu_visible``: whether the trials see a GPU

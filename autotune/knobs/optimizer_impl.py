@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
+# The keyword argument each implementation is switched to by (``apply``), in words.
+_ARGUMENTS = {"for_loop": "foreach=False", "foreach": "foreach=True", "fused": "fused=True"}
+
 
 class OptimizerImplKnob(ChoiceKnob):
     name = "optimizer_impl"
@@ -33,9 +36,10 @@ class OptimizerImplKnob(ChoiceKnob):
         return "foreach" if ctx.device == "cuda" else "for_loop"
 
     def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
-        needs = "fused" if value == "fused" else "foreach" if value in ("for_loop", "foreach") else None
-        if needs and needs not in ctx.optimizer_options:
-            return f"the pipeline's optimizer does not support {needs}=True here"
+        """Every value but default needs the pipeline's optimizer to run it here (``ctx.optimizer_options``: it takes
+        the keyword, and where its default steps on the inspection's test parameters, it steps with it too)."""
+        if value != "default" and value not in ctx.optimizer_options:
+            return f"the pipeline's optimizer does not take {_ARGUMENTS[value]} here, or its build or step refuses it"
         return None
 
     def apply(self, value: str, setup) -> None:

@@ -221,8 +221,8 @@ class ProfileResult:
     bytes one sample takes in a batch (``sample_bytes``) of a dataset of ``dataset_len`` samples (None: a stream with
     no length), and the pages the training process faulted in over the stage-timed steps (None in a profile stored
     before they were read), and the CPU the machine's other processes used over those steps, beside the training
-    process's threads (``cpu``; None in a profile stored before it was read), the implementation switches (foreach,
-    fused) the pipeline's optimizer takes here (``optimizer_options``; None in a profile stored before they were
+    process's threads (``cpu``; None in a profile stored before it was read), the implementations (for_loop, foreach,
+    fused) the pipeline's optimizer runs here (``optimizer_options``; None in a profile stored before they were
     read), the implementation the optimizer's default runs here (``optimizer_default``, as the inspection's
     ``PipelineFacts`` holds it; None where it was not seen, or in a profile stored before it was read), and the
     dimensions of a batch's input tensor (``input_ndim``: None where it is no tensor, or in a profile stored before it

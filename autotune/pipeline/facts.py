@@ -11,8 +11,8 @@ from typing import Any
 @dataclass(frozen=True)
 class PipelineFacts:
     """``input_ndim`` counts the batch dimension; None when the input is not a tensor.
-    ``optimizer_options`` are the implementation switches ("foreach", "fused") the optimizer takes. ``code``: the
-    user's modules the pipeline imported (not the standard library's, an installed package's or autotune's), each
+    ``optimizer_options`` are the implementations ("for_loop", "foreach", "fused") the optimizer runs here. ``code``:
+    the user's modules the pipeline imported (not the standard library's, an installed package's or autotune's), each
     by name with a digest of its source: a study measured one version of them. ``dataset_len`` is None for a stream
     (an IterableDataset) with no length; ``repeats_in_workers`` is True for a stream that gives every DataLoader
     worker the same samples (``pipeline/streams.py``); ``channels_last_refused`` is why the model cannot be converted to

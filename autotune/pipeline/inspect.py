@@ -385,20 +385,33 @@ def _quiet_hydra_logger():
         logger.disabled = disabled
 
 
+# The implementations the optimizer_impl knob switches to, each by its keyword and the arguments that set it.
+_SWITCHES = {
+    "for_loop": ("foreach", {"foreach": False}),
+    "foreach": ("foreach", {"foreach": True}),
+    "fused": ("fused", {"fused": True}),
+}
+
+
 def optimizer_options(factory, device: str) -> frozenset[str]:
-    """The switches among foreach/fused that ``factory``'s optimizer accepts and runs with on ``device``: each kept
-    only where the optimizer builds with it on and one step of it runs (``_runs_with``): torch refuses some pairings
-    only then (fused on a CPU without its kernels, foreach with a tensor lr), and a candidate that fails every trial
-    would be tried for nothing. None where the pipeline's optimizer config sets either itself (``fused: true``): the
-    implementation is then the user's choice, which the knob's values would contradict (foreach and fused cannot
-    both be on) or repeat."""
+    """The implementations ``factory``'s optimizer can be switched to on ``device`` (of ``_SWITCHES``): those whose
+    keyword it accepts, less those its build or one step refuses on the inspection's test parameters where its
+    default steps there (``_stepped``): torch refuses some pairings only then (fused on a CPU without its kernels,
+    foreach with a tensor lr), and a candidate that fails every trial would be tried for nothing. Where the default
+    does not step there (a step refusing tensors so small, parameters that could not go on ``device``), what it
+    accepts stands and a trial tells. None where the pipeline's optimizer config sets foreach or fused itself
+    (``fused: true``): the implementation is then the user's choice, which the knob's values would contradict
+    (foreach and fused cannot both be on) or repeat."""
     try:
         parameters = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         return frozenset()
     if any(getattr(factory, "keywords", {}).get(name) is not None for name in ("foreach", "fused")):
         return frozenset()
-    return frozenset(name for name in ("foreach", "fused") if name in parameters and _runs_with(factory, name, device))
+    accepted = [impl for impl, (keyword, _) in _SWITCHES.items() if keyword in parameters]
+    if not accepted or not _stepped(factory, device):
+        return frozenset(accepted)
+    return frozenset(impl for impl in accepted if _stepped(functools.partial(factory, **_SWITCHES[impl][1]), device))
 
 
 # The test parameters the inspection builds the optimizer on, in turn: a vector and a matrix together, as a model
@@ -415,7 +428,7 @@ def _check_optimizer(factory, spec: PipelineSpec, device: str) -> None:
     every trial. Tries that fail differently (a factory splitting parameters by shape) are left to the trial, which
     builds it on the model's own parameters."""
     try:
-        optimizer = _built_on_test_parameters(factory, device)
+        optimizer, _ = _built_on_test_parameters(factory, device)
     except _NotBuilt as failed:
         errors = failed.errors
         if len({(type(exc), _raised(exc)) for exc in errors}) == 1:
@@ -438,13 +451,14 @@ class _NotBuilt(Exception):
         self.errors = errors
 
 
-def _built_on_test_parameters(factory, device: str) -> Any:
-    """What ``factory`` builds on the first of ``_TEST_SHAPES`` it takes, as parameters on ``device``; _NotBuilt
-    where it takes none."""
+def _built_on_test_parameters(factory, device: str) -> tuple[Any, list[torch.nn.Parameter]]:
+    """What ``factory`` builds on the first of ``_TEST_SHAPES`` it takes, as parameters on ``device``, and those
+    parameters; _NotBuilt where it takes none."""
     errors = []
     for shapes in _TEST_SHAPES:
+        parameters = [torch.nn.Parameter(_zeros_on(shape, device)) for shape in shapes]
         try:
-            return factory([torch.nn.Parameter(_zeros_on(shape, device)) for shape in shapes])
+            return factory(parameters), parameters
         except Exception as exc:
             errors.append(exc)
     raise _NotBuilt(errors)
@@ -517,21 +531,11 @@ def optimizer_default(factory, device: str) -> str | None:
     picks it per optimizer and per call (Adam and SGD take foreach for CUDA parameters, Adafactor the loop there, and
     Adam the loop too with a tensor lr), so it is seen, not assumed. The step runs on test parameters (as
     ``_check_optimizer`` builds it) with gradients of ones. None where it cannot be seen: no test parameters build it,
-    they could not go on ``device``, it holds no ``param_groups`` or its step fails (the trial reports that). A step
-    that loops over its parameters but calls a foreach operator for some other end (a third-party optimizer clipping
-    by ``torch._foreach_norm``) reads foreach: the operators say what ran, not why."""
-    try:
-        optimizer = _built_on_test_parameters(factory, device)
-    except _NotBuilt:
-        return None
-    parameters = _unit_gradients(optimizer)
-    if not parameters or any(parameter.device.type != torch.device(device).type for parameter in parameters):
-        return None
+    they could not go on ``device`` or its step fails (the trial reports that). A step that loops over its parameters
+    but calls a foreach operator for some other end (a third-party optimizer clipping by ``torch._foreach_norm``) reads
+    foreach: the operators say what ran, not why."""
     called = _OperatorsCalled()
-    try:
-        with called:
-            optimizer.step()
-    except Exception:  # any failure means: not seen here
+    if not _stepped(factory, device, called):
         return None
     ran = (impl for impl, prefix in _IMPLEMENTATION_OPERATORS if any(name.startswith(prefix) for name in called.names))
     return next(ran, "for_loop")
@@ -574,24 +578,24 @@ def channels_last_refused(model: torch.nn.Module | None, ndim: int | None) -> st
     return None
 
 
-def _runs_with(factory, option: str, device: str) -> bool:
-    """Whether ``factory``'s optimizer, built with ``option=True`` on the inspection's test parameters on ``device``
-    (``_built_on_test_parameters``), steps once."""
+def _stepped(factory, device: str, mode: contextlib.AbstractContextManager | None = None) -> bool:
+    """Whether ``factory``'s optimizer, built on the inspection's test parameters on ``device``
+    (``_built_on_test_parameters``), each given a gradient of ones, steps once (under ``mode`` where given): False
+    where building or stepping raised, or the parameters could not go on ``device``."""
     try:
-        optimizer = _built_on_test_parameters(functools.partial(factory, **{option: True}), device)
-        _unit_gradients(optimizer)
-        optimizer.step()
+        optimizer, parameters = _built_on_test_parameters(factory, device)
+    except _NotBuilt:
+        return False
+    if any(parameter.device.type != torch.device(device).type for parameter in parameters):
+        return False
+    for parameter in parameters:
+        parameter.grad = torch.ones_like(parameter)
+    try:
+        with mode or contextlib.nullcontext():
+            optimizer.step()
     except Exception:  # any refusal means: not here
         return False
     return True
-
-
-def _unit_gradients(optimizer) -> list[torch.Tensor]:
-    """``optimizer``'s parameters (none where it holds no ``param_groups``), each given a gradient of ones."""
-    parameters = [parameter for group in getattr(optimizer, "param_groups", ()) for parameter in group["params"]]
-    for parameter in parameters:
-        parameter.grad = torch.ones_like(parameter)
-    return parameters
 
 
 def input_ndim(batch) -> int | None:

@@ -187,10 +187,14 @@ def test_optimizer_impl_offers_only_what_the_optimizer_takes():
     assert knob.default_candidates(cpu_context()) == ["default", "foreach", "fused"]
     assert knob.resolve("default", cpu_context(device="cuda")) == "foreach", "so the space offers it once"
     assert knob.resolve("default", cpu_context()) == "for_loop"
-    only_foreach = cpu_context(optimizer_options=frozenset({"foreach"}))
+    only_foreach = cpu_context(optimizer_options=frozenset({"for_loop", "foreach"}))
     assert knob.default_candidates(only_foreach) == ["default", "foreach"]
     assert knob.unavailable_reason("for_loop", only_foreach) is None
-    assert "fused" in knob.unavailable_reason("fused", only_foreach)
+    assert "fused=True" in knob.unavailable_reason("fused", only_foreach)
+    # foreach=True refused (a tensor lr) while foreach=False runs: the loop stays a value the user may give
+    loop_only = cpu_context(optimizer_options=frozenset({"for_loop", "fused"}))
+    assert knob.unavailable_reason("for_loop", loop_only) is None
+    assert "foreach=True" in knob.unavailable_reason("foreach", loop_only)
     assert knob.default_candidates(cpu_context(optimizer_options=frozenset())) == ["default"]
 
 

@@ -158,8 +158,8 @@ def test_the_reference_loss_of_a_loss_that_draws_random_numbers_for_a_step_that_
 
 
 def test_optimizer_options_follow_the_constructor():
-    assert optimizer_options(functools.partial(torch.optim.SGD, lr=0.1), "cpu") == {"foreach", "fused"}
-    assert optimizer_options(functools.partial(torch.optim.RMSprop, lr=0.1), "cpu") == {"foreach"}
+    assert optimizer_options(functools.partial(torch.optim.SGD, lr=0.1), "cpu") == {"for_loop", "foreach", "fused"}
+    assert optimizer_options(functools.partial(torch.optim.RMSprop, lr=0.1), "cpu") == {"for_loop", "foreach"}
     assert optimizer_options(functools.partial(torch.optim.LBFGS, lr=0.1), "cpu") == frozenset()
     for chosen in ({"fused": True}, {"foreach": False}):  # the config chose the implementation: not a knob's
         assert optimizer_options(functools.partial(torch.optim.AdamW, lr=0.1, **chosen), "cpu") == frozenset()
@@ -169,7 +169,39 @@ def test_an_implementation_the_optimizer_refuses_here_is_not_offered():
     # torch refuses foreach with a tensor lr (capturable=False) when the optimizer is built: every trial of it would
     # fail. fused with a tensor lr runs on a CPU, so it stays.
     tensor_lr = functools.partial(torch.optim.Adam, lr=torch.tensor(0.01))
-    assert optimizer_options(tensor_lr, "cpu") == {"fused"}
+    assert optimizer_options(tensor_lr, "cpu") == {"for_loop", "fused"}, "foreach=False runs: the loop stays"
+
+
+class _RefusesSmallTensors(torch.optim.Adam):
+    """A step that refuses the inspection's one-element test parameters, whatever the implementation."""
+
+    def step(self, closure=None):
+        if any(p.numel() < 4 for group in self.param_groups for p in group["params"]):
+            raise ValueError("too small")
+        return super().step(closure)
+
+
+class _NoGroups(torch.optim.Optimizer):
+    """A wrapper with no param_groups of its own: the test parameters' gradients must be set on them directly."""
+
+    def __init__(self, params, foreach=None, fused=None):
+        self.params, self.fused = list(params), fused
+        if fused:
+            raise RuntimeError("no fused kernels here")
+
+    def step(self, closure=None):
+        for p in self.params:
+            p.data.add_(p.grad)  # a gradient of None would raise: the test parameters' own must be set
+
+    def zero_grad(self, set_to_none=True):
+        pass
+
+
+def test_what_the_optimizer_accepts_stands_where_its_default_does_not_step_on_the_test_parameters():
+    # Its default refuses the inspection's parameters too: a refusal says nothing of foreach or fused, a trial tells.
+    assert optimizer_options(functools.partial(_RefusesSmallTensors, lr=0.1), "cpu") == {"for_loop", "foreach", "fused"}
+    # Stepped on the test parameters themselves: fused refused, the rest run.
+    assert optimizer_options(_NoGroups, "cpu") == {"for_loop", "foreach"}
 
 
 @pytest.mark.parametrize("persistent", [True, False])

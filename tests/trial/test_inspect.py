@@ -69,7 +69,7 @@ def test_the_facts_of_a_cpu_machine_and_the_pipeline():
         DeviceFacts(),
         "cpu",
         True,
-        PipelineFacts(256, 4, frozenset({"foreach", "fused"}), optimizer_default="for_loop"),
+        PipelineFacts(256, 4, frozenset({"for_loop", "foreach", "fused"}), optimizer_default="for_loop"),
         refused=None,
         machine={},
     )
@@ -85,7 +85,9 @@ def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
     assert t4.machine["gpu"] == T4, "the machine is named by the GPU the trials run on"
     assert read_facts(spec, "cuda").bf16_native is True, "cuda is the first visible GPU, an A100"
     assert read_facts(spec, "auto").device == "cuda"
-    assert t4.pipeline.optimizer_options == {"foreach", "fused"}, "on a GPU every optimizer taking fused runs it"
+    assert t4.pipeline.optimizer_options == {"for_loop", "foreach", "fused"}, (
+        "test parameters that cannot go on the (faked) GPU: what the optimizer accepts stands"
+    )
 
 
 def test_the_amp_knob_offers_bf16_only_where_the_subprocess_found_it_native(monkeypatch, tiny_settings):
