@@ -11,7 +11,7 @@ from autotune.report.document import Headline, Table, format_cell, table_of
 from autotune.report.rows import record_row
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import TIE_TOLERANCE, wins_in_words
-from autotune.results.summary import Overruled, Summary
+from autotune.results.summary import Overruled, Summary, race_name
 from autotune.results.trim_rules import unsettled
 from autotune.words import counted, ratio_bounds
 
@@ -107,11 +107,11 @@ def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
     """Why a configuration that won a race is not recommended: a longer race of the trim did not prove it, and
     where that race did not end, that the same command goes on with it."""
     won = max((race for race in races if race.winner and race.winner.label == overruled.label), key=lambda r: r.rounds)
-    which = "the finalists' race" if won is races[0] else "a race of the trim"
+    which = race_name(next(index for index, race in enumerate(races) if race is won))
     judged = overruled.race
     said = (
         f"Trial {overruled.label} won {which} against the baseline ({won.ratio(won.winner):.2f}x by medians of "
-        f"{counted(won.rounds, 'round')}), but the trim's race {overruled.number} re-measured it against the baseline "
+        f"{counted(won.rounds, 'round')}), but {race_name(overruled.number)} re-measured it against the baseline "
         f"in more ({counted(overruled.rounds, 'round')}, {overruled.speedup:.2f}x by medians) and did not prove it: "
         f"{judged.shortfall(overruled.finalist)}. The most rounds measuring it decide, so the baseline is kept."
     )

@@ -652,7 +652,7 @@ def test_a_winner_that_lost_a_trim_round_to_the_baseline_in_more_rounds_than_it_
     line = headline(summarise(replace(results_with(winner), confirmation=decided, trim=[trim])))
     assert line.lead == "Keep your current settings."
     assert (
-        "the trim's race 1 re-measured it against the baseline in more (2 rounds, 1.23x by medians) and did not prove "
+        "trim race 1 re-measured it against the baseline in more (2 rounds, 1.23x by medians) and did not prove "
         "it: it left the race (slower than the baseline in round 2)." in line.rest
     )
     assert "That race did not end: the same command again goes on with it." in line.rest
