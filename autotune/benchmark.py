@@ -23,11 +23,16 @@ from autotune.errors import ConfigError, NotMeasuredError
 from autotune.files import file_name
 from autotune.knobs import accumulated_to, changed, conflict, device_kind
 from autotune.pipeline.facts import Inspection
-from autotune.recommendation import MachineMismatchWarning, Recommendation, UntrimmedWarning, load_recommended
-from autotune.report.benchmark import print_benchmark, write_benchmark
-from autotune.report.console import format_knobs
+from autotune.recommendation import (
+    MachineMismatchWarning,
+    Measured,
+    Recommendation,
+    UntrimmedWarning,
+    load_recommended,
+)
+from autotune.report.benchmark import print_benchmark, run_label, write_benchmark
 from autotune.report.rows import disturbance_words
-from autotune.results.benchmark import Benchmark, Entry, share_knobs
+from autotune.results.benchmark import Benchmark, Entry, TunedGain, share_knobs
 from autotune.runner import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
 from autotune.study.disturbed import again_if_disturbed
 from autotune.study.trial_outcome import RunFn
@@ -74,6 +79,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         entries=entries,
         notes=notes,
         batch_policy=settings.batch_policy,
+        tuned=tuned_gain(recommendation.measured),
     )
     measure = partial(measure_rounds, settings, benchmark, output_dir / "benchmark", out, study_slot(settings, facts))
     files = measure_then_report(measure, partial(_report, benchmark, output_dir, out))
@@ -137,6 +143,15 @@ def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Se
             f"'{settings.pipeline.name}'"
         )
     return settings, recommendation, notes
+
+
+def tuned_gain(measured: Measured) -> TunedGain | None:
+    """The gain a recommended.yaml says its recommendation measured when tuned (``measured``: its throughput
+    section), with its interval where the file holds one; None where the file records no throughputs (an earlier
+    autotune's, or one written by hand)."""
+    if measured.throughput <= 0 or measured.baseline_throughput <= 0:
+        return None
+    return TunedGain(measured.speedup, measured.interval)
 
 
 def refuse_other_device(tuned_on: str | None, device: str, where: str) -> None:
@@ -234,20 +249,21 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
         return runner.check(knobs, name, plain=False)
 
     rounds = range(1, benchmark.rounds + 1)
-    said = {_run_name(index, entry): _run_label(index, entry) for index in rounds for entry in benchmark.entries}
+    said = {_run_name(index, entry): run_label(index, entry) for index in rounds for entry in benchmark.entries}
 
     def show_disturbed(name: str, result: TrialResult) -> None:
         shown = f"{result.timing.throughput:.1f} samples/s, {disturbance_words(result.disturbance)}: measured again"
-        changes = format_knobs(result.knobs, settings.baseline)
-        print(f"[{said.get(name, name)}] {changes} -> {shown}", file=out, flush=True)
+        print(f"[{said.get(name, name)}] {shown}", file=out, flush=True)
 
     run = timed
     if settings.study.remeasure_disturbed:
         run = again_if_disturbed(timed, show_disturbed, partial(print, file=out, flush=True))
+    for entry in benchmark.entries:  # each run's line names its configuration only: its knobs are said once, here
+        print(f"[{entry.label}] {changes_in_words(entry.knobs, settings.baseline)}", file=out, flush=True)
     for index in rounds:
         began = time.monotonic()
         runner.new_draw()
-        _round(run, index, benchmark.entries, settings.baseline, out)
+        _round(run, index, benchmark.entries, out)
         if index == 1 and benchmark.rounds > 1:
             print(f"[time] {_rest_after_first(time.monotonic() - began, benchmark.rounds)}", file=out, flush=True)
 
@@ -259,7 +275,7 @@ def _rest_after_first(round_s: float, rounds: int) -> str:
     return f"round 1 took {round_s:.0f} s: about {duration(left * round_s)} more for the {counted(left, 'round')} left"
 
 
-def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any], out: TextIO) -> None:
+def _round(run: RunFn, index: int, entries: list[Entry], out: TextIO) -> None:
     """Every configuration once, starting one further along each round."""
     shift = (index - 1) % len(entries)
     for entry in entries[shift:] + entries[:shift]:
@@ -276,8 +292,7 @@ def _round(run: RunFn, index: int, entries: list[Entry], baseline: dict[str, Any
             entry.peak_memory_mb.append(None)
             entry.failures.append(f"round {index}: {result.failure}")
             shown = f"FAILED {result.failure}"
-        changes = format_knobs(entry.knobs, baseline)
-        print(f"[{_run_label(index, entry)}] {changes} -> {shown}", file=out, flush=True)
+        print(f"[{run_label(index, entry)}] {shown}", file=out, flush=True)
 
 
 def _run_name(index: int, entry: Entry) -> str:
@@ -285,18 +300,21 @@ def _run_name(index: int, entry: Entry) -> str:
     return file_name(f"round{index}-{entry.label}")
 
 
-def _run_label(index: int, entry: Entry) -> str:
-    """``entry``'s run of round ``index`` on the console, whether measured once or again."""
-    return f"round {index} {entry.label}"
-
-
 def baseline_note(tuned_against: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
     """A note where the recommendation was tuned against another baseline (``tuned_against``, empty where the file
     does not say) than ``baseline``, the one it is measured against here."""
-    differs = changed(tuned_against, baseline) if tuned_against else {}
-    if not differs:
+    if not tuned_against or not changed(tuned_against, baseline):
         return []
-    listed = ", ".join(f"{name}={after}" for name, (_, after) in differs.items())
+    differs = changes_in_words(tuned_against, baseline)
     return [
-        f"the recommendation was tuned against another baseline ({listed}); measured here against pipeline.baseline"
+        f"the recommendation was tuned against another baseline ({differs}); measured here against pipeline.baseline"
     ]
+
+
+def changes_in_words(knobs: dict[str, Any], baseline: dict[str, Any]) -> str:
+    """What ``knobs`` change from ``baseline`` (``knobs.changed``: an option that comes with a change is said with
+    it, not apart), as ``name=value``, joined by ", "; "the baseline's settings" where they change nothing."""
+    return (
+        ", ".join(f"{name}={after}" for name, (_, after) in changed(knobs, baseline).items())
+        or "the baseline's settings"
+    )

@@ -39,6 +39,7 @@ from autotune.errors import ConfigError
 from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, Target, TrainingSetup, changed
 from autotune.knobs._base import parse_int
 from autotune.measure.environment import HARDWARE_KEYS, describe_machine, machine_fingerprint
+from autotune.measure.stats import RatioInterval
 
 if TYPE_CHECKING:  # the training script's process has torch; the tuner's, which writes the file, imports none
     import torch
@@ -105,7 +106,8 @@ class UntrimmedWarning(UserWarning):
 @dataclass(frozen=True)
 class Measured:
     """What the recommended knobs measured against the baseline's: samples/s (the race's medians where a race ran,
-    ``method`` says) and peak memory."""
+    ``method`` says) and peak memory; ``interval``: the speedup's 95 % interval over the paired rounds of the race that
+    proved it (None from fewer than two rounds, or in a file written before it was kept)."""
 
     throughput: float
     baseline_throughput: float
@@ -113,6 +115,7 @@ class Measured:
     method: str
     peak_memory_mb: float
     baseline_peak_memory_mb: float
+    interval: RatioInterval | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,7 @@ class Recommendation:
                 "speedup": measured.speedup,
                 "unit": "samples/s",
                 "method": measured.method,
+                "interval": _interval_document(measured.interval),
             },
             "peak_memory_mb": {"recommended": measured.peak_memory_mb, "baseline": measured.baseline_peak_memory_mb},
             "training": {
@@ -435,7 +439,29 @@ def _measured(document: dict[str, Any], source: str) -> Measured:
         throughput.get("method", ""),
         memory.get("recommended", 0.0),
         memory.get("baseline", 0.0),
+        _interval(throughput, source),
     )
+
+
+def _interval_document(interval: RatioInterval | None) -> dict[str, Any] | None:
+    """The speedup's interval as recommended.yaml holds it (the speedup beside it is its geometric mean)."""
+    return None if interval is None else {"low": interval.low, "high": interval.high, "rounds": interval.n}
+
+
+def _interval(throughput: dict[str, Any], source: str) -> RatioInterval | None:
+    """The throughput section's speedup interval (``_interval_document``); None where null or absent (fewer than two
+    rounds, or a file from before it was kept); ConfigError naming throughput.interval where it is anything else."""
+    given = _section(throughput, "throughput.interval", source, null_too=True)
+    if not given:
+        return None
+    try:
+        low, high, rounds = float(given["low"]), float(given["high"]), int(given["rounds"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{source}: throughput.interval",
+            f"expected low, high and rounds, got {given!r}; use the file as autotune wrote it",
+        ) from exc
+    return RatioInterval(float(throughput.get("speedup", 1.0)), low, high, rounds)
 
 
 def _training(document: dict[str, Any], source: str, batch_size: int, baseline_batch_size: int | None) -> Training:

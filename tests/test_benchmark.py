@@ -11,14 +11,16 @@ import pytest
 import yaml
 
 from autotune import benchmark as benchmark_mode
-from autotune.benchmark import baseline_note, configurations, trained_as_tuned
+from autotune.benchmark import baseline_note, configurations, trained_as_tuned, tuned_gain
 from autotune.config.load import load_settings
 from autotune.errors import ConfigError, NotMeasuredError
+from autotune.measure.core_speed import CoreSpeed
 from autotune.measure.environment import describe_machine
+from autotune.measure.stats import RatioInterval
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
-from autotune.recommendation import MachineMismatchWarning, load_recommended
+from autotune.recommendation import MachineMismatchWarning, Measured, load_recommended
 from autotune.report.benchmark import benchmark_document
-from autotune.results.benchmark import Benchmark
+from autotune.results.benchmark import Benchmark, TunedGain
 from autotune.trial.placement import CPUS_ENV
 from autotune.trial.result import TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
@@ -256,3 +258,55 @@ def test_a_recommendation_whose_baseline_leaves_a_knob_out_is_compared_with_it_a
     assert baseline_note(tuned_against, here) == [
         "the recommendation was tuned against another baseline (num_workers=0); measured here against pipeline.baseline"
     ]
+
+
+# recommended.yaml's throughput section as a tuning run whose race proved its gain writes it.
+TUNED_THROUGHPUT = {
+    "recommended": 587.41,
+    "baseline": 304.65,
+    "speedup": 1.911,
+    "unit": "samples/s",
+    "method": "medians of 3 interleaved re-measurements; the speedup: the geometric mean of 3 paired rounds' ratios",
+    "interval": {"low": 1.58, "high": 2.32, "rounds": 3},
+}
+
+
+def test_the_gain_recommended_yaml_records_is_read_with_its_interval():
+    measured = Measured(587.41, 304.65, 1.911, "", 1.0, 1.0, RatioInterval(1.911, 1.58, 2.32, 3))
+    assert tuned_gain(measured) == TunedGain(1.911, RatioInterval(1.911, 1.58, 2.32, 3))
+    single = Measured(150.0, 100.0, 1.5, "single measurements; the speedup: the ratio of the two throughputs", 1, 1)
+    assert tuned_gain(single) == TunedGain(1.5)
+    assert tuned_gain(Measured(0.0, 0.0, 1.0, "", 0.0, 0.0)) is None, "a file that records no throughputs"
+
+
+def test_each_configurations_changes_are_said_once_before_the_rounds_and_each_runs_line_names_it_only(
+    tmp_path, monkeypatch
+):
+    # The review's console repeated every knob of its configuration on each of ~55 lines.
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=describe_machine())
+    slowed = CoreSpeed([0], [200.0], [200.0], [100.0])  # the cores ran 2x their usual time around the run
+
+    def run_trial(request, timeout_s, workdir, name, *args, **kwargs):
+        throughput = 150.0 if request.knobs["batch_size"] == 32 else 100.0
+        slow = slowed if name == "round2-recommended" else None  # measured again, as study.remeasure_disturbed says
+        return TrialResult(knobs=request.knobs, measurement=fake_measurement(throughput), core_speed=slow)
+
+    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
+    path = _recommended_yaml(tmp_path, {"batch_size": 32})
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "throughput": TUNED_THROUGHPUT}))
+    config = {**tiny_config(study={"remeasure_disturbed": True}), "mode": "benchmark", "recommended": str(path)}
+    out = io.StringIO()
+    files = benchmark_mode.run(load_settings(config, "tiny"), tmp_path / "out", out)
+    lines = out.getvalue().splitlines()
+    assert lines[1:3] == ["[baseline] the baseline's settings", "[recommended] batch_size=32"]
+    assert lines[3:5] == [
+        "[round 1 baseline] 100.0 samples/s, peak 100 MB",
+        "[round 1 recommended] 150.0 samples/s, peak 100 MB",
+    ]
+    again = lines.index("[round 2 recommended] 150.0 samples/s, the cores ran 2.0x slow: measured again")
+    assert lines[again + 1] == "[round 2 recommended] 150.0 samples/s, peak 100 MB"
+    assert out.getvalue().count("batch_size=32") == 1
+    assert "When tuned: 1.91x (95 % interval 1.58-2.32 over 3 paired rounds), apart from this one" in out.getvalue()
+    stored = json.loads(files["benchmark.json"].read_text())["tuned"]
+    assert stored == {"speedup": 1.911, "interval": {"geomean": 1.911, "low": 1.58, "high": 2.32, "n": 3}}

@@ -9,12 +9,14 @@ from typing import TextIO
 
 from autotune.files import write_atomic
 from autotune.knobs import accumulated_to, conflict, device_kind
+from autotune.measure.stats import RatioInterval
 from autotune.report.document import Document, Headline, Section, Table, machine_lines
 from autotune.report.html_report import to_html
 from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
+from autotune.report.rows import slowed_in_words
 from autotune.results.benchmark import Benchmark, Entry, share_knobs
-from autotune.words import counted, ratio_bounds
+from autotune.words import counted, listed, ratio_bounds, rounds_named
 
 _HEADERS = [
     "configuration",
@@ -51,6 +53,7 @@ def benchmark_document(benchmark: Benchmark) -> Document:
             table=benchmark_table(benchmark),
             plots=[plot] if (plot := benchmark_ratios(benchmark)) else [],
         ),
+        *_busy_machine(benchmark),
         *_shares(benchmark),
         Section("How it was measured", paragraphs=[method]),
         Section("Machine", bullets=machine_lines(benchmark.machine, benchmark.device)),
@@ -65,6 +68,8 @@ def benchmark_table(benchmark: Benchmark) -> Table:
 def print_benchmark(benchmark: Benchmark, files: dict[str, Path], out: TextIO) -> None:
     print(f"\n{_headline(benchmark)}\n", file=out)
     print(markdown_table(benchmark_table(benchmark)), file=out)
+    for section in _busy_machine(benchmark):
+        print(f"\n{section.heading}:", *(f"  {paragraph}" for paragraph in section.paragraphs), sep="\n", file=out)
     if shares := _share_lines(benchmark):
         print("\nEach change's share:", *(f"  {line}" for line in shares), sep="\n", file=out)
     for name, path in files.items():
@@ -96,7 +101,100 @@ def _headline(benchmark: Benchmark) -> Headline:
     if benchmark.stopped:
         so_far = f"The rounds that ran read the recommendation at {figure}, {measured}"
         return Headline(stopped, f"{so_far}: provisional, as are the figures below.")
-    return Headline(f"The recommendation: {figure} ({benchmark.verdict(recommended)}).", f"{measured}.")
+    verdict = benchmark.verdict(recommended)
+    if benchmark.counts_slowed(recommended):  # a verdict of what the load did too: not one to act on unsaid
+        verdict += "; unreliable, as it counts runs something slowed: see below"
+    return Headline(
+        f"The recommendation: {figure} ({verdict}).",
+        f"{measured}{_by_the_medians(benchmark, interval)}.{_when_tuned(benchmark, interval)}",
+    )
+
+
+def _by_the_medians(benchmark: Benchmark, interval: RatioInterval) -> str:
+    """What the headline's ratio (``interval``'s) is, and the ratio of the table's medians beside it, where that
+    reads otherwise: " (the geometric mean of their ratios; 1.92x by the medians)"; empty where they read alike."""
+    medians = benchmark.recommendation.median / benchmark.baseline.median
+    if f"{medians:.2f}" == f"{interval.geomean:.2f}":
+        return ""
+    return f" (the geometric mean of their ratios; {medians:.2f}x by the medians)"
+
+
+def _when_tuned(benchmark: Benchmark, now: RatioInterval) -> str:
+    """The gain the recommendation's file says it measured when tuned (``Benchmark.tuned``), and whether the gain
+    measured ``now`` agrees with it within noise; empty where the file records none."""
+    tuned = benchmark.tuned
+    if tuned is None:
+        return ""
+    if tuned.interval is None:
+        figure = f"{tuned.speedup:.2f}x (no interval)"
+        agrees, apart = "inside this interval", "outside this interval"
+    else:
+        bounds = ratio_bounds(tuned.interval.low, tuned.interval.high)
+        figure = f"{tuned.speedup:.2f}x (95 % interval {bounds} over {tuned.interval.n} paired rounds)"
+        agrees, apart = "which overlaps this one", "apart from this one"
+    if tuned.agrees_with(now):
+        return f" When tuned: {figure}, {agrees}."
+    return f" When tuned: {figure}, {apart}: the gain here differs from the tuned one beyond noise."
+
+
+def run_label(index: int, entry: Entry) -> str:
+    """``entry``'s run of round ``index`` in words, on the terminal and on the pages: "round 2 recommended - amp"."""
+    return f"round {index} {entry.label}"
+
+
+def _busy_machine(benchmark: Benchmark) -> list[Section]:
+    """Where something beside a run the record keeps slowed it (``Entry.disturbed``): how many of the runs, what
+    slowed them, what the ratios made of the rounds they ran in, and what to do; none where nothing slowed a run."""
+    entries = benchmark.entries
+    runs = sorted((index, position) for position, entry in enumerate(entries) for index in entry.disturbed)
+    if not runs:
+        return []
+    slowed = {run_label(index, entries[at]): entries[at].disturbed[index] for index, at in runs}
+    measured = sum(run is not None for entry in entries for run in entry.throughputs)
+    said = [
+        f"{len(slowed)} of the {measured} runs measured {'was' if len(slowed) == 1 else 'were'} slowed by something "
+        f"beside {'it' if len(slowed) == 1 else 'them'}: {slowed_in_words(slowed)}.",
+        *_slowed_rounds_counted(benchmark),
+        "A load slows configurations unalike, so the ratios may be off: run the benchmark again when the machine is "
+        "quiet.",
+    ]
+    return [Section("Measured on a busy machine", paragraphs=[" ".join(said)])]  # the tuning run's report's name
+
+
+def _slowed_rounds_counted(benchmark: Benchmark) -> list[str]:
+    """What the ratios to the baseline made of the rounds something slowed a run of (``Benchmark.slowed_rounds``):
+    the recommendation's, which rounds it left out or that it counts them all, too few being quiet (``quiet_rounds``);
+    the other configurations', how many did which."""
+    said = []
+    recommended = benchmark.recommendation
+    left_out = benchmark.rounds_left_out(recommended) if recommended else []
+    if left_out:
+        said.append(
+            f"The recommendation's ratio to the baseline leaves out {rounds_named(left_out)}, in which a run of one of "
+            "the two was slowed."
+        )
+    elif recommended and benchmark.counts_slowed(recommended):
+        slowed, paired = len(benchmark.slowed_rounds(recommended)), len(benchmark.paired_ratios(recommended))
+        which = f"all {paired}" if slowed == paired else f"{slowed} of the {paired}"
+        said.append(
+            f"A run of the recommendation or of the baseline was slowed in {which} rounds that ran both, so the "
+            "headline's ratio counts every round, slowed runs and all: too few were quiet to leave them out."
+        )
+    others = [entry for entry in benchmark.entries if entry.kind in ("alone", "without")]
+    counting = sum(benchmark.counts_slowed(entry) for entry in others)
+    leaving = sum(bool(benchmark.rounds_left_out(entry)) for entry in others)
+    parts = (
+        [f"{counting} count{_s(counting)} the slowed rounds, too few being quiet to leave them out"] if counting else []
+    )
+    parts += [f"{leaving} leave{_s(leaving)} them out"] if leaving else []
+    if parts:
+        said.append(f"Of the other configurations' ratios to the baseline, {listed(parts)}.")
+    return said
+
+
+def _s(count: int) -> str:
+    """A verb's ending after ``count`` of them: "1 counts", "2 count"."""
+    return "s" if count == 1 else ""
 
 
 # A change left out of the recommendation, by the verdict of that against the recommendation, paired by round.

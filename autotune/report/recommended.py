@@ -10,6 +10,7 @@ import yaml
 
 from autotune.knobs import KNOBS, Knob
 from autotune.measure.environment import machine_fingerprint
+from autotune.measure.stats import RatioInterval
 from autotune.recommendation import APPLIED_BY, Measured, Recommendation, Training
 from autotune.results.advice import BatchAdvice, batch_advice
 from autotune.results.model import StudyResults
@@ -36,7 +37,8 @@ FIELD_COMMENTS = {
     "untrimmed": "true: not every change in knobs was shown to matter (the trim, which undoes each in turn, did not "
     "run to its end, or no race ran); load_recommended then warns (UntrimmedWarning).",
     "throughput": "Training samples/s with the recommended knobs and with the baseline's, and the speedup of one over "
-    "the other; method says how they were measured.",
+    "the other; method says how they were measured; interval: the speedup's 95 % interval over the race's paired "
+    "rounds (null from fewer than two).",
     "peak_memory_mb": "Peak memory in MiB of the runs the throughputs are of (the race's medians, else a run of each): "
     "on a GPU what CUDA's caching allocator reserved, on a CPU that of the training process and its DataLoader "
     "workers.",
@@ -65,6 +67,7 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
             method=f"{summary.throughput_basis}; the speedup: {summary.speedup_basis}",
             peak_memory_mb=round(summary.recommended_peak_memory_mb, 1),
             baseline_peak_memory_mb=round(summary.baseline_peak_memory_mb, 1),
+            interval=_rounded(summary.gain_interval),
         ),
         training=_training(batch_advice(results, summary)),
         no_difference=dict(summary.no_difference),
@@ -113,6 +116,13 @@ def _comment(text: str, indent: str = "") -> str:
 def _dumped(key: str, value: Any, indent: str = "") -> str:
     """``key: value`` as ``yaml.safe_dump`` writes it within a mapping, at ``indent``."""
     return textwrap.indent(yaml.safe_dump({key: value}, sort_keys=False), indent)
+
+
+def _rounded(interval: RatioInterval | None) -> RatioInterval | None:
+    """``interval`` at the file's precision: the speedup's three decimals."""
+    if interval is None:
+        return None
+    return RatioInterval(round(interval.geomean, 3), round(interval.low, 3), round(interval.high, 3), interval.n)
 
 
 def _training(advice: BatchAdvice) -> Training:

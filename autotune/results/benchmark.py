@@ -8,7 +8,9 @@ than two rounds ran both the configuration and the baseline (a run that failed, 
 out of the recommendation is measured against the recommendation too, by the same rule: a loss there is a change
 that matters; within noise, one not shown to. A benchmark stopped before its last round (``Benchmark.stopped``)
 decides nothing: its record's verdict on each configuration is stopped (``Benchmark.recorded_verdict``), as a stopped
-self-check's is; its ratios and intervals are what the rounds that ran read, provisional.
+self-check's is; its ratios and intervals are what the rounds that ran read, provisional. A round in which something
+beside one of the two runs slowed it is left out of their ratio, unless most rounds were so slowed (``quiet_rounds``):
+then every round counts, and the pages say the figure may be off.
 """
 
 from __future__ import annotations
@@ -62,6 +64,27 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class TunedGain:
+    """What the recommendation's file says it measured when tuned: its ``speedup`` over the baseline and, where a
+    race's paired rounds gave it, their 95 % ``interval`` (None: single runs or one round)."""
+
+    speedup: float
+    interval: RatioInterval | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TunedGain:
+        """``data`` as ``Benchmark.to_dict`` wrote it."""
+        interval = data.get("interval")
+        return cls(data["speedup"], RatioInterval(**interval) if interval else None)
+
+    def agrees_with(self, now: RatioInterval) -> bool:
+        """Whether the gain measured ``now`` agrees with this one within noise: their intervals overlap, or, where
+        this one has none, ``now``'s holds its speedup."""
+        low, high = (self.interval.low, self.interval.high) if self.interval else (self.speedup, self.speedup)
+        return low <= now.high and now.low <= high
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A benchmark of the recommendation in ``recommended`` (a path) for ``pipeline`` on ``device``, ``rounds``
     interleaved rounds; ``entries`` start with the baseline. ``notes`` say what the reader should know (the file
@@ -79,6 +102,7 @@ class Benchmark:
     notes: list[str] = field(default_factory=list)
     batch_policy: str | None = None
     stopped: bool = False
+    tuned: TunedGain | None = None
 
     @property
     def baseline(self) -> Entry:
@@ -113,13 +137,37 @@ class Benchmark:
             without = base
         return alone, without
 
-    def ratios(self, entry: Entry, reference: Entry | None = None) -> list[float]:
-        """``entry``'s samples/s over ``reference``'s (the baseline's where None), round by round, where both ran,
-        of the rounds in which something beside them slowed neither run (``quiet_rounds``)."""
+    def paired_ratios(self, entry: Entry, reference: Entry | None = None) -> dict[int, float]:
+        """``entry``'s samples/s over ``reference``'s (the baseline's where None), by round, in every round both
+        ran."""
         other = reference or self.baseline
         pairs = enumerate(zip(entry.throughputs, other.throughputs, strict=False), start=1)
-        ratios = {index: a / b for index, (a, b) in pairs if a is not None and b is not None}
-        return list(quiet_rounds(ratios, set(entry.disturbed) | set(other.disturbed)).values())
+        return {index: a / b for index, (a, b) in pairs if a is not None and b is not None}
+
+    def slowed_rounds(self, entry: Entry, reference: Entry | None = None) -> list[int]:
+        """The rounds of ``paired_ratios`` in which something beside ``entry``'s run or ``reference``'s (the
+        baseline's where None) slowed it."""
+        other = reference or self.baseline
+        return sorted(set(self.paired_ratios(entry, reference)) & (set(entry.disturbed) | set(other.disturbed)))
+
+    def counted_ratios(self, entry: Entry, reference: Entry | None = None) -> dict[int, float]:
+        """``paired_ratios`` by round, of the rounds in which something beside them slowed neither run, unless most
+        were slowed (``quiet_rounds``)."""
+        return quiet_rounds(self.paired_ratios(entry, reference), set(self.slowed_rounds(entry, reference)))
+
+    def ratios(self, entry: Entry, reference: Entry | None = None) -> list[float]:
+        """``counted_ratios``' ratios, round by round."""
+        return list(self.counted_ratios(entry, reference).values())
+
+    def rounds_left_out(self, entry: Entry, reference: Entry | None = None) -> list[int]:
+        """The ``slowed_rounds`` that ``ratios`` leave out: all of them, or none where most rounds were slowed."""
+        counted = self.counted_ratios(entry, reference)
+        return [index for index in self.slowed_rounds(entry, reference) if index not in counted]
+
+    def counts_slowed(self, entry: Entry, reference: Entry | None = None) -> bool:
+        """Whether ``ratios`` count rounds something slowed (most rounds were: ``quiet_rounds``), so that they read
+        what the load did as well as the configurations."""
+        return bool(self.slowed_rounds(entry, reference)) and not self.rounds_left_out(entry, reference)
 
     def interval(self, entry: Entry, reference: Entry | None = None) -> RatioInterval | None:
         return ratio_interval(self.ratios(entry, reference))
@@ -154,6 +202,8 @@ class Benchmark:
             interval = self.interval(entry)
             row.update(
                 ratios=self.ratios(entry),
+                slowed_rounds=self.slowed_rounds(entry),
+                rounds_left_out=self.rounds_left_out(entry),
                 interval=asdict(interval) if interval else None,
                 verdict=None if entry is self.baseline else self.recorded_verdict(entry),  # the baseline against itself
                 memory_change=self.memory_change(entry),
@@ -172,9 +222,19 @@ class Benchmark:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Benchmark:
-        derived = ("ratios", "interval", "verdict", "memory_change", "to_recommended", "to_recommended_verdict")
+        derived = (
+            "ratios",
+            "slowed_rounds",
+            "rounds_left_out",
+            "interval",
+            "verdict",
+            "memory_change",
+            "to_recommended",
+            "to_recommended_verdict",
+        )
         entries = [Entry.from_dict({k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
-        return cls(**{**{k: v for k, v in data.items() if k != "shares"}, "entries": entries})
+        tuned = TunedGain.from_dict(data["tuned"]) if data.get("tuned") else None
+        return cls(**{**{k: v for k, v in data.items() if k != "shares"}, "entries": entries, "tuned": tuned})
 
 
 def share_knobs(baseline: dict[str, Any], recommended: dict[str, Any], knob: str, kind: str) -> dict[str, Any]:

@@ -12,10 +12,13 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from autotune.errors import ConfigError
 from autotune.knobs import KNOBS, Target
 from autotune.recommendation import APPLIED_BY, Recommendation, read_recommended
 from autotune.report.recommended import FIELD_COMMENTS, recommendation, render_recommended
+from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
+from tests.report.test_headline_memory import proving_race
 from tests.report.test_reports import sample_results
 from tests.results.test_advice import study
 from tests.results.test_summary import results_with, trial
@@ -138,3 +141,21 @@ def test_a_pipeline_name_with_a_newline_stays_in_its_comment():
 def test_writing_the_file_imports_no_torch():
     code = "import sys, autotune.report.recommended; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+def test_the_speedups_interval_is_kept_as_data_and_reads_back(tmp_path):
+    results = StudyResults(**{**sample_results().__dict__, "confirmation": proving_race([1.0] * 3, [1.0] * 3)})
+    summary = summarise(results)
+    text = render_recommended(results, summary)
+    interval = summary.gain_interval
+    written = yaml.safe_load(text)["throughput"]["interval"]
+    assert written == {"low": round(interval.low, 3), "high": round(interval.high, 3), "rounds": 3}
+    path = tmp_path / "recommended.yaml"
+    path.write_text(text)
+    read = read_recommended(path).measured.interval
+    assert (read.low, read.high, read.n) == (written["low"], written["high"], 3)
+    document = yaml.safe_load(text)
+    document["throughput"]["interval"] = {"low": "a lot"}
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError, match="throughput.interval"):
+        read_recommended(path)

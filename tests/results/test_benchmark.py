@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 
 from autotune.benchmark import both_ends, configurations
+from autotune.measure.stats import RatioInterval
 from autotune.report.benchmark import benchmark_document, benchmark_table, print_benchmark, write_benchmark
-from autotune.results.benchmark import Benchmark, Entry
+from autotune.results.benchmark import Benchmark, Entry, TunedGain
 from autotune.results.check import Check
 from autotune.trial.result import Disturbance
 from tests.conftest import NEUTRAL_KNOBS
@@ -102,7 +103,8 @@ def test_the_record_is_written_first_and_reads_back(tmp_path):
     assert record.memory_change(record.entries[1]) == pytest.approx(500 / 405)
     document = benchmark_document(record)
     assert document.headline.lead == "The recommendation: 1.50x the baseline (gain)."
-    assert [section.heading for section in document.sections][:2] == ["Configurations", "Each change's share"]
+    headings = ["Configurations", "Measured on a busy machine", "Each change's share"]  # round 3 slowed a run
+    assert [section.heading for section in document.sections][:3] == headings
 
 
 @pytest.mark.parametrize(
@@ -220,3 +222,92 @@ def test_a_stopped_benchmarks_picture_draws_every_configuration_alike_and_says_w
         "provisional" in benchmark_ratios(stopped).caption and "green, a gain" not in benchmark_ratios(stopped).caption
     )
     assert "green, a gain" in benchmark_ratios(finished).caption
+
+
+def busy(sections) -> str:
+    """The paragraph of the section on the runs something slowed, of a document's ``sections``."""
+    (section,) = [section for section in sections if section.heading == "Measured on a busy machine"]
+    return " ".join(section.paragraphs)
+
+
+def test_where_most_rounds_were_slowed_the_headline_calls_its_verdict_unreliable_and_every_page_says_why(tmp_path):
+    # The review's run: a load slowed a run of the baseline or the recommendation in every round, so every round
+    # counts (``quiet_rounds``): "within noise" alone would read as a measured verdict.
+    record = benchmark([150.0, 140.0, 160.0, 150.0, 145.0], base_runs=(100.0, 95.0, 104.0, 98.0, 30.0))
+    record.entries[2].throughputs.extend([148.0, 151.0])
+    for index in (1, 2, 3, 4, 5):
+        record.entries[1].disturbed[index] = Disturbance(cores_slowdown=1.4 + index / 10)
+    record.entries[0].disturbed[5] = Disturbance(others_cores=1.2, cores_slowdown=1.4)
+    lead = benchmark_document(record).headline.lead
+    assert lead == (
+        "The recommendation: 1.91x the baseline (within noise; unreliable, as it counts runs something slowed: see "
+        "below)."
+    )
+    said = busy(benchmark_document(record).sections)
+    assert said.startswith(
+        "6 of the 14 runs measured were slowed by something beside them: the cores ran 1.4-1.9x slow in 6 of them, "
+        "other processes busy (1.2 cores) in 1 of them."
+    )
+    assert "slowed in all 5 rounds that ran both, so the headline's ratio counts every round" in said
+    assert "Of the other configurations' ratios to the baseline, 1 leaves them out." in said  # round 5's baseline
+    assert said.endswith("run the benchmark again when the machine is quiet.")
+    row = record.to_dict()["entries"][1]
+    assert (row["slowed_rounds"], row["rounds_left_out"]) == ([1, 2, 3, 4, 5], [])
+    assert Benchmark.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    files = write_benchmark(record, tmp_path)
+    out = io.StringIO()
+    print_benchmark(record, files, out)
+    for page in (out.getvalue(), files["benchmark.md"].read_text(), files["benchmark.html"].read_text()):
+        words = " ".join(page.split())
+        assert "Measured on a busy machine" in words and "unreliable, as it counts runs something slowed" in words
+
+
+def test_where_the_slowed_rounds_are_left_out_the_verdict_stands_and_the_rounds_are_named():
+    record = benchmark([150.0, 156.0, 147.0], base_runs=(100.0, 30.0, 98.0))
+    record.entries[0].disturbed[2] = Disturbance(cores_slowdown=3.3)
+    assert benchmark_document(record).headline.lead == "The recommendation: 1.50x the baseline (gain)."
+    said = busy(benchmark_document(record).sections)
+    assert said.startswith("1 of the 8 runs measured was slowed by something beside it: round 2 baseline: the cores")
+    assert "The recommendation's ratio to the baseline leaves out round 2, in which a run of one of the two" in said
+    # baseline + batch_size failed in round 1: of its rounds with the baseline, one is left quiet, too few to count
+    assert "Of the other configurations' ratios to the baseline, 1 counts the slowed rounds, too few being" in said
+    assert record.to_dict()["entries"][1]["rounds_left_out"] == [2]
+    assert not busy_sections(benchmark([150.0, 156.0, 147.0])), "nothing slowed: no section"
+
+
+def busy_sections(record: Benchmark) -> list:
+    return [s for s in benchmark_document(record).sections if s.heading == "Measured on a busy machine"]
+
+
+@pytest.mark.parametrize(
+    ("tuned", "said"),
+    [
+        (None, ""),
+        (
+            TunedGain(1.911, RatioInterval(1.911, 1.58, 2.32, 3)),
+            " When tuned: 1.91x (95 % interval 1.58-2.32 over 3 paired rounds), which overlaps this one.",
+        ),
+        (
+            TunedGain(2.5, RatioInterval(2.5, 2.2, 2.9, 3)),
+            " When tuned: 2.50x (95 % interval 2.20-2.90 over 3 paired rounds), apart from this one: the gain here "
+            "differs from the tuned one beyond noise.",
+        ),
+        (TunedGain(1.52), " When tuned: 1.52x (no interval), inside this interval."),
+        (
+            TunedGain(1.8),
+            " When tuned: 1.80x (no interval), outside this interval: the gain here differs from the tuned one beyond "
+            "noise.",
+        ),
+    ],
+)
+def test_the_headline_gives_the_medians_ratio_where_it_reads_otherwise_and_the_tuned_gain_beside_this_one(tuned, said):
+    # Ratios 1.5, 1.6 and 1.41 by round: their geometric mean 1.50x, as the medians' (150 over 100) reads.
+    record = replace(benchmark([150.0, 166.4, 137.8]), tuned=tuned)
+    rest = benchmark_document(record).headline.rest
+    assert rest == f"95 % interval 1.28-1.76 over 3 paired rounds on cpu.{said}"
+    assert Benchmark.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    skewed = benchmark([150.0, 156.0, 147.0, 200.0], base_runs=(100.0, 104.0, 98.0, 100.0))  # medians 153/100
+    assert benchmark_document(skewed).headline.rest.startswith(
+        "95 % interval 1.28-2.03 over 4 paired rounds on cpu (the geometric mean of their ratios; 1.53x by the "
+        "medians)."
+    )
