@@ -110,14 +110,21 @@ def test_undone_changes_draws_the_statistic_the_trim_decides_by_and_its_decision
     assert (undone.get_color(), undone.get_label()) == (plots.BASELINE, "undone: undoing it cost nothing")
 
 
-def test_undone_changes_caption_names_only_the_colours_in_its_picture_in_plain_words():
+def amp_undone(without_amp: list[float]):
+    """The summary of a winner at 200 samples/s changing three knobs whose trim race read it without bf16 at
+    ``without_amp``, round by round."""
     winner = trial("0", 200.0, batch_size=32, num_threads=1, amp="bf16")
     knobs = winner.result.knobs
     proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3)], None, 3, trials=["0"])
     no_amp = {**knobs, "amp": BASELINE["amp"]}
-    free = Finalist("0 without amp", no_amp, 2, 90.0, [201.0, 199.0, 200.0], result=fake_result(no_amp, 200.0))
-    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), free], None, 3)
-    caption = plots.undone_changes(summarise(replace(results_with(winner), confirmation=proven, trim=[race]))).caption
+    median = sorted(without_amp)[1]
+    variant = Finalist("0 without amp", no_amp, 2, 90.0, without_amp, result=fake_result(no_amp, median))
+    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), variant], None, 3)
+    return summarise(replace(results_with(winner), confirmation=proven, trim=[race]))
+
+
+def test_undone_changes_caption_names_only_the_colours_in_its_picture_in_plain_words():
+    caption = plots.undone_changes(amp_undone([201.0, 199.0, 200.0])).caption
     assert "Grey: undone, as undoing it cost nothing beyond noise" in caption
     assert "(rules: docs/how-it-decides.md)" in caption
     for absent in ("Blue", "Orange", "Purple", "orange", "purple", "trim_path", "race.py"):
@@ -125,13 +132,7 @@ def test_undone_changes_caption_names_only_the_colours_in_its_picture_in_plain_w
 
 
 def test_a_change_whose_undoing_ran_faster_beyond_the_band_is_undone_in_words_true_of_it():
-    winner = trial("0", 200.0, batch_size=32, num_threads=1, amp="bf16")
-    knobs = winner.result.knobs
-    proven = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3)], None, 3, trials=["0"])
-    no_amp = {**knobs, "amp": BASELINE["amp"]}
-    faster = Finalist("0 without amp", no_amp, 2, 90.0, [212.0, 210.0, 211.0], result=fake_result(no_amp, 211.0))
-    race = Confirmation([100.0] * 3, [Finalist("0", knobs, 3, 100.0, [200.0] * 3), faster], None, 3)
-    summary = summarise(replace(results_with(winner), confirmation=proven, trim=[race]))
+    summary = amp_undone([212.0, 210.0, 211.0])
     assert summary.no_difference == {"amp": "bf16"}, "undone: 5 % faster without it, beyond the band"
     plot = plots.undone_changes(summary)
     (diamond,) = [line for line in drawn(plot).lines if line.get_marker() == "D"]

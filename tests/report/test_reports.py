@@ -675,7 +675,7 @@ def test_a_gain_whose_interval_spans_one_says_what_more_rounds_would_come_from()
     ), "more planned rounds would end there too"
 
 
-def test_a_gain_of_rounds_far_apart_says_so_and_one_cut_by_the_budget_names_it():
+def test_a_gain_of_rounds_far_apart_says_so_and_one_of_a_cut_race_says_it_was_cut():
     spread = Confirmation([100.0] * 3, [Finalist("0", {}, 1, 100.0, [160.0, 103.0, 104.0])])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": spread})
     text = headline(summarise(results)).lead
@@ -683,7 +683,7 @@ def test_a_gain_of_rounds_far_apart_says_so_and_one_cut_by_the_budget_names_it()
         "over 3 paired rounds (it spans 1x: the recommendation ran faster in 3 of them, by amounts too far apart to "
         "bound the gain; more study.confirm_rounds would tell)" in text
     ), text
-    # Two rounds decided it (both clear of the baseline) and study.budget_s left no time for the third.
+    # Two rounds decided it (both clear of the baseline), and study.budget_s or a stop cut the third.
     cut = Confirmation(
         [100.0, 100.0], [Finalist("0", {}, 1, 100.0, [166.0, 186.0])], None, 3, cut=True, decided_after=2
     )
