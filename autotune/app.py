@@ -43,7 +43,7 @@ from autotune.runner import (
     study_slots,
 )
 from autotune.study.clock import SEARCH, Kept, RunClock, span
-from autotune.study.disturbed import again_if_disturbed
+from autotune.study.disturbed import FIRST_STANDS, again_if_disturbed
 from autotune.study.forecast import forecast
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
@@ -107,7 +107,7 @@ def _tune(
     measured = runners[0].run  # the baseline, the probe and the race run in the first slot
     if settings.study.remeasure_disturbed:
         again = partial(_measured_again, lines, turn)
-        measured = again_if_disturbed(runners[0].run, again, lines.note, clock.affords_again)
+        measured = again_if_disturbed(runners[0].run, again, lines.note, clock.affords_again, lines.first_stands)
     baseline = _measure_baseline(opened, settings, measured, output_dir, lines, clock)
     stop = StopReason("interrupted", aborted=True)  # until the search, the race and what follows end
     try:
@@ -192,6 +192,9 @@ class _RunLines:
 
     def measured_again(self, name: str, result: TrialResult) -> None:
         self.note(f"[{name}] {self._race_line(name, result)}; measured again")
+
+    def first_stands(self, name: str, result: TrialResult) -> None:
+        self.note(f"[{name}] {self._race_line(name, result)}; {FIRST_STANDS}")
 
     def trial(self, event: TrialEvent) -> None:
         if event.not_measured is not None:  # no trial of the count: its number alone

@@ -34,7 +34,7 @@ from autotune.report.benchmark import print_benchmark, run_label, write_benchmar
 from autotune.report.rows import disturbance_words
 from autotune.results.benchmark import Benchmark, Entry, TunedGain, share_knobs
 from autotune.runner import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
-from autotune.study.disturbed import again_if_disturbed
+from autotune.study.disturbed import FIRST_STANDS, again_if_disturbed
 from autotune.study.trial_outcome import RunFn
 from autotune.trial.placement import UNPINNED, Slot
 from autotune.trial.result import TrialResult
@@ -79,7 +79,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
         entries=entries,
         notes=notes,
         batch_policy=settings.batch_policy,
-        tuned=tuned_gain(recommendation.measured),
+        tuned=tuned_gain(recommendation.measured) if _comparable(recommendation, settings) else None,
     )
     measure = partial(measure_rounds, settings, benchmark, output_dir / "benchmark", out, study_slot(settings, facts))
     files = measure_then_report(measure, partial(_report, benchmark, output_dir, out))
@@ -143,6 +143,13 @@ def recommendation_to_measure(settings: Settings, facts: Inspection) -> tuple[Se
             f"'{settings.pipeline.name}'"
         )
     return settings, recommendation, notes
+
+
+def _comparable(recommendation: Recommendation, settings: Settings) -> bool:
+    """Whether the gain ``recommendation``'s file records was measured against what this run measures it against:
+    the same pipeline, and the baseline it was tuned against (where the file says) the one here."""
+    same_baseline = not recommendation.baseline or not changed(recommendation.baseline, settings.baseline)
+    return recommendation.pipeline == settings.pipeline.name and same_baseline
 
 
 def tuned_gain(measured: Measured) -> TunedGain | None:
@@ -255,9 +262,15 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
         shown = f"{result.timing.throughput:.1f} samples/s, {disturbance_words(result.disturbance)}: measured again"
         print(f"[{said.get(name, name)}] {shown}", file=out, flush=True)
 
+    def show_first_stands(name: str, result: TrialResult) -> None:
+        first = said.get(name.removesuffix("-again"), name)
+        shown = f"{result.timing.throughput:.1f} samples/s, {disturbance_words(result.disturbance)}"
+        print(f"[{first}, again] {shown}: {FIRST_STANDS}", file=out, flush=True)
+
     run = timed
     if settings.study.remeasure_disturbed:
-        run = again_if_disturbed(timed, show_disturbed, partial(print, file=out, flush=True))
+        notes = partial(print, file=out, flush=True)
+        run = again_if_disturbed(timed, show_disturbed, notes, on_first_stands=show_first_stands)
     for entry in benchmark.entries:  # each run's line names its configuration only: its knobs are said once, here
         print(f"[{entry.label}] {changes_in_words(entry.knobs, settings.baseline)}", file=out, flush=True)
     for index in rounds:

@@ -18,6 +18,14 @@ def rounds_named(rounds: list[int]) -> str:
     return f"{'round' if len(rounds) == 1 else 'rounds'} {listed([str(r) for r in rounds])}"
 
 
+def slowed_rounds_note(rounds: list[int]) -> str:
+    """Rounds left out of a ratio as a run of each was slowed, in words to follow the paired rounds counted:
+    " (round 2 left out: a run of it was slowed)"; empty where none was."""
+    if not rounds:
+        return ""
+    return f" ({rounds_named(rounds)} left out: a run of {'it' if len(rounds) == 1 else 'each'} was slowed)"
+
+
 def duration(seconds: float) -> str:
     """``seconds`` as a person reads a wait: "45 s", from a minute and a half on "3 min"."""
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"

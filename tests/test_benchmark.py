@@ -310,3 +310,23 @@ def test_each_configurations_changes_are_said_once_before_the_rounds_and_each_ru
     assert "When tuned: 1.91x (95 % interval 1.58-2.32 over 3 paired rounds), apart from this one" in out.getvalue()
     stored = json.loads(files["benchmark.json"].read_text())["tuned"]
     assert stored == {"speedup": 1.911, "interval": {"geomean": 1.911, "low": 1.58, "high": 2.32, "n": 3}}
+
+
+def test_a_gain_tuned_against_another_baseline_is_not_compared_with_this_one(tmp_path, monkeypatch):
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=describe_machine())
+
+    def run_trial(request, timeout_s, workdir, name, *args, **kwargs):
+        throughput = 150.0 if request.knobs["batch_size"] == 32 else 100.0
+        return TrialResult(knobs=request.knobs, measurement=fake_measurement(throughput))
+
+    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
+    path = _recommended_yaml(tmp_path, {"batch_size": 32})
+    document = yaml.safe_load(path.read_text())
+    other = {**document["baseline"], "num_workers": 1, "prefetch_factor": 2, "persistent_workers": False}
+    path.write_text(yaml.safe_dump({**document, "baseline": other, "throughput": TUNED_THROUGHPUT}))
+    out = io.StringIO()
+    files = _benchmark(path, tmp_path / "out", out)
+    assert "tuned against another baseline" in out.getvalue()
+    assert "When tuned" not in out.getvalue(), "1.91x was over another baseline: nothing to compare"
+    assert json.loads(files["benchmark.json"].read_text())["tuned"] is None

@@ -16,7 +16,7 @@ from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
 from autotune.report.rows import slowed_in_words
 from autotune.results.benchmark import Benchmark, Entry, share_knobs
-from autotune.words import counted, listed, ratio_bounds, rounds_named
+from autotune.words import counted, listed, ratio_bounds, rounds_named, slowed_rounds_note
 
 _HEADERS = [
     "configuration",
@@ -97,7 +97,8 @@ def _headline(benchmark: Benchmark) -> Headline:
         lead = stopped if benchmark.stopped else "No verdict."
         return Headline(lead, f"{done}: an interval needs two (failures, if any, in the table).")
     figure, bounds = f"{interval.geomean:.2f}x the baseline", ratio_bounds(interval.low, interval.high)
-    measured = f"95 % interval {bounds} over {interval.n} paired rounds on {benchmark.device}"
+    slowed = slowed_rounds_note(benchmark.rounds_left_out(recommended))
+    measured = f"95 % interval {bounds} over {interval.n} paired rounds{slowed} on {benchmark.device}"
     if benchmark.stopped:
         so_far = f"The rounds that ran read the recommendation at {figure}, {measured}"
         return Headline(stopped, f"{so_far}: provisional, as are the figures below.")
@@ -125,16 +126,14 @@ def _when_tuned(benchmark: Benchmark, now: RatioInterval) -> str:
     tuned = benchmark.tuned
     if tuned is None:
         return ""
-    if tuned.interval is None:
-        figure = f"{tuned.speedup:.2f}x (no interval)"
-        agrees, apart = "inside this interval", "outside this interval"
-    else:
-        bounds = ratio_bounds(tuned.interval.low, tuned.interval.high)
-        figure = f"{tuned.speedup:.2f}x (95 % interval {bounds} over {tuned.interval.n} paired rounds)"
-        agrees, apart = "which overlaps this one", "apart from this one"
-    if tuned.agrees_with(now):
-        return f" When tuned: {figure}, {agrees}."
-    return f" When tuned: {figure}, {apart}: the gain here differs from the tuned one beyond noise."
+    agrees = tuned.agrees_with(now)
+    if agrees is None:
+        return f" When tuned: {tuned.speedup:.2f}x, from single runs or one race round: no interval to compare with."
+    bounds = ratio_bounds(tuned.interval.low, tuned.interval.high)
+    figure = f"{tuned.speedup:.2f}x (95 % interval {bounds} over {tuned.interval.n} paired rounds)"
+    if agrees:
+        return f" When tuned: {figure}, which overlaps this one."
+    return f" When tuned: {figure}, apart from this one: the gain here differs from the tuned one beyond noise."
 
 
 def run_label(index: int, entry: Entry) -> str:

@@ -77,11 +77,12 @@ class TunedGain:
         interval = data.get("interval")
         return cls(data["speedup"], RatioInterval(**interval) if interval else None)
 
-    def agrees_with(self, now: RatioInterval) -> bool:
-        """Whether the gain measured ``now`` agrees with this one within noise: their intervals overlap, or, where
-        this one has none, ``now``'s holds its speedup."""
-        low, high = (self.interval.low, self.interval.high) if self.interval else (self.speedup, self.speedup)
-        return low <= now.high and now.low <= high
+    def agrees_with(self, now: RatioInterval) -> bool | None:
+        """Whether the gain measured ``now`` agrees with this one within noise: their intervals overlap; None where
+        this one has none (single runs, or one race round: its own noise unknown, so no verdict either way)."""
+        if self.interval is None:
+            return None
+        return self.interval.low <= now.high and now.low <= self.interval.high
 
 
 @dataclass(frozen=True)

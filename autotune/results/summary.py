@@ -23,7 +23,7 @@ from autotune.results.trim_rules import (
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
-from autotune.words import counted, ratio_bounds, rounds_named
+from autotune.words import counted, ratio_bounds, slowed_rounds_note
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
@@ -289,10 +289,7 @@ class Summary:
     def left_out_note(self) -> str:
         """``gain_rounds_left_out`` in words, to follow the paired rounds counted: " (round 2 left out: a run of it
         was slowed)"; empty where none was."""
-        left = self.gain_rounds_left_out
-        if not left:
-            return ""
-        return f" ({rounds_named(left)} left out: a run of {'it' if len(left) == 1 else 'each'} was slowed)"
+        return slowed_rounds_note(self.gain_rounds_left_out)
 
     @property
     def no_difference(self) -> dict[str, object]:

@@ -35,6 +35,8 @@ AffordsAgainFn = Callable[[dict[str, Any], str], bool]
 # A slowdown the cores' reading flags (1.3x or more) that lasted through a run would leave the second run this many
 # times faster at least; a single run's figure varies 6-20 % between processes.
 NOT_SLOWED = 1.10
+# Said of a second run that stands for nothing: slowed too and slower than the first (``_standing``).
+FIRST_STANDS = "slowed too and slower: the first run stands"
 FALSE_ALARMS = 2
 
 
@@ -43,10 +45,12 @@ def again_if_disturbed(
     on_disturbed: OnDisturbedFn,
     on_note: Callable[[str], None] | None = None,
     affords: AffordsAgainFn | None = None,
+    on_first_stands: OnDisturbedFn | None = None,
 ) -> RunFn:
     """``run``, measuring a run that something beside it disturbed once more, as ``NAME-again`` (the module's rules),
     where ``affords`` it (study.budget_s; None: always); ``on_note`` is told once where the cores' reading alone stops
-    having runs measured again."""
+    having runs measured again; ``on_first_stands`` of a second run, ``NAME-again``, slowed too and slower than the
+    first, which stands (``_standing``): else its figure would be said nowhere."""
     lasting = False
     false_alarms = 0
 
@@ -72,7 +76,10 @@ def again_if_disturbed(
                     f"them in a row read under {NOT_SLOWED:g}x the first, undisturbed): runs they flag are no longer "
                     "measured again"
                 )
-        return _standing(first, second)
+        standing = _standing(first, second)
+        if standing is first and second.ok and on_first_stands is not None:
+            on_first_stands(f"{name}-again", second)
+        return standing
 
     return measured
 

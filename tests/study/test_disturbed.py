@@ -17,7 +17,7 @@ from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.results.trim_rules import alone
 from autotune.runner import TrialRunner
-from autotune.study.disturbed import again_if_disturbed
+from autotune.study.disturbed import FIRST_STANDS, again_if_disturbed
 from autotune.study.run_race import race
 from autotune.trial.result import Disturbance, Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
@@ -263,6 +263,10 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     again = sorted(path.name for path in tmp_path.glob("*-again.result.json"))
     assert again == ["round1-baseline-again.result.json"], "the load lasted: nothing more is measured again"
     said = out.getvalue().splitlines()[2:]  # after each configuration's changes, said once
+    # Where the second run read slower, slowed too, the first stands, and the second's figure is said.
+    stands = [line for line in said if line.endswith(FIRST_STANDS)]
+    assert all(line.startswith("[round 1 baseline, again] ") for line in stands), stands
+    said = [line for line in said if line not in stands]
     assert said[0].startswith("[round 1 baseline] ") and said[0].endswith("measured again")
     assert said[1].startswith("[round 1 baseline] ") and said[1].endswith("may read low")
     assert [len(entry.disturbed) for entry in entries] == [2, 2], "each run counted though slowed, named"
@@ -276,3 +280,17 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     single = io.StringIO()
     measure_rounds(settings, alone, tmp_path / "single", single)
     assert "[round 1 " in single.getvalue() and "[time]" not in single.getvalue(), "one round: nothing left to foretell"
+
+
+def test_a_second_run_slower_and_slowed_too_is_said_where_the_first_stands():
+    runs = Runs({"baseline": run_of(50.0, disturbed=True), "baseline-again": run_of(30.0, disturbed=True)})
+    told = []
+    measured = again_if_disturbed(runs, lambda name, result: None, on_first_stands=lambda n, r: told.append((n, r)))
+    assert measured(BASELINE, "baseline").timing.throughput == 50.0
+    assert [(name, result.timing.throughput) for name, result in told] == [("baseline-again", 30.0)]
+    quiet = Runs({"baseline": run_of(50.0, disturbed=True), "baseline-again": run_of(40.0)})
+    told.clear()
+    again_if_disturbed(quiet, lambda name, result: None, on_first_stands=lambda n, r: told.append(n))(
+        BASELINE, "baseline"
+    )
+    assert not told, "a quiet second run stands: nothing to say"
