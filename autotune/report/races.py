@@ -260,7 +260,7 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
             tied = undone_again(reference, variant, new) and new is not reference and new.changes >= 2
             outcome["tied" if tied else "unshown"] += undone
     said = {
-        "costs": "Kept, as undoing it cost throughput",
+        "costs": "Kept, as undoing it read slower in the rounds it ran",
         "unshown": "Kept, as undoing it was not shown to cost nothing",
         "left out": "Left out, as fast without",
         "together costs": "Left out with the others, though undoing it alone cost throughput",

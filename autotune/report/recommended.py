@@ -34,8 +34,9 @@ FIELD_COMMENTS = {
     "rec.learning_rate(lr) scales from its batch_size.",
     "no_difference": "Changes tried on top of the recommendation whose undoing cost nothing beyond noise: left out of "
     "knobs, so not applied.",
-    "untrimmed": "true: not every change in knobs was shown to matter (the trim, which undoes each in turn, did not "
-    "run to its end, or no race ran); load_recommended then warns (UntrimmedWarning).",
+    "untrimmed": "true: the trim, which undoes each change in knobs in turn, did not run to its end, or no race ran, "
+    "so a change may be kept that does nothing; load_recommended then warns (UntrimmedWarning). false: each was "
+    "raced undone, and kept where its undoing read slower (mode=benchmark measures each change's share).",
     "throughput": "Training samples/s with the recommended knobs and with the baseline's, and the speedup of one over "
     "the other; method says how they were measured; interval: the speedup's 95 % interval over the race's paired "
     "rounds (null from fewer than two).",
