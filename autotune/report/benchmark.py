@@ -120,6 +120,10 @@ def _by_the_medians(benchmark: Benchmark, interval: RatioInterval) -> str:
     return f" (the geometric mean of their ratios; {medians:.2f}x by the medians)"
 
 
+# Why a recommended.yaml records no interval of its gain.
+_NO_INTERVAL = "single runs, one race round, or a file from before autotune kept one"
+
+
 def _when_tuned(benchmark: Benchmark, now: RatioInterval) -> str:
     """The gain the recommendation's file says it measured when tuned (``Benchmark.tuned``), and whether the gain
     measured ``now`` agrees with it within noise; empty where the file records none."""
@@ -128,7 +132,7 @@ def _when_tuned(benchmark: Benchmark, now: RatioInterval) -> str:
         return ""
     agrees = tuned.agrees_with(now)
     if agrees is None:
-        return f" When tuned: {tuned.speedup:.2f}x, from single runs or one race round: no interval to compare with."
+        return f" When tuned: {tuned.speedup:.2f}x; its file records no interval ({_NO_INTERVAL}): nothing to compare."
     bounds = ratio_bounds(tuned.interval.low, tuned.interval.high)
     figure = f"{tuned.speedup:.2f}x (95 % interval {bounds} over {tuned.interval.n} paired rounds)"
     if agrees:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from autotune import app
+from autotune.app import _RunLines
 from autotune.benchmark import both_ends, measure_rounds
 from autotune.config.load import load_settings
 from autotune.measure.core_speed import CoreSpeed
@@ -294,3 +295,13 @@ def test_a_second_run_slower_and_slowed_too_is_said_where_the_first_stands():
         BASELINE, "baseline"
     )
     assert not told, "a quiet second run stands: nothing to say"
+
+
+def test_a_tuning_runs_terminal_says_the_second_runs_figure_where_the_first_stands():
+    out = io.StringIO()
+    lines = _RunLines(out)
+    lines.baseline = run_of(100.0)
+    lines.first_stands("confirm-1-trial-0-again", run_of(30.0, disturbed=True))
+    said = out.getvalue().strip()
+    assert said.startswith("[confirm-1-trial-0-again] ") and "30.0 samples/s" in said, said
+    assert said.endswith(f"; {FIRST_STANDS}")
