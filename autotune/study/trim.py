@@ -16,6 +16,7 @@ from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import count_changes
+from autotune.results.summary import race_name
 from autotune.results.trim_rules import (
     alone,
     is_trim_of,
@@ -85,12 +86,12 @@ def run_trim(
         if not same or len(races) >= len(done):
             start = ran if same and len(races) == len(done) and _goes_on(ran) else None
             if same and start is None and len(races) == len(done) and on_note is not None:
-                on_note(f"[trim] the stored race {name} is raced again: {unsettled(ran)}")
+                on_note(f"[trim] the stored {race_name(len(races) + 1)} is raced again: {unsettled(ran)}")
             # Stored first as a race not run yet (as study.budget_s leaves one), then as each round ends: a run
             # stopped in it keeps the races and rounds before, and the trim stays unsettled.
             _store(study, results, [*races, start or Confirmation([], entrants, planned_rounds=rounds, cut=True)])
             singles = {variant.label for variant in undone.values()}
-            announced = partial(_announce, on_note, name, singles, baseline, rounds, round_s, len(races))
+            announced = partial(_announce, on_note, singles, baseline, rounds, round_s, len(races))
             ran = race(
                 entrants, baseline, before_race, rounds, name, run, on_run, alone, leader, affords, new_draw, start,
                 lambda so_far: _store(study, results, [*races, so_far]), _runs_out(current, rounds), announced,
@@ -108,7 +109,6 @@ def run_trim(
 
 def _announce(
     on_note: Callable[[str], None] | None,
-    name: str,
     singles: set[str],
     baseline: dict[str, Any],
     rounds: int,
@@ -117,9 +117,9 @@ def _announce(
     racing: list[Finalist],
     first: int,
 ) -> None:
-    """``announce`` for trim race ``name``, with ``before`` races before it, racing ``racing``: the configuration it
-    started from against its variants, those undoing one change (labelled in ``singles``) and the one undoing them
-    all at once."""
+    """``announce`` for the trim's race after ``before`` others, racing ``racing``: the configuration it started from
+    against its variants, those undoing one change (labelled in ``singles``) and the one undoing them all at once;
+    each race named as the reports name it (``race_name``)."""
     leader, variants = racing[0], racing[1:]
     one_each = sum(1 for variant in variants if variant.label in singles)
     together = len(variants) > one_each  # the variant undoing them all at once races too
@@ -128,10 +128,11 @@ def _announce(
     if not before:
         changes = "each change undone"
     elif one_each == 1 and not together:
-        changes = f"the change that tied in trim-{before} undone"
+        changes = f"the change that tied in {race_name(before)} undone"
     else:
-        changes = f"the changes that tied in trim-{before} undone, {' and '.join(ways)}"
-    entrants = f"{name}: trial {leader.label} against itself with {changes} ({counted(len(variants), 'variant')})"
+        changes = f"the changes that tied in {race_name(before)} undone, {' and '.join(ways)}"
+    racers = counted(len(variants), "variant")
+    entrants = f"{race_name(before + 1)}: trial {leader.label} against itself with {changes} ({racers})"
     configurations = [baseline, *(finalist.knobs for finalist in racing)]
     announce(on_note, "[trim]", f"{entrants}, the baseline too", configurations, rounds, first, round_s)
 

@@ -347,7 +347,7 @@ def test_a_trim_race_that_does_not_fit_is_left_out_and_the_winner_keeps_its_chan
     assert len(study.user_attrs[on_machine(TRIM_ATTR, load_results(study).machine_id)]) == 1, "stored, as cut"
     summary = summarise(load_results(study))
     assert summary.trim == [] and summary.recommended.result.knobs == WINNER, "no trim: its three changes stand"
-    assert "Not every change was shown to matter" in str(headline(summary)), "and the headline says so"
+    assert "Not every change was raced undone" in str(headline(summary)), "and the headline says so"
     assert recommendation(load_results(study), summary).untrimmed, "and recommended.yaml"
     trimmed = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
     assert trimmed and not any(race.cut for race in trimmed), "a later run trims anew"
@@ -362,16 +362,16 @@ def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
     cut = run_trim(study, load_results(study), confirmation, pipeline, skip, first_only, None, notes.append)
     assert [race.cut for race in cut] == [False, True]
     assert notes == [
-        "[trim] trim-1: trial 0 against itself with each change undone (4 variants), the baseline too: the 6 in turn "
-        "for up to 3 rounds"
+        "[trim] trim race 1: trial 0 against itself with each change undone (4 variants), the baseline too: the 6 in "
+        "turn for up to 3 rounds"
     ], "the second race, which the budget left no time for, is not said to run"
     assert summarise(load_results(study)).untrimmed, "its first race's pick is recommended, not trimmed to its end"
     runs_before, notes = len(pipeline.names), []
     again = run_trim(study, load_results(study), confirmation, pipeline, lambda n, r: None, on_note=notes.append)
     assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
     assert notes == [
-        "[trim] trim-2: trial 0 without set_to_none against itself with the change that tied in trim-1 undone (1 "
-        "variant), the baseline too: the 3 in turn for up to 3 rounds"
+        "[trim] trim race 2: trial 0 without set_to_none against itself with the change that tied in trim race 1 "
+        "undone (1 variant), the baseline too: the 3 in turn for up to 3 rounds"
     ], "the second race, once it runs"
     assert not summarise(load_results(study)).untrimmed
     assert all(name.startswith("trim-2-") for name in pipeline.names[runs_before:]), pipeline.names[runs_before:]

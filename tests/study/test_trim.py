@@ -421,10 +421,10 @@ def test_a_trim_race_the_winner_left_losing_a_round_to_the_baseline_is_raced_aga
     run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None, on_note=notes.append)
     assert len(pipeline.names) > runs and not summarise(load_results(study)).untrimmed, "raced again"
     assert notes[0] == (
-        f"[trim] the stored race trim-1 is raced again: trial {confirmation.winner.label}, the configuration it "
+        f"[trim] the stored trim race 1 is raced again: trial {confirmation.winner.label}, the configuration it "
         "started from, left it (slower than the baseline in round 1)"
     )
-    assert notes[1].startswith("[trim] trim-1: trial "), "then what it races"
+    assert notes[1].startswith("[trim] trim race 1: trial "), "then what it races"
 
 
 def test_a_trim_stopped_in_its_second_race_keeps_its_first_and_is_not_taken_for_ended(tmp_path):
@@ -460,13 +460,13 @@ def test_each_trim_race_says_what_it_races_and_how_long_a_round_takes_before_its
     assert len(races) >= 2
     first, second = (said.index(f"trim-{race}-1-baseline") for race in (1, 2))
     assert said[first - 1] == (
-        "[trim] trim-1: trial 0 against itself with each change undone (5 variants), the baseline too: the 7 in turn "
-        "for up to 3 rounds (about 70 s a round)"
+        "[trim] trim race 1: trial 0 against itself with each change undone (5 variants), the baseline too: the 7 in "
+        "turn for up to 3 rounds (about 70 s a round)"
     )
     assert said[second - 1] == (
-        f"[trim] trim-2: trial {races[1].finalists[0].label} against itself with the changes that tied in trim-1 "
-        "undone, each alone and all at once (3 variants), the baseline too: the 5 in turn for up to 3 rounds (about "
-        "50 s a round)"
+        f"[trim] trim race 2: trial {races[1].finalists[0].label} against itself with the changes that tied in trim "
+        "race 1 undone, each alone and all at once (3 variants), the baseline too: the 5 in turn for up to 3 rounds "
+        "(about 50 s a round)"
     )
 
 
@@ -521,11 +521,11 @@ def test_a_trim_race_going_on_names_the_variants_still_racing():
     single, together = (Finalist(f"0 without a without {knob}", {}, 2, None) for knob in ("b", "b without c"))
     said = []
     for racing in ([leader, single, together], [leader, together], [leader, single]):
-        _announce(said.append, "trim-2", {single.label, "0 without a without c"}, {}, 3, None, 1, racing, 2)
+        _announce(said.append, {single.label, "0 without a without c"}, {}, 3, None, 1, racing, 2)
     assert [line.split(": ")[1].split(", the baseline")[0] for line in said] == [
-        "trial 0 without a against itself with the changes that tied in trim-1 undone, one alone and all at once "
+        "trial 0 without a against itself with the changes that tied in trim race 1 undone, one alone and all at once "
         "(2 variants)",
-        "trial 0 without a against itself with the changes that tied in trim-1 undone, all at once (1 variant)",
-        "trial 0 without a against itself with the change that tied in trim-1 undone (1 variant)",
+        "trial 0 without a against itself with the changes that tied in trim race 1 undone, all at once (1 variant)",
+        "trial 0 without a against itself with the change that tied in trim race 1 undone (1 variant)",
     ]
     assert said[0].endswith("the 4 in turn for up to 2 rounds more after round 1")
