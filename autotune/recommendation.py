@@ -100,7 +100,7 @@ class MachineMismatchWarning(UserWarning):
 
 
 class UntrimmedWarning(UserWarning):
-    """Not every change of the recommendation was shown to matter: its trim did not run to its end, or did not run."""
+    """Not every change of the recommendation was raced undone: its trim did not run to its end, or did not run."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class Recommendation:
     """The knob values autotune recommends for ``pipeline`` over ``baseline`` (the values it ran before), what
     they measured on ``machine``, and how to apply them. ``no_difference`` holds the changes that were tried on
     top of the recommendation and made no difference beyond noise, so they were left out; ``untrimmed``: the trim
-    did not run to its end, so not every change in ``knobs`` was shown to matter."""
+    did not run to its end, so not every change in ``knobs`` was raced undone."""
 
     knobs: dict[str, Any]
     baseline: dict[str, Any]
@@ -343,7 +343,7 @@ def load_recommended(path: str | Path, machine: dict[str, Any] | None = None) ->
     _warn_if_elsewhere(recommendation, str(path), machine)
     if recommendation.untrimmed:
         warnings.warn(
-            f"{path}: untrimmed: not every change in it was shown to matter (the trim, which undoes each in turn, "
+            f"{path}: untrimmed: not every change in it was raced undone (the trim, which undoes each in turn, "
             "did not run to its end, or no race ran: study.budget_s, a failed or stopped run, another tuner still "
             "at it, study.confirm_rounds=0); mode=benchmark measures each change",
             UntrimmedWarning,

@@ -73,7 +73,7 @@ def test_a_written_recommendation_reads_back_the_same_without_a_warning(tmp_path
 def test_an_untrimmed_recommendation_reads_back_with_a_warning_that_not_every_change_was_shown_to_matter(tmp_path):
     original = recommendation(untrimmed=True)
     with pytest.warns(
-        autotune.UntrimmedWarning, match="not every change in it was shown to matter .* mode=benchmark measures"
+        autotune.UntrimmedWarning, match="not every change in it was raced undone .* mode=benchmark measures"
     ):
         assert autotune.load_recommended(written(tmp_path, original.to_document())) == original
 

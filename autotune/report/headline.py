@@ -176,7 +176,7 @@ def _caveats(summary: Summary) -> list[str]:
         said.append(f" Tried and left out, no faster beyond noise: {left_out}.")
     if summary.untrimmed and summary.confirmed:  # unconfirmed: "single runs" says more
         said.append(
-            f" Not every change was shown to matter, as the trim that undoes each in turn did not end: "
+            f" Not every change was raced undone, as the trim that undoes each in turn did not end: "
             f"{summary.trim_open}. Running the study again goes on with it."
         )
     if summary.stopped_before_race_end and not summary.confirmed:

@@ -39,7 +39,7 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "confirmation": _race(summary.confirmation) if summary.confirmation else None,
         "trim": [_trim_race(race, step) for race, step in zip(summary.trim, summary.trim_steps, strict=True)],
         "no_difference": summary.no_difference,
-        "untrimmed": summary.untrimmed,  # two changes or more, not all shown to matter (``Summary.untrimmed``)
+        "untrimmed": summary.untrimmed,  # two changes or more, not all raced undone (``Summary.untrimmed``)
         # a race's winner a longer trim race did not prove (``Summary.overruled``): the baseline is kept
         "overruled": _overruled(summary.overruled) if summary.overruled else None,
         "baseline": {

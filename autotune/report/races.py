@@ -1,6 +1,6 @@
-"""The report's sections on the races: the finalists' race (Confirmation) and the trim's races (Only the changes that
-matter), each with its runs round by round (``rounds_table``), and the runs something beside them slowed (Measured on
-a busy machine)."""
+"""The report's sections on the races: the finalists' race (The finalists' race) and the trim's races (Only the changes
+that matter), each with its runs round by round (``rounds_table``), and the runs something beside them slowed
+(Measured on a busy machine)."""
 
 from __future__ import annotations
 
@@ -263,7 +263,7 @@ def _trim_outcome(race: Confirmation, new: Finalist) -> str:
         "costs": "Kept, as undoing it read slower in the rounds it ran",
         "unshown": "Kept, as undoing it was not shown to cost nothing",
         "left out": "Left out, as fast without",
-        "together costs": "Left out with the others, though undoing it alone cost throughput",
+        "together costs": "Left out with the others, though undoing it alone read slower in the rounds it ran",
         "together": "Left out with the others, though undoing it alone was not shown to cost nothing",
         "tied": "As fast without too, so undone on top of that in the next race",
     }

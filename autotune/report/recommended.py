@@ -36,7 +36,8 @@ FIELD_COMMENTS = {
     "knobs, so not applied.",
     "untrimmed": "true: the trim, which undoes each change in knobs in turn, did not run to its end, or no race ran, "
     "so a change may be kept that does nothing; load_recommended then warns (UntrimmedWarning). false: each was "
-    "raced undone, and kept where its undoing read slower (mode=benchmark measures each change's share).",
+    "raced undone, and kept where its undoing read slower or was not shown to cost nothing (mode=benchmark measures "
+    "each change's share).",
     "throughput": "Training samples/s with the recommended knobs and with the baseline's, and the speedup of one over "
     "the other; method says how they were measured; interval: the speedup's 95 % interval over the race's paired "
     "rounds (null from fewer than two).",

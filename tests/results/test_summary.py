@@ -299,7 +299,7 @@ def test_a_trim_of_other_rounds_which_the_trim_would_not_go_on_from_does_not_dec
 
 
 def test_a_recommendation_no_race_re_measured_is_untrimmed_where_it_changes_two_knobs_or_more():
-    # study.confirm_rounds=0: single runs pick it; no trim ran, so not every change was shown to matter.
+    # study.confirm_rounds=0: single runs pick it; no trim ran, so not every change was raced undone.
     two = summarise(results_with(trial("0", 200.0, batch_size=32, num_threads=1)))
     assert not two.confirmed and two.recommended.label == "0" and two.untrimmed
     one = summarise(results_with(trial("0", 200.0, batch_size=32)))
