@@ -18,6 +18,12 @@ def rounds_named(rounds: list[int]) -> str:
     return f"{'round' if len(rounds) == 1 else 'rounds'} {listed([str(r) for r in rounds])}"
 
 
+def by_the_medians(geomean: float, medians: float) -> str:
+    """The ratio of two medians in words, to stand beside a geometric mean of paired ratios where it reads otherwise
+    at the two decimals both are said at: "1.86x by the medians"; empty where they read alike."""
+    return "" if f"{medians:.2f}" == f"{geomean:.2f}" else f"{medians:.2f}x by the medians"
+
+
 def slowed_rounds_note(rounds: list[int]) -> str:
     """Rounds left out of a ratio as a run of each was slowed, in words to follow the paired rounds counted:
     " (round 2 left out: a run of it was slowed)"; empty where none was."""

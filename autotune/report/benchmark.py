@@ -16,7 +16,7 @@ from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
 from autotune.report.rows import slowed_in_words
 from autotune.results.benchmark import Benchmark, Entry, share_knobs
-from autotune.words import counted, listed, ratio_bounds, rounds_named, slowed_rounds_note
+from autotune.words import by_the_medians, counted, listed, ratio_bounds, rounds_named, slowed_rounds_note
 
 _HEADERS = [
     "configuration",
@@ -114,10 +114,8 @@ def _headline(benchmark: Benchmark) -> Headline:
 def _by_the_medians(benchmark: Benchmark, interval: RatioInterval) -> str:
     """What the headline's ratio (``interval``'s) is, and the ratio of the table's medians beside it, where that
     reads otherwise: " (the geometric mean of their ratios; 1.92x by the medians)"; empty where they read alike."""
-    medians = benchmark.recommendation.median / benchmark.baseline.median
-    if f"{medians:.2f}" == f"{interval.geomean:.2f}":
-        return ""
-    return f" (the geometric mean of their ratios; {medians:.2f}x by the medians)"
+    beside = by_the_medians(interval.geomean, benchmark.recommendation.median / benchmark.baseline.median)
+    return f" (the geometric mean of their ratios; {beside})" if beside else ""
 
 
 # Why a recommended.yaml records no interval of its gain.

@@ -13,7 +13,7 @@ from autotune.results.race import Confirmation
 from autotune.results.race_rules import TIE_TOLERANCE, wins_in_words
 from autotune.results.summary import Overruled, Summary, race_name
 from autotune.results.trim_rules import unsettled
-from autotune.words import counted, ratio_bounds
+from autotune.words import by_the_medians, counted, ratio_bounds
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -162,9 +162,9 @@ def _medians_of(baseline_runs: int, recommended_runs: int) -> str:
 def _geomean_and_medians(summary: Summary) -> str:
     """What the headline's gain is, where a race's paired rounds give it, and the ratio of the medians it states
     beside it where that reads otherwise: "the geometric mean of the paired rounds' ratios; 1.86x by the medians"."""
-    medians = summary.recommended_throughput / summary.baseline_throughput
     said = "the geometric mean of the paired rounds' ratios"
-    return said if f"{medians:.2f}" == f"{summary.speedup:.2f}" else f"{said}; {medians:.2f}x by the medians"
+    beside = by_the_medians(summary.speedup, summary.recommended_throughput / summary.baseline_throughput)
+    return f"{said}; {beside}" if beside else said
 
 
 def _caveats(summary: Summary) -> list[str]:
