@@ -27,9 +27,13 @@ def by_the_medians(geomean: float, medians: float) -> str:
 def slowed_rounds_note(rounds: list[int]) -> str:
     """Rounds left out of a ratio as a run of each was slowed, in words to follow the paired rounds counted:
     " (round 2 left out: a run of it was slowed)"; empty where none was."""
-    if not rounds:
-        return ""
-    return f" ({rounds_named(rounds)} left out: a run of {'it' if len(rounds) == 1 else 'each'} was slowed)"
+    return f" ({slowed_rounds_left_out(rounds)})" if rounds else ""
+
+
+def slowed_rounds_left_out(rounds: list[int]) -> str:
+    """Rounds left out of a ratio as a run of each was slowed, in words: "round 2 left out: a run of it was
+    slowed"."""
+    return f"{rounds_named(rounds)} left out: a run of {'it' if len(rounds) == 1 else 'each'} was slowed"
 
 
 def duration(seconds: float) -> str:

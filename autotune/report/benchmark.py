@@ -16,7 +16,15 @@ from autotune.report.markdown import markdown_table, to_markdown
 from autotune.report.plots import benchmark_ratios
 from autotune.report.rows import slowed_in_words
 from autotune.results.benchmark import Benchmark, Entry, share_knobs
-from autotune.words import by_the_medians, counted, listed, ratio_bounds, rounds_named, slowed_rounds_note
+from autotune.words import (
+    by_the_medians,
+    counted,
+    listed,
+    ratio_bounds,
+    rounds_named,
+    slowed_rounds_left_out,
+    slowed_rounds_note,
+)
 
 _HEADERS = [
     "configuration",
@@ -254,8 +262,19 @@ def _ratio(
     if interval is None:
         return "too few rounds"
     verdict = benchmark.recorded_verdict(entry, reference)
-    words = (verdicts or {}).get(verdict, verdict)
+    words = (verdicts or {}).get(verdict, verdict) + _rounds_counted(benchmark, entry, reference)
     return f"{interval.geomean:.2f}x {name} ({ratio_bounds(interval.low, interval.high)}, {words})"
+
+
+def _rounds_counted(benchmark: Benchmark, entry: Entry, reference: Entry | None) -> str:
+    """Where a ratio does not stand on every round alike, in words to follow its verdict: the slowed rounds it leaves
+    out, or that it counts them (most rounds were slowed: its verdict reads the load too); empty elsewhere."""
+    if left_out := benchmark.rounds_left_out(entry, reference):
+        return f"; {slowed_rounds_left_out(left_out)}"
+    if benchmark.counts_slowed(entry, reference):
+        slowed = benchmark.slowed_rounds(entry, reference)
+        return f"; counting {rounds_named(slowed)}, slowed, as most rounds were"
+    return ""
 
 
 def _row(benchmark: Benchmark, entry: Entry) -> list[str]:

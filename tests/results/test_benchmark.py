@@ -317,3 +317,23 @@ def test_the_headline_gives_the_medians_ratio_where_it_reads_otherwise_and_the_t
         "95 % interval 1.28-2.03 over 4 paired rounds on cpu (the geometric mean of their ratios; 1.53x by the "
         "medians)."
     )
+
+
+def _amp_share_line(record: Benchmark) -> str:
+    (share,) = [s for s in benchmark_document(record).sections if s.heading == "Each change's share"]
+    return share.bullets[-1]
+
+
+def test_a_share_line_names_the_slowed_rounds_its_ratio_leaves_out_or_counts():
+    record = benchmark([150.0, 156.0, 147.0, 151.0], base_runs=(100.0, 104.0, 98.0, 101.0))
+    record.entries[1] = replace(record.entries[1], knobs={**BIGGER, "amp": "bf16"})
+    record.entries.append(Entry("baseline + amp", "alone", "amp", {**BASE, "amp": "bf16"}, [101.0] * 4, [1.0] * 4))
+    left_out = Entry("recommended - amp", "without", "amp", BIGGER, [120.0, 125.0, 118.0, 121.0], [1.0] * 4)
+    record.entries.append(left_out)
+    assert _amp_share_line(record).endswith("the change matters)")  # every round quiet: nothing to say
+    left_out.disturbed[4] = Disturbance(cores_slowdown=1.5)
+    alone, without = _amp_share_line(record).split("; left out, ")
+    assert alone.endswith("within noise)") and without.endswith("; round 4 left out: a run of it was slowed)")
+    for index in (1, 2, 3):  # most rounds slowed: they all count, and the line says so
+        left_out.disturbed[index] = Disturbance(cores_slowdown=1.5)
+    assert _amp_share_line(record).endswith("; counting rounds 1, 2, 3 and 4, slowed, as most rounds were)")
