@@ -18,7 +18,7 @@ class PipelineFacts:
     worker the same samples (``pipeline/streams.py``); ``channels_last_refused`` is why the model cannot be converted to
     channels_last where its inputs could go so (what torch raised), None where it can. ``optimizer_default`` is the
     implementation the optimizer's default runs on the trials' device, as one step of it showed ("for_loop",
-    "foreach" or "fused": ``optimizer_default`` in ``pipeline/inspect.py``); None where it was not seen, or in facts
+    "foreach" or "fused": ``optimizer_facts`` in ``pipeline/inspect.py``); None where it was not seen, or in facts
     stored before it was read."""
 
     dataset_len: int | None

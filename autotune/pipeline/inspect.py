@@ -17,7 +17,7 @@ import sys
 import sysconfig
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
     one collated input and whether the model can go channels-last with it (a model a function builds checked to be a
     Module: ``model_on_meta``), check the optimizer builds with its options, is one and steps without a closure
     (``_check_optimizer``), find which of its implementations can run on ``device`` and which its default runs
-    there (``optimizer_default``). A stream (an IterableDataset) may have no length; whether its DataLoader workers
+    there (``optimizer_facts``). A stream (an IterableDataset) may have no length; whether its DataLoader workers
     would repeat one another is read too."""
     import_targets(spec)
     dataset = build_component(spec, "dataset")
@@ -105,16 +105,16 @@ def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:
         )
     optimizer = build_component(spec, "optimizer")
     _check_optimizer(optimizer, spec, device)
-    options = optimizer_options(optimizer, device)
+    implementations = optimizer_facts(optimizer, device)
     ndim = input_ndim(batch)
     return PipelineFacts(
         length,
         ndim,
-        options,
+        implementations.options,
         user_code(spec),
         repeats_in_workers=repeats,
         channels_last_refused=channels_last_refused(model_on_meta(spec, ndim), ndim),
-        optimizer_default=optimizer_default(optimizer, device),
+        optimizer_default=implementations.default,
     )
 
 
@@ -393,13 +393,36 @@ _SWITCHES = {
 }
 
 
-def optimizer_options(factory, device: str) -> frozenset[str]:
+@dataclass(frozen=True)
+class OptimizerFacts:
+    """What stepping the pipeline's optimizer on a device shows (``optimizer_facts``): ``options``, the
+    implementations (of ``_SWITCHES``) it can be switched to there, and ``default``, the one its default runs there
+    ("for_loop", "foreach" or "fused"; None where it could not be seen)."""
+
+    options: frozenset[str]
+    default: str | None
+
+
+def optimizer_facts(factory, device: str) -> OptimizerFacts:
+    """Which implementations ``factory``'s optimizer can be switched to on ``device`` (``_switchable``) and which its
+    default runs there (``_implementation_run``), read by stepping its default once, under ``_OperatorsCalled``, on
+    the inspection's test parameters (as ``_check_optimizer`` builds it) with gradients of ones (``_stepped``): the
+    operators it called say what ran, and whether it stepped says whether a switch's refusal there means anything.
+    The default is None where it cannot be seen: no test parameters build it, they could not go on ``device`` or its
+    step fails (the trial reports that)."""
+    called = _OperatorsCalled()
+    default_stepped = _stepped(factory, device, called)
+    default = _implementation_run(called.names) if default_stepped else None
+    return OptimizerFacts(_switchable(factory, device, default_stepped), default)
+
+
+def _switchable(factory, device: str, default_stepped: bool) -> frozenset[str]:
     """The implementations ``factory``'s optimizer can be switched to on ``device`` (of ``_SWITCHES``): those whose
     keyword it accepts, less those its build or one step refuses on the inspection's test parameters where its
-    default steps there (``_stepped``): torch refuses some pairings only then (fused on a CPU without its kernels,
-    foreach with a tensor lr), and a candidate that fails every trial would be tried for nothing. Where the default
-    does not step there (a step refusing tensors so small, parameters that could not go on ``device``), what it
-    accepts stands and a trial tells. None where the pipeline's optimizer config sets foreach or fused itself
+    default steps there (``default_stepped``): torch refuses some pairings only then (fused on a CPU without its
+    kernels, foreach with a tensor lr), and a candidate that fails every trial would be tried for nothing. Where the
+    default does not step there (a step refusing tensors so small, parameters that could not go on ``device``), what
+    it accepts stands and a trial tells. None where the pipeline's optimizer config sets foreach or fused itself
     (``fused: true``): the implementation is then the user's choice, which the knob's values would contradict
     (foreach and fused cannot both be on) or repeat."""
     try:
@@ -409,7 +432,7 @@ def optimizer_options(factory, device: str) -> frozenset[str]:
     if any(getattr(factory, "keywords", {}).get(name) is not None for name in ("foreach", "fused")):
         return frozenset()
     accepted = [impl for impl, (keyword, _) in _SWITCHES.items() if keyword in parameters]
-    if not accepted or not _stepped(factory, device):
+    if not default_stepped:
         return frozenset(accepted)
     return frozenset(impl for impl in accepted if _stepped(functools.partial(factory, **_SWITCHES[impl][1]), device))
 
@@ -525,19 +548,13 @@ class _OperatorsCalled(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def optimizer_default(factory, device: str) -> str | None:
-    """The implementation ``factory``'s optimizer runs by default on ``device``, as one step of it shows: "fused"
-    where the step called a fused operator, else "foreach" where it called a foreach one, else "for_loop". PyTorch
-    picks it per optimizer and per call (Adam and SGD take foreach for CUDA parameters, Adafactor the loop there, and
-    Adam the loop too with a tensor lr), so it is seen, not assumed. The step runs on test parameters (as
-    ``_check_optimizer`` builds it) with gradients of ones. None where it cannot be seen: no test parameters build it,
-    they could not go on ``device`` or its step fails (the trial reports that). A step that loops over its parameters
-    but calls a foreach operator for some other end (a third-party optimizer clipping by ``torch._foreach_norm``) reads
-    foreach: the operators say what ran, not why."""
-    called = _OperatorsCalled()
-    if not _stepped(factory, device, called):
-        return None
-    ran = (impl for impl, prefix in _IMPLEMENTATION_OPERATORS if any(name.startswith(prefix) for name in called.names))
+def _implementation_run(operators: set[str]) -> str:
+    """The implementation a step that called the aten ``operators`` ran: "fused" where it called a fused operator,
+    else "foreach" where it called a foreach one, else "for_loop". PyTorch picks it per optimizer and per call (Adam
+    and SGD take foreach for CUDA parameters, Adafactor the loop there, and Adam the loop too with a tensor lr), so it
+    is seen, not assumed. A step that loops over its parameters but calls a foreach operator for some other end (a
+    third-party optimizer clipping by ``torch._foreach_norm``) reads foreach: the operators say what ran, not why."""
+    ran = (impl for impl, prefix in _IMPLEMENTATION_OPERATORS if any(name.startswith(prefix) for name in operators))
     return next(ran, "for_loop")
 
 

@@ -30,7 +30,7 @@ from autotune.measure.stages import EpochCounter, time_stages
 from autotune.measure.system import CpuUsageMeter
 from autotune.measure.trace import trace_steps
 from autotune.pipeline.build import Pipeline
-from autotune.pipeline.inspect import input_ndim, optimizer_default, optimizer_options
+from autotune.pipeline.inspect import input_ndim, optimizer_facts
 from autotune.pipeline.setup import Trainer
 from autotune.pipeline.streams import dataset_length, is_stream, repeats_in_workers
 
@@ -77,6 +77,7 @@ def run_profile(
         hotspots = collect_hotspots(profiled, plan.hot_batches, workers)
     finally:
         profiled.close()
+    implementations = optimizer_facts(pipeline.optimizer_factory, str(device))
     return ProfileResult(
         stages=stages,
         memory=memory,
@@ -88,10 +89,10 @@ def run_profile(
         cuda_allocations=allocations,
         faults=faulting.over(stages.steps),
         cpu=cpu,
-        optimizer_options=sorted(optimizer_options(pipeline.optimizer_factory, str(device))),
+        optimizer_options=sorted(implementations.options),
         input_ndim=input_ndim(first.batch),
         repeats_in_workers=repeats,
-        optimizer_default=optimizer_default(pipeline.optimizer_factory, str(device)),
+        optimizer_default=implementations.default,
     )
 
 

@@ -11,7 +11,7 @@ import torch
 from autotune.measure.profiling import ProfilePlan
 from autotune.pipeline.build import Pipeline
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts
-from autotune.pipeline.inspect import inspect_pipeline, optimizer_default
+from autotune.pipeline.inspect import inspect_pipeline, optimizer_facts
 from autotune.runner import search_context
 from autotune.trial.profiling import run_profile
 from tests.conftest import NEUTRAL_KNOBS
@@ -39,22 +39,22 @@ class FailingStep(torch.optim.SGD):
 
 
 def test_an_optimizer_whose_default_step_calls_foreach_operators_reads_foreach():
-    assert optimizer_default(ForeachSGD, "cpu") == "foreach"
+    assert optimizer_facts(ForeachSGD, "cpu").default == "foreach"
 
 
 def test_pytorchs_optimizers_loop_by_default_on_a_cpu():
     for optimizer in (torch.optim.SGD, torch.optim.Adam, torch.optim.Adafactor):
-        assert optimizer_default(functools.partial(optimizer, lr=0.1), "cpu") == "for_loop", optimizer.__name__
+        assert optimizer_facts(functools.partial(optimizer, lr=0.1), "cpu").default == "for_loop", optimizer.__name__
 
 
 def test_an_optimizer_built_with_fused_or_foreach_set_reads_what_it_runs():
-    assert optimizer_default(functools.partial(torch.optim.SGD, lr=0.1, fused=True), "cpu") == "fused"
-    assert optimizer_default(functools.partial(torch.optim.Adam, lr=0.1, foreach=True), "cpu") == "foreach"
+    assert optimizer_facts(functools.partial(torch.optim.SGD, lr=0.1, fused=True), "cpu").default == "fused"
+    assert optimizer_facts(functools.partial(torch.optim.Adam, lr=0.1, foreach=True), "cpu").default == "foreach"
 
 
 def test_what_the_default_runs_is_none_where_it_cannot_be_seen():
-    assert optimizer_default(FailingStep, "cpu") is None, "a step that fails: the trial reports it"
-    assert optimizer_default(lambda params: torch.optim.SGD(params, lr=-1.0), "cpu") is None, "it builds on none"
+    assert optimizer_facts(FailingStep, "cpu").default is None, "a step that fails: the trial reports it"
+    assert optimizer_facts(lambda params: torch.optim.SGD(params, lr=-1.0), "cpu").default is None, "it builds on none"
 
 
 def test_the_inspection_reads_it_and_the_search_context_carries_it(tiny_settings):

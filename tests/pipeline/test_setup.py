@@ -12,7 +12,7 @@ import torch
 
 from autotune.errors import ConfigError
 from autotune.pipeline.build import build_pipeline
-from autotune.pipeline.inspect import inspect_pipeline, optimizer_options
+from autotune.pipeline.inspect import inspect_pipeline, optimizer_facts
 from autotune.pipeline.setup import REFERENCE_SEEDS, Trainer, _worker_kill_signal, loss_problem
 from tests.conftest import NEUTRAL_KNOBS, trial_request
 
@@ -158,18 +158,19 @@ def test_the_reference_loss_of_a_loss_that_draws_random_numbers_for_a_step_that_
 
 
 def test_optimizer_options_follow_the_constructor():
-    assert optimizer_options(functools.partial(torch.optim.SGD, lr=0.1), "cpu") == {"for_loop", "foreach", "fused"}
-    assert optimizer_options(functools.partial(torch.optim.RMSprop, lr=0.1), "cpu") == {"for_loop", "foreach"}
-    assert optimizer_options(functools.partial(torch.optim.LBFGS, lr=0.1), "cpu") == frozenset()
+    sgd = functools.partial(torch.optim.SGD, lr=0.1)
+    assert optimizer_facts(sgd, "cpu").options == {"for_loop", "foreach", "fused"}
+    assert optimizer_facts(functools.partial(torch.optim.RMSprop, lr=0.1), "cpu").options == {"for_loop", "foreach"}
+    assert optimizer_facts(functools.partial(torch.optim.LBFGS, lr=0.1), "cpu").options == frozenset()
     for chosen in ({"fused": True}, {"foreach": False}):  # the config chose the implementation: not a knob's
-        assert optimizer_options(functools.partial(torch.optim.AdamW, lr=0.1, **chosen), "cpu") == frozenset()
+        assert optimizer_facts(functools.partial(torch.optim.AdamW, lr=0.1, **chosen), "cpu").options == frozenset()
 
 
 def test_an_implementation_the_optimizer_refuses_here_is_not_offered():
     # torch refuses foreach with a tensor lr (capturable=False) when the optimizer is built: every trial of it would
     # fail. fused with a tensor lr runs on a CPU, so it stays.
     tensor_lr = functools.partial(torch.optim.Adam, lr=torch.tensor(0.01))
-    assert optimizer_options(tensor_lr, "cpu") == {"for_loop", "fused"}, "foreach=False runs: the loop stays"
+    assert optimizer_facts(tensor_lr, "cpu").options == {"for_loop", "fused"}, "foreach=False runs: the loop stays"
 
 
 class _RefusesSmallTensors(torch.optim.Adam):
@@ -199,9 +200,10 @@ class _NoGroups(torch.optim.Optimizer):
 
 def test_what_the_optimizer_accepts_stands_where_its_default_does_not_step_on_the_test_parameters():
     # Its default refuses the inspection's parameters too: a refusal says nothing of foreach or fused, a trial tells.
-    assert optimizer_options(functools.partial(_RefusesSmallTensors, lr=0.1), "cpu") == {"for_loop", "foreach", "fused"}
+    refusing = functools.partial(_RefusesSmallTensors, lr=0.1)
+    assert optimizer_facts(refusing, "cpu").options == {"for_loop", "foreach", "fused"}
     # Stepped on the test parameters themselves: fused refused, the rest run.
-    assert optimizer_options(_NoGroups, "cpu") == {"for_loop", "foreach"}
+    assert optimizer_facts(_NoGroups, "cpu").options == {"for_loop", "foreach"}
 
 
 @pytest.mark.parametrize("persistent", [True, False])
