@@ -2,7 +2,7 @@
 nothing, and how often it keeps what matters, when runs vary the way re-measurements on this machine vary.
 
     .venv/bin/python -m benchmarks.trim_model [--studies 2000] [--rounds 3] [--pipeline images] [--run-sd SD]
-        [--trim-margin 0.25] [--trim-bound inf] [--seed 0] [FILE ...]
+        [--trim-margin 0.25] [--trim-bound inf] [--keep-z Z] [--no-early-exits] [--seed 0] [FILE ...]
 
 A model, not a measurement, like ``benchmarks.race_model`` (whose noise it fits to the same files): it drives
 autotune's own ``run_trim`` with simulated runs, so that rules of the trim can be compared in seconds; only a real
@@ -23,6 +23,7 @@ import json
 import math
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,7 +35,7 @@ from autotune.results import trim_rules
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
-from autotune.results.race_rules import count_changes
+from autotune.results.race_rules import TIE_TOLERANCE, count_changes
 from autotune.results.trim_rules import trim_path
 from autotune.study import run_race
 from autotune.study.trim import run_trim
@@ -207,6 +208,21 @@ def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Ran
     return Outcome(runs, scenario.relative(final), *scenario.score(set(changed(final, scenario.baseline))))
 
 
+def noise_aware_beats(run_sd: float, z: float) -> Callable[[Finalist, Finalist], bool]:
+    """A keep rule for the trim that knows a run's noise (``run_sd``, the model's own: a bound on what a rule that
+    estimated it could do): ``faster`` beats ``other`` where, besides ``beats``' rounds won, the mean of their paired
+    log-ratios exceeds ``z`` standard errors of it as well as the tolerance."""
+
+    def beats(faster: Finalist, other: Finalist) -> bool:
+        pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
+        won = sum(a > b for a, b in pairs)
+        mean = statistics.fmean(math.log(a / b) for a, b in pairs)
+        error = math.sqrt(2) * run_sd / math.sqrt(len(pairs))
+        return won > len(pairs) / 2 and mean > max(math.log(1 + TIE_TOLERANCE), z * error)
+
+    return beats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path, default=DEFAULT_FILES, help="efficiency.json files")
@@ -220,6 +236,12 @@ def main() -> None:
     parser.add_argument(
         "--trim-bound", type=float, help="what a trim may give back (TRIM_BOUND) instead; inf: no bound"
     )
+    parser.add_argument(
+        "--keep-z", type=float, help="keep a change only where undoing it costs Z standard errors (the noise known)"
+    )
+    parser.add_argument(
+        "--no-early-exits", action="store_true", help="no variant leaves a trim race before its last round"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     noise = fit_noise([json.loads(path.read_text(encoding="utf-8")) for path in args.files], args.pipeline)
@@ -231,6 +253,11 @@ def main() -> None:
         run_race.TRIM_MARGIN = args.trim_margin  # read by the race at each round
     if args.trim_bound is not None:
         trim_rules.TRIM_BOUND = args.trim_bound  # read by trim_path at each call
+    if args.keep_z is not None:
+        trim_rules.beats = noise_aware_beats(noise.run_sd, args.keep_z)  # the trim's keep and undo rules read it
+    if args.no_early_exits:
+        run_race.TRIM_MARGIN = math.inf
+        run_race.beaten_for_good = lambda *_: False
     rng = random.Random(args.seed)
     for name, scenario in SCENARIOS.items():
         outcomes = [simulate_trim(scenario, noise, args.rounds, rng) for _ in range(args.studies)]
