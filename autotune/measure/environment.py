@@ -104,6 +104,7 @@ def describe_machine(device: str | None = None) -> dict[str, Any]:
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
         "gpu": gpu_name(device) if torch.cuda.is_available() else None,
+        "gpu_bf16": gpu_computes_bf16(device) if torch.cuda.is_available() else None,
         "gpu_driver": _gpu_driver() if torch.cuda.is_available() else None,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -125,10 +126,25 @@ def gpu_name(device: str | None) -> str:
     return torch.cuda.get_device_name(torch.device(device) if cuda else None)
 
 
+def gpu_computes_bf16(device: str | None) -> bool:
+    """Whether the GPU ``device`` names (else the current one) computes in bfloat16 natively: compute capability 8.0
+    or later, not one that emulates it, slower than fp32 (pre-Ampere, such as V100 and T4: ``is_bf16_supported()``
+    counts emulation by default)."""
+    import torch
+
+    if device is None or not str(device).startswith("cuda"):
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    with torch.cuda.device(torch.device(device)):  # is_bf16_supported asks the current device
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 def has_16_bit_units(machine: dict[str, Any], device: str) -> bool:
-    """Whether ``device`` of ``machine`` (``describe_machine``) computes in 16 bits in hardware: a GPU, or a CPU
-    with one of ``BF16_CPU_FLAGS`` (elsewhere bf16 autocast is emulated, and slower than fp32)."""
-    return device.startswith("cuda") or any(flag in (machine.get("cpu_flags") or []) for flag in BF16_CPU_FLAGS)
+    """Whether ``device`` of ``machine`` (``describe_machine``) computes in 16 bits in hardware: a GPU that computes
+    bfloat16 natively (``gpu_bf16``; one described before it was read counts as one), or a CPU with one of
+    ``BF16_CPU_FLAGS`` (elsewhere bf16 autocast is emulated, and slower than fp32)."""
+    if device.startswith("cuda"):
+        return machine.get("gpu_bf16") is not False
+    return any(flag in (machine.get("cpu_flags") or []) for flag in BF16_CPU_FLAGS)
 
 
 def runs_glibc(machine: dict[str, Any]) -> bool:

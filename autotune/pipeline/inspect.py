@@ -28,7 +28,7 @@ from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
 from autotune.knobs.channels_last import ChannelsLastKnob
-from autotune.measure.environment import describe_machine, gpu_name
+from autotune.measure.environment import describe_machine, gpu_computes_bf16, gpu_name
 from autotune.pipeline.build import applied_partially, build_component, checked_model, with_article
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.spec import PipelineSpec
@@ -66,23 +66,19 @@ def read_facts(spec: PipelineSpec, requested_device: str) -> Inspection:
     try:
         device = resolve_device(here.devices, requested_device)
         machine = here.machine
+        native = bf16_native(device)
         if device.startswith("cuda"):
-            machine = {**machine, "gpu": gpu_name(device)}
+            machine = {**machine, "gpu": gpu_name(device), "gpu_bf16": native}
         pipeline = inspect_pipeline(spec, device)
-        return replace(here, device=device, bf16_native=bf16_native(device), pipeline=pipeline, machine=machine)
+        return replace(here, device=device, bf16_native=native, pipeline=pipeline, machine=machine)
     except ConfigError as exc:
         return replace(here, refused=Refusal(exc.key, exc.problem))
 
 
 def bf16_native(device: str) -> bool:
-    """Whether ``device`` computes in bfloat16 natively: a GPU of compute capability 8.0 or later, not one that
-    emulates it, slower than fp32 (pre-Ampere, such as V100 and T4: ``is_bf16_supported()`` counts emulation by
-    default). A CPU: True, whether it pays being for the trials to measure."""
-    parsed = torch.device(device)
-    if parsed.type != "cuda":
-        return True
-    with torch.cuda.device(parsed):  # is_bf16_supported asks the current device
-        return torch.cuda.is_bf16_supported(including_emulation=False)
+    """Whether ``device`` computes in bfloat16 natively, for the amp knob: a GPU that does (``gpu_computes_bf16``);
+    a CPU: True, whether it pays being for the trials to measure."""
+    return torch.device(device).type != "cuda" or gpu_computes_bf16(device)
 
 
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -64,8 +65,20 @@ def test_a_measurement_names_the_gpu_its_device_names_not_the_first(monkeypatch)
     monkeypatch.setattr(
         torch.cuda, "get_device_name", lambda device=None: names[0 if device is None else torch.device(device).index]
     )
+    current = [0]
+
+    @contextlib.contextmanager
+    def on_device(device):
+        before, current[0] = current[0], torch.device(device).index
+        yield
+        current[0] = before
+
+    monkeypatch.setattr(torch.cuda, "device", on_device)  # GPU B computes bf16 natively, GPU A only emulates it
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: current[0] == 1)
     assert environment.describe_machine("cuda:1")["gpu"] == "GPU B"
+    assert environment.describe_machine("cuda:1")["gpu_bf16"] is True
     assert environment.describe_machine("cpu")["gpu"] == environment.describe_machine()["gpu"] == "GPU A"
+    assert environment.describe_machine("cpu")["gpu_bf16"] is False
 
 
 def cgroups(tmp_path, membership: str, files: dict[str, str]):

@@ -47,4 +47,5 @@ def test_amp_is_not_advised_where_16_bit_arithmetic_is_emulated():
     advised = advise(_with_dropout(), COMPUTE_BOUND, NEUTRAL_KNOBS, 2, None, sixteen_bit=False)
     assert "amp" not in {a.knob for a in advised}, "a CPU without avx512_bf16 or AMX emulates bf16, slower than fp32"
     assert has_16_bit_units({"cpu_flags": ["avx2", "avx512_bf16"]}, "cpu") and has_16_bit_units({}, "cuda:0")
+    assert has_16_bit_units({"gpu_bf16": True}, "cuda") and not has_16_bit_units({"gpu_bf16": False}, "cuda:0")
     assert not has_16_bit_units({"cpu_flags": ["avx2", "fma"]}, "cpu")

@@ -16,7 +16,7 @@ from autotune import app
 from autotune.config.load import load_settings
 from autotune.errors import BaselineFailedError, ConfigError
 from autotune.knobs import KNOBS
-from autotune.measure.environment import describe_machine
+from autotune.measure.environment import describe_machine, has_16_bit_units
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
 from autotune.pipeline.inspect import read_facts, resolve_device
 from autotune.runner import TrialRunner, inspect_run, search_context
@@ -83,6 +83,8 @@ def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
     assert t4.devices == DeviceFacts((A100, T4)) and t4.device == "cuda:1"
     assert t4.bf16_native is False, "a T4 emulates bf16: is_bf16_supported() alone says True"
     assert t4.machine["gpu"] == T4, "the machine is named by the GPU the trials run on"
+    assert t4.machine["gpu_bf16"] is False and not has_16_bit_units(t4.machine, "cuda:1"), "no bf16 advice on it"
+    assert describe_machine("cuda:0")["gpu_bf16"] is True, "the machine's own description reads the GPU it names"
     assert read_facts(spec, "cuda").bf16_native is True, "cuda is the first visible GPU, an A100"
     assert read_facts(spec, "auto").device == "cuda"
     assert t4.pipeline.optimizer_options == {"for_loop", "foreach", "fused"}, (
