@@ -31,9 +31,9 @@ from autotune.benchmark import (
 from autotune.config.settings import Settings
 from autotune.config.values import finite
 from autotune.errors import ConfigError, RegressionError
-from autotune.knobs import BATCH_POLICIES, KNOBS, REQUIRED, changed
+from autotune.knobs import BATCH_POLICIES, changed
 from autotune.measure.stats import RatioInterval
-from autotune.recommendation import complete_knobs, measured_elsewhere, read_record
+from autotune.recommendation import measured_elsewhere, parse_knobs, read_record
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
 from autotune.results.check import Check
@@ -156,8 +156,8 @@ def load_tuned(path: str | None) -> Tuned:
         raise ConfigError("against", f"{path}: speedup: expected a finite number > 0, got {speedup!r}")
     return Tuned(
         path=path,
-        knobs=_knobs(recommended, f"{path}: recommended.knobs"),
-        baseline=_knobs(baseline, f"{path}: baseline.knobs"),
+        knobs=_knobs(recommended, path, "recommended.knobs"),
+        baseline=_knobs(baseline, path, "baseline.knobs"),
         speedup=float(speedup),
         pipeline=str(_get(data, "pipeline") or ""),
         machine=_machine(_get(data, "machine"), f"{path}: machine"),
@@ -198,8 +198,8 @@ def checked(data: dict[str, Any], path: str) -> Tuned:
     where = "benchmark.entries[1].knobs"
     return Tuned(
         path=path,
-        knobs=_knobs(recommended.knobs, f"{path}: {where}"),
-        baseline=_knobs(baseline.knobs, f"{path}: benchmark.entries[0].knobs"),
+        knobs=_knobs(recommended.knobs, path, where),
+        baseline=_knobs(baseline.knobs, path, "benchmark.entries[0].knobs"),
         speedup=record.now.geomean,
         pipeline=record.benchmark.pipeline,
         machine=_machine(record.benchmark.machine, f"{path}: benchmark.machine"),
@@ -339,32 +339,13 @@ def _get(data: Any, *keys: str) -> Any:
     return data
 
 
-def _knobs(node: Any, where: str) -> dict[str, Any]:
-    """Every knob of the registry from ``node``, each value parsed; a knob added since the report was written takes
-    what a trial runs when it is unset, as in recommended.yaml (``complete_knobs``). One the registry lacks is an
-    error: the recommendation was tuned by another autotune, and is re-tuned to be checked by this one."""
-    if not isinstance(node, dict):
-        raise ConfigError("against", f"{where}: expected a mapping of knob values, got {node!r}")
-    unknown = [n for n in node if n not in KNOBS]
-    required = [name for name, knob in KNOBS.items() if knob.baseline_default is REQUIRED and name not in node]
-    if required:
-        raise ConfigError("against", f"{where}.{required[0]}: missing; autotune writes it in every report.json")
-    if unknown:
-        raise ConfigError(
-            "against",
-            f"{where}: written by another autotune (knobs this one lacks: {', '.join(unknown)}); tune again with "
-            "this one",
-        )
-    parsed = {}
-    for name, value in node.items():
-        try:
-            parsed[name] = None if value is None else KNOBS[name].parse(value)
-        except ValueError as exc:
-            raise ConfigError("against", f"{where}.{name}: {exc}") from None
+def _knobs(node: Any, path: str, section: str) -> dict[str, Any]:
+    """The knobs at ``section`` of the file ``path``, read as recommended.yaml's are (``parse_knobs``); its errors
+    named as ``against``, the setting that gave the file, their file and key said in the message."""
     try:
-        return complete_knobs(parsed, where)
-    except ConfigError as exc:  # a null where the knob takes none: named as this file's key
-        raise ConfigError("against", f"{where}.{exc.key.rpartition('knobs.')[2]}: {exc.problem}") from None
+        return parse_knobs(node, path, section)
+    except ConfigError as exc:
+        raise ConfigError("against", str(exc)) from None
 
 
 def _notes(tuned: Tuned, settings: Settings, machine: dict[str, Any]) -> list[str]:

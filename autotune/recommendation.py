@@ -312,8 +312,7 @@ class Recommendation:
                 f"{version!r} was written by a newer autotune than this one (it reads up to {SCHEMA_VERSION}); "
                 "upgrade autotune",
             )
-        given = _section(document, "knobs", source)
-        knobs = complete_knobs({name: _parse(name, value, source) for name, value in given.items()}, source)
+        knobs = parse_knobs(document["knobs"], source)
         baseline = _baseline(document, source)
         recommendation = cls(
             knobs=knobs,
@@ -405,13 +404,12 @@ def _section(parent: dict[str, Any], key: str, source: str, null_too: bool = Fal
 
 
 def _baseline(document: dict[str, Any], source: str) -> dict[str, Any]:
-    """The baseline's knob values, each checked and every knob given as the recommendation's are (``complete_knobs``);
+    """The baseline's knob values, each checked and every knob given as the recommendation's are (``parse_knobs``);
     {} where the file records none (an older autotune's): nothing to compare the recommendation with."""
-    given = _section(document, "baseline", source)
-    if not given:
+    given = document.get("baseline", {})
+    if isinstance(given, dict) and not given:
         return {}
-    parsed = {name: _parse(name, value, source, section="baseline") for name, value in given.items()}
-    return complete_knobs(parsed, source, section="baseline")
+    return parse_knobs(given, source, section="baseline")
 
 
 def _refuse_cut_short(document: dict[str, Any], version: int, source: str) -> None:
@@ -526,18 +524,38 @@ def _count(value: Any, key: str, source: str) -> int:
         raise ConfigError(f"{source}: {key}", f"{exc}; use the file as autotune wrote it") from None
 
 
+def parse_knobs(node: Any, source: str, section: str = "knobs") -> dict[str, Any]:
+    """Every knob's value from ``node``, the ``section`` of the file ``source`` (recommended.yaml's knobs, or the
+    knobs of a report.json or check.json mode=check gates against): each parsed as its knob reads it, the rest as a
+    trial runs them (``_complete_knobs``). ConfigError naming ``section`` where ``node`` is not a mapping or names
+    knobs this autotune lacks: those come first, as such a file is another autotune's, whose values and gaps only
+    tuning again with this one makes sense of; else naming the knob whose value is wrong or missing."""
+    if not isinstance(node, dict):
+        raise ConfigError(
+            f"{source}: {section}",
+            f"expected a mapping of knob values, got {node!r}; use the file as autotune wrote it",
+        )
+    unknown = [name for name in node if name not in KNOBS]
+    if unknown:
+        raise ConfigError(
+            f"{source}: {section}",
+            f"written by another autotune (knobs this one lacks: {', '.join(unknown)}; it has {', '.join(KNOBS)}); "
+            "tune again with this one",
+        )
+    parsed = {name: _parse(name, value, source, section=section) for name, value in node.items()}
+    return _complete_knobs(parsed, source, section)
+
+
 def _parse(name: str, value: Any, source: str, null_too: bool = False, section: str = "knobs") -> Any:
-    """``value`` of knob ``name`` (in ``section`` of the file) as the knob reads it; None stays None unless
-    ``null_too`` (where the knob applies, a switch refuses it)."""
-    if name not in KNOBS:
-        raise ConfigError(f"{source}: {section}.{name}", f"this autotune has no such knob (it has {', '.join(KNOBS)})")
+    """``value`` of knob ``name`` (one this autotune has; in ``section`` of the file) as the knob reads it; None stays
+    None unless ``null_too`` (where the knob applies, a switch refuses it)."""
     try:
         return None if value is None and not null_too else KNOBS[name].parse(value)
     except ValueError as exc:
-        raise ConfigError(f"{source}: {section}.{name}", str(exc)) from None
+        raise ConfigError(f"{source}: {section}.{name}", f"{exc}; use the file as autotune wrote it") from None
 
 
-def complete_knobs(given: dict[str, Any], source: str, section: str = "knobs") -> dict[str, Any]:
+def _complete_knobs(given: dict[str, Any], source: str, section: str = "knobs") -> dict[str, Any]:
     """Every knob's value (of ``section`` of the file): the file's, else what a trial runs when the knob is unset (a
     file from before the knob existed), None where the knob does not apply (worker options without workers)."""
     knobs: dict[str, Any] = {}
@@ -549,7 +567,10 @@ def complete_knobs(given: dict[str, Any], source: str, section: str = "knobs") -
         elif name in given:
             knobs[name] = given[name]
         elif knob.baseline_default is REQUIRED:
-            raise ConfigError(f"{source}: {section}.{name}", "missing; autotune always writes it")
+            raise ConfigError(
+                f"{source}: {section}.{name}",
+                "missing, though autotune always writes it; use the file as autotune wrote it",
+            )
         else:
             knobs[name] = knob.baseline_default
     return knobs

@@ -274,12 +274,12 @@ def run_check(against: Path | None, output_dir: Path, out: io.StringIO) -> Path 
         (lambda path: path.write_text('{"knobs": {}}'), "is neither a report.json nor a check.json written by"),
         (
             lambda path: report(path.parent, recommended={**RECOMMENDED, "flash": True}),
-            "recommended.knobs: written by another autotune (knobs this one lacks: flash); tune again with this one",
+            "recommended.knobs: written by another autotune (knobs this one lacks: flash; it has batch_size,",
         ),
         (lambda path: report(path.parent, machine="my laptop"), "report.json: machine: expected the mapping autotune"),
         (
             lambda path: report(path.parent, baseline={k: v for k, v in BASELINE.items() if k != "batch_size"}),
-            "report.json: baseline.knobs.batch_size: missing; autotune writes it in every report.json",
+            "report.json: baseline.knobs.batch_size: missing, though autotune always writes it; use the file as",
         ),
         (lambda path: report(path.parent, recommended={**RECOMMENDED, "amp": "fp8"}), "recommended.knobs.amp: expect"),
         (lambda path: report(path.parent, speedup=None), "speedup: expected a finite number > 0, got None"),
