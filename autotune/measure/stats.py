@@ -16,6 +16,8 @@ _T95 = (
 
 
 _Z975 = 1.959964  # the normal distribution's 97.5th percentile
+# Rounds an interval of paired ratios needs: Student's t has no degrees of freedom from one (``ratio_interval``).
+MIN_ROUNDS = 2
 
 
 def t95(degrees_of_freedom: float) -> float:
@@ -100,8 +102,8 @@ class RatioInterval:
 
 def ratio_interval(ratios: Sequence[float]) -> RatioInterval | None:
     """The geometric mean of ``ratios`` (each of two runs measured close together, so pairing them cancels the
-    machine's slower drifts) with Student's t interval on their logarithms; None with fewer than two."""
-    if len(ratios) < 2:
+    machine's slower drifts) with Student's t interval on their logarithms; None with fewer than MIN_ROUNDS."""
+    if len(ratios) < MIN_ROUNDS:
         return None
     logs = [math.log(ratio) for ratio in ratios]
     mean, half = statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
@@ -110,11 +112,11 @@ def ratio_interval(ratios: Sequence[float]) -> RatioInterval | None:
 
 def quiet_rounds(ratios: dict[int, float], slowed: set[int]) -> dict[int, float]:
     """The paired rounds' ``ratios`` (by round) a gain is stated from: those of the rounds not ``slowed`` (something
-    beside one of the two runs slowed it: its ratio reads what the load did), where two or more are, as an interval
-    needs, and at least half of them; else all of them, and the reports name the slowed runs.
+    beside one of the two runs slowed it: its ratio reads what the load did), where MIN_ROUNDS or more are, as an
+    interval needs, and at least half of them; else all of them, and the reports name the slowed runs.
     Where most rounds were slowed, slowed is how this machine runs, not a passing load, and what it costs a run is
     small beside what leaving most rounds out costs the interval (Student's t for 95 % over two rounds is 12.7, over
     five 2.8): on a host whose cores' reading flagged most runs, the flagged ones read 0.94x the same configuration's
     others (docs/benchmarks.md, section 13)."""
     quiet = {index: ratio for index, ratio in ratios.items() if index not in slowed}
-    return quiet if len(quiet) >= 2 and 2 * len(quiet) >= len(ratios) else ratios
+    return quiet if len(quiet) >= MIN_ROUNDS and 2 * len(quiet) >= len(ratios) else ratios

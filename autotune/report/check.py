@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TextIO
 
 from autotune.files import write_atomic
+from autotune.measure.stats import MIN_ROUNDS
 from autotune.report.benchmark import stopped_words
-from autotune.results.check import MAX_ROUNDS_TO_TELL, MIN_ROUNDS, Check, measured_rounds
+from autotune.results.check import MAX_ROUNDS_TO_TELL, Check, measured_rounds
 from autotune.words import ratio_bounds
 
 _NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from autotune.knobs import changed
 from autotune.records import BASELINE_LABEL, TrialRecord
 from autotune.report.rows import record_state
-from autotune.results.benchmark import Benchmark
+from autotune.results.benchmark import STOPPED, Benchmark
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
@@ -414,7 +414,7 @@ def tuner_time(split: TunerTime) -> Plot:
     return Plot(caption, draw, height=1.6 + 0.35 * len(by_stage))
 
 
-VERDICT_COLOUR = {"gain": "#2ca02c", "loss": "#d62728", "within noise": BASELINE, "stopped": OTHER}
+VERDICT_COLOUR = {"gain": "#2ca02c", "loss": "#d62728", "within noise": BASELINE, STOPPED: OTHER}
 
 
 def benchmark_ratios(benchmark: Benchmark) -> Plot | None:

@@ -16,7 +16,8 @@ then every round counts, and the pages say the figure may be off.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune.knobs import changed, undo
@@ -25,6 +26,23 @@ from autotune.trial.result import Disturbance
 
 # What an entry is: the two ends, or one change from the recommendation on top of the baseline, or left out of it.
 KINDS = ("baseline", "recommended", "alone", "without")
+# The verdict a record states on what it measured where its rounds did not all run (``unless_stopped``).
+STOPPED = "stopped"
+
+
+def unless_stopped(verdict: str, stopped: bool) -> str:
+    """The verdict a record (a benchmark's, a check's, a self-check's) states: STOPPED where its rounds did not all
+    run (an interrupt, an error), since what the rounds that ran read decides nothing; else ``verdict``, what they
+    read."""
+    return STOPPED if stopped else verdict
+
+
+def without_computed(data: dict[str, Any], written: Iterable[str], record_type: type) -> dict[str, Any]:
+    """``data``, a record of the dataclass ``record_type`` as read, less the keys its ``to_dict`` writes
+    (``written``) beyond its fields: those it computes from them, which its ``from_dict`` does not read back. Any
+    other key stays, for the constructor to refuse one it does not know (a newer autotune's): TypeError naming it."""
+    computed = set(written) - {item.name for item in fields(record_type)}
+    return {key: value for key, value in data.items() if key not in computed}
 
 
 @dataclass(frozen=True)
@@ -188,9 +206,9 @@ class Benchmark:
 
     def recorded_verdict(self, entry: Entry, reference: Entry | None = None) -> str:
         """The benchmark's verdict on ``entry`` against ``reference`` (the baseline where None), as its record and
-        pages state it: stopped where the benchmark stopped before its last round (what the rounds that ran read
-        decides nothing, as in a stopped self-check: ``SelfCheck.verdict``), else what its rounds read (``verdict``)."""
-        return "stopped" if self.stopped else self.verdict(entry, reference)
+        pages state it: what its rounds read (``verdict``), unless it stopped before its last round
+        (``unless_stopped``)."""
+        return unless_stopped(self.verdict(entry, reference), self.stopped)
 
     def memory_change(self, entry: Entry) -> float | None:
         """``entry``'s median peak memory over the baseline's."""
@@ -223,19 +241,19 @@ class Benchmark:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Benchmark:
-        derived = (
-            "ratios",
-            "slowed_rounds",
-            "rounds_left_out",
-            "interval",
-            "verdict",
-            "memory_change",
-            "to_recommended",
-            "to_recommended_verdict",
-        )
-        entries = [Entry.from_dict({k: v for k, v in row.items() if k not in derived}) for row in data["entries"]]
+        """The record ``to_dict`` wrote, the keys it computes dropped (``without_computed``); TypeError naming a key
+        it does not know."""
+        written = blank_benchmark().to_dict()
+        written_by_entry = {key for row in written["entries"] for key in row}
+        entries = [Entry.from_dict(without_computed(row, written_by_entry, Entry)) for row in data["entries"]]
         tuned = TunedGain.from_dict(data["tuned"]) if data.get("tuned") else None
-        return cls(**{**{k: v for k, v in data.items() if k != "shares"}, "entries": entries, "tuned": tuned})
+        return cls(**{**without_computed(data, written, Benchmark), "entries": entries, "tuned": tuned})
+
+
+def blank_benchmark() -> Benchmark:
+    """A benchmark of no rounds with an entry of each of KINDS: its ``to_dict`` writes every key one writes (they
+    are the same whatever its figures, an entry's by its kind), for ``from_dict`` to tell those it computes."""
+    return Benchmark("", "", 0, "", {}, [Entry(kind, kind, None, {}) for kind in KINDS])
 
 
 def share_knobs(baseline: dict[str, Any], recommended: dict[str, Any], knob: str, kind: str) -> dict[str, Any]:

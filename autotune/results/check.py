@@ -17,19 +17,13 @@ from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from autotune.measure.stats import RatioInterval, t95
-from autotune.results.benchmark import Benchmark, Entry
+from autotune.measure.stats import MIN_ROUNDS, RatioInterval, t95
+from autotune.results.benchmark import Benchmark, Entry, blank_benchmark, unless_stopped, without_computed
 
-# Rounds an interval needs: each of the two configurations measured, and both in the same rounds (ratio_interval).
-MIN_ROUNDS = 2
 # Rounds beyond which ``Check.loose_gate`` takes no number of rounds now to tell a fall from the noise.
 RESOLVABLE_ROUNDS = 10_000
 # The most rounds ``Check.rounds_to_tell`` names: beyond it, the speedup now sits too close to the floor to tell.
 MAX_ROUNDS_TO_TELL = 30
-# holds: no regression; regressed: ``Check.regressed``; not measured: no interval; stopped: before its last round.
-VERDICTS = ("holds", "regressed", "not measured", "stopped")
-# check.json's keys computed from the others (``Check.to_dict``), which ``Check.from_dict`` does not read back.
-DERIVED_KEYS = ("floor", "now", "verdict", "stopped", "within_noise", "rounds_to_tell")
 
 
 @dataclass(frozen=True)
@@ -160,12 +154,13 @@ class Check:
 
     @property
     def verdict(self) -> str:
-        """One of VERDICTS."""
-        if self.stopped:
-            return "stopped"
+        """holds: no regression; regressed (``regressed``); not measured: no interval now; or, where its rounds did
+        not all run, STOPPED (``unless_stopped``)."""
         if self.now is None:
-            return "not measured"
-        return "regressed" if self.regressed else "holds"
+            measured = "not measured"
+        else:
+            measured = "regressed" if self.regressed else "holds"
+        return unless_stopped(measured, self.stopped)
 
     @property
     def passed(self) -> bool:
@@ -193,8 +188,10 @@ class Check:
             "now": asdict(now) if now else None,
             "verdict": self.verdict,
             "within_noise": self.within_noise,
-            # Only where it holds within the noise: elsewhere the verdict is clear, or none is given.
+            # These two only where it holds within the noise (null, false elsewhere): elsewhere the verdict is clear,
+            # or none is given. A loose gate tells a fall within the tuning run's noise from one too close to the floor.
             "rounds_to_tell": self.rounds_to_tell if self.within_noise else None,
+            "loose_gate": self.within_noise and self.loose_gate,
             "stopped": self.stopped,
             "before_rounds": self.before_rounds,
             "benchmark": self.benchmark.to_dict(),
@@ -202,8 +199,10 @@ class Check:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Check:
-        """The record ``to_dict`` wrote, its DERIVED_KEYS dropped; TypeError naming a key it does not know."""
-        stored = {key: value for key, value in data.items() if key not in DERIVED_KEYS}
+        """The record ``to_dict`` wrote, the keys it computes dropped (``without_computed``); TypeError naming a key
+        it does not know."""
+        written = Check(1.0, 0.0, blank_benchmark()).to_dict()  # the keys are the same whatever the figures
+        stored = without_computed(data, written, Check)
         interval = stored.get("before_interval")
         benchmark = Benchmark.from_dict(stored["benchmark"])
         if data.get("stopped"):  # a check.json written before its benchmark kept it

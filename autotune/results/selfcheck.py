@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.measure.stats import RatioInterval, ratio_interval
+from autotune.results.benchmark import unless_stopped, without_computed
 
 AGREEMENT = 0.03
 
@@ -70,9 +71,9 @@ class SelfCheck:
         return min((min(len(c.harness), len(c.plain)) for c in self.configurations), default=0)
 
     def verdict(self, configuration: ConfigurationCheck) -> str:
-        """The verdict on ``configuration``: stopped where the self-check stopped before its last round (what the
-        rounds that ran read decides nothing), else what its rounds read (``ConfigurationCheck.verdict``)."""
-        return "stopped" if self.stopped else configuration.verdict
+        """The verdict on ``configuration``: what its rounds read (``ConfigurationCheck.verdict``), unless the
+        self-check stopped before its last round (``unless_stopped``)."""
+        return unless_stopped(configuration.verdict, self.stopped)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -85,9 +86,12 @@ class SelfCheck:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SelfCheck:
-        derived = ("ratios", "interval", "verdict")
+        """The record ``to_dict`` wrote, the keys it computes dropped (``without_computed``); TypeError naming a key
+        it does not know."""
+        written = SelfCheck("", "", 0, "", {}, [ConfigurationCheck("", {})]).to_dict()  # the same whatever the figures
+        written_by_configuration = written["configurations"][0]
         checks = [
-            ConfigurationCheck(**{k: v for k, v in entry.items() if k not in derived})
+            ConfigurationCheck(**without_computed(entry, written_by_configuration, ConfigurationCheck))
             for entry in data["configurations"]
         ]
-        return cls(**{**data, "configurations": checks})
+        return cls(**{**without_computed(data, written, SelfCheck), "configurations": checks})
