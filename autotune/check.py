@@ -32,7 +32,7 @@ from autotune.config.settings import Settings
 from autotune.config.values import finite
 from autotune.errors import ConfigError, RegressionError
 from autotune.knobs import BATCH_POLICIES, changed
-from autotune.measure.stats import RatioInterval
+from autotune.measure.stats import MIN_ROUNDS, RatioInterval
 from autotune.recommendation import measured_elsewhere, parse_knobs, read_record
 from autotune.report.check import print_check, verdict_line, write_check
 from autotune.results.benchmark import Benchmark
@@ -276,7 +276,7 @@ def _machine(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-_INTERVAL = "expected geomean, low and high (finite, 0 < low <= geomean <= high) and a whole number n >= 2"
+_INTERVAL = f"expected geomean, low and high (finite, 0 < low <= geomean <= high) and a whole number n >= {MIN_ROUNDS}"
 
 
 def _interval(value: Any, where: str) -> RatioInterval | None:
@@ -303,7 +303,7 @@ def _usable(interval: RatioInterval) -> bool:
         and 0 < interval.low <= interval.geomean <= interval.high
         and isinstance(n, int)
         and not isinstance(n, bool)
-        and n >= 2
+        and n >= MIN_ROUNDS
     )
 
 
