@@ -20,7 +20,7 @@ from typing import Any
 from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError, ConfigError, PlacementRefusedError
 from autotune.files import file_name
-from autotune.knobs import KNOBS, SearchContext, accumulated_to, conflict, device_kind
+from autotune.knobs import SearchContext, accumulated_to, conflict, device_kind, unavailable
 from autotune.measure.core_speed import CoreGauge
 from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
 from autotune.pipeline.facts import Inspection
@@ -100,17 +100,15 @@ def inspect_run(settings: Settings, output_dir: Path, clock: RunClock | None = N
 
 def unrunnable(settings: Settings, facts: Inspection, knobs: dict[str, object]) -> tuple[str, str] | None:
     """The first knob of ``knobs`` (a recommendation, measured as it is) with which no run here can train, with why:
-    a batch size the batch knob rules out on this pipeline (under fixed_effective, a micro-batch that does not divide
-    the baseline's batch; one larger than the dataset), workers that would each read the same samples of a stream, or
-    a knob that cannot run beside the others (``conflict``). None where it can run. The other knobs'
-    ``unavailable_reason`` says what the search leaves out as not worth trying here (bf16 emulated, pinned memory
-    without a GPU): such a value still runs, and is measured."""
+    a change from the baseline that its knob says cannot run here (``Knob.unavailable_reason``: a batch larger than
+    the dataset, workers that would each read the same samples of a stream, a model that refuses channels_last, an
+    optimizer implementation it does not take), or a knob that cannot run beside the others (``conflict``). None
+    where it can run. The baseline's own values were judged at the inspection (``check_baseline``); a value that runs
+    but gains nothing here (``Knob.wasteful_reason``: pinned memory without a GPU, bf16 emulated) is measured."""
     ctx = search_context(settings, facts)
-    for name in ("batch_size", "num_workers"):
-        value = knobs[name]
-        if value != settings.baseline.get(name) and (reason := KNOBS[name].unavailable_reason(value, ctx)):
-            return name, reason
-    return conflict(knobs, accumulated_to(settings.batch_policy, settings.baseline), ctx.device)
+    changes = {name: value for name, value in knobs.items() if value != settings.baseline.get(name)}
+    effective_batch_size = accumulated_to(settings.batch_policy, settings.baseline)
+    return unavailable(changes, ctx) or conflict(knobs, effective_batch_size, ctx.device)
 
 
 # torch's words for a pipeline whose pieces do not fit autotune's own step, and the key that fits them.

@@ -96,7 +96,7 @@ def _benchmark(path: Path, output_dir: Path, out: io.StringIO):
 @pytest.mark.parametrize(
     ("knobs", "policy", "message"),
     [
-        ({"batch_size": 100000}, "free", "knobs.batch_size=100000 cannot run here (100000 is larger than the dataset"),
+        ({"batch_size": 100000}, "free", "knobs.batch_size=100000 cannot run here (it is larger than the dataset"),
         (
             {"batch_size": 32},
             "fixed_effective",

@@ -236,7 +236,7 @@ BAD_INPUTS = [
     (["pipeline=mymodel", "search.amp=[fp8]"], "search.amp: expected one of off, bf16, fp16, got 'fp8'"),
     (["pipeline=mymodel", "search.batch_size=[0]"], "search.batch_size: expected an integer >= 1, got 0"),
     (["pipeline=mymodel", "search.batch_size=[]"], "search.batch_size: the candidate list is empty"),
-    (["pipeline=mymodel", "search.pin_memory=[true]"], "search.pin_memory: True cannot run here"),
+    (["pipeline=mymodel", "search.pin_memory=[true]"], "search.pin_memory: True is not worth a trial here"),
     (
         ["pipeline=mymodel", "pipeline.model._target_=nowhere.Net"],
         "pipeline.model._target_: cannot import 'nowhere.Net'",
@@ -256,7 +256,7 @@ BAD_INPUTS = [
     (["-cd", "./nowhere", "pipeline=mine"], f"-cd: no folder {REPO}/nowhere; give the folder that holds"),
     (
         ["pipeline=mymodel", "pipeline.baseline.batch_size=100000"],
-        "pipeline.baseline.batch_size: 100000 is larger than the dataset",
+        "pipeline.baseline.batch_size: 100000 cannot run here: it is larger than the dataset",
     ),
     (["pipeline=mymodel", "study.storage=nosuchdb://x"], "study.storage: cannot open Optuna storage"),
     (["pipeline=mymodel", "study.name='a#b'"], "study.name: expected a printable name without '#', got 'a#b'"),
@@ -345,7 +345,7 @@ BAD_INPUTS = [
 ]
 
 
-VALID_WITH_CUDA = {"search.pin_memory: True cannot run here", "measure.device: cuda was requested but"}
+VALID_WITH_CUDA = {"search.pin_memory: True is not worth a trial here", "measure.device: cuda was requested but"}
 
 
 # Refused before any trial, so the command runs in this process (a subprocess would add only its start-up); the
@@ -426,7 +426,8 @@ def test_input_the_pipelines_facts_refuse_leaves_no_compile_cache(tmp_path, cli_
     # not, as a run refused there leaves nothing it made.
     args = [*TINY, "pipeline.baseline.batch_size=100000", "measure.compile_cache_dir=.autotune-cache"]
     proc = cli_here([*args, f"hydra.run.dir={tmp_path}/out", f"study.storage=sqlite:///{tmp_path}/s.db"], cwd=tmp_path)
-    assert proc.returncode == 2 and "pipeline.baseline.batch_size: 100000 is larger" in proc.stderr, proc.stderr
+    said = "pipeline.baseline.batch_size: 100000 cannot run here: it is larger"
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert not any(tmp_path.iterdir()), "no run folder, no study file, no compile cache"
 
 
@@ -668,8 +669,8 @@ def test_a_value_refused_is_said_before_a_stored_study_of_other_settings(tmp_pat
     proc = cli_here([*args, "search.batch_size=[100000]"], cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (
         2,
-        "autotune: error: search.batch_size: 100000 cannot run here: 100000 is larger than the dataset (256 samples); "
-        "leave it out of the list\n",
+        "autotune: error: search.batch_size: 100000 cannot run here: it is larger than the dataset (256 samples), "
+        "so no full batch exists; leave it out of the list\n",
     )
 
 

@@ -88,6 +88,16 @@ def conflict(knobs: dict[str, Any], effective_batch_size: int | None, device: st
     return None
 
 
+def unavailable(values: dict[str, Any], ctx: SearchContext) -> tuple[str, str] | None:
+    """The first knob of ``values`` (knob name → value: a configuration, or some of its knobs) whose value cannot run
+    here (``Knob.unavailable_reason``), and why; None when each can."""
+    for name, knob in KNOBS.items():
+        reason = knob.unavailable_reason(values[name], ctx) if name in values else None
+        if reason:
+            return name, reason
+    return None
+
+
 def apply_knobs(values: dict[str, Any], setup: TrainingSetup) -> None:
     """Apply every knob's value to ``setup`` in registry order."""
     for name, knob in KNOBS.items():

@@ -121,16 +121,15 @@ def whole_cycles(steps: int, step_multiple: int) -> int:
 class Knob(ABC):
     """One tunable setting, and every fact about it.
 
-    A knob validates values (``parse``), proposes candidates for a machine and pipeline
-    (``default_candidates``), says why a value cannot run here (``unavailable_reason``) or is not worth searching
-    (``wasteful_reason``) and applies a value to a training setup (``apply``). A knob that only means something
-    given the values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
-    ``active``; an inactive knob's value is None and it is never searched. A value that cannot run beside other
-    knobs' values (CUDA graphs with gradients kept across steps) says so in ``conflict``: no configuration the search
-    proposes, and no baseline, holds one. ``role`` is how the search treats it
-    (``Role``); ``baseline_default`` the value a baseline that does not set it runs (PyTorch's own default, or
-    REQUIRED); ``applies_to`` what ``apply`` changes (``Target``s); ``costly`` whether turning it on costs long
-    one-off work in warm-up (compiling); ``changes_numerics``
+    A knob validates values (``parse``), proposes candidates for a machine and pipeline (``default_candidates``), says
+    why a value cannot run here (``unavailable_reason``: refused wherever it is given) or runs but is not worth
+    searching (``wasteful_reason``) and applies a value to a training setup (``apply``). A knob that only means
+    something given the values of knobs before it in the registry (e.g. prefetching needs worker processes) says so in
+    ``active``; an inactive knob's value is None and it is never searched. A value that cannot run beside other knobs'
+    values (CUDA graphs with gradients kept across steps) says so in ``conflict``: no configuration the search proposes,
+    and no baseline, holds one. ``role`` is how the search treats it (``Role``); ``baseline_default`` the value a
+    baseline that does not set it runs (PyTorch's own default, or REQUIRED); ``applies_to`` what ``apply`` changes
+    (``Target``s); ``costly`` whether turning it on costs long one-off work in warm-up (compiling); ``changes_numerics``
     whether its values change the arithmetic, so that a trial's first loss is checked against fp32; ``redraws_random``
     whether a step under its values draws other random numbers than the eager step of the same seed (dropout masks
     compiled: the check then allows the loss's own spread). Knobs are stateless singletons.
@@ -158,13 +157,22 @@ class Knob(ABC):
         """Candidate values worth trying on this machine for this pipeline."""
 
     def unavailable_reason(self, value: Any, ctx: SearchContext) -> str | None:
-        """Why ``value`` cannot run here, or None when it can."""
+        """Why ``value`` cannot run here, or None when it can: a run with it fails, or does not train as asked
+        (workers that each read the same samples). Every mode refuses such a value, naming the key: in the search,
+        the baseline and a recommendation measured alike. A value that runs but gains nothing here says so in
+        ``wasteful_reason`` instead."""
         return None
 
     def wasteful_reason(self, value: Any, ctx: SearchContext) -> str | None:
         """Why searching ``value`` here can only waste trials (it runs, and is never the faster for it), or None.
-        The search refuses such a value given to it; a recommendation holding one is measured all the same."""
+        The search refuses such a value given to it; a baseline or a recommendation holding one is measured all
+        the same."""
         return None
+
+    def searchable(self, value: Any, ctx: SearchContext) -> bool:
+        """Whether ``value`` can run here and is worth a trial: neither ``unavailable_reason`` nor
+        ``wasteful_reason`` rules it out."""
+        return self.unavailable_reason(value, ctx) is None and self.wasteful_reason(value, ctx) is None
 
     def resolve(self, value: Any, ctx: SearchContext) -> Any:
         """What ``value`` means here once PyTorch's defaults are filled in: two values that resolve alike are one

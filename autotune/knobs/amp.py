@@ -15,11 +15,16 @@ class AmpKnob(ChoiceKnob):
     choices = ("off", "bf16", "fp16")
 
     def default_candidates(self, ctx: SearchContext) -> list[str]:
-        return [amp for amp in self.choices if self.unavailable_reason(amp, ctx) is None]
+        return [amp for amp in self.choices if self.searchable(amp, ctx)]
 
-    def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
+    def wasteful_reason(self, value: str, ctx: SearchContext) -> str | None:
+        """Every value runs anywhere (autocast and its loss scaler take a CPU too); fp16 off a GPU and bf16 on a GPU
+        that emulates it are never the faster for it."""
         if value == "fp16" and ctx.device != "cuda":
-            return f"fp16 autocast with loss scaling needs a GPU; this run is on {ctx.device}"
+            return (
+                f"fp16 autocast with loss scaling is for GPUs; on {ctx.device} bf16, the 16-bit type CPUs have units "
+                "for, is tried instead"
+            )
         if value == "bf16" and ctx.device == "cuda" and not ctx.bf16_supported:
             return "this GPU computes bfloat16 only emulated (compute capability below 8.0), slower than fp32"
         return None

@@ -37,7 +37,7 @@ class BatchSizeKnob(Knob):
         if ctx.batch_policy == "fixed_effective" and base % value != 0:
             return f"with search.batch_policy=fixed_effective a micro-batch must divide the baseline's {base}"
         if ctx.dataset_len is not None and value > ctx.dataset_len:
-            return f"{value} is larger than the dataset ({ctx.dataset_len} samples)"
+            return f"it is larger than the dataset ({ctx.dataset_len} samples), so no full batch exists"
         return None
 
     def apply(self, value: int, setup) -> None:

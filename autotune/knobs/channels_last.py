@@ -20,13 +20,18 @@ class ChannelsLastKnob(BoolKnob):
         return ndim == 4 and floating
 
     def default_candidates(self, ctx: SearchContext) -> list[bool]:
-        return [value for value in (False, True) if self.unavailable_reason(value, ctx) is None]
+        return [value for value in (False, True) if self.searchable(value, ctx)]
 
     def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
-        if value and not self.takes(ctx.input_ndim):
-            return f"needs 4-D input batches (N, C, H, W); this pipeline's input has {ctx.input_ndim} dimensions"
+        """A model the inspection saw refuse the conversion (``convert`` raised) fails every run with it."""
         if value and ctx.channels_last_refused:
             return f"the model cannot be converted to channels_last: {ctx.channels_last_refused}"
+        return None
+
+    def wasteful_reason(self, value: bool, ctx: SearchContext) -> str | None:
+        """Inputs that are not 4-D stay as they come (``takes``): only the model's 4-D weights change layout."""
+        if value and not self.takes(ctx.input_ndim):
+            return f"needs 4-D input batches (N, C, H, W); this pipeline's input has {ctx.input_ndim} dimensions"
         return None
 
     @staticmethod

@@ -16,7 +16,7 @@ class CudnnBenchmarkKnob(BoolKnob):
     )
 
     def default_candidates(self, ctx: SearchContext) -> list[bool]:
-        return [False, True] if ctx.device == "cuda" else [False]
+        return [value for value in (False, True) if self.searchable(value, ctx)]
 
     def resolve(self, value: bool, ctx: SearchContext) -> bool:
         """Off anywhere but on a GPU, whatever it says: a baseline that sets it for a model on a CPU (many scripts do,
@@ -24,7 +24,8 @@ class CudnnBenchmarkKnob(BoolKnob):
         change to recommend."""
         return value and ctx.device == "cuda"
 
-    def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
+    def wasteful_reason(self, value: bool, ctx: SearchContext) -> str | None:
+        """On a CPU it runs and changes nothing (``apply`` sets it on a GPU only)."""
         if value and ctx.device != "cuda":
             return f"cuDNN exists only on a GPU; this run is on {ctx.device}"
         return None

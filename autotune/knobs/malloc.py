@@ -33,9 +33,10 @@ class MallocKnob(ChoiceKnob):
     memory_order = ("default", "keep")  # keep holds the freed memory default returns
 
     def default_candidates(self, ctx: SearchContext) -> list[str]:
-        return [value for value in self.choices if self.unavailable_reason(value, ctx) is None]
+        return [value for value in self.choices if self.searchable(value, ctx)]
 
     def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
+        """keep off glibc: ``apply`` raises, so every run with it fails."""
         if value == "keep" and platform.libc_ver()[0] != "glibc":
             return "malloc=keep tunes glibc's allocator; this Python does not run on glibc"
         return None

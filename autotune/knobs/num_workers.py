@@ -67,6 +67,7 @@ def repeated_stream(workers: int) -> str:
     """Why ``workers`` DataLoader workers cannot load a stream that gives each of them the same samples."""
     return (
         f"the dataset, an IterableDataset, gives every DataLoader worker the same samples, so {workers} workers would "
-        f"train on each sample {workers} times an epoch; {SPLIT_STREAM} (PyTorch's IterableDataset documentation) to "
-        "have more than one (a stream of random samples: draw them from a generator seeded by get_worker_info().seed)"
+        f"train on each sample {workers} times an epoch, where 0 or 1 read it once; {SPLIT_STREAM} (PyTorch's "
+        "IterableDataset documentation) to have more than one (a stream of random samples: draw them from a "
+        "generator seeded by get_worker_info().seed)"
     )

@@ -22,7 +22,7 @@ class OptimizerImplKnob(ChoiceKnob):
     def default_candidates(self, ctx: SearchContext) -> list[str]:
         """default, foreach and fused where the optimizer takes them; the loop is never the faster one, so
         for_loop is not tried."""
-        return [impl for impl in self.choices if impl != "for_loop" and self.unavailable_reason(impl, ctx) is None]
+        return [impl for impl in self.choices if impl != "for_loop" and self.searchable(impl, ctx)]
 
     def resolve(self, value: str, ctx: SearchContext) -> str:
         """default is what the optimizer's default step was seen to run here (``ctx.optimizer_default``): PyTorch

@@ -15,7 +15,7 @@ class PinMemoryKnob(BoolKnob):
     )
 
     def default_candidates(self, ctx: SearchContext) -> list[bool]:
-        return [False, True] if ctx.device == "cuda" else [False]
+        return [value for value in (False, True) if self.searchable(value, ctx)]
 
     def resolve(self, value: bool, ctx: SearchContext) -> bool:
         """Off on a machine without a GPU, whatever it says: a baseline that sets it there (many scripts do, whatever
@@ -23,7 +23,9 @@ class PinMemoryKnob(BoolKnob):
         the DataLoader pins, whichever device the model runs on."""
         return value and (ctx.device == "cuda" or ctx.gpu_visible)
 
-    def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
+    def wasteful_reason(self, value: bool, ctx: SearchContext) -> str | None:
+        """Off a GPU it runs: the DataLoader pins nothing without one, and pins for nothing beside one the model does
+        not run on."""
         if value and ctx.device != "cuda":
             return f"pinned memory only speeds up copies to a GPU; this run is on {ctx.device}"
         return None

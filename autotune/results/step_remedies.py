@@ -149,11 +149,7 @@ def _optimizer(found: Figures, knobs: dict[str, Any], ctx: SearchContext) -> lis
     knob = KNOBS["optimizer_impl"]
     runs = knob.resolve("default", ctx)
     impl = next(
-        (
-            name
-            for name in ("foreach", "fused")
-            if knob.unavailable_reason(name, ctx) is None and knob.resolve(name, ctx) != runs
-        ),
+        (name for name in ("foreach", "fused") if knob.searchable(name, ctx) and knob.resolve(name, ctx) != runs),
         None,
     )
     if impl is None:
@@ -195,8 +191,8 @@ def arithmetic_advice(
             )
         )
     convolutions = any(is_convolution(op.name) for op in result.operators.step_operators)
-    # The knob says where it can run: inputs that go channels-last, a model that converts.
-    if convolutions and not knobs.get("channels_last") and KNOBS["channels_last"].unavailable_reason(True, ctx) is None:
+    # The knob says where it runs and pays: inputs that go channels-last, a model that converts.
+    if convolutions and not knobs.get("channels_last") and KNOBS["channels_last"].searchable(True, ctx):
         advice.append(
             Advice(
                 "set channels_last=True",
@@ -219,7 +215,7 @@ def arithmetic_advice(
 
 def _amp_action(result: ProfileResult, tried: Tried | None) -> str:
     """The advice to compute in 16 bits, its value the one the study could try: fp16 on a GPU where it measured
-    fp16 and no bf16 (the tuner leaves bf16 out on a GPU that only emulates it, ``AmpKnob.unavailable_reason``),
+    fp16 and no bf16 (the tuner leaves bf16 out on a GPU that only emulates it, ``AmpKnob.wasteful_reason``),
     else bf16, or fp16 on a GPU without it (a profile without a study cannot tell which GPU it ran on)."""
     measured = tried.values.get("amp", []) if tried is not None else []
     if result.operators.device == "cuda" and "fp16" in measured and "bf16" not in measured:

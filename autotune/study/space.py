@@ -18,8 +18,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import ConfigError
-from autotune.knobs import KNOBS, Knob, SearchContext, Target, conflict
-from autotune.knobs.num_workers import repeated_stream
+from autotune.knobs import KNOBS, Knob, SearchContext, Target, conflict, unavailable
 from autotune.records import OutOfMemory, WorkerFailure
 
 
@@ -166,22 +165,21 @@ def _check_given_values_run(search: dict[str, list[Any] | None], space: SearchSp
 
 
 def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
-    """Reject a baseline that cannot produce a single batch (training with full batches only), whose DataLoader
-    workers each load the same samples of a stream, or with a knob whose value cannot run beside the others on the
-    device the trials run on (``conflict``: judged here, where measure.device=auto is resolved, as CUDA graphs
-    conflict on a GPU alone)."""
+    """Reject a baseline with a knob whose value cannot run beside the others on the device the trials run on
+    (``conflict``: judged here, where measure.device=auto is resolved, as CUDA graphs conflict on a GPU alone), or
+    cannot run here at all (``Knob.unavailable_reason``: a batch larger than the dataset, with full batches only;
+    DataLoader workers that each load the same samples of a stream; a model that refuses channels_last). A value
+    that runs but gains nothing here (``Knob.wasteful_reason``) is what the user runs today, and is measured."""
     found = conflict(baseline, None, ctx.device)
     if found:
         raise ConfigError(f"pipeline.baseline.{found[0]}", found[1])
-    if ctx.dataset_len is not None and baseline["batch_size"] > ctx.dataset_len:
+    found = unavailable(baseline, ctx)
+    if found:
+        name, reason = found
         raise ConfigError(
-            "pipeline.baseline.batch_size",
-            f"{baseline['batch_size']} is larger than the dataset ({ctx.dataset_len} samples), so no full batch "
-            "exists: set the batch size your training uses, at most the dataset's size",
+            f"pipeline.baseline.{name}",
+            f"{baseline[name]!r} cannot run here: {reason}; set the value your training runs with today",
         )
-    workers = baseline.get("num_workers") or 0
-    if workers > 1 and ctx.repeats_in_workers:
-        raise ConfigError("pipeline.baseline.num_workers", f"{workers}: {repeated_stream(workers)}, or set 0 or 1")
 
 
 # The knobs that change what a training step keeps in memory: those applied to the model, its precision, its

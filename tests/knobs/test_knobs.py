@@ -203,7 +203,7 @@ def test_set_to_none_and_cudnn_benchmark():
     KNOBS["set_to_none"].apply(False, setup)
     assert setup.zero_grad_to_none is False
     KNOBS["cudnn_benchmark"].apply(True, setup)  # a CPU setup: nothing to change, nothing raised
-    assert "GPU" in KNOBS["cudnn_benchmark"].unavailable_reason(True, cpu_context())
+    assert "GPU" in KNOBS["cudnn_benchmark"].wasteful_reason(True, cpu_context())
     assert KNOBS["cudnn_benchmark"].default_candidates(cpu_context(device="cuda")) == [False, True]
 
 
@@ -268,10 +268,10 @@ def test_yaml_off_read_as_false_means_off():
 
 def test_applicability_on_a_cpu_machine():
     ctx = cpu_context(input_ndim=2)
-    assert "GPU" in KNOBS["pin_memory"].unavailable_reason(True, ctx)
-    assert "4-D" in KNOBS["channels_last"].unavailable_reason(True, ctx)
-    assert KNOBS["amp"].unavailable_reason("fp16", ctx)
-    assert KNOBS["amp"].unavailable_reason("bf16", ctx) is None
+    assert "GPU" in KNOBS["pin_memory"].wasteful_reason(True, ctx)
+    assert "4-D" in KNOBS["channels_last"].wasteful_reason(True, ctx)
+    assert KNOBS["amp"].wasteful_reason("fp16", ctx)
+    assert KNOBS["amp"].wasteful_reason("bf16", ctx) is None
     assert "larger than the dataset" in KNOBS["batch_size"].unavailable_reason(2000, ctx)
 
 

@@ -170,7 +170,7 @@ def test_workers_that_would_repeat_a_stream_are_not_searched_and_a_baseline_with
     assert space.candidates["batch_size"][-1] == 4 * NEUTRAL_KNOBS["batch_size"], "no length bounds the batch"
     with pytest.raises(ConfigError, match=r"^search.num_workers: 2 cannot run here: the dataset, an IterableData"):
         build_space({**dict.fromkeys(KNOBS), "num_workers": [0, 2]}, repeated)
-    with pytest.raises(ConfigError, match=r"^pipeline.baseline.num_workers: 2: the dataset, an IterableDataset, "):
+    with pytest.raises(ConfigError, match=r"^pipeline.baseline.num_workers: 2 cannot run here: the dataset, an "):
         check_baseline({**NEUTRAL_KNOBS, "num_workers": 2}, repeated)
     check_baseline({**NEUTRAL_KNOBS, "num_workers": 1}, repeated)
     split = replace(repeated, repeats_in_workers=False)
@@ -229,5 +229,5 @@ def test_the_baseline_in_any_mode_and_a_recommendation_to_measure_refuse_workers
             io.StringIO(),
         )
     config["pipeline"]["baseline"] = {**config["pipeline"]["baseline"], **workers}
-    with pytest.raises(ConfigError, match=r"^pipeline.baseline.num_workers: 2: the dataset, an IterableDataset"):
+    with pytest.raises(ConfigError, match=r"^pipeline.baseline.num_workers: 2 cannot run here: the dataset, an "):
         diagnose_mode.run(load_settings({**config, "mode": "profile"}, "tiny"), tmp_path / "out", io.StringIO())

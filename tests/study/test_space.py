@@ -115,8 +115,8 @@ def test_overrides_replace_defaults_and_a_single_value_fixes_a_knob():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"pin_memory": [True]}, "search.pin_memory: True cannot run here"),
-        ({"amp": ["fp16"]}, "search.amp: 'fp16' cannot run here"),
+        ({"pin_memory": [True]}, "search.pin_memory: True is not worth a trial here"),
+        ({"amp": ["fp16"]}, "search.amp: 'fp16' is not worth a trial here"),
         ({"batch_size": [5000]}, "search.batch_size: 5000 cannot run here"),
         (
             {"num_workers": [0], "prefetch_factor": [4]},
