@@ -22,7 +22,7 @@ from autotune.knobs.num_workers import SPLIT_STREAM
 from autotune.measure.environment import machine_id, thread_variables
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
-from autotune.records import study_machines
+from autotune.records import StudyDescription, study_machines
 from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
@@ -542,7 +542,8 @@ def _window(plan: WindowPlan) -> dict:
     return {name: value for name, value in asdict(plan).items() if name not in ("step_multiple", "epoch_steps")}
 
 
-def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
+def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict[str, Any]:
+    """The description of what this run tunes, as its study stores it (``StudyDescription.to_dict``)."""
     # Each trial is held to the memory budgets as it is measured (killed or ruled out over them): a study resumed
     # under others would rank trials judged by two rules. Unset ones are left out, but the record is kept even empty:
     # a study made before budgets were kept has none (``start._alike``), and resumes under any. Settings that change
@@ -554,19 +555,19 @@ def _study_meta(settings: Settings, device: str, space: SearchSpace) -> dict:
         "host_memory_budget_mb": settings.study.host_memory_budget_mb,
     }
     set_budgets = {key: float(value) for key, value in budgets.items() if value is not None}  # 500 is 500.0
-    return {
-        "study": set_budgets,
-        "pipeline": settings.pipeline.to_dict(),
-        "baseline": settings.baseline,
-        "batch_policy": settings.batch_policy,
-        "objectives": list(settings.study.objectives),
-        "device": device,
-        "space": space.candidates,
-        "measure": {
+    return StudyDescription(
+        pipeline=settings.pipeline,
+        baseline=settings.baseline,
+        batch_policy=settings.batch_policy,
+        objectives=list(settings.study.objectives),
+        device=device,
+        space=space.candidates,
+        measure={
             **_window(settings.measure.plan),
             "screen": _window(settings.measure.screen_plan),
             "trial_timeout_s": settings.measure.trial_timeout_s,
             "repeats": settings.measure.repeats,
             "loss_tolerance": settings.measure.loss_tolerance,
         },
-    }
+        memory_budgets=set_budgets,
+    ).to_dict()

@@ -20,7 +20,7 @@ from autotune.config.settings import Settings
 from autotune.errors import BaselineFailedError
 from autotune.files import file_name
 from autotune.measure.profiling import ProfilePlan
-from autotune.records import META_ATTR
+from autotune.records import stored_description
 from autotune.report.diagnosis import print_profile, write_profile
 from autotune.results.model import load_results
 from autotune.results.remedy_model import Tried
@@ -79,8 +79,8 @@ def stored_tries(settings: Settings, here: str) -> Tried | None:
         study = load_study(settings.study.name, settings.study.storage)
     except KeyError:
         return None
-    stored = study.user_attrs.get(META_ATTR, {})
-    if stored.get("pipeline") != settings.pipeline.to_dict():
+    described = stored_description(study)
+    if described is None or not described.describes(settings.pipeline):
         return None
     results = load_results(study, here)
     return tries_of(results) if results.records else None

@@ -1,7 +1,7 @@
-"""What a study stores: the keys of its records, the typed record of the probe, a configuration's identity, and
-which trials count as measured on a machine. The study (``autotune/study/``) writes these records and the results
-(``autotune/results/``) read them, both through this module: results never import the study (the study may use
-results' typed records, a layer below it).
+"""What a study stores: the keys of its records, the typed records of its description, a machine's baseline and
+probe, a configuration's identity, and which trials count as measured on a machine. The study (``autotune/study/``)
+writes these records and the results (``autotune/results/``) read them, both through this module: results never
+import the study (the study may use results' typed records, a layer below it).
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.pipeline.spec import PipelineSpec
 from autotune.trial.result import FailureKind, ProbePlan, ProbeResult, TrialResult, probe_plan_from_dict
 
-# Optuna user attributes: the study's own (META: what is tuned), one
-# machine's (``on_machine``: MACHINE: its description; BASELINE: the baseline's result; PROBE: ProbeRecord;
+# Optuna user attributes: the study's own (META: what is tuned, StudyDescription), one
+# machine's (``on_machine``: MACHINE: its description; BASELINE: the baseline's result, ``stored_baseline``; PROBE:
+# ProbeRecord, ``stored_probe``;
 # CONFIRMATION: the race; TRIM: the races of its winner against its changes undone; PROFILES: the baseline and the
 # recommendation profiled, results/profile.py's TunedProfiles; TUNER_TIME, one per run: where the run's time went,
 # results/tuner_time.py's RunTime) and each trial's (MACHINE: the id of the machine it
@@ -61,6 +63,78 @@ def study_machines(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """The machines a study's results were measured on: their id (``machine_id``) → description."""
     prefix = on_machine(MACHINE_ATTR, "")
     return {key[len(prefix) :]: value for key, value in study.user_attrs.items() if key.startswith(prefix)}
+
+
+@dataclass(frozen=True)
+class StudyDescription:
+    """What a study tunes, stored once in it (META): the pipeline, its baseline and batch policy, the objectives, the
+    device, the search space's candidates and how a trial is measured. ``memory_budgets``: the study's memory budgets
+    that are set (study.memory_budget_mb, study.host_memory_budget_mb; each trial is held to them as it is measured),
+    None in a study made before they were kept, which resumes under any (``start._alike``). The tuner stores
+    ``to_dict``'s form beside its fingerprint and the pipeline's code, and compares the forms as stored
+    (``start.open_study``)."""
+
+    pipeline: PipelineSpec
+    baseline: dict[str, Any]
+    batch_policy: str
+    objectives: list[str]
+    device: str
+    space: dict[str, list[Any]]
+    measure: dict[str, Any]
+    memory_budgets: dict[str, float] | None
+
+    @property
+    def optimizer(self) -> dict[str, Any] | None:
+        """The pipeline's optimizer config (None where it names none)."""
+        return self.pipeline.components.get("optimizer")
+
+    def describes(self, pipeline: PipelineSpec, baseline: dict[str, Any] | None = None) -> bool:
+        """Whether this study tuned ``pipeline`` (its name and components as configured now: another's measurements
+        say nothing of it) and, where ``baseline`` is given, from that baseline too (None: from any)."""
+        return self.pipeline == pipeline and (baseline is None or self.baseline == baseline)
+
+    def to_dict(self) -> dict[str, Any]:
+        stored = {
+            "pipeline": self.pipeline.to_dict(),
+            "baseline": self.baseline,
+            "batch_policy": self.batch_policy,
+            "objectives": self.objectives,
+            "device": self.device,
+            "space": self.space,
+            "measure": self.measure,
+        }
+        return stored if self.memory_budgets is None else {"study": self.memory_budgets, **stored}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudyDescription:
+        """The description ``data`` holds, in any form an autotune stored: the first kept no objectives or batch
+        policy (it tuned throughput alone, the batch size free) and reads so; a pipeline without components reads as
+        one with none (its optimizer None). What is stored beside it (the fingerprint, the pipeline's code) and an
+        earlier autotune's machine in it (now one record per machine: MACHINE) are not read."""
+        pipeline = data["pipeline"]
+        return cls(
+            pipeline=PipelineSpec(pipeline["name"], pipeline.get("components", {})),
+            baseline=data["baseline"],
+            batch_policy=data.get("batch_policy", "free"),
+            objectives=data.get("objectives", ["throughput"]),
+            device=data["device"],
+            space=data["space"],
+            measure=data["measure"],
+            memory_budgets=data.get("study"),
+        )
+
+
+def stored_description(study: optuna.Study) -> StudyDescription | None:
+    """What ``study`` tunes, as it stores it; None where it stores no description (not autotune's study)."""
+    stored = study.user_attrs.get(META_ATTR)
+    return StudyDescription.from_dict(stored) if stored is not None else None
+
+
+def stored_baseline(attrs: dict[str, Any], machine: str) -> TrialResult | None:
+    """The baseline's result a study's ``attrs`` (its user attributes, as read) hold for ``machine`` (its
+    ``machine_id``); None where none was stored there."""
+    stored = attrs.get(on_machine(BASELINE_ATTR, machine))
+    return TrialResult.from_dict(stored) if stored is not None else None
 
 
 def measured_trials(
@@ -279,6 +353,13 @@ class ProbeRecord:
             retry=data.get("retry", False),
             capped_s=data.get("capped_s"),
         )
+
+
+def stored_probe(attrs: dict[str, Any], machine: str) -> ProbeRecord | None:
+    """The probe's record a study's ``attrs`` (its user attributes, as read) hold for ``machine`` (its
+    ``machine_id``); None where none was stored there."""
+    stored = attrs.get(on_machine(PROBE_ATTR, machine))
+    return ProbeRecord.from_dict(stored) if stored is not None else None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from autotune.config.settings import Settings
 from autotune.errors import HarnessDisagreesError
 from autotune.files import file_name
 from autotune.pipeline.facts import Inspection
-from autotune.records import META_ATTR
+from autotune.records import stored_description
 from autotune.redact import redact_url
 from autotune.report.selfcheck import print_selfcheck, write_selfcheck
 from autotune.results.model import load_results
@@ -161,8 +161,8 @@ def _configurations(settings: Settings, here: str) -> tuple[dict[str, dict[str, 
     except KeyError:
         where = f"no study '{name}' in {redact_url(storage)} (tune first to check its pick)"
         return baseline, f"the baseline only: {where}", own
-    stored = study.user_attrs.get(META_ATTR, {})
-    if stored.get("pipeline") != settings.pipeline.to_dict() or stored.get("baseline") != settings.baseline:
+    described = stored_description(study)
+    if described is None or not described.describes(settings.pipeline, settings.baseline):
         return baseline, f"the baseline only: study '{name}' was tuned with another pipeline or baseline", own
     results = load_results(study, here)  # a pick measured on another machine is not this one's
     if results.baseline is None or not results.baseline.result.ok:

@@ -55,7 +55,8 @@ def test_a_study_measured_on_another_machine_only_has_no_pick_to_check_here(tiny
 def test_the_studys_pick_is_checked_training_as_it_was_tuned(tiny_settings, monkeypatch):
     # A study tuned under search.batch_policy=fixed_effective measured micro-batches accumulated to the baseline's
     # batch: checked without the command's saying so, the pick would be timed as another loop.
-    meta = {"pipeline": tiny_settings.pipeline.to_dict(), "baseline": tiny_settings.baseline}
+    pipeline, baseline = tiny_settings.pipeline.to_dict(), tiny_settings.baseline
+    meta = {"pipeline": pipeline, "baseline": baseline, "device": "cpu", "space": {}, "measure": {}}
     micro = {**tiny_settings.baseline, "batch_size": 8}
     baseline_ok = SimpleNamespace(result=SimpleNamespace(ok=True))
     monkeypatch.setattr(selfcheck, "load_study", lambda name, storage: SimpleNamespace(user_attrs={META_ATTR: meta}))

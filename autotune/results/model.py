@@ -11,26 +11,26 @@ from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
 from autotune.measure.environment import this_machine_id
 from autotune.records import (
-    BASELINE_ATTR,
     BASELINE_LABEL,
     CONFIRMATION_ATTR,
     META_ATTR,
     PREDICTED_ATTR,
-    PROBE_ATTR,
     PROFILES_ATTR,
     TRIM_ATTR,
     NotMeasured,
     ProbeRecord,
+    StudyDescription,
     TrialRecord,
     measured_trials,
     not_measured_trials,
     on_machine,
+    stored_baseline,
+    stored_probe,
     study_machines,
 )
 from autotune.results.profile import TunedProfiles
 from autotune.results.race import Confirmation
 from autotune.results.tuner_time import TunerTime, load_tuner_time
-from autotune.trial.result import TrialResult
 
 # Importance compares the best half of the trials with all of them, and only from IMPORTANCE_MIN_TRIALS completed
 # trials: in simulated studies of random trials the knob that mattered most came first in 80-85 % of those of 30
@@ -90,26 +90,26 @@ def load_results(study: optuna.Study, machine: str | None = None) -> StudyResult
     machines = study_machines(study)
     machine = machine or choose_machine(machines)
     attrs = study.user_attrs  # read once: each read is a query of the storage and a deep copy
-    meta = attrs[META_ATTR]
-    baseline, probe = (attrs.get(on_machine(name, machine)) for name in (BASELINE_ATTR, PROBE_ATTR))
+    described = StudyDescription.from_dict(attrs[META_ATTR])
+    baseline = stored_baseline(attrs, machine)
     confirmation = attrs.get(on_machine(CONFIRMATION_ATTR, machine))
     every = study.get_trials(deepcopy=False)
     measured = measured_trials(study, machine, every)
     trials = [TrialRecord(str(t.number), result, t.user_attrs.get(PREDICTED_ATTR)) for t, result in measured]
     return StudyResults(
         study_name=study.study_name,
-        pipeline=meta["pipeline"]["name"],
-        device=meta["device"],
+        pipeline=described.pipeline.name,
+        device=described.device,
         machine=machines.get(machine, {}),
-        space=meta["space"],
-        measure=meta["measure"],
-        baseline=TrialRecord(BASELINE_LABEL, TrialResult.from_dict(baseline)) if baseline else None,
+        space=described.space,
+        measure=described.measure,
+        baseline=TrialRecord(BASELINE_LABEL, baseline) if baseline is not None else None,
         trials=trials,
-        confirmation=Confirmation.from_dict(confirmation) if confirmation and "finalists" in confirmation else None,
-        objectives=meta.get("objectives", ["throughput"]),
-        batch_policy=meta.get("batch_policy", "free"),
-        optimizer=meta["pipeline"].get("components", {}).get("optimizer"),
-        probe=ProbeRecord.from_dict(probe) if probe is not None else None,
+        confirmation=Confirmation.from_dict(confirmation) if confirmation is not None else None,
+        objectives=described.objectives,
+        batch_policy=described.batch_policy,
+        optimizer=described.optimizer,
+        probe=stored_probe(attrs, machine),
         trim=[Confirmation.from_dict(trim) for trim in attrs.get(on_machine(TRIM_ATTR, machine)) or []],
         importance=knob_importance(study, [trial for trial, result in measured if result.ok]),  # as the report counts
         profiles=_profiles(attrs.get(on_machine(PROFILES_ATTR, machine))),

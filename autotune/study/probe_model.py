@@ -34,6 +34,7 @@ from typing import Any
 
 import optuna
 
+from autotune import records
 from autotune.knobs import COMPUTE_KNOBS, KNOBS, PER_BATCH_KNOBS, UNTIMED_KNOBS, WORKER_OPTIONS, whole_cycles
 from autotune.measure.environment import this_machine_id
 from autotune.measure.measurement import SystemReport
@@ -562,8 +563,7 @@ def capped_probe_s(study: optuna.Study, machine: str | None = None) -> float | N
 
 
 def _probe_record(study: optuna.Study, machine: str | None) -> ProbeRecord | None:
-    stored = study.user_attrs.get(on_machine(PROBE_ATTR, machine or this_machine_id()))
-    return ProbeRecord.from_dict(stored) if stored is not None else None
+    return records.stored_probe(study.user_attrs, machine or this_machine_id())
 
 
 def _drift(result: TrialResult) -> tuple[float, float] | None:

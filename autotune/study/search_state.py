@@ -18,20 +18,18 @@ from optuna.trial import TrialState
 from autotune.config.settings import StudySettings
 from autotune.measure.environment import this_machine_id
 from autotune.records import (
-    BASELINE_ATTR,
     CAPPED_ATTR,
     CONFIG_ATTR,
     DUPLICATE_ATTR,
     MACHINE_ATTR,
     PREDICTED_ATTR,
-    PROBE_ATTR,
     OutOfMemory,
-    ProbeRecord,
     WorkerFailure,
     config_key,
     interrupted,
     measured_trials,
-    on_machine,
+    stored_baseline,
+    stored_probe,
     workers_ran,
 )
 from autotune.study.sharing import measuring_now
@@ -91,8 +89,7 @@ def look(study: optuna.Study, settings: StudySettings, machine: str) -> Seen:
     trials, attrs = study.get_trials(deepcopy=False), study.user_attrs
     measured = measured_trials(study, machine, trials)
     running = measuring_now(trials, machine)
-    stored = attrs.get(on_machine(BASELINE_ATTR, machine))
-    baseline = TrialResult.from_dict(stored) if stored is not None else None
+    baseline = stored_baseline(attrs, machine)
     failed = _known_failures(attrs, baseline, measured, machine)
     known = known_outcomes(baseline, trials, measured, settings, machine, failed)
     owed = _owed(trials, machine, set(known) | {t.user_attrs[CONFIG_ATTR] for t in running})
@@ -176,8 +173,7 @@ def _known_failures(
     memory, the probe's settings (in the study's ``attrs``) then the trials' (of ``measured``); and, from two trials'
     exceptions raised in DataLoader workers on, the second, while no configuration with workers loaded a batch: not
     the baseline, not the probe's DataLoader alone, not a trial (``workers_ran``)."""
-    stored = attrs.get(on_machine(PROBE_ATTR, machine))
-    probe = ProbeRecord.from_dict(stored) if stored is not None else None
+    probe = stored_probe(attrs, machine)
     found: list[KnownFailure] = [*(probe.out_of_memory if probe else [])]
     found += [entry for trial, result in measured if (entry := OutOfMemory.of_trial(trial.number, result))]
     results = [result for _, result in measured] + ([baseline] if baseline is not None else [])

@@ -71,7 +71,9 @@ def _adopt(study: optuna.Study, meta: dict[str, Any], settings: StudySettings, c
     ``sharing.description``), or in one that holds no measurement and no other tuner can join (its baseline failed:
     the user mends the config and runs again); refuse a stored one made with other settings; fail what a killed run
     left (on a shared storage, what a dead tuner left: the others' trials run on). The pipeline's ``code`` is
-    compared apart (``_check_code``), and the modules the study lacks added to it (``_add_code``)."""
+    compared apart (``_check_code``), and the modules the study lacks added to it (``_add_code``). Descriptions are
+    compared in the form stored, not as ``StudyDescription`` reads it: one it cannot read, or reads with the defaults of
+    an earlier autotune, is refused naming what differs."""
     fingerprint = _fingerprint(meta)
     described = {**meta, "fingerprint": fingerprint, **({"code": code} if code else {})}
     if BASELINE_ATTR in study.user_attrs:  # records of one machine, not kept per machine: an earlier autotune's

@@ -36,6 +36,7 @@ from autotune.records import (
     TUNER_ATTR,
     config_key,
     on_machine,
+    stored_baseline,
 )
 from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
@@ -81,16 +82,16 @@ def ensure_baseline(
     """The baseline's result on ``machine`` (a ``machine_id``; None: this one) as stored, or a new measurement of it.
     Returns (result, reused). Where another tuner of the same machine stored one while this one measured, the stored
     one is used by both."""
-    attr = on_machine(BASELINE_ATTR, machine or this_machine_id())
-    stored = study.user_attrs.get(attr)
+    machine = machine or this_machine_id()
+    stored = stored_baseline(study.user_attrs, machine)
     if stored is not None:
-        return TrialResult.from_dict(stored), True
+        return stored, True
     result = run(knobs, BASELINE_LABEL, None)
     if result.ok:
-        stored = study.user_attrs.get(attr)
+        stored = stored_baseline(study.user_attrs, machine)
         if stored is not None:
-            return TrialResult.from_dict(stored), True
-        study.set_user_attr(attr, result.to_dict())
+            return stored, True
+        study.set_user_attr(on_machine(BASELINE_ATTR, machine), result.to_dict())
     return result, False
 
 

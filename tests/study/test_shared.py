@@ -65,7 +65,13 @@ from tests.study.test_tuner import BASELINE, SPACE, fake_result, left_measuring
 from tests.study.test_tuner import settings as tuner_settings
 
 # What is tuned, with a measurement plan the reports can describe.
-META = {"pipeline": {"name": "p"}, "space": SPACE.candidates, "device": "cpu", "measure": asdict(WindowPlan())}
+META = {
+    "pipeline": {"name": "p"},
+    "baseline": BASELINE,
+    "space": SPACE.candidates,
+    "device": "cpu",
+    "measure": asdict(WindowPlan()),
+}
 # The heartbeat of the tests where no tuner dies: a live one is taken for dead only once unheard for STALE_BEATS
 # beats (4 s), a stall a loaded host does not reach; the waits for the others it paces (each min(heartbeat_s,
 # sharing._AWAIT_POLL_S)) fit within those tests' durations and bounds.

@@ -65,7 +65,14 @@ def settings(tmp_path, n_trials=3, timeout_s=None, **more) -> StudySettings:
     return StudySettings(name="s", storage=storage, n_trials=n_trials, timeout_s=timeout_s, seed=0, **more)
 
 
-META = {"pipeline": {"name": "p"}, "space": SPACE.candidates, "device": "cpu", "machine": {}, "measure": {}}
+META = {
+    "pipeline": {"name": "p"},
+    "baseline": BASELINE,
+    "space": SPACE.candidates,
+    "device": "cpu",
+    "machine": {},
+    "measure": {},
+}
 
 
 def test_baseline_is_measured_once_and_stored(tmp_path):
