@@ -22,7 +22,7 @@ from autotune.errors import BaselineFailedError, ConfigError, PlacementRefusedEr
 from autotune.files import file_name
 from autotune.knobs import SearchContext, accumulated_to, conflict, device_kind, unavailable
 from autotune.measure.core_speed import CoreGauge
-from autotune.measure.environment import machine_fingerprint, machine_id, thread_variables
+from autotune.measure.environment import has_16_bit_units, machine_fingerprint, machine_id, thread_variables
 from autotune.pipeline.facts import Inspection
 from autotune.study.clock import RunClock
 from autotune.study.space import check_baseline
@@ -150,7 +150,7 @@ def search_context(settings: Settings, facts: Inspection, cores: tuple[int, ...]
     return SearchContext(
         device=device_kind(facts.device),
         cpu_count=len(cores) if cores else facts.machine["cpu_count"],  # as a trial process sees them
-        bf16_supported=facts.bf16_native,
+        bf16_supported=has_16_bit_units(facts.machine, facts.device),
         dataset_len=pipeline.dataset_len,
         input_ndim=pipeline.input_ndim,
         baseline=settings.baseline,

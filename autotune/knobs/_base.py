@@ -68,7 +68,8 @@ class SearchContext:
     """What knobs may look at to decide their candidates: the machine and the pipeline.
 
     ``device`` is the kind of device the trials run on, "cpu" or "cuda" (whichever GPU measure.device names);
-    ``bf16_supported`` whether it computes in bfloat16 natively (a GPU that emulates it does not).
+    ``bf16_supported`` whether it computes in bfloat16 in hardware (``has_16_bit_units``: a GPU that emulates it does
+    not, nor a CPU without avx512_bf16 or AMX, where bf16 autocast still runs, for the trials to measure).
     ``baseline`` holds the knob values the user runs today; ``input_ndim`` is the number of
     dimensions of one batched input tensor (None when the input is not a tensor);
     ``optimizer_options`` the implementations ("for_loop", "foreach", "fused") the pipeline's optimizer

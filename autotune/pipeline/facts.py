@@ -48,13 +48,12 @@ class Refusal:
 @dataclass(frozen=True)
 class Inspection:
     """What ``read_facts`` found: the ``machine`` (``describe_machine``, read before the user's code ran) and its
-    ``devices``; the ``device`` measure.device resolves to, whether it computes in bfloat16 natively
-    (``bf16_native``) and the ``pipeline``'s facts there; or, in their place, the configuration error that stopped
-    it (``refused``)."""
+    ``devices``, with the GPU the trials run on where one does (its ``gpu`` and whether it computes in bfloat16
+    natively, ``gpu_bf16``); the ``device`` measure.device resolves to and the ``pipeline``'s facts there; or, in
+    their place, the configuration error that stopped it (``refused``)."""
 
     devices: DeviceFacts
     device: str | None = None
-    bf16_native: bool = False
     pipeline: PipelineFacts | None = None
     refused: Refusal | None = None
     machine: dict[str, Any] = field(kw_only=True)
@@ -75,7 +74,6 @@ class Inspection:
             devices=DeviceFacts(tuple(data["devices"]["cuda"])),
             machine=data["machine"],
             device=data.get("device"),
-            bf16_native=data.get("bf16_native", False),
             pipeline=PipelineFacts(**{**pipeline, "optimizer_options": frozenset(pipeline["optimizer_options"])})
             if pipeline
             else None,

@@ -66,19 +66,12 @@ def read_facts(spec: PipelineSpec, requested_device: str) -> Inspection:
     try:
         device = resolve_device(here.devices, requested_device)
         machine = here.machine
-        native = bf16_native(device)
         if device.startswith("cuda"):
-            machine = {**machine, "gpu": gpu_name(device), "gpu_bf16": native}
+            machine = {**machine, "gpu": gpu_name(device), "gpu_bf16": gpu_computes_bf16(device)}
         pipeline = inspect_pipeline(spec, device)
-        return replace(here, device=device, bf16_native=native, pipeline=pipeline, machine=machine)
+        return replace(here, device=device, pipeline=pipeline, machine=machine)
     except ConfigError as exc:
         return replace(here, refused=Refusal(exc.key, exc.problem))
-
-
-def bf16_native(device: str) -> bool:
-    """Whether ``device`` computes in bfloat16 natively, for the amp knob: a GPU that does (``gpu_computes_bf16``);
-    a CPU: True, whether it pays being for the trials to measure."""
-    return torch.device(device).type != "cuda" or gpu_computes_bf16(device)
 
 
 def inspect_pipeline(spec: PipelineSpec, device: str = "cpu") -> PipelineFacts:

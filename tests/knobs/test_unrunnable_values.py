@@ -19,7 +19,6 @@ REFUSED = "required rank 4 tensor to use channels_last format"  # what torch rai
 CPU_FACTS = Inspection(
     DeviceFacts(),
     "cpu",
-    True,
     PipelineFacts(256, 4, optimizer_options=frozenset({"for_loop", "foreach"})),
     machine={"cpu_count": 2, "torch_threads": 2},
 )

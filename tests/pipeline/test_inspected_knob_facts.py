@@ -121,7 +121,7 @@ def test_the_inspection_builds_a_model_class_once_on_the_meta_device_only_where_
 
 def test_the_search_context_carries_what_the_inspection_read_of_channels_last(tiny_settings):
     refused = PipelineFacts(256, 4, channels_last_refused="required rank 4 tensor to use channels_last format")
-    facts = Inspection(DeviceFacts(), "cpu", True, refused, machine={"cpu_count": 2, "torch_threads": 2})
+    facts = Inspection(DeviceFacts(), "cpu", refused, machine={"cpu_count": 2, "torch_threads": 2})
     ctx = search_context(tiny_settings, facts)
     assert ctx.channels_last_refused == refused.channels_last_refused
     assert Inspection.from_dict(facts.to_dict()) == facts, "as the subprocess hands it to the tuner"

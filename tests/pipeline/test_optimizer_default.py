@@ -60,13 +60,13 @@ def test_what_the_default_runs_is_none_where_it_cannot_be_seen():
 def test_the_inspection_reads_it_and_the_search_context_carries_it(tiny_settings):
     facts = inspect_pipeline(_spec(optimizer="tests.pipeline.test_optimizer_default.ForeachSGD"))
     assert facts.optimizer_default == "foreach"
-    inspection = Inspection(DeviceFacts(), "cpu", True, facts, machine={"cpu_count": 2, "torch_threads": 2})
+    inspection = Inspection(DeviceFacts(), "cpu", facts, machine={"cpu_count": 2, "torch_threads": 2})
     assert search_context(tiny_settings, inspection).optimizer_default == "foreach"
 
 
 def test_the_facts_keep_it_through_the_subprocess_and_facts_stored_before_it_was_read_hold_none():
     facts = Inspection(
-        DeviceFacts(), "cpu", True, PipelineFacts(256, 4, optimizer_default="for_loop"), machine={"cpu_count": 2}
+        DeviceFacts(), "cpu", PipelineFacts(256, 4, optimizer_default="for_loop"), machine={"cpu_count": 2}
     )
     assert Inspection.from_dict(facts.to_dict()) == facts
     stored = facts.to_dict()

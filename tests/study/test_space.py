@@ -79,7 +79,7 @@ def test_cuda_graph_modes_conflict_with_gradients_kept_across_steps_on_a_gpu_alo
 
 def test_a_recommendation_with_cuda_graph_modes_and_gradients_kept_runs_on_a_cpu_alone(tiny_settings):
     kept = {**NEUTRAL_KNOBS, "batch_size": 16, "compile": "max-autotune", "set_to_none": False}
-    cpu = Inspection(DeviceFacts(), "cpu", True, PipelineFacts(256, 4), machine={"cpu_count": 2, "torch_threads": 2})
+    cpu = Inspection(DeviceFacts(), "cpu", PipelineFacts(256, 4), machine={"cpu_count": 2, "torch_threads": 2})
     assert unrunnable(tiny_settings, cpu, kept) is None
     gpu = replace(cpu, devices=DeviceFacts(("a GPU",)), device="cuda:0")
     assert unrunnable(tiny_settings, gpu, kept)[0] == "compile"

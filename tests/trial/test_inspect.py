@@ -68,7 +68,6 @@ def test_the_facts_of_a_cpu_machine_and_the_pipeline():
     assert replace(facts, machine={}, pipeline=replace(facts.pipeline, code={})) == Inspection(
         DeviceFacts(),
         "cpu",
-        True,
         PipelineFacts(256, 4, frozenset({"for_loop", "foreach", "fused"}), optimizer_default="for_loop"),
         refused=None,
         machine={},
@@ -81,11 +80,11 @@ def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
     spec = settings_with().pipeline
     t4 = read_facts(spec, "cuda:1")
     assert t4.devices == DeviceFacts((A100, T4)) and t4.device == "cuda:1"
-    assert t4.bf16_native is False, "a T4 emulates bf16: is_bf16_supported() alone says True"
+    assert t4.machine["gpu_bf16"] is False, "a T4 emulates bf16: is_bf16_supported() alone says True"
     assert t4.machine["gpu"] == T4, "the machine is named by the GPU the trials run on"
     assert t4.machine["gpu_bf16"] is False and not has_16_bit_units(t4.machine, "cuda:1"), "no bf16 advice on it"
     assert describe_machine("cuda:0")["gpu_bf16"] is True, "the machine's own description reads the GPU it names"
-    assert read_facts(spec, "cuda").bf16_native is True, "cuda is the first visible GPU, an A100"
+    assert read_facts(spec, "cuda").machine["gpu_bf16"] is True, "cuda is the first visible GPU, an A100"
     assert read_facts(spec, "auto").device == "cuda"
     assert t4.pipeline.optimizer_options == {"for_loop", "foreach", "fused"}, (
         "test parameters that cannot go on the (faked) GPU: what the optimizer accepts stands"
@@ -94,7 +93,10 @@ def test_on_a_gpu_that_emulates_bf16_it_is_not_native(monkeypatch):
 
 def test_the_amp_knob_offers_bf16_only_where_the_subprocess_found_it_native(monkeypatch, tiny_settings):
     t4 = Inspection(
-        DeviceFacts((T4,)), "cuda", False, PipelineFacts(256, 4), machine={"cpu_count": 2, "torch_threads": 2}
+        DeviceFacts((T4,)),
+        "cuda",
+        PipelineFacts(256, 4),
+        machine={"cpu_count": 2, "torch_threads": 2, "gpu": T4, "gpu_bf16": False},
     )
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: pytest.fail("CUDA read in the tuner"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("CUDA read in the tuner"))
@@ -102,7 +104,7 @@ def test_the_amp_knob_offers_bf16_only_where_the_subprocess_found_it_native(monk
     assert (ctx.device, ctx.bf16_supported) == ("cuda", False)
     space = build_space(dict.fromkeys(KNOBS), ctx)
     assert space.candidates["amp"] == ["off", "fp16"]
-    a100 = replace(t4, devices=DeviceFacts((A100,)), device="cuda:0", bf16_native=True)
+    a100 = replace(t4, devices=DeviceFacts((A100,)), device="cuda:0", machine={**t4.machine, "gpu_bf16": True})
     ctx = search_context(tiny_settings, a100)
     assert ctx.device == "cuda", "knobs decide by the kind of device"
     assert build_space(dict.fromkeys(KNOBS), ctx).candidates["amp"] == ["off", "bf16", "fp16"]
@@ -243,3 +245,11 @@ def test_a_step_or_collate_function_taking_the_arguments_it_is_called_with_passe
     config["pipeline"]["collate_fn"] = {"_target_": "tests.fixtures.batches.collate_pair"}
     facts = read_facts(load_settings(config, "tiny").pipeline, "cpu")
     assert facts.refused is None, facts.refused
+
+
+def test_bf16_in_hardware_is_one_fact_for_the_knobs_and_a_cpu_without_its_units_still_measures_bf16(tiny_settings):
+    for flags, native in ((["avx2"], False), (["avx2", "avx512_bf16"], True)):
+        machine = {"cpu_count": 2, "torch_threads": 2, "cpu_flags": flags}
+        ctx = search_context(tiny_settings, Inspection(DeviceFacts(), "cpu", PipelineFacts(256, 4), machine=machine))
+        assert ctx.bf16_supported is native and has_16_bit_units(machine, "cpu") is native
+        assert "bf16" in build_space(dict.fromkeys(KNOBS), ctx).candidates["amp"], "the trials tell whether it pays"

@@ -28,7 +28,7 @@ from autotune.config.load import load_settings
 from tests.conftest import tiny_config
 settings = load_settings(tiny_config(measure={"device": "cuda"}), "tiny")
 facts = inspect_run(settings, Path(tempfile.mkdtemp()))
-print(facts.device, facts.bf16_native, torch.cuda.is_initialized())
+print(facts.device, facts.machine["gpu_bf16"], torch.cuda.is_initialized())
 """
 
 
@@ -46,7 +46,7 @@ def test_the_tuner_reads_the_gpus_facts_without_initialising_cuda_itself():
 def test_the_facts_name_every_visible_gpu_and_bf16_natively():
     facts = read_facts(trial_request().pipeline, f"cuda:{torch.cuda.device_count() - 1}")
     assert len(facts.devices.cuda) == torch.cuda.device_count()
-    assert facts.bf16_native == (torch.cuda.get_device_capability(torch.cuda.device_count() - 1) >= (8, 0))
+    assert facts.machine["gpu_bf16"] == (torch.cuda.get_device_capability(torch.cuda.device_count() - 1) >= (8, 0))
 
 
 @needs_gpu
