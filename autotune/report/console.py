@@ -23,7 +23,7 @@ from autotune.trial.result import FailureKind, TrialResult
 _MEASURED_COLUMNS = {
     key: title
     for key, title in RANKED_COLUMNS
-    if key in ("measured", "ranked_sps", "speedup", "data_stall_fraction", "peak_memory_mb")
+    if key in ("measured", "ranked_sps", "ranked_speedup", "data_stall_fraction", "peak_memory_mb")
 }
 
 

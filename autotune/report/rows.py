@@ -15,7 +15,7 @@ from autotune.trial.result import Disturbance, FailureKind
 NAMED_RUNS = 5
 
 # The figure a configuration is ranked by (``Summary.standing``): where it comes from, samples/s and the speedup.
-STANDING_COLUMNS = ["measured", "ranked_sps", "speedup"]
+STANDING_COLUMNS = ["measured", "ranked_sps", "ranked_speedup"]
 
 MEASUREMENT_COLUMNS = [
     "throughput_sps",
@@ -57,7 +57,7 @@ def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[
     row.update(dict.fromkeys([*STANDING_COLUMNS, *MEASUREMENT_COLUMNS]))
     if result.measurement:  # measured, though over the memory budget or pruned: its figure stands beside its state
         standing = summary.standing(record)
-        row.update(measured=standing.measured, ranked_sps=standing.throughput, speedup=standing.speedup)
+        row.update(measured=standing.measured, ranked_sps=standing.throughput, ranked_speedup=standing.speedup)
         row.update(_measurement_columns(result.measurement))
     check = result.loss_check
     row.update(

@@ -31,7 +31,7 @@ RANKED_COLUMNS = [
     ("changes", "changes from the baseline"),
     ("measured", "measured"),
     ("ranked_sps", "samples/s"),
-    ("speedup", "vs baseline"),
+    ("ranked_speedup", "vs baseline"),
     ("mean_step_ms", "mean step ms"),
     ("data_stall_fraction", "data wait"),
     ("compile_s", "compile s"),

@@ -179,7 +179,7 @@ def test_an_infeasible_configuration_keeps_its_own_run_s_figures(tmp_path):
     results = replace(results_with(trial("0", 90.0, num_workers=1), over), machine=MACHINE, measure=MEASURE)
     rows = list(csv.DictReader(write_reports(results, summarise(results), tmp_path)["trials.csv"].open()))
     row = next(row for row in rows if row["trial"] == "4")
-    assert (row["state"], row["rank"], float(row["ranked_sps"]), float(row["speedup"])) == (
+    assert (row["state"], row["rank"], float(row["ranked_sps"]), float(row["ranked_speedup"])) == (
         "infeasible",
         "",
         150.0,
