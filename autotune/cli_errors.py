@@ -56,7 +56,9 @@ def as_autotune_error(exc: Exception) -> AutotuneError:
         given = config_dir(sys.argv[1:])
         if group == "pipeline" and given and (refusal := pipeline_folder_given(name, [Path(given)])):
             return refusal
-        return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}")
+        own = f"; a pipeline of your own: -cd DIR, DIR/pipeline/{name}.yaml" if group == "pipeline" else ""
+        own = "" if given else own
+        return ConfigError(group, f"no config named '{name}'; available: {', '.join(exc.options) or 'none'}{own}")
     if isinstance(exc, SearchPathException) and (folder := re.search(r"directory '(.*)' not found", str(exc))):
         return ConfigError("-cd", f"no folder {folder[1]}; give the folder that holds your pipeline/ configs")
     if isinstance(exc, ValueError) and (kind := _GROUP_VALUE.match(str(exc))):

@@ -1012,3 +1012,19 @@ def test_a_step_that_calls_backward_itself_and_a_model_without_parameters_are_to
         torch.optim.SGD([], lr=0.1)
     said = remedy(f"ValueError: {empty.value}")
     assert said.startswith("A model without parameters, or an optimizer factory that keeps none")
+
+
+def test_a_pipeline_not_found_without_cd_says_where_a_pipeline_of_ones_own_goes(monkeypatch):
+    from hydra.errors import MissingConfigException
+
+    from autotune.cli_errors import as_autotune_error
+
+    missing = MissingConfigException("not found", "pipeline/textcls", ["images", "mymodel"])
+    monkeypatch.setattr(sys, "argv", ["autotune", "pipeline=textcls"])
+    error = as_autotune_error(missing)
+    assert str(error) == (
+        "pipeline: no config named 'textcls'; available: images, mymodel; a pipeline of your own: -cd DIR, "
+        "DIR/pipeline/textcls.yaml"
+    )
+    monkeypatch.setattr(sys, "argv", ["autotune", "-cd", "conf", "pipeline=textcls"])  # a folder given: no hint
+    assert str(as_autotune_error(missing)).endswith("available: images, mymodel")
