@@ -94,8 +94,8 @@ def advise(
         and (a.knob is None or tried is None or not tried.settled(a.knob, knobs, _suggested(a)))
     )
     told = [_with_tried(a, tried, knobs) for a in unsettled]
-    # Advice the study measured, alike but for its knob, no faster beyond noise comes last: the estimate reads one
-    # profile, the study measured the change itself.
+    # Advice the study measured no faster beyond noise (``Tried.no_gain``: alike but for its knob, or slower than the
+    # baseline wherever it ran the value) comes last: the estimate reads one profile, the study measured the change.
     return advice + sorted(told, key=lambda a: (a.measured_no_gain, -(a.gain or 0.0)))  # a leak's has no knob
 
 

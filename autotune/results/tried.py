@@ -9,7 +9,7 @@ from autotune.knobs import changed
 from autotune.records import TrialRecord
 from autotune.results.model import StudyResults
 from autotune.results.race_rules import beats
-from autotune.results.remedy_model import Tried, loader_key, twin_key
+from autotune.results.remedy_model import Tried, loader_key, twin_key, value_key
 from autotune.results.summary import Summary, summarise
 from autotune.trial.result import FailureKind
 
@@ -18,7 +18,8 @@ def tries_of(results: StudyResults) -> Tried:
     """What study ``results`` measured, per knob, the changes its recommendation makes (None without a measured
     baseline, which a recommendation needs) and the values it keeps, its configurations measured alike but for one
     knob (``twins``), the changes its races left out (the trim's, and the finalists' race's: ``raced_out``), the
-    DataLoader alone as its probe read it (``loaders``), and the values its races ran (``raced_values``)."""
+    DataLoader alone as its probe read it (``loaders``), the values its races ran (``raced_values``), and each
+    configuration's throughput over the baseline's, per value it ran (``against_baseline``)."""
     measured = [record for record in results.records if record.result.ok]
     # A pruned trial ran its values too, until it read clearly slower: they were tried.
     tried = [r for r in results.records if r.result.ok or r.result.failure.kind is FailureKind.PRUNED]
@@ -39,6 +40,7 @@ def tries_of(results: StudyResults) -> Tried:
         loaders(results),
         kept,
         raced,
+        against_baseline(measured, results.baseline),
     )
 
 
@@ -93,6 +95,18 @@ def twins(measured: list[TrialRecord]) -> dict[str, list[float]]:
         if len(change := changed(after.result.knobs, before.result.knobs)) == 1:
             ((knob, (was, now)),) = change.items()
             found.setdefault(twin_key(knob, was, now), []).append(after.throughput / before.throughput)
+    return found
+
+
+def against_baseline(measured: list[TrialRecord], baseline: TrialRecord | None) -> dict[str, list[float]]:
+    """Per knob at a value (``value_key``), the throughput of each of the ``measured`` records with it over the
+    ``baseline``'s (the baseline's own among them, 1.0); none without a measured baseline."""
+    if baseline is None or not baseline.result.ok:
+        return {}
+    found: dict[str, list[float]] = {}
+    for record in measured:
+        for knob, value in record.result.knobs.items():
+            found.setdefault(value_key(knob, value), []).append(record.throughput / baseline.throughput)
     return found
 
 
