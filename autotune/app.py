@@ -22,15 +22,15 @@ from autotune.knobs.num_workers import SPLIT_STREAM
 from autotune.measure.environment import machine_id, thread_variables
 from autotune.measure.recorder import WindowPlan
 from autotune.pipeline.facts import Inspection
-from autotune.records import StudyDescription, study_machines
+from autotune.records import BASELINE_LABEL, StudyDescription, TrialRecord, study_machines
 from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
-from autotune.results.finalist import Finalist, round_of, run_name
+from autotune.results.finalist import round_of, run_name
 from autotune.results.model import load_results
 from autotune.results.profile import ProfileRecord
-from autotune.results.race_rules import MAX_FINALISTS, count_changes
+from autotune.results.race_rules import MAX_FINALISTS
 from autotune.results.summary import summarise
 from autotune.results.tuner_time import LEFT_TO_OTHERS_STEP, PROBE_STEP, SEARCH_TRIAL_STEP, TAKEN_OVER_STEP
 from autotune.runner import (
@@ -56,7 +56,7 @@ from autotune.study.space import SearchSpace, build_space
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, is_shared, open_storage
 from autotune.study.trial_outcome import RunFn, TrialEvent
-from autotune.study.trim import first_race, run_trim, will_trim
+from autotune.study.trim import run_trim, will_trim
 from autotune.study.tuner import StopReason, ensure_baseline, tune_in_slots
 from autotune.trial.placement import Slot, refuse_mixed_gpus
 from autotune.trial.result import TrialResult
@@ -375,19 +375,15 @@ def _foretelling(
     def foretell(event: TrialEvent) -> None:
         if event.result is None or not event.result.ok or not once.acquire(blocking=False):
             return
-        first = f"trial {event.number}"
         expected = forecast(
             clock,
-            first=first,
+            baseline=TrialRecord(BASELINE_LABEL, baseline),
+            first=TrialRecord(str(event.number), event.result),
             trials_left=event.total - event.index,
             rounds=settings.study.confirm_rounds,
-            race_round_s=_race_round_s(settings, clock, baseline, settings.study.n_trials),
-            trim_round=first_race(
-                Finalist(first, event.result.knobs, count_changes(event.result.knobs, baseline.knobs), None),
-                baseline.knobs,
-                settings.batch_policy,
-                device,
-            ),
+            finalists=_finalists_to_be(settings, settings.study.n_trials),
+            batch_policy=settings.batch_policy,
+            device=device,
             slots=slots,
             profiles=settings.study.diagnose,
         )
@@ -452,10 +448,17 @@ def _guide(
     return guide_from_record(probe, space, settings.baseline, cores, runner.device, ctx.torch_threads, ctx.cpu_count)
 
 
+def _finalists_to_be(settings: Settings, trials: int) -> int:
+    """How many finalists a round of the race races once ``trials`` trials are measured: as many, MAX_FINALISTS at
+    most; none without a race."""
+    return min(MAX_FINALISTS, trials) if settings.study.confirm_rounds else 0
+
+
 def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:
-    """What a round of the race is expected to take once ``trials`` trials are measured: the baseline and as many
-    finalists (MAX_FINALISTS at most), none of them known yet (0 without a race)."""
-    finalists = min(MAX_FINALISTS, trials) if settings.study.confirm_rounds else 0
+    """What a round of the race is expected to take once ``trials`` trials are measured: the baseline and
+    ``_finalists_to_be``, none of them known yet, each as long as the slowest configuration measured (0 without a
+    race)."""
+    finalists = _finalists_to_be(settings, trials)
     return clock.round_s([baseline.knobs], unknown=finalists) if finalists else 0.0
 
 
