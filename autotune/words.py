@@ -41,6 +41,10 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
+# A ratio's 95 % interval whose high bound is over this many times its low one bounds nothing a reader could act on
+# (two rounds far apart read 0.00-855911x): the pages say it is too wide to read (``interval_bounds``), the records
+# keep its bounds.
+READABLE_SPAN = 100.0
 # Decimals a ratio is printed to, and the most that telling its bounds apart may take.
 RATIO_DECIMALS, MOST_DECIMALS = 2, 6
 
@@ -80,3 +84,10 @@ def percents(shares: dict[str, float]) -> dict[str, int]:
     for name in sorted(exact, key=lambda name: whole[name] - exact[name])[:short]:
         whole[name] += 1
     return whole
+
+
+def interval_bounds(low: float, high: float, unit: str = "") -> str:
+    """A ratio's 95 % interval as the pages print it: its bounds (``ratio_bounds``) and ``unit``, or "too wide to
+    read" where its high bound is over READABLE_SPAN times its low one (its verdict, spanning 1 or not, still
+    stands)."""
+    return "too wide to read" if high > READABLE_SPAN * low else f"{ratio_bounds(low, high)}{unit}"

@@ -17,10 +17,11 @@ from autotune.report.plots import benchmark_ratios
 from autotune.report.rows import slowed_in_words
 from autotune.results.benchmark import Benchmark, Entry, share_knobs
 from autotune.words import (
+    READABLE_SPAN,
     by_the_medians,
     counted,
+    interval_bounds,
     listed,
-    ratio_bounds,
     rounds_named,
     slowed_rounds_left_out,
     slowed_rounds_note,
@@ -52,7 +53,8 @@ def benchmark_document(benchmark: Benchmark) -> Document:
         "own with the full measurement window, in an order that rotates from round to round. A configuration's ratio "
         "to the baseline is the geometric mean of its per-round ratios, with Student's t 95 % interval on their "
         "logarithms; a gain when the interval lies above 1, a loss when below, else within noise "
-        "(autotune/results/benchmark.py)."
+        f"(autotune/results/benchmark.py). An interval whose high bound is over {READABLE_SPAN:.0f} times its low one "
+        "is said to be too wide to read (benchmark.json keeps its bounds)."
     )
     sections = [
         Section(
@@ -104,7 +106,7 @@ def _headline(benchmark: Benchmark) -> Headline:
         done = f"{both} of {benchmark.rounds} rounds measured both the baseline and the recommendation"
         lead = stopped if benchmark.stopped else "No verdict."
         return Headline(lead, f"{done}: an interval needs two (failures, if any, in the table).")
-    figure, bounds = f"{interval.geomean:.2f}x the baseline", ratio_bounds(interval.low, interval.high)
+    figure, bounds = f"{interval.geomean:.2f}x the baseline", interval_bounds(interval.low, interval.high)
     slowed = slowed_rounds_note(benchmark.rounds_left_out(recommended))
     measured = f"95 % interval {bounds} over {interval.n} paired rounds{slowed} on {benchmark.device}"
     if benchmark.stopped:
@@ -120,10 +122,13 @@ def _headline(benchmark: Benchmark) -> Headline:
 
 
 def _by_the_medians(benchmark: Benchmark, interval: RatioInterval) -> str:
-    """What the headline's ratio (``interval``'s) is, and the ratio of the table's medians beside it, where that
-    reads otherwise: " (the geometric mean of their ratios; 1.92x by the medians)"; empty where they read alike."""
-    beside = by_the_medians(interval.geomean, benchmark.recommendation.median / benchmark.baseline.median)
-    return f" (the geometric mean of their ratios; {beside})" if beside else ""
+    """What the headline's ratio (``interval``'s) is, and beside it the ratio of the two medians over the same rounds
+    (``Benchmark.counted_medians``), where that reads otherwise: " (the geometric mean of their ratios; 1.92x by the
+    medians of those rounds)"; empty where they read alike. The table's medians are each configuration's own, of
+    every run it has."""
+    recommended, baseline = benchmark.counted_medians(benchmark.recommendation)
+    beside = by_the_medians(interval.geomean, recommended / baseline)
+    return f" (the geometric mean of their ratios; {beside} of those rounds)" if beside else ""
 
 
 # Why a recommended.yaml records no interval of its gain.
@@ -139,7 +144,7 @@ def _when_tuned(benchmark: Benchmark, now: RatioInterval) -> str:
     agrees = tuned.agrees_with(now)
     if agrees is None:
         return f" When tuned: {tuned.speedup:.2f}x; its file records no interval ({_NO_INTERVAL}): nothing to compare."
-    bounds = ratio_bounds(tuned.interval.low, tuned.interval.high)
+    bounds = interval_bounds(tuned.interval.low, tuned.interval.high)
     figure = f"{tuned.speedup:.2f}x (95 % interval {bounds} over {tuned.interval.n} paired rounds)"
     if agrees:
         return f" When tuned: {figure}, which overlaps this one."
@@ -263,7 +268,7 @@ def _ratio(
         return "too few rounds"
     verdict = benchmark.recorded_verdict(entry, reference)
     words = (verdicts or {}).get(verdict, verdict) + _rounds_counted(benchmark, entry, reference)
-    return f"{interval.geomean:.2f}x {name} ({ratio_bounds(interval.low, interval.high)}, {words})"
+    return f"{interval.geomean:.2f}x {name} ({interval_bounds(interval.low, interval.high)}, {words})"
 
 
 def _rounds_counted(benchmark: Benchmark, entry: Entry, reference: Entry | None) -> str:
@@ -291,7 +296,7 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
         label,
         median,
         f"{interval.geomean:.2f}" if interval else "-",
-        ratio_bounds(interval.low, interval.high) if interval else "-",
+        interval_bounds(interval.low, interval.high) if interval else "-",
         benchmark.recorded_verdict(entry),
         f"{round((memory - 1) * 100):+d}%" if memory is not None else "-",
     ]

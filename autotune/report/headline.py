@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.knobs import KNOBS
+from autotune.measure.stats import RatioInterval
 from autotune.records import TrialRecord
 from autotune.report.document import Headline, Table, format_cell, table_of
 from autotune.report.rows import record_row
 from autotune.results.race import Confirmation
-from autotune.results.race_rules import TIE_TOLERANCE, wins_in_words
+from autotune.results.race_rules import TIE_TOLERANCE, rounds_lost, wins_in_words
 from autotune.results.summary import Overruled, Summary, race_name
 from autotune.results.trim_rules import unsettled
-from autotune.words import by_the_medians, counted, ratio_bounds
+from autotune.words import by_the_medians, counted, interval_bounds
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -127,27 +128,52 @@ def _recommended(summary: Summary) -> Headline:
     changes = ", ".join(
         f"{name} {_value(before)} → {_value(after)}" for name, (before, after) in summary.changed_knobs().items()
     )
-    how = "confirmed by interleaved re-measurement" if summary.confirmed else "single runs"
-    by_medians = " by medians" if summary.gain_interval else ""
+    how = _race_showed(summary) if summary.confirmed else "single runs"
     geomean = f" ({_geomean_and_medians(summary)})" if summary.gain_interval else ""
     before, after, runs = _peak_memories(summary)
     return Headline(
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
         f"{gain_interval(summary)}",
-        f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{by_medians}, {how}) by "
-        f"changing {changes}. Peak {_memory_kind(base)}memory {before:.0f} → {after:.0f} MB{runs}."
+        f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{_by_medians(summary)}, "
+        f"{how}) by changing {changes}. Peak {_memory_kind(base)}memory {before:.0f} → {after:.0f} MB{runs}."
         + "".join(_caveats(summary)),
     )
 
 
+def _by_medians(summary: Summary) -> str:
+    """What the headline's two throughputs are, to follow them, where a race's paired rounds give the gain: their
+    medians over the rounds the gain counts (``Summary.gain_rounds``), " by medians", and where it left a slowed
+    round out, " by medians of the same rounds"; nothing for single runs or one round."""
+    if summary.gain_interval is None:
+        return ""
+    return " by medians of the same rounds" if summary.gain_rounds_left_out else " by medians"
+
+
+def _race_showed(summary: Summary) -> str:
+    """What the race that proved the recommendation showed, to follow its throughputs: confirmed where its gain's
+    interval lies above 1x (or one round gave it no interval); where the interval spans 1x, the rounds it won against
+    the baseline, which prove it faster (``Confirmation.proven``: a sign test), and that the interval does not bound
+    by how much: "confirmed" beside an interval that spans 1x would read as a contradiction."""
+    interval, proof = summary.gain_interval, summary.proof
+    if interval is None or not _spans_one(interval):
+        return "confirmed by interleaved re-measurement"
+    won = proof.rounds - rounds_lost(proof.winner, proof.baseline_throughputs)
+    rounds = "every round of the race" if won == proof.rounds else f"{won} of the race's {proof.rounds} rounds"
+    return f"won {rounds} against the baseline: faster, by an amount its interval does not bound"
+
+
 def _peak_memories(summary: Summary) -> tuple[float, float, str]:
     """The headline's peak memories of the baseline and the recommendation, and which runs they are (words to follow
-    them): the medians of their runs in the race that gave the gain (``Summary.proof``), as its throughputs are;
-    where that race kept none (one stored before races kept them), each one's own single run, "one run of each"
-    where a race gave the throughputs."""
+    them): the medians of their runs in the rounds of the race that gave the gain (``Summary.gain_rounds``), as its
+    throughputs are; where that race kept none (one stored before races kept them), each one's own single run, "one
+    run of each" where a race gave the throughputs."""
     figures = (summary.baseline_peak_memory_mb, summary.recommended_peak_memory_mb)
     if summary.race_peak_memories:
-        runs = (summary.proof.baseline_peak_memories, summary.proof.winner.peak_memories)
+        proof = summary.proof
+        runs = (
+            summary.of_gain_rounds(proof.baseline_peak_memories),
+            summary.of_gain_rounds(proof.winner.peak_memories),
+        )
         return *figures, f" ({_medians_of(*(sum(memory is not None for memory in each) for each in runs))})"
     return *figures, " (one run of each)" if summary.confirmed else ""
 
@@ -213,14 +239,19 @@ def gain_interval(summary: Summary) -> str:
     uncertainty, and one resting on single runs or one round says so."""
     interval, proof = summary.gain_interval, summary.proof
     if interval is not None:
-        spans = f" (it spans 1x: {_why_unbounded(proof)})" if interval.low <= 1 else ""
+        spans = f" (it spans 1x: {_why_unbounded(proof)})" if _spans_one(interval) else ""
         return (
-            f"95 % interval {ratio_bounds(interval.low, interval.high)}x over {interval.n} paired rounds"
+            f"95 % interval {interval_bounds(interval.low, interval.high, 'x')} over {interval.n} paired rounds"
             f"{summary.left_out_note}{spans}"
         )
     if proof is not None:
         return "one race round: no interval"
     return "single runs: no interval"
+
+
+def _spans_one(interval: RatioInterval) -> bool:
+    """Whether a gain's ``interval`` reaches 1x: it does not bound the gain away from none."""
+    return interval.low <= 1
 
 
 def _why_unbounded(proof: Confirmation) -> str:

@@ -188,6 +188,15 @@ class Benchmark:
         what the load did as well as the configurations."""
         return bool(self.slowed_rounds(entry, reference)) and not self.rounds_left_out(entry, reference)
 
+    def counted_medians(self, entry: Entry, reference: Entry | None = None) -> tuple[float, float]:
+        """``entry``'s median samples/s and ``reference``'s (the baseline's where None), of the rounds ``ratios``
+        count (``counted_ratios``, one at least): a ratio of medians said beside their geometric mean is of the same
+        runs, not of a round one of the two ran alone (the other's run failed) or that was left out as slowed."""
+        rounds = self.counted_ratios(entry, reference)
+        runs = (entry.throughputs, (reference or self.baseline).throughputs)
+        ours, theirs = (statistics.median(each[index - 1] for index in rounds) for each in runs)
+        return ours, theirs
+
     def interval(self, entry: Entry, reference: Entry | None = None) -> RatioInterval | None:
         return ratio_interval(self.ratios(entry, reference))
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
-from autotune.results.finalist import Finalist
+from autotune.results.finalist import Finalist, median_memory
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import choose_candidate
@@ -23,10 +25,12 @@ from autotune.results.trim_rules import (
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
-from autotune.words import counted, ratio_bounds, slowed_rounds_note
+from autotune.words import counted, interval_bounds, slowed_rounds_note
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
+# A run of each round, as a race keeps them.
+Run = TypeVar("Run")
 # The stages a run enters only once its race ended: a run stopped with none of them stopped before its race ended.
 AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
 
@@ -82,9 +86,9 @@ class Summary:
     ``confirmation`` is the re-measurement of the finalists, when one was made; ``trim`` the races of its winner
     against its changes undone, ``trim_open`` why they did not end as planned: why the last is ``unsettled`` (cut
     short or left out by study.budget_s or a stopped run, ended by a failed run, left by the configuration it started
-    from), or that none ran; None where they ended. Where a race proved the recommendation, the throughputs and
-    speedup are the medians of the race that measured it in most rounds (``proof``: ``proof_of``) rather than single
-    runs.
+    from), or that none ran; None where they ended. Where a race proved the recommendation, the speedup is the
+    paired rounds' geometric mean of the race that measured it in most rounds (``proof``: ``proof_of``) and the
+    throughputs the medians of the same rounds (``gain_rounds``), rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, or a race stopped before its end dropped, which are not recommended from their single runs.
     ``stopped_before_race_end``: the study's last run stopped (interrupted, a fault) before its race ended, as its
@@ -217,32 +221,68 @@ class Summary:
 
     @property
     def recommended_throughput(self) -> float:
-        return self.proof.winner.median if self.confirmed else self.recommended.throughput
+        """The recommendation's samples/s: the median of its runs in the rounds its gain counts (``gain_rounds``),
+        else its own single run."""
+        if not self.confirmed:
+            return self.recommended.throughput
+        return statistics.median(self.of_gain_rounds(self.proof.winner.throughputs))
 
     @property
     def baseline_throughput(self) -> float:
-        return self.proof.baseline_median if self.confirmed else self.baseline.throughput
+        """The baseline's samples/s, as ``recommended_throughput`` reads the recommendation's."""
+        if not self.confirmed:
+            return self.baseline.throughput
+        return statistics.median(self.of_gain_rounds(self.proof.baseline_throughputs))
+
+    @cached_property
+    def gain_rounds(self) -> list[int]:
+        """The rounds of ``proof`` (from 1) its gain counts (``Confirmation.gain_ratios``: a round in which something
+        beside a run slowed it may be left out); none without a race. The figures stated beside the gain, the two
+        throughputs' medians and their peak memories, are of these rounds: a ratio of medians read beside the paired
+        rounds' geometric mean is of the same runs."""
+        return list(self._gain_ratios)
+
+    @cached_property
+    def _gain_ratios(self) -> dict[int, float]:
+        """The recommendation's throughput over the baseline's in ``proof``, by round, of the rounds its gain counts
+        (``Confirmation.gain_ratios``); none without a race."""
+        proof = self.proof
+        return proof.gain_ratios(proof.winner.label) if proof else {}
+
+    def of_gain_rounds(self, runs: list[Run]) -> list[Run]:
+        """``runs``, one a round of ``proof`` from its first, of the rounds its gain counts (``gain_rounds``)."""
+        return [runs[index - 1] for index in self.gain_rounds if index <= len(runs)]
+
+    @cached_property
+    def _race_peak_memories(self) -> tuple[float | None, float | None]:
+        """The medians of the baseline's and the recommendation's race runs' peak memories in the rounds the gain
+        counts (``median_memory``: None where none was read, as in a race stored before they were kept); both None
+        without a race."""
+        if self.proof is None:
+            return None, None
+        runs = (self.proof.baseline_peak_memories, self.proof.winner.peak_memories)
+        baseline, recommended = (median_memory(self.of_gain_rounds(memories)) for memories in runs)
+        return baseline, recommended
 
     @property
     def race_peak_memories(self) -> bool:
         """Whether the peak memories below are the race's medians: the race that gave the gain (``proof``) kept its
         runs' peak memories (one stored before races kept them did not)."""
-        proof = self.proof
-        return proof is not None and None not in (proof.baseline_median_peak_memory, proof.winner.median_peak_memory)
+        return None not in self._race_peak_memories
 
     @property
     def recommended_peak_memory_mb(self) -> float:
         """The recommendation's peak memory (MiB), from the runs its throughput comes from: the median of its runs in
-        the race that gave the gain (``race_peak_memories``), else its own single run."""
+        the rounds its gain counts (``race_peak_memories``), else its own single run."""
         if self.race_peak_memories:
-            return self.proof.winner.median_peak_memory
+            return self._race_peak_memories[1]
         return self.recommended.result.peak_memory_mb
 
     @property
     def baseline_peak_memory_mb(self) -> float:
         """The baseline's peak memory (MiB), as ``recommended_peak_memory_mb`` reads the recommendation's."""
         if self.race_peak_memories:
-            return self.proof.baseline_median_peak_memory
+            return self._race_peak_memories[0]
         return self.baseline.result.peak_memory_mb
 
     @property
@@ -251,7 +291,9 @@ class Summary:
         if self.confirmed and self.proof.rounds == 1:
             return "one interleaved re-measurement"
         if self.confirmed:
-            return f"medians of {self.proof.rounds} interleaved re-measurements"
+            counted_rounds = len(self.gain_rounds)
+            of = f"{counted_rounds} of {self.proof.rounds}" if self.gain_rounds_left_out else f"{counted_rounds}"
+            return f"medians of {of} interleaved re-measurements{self.left_out_note}"
         return "single measurements"
 
     @property
@@ -262,7 +304,7 @@ class Summary:
             return "the ratio of the two throughputs"
         return (
             f"the geometric mean of {interval.n} paired rounds' ratios{self.left_out_note}, 95 % interval "
-            f"{ratio_bounds(interval.low, interval.high)}x"
+            f"{interval_bounds(interval.low, interval.high, 'x')}"
         )
 
     @property
@@ -272,18 +314,15 @@ class Summary:
         cancels the machine's slower drifts), with Student's t interval; None without a race or with one round. A
         round in which something beside one of the two runs slowed it is left out where two rounds or more, and at
         least half of them, are left (``Confirmation.gain_ratios``: ``gain_rounds_left_out``)."""
-        proof = self.proof
-        return ratio_interval(list(proof.gain_ratios(proof.winner.label).values())) if proof else None
+        return ratio_interval(list(self._gain_ratios.values())) if self.proof else None
 
     @property
     def gain_rounds_left_out(self) -> list[int]:
         """The rounds of ``proof`` left out of ``gain_interval``, as something beside a run of the recommendation or
         the baseline slowed it."""
-        proof = self.proof
-        if proof is None:
+        if self.proof is None:
             return []
-        kept = proof.gain_ratios(proof.winner.label)
-        return [index for index in range(1, len(proof.baseline_throughputs) + 1) if index not in kept]
+        return [index for index in range(1, self.proof.rounds + 1) if index not in self.gain_rounds]
 
     @property
     def left_out_note(self) -> str:

@@ -315,7 +315,7 @@ def test_the_headline_gives_the_medians_ratio_where_it_reads_otherwise_and_the_t
     skewed = benchmark([150.0, 156.0, 147.0, 200.0], base_runs=(100.0, 104.0, 98.0, 100.0))  # medians 153/100
     assert benchmark_document(skewed).headline.rest.startswith(
         "95 % interval 1.28-2.03 over 4 paired rounds on cpu (the geometric mean of their ratios; 1.53x by the "
-        "medians)."
+        "medians of those rounds)."
     )
 
 
