@@ -4,6 +4,7 @@ that matter), each with its runs round by round (``rounds_table``), and the runs
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 
 from autotune.measure.core_speed import CoreSpeed
@@ -15,11 +16,24 @@ from autotune.report.rows import NAMED_RUNS, slowed_in_words
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
-from autotune.results.race_rules import BEATS_WORDS, FINALIST_WINDOW, MAX_FINALISTS, beats, finalist_choice
+from autotune.results.race_rules import (
+    BEATS_WORDS,
+    FINALIST_WINDOW,
+    MAX_FINALISTS,
+    TIE_TOLERANCE,
+    beaten_for_good,
+    beats,
+    finalist_choice,
+    lagging,
+    paired_ratio,
+    rounds_lost,
+    unprovable,
+    wins_needed,
+)
 from autotune.results.summary import Summary, race_name
-from autotune.results.trim_rules import TRIM_BOUND, TrimStep, started_alone, undone_again, unsettled
+from autotune.results.trim_rules import TRIM_BOUND, TRIM_MARGIN, TrimStep, started_alone, undone_again, unsettled
 from autotune.trial.result import Disturbance
-from autotune.words import listed
+from autotune.words import counted, listed, rounds_named
 
 
 def confirmation_sections(results: StudyResults, summary: Summary) -> list[Section]:
@@ -66,26 +80,32 @@ _NOT_RUN = "–"
 _UNPAIRED = "unpaired"
 
 
-def rounds_table(race: Confirmation) -> Table | None:
+def rounds_table(race: Confirmation, trim: bool = False) -> Table | None:
     """``race``'s runs round by round: a row for the baseline and for each entrant, a column for each round (a run's
     samples/s; in brackets its ratio to the baseline's run of that round, or "unpaired" where the baseline's run of
     that round failed, and "busy" where the race counted it though something beside it slowed it; "failed" where it
-    failed), then the median of the rounds the baseline ran (in brackets ``Confirmation.ratio``); the last row names
-    the fastest of each round the baseline ran. None where no round ran."""
+    failed), then the median of the rounds the baseline ran (``_median_cell``); the last row names the fastest of each
+    round the baseline ran. A ``trim`` race's table judges its variants as the trim does: a last column gives each
+    one's paired ratio to the configuration the race started from (``_against_cell``). None where no round ran."""
     entrants: list[Finalist | None] = [None, *race.finalists]  # None: the baseline
     runs = [_runs_by_round(race, entrant) for entrant in entrants]
     rounds = range(1, max(max(by_round, default=0) for by_round in runs) + 1)
     if not rounds:
         return None
     paired = range(1, race.rounds + 1)  # the rounds the baseline ran: the race's figures pair its runs with theirs
+    reference = race.finalists[0]
     rows = []
     for entrant, by_round in zip(entrants, runs, strict=True):
         slowed = race.slowed_rounds(entrant.label if entrant else None)
         against = {} if entrant is None else runs[0]  # the baseline's runs, which the ratios are to
         cells = [_run_cell(by_round.get(n), against.get(n), n in slowed, n in paired) for n in rounds]
-        rows.append([_entrant_named(entrant), *cells, _median_cell(race, entrant)])
+        variant = trim and entrant not in (None, reference)
+        judged = [_against_cell(reference, entrant) if variant else ""] if trim else []
+        rows.append([_entrant_named(entrant), *cells, _median_cell(race, entrant, variant), *judged])
     fastest = [_fastest(entrants, runs, n) if n in paired else _NOT_RUN for n in rounds]
-    return Table(["", *(f"round {n}" for n in rounds), "median"], [*rows, ["fastest", *fastest, ""]])
+    against_header = [f"vs trial {reference.label} (paired)"] if trim else []
+    headers = ["", *(f"round {n}" for n in rounds), "median", *against_header]
+    return Table(headers, [*rows, ["fastest", *fastest, "", *([""] if trim else [])]])
 
 
 def _runs_by_round(race: Confirmation, entrant: Finalist | None) -> dict[int, float | str]:
@@ -120,15 +140,41 @@ def _run_cell(run: float | str | None, baseline_run: float | str | None, slowed:
     return format_cell(float(run)) + (f" ({', '.join(notes)})" if notes else "")
 
 
-def _median_cell(race: Confirmation, entrant: Finalist | None) -> str:
+def _median_cell(race: Confirmation, entrant: Finalist | None, variant: bool) -> str:
     """``entrant``'s median over the rounds it and the baseline ran (``Confirmation.paired_median``; None: the
-    baseline's), with its ratio to the baseline's over those rounds (``Confirmation.ratio``)."""
+    baseline's over all it ran), with its ratio to the baseline's median over those same rounds
+    (``Confirmation.ratio``). Where those are fewer than the baseline's (it left early), the cell names them: that
+    ratio is to other baseline runs than the rows of every round are, and a trim race's ``variant`` gives none, as
+    the trim judges it against the configuration it was made from (``_against_cell``), not the baseline."""
     if entrant is None:
         return format_cell(float(race.baseline_median)) if race.rounds else _NOT_RUN
     median = race.paired_median(entrant)
     if median is None:
         return _NOT_RUN
-    return f"{format_cell(float(median))} ({race.ratio(entrant):.2f}x)"
+    both = len(race.paired(entrant)[0])
+    ratio = [] if variant and both < race.rounds else [f"{race.ratio(entrant):.2f}x"]
+    over = [rounds_named(list(range(1, both + 1)))] if both < race.rounds else []
+    return f"{format_cell(float(median))} ({', '.join([*ratio, *over])})"
+
+
+def _against_cell(reference: Finalist, variant: Finalist) -> str:
+    """A trim variant's cell of the last column (``rounds_table``): its paired ratio to ``reference``, the
+    configuration it was made from, and the rounds it read slower in (``_against``); a dash where they ran no round
+    together."""
+    against = _against(reference, variant)
+    if against is None:
+        return _NOT_RUN
+    ratio, slower, rounds = against
+    return f"{ratio:.2f}x, slower in {slower} of {counted(rounds, 'round')}"
+
+
+def _against(reference: Finalist, variant: Finalist) -> tuple[float, int, int] | None:
+    """What the trim judges ``variant`` by against ``reference`` (``beats``): the geometric mean of its per-round
+    ratios to it (``paired_ratio``), the rounds it read slower in, and the rounds both ran; None where none."""
+    pairs = list(zip(variant.throughputs, reference.throughputs, strict=False))
+    if not pairs:
+        return None
+    return paired_ratio(variant.throughputs, reference.throughputs), sum(v < r for v, r in pairs), len(pairs)
 
 
 def _fastest(entrants: list[Finalist | None], runs: list[dict[int, float | str]], n: int) -> str:
@@ -142,18 +188,36 @@ def _fastest(entrants: list[Finalist | None], runs: list[dict[int, float | str]]
     return ", ".join(name for name, run in timed.items() if run == top) or _NOT_RUN
 
 
-def _rounds_key(tables: list[Table | None]) -> list[str]:
-    """What the cells of races' ``tables`` (``rounds_table``) mean, as a paragraph; none where no round ran."""
+def _rounds_key(tables: list[Table | None], trim: bool = False) -> list[str]:
+    """What the cells of races' ``tables`` (``rounds_table``; ``trim``: the trim's) mean, as a paragraph; none where
+    no round ran."""
     shown = [table for table in tables if table is not None]
     if not shown:
         return []
     cells = [cell for table in shown for row in table.rows[:-1] for cell in row[1:]]  # not the row of the fastest
+    medians = [row[table.headers.index("median")] for table in shown for row in table.rows[:-1]]
     which = "Each race's table gives it" if len(shown) > 1 else "The table below gives the race"
     key = (
         f"{which} round by round: each run's samples/s and, in brackets, its ratio to the baseline's run of that "
         "round; each entrant's median over the rounds it and the baseline ran, and its ratio to the baseline's median "
-        "over those rounds; and each round's fastest."
+        "over those same rounds; and each round's fastest."
     )
+    if any("round" in cell for cell in medians) and trim:
+        key += (
+            " A variant that left early names the rounds its median is of and gives no ratio to the baseline, whose "
+            "runs of those rounds alone may read far from its row's median: the trim judges it by the last column."
+        )
+    elif any("round" in cell for cell in medians):
+        key += (
+            " An entrant that left early names the rounds its median is of: its ratio is to the baseline's median "
+            "over those rounds alone, not to the baseline's row."
+        )
+    if trim:
+        key += (
+            " The last column gives each variant against the configuration it was made from, as the trim judges it: "
+            "the geometric mean of its per-round ratios to that configuration over the rounds both ran, and the "
+            f"rounds it read slower in. Where that configuration beats it {BEATS_WORDS}, the change is kept."
+        )
     if any(_UNPAIRED in cell for cell in cells):
         key += (
             f" A run marked {_UNPAIRED} ran in the round whose baseline run failed (before it, as the order rotates): "
@@ -198,11 +262,13 @@ def trim_sections(summary: Summary) -> list[Section]:
             kept = _OVERRULES.format(overruled.label)
         left = (_trim_left(race, step, winner) + kept).strip()
         paragraphs = [race.describe(trim=True), *([left] if left else [])]
-        races.append(Section(race_name(number).capitalize(), paragraphs=paragraphs, table=rounds_table(race)))
+        races.append(
+            Section(race_name(number).capitalize(), paragraphs=paragraphs, table=rounds_table(race, trim=True))
+        )
     return [
         Section(
             "Only the changes that matter",
-            paragraphs=[lead, *_rounds_key([race.table for race in races])],
+            paragraphs=[lead, *_rounds_key([race.table for race in races], trim=True)],
             plots=present(plots.undone_changes(summary)),
             subsections=races,
         )
@@ -231,43 +297,105 @@ def _trim_left(race: Confirmation, step: TrimStep, winner: str) -> str:
 
 def _trim_outcome(race: Confirmation, new: Finalist) -> str:
     """What a settled trim race did to each change it undid alone, in words: left out where its variant is ``new``,
-    the race's winner, or undoes only changes ``new`` undoes too (the race's variant undoing several at once: said
-    where undoing it alone was not shown to cost nothing); kept where the configuration it was made from beat it
-    beyond noise (undoing it cost throughput), or where it left the race unbeaten (a failed run) or nothing was undone
-    (not shown to cost nothing); else undone again on top of ``new`` (``undone_again``)."""
+    the race's winner, or undoes only changes ``new`` undoes too (the race's variant undoing several at once: said,
+    with why, where undoing it alone was kept); undone again on top of ``new`` where it tied and the next race can
+    race it (``undone_again``); else kept, each by the rule that kept it, with its figures (``_why_kept``)."""
     reference = race.finalists[0]
 
     def undone_by(variant: Finalist) -> list[str]:
         return variant.label.removeprefix(f"{reference.label} without ").split(" without ")
 
     left_out = set(undone_by(new)) if new is not reference else set()
-    outcome: dict[str, list[str]] = {
-        key: [] for key in ("costs", "unshown", "left out", "together costs", "together", "tied")
-    }
+    kept: dict[str, list[str]] = {}  # by the rule that kept them, in words: each change kept, with its figures
+    together: dict[str, list[str]] = {}  # the same, of undoing alone a change left out with new's
+    undone: dict[str, list[str]] = {"left out": [], "tied": []}
     for variant in race.finalists[1:]:
-        undone = undone_by(variant)
+        names = undone_by(variant)
         if variant is new:
-            outcome["left out"] += undone
-        elif left_out.issuperset(undone):  # said as left out with new's
-            costs = beats(reference, variant)
-            outcome["together costs" if costs else "together"] += (
-                [] if undone_again(reference, variant, new) else undone
-            )
-        elif len(undone) == 1 and beats(reference, variant):
-            outcome["costs"] += undone
-        elif len(undone) == 1:  # it left the race unbeaten (a failed run, say), or tied where nothing was undone
+            undone["left out"] += names
+        elif left_out.issuperset(names):  # said as left out with new's
+            if not undone_again(reference, variant, new):
+                why, figures = _why_kept(race, variant, new, "undoing it alone")
+                together.setdefault(why, []).append(f"{listed(names)} ({figures})")
+        elif len(names) == 1:
             # undone again only where the next race can race it: run_trim races a configuration of two changes or more
-            tied = undone_again(reference, variant, new) and new is not reference and new.changes >= 2
-            outcome["tied" if tied else "unshown"] += undone
-    said = {
-        "costs": "Kept, as undoing it read slower in the rounds it ran",
-        "unshown": "Kept, as undoing it was not shown to cost nothing",
-        "left out": "Left out, as fast without",
-        "together costs": "Left out with the others, though undoing it alone read slower in the rounds it ran",
-        "together": "Left out with the others, though undoing it alone was not shown to cost nothing",
-        "tied": "As fast without too, so undone on top of that in the next race",
-    }
-    return " ".join(f"{said[key]}: {', '.join(names)}." for key, names in outcome.items() if names)
+            if undone_again(reference, variant, new) and new is not reference and new.changes >= 2:
+                undone["tied"] += names
+            else:
+                why, figures = _why_kept(race, variant, new, "undoing it")
+                kept.setdefault(why, []).append(f"{names[0]} ({figures})")
+    said = [f"Kept, as {why}: {', '.join(names)}." for why, names in kept.items()]
+    said += [f"Left out, as fast without: {', '.join(undone['left out'])}."] if undone["left out"] else []
+    said += [f"Left out with the others, though {why}: {', '.join(names)}." for why, names in together.items()]
+    if undone["tied"]:
+        said.append(f"As fast without too, so undone on top of that in the next race: {', '.join(undone['tied'])}.")
+    return " ".join(said)
+
+
+def _why_kept(race: Confirmation, variant: Finalist, new: Finalist, undoing: str) -> tuple[str, str]:
+    """Why trim race ``race``, won by ``new``, did not leave ``variant`` in place of the configuration it started
+    from, in words to follow "as" or "though" (``undoing``: what undoing its change is called), and the figures that
+    rule read:
+    it left the race (``_why_left``); the configuration beat it (``beats``); ``new``, which changes only its change,
+    beat the baseline, so undoing it too is no race the trim can run; or it was not proven against the baseline."""
+    reference = race.finalists[0]
+    if variant.dropped is not None:
+        return _why_left(race, variant, undoing)
+    ratio, slower, rounds = _against(reference, variant)
+    figures = f"{ratio:.2f}x, slower in {slower} of {counted(rounds, 'round')}"
+    if beats(reference, variant):
+        return f"{undoing} read slower than trial {reference.label} {BEATS_WORDS}", figures
+    if new is not reference and undone_again(reference, variant, new):  # tied, but new changes one knob: this one
+        return (
+            f"trial {new.label}, which changes only it, beat the baseline (undoing it tied with trial "
+            f"{reference.label})",
+            figures,
+        )
+    if not race.proven(variant):
+        return f"{undoing} was not proven against the baseline", race.shortfall(variant)
+    return f"{undoing} was not shown to cost nothing", figures
+
+
+def _why_left(race: Confirmation, variant: Finalist, undoing: str) -> tuple[str, str]:
+    """Why ``variant`` left trim race ``race``, in words to follow "as" or "though" (``undoing``: what undoing its
+    change is called), and the figures: the first of the rules ``run_race`` drops a variant by, in its order, that
+    holds after the last round it ran: a failed run; more rounds lost to the baseline than a proof allows
+    (``unprovable``); its median of the runs not slowed ``TRIM_MARGIN`` behind the configuration's (``lagging``);
+    beaten by that configuration whatever the rounds left read (``beaten_for_good``). Else (a race stored by other
+    rules) what it was recorded leaving for."""
+    if variant.failed_round is not None:
+        return f"{undoing} failed a run", rounds_named([variant.failed_round])
+    reference, ran = race.finalists[0], len(variant.throughputs)
+    planned, baseline = race.planned_rounds or race.rounds, race.baseline_throughputs[:ran]
+    if len(baseline) == ran and unprovable(variant, baseline, planned):
+        allowed = planned - wins_needed(planned)
+        return (
+            f"{undoing} lost more rounds to the baseline than a proof over {counted(planned, 'round')} allows "
+            f"({allowed or 'none'})",
+            f"{rounds_lost(variant, baseline)} of {counted(ran, 'round')} lost",
+        )
+    quiet, quiet_reference = _quiet_runs(race, variant, ran), _quiet_runs(race, reference, ran)
+    if lagging(quiet, quiet_reference, TRIM_MARGIN):
+        behind = statistics.median(quiet) / statistics.median(quiet_reference)
+        return (
+            f"{undoing} fell more than {TRIM_MARGIN:.0%} behind trial {reference.label} by the medians of the runs "
+            "not slowed",
+            f"after {rounds_named([ran])}: {behind:.2f}x",
+        )
+    if ran < planned and beaten_for_good(reference, variant, planned):
+        return (
+            f"{undoing} read more than {TIE_TOLERANCE:.0%} slower than trial {reference.label} in each round it ran, "
+            "which only a round reading it faster could have changed",
+            f"{rounds_named(list(range(1, ran + 1)))}: {_against(reference, variant)[0]:.2f}x by the paired ratios",
+        )
+    return f"{undoing} left the race", variant.dropped
+
+
+def _quiet_runs(race: Confirmation, entrant: Finalist, rounds: int) -> list[float]:
+    """``entrant``'s runs of ``race``'s first ``rounds`` rounds that nothing beside them slowed
+    (``Confirmation.slowed_rounds``)."""
+    slowed = race.slowed_rounds(entrant.label)
+    return [run for index, run in enumerate(entrant.throughputs[:rounds], 1) if index not in slowed]
 
 
 def busy_machine_sections(summary: Summary) -> list[Section]:

@@ -35,7 +35,7 @@ def test_the_finalists_race_table_holds_its_stored_rounds_and_the_verdict_no_fig
     assert confirmation.table.rows == [
         ["baseline", "100.0", "98.0", "102.0", "100.0"],
         ["trial 0", "120.0 (1.20x)", "119.0 (1.21x)", "125.0 (1.23x)", "120.0 (1.20x)"],
-        ["trial 2", "104.0 (1.04x)", "–", "–", "104.0 (1.04x)"],
+        ["trial 2", "104.0 (1.04x)", "–", "–", "104.0 (1.04x, round 1)"],
         ["fastest", "trial 0", "trial 0", "trial 0", ""],
     ]
     verdict, key = confirmation.paragraphs
@@ -52,29 +52,38 @@ def test_each_trim_race_has_a_table_of_its_rounds_under_a_heading_of_its_own():
     confirmation = Confirmation([100.0] * 3, [Finalist("0", {}, 3, 100.0, [150.0] * 3)], trials=["0", "2"])
     reference = Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])
     amp = Finalist("0 without amp", run.knobs, 2, 100.0, [150.0, 152.0, 149.0], result=run)
-    workers = Finalist("0 without num_workers", {}, 2, 100.0, [100.0], "more than 15% behind trial 0 after round 1")
+    workers = Finalist("0 without num_workers", {}, 2, 100.0, [110.0], "more than 15% behind trial 0 after round 1")
     trim = Confirmation([100.0, 98.0, 102.0], [reference, amp, workers], planned_rounds=3)
     results = replace(sample, confirmation=confirmation, trim=[trim])
     trimmed = section(results, "Only the changes that matter")
     (race,) = trimmed.subsections
-    assert race.heading == "Trim race 1" and race.table == rounds_table(trim)
+    assert race.heading == "Trim race 1" and race.table == rounds_table(trim, trim=True)
+    assert race.table.headers == ["", "round 1", "round 2", "round 3", "median", "vs trial 0 (paired)"]
     assert race.table.rows == [
-        ["baseline", "100.0", "98.0", "102.0", "100.0"],
-        ["trial 0", "150.0 (1.50x)", "151.0 (1.54x)", "149.0 (1.46x)", "150.0 (1.50x)"],
-        ["trial 0 without amp", "150.0 (1.50x)", "152.0 (1.55x)", "149.0 (1.46x)", "150.0 (1.50x)"],
-        ["trial 0 without num_workers", "100.0 (1.00x)", "–", "–", "100.0 (1.00x)"],
-        ["fastest", "trial 0, trial 0 without amp", "trial 0 without amp", "trial 0, trial 0 without amp", ""],
+        ["baseline", "100.0", "98.0", "102.0", "100.0", ""],
+        ["trial 0", "150.0 (1.50x)", "151.0 (1.54x)", "149.0 (1.46x)", "150.0 (1.50x)", ""],
+        [
+            "trial 0 without amp",
+            "150.0 (1.50x)",
+            "152.0 (1.55x)",
+            "149.0 (1.46x)",
+            "150.0 (1.50x)",
+            "1.00x, slower in 0 of 3 rounds",
+        ],
+        ["trial 0 without num_workers", "110.0 (1.10x)", "–", "–", "110.0 (round 1)", "0.73x, slower in 1 of 1 round"],
+        ["fastest", "trial 0, trial 0 without amp", "trial 0 without amp", "trial 0, trial 0 without amp", "", ""],
     ]
     verdict, outcome = race.paragraphs
     assert verdict.startswith("Trial 0 and 2 variants of it, re-measured against the baseline in 3 interleaved")
     assert outcome == (
-        "Kept, as undoing it read slower in the rounds it ran: num_workers. Left out, as fast without: amp."
+        "Kept, as undoing it fell more than 15% behind trial 0 by the medians of the runs not slowed: num_workers "
+        "(after round 1: 0.73x). Left out, as fast without: amp."
     )
     assert trimmed.paragraphs[1].startswith("The table below gives the race round by round"), "the key, once"
 
     document = build_document(results, summarise(results))
     markdown = to_markdown(document)
-    assert "\n\n### Trim race 1\n\n" in markdown and "| trial 0 without num_workers | 100.0 (1.00x) | – | – |" in (
+    assert "\n\n### Trim race 1\n\n" in markdown and "| trial 0 without num_workers | 110.0 (1.10x) | – | – |" in (
         markdown
     )
     assert markdown.index("## Only the changes that matter") < markdown.index("### Trim race 1")
@@ -85,7 +94,7 @@ def test_each_trim_race_has_a_table_of_its_rounds_under_a_heading_of_its_own():
 def test_a_failed_run_reads_failed_in_its_round_not_a_figure():
     failed = Finalist("2", {}, 1, 100.0, [110.0], "round 2 failed: signal: SIGKILL", failed_round=2)
     race = Confirmation([100.0, 98.0, 101.0], [Finalist("0", {}, 1, 100.0, [120.0, 119.0, 121.0]), failed], None, 3)
-    assert rounds_table(race).rows[2] == ["trial 2", "110.0 (1.10x)", "failed", "–", "110.0 (1.10x)"]
+    assert rounds_table(race).rows[2] == ["trial 2", "110.0 (1.10x)", "failed", "–", "110.0 (1.10x, round 1)"]
     # The baseline's run failed in round 2, after trial 0's: the race ended there; that run has no pair, no ratio, and
     # counts in no figure.
     ended = Confirmation([100.0], [Finalist("0", {}, 1, 100.0, [110.0, 112.0])], "confirm-2-baseline: signal: SIGKILL")

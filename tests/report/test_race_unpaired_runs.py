@@ -43,4 +43,4 @@ def test_a_legacy_finalist_dropped_for_a_failed_run_reads_failed_in_its_round():
     stored = Confirmation([100.0, 98.0, 101.0], [Finalist("0", {}, 1, 100.0, [120.0] * 3), failed], None, 3).to_dict()
     del stored["finalists"][1]["failed_round"]  # as stored before the field was kept
     race = Confirmation.from_dict(stored)
-    assert rounds_table(race).rows[2] == ["trial 2", "110.0 (1.10x)", "failed", "–", "110.0 (1.10x)"]
+    assert rounds_table(race).rows[2] == ["trial 2", "110.0 (1.10x)", "failed", "–", "110.0 (1.10x, round 1)"]

@@ -176,7 +176,7 @@ def test_a_finalist_whose_race_run_failed_is_named_with_why_it_left_and_its_gain
     said = headline(summarise(results)).rest
     assert "trial 0, measured 1.50x by medians of 1 interleaved round, then left the race: round 2 failed" in said
     assert "Trial 0 dropped: round 2 failed: exception: RuntimeError." in confirmation.describe()
-    assert rounds_table(confirmation).rows[1] == ["trial 0", "150.0 (1.50x)", "failed", "150.0 (1.50x)"]
+    assert rounds_table(confirmation).rows[1] == ["trial 0", "150.0 (1.50x)", "failed", "150.0 (1.50x, round 1)"]
 
 
 def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not_hold():
@@ -272,7 +272,7 @@ def test_a_trim_race_whose_variant_won_without_its_reference_running_every_round
 def test_a_settled_trim_race_says_which_change_it_kept_which_it_left_out_and_which_it_races_again(tmp_path):
     confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])])
     reference = Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])
-    workers = Finalist("0 without num_workers", {}, 2, 100.0, [100.0], "more than 15% behind trial 0 after round 1")
+    workers = Finalist("0 without num_workers", {}, 2, 100.0, [110.0], "more than 15% behind trial 0 after round 1")
     sample = sample_results()
     first_run = sample.trials[0].result
     amp = Finalist("0 without amp", first_run.knobs, 2, 100.0, [150.0, 150.0, 150.0], result=first_run)
@@ -286,9 +286,11 @@ def test_a_settled_trim_race_says_which_change_it_kept_which_it_left_out_and_whi
     results = StudyResults(**{**sample.__dict__, "confirmation": confirmation, "trim": trim})
     markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
     said = (
-        "Kept, as undoing it read slower in the rounds it ran: num_workers, num_threads. Kept, as undoing it was not "
-        "shown to cost nothing: channels_last. Left out, as fast without: amp. As fast without too, so undone on top "
-        "of that in the next race: malloc."
+        "Kept, as undoing it fell more than 15% behind trial 0 by the medians of the runs not slowed: num_workers "
+        "(after round 1: 0.73x). Kept, as undoing it read slower than trial 0 in most rounds and by more than 3% by "
+        "the geometric mean of the per-round ratios: num_threads (0.97x, slower in 3 of 3 rounds). Kept, as undoing "
+        "it left the race: channels_last (round 1 failed: signal: SIGKILL). Left out, as fast without: amp. As fast "
+        "without too, so undone on top of that in the next race: malloc."
     )
     assert said in markdown, markdown.split("## Only the changes that matter")[1][:3000]
     assert undo_next(reference, {"malloc": malloc, "num_threads": threads}, amp) == ["malloc"], "as the trim does"
@@ -306,8 +308,9 @@ def test_a_variant_undoing_several_changes_that_won_leaves_out_each_and_says_whe
     results = StudyResults(**{**sample.__dict__, "confirmation": confirmation, "trim": trim})
     files = write_reports(results, summarise(results), tmp_path)
     said = (
-        "Left out, as fast without: malloc, batch_size. Left out with the others, though undoing it alone read slower "
-        "in the rounds it ran: malloc."
+        "Left out, as fast without: malloc, batch_size. Left out with the others, though undoing it alone read more "
+        "than 3% slower than trial 0 in each round it ran, which only a round reading it faster could have changed: "
+        "malloc (rounds 1 and 2: 0.93x by the paired ratios)."
     )
     markdown = files["report.md"].read_text()
     assert said in markdown and "Kept" not in markdown.split("## Only the changes that matter")[1].split("\n## ")[0]
@@ -365,7 +368,8 @@ def test_a_tie_left_where_the_trims_next_race_cannot_undo_it_is_kept_not_promise
     race = Confirmation([100.0] * 3, [reference, one, other], planned_rounds=3)
     assert race.winner is one and one.changes == 1, "a configuration of one change: the trim races it no further"
     assert _trim_outcome(race, one) == (
-        "Kept, as undoing it was not shown to cost nothing: b. Left out, as fast without: a."
+        "Kept, as trial 7 without a, which changes only it, beat the baseline (undoing it tied with trial 7): b "
+        "(1.00x, slower in 1 of 3 rounds). Left out, as fast without: a."
     )
 
 
