@@ -13,7 +13,7 @@ from autotune.records import TrialRecord
 from autotune.report import plots
 from autotune.report.document import Section, Table, format_cell, present
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
-from autotune.results.finalist import Finalist
+from autotune.results.finalist import Finalist, Left
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import (
@@ -21,13 +21,10 @@ from autotune.results.race_rules import (
     FINALIST_WINDOW,
     MAX_FINALISTS,
     TIE_TOLERANCE,
-    beaten_for_good,
     beats,
     finalist_choice,
-    lagging,
     paired_ratio,
     rounds_lost,
-    unprovable,
     wins_needed,
 )
 from autotune.results.summary import Summary, race_name
@@ -358,31 +355,28 @@ def _why_kept(race: Confirmation, variant: Finalist, new: Finalist, undoing: str
 
 def _why_left(race: Confirmation, variant: Finalist, undoing: str) -> tuple[str, str]:
     """Why ``variant`` left trim race ``race``, in words to follow "as" or "though" (``undoing``: what undoing its
-    change is called), and the figures: the first of the rules ``run_race`` drops a variant by, in its order, that
-    holds after the last round it ran: a failed run; more rounds lost to the baseline than a proof allows
-    (``unprovable``); its median of the runs not slowed ``TRIM_MARGIN`` behind the configuration's (``lagging``);
-    beaten by that configuration whatever the rounds left read (``beaten_for_good``). Else (a race stored by other
-    rules) what it was recorded leaving for."""
-    if variant.failed_round is not None:
-        return f"{undoing} failed a run", rounds_named([variant.failed_round])
+    change is called), and the figures, by the rule it left by (``Finalist.left``); what it was recorded leaving for
+    where the race was stored before the rule was kept."""
     reference, ran = race.finalists[0], len(variant.throughputs)
-    planned, baseline = race.planned_rounds or race.rounds, race.baseline_throughputs[:ran]
-    if len(baseline) == ran and unprovable(variant, baseline, planned):
+    if variant.left is Left.FAILED:
+        return f"{undoing} failed a run", rounds_named([variant.failed_round])
+    if variant.left is Left.UNPROVABLE:
+        planned, baseline = race.planned_rounds or race.rounds, race.baseline_throughputs[:ran]
         allowed = planned - wins_needed(planned)
         return (
             f"{undoing} lost more rounds to the baseline than a proof over {counted(planned, 'round')} allows "
             f"({allowed or 'none'})",
             f"{rounds_lost(variant, baseline)} of {counted(ran, 'round')} lost",
         )
-    quiet, quiet_reference = _quiet_runs(race, variant, ran), _quiet_runs(race, reference, ran)
-    if lagging(quiet, quiet_reference, TRIM_MARGIN):
+    if variant.left is Left.LAGGING:
+        quiet, quiet_reference = _quiet_runs(race, variant, ran), _quiet_runs(race, reference, ran)
         behind = statistics.median(quiet) / statistics.median(quiet_reference)
         return (
             f"{undoing} fell more than {TRIM_MARGIN:.0%} behind trial {reference.label} by the medians of the runs "
             "not slowed",
             f"after {rounds_named([ran])}: {behind:.2f}x",
         )
-    if ran < planned and beaten_for_good(reference, variant, planned):
+    if variant.left is Left.BEATEN:
         return (
             f"{undoing} read more than {TIE_TOLERANCE:.0%} slower than trial {reference.label} in each round it ran, "
             "which only a round reading it faster could have changed",

@@ -5,9 +5,23 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any
 
 from autotune.trial.result import TrialResult
+
+
+class Left(str, Enum):
+    """The rule a finalist left its race by (``run_race``): a run of it failed; it lost more rounds to the baseline
+    than a proof allows (``unprovable``); it fell a margin behind the leader or the configuration it was made from
+    (``lagging``); that configuration beat it whatever the rounds left read (``beaten_for_good``); or the race was
+    decided for another (``decided``)."""
+
+    FAILED = "failed"
+    UNPROVABLE = "unprovable"
+    LAGGING = "lagging"
+    BEATEN = "beaten"
+    DECIDED = "decided"
 
 
 @dataclass
@@ -15,7 +29,8 @@ class Finalist:
     """A configuration re-measured in the confirmation race. ``changes`` counts the knobs it changes from the
     baseline; ``throughputs`` holds one run per round it took part in, and ``peak_memories`` each of those runs' peak
     memory (``TrialResult.peak_memory_mb``; None where not read, or in a race stored before they were kept);
-    ``dropped`` says why it left early, and ``failed_round`` which round's run failed where that is why.
+    ``dropped`` says why it left early, in words, ``left`` by which rule (None in a race stored before it was kept),
+    and ``failed_round`` which round's run failed where that is why.
     ``result`` is the first run of a configuration that is no trial of the study (a variant of the winner with one
     change undone), so that it can be recommended with its measurement; its peak memory is that run's."""
 
@@ -28,6 +43,11 @@ class Finalist:
     result: TrialResult | None = None
     failed_round: int | None = None
     peak_memories: list[float | None] = field(default_factory=list)
+    left: Left | None = None
+
+    def leave(self, rule: Left, why: str) -> None:
+        """Drop it from the race by ``rule``, saying ``why``."""
+        self.left, self.dropped = rule, why
 
     def to_dict(self) -> dict[str, Any]:
         return {**record_fields(self), "result": self.result.to_dict() if self.result else None}
@@ -37,14 +57,15 @@ class Finalist:
         result = data.get("result")
         failed_round = data["failed_round"] if "failed_round" in data else _said_failed_round(data.get("dropped"))
         memories = data.get("peak_memories", unread_memories(data.get("throughputs", [])))
-        read = {"result": TrialResult.from_dict(result) if result else None, "failed_round": failed_round}
+        left = Left(data["left"]) if data.get("left") else None
+        read = {"result": TrialResult.from_dict(result) if result else None, "failed_round": failed_round, "left": left}
         return cls(**{**data, **read, "peak_memories": memories})
 
     def fail(self, failure: object) -> None:
         """Drop it from the race: its run of the round after those it ran failed with ``failure``
         (``_failed_in_round`` says why)."""
         self.failed_round = len(self.throughputs) + 1
-        self.dropped = _failed_in_round(self.failed_round, failure)
+        self.leave(Left.FAILED, _failed_in_round(self.failed_round, failure))
 
     def record_run(self, result: TrialResult) -> None:
         """Count ``result``, its run of the round after those it ran: its throughput and its peak memory."""

@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 
 from autotune.records import CONFIRMATION_ATTR, on_machine
-from autotune.results.finalist import Finalist, run_name
+from autotune.results.finalist import Finalist, Left, run_name
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import (
@@ -244,7 +244,7 @@ def _discard_round(
         del kept[index - 1 :]
     for finalist in racing:
         if finalist.failed_round == index:
-            finalist.dropped = finalist.failed_round = None
+            finalist.dropped = finalist.failed_round = finalist.left = None
     for name in [name for name in disturbed if name.startswith(prefix)]:
         del disturbed[name]
 
@@ -307,23 +307,25 @@ def _drop(
     allowed = rounds - wins_needed(rounds)
     for finalist in racing:
         if finalist.dropped is None and unprovable(finalist, baseline_runs, rounds):
-            finalist.dropped = f"slower than the baseline in round {len(baseline_runs)}"
+            why = f"slower than the baseline in round {len(baseline_runs)}"
             if allowed:
                 lost = rounds_lost(finalist, baseline_runs)
-                finalist.dropped += f" ({lost} rounds lost; a proof over {rounds} rounds allows {allowed})"
+                why += f" ({lost} rounds lost; a proof over {rounds} rounds allows {allowed})"
+            finalist.leave(Left.UNPROVABLE, why)
     running = [f for f in racing if f.dropped is None]
     leader = reference if reference in running else max(running, key=lambda f: f.median, default=None)
     margin = TRIM_MARGIN if reference else RACE_MARGIN
     for finalist in running:
         if lagging(quiet(finalist), quiet(leader), margin):
-            finalist.dropped = f"more than {margin:.0%} behind trial {leader.label} after round {index}"
+            finalist.leave(Left.LAGGING, f"more than {margin:.0%} behind trial {leader.label} after round {index}")
         elif reference is not None and index < rounds and beaten_for_good(reference, finalist, rounds):
             ratio = paired_ratio(reference.throughputs, finalist.throughputs)
-            finalist.dropped = (
+            why = (
                 f"trial {reference.label} ran {ratio:.2f}x its speed in rounds 1-{index}, each by more than "
                 f"{TIE_TOLERANCE:.0%}: only the {counted(rounds - index, 'round')} left reading this one faster could "
                 "change that"
             )
+            finalist.leave(Left.BEATEN, why)
 
 
 def _leave_to(verdict: Confirmation, index: int) -> None:
@@ -332,7 +334,7 @@ def _leave_to(verdict: Confirmation, index: int) -> None:
     reason = f"the race was decided for trial {chosen.label} after round {index}" + (f" ({why})" if why else "")
     for finalist in verdict.finalists:
         if finalist.dropped is None and finalist is not chosen:
-            finalist.dropped = reason
+            finalist.leave(Left.DECIDED, reason)
 
 
 def _quiet(finalist: Finalist, name: str, disturbed: dict[str, str]) -> list[float]:

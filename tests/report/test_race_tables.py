@@ -8,7 +8,7 @@ from autotune.report.html_report import to_html
 from autotune.report.markdown import to_markdown
 from autotune.report.races import rounds_table
 from autotune.report.study_document import build_document
-from autotune.results.finalist import Finalist
+from autotune.results.finalist import Finalist, Left
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.trial.result import Disturbance
@@ -52,7 +52,9 @@ def test_each_trim_race_has_a_table_of_its_rounds_under_a_heading_of_its_own():
     confirmation = Confirmation([100.0] * 3, [Finalist("0", {}, 3, 100.0, [150.0] * 3)], trials=["0", "2"])
     reference = Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])
     amp = Finalist("0 without amp", run.knobs, 2, 100.0, [150.0, 152.0, 149.0], result=run)
-    workers = Finalist("0 without num_workers", {}, 2, 100.0, [110.0], "more than 15% behind trial 0 after round 1")
+    workers = Finalist(
+        "0 without num_workers", {}, 2, 100.0, [110.0], "more than 15% behind trial 0 after round 1", left=Left.LAGGING
+    )
     trim = Confirmation([100.0, 98.0, 102.0], [reference, amp, workers], planned_rounds=3)
     results = replace(sample, confirmation=confirmation, trim=[trim])
     trimmed = section(results, "Only the changes that matter")

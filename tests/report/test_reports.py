@@ -25,7 +25,7 @@ from autotune.report.races import _trim_outcome, rounds_table
 from autotune.report.rows import NAMED_RUNS, slowed_in_words
 from autotune.report.study_document import build_document
 from autotune.report.tuner_time import tuner_time_line
-from autotune.results.finalist import Finalist
+from autotune.results.finalist import Finalist, Left
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
@@ -272,7 +272,9 @@ def test_a_trim_race_whose_variant_won_without_its_reference_running_every_round
 def test_a_settled_trim_race_says_which_change_it_kept_which_it_left_out_and_which_it_races_again(tmp_path):
     confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])])
     reference = Finalist("0", {}, 3, 100.0, [150.0, 151.0, 149.0])
-    workers = Finalist("0 without num_workers", {}, 2, 100.0, [110.0], "more than 15% behind trial 0 after round 1")
+    workers = Finalist(
+        "0 without num_workers", {}, 2, 100.0, [110.0], "more than 15% behind trial 0 after round 1", left=Left.LAGGING
+    )
     sample = sample_results()
     first_run = sample.trials[0].result
     amp = Finalist("0 without amp", first_run.knobs, 2, 100.0, [150.0, 150.0, 150.0], result=first_run)
@@ -299,7 +301,7 @@ def test_a_settled_trim_race_says_which_change_it_kept_which_it_left_out_and_whi
 def test_a_variant_undoing_several_changes_that_won_leaves_out_each_and_says_where_one_alone_read_slower(tmp_path):
     confirmation = Confirmation([100.0, 98.0, 102.0], [Finalist("0", {}, 4, 100.0, [150.0, 151.0, 149.0])])
     reference = Finalist("0", {}, 4, 100.0, [150.0, 151.0, 149.0])
-    slower = Finalist("0 without malloc", {}, 3, 100.0, [140.0, 141.0], "beaten for good")
+    slower = Finalist("0 without malloc", {}, 3, 100.0, [140.0, 141.0], "beaten for good", left=Left.BEATEN)
     tied = Finalist("0 without batch_size", {}, 3, 100.0, [150.0, 149.0, 150.0])
     sample = sample_results()
     run = sample.trials[0].result

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from autotune.report.races import _trim_outcome, rounds_table
 from autotune.report.study_document import build_document
-from autotune.results.finalist import Finalist
+from autotune.results.finalist import Finalist, Left
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from tests.report.test_reports import sample_results
@@ -73,10 +73,16 @@ def test_a_change_whose_undoing_read_faster_in_a_round_is_kept_by_the_paired_rul
 
 def test_each_change_kept_as_its_variant_left_early_is_said_by_the_rule_it_left_by_with_its_figures():
     reference = Finalist("4", {}, 5, 100.0, [150.0, 151.0, 149.0])
-    lagging = Finalist("4 without a", {}, 4, 100.0, [120.0], "more than 15% behind trial 4 after round 1")
-    beaten = Finalist("4 without b", {}, 4, 100.0, [140.0, 141.0], "trial 4 ran 1.07x its speed in rounds 1-2")
-    lost = Finalist("4 without c", {}, 4, 100.0, [95.0], "slower than the baseline in round 1")
-    failed = Finalist("4 without d", {}, 4, 100.0, [], "round 1 failed: signal: SIGKILL", failed_round=1)
+    lagging = Finalist(
+        "4 without a", {}, 4, 100.0, [120.0], "more than 15% behind trial 4 after round 1", left=Left.LAGGING
+    )
+    beaten = Finalist(
+        "4 without b", {}, 4, 100.0, [140.0, 141.0], "trial 4 ran 1.07x its speed in rounds 1-2", left=Left.BEATEN
+    )
+    lost = Finalist("4 without c", {}, 4, 100.0, [95.0], "slower than the baseline in round 1", left=Left.UNPROVABLE)
+    failed = Finalist(
+        "4 without d", {}, 4, 100.0, [], "round 1 failed: signal: SIGKILL", failed_round=1, left=Left.FAILED
+    )
     race = Confirmation([100.0, 98.0, 102.0], [reference, lagging, beaten, lost, failed], planned_rounds=3)
     assert race.winner is reference
     assert _trim_outcome(race, reference) == (
