@@ -41,7 +41,7 @@ from autotune.measure.measurement import SystemReport
 from autotune.records import PROBE_ATTR, ProbeRecord, config_key, on_machine
 from autotune.study.clock import ended_by_budget
 from autotune.study.space import SearchSpace
-from autotune.trial.result import ProbePlan, ProbeResult, TrialResult
+from autotune.trial.result import Half, ProbePlan, ProbeResult, TrialResult
 
 # Knobs the probe leaves at their default: one compile costs more than the whole probe.
 _COSTLY = tuple(name for name in UNTIMED_KNOBS if KNOBS[name].costly)
@@ -413,8 +413,13 @@ def _loader_key(knobs: dict[str, Any]) -> tuple[int, int]:
 
 
 def _step_key(knobs: dict[str, Any]) -> str:
-    """The identity of ``knobs``' model step: every knob but those only loading runs with (``_LOADING_ONLY``)."""
-    return config_key({name: value for name, value in knobs.items() if name not in _LOADING_ONLY})
+    """The identity of ``knobs``' model step (``_step_knobs``)."""
+    return config_key(_step_knobs(knobs))
+
+
+def _step_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The knobs ``knobs``' model step runs with: every knob but those only loading runs with (``_LOADING_ONLY``)."""
+    return {name: value for name, value in knobs.items() if name not in _LOADING_ONLY}
 
 
 def _timed(throughput: float | None) -> float:
@@ -426,11 +431,14 @@ def _timed(throughput: float | None) -> float:
 
 
 def probe_plan(space: SearchSpace, baseline: dict[str, Any], **timing: Any) -> ProbePlan:
-    """Every loader setting (batch size x workers), the anchor's model step at every batch size, and the
-    anchor with one compute knob changed, for every other value of each compute knob: at every batch size for
-    PER_BATCH_KNOBS, at the anchor's for the others; each timed as ``timing`` says (ProbePlan's defaults)."""
+    """Every loader setting (batch size x workers), the anchor's first (``anchor_loader``: the probe stops where it
+    fails, ``trial/probe.py``), the anchor's model step at every batch size, and the anchor with one compute knob
+    changed, for every other value of each compute knob: at every batch size for PER_BATCH_KNOBS, at the anchor's for
+    the others; each timed as ``timing`` says (ProbePlan's defaults)."""
     candidates = space.candidates
-    loaders = [{"batch_size": b, "num_workers": w} for b in candidates["batch_size"] for w in candidates["num_workers"]]
+    own = anchor_loader(space, baseline)
+    every = [{"batch_size": b, "num_workers": w} for b in candidates["batch_size"] for w in candidates["num_workers"]]
+    loaders = [own, *(setting for setting in every if setting != own)]
     anchor = anchor_knobs(space, baseline)
     others = [{**anchor, "batch_size": b} for b in candidates["batch_size"] if b != anchor["batch_size"]]
     computes, anchor_before = [anchor, *others], []
@@ -468,6 +476,13 @@ def expected_probe_s(
     )
 
 
+def anchor_loader(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:
+    """The DataLoader setting the probe predicts every configuration's loading from: the anchor's batch size, and
+    the baseline's workers where the space has them, else its first count."""
+    batch_size = anchor_knobs(space, baseline)["batch_size"]
+    return {"batch_size": batch_size, "num_workers": baseline_or_first(space, baseline, "num_workers")}
+
+
 def anchor_knobs(space: SearchSpace, baseline: dict[str, Any]) -> dict[str, Any]:
     """The baseline, each knob moved to the space's first candidate where the space lacks its value; without
     workers (the model step is timed on a cached batch) and with the costly knobs off, as the probe leaves them."""
@@ -490,12 +505,13 @@ def probe_once(
     """Run the probe once per study and machine (None: this one) and store what it found (reused on resume, and by
     other tuners of the study on a machine alike: the first stored is the one used). Returns the stored record;
     a probe that fails, whose timings contradict the baseline's measured ``baseline_sps`` (CONTRADICTION), or that
-    ran out of memory or raised at the baseline's own settings, is recorded as failed and the search goes on
-    without it. One whose timings drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted
-    again, it is recorded as failed; with no time to, as failed for now (``ProbeRecord.retry``): a later run
-    probes anew. So is one whose process what study.budget_s had left ended (``clock.ended_by_budget``), how long
-    it ran kept (``ProbeRecord.capped_s``): this run searches without it, and only a later run that can give it more
-    probes anew (``capped_probe_s``, ``RunClock.affords``), each run of it given more than the last, so none loops."""
+    ran out of memory or raised at its anchor (the baseline's own settings, or as near as the space allows:
+    ``anchor_knobs``, ``anchor_loader``), is recorded as failed and the search goes on without it. One whose timings
+    drifted (DRIFT) runs once more where ``affords_again()`` (study.budget_s); drifted again, it is recorded as
+    failed; with no time to, as failed for now (``ProbeRecord.retry``): a later run probes anew. So is one whose
+    process what study.budget_s had left ended (``clock.ended_by_budget``), how long it ran kept
+    (``ProbeRecord.capped_s``): this run searches without it, and only a later run that can give it more probes anew
+    (``capped_probe_s``, ``RunClock.affords``), each run of it given more than the last, so none loops."""
     attr = on_machine(PROBE_ATTR, machine or this_machine_id())
     if (stored := stored_probe(study, machine)) is not None:
         return stored
@@ -517,12 +533,11 @@ def probe_once(
     else:
         probe_model = ProbeModel(plan, result.probe)
         anchor = anchor_knobs(space, baseline)
-        workers = baseline_or_first(space, baseline, "num_workers")  # the baseline's, if the probe timed it
+        workers = anchor_loader(space, baseline)["num_workers"]  # the baseline's, if the probe timed it
         try:
             loading, compute = probe_model.loader(anchor["batch_size"], workers), probe_model.compute(anchor)
         except ValueError:  # the anchor did not run: every prediction scales its timings
-            failed = _anchor_failure(plan, result.probe, {"batch_size": anchor["batch_size"], "num_workers": workers})
-            reason = f"it {failed} at the baseline's own settings, from which it predicts every configuration"
+            reason = _anchor_failure(plan, result.probe, space, baseline)
             record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
         else:
             record = ProbeRecord(
@@ -575,12 +590,42 @@ def _drift(result: TrialResult) -> tuple[float, float] | None:
     return first, again
 
 
-def _anchor_failure(plan: ProbePlan, result: ProbeResult, loader: dict[str, Any]) -> str:
-    """How the probe's anchor (its first model step setting, and ``loader``, its DataLoader setting) failed: out of
-    memory, or the error it raised."""
-    own = {("compute", 0), *([("loader", plan.loaders.index(loader))] if loader in plan.loaders else [])}
-    raised = [entry.message for entry in result.failed if (entry.half, entry.index) in own]
-    return f"raised {raised[0]}" if raised else "ran out of memory"
+def _anchor_failure(plan: ProbePlan, result: ProbeResult, space: SearchSpace, baseline: dict[str, Any]) -> str:
+    """Why the probe failed where its anchor did not run: what its DataLoader (``anchor_loader``) or its first model
+    step setting raised, or that it ran out of memory, and at which settings: the baseline's own, or, where the
+    anchor moved them, those it ran at and why (``_moved_words``): the user looks at those, not the baseline's."""
+    halves = {"loader": anchor_loader(space, baseline), "compute": _step_knobs(plan.computes[0])}
+    failed, half = _first_failure(result, {"loader": plan.loaders.index(halves["loader"]), "compute": 0})
+    setting = halves[half]
+    moved = {name: (baseline[name], value) for name, value in setting.items() if value != baseline[name]}
+    if not moved:
+        return f"it {failed} at the baseline's own settings, from which it predicts every configuration"
+    named = {"batch_size": setting["batch_size"], **{name: after for name, (_, after) in moved.items()}}
+    at = ", ".join(f"{name}={value}" for name, value in named.items())
+    what = "DataLoader" if half == "loader" else "model step"
+    return (
+        f"it {failed} in its {what} at {at}, the probe's anchor, from which it predicts every configuration: "
+        f"{_moved_words(moved)}"
+    )
+
+
+def _first_failure(result: ProbeResult, own: dict[Half, int]) -> tuple[str, Half]:
+    """How the first of the settings ``own`` names (each half's index) to fail in ``result`` failed, and its half: in
+    the order the probe runs them (its DataLoader first), the error it raised, else that it ran out of memory."""
+    entries = [(f"raised {entry.message}", entry) for entry in result.failed]
+    entries += [("ran out of memory", entry) for entry in result.out_of_memory]
+    failed = [(words, entry.half) for words, entry in entries if own[entry.half] == entry.index]
+    return min(failed, key=lambda found: found[1] != "loader")
+
+
+def _moved_words(moved: dict[str, tuple[Any, Any]]) -> str:
+    """Why the probe's anchor runs ``moved`` (name: the baseline's value, the anchor's) away from the baseline."""
+    return "; ".join(
+        f"the probe runs {name}={after}: {name} costs more than the whole probe"
+        if name in _COSTLY
+        else f"the baseline's {name}={before} is not in search.{name}"
+        for name, (before, after) in moved.items()
+    )
 
 
 def _timed_as_baseline(anchor: dict[str, Any], workers: Any, baseline: dict[str, Any]) -> list[str]:

@@ -1,7 +1,8 @@
 """The differential probe, run in a trial subprocess: each loader setting timed alone, each compute
 setting timed on a cached batch (not at other batch sizes where it read far slower at the anchor's:
-``ProbePlan.far_slower``); a setting that runs out of memory is recorded as such and the others are still timed.
-Its plan and result: ``trial/result.py``."""
+``ProbePlan.far_slower``); a setting that runs out of memory is recorded as such and the others are still timed,
+but for the anchor's DataLoader setting (the plan's first), whose failure ends the probe. Its plan and result:
+``trial/result.py``."""
 
 from __future__ import annotations
 
@@ -31,13 +32,15 @@ def run_probe(
     pipeline: Pipeline, plan: ProbePlan, device: torch.device, effective_batch_size: int | None
 ) -> ProbeResult:
     """Time every setting of ``plan`` on ``pipeline`` in this process; one that runs out of memory or raises is
-    recorded (``ProbeResult.out_of_memory``, ``ProbeResult.failed``) and the others are timed all the same."""
+    recorded (``ProbeResult.out_of_memory``, ``ProbeResult.failed``) and the others are timed all the same, but
+    where the anchor's DataLoader setting (the plan's first) fails: then nothing more is (``_anchor_failed``)."""
     guard = _Guard(device)
     others = OthersMeter()
-    loaders = [
-        guard.time("loader", index, partial(_time_loader, pipeline, setting, plan.seconds))
-        for index, setting in enumerate(plan.loaders)
-    ]
+    loaders: list[LoaderRate | None] = []
+    for index, setting in enumerate(plan.loaders):
+        loaders.append(guard.time("loader", index, partial(_time_loader, pipeline, setting, plan.seconds)))
+        if loaders[0] is None:
+            return _anchor_failed(plan, guard)
     others_cores = others.cores()
     rates = [rate.samples_per_s if rate else None for rate in loaders]
     cpu = [rate.cpu_s_per_sample if rate else None for rate in loaders]
@@ -66,6 +69,19 @@ def run_probe(
         computes.append(None if far_slower else guard.time("compute", index, partial(compute, knobs)))
     again = guard.time("compute", None, anchor)  # did the machine's speed hold?
     return ProbeResult(rates, computes, guard.out_of_memory, guard.failed, again, cpu, others_cores, repeats)
+
+
+def _anchor_failed(plan: ProbePlan, guard: _Guard) -> ProbeResult:
+    """The probe of ``plan`` ended where its anchor's DataLoader setting failed, that failure (``guard``'s) its one
+    reading: every prediction scales the anchor's timings, so the study fails such a probe whatever else it timed,
+    and timing the rest would spend minutes on it (a dataset that raises only in workers, the baseline without)."""
+    return ProbeResult(
+        [None] * len(plan.loaders),
+        [None] * len(plan.computes),
+        guard.out_of_memory,
+        guard.failed,
+        loader_cpu=[None] * len(plan.loaders),
+    )
 
 
 def _far_slower(plan: ProbePlan, timed: list[float | None], index: int, anchor_timings: list[float | None]) -> bool:
