@@ -76,11 +76,6 @@ class Finalist:
     def median(self) -> float | None:
         return statistics.median(self.throughputs) if self.throughputs else None
 
-    @property
-    def median_peak_memory(self) -> float | None:
-        """The median of its runs' peak memories (``median_memory``)."""
-        return median_memory(self.peak_memories)
-
 
 def median_memory(peak_memories: list[float | None]) -> float | None:
     """The median of the race runs' peak memories that were read; None where none was (a race stored before they

@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.measure.stats import quiet_rounds
 from autotune.records import TrialRecord
-from autotune.results.finalist import Finalist, median_memory, record_fields, run_suffix, unread_memories
+from autotune.results.finalist import Finalist, record_fields, run_suffix, unread_memories
 from autotune.results.race_rules import (
     BEATS_WORDS,
     MIN_GAIN,
@@ -92,11 +92,6 @@ class Confirmation:
     @property
     def baseline_median(self) -> float:
         return statistics.median(self.baseline_throughputs)
-
-    @property
-    def baseline_median_peak_memory(self) -> float | None:
-        """The median of the baseline runs' peak memories (``median_memory``)."""
-        return median_memory(self.baseline_peak_memories)
 
     def paired(self, finalist: Finalist) -> tuple[list[float], list[float]]:
         """``finalist``'s runs and the baseline's, of the rounds both ran: every figure of the race pairs its runs by

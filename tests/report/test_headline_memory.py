@@ -9,7 +9,7 @@ from dataclasses import replace
 from autotune.report.headline import before_after_table, headline
 from autotune.report.json_report import report_data
 from autotune.report.recommended import recommendation
-from autotune.results.finalist import Finalist
+from autotune.results.finalist import Finalist, median_memory
 from autotune.results.model import StudyResults, load_results
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
@@ -47,7 +47,7 @@ def test_a_race_stored_before_peak_memories_were_kept_reads_none_for_each_run():
     del stored["baseline_peak_memories"], stored["finalists"][0]["peak_memories"]
     old = Confirmation.from_dict(stored)
     assert old.baseline_peak_memories == [None] * 3 and old.finalists[0].peak_memories == [None] * 3
-    assert old.baseline_median_peak_memory is None and old.finalists[0].median_peak_memory is None
+    assert median_memory(old.baseline_peak_memories) is None and median_memory(old.finalists[0].peak_memories) is None
 
 
 def test_the_headlines_peak_memories_are_the_medians_of_the_race_that_gave_the_gain():
