@@ -6,12 +6,14 @@ is held against the one the report recorded, or against the one an earlier check
 held: over more rounds than the tuning run's race, a sharper reference). The record is saved to check.json before
 anything is rendered from it.
 Its rule: ``autotune/results/check.py``. A regression, or a configuration that ran in too few rounds to tell, raises
-RegressionError (exit 1).
+RegressionError (exit 1). A file no gate can mean anything against (another pipeline's, another kind of device's, one
+whose speedup its own interval contradicts) is refused before any round (ConfigError, exit 2).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -45,6 +47,9 @@ _NO_AGAINST = (
 )
 # A record's field that this autotune's dataclasses do not take (their constructor's refusal): a newer autotune's.
 _UNKNOWN_FIELD = re.compile(r"unexpected keyword argument '(\w+)'")
+# How far a recorded speedup may lie from the figure autotune derives it from. JSON keeps a float exactly (repr's
+# shortest round trip), so this only lets through a file written again by a tool that keeps 15 significant digits.
+_AS_WRITTEN = 1e-12
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> Path 
     """Check ``settings.against``'s recommendation, write check.json into ``output_dir`` and return its path (None
     where the recommendation changes nothing); raise RegressionError where the check fails."""
     tuned = load_tuned(settings.against)
+    _refuse_other_pipeline(tuned, settings.pipeline.name)
     if tuned.changes_nothing:  # nothing to measure, so no process runs and no check.json is written
         print(
             f"autotune check: nothing to gate: the tuning run in {tuned.path} recommended the baseline itself", file=out
@@ -154,6 +160,8 @@ def load_tuned(path: str | None) -> Tuned:
         )
     if not _positive(speedup):
         raise ConfigError("against", f"{path}: speedup: expected a finite number > 0, got {speedup!r}")
+    interval = _interval(_get(data, "speedup_interval"), f"{path}: speedup_interval")
+    _refuse_contradicted_speedup(data, interval, path)
     return Tuned(
         path=path,
         knobs=_knobs(recommended, path, "recommended.knobs"),
@@ -162,10 +170,65 @@ def load_tuned(path: str | None) -> Tuned:
         pipeline=str(_get(data, "pipeline") or ""),
         machine=_machine(_get(data, "machine"), f"{path}: machine"),
         batch_policy=_batch_policy(_get(data, "training", "policy"), f"{path}: training.policy"),  # BatchAdvice's
-        speedup_interval=_interval(_get(data, "speedup_interval"), f"{path}: speedup_interval"),
+        speedup_interval=interval,
         speedup_rounds=_rounds(_get(data, "speedup_rounds"), f"{path}: speedup_rounds"),
         device=_device(_get(data, "device"), f"{path}: device"),
     )
+
+
+def _refuse_other_pipeline(tuned: Tuned, pipeline: str) -> None:
+    """Refuse ``tuned`` where it was measured on another pipeline than ``pipeline`` (a file that does not say is
+    checked): a gate would hold one pipeline's speedup to another's, so a wrong ``against`` would fail it, or pass it,
+    for nothing. Another machine is only noted (``_notes``): a gate may run on another host of the kind it was tuned
+    on. ConfigError naming ``against``."""
+    if tuned.pipeline and tuned.pipeline != pipeline:
+        raise ConfigError(
+            "against",
+            f"{tuned.path} was {tuned.measured} for pipeline '{tuned.pipeline}', not '{pipeline}': check it with "
+            f"pipeline={tuned.pipeline}, or give this pipeline's own report.json (where it is the same pipeline, "
+            f"renamed since: ++pipeline.name={tuned.pipeline})",
+        )
+
+
+def _refuse_contradicted_speedup(data: dict[str, Any], interval: RatioInterval | None, path: str) -> None:
+    """Refuse a report.json (``data``, at ``path``) whose speedup its own ``interval`` contradicts: outside it
+    (``_refuse_outside``), or none of the figures autotune writes as the speedup (``_speedup_figures``). Edited by
+    hand, it would set the floor while the noise of another measurement judged the fall from it. ConfigError naming
+    ``against`` and the keys."""
+    if interval is None:  # single runs or one round: nothing to hold it to
+        return
+    speedup = data["speedup"]
+    remedy = "gate against the report.json as the tuning run wrote it, or render it again from its study (mode=report)"
+    _refuse_outside(speedup, interval, (f"{path}: speedup", "speedup_interval"), remedy)
+    if not any(math.isclose(speedup, figure, rel_tol=_AS_WRITTEN) for figure in _speedup_figures(data, interval)):
+        raise ConfigError(
+            "against",
+            f"{path}: speedup: {speedup!r} is not the geomean of its own speedup_interval, {interval.geomean!r}, "
+            f"which autotune writes as the speedup: {remedy}",
+        )
+
+
+def _speedup_figures(data: dict[str, Any], interval: RatioInterval) -> list[float]:
+    """The figures autotune has written as the speedup of a report.json (``data``) with an ``interval``: its geomean
+    (``Summary.speedup``); and, in a file an earlier autotune wrote, the ratio of the two throughputs beside it
+    (``recommended.throughput_sps`` over ``baseline.throughput_sps``), where the file holds them."""
+    throughputs = (_get(data, "recommended", "throughput_sps"), _get(data, "baseline", "throughput_sps"))
+    if all(_positive(value) for value in throughputs):
+        return [interval.geomean, throughputs[0] / throughputs[1]]
+    return [interval.geomean]
+
+
+def _refuse_outside(speedup: float, interval: RatioInterval | None, keys: tuple[str, str], remedy: str) -> None:
+    """Refuse a recorded speedup (at ``keys[0]``) outside the 95 % interval it was measured with (at ``keys[1]``;
+    None: it had none). autotune writes the interval's geomean; the ratio of two medians an earlier autotune wrote
+    could lie outside it on a drifting machine, and rendered again (``mode=report``) it is the geomean. ConfigError
+    naming ``against``, the keys and ``remedy``."""
+    if interval is not None and not interval.low <= speedup <= interval.high:
+        raise ConfigError(
+            "against",
+            f"{keys[0]}: {speedup!r} lies outside its own 95 % interval, {keys[1]} {interval.low!r} to "
+            f"{interval.high!r} (geomean {interval.geomean!r}): {remedy}",
+        )
 
 
 def checked(data: dict[str, Any], path: str) -> Tuned:
@@ -233,8 +296,9 @@ def _record(data: dict[str, Any], path: str) -> Check:
 def _refuse_unusable(record: Check, path: str) -> None:
     """Refuse a check.json (at ``path``) holding a value its verdict is computed from that autotune does not write:
     the speedup before, the tolerance and the interval before, the baseline's and the recommendation's entries and
-    their runs' throughputs (each a finite number > 0, or null for a run that failed); ConfigError naming ``against``
-    and the field."""
+    their runs' throughputs (each a finite number > 0, or null for a run that failed), and a speedup before outside
+    its own interval (``_refuse_outside``: its verdict read against a floor edited by hand); ConfigError naming
+    ``against`` and the field."""
     if not _positive(record.before):
         raise ConfigError("against", f"{path}: before: expected a finite number > 0, got {record.before!r}")
     tolerance = record.tolerance
@@ -242,6 +306,9 @@ def _refuse_unusable(record: Check, path: str) -> None:
         raise ConfigError("against", f"{path}: tolerance: expected a number >= 0 and < 1, got {tolerance!r}")
     if record.before_interval is not None and not _usable(record.before_interval):
         raise ConfigError("against", f"{path}: before_interval: {_INTERVAL}, got {record.before_interval}")
+    checked_file = record.benchmark.recommended
+    remedy = f"gate against the check.json as autotune wrote it, or against the file it checked ({checked_file})"
+    _refuse_outside(record.before, record.before_interval, (f"{path}: before", "before_interval"), remedy)
     entries = record.benchmark.entries
     if len(entries) < 2:
         raise ConfigError(
@@ -349,13 +416,9 @@ def _knobs(node: Any, path: str, section: str) -> dict[str, Any]:
 
 
 def _notes(tuned: Tuned, settings: Settings, machine: dict[str, Any]) -> list[str]:
-    """What the reader should know: the report is another pipeline's, from another machine, or tuned against
-    another baseline than the one measured here."""
+    """What the reader should know: the report is from another machine, or tuned against another baseline than the
+    one measured here (another pipeline's is refused: ``_refuse_other_pipeline``)."""
     notes = []
-    if tuned.pipeline and tuned.pipeline != settings.pipeline.name:
-        notes.append(
-            f"{tuned.path} was tuned for pipeline '{tuned.pipeline}', checked here on '{settings.pipeline.name}'"
-        )
     where = measured_elsewhere(tuned.machine, machine) if tuned.machine else None
     if where:
         notes.append(f"{tuned.path} was measured {where}: its speedup may differ here")
