@@ -14,7 +14,7 @@ from autotune.results.race import Confirmation
 from autotune.results.race_rules import TIE_TOLERANCE, rounds_lost, wins_in_words
 from autotune.results.summary import Overruled, Summary, race_name
 from autotune.results.trim_rules import unsettled
-from autotune.words import by_the_medians, counted, interval_bounds
+from autotune.words import by_the_medians, counted, interval_bounds, rounds_named
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -216,7 +216,12 @@ def _caveats(summary: Summary) -> list[str]:
         )
     proof = summary.proof
     slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0
-    if slowed:
+    if counted_slowed := summary.gain_counts_slowed:  # a gain of what the load did too: not one to act on unsaid
+        said.append(
+            f" The gain is unreliable: it counts {rounds_named(counted_slowed)}, in which something beside the runs "
+            "slowed one (as most rounds were, every round counts): see 'Measured on a busy machine'."
+        )
+    elif slowed:
         said.append(
             f" {slowed} of the runs it stands on {'was' if slowed == 1 else 'were'} disturbed: see "
             "'Measured on a busy machine'."

@@ -325,6 +325,17 @@ class Summary:
         return [index for index in range(1, self.proof.rounds + 1) if index not in self.gain_rounds]
 
     @property
+    def gain_counts_slowed(self) -> list[int]:
+        """The rounds the gain counts (``gain_rounds``) in which something beside a run of the recommendation or the
+        baseline slowed it: most rounds were, so none was left out (``quiet_rounds``), and the gain reads the load
+        too; none elsewhere."""
+        proof = self.proof
+        if proof is None:
+            return []
+        slowed = proof.slowed_rounds(None) | proof.slowed_rounds(proof.winner.label)
+        return [index for index in self.gain_rounds if index in slowed]
+
+    @property
     def left_out_note(self) -> str:
         """``gain_rounds_left_out`` in words, to follow the paired rounds counted: " (round 2 left out: a run of it
         was slowed)"; empty where none was."""

@@ -129,3 +129,19 @@ def test_the_checks_lines_print_an_intervals_bounds_apart():
     record = check(1.0, [100.35, 104.4, 98.4], tolerance=0.5)  # 1.0031-1.0045
     assert now_line(record) == "1.00x the baseline, 95 % interval 1.003-1.005 over 3 paired rounds"
     assert "(95 % interval 1.003-1.005)" in verdict_line(record)
+
+
+def test_a_gain_that_counts_rounds_something_slowed_as_most_were_is_called_unreliable(tmp_path):
+    # Rounds 1 and 2 of 3 read on slowed cores: too few quiet rounds to leave them out, so all three count.
+    baseline, winner = [100.0, 60.0, 100.0], [242.0, 250.0, 263.0]
+    slowed = {
+        "confirm-1-baseline": Disturbance(cores_slowdown=1.6),
+        "confirm-2-baseline": Disturbance(others_cores=1.2),
+    }
+    console, markdown, _, report = _reported(tmp_path, Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)]))
+    assert "unreliable" not in console, "nothing slowed: nothing to doubt"
+    confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=slowed)
+    console, markdown, _, report = _reported(tmp_path, confirmation)
+    said = "The gain is unreliable: it counts rounds 1 and 2, in which something beside the runs slowed one"
+    assert report["speedup_interval"]["n"] == 3 and said in console and said in markdown
+    assert "of the runs it stands on" not in markdown
