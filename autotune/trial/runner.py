@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -18,6 +19,7 @@ import psutil
 
 from autotune.files import write_atomic
 from autotune.measure.core_speed import CoreGauge
+from autotune.measure.hotspots import is_own_code, shown_path
 from autotune.measure.memory import FORK_SERVER_ENV, MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.measure.system import signal_name
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
@@ -29,6 +31,7 @@ from autotune.trial.result import (
     TUNER_PID_ENV,
     Failure,
     FailureKind,
+    LossCheck,
     TrialRequest,
     TrialResult,
 )
@@ -76,8 +79,9 @@ def run_trial(
     The process leads its own process group, so on timeout, interrupt, exit, its memory
     (process tree, PSS) crossing ``budget``, or ``on_progress`` giving a reason to stop
     (pruning), the whole group (its DataLoader workers included) is killed, and every process it detached from the
-    group (``reaper``): nothing is left behind. A result the trial wrote is its result however it then exited, unless
-    the tuner stopped it.
+    group (``reaper``): nothing is left behind; at its timeout it is first asked where it hung (``_where_it_hung``). A
+    result the trial wrote is its result however it then exited, unless the tuner stopped it; a trial stopped after
+    its first step found the loss wrong keeps that evidence (``_ProgressReader``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     before = gauge.before() if gauge else None
@@ -96,6 +100,8 @@ def run_trial(
         try:
             progress = _ProgressReader(progress_path, on_progress) if on_progress else None
             stopped = _watch(proc, timeout_s, budget, progress, log)
+            if stopped is not None and stopped.kind is FailureKind.TIMEOUT:
+                stopped = _where_it_hung(proc, log_path, stopped)
         finally:
             with signals_held():
                 returncode = proc.kill()
@@ -105,7 +111,8 @@ def run_trial(
     wall_s = time.monotonic() - start
     speed = gauge.after(before) if gauge else None
     if stopped is not None:
-        return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s, core_speed=speed)
+        check = progress.first_loss if progress else None
+        return TrialResult(knobs=request.knobs, failure=stopped, wall_s=wall_s, core_speed=speed, loss_check=check)
     if result_path.exists():  # this run's (a stale one was deleted above), and whole (written by a rename)
         if returncode != 0:
             _note(
@@ -276,10 +283,13 @@ def run_repeated(
 
 
 class _ProgressReader:
-    """Reads the progress lines a trial appends and asks ``on_progress`` whether to stop it."""
+    """Reads the progress lines a trial appends and asks ``on_progress`` whether to stop it; keeps the first step's
+    loss problem where the trial reported one (``first_loss``: its evidence; ``loss_problem``: what is wrong)."""
 
     def __init__(self, path: Path, on_progress: ProgressFn) -> None:
         self.path, self.on_progress, self.offset = path, on_progress, 0
+        self.first_loss: LossCheck | None = None
+        self.loss_problem: str | None = None
 
     def check(self) -> Failure | None:
         try:
@@ -292,12 +302,22 @@ class _ProgressReader:
         self.offset += len(complete.encode("utf-8"))
         for line in complete.splitlines():
             point = json.loads(line)
+            if "loss_problem" in point:
+                self.first_loss, self.loss_problem = LossCheck(**point["loss_check"]), point["loss_problem"]
+                continue
             reason = self.on_progress(point["steps"], point["throughput"])
             if reason and point.get("compile_s"):
                 reason += f"; its compile took {point['compile_s']:.1f} s"
             if reason:
-                return Failure(FailureKind.PRUNED, reason, point["throughput"])
+                return self._stopped(reason, point["throughput"])
         return None
+
+    def _stopped(self, reason: str, throughput: float) -> Failure:
+        """A trial stopped as slower: PRUNED, unless its first step broke the loss: then INCORRECT, as the trial's own
+        result would have said (the configuration breaks the loss, whatever its speed), with why it was stopped."""
+        if self.loss_problem is None:
+            return Failure(FailureKind.PRUNED, reason, throughput)
+        return Failure(FailureKind.INCORRECT, f"{self.loss_problem}; {reason}", throughput)
 
 
 def _watch(
@@ -329,6 +349,72 @@ def _watch(
             return pruned
         if log is not None:
             log.check()
+
+
+# At its timeout a trial is asked where it is (SIGUSR1: its faulthandler writes every thread's Python stack to its log,
+# ``worker._leave_stacks_in_log``) and given this long to write it, checked this often, before its group is killed: a
+# stopped process, or one still importing (where SIGUSR1 ends it), writes none.
+_STACKS_S = 1.0
+_STACKS_POLL_S = 0.05
+# faulthandler's dump: a block per thread, the newest thread first (the main thread last), its frames innermost first.
+_THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
+_FRAME = re.compile(r'^  File "(?P<path>.*)", line (?P<line>\d+) in (?P<function>.*)$', re.M)
+
+
+def _where_it_hung(proc: TrialProcess, log_path: Path, timeout: Failure) -> Failure:
+    """``timeout`` with where the trial was as it ran out of time (``_hung_frame``), read from the stacks it writes to
+    its log when sent SIGUSR1: ``timeout after 20 s, in pkg/model.py:42 forward``; ``timeout`` itself where none came
+    within ``_STACKS_S`` or the platform has no SIGUSR1. Only the trial's own process is asked: its DataLoader
+    workers, forked from it, would write their stacks to the same log."""
+    ask = getattr(signal, "SIGUSR1", None)
+    if ask is None or proc.exited_within(0):  # an ended trial's pid may be another process's
+        return timeout
+    start = _log_size(log_path)
+    try:
+        os.kill(proc.pid, ask)
+    except (ProcessLookupError, PermissionError):
+        return timeout
+    where = _hung_frame(_stacks_written(log_path, start))
+    return replace(timeout, message=f"{timeout.message}, in {where}") if where else timeout
+
+
+def _log_size(log_path: Path) -> int:
+    try:
+        return os.stat(log_path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _stacks_written(log_path: Path, start: int) -> str:
+    """What the trial wrote to its log from byte ``start`` on, once a stack dump is there and the log stopped growing
+    (faulthandler writes it at once, from its signal handler), or after ``_STACKS_S``."""
+    deadline, written = time.monotonic() + _STACKS_S, ""
+    while time.monotonic() < deadline:
+        time.sleep(_STACKS_POLL_S)
+        last, written = written, _read_from(log_path, start)
+        if written == last and _THREAD_HEADER.search(written):
+            break
+    return written
+
+
+def _read_from(log_path: Path, start: int) -> str:
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(start)
+            return log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _hung_frame(stacks: str) -> str | None:
+    """Where faulthandler's dump ``stacks`` shows the main thread (listed last): its innermost frame in the user's code
+    (``hotspots.is_own_code``), else its innermost frame, as ``path:line function``; None where no frame shows."""
+    blocks = _THREAD_HEADER.split(stacks)
+    frames = [found.groupdict() for found in _FRAME.finditer(blocks[-1])] if len(blocks) > 1 else []
+    if not frames:
+        return None
+    frame = next((each for each in frames if is_own_code(each["path"])), frames[0])
+    return f"{shown_path(frame['path'])}:{frame['line']} {frame['function']}"
 
 
 class _BudgetWatch:

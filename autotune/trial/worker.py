@@ -1,8 +1,9 @@
 """The trial subprocess: ``python -m autotune.trial.worker REQUEST.json RESULT.json``.
 
 It builds the pipeline, applies the knobs, measures training and writes a TrialResult.
-An exception becomes a failed result; a crash or hang is diagnosed by the parent. While the timed
-window runs, its throughput so far is appended to PROGRESS.jsonl (if given) for the parent's pruner.
+An exception becomes a failed result; a crash or hang is diagnosed by the parent, from the Python stacks
+faulthandler leaves in the trial's log. While the timed window runs, its throughput so far is appended to
+PROGRESS.jsonl (if given) for the parent's pruner, and a first step's loss problem is appended there as it is found.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 import traceback
 import weakref
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 from typing import NoReturn
@@ -72,6 +73,7 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
     A loss that is not finite, a first-step loss too far from fp32 (``_first_step``), or a window whose fp16 loss
     scaler skipped most optimizer steps (``_skipped_steps``) does not stop the measurement: the result keeps it and
     is marked INCORRECT, so the study records the configuration as infeasible with its reason and its real speed.
+    The first step's problem is also appended to ``progress_path`` at once (``_report_loss_problem``).
     """
     device = training_device(request.device)
     torch.manual_seed(_SEED)
@@ -97,6 +99,8 @@ def measure_training(request: TrialRequest, progress_path: Path | None = None) -
                 if index == 0:  # warm-up steps, never timed
                     loss, check = _first_step(trainer, batch, request)
                     problem = loss_problem(check.first_loss, check.fp32_loss, request.loss_tolerance, check.fp32_spread)
+                    if problem:
+                        _report_loss_problem(progress_path, problem, check)
                 else:
                     loss = trainer.train_step(batch)
                 if prof.recorder.before_window:  # the last untimed step's reading is the window's start
@@ -175,11 +179,24 @@ def _progress_writer(path: Path | None, after_s: float, compiling: bool):
         if progress is None or progress.elapsed_s < after_s or progress.steps == written[0]:
             return
         written[0] = progress.steps
-        with open(path, "a", encoding="utf-8") as out:
-            point = {"steps": progress.steps, "throughput": progress.throughput, "compile_s": progress.compile_s}
-            out.write(json.dumps(point) + "\n")
+        _append_line(
+            path, {"steps": progress.steps, "throughput": progress.throughput, "compile_s": progress.compile_s}
+        )
 
     return report
+
+
+def _report_loss_problem(path: Path | None, problem: str, check: LossCheck) -> None:
+    """Append the first step's loss problem and its evidence to the progress file ``path`` as soon as it is known:
+    a trial the tuner prunes as slower ends before it writes its result, and must still be recorded as breaking the
+    loss, not as slow (``runner._ProgressReader``)."""
+    if path is not None:
+        _append_line(path, {"loss_problem": problem, "loss_check": asdict(check)})
+
+
+def _append_line(path: Path, point: dict) -> None:
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(point) + "\n")
 
 
 def probe(request: TrialRequest) -> TrialResult:
@@ -304,7 +321,7 @@ def _launched_at() -> float:
 
 def main(argv: list[str]) -> int:
     run_start = time.time()
-    faulthandler.enable()  # a crash (SIGSEGV, SIGABRT) leaves the Python stack in the trial log
+    _leave_stacks_in_log()
     refused = _pinned()
     request_path, result_path, *progress = argv
     _exit_with_parent()
@@ -316,6 +333,17 @@ def main(argv: list[str]) -> int:
     result = replace(result, startup_s=run_start - _launched_at())
     write_atomic(result_path, json.dumps(result.to_dict()))
     return 0
+
+
+def _leave_stacks_in_log() -> None:
+    """Have faulthandler write Python stacks to the trial's log (stderr): the crashing thread's on a crash (SIGSEGV,
+    SIGABRT), and every thread's on SIGUSR1, which the tuner sends a trial at its timeout to learn where it hung
+    (``runner._where_it_hung``). SIGUSR1's is registered here, in the trial's own process however it started (forked
+    by the fork server or fresh), and only where the platform has the signal; ``chain=False``: the signal's default
+    action would end the process before the tuner's kill."""
+    faulthandler.enable()
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
 
 def _pinned() -> Failure | None:

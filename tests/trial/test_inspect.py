@@ -194,7 +194,8 @@ def test_a_crash_there_is_one_line_naming_the_pipeline_and_its_signal(tmp_path):
 
 @pytest.mark.slow
 def test_a_hang_there_is_stopped_at_the_trial_timeout(tmp_path):
-    with pytest.raises(BaselineFailedError, match=r"in a subprocess failed: timeout: timeout after 4 s\. Log: "):
+    hung = r"in a subprocess failed: timeout: timeout after 4 s, in tests/fixtures/inspection\.py:\d+ __len__\. Log: "
+    with pytest.raises(BaselineFailedError, match=hung):
         inspect_run(settings_with("tests.fixtures.inspection.HangingLengthImages", timeout_s=4), tmp_path / "out")
 
 
