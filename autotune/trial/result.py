@@ -23,6 +23,7 @@ LAUNCHED_AT_ENV = "AUTOTUNE_LAUNCHED_AT"  # the wall-clock time the tuner asked 
 class ProbePlan:
     """Loader settings ({batch_size, num_workers}) and compute settings (complete knob values) to time, each for
     ``seconds``; a compute setting after ``warmup_steps`` untimed steps, for ``min_steps`` steps at least. The first
+    loader setting is the anchor's (``probe_model.anchor_loader``): where it fails, the probe ends. The first
     compute setting (the anchor) is timed again before each index of ``anchor_before``: its timings show the
     probe's drift and noise, against which it tells a knob's effect (``ProbeModel.told_apart``). A setting whose own
     values read more than ``far_slower`` times slower than the anchor at the anchor's batch size is not timed at the
