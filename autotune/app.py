@@ -456,10 +456,11 @@ def _finalists_to_be(settings: Settings, trials: int) -> int:
 
 def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:
     """What a round of the race is expected to take once ``trials`` trials are measured: the baseline and
-    ``_finalists_to_be``, none of them known yet, each as long as the slowest configuration measured (0 without a
-    race)."""
+    ``_finalists_to_be``, none of them known yet, each as long as the slowest configuration measured that may race
+    (``RunClock.round_s``: its run beat the baseline's), else as the baseline (0 without a race)."""
     finalists = _finalists_to_be(settings, trials)
-    return clock.round_s([baseline.knobs], unknown=finalists) if finalists else 0.0
+    faster_than = baseline.timing.throughput
+    return clock.round_s([baseline.knobs], unknown=finalists, faster_than=faster_than) if finalists else 0.0
 
 
 def _race_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:

@@ -312,16 +312,19 @@ class RunClock:
             return 0.0
         return max(0.0, statistics.median(drew) - (statistics.median(others) if others else 0.0))
 
-    def round_s(self, configurations: list[dict], unknown: int = 0) -> float:
+    def round_s(self, configurations: list[dict], unknown: int = 0, faster_than: float | None = None) -> float:
         """The seconds one round of an interleaved comparison of ``configurations`` is expected to take: a new draw,
         then each configuration's ``repeats`` processes, each after the first a new draw too. One not measured (a
         variant of the trim) is expected to take as long as the slowest measured one of the round; ``unknown`` more,
-        not known yet (the finalists a search may still find), each as long as the slowest measured so far."""
+        not known yet (the finalists a search may still find), each as long as the slowest measured so far, or, with
+        ``faster_than`` (the baseline's samples/s), of those whose search run read faster (only such a run makes a
+        finalist: ``race_rules.finalist_choice``) and the round's own: a trial that cannot race prices no round."""
         measured = [self._measured_s(config_key(knobs)) for knobs in configurations]
         known = [seconds for seconds in measured if seconds is not None]
         alike = max(known) if known else self.run_s()
         runs = [alike if seconds is None else seconds for seconds in measured]
-        runs += [self.slowest_s()] * unknown if unknown else []
+        pace = self.slowest_s() if faster_than is None else max(alike, self._slowest_faster_s(faster_than))
+        runs += [pace] * unknown if unknown else []
         draws = 1 + len(runs) * (self.repeats - 1)
         return self.repeats * sum(runs) + draws * self.draw_s()
 
@@ -364,6 +367,13 @@ class RunClock:
         """What measuring the configuration ``knobs`` once more is expected to take (a disturbed run measured again:
         ``study/disturbed.py``): its ``repeats`` processes (``run_of_s``)."""
         return self.repeats * self.run_of_s(knobs)
+
+    def _slowest_faster_s(self, faster_than: float) -> float:
+        """The longest full-window process expected of a configuration whose search run read more than
+        ``faster_than`` samples/s; 0 where none did."""
+        with self._lock:
+            keys = [key for key, r in self._screened.items() if r.timing and r.timing.throughput > faster_than]
+        return max((seconds for key in keys if (seconds := self._measured_s(key)) is not None), default=0.0)
 
     def slowest_s(self) -> float:
         """The longest full-window process expected of a configuration measured so far (``run_of_s``)."""

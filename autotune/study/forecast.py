@@ -130,15 +130,14 @@ def forecast(
     baseline's; and, with ``profiles``, the baseline and the recommendation profiled."""
     racing = may_race(baseline, first)
     base = baseline.result.knobs
-    pace = max((baseline, first), key=lambda record: clock.run_of_s(record.result.knobs)) if racing else baseline
-    race_round = [base, *[pace.result.knobs] * finalists] if rounds and finalists else []
+    racers = rounds and finalists  # each as slow as the baseline, or a trial measured so far that may race
     trim_round = _trim_round(baseline, first, batch_policy, device) if racing else [base] * (2 + UNKNOWN_WINNER_CHANGES)
     return Forecast(
         trials=trials_left,
         trial_s=clock.screen_s(),
         slots=max(slots, 1),
         rounds=rounds,
-        race_round_s=clock.round_s(race_round) if race_round else 0.0,
+        race_round_s=clock.round_s([base], unknown=finalists, faster_than=baseline.throughput) if racers else 0.0,
         trim_round_s=clock.round_s(trim_round) if rounds and trim_round else 0.0,
         variants=max(len(trim_round) - 2, 0),  # besides the baseline and the winner
         profiles_s=clock.profiles_s() if profiles else 0.0,

@@ -54,3 +54,13 @@ def test_the_run_tells_the_forecast_the_baseline_and_its_first_trial_so_that_a_s
     foretell(TrialEvent(number=0, index=1, total=8, result=slow))
     assert len(said) == 1 and said[0].startswith("[time] up to about "), said
     assert "the race (3 rounds, ~12 s each)" in said[0] and "trial 0" not in said[0], said
+
+
+def test_what_the_budget_keeps_back_for_the_race_is_priced_by_the_same_rule_as_the_forecast():
+    # The search's keep-back for the race (``app._race_round_s``) and the [time] line read one rule: a slow compiled
+    # trial that did not beat the baseline prices no finalist (it kept back 4 x 80 s a round), one that did does.
+    settings = load_settings(tiny_config(study={"n_trials": 8, "confirm_rounds": 3, "diagnose": False}), "tiny")
+    slow = clock_after(trial_run(COMPILED, 80.0, 10.0))
+    assert app._race_round_s(settings, slow, BASELINE_RUN, 8) == pytest.approx(4 * 3.0)
+    raced = clock_after(trial_run(COMPILED, 50.0, 150.0))
+    assert app._race_round_s(settings, raced, BASELINE_RUN, 8) == pytest.approx(3.0 + 3 * 50.0)
