@@ -128,16 +128,25 @@ def before_after(summary: Summary) -> Plot:
 
     def draw(ax: Axes) -> None:
         ax.barh([label for label, _, _ in rows], [value for _, value, _ in rows], color=[c for _, _, c in rows])
-        if proof is not None:
+        if proof is not None:  # the rounds the gain counts filled, those it leaves out hollow
+            counted = set(summary.gain_rounds)
             for y, runs in enumerate((proof.baseline_throughputs, proof.winner.throughputs)):
-                ax.plot(runs, [y] * len(runs), "o", color="black", markersize=4)
+                for index, run in enumerate(runs, 1):
+                    face = "black" if index in counted else "none"
+                    ax.plot([run], [y], "o", color="black", markerfacecolor=face, markersize=4)
         else:
             for y, record in enumerate((summary.baseline, summary.recommended)):
                 _run_interval(ax, y, record)
         ax.invert_yaxis()
         ax.set_xlabel("samples/s")
 
-    how = f"medians of {proof.rounds} interleaved rounds (dots: each round)" if proof else "single runs"
+    if proof is None:
+        how = "single runs"
+    else:
+        of = len(summary.gain_rounds)
+        rounds = f"{of} of {proof.rounds} interleaved rounds" if of < proof.rounds else f"{of} interleaved rounds"
+        hollow = ", hollow: left out" if of < proof.rounds else ""
+        how = f"medians of {rounds} (dots: each round{hollow})"
     gain = "the paired rounds' geometric mean" if summary.gain_interval else "their ratio"
     caption = (
         f"Throughput before and after, {how}: {summary.speedup:.2f}x by {gain}{summary.left_out_note}"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from autotune.measure.stats import ratio_interval
-from autotune.report import write_reports
+from autotune.report import plots, write_reports
 from autotune.report.check import now_line, verdict_line
 from autotune.report.console import print_summary
 from autotune.results.finalist import Finalist
@@ -145,3 +145,17 @@ def test_a_gain_that_counts_rounds_something_slowed_as_most_were_is_called_unrel
     said = "The gain is unreliable: it counts rounds 1 and 2, in which something beside the runs slowed one"
     assert report["speedup_interval"]["n"] == 3 and said in console and said in markdown
     assert "of the runs it stands on" not in markdown
+
+
+def test_the_before_and_after_picture_says_of_how_many_rounds_its_bars_are_the_medians():
+    baseline, winner = [100.0, 96.0, 104.0, 100.0, 50.0], [118.0, 121.0, 119.0, 120.0, 130.0]
+    slowed = {"confirm-5-baseline": Disturbance(cores_slowdown=2.0)}
+    results = StudyResults(
+        **{
+            **sample_results().__dict__,
+            "confirmation": Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=slowed),
+        }
+    )
+    caption = plots.before_after(summarise(results)).caption
+    assert caption.startswith("Throughput before and after, medians of 4 of 5 interleaved rounds (dots: each round, ")
+    assert "hollow: left out" in caption and "(round 5 left out: a run of it was slowed)" in caption
