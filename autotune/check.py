@@ -192,15 +192,18 @@ def _refuse_other_pipeline(tuned: Tuned, pipeline: str) -> None:
 
 def _refuse_contradicted_speedup(data: dict[str, Any], interval: RatioInterval | None, path: str) -> None:
     """Refuse a report.json (``data``, at ``path``) whose speedup its own ``interval`` contradicts: outside it
-    (``_refuse_outside``), or none of the figures autotune writes as the speedup (``_speedup_figures``). Edited by
-    hand, it would set the floor while the noise of another measurement judged the fall from it. ConfigError naming
-    ``against`` and the keys."""
+    (``_refuse_outside``), or not its geomean, which autotune writes as the speedup; a file an earlier autotune wrote,
+    its speedup the ratio of its throughputs (``_earlier_speedups``), is taken as it is. Edited by hand, the speedup
+    would set the floor while the noise of another measurement judged the fall from it. ConfigError naming ``against``
+    and the keys."""
     if interval is None:  # single runs or one round: nothing to hold it to
         return
     speedup = data["speedup"]
+    if any(math.isclose(speedup, figure, rel_tol=_AS_WRITTEN) for figure in _earlier_speedups(data)):
+        return  # an earlier autotune's, as it wrote it: on a drifting machine it may lie outside its interval
     remedy = "gate against the report.json as the tuning run wrote it, or render it again from its study (mode=report)"
     _refuse_outside(speedup, interval, (f"{path}: speedup", "speedup_interval"), remedy)
-    if not any(math.isclose(speedup, figure, rel_tol=_AS_WRITTEN) for figure in _speedup_figures(data, interval)):
+    if not math.isclose(speedup, interval.geomean, rel_tol=_AS_WRITTEN):
         raise ConfigError(
             "against",
             f"{path}: speedup: {speedup!r} is not the geomean of its own speedup_interval, {interval.geomean!r}, "
@@ -208,14 +211,12 @@ def _refuse_contradicted_speedup(data: dict[str, Any], interval: RatioInterval |
         )
 
 
-def _speedup_figures(data: dict[str, Any], interval: RatioInterval) -> list[float]:
-    """The figures autotune has written as the speedup of a report.json (``data``) with an ``interval``: its geomean
-    (``Summary.speedup``); and, in a file an earlier autotune wrote, the ratio of the two throughputs beside it
+def _earlier_speedups(data: dict[str, Any]) -> list[float]:
+    """What an earlier autotune wrote as the speedup of a report.json (``data``) with an interval, before it wrote
+    the interval's geomean (``Summary.speedup``): the ratio of the two throughputs beside it
     (``recommended.throughput_sps`` over ``baseline.throughput_sps``), where the file holds them."""
     throughputs = (_get(data, "recommended", "throughput_sps"), _get(data, "baseline", "throughput_sps"))
-    if all(_positive(value) for value in throughputs):
-        return [interval.geomean, throughputs[0] / throughputs[1]]
-    return [interval.geomean]
+    return [throughputs[0] / throughputs[1]] if all(_positive(value) for value in throughputs) else []
 
 
 def _refuse_outside(speedup: float, interval: RatioInterval | None, keys: tuple[str, str], remedy: str) -> None:

@@ -153,3 +153,14 @@ def test_a_check_json_whose_speedup_before_lies_outside_its_interval_is_refused_
     assert message.endswith(
         f"gate against the check.json as autotune wrote it, or against the file it checked ({tmp_path}/report.json)"
     )
+
+
+def test_an_earlier_autotunes_report_whose_ratio_of_medians_fell_outside_its_interval_is_still_gated_on_it(tmp_path):
+    # On a drifting machine the medians' ratio an earlier autotune wrote as the speedup could lie outside the paired
+    # interval (why the geomean replaced it): such a file is as that autotune wrote it, not a hand edit.
+    path, data = _written(tmp_path, [100.0, 100.0, 150.0, 200.0, 200.0], [102.0, 102.0, 210.0, 210.0, 210.0])
+    old = {**data, "recommended": {**data["recommended"], "throughput_sps": 210.0}}
+    old["baseline"] = {**data["baseline"], "throughput_sps": 150.0}
+    assert not old["speedup_interval"]["low"] <= 1.4 <= old["speedup_interval"]["high"], "the drift's case"
+    path.write_text(json.dumps(old | {"speedup": 1.4}))
+    assert check_mode.load_tuned(str(path)).speedup == pytest.approx(1.4)
