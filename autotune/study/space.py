@@ -178,7 +178,7 @@ def check_baseline(baseline: dict[str, Any], ctx: SearchContext) -> None:
         name, reason = found
         raise ConfigError(
             f"pipeline.baseline.{name}",
-            f"{baseline[name]!r} cannot run here: {reason}; set the value your training runs with today",
+            f"{baseline[name]!r} cannot run here: {reason}; give it a value that runs here",
         )
 
 

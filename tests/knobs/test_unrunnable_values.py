@@ -76,7 +76,7 @@ def test_a_baseline_batch_larger_than_the_dataset_is_refused_saying_what_to_set(
         check_baseline(ctx.baseline, ctx)
     assert str(error.value) == (
         "pipeline.baseline.batch_size: 32 cannot run here: it is larger than the dataset (10 samples), so no full "
-        "batch exists; set the value your training runs with today"
+        "batch exists; give it a value that runs here"
     )
 
 
