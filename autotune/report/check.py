@@ -10,7 +10,7 @@ from autotune.files import write_atomic
 from autotune.measure.stats import MIN_ROUNDS
 from autotune.report.benchmark import stopped_words
 from autotune.results.check import MAX_ROUNDS_TO_TELL, Check, measured_rounds
-from autotune.words import ratio_bounds
+from autotune.words import interval_bounds
 
 _NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}
 # What a recorded speedup with no interval came from, by report.json's speedup_rounds (None: it does not say).
@@ -40,7 +40,7 @@ def now_line(check: Check) -> str:
     now = check.now
     if now is None:
         return f"no interval: {_shortfall(check)}"
-    bounds = ratio_bounds(now.low, now.high)
+    bounds = interval_bounds(now.low, now.high)
     return f"{now.geomean:.2f}x the baseline, 95 % interval {bounds} over {now.n} paired rounds"
 
 
@@ -54,7 +54,7 @@ def verdict_line(check: Check) -> str:
         return f"{stopped_words(check.benchmark.complete_rounds, check.benchmark.rounds)} against {limit}"
     if now is None:
         return f"not measured: {_shortfall(check)}, so there is no interval to hold against {limit}"
-    speedup = f"{now.geomean:.2f}x now (95 % interval {ratio_bounds(now.low, now.high)})"
+    speedup = f"{now.geomean:.2f}x now (95 % interval {interval_bounds(now.low, now.high)})"
     if check.regressed:
         return f"regressed: {speedup} lies below {limit}, further than the noise of both measurements allows"
     if not check.within_noise:
@@ -97,7 +97,7 @@ def _recorded(check: Check) -> str:
     (report.json's ``speedup_rounds``)."""
     was = check.before_interval
     if was is not None:
-        return f", 95 % interval {ratio_bounds(was.low, was.high)} over {was.n} rounds"
+        return f", 95 % interval {interval_bounds(was.low, was.high)} over {was.n} rounds"
     rounds = check.before_rounds
     if rounds == 1:
         return ", from one round, as noisy as a round now"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.report.benchmark import benchmark_document
+from autotune.report.check import now_line
 from autotune.report.headline import headline
 from autotune.results.finalist import Finalist
 from autotune.results.model import StudyResults
@@ -15,6 +16,7 @@ from autotune.results.summary import summarise
 from autotune.words import READABLE_SPAN, interval_bounds
 from tests.report.test_reports import sample_results
 from tests.results.test_benchmark import benchmark
+from tests.test_check import check
 
 CONFIRMED = "confirmed by interleaved re-measurement"
 
@@ -68,3 +70,8 @@ def test_the_benchmarks_headline_and_table_say_an_interval_too_wide_to_read():
     assert document.headline.rest.startswith("95 % interval too wide to read over 2 paired rounds on cpu"), document
     recommended = document.sections[0].table.rows[1]
     assert recommended[3] == "too wide to read" and recommended[4] == "within noise"
+
+
+def test_mode_checks_lines_say_an_interval_too_wide_to_read_as_the_other_pages_do():
+    wide = check(2.0, [150.0, 900000.0], [100.0, 1.0])
+    assert "too wide to read" in now_line(wide)
