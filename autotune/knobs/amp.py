@@ -22,8 +22,8 @@ class AmpKnob(ChoiceKnob):
         that emulates it are never the faster for it."""
         if value == "fp16" and ctx.device != "cuda":
             return (
-                f"fp16 autocast with loss scaling is for GPUs; on {ctx.device} bf16, the 16-bit type CPUs have units "
-                "for, is tried instead"
+                f"fp16 autocast with loss scaling is for GPUs; on {ctx.device} bf16 is the 16-bit type CPUs have "
+                "units for"
             )
         if value == "bf16" and ctx.device == "cuda" and not ctx.bf16_supported:
             return "this GPU computes bfloat16 only emulated (compute capability below 8.0), slower than fp32"

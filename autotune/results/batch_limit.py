@@ -61,9 +61,7 @@ def batch_limit(results: StudyResults) -> BatchLimit:
 def _trained(record: TrialRecord) -> bool:
     """Whether ``record`` trained without running out of memory: measured (an incorrect loss too), or stopped after
     its first steps with a reading of them (pruned; an incorrect loss the pruner stopped)."""
-    failure = record.result.failure
+    failure, measured = record.result.failure, record.result.measurement is not None
     if failure is None:
-        return record.result.measurement is not None
-    if failure.kind is FailureKind.INCORRECT:
-        return record.result.measurement is not None or failure.reading is not None
-    return failure.kind is FailureKind.PRUNED
+        return measured
+    return (failure.kind is FailureKind.INCORRECT and measured) or failure.ran_steps

@@ -11,7 +11,6 @@ from autotune.results.model import StudyResults
 from autotune.results.race_rules import beats
 from autotune.results.remedy_model import Tried, loader_key, twin_key, value_key
 from autotune.results.summary import Summary, summarise
-from autotune.trial.result import FailureKind
 
 
 def tries_of(results: StudyResults) -> Tried:
@@ -21,8 +20,9 @@ def tries_of(results: StudyResults) -> Tried:
     DataLoader alone as its probe read it (``loaders``), the values its races ran (``raced_values``), and each
     configuration's throughput over the baseline's, per value it ran (``against_baseline``)."""
     measured = [record for record in results.records if record.result.ok]
-    # A pruned trial ran its values too, until it read clearly slower: they were tried.
-    tried = [r for r in results.records if r.result.ok or r.result.failure.kind is FailureKind.PRUNED]
+    # A pruned trial ran its values too, until it read clearly slower, as did one the pruner stopped after a loss
+    # that was not finite: they were tried.
+    tried = [r for r in results.records if r.result.ok or r.result.failure.ran_steps]
     recommended, left_out, kept, raced = None, {}, {}, {}
     if results.baseline is not None and results.baseline.result.ok:
         summary = summarise(results)

@@ -158,9 +158,10 @@ class FailureKind(str, Enum):
 @dataclass(frozen=True)
 class Failure:
     """Why a trial produced no measurement; ``reading``: a pruned trial's running throughput (samples/s) when it was
-    stopped, None otherwise; ``budget_cut``: a timeout that what study.budget_s had left set, not
-    measure.trial_timeout_s (``RunClock.as_ended_by_budget``), so no fault of the configuration's (the message says
-    so in words for the user; this is what the tuner reads: ``clock.ended_by_budget``)."""
+    stopped (one the pruner stopped after a loss that was not finite, INCORRECT, too), None otherwise;
+    ``budget_cut``: a timeout that what study.budget_s had left set, not measure.trial_timeout_s
+    (``RunClock.as_ended_by_budget``), so no fault of the configuration's (the message says so in words for the user;
+    this is what the tuner reads: ``clock.ended_by_budget``)."""
 
     kind: FailureKind
     message: str
@@ -169,6 +170,12 @@ class Failure:
 
     def __str__(self) -> str:
         return f"{self.kind.value}: {self.message}"
+
+    @property
+    def ran_steps(self) -> bool:
+        """Whether the trial ran its values through its first steps before it ended: pruned, or stopped by the pruner
+        after a loss that was not finite (INCORRECT with a ``reading``)."""
+        return self.kind is FailureKind.PRUNED or (self.kind is FailureKind.INCORRECT and self.reading is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
