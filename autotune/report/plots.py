@@ -40,7 +40,7 @@ UNREAD_LABEL = {"pruned": "pruned (no reading kept: on the axis)", "failed": "fa
 # What the trim found of undoing a change (``_found``): the diamond's colour and legend label.
 FOUND_STYLE = {
     "undone": (BASELINE, "undone: undoing it cost nothing"),
-    "costs": (RECOMMENDED, "kept: undoing it read slower"),
+    "costs": (RECOMMENDED, "kept: the configuration it came from beat it"),
     "tied": ("#ff7f0e", "kept, though undoing it tied"),
     "unsettled": ("#9467bd", "kept: not settled (it left early, a run failed, the race was cut short)"),
 }

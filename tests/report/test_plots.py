@@ -106,7 +106,7 @@ def test_undone_changes_draws_the_statistic_the_trim_decides_by_and_its_decision
     diamonds = [line for line in ax.lines if line.get_marker() == "D"]
     kept, undone = diamonds
     assert kept.get_xdata()[0] == pytest.approx((0.90 * 0.99 * 0.99) ** (1 / 3)), "the geometric mean, not the median"
-    assert (kept.get_color(), kept.get_label()) == (plots.RECOMMENDED, "kept: undoing it read slower")
+    assert (kept.get_color(), kept.get_label()) == (plots.RECOMMENDED, "kept: the configuration it came from beat it")
     assert (undone.get_color(), undone.get_label()) == (plots.BASELINE, "undone: undoing it cost nothing")
 
 
@@ -210,7 +210,9 @@ def test_undone_changes_labels_a_change_kept_though_its_undoing_tied_and_one_not
         plots.FOUND_STYLE["tied"],
         plots.FOUND_STYLE["unsettled"],
     ]
-    assert "kept: undoing it read slower" not in [d.get_label() for d in diamonds], "neither was shown to cost"
+    assert "kept: the configuration it came from beat it" not in [d.get_label() for d in diamonds], (
+        "neither was shown to cost"
+    )
     caption = plots.undone_changes(summary).caption
     assert "Orange: kept though undoing it tied" in caption and "Purple: kept" in caption
     assert "Grey" not in caption and "Blue" not in caption
