@@ -406,14 +406,21 @@ def _read_from(log_path: Path, start: int) -> str:
         return ""
 
 
+# Where an installed package's files lie, as a frame's path shows it.
+_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+
+
 def _hung_frame(stacks: str) -> str | None:
     """Where faulthandler's dump ``stacks`` shows the main thread (listed last): its innermost frame in the user's code
-    (``hotspots.is_own_code``), else its innermost frame, as ``path:line function``; None where no frame shows."""
+    (``hotspots.is_own_code``), else in an installed package's (torch's DataLoader waiting on its workers says more
+    than the standard library's select it waits in), else its innermost frame, as ``path:line function``; None where
+    no frame shows."""
     blocks = _THREAD_HEADER.split(stacks)
     frames = [found.groupdict() for found in _FRAME.finditer(blocks[-1])] if len(blocks) > 1 else []
     if not frames:
         return None
-    frame = next((each for each in frames if is_own_code(each["path"])), frames[0])
+    packaged = (each for each in frames if _INSTALLED.search(each["path"]))
+    frame = next((each for each in frames if is_own_code(each["path"])), next(packaged, frames[0]))
     return f"{shown_path(frame['path'])}:{frame['line']} {frame['function']}"
 
 

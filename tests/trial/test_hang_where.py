@@ -125,3 +125,9 @@ def test_a_forked_trial_that_hangs_in_the_users_code_says_where_at_its_timeout(t
 @pytest.mark.slow
 def test_a_fresh_trial_that_hangs_in_the_users_code_says_where_at_its_timeout(tmp_path):
     _hung_trial(tmp_path, 10, FreshLauncher())  # a fresh interpreter imports torch first: seconds
+
+
+def test_without_the_users_code_an_installed_packages_frame_is_named_before_the_standard_librarys():
+    loader = "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py"
+    stacks = _dump([f"{LIBRARY}:320:wait", f"{loader}:1291:_try_get_data", f"{loader}:1450:_next_data"])
+    assert runner._hung_frame(stacks) == f"{loader}:1291 _try_get_data"
