@@ -186,7 +186,8 @@ class RunClock:
                     self._costly.append(result.wall_s / self.repeats)
 
     def _take(self, result: TrialResult, wall_s: float, screened: bool) -> None:
-        self._runs[screened].append(wall_s)
+        if not (screened and costly(result.knobs)):  # a search trial that compiled prices others of its kind only
+            self._runs[screened].append(wall_s)
         if not screened:
             self._full.setdefault(config_key(result.knobs), []).append(wall_s - (result.startup_s or 0.0))
         elif result.ok:

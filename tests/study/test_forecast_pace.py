@@ -64,3 +64,11 @@ def test_what_the_budget_keeps_back_for_the_race_is_priced_by_the_same_rule_as_t
     assert app._race_round_s(settings, slow, BASELINE_RUN, 8) == pytest.approx(4 * 3.0)
     raced = clock_after(trial_run(COMPILED, 50.0, 150.0))
     assert app._race_round_s(settings, raced, BASELINE_RUN, 8) == pytest.approx(3.0 + 3 * 50.0)
+
+
+def test_a_compiled_first_trial_prices_the_search_trials_left_by_the_baselines_run_not_by_its_compile():
+    # A trial that turns on a costly knob is priced by such trials (``RunClock.trial_s``); the search trials left,
+    # not proposed yet, by the others: here, none yet, so by the baseline's run (its 80 s made 7 trials 9 minutes).
+    expected = foretold(trial_run(COMPILED, 80.0, 150.0), trials_left=7)
+    assert expected.trial_s == pytest.approx(3.0), "the baseline's 3 s run, not the compiled trial's 80 s"
+    assert clock_after(trial_run(COMPILED, 80.0, 150.0)).trial_s(COMPILED) == pytest.approx(80.0)
