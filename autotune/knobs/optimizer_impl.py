@@ -39,7 +39,10 @@ class OptimizerImplKnob(ChoiceKnob):
         """Every value but default needs the pipeline's optimizer to run it here (``ctx.optimizer_options``: it takes
         the keyword, and where its default steps on the inspection's test parameters, it steps with it too)."""
         if value != "default" and value not in ctx.optimizer_options:
-            return f"the pipeline's optimizer does not take {_ARGUMENTS[value]} here, or its build or step refuses it"
+            return (
+                f"the pipeline's optimizer does not take {_ARGUMENTS[value]} here, its build or step refuses it, or "
+                "its config sets foreach or fused itself (then that is its implementation: leave optimizer_impl unset)"
+            )
         return None
 
     def apply(self, value: str, setup) -> None:

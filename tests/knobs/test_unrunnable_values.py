@@ -127,3 +127,10 @@ def test_the_space_leaves_out_what_runs_but_gains_nothing_as_before():
     assert KNOBS["amp"].wasteful_reason("bf16", gpu) and KNOBS["amp"].unavailable_reason("bf16", gpu) is None
     with pytest.raises(ConfigError, match=r"^search.pin_memory: True is not worth a trial here: pinned memory only"):
         build_space({**dict.fromkeys(KNOBS), "pin_memory": [True]}, ctx)
+
+
+def test_a_baseline_implementation_where_the_optimizers_config_sets_its_own_says_to_leave_it_unset():
+    # The inspection reads no options where the config sets foreach or fused itself: the config's is the implementation.
+    baseline = {**NEUTRAL_KNOBS, "optimizer_impl": "foreach"}
+    with pytest.raises(ConfigError, match=r"its config sets foreach or fused itself .*leave optimizer_impl unset"):
+        check_baseline(baseline, cpu_context(baseline=baseline, optimizer_options=frozenset()))
