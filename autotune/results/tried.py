@@ -20,9 +20,9 @@ def tries_of(results: StudyResults) -> Tried:
     DataLoader alone as its probe read it (``loaders``), the values its races ran (``raced_values``), and each
     configuration's throughput over the baseline's, per value it ran (``against_baseline``)."""
     measured = [record for record in results.records if record.result.ok]
-    # A pruned trial ran its values too, until it read clearly slower, as did one the pruner stopped after a loss
-    # that was not finite: they were tried.
-    tried = [r for r in results.records if r.result.ok or r.result.failure.ran_steps]
+    # A trial measured with a loss that was not finite ran its values, as did one pruned, until it read clearly slower,
+    # or stopped by the pruner after such a loss: they were tried.
+    tried = [r for r in results.records if r.result.ok or r.result.measurement or r.result.failure.ran_steps]
     recommended, left_out, kept, raced = None, {}, {}, {}
     if results.baseline is not None and results.baseline.result.ok:
         summary = summarise(results)

@@ -410,9 +410,11 @@ class RunClock:
         time outside its warm-up and window, then a warm-up and a window as the median ones, or as ``screen_plan``
         makes them at the step time the median sample time measured gives this batch where longer (a batch 16 times
         larger steps 16 times longer: its warm-up's least steps, and its window's, each take longer); 0.0 before one
-        ran, or without a ``screen_plan``."""
+        ran, or without a ``screen_plan``. A trial that compiled (its compile in its warm-up) prices none of them."""
         with self._lock:
-            screened = [r for r in self._screened.values() if r.timing is not None and r.timing.steps]
+            screened = [
+                r for r in self._screened.values() if r.timing is not None and r.timing.steps and not costly(r.knobs)
+            ]
         plan = self._screen_plan
         if not screened or plan is None:
             return 0.0

@@ -7,6 +7,8 @@ import pytest
 
 from autotune import app
 from autotune.config.load import load_settings
+from autotune.measure.recorder import WindowPlan
+from autotune.study.clock import RunClock
 from autotune.study.forecast import UNKNOWN_WINNER_CHANGES
 from autotune.study.trial_outcome import TrialEvent
 from tests.conftest import tiny_config
@@ -72,3 +74,14 @@ def test_a_compiled_first_trial_prices_the_search_trials_left_by_the_baselines_r
     expected = foretold(trial_run(COMPILED, 80.0, 150.0), trials_left=7)
     assert expected.trial_s == pytest.approx(3.0), "the baseline's 3 s run, not the compiled trial's 80 s"
     assert clock_after(trial_run(COMPILED, 80.0, 150.0)).trial_s(COMPILED) == pytest.approx(80.0)
+
+
+def test_a_compiled_trial_does_not_price_a_plain_proposal_by_its_batch_either():
+    # The tuner's clock has a screen plan: a plain proposal is priced by the median plain search trial's step time at
+    # its batch (``_screened_at_batch_s``), whose warm-up a compile would fill.
+    clock = RunClock(plan=WindowPlan(min_steps=10, min_time_s=1.0, max_time_s=30.0), screen_plan=WindowPlan())
+    clock.count(BASELINE_RUN)
+    with clock.stage("search"):
+        clock.count(trial_run(COMPILED, 80.0, 150.0))
+    plain = {**BASELINE, "batch_size": 128}
+    assert clock.trial_s(plain) == pytest.approx(clock.screen_s()) == pytest.approx(3.0)

@@ -131,3 +131,10 @@ def test_without_the_users_code_an_installed_packages_frame_is_named_before_the_
     loader = "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py"
     stacks = _dump([f"{LIBRARY}:320:wait", f"{loader}:1291:_try_get_data", f"{loader}:1450:_next_data"])
     assert runner._hung_frame(stacks) == f"{loader}:1291 _try_get_data"
+
+
+def test_autotunes_own_frames_are_not_named_as_where_a_trial_hung_wherever_it_is_installed(monkeypatch):
+    installed = Path("/venv/lib/python3.11/site-packages/autotune")  # autotune installed, not a checkout
+    monkeypatch.setattr(runner, "_AUTOTUNE", installed)
+    stacks = _dump([f"{LIBRARY}:320:wait", f"{installed}/trial/worker.py:77:_run"])
+    assert runner._hung_frame(stacks) == f"{runner.shown_path(LIBRARY)}:320 wait"
