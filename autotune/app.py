@@ -44,7 +44,7 @@ from autotune.runner import (
 )
 from autotune.study.clock import SEARCH, Kept, RunClock, span
 from autotune.study.disturbed import FIRST_STANDS, again_if_disturbed
-from autotune.study.forecast import forecast
+from autotune.study.forecast import forecast, race_round_s
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
 from autotune.study.probe_model import capped_probe_s, expected_probe_s, probe_once, probe_plan, stored_probe
@@ -459,8 +459,7 @@ def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, tr
     ``_finalists_to_be``, none of them known yet, each as long as the slowest configuration measured that may race
     (``RunClock.round_s``: its run beat the baseline's), else as the baseline (0 without a race)."""
     finalists = _finalists_to_be(settings, trials)
-    faster_than = baseline.timing.throughput
-    return clock.round_s([baseline.knobs], unknown=finalists, faster_than=faster_than) if finalists else 0.0
+    return race_round_s(clock, baseline, finalists) if finalists else 0.0
 
 
 def _race_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:

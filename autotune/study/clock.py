@@ -13,7 +13,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import NamedTuple
@@ -374,13 +374,18 @@ class RunClock:
         ``faster_than`` samples/s; 0 where none did."""
         with self._lock:
             keys = [key for key, r in self._screened.items() if r.timing and r.timing.throughput > faster_than]
-        return max((seconds for key in keys if (seconds := self._measured_s(key)) is not None), default=0.0)
+        return self._slowest_of(keys, default=0.0)
 
     def slowest_s(self) -> float:
         """The longest full-window process expected of a configuration measured so far (``run_of_s``)."""
         with self._lock:
             keys = set(self._full) | set(self._screened)
-        return max((seconds for key in keys if (seconds := self._measured_s(key)) is not None), default=self.run_s())
+        return self._slowest_of(keys, default=self.run_s())
+
+    def _slowest_of(self, keys: Iterable[str], default: float) -> float:
+        """The longest full-window process expected of the configurations ``keys`` (``_measured_s``), ``default``
+        where none is known."""
+        return max((seconds for key in keys if (seconds := self._measured_s(key)) is not None), default=default)
 
     def unmeasured_s(self, result: TrialResult) -> float:
         """The seconds of a process of ``result``'s pipeline outside any warm-up and window (its start, build and

@@ -27,6 +27,7 @@ from autotune.results.finalist import Finalist
 from autotune.results.race_rules import count_changes, select_finalists
 from autotune.study.clock import RunClock
 from autotune.study.trim import first_race
+from autotune.trial.result import TrialResult
 from autotune.words import counted, duration
 
 # The trim races a winner changing two knobs or more (``trim.first_race``), with a variant for each change undone.
@@ -102,6 +103,14 @@ class Forecast:
         return [*caveats, bound]
 
 
+def race_round_s(clock: RunClock, baseline: TrialResult, finalists: int) -> float:
+    """What a round of the race of the ``baseline`` and ``finalists`` finalists-to-be, none known yet, is expected to
+    take: each as long as the slowest configuration measured so far that may race (its run beat the baseline's:
+    ``RunClock.round_s``), else as the baseline. The ``[time]`` line and what study.budget_s keeps back for the race
+    read this one rule."""
+    return clock.round_s([baseline.knobs], unknown=finalists, faster_than=baseline.timing.throughput)
+
+
 def may_race(baseline: TrialRecord, trial: TrialRecord) -> bool:
     """Whether ``trial``'s run makes it a finalist-to-be (``select_finalists``: it beat the baseline's). Only such a
     trial tells how long a finalist, or the winner the trim races, runs: one that cannot race (a compiled trial far
@@ -137,7 +146,7 @@ def forecast(
         trial_s=clock.screen_s(),
         slots=max(slots, 1),
         rounds=rounds,
-        race_round_s=clock.round_s([base], unknown=finalists, faster_than=baseline.throughput) if racers else 0.0,
+        race_round_s=race_round_s(clock, baseline.result, finalists) if racers else 0.0,
         trim_round_s=clock.round_s(trim_round) if rounds and trim_round else 0.0,
         variants=max(len(trim_round) - 2, 0),  # besides the baseline and the winner
         profiles_s=clock.profiles_s() if profiles else 0.0,
