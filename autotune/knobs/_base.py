@@ -214,7 +214,10 @@ class WorkerKnob(Knob):
 
 
 class BoolKnob(Knob):
-    """A knob that is on or off."""
+    """A knob that is on or off; both are candidates where ``searchable``."""
+
+    def default_candidates(self, ctx: SearchContext) -> list[bool]:
+        return [value for value in (False, True) if self.searchable(value, ctx)]
 
     def parse(self, value: Any) -> bool:
         if not isinstance(value, bool):
@@ -226,6 +229,10 @@ class ChoiceKnob(Knob):
     """A knob whose values are a fixed set of names; YAML's unquoted ``off`` (read as false) means "off"."""
 
     choices: ClassVar[tuple[str, ...]]
+
+    def default_candidates(self, ctx: SearchContext) -> list[str]:
+        """Each of ``choices`` where ``searchable``."""
+        return [value for value in self.choices if self.searchable(value, ctx)]
 
     def parse(self, value: Any) -> str:
         if value is False:

@@ -14,9 +14,6 @@ class AmpKnob(ChoiceKnob):
     description = "Autocast to bfloat16 or float16. Fast on hardware with 16-bit units, slower where they are emulated."
     choices = ("off", "bf16", "fp16")
 
-    def default_candidates(self, ctx: SearchContext) -> list[str]:
-        return [amp for amp in self.choices if self.searchable(amp, ctx)]
-
     def wasteful_reason(self, value: str, ctx: SearchContext) -> str | None:
         """Every value runs anywhere (autocast and its loss scaler take a CPU too); fp16 off a GPU and bf16 on a GPU
         that emulates it are never the faster for it."""

@@ -19,9 +19,6 @@ class ChannelsLastKnob(BoolKnob):
         only the dimensions are known (the inspected input: ``SearchContext.input_ndim``), it is taken as floating."""
         return ndim == 4 and floating
 
-    def default_candidates(self, ctx: SearchContext) -> list[bool]:
-        return [value for value in (False, True) if self.searchable(value, ctx)]
-
     def unavailable_reason(self, value: bool, ctx: SearchContext) -> str | None:
         """A model the inspection saw refuse the conversion (``convert`` raised) fails every run with it."""
         if value and ctx.channels_last_refused:

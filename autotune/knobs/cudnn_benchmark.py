@@ -15,9 +15,6 @@ class CudnnBenchmarkKnob(BoolKnob):
         "keeps the fastest (CUDA only; pays off when shapes repeat)."
     )
 
-    def default_candidates(self, ctx: SearchContext) -> list[bool]:
-        return [value for value in (False, True) if self.searchable(value, ctx)]
-
     def resolve(self, value: bool, ctx: SearchContext) -> bool:
         """Off anywhere but on a GPU, whatever it says: a baseline that sets it for a model on a CPU (many scripts do,
         whatever the device) runs as one that does not (``apply`` sets it on a GPU only), so turning it off is no

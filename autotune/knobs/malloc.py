@@ -32,9 +32,6 @@ class MallocKnob(ChoiceKnob):
     choices = ("default", "keep")
     memory_order = ("default", "keep")  # keep holds the freed memory default returns
 
-    def default_candidates(self, ctx: SearchContext) -> list[str]:
-        return [value for value in self.choices if self.searchable(value, ctx)]
-
     def unavailable_reason(self, value: str, ctx: SearchContext) -> str | None:
         """keep off glibc: ``apply`` raises, so every run with it fails."""
         if value == "keep" and platform.libc_ver()[0] != "glibc":

@@ -14,9 +14,6 @@ class PinMemoryKnob(BoolKnob):
         "DataLoader puts batches in pinned memory so host-to-GPU copies are faster and asynchronous (CUDA only)."
     )
 
-    def default_candidates(self, ctx: SearchContext) -> list[bool]:
-        return [value for value in (False, True) if self.searchable(value, ctx)]
-
     def resolve(self, value: bool, ctx: SearchContext) -> bool:
         """Off on a machine without a GPU, whatever it says: a baseline that sets it there (many scripts do, whatever
         the device) runs as one that does not, so turning it off is no change to recommend. Where a GPU is visible
