@@ -333,6 +333,13 @@ def _module_of(path: str) -> str | None:
     return ".".join(parts) or None
 
 
+def is_installed_package(path: str) -> bool:
+    """Whether ``path`` is a file of an installed package other than autotune (torch's, say)."""
+    resolved = str(Path(path).resolve())
+    installed = "site-packages" in resolved or "dist-packages" in resolved
+    return installed and not resolved.startswith(_AUTOTUNE + os.sep)
+
+
 def is_own_code(path: str) -> bool:
     """Whether ``path`` is the user's code: not a built-in, not the standard library or an installed package, not
     autotune's own."""

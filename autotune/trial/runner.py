@@ -19,7 +19,7 @@ import psutil
 
 from autotune.files import write_atomic
 from autotune.measure.core_speed import CoreGauge
-from autotune.measure.hotspots import is_own_code, shown_path
+from autotune.measure.hotspots import is_installed_package, is_own_code, shown_path
 from autotune.measure.memory import FORK_SERVER_ENV, MIB, MemoryBudget, ProcessTree, TreeReading, pss_estimate
 from autotune.measure.system import signal_name
 from autotune.trial.launch import ForkServer, FreshLauncher, Launcher, TrialProcess
@@ -406,16 +406,6 @@ def _read_from(log_path: Path, start: int) -> str:
         return ""
 
 
-# Where an installed package's files lie, as a frame's path shows it; autotune's own, wherever it is installed.
-_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
-_AUTOTUNE = Path(__file__).resolve().parent.parent
-
-
-def _is_autotunes(path: str) -> bool:
-    """Whether ``path`` is a file of autotune's own: its harness, not where a trial hung."""
-    return Path(path).resolve().is_relative_to(_AUTOTUNE)
-
-
 def _hung_frame(stacks: str) -> str | None:
     """Where faulthandler's dump ``stacks`` shows the main thread (listed last): its innermost frame in the user's code
     (``hotspots.is_own_code``), else in an installed package's (torch's DataLoader waiting on its workers says more
@@ -425,7 +415,7 @@ def _hung_frame(stacks: str) -> str | None:
     frames = [found.groupdict() for found in _FRAME.finditer(blocks[-1])] if len(blocks) > 1 else []
     if not frames:
         return None
-    packaged = (each for each in frames if _INSTALLED.search(each["path"]) and not _is_autotunes(each["path"]))
+    packaged = (each for each in frames if is_installed_package(each["path"]))
     frame = next((each for each in frames if is_own_code(each["path"])), next(packaged, frames[0]))
     return f"{shown_path(frame['path'])}:{frame['line']} {frame['function']}"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.measure import hotspots
 from autotune.trial import runner
 from autotune.trial.launch import FreshLauncher, _FreshProcess, open_log
 from autotune.trial.result import Failure, FailureKind
@@ -135,6 +136,6 @@ def test_without_the_users_code_an_installed_packages_frame_is_named_before_the_
 
 def test_autotunes_own_frames_are_not_named_as_where_a_trial_hung_wherever_it_is_installed(monkeypatch):
     installed = Path("/venv/lib/python3.11/site-packages/autotune")  # autotune installed, not a checkout
-    monkeypatch.setattr(runner, "_AUTOTUNE", installed)
+    monkeypatch.setattr(hotspots, "_AUTOTUNE", str(installed))
     stacks = _dump([f"{LIBRARY}:320:wait", f"{installed}/trial/worker.py:77:_run"])
     assert runner._hung_frame(stacks) == f"{runner.shown_path(LIBRARY)}:320 wait"
