@@ -533,11 +533,11 @@ def probe_once(
     else:
         probe_model = ProbeModel(plan, result.probe)
         anchor = anchor_knobs(space, baseline)
-        workers = anchor_loader(space, baseline)["num_workers"]  # the baseline's, if the probe timed it
+        workers = plan.loaders[0]["num_workers"]  # the anchor's (``probe_plan``): the baseline's, if the probe timed it
         try:
             loading, compute = probe_model.loader(anchor["batch_size"], workers), probe_model.compute(anchor)
         except ValueError:  # the anchor did not run: every prediction scales its timings
-            reason = _anchor_failure(plan, result.probe, space, baseline)
+            reason = _anchor_failure(plan, result.probe, baseline)
             record = ProbeRecord(result.wall_s, plan, result.probe, failure=reason)
         else:
             record = ProbeRecord(
@@ -590,12 +590,13 @@ def _drift(result: TrialResult) -> tuple[float, float] | None:
     return first, again
 
 
-def _anchor_failure(plan: ProbePlan, result: ProbeResult, space: SearchSpace, baseline: dict[str, Any]) -> str:
-    """Why the probe failed where its anchor did not run: what its DataLoader (``anchor_loader``) or its first model
-    step setting raised, or that it ran out of memory, and at which settings: the baseline's own, or, where the
-    anchor moved them, those it ran at and why (``_moved_words``): the user looks at those, not the baseline's."""
-    halves = {"loader": anchor_loader(space, baseline), "compute": _step_knobs(plan.computes[0])}
-    failed, half = _first_failure(result, {"loader": plan.loaders.index(halves["loader"]), "compute": 0})
+def _anchor_failure(plan: ProbePlan, result: ProbeResult, baseline: dict[str, Any]) -> str:
+    """Why the probe failed where its anchor did not run: what its DataLoader (the plan's first, ``anchor_loader``)
+    or its first model step setting raised, or that it ran out of memory, and at which settings: the baseline's own,
+    or, where the anchor moved them, those it ran at and why (``_moved_words``): the user looks at those, not the
+    baseline's."""
+    halves = {"loader": plan.loaders[0], "compute": _step_knobs(plan.computes[0])}
+    failed, half = _first_failure(result, {"loader": 0, "compute": 0})
     setting = halves[half]
     moved = {name: (baseline[name], value) for name, value in setting.items() if value != baseline[name]}
     if not moved:
