@@ -23,9 +23,10 @@ from autotune.results.race_rules import (
     TIE_TOLERANCE,
     beats,
     finalist_choice,
+    losses_allowed,
     paired_ratio,
     rounds_lost,
-    wins_needed,
+    rounds_won,
 )
 from autotune.results.summary import Summary, race_name
 from autotune.results.trim_rules import TRIM_BOUND, TRIM_MARGIN, TrimStep, started_alone, undone_again, unsettled
@@ -168,10 +169,8 @@ def _against_cell(reference: Finalist, variant: Finalist) -> str:
 def _against(reference: Finalist, variant: Finalist) -> tuple[float, int, int] | None:
     """What the trim judges ``variant`` by against ``reference`` (``beats``): the geometric mean of its per-round
     ratios to it (``paired_ratio``), the rounds it read slower in, and the rounds both ran; None where none."""
-    pairs = list(zip(variant.throughputs, reference.throughputs, strict=False))
-    if not pairs:
-        return None
-    return paired_ratio(variant.throughputs, reference.throughputs), sum(v < r for v, r in pairs), len(pairs)
+    slower, rounds = rounds_won(reference, variant)
+    return (paired_ratio(variant.throughputs, reference.throughputs), slower, rounds) if rounds else None
 
 
 def _fastest(entrants: list[Finalist | None], runs: list[dict[int, float | str]], n: int) -> str:
@@ -362,7 +361,7 @@ def _why_left(race: Confirmation, variant: Finalist, undoing: str) -> tuple[str,
         return f"{undoing} failed a run", rounds_named([variant.failed_round])
     if variant.left is Left.UNPROVABLE:
         planned, baseline = race.planned_rounds or race.rounds, race.baseline_throughputs[:ran]
-        allowed = planned - wins_needed(planned)
+        allowed = losses_allowed(planned)
         return (
             f"{undoing} lost more rounds to the baseline than a proof over {counted(planned, 'round')} allows "
             f"({allowed or 'none'})",

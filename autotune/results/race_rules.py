@@ -173,7 +173,7 @@ def rounds_lost(finalist: Finalist, baseline_runs: list[float]) -> int:
 
 def unprovable(finalist: Finalist, baseline_runs: list[float], rounds: int) -> bool:
     """Whether ``finalist`` has lost more rounds to the baseline than a proof over ``rounds`` rounds allows."""
-    return rounds_lost(finalist, baseline_runs) > rounds - wins_needed(rounds)
+    return rounds_lost(finalist, baseline_runs) > losses_allowed(rounds)
 
 
 def lagging(runs: list[float], leader_runs: list[float], margin: float = RACE_MARGIN) -> bool:
@@ -215,6 +215,11 @@ def wins_needed(rounds: int) -> int:
     return rounds
 
 
+def losses_allowed(rounds: int) -> int:
+    """How many of ``rounds`` rounds a finalist may lose to the baseline and still be proven (``wins_needed``)."""
+    return rounds - wins_needed(rounds)
+
+
 def wins_in_words(rounds: int) -> str:
     """The wins a proof over ``rounds`` rounds takes (``wins_needed``), in words: "every round", or "at least 5 of 6
     rounds"."""
@@ -225,19 +230,19 @@ def wins_in_words(rounds: int) -> str:
 def beats(faster: Finalist, other: Finalist) -> bool:
     """Whether ``faster`` is faster than ``other`` beyond noise: it won more than half of the rounds they both ran,
     and by more than TIE_TOLERANCE by the geometric mean of their per-round ratios."""
-    won, rounds = _rounds_won(faster, other)
+    won, rounds = rounds_won(faster, other)
     return won > rounds / 2 and paired_ratio(faster.throughputs, other.throughputs) > 1 + TIE_TOLERANCE
 
 
 def why_not_beaten(faster: Finalist, other: Finalist) -> str:
     """Which condition of ``beats`` ``faster`` missed against ``other``, in words."""
-    won, rounds = _rounds_won(faster, other)
+    won, rounds = rounds_won(faster, other)
     if won <= rounds / 2:
         return f"it read faster in {won} of the {rounds} rounds both ran"
     return f"within {TIE_TOLERANCE:.0%} by the paired rounds' ratios"
 
 
-def _rounds_won(faster: Finalist, other: Finalist) -> tuple[int, int]:
+def rounds_won(faster: Finalist, other: Finalist) -> tuple[int, int]:
     """The rounds ``faster`` read faster than ``other`` in, of the rounds both ran."""
     pairs = list(zip(faster.throughputs, other.throughputs, strict=False))
     return sum(a > b for a, b in pairs), len(pairs)

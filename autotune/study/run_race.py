@@ -21,11 +21,11 @@ from autotune.results.race_rules import (
     count_changes,
     decided,
     lagging,
+    losses_allowed,
     paired_ratio,
     rounds_lost,
     select_finalists,
     unprovable,
-    wins_needed,
 )
 from autotune.results.trim_rules import TRIM_MARGIN
 from autotune.study.clock import ended_by_budget, span
@@ -304,7 +304,7 @@ def _drop(
     """Drop the finalists that can no longer be proven against the baseline, then those lagging the leader (or the
     ``reference``) by their ``quiet`` runs (those not disturbed), and those the ``reference`` has
     beaten for good (``beaten_for_good``)."""
-    allowed = rounds - wins_needed(rounds)
+    allowed = losses_allowed(rounds)
     for finalist in racing:
         if finalist.dropped is None and unprovable(finalist, baseline_runs, rounds):
             why = f"slower than the baseline in round {len(baseline_runs)}"
