@@ -19,8 +19,8 @@ from autotune.pipeline.spec import PipelineSpec
 from autotune.trial.result import FailureKind, ProbePlan, ProbeResult, TrialResult, probe_plan_from_dict
 
 # Optuna user attributes: the study's own (META: what is tuned, StudyDescription), one
-# machine's (``on_machine``: MACHINE: its description; BASELINE: the baseline's result, ``stored_baseline``; PROBE:
-# ProbeRecord, ``stored_probe``;
+# machine's (``on_machine``: MACHINE: its description; BASELINE: the baseline's result, ``baseline_record``; PROBE:
+# ProbeRecord, ``probe_record``;
 # CONFIRMATION: the race; TRIM: the races of its winner against its changes undone; PROFILES: the baseline and the
 # recommendation profiled, results/profile.py's TunedProfiles; TUNER_TIME, one per run: where the run's time went,
 # results/tuner_time.py's RunTime) and each trial's (MACHINE: the id of the machine it
@@ -130,7 +130,7 @@ def stored_description(study: optuna.Study) -> StudyDescription | None:
     return StudyDescription.from_dict(stored) if stored is not None else None
 
 
-def stored_baseline(attrs: dict[str, Any], machine: str) -> TrialResult | None:
+def baseline_record(attrs: dict[str, Any], machine: str) -> TrialResult | None:
     """The baseline's result a study's ``attrs`` (its user attributes, as read) hold for ``machine`` (its
     ``machine_id``); None where none was stored there."""
     stored = attrs.get(on_machine(BASELINE_ATTR, machine))
@@ -355,7 +355,7 @@ class ProbeRecord:
         )
 
 
-def stored_probe(attrs: dict[str, Any], machine: str) -> ProbeRecord | None:
+def probe_record(attrs: dict[str, Any], machine: str) -> ProbeRecord | None:
     """The probe's record a study's ``attrs`` (its user attributes, as read) hold for ``machine`` (its
     ``machine_id``); None where none was stored there."""
     stored = attrs.get(on_machine(PROBE_ATTR, machine))

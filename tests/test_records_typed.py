@@ -20,10 +20,10 @@ from autotune.records import (
     PROBE_ATTR,
     ProbeRecord,
     StudyDescription,
+    baseline_record,
     on_machine,
-    stored_baseline,
+    probe_record,
     stored_description,
-    stored_probe,
 )
 from autotune.results.model import load_results
 from tests.conftest import tiny_config
@@ -118,8 +118,8 @@ def test_a_machines_baseline_and_probe_are_read_from_its_own_records_only():
     probe = ProbeRecord(wall_s=12.0, failure="it ran out of time")
     result = fake_result(BASELINE)
     attrs = {on_machine(BASELINE_ATTR, "m1"): result.to_dict(), on_machine(PROBE_ATTR, "m1"): probe.to_dict()}
-    assert stored_baseline(attrs, "m1") == result and stored_probe(attrs, "m1") == probe
-    assert stored_baseline(attrs, "m2") is None and stored_probe(attrs, "m2") is None
+    assert baseline_record(attrs, "m1") == result and probe_record(attrs, "m1") == probe
+    assert baseline_record(attrs, "m2") is None and probe_record(attrs, "m2") is None
 
 
 def test_the_results_of_a_study_read_its_oldest_description_and_a_race_stored_as_none():

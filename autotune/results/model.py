@@ -21,11 +21,11 @@ from autotune.records import (
     ProbeRecord,
     StudyDescription,
     TrialRecord,
+    baseline_record,
     measured_trials,
     not_measured_trials,
     on_machine,
-    stored_baseline,
-    stored_probe,
+    probe_record,
     study_machines,
 )
 from autotune.results.profile import TunedProfiles
@@ -91,7 +91,7 @@ def load_results(study: optuna.Study, machine: str | None = None) -> StudyResult
     machine = machine or choose_machine(machines)
     attrs = study.user_attrs  # read once: each read is a query of the storage and a deep copy
     described = StudyDescription.from_dict(attrs[META_ATTR])
-    baseline = stored_baseline(attrs, machine)
+    baseline = baseline_record(attrs, machine)
     confirmation = attrs.get(on_machine(CONFIRMATION_ATTR, machine))
     every = study.get_trials(deepcopy=False)
     measured = measured_trials(study, machine, every)
@@ -109,7 +109,7 @@ def load_results(study: optuna.Study, machine: str | None = None) -> StudyResult
         objectives=described.objectives,
         batch_policy=described.batch_policy,
         optimizer=described.optimizer,
-        probe=stored_probe(attrs, machine),
+        probe=probe_record(attrs, machine),
         trim=[Confirmation.from_dict(trim) for trim in attrs.get(on_machine(TRIM_ATTR, machine)) or []],
         importance=knob_importance(study, [trial for trial, result in measured if result.ok]),  # as the report counts
         profiles=_profiles(attrs.get(on_machine(PROFILES_ATTR, machine))),

@@ -578,7 +578,7 @@ def capped_probe_s(study: optuna.Study, machine: str | None = None) -> float | N
 
 
 def _probe_record(study: optuna.Study, machine: str | None) -> ProbeRecord | None:
-    return records.stored_probe(study.user_attrs, machine or this_machine_id())
+    return records.probe_record(study.user_attrs, machine or this_machine_id())
 
 
 def _drift(result: TrialResult) -> tuple[float, float] | None:

@@ -25,11 +25,11 @@ from autotune.records import (
     PREDICTED_ATTR,
     OutOfMemory,
     WorkerFailure,
+    baseline_record,
     config_key,
     interrupted,
     measured_trials,
-    stored_baseline,
-    stored_probe,
+    probe_record,
     workers_ran,
 )
 from autotune.study.sharing import measuring_now
@@ -89,7 +89,7 @@ def look(study: optuna.Study, settings: StudySettings, machine: str) -> Seen:
     trials, attrs = study.get_trials(deepcopy=False), study.user_attrs
     measured = measured_trials(study, machine, trials)
     running = measuring_now(trials, machine)
-    baseline = stored_baseline(attrs, machine)
+    baseline = baseline_record(attrs, machine)
     failed = _known_failures(attrs, baseline, measured, machine)
     known = known_outcomes(baseline, trials, measured, settings, machine, failed)
     owed = _owed(trials, machine, set(known) | {t.user_attrs[CONFIG_ATTR] for t in running})
@@ -173,7 +173,7 @@ def _known_failures(
     memory, the probe's settings (in the study's ``attrs``) then the trials' (of ``measured``); and, from two trials'
     exceptions raised in DataLoader workers on, the second, while no configuration with workers loaded a batch: not
     the baseline, not the probe's DataLoader alone, not a trial (``workers_ran``)."""
-    probe = stored_probe(attrs, machine)
+    probe = probe_record(attrs, machine)
     found: list[KnownFailure] = [*(probe.out_of_memory if probe else [])]
     found += [entry for trial, result in measured if (entry := OutOfMemory.of_trial(trial.number, result))]
     results = [result for _, result in measured] + ([baseline] if baseline is not None else [])

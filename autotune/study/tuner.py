@@ -34,9 +34,9 @@ from autotune.records import (
     MACHINE_ATTR,
     PREDICTED_ATTR,
     TUNER_ATTR,
+    baseline_record,
     config_key,
     on_machine,
-    stored_baseline,
 )
 from autotune.study.proposing import proposing
 from autotune.study.pruner import SlowerThanBestPruner
@@ -83,12 +83,12 @@ def ensure_baseline(
     Returns (result, reused). Where another tuner of the same machine stored one while this one measured, the stored
     one is used by both."""
     machine = machine or this_machine_id()
-    stored = stored_baseline(study.user_attrs, machine)
+    stored = baseline_record(study.user_attrs, machine)
     if stored is not None:
         return stored, True
     result = run(knobs, BASELINE_LABEL, None)
     if result.ok:
-        stored = stored_baseline(study.user_attrs, machine)
+        stored = baseline_record(study.user_attrs, machine)
         if stored is not None:
             return stored, True
         study.set_user_attr(on_machine(BASELINE_ATTR, machine), result.to_dict())
