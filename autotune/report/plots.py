@@ -143,10 +143,8 @@ def before_after(summary: Summary) -> Plot:
     if proof is None:
         how = "single runs"
     else:
-        of = len(summary.gain_rounds)
-        rounds = f"{of} of {proof.rounds} interleaved rounds" if of < proof.rounds else f"{of} interleaved rounds"
-        hollow = ", hollow: left out" if of < proof.rounds else ""
-        how = f"medians of {rounds} (dots: each round{hollow})"
+        hollow = ", hollow: left out" if summary.gain_rounds_left_out else ""
+        how = f"medians of {summary.gain_rounds_said} interleaved rounds (dots: each round{hollow})"
     gain = "the paired rounds' geometric mean" if summary.gain_interval else "their ratio"
     caption = (
         f"Throughput before and after, {how}: {summary.speedup:.2f}x by {gain}{summary.left_out_note}"

@@ -234,7 +234,7 @@ class Summary:
             return self.baseline.throughput
         return statistics.median(self.of_gain_rounds(self.proof.baseline_throughputs))
 
-    @cached_property
+    @property
     def gain_rounds(self) -> list[int]:
         """The rounds of ``proof`` (from 1) its gain counts (``Confirmation.gain_ratios``: a round in which something
         beside a run slowed it may be left out); none without a race. The figures stated beside the gain, the two
@@ -291,9 +291,7 @@ class Summary:
         if self.confirmed and self.proof.rounds == 1:
             return "one interleaved re-measurement"
         if self.confirmed:
-            counted_rounds = len(self.gain_rounds)
-            of = f"{counted_rounds} of {self.proof.rounds}" if self.gain_rounds_left_out else f"{counted_rounds}"
-            return f"medians of {of} interleaved re-measurements{self.left_out_note}"
+            return f"medians of {self.gain_rounds_said} interleaved re-measurements{self.left_out_note}"
         return "single measurements"
 
     @property
@@ -334,6 +332,12 @@ class Summary:
             return []
         slowed = proof.slowed_rounds(None) | proof.slowed_rounds(proof.winner.label)
         return [index for index in self.gain_rounds if index in slowed]
+
+    @property
+    def gain_rounds_said(self) -> str:
+        """How many of ``proof``'s rounds the gain counts, in words: "4 of 5" where some were left out, else "5"."""
+        counted_rounds = len(self.gain_rounds)
+        return f"{counted_rounds} of {self.proof.rounds}" if self.gain_rounds_left_out else f"{counted_rounds}"
 
     @property
     def left_out_note(self) -> str:
