@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from autotune.knobs._base import ChoiceKnob, Role, SearchContext, Target
 
-# The keyword argument each implementation is switched to by (``apply``), in words.
-_ARGUMENTS = {"for_loop": "foreach=False", "foreach": "foreach=True", "fused": "fused=True"}
+# The optimizer's keyword argument each implementation but default is switched to by (``apply``; the inspection
+# reads which the optimizer takes and runs: ``pipeline/inspect.py``).
+IMPLEMENTATION_KWARGS = {"for_loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 class OptimizerImplKnob(ChoiceKnob):
@@ -40,13 +41,15 @@ class OptimizerImplKnob(ChoiceKnob):
         the keyword, and where its default steps on the inspection's test parameters, it steps with it too)."""
         if value != "default" and value not in ctx.optimizer_options:
             return (
-                f"the pipeline's optimizer does not take {_ARGUMENTS[value]} here, its build or step refuses it, or "
+                f"the pipeline's optimizer does not take {_in_words(value)} here, its build or step refuses it, or "
                 "its config sets foreach or fused itself (then that is its implementation: leave optimizer_impl unset)"
             )
         return None
 
     def apply(self, value: str, setup) -> None:
-        if value == "for_loop":
-            setup.optimizer_kwargs["foreach"] = False
-        elif value in ("foreach", "fused"):
-            setup.optimizer_kwargs[value] = True
+        setup.optimizer_kwargs.update(IMPLEMENTATION_KWARGS.get(value, {}))
+
+
+def _in_words(value: str) -> str:
+    """The keyword argument implementation ``value`` is switched to by, as written: "fused=True"."""
+    return ", ".join(f"{name}={setting}" for name, setting in IMPLEMENTATION_KWARGS[value].items())

@@ -28,6 +28,7 @@ from torch.utils.data import default_collate
 
 from autotune.errors import ConfigError
 from autotune.knobs.channels_last import ChannelsLastKnob
+from autotune.knobs.optimizer_impl import IMPLEMENTATION_KWARGS
 from autotune.measure.environment import describe_machine, gpu_computes_bf16, gpu_name
 from autotune.pipeline.build import applied_partially, build_component, checked_model, with_article
 from autotune.pipeline.facts import DeviceFacts, Inspection, PipelineFacts, Refusal
@@ -374,19 +375,11 @@ def _quiet_hydra_logger():
         logger.disabled = disabled
 
 
-# The implementations the optimizer_impl knob switches to, each by its keyword and the arguments that set it.
-_SWITCHES = {
-    "for_loop": ("foreach", {"foreach": False}),
-    "foreach": ("foreach", {"foreach": True}),
-    "fused": ("fused", {"fused": True}),
-}
-
-
 @dataclass(frozen=True)
 class OptimizerFacts:
     """What stepping the pipeline's optimizer on a device shows (``optimizer_facts``): ``options``, the
-    implementations (of ``_SWITCHES``) it can be switched to there, and ``default``, the one its default runs there
-    ("for_loop", "foreach" or "fused"; None where it could not be seen)."""
+    implementations (of ``IMPLEMENTATION_KWARGS``) it can be switched to there, and ``default``, the one its default
+    runs there ("for_loop", "foreach" or "fused"; None where it could not be seen)."""
 
     options: frozenset[str]
     default: str | None
@@ -406,24 +399,25 @@ def optimizer_facts(factory, device: str) -> OptimizerFacts:
 
 
 def _switchable(factory, device: str, default_stepped: bool) -> frozenset[str]:
-    """The implementations ``factory``'s optimizer can be switched to on ``device`` (of ``_SWITCHES``): those whose
-    keyword it accepts, less those its build or one step refuses on the inspection's test parameters where its
-    default steps there (``default_stepped``): torch refuses some pairings only then (fused on a CPU without its
-    kernels, foreach with a tensor lr), and a candidate that fails every trial would be tried for nothing. Where the
-    default does not step there (a step refusing tensors so small, parameters that could not go on ``device``), what
-    it accepts stands and a trial tells. None where the pipeline's optimizer config sets foreach or fused itself
-    (``fused: true``): the implementation is then the user's choice, which the knob's values would contradict
-    (foreach and fused cannot both be on) or repeat."""
+    """The implementations ``factory``'s optimizer can be switched to on ``device`` (of ``IMPLEMENTATION_KWARGS``):
+    those whose keyword it accepts, less those its build or one step refuses on the inspection's test parameters
+    where its default steps there (``default_stepped``): torch refuses some pairings only then (fused on a CPU
+    without its kernels, foreach with a tensor lr), and a candidate that fails every trial would be tried for
+    nothing. Where the default does not step there (a step refusing tensors so small, parameters that could not go
+    on ``device``), what it accepts stands and a trial tells. None where the pipeline's optimizer config sets
+    foreach or fused itself (``fused: true``): the implementation is then the user's choice, which the knob's values
+    would contradict (foreach and fused cannot both be on) or repeat."""
     try:
         parameters = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         return frozenset()
     if any(getattr(factory, "keywords", {}).get(name) is not None for name in ("foreach", "fused")):
         return frozenset()
-    accepted = [impl for impl, (keyword, _) in _SWITCHES.items() if keyword in parameters]
+    accepted = [impl for impl, kwargs in IMPLEMENTATION_KWARGS.items() if kwargs.keys() <= parameters.keys()]
     if not default_stepped:
         return frozenset(accepted)
-    return frozenset(impl for impl in accepted if _stepped(functools.partial(factory, **_SWITCHES[impl][1]), device))
+    switched = {impl: functools.partial(factory, **IMPLEMENTATION_KWARGS[impl]) for impl in accepted}
+    return frozenset(impl for impl, built in switched.items() if _stepped(built, device))
 
 
 # The test parameters the inspection builds the optimizer on, in turn: a vector and a matrix together, as a model
