@@ -13,7 +13,8 @@ class PipelineFacts:
     """``input_ndim`` counts the batch dimension; None when the input is not a tensor.
     ``optimizer_options`` are the implementations ("for_loop", "foreach", "fused") the optimizer runs here. ``code``:
     the user's modules the pipeline imported (not the standard library's, an installed package's or autotune's), each
-    by name with a digest of its source: a study measured one version of them. ``dataset_len`` is None for a stream
+    by name with a digest of what its source runs (``autotune/code_digest.py``: a comment, a reformat or a docstring
+    edit changes none): a study measured one version of them. ``dataset_len`` is None for a stream
     (an IterableDataset) with no length; ``repeats_in_workers`` is True for a stream that gives every DataLoader
     worker the same samples (``pipeline/streams.py``); ``channels_last_refused`` is why the model cannot be converted to
     channels_last where its inputs could go so (what torch raised), None where it can. ``optimizer_default`` is the

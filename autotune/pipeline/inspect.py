@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
-import hashlib
 import importlib
 import inspect
 import itertools
@@ -26,6 +25,7 @@ from hydra.utils import get_object
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import default_collate
 
+from autotune.code_digest import source_digest
 from autotune.errors import ConfigError
 from autotune.knobs.channels_last import ChannelsLastKnob
 from autotune.knobs.optimizer_impl import IMPLEMENTATION_KWARGS
@@ -189,7 +189,8 @@ _INSTALLED = ("site-packages", "dist-packages")
 
 def user_code(spec: PipelineSpec) -> dict[str, str]:
     """The loaded modules of the packages ``spec``'s targets come from (each target's top-level package), by name,
-    with a digest of each source file: what a study measured with. Left out: a package installed as a library (its
+    with a digest of each source file (``code_digest.source_digest``: of what Python runs, so a comment, a reformat or
+    a docstring edit changes none): what a study measured with. Left out: a package installed as a library (its
     files under Python's own or installed packages' folders, symlinks not followed: an installer may link files from
     a cache) and autotune itself."""
     tops = {node["_target_"].partition(".")[0] for node in spec.components.values() if node}
@@ -205,7 +206,7 @@ def user_code(spec: PipelineSpec) -> dict[str, str]:
             continue
         for name, path in sources.items():
             with contextlib.suppress(OSError):
-                found[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+                found[name] = source_digest(path.read_bytes())
     return dict(sorted(found.items()))
 
 

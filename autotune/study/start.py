@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from autotune.code_digest import same_code
 from autotune.config.settings import StudySettings
 from autotune.errors import StudyMismatchError
 from autotune.measure.environment import describe_machine, machine_id
@@ -132,9 +133,10 @@ def _add_code(study: optuna.Study, code: dict[str, str], settings: StudySettings
 
 
 def _edited(stored: dict[str, str], now: dict[str, str]) -> list[str]:
-    """The modules both runs read whose source differs: a module one run imported and the other did not (a lazy
-    import, a cache already filled) is no edit."""
-    return [name for name in stored if name in now and stored[name] != now[name]]
+    """The modules both runs read whose code differs (``code_digest.same_code``: a comment, a reformat or a docstring
+    edit is no edit, and a study an earlier autotune stored is compared by the file's bytes): a module one run
+    imported and the other did not (a lazy import, a cache already filled) is no edit."""
+    return [name for name in stored if name in now and not same_code(stored[name], now[name])]
 
 
 # What a study's description holds that an earlier autotune's did not: its memory budgets.

@@ -1,14 +1,19 @@
-"""A study measured one version of the pipeline's code: the user's modules are read with a digest of their source
-(``user_code``), a study resumed over edited code is refused naming the module, a module one run read and the other
-did not is no edit, and a study stored before the code was kept takes it from the run that resumes it."""
+"""A study measured one version of the pipeline's code: the user's modules are read with a digest of what their source
+runs (``user_code``: a comment, a reformat or a docstring edit changes none; a file that does not parse is digested by
+its bytes), a study resumed over edited code is refused naming the module, a study an earlier autotune stored by the
+files' bytes resumes where they did not change, a module one run read and the other did not is no edit, and a study
+stored before the code was kept takes it from the run that resumes it."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import sys
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from autotune.code_digest import same_code, source_digest
 from autotune.errors import StudyMismatchError
 from autotune.pipeline.inspect import user_code
 from autotune.pipeline.spec import PipelineSpec
@@ -42,6 +47,84 @@ def test_the_modules_of_the_targets_packages_are_read_with_a_digest_and_installe
     assert user_code(spec)["mine_net"] != first["mine_net"], "an edit changes the digest"
     for name in ("mine_net", "linked_lib"):
         monkeypatch.delitem(sys.modules, name)
+
+
+MODULE = '''"""A model."""
+
+WIDTH = 1
+
+
+def width(scale):
+    """The width, scaled."""
+    return WIDTH * scale
+'''
+
+
+@pytest.fixture
+def digest_of(tmp_path, monkeypatch) -> Iterator[Callable[[bytes], str]]:
+    """``user_code``'s digest of the imported module ``mine_net`` with its file's source set to a given one; two are
+    compared as a resume compares them (``same_code``)."""
+    path = tmp_path / "mine_net.py"
+    path.write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mine_net", raising=False)
+    importlib.import_module("mine_net")
+    spec = PipelineSpec("p", {"model": {"_target_": "mine_net.width"}})
+
+    def digest(source: bytes) -> str:
+        path.write_bytes(source)
+        return user_code(spec)["mine_net"]
+
+    yield digest
+    monkeypatch.delitem(sys.modules, "mine_net")
+
+
+@pytest.mark.parametrize(
+    "edited",
+    [
+        MODULE.replace("WIDTH = 1", "WIDTH = 1  # the paper's"),
+        "# A comment above it all.\n" + MODULE,
+        MODULE.replace("\n\n", "\n\n\n\n").replace("WIDTH * scale", "WIDTH*scale"),
+        MODULE.replace('"""The width, scaled."""', '"""How wide it is, times scale.\n\n    More words."""'),
+        MODULE.replace('"""A model."""\n', ""),
+    ],
+    ids=["comment", "comment line", "reformat", "docstring edited", "docstring removed"],
+)
+def test_a_comment_a_reformat_or_a_docstring_edit_leaves_the_digest_as_it_was(digest_of, edited):
+    assert same_code(digest_of(MODULE.encode()), digest_of(edited.encode()))
+
+
+@pytest.mark.parametrize(
+    "edited",
+    [MODULE.replace("WIDTH = 1", "WIDTH = 2"), MODULE.replace("    return", "    scale += 1\n    return")],
+    ids=["constant", "new statement"],
+)
+def test_an_edit_of_what_runs_changes_the_digest(digest_of, edited):
+    assert not same_code(digest_of(MODULE.encode()), digest_of(edited.encode()))
+
+
+@pytest.mark.parametrize("broken", [b"def width(:\n", b"WIDTH = '\xff\xfe'\n"], ids=["syntax error", "not UTF-8"])
+def test_a_file_that_does_not_parse_is_digested_by_its_bytes(digest_of, broken):
+    assert same_code(digest_of(broken), digest_of(broken)), "the same file, the same code"
+    assert not same_code(digest_of(broken), digest_of(broken + b"# more\n")), "its bytes stand for it: any edit is one"
+
+
+def test_a_study_resumed_over_a_comment_or_docstring_edit_is_not_refused(tmp_path):
+    measured = {"mine.data": source_digest(MODULE.encode())}
+    ensure_baseline(open_study(settings(tmp_path), META, code=measured), BASELINE, FakeMeasure())
+    commented = MODULE.replace("WIDTH = 1", "WIDTH = 1  # the paper's").replace("A model.", "The model.")
+    assert open_study(settings(tmp_path), META, code={"mine.data": source_digest(commented.encode())})
+    with pytest.raises(StudyMismatchError, match=r"\(mine.data\)"):
+        open_study(settings(tmp_path), META, code={"mine.data": source_digest(b"WIDTH = 2\n")})
+
+
+def test_a_study_an_earlier_autotune_stored_by_the_files_bytes_resumes_where_they_did_not_change(tmp_path):
+    # An earlier autotune stored each module's sha256 of its file's bytes, 12 hex digits, bare.
+    stored = {"mine.data": hashlib.sha256(MODULE.encode()).hexdigest()[:12]}
+    ensure_baseline(open_study(settings(tmp_path), META, code=stored), BASELINE, FakeMeasure())
+    assert open_study(settings(tmp_path), META, code={"mine.data": source_digest(MODULE.encode())})
+    with pytest.raises(StudyMismatchError, match=r"\(mine.data\)"):
+        open_study(settings(tmp_path), META, code={"mine.data": source_digest(b"WIDTH = 2\n")})
 
 
 def test_a_study_resumed_over_edited_code_is_refused_naming_the_module(tmp_path):
