@@ -56,7 +56,7 @@ from autotune.study.space import SearchSpace, build_space
 from autotune.study.start import open_study
 from autotune.study.storage import StorageFaultError, is_server, is_shared, open_storage
 from autotune.study.trial_outcome import RunFn, TrialEvent
-from autotune.study.trim import run_trim, will_trim
+from autotune.study.trim import run_trim, trim_ahead
 from autotune.study.tuner import StopReason, ensure_baseline, tune_in_slots
 from autotune.trial.placement import Slot, refuse_mixed_gpus
 from autotune.trial.result import TrialResult
@@ -468,7 +468,7 @@ def _race_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: 
     proves only what its planned rounds would (``Confirmation.proof_rounds``), so a budget buys fewer trials, not an
     unproven pick. Nothing is kept back for the trim: without it the race's winner stands, proven, its changes
     untrimmed (said so), and whether there is a trim, and of how many variants, is known only once the race has a
-    winner; the race ends at its verdict for the trim's first race only where that race fits (``will_trim``)."""
+    winner; the race ends at its verdict for the trim's first race only where that race fits (``trim_ahead``)."""
     return settings.study.confirm_rounds * _race_round_s(settings, clock, baseline, trials)
 
 
@@ -521,9 +521,9 @@ def _finish(
         rounds = settings.study.confirm_rounds
         note = partial(print, file=out, flush=True)
         results = load_results(study, machine)
-        trimmed = partial(will_trim, results, rounds=rounds, fits=lambda runs: clock.fits(rounds * clock.round_s(runs)))
+        ahead = partial(trim_ahead, results, rounds=rounds, fits=lambda runs: clock.fits(rounds * clock.round_s(runs)))
         in_turn, draw = measured_in_turn, runner.new_draw
-        race = run_race(study, results, rounds, in_turn, shown, affords, draw, note, trimmed, round_s=clock.round_s)
+        race = run_race(study, results, rounds, in_turn, shown, affords, draw, note, ahead, round_s=clock.round_s)
     keep_turn()
     with clock.stage("trim"):
         trim_results = load_results(study, machine)

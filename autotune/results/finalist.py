@@ -14,14 +14,15 @@ from autotune.trial.result import TrialResult
 class Left(str, Enum):
     """The rule a finalist left its race by (``run_race``): a run of it failed; it lost more rounds to the baseline
     than a proof allows (``unprovable``); it fell a margin behind the leader or the configuration it was made from
-    (``lagging``); that configuration beat it whatever the rounds left read (``beaten_for_good``); or the race was
-    decided for another (``decided``)."""
+    (``lagging``); that configuration beat it whatever the rounds left read (``beaten_for_good``); the race was
+    decided for another (``decided``); or, before the race, another finalist's trim races it (``left_to_trims``)."""
 
     FAILED = "failed"
     UNPROVABLE = "unprovable"
     LAGGING = "lagging"
     BEATEN = "beaten"
     DECIDED = "decided"
+    TRIMMED = "trimmed"
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.measure.stats import quiet_rounds
 from autotune.records import TrialRecord
-from autotune.results.finalist import Finalist, record_fields, run_suffix, unread_memories
+from autotune.results.finalist import Finalist, Left, record_fields, run_suffix, unread_memories
 from autotune.results.race_rules import (
     BEATS_WORDS,
     MIN_GAIN,
@@ -40,7 +40,7 @@ class Confirmation:
     lucky run can make neither a slower setup the recommendation nor one finalist look faster than another.
     ``failure`` is set when a baseline run failed, which ends the race without a winner. ``planned_rounds`` is
     how many rounds were asked for; a trim race every variant left ran fewer (``ended_early``), as did a finalists'
-    race ended at its verdict for the trim to race its winner (``trim.will_trim``), and so did one
+    race ended at its verdict for the trim to race its winner (``trim.trim_ahead``), and so did one
     ``cut`` short by study.budget_s (it proves only by the wins its planned rounds need: ``proof_rounds``) or by a
     stopped run (stored round by round: the summary takes no verdict from it, and a later run goes on from its
     rounds). ``disturbed`` names the runs it counted though something beside them slowed them
@@ -251,10 +251,11 @@ class Confirmation:
         it: the reports give them in a table."""
         reference = self.finalists[0].label
         kept = f"trial {reference}, with every change," if trim else "the baseline"
+        racing = [finalist for finalist in self.finalists if finalist.left is not Left.TRIMMED]
         entrants = (
             f"Trial {reference} and {counted(len(self.finalists) - 1, 'variant')} of it"
             if trim
-            else counted(len(self.finalists), "finalist").capitalize()
+            else counted(len(racing), "finalist").capitalize()
         )
         if self.cut and not self.rounds:
             return (
@@ -291,7 +292,10 @@ class Confirmation:
                 "the baseline alone, give the gain its interval."
             )
         parts += [
-            f"Trial {finalist.label} dropped: {finalist.dropped}." for finalist in self.finalists if finalist.dropped
+            f"Trial {finalist.label} {'did not race' if finalist.left is Left.TRIMMED else 'dropped'}: "
+            f"{finalist.dropped}."
+            for finalist in self.finalists
+            if finalist.dropped
         ]
         wins = wins_in_words(self.proof_rounds) + (" up to the verdict" if self.decided_after else "")
         if self.failure:

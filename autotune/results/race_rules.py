@@ -10,6 +10,9 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   not one that changes more knobs than a simpler trial worth racing without beating its run by TIE_TOLERANCE; where
   every finalist compiles, each one's plain twin too, beyond the three, where it beat the baseline. A
   stored race stands for the trials measured when it ran (``Confirmation.is_current``).
+- Left to a trim (``left_to_trims``): a finalist that is another finalist with a change undone, where that one's trim
+  will race it (``trim.trim_ahead``), does not race: that trim race measures it against that one and the baseline
+  every round, as this race would.
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
   (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs not disturbed,
   ``TrialResult.disturbed``).
@@ -19,7 +22,7 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   gain stated has the interval of study.confirm_rounds rounds; the proof is the rounds won up to the verdict, which
   the rounds after it take back where they pull the winner's median under MIN_GAIN (``Confirmation.decided_after``,
   ``Confirmation.faded``; the finalists that left at the verdict do not come back). A winner the trim will race
-  (``trim.will_trim``) does not: the race ends there, and the trim's first race runs them.
+  (``trim.trim_ahead``) does not: the race ends there, and the trim's first race runs them.
 - Figures (``Confirmation.paired``): a finalist's ratio, wins and medians against the baseline are of the rounds
   both ran; a run of the round whose baseline run failed (the finalist ran first there) counts in none of them.
 - Proof (``Confirmation.proven``): a win over the baseline in ``wins_needed`` rounds (a one-sided sign test at
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 
 from autotune.knobs import KNOBS, changed, costly_values
 from autotune.records import TrialRecord
@@ -146,6 +150,27 @@ def finalist_choice(
             left_out[record.label] = f"at most {limit} finalists race, the fastest runs first"
     racing = {f.label for f in finalists}
     return finalists, {label: why for label, why in left_out.items() if label not in racing}
+
+
+def left_to_trims(
+    finalists: list[Finalist], trim_ahead: Callable[[Finalist], dict[str, Finalist]]
+) -> dict[str, tuple[Finalist, str]]:
+    """The finalists that leave the race before it starts, by label, each with the finalist whose trim races it and
+    the knob that trim's variant undoes: one whose configuration is a variant the trim's first race of another
+    finalist will race (``trim_ahead``: those variants by the knob each undoes, none where no trim will race it),
+    that one racing and setting no costly knob (a compiled finalist's plain twin races beside it:
+    ``select_finalists``). That trim race measures it against that finalist and the baseline every round, and picks
+    it where it ties (fewest changes) or wins, as this race would: racing it here too would measure it twice. The
+    finalists changing most knobs are taken first: one left to a trim races in none of its own."""
+    left: dict[str, tuple[Finalist, str]] = {}
+    for trimmed in sorted(finalists, key=lambda f: -f.changes):
+        if trimmed.label in left or costly_values(trimmed.knobs):
+            continue
+        for knob, variant in trim_ahead(trimmed).items():
+            for other in finalists:
+                if other is not trimmed and other.label not in left and other.knobs == variant.knobs:
+                    left[other.label] = (trimmed, knob)
+    return left
 
 
 def _plain_twin(record: TrialRecord, measured: list[TrialRecord]) -> TrialRecord | None:

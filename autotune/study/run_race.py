@@ -21,6 +21,7 @@ from autotune.results.race_rules import (
     count_changes,
     decided,
     lagging,
+    left_to_trims,
     losses_allowed,
     paired_ratio,
     rounds_lost,
@@ -54,14 +55,15 @@ def run_race(
     affords: AffordsRoundFn | None = None,
     new_draw: NewDrawFn | None = None,
     on_note: Callable[[str], None] | None = None,
-    trimmed: Callable[[Finalist], bool] | None = None,
+    trim_ahead: Callable[[Finalist], dict[str, Finalist]] | None = None,
     round_s: RoundSecondsFn | None = None,
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
     the baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
     store the outcome in the study, and each round as it ends (as a race ``cut`` short, until the last). A verdict's
-    winner runs the rounds left with the baseline unless ``trimmed`` says the trim will race it
-    (``autotune/study/trim.py``: its first race runs them). A stored race
+    winner runs the rounds left with the baseline unless ``trim_ahead`` says the trim will race it
+    (``autotune/study/trim.py``: its first race runs them); a finalist that trim would race as a variant of another
+    does not race (``left_to_trims``). A stored race
     still current (``Confirmation.is_current``) of the same planned rounds is reused; one study.budget_s or a stopped
     run cut short goes on from its rounds; one a baseline run failed, or planned for other rounds, is raced anew
     (``on_note`` is told why). A round starts only where ``affords`` it: a race left without one has no winner, so
@@ -83,6 +85,8 @@ def run_race(
         Finalist(p.label, p.result.knobs, count_changes(p.result.knobs, base.knobs), p.result.peak_memory_mb)
         for p in picks
     ]
+    if trim_ahead is not None and not resumable:
+        _leave_to_trims(finalists, trim_ahead, on_note)
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
     trials = [record.label for record in results.trials if record.result.ok]
 
@@ -97,10 +101,30 @@ def run_race(
     confirmation = race(
         finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
         start=stored if resumable else None, on_round=store,
-        runs_out=lambda winner: trimmed is None or not trimmed(winner), on_start=on_start,
+        runs_out=lambda winner: trim_ahead is None or not trim_ahead(winner), on_start=on_start,
     )  # fmt: skip
     store(confirmation)
     return replace(confirmation, trials=trials)
+
+
+def _leave_to_trims(
+    finalists: list[Finalist],
+    trim_ahead: Callable[[Finalist], dict[str, Finalist]],
+    on_note: Callable[[str], None] | None,
+) -> None:
+    """The finalists another's trim will race as its variants leave the race before it starts (``left_to_trims``);
+    ``on_note`` is told of each."""
+    left = left_to_trims(finalists, trim_ahead)
+    for finalist in finalists:
+        if finalist.label in left:
+            by, knob = left[finalist.label]
+            finalist.leave(
+                Left.TRIMMED,
+                f"trial {by.label}'s trim races it, as trial {by.label} without {knob}, against trial {by.label} and "
+                "the baseline every round",
+            )
+            if on_note is not None:
+                on_note(f"[race] trial {finalist.label} does not race: {finalist.dropped}")
 
 
 def announce(

@@ -54,7 +54,7 @@ def run_trim(
     that the configuration it started from left (its run failed, or it lost a round to the baseline), is raced
     again. Nothing to do without a winner changing two knobs or more.
     Every variant gone (``alone``), a race ends, or, where the configuration it started from ran fewer rounds before
-    (the finalists' race ended at its verdict: ``will_trim``), that configuration and the baseline run the rounds
+    (the finalists' race ended at its verdict: ``trim_ahead``), that configuration and the baseline run the rounds
     left, for the gain's interval (a trim race whose variant won ran them all).
     A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do. ``on_note`` is
     told of each stored race raced again, and why, and what each race runs (``announce``, with ``round_s``)."""
@@ -137,30 +137,38 @@ def _announce(
     announce(on_note, "[trim]", f"{entrants}, the baseline too", configurations, rounds, first, round_s)
 
 
-def will_trim(
+def trim_ahead(
     results: StudyResults,
     winner: Finalist,
     rounds: int,
     fits: Callable[[list[dict[str, Any]]], bool] | None = None,
-) -> bool:
-    """Whether the trim's first race will race ``winner``, the finalists' race's, anew over ``rounds`` rounds: it
-    changes two knobs or more, one of which can be undone (``variants``); no stored first race of it stands
-    (``run_trim`` reuses one that ran to its end as it ran); and ``fits``, where given (study.budget_s), says that
-    race fits, told the configurations of one of its rounds. The finalists' race then ends at its verdict
-    (``run_race``): that trim race re-measures the winner against the baseline over the rounds planned, and a race
-    that ran them out too would measure it twice."""
+) -> dict[str, Finalist]:
+    """The variants the trim's first race will race ``winner``, the finalists' race's, against anew over ``rounds``
+    rounds, by the knob each undoes; none where it will not: where ``winner`` changes fewer than two knobs or none
+    can be undone (``variants``), a stored first race of it stands (``run_trim`` reuses one that ran to its end as it
+    ran), or ``fits``, where given (study.budget_s), says that race does not fit, told the configurations of one of
+    its rounds (``first_race``). Where the trim will race it, the finalists' race ends at its verdict (``run_race``):
+    that trim race re-measures the winner against the baseline over the rounds planned, and a race that ran them out
+    too would measure it twice; and a finalist that is one of those variants does not race (``left_to_trims``)."""
     stored = results.trim
     if trim_started_from(stored, winner.label, rounds) and settled(stored[0]):
-        return False
-    entrants = first_race(winner, results.baseline.result.knobs, results.batch_policy, device_kind(results.device))
-    return bool(entrants) and (fits is None or fits(entrants))
+        return {}
+    baseline = results.baseline.result.knobs
+    undone = _undoable(winner, baseline, results.batch_policy, device_kind(results.device))
+    entrants = _round_of(winner, baseline, undone)
+    return undone if entrants and (fits is None or fits(entrants)) else {}
 
 
 def first_race(winner: Finalist, baseline: dict[str, Any], batch_policy: str, device: str) -> list[dict[str, Any]]:
     """The configurations of a round of the trim's first race of ``winner`` (``baseline``'s, under search.batch_policy
     ``batch_policy``, on a ``device`` of that kind): the baseline, ``winner`` and its variants (``_undoable``); none
     where it has none."""
-    undone = _undoable(winner, baseline, batch_policy, device)
+    return _round_of(winner, baseline, _undoable(winner, baseline, batch_policy, device))
+
+
+def _round_of(winner: Finalist, baseline: dict[str, Any], undone: dict[str, Finalist]) -> list[dict[str, Any]]:
+    """The configurations of a round of a trim race of ``winner`` against its variants ``undone``: the baseline,
+    ``winner`` and those; none without variants."""
     return [baseline, winner.knobs, *(variant.knobs for variant in undone.values())] if undone else []
 
 

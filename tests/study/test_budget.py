@@ -545,4 +545,4 @@ def test_the_race_ends_at_its_verdict_only_where_the_trims_first_race_fits_the_b
     runner = SimpleNamespace(new_draw=lambda: None)
     app._finish(study, this_machine_id(), full, runner, None, tmp_path, print, io.StringIO(), clock)
     (trimmed,) = told
-    assert trimmed(confirmation.winner) is trims
+    assert bool(trimmed(confirmation.winner)) is trims

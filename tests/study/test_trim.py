@@ -20,7 +20,7 @@ from autotune.results.trim_rules import alone, is_trim_of, trimmed_to
 from autotune.study.run_race import race, run_race
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
-from autotune.study.trim import _announce, run_trim, undo_next, variants, will_trim
+from autotune.study.trim import _announce, run_trim, trim_ahead, undo_next, variants
 from autotune.study.tuner import ensure_baseline, tune
 from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement
@@ -133,14 +133,14 @@ def test_a_race_decided_early_gives_its_winner_the_rounds_planned_so_a_trim_race
 def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_trims_first_race_runs_its_rounds_out(
     tmp_path, planned
 ):
-    """As above, but the race is told the trim will race its winner (``will_trim``): it ends after round 2 and the
+    """As above, but the race is told the trim will race its winner (``trim_ahead``): it ends after round 2 and the
     trim's first race, every variant gone after round 1, runs the winner and the baseline to the rounds planned;
     the gain's interval is that race's, and no round of the winner is measured for nothing."""
 
     study, pipeline = alike_finalists(tmp_path)
     results = load_results(study)
-    trimmed = partial(will_trim, results, rounds=planned)
-    confirmation = run_race(study, results, planned, pipeline, lambda name, result: None, trimmed=trimmed)
+    trimmed = partial(trim_ahead, results, rounds=planned)
+    confirmation = run_race(study, results, planned, pipeline, lambda name, result: None, trim_ahead=trimmed)
     assert confirmation.rounds == 2 and confirmation.ended_early and confirmation.winner is not None
     assert "the trim's races re-measure its winner against the baseline" in confirmation.describe()
     pipeline.names.clear()
@@ -156,17 +156,17 @@ def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_tri
 def test_the_trim_races_a_winner_of_two_changes_or_more_one_of_which_can_be_undone_where_its_first_race_fits(tmp_path):
     study, confirmation, pipeline = tuned(tmp_path)
     results, winner = load_results(study), confirmation.winner
-    assert will_trim(results, winner, 3) and not will_trim(results, winner, 3, fits=lambda configurations: False)
+    assert trim_ahead(results, winner, 3) and not trim_ahead(results, winner, 3, fits=lambda configurations: False)
     seen = []
-    will_trim(results, winner, 3, fits=lambda configurations: seen.append(configurations) or True)
+    trim_ahead(results, winner, 3, fits=lambda configurations: seen.append(configurations) or True)
     assert seen == [
         [BASELINE, WINNER, *(v.knobs for v in variants(winner, BASELINE, list(KNOBS), None, "cpu").values())]
     ]
     one_change = replace(winner, knobs={**BASELINE, "amp": "bf16"}, changes=1)
-    assert not will_trim(results, one_change, 3)
+    assert not trim_ahead(results, one_change, 3)
     run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
-    assert not will_trim(load_results(study), winner, 3), "its stored first race is reused as it ran, not raced anew"
-    assert will_trim(load_results(study), winner, 5), "one planned for other rounds is raced anew"
+    assert not trim_ahead(load_results(study), winner, 3), "its stored first race is reused as it ran, not raced anew"
+    assert trim_ahead(load_results(study), winner, 5), "one planned for other rounds is raced anew"
 
 
 def test_a_trim_race_whose_origin_is_left_alone_unproven_races_on_and_runs_the_rounds_out_once_proven():
@@ -489,8 +489,8 @@ def small_gain_raced(tmp_path):
     ensure_baseline(study, BASELINE, pipeline)
     study.enqueue_trial(winner)
     tune(study, space_to(winner), settings(tmp_path, n_trials=1), pipeline, lambda e: None)
-    trimmed = partial(will_trim, load_results(study), rounds=3)
-    confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None, trimmed=trimmed)
+    trimmed = partial(trim_ahead, load_results(study), rounds=3)
+    confirmation = run_race(study, load_results(study), 3, pipeline, lambda name, result: None, trim_ahead=trimmed)
     assert confirmation.rounds < 3, "the race ends at its verdict: the trim's first race runs the rounds left"
     return study, confirmation, pipeline
 

@@ -1,0 +1,108 @@
+"""A finalist that another finalist's trim races as a variant does not race the finalists' race too."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from autotune.knobs import KNOBS
+from autotune.results.finalist import Finalist, Left
+from autotune.results.model import load_results
+from autotune.results.race_rules import left_to_trims
+from autotune.results.summary import summarise
+from autotune.study.run_race import run_race
+from autotune.study.space import SearchSpace
+from autotune.study.start import open_study
+from autotune.study.trim import run_trim, trim_ahead
+from autotune.study.tuner import ensure_baseline, tune
+from autotune.trial.result import TrialResult
+from tests.conftest import fake_measurement
+from tests.study.test_trim import BASELINE, Pipeline
+from tests.study.test_tuner import META, settings
+
+# Batch 64 and bf16 make most of the gain; channels_last adds 5 %.
+NESTED = {**BASELINE, "batch_size": 64, "amp": "bf16", "channels_last": True}
+INNER = {**NESTED, "channels_last": False}  # NESTED with channels_last undone
+
+
+class SmallLayoutGain(Pipeline):
+    def __call__(self, knobs, name, on_progress=None):
+        self.names.append(name)
+        value = 100.0 * (1.6 if knobs["batch_size"] == 64 else 1.0) * (1.25 if knobs["amp"] == "bf16" else 1.0)
+        value *= 1.05 if knobs["channels_last"] else 1.0
+        return TrialResult(knobs=dict(knobs), measurement=fake_measurement(value * next(self.wobble)))
+
+
+def nested_finalists(tmp_path):
+    """A study whose two trials are finalists, one the other with channels_last undone, and its pipeline."""
+    study, pipeline = open_study(settings(tmp_path), META), SmallLayoutGain()
+    ensure_baseline(study, BASELINE, pipeline)
+    for trial in (INNER, NESTED):  # NESTED's run beats INNER's by 7 %: both race (``select_finalists``)
+        study.enqueue_trial(trial)
+    space = SearchSpace({name: list(dict.fromkeys([BASELINE[name], NESTED[name], INNER[name]])) for name in KNOBS})
+    tune(study, space, settings(tmp_path, n_trials=2), pipeline, lambda e: None)
+    pipeline.names.clear()
+    return study, pipeline
+
+
+def test_a_finalist_the_winners_trim_races_as_a_variant_leaves_the_race_before_it_and_the_trim_races_it(tmp_path):
+    study, pipeline = nested_finalists(tmp_path)
+    results = load_results(study)
+    ahead = partial(trim_ahead, results, rounds=3)
+    notes = []
+    confirmation = run_race(
+        study, results, 3, pipeline, lambda name, result: None, on_note=notes.append, trim_ahead=ahead
+    )
+    nested, inner = confirmation.finalists
+    assert notes[0].startswith(f"[race] trial {inner.label} does not race: trial {nested.label}'s trim races it")
+    assert confirmation.describe().startswith("1 finalist, re-measured")
+    assert f"Trial {inner.label} did not race: trial {nested.label}'s trim races it" in confirmation.describe()
+    assert inner.knobs == INNER and inner.left is Left.TRIMMED and not inner.throughputs
+    assert f"trial {nested.label}'s trim races it, as trial {nested.label} without channels_last" in inner.dropped
+    assert not [name for name in pipeline.names if name.endswith(f"-trial-{inner.label}")], "no run of it here"
+    assert confirmation.winner is nested and confirmation.rounds < 3, "alone, decided at its verdict for the trim"
+    (first, *_) = run_trim(study, load_results(study), confirmation, pipeline, lambda name, result: None)
+    variant = next(f for f in first.finalists if f.knobs == INNER)
+    assert len(variant.throughputs) >= 1 and first.rounds == 3, "the trim race measures it against its origin"
+    summary = summarise(load_results(study))
+    assert summary.proof is not None and summary.gain_interval is not None and summary.gain_interval.n == 3
+
+
+def test_without_a_trim_ahead_both_race(tmp_path):
+    """Where no trim will race the winner (its first race does not fit study.budget_s), the finalist races."""
+    study, pipeline = nested_finalists(tmp_path)
+    results = load_results(study)
+    none_fits = partial(trim_ahead, results, rounds=3, fits=lambda configurations: False)
+    confirmation = run_race(study, results, 3, pipeline, lambda name, result: None, trim_ahead=none_fits)
+    assert len(confirmation.finalists) == 2
+    assert all(finalist.left is not Left.TRIMMED and finalist.throughputs for finalist in confirmation.finalists)
+
+
+def _finalist(label: str, knobs: dict) -> Finalist:
+    return Finalist(label, knobs, sum(knobs[name] != BASELINE[name] for name in KNOBS), None)
+
+
+def _undoing(*knobs: str):
+    """A ``trim_ahead`` whose trim races each finalist with each of ``knobs`` it changes undone."""
+
+    def ahead(finalist: Finalist) -> dict[str, Finalist]:
+        found = {}
+        for knob in knobs:
+            if finalist.knobs[knob] != BASELINE[knob]:
+                undone = {**finalist.knobs, knob: BASELINE[knob]}
+                found[knob] = _finalist(f"{finalist.label} without {knob}", undone)
+        return found
+
+    return ahead
+
+
+def test_only_a_finalist_whose_trim_races_leaves_others_to_it():
+    outer = _finalist("1", {**NESTED, "set_to_none": False})
+    nested, inner, other = _finalist("2", NESTED), _finalist("3", INNER), _finalist("4", {**INNER, "amp": "off"})
+    left = left_to_trims([nested, inner, outer, other], _undoing("set_to_none", "channels_last"))
+    assert {label: (by.label, knob) for label, (by, knob) in left.items()} == {"2": ("1", "set_to_none")}, (
+        "trial 2 leaves to trial 1's trim; trial 3, a variant of trial 2 alone, races: trial 2 is not racing"
+    )
+    assert left_to_trims([nested, inner], _undoing("amp")) == {}, "not the variant its trim races"
+    compiled = _finalist("5", {**NESTED, "compile": "default"})
+    plain_twin = _finalist("6", NESTED)
+    assert left_to_trims([compiled, plain_twin], _undoing("compile")) == {}, "a compiled finalist's twin races"
