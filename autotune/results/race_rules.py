@@ -15,7 +15,7 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   every round, as this race would.
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
   (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs not disturbed,
-  ``TrialResult.disturbed``).
+  ``TrialResult.disturbed``; the leader's all, where every one was).
 - The verdict early (``decided``): when more rounds could not change it (DECISIVE_GAIN), on a round none of whose runs
   was disturbed (``run_race.race``): a gain read against a slowed run is not decided by it. The other
   finalists then leave, and the winner and the baseline run the rounds left (``run_race._leave_to``), so that the
@@ -201,10 +201,15 @@ def unprovable(finalist: Finalist, baseline_runs: list[float], rounds: int) -> b
     return rounds_lost(finalist, baseline_runs) > losses_allowed(rounds)
 
 
-def lagging(runs: list[float], leader_runs: list[float], margin: float = RACE_MARGIN) -> bool:
-    """Whether a finalist's median so far is ``margin`` or more behind the leader's, of their runs not
-    disturbed (a load slows configurations unalike: one whose every run was slowed stays for the next round)."""
-    return bool(runs and leader_runs) and statistics.median(runs) < statistics.median(leader_runs) * (1 - margin)
+def lagging(
+    runs: list[float], leader_quiet: list[float], leader_runs: list[float], margin: float = RACE_MARGIN
+) -> bool:
+    """Whether a finalist's median so far, of its ``runs`` not disturbed, is ``margin`` or more behind the leader's,
+    of the leader's runs not disturbed (``leader_quiet``), or of all its runs (``leader_runs``) where every one was.
+    A load slows configurations unalike, and a slowed run reads low: a finalist whose every run was slowed stays for
+    the next round, but one behind the leader's slowed runs is behind the leader."""
+    reference = leader_quiet or leader_runs
+    return bool(runs and reference) and statistics.median(runs) < statistics.median(reference) * (1 - margin)
 
 
 def decided(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:

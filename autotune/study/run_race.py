@@ -340,7 +340,7 @@ def _drop(
     leader = reference if reference in running else max(running, key=lambda f: f.median, default=None)
     margin = TRIM_MARGIN if reference else RACE_MARGIN
     for finalist in running:
-        if lagging(quiet(finalist), quiet(leader), margin):
+        if lagging(quiet(finalist), quiet(leader), leader.throughputs, margin):
             finalist.leave(Left.LAGGING, f"more than {margin:.0%} behind trial {leader.label} after round {index}")
         elif reference is not None and index < rounds and beaten_for_good(reference, finalist, rounds):
             ratio = paired_ratio(reference.throughputs, finalist.throughputs)

@@ -220,6 +220,28 @@ def test_a_variant_whose_own_run_was_slowed_does_not_leave_for_lagging_on_that_r
     assert trim.disturbed == {"trim-1-1-trial-1-without-amp": Disturbance(others_cores=1.0)}
 
 
+def test_a_variant_behind_the_slowed_run_of_the_configuration_it_came_from_leaves_for_lagging():
+    """A slowed run reads low: a variant 25 % behind the reference's slowed run, its own quiet, is behind it for real.
+    One whose own run was slowed too stays."""
+    reference = Finalist("1", {**BASELINE, "batch_size": 32}, 3, 100.0)
+    behind = Finalist("1 without amp", {**BASELINE, "batch_size": 32, "amp": "off"}, 2, None)
+    slowed = Finalist("1 without num_threads", {**BASELINE, "batch_size": 32, "num_threads": 1}, 2, None)
+    runs = Runs(
+        {
+            **{f"trim-1-{i}-baseline": run_of(40.0) for i in (1, 2, 3)},
+            "trim-1-1-trial-1": run_of(100.0, disturbed=True),
+            **{f"trim-1-{i}-trial-1": run_of(130.0) for i in (2, 3)},
+            "trim-1-1-trial-1-without-amp": run_of(75.0),
+            "trim-1-1-trial-1-without-num_threads": run_of(75.0, disturbed=True),
+            **{f"trim-1-{i}-trial-1-without-num_threads": run_of(130.0) for i in (2, 3)},
+        }
+    )
+    racing = [reference, behind, slowed]
+    race(racing, BASELINE, {}, 3, "trim-1", runs, lambda name, result: None, alone, reference)
+    assert behind.throughputs == [75.0] and "more than 15% behind trial 1 after round 1" in behind.dropped
+    assert slowed.dropped is None and len(slowed.throughputs) == 3
+
+
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
     finalist = Finalist("1", {**BASELINE, "batch_size": 32}, 1, 100.0)
     runs = Runs(
