@@ -2,19 +2,25 @@
 resume compares (``autotune/study/start.py``, in the tuner: no torch here). It stands for what Python runs, so a
 comment, a blank line, a reformat or a docstring edit changes nothing a study measured.
 
-A digest is ``"tree:<12 hex>/bytes:<12 hex>"``: sha256 of the module's syntax tree without docstrings, and of the
-file's bytes; ``"bytes:<12 hex>"`` alone for a file that does not parse. Earlier autotunes stored the bytes digest
-bare (``"<12 hex>"``), and their studies resume: two digests are compared by their trees where both hold one, else by
-their bytes."""
+A digest is ``"treeXY:<12 hex>/bytes:<12 hex>"``: sha256 of the module's syntax tree without docstrings as Python
+X.Y dumps it (type comments kept: TorchScript reads them), and of the file's bytes; ``"bytes:<12 hex>"`` alone for a
+file that does not parse. Earlier autotunes stored the bytes digest bare (``"<12 hex>"``), and their studies resume:
+two digests are the same code where their bytes are, else where their trees of one Python version are."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import sys
 import warnings
 
 # The nodes whose body may open with a docstring, which Python keeps as __doc__ and runs nothing of.
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+# ``ast.dump`` writes a tree as the running Python's version knows it (3.12 added fields, 3.13 leaves empty ones out):
+# trees are compared only where the same version dumped both.
+_TREE = f"tree{sys.version_info.major}{sys.version_info.minor}"
 
 
 def source_digest(source: bytes) -> str:
@@ -23,18 +29,25 @@ def source_digest(source: bytes) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the user's invalid escapes were told when Python imported the module
-            tree = ast.dump(_without_docstrings(ast.parse(source)))
+            # Type comments are code to TorchScript (a signature's types); "# type: ignore" is not, and would
+            # carry its line number.
+            tree = ast.parse(source, type_comments=True)
+            tree.type_ignores = []
+            dumped = ast.dump(_without_docstrings(tree))
     except (SyntaxError, ValueError, RecursionError):  # not Python, not text, or nested past the parser's depth
         return bytes_digest
-    return f"tree:{_sha(tree.encode())}/{bytes_digest}"
+    return f"{_TREE}:{_sha(dumped.encode())}/{bytes_digest}"
 
 
 def same_code(stored: str, now: str) -> bool:
     """Whether a module digested as ``stored`` (a study's, maybe an earlier autotune's bare bytes digest) runs the
-    same code as one digested as ``now``: their trees are compared where both hold one, else their bytes."""
+    same code as one digested as ``now``: the same bytes do; else their trees are compared where the same Python
+    version dumped both."""
     before, after = _parts(stored), _parts(now)
-    kind = "tree" if "tree" in before and "tree" in after else "bytes"
-    return before.get(kind) == after.get(kind)
+    if before.get("bytes") == after.get("bytes"):
+        return True
+    trees = {kind for kind in before if kind.startswith("tree")} & {kind for kind in after if kind.startswith("tree")}
+    return any(before[kind] == after[kind] for kind in trees)
 
 
 def _parts(digest: str) -> dict[str, str]:

@@ -153,3 +153,23 @@ def test_a_study_stored_before_the_code_was_kept_takes_it_from_the_run_that_resu
     assert open_study(settings(tmp_path), META, code={"mine.data": "aaaa"})
     with pytest.raises(StudyMismatchError, match=r"\(mine.data\)"):
         open_study(settings(tmp_path), META, code={"mine.data": "bbbb"})
+
+
+def test_a_type_comment_is_code_and_a_type_ignore_is_not():
+    """TorchScript reads a signature's types from its type comment; "# type: ignore" changes nothing that runs."""
+    scripted = b"def f(x, n):\n    # type: (Tensor, int) -> Tensor\n    return x * n\n"
+    assert not same_code(source_digest(scripted), source_digest(scripted.replace(b"int)", b"float)")))
+    ignored = b"import os  # type: ignore\n\n\nx = 1\n"
+    assert same_code(source_digest(ignored), source_digest(b"\n" + ignored))
+
+
+def test_unchanged_bytes_are_the_same_code_whatever_python_dumped_the_tree_and_other_versions_trees_are_not_compared():
+    source = b"def f(x):\n    return x + 1\n"
+    ours, _, file_bytes = source_digest(source).partition("/")
+    other_python = f"tree399:{'0' * 12}/{file_bytes}"  # another version's dump of the same file
+    assert same_code(other_python, source_digest(source)), "the same bytes: the same code"
+    edited = source_digest(source.replace(b"1", b"2"))
+    assert not same_code(
+        f"tree399:{edited.partition('/')[0].partition(':')[2]}/bytes:{'f' * 12}", source_digest(source)
+    )
+    assert ours.startswith(f"tree{sys.version_info.major}{sys.version_info.minor}:")
