@@ -523,7 +523,9 @@ def _finish(
         results = load_results(study, machine)
         ahead = partial(trim_ahead, results, rounds=rounds, fits=lambda runs: clock.fits(rounds * clock.round_s(runs)))
         in_turn, draw = measured_in_turn, runner.new_draw
-        race = run_race(study, results, rounds, in_turn, shown, affords, draw, note, ahead, round_s=clock.round_s)
+        # Under study.budget_s every finalist races: whether the trim fits is known only at the race's verdict.
+        park = settings.study.budget_s is None
+        race = run_race(study, results, rounds, in_turn, shown, affords, draw, note, ahead, clock.round_s, park)
     keep_turn()
     with clock.stage("trim"):
         trim_results = load_results(study, machine)

@@ -10,7 +10,7 @@ from typing import TypeVar
 from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
-from autotune.results.finalist import Finalist, median_memory
+from autotune.results.finalist import Finalist, Left, median_memory
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import choose_candidate
@@ -480,10 +480,11 @@ def _overruled(label: str, confirmation: Confirmation, trim: list[Confirmation])
 
 def _left(race: Confirmation) -> frozenset[str]:
     """The finalists ``race``, stopped before its end, dropped (they lost a round to the baseline, fell behind, or
-    a run of theirs failed): none where its baseline never ran or failed."""
+    a run of theirs failed): none where its baseline never ran or failed; not one left to a trim before the race
+    (``Left.TRIMMED``: nothing measured it)."""
     if not race.rounds or race.failure:
         return frozenset()
-    return frozenset(f.label for f in race.finalists if f.dropped)
+    return frozenset(f.label for f in race.finalists if f.dropped and f.left is not Left.TRIMMED)
 
 
 def _ruled_out(stale: Confirmation) -> frozenset[str]:

@@ -57,13 +57,16 @@ def run_race(
     on_note: Callable[[str], None] | None = None,
     trim_ahead: Callable[[Finalist], dict[str, Finalist]] | None = None,
     round_s: RoundSecondsFn | None = None,
+    park: bool = False,
 ) -> Confirmation | None:
     """Measure the baseline and the finalists again in processes of their own, up to ``rounds`` rounds (their order,
     the baseline's place included, rotating each round), dropping finalists and ending early by the race's rules, and
     store the outcome in the study, and each round as it ends (as a race ``cut`` short, until the last). A verdict's
     winner runs the rounds left with the baseline unless ``trim_ahead`` says the trim will race it
-    (``autotune/study/trim.py``: its first race runs them); a finalist that trim would race as a variant of another
-    does not race (``left_to_trims``). A stored race
+    (``autotune/study/trim.py``: its first race runs them). With ``park``, a finalist the trim of another would race
+    as its variant does not race (``left_to_trims``); where the race's winner is not that other, or its trim will
+    not race it after all, the race runs anew, every finalist in it (the rounds run are given up: rare, and a
+    finalist never measured must not be passed over). A stored race
     still current (``Confirmation.is_current``) of the same planned rounds is reused; one study.budget_s or a stopped
     run cut short goes on from its rounds; one a baseline run failed, or planned for other rounds, is raced anew
     (``on_note`` is told why). A round starts only where ``affords`` it: a race left without one has no winner, so
@@ -81,12 +84,17 @@ def run_race(
     if current and not resumable and on_note is not None:
         on_note(f"[race] the stored race is run anew: {_why_anew(stored, rounds)}")
     base = results.baseline.result
-    finalists = [
-        Finalist(p.label, p.result.knobs, count_changes(p.result.knobs, base.knobs), p.result.peak_memory_mb)
-        for p in picks
-    ]
-    if trim_ahead is not None and not resumable:
-        _leave_to_trims(finalists, trim_ahead, on_note)
+
+    def entrants() -> list[Finalist]:
+        return [
+            Finalist(p.label, p.result.knobs, count_changes(p.result.knobs, base.knobs), p.result.peak_memory_mb)
+            for p in picks
+        ]
+
+    finalists = entrants()
+    ahead = trim_ahead or (lambda winner: {})
+    if park and not resumable:
+        _leave_to_trims(finalists, ahead, on_note)
     before_race = {p.label: p.throughput for p in picks} | {"baseline": results.baseline.throughput}
     trials = [record.label for record in results.trials if record.result.ok]
 
@@ -98,13 +106,39 @@ def run_race(
         named = f"{'trials' if len(racing) > 1 else 'trial'} {listed([f.label for f in racing])} against the baseline"
         announce(on_note, "[race]", named, [base.knobs, *(f.knobs for f in racing)], rounds, first, round_s)
 
-    confirmation = race(
-        finalists, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
-        start=stored if resumable else None, on_round=store,
-        runs_out=lambda winner: trim_ahead is None or not trim_ahead(winner), on_start=on_start,
-    )  # fmt: skip
+    def raced(racing: list[Finalist], start: Confirmation | None) -> Confirmation:
+        return race(
+            racing, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
+            start=start, on_round=store, runs_out=lambda winner: not ahead(winner), on_start=on_start,
+        )  # fmt: skip
+
+    confirmation = raced(finalists, stored if resumable else None)
+    if unraced := _parked_in_vain(confirmation, ahead):
+        if on_note is not None:
+            on_note(f"[race] {_no_trim_races(confirmation, unraced)}: the race runs anew, every finalist in it")
+        confirmation = raced(entrants(), None)
     store(confirmation)
     return replace(confirmation, trials=trials)
+
+
+def _parked_in_vain(
+    confirmation: Confirmation, trim_ahead: Callable[[Finalist], dict[str, Finalist]]
+) -> list[Finalist]:
+    """The finalists that left ``confirmation`` before it started for a trim that will not race them
+    (``left_to_trims``): the race's winner is not the finalist whose trim was to race them (it failed, lost, or
+    could not be proven), or its trim will not race them after all."""
+    winner = confirmation.winner
+    raced = [variant.knobs for variant in trim_ahead(winner).values()] if winner is not None else []
+    parked = [f for f in confirmation.finalists if f.left is Left.TRIMMED]
+    return [f for f in parked if f.knobs not in raced]
+
+
+def _no_trim_races(confirmation: Confirmation, unraced: list[Finalist]) -> str:
+    """Why no trim will race the finalists ``unraced`` that left ``confirmation`` for one, in words."""
+    named = f"{'trials' if len(unraced) > 1 else 'trial'} {listed([f.label for f in unraced])}"
+    winner = confirmation.winner
+    why = f"trial {winner.label} won the race" if winner is not None else "no finalist won the race"
+    return f"no trim will race {named} ({why})"
 
 
 def _leave_to_trims(

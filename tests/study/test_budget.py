@@ -537,12 +537,13 @@ def test_the_race_ends_at_its_verdict_only_where_the_trims_first_race_fits_the_b
     of five 2 s runs (30 s). Where that does not fit, the race runs its winner's rounds out itself."""
     study, confirmation, _ = tuned(tmp_path)
     told = []
-    monkeypatch.setattr(app, "run_race", lambda *args, **kwargs: told.append(args[-1]) or confirmation)
+    monkeypatch.setattr(app, "run_race", lambda *args, **kwargs: told.append(args[8:11:2]) or confirmation)
     monkeypatch.setattr(app, "run_trim", lambda *args, **kwargs: [])
     clock = RunClock(budget_s=budget_s)
     clock.count(measured(2.0))
     full = SimpleNamespace(study=replace(settings(tmp_path), confirm_rounds=3, diagnose=False))
     runner = SimpleNamespace(new_draw=lambda: None)
     app._finish(study, this_machine_id(), full, runner, None, tmp_path, print, io.StringIO(), clock)
-    (trimmed,) = told
+    ((trimmed, park),) = told
     assert bool(trimmed(confirmation.winner)) is trims
+    assert park is (budget_s is None), "under a budget every finalist races: the trim's fit is known at the verdict"

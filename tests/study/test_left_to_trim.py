@@ -7,14 +7,15 @@ from functools import partial
 from autotune.knobs import KNOBS
 from autotune.results.finalist import Finalist, Left
 from autotune.results.model import load_results
+from autotune.results.race import Confirmation
 from autotune.results.race_rules import left_to_trims
-from autotune.results.summary import summarise
+from autotune.results.summary import _left, summarise
 from autotune.study.run_race import run_race
 from autotune.study.space import SearchSpace
 from autotune.study.start import open_study
 from autotune.study.trim import run_trim, trim_ahead
 from autotune.study.tuner import ensure_baseline, tune
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import fake_measurement
 from tests.study.test_trim import BASELINE, Pipeline
 from tests.study.test_tuner import META, settings
@@ -50,7 +51,7 @@ def test_a_finalist_the_winners_trim_races_as_a_variant_leaves_the_race_before_i
     ahead = partial(trim_ahead, results, rounds=3)
     notes = []
     confirmation = run_race(
-        study, results, 3, pipeline, lambda name, result: None, on_note=notes.append, trim_ahead=ahead
+        study, results, 3, pipeline, lambda name, result: None, on_note=notes.append, trim_ahead=ahead, park=True
     )
     nested, inner = confirmation.finalists
     assert notes[0].startswith(f"[race] trial {inner.label} does not race: trial {nested.label}'s trim races it")
@@ -72,13 +73,51 @@ def test_without_a_trim_ahead_both_race(tmp_path):
     study, pipeline = nested_finalists(tmp_path)
     results = load_results(study)
     none_fits = partial(trim_ahead, results, rounds=3, fits=lambda configurations: False)
-    confirmation = run_race(study, results, 3, pipeline, lambda name, result: None, trim_ahead=none_fits)
+    confirmation = run_race(study, results, 3, pipeline, lambda name, result: None, trim_ahead=none_fits, park=True)
     assert len(confirmation.finalists) == 2
     assert all(finalist.left is not Left.TRIMMED and finalist.throughputs for finalist in confirmation.finalists)
 
 
-def _finalist(label: str, knobs: dict) -> Finalist:
-    return Finalist(label, knobs, sum(knobs[name] != BASELINE[name] for name in KNOBS), None)
+class NestedFails(SmallLayoutGain):
+    """As ``SmallLayoutGain``, but every run of the nested configuration fails."""
+
+    def __call__(self, knobs, name, on_progress=None):
+        if knobs == NESTED:
+            self.names.append(name)
+            return TrialResult(knobs=dict(knobs), failure=Failure(FailureKind.SIGNAL, "killed"))
+        return super().__call__(knobs, name, on_progress)
+
+
+def test_where_the_finalist_whose_trim_was_to_race_another_does_not_win_the_race_runs_anew_with_every_finalist(
+    tmp_path,
+):
+    study, _ = nested_finalists(tmp_path)
+    results, failing, notes = load_results(study), NestedFails(), []
+    ahead = partial(trim_ahead, results, rounds=3)
+    confirmation = run_race(
+        study, results, 3, failing, lambda name, result: None, on_note=notes.append, trim_ahead=ahead, park=True
+    )
+    nested, inner = confirmation.finalists
+    assert any("no trim will race trial 0 (no finalist won the race): the race runs anew" in note for note in notes)
+    assert inner.left is None and inner.throughputs and confirmation.winner is inner, "raced, it wins"
+    assert "did not race" not in confirmation.describe()
+    assert failing.names.count(f"confirm-1-trial-{nested.label}") == 2, "its run failed in round 1 of each race"
+
+
+def test_a_finalist_left_to_a_trim_is_not_ruled_out_by_a_race_stopped_before_its_end():
+    """A race stopped in round 2 rules out the finalists it dropped, not one that left it for a trim unmeasured."""
+    lagged = _finalist("1", NESTED)
+    lagged.throughputs.append(150.0)
+    lagged.leave(Left.LAGGING, "more than 10% behind trial 2 after round 1")
+    parked = _finalist("0", INNER)
+    parked.leave(Left.TRIMMED, "trial 2's trim races it")
+    leader = _finalist("2", {**NESTED, "set_to_none": False}, [200.0])
+    stopped = Confirmation([100.0], [leader, lagged, parked], planned_rounds=3, cut=True)
+    assert _left(stopped) == frozenset({"1"})
+
+
+def _finalist(label: str, knobs: dict, runs: list[float] | None = None) -> Finalist:
+    return Finalist(label, knobs, sum(knobs[name] != BASELINE[name] for name in KNOBS), None, list(runs or []))
 
 
 def _undoing(*knobs: str):
