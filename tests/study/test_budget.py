@@ -541,7 +541,7 @@ def test_the_race_ends_at_its_verdict_only_where_the_trims_first_race_fits_the_b
     monkeypatch.setattr(app, "run_trim", lambda *args, **kwargs: [])
     clock = RunClock(budget_s=budget_s)
     clock.count(measured(2.0))
-    full = SimpleNamespace(study=replace(settings(tmp_path), confirm_rounds=3, diagnose=False))
+    full = SimpleNamespace(study=replace(settings(tmp_path), confirm_rounds=3, diagnose=False, budget_s=budget_s))
     runner = SimpleNamespace(new_draw=lambda: None)
     app._finish(study, this_machine_id(), full, runner, None, tmp_path, print, io.StringIO(), clock)
     ((trimmed, park),) = told
