@@ -204,12 +204,15 @@ def unprovable(finalist: Finalist, baseline_runs: list[float], rounds: int) -> b
 def lagging(
     runs: list[float], leader_quiet: list[float], leader_runs: list[float], margin: float = RACE_MARGIN
 ) -> bool:
-    """Whether a finalist's median so far, of its ``runs`` not disturbed, is ``margin`` or more behind the leader's,
-    of the leader's runs not disturbed (``leader_quiet``), or of all its runs (``leader_runs``) where every one was.
-    A load slows configurations unalike, and a slowed run reads low: a finalist whose every run was slowed stays for
-    the next round, but one behind the leader's slowed runs is behind the leader."""
-    reference = leader_quiet or leader_runs
-    return bool(runs and reference) and statistics.median(runs) < statistics.median(reference) * (1 - margin)
+    """Whether a finalist's median so far, of its ``runs`` not disturbed, is ``margin`` or more behind the leader's
+    median of its runs not disturbed (``leader_quiet``), or, where every one was, behind the slowest of all its runs
+    (``leader_runs``). A load slows configurations unalike, and a slowed run reads low: a finalist whose every run
+    was slowed stays for the next round, but one behind the leader's slowed runs is behind the leader (the slowest:
+    the faster of two slowed runs may stand for one, ``autotune/study/disturbed.py``)."""
+    if not runs or not (leader_quiet or leader_runs):
+        return False
+    reference = statistics.median(leader_quiet) if leader_quiet else min(leader_runs)
+    return statistics.median(runs) < reference * (1 - margin)
 
 
 def decided(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:
