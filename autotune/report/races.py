@@ -23,6 +23,7 @@ from autotune.results.race_rules import (
     TIE_TOLERANCE,
     beats,
     finalist_choice,
+    leader_pace,
     losses_allowed,
     paired_ratio,
     rounds_lost,
@@ -369,10 +370,14 @@ def _why_left(race: Confirmation, variant: Finalist, undoing: str) -> tuple[str,
         )
     if variant.left is Left.LAGGING:
         quiet, quiet_reference = _quiet_runs(race, variant, ran), _quiet_runs(race, reference, ran)
-        behind = statistics.median(quiet) / statistics.median(quiet_reference)
+        behind = statistics.median(quiet) / leader_pace(quiet_reference, reference.throughputs[:ran])
+        by = (
+            "by the medians of the runs not slowed"
+            if quiet_reference
+            else "by the median of its runs not slowed against the slowest of that trial's runs, each slowed"
+        )
         return (
-            f"{undoing} fell more than {TRIM_MARGIN:.0%} behind trial {reference.label} by the medians of the runs "
-            "not slowed",
+            f"{undoing} fell more than {TRIM_MARGIN:.0%} behind trial {reference.label} {by}",
             f"after {rounds_named([ran])}: {behind:.2f}x",
         )
     if variant.left is Left.BEATEN:

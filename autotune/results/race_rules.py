@@ -205,14 +205,20 @@ def lagging(
     runs: list[float], leader_quiet: list[float], leader_runs: list[float], margin: float = RACE_MARGIN
 ) -> bool:
     """Whether a finalist's median so far, of its ``runs`` not disturbed, is ``margin`` or more behind the leader's
-    median of its runs not disturbed (``leader_quiet``), or, where every one was, behind the slowest of all its runs
-    (``leader_runs``). A load slows configurations unalike, and a slowed run reads low: a finalist whose every run
-    was slowed stays for the next round, but one behind the leader's slowed runs is behind the leader (the slowest:
-    the faster of two slowed runs may stand for one, ``autotune/study/disturbed.py``)."""
-    if not runs or not (leader_quiet or leader_runs):
-        return False
-    reference = statistics.median(leader_quiet) if leader_quiet else min(leader_runs)
-    return statistics.median(runs) < reference * (1 - margin)
+    pace (``leader_pace``). A load slows configurations unalike: a finalist whose every run was slowed stays for the
+    next round."""
+    pace = leader_pace(leader_quiet, leader_runs)
+    return bool(runs) and pace is not None and statistics.median(runs) < pace * (1 - margin)
+
+
+def leader_pace(leader_quiet: list[float], leader_runs: list[float]) -> float | None:
+    """What ``lagging`` holds a finalist against: the median of the leader's runs not disturbed (``leader_quiet``),
+    or, where every one was, the slowest of all its runs (``leader_runs``); None where it has none. A slowed run reads
+    low, so one behind the leader's slowed runs is behind the leader (the slowest: the faster of two slowed runs may
+    stand for one, ``autotune/study/disturbed.py``)."""
+    if leader_quiet:
+        return statistics.median(leader_quiet)
+    return min(leader_runs) if leader_runs else None
 
 
 def decided(running: list[Finalist], baseline_runs: list[float], before_race: dict[str, float]) -> bool:

@@ -13,6 +13,7 @@ from autotune.benchmark import both_ends, measure_rounds
 from autotune.config.load import load_settings
 from autotune.measure.core_speed import CoreSpeed
 from autotune.measure.measurement import SystemReport
+from autotune.report.races import _why_left
 from autotune.results.benchmark import Benchmark
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
@@ -237,9 +238,11 @@ def test_a_variant_behind_the_slowed_run_of_the_configuration_it_came_from_leave
         }
     )
     racing = [reference, behind, slowed]
-    race(racing, BASELINE, {}, 3, "trim-1", runs, lambda name, result: None, alone, reference)
+    trim = race(racing, BASELINE, {}, 3, "trim-1", runs, lambda name, result: None, alone, reference)
     assert behind.throughputs == [75.0] and "more than 15% behind trial 1 after round 1" in behind.dropped
     assert slowed.dropped is None and len(slowed.throughputs) == 3
+    why, figures = _why_left(trim, behind, "undoing it")
+    assert why.endswith("against the slowest of that trial's runs, each slowed") and figures == "after round 1: 0.75x"
 
 
 def test_in_a_race_a_disturbed_run_of_the_baseline_is_measured_again_and_the_round_compares_the_second():
