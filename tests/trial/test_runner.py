@@ -463,6 +463,7 @@ def test_a_trial_killed_with_its_job_waits_for_the_tuners_own_stop_and_is_interr
 
 def test_a_trial_killed_by_a_stop_signal_with_no_stop_of_the_tuner_after_is_the_fault_it_looks(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "_OWN_STOP_GRACE_S", 0.05)
-    dies = "import os, signal; os.kill(os.getpid(), signal.SIGHUP)"
+    # Its default action first: under nohup the test's processes inherit SIGHUP ignored.
+    dies = "import os, signal; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGHUP)"
     result = run_trial(request(), 60, tmp_path, "t", launcher=Scripted(dies))
     assert result.failure.kind is FailureKind.SIGNAL and result.failure.message == "killed by SIGHUP"
