@@ -34,6 +34,9 @@ from autotune.study.trial_outcome import RunFn
 from autotune.trial.result import Disturbance, TrialResult
 from autotune.words import counted, listed
 
+# The runs of a race run anew (``_parked_in_vain``) are named apart from the first race's, whose runs and files they
+# would otherwise take for their own.
+RACED_ANEW = "confirm-anew"
 # Whether a round of these configurations (their knobs, and the step in words) fits in study.budget_s
 # (``RunClock.affords_round``).
 AffordsRoundFn = Callable[[list[dict[str, Any]], str], bool]
@@ -106,17 +109,21 @@ def run_race(
         named = f"{'trials' if len(racing) > 1 else 'trial'} {listed([f.label for f in racing])} against the baseline"
         announce(on_note, "[race]", named, [base.knobs, *(f.knobs for f in racing)], rounds, first, round_s)
 
-    def raced(racing: list[Finalist], start: Confirmation | None) -> Confirmation:
+    def raced(racing: list[Finalist], start: Confirmation | None, name: str) -> Confirmation:
         return race(
-            racing, base.knobs, before_race, rounds, "confirm", run, on_run, affords=affords, new_draw=new_draw,
+            racing, base.knobs, before_race, rounds, name, run, on_run, affords=affords, new_draw=new_draw,
             start=start, on_round=store, runs_out=lambda winner: not ahead(winner), on_start=on_start,
         )  # fmt: skip
 
-    confirmation = raced(finalists, stored if resumable else None)
+    start = stored if resumable else None
+    anew = start is not None and park and _raced_anew(start, ahead)
+    confirmation = raced(finalists, start, RACED_ANEW if anew else "confirm")
     if unraced := _parked_in_vain(confirmation, ahead):
         if on_note is not None:
             on_note(f"[race] {_no_trim_races(confirmation, unraced)}: the race runs anew, every finalist in it")
-        confirmation = raced(entrants(), None)
+        # Stored before its first round: a run stopped in it goes on with it, not with the race it replaces.
+        store(Confirmation([], entrants(), None, rounds, True, baseline_peak_memories=[]))
+        confirmation = raced(entrants(), None, RACED_ANEW)
     store(confirmation)
     return replace(confirmation, trials=trials)
 
@@ -127,10 +134,19 @@ def _parked_in_vain(
     """The finalists that left ``confirmation`` before it started for a trim that will not race them
     (``left_to_trims``): the race's winner is not the finalist whose trim was to race them (it failed, lost, or
     could not be proven), or its trim will not race them after all."""
+    if confirmation.cut or confirmation.failure:  # nothing decided: a later run goes on, or the baseline is kept
+        return []
     winner = confirmation.winner
     raced = [variant.knobs for variant in trim_ahead(winner).values()] if winner is not None else []
     parked = [f for f in confirmation.finalists if f.left is Left.TRIMMED]
     return [f for f in parked if f.knobs not in raced]
+
+
+def _raced_anew(stored: Confirmation, trim_ahead: Callable[[Finalist], dict[str, Finalist]]) -> bool:
+    """Whether ``stored``, a race cut short, is a race run anew (``_parked_in_vain``): it parks none of the finalists
+    another's trim would race."""
+    parked = any(f.left is Left.TRIMMED for f in stored.finalists)
+    return not parked and bool(left_to_trims(stored.finalists, trim_ahead))
 
 
 def _no_trim_races(confirmation: Confirmation, unraced: list[Finalist]) -> str:

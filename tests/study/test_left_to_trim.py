@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import pytest
+
 from autotune.knobs import KNOBS
 from autotune.results.finalist import Finalist, Left
 from autotune.results.model import load_results
@@ -101,7 +103,12 @@ def test_where_the_finalist_whose_trim_was_to_race_another_does_not_win_the_race
     assert any("no trim will race trial 0 (no finalist won the race): the race runs anew" in note for note in notes)
     assert inner.left is None and inner.throughputs and confirmation.winner is inner, "raced, it wins"
     assert "did not race" not in confirmation.describe()
-    assert failing.names.count(f"confirm-1-trial-{nested.label}") == 2, "its run failed in round 1 of each race"
+    assert failing.names[:2] == ["confirm-1-baseline", f"confirm-1-trial-{nested.label}"]
+    assert failing.names[2:] == [
+        "confirm-anew-1-baseline",
+        f"confirm-anew-1-trial-{nested.label}",
+        f"confirm-anew-1-trial-{inner.label}",
+    ], "the race anew, its runs named apart from the first race's"
 
 
 def test_a_finalist_left_to_a_trim_is_not_ruled_out_by_a_race_stopped_before_its_end():
@@ -145,3 +152,53 @@ def test_only_a_finalist_whose_trim_races_leaves_others_to_it():
     compiled = _finalist("5", {**NESTED, "compile": "default"})
     plain_twin = _finalist("6", NESTED)
     assert left_to_trims([compiled, plain_twin], _undoing("compile")) == {}, "a compiled finalist's twin races"
+
+
+class StopsOnce(SmallLayoutGain):
+    """As ``SmallLayoutGain``; the run named ``stop_at`` raises KeyboardInterrupt (the tuner stopped) the first time."""
+
+    def __init__(self, stop_at: str, fails: bool = False):
+        super().__init__()
+        self.stop_at, self.fails = stop_at, fails
+
+    def __call__(self, knobs, name, on_progress=None):
+        if name == self.stop_at:
+            self.stop_at = None
+            raise KeyboardInterrupt
+        if self.fails and knobs == NESTED:
+            self.names.append(name)
+            return TrialResult(knobs=dict(knobs), failure=Failure(FailureKind.SIGNAL, "killed"))
+        return super().__call__(knobs, name, on_progress)
+
+
+def test_a_race_run_anew_is_stored_before_its_first_round_and_a_stopped_one_goes_on_under_its_own_name(tmp_path):
+    study, _ = nested_finalists(tmp_path)
+    stopping = StopsOnce("confirm-anew-1-baseline", fails=True)
+    ahead = partial(trim_ahead, load_results(study), rounds=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_race(study, load_results(study), 3, stopping, lambda n, r: None, trim_ahead=ahead, park=True)
+    stored = load_results(study).confirmation
+    assert stored.cut and not stored.rounds and all(f.left is None for f in stored.finalists), "the race anew"
+    results = load_results(study)
+    ahead = partial(trim_ahead, results, rounds=3)
+    confirmation = run_race(study, results, 3, stopping, lambda n, r: None, trim_ahead=ahead, park=True)
+    assert stopping.names[-1].startswith("confirm-anew-") and "confirm-anew-1-baseline" in stopping.names
+    assert confirmation.winner is not None and confirmation.winner.knobs == INNER
+
+
+def test_a_race_that_decided_nothing_is_not_run_anew_for_a_parked_finalist(tmp_path):
+    """A failed baseline run keeps the baseline; a race cut short is gone on with by a later run."""
+    study, _ = nested_finalists(tmp_path)
+    failing = SmallLayoutGain()
+    failing_base = lambda knobs, name, on_progress=None: (  # noqa: E731
+        TrialResult(knobs=dict(knobs), failure=Failure(FailureKind.SIGNAL, "killed"))
+        if name.endswith("-baseline")
+        else failing(knobs, name, on_progress)
+    )
+    ahead = partial(trim_ahead, load_results(study), rounds=3)
+    notes = []
+    confirmation = run_race(
+        study, load_results(study), 3, failing_base, lambda n, r: None, on_note=notes.append, trim_ahead=ahead,
+        park=True,
+    )  # fmt: skip
+    assert confirmation.failure and not any("runs anew" in note for note in notes)
