@@ -15,7 +15,7 @@ other, in rounds of processes of their own, the order rotating each round (``aut
   every round, as this race would.
 - Leaving the race: a finalist whose run fails, that lost more rounds to the baseline than a proof allows
   (``unprovable``), or whose median falls RACE_MARGIN behind the leader's (``lagging``: of the runs not disturbed,
-  ``TrialResult.disturbed``; the leader's all, where every one was).
+  ``TrialResult.disturbed``; the slowest of the leader's runs, where every one was: ``leader_pace``).
 - The verdict early (``decided``): when more rounds could not change it (DECISIVE_GAIN), on a round none of whose runs
   was disturbed (``run_race.race``): a gain read against a slowed run is not decided by it. The other
   finalists then leave, and the winner and the baseline run the rounds left (``run_race._leave_to``), so that the
