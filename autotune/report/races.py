@@ -199,12 +199,13 @@ def _rounds_key(tables: list[Table | None], trim: bool = False) -> list[str]:
         "round; each entrant's median over the rounds it and the baseline ran, and its ratio to the baseline's median "
         "over those same rounds; and each round's fastest."
     )
-    if any("round" in cell for cell in medians) and trim:
+    left_early = any("round" in cell for cell in medians)
+    if left_early and trim:
         key += (
             " A variant that left early names the rounds its median is of and gives no ratio to the baseline, whose "
             "runs of those rounds alone may read far from its row's median: the trim judges it by the last column."
         )
-    elif any("round" in cell for cell in medians):
+    elif left_early:
         key += (
             " An entrant that left early names the rounds its median is of: its ratio is to the baseline's median "
             "over those rounds alone, not to the baseline's row."

@@ -7,7 +7,6 @@ from typing import Any
 
 from autotune.records import OutOfMemory, TrialRecord, record_name
 from autotune.results.model import StudyResults
-from autotune.trial.result import FailureKind
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,4 @@ def batch_limit(results: StudyResults) -> BatchLimit:
 def _trained(record: TrialRecord) -> bool:
     """Whether ``record`` trained without running out of memory: measured (an incorrect loss too), or stopped after
     its first steps with a reading of them (pruned; an incorrect loss the pruner stopped)."""
-    failure, measured = record.result.failure, record.result.measurement is not None
-    if failure is None:
-        return measured
-    return (failure.kind is FailureKind.INCORRECT and measured) or failure.ran_steps
+    return record.result.ran_values

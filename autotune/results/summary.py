@@ -320,7 +320,8 @@ class Summary:
         the baseline slowed it."""
         if self.proof is None:
             return []
-        return [index for index in range(1, self.proof.rounds + 1) if index not in self.gain_rounds]
+        counted = set(self.gain_rounds)
+        return [index for index in range(1, self.proof.rounds + 1) if index not in counted]
 
     @property
     def gain_counts_slowed(self) -> list[int]:

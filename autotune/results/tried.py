@@ -22,7 +22,7 @@ def tries_of(results: StudyResults) -> Tried:
     measured = [record for record in results.records if record.result.ok]
     # A trial measured with a loss that was not finite ran its values, as did one pruned, until it read clearly slower,
     # or stopped by the pruner after such a loss: they were tried.
-    tried = [r for r in results.records if r.result.ok or r.result.measurement or r.result.failure.ran_steps]
+    tried = [r for r in results.records if r.result.ran_values]
     recommended, left_out, kept, raced = None, {}, {}, {}
     if results.baseline is not None and results.baseline.result.ok:
         summary = summarise(results)

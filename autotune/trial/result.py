@@ -317,6 +317,12 @@ class TrialResult:
         return self.failure is None
 
     @property
+    def ran_values(self) -> bool:
+        """Whether the trial ran its values: measured (a loss that was not finite too), or stopped after its first
+        steps with a reading of them (``Failure.ran_steps``)."""
+        return self.measurement is not None or (self.failure is not None and self.failure.ran_steps)
+
+    @property
     def disturbed(self) -> bool:
         """Whether something beside the run may have slowed it, so that its figures may read low: other processes
         took its cores or shared its GPU (``SystemReport.disturbed``), or the cores ran slow around it
