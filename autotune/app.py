@@ -458,8 +458,7 @@ def _race_round_s(settings: Settings, clock: RunClock, baseline: TrialResult, tr
     """What a round of the race is expected to take once ``trials`` trials are measured: the baseline and
     ``_finalists_to_be``, none of them known yet, each as long as the slowest configuration measured that may race
     (``RunClock.round_s``: its run beat the baseline's), else as the baseline (0 without a race)."""
-    finalists = _finalists_to_be(settings, trials)
-    return race_round_s(clock, baseline, finalists) if finalists else 0.0
+    return race_round_s(clock, baseline, _finalists_to_be(settings, trials))
 
 
 def _race_s(settings: Settings, clock: RunClock, baseline: TrialResult, trials: int) -> float:

@@ -327,17 +327,25 @@ def _module_of(path: str) -> str | None:
     if not roots or is_own_code(path):
         return None
     relative = Path(resolved).relative_to(max(roots, key=len)).with_suffix("")
-    parts = [part for part in relative.parts if part not in ("site-packages", "dist-packages")]
+    parts = [part for part in relative.parts if part not in _INSTALLED_DIRS]
     if parts and parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts) or None
 
 
+# The folders installed packages live in.
+_INSTALLED_DIRS = ("site-packages", "dist-packages")
+
+
+def _in_installed(resolved: str) -> bool:
+    """Whether the resolved path ``resolved`` lies in an installed package's folder."""
+    return any(folder in resolved for folder in _INSTALLED_DIRS)
+
+
 def is_installed_package(path: str) -> bool:
     """Whether ``path`` is a file of an installed package other than autotune (torch's, say)."""
     resolved = str(Path(path).resolve())
-    installed = "site-packages" in resolved or "dist-packages" in resolved
-    return installed and not resolved.startswith(_AUTOTUNE + os.sep)
+    return _in_installed(resolved) and not resolved.startswith(_AUTOTUNE + os.sep)
 
 
 def is_own_code(path: str) -> bool:
@@ -346,7 +354,7 @@ def is_own_code(path: str) -> bool:
     if path == "~" or path.startswith("<"):
         return False
     resolved = str(Path(path).resolve())
-    if resolved.startswith(_AUTOTUNE + os.sep) or "site-packages" in resolved or "dist-packages" in resolved:
+    if resolved.startswith(_AUTOTUNE + os.sep) or _in_installed(resolved):
         return False
     return not resolved.startswith(tuple(root + os.sep for root in _LIBRARY_ROOTS))
 

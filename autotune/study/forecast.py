@@ -107,7 +107,9 @@ def race_round_s(clock: RunClock, baseline: TrialResult, finalists: int) -> floa
     """What a round of the race of the ``baseline`` and ``finalists`` finalists-to-be, none known yet, is expected to
     take: each as long as the slowest configuration measured so far that may race (its run beat the baseline's:
     ``RunClock.round_s``), else as the baseline. The ``[time]`` line and what study.budget_s keeps back for the race
-    read this one rule."""
+    read this one rule; 0 without finalists."""
+    if not finalists:
+        return 0.0
     return clock.round_s([baseline.knobs], unknown=finalists, faster_than=baseline.timing.throughput)
 
 
@@ -139,14 +141,13 @@ def forecast(
     baseline's; and, with ``profiles``, the baseline and the recommendation profiled."""
     racing = may_race(baseline, first)
     base = baseline.result.knobs
-    racers = rounds and finalists  # each as slow as the baseline, or a trial measured so far that may race
     trim_round = _trim_round(baseline, first, batch_policy, device) if racing else [base] * (2 + UNKNOWN_WINNER_CHANGES)
     return Forecast(
         trials=trials_left,
         trial_s=clock.screen_s(),
         slots=max(slots, 1),
         rounds=rounds,
-        race_round_s=race_round_s(clock, baseline.result, finalists) if racers else 0.0,
+        race_round_s=race_round_s(clock, baseline.result, finalists) if rounds else 0.0,
         trim_round_s=clock.round_s(trim_round) if rounds and trim_round else 0.0,
         variants=max(len(trim_round) - 2, 0),  # besides the baseline and the winner
         profiles_s=clock.profiles_s() if profiles else 0.0,

@@ -122,8 +122,9 @@ def run_race(
         if on_note is not None:
             on_note(f"[race] {_no_trim_races(confirmation, unraced)}: the race runs anew, every finalist in it")
         # Stored before its first round: a run stopped in it goes on with it, not with the race it replaces.
-        store(Confirmation([], entrants(), None, rounds, True, baseline_peak_memories=[]))
-        confirmation = raced(entrants(), None, RACED_ANEW)
+        fresh = entrants()
+        store(Confirmation([], fresh, None, rounds, True, baseline_peak_memories=[]))
+        confirmation = raced(fresh, None, RACED_ANEW)
     store(confirmation)
     return replace(confirmation, trials=trials)
 
