@@ -18,6 +18,10 @@ _T95 = (
 _Z975 = 1.959964  # the normal distribution's 97.5th percentile
 # Rounds an interval of paired ratios needs: Student's t has no degrees of freedom from one (``ratio_interval``).
 MIN_ROUNDS = 2
+# Quiet rounds a gain needs left for slowed ones to be left out of it (``quiet_rounds``): over two, Student's t for 95 %
+# is 12.7 and the interval bounds nothing (a 2.2x gain read 0.85-5.6x), over three 4.3; a slowed run reads about 0.94x
+# of the same configuration's quiet ones (docs/benchmarks.md, section 13), far less than two rounds' interval gives up.
+MIN_QUIET_ROUNDS = 3
 
 
 def t95(degrees_of_freedom: float) -> float:
@@ -112,11 +116,11 @@ def ratio_interval(ratios: Sequence[float]) -> RatioInterval | None:
 
 def quiet_rounds(ratios: dict[int, float], slowed: set[int]) -> dict[int, float]:
     """The paired rounds' ``ratios`` (by round) a gain is stated from: those of the rounds not ``slowed`` (something
-    beside one of the two runs slowed it: its ratio reads what the load did), where MIN_ROUNDS or more are, as an
-    interval needs, and at least half of them; else all of them, and the reports name the slowed runs.
+    beside one of the two runs slowed it: its ratio reads what the load did), where MIN_QUIET_ROUNDS or more are, and
+    at least half of them; else all of them, and the reports name the slowed runs.
     Where most rounds were slowed, slowed is how this machine runs, not a passing load, and what it costs a run is
     small beside what leaving most rounds out costs the interval (Student's t for 95 % over two rounds is 12.7, over
-    five 2.8): on a host whose cores' reading flagged most runs, the flagged ones read 0.94x the same configuration's
-    others (docs/benchmarks.md, section 13)."""
+    three 4.3, over five 2.8): on a host whose cores' reading flagged most runs, the flagged ones read 0.94x the same
+    configuration's others (docs/benchmarks.md, section 13)."""
     quiet = {index: ratio for index, ratio in ratios.items() if index not in slowed}
-    return quiet if len(quiet) >= MIN_ROUNDS and 2 * len(quiet) >= len(ratios) else ratios
+    return quiet if len(quiet) >= MIN_QUIET_ROUNDS and 2 * len(quiet) >= len(ratios) else ratios

@@ -273,12 +273,13 @@ def _ratio(
 
 def _rounds_counted(benchmark: Benchmark, entry: Entry, reference: Entry | None) -> str:
     """Where a ratio does not stand on every round alike, in words to follow its verdict: the slowed rounds it leaves
-    out, or that it counts them (most rounds were slowed: its verdict reads the load too); empty elsewhere."""
+    out, or that it counts them (too few rounds were quiet: its verdict reads the load too); empty elsewhere."""
     if left_out := benchmark.rounds_left_out(entry, reference):
         return f"; {slowed_rounds_left_out(left_out)}"
     if benchmark.counts_slowed(entry, reference):
         slowed = benchmark.slowed_rounds(entry, reference)
-        return f"; counting {rounds_named(slowed)}, slowed, as most rounds were"
+        them = "it" if len(slowed) == 1 else "them"
+        return f"; counting {rounds_named(slowed)}, slowed, too few rounds being quiet to leave {them} out"
     return ""
 
 

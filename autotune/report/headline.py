@@ -219,7 +219,8 @@ def _caveats(summary: Summary) -> list[str]:
     if counted_slowed := summary.gain_counts_slowed:  # a gain of what the load did too: not one to act on unsaid
         said.append(
             f" The gain is unreliable: it counts {rounds_named(counted_slowed)}, in which something beside the runs "
-            "slowed one (as most rounds were, every round counts): see 'Measured on a busy machine'."
+            "slowed one (too few rounds were quiet to leave it out, so every round counts): see 'Measured on a busy "
+            "machine'."
         )
     elif slowed:
         said.append(

@@ -9,7 +9,7 @@ out of the recommendation is measured against the recommendation too, by the sam
 that matters; within noise, one not shown to. A benchmark stopped before its last round (``Benchmark.stopped``)
 decides nothing: its record's verdict on each configuration is stopped (``Benchmark.recorded_verdict``), as a stopped
 self-check's is; its ratios and intervals are what the rounds that ran read, provisional. A round in which something
-beside one of the two runs slowed it is left out of their ratio, unless most rounds were so slowed (``quiet_rounds``):
+beside one of the two runs slowed it is left out of their ratio, unless too few rounds stay quiet (``quiet_rounds``):
 then every round counts, and the pages say the figure may be off.
 """
 
@@ -179,13 +179,13 @@ class Benchmark:
         return list(self.counted_ratios(entry, reference).values())
 
     def rounds_left_out(self, entry: Entry, reference: Entry | None = None) -> list[int]:
-        """The ``slowed_rounds`` that ``ratios`` leave out: all of them, or none where most rounds were slowed."""
+        """The ``slowed_rounds`` that ``ratios`` leave out: all of them, or none where too few rounds stay quiet."""
         counted = self.counted_ratios(entry, reference)
         return [index for index in self.slowed_rounds(entry, reference) if index not in counted]
 
     def counts_slowed(self, entry: Entry, reference: Entry | None = None) -> bool:
-        """Whether ``ratios`` count rounds something slowed (most rounds were: ``quiet_rounds``), so that they read
-        what the load did as well as the configurations."""
+        """Whether ``ratios`` count rounds something slowed (too few rounds stay quiet: ``quiet_rounds``), so that they
+        read what the load did as well as the configurations."""
         return bool(self.slowed_rounds(entry, reference)) and not self.rounds_left_out(entry, reference)
 
     def counted_medians(self, entry: Entry, reference: Entry | None = None) -> tuple[float, float]:

@@ -82,7 +82,7 @@ class Confirmation:
 
     def gain_ratios(self, label: str) -> dict[int, float]:
         """Finalist ``label``'s throughput over the baseline's, by round (from 1), of the rounds a gain is stated from
-        (``quiet_rounds``: not those in which something beside one of the two runs slowed it, where two or more
+        (``quiet_rounds``: not those in which something beside one of the two runs slowed it, where three or more
         rounds, and at least half of them, are left)."""
         finalist = next(f for f in self.finalists if f.label == label)
         pairs = enumerate(zip(*self.paired(finalist), strict=True), start=1)

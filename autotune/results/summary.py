@@ -310,7 +310,7 @@ class Summary:
         """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
         round by round, in the race that proved it (``proof``: each round ran the two close together, so pairing them
         cancels the machine's slower drifts), with Student's t interval; None without a race or with one round. A
-        round in which something beside one of the two runs slowed it is left out where two rounds or more, and at
+        round in which something beside one of the two runs slowed it is left out where three rounds or more, and at
         least half of them, are left (``Confirmation.gain_ratios``: ``gain_rounds_left_out``)."""
         return ratio_interval(list(self._gain_ratios.values())) if self.proof else None
 
@@ -326,8 +326,8 @@ class Summary:
     @property
     def gain_counts_slowed(self) -> list[int]:
         """The rounds the gain counts (``gain_rounds``) in which something beside a run of the recommendation or the
-        baseline slowed it: most rounds were, so none was left out (``quiet_rounds``), and the gain reads the load
-        too; none elsewhere."""
+        baseline slowed it: too few rounds stay quiet, so none was left out (``quiet_rounds``), and the gain reads the
+        load too; none elsewhere."""
         proof = self.proof
         if proof is None:
             return []

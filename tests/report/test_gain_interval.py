@@ -76,13 +76,13 @@ def test_the_headline_gain_is_the_centre_of_its_interval_when_the_machine_drifts
 
 def test_a_round_whose_run_something_beside_it_slowed_is_left_out_of_the_gain_and_the_headline_says_so(tmp_path):
     # Round 2's baseline run read 5x slow (the cores ran 3.5x slow): with it the paired geometric mean read 4.2x.
-    baseline, winner = [100.0, 20.0, 100.0], [242.0, 250.0, 263.0]
+    baseline, winner = [100.0, 20.0, 100.0, 100.0], [242.0, 250.0, 263.0, 251.0]
     slowed = {"confirm-2-baseline": Disturbance(cores_slowdown=3.5)}
     confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=slowed)
     console, markdown, page, report = _reported(tmp_path, confirmation)
-    interval = ratio_interval([2.42, 2.63])
-    said = f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over 2 paired rounds (round 2 left out: a run of it"
-    assert report["speedup"] == pytest.approx(interval.geomean) and report["speedup_interval"]["n"] == 2
+    interval = ratio_interval([2.42, 2.63, 2.51])
+    said = f"95 % interval {interval.low:.2f}-{interval.high:.2f}x over 3 paired rounds (round 2 left out: a run of it"
+    assert report["speedup"] == pytest.approx(interval.geomean) and report["speedup_interval"]["n"] == 3
     assert f"{interval.geomean:.2f}x the baseline's throughput" in console and said in console and said in markdown
     assert "1 of the runs it stands on was disturbed" in markdown
     method = yaml.safe_load((tmp_path / "recommended.yaml").read_text())["throughput"]["method"]
@@ -94,9 +94,15 @@ def test_a_round_whose_run_something_beside_it_slowed_is_left_out_of_the_gain_an
     [
         ([100.0, 20.0], {"confirm-2-baseline"}, 2),  # one quiet round would leave no interval: both count
         ([20.0, 100.0, 20.0], {"confirm-1-baseline", "confirm-3-trial-0"}, 3),
+        ([100.0, 100.0, 20.0], {"confirm-3-baseline"}, 3),  # two quiet rounds would bound nothing (t 12.7)
+        (
+            [100.0] * 3 + [20.0] * 4,
+            {"confirm-4-baseline", "confirm-5-trial-0", "confirm-6-baseline", "confirm-7-baseline"},
+            7,
+        ),
     ],
 )
-def test_where_fewer_than_two_rounds_would_be_left_every_round_counts(tmp_path, baseline, slowed, rounds):
+def test_where_fewer_than_three_rounds_would_be_left_every_round_counts(tmp_path, baseline, slowed, rounds):
     winner = [250.0] * len(baseline)
     disturbed = dict.fromkeys(slowed, Disturbance(others_cores=1.0))
     confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=disturbed)

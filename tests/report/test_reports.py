@@ -188,9 +188,9 @@ def test_a_race_ended_by_a_failed_baseline_run_says_so_not_that_the_gain_did_not
 
 
 def test_the_runs_a_race_counted_though_other_processes_slowed_them_are_named_and_the_headline_says_so(tmp_path):
-    finalist, other = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0]), Finalist("2", {}, 1, 100.0, [90.0])
+    finalist, other = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0, 113.0]), Finalist("2", {}, 1, 100.0, [90.0])
     slowed = {"confirm-2-baseline": Disturbance(others_cores=1.0), "confirm-1-trial-2": Disturbance(cores_slowdown=1.4)}
-    confirmation = Confirmation([100.0, 98.0, 102.0], [finalist, other], disturbed=slowed, trials=["0", "2"])
+    confirmation = Confirmation([100.0, 98.0, 102.0, 101.0], [finalist, other], disturbed=slowed, trials=["0", "2"])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
     files = write_reports(results, summarise(results), tmp_path)
     markdown = files["report.md"].read_text()

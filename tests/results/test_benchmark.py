@@ -21,12 +21,16 @@ BIGGER = {**BASE, "batch_size": 32}
 
 
 def benchmark(recommended_runs, base_runs=(100.0, 104.0, 98.0)) -> Benchmark:
+    rounds = len(base_runs)
     entries = [
-        Entry("baseline", "baseline", None, BASE, list(base_runs), [400.0, 410.0, 405.0]),
-        Entry("recommended", "recommended", None, BIGGER, list(recommended_runs), [500.0] * 3),
-        Entry("baseline + batch_size", "alone", "batch_size", BIGGER, [None, 150.0, 149.0], [None, 1, 1]),
-    ]
-    return Benchmark("p", "cpu", 3, "recommended.yaml", {"cpu_model": "Test CPU"}, entries)
+        Entry("baseline", "baseline", None, BASE, list(base_runs), [400.0, 410.0, *[405.0] * (rounds - 2)]),
+        Entry("recommended", "recommended", None, BIGGER, list(recommended_runs), [500.0] * rounds),
+        Entry(
+            "baseline + batch_size", "alone", "batch_size", BIGGER,
+            [None, 150.0, *[149.0] * (rounds - 2)], [None, *[1] * (rounds - 1)],
+        ),
+    ]  # fmt: skip
+    return Benchmark("p", "cpu", rounds, "recommended.yaml", {"cpu_model": "Test CPU"}, entries)
 
 
 def test_a_change_whose_alone_or_left_out_is_an_end_is_judged_by_that_ends_runs():
@@ -95,7 +99,7 @@ def test_the_runs_an_earlier_version_stored_in_words_read_back_as_what_slowed_th
 
 
 def test_the_record_is_written_first_and_reads_back(tmp_path):
-    record = benchmark([150.0, 156.0, 147.0])
+    record = benchmark([150.0, 156.0, 147.0, 153.0], base_runs=(100.0, 104.0, 98.0, 102.0))
     record.entries[1].disturbed[3] = Disturbance(gpu_processes=1, cores_slowdown=1.5)
     files = write_benchmark(record, tmp_path)
     assert list(files) == ["benchmark.json", "benchmark.md", "benchmark.html"]
@@ -132,12 +136,12 @@ def test_a_change_left_out_is_judged_against_the_recommendation_paired_by_round(
     assert Benchmark.from_dict(record.to_dict()) == record
 
 
-def test_a_round_in_which_something_slowed_either_run_is_left_out_of_the_ratio_where_two_rounds_are_left():
-    record = benchmark([150.0, 156.0, 147.0], base_runs=(100.0, 30.0, 98.0))
+def test_a_round_in_which_something_slowed_either_run_is_left_out_of_the_ratio_where_three_rounds_are_left():
+    record = benchmark([150.0, 156.0, 147.0, 153.0], base_runs=(100.0, 30.0, 98.0, 102.0))
     record.entries[0].disturbed[2] = Disturbance(cores_slowdown=3.3)
-    assert record.ratios(record.recommendation) == pytest.approx([1.5, 147 / 98])
-    record.entries[1].disturbed[3] = Disturbance(others_cores=1.0)  # one quiet round left: no interval from it
-    assert record.ratios(record.recommendation) == pytest.approx([1.5, 5.2, 147 / 98])
+    assert record.ratios(record.recommendation) == pytest.approx([1.5, 147 / 98, 1.5])
+    record.entries[1].disturbed[3] = Disturbance(others_cores=1.0)  # two quiet rounds left: they bound nothing
+    assert record.ratios(record.recommendation) == pytest.approx([1.5, 5.2, 147 / 98, 1.5])
 
 
 def test_where_most_rounds_were_slowed_every_round_counts():
@@ -245,7 +249,7 @@ def test_where_most_rounds_were_slowed_the_headline_calls_its_verdict_unreliable
     )
     said = busy(benchmark_document(record).sections)
     assert said.startswith(
-        "6 of the 14 runs measured were slowed by something beside them: the cores ran 1.4-1.9x slow in 6 of them, "
+        "6 of the 16 runs measured were slowed by something beside them: the cores ran 1.4-1.9x slow in 6 of them, "
         "other processes busy (1.2 cores) in 1 of them."
     )
     assert "slowed in all 5 rounds that ran both, so the headline's ratio counts every round" in said
@@ -263,14 +267,14 @@ def test_where_most_rounds_were_slowed_the_headline_calls_its_verdict_unreliable
 
 
 def test_where_the_slowed_rounds_are_left_out_the_verdict_stands_and_the_rounds_are_named():
-    record = benchmark([150.0, 156.0, 147.0], base_runs=(100.0, 30.0, 98.0))
+    record = benchmark([150.0, 156.0, 147.0, 153.0], base_runs=(100.0, 30.0, 98.0, 102.0))
     record.entries[0].disturbed[2] = Disturbance(cores_slowdown=3.3)
     assert benchmark_document(record).headline.lead == "The recommendation: 1.50x the baseline (gain)."
     assert benchmark_document(record).headline.rest.startswith(
-        "95 % interval 1.50-1.50 over 2 paired rounds (round 2 left out: a run of it was slowed) on cpu"
+        "95 % interval 1.50-1.50 over 3 paired rounds (round 2 left out: a run of it was slowed) on cpu"
     ), "the headline says which rounds its interval counts, as the tune's does"
     said = busy(benchmark_document(record).sections)
-    assert said.startswith("1 of the 8 runs measured was slowed by something beside it: round 2 baseline: the cores")
+    assert said.startswith("1 of the 11 runs measured was slowed by something beside it: round 2 baseline: the cores")
     assert "The recommendation's ratio to the baseline leaves out round 2, in which a run of one of the two" in said
     # baseline + batch_size failed in round 1: of its rounds with the baseline, one is left quiet, too few to count
     assert "Of the other configurations' ratios to the baseline, 1 counts the slowed rounds, too few being" in said
@@ -336,4 +340,5 @@ def test_a_share_line_names_the_slowed_rounds_its_ratio_leaves_out_or_counts():
     assert alone.endswith("within noise)") and without.endswith("; round 4 left out: a run of it was slowed)")
     for index in (1, 2, 3):  # most rounds slowed: they all count, and the line says so
         left_out.disturbed[index] = Disturbance(cores_slowdown=1.5)
-    assert _amp_share_line(record).endswith("; counting rounds 1, 2, 3 and 4, slowed, as most rounds were)")
+    said = "; counting rounds 1, 2, 3 and 4, slowed, too few rounds being quiet to leave them out)"
+    assert _amp_share_line(record).endswith(said)

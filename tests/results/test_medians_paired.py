@@ -22,13 +22,15 @@ from tests.report.test_reports import sample_results
 from tests.results.test_benchmark import benchmark
 
 # Round 2's baseline run read half its speed (the cores ran slow): the gain leaves it out, and so must its medians.
-BASELINE_RUNS, WINNER_RUNS = [100.0, 50.0, 110.0], [150.0, 160.0, 160.0]
+BASELINE_RUNS, WINNER_RUNS = [100.0, 50.0, 110.0, 104.0], [150.0, 160.0, 160.0, 156.0]
 SLOWED = {"confirm-2-baseline": Disturbance(cores_slowdown=2.0)}
 
 
 def race_with_round_2_slowed() -> Confirmation:
-    winner = Finalist("0", {}, 1, 100.0, list(WINNER_RUNS), peak_memories=[400.0, 900.0, 420.0])
-    return Confirmation(list(BASELINE_RUNS), [winner], disturbed=SLOWED, baseline_peak_memories=[300.0, 800.0, 310.0])
+    winner = Finalist("0", {}, 1, 100.0, list(WINNER_RUNS), peak_memories=[400.0, 900.0, 420.0, 410.0])
+    return Confirmation(
+        list(BASELINE_RUNS), [winner], disturbed=SLOWED, baseline_peak_memories=[300.0, 800.0, 310.0, 305.0]
+    )
 
 
 def results_with(confirmation: Confirmation) -> StudyResults:
@@ -38,28 +40,30 @@ def results_with(confirmation: Confirmation) -> StudyResults:
 def test_the_tunes_medians_are_of_the_rounds_its_gain_counts_not_the_slowed_one_it_leaves_out(tmp_path):
     results = results_with(race_with_round_2_slowed())
     summary = summarise(results)
-    assert summary.gain_rounds == [1, 3] and summary.gain_rounds_left_out == [2]
-    # Rounds 1 and 3: 155 over 105 (with round 2, 160 over 100: 1.60x beside a gain of 1.48x).
-    assert (summary.recommended_throughput, summary.baseline_throughput) == (155.0, 105.0)
+    assert summary.gain_rounds == [1, 3, 4] and summary.gain_rounds_left_out == [2]
+    # Rounds 1, 3 and 4: 156 over 104 (with round 2, 158 over 102: 1.55x beside a gain of 1.50x).
+    assert (summary.recommended_throughput, summary.baseline_throughput) == (156.0, 104.0)
     said = headline(summary).rest
-    assert said.startswith("(155.0 vs 105.0 samples/s by medians of the same rounds, confirmed by"), said
-    assert "Peak memory 305 → 410 MB (medians of 2 race runs each)." in said, "the same runs' peak memories"
+    assert said.startswith("(156.0 vs 104.0 samples/s by medians of the same rounds, confirmed by"), said
+    assert "Peak memory 305 → 410 MB (medians of 3 race runs each)." in said, "the same runs' peak memories"
     rows = {row[0]: row[1:] for row in before_after_table(summary).rows}
-    assert rows["throughput (samples/s)"] == ["105.0", "155.0"]
+    assert rows["throughput (samples/s)"] == ["104.0", "156.0"]
     files = write_reports(results, summary, tmp_path)
     throughput = yaml.safe_load(files["recommended.yaml"].read_text())["throughput"]
-    assert (throughput["recommended"], throughput["baseline"]) == (155.0, 105.0)
+    assert (throughput["recommended"], throughput["baseline"]) == (156.0, 104.0)
     assert throughput["method"].startswith(
-        "medians of 2 of 3 interleaved re-measurements (round 2 left out: a run of it was slowed); the speedup: "
+        "medians of 3 of 4 interleaved re-measurements (round 2 left out: a run of it was slowed); the speedup: "
     ), throughput["method"]
     report = json.loads(files["report.json"].read_text())
-    assert (report["recommended"]["throughput_sps"], report["baseline"]["throughput_sps"]) == (155.0, 105.0)
+    assert (report["recommended"]["throughput_sps"], report["baseline"]["throughput_sps"]) == (156.0, 104.0)
 
 
 def test_the_tunes_by_the_medians_ratio_is_of_the_rounds_the_geometric_mean_counts():
-    # Round 2's baseline run slowed to a fifth: the medians of every round read 2.00x beside a gain of 1.41x.
-    winner = Finalist("0", {}, 1, 100.0, [150.0, 200.0, 200.0])
-    race = Confirmation([100.0, 20.0, 150.0], [winner], disturbed={"confirm-2-baseline": Disturbance(others_cores=1.0)})
+    # Round 2's baseline run slowed to a fifth: the medians of every round read 1.67x beside a gain of 1.41x.
+    winner = Finalist("0", {}, 1, 100.0, [150.0, 200.0, 200.0, 175.0])
+    race = Confirmation(
+        [100.0, 20.0, 150.0, 125.0], [winner], disturbed={"confirm-2-baseline": Disturbance(others_cores=1.0)}
+    )
     lead = headline(summarise(results_with(race))).lead
     assert "(the geometric mean of the paired rounds' ratios; 1.40x by the medians)" in lead, lead
 
