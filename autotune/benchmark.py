@@ -296,7 +296,7 @@ def _round(run: RunFn, index: int, entries: list[Entry], out: TextIO) -> None:
         if result.ok:
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)
-            shown = f"{result.timing.throughput:.1f} samples/s, peak {result.peak_memory_mb:.0f} MB"
+            shown = f"{result.timing.throughput:.1f} samples/s, peak {result.peak_memory_mb:.0f} MiB"
             if result.disturbance:
                 entry.disturbed[index] = result.disturbance
                 shown += f", {disturbance_words(result.disturbance)}: may read low"

@@ -66,7 +66,7 @@ _ALWAYS_WRITTEN = (
 )
 _TRAINING_WRITTEN = ("batch_policy", "gradient_accumulation_steps", "note")  # and learning_rate under "free"
 # The most bytes read of a file autotune wrote (recommended=, against=): far more than any it writes (a report.json
-# of a thousand trials holds a few MB), read whole before it is parsed.
+# of a thousand trials holds a few MiB), read whole before it is parsed.
 MAX_RECORD_BYTES = 64 * 2**20
 
 # How a learning rate follows a batch ``ratio`` times the baseline's, by rule: the linear scaling rule for SGD, with

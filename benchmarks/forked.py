@@ -53,7 +53,7 @@ def main() -> None:
     record = {"machine": machine, "rounds": args.rounds, "knobs": knobs, "cases": rows}
     write_atomic(args.results, json.dumps(record, indent=1))
     print(
-        f"\n{'case':12} {'forked':>9} {'fresh':>9} {'ratio':>7}  95 % interval  in {LOW}-{HIGH}  peak MB forked/fresh"
+        f"\n{'case':12} {'forked':>9} {'fresh':>9} {'ratio':>7}  95 % interval  in {LOW}-{HIGH}  peak MiB forked/fresh"
     )
     for row in rows:
         interval = row["interval"] or {}

@@ -51,7 +51,7 @@ def main() -> None:
     full = tree.read_full()
     announce_machine()
     rss_mb, total_mb = sum(full.rss.values()) / 2**20, full.total / 2**20
-    print(f"tree: {len(full.rss)} processes, RSS {rss_mb:.0f} MB, {tree.metric} {total_mb:.0f} MB")
+    print(f"tree: {len(full.rss)} processes, RSS {rss_mb:.0f} MiB, {tree.metric} {total_mb:.0f} MiB")
 
     rows = _readings(tree, full, device) + _marks(device)
     print(f"\n{'reading':48} {'us/call':>10}  when  {'share of the window':>22}")

@@ -15,7 +15,7 @@ regime, which differs from process to process, out of the comparison: benchmarks
 benchmarks/results/overhead.json unless ``--results`` names another file.
 
 Cases:
-  big          a ~700 MB training process with ~110 ms steps: CachedImages (benchmarks/workloads.py), SmallCNN,
+  big          a ~700 MiB training process with ~110 ms steps: CachedImages (benchmarks/workloads.py), SmallCNN,
                batch 32, no DataLoader workers
   big-workers  the same with 2 persistent workers and 1 compute thread (a tree of three large processes)
   tiny-steps   tabular_mlp: in-memory tensors and a small MLP, ~1 ms steps

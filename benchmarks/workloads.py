@@ -3,7 +3,7 @@
 Like an image folder cached in RAM: ``megabytes`` of uint8 pictures (so the training process is large, as real
 ones are, and forked DataLoader workers share those pages), each sample a random crop resized with PIL to
 ``image_size`` and normalised. With examples/mymodel.py's SmallCNN at batch 32 a step takes ~110 ms on the 2-core
-machine of docs/benchmarks.md, and the training process holds ~700 MB.
+machine of docs/benchmarks.md, and the training process holds ~700 MiB.
 """
 
 from __future__ import annotations

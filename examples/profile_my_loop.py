@@ -55,7 +55,7 @@ def main() -> None:
         f" after {timing.warmup_steps} warm-up steps; waiting for data {timing.data_stall_fraction:.0%} of the time"
     )
     print(
-        f"peak memory {result.memory.peak_mb:.0f} MB ({result.memory.metric}, DataLoader workers included); "
+        f"peak memory {result.memory.peak_mb:.0f} MiB ({result.memory.metric}, DataLoader workers included); "
         f"{result.compute.flops_per_sample / 1e6:.1f} MFLOP/sample; {result.system.process_tree_cores:.2f} cores busy"
     )
     print(f"saved to {result.save('profile.json')}")

@@ -30,8 +30,8 @@ def test_a_checks_configurations_are_said_once_and_each_run_by_its_label(tmp_pat
     assert shown == [
         "[baseline] the baseline's settings",
         "[recommended] batch_size=32",
-        "[round 1 baseline] 100.0 samples/s, peak 100 MB",
-        "[round 1 recommended] 150.0 samples/s, peak 100 MB",
-        "[round 2 recommended] 150.0 samples/s, peak 100 MB",
-        "[round 2 baseline] 100.0 samples/s, peak 100 MB",
+        "[round 1 baseline] 100.0 samples/s, peak 100 MiB",
+        "[round 1 recommended] 150.0 samples/s, peak 100 MiB",
+        "[round 2 recommended] 150.0 samples/s, peak 100 MiB",
+        "[round 2 baseline] 100.0 samples/s, peak 100 MiB",
     ]

@@ -44,7 +44,7 @@ class MemoryReport:
     @property
     def limiting_peak_mb(self) -> float:
         """The peak of the limiting memory, the one every memory decision uses: on CUDA the peak CUDA's caching
-        allocator reserved (what it holds of the device, so what must fit there; the CUDA context's few hundred MB
+        allocator reserved (what it holds of the device, so what must fit there; the CUDA context's few hundred MiB
         are not in it), else the process tree's ``peak_mb``."""
         return self.cuda_peak_reserved_mb if self.cuda_peak_reserved_mb is not None else self.peak_mb
 

@@ -5,9 +5,9 @@ read** adds what the process holds of its own (``_rss_and_own``): its proportion
 ``/proc/PID/smaps_rollup``), which splits each page between the processes sharing it, so that forked workers' pages
 count once, less its file pages (the libraries' code, mapped files). Those the kernel shares with every process on
 the machine that maps the same files, whose PSS halves when one more process maps them (a process that imported
-torch: 71 MB of file pages alone, 36 beside a second one), and reclaims under pressure: counted, a trial would read
+torch: 71 MiB of file pages alone, 36 beside a second one), and reclaims under pressure: counted, a trial would read
 lower whenever another torch process runs. A full read costs the kernel a walk of the process's page tables, under the
-memory-map lock the training loop needs: 8-11 ms on a 600 MB torch process. Inside a timed window only cheap reads may
+memory-map lock the training loop needs: 8-11 ms on a 600 MiB torch process. Inside a timed window only cheap reads may
 run (``docs/benchmarks.md``, harness costs); a full read outside it tells each process's excess (RSS less what it
 holds of its own), which turns the cheap reads of the same processes into estimates (``pss_estimate``).
 
@@ -37,7 +37,7 @@ FORK_SERVER_ENV = "AUTOTUNE_FORK_SERVER_PID"
 
 @dataclass(frozen=True)
 class MemoryBudget:
-    """A memory limit in MB and the key that set it, which the verdict on a trial over it names."""
+    """A memory limit in MiB and the key that set it, which the verdict on a trial over it names."""
 
     key: str
     mb: float

@@ -291,7 +291,7 @@ def _row(benchmark: Benchmark, entry: Entry) -> list[str]:
     notes += [f"{counted(len(entry.disturbed), 'run')} disturbed"] if entry.disturbed else []
     label = entry.label + (f" ({'; '.join(notes)})" if notes else "")
     if entry is benchmark.baseline:
-        peak = f"{entry.median_peak_mb:.0f} MB" if entry.median_peak_mb is not None else "-"
+        peak = f"{entry.median_peak_mb:.0f} MiB" if entry.median_peak_mb is not None else "-"
         return [label, median, "1.00", "", "", peak]
     return [
         label,

@@ -64,7 +64,7 @@ def format_result(
         compile_note += f", {disturbance_words(result.disturbance)}: may read low"
     return (
         f"{knobs} -> {result.timing.throughput:.1f} samples/s{speedup}, "
-        f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MB"
+        f"data wait {result.timing.data_stall_fraction:.0%}, peak {result.peak_memory_mb:.0f} MiB"
         f"{compile_note} ({result.wall_s:.1f} s)"
     )
 

@@ -201,20 +201,20 @@ def _memory_section(result: ProfileResult) -> Section:
     lines = [
         f"host memory ({memory.metric.upper()} of the training process and its workers) after each of "
         f"{_readings(memory)}: "
-        f"{memory.tree_mb[0]:.0f} MB first, {max(memory.tree_mb):.0f} MB at most, {memory.tree_mb[-1]:.0f} MB last",
+        f"{memory.tree_mb[0]:.0f} MiB first, {max(memory.tree_mb):.0f} MiB at most, {memory.tree_mb[-1]:.0f} MiB last",
         f"garbage collection: {sum(gc.collections)} collections (generations 0/1/2: "
         f"{'/'.join(map(str, gc.collections))}), {gc.total_s * 1e3:.1f} ms paused in all ({gc.share:.1%} of "
         f"{gc.wall_s:.1f} s), the longest {gc.longest_s * 1e3:.1f} ms",
     ]
     if memory.cuda_allocated_mb:
         lines.append(
-            f"CUDA allocated after each of the same {_readings(memory)}: {memory.cuda_allocated_mb[0]:.0f} MB first, "
-            f"{memory.cuda_allocated_mb[-1]:.0f} MB last"
+            f"CUDA allocated after each of the same {_readings(memory)}: {memory.cuda_allocated_mb[0]:.0f} MiB first, "
+            f"{memory.cuda_allocated_mb[-1]:.0f} MiB last"
         )
     table = None
     if result.cuda_allocations:
         rows = [[f"{a.size_mb:.1f}", str(a.count), a.where] for a in result.cuda_allocations]
-        table = Table(["CUDA allocation (MB)", "times", "made at"], rows)
+        table = Table(["CUDA allocation (MiB)", "times", "made at"], rows)
     return Section("Memory and the interpreter", bullets=lines, table=table, plots=[memory_trend(memory)])
 
 

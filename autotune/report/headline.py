@@ -25,10 +25,10 @@ _BEFORE_AFTER_METRICS = [
     ("process_tree_cores", "CPU cores busy (process tree)"),
     ("gpu_utilization_percent", "GPU utilisation (%)"),
     ("achieved_gflops_per_s", "achieved GFLOP/s"),
-    ("peak_memory_mb", "peak memory (MB; the GPU's on CUDA)"),
-    ("host_peak_memory_mb", "host peak memory (MB, process tree)"),
-    ("window_memory_growth_mb", "memory growth in window (MB)"),
-    ("cuda_peak_allocated_mb", "CUDA peak allocated (MB)"),
+    ("peak_memory_mb", "peak memory (MiB; the GPU's on CUDA)"),
+    ("host_peak_memory_mb", "host peak memory (MiB, process tree)"),
+    ("window_memory_growth_mb", "memory growth in window (MiB)"),
+    ("cuda_peak_allocated_mb", "CUDA peak allocated (MiB)"),
 ]
 
 
@@ -135,7 +135,7 @@ def _recommended(summary: Summary) -> Headline:
         f"Recommended (trial {rec.label}): {summary.speedup:.2f}x the baseline's throughput{geomean}, "
         f"{gain_interval(summary)}",
         f"({summary.recommended_throughput:.1f} vs {summary.baseline_throughput:.1f} samples/s{_by_medians(summary)}, "
-        f"{how}) by changing {changes}. Peak {_memory_kind(base)}memory {before:.0f} → {after:.0f} MB{runs}."
+        f"{how}) by changing {changes}. Peak {_memory_kind(base)}memory {before:.0f} → {after:.0f} MiB{runs}."
         + "".join(_caveats(summary)),
     )
 

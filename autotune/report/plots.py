@@ -362,7 +362,7 @@ def pareto(summary: Summary) -> Plot | None:
         ax.plot(xs, ys, "o-", color=RECOMMENDED, drawstyle="steps-post", label="Pareto front")
         for record in front:
             ax.annotate(name_of(record, summary), (record.result.peak_memory_mb, record.throughput), fontsize=8)
-        ax.set_xlabel("peak memory (MB)")
+        ax.set_xlabel("peak memory (MiB)")
         ax.set_ylabel("samples/s")
         legend_below(ax)
 

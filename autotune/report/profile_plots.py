@@ -123,7 +123,7 @@ def memory_trend(trend: MemoryTrend) -> Plot:
         if trend.cuda_allocated_mb is not None:
             ax.plot(steps, trend.cuda_allocated_mb, "o-", color="#1f77b4", markersize=3, label="CUDA allocated")
         ax.set_xlabel("step of the sample")
-        ax.set_ylabel("MB")
+        ax.set_ylabel("MiB")
         legend_below(ax)
 
     return Plot("Memory after each step of the sample: a steady climb is a possible leak.", draw, height=2.6)

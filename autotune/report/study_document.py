@@ -35,7 +35,7 @@ RANKED_COLUMNS = [
     ("mean_step_ms", "mean step ms"),
     ("data_stall_fraction", "data wait"),
     ("compile_s", "compile s"),
-    ("peak_memory_mb", "peak MB"),
+    ("peak_memory_mb", "peak MiB"),
 ]
 
 
@@ -230,7 +230,7 @@ def _pareto(summary: Summary) -> list[Section]:
         ]
         for r in summary.pareto
     ]
-    table = table_of(["trial", "samples/s", "vs baseline", "peak MB", "changes from the baseline"], rows)
+    table = table_of(["trial", "samples/s", "vs baseline", "peak MiB", "changes from the baseline"], rows)
     intro = (
         "No configuration is both faster and leaner than these (study.objectives=[throughput, peak_memory]), each by "
         "its own run."

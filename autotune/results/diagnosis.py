@@ -63,7 +63,7 @@ SMALL_OPERATOR_DISPATCHES = 2
 MEMORY_BOUND_SHARE = 0.50
 # What the arithmetic's share (rule 3) is of: the operators' time, not the step's.
 OPERATORS_TIME = "the operators' time"
-# Allocator arenas and lazily built state add tens of MB over a run's first steps (the images example: 35 MB in 30
+# Allocator arenas and lazily built state add tens of MiB over a run's first steps (the images example: 35 MiB in 30
 # steps, levelling off); a leak keeps adding, at least this much over the sample,
 LEAK_MIN_MB = 64.0
 # and at least this share of where it started,
@@ -105,7 +105,7 @@ _COMPILED_GRAPH = re.compile(r"CompiledFxGraph")
 _COMPILED_KERNEL = re.compile(r"(?:triton|cpp_fused)_")
 # Random number generation (dropout's masks) is arithmetic too on a CPU, not memory traffic: on one thread of the
 # 2-core Xeon of docs/profile.md, bernoulli_ wrote 0.3 GB/s (12 ns an element) where a copy of the same tensors
-# (1 to 16 MB) moved 10 to 40 GB/s. (On a GPU, counter-based generators keep pace with memory: not counted there.)
+# (1 to 16 MiB) moved 10 to 40 GB/s. (On a GPU, counter-based generators keep pace with memory: not counted there.)
 _RANDOM_OPERATOR = re.compile(r"aten::(bernoulli|uniform|normal|random|exponential|geometric|cauchy|log_normal)_?$")
 
 
@@ -375,8 +375,8 @@ class Leak:
 
     def __str__(self) -> str:
         return (
-            f"{self.what} grew from {self.start_mb:.0f} to {self.end_mb:.0f} MB over {self.steps} steps, "
-            f"{self.per_step_mb:.2f} MB a step, steadily (a straight line fits with R² {self.fit:.2f})"
+            f"{self.what} grew from {self.start_mb:.0f} to {self.end_mb:.0f} MiB over {self.steps} steps, "
+            f"{self.per_step_mb:.2f} MiB a step, steadily (a straight line fits with R² {self.fit:.2f})"
         )
 
 
@@ -491,9 +491,9 @@ def fault_finding(result: ProfileResult) -> str | None:
     received = f" beyond{' and'.join(beyond)}" if beyond else ""
     pages = round(fresh * 2**20 / faults.page_bytes)  # those megabytes' faults: the batch's and a leak's left out too
     return (
-        f"the training process faults in {fresh:.0f} MB of fresh pages a step or more{received} "
+        f"the training process faults in {fresh:.0f} MiB of fresh pages a step or more{received} "
         f"({pages} faults) and spends {faults.kernel_share:.0%} of its CPU time "
-        f"in the kernel (≥ {FAULT_MIN_MB_PER_STEP:g} MB and {FAULT_KERNEL_SHARE:.0%}), as when memory freed in a step "
+        f"in the kernel (≥ {FAULT_MIN_MB_PER_STEP:g} MiB and {FAULT_KERNEL_SHARE:.0%}), as when memory freed in a step "
         "is given back to the kernel and mapped and zeroed again in the next step"
     )
 

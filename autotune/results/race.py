@@ -358,7 +358,7 @@ def _chosen_over(winner: Finalist, other: Finalist) -> str:
         return f"changes fewer knobs ({winner.changes} against {other.changes})"
     if winner.peak_memory_mb < other.peak_memory_mb:
         less, more = _apart(winner.peak_memory_mb, other.peak_memory_mb)
-        return f"changes as many knobs and uses less memory ({less} against {more} MB)"
+        return f"changes as many knobs and uses less memory ({less} against {more} MiB)"
     return "changes as many knobs, uses no more memory and reads the higher median"
 
 
@@ -376,7 +376,7 @@ def _outrun(winner: Finalist, higher: list[Finalist], proven: list[Finalist]) ->
 
 
 def _apart(low: float, high: float) -> tuple[str, str]:
-    """``low`` and ``high`` (MB) to whole numbers, or to as many decimals (up to 2) as print them apart."""
+    """``low`` and ``high`` (MiB) to whole numbers, or to as many decimals (up to 2) as print them apart."""
     shown = (f"{low:.0f}", f"{high:.0f}")
     for decimals in (1, 2):
         if shown[0] != shown[1]:

@@ -91,7 +91,7 @@ _MEMORY_NAMES = {"gpu": "GPU memory (CUDA reserved)", "host": "host memory (proc
 
 
 def _budget_excesses(result: TrialResult, settings: StudySettings) -> list[tuple[str, float]]:
-    """(what it says, MB over) for each memory budget set, of a measured ``result``: study.memory_budget_mb bounds the
+    """(what it says, MiB over) for each memory budget set, of a measured ``result``: study.memory_budget_mb bounds the
     limiting memory (the GPU's on CUDA, the host process tree's on CPU), study.host_memory_budget_mb the host tree.
     A negative excess is room left."""
     memory = result.measurement.memory
@@ -100,7 +100,7 @@ def _budget_excesses(result: TrialResult, settings: StudySettings) -> list[tuple
         ("study.host_memory_budget_mb", settings.host_memory_budget_mb, "host", memory.peak_mb),
     ]
     return [
-        (f"peak {peak:.0f} MB of {_MEMORY_NAMES[which]} is over {key}={budget:g}", peak - budget)
+        (f"peak {peak:.0f} MiB of {_MEMORY_NAMES[which]} is over {key}={budget:g}", peak - budget)
         for key, budget, which, peak in checks
         if budget is not None
     ]

@@ -32,7 +32,7 @@ class LogCap:
             log.seek(max(self.head, size - self.tail))
             tail = log.read()
             self.cut += size - self.head - len(tail)
-            note = f"\n[autotune: {self.cut / 2**20:.1f} MB of this trial's output cut here to keep the log small]\n"
+            note = f"\n[autotune: {self.cut / 2**20:.1f} MiB of this trial's output cut here to keep the log small]\n"
             # The trial appends (O_APPEND), so its next write lands after what is written here.
             log.truncate(self.head)
             log.seek(self.head)

@@ -421,7 +421,7 @@ def _hung_frame(stacks: str) -> str | None:
 
 
 class _BudgetWatch:
-    """A trial's host process tree against ``budget`` (its MB and the key that set it), without slowing the trial.
+    """A trial's host process tree against ``budget`` (its MiB and the key that set it), without slowing the trial.
 
     Only the host tree can be read from outside a running trial (a GPU's memory is judged on the trial's result:
     ``StudySettings.watched_budget``). Every poll reads the tree cheaply (RSS); RSS counts pages shared with forked
@@ -445,7 +445,7 @@ class _BudgetWatch:
         if used / MIB <= self.budget_mb:
             return None
         # Rounded up: a reading a fraction over the budget must not print as the budget itself.
-        message = f"used {math.ceil(used / MIB)} MB, over {self.key}={self.budget_mb:g}; stopped"
+        message = f"used {math.ceil(used / MIB)} MiB, over {self.key}={self.budget_mb:g}; stopped"
         return Failure(FailureKind.OUT_OF_MEMORY, message)
 
 

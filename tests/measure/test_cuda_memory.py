@@ -24,7 +24,7 @@ def test_the_largest_allocation_of_the_steps_comes_first_with_its_line():
     kept = []
 
     def steps() -> None:
-        kept.append(torch.empty(64 * 2**20, dtype=torch.uint8, device=device))  # 64 MB
+        kept.append(torch.empty(64 * 2**20, dtype=torch.uint8, device=device))  # 64 MiB
         kept.append(torch.empty(2**20, dtype=torch.uint8, device=device))
 
     largest = largest_cuda_allocations(steps, device)

@@ -171,5 +171,5 @@ def test_the_summary_table_names_its_figures_as_the_report_does_and_says_the_dat
     out = io.StringIO()
     print_summary(summarise(sample_results()), {}, "done", out)
     header = next(line for line in out.getvalue().splitlines() if line.lstrip().startswith("rank"))
-    assert all(title in header for title in ("samples/s", "vs baseline", "data wait", "peak MB")), header
+    assert all(title in header for title in ("samples/s", "vs baseline", "data wait", "peak MiB")), header
     assert "throughput_sps" not in out.getvalue() and re.search(r" \d+% ", out.getvalue()), out.getvalue()

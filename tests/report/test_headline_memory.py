@@ -24,7 +24,7 @@ BASELINE_RUNS, WINNER_RUNS = [100.0, 96.0, 104.0], [118.0, 121.0, 119.0]
 
 
 def proving_race(winner_memories: list[float | None], baseline_memories: list[float | None]) -> Confirmation:
-    """A race of three rounds proving trial 0 of ``sample_results`` (whose own runs read 100 MB each)."""
+    """A race of three rounds proving trial 0 of ``sample_results`` (whose own runs read 100 MiB each)."""
     winner = Finalist("0", {}, 1, 100.0, list(WINNER_RUNS), peak_memories=winner_memories)
     return Confirmation(list(BASELINE_RUNS), [winner], baseline_peak_memories=baseline_memories)
 
@@ -52,7 +52,7 @@ def test_a_race_stored_before_peak_memories_were_kept_reads_none_for_each_run():
 
 def test_the_headlines_peak_memories_are_the_medians_of_the_race_that_gave_the_gain():
     said = headline_with(proving_race([310.0, 290.0, 350.0], [250.0, 270.0, 260.0]))
-    assert "Peak memory 260 → 310 MB (medians of 3 race runs each)." in said, said
+    assert "Peak memory 260 → 310 MiB (medians of 3 race runs each)." in said, said
 
 
 def test_the_headline_takes_its_peak_memories_from_the_proof_not_the_shorter_finalists_race():
@@ -71,14 +71,14 @@ def test_the_headline_takes_its_peak_memories_from_the_proof_not_the_shorter_fin
     )
     summary = replace(summary, confirmation=finalists_race, trim=[trim_race])
     assert summary.proof is trim_race
-    assert "Peak memory 200 → 300 MB (medians of 3 race runs each)." in headline(summary).rest
+    assert "Peak memory 200 → 300 MiB (medians of 3 race runs each)." in headline(summary).rest
 
 
 def test_a_race_stored_before_peak_memories_were_kept_falls_back_to_one_run_of_each():
     stored = proving_race([310.0, 290.0, 350.0], [250.0, 270.0, 260.0]).to_dict()
     del stored["baseline_peak_memories"], stored["finalists"][0]["peak_memories"]
     said = headline_with(Confirmation.from_dict(stored))
-    assert "Peak memory 100 → 100 MB (one run of each)." in said, said
+    assert "Peak memory 100 → 100 MiB (one run of each)." in said, said
 
 
 def test_a_race_keeps_each_runs_peak_memory_beside_its_throughput_and_takes_back_a_round_the_budget_ended():
@@ -98,7 +98,7 @@ def test_a_race_keeps_each_runs_peak_memory_beside_its_throughput_and_takes_back
 
 
 class RaceMemory(Pipeline):
-    """``Pipeline``'s throughputs, with a peak memory of 100 MB at batch 16 and 200 MB at batch 64, and 50 MB more in
+    """``Pipeline``'s throughputs, with a peak memory of 100 MiB at batch 16 and 200 MiB at batch 64, and 50 MiB more in
     a race's runs (named confirm-… or trim-…) than in the search's."""
 
     def __call__(self, knobs, name, on_progress=None):
@@ -121,7 +121,7 @@ def test_the_trims_races_store_each_runs_peak_memory_and_the_headline_reads_the_
     summary = summarise(stored)
     assert summary.proof is stored.trim[-1]
     rounds = len(summary.proof.winner.throughputs)
-    assert f"Peak memory 150 → 250 MB (medians of {rounds} race runs each)." in headline(summary).rest
+    assert f"Peak memory 150 → 250 MiB (medians of {rounds} race runs each)." in headline(summary).rest
 
 
 def test_report_json_and_recommended_yaml_give_the_headlines_peak_memories():
@@ -141,7 +141,7 @@ def test_the_before_after_tables_peak_memory_is_the_headlines_and_says_so():
         **{**sample_results().__dict__, "confirmation": proving_race([310.0, 290.0, 350.0], [250.0, 270.0, 260.0])}
     )
     rows = {row[0]: row[1:] for row in before_after_table(summarise(results)).rows}
-    assert rows["peak memory (MB; the GPU's on CUDA) (medians of 3 race runs each)"] == ["260.0", "310.0"]
+    assert rows["peak memory (MiB; the GPU's on CUDA) (medians of 3 race runs each)"] == ["260.0", "310.0"]
     old = proving_race([None] * 3, [None] * 3)  # a race stored before races kept them: each one's own run
     rows = {row[0]: row[1:] for row in before_after_table(summarise(replace(results, confirmation=old))).rows}
-    assert rows["peak memory (MB; the GPU's on CUDA)"] == ["100.0", "100.0"]
+    assert rows["peak memory (MiB; the GPU's on CUDA)"] == ["100.0", "100.0"]

@@ -98,17 +98,17 @@ def test_a_pipeline_built_to_one_bottleneck_is_classified_by_it(model, dataset, 
 
 
 def test_a_leaking_dataset_is_flagged_with_its_evidence_and_a_clean_one_is_not(tmp_path):
-    # 32 MB kept a step: a leak by the rule's share even of the ~1.5 GB a test process of the suite may hold by then.
+    # 32 MiB kept a step: a leak by the rule's share even of the ~1.5 GB a test process of the suite may hold by then.
     leaking = profiled(torch.nn.Linear(64, 4), LeakyFeatures(), 16, tmp_path)
     (leak,) = leaks(leaking)
     assert leak.end_mb - leak.start_mb >= LEAK_MIN_MB and leak.per_step_mb == pytest.approx(32, rel=0.3)
-    assert f"{leak.per_step_mb:.2f} MB a step" in str(leak) and "R²" in str(leak)
+    assert f"{leak.per_step_mb:.2f} MiB a step" in str(leak) and "R²" in str(leak)
     assert leaks(profiled(torch.nn.Linear(64, 4), InMemoryFeatures(), 8, tmp_path)) == []
 
 
 def test_a_leak_in_the_dataloaders_workers_is_flagged(tmp_path):
     workers = {"num_workers": 1, "persistent_workers": True}
-    # 32 MB kept a step: a clear climb even over the ~1 GB a test process of the suite may hold by then.
+    # 32 MiB kept a step: a clear climb even over the ~1 GB a test process of the suite may hold by then.
     result = profiled(torch.nn.Linear(64, 4), LeakyFeatures(), 16, tmp_path, steps=20, **workers)
     assert leaks(result), result.memory.tree_mb
 
@@ -116,12 +116,12 @@ def test_a_leak_in_the_dataloaders_workers_is_flagged(tmp_path):
 def test_a_step_that_faults_in_fresh_pages_is_flagged_with_its_pages_and_kernel_time_and_one_that_does_not_is_not(
     tmp_path,
 ):
-    # each batch a new 48 MB block, above the largest threshold under which glibc reuses freed memory (the counts of
-    # the samples' own 12 MB depend on what this process's allocator was told before: at least half a batch a step)
+    # each batch a new 48 MiB block, above the largest threshold under which glibc reuses freed memory (the counts of
+    # the samples' own 12 MiB depend on what this process's allocator was told before: at least half a batch a step)
     faulting = profiled(FirstFeatures(), FreshPagesFeatures(length=256), 4, tmp_path)
     assert faulting.faults.steps == 9 and faulting.faults.mb_per_step >= 24, faulting.faults
     finding = fault_finding(faulting)
-    assert finding and f"{faulting.faults.mb_per_step:.0f} MB of fresh pages a step" in finding, faulting.faults
+    assert finding and f"{faulting.faults.mb_per_step:.0f} MiB of fresh pages a step" in finding, faulting.faults
     assert fault_finding(profiled(FirstFeatures(), InMemoryFeatures(), 4, tmp_path)) is None
     assert fault_finding(replace(faulting, faults=None)) is None, "a profile stored before faults were read"
     assert ProfileResult.from_dict(faulting.to_dict()) == faulting
@@ -135,52 +135,52 @@ def test_memory_that_rises_once_and_stays_is_no_leak():
 
 
 def test_a_leak_is_what_memory_grew_over_the_whole_sample():
-    # 2.5 MB a step over 30 steps: 72.5 MB from the first step to the last (the medians of the first and last thirds
-    # are 50 MB apart, under LEAK_MIN_MB); 2 MB a step, 58 MB, is under it.
+    # 2.5 MiB a step over 30 steps: 72.5 MiB from the first step to the last (the medians of the first and last thirds
+    # are 50 MiB apart, under LEAK_MIN_MB); 2 MiB a step, 58 MiB, is under it.
     (leak,) = leaks(profile_result(tree_mb=[250.0 + 2.5 * i for i in range(30)]))
     assert (leak.start_mb, leak.end_mb, leak.per_step_mb) == pytest.approx((250.0, 322.5, 2.5))
-    assert "grew from 250 to 322 MB over 30 steps, 2.50 MB a step" in str(leak)
+    assert "grew from 250 to 322 MiB over 30 steps, 2.50 MiB a step" in str(leak)
     assert leaks(profile_result(tree_mb=[250.0 + 2.0 * i for i in range(30)])) == []
     outlier = [250.0 + 2.5 * i for i in range(30)]
     outlier[0] = 180.0  # one noisy reading: the line's ends stand, not it
     (leak,) = leaks(profile_result(tree_mb=outlier))
     assert 240 < leak.start_mb < 250 and 320 < leak.end_mb < 330, (leak.start_mb, leak.end_mb)
-    levelled = [300.0 + 80 * min(i, 15) / 15 for i in range(30)]  # 80 MB over 15 steps, then flat: R² 0.82
+    levelled = [300.0 + 80 * min(i, 15) / 15 for i in range(30)]  # 80 MiB over 15 steps, then flat: R² 0.82
     assert leaks(profile_result(tree_mb=levelled)) == [], "memory that rose and levelled off"
 
 
 def test_a_leak_read_once_a_cycle_of_accumulated_micro_batches_is_per_micro_batch():
-    # Readings 4 micro-batches apart (a whole cycle each): 10 MB a reading is 2.5 MB a step of training, over
+    # Readings 4 micro-batches apart (a whole cycle each): 10 MiB a reading is 2.5 MiB a step of training, over
     # (30 - 1) * 4 + 1 steps; the fault rule subtracts the leak from its faults per step, so both count steps alike.
     cycles = replace(profile_result().memory, tree_mb=[250.0 + 10 * i for i in range(30)], steps_apart=4)
     (leak,) = leaks(replace(profile_result(), memory=cycles))
     assert leak.per_step_mb == pytest.approx(2.5) and leak.steps == 117
-    assert "grew from 250 to 540 MB over 117 steps, 2.50 MB a step" in str(leak)
+    assert "grew from 250 to 540 MiB over 117 steps, 2.50 MiB a step" in str(leak)
 
 
 def test_the_fresh_pages_a_leak_keeps_are_no_allocators_fault():
-    # 16 MB of fresh pages a step, all of them kept by a 16 MB-a-step leak: no allocator setting saves them.
+    # 16 MiB of fresh pages a step, all of them kept by a 16 MiB-a-step leak: no allocator setting saves them.
     faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
     leaking = profile_result(tree_mb=[300.0 + 16 * i for i in range(30)], faults=faulting)
     assert leaks(leaking) and fault_finding(leaking) is None
     churning = profile_result(tree_mb=[300.0 + 8 * i for i in range(30)], faults=faulting)  # half of them kept
-    assert "faults in 8 MB of fresh pages a step or more beyond what its memory keeps growing by" in fault_finding(
+    assert "faults in 8 MiB of fresh pages a step or more beyond what its memory keeps growing by" in fault_finding(
         churning
     )
-    assert fault_finding(profile_result(faults=faulting)).startswith("the training process faults in 16 MB")
+    assert fault_finding(profile_result(faults=faulting)).startswith("the training process faults in 16 MiB")
     # With workers the tree's leak may be theirs, and the faults are the training process's own: not subtracted.
     workers = replace(profile_result(tree_mb=leaking.memory.tree_mb, faults=faulting, num_workers=2), sample_bytes=1)
     assert fault_finding(workers).startswith(
-        "the training process faults in 16 MB of fresh pages a step or more beyond"
+        "the training process faults in 16 MiB of fresh pages a step or more beyond"
     )
 
 
 def test_the_faults_of_a_fault_finding_count_the_pages_its_megabytes_do():
-    # 4000 faults of 4 KiB a step, 15.6 MB; half a batch of 16 samples of 512 KiB, 8 MB, arrives from workers
+    # 4000 faults of 4 KiB a step, 15.6 MiB; half a batch of 16 samples of 512 KiB, 8 MiB, arrives from workers
     faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)
     result = replace(profile_result(faults=faulting, num_workers=2), sample_bytes=2**19)
     line = fault_finding(result)
-    assert "faults in 8 MB of fresh pages a step or more beyond the batch its workers send (1952 faults)" in line
+    assert "faults in 8 MiB of fresh pages a step or more beyond the batch its workers send (1952 faults)" in line
 
 
 def test_the_first_rule_that_holds_decides_and_each_names_its_figure_and_threshold():

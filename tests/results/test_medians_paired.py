@@ -45,7 +45,7 @@ def test_the_tunes_medians_are_of_the_rounds_its_gain_counts_not_the_slowed_one_
     assert (summary.recommended_throughput, summary.baseline_throughput) == (156.0, 104.0)
     said = headline(summary).rest
     assert said.startswith("(156.0 vs 104.0 samples/s by medians of the same rounds, confirmed by"), said
-    assert "Peak memory 305 → 410 MB (medians of 3 race runs each)." in said, "the same runs' peak memories"
+    assert "Peak memory 305 → 410 MiB (medians of 3 race runs each)." in said, "the same runs' peak memories"
     rows = {row[0]: row[1:] for row in before_after_table(summary).rows}
     assert rows["throughput (samples/s)"] == ["104.0", "156.0"]
     files = write_reports(results, summary, tmp_path)

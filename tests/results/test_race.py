@@ -71,10 +71,10 @@ def test_among_tied_finalists_the_one_with_fewer_changes_then_less_memory_wins()
     assert (
         confirmation(*same_changes)
         .why_won()
-        .endswith("this one changes as many knobs and uses less memory (100 against 200 MB)")
+        .endswith("this one changes as many knobs and uses less memory (100 against 200 MiB)")
     )
     close = [finalist("3", [130, 131, 129], memory=362.4), finalist("5", [128, 129, 128], memory=361.9)]
-    assert confirmation(*close).why_won().endswith("uses less memory (361.9 against 362.4 MB)"), "not 362 against 362"
+    assert confirmation(*close).why_won().endswith("uses less memory (361.9 against 362.4 MiB)"), "not 362 against 362"
     clearly_faster = [finalist("3", [140, 141, 139], changes=4), finalist("5", [128, 129, 128], changes=2)]
     assert confirmation(*clearly_faster).winner.label == "3", "more than 3 % faster is not a tie"
 
@@ -230,6 +230,6 @@ def test_a_winner_chosen_among_finalists_tied_with_it_says_so_not_that_it_was_th
     rival = finalist("0", [590.6, 622.0], changes=4, memory=513)
     said = confirmation(winner, rival, baseline=[313.0, 313.0]).why_won()
     assert said.startswith("tied within noise with trial 0 (it read faster in 1 of the 2 rounds both ran); "), said
-    assert said.endswith("this one changes as many knobs and uses less memory (364 against 513 MB)"), said
+    assert said.endswith("this one changes as many knobs and uses less memory (364 against 513 MiB)"), said
     fewer = finalist("2", [606.4, 620.0], changes=3)
     assert confirmation(fewer, rival, baseline=[313.0, 313.0]).why_won().endswith("changes fewer knobs (3 against 4)")

@@ -230,10 +230,10 @@ def test_a_leak_comes_first_and_gc_pauses_are_advised_with_their_share():
 
 
 def test_a_step_that_faults_in_fresh_pages_is_told_to_keep_freed_memory_with_the_kernels_time_as_its_gain():
-    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)  # 16 MB a step
+    faulting = PageFaults(steps=10, minor_faults=40_000, user_s=0.8, system_s=0.2, page_bytes=4096)  # 16 MiB a step
     advice = advise(profile_result(faults=faulting), "", KNOBS, 8, None)
     keep = next(a for a in advice if a.knob == "malloc")
-    assert keep.action.startswith("set malloc=keep") and "16 MB of fresh pages a step" in keep.why
+    assert keep.action.startswith("set malloc=keep") and "16 MiB of fresh pages a step" in keep.why
     assert keep.gain == pytest.approx(1 / 0.8), "no workers: the kernel's share of the whole step, loading included"
 
     def malloc_advice(faults, knobs=KNOBS, glibc=True, workers=0, sample_bytes=1024):
@@ -245,7 +245,7 @@ def test_a_step_that_faults_in_fresh_pages_is_told_to_keep_freed_memory_with_the
     assert not malloc_advice(faulting, {**KNOBS, "malloc": "keep"}), "already kept"
     assert not malloc_advice(faulting, glibc=False), "another C library: no malloc knob"
     assert not malloc_advice(replace(faulting, system_s=0.01)), "the kernel's time does not show the faults"
-    # 16 samples of 1 MB a batch from workers: the 16 MB a step are the batch's own shared-memory block
+    # 16 samples of 1 MiB a batch from workers: the 16 MiB a step are the batch's own shared-memory block
     assert not malloc_advice(faulting, workers=2, sample_bytes=2**20)
     (with_workers,) = malloc_advice(faulting, workers=2, sample_bytes=2**10)
     wait = figures(profile_result(faults=faulting, num_workers=2)).wait_s

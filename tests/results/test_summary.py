@@ -185,7 +185,7 @@ def test_infeasible_and_pruned_trials_are_never_recommended():
         TrialResult(
             {**BASELINE, "batch_size": 32},
             fake_measurement(500.0),
-            failure=Failure(FailureKind.OUT_OF_MEMORY, "peak 900 MB is over study.memory_budget_mb=500: infeasible"),
+            failure=Failure(FailureKind.OUT_OF_MEMORY, "peak 900 MiB is over study.memory_budget_mb=500: infeasible"),
         ),
     )
     pruned = TrialRecord("1", TrialResult(BASELINE, failure=Failure(FailureKind.PRUNED, "slow")))

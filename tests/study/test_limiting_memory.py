@@ -57,11 +57,11 @@ def test_the_memory_budget_bounds_the_gpu_on_cuda_and_the_host_tree_on_cpu(tmp_p
     over_gpu = within_budget(result(300, gpu_reserved_mb=1500), budget)
     assert over_gpu.failure.kind is FailureKind.OUT_OF_MEMORY and over_gpu.measurement is not None
     assert over_gpu.failure.message == (
-        "peak 1500 MB of GPU memory (CUDA reserved) is over study.memory_budget_mb=1000: infeasible"
+        "peak 1500 MiB of GPU memory (CUDA reserved) is over study.memory_budget_mb=1000: infeasible"
     )
     over_host = within_budget(result(3000), budget)
     assert over_host.failure.message == (
-        "peak 3000 MB of host memory (process tree) is over study.memory_budget_mb=1000: infeasible"
+        "peak 3000 MiB of host memory (process tree) is over study.memory_budget_mb=1000: infeasible"
     )
 
 
@@ -70,8 +70,8 @@ def test_the_host_memory_budget_bounds_the_host_tree_beside_a_gpu(tmp_path):
     assert within_budget(result(1900, gpu_reserved_mb=900), both).ok
     over = within_budget(result(3000, gpu_reserved_mb=1500), both)
     assert over.failure.message == (
-        "peak 1500 MB of GPU memory (CUDA reserved) is over study.memory_budget_mb=1000; "
-        "peak 3000 MB of host memory (process tree) is over study.host_memory_budget_mb=2000: infeasible"
+        "peak 1500 MiB of GPU memory (CUDA reserved) is over study.memory_budget_mb=1000; "
+        "peak 3000 MiB of host memory (process tree) is over study.host_memory_budget_mb=2000: infeasible"
     )
 
 

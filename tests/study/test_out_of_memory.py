@@ -68,7 +68,7 @@ def raised_from(cause: BaseException) -> RuntimeError:
         torch.AcceleratorError("CUDA error: out of memory\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side"),
         pytest.param(None, id="cpu-allocator"),
         raised_from(torch.OutOfMemoryError("CUDA out of memory")),
-        RuntimeError(  # shared memory full, where a DataLoader worker puts its batch (Docker's /dev/shm: 64 MB)
+        RuntimeError(  # shared memory full, where a DataLoader worker puts its batch (Docker's /dev/shm: 64 MiB)
             "Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n  ...\n"
             "RuntimeError: unable to write to file </torch_18692_1954506624_0>: No space left on device (28)"
         ),

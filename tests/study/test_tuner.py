@@ -538,7 +538,7 @@ def test_no_pruning_when_disabled_or_close_to_the_best(tmp_path):
 @pytest.mark.parametrize(
     "verdict",
     [
-        Failure(FailureKind.OUT_OF_MEMORY, "used 306 MB, over study.memory_budget_mb=300; stopped"),
+        Failure(FailureKind.OUT_OF_MEMORY, "used 306 MiB, over study.memory_budget_mb=300; stopped"),
         Failure(FailureKind.INCORRECT, "the loss is not finite"),
     ],
 )

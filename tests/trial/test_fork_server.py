@@ -77,7 +77,7 @@ def test_a_crashing_trial_takes_neither_the_server_nor_the_next_trial_down(serve
 
 @pytest.mark.slow
 def test_a_forked_trial_counts_the_pages_it_shares_with_the_server_as_its_own(server, tmp_path):
-    # PSS would charge half of the pages of the server's imports to the server: a forked trial would read ~100 MB
+    # PSS would charge half of the pages of the server's imports to the server: a forked trial would read ~100 MiB
     # less than the same trial as a fresh process.
     peaks = {}
     for name, launcher in (("forked", server), ("fresh", FreshLauncher())):

@@ -22,7 +22,7 @@ def test_a_log_over_its_cap_keeps_its_head_and_tail_and_says_what_was_cut(tmp_pa
     text = path.read_text()
     assert path.stat().st_size < 300_000
     assert text.startswith("started\n") and text.endswith("Traceback: the end\n")
-    assert "[autotune: 2.7 MB of this trial's output cut here to keep the log small]" in text
+    assert "[autotune: 2.7 MiB of this trial's output cut here to keep the log small]" in text
 
 
 def test_a_log_under_its_cap_is_left_alone(tmp_path):
@@ -37,7 +37,7 @@ def test_a_trial_that_prints_at_every_sample_keeps_a_bounded_log(tmp_path, monke
     result = runner.run_trial(request(dataset="faults.ChattyImages"), 120, tmp_path, "chatty")
     assert result.ok, result.failure
     log = (tmp_path / "chatty.log").read_text()
-    cut_mb = float(log.split("[autotune: ")[1].split(" MB of this trial's output cut here")[0])
+    cut_mb = float(log.split("[autotune: ")[1].split(" MiB of this trial's output cut here")[0])
     assert cut_mb >= 1.0, "it printed more than its cap"
     assert len(log) <= 2**16 + 2**16 + 200, "the head, the note and the tail"
     assert log.rstrip().rsplit("\n", 1)[1].startswith("x"), "the tail ends with the last line printed"
