@@ -165,8 +165,9 @@ def ranked_rows(summary: Summary) -> list[dict[str, Any]]:
 def marked(row: dict[str, Any], summary: Summary) -> str:
     """A ranked row's trial label, marked where it is the recommendation and where something disturbed its own run
     (which may read low, though the row shows a race's median: ``busy_note``)."""
-    label = row["trial"]
-    recommended = " (recommended)" if label == summary.recommended.label and not summary.is_baseline else ""
+    label, twin, recommended = row["trial"], summary.twin, ""
+    if label == summary.recommended.label and not summary.is_baseline:
+        recommended = f" (recommended; trial {twin.label}'s configuration)" if twin else " (recommended)"
     return f"{label}{recommended}{' (busy)' if row['disturbance'] else ''}"
 
 

@@ -117,8 +117,9 @@ class Summary:
     def ranked(self) -> list[TrialRecord]:
         """``records`` (every measured configuration, then the failed), ranked by what the races established: those
         a race measured first (``race_of``), the recommendation (the baseline, where it is kept) leading them, then
-        by their race's speedup (``standing``); then the others by their own runs; the failed last, as stored."""
-        measured = [record for record in self.records if record.result.ok]
+        by their race's speedup (``standing``); then the others by their own runs; the failed last, as stored. A
+        configuration is ranked once: the trial the recommendation is (``twin``) goes as the recommendation."""
+        measured = [record for record in self.records if record.result.ok and record is not self.twin]
         failed = [record for record in self.records if not record.result.ok]
 
         def rank_key(record: TrialRecord) -> tuple[bool, bool, float]:
@@ -126,6 +127,23 @@ class Summary:
             return not (raced and record is self.recommended), not raced, -self.standing(record).speedup
 
         return sorted(measured, key=rank_key) + failed
+
+    @cached_property
+    def twin(self) -> TrialRecord | None:
+        """The measured trial whose configuration the recommendation is, where the recommendation is what a trim left
+        (a variant, "1 without batch_size") and not that trial by its label: its search run stands beside the
+        variant's race figures in no table; None elsewhere."""
+        if self.is_baseline or not self.trim:
+            return None
+        knobs = self.recommended.result.knobs
+        return next(
+            (
+                record
+                for record in self.records
+                if record.result.ok and record.label != self.recommended.label and record.result.knobs == knobs
+            ),
+            None,
+        )
 
     def race_of(self, record: TrialRecord) -> Confirmation | None:
         """The race whose figures stand for ``record`` (``standing``), one rule so that no two races' figures reverse

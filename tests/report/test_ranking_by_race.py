@@ -199,3 +199,23 @@ def test_the_ranking_and_each_figure_are_found_once(monkeypatch):
     assert summary.ranked is summary.ranked
     ranked_rows(summary)
     assert calls == [], "no race looked up again"
+
+
+def test_a_trim_variant_that_is_a_trials_configuration_is_ranked_once_as_the_recommendation(tmp_path):
+    # The trim recommends trial 0 without num_threads: trial 1's configuration (batch 32), by its own run 180.
+    results = trim_variant_results()
+    twin = trial("1", 180.0, batch_size=32)
+    proven = replace(results.confirmation, trials=["0", "1"])
+    results = replace(results, trials=[*results.trials, twin], confirmation=proven, machine=MACHINE, measure=MEASURE)
+    summary = summarise(results)
+    assert summary.recommended.label == "0 without num_threads" and summary.twin.label == "1"
+    assert [r.label for r in summary.ranked] == ["0 without num_threads", "0", "baseline"], "trial 1 once, as it"
+    files = write_reports(results, summary, tmp_path)
+    assert "| 1 | 0 without num_threads (recommended; trial 1's configuration) |" in files["report.md"].read_text()
+    assert [r["trial"] for r in csv.DictReader(files["trials.csv"].open())] == [
+        "0 without num_threads",
+        "0",
+        "baseline",
+    ]
+    alone = summarise(trim_variant_results())
+    assert alone.twin is None and "0 without num_threads" in [r.label for r in alone.ranked]
