@@ -74,8 +74,8 @@ def run_race(
     run cut short goes on from its rounds; one a baseline run failed, or planned for other rounds, is raced anew
     (``on_note`` is told why). A round starts only where ``affords`` it: a race left without one has no winner, so
     nothing unproven is recommended; each starts with ``new_draw``. ``on_note`` is told what the race runs, with
-    what a round is expected to take where ``round_s`` says (``announce``). None without finalists or rounds to
-    race."""
+    what a round is expected to take where ``round_s`` says (``announce``), and its verdict (``describe``). None
+    without finalists or rounds to race."""
     picks = select_finalists(results.baseline, results.trials)
     if not picks or rounds == 0:
         return None
@@ -83,6 +83,8 @@ def run_race(
     current = stored and stored.is_current(results.baseline, results.trials)
     resumable = current and not stored.failure and stored.planned_rounds == rounds
     if resumable and not stored.cut:
+        if on_note is not None:
+            on_note(f"[race, stored] {stored.describe()}")
         return stored
     if current and not resumable and on_note is not None:
         on_note(f"[race] the stored race is run anew: {_why_anew(stored, rounds)}")
@@ -126,6 +128,8 @@ def run_race(
         store(Confirmation([], fresh, None, rounds, True, baseline_peak_memories=[]))
         confirmation = raced(fresh, None, RACED_ANEW)
     store(confirmation)
+    if on_note is not None:
+        on_note(f"[race] {confirmation.describe()}")
     return replace(confirmation, trials=trials)
 
 

@@ -57,7 +57,8 @@ def run_trim(
     (the finalists' race ended at its verdict: ``trim_ahead``), that configuration and the baseline run the rounds
     left, for the gain's interval (a trim race whose variant won ran them all).
     A round starts only where ``affords`` it. Each round starts with ``new_draw``, as the race's do. ``on_note`` is
-    told of each stored race raced again, and why, and what each race runs (``announce``, with ``round_s``)."""
+    told of each stored race raced again, and why, what each race runs (``announce``, with ``round_s``), and each
+    race's verdict (``describe``)."""
     winner = confirmation.winner if confirmation else None
     baseline = results.baseline.result.knobs
     device = device_kind(results.device)
@@ -83,7 +84,8 @@ def run_trim(
         ]
         ran = stored[len(races)] if len(races) < len(stored) else None
         same = ran is not None and [f.label for f in ran.finalists] == [f.label for f in entrants]
-        if not same or len(races) >= len(done):
+        reused = same and len(races) < len(done)
+        if not reused:
             start = ran if same and len(races) == len(done) and _goes_on(ran) else None
             if same and start is None and len(races) == len(done) and on_note is not None:
                 on_note(f"[trim] the stored {race_name(len(races) + 1)} is raced again: {unsettled(ran)}")
@@ -97,6 +99,8 @@ def run_trim(
                 lambda so_far: _store(study, results, [*races, so_far]), _runs_out(current, rounds), announced,
             )  # fmt: skip
         races.append(ran)
+        if on_note is not None:
+            on_note(f"[trim{', stored' if reused else ''}] {race_name(len(races)).capitalize()}: {ran.describe(True)}")
         new = trim_path(races)[-1].left
         if new is None or new.label == current.label:
             break

@@ -276,7 +276,8 @@ def test_a_race_the_budget_cut_short_goes_on_from_its_rounds_in_a_later_run(tmp_
     assert not again.cut and again.rounds == 3 and again.baseline_throughputs[0] == cut.baseline_throughputs[0]
     assert {name.split("-")[1] for name, _ in measure.calls} == {"2", "3"}, "round 1 is not run again"
     assert notes == [
-        "[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1 (about 24 s a round)"
+        "[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1 (about 24 s a round)",
+        f"[race] {again.describe()}",
     ]
     assert load_results(study).confirmation == again
 
@@ -288,10 +289,13 @@ def test_a_race_going_on_after_a_cut_says_it_races_only_the_finalists_still_raci
     assert cut.cut and cut.rounds == 1 and [f.dropped is not None for f in cut.finalists] == [False, True]
     study, notes = open_study(settings(tmp_path), META), []
     nothing_timed = lambda configurations: 0.0  # noqa: E731 (a resumed run that timed no run yet)
-    run_race(
+    again = run_race(
         study, load_results(study), 3, FakeMeasure(), lambda n, r: None, None, None, notes.append, None, nothing_timed
     )
-    assert notes == ["[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1"]
+    assert notes == [
+        "[race] trial 0 against the baseline: the 2 in turn for up to 2 rounds more after round 1",
+        f"[race] {again.describe()}",
+    ]
 
 
 class StopsIn:
@@ -364,15 +368,20 @@ def test_a_trim_the_budget_cut_short_goes_on_from_the_race_it_cut(tmp_path):
     assert [race.cut for race in cut] == [False, True]
     assert notes == [
         "[trim] trim race 1: trial 0 against itself with each change undone (4 variants), the baseline too: the 6 in "
-        "turn for up to 3 rounds"
+        "turn for up to 3 rounds",
+        f"[trim] Trim race 1: {cut[0].describe(trim=True)}",
+        f"[trim] Trim race 2: {cut[1].describe(trim=True)}",
     ], "the second race, which the budget left no time for, is not said to run"
+    assert notes[-1].startswith("[trim] Trim race 2: study.budget_s left no time to race trial 0 without set_to_none")
     assert summarise(load_results(study)).untrimmed, "its first race's pick is recommended, not trimmed to its end"
     runs_before, notes = len(pipeline.names), []
     again = run_trim(study, load_results(study), confirmation, pipeline, lambda n, r: None, on_note=notes.append)
     assert again[0] == cut[0] and not again[1].cut, "the first race reused, the second run to its end"
     assert notes == [
+        f"[trim, stored] Trim race 1: {cut[0].describe(trim=True)}",
         "[trim] trim race 2: trial 0 without set_to_none against itself with the change that tied in trim race 1 "
-        "undone (1 variant), the baseline too: the 3 in turn for up to 3 rounds"
+        "undone (1 variant), the baseline too: the 3 in turn for up to 3 rounds",
+        f"[trim] Trim race 2: {again[1].describe(trim=True)}",
     ], "the second race, once it runs"
     assert not summarise(load_results(study)).untrimmed
     assert all(name.startswith("trim-2-") for name in pipeline.names[runs_before:]), pipeline.names[runs_before:]

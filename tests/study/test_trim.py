@@ -468,6 +468,9 @@ def test_each_trim_race_says_what_it_races_and_how_long_a_round_takes_before_its
         "race 1 undone, each alone and all at once (3 variants), the baseline too: the 5 in turn for up to 3 rounds "
         "(about 50 s a round)"
     )
+    verdicts = [f"[trim] Trim race {number}: {race.describe(trim=True)}" for number, race in enumerate(races, 1)]
+    assert said[second - 2] == verdicts[0], "each race's verdict once it ends, before the next race is announced"
+    assert said[-1] == verdicts[-1] and all(said.count(verdict) == 1 for verdict in verdicts)
 
 
 class OneSmallGain(Pipeline):

@@ -372,9 +372,10 @@ def test_a_race_a_failed_baseline_run_ended_is_run_again_by_a_later_run(tmp_path
     assert notes == [
         f"[race] the stored race is run anew: a baseline run failed in it ({failed.failure})",
         "[race] trial 0 against the baseline: the 2 in turn for up to 3 rounds",
+        f"[race] {again.describe()}",
     ]
     run_race(study, load_results(study), 2, NoisyMeasure({16: [100] * 2, 32: [120] * 2}), print, on_note=notes.append)
-    assert notes[-2] == "[race] the stored race is run anew: it was planned for 3 rounds, study.confirm_rounds=2 now"
+    assert notes[-3] == "[race] the stored race is run anew: it was planned for 3 rounds, study.confirm_rounds=2 now"
     unplanned = replace(load_results(study).confirmation, planned_rounds=None)
     assert _why_anew(unplanned, 2) == "it was stored by an earlier autotune, which did not record the rounds it planned"
 
