@@ -176,25 +176,41 @@ def _open(settings: Settings, output_dir: Path, out: TextIO, clock: RunClock, st
 
 class _RunLines:
     """The lines a run prints as its runs end. A speedup is against the baseline, once measured (``baseline``); a
-    race run's against its own round's baseline run where that ran before it: the race pairs runs by round, and the
-    first baseline run is minutes and machine states away."""
+    race run's against its own round's baseline run where that ran before it (the race pairs runs by round, and the
+    first baseline run is minutes and machine states away), and a round's baseline run that ran after some of its
+    runs gives theirs. A run measured again is said as it is (``measured_again``), then the run measured again
+    (``NAME-again``), which stands or says the first does (``first_stands``): each run once."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.baseline: TrialResult | None = None
         self._round_baselines: dict[str, TrialResult] = {}  # each race round's baseline run, once it ran
+        self._before_baseline: dict[str, list[tuple[str, TrialResult]]] = {}  # a round's runs before its baseline's
+        self._again: dict[str, TrialResult] = {}  # a run measured again, by name: the first, said
 
     def note(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
     def race_run(self, name: str, result: TrialResult) -> None:
-        self.note(f"[{name}] {self._race_line(name, result)}")
+        first = self._again.pop(name, None)
+        line = self._race_line(name, result)
+        if result is not first:  # the first standing was said twice: as measured again, and by ``first_stands``
+            self.note(f"[{name}{'-again' if first else ''}] {line}")
+
+    def baseline_run(self, result: TrialResult, stored: bool) -> None:
+        """The baseline's first run (``BASELINE_LABEL``), measured, or read from the study (``stored``)."""
+        first = self._again.pop(BASELINE_LABEL, None)
+        if result is not first:
+            self.note(
+                f"[{BASELINE_LABEL}{'-again' if first else ''}{', stored' if stored else ''}] {format_result(result)}"
+            )
 
     def measured_again(self, name: str, result: TrialResult) -> None:
-        self.note(f"[{name}] {self._race_line(name, result)}; measured again")
+        self._again[name] = result
+        self.note(f"[{name}] {self._race_line(name, result, said=False)}; measured again")
 
     def first_stands(self, name: str, result: TrialResult) -> None:
-        self.note(f"[{name}] {self._race_line(name, result)}; {FIRST_STANDS}")
+        self.note(f"[{name}] {self._race_line(name, result, said=False)}; {FIRST_STANDS}")
 
     def trial(self, event: TrialEvent) -> None:
         if event.not_measured is not None:  # no trial of the count: its number alone
@@ -203,12 +219,25 @@ class _RunLines:
         line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, self.baseline)
         self.note(f"[trial {event.number}, {event.index} of {event.total}] {line}")
 
-    def _race_line(self, name: str, result: TrialResult) -> str:
+    def _race_line(self, name: str, result: TrialResult, said: bool = True) -> str:
+        """``name``'s line; ``said``: the run that stands for it (a slowed run measured again does not yet)."""
         prefix = round_of(name)
-        if name == run_name(prefix, None):
-            self._round_baselines[prefix] = result
         against = self._round_baselines.get(prefix)
-        return format_result(result, self.baseline, against, ratio=against is not None)
+        line = format_result(result, self.baseline, against, ratio=against is not None)
+        if not said:
+            return line
+        if name != run_name(prefix, None):
+            if against is None:
+                self._before_baseline.setdefault(prefix, []).append((name, result))
+            return line
+        self._round_baselines[prefix] = result
+        earlier = self._before_baseline.pop(prefix, [])
+        ratios = [
+            f"{before.removeprefix(prefix + '-')} {run.timing.throughput / result.timing.throughput:.2f}x"
+            for before, run in earlier
+            if run.ok and result.ok
+        ]
+        return f"{line}; against it, this round's runs before it: {', '.join(ratios)}" if ratios else line
 
 
 def _measure_baseline(
@@ -219,7 +248,7 @@ def _measure_baseline(
     study, machine = opened.study, opened.machine
     with clock.stage("baseline"):
         baseline, reused = ensure_baseline(study, settings.baseline, measured, machine)
-    lines.note(f"[baseline{', stored' if reused else ''}] {format_result(baseline)}")
+    lines.baseline_run(baseline, reused)
     lines.baseline = baseline
     if reused:  # a resumed run: what it stored is what its runs are expected to take
         clock.expect(baseline)

@@ -258,7 +258,10 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
     rounds = range(1, benchmark.rounds + 1)
     said = {_run_name(index, entry): run_label(index, entry) for index in rounds for entry in benchmark.entries}
 
+    again: dict[str, TrialResult] = {}  # a run measured again, by name: the first, said
+
     def show_disturbed(name: str, result: TrialResult) -> None:
+        again[name] = result
         shown = f"{result.timing.throughput:.1f} samples/s, {disturbance_words(result.disturbance)}: measured again"
         print(f"[{said.get(name, name)}] {shown}", file=out, flush=True)
 
@@ -276,7 +279,7 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
     for index in rounds:
         began = time.monotonic()
         runner.new_draw()
-        _round(run, index, benchmark.entries, out)
+        _round(run, index, benchmark.entries, out, again)
         if index == 1 and benchmark.rounds > 1:
             print(f"[time] {_rest_after_first(time.monotonic() - began, benchmark.rounds)}", file=out, flush=True)
 
@@ -288,11 +291,15 @@ def _rest_after_first(round_s: float, rounds: int) -> str:
     return f"round 1 took {round_s:.0f} s: about {duration(left * round_s)} more for the {counted(left, 'round')} left"
 
 
-def _round(run: RunFn, index: int, entries: list[Entry], out: TextIO) -> None:
-    """Every configuration once, starting one further along each round."""
+def _round(run: RunFn, index: int, entries: list[Entry], out: TextIO, again: dict[str, TrialResult]) -> None:
+    """Every configuration once, starting one further along each round, each run that stands said once: one
+    measured again (its first run in ``again``, by name, said) as "LABEL, again", unless the first stands, which the
+    run measured again said."""
     shift = (index - 1) % len(entries)
     for entry in entries[shift:] + entries[:shift]:
-        result = run(entry.knobs, _run_name(index, entry), None)
+        name = _run_name(index, entry)
+        result = run(entry.knobs, name, None)
+        first = again.pop(name, None)
         if result.ok:
             entry.throughputs.append(result.timing.throughput)
             entry.peak_memory_mb.append(result.peak_memory_mb)
@@ -305,7 +312,8 @@ def _round(run: RunFn, index: int, entries: list[Entry], out: TextIO) -> None:
             entry.peak_memory_mb.append(None)
             entry.failures.append(f"round {index}: {result.failure}")
             shown = f"FAILED {result.failure}"
-        print(f"[{run_label(index, entry)}] {shown}", file=out, flush=True)
+        if result is not first:
+            print(f"[{run_label(index, entry)}{', again' if first else ''}] {shown}", file=out, flush=True)
 
 
 def _run_name(index: int, entry: Entry) -> str:

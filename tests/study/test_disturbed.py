@@ -294,10 +294,12 @@ def test_a_benchmark_or_check_round_measures_its_disturbed_runs_again_once(tmp_p
     assert all(line.startswith("[round 1 baseline, again] ") for line in stands), stands
     said = [line for line in said if line not in stands]
     assert said[0].startswith("[round 1 baseline] ") and said[0].endswith("measured again")
-    assert said[1].startswith("[round 1 baseline] ") and said[1].endswith("may read low")
+    if not stands:  # the second stands: said once, as the run measured again
+        assert said[1].startswith("[round 1 baseline, again] ") and said[1].endswith("may read low")
     assert [len(entry.disturbed) for entry in entries] == [2, 2], "each run counted though slowed, named"
     counted = [line for line in said if line.startswith("[round ") and not line.endswith("measured again")]
-    assert len(counted) == 4 and all("other processes busy" in line for line in counted), out.getvalue()
+    assert len(counted) + len(stands) == 4, "each run that stands said once"
+    assert all("other processes busy" in line for line in counted + stands), out.getvalue()
     foretold = [index for index, line in enumerate(said) if line.startswith("[time] round 1 took ")]
     last_of_first = max(index for index, line in enumerate(said) if line.startswith("[round 1 "))
     assert foretold == [last_of_first + 1], f"the rest foretold once, after round 1:\n{out.getvalue()}"
@@ -330,3 +332,41 @@ def test_a_tuning_runs_terminal_says_the_second_runs_figure_where_the_first_stan
     said = out.getvalue().strip()
     assert said.startswith("[confirm-1-trial-0-again] ") and "30.0 samples/s" in said, said
     assert said.endswith(f"; {FIRST_STANDS}")
+
+
+def _said_through(runs: dict[str, TrialResult], names: list[str]) -> list[str]:
+    """What a tuning run's terminal says of race runs ``names``, each measured through ``again_if_disturbed``."""
+    out = io.StringIO()
+    lines = _RunLines(out)
+    lines.baseline = run_of(100.0)
+    measured = again_if_disturbed(Runs(runs), lines.measured_again, None, None, lines.first_stands)
+    for name in names:
+        lines.race_run(name, measured(BASELINE, name))
+    return out.getvalue().splitlines()
+
+
+def test_a_tuning_runs_terminal_says_each_run_once_the_one_that_stands_as_what_it_is():
+    first_stands = {"confirm-1-trial-0": run_of(50.0, disturbed=True), "confirm-1-trial-0-again": run_of(30.0, True)}
+    said = _said_through(first_stands, ["confirm-1-trial-0"])
+    assert [line.split("]")[0] for line in said] == ["[confirm-1-trial-0", "[confirm-1-trial-0-again"]
+    assert said[1].endswith(FIRST_STANDS), "no third line repeats the first run"
+    second_stands = {"confirm-1-trial-0": run_of(50.0, disturbed=True), "confirm-1-trial-0-again": run_of(70.0)}
+    said = _said_through(second_stands, ["confirm-1-trial-0"])
+    assert [line.split("]")[0] for line in said] == ["[confirm-1-trial-0", "[confirm-1-trial-0-again"]
+    assert "70.0 samples/s" in said[1] and not said[1].endswith(FIRST_STANDS), "the run that stands, as measured again"
+
+
+def test_a_rounds_baseline_run_after_its_other_runs_gives_their_ratios_to_it():
+    faster = {**BASELINE, "batch_size": 2 * BASELINE["batch_size"]}
+    out = io.StringIO()
+    lines = _RunLines(out)
+    lines.baseline = run_of(100.0)
+    lines.race_run("confirm-2-trial-6", replace(run_of(300.0), knobs=faster))
+    lines.race_run("confirm-2-trial-2", replace(run_of(250.0), knobs=faster))
+    lines.race_run("confirm-2-baseline", run_of(100.0))
+    lines.race_run("confirm-3-baseline", run_of(100.0))
+    lines.race_run("confirm-3-trial-6", replace(run_of(200.0), knobs=faster))
+    said = out.getvalue().splitlines()
+    assert "x)" not in said[0], "no ratio before its round's baseline ran"
+    assert said[2].endswith("; against it, this round's runs before it: trial-6 3.00x, trial-2 2.50x"), said[2]
+    assert "against it" not in said[3] and "(2.00x)" in said[4], "after its round's baseline, each run's own ratio"
