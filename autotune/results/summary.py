@@ -33,6 +33,11 @@ NO_TRIM = "it did not run"
 Run = TypeVar("Run")
 # The stages a run enters only once its race ended: a run stopped with none of them stopped before its race ended.
 AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
+# The baseline's readings in one study (its first run, each race's median) further apart than this, highest over
+# lowest: the machine's speed did not hold, and no figure of the study stands. On a quiet machine they agree within
+# about 10 %, and a single run of this noise reads 0.79-1.25x its configuration's median (docs/benchmarks.md,
+# section 13); a tune beside a test suite read them 41, 162 and 47 samples/s.
+UNSTEADY_BASELINE = 1.5
 
 
 @dataclass(frozen=True)
@@ -225,6 +230,23 @@ class Summary:
     def races(self) -> list[Confirmation]:
         """The finalists' race and the trim's races, in the order they ran (none without a race)."""
         return [self.confirmation, *self.trim] if self.confirmation else []
+
+    @cached_property
+    def baseline_readings(self) -> dict[str, float]:
+        """The baseline's samples/s as each measurement of it read it: its first run, and each race that ran it
+        (``races``, by ``race_name``) by its median."""
+        readings = {"its first run": self.baseline.throughput}
+        readings |= {race_name(index): race.baseline_median for index, race in enumerate(self.races) if race.rounds}
+        return readings
+
+    @property
+    def unsteady(self) -> float | None:
+        """How far apart the baseline's readings (``baseline_readings``) are, highest over lowest, where further than
+        UNSTEADY_BASELINE: the machine's speed did not hold through the study, so its figures, the gain's too, do
+        not stand; None elsewhere."""
+        readings = self.baseline_readings.values()
+        spread = max(readings) / min(readings)
+        return spread if spread > UNSTEADY_BASELINE else None
 
     @cached_property
     def proof(self) -> Confirmation | None:
