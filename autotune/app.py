@@ -27,6 +27,7 @@ from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
 from autotune.report.profiles import print_tuned_profile
+from autotune.results.advice import batch_advice
 from autotune.results.finalist import round_of, run_name
 from autotune.results.model import load_results
 from autotune.results.profile import ProfileRecord
@@ -438,7 +439,8 @@ def _report(study: optuna.Study, machine: str, output_dir: Path, stop: StopReaso
         return {}
     summary = summarise(results)
     files = write_reports(results, summary, output_dir)
-    print_summary(summary, files, f"Stopped: {stop.message}", out, results.profiles, results.tuner_time)
+    status, advice = f"Stopped: {stop.message}", batch_advice(results, summary)
+    print_summary(summary, files, status, out, results.profiles, results.tuner_time, advice)
     return files
 
 

@@ -15,6 +15,7 @@ from autotune.records import BASELINE_ATTR, META_ATTR, on_machine, study_machine
 from autotune.redact import redact_url
 from autotune.report import write_reports
 from autotune.report.console import print_summary
+from autotune.results.advice import batch_advice
 from autotune.results.model import load_results
 from autotune.results.summary import summarise
 from autotune.study.storage import load_study, study_names
@@ -45,6 +46,8 @@ def run(name: str, storage: str, output_dir: Path, out: TextIO = sys.stdout) -> 
         on = f", measured on {results.machine.get('cpu_model')} (machine {machine})" if len(machines) > 1 else ""
         print(f"autotune: the reports of study '{name}' ({redact_url(storage)}){on}, rendered from storage", file=out)
         stored = f"Rendered from the study: {counted(len(results.trials), 'trial')} stored"
-        print_summary(summary, written, stored, out, results.profiles, results.tuner_time)
+        print_summary(
+            summary, written, stored, out, results.profiles, results.tuner_time, batch_advice(results, summary)
+        )
         files |= {f"{machine}/{kind}" if len(machines) > 1 else kind: path for kind, path in written.items()}
     return files

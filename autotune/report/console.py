@@ -14,6 +14,7 @@ from autotune.report.profiles import current_profiles, summary_lines
 from autotune.report.rows import disturbance_words, marked, ranked_frame, ranked_rows
 from autotune.report.study_document import RANKED_COLUMNS, ranked_basis
 from autotune.report.tuner_time import budget_lines, forecast_lines, tuner_time_line
+from autotune.results.advice import BatchAdvice
 from autotune.results.profile import TunedProfiles
 from autotune.results.summary import Summary
 from autotune.results.tuner_time import TunerTime
@@ -96,10 +97,12 @@ def print_summary(
     out: TextIO,
     profiles: TunedProfiles | None = None,
     tuner_time: TunerTime | None = None,
+    training: BatchAdvice | None = None,
 ) -> None:
-    """The run's ``status`` (why it stopped), the ranked table, the headline, what limits the baseline and the
-    recommendation where ``profiles`` (the study's) are of these two, the files written, then where the tuner's
-    time went (where the study recorded it: ``tuner_time``)."""
+    """The run's ``status`` (why it stopped), the ranked table, the headline, what a changed batch size means for
+    training (``training``, where the recommendation changes it), what limits the baseline and the recommendation
+    where ``profiles`` (the study's) are of these two, the files written, then where the tuner's time went (where the
+    study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
     # Marked from the rows themselves, not the frame's records: the frame turns a clean row's None into NaN, truthy.
     frame["trial"] = [marked(row, summary) for row in ranked_rows(summary)]
@@ -114,6 +117,8 @@ def print_summary(
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(ranked_basis(summary), file=out)
     print(f"\n{headline(summary)}", file=out)
+    if training is not None and training.batch_size != training.baseline_batch_size:
+        print(f"Training: {training.describe()}", file=out)
     if current := current_profiles(profiles, summary):
         print("\n".join(summary_lines(current)), file=out)
     for name, path in files.items():

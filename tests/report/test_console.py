@@ -15,6 +15,7 @@ from autotune.measure.measurement import SystemReport
 from autotune.records import ProbeRecord, TrialRecord
 from autotune.report import write_reports
 from autotune.report.console import format_not_measured, format_probe, format_result, print_summary
+from autotune.results.advice import batch_advice
 from autotune.results.finalist import round_of, run_name
 from autotune.results.model import StudyResults
 from autotune.results.summary import summarise
@@ -173,3 +174,20 @@ def test_the_summary_table_names_its_figures_as_the_report_does_and_says_the_dat
     header = next(line for line in out.getvalue().splitlines() if line.lstrip().startswith("rank"))
     assert all(title in header for title in ("samples/s", "vs baseline", "data wait", "peak MiB")), header
     assert "throughput_sps" not in out.getvalue() and re.search(r" \d+% ", out.getvalue()), out.getvalue()
+
+
+def test_the_summary_says_what_a_changed_batch_size_means_for_training_after_the_headline():
+    results = replace(
+        results_with(trial("0", 150.0, batch_size=64)), optimizer={"_target_": "torch.optim.SGD", "lr": 0.1}
+    )
+    summary = summarise(results)
+    out = io.StringIO()
+    print_summary(summary, {}, "done", out, training=batch_advice(results, summary))
+    said = out.getvalue().splitlines()
+    training = next(index for index, line in enumerate(said) if line.startswith("Training: "))
+    assert said[training - 1].startswith("Recommended (trial 0)"), "right after the headline"
+    assert "changes from 16 to 64" in said[training] and "learning rate 0.1 → 0.4" in said[training]
+    same = results_with(trial("0", 150.0, num_threads=1))
+    out = io.StringIO()
+    print_summary(summarise(same), {}, "done", out, training=batch_advice(same, summarise(same)))
+    assert "Training: " not in out.getvalue(), "the batch size unchanged: nothing to say"
