@@ -62,9 +62,14 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     refuse_same_as_baseline(settings, recommendation.knobs, where)
     effective = accumulated_to(settings.batch_policy, settings.baseline)
     entries = configurations(settings.baseline, recommendation.knobs, effective, device_kind(device))
+    changes = len(changed(recommendation.knobs, settings.baseline))
+    skipped = 2 + 2 * changes - len(entries)
+    repeat = "repeats" if skipped == 1 else "repeat"
+    unmeasured = f", less {skipped} that {repeat} one of the two or cannot run" if skipped else ""
     print(
         f"autotune benchmark: pipeline '{settings.pipeline.name}' on {device}; {settings.benchmark_rounds} rounds of "
-        f"{len(entries)} configurations: the baseline, the recommendation, each change alone and left out",
+        f"{len(entries)} configurations: the baseline, the recommendation, and each of its changes ({changes}) alone "
+        f"and left out{unmeasured}",
         file=out,
         flush=True,
     )

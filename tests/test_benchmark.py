@@ -299,6 +299,10 @@ def test_each_configurations_changes_are_said_once_before_the_rounds_and_each_ru
     out = io.StringIO()
     files = benchmark_mode.run(load_settings(config, "tiny"), tmp_path / "out", out)
     lines = out.getvalue().splitlines()
+    assert lines[0].endswith(
+        "rounds of 2 configurations: the baseline, the recommendation, and each of its changes (1) alone and left "
+        "out, less 2 that repeat one of the two or cannot run"
+    ), lines[0]
     assert lines[1:3] == ["[baseline] the baseline's settings", "[recommended] batch_size=32"]
     assert lines[3:5] == [
         "[round 1 baseline] 100.0 samples/s, peak 100 MiB",
