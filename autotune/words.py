@@ -30,10 +30,17 @@ def slowed_rounds_note(rounds: list[int]) -> str:
     return f" ({slowed_rounds_left_out(rounds)})" if rounds else ""
 
 
-def slowed_rounds_left_out(rounds: list[int]) -> str:
-    """Rounds left out of a ratio as a run of each was slowed, in words: "round 2 left out: a run of it was
-    slowed"."""
-    return f"{rounds_named(rounds)} left out: a run of {'it' if len(rounds) == 1 else 'each'} was slowed"
+def slowed_rounds_left_out(rounds: list[int], why: str = "was slowed") -> str:
+    """Rounds left out of a ratio as a run of each was slowed (or ``why`` else), in words: "round 2 left out: a run
+    of it was slowed"."""
+    return f"{rounds_named(rounds)} left out: a run of {'it' if len(rounds) == 1 else 'each'} {why}"
+
+
+def slowed_rounds_counted(rounds: list[int]) -> str:
+    """Slowed rounds a ratio counts, too few rounds being quiet to leave them out (``quiet_rounds``), in words:
+    "counting round 3, slowed, too few rounds being quiet to leave it out"."""
+    them = "it" if len(rounds) == 1 else "them"
+    return f"counting {rounds_named(rounds)}, slowed, too few rounds being quiet to leave {them} out"
 
 
 def duration(seconds: float) -> str:

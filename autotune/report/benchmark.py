@@ -23,6 +23,7 @@ from autotune.words import (
     interval_bounds,
     listed,
     rounds_named,
+    slowed_rounds_counted,
     slowed_rounds_left_out,
     slowed_rounds_note,
 )
@@ -277,9 +278,7 @@ def _rounds_counted(benchmark: Benchmark, entry: Entry, reference: Entry | None)
     if left_out := benchmark.rounds_left_out(entry, reference):
         return f"; {slowed_rounds_left_out(left_out)}"
     if benchmark.counts_slowed(entry, reference):
-        slowed = benchmark.slowed_rounds(entry, reference)
-        them = "it" if len(slowed) == 1 else "them"
-        return f"; counting {rounds_named(slowed)}, slowed, too few rounds being quiet to leave {them} out"
+        return f"; {slowed_rounds_counted(benchmark.slowed_rounds(entry, reference))}"
     return ""
 
 

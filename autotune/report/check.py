@@ -10,7 +10,7 @@ from autotune.files import write_atomic
 from autotune.measure.stats import MIN_ROUNDS
 from autotune.report.benchmark import stopped_words
 from autotune.results.check import MAX_ROUNDS_TO_TELL, Check, measured_rounds
-from autotune.words import interval_bounds
+from autotune.words import interval_bounds, slowed_rounds_counted, slowed_rounds_left_out
 
 _NAMES = {"baseline": "the baseline", "recommended": "the recommendation"}
 # What a recorded speedup with no interval came from, by report.json's speedup_rounds (None: it does not say).
@@ -41,7 +41,22 @@ def now_line(check: Check) -> str:
     if now is None:
         return f"no interval: {_shortfall(check)}"
     bounds = interval_bounds(now.low, now.high)
-    return f"{now.geomean:.2f}x the baseline, 95 % interval {bounds} over {now.n} paired rounds"
+    return f"{now.geomean:.2f}x the baseline, 95 % interval {bounds} over {now.n} paired rounds{_rounds_counted(check)}"
+
+
+def _rounds_counted(check: Check) -> str:
+    """Where the speedup now does not stand on every round alike, in words to follow the paired rounds it counts, by
+    the benchmark's rule and in its words: the rounds it leaves out as a run of them was slowed
+    (``Benchmark.rounds_left_out``), or that it counts them, too few being quiet (``quiet_rounds``), and so reads the
+    load too; and the rounds in which a run failed (``Check.failed_rounds``): " (round 1 left out: a run of it was
+    slowed; round 2 left out: a run of it failed)"; empty where every round counts alike."""
+    benchmark, recommended = check.benchmark, check.recommended
+    said = [slowed_rounds_left_out(left_out)] if (left_out := benchmark.rounds_left_out(recommended)) else []
+    if benchmark.counts_slowed(recommended):
+        said.append(f"unreliable, {slowed_rounds_counted(benchmark.slowed_rounds(recommended))}")
+    if failed := check.failed_rounds:
+        said.append(slowed_rounds_left_out(failed, why="failed"))
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def verdict_line(check: Check) -> str:

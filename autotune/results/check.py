@@ -174,6 +174,13 @@ class Check:
         return self.verdict == "holds" and self.now.low < self.floor
 
     @property
+    def failed_rounds(self) -> list[int]:
+        """The rounds in which a run of the baseline or of the recommendation failed: they pair no ratio, so the
+        speedup now (``now``) leaves them out."""
+        entries = (self.benchmark.baseline, self.recommended)
+        return sorted({index for entry in entries for index, run in enumerate(entry.throughputs, 1) if run is None})
+
+    @property
     def unmeasured(self) -> list[Entry]:
         """The configurations measured in fewer than MIN_ROUNDS rounds, which leave no interval."""
         return [entry for entry in self.benchmark.entries if measured_rounds(entry) < MIN_ROUNDS]

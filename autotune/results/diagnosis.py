@@ -61,6 +61,8 @@ SMALL_OPERATOR_S = 10e-6
 SMALL_OPERATOR_DISPATCHES = 2
 # Less than half the operator time in matrix products and convolutions: the rest moves more bytes than it computes.
 MEMORY_BOUND_SHARE = 0.50
+# What rule 2's share is of: the training step under the profiler, without its wait for data.
+MODEL_STEP = "the model step"
 # What the arithmetic's share (rule 3) is of: the operators' time, not the step's.
 OPERATORS_TIME = "the operators' time"
 # Allocator arenas and lazily built state add tens of MiB over a run's first steps (the images example: 35 MiB in 30
@@ -113,16 +115,16 @@ _RANDOM_OPERATOR = re.compile(r"aten::(bernoulli|uniform|normal|random|exponenti
 class Rule:
     """One figure against its threshold: ``holds`` when ``value`` is at least (``at_least``) or below it. A figure
     the profile cannot give (``value`` None, ``name`` saying why) holds too: the verdict ends there, its own
-    (``STEP_UNKNOWN``), rather than go on from a guess. ``of``: what the figure is of, where its gist must say it
-    (``LONG_RUN_STEP``; ``OPERATORS_TIME``, not the step the other figures are of); "": what its name says, left out
-    of the gist."""
+    (``STEP_UNKNOWN``), rather than go on from a guess. ``of``: the whole the figure is a share of, which its gist
+    says: the rules' wholes differ (the step, ``LONG_RUN_STEP``, ``MODEL_STEP``, ``OPERATORS_TIME``), and two shares
+    side by side, their wholes unsaid, read as parts of one (25% and 84%, as if 109%)."""
 
     name: str
     value: float | None
     threshold: float
     at_least: bool
     verdict: str
-    of: str = ""
+    of: str
 
     @property
     def holds(self) -> bool:
@@ -132,11 +134,12 @@ class Rule:
 
     @property
     def gist(self) -> str:
-        """The figure in a few words ("waiting for data 60%", "waiting for data 7% of a long run's step": ``of``),
-        to a tenth of a per cent where whole ones would read as its threshold (``share_shown``); "unknown" where it
-        cannot be read."""
-        shown = "unknown" if self.value is None else share_shown(self.value, self.threshold)
-        return f"{self.name.partition(', of ')[0]} {shown}" + (f" of {self.of}" if self.of else "")
+        """The figure in a few words, with the whole it is a share of (``of``): "waiting for data 60% of the step",
+        "host overhead 84% of the model step"; to a tenth of a per cent where whole ones would read as its threshold
+        (``share_shown``); "unknown" where it cannot be read."""
+        if self.value is None:
+            return f"{self.name.partition(', of ')[0]} unknown"
+        return f"{self.name.partition(', of ')[0]} {share_shown(self.value, self.threshold)} of {self.of}"
 
     def __str__(self) -> str:
         if self.value is None:
@@ -327,23 +330,31 @@ def rules(result: ProfileResult) -> list[Rule]:
         DATA_BOUND_WAIT,
         True,
         DATA_BOUND,
-        of=LONG_RUN_STEP if found.long_run else "",
+        of=found.step_named,
     )
     if not wait_told_apart(ops):
         unread = (
-            "host overhead, of the model step (no GPU kernel recorded, and the host's wait for the GPU not timed "
+            f"host overhead, of {MODEL_STEP} (no GPU kernel recorded, and the host's wait for the GPU not timed "
             "apart from it: a profile made before it was; profile again):"
         )
-        return [data, Rule(unread, None, OVERHEAD_BOUND_SHARE, True, STEP_UNKNOWN)]
+        return [data, Rule(unread, None, OVERHEAD_BOUND_SHARE, True, STEP_UNKNOWN, of=MODEL_STEP)]
     overhead = (
-        Rule("the GPU busy, of the model step:", found.device_busy_share, DEVICE_BUSY_MIN, False, OVERHEAD_BOUND)
+        Rule(
+            f"the GPU busy, of {MODEL_STEP}:",
+            found.device_busy_share,
+            DEVICE_BUSY_MIN,
+            False,
+            OVERHEAD_BOUND,
+            of=MODEL_STEP,
+        )
         if found.device_busy_share is not None
         else Rule(
-            f"host overhead, of the model step{host_read}:",
+            f"host overhead, of {MODEL_STEP}{host_read}:",
             found.overhead_share,
             OVERHEAD_BOUND_SHARE,
             True,
             OVERHEAD_BOUND,
+            of=MODEL_STEP,
         )
     )
     return [

@@ -61,14 +61,16 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     results = load_results(study)
     assert results.profiles == profiles, "stored typed, read back equal"
     assert profiles.baseline.diagnosis.verdict == "data-bound"
-    assert profiles.recommended.diagnosis.gist == "host-overhead-bound (waiting for data 5%, host overhead 70%)"
+    assert profiles.recommended.diagnosis.gist == (
+        "host-overhead-bound (waiting for data 5% of the step, host overhead 70% of the model step)"
+    )
     summary = summarise(results)
     assert profiles.about(BASELINE, summary.recommended.result.knobs)
 
     files = write_reports(replace(results, machine=MACHINE, measure=MEASURE), summary, tmp_path / "out")
     markdown = files["report.md"].read_text()
     assert "## What limits each: the baseline and the recommendation profiled" in markdown
-    assert "| verdict | data-bound (waiting for data 60%) | host-overhead-bound (" in markdown
+    assert "| verdict | data-bound (waiting for data 60% of the step) | host-overhead-bound (" in markdown
     assert "the throughputs above are the race's" in markdown
     html = files["report.html"].read_text()
     assert "Where the time goes, per sample" in html, "the paired stacked bar"
@@ -79,7 +81,9 @@ def test_the_baseline_and_the_recommendation_are_profiled_stored_and_shown_side_
     out = io.StringIO()
     print_summary(summary, {}, "done", out, results.profiles)
     said = out.getvalue()
-    assert "What limits it: baseline data-bound (waiting for data 60%) → recommended host-overhead-bound" in said
+    assert (
+        "What limits it: baseline data-bound (waiting for data 60% of the step) → recommended host-overhead-bound"
+    ) in said
     assert "Next, for the recommended: set compile=default" in said
 
     slower = replace(profiles.recommended.tried, twins={"compile=off->default": [0.88]})

@@ -294,13 +294,14 @@ def test_on_a_gpu_overhead_is_the_gpu_idle_waiting_for_the_host():
 
 
 def test_a_rule_below_its_threshold_says_so():
-    assert str(Rule("x", 0.2, 0.5, False, MEMORY_BOUND)) == "x 20.0% < 50%: memory-bound"
-    assert str(Rule("x", 0.7, 0.5, False, MEMORY_BOUND)) == "x 70.0% ≥ 50%: not memory-bound"
+    assert str(Rule("x", 0.2, 0.5, False, MEMORY_BOUND, of="the step")) == "x 20.0% < 50%: memory-bound"
+    assert str(Rule("x", 0.7, 0.5, False, MEMORY_BOUND, of="the step")) == "x 70.0% ≥ 50%: not memory-bound"
 
 
 @pytest.mark.parametrize(("value", "said"), [(0.297, "29.7%"), (0.304, "30.4%"), (0.29, "29%"), (0.61, "61%")])
 def test_a_rules_gist_never_reads_as_the_threshold_it_falls_short_of_or_just_passes(value, said):
-    assert Rule("waiting for data, of the step", value, 0.3, True, DATA_BOUND).gist == f"waiting for data {said}"
+    rule = Rule("waiting for data, of the step", value, 0.3, True, DATA_BOUND, of="the step")
+    assert rule.gist == f"waiting for data {said} of the step"
 
 
 def test_workers_that_sleep_or_wait_on_io_do_not_saturate_the_cores_by_their_wall_time():
