@@ -162,6 +162,7 @@ def load_tuned(path: str | None) -> Tuned:
         raise ConfigError("against", f"{path}: speedup: expected a finite number > 0, got {speedup!r}")
     interval = _interval(_get(data, "speedup_interval"), f"{path}: speedup_interval")
     _refuse_contradicted_speedup(data, interval, path)
+    _refuse_unsteady(data, path)
     return Tuned(
         path=path,
         knobs=_knobs(recommended, path, "recommended.knobs"),
@@ -188,6 +189,24 @@ def _refuse_other_pipeline(tuned: Tuned, pipeline: str) -> None:
             f"pipeline={tuned.pipeline}, or give this pipeline's own report.json (where it is the same pipeline, "
             f"renamed since: ++pipeline.name={tuned.pipeline})",
         )
+
+
+def _refuse_unsteady(data: dict[str, Any], path: str) -> None:
+    """Refuse a report.json (``data``, at ``path``) whose tuning run's machine did not hold its speed (``unsteady``:
+    the baseline's readings over UNSTEADY_BASELINE apart, ``Summary.unsteady``): its speedup stands for nothing a
+    gate could hold a pipeline to. ConfigError naming ``against``."""
+    spread, readings = _get(data, "unsteady"), _get(data, "baseline_readings")
+    if spread is None:
+        return
+    if not _positive(spread):
+        raise ConfigError("against", f"{path}: unsteady: expected null or a number > 1, got {spread!r}")
+    read = ", ".join(f"{samples:.1f}" for samples in (readings or {}).values() if _positive(samples))
+    raise ConfigError(
+        "against",
+        f"{path}: its tuning run's machine did not hold its speed (the baseline read {read} samples/s, {spread:.1f}x "
+        "apart), so its speedup is no reference: tune again with nothing else running, or gate against the "
+        "check.json of a check run on a quiet machine",
+    )
 
 
 def _refuse_contradicted_speedup(data: dict[str, Any], interval: RatioInterval | None, path: str) -> None:
