@@ -12,6 +12,7 @@ from autotune.knobs import KNOBS, Knob
 from autotune.measure.environment import machine_fingerprint
 from autotune.measure.stats import RatioInterval
 from autotune.recommendation import APPLIED_BY, Measured, Recommendation, Training
+from autotune.report.headline import unsteady_note
 from autotune.results.advice import BatchAdvice, batch_advice
 from autotune.results.model import StudyResults
 from autotune.results.summary import Summary
@@ -66,7 +67,7 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
             throughput=round(summary.recommended_throughput, 2),
             baseline_throughput=round(summary.baseline_throughput, 2),
             speedup=round(summary.speedup, 3),
-            method=f"{summary.throughput_basis}; the speedup: {summary.speedup_basis}",
+            method=f"{summary.throughput_basis}; the speedup: {summary.speedup_basis}" + _unsteady(summary),
             peak_memory_mb=round(summary.recommended_peak_memory_mb, 1),
             baseline_peak_memory_mb=round(summary.baseline_peak_memory_mb, 1),
             interval=_rounded(summary.gain_interval),
@@ -75,6 +76,13 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
         no_difference=dict(summary.no_difference),
         untrimmed=summary.untrimmed,
     )
+
+
+def _unsteady(summary: Summary) -> str:
+    """That none of the figures stands, where the machine's speed did not hold (``unsteady_note``), to end the
+    throughput's method; empty elsewhere."""
+    note = unsteady_note(summary)
+    return f".{note}" if note else ""
 
 
 def render_recommended(results: StudyResults, summary: Summary) -> str:

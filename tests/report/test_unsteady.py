@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from autotune.report import write_reports
 from autotune.report.headline import headline
@@ -37,6 +38,10 @@ def test_a_baseline_read_far_apart_by_its_first_run_and_its_race_says_none_of_th
     report = json.loads(files["report.json"].read_text())
     assert report["unsteady"] == pytest.approx(100 / 32) and report["baseline_readings"]["the finalists' race"] == 32
     assert "None of this stands" in files["report.md"].read_text()
+    method = yaml.safe_load(files["recommended.yaml"].read_text())["throughput"]["method"]
+    assert method.endswith(
+        "(3.1x apart). Run it again with nothing else running (a new study.name measures everything afresh)."
+    )
 
 
 def test_a_baseline_whose_readings_agree_within_the_bound_says_nothing_of_it(tmp_path):
