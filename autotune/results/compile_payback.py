@@ -40,7 +40,10 @@ class CompilePayback:
         """What the report says of it."""
         up_front = f"torch.compile takes {self.compile_s:.0f} s before the first training step"
         if self.plain_sps is None:
-            return [f"{up_front}; the same configuration without it was not measured, so its payback is unknown."]
+            return [
+                f"{up_front}; the recommendation without it, every other knob as recommended, was not measured, so "
+                "its payback is unknown (mode=benchmark measures it: recommended - compile)."
+            ]
         rates = f"{self.plain_sps:.1f} → {self.compiled_sps:.1f} samples/s ({self.plain_by})"
         if self.steps is None:
             return [f"{up_front} and saves nothing per step ({rates}): it never pays back."]
