@@ -44,7 +44,7 @@ from autotune.runner import (
     study_slots,
 )
 from autotune.study.clock import SEARCH, Kept, RunClock, span
-from autotune.study.disturbed import FIRST_STANDS, again_if_disturbed
+from autotune.study.disturbed import again_if_disturbed, first_stands_words
 from autotune.study.forecast import forecast, race_round_s
 from autotune.study.guide import Guide, guide_from_record
 from autotune.study.lock import one_tuner
@@ -201,17 +201,17 @@ class _RunLines:
     def baseline_run(self, result: TrialResult, stored: bool) -> None:
         """The baseline's first run (``BASELINE_LABEL``), measured, or read from the study (``stored``)."""
         first = self._again.pop(BASELINE_LABEL, None)
-        if result is not first:
-            self.note(
-                f"[{BASELINE_LABEL}{'-again' if first else ''}{', stored' if stored else ''}] {format_result(result)}"
-            )
+        if result is first:  # said as measured again, and to stand (``first_stands``)
+            return
+        again = "-again" if first is not None and not stored else ""  # stored: another tuner's run, not this one's
+        self.note(f"[{BASELINE_LABEL}{again}{', stored' if stored else ''}] {format_result(result)}")
 
     def measured_again(self, name: str, result: TrialResult) -> None:
         self._again[name] = result
         self.note(f"[{name}] {self._race_line(name, result, said=False)}; measured again")
 
     def first_stands(self, name: str, result: TrialResult) -> None:
-        self.note(f"[{name}] {self._race_line(name, result, said=False)}; {FIRST_STANDS}")
+        self.note(f"[{name}] {self._race_line(name, result, said=False)}; {first_stands_words(result)}")
 
     def trial(self, event: TrialEvent) -> None:
         if event.not_measured is not None:  # no trial of the count: its number alone

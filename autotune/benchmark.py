@@ -34,7 +34,7 @@ from autotune.report.benchmark import print_benchmark, run_label, write_benchmar
 from autotune.report.rows import disturbance_words
 from autotune.results.benchmark import Benchmark, Entry, TunedGain, share_knobs
 from autotune.runner import TrialRunner, inspect_run, study_machine, study_slot, unrunnable
-from autotune.study.disturbed import FIRST_STANDS, again_if_disturbed
+from autotune.study.disturbed import again_if_disturbed, first_stands_words
 from autotune.study.trial_outcome import RunFn
 from autotune.trial.placement import UNPINNED, Slot
 from autotune.trial.result import TrialResult
@@ -272,8 +272,9 @@ def measure_rounds(settings: Settings, benchmark: Benchmark, workdir: Path, out:
 
     def show_first_stands(name: str, result: TrialResult) -> None:
         first = said.get(name.removesuffix("-again"), name)
-        shown = f"{result.timing.throughput:.1f} samples/s, {disturbance_words(result.disturbance)}"
-        print(f"[{first}, again] {shown}: {FIRST_STANDS}", file=out, flush=True)
+        shown = f"FAILED {result.failure}" if not result.ok else f"{result.timing.throughput:.1f} samples/s"
+        shown += f", {disturbance_words(result.disturbance)}" if result.disturbance else ""
+        print(f"[{first}, again] {shown}: {first_stands_words(result)}", file=out, flush=True)
 
     run = timed
     if settings.study.remeasure_disturbed:

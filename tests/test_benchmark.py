@@ -22,7 +22,7 @@ from autotune.recommendation import MachineMismatchWarning, Measured, load_recom
 from autotune.report.benchmark import benchmark_document
 from autotune.results.benchmark import Benchmark, TunedGain
 from autotune.trial.placement import CPUS_ENV
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Failure, FailureKind, TrialResult
 from tests.conftest import NEUTRAL_KNOBS, fake_measurement, tiny_config
 
 
@@ -314,6 +314,29 @@ def test_each_configurations_changes_are_said_once_before_the_rounds_and_each_ru
     assert "When tuned: 1.91x (95 % interval 1.58-2.32 over 3 paired rounds), apart from this one" in out.getvalue()
     stored = json.loads(files["benchmark.json"].read_text())["tuned"]
     assert stored == {"speedup": 1.911, "interval": {"geomean": 1.911, "low": 1.58, "high": 2.32, "n": 3}}
+
+
+def test_a_slowed_run_whose_run_measured_again_failed_is_said_to_stand_and_the_failure_said(tmp_path, monkeypatch):
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=describe_machine())
+    slowed = CoreSpeed([0], [200.0], [200.0], [100.0])
+
+    def run_trial(request, timeout_s, workdir, name, *args, **kwargs):
+        if name == "round2-recommended-again":
+            return TrialResult(knobs=request.knobs, failure=Failure(FailureKind.EXCEPTION, "RuntimeError: boom"))
+        throughput = 150.0 if request.knobs["batch_size"] == 32 else 100.0
+        slow = slowed if name == "round2-recommended" else None
+        return TrialResult(knobs=request.knobs, measurement=fake_measurement(throughput), core_speed=slow)
+
+    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
+    path = _recommended_yaml(tmp_path, {"batch_size": 32})
+    config = {**tiny_config(study={"remeasure_disturbed": True}), "mode": "benchmark", "recommended": str(path)}
+    out = io.StringIO()
+    benchmark_mode.run(load_settings(config, "tiny"), tmp_path / "out", out)
+    lines = out.getvalue().splitlines()
+    again = lines.index("[round 2 recommended] 150.0 samples/s, the cores ran 2.0x slow: measured again")
+    assert lines[again + 1] == "[round 2 recommended, again] FAILED exception: RuntimeError: boom: the first run stands"
+    assert not lines[again + 2].startswith("[round 2 recommended"), "the first, said, is not said again"
 
 
 def test_a_gain_tuned_against_another_baseline_is_not_compared_with_this_one(tmp_path, monkeypatch):

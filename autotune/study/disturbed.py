@@ -37,6 +37,8 @@ AffordsAgainFn = Callable[[dict[str, Any], str], bool]
 NOT_SLOWED = 1.10
 # Said of a second run that stands for nothing: slowed too and slower than the first (``_standing``).
 FIRST_STANDS = "slowed too and slower: the first run stands"
+# Said of a second run that failed: the first, slowed, stands (``_standing``).
+FAILED_FIRST_STANDS = "the first run stands"
 FALSE_ALARMS = 2
 
 
@@ -49,8 +51,9 @@ def again_if_disturbed(
 ) -> RunFn:
     """``run``, measuring a run that something beside it disturbed once more, as ``NAME-again`` (the module's rules),
     where ``affords`` it (study.budget_s; None: always); ``on_note`` is told once where the cores' reading alone stops
-    having runs measured again; ``on_first_stands`` of a second run, ``NAME-again``, slowed too and slower than the
-    first, which stands (``_standing``): else its figure would be said nowhere."""
+    having runs measured again; ``on_first_stands`` of a second run, ``NAME-again``, that failed, or was slowed too
+    and slower than the first, which stands (``_standing``: ``first_stands_words``): else the second would be said
+    nowhere, and the first not said to stand."""
     lasting = False
     false_alarms = 0
 
@@ -77,11 +80,17 @@ def again_if_disturbed(
                     "measured again"
                 )
         standing = _standing(first, second)
-        if standing is first and second.ok and on_first_stands is not None:
+        if standing is first and on_first_stands is not None:
             on_first_stands(f"{name}-again", second)
         return standing
 
     return measured
+
+
+def first_stands_words(second: TrialResult) -> str:
+    """Why the first run stands, in words to follow the second run, ``second``: it failed, or read slower, slowed
+    too."""
+    return FIRST_STANDS if second.ok else FAILED_FIRST_STANDS
 
 
 def _standing(first: TrialResult, second: TrialResult) -> TrialResult:

@@ -354,6 +354,10 @@ def test_a_tuning_runs_terminal_says_each_run_once_the_one_that_stands_as_what_i
     said = _said_through(second_stands, ["confirm-1-trial-0"])
     assert [line.split("]")[0] for line in said] == ["[confirm-1-trial-0", "[confirm-1-trial-0-again"]
     assert "70.0 samples/s" in said[1] and not said[1].endswith(FIRST_STANDS), "the run that stands, as measured again"
+    second_failed = {"confirm-1-trial-0": run_of(50.0, disturbed=True), "confirm-1-trial-0-again": run_of(None)}
+    said = _said_through(second_failed, ["confirm-1-trial-0"])
+    assert [line.split("]")[0] for line in said] == ["[confirm-1-trial-0", "[confirm-1-trial-0-again"]
+    assert "FAILED" in said[1] and said[1].endswith("; the first run stands"), said[1]
 
 
 def test_a_rounds_baseline_run_after_its_other_runs_gives_their_ratios_to_it():
