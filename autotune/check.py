@@ -198,9 +198,11 @@ def _refuse_unsteady(data: dict[str, Any], path: str) -> None:
     spread, readings = _get(data, "unsteady"), _get(data, "baseline_readings")
     if spread is None:
         return
-    if not _positive(spread):
+    if not _finite(spread) or spread <= 1:
         raise ConfigError("against", f"{path}: unsteady: expected null or a number > 1, got {spread!r}")
-    read = ", ".join(f"{samples:.1f}" for samples in (readings or {}).values() if _positive(samples))
+    if not isinstance(readings, dict):
+        raise ConfigError("against", f"{path}: baseline_readings: expected a mapping, got {readings!r}")
+    read = ", ".join(f"{samples:.1f}" for samples in readings.values() if _positive(samples))
     raise ConfigError(
         "against",
         f"{path}: its tuning run's machine did not hold its speed (the baseline read {read} samples/s, {spread:.1f}x "

@@ -100,9 +100,9 @@ def print_summary(
     training: BatchAdvice | None = None,
 ) -> None:
     """The run's ``status`` (why it stopped), the ranked table, the headline, what a changed batch size means for
-    training (``training``, where the recommendation changes it), what limits the baseline and the recommendation
-    where ``profiles`` (the study's) are of these two, the files written, then where the tuner's time went (where the
-    study recorded it: ``tuner_time``)."""
+    training (``training``, where the recommendation changes it and the study stands: ``Summary.unsteady``), what
+    limits the baseline and the recommendation where ``profiles`` (the study's) are of these two, the files written,
+    then where the tuner's time went (where the study recorded it: ``tuner_time``)."""
     frame = ranked_frame(summary)
     # Marked from the rows themselves, not the frame's records: the frame turns a clean row's None into NaN, truthy.
     frame["trial"] = [marked(row, summary) for row in ranked_rows(summary)]
@@ -117,7 +117,7 @@ def print_summary(
     print(frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"), file=out)
     print(ranked_basis(summary), file=out)
     print(f"\n{headline(summary)}", file=out)
-    if training is not None and training.batch_size != training.baseline_batch_size:
+    if training is not None and training.batch_size != training.baseline_batch_size and not summary.unsteady:
         print(f"Training: {training.describe()}", file=out)
     if current := current_profiles(profiles, summary):
         print("\n".join(summary_lines(current)), file=out)

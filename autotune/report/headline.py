@@ -34,27 +34,25 @@ _BEFORE_AFTER_METRICS = [
 
 def headline(summary: Summary) -> Headline:
     """What to change and what it gained, or that the baseline is best; where the machine's speed did not hold
-    through the study (``Summary.unsteady``), that none of it stands."""
+    through the study (``Summary.unsteady``), first that none of it stands, then what it read."""
     said = _keep(summary) if summary.is_baseline else _recommended(summary)
-    return Headline(said.lead, said.rest + unsteady_note(summary)) if summary.unsteady else said
+    if not summary.unsteady:
+        return said
+    return Headline(unsteady_note(summary).strip(), f"What it read: {said.lead} {said.rest}")
 
 
 def unsteady_note(summary: Summary) -> str:
     """That the machine's speed did not hold through the study (``Summary.unsteady``), with the baseline's readings
-    that show it, to follow a headline; empty where it held."""
+    that show it, to stand before or after a headline; empty where it held."""
     spread = summary.unsteady
     if spread is None:
         return ""
-    read = [f"{samples:.1f} samples/s {_by(where)}" for where, samples in summary.baseline_readings.items()]
+    read = [f"{samples:.1f} samples/s by the median of {where}" for where, samples in summary.baseline_readings.items()]
     return (
         f" None of this stands: the machine's speed did not hold through the study, the baseline reading "
         f"{', '.join(read)} ({spread:.1f}x apart). Run it again with nothing else running (a new study.name measures "
         "everything afresh)."
     )
-
-
-def _by(where: str) -> str:
-    return "in " + where if where == "its first run" else "by the median of " + where
 
 
 def _keep(summary: Summary) -> Headline:

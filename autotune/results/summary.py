@@ -33,10 +33,11 @@ NO_TRIM = "it did not run"
 Run = TypeVar("Run")
 # The stages a run enters only once its race ended: a run stopped with none of them stopped before its race ended.
 AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
-# The baseline's readings in one study (its first run, each race's median) further apart than this, highest over
-# lowest: the machine's speed did not hold, and no figure of the study stands. On a quiet machine they agree within
-# about 10 %, and a single run of this noise reads 0.79-1.25x its configuration's median (docs/benchmarks.md,
-# section 13); a tune beside a test suite read them 41, 162 and 47 samples/s.
+# The baseline's medians in one study's races of two rounds or more further apart than this, highest over lowest:
+# the machine's speed did not hold, and no figure of the study stands. A run on a noisy host reads 0.79-1.25x its
+# configuration's median (docs/benchmarks.md, section 13), so a median of two or three runs within about 15 %; a tune
+# beside a test suite read the baseline's race medians 162 and 47 samples/s. Not its first run: a single run, and one
+# a resumed study may have read on another day, whose drift the races' pairing cancels.
 UNSTEADY_BASELINE = 1.5
 
 
@@ -233,11 +234,9 @@ class Summary:
 
     @cached_property
     def baseline_readings(self) -> dict[str, float]:
-        """The baseline's samples/s as each measurement of it read it: its first run, and each race that ran it
-        (``races``, by ``race_name``) by its median."""
-        readings = {"its first run": self.baseline.throughput}
-        readings |= {race_name(index): race.baseline_median for index, race in enumerate(self.races) if race.rounds}
-        return readings
+        """The baseline's median samples/s in each race that ran it two rounds or more (``races``, by
+        ``race_name``)."""
+        return {race_name(index): race.baseline_median for index, race in enumerate(self.races) if race.rounds >= 2}
 
     @property
     def unsteady(self) -> float | None:
@@ -245,7 +244,7 @@ class Summary:
         UNSTEADY_BASELINE: the machine's speed did not hold through the study, so its figures, the gain's too, do
         not stand; None elsewhere."""
         readings = self.baseline_readings.values()
-        spread = max(readings) / min(readings)
+        spread = max(readings) / min(readings) if readings else 1.0
         return spread if spread > UNSTEADY_BASELINE else None
 
     @cached_property
