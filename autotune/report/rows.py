@@ -52,6 +52,8 @@ def record_row(record: TrialRecord, rank: int | None, summary: Summary) -> dict[
     record of ``summary``, as flat plain values."""
     result = record.result
     row: dict[str, Any] = {"trial": record.label, "rank": rank, "state": record_state(record)}
+    twin = summary.twin if record is summary.recommended else None
+    row["same_as"] = twin.label if twin else None  # the trial whose configuration it is, ranked as it (``twin``)
     row.update({name: result.knobs[name] for name in KNOBS})
     row["gradient_accumulation_steps"] = summary.accumulation_steps(record)
     row.update(dict.fromkeys([*STANDING_COLUMNS, *MEASUREMENT_COLUMNS]))

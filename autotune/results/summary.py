@@ -137,19 +137,8 @@ class Summary:
     @cached_property
     def twin(self) -> TrialRecord | None:
         """The measured trial whose configuration the recommendation is, where the recommendation is what a trim left
-        (a variant, "1 without batch_size") and not that trial by its label: its search run stands beside the
-        variant's race figures in no table; None elsewhere."""
-        if self.is_baseline or not self.trim:
-            return None
-        knobs = self.recommended.result.knobs
-        return next(
-            (
-                record
-                for record in self.records
-                if record.result.ok and record.label != self.recommended.label and record.result.knobs == knobs
-            ),
-            None,
-        )
+        (a variant, "1 without batch_size") and not that trial by its label (``twin_of``)."""
+        return twin_of(self.records, self.recommended, self.baseline, self.trim)
 
     def race_of(self, record: TrialRecord) -> Confirmation | None:
         """The race whose figures stand for ``record`` (``standing``), one rule so that no two races' figures reverse
@@ -428,6 +417,19 @@ class Summary:
         return changed(self.recommended.result.knobs, self.baseline.result.knobs)
 
 
+def twin_of(
+    records: list[TrialRecord], recommended: TrialRecord, baseline: TrialRecord, trim: list[Confirmation]
+) -> TrialRecord | None:
+    """Of ``records``, the measured trial whose configuration ``recommended`` is, where it is what a ``trim`` left
+    (a variant) and not that trial by its label: its search run stands beside the variant's race figures in no table
+    (``Summary.ranked``, the Pareto front); None elsewhere."""
+    if recommended is baseline or not trim:
+        return None
+    knobs = recommended.result.knobs
+    same = (r for r in records if r.result.ok and r.label != recommended.label and r.result.knobs == knobs)
+    return next(same, None)
+
+
 def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
     """Measured records no other beats on both throughput (higher) and peak memory (lower), fastest first."""
     measured = [r for r in records if r.result.ok]
@@ -493,7 +495,8 @@ def summarise(results: StudyResults) -> Summary:
         elif final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             records = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
-    pareto = pareto_front(records) if "peak_memory" in results.objectives else []
+    twin = twin_of(records, recommended, results.baseline, trim)
+    pareto = pareto_front([r for r in records if r is not twin]) if "peak_memory" in results.objectives else []
     return Summary(
         records,
         results.baseline,

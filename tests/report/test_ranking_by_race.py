@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import replace
 
 from matplotlib.figure import Figure
@@ -22,6 +23,7 @@ from autotune.results.race import Confirmation
 from autotune.results.summary import Standing, summarise
 from autotune.results.trim_rules import started_alone
 from autotune.trial.result import Disturbance, Failure, FailureKind
+from tests.conftest import fake_measurement
 from tests.report.test_plots import trim_variant_results
 from tests.report.test_reports import MACHINE, MEASURE
 from tests.results.test_summary import results_with, trial
@@ -212,10 +214,13 @@ def test_a_trim_variant_that_is_a_trials_configuration_is_ranked_once_as_the_rec
     assert [r.label for r in summary.ranked] == ["0 without num_threads", "0", "baseline"], "trial 1 once, as it"
     files = write_reports(results, summary, tmp_path)
     assert "| 1 | 0 without num_threads (recommended; trial 1's configuration) |" in files["report.md"].read_text()
-    assert [r["trial"] for r in csv.DictReader(files["trials.csv"].open())] == [
-        "0 without num_threads",
-        "0",
-        "baseline",
-    ]
+    rows = list(csv.DictReader(files["trials.csv"].open()))
+    assert [(r["trial"], r["same_as"]) for r in rows] == [("0 without num_threads", "1"), ("0", ""), ("baseline", "")]
+    stored = json.loads(files["report.json"].read_text())["trials"]
+    assert [(r["trial"], r.get("same_as")) for r in stored][0] == ("0 without num_threads", "1"), "named, not lost"
+    lean = replace(twin, result=replace(twin.result, measurement=fake_measurement(180.0, peak_mb=50.0)))
+    trials = [*results.trials[:-1], lean]  # its search run read less memory than any: on the front by it alone
+    on_front = summarise(replace(results, trials=trials, objectives=["throughput", "peak_memory"]))
+    assert "1" not in [r.label for r in on_front.pareto], "one configuration, one point: as the recommendation"
     alone = summarise(trim_variant_results())
     assert alone.twin is None and "0 without num_threads" in [r.label for r in alone.ranked]
