@@ -93,7 +93,7 @@ def machine_lines(machine: dict[str, Any], device: str) -> list[str]:
     return [
         f"CPU: {of('cpu_model')} ({of('cpu_count')} usable cores, {of('physical_cores')} physical; "
         f"flags: {', '.join(machine.get('cpu_flags') or ['none of note'])})",
-        f"Memory: {of('memory_gb')} GB",
+        f"Memory: {of('memory_gb')} GiB",
         f"GPU: {machine.get('gpu') or 'none'}; device used: {device}",
         f"torch {of('torch')} (CUDA {machine.get('cuda') or 'none'}, cuDNN {machine.get('cudnn') or 'none'}), "
         f"Python {of('python')}, {of('torch_threads')} torch threads"

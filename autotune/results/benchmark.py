@@ -170,8 +170,8 @@ class Benchmark:
         return sorted(set(self.paired_ratios(entry, reference)) & (set(entry.disturbed) | set(other.disturbed)))
 
     def counted_ratios(self, entry: Entry, reference: Entry | None = None) -> dict[int, float]:
-        """``paired_ratios`` by round, of the rounds in which something beside them slowed neither run, unless most
-        were slowed (``quiet_rounds``)."""
+        """``paired_ratios`` by round, of the rounds in which something beside them slowed neither run, unless too few
+        of those are left (``quiet_rounds``)."""
         return quiet_rounds(self.paired_ratios(entry, reference), set(self.slowed_rounds(entry, reference)))
 
     def ratios(self, entry: Entry, reference: Entry | None = None) -> list[float]:
