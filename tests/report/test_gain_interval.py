@@ -165,3 +165,16 @@ def test_the_before_and_after_picture_says_of_how_many_rounds_its_bars_are_the_m
     caption = plots.before_after(summarise(results)).caption
     assert caption.startswith("Throughput before and after, medians of 4 of 5 interleaved rounds (dots: each round, ")
     assert "hollow: left out" in caption and "(round 5 left out: a run of it was slowed)" in caption
+
+
+def test_a_gain_that_counts_one_slowed_round_of_three_says_it_may_be_a_little_off_not_unreliable(tmp_path):
+    baseline, winner = [100.0, 96.0, 100.0], [242.0, 250.0, 263.0]
+    slowed = {"confirm-3-baseline": Disturbance(cores_slowdown=1.6)}
+    confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=slowed)
+    console, markdown, _, report = _reported(tmp_path, confirmation)
+    said = (
+        "The gain counts round 3, in which something beside the runs slowed one (too few rounds were quiet to leave "
+        "it out, so every round counts): it may be a little off; see 'Measured on a busy machine'."
+    )
+    assert report["speedup_interval"]["n"] == 3 and said in console and said in markdown
+    assert "unreliable" not in console.split("Recommended")[1].split("\n")[0]
