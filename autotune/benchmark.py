@@ -53,6 +53,9 @@ def run(settings: Settings, output_dir: Path, out: TextIO = sys.stdout) -> dict[
     facts = inspect_run(settings, output_dir)
     device = facts.device
     settings, recommendation, notes = recommendation_to_measure(settings, facts)
+    if spread := recommendation.measured.unsteady:
+        notes = [*notes, f"its tuning run's machine did not hold its speed (the baseline's race medians {spread:g}x "
+                 "apart): the gain it recorded does not stand, and nothing is compared with it"]  # fmt: skip
     where = str(settings.recommended)
     if recommendation.baseline and not changed(recommendation.knobs, recommendation.baseline):
         # a tuning run that kept its baseline: as mode=check, nothing to measure, and no file is written
@@ -160,8 +163,9 @@ def _comparable(recommendation: Recommendation, settings: Settings) -> bool:
 def tuned_gain(measured: Measured) -> TunedGain | None:
     """The gain a recommended.yaml says its recommendation measured when tuned (``measured``: its throughput
     section), with its interval where the file holds one; None where the file records no throughputs (an earlier
-    autotune's, or one written by hand)."""
-    if measured.throughput <= 0 or measured.baseline_throughput <= 0:
+    autotune's, or one written by hand), or where the tuning run's machine did not hold its speed (``unsteady``):
+    a figure that does not stand is nothing to compare with."""
+    if measured.throughput <= 0 or measured.baseline_throughput <= 0 or measured.unsteady:
         return None
     return TunedGain(measured.speedup, measured.interval)
 

@@ -107,7 +107,9 @@ class UntrimmedWarning(UserWarning):
 class Measured:
     """What the recommended knobs measured against the baseline's: samples/s (the race's medians where a race ran,
     ``method`` says) and peak memory; ``interval``: the speedup's 95 % interval over the paired rounds of the race that
-    proved it (None from fewer than two rounds, or in a file written before it was kept)."""
+    proved it (None from fewer than two rounds, or in a file written before it was kept); ``unsteady``: where the
+    machine's speed did not hold through the study, how far apart the baseline's race medians read
+    (``Summary.unsteady``: none of these figures stands), else None."""
 
     throughput: float
     baseline_throughput: float
@@ -116,6 +118,7 @@ class Measured:
     peak_memory_mb: float
     baseline_peak_memory_mb: float
     interval: RatioInterval | None = None
+    unsteady: float | None = None
 
 
 @dataclass(frozen=True)
@@ -280,6 +283,7 @@ class Recommendation:
                 "unit": "samples/s",
                 "method": measured.method,
                 "interval": _interval_document(measured.interval),
+                "unsteady": measured.unsteady,
             },
             "peak_memory_mb": {"recommended": measured.peak_memory_mb, "baseline": measured.baseline_peak_memory_mb},
             "training": {
@@ -438,7 +442,22 @@ def _measured(document: dict[str, Any], source: str) -> Measured:
         memory.get("recommended", 0.0),
         memory.get("baseline", 0.0),
         _interval(throughput, source),
+        _unsteady(throughput, source),
     )
+
+
+def _unsteady(throughput: dict[str, Any], source: str) -> float | None:
+    """The throughput section's ``unsteady`` (``Measured.unsteady``); None where null or absent (a file from before it
+    was kept); ConfigError naming throughput.unsteady where it is not a number over 1."""
+    given = throughput.get("unsteady")
+    if given is None:
+        return None
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given) or given <= 1:
+        raise ConfigError(
+            f"{source}: throughput.unsteady",
+            f"expected null or a number over 1, got {given!r}; use the file as autotune wrote it",
+        )
+    return float(given)
 
 
 def _interval_document(interval: RatioInterval | None) -> dict[str, Any] | None:

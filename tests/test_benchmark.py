@@ -279,6 +279,33 @@ def test_the_gain_recommended_yaml_records_is_read_with_its_interval():
     assert tuned_gain(Measured(0.0, 0.0, 1.0, "", 0.0, 0.0)) is None, "a file that records no throughputs"
 
 
+def test_a_gain_tuned_on_a_machine_that_did_not_hold_its_speed_is_compared_with_nothing(tmp_path, monkeypatch):
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=describe_machine())
+
+    def run_trial(request, timeout_s, workdir, name, *args, **kwargs):
+        throughput = 150.0 if request.knobs["batch_size"] == 32 else 100.0
+        return TrialResult(knobs=request.knobs, measurement=fake_measurement(throughput))
+
+    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
+    path = _recommended_yaml(tmp_path, {"batch_size": 32})
+    unsteady = {**TUNED_THROUGHPUT, "unsteady": 3.47}
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "throughput": unsteady}))
+    assert load_recommended(path).measured.unsteady == 3.47
+    config = {**tiny_config(), "mode": "benchmark", "recommended": str(path)}
+    out = io.StringIO()
+    files = benchmark_mode.run(load_settings(config, "tiny"), tmp_path / "out", out)
+    said = out.getvalue()
+    assert "note: its tuning run's machine did not hold its speed (the baseline's race medians 3.47x apart)" in said
+    assert "When tuned" not in said and json.loads(files["benchmark.json"].read_text())["tuned"] is None
+    for value in ("yes", 0.9):
+        path.write_text(
+            yaml.safe_dump({**yaml.safe_load(path.read_text()), "throughput": {**unsteady, "unsteady": value}})
+        )
+        with pytest.raises(ConfigError, match="throughput.unsteady"):
+            load_recommended(path)
+
+
 def test_each_configurations_changes_are_said_once_before_the_rounds_and_each_runs_line_names_it_only(
     tmp_path, monkeypatch
 ):

@@ -41,7 +41,9 @@ FIELD_COMMENTS = {
     "each change's share).",
     "throughput": "Training samples/s with the recommended knobs and with the baseline's, and the speedup of one over "
     "the other; method says how they were measured; interval: the speedup's 95 % interval over the race's paired "
-    "rounds (null from fewer than two).",
+    "rounds (null from fewer than two); unsteady: null, or how far apart the baseline's race medians read where the "
+    "machine's speed did not hold through the study: none of these figures stands, and mode=benchmark compares "
+    "nothing with them.",
     "peak_memory_mb": "Peak memory in MiB of the runs the throughputs are of (the race's medians, else a run of each): "
     "on a GPU what CUDA's caching allocator reserved, on a CPU that of the training process and its DataLoader "
     "workers.",
@@ -71,6 +73,7 @@ def recommendation(results: StudyResults, summary: Summary) -> Recommendation:
             peak_memory_mb=round(summary.recommended_peak_memory_mb, 1),
             baseline_peak_memory_mb=round(summary.baseline_peak_memory_mb, 1),
             interval=_rounded(summary.gain_interval),
+            unsteady=round(summary.unsteady, 2) if summary.unsteady else None,
         ),
         training=_training(batch_advice(results, summary)),
         no_difference=dict(summary.no_difference),

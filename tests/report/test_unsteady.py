@@ -51,8 +51,8 @@ def test_a_baseline_whose_race_medians_lie_far_apart_leads_the_headline_with_non
     report = json.loads(files["report.json"].read_text())
     assert report["unsteady"] == pytest.approx(100 / 32) and report["baseline_readings"]["trim race 1"] == 32.0
     assert NOTE in files["report.md"].read_text()
-    method = yaml.safe_load(files["recommended.yaml"].read_text())["throughput"]["method"]
-    assert method.endswith(f". {NOTE}")
+    throughput = yaml.safe_load(files["recommended.yaml"].read_text())["throughput"]
+    assert throughput["method"].endswith(f". {NOTE}") and throughput["unsteady"] == pytest.approx(3.12)
     out = io.StringIO()
     print_summary(summary, {}, "done", out, training=batch_advice(results, summary))
     assert NOTE in out.getvalue() and "Training: " not in out.getvalue(), "no advice from figures that do not stand"
