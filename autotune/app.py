@@ -194,9 +194,11 @@ class _RunLines:
 
     def race_run(self, name: str, result: TrialResult) -> None:
         first = self._again.pop(name, None)
-        line = self._race_line(name, result)
-        if result is not first:  # the first standing was said twice: as measured again, and by ``first_stands``
-            self.note(f"[{name}{'-again' if first else ''}] {line}")
+        line, ratios = self._race_line(name, result), self._stands(name, result)
+        if result is not first:
+            self.note(f"[{name}{'-again' if first else ''}] {line}{ratios}")
+        elif ratios:  # the first, said as measured again, stands: its round's ratios to it are said now
+            self.note(f"[{name}] the first run stands{ratios}")
 
     def baseline_run(self, result: TrialResult, stored: bool) -> None:
         """The baseline's first run (``BASELINE_LABEL``), measured, or read from the study (``stored``)."""
@@ -208,10 +210,10 @@ class _RunLines:
 
     def measured_again(self, name: str, result: TrialResult) -> None:
         self._again[name] = result
-        self.note(f"[{name}] {self._race_line(name, result, said=False)}; measured again")
+        self.note(f"[{name}] {self._race_line(name, result)}; measured again")
 
     def first_stands(self, name: str, result: TrialResult) -> None:
-        self.note(f"[{name}] {self._race_line(name, result, said=False)}; {first_stands_words(result)}")
+        self.note(f"[{name}] {self._race_line(name, result)}; {first_stands_words(result)}")
 
     def trial(self, event: TrialEvent) -> None:
         if event.not_measured is not None:  # no trial of the count: its number alone
@@ -220,17 +222,20 @@ class _RunLines:
         line = f"dropped: {event.dropped}" if event.result is None else format_result(event.result, self.baseline)
         self.note(f"[trial {event.number}, {event.index} of {event.total}] {line}")
 
-    def _race_line(self, name: str, result: TrialResult, said: bool = True) -> str:
-        """``name``'s line; ``said``: the run that stands for it (a slowed run measured again does not yet)."""
+    def _race_line(self, name: str, result: TrialResult) -> str:
+        """``name``'s figures, with its ratio to its round's baseline run where that ran before it."""
+        against = self._round_baselines.get(round_of(name))
+        return format_result(result, self.baseline, against, ratio=against is not None)
+
+    def _stands(self, name: str, result: TrialResult) -> str:
+        """Keep ``result`` as the run that stands for ``name``: a round's baseline run, for the runs after it; a run
+        before its round's baseline run, for that one's line, whose words to follow it this returns ("; against it,
+        this round's runs before it: trial-6 1.26x"); else empty."""
         prefix = round_of(name)
-        against = self._round_baselines.get(prefix)
-        line = format_result(result, self.baseline, against, ratio=against is not None)
-        if not said:
-            return line
         if name != run_name(prefix, None):
-            if against is None:
+            if prefix not in self._round_baselines:
                 self._before_baseline.setdefault(prefix, []).append((name, result))
-            return line
+            return ""
         self._round_baselines[prefix] = result
         earlier = self._before_baseline.pop(prefix, [])
         ratios = [
@@ -238,7 +243,7 @@ class _RunLines:
             for before, run in earlier
             if run.ok and result.ok
         ]
-        return f"{line}; against it, this round's runs before it: {', '.join(ratios)}" if ratios else line
+        return f"; against it, this round's runs before it: {', '.join(ratios)}" if ratios else ""
 
 
 def _measure_baseline(

@@ -374,3 +374,18 @@ def test_a_rounds_baseline_run_after_its_other_runs_gives_their_ratios_to_it():
     assert "x)" not in said[0], "no ratio before its round's baseline ran"
     assert said[2].endswith("; against it, this round's runs before it: trial-6 3.00x, trial-2 2.50x"), said[2]
     assert "against it" not in said[3] and "(2.00x)" in said[4], "after its round's baseline, each run's own ratio"
+
+
+def test_a_rounds_baseline_run_measured_again_whose_first_stands_still_gives_the_ratios_before_it():
+    faster = {**BASELINE, "batch_size": 2 * BASELINE["batch_size"]}
+    out = io.StringIO()
+    lines = _RunLines(out)
+    lines.baseline = run_of(100.0)
+    runs = Runs({"confirm-2-baseline": run_of(100.0, disturbed=True), "confirm-2-baseline-again": run_of(80.0, True)})
+    measured = again_if_disturbed(runs, lines.measured_again, None, None, lines.first_stands)
+    lines.race_run("confirm-2-trial-6", replace(run_of(300.0), knobs=faster))
+    lines.race_run("confirm-2-baseline", measured(BASELINE, "confirm-2-baseline"))
+    said = out.getvalue().splitlines()
+    assert said[-2].endswith(FIRST_STANDS) and said[-1] == (
+        "[confirm-2-baseline] the first run stands; against it, this round's runs before it: trial-6 3.00x"
+    )
