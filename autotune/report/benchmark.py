@@ -114,8 +114,10 @@ def _headline(benchmark: Benchmark) -> Headline:
         so_far = f"The rounds that ran read the recommendation at {figure}, {measured}"
         return Headline(stopped, f"{so_far}: provisional, as are the figures below.")
     verdict = benchmark.verdict(recommended)
-    if benchmark.counts_slowed(recommended):  # a verdict of what the load did too: not one to act on unsaid
+    if benchmark.counts_slowed_unreliably(recommended):  # a verdict of what the load did too: not one to act on unsaid
         verdict += "; unreliable, as it counts runs something slowed: see below"
+    elif benchmark.counts_slowed(recommended):
+        verdict += "; it counts a run the cores' reading flagged slow, so it may be a little off: see below"
     return Headline(
         f"The recommendation: {figure} ({verdict}).",
         f"{measured}{_by_the_medians(benchmark, interval)}.{_when_tuned(benchmark, interval)}",

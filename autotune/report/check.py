@@ -53,7 +53,8 @@ def _rounds_counted(check: Check) -> str:
     benchmark, recommended = check.benchmark, check.recommended
     said = [slowed_rounds_left_out(left_out)] if (left_out := benchmark.rounds_left_out(recommended)) else []
     if benchmark.counts_slowed(recommended):
-        said.append(f"unreliable, {slowed_rounds_counted(benchmark.slowed_rounds(recommended))}")
+        how = "unreliable" if benchmark.counts_slowed_unreliably(recommended) else "may be a little off"
+        said.append(f"{how}, {slowed_rounds_counted(benchmark.slowed_rounds(recommended))}")
     if failed := check.failed_rounds:
         said.append(slowed_rounds_left_out(failed, why="failed"))
     return f" ({'; '.join(said)})" if said else ""

@@ -235,12 +235,12 @@ def _caveats(summary: Summary) -> list[str]:
     proof = summary.proof
     slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0
     if counted_slowed := summary.gain_counts_slowed:  # a gain of what the load did too: not one to act on unsaid
-        them = "it" if len(counted_slowed) == 1 else "them"
-        most = 2 * len(counted_slowed) > proof.rounds  # else a slowed run's few per cent (about 0.94x) off
+        them, unreliable = "it" if len(counted_slowed) == 1 else "them", summary.gain_unreliable
         said.append(
-            f" {'The gain is unreliable: it counts' if most else 'The gain counts'} {rounds_named(counted_slowed)}, in "
-            f"which something beside the runs slowed one (too few rounds were quiet to leave {them} out, so every "
-            f"round counts){'' if most else ': it may be a little off'}; see 'Measured on a busy machine'."
+            f" {'The gain is unreliable: it counts' if unreliable else 'The gain counts'} "
+            f"{rounds_named(counted_slowed)}, in which something beside the runs slowed one (too few rounds were quiet "
+            f"to leave {them} out, so every round counts){'' if unreliable else ': it may be a little off'}; see "
+            "'Measured on a busy machine'."
         )
     elif slowed:
         said.append(

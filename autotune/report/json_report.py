@@ -51,8 +51,8 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         # its 95 % interval from the paired rounds of the race that proved it; null with 0 rounds (single runs) or 1
         "speedup_interval": asdict(interval) if (interval := summary.gain_interval) else None,
         "speedup_rounds": summary.proof.rounds if summary.proof else 0,
-        # the baseline's samples/s by each measurement of it (its first run, each race's median); "unsteady": how far
-        # apart, highest over lowest, where past UNSTEADY_BASELINE (the machine's speed did not hold: nothing stands)
+        # the baseline's median samples/s in each race of two rounds or more; "unsteady": how far apart, highest over
+        # lowest, where past UNSTEADY_BASELINE (the machine's speed did not hold: nothing stands)
         "baseline_readings": summary.baseline_readings,
         "unsteady": summary.unsteady,
         "training": batch_advice(results, summary).to_dict(),

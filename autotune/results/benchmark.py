@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune.knobs import changed, undo
-from autotune.measure.stats import RatioInterval, quiet_rounds, ratio_interval
+from autotune.measure.stats import RatioInterval, counted_slowed_unreliable, quiet_rounds, ratio_interval
 from autotune.trial.result import Disturbance
 
 # What an entry is: the two ends, or one change from the recommendation on top of the baseline, or left out of it.
@@ -187,6 +187,16 @@ class Benchmark:
         """Whether ``ratios`` count rounds something slowed (too few rounds stay quiet: ``quiet_rounds``), so that they
         read what the load did as well as the configurations."""
         return bool(self.slowed_rounds(entry, reference)) and not self.rounds_left_out(entry, reference)
+
+    def counts_slowed_unreliably(self, entry: Entry, reference: Entry | None = None) -> bool:
+        """Whether ``ratios``, counting slowed rounds (``counts_slowed``), are unreliable, not a little off
+        (``counted_slowed_unreliable``: most rounds slowed, or other processes took a run's cores or GPU)."""
+        if not self.counts_slowed(entry, reference):
+            return False
+        slowed = self.slowed_rounds(entry, reference)
+        runs = [*entry.disturbed.items(), *(reference or self.baseline).disturbed.items()]
+        loaded = any(not disturbance.cores_alone for index, disturbance in runs if index in slowed)
+        return counted_slowed_unreliable(len(slowed), len(self.paired_ratios(entry, reference)), loaded)
 
     def counted_medians(self, entry: Entry, reference: Entry | None = None) -> tuple[float, float]:
         """``entry``'s median samples/s and ``reference``'s (the baseline's where None), of the rounds ``ratios``

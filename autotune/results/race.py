@@ -76,9 +76,18 @@ class Confirmation:
 
     def slowed_rounds(self, label: str | None) -> set[int]:
         """The rounds in which the race counted a run of ``label`` (None: the baseline) though something beside it
-        slowed it (its name: RACE-ROUND, then ``label``'s suffix)."""
+        slowed it."""
+        return set(self.disturbances(label))
+
+    def disturbances(self, label: str | None) -> dict[int, Disturbance]:
+        """What slowed each run of ``label`` (None: the baseline) the race counted though something beside it slowed
+        it, by round (its name: RACE-ROUND, then ``label``'s suffix)."""
         ends = run_suffix(label)
-        return {int(name.removesuffix(ends).rsplit("-", 1)[1]) for name in self.disturbed if name.endswith(ends)}
+        return {
+            int(name.removesuffix(ends).rsplit("-", 1)[1]): slowed
+            for name, slowed in self.disturbed.items()
+            if name.endswith(ends)
+        }
 
     def gain_ratios(self, label: str) -> dict[int, float]:
         """Finalist ``label``'s throughput over the baseline's, by round (from 1), of the rounds a gain is stated from

@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import TypeVar
 
 from autotune.knobs import changed
-from autotune.measure.stats import RatioInterval, ratio_interval
+from autotune.measure.stats import RatioInterval, counted_slowed_unreliable, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.finalist import Finalist, Left, median_memory
 from autotune.results.model import StudyResults
@@ -37,7 +37,8 @@ AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
 # the machine's speed did not hold, and no figure of the study stands. A run on a noisy host reads 0.79-1.25x its
 # configuration's median (docs/benchmarks.md, section 13), so a median of two or three runs within about 15 %; a tune
 # beside a test suite read the baseline's race medians 162 and 47 samples/s. Not its first run: a single run, and one
-# a resumed study may have read on another day, whose drift the races' pairing cancels.
+# a resumed study may have read on another day, whose drift the races' pairing cancels. (Two races a resumed study
+# ran on two days are compared all the same: a speed that changed that much between them is said too.)
 UNSTEADY_BASELINE = 1.5
 
 
@@ -361,6 +362,18 @@ class Summary:
             return []
         slowed = proof.slowed_rounds(None) | proof.slowed_rounds(proof.winner.label)
         return [index for index in self.gain_rounds if index in slowed]
+
+    @property
+    def gain_unreliable(self) -> bool:
+        """Whether the gain, counting slowed rounds (``gain_counts_slowed``), is unreliable, not a little off
+        (``counted_slowed_unreliable``: most of its rounds slowed, or other processes took a run's cores or GPU)."""
+        counted = self.gain_counts_slowed
+        if not counted:
+            return False
+        proof = self.proof
+        runs = [*proof.disturbances(None).items(), *proof.disturbances(proof.winner.label).items()]
+        loaded = any(not slowed.cores_alone for index, slowed in runs if index in counted)
+        return counted_slowed_unreliable(len(counted), proof.rounds, loaded)
 
     @property
     def gain_rounds_said(self) -> str:

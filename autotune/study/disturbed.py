@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.study.trial_outcome import RunFn
-from autotune.trial.result import Disturbance, TrialResult
+from autotune.trial.result import TrialResult
 
 # Told of a disturbed run, its name and result, before it is measured again as NAME-again.
 OnDisturbedFn = Callable[[str, TrialResult], None]
@@ -63,7 +63,7 @@ def again_if_disturbed(
         if not first.disturbed:
             lasting = lasting and not first.ok
             return first
-        cores_alone = first.disturbance == Disturbance(cores_slowdown=first.disturbance.cores_slowdown)
+        cores_alone = first.disturbance.cores_alone
         if lasting or (cores_alone and false_alarms >= FALSE_ALARMS):
             return first
         if affords is not None and not affords(knobs, f"{name} measured again (slowed)"):

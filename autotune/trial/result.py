@@ -266,6 +266,11 @@ class Disturbance:
     gpu_processes: int | None = None
     cores_slowdown: float | None = None
 
+    @property
+    def cores_alone(self) -> bool:
+        """Whether only the cores' reading flagged the run (no other process took its cores or its GPU)."""
+        return self.others_cores is None and self.gpu_processes is None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -178,3 +178,11 @@ def test_a_gain_that_counts_one_slowed_round_of_three_says_it_may_be_a_little_of
     )
     assert report["speedup_interval"]["n"] == 3 and said in console and said in markdown
     assert "unreliable" not in console.split("Recommended")[1].split("\n")[0]
+
+
+def test_a_gain_that_counts_a_run_other_processes_slowed_is_unreliable_however_few(tmp_path):
+    baseline, winner = [100.0, 96.0, 30.0], [120.0, 118.0, 122.0]
+    slowed = {"confirm-3-baseline": Disturbance(others_cores=3.0)}
+    confirmation = Confirmation(baseline, [Finalist("0", {}, 1, 100.0, winner)], disturbed=slowed)
+    console, _, _, _ = _reported(tmp_path, confirmation)
+    assert "The gain is unreliable: it counts round 3, in which something beside the runs slowed one" in console

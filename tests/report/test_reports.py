@@ -78,6 +78,7 @@ def test_reports_are_written_and_consistent(tmp_path):
         "unit": "samples/s",
         "method": "single measurements; the speedup: the ratio of the two throughputs",
         "interval": None,
+        "unsteady": None,
     }
     assert recommended["peak_memory_mb"] == {"recommended": 100.0, "baseline": 100.0}
 

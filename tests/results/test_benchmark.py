@@ -342,3 +342,15 @@ def test_a_share_line_names_the_slowed_rounds_its_ratio_leaves_out_or_counts():
         left_out.disturbed[index] = Disturbance(cores_slowdown=1.5)
     said = "; counting rounds 1, 2, 3 and 4, slowed, too few rounds being quiet to leave them out)"
     assert _amp_share_line(record).endswith(said)
+
+
+def test_a_benchmark_counting_one_run_the_cores_reading_flagged_says_it_may_be_a_little_off():
+    record = benchmark([150.0, 156.0, 147.0], base_runs=(100.0, 104.0, 98.0))
+    record.entries[0].disturbed[2] = Disturbance(cores_slowdown=1.5)  # two quiet rounds left: too few to leave it out
+    lead = benchmark_document(record).headline.lead
+    assert lead == (
+        "The recommendation: 1.50x the baseline (gain; it counts a run the cores' reading flagged slow, so it may be "
+        "a little off: see below)."
+    ), lead
+    record.entries[0].disturbed[2] = Disturbance(others_cores=1.2)
+    assert "unreliable, as it counts runs something slowed" in benchmark_document(record).headline.lead
