@@ -271,6 +271,19 @@ TUNED_THROUGHPUT = {
 }
 
 
+def _plain_runs(monkeypatch) -> None:
+    """mode=benchmark in this process, no run a process of its own: the tiny pipeline as inspected, each run reading
+    150 samples/s at batch 32 and 100 at the baseline's batch."""
+    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=describe_machine())
+
+    def run_trial(request, timeout_s, workdir, name, *args, **kwargs):
+        throughput = 150.0 if request.knobs["batch_size"] == 32 else 100.0
+        return TrialResult(knobs=request.knobs, measurement=fake_measurement(throughput))
+
+    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
+    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
+
+
 def test_the_gain_recommended_yaml_records_is_read_with_its_interval():
     measured = Measured(587.41, 304.65, 1.911, "", 1.0, 1.0, RatioInterval(1.911, 1.58, 2.32, 3))
     assert tuned_gain(measured) == TunedGain(1.911, RatioInterval(1.911, 1.58, 2.32, 3))
@@ -280,14 +293,7 @@ def test_the_gain_recommended_yaml_records_is_read_with_its_interval():
 
 
 def test_a_gain_tuned_on_a_machine_that_did_not_hold_its_speed_is_compared_with_nothing(tmp_path, monkeypatch):
-    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=describe_machine())
-
-    def run_trial(request, timeout_s, workdir, name, *args, **kwargs):
-        throughput = 150.0 if request.knobs["batch_size"] == 32 else 100.0
-        return TrialResult(knobs=request.knobs, measurement=fake_measurement(throughput))
-
-    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
-    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
+    _plain_runs(monkeypatch)
     path = _recommended_yaml(tmp_path, {"batch_size": 32})
     unsteady = {**TUNED_THROUGHPUT, "unsteady": 3.47}
     path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "throughput": unsteady}))
@@ -367,14 +373,7 @@ def test_a_slowed_run_whose_run_measured_again_failed_is_said_to_stand_and_the_f
 
 
 def test_a_gain_tuned_against_another_baseline_is_not_compared_with_this_one(tmp_path, monkeypatch):
-    facts = Inspection(DeviceFacts(), device="cpu", pipeline=PipelineFacts(256, 4), machine=describe_machine())
-
-    def run_trial(request, timeout_s, workdir, name, *args, **kwargs):
-        throughput = 150.0 if request.knobs["batch_size"] == 32 else 100.0
-        return TrialResult(knobs=request.knobs, measurement=fake_measurement(throughput))
-
-    monkeypatch.setattr(benchmark_mode, "inspect_run", lambda settings, output_dir: facts)
-    monkeypatch.setattr("autotune.runner.run_trial", run_trial)
+    _plain_runs(monkeypatch)
     path = _recommended_yaml(tmp_path, {"batch_size": 32})
     document = yaml.safe_load(path.read_text())
     other = {**document["baseline"], "num_workers": 1, "prefetch_factor": 2, "persistent_workers": False}
