@@ -114,14 +114,6 @@ def ratio_interval(ratios: Sequence[float]) -> RatioInterval | None:
     return RatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))
 
 
-def counted_slowed_unreliable(slowed: int, rounds: int, loaded: bool) -> bool:
-    """Whether a ratio over ``rounds`` paired rounds that counts ``slowed`` of them in which something beside a run
-    slowed it (too few were quiet to leave them out: ``quiet_rounds``) is unreliable: most of its rounds were slowed,
-    or other processes took a run's cores or GPU (``loaded``), which can slow it several-fold; else, a few runs the
-    cores' reading flagged, it may be a little off: such a run reads about 0.94x (docs/benchmarks.md, section 13)."""
-    return loaded or 2 * slowed > rounds
-
-
 def quiet_rounds(ratios: dict[int, float], slowed: set[int]) -> dict[int, float]:
     """The paired rounds' ``ratios`` (by round) a gain is stated from: those of the rounds not ``slowed`` (something
     beside one of the two runs slowed it: its ratio reads what the load did), where MIN_QUIET_ROUNDS or more are, and

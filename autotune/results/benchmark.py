@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune.knobs import changed, undo
-from autotune.measure.stats import RatioInterval, counted_slowed_unreliable, quiet_rounds, ratio_interval
+from autotune.measure.stats import RatioInterval, quiet_rounds, ratio_interval
+from autotune.results.race_rules import counted_slowed_unreliable
 from autotune.trial.result import Disturbance
 
 # What an entry is: the two ends, or one change from the recommendation on top of the baseline, or left out of it.
@@ -193,10 +194,9 @@ class Benchmark:
         (``counted_slowed_unreliable``: most rounds slowed, or other processes took a run's cores or GPU)."""
         if not self.counts_slowed(entry, reference):
             return False
-        slowed = self.slowed_rounds(entry, reference)
         runs = [*entry.disturbed.items(), *(reference or self.baseline).disturbed.items()]
-        loaded = any(not disturbance.cores_alone for index, disturbance in runs if index in slowed)
-        return counted_slowed_unreliable(len(slowed), len(self.paired_ratios(entry, reference)), loaded)
+        rounds = len(self.paired_ratios(entry, reference))
+        return counted_slowed_unreliable(self.slowed_rounds(entry, reference), rounds, runs)
 
     def counted_medians(self, entry: Entry, reference: Entry | None = None) -> tuple[float, float]:
         """``entry``'s median samples/s and ``reference``'s (the baseline's where None), of the rounds ``ratios``

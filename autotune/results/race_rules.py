@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from autotune.knobs import KNOBS, changed, costly_values
 from autotune.records import TrialRecord
 from autotune.results.finalist import Finalist
+from autotune.trial.result import Disturbance
 
 # A trial whose single run came within this fraction of the fastest may be the fastest: a single run varies by 6-20 %
 # on our build machines (docs/benchmarks.md).
@@ -306,3 +307,13 @@ def paired_ratio(runs: list[float], others: list[float]) -> float:
     """The geometric mean of the per-round ratios ``runs[i] / others[i]`` (over the rounds both ran)."""
     pairs = list(zip(runs, others, strict=False))
     return math.exp(statistics.fmean(math.log(a / b) for a, b in pairs))
+
+
+def counted_slowed_unreliable(slowed: list[int], rounds: int, runs: Iterable[tuple[int, Disturbance]]) -> bool:
+    """Whether a ratio over ``rounds`` paired rounds that counts the rounds ``slowed``, in which something beside a run
+    slowed it (too few were quiet to leave them out: ``quiet_rounds``), is unreliable: most of its rounds were slowed,
+    or other processes took the cores or GPU of one of its ``runs`` (what slowed each, by round) in those rounds,
+    which can slow it several-fold; else, a few runs the cores' reading flagged, it may be a little off: such a run
+    reads about 0.94x (docs/benchmarks.md, section 13)."""
+    loaded = any(not disturbance.cores_alone for index, disturbance in runs if index in slowed)
+    return loaded or 2 * len(slowed) > rounds

@@ -8,12 +8,12 @@ from functools import cached_property
 from typing import TypeVar
 
 from autotune.knobs import changed
-from autotune.measure.stats import RatioInterval, counted_slowed_unreliable, ratio_interval
+from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.finalist import Finalist, Left, median_memory
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
-from autotune.results.race_rules import choose_candidate
+from autotune.results.race_rules import choose_candidate, counted_slowed_unreliable
 from autotune.results.trim_rules import (
     TrimStep,
     is_trim_of,
@@ -372,8 +372,7 @@ class Summary:
             return False
         proof = self.proof
         runs = [*proof.disturbances(None).items(), *proof.disturbances(proof.winner.label).items()]
-        loaded = any(not slowed.cores_alone for index, slowed in runs if index in counted)
-        return counted_slowed_unreliable(len(counted), proof.rounds, loaded)
+        return counted_slowed_unreliable(counted, proof.rounds, runs)
 
     @property
     def gain_rounds_said(self) -> str:
