@@ -24,16 +24,17 @@ def by_the_medians(geomean: float, medians: float) -> str:
     return "" if f"{medians:.2f}" == f"{geomean:.2f}" else f"{medians:.2f}x by the medians"
 
 
-def slowed_rounds_note(rounds: list[int]) -> str:
+def slowed_rounds_note(rounds: list[int], named: str | None = None) -> str:
     """Rounds left out of a ratio as a run of each was slowed, in words to follow the paired rounds counted:
-    " (round 2 left out: a run of it was slowed)"; empty where none was."""
-    return f" ({slowed_rounds_left_out(rounds)})" if rounds else ""
+    " (round 2 left out: a run of it was slowed)"; empty where none was. ``named``: the rounds in words, where
+    their numbers alone do not name them."""
+    return f" ({slowed_rounds_left_out(rounds, named=named)})" if rounds else ""
 
 
-def slowed_rounds_left_out(rounds: list[int], why: str = "was slowed") -> str:
+def slowed_rounds_left_out(rounds: list[int], why: str = "was slowed", named: str | None = None) -> str:
     """Rounds left out of a ratio as a run of each was slowed (or ``why`` else), in words: "round 2 left out: a run
-    of it was slowed"."""
-    return f"{rounds_named(rounds)} left out: a run of {'it' if len(rounds) == 1 else 'each'} {why}"
+    of it was slowed"; ``named``: the rounds in words, where their numbers alone do not name them."""
+    return f"{named or rounds_named(rounds)} left out: a run of {'it' if len(rounds) == 1 else 'each'} {why}"
 
 
 def slowed_rounds_counted(rounds: list[int]) -> str:

@@ -30,9 +30,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from autotune.knobs import BASELINE_DEFAULTS, KNOBS, changed
+from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results import trim_rules
 from autotune.results.finalist import Finalist
+from autotune.results.gain_rounds import paired_rounds
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import TIE_TOLERANCE, count_changes
@@ -175,6 +177,23 @@ class Outcome:
     ratio: float  # the trimmed configuration's true throughput over the winner's
     kept_idle: int  # changes kept that do nothing (``Scenario.score``)
     dropped_needed: int  # changes undone that matter
+    # the recommendation's true gain over the baseline, and its stated gain's 95 % interval from the race that proved
+    # it alone and from every race's rounds that ran it beside the baseline (``paired_rounds``, the tuner's rule);
+    # None where the baseline is kept or one round gives no interval
+    gain: float | None = None
+    proof_interval: RatioInterval | None = None
+    pooled_interval: RatioInterval | None = None
+
+
+def _intervals(knobs: dict[str, Any], label: str, races: list[Confirmation]) -> tuple[Any, Any]:
+    """The gain's 95 % intervals of the configuration ``knobs`` (labelled ``label`` in its last race): over the
+    race that proves it alone (``proof_of``), and over every race's rounds that ran it beside the baseline."""
+    proof = trim_rules.proof_of(label, races)
+    if proof is None:
+        return None, None
+    alone = list(proof.gain_ratios(proof.winner.label).values())
+    pooled = list(paired_rounds(knobs, races).counted().values())
+    return ratio_interval(alone) if len(alone) > 1 else None, ratio_interval(pooled) if len(pooled) > 1 else None
 
 
 def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Random) -> Outcome:
@@ -202,10 +221,14 @@ def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Ran
     baseline = TrialRecord("baseline", SimpleNamespace(knobs=scenario.baseline))
     results = StudyResults("model", "model", "cpu", {}, {}, {}, baseline)
     trim = run_trim(UnstoredStudy(), results, confirmation, measure, lambda name, result: None)
-    final = next((step.left for step in reversed(trim_path(trim)) if step.left), winner).knobs
+    chosen = next((step.left for step in reversed(trim_path(trim)) if step.left), winner)
+    final = scenario.baseline if confirmation.winner is None else chosen.knobs
+    score = scenario.score(set(changed(final, scenario.baseline)))
     if confirmation.winner is None:
-        final = scenario.baseline
-    return Outcome(runs, scenario.relative(final), *scenario.score(set(changed(final, scenario.baseline))))
+        return Outcome(runs, scenario.relative(final), *score)
+    gain = scenario.relative(final) / scenario.relative(scenario.baseline)
+    intervals = _intervals(final, chosen.label, [confirmation, *trim])
+    return Outcome(runs, scenario.relative(final), *score, gain, *intervals)
 
 
 def noise_aware_beats(run_sd: float, z: float) -> Callable[[Finalist, Finalist], bool]:
@@ -268,6 +291,19 @@ def main() -> None:
             f"idle changes kept {statistics.fmean(o.kept_idle for o in outcomes):.2f}, "
             f"changes that matter undone {statistics.fmean(o.dropped_needed for o in outcomes):.2f}"
         )
+        print(f"    the gain's 95 % interval: {_coverage(outcomes, 'proof_interval')} over its proof's rounds alone, "
+              f"{_coverage(outcomes, 'pooled_interval')} over every race's rounds")  # fmt: skip
+
+
+def _coverage(outcomes: list[Outcome], which: str) -> str:
+    """How often the interval ``which`` of ``outcomes`` holds the true gain, and its median width (high over low)."""
+    held = [(o.gain, getattr(o, which)) for o in outcomes if getattr(o, which) is not None]
+    if not held:
+        return "none"
+    covers = sum(interval.low <= gain <= interval.high for gain, interval in held) / len(held)
+    width = statistics.median(interval.high / interval.low for _, interval in held)
+    rounds = statistics.median(interval.n for _, interval in held)
+    return f"holds it in {covers:.1%} of {len(held)} (median {rounds:g} rounds, high/low {width:.2f})"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from autotune.results.race import Confirmation
 from autotune.results.race_rules import TIE_TOLERANCE, rounds_lost, wins_in_words
 from autotune.results.summary import Overruled, Summary, race_name
 from autotune.results.trim_rules import unsettled
-from autotune.words import by_the_medians, counted, interval_bounds, rounds_named
+from autotune.words import by_the_medians, counted, interval_bounds
 
 _BEFORE_AFTER_METRICS = [
     ("median_step_ms", "median step (ms)"),
@@ -182,17 +182,17 @@ def _race_showed(summary: Summary) -> str:
 
 def _peak_memories(summary: Summary) -> tuple[float, float, str]:
     """The headline's peak memories of the baseline and the recommendation, and which runs they are (words to follow
-    them): the medians of their runs in the rounds of the race that gave the gain (``Summary.gain_rounds``), as its
-    throughputs are; where that race kept none (one stored before races kept them), each one's own single run, "one
-    run of each" where a race gave the throughputs."""
+    them): the medians of their runs in the rounds the gain counts (``Summary.gain_rounds``), as its throughputs
+    are; where those races kept none (ones stored before races kept them), each one's own single run, "one run of
+    each" where a race gave the throughputs."""
     figures = (summary.baseline_peak_memory_mb, summary.recommended_peak_memory_mb)
     if summary.race_peak_memories:
-        proof = summary.proof
-        runs = (
-            summary.of_gain_rounds(proof.baseline_peak_memories),
-            summary.of_gain_rounds(proof.winner.peak_memories),
+        rounds = summary.gain_runs.of(summary.gain_rounds)
+        read = (
+            sum(paired.baseline_memory is not None for paired in rounds),
+            sum(paired.recommended_memory is not None for paired in rounds),
         )
-        return *figures, f" ({_medians_of(*(sum(memory is not None for memory in each) for each in runs))})"
+        return *figures, f" ({_medians_of(*read)})"
     return *figures, " (one run of each)" if summary.confirmed else ""
 
 
@@ -232,15 +232,14 @@ def _caveats(summary: Summary) -> list[str]:
             f" No race has proven it against the baseline yet{dropped}: the study's last run stopped before its race "
             "ended, or another tuner of the study still searches; run the same command again to resume."
         )
-    proof = summary.proof
-    slowed = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label)) if proof else 0
+    slowed = sum(len(paired.disturbed) for paired in summary.gain_runs.rounds)
     if counted_slowed := summary.gain_counts_slowed:  # a gain of what the load did too: not one to act on unsaid
         them, unreliable = "it" if len(counted_slowed) == 1 else "them", summary.gain_unreliable
         said.append(
             f" {'The gain is unreliable: it counts' if unreliable else 'The gain counts'} "
-            f"{rounds_named(counted_slowed)}, in which something beside the runs slowed one (too few rounds were quiet "
-            f"to leave {them} out, so every round counts){'' if unreliable else ': it may be a little off'}; see "
-            "'Measured on a busy machine'."
+            f"{summary.gain_rounds_named(counted_slowed)}, in which something beside the runs slowed one (too few "
+            f"rounds were quiet to leave {them} out, so every round counts)"
+            f"{'' if unreliable else ': it may be a little off'}; see 'Measured on a busy machine'."
         )
     elif slowed:
         said.append(
@@ -265,7 +264,7 @@ def gain_interval(summary: Summary) -> str:
     uncertainty, and one resting on single runs or one round says so."""
     interval, proof = summary.gain_interval, summary.proof
     if interval is not None:
-        spans = f" (it spans 1x: {_why_unbounded(proof)})" if _spans_one(interval) else ""
+        spans = f" (it spans 1x: {_why_unbounded(summary)})" if _spans_one(interval) else ""
         return (
             f"95 % interval {interval_bounds(interval.low, interval.high, 'x')} over {interval.n} paired rounds"
             f"{summary.left_out_note}{spans}"
@@ -280,11 +279,11 @@ def _spans_one(interval: RatioInterval) -> bool:
     return interval.low <= 1
 
 
-def _why_unbounded(proof: Confirmation) -> str:
+def _why_unbounded(summary: Summary) -> str:
     """Why a proven gain's interval spans 1x, and what would bound it: a proof (rounds won) beside such an interval
     reads as a contradiction unless both are named. Two rounds bound a gain only where they read almost alike (a 95 %
     interval from two paired ratios is about 13 times as wide as their spread)."""
-    ratios = list(proof.gain_ratios(proof.winner.label).values())
+    ratios, proof = list(summary.gain_ratios.values()), summary.proof
     won = sum(ratio > 1 for ratio in ratios)
     if len(ratios) == 2:
         read = " and ".join(f"{ratio:.2f}x" for ratio in ratios)

@@ -15,7 +15,7 @@ from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
-from autotune.results.summary import Overruled, Summary
+from autotune.results.summary import Overruled, Summary, race_name
 from autotune.results.trim_rules import TrimStep
 
 
@@ -48,9 +48,11 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "peak_memory_mb": summary.baseline_peak_memory_mb,
         },
         "speedup": summary.speedup,
-        # its 95 % interval from the paired rounds of the race that proved it; null with 0 rounds (single runs) or 1
+        # its 95 % interval from the paired rounds of every race that ran it beside the baseline (speedup_paired);
+        # null with 0 rounds (single runs) or 1
         "speedup_interval": asdict(interval) if (interval := summary.gain_interval) else None,
-        "speedup_rounds": summary.proof.rounds if summary.proof else 0,
+        "speedup_rounds": len(summary.gain_runs.rounds),
+        "speedup_paired": _paired_rounds(summary),
         # the baseline's median samples/s in each race of two rounds or more; "unsteady": how far apart, highest over
         # lowest, where past UNSTEADY_BASELINE (the machine's speed did not hold: nothing stands)
         "baseline_readings": summary.baseline_readings,
@@ -108,3 +110,20 @@ def _overruled(overruled: Overruled) -> dict[str, Any]:
         "rounds": overruled.race.rounds,
         "speedup": overruled.speedup,
     }
+
+
+def _paired_rounds(summary: Summary) -> list[dict[str, Any]]:
+    """The paired rounds the speedup is of (``Summary.gain_runs``): each race round that ran the recommendation beside
+    the baseline, its race, its number there, the two runs' samples/s and whether the speedup counts it (a round
+    something beside a run slowed may be left out)."""
+    counted = set(summary.gain_rounds)
+    return [
+        {
+            "race": race_name(paired.race),
+            "round": paired.round,
+            "recommended_sps": paired.recommended,
+            "baseline_sps": paired.baseline,
+            "counted": number in counted,
+        }
+        for number, paired in enumerate(summary.gain_runs.rounds, 1)
+    ]

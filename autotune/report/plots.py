@@ -130,9 +130,9 @@ def before_after(summary: Summary) -> Plot:
         ax.barh([label for label, _, _ in rows], [value for _, value, _ in rows], color=[c for _, _, c in rows])
         if proof is not None:  # the rounds the gain counts filled, those it leaves out hollow
             counted = set(summary.gain_rounds)
-            for y, runs in enumerate((proof.baseline_throughputs, proof.winner.throughputs)):
-                for index, run in enumerate(runs, 1):
-                    face = "black" if index in counted else "none"
+            for number, paired in enumerate(summary.gain_runs.rounds, 1):
+                face = "black" if number in counted else "none"
+                for y, run in enumerate((paired.baseline, paired.recommended)):
                     ax.plot([run], [y], "o", color="black", markerfacecolor=face, markersize=4)
         else:
             for y, record in enumerate((summary.baseline, summary.recommended)):

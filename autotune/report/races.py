@@ -429,21 +429,22 @@ def busy_machine_sections(summary: Summary) -> list[Section]:
 def _slowed_by_race(summary: Summary, counted: bool) -> str:
     """Where ``counted`` (the runs are not each named), which races' runs were slowed ("all 8 in trim race 1", "2 in
     the finalists' race, 1 in trim race 2"); and where a race proved the recommendation (``Summary.proof``), whether
-    its runs of the recommendation and the baseline, which give the gain, ran undisturbed."""
+    the runs of the recommendation and the baseline that give the gain (``Summary.gain_runs``) ran undisturbed."""
     races = summary.races
     disturbed = {index: len(race.disturbed) for index, race in enumerate(races) if race.disturbed}
     said = []
     if counted:
         by_race = ", ".join(f"{count} in {race_name(index)}" for index, count in disturbed.items())
         said.append(f"all {by_race}" if len(disturbed) == 1 else by_race)
-    if (proof := summary.proof) is not None:
-        index = summary.race_index(proof)
-        gain_runs = len(proof.slowed_rounds(None)) + len(proof.slowed_rounds(proof.winner.label))
-        gave = f"the race that gave the gain, {race_name(index)},"
+    if summary.proof is not None:
+        gain_races = summary.gain_races
+        gain_runs = sum(len(paired.disturbed) for paired in summary.gain_runs.rounds)
+        named = listed([race_name(index) for index in gain_races])
+        gave = f"the {'race' if len(gain_races) == 1 else 'races'} that gave the gain, {named},"
         if gain_runs:
             said.append(f"{gave} counted {gain_runs} of them among the recommendation's and the baseline's runs")
         else:
-            which = " the recommendation and the baseline" if index in disturbed else ""
+            which = " the recommendation and the baseline" if set(gain_races) & disturbed.keys() else ""
             said.append(f"{gave} ran{which} undisturbed")
     if counted:
         said.append("report.json names each, under its race's `disturbed`")

@@ -40,7 +40,7 @@ FIELD_COMMENTS = {
     "raced undone, and kept where its undoing read slower or was not shown to cost nothing (mode=benchmark measures "
     "each change's share).",
     "throughput": "Training samples/s with the recommended knobs and with the baseline's, and the speedup of one over "
-    "the other; method says how they were measured; interval: the speedup's 95 % interval over the race's paired "
+    "the other; method says how they were measured; interval: the speedup's 95 % interval over the races' paired "
     "rounds (null from fewer than two); unsteady: null, or how far apart the baseline's race medians read where the "
     "machine's speed did not hold through the study: none of these figures stands, and mode=benchmark compares "
     "nothing with them.",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar
 
 from autotune.knobs import changed
 from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results.finalist import Finalist, Left, median_memory
+from autotune.results.gain_rounds import GainRounds, paired_rounds
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import choose_candidate, counted_slowed_unreliable
@@ -29,8 +29,6 @@ from autotune.words import counted, interval_bounds, slowed_rounds_note
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
-# A run of each round, as a race keeps them.
-Run = TypeVar("Run")
 # The stages a run enters only once its race ended: a run stopped with none of them stopped before its race ended.
 AFTER_RACE = frozenset(STAGES[STAGES.index("race") + 1 :])
 # The baseline's medians in one study's races of two rounds or more further apart than this, highest over lowest:
@@ -94,8 +92,9 @@ class Summary:
     against its changes undone, ``trim_open`` why they did not end as planned: why the last is ``unsettled`` (cut
     short or left out by study.budget_s or a stopped run, ended by a failed run, left by the configuration it started
     from), or that none ran; None where they ended. Where a race proved the recommendation, the speedup is the
-    paired rounds' geometric mean of the race that measured it in most rounds (``proof``: ``proof_of``) and the
-    throughputs the medians of the same rounds (``gain_rounds``), rather than single runs.
+    paired rounds' geometric mean of every race round that ran it beside the baseline (``gain_runs``; the race that
+    proves it, ``proof``: ``proof_of``, gives the verdict) and the throughputs the medians of the same rounds
+    (``gain_rounds``), rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, or a race stopped before its end dropped, which are not recommended from their single runs.
     ``stopped_before_race_end``: the study's last run stopped (interrupted, a fault) before its race ended, as its
@@ -248,39 +247,50 @@ class Summary:
     def confirmed(self) -> bool:
         return self.proof is not None
 
+    @cached_property
+    def gain_runs(self) -> GainRounds:
+        """Every round of ``races`` that ran the recommendation beside the baseline, where a race proved it
+        (``proof``); none else. Its gain and the figures beside it are of these rounds (``gain_rounds``)."""
+        proof = self.proof
+        return paired_rounds(proof.winner.knobs, self.races) if proof else GainRounds(())
+
     @property
     def recommended_throughput(self) -> float:
         """The recommendation's samples/s: the median of its runs in the rounds its gain counts (``gain_rounds``),
         else its own single run."""
         if not self.confirmed:
             return self.recommended.throughput
-        return statistics.median(self.of_gain_rounds(self.proof.winner.throughputs))
+        return statistics.median(paired.recommended for paired in self.gain_runs.of(self.gain_rounds))
 
     @property
     def baseline_throughput(self) -> float:
         """The baseline's samples/s, as ``recommended_throughput`` reads the recommendation's."""
         if not self.confirmed:
             return self.baseline.throughput
-        return statistics.median(self.of_gain_rounds(self.proof.baseline_throughputs))
+        return statistics.median(paired.baseline for paired in self.gain_runs.of(self.gain_rounds))
 
     @property
     def gain_rounds(self) -> list[int]:
-        """The rounds of ``proof`` (from 1) its gain counts (``Confirmation.gain_ratios``: a round in which something
-        beside a run slowed it may be left out); none without a race. The figures stated beside the gain, the two
-        throughputs' medians and their peak memories, are of these rounds: a ratio of medians read beside the paired
-        rounds' geometric mean is of the same runs."""
-        return list(self._gain_ratios)
+        """The rounds of ``gain_runs`` (by number, from 1) the gain counts (``GainRounds.counted``: a round in which
+        something beside a run slowed it may be left out); none without a race. The figures stated beside the gain,
+        the two throughputs' medians and their peak memories, are of these rounds: a ratio of medians read beside the
+        paired rounds' geometric mean is of the same runs."""
+        return list(self.gain_ratios)
 
     @cached_property
-    def _gain_ratios(self) -> dict[int, float]:
-        """The recommendation's throughput over the baseline's in ``proof``, by round, of the rounds its gain counts
-        (``Confirmation.gain_ratios``); none without a race."""
-        proof = self.proof
-        return proof.gain_ratios(proof.winner.label) if proof else {}
+    def gain_ratios(self) -> dict[int, float]:
+        """The recommendation's throughput over the baseline's, by round of ``gain_runs``, of the rounds its gain
+        counts; none without a race."""
+        return self.gain_runs.counted()
 
-    def of_gain_rounds(self, runs: list[Run]) -> list[Run]:
-        """``runs``, one a round of ``proof`` from its first, of the rounds its gain counts (``gain_rounds``)."""
-        return [runs[index - 1] for index in self.gain_rounds if index <= len(runs)]
+    def gain_rounds_named(self, numbers: list[int]) -> str:
+        """Rounds of ``gain_runs`` in words, as the races' tables number them (``GainRounds.named``)."""
+        return self.gain_runs.named(numbers, race_name)
+
+    @property
+    def gain_races(self) -> list[int]:
+        """The races (indexes in ``races``) whose rounds the gain counts."""
+        return self.gain_runs.races
 
     @cached_property
     def _race_peak_memories(self) -> tuple[float | None, float | None]:
@@ -289,14 +299,14 @@ class Summary:
         without a race."""
         if self.proof is None:
             return None, None
-        runs = (self.proof.baseline_peak_memories, self.proof.winner.peak_memories)
-        baseline, recommended = (median_memory(self.of_gain_rounds(memories)) for memories in runs)
-        return baseline, recommended
+        rounds = self.gain_runs.of(self.gain_rounds)
+        baseline = median_memory([paired.baseline_memory for paired in rounds])
+        return baseline, median_memory([paired.recommended_memory for paired in rounds])
 
     @property
     def race_peak_memories(self) -> bool:
-        """Whether the peak memories below are the race's medians: the race that gave the gain (``proof``) kept its
-        runs' peak memories (one stored before races kept them did not)."""
+        """Whether the peak memories below are the races' medians: the races that gave the gain (``gain_runs``) kept
+        their runs' peak memories (one stored before races kept them did not)."""
         return None not in self._race_peak_memories
 
     @property
@@ -317,10 +327,11 @@ class Summary:
     @property
     def throughput_basis(self) -> str:
         """Where the two throughputs above come from, in words."""
-        if self.confirmed and self.proof.rounds == 1:
+        if self.confirmed and len(self.gain_runs.rounds) == 1:
             return "one interleaved re-measurement"
         if self.confirmed:
-            return f"medians of {self.gain_rounds_said} interleaved re-measurements{self.left_out_note}"
+            races = self.gain_runs.by_race(race_name)
+            return f"medians of {self.gain_rounds_said} interleaved re-measurements{races}{self.left_out_note}"
         return "single measurements"
 
     @property
@@ -337,31 +348,27 @@ class Summary:
     @property
     def gain_interval(self) -> RatioInterval | None:
         """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
-        round by round, in the race that proved it (``proof``: each round ran the two close together, so pairing them
-        cancels the machine's slower drifts), with Student's t interval; None without a race or with one round. A
-        round in which something beside one of the two runs slowed it is left out where three rounds or more, and at
-        least half of them, are left (``Confirmation.gain_ratios``: ``gain_rounds_left_out``)."""
-        return ratio_interval(list(self._gain_ratios.values())) if self.proof else None
+        round by round, in every race round that ran both (``gain_runs``: each round ran the two close together, so
+        pairing them cancels the machine's slower drifts), with Student's t interval; None without a race proving it
+        (``proof``) or with one round. A round in which something beside one of the two runs slowed it is left out
+        where three rounds or more, and at least half of them, are left (``GainRounds.counted``:
+        ``gain_rounds_left_out``)."""
+        return ratio_interval(list(self.gain_ratios.values())) if self.proof else None
 
     @property
     def gain_rounds_left_out(self) -> list[int]:
-        """The rounds of ``proof`` left out of ``gain_interval``, as something beside a run of the recommendation or
-        the baseline slowed it."""
-        if self.proof is None:
-            return []
+        """The rounds of ``gain_runs`` left out of ``gain_interval``, as something beside a run of the
+        recommendation or the baseline slowed it."""
         counted = set(self.gain_rounds)
-        return [index for index in range(1, self.proof.rounds + 1) if index not in counted]
+        return [number for number in range(1, len(self.gain_runs.rounds) + 1) if number not in counted]
 
     @property
     def gain_counts_slowed(self) -> list[int]:
         """The rounds the gain counts (``gain_rounds``) in which something beside a run of the recommendation or the
         baseline slowed it: too few rounds stay quiet, so none was left out (``quiet_rounds``), and the gain reads the
         load too; none elsewhere."""
-        proof = self.proof
-        if proof is None:
-            return []
-        slowed = proof.slowed_rounds(None) | proof.slowed_rounds(proof.winner.label)
-        return [index for index in self.gain_rounds if index in slowed]
+        slowed = self.gain_runs.slowed
+        return [number for number in self.gain_rounds if number in slowed]
 
     @property
     def gain_unreliable(self) -> bool:
@@ -370,21 +377,23 @@ class Summary:
         counted = self.gain_counts_slowed
         if not counted:
             return False
-        proof = self.proof
-        runs = [*proof.disturbances(None).items(), *proof.disturbances(proof.winner.label).items()]
-        return counted_slowed_unreliable(counted, proof.rounds, runs)
+        rounds = self.gain_runs.rounds
+        runs = [(number, disturbance) for number, paired in enumerate(rounds, 1) for disturbance in paired.disturbed]
+        return counted_slowed_unreliable(counted, len(rounds), runs)
 
     @property
     def gain_rounds_said(self) -> str:
-        """How many of ``proof``'s rounds the gain counts, in words: "4 of 5" where some were left out, else "5"."""
-        counted_rounds = len(self.gain_rounds)
-        return f"{counted_rounds} of {self.proof.rounds}" if self.gain_rounds_left_out else f"{counted_rounds}"
+        """How many of ``gain_runs``' rounds the gain counts, in words: "4 of 5" where some were left out, else
+        "5"."""
+        counted_rounds, rounds = len(self.gain_rounds), len(self.gain_runs.rounds)
+        return f"{counted_rounds} of {rounds}" if self.gain_rounds_left_out else f"{counted_rounds}"
 
     @property
     def left_out_note(self) -> str:
         """``gain_rounds_left_out`` in words, to follow the paired rounds counted: " (round 2 left out: a run of it
         was slowed)"; empty where none was."""
-        return slowed_rounds_note(self.gain_rounds_left_out)
+        left_out = self.gain_rounds_left_out
+        return slowed_rounds_note(left_out, self.gain_rounds_named(left_out)) if left_out else ""
 
     @property
     def no_difference(self) -> dict[str, object]:

@@ -218,8 +218,9 @@ def test_many_slowed_race_runs_are_counted_by_race_and_by_what_slowed_them_not_e
     busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
     assert (
         "The races counted 6 runs that something beside them slowed: the cores ran 1.5-2.0x slow in 4 of them, "
-        "other processes busy (0.8-1.2 cores) in 3 of them (5 in the finalists' race, 1 in trim race 1; the race that "
-        "gave the gain, trim race 1, ran the recommendation and the baseline undisturbed; report.json names each"
+        "other processes busy (0.8-1.2 cores) in 3 of them (5 in the finalists' race, 1 in trim race 1; the races "
+        "that gave the gain, the finalists' race and trim race 1, counted 5 of them among the recommendation's and the "
+        "baseline's runs; report.json names each"
     ) in busy
     assert "confirm-1-trial-0" not in busy
     few = dict(list((slowed | trimmed).items())[:NAMED_RUNS])

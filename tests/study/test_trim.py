@@ -112,7 +112,7 @@ def test_a_race_decided_early_gives_its_winner_the_rounds_planned_so_a_trim_race
     """Two finalists alike (1.6 x 1.4), decided after two rounds; undoing any change of the winner costs over 25 %, so
     every variant leaves its trim race after one round. Planned for three, the winner and the baseline run the
     third round of the race (the other finalist leaves): the gain is not stated from two, and the trim race ends
-    after its first round."""
+    after its first round, whose round of the winner and the baseline the gain counts too."""
 
     study, pipeline = alike_finalists(tmp_path)
     confirmation = run_race(study, load_results(study), planned, pipeline, lambda name, result: None)
@@ -125,7 +125,7 @@ def test_a_race_decided_early_gives_its_winner_the_rounds_planned_so_a_trim_race
     assert all(len(variant.throughputs) == 1 for variant in trim.finalists[1:])
     assert len(draws) == trim.rounds == 1, "each round a new draw of the process layout, as the race's"
     summary = summarise(load_results(study))
-    assert summary.gain_interval is not None and summary.gain_interval.n == planned
+    assert summary.gain_interval is not None and summary.gain_interval.n == planned + 1
     assert summary.proof == confirmation
 
 
@@ -135,7 +135,7 @@ def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_tri
 ):
     """As above, but the race is told the trim will race its winner (``trim_ahead``): it ends after round 2 and the
     trim's first race, every variant gone after round 1, runs the winner and the baseline to the rounds planned;
-    the gain's interval is that race's, and no round of the winner is measured for nothing."""
+    the gain's interval counts both races' rounds, and no round of the winner is measured for nothing."""
 
     study, pipeline = alike_finalists(tmp_path)
     results = load_results(study)
@@ -150,7 +150,7 @@ def test_a_race_decided_early_whose_winner_the_trim_races_ends_there_and_the_tri
     assert len(pipeline.names) == 1 + len(trim.finalists) + 2 * (planned - 1), "rounds 2 on: the winner, the baseline"
     assert "After round 1 every variant had left it" in trim.describe(trim=True)
     summary = summarise(load_results(study))
-    assert summary.proof == trim and summary.gain_interval is not None and summary.gain_interval.n == planned
+    assert summary.proof == trim and summary.gain_interval is not None and summary.gain_interval.n == 2 + planned
 
 
 def test_the_trim_races_a_winner_of_two_changes_or_more_one_of_which_can_be_undone_where_its_first_race_fits(tmp_path):

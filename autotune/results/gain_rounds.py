@@ -1,0 +1,107 @@
+"""The rounds a recommendation's gain is stated from: every round of every race that ran it beside the baseline.
+
+Each race round runs the baseline and each configuration still in the race close together, so each round pairs one
+run of the recommendation with one of the baseline, whichever race it belongs to. The race that proves the
+recommendation (``Summary.proof``) gives the verdict; the gain counts the paired rounds of the others too (the trim's
+races run the configuration they start from and the baseline every round): more rounds for the same runs, a narrower
+interval, and rounds of races that did not select it as their winner, whose figures its selection did not lift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.measure.stats import quiet_rounds
+from autotune.results.race import Confirmation
+from autotune.trial.result import Disturbance
+from autotune.words import listed, rounds_named
+
+
+@dataclass(frozen=True)
+class PairedRound:
+    """One race round's run of the recommendation and of the baseline: their samples/s and peak memories (MiB; None
+    where not read), the race's index (in ``Summary.races``: the finalists' race first) and the round's number in it
+    (from 1), and what slowed either run from beside it (``Confirmation.disturbed``), if anything did."""
+
+    race: int
+    round: int
+    recommended: float
+    baseline: float
+    recommended_memory: float | None
+    baseline_memory: float | None
+    disturbed: tuple[Disturbance, ...] = ()
+
+    @property
+    def ratio(self) -> float:
+        return self.recommended / self.baseline
+
+
+@dataclass(frozen=True)
+class GainRounds:
+    """The recommendation's paired rounds (``paired_rounds``), numbered from 1 in the order they ran (``rounds``)."""
+
+    rounds: tuple[PairedRound, ...]
+
+    def counted(self) -> dict[int, float]:
+        """The ratios, by number, of the rounds the gain is stated from: not those in which something beside one of
+        the two runs slowed it, where enough stay quiet (``quiet_rounds``)."""
+        ratios = {number: paired.ratio for number, paired in enumerate(self.rounds, 1)}
+        return quiet_rounds(ratios, self.slowed)
+
+    @property
+    def slowed(self) -> set[int]:
+        """The numbers of the rounds in which something beside one of the two runs slowed it."""
+        return {number for number, paired in enumerate(self.rounds, 1) if paired.disturbed}
+
+    def of(self, numbers: list[int]) -> list[PairedRound]:
+        """The rounds numbered ``numbers``."""
+        return [self.rounds[number - 1] for number in numbers]
+
+    @property
+    def races(self) -> list[int]:
+        """The races the rounds come from (indexes in ``Summary.races``), in the order they ran."""
+        return sorted({paired.race for paired in self.rounds})
+
+    def named(self, numbers: list[int], race_name: Callable[[int], str]) -> str:
+        """The rounds numbered ``numbers`` in words, as the races' tables number them: "rounds 1 and 3" where every
+        round comes from one race, else with the race each is of ("round 3 of the finalists' race and round 1 of
+        trim race 1", ``race_name`` naming a race by its index)."""
+        if len(self.races) == 1:
+            return rounds_named([paired.round for paired in self.of(numbers)])
+        by_race: dict[int, list[int]] = {}
+        for paired in self.of(numbers):
+            by_race.setdefault(paired.race, []).append(paired.round)
+        return listed([f"{rounds_named(rounds)} of {race_name(race)}" for race, rounds in by_race.items()])
+
+    def by_race(self, race_name: Callable[[int], str]) -> str:
+        """How many rounds each race gave, in words, where more than one did: " (3 of the finalists' race, 2 of trim
+        race 1)"; empty else."""
+        if len(self.races) < 2:
+            return ""
+        counts = {race: sum(paired.race == race for paired in self.rounds) for race in self.races}
+        return f" ({', '.join(f'{count} of {race_name(race)}' for race, count in counts.items())})"
+
+
+def paired_rounds(knobs: dict[str, Any], races: list[Confirmation]) -> GainRounds:
+    """Every round of ``races`` (the finalists' race, then the trim's) in which the configuration ``knobs`` and the
+    baseline both ran (``Confirmation.paired``), whichever entrant's label it bore there."""
+    rounds = []
+    for index, race in enumerate(races):
+        entrant = next((finalist for finalist in race.finalists if finalist.knobs == knobs), None)
+        if entrant is None:
+            continue
+        runs, base = race.paired(entrant)
+        slowed = race.disturbances(None), race.disturbances(entrant.label)
+        memories = (entrant.peak_memories, race.baseline_peak_memories)
+        for number, (run, base_run) in enumerate(zip(runs, base, strict=True), 1):
+            run_memory, base_memory = (_at(each, number) for each in memories)
+            disturbed = tuple(each[number] for each in slowed if number in each)
+            rounds.append(PairedRound(index, number, run, base_run, run_memory, base_memory, disturbed))
+    return GainRounds(tuple(rounds))
+
+
+def _at(memories: list[float | None], number: int) -> float | None:
+    """Round ``number``'s peak memory of ``memories``; None where not kept (a race stored before they were)."""
+    return memories[number - 1] if number <= len(memories) else None
