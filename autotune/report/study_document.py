@@ -165,8 +165,9 @@ def ranked_basis(summary: Summary) -> str:
     lead = kept if summary.race_of(summary.recommended) is not None else ""
     basis = (
         f"Ranked first the configurations a race measured, {lead}by their figures in the race named under measured, "
-        "over the rounds counted there (those the baseline ran too): the median, and its ratio to the baseline's "
-        f"median over the same rounds. Then the others, by their {own}. The columns after vs baseline are each "
+        "over the rounds counted there (those the baseline ran too; the recommendation's and the baseline's, every "
+        "round the headline's gain counts): the median, and its ratio to the baseline's median over the same rounds. "
+        f"Then the others, by their {own}. The columns after vs baseline are each "
         "configuration's own run's."
     )
     return basis + busy_note(rows)

@@ -25,7 +25,7 @@ from autotune.results.trim_rules import (
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
-from autotune.words import counted, interval_bounds, slowed_rounds_note
+from autotune.words import counted, interval_bounds, listed, slowed_rounds_note
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
@@ -191,6 +191,8 @@ class Summary:
 
     def _standing_of(self, record: TrialRecord) -> Standing:
         race = self.race_of(record)
+        if self.proof is not None and (record is self.baseline or record is self.recommended):
+            return self._gain_standing(record)
         if race is None:
             own = "baseline run" if record is self.baseline else "search run"
             throughput = record.result.timing.throughput
@@ -201,6 +203,15 @@ class Summary:
         entrant = next(f for f in race.finalists if f.label == record.label)
         rounds = len(race.paired(entrant)[0])
         return Standing(race.paired_median(entrant), race.ratio(entrant), f"{named}, {counted(rounds, 'round')}")
+
+    def _gain_standing(self, record: TrialRecord) -> Standing:
+        """The recommendation's or the baseline's standing where a race proved the recommendation: the headline's
+        medians, over the rounds its gain counts (``gain_rounds``), in the races that gave them."""
+        races = listed([race_name(index) for index in self.gain_races])
+        measured = f"{races}, {counted(len(self.gain_rounds), 'round')}"
+        if record is self.baseline:
+            return Standing(self.baseline_throughput, 1.0, measured)
+        return Standing(self.recommended_throughput, self.recommended_throughput / self.baseline_throughput, measured)
 
     def race_named(self, race: Confirmation) -> str:
         """``race`` in words, as the report's sections name it (``race_name``)."""

@@ -85,3 +85,14 @@ def test_report_json_lists_the_paired_rounds_the_speedup_is_of(tmp_path):
         ("trim race 1", 3, True),
     ]
     assert paired[3]["recommended_sps"] == TRIM_WINNER[0] and paired[3]["baseline_sps"] == TRIM_BASELINE[0]
+
+
+def test_the_ranking_states_the_recommendation_and_the_baseline_by_the_headlines_rounds():
+    summary = summarise(_studied())
+    recommended, baseline = summary.standing(summary.recommended), summary.standing(summary.baseline)
+    assert (
+        recommended.throughput == summary.recommended_throughput and baseline.throughput == summary.baseline_throughput
+    )
+    assert recommended.speedup == pytest.approx(summary.recommended_throughput / summary.baseline_throughput)
+    assert recommended.measured == baseline.measured == "the finalists' race and trim race 1, 6 rounds"
+    assert [record.label for record in summary.ranked][:2] == ["0", "baseline"]
