@@ -2,7 +2,14 @@
 nothing, and how often it keeps what matters, when runs vary the way re-measurements on this machine vary.
 
     .venv/bin/python -m benchmarks.trim_model [--studies 2000] [--rounds 3] [--pipeline images] [--run-sd SD]
-        [--trim-margin 0.25] [--trim-bound inf] [--keep-z Z] [--no-early-exits] [--seed 0] [FILE ...]
+        [--trim-margin 0.25] [--trim-bound inf] [--keep-z Z] [--no-early-exits] [--finalists N] [--rival F]
+        [--seed 0] [FILE ...]
+
+It also prints, per scenario, what the recommendation's stated gain reads against its true gain (geometric mean),
+how often its 95 % interval holds the true gain, and how wide it is, from the race that proves it alone and from
+the rounds the tuner counts (``autotune/results/gain_rounds.py``). With ``--finalists N`` the finalists' race is the
+tuner's own, the winner against N - 1 rivals reading ``--rival`` times its throughput (1: as fast), which its verdict
+chooses among on the rounds it reads: the winner's curse a stated gain must not inherit.
 
 A model, not a measurement, like ``benchmarks.race_model`` (whose noise it fits to the same files): it drives
 autotune's own ``run_trim`` with simulated runs, so that rules of the trim can be compared in seconds; only a real
@@ -25,6 +32,7 @@ import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -178,33 +186,52 @@ class Outcome:
     kept_idle: int  # changes kept that do nothing (``Scenario.score``)
     dropped_needed: int  # changes undone that matter
     # the recommendation's true gain over the baseline, and its stated gain's 95 % interval from the race that proved
-    # it alone and from every race's rounds that ran it beside the baseline (``paired_rounds``, the tuner's rule);
-    # None where the baseline is kept or one round gives no interval
+    # it alone, from the rounds the tuner counts (``paired_rounds``) and from every round of every race that ran it
+    # beside the baseline; None where the baseline is kept or one round gives no interval
     gain: float | None = None
     proof_interval: RatioInterval | None = None
     pooled_interval: RatioInterval | None = None
+    every_interval: RatioInterval | None = None
 
 
-def _intervals(knobs: dict[str, Any], label: str, races: list[Confirmation]) -> tuple[Any, Any]:
-    """The gain's 95 % intervals of the configuration ``knobs`` (labelled ``label`` in its last race): over the
-    race that proves it alone (``proof_of``), and over every race's rounds that ran it beside the baseline."""
+def _intervals(label: str, races: list[Confirmation]) -> tuple[RatioInterval | None, ...]:
+    """The gain's 95 % intervals of the configuration ``label``: over the race that proves it alone (``proof_of``),
+    over the rounds the tuner counts (``paired_rounds``: those and every other round that did not choose it), and
+    over every round of every race that ran it beside the baseline, the rounds that chose it included."""
     proof = trim_rules.proof_of(label, races)
     if proof is None:
-        return None, None
+        return None, None, None
     alone = list(proof.gain_ratios(proof.winner.label).values())
-    pooled = list(paired_rounds(knobs, races).counted().values())
-    return ratio_interval(alone) if len(alone) > 1 else None, ratio_interval(pooled) if len(pooled) > 1 else None
+    index = next(index for index, race in enumerate(races) if proof in (race, trim_rules.started_alone(race)))
+    pooled = list(paired_rounds(index, proof.winner.label, races).counted().values())
+    entrants = [(race, next((f for f in race.finalists if f.knobs == proof.winner.knobs), None)) for race in races]
+    every = [run / base for race, f in entrants if f for run, base in zip(*race.paired(f), strict=True)]
+    return tuple(ratio_interval(ratios) if len(ratios) > 1 else None for ratios in (alone, pooled, every))
 
 
-def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Random) -> Outcome:
+# What sets the finalists' race's rivals apart from its winner (``--finalists``): knobs no scenario's winner changes,
+# whose values a CPU runs, each rival changing one more than the one before.
+RIVAL_KNOBS = {"pin_memory": True, "cudnn_benchmark": True, "compile": "default"}
+
+
+def simulate_trim(
+    scenario: Scenario, noise: Noise, rounds: int, rng: random.Random, finalists: int = 1, rival: float = 1.0
+) -> Outcome:
     """The winner's race against the baseline (``rounds`` rounds), then its trim, on simulated runs: what the tuner
-    then recommends (the baseline where the race proved nothing, as ``Summary`` does)."""
+    then recommends (the baseline where the race proved nothing, as ``Summary`` does). With ``finalists`` over 1, the
+    finalists' race is the tuner's own (``run_race.race``, its early verdict on; the trim races its winner, so it ends
+    there, as ``trim_ahead`` has it), the winner against rivals each reading ``rival`` times its throughput, all of
+    them chosen from one search run each."""
     round_effects: dict[str, float] = {}
     runs = 0
 
+    def truth(knobs: dict[str, Any]) -> float:
+        rivalry = rival if any(knobs[name] == value for name, value in RIVAL_KNOBS.items()) else 1.0
+        return rivalry * scenario.relative(knobs)
+
     def result_of(knobs: dict[str, Any], round_key: str) -> Any:
         effect = round_effects.setdefault(round_key, rng.gauss(0.0, noise.round_sd))
-        throughput = scenario.relative(knobs) * math.exp(effect + noise.run(rng))
+        throughput = truth(knobs) * math.exp(effect + noise.run(rng))
         return SimpleNamespace(knobs=knobs, ok=True, timing=SimpleNamespace(throughput=throughput),
                                peak_memory_mb=100.0, failure=None, to_dict=dict, disturbed=False)  # fmt: skip
 
@@ -213,11 +240,15 @@ def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Ran
         runs += 1
         return result_of(knobs, "-".join(name.split("-")[:3]))  # trim-RACE-ROUND
 
-    base_runs = [result_of(scenario.baseline, f"confirm-{i}").timing.throughput for i in range(rounds)]
-    winner_runs = [result_of(scenario.winner, f"confirm-{i}").timing.throughput for i in range(rounds)]
     changes = count_changes(scenario.winner, scenario.baseline)
-    winner = Finalist("winner", scenario.winner, changes, 100.0, winner_runs)
-    confirmation = Confirmation(base_runs, [winner], planned_rounds=rounds)
+    if finalists > 1:
+        confirmation = _finalists_race(scenario, rounds, finalists, result_of)
+        winner = confirmation.winner or confirmation.finalists[0]
+    else:
+        base_runs = [result_of(scenario.baseline, f"confirm-{i}").timing.throughput for i in range(rounds)]
+        winner_runs = [result_of(scenario.winner, f"confirm-{i}").timing.throughput for i in range(rounds)]
+        winner = Finalist("winner", scenario.winner, changes, 100.0, winner_runs)
+        confirmation = Confirmation(base_runs, [winner], planned_rounds=rounds)
     baseline = TrialRecord("baseline", SimpleNamespace(knobs=scenario.baseline))
     results = StudyResults("model", "model", "cpu", {}, {}, {}, baseline)
     trim = run_trim(UnstoredStudy(), results, confirmation, measure, lambda name, result: None)
@@ -225,10 +256,32 @@ def simulate_trim(scenario: Scenario, noise: Noise, rounds: int, rng: random.Ran
     final = scenario.baseline if confirmation.winner is None else chosen.knobs
     score = scenario.score(set(changed(final, scenario.baseline)))
     if confirmation.winner is None:
-        return Outcome(runs, scenario.relative(final), *score)
-    gain = scenario.relative(final) / scenario.relative(scenario.baseline)
-    intervals = _intervals(final, chosen.label, [confirmation, *trim])
-    return Outcome(runs, scenario.relative(final), *score, gain, *intervals)
+        return Outcome(runs, truth(final), *score)
+    gain = truth(final) / truth(scenario.baseline)
+    intervals = _intervals(chosen.label, [confirmation, *trim])
+    return Outcome(runs, truth(final), *score, gain, *intervals)
+
+
+def _finalists_race(
+    scenario: Scenario, rounds: int, finalists: int, result_of: Callable[[dict[str, Any], str], Any]
+) -> Confirmation:
+    """The finalists' race of ``scenario``'s winner and ``finalists`` - 1 rivals (``RIVAL_KNOBS``), by the tuner's
+    rules, each entrant and the baseline with a search run before it; it ends at its verdict."""
+    entrants, knobs = [], dict(scenario.winner)
+    for index, (name, value) in enumerate([(None, None), *RIVAL_KNOBS.items()][:finalists]):
+        if name is not None:
+            knobs = {**knobs, name: value}
+        changes = count_changes(knobs, scenario.baseline)
+        entrants.append(Finalist("winner" if index == 0 else f"rival {index}", knobs, changes, 100.0))
+    before = {f.label: result_of(f.knobs, f"search-{f.label}").timing.throughput for f in entrants}
+    before["baseline"] = result_of(scenario.baseline, "search-baseline").timing.throughput
+
+    def run(knobs: dict[str, Any], name: str, _progress: Any) -> Any:
+        return result_of(knobs, "-".join(name.split("-")[:2]))  # confirm-ROUND
+
+    return run_race.race(
+        entrants, scenario.baseline, before, rounds, "confirm", run, lambda name, result: None, runs_out=lambda w: False
+    )
 
 
 def noise_aware_beats(run_sd: float, z: float) -> Callable[[Finalist, Finalist], bool]:
@@ -265,6 +318,10 @@ def main() -> None:
     parser.add_argument(
         "--no-early-exits", action="store_true", help="no variant leaves a trim race before its last round"
     )
+    parser.add_argument(
+        "--finalists", type=int, default=1, help="race the winner against this many finalists less one (up to 4)"
+    )
+    parser.add_argument("--rival", type=float, default=1.0, help="each rival's throughput over the winner's")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     noise = fit_noise([json.loads(path.read_text(encoding="utf-8")) for path in args.files], args.pipeline)
@@ -283,7 +340,8 @@ def main() -> None:
         run_race.beaten_for_good = lambda *_: False
     rng = random.Random(args.seed)
     for name, scenario in SCENARIOS.items():
-        outcomes = [simulate_trim(scenario, noise, args.rounds, rng) for _ in range(args.studies)]
+        simulated = partial(simulate_trim, scenario, noise, args.rounds, rng, args.finalists, args.rival)
+        outcomes = [simulated() for _ in range(args.studies)]
         ratios = sorted(o.ratio for o in outcomes)
         print(
             f"{name}: {statistics.fmean(o.runs for o in outcomes):5.1f} runs; trimmed >= 0.97 of the winner in "
@@ -291,8 +349,9 @@ def main() -> None:
             f"idle changes kept {statistics.fmean(o.kept_idle for o in outcomes):.2f}, "
             f"changes that matter undone {statistics.fmean(o.dropped_needed for o in outcomes):.2f}"
         )
-        print(f"    the gain's 95 % interval: {_coverage(outcomes, 'proof_interval')} over its proof's rounds alone, "
-              f"{_coverage(outcomes, 'pooled_interval')} over every race's rounds")  # fmt: skip
+        for which, over in (("proof", "its proof's rounds alone"), ("pooled", "the rounds the tuner counts"),
+                            ("every", "every race's rounds that ran it")):  # fmt: skip
+            print(f"    the gain over {over}: {_coverage(outcomes, f'{which}_interval')}")
 
 
 def _coverage(outcomes: list[Outcome], which: str) -> str:
@@ -303,7 +362,11 @@ def _coverage(outcomes: list[Outcome], which: str) -> str:
     covers = sum(interval.low <= gain <= interval.high for gain, interval in held) / len(held)
     width = statistics.median(interval.high / interval.low for _, interval in held)
     rounds = statistics.median(interval.n for _, interval in held)
-    return f"holds it in {covers:.1%} of {len(held)} (median {rounds:g} rounds, high/low {width:.2f})"
+    reads = math.exp(statistics.fmean(math.log(interval.geomean / gain) for gain, interval in held))
+    return (
+        f"reads {reads:.3f}x the true gain and holds it in {covers:.1%} of {len(held)} (median {rounds:g} rounds, "
+        f"high/low {width:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -176,7 +176,8 @@ def _race_showed(summary: Summary) -> str:
     if interval is None or not _spans_one(interval):
         return "confirmed by interleaved re-measurement"
     won = proof.rounds - rounds_lost(proof.winner, proof.baseline_throughputs)
-    rounds = "every round of the race" if won == proof.rounds else f"{won} of the race's {proof.rounds} rounds"
+    race = summary.race_named(proof) if len(summary.gain_races) > 1 else "the race"
+    rounds = f"every round of {race}" if won == proof.rounds else f"{won} of {race}'s {proof.rounds} rounds"
     return f"won {rounds} against the baseline: faster, by an amount its interval does not bound"
 
 
@@ -232,7 +233,7 @@ def _caveats(summary: Summary) -> list[str]:
             f" No race has proven it against the baseline yet{dropped}: the study's last run stopped before its race "
             "ended, or another tuner of the study still searches; run the same command again to resume."
         )
-    slowed = sum(len(paired.disturbed) for paired in summary.gain_runs.rounds)
+    slowed = sum(len(paired.disturbed) for paired in summary.gain_runs.rounds)  # those left out of the gain too
     if counted_slowed := summary.gain_counts_slowed:  # a gain of what the load did too: not one to act on unsaid
         them, unreliable = "it" if len(counted_slowed) == 1 else "them", summary.gain_unreliable
         said.append(

@@ -230,7 +230,7 @@ def _rounds_key(tables: list[Table | None], trim: bool = False) -> list[str]:
 
 
 # Where the trim keeps the configuration a trim race started from though a variant won it (``proof_of``).
-_PROVES_KEPT = " Its rounds of trial {} against the baseline give the recommendation's gain."
+_PROVES_KEPT = " Its rounds of trial {} against the baseline prove the recommendation (its gain counts them)."
 
 
 # Where a trim race measured the configuration it started from in the most rounds and did not prove it (``judge_of``).

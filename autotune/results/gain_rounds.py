@@ -1,10 +1,14 @@
-"""The rounds a recommendation's gain is stated from: every round of every race that ran it beside the baseline.
+"""The rounds a recommendation's gain is stated from: those of the race that proves it, and every other race round
+that ran it beside the baseline without choosing it.
 
 Each race round runs the baseline and each configuration still in the race close together, so each round pairs one
-run of the recommendation with one of the baseline, whichever race it belongs to. The race that proves the
-recommendation (``Summary.proof``) gives the verdict; the gain counts the paired rounds of the others too (the trim's
-races run the configuration they start from and the baseline every round): more rounds for the same runs, a narrower
-interval, and rounds of races that did not select it as their winner, whose figures its selection did not lift.
+run of the recommendation with one of the baseline, whichever race it belongs to. A race that chose the recommendation
+among others (the finalists' race, or a trim race its variant won) chose it on the rounds it read, which lifts them,
+the more so where the race ended at its verdict, right after the winner read high: those rounds count only where that
+race is the one that proves it (``Summary.proof``), as before. The rounds of a trim race that started from it (it runs
+that configuration and the baseline every round, until it leaves) and a race's rounds after its verdict for it (only it
+and the baseline ran them) chose nothing: they count too, for a narrower interval and a figure less lifted by the
+choice.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.measure.stats import quiet_rounds
+from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.trial.result import Disturbance
 from autotune.words import listed, rounds_named
@@ -84,22 +89,45 @@ class GainRounds:
         return f" ({', '.join(f'{count} of {race_name(race)}' for race, count in counts.items())})"
 
 
-def paired_rounds(knobs: dict[str, Any], races: list[Confirmation]) -> GainRounds:
-    """Every round of ``races`` (the finalists' race, then the trim's) in which the configuration ``knobs`` and the
-    baseline both ran (``Confirmation.paired``), whichever entrant's label it bore there."""
+def paired_rounds(proof: int, label: str, races: list[Confirmation]) -> GainRounds:
+    """The rounds in which the configuration ``label`` (in ``races[proof]``, the race that proves it) and the baseline
+    both ran (``Confirmation.paired``): every round of that race, and of ``races`` (the finalists' race, then the
+    trim's) those that did not choose it: every round of a trim race that started from it, and the rounds a race ran
+    after its verdict for it (``Confirmation.decided_after``)."""
+    knobs = next(finalist.knobs for finalist in races[proof].finalists if finalist.label == label)
     rounds = []
     for index, race in enumerate(races):
-        entrant = next((finalist for finalist in race.finalists if finalist.knobs == knobs), None)
-        if entrant is None:
+        counted = _unchosen(race, knobs, index > 0) if index != proof else (_entrant(race, label), 1)
+        if counted is None:
             continue
+        entrant, first = counted
         runs, base = race.paired(entrant)
         slowed = race.disturbances(None), race.disturbances(entrant.label)
         memories = (entrant.peak_memories, race.baseline_peak_memories)
         for number, (run, base_run) in enumerate(zip(runs, base, strict=True), 1):
+            if number < first:
+                continue
             run_memory, base_memory = (_at(each, number) for each in memories)
             disturbed = tuple(each[number] for each in slowed if number in each)
             rounds.append(PairedRound(index, number, run, base_run, run_memory, base_memory, disturbed))
     return GainRounds(tuple(rounds))
+
+
+def _entrant(race: Confirmation, label: str) -> Finalist:
+    return next(finalist for finalist in race.finalists if finalist.label == label)
+
+
+def _unchosen(race: Confirmation, knobs: dict[str, Any], trim: bool) -> tuple[Finalist, int] | None:
+    """The entrant of ``race`` (a ``trim`` race, or the finalists') that is the configuration ``knobs``, and the first
+    of its rounds that did not choose it: 1 where the trim race started from it, the round after the verdict where the
+    race was decided for it early; None where every round of the race chose it, or none ran it."""
+    started = race.finalists[0] if trim and race.finalists else None
+    if started is not None and started.knobs == knobs:
+        return started, 1
+    winner = race.winner if race.decided_after else None
+    if winner is not None and winner.knobs == knobs:
+        return winner, race.decided_after + 1
+    return None
 
 
 def _at(memories: list[float | None], number: int) -> float | None:

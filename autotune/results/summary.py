@@ -142,11 +142,11 @@ class Summary:
 
     def race_of(self, record: TrialRecord) -> Confirmation | None:
         """The race whose figures stand for ``record`` (``standing``), one rule so that no two races' figures reverse
-        one race's verdict: the recommendation's and the baseline's, the race that proved the recommendation (the
-        headline's: ``proof``); where none did, the baseline's is the race that measured it, the finalists' race (else
-        the race of most rounds); any other configuration's, the finalists' race where it ran rounds there paired
-        with the baseline's, else the race in which it ran most such rounds, the last of those (a trim variant: its
-        trim race); None where no race ran it."""
+        one race's verdict: the recommendation's and the baseline's, the race that proved the recommendation
+        (``proof``; their figures are the headline's, of every round its gain counts); where none did, the baseline's
+        is the race that measured it, the finalists' race (else the race of most rounds); any other configuration's,
+        the finalists' race where it ran rounds there paired with the baseline's, else the race in which it ran most
+        such rounds, the last of those (a trim variant: its trim race); None where no race ran it."""
         if self.proof is not None and (record is self.baseline or record is self.recommended):
             return self.proof
         if record is self.baseline:
@@ -260,10 +260,11 @@ class Summary:
 
     @cached_property
     def gain_runs(self) -> GainRounds:
-        """Every round of ``races`` that ran the recommendation beside the baseline, where a race proved it
-        (``proof``); none else. Its gain and the figures beside it are of these rounds (``gain_rounds``)."""
+        """The rounds of the race that proves the recommendation (``proof``) and every other round of ``races`` that
+        ran it beside the baseline without choosing it (``paired_rounds``); none without a proof. Its gain and the
+        figures beside it are of these rounds (``gain_rounds``)."""
         proof = self.proof
-        return paired_rounds(proof.winner.knobs, self.races) if proof else GainRounds(())
+        return paired_rounds(self.race_index(proof), proof.winner.label, self.races) if proof else GainRounds(())
 
     @property
     def recommended_throughput(self) -> float:
@@ -300,7 +301,7 @@ class Summary:
 
     @property
     def gain_races(self) -> list[int]:
-        """The races (indexes in ``races``) whose rounds the gain counts."""
+        """The races (indexes in ``races``) whose rounds give the gain (``gain_runs``)."""
         return self.gain_runs.races
 
     @cached_property

@@ -55,7 +55,7 @@ def test_the_headlines_peak_memories_are_the_medians_of_the_race_that_gave_the_g
     assert "Peak memory 260 → 310 MiB (medians of 3 race runs each)." in said, said
 
 
-def test_the_headlines_peak_memories_are_the_medians_of_every_race_round_that_ran_both():
+def test_the_headline_takes_its_peak_memories_from_the_proof_not_the_shorter_finalists_race():
     summary = summarise(sample_results())
     knobs = summary.recommended.result.knobs
     finalists_race = Confirmation(
@@ -71,7 +71,7 @@ def test_the_headlines_peak_memories_are_the_medians_of_every_race_round_that_ra
     )
     summary = replace(summary, confirmation=finalists_race, trim=[trim_race])
     assert summary.proof is trim_race
-    assert "Peak memory 200 → 300 MiB (medians of 5 race runs each)." in headline(summary).rest
+    assert "Peak memory 200 → 300 MiB (medians of 3 race runs each)." in headline(summary).rest
 
 
 def test_a_race_stored_before_peak_memories_were_kept_falls_back_to_one_run_of_each():

@@ -218,9 +218,8 @@ def test_many_slowed_race_runs_are_counted_by_race_and_by_what_slowed_them_not_e
     busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
     assert (
         "The races counted 6 runs that something beside them slowed: the cores ran 1.5-2.0x slow in 4 of them, "
-        "other processes busy (0.8-1.2 cores) in 3 of them (5 in the finalists' race, 1 in trim race 1; the races "
-        "that gave the gain, the finalists' race and trim race 1, counted 5 of them among the recommendation's and the "
-        "baseline's runs; report.json names each"
+        "other processes busy (0.8-1.2 cores) in 3 of them (5 in the finalists' race, 1 in trim race 1; the race that "
+        "gave the gain, trim race 1, ran the recommendation and the baseline undisturbed; report.json names each"
     ) in busy
     assert "confirm-1-trial-0" not in busy
     few = dict(list((slowed | trimmed).items())[:NAMED_RUNS])
@@ -340,7 +339,7 @@ def test_a_trim_race_whose_verdict_would_give_back_a_gain_with_the_races_before_
         "Trial 0 without malloc without batch_size is not taken: trial 0, the finalists' race's winner, would run 2.7% "
         "faster than it by the product of the trim's paired ratios, and a trim gives back less than 2%, the smallest "
         "gain a change is recommended for; nothing is undone. Its rounds of trial 0 without malloc against the "
-        "baseline give the recommendation's gain." in files["report.md"].read_text()
+        "baseline prove the recommendation (its gain counts them)." in files["report.md"].read_text()
     )
     races = json.loads(files["report.json"].read_text())["trim"]
     assert [race["trimmed_to"] for race in races] == ["0 without malloc", "0 without malloc"]
@@ -362,7 +361,10 @@ def test_a_stored_trim_that_went_on_after_a_race_the_bound_now_refuses_ends_ther
     assert summary.recommended.label == "0" and summary.no_difference == {}
     assert summary.trim == [first] and summary.trim_open is None, "the trim ended at its first race"
     markdown = write_reports(results, summary, tmp_path)["report.md"].read_text()
-    assert "nothing is undone. Its rounds of trial 0 against the baseline give the recommendation's gain." in markdown
+    assert (
+        "nothing is undone. Its rounds of trial 0 against the baseline prove the recommendation (its gain counts them)."
+        in markdown
+    )
 
 
 def test_a_tie_left_where_the_trims_next_race_cannot_undo_it_is_kept_not_promised_to_a_next_race():

@@ -1,5 +1,6 @@
-"""The recommendation's gain counts every race round that ran it beside the baseline: the finalists' race's and the
-trim's, each named where the rounds come from more than one race."""
+"""The recommendation's gain counts the rounds of the race that proves it and every other race round that ran it
+beside the baseline without choosing it (a trim race that started from it, a race's rounds after its verdict for it),
+each round named by its race where they come from more than one."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from autotune.measure.stats import ratio_interval
 from autotune.report import write_reports
 from autotune.report.headline import headline
-from autotune.results.finalist import Finalist
+from autotune.results.finalist import Finalist, Left
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.trial.result import Disturbance
@@ -22,59 +23,83 @@ BASELINE = [100.0, 104.0, 96.0]
 WINNER = [150.0, 160.0, 140.0]  # the finalists' race: 1.50x, 1.54x, 1.46x
 TRIM_BASELINE = [90.0, 92.0, 94.0]
 TRIM_WINNER = [160.0, 170.0, 165.0]  # the trim's race: 1.78x, 1.85x, 1.76x
+WINNER_TRIAL = trial("0", 150.0, num_workers=1, amp="bf16")
+KNOBS = WINNER_TRIAL.result.knobs
+UNDONE = {**KNOBS, "amp": "off"}
 
 
-def _studied(slowed: dict[str, Disturbance] | None = None):
-    """Trial 0 (two changes), proven by the finalists' race, and its trim's one race, in which its variant undoing
-    amp ran slower every round and trial 0 stayed."""
-    winner = trial("0", 150.0, num_workers=1, amp="bf16")
-    knobs = winner.result.knobs
+def _ratios(runs: list[float], base: list[float]) -> list[float]:
+    return [run / base_run for run, base_run in zip(runs, base, strict=True)]
+
+
+def _studied(trim_rounds: int = 2, slowed: dict[str, Disturbance] | None = None, decided_after: int | None = None):
+    """Trial 0 (two changes), proven by the finalists' race (3 rounds), and its trim's one race, in which its variant
+    undoing amp left after round 1, beaten, and trial 0 ran ``trim_rounds`` rounds with the baseline."""
     race = Confirmation(
-        list(BASELINE), [Finalist("0", knobs, 2, 100.0, list(WINNER))], None, 3, disturbed=slowed or {}, trials=["0"]
-    )
-    variant = Finalist("0 without amp", {**knobs, "amp": "off"}, 1, 100.0, [120.0, 125.0, 121.0])
-    trim = Confirmation(list(TRIM_BASELINE), [Finalist("0", knobs, 2, 100.0, list(TRIM_WINNER)), variant], None, 3)
-    return replace(results_with(winner), confirmation=race, trim=[trim])
+        list(BASELINE), [Finalist("0", KNOBS, 2, 100.0, list(WINNER))], None, 3, disturbed=slowed or {},
+        trials=["0"], decided_after=decided_after,
+    )  # fmt: skip
+    variant = Finalist("0 without amp", UNDONE, 1, 100.0, [120.0], left=Left.BEATEN, dropped="beaten")
+    leader = Finalist("0", KNOBS, 2, 100.0, TRIM_WINNER[:trim_rounds])
+    trim = Confirmation(TRIM_BASELINE[:trim_rounds], [leader, variant], None, 3)
+    return replace(results_with(WINNER_TRIAL), confirmation=race, trim=[trim])
 
 
-def test_the_gain_counts_the_rounds_of_every_race_that_ran_the_recommendation_beside_the_baseline():
+def test_the_gain_counts_the_proving_races_rounds_and_those_of_a_trim_race_that_started_from_it():
     summary = summarise(_studied())
     assert summary.recommended.label == "0" and summary.trim_open is None
-    every = [w / b for w, b in zip(WINNER + TRIM_WINNER, BASELINE + TRIM_BASELINE, strict=True)]
-    assert summary.gain_interval == ratio_interval(every) and summary.gain_interval.n == 6
+    assert summary.proof is summary.confirmation, "3 rounds against the trim race's 2"
+    every = _ratios(WINNER, BASELINE) + _ratios(TRIM_WINNER[:2], TRIM_BASELINE[:2])
+    assert summary.gain_interval == ratio_interval(every) and summary.gain_interval.n == 5
     assert summary.speedup == pytest.approx(ratio_interval(every).geomean)
     assert summary.gain_races == [0, 1]
-    assert "over 6 paired rounds" in headline(summary).lead
+    assert "over 5 paired rounds" in headline(summary).lead
 
 
-def test_a_variant_the_trim_recommends_counts_its_trim_rounds_not_the_finalists_race_of_another_configuration():
-    winner = trial("0", 150.0, num_workers=1, amp="bf16")
-    knobs = winner.result.knobs
-    race = Confirmation(list(BASELINE), [Finalist("0", knobs, 2, 100.0, list(WINNER))], None, 3, trials=["0"])
-    undone = {**knobs, "amp": "off"}
-    tied = Finalist("0 without amp", undone, 1, 100.0, [161.0, 169.0, 166.0], result=trial("v", 161.0, **undone).result)
-    trim = Confirmation(list(TRIM_BASELINE), [Finalist("0", knobs, 2, 100.0, list(TRIM_WINNER)), tied], None, 3)
-    summary = summarise(replace(results_with(winner), confirmation=race, trim=[trim]))
+def test_where_a_trim_race_proves_it_the_finalists_race_which_chose_it_on_its_rounds_is_not_counted():
+    summary = summarise(_studied(trim_rounds=3))
+    assert summary.race_index(summary.proof) == 1, "as many rounds as the finalists' race, and the later"
+    assert summary.gain_races == [1]
+    assert summary.gain_interval == ratio_interval(_ratios(TRIM_WINNER, TRIM_BASELINE))
+
+
+def test_a_races_rounds_after_its_verdict_which_only_the_winner_and_the_baseline_ran_are_counted():
+    summary = summarise(_studied(trim_rounds=3, decided_after=1))
+    assert summary.race_index(summary.proof) == 1
+    after = _ratios(WINNER[1:], BASELINE[1:])
+    assert summary.gain_interval == ratio_interval(_ratios(TRIM_WINNER, TRIM_BASELINE) + after)
+    assert summary.gain_rounds_named([1, 3]) == "round 2 of the finalists' race and round 1 of trim race 1"
+
+
+def test_a_variant_the_trim_recommends_counts_its_own_race_not_a_trial_of_the_same_knobs_in_the_finalists_race():
+    # Trial 3 is the variant's configuration: it left the finalists' race after one low round (lagging).
+    twin = Finalist("3", UNDONE, 1, 100.0, [80.0], left=Left.LAGGING, dropped="lagging")
+    race = Confirmation(
+        list(BASELINE), [Finalist("0", KNOBS, 2, 100.0, list(WINNER)), twin], None, 3, trials=["0", "3"]
+    )
+    tied = Finalist("0 without amp", UNDONE, 1, 100.0, [161.0, 169.0, 166.0], result=trial("v", 161.0, **UNDONE).result)
+    trim = Confirmation(list(TRIM_BASELINE), [Finalist("0", KNOBS, 2, 100.0, list(TRIM_WINNER)), tied], None, 3)
+    results = replace(results_with(WINNER_TRIAL, trial("3", 80.0, **UNDONE)), confirmation=race, trim=[trim])
+    summary = summarise(results)
     assert summary.recommended.label == "0 without amp"
     assert summary.gain_races == [1]
-    ratios = [w / b for w, b in zip(tied.throughputs, TRIM_BASELINE, strict=True)]
-    assert summary.gain_interval == ratio_interval(ratios)
+    assert summary.gain_interval == ratio_interval(_ratios(tied.throughputs, TRIM_BASELINE))
 
 
-def test_a_slowed_round_is_left_out_where_the_pooled_rounds_leave_three_quiet_and_is_named_by_its_race():
-    # Alone, the finalists' race's three rounds, one slowed, would have to count it (two quiet rounds bound nothing).
-    summary = summarise(_studied({"confirm-2-baseline": Disturbance(cores_slowdown=2.0)}))
-    assert summary.gain_rounds_left_out == [2] and summary.gain_interval.n == 5
-    assert "over 5 paired rounds (round 2 of the finalists' race left out: a run of it was slowed)" in (
+def test_a_slowed_round_is_left_out_where_the_counted_rounds_leave_three_quiet_and_is_named_by_its_race():
+    # The finalists' race alone, its round 2 slowed, would have to count it: two quiet rounds bound nothing.
+    summary = summarise(_studied(slowed={"confirm-2-baseline": Disturbance(cores_slowdown=2.0)}))
+    assert summary.gain_rounds_left_out == [2] and summary.gain_interval.n == 4
+    assert "over 4 paired rounds (round 2 of the finalists' race left out: a run of it was slowed)" in (
         headline(summary).lead
     )
 
 
 def test_report_json_lists_the_paired_rounds_the_speedup_is_of(tmp_path):
-    studied = _studied({"confirm-2-baseline": Disturbance(cores_slowdown=2.0)})
+    studied = _studied(slowed={"confirm-2-baseline": Disturbance(cores_slowdown=2.0)})
     results = replace(studied, machine=MACHINE, measure=MEASURE)
     report = json.loads(write_reports(results, summarise(results), tmp_path)["report.json"].read_text())
-    assert report["speedup_rounds"] == 6
+    assert report["speedup_rounds"] == 5
     paired = report["speedup_paired"]
     assert [(each["race"], each["round"], each["counted"]) for each in paired] == [
         ("the finalists' race", 1, True),
@@ -82,7 +107,6 @@ def test_report_json_lists_the_paired_rounds_the_speedup_is_of(tmp_path):
         ("the finalists' race", 3, True),
         ("trim race 1", 1, True),
         ("trim race 1", 2, True),
-        ("trim race 1", 3, True),
     ]
     assert paired[3]["recommended_sps"] == TRIM_WINNER[0] and paired[3]["baseline_sps"] == TRIM_BASELINE[0]
 
@@ -90,9 +114,19 @@ def test_report_json_lists_the_paired_rounds_the_speedup_is_of(tmp_path):
 def test_the_ranking_states_the_recommendation_and_the_baseline_by_the_headlines_rounds():
     summary = summarise(_studied())
     recommended, baseline = summary.standing(summary.recommended), summary.standing(summary.baseline)
-    assert (
-        recommended.throughput == summary.recommended_throughput and baseline.throughput == summary.baseline_throughput
-    )
+    assert recommended.throughput == summary.recommended_throughput
+    assert baseline.throughput == summary.baseline_throughput
     assert recommended.speedup == pytest.approx(summary.recommended_throughput / summary.baseline_throughput)
-    assert recommended.measured == baseline.measured == "the finalists' race and trim race 1, 6 rounds"
+    assert recommended.measured == baseline.measured == "the finalists' race and trim race 1, 5 rounds"
     assert [record.label for record in summary.ranked][:2] == ["0", "baseline"]
+
+
+def test_a_proof_the_gain_counts_beside_other_rounds_is_named_where_the_headline_says_it_won_every_round():
+    # The interval of five rounds spans 1x: the headline names the race whose every round it won.
+    race = Confirmation(list(BASELINE), [Finalist("0", KNOBS, 2, 100.0, [103.0, 107.0, 99.0])], None, 3, trials=["0"])
+    leader = Finalist("0", KNOBS, 2, 100.0, [60.0, 120.0])
+    variant = Finalist("0 without amp", UNDONE, 1, 100.0, [50.0], left=Left.BEATEN, dropped="beaten")
+    trim = Confirmation([100.0, 100.0], [leader, variant], None, 3)
+    summary = summarise(replace(results_with(WINNER_TRIAL), confirmation=race, trim=[trim]))
+    assert summary.proof is summary.confirmation and summary.gain_interval.low < 1
+    assert "won every round of the finalists' race against the baseline" in headline(summary).rest

@@ -67,8 +67,7 @@ def test_a_finalist_the_winners_trim_races_as_a_variant_leaves_the_race_before_i
     variant = next(f for f in first.finalists if f.knobs == INNER)
     assert len(variant.throughputs) >= 1 and first.rounds == 3, "the trim race measures it against its origin"
     summary = summarise(load_results(study))
-    assert summary.proof is not None and summary.gain_interval is not None
-    assert summary.gain_interval.n == confirmation.rounds + 3, "every round of both races that ran it and the baseline"
+    assert summary.proof is not None and summary.gain_interval is not None and summary.gain_interval.n == 3
 
 
 def test_without_a_trim_ahead_both_race(tmp_path):
