@@ -106,8 +106,8 @@ class UntrimmedWarning(UserWarning):
 @dataclass(frozen=True)
 class Measured:
     """What the recommended knobs measured against the baseline's: samples/s (the races' medians where a race ran,
-    ``method`` says) and peak memory; ``interval``: the speedup's 95 % interval over the paired rounds of the races
-    that ran it beside the baseline (None from fewer than two rounds, or in a file written before it was kept);
+    ``method`` says) and peak memory; ``interval``: the speedup's 95 % interval over the paired rounds it counts
+    (``Summary.gain_runs``; None from fewer than two rounds, or in a file written before it was kept);
     ``unsteady``: where the machine's speed did not hold through the study, how far apart the baseline's race medians
     read (``Summary.unsteady``: none of these figures stands), else None."""
 

@@ -6,8 +6,9 @@ nothing, and how often it keeps what matters, when runs vary the way re-measurem
         [--seed 0] [FILE ...]
 
 It also prints, per scenario, what the recommendation's stated gain reads against its true gain (geometric mean),
-how often its 95 % interval holds the true gain, and how wide it is, from the race that proves it alone and from
-the rounds the tuner counts (``autotune/results/gain_rounds.py``). With ``--finalists N`` the finalists' race is the
+how often its 95 % interval holds the true gain, and how wide it is, by three rules: the rounds of the race that proves
+it alone, the rounds the tuner counts (``autotune/results/gain_rounds.py``), and every round of every race that ran it
+beside the baseline. With ``--finalists N`` the finalists' race is the
 tuner's own, the winner against N - 1 rivals reading ``--rival`` times its throughput (1: as fast), which its verdict
 chooses among on the rounds it reads: the winner's curse a stated gain must not inherit.
 
@@ -42,7 +43,7 @@ from autotune.measure.stats import RatioInterval, ratio_interval
 from autotune.records import TrialRecord
 from autotune.results import trim_rules
 from autotune.results.finalist import Finalist
-from autotune.results.gain_rounds import paired_rounds
+from autotune.results.gain_rounds import GainRounds, paired_rounds
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import TIE_TOLERANCE, count_changes
@@ -201,9 +202,10 @@ def _intervals(label: str, races: list[Confirmation]) -> tuple[RatioInterval | N
     proof = trim_rules.proof_of(label, races)
     if proof is None:
         return None, None, None
-    alone = list(proof.gain_ratios(proof.winner.label).values())
     index = next(index for index, race in enumerate(races) if proof in (race, trim_rules.started_alone(race)))
-    pooled = list(paired_rounds(index, proof.winner.label, races).counted().values())
+    counted = paired_rounds(index, proof.winner.label, races)
+    alone = list(GainRounds(tuple(paired for paired in counted.rounds if paired.race == index)).counted().values())
+    pooled = list(counted.counted().values())
     entrants = [(race, next((f for f in race.finalists if f.knobs == proof.winner.knobs), None)) for race in races]
     every = [run / base for race, f in entrants if f for run, base in zip(*race.paired(f), strict=True)]
     return tuple(ratio_interval(ratios) if len(ratios) > 1 else None for ratios in (alone, pooled, every))
@@ -254,7 +256,7 @@ def simulate_trim(
     trim = run_trim(UnstoredStudy(), results, confirmation, measure, lambda name, result: None)
     chosen = next((step.left for step in reversed(trim_path(trim)) if step.left), winner)
     final = scenario.baseline if confirmation.winner is None else chosen.knobs
-    score = scenario.score(set(changed(final, scenario.baseline)))
+    score = scenario.score(set(changed(final, scenario.baseline)) - RIVAL_KNOBS.keys())  # the scenario's changes
     if confirmation.winner is None:
         return Outcome(runs, truth(final), *score)
     gain = truth(final) / truth(scenario.baseline)
@@ -324,6 +326,8 @@ def main() -> None:
     parser.add_argument("--rival", type=float, default=1.0, help="each rival's throughput over the winner's")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if not 1 <= args.finalists <= len(RIVAL_KNOBS) + 1:
+        parser.error(f"--finalists: 1 to {len(RIVAL_KNOBS) + 1}, one more than the rivals' knobs (RIVAL_KNOBS)")
     noise = fit_noise([json.loads(path.read_text(encoding="utf-8")) for path in args.files], args.pipeline)
     if args.run_sd is not None:
         noise = Noise(noise.round_sd, args.run_sd, noise.tail_dof)

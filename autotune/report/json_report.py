@@ -48,8 +48,8 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
             "peak_memory_mb": summary.baseline_peak_memory_mb,
         },
         "speedup": summary.speedup,
-        # its 95 % interval from the paired rounds of every race that ran it beside the baseline (speedup_paired);
-        # null with 0 rounds (single runs) or 1
+        # its 95 % interval from the paired rounds of the race that proves it and those of other races that did not
+        # choose it (speedup_paired: Summary.gain_runs); null with 0 rounds (single runs) or 1
         "speedup_interval": asdict(interval) if (interval := summary.gain_interval) else None,
         "speedup_rounds": len(summary.gain_runs.rounds),
         "speedup_paired": _paired_rounds(summary),
@@ -113,9 +113,9 @@ def _overruled(overruled: Overruled) -> dict[str, Any]:
 
 
 def _paired_rounds(summary: Summary) -> list[dict[str, Any]]:
-    """The paired rounds the speedup is of (``Summary.gain_runs``): each race round that ran the recommendation beside
-    the baseline, its race, its number there, the two runs' samples/s and whether the speedup counts it (a round
-    something beside a run slowed may be left out)."""
+    """The paired rounds the speedup is of (``Summary.gain_runs``: the proving race's and those of other races that
+    did not choose the recommendation), each with its race, its number there, the two runs' samples/s and whether the
+    speedup counts it (a round something beside a run slowed may be left out)."""
     counted = set(summary.gain_rounds)
     return [
         {

@@ -118,8 +118,8 @@ def name_of(record: TrialRecord, summary: Summary) -> str:
 
 
 def before_after(summary: Summary) -> Plot:
-    """The two throughputs the headline states: medians of the race's rounds (each round a dot), or single runs with
-    the interval within their run."""
+    """The two throughputs the headline states: medians of the rounds its gain counts (``Summary.gain_runs``, each
+    round a dot), or single runs with the interval within their run."""
     proof = summary.proof
     rows = [
         ("baseline", summary.baseline_throughput, BASELINE),

@@ -429,7 +429,8 @@ def busy_machine_sections(summary: Summary) -> list[Section]:
 def _slowed_by_race(summary: Summary, counted: bool) -> str:
     """Where ``counted`` (the runs are not each named), which races' runs were slowed ("all 8 in trim race 1", "2 in
     the finalists' race, 1 in trim race 2"); and where a race proved the recommendation (``Summary.proof``), whether
-    the runs of the recommendation and the baseline that give the gain (``Summary.gain_runs``) ran undisturbed."""
+    the runs of the recommendation and the baseline that give the gain (``Summary.gain_runs``: the race, or the rounds
+    where they come from several) ran undisturbed."""
     races = summary.races
     disturbed = {index: len(race.disturbed) for index, race in enumerate(races) if race.disturbed}
     said = []
@@ -437,10 +438,12 @@ def _slowed_by_race(summary: Summary, counted: bool) -> str:
         by_race = ", ".join(f"{count} in {race_name(index)}" for index, count in disturbed.items())
         said.append(f"all {by_race}" if len(disturbed) == 1 else by_race)
     if summary.proof is not None:
-        gain_races = summary.gain_races
-        gain_runs = sum(len(paired.disturbed) for paired in summary.gain_runs.rounds)
-        named = listed([race_name(index) for index in gain_races])
-        gave = f"the {'race' if len(gain_races) == 1 else 'races'} that gave the gain, {named},"
+        gain_races, rounds = summary.gain_races, summary.gain_runs.rounds
+        gain_runs = sum(len(paired.disturbed) for paired in rounds)
+        if len(gain_races) == 1:
+            gave = f"the race that gave the gain, {race_name(gain_races[0])},"
+        else:  # a race's rounds before its verdict for the recommendation give none of it
+            gave = f"the rounds that gave the gain, {summary.gain_rounds_named(list(range(1, len(rounds) + 1)))},"
         if gain_runs:
             said.append(f"{gave} counted {gain_runs} of them among the recommendation's and the baseline's runs")
         else:

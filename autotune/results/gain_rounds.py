@@ -7,8 +7,8 @@ among others (the finalists' race, or a trim race its variant won) chose it on t
 the more so where the race ended at its verdict, right after the winner read high: those rounds count only where that
 race is the one that proves it (``Summary.proof``), as before. The rounds of a trim race that started from it (it runs
 that configuration and the baseline every round, until it leaves) and a race's rounds after its verdict for it (only it
-and the baseline ran them) chose nothing: they count too, for a narrower interval and a figure less lifted by the
-choice.
+and the baseline ran them, and they could only take its proof back) did not choose it: they count too, for a narrower
+interval and a figure less lifted by the choice.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.measure.stats import quiet_rounds
 from autotune.records import TrialRecord
 from autotune.results.finalist import Finalist, Left, record_fields, run_suffix, unread_memories
 from autotune.results.race_rules import (
@@ -88,15 +87,6 @@ class Confirmation:
             for name, slowed in self.disturbed.items()
             if name.endswith(ends)
         }
-
-    def gain_ratios(self, label: str) -> dict[int, float]:
-        """Finalist ``label``'s throughput over the baseline's, by round (from 1), of the rounds a gain is stated from
-        (``quiet_rounds``: not those in which something beside one of the two runs slowed it, where three or more
-        rounds, and at least half of them, are left)."""
-        finalist = next(f for f in self.finalists if f.label == label)
-        pairs = enumerate(zip(*self.paired(finalist), strict=True), start=1)
-        ratios = {index: run / base for index, (run, base) in pairs}
-        return quiet_rounds(ratios, self.slowed_rounds(None) | self.slowed_rounds(label))
 
     @property
     def baseline_median(self) -> float:

@@ -75,9 +75,9 @@ def race_name(index: int) -> str:
 @dataclass(frozen=True)
 class Standing:
     """The figure a configuration is ranked by (``Summary.standing``): ``throughput`` (samples/s) and ``speedup``
-    over the baseline, and ``measured``, where they come from in words: the race and the rounds that count there
-    ("the finalists' race, 3 rounds", "trim race 1, 5 rounds": ``Summary.race_named``), "search run" or
-    "baseline run"."""
+    over the baseline, and ``measured``, where they come from in words: the race or races and the rounds that count
+    there ("the finalists' race, 3 rounds", "the finalists' race and trim race 1, 5 rounds": ``Summary.race_named``),
+    "search run" or "baseline run"."""
 
     throughput: float
     speedup: float
@@ -92,9 +92,9 @@ class Summary:
     against its changes undone, ``trim_open`` why they did not end as planned: why the last is ``unsettled`` (cut
     short or left out by study.budget_s or a stopped run, ended by a failed run, left by the configuration it started
     from), or that none ran; None where they ended. Where a race proved the recommendation, the speedup is the
-    paired rounds' geometric mean of every race round that ran it beside the baseline (``gain_runs``; the race that
-    proves it, ``proof``: ``proof_of``, gives the verdict) and the throughputs the medians of the same rounds
-    (``gain_rounds``), rather than single runs.
+    paired rounds' geometric mean of the rounds of the race that proves it (``proof``: ``proof_of``, which gives the
+    verdict) and of every other race round that ran it beside the baseline without choosing it (``gain_runs``), and
+    the throughputs the medians of the same rounds (``gain_rounds``), rather than single runs.
     ``batch_policy`` is the study's (``accumulation_steps``). ``ruled_out``: the trials a stale race measured and did
     not prove, or a race stopped before its end dropped, which are not recommended from their single runs.
     ``stopped_before_race_end``: the study's last run stopped (interrupted, a fault) before its race ended, as its
@@ -360,8 +360,8 @@ class Summary:
     @property
     def gain_interval(self) -> RatioInterval | None:
         """The 95 % interval of the recommendation's gain: the geometric mean of its throughput over the baseline's,
-        round by round, in every race round that ran both (``gain_runs``: each round ran the two close together, so
-        pairing them cancels the machine's slower drifts), with Student's t interval; None without a race proving it
+        round by round, over the rounds of ``gain_runs`` (each ran the two close together, so pairing them cancels
+        the machine's slower drifts), with Student's t interval; None without a race proving it
         (``proof``) or with one round. A round in which something beside one of the two runs slowed it is left out
         where three rounds or more, and at least half of them, are left (``GainRounds.counted``:
         ``gain_rounds_left_out``)."""

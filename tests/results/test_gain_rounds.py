@@ -130,3 +130,15 @@ def test_a_proof_the_gain_counts_beside_other_rounds_is_named_where_the_headline
     summary = summarise(replace(results_with(WINNER_TRIAL), confirmation=race, trim=[trim]))
     assert summary.proof is summary.confirmation and summary.gain_interval.low < 1
     assert "won every round of the finalists' race against the baseline" in headline(summary).rest
+
+
+def test_a_busy_machines_note_names_the_rounds_that_gave_the_gain_where_a_race_gave_only_some(tmp_path):
+    # The finalists' race, decided after round 1 whose run of trial 0 was slowed, gives the gain its rounds 2 and 3.
+    studied = _studied(trim_rounds=3, decided_after=1, slowed={"confirm-1-trial-0": Disturbance(cores_slowdown=2.0)})
+    results = replace(studied, machine=MACHINE, measure=MEASURE)
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    assert (
+        "the rounds that gave the gain, rounds 2 and 3 of the finalists' race and rounds 1, 2 and 3 of trim race 1, "
+        "ran the recommendation and the baseline undisturbed"
+    ) in busy
