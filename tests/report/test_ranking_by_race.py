@@ -25,7 +25,7 @@ from autotune.results.trim_rules import started_alone
 from autotune.trial.result import Disturbance, Failure, FailureKind
 from tests.conftest import fake_measurement
 from tests.report.test_plots import trim_variant_results
-from tests.report.test_reports import MACHINE, MEASURE
+from tests.report.test_reports import MACHINE, MEASURE, busy_section
 from tests.results.test_summary import results_with, trial
 from tests.study.test_tuner import BASELINE, fake_result
 
@@ -98,8 +98,7 @@ def test_the_headline_names_the_ratio_of_medians_beside_the_geometric_mean():
 
 def test_the_busy_machine_section_says_the_race_that_gave_the_gain_ran_its_runs_undisturbed(tmp_path):
     results = raced_results()
-    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
-    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    busy = busy_section(results, tmp_path)
     assert (
         "confirm-1-trial-0: the cores ran 1.5x slow (the race that gave the gain, the finalists' race, ran the "
         "recommendation and the baseline undisturbed)"

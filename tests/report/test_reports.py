@@ -62,6 +62,12 @@ def sample_results() -> StudyResults:
     return StudyResults(**{**base.__dict__, "machine": MACHINE, "measure": MEASURE})
 
 
+def busy_section(results: StudyResults, tmp_path) -> str:
+    """The "Measured on a busy machine" section of the report.md written for ``results``."""
+    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
+    return markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+
+
 def test_reports_are_written_and_consistent(tmp_path):
     results = sample_results()
     files = write_reports(results, summarise(results), tmp_path)
@@ -214,8 +220,7 @@ def test_many_slowed_race_runs_are_counted_by_race_and_by_what_slowed_them_not_e
     variant = Finalist("0 without amp", {}, 0, 100.0, [90.0, 91.0, 89.0])
     trim = [Confirmation([100.0, 98.0, 102.0], [finalist, variant], disturbed=trimmed)]
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation, "trim": trim})
-    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
-    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    busy = busy_section(results, tmp_path)
     assert (
         "The races counted 6 runs that something beside them slowed: the cores ran 1.5-2.0x slow in 4 of them, "
         "other processes busy (0.8-1.2 cores) in 3 of them (5 in the finalists' race, 1 in trim race 1; the race that "
@@ -237,8 +242,7 @@ def test_races_slowed_only_by_the_host_are_not_told_to_close_other_work(tmp_path
     finalist = Finalist("0", {}, 1, 100.0, [110.0, 112.0, 111.0])
     confirmation = Confirmation([100.0, 98.0, 102.0], [finalist], disturbed=slowed, trials=["0"])
     results = StudyResults(**{**sample_results().__dict__, "confirmation": confirmation})
-    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
-    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    busy = busy_section(results, tmp_path)
     assert advice in busy and ("close other work" in busy) == (advice == "close other work")
 
 

@@ -16,7 +16,7 @@ from autotune.results.finalist import Finalist, Left
 from autotune.results.race import Confirmation
 from autotune.results.summary import summarise
 from autotune.trial.result import Disturbance
-from tests.report.test_reports import MACHINE, MEASURE
+from tests.report.test_reports import MACHINE, MEASURE, busy_section
 from tests.results.test_summary import results_with, trial
 
 BASELINE = [100.0, 104.0, 96.0]
@@ -136,8 +136,7 @@ def test_a_busy_machines_note_names_the_rounds_that_gave_the_gain_where_a_race_g
     # The finalists' race, decided after round 1 whose run of trial 0 was slowed, gives the gain its rounds 2 and 3.
     studied = _studied(trim_rounds=3, decided_after=1, slowed={"confirm-1-trial-0": Disturbance(cores_slowdown=2.0)})
     results = replace(studied, machine=MACHINE, measure=MEASURE)
-    markdown = write_reports(results, summarise(results), tmp_path)["report.md"].read_text()
-    busy = markdown.split("## Measured on a busy machine", 1)[1].split("##", 1)[0]
+    busy = busy_section(results, tmp_path)
     assert (
         "the rounds that gave the gain, rounds 2 and 3 of the finalists' race and rounds 1, 2 and 3 of trim race 1, "
         "ran the recommendation and the baseline undisturbed"
