@@ -11,8 +11,8 @@ from autotune.records import TrialRecord
 from autotune.report.document import Headline, Table, format_cell, table_of
 from autotune.report.rows import record_row
 from autotune.results.race import Confirmation
-from autotune.results.race_rules import TIE_TOLERANCE, rounds_lost, wins_in_words
-from autotune.results.summary import Overruled, Summary, race_name
+from autotune.results.race_rules import MIN_GAIN, TIE_TOLERANCE, rounds_lost, wins_in_words
+from autotune.results.summary import Overruled, Summary, TakenBack, race_name
 from autotune.results.trim_rules import unsettled
 from autotune.words import by_the_medians, counted, interval_bounds
 
@@ -68,6 +68,8 @@ def _keep(summary: Summary) -> Headline:
         )
     if summary.overruled is not None:
         return Headline("Keep your current settings.", _overruled(summary.overruled, summary.races))
+    if summary.taken_back is not None:
+        return Headline("Keep your current settings.", _taken_back(summary.taken_back, summary.trim_open))
     if confirmation and any(confirmation.short_of_rounds(f) for f in confirmation.finalists):
         return Headline("Keep your current settings.", _cut_short(confirmation))
     if confirmation and confirmation.leader and not confirmation.failure:
@@ -137,6 +139,23 @@ def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
     if (open_for := unsettled(judged)) is not None:
         why = "" if overruled.finalist.dropped else f" ({open_for})"  # its leaving is said above
         said += f" That race did not end{why}: the same command again goes on with it."
+    return said
+
+
+def _taken_back(back: TakenBack, trim_open: str | None) -> str:
+    """Why a configuration a race proved is not recommended: the rounds its gain counts put that gain under the least
+    a change must gain; and where the trim did not end (``trim_open``), that the same command goes on with it."""
+    proof, rounds = back.proof, back.rounds
+    numbers = list(rounds.counted())
+    said = (
+        f"Trial {back.label} won {race_name(back.number)} against the baseline ({proof.ratio(back.finalist):.2f}x by "
+        f"medians of {counted(proof.rounds, 'round')}), but over the {counted(len(numbers), 'round')} that measured "
+        f"it beside the baseline ({rounds.named(numbers, race_name)}) it ran {rounds.gain:.2f}x the baseline's "
+        f"throughput (the geometric mean of their ratios), under the {MIN_GAIN:.0%} a change must gain: the rounds "
+        "that did not choose it take its proof back, so the baseline is kept."
+    )
+    if trim_open is not None:
+        said += f" The trim did not end ({trim_open}): the same command again goes on with it."
     return said
 
 

@@ -15,7 +15,7 @@ from autotune.results.batch_limit import batch_limit
 from autotune.results.compile_payback import compile_payback
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
-from autotune.results.summary import Overruled, Summary, race_name
+from autotune.results.summary import Overruled, Summary, TakenBack, race_name
 from autotune.results.trim_rules import TrimStep
 
 
@@ -42,6 +42,9 @@ def report_data(results: StudyResults, summary: Summary) -> dict[str, Any]:
         "untrimmed": summary.untrimmed,  # two changes or more, not all raced undone (``Summary.untrimmed``)
         # a race's winner a longer trim race did not prove (``Summary.overruled``): the baseline is kept
         "overruled": _overruled(summary.overruled) if summary.overruled else None,
+        # a race's winner whose gain, over the rounds that measured it without choosing it too, fell under the least
+        # a change must gain (``Summary.taken_back``): the baseline is kept
+        "taken_back": _taken_back(summary.taken_back) if summary.taken_back else None,
         "baseline": {
             "knobs": base.result.knobs,
             "throughput_sps": summary.baseline_throughput,
@@ -109,6 +112,15 @@ def _overruled(overruled: Overruled) -> dict[str, Any]:
         "trim_race": overruled.number,
         "rounds": overruled.race.rounds,
         "speedup": overruled.speedup,
+    }
+
+
+def _taken_back(back: TakenBack) -> dict[str, Any]:
+    return {
+        "trial": back.label,
+        "race": race_name(back.number),
+        "rounds": len(back.rounds.counted()),
+        "speedup": back.rounds.gain,
     }
 
 

@@ -5,14 +5,18 @@ Each race round runs the baseline and each configuration still in the race close
 run of the recommendation with one of the baseline, whichever race it belongs to. A race that chose the recommendation
 among others (the finalists' race, or a trim race its variant won) chose it on the rounds it read, which lifts them,
 the more so where the race ended at its verdict, right after the winner read high: those rounds count only where that
-race is the one that proves it (``Summary.proof``), as before. The rounds of a trim race that started from it (it runs
-that configuration and the baseline every round, until it leaves) and a race's rounds after its verdict for it (only it
-and the baseline ran them, and they could only take its proof back) did not choose it: they count too, for a narrower
-interval and a figure less lifted by the choice.
+race is the one that proves it (``Summary.proof``). The rounds of a trim race that started from it (it runs that
+configuration and the baseline every round) and a race's rounds after its verdict for it (only it and the baseline ran
+them) did not choose it: they count too, for a narrower interval and a figure less lifted by the choice. A trim race
+it left (it lost rounds to the baseline, or a run failed) is not settled and is raced again by a later run: its rounds
+count once it is. Where the rounds of other races put the gain under the least a change must gain, they take the
+proof back (``GainRounds.takes_proof_back``), and the baseline is kept.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +24,7 @@ from typing import Any
 from autotune.measure.stats import quiet_rounds
 from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
+from autotune.results.race_rules import MIN_GAIN
 from autotune.trial.result import Disturbance
 from autotune.words import listed, rounds_named
 
@@ -54,6 +59,20 @@ class GainRounds:
         the two runs slowed it, where enough stay quiet (``quiet_rounds``)."""
         ratios = {number: paired.ratio for number, paired in enumerate(self.rounds, 1)}
         return quiet_rounds(ratios, self.slowed)
+
+    @property
+    def gain(self) -> float:
+        """The geometric mean of the ratios of the rounds the gain counts (``counted``): the gain stated from them."""
+        return math.exp(statistics.fmean(math.log(ratio) for ratio in self.counted().values()))
+
+    @property
+    def takes_proof_back(self) -> bool:
+        """Whether rounds of other races than the one that proves the recommendation (races that ran it beside the
+        baseline without choosing it) put the gain under MIN_GAIN, the least a change must gain: they then take that
+        proof back, as a race's rounds after its verdict that pull its median under MIN_GAIN take back its verdict
+        (``Confirmation.shortfall``), and a recommendation is never stated slower than it must be to be recommended.
+        The proving race's own rounds alone are its verdict's to judge."""
+        return len(self.races) > 1 and self.gain < 1 + MIN_GAIN
 
     @property
     def slowed(self) -> set[int]:
@@ -93,7 +112,7 @@ def paired_rounds(proof: int, label: str, races: list[Confirmation]) -> GainRoun
     """The rounds in which the configuration ``label`` (in ``races[proof]``, the race that proves it) and the baseline
     both ran (``Confirmation.paired``): every round of that race, and of ``races`` (the finalists' race, then the
     trim's) those that did not choose it: every round of a trim race that started from it, and the rounds a race ran
-    after its verdict for it (``Confirmation.decided_after``)."""
+    after its verdict for it (``Confirmation.decided_after``); not those of a trim race it left (``_unchosen``)."""
     knobs = next(finalist.knobs for finalist in races[proof].finalists if finalist.label == label)
     rounds = []
     for index, race in enumerate(races):
@@ -120,10 +139,12 @@ def _entrant(race: Confirmation, label: str) -> Finalist:
 def _unchosen(race: Confirmation, knobs: dict[str, Any], trim: bool) -> tuple[Finalist, int] | None:
     """The entrant of ``race`` (a ``trim`` race, or the finalists') that is the configuration ``knobs``, and the first
     of its rounds that did not choose it: 1 where the trim race started from it, the round after the verdict where the
-    race was decided for it early; None where every round of the race chose it, or none ran it."""
+    race was decided for it early; None where every round of the race chose it, or none ran it, or it left the trim
+    race that started from it (having lost rounds to the baseline, or a run failed): such a race is not settled and
+    is raced again by a later run (``trim_rules.unsettled``), whose rounds count then."""
     started = race.finalists[0] if trim and race.finalists else None
     if started is not None and started.knobs == knobs:
-        return started, 1
+        return (started, 1) if started.dropped is None else None
     winner = race.winner if race.decided_after else None
     if winner is not None and winner.knobs == knobs:
         return winner, race.decided_after + 1

@@ -67,6 +67,30 @@ class Overruled:
         return measured_rounds(self.race, self.label)
 
 
+@dataclass(frozen=True)
+class TakenBack:
+    """A configuration the race ``proof`` (at ``number`` in ``Summary.races``) proved, whose gain over the rounds it
+    counts (``rounds``: that race's, and those of other races that ran it beside the baseline without choosing it,
+    ``paired_rounds``) falls under MIN_GAIN: those rounds take the proof back (``GainRounds.takes_proof_back``), and
+    the baseline is kept."""
+
+    label: str
+    proof: Confirmation
+    number: int
+    rounds: GainRounds
+
+    @property
+    def finalist(self) -> Finalist:
+        """Its runs in ``proof``."""
+        return next(f for f in self.proof.finalists if f.label == self.label)
+
+
+def race_index(race: Confirmation, races: list[Confirmation]) -> int:
+    """Where ``race`` stands in ``races`` (``Summary.races``); a trim race's configuration alone against the baseline
+    (``started_alone``, which may prove it) stands where that race does."""
+    return next(index for index, each in enumerate(races) if race in (each, started_alone(each)))
+
+
 def race_name(index: int) -> str:
     """``Summary.races``' race at ``index`` in words: the finalists' race first, then the trim's, from 1."""
     return "the finalists' race" if index == 0 else f"trim race {index}"
@@ -103,7 +127,8 @@ class Summary:
     ``budget_left_out``: the steps of the search study.budget_s left out of the study's last run (in words,
     ``RunTime.search_left_out``). ``overruled``: where the race's winner, or what its trim left, won a race but the
     race that re-measured it in most rounds (``judge_of``: a trim race) did not prove it, that race: the baseline is
-    kept.
+    kept. ``taken_back``: where the race that proved it did, but the rounds its gain counts put that gain under the
+    least a change must gain (``TakenBack``): the baseline is kept.
     """
 
     records: list[TrialRecord]
@@ -118,6 +143,7 @@ class Summary:
     stopped_before_race_end: bool = False
     budget_left_out: tuple[str, ...] = ()
     overruled: Overruled | None = None
+    taken_back: TakenBack | None = None
 
     @cached_property
     def ranked(self) -> list[TrialRecord]:
@@ -218,9 +244,8 @@ class Summary:
         return race_name(self.race_index(race))
 
     def race_index(self, race: Confirmation) -> int:
-        """Where ``race`` stands in ``races``; a trim race's configuration alone against the baseline
-        (``started_alone``, which may be ``proof``) stands where that race does."""
-        return next(index for index, each in enumerate(self.races) if race in (each, started_alone(each)))
+        """Where ``race`` stands in ``races`` (``race_index``)."""
+        return race_index(race, self.races)
 
     @property
     def trim_steps(self) -> list[TrimStep]:
@@ -483,7 +508,8 @@ def summarise(results: StudyResults) -> Summary:
     the confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
     from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (``is_current``) ran
     and did not prove, and those a race stopped before its end dropped. A recommendation is never a change that
-    re-measured no faster.
+    re-measured no faster, nor one whose gain, over every round that measured it beside the baseline without choosing
+    it, falls under the least a change must gain (``TakenBack``).
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")
@@ -493,6 +519,7 @@ def summarise(results: StudyResults) -> Summary:
     confirmation = results.confirmation
     ruled_out: frozenset[str] = frozenset()
     overruled: Overruled | None = None
+    taken_back: TakenBack | None = None
     if confirmation is not None and not confirmation.is_current(results.baseline, results.trials):
         ruled_out = _ruled_out(confirmation)
         confirmation = None
@@ -523,8 +550,11 @@ def summarise(results: StudyResults) -> Summary:
         if ended is not None:  # the races stored after the one the trim ended at are no steps of it
             trim, steps, trim_open = trim[:ended], steps[:ended], unsettled(trim[ended - 1])
         final = next((step.left for step in reversed(steps) if step.left), winner)
-        if proof_of(final.label, [confirmation, *trim]) is None:
+        races = [confirmation, *trim]
+        if (proof := proof_of(final.label, races)) is None:
             recommended, overruled = results.baseline, _overruled(final.label, confirmation, trim)
+        elif (taken_back := _taken_back(final.label, proof, races)) is not None:
+            recommended = results.baseline
         elif final.label != winner.label:
             recommended = TrialRecord(final.label, final.result)
             records = sorted([*measured, recommended], key=lambda r: -r.throughput) + failed
@@ -543,7 +573,16 @@ def summarise(results: StudyResults) -> Summary:
         stopped_before_race_end,
         tuple(last.search_left_out) if last else (),
         overruled,
+        taken_back,
     )
+
+
+def _taken_back(label: str, proof: Confirmation, races: list[Confirmation]) -> TakenBack | None:
+    """``label``, proven by ``proof`` among ``races``, where the rounds its gain counts take that proof back
+    (``GainRounds.takes_proof_back``); else None."""
+    number = race_index(proof, races)
+    rounds = paired_rounds(number, label, races)
+    return TakenBack(label, proof, number, rounds) if rounds.takes_proof_back else None
 
 
 def _overruled(label: str, confirmation: Confirmation, trim: list[Confirmation]) -> Overruled:

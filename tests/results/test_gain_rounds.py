@@ -14,7 +14,7 @@ from autotune.report import write_reports
 from autotune.report.headline import headline
 from autotune.results.finalist import Finalist, Left
 from autotune.results.race import Confirmation
-from autotune.results.summary import summarise
+from autotune.results.summary import Summary, summarise
 from autotune.trial.result import Disturbance
 from tests.report.test_reports import MACHINE, MEASURE, busy_section
 from tests.results.test_summary import results_with, trial
@@ -124,7 +124,7 @@ def test_the_ranking_states_the_recommendation_and_the_baseline_by_the_headlines
 def test_a_proof_the_gain_counts_beside_other_rounds_is_named_where_the_headline_says_it_won_every_round():
     # The interval of five rounds spans 1x: the headline names the race whose every round it won.
     race = Confirmation(list(BASELINE), [Finalist("0", KNOBS, 2, 100.0, [103.0, 107.0, 99.0])], None, 3, trials=["0"])
-    leader = Finalist("0", KNOBS, 2, 100.0, [60.0, 120.0])
+    leader = Finalist("0", KNOBS, 2, 100.0, [80.0, 140.0])
     variant = Finalist("0 without amp", UNDONE, 1, 100.0, [50.0], left=Left.BEATEN, dropped="beaten")
     trim = Confirmation([100.0, 100.0], [leader, variant], None, 3)
     summary = summarise(replace(results_with(WINNER_TRIAL), confirmation=race, trim=[trim]))
@@ -141,3 +141,58 @@ def test_a_busy_machines_note_names_the_rounds_that_gave_the_gain_where_a_race_g
         "the rounds that gave the gain, rounds 2 and 3 of the finalists' race and rounds 1, 2 and 3 of trim race 1, "
         "ran the recommendation and the baseline undisturbed"
     ) in busy
+
+
+def _trim_reads(leader: list[float], left: bool = False) -> Summary:
+    """Trial 0, proven by the finalists' race (3 rounds, 1.03x each), and its trim's race, in which it read ``leader``
+    against the baseline's 100 (``left``: it left that race, having lost a round to the baseline)."""
+    race = Confirmation([100.0] * 3, [Finalist("0", KNOBS, 2, 100.0, [103.0] * 3)], None, 3, trials=["0"])
+    dropped = {"left": Left.UNPROVABLE, "dropped": "lost a round to the baseline"} if left else {}
+    variant = Finalist("0 without amp", UNDONE, 1, 100.0, [60.0], left=Left.BEATEN, dropped="beaten")
+    trim = Confirmation([100.0] * len(leader), [Finalist("0", KNOBS, 2, 100.0, leader, **dropped), variant], None, 3)
+    return summarise(replace(results_with(WINNER_TRIAL), confirmation=race, trim=[trim]))
+
+
+def test_rounds_of_other_races_that_put_its_gain_under_the_least_a_change_must_gain_take_its_proof_back():
+    summary = _trim_reads([100.1, 100.1])  # won both rounds of its trim's race, by 0.1 %
+    assert summary.is_baseline and summary.speedup == 1.0, "never stated slower than it must be to be recommended"
+    back = summary.taken_back
+    assert back.label == "0" and back.number == 0, "the finalists' race proved it"
+    assert back.rounds.gain == pytest.approx((1.03**3 * 1.001**2) ** (1 / 5))
+    said = headline(summary)
+    assert said.lead == "Keep your current settings."
+    assert (
+        "Trial 0 won the finalists' race against the baseline (1.03x by medians of 3 rounds), but over the 5 rounds "
+        "that measured it beside the baseline (rounds 1, 2 and 3 of the finalists' race and rounds 1 and 2 of trim "
+        "race 1) it ran 1.02x the baseline's throughput (the geometric mean of their ratios), under the 2% a change "
+        "must gain: the rounds that did not choose it take its proof back, so the baseline is kept."
+    ) in said.rest
+
+
+def test_rounds_of_other_races_that_keep_its_gain_over_the_least_a_change_must_gain_leave_its_proof():
+    summary = _trim_reads([102.0, 104.0])
+    assert summary.recommended.label == "0" and summary.taken_back is None
+    assert summary.gain_interval == ratio_interval([1.03] * 3 + [1.02, 1.04])
+
+
+def test_a_trim_race_it_left_having_lost_to_the_baseline_counts_only_once_raced_again():
+    summary = _trim_reads([43.0], left=True)
+    assert summary.recommended.label == "0" and summary.taken_back is None, "its proof stands"
+    assert summary.untrimmed and summary.gain_races == [0], "the trim is raced again by a later run"
+    assert summary.speedup == pytest.approx(1.03)
+
+
+def test_the_proving_races_own_rounds_alone_are_its_verdicts_to_judge():
+    # Won every round, 1.021x by medians (a proof), 1.016x by the rounds' geometric mean: no other race's rounds.
+    race = Confirmation([100.0] * 3, [Finalist("0", KNOBS, 1, 100.0, [100.5, 102.1, 102.1])], None, 3, trials=["0"])
+    one_change = trial("0", 100.5, num_workers=1)
+    summary = summarise(replace(results_with(one_change), confirmation=race))
+    assert summary.recommended.label == "0" and summary.taken_back is None
+
+
+def test_report_json_says_what_took_the_proof_back(tmp_path):
+    summary = _trim_reads([100.1, 100.1])
+    results = replace(_studied(), machine=MACHINE, measure=MEASURE)
+    report = json.loads(write_reports(results, summary, tmp_path)["report.json"].read_text())
+    gain = pytest.approx((1.03**3 * 1.001**2) ** (1 / 5))
+    assert report["taken_back"] == {"trial": "0", "race": "the finalists' race", "rounds": 5, "speedup": gain}
