@@ -143,19 +143,21 @@ def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
 
 
 def _taken_back(back: TakenBack, trim_open: str | None) -> str:
-    """Why a configuration a race proved is not recommended: the rounds its gain counts put that gain under the least
-    a change must gain; and where the trim did not end (``trim_open``), that the same command goes on with it."""
+    """Why a configuration a race proved is not recommended: the rounds of other races its gain counts pull that gain
+    under the least a change must gain; and where the trim did not end (``trim_open``), that the same command goes on
+    with it."""
     proof, rounds = back.proof, back.rounds
     numbers = list(rounds.counted())
     said = (
-        f"Trial {back.label} won {race_name(back.number)} against the baseline ({proof.ratio(back.finalist):.2f}x by "
-        f"medians of {counted(proof.rounds, 'round')}), but over the {counted(len(numbers), 'round')} that measured "
-        f"it beside the baseline ({rounds.named(numbers, race_name)}) it ran {rounds.gain:.2f}x the baseline's "
-        f"throughput (the geometric mean of their ratios), under the {MIN_GAIN:.0%} a change must gain: the rounds "
-        "that did not choose it take its proof back, so the baseline is kept."
+        f"{race_name(back.number).capitalize()} proved trial {back.label} against the baseline "
+        f"({proof.ratio(back.finalist):.2f}x by medians of {counted(proof.rounds, 'round')}), but over the "
+        f"{counted(len(numbers), 'round')} its gain counts ({rounds.named(numbers, race_name)}"
+        f"{rounds.left_out_note(race_name)}) it ran {rounds.gain:.3f}x the baseline's throughput (the geometric mean "
+        f"of their ratios), under the {MIN_GAIN:.0%} a change must gain: the rounds of the other races, which did not "
+        "choose it, take that proof back, so the baseline is kept."
     )
     if trim_open is not None:
-        said += f" The trim did not end ({trim_open}): the same command again goes on with it."
+        said += f" The trim did not end: {trim_open}; the same command again goes on with it."
     return said
 
 

@@ -49,6 +49,8 @@ def confirmation_sections(results: StudyResults, summary: Summary) -> list[Secti
             f"In the race a trial that changes more knobs wins over a simpler one only by beating it {BEATS_WORDS}, "
             f"and at most {MAX_FINALISTS} finalists race."
         )
+    if (back := summary.taken_back) is not None and back.number == 0:
+        paragraphs.append(_TAKEN_BACK.format(back.label).strip())
     table = rounds_table(race)
     return [Section("The finalists' race", paragraphs=[*paragraphs, *_rounds_key([table])], table=table)]
 
@@ -240,6 +242,13 @@ _OVERRULES = (
 )
 
 
+# Where the rounds of other races the gain counts took back a race's proof (``Summary.taken_back``).
+_TAKEN_BACK = (
+    " Its proof of trial {} is taken back by the rounds of other races its gain counts, which did not choose it: the "
+    "baseline is kept (the headline says why)."
+)
+
+
 def trim_sections(summary: Summary) -> list[Section]:
     """The races of the winner against its changes undone, each under a heading of its own: its verdict in words,
     its runs in a table."""
@@ -258,6 +267,8 @@ def trim_sections(summary: Summary) -> list[Section]:
         kept = _PROVES_KEPT.format(race.finalists[0].label) if proves_kept else ""
         if overruled is not None and overruled.number == number:
             kept = _OVERRULES.format(overruled.label)
+        if summary.taken_back is not None and summary.taken_back.number == number:
+            kept = _TAKEN_BACK.format(summary.taken_back.label)
         left = (_trim_left(race, step, winner) + kept).strip()
         paragraphs = [race.describe(trim=True), *([left] if left else [])]
         races.append(

@@ -7,15 +7,14 @@ among others (the finalists' race, or a trim race its variant won) chose it on t
 the more so where the race ended at its verdict, right after the winner read high: those rounds count only where that
 race is the one that proves it (``Summary.proof``). The rounds of a trim race that started from it (it runs that
 configuration and the baseline every round) and a race's rounds after its verdict for it (only it and the baseline ran
-them) did not choose it: they count too, for a narrower interval and a figure less lifted by the choice. A trim race
-it left (it lost rounds to the baseline, or a run failed) is not settled and is raced again by a later run: its rounds
-count once it is. Where the rounds of other races put the gain under the least a change must gain, they take the
-proof back (``GainRounds.takes_proof_back``), and the baseline is kept.
+them) did not choose it: they count too, for a narrower interval and a figure less lifted by the choice, the rounds
+of a trim race it left having lost to the baseline as well (leaving them out because they read low would lift it
+again). Where the rounds of other races put the gain under the least a change must gain, they take the proof back
+(``GainRounds.takes_proof_back``), and the baseline is kept.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from autotune.results.finalist import Finalist
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import MIN_GAIN
 from autotune.trial.result import Disturbance
-from autotune.words import listed, rounds_named
+from autotune.words import listed, rounds_named, slowed_rounds_note
 
 
 @dataclass(frozen=True)
@@ -50,9 +49,11 @@ class PairedRound:
 
 @dataclass(frozen=True)
 class GainRounds:
-    """The recommendation's paired rounds (``paired_rounds``), numbered from 1 in the order they ran (``rounds``)."""
+    """The recommendation's paired rounds (``paired_rounds``), numbered from 1 in the order they ran (``rounds``),
+    and the index of the race that proves it (``proof``)."""
 
     rounds: tuple[PairedRound, ...]
+    proof: int = 0
 
     def counted(self) -> dict[int, float]:
         """The ratios, by number, of the rounds the gain is stated from: not those in which something beside one of
@@ -63,16 +64,32 @@ class GainRounds:
     @property
     def gain(self) -> float:
         """The geometric mean of the ratios of the rounds the gain counts (``counted``): the gain stated from them."""
-        return math.exp(statistics.fmean(math.log(ratio) for ratio in self.counted().values()))
+        return statistics.geometric_mean(self.counted().values())
 
     @property
     def takes_proof_back(self) -> bool:
-        """Whether rounds of other races than the one that proves the recommendation (races that ran it beside the
-        baseline without choosing it) put the gain under MIN_GAIN, the least a change must gain: they then take that
-        proof back, as a race's rounds after its verdict that pull its median under MIN_GAIN take back its verdict
-        (``Confirmation.shortfall``), and a recommendation is never stated slower than it must be to be recommended.
-        The proving race's own rounds alone are its verdict's to judge."""
-        return len(self.races) > 1 and self.gain < 1 + MIN_GAIN
+        """Whether the counted rounds of other races than the one that proves the recommendation (races that ran it
+        beside the baseline without choosing it) pull the gain under MIN_GAIN, the least a change must gain, from at
+        least that over the proving race's rounds: they then take that proof back, as a race's rounds after its
+        verdict that pull its median under MIN_GAIN take back its verdict (``Confirmation.shortfall``). The proving
+        race's own rounds are its verdict's to judge."""
+        counted = self.counted()
+        if all(self.rounds[number - 1].race == self.proof for number in counted):
+            return False
+        own = statistics.geometric_mean(paired.ratio for paired in self.rounds if paired.race == self.proof)
+        return self.gain < 1 + MIN_GAIN <= own
+
+    @property
+    def left_out(self) -> list[int]:
+        """The numbers of the rounds the gain does not count (``counted``): something beside a run slowed them."""
+        counted = self.counted()
+        return [number for number in range(1, len(self.rounds) + 1) if number not in counted]
+
+    def left_out_note(self, race_name: Callable[[int], str]) -> str:
+        """``left_out`` in words, to follow the rounds counted, each named by its race where they come from more
+        than one (``named``): " (round 2 left out: a run of it was slowed)"; empty where none was."""
+        left_out = self.left_out
+        return slowed_rounds_note(left_out, self.named(left_out, race_name)) if left_out else ""
 
     @property
     def slowed(self) -> set[int]:
@@ -112,7 +129,7 @@ def paired_rounds(proof: int, label: str, races: list[Confirmation]) -> GainRoun
     """The rounds in which the configuration ``label`` (in ``races[proof]``, the race that proves it) and the baseline
     both ran (``Confirmation.paired``): every round of that race, and of ``races`` (the finalists' race, then the
     trim's) those that did not choose it: every round of a trim race that started from it, and the rounds a race ran
-    after its verdict for it (``Confirmation.decided_after``); not those of a trim race it left (``_unchosen``)."""
+    after its verdict for it (``Confirmation.decided_after``)."""
     knobs = next(finalist.knobs for finalist in races[proof].finalists if finalist.label == label)
     rounds = []
     for index, race in enumerate(races):
@@ -129,7 +146,7 @@ def paired_rounds(proof: int, label: str, races: list[Confirmation]) -> GainRoun
             run_memory, base_memory = (_at(each, number) for each in memories)
             disturbed = tuple(each[number] for each in slowed if number in each)
             rounds.append(PairedRound(index, number, run, base_run, run_memory, base_memory, disturbed))
-    return GainRounds(tuple(rounds))
+    return GainRounds(tuple(rounds), proof)
 
 
 def _entrant(race: Confirmation, label: str) -> Finalist:
@@ -139,12 +156,10 @@ def _entrant(race: Confirmation, label: str) -> Finalist:
 def _unchosen(race: Confirmation, knobs: dict[str, Any], trim: bool) -> tuple[Finalist, int] | None:
     """The entrant of ``race`` (a ``trim`` race, or the finalists') that is the configuration ``knobs``, and the first
     of its rounds that did not choose it: 1 where the trim race started from it, the round after the verdict where the
-    race was decided for it early; None where every round of the race chose it, or none ran it, or it left the trim
-    race that started from it (having lost rounds to the baseline, or a run failed): such a race is not settled and
-    is raced again by a later run (``trim_rules.unsettled``), whose rounds count then."""
+    race was decided for it early; None where every round of the race chose it, or none ran it."""
     started = race.finalists[0] if trim and race.finalists else None
     if started is not None and started.knobs == knobs:
-        return (started, 1) if started.dropped is None else None
+        return started, 1
     winner = race.winner if race.decided_after else None
     if winner is not None and winner.knobs == knobs:
         return winner, race.decided_after + 1

@@ -25,7 +25,7 @@ from autotune.results.trim_rules import (
     unsettled,
 )
 from autotune.results.tuner_time import STAGES
-from autotune.words import counted, interval_bounds, listed, slowed_rounds_note
+from autotune.words import counted, interval_bounds, listed
 
 # Why a trim did not end, where none of its races ran.
 NO_TRIM = "it did not run"
@@ -396,8 +396,7 @@ class Summary:
     def gain_rounds_left_out(self) -> list[int]:
         """The rounds of ``gain_runs`` left out of ``gain_interval``, as something beside a run of the
         recommendation or the baseline slowed it."""
-        counted = set(self.gain_rounds)
-        return [number for number in range(1, len(self.gain_runs.rounds) + 1) if number not in counted]
+        return self.gain_runs.left_out
 
     @property
     def gain_counts_slowed(self) -> list[int]:
@@ -429,8 +428,7 @@ class Summary:
     def left_out_note(self) -> str:
         """``gain_rounds_left_out`` in words, to follow the paired rounds counted: " (round 2 left out: a run of it
         was slowed)"; empty where none was."""
-        left_out = self.gain_rounds_left_out
-        return slowed_rounds_note(left_out, self.gain_rounds_named(left_out)) if left_out else ""
+        return self.gain_runs.left_out_note(race_name)
 
     @property
     def no_difference(self) -> dict[str, object]:
@@ -588,9 +586,9 @@ def _taken_back(label: str, proof: Confirmation, races: list[Confirmation]) -> T
 def _overruled(label: str, confirmation: Confirmation, trim: list[Confirmation]) -> Overruled:
     """``label``'s judge (``judge_of``), which did not prove it, as an ``Overruled``: a race of the trim, for the
     finalists' race proves its own winner and holds no variant of it."""
-    race = judge_of(label, [confirmation, *trim])
-    number = next(index for index, each in enumerate(trim, 1) if race in (each, started_alone(each)))
-    return Overruled(label, race, number)
+    races = [confirmation, *trim]
+    race = judge_of(label, races)
+    return Overruled(label, race, race_index(race, races))
 
 
 def _left(race: Confirmation) -> frozenset[str]:
