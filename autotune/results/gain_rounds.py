@@ -130,10 +130,10 @@ def paired_rounds(proof: int, label: str, races: list[Confirmation]) -> GainRoun
     both ran (``Confirmation.paired``): every round of that race, and of ``races`` (the finalists' race, then the
     trim's) those that did not choose it: every round of a trim race that started from it, and the rounds a race ran
     after its verdict for it (``Confirmation.decided_after``)."""
-    knobs = next(finalist.knobs for finalist in races[proof].finalists if finalist.label == label)
+    knobs = races[proof].entrant(label).knobs
     rounds = []
     for index, race in enumerate(races):
-        counted = _unchosen(race, knobs, index > 0) if index != proof else (_entrant(race, label), 1)
+        counted = _unchosen(race, knobs, index > 0) if index != proof else (race.entrant(label), 1)
         if counted is None:
             continue
         entrant, first = counted
@@ -147,10 +147,6 @@ def paired_rounds(proof: int, label: str, races: list[Confirmation]) -> GainRoun
             disturbed = tuple(each[number] for each in slowed if number in each)
             rounds.append(PairedRound(index, number, run, base_run, run_memory, base_memory, disturbed))
     return GainRounds(tuple(rounds), proof)
-
-
-def _entrant(race: Confirmation, label: str) -> Finalist:
-    return next(finalist for finalist in race.finalists if finalist.label == label)
 
 
 def _unchosen(race: Confirmation, knobs: dict[str, Any], trim: bool) -> tuple[Finalist, int] | None:

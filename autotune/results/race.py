@@ -232,6 +232,10 @@ class Confirmation:
             return None
         return self.ratio(leader)
 
+    def entrant(self, label: str) -> Finalist:
+        """The finalist labelled ``label``."""
+        return next(finalist for finalist in self.finalists if finalist.label == label)
+
     def ratio(self, finalist: Finalist) -> float:
         """``finalist``'s median over the baseline's, of the rounds both ran (``paired``)."""
         runs, base = self.paired(finalist)

@@ -54,7 +54,7 @@ class Overruled:
     @property
     def finalist(self) -> Finalist:
         """Its runs in ``race``."""
-        return next(f for f in self.race.finalists if f.label == self.label)
+        return self.race.entrant(self.label)
 
     @property
     def speedup(self) -> float:
@@ -82,7 +82,7 @@ class TakenBack:
     @property
     def finalist(self) -> Finalist:
         """Its runs in ``proof``."""
-        return next(f for f in self.proof.finalists if f.label == self.label)
+        return self.proof.entrant(self.label)
 
 
 def race_index(race: Confirmation, races: list[Confirmation]) -> int:
@@ -226,7 +226,7 @@ class Summary:
         named = self.race_named(race)
         if record is self.baseline:
             return Standing(race.baseline_median, 1.0, f"{named}, {counted(race.rounds, 'round')}")
-        entrant = next(f for f in race.finalists if f.label == record.label)
+        entrant = race.entrant(record.label)
         rounds = len(race.paired(entrant)[0])
         return Standing(race.paired_median(entrant), race.ratio(entrant), f"{named}, {counted(rounds, 'round')}")
 
