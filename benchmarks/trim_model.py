@@ -47,6 +47,7 @@ from autotune.results.gain_rounds import GainRounds, paired_rounds
 from autotune.results.model import StudyResults
 from autotune.results.race import Confirmation
 from autotune.results.race_rules import TIE_TOLERANCE, count_changes
+from autotune.results.summary import race_index
 from autotune.results.trim_rules import trim_path
 from autotune.study import run_race
 from autotune.study.trim import run_trim
@@ -197,15 +198,16 @@ class Outcome:
 
 def _intervals(label: str, races: list[Confirmation]) -> tuple[RatioInterval | None, ...]:
     """The gain's 95 % intervals of the configuration ``label``: over the race that proves it alone (``proof_of``),
-    over the rounds the tuner counts (``paired_rounds``: those and every other round that did not choose it), and
+    over the rounds the tuner counts (``paired_rounds``: those and every other round that did not choose it; none
+    where they take the proof back, ``GainRounds.takes_proof_back``, and the tuner keeps the baseline), and
     over every round of every race that ran it beside the baseline, the rounds that chose it included."""
     proof = trim_rules.proof_of(label, races)
     if proof is None:
         return None, None, None
-    index = next(index for index, race in enumerate(races) if proof in (race, trim_rules.started_alone(race)))
+    index = race_index(proof, races)
     counted = paired_rounds(index, proof.winner.label, races)
-    alone = list(GainRounds(tuple(paired for paired in counted.rounds if paired.race == index)).counted().values())
-    pooled = list(counted.counted().values())
+    alone = list(GainRounds(tuple(p for p in counted.rounds if p.race == index), index).counted().values())
+    pooled = [] if counted.takes_proof_back else list(counted.counted().values())  # the tuner keeps the baseline
     entrants = [(race, next((f for f in race.finalists if f.knobs == proof.winner.knobs), None)) for race in races]
     every = [run / base for race, f in entrants if f for run, base in zip(*race.paired(f), strict=True)]
     return tuple(ratio_interval(ratios) if len(ratios) > 1 else None for ratios in (alone, pooled, every))

@@ -3,6 +3,7 @@ baseline stays) and the before-and-after table of the baseline against the recom
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from autotune.knobs import KNOBS
@@ -152,13 +153,19 @@ def _taken_back(back: TakenBack, trim_open: str | None) -> str:
         f"{race_name(back.number).capitalize()} proved trial {back.label} against the baseline "
         f"({proof.ratio(back.finalist):.2f}x by medians of {counted(proof.rounds, 'round')}), but over the "
         f"{counted(len(numbers), 'round')} its gain counts ({rounds.named(numbers, race_name)}"
-        f"{rounds.left_out_note(race_name)}) it ran {rounds.gain:.3f}x the baseline's throughput (the geometric mean "
-        f"of their ratios), under the {MIN_GAIN:.0%} a change must gain: the rounds of the other races, which did not "
-        "choose it, take that proof back, so the baseline is kept."
+        f"{rounds.left_out_note(race_name)}) it ran {_down_to_thousandths(rounds.gain)}x the baseline's throughput "
+        f"(the geometric mean of their ratios), under the {MIN_GAIN:.0%} a change must gain: the rounds of the other "
+        "races, which did not choose it, take that proof back, so the baseline is kept."
     )
     if trim_open is not None:
         said += f" The trim did not end: {trim_open}; the same command again goes on with it."
     return said
+
+
+def _down_to_thousandths(ratio: float) -> str:
+    """``ratio`` to three decimals, rounded down: a gain under the least a change must gain never reads as that least
+    (1.0199 as 1.019, not 1.020)."""
+    return f"{math.floor(ratio * 1000) / 1000:.3f}"
 
 
 def _recommended(summary: Summary) -> Headline:

@@ -8,8 +8,8 @@ the more so where the race ended at its verdict, right after the winner read hig
 race is the one that proves it (``Summary.proof``). The rounds of a trim race that started from it (it runs that
 configuration and the baseline every round) and a race's rounds after its verdict for it (only it and the baseline ran
 them) did not choose it: they count too, for a narrower interval and a figure less lifted by the choice, the rounds
-of a trim race it left having lost to the baseline as well (leaving them out because they read low would lift it
-again). Where the rounds of other races put the gain under the least a change must gain, they take the proof back
+of a trim race it left having lost to the baseline as well (leaving them out because they read low would lift it).
+Where the rounds of other races pull the gain under the least a change must gain, they take the proof back
 (``GainRounds.takes_proof_back``), and the baseline is kept.
 """
 
@@ -53,7 +53,7 @@ class GainRounds:
     and the index of the race that proves it (``proof``)."""
 
     rounds: tuple[PairedRound, ...]
-    proof: int = 0
+    proof: int
 
     def counted(self) -> dict[int, float]:
         """The ratios, by number, of the rounds the gain is stated from: not those in which something beside one of
@@ -68,16 +68,18 @@ class GainRounds:
 
     @property
     def takes_proof_back(self) -> bool:
-        """Whether the counted rounds of other races than the one that proves the recommendation (races that ran it
-        beside the baseline without choosing it) pull the gain under MIN_GAIN, the least a change must gain, from at
-        least that over the proving race's rounds: they then take that proof back, as a race's rounds after its
-        verdict that pull its median under MIN_GAIN take back its verdict (``Confirmation.shortfall``). The proving
-        race's own rounds are its verdict's to judge."""
+        """Whether the counted rounds (``counted``) of other races than the one that proves the recommendation (races
+        that ran it beside the baseline without choosing it) pull the gain under MIN_GAIN, the least a change must
+        gain, and under what the proving race's counted rounds alone give: they then take that proof back, as a
+        race's rounds after its verdict that pull its median under MIN_GAIN take back its verdict
+        (``Confirmation.shortfall``). The proving race's own rounds are its verdict's to judge: a proof by medians
+        whose rounds' geometric mean is under MIN_GAIN stands where no other race pulls it lower."""
         counted = self.counted()
-        if all(self.rounds[number - 1].race == self.proof for number in counted):
+        own = [ratio for number, ratio in counted.items() if self.rounds[number - 1].race == self.proof]
+        if len(own) == len(counted):
             return False
-        own = statistics.geometric_mean(paired.ratio for paired in self.rounds if paired.race == self.proof)
-        return self.gain < 1 + MIN_GAIN <= own
+        floor = min(1 + MIN_GAIN, statistics.geometric_mean(own)) if own else 1 + MIN_GAIN
+        return self.gain < floor
 
     @property
     def left_out(self) -> list[int]:

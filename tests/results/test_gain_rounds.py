@@ -14,7 +14,7 @@ from autotune.report import write_reports
 from autotune.report.headline import headline
 from autotune.results.finalist import Finalist, Left
 from autotune.results.race import Confirmation
-from autotune.results.summary import Summary, summarise
+from autotune.results.summary import summarise
 from autotune.trial.result import Disturbance
 from tests.report.test_reports import MACHINE, MEASURE, busy_section
 from tests.results.test_summary import results_with, trial
@@ -158,7 +158,7 @@ def _trim_reads(leader: float, left: bool = False, slowed: dict[str, Disturbance
 
 def test_rounds_of_other_races_that_pull_its_gain_under_the_least_a_change_must_gain_take_its_proof_back():
     # Trial 0 left its trim's race, having lost its round to the baseline (0.95x): the round counts all the same, as
-    # leaving out the rounds that read low would lift the gain again.
+    # leaving out the rounds that read low would lift the gain.
     summary = summarise(_trim_reads(95.0, left=True))
     assert summary.is_baseline and summary.speedup == 1.0, "never pulled under what a change must gain"
     back = summary.taken_back
@@ -204,3 +204,19 @@ def test_the_sections_of_the_race_whose_proof_is_taken_back_say_so(tmp_path):
     assert report["taken_back"] == {"trial": "0", "race": "the finalists' race", "rounds": 4, "speedup": gain}
     finalists_race = (tmp_path / "report.md").read_text().split("## The finalists' race")[1].split("\n## ")[0]
     assert "Its proof of trial 0 is taken back by the rounds of other races its gain counts" in finalists_race
+
+
+def test_other_races_that_pull_a_gain_already_under_the_least_a_change_must_gain_lower_take_its_proof_back():
+    # A proof by medians (1.021x) at 1.016x by its rounds' geometric mean; the trim's round at 0.43x pulls it to 0.82x.
+    summary = summarise(_trim_reads(43.0, left=True, finalists=[100.5, 102.1, 102.1]))
+    assert summary.is_baseline and summary.taken_back.rounds.gain == pytest.approx((1.005 * 1.021**2 * 0.43) ** 0.25)
+
+
+def test_a_slowed_round_the_proving_race_leaves_out_is_not_said_to_be_taken_back_by_other_races():
+    # Round 1 of the finalists' race, slowed, is left out: the gain over the rest, 1.0199x, is under 2 %, but the
+    # proving race's own counted rounds give 1.017x, and the trim's round (1.025x) lifts it.
+    slowed = {"confirm-1-baseline": Disturbance(cores_slowdown=2.0)}
+    results = _trim_reads(102.5, finalists=[110.0, 100.5, 103.0])
+    results = replace(results, confirmation=replace(results.confirmation, disturbed=slowed))
+    summary = summarise(results)
+    assert summary.gain_rounds_left_out == [1] and summary.recommended.label == "0" and summary.taken_back is None
