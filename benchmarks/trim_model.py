@@ -187,9 +187,10 @@ class Outcome:
     ratio: float  # the trimmed configuration's true throughput over the winner's
     kept_idle: int  # changes kept that do nothing (``Scenario.score``)
     dropped_needed: int  # changes undone that matter
-    # the recommendation's true gain over the baseline, and its stated gain's 95 % interval from the race that proved
-    # it alone, from the rounds the tuner counts (``paired_rounds``) and from every round of every race that ran it
-    # beside the baseline; None where the baseline is kept or one round gives no interval
+    # the chosen configuration's true gain over the baseline (None where the race proved nothing), and its stated
+    # gain's 95 % interval from the race that proved it alone, from the rounds the tuner counts (``paired_rounds``) and
+    # from every round of every race that ran it beside the baseline; an interval is None where its rule keeps the
+    # baseline (no proof; for the tuner's rule, a proof taken back too) or one round gives no interval
     gain: float | None = None
     proof_interval: RatioInterval | None = None
     pooled_interval: RatioInterval | None = None

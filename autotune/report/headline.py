@@ -3,7 +3,6 @@ baseline stays) and the before-and-after table of the baseline against the recom
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from autotune.knobs import KNOBS
@@ -144,9 +143,9 @@ def _overruled(overruled: Overruled, races: list[Confirmation]) -> str:
 
 
 def _taken_back(back: TakenBack, trim_open: str | None) -> str:
-    """Why a configuration a race proved is not recommended: the rounds of other races its gain counts pull that gain
-    under the least a change must gain; and where the trim did not end (``trim_open``), that the same command goes on
-    with it."""
+    """Why a configuration a race proved is not recommended: its gain falls under the least a change must gain, and the
+    rounds of other races it counts read under it too; and where the trim did not end (``trim_open``), that the same
+    command goes on with it."""
     proof, rounds = back.proof, back.rounds
     numbers = list(rounds.counted())
     said = (
@@ -154,8 +153,8 @@ def _taken_back(back: TakenBack, trim_open: str | None) -> str:
         f"({proof.ratio(back.finalist):.2f}x by medians of {counted(proof.rounds, 'round')}), but over the "
         f"{counted(len(numbers), 'round')} its gain counts ({rounds.named(numbers, race_name)}"
         f"{rounds.left_out_note(race_name)}) it ran {_down_to_thousandths(rounds.gain)}x the baseline's throughput "
-        f"(the geometric mean of their ratios), under the {MIN_GAIN:.0%} a change must gain: the rounds of the other "
-        "races, which did not choose it, take that proof back, so the baseline is kept."
+        f"(the geometric mean of their ratios), under the {MIN_GAIN:.0%} a change must gain, and the rounds of other "
+        "races that did not choose it read under it too: they take that proof back, so the baseline is kept."
     )
     if trim_open is not None:
         said += f" The trim did not end: {trim_open}; the same command again goes on with it."
@@ -165,7 +164,8 @@ def _taken_back(back: TakenBack, trim_open: str | None) -> str:
 def _down_to_thousandths(ratio: float) -> str:
     """``ratio`` to three decimals, rounded down: a gain under the least a change must gain never reads as that least
     (1.0199 as 1.019, not 1.020)."""
-    return f"{math.floor(ratio * 1000) / 1000:.3f}"
+    shown = f"{ratio:.3f}"
+    return shown if float(shown) <= ratio else f"{float(shown) - 0.001:.3f}"
 
 
 def _recommended(summary: Summary) -> Headline:

@@ -244,8 +244,8 @@ _OVERRULES = (
 
 # Where the rounds of other races the gain counts took back a race's proof (``Summary.taken_back``).
 _TAKEN_BACK = (
-    " Its proof of trial {} is taken back by the rounds of other races its gain counts, which did not choose it: the "
-    "baseline is kept (the headline says why)."
+    " Its proof of trial {} is taken back by the rounds of other races that did not choose it, which its gain counts: "
+    "the baseline is kept (the headline says why)."
 )
 
 

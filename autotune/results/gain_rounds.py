@@ -9,8 +9,8 @@ race is the one that proves it (``Summary.proof``). The rounds of a trim race th
 configuration and the baseline every round) and a race's rounds after its verdict for it (only it and the baseline ran
 them) did not choose it: they count too, for a narrower interval and a figure less lifted by the choice, the rounds
 of a trim race it left having lost to the baseline as well (leaving them out because they read low would lift it).
-Where the rounds of other races pull the gain under the least a change must gain, they take the proof back
-(``GainRounds.takes_proof_back``), and the baseline is kept.
+Where the gain falls under the least a change must gain and the rounds of other races read under it too, they take
+the proof back (``GainRounds.takes_proof_back``), and the baseline is kept.
 """
 
 from __future__ import annotations
@@ -68,18 +68,14 @@ class GainRounds:
 
     @property
     def takes_proof_back(self) -> bool:
-        """Whether the counted rounds (``counted``) of other races than the one that proves the recommendation (races
-        that ran it beside the baseline without choosing it) pull the gain under MIN_GAIN, the least a change must
-        gain, and under what the proving race's counted rounds alone give: they then take that proof back, as a
-        race's rounds after its verdict that pull its median under MIN_GAIN take back its verdict
-        (``Confirmation.shortfall``). The proving race's own rounds are its verdict's to judge: a proof by medians
-        whose rounds' geometric mean is under MIN_GAIN stands where no other race pulls it lower."""
-        counted = self.counted()
-        own = [ratio for number, ratio in counted.items() if self.rounds[number - 1].race == self.proof]
-        if len(own) == len(counted):
-            return False
-        floor = min(1 + MIN_GAIN, statistics.geometric_mean(own)) if own else 1 + MIN_GAIN
-        return self.gain < floor
+        """Whether the gain over the counted rounds (``counted``) falls under MIN_GAIN, the least a change must gain,
+        and the counted rounds of other races than the one that proves the recommendation (rounds that did not choose
+        it) read under it too: they then take that proof back, as a race's rounds after its verdict that pull its
+        median under MIN_GAIN take back its verdict (``Confirmation.shortfall``). Where they read MIN_GAIN or more, a
+        gain under it is the proving race's own rounds', which are its verdict's to judge (a proof by medians whose
+        rounds' geometric mean is under MIN_GAIN)."""
+        others = [ratio for number, ratio in self.counted().items() if self.rounds[number - 1].race != self.proof]
+        return bool(others) and self.gain < 1 + MIN_GAIN and statistics.geometric_mean(others) < 1 + MIN_GAIN
 
     @property
     def left_out(self) -> list[int]:

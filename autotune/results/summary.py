@@ -71,7 +71,7 @@ class Overruled:
 class TakenBack:
     """A configuration the race ``proof`` (at ``number`` in ``Summary.races``) proved, whose gain over the rounds it
     counts (``rounds``: that race's, and those of other races that ran it beside the baseline without choosing it,
-    ``paired_rounds``) the other races' rounds pull under MIN_GAIN and under what that race gives: they take the proof
+    ``paired_rounds``) falls under MIN_GAIN, the other races' counted rounds reading under it too: they take the proof
     back (``GainRounds.takes_proof_back``), and the baseline is kept."""
 
     label: str
@@ -127,8 +127,8 @@ class Summary:
     ``budget_left_out``: the steps of the search study.budget_s left out of the study's last run (in words,
     ``RunTime.search_left_out``). ``overruled``: where the race's winner, or what its trim left, won a race but the
     race that re-measured it in most rounds (``judge_of``: a trim race) did not prove it, that race: the baseline is
-    kept. ``taken_back``: where a race proved it, but the rounds of other races its gain counts pull that gain under
-    the least a change must gain (``TakenBack``): the baseline is kept.
+    kept. ``taken_back``: where a race proved it, but its gain falls under the least a change must gain and the rounds
+    of other races it counts read under it too (``TakenBack``): the baseline is kept.
     """
 
     records: list[TrialRecord]
@@ -506,8 +506,8 @@ def summarise(results: StudyResults) -> Summary:
     the confirmation when the finalists were re-measured (the baseline when none won), else the candidate chosen
     from single runs (``choose_candidate``), leaving out the finalists a stale confirmation (``is_current``) ran
     and did not prove, and those a race stopped before its end dropped. A recommendation is never a change that
-    re-measured no faster, nor one whose gain the rounds of other races than the one that proved it pull under the
-    least a change must gain and under what that race gives (``TakenBack``).
+    re-measured no faster, nor one whose gain falls under the least a change must gain where the rounds of other races
+    than the one that proved it, which did not choose it, read under it too (``TakenBack``).
     """
     if results.baseline is None or not results.baseline.result.ok:
         raise ValueError("a summary needs a measured baseline")

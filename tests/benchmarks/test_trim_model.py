@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 
+from autotune.results.finalist import Finalist, Left
+from autotune.results.race import Confirmation
 from benchmarks.race_model import Noise
-from benchmarks.trim_model import SCENARIOS, simulate_trim
+from benchmarks.trim_model import SCENARIOS, _intervals, simulate_trim
 
 
 def test_without_noise_the_trim_keeps_exactly_the_changes_that_matter():
@@ -31,3 +33,13 @@ def test_noise_makes_the_trim_keep_changes_that_do_nothing():
     noisy = Noise(0.017, 0.098, None)
     outcomes = [simulate_trim(SCENARIOS["6 changes, 1 matters"], noisy, 3, random.Random(seed)) for seed in range(30)]
     assert sum(o.kept_idle for o in outcomes) > 0 and all(o.dropped_needed == 0 for o in outcomes)
+
+
+def test_the_tuners_rule_gives_no_interval_where_other_races_take_the_proof_back():
+    knobs = {"num_workers": 2, "amp": "bf16"}
+    race = Confirmation([100.0] * 3, [Finalist("winner", knobs, 2, 100.0, [103.0] * 3)], None, 3)
+    left = Finalist("winner", knobs, 2, 100.0, [95.0], left=Left.UNPROVABLE, dropped="lost a round to the baseline")
+    trim = Confirmation([100.0], [left], None, 3)
+    alone, pooled, every = _intervals("winner", [race, trim])
+    assert pooled is None, "the tuner keeps the baseline: over the 4 rounds 1.009x, the trim's round 0.95x"
+    assert alone is not None and every is not None
